@@ -1,0 +1,16 @@
+"""Entry point of the `ptxbench` command. Each command lives in its own module (cmd_*.py) and registers
+on the shared app; heavy imports stay inside the command functions so `ptxbench --help` is fast."""
+from importlib import import_module
+
+from .app import app
+
+# One module per command group; each imports `app` from .app and decorates its functions.
+COMMAND_MODULES = [
+    "cmd_workloads",
+    "cmd_compile",
+]
+
+for _name in COMMAND_MODULES:
+    import_module(f"{__package__}.{_name}")
+
+__all__ = ["app"]

@@ -1,0 +1,1 @@
+"""`ptxbench compile`: assemble a solution file and report resources, SASS and targets."""

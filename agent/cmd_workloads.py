@@ -1,0 +1,1 @@
+"""`ptxbench workloads`: list the workload registry."""

@@ -1,0 +1,105 @@
+"""The run directory: the one module that writes and reads runs/.
+
+    runs/<run>/manifest.json                       config, git revision, package versions, GPU, driver
+    runs/<run>/checkpoints.sqlite                  LangGraph checkpointer (thread id = trajectory id)
+    runs/<run>/trajectories/<traj>/trajectory.jsonl  append-only events (agent/events.py)
+    runs/<run>/trajectories/<traj>/kernels/turn_NN.<cu|ptx>  the kernel of every turn
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .events import Event, TrajectoryStart, parse_event, _Event
+
+KERNEL_SUFFIX = {"ptx": "ptx", "cuda": "cu"}
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class TrajectoryWriter:
+    """Appends events to trajectory.jsonl, flushing and fsyncing each, so a kill loses at most one."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        (self.folder / "kernels").mkdir(parents=True, exist_ok=True)
+        self.path = self.folder / "trajectory.jsonl"
+        self._seq = sum(1 for _ in _lines(self.path)) if self.path.exists() else 0
+
+    def append(self, event: _Event) -> _Event:
+        event.seq = self._seq
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(event.model_dump_json() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self._seq += 1
+        return event
+
+    def save_kernel(self, turn: int, language: str, source: str, tag: str = "") -> str:
+        """Write the kernel of a turn; returns its path relative to the trajectory folder."""
+        name = f"turn_{turn:02d}{('_' + tag) if tag else ''}.{KERNEL_SUFFIX.get(language, 'txt')}"
+        rel = f"kernels/{name}"
+        (self.folder / rel).write_text(source, encoding="utf-8")
+        return rel
+
+
+def _lines(path: Path) -> Iterator[str]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield line
+
+
+def read_events(path: Path) -> list[Event]:
+    """Events of one trajectory; a torn last line (a kill mid-write) is dropped, not fatal."""
+    events: list[Event] = []
+    for line in _lines(Path(path)):
+        try:
+            events.append(parse_event(line))
+        except ValueError:
+            continue
+    return events
+
+
+@dataclass
+class TrajectoryRecord:
+    folder: Path
+    events: list[Event]
+
+    @property
+    def start(self) -> TrajectoryStart | None:
+        return next((e for e in self.events if e.type == "trajectory_start"), None)
+
+    @property
+    def id(self) -> str:
+        return self.folder.name
+
+    def kernel(self, rel: str) -> str:
+        return (self.folder / rel).read_text(encoding="utf-8")
+
+
+def trajectory_folders(run_dir: Path) -> list[Path]:
+    root = Path(run_dir) / "trajectories"
+    return sorted(p for p in root.iterdir() if (p / "trajectory.jsonl").exists()) if root.exists() else []
+
+
+def load_run(run_dir: Path) -> list[TrajectoryRecord]:
+    return [TrajectoryRecord(p, read_events(p / "trajectory.jsonl")) for p in trajectory_folders(run_dir)]
+
+
+def write_manifest(run_dir: Path, manifest: dict) -> Path:
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(run_dir) / "manifest.json"
+    path.write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
+    return path
+
+
+def read_manifest(run_dir: Path) -> dict:
+    path = Path(run_dir) / "manifest.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}

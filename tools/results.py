@@ -1,0 +1,171 @@
+"""Result records of the tools: compile, SASS scan, correctness, timing, profile, and the EvalResult
+that carries them. A failed kernel is a record with a status and its log, never an exception.
+
+Plain data (pydantic v2, JSON on disk); no torch or CUDA import, so scoring and export read them anywhere.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+SCHEMA_VERSION = 1
+
+Status = Literal[
+    "PASSED",
+    "COMPILE_ERROR",
+    "PLAN_ERROR",
+    "RUNTIME_ERROR",
+    "TIMEOUT",
+    "INCORRECT_NUMERICAL",
+    "INCORRECT_NAN",
+    "INFRA_ERROR",
+]
+# The model's failures (what scoring's repair statistics track); INFRA_ERROR is the harness's.
+MODEL_FAILURES = ("COMPILE_ERROR", "PLAN_ERROR", "RUNTIME_ERROR", "TIMEOUT", "INCORRECT_NUMERICAL", "INCORRECT_NAN")
+
+
+class CompileIssue(BaseModel):
+    line: int | None = Field(None, description="1-based line in the solution file the model wrote")
+    message: str
+    severity: Literal["error", "warning"] = "error"
+
+
+class KernelResources(BaseModel):
+    """ptxas -v figures for one entry, plus its SASS opcode histogram."""
+
+    name: str
+    registers: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    smem_static: int = 0
+    stack: int = 0
+    cmem: dict[str, int] = Field(default_factory=dict)
+    sass_opcodes: dict[str, int] = Field(default_factory=dict, description="opcode (first dotted part, e.g. HGMMA) -> static count")
+
+
+class TargetPresence(BaseModel):
+    in_ptx: bool
+    in_sass: bool
+    sass_count: int = 0
+
+
+class CompileResult(BaseModel):
+    status: Literal["ok", "error"]
+    arch: str
+    language: Literal["ptx", "cuda"] = "ptx"
+    errors: list[CompileIssue] = Field(default_factory=list)
+    warnings: list[CompileIssue] = Field(default_factory=list)
+    log: str = ""
+    kernels: dict[str, KernelResources] = Field(default_factory=dict)
+    targets: dict[str, TargetPresence] = Field(default_factory=dict)
+    ptx_sha256: str = ""
+    cubin_path: str | None = Field(None, description="the cached cubin (content-addressed)")
+    tools: dict[str, str] = Field(default_factory=dict, description="tool -> 'path (version)'")
+    seconds: float = 0.0
+    cached: bool = False
+
+
+class TrialStats(BaseModel):
+    """Correctness of one output tensor in one trial."""
+
+    trial: int
+    tensor: str
+    dist: str = "normal"
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    rel_fro_err: float | None = None
+    frac_matched: float | None = None
+    n_nan: int = 0
+    n_inf: int = 0
+    worst_index: list[int] | None = None
+    worst_value: float | None = None
+    worst_expected: float | None = None
+    note: str = ""
+
+
+class TimingStat(BaseModel):
+    median_ms: float
+    ci_low_ms: float
+    ci_high_ms: float
+    n: int
+    min_ms: float | None = None
+    max_ms: float | None = None
+
+
+class Timing(BaseModel):
+    candidate: TimingStat
+    baselines: dict[str, TimingStat] = Field(default_factory=dict)
+    primary_baseline: str = ""
+    speedup: float | None = None
+    speedup_ci: tuple[float, float] | None = None
+    tflops: float | None = None
+    sol_pct: float | None = Field(None, description="percent of the roofline from FLOPs and min bytes at measured ceilings")
+    ceilings: dict[str, float] = Field(default_factory=dict, description="tflops_bf16, hbm_gbps measured on the device")
+    flags: list[str] = Field(default_factory=list, description="e.g. 'implausible_speedup', 'above_roofline'")
+
+
+TargetVerdict = Literal["executed", "present_not_executed", "absent", "unknown"]
+
+
+class RuntimeTarget(BaseModel):
+    verdict: TargetVerdict
+    executed_warp_insts: int | None = None
+    executed_thread_insts_true: int | None = None
+    counter_values: dict[str, float] = Field(default_factory=dict)
+    reason: str = ""
+
+
+class SanitizerFinding(BaseModel):
+    tool: str
+    kind: str
+    kernel: str = ""
+    message: str
+    ptx_line: int | None = None
+
+
+class Fingerprint(BaseModel):
+    gpu: str = ""
+    sm_count: int | None = None
+    driver: str = ""
+    cuda_runtime: str = ""
+    torch: str = ""
+    cudnn: str = ""
+    ptxas: str = ""
+    host: str = ""
+
+
+class EvalResult(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    workload: str
+    status: Status
+    message: str = Field("", description="one paragraph for the model: what went wrong or how it did")
+    compile: CompileResult | None = None
+    plan_errors: list[str] = Field(default_factory=list)
+    runtime_error: str = Field("", description="CUDA error name and text, or the watchdog's note")
+    correctness: list[TrialStats] = Field(default_factory=list)
+    timing: Timing | None = None
+    targets_static: dict[str, TargetPresence] = Field(default_factory=dict)
+    targets_runtime: dict[str, RuntimeTarget] = Field(default_factory=dict)
+    profile: dict | None = Field(None, description="profile summary (tools/profile) when one was taken")
+    feedback: str = Field("", description="the profile-derived feedback text shown to the model")
+    sanitizer: list[SanitizerFinding] = Field(default_factory=list)
+    fingerprint: Fingerprint = Fingerprint()
+    gpu_evaluated: bool = Field(False, description="False when only compile and SASS ran (--no-gpu)")
+    seconds: dict[str, float] = Field(default_factory=dict, description="phase -> wall seconds")
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "PASSED"
+
+    @property
+    def speedup(self) -> float | None:
+        return self.timing.speedup if self.timing else None
+
+    @property
+    def target_executed(self) -> bool | None:
+        """True when every target family executed; None when it was not measured."""
+        if not self.targets_runtime:
+            return None
+        return all(t.verdict == "executed" for t in self.targets_runtime.values())

@@ -1,0 +1,94 @@
+"""Architecture profiles: the ptxas target and the instruction families a kernel is expected to use.
+
+A family is present in PTX when one of its PTX spellings appears, in SASS when one of its opcodes
+appears in the disassembly, and executed when the hardware counted it (tools/profile).
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class TargetFamily(BaseModel):
+    name: str = Field(description="e.g. 'wgmma', 'tma', 'tcgen05'")
+    ptx: list[str] = Field(description="PTX instruction prefixes, e.g. 'wgmma.mma_async'")
+    sass: list[str] = Field(description="SASS opcode prefixes (the opcode's first dotted part is matched), e.g. 'HGMMA'")
+    counters: list[str] = Field(default_factory=list, description="ncu metrics that count executions of the family")
+    doc: str = ""
+
+    def in_ptx(self, ptx_text: str) -> bool:
+        return any(spelling in ptx_text for spelling in self.ptx)
+
+    def matches_opcode(self, opcode: str) -> bool:
+        base = opcode.split(".", 1)[0]
+        return any(base == s or (s.endswith("*") and base.startswith(s[:-1])) for s in self.sass)
+
+
+class ArchProfile(BaseModel):
+    name: str = Field(description="ptxas target, e.g. 'sm_90a'")
+    gpus: list[str]
+    ptx_version_min: str = Field(description="lowest PTX ISA .version that can target it")
+    families: list[TargetFamily]
+    max_smem_per_block: int = Field(description="bytes of dynamic + static shared memory a block may opt into")
+    max_threads_per_block: int = 1024
+    max_cluster_size: int = 8
+    doc: str = ""
+
+    def family(self, name: str) -> TargetFamily:
+        for f in self.families:
+            if f.name == name:
+                return f
+        raise KeyError(f"{self.name} has no target family {name!r}; it has {[f.name for f in self.families]}")
+
+
+_TMA = TargetFamily(
+    name="tma",
+    ptx=["cp.async.bulk.tensor", "cp.reduce.async.bulk.tensor"],
+    sass=["UTMALDG", "UTMASTG", "UTMAREDG", "UBLKCP", "UTMAPF"],
+    counters=["smsp__sass_inst_executed_op_tma_ld.sum", "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"],
+    doc="Tensor Memory Accelerator bulk tensor copies (loads, stores, reductions).",
+)
+
+SM90A = ArchProfile(
+    name="sm_90a",
+    gpus=["H100", "H200"],
+    ptx_version_min="8.0",
+    families=[
+        TargetFamily(
+            name="wgmma",
+            ptx=["wgmma.mma_async"],
+            sass=["HGMMA"],
+            counters=["sm__inst_executed_pipe_tensor_op_gmma.sum"],
+            doc="Warpgroup-level asynchronous matrix multiply (Hopper tensor cores).",
+        ),
+        _TMA,
+    ],
+    max_smem_per_block=232448,
+    doc="Hopper. wgmma and setmaxnreg need the 'a' (architecture-specific) target.",
+)
+
+SM100A = ArchProfile(
+    name="sm_100a",
+    gpus=["B200"],
+    ptx_version_min="8.6",
+    families=[
+        TargetFamily(
+            name="tcgen05",
+            ptx=["tcgen05.mma", "tcgen05.ld", "tcgen05.st", "tcgen05.alloc", "tcgen05.commit", "tcgen05.cp"],
+            sass=["UTC*", "LDTM", "STTM"],
+            counters=["sm__inst_executed_pipe_tc.sum"],
+            doc="Fifth-generation tensor core instructions with tensor memory (Blackwell).",
+        ),
+        _TMA,
+    ],
+    max_smem_per_block=232448,
+    doc="Blackwell B200. tcgen05 needs PTX .version 8.6 or later.",
+)
+
+ARCHS: dict[str, ArchProfile] = {a.name: a for a in (SM90A, SM100A)}
+
+
+def get_arch(name: str) -> ArchProfile:
+    try:
+        return ARCHS[name]
+    except KeyError:
+        raise KeyError(f"unknown arch {name!r}; known: {sorted(ARCHS)}") from None
