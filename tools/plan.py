@@ -78,6 +78,60 @@ class Solution(BaseModel):
     source: str
     plan: LaunchPlan
     arch: str = "sm_90a"
+    warnings: list[str] = Field(default_factory=list, description="notes for the model that did not stop the solution (e.g. an unused scratch buffer)")
+
+
+# ---- The plan with every expression evaluated (tools/solution.py: resolve_plan). ----
+# This is what the GPU worker reads: plain numbers only, nothing left to evaluate.
+
+
+class ResolvedArg(BaseModel):
+    kind: Literal["tensor", "scratch", "tmap", "scalar"]
+    name: str = Field(description="tensor / scratch / tmap name; for scalars the expression text")
+    type: ScalarType | None = Field(None, description="scalar type (scalars only)")
+    value: int | float | None = Field(None, description="the scalar's value (scalars only), int for integer types")
+
+
+class ResolvedLaunch(BaseModel):
+    kernel: str
+    grid: tuple[int, int, int] = Field(description="padded with 1s to three entries")
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int] | None = Field(None, description="None: plain launch; else cuLaunchKernelEx with a cluster attribute")
+    smem: int = Field(0, description="dynamic shared memory in bytes (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES when > 48 KB)")
+    args: list[ResolvedArg]
+
+
+class ResolvedScratch(BaseModel):
+    name: str
+    dtype: Literal["bfloat16", "float16", "float32", "int32", "int64", "uint8"]
+    shape: list[int]
+    zero: bool
+    nbytes: int
+
+
+class ResolvedTensorMap(BaseModel):
+    """Arguments for cuTensorMapEncodeTiled, innermost dimension first (interleave NONE)."""
+
+    name: str
+    tensor: str
+    source: Literal["tensor", "scratch"] = Field(description="whether `tensor` names a workload tensor or a scratch buffer")
+    dtype: Literal["bfloat16", "float16", "float32", "int32", "int64", "uint8"]
+    rank: int
+    dims: list[int] = Field(description="globalDim, innermost first")
+    strides: list[int] = Field(description="outer-dimension strides in ELEMENTS (rank - 1 entries)")
+    byte_strides: list[int] = Field(description="globalStrides as the driver wants them: strides * element size")
+    box: list[int] = Field(description="boxDim, innermost first")
+    elem_strides: list[int] = Field(description="elementStrides (1s by default)")
+    swizzle: Swizzle
+    l2_promotion: Literal["none", "64B", "128B", "256B"]
+    oob_fill: Literal["zero", "nan"]
+
+
+class ResolvedPlan(BaseModel):
+    num_sms: int = Field(description="the SM count the expressions were evaluated with")
+    launches: list[ResolvedLaunch]
+    scratch: list[ResolvedScratch] = Field(default_factory=list)
+    tmaps: list[ResolvedTensorMap] = Field(default_factory=list)
 
 
 class FormatIssue(BaseModel):
