@@ -8,3 +8,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _root() -> None:
+    # A callback keeps `ptxbench <command>` a command group even while only one command is registered.
+    pass

@@ -1,0 +1,201 @@
+"""The workload registry: PTXBench's five main tasks, the held-out variants and small smoke shapes.
+
+Plain data only (no torch import), so the CLI, scoring and export read it on any machine.
+Look workloads up with `get_workload(id)` and `list_workloads(...)`.
+"""
+from __future__ import annotations
+
+import math
+
+from .schema import DTYPE_BYTES, Baseline, TensorSpec, Tolerance, Workload
+
+# Every kernel is expected to use the arch's tensor-core family and TMA (names from workloads/arch.py).
+TARGETS: dict[str, list[str]] = {"sm_90a": ["wgmma", "tma"], "sm_100a": ["tcgen05", "tma"]}
+
+# PTXBench's element rule (atol = rtol = 1e-2) plus a relative Frobenius bound per op. The backward
+# goes through dS = P * (dP - rowsum(dO * O)), a cancellation, so its bound is looser.
+GEMM_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)
+FWD_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)
+BWD_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=3e-2)
+
+GEMM_BASELINES = [Baseline(name="cublas", primary=True, doc="torch.matmul(A, B.T, out=C): cuBLAS(Lt)")]
+ATTENTION_BASELINES = [
+    Baseline(name="cudnn_sdpa", primary=True, doc="aten._scaled_dot_product_cudnn_attention(+_backward), called directly"),
+    Baseline(name="flash_sdpa", doc="aten._scaled_dot_product_flash_attention(+_backward): FlashAttention-2, recorded"),
+]
+
+
+def _numel(symbols: dict[str, int | float], shape: list[str]) -> int:
+    return math.prod(int(symbols[d]) if d in symbols else int(d) for d in shape)
+
+
+def _min_bytes(symbols: dict[str, int | float], tensors: list[TensorSpec]) -> float:
+    """Each input read once and each output written once."""
+    return float(sum(_numel(symbols, t.shape) * DTYPE_BYTES[t.dtype] for t in tensors))
+
+
+def _tags(held_out: bool, smoke: bool) -> list[str]:
+    if smoke:
+        return ["smoke"]
+    return ["held_out"] if held_out else ["main"]
+
+
+def gemm(m: int, n: int, k: int, *, held_out: bool, smoke: bool = False) -> Workload:
+    symbols = {"M": m, "N": n, "K": k}
+    tensors = [
+        TensorSpec(name="A", role="input", dtype="bfloat16", shape=["M", "K"], doc="left operand, row-major"),
+        TensorSpec(name="B", role="input", dtype="bfloat16", shape=["N", "K"], doc="right operand stored N x K (K contiguous)"),
+        TensorSpec(name="C", role="output", dtype="bfloat16", shape=["M", "N"], doc="C = A @ B^T, fp32 accumulation"),
+    ]
+    wid = f"gemm_bf16_m{m}_n{n}_k{k}"
+    return Workload(
+        id=f"smoke_{wid}" if smoke else wid,
+        op="gemm",
+        title=f"bf16 GEMM C[M,N] = A[M,K] @ B[N,K]^T with M={m}, N={n}, K={k}",
+        symbols=symbols,
+        tensors=tensors,
+        reference="gemm",
+        baselines=GEMM_BASELINES,
+        tolerance=GEMM_TOLERANCE,
+        flops=2.0 * m * n * k,
+        min_bytes=_min_bytes(symbols, tensors),
+        targets=TARGETS,
+        held_out=held_out or smoke,
+        tags=_tags(held_out, smoke),
+        doc="Accumulate in fp32, write bf16. Both operands are K-major (the 'TN' layout of cuBLAS).",
+    )
+
+
+def _attention_symbols(b: int, h: int, s: int, d: int, hkv: int | None) -> dict[str, int | float]:
+    symbols: dict[str, int | float] = {"B": b, "H": h}
+    if hkv is not None:
+        symbols["HKV"] = hkv
+    symbols.update({"S": s, "D": d, "scale": 1.0 / math.sqrt(d)})
+    return symbols
+
+
+def _attention_id(kind: str, d: int, causal: bool, hkv: int | None, h: int, smoke: bool) -> str:
+    wid = f"mha_{kind}_d{d}"
+    if hkv is not None:
+        wid += f"_gqa_h{h}_kv{hkv}"
+    if causal:
+        wid += "_causal"
+    return f"smoke_{wid}" if smoke else wid
+
+
+def mha_fwd(b: int, h: int, s: int, d: int, *, causal: bool, held_out: bool, hkv: int | None = None,
+            smoke: bool = False) -> Workload:
+    symbols = _attention_symbols(b, h, s, d, hkv)
+    kv_heads = "HKV" if hkv is not None else "H"
+    tensors = [
+        TensorSpec(name="Q", role="input", dtype="bfloat16", shape=["B", "H", "S", "D"], doc="queries"),
+        TensorSpec(name="K", role="input", dtype="bfloat16", shape=["B", kv_heads, "S", "D"], doc="keys"),
+        TensorSpec(name="V", role="input", dtype="bfloat16", shape=["B", kv_heads, "S", "D"], doc="values"),
+        TensorSpec(name="O", role="output", dtype="bfloat16", shape=["B", "H", "S", "D"], doc="softmax(scale * Q K^T) V"),
+        TensorSpec(name="LSE", role="output", dtype="float32", shape=["B", "H", "S"],
+                   doc="natural-log logsumexp of each query row's scaled (and masked) scores"),
+    ]
+    gqa = f", GQA: {h} query heads over {hkv} KV heads (query head i reads KV head i // {h // hkv})" if hkv else ""
+    flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+    return Workload(
+        id=_attention_id("fwd", d, causal, hkv, h, smoke),
+        op="mha_fwd",
+        title=f"bf16 attention forward{' causal' if causal else ''}, B={b} H={h} S={s} D={d}{gqa}",
+        symbols=symbols,
+        tensors=tensors,
+        reference="mha_fwd",
+        baselines=ATTENTION_BASELINES,
+        tolerance=FWD_TOLERANCE,
+        flops=flops,
+        min_bytes=_min_bytes(symbols, tensors),
+        targets=TARGETS,
+        held_out=held_out or smoke,
+        causal=causal,
+        tags=_tags(held_out, smoke),
+        doc="O = softmax(scale * Q K^T [+ causal mask: key j > query i is masked]) V; also write LSE (natural log)."
+        + (" The cuDNN/flash baselines see K and V already expanded to H heads." if hkv else ""),
+    )
+
+
+def mha_bwd(b: int, h: int, s: int, d: int, *, causal: bool, held_out: bool, smoke: bool = False) -> Workload:
+    symbols = _attention_symbols(b, h, s, d, None)
+    bhsd = ["B", "H", "S", "D"]
+    tensors = [
+        TensorSpec(name="Q", role="input", dtype="bfloat16", shape=bhsd, doc="queries"),
+        TensorSpec(name="K", role="input", dtype="bfloat16", shape=bhsd, doc="keys"),
+        TensorSpec(name="V", role="input", dtype="bfloat16", shape=bhsd, doc="values"),
+        TensorSpec(name="O", role="input", dtype="bfloat16", shape=bhsd, doc="the forward's output for these Q, K, V"),
+        TensorSpec(name="dO", role="input", dtype="bfloat16", shape=bhsd, doc="gradient of the loss with respect to O"),
+        TensorSpec(name="LSE", role="input", dtype="float32", shape=["B", "H", "S"],
+                   doc="the forward's natural-log logsumexp per query row"),
+        TensorSpec(name="dQ", role="output", dtype="bfloat16", shape=bhsd, doc="gradient with respect to Q"),
+        TensorSpec(name="dK", role="output", dtype="bfloat16", shape=bhsd, doc="gradient with respect to K"),
+        TensorSpec(name="dV", role="output", dtype="bfloat16", shape=bhsd, doc="gradient with respect to V"),
+    ]
+    flops = 2.5 * 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+    return Workload(
+        id=_attention_id("bwd", d, causal, None, h, smoke),
+        op="mha_bwd",
+        title=f"bf16 attention backward{' causal' if causal else ''}, B={b} H={h} S={s} D={d}",
+        symbols=symbols,
+        tensors=tensors,
+        reference="mha_bwd",
+        baselines=ATTENTION_BASELINES,
+        tolerance=BWD_TOLERANCE,
+        flops=flops,
+        min_bytes=_min_bytes(symbols, tensors),
+        targets=TARGETS,
+        held_out=held_out or smoke,
+        causal=causal,
+        tags=_tags(held_out, smoke),
+        input_dist=["normal", "spiky"],
+        doc="P = exp(scale * Q K^T - LSE) (masked entries 0); dV = P^T dO; dP = dO V^T; "
+        "Dr = rowsum(dO * O); dS = P * (dP - Dr); dQ = scale * dS K; dK = scale * dS^T Q. "
+        "FLOPs are counted as 2.5x the forward's.",
+    )
+
+
+def _build() -> dict[str, Workload]:
+    ws: list[Workload] = [gemm(8192, 7168, 5120, held_out=False)]
+    for causal in (False, True):
+        ws.append(mha_fwd(4, 48, 4096, 128, causal=causal, held_out=False))
+    for causal in (False, True):
+        ws.append(mha_bwd(4, 48, 4096, 128, causal=causal, held_out=False))
+    # Held out: other head dims, GQA, decode-like and square GEMMs.
+    for d in (64, 96):
+        ws += [mha_fwd(4, 48, 4096, d, causal=c, held_out=True) for c in (False, True)]
+        ws += [mha_bwd(4, 48, 4096, d, causal=c, held_out=True) for c in (False, True)]
+    ws.append(mha_fwd(4, 32, 4096, 128, hkv=8, causal=False, held_out=True))
+    ws += [gemm(64, 7168, 5120, held_out=True), gemm(128, 7168, 5120, held_out=True), gemm(4096, 4096, 4096, held_out=True)]
+    # Smoke: seconds on a GPU, for tests of the harness itself.
+    ws.append(gemm(256, 256, 512, held_out=True, smoke=True))
+    ws += [mha_fwd(1, 2, 256, 64, causal=c, held_out=True, smoke=True) for c in (False, True)]
+    ws += [mha_bwd(1, 2, 256, 64, causal=c, held_out=True, smoke=True) for c in (False, True)]
+    ws.append(mha_fwd(1, 4, 256, 64, hkv=2, causal=False, held_out=True, smoke=True))
+    registry = {w.id: w for w in ws}
+    assert len(registry) == len(ws), "duplicate workload id"
+    return registry
+
+
+WORKLOADS: dict[str, Workload] = _build()
+MAIN_IDS: list[str] = [w.id for w in WORKLOADS.values() if "main" in w.tags]
+
+
+def get_workload(workload_id: str) -> Workload:
+    """The workload with this id; a miss lists the known ids."""
+    try:
+        return WORKLOADS[workload_id].model_copy(deep=True)
+    except KeyError:
+        raise KeyError(f"unknown workload {workload_id!r}; known: {', '.join(WORKLOADS)}") from None
+
+
+def list_workloads(include_held_out: bool = True, tags: list[str] | None = None) -> list[Workload]:
+    """Workloads in registry order (main first). `tags` keeps those carrying any of the given tags."""
+    out = []
+    for w in WORKLOADS.values():
+        if w.held_out and not include_held_out:
+            continue
+        if tags and not set(tags) & set(w.tags):
+            continue
+        out.append(w.model_copy(deep=True))
+    return out
