@@ -1,0 +1,109 @@
+"""Scores of a group of trajectories (a model x workload cell, a prompt variant, a GPU, a model).
+
+Two views, as in KernelBench and PTXBench:
+- over turns: every scored turn of every trajectory is one kernel (pooled; infra turns dropped);
+- over trajectories: a trajectory counts once, by its best turn (infra-failed trajectories dropped).
+fast_p = share that is correct AND speedup > p (fast_0 = correct, timing or not); target-fast_p
+also needs every target instruction family to have executed (unknown counts as not executed).
+Every figure is an Estimate with a bootstrap 95% interval over trajectories.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from .repair import RepairStats, repair_stats
+from .stats import Estimate, geomean_estimate, mean_estimate, ratio_estimate
+from .turns import TrajectoryScore, TurnScore
+
+P_VALUES = (0.0, 0.5, 0.8, 1.0, 1.2)
+WITHIN_TURNS = (1, 4, 8)
+ANY = "*"
+
+
+def is_fast(turn: TurnScore, p: float, target: bool = False) -> bool:
+    if not turn.correct or (target and not turn.target_executed):
+        return False
+    if p == 0:
+        return True
+    return turn.speedup is not None and turn.speedup > p
+
+
+def p_key(p: float) -> str:
+    return f"{p:g}"
+
+
+class CellScore(BaseModel):
+    model: str = ANY
+    workload: str = ANY
+    prompt: str = ANY
+    gpu: str = ANY
+    n_trajectories: int = Field(0, description="trajectories scored (infra-failed ones excluded)")
+    n_infra_failed: int = 0
+    n_turns: int = Field(0, description="scored turns (infra turns excluded)")
+    n_infra_turns: int = 0
+    n_target_unknown: int = Field(0, description="correct turns whose target verdict was not measured")
+    fast_p_turns: dict[str, Estimate] = Field(default_factory=dict)
+    target_fast_p_turns: dict[str, Estimate] = Field(default_factory=dict)
+    fast_p_trajectories: dict[str, Estimate] = Field(default_factory=dict)
+    target_fast_p_trajectories: dict[str, Estimate] = Field(default_factory=dict)
+    best_speedup: Estimate = Field(Estimate(), description="mean over trajectories of the best correct speedup (0 when none)")
+    best_speedup_max: float | None = Field(None, description="the best correct speedup of any trajectory")
+    best_target_speedup: Estimate = Field(Estimate(), description="as best_speedup, counting only target-executed turns")
+    geomean_speedup: Estimate = Field(Estimate(), description="geometric mean of the best speedups of trajectories that have one")
+    success_within: dict[str, Estimate] = Field(default_factory=dict, description="k -> share with a correct turn at turn <= k")
+    target_success_within: dict[str, Estimate] = Field(default_factory=dict)
+    turns_to_first_correct: Estimate = Field(Estimate(), description="mean over trajectories that got one")
+    mean_best_sol_pct: Estimate = Estimate()
+    by_turn: dict[str, list[float | None]] = Field(
+        default_factory=dict,
+        description="per turn 1..T: correct, target_correct (shares of trajectories reaching that turn), best_so_far (mean over trajectories of the best correct speedup within k turns, 0 when none), reached",
+    )
+    repair: RepairStats = RepairStats()
+
+
+def _by_turn(trajs: list[TrajectoryScore]) -> dict[str, list[float | None]]:
+    last = max((t.turn for tr in trajs for t in tr.scored_turns), default=0)
+    out: dict[str, list[float | None]] = {"correct": [], "target_correct": [], "best_so_far": [], "reached": []}
+    for k in range(1, last + 1):
+        at_k = [next((t for t in tr.scored_turns if t.turn == k), None) for tr in trajs]
+        at_k = [t for t in at_k if t is not None]
+        out["reached"].append(float(len(at_k)))
+        out["correct"].append(sum(t.correct for t in at_k) / len(at_k) if at_k else None)
+        out["target_correct"].append(sum(bool(t.correct and t.target_executed) for t in at_k) / len(at_k) if at_k else None)
+        best = [max([t.speedup for t in tr.scored_turns if t.turn <= k and t.correct and t.speedup is not None], default=0.0)
+                for tr in trajs]
+        out["best_so_far"].append(sum(best) / len(best) if best else None)
+    return out
+
+
+def score_cell(trajectories: list[TrajectoryScore], **key) -> CellScore:
+    kept = [t for t in trajectories if not t.infra_failed]
+    cell = CellScore(**key)
+    cell.n_trajectories = len(kept)
+    cell.n_infra_failed = len(trajectories) - len(kept)
+    cell.n_turns = sum(len(t.scored_turns) for t in trajectories)
+    cell.n_infra_turns = sum(len(t.turns) - len(t.scored_turns) for t in trajectories)
+    cell.n_target_unknown = sum(1 for tr in trajectories for t in tr.scored_turns if t.correct and t.target_executed is None)
+    for p in P_VALUES:
+        k = p_key(p)
+        # Over turns: every trajectory (infra-failed ones too) contributes its scored turns.
+        cell.fast_p_turns[k] = ratio_estimate([sum(is_fast(t, p) for t in tr.scored_turns) for tr in trajectories],
+                                              [len(tr.scored_turns) for tr in trajectories])
+        cell.target_fast_p_turns[k] = ratio_estimate([sum(is_fast(t, p, True) for t in tr.scored_turns) for tr in trajectories],
+                                                     [len(tr.scored_turns) for tr in trajectories])
+        cell.fast_p_trajectories[k] = mean_estimate([float(any(is_fast(t, p) for t in tr.scored_turns)) for tr in kept])
+        cell.target_fast_p_trajectories[k] = mean_estimate([float(any(is_fast(t, p, True) for t in tr.scored_turns)) for tr in kept])
+    cell.best_speedup = mean_estimate([tr.best_speedup or 0.0 for tr in kept])
+    cell.best_speedup_max = max((tr.best_speedup for tr in kept if tr.best_speedup is not None), default=None)
+    cell.best_target_speedup = mean_estimate([tr.best_target_speedup or 0.0 for tr in kept])
+    cell.geomean_speedup = geomean_estimate([tr.best_speedup for tr in kept])
+    for k in WITHIN_TURNS:
+        cell.success_within[str(k)] = mean_estimate(
+            [float(tr.first_correct_turn is not None and tr.first_correct_turn <= k) for tr in kept])
+        cell.target_success_within[str(k)] = mean_estimate(
+            [float(tr.first_target_correct_turn is not None and tr.first_target_correct_turn <= k) for tr in kept])
+    cell.turns_to_first_correct = mean_estimate([float(tr.first_correct_turn) for tr in kept if tr.first_correct_turn])
+    cell.mean_best_sol_pct = mean_estimate([tr.best_sol_pct for tr in kept if tr.best_sol_pct is not None])
+    cell.by_turn = _by_turn(kept)
+    cell.repair = repair_stats(trajectories)
+    return cell

@@ -1,0 +1,131 @@
+"""Repair behaviour: what the model does with a failure on the next turn.
+
+Works on each trajectory's scored turns (infra turns dropped) in order:
+- transitions: class at turn t -> class at the next scored turn; fix probability of a class = the
+  share of its transitions that land on PASSED (bootstrapped over trajectories);
+- repair episodes: a maximal run of failing turns; repaired when a PASSED turn ends it, and its
+  length is the turns it took (fail at 1, pass at 2 -> 1 turn); keyed by the run's first class;
+- regressions: PASSED followed by a failure;
+- speedup gained per turn after the first correct turn: (best speedup - speedup at the first
+  correct turn) / scored turns after it, for trajectories with at least one turn after it;
+- target slower: a correct turn whose target instructions executed, yet a correct turn of the
+  same trajectory without them (target verdict False, not unknown) was faster.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from pydantic import BaseModel, Field
+
+from ...tools.results import MODEL_FAILURES
+from .stats import Estimate, mean_estimate, ratio_estimate
+from .turns import PASSED, TrajectoryScore, TurnScore
+
+CLASS_ORDER = (PASSED, *MODEL_FAILURES, "FORMAT_ERROR", "NO_SUBMISSION")
+
+
+def order_classes(classes) -> list[str]:
+    known = [c for c in CLASS_ORDER if c in classes]
+    return known + sorted(c for c in classes if c not in CLASS_ORDER)
+
+
+class RepairStats(BaseModel):
+    classes: list[str] = Field(default_factory=list, description="row/column order of the transition matrix")
+    transitions: dict[str, dict[str, int]] = Field(default_factory=dict, description="from class -> to class -> count")
+    next_class: dict[str, dict[str, float]] = Field(default_factory=dict, description="transitions, each row normalised")
+    fix_probability: dict[str, Estimate] = Field(default_factory=dict, description="failure class -> P(next turn PASSED)")
+    turns_to_repair: dict[str, Estimate] = Field(default_factory=dict, description="first class of the failing run (and 'all') -> mean turns")
+    episodes_repaired: int = 0
+    episodes_unrepaired: int = 0
+    regressions: int = 0
+    regression_rate: Estimate = Estimate()
+    trajectories_with_regression: int = 0
+    speedup_gain_per_turn: Estimate = Estimate()
+    target_slower: Estimate = Field(Estimate(), description="share of correct target-executed turns beaten by a correct non-target turn")
+    target_slower_count: int = 0
+
+
+def _pairs(turns: list[TurnScore]):
+    return zip(turns, turns[1:])
+
+
+def _episodes(turns: list[TurnScore]):
+    """(first class, length, repaired) for each maximal run of failing turns."""
+    start = None
+    for i, turn in enumerate(turns + [None]):
+        failing = turn is not None and not turn.correct
+        if failing and start is None:
+            start = i
+        elif not failing and start is not None:
+            yield turns[start].status, i - start, turn is not None
+            start = None
+
+
+def _speedup_gain(turns: list[TurnScore]) -> float | None:
+    first = next((i for i, t in enumerate(turns) if t.correct), None)
+    if first is None or first == len(turns) - 1 or turns[first].speedup is None:
+        return None
+    best = max(t.speedup for t in turns[first:] if t.correct and t.speedup is not None)
+    return (best - turns[first].speedup) / (len(turns) - 1 - first)
+
+
+def _target_slower(turns: list[TurnScore]) -> tuple[int, int]:
+    plain = [t.speedup for t in turns if t.correct and t.target_executed is False and t.speedup is not None]
+    target = [t.speedup for t in turns if t.correct and t.target_executed and t.speedup is not None]
+    best_plain = max(plain) if plain else None
+    slower = sum(1 for s in target if best_plain is not None and s < best_plain)
+    return slower, len(target)
+
+
+def repair_stats(trajectories: list[TrajectoryScore]) -> RepairStats:
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    per_traj_fix: dict[str, list[tuple[int, int]]] = defaultdict(list)  # class -> [(fixed, total)] per trajectory
+    lengths: dict[str, list[float]] = defaultdict(list)
+    stats = RepairStats()
+    reg_num, reg_den, gains, slow_num, slow_den = [], [], [], [], []
+    for traj in trajectories:
+        turns = traj.scored_turns
+        fixed: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        regress = from_pass = 0
+        for a, b in _pairs(turns):
+            counts[a.status][b.status] += 1
+            if not a.correct:
+                fixed[a.status][0] += b.correct
+                fixed[a.status][1] += 1
+            else:
+                from_pass += 1
+                regress += not b.correct
+        for cls, (f, t) in fixed.items():
+            per_traj_fix[cls].append((f, t))
+        for cls, length, repaired in _episodes(turns):
+            if repaired:
+                lengths[cls].append(length)
+                lengths["all"].append(length)
+                stats.episodes_repaired += 1
+            else:
+                stats.episodes_unrepaired += 1
+        stats.regressions += regress
+        stats.trajectories_with_regression += regress > 0
+        reg_num.append(regress)
+        reg_den.append(from_pass)
+        gain = _speedup_gain(turns)
+        if gain is not None:
+            gains.append(gain)
+        slower, total = _target_slower(turns)
+        slow_num.append(slower)
+        slow_den.append(total)
+        stats.target_slower_count += slower
+
+    seen = set(counts) | {b for row in counts.values() for b in row}
+    stats.classes = order_classes(seen)
+    stats.transitions = {a: {b: counts[a][b] for b in stats.classes if counts[a][b]} for a in stats.classes if a in counts}
+    stats.next_class = {a: {b: n / sum(row.values()) for b, n in row.items()} for a, row in stats.transitions.items()}
+    stats.fix_probability = {
+        cls: ratio_estimate([f for f, _ in rows], [t for _, t in rows]) for cls, rows in per_traj_fix.items()
+    }
+    stats.fix_probability = {c: stats.fix_probability[c] for c in order_classes(stats.fix_probability)}
+    stats.turns_to_repair = {c: mean_estimate(lengths[c]) for c in order_classes(set(lengths) - {"all"}) + ["all"] if c in lengths}
+    stats.regression_rate = ratio_estimate(reg_num, reg_den)
+    stats.speedup_gain_per_turn = mean_estimate(gains)
+    stats.target_slower = ratio_estimate(slow_num, slow_den)
+    return stats

@@ -1,0 +1,85 @@
+"""Score one or more run directories: trajectories -> cells -> RunScore (JSON-ready).
+
+Reads runs/ only (agent/rundir.py), so runs recorded on other machines merge here: trajectories of
+several runs with the same (model, workload, prompt, gpu) pool into one cell.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable
+
+from pydantic import BaseModel, Field
+
+from ..rundir import load_run, read_manifest
+from .cells import ANY, CellScore, score_cell
+from .repair import RepairStats
+from .turns import TrajectoryScore, score_trajectory
+
+SCORE_VERSION = 1
+
+
+class RunScore(BaseModel):
+    score_version: int = SCORE_VERSION
+    runs: list[str] = Field(default_factory=list)
+    manifests: dict[str, dict] = Field(default_factory=dict, description="run dir -> its manifest, as recorded")
+    n_trajectories: int = 0
+    n_infra_failed: int = 0
+    n_infra_turns: int = 0
+    n_target_unknown: int = 0
+    cells: list[CellScore] = Field(default_factory=list, description="one per (model, workload, prompt, gpu)")
+    model_workload: list[CellScore] = Field(default_factory=list, description="one per (model, workload), prompts and GPUs pooled")
+    models: list[CellScore] = Field(default_factory=list, description="one per model, all workloads pooled")
+    trajectories: list[TrajectoryScore] = Field(default_factory=list)
+
+    @property
+    def model_names(self) -> list[str]:
+        return sorted({t.model for t in self.trajectories})
+
+    @property
+    def workload_names(self) -> list[str]:
+        return sorted({t.workload for t in self.trajectories})
+
+    def cell(self, model: str, workload: str) -> CellScore | None:
+        return next((c for c in self.model_workload if c.model == model and c.workload == workload), None)
+
+    def repair(self, model: str) -> RepairStats:
+        found = next((c for c in self.models if c.model == model), None)
+        return found.repair if found else RepairStats()
+
+
+def _group(trajs: list[TrajectoryScore], fields: tuple[str, ...]) -> list[CellScore]:
+    groups: dict[tuple, list[TrajectoryScore]] = defaultdict(list)
+    for t in trajs:
+        groups[tuple(getattr(t, f) for f in fields)].append(t)
+    return [score_cell(members, **dict(zip(fields, key))) for key, members in sorted(groups.items())]
+
+
+def score_trajectories(trajs: list[TrajectoryScore]) -> RunScore:
+    score = RunScore(trajectories=trajs, n_trajectories=len(trajs))
+    score.n_infra_failed = sum(t.infra_failed for t in trajs)
+    score.n_infra_turns = sum(len(t.turns) - len(t.scored_turns) for t in trajs)
+    score.cells = _group(trajs, ("model", "workload", "prompt", "gpu"))
+    score.model_workload = _group(trajs, ("model", "workload"))
+    score.models = _group(trajs, ("model",))
+    score.n_target_unknown = sum(c.n_target_unknown for c in score.models)
+    return score
+
+
+def load_trajectory_scores(run_dirs: Iterable[Path]) -> list[TrajectoryScore]:
+    trajs: list[TrajectoryScore] = []
+    for run_dir in run_dirs:
+        run_dir = Path(run_dir)
+        trajs += [score_trajectory(rec, run=run_dir.name) for rec in load_run(run_dir) if rec.start is not None]
+    return trajs
+
+
+def score_runs(run_dirs: Iterable[Path]) -> RunScore:
+    run_dirs = [Path(r) for r in run_dirs]
+    score = score_trajectories(load_trajectory_scores(run_dirs))
+    score.runs = [str(r) for r in run_dirs]
+    score.manifests = {str(r): read_manifest(r) for r in run_dirs}
+    return score
+
+
+__all__ = ["ANY", "RunScore", "score_runs", "score_trajectories", "load_trajectory_scores"]

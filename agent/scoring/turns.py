@@ -1,0 +1,140 @@
+"""Per-turn and per-trajectory records, read from a trajectory's events alone.
+
+A turn's verdict is its submission (the eval_result with submission=True); a turn without one takes
+its status from turn_end (NO_SUBMISSION / FORMAT_ERROR). Events for a turn number that was already
+recorded replace it, so a trajectory retried from its last good turn after an infra failure scores
+the retried turn. INFRA_ERROR turns (status, or an ErrorEvent with infra=True) are kept apart from
+the model's own results.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from ..rundir import TrajectoryRecord
+
+INFRA = "INFRA_ERROR"
+PASSED = "PASSED"
+
+
+class TurnScore(BaseModel):
+    turn: int
+    status: str = Field(description="EvalResult status, or NO_SUBMISSION / FORMAT_ERROR, or INFRA_ERROR")
+    correct: bool = False
+    target_executed: bool | None = Field(None, description="every target family executed; None = not measured")
+    speedup: float | None = None
+    sol_pct: float | None = None
+    kernel_file: str = ""
+    gpu_evaluated: bool = False
+
+    @property
+    def infra(self) -> bool:
+        return self.status == INFRA
+
+
+class TrajectoryScore(BaseModel):
+    id: str
+    run: str = ""
+    model: str = ""
+    workload: str = ""
+    prompt: str = ""
+    gpu: str = ""
+    mode: str = ""
+    index: int = 0
+    stop_reason: str = Field("", description="the last stop event's reason; empty while unfinished")
+    turns: list[TurnScore] = Field(default_factory=list, description="every recorded turn, infra ones included, by turn number")
+
+    @property
+    def scored_turns(self) -> list[TurnScore]:
+        return [t for t in self.turns if not t.infra]
+
+    @property
+    def infra_failed(self) -> bool:
+        """Ended on an infra failure that no retry repaired: left out of trajectory-level scores."""
+        if self.stop_reason == "infra_error":
+            return True
+        return bool(self.turns) and self.turns[-1].infra and self.stop_reason in ("", "error")
+
+    @property
+    def first_correct_turn(self) -> int | None:
+        return next((t.turn for t in self.scored_turns if t.correct), None)
+
+    @property
+    def first_target_correct_turn(self) -> int | None:
+        return next((t.turn for t in self.scored_turns if t.correct and t.target_executed), None)
+
+    @property
+    def best_speedup(self) -> float | None:
+        """Best speedup among correct turns; None when no correct turn has a timing."""
+        return _max(t.speedup for t in self.scored_turns if t.correct)
+
+    @property
+    def best_target_speedup(self) -> float | None:
+        return _max(t.speedup for t in self.scored_turns if t.correct and t.target_executed)
+
+    @property
+    def best_sol_pct(self) -> float | None:
+        return _max(t.sol_pct for t in self.scored_turns if t.correct)
+
+
+def _max(values) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _target_executed(result: dict) -> bool | None:
+    runtime = result.get("targets_runtime") or {}
+    if not runtime:
+        return None
+    return all((t or {}).get("verdict") == "executed" for t in runtime.values())
+
+
+def _turn_from_eval(turn: int, event) -> TurnScore:
+    result = event.result or {}
+    timing = result.get("timing") or {}
+    status = result.get("status", "")
+    return TurnScore(
+        turn=turn,
+        status=status,
+        correct=status == PASSED,
+        target_executed=_target_executed(result),
+        speedup=timing.get("speedup"),
+        sol_pct=timing.get("sol_pct"),
+        kernel_file=event.kernel_file,
+        gpu_evaluated=bool(result.get("gpu_evaluated", False)),
+    )
+
+
+def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore:
+    start = record.start
+    turns: dict[int, TurnScore] = {}
+    pending: dict[int, TurnScore] = {}  # a submission waiting for its turn_end
+    stop_reason = ""
+    for event in record.events:
+        if event.type == "eval_result" and event.submission:
+            pending[event.turn] = _turn_from_eval(event.turn, event)
+        elif event.type == "turn_end":
+            turn = pending.pop(event.turn, None) or TurnScore(turn=event.turn, status=event.status)
+            if event.status == INFRA:
+                turn = TurnScore(turn=event.turn, status=INFRA, kernel_file=turn.kernel_file)
+            turns[event.turn] = turn
+        elif event.type == "error" and event.infra:
+            pending.pop(event.turn, None)
+            if event.turn > 0:
+                turns[event.turn] = TurnScore(turn=event.turn, status=INFRA)
+        elif event.type == "stop":
+            stop_reason = event.reason
+    # A submission whose turn_end never came (a kill or stop right after it) still counts.
+    for number, turn in pending.items():
+        turns.setdefault(number, turn)
+    return TrajectoryScore(
+        id=record.id,
+        run=run,
+        model=start.model if start else "",
+        workload=start.workload if start else "",
+        prompt=start.prompt if start else "",
+        gpu=start.gpu if start else "",
+        mode=start.mode if start else "",
+        index=start.index if start else 0,
+        stop_reason=stop_reason,
+        turns=[turns[k] for k in sorted(turns)],
+    )

@@ -1,0 +1,195 @@
+"""Scoring on hand-built trajectories (tests/trajectory_builder.py: build_sample_run). Every expected number
+below was worked out by hand from the turn lists; the comments show the arithmetic.
+
+Cell (m/a, gemm), turns as (status, speedup, target verdict T/F/U):
+  A1: CE, P0.6F, P0.9T, IN                     stop turn_limit
+  A2: P1.1T, RE, CE, P1.3U, P1.25T             stop turn_limit
+  A3: CE, [infra at turn 2]                    stop infra_error  -> infra-failed: out of trajectory-level scores
+  A4: NO_SUBMISSION, CE, CE, FORMAT_ERROR      stop turn_limit
+  A5: P0.8F, [infra at 2], retried: P0.7T      stop turn_limit   -> the retried turn 2 replaces the infra one
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+
+from ptxbench.agent.scoring import (
+    Estimate, geomean_estimate, mean_estimate, ratio_estimate, score_runs, score_trajectory,
+)
+from ptxbench.agent.rundir import load_run
+from trajectory_builder import TrajectoryBuilder, build_sample_run
+
+approx = lambda v: pytest.approx(v, rel=1e-12, abs=1e-12)  # noqa: E731
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return build_sample_run(tmp_path_factory.mktemp("run") / "sample")
+
+
+@pytest.fixture(scope="module")
+def score(run_dir):
+    return score_runs([run_dir])
+
+
+@pytest.fixture(scope="module")
+def cell_a(score):
+    return score.cell("m/a", "gemm")
+
+
+def values(estimates: dict[str, Estimate]) -> dict[str, float]:
+    return {k: e.value for k, e in estimates.items()}
+
+
+def test_turns_of_a_trajectory(run_dir):
+    records = {r.id: r for r in load_run(run_dir)}
+    a5 = score_trajectory(records["a-gemm-4"])
+    # The infra turn 2 was retried: the retry's PASSED 0.7 replaces it, and the last stop is turn_limit.
+    assert [(t.turn, t.status, t.speedup, t.target_executed) for t in a5.turns] == [
+        (1, "PASSED", 0.8, False), (2, "PASSED", 0.7, True)]
+    assert not a5.infra_failed and a5.stop_reason == "turn_limit"
+    a3 = score_trajectory(records["a-gemm-2"])
+    assert [(t.turn, t.status) for t in a3.turns] == [(1, "COMPILE_ERROR"), (2, "INFRA_ERROR")]
+    assert a3.infra_failed and len(a3.scored_turns) == 1
+    a4 = score_trajectory(records["a-gemm-3"])
+    assert [t.status for t in a4.turns] == ["NO_SUBMISSION", "COMPILE_ERROR", "COMPILE_ERROR", "FORMAT_ERROR"]
+    a2 = score_trajectory(records["a-gemm-1"])
+    assert a2.first_correct_turn == 1 and a2.best_speedup == 1.3 and a2.best_target_speedup == 1.25
+    assert a2.turns[3].target_executed is None  # P1.3U: not measured
+    assert a2.best_sol_pct == approx(65.0)  # the builder sets %SOL = 50 x speedup
+
+
+def test_counts(score, cell_a):
+    assert score.n_trajectories == 8
+    assert score.n_infra_failed == 1          # A3
+    assert score.n_infra_turns == 1           # A3 turn 2 (A5's was replaced by its retry)
+    assert cell_a.n_trajectories == 4 and cell_a.n_infra_failed == 1
+    assert cell_a.n_turns == 16               # 4 + 5 + 1 + 4 + 2 (A3's one scored turn counts over turns)
+    assert cell_a.n_target_unknown == 1       # A2 turn 4
+    assert score.n_target_unknown == 1
+
+
+def test_fast_p_over_turns(cell_a):
+    # Correct turns: A1 {0.6, 0.9}, A2 {1.1, 1.3, 1.25}, A5 {0.8, 0.7}: 7 of 16.
+    # > 0.5: all 7; > 0.8: 0.9, 1.1, 1.3, 1.25 (0.8 is not > 0.8) = 4; > 1.0: 3; > 1.2: 1.3, 1.25 = 2.
+    assert values(cell_a.fast_p_turns) == {"0": approx(7 / 16), "0.5": approx(7 / 16), "0.8": approx(4 / 16),
+                                            "1": approx(3 / 16), "1.2": approx(2 / 16)}
+    # Correct AND target executed: A1 0.9, A2 1.1 and 1.25, A5 0.7 (A2's 1.3 is unknown: not executed).
+    assert values(cell_a.target_fast_p_turns) == {"0": approx(4 / 16), "0.5": approx(4 / 16), "0.8": approx(3 / 16),
+                                                   "1": approx(2 / 16), "1.2": approx(1 / 16)}
+
+
+def test_fast_p_over_trajectories(cell_a):
+    # Kept: A1 (best 0.9), A2 (1.3), A4 (none), A5 (0.8). >0: 3; >0.5: 3; >0.8: A1, A2; >1: A2; >1.2: A2.
+    assert values(cell_a.fast_p_trajectories) == {"0": 0.75, "0.5": 0.75, "0.8": 0.5, "1": 0.25, "1.2": 0.25}
+    # Best target-executed: A1 0.9, A2 1.25, A5 0.7 -> same shares.
+    assert values(cell_a.target_fast_p_trajectories) == {"0": 0.75, "0.5": 0.75, "0.8": 0.5, "1": 0.25, "1.2": 0.25}
+
+
+def test_speedups_and_success(cell_a):
+    assert cell_a.best_speedup.value == approx((0.9 + 1.3 + 0.0 + 0.8) / 4)        # 0.75
+    assert cell_a.best_speedup_max == 1.3
+    assert cell_a.best_target_speedup.value == approx((0.9 + 1.25 + 0.0 + 0.7) / 4)  # 0.7125
+    assert cell_a.geomean_speedup.value == approx((0.9 * 1.3 * 0.8) ** (1 / 3))   # A4 has no speedup
+    assert cell_a.geomean_speedup.denom == 3
+    # First correct: A1 2, A2 1, A4 never, A5 1. First target-executed correct: A1 3, A2 1, A5 2.
+    assert values(cell_a.success_within) == {"1": 0.5, "4": 0.75, "8": 0.75}
+    assert values(cell_a.target_success_within) == {"1": 0.25, "4": 0.75, "8": 0.75}
+    assert cell_a.turns_to_first_correct.value == approx(4 / 3)
+    assert cell_a.mean_best_sol_pct.value == approx((45 + 65 + 40) / 3)
+
+
+def test_by_turn(cell_a):
+    b = cell_a.by_turn
+    # turn 1: A1 CE, A2 P1.1T, A4 NS, A5 P0.8F; turn 3: A1 P0.9T, A2 CE, A4 CE; turn 5: A2 P1.25T only.
+    assert b["reached"] == [4, 4, 3, 3, 1]
+    assert b["correct"] == [approx(0.5), approx(0.5), approx(1 / 3), approx(1 / 3), approx(1.0)]
+    assert b["target_correct"] == [approx(0.25), approx(0.25), approx(1 / 3), approx(0.0), approx(1.0)]
+    # Running best over the four kept trajectories (0 before a first correct turn):
+    # t1 (0+1.1+0+0.8)/4, t2 (0.6+1.1+0+0.8)/4, t3 (0.9+1.1+0+0.8)/4, t4 and t5 (0.9+1.3+0+0.8)/4.
+    assert b["best_so_far"] == [approx(0.475), approx(0.625), approx(0.7), approx(0.75), approx(0.75)]
+
+
+def test_repair(cell_a):
+    r = cell_a.repair
+    # Pairs of consecutive scored turns (A3 has one, so none):
+    #   A1 CE>P P>P P>IN; A2 P>RE RE>CE CE>P P>P; A4 NS>CE CE>CE CE>FE; A5 P>P
+    assert r.transitions == {
+        "PASSED": {"PASSED": 3, "RUNTIME_ERROR": 1, "INCORRECT_NUMERICAL": 1},
+        "COMPILE_ERROR": {"PASSED": 2, "COMPILE_ERROR": 1, "FORMAT_ERROR": 1},
+        "RUNTIME_ERROR": {"COMPILE_ERROR": 1},
+        "NO_SUBMISSION": {"COMPILE_ERROR": 1},
+    }
+    assert r.classes == ["PASSED", "COMPILE_ERROR", "RUNTIME_ERROR", "INCORRECT_NUMERICAL", "FORMAT_ERROR", "NO_SUBMISSION"]
+    assert r.next_class["COMPILE_ERROR"] == {"PASSED": 0.5, "COMPILE_ERROR": 0.25, "FORMAT_ERROR": 0.25}
+    assert values(r.fix_probability) == {"COMPILE_ERROR": 0.5, "RUNTIME_ERROR": 0.0, "NO_SUBMISSION": 0.0}
+    # Failing runs: A1 [CE] fixed in 1, [IN] open; A2 [RE, CE] fixed in 2; A3 [CE] open; A4 [NS..FE] open.
+    assert (r.episodes_repaired, r.episodes_unrepaired) == (2, 3)
+    assert values(r.turns_to_repair) == {"COMPILE_ERROR": 1.0, "RUNTIME_ERROR": 2.0, "all": 1.5}
+    # Regressions: A1 P>IN, A2 P>RE, out of 5 transitions leaving PASSED.
+    assert r.regressions == 2 and r.trajectories_with_regression == 2
+    assert r.regression_rate.value == approx(2 / 5)
+    # Gain per turn after the first correct: A1 (0.9-0.6)/2, A2 (1.3-1.1)/4, A5 (0.8-0.8)/1.
+    assert r.speedup_gain_per_turn.value == approx((0.15 + 0.05 + 0.0) / 3)
+    # Target executed but slower than a non-target version: A5's 0.7T < its 0.8F; A1 0.9T > 0.6F;
+    # A2 has no non-target correct turn (1.3 is unknown). 1 of 4 target-executed correct turns.
+    assert r.target_slower_count == 1
+    assert r.target_slower.value == approx(1 / 4)
+
+
+def test_grouping_by_prompt_and_pooling(score):
+    keys = [(c.model, c.workload, c.prompt) for c in score.cells]
+    assert keys == [("m/a", "gemm", "default"), ("m/b", "attn", "default"), ("m/b", "gemm", "default"), ("m/b", "gemm", "terse")]
+    pooled = score.cell("m/b", "gemm")
+    assert pooled.n_trajectories == 2
+    assert pooled.best_speedup.value == approx((2.0 + 1.5) / 2)
+    assert score.cell("m/b", "attn").best_speedup.value == 0.0
+    assert score.cell("m/b", "attn").fast_p_trajectories["0"].value == 0.0
+    model_b = next(c for c in score.models if c.model == "m/b")
+    assert model_b.n_trajectories == 3 and model_b.success_within["1"].value == approx(2 / 3)
+
+
+def test_confidence_intervals(score, cell_a):
+    # One trajectory: the interval collapses onto the value.
+    one = score.cell("m/b", "attn").turns_to_first_correct
+    assert one.value is None and one.n == 0
+    single = next(c for c in score.cells if c.prompt == "terse").best_speedup
+    assert (single.value, single.ci_low, single.ci_high) == (1.5, 1.5, 1.5)
+    for est in [cell_a.best_speedup, *cell_a.fast_p_turns.values(), *cell_a.success_within.values()]:
+        assert est.ci_low <= est.value <= est.ci_high
+    assert cell_a.best_speedup.ci_low < cell_a.best_speedup.ci_high
+
+
+def test_deterministic_and_merges_runs(run_dir, score, tmp_path):
+    again = score_runs([run_dir])
+    assert json.dumps(again.model_dump(mode="json")["cells"]) == json.dumps(score.model_dump(mode="json")["cells"])
+    other = tmp_path / "other"
+    shutil.copytree(run_dir, other)
+    merged = score_runs([run_dir, other])
+    assert merged.n_trajectories == 16
+    cell = merged.cell("m/a", "gemm")
+    assert cell.n_trajectories == 8 and cell.best_speedup.value == approx(0.75)
+    assert {t.run for t in merged.trajectories} == {"sample", "other"}
+
+
+def test_torn_and_unfinished_trajectory(tmp_path):
+    b = TrajectoryBuilder(tmp_path, "t", "m/c", "gemm").turn(1, "PASSED", 1.0, True)
+    with open(b.writer.path, "a") as f:
+        f.write('{"type": "turn_end", "trajectory_id": "t", "tu')  # killed mid-write
+    score = score_runs([tmp_path])
+    traj = score.trajectories[0]
+    assert traj.stop_reason == "" and not traj.infra_failed and [t.status for t in traj.turns] == ["PASSED"]
+
+
+def test_estimators():
+    assert ratio_estimate([], []).value is None
+    e = mean_estimate([1.0, 1.0, 1.0])
+    assert (e.value, e.ci_low, e.ci_high, e.n) == (1.0, 1.0, 1.0, 3)
+    g = geomean_estimate([2.0, 8.0, None, 0.0])
+    assert g.value == approx(4.0) and g.denom == 2
+    a, b = mean_estimate([0.0, 1.0, 2.0, 5.0]), mean_estimate([0.0, 1.0, 2.0, 5.0])
+    assert (a.ci_low, a.ci_high) == (b.ci_low, b.ci_high)  # seeded
+    assert math.isclose(a.value, 2.0) and 0.0 <= a.ci_low < 2.0 < a.ci_high <= 5.0
