@@ -1,0 +1,212 @@
+"""References, input generation and library baselines, checked on the CPU at small shapes.
+
+The attention references are compared with torch autograd and logsumexp in float64; the baselines'
+aten calls run on 'meta' tensors (shape propagation through the installed torch's schemas), and on
+a GPU the smoke workloads' baselines are compared with the references.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ptxbench.workloads import references
+from ptxbench.workloads.baselines import ATEN_SIGNATURES, make_baseline
+from ptxbench.workloads.inputs import make_inputs
+from ptxbench.workloads.references import gemm, mha_bwd, mha_fwd, run_reference
+from ptxbench.workloads.registry import WORKLOADS, get_workload, list_workloads
+
+F64 = torch.float64
+
+
+def _rand(*shape, seed=0, dtype=F64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=dtype)
+
+
+def _naive_attention(q, k, v, scale, causal):
+    """Dense softmax attention with autograd, K/V expanded to the query heads."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, -1) @ v, s
+
+
+def test_gemm_reference_is_a_times_b_transposed():
+    a, b = _rand(5, 7), _rand(3, 7, seed=1)
+    torch.testing.assert_close(gemm(a, b)["C"], a @ b.T)
+    assert gemm(a.bfloat16(), b.bfloat16())["C"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_output_and_lse(causal):
+    q, k, v = _rand(2, 3, 16, 8), _rand(2, 3, 16, 8, seed=1), _rand(2, 3, 16, 8, seed=2)
+    ref = mha_fwd(q, k, v, scale=0.3, causal=causal)
+    o, s = _naive_attention(q, k, v, 0.3, causal)
+    torch.testing.assert_close(ref["O"], o)
+    torch.testing.assert_close(ref["LSE"], torch.logsumexp(s, -1))
+    assert ref["LSE"].shape == (2, 3, 16)
+    if causal:  # the first query sees only the first key
+        torch.testing.assert_close(ref["LSE"][..., 0], 0.3 * (q[..., 0, :] * k[..., 0, :]).sum(-1))
+
+
+def test_causal_future_keys_have_no_influence():
+    q, k, v = _rand(1, 2, 12, 4), _rand(1, 2, 12, 4, seed=1), _rand(1, 2, 12, 4, seed=2)
+    base = mha_fwd(q, k, v, scale=0.5, causal=True)
+    k2, v2 = k.clone(), v.clone()
+    k2[..., 7:, :] += 5.0
+    v2[..., 7:, :] -= 3.0
+    moved = mha_fwd(q, k2, v2, scale=0.5, causal=True)
+    torch.testing.assert_close(moved["O"][..., :7, :], base["O"][..., :7, :])
+    torch.testing.assert_close(moved["LSE"][..., :7], base["LSE"][..., :7])
+    assert not torch.allclose(moved["O"][..., 7:, :], base["O"][..., 7:, :])
+    # Without the mask the early rows do change.
+    assert not torch.allclose(mha_fwd(q, k2, v2, scale=0.5, causal=False)["O"][..., :7, :],
+                              mha_fwd(q, k, v, scale=0.5, causal=False)["O"][..., :7, :])
+
+
+def test_gqa_forward_matches_expanded_heads():
+    q, k, v = _rand(2, 6, 10, 4), _rand(2, 2, 10, 4, seed=1), _rand(2, 2, 10, 4, seed=2)
+    ref = mha_fwd(q, k, v, scale=0.5, causal=False)
+    full = mha_fwd(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), scale=0.5, causal=False)
+    torch.testing.assert_close(ref["O"], full["O"])
+    # query head 4 reads KV head 4 // 3 = 1
+    one = mha_fwd(q[:, 4:5], k[:, 1:2], v[:, 1:2], scale=0.5, causal=False)
+    torch.testing.assert_close(ref["O"][:, 4:5], one["O"])
+    with pytest.raises(ValueError, match="divide"):
+        mha_fwd(_rand(1, 5, 4, 4), _rand(1, 2, 4, 4), _rand(1, 2, 4, 4), scale=1.0, causal=False)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("hkv", [3, 1])
+def test_backward_matches_autograd(causal, hkv):
+    q = _rand(2, 3, 16, 8).requires_grad_()
+    k, v = _rand(2, hkv, 16, 8, seed=1).requires_grad_(), _rand(2, hkv, 16, 8, seed=2).requires_grad_()
+    do = _rand(2, 3, 16, 8, seed=3)
+    o, s = _naive_attention(q, k, v, 0.35, causal)
+    o.backward(do)
+    with torch.no_grad():
+        ref = mha_bwd(q, k, v, o, do, torch.logsumexp(s, -1), scale=0.35, causal=causal)
+    torch.testing.assert_close(ref["dQ"], q.grad)
+    torch.testing.assert_close(ref["dK"], k.grad)
+    torch.testing.assert_close(ref["dV"], v.grad)
+
+
+def test_chunking_over_heads_and_rows_gives_the_same_result(monkeypatch):
+    q, k, v, do = (_rand(2, 3, 24, 8, seed=i) for i in range(4))
+    whole_f = mha_fwd(q, k, v, scale=0.3, causal=True)
+    whole_b = mha_bwd(q, k, v, whole_f["O"], do, whole_f["LSE"], scale=0.3, causal=True)
+    for budget in (24 * 24 * 2, 24 * 5):  # two heads per chunk; five rows per chunk
+        monkeypatch.setattr(references, "SCORE_BUDGET", budget)
+        blocks = list(references._chunks(6, 24, 24))
+        assert len(blocks) > 1
+        f = mha_fwd(q, k, v, scale=0.3, causal=True)
+        b = mha_bwd(q, k, v, f["O"], do, f["LSE"], scale=0.3, causal=True)
+        for name in ("O", "LSE"):
+            torch.testing.assert_close(f[name], whole_f[name])
+        for name in ("dQ", "dK", "dV"):
+            torch.testing.assert_close(b[name], whole_b[name])
+
+
+def test_float32_references_from_bf16_inputs():
+    w = get_workload("smoke_mha_bwd_d64_causal")
+    x = make_inputs(w, seed=1, device="cpu")
+    out = run_reference(w, x)
+    assert {n: (tuple(t.shape), t.dtype) for n, t in out.items()} == {
+        n: ((1, 2, 256, 64), torch.float32) for n in ("dQ", "dK", "dV")}
+    exact = {n: x[n].double() for n in ("Q", "K", "V", "dO")}
+    o, s = _naive_attention(exact["Q"], exact["K"], exact["V"], w.symbols["scale"], True)
+    ref64 = mha_bwd(exact["Q"], exact["K"], exact["V"], o, exact["dO"], torch.logsumexp(s, -1),
+                    scale=w.symbols["scale"], causal=True)
+    for n in ("dQ", "dK", "dV"):  # the bf16 O passed in is the only difference from exact arithmetic
+        assert torch.linalg.norm(out[n].double() - ref64[n]) / torch.linalg.norm(ref64[n]) < 5e-3
+
+
+def test_inputs_are_seeded_fresh_and_typed():
+    w = get_workload("smoke_gemm_bf16_m256_n256_k512")
+    a, b, c = make_inputs(w, 7, device="cpu"), make_inputs(w, 7, device="cpu"), make_inputs(w, 8, device="cpu")
+    assert set(a) == {"A", "B"}
+    assert a["A"].dtype == torch.bfloat16 and a["A"].shape == (256, 512) and a["B"].shape == (256, 512)
+    assert torch.equal(a["A"], b["A"]) and torch.equal(a["B"], b["B"])
+    assert not torch.equal(a["A"], c["A"]) and not torch.equal(a["A"], a["B"])
+    assert 0.9 < a["A"].float().std() < 1.1
+    with pytest.raises(ValueError, match="spiky"):
+        make_inputs(w, 0, dist="uniform", device="cpu")
+
+
+def test_spiky_inputs_have_heavy_tails():
+    w = get_workload("smoke_mha_bwd_d64")
+    normal, spiky = make_inputs(w, 3, device="cpu"), make_inputs(w, 3, dist="spiky", device="cpu")
+    assert normal["Q"].abs().max() < 6.5
+    assert max(spiky[n].abs().max() for n in ("Q", "K", "V", "dO")) > 10
+    kurtosis = lambda t: float((t.float() ** 4).mean() / (t.float() ** 2).mean() ** 2)  # noqa: E731
+    assert kurtosis(spiky["dO"]) > 2 * kurtosis(normal["dO"])
+
+
+@pytest.mark.parametrize("dist", ["normal", "spiky"])
+def test_backward_inputs_are_consistent_with_the_forward(dist):
+    w = get_workload("smoke_mha_bwd_d64_causal")
+    x = make_inputs(w, 5, dist=dist, device="cpu")
+    assert list(x) == ["Q", "K", "V", "O", "dO", "LSE"]
+    assert x["O"].dtype == torch.bfloat16 and x["LSE"].dtype == torch.float32 and x["LSE"].shape == (1, 2, 256)
+    fwd = run_reference(get_workload("smoke_mha_fwd_d64_causal"), {n: x[n] for n in ("Q", "K", "V")})
+    torch.testing.assert_close(x["O"], fwd["O"].bfloat16())
+    torch.testing.assert_close(x["LSE"], fwd["LSE"])
+    assert not torch.equal(x["dO"], x["O"])
+
+
+@pytest.mark.parametrize("op", sorted(ATEN_SIGNATURES))
+def test_aten_schemas_match_the_calls(op):
+    schema = getattr(torch.ops.aten, op).default._schema
+    assert [a.name for a in schema.arguments] == ATEN_SIGNATURES[op]
+    assert [a.name for a in schema.arguments if a.kwarg_only] == ["scale"]
+
+
+def _meta_inputs(w):
+    return {t.name: torch.empty(w.shape(t.name), dtype=getattr(torch, t.dtype), device="meta") for t in w.inputs}
+
+
+@pytest.mark.parametrize("wid", list(WORKLOADS))
+def test_baselines_run_on_meta_tensors_with_the_workload_shapes(wid):
+    w = get_workload(wid)
+    x = _meta_inputs(w)
+    for b in w.baselines:
+        out = make_baseline(w, b.name, x)()
+        assert {n: tuple(t.shape) for n, t in out.items()} == {t.name: w.shape(t.name) for t in w.outputs}, b.name
+        assert all(out[t.name].dtype == getattr(torch, t.dtype) for t in w.outputs), b.name
+
+
+def test_baseline_errors_and_cublas_on_cpu():
+    w = get_workload("smoke_gemm_bf16_m256_n256_k512")
+    x = make_inputs(w, 0, device="cpu")
+    with pytest.raises(KeyError, match="cublas"):
+        make_baseline(w, "cudnn_sdpa", x)
+    run = make_baseline(w, "cublas", x)
+    c = run()["C"]
+    assert run()["C"] is c  # preallocated output
+    ref = run_reference(w, x)["C"]
+    assert torch.linalg.norm(c.float() - ref) / torch.linalg.norm(ref) < w.tolerance.max_rel_fro
+
+
+def _passes(out: torch.Tensor, ref: torch.Tensor, tol) -> bool:
+    err = (out.float() - ref).abs()
+    element_ok = bool(((err <= tol.atol) | (err <= tol.rtol * ref.abs())).all())
+    return element_ok and float(torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref)) <= tol.max_rel_fro
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wid", [w.id for w in list_workloads(tags=["smoke"])])
+def test_baselines_match_the_reference_on_gpu(wid):
+    w = get_workload(wid)
+    for dist in w.input_dist:
+        x = make_inputs(w, 11, dist=dist, device="cuda")
+        ref = run_reference(w, x)
+        for b in w.baselines:
+            out = make_baseline(w, b.name, x)()
+            torch.cuda.synchronize()
+            for t in w.outputs:
+                assert _passes(out[t.name], ref[t.name], w.tolerance), f"{b.name} {t.name} {dist}"
+    assert math.isfinite(w.flops)

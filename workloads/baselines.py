@@ -1,0 +1,142 @@
+"""Library baselines as zero-argument callables: `make_baseline(workload, name, inputs)()` runs one call.
+
+Everything that is not the library call itself (transposed views, output buffers, the forward pass a
+backward needs, GQA's expanded K/V) is done once when the callable is built, so timing sees only the
+library kernel(s). The attention ops are the aten entry points SDPA dispatches to, called directly
+(no autograd: inputs are detached). Each call returns the workload's outputs by tensor name.
+
+The aten schemas used (torch 2.11 and 2.13 agree; tests check them against the installed torch):
+  _scaled_dot_product_cudnn_attention(query, key, value, attn_bias?, compute_log_sumexp, dropout_p,
+      is_causal, return_debug_mask, *, scale) -> (output, logsumexp[B,H,S,1], cum_seq_q, cum_seq_k,
+      max_q, max_k, philox_seed, philox_offset, debug_attn_mask)
+  _scaled_dot_product_cudnn_attention_backward(grad_out, query, key, value, out, logsumexp,
+      philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
+      is_causal, *, scale) -> (dq, dk, dv)
+  _scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, return_debug_mask,
+      *, scale) -> (output, logsumexp[B,H,S], cum_seq_q, cum_seq_k, max_q, max_k, rng_state, unused,
+      debug_attn_mask)
+  _scaled_dot_product_flash_attention_backward(grad_out, query, key, value, out, logsumexp,
+      cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale)
+      -> (grad_query, grad_key, grad_value)
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .schema import Workload
+
+BaselineFn = Callable[[], dict[str, torch.Tensor]]
+
+# Argument names of the aten ops as called below, in schema order (checked by tests/test_references.py).
+ATEN_SIGNATURES: dict[str, list[str]] = {
+    "_scaled_dot_product_cudnn_attention": [
+        "query", "key", "value", "attn_bias", "compute_log_sumexp", "dropout_p", "is_causal", "return_debug_mask", "scale"],
+    "_scaled_dot_product_cudnn_attention_backward": [
+        "grad_out", "query", "key", "value", "out", "logsumexp", "philox_seed", "philox_offset", "attn_bias",
+        "cum_seq_q", "cum_seq_k", "max_q", "max_k", "dropout_p", "is_causal", "scale"],
+    "_scaled_dot_product_flash_attention": [
+        "query", "key", "value", "dropout_p", "is_causal", "return_debug_mask", "scale"],
+    "_scaled_dot_product_flash_attention_backward": [
+        "grad_out", "query", "key", "value", "out", "logsumexp", "cum_seq_q", "cum_seq_k", "max_q", "max_k",
+        "dropout_p", "is_causal", "philox_seed", "philox_offset", "scale"],
+}
+
+
+def _cublas(w: Workload, x: dict[str, torch.Tensor]) -> BaselineFn:
+    a, b_t = x["A"].detach(), x["B"].detach().T
+    c = torch.empty(a.shape[0], b_t.shape[1], dtype=a.dtype, device=a.device)
+    result = {"C": c}
+
+    def run() -> dict[str, torch.Tensor]:
+        torch.matmul(a, b_t, out=c)
+        return result
+
+    return run
+
+
+def _qkv(w: Workload, x: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q, K, V detached; GQA's K and V expanded to the query heads (query head i reads KV head i // group)."""
+    q, k, v = (x[n].detach().contiguous() for n in ("Q", "K", "V"))
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        if w.op != "mha_fwd":
+            raise NotImplementedError(f"{w.id}: GQA baselines exist for the forward only")
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return q, k, v
+
+
+def _cudnn_fwd(q, k, v, causal: bool, scale: float):
+    return torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)
+
+
+def _flash_fwd(q, k, v, causal: bool, scale: float):
+    return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
+
+
+def _lse3(lse: torch.Tensor) -> torch.Tensor:
+    return lse.squeeze(-1) if lse.dim() == 4 else lse  # cuDNN returns [B, H, S, 1]
+
+
+def _attention_fwd(fwd) -> Callable[[Workload, dict[str, torch.Tensor]], BaselineFn]:
+    def build(w: Workload, x: dict[str, torch.Tensor]) -> BaselineFn:
+        q, k, v = _qkv(w, x)
+        causal, scale = w.causal, float(w.symbols["scale"])
+
+        def run() -> dict[str, torch.Tensor]:
+            r = fwd(q, k, v, causal, scale)
+            return {"O": r[0], "LSE": _lse3(r[1])}
+
+        return run
+
+    return build
+
+
+def _cudnn_bwd(w: Workload, x: dict[str, torch.Tensor]) -> BaselineFn:
+    q, k, v = _qkv(w, x)
+    causal, scale = w.causal, float(w.symbols["scale"])
+    out, lse, cum_q, cum_k, max_q, max_k, seed, offset, _ = _cudnn_fwd(q, k, v, causal, scale)
+    grad_out = torch.empty_like(out).copy_(x["dO"].detach())  # dO laid out like the library's O
+
+    def run() -> dict[str, torch.Tensor]:
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+            grad_out, q, k, v, out, lse, seed, offset, None, cum_q, cum_k, max_q, max_k, 0.0, causal, scale=scale)
+        return {"dQ": dq, "dK": dk, "dV": dv}
+
+    return run
+
+
+def _flash_bwd(w: Workload, x: dict[str, torch.Tensor]) -> BaselineFn:
+    q, k, v = _qkv(w, x)
+    causal, scale = w.causal, float(w.symbols["scale"])
+    out, lse, cum_q, cum_k, max_q, max_k, rng_state, unused, _ = _flash_fwd(q, k, v, causal, scale)
+    grad_out = torch.empty_like(out).copy_(x["dO"].detach())
+
+    def run() -> dict[str, torch.Tensor]:
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            grad_out, q, k, v, out, lse, cum_q, cum_k, max_q, max_k, 0.0, causal, rng_state, unused, scale=scale)
+        return {"dQ": dq, "dK": dk, "dV": dv}
+
+    return run
+
+
+BUILDERS: dict[tuple[str, str], Callable[[Workload, dict[str, torch.Tensor]], BaselineFn]] = {
+    ("gemm", "cublas"): _cublas,
+    ("mha_fwd", "cudnn_sdpa"): _attention_fwd(_cudnn_fwd),
+    ("mha_fwd", "flash_sdpa"): _attention_fwd(_flash_fwd),
+    ("mha_bwd", "cudnn_sdpa"): _cudnn_bwd,
+    ("mha_bwd", "flash_sdpa"): _flash_bwd,
+}
+
+
+@torch.no_grad()
+def make_baseline(workload: Workload, name: str, inputs: dict[str, torch.Tensor]) -> BaselineFn:
+    """A callable running one call of baseline `name` on these inputs (setup, e.g. a backward's forward, runs now)."""
+    known = [b.name for b in workload.baselines]
+    if name not in known:
+        raise KeyError(f"workload {workload.id} has no baseline {name!r}; it has {known}")
+    builder = BUILDERS.get((workload.op, name))
+    if builder is None:
+        raise KeyError(f"no baseline {name!r} for op {workload.op!r}; built: {sorted(BUILDERS)}")
+    return builder(workload, inputs)
