@@ -1,0 +1,223 @@
+"""From a model's reply to a checked Solution, and from a Solution to the concrete plan the GPU runs.
+
+    extract_solution(reply)              -> (source, language) | [FormatIssue]
+    parse_solution(source, workload)     -> Solution | [FormatIssue]
+    read_reply(reply, workload)          -> both steps at once
+    resolve_plan(plan, workload, n_sms)  -> ResolvedPlan (raises PlanError)
+
+Every issue carries the file line to fix and what was expected. Line numbers count from the first
+line of the kernel file (the code block), not of the reply. Nothing here runs model text.
+"""
+from __future__ import annotations
+
+import re
+
+from ptxbench.workloads.arch import ArchProfile, get_arch
+from ptxbench.workloads.schema import Workload
+
+from .cuda_policy import check_cuda_source, check_ptx_source
+from .plan import Arg, FormatIssue, LaunchPlan, ResolvedPlan, Solution
+from .plan_resolve import Resolver
+from .plan_toml import PLAN_START, KeyLines, parse_plan_block
+from .source_scan import Entry, Param, cuda_kernels, ptx_entries
+
+PLACEHOLDER_NUM_SMS = 132  # validation only; the GPU worker resolves with the device's real SM count
+FENCE_LANGUAGES = {"ptx": "ptx", "cuda": "cuda", "cu": "cuda", "cpp": "cuda", "c++": "cuda", "cxx": "cuda", "c": "cuda"}
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^\n]*$", re.M)
+
+
+class Extracted(tuple):
+    """(source, language) — unpacks as a pair; `.warnings` holds notes about the choice made."""
+
+    def __new__(cls, source: str, language: str | None, warnings: list[str] | None = None):
+        self = super().__new__(cls, (source, language))
+        self.warnings = list(warnings or [])
+        return self
+
+    @property
+    def source(self) -> str:
+        return self[0]
+
+    @property
+    def language(self) -> str | None:
+        return self[1]
+
+
+class PlanError(ValueError):
+    """A plan that cannot be resolved for this workload and GPU; `.issues` says why, line by line."""
+
+    def __init__(self, issues: list[FormatIssue]):
+        super().__init__("; ".join(str(i) for i in issues))
+        self.issues = issues
+
+
+def _blocks(reply: str) -> list[tuple[str, str, bool]]:
+    """Fenced code blocks as (tag, body, closed)."""
+    blocks, pos = [], 0
+    while (m := _FENCE.search(reply, pos)) is not None:
+        fence, tag = m.group(1), m.group(2).lower()
+        closer = re.compile(rf"^ {{0,3}}{fence[0]}{{{len(fence)},}}[ \t]*$", re.M)
+        end = closer.search(reply, m.end())
+        body = reply[m.end() + 1:end.start() if end else len(reply)]
+        blocks.append((tag, body.rstrip("\n") + "\n" if body.strip() else "", end is not None))
+        pos = end.end() if end else len(reply)
+    return blocks
+
+
+def _guess_language(source: str) -> str | None:
+    plan = re.search(r'language\s*=\s*"(ptx|cuda)"', source)
+    if plan:
+        return plan.group(1)
+    if re.search(r"^\s*\.(version|target|entry|visible)\b", source, re.M):
+        return "ptx"
+    return "cuda" if "__global__" in source else None
+
+
+def extract_solution(reply_text: str) -> Extracted | list[FormatIssue]:
+    """The kernel file in a model reply: the fenced block holding the `/* ptxbench` plan (the last one
+    if several do), else the last ptx/cuda block; a reply with no fences is taken whole if it has a plan."""
+    if not reply_text or not reply_text.strip():
+        return [FormatIssue(line=None, message="the reply is empty; expected one ```ptx or ```cuda code block "
+                                               "holding the kernel file with its /* ptxbench ... */ plan")]
+    blocks = [b for b in _blocks(reply_text) if b[1].strip()]
+    warnings: list[str] = []
+    if not blocks:
+        if PLAN_START.search(reply_text):
+            source = reply_text.strip("\n") + "\n"
+            return Extracted(source, _guess_language(source))
+        return [FormatIssue(line=None, message="no code block found: put the whole kernel file, with its "
+                                               "/* ptxbench ... */ plan, in one ```ptx or ```cuda fenced block")]
+    with_plan = [b for b in blocks if PLAN_START.search(b[1])]
+    if with_plan:
+        if len(with_plan) > 1:
+            warnings.append(f"{len(with_plan)} code blocks hold a /* ptxbench plan; the last one was used")
+        tag, body, closed = with_plan[-1]
+    else:
+        code = [b for b in blocks if b[0] in FENCE_LANGUAGES] or blocks
+        tag, body, closed = code[-1]
+        if len(blocks) > 1:
+            warnings.append(f"no code block holds a /* ptxbench plan; took the last {'```' + tag if tag else 'untagged'} block")
+        if any(b[0] == "toml" for b in blocks):
+            warnings.append("the plan was in a separate ```toml block; it must be inside the kernel file as a "
+                            "/* ptxbench ... */ comment")
+    if not closed:
+        warnings.append("the code block is not closed with ``` (was the reply cut off?)")
+    language = FENCE_LANGUAGES.get(tag)
+    guessed = _guess_language(body)
+    if guessed and language and guessed != language:
+        warnings.append(f"the block is tagged ```{tag} but its plan or content says {guessed}; using {guessed}")
+        language = guessed
+    return Extracted(body, language or guessed, warnings)
+
+
+def _param_problem(arg: Arg, p: Param, language: str) -> str | None:
+    """Why parameter p cannot receive arg (None when it can or when we cannot tell)."""
+    if arg.kind == "tmap":
+        if p.kind != "tmap":
+            return ("passes a 128-byte CUtensorMap by value; declare the parameter "
+                    + (".param .align 64 .b8 NAME[128]" if language == "ptx" else "const __grid_constant__ CUtensorMap NAME"))
+        if language == "ptx" and (p.align or 0) < 64:
+            return "passes a CUtensorMap, which must be 64-byte aligned: declare .param .align 64 .b8 NAME[128]"
+        if language == "cuda" and "__grid_constant__" not in p.text:
+            return "passes a CUtensorMap: declare the parameter const __grid_constant__ CUtensorMap NAME"
+        return None
+    if p.kind == "tmap":
+        return "is not a tensor map, but the parameter is a 128-byte CUtensorMap (pass tmap:NAME)"
+    if arg.kind in ("tensor", "scratch"):
+        if language == "cuda" and p.kind != "pointer" and p.kind != "unknown":
+            return "passes a device pointer; the parameter should be a pointer (e.g. const __nv_bfloat16* A)"
+        if language == "ptx" and p.size not in (None, 8):
+            return f"passes an 8-byte device pointer; the parameter holds {p.size} bytes (use .param .u64)"
+        return None
+    want_size = 8 if arg.type in ("i64", "u64", "f64") else 4
+    want_float = arg.type in ("f32", "f64")
+    if p.kind == "pointer":
+        return f"passes a {arg.type} scalar but the parameter is a pointer"
+    if p.size is not None and p.size != want_size:
+        return f"passes a {want_size}-byte {arg.type} but the parameter holds {p.size} bytes"
+    if p.kind in ("int", "float") and (p.kind == "float") != want_float and not p.text.lstrip().startswith(".param .b"):
+        return f"passes a {arg.type} but the parameter is {'a float' if p.kind == 'float' else 'an integer'}"
+    return None
+
+
+def _check_entries(plan: LaunchPlan, language: str, source: str) -> list[FormatIssue]:
+    entries: dict[str, Entry] = ptx_entries(source) if language == "ptx" else cuda_kernels(source)
+    spelled = ".entry" if language == "ptx" else 'extern "C" __global__ void'
+    issues: list[FormatIssue] = []
+    for launch in plan.launches:
+        entry = entries.get(launch.kernel)
+        if entry is None:
+            found = ", ".join(entries) or "none"
+            issues.append(FormatIssue(line=launch.line, message=f"kernel '{launch.kernel}' is not defined as "
+                                      f"{spelled} {launch.kernel}(...) in the file (kernels found: {found})"))
+            continue
+        if language == "cuda" and not entry.extern_c:
+            issues.append(FormatIssue(line=entry.line, message=f"kernel {entry.name} is not extern \"C\": its name "
+                                      f"would be mangled; declare it extern \"C\" __global__ void {entry.name}(...)"))
+        if len(entry.params) != len(launch.args):
+            issues.append(FormatIssue(line=entry.line, message=f"kernel {entry.name} has {len(entry.params)} "
+                                      f"parameters but the launch on line {launch.line} passes {len(launch.args)} "
+                                      f"args ({', '.join(_spell(a) for a in launch.args) or 'none'}); they must match one to one"))
+            continue
+        for i, (arg, p) in enumerate(zip(launch.args, entry.params)):
+            problem = _param_problem(arg, p, language)
+            if problem:
+                issues.append(FormatIssue(line=p.line, message=f"parameter {i + 1} of {entry.name} ({p.text}): "
+                                          f"args[{i}] = \"{_spell(arg)}\" {problem}"))
+    return issues
+
+
+def _spell(a: Arg) -> str:
+    return a.ref if a.kind == "tensor" else f"{a.kind}:{a.ref}" if a.kind in ("scratch", "tmap") else f"{a.type}:{a.ref}"
+
+
+def _issues(pairs: list[tuple[int | None, str]]) -> list[FormatIssue]:
+    return [FormatIssue(line=line, message=msg) for line, msg in pairs]
+
+
+def parse_solution(source: str, workload: Workload | None = None, arch: str = "sm_90a") -> Solution | list[FormatIssue]:
+    """Parse and check a solution file: its plan, the plan against the workload (when given) and the
+    kernels' signatures, and the language policy. Returns the Solution, or every issue found."""
+    profile = get_arch(arch)
+    parsed = parse_plan_block(source)
+    issues = _issues(parsed.issues)
+    language = parsed.language
+    if language == "cuda":
+        issues += check_cuda_source(source)
+    elif language == "ptx":
+        issues += check_ptx_source(source, arch)
+    warnings: list[str] = []
+    if parsed.plan is not None and language is not None:
+        issues += _check_entries(parsed.plan, language, source)
+        if workload is not None:
+            resolver = Resolver(workload, PLACEHOLDER_NUM_SMS, profile, parsed.lines)
+            resolver.resolve(parsed.plan)
+            issues += _issues(resolver.issues)
+            warnings += resolver.warnings
+    if issues:
+        return sorted(issues, key=lambda i: (i.line is None, i.line or 0))
+    return Solution(language=language, source=source, plan=parsed.plan, arch=arch, warnings=warnings)
+
+
+def read_reply(reply_text: str, workload: Workload | None = None, arch: str = "sm_90a") -> Solution | list[FormatIssue]:
+    """extract_solution then parse_solution; the extraction's warnings are kept on the Solution."""
+    extracted = extract_solution(reply_text)
+    if isinstance(extracted, list):
+        return extracted
+    solution = parse_solution(extracted.source, workload, arch)
+    if isinstance(solution, Solution):
+        solution.warnings = extracted.warnings + solution.warnings
+    return solution
+
+
+def resolve_plan(plan: LaunchPlan, workload: Workload, num_sms: int, arch: str | ArchProfile = "sm_90a",
+                 lines: KeyLines | None = None) -> ResolvedPlan:
+    """Evaluate every expression of the plan for this workload and SM count. Raises PlanError (with
+    line-numbered issues) when a value is out of range; a plan that parse_solution accepted only
+    fails here if it depends on num_sms in a way that breaks on this GPU."""
+    profile = get_arch(arch) if isinstance(arch, str) else arch
+    resolver = Resolver(workload, num_sms, profile, lines)
+    resolved = resolver.resolve(plan)
+    if resolved is None:
+        raise PlanError(_issues(resolver.issues))
+    return resolved

@@ -1,0 +1,185 @@
+"""Cheap, line-preserving scans of PTX and CUDA source: blank out comments and strings, find kernel
+entry points and their parameter lists. Used to check a solution's plan against its code before
+anything is compiled; not a parser, just enough to name the right line in an error.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+ParamKind = Literal["pointer", "tmap", "int", "float", "unknown"]
+
+
+def blank_comments(text: str, strings: bool = False) -> str:
+    """Replace // and /* */ comments (and, with strings=True, string and char literal contents) by
+    spaces, keeping every newline so positions and line numbers stay the same."""
+    out = list(text)
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "/" and text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out[i:j] = " " * (j - i)
+            i = j
+        elif c == "/" and text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out[i:j] = [ch if ch == "\n" else " " for ch in text[i:j]]
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            if strings:
+                out[i + 1:min(j, n)] = [" "] * (min(j, n) - i - 1)
+            i = j + 1
+        else:
+            i += 1
+    return "".join(out)
+
+
+def line_of(text: str, pos: int) -> int:
+    """1-based line number of a character position."""
+    return text.count("\n", 0, pos) + 1
+
+
+def matching_paren(text: str, open_pos: int) -> int:
+    """Position of the ')' closing the '(' at open_pos, or -1."""
+    depth = 0
+    for k in range(open_pos, len(text)):
+        if text[k] == "(":
+            depth += 1
+        elif text[k] == ")":
+            depth -= 1
+            if depth == 0:
+                return k
+    return -1
+
+
+def split_top_level(text: str) -> list[tuple[int, str]]:
+    """Split at commas outside (), [], {} and <>; return (offset, piece) pairs, empty pieces dropped."""
+    pieces, depth, start = [], 0, 0
+    for k, ch in enumerate(text + ","):
+        if ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        elif ch == "," and depth <= 0:
+            if text[start:k].strip():
+                pieces.append((start + len(text[start:k]) - len(text[start:k].lstrip()), text[start:k].strip()))
+            start = k + 1
+    return pieces
+
+
+@dataclass
+class Param:
+    text: str
+    line: int
+    kind: ParamKind
+    size: int | None  # bytes, when known
+    align: int | None = None
+
+
+@dataclass
+class Entry:
+    name: str
+    line: int
+    params: list[Param] = field(default_factory=list)
+    extern_c: bool = True  # CUDA only: declared extern "C" (name not mangled)
+
+
+_PTX_TYPE = re.compile(r"\.(u|s|b|f)(8|16|32|64)\b")
+_PTX_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$%][\w$]*)\s*(\()?")
+
+
+def _ptx_param(piece: str, line: int) -> Param:
+    m = _PTX_TYPE.search(piece)
+    if not m:
+        return Param(piece, line, "unknown", None)
+    bits, letter = int(m.group(2)), m.group(1)
+    count = re.search(r"\[\s*(\d+)\s*\]", piece)
+    size = bits // 8 * (int(count.group(1)) if count else 1)
+    align = re.search(r"\.align\s+(\d+)", piece)
+    kind: ParamKind = "tmap" if size == 128 and count else "float" if letter == "f" else "int"
+    if size == 8 and letter in "ub" and not count:
+        kind = "int"  # a .u64 may be a pointer or a 64-bit integer: checked by size only
+    return Param(piece, line, kind, size, int(align.group(1)) if align else None)
+
+
+def ptx_entries(source: str) -> dict[str, Entry]:
+    """The .entry kernels of a PTX module with their parameters."""
+    text = blank_comments(source)
+    entries: dict[str, Entry] = {}
+    for m in _PTX_ENTRY.finditer(text):
+        entry = Entry(m.group(1), line_of(text, m.start()))
+        if m.group(2):
+            close = matching_paren(text, m.end() - 1)
+            body = text[m.end():close if close > 0 else len(text)]
+            for off, piece in split_top_level(body):
+                entry.params.append(_ptx_param(piece, line_of(text, m.end() + off)))
+        entries[entry.name] = entry
+    return entries
+
+
+_CUDA_KERNEL = re.compile(r"__global__\b([^;{}()]*?)\b([A-Za-z_]\w*)\s*\(")
+_ATTRS = re.compile(r"__(launch_bounds|cluster_dims|maxnreg)__\s*\(")
+_FLOAT_TYPES = {"float": 4, "double": 8}
+_INT_TYPES = {"int": 4, "unsigned": 4, "int32_t": 4, "uint32_t": 4, "long long": 8, "int64_t": 8,
+              "uint64_t": 8, "size_t": 8, "unsigned int": 4, "unsigned long long": 8}
+
+
+def _strip_attributes(text: str) -> str:
+    """Blank __launch_bounds__(...) and friends (their parentheses would look like a parameter list)."""
+    while (m := _ATTRS.search(text)) is not None:
+        close = matching_paren(text, m.end() - 1)
+        end = close + 1 if close > 0 else m.end()
+        text = text[:m.start()] + re.sub(r"[^\n]", " ", text[m.start():end]) + text[end:]
+    return text
+
+
+def _cuda_param(piece: str, line: int) -> Param:
+    if "CUtensorMap" in piece:
+        return Param(piece, line, "tmap", 128)
+    if "*" in piece or "&" in piece:
+        return Param(piece, line, "pointer", 8)
+    words = re.sub(r"\b(const|volatile|__restrict__|__grid_constant__)\b", " ", piece).split()
+    type_text = " ".join(words[:-1]) if len(words) > 1 else ""
+    if type_text in _FLOAT_TYPES:
+        return Param(piece, line, "float", _FLOAT_TYPES[type_text])
+    if type_text in _INT_TYPES:
+        return Param(piece, line, "int", _INT_TYPES[type_text])
+    return Param(piece, line, "unknown", None)
+
+
+def _extern_c_ranges(text: str) -> list[tuple[int, int]]:
+    ranges = []
+    for m in re.finditer(r'extern\s*"C"\s*\{', text):
+        depth = 0
+        for k in range(m.end() - 1, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[k], 0)
+            if depth == 0:
+                ranges.append((m.end(), k))
+                break
+    return ranges
+
+
+def cuda_kernels(source: str) -> dict[str, Entry]:
+    """The __global__ functions of a CUDA file with their parameters (comments ignored)."""
+    text = _strip_attributes(blank_comments(source))
+    blocks = _extern_c_ranges(text)
+    kernels: dict[str, Entry] = {}
+    for m in _CUDA_KERNEL.finditer(text):
+        name, open_pos = m.group(2), m.end() - 1
+        before = text[max(0, text.rfind(";", 0, m.start()), text.rfind("}", 0, m.start()),
+                          text.rfind("{", 0, m.start())):m.start()]
+        extern_c = bool(re.search(r'extern\s*"C"', before)) or any(a <= m.start() < b for a, b in blocks)
+        entry = Entry(name, line_of(text, m.start()), extern_c=extern_c)
+        close = matching_paren(text, open_pos)
+        body = text[open_pos + 1:close if close > 0 else len(text)]
+        if body.strip() not in ("", "void"):
+            for off, piece in split_top_level(body):
+                entry.params.append(_cuda_param(piece, line_of(text, open_pos + 1 + off)))
+        kernels[name] = entry
+    return kernels
