@@ -8,6 +8,7 @@ from .app import app
 COMMAND_MODULES = [
     "cmd_workloads",
     "cmd_compile",
+    "cmd_export",
 ]
 
 for _name in COMMAND_MODULES:

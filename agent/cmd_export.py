@@ -1,0 +1,67 @@
+"""`ptxbench export`: turn recorded runs into KernelGen or Fixit training data."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app
+
+
+def _ops(workload_ids: set[str]) -> dict[str, str]:
+    from ..workloads.registry import get_workload
+
+    ops = {}
+    for wid in workload_ids:
+        try:
+            ops[wid] = get_workload(wid).op
+        except KeyError:  # a workload recorded elsewhere and unknown here still exports
+            ops[wid] = ""
+    return ops
+
+
+@app.command()
+def export(
+    runs: list[Path] = typer.Argument(..., help="run directories"),
+    recipe: str = typer.Option(..., help="kernelgen | fixit"),
+    out: Path = typer.Option(..., help="output folder"),
+    format: str = typer.Option("parquet", help="parquet | jsonl"),
+    min_speedup: Optional[float] = typer.Option(None, help="completion kernels at least this fast vs. the library"),
+    first_k: Optional[int] = typer.Option(None, help="only turns 1..k"),
+    max_per_group: Optional[int] = typer.Option(None, help="balance: at most n rows per (workload, failure class)"),
+    require_target: bool = typer.Option(True, help="completion kernels must have executed the target instructions"),
+    include_held_out: bool = typer.Option(False, help="include held-out workloads"),
+    dedup: bool = typer.Option(True, help="drop rows whose kernels are the same up to comments and white space"),
+    test_workloads: str = typer.Option("", help="comma-separated workloads that form the test split"),
+    tokenizer: str = typer.Option("estimate", help="estimate | tiktoken:<encoding> | hf:<name or path>"),
+    max_tokens: Optional[int] = typer.Option(None, help="drop rows longer than this"),
+    teacher: Optional[str] = typer.Option(None, help="litellm model that writes <think> reasoning for fixit rows"),
+    teacher_api_base: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint for the teacher"),
+) -> None:
+    """Export KernelGen (task -> kernel) or Fixit (wrong kernel + evaluation log -> fixed kernel) rows."""
+    from rich import print as rprint
+
+    from .export import ExportConfig, build_rows, collect_samples
+    from .export.writer import write_dataset
+
+    if recipe not in ("kernelgen", "fixit"):
+        raise typer.BadParameter("recipe must be kernelgen or fixit")
+    if format not in ("parquet", "jsonl"):
+        raise typer.BadParameter("format must be parquet or jsonl")
+    cfg = ExportConfig(
+        recipe=recipe, min_speedup=min_speedup, first_k_turns=first_k, max_per_group=max_per_group,
+        require_target_executed=require_target, include_held_out=include_held_out, dedup=dedup,
+        test_workloads=[w for w in test_workloads.split(",") if w], tokenizer=tokenizer, max_tokens=max_tokens,
+        teacher=teacher, teacher_api_base=teacher_api_base,
+    )
+    samples = collect_samples(runs)
+    rows, stats = build_rows(samples, cfg, _ops({s.workload for s in samples}))
+    if teacher:
+        from .export.teacher import add_reasoning
+
+        stats["teacher"] = add_reasoning(rows, teacher, out / ".teacher_cache", teacher_api_base)
+    paths = write_dataset(rows, out, format, cfg, stats, [str(r) for r in runs])
+    rprint(f"[bold]{len(rows)}[/] {recipe} rows from {len(samples)} trajectories -> "
+           + ", ".join(f"{k}: {v}" for k, v in paths.items()))
+    rprint({k: v for k, v in stats.items() if k != "rows"})

@@ -1,0 +1,90 @@
+"""Read run directories into per-trajectory samples: the prompts the model saw and each turn's scored kernel."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..rundir import load_run, read_manifest, sha256_text
+
+
+@dataclass
+class Turn:
+    turn: int
+    status: str
+    language: str
+    kernel: str
+    kernel_sha256: str
+    feedback: str
+    speedup: float | None
+    target_executed: bool | None
+    infra: bool = False
+
+
+@dataclass
+class TrajectorySample:
+    run: str
+    trajectory: str
+    workload: str
+    model: str
+    prompt: str
+    gpu: str
+    held_out: bool
+    system: str
+    task: str
+    synthetic: str | None = None
+    turns: list[Turn] = field(default_factory=list)
+
+
+def _target_executed(result: dict) -> bool | None:
+    runtime = result.get("targets_runtime") or {}
+    if not runtime:
+        return None
+    return all(v.get("verdict") == "executed" for v in runtime.values())
+
+
+def _first_prompts(events, start) -> tuple[str, str]:
+    """System and task text: from the first model call, else from the start event's config (synthetic runs)."""
+    for e in events:
+        if e.type == "model_call":
+            system = next((m.get("content") or "" for m in e.messages if m.get("role") == "system"), "")
+            task = next((m.get("content") or "" for m in e.messages if m.get("role") == "user"), "")
+            return system, task
+    cfg = start.config if start else {}
+    return cfg.get("system_prompt", ""), cfg.get("task_prompt", "")
+
+
+def _gpu_name(manifest: dict) -> str:
+    gpu = manifest.get("gpu", "")
+    return str(gpu.get("name", "")) if isinstance(gpu, dict) else str(gpu or "")
+
+
+def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
+    samples: list[TrajectorySample] = []
+    for run_dir in map(Path, run_dirs):
+        gpu = _gpu_name(read_manifest(run_dir))
+        for rec in load_run(run_dir):
+            start = rec.start
+            if start is None:
+                continue
+            system, task = _first_prompts(rec.events, start)
+            sample = TrajectorySample(
+                run=run_dir.name, trajectory=rec.id, workload=start.workload, model=start.model, prompt=start.prompt,
+                gpu=start.gpu or gpu, held_out=start.held_out, system=system, task=task,
+                synthetic=start.config.get("synthetic_bug"),
+            )
+            for e in rec.events:
+                if e.type != "eval_result" or not e.submission or not e.kernel_file:
+                    continue
+                kernel_path = rec.folder / e.kernel_file
+                if not kernel_path.exists():
+                    continue
+                kernel = kernel_path.read_text(encoding="utf-8")
+                status = e.result.get("status", "")
+                sample.turns.append(Turn(
+                    turn=e.turn, status=status, language=e.language or "cuda", kernel=kernel,
+                    kernel_sha256=e.kernel_sha256 or sha256_text(kernel), feedback=e.feedback,
+                    speedup=(e.result.get("timing") or {}).get("speedup"),
+                    target_executed=_target_executed(e.result), infra=status == "INFRA_ERROR",
+                ))
+            samples.append(sample)
+    return samples

@@ -1,0 +1,109 @@
+"""The two recipes: KernelGen (task -> correct, target-executing kernel) and Fixit (wrong kernel + the
+real evaluation log -> fixed kernel), with the filters, balance, de-duplication and split applied."""
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+from ...tools.results import MODEL_FAILURES
+from ..rundir import sha256_text
+from .collect import TrajectorySample, Turn
+from .normalize import kernel_hash
+from .schema import ExportConfig, Message, Provenance, Row
+from .tokens import count_messages
+
+FENCE = {"ptx": "ptx", "cuda": "cuda"}
+
+
+def kernel_message(turn: Turn) -> str:
+    return f"```{FENCE.get(turn.language, '')}\n{turn.kernel.rstrip()}\n```"
+
+
+def _good(turn: Turn, cfg: ExportConfig) -> bool:
+    """Whether a turn's kernel may be a completion."""
+    if cfg.require_passed and turn.status != "PASSED":
+        return False
+    if cfg.require_target_executed and turn.target_executed is not True:
+        return False
+    if cfg.min_speedup is not None and (turn.speedup is None or turn.speedup < cfg.min_speedup):
+        return False
+    return cfg.first_k_turns is None or turn.turn <= cfg.first_k_turns
+
+
+def _row(sample: TrajectorySample, cfg: ExportConfig, prompt: list[Message], done: Turn, wrong: Turn | None, op: str) -> Row:
+    completion = [Message(role="assistant", content=kernel_message(done))]
+    messages = prompt + completion
+    ident = kernel_hash(*( [wrong.kernel] if wrong else []), done.kernel)
+    return Row(
+        id=f"{cfg.recipe}-{ident[:16]}", recipe=cfg.recipe, workload=sample.workload, op=op,
+        held_out=sample.held_out, failure_class=wrong.status if wrong else None, speedup=done.speedup,
+        target_executed=done.target_executed, prompt=prompt, completion=completion, messages=messages,
+        loss_mask=[0] * len(prompt) + [1], n_tokens=count_messages([m.model_dump() for m in messages], cfg.tokenizer),
+        tokenizer=cfg.tokenizer,
+        provenance=Provenance(
+            run=sample.run, trajectory=sample.trajectory, turn=done.turn, source_turn=wrong.turn if wrong else None,
+            model=sample.model, gpu=sample.gpu, prompt=sample.prompt, kernel_sha256=done.kernel_sha256,
+            wrong_kernel_sha256=wrong.kernel_sha256 if wrong else None,
+            feedback_sha256=sha256_text(wrong.feedback) if wrong else None, synthetic=sample.synthetic,
+        ),
+    )
+
+
+def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "") -> list[Row]:
+    head = [Message(role="system", content=sample.system), Message(role="user", content=sample.task)]
+    turns = [t for t in sample.turns if not t.infra]
+    if cfg.recipe == "kernelgen":
+        return [_row(sample, cfg, head, t, None, op) for t in turns if _good(t, cfg)]
+    rows = []
+    for wrong, fixed in zip(turns, turns[1:]):
+        if wrong.status in MODEL_FAILURES and wrong.feedback and _good(fixed, cfg):
+            prompt = head + [
+                Message(role="assistant", content=kernel_message(wrong)),
+                Message(role="user", content=wrong.feedback),
+            ]
+            rows.append(_row(sample, cfg, prompt, fixed, wrong, op))
+    return rows
+
+
+def build_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str, str] | None = None) -> tuple[list[Row], dict]:
+    """All rows that pass the filters, plus counts of what each step removed."""
+    ops = ops or {}
+    stats: dict[str, int] = defaultdict(int)
+    rows: list[Row] = []
+    seen: set[str] = set()
+    for sample in samples:
+        if sample.held_out and not cfg.include_held_out:
+            stats["held_out_trajectories_skipped"] += 1
+            continue
+        for row in candidate_rows(sample, cfg, ops.get(sample.workload, "")):
+            if cfg.dedup and row.id in seen:
+                stats["duplicates_dropped"] += 1
+                continue
+            if cfg.max_tokens is not None and row.n_tokens > cfg.max_tokens:
+                stats["over_token_cap_dropped"] += 1
+                continue
+            seen.add(row.id)
+            rows.append(row)
+    rows = _balance(rows, cfg, stats)
+    for row in rows:
+        row.split = "test" if row.workload in cfg.test_workloads else "train"
+    stats["rows"] = len(rows)
+    return rows, dict(stats)
+
+
+def _balance(rows: list[Row], cfg: ExportConfig, stats: dict) -> list[Row]:
+    """At most max_per_group rows per (workload, failure class); the fastest kernels are kept, ties by seeded order."""
+    if cfg.max_per_group is None:
+        return rows
+    groups: dict[tuple, list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[(row.workload, row.failure_class)].append(row)
+    rng = random.Random(cfg.seed)
+    kept: list[Row] = []
+    for key in sorted(groups, key=str):
+        group = groups[key]
+        rng.shuffle(group)
+        group.sort(key=lambda r: -(r.speedup or 0.0))
+        kept.extend(group[: cfg.max_per_group])
+        stats["balance_dropped"] += max(0, len(group) - cfg.max_per_group)
+    return kept

@@ -1,0 +1,67 @@
+"""Row schema of exported datasets (documented for users in docs/dataset-schema.md).
+
+Rows are conversational prompt-completion pairs, the format TRL's SFTTrainer trains on with the
+loss on the completion only: `prompt` is every message before the last, `completion` is the last
+assistant message. `messages` repeats the whole conversation with `loss_mask` (1 = trained on)
+for trainers that take one list.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class Message(BaseModel):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class Provenance(BaseModel):
+    run: str
+    trajectory: str
+    turn: int = Field(description="turn of the completion's kernel")
+    source_turn: int | None = Field(None, description="fixit: turn of the wrong kernel")
+    model: str
+    gpu: str = ""
+    prompt: str = ""
+    kernel_sha256: str = Field(description="sha256 of the completion's kernel file")
+    wrong_kernel_sha256: str | None = None
+    feedback_sha256: str | None = None
+    synthetic: str | None = Field(None, description="bug class when the wrong kernel was injected, not written by a model")
+
+
+class Row(BaseModel):
+    id: str
+    recipe: Literal["kernelgen", "fixit"]
+    workload: str
+    op: str
+    held_out: bool
+    split: Literal["train", "test"] = "train"
+    failure_class: str | None = Field(None, description="fixit: the wrong kernel's EvalResult status")
+    speedup: float | None = None
+    target_executed: bool | None = None
+    prompt: list[Message]
+    completion: list[Message]
+    messages: list[Message]
+    loss_mask: list[int]
+    n_tokens: int
+    tokenizer: str
+    provenance: Provenance
+
+
+class ExportConfig(BaseModel):
+    recipe: Literal["kernelgen", "fixit"]
+    require_passed: bool = True
+    require_target_executed: bool = Field(True, description="the completion's kernel executed the target instructions at runtime")
+    min_speedup: float | None = None
+    first_k_turns: int | None = Field(None, description="only turns 1..k")
+    max_per_group: int | None = Field(None, description="balance: at most n rows per (workload, failure class)")
+    dedup: bool = True
+    include_held_out: bool = False
+    test_workloads: list[str] = Field(default_factory=list, description="workloads whose rows form the test split")
+    tokenizer: str = Field("estimate", description="'estimate' (chars/4), 'tiktoken:<encoding>' or 'hf:<name or path>'")
+    max_tokens: int | None = None
+    teacher: str | None = Field(None, description="litellm model that writes the reasoning before each fixit completion")
+    teacher_api_base: str | None = None
+    seed: int = 0

@@ -1,0 +1,70 @@
+"""Optional reasoning synthesis: a teacher model writes the reasoning that leads from a wrong kernel and
+its evaluation log to the fix. Stored as <think>...</think> before the fixed kernel; cached; cost recorded."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from .schema import Row
+
+INSTRUCTIONS = (
+    "You are an expert Hopper (sm_90a) kernel engineer teaching a student. Below are a task, a WRONG kernel the "
+    "student wrote, the evaluation log it got, and (for your eyes only) the FIXED kernel. Write the reasoning an "
+    "engineer would go through, reading the log and the wrong kernel, to find the cause and decide the fix: what the "
+    "log says, which lines are at fault and why, what must change. Do NOT quote or reproduce the fixed kernel or any "
+    "line of it; describe changes in words. At most 250 words. Plain prose, no code blocks."
+)
+
+
+def _leaks(reasoning: str, row: Row) -> bool:
+    """True when the reasoning copies a line that only the fixed kernel has (the fix must not be quoted)."""
+    wrong = row.prompt[2].content if len(row.prompt) > 2 else ""
+    fixed_lines = {ln.strip() for ln in row.completion[-1].content.splitlines() if len(ln.strip()) >= 30}
+    new_lines = {ln for ln in fixed_lines if ln not in wrong}
+    return any(ln in reasoning for ln in new_lines)
+
+
+def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | None = None) -> dict:
+    """Prepend teacher reasoning to each fixit row's completion in place; returns cost and counts."""
+    import litellm  # only when a teacher is asked for: litellm is large
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    totals = {"teacher": model, "calls": 0, "cached": 0, "cost_usd": 0.0, "rejected_leaks": 0, "tokens": 0}
+    for row in rows:
+        if row.recipe != "fixit":
+            continue
+        user = "\n\n".join([
+            "## Task\n" + row.prompt[1].content,
+            "## Wrong kernel\n" + row.prompt[2].content,
+            "## Evaluation log\n" + row.prompt[3].content,
+            "## Fixed kernel (do not quote)\n" + row.completion[-1].content,
+        ])
+        key = hashlib.sha256(json.dumps([model, INSTRUCTIONS, user]).encode()).hexdigest()
+        path = cache_dir / f"{key}.json"
+        if path.exists():
+            entry = json.loads(path.read_text())
+            totals["cached"] += 1
+        else:
+            resp = litellm.completion(
+                model=model, api_base=api_base,
+                messages=[{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": user}],
+            )
+            try:
+                cost = float(litellm.completion_cost(completion_response=resp))
+            except Exception:  # unknown price for local or new models
+                cost = 0.0
+            entry = {"reasoning": resp.choices[0].message.content or "", "cost_usd": cost,
+                     "usage": dict(resp.usage) if getattr(resp, "usage", None) else {}}
+            path.write_text(json.dumps(entry))
+            totals["calls"] += 1
+            totals["cost_usd"] += cost
+            totals["tokens"] += int(entry["usage"].get("total_tokens", 0) or 0)
+        reasoning = entry["reasoning"].strip()
+        if not reasoning or _leaks(reasoning, row):
+            totals["rejected_leaks"] += int(bool(reasoning))
+            continue
+        done = row.completion[-1]
+        done.content = f"<think>\n{reasoning}\n</think>\n\n{done.content}"
+        row.messages[-1] = done
+    return totals

@@ -1,0 +1,34 @@
+"""Write rows as JSONL or Parquet splits (loadable with datasets.load_dataset) plus a manifest of what was kept."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .schema import ExportConfig, Row
+
+
+def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats: dict, runs: list[str]) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    for split in ("train", "test"):
+        part = [r.model_dump(mode="json") for r in rows if r.split == split]
+        if not part:
+            continue
+        path = out / f"{split}.{ 'jsonl' if fmt == 'jsonl' else 'parquet'}"
+        if fmt == "jsonl":
+            with open(path, "w", encoding="utf-8") as f:
+                for r in part:
+                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        else:
+            import datasets
+
+            datasets.Dataset.from_list(part).to_parquet(str(path))
+        paths[split] = path
+    by_group: dict[str, int] = {}
+    for r in rows:
+        key = f"{r.split}/{r.workload}/{r.failure_class or 'ok'}"
+        by_group[key] = by_group.get(key, 0) + 1
+    manifest = {"config": cfg.model_dump(), "runs": runs, "stats": stats, "counts": by_group,
+                "files": {k: v.name for k, v in paths.items()}, "schema": "docs/dataset-schema.md"}
+    (out / "export_manifest.json").write_text(json.dumps(manifest, indent=2))
+    return paths

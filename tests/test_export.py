@@ -1,0 +1,114 @@
+"""Export recipes on a hand-built run: the right rows, filters, balance, dedup, split, provenance, loadable files."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ptxbench.agent.export import ExportConfig, build_rows, collect_samples
+from ptxbench.agent.export.normalize import kernel_hash
+from ptxbench.agent.export.writer import write_dataset
+
+from export_runs import SYSTEM, build_run
+
+
+@pytest.fixture
+def run(tmp_path):
+    return build_run(tmp_path)
+
+
+def test_kernelgen_keeps_passed_target_executed_turns_deduplicated(run):
+    rows, stats = build_rows(collect_samples([run]), ExportConfig(recipe="kernelgen"))
+    # t1 turns 2 and 3 (passed, executed); t2's pass did not execute wgmma; t3 repeats t1's turn 2; t4 is held out.
+    assert sorted((r.provenance.trajectory, r.provenance.turn) for r in rows) == [("t1", 2), ("t1", 3)]
+    assert stats["duplicates_dropped"] == 1 and stats["held_out_trajectories_skipped"] == 1
+    row = rows[0]
+    assert [m.role for m in row.messages] == ["system", "user", "assistant"]
+    assert row.messages[0].content == SYSTEM and row.loss_mask == [0, 0, 1]
+    assert row.completion[0].content.startswith("```cuda\n/* ptxbench")
+    assert row.provenance.gpu == "NVIDIA H200" and len(row.provenance.kernel_sha256) == 64
+
+
+def test_fixit_rows_carry_the_real_feedback_and_train_on_the_last_message(run):
+    rows, _ = build_rows(collect_samples([run]), ExportConfig(recipe="fixit"))
+    assert len(rows) == 1
+    row = rows[0]
+    assert row.failure_class == "COMPILE_ERROR"
+    assert [m.role for m in row.prompt] == ["system", "user", "assistant", "user"]
+    assert row.prompt[3].content == "line 3: ptxas error: unknown symbol"
+    assert "variant_a" in row.prompt[2].content and "variant_b" in row.completion[0].content
+    assert row.loss_mask == [0, 0, 0, 0, 1] and row.messages[:4] == row.prompt
+    assert row.provenance.source_turn == 1 and row.provenance.turn == 2
+    assert row.provenance.feedback_sha256 is not None
+
+
+def test_filters_target_speedup_first_k_and_held_out(run):
+    samples = collect_samples([run])
+    rows, _ = build_rows(samples, ExportConfig(recipe="fixit", require_target_executed=False))
+    assert sorted(r.workload for r in rows) == ["gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128"]
+    rows, _ = build_rows(samples, ExportConfig(recipe="kernelgen", min_speedup=0.9))
+    assert [r.provenance.turn for r in rows] == [3]
+    rows, _ = build_rows(samples, ExportConfig(recipe="kernelgen", first_k_turns=2))
+    assert [r.provenance.turn for r in rows] == [2]
+    rows, _ = build_rows(samples, ExportConfig(recipe="fixit", include_held_out=True))
+    assert sorted(r.workload for r in rows) == ["gemm_bf16_m8192_n7168_k5120", "mha_fwd_d64"]
+    assert next(r for r in rows if r.workload == "mha_fwd_d64").held_out
+
+
+def test_balance_keeps_the_fastest_and_split_is_by_workload(run):
+    samples = collect_samples([run])
+    rows, stats = build_rows(samples, ExportConfig(recipe="kernelgen", max_per_group=1, dedup=False))
+    gemm = [r for r in rows if r.workload.startswith("gemm")]
+    assert len(gemm) == 1 and gemm[0].speedup == 0.95 and stats["balance_dropped"] == 2
+    rows, _ = build_rows(samples, ExportConfig(recipe="fixit", require_target_executed=False,
+                                               test_workloads=["mha_fwd_d128"]))
+    assert {(r.workload, r.split) for r in rows} == {("gemm_bf16_m8192_n7168_k5120", "train"), ("mha_fwd_d128", "test")}
+
+
+def test_token_cap_and_a_named_tokenizer(run, tmp_path):
+    from tiny_lm import build_tokenizer
+
+    samples = collect_samples([run])
+    rows, _ = build_rows(samples, ExportConfig(recipe="kernelgen"))
+    longest = max(r.n_tokens for r in rows)
+    capped, stats = build_rows(samples, ExportConfig(recipe="kernelgen", max_tokens=longest - 1))
+    assert len(capped) < len(rows) and stats["over_token_cap_dropped"] >= 1
+    tok = build_tokenizer(tmp_path / "tok", [r.messages[-1].content for r in rows] * 4)
+    spec = f"hf:{tmp_path / 'tok'}"
+    hf, _ = build_rows(samples, ExportConfig(recipe="kernelgen", tokenizer=spec))
+    expected = sum(len(tok(m.content, add_special_tokens=False)["input_ids"]) + 4 for m in hf[0].messages)
+    assert hf[0].n_tokens == expected and hf[0].tokenizer == spec
+
+
+def test_normalised_hash_ignores_comments_but_not_the_plan():
+    a = "/* ptxbench\ngrid = [\"M // 128\"]\n*/\n// hello\nint x;  /* note */\n"
+    b = "/* ptxbench\ngrid = [\"M // 128\"]\n*/\nint   x;\n"
+    c = "/* ptxbench\ngrid = [\"M // 64\"]\n*/\nint x;\n"
+    assert kernel_hash(a) == kernel_hash(b) != kernel_hash(c)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_written_files_load_with_datasets(run, tmp_path, fmt):
+    import datasets
+
+    cfg = ExportConfig(recipe="fixit", require_target_executed=False, test_workloads=["mha_fwd_d128"])
+    rows, stats = build_rows(collect_samples([run]), cfg)
+    paths = write_dataset(rows, tmp_path / "out", fmt, cfg, stats, [str(run)])
+    kind = "json" if fmt == "jsonl" else "parquet"
+    ds = datasets.load_dataset(kind, data_files={k: str(v) for k, v in paths.items()})
+    assert ds["train"].num_rows == 1 and ds["test"].num_rows == 1
+    assert ds["train"][0]["completion"][0]["role"] == "assistant"
+    manifest = json.loads((tmp_path / "out" / "export_manifest.json").read_text())
+    assert manifest["stats"]["rows"] == 2
+
+
+def test_cli_export(run, tmp_path):
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli import app
+
+    out = tmp_path / "cli"
+    res = CliRunner().invoke(app, ["export", str(run), "--recipe", "fixit", "--out", str(out), "--format", "jsonl"])
+    assert res.exit_code == 0, res.output
+    lines = (out / "train.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["recipe"] == "fixit"
