@@ -1,0 +1,279 @@
+"""Compiling real kernels with ptxas (and nvcc for `cuda`): errors by line, resources, SASS, targets,
+the cache and the `ptxbench compile` command."""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ptxbench.agent.cli import app
+from ptxbench.agent.cmd_compile import detect_language
+from ptxbench.tools.cache import CompileCache, cache_key
+from ptxbench.tools.compile import compile_source, include_dir
+from ptxbench.tools.compile_log import loc_line_map, parse_nvcc_log, parse_ptxas_log, static_ptx_checks
+from ptxbench.tools.results import CompileResult
+from ptxbench.tools.sass import strip_ptx_comments
+from ptxbench.workloads.registry import get_workload
+
+KERNELS = Path(__file__).parent / "data" / "kernels"
+
+
+def kernel(name: str) -> str:
+    return (KERNELS / name).read_text()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        root = tmp_path_factory.mktemp("ptxbench-cache")
+        mp.setenv("PTXBENCH_CACHE", str(root))
+        yield root
+
+
+@pytest.fixture(scope="module")
+def wgmma() -> CompileResult:
+    return compile_source(kernel("wgmma_sm90a.ptx"), "ptx", "sm_90a")
+
+
+# ---- real compiles ---------------------------------------------------------------------------
+
+def test_wgmma_kernel_has_hgmma_in_sass(wgmma):
+    assert wgmma.status == "ok", wgmma.errors
+    k = wgmma.kernels["wgmma_kernel"]
+    assert k.sass_opcodes["HGMMA"] == 1
+    assert k.registers > 32 and k.smem_static == 4096 and k.spill_stores == 0
+    assert wgmma.targets["wgmma"].in_ptx and wgmma.targets["wgmma"].in_sass
+    assert not wgmma.targets["tma"].in_ptx and not wgmma.targets["tma"].in_sass
+    assert Path(wgmma.cubin_path).read_bytes()[:4] == b"\x7fELF"
+    assert "ptxas" in wgmma.tools and len(wgmma.ptx_sha256) == 64
+
+
+def test_tma_kernel_has_utmaldg():
+    r = compile_source(kernel("tma_copy_sm90a.ptx"), "ptx", "sm_90a")
+    assert r.status == "ok", r.errors
+    assert r.kernels["tma_copy"].sass_opcodes["UTMALDG"] == 1
+    assert r.targets["tma"].in_ptx and r.targets["tma"].in_sass and r.targets["tma"].sass_count == 1
+    assert not r.targets["wgmma"].in_sass
+
+
+def test_tcgen05_kernel_for_sm100a():
+    r = compile_source(kernel("tcgen05_sm100a.ptx"), "ptx", "sm_100a")
+    assert r.status == "ok", r.errors
+    ops = r.kernels["tcgen05_kernel"].sass_opcodes
+    assert ops["UTCHMMA"] == 1 and ops["UTCBAR"] == 1 and ops["LDTM"] == 1
+    assert r.targets["tcgen05"].in_ptx and r.targets["tcgen05"].in_sass and r.targets["tcgen05"].sass_count >= 3
+
+
+def test_plain_fma_kernel_has_no_targets():
+    r = compile_source(kernel("fma_sm90a.ptx"), "ptx", "sm_90a")
+    assert r.status == "ok"
+    assert r.kernels["fma_kernel"].sass_opcodes["FFMA"] == 1
+    assert not any(t.in_ptx or t.in_sass for t in r.targets.values())
+
+
+def test_syntax_error_reports_its_line():
+    r = compile_source(kernel("syntax_error.ptx"), "ptx", "sm_90a")
+    assert r.status == "error" and r.cubin_path is None
+    assert r.errors[0].line == 25
+    assert "movv" in r.errors[0].message
+    assert "Ptx assembly aborted" not in " ".join(e.message for e in r.errors)
+
+
+def test_sm90_target_with_wgmma_is_an_error_that_says_so():
+    r = compile_source(kernel("wgmma_sm90.ptx"), "ptx", "sm_90a")
+    assert r.status == "error"
+    first = r.errors[0]
+    assert first.line == 5
+    assert first.message.startswith("wgmma needs `.target sm_90a`; the file declares sm_90 (line 5)")
+    assert any("not supported on .target 'sm_90'" in e.message for e in r.errors[1:])  # ptxas's own words follow
+    assert r.targets["wgmma"].in_ptx and not r.targets["wgmma"].in_sass
+
+
+def test_old_ptx_version_for_sm100a_is_an_error():
+    src = kernel("tcgen05_sm100a.ptx").replace(".version 8.6", ".version 8.5")
+    version_line = src.splitlines().index(".version 8.5") + 1
+    r = compile_source(src, "ptx", "sm_100a")
+    assert r.status == "error"
+    assert r.errors[0].line == version_line
+    assert "needs PTX `.version 8.6` or later; the file declares 8.5" in r.errors[0].message
+
+
+def test_wgmma_on_sm100a_is_named():
+    r = compile_source(kernel("wgmma_sm90a.ptx"), "ptx", "sm_100a")
+    assert r.status == "error"
+    assert any("wgmma is an sm_90a instruction" in e.message for e in r.errors)
+
+
+def test_workload_narrows_the_target_families():
+    w = get_workload("gemm_bf16_m8192_n7168_k5120")
+    r = compile_source(kernel("tma_copy_sm90a.ptx"), "ptx", "sm_90a", workload=w.id)
+    assert set(r.targets) == set(w.targets["sm_90a"])
+
+
+# ---- cuda -> PTX -> cubin ------------------------------------------------------------------
+
+def test_cuda_source_goes_through_ptx_to_cubin():
+    r = compile_source(kernel("inline_ptx_sm90a.cu"), "cuda", "sm_90a")
+    assert r.status == "ok", r.errors
+    assert r.language == "cuda" and "nvcc" in r.tools
+    assert r.kernels["scale_add"].sass_opcodes["FFMA"] >= 1
+    ptx = Path(r.cubin_path).with_name("kernel.ptx").read_text()
+    assert ".target sm_90a" in ptx and "fma.rn.f32" in ptx
+
+
+def test_cuda_errors_map_to_solution_lines():
+    src = kernel("inline_ptx_sm90a.cu")
+    front = compile_source(src.replace("out[i] = fma_asm", "out[i] = nope + fma_asm"), "cuda", "sm_90a")
+    assert front.status == "error"
+    assert (front.errors[0].line, front.errors[0].message) == (13, 'identifier "nope" is undefined')
+    asm = compile_source(src.replace("fma.rn.f32 %0", "fmaa.rn.f32 %0"), "cuda", "sm_90a")
+    assert asm.status == "error"
+    assert asm.errors[0].line == 6  # the asm statement, found through the PTX .loc directives
+    assert "fmaa" in asm.errors[0].message and "generated PTX line" in asm.errors[0].message
+
+
+def test_include_dir_resolves_from_the_package():
+    d = include_dir()
+    assert d.name == "include" and d.parent.joinpath("solution_format.md").is_file()
+
+
+# ---- cache -----------------------------------------------------------------------------------
+
+def test_second_compile_is_a_cache_hit(wgmma):
+    again = compile_source(kernel("wgmma_sm90a.ptx"), "ptx", "sm_90a")
+    assert again.cached and not wgmma.cached
+    assert again.cubin_path == wgmma.cubin_path and again.kernels == wgmma.kernels
+    fresh = compile_source(kernel("wgmma_sm90a.ptx"), "ptx", "sm_90a", use_cache=False)
+    assert not fresh.cached and fresh.kernels == wgmma.kernels
+
+
+def test_cache_key_changes_with_every_input():
+    base = ("src", "ptx", "sm_90a", ["-v"], {"ptxas": "13.5.37"})
+    keys = {cache_key(*base)}
+    keys.add(cache_key("src2", *base[1:]))
+    keys.add(cache_key(base[0], "cuda", *base[2:]))
+    keys.add(cache_key(*base[:2], "sm_100a", *base[3:]))
+    keys.add(cache_key(*base[:3], ["-v", "-O0"], base[4]))
+    keys.add(cache_key(*base[:4], {"ptxas": "13.0.88"}))
+    assert len(keys) == 6
+
+
+def test_cache_is_safe_under_concurrent_writers(tmp_path):
+    cache = CompileCache(tmp_path)
+    result = CompileResult(status="ok", arch="sm_90a")
+    blobs = [bytes([i]) * 4096 for i in range(8)]
+    threads = [threading.Thread(target=cache.put, args=("ab" * 32, result, b)) for b in blobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    hit = cache.get("ab" * 32)
+    assert hit is not None and hit.cached
+    assert Path(hit.cubin_path).read_bytes() in blobs  # one whole write, never a mix
+    assert not [p for p in cache.entry_dir("ab" * 32).iterdir() if p.name.endswith(".tmp")]
+    Path(hit.cubin_path).unlink()
+    assert cache.get("ab" * 32) is None  # an ok result without its cubin is a miss
+
+
+# ---- log parsing -------------------------------------------------------------------------------
+
+PTXAS_V = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k1' for 'sm_90a'
+ptxas info    : Function properties for helper
+    16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Function properties for k1
+    24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 1024 bytes smem, 380 bytes cmem[0], 8 bytes cmem[2]
+ptxas warning : Registers are spilled to local memory in function 'k1', 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Compiling entry function 'k2' for 'sm_90a'
+ptxas info    : Function properties for k2
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers, used 0 barriers
+"""
+
+
+def test_ptxas_resources_per_entry():
+    errors, warnings, kernels = parse_ptxas_log(PTXAS_V)
+    assert not errors and "spilled" in warnings[0].message
+    assert set(kernels) == {"k1", "k2"}
+    k1 = kernels["k1"]
+    assert (k1.registers, k1.stack, k1.spill_stores, k1.spill_loads, k1.smem_static) == (255, 24, 8, 12, 1024)
+    assert k1.cmem == {"cmem[0]": 380, "cmem[2]": 8}
+    assert kernels["k2"].registers == 40 and kernels["k2"].smem_static == 0
+
+
+def test_nvcc_log_keeps_header_issues_unlined():
+    log = (
+        'solution.cu(3): error: expected a ";"\n'
+        "solution.cu(9): warning #177-D: variable \"x\" was declared but never referenced\n"
+        "ptxbench/wgmma.cuh(12): error: bad thing\n"
+    )
+    errors, warnings = parse_nvcc_log(log, "solution.cu")
+    assert [(e.line, e.message) for e in errors] == [(3, 'expected a ";"'), (None, "wgmma.cuh(12): bad thing")]
+    assert warnings[0].line == 9 and warnings[0].severity == "warning"
+
+
+def test_loc_map_uses_the_solution_file_only():
+    ptx = '.file 1 "/tmp/x/solution.cu"\n.file 2 "/usr/include/h.h"\n.loc 1 7 0\nadd.f32 a;\n.loc 2 99 1\nmul.f32 b;'
+    to_source = loc_line_map(ptx, "solution.cu")
+    assert to_source(4)[0] == 7 and to_source(6)[0] == 7
+    assert "mul.f32 b;" in to_source(6)[1]
+    assert to_source(1)[0] is None
+
+
+def test_static_checks_leave_a_correct_file_alone():
+    assert static_ptx_checks(strip_ptx_comments(kernel("wgmma_sm90a.ptx")), "sm_90a") == []
+    assert static_ptx_checks(strip_ptx_comments(kernel("tcgen05_sm100a.ptx")), "sm_100a") == []
+    # a plain kernel may declare the family target: only arch-specific instructions need the 'a'
+    assert static_ptx_checks(kernel("fma_sm90a.ptx").replace("sm_90a", "sm_90"), "sm_90a") == []
+
+
+# ---- the command ----------------------------------------------------------------------------
+
+runner = CliRunner()
+
+
+def test_cli_json_for_wgmma():
+    res = runner.invoke(app, ["compile", str(KERNELS / "wgmma_sm90a.ptx"), "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["status"] == "ok" and d["errors"] == []
+    k = d["kernels"]["wgmma_kernel"]
+    assert k["sass_opcodes"]["HGMMA"] == 1 and k["registers"] > 0 and k["spills"] == 0 and k["smem"] == 4096
+    assert d["targets"]["wgmma"] == {"in_ptx": True, "in_sass": True, "sass_count": 1}
+    assert "ptxas" in d["tools"]
+
+
+def test_cli_json_for_tcgen05_on_sm100a():
+    res = runner.invoke(app, ["compile", str(KERNELS / "tcgen05_sm100a.ptx"), "--arch", "sm_100a", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["status"] == "ok" and d["targets"]["tcgen05"]["in_ptx"] and d["targets"]["tcgen05"]["in_sass"]
+
+
+def test_cli_reports_errors_with_exit_zero():
+    res = runner.invoke(app, ["compile", str(KERNELS / "syntax_error.ptx"), "--json"])
+    assert res.exit_code == 0
+    d = json.loads(res.output)
+    assert d["status"] == "error" and d["errors"][0]["line"] == 25
+    text = runner.invoke(app, ["compile", str(KERNELS / "wgmma_sm90.ptx")])
+    assert text.exit_code == 0 and "wgmma needs" in text.output and "error" in text.output
+
+
+def test_cli_exits_nonzero_when_tools_are_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTXBENCH_CUDA_BIN", str(tmp_path))
+    res = runner.invoke(app, ["compile", str(KERNELS / "fma_sm90a.ptx")])
+    assert res.exit_code == 2
+    assert "no ptxas" in res.output
+
+
+def test_language_detection():
+    plan_cuda = '/* ptxbench\nlanguage = "cuda"\n[[launch]]\nkernel = "k"\n*/\nextern "C" __global__ void k() {}'
+    assert detect_language(plan_cuda, Path("reply.txt")) == "cuda"
+    assert detect_language('/* ptxbench\nlanguage = "ptx"\n*/\n.version 8.0', Path("x.cu")) == "ptx"
+    assert detect_language(kernel("fma_sm90a.ptx"), Path("solution")) == "ptx"
+    assert detect_language("__global__ void k() {}", Path("solution")) == "cuda"
+    assert detect_language("anything", Path("k.cu")) == "cuda"

@@ -1,0 +1,81 @@
+"""Content-addressed compile cache: the cubin and the CompileResult JSON of each compile.
+
+key = sha256 of (source, language, arch, options, tool versions), so a new ptxas or a changed flag
+never serves a stale result. Entries live in $PTXBENCH_CACHE (default ~/.cache/ptxbench) under
+compile/<key[:2]>/<key>/. Writers put each file in place with a temp file + os.replace and write
+result.json last, so concurrent compiles of the same source never expose a half-written entry.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .results import CompileResult
+
+ENV_CACHE = "PTXBENCH_CACHE"
+# Bumped when the meaning of a stored result changes (e.g. the log parser learns new fields).
+CACHE_FORMAT = "compile-v1"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "ptxbench")
+
+
+def cache_key(source: str, language: str, arch: str, options: list[str] | dict, tool_versions: dict[str, str]) -> str:
+    blob = json.dumps(
+        {"format": CACHE_FORMAT, "source": source, "language": language, "arch": arch, "options": options, "tools": tool_versions},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class CompileCache:
+    def __init__(self, root: str | Path | None = None):
+        self.root = Path(root) if root is not None else cache_root()
+
+    def entry_dir(self, key: str) -> Path:
+        return self.root / "compile" / key[:2] / key
+
+    def get(self, key: str) -> CompileResult | None:
+        """The stored result with cached=True, or None (a missing, unreadable or cubin-less entry is a miss)."""
+        d = self.entry_dir(key)
+        try:
+            result = CompileResult.model_validate_json((d / "result.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if result.status == "ok":
+            cubin = d / "kernel.cubin"
+            if not cubin.is_file():
+                return None
+            result.cubin_path = str(cubin)
+        return result.model_copy(update={"cached": True})
+
+    def put(self, key: str, result: CompileResult, cubin: bytes | None = None, ptx: str | None = None) -> CompileResult:
+        """Store the files, then the result; returns the result with cubin_path pointing into the cache."""
+        d = self.entry_dir(key)
+        if ptx is not None:
+            atomic_write(d / "kernel.ptx", ptx.encode())
+        if cubin is not None:
+            atomic_write(d / "kernel.cubin", cubin)
+            result = result.model_copy(update={"cubin_path": str(d / "kernel.cubin")})
+        atomic_write(d / "result.json", result.model_copy(update={"cached": False}).model_dump_json(indent=1).encode())
+        return result
+
+    def ptx_path(self, key: str) -> Path | None:
+        p = self.entry_dir(key) / "kernel.ptx"
+        return p if p.is_file() else None

@@ -1,0 +1,173 @@
+"""Compile a solution: CUDA -> PTX with nvcc (for `cuda`), PTX -> cubin with ptxas, then a SASS scan.
+
+A kernel that does not compile is a CompileResult with status "error" and (line, message) issues
+in the solution file's own line numbers. Exceptions are kept for a missing toolchain
+(ToolchainError). The compilers only compile: nothing the model wrote runs on the host.
+"""
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+
+from ptxbench.workloads.schema import Workload
+
+from .cache import CompileCache, cache_key
+from .compile_log import loc_line_map, parse_nvcc_log, parse_ptxas_log, static_ptx_checks
+from .results import CompileIssue, CompileResult
+from .sass import disassemble, opcode_histogram, strip_ptx_comments, target_presence
+from .toolchain import Toolchain, ToolchainError, find_toolchain, run_tool, which_host_compiler
+
+PTX_NAME = "solution.ptx"
+CU_NAME = "solution.cu"
+PTXAS_TIMEOUT_S = 60.0
+NVCC_TIMEOUT_S = 120.0
+
+
+def ptxas_flags(arch: str) -> list[str]:
+    # -arch on the command line: `.target` in the file alone is not enough (FACTS.md).
+    return [f"-arch={arch}", "-v", "--warn-on-spills", "-lineinfo"]
+
+
+def nvcc_flags(arch: str) -> list[str]:
+    virt = arch.replace("sm_", "compute_")
+    # Exact math (no --use_fast_math): the kernel must match the reference as written.
+    return ["-ptx", f"-gencode=arch={virt},code={arch}", "-std=c++17", "-O3", "-lineinfo", "-I", str(include_dir())]
+
+
+def include_dir() -> Path:
+    """prompts/include (the ptxbench/*.cuh inline-PTX wrappers), resolved from the installed package."""
+    return Path(str(resources.files("ptxbench.prompts") / "include"))
+
+
+def _include_digest() -> str:
+    """Hash of the wrapper headers: a changed header must not be served from the cache."""
+    h = hashlib.sha256()
+    root = include_dir()
+    for p in sorted(root.rglob("*")) if root.is_dir() else []:
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def _families_for(workload: Workload | str | None, arch: str) -> list[str] | None:
+    if workload is None:
+        return None
+    if isinstance(workload, str):
+        from ptxbench.workloads.registry import get_workload
+
+        workload = get_workload(workload)
+    return workload.targets.get(arch)
+
+
+def _select_targets(result: CompileResult, families: list[str] | None) -> CompileResult:
+    if families is None:
+        return result
+    return result.model_copy(update={"targets": {k: v for k, v in result.targets.items() if k in families}})
+
+
+def _error(arch: str, language: str, log: str, errors: list[CompileIssue], tc: Toolchain, **kw) -> CompileResult:
+    return CompileResult(status="error", arch=arch, language=language, errors=errors, log=log.strip(), tools=tc.tools(), **kw)
+
+
+def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: Path, line_map=None, timeout_s: float = PTXAS_TIMEOUT_S):
+    """ptxas + SASS scan. Returns (result without cubin_path, cubin bytes or None, cacheable)."""
+    ptx_path, cubin_path = workdir / PTX_NAME, workdir / "kernel.cubin"
+    ptx_path.write_text(ptx_text)
+    code = strip_ptx_comments(ptx_text)
+    pre = static_ptx_checks(code, arch) if language == "ptx" else []
+    res = run_tool([tc.ptxas.path, *ptxas_flags(arch), str(ptx_path), "-o", str(cubin_path)], timeout_s=timeout_s, cwd=workdir)
+    log = res.output.replace(str(workdir) + "/", "")
+    errors, warnings, kernels = parse_ptxas_log(log, line_map)
+    sha = hashlib.sha256(ptx_text.encode()).hexdigest()
+    if res.timed_out:
+        return _error(arch, language, log, pre + [CompileIssue(message=f"ptxas timed out after {timeout_s:g} s")], tc, ptx_sha256=sha), None, False
+    if res.returncode != 0 or pre or not cubin_path.is_file():
+        if not errors and not pre:
+            errors = [CompileIssue(message=f"ptxas exited with status {res.returncode}: {log[-2000:] or 'no output'}")]
+        targets = target_presence(arch, code, {})
+        return _error(arch, language, log, pre + errors, tc, warnings=warnings, targets=targets, ptx_sha256=sha), None, True
+    functions = {name: opcode_histogram(insns) for name, insns in disassemble(cubin_path, tc).items()}
+    for name, k in kernels.items():
+        k.sass_opcodes = functions.get(name, {})
+    if not kernels:
+        warnings.append(CompileIssue(message="the module has no .entry kernel", severity="warning"))
+    result = CompileResult(
+        status="ok", arch=arch, language=language, warnings=warnings, log=log, kernels=kernels,
+        targets=target_presence(arch, code, functions), ptx_sha256=sha, tools=tc.tools(),
+    )
+    return result, cubin_path.read_bytes(), True
+
+
+def _cuda_to_ptx(source: str, arch: str, tc: Toolchain, workdir: Path, timeout_s: float) -> tuple[str | None, CompileResult | None, bool]:
+    """(generated PTX, None, _) or (None, error result, cacheable)."""
+    if tc.nvcc is None:
+        raise ToolchainError("nvcc was not found: `cuda` solutions cannot be compiled here (pip install nvidia-cuda-nvcc)")
+    if which_host_compiler() is None:
+        raise ToolchainError("nvcc needs a host C++ compiler (g++) to compile `cuda` solutions, and none is installed")
+    (workdir / CU_NAME).write_text(source)
+    out = workdir / "from_cuda.ptx"
+    res = run_tool([tc.nvcc.path, *nvcc_flags(arch), CU_NAME, "-o", str(out)], timeout_s=timeout_s, cwd=workdir)
+    log = res.output.replace(str(workdir) + "/", "")
+    if res.timed_out:
+        return None, _error(arch, "cuda", log, [CompileIssue(message=f"nvcc timed out after {timeout_s:g} s")], tc), False
+    if res.returncode != 0 or not out.is_file():
+        errors, warnings = parse_nvcc_log(log, CU_NAME)
+        if out.is_file() and "ptxas" in log:
+            # nvcc checks its PTX with ptxas; map those errors (inline asm) back through `.loc`.
+            ptx_errors, ptx_warnings, _ = parse_ptxas_log(log, loc_line_map(out.read_text(), CU_NAME))
+            errors = [e for e in errors if "ptxas" not in e.message] + ptx_errors
+            warnings += ptx_warnings
+        errors = errors or [CompileIssue(message=f"nvcc exited with status {res.returncode}: {log[-2000:] or 'no output'}")]
+        return None, _error(arch, "cuda", log, errors, tc, warnings=warnings), True
+    return out.read_text(), None, True
+
+
+def compile_source(
+    source: str,
+    language: str,
+    arch: str = "sm_90a",
+    workload: Workload | str | None = None,
+    *,
+    use_cache: bool = True,
+    cache: CompileCache | None = None,
+    timeout_s: float | None = None,
+) -> CompileResult:
+    """Compile a `ptx` or `cuda` solution for `arch`; the cubin lands in the content-addressed cache.
+
+    `workload` (a Workload or its id) narrows `targets` to the families it asks for on `arch`.
+    `use_cache=False` recompiles even when a stored result exists (and stores the new one).
+    """
+    if language not in ("ptx", "cuda"):
+        raise ValueError(f"language must be 'ptx' or 'cuda', not {language!r}")
+    tc = find_toolchain(arch)
+    cache = cache or CompileCache()
+    families = _families_for(workload, arch)
+    options: dict = {"ptxas": ptxas_flags(arch)}
+    if language == "cuda":
+        options |= {"nvcc": nvcc_flags(arch)[:-2], "include": _include_digest()}
+    key = cache_key(source, language, arch, options, tc.versions())
+    if use_cache and (hit := cache.get(key)) is not None:
+        return _select_targets(hit, families)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ptxbench-compile-") as tmp:
+        workdir = Path(tmp)
+        ptx_text, line_map, failed = source, None, None
+        if language == "cuda":
+            ptx_text, failed, cacheable = _cuda_to_ptx(source, arch, tc, workdir, timeout_s or NVCC_TIMEOUT_S)
+            line_map = loc_line_map(ptx_text, CU_NAME) if ptx_text is not None else None
+        if failed is not None:
+            result, cubin = failed, None
+        else:
+            result, cubin, cacheable = _assemble(ptx_text, arch, language, tc, workdir, line_map, timeout_s or PTXAS_TIMEOUT_S)
+    result.seconds = round(time.perf_counter() - start, 4)
+    if cacheable:
+        result = cache.put(key, result, cubin, ptx_text if language == "cuda" else None)
+    return _select_targets(result, families)
+
+
+def assemble_ptx(ptx_text: str, arch: str = "sm_90a", *, use_cache: bool = True, timeout_s: float | None = None) -> CompileResult:
+    """PTX -> cubin with ptxas (cached like any solution); the lower-level half of compile_source."""
+    return compile_source(ptx_text, "ptx", arch, use_cache=use_cache, timeout_s=timeout_s)

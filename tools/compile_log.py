@@ -1,0 +1,156 @@
+"""Read what the compilers say: ptxas errors and -v resources, nvcc errors, and the PTX `.loc`
+directives that map generated PTX lines back to a CUDA source. Also the static checks that turn
+the commonest target mistakes into one clear sentence before ptxas's own wording.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from ptxbench.workloads.arch import get_arch
+
+from .results import CompileIssue, KernelResources
+
+_PTXAS_AT_LINE = re.compile(r"^ptxas\s+(?P<file>.+?), line (?P<line>\d+); (?P<sev>error|warning)\s*:\s*(?P<msg>.*)$")
+_PTXAS_NO_LINE = re.compile(r"^ptxas\s+(?P<sev>error|warning|fatal)\s*:\s*(?P<msg>.*)$")
+_ABORTED = "Ptx assembly aborted due to errors"
+_ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)'")
+_PROPS = re.compile(r"Function properties for (?P<name>\S+)")
+_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_CMEM = re.compile(r"(\d+) bytes cmem\[(\d+)\]")
+
+LineMap = Callable[[int], "tuple[int | None, str]"]
+
+
+def parse_ptxas_log(log: str, line_map: LineMap | None = None) -> tuple[list[CompileIssue], list[CompileIssue], dict[str, KernelResources]]:
+    """(errors, warnings, entry name -> resources) from `ptxas -v` output.
+
+    `line_map` turns a line of the assembled PTX into (solution line or None, note for the message).
+    """
+    errors: list[CompileIssue] = []
+    warnings: list[CompileIssue] = []
+    kernels: dict[str, KernelResources] = {}
+    current: KernelResources | None = None
+    props_for: KernelResources | None = None
+    for raw in log.splitlines():
+        line = raw.strip()
+        if m := _PTXAS_AT_LINE.match(line):
+            src_line, note = line_map(int(m["line"])) if line_map else (int(m["line"]), "")
+            issue = CompileIssue(line=src_line, message=m["msg"].strip() + note, severity=m["sev"])
+            (errors if m["sev"] == "error" else warnings).append(issue)
+        elif m := _PTXAS_NO_LINE.match(line):
+            if m["sev"] == "warning":
+                warnings.append(CompileIssue(message=m["msg"].strip(), severity="warning"))
+            elif _ABORTED not in m["msg"] or not errors:
+                errors.append(CompileIssue(message=m["msg"].strip()))
+        elif m := _ENTRY.search(line):
+            current = kernels.setdefault(m["name"], KernelResources(name=m["name"]))
+        elif m := _PROPS.search(line):
+            props_for = kernels.get(m["name"])
+        elif m := _STACK.search(line):
+            if props_for is not None:
+                props_for.stack, props_for.spill_stores, props_for.spill_loads = (int(g) for g in m.groups())
+            props_for = None
+        elif (m := _USED.search(line)) and current is not None:
+            current.registers = int(m.group(1))
+            if s := _SMEM.search(line):
+                current.smem_static = int(s.group(1))
+            current.cmem = {f"cmem[{bank}]": int(n) for n, bank in _CMEM.findall(line)}
+    return errors, warnings, kernels
+
+
+_NVCC = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?P<sev>catastrophic error|error|warning)(?: #[\w-]+)?: (?P<msg>.*)$")
+
+
+def parse_nvcc_log(log: str, source_name: str) -> tuple[list[CompileIssue], list[CompileIssue]]:
+    """nvcc's `file.cu(12): error: ...` lines; issues in other files (headers) keep their file name."""
+    errors: list[CompileIssue] = []
+    warnings: list[CompileIssue] = []
+    for raw in log.splitlines():
+        m = _NVCC.match(raw.strip())
+        if not m:
+            continue
+        ours = m["file"].rsplit("/", 1)[-1] == source_name
+        msg = m["msg"].strip() if ours else f"{m['file'].rsplit('/', 1)[-1]}({m['line']}): {m['msg'].strip()}"
+        issue = CompileIssue(line=int(m["line"]) if ours else None, message=msg, severity="warning" if m["sev"] == "warning" else "error")
+        (warnings if issue.severity == "warning" else errors).append(issue)
+    if not errors and ("error" in log.lower()):
+        errors.append(CompileIssue(message=log.strip()[-2000:]))
+    return errors, warnings
+
+
+_FILE = re.compile(r"^\s*\.file\s+(\d+)\s+\"([^\"]+)\"")
+_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)")
+
+
+def loc_line_map(ptx_text: str, source_name: str) -> LineMap:
+    """Map a generated PTX line to the CUDA source line of the closest `.loc` before it."""
+    lines = ptx_text.splitlines()
+    files = {m.group(1) for ln in lines if (m := _FILE.match(ln)) and m.group(2).rsplit("/", 1)[-1] == source_name}
+    nearest: list[int | None] = []
+    last: int | None = None
+    for ln in lines:
+        if (m := _LOC.match(ln)) and m.group(1) in files:
+            last = int(m.group(2))
+        nearest.append(last)
+
+    def to_source(ptx_line: int) -> tuple[int | None, str]:
+        text = lines[ptx_line - 1].strip() if 0 < ptx_line <= len(lines) else ""
+        src = nearest[ptx_line - 1] if 0 < ptx_line <= len(nearest) else None
+        return src, f" (generated PTX line {ptx_line}: `{text}`)"
+
+    return to_source
+
+
+# Instructions that only the architecture-specific ('a') targets have, and the arch they belong to.
+_ARCH_SPECIFIC = {
+    "wgmma": (re.compile(r"\bwgmma\."), "sm_90a"),
+    "setmaxnreg": (re.compile(r"\bsetmaxnreg\."), "sm_90a"),
+    "tcgen05": (re.compile(r"\btcgen05\."), "sm_100a"),
+}
+_TARGET = re.compile(r"^\s*\.target\s+(sm_\w+)")
+_VERSION = re.compile(r"^\s*\.version\s+(\d+)\.(\d+)")
+
+
+def _first(pattern: re.Pattern, lines: list[str]) -> tuple[int, re.Match] | None:
+    for i, ln in enumerate(lines, 1):
+        if m := pattern.search(ln):
+            return i, m
+    return None
+
+
+def static_ptx_checks(ptx_code: str, arch: str) -> list[CompileIssue]:
+    """Target and version mistakes, each named with its line. `ptx_code` has its comments blanked."""
+    lines = ptx_code.splitlines()
+    issues: list[CompileIssue] = []
+    target = _first(_TARGET, lines)
+    version = _first(_VERSION, lines)
+    used = {name: hit for name, (pat, _) in _ARCH_SPECIFIC.items() if (hit := _first(pat, lines))}
+    if target:
+        t_line, declared = target[0], target[1].group(1)
+        if declared != arch and declared + "a" == arch and used:
+            feature = next(iter(used))
+            issues.append(CompileIssue(
+                line=t_line,
+                message=f"{feature} needs `.target {arch}`; the file declares {declared} (line {t_line}). "
+                f"Architecture-specific instructions ({', '.join(used)}) only exist on the 'a' target.",
+            ))
+        elif declared != arch and declared.endswith("a"):
+            issues.append(CompileIssue(
+                line=t_line, message=f"the file declares `.target {declared}` but it is compiled for {arch}; declare `.target {arch}`"
+            ))
+    for feature, (ln, _) in used.items():
+        home = _ARCH_SPECIFIC[feature][1]
+        if home != arch:
+            issues.append(CompileIssue(line=ln, message=f"{feature} is an {home} instruction and does not exist on {arch} (line {ln})"))
+    need = get_arch(arch).ptx_version_min
+    if version:
+        v_line, m = version
+        have = (int(m.group(1)), int(m.group(2)))
+        if have < tuple(int(p) for p in need.split(".")):
+            issues.append(CompileIssue(
+                line=v_line, message=f"{arch} needs PTX `.version {need}` or later; the file declares {have[0]}.{have[1]} (line {v_line})"
+            ))
+    return issues

@@ -1,0 +1,132 @@
+"""Disassemble a cubin and tell which target-instruction families a kernel has, in PTX and in SASS.
+
+`nvdisasm -json` gives per-function instruction lists; `cuobjdump -sass` is the fallback when
+nvdisasm is missing or fails. An opcode is the first dotted part of the mnemonic: HGMMA for
+`HGMMA.64x64x16.F32.BF16`, UTMALDG for `UTMALDG.2D`.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from ptxbench.workloads.arch import get_arch
+from .results import KernelResources, TargetPresence
+from .toolchain import Toolchain, ToolchainError, find_toolchain, run_tool
+
+
+class SassInstruction(BaseModel):
+    opcode: str  # the full mnemonic, e.g. HGMMA.64x64x16.F32.BF16
+    operands: str = ""
+    predicate: str = ""
+
+    @property
+    def base(self) -> str:
+        return opcode_base(self.opcode)
+
+
+def opcode_base(mnemonic: str) -> str:
+    return mnemonic.split(".", 1)[0]
+
+
+def opcode_histogram(instructions: list[SassInstruction]) -> dict[str, int]:
+    return dict(Counter(i.base for i in instructions).most_common())
+
+
+def _from_nvdisasm_json(text: str) -> dict[str, list[SassInstruction]]:
+    doc = json.loads(text)
+    functions = doc[1] if isinstance(doc, list) and len(doc) > 1 else []
+    out: dict[str, list[SassInstruction]] = {}
+    for f in functions:
+        out[f["function-name"]] = [
+            SassInstruction(opcode=i.get("opcode", ""), operands=i.get("operands", ""), predicate=i.get("predicate", ""))
+            for i in f.get("sass-instructions", [])
+        ]
+    return out
+
+
+_FUNC = re.compile(r"^\s*Function\s*:\s*(\S+)")
+_INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?P<pred>@!?U?P\w+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)\s*(?P<args>[^;]*);")
+
+
+def _from_cuobjdump(text: str) -> dict[str, list[SassInstruction]]:
+    out: dict[str, list[SassInstruction]] = {}
+    current: list[SassInstruction] | None = None
+    for line in text.splitlines():
+        if m := _FUNC.match(line):
+            current = out.setdefault(m.group(1), [])
+        elif current is not None and (m := _INSN.match(line)):
+            current.append(SassInstruction(opcode=m["op"], operands=m["args"].strip(), predicate=(m["pred"] or "").strip()))
+    return out
+
+
+def disassemble(cubin_path: str | Path, toolchain: Toolchain | None = None, timeout_s: float = 60.0) -> dict[str, list[SassInstruction]]:
+    """kernel (function) name -> its SASS instructions. Raises ToolchainError when no disassembler works."""
+    tc = toolchain or find_toolchain()
+    problems: list[str] = []
+    if tc.nvdisasm is not None:
+        res = run_tool([tc.nvdisasm.path, "-json", str(cubin_path)], timeout_s=timeout_s)
+        if res.returncode == 0:
+            try:
+                return _from_nvdisasm_json(res.stdout)
+            except (ValueError, KeyError, IndexError, TypeError) as e:
+                problems.append(f"nvdisasm -json output not understood: {e}")
+        else:
+            problems.append(f"nvdisasm failed: {res.output[-500:]}")
+    if tc.cuobjdump is not None:
+        res = run_tool([tc.cuobjdump.path, "-sass", str(cubin_path)], timeout_s=timeout_s)
+        if res.returncode == 0:
+            return _from_cuobjdump(res.stdout)
+        problems.append(f"cuobjdump failed: {res.output[-500:]}")
+    raise ToolchainError("cannot disassemble: " + ("; ".join(problems) or "neither nvdisasm nor cuobjdump was found"))
+
+
+def sass_histograms(cubin_path: str | Path, toolchain: Toolchain | None = None) -> dict[str, dict[str, int]]:
+    return {name: opcode_histogram(insns) for name, insns in disassemble(cubin_path, toolchain).items()}
+
+
+def sass_listing(cubin_path: str | Path, kernel: str | None = None, toolchain: Toolchain | None = None) -> str:
+    """The instruction list as text (one `[@P] OPCODE operands` per line), for one kernel or all."""
+    lines: list[str] = []
+    for name, insns in disassemble(cubin_path, toolchain).items():
+        if kernel is not None and name != kernel:
+            continue
+        lines.append(f"// {name}")
+        lines += [" ".join(p for p in (i.predicate, i.opcode, i.operands) if p) for i in insns]
+    return "\n".join(lines)
+
+
+_COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
+
+def strip_ptx_comments(ptx_text: str) -> str:
+    """PTX without comments, newlines kept so that line numbers stay put."""
+    return _COMMENTS.sub(lambda m: "\n" * m.group(0).count("\n"), ptx_text)
+
+
+def target_presence(
+    arch: str,
+    ptx_text: str,
+    kernels: Mapping[str, KernelResources | Mapping[str, int]],
+    families: list[str] | None = None,
+) -> dict[str, TargetPresence]:
+    """family -> present in PTX (a spelling outside comments) / in SASS (count of matching opcodes).
+
+    `kernels` maps kernel name to its KernelResources (its sass_opcodes are read) or to a histogram.
+    `families` restricts the report (e.g. to a workload's targets); default: every family of the arch.
+    """
+    profile = get_arch(arch)
+    code = strip_ptx_comments(ptx_text)
+    chosen = [f for f in profile.families if families is None or f.name in families]
+    out: dict[str, TargetPresence] = {}
+    for fam in chosen:
+        count = 0
+        for k in kernels.values():
+            hist = k.sass_opcodes if isinstance(k, KernelResources) else k
+            count += sum(n for op, n in hist.items() if fam.matches_opcode(op))
+        out[fam.name] = TargetPresence(in_ptx=fam.in_ptx(code), in_sass=count > 0, sass_count=count)
+    return out
