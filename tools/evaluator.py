@@ -26,6 +26,9 @@ class EvalOptions(BaseModel):
     no_gpu: bool = False
     timeout_s: float = Field(60.0, description="watchdog limit for one candidate's GPU work")
     seed: int | None = None
+    warmup: int | None = Field(None, description="timing warm-up calls; None = 10")
+    iters: int | None = Field(None, description="timed iterations per timing trial; None = 50")
+    timing_trials: int | None = Field(None, description="timing trials; None = 3")
 
 
 class Evaluator(Protocol):

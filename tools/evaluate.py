@@ -1,0 +1,125 @@
+"""LocalEvaluator: the Evaluator of tools/evaluator.py on this machine's GPUs.
+
+parse the solution (plan + source policy) -> compile + SASS (cached by content) -> resolve the plan
+for the GPU's SM count -> the worker pool (correctness, timing, repeat-call check) -> EvalResult.
+With options.no_gpu it stops after compile + SASS (status PASSED when that much is clean,
+gpu_evaluated=False). The pool starts on the first GPU evaluation, so compile-only use never
+touches CUDA. A kernel's failure is a status in the result; a missing GPU is INFRA_ERROR with a
+message that names what is missing.
+"""
+from __future__ import annotations
+
+import time
+
+from ..workloads.registry import get_workload
+from .compile import compile_source
+from .evaluator import EvalOptions
+from .gpu.pool import GpuPool, NoGpuError, PoolConfig
+from .plan import FormatIssue
+from .results import EvalResult, Fingerprint, Timing, TrialStats
+from .solution import PlanError, parse_solution, resolve_plan
+
+PLAN_WORDS = ("plan", "launch", "args", "arg ", "argument", "parameter", "tmap", "scratch", "grid", "block", "cluster",
+              "smem", "shared memory", "kernel '")
+
+
+def _format_status(issues: list[FormatIssue]) -> str:
+    """Plan problems are PLAN_ERROR; source-policy problems (host code, includes ...) COMPILE_ERROR."""
+    text = " ".join(i.message.lower() for i in issues)
+    return "PLAN_ERROR" if any(w in text for w in PLAN_WORDS) else "COMPILE_ERROR"
+
+
+def _message(result: dict) -> str:
+    status = result["status"]
+    if result.get("message"):
+        return result["message"]
+    stats = [TrialStats.model_validate(s) for s in result.get("correctness", [])]
+    if status == "PASSED":
+        worst = max((s.rel_fro_err or 0.0 for s in stats), default=0.0)
+        text = f"correct on {len({s.trial for s in stats})} runs with fresh inputs (worst relative Frobenius error {worst:.2e})"
+        t = result.get("timing")
+        if t:
+            lo, hi = t["speedup_ci"]
+            text += (f"; {t['candidate']['median_ms']:.4f} ms vs {t['primary_baseline']} "
+                     f"{t['baselines'][t['primary_baseline']]['median_ms']:.4f} ms: speedup {t['speedup']:.3f}x "
+                     f"[{lo:.3f}, {hi:.3f}], {t['sol_pct']:.1f}% of roofline")
+            if t["flags"]:
+                text += f"; flags: {', '.join(t['flags'])}"
+        return text
+    bad = next((s for s in stats if not s.passed), None)
+    if bad is None:
+        return status
+    where = f" at index {bad.worst_index}: got {bad.worst_value:g}, expected {bad.worst_expected:g}" if bad.worst_index else ""
+    return (f"{bad.tensor} is wrong in run {bad.trial}: {bad.frac_matched * 100:.3f}% of elements match, max abs error "
+            f"{bad.max_abs_err:.3g}, relative Frobenius error {bad.rel_fro_err:.3g}, {bad.n_nan} NaN, {bad.n_inf} Inf{where}"
+            + (f". {bad.note}" if bad.note else ""))
+
+
+class LocalEvaluator:
+    """Evaluate solutions on the local GPUs (one worker process per GPU, started on first use)."""
+
+    def __init__(self, pool: GpuPool | None = None, pool_config: PoolConfig | None = None):
+        self._pool = pool
+        self._pool_config = pool_config
+
+    @property
+    def pool(self) -> GpuPool:
+        if self._pool is None:
+            self._pool = GpuPool(self._pool_config)
+        return self._pool.start()
+
+    def evaluate(self, workload_id: str, source: str, options: EvalOptions | None = None) -> EvalResult:
+        options = options or EvalOptions()
+        wl = get_workload(workload_id)
+        seconds: dict[str, float] = {}
+        t0 = time.perf_counter()
+        solution = parse_solution(source, wl, options.arch)
+        seconds["parse"] = time.perf_counter() - t0
+        if isinstance(solution, list):
+            return EvalResult(workload=wl.id, status=_format_status(solution), plan_errors=[str(i) for i in solution],
+                              message="the solution file has problems: " + "; ".join(str(i) for i in solution),
+                              seconds=seconds)
+        t0 = time.perf_counter()
+        comp = compile_source(solution.source, solution.language, options.arch, wl)
+        seconds["compile"] = time.perf_counter() - t0
+        base = dict(workload=wl.id, compile=comp, targets_static=comp.targets, seconds=seconds)
+        if comp.status != "ok":
+            return EvalResult(status="COMPILE_ERROR", message="; ".join(str(e.message) for e in comp.errors[:5]), **base)
+        if options.no_gpu:
+            return EvalResult(status="PASSED", gpu_evaluated=False,
+                              message="compiled cleanly; not run on a GPU (no-GPU mode): correctness and speed unknown",
+                              **base)
+        try:
+            pool = self.pool
+            limits = pool.limits
+        except NoGpuError as e:
+            return EvalResult(status="INFRA_ERROR", message=f"cannot evaluate on a GPU: {e}", **base)
+        try:
+            plan = resolve_plan(solution.plan, wl, int(limits["sm_count"]), options.arch)
+        except PlanError as e:
+            issues = getattr(e, "issues", [])
+            return EvalResult(status="PLAN_ERROR", plan_errors=[str(i) for i in issues] or [str(e)],
+                              message="the launch plan cannot run on this GPU: " + "; ".join(str(i) for i in issues), **base)
+        with open(comp.cubin_path, "rb") as f:
+            cubin = f.read()
+        job = {"type": "evaluate", "workload": wl.id, "cubin": cubin, "plan": plan.model_dump(), "trials": options.trials,
+               "dist": options.dist, "seed": options.seed or 0, "time": options.time, "timeout_s": options.timeout_s}
+        for key in ("warmup", "iters", "timing_trials"):
+            if getattr(options, key, None) is not None:
+                job[key] = getattr(options, key)
+        t0 = time.perf_counter()
+        result = pool.submit(job)
+        seconds["gpu"] = time.perf_counter() - t0
+        seconds.update({f"gpu.{k}": v for k, v in (result.get("seconds") or {}).items()})
+        fp = Fingerprint.model_validate({**pool.fingerprint, "ptxas": comp.tools.get("ptxas", "")})
+        return EvalResult(
+            status=result["status"], message=_message(result), plan_errors=result.get("plan_errors", []),
+            runtime_error=result.get("runtime_error", ""),
+            correctness=[TrialStats.model_validate(s) for s in result.get("correctness", [])],
+            timing=Timing.model_validate(result["timing"]) if result.get("timing") else None,
+            fingerprint=fp, gpu_evaluated=True, **base)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None

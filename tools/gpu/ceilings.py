@@ -1,0 +1,71 @@
+"""Roofline ceilings measured on the device (once per GPU) and the %SOL and plausibility flags.
+
+Ceilings: the bf16 tensor-core rate of a large cuBLAS matmul and the bandwidth of a large device
+copy. %SOL = the roofline time (max of FLOPs / rate and bytes / bandwidth) over the measured time.
+Flags: a speedup above IMPLAUSIBLE_SPEEDUP over the library, or a rate above the datasheet peak
+(or above the measured ceilings by ABOVE_ROOFLINE_MARGIN when the GPU is not in the table).
+"""
+from __future__ import annotations
+
+IMPLAUSIBLE_SPEEDUP = 1.5
+ABOVE_ROOFLINE_MARGIN = 1.3
+# Dense bf16 TFLOP/s and HBM GB/s from the datasheets (SXM parts).
+DATASHEET = {"H100": (989.0, 3350.0), "H200": (989.0, 4800.0), "B200": (2250.0, 8000.0)}
+
+
+def datasheet_peak(gpu_name: str) -> tuple[float, float] | None:
+    for key, value in DATASHEET.items():
+        if key in gpu_name:
+            return value
+    return None
+
+
+def measure(matmul_n: int = 8192, copy_bytes: int = 1 << 30, reps: int = 10) -> dict[str, float]:
+    """{'tflops_bf16', 'hbm_gbps'}: best of `reps` timed calls (the ceiling is what the device can do)."""
+    import torch
+
+    a = torch.randn(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+    src = torch.empty(copy_bytes // 4, device="cuda", dtype=torch.float32).fill_(1.0)
+    dst = torch.empty_like(src)
+
+    def best(fn) -> float:
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(reps):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+        return min(times)
+
+    mm_ms = best(lambda: torch.matmul(a, b, out=c))
+    copy_ms = best(lambda: dst.copy_(src))
+    del a, b, c, src, dst
+    torch.cuda.empty_cache()
+    return {"tflops_bf16": 2.0 * matmul_n**3 / mm_ms / 1e9, "hbm_gbps": 2.0 * copy_bytes / copy_ms / 1e6}
+
+
+def roofline_ms(flops: float, min_bytes: float, ceilings: dict[str, float]) -> float:
+    return max(flops / (ceilings["tflops_bf16"] * 1e9), min_bytes / (ceilings["hbm_gbps"] * 1e6))
+
+
+def sol_pct(flops: float, min_bytes: float, ms: float, ceilings: dict[str, float]) -> float:
+    return 100.0 * roofline_ms(flops, min_bytes, ceilings) / ms
+
+
+def flags(speedup: float | None, flops: float, min_bytes: float, ms: float, ceilings: dict[str, float],
+          gpu_name: str) -> list[str]:
+    out = []
+    if speedup is not None and speedup > IMPLAUSIBLE_SPEEDUP:
+        out.append("implausible_speedup")
+    peak = datasheet_peak(gpu_name)
+    limits = ({"tflops_bf16": peak[0], "hbm_gbps": peak[1]} if peak else
+              {k: v * ABOVE_ROOFLINE_MARGIN for k, v in ceilings.items()})
+    if limits and ms < roofline_ms(flops, min_bytes, limits):
+        out.append("above_roofline")
+    return out

@@ -1,0 +1,277 @@
+"""The worker pool: one long-lived worker per GPU, a hot spare each, and a watchdog in the parent.
+
+Workers are started with multiprocessing's 'forkserver' method (or 'spawn'): the fork server is a
+fresh interpreter that imports torch and the worker code but never touches CUDA, so each worker
+forks from a CUDA-free process in well under a second and creates its own context. The parent never
+imports torch. Jobs queue for a free GPU (one at a time per GPU, since timing needs it alone).
+
+The watchdog follows the worker's phase messages: each phase ('prepare', 'run', 'timing') comes
+with the time it may take. No message within that time -> the worker is killed: TIMEOUT when a
+candidate was running, INFRA_ERROR when the harness's own preparation stalled. A dead worker or a
+result marked `replace` (sticky CUDA error) -> the worker is replaced by its spare, and a new
+spare starts in the background. The caller always gets a result dict.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from pydantic import BaseModel, Field
+
+PRELOAD = ["numpy", "torch", "cuda.bindings.driver", "ptxbench.tools.gpu.worker", "ptxbench.tools.gpu.runner"]
+
+
+class NoGpuError(RuntimeError):
+    """The pool could not start a worker: no GPU, or a missing GPU-side package (the message says which)."""
+
+
+class PoolConfig(BaseModel):
+    devices: list[int] | None = Field(None, description="GPU indices; None = every visible GPU")
+    start_method: str = Field("forkserver", description="'forkserver' (fast replacement) or 'spawn'")
+    spares: int = Field(1, description="hot spare workers per GPU, ready to replace a failed one")
+    cache_share: float = Field(0.4, description="share of GPU memory for cached inputs, references and baselines")
+    start_timeout_s: float = 300.0
+    prepare_timeout_s: float = Field(900.0, description="watchdog limit for building inputs, references and baselines")
+
+
+class WorkerProcess:
+    """A worker process and its end of the pipe."""
+
+    def __init__(self, ctx, device: int, config: dict):
+        from .entry import main
+
+        self.device = device
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=main, args=(child, device, config), daemon=True, name=f"ptxbench-gpu{device}")
+        self.proc.start()
+        child.close()
+        self.hello: dict | None = None
+
+    def send(self, msg: dict) -> None:
+        self.conn.send(msg)
+
+    def recv(self, timeout: float) -> dict | None:
+        try:
+            if self.conn.poll(timeout):
+                return self.conn.recv()
+        except (EOFError, OSError):
+            return None
+        return None
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.proc.exitcode
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Let it exit after an 'exit' message, else kill it."""
+        self.proc.join(timeout=grace_s)
+        self.kill()
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=10)
+        self.conn.close()
+
+
+WorkerFactory = Callable[[int, dict], WorkerProcess]
+
+
+def _result(status: str, message: str, runtime_error: str = "") -> dict:
+    return {"status": status, "message": message, "runtime_error": runtime_error, "plan_errors": [],
+            "correctness": [], "timing": None, "seconds": {}}
+
+
+class DeviceSlot:
+    def __init__(self, device: int):
+        self.device = device
+        self.active: WorkerProcess | None = None
+        self.spares: deque[WorkerProcess] = deque()
+        self.replacements = 0
+        self.jobs = 0
+
+
+class GpuPool:
+    def __init__(self, config: PoolConfig | None = None, factory: WorkerFactory | None = None):
+        self.config = config or PoolConfig()
+        if factory is None:
+            ctx = mp.get_context(self.config.start_method)
+            if self.config.start_method == "forkserver":
+                ctx.set_forkserver_preload(PRELOAD)
+            factory = lambda device, cfg: WorkerProcess(ctx, device, cfg)  # noqa: E731
+        self.factory = factory
+        self.slots: list[DeviceSlot] = []
+        self.free: queue.Queue[DeviceSlot] = queue.Queue()
+        self.ceilings: dict[int, dict] = {}
+        self.info: dict = {}
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._started = False
+
+    # ---- start-up ----
+    def _worker_config(self) -> dict:
+        return {"cache_share": self.config.cache_share}
+
+    def _spawn(self, device: int) -> WorkerProcess:
+        return self.factory(device, self._worker_config())
+
+    def _await_hello(self, w: WorkerProcess) -> dict:
+        if w.hello is None:
+            msg = w.recv(self.config.start_timeout_s)
+            if msg is None:
+                code = w.exitcode
+                w.kill()
+                raise NoGpuError(f"the GPU worker for device {w.device} did not start within "
+                                 f"{self.config.start_timeout_s:.0f} s (exit code {code})")
+            if msg.get("error"):
+                w.kill()
+                raise NoGpuError(f"the GPU worker for device {w.device} could not start: {msg['error']}")
+            w.hello = msg
+        return w.hello
+
+    def start(self) -> GpuPool:
+        if self._started:
+            return self
+        devices = self.config.devices
+        first = self._spawn(devices[0] if devices else 0)
+        hello = self._await_hello(first)
+        self.info = hello
+        if devices is None:
+            devices = list(range(int(hello.get("device_count", 1))))
+        for d in devices:
+            slot = DeviceSlot(d)
+            slot.active = first if d == first.device else self._spawn(d)
+            for _ in range(self.config.spares):
+                slot.spares.append(self._spawn(d))
+            self.slots.append(slot)
+        for slot in self.slots:
+            self._await_hello(slot.active)
+            self.free.put(slot)
+        self._started = True
+        return self
+
+    @property
+    def limits(self) -> dict:
+        return self.start().info["limits"]
+
+    @property
+    def fingerprint(self) -> dict:
+        return self.start().info["fingerprint"]
+
+    # ---- jobs ----
+    def submit(self, job: dict) -> dict:
+        """Run one job on the next free GPU; returns the worker's result dict (never raises for kernel faults)."""
+        self.start()
+        slot = self.free.get()
+        try:
+            return self._run(slot, job)
+        except NoGpuError as e:  # a replacement worker could not start
+            return _result("INFRA_ERROR", str(e))
+        finally:
+            self.free.put(slot)
+
+    def _ensure_active(self, slot: DeviceSlot) -> WorkerProcess:
+        while slot.active is None or not slot.active.alive():
+            if slot.active is not None:
+                slot.active.kill()
+            slot.active = slot.spares.popleft() if slot.spares else self._spawn(slot.device)
+            while len(slot.spares) < self.config.spares:
+                slot.spares.append(self._spawn(slot.device))
+            self._await_hello(slot.active)
+        return slot.active
+
+    def _replace(self, slot: DeviceSlot) -> None:
+        if slot.active is not None:
+            slot.active.kill()
+        slot.active = None
+        slot.replacements += 1
+        self._ensure_active(slot)
+
+    def _run(self, slot: DeviceSlot, job: dict) -> dict:
+        w = self._ensure_active(slot)
+        with self._lock:
+            self._next_id += 1
+            job_id = self._next_id
+        limit = float(job.get("timeout_s", 60.0))
+        msg = {"prepare_timeout_s": self.config.prepare_timeout_s, **job, "id": job_id, "timeout_s": limit}
+        if slot.device in self.ceilings:
+            msg["ceilings"] = self.ceilings[slot.device]
+        w.send(msg)
+        slot.jobs += 1
+        phase, deadline = "prepare", time.monotonic() + self.config.prepare_timeout_s
+        while True:
+            reply = w.recv(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+            now = time.monotonic()
+            if reply is None:
+                if not w.alive():
+                    code = w.exitcode
+                    self._replace(slot)
+                    return _result("RUNTIME_ERROR", f"the GPU worker process died while running the candidate "
+                                                    f"(exit code {code}); it was replaced",
+                                   runtime_error=f"WORKER_DIED: exit code {code}")
+                if now > deadline:
+                    self._replace(slot)
+                    if phase in ("run", "timing"):
+                        return _result("TIMEOUT", f"the kernel did not finish within {limit:g} s ({phase} phase); "
+                                                  f"the watchdog killed the worker", runtime_error=f"TIMEOUT after {limit:g} s")
+                    return _result("INFRA_ERROR", f"preparing inputs, references or baselines took longer than "
+                                                  f"{self.config.prepare_timeout_s:g} s")
+                continue
+            if reply.get("id") not in (None, job_id):
+                continue
+            if reply["type"] == "phase":
+                phase, deadline = reply["phase"], now + float(reply["limit_s"])
+            elif reply["type"] == "result":
+                result = reply["result"]
+                timing = result.get("timing") or {}
+                if timing.get("ceilings"):
+                    self.ceilings.setdefault(slot.device, timing["ceilings"])
+                if reply.get("replace"):
+                    self._replace(slot)
+                return result
+
+    def ping(self) -> list[dict]:
+        """Each GPU's worker answers (checks the pool is healthy); returns their cache stats."""
+        self.start()
+        out = []
+        for _ in self.slots:
+            slot = self.free.get()
+            try:
+                w = self._ensure_active(slot)
+                w.send({"type": "ping"})
+                reply = w.recv(30.0)
+                out.append({"device": slot.device, "ok": bool(reply and reply.get("type") == "pong"),
+                            "replacements": slot.replacements, "jobs": slot.jobs, **((reply or {}).get("cache") or {})})
+            finally:
+                self.free.put(slot)
+        return out
+
+    def close(self) -> None:
+        for slot in self.slots:
+            for w in [slot.active, *slot.spares]:
+                if w is None:
+                    continue
+                try:
+                    w.send({"type": "exit"})
+                except (OSError, ValueError):
+                    pass
+        for slot in self.slots:
+            for w in [slot.active, *slot.spares]:
+                if w is not None:
+                    w.stop()
+            slot.active, slot.spares = None, deque()
+        self.slots = []
+        self._started = False
+
+    def __enter__(self) -> GpuPool:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,77 @@
+"""Timing: CUDA events around each call, a cold L2 before each call, candidate and baseline interleaved.
+
+Each iteration flushes L2 (writes a buffer of at least twice its size), then times one call of each
+function, alternating the order every iteration (ABBA...) so neither side always follows the
+flush; clock drift and thermal state therefore hit both sides alike. Statistics: the median and a
+bootstrap 95% interval; the speedup's interval resamples the iterations as pairs.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..results import TimingStat
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def bootstrap_median_ci(samples, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
+    x = np.asarray(samples, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(x), size=(resamples, len(x)))
+    meds = np.median(x[idx], axis=1)
+    return float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
+
+
+def bootstrap_ratio_ci(numerator, denominator, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 1) -> tuple[float, float]:
+    """95% interval of median(numerator) / median(denominator), resampling paired iterations."""
+    a = np.asarray(numerator, dtype=np.float64)
+    b = np.asarray(denominator, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, min(len(a), len(b)), size=(resamples, min(len(a), len(b))))
+    ratios = np.median(a[idx], axis=1) / np.median(b[idx], axis=1)
+    return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
+
+
+def summarize(samples) -> TimingStat:
+    lo, hi = bootstrap_median_ci(samples)
+    x = np.asarray(samples, dtype=np.float64)
+    return TimingStat(median_ms=float(np.median(x)), ci_low_ms=lo, ci_high_ms=hi, n=len(x),
+                      min_ms=float(x.min()), max_ms=float(x.max()))
+
+
+def speedup(baseline_ms, candidate_ms) -> tuple[float, tuple[float, float]]:
+    s = float(np.median(baseline_ms) / np.median(candidate_ms))
+    return s, bootstrap_ratio_ci(baseline_ms, candidate_ms)
+
+
+def time_interleaved(fns: list[Callable[[], object]], *, flush_bytes: int, warmup: int = 10, iters: int = 50,
+                     trials: int = 3, on_trial: Callable[[int], None] | None = None) -> list[list[float]]:
+    """Milliseconds per call of each function: `trials` rounds of `iters` interleaved, cold-L2 iterations."""
+    import torch
+
+    flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+    for _ in range(warmup):
+        for fn in fns:
+            flush.fill_(0)
+            fn()
+    torch.cuda.synchronize()
+    times: list[list[float]] = [[] for _ in fns]
+    for trial in range(trials):
+        events = []
+        for it in range(iters):
+            order = range(len(fns)) if (it + trial) % 2 == 0 else reversed(range(len(fns)))
+            for k in order:
+                flush.fill_(it & 0xFF)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fns[k]()
+                end.record()
+                events.append((k, start, end))
+        torch.cuda.synchronize()
+        for k, start, end in events:
+            times[k].append(start.elapsed_time(end))
+        if on_trial:
+            on_trial(trial)
+    return times

@@ -1,0 +1,109 @@
+"""The GPU worker: one long-lived process per GPU that owns the CUDA context.
+
+Protocol over a multiprocessing Connection (plain dicts):
+  worker -> parent  {"type": "hello", "limits", "fingerprint", "device_count"}  or  {"type": "hello", "error"}
+  parent -> worker  {"type": "evaluate" | "aa", "id", "workload", "cubin", "plan", "trials", "dist", "seed", "time",
+                     "timeout_s", "prepare_timeout_s", "ceilings"?, "warmup"?, "iters"?, "timing_trials"?}
+  worker -> parent  {"type": "phase", "id", "phase", "limit_s"}   (the watchdog's deadline for what comes next)
+                    {"type": "result", "id", "result", "replace", "cache"}
+  parent -> worker  {"type": "ping"} -> {"type": "pong"};  {"type": "exit"}
+After a result with replace=True (a sticky CUDA error) the worker exits; the pool starts another.
+"""
+from __future__ import annotations
+
+import traceback
+
+from .limits import DeviceLimits
+
+
+def read_limits(device_index: int) -> DeviceLimits:
+    import torch
+    from cuda.bindings import driver as cu
+
+    from .launch import check
+
+    dev = check(cu.cuDeviceGet(device_index), "cuDeviceGet")
+    A = cu.CUdevice_attribute
+
+    def attr(a) -> int:
+        return int(check(cu.cuDeviceGetAttribute(a, dev), f"cuDeviceGetAttribute({a.name})"))
+
+    props = torch.cuda.get_device_properties(device_index)
+    return DeviceLimits(
+        name=props.name,
+        sm_count=attr(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+        max_threads_per_block=attr(A.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+        max_block=(attr(A.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X), attr(A.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
+                   attr(A.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)),
+        max_grid=(attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X), attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
+                  attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)),
+        max_smem_optin=attr(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+        max_cluster_size=8,
+        l2_bytes=attr(A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
+        total_memory=props.total_memory,
+    )
+
+
+def _start(device_index: int, config: dict):
+    import torch
+    from cuda.bindings import driver as cu
+
+    from . import fingerprint
+    from .state import WorkerState
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("no CUDA GPU is visible to torch (torch.cuda.is_available() is False)")
+    torch.cuda.set_device(device_index)
+    torch.zeros(1, device="cuda")  # creates the primary context, which the driver API calls then use
+    cu.cuInit(0)
+    limits = read_limits(device_index)
+    a = torch.ones(256, 256, device="cuda", dtype=torch.bfloat16)
+    torch.matmul(a, a)  # initialise cuBLAS now, not inside the first timed call
+    torch.cuda.synchronize()
+    state = WorkerState(device_index, limits, config.get("cache_share", 0.4), config.get("ceilings"))
+    hello = {"type": "hello", "limits": limits.model_dump(), "fingerprint": fingerprint.read(device_index),
+             "device_count": torch.cuda.device_count()}
+    return state, hello
+
+
+def _infra(message: str) -> dict:
+    return {"status": "INFRA_ERROR", "message": message, "runtime_error": "", "plan_errors": [], "correctness": [],
+            "timing": None, "seconds": {}}
+
+
+def serve(conn, device_index: int, config: dict) -> None:
+    try:
+        state, hello = _start(device_index, config)
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which names what is missing
+        conn.send({"type": "hello", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+        return
+    conn.send(hello)
+    from .runner import aa_job, evaluate_job
+
+    handlers = {"evaluate": evaluate_job, "aa": aa_job}
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        kind = msg.get("type")
+        if kind == "exit":
+            return
+        if kind == "ping":
+            conn.send({"type": "pong", "cache": state.cache.stats()})
+            continue
+        job_id = msg.get("id")
+        if msg.get("ceilings") and not state.ceilings:
+            state.ceilings = dict(msg["ceilings"])
+
+        def phase(name: str, limit_s: float, _id=job_id) -> None:
+            conn.send({"type": "phase", "id": _id, "phase": name, "limit_s": float(limit_s)})
+
+        try:
+            result, replace = handlers[kind](state, msg, phase)
+        except Exception:  # noqa: BLE001 - a harness bug: reported, and the worker is replaced to be safe
+            result, replace = _infra("the GPU worker failed:\n" + traceback.format_exc(limit=8)), True
+        state.jobs += 1
+        conn.send({"type": "result", "id": job_id, "result": result, "replace": replace, "cache": state.cache.stats()})
+        if replace:
+            return
