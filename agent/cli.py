@@ -9,6 +9,7 @@ COMMAND_MODULES = [
     "cmd_workloads",
     "cmd_compile",
     "cmd_export",
+    "cmd_synth",
 ]
 
 for _name in COMMAND_MODULES:

@@ -1,0 +1,69 @@
+"""`ptxbench synth-repairs`: broken variants of correct kernels, evaluated on the GPU, recorded as a run."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app
+
+
+@app.command("synth-repairs")
+def synth_repairs(
+    workloads: list[str] = typer.Argument(None, help="workloads whose reference kernels are broken (default: the GEMM task)"),
+    run_dir: Path = typer.Option(Path("runs/synth-repairs"), help="run directory the repair pairs are written to"),
+    mutations: str = typer.Option("", help="comma-separated bug classes (default: every class that applies)"),
+    trials: Optional[int] = typer.Option(None, help="correctness trials per evaluation"),
+    timeout_s: float = typer.Option(60.0, help="watchdog limit per candidate"),
+    list_only: bool = typer.Option(False, "--list", help="list the bug classes that apply, evaluate nothing"),
+) -> None:
+    """Inject named Hopper bugs into correct kernels; keep each variant the evaluator really rejects."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..tools.evaluator import EvalOptions
+    from .export.mutations import MUTATIONS, applicable
+    from .export.synth import synthesize
+    from .feedback import render_eval
+    from .models.builtin import reference_source
+    from .rundir import write_manifest
+    from .state import OptimizeConfig
+    from .task import system_prompt, task_prompt
+    from ..workloads.registry import get_workload
+
+    console = Console()
+    ids = workloads or ["gemm_bf16_m8192_n7168_k5120"]
+    names = [m for m in mutations.split(",") if m] or None
+    if list_only:
+        for wid in ids:
+            found = [m.name for m, _ in applicable(reference_source(wid), names)]
+            console.print(f"{wid}: {', '.join(found) or 'none'}")
+        console.print("classes: " + ", ".join(m.name for m in MUTATIONS))
+        return
+
+    from ..tools.evaluate import LocalEvaluator
+
+    def prompts(wid: str) -> tuple[str, str]:
+        cfg = OptimizeConfig(workload=wid, model="synthetic")
+        return system_prompt(cfg), task_prompt(cfg, get_workload(wid))
+
+    write_manifest(run_dir, {"command": "synth-repairs", "workloads": ids, "mutations": names or "all"})
+    table = Table("workload", "bug class", "status", "expected", "kept")
+    evaluator = LocalEvaluator()
+    try:
+        report = synthesize(
+            ids, evaluator, run_dir, sources=reference_source, prompts=prompts,
+            feedback=lambda result, turn: render_eval(result, turn, no_gpu=False),
+            mutations=names, options=EvalOptions(trials=trials, timeout_s=timeout_s, profile_on_pass=False),
+            on_outcome=lambda o: console.print(f"  {o.workload} {o.mutation}: {o.status}"),
+        )
+    finally:
+        evaluator.close()
+    for wid, status in report.reference_status.items():
+        console.print(f"reference kernel of {wid}: {status}")
+    for o in report.outcomes:
+        table.add_row(o.workload, o.mutation, o.status, "yes" if o.as_expected else "no", "yes" if o.kept else "no")
+    console.print(table)
+    console.print(f"{len(report.kept)} repair pairs in {run_dir}; export them with "
+                  f"`ptxbench export {run_dir} --recipe fixit --out DIR`")

@@ -1,0 +1,85 @@
+"""Bug injection: named classes of broken Hopper kernels, made from correct ones by small text edits.
+
+Each mutation is a bug a Hopper kernel engineer would recognise, with the failure classes it is
+expected to produce. Patterns cover both the wrapper-header idioms (prompts/include/ptxbench/*.cuh)
+and raw PTX spellings; a mutation that finds nothing to change in a kernel does not apply to it.
+Whether a variant is really broken is decided by evaluating it (synth.py), never assumed.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    description: str
+    expected: tuple[str, ...]
+    pattern: str
+    replacement: str | Callable[[re.Match], str]
+    count: int = 0  # 0: every match; n: the first n
+
+    def apply(self, source: str) -> str | None:
+        out, n = re.subn(self.pattern, self.replacement, source, count=self.count, flags=re.M)
+        return out if n and out != source else None
+
+
+WRONG = ("INCORRECT_NUMERICAL", "INCORRECT_NAN")
+HANG_OR_WRONG = ("TIMEOUT", "INCORRECT_NUMERICAL", "INCORRECT_NAN", "RUNTIME_ERROR")
+
+MUTATIONS: list[Mutation] = [
+    Mutation("missing_wgmma_fence",
+             "wgmma.fence removed before the first wgmma of a k-step: accumulator and shared-memory writes are not ordered "
+             "with the asynchronous MMA",
+             WRONG, r"^[ \t]*(?:wgmma_fence\(\);|wgmma\.fence\.sync\.aligned;)[ \t]*\n", ""),
+    Mutation("missing_fence_proxy_async",
+             "fence.proxy.async removed after generic-proxy shared-memory stores that the async proxy (TMA store / wgmma) reads",
+             WRONG, r"^[ \t]*(?:fence_proxy_async\(\);|fence\.proxy\.async(?:\.shared::cta)?;)[ \t]*\n", ""),
+    Mutation("wait_group_too_little",
+             "wgmma.wait_group before the epilogue waits for too little (1 instead of 0): accumulators are read while the "
+             "last MMA group is still in flight",
+             WRONG, r"wgmma_wait<0>\(\);|wgmma\.wait_group\.sync\.aligned 0;", lambda m: m.group(0).replace("0", "1"), 1),
+    Mutation("wrong_desc_k_step",
+             "wrong shared-memory descriptor advance along K inside the 128B swizzle atom (64 bytes per k16 step instead of 32)",
+             WRONG, r"(\bd[ab]) \+ 2 \* kk\b", r"\1 + 4 * kk"),
+    Mutation("wrong_swizzle",
+             "the TMA map's swizzle (64B) no longer matches the 128B swizzle the wgmma descriptors assume",
+             WRONG, r'(swizzle\s*=\s*)"128B"', r'\1"64B"', 1),
+    Mutation("mbarrier_phase_error",
+             "consumers wait on the full barrier with the wrong parity, so they read a stage before its TMA load landed",
+             HANG_OR_WRONG, r"mbar_wait\(&full\[stage\], phase\)", "mbar_wait(&full[stage], phase ^ 1)"),
+    Mutation("expect_tx_mismatch",
+             "mbarrier expect-tx byte count is smaller than what the TMA loads deliver (the transaction count underflows)",
+             HANG_OR_WRONG, r"mbar_arrive_expect_tx\(&full\[stage\], STAGE_BYTES\)",
+             "mbar_arrive_expect_tx(&full[stage], STAGE_BYTES - 1024)"),
+    Mutation("off_by_one_k_tiles",
+             "off-by-one tile bound: the K loop drops its last tile (floor instead of ceiling division, minus one)",
+             WRONG, r"const int k_iters = \(K \+ BK - 1\) / BK;", "const int k_iters = (K + BK - 1) / BK - 1;"),
+    Mutation("off_by_one_n_tiles",
+             "off-by-one tile bound: the last column of tiles is never computed",
+             WRONG, r"const int tiles_n = \(N \+ BN - 1\) / BN;", "const int tiles_n = (N + BN - 1) / BN - 1;"),
+    Mutation("accumulator_not_zeroed",
+             "the first wgmma of a tile accumulates into uninitialised registers (scale-d stays 1)",
+             WRONG, r"\(k \| kc \| kk\) != 0", "true"),
+    Mutation("wrong_softmax_scale",
+             "softmax scale applied as 1/D instead of 1/sqrt(D)",
+             WRONG, r'"f32:scale"', '"f32:scale * scale"'),
+    Mutation("missing_causal_mask",
+             "the causal mask is never applied (the kernel is told the problem is not causal)",
+             WRONG, r'"i32:causal"|"i32:1"\s*#\s*causal', '"i32:0"'),
+]
+
+BY_NAME = {m.name: m for m in MUTATIONS}
+
+
+def applicable(source: str, names: list[str] | None = None) -> list[tuple[Mutation, str]]:
+    """Every (mutation, broken source) pair that changes this kernel."""
+    chosen = [BY_NAME[n] for n in names] if names else MUTATIONS
+    out = []
+    for m in chosen:
+        broken = m.apply(source)
+        if broken is not None:
+            out.append((m, broken))
+    return out

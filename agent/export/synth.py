@@ -1,0 +1,99 @@
+"""`synth-repairs`: break correct kernels on purpose, evaluate every variant for real, and record the ones
+the evaluator rejects as two-turn trajectories (broken kernel + its true evaluation log -> the correct
+kernel), so `ptxbench export --recipe fixit` turns them into Fixit rows like any recorded run."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ...tools.evaluator import EvalOptions, Evaluator
+from ...tools.results import EvalResult
+from ..events import EvalEvent, Stop, TrajectoryStart, TurnEnd
+from ..rundir import TrajectoryWriter, sha256_text
+from .mutations import applicable
+
+
+@dataclass
+class SynthOutcome:
+    workload: str
+    mutation: str
+    expected: tuple[str, ...]
+    status: str
+    kept: bool
+    as_expected: bool
+    trajectory: str = ""
+
+
+@dataclass
+class SynthReport:
+    outcomes: list[SynthOutcome] = field(default_factory=list)
+    reference_status: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def kept(self) -> list[SynthOutcome]:
+        return [o for o in self.outcomes if o.kept]
+
+
+def _language(source: str) -> str:
+    return "ptx" if ".entry" in source and "__global__" not in source else "cuda"
+
+
+def _record(run_dir: Path, tid: str, workload_id: str, held_out: bool, mutation, prompts: tuple[str, str],
+            turns: list[tuple[str, EvalResult, str]]) -> None:
+    w = TrajectoryWriter(run_dir / "trajectories" / tid)
+    w.append(TrajectoryStart(
+        trajectory_id=tid, workload=workload_id, model=f"synthetic/{mutation.name}", prompt="synthetic", mode="pipeline",
+        held_out=held_out, config={"synthetic_bug": mutation.name, "description": mutation.description,
+                                   "expected": list(mutation.expected), "system_prompt": prompts[0], "task_prompt": prompts[1]},
+    ))
+    for turn, (source, result, feedback) in enumerate(turns, start=1):
+        lang = _language(source)
+        rel = w.save_kernel(turn, lang, source)
+        w.append(EvalEvent(trajectory_id=tid, turn=turn, kernel_file=rel, kernel_sha256=sha256_text(source), language=lang,
+                           result=result.model_dump(mode="json"), feedback=feedback))
+        w.append(TurnEnd(trajectory_id=tid, turn=turn, status=result.status, speedup=result.speedup))
+    w.append(Stop(trajectory_id=tid, turn=len(turns), reason="submitted", detail="synthetic repair pair"))
+
+
+def synthesize(
+    workload_ids: list[str],
+    evaluator: Evaluator,
+    run_dir: Path,
+    *,
+    sources: Callable[[str], str],
+    prompts: Callable[[str], tuple[str, str]],
+    feedback: Callable[[EvalResult, int], str],
+    mutations: list[str] | None = None,
+    options: EvalOptions | None = None,
+    on_outcome: Callable[[SynthOutcome], None] | None = None,
+) -> SynthReport:
+    """For each workload: evaluate its correct kernel once, then every applicable mutation; record rejected ones.
+
+    `sources(workload)` gives the correct kernel, `prompts(workload)` the (system, task) text a model would
+    have seen, `feedback(result, turn)` the evaluation log text a model would have read.
+    """
+    from ...workloads.registry import get_workload
+
+    options = options or EvalOptions()
+    report = SynthReport()
+    for wid in workload_ids:
+        workload = get_workload(wid)
+        good_source = sources(wid)
+        good = evaluator.evaluate(wid, good_source, options)
+        report.reference_status[wid] = good.status
+        if not good.passed and not options.no_gpu:
+            continue  # a repair pair needs a kernel that really is correct
+        for mutation, broken in applicable(good_source, mutations):
+            result = evaluator.evaluate(wid, broken, options)
+            rejected = result.status != "PASSED" and result.status != "INFRA_ERROR"
+            outcome = SynthOutcome(wid, mutation.name, mutation.expected, result.status, rejected,
+                                   result.status in mutation.expected)
+            if rejected:
+                outcome.trajectory = f"{wid}__synthetic-{mutation.name}"
+                _record(run_dir, outcome.trajectory, wid, workload.held_out, mutation, prompts(wid),
+                        [(broken, result, feedback(result, 1)), (good_source, good, feedback(good, 2))])
+            report.outcomes.append(outcome)
+            if on_outcome:
+                on_outcome(outcome)
+    return report

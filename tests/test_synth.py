@@ -1,0 +1,75 @@
+"""Bug injection on the CPU: the mutations change the reference GEMM as intended, and the synth pipeline
+records only rejected variants, which export as Fixit rows. (The real GPU evaluation is in test_synth_gpu.)"""
+from __future__ import annotations
+
+from ptxbench.agent.export import ExportConfig, build_rows, collect_samples
+from ptxbench.agent.export.mutations import BY_NAME, applicable
+from ptxbench.agent.export.synth import synthesize
+from ptxbench.tools.results import CompileResult, EvalResult
+from ptxbench.workloads.solutions.gemm_template import default_params, render
+
+GEMM = "gemm_bf16_m8192_n7168_k5120"
+
+
+def test_mutations_apply_to_the_reference_gemm():
+    source = render(default_params())
+    found = {m.name: broken for m, broken in applicable(source)}
+    assert {"missing_wgmma_fence", "wait_group_too_little", "wrong_desc_k_step", "wrong_swizzle",
+            "mbarrier_phase_error", "off_by_one_k_tiles", "accumulator_not_zeroed"} <= set(found)
+    assert "wgmma_wait<1>();" in found["wait_group_too_little"] and found["wait_group_too_little"].count("wgmma_wait<0>();") \
+        == source.count("wgmma_wait<0>();") - 1
+    assert 'swizzle = "64B"' in found["wrong_swizzle"]
+    assert "mbar_wait(&full[stage], phase ^ 1)" in found["mbarrier_phase_error"]
+
+
+def test_raw_ptx_spellings_are_mutated_too():
+    ptx = "  wgmma.fence.sync.aligned;\n  wgmma.wait_group.sync.aligned 0;\n  fence.proxy.async.shared::cta;\n"
+    assert BY_NAME["missing_wgmma_fence"].apply(ptx) == "  wgmma.wait_group.sync.aligned 0;\n  fence.proxy.async.shared::cta;\n"
+    assert "aligned 1;" in BY_NAME["wait_group_too_little"].apply(ptx)
+    assert "fence.proxy" not in BY_NAME["missing_fence_proxy_async"].apply(ptx)
+
+
+class ScriptedEvaluator:
+    """Answers by which bug a source carries: stands in for the GPU to test the recording logic only."""
+
+    def __init__(self, reference: str):
+        self.reference = reference
+        self.calls = 0
+
+    def evaluate(self, workload_id, source, options):
+        self.calls += 1
+        if source == self.reference:
+            status = "PASSED"
+        elif "mbar_wait(&full[stage], phase ^ 1)" in source:
+            status = "TIMEOUT"
+        elif "/ BK - 1;" in source:
+            status = "INCORRECT_NUMERICAL"
+        else:
+            status = "PASSED"  # e.g. the missing fence: a variant the evaluator accepts must not become a row
+        return EvalResult(workload=workload_id, status=status, message=f"verdict {status}",
+                          compile=CompileResult(status="ok", arch="sm_90a"), gpu_evaluated=True)
+
+    def close(self):
+        pass
+
+
+def test_synthesize_keeps_only_rejected_variants_and_exports_fixit_rows(tmp_path):
+    source = render(default_params())
+    ev = ScriptedEvaluator(source)
+    names = ["missing_wgmma_fence", "mbarrier_phase_error", "off_by_one_k_tiles"]
+    report = synthesize([GEMM], ev, tmp_path / "run", sources=lambda w: source, prompts=lambda w: ("SYS", "TASK"),
+                        feedback=lambda r, t: f"log: {r.status}", mutations=names)
+    assert ev.calls == 4 and report.reference_status[GEMM] == "PASSED"
+    by = {o.mutation: o for o in report.outcomes}
+    assert not by["missing_wgmma_fence"].kept and by["missing_wgmma_fence"].status == "PASSED"
+    assert by["mbarrier_phase_error"].kept and by["mbarrier_phase_error"].as_expected
+    assert by["off_by_one_k_tiles"].kept and by["off_by_one_k_tiles"].status == "INCORRECT_NUMERICAL"
+
+    cfg = ExportConfig(recipe="fixit", require_target_executed=False)
+    rows, _ = build_rows(collect_samples([tmp_path / "run"]), cfg)
+    assert sorted(r.provenance.synthetic for r in rows) == ["mbarrier_phase_error", "off_by_one_k_tiles"]
+    row = next(r for r in rows if r.provenance.synthetic == "mbarrier_phase_error")
+    assert row.prompt[0].content == "SYS" and row.prompt[1].content == "TASK"
+    assert row.prompt[3].content == "log: TIMEOUT" and row.failure_class == "TIMEOUT"
+    assert "mbar_wait(&full[stage], phase ^ 1)" in row.prompt[2].content
+    assert "mbar_wait(&full[stage], phase ^ 1)" not in row.completion[0].content
