@@ -1,0 +1,111 @@
+"""The source policy: `cuda` solutions are device-only, `ptx` solutions are whole modules."""
+from __future__ import annotations
+
+import pytest
+
+from ptxbench.tools.cuda_policy import ALLOWED_INCLUDES, check_cuda_source, check_ptx_source
+
+GOOD = r'''
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include "ptxbench/wgmma.cuh"
+#define DEVICE __device__ __forceinline__
+#define TWICE(x) ((x) * 2)
+namespace detail {
+template <int N> DEVICE int times(int x) { return x * N; }
+struct Acc {
+  float v[4];
+  __device__ void zero() { for (int i = 0; i < 4; ++i) v[i] = 0.f; }
+};
+}  // namespace detail
+__constant__ float kScale = 1.0f;
+__device__ const int kTable[2] = {1, 2};
+extern "C" {
+__global__ void __launch_bounds__(128, 1) k1(const __grid_constant__ CUtensorMap tm, float* out, int n) {
+  // printf("in a comment") and cudaMalloc( in a comment are fine
+  asm volatile("mov.u32 %0, %%tid.x; // cuLaunchKernel( main( inside a string" : "=r"(n));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) { if (i < n) out[i] = detail::times<2>(TWICE(i)) * kScale; }
+}
+}
+extern "C" __global__ void k2(float* out) { auto f = [](int a) { return a + 1; }; out[0] = f(1); }
+'''
+
+
+def test_device_only_file_passes():
+    assert check_cuda_source(GOOD) == []
+
+
+@pytest.mark.parametrize("include", ALLOWED_INCLUDES)
+def test_allowed_includes(include):
+    assert check_cuda_source(f"#include {include}\n") == []
+
+
+@pytest.mark.parametrize("line", ["#include <cstdio>", "#include <cuda_runtime.h>", '#include "ptxbench/other.cuh"',
+                                  "#include </etc/passwd>", "# include <cublas_v2.h>", "#include_next <cuda.h>",
+                                  '#import "x.h"'])
+def test_refused_includes(line):
+    issues = check_cuda_source(f"// header\n{line}\n")
+    assert len(issues) == 1 and issues[0].line == 2 and "not allowed" in issues[0].message
+    assert "<cuda.h>" in issues[0].message  # the allow list is spelled out
+
+
+@pytest.mark.parametrize("code, line, words", [
+    ("int main() { return 0; }", 2, ["main()"]),
+    ("__host__ __device__ int f(int x) { return x; }", 2, ["__host__"]),
+    ("extern \"C\" __global__ void k() {}\nvoid launch() { k<<<1, 1>>>(); }", 3, ["<<<"]),
+    ("__device__ void f() { cudaMalloc(0, 0); }", 2, ["CUDA runtime API (cudaMalloc)"]),
+    ("__device__ void f() { cudaDeviceSynchronize(); }", 2, ["cudaDeviceSynchronize"]),
+    ("__device__ void f() { cuTensorMapEncodeTiled(0); }", 2, ["CUDA driver API (cuTensorMapEncodeTiled)"]),
+    ("__device__ void f() { printf(\"%d\", 1); }", 2, ["printf()"]),
+    ("__device__ void f() { void* p = malloc(16); free(p); }", 2, ["malloc()"]),
+    ("__device__ void f() { int* p = new int[4]; }", 2, ["operator new"]),
+    ("__device__ void f(int* p) { delete[] p; }", 2, ["operator delete"]),
+    ("__device__ void f() { std::sort(0, 0); }", 2, ["std::"]),
+    ("int helper(int x) { return x; }", 2, ["helper()", "host code", "__device__"]),
+    ("static inline float g(float x)\n{\n  return x;\n}", 2, ["g()", "host code"]),
+    ("struct S { int get() const { return 1; } };", 2, ["get()", "host code"]),
+    ("namespace n { int h() { return 1; } }", 2, ["h()", "host code"]),
+    ("#pragma comment(lib, \"cuda\")", 2, ["#pragma comment"]),
+    ("#pragma GCC optimize(\"O0\")", 2, ["#pragma GCC"]),
+])
+def test_refusals_name_line_and_reason(code, line, words):
+    issues = check_cuda_source("// a solution\n" + code + "\n")
+    assert any(i.line == line and all(w in i.message for w in words) for i in issues), [str(i) for i in issues]
+
+
+def test_allowed_pragmas_and_cuda_types():
+    code = ("#pragma once\n#pragma unroll 4\n#pragma nounroll\n"
+            "extern \"C\" __global__ void k(const __grid_constant__ CUtensorMap m, cudaError_t* e, CUdeviceptr p) {}\n")
+    assert check_cuda_source(code) == []
+
+
+def test_macro_that_hides_host_code_is_still_host_code():
+    issues = check_cuda_source("#define INLINE inline\nINLINE int f() { return 1; }\n")
+    assert [i.line for i in issues] == [2]
+
+
+def test_every_issue_is_reported_in_line_order():
+    code = "#include <cstdio>\nint main() {\n  printf(\"x\");\n  cudaFree(0);\n}\n"
+    lines = [i.line for i in check_cuda_source(code)]
+    assert lines == sorted(lines) and {1, 2, 3, 4} <= set(lines)
+
+
+PTX = ".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{\n\tret;\n}\n"
+
+
+def test_ptx_module_sanity():
+    assert check_ptx_source(PTX) == []
+    assert "no .version" in check_ptx_source(PTX.replace(".version 8.0\n", ""))[0].message
+    assert "no .target" in check_ptx_source(PTX.replace(".target sm_90a\n", ""))[0].message
+    issue = check_ptx_source(PTX.replace("sm_90a", "sm_100a"))[0]
+    assert issue.line == 2 and "expected .target sm_90a" in issue.message
+    assert check_ptx_source(PTX.replace("sm_90a", "sm_100a"), arch="sm_100a") == []
+    assert check_ptx_source(PTX.replace("sm_90a", "sm_90")) == []  # the compile step explains sm_90 vs sm_90a
+    cuda = check_ptx_source(PTX + '\nextern "C" __global__ void k() {}\n')
+    assert cuda and "language = \"cuda\"" in cuda[0].message
+
+
+def test_ptx_checks_ignore_comments():
+    commented = "// .version 8.0\n/* .target sm_90a */\n.visible .entry k()\n{\n\tret;\n}\n"
+    assert len(check_ptx_source(commented)) == 2

@@ -1,0 +1,391 @@
+"""Solution files: pulling the kernel out of a reply, parsing its plan, checking it, resolving it."""
+from __future__ import annotations
+
+import pytest
+
+from ptxbench.tools.plan import FormatIssue, Solution
+from ptxbench.tools.solution import PlanError, extract_solution, parse_solution, read_reply, resolve_plan
+from ptxbench.workloads.schema import Baseline, TensorSpec, Workload
+
+
+def _workload(**symbols) -> Workload:
+    sym = {"M": 256, "N": 256, "K": 512, **symbols}
+    return Workload(
+        id="test_gemm", op="gemm", title="C = A @ B^T", symbols=sym, reference="gemm",
+        tensors=[TensorSpec(name="A", role="input", dtype="bfloat16", shape=["M", "K"]),
+                 TensorSpec(name="B", role="input", dtype="bfloat16", shape=["N", "K"]),
+                 TensorSpec(name="C", role="output", dtype="bfloat16", shape=["M", "N"])],
+        baselines=[Baseline(name="cublas", primary=True)], flops=2.0 * sym["M"] * sym["N"] * sym["K"],
+        min_bytes=1.0, targets={"sm_90a": ["wgmma", "tma"]})
+
+
+GEMM = _workload()
+ATTN = Workload(
+    id="test_attn", op="mha_fwd", title="attention", symbols={"B": 2, "H": 4, "S": 256, "D": 64, "scale": 0.125},
+    reference="mha_fwd",
+    tensors=[TensorSpec(name=n, role="input", dtype="bfloat16", shape=["B", "H", "S", "D"]) for n in "QKV"]
+    + [TensorSpec(name="O", role="output", dtype="bfloat16", shape=["B", "H", "S", "D"]),
+       TensorSpec(name="LSE", role="output", dtype="float32", shape=["B", "H", "S"])],
+    baselines=[Baseline(name="cudnn_sdpa", primary=True)], flops=1.0, min_bytes=1.0, targets={})
+
+PLAN = """/* ptxbench
+language = "ptx"
+
+[[launch]]
+kernel = "k"
+grid = ["cdiv(N, 128)", "M"]
+block = [128]
+args = ["A", "B", "C", "i32:K"]
+*/
+"""
+HEAD = ".version 8.0\n.target sm_90a\n.address_size 64\n"
+ENTRY = ".visible .entry k(\n\t.param .u64 a,\n\t.param .u64 b,\n\t.param .u64 c,\n\t.param .s32 kk\n)\n{\n\tret;\n}\n"
+FILE = PLAN + HEAD + ENTRY  # the .entry is on line 13
+
+
+def _issues(result) -> list[FormatIssue]:
+    assert isinstance(result, list), f"expected issues, got a Solution: {result}"
+    assert result and all(isinstance(i, FormatIssue) for i in result)
+    return result
+
+
+def _one(result, line: int | None, *words: str) -> FormatIssue:
+    """The issue on `line` whose message contains every word."""
+    for issue in _issues(result):
+        if issue.line == line and all(w in issue.message for w in words):
+            return issue
+    raise AssertionError(f"no issue on line {line} with {words}: {[str(i) for i in result]}")
+
+
+# ---------- extraction ----------
+
+def test_fenced_block_with_prose_around():
+    reply = f"Here is my kernel.\n\n```ptx\n{FILE}```\n\nIt uses one thread per column."
+    source, language = extract_solution(reply)
+    assert language == "ptx" and source == FILE
+
+
+@pytest.mark.parametrize("tag", ["cuda", "cpp", "c++", "cu", "CUDA"])
+def test_cuda_tags(tag):
+    body = '/* ptxbench\nlanguage = "cuda"\n*/\nextern "C" __global__ void k() {}\n'
+    source, language = extract_solution(f"```{tag}\n{body}```")
+    assert language == "cuda" and source == body
+
+
+def test_untagged_and_tilde_fences_take_language_from_plan():
+    assert extract_solution(f"```\n{FILE}```").language == "ptx"
+    assert extract_solution(f"~~~\n{FILE}~~~\n").source == FILE
+
+
+def test_several_blocks_the_one_with_the_plan_wins():
+    reply = f"First a sketch:\n```ptx\n{HEAD}{ENTRY}```\nThe file:\n```ptx\n{FILE}```\nUsage:\n```bash\nptxbench compile k.ptx\n```\n"
+    extracted = extract_solution(reply)
+    assert extracted.source == FILE and extracted.warnings == []
+
+
+def test_several_blocks_with_plans_the_last_wins_with_a_warning():
+    second = FILE.replace('kernel = "k"', 'kernel = "k2"')
+    extracted = extract_solution(f"```ptx\n{FILE}```\nrevised:\n```ptx\n{second}```")
+    assert extracted.source == second
+    assert "2 code blocks" in extracted.warnings[0] and "last" in extracted.warnings[0]
+
+
+def test_raw_file_without_fences_is_accepted_when_it_has_a_plan():
+    source, language = extract_solution(FILE)
+    assert source == FILE and language == "ptx"
+
+
+def test_no_block_and_empty_reply_are_issues():
+    assert "no code block" in _issues(extract_solution("I think the kernel should tile by 128."))[0].message
+    assert "empty" in _issues(extract_solution("   \n"))[0].message
+    assert "empty" in _issues(extract_solution(""))[0].message
+
+
+def test_blocks_without_plan_take_the_last_code_block_and_parse_reports_the_plan():
+    reply = f"```ptx\n{HEAD}{ENTRY}```\n```python\nprint(1)\n```"
+    extracted = extract_solution(reply)
+    assert extracted.language == "ptx" and ".entry k" in extracted.source
+    assert any("no code block holds" in w for w in extracted.warnings)
+    assert "no launch plan" in _issues(parse_solution(extracted.source, GEMM))[0].message
+
+
+def test_plan_in_a_separate_toml_block_gets_a_hint():
+    reply = f"```ptx\n{HEAD}{ENTRY}```\n```toml\nlanguage = \"ptx\"\n```"
+    assert any("separate ```toml" in w for w in extract_solution(reply).warnings)
+
+
+def test_unclosed_block_is_taken_with_a_warning():
+    extracted = extract_solution(f"```ptx\n{FILE}")
+    assert extracted.source == FILE and any("not closed" in w for w in extracted.warnings)
+
+
+def test_tag_disagreeing_with_plan_uses_the_plan():
+    extracted = extract_solution(f"```cuda\n{FILE}```")
+    assert extracted.language == "ptx" and any("tagged ```cuda" in w for w in extracted.warnings)
+
+
+def test_read_reply_keeps_extraction_warnings():
+    second = FILE
+    solution = read_reply(f"```ptx\n{FILE}```\n```ptx\n{second}```", GEMM)
+    assert isinstance(solution, Solution) and any("last one" in w for w in solution.warnings)
+    assert _issues(read_reply("no code here", GEMM))[0].line is None
+
+
+# ---------- parsing: the good path ----------
+
+def test_example_ptx_solution_parses_and_resolves(data_dir):
+    source = (data_dir / "solutions" / "gemm_naive_sm90a.ptx").read_text()
+    solution = parse_solution(source, GEMM)
+    assert isinstance(solution, Solution), solution
+    assert solution.language == "ptx" and solution.warnings == []
+    first, second = solution.plan.launches
+    assert (first.kernel, first.line, second.kernel, second.line) == ("gemm_f32", 7, "to_bf16", 15)
+    assert [a.line for a in first.args] == [11, 11, 11, 12, 13, 13, 13]
+    assert (solution.plan.tmaps[0].line, solution.plan.scratch[0].line) == (21, 25)
+    plan = resolve_plan(solution.plan, GEMM, num_sms=132)
+    assert plan.launches[0].grid == (2, 256, 1) and plan.launches[0].block == (128, 1, 1)
+    assert plan.launches[1].grid == (256 * 256 // 256, 1, 1)
+    assert [(a.kind, a.name, a.value) for a in plan.launches[0].args][-3:] == [
+        ("scalar", "M", 256), ("scalar", "N", 256), ("scalar", "K", 512)]
+    tmap = plan.tmaps[0]
+    assert (tmap.dims, tmap.strides, tmap.byte_strides, tmap.box, tmap.elem_strides) == (
+        [512, 256], [512], [1024], [64, 1], [1, 1])
+    assert plan.scratch[0].shape == [256, 256] and plan.scratch[0].nbytes == 256 * 256 * 4
+
+
+def test_example_cuda_solution_parses(data_dir):
+    source = (data_dir / "solutions" / "gemm_naive_sm90a.cu").read_text()
+    solution = parse_solution(source, GEMM)
+    assert isinstance(solution, Solution), solution
+    assert solution.language == "cuda" and solution.plan.launches[0].kernel == "gemm_naive"
+
+
+def test_without_a_workload_only_the_form_is_checked():
+    solution = parse_solution(FILE.replace('"i32:K"', '"i32:UNKNOWN"'))
+    assert isinstance(solution, Solution)
+    assert _one(parse_solution(FILE.replace('"i32:K"', '"i32:UNKNOWN"'), GEMM), 8, "unknown name 'UNKNOWN'")
+
+
+def test_star_prefixed_comment_style_is_accepted():
+    starred = "/* ptxbench\n" + "".join(f" * {ln}\n" for ln in PLAN.splitlines()[1:-1]) + " */\n" + HEAD + ENTRY
+    solution = parse_solution(starred, GEMM)
+    assert isinstance(solution, Solution) and solution.plan.launches[0].line == 4
+
+
+def test_resolved_grid_uses_num_sms_and_fails_cleanly():
+    source = FILE.replace('grid = ["cdiv(N, 128)", "M"]', 'grid = ["min(num_sms, 8)"]')
+    solution = parse_solution(source, GEMM)
+    assert resolve_plan(solution.plan, GEMM, num_sms=4).launches[0].grid == (4, 1, 1)
+    with pytest.raises(PlanError) as err:
+        resolve_plan(solution.plan, GEMM, num_sms=0)
+    assert "grid[0]" in str(err.value) and err.value.issues[0].line == 4  # the launch header: resolve_plan has no key lines
+
+
+def test_tmap_view_over_a_4d_tensor():
+    plan = """/* ptxbench
+language = "ptx"
+[[launch]]
+kernel = "k"
+grid = ["B * H", "cdiv(S, 64)"]
+block = [128]
+args = ["tmap:q", "O"]
+[tmap.q]
+tensor = "Q"
+box = [64, 64]
+dims = ["D", "B * H * S"]
+swizzle = "128B"
+*/
+"""
+    entry = ".visible .entry k(.param .align 64 .b8 q[128], .param .u64 o)\n{\n\tret;\n}\n"
+    solution = parse_solution(plan + HEAD + entry, ATTN)
+    assert isinstance(solution, Solution), solution
+    tmap = resolve_plan(solution.plan, ATTN, 132).tmaps[0]
+    assert (tmap.rank, tmap.dims, tmap.strides, tmap.byte_strides) == (2, [64, 2 * 4 * 256], [64], [128])
+    too_big = plan.replace('"B * H * S"', '"B * H * S + 1"')
+    _one(parse_solution(too_big + HEAD + entry, ATTN), 11, "reach element", "has 131072 elements")
+
+
+# ---------- parsing: issues with lines ----------
+
+def test_missing_plan_and_line_comment_hint():
+    assert "no launch plan" in _issues(parse_solution(HEAD + ENTRY, GEMM))[0].message
+    assert "must be a /* */ comment" in _issues(parse_solution("// ptxbench\n" + HEAD + ENTRY))[0].message
+
+
+def test_unclosed_plan_block():
+    _one(parse_solution("\n/* ptxbench\nlanguage = \"ptx\"\n" + HEAD), 2, "never closed")
+
+
+def test_broken_toml_reports_the_file_line():
+    broken = FILE.replace('block = [128]', 'block = [128')
+    issue = _issues(parse_solution(broken, GEMM))[0]
+    assert issue.line in (7, 8) and "not valid TOML" in issue.message
+    broken = FILE.replace('kernel = "k"', 'kernel "k"')
+    _one(parse_solution(broken, GEMM), 5, "not valid TOML")
+
+
+def test_unquoted_expression_gets_a_hint():
+    _one(parse_solution(FILE.replace('"cdiv(N, 128)"', "cdiv(N, 128)"), GEMM), 6, "must be quoted strings")
+
+
+def test_language_missing_or_wrong():
+    _one(parse_solution(FILE.replace('language = "ptx"\n', ""), GEMM), 1, 'language = "ptx"')
+    _one(parse_solution(FILE.replace('language = "ptx"', 'language = "triton"'), GEMM), 2, "'triton'")
+
+
+def test_no_launch():
+    plan = '/* ptxbench\nlanguage = "ptx"\n*/\n'
+    _one(parse_solution(plan + HEAD + ENTRY, GEMM), 1, "at least one [[launch]]")
+
+
+def test_grid_with_four_entries():
+    issue = _one(parse_solution(FILE.replace('["cdiv(N, 128)", "M"]', "[1, 1, 1, 1]"), GEMM), 6, "grid", "1 to 3")
+    assert "got 4" in str(issue) and str(issue).startswith("line 6: ")
+
+
+@pytest.mark.parametrize("toml_expr, words", [
+    ('"M.__class__"', ["attribute access"]),
+    ('"eval(\'1\')"', ["unknown function 'eval'"]),
+    ('"2 ** 100"', ["exponent"]),
+    ('"M // 0"', ["division by zero"]),
+    ('"Q"', ["unknown name 'Q'", "K, M, N, num_sms"]),
+])
+def test_bad_expressions_in_grid(toml_expr, words):
+    _one(parse_solution(FILE.replace('"cdiv(N, 128)"', toml_expr), GEMM), 6, *words)
+
+
+def test_unknown_keys_are_named():
+    _one(parse_solution(FILE.replace("block = [128]", "block = [128]\nthreads = 128"), GEMM), 8,
+         "unknown key 'threads'", "kernel, grid, block")
+
+
+def test_arg_spelling_issues():
+    result = parse_solution(FILE.replace('"i32:K"', '"int:K"'), GEMM)
+    _one(result, 8, "unknown kind 'int'", "did you mean i32")
+    _one(parse_solution(FILE.replace('"i32:K"', '"K*2"'), GEMM), 8, 'scalar needs its type')
+    _one(parse_solution(FILE.replace('"i32:K"', "7"), GEMM), 8, "must be a string")
+
+
+def test_param_count_mismatch_names_the_entry_line():
+    issue = _one(parse_solution(FILE.replace('"i32:K"]', '"i32:K", "i32:M"]'), GEMM), 13, "4 parameters", "passes 5")
+    assert "line 4" in issue.message
+
+
+def test_kernel_not_found_lists_entries():
+    _one(parse_solution(FILE.replace('kernel = "k"', 'kernel = "gemm"'), GEMM), 4, "'gemm' is not defined",
+         "kernels found: k")
+
+
+def test_param_kind_mismatches():
+    tmap_plan = FILE.replace('args = ["A"', 'args = ["tmap:a"').replace("*/", '[tmap.a]\ntensor = "A"\nbox = [64, 64]\n*/')
+    _one(parse_solution(tmap_plan, GEMM), 17, "parameter 1 of k", "128-byte CUtensorMap", ".align 64 .b8")
+    unaligned = tmap_plan.replace(".param .u64 a,", ".param .b8 a[128],")
+    _one(parse_solution(unaligned, GEMM), 17, "64-byte aligned")
+    aligned = tmap_plan.replace(".param .u64 a,", ".param .align 64 .b8 a[128],")
+    assert isinstance(parse_solution(aligned, GEMM), Solution)
+    _one(parse_solution(FILE.replace('"i32:K"', '"f32:K"'), GEMM), 17, "f32", "integer")
+    _one(parse_solution(FILE.replace('"i32:K"', '"i64:K"'), GEMM), 17, "8-byte i64", "4 bytes")
+
+
+def test_unknown_tensor_and_helpful_hints():
+    _one(parse_solution(FILE.replace('"A", "B"', '"X", "B"'), GEMM), 8, "unknown tensor 'X'", "A, B, C")
+    scratch = FILE.replace('"A", "B"', '"acc", "B"').replace("*/", '[scratch.acc]\ndtype = "float32"\nshape = ["M"]\n*/')
+    _one(parse_solution(scratch, GEMM), 8, "write scratch:acc")
+    _one(parse_solution(FILE.replace('"A", "B"', '"M", "B"'), GEMM), 8, "is a symbol", "i32:M")
+
+
+def test_undeclared_scratch_and_tmap():
+    _one(parse_solution(FILE.replace('"A", "B"', '"scratch:buf", "B"'), GEMM), 8, "scratch:buf is not declared")
+    _one(parse_solution(FILE.replace('"A", "B"', '"tmap:amap", "B"'), GEMM), 8, "tmap:amap is not declared")
+
+
+def test_scratch_checks_and_unused_warning():
+    bad = FILE.replace("*/", '[scratch.acc]\ndtype = "float33"\nshape = ["M", "N"]\n*/')
+    _one(parse_solution(bad, GEMM), 10, "dtype must be one of", "float33")
+    unused = FILE.replace("*/", '[scratch.acc]\ndtype = "float32"\nshape = ["M", "N"]\nzero = true\n*/')
+    solution = parse_solution(unused, GEMM)
+    assert isinstance(solution, Solution) and solution.warnings == ["scratch.acc is declared but no launch uses it"]
+    huge = unused.replace('shape = ["M", "N"]', 'shape = ["M * 2**20", "N * 2**10"]')
+    _one(parse_solution(huge, GEMM), 11, "32 GiB")
+    clash = unused.replace("[scratch.acc]", "[scratch.C]")
+    _one(parse_solution(clash, GEMM), 9, "name of a workload tensor")
+
+
+@pytest.mark.parametrize("edit, line, words", [
+    (("block = [128]", "block = [2048]"), 7, ["2048", "at most 1024"]),
+    (("block = [128]", "block = [32, 32, 2]"), 7, ["2048 threads", "1 to 1024"]),
+    (("block = [128]", "block = [0]"), 7, ["block[0]", "at least 1"]),
+    (('grid = ["cdiv(N, 128)", "M"]', 'grid = ["-M"]'), 6, ["grid[0]", "-256"]),
+    (('grid = ["cdiv(N, 128)", "M"]', 'grid = [1, 70000]'), 6, ["grid[1]", "65535"]),
+    (('grid = ["cdiv(N, 128)", "M"]', 'grid = ["M / 3"]'), 6, ["whole number"]),
+    (("block = [128]", "block = [128]\nsmem = 300000"), 8, ["smem", "232448"]),
+    (("block = [128]", "block = [128]\ncluster = [3]"), 8, ["not a multiple of cluster[0]"]),
+    (("block = [128]", "block = [128]\ncluster = [16]"), 8, ["16 CTAs", "at most 8"]),
+    (('"i32:K"', '"i32:M * N * K * 1000"'), 8, ["outside the i32 range"]),
+    (('"i32:K"', '"u32:-1"'), 8, ["outside the u32 range"]),
+])
+def test_value_ranges(edit, line, words):
+    _one(parse_solution(FILE.replace(*edit), GEMM), line, *words)
+
+
+@pytest.mark.parametrize("tmap, line, words", [
+    ('box = [64, 300]', 11, ["box[1]", "1 to 256"]),
+    ('box = [128, 64]\nswizzle = "128B"', 11, ["swizzle 128B", "at most 128 bytes"]),
+    ('box = [4, 64]', 11, ["multiple of 16 bytes"]),
+    ('box = [64, 64, 1]', 11, ["rank 2", "give one box entry per dimension"]),
+    ('box = [64, 64]\nstrides = ["K", 1]', 12, ["strides needs a list of 1 to 1 entries"]),
+    ('box = [64, 64]\ndims = [512, 256]\nstrides = [100]', 13, ["200 bytes", "multiple of 16"]),
+    ('box = [64, 64]\nswizzle = "256B"', 12, ["swizzle must be one of"]),
+])
+def test_tmap_checks(tmap, line, words):
+    source = FILE.replace('args = ["A"', 'args = ["tmap:a"').replace(".param .u64 a,", ".param .align 64 .b8 a[128],")
+    source = source.replace("*/", f'[tmap.a]\ntensor = "A"\n{tmap}\n*/')
+    _one(parse_solution(source, GEMM), line, *words)
+
+
+def test_tmap_of_unknown_tensor_and_over_scratch():
+    source = FILE.replace('args = ["A"', 'args = ["tmap:a"').replace(".param .u64 a,", ".param .align 64 .b8 a[128],")
+    _one(parse_solution(source.replace("*/", '[tmap.a]\ntensor = "Z"\nbox = [64, 64]\n*/'), GEMM), 10,
+         "'Z' is neither a workload tensor")
+    over_scratch = source.replace("*/", '[tmap.a]\ntensor = "acc"\nbox = [32]\n[scratch.acc]\ndtype = "float32"\nshape = ["M"]\n*/')
+    solution = parse_solution(over_scratch, GEMM)
+    assert isinstance(solution, Solution) and solution.warnings == []
+    tmap = resolve_plan(solution.plan, GEMM, 132).tmaps[0]
+    assert (tmap.source, tmap.dtype, tmap.dims, tmap.strides) == ("scratch", "float32", [256], [])
+
+
+# ---------- cuda files through parse_solution ----------
+
+CUDA_PLAN = """/* ptxbench
+language = "cuda"
+[[launch]]
+kernel = "k"
+grid = ["cdiv(N, 128)", "M"]
+block = [128]
+args = ["A", "C", "i32:K"]
+*/
+"""
+
+
+def test_cuda_signature_checks():
+    good = CUDA_PLAN + 'extern "C" __global__ void k(const __nv_bfloat16* a, __nv_bfloat16* c, int k) {}\n'
+    assert isinstance(parse_solution(good, GEMM), Solution)
+    _one(parse_solution(good.replace('extern "C" ', ""), GEMM), 9, 'not extern "C"')
+    _one(parse_solution(good.replace(", int k)", ")"), GEMM), 9, "2 parameters", "passes 3")
+    _one(parse_solution(good.replace("__nv_bfloat16* c", "float c"), GEMM), 9, "device pointer")
+    block = CUDA_PLAN + 'extern "C" {\n__global__ void k(const void* a, void* c, int k) {}\n}\n'
+    assert isinstance(parse_solution(block, GEMM), Solution)
+
+
+def test_cuda_host_code_is_refused_through_parse_solution():
+    bad = CUDA_PLAN + ('#include <cstdio>\nextern "C" __global__ void k(void* a, void* c, int k) { printf("x"); }\n'
+                       "int main() { return 0; }\n")
+    result = parse_solution(bad, GEMM)
+    _one(result, 9, "#include <cstdio>")
+    _one(result, 10, "printf")
+    _one(result, 11, "main")
+
+
+def test_ptx_module_checks_through_parse_solution():
+    _one(parse_solution(PLAN + ENTRY, GEMM), 1, ".version")
+    _one(parse_solution(FILE.replace(".target sm_90a", ".target sm_100a"), GEMM), 11, "expected .target sm_90a")
