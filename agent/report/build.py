@@ -1,0 +1,98 @@
+"""`write_report(run_dir, out_dir)`: score the run, then write summary.md, index.html (plots inlined as
+base64 PNG, no network needed) and trajectories/<id>.html, plus score.json for re-checking."""
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from ..rundir import load_run, read_manifest
+from ..scoring import RunScore, score_trajectories
+from ..scoring.turns import score_trajectory
+from .plots import all_plots
+from .style import page
+from .tables import all_tables
+from .trajectory_page import trajectory_html
+
+E = html.escape
+
+
+class ReportFiles(BaseModel):
+    markdown: Path
+    html: Path
+    score_json: Path
+    trajectories: list[Path]
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def _overview(run_dir: Path, manifest: dict, score: RunScore) -> list[tuple[str, str]]:
+    facts = [("run", str(run_dir)), ("models", ", ".join(score.model_names)), ("workloads", ", ".join(score.workload_names)),
+             ("trajectories", f"{score.n_trajectories} ({score.n_infra_failed} infra-failed, left out of trajectory scores)"),
+             ("infra turns", f"{score.n_infra_turns} (left out of model scores)"),
+             ("correct turns with unknown target verdict", f"{score.n_target_unknown} (counted as not executed)")]
+    for key in ("gpu", "git_revision", "created", "turns", "prompts", "backend"):
+        if manifest.get(key) not in (None, "", []):
+            facts.append((key, str(manifest[key])))
+    return facts
+
+
+def markdown_summary(run_dir: Path, manifest: dict, score: RunScore) -> str:
+    lines = [f"# ptxbench report: {Path(run_dir).name}", ""]
+    lines += [f"- **{k}**: {v}" for k, v in _overview(run_dir, manifest, score)]
+    lines += ["", "Open index.html next to this file for the plots and a page per trajectory.", ""]
+    lines += [t.markdown() for t in all_tables(score)]
+    lines += ["### Trajectories", "", "| trajectory | model | workload | prompt | turns | statuses | best speedup |", "|---|---|---|---|---|---|---|"]
+    for t in score.trajectories:
+        statuses = " ".join(x.status for x in t.turns)
+        best = f"{t.best_speedup:.3f}" if t.best_speedup is not None else "–"
+        lines.append(f"| [{t.id}](trajectories/{_safe(t.id)}.html) | {t.model} | {t.workload} | {t.prompt} | {len(t.turns)} | {statuses} | {best} |")
+    return "\n".join(lines) + "\n"
+
+
+def index_html(run_dir: Path, manifest: dict, score: RunScore) -> str:
+    facts = "".join(f"<tr><th>{E(k)}</th><td>{E(v)}</td></tr>" for k, v in _overview(run_dir, manifest, score))
+    tables = all_tables(score)
+    plots = "".join(f"<figure><figcaption>{E(name)}</figcaption><img alt='{E(name)}' src='data:image/png;base64,{png}'></figure>"
+                    for name, png in all_plots(score).items() if png)
+    rows = ""
+    for t in score.trajectories:
+        chips = " ".join(f"<span class='s-{E(x.status)}'>{x.turn}:{E(x.status)}</span>" for x in t.turns)
+        best = f"{t.best_speedup:.3f}" if t.best_speedup is not None else "–"
+        rows += (f"<tr><td><a href='trajectories/{E(_safe(t.id))}.html'>{E(t.id)}</a></td><td>{E(t.model)}</td><td>{E(t.workload)}</td>"
+                 f"<td>{E(t.prompt)}</td><td>{chips}</td><td>{best}</td><td>{E(t.stop_reason)}</td></tr>")
+    body = (f"<h1>ptxbench report: {E(Path(run_dir).name)}</h1><table>{facts}</table>"
+            f"<h2>Leaderboard</h2>{tables[0].html()}{tables[1].html()}"
+            f"<h2>Plots</h2><div class='plots'>{plots}</div>"
+            f"<h2>fast_p</h2>{''.join(t.html() for t in tables[2:6])}"
+            f"<h2>Success and speedup</h2>{tables[6].html()}"
+            f"<h2>Repair</h2>{tables[7].html()}{tables[8].html()}"
+            f"<h2>Cells</h2>{tables[9].html()}"
+            "<h2>Trajectories</h2><table><thead><tr><th>trajectory</th><th>model</th><th>workload</th><th>prompt</th>"
+            f"<th>turns</th><th>best speedup</th><th>stop</th></tr></thead><tbody>{rows}</tbody></table>")
+    return page(f"ptxbench report: {Path(run_dir).name}", body)
+
+
+def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
+    run_dir = Path(run_dir)
+    out_dir = Path(out_dir) if out_dir else run_dir / "report"
+    (out_dir / "trajectories").mkdir(parents=True, exist_ok=True)
+    records = [r for r in load_run(run_dir) if r.start is not None]
+    trajs = [score_trajectory(r, run=run_dir.name) for r in records]
+    score = score_trajectories(trajs)
+    score.runs = [str(run_dir)]
+    manifest = read_manifest(run_dir)
+    score.manifests = {str(run_dir): manifest}
+    files = ReportFiles(markdown=out_dir / "summary.md", html=out_dir / "index.html", score_json=out_dir / "score.json", trajectories=[])
+    files.markdown.write_text(markdown_summary(run_dir, manifest, score), encoding="utf-8")
+    files.html.write_text(index_html(run_dir, manifest, score), encoding="utf-8")
+    files.score_json.write_text(score.model_dump_json(indent=1), encoding="utf-8")
+    for record, traj in zip(records, trajs):
+        path = out_dir / "trajectories" / f"{_safe(traj.id)}.html"
+        path.write_text(trajectory_html(record, traj), encoding="utf-8")
+        files.trajectories.append(path)
+    return files

@@ -1,0 +1,133 @@
+"""The report's figures (matplotlib, Agg backend), each returned as a base64 PNG for inline <img> tags."""
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+
+from ..scoring import P_VALUES, RunScore, is_fast
+from ..scoring.repair import order_classes
+
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    _plt().close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def fast_p_curves(score: RunScore) -> str:
+    """fast_p and target-fast_p over trajectories as continuous curves in p, one colour per model."""
+    plt = _plt()
+    trajs = [t for t in score.trajectories if not t.infra_failed]
+    top = max([t.best_speedup or 0 for t in trajs] + [1.3]) * 1.05
+    grid = np.linspace(0, top, 200)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    for ax, target in zip(axes, (False, True)):
+        for i, model in enumerate(score.model_names):
+            mine = [t for t in trajs if t.model == model]
+            if not mine:
+                continue
+            share = [np.mean([any(is_fast(x, p, target) for x in t.scored_turns) for t in mine]) for p in grid]
+            marks = [np.mean([any(is_fast(x, p, target) for x in t.scored_turns) for t in mine]) for p in P_VALUES]
+            ax.plot(grid, share, color=COLORS[i % len(COLORS)], label=f"{model} (n={len(mine)})")
+            ax.plot(P_VALUES, marks, "o", color=COLORS[i % len(COLORS)], markersize=4)
+        ax.axvline(1.0, color="grey", lw=0.8, ls=":")
+        ax.set_xlabel("speedup threshold p (vs. library)")
+        ax.set_title("target-fast_p over trajectories" if target else "fast_p over trajectories")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("share of trajectories")
+    axes[0].legend(fontsize=8)
+    return _png(fig)
+
+
+def _by_turn_lines(ax, score: RunScore, key: str, style: str = "-", suffix: str = "") -> None:
+    for i, cell in enumerate(score.models):
+        ys = cell.by_turn.get(key, [])
+        xs = [k + 1 for k, y in enumerate(ys) if y is not None]
+        ax.plot(xs, [y for y in ys if y is not None], style, marker="o", markersize=3,
+                color=COLORS[i % len(COLORS)], label=f"{cell.model}{suffix}")
+
+
+def _turn_axis(ax) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("turn")
+
+
+def speedup_by_turn(score: RunScore) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    _by_turn_lines(ax, score, "best_so_far")
+    ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+    _turn_axis(ax)
+    ax.set_ylabel("mean best speedup so far")
+    ax.set_title("Speedup by turn (0 until a first correct turn)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def correct_vs_target_by_turn(score: RunScore) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    _by_turn_lines(ax, score, "correct", "-", " correct")
+    _by_turn_lines(ax, score, "target_correct", "--", " correct + target executed")
+    _turn_axis(ax)
+    ax.set_ylabel("share of trajectories at that turn")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("Correct vs. target executed, by turn")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def repair_heatmaps(score: RunScore) -> str:
+    """One transition matrix per model: P(class at t+1 | class at t), with counts."""
+    plt = _plt()
+    cells = [c for c in score.models if c.repair.transitions]
+    if not cells:
+        return ""
+    fig, axes = plt.subplots(1, len(cells), figsize=(5.2 * len(cells), 4.6), squeeze=False)
+    names = order_classes({c for cell in cells for c in cell.repair.classes})  # one axis order for every model
+    for ax, cell in zip(axes[0], cells):
+        r = cell.repair
+        mat = np.array([[r.next_class.get(a, {}).get(b, 0.0) for b in names] for a in names])
+        ax.imshow(mat, cmap="Blues", vmin=0, vmax=1)
+        short = [n.replace("INCORRECT_", "INC_").replace("_ERROR", "_ERR").replace("NO_SUBMISSION", "NO_SUB") for n in names]
+        ax.set_xticks(range(len(names)), short, rotation=45, ha="right", fontsize=7)
+        ax.set_yticks(range(len(names)), short, fontsize=7)
+        for i, a in enumerate(names):
+            for j, b in enumerate(names):
+                count = r.transitions.get(a, {}).get(b, 0)
+                if count:
+                    ax.text(j, i, f"{mat[i, j]:.2f}\n({count})", ha="center", va="center", fontsize=6,
+                            color="white" if mat[i, j] > 0.6 else "black")
+        ax.set_xlabel("class at turn t+1")
+        ax.set_ylabel("class at turn t")
+        ax.set_title(f"{cell.model}: repair transitions", fontsize=9)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def all_plots(score: RunScore) -> dict[str, str]:
+    return {
+        "fast_p curves per model": fast_p_curves(score),
+        "speedup by turn": speedup_by_turn(score),
+        "correct vs. target executed by turn": correct_vs_target_by_turn(score),
+        "repair transition heatmap": repair_heatmaps(score),
+    }

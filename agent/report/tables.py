@@ -1,0 +1,127 @@
+"""The report's tables, built once from a RunScore and rendered as Markdown or HTML."""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+from ..scoring import P_VALUES, WITHIN_TURNS, CellScore, Estimate, RunScore
+from ..scoring.cells import p_key
+from ..scoring.repair import order_classes
+
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    note: str = ""
+
+    def markdown(self) -> str:
+        lines = [f"### {self.title}", ""]
+        if self.note:
+            lines += [self.note, ""]
+        lines.append("| " + " | ".join(self.headers) + " |")
+        lines.append("|" + "|".join("---" for _ in self.headers) + "|")
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in self.rows]
+        return "\n".join(lines) + "\n"
+
+    def html(self) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows)
+        note = f"<p class='note'>{html.escape(self.note)}</p>" if self.note else ""
+        return f"<h3>{html.escape(self.title)}</h3>{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _speedup_cell(est: Estimate, best: float | None = None) -> str:
+    if est.value is None:
+        return "–"
+    text = est.fmt(3)
+    return text + (f" (max {best:.3f})" if best is not None else "")
+
+
+def leaderboard(score: RunScore, target: bool = False) -> Table:
+    workloads = score.workload_names
+    title = "Leaderboard: best speedup over the library" + (", target instructions executed" if target else "")
+    note = ("Mean over trajectories of each trajectory's best correct speedup (0 when it never got one), "
+            "[bootstrap 95% CI], and the single best; PTXBench's layout.")
+    table = Table(title, ["model", *workloads], note=note)
+    for model in score.model_names:
+        row = [model]
+        for wl in workloads:
+            cell = score.cell(model, wl)
+            if cell is None:
+                row.append("–")
+            elif target:
+                row.append(_speedup_cell(cell.best_target_speedup))
+            else:
+                row.append(_speedup_cell(cell.best_speedup, cell.best_speedup_max))
+        table.rows.append(row)
+    return table
+
+
+def _label(cell: CellScore) -> list[str]:
+    return [cell.model, cell.workload]
+
+
+def fast_p_table(cells: list[CellScore], over: str, target: bool) -> Table:
+    name = "target-fast_p" if target else "fast_p"
+    attr = f"{'target_' if target else ''}fast_p_{over}"
+    table = Table(f"{name} over {over}", ["model", "workload", "n", *[f"p={p_key(p)}" for p in P_VALUES]],
+                  note="share correct AND speedup > p" + (" AND target instructions executed" if target else ""))
+    for cell in cells:
+        ests = getattr(cell, attr)
+        n = cell.n_turns if over == "turns" else cell.n_trajectories
+        table.rows.append(_label(cell) + [str(n)] + [ests[p_key(p)].fmt(0, pct=True) for p in P_VALUES])
+    return table
+
+
+def success_table(cells: list[CellScore]) -> Table:
+    headers = ["model", "workload", *[f"correct ≤{k}" for k in WITHIN_TURNS], *[f"target ≤{k}" for k in WITHIN_TURNS],
+               "geomean speedup", "turns to 1st correct", "best %SOL"]
+    table = Table("Success within k turns and speedups", headers,
+                  note="share of trajectories with a correct (and target-executed) turn by turn k; geometric mean of best speedups")
+    for c in cells:
+        table.rows.append(_label(c) + [c.success_within[str(k)].fmt(0, pct=True) for k in WITHIN_TURNS]
+                          + [c.target_success_within[str(k)].fmt(0, pct=True) for k in WITHIN_TURNS]
+                          + [c.geomean_speedup.fmt(3), c.turns_to_first_correct.fmt(2), c.mean_best_sol_pct.fmt(1)])
+    return table
+
+
+def repair_table(score: RunScore) -> Table:
+    table = Table("Repair behaviour", ["model", "repaired / open runs", "mean turns to repair", "regressions",
+                                       "speedup gained per turn after 1st correct", "target executed but slower"],
+                  note="a run is a streak of failing turns; regressions = PASSED then a failure (share of turns leaving PASSED)")
+    for cell in score.models:
+        r = cell.repair
+        tt = r.turns_to_repair.get("all", Estimate())
+        table.rows.append([cell.model, f"{r.episodes_repaired} / {r.episodes_unrepaired}", tt.fmt(2),
+                           f"{r.regressions} ({r.regression_rate.fmt(0, pct=True)})", r.speedup_gain_per_turn.fmt(3),
+                           f"{r.target_slower_count} ({r.target_slower.fmt(0, pct=True)})"])
+    return table
+
+
+def fix_table(score: RunScore) -> Table:
+    classes = order_classes({c for cell in score.models for c in cell.repair.fix_probability})
+    table = Table("Next-turn fix probability by failure class", ["model", *classes],
+                  note="P(the next turn is PASSED | this turn failed with the class), [95% CI] (n transitions)")
+    for cell in score.models:
+        fix = cell.repair.fix_probability
+        table.rows.append([cell.model] + [f"{fix[c].fmt(0, pct=True)} (n={fix[c].denom:g})" if c in fix else "" for c in classes])
+    return table
+
+
+def cells_table(score: RunScore) -> Table:
+    table = Table("Cells by prompt and GPU", ["model", "workload", "prompt", "gpu", "trajectories", "turns",
+                                              "best speedup", "fast_1 (traj.)", "target-fast_1 (traj.)", "infra-failed"])
+    for c in score.cells:
+        table.rows.append([c.model, c.workload, c.prompt, c.gpu or "–", str(c.n_trajectories), str(c.n_turns),
+                           c.best_speedup.fmt(3), c.fast_p_trajectories["1"].fmt(0, pct=True),
+                           c.target_fast_p_trajectories["1"].fmt(0, pct=True), str(c.n_infra_failed)])
+    return table
+
+
+def all_tables(score: RunScore) -> list[Table]:
+    cells = score.model_workload
+    return [leaderboard(score), leaderboard(score, target=True), fast_p_table(cells, "trajectories", False),
+            fast_p_table(cells, "trajectories", True), fast_p_table(cells, "turns", False), fast_p_table(cells, "turns", True),
+            success_table(cells), repair_table(score), fix_table(score), cells_table(score)]
