@@ -389,3 +389,16 @@ def test_cuda_host_code_is_refused_through_parse_solution():
 def test_ptx_module_checks_through_parse_solution():
     _one(parse_solution(PLAN + ENTRY, GEMM), 1, ".version")
     _one(parse_solution(FILE.replace(".target sm_90a", ".target sm_100a"), GEMM), 11, "expected .target sm_90a")
+
+
+def test_the_prompt_reference_example_parses():
+    """prompts/solution_format.md is what models copy: its example plan must pass the parser."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "prompts" / "solution_format.md").read_text()
+    plan = text.split("```\n/* ptxbench", 1)[1].split("\n```", 1)[0]
+    kernel = ('#include <cuda.h>\nextern "C" __global__ void gemm(const __grid_constant__ CUtensorMap a, '
+              "const __grid_constant__ CUtensorMap b, __nv_bfloat16* c, int m, int n, int k) {}\n")
+    solution = parse_solution("/* ptxbench" + plan + "\n" + kernel)
+    assert isinstance(solution, Solution), solution
+    assert [m.name for m in solution.plan.tmaps] == ["A_map", "B_map"] and solution.plan.scratch[0].zero
