@@ -25,6 +25,13 @@ class Arch(str, Enum):
 
 def detect_language(text: str, path: Path | None = None) -> str:
     """The plan block's `language`, else the suffix (.ptx / .cu), else the content (.entry/.version means PTX)."""
+    try:
+        from ptxbench.tools.plan_toml import parse_plan_block
+
+        if (planned := parse_plan_block(text).language) in ("ptx", "cuda"):
+            return planned
+    except Exception:  # a broken plan must not stop a compile: fall back to the plain reading below
+        pass
     if m := _PLAN_LANGUAGE.search(text):
         if m.group(1) in ("ptx", "cuda"):
             return m.group(1)
