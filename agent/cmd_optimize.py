@@ -1,0 +1,126 @@
+"""`ptxbench optimize`: run the agent on one workload, with a live view of turns, verdicts and speedups.
+
+    ptxbench optimize gemm_bf16_m8192_n7168_k5120                       # built-in tuner, no key
+    ptxbench optimize mha_fwd_d128 --model anthropic/claude-opus-4-1 --prompt expert
+    ptxbench optimize gemm_bf16_m8192_n7168_k5120 --model hosted_vllm/Qwen/Qwen3-32B --api-base http://localhost:8000/v1
+    ptxbench optimize smoke_gemm_bf16_m256_n256_k512 --no-gpu           # compile + SASS only (laptops)
+    ptxbench optimize --resume runs/<run>                               # continue a killed run
+"""
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app
+
+
+class ModeChoice(str, Enum):
+    pipeline = "pipeline"
+    tools = "tools"
+
+
+class ContextChoice(str, Enum):
+    full = "full"
+    last = "last"
+    summary = "summary"
+
+
+class LiveView:
+    """A rich table with one row per turn, refreshed as trajectory events arrive."""
+
+    def __init__(self, title: str):
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.title = title
+        self.rows: list[tuple[str, ...]] = []
+        self.note = "starting"
+        self.live = None
+
+    def render(self):
+        from rich.table import Table
+
+        table = Table(title=self.title, caption=self.note)
+        for col in ("turn", "status", "speedup", "tokens", "cost $", "elapsed s"):
+            table.add_column(col, justify="right" if col != "status" else "left")
+        for row in self.rows:
+            table.add_row(*row)
+        return table
+
+    def __call__(self, event) -> None:
+        if event.type == "model_call":
+            self.note = f"turn {event.turn}: model answered in {event.latency_s:.1f} s; evaluating"
+        elif event.type == "tool_call":
+            self.note = f"turn {event.turn}: tool {event.name}"
+        elif event.type == "turn_end":
+            speed = f"{event.speedup:.3f}x" if event.speedup is not None else "-"
+            style = "green" if event.status == "PASSED" else "red"
+            self.rows.append((str(event.turn), f"[{style}]{event.status}[/]", speed, str(event.tokens),
+                              f"{event.cost_usd:.4f}", f"{event.elapsed_s:.1f}"))
+            self.note = f"turn {event.turn} done; querying the model"
+        elif event.type == "stop":
+            self.note = f"stopped: {event.reason} ({event.detail})"
+        elif event.type == "error":
+            self.note = f"error in {event.where}: {event.message[:120]}"
+        if self.live is not None:
+            self.live.update(self.render())
+
+    def __enter__(self):
+        from rich.live import Live
+
+        self.live = Live(self.render(), console=self.console, refresh_per_second=4)
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.live.__exit__(*exc)
+
+
+@app.command()
+def optimize(
+    workload: Optional[str] = typer.Argument(None, help="workload id (see `ptxbench workloads`); not needed with --resume"),
+    model: str = typer.Option("builtin/tuner", help="builtin/tuner, builtin/reference, replay/<path>, or any litellm model string"),
+    api_base: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint (vLLM, ollama, ...)"),
+    mode: ModeChoice = typer.Option(ModeChoice.pipeline, help="pipeline: each reply is a submission; tools: function calling"),
+    turns: int = typer.Option(8, min=1, help="turn limit"),
+    target_speedup: float = typer.Option(1.2, help="stop when a passing kernel reaches this speedup (0: never)"),
+    prompt: str = typer.Option("knowledge", help="prompt variant: basic | knowledge | expert"),
+    context: ContextChoice = typer.Option(ContextChoice.full, help="context policy"),
+    run_dir: Optional[Path] = typer.Option(None, help="run folder (default runs/<time>_<workload>_<model>)"),
+    resume: Optional[str] = typer.Option(None, help="continue the run in this folder (or runs/<name>) where it stopped"),
+    no_gpu: bool = typer.Option(False, "--no-gpu", help="evaluate up to compile + SASS only"),
+    trials: Optional[int] = typer.Option(None, help="correctness trials per evaluation (default: the workload's)"),
+    max_tokens: Optional[int] = typer.Option(None, help="token budget of the trajectory"),
+    max_cost: Optional[float] = typer.Option(None, help="cost budget in USD"),
+    max_wall: Optional[float] = typer.Option(None, help="wall-time budget in seconds"),
+    arch: str = typer.Option("sm_90a", help="sm_90a | sm_100a"),
+    temperature: Optional[float] = typer.Option(None, help="sampling temperature"),
+    retry_wait: float = typer.Option(2.0, help="first back-off (s) after a rate limit or server error"),
+    quiet: bool = typer.Option(False, help="no live view"),
+) -> None:
+    """Run the agent on WORKLOAD: write, evaluate and revise a kernel, logging the trajectory under runs/."""
+    from .optimize import optimize as run_optimize
+    from .state import OptimizeConfig
+
+    config = None
+    if resume is None:
+        if workload is None:
+            raise typer.BadParameter("give a WORKLOAD (or --resume RUN)")
+        config = OptimizeConfig(
+            workload=workload, model=model, api_base=api_base, mode=mode.value, turns=turns,
+            target_speedup=target_speedup or None, prompt=prompt, context=context.value, no_gpu=no_gpu, trials=trials,
+            max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall, arch=arch, temperature=temperature,
+            retry_wait_s=retry_wait)
+    title = f"ptxbench optimize {workload or resume}" + ("  [no GPU: compile + SASS only]" if no_gpu else "")
+    view = LiveView(title)
+    if quiet:
+        outcome = run_optimize(config, run_dir=run_dir, resume=resume)
+    else:
+        with view:
+            outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[view])
+    best = f"{outcome.best_speedup:.3f}x (turn {outcome.best_turn})" if outcome.best_speedup is not None else "none"
+    typer.echo(f"stop: {outcome.stop_reason} ({outcome.stop_detail}); turns {outcome.turns}; best speedup {best}; "
+               f"trajectory {outcome.folder}")

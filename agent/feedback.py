@@ -1,0 +1,101 @@
+"""The feedback the model reads after each evaluation, rendered with prompts/feedback.md.
+
+Concise and actionable: the status and its one-paragraph message, compile errors with their lines,
+resources, the worst correctness trial, timing against the library, target-instruction verdicts,
+the profiler's text. In --no-gpu mode every message says that no GPU ran.
+"""
+from __future__ import annotations
+
+import re
+from string import Template
+
+from ptxbench import prompts
+from ptxbench.tools.results import EvalResult
+
+NO_GPU_NOTE = ("NOTE: no GPU ran for this evaluation (--no-gpu mode): only parsing, compilation and the SASS scan "
+               "were done, so correctness and speed are unknown.")
+MAX_ISSUES = 15
+
+
+def _compile_lines(result: EvalResult) -> list[str]:
+    comp = result.compile
+    if comp is None:
+        return []
+    lines = [f"- line {e.line}: {e.message}" if e.line else f"- {e.message}" for e in comp.errors[:MAX_ISSUES]]
+    if comp.status == "error" and not comp.errors and comp.log:
+        lines.append("```\n" + comp.log.strip()[-3000:] + "\n```")
+    lines += [f"- warning, line {w.line}: {w.message}" if w.line else f"- warning: {w.message}" for w in comp.warnings[:5]]
+    for k in comp.kernels.values():
+        spills = f", SPILLS {k.spill_stores} stores / {k.spill_loads} loads" if (k.spill_stores or k.spill_loads) else ""
+        lines.append(f"- kernel {k.name}: {k.registers} registers, {k.smem_static} B static smem, {k.stack} B stack{spills}")
+    for name, t in comp.targets.items():
+        where = "in SASS" if t.in_sass else ("in PTX only, not in SASS" if t.in_ptx else "ABSENT")
+        lines.append(f"- target {name}: {where}" + (f" ({t.sass_count} instructions)" if t.in_sass else ""))
+    return (["Compile:"] + lines) if lines else []
+
+
+def _correctness_lines(result: EvalResult) -> list[str]:
+    failed = [t for t in result.correctness if not t.passed]
+    shown = failed[:3] if failed else result.correctness[:1]
+    lines = []
+    for t in shown:
+        bits = [f"trial {t.trial} {t.tensor}: {'pass' if t.passed else 'FAIL'}"]
+        if t.max_abs_err is not None:
+            bits.append(f"max abs err {t.max_abs_err:.3g}")
+        if t.max_rel_err is not None:
+            bits.append(f"max rel err {t.max_rel_err:.3g}")
+        if t.frac_matched is not None:
+            bits.append(f"{100 * t.frac_matched:.2f}% elements match")
+        if t.n_nan or t.n_inf:
+            bits.append(f"{t.n_nan} NaN, {t.n_inf} inf")
+        if t.worst_index is not None:
+            bits.append(f"worst at {t.worst_index}: got {t.worst_value}, expected {t.worst_expected}")
+        if t.note:
+            bits.append(t.note)
+        lines.append("- " + ", ".join(bits))
+    return (["Correctness:"] + lines) if lines else []
+
+
+def _timing_lines(result: EvalResult) -> list[str]:
+    timing = result.timing
+    if timing is None:
+        return []
+    c = timing.candidate
+    lines = [f"- yours: {c.median_ms:.4f} ms (95% CI {c.ci_low_ms:.4f}-{c.ci_high_ms:.4f}, n={c.n})"]
+    for name, b in timing.baselines.items():
+        lines.append(f"- {name}: {b.median_ms:.4f} ms")
+    if timing.speedup is not None:
+        lines.append(f"- speedup over {timing.primary_baseline or 'the library'}: {timing.speedup:.3f}x")
+    if timing.tflops is not None:
+        lines.append(f"- {timing.tflops:.0f} TFLOP/s" + (f", {timing.sol_pct:.0f}% of roofline" if timing.sol_pct is not None else ""))
+    lines += [f"- flag: {f}" for f in timing.flags]
+    return ["Timing:"] + lines
+
+
+def render_eval(result: EvalResult, turn: int, no_gpu: bool, progress: str = "") -> str:
+    body: list[str] = []
+    if result.message:
+        body.append(result.message.strip())
+    body += [f"- plan: {e}" for e in result.plan_errors[:MAX_ISSUES]]
+    if result.runtime_error:
+        body.append(f"Runtime error: {result.runtime_error}")
+    body += _compile_lines(result) + _correctness_lines(result) + _timing_lines(result)
+    for name, t in result.targets_runtime.items():
+        body.append(f"- target {name} at runtime: {t.verdict}" + (f" ({t.reason})" if t.reason else ""))
+    body += [f"- sanitizer {s.tool}: {s.kind} {s.message}" for s in result.sanitizer[:MAX_ISSUES]]
+    if result.feedback:
+        body.append("Profile:\n" + result.feedback.strip())
+    speedup = f" (speedup {result.speedup:.3f}x)" if result.speedup is not None else ""
+    status = "COMPILED (not run: no GPU)" if no_gpu and result.status == "PASSED" else result.status
+    return _fill(turn, status, speedup, no_gpu, "\n".join(body), progress)
+
+
+def render_format_error(error: str, turn: int, no_gpu: bool, progress: str = "") -> str:
+    return _fill(turn, "NO_SUBMISSION", "", no_gpu, error + "\n\n" + "Follow the solution format.", progress)
+
+
+def _fill(turn: int, status: str, speedup_text: str, no_gpu: bool, body: str, progress: str) -> str:
+    text = Template(prompts.load("feedback")).safe_substitute(
+        turn=turn, status=status, speedup_text=speedup_text, no_gpu_note=NO_GPU_NOTE if no_gpu else "",
+        body=body, progress=progress)
+    return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"

@@ -1,0 +1,224 @@
+"""The agent loop as a LangGraph StateGraph. Nodes are named after the steps of a turn:
+
+    check_limits -> query -> extract -> evaluate -> feedback -> check_limits ...   (pipeline)
+    check_limits -> query -> run_tools -> check_limits -> query ... -> feedback    (tools: submit ends a turn)
+    any stop rule, model error or infrastructure failure -> finish -> END
+
+The state is checkpointed after every node, and query stores the model's reply in the state
+before anything acts on it, so a resumed run never repeats a model call that completed.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from langgraph.graph import END, START, StateGraph
+
+from ptxbench.tools.evaluator import EvalOptions, Evaluator
+from ptxbench.tools.results import EvalResult
+
+from . import budget
+from .context import build_messages
+from .extract import extract_solution
+from .feedback import render_eval, render_format_error
+from .models.base import Model, ModelError, ModelExhausted, ModelReply, ModelRequest, TurnOutcome
+from .state import AgentState, OptimizeConfig
+from .toolset import Toolbox, parse_arguments
+from .trajectory import TrajectoryLog
+
+
+@dataclass
+class Deps:
+    config: OptimizeConfig
+    model: Model
+    evaluator: Evaluator
+    log: TrajectoryLog
+    options: EvalOptions
+
+    @property
+    def toolbox(self) -> Toolbox:
+        return Toolbox(self.evaluator, self.config.workload, self.options)
+
+
+def timed(fn: Callable[[AgentState], dict]) -> Callable[[AgentState], dict]:
+    """Adds the node's wall time to the state's elapsed_s (kept across resumes)."""
+    def node(state: AgentState) -> dict:
+        start = time.monotonic()
+        update = fn(state) or {}
+        update["elapsed_s"] = state.get("elapsed_s", 0.0) + (time.monotonic() - start)
+        return update
+    return node
+
+
+def _progress(config: OptimizeConfig, state: AgentState, result: EvalResult | None = None) -> str:
+    best = state.get("best_speedup")
+    if result is not None and result.passed and result.speedup is not None and (best is None or result.speedup > best):
+        best = result.speedup
+    left = config.turns - len(state.get("done_turns", [])) - 1
+    best_text = f"Best passing speedup so far: {best:.3f}x." if best is not None else "No passing kernel with a speedup yet."
+    return f"{best_text} Turns left: {left}."
+
+
+def _outcome_message(result: EvalResult | None, format_error: str) -> str:
+    if result is None:
+        return format_error
+    compile_errors = [e.message for e in (result.compile.errors if result.compile else [])][:3]
+    return " ".join([result.message, *compile_errors, *result.plan_errors[:3], result.runtime_error]).strip()
+
+
+class Steps:
+    def __init__(self, deps: Deps):
+        self.d = deps
+        self.cfg = deps.config
+
+    def check_limits(self, state: AgentState) -> dict:
+        decision = budget.check_limits(self.cfg, state)
+        return {"stop": decision.model_dump()} if decision else {}
+
+    def query(self, state: AgentState) -> dict:
+        messages = build_messages(state, self.cfg.context)
+        request = ModelRequest(messages=messages, turn=state["turn"], call_index=state["model_calls"],
+                               tools=self.d.toolbox.schemas() if self.cfg.mode == "tools" else None,
+                               history=[TurnOutcome(**t["outcome"]) for t in state["done_turns"]])
+        try:
+            reply = self.d.model.query(request)
+        except ModelExhausted as exc:
+            return {"stop": {"reason": "turn_limit", "detail": str(exc)}}
+        except ModelError as exc:
+            self.d.log.error(state["turn"], "query", str(exc))
+            return {"stop": {"reason": "error", "detail": str(exc)[:500]}}
+        self.d.log.model_call(state["turn"], self.d.model.name, messages, reply)
+        usage = reply.usage
+        tokens = usage.get("total_tokens") or usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+        return {"reply": reply.model_dump(), "current": state["current"] + [reply.assistant_message()],
+                "model_calls": state["model_calls"] + 1, "tokens": state["tokens"] + tokens,
+                "cost_usd": state["cost_usd"] + (reply.cost_usd or 0.0)}
+
+    def extract(self, state: AgentState) -> dict:
+        found = extract_solution(state["reply"]["content"])
+        if not found.ok:
+            return {"submission": None, "eval": None, "format_error": found.error}
+        return {"submission": {"source": found.source, "language": found.language, "warnings": found.warnings},
+                "format_error": ""}
+
+    def evaluate(self, state: AgentState) -> dict:
+        sub, turn = state["submission"], state["turn"]
+        kernel_file = self.d.log.save_kernel(turn, sub["language"], sub["source"])
+        result = self.d.evaluator.evaluate(self.cfg.workload, sub["source"], self.d.options)
+        feedback = render_eval(result, turn, self.cfg.no_gpu, _progress(self.cfg, state, result))
+        if sub.get("warnings"):
+            feedback += "About your reply:\n" + "\n".join(f"- {w}" for w in sub["warnings"]) + "\n"
+        self.d.log.eval_result(turn, result.model_dump(mode="json"), feedback, kernel_file, sub["source"], sub["language"])
+        update: dict[str, Any] = {"eval": result.model_dump(mode="json"), "feedback": feedback,
+                                  "submission": {**sub, "kernel_file": kernel_file}}
+        if result.status == "INFRA_ERROR":
+            self.d.log.error(turn, "evaluate", result.message or result.runtime_error or "infrastructure error", infra=True)
+            update["stop"] = {"reason": "infra_error", "detail": (result.message or result.runtime_error)[:500]}
+        return update
+
+    def run_tools(self, state: AgentState) -> dict:
+        turn, box = state["turn"], self.d.toolbox
+        used, in_turn = state["tool_calls"], state["turn_tool_calls"]
+        messages, update = [], {}
+        for call in state["reply"]["tool_calls"]:
+            name, call_id = call["function"]["name"], call.get("id", "")
+            ok, content, args = True, "", {}
+            try:
+                args = parse_arguments(call["function"].get("arguments"))
+            except ValueError as exc:
+                ok, content = False, f"Error: the arguments are not a JSON object ({exc})."
+            self.d.log.tool_call(turn, call_id, name, args)
+            if ok and "submission" in update:
+                ok, content = False, "Ignored: you already submitted in this reply."
+            elif ok and in_turn >= self.cfg.max_tool_calls_per_turn:
+                ok, content = False, "Ignored: this turn's tool calls are used up."
+            elif ok:
+                content, ok = self._one_tool(turn, in_turn, name, args, box, update)
+            used, in_turn = used + 1, in_turn + 1
+            self.d.log.tool_result(turn, call_id, name, content, ok)
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+        update.update(current=state["current"] + messages, tool_calls=used, turn_tool_calls=in_turn)
+        if "submission" not in update and in_turn >= self.cfg.max_tool_calls_per_turn:
+            update["format_error"] = (f"You used this turn's {self.cfg.max_tool_calls_per_turn} tool calls without "
+                                      "calling submit. Submit a solution with the submit tool.")
+        return update
+
+    def _one_tool(self, turn: int, index: int, name: str, args: dict, box: Toolbox, update: dict) -> tuple[str, bool]:
+        try:
+            result = box.call(name, args)
+        except (KeyError, ValueError) as exc:
+            return f"Error: {exc}", False
+        source = args["source"]
+        language = extract_solution(f"```\n{source}\n```").language or "cuda"
+        kernel_file = self.d.log.save_kernel(turn, language, source, tag=f"{index + 1:02d}_{name}")
+        text = box.result_text(name, result, turn)
+        self.d.log.eval_result(turn, result.model_dump(mode="json"), text, kernel_file, source, language,
+                               submission=name == "submit")
+        if name == "submit":
+            update.update(submission={"source": source, "language": language, "kernel_file": kernel_file},
+                          eval=result.model_dump(mode="json"), feedback=text, format_error="")
+        if result.status == "INFRA_ERROR":
+            self.d.log.error(turn, name, result.message or "infrastructure error", infra=True)
+            update["stop"] = {"reason": "infra_error", "detail": result.message[:500]}
+        return text, result.status != "INFRA_ERROR"
+
+    def feedback(self, state: AgentState) -> dict:
+        """End of a turn: show the feedback, record the outcome, move on to the next turn."""
+        turn, current = state["turn"], list(state["current"])
+        result = EvalResult.model_validate(state["eval"]) if state.get("eval") else None
+        if result is None:
+            reply = (state.get("reply") or {}).get("content", "")
+            status = "FORMAT_ERROR" if reply.strip() and self.cfg.mode == "pipeline" else "NO_SUBMISSION"
+            text = render_format_error(state["format_error"], turn, self.cfg.no_gpu, _progress(self.cfg, state))
+        else:
+            status, text = result.status, state["feedback"]
+        if not current or current[-1]["role"] != "tool" or result is None:
+            current.append({"role": "user", "content": text})
+        speedup = result.speedup if result is not None and result.passed else None
+        best, best_turn = state.get("best_speedup"), state.get("best_turn", 0)
+        if speedup is not None and (best is None or speedup > best):
+            best, best_turn = speedup, turn
+        outcome = TurnOutcome(turn=turn, status=status, speedup=speedup,
+                              message=_outcome_message(result, state.get("format_error", "")),
+                              source=(state.get("submission") or {}).get("source", ""),
+                              tags=ModelReply.model_validate(state["reply"]).tags if state.get("reply") else {})
+        self.d.log.turn_end(turn, status, speedup, state["tokens"], state["cost_usd"], state["elapsed_s"])
+        return {"done_turns": state["done_turns"] + [{"turn": turn, "messages": current, "outcome": outcome.model_dump()}],
+                "current": [], "turn": turn + 1, "reply": None, "submission": None, "eval": None, "format_error": "",
+                "feedback": "", "turn_tool_calls": 0, "best_speedup": best, "best_turn": best_turn}
+
+    def finish(self, state: AgentState) -> dict:
+        stop = state["stop"] or {"reason": "error", "detail": "stopped without a reason"}
+        if state.get("current"):  # a turn cut short (tools mode budgets, a model error): close it for scoring
+            self.d.log.turn_end(state["turn"], "NO_SUBMISSION", None, state["tokens"], state["cost_usd"], state["elapsed_s"])
+        self.d.log.stop(len(state["done_turns"]), stop["reason"], stop.get("detail", ""))
+        return {}
+
+
+def _after_query(state: AgentState) -> str:
+    if state.get("stop"):
+        return "finish"
+    return "run_tools" if state["reply"]["tool_calls"] else "extract"
+
+
+def _after_tools(state: AgentState) -> str:
+    if state.get("stop"):
+        return "finish"
+    return "feedback" if state.get("submission") or state.get("format_error") else "check_limits"
+
+
+def build_graph(deps: Deps, checkpointer=None):
+    steps = Steps(deps)
+    graph = StateGraph(AgentState)
+    for name in ("check_limits", "query", "extract", "evaluate", "run_tools", "feedback", "finish"):
+        graph.add_node(name, timed(getattr(steps, name)))
+    graph.add_edge(START, "check_limits")
+    graph.add_conditional_edges("check_limits", lambda s: "finish" if s.get("stop") else "query", ["finish", "query"])
+    graph.add_conditional_edges("query", _after_query, ["finish", "run_tools", "extract"])
+    graph.add_conditional_edges("extract", lambda s: "evaluate" if s.get("submission") else "feedback", ["evaluate", "feedback"])
+    graph.add_conditional_edges("evaluate", lambda s: "finish" if s.get("stop") else "feedback", ["finish", "feedback"])
+    graph.add_conditional_edges("run_tools", _after_tools, ["finish", "feedback", "check_limits"])
+    graph.add_edge("feedback", "check_limits")
+    graph.add_edge("finish", END)
+    return graph.compile(checkpointer=checkpointer)

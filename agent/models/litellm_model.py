@@ -1,0 +1,132 @@
+"""Any litellm model string (API providers, or a local vLLM / ollama / OpenAI-compatible server via api_base).
+
+Transient failures (rate limits, timeouts, 5xx, dropped connections) are retried with tenacity and
+exponential back-off; anything else becomes a ModelError. Keys come from the environment only
+(litellm reads the provider's variable; `api_key_env` names another one) and never reach a log.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from ..redact import scrub_text
+from .base import ModelError, ModelReply, ModelRequest
+
+# The bundled price table: no network fetch at import time (and no 10 s stall offline).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def _litellm():
+    import litellm
+
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying: rate limit, timeout, server error, connection trouble."""
+    litellm = _litellm()
+    transient = (
+        litellm.RateLimitError,
+        litellm.Timeout,
+        litellm.APIConnectionError,
+        litellm.InternalServerError,
+        litellm.ServiceUnavailableError,
+        litellm.BadGatewayError,
+    )
+    if isinstance(exc, transient):
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and (status == 429 or status >= 500)
+
+
+class LiteLLMModel:
+    def __init__(
+        self,
+        name: str,
+        api_base: str | None = None,
+        api_key_env: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        timeout_s: float = 600.0,
+        max_attempts: int = 6,
+        retry_wait_s: float = 2.0,
+        extra: dict[str, Any] | None = None,
+    ):
+        self.name = name
+        self.api_base = api_base
+        self.api_key_env = api_key_env
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.timeout_s = timeout_s
+        self.max_attempts = max_attempts
+        self.retry_wait_s = retry_wait_s
+        self.extra = dict(extra or {})
+
+    def _kwargs(self, request: ModelRequest) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"model": self.name, "messages": request.messages, "timeout": self.timeout_s,
+                                  "max_retries": 0, **self.extra}
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if key:
+            kwargs["api_key"] = key
+        elif self.api_base and not os.environ.get("OPENAI_API_KEY"):
+            kwargs["api_key"] = "EMPTY"  # local OpenAI-compatible servers want some key
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            kwargs["max_tokens"] = self.max_tokens
+        if request.tools:
+            kwargs["tools"] = request.tools
+            kwargs["tool_choice"] = "auto"
+        return kwargs
+
+    def query(self, request: ModelRequest) -> ModelReply:
+        litellm = _litellm()
+        kwargs = self._kwargs(request)
+        retrying = Retrying(
+            stop=stop_after_attempt(self.max_attempts),
+            wait=wait_exponential_jitter(initial=self.retry_wait_s, max=60.0),
+            retry=retry_if_exception(is_transient),
+            reraise=True,
+        )
+        start = time.perf_counter()
+        try:
+            response = retrying(litellm.completion, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - every provider failure becomes one recorded error
+            raise ModelError(scrub_text(f"{type(exc).__name__}: {exc}")) from None
+        latency = time.perf_counter() - start
+        attempts = retrying.statistics.get("attempt_number", 1)
+        return _reply(litellm, response, latency, attempts)
+
+
+def _reply(litellm, response, latency: float, attempts: int) -> ModelReply:
+    message = response.choices[0].message
+    tool_calls = [_tool_call(tc) for tc in (getattr(message, "tool_calls", None) or [])]
+    usage_obj = getattr(response, "usage", None)
+    usage = {}
+    if usage_obj is not None:
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            usage[key] = int(getattr(usage_obj, key, 0) or 0)
+    try:
+        cost = float(litellm.completion_cost(completion_response=response))
+    except Exception:  # noqa: BLE001 - unknown prices (local models) mean no cost, not a failure
+        cost = None
+    return ModelReply(
+        content=message.content or "",
+        reasoning_content=getattr(message, "reasoning_content", None) or None,
+        tool_calls=tool_calls,
+        usage=usage,
+        cost_usd=cost,
+        latency_s=latency,
+        attempts=attempts,
+    )
+
+
+def _tool_call(tc) -> dict[str, Any]:
+    fn = tc.function
+    return {"id": tc.id or "", "type": "function", "function": {"name": fn.name or "", "arguments": fn.arguments or "{}"}}

@@ -1,0 +1,181 @@
+"""Run one trajectory: the graph, its checkpointer, its events; and the run folder around it.
+
+    run_trajectory(config, evaluator, writer, ...)   one trajectory into a given TrajectoryWriter
+                                                     (what the bench runner calls; resumes by itself
+                                                     when the checkpointer holds an unfinished thread)
+    arun_trajectory(...)                             the same, awaitable (runs in a worker thread)
+    optimize(config, run_dir=..., resume=...)        `ptxbench optimize`: run folder, manifest,
+                                                     SQLite checkpoints, the local evaluator
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from ptxbench.tools.evaluator import EvalOptions, Evaluator
+from ptxbench.workloads.registry import get_workload
+
+from .graph import Deps, build_graph
+from .manifest import build_manifest
+from .models import Model, load_model
+from .rundir import TrajectoryWriter, read_manifest, write_manifest
+from .state import AgentState, OptimizeConfig, initial_state
+from .task import system_prompt, task_prompt
+from .trajectory import Listener, TrajectoryLog
+
+RECURSION_LIMIT = 100_000  # budgets end a trajectory, not LangGraph's step counter
+
+
+class TrajectoryOutcome(BaseModel):
+    trajectory_id: str
+    folder: str
+    stop_reason: str
+    stop_detail: str = ""
+    turns: int
+    best_speedup: float | None
+    best_turn: int
+    statuses: list[str]
+    tokens: int
+    cost_usd: float
+    elapsed_s: float
+    resumed: bool = False
+
+
+def open_checkpointer(path: str | Path):
+    """A SQLite checkpointer (thread id = trajectory id); safe to share between threads."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return SqliteSaver(sqlite3.connect(str(path), check_same_thread=False))
+
+
+def eval_options(config: OptimizeConfig) -> EvalOptions:
+    return EvalOptions(arch=config.arch, trials=config.trials, no_gpu=config.no_gpu, profile=config.profile,
+                       seed=config.seed)
+
+
+def make_model(config: OptimizeConfig) -> Model:
+    options: dict[str, Any] = {}
+    if not config.model.startswith(("builtin/", "replay/")):
+        options = dict(api_key_env=config.api_key_env, temperature=config.temperature, max_tokens=config.max_output_tokens,
+                       timeout_s=config.model_timeout_s, max_attempts=config.retry_attempts, retry_wait_s=config.retry_wait_s)
+    return load_model(config.model, config.workload, api_base=config.api_base, **options)
+
+
+def _outcome(tid: str, folder: Path, state: AgentState, resumed: bool) -> TrajectoryOutcome:
+    stop = state.get("stop") or {"reason": "", "detail": ""}
+    done = state.get("done_turns", [])
+    return TrajectoryOutcome(
+        trajectory_id=tid, folder=str(folder), stop_reason=stop["reason"], stop_detail=stop.get("detail", ""),
+        turns=len(done), best_speedup=state.get("best_speedup"), best_turn=state.get("best_turn", 0),
+        statuses=[t["outcome"]["status"] for t in done], tokens=state.get("tokens", 0),
+        cost_usd=state.get("cost_usd", 0.0), elapsed_s=state.get("elapsed_s", 0.0), resumed=resumed)
+
+
+def run_trajectory(
+    config: OptimizeConfig,
+    evaluator: Evaluator,
+    writer: TrajectoryWriter,
+    *,
+    model: Model | None = None,
+    checkpointer=None,
+    listeners: list[Listener] | None = None,
+    trajectory_id: str | None = None,
+) -> TrajectoryOutcome:
+    """Run (or, if `checkpointer` holds an unfinished thread of this trajectory, resume) one trajectory.
+
+    The trajectory id (the checkpointer's thread id) defaults to the writer's folder name. Without a
+    checkpointer the run is kept in memory and cannot be resumed. A failed kernel is a turn outcome;
+    an exception here is a harness failure (recorded as an error event, then raised).
+    """
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    tid = trajectory_id or writer.folder.name
+    log = TrajectoryLog(writer, tid, listeners)
+    model = model or make_model(config)
+    graph = build_graph(Deps(config, model, evaluator, log, eval_options(config)), checkpointer or InMemorySaver())
+    run_config = {"configurable": {"thread_id": tid}, "recursion_limit": RECURSION_LIMIT}
+    snapshot = graph.get_state(run_config)
+    resumed = bool(snapshot.values)
+    try:
+        if resumed and not snapshot.next:
+            return _outcome(tid, writer.folder, snapshot.values, resumed)  # finished before
+        if resumed:
+            graph.invoke(None, run_config)
+        else:
+            workload = get_workload(config.workload)
+            log.start(config.model_dump(mode="json"), workload=config.workload, model=config.model, prompt=config.prompt,
+                      mode=config.mode, arch=config.arch, index=config.index, held_out=workload.held_out)
+            graph.invoke(initial_state(system_prompt(config), task_prompt(config, workload)), run_config)
+    except BaseException as exc:
+        turn = (graph.get_state(run_config).values or {}).get("turn", 0)
+        log.error(turn, "graph", exc, infra=True)
+        raise
+    return _outcome(tid, writer.folder, graph.get_state(run_config).values, resumed)
+
+
+async def arun_trajectory(*args: Any, **kwargs: Any) -> TrajectoryOutcome:
+    """run_trajectory in a worker thread, for asyncio callers (several trajectories at once)."""
+    return await asyncio.to_thread(run_trajectory, *args, **kwargs)
+
+
+# -- the run folder of `ptxbench optimize` ----------------------------------------------------------
+def runs_root() -> Path:
+    return Path(os.environ.get("PTXBENCH_RUNS", "runs"))
+
+
+def new_run_dir(config: OptimizeConfig) -> Path:
+    slug = config.model.replace("/", "-").replace(":", "-")[:40]
+    return runs_root() / f"{time.strftime('%Y%m%d-%H%M%S')}_{config.workload}_{slug}"
+
+
+def find_run(run: str | Path) -> Path:
+    for candidate in (Path(run), runs_root() / str(run)):
+        if (candidate / "manifest.json").exists():
+            return candidate
+    raise FileNotFoundError(f"no run at {run} (nor under {runs_root()}): expected a folder with manifest.json")
+
+
+def default_evaluator(config: OptimizeConfig) -> Evaluator:
+    from ptxbench.tools.evaluate import LocalEvaluator
+
+    return LocalEvaluator()  # options.no_gpu (from the config) keeps it off the GPU
+
+
+def optimize(
+    config: OptimizeConfig | None = None,
+    *,
+    run_dir: str | Path | None = None,
+    resume: str | Path | None = None,
+    evaluator: Evaluator | None = None,
+    model: Model | None = None,
+    listeners: list[Listener] | None = None,
+) -> TrajectoryOutcome:
+    """Start a run folder for `config`, or continue the run `resume` where it stopped."""
+    if resume is not None:
+        run_path = find_run(resume)
+        manifest = read_manifest(run_path)
+        config = OptimizeConfig.model_validate(manifest["config"])
+        tid = manifest["trajectories"][0]
+    else:
+        assert config is not None, "give a config or a run to resume"
+        run_path = Path(run_dir) if run_dir else new_run_dir(config)
+        tid = config.trajectory_id()
+        write_manifest(run_path, build_manifest(config.model_dump(mode="json"), "optimize", [tid], config.arch))
+    writer = TrajectoryWriter(run_path / "trajectories" / tid)
+    checkpointer = open_checkpointer(run_path / "checkpoints.sqlite")
+    own_evaluator = evaluator is None
+    evaluator = evaluator or default_evaluator(config)
+    try:
+        return run_trajectory(config, evaluator, writer, model=model, checkpointer=checkpointer, listeners=listeners,
+                              trajectory_id=tid)
+    finally:
+        checkpointer.conn.close()
+        if own_evaluator:
+            evaluator.close()

@@ -1,0 +1,37 @@
+"""Keep API keys out of everything ptxbench writes: trajectories, manifests, logs, error messages.
+
+Keys are read from the environment only; any environment value whose name looks like a secret is
+replaced by '***' wherever it would appear in recorded text.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+_SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+# Provider key shapes, in case a key arrives through something other than the environment.
+_KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{20,}|hf_[A-Za-z0-9]{20,}|xai-[A-Za-z0-9]{20,})\b")
+
+
+def secret_values() -> list[str]:
+    values = {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and v and len(v) >= 8}
+    return sorted(values, key=len, reverse=True)
+
+
+def scrub_text(text: str) -> str:
+    for value in secret_values():
+        if value in text:
+            text = text.replace(value, "***")
+    return _KEY_SHAPES.sub("***", text)
+
+
+def scrub(obj: Any) -> Any:
+    """A copy of a JSON-like object with secrets masked in every string (and keys named like secrets)."""
+    if isinstance(obj, str):
+        return scrub_text(obj)
+    if isinstance(obj, dict):
+        return {k: ("***" if isinstance(k, str) and _SECRET_NAME.search(k) and v else scrub(v)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [scrub(v) for v in obj]
+    return obj

@@ -1,0 +1,74 @@
+"""The agent's configuration and the graph state.
+
+OptimizeConfig is everything that defines a trajectory (stored in the manifest and in the
+trajectory_start event, so a run can be rebuilt). AgentState is what LangGraph checkpoints after
+every node: plain JSON-able values only, so a killed run resumes from the SQLite checkpoint.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+from pydantic import BaseModel, Field
+
+Mode = Literal["pipeline", "tools"]
+ContextPolicy = Literal["full", "last", "summary"]
+
+
+class OptimizeConfig(BaseModel):
+    workload: str
+    model: str = "builtin/tuner"
+    api_base: str | None = Field(None, description="OpenAI-compatible endpoint (vLLM, ollama, ...)")
+    api_key_env: str | None = Field(None, description="environment variable holding the key, if not the provider's usual one")
+    mode: Mode = "pipeline"
+    prompt: str = Field("knowledge", description="prompt variant: basic | knowledge | expert")
+    context: ContextPolicy = "full"
+    arch: str = "sm_90a"
+    turns: int = Field(8, ge=1, description="turn limit: scored submissions (pipeline: model replies)")
+    target_speedup: float | None = Field(1.2, description="stop once a passing kernel reaches this speedup")
+    max_tokens: int | None = Field(None, description="total token budget of the trajectory")
+    max_cost_usd: float | None = None
+    max_wall_s: float | None = None
+    max_tool_calls: int = Field(40, description="tools mode: tool calls in the whole trajectory")
+    max_tool_calls_per_turn: int = Field(12, description="tools mode: tool calls before a submission is required")
+    temperature: float | None = None
+    max_output_tokens: int | None = Field(None, description="max_tokens of each model call")
+    model_timeout_s: float = 600.0
+    retry_attempts: int = 6
+    retry_wait_s: float = 2.0
+    trials: int | None = Field(None, description="correctness trials per evaluation (None: the workload's)")
+    no_gpu: bool = Field(False, description="evaluate up to compile + SASS only")
+    profile: bool = Field(False, description="profile every submission (it is profiled when it passes anyway)")
+    seed: int | None = None
+    index: int = Field(0, description="trajectory number within its (model, workload, prompt) cell")
+
+    def trajectory_id(self) -> str:
+        slug = self.model.replace("/", "-").replace(":", "-")[:48]
+        return f"{self.workload}__{slug}__{self.prompt}__{self.index:02d}"
+
+
+class AgentState(TypedDict, total=False):
+    system: str
+    task: str
+    turn: int                        # the turn in progress, 1-based
+    done_turns: list[dict[str, Any]]  # completed turns: {"turn", "messages", "outcome"} (outcome: TurnOutcome JSON)
+    current: list[dict[str, Any]]     # messages of the turn in progress (assistant replies, tool results)
+    reply: dict[str, Any] | None      # the last ModelReply, stored before anything acts on it
+    submission: dict[str, Any] | None  # {"source", "language", "kernel_file"} of the turn
+    format_error: str                # why the reply held no usable solution
+    eval: dict[str, Any] | None       # the turn's EvalResult as JSON
+    feedback: str                    # the text shown to the model about the turn
+    model_calls: int
+    tool_calls: int                  # in the whole trajectory
+    turn_tool_calls: int             # in the turn in progress
+    tokens: int
+    cost_usd: float
+    elapsed_s: float                 # wall time spent in nodes, summed (survives resume)
+    best_speedup: float | None
+    best_turn: int
+    stop: dict[str, str] | None       # {"reason", "detail"} once a stop rule fired
+
+
+def initial_state(system: str, task: str) -> AgentState:
+    return AgentState(system=system, task=task, turn=1, done_turns=[], current=[], reply=None, submission=None,
+                      format_error="", eval=None, feedback="", model_calls=0, tool_calls=0, turn_tool_calls=0,
+                      tokens=0, cost_usd=0.0, elapsed_s=0.0, best_speedup=None, best_turn=0, stop=None)

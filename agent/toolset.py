@@ -1,0 +1,159 @@
+"""The tools of `tools` mode: typed methods whose JSON schemas come from their signatures and docstrings.
+
+Every tool takes the whole solution file as `source` and calls the evaluator with the options its
+name promises; expected failures (a compile error, a wrong result) come back as text for the model.
+`submit` is the scored one: it ends the turn.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from types import UnionType
+from typing import Any, Callable, Union, get_args, get_origin, get_type_hints
+
+from ptxbench.tools.evaluator import EvalOptions, Evaluator
+from ptxbench.tools.results import EvalResult
+
+from .feedback import render_eval
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list[str]: "array"}
+
+
+def _doc_parts(fn: Callable) -> tuple[str, dict[str, str]]:
+    """The description (before 'Args:') and the per-argument lines of a docstring."""
+    doc = inspect.getdoc(fn) or ""
+    head, _, args = doc.partition("Args:")
+    described = {}
+    for line in args.splitlines():
+        name, sep, text = line.strip().partition(":")
+        if sep:
+            described[name.strip()] = text.strip()
+    return " ".join(head.split()), described
+
+
+def tool_schema(fn: Callable) -> dict[str, Any]:
+    """An OpenAI function-calling schema from a typed function and its docstring."""
+    description, arg_docs = _doc_parts(fn)
+    hints = get_type_hints(fn)
+    props: dict[str, Any] = {}
+    required = []
+    for name, param in inspect.signature(fn).parameters.items():
+        if name == "self":
+            continue
+        kind = hints.get(name, str)
+        options = [a for a in get_args(kind) if a is not type(None)] if get_origin(kind) in (Union, UnionType) else []
+        kind = options[0] if len(options) == 1 else kind  # Optional[X] -> X
+        prop: dict[str, Any] = {"type": _JSON_TYPES.get(kind, "string"), "description": arg_docs.get(name, "")}
+        if kind == list[str]:
+            prop["items"] = {"type": "string"}
+        props[name] = prop
+        if param.default is inspect.Parameter.empty:
+            required.append(name)
+    return {"type": "function", "function": {"name": fn.__name__, "description": description,
+                                             "parameters": {"type": "object", "properties": props, "required": required}}}
+
+
+class Toolbox:
+    """Bound to one trajectory's evaluator, workload and base options."""
+
+    NAMES = ("compile", "test", "benchmark", "profile", "sanitize", "sass", "submit")
+
+    def __init__(self, evaluator: Evaluator, workload_id: str, options: EvalOptions):
+        self.evaluator = evaluator
+        self.workload_id = workload_id
+        self.options = options
+        self.last_result: EvalResult | None = None
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return [tool_schema(getattr(self, name)) for name in self.NAMES]
+
+    def _run(self, source: str, **changes: Any) -> EvalResult:
+        options = self.options.model_copy(update=changes)
+        self.last_result = self.evaluator.evaluate(self.workload_id, source, options)
+        return self.last_result
+
+    def _text(self, result: EvalResult, turn: int) -> str:
+        return render_eval(result, turn, self.options.no_gpu)
+
+    # -- the tools (their docstrings are what the model reads) -----------------------------------
+    def compile(self, source: str) -> EvalResult:
+        """Assemble a solution file: errors with line numbers, registers, spills, shared memory and whether the target instructions are in the SASS. Does not run it.
+
+        Args:
+            source: the whole solution file (code and its ptxbench plan block)
+        """
+        return self._run(source, no_gpu=True, time=False, profile=False, profile_on_pass=False)
+
+    def test(self, source: str) -> EvalResult:
+        """Compile and run a solution against the reference on fresh random inputs (correctness only, no timing).
+
+        Args:
+            source: the whole solution file
+        """
+        return self._run(source, time=False, profile=False, profile_on_pass=False)
+
+    def benchmark(self, source: str) -> EvalResult:
+        """Compile, check correctness and time the solution against the library baseline (speedup).
+
+        Args:
+            source: the whole solution file
+        """
+        return self._run(source, time=True, profile=False, profile_on_pass=False)
+
+    def profile(self, source: str) -> EvalResult:
+        """Everything benchmark does plus an Nsight Compute profile: executed target instructions, stalls, memory and occupancy findings.
+
+        Args:
+            source: the whole solution file
+        """
+        return self._run(source, time=True, profile=True)
+
+    def sanitize(self, source: str, tools: list[str] | None = None) -> EvalResult:
+        """Run the solution under compute-sanitizer to find out-of-bounds accesses, races and barrier misuse.
+
+        Args:
+            source: the whole solution file
+            tools: sanitizer tools among memcheck, racecheck, synccheck, initcheck (default memcheck)
+        """
+        return self._run(source, time=False, profile=False, profile_on_pass=False, sanitize=list(tools or ["memcheck"]))
+
+    def sass(self, source: str) -> EvalResult:
+        """Compile the solution and list the SASS opcode histogram of each kernel (e.g. HGMMA, UTMALDG counts).
+
+        Args:
+            source: the whole solution file
+        """
+        return self._run(source, no_gpu=True, time=False, profile=False, profile_on_pass=False)
+
+    def submit(self, source: str) -> EvalResult:
+        """Submit your solution for scoring: the full evaluation (correctness, timing, target instructions). Ends the turn.
+
+        Args:
+            source: the whole solution file
+        """
+        return self._run(source)
+
+    def call(self, name: str, arguments: dict[str, Any]) -> EvalResult:
+        if name not in self.NAMES:
+            raise KeyError(f"unknown tool {name!r}; tools: {', '.join(self.NAMES)}")
+        if not isinstance(arguments.get("source"), str) or not arguments["source"].strip():
+            raise ValueError(f"{name} needs `source`: the whole solution file as a string")
+        kwargs = {k: v for k, v in arguments.items() if k in inspect.signature(getattr(self, name)).parameters}
+        return getattr(self, name)(**kwargs)
+
+    def result_text(self, name: str, result: EvalResult, turn: int) -> str:
+        text = self._text(result, turn)
+        if name == "sass" and result.compile is not None:
+            hist = {k.name: dict(sorted(k.sass_opcodes.items(), key=lambda kv: -kv[1])[:40]) for k in result.compile.kernels.values()}
+            text += "\nSASS opcodes per kernel:\n" + json.dumps(hist, indent=1)
+        return text
+
+
+def parse_arguments(raw: str | dict | None) -> dict[str, Any]:
+    """Tool-call arguments from the model (a JSON string); anything else becomes an error for the model."""
+    if isinstance(raw, dict):
+        return raw
+    value = json.loads(raw or "{}")
+    if not isinstance(value, dict):
+        raise ValueError("tool arguments must be a JSON object")
+    return value

@@ -1,0 +1,118 @@
+"""A small real HTTP server on 127.0.0.1 speaking the OpenAI chat-completions API, for agent tests.
+
+It answers POST /v1/chat/completions (non-streaming) from a script, so the real litellm path is
+exercised end to end. Script items (one per request, in order; `default` answers once it runs out):
+
+    {"content": "...", "reasoning_content": "...", "tool_calls": [{"name": "compile", "arguments": {...}}]}
+    {"status": 429}  or  {"status": 500}            an error reply (rate limit, server error)
+    {"hang": True}                                  hold the request until the server stops (a run killed in flight)
+
+`requests` keeps every request body received (errors included), so tests count model calls.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+
+class ScriptedServer:
+    def __init__(self, script: list[dict[str, Any]] | None = None,
+                 default: dict[str, Any] | Callable[[dict], dict[str, Any]] | None = None):
+        self.script = list(script or [])
+        self.default = default
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.request_seen = threading.Condition(self.lock)
+        self._httpd: ThreadingHTTPServer | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> "ScriptedServer":
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                item = server._next(body)
+                if item.get("hang"):
+                    server.stopping.wait(120)
+                    return
+                if "status" in item:
+                    self._send(item["status"], {"error": {"message": item.get("message", "scripted error"),
+                                                          "type": "rate_limit_error" if item["status"] == 429 else "server_error"}})
+                    return
+                self._send(200, server._completion(body, item))
+
+            def _send(self, status: int, payload: dict):
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    # -- script ------------------------------------------------------------------------------
+    def _next(self, body: dict) -> dict[str, Any]:
+        with self.lock:
+            self.requests.append(body)
+            self.request_seen.notify_all()
+            if self.script:
+                return self.script.pop(0)
+        if callable(self.default):
+            return self.default(body)
+        return self.default or {"content": ""}
+
+    def wait_for_requests(self, n: int, timeout: float = 60.0) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while len(self.requests) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.request_seen.wait(left)
+        return True
+
+    def _completion(self, body: dict, item: dict[str, Any]) -> dict[str, Any]:
+        n = len(self.requests)
+        message: dict[str, Any] = {"role": "assistant", "content": item.get("content")}
+        if item.get("reasoning_content"):
+            message["reasoning_content"] = item["reasoning_content"]
+        calls = item.get("tool_calls") or []
+        if calls:
+            message["tool_calls"] = [
+                {"id": f"call_{n}_{i}", "type": "function",
+                 "function": {"name": c["name"], "arguments": c["arguments"] if isinstance(c["arguments"], str)
+                              else json.dumps(c["arguments"])}}
+                for i, c in enumerate(calls)]
+        prompt_tokens = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4
+        completion_tokens = len(item.get("content") or "") // 4 + 10
+        return {
+            "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", "scripted"),
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        }
