@@ -1,0 +1,239 @@
+"""Correctness and timing of rendered reference-GEMM variants against torch.matmul (cuBLAS).
+
+Standalone on purpose (torch + cuda.bindings only, no ptxbench imports but tools/expr.py), so it
+measures the kernels without the evaluator. Two steps:
+  python3 bench/gemm_reference_bench.py build            # here: render + nvcc/ptxas -> bench/build_gemm/
+  python3 bench/gemm_reference_bench.py run [--iters 20]  # on the GPU machine (carry bench/build_gemm)
+Each variant's launch plan is read from its solution file and interpreted like the harness does:
+grid/smem expressions, TMA maps encoded with cuTensorMapEncodeTiled and passed by value.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib.util
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "bench" / "build_gemm"
+
+# name -> template parameters (differences from default_params())
+VARIANTS: dict[str, dict] = {
+    "default": {},
+    "s3": dict(stages=3),
+    "direct_s4": dict(epilogue="direct"),
+    "pr24": dict(producer_regs=24),
+    "group4": dict(group_m=4),
+    "group16": dict(group_m=16),
+    "cluster2": dict(cluster_m=2),
+    "cluster2_np": dict(cluster_m=2, persistent=False),
+    "cluster2_cap128": dict(cluster_m=2, max_ctas=128),
+    "cluster2_cap120": dict(cluster_m=2, max_ctas=120),
+    "nonpersistent": dict(persistent=False),
+    "bn192": dict(bn=192),
+    "bm256_bn128_s3": dict(bm=256, bn=128, stages=3),
+    "bm192_c3": dict(bm=192, bn=128, consumers=3, producer_regs=24),
+}
+SHAPES = {  # name -> (M, N, K); "main" is timed
+    "smoke": (256, 256, 512),
+    "ragged": (200, 296, 328),
+    "m64": (64, 7168, 5120),
+    "m128": (128, 7168, 5120),
+    "main": (8192, 7168, 5120),
+}
+
+
+def build(names: list[str]) -> None:
+    from ptxbench.workloads.solutions.gemm_template import GemmParams, render, validate
+
+    BUILD.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        params = GemmParams(**VARIANTS[name])
+        if validate(params):
+            print(f"{name}: invalid: {validate(params)}")
+            continue
+        cu = BUILD / f"{name}.cu"
+        cu.write_text(render(params))
+        ptx, cubin = cu.with_suffix(".ptx"), cu.with_suffix(".cubin")
+        subprocess.run(["nvcc", "-ptx", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(ROOT / "prompts/include"),
+                        str(cu), "-o", str(ptx)], check=True)
+        log = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(ptx), "-o", str(cubin)], check=True,
+                             capture_output=True, text=True).stderr
+        regs = re.search(r"Used (\d+) registers", log).group(1)
+        spills = re.search(r"(\d+) bytes spill stores", log).group(1)
+        print(f"{name}: {regs} registers, {spills} bytes spilled")
+
+
+def read_plan(source: str) -> dict:
+    block = re.search(r"/\*\s*ptxbench\b(.*?)\*/", source, re.S).group(1)
+    return tomllib.loads(block)
+
+
+def _load_expr():
+    spec = importlib.util.spec_from_file_location("plan_expr", ROOT / "tools" / "expr.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Runner:
+    """Loads one variant's cubin and launches it per its plan (the harness's job, in miniature)."""
+
+    def __init__(self, name: str, source: str, cubin: bytes, num_sms: int):
+        from cuda.bindings import driver as cu
+
+        self.cu, self.name, self.num_sms = cu, name, num_sms
+        self.plan = read_plan(source)
+        self.launch = self.plan["launch"][0]
+        self.module = self._check(cu.cuModuleLoadData(cubin))
+        self.func = self._check(cu.cuModuleGetFunction(self.module, self.launch["kernel"].encode()))
+        self.expr = _load_expr()
+
+    def _check(self, result):
+        err, *rest = result
+        if err != self.cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"{self.name}: {err}")
+        return rest[0] if len(rest) == 1 else rest
+
+    def _tmap(self, spec: dict, tensors: dict, syms: dict):
+        cu = self.cu
+        t = tensors[spec["tensor"]]
+        dims = list(reversed(t.shape))
+        strides = [t.stride(i) * t.element_size() for i in range(t.dim() - 2, -1, -1)]
+        box = [self.expr.evaluate_int(b, syms) for b in spec["box"]]
+        swz = {"none": "NONE", "32B": "32B", "64B": "64B", "128B": "128B"}[spec.get("swizzle", "none")]
+        l2 = {"none": "NONE", "64B": "L2_64B", "128B": "L2_128B", "256B": "L2_256B"}[spec.get("l2_promotion", "none")]
+        return self._check(cu.cuTensorMapEncodeTiled(
+            cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, len(dims), t.data_ptr(),
+            [cu.cuuint64_t(d) for d in dims], [cu.cuuint64_t(s) for s in strides],
+            [cu.cuuint32_t(b) for b in box], [cu.cuuint32_t(1)] * len(dims),
+            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            getattr(cu.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{swz}"),
+            getattr(cu.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{l2}"),
+            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
+
+    def prepare(self, tensors: dict, syms: dict):
+        """Returns a zero-argument launcher for these tensors."""
+        cu, L = self.cu, self.launch
+        syms = dict(syms, num_sms=self.num_sms)
+        ev = lambda e: self.expr.evaluate_int(e, syms)  # noqa: E731
+        maps = {n: self._tmap(s, tensors, syms) for n, s in self.plan.get("tmap", {}).items()}
+        values, types = [], []
+        for a in L["args"]:
+            if a.startswith("tmap:"):
+                values.append(maps[a[5:]]); types.append(None)
+            elif a.startswith("i32:"):
+                values.append(ev(a[4:])); types.append(ctypes.c_int)
+            else:
+                values.append(tensors[a].data_ptr()); types.append(ctypes.c_void_p)
+        smem = ev(L.get("smem", 0))
+        self._check(cu.cuFuncSetAttribute(self.func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (ev(g) for g in L["grid"])
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (ev(b) for b in L["block"])
+        cfg.sharedMemBytes = smem
+        import torch
+        cfg.hStream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
+        attrs = []
+        if "cluster" in L:
+            at = cu.CUlaunchAttribute()
+            at.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = (ev(c) for c in L["cluster"])
+            attrs.append(at)
+        cfg.attrs, cfg.numAttrs = attrs, len(attrs)
+        args = (tuple(values), tuple(types))
+        keep = (maps, values)  # noqa: F841  (kept alive by the closure)
+
+        def launch():
+            _ = keep
+            self._check((cu.cuLaunchKernelEx(cfg, self.func, args, 0)[0], None))
+        return launch
+
+
+def check(c, ref) -> dict:
+    import torch
+    out = c.float()
+    err = (out - ref).abs()
+    bad = (err > 1e-2) & (err > 1e-2 * ref.abs())
+    bad |= ~torch.isfinite(out)
+    return {"ok": int(bad.sum()) == 0, "bad": int(bad.sum()), "max_abs": float(err.nan_to_num(1e9).max()),
+            "rel_fro": float((out - ref).nan_to_num(1e9).norm() / ref.norm())}
+
+
+def run(names: list[str], iters: int, shapes: list[str]) -> None:
+    import torch
+    from cuda.bindings import driver as cu
+
+    torch.manual_seed(0)
+    torch.cuda.init()
+    _ = torch.zeros(1, device="cuda")
+    dev = torch.cuda.get_device_properties(0)
+    runners = {}
+    for n in names:
+        if (BUILD / f"{n}.cubin").exists():
+            runners[n] = Runner(n, (BUILD / f"{n}.cu").read_text(), (BUILD / f"{n}.cubin").read_bytes(),
+                                dev.multi_processor_count)
+    results: dict = {"device": dev.name, "correct": {}, "timing": {}}
+    for sname in shapes:
+        M, N, K = SHAPES[sname]
+        A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        B = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
+        ref = A.float() @ B.float().T
+        for n, r in runners.items():
+            C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            try:
+                r.prepare({"A": A, "B": B, "C": C}, {"M": M, "N": N, "K": K})()
+                torch.cuda.synchronize()
+                results["correct"][f"{n}@{sname}"] = check(C, ref)
+            except Exception as exc:  # a broken variant is a result here
+                results["correct"][f"{n}@{sname}"] = {"ok": False, "error": str(exc)[:200]}
+                torch.cuda.synchronize()
+            print(sname, n, results["correct"][f"{n}@{sname}"], flush=True)
+        if sname != "main":
+            continue
+        flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+        C = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
+        fns = {"cublas": lambda: torch.matmul(A, B.T, out=C)}
+        fns.update({n: r.prepare({"A": A, "B": B, "C": C}, {"M": M, "N": N, "K": K})
+                    for n, r in runners.items() if results["correct"][f"{n}@main"].get("ok")})
+        times = {n: [] for n in fns}
+        for it in range(iters + 5):  # interleaved: every round times each kernel once, cold L2
+            for n, fn in fns.items():
+                flush.zero_()
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record(); fn(); e.record()
+                e.synchronize()
+                if it >= 5:
+                    times[n].append(s.elapsed_time(e))
+        flops = 2 * M * N * K
+        base = statistics.median(times["cublas"])
+        for n, ts in times.items():
+            med = statistics.median(ts)
+            q = statistics.quantiles(ts, n=4)
+            results["timing"][n] = {"median_ms": med, "q1_ms": q[0], "q3_ms": q[2],
+                                    "tflops": flops / med / 1e9, "speedup_vs_cublas": base / med}
+    print(json.dumps(results, indent=1))
+    print(f"\n| variant | median ms | IQR ms | TFLOP/s | vs cuBLAS |\n|---|---|---|---|---|")
+    for n, t in sorted(results["timing"].items(), key=lambda kv: kv[1]["median_ms"]):
+        print(f"| {n} | {t['median_ms']:.3f} | {t['q1_ms']:.3f}-{t['q3_ms']:.3f} | {t['tflops']:.0f} | {t['speedup_vs_cublas']:.3f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("step", choices=["build", "run"])
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--iters", type=int, default=20)
+    a = ap.parse_args()
+    names = a.variants.split(",")
+    build(names) if a.step == "build" else run(names, a.iters, a.shapes.split(","))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""The reference GEMM: its template renders solutions that parse, compile to HGMMA + UTMALDG
+without spills, and (on a GPU) match torch on the smoke and main GEMMs."""
+from __future__ import annotations
+
+import importlib.util
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from ptxbench.tools.compile import compile_source
+from ptxbench.tools.plan import Solution
+from ptxbench.tools.solution import parse_solution, resolve_plan
+from ptxbench.workloads.registry import get_workload
+from ptxbench.workloads.solutions import gemm_template as gt
+
+ROOT = Path(__file__).resolve().parents[1]
+MAIN = "gemm_bf16_m8192_n7168_k5120"
+SMOKE = "smoke_gemm_bf16_m256_n256_k512"
+SOLUTION_FILE = ROOT / "workloads" / "solutions" / f"{MAIN}.cu"
+
+# Between them these exercise every code path of the template: TMA-store and direct epilogues,
+# persistent and one-tile-per-CTA grids, 1-3 consumers, two 64-wide chunks per stage, clusters.
+VARIANTS = {
+    "default": {},
+    "direct_np_c3_bk128": dict(epilogue="direct", persistent=False, bm=192, bn=128, consumers=3,
+                               producer_regs=24, bk=128, stages=2, group_m=1),
+    "cluster2_c1": dict(cluster_m=2, bm=64, bn=128, consumers=1, stages=6, max_ctas=128),
+}
+
+
+def _workload(wid: str):
+    try:
+        return get_workload(wid)
+    except KeyError:
+        pytest.skip(f"workload {wid} is not in the registry yet")
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict:
+    def build(name):
+        return name, compile_source(gt.render(gt.GemmParams(**VARIANTS[name])), "cuda", workload=MAIN)
+
+    with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:
+        return dict(pool.map(build, VARIANTS))
+
+
+def test_checked_in_solution_is_the_rendered_default():
+    assert SOLUTION_FILE.read_text() == gt.render(gt.default_params())
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_variant_compiles_to_hgmma_and_tma_without_spills(compiled, name):
+    result = compiled[name]
+    assert result.status == "ok", result.log[-2000:]
+    assert result.targets["wgmma"].in_sass and result.targets["tma"].in_sass
+    kernel = result.kernels[gt.KERNEL]
+    assert kernel.sass_opcodes.get("HGMMA", 0) > 0 and kernel.sass_opcodes.get("UTMALDG", 0) > 0
+    assert kernel.sass_opcodes.get("USETMAXREG", 0) == 2  # dec for the producer, inc for consumers
+    assert kernel.spill_stores == 0 and kernel.spill_loads == 0
+    # C7515 (serialised wgmma), C7508/C7504 (setmaxnreg ignored) would show up as warnings
+    assert not result.warnings, [str(w) for w in result.warnings]
+
+
+@pytest.mark.parametrize("wid", [MAIN, SMOKE, "gemm_bf16_m64_n7168_k5120"])
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_plan_parses_and_resolves(wid, name):
+    workload = _workload(wid)
+    params = gt.GemmParams(**VARIANTS[name])
+    solution = parse_solution(gt.render(params), workload)
+    assert isinstance(solution, Solution), [str(i) for i in solution]
+    resolved = resolve_plan(solution.plan, workload, num_sms=132)
+    launch = resolved.launches[0]
+    m, n = workload.symbols["M"], workload.symbols["N"]
+    tiles = -(-m // (params.bm * params.cluster_m)) * params.cluster_m * -(-n // params.bn)
+    grid = launch.grid[0]
+    assert grid % params.cluster_m == 0 and 0 < grid <= (min(132, tiles) if params.persistent else tiles)
+    assert launch.block[0] == params.threads
+    assert launch.smem == params.smem_bytes <= gt.SMEM_LIMIT
+
+
+def test_default_is_the_fast_configuration():
+    p = gt.default_params()
+    assert (p.bm, p.bn, p.consumers, p.persistent, p.epilogue) == (128, 256, 2, True, "tma")
+    assert gt.validate(p) == [] and gt.validate(p, shape=(8192, 7168, 5120)) == []
+
+
+def test_param_space_defaults_are_in_the_space():
+    p = gt.default_params()
+    for name, values in gt.PARAM_SPACE.items():
+        assert getattr(p, name) in values, name
+
+
+@pytest.mark.parametrize("bad, phrase", [
+    (dict(stages=8), "shared memory"),
+    (dict(bm=256, bn=256), "accumulator registers"),
+    (dict(bm=192, consumers=2), "multiple of 64 x consumers"),
+    (dict(bn=224, epilogue="tma"), "64-column slabs"),
+    (dict(stages=9), "not one of"),
+])
+def test_validate_explains_invalid_combinations(bad, phrase):
+    reasons = gt.validate(gt.GemmParams(**bad))
+    assert any(phrase in r for r in reasons), reasons
+    with pytest.raises(ValueError):
+        gt.render(gt.GemmParams(**bad))
+
+
+def test_validate_checks_the_shape():
+    assert any("K=100" in r for r in gt.validate(gt.default_params(), shape=(128, 128, 100)))
+    assert gt.validate(gt.default_params(), shape=(64, 7168, 5120)) == []  # M < BM: zero-filled tiles
+
+
+def test_search_space_has_many_valid_points():
+    import random
+    rng = random.Random(0)
+    points = [{k: rng.choice(v) for k, v in gt.PARAM_SPACE.items()} for _ in range(2000)]
+    valid = sum(not gt.validate(p) for p in points)
+    assert 100 < valid < len(points)  # a sizeable share is buildable, and validate() rejects some
+
+
+# ---- GPU: correctness against torch through a small stand-alone launcher (bench/) ----
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("gemm_bench", ROOT / "bench" / "gemm_reference_bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(256, 256, 512), (200, 296, 328), (64, 7168, 5120), (8192, 7168, 5120)])
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_variant_matches_torch(compiled, name, shape):
+    import torch
+
+    bench = _bench_module()
+    torch.manual_seed(1)
+    result = compiled[name]
+    source = gt.render(gt.GemmParams(**VARIANTS[name]))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    runner = bench.Runner(name, source, Path(result.cubin_path).read_bytes(), sms)
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    for trial in range(2):  # fresh NaN-poisoned output each time: every element must be written
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        runner.prepare({"A": a, "B": b, "C": c}, {"M": m, "N": n, "K": k})()
+        torch.cuda.synchronize()
+        verdict = bench.check(c, a.float() @ b.float().T)
+        assert verdict["ok"], verdict
+        assert verdict["rel_fro"] < 5e-3
