@@ -68,8 +68,14 @@ class TrajectoryBuilder:
         return self
 
     def infra(self, turn: int, message: str = "GPU worker lost") -> "TrajectoryBuilder":
+        """What agent/graph.py writes when the evaluator fails: the INFRA_ERROR result, an infra error event,
+        the turn closed as NO_SUBMISSION, a stop."""
+        self._model_call(turn, self.source)
+        self.writer.append(EvalEvent(trajectory_id=self.tid, turn=turn, result=eval_result(self.workload, "INFRA_ERROR"),
+                                     feedback=""))
         self.writer.append(ErrorEvent(trajectory_id=self.tid, turn=turn, where="evaluate", message=message, infra=True))
-        return self.stop("infra_error", turn)
+        self.writer.append(TurnEnd(trajectory_id=self.tid, turn=turn, status="NO_SUBMISSION"))
+        return self.stop("infra_error", turn - 1)
 
     def stop(self, reason: str = "turn_limit", turn: int = 0) -> "TrajectoryBuilder":
         self.writer.append(Stop(trajectory_id=self.tid, turn=turn, reason=reason))

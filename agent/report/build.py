@@ -35,9 +35,16 @@ def _overview(run_dir: Path, manifest: dict, score: RunScore) -> list[tuple[str,
              ("trajectories", f"{score.n_trajectories} ({score.n_infra_failed} infra-failed, left out of trajectory scores)"),
              ("infra turns", f"{score.n_infra_turns} (left out of model scores)"),
              ("correct turns with unknown target verdict", f"{score.n_target_unknown} (counted as not executed)")]
-    for key in ("gpu", "git_revision", "created", "turns", "prompts", "backend"):
-        if manifest.get(key) not in (None, "", []):
-            facts.append((key, str(manifest[key])))
+    if score.n_compile_only:
+        facts.append(("PASSED without a GPU run", f"{score.n_compile_only} turns (--no-gpu: compiled cleanly, correctness unknown)"))
+    config = manifest.get("config") or {}
+    for key, value in (("created", manifest.get("created")), ("command", manifest.get("command")),
+                       ("GPU", (manifest.get("gpu") or {}).get("gpus")), ("driver", (manifest.get("gpu") or {}).get("driver")),
+                       ("git revision", (manifest.get("git") or {}).get("revision")), ("turns", config.get("turns")),
+                       ("trajectories per cell", config.get("trajectories")), ("prompts", config.get("prompts")),
+                       ("mode", config.get("mode")), ("backend", config.get("backend")), ("no GPU", config.get("no_gpu"))):
+        if value not in (None, "", []):
+            facts.append((key, ", ".join(map(str, value)) if isinstance(value, list) else str(value)))
     return facts
 
 

@@ -42,6 +42,7 @@ class CellScore(BaseModel):
     n_turns: int = Field(0, description="scored turns (infra turns excluded)")
     n_infra_turns: int = 0
     n_target_unknown: int = Field(0, description="correct turns whose target verdict was not measured")
+    n_compile_only: int = Field(0, description="PASSED turns never run on a GPU (--no-gpu): compiled, correctness unknown")
     fast_p_turns: dict[str, Estimate] = Field(default_factory=dict)
     target_fast_p_turns: dict[str, Estimate] = Field(default_factory=dict)
     fast_p_trajectories: dict[str, Estimate] = Field(default_factory=dict)
@@ -84,6 +85,7 @@ def score_cell(trajectories: list[TrajectoryScore], **key) -> CellScore:
     cell.n_turns = sum(len(t.scored_turns) for t in trajectories)
     cell.n_infra_turns = sum(len(t.turns) - len(t.scored_turns) for t in trajectories)
     cell.n_target_unknown = sum(1 for tr in trajectories for t in tr.scored_turns if t.correct and t.target_executed is None)
+    cell.n_compile_only = sum(1 for tr in trajectories for t in tr.scored_turns if t.correct and not t.gpu_evaluated)
     for p in P_VALUES:
         k = p_key(p)
         # Over turns: every trajectory (infra-failed ones too) contributes its scored turns.

@@ -27,6 +27,7 @@ class RunScore(BaseModel):
     n_infra_failed: int = 0
     n_infra_turns: int = 0
     n_target_unknown: int = 0
+    n_compile_only: int = Field(0, description="PASSED turns that never ran on a GPU (--no-gpu runs)")
     cells: list[CellScore] = Field(default_factory=list, description="one per (model, workload, prompt, gpu)")
     model_workload: list[CellScore] = Field(default_factory=list, description="one per (model, workload), prompts and GPUs pooled")
     models: list[CellScore] = Field(default_factory=list, description="one per model, all workloads pooled")
@@ -63,6 +64,7 @@ def score_trajectories(trajs: list[TrajectoryScore]) -> RunScore:
     score.model_workload = _group(trajs, ("model", "workload"))
     score.models = _group(trajs, ("model",))
     score.n_target_unknown = sum(c.n_target_unknown for c in score.models)
+    score.n_compile_only = sum(c.n_compile_only for c in score.models)
     return score
 
 

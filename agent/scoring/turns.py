@@ -108,19 +108,24 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     start = record.start
     turns: dict[int, TurnScore] = {}
     pending: dict[int, TurnScore] = {}  # a submission waiting for its turn_end
+    infra_open: set[int] = set()  # turns whose attempt hit an infra failure and has not been retried yet
     stop_reason = ""
     for event in record.events:
+        if event.type in ("model_call", "eval_result"):
+            infra_open.discard(event.turn)  # a new attempt at the turn
         if event.type == "eval_result" and event.submission:
             pending[event.turn] = _turn_from_eval(event.turn, event)
         elif event.type == "turn_end":
             turn = pending.pop(event.turn, None) or TurnScore(turn=event.turn, status=event.status)
-            if event.status == INFRA:
+            if event.status == INFRA or event.turn in infra_open:
+                # The turn_end that closes an infra-failed turn says nothing about the model.
                 turn = TurnScore(turn=event.turn, status=INFRA, kernel_file=turn.kernel_file)
             turns[event.turn] = turn
         elif event.type == "error" and event.infra:
             pending.pop(event.turn, None)
             if event.turn > 0:
                 turns[event.turn] = TurnScore(turn=event.turn, status=INFRA)
+                infra_open.add(event.turn)
         elif event.type == "stop":
             stop_reason = event.reason
     # A submission whose turn_end never came (a kill or stop right after it) still counts.

@@ -1,0 +1,152 @@
+"""`ptxbench bench`: run a model x workload x prompt matrix of trajectories into one run directory.
+
+    run_bench(BenchConfig(models=[...], workloads=[...]), run_dir)      a new run
+    run_bench(None, run_dir, resume=True)                                continue a killed one
+
+Trajectories run concurrently (bench_scheduler: asyncio over a thread pool, model calls limited per
+provider); GPU evaluations queue in the evaluator (local worker pool, or Ray actors with one GPU
+each). Every trajectory checkpoints into the run's SQLite file, so a resumed run repeats neither
+finished trajectories nor finished model calls. An infra failure (INFRA_ERROR, or an exception from
+the harness) is retried from the last good step, up to `infra_retries` times; what stays failed is
+marked infra-failed and left out of model scores.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Callable
+
+from pydantic import BaseModel
+
+from .bench_matrix import BenchConfig, expand
+from .bench_retry import rollback_infra_stop
+from .bench_scheduler import LimitedModel, ProviderGates, run_all
+from .manifest import build_manifest
+from .models import Model
+from .optimize import make_model, open_checkpointer, run_trajectory
+from .rundir import TrajectoryWriter, read_manifest, trajectory_folders, write_manifest
+from .state import OptimizeConfig
+
+
+class BenchError(RuntimeError):
+    """The bench cannot start (a run folder in the way, no GPU for a GPU run, a bad matrix)."""
+
+
+class TrajectoryReport(BaseModel):
+    trajectory_id: str
+    model: str
+    workload: str
+    prompt: str
+    index: int
+    stop_reason: str = ""
+    statuses: list[str] = []
+    best_speedup: float | None = None
+    attempts: int = 1
+    infra_failed: bool = False
+    error: str = ""
+
+
+class BenchOutcome(BaseModel):
+    run_dir: str
+    config: BenchConfig
+    trajectories: list[TrajectoryReport]
+    elapsed_s: float
+
+
+def open_run(config: BenchConfig | None, run_dir: Path, resume: bool) -> BenchConfig:
+    """The matrix to run: a new run's (manifest written), or the recorded one when resuming."""
+    manifest = read_manifest(run_dir)
+    if resume:
+        if manifest.get("command") != "bench":
+            raise BenchError(f"{run_dir} is not a bench run to resume (no bench manifest.json)")
+        recorded = BenchConfig.model_validate(manifest["config"])
+        if config is None:
+            return recorded
+        # Runtime knobs may change on resume; the matrix may not.
+        runtime = {k: getattr(config, k) for k in ("backend", "ray_address", "gpus", "parallel", "provider_limits", "api_base")}
+        return recorded.model_copy(update=runtime)
+    if config is None:
+        raise BenchError("give a bench config, or resume=True")
+    if manifest or trajectory_folders(run_dir):
+        raise BenchError(f"{run_dir} already holds a run: pass --resume to continue it, or choose another --run-dir")
+    ids = [c.trajectory_id() for c in expand(config)]
+    write_manifest(run_dir, build_manifest(config.model_dump(mode="json"), "bench", ids, config.arch))
+    return config
+
+
+def make_evaluator(config: BenchConfig):
+    if config.backend == "ray":
+        from .ray_backend import RayEvaluator
+
+        return RayEvaluator(address=config.ray_address, workers=config.gpus, fake_gpus=config.no_gpu and not config.ray_address)
+    if config.backend != "local":
+        raise BenchError(f"unknown backend {config.backend!r}: local or ray")
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.gpu.pool import NoGpuError, PoolConfig
+
+    evaluator = LocalEvaluator(pool_config=PoolConfig(devices=list(range(config.gpus))) if config.gpus else None)
+    if not config.no_gpu:
+        try:
+            evaluator.pool  # start the workers here: the pool's start is not meant to race between threads
+        except NoGpuError as exc:
+            raise BenchError(f"no GPU to evaluate on ({exc}); pass --no-gpu to compile only") from exc
+    return evaluator
+
+
+def _report(cfg: OptimizeConfig, **fields) -> TrajectoryReport:
+    return TrajectoryReport(trajectory_id=cfg.trajectory_id(), model=cfg.model, workload=cfg.workload, prompt=cfg.prompt,
+                            index=cfg.index, **fields)
+
+
+class _Runner:
+    """Runs one trajectory with retries; shared by all threads (the checkpointer serialises itself)."""
+
+    def __init__(self, config: BenchConfig, run_dir: Path, evaluator, checkpointer,
+                 model_factory: Callable[[OptimizeConfig], Model]):
+        self.config, self.run_dir, self.evaluator, self.checkpointer = config, run_dir, evaluator, checkpointer
+        self.model_factory = model_factory
+        self.gates = ProviderGates(config.provider_limits)
+
+    def __call__(self, cfg: OptimizeConfig) -> TrajectoryReport:
+        tid = cfg.trajectory_id()
+        error = ""
+        for attempt in range(1, self.config.infra_retries + 2):
+            writer = TrajectoryWriter(self.run_dir / "trajectories" / tid)
+            model = LimitedModel(self.model_factory(cfg), self.gates.gate(cfg.model))
+            try:
+                out = run_trajectory(cfg, self.evaluator, writer, model=model, checkpointer=self.checkpointer, trajectory_id=tid)
+            except Exception as exc:  # noqa: BLE001 - a harness failure (logged as an infra error event); resume retries it
+                error = f"{type(exc).__name__}: {exc}"
+                continue
+            if out.stop_reason == "infra_error" and attempt <= self.config.infra_retries:
+                error = out.stop_detail
+                if rollback_infra_stop(self.checkpointer, tid):
+                    continue
+            return _report(cfg, stop_reason=out.stop_reason, statuses=out.statuses, best_speedup=out.best_speedup,
+                           attempts=attempt, infra_failed=out.stop_reason == "infra_error", error=error if attempt > 1 else "")
+        return _report(cfg, stop_reason="infra_error", attempts=self.config.infra_retries + 1, infra_failed=True, error=error)
+
+
+def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool = False, evaluator=None,
+              model_factory: Callable[[OptimizeConfig], Model] | None = None,
+              on_done: Callable[[TrajectoryReport], None] | None = None) -> BenchOutcome:
+    start = time.monotonic()
+    run_dir = Path(run_dir)
+    config = open_run(config, run_dir, resume)
+    own_evaluator = evaluator is None
+    evaluator = evaluator or make_evaluator(config)
+    checkpointer = open_checkpointer(run_dir / "checkpoints.sqlite")
+    runner = _Runner(config, run_dir, evaluator, checkpointer, model_factory or make_model)
+    configs = expand(config)
+    callback = (lambda job, result: on_done(result if isinstance(result, TrajectoryReport)
+                                             else _report(job, infra_failed=True, error=str(result)))) if on_done else None
+    try:
+        results = asyncio.run(run_all(configs, runner, config.parallel, on_done=callback))
+    finally:
+        checkpointer.conn.close()
+        if own_evaluator:
+            evaluator.close()
+    reports = [r if isinstance(r, TrajectoryReport) else _report(c, infra_failed=True, error=f"{type(r).__name__}: {r}")
+               for c, r in zip(configs, results)]
+    return BenchOutcome(run_dir=str(run_dir), config=config, trajectories=reports, elapsed_s=time.monotonic() - start)

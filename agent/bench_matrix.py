@@ -1,0 +1,53 @@
+"""A benchmark's configuration and its expansion into trajectories (model x workload x prompt x index).
+
+The resolved BenchConfig is stored in the run's manifest, so `--resume` rebuilds the same matrix.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from .state import Mode, OptimizeConfig
+
+
+class BenchConfig(BaseModel):
+    models: list[str] = Field(description="model strings (litellm names, builtin/..., replay/...)")
+    workloads: list[str]
+    prompts: list[str] = Field(default_factory=lambda: ["knowledge"], description="prompt variants")
+    trajectories: int = Field(12, ge=1, description="trajectories per (model, workload, prompt) cell")
+    turns: int = Field(8, ge=1)
+    mode: Mode = "pipeline"
+    arch: str = "sm_90a"
+    target_speedup: float | None = Field(None, description="stop a trajectory early at this speedup (None: run all turns)")
+    no_gpu: bool = False
+    api_base: str | None = None
+    backend: str = Field("local", description="local | ray")
+    ray_address: str | None = None
+    gpus: int | None = Field(None, description="GPU workers (ray: actors); None = every visible GPU")
+    parallel: int = Field(16, ge=1, description="trajectories in flight at once")
+    provider_limits: dict[str, int] = Field(default_factory=dict, description="provider -> model calls in flight (default 8)")
+    infra_retries: int = Field(2, ge=0, description="times an infra-failed trajectory is retried from its last good step")
+    seed: int | None = None
+    optimize: dict = Field(default_factory=dict, description="other OptimizeConfig fields, applied to every trajectory")
+
+
+def expand(config: BenchConfig) -> list[OptimizeConfig]:
+    """Every trajectory of the matrix, index-major so the first trajectory of every cell runs first."""
+    out = []
+    for index in range(config.trajectories):
+        for model in config.models:
+            for workload in config.workloads:
+                for prompt in config.prompts:
+                    seed = None if config.seed is None else config.seed + index
+                    out.append(OptimizeConfig(
+                        **{**config.optimize, "workload": workload, "model": model, "prompt": prompt, "index": index,
+                           "turns": config.turns, "mode": config.mode, "arch": config.arch, "no_gpu": config.no_gpu,
+                           "api_base": config.api_base, "target_speedup": config.target_speedup, "seed": seed}))
+    ids = [c.trajectory_id() for c in out]
+    if len(set(ids)) != len(ids):
+        raise ValueError("two trajectories of the matrix share an id: repeated models, workloads or prompts?")
+    return out
+
+
+def provider(model: str) -> str:
+    """The provider a model string calls (its concurrency limit is shared): 'openai/gpt-5' -> 'openai'."""
+    return model.split("/", 1)[0] if "/" in model else model

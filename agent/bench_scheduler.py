@@ -1,0 +1,70 @@
+"""Run many blocking jobs concurrently from asyncio: a global limit on jobs in flight, and per-provider
+limits on model calls in flight (a model wrapped in LimitedModel waits for its provider's slot).
+
+Trajectories are blocking (LangGraph invoke); each runs on a thread of our own executor (asyncio's
+default one has only cpu+4 threads), while GPU evaluations queue in the evaluator's worker pool.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable
+
+from .bench_matrix import provider
+from .models.base import Model, ModelReply, ModelRequest
+
+DEFAULT_PROVIDER_LIMIT = 8
+
+
+class ProviderGates:
+    """One semaphore per provider, created on first use."""
+
+    def __init__(self, limits: dict[str, int] | None = None, default: int = DEFAULT_PROVIDER_LIMIT):
+        self.limits = dict(limits or {})
+        self.default = default
+        self._gates: dict[str, threading.BoundedSemaphore] = {}
+        self._lock = threading.Lock()
+
+    def gate(self, model_name: str) -> threading.BoundedSemaphore:
+        key = provider(model_name)
+        with self._lock:
+            if key not in self._gates:
+                self._gates[key] = threading.BoundedSemaphore(self.limits.get(key, self.default))
+            return self._gates[key]
+
+
+class LimitedModel:
+    """A Model whose calls wait for a slot of their provider's semaphore."""
+
+    def __init__(self, inner: Model, gate: threading.BoundedSemaphore):
+        self.inner = inner
+        self.gate = gate
+        self.name = inner.name
+
+    def query(self, request: ModelRequest) -> ModelReply:
+        with self.gate:
+            return self.inner.query(request)
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self.inner, item)
+
+
+async def run_all(jobs: Iterable[Any], work: Callable[[Any], Any], parallel: int,
+                  on_done: Callable[[Any, Any], None] | None = None) -> list[Any]:
+    """Run work(job) for every job, at most `parallel` at once; results (or exceptions) in job order."""
+    jobs = list(jobs)
+    slots = asyncio.Semaphore(parallel)
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="trajectory") as pool:
+        async def one(job):
+            async with slots:
+                try:
+                    result = await loop.run_in_executor(pool, work, job)
+                except Exception as exc:  # noqa: BLE001 - one trajectory's harness failure must not stop the others
+                    result = exc
+            if on_done is not None:
+                on_done(job, result)
+            return result
+
+        return await asyncio.gather(*(one(j) for j in jobs))
