@@ -227,9 +227,12 @@ def test_loc_map_uses_the_solution_file_only():
     assert to_source(1)[0] is None
 
 
-def test_static_checks_leave_a_correct_file_alone():
+def test_static_checks():
     assert static_ptx_checks(strip_ptx_comments(kernel("wgmma_sm90a.ptx")), "sm_90a") == []
     assert static_ptx_checks(strip_ptx_comments(kernel("tcgen05_sm100a.ptx")), "sm_100a") == []
+    setmaxnreg = ".version 8.0\n.target sm_90\n.address_size 64\n.entry k() {\n setmaxnreg.inc.sync.aligned.u32 240;\n}"
+    (issue,) = static_ptx_checks(setmaxnreg, "sm_90a")
+    assert issue.line == 2 and issue.message.startswith("setmaxnreg needs `.target sm_90a`; the file declares sm_90")
     # a plain kernel may declare the family target: only arch-specific instructions need the 'a'
     assert static_ptx_checks(kernel("fma_sm90a.ptx").replace("sm_90a", "sm_90"), "sm_90a") == []
 
