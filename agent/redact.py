@@ -9,7 +9,9 @@ import os
 import re
 from typing import Any
 
-_SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"(API_?KEY|TOKEN$|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+# Field names whose string values are masked outright ("prompt_tokens" and friends are counts, not secrets).
+_SECRET_FIELD = re.compile(r"(api_?key|secret|password|credential|authorization|(^|_)token$)", re.IGNORECASE)
 # Provider key shapes, in case a key arrives through something other than the environment.
 _KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{20,}|hf_[A-Za-z0-9]{20,}|xai-[A-Za-z0-9]{20,})\b")
 
@@ -31,7 +33,8 @@ def scrub(obj: Any) -> Any:
     if isinstance(obj, str):
         return scrub_text(obj)
     if isinstance(obj, dict):
-        return {k: ("***" if isinstance(k, str) and _SECRET_NAME.search(k) and v else scrub(v)) for k, v in obj.items()}
+        return {k: ("***" if isinstance(k, str) and isinstance(v, str) and v and _SECRET_FIELD.search(k) else scrub(v))
+                for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [scrub(v) for v in obj]
     return obj

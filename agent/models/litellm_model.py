@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any
 
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from ..redact import scrub_text
 from .base import ModelError, ModelReply, ModelRequest
@@ -90,7 +90,7 @@ class LiteLLMModel:
         kwargs = self._kwargs(request)
         retrying = Retrying(
             stop=stop_after_attempt(self.max_attempts),
-            wait=wait_exponential_jitter(initial=self.retry_wait_s, max=60.0),
+            wait=wait_exponential(multiplier=self.retry_wait_s, max=60.0) + wait_random(0, self.retry_wait_s),
             retry=retry_if_exception(is_transient),
             reraise=True,
         )

@@ -1,0 +1,29 @@
+"""Shared pieces of the agent tests: solution replies, the scripted server's model string, a run helper."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ptxbench.agent.rundir import load_run
+
+DATA = Path(__file__).resolve().parent / "data" / "agent"
+WORKLOAD = "smoke_gemm_bf16_m256_n256_k512"
+GOOD_PTX = (DATA / "good.ptx").read_text()
+# A typo'd register: ptxas rejects the line with "Unknown symbol '%rs9'".
+BROKEN_PTX = GOOD_PTX.replace("    ret;\n", "    mov.b32 %r2, %rs9;\n    ret;\n")
+
+
+def reply(source: str, note: str = "Here is my kernel.") -> dict:
+    return {"content": f"{note}\n\n```ptx\n{source}```\n"}
+
+
+def events(run_dir: Path) -> list:
+    (record,) = load_run(run_dir)
+    return record.events
+
+
+def of_type(evs: list, kind: str) -> list:
+    return [e for e in evs if e.type == kind]
+
+
+def request_text(body: dict) -> str:
+    return "\n".join(str(m.get("content") or "") for m in body["messages"])

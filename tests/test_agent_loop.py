@@ -1,0 +1,121 @@
+"""The whole agent graph against a real OpenAI-compatible HTTP server through the real litellm path,
+evaluated by the real LocalEvaluator in no-GPU mode (real ptxas)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent_helpers import BROKEN_PTX, GOOD_PTX, WORKLOAD, events, of_type, reply, request_text
+from openai_server import ScriptedServer
+from ptxbench.agent.optimize import optimize
+from ptxbench.agent.state import OptimizeConfig
+from ptxbench.tools.evaluate import LocalEvaluator
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    ev = LocalEvaluator()
+    yield ev
+    ev.close()
+
+
+def run(server: ScriptedServer, tmp_path, evaluator, **overrides):
+    config = OptimizeConfig(workload=WORKLOAD, model="openai/scripted", api_base=server.base_url, no_gpu=True,
+                            retry_wait_s=0.01, **overrides)
+    return optimize(config, run_dir=tmp_path / "run", evaluator=evaluator)
+
+
+def test_syntax_error_then_repair(tmp_path, evaluator):
+    script = [reply(BROKEN_PTX, "First try."), {**reply(GOOD_PTX, "Fixed the register."), "reasoning_content": "typo"}]
+    with ScriptedServer(script) as server:
+        outcome = run(server, tmp_path, evaluator, turns=2)
+    assert outcome.statuses == ["COMPILE_ERROR", "PASSED"]
+    assert outcome.stop_reason == "turn_limit"
+    evs = events(tmp_path / "run")
+    first_eval = of_type(evs, "eval_result")[0]
+    assert "%rs9" in first_eval.feedback and "no GPU ran" in first_eval.feedback
+    # The second prompt carries the first one's ptxas error, exactly as recorded.
+    second = request_text(server.requests[1])
+    assert first_eval.feedback in second and "Unknown symbol" in second
+    calls = of_type(evs, "model_call")
+    assert len(calls) == 2 and calls[1].messages == server.requests[1]["messages"]
+    assert calls[1].response["reasoning_content"] == "typo"
+    assert calls[0].usage["total_tokens"] > 0 and calls[0].latency_s > 0
+    assert [e.status for e in of_type(evs, "turn_end")] == ["COMPILE_ERROR", "PASSED"]
+    assert (tmp_path / "run" / "trajectories" / outcome.trajectory_id / "kernels" / "turn_01.ptx").read_text() == BROKEN_PTX
+    assert of_type(evs, "stop")[0].reason == "turn_limit"
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["config"]["model"] == "openai/scripted" and manifest["packages"]["litellm"]
+
+
+def test_no_code_block_and_empty_reply(tmp_path, evaluator):
+    script = [{"content": "I would tile the matrix with wgmma."}, {"content": ""}, reply(GOOD_PTX)]
+    with ScriptedServer(script) as server:
+        outcome = run(server, tmp_path, evaluator, turns=3, context="last")
+    assert outcome.statuses == ["FORMAT_ERROR", "NO_SUBMISSION", "PASSED"]
+    assert "no code block" in request_text(server.requests[1]).lower()
+    third = request_text(server.requests[2])
+    assert "empty" in third and "no GPU ran" in third
+    # context "last": the first turn's reply is gone from the third request
+    assert "tile the matrix" not in third
+    assert len(of_type(events(tmp_path / "run"), "eval_result")) == 1
+
+
+def test_error_burst_is_retried(tmp_path, evaluator):
+    script = [{"status": 429}, {"status": 500}, {"status": 429}, reply(GOOD_PTX)]
+    with ScriptedServer(script) as server:
+        outcome = run(server, tmp_path, evaluator, turns=1)
+    assert len(server.requests) == 4
+    assert outcome.statuses == ["PASSED"]
+    (call,) = of_type(events(tmp_path / "run"), "model_call")
+    assert call.attempts == 4
+
+
+def test_model_error_stops_and_key_never_logged(tmp_path, evaluator, monkeypatch):
+    secret = "sk-test-0123456789abcdefSECRET"
+    monkeypatch.setenv("PTXBENCH_TEST_API_KEY", secret)
+    script = [{"status": 401, "message": f"invalid api key {secret}"}]
+    with ScriptedServer(script) as server:
+        outcome = run(server, tmp_path, evaluator, turns=2, api_key_env="PTXBENCH_TEST_API_KEY")
+    assert outcome.stop_reason == "error" and len(server.requests) == 1  # a 401 is not retried
+    for path in (tmp_path / "run").rglob("*"):
+        if path.is_file() and path.suffix in (".jsonl", ".json"):
+            assert secret not in path.read_text(), path
+    (error,) = of_type(events(tmp_path / "run"), "error")
+    assert "***" in error.message
+
+
+def _tool(name: str, source: str) -> dict:
+    return {"name": name, "arguments": {"source": source}}
+
+
+def test_tools_mode_compile_then_submit(tmp_path, evaluator):
+    script = [
+        {"content": "Checking it first.", "tool_calls": [_tool("compile", BROKEN_PTX)]},
+        {"content": None, "tool_calls": [_tool("sass", GOOD_PTX), _tool("submit", GOOD_PTX)]},
+    ]
+    with ScriptedServer(script) as server:
+        outcome = run(server, tmp_path, evaluator, mode="tools", turns=1)
+    assert outcome.statuses == ["PASSED"] and len(server.requests) == 2
+    sent_tools = {t["function"]["name"] for t in server.requests[0]["tools"]}
+    assert sent_tools == {"compile", "test", "benchmark", "profile", "sanitize", "sass", "submit"}
+    # the compile tool's ptxas error went back as the tool result
+    tool_msgs = [m for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    assert len(tool_msgs) == 1 and "Unknown symbol" in tool_msgs[0]["content"]
+    evs = events(tmp_path / "run")
+    assert [e.submission for e in of_type(evs, "eval_result")] == [False, False, True]
+    assert [e.name for e in of_type(evs, "tool_call")] == ["compile", "sass", "submit"]
+    assert "SASS opcodes" in of_type(evs, "tool_result")[1].content
+
+
+def test_tools_budget_ends_a_model_that_never_stops(tmp_path, evaluator):
+    forever = {"content": None, "tool_calls": [_tool("compile", GOOD_PTX)]}
+    with ScriptedServer([], default=forever) as server:
+        outcome = run(server, tmp_path, evaluator, mode="tools", turns=3, max_tool_calls=5, max_tool_calls_per_turn=50)
+    assert outcome.stop_reason == "tool_budget"
+    assert len(server.requests) == 5
+    evs = events(tmp_path / "run")
+    assert len(of_type(evs, "tool_result")) == 5
+    assert all("no GPU ran" in e.content for e in of_type(evs, "tool_result"))
+    assert [e.status for e in of_type(evs, "turn_end")] == ["NO_SUBMISSION"]
