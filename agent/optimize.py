@@ -30,6 +30,8 @@ from .task import system_prompt, task_prompt
 from .trajectory import Listener, TrajectoryLog
 
 RECURSION_LIMIT = 100_000  # budgets end a trajectory, not LangGraph's step counter
+# Checkpoints are written with durability="sync": each node's result is on disk before the next node
+# starts, so a kill loses at most the node in flight (never a completed model call).
 
 
 class TrajectoryOutcome(BaseModel):
@@ -107,12 +109,12 @@ def run_trajectory(
         if resumed and not snapshot.next:
             return _outcome(tid, writer.folder, snapshot.values, resumed)  # finished before
         if resumed:
-            graph.invoke(None, run_config)
+            graph.invoke(None, run_config, durability="sync")
         else:
             workload = get_workload(config.workload)
             log.start(config.model_dump(mode="json"), workload=config.workload, model=config.model, prompt=config.prompt,
                       mode=config.mode, arch=config.arch, index=config.index, held_out=workload.held_out)
-            graph.invoke(initial_state(system_prompt(config), task_prompt(config, workload)), run_config)
+            graph.invoke(initial_state(system_prompt(config), task_prompt(config, workload)), run_config, durability="sync")
     except BaseException as exc:
         turn = (graph.get_state(run_config).values or {}).get("turn", 0)
         log.error(turn, "graph", exc, infra=True)
