@@ -33,6 +33,7 @@ VARIANTS: dict[str, dict] = {
     "group16": dict(group_m=16),
     "cluster2": dict(cluster_m=2),
     "cluster2_np": dict(cluster_m=2, persistent=False),
+    "cluster2_group16": dict(cluster_m=2, group_m=16),
     "cluster2_cap128": dict(cluster_m=2, max_ctas=128),
     "cluster2_cap120": dict(cluster_m=2, max_ctas=120),
     "nonpersistent": dict(persistent=False),
@@ -86,8 +87,10 @@ class Runner:
     """Loads one variant's cubin and launches it per its plan (the harness's job, in miniature)."""
 
     def __init__(self, name: str, source: str, cubin: bytes, num_sms: int):
+        import torch
         from cuda.bindings import driver as cu
 
+        torch.zeros(1, device="cuda")  # makes torch's (primary) context current, which the driver calls use
         self.cu, self.name, self.num_sms = cu, name, num_sms
         self.plan = read_plan(source)
         self.launch = self.plan["launch"][0]
