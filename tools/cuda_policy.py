@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from .plan import FormatIssue
-from .source_scan import blank_comments, line_of
+from .source_scan import LineIndex, blank_comments, line_of
 
 ALLOWED_INCLUDES = ("<cuda.h>", "<cuda_bf16.h>", "<cuda_fp16.h>", "<cstdint>", "<stdint.h>",
                     '"ptxbench/wgmma.cuh"', '"ptxbench/tma.cuh"', '"ptxbench/mbarrier.cuh"')
@@ -115,10 +115,11 @@ def check_cuda_source(source: str) -> list[FormatIssue]:
     """Refusals for a `cuda` solution: host code, libraries, includes outside the allow list."""
     text, issues, macros = _preprocessor(blank_comments(source))
     code = blank_comments(text, strings=True)
+    line_at = LineIndex(code)
     for pattern, reason in _REFUSED:
         for m in pattern.finditer(code):
             token = m.group(1) if m.groups() else m.group(0)
-            issues.append(FormatIssue(line=line_of(code, m.start()), message=reason.format(token)))
+            issues.append(FormatIssue(line=line_at(m.start()), message=reason.format(token)))
     issues += _function_definitions(code, macros)
     return sorted(issues, key=lambda i: i.line or 0)
 

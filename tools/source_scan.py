@@ -4,6 +4,7 @@ anything is compiled; not a parser, just enough to name the right line in an err
 """
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 from typing import Literal
@@ -43,6 +44,16 @@ def blank_comments(text: str, strings: bool = False) -> str:
 def line_of(text: str, pos: int) -> int:
     """1-based line number of a character position."""
     return text.count("\n", 0, pos) + 1
+
+
+class LineIndex:
+    """line_of for many positions in one text (bisect over newline offsets)."""
+
+    def __init__(self, text: str):
+        self.newlines = [m.start() for m in re.finditer("\n", text)]
+
+    def __call__(self, pos: int) -> int:
+        return bisect.bisect_left(self.newlines, pos) + 1
 
 
 def matching_paren(text: str, open_pos: int) -> int:
@@ -111,14 +122,15 @@ def _ptx_param(piece: str, line: int) -> Param:
 def ptx_entries(source: str) -> dict[str, Entry]:
     """The .entry kernels of a PTX module with their parameters."""
     text = blank_comments(source)
+    line_of = LineIndex(text)
     entries: dict[str, Entry] = {}
     for m in _PTX_ENTRY.finditer(text):
-        entry = Entry(m.group(1), line_of(text, m.start()))
+        entry = Entry(m.group(1), line_of(m.start()))
         if m.group(2):
             close = matching_paren(text, m.end() - 1)
             body = text[m.end():close if close > 0 else len(text)]
             for off, piece in split_top_level(body):
-                entry.params.append(_ptx_param(piece, line_of(text, m.end() + off)))
+                entry.params.append(_ptx_param(piece, line_of(m.end() + off)))
         entries[entry.name] = entry
     return entries
 
@@ -169,17 +181,18 @@ def cuda_kernels(source: str) -> dict[str, Entry]:
     """The __global__ functions of a CUDA file with their parameters (comments ignored)."""
     text = _strip_attributes(blank_comments(source))
     blocks = _extern_c_ranges(text)
+    line_of = LineIndex(text)
     kernels: dict[str, Entry] = {}
     for m in _CUDA_KERNEL.finditer(text):
         name, open_pos = m.group(2), m.end() - 1
         before = text[max(0, text.rfind(";", 0, m.start()), text.rfind("}", 0, m.start()),
                           text.rfind("{", 0, m.start())):m.start()]
         extern_c = bool(re.search(r'extern\s*"C"', before)) or any(a <= m.start() < b for a, b in blocks)
-        entry = Entry(name, line_of(text, m.start()), extern_c=extern_c)
+        entry = Entry(name, line_of(m.start()), extern_c=extern_c)
         close = matching_paren(text, open_pos)
         body = text[open_pos + 1:close if close > 0 else len(text)]
         if body.strip() not in ("", "void"):
             for off, piece in split_top_level(body):
-                entry.params.append(_cuda_param(piece, line_of(text, open_pos + 1 + off)))
+                entry.params.append(_cuda_param(piece, line_of(open_pos + 1 + off)))
         kernels[name] = entry
     return kernels
