@@ -402,3 +402,11 @@ def test_the_prompt_reference_example_parses():
     solution = parse_solution("/* ptxbench" + plan + "\n" + kernel)
     assert isinstance(solution, Solution), solution
     assert [m.name for m in solution.plan.tmaps] == ["A_map", "B_map"] and solution.plan.scratch[0].zero
+
+
+def test_extracted_pickles_with_its_warnings():
+    import pickle
+
+    extracted = extract_solution(f"```ptx\n{FILE}```\n```ptx\n{FILE}```")
+    again = pickle.loads(pickle.dumps(extracted))
+    assert tuple(again) == (FILE, "ptx") and again.warnings == extracted.warnings != []

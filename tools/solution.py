@@ -34,6 +34,9 @@ class Extracted(tuple):
         self.warnings = list(warnings or [])
         return self
 
+    def __getnewargs__(self):  # keeps pickling and copying exact
+        return (self[0], self[1], self.warnings)
+
     @property
     def source(self) -> str:
         return self[0]
