@@ -27,3 +27,26 @@ def of_type(evs: list, kind: str) -> list:
 
 def request_text(body: dict) -> str:
     return "\n".join(str(m.get("content") or "") for m in body["messages"])
+
+
+class StubEvaluator:
+    """Answers without compiling: PASSED with the given speedups in turn, for tests of the loop's logic."""
+
+    def __init__(self, speedups: list[float | None]):
+        self.speedups = list(speedups)
+        self.sources: list[str] = []
+
+    def evaluate(self, workload_id, source, options):
+        from ptxbench.tools.results import EvalResult, Timing, TimingStat
+
+        self.sources.append(source)
+        speedup = self.speedups.pop(0) if self.speedups else None
+        if speedup is None:
+            return EvalResult(workload=workload_id, status="COMPILE_ERROR", message="ptxas: too much shared memory")
+        stat = TimingStat(median_ms=1.0 / speedup, ci_low_ms=1.0 / speedup, ci_high_ms=1.0 / speedup, n=10)
+        base = TimingStat(median_ms=1.0, ci_low_ms=1.0, ci_high_ms=1.0, n=10)
+        timing = Timing(candidate=stat, baselines={"cublas": base}, primary_baseline="cublas", speedup=speedup)
+        return EvalResult(workload=workload_id, status="PASSED", message="correct", timing=timing, gpu_evaluated=True)
+
+    def close(self):
+        pass

@@ -1,0 +1,143 @@
+"""The agent's parts on their own: stop rules, context policies, key scrubbing, tool schemas, the built-in
+tuner, replay, prompts. No HTTP and no compiler here (StubEvaluator), so these run in a few seconds."""
+from __future__ import annotations
+
+import pytest
+
+from agent_helpers import WORKLOAD, StubEvaluator, events, of_type
+from ptxbench import prompts
+from ptxbench.agent.budget import check_limits
+from ptxbench.agent.context import build_messages
+from ptxbench.agent.feedback import NO_GPU_NOTE, render_eval
+from ptxbench.agent.models import ModelRequest, TurnOutcome, load_model
+from ptxbench.agent.models.builtin import TunerModel
+from ptxbench.agent.optimize import optimize
+from ptxbench.agent.redact import scrub
+from ptxbench.agent.state import OptimizeConfig, initial_state
+from ptxbench.agent.task import system_prompt, task_prompt
+from ptxbench.agent.toolset import Toolbox
+from ptxbench.tools.evaluator import EvalOptions
+from ptxbench.tools.results import EvalResult
+from ptxbench.workloads.registry import get_workload
+
+
+def _state_with_turns(n: int):
+    state = initial_state("SYS", "TASK")
+    for t in range(1, n + 1):
+        state["done_turns"].append({"turn": t, "messages": [{"role": "assistant", "content": f"reply {t}"},
+                                                            {"role": "user", "content": f"feedback {t}"}],
+                                    "outcome": TurnOutcome(turn=t, status="COMPILE_ERROR", message=f"error {t}").model_dump()})
+    return state
+
+
+def test_context_policies():
+    state = _state_with_turns(3)
+    full = build_messages(state, "full")
+    assert [m["content"] for m in full[2:]] == ["reply 1", "feedback 1", "reply 2", "feedback 2", "reply 3", "feedback 3"]
+    last = build_messages(state, "last")
+    assert [m["content"] for m in last] == ["SYS", "TASK", "reply 3", "feedback 3"]
+    summary = build_messages(state, "summary")
+    assert len(summary) == 4 and "turn 1: COMPILE_ERROR: error 1" in summary[1]["content"]
+    assert "turn 3" not in summary[1]["content"] and summary[2]["content"] == "reply 3"
+    with pytest.raises(ValueError, match="full, last, summary"):
+        build_messages(state, "everything")
+
+
+def test_stop_rules():
+    config = OptimizeConfig(workload=WORKLOAD, turns=3, target_speedup=1.2, max_tokens=100, max_cost_usd=0.5, max_wall_s=60)
+    state = _state_with_turns(1)
+    assert check_limits(config, state) is None
+    assert check_limits(config, {**state, "best_speedup": 1.25}).reason == "target_speedup"
+    assert check_limits(config, _state_with_turns(3)).reason == "turn_limit"
+    assert check_limits(config, {**state, "tokens": 100}).reason == "token_budget"
+    assert check_limits(config, {**state, "cost_usd": 0.6}).reason == "cost_budget"
+    assert check_limits(config, {**state, "elapsed_s": 61.0}).reason == "time_budget"
+    tools = config.model_copy(update={"mode": "tools", "max_tool_calls": 4})
+    assert check_limits(tools, {**state, "tool_calls": 4}).reason == "tool_budget"
+
+
+def test_scrub_masks_secrets_not_counts(monkeypatch):
+    monkeypatch.setenv("SOME_PROVIDER_API_KEY", "k3y-value-123456789")
+    data = {"messages": [{"content": "my key is k3y-value-123456789"}], "usage": {"prompt_tokens": 12},
+            "api_key": "whatever", "note": "sk-abcdefghijklmnopqrstuvwx"}
+    clean = scrub(data)
+    assert clean["messages"][0]["content"] == "my key is ***"
+    assert clean["usage"] == {"prompt_tokens": 12} and clean["api_key"] == "***" and clean["note"] == "***"
+
+
+def test_tool_schemas_come_from_signatures_and_docstrings():
+    schemas = {s["function"]["name"]: s["function"] for s in Toolbox(None, WORKLOAD, EvalOptions()).schemas()}
+    assert list(schemas) == ["compile", "test", "benchmark", "profile", "sanitize", "sass", "submit"]
+    assert schemas["submit"]["parameters"]["required"] == ["source"]
+    sanitize = schemas["sanitize"]["parameters"]["properties"]
+    assert sanitize["tools"]["type"] == "array" and "memcheck" in sanitize["tools"]["description"]
+    assert "Ends the turn" in schemas["submit"]["description"]
+
+
+def test_tuner_follows_feedback():
+    tuner = TunerModel("gemm_bf16_m8192_n7168_k5120")
+    first = tuner.query(ModelRequest(messages=[], turn=1))
+    assert "default" in first.content and "```cuda" in first.content and "/* ptxbench" in first.content
+    start = first.tags["params"]
+    passed = TurnOutcome(turn=1, status="PASSED", speedup=0.8, tags=first.tags)
+    second = tuner.query(ModelRequest(messages=[], turn=2, history=[passed]))
+    moved = {k for k in start if second.tags["params"][k] != start[k]}
+    assert len(moved) == 1
+    # a resource failure makes the next move shrink a resource parameter of the best point
+    failed = TurnOutcome(turn=2, status="COMPILE_ERROR", message="uses too much shared memory", tags=second.tags)
+    third = tuner.query(ModelRequest(messages=[], turn=3, history=[passed, failed]))
+    (name,) = {k for k in start if third.tags["params"][k] != start[k]}
+    assert name in ("stages", "bn", "bm", "bk") and third.tags["params"][name] < start[name]
+    assert third.tags["params"] not in (start, second.tags["params"])
+
+
+def test_registry_lists_names_on_a_miss():
+    with pytest.raises(ValueError, match="builtin/tuner"):
+        load_model("builtin/nope", WORKLOAD)
+    assert load_model("openai/gpt-x", WORKLOAD, api_base="http://127.0.0.1:1/v1").name == "openai/gpt-x"
+
+
+def test_prompt_variants_and_task():
+    workload = get_workload("gemm_bf16_m8192_n7168_k5120")
+    texts = {}
+    for name in prompts.VARIANTS:
+        config = OptimizeConfig(workload=workload.id, prompt=name)
+        texts[name] = task_prompt(config, workload)
+        assert "[8192, 5120]" in texts[name] and "Solution format" in texts[name] and "$" not in texts[name].split("#")[0]
+    assert "Knowledge pack" not in texts["basic"]
+    assert "Knowledge pack" in texts["knowledge"] and "Knowledge pack" in texts["expert"]
+    assert "How the fastest Hopper kernels" in texts["expert"] and "How the fastest" not in texts["knowledge"]
+    for header in ("wgmma.cuh", "tma.cuh", "mbarrier.cuh"):
+        assert header in texts["knowledge"] and (prompts.HERE / "include" / "ptxbench" / header).exists()
+    tools = system_prompt(OptimizeConfig(workload=workload.id, mode="tools"))
+    assert "submit" in tools and "submit" not in system_prompt(OptimizeConfig(workload=workload.id))
+    with pytest.raises(KeyError, match="basic, knowledge, expert"):
+        prompts.variant("fancy")
+
+
+def test_no_gpu_note_in_feedback():
+    result = EvalResult(workload=WORKLOAD, status="PASSED", message="compiled cleanly")
+    assert NO_GPU_NOTE in render_eval(result, 1, no_gpu=True)
+    assert NO_GPU_NOTE not in render_eval(result, 1, no_gpu=False)
+
+
+def test_target_speedup_stops_and_replay_repeats(tmp_path):
+    config = OptimizeConfig(workload=WORKLOAD, turns=5, target_speedup=1.2)
+    first = StubEvaluator([0.8, None, 1.3, 0.5])
+    outcome = optimize(config, run_dir=tmp_path / "tuned", evaluator=first)
+    assert outcome.stop_reason == "target_speedup" and outcome.best_speedup == 1.3 and outcome.best_turn == 3
+    assert outcome.statuses == ["PASSED", "COMPILE_ERROR", "PASSED"]
+    # replay the recorded replies on a new evaluator: the same kernels, in the same order
+    replay = OptimizeConfig(workload=WORKLOAD, model=f"replay/{tmp_path / 'tuned'}", turns=5, target_speedup=None)
+    second = StubEvaluator([1.0, 1.0, 1.0, 1.0])
+    again = optimize(replay, run_dir=tmp_path / "replayed", evaluator=second)
+    assert second.sources == first.sources
+    assert again.turns == 3 and again.stop_reason == "turn_limit"
+    assert "3 model calls" in of_type(events(tmp_path / "replayed"), "stop")[0].detail
+
+
+def test_time_budget_stops_before_any_call(tmp_path):
+    config = OptimizeConfig(workload=WORKLOAD, max_wall_s=0.0)
+    outcome = optimize(config, run_dir=tmp_path / "run", evaluator=StubEvaluator([]))
+    assert outcome.stop_reason == "time_budget" and outcome.turns == 0
+    assert not of_type(events(tmp_path / "run"), "model_call")
