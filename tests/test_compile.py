@@ -198,6 +198,14 @@ ptxas info    : Used 40 registers, used 0 barriers
 """
 
 
+def test_ptxas_fatal_with_a_line_is_an_error_at_that_line():
+    log = ("ptxas solution.ptx, line 44; fatal   : Parsing error near '.version 8.0': syntax error\n"
+           "ptxas fatal   : Ptx assembly aborted due to errors\n")
+    errors, warnings, kernels = parse_ptxas_log(log)
+    assert [(e.line, e.message) for e in errors] == [(44, "Parsing error near '.version 8.0': syntax error")]
+    assert not warnings and not kernels
+
+
 def test_ptxas_resources_per_entry():
     errors, warnings, kernels = parse_ptxas_log(PTXAS_V)
     assert not errors and "spilled" in warnings[0].message

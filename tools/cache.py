@@ -17,7 +17,7 @@ from .results import CompileResult
 
 ENV_CACHE = "PTXBENCH_CACHE"
 # Bumped when the meaning of a stored result changes (e.g. the log parser learns new fields).
-CACHE_FORMAT = "compile-v1"
+CACHE_FORMAT = "compile-v2"
 
 
 def cache_root() -> Path:

@@ -11,7 +11,7 @@ from ptxbench.workloads.arch import get_arch
 
 from .results import CompileIssue, KernelResources
 
-_PTXAS_AT_LINE = re.compile(r"^ptxas\s+(?P<file>.+?), line (?P<line>\d+); (?P<sev>error|warning)\s*:\s*(?P<msg>.*)$")
+_PTXAS_AT_LINE = re.compile(r"^ptxas\s+(?P<file>.+?), line (?P<line>\d+); (?P<sev>error|warning|fatal)\s*:\s*(?P<msg>.*)$")
 _PTXAS_NO_LINE = re.compile(r"^ptxas\s+(?P<sev>error|warning|fatal)\s*:\s*(?P<msg>.*)$")
 _ABORTED = "Ptx assembly aborted due to errors"
 _ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)'")
@@ -38,8 +38,9 @@ def parse_ptxas_log(log: str, line_map: LineMap | None = None) -> tuple[list[Com
         line = raw.strip()
         if m := _PTXAS_AT_LINE.match(line):
             src_line, note = line_map(int(m["line"])) if line_map else (int(m["line"]), "")
-            issue = CompileIssue(line=src_line, message=m["msg"].strip() + note, severity=m["sev"])
-            (errors if m["sev"] == "error" else warnings).append(issue)
+            severity = "warning" if m["sev"] == "warning" else "error"
+            issue = CompileIssue(line=src_line, message=m["msg"].strip() + note, severity=severity)
+            (errors if severity == "error" else warnings).append(issue)
         elif m := _PTXAS_NO_LINE.match(line):
             if m["sev"] == "warning":
                 warnings.append(CompileIssue(message=m["msg"].strip(), severity="warning"))
