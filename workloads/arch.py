@@ -13,6 +13,10 @@ class TargetFamily(BaseModel):
     ptx: list[str] = Field(description="PTX instruction prefixes, e.g. 'wgmma.mma_async'")
     sass: list[str] = Field(description="SASS opcode prefixes (the opcode's first dotted part is matched), e.g. 'HGMMA'")
     counters: list[str] = Field(default_factory=list, description="ncu metrics that count executions of the family")
+    counter_opcodes: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="instruction counters among `counters` -> the SASS opcodes they count: the runtime verdict "
+        "(tools/profile/verdict.py) checks that a counter is non-zero exactly when those opcodes executed")
     doc: str = ""
 
     def in_ptx(self, ptx_text: str) -> bool:
@@ -44,7 +48,12 @@ _TMA = TargetFamily(
     name="tma",
     ptx=["cp.async.bulk.tensor", "cp.reduce.async.bulk.tensor"],
     sass=["UTMALDG", "UTMASTG", "UTMAREDG", "UBLKCP", "UTMAPF"],
-    counters=["smsp__sass_inst_executed_op_tma_ld.sum", "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"],
+    counters=["smsp__sass_inst_executed_op_tma_ld.sum", "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum",
+              "sm__inst_executed_pipe_tma_pred_on_any.sum"],
+    # pipe_tma_pred_on_any: warp-level TMA-pipe instructions with at least one predicate-true thread
+    # (loads, stores, reductions); op_tma_ld: the loads alone (FACTS.md: 8 for 8 CTAs x 1 load).
+    counter_opcodes={"smsp__sass_inst_executed_op_tma_ld.sum": ["UTMALDG"],
+                     "sm__inst_executed_pipe_tma_pred_on_any.sum": ["UTMALDG", "UTMASTG", "UTMAREDG", "UBLKCP", "UTMAPF"]},
     doc="Tensor Memory Accelerator bulk tensor copies (loads, stores, reductions).",
 )
 
@@ -57,7 +66,10 @@ SM90A = ArchProfile(
             name="wgmma",
             ptx=["wgmma.mma_async"],
             sass=["HGMMA"],
-            counters=["sm__inst_executed_pipe_tensor_op_gmma.sum"],
+            counters=["sm__inst_executed_pipe_tensor_op_gmma.sum", "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum"],
+            # gmma pipe: warp-level HGMMA executions (40 for 1 CTA x 4 warps x 10 issues, FACTS.md);
+            # ops_path ... bf16_dst_fp32: the bf16 HGMMA FLOPs (2*M*N*K for a GEMM).
+            counter_opcodes={"sm__inst_executed_pipe_tensor_op_gmma.sum": ["HGMMA"]},
             doc="Warpgroup-level asynchronous matrix multiply (Hopper tensor cores).",
         ),
         _TMA,

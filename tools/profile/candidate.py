@@ -1,0 +1,94 @@
+"""profile_candidate: Nsight Compute on one candidate -> runtime target verdicts, profile summary, feedback.
+
+This is what `ptxbench eval --profile` (and the verification of every passing kernel) and
+`ptxbench profile` call. It needs a GPU and ncu on the machine it runs on; it never raises for a
+kernel or profiler failure: the outcome then carries ok=False, the reason, and "unknown" verdicts.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from ptxbench.tools.results import CompileResult, EvalResult, RuntimeTarget
+from ptxbench.workloads.arch import get_arch
+
+from .summary import ProfileSummary
+from .verdict import runtime_verdicts, static_histogram
+
+
+class ProfileOutcome(BaseModel):
+    """The pieces of an EvalResult a profile decides (see `apply_to`)."""
+
+    ok: bool
+    error: str = ""
+    targets_runtime: dict[str, RuntimeTarget] = Field(default_factory=dict)
+    summary: ProfileSummary | None = None
+    feedback: str = Field("", description="ranked, token-bounded feedback for the model (full profiles only)")
+    seconds: float = 0.0
+
+    def apply_to(self, result: EvalResult) -> EvalResult:
+        """Fill targets_runtime, profile, feedback and seconds['profile'] of `result` (in place; returned)."""
+        result.targets_runtime = self.targets_runtime
+        result.profile = self.summary.model_dump() if self.summary is not None else {"ok": False, "error": self.error}
+        if self.feedback:
+            result.feedback = self.feedback
+        result.seconds["profile"] = round(self.seconds, 3)
+        return result
+
+
+def replay_argv(workload_id: str, source_path: Path, cubin_path: str | Path, arch: str, seed: int, exact: bool = False) -> list[str]:
+    argv = [sys.executable, "-m", "ptxbench.tools.profile.replay", "--workload", workload_id, "--source", str(source_path),
+            "--cubin", str(cubin_path), "--arch", arch, "--seed", str(seed)]
+    return argv + (["--exact"] if exact else [])
+
+
+def profile_candidate(
+    workload_id: str,
+    source: str,
+    cubin_path: str | Path,
+    *,
+    arch: str = "sm_90a",
+    compile_result: CompileResult | None = None,
+    full: bool = True,
+    timeout_s: float = 120.0,
+    seed: int = 0,
+    token_budget: int = 450,
+    workdir: str | Path | None = None,
+) -> ProfileOutcome:
+    """Profile one candidate (the solution file `source`, assembled to `cubin_path`) on this machine's GPU.
+
+    full=True collects the sections (SpeedOfLight, Occupancy, LaunchStats, WarpStateStats,
+    MemoryWorkloadAnalysis, ComputeWorkloadAnalysis, InstructionStats, SourceCounters, the rules)
+    and writes feedback; full=False collects only the executed-instruction counters (a few seconds),
+    enough for the runtime verdict of a passing kernel. `compile_result` supplies the static SASS
+    histogram (presence of the families when the source page is not collected) and ptxas spills for
+    the feedback. The verdicts cover the families the workload targets on `arch`.
+    """
+    from ptxbench.workloads.registry import get_workload
+
+    from .feedback import profile_feedback
+    from .runner import profile_command
+
+    start = time.perf_counter()
+    profile = get_arch(arch)
+    wl = get_workload(workload_id)
+    families = wl.targets.get(arch, [f.name for f in profile.families])
+    counters = [c for name in families for c in profile.family(name).counters]
+    with tempfile.TemporaryDirectory(prefix="ptxbench-profile-") as tmp:
+        work = Path(workdir) if workdir is not None else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        source_path = work / "solution.txt"
+        source_path.write_text(source)
+        env = dict(os.environ)
+        summary = profile_command(replay_argv(workload_id, source_path, cubin_path, arch, seed), counters=counters,
+                                  full=full, timeout_s=timeout_s, workdir=work, env=env)
+    static = static_histogram(compile_result.kernels) if compile_result is not None and compile_result.kernels else None
+    verdicts = runtime_verdicts(profile, summary, families, static)
+    feedback = profile_feedback(summary, verdicts, wl, compile_result, token_budget=token_budget) if full and summary.ok else ""
+    return ProfileOutcome(ok=summary.ok, error=summary.error, targets_runtime=verdicts, summary=summary,
+                          feedback=feedback, seconds=time.perf_counter() - start)

@@ -1,0 +1,111 @@
+"""The replay program that Nsight Compute and compute-sanitizer run: one candidate, its plan, ONCE.
+
+    python -m ptxbench.tools.profile.replay --workload W --source FILE --cubin CUBIN [--seed N] [--exact]
+
+It loads the cubin, builds the workload's inputs, and launches the plan's kernels once inside the
+NVTX range `ptxbench` (so ncu profiles exactly those launches). Loading, plan checks, buffers and
+launches are the GPU worker's own code (tools/gpu/runner.Candidate), so what is profiled is what
+was timed. `--exact` gives every buffer its own exact-size allocation instead of the worker's
+guard zones, so compute-sanitizer's memcheck sees a write one element past the end (run it with
+PYTORCH_NO_CUDA_MEMORY_CACHING=1). Exit status: 0 ran, 2 the candidate failed (message on stderr),
+3 the solution or plan was refused.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+NVTX_RANGE = "ptxbench"
+
+
+def _nvtx():
+    try:
+        import nvtx
+
+        return nvtx.push_range, nvtx.pop_range
+    except ImportError:
+        import torch
+
+        return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+
+
+def exact_buffers(wl, plan):
+    """A BufferSet whose buffers are plain exact-size allocations (no guard zones)."""
+    import torch
+
+    from ..gpu.buffers import BufferSet, Guarded, torch_dtype
+
+    def one(name, shape, dtype):
+        t = torch.empty(tuple(shape), dtype=torch_dtype(dtype), device="cuda")
+        return Guarded(name, t, t)
+
+    tensors = {t.name: one(t.name, wl.shape(t.name), t.dtype) for t in wl.tensors}
+    scratch = {s.name: one(s.name, s.shape, s.dtype) for s in plan.scratch}
+    bufs = BufferSet(tensors, scratch, [s.name for s in plan.scratch if s.zero], [t.name for t in wl.outputs])
+    bufs.reset()
+    return bufs
+
+
+def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = "sm_90a", seed: int = 0, dist: str = "normal",
+           exact: bool = False, nvtx: bool = True) -> int:
+    import torch
+    from cuda.bindings import driver as cu
+
+    from ...workloads.inputs import make_inputs
+    from ...workloads.registry import get_workload
+    from ..gpu.runner import Candidate, Failed, new_buffers
+    from ..gpu.worker import read_limits
+    from ..solution import parse_solution, resolve_plan
+
+    wl = get_workload(workload_id)
+    solution = parse_solution(source, wl, arch)
+    if isinstance(solution, list):
+        print("solution refused: " + "; ".join(str(i) for i in solution), file=sys.stderr)
+        return 3
+    torch.cuda.set_device(0)
+    torch.zeros(1, device="cuda")  # the primary context, which the driver API calls then use
+    cu.cuInit(0)
+    limits = read_limits(0)
+    try:
+        plan = resolve_plan(solution.plan, wl, limits.sm_count, arch)
+    except Exception as e:  # PlanError: the plan does not fit this GPU
+        print(f"plan refused: {e}", file=sys.stderr)
+        return 3
+    push, pop = _nvtx() if nvtx else (lambda _n: None, lambda: None)
+    try:
+        cand = Candidate(cubin, plan, SimpleNamespace(limits=limits), wl)
+        bufs = exact_buffers(wl, plan) if exact else new_buffers(wl, plan)
+        bufs.load_inputs(make_inputs(wl, seed, dist, "cuda"))
+        cand.bind(bufs)
+        torch.cuda.synchronize()
+        push(NVTX_RANGE)
+        try:
+            cand.run_checked()
+        finally:
+            pop()
+    except Failed as f:
+        print(f"{f.status}: {f.message}" + (f" ({'; '.join(f.plan_errors)})" if f.plan_errors else ""), file=sys.stderr)
+        return 2
+    print(f"replayed {len(plan.launches)} launch(es) of {workload_id}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ptxbench.tools.profile.replay", description=__doc__.split("\n\n")[0])
+    p.add_argument("--workload", required=True)
+    p.add_argument("--source", required=True, help="the solution file (its plan block is read)")
+    p.add_argument("--cubin", required=True)
+    p.add_argument("--arch", default="sm_90a")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dist", default="normal")
+    p.add_argument("--exact", action="store_true", help="exact-size allocations (for compute-sanitizer)")
+    p.add_argument("--no-nvtx", action="store_true")
+    a = p.parse_args(argv)
+    return replay(a.workload, Path(a.source).read_text(), Path(a.cubin).read_bytes(), arch=a.arch, seed=a.seed,
+                  dist=a.dist, exact=a.exact, nvtx=not a.no_nvtx)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""The profile summary: what one Nsight Compute run of a candidate says, as plain data.
+
+Built from the three CSV pages (ncu_csv.py); stored in EvalResult.profile (as a dict) and turned into
+feedback by feedback.py. Every figure is optional: a section ncu could not collect is None, not 0.
+"""
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, Field
+
+from .ncu_csv import DetailKernel, RawKernel, SourceKernel
+
+SOL = "GPU Speed Of Light Throughput"
+OCC = "Occupancy"
+LAUNCH = "Launch Statistics"
+WARP = "Warp State Statistics"
+MEM = "Memory Workload Analysis"
+COMPUTE = "Compute Workload Analysis"
+# Occupancy limiters as the Occupancy section names them.
+LIMITS = {"Block Limit Registers": "registers", "Block Limit Shared Mem": "shared memory",
+          "Block Limit Warps": "threads per block (warps)", "Block Limit SM": "blocks per SM", "Block Limit Barriers": "barriers"}
+OPCODE_METRIC = "sass__inst_executed_per_opcode"
+OPCODE_TRUE_METRIC = "sass__thread_inst_executed_true_per_opcode"
+
+
+class Rule(BaseModel):
+    section: str
+    name: str
+    type: str = Field(description="OPT: an optimisation with an estimated gain; INF: information; WRN/ERR")
+    message: str
+    speedup_pct: float | None = Field(None, description="ncu's estimated speedup in percent of the kernel's time")
+    speedup_type: str = ""
+
+
+class KernelProfile(BaseModel):
+    name: str
+    grid: str = ""
+    block: str = ""
+    duration_us: float | None = None
+    compute_sol_pct: float | None = None
+    memory_sol_pct: float | None = None
+    dram_sol_pct: float | None = None
+    l1_sol_pct: float | None = None
+    l2_sol_pct: float | None = None
+    dram_bytes: float | None = Field(None, description="DRAM bytes read + written")
+    top_pipes: dict[str, float] = Field(default_factory=dict, description="pipe -> % of peak over active cycles, top 3")
+    tensor_pipe_pct: float | None = Field(None, description="warpgroup tensor pipe, % of peak over elapsed cycles")
+    registers: int | None = None
+    smem_per_block: float | None = None
+    theoretical_occupancy_pct: float | None = None
+    achieved_occupancy_pct: float | None = None
+    occupancy_limiter: str = ""
+    waves_per_sm: float | None = None
+    stalls: dict[str, float] = Field(default_factory=dict, description="stall reason -> cycles per issued instruction")
+    cycles_per_issue: float | None = None
+    l2_hit_pct: float | None = None
+    local_spill_requests: float | None = None
+    opcodes: dict[str, float] | None = Field(None, description="SASS opcode -> warp-level executed count (None: not measured)")
+    opcodes_true: dict[str, float] | None = Field(None, description="SASS opcode -> predicate-true thread-level count")
+    sass_present: list[str] | None = Field(None, description="opcodes in the profiled kernel's SASS (source page)")
+    counters: dict[str, float | None] = Field(default_factory=dict, description="requested counter metrics")
+    rules: list[Rule] = Field(default_factory=list)
+
+    @property
+    def bottleneck(self) -> str:
+        return bottleneck(self.compute_sol_pct, self.memory_sol_pct)
+
+
+class ProfileSummary(BaseModel):
+    ok: bool
+    mode: str = Field("full", description="full: sections + counters; verdict: executed-instruction counters only")
+    error: str = Field("", description="why no profile could be taken (then every verdict is 'unknown')")
+    kernels: list[KernelProfile] = Field(default_factory=list)
+    gpu: str = Field("", description="device name as ncu reports it, e.g. 'NVIDIA H200'")
+    ncu_version: str = ""
+    command: list[str] = Field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def duration_us(self) -> float | None:
+        times = [k.duration_us for k in self.kernels if k.duration_us is not None]
+        return sum(times) if times else None
+
+    def main_kernel(self) -> KernelProfile | None:
+        """The launch that took longest: the one feedback is about."""
+        if not self.kernels:
+            return None
+        return max(self.kernels, key=lambda k: k.duration_us or 0.0)
+
+
+def bottleneck(compute_pct: float | None, memory_pct: float | None, busy: float = 60.0) -> str:
+    """'memory' or 'compute' when that unit's speed-of-light share leads and is at least `busy`
+    percent; 'latency' when neither is; 'unknown' without numbers."""
+    if compute_pct is None and memory_pct is None:
+        return "unknown"
+    c, m = compute_pct or 0.0, memory_pct or 0.0
+    if max(c, m) < busy:
+        return "latency"
+    return "memory" if m >= c else "compute"
+
+
+def _stall_name(metric: str) -> str:
+    """'Stall Long Scoreboard' -> 'long_scoreboard' (the keys of prompts/feedback_profile.md)."""
+    return re.sub(r"^Stall ", "", metric).strip().lower().replace(" ", "_")
+
+
+def build_kernel(raw: RawKernel | None, details: DetailKernel | None, source: SourceKernel | None,
+                 counters: list[str]) -> KernelProfile:
+    name = (raw.name if raw else "") or (details.name if details else "") or (source.name if source else "")
+    k = KernelProfile(name=name, grid=raw.grid if raw else "", block=raw.block if raw else "")
+    if raw is not None:
+        dur = raw.number("gpu__time_duration.sum")
+        k.duration_us = dur * 1e6 if dur is not None else None
+        rd, wr = raw.number("dram__bytes_read.sum"), raw.number("dram__bytes_write.sum")
+        k.dram_bytes = (rd or 0.0) + (wr or 0.0) if rd is not None or wr is not None else None
+        k.opcodes = raw.instances(OPCODE_METRIC)
+        k.opcodes_true = raw.instances(OPCODE_TRUE_METRIC)
+        k.counters = {c: raw.number(c) for c in counters}
+        regs = raw.number("launch__registers_per_thread")
+        k.registers = int(regs) if regs is not None else None
+    if details is not None:
+        _fill_from_details(k, details)
+    if source is not None and source.lines:
+        k.sass_present = sorted(source.opcodes_present())
+    return k
+
+
+def _fill_from_details(k: KernelProfile, d: DetailKernel) -> None:
+    sol = d.section(SOL, label="")
+    k.compute_sol_pct = sol.get("Compute (SM) Throughput")
+    k.memory_sol_pct = sol.get("Memory Throughput")
+    k.dram_sol_pct = sol.get("DRAM Throughput")
+    k.l1_sol_pct = sol.get("L1/TEX Cache Throughput")
+    k.l2_sol_pct = sol.get("L2 Cache Throughput")
+    if k.duration_us is None and sol.get("Duration") is not None:
+        k.duration_us = sol["Duration"] * 1e6
+    pipes = d.section(COMPUTE, label="Pipe Utilization (% of active cycles)")
+    k.top_pipes = dict(sorted(((p, v) for p, v in pipes.items() if v > 0), key=lambda x: -x[1])[:3])
+    k.tensor_pipe_pct = d.value(COMPUTE, "Tensor (Warp Group)", "Pipe Utilization (% of peak instructions executed over elapsed cycles)")
+    occ = d.section(OCC, label="")
+    k.theoretical_occupancy_pct = occ.get("Theoretical Occupancy")
+    k.achieved_occupancy_pct = occ.get("Achieved Occupancy")
+    limits = {LIMITS[n]: v for n, v in occ.items() if n in LIMITS}
+    if limits:
+        k.occupancy_limiter = min(limits.items(), key=lambda x: x[1])[0]
+    launch = d.section(LAUNCH, label="")
+    if k.registers is None and launch.get("Registers Per Thread") is not None:
+        k.registers = int(launch["Registers Per Thread"])
+    smem = [launch.get("Dynamic Shared Memory Per Block"), launch.get("Static Shared Memory Per Block")]
+    k.smem_per_block = sum(s for s in smem if s is not None) if any(s is not None for s in smem) else None
+    k.waves_per_sm = launch.get("Waves Per SM")
+    warp = d.section(WARP, label="Warp State (All Cycles)")
+    k.stalls = {_stall_name(n): v for n, v in sorted(warp.items(), key=lambda x: -x[1]) if n.startswith("Stall") and v > 0}
+    k.cycles_per_issue = d.value(WARP, "Warp Cycles Per Issued Instruction")
+    k.l2_hit_pct = d.value(MEM, "L2 Hit Rate")
+    k.local_spill_requests = d.value(MEM, "Local Memory Spilling Requests")
+    k.rules = [Rule(section=r.section, name=r.name, type=r.type, message=r.description.strip(),
+                    speedup_pct=r.speedup_pct, speedup_type=r.speedup_type) for r in d.rules]
+
+
+def build_summary(raw: list[RawKernel], details: list[DetailKernel], source: list[SourceKernel],
+                  counters: list[str], mode: str = "full") -> list[KernelProfile]:
+    """Join the pages kernel by kernel (raw and details by ncu's ID, source pages in order)."""
+    by_id = {d.id: d for d in details}
+    out = []
+    for i, r in enumerate(raw):
+        src = source[i] if i < len(source) and source[i].name == r.name else None
+        out.append(build_kernel(r, by_id.get(r.id), src, counters))
+    return out

@@ -1,0 +1,104 @@
+"""The runtime target-instruction verdict: did the hardware execute the family's SASS instructions?
+
+Per family of the arch profile (workloads/arch.py), from one profile:
+- executed: the SASS has the family's opcodes and ncu counted predicate-true executions > 0
+  (`sass__thread_inst_executed_true_per_opcode`, as PTXBench reads the source page);
+- present_not_executed: in the SASS, never executed (dead code, a branch never taken);
+- absent: not in the SASS at all;
+- unknown: no profile, missing/NaN counts, or the per-opcode counts and the family's pipe counters
+  disagree (e.g. HGMMA counted but the GMMA pipe idle) -- always with the reason.
+Warp-level `sass__inst_executed_per_opcode` counts predicated-off warps too (FACTS.md), so it is
+reported but never decides.
+"""
+from __future__ import annotations
+
+from ptxbench.tools.results import RuntimeTarget
+from ptxbench.workloads.arch import ArchProfile, TargetFamily
+
+from .summary import KernelProfile, ProfileSummary
+
+
+def _family_sum(counts: dict[str, float] | None, fam: TargetFamily, opcodes: list[str] | None = None) -> float | None:
+    if counts is None:
+        return None
+    keep = (lambda op: op.split(".", 1)[0] in opcodes) if opcodes is not None else fam.matches_opcode
+    return sum(v for op, v in counts.items() if keep(op))
+
+
+def _sum(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _present(fam: TargetFamily, kernels: list[KernelProfile], static_opcodes: dict[str, int] | None) -> bool | None:
+    """In the SASS? From the source page of the profiled kernels, else from the compile's histogram."""
+    seen: list[bool] = []
+    if any(k.sass_present is not None for k in kernels):
+        seen.append(any(fam.matches_opcode(op) for k in kernels for op in (k.sass_present or [])))
+    if static_opcodes is not None:
+        seen.append(any(fam.matches_opcode(op) and n > 0 for op, n in static_opcodes.items()))
+    return any(seen) if seen else None
+
+
+def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: dict[str, int] | None = None) -> RuntimeTarget:
+    if not summary.ok:
+        return RuntimeTarget(verdict="unknown", reason=f"no profile: {summary.error or 'ncu gave no result'}")
+    kernels = summary.kernels
+    if not kernels:
+        return RuntimeTarget(verdict="unknown", reason="ncu profiled no kernel in the plan's NVTX range")
+    warp = _sum([_family_sum(k.opcodes, fam) for k in kernels])
+    thread_true = _sum([_family_sum(k.opcodes_true, fam) for k in kernels])
+    counters = {c: v for c in fam.counters if (v := _sum([k.counters.get(c) for k in kernels])) is not None}
+    present = _present(fam, kernels, static_opcodes)
+    base = dict(executed_warp_insts=int(warp) if warp is not None else None,
+                executed_thread_insts_true=int(thread_true) if thread_true is not None else None,
+                counter_values=counters)
+    if thread_true is None:
+        missing = [c for c in fam.counters if c not in counters]
+        return RuntimeTarget(verdict="unknown", reason="ncu returned no per-opcode predicate-true counts (missing or NaN)"
+                             + (f"; missing counters: {', '.join(missing)}" if missing else ""), **base)
+    # Cross-check: an instruction counter is non-zero exactly when the opcodes it counts executed.
+    disagree = []
+    for counter, opcodes in fam.counter_opcodes.items():
+        if counter not in counters:
+            continue
+        ran = _sum([_family_sum(k.opcodes_true, fam, opcodes) for k in kernels]) or 0.0
+        if (ran > 0) != (counters[counter] > 0):
+            disagree.append(f"{'/'.join(opcodes)} predicate-true count {ran:g} but {counter} = {counters[counter]:g}")
+    if disagree:
+        return RuntimeTarget(verdict="unknown", reason="per-opcode counts and pipe counters disagree: " + "; ".join(disagree), **base)
+    if thread_true > 0:
+        return RuntimeTarget(verdict="executed", reason=_executed_reason(fam, warp, thread_true, counters), **base)
+    if present is None:
+        return RuntimeTarget(verdict="unknown", reason=f"no {fam.name} instruction executed, and without the SASS listing "
+                             "it is not known whether the kernel has any", **base)
+    if present:
+        return RuntimeTarget(verdict="present_not_executed", reason=f"the SASS has {'/'.join(fam.sass)} but none executed "
+                             "with a true predicate (dead code or a branch never taken)", **base)
+    return RuntimeTarget(verdict="absent", reason=f"no {'/'.join(fam.sass)} instruction in the SASS", **base)
+
+
+def _executed_reason(fam: TargetFamily, warp: float | None, thread_true: float, counters: dict[str, float]) -> str:
+    parts = [f"{fam.name}: {thread_true:,.0f} predicate-true thread executions"]
+    if warp is not None:
+        parts.append(f"{warp:,.0f} warp-level")
+    parts += [f"{c} = {v:,.0f}" for c, v in counters.items()]
+    return ", ".join(parts)
+
+
+def runtime_verdicts(arch: ArchProfile, summary: ProfileSummary, families: list[str] | None = None,
+                     static_opcodes: dict[str, int] | None = None) -> dict[str, RuntimeTarget]:
+    """family name -> verdict for `families` (default: every family of the arch profile).
+
+    `static_opcodes` is the compile's SASS histogram summed over the module's kernels (opcode -> count)."""
+    names = families if families is not None else [f.name for f in arch.families]
+    return {name: family_verdict(arch.family(name), summary, static_opcodes) for name in names}
+
+
+def static_histogram(kernels: dict) -> dict[str, int]:
+    """CompileResult.kernels -> one opcode histogram over every kernel of the module."""
+    total: dict[str, int] = {}
+    for k in kernels.values():
+        for op, n in (k.sass_opcodes if hasattr(k, "sass_opcodes") else k.get("sass_opcodes", {})).items():
+            total[op] = total.get(op, 0) + n
+    return total
