@@ -84,6 +84,7 @@ def optimize(
     workload: Optional[str] = typer.Argument(None, help="workload id (see `ptxbench workloads`); not needed with --resume"),
     model: str = typer.Option("builtin/tuner", help="builtin/tuner, builtin/reference, replay/<path>, or any litellm model string"),
     api_base: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint (vLLM, ollama, ...)"),
+    api_key_env: Optional[str] = typer.Option(None, help="environment variable holding the key (default: the provider's own)"),
     mode: ModeChoice = typer.Option(ModeChoice.pipeline, help="pipeline: each reply is a submission; tools: function calling"),
     turns: int = typer.Option(8, min=1, help="turn limit"),
     target_speedup: float = typer.Option(1.2, help="stop when a passing kernel reaches this speedup (0: never)"),
@@ -96,6 +97,7 @@ def optimize(
     max_tokens: Optional[int] = typer.Option(None, help="token budget of the trajectory"),
     max_cost: Optional[float] = typer.Option(None, help="cost budget in USD"),
     max_wall: Optional[float] = typer.Option(None, help="wall-time budget in seconds"),
+    max_tool_calls: int = typer.Option(40, help="tools mode: tool calls in the whole trajectory"),
     arch: str = typer.Option("sm_90a", help="sm_90a | sm_100a"),
     temperature: Optional[float] = typer.Option(None, help="sampling temperature"),
     retry_wait: float = typer.Option(2.0, help="first back-off (s) after a rate limit or server error"),
@@ -110,9 +112,9 @@ def optimize(
         if workload is None:
             raise typer.BadParameter("give a WORKLOAD (or --resume RUN)")
         config = OptimizeConfig(
-            workload=workload, model=model, api_base=api_base, mode=mode.value, turns=turns,
+            workload=workload, model=model, api_base=api_base, api_key_env=api_key_env, mode=mode.value, turns=turns,
             target_speedup=target_speedup or None, prompt=prompt, context=context.value, no_gpu=no_gpu, trials=trials,
-            max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall, arch=arch, temperature=temperature,
+            max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall, max_tool_calls=max_tool_calls, arch=arch, temperature=temperature,
             retry_wait_s=retry_wait)
     title = f"ptxbench optimize {workload or resume}" + ("  [no GPU: compile + SASS only]" if no_gpu else "")
     view = LiveView(title)
