@@ -8,6 +8,7 @@ from .app import app
 COMMAND_MODULES = [
     "cmd_workloads",
     "cmd_compile",
+    "cmd_profile",
     "cmd_optimize",
     "cmd_export",
     "cmd_synth",

@@ -1,0 +1,82 @@
+"""`ptxbench profile WORKLOAD FILE`: Nsight Compute on one solution -> feedback text (or --json).
+
+Compiles the file, replays its plan once under ncu on this machine's GPU, prints the ranked
+feedback and the runtime target-instruction verdicts; `--json` prints the verdicts, the profile
+summary and every raw metric ncu collected. Exit status: 0 profiled, 1 the file did not compile,
+2 no profile could be taken (the reason is printed), 3 the CUDA tools are missing.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import typer
+
+from .app import app
+from .cmd_compile import Arch, detect_language
+
+
+def raw_metrics(csv_path: Path) -> list[dict]:
+    """Every metric of ncu's raw page, per profiled kernel: name -> number (or text)."""
+    from ptxbench.tools.profile.ncu_csv import parse_raw, to_number
+
+    if not csv_path.is_file():
+        return []
+    out = []
+    for k in parse_raw(csv_path.read_text()):
+        values = {}
+        for name, (unit, text) in k.values.items():
+            number = to_number(text, unit)
+            values[name] = number if number is not None and "(" not in text else text
+        out.append({"kernel": k.name, "id": k.id, "metrics": values})
+    return out
+
+
+@app.command("profile")
+def profile_cmd(
+    workload: str = typer.Argument(..., help="workload id (see `ptxbench workloads`)"),
+    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="the solution file"),
+    arch: Arch = typer.Option(Arch.sm_90a, "--arch"),
+    json_out: bool = typer.Option(False, "--json", help="verdicts, summary and raw metrics as JSON"),
+    verdict_only: bool = typer.Option(False, "--verdict-only", help="only the executed-instruction counters (fast)"),
+    timeout: float = typer.Option(120.0, "--timeout", help="seconds ncu may take"),
+    budget: int = typer.Option(450, "--budget", help="token budget of the feedback text"),
+    keep: Path = typer.Option(None, "--keep", help="keep ncu's report and CSV pages in this folder"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Profile one solution with Nsight Compute and print feedback a model can act on."""
+    from ptxbench.tools.compile import compile_source
+    from ptxbench.tools.profile import profile_candidate
+    from ptxbench.tools.toolchain import ToolchainError
+
+    text = file.read_text()
+    try:
+        compiled = compile_source(text, detect_language(text, file), arch.value, workload)
+    except ToolchainError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(3)
+    if compiled.status != "ok" or not compiled.cubin_path:
+        for issue in compiled.errors:
+            typer.echo(f"{file}:{issue.line or '?'}: {issue.message}", err=True)
+        raise typer.Exit(1)
+    with tempfile.TemporaryDirectory(prefix="ptxbench-profile-") as tmp:
+        work = keep or Path(tmp)
+        outcome = profile_candidate(workload, text, compiled.cubin_path, arch=arch.value, compile_result=compiled,
+                                    full=not verdict_only, timeout_s=timeout, seed=seed, token_budget=budget, workdir=work)
+        metrics = raw_metrics(work / "raw.csv") if json_out else []
+    if json_out:
+        record = {"workload": workload, "file": str(file), "ok": outcome.ok, "error": outcome.error,
+                  "seconds": round(outcome.seconds, 3),
+                  "targets_runtime": {k: v.model_dump() for k, v in outcome.targets_runtime.items()},
+                  "summary": outcome.summary.model_dump() if outcome.summary else None,
+                  "feedback": outcome.feedback, "raw_metrics": metrics}
+        typer.echo(json.dumps(record, indent=1, default=str))
+    else:
+        if outcome.feedback:
+            typer.echo(outcome.feedback + "\n")
+        for family, v in outcome.targets_runtime.items():
+            counts = f" ({v.executed_thread_insts_true:,} predicate-true thread executions)" if v.executed_thread_insts_true else ""
+            typer.echo(f"{family}: {v.verdict}{counts} - {v.reason}")
+        typer.echo(f"profile took {outcome.seconds:.1f} s" + ("" if outcome.ok else f"; no profile: {outcome.error}"))
+    raise typer.Exit(0 if outcome.ok else 2)
