@@ -410,3 +410,12 @@ def test_extracted_pickles_with_its_warnings():
     extracted = extract_solution(f"```ptx\n{FILE}```\n```ptx\n{FILE}```")
     again = pickle.loads(pickle.dumps(extracted))
     assert tuple(again) == (FILE, "ptx") and again.warnings == extracted.warnings != []
+
+
+def test_cuda_kernel_made_by_a_macro_is_a_warning_not_an_issue():
+    source = CUDA_PLAN + ('#define KERNEL(name) extern "C" __global__ void name(const void* a, void* c, int k)\n'
+                          "KERNEL(k) {}\n")
+    solution = parse_solution(source, GEMM)
+    assert isinstance(solution, Solution) and "not recognised" in solution.warnings[0]
+    missing = CUDA_PLAN + 'extern "C" __global__ void other(const void* a, void* c, int k) {}\n'
+    _one(parse_solution(missing, GEMM), 3, "'k' is not defined", "kernels found: other")

@@ -61,9 +61,9 @@ def _preprocessor(text: str) -> tuple[str, list[FormatIssue], dict[str, str]]:
                     issues.append(FormatIssue(line=start + 1, message=f"#pragma {rest} is not allowed (only #pragma "
                                                                       f"{', #pragma '.join(ALLOWED_PRAGMAS)})"))
             elif word == "define":
-                d = re.match(r"([A-Za-z_]\w*)\b(?!\()\s*(.*)", rest)
-                if d:
-                    macros[d.group(1)] = d.group(2)
+                d = re.match(r"([A-Za-z_]\w*)(\([^)]*\))?\s*(.*)", rest)
+                if d:  # function-like macros too: their bodies tell whether a definition is device code
+                    macros[d.group(1)] = d.group(3)
             for j in range(start, k + 1):
                 lines[j] = " " * len(lines[j])
         k += 1
@@ -71,7 +71,7 @@ def _preprocessor(text: str) -> tuple[str, list[FormatIssue], dict[str, str]]:
 
 
 def _expand(head: str, macros: dict[str, str]) -> str:
-    for _ in range(4):  # object-like macros such as `#define DEVICE __device__ __forceinline__`
+    for _ in range(4):  # macros such as `#define DEVICE __device__ __forceinline__`
         head = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: macros.get(m.group(0), m.group(0)), head)
     return head
 

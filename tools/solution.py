@@ -19,7 +19,7 @@ from .cuda_policy import check_cuda_source, check_ptx_source
 from .plan import Arg, FormatIssue, LaunchPlan, ResolvedPlan, Solution
 from .plan_resolve import Resolver
 from .plan_toml import PLAN_START, KeyLines, parse_plan_block
-from .source_scan import Entry, Param, cuda_kernels, ptx_entries
+from .source_scan import Entry, Param, blank_comments, cuda_kernels, ptx_entries
 
 PLACEHOLDER_NUM_SMS = 132  # validation only; the GPU worker resolves with the device's real SM count
 FENCE_LANGUAGES = {"ptx": "ptx", "cuda": "cuda", "cu": "cuda", "cpp": "cuda", "c++": "cuda", "cxx": "cuda", "c": "cuda"}
@@ -143,12 +143,17 @@ def _param_problem(arg: Arg, p: Param, language: str) -> str | None:
     return None
 
 
-def _check_entries(plan: LaunchPlan, language: str, source: str) -> list[FormatIssue]:
+def _check_entries(plan: LaunchPlan, language: str, source: str, warnings: list[str]) -> list[FormatIssue]:
     entries: dict[str, Entry] = ptx_entries(source) if language == "ptx" else cuda_kernels(source)
+    code = blank_comments(source, strings=True)
     spelled = ".entry" if language == "ptx" else 'extern "C" __global__ void'
     issues: list[FormatIssue] = []
     for launch in plan.launches:
         entry = entries.get(launch.kernel)
+        if entry is None and language == "cuda" and _named_at_file_scope(launch.kernel, code, entries):
+            warnings.append(f"kernel {launch.kernel}: its __global__ declaration was not recognised (a macro?); "
+                            "its parameters were not checked against the plan")
+            continue
         if entry is None:
             found = ", ".join(entries) or "none"
             issues.append(FormatIssue(line=launch.line, message=f"kernel '{launch.kernel}' is not defined as "
@@ -168,6 +173,16 @@ def _check_entries(plan: LaunchPlan, language: str, source: str) -> list[FormatI
                 issues.append(FormatIssue(line=p.line, message=f"parameter {i + 1} of {entry.name} ({p.text}): "
                                           f"args[{i}] = \"{_spell(arg)}\" {problem}"))
     return issues
+
+
+def _named_at_file_scope(name: str, code: str, kernels: dict[str, Entry]) -> bool:
+    """Whether `name` appears outside function bodies and outside the recognised kernels' parameter
+    lists, as when a macro such as KERNEL(name) declares the kernel."""
+    for m in re.finditer(rf"\b{re.escape(name)}\b", code):
+        at_file_scope = code.count("{", 0, m.start()) == code.count("}", 0, m.start())
+        if at_file_scope and not any(a <= m.start() <= b for a, b in (k.span for k in kernels.values())):
+            return True
+    return False
 
 
 def _spell(a: Arg) -> str:
@@ -191,7 +206,7 @@ def parse_solution(source: str, workload: Workload | None = None, arch: str = "s
         issues += check_ptx_source(source, arch)
     warnings: list[str] = []
     if parsed.plan is not None and language is not None:
-        issues += _check_entries(parsed.plan, language, source)
+        issues += _check_entries(parsed.plan, language, source, warnings)
         if workload is not None:
             resolver = Resolver(workload, PLACEHOLDER_NUM_SMS, profile, parsed.lines)
             resolver.resolve(parsed.plan)

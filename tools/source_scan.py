@@ -99,6 +99,7 @@ class Entry:
     line: int
     params: list[Param] = field(default_factory=list)
     extern_c: bool = True  # CUDA only: declared extern "C" (name not mangled)
+    span: tuple[int, int] = (0, 0)  # character range of the declaration up to its parameter list's end
 
 
 _PTX_TYPE = re.compile(r"\.(u|s|b|f)(8|16|32|64)\b")
@@ -191,6 +192,7 @@ def cuda_kernels(source: str) -> dict[str, Entry]:
         entry = Entry(name, line_of(m.start()), extern_c=extern_c)
         close = matching_paren(text, open_pos)
         body = text[open_pos + 1:close if close > 0 else len(text)]
+        entry.span = (m.start(), close if close > 0 else len(text))
         if body.strip() not in ("", "void"):
             for off, piece in split_top_level(body):
                 entry.params.append(_cuda_param(piece, line_of(open_pos + 1 + off)))
