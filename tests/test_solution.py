@@ -419,3 +419,11 @@ def test_cuda_kernel_made_by_a_macro_is_a_warning_not_an_issue():
     assert isinstance(solution, Solution) and "not recognised" in solution.warnings[0]
     missing = CUDA_PLAN + 'extern "C" __global__ void other(const void* a, void* c, int k) {}\n'
     _one(parse_solution(missing, GEMM), 3, "'k' is not defined", "kernels found: other")
+
+
+def test_issue_list_is_capped():
+    host = CUDA_PLAN + 'extern "C" __global__ void k(void* a, void* c, int k) {}\n' + "".join(
+        f"int f{i}() {{ return {i}; }}\n" for i in range(50))
+    issues = _issues(parse_solution(host, GEMM))
+    assert len(issues) == 31 and issues[-1].line is None and "20 more" in issues[-1].message
+    assert [i.line for i in issues[:30]] == list(range(10, 40))

@@ -21,6 +21,7 @@ from .plan_resolve import Resolver
 from .plan_toml import PLAN_START, KeyLines, parse_plan_block
 from .source_scan import Entry, Param, blank_comments, cuda_kernels, ptx_entries
 
+MAX_ISSUES = 30
 PLACEHOLDER_NUM_SMS = 132  # validation only; the GPU worker resolves with the device's real SM count
 FENCE_LANGUAGES = {"ptx": "ptx", "cuda": "cuda", "cu": "cuda", "cpp": "cuda", "c++": "cuda", "cxx": "cuda", "c": "cuda"}
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^\n]*$", re.M)
@@ -213,7 +214,11 @@ def parse_solution(source: str, workload: Workload | None = None, arch: str = "s
             issues += _issues(resolver.issues)
             warnings += resolver.warnings
     if issues:
-        return sorted(issues, key=lambda i: (i.line is None, i.line or 0))
+        issues = sorted(issues, key=lambda i: (i.line is None, i.line or 0))
+        if len(issues) > MAX_ISSUES:  # a whole host program would bury the first, most useful lines
+            more = len(issues) - MAX_ISSUES
+            issues = issues[:MAX_ISSUES] + [FormatIssue(line=None, message=f"... and {more} more problems like these")]
+        return issues
     return Solution(language=language, source=source, plan=parsed.plan, arch=arch, warnings=warnings)
 
 
