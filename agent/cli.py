@@ -9,9 +9,13 @@ COMMAND_MODULES = [
     "cmd_workloads",
     "cmd_compile",
     "cmd_profile",
+    "cmd_eval",
     "cmd_optimize",
     "cmd_export",
     "cmd_synth",
+    "cmd_bench",
+    "cmd_score",
+    "cmd_report",
 ]
 
 for _name in COMMAND_MODULES:

@@ -145,11 +145,12 @@ def correctness(cand: Candidate, state: WorkerState, wl: Workload, job: dict, ph
     trials = job.get("trials") or wl.trials
     dist, seed = job.get("dist", "normal"), int(job.get("seed", 0))
     all_stats, digests = [], {}
-    bufs = None
+    bufs, kept = None, []  # every trial's buffers stay allocated, so each trial gets different addresses
     for t in range(trials):
         phase("prepare", job["prepare_timeout_s"])
         data = state.trial_data(wl, seed + t, dist)
         bufs = new_buffers(wl, cand.plan)
+        kept.append(bufs)
         bufs.load_inputs(data.inputs)
         cand.bind(bufs)
         phase("run", job["timeout_s"])
@@ -169,25 +170,34 @@ def correctness(cand: Candidate, state: WorkerState, wl: Workload, job: dict, ph
     return all_stats, bufs, digests
 
 
-def repeat_check(cand: Candidate, state: WorkerState, wl: Workload, job: dict, phase: Phase, digests: dict) -> list:
-    """Same buffers, new input values, poisoned outputs: a kernel that reuses an earlier result fails here."""
-    dist, seed = job.get("dist", "normal"), int(job.get("seed", 0)) + CHECK_SEED_OFFSET
-    phase("prepare", job["prepare_timeout_s"])
-    data = state.trial_data(wl, seed, dist)
-    cand.bufs.load_inputs(data.inputs)
-    cand.bufs.reset()
-    phase("run", job["timeout_s"])
-    cand.run_checked()
-    trial = max(digests) + 1 if digests else 0
-    stats = judge(cand, cand.bufs, data, wl, trial, dist)
-    digest = tuple(output_digest(cand.bufs.tensors[n].data) for n in data.reference)
-    replay = replay_note(digest, digests)
-    for s in stats:
-        if not s.passed or replay:
-            s.passed = False
-            s.note = "; ".join(filter(None, ["repeat call (same buffers, new input values): the result was not "
-                                             "recomputed, so the kernel reuses results across calls", s.note, replay]))
-    return stats
+def repeat_checks(cand: Candidate, state: WorkerState, wl: Workload, job: dict, phase: Phase, digests: dict) -> list:
+    """Two more calls on the SAME buffers with the outputs poisoned again: first with the same input values,
+    then with new ones. A kernel that skips work or replays an earlier result on a repeat call (keyed by
+    pointers, by sampled contents or by a flag it left in memory) fails one of them."""
+    dist, seed = job.get("dist", "normal"), int(job.get("seed", 0))
+    trials = job.get("trials") or wl.trials
+    stats_all = []
+    for label, data_seed in (("same inputs", seed + trials - 1), ("new inputs", seed + CHECK_SEED_OFFSET)):
+        phase("prepare", job["prepare_timeout_s"])
+        data = state.trial_data(wl, data_seed, dist)
+        cand.bufs.load_inputs(data.inputs)
+        cand.bufs.reset()
+        phase("run", job["timeout_s"])
+        cand.run_checked()
+        trial = max(digests) + 1 if digests else 0
+        stats = judge(cand, cand.bufs, data, wl, trial, dist)
+        digest = tuple(output_digest(cand.bufs.tensors[n].data) for n in data.reference)
+        replay = replay_note(digest, {k: v for k, v in digests.items() if label == "new inputs"})
+        digests[trial] = digest
+        for s in stats:
+            if not s.passed or replay:
+                s.passed = False
+                s.note = "; ".join(filter(None, [f"repeat call on the same buffers ({label}): the output was not "
+                                                 f"recomputed, so the kernel reuses results across calls", s.note, replay]))
+        stats_all += stats
+        if status_of(stats) != "PASSED":
+            break
+    return stats_all
 
 
 def plan_iterations(job: dict, per_call_ms: float) -> tuple[int, int, int, bool]:
@@ -261,7 +271,7 @@ def evaluate_job(state: WorkerState, job: dict, phase: Phase) -> tuple[dict, boo
         phase("run", job["timeout_s"])
         cand = Candidate(job["cubin"], plan, state, wl)
         t0 = time.perf_counter()
-        stats, bufs, digests = correctness(cand, state, wl, job, phase, seconds)
+        stats, _bufs, digests = correctness(cand, state, wl, job, phase, seconds)
         out["correctness"] = [s.model_dump() for s in stats]
         out["status"] = status_of(stats)
         seconds["correctness"] = time.perf_counter() - t0
@@ -271,7 +281,7 @@ def evaluate_job(state: WorkerState, job: dict, phase: Phase) -> tuple[dict, boo
             seconds["timing"] = time.perf_counter() - t0
         if out["status"] == "PASSED":
             t0 = time.perf_counter()
-            extra = repeat_check(cand, state, wl, job, phase, digests)
+            extra = repeat_checks(cand, state, wl, job, phase, digests)
             out["correctness"] += [s.model_dump() for s in extra]
             out["status"] = status_of(extra)
             if out["status"] != "PASSED" and out["timing"]:

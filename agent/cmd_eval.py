@@ -1,0 +1,102 @@
+"""`ptxbench eval WORKLOAD FILE`: the full evaluation of one solution file on the local GPU.
+
+Exit status 0 whenever the file could be evaluated, whatever the verdict (a wrong or crashing
+kernel is a result); 2 when it could not (no GPU, a missing package), with a message that says
+what is missing; 1 for an unknown workload or unreadable file.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from .app import app
+
+
+def _print_rich(result) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    colour = "green" if result.passed else "red"
+    console.print(f"[bold]{result.workload}[/bold]: [{colour}]{result.status}[/{colour}]"
+                  + ("" if result.gpu_evaluated else "  (not run on a GPU)"))
+    console.print(result.message, highlight=False, soft_wrap=True)
+    for err in result.plan_errors:
+        console.print(f"  [red]plan[/red] {err}", highlight=False)
+    if result.runtime_error:
+        console.print(f"  [red]runtime[/red] {result.runtime_error}", highlight=False)
+    if result.compile and result.compile.kernels:
+        table = Table("kernel", "regs", "spills", "smem", "top SASS opcodes")
+        for name, k in result.compile.kernels.items():
+            top = ", ".join(f"{op} {n}" for op, n in list(k.sass_opcodes.items())[:6])
+            table.add_row(name, str(k.registers), str(k.spill_stores + k.spill_loads), str(k.smem_static), top)
+        console.print(table)
+    if result.targets_static:
+        console.print("targets (static): " + ", ".join(f"{f}: {'SASS' if t.in_sass else 'PTX' if t.in_ptx else 'absent'}"
+                                                      for f, t in result.targets_static.items()))
+    if result.correctness:
+        table = Table("run", "tensor", "ok", "max abs", "max rel", "rel fro", "matched", "NaN", "note")
+        for s in result.correctness:
+            table.add_row(str(s.trial), s.tensor, "yes" if s.passed else "NO", f"{s.max_abs_err or 0:.3g}",
+                          f"{s.max_rel_err or 0:.3g}", f"{s.rel_fro_err or 0:.3g}", f"{(s.frac_matched or 0) * 100:.3f}%",
+                          str(s.n_nan), s.note[:60])
+        console.print(table)
+    t = result.timing
+    if t:
+        table = Table("timed", "median ms", "95% CI", "n")
+        table.add_row("candidate", f"{t.candidate.median_ms:.4f}", f"[{t.candidate.ci_low_ms:.4f}, {t.candidate.ci_high_ms:.4f}]",
+                      str(t.candidate.n))
+        for name, b in t.baselines.items():
+            table.add_row(name, f"{b.median_ms:.4f}", f"[{b.ci_low_ms:.4f}, {b.ci_high_ms:.4f}]", str(b.n))
+        console.print(table)
+        lo, hi = t.speedup_ci or (float("nan"), float("nan"))
+        console.print(f"speedup vs {t.primary_baseline}: {t.speedup:.3f}x [{lo:.3f}, {hi:.3f}]   {t.tflops:.1f} TFLOP/s   "
+                      f"{t.sol_pct:.1f}% SOL" + (f"   flags: {', '.join(t.flags)}" if t.flags else ""))
+    fp = result.fingerprint
+    if fp.gpu:
+        console.print(f"[dim]{fp.gpu} ({fp.sm_count} SMs), driver {fp.driver}, CUDA {fp.cuda_runtime}, torch {fp.torch}, "
+                      f"cuDNN {fp.cudnn}, ptxas {fp.ptxas}[/dim]", highlight=False)
+
+
+@app.command("eval")
+def eval_cmd(
+    workload: str = typer.Argument(..., help="Workload id (see `ptxbench workloads`)."),
+    file: Path = typer.Argument(..., exists=True, dir_okay=False, readable=True, help="The solution file."),
+    trials: int = typer.Option(None, "--trials", help="Correctness runs with fresh inputs (default: the workload's)."),
+    dist: str = typer.Option("normal", "--dist", help="Input distribution: normal, or spiky (heavy tails)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the first run's inputs."),
+    no_time: bool = typer.Option(False, "--no-time", help="Check correctness only."),
+    no_gpu: bool = typer.Option(False, "--no-gpu", help="Stop after compile + SASS."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Watchdog limit in seconds for the kernel's GPU work."),
+    arch: str = typer.Option("sm_90a", "--arch"),
+    profile: bool = typer.Option(False, "--profile", help="Also take an Nsight Compute profile (where supported)."),
+    sanitize: list[str] = typer.Option([], "--sanitize", help="compute-sanitizer tools: memcheck, racecheck, ..."),
+    as_json: bool = typer.Option(False, "--json", help="Print the EvalResult as JSON."),
+) -> None:
+    """Compile FILE, check it on fresh inputs against the reference, time it against the library."""
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.workloads.registry import get_workload
+
+    try:
+        get_workload(workload)
+    except KeyError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    options = EvalOptions(arch=arch, trials=trials, dist=dist, seed=seed, time=not no_time, no_gpu=no_gpu,
+                          timeout_s=timeout, profile=profile, sanitize=sanitize)
+    evaluator = LocalEvaluator()
+    try:
+        result = evaluator.evaluate(workload, file.read_text(errors="replace"), options)
+    finally:
+        evaluator.close()
+    if as_json:
+        print(json.dumps(result.model_dump(mode="json"), indent=1))
+    else:
+        _print_rich(result)
+    if result.status == "INFRA_ERROR":
+        if not as_json:
+            typer.echo(f"could not evaluate: {result.message}", err=True)
+        raise typer.Exit(2)

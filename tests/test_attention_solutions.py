@@ -1,0 +1,65 @@
+"""The reference attention solutions: they parse and compile for every attention workload, and pass on the GPU."""
+from __future__ import annotations
+
+import pytest
+
+from ptxbench.tools.compile import compile_source
+from ptxbench.tools.evaluator import EvalOptions
+from ptxbench.tools.solution import parse_solution
+from ptxbench.workloads.registry import list_workloads
+from ptxbench.workloads.solutions.attention import attention_solution, solution_path
+
+ATTENTION = [w for w in list_workloads() if w.op in ("mha_fwd", "mha_bwd") and "gqa" not in w.id]
+
+
+def _plan_free(text: str) -> str:
+    return "\n".join(line for line in text.splitlines()[1:] if '"f32:scale", "i32:' not in line)
+
+
+@pytest.mark.parametrize("op", ["fwd", "bwd"])
+def test_causal_variant_is_the_same_code_with_causal_on(op):
+    plain = solution_path(f"mha_{op}", causal=False).read_text()
+    causal = solution_path(f"mha_{op}", causal=True).read_text()
+    assert _plan_free(plain) == _plan_free(causal)
+    assert causal.count('"f32:scale", "i32:1"]') == plain.count('"f32:scale", "i32:0"]') >= 1
+
+
+@pytest.mark.parametrize("wid", [w.id for w in ATTENTION])
+def test_solution_parses_for_every_attention_workload(wid):
+    w = next(w for w in ATTENTION if w.id == wid)
+    sol = parse_solution(attention_solution(w).read_text(), w)
+    assert not isinstance(sol, list), sol
+
+
+@pytest.mark.parametrize("op", ["mha_fwd", "mha_bwd"])
+def test_solution_compiles_without_spills(op):
+    w = next(w for w in ATTENTION if w.op == op and "main" in w.tags)
+    r = compile_source(attention_solution(w).read_text(), "cuda", "sm_90a", w)
+    assert r.status == "ok", r.errors
+    for k in r.kernels.values():
+        assert k.spill_stores == 0 and k.spill_loads == 0, k
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wid", [w.id for w in ATTENTION if "main" in w.tags or "smoke" in w.tags])
+def test_reference_attention_passes(wid):
+    from gpu_helpers import shared_evaluator
+
+    w = next(w for w in ATTENTION if w.id == wid)
+    smoke = "smoke" in w.tags
+    options = EvalOptions(timeout_s=120, time=smoke, trials=None if smoke else 1)
+    r = shared_evaluator().evaluate(wid, attention_solution(w).read_text(), options)
+    assert r.status == "PASSED", (r.message, r.runtime_error, r.plan_errors)
+    if smoke:
+        assert r.timing and r.timing.speedup > 0 and "cudnn_sdpa" in r.timing.baselines
+        assert "flash_sdpa" in r.timing.baselines
+
+
+@pytest.mark.gpu
+def test_backward_passes_on_spiky_inputs():
+    from gpu_helpers import shared_evaluator
+
+    w = next(w for w in ATTENTION if w.id == "smoke_mha_bwd_d64")
+    r = shared_evaluator().evaluate(w.id, attention_solution(w).read_text(), EvalOptions(dist="spiky", time=False))
+    assert r.status == "PASSED", r.message
+    assert all(s.dist == "spiky" for s in r.correctness)

@@ -1,0 +1,81 @@
+"""The fault corpus (workloads/solutions/faults): each entry gets its own verdict, and the pool stays healthy."""
+from __future__ import annotations
+
+import pytest
+
+from ptxbench.tools.evaluate import LocalEvaluator
+from ptxbench.tools.evaluator import EvalOptions
+from ptxbench.tools.solution import parse_solution
+from ptxbench.workloads.registry import get_workload
+from ptxbench.workloads.solutions.faults import HERE, load_corpus
+
+WORKLOAD, CORPUS = load_corpus()
+STATIC_PLAN_ERRORS = {"too_much_smem", "wrong_args"}  # refused before anything runs
+
+
+def test_manifest_covers_every_file_and_every_fault_kind():
+    files = {p.name for p in HERE.iterdir() if p.suffix in (".cu", ".ptx")}
+    assert files == {e["file"] for e in CORPUS.values()}
+    wanted = {"trap", "illegal_address", "misaligned", "infinite_loop", "oob_write", "nan_output", "constant_output",
+              "zero_output", "noop", "cached_result", "too_much_smem", "wrong_args"}
+    assert wanted <= set(CORPUS)
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_every_entry_parses_unless_its_fault_is_in_the_plan(name):
+    entry = CORPUS[name]
+    result = parse_solution(entry["source"], get_workload(WORKLOAD))
+    if name in STATIC_PLAN_ERRORS:
+        assert isinstance(result, list) and entry["plan"] in " ".join(i.message for i in result)
+    else:
+        assert not isinstance(result, list), result
+
+
+@pytest.mark.parametrize("name", ["wrong_args", "too_much_smem"])
+def test_plan_faults_are_plan_errors_without_a_gpu(name):
+    r = LocalEvaluator().evaluate(WORKLOAD, CORPUS[name]["source"], EvalOptions(no_gpu=True))
+    assert r.status == "PLAN_ERROR" and not r.gpu_evaluated
+    assert any(CORPUS[name]["plan"] in e for e in r.plan_errors)
+
+
+def test_hang_and_cheat_survive_compilation():
+    ev = LocalEvaluator()
+    loop = ev.evaluate(WORKLOAD, CORPUS["infinite_loop"]["source"], EvalOptions(no_gpu=True))
+    assert loop.status == "PASSED" and not loop.gpu_evaluated
+    assert loop.compile.kernels["spin"].sass_opcodes.get("BRA", 0) >= 1
+    cheat = ev.evaluate(WORKLOAD, CORPUS["cached_result"]["source"], EvalOptions(no_gpu=True))
+    assert cheat.status == "PASSED" and cheat.compile.kernels["gemm"].sass_opcodes.get("ATOMG", 0) + \
+        cheat.compile.kernels["gemm"].sass_opcodes.get("RED", 0) >= 1
+
+
+def check_verdict(name: str, r) -> None:
+    entry = CORPUS[name]
+    assert r.status == entry["status"], f"{name}: {r.status}: {r.message} {r.runtime_error}"
+    if "error" in entry:
+        assert entry["error"] in r.runtime_error, r.runtime_error
+    if "note" in entry:
+        assert any(entry["note"] in s.note for s in r.correctness), [s.note for s in r.correctness]
+    if "plan" in entry:
+        assert any(entry["plan"] in e for e in r.plan_errors), r.plan_errors
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(n for n in CORPUS if n != "control_correct"))
+def test_fault_gets_its_verdict_and_the_next_candidate_passes(name):
+    from gpu_helpers import shared_evaluator
+
+    ev = shared_evaluator()
+    r = ev.evaluate(WORKLOAD, CORPUS[name]["source"], EvalOptions(timeout_s=3, time=name == "cached_result"))
+    check_verdict(name, r)
+    after = ev.evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(timeout_s=10, time=False))
+    check_verdict("control_correct", after)
+
+
+@pytest.mark.gpu
+def test_cached_result_is_flagged_in_timing():
+    from gpu_helpers import shared_evaluator
+
+    r = shared_evaluator().evaluate(WORKLOAD, CORPUS["cached_result"]["source"], EvalOptions(timeout_s=10))
+    assert r.status in ("INCORRECT_NAN", "INCORRECT_NUMERICAL")
+    assert r.timing is not None and "result_cached_across_calls" in r.timing.flags
+    assert all(s.passed for s in r.correctness if s.trial < 3)  # it fooled every ordinary trial

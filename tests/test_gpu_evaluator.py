@@ -1,0 +1,102 @@
+"""The GPU evaluator end to end on a real GPU: device-limit checks in the worker (bypassing the parser's
+static checks), cluster and TMA launches, the GEMM reference with timing, and the A/A test."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ptxbench.tools.compile import compile_source
+from ptxbench.tools.evaluator import EvalOptions
+from ptxbench.tools.solution import parse_solution, resolve_plan
+from ptxbench.workloads.registry import get_workload
+from ptxbench.workloads.solutions.faults import load_corpus
+
+from gpu_helpers import ROOT, SOLUTIONS, shared_evaluator
+
+pytestmark = pytest.mark.gpu
+WORKLOAD, CORPUS = load_corpus()
+GEMM = "gemm_bf16_m8192_n7168_k5120"
+
+
+def _job(source: str, workload: str = WORKLOAD) -> dict:
+    wl = get_workload(workload)
+    sol = parse_solution(source, wl)
+    assert not isinstance(sol, list), sol
+    comp = compile_source(sol.source, sol.language, "sm_90a", wl)
+    assert comp.status == "ok", comp.errors
+    plan = resolve_plan(sol.plan, wl, shared_evaluator().pool.limits["sm_count"])
+    with open(comp.cubin_path, "rb") as f:
+        cubin = f.read()
+    return {"type": "evaluate", "workload": workload, "cubin": cubin, "plan": plan.model_dump(), "trials": 1,
+            "dist": "normal", "seed": 0, "time": False, "timeout_s": 10}
+
+
+def _submit(job: dict) -> dict:
+    return shared_evaluator().pool.submit(job)
+
+
+CONTROL = CORPUS["control_correct"]["source"]
+
+
+def test_control_passes_through_the_raw_job_path():
+    r = _submit(_job(CONTROL))
+    assert r["status"] == "PASSED", r
+
+
+@pytest.mark.parametrize("change, expect", [
+    (lambda l: l.update(smem=300000), "232448"),
+    (lambda l: l.update(args=l["args"][:-1]), "takes 6 parameters"),
+    (lambda l: l["args"].append({"kind": "scalar", "name": "7", "type": "i64", "value": 7}), "takes 6 parameters"),
+    (lambda l: l["args"].__setitem__(5, {"kind": "scalar", "name": "K", "type": "i64", "value": 512}), "8 bytes"),
+    (lambda l: l.update(block=(2048, 1, 1)), "1024"),
+    (lambda l: l.update(cluster=(16, 1, 1), grid=(16, 256, 1)), "cluster"),
+    (lambda l: l.update(kernel="nope"), "no kernel named 'nope'"),
+])
+def test_worker_refuses_plans_outside_the_device_limits(change, expect):
+    job = _job(CONTROL)
+    change(job["plan"]["launches"][0])
+    r = _submit(job)
+    assert r["status"] == "PLAN_ERROR", r
+    assert any(expect in e for e in r["plan_errors"]), r["plan_errors"]
+    assert _submit(_job(CONTROL))["status"] == "PASSED"
+
+
+def test_cluster_launch_runs():
+    job = _job(CONTROL)
+    job["plan"]["launches"][0]["cluster"] = (2, 1, 1)  # grid.x = 2: one cluster of 2 CTAs per row
+    r = _submit(job)
+    assert r["status"] == "PASSED", r
+
+
+def test_tma_descriptor_is_encoded_and_passed_by_value():
+    src = (ROOT / "tests" / "data" / "solutions" / "gemm_naive_sm90a.cu").read_text()
+    r = shared_evaluator().evaluate(WORKLOAD, src, EvalOptions(time=False))
+    assert r.status == "PASSED", (r.message, r.plan_errors, r.runtime_error)
+
+
+def test_gemm_reference_passes_with_timing_and_a_full_record():
+    src = (SOLUTIONS / f"{GEMM}.cu").read_text()
+    r = shared_evaluator().evaluate(GEMM, src, EvalOptions())
+    assert r.status == "PASSED", (r.message, r.plan_errors, r.runtime_error)
+    assert r.gpu_evaluated and r.compile.targets["wgmma"].in_sass and r.compile.targets["tma"].in_sass
+    assert len({s.trial for s in r.correctness}) == 5  # 3 trials + 2 repeat-call checks
+    t = r.timing
+    assert t.primary_baseline == "cublas" and t.candidate.n == 150 and t.baselines["cublas"].n == 150
+    lo, hi = t.speedup_ci
+    assert lo <= t.speedup <= hi and 0.2 < t.speedup < 1.5
+    assert 10 < t.sol_pct < 110 and t.ceilings["tflops_bf16"] > 300 and t.ceilings["hbm_gbps"] > 1000
+    assert r.fingerprint.gpu and r.fingerprint.driver and r.fingerprint.torch and r.fingerprint.sm_count
+    for phase in ("compile", "gpu", "gpu.correctness", "gpu.timing"):
+        assert phase in r.seconds
+
+
+def test_aa_speedup_is_one():
+    r = _submit({"type": "aa", "workload": GEMM, "timeout_s": 60, "iters": 30})
+    t = r["timing"]
+    assert abs(t["speedup"] - 1.0) < 0.03, t
+
+
+def test_pool_is_healthy_at_the_end():
+    health = shared_evaluator().pool.ping()
+    assert health and all(h["ok"] for h in health)

@@ -1,0 +1,163 @@
+"""The worker pool's replacement and watchdog logic, with fake workers (no GPU, no torch in the parent)."""
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+from ptxbench.tools.gpu.pool import GpuPool, NoGpuError, PoolConfig
+
+HELLO = {"type": "hello", "limits": {"sm_count": 132, "name": "fake"}, "fingerprint": {"gpu": "fake"}, "device_count": 2}
+
+
+class FakeWorker:
+    """Speaks the worker protocol; job["behave"] picks what it does: ok | fault | hang | die | slow_prepare."""
+
+    started: list["FakeWorker"] = []
+
+    def __init__(self, device: int, config: dict, fail_start: bool = False):
+        self.device, self.config = device, config
+        self.inbox: queue.Queue = queue.Queue()
+        self.outbox: queue.Queue = queue.Queue()
+        self.hello = None
+        self._alive = True
+        self.killed = False
+        self.jobs = 0
+        self.outbox.put({"type": "hello", "error": "no GPU here"} if fail_start else HELLO)
+        FakeWorker.started.append(self)
+
+    def send(self, msg: dict) -> None:
+        if msg.get("type") == "exit":
+            self._alive = False
+            return
+        if msg.get("type") == "ping":
+            self.outbox.put({"type": "pong", "cache": {"entries": 0}})
+            return
+        self.jobs += 1
+        behave = msg.get("behave", "ok")
+        job_id = msg["id"]
+        if behave == "slow_prepare":
+            self.outbox.put({"type": "phase", "id": job_id, "phase": "prepare", "limit_s": 0.2})
+            return
+        self.outbox.put({"type": "phase", "id": job_id, "phase": "run", "limit_s": msg["timeout_s"]})
+        if behave == "hang":
+            return
+        if behave == "die":
+            self._alive = False
+            return
+        status, replace = ("RUNTIME_ERROR", True) if behave == "fault" else ("PASSED", False)
+        self.outbox.put({"type": "result", "id": job_id, "replace": replace,
+                         "result": {"status": status, "worker": id(self), "timing": None, "correctness": []}})
+        if replace:
+            self._alive = False
+
+    def recv(self, timeout: float):
+        try:
+            return self.outbox.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def alive(self) -> bool:
+        return self._alive
+
+    @property
+    def exitcode(self):
+        return None if self._alive else -9
+
+    def kill(self) -> None:
+        self.killed = True
+        self._alive = False
+
+    def stop(self, grace_s: float = 0.0) -> None:
+        self.kill()
+
+
+def make_pool(devices=None, spares=1, **kw) -> GpuPool:
+    FakeWorker.started = []
+    return GpuPool(PoolConfig(devices=devices, spares=spares, **kw), factory=lambda d, c: FakeWorker(d, c))
+
+
+def test_pool_starts_one_worker_per_device_plus_spares():
+    pool = make_pool(spares=1).start()
+    assert [s.device for s in pool.slots] == [0, 1]  # device_count from the first hello
+    assert len(FakeWorker.started) == 4
+    assert pool.limits["sm_count"] == 132
+    pool.close()
+    assert all(w.killed for w in FakeWorker.started)
+
+
+def test_parent_side_never_imports_torch():
+    code = ("import sys, ptxbench.tools.gpu.pool, ptxbench.tools.evaluate, ptxbench.agent.cmd_eval; "
+            "sys.exit(1 if 'torch' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_fault_replaces_worker_with_spare_and_next_job_runs_on_a_fresh_one():
+    pool = make_pool(devices=[0], spares=1)
+    first = pool.submit({"behave": "ok", "timeout_s": 5})
+    assert first["status"] == "PASSED"
+    slot = pool.slots[0]
+    old = slot.active
+    spare = slot.spares[0]
+    fault = pool.submit({"behave": "fault", "timeout_s": 5})
+    assert fault["status"] == "RUNTIME_ERROR"
+    assert old.killed and slot.active is spare and slot.replacements == 1
+    assert len(slot.spares) == 1 and slot.spares[0] is not spare  # a new spare is on its way
+    after = pool.submit({"behave": "ok", "timeout_s": 5})
+    assert after["status"] == "PASSED" and after["worker"] == id(spare)
+    pool.close()
+
+
+def test_hang_is_timeout_and_worker_is_killed():
+    pool = make_pool(devices=[0], spares=1)
+    t0 = time.monotonic()
+    res = pool.submit({"behave": "hang", "timeout_s": 0.3})
+    assert res["status"] == "TIMEOUT" and "0.3" in res["message"]
+    assert time.monotonic() - t0 < 3
+    assert FakeWorker.started[0].killed
+    assert pool.submit({"behave": "ok", "timeout_s": 5})["status"] == "PASSED"
+    pool.close()
+
+
+def test_dead_worker_is_runtime_error_and_replaced():
+    pool = make_pool(devices=[0], spares=0)
+    res = pool.submit({"behave": "die", "timeout_s": 5})
+    assert res["status"] == "RUNTIME_ERROR" and "died" in res["message"]
+    assert pool.submit({"behave": "ok", "timeout_s": 5})["status"] == "PASSED"
+    assert pool.slots[0].replacements == 1
+    pool.close()
+
+
+def test_stalled_preparation_is_infra_error_not_timeout():
+    pool = make_pool(devices=[0], spares=0)
+    res = pool.submit({"behave": "slow_prepare", "timeout_s": 5})
+    assert res["status"] == "INFRA_ERROR"
+    pool.close()
+
+
+def test_no_gpu_is_a_clear_error():
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: FakeWorker(d, c, fail_start=True))
+    try:
+        pool.start()
+    except NoGpuError as e:
+        assert "no GPU here" in str(e)
+    else:
+        raise AssertionError("expected NoGpuError")
+
+
+def test_jobs_queue_one_at_a_time_per_gpu():
+    pool = make_pool(devices=[0], spares=0)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(pool.submit({"behave": "ok", "timeout_s": 5})))
+               for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r["status"] for r in results] == ["PASSED"] * 6
+    assert pool.slots[0].jobs == 6
+    health = pool.ping()
+    assert health[0]["ok"] and health[0]["jobs"] == 6
+    pool.close()
