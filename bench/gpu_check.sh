@@ -13,7 +13,7 @@ mkdir -p /tmp/pkg/ptxbench && for d in agent tools workloads prompts; do ln -sfn
 export PYTHONPATH=/tmp/site:/tmp/pkg:$PWD/tests PYTHONUNBUFFERED=1 PTXBENCH_CACHE=${PTXBENCH_CACHE:-/tmp/ptxbench-cache}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 t0=$(date +%s)
-timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests/test_gpu_evaluator.py tests/test_fault_corpus.py \
+timeout ${PYTEST_TIMEOUT:-240} python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 tests/test_gpu_evaluator.py tests/test_fault_corpus.py \
   tests/test_attention_solutions.py 2>&1 | tee "$OUT/pytest_gpu.log"; t1=$(date +%s)
 timeout 120 python3 bench/harness_cost.py --reps 5 --json "$OUT/cost.json" 2>&1 | tee "$OUT/cost.log"; t2=$(date +%s)
 timeout 120 python3 bench/aa_test.py --rounds 5 --json "$OUT/aa.json" 2>&1 | tee "$OUT/aa.log"; t3=$(date +%s)
