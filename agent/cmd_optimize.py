@@ -126,3 +126,7 @@ def optimize(
     best = f"{outcome.best_speedup:.3f}x (turn {outcome.best_turn})" if outcome.best_speedup is not None else "none"
     typer.echo(f"stop: {outcome.stop_reason} ({outcome.stop_detail}); turns {outcome.turns}; best speedup {best}; "
                f"trajectory {outcome.folder}")
+    if outcome.stop_reason == "infra_error" and "GPU" in outcome.stop_detail and not no_gpu:
+        typer.echo("No usable GPU here: add --no-gpu to evaluate up to compile + SASS only.", err=True)
+    if outcome.stop_reason in ("error", "infra_error"):
+        raise typer.Exit(1)

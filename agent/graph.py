@@ -190,8 +190,9 @@ class Steps:
 
     def finish(self, state: AgentState) -> dict:
         stop = state["stop"] or {"reason": "error", "detail": "stopped without a reason"}
-        if state.get("current"):  # a turn cut short (tools mode budgets, a model error): close it for scoring
-            self.d.log.turn_end(state["turn"], "NO_SUBMISSION", None, state["tokens"], state["cost_usd"], state["elapsed_s"])
+        if state.get("current"):  # a turn cut short (budgets, an infrastructure failure): close it for scoring
+            status = (state.get("eval") or {}).get("status", "NO_SUBMISSION")
+            self.d.log.turn_end(state["turn"], status, None, state["tokens"], state["cost_usd"], state["elapsed_s"])
         self.d.log.stop(len(state["done_turns"]), stop["reason"], stop.get("detail", ""))
         return {}
 

@@ -141,3 +141,45 @@ def test_time_budget_stops_before_any_call(tmp_path):
     outcome = optimize(config, run_dir=tmp_path / "run", evaluator=StubEvaluator([]))
     assert outcome.stop_reason == "time_budget" and outcome.turns == 0
     assert not of_type(events(tmp_path / "run"), "model_call")
+
+
+class ToolLoopModel:
+    """Asks for a tool every time: first an unknown one, then compile without arguments, then compile."""
+
+    name = "test/tool-loop"
+
+    def __init__(self):
+        self.requests = []
+
+    def query(self, request):
+        from ptxbench.agent.models import ModelReply
+
+        self.requests.append(request)
+        n = len(self.requests)
+        name, args = [("foo", "{}"), ("compile", "{}")][n - 1] if n <= 2 else ("compile", '{"source": "x"}')
+        return ModelReply(content="", tool_calls=[{"id": f"c{n}", "type": "function",
+                                                   "function": {"name": name, "arguments": args}}])
+
+
+def test_tools_mode_turn_ends_when_its_tool_calls_are_used_up(tmp_path):
+    import asyncio
+
+    from ptxbench.agent.optimize import arun_trajectory
+    from ptxbench.agent.rundir import TrajectoryWriter
+
+    model = ToolLoopModel()
+    config = OptimizeConfig(workload=WORKLOAD, mode="tools", turns=2, max_tool_calls_per_turn=3)
+    writer = TrajectoryWriter(tmp_path / "traj")
+    outcome = asyncio.run(arun_trajectory(config, StubEvaluator([1.0] * 10), writer, model=model))
+    assert outcome.statuses == ["NO_SUBMISSION", "NO_SUBMISSION"] and outcome.stop_reason == "turn_limit"
+    results = [e for e in writer_events(writer) if e.type == "tool_result"]
+    assert "unknown tool 'foo'" in results[0].content and not results[0].ok
+    assert "needs `source`" in results[1].content and results[2].ok
+    # the second turn starts with a reminder to submit
+    assert "submit" in model.requests[3].messages[-1]["content"] and model.requests[3].messages[-1]["role"] == "user"
+
+
+def writer_events(writer):
+    from ptxbench.agent.rundir import read_events
+
+    return read_events(writer.path)
