@@ -1,7 +1,7 @@
 """`ptxbench bench`: run a model x workload x prompt matrix of trajectories into one run directory.
 
     run_bench(BenchConfig(models=[...], workloads=[...]), run_dir)      a new run
-    run_bench(None, run_dir, resume=True)                                continue a killed one
+    run_bench(None, run_dir, resume=True, overrides={"api_base": ...})   continue a killed one
 
 Trajectories run concurrently (bench_scheduler: asyncio over a thread pool, model calls limited per
 provider); GPU evaluations queue in the evaluator (local worker pool, or Ray actors with one GPU
@@ -54,18 +54,18 @@ class BenchOutcome(BaseModel):
     elapsed_s: float
 
 
-def open_run(config: BenchConfig | None, run_dir: Path, resume: bool) -> BenchConfig:
-    """The matrix to run: a new run's (manifest written), or the recorded one when resuming."""
+RUNTIME_FIELDS = ("backend", "ray_address", "gpus", "parallel", "provider_limits", "api_base", "infra_retries")
+
+
+def open_run(config: BenchConfig | None, run_dir: Path, resume: bool, overrides: dict | None = None) -> BenchConfig:
+    """The matrix to run: a new run's (manifest written), or the recorded one when resuming
+    (where only the runtime knobs of RUNTIME_FIELDS may change, through `overrides`)."""
     manifest = read_manifest(run_dir)
     if resume:
         if manifest.get("command") != "bench":
             raise BenchError(f"{run_dir} is not a bench run to resume (no bench manifest.json)")
         recorded = BenchConfig.model_validate(manifest["config"])
-        if config is None:
-            return recorded
-        # Runtime knobs may change on resume; the matrix may not.
-        runtime = {k: getattr(config, k) for k in ("backend", "ray_address", "gpus", "parallel", "provider_limits", "api_base")}
-        return recorded.model_copy(update=runtime)
+        return recorded.model_copy(update={k: v for k, v in (overrides or {}).items() if k in RUNTIME_FIELDS and v is not None})
     if config is None:
         raise BenchError("give a bench config, or resume=True")
     if manifest or trajectory_folders(run_dir):
@@ -128,12 +128,13 @@ class _Runner:
         return _report(cfg, stop_reason="infra_error", attempts=self.config.infra_retries + 1, infra_failed=True, error=error)
 
 
-def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool = False, evaluator=None,
-              model_factory: Callable[[OptimizeConfig], Model] | None = None,
+def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool = False, overrides: dict | None = None,
+              evaluator=None, model_factory: Callable[[OptimizeConfig], Model] | None = None,
               on_done: Callable[[TrajectoryReport], None] | None = None) -> BenchOutcome:
+    """Run (or with resume=True continue) the matrix into run_dir; returns one report per trajectory."""
     start = time.monotonic()
     run_dir = Path(run_dir)
-    config = open_run(config, run_dir, resume)
+    config = open_run(config, run_dir, resume, overrides)
     own_evaluator = evaluator is None
     evaluator = evaluator or make_evaluator(config)
     checkpointer = open_checkpointer(run_dir / "checkpoints.sqlite")

@@ -1,0 +1,101 @@
+"""`ptxbench bench`: run a model x workload x prompt matrix, then score it and write its report.
+
+    ptxbench bench --models builtin/tuner,builtin/reference --workloads gemm_bf16_m8192_n7168_k5120,mha_fwd_d128 \\
+        --trajectories 2 --turns 8 --run-dir runs/bench-h200
+    ptxbench bench --run-dir runs/bench-h200 --resume          # after a kill: finished work is not repeated
+    ptxbench bench ... --backend ray --ray-address auto        # GPU workers as Ray actors (num_gpus=1)
+    ptxbench bench ... --no-gpu --api-base http://localhost:8000/v1   # compile-only, local OpenAI-compatible server
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app
+
+
+def _split(text: str | None) -> list[str]:
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def _limits(text: str | None) -> dict[str, int]:
+    out = {}
+    for part in _split(text):
+        name, _, value = part.partition("=")
+        if not value.isdigit():
+            raise typer.BadParameter(f"expected provider=N, got {part!r}")
+        out[name.strip()] = int(value)
+    return out
+
+
+@app.command()
+def bench(
+    models: Optional[str] = typer.Option(None, help="comma-separated model strings (builtin/..., litellm names)"),
+    workloads: Optional[str] = typer.Option(None, help="comma-separated workload ids (see `ptxbench workloads`)"),
+    trajectories: int = typer.Option(12, min=1, help="trajectories per (model, workload, prompt) cell"),
+    turns: int = typer.Option(8, min=1, help="turns per trajectory"),
+    prompts: str = typer.Option("knowledge", help="comma-separated prompt variants: basic, knowledge, expert"),
+    run_dir: Optional[Path] = typer.Option(None, help="run folder (default runs/bench-<time>)"),
+    backend: Optional[str] = typer.Option(None, help="local (this machine's GPUs; the default) | ray (GPU actors on a Ray cluster)"),
+    ray_address: Optional[str] = typer.Option(None, help="Ray cluster address ('auto', ray://host:10001); default: a local Ray"),
+    resume: bool = typer.Option(False, "--resume", help="continue the run in --run-dir: its recorded matrix is used; "
+                                "only runtime options (backend, ray address, gpus, parallel, provider limits, api base) apply"),
+    no_gpu: bool = typer.Option(False, "--no-gpu", help="evaluate up to compile + SASS only"),
+    api_base: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint for the models (vLLM, ollama, ...)"),
+    mode: str = typer.Option("pipeline", help="pipeline | tools"),
+    target_speedup: Optional[float] = typer.Option(None, help="end a trajectory early once a kernel reaches this speedup"),
+    gpus: Optional[int] = typer.Option(None, help="GPU workers to use (default: all visible / all in the Ray cluster)"),
+    parallel: Optional[int] = typer.Option(None, min=1, help="trajectories in flight at once (default 16)"),
+    provider_limit: Optional[str] = typer.Option(None, help="model calls in flight per provider, e.g. openai=4,anthropic=2 (default 8)"),
+    infra_retries: Optional[int] = typer.Option(None, min=0, help="retries of an infra-failed trajectory from its last good step (default 2)"),
+    seed: Optional[int] = typer.Option(None, help="base seed (trajectory i gets seed + i)"),
+    report: bool = typer.Option(True, help="write the report into <run>/report when done"),
+) -> None:
+    """Run a benchmark matrix into one run folder; print the leaderboard."""
+    from rich.console import Console
+
+    from .bench import BenchConfig, BenchError, TrajectoryReport, run_bench
+
+    console = Console(stderr=True)
+    if resume and run_dir is None:
+        raise typer.BadParameter("--resume needs --run-dir")
+    config = None
+    overrides = {"backend": backend, "ray_address": ray_address, "gpus": gpus, "parallel": parallel,
+                 "provider_limits": _limits(provider_limit) or None, "api_base": api_base, "infra_retries": infra_retries}
+    if not resume:
+        if not models or not workloads:
+            raise typer.BadParameter("give --models and --workloads (or --resume with --run-dir)")
+        config = BenchConfig(models=_split(models), workloads=_split(workloads), prompts=_split(prompts) or ["knowledge"],
+                             trajectories=trajectories, turns=turns, mode=mode, target_speedup=target_speedup, no_gpu=no_gpu,
+                             api_base=api_base, backend=backend or "local", ray_address=ray_address, gpus=gpus,
+                             parallel=parallel or 16, provider_limits=_limits(provider_limit),
+                             infra_retries=2 if infra_retries is None else infra_retries, seed=seed)
+    run_dir = run_dir or Path("runs") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    done = []
+
+    def on_done(r: TrajectoryReport) -> None:
+        done.append(r)
+        best = f"{r.best_speedup:.3f}x" if r.best_speedup is not None else "-"
+        flag = " [red]infra-failed[/red]" if r.infra_failed else ""
+        console.print(f"[{len(done)}] {r.trajectory_id}: {' '.join(r.statuses) or '-'} best {best} "
+                      f"({r.stop_reason}{', attempts ' + str(r.attempts) if r.attempts > 1 else ''}){flag}")
+
+    try:
+        outcome = run_bench(config, run_dir, resume=resume, overrides=overrides, on_done=on_done)
+    except BenchError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2)
+    failed = sum(r.infra_failed for r in outcome.trajectories)
+    console.print(f"{len(outcome.trajectories)} trajectories in {outcome.elapsed_s:.0f} s, {failed} infra-failed; run: {run_dir}")
+    from .report.tables import leaderboard
+    from .scoring import score_runs
+
+    typer.echo(leaderboard(score_runs([run_dir])).markdown())
+    if report:
+        from .report import write_report
+
+        files = write_report(run_dir)
+        console.print(f"report: {files.html}")

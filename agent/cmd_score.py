@@ -1,0 +1,47 @@
+"""`ptxbench score RUN...`: scores from run folders alone (several runs merge), as tables or JSON.
+
+    ptxbench score runs/bench-h200                     # leaderboard, fast_p, success, repair tables
+    ptxbench score runs/a runs/b --json > score.json   # merged cells, every estimate with its 95% CI
+    ptxbench score runs/bench-h200 --re-evaluate       # run the recorded kernels again on this GPU, then score
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app
+
+
+@app.command()
+def score(
+    runs: list[Path] = typer.Argument(..., help="run folders (each with trajectories/)"),
+    json_out: bool = typer.Option(False, "--json", help="print the full RunScore as JSON"),
+    re_evaluate: bool = typer.Option(False, "--re-evaluate", help="evaluate the recorded kernels again (no model calls) into a new run, and score that"),
+    no_gpu: bool = typer.Option(False, "--no-gpu", help="with --re-evaluate: compile + SASS only"),
+    out_run: Optional[Path] = typer.Option(None, help="with --re-evaluate: the new run folder (default <run>-reeval-<time>)"),
+) -> None:
+    """Score recorded runs: per turn, trajectory, model x workload cell, and repair behaviour."""
+    from .report.tables import all_tables
+    from .scoring import score_runs
+
+    for run in runs:
+        if not (run / "trajectories").is_dir():
+            raise typer.BadParameter(f"{run} has no trajectories/ folder")
+    if re_evaluate:
+        from .reevaluate import reevaluate_run
+
+        if len(runs) > 1 and out_run is not None:
+            raise typer.BadParameter("--out-run takes one run")
+        runs = [reevaluate_run(run, out_run, no_gpu=no_gpu) for run in runs]
+        typer.echo(f"re-evaluated into: {', '.join(map(str, runs))}", err=True)
+    result = score_runs(runs)
+    if json_out:
+        typer.echo(result.model_dump_json(indent=1))
+        return
+    for table in all_tables(result):
+        typer.echo(table.markdown())
+    typer.echo(f"{result.n_trajectories} trajectories ({result.n_infra_failed} infra-failed, left out), "
+               f"{result.n_infra_turns} infra turns, {result.n_target_unknown} correct turns with unknown target verdict"
+               + (f", {result.n_compile_only} PASSED turns never run on a GPU" if result.n_compile_only else ""))

@@ -1,0 +1,229 @@
+"""The bench runner: matrix, per-provider limits, infra retry from the last good step, a CPU bench of two
+scripted models on the local OpenAI-compatible server (--no-gpu), and resume after a kill."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from openai_server import ScriptedServer
+from ptxbench.agent.bench import BenchError, run_bench
+from ptxbench.agent.bench_matrix import BenchConfig, expand, provider
+from ptxbench.agent.bench_scheduler import LimitedModel, ProviderGates
+from ptxbench.agent.cli import app
+from ptxbench.agent.models.base import ModelReply, ModelRequest
+from ptxbench.agent.rundir import load_run
+from ptxbench.agent.scoring import score_runs
+from ptxbench.tools.results import EvalResult, Timing, TimingStat
+
+WL = "smoke_gemm_bf16_m256_n256_k512"
+# A PTX solution that compiles (PASSED in --no-gpu mode) and one that does not (COMPILE_ERROR).
+NOOP = """/* ptxbench
+language = "ptx"
+
+[[launch]]
+kernel = "noop"
+grid = [1, 1, 1]
+block = [32, 1, 1]
+args = ["A", "B", "C"]
+*/
+.version 8.5
+.target sm_90a
+.address_size 64
+
+.visible .entry noop(.param .u64 a, .param .u64 b, .param .u64 c)
+{
+    ret;
+}
+"""
+GOOD = {"content": f"Here is the kernel.\n\n```ptx\n{NOOP}```\n"}
+BAD = {"content": f"```ptx\n{NOOP.replace('ret;', 'bogus;')}```\n"}
+ENV = {**os.environ, "OPENAI_API_KEY": "sk-local-scripted-server-0000"}
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", ENV["OPENAI_API_KEY"])
+
+
+def scripted(body: dict) -> dict:
+    """scripted-bad fails to compile on its first turn and fixes it on the next; scripted-good always compiles."""
+    earlier = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    return BAD if "bad" in body["model"] and earlier == 0 else GOOD
+
+
+def test_matrix_expansion():
+    cfg = BenchConfig(models=["openai/a", "builtin/tuner"], workloads=["w1", "w2"], prompts=["basic", "expert"], trajectories=3)
+    configs = expand(cfg)
+    assert len(configs) == 2 * 2 * 2 * 3
+    assert len({c.trajectory_id() for c in configs}) == 24
+    assert [c.index for c in configs[:8]] == [0] * 8 and configs[8].index == 1  # index-major: every cell starts early
+    assert configs[0].turns == 8 and configs[0].target_speedup is None
+    assert provider("openai/gpt-5") == "openai" and provider("hosted_vllm/Qwen/Qwen3") == "hosted_vllm"
+    with pytest.raises(ValueError):
+        expand(BenchConfig(models=["m", "m"], workloads=["w"]))
+
+
+def test_provider_limit_bounds_model_calls_in_flight():
+    class Slow:
+        name = "openai/slow"
+        active = peak = 0
+        lock = threading.Lock()
+
+        def query(self, request):
+            with self.lock:
+                Slow.active += 1
+                Slow.peak = max(Slow.peak, Slow.active)
+            time.sleep(0.05)
+            with self.lock:
+                Slow.active -= 1
+            return ModelReply(content="x")
+
+    gates = ProviderGates({"openai": 2})
+    models = [LimitedModel(Slow(), gates.gate("openai/slow")) for _ in range(6)]
+    threads = [threading.Thread(target=m.query, args=(ModelRequest(messages=[]),)) for m in models]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert Slow.peak == 2
+    assert gates.gate("openai/other") is gates.gate("openai/slow")  # one gate per provider
+
+
+class FlakyEvaluator:
+    """Evaluation #2 fails as infrastructure (INFRA_ERROR, or an exception: a harness bug)."""
+
+    def __init__(self, how: str):
+        self.n, self.how, self.lock = 0, how, threading.Lock()
+
+    def evaluate(self, workload, source, options):
+        with self.lock:
+            self.n += 1
+            n = self.n
+        if n == 2 and self.how == "status":
+            return EvalResult(workload=workload, status="INFRA_ERROR", message="GPU worker lost")
+        if n == 2:
+            raise ConnectionError("GPU pool went away")
+        speedup = 0.5 + 0.1 * n
+        stat = TimingStat(median_ms=1 / speedup, ci_low_ms=1 / speedup, ci_high_ms=1 / speedup, n=3)
+        return EvalResult(workload=workload, status="PASSED", gpu_evaluated=True, timing=Timing(candidate=stat, speedup=speedup))
+
+    def close(self):
+        pass
+
+
+class CountingModel:
+    name = "scripted/py"
+
+    def __init__(self, calls: list):
+        self.calls = calls
+
+    def query(self, request):
+        self.calls.append(request.turn)
+        return ModelReply(content=GOOD["content"], usage={"total_tokens": 10})
+
+
+@pytest.mark.parametrize("how", ["status", "exception"])
+def test_infra_failure_retried_from_last_good_step(tmp_path, how):
+    calls: list[int] = []
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=1, turns=3, no_gpu=True)
+    out = run_bench(cfg, tmp_path / "run", evaluator=FlakyEvaluator(how), model_factory=lambda c: CountingModel(calls))
+    (report,) = out.trajectories
+    assert report.attempts == 2 and not report.infra_failed and report.stop_reason == "turn_limit"
+    assert calls == [1, 2, 3]  # turn 2's model call is not repeated: only its evaluation is
+    (traj,) = score_runs([tmp_path / "run"]).trajectories
+    # Evaluations 1, 3, 4 passed (2 was the infra failure): speedups 0.6, 0.8, 0.9.
+    assert [(t.turn, t.status, t.speedup) for t in traj.turns] == [(1, "PASSED", 0.6), (2, "PASSED", 0.8), (3, "PASSED", 0.9)]
+    events = [e.type for e in load_run(tmp_path / "run")[0].events]
+    assert "error" in events  # the failure stays on record
+
+
+def test_infra_failure_that_persists_is_marked(tmp_path):
+    class Down(FlakyEvaluator):
+        def evaluate(self, workload, source, options):
+            return EvalResult(workload=workload, status="INFRA_ERROR", message="no GPU")
+
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=1, turns=2, no_gpu=True, infra_retries=1)
+    out = run_bench(cfg, tmp_path / "run", evaluator=Down("status"), model_factory=lambda c: CountingModel([]))
+    assert out.trajectories[0].infra_failed and out.trajectories[0].attempts == 2
+    score = score_runs([tmp_path / "run"])
+    assert score.n_infra_failed == 1 and score.model_workload[0].n_trajectories == 0
+    with pytest.raises(BenchError):  # a run folder is not overwritten
+        run_bench(cfg, tmp_path / "run", evaluator=Down("status"), model_factory=lambda c: CountingModel([]))
+
+
+def test_cpu_bench_two_scripted_models(tmp_path):
+    run = tmp_path / "bench"
+    with ScriptedServer(default=scripted) as server:
+        result = CliRunner().invoke(app, [
+            "bench", "--models", "openai/scripted-good,openai/scripted-bad", "--workloads", WL, "--trajectories", "2",
+            "--turns", "2", "--prompts", "basic", "--run-dir", str(run), "--no-gpu", "--api-base", server.base_url])
+        assert result.exit_code == 0, result.output
+        assert len(server.requests) == 8  # 2 models x 2 trajectories x 2 turns
+    assert "| model | " + WL + " |" in result.output
+    score = score_runs([run])
+    good, bad = score.cell("openai/scripted-good", WL), score.cell("openai/scripted-bad", WL)
+    assert good.n_trajectories == bad.n_trajectories == 2
+    assert good.fast_p_turns["0"].value == 1.0 and good.n_compile_only == 4
+    assert bad.fast_p_turns["0"].value == 0.5 and bad.success_within["1"].value == 0.0 and bad.success_within["4"].value == 1.0
+    assert bad.repair.fix_probability["COMPILE_ERROR"].value == 1.0
+    assert bad.repair.transitions == {"COMPILE_ERROR": {"PASSED": 2}}
+    # The report was written, and its score equals a fresh re-score of the run folder.
+    saved = json.loads((run / "report" / "score.json").read_text())
+    assert saved["model_workload"] == json.loads(score.model_dump_json())["model_workload"]
+    assert len(list((run / "report" / "trajectories").glob("*.html"))) == 4
+    # score --json and report from the CLI; re-evaluating the kernels (compile-only) gives the same verdicts.
+    scored = CliRunner().invoke(app, ["score", str(run), "--json"])
+    assert scored.exit_code == 0 and json.loads(scored.output)["n_trajectories"] == 4
+    again = CliRunner().invoke(app, ["score", str(run), "--re-evaluate", "--no-gpu", "--out-run", str(tmp_path / "re")])
+    assert again.exit_code == 0, again.output
+    re_score = score_runs([tmp_path / "re"])
+    assert [t.status for tr in re_score.trajectories for t in tr.turns] == [t.status for tr in score.trajectories for t in tr.turns]
+    out = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "rep")])
+    assert out.exit_code == 0 and (tmp_path / "rep" / "index.html").exists()
+
+
+def _bench_in_child(run: Path, base_url: str) -> None:
+    cfg = BenchConfig(models=["openai/scripted"], workloads=[WL], trajectories=2, turns=2, no_gpu=True,
+                      api_base=base_url, parallel=1)
+    run_bench(cfg, run)
+
+
+def test_resume_after_kill(tmp_path):
+    import multiprocessing
+
+    import litellm  # noqa: F401 - imported once here, so the forked bench below starts in a moment
+
+    run = tmp_path / "bench"
+    # parallel=1: trajectory 0 (requests 1, 2) finishes; trajectory 1 hangs in its first model call (request 3).
+    with ScriptedServer(script=[GOOD, GOOD, {"hang": True}], default=GOOD) as server:
+        child = multiprocessing.get_context("fork").Process(target=_bench_in_child, args=(run, server.base_url))
+        child.start()
+        try:
+            assert server.wait_for_requests(3, timeout=90), f"the bench process ended early (exit code {child.exitcode})"
+            time.sleep(0.3)
+        finally:
+            os.kill(child.pid, signal.SIGKILL)  # a kill at any point: here, with a model call in flight
+            child.join(timeout=30)
+        assert child.exitcode == -signal.SIGKILL
+        first = {r.id: len(r.events) for r in load_run(run)}
+        assert sorted(first) == sorted(c.trajectory_id() for c in expand(BenchConfig(
+            models=["openai/scripted"], workloads=[WL], trajectories=2, turns=2)))
+        out = run_bench(None, run, resume=True, overrides={"parallel": 1})
+        # Only the unfinished trajectory called the model again: its turn 1 (the call in flight) and turn 2.
+        assert len(server.requests) == 5
+    assert [r.statuses for r in out.trajectories] == [["PASSED", "PASSED"], ["PASSED", "PASSED"]]
+    records = {r.id: r for r in load_run(run)}
+    done_id = out.trajectories[0].trajectory_id
+    assert len(records[done_id].events) == first[done_id]  # the finished trajectory was not touched
+    resumed = records[out.trajectories[1].trajectory_id]
+    assert [e.turn for e in resumed.events if e.type == "model_call"] == [1, 2]
+    assert sum(e.type == "trajectory_start" for e in resumed.events) == 1
+    score = score_runs([run])
+    assert score.n_trajectories == 2 and score.model_workload[0].fast_p_trajectories["0"].value == 1.0
