@@ -3,7 +3,7 @@ language = "cuda"
 
 [[launch]]
 kernel = "gemm_bf16_tn"
-grid = ["min(num_sms // 1 * 1, cdiv(cdiv(M, 128), 1) * 1 * cdiv(N, 256))", 1, 1]
+grid = ["min(num_sms, cdiv(M, 128) * cdiv(N, 256))", 1, 1]
 block = [384, 1, 1]
 smem = 230464
 args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"]

@@ -111,11 +111,13 @@ def validate(params: GemmParams | dict, shape: tuple[int, int, int] | None = Non
 
 
 def _grid(p: GemmParams) -> str:
-    tiles = f"cdiv(cdiv(M, {p.bm}), {p.cluster_m}) * {p.cluster_m} * cdiv(N, {p.bn})"
+    c = p.cluster_m
+    rows = f"cdiv(M, {p.bm})" if c == 1 else f"cdiv(cdiv(M, {p.bm}), {c}) * {c}"  # whole clusters
+    tiles = f"{rows} * cdiv(N, {p.bn})"
     if not p.persistent:
         return tiles
     ctas = f"min(num_sms, {p.max_ctas})" if p.max_ctas else "num_sms"
-    return f"min({ctas} // {p.cluster_m} * {p.cluster_m}, {tiles})"
+    return f"min({ctas}, {tiles})" if c == 1 else f"min({ctas} // {c} * {c}, {tiles})"
 
 
 def plan_toml(p: GemmParams) -> str:
