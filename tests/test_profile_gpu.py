@@ -1,0 +1,109 @@
+"""On the GPU (pytest -m gpu): the runtime verdict, the profile and the sanitizer on real kernels.
+
+Done-when of the profiling issue: the reference GEMM executes wgmma and TMA with the counts its
+plan implies; wgmma behind a never-taken branch is present_not_executed; a plain-FMA kernel is
+absent; a memory-bound candidate is named memory-bound; memcheck catches the fault corpus's
+out-of-bounds write and racecheck a shared-memory race; a GEMM profile takes under 30 s.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "tests" / "data" / "profile" / "solutions"
+SMOKE = "smoke_gemm_bf16_m256_n256_k512"
+GEMM = "gemm_bf16_m8192_n7168_k5120"
+
+
+def compiled(workload: str, path: Path):
+    from ptxbench.agent.cmd_compile import detect_language
+    from ptxbench.tools.compile import compile_source
+
+    text = path.read_text()
+    cr = compile_source(text, detect_language(text, path), "sm_90a", workload)
+    assert cr.status == "ok", [e.message for e in cr.errors]
+    return text, cr
+
+
+def profile(workload: str, path: Path, **kw):
+    from ptxbench.tools.profile import profile_candidate
+
+    text, cr = compiled(workload, path)
+    out = profile_candidate(workload, text, cr.cubin_path, compile_result=cr, **kw)
+    assert out.ok, out.error
+    return out
+
+
+def test_reference_gemm_executes_wgmma_and_tma_with_the_counts_of_its_plan():
+    from ptxbench.workloads.registry import get_workload
+    from ptxbench.workloads.solutions.gemm_template import default_params
+
+    wl = get_workload(GEMM)
+    M, N, K = (int(wl.symbols[s]) for s in "MNK")
+    p = default_params()
+    start = time.perf_counter()
+    out = profile(GEMM, ROOT / "workloads" / "solutions" / f"{GEMM}.cu")
+    seconds = time.perf_counter() - start
+    wgmma, tma = out.targets_runtime["wgmma"], out.targets_runtime["tma"]
+    assert wgmma.verdict == "executed" and tma.verdict == "executed", (wgmma.reason, tma.reason)
+    # each m64n{bn}k16 wgmma is one instruction in each of the 4 warps of a warpgroup
+    hgmma = 4 * (M // 64) * (N // p.bn) * (K // 16)
+    assert wgmma.executed_warp_insts == hgmma
+    assert wgmma.counter_values["sm__inst_executed_pipe_tensor_op_gmma.sum"] == hgmma
+    assert wgmma.counter_values["sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum"] == 2 * M * N * K
+    # one A box and one B box per 64-wide K chunk per tile, issued by one producer thread
+    loads = (M // p.bm) * (N // p.bn) * (K // p.bk) * (p.bk // 64) * 2
+    assert tma.counter_values["smsp__sass_inst_executed_op_tma_ld.sum"] == loads
+    assert tma.counter_values["l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"] == \
+        (M // p.bm) * (N // p.bn) * (p.bm + p.bn) * K * 2
+    assert tma.executed_thread_insts_true >= loads  # + the TMA stores of the epilogue
+    assert out.feedback and seconds < 30, f"profile took {seconds:.1f} s"
+    print(f"\nGEMM profile: {seconds:.1f} s; HGMMA {wgmma.executed_warp_insts:,}; UTMALDG {loads:,}\n{out.feedback}")
+
+
+def test_wgmma_behind_a_never_taken_branch_is_present_not_executed():
+    out = profile(SMOKE, SOLUTIONS / "wgmma_dead_branch.ptx")
+    assert out.targets_runtime["wgmma"].verdict == "present_not_executed"
+    assert out.targets_runtime["tma"].verdict == "present_not_executed"
+    live = profile(SMOKE, SOLUTIONS / "wgmma_live.ptx", full=False)
+    assert live.targets_runtime["wgmma"].verdict == "executed"
+    assert live.targets_runtime["wgmma"].executed_warp_insts == 8 * 4 * 10
+    assert live.targets_runtime["tma"].executed_thread_insts_true == 8
+
+
+def test_plain_fma_kernel_is_absent():
+    out = profile(SMOKE, SOLUTIONS / "fma_only.ptx")
+    assert out.targets_runtime["wgmma"].verdict == "absent" and out.targets_runtime["tma"].verdict == "absent"
+
+
+def test_memory_bound_candidate_is_named_memory_bound():
+    out = profile(GEMM, SOLUTIONS / "memory_bound.ptx")
+    assert out.summary.main_kernel().bottleneck == "memory"
+    assert "memory-bound" in out.feedback.splitlines()[0]
+
+
+def test_memcheck_catches_the_fault_corpus_out_of_bounds_write():
+    from ptxbench.tools.sanitize import sanitize_candidate
+
+    text, cr = compiled(SMOKE, ROOT / "workloads" / "solutions" / "faults" / "oob_write.cu")
+    out = sanitize_candidate(SMOKE, text, language="cuda", cubin_path=cr.cubin_path, tools=["memcheck"])
+    writes = [f for f in out.findings if f.kind == "Invalid __global__ write"]
+    assert writes and writes[0].kernel == "gemm", out.findings
+    assert writes[0].ptx_line is not None  # nvcc -lineinfo: the line of the .cu solution
+    print("\n" + out.feedback)
+
+
+def test_racecheck_catches_a_shared_memory_race_at_its_ptx_lines():
+    from ptxbench.tools.sanitize import sanitize_candidate
+
+    path = SOLUTIONS / "smem_race.ptx"
+    out = sanitize_candidate(SMOKE, path.read_text(), language="ptx", tools=["racecheck", "synccheck"])
+    (race,) = [f for f in out.findings if f.tool == "racecheck"]
+    assert race.kernel == "smem_race" and path.read_text().splitlines()[race.ptx_line - 1].strip().startswith("st.shared")
+    assert out.errors_reported["synccheck"] == 0
+    print("\n" + out.feedback)

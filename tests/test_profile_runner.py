@@ -1,0 +1,98 @@
+"""The ncu runner's command line and failure handling (a fake `ncu` stands in for the real one)."""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from ptxbench.tools.profile import runner
+from ptxbench.tools.profile.candidate import ProfileOutcome, replay_argv
+from ptxbench.tools.results import EvalResult
+
+NCU = Path(__file__).parent / "data" / "ncu"
+
+
+def fake_ncu(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "ncu"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_command_filters_on_the_nvtx_range_with_unlocked_clocks(tmp_path):
+    cmd = runner.ncu_command("ncu", ["python", "replay"], tmp_path / "r", ["a.sum", "b.sum", "a.sum"], full=True)
+    assert cmd[:6] == ["ncu", "--clock-control", "none", "--nvtx", "--nvtx-include", "ptxbench/"]
+    assert cmd[cmd.index("--metrics") + 1] == "a.sum,b.sum"
+    sections = [cmd[i + 1] for i, x in enumerate(cmd) if x == "--section"]
+    assert sections == runner.SECTIONS and cmd[-2:] == ["python", "replay"]
+    quick = runner.ncu_command("ncu", ["x"], tmp_path / "r", ["a.sum"], full=False)
+    assert "--section" not in quick
+
+
+@pytest.mark.parametrize("rc,log,expected", [
+    (None, "", "timed out after 5 s"),
+    (1, "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission", "permission"),
+    (0, "==WARNING== No kernels were profiled.", "nothing was launched inside the NVTX range"),
+    (2, "==ERROR== The application returned an error code (2).", "status 2"),
+    (0, "==PROF== Report: /tmp/x.ncu-rep", ""),
+])
+def test_failure_reasons(rc, log, expected):
+    reason = runner.failure_reason(rc, log, 5)
+    assert (expected in reason) if expected else reason == ""
+
+
+def test_no_ncu_is_a_failed_summary(monkeypatch, tmp_path):
+    monkeypatch.setattr(runner, "find_ncu", lambda: None)
+    s = runner.profile_command(["true"], counters=[], workdir=tmp_path)
+    assert not s.ok and "not found" in s.error
+
+
+def test_permission_error_is_reported(monkeypatch, tmp_path):
+    ncu = fake_ncu(tmp_path, 'echo "==ERROR== ERR_NVGPUCTRPERM - no access"; exit 1')
+    monkeypatch.setattr(runner, "find_ncu", lambda: ncu)
+    s = runner.profile_command(["true"], counters=[], workdir=tmp_path / "w")
+    assert not s.ok and "ERR_NVGPUCTRPERM" in s.error
+
+
+def test_a_hanging_profile_is_killed_at_the_time_limit(monkeypatch, tmp_path):
+    ncu = fake_ncu(tmp_path, "sleep 30")
+    monkeypatch.setattr(runner, "find_ncu", lambda: ncu)
+    s = runner.profile_command(["true"], counters=[], workdir=tmp_path / "w", timeout_s=1)
+    assert not s.ok and "timed out after 1 s" in s.error and s.seconds < 10
+
+
+def test_unknown_metric_is_dropped_and_the_profile_retried(monkeypatch, tmp_path):
+    # First call: ncu rejects a metric; second call (without it) writes a report; exports print the real pages.
+    raw = NCU / "gated_live.raw.csv"
+    script = f"""
+case "$*" in
+  *--import*--page\\ raw*) cat {raw} ;;
+  *--import*) ;;
+  *--version*) echo "Version 2025.3.1.0" ;;
+  *not_a_metric*) echo "==ERROR== Failed to find metric not_a_metric.sum"; exit 1 ;;
+  *) out=$(echo "$*" | sed 's/.* -o \\([^ ]*\\) .*/\\1/'); touch "$out.ncu-rep" ;;
+esac"""
+    ncu = fake_ncu(tmp_path, script)
+    monkeypatch.setattr(runner, "find_ncu", lambda: ncu)
+    s = runner.profile_command(["true"], counters=["not_a_metric.sum"], full=False, workdir=tmp_path / "w")
+    assert s.ok, s.error
+    assert "not_a_metric.sum" not in s.command[s.command.index("--metrics") + 1]
+    assert s.kernels[0].opcodes_true["HGMMA"] == 10240 and s.ncu_version == "2025.3.1.0"
+
+
+def test_outcome_fills_the_eval_result():
+    from ptxbench.tools.profile.summary import ProfileSummary
+    from ptxbench.tools.results import RuntimeTarget
+
+    out = ProfileOutcome(ok=True, targets_runtime={"wgmma": RuntimeTarget(verdict="executed", executed_warp_insts=4)},
+                         summary=ProfileSummary(ok=True), feedback="memory-bound", seconds=3.2)
+    r = out.apply_to(EvalResult(workload="w", status="PASSED"))
+    assert r.target_executed is True and r.feedback == "memory-bound" and r.profile["ok"] and r.seconds["profile"] == 3.2
+
+
+def test_replay_argv_runs_the_module_with_this_python(tmp_path):
+    argv = replay_argv("w", tmp_path / "s.ptx", "k.cubin", "sm_90a", 3, exact=True)
+    assert argv[:3] == [sys.executable, "-m", "ptxbench.tools.profile.replay"] and argv[-1] == "--exact"

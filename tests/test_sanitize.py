@@ -1,0 +1,88 @@
+"""compute-sanitizer output parsing on REAL outputs captured on the H200 (tests/data/ncu/san_*.txt),
+and the line-info build that makes the sanitizer name lines of the solution file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ptxbench.tools.profile.lineinfo import annotate_ptx, has_line_info
+from ptxbench.tools.sanitize import parse_sanitizer, sanitize_candidate, sanitize_feedback
+
+NCU = Path(__file__).parent / "data" / "ncu"
+KERNELS = Path(__file__).parent / "data" / "profile"
+
+
+def san(name: str, tool: str):
+    return parse_sanitizer((NCU / f"san_{name}.txt").read_text(), tool)
+
+
+def line_of(kernel_file: str, n: int) -> str:
+    return (KERNELS / kernel_file).read_text().splitlines()[n - 1].strip()
+
+
+def test_memcheck_out_of_bounds_write_names_kernel_and_ptx_line():
+    findings, errors = san("memcheck_oob", "memcheck")
+    assert errors == 25  # 24 writes past the 1000-element buffer + the failed synchronisation
+    write = findings[0]
+    assert (write.kind, write.kernel, write.ptx_line) == ("Invalid __global__ write", "oob_write", 23)
+    assert line_of("oob_write.ptx", 23).startswith("st.global.u32")
+    assert "24 reports" in write.message and "size 4,000 bytes" in write.message
+    assert findings[1].kind == "CUDA API error"
+
+
+def test_racecheck_names_both_sides_of_the_race():
+    findings, errors = san("racecheck_race", "racecheck")
+    (race,) = findings
+    assert errors == 1 and race.kernel == "smem_race" and race.ptx_line == 22
+    assert line_of("smem_race.ptx", 22).startswith("st.shared") and line_of("smem_race.ptx", 27).startswith("ld.shared")
+    assert "write at smem_race.ptx:22 and read at smem_race.ptx:27" in race.message and "2048 hazards" in race.message
+
+
+def test_initcheck_and_clean_runs():
+    findings, _ = san("initcheck_uninit", "initcheck")
+    assert findings[0].kind == "Uninitialized __global__ memory read" and findings[0].ptx_line == 36
+    for name, tool in (("synccheck_race", "synccheck"), ("memcheck_gated_live", "memcheck")):
+        findings, errors = san(name, tool)
+        assert findings == [] and errors == 0
+    assert sanitize_feedback([], {"memcheck": 0}) == "compute-sanitizer: memcheck: no errors."
+
+
+def test_feedback_lists_findings_with_kernel_and_line():
+    findings, _ = san("racecheck_race", "racecheck")
+    text = sanitize_feedback(findings, {"racecheck": 1})
+    assert "racecheck in kernel smem_race: shared-memory race: write at smem_race.ptx:22" in text
+
+
+def test_unknown_tool_is_refused_as_a_result():
+    out = sanitize_candidate("smoke_gemm_bf16_m256_n256_k512", "", tools=["leakcheck"])
+    assert not out.ok and "leakcheck" in out.error
+
+
+def test_annotate_ptx_puts_a_loc_before_each_instruction_with_its_own_line():
+    src = (KERNELS / "solutions" / "wgmma_dead_branch.ptx").read_text()
+    out = annotate_ptx(src)
+    assert has_line_info(out) and not has_line_info(src)
+    assert annotate_ptx(out) == out  # idempotent: nvcc output with .loc is left alone
+    lines = out.splitlines()
+    original = src.splitlines()
+    for i, ln in enumerate(lines):
+        if ln.strip().startswith(".loc 1 "):
+            n = int(ln.split()[2])
+            assert lines[i + 1] == original[n - 1] or lines[i + 1].strip() == original[n - 1].split(":", 1)[-1].strip()
+    locs = [ln for ln in lines if ".loc 1" in ln]
+    wgmma_line = next(i for i, ln in enumerate(original, 1) if "wgmma.mma_async" in ln)
+    assert f"\t.loc 1 {wgmma_line} 0" in locs
+    assert f"\t.loc 1 {wgmma_line + 1} 0" not in locs  # the operand line continues the instruction
+    assert sum(1 for ln in lines if ln.startswith('.file 1 "solution.ptx"')) == 1
+
+
+def test_annotated_ptx_assembles_with_lineinfo(tmp_path):
+    from ptxbench.tools.sanitize import lineinfo_cubin
+    from ptxbench.tools.toolchain import ToolchainError
+
+    try:
+        cubin = lineinfo_cubin((KERNELS / "solutions" / "smem_race.ptx").read_text(), "sm_90a", tmp_path)
+    except ToolchainError as e:
+        pytest.skip(f"no ptxas here: {e}")
+    assert cubin is not None and cubin.stat().st_size > 0
