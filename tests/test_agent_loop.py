@@ -119,3 +119,13 @@ def test_tools_budget_ends_a_model_that_never_stops(tmp_path, evaluator):
     assert len(of_type(evs, "tool_result")) == 5
     assert all("no GPU ran" in e.content for e in of_type(evs, "tool_result"))
     assert [e.status for e in of_type(evs, "turn_end")] == ["NO_SUBMISSION"]
+
+
+def test_cost_is_recorded_and_budgeted(tmp_path, evaluator):
+    with ScriptedServer([reply(GOOD_PTX)], default=reply(GOOD_PTX)) as server:
+        config = OptimizeConfig(workload=WORKLOAD, model="openai/gpt-4o", api_base=server.base_url, no_gpu=True,
+                                turns=5, max_cost_usd=1e-6)
+        outcome = optimize(config, run_dir=tmp_path / "run", evaluator=evaluator)
+    assert outcome.stop_reason == "cost_budget" and outcome.turns == 1 and len(server.requests) == 1
+    (call,) = of_type(events(tmp_path / "run"), "model_call")
+    assert call.cost_usd and call.cost_usd > 0 and outcome.cost_usd == pytest.approx(call.cost_usd)
