@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from bench_fixtures import BAD, GOOD, WL, CountingModel
 from openai_server import ScriptedServer
 from ptxbench.agent.bench import BenchError, run_bench
 from ptxbench.agent.bench_matrix import BenchConfig, expand, provider
@@ -22,28 +23,6 @@ from ptxbench.agent.rundir import load_run
 from ptxbench.agent.scoring import score_runs
 from ptxbench.tools.results import EvalResult, Timing, TimingStat
 
-WL = "smoke_gemm_bf16_m256_n256_k512"
-# A PTX solution that compiles (PASSED in --no-gpu mode) and one that does not (COMPILE_ERROR).
-NOOP = """/* ptxbench
-language = "ptx"
-
-[[launch]]
-kernel = "noop"
-grid = [1, 1, 1]
-block = [32, 1, 1]
-args = ["A", "B", "C"]
-*/
-.version 8.5
-.target sm_90a
-.address_size 64
-
-.visible .entry noop(.param .u64 a, .param .u64 b, .param .u64 c)
-{
-    ret;
-}
-"""
-GOOD = {"content": f"Here is the kernel.\n\n```ptx\n{NOOP}```\n"}
-BAD = {"content": f"```ptx\n{NOOP.replace('ret;', 'bogus;')}```\n"}
 ENV = {**os.environ, "OPENAI_API_KEY": "sk-local-scripted-server-0000"}
 
 
@@ -116,17 +95,6 @@ class FlakyEvaluator:
 
     def close(self):
         pass
-
-
-class CountingModel:
-    name = "scripted/py"
-
-    def __init__(self, calls: list):
-        self.calls = calls
-
-    def query(self, request):
-        self.calls.append(request.turn)
-        return ModelReply(content=GOOD["content"], usage={"total_tokens": 10})
 
 
 @pytest.mark.parametrize("how", ["status", "exception"])

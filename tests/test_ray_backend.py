@@ -1,0 +1,50 @@
+"""The Ray backend on the CPU: a local Ray instance declaring one (fake) GPU; evaluator actors ask for
+num_gpus=1, evaluations run compile-only (--no-gpu). Model calls stay in the driver."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the 'bench' extra (ray) is not installed")
+
+from ptxbench.agent.bench import run_bench  # noqa: E402
+from ptxbench.agent.bench_matrix import BenchConfig  # noqa: E402
+from ptxbench.agent.ray_backend import RayEvaluator  # noqa: E402
+from ptxbench.agent.scoring import score_runs  # noqa: E402
+from ptxbench.tools.evaluator import EvalOptions  # noqa: E402
+from bench_fixtures import NOOP, WL, CountingModel  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_actor_holds_a_gpu_and_survives_worker_loss(local_ray):
+    evaluator = RayEvaluator(workers=1)
+    try:
+        (where,) = evaluator.where()
+        assert where["gpu_ids"] == ["0"] and where["pid"] != os.getpid()  # num_gpus=1: Ray gave it the GPU
+        options = EvalOptions(no_gpu=True)
+        bad = evaluator.evaluate(WL, NOOP.replace("ret;", "bogus;"), options)
+        assert bad.status == "COMPILE_ERROR"
+        ray.kill(evaluator.actors[0])  # the worker is lost (a node going away)
+        lost = evaluator.evaluate(WL, NOOP, options)
+        assert lost.status == "INFRA_ERROR" and "Ray GPU worker failed" in lost.message
+        good = evaluator.evaluate(WL, NOOP, options)  # on the replacement actor
+        assert good.status == "PASSED" and not good.gpu_evaluated
+    finally:
+        evaluator.close()
+
+
+def test_bench_on_ray(local_ray, tmp_path):
+    calls: list[int] = []
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=2, turns=2, no_gpu=True, backend="ray")
+    out = run_bench(cfg, tmp_path / "run", model_factory=lambda c: CountingModel(calls))
+    assert [r.statuses for r in out.trajectories] == [["PASSED", "PASSED"]] * 2
+    assert sorted(calls) == [1, 1, 2, 2]  # every model call ran here, in the driver
+    score = score_runs([tmp_path / "run"])
+    assert score.n_trajectories == 2 and score.model_workload[0].n_compile_only == 4
