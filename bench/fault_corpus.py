@@ -34,8 +34,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--max-seconds", type=float, default=300.0)
-    ap.add_argument("--timeout", type=float, default=1.0, help="watchdog limit per candidate (the hang costs this)")
-    ap.add_argument("--spares", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=0.5, help="watchdog limit per candidate (the hang costs this)")
+    ap.add_argument("--spares", type=int, default=6)
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     workload, corpus = load_corpus()
@@ -65,7 +65,9 @@ def main() -> None:
     health = pool.ping()
     replacements = sum(s.replacements for s in pool.slots)
     ev.close()
+    startup = sorted(pool.startup_s)
     out = {"workload": workload, "reps": reps_done, "seconds": total, "replacements": replacements,
+           "workers_started": len(startup), "worker_startup_s_median": startup[len(startup) // 2] if startup else None,
            "final_control": {"status": final.status, "speedup": final.speedup}, "health": health,
            "per_entry": {n: {"ok": ok[n], "runs": seen[n], "mean_s": secs[n] / max(1, seen[n])} for n in names},
            "wrong": wrong[:50]}
@@ -73,7 +75,8 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))
     print(f"fault corpus x{reps_done} on {workload}: {total:.1f} s, {replacements} worker replacements; "
           f"then a timed correct candidate: {final.status} (speedup {final.speedup}); pool healthy: "
-          f"{all(h['ok'] for h in health)}")
+          f"{all(h['ok'] for h in health)}; {len(startup)} workers started, median start-up "
+          f"{out['worker_startup_s_median']:.2f} s")
     print("| entry | expected | right verdicts | mean s |")
     print("|---|---|---|---|")
     for n in names:

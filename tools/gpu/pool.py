@@ -111,6 +111,7 @@ class GpuPool:
         self.free: queue.Queue[DeviceSlot] = queue.Queue()
         self.ceilings: dict[int, dict] = {}
         self.info: dict = {}
+        self.startup_s: list[float] = []  # each worker's time from process start to ready
         self._lock = threading.Lock()
         self._next_id = 0
         self._started = False
@@ -134,6 +135,7 @@ class GpuPool:
                 w.kill()
                 raise NoGpuError(f"the GPU worker for device {w.device} could not start: {msg['error']}")
             w.hello = msg
+            self.startup_s.append(float(msg.get("startup_s", 0.0)))
         return w.hello
 
     def start(self) -> GpuPool:

@@ -153,10 +153,11 @@ def correctness(cand: Candidate, state: WorkerState, wl: Workload, job: dict, ph
         kept.append(bufs)
         bufs.load_inputs(data.inputs)
         cand.bind(bufs)
-        phase("run", job["timeout_s"])
+        phase("run", job["timeout_s"])  # the watchdog's candidate limit covers the kernels' execution only
         t0 = time.perf_counter()
         cand.run_checked()
         seconds["first_run"] = seconds.get("first_run", time.perf_counter() - t0)
+        phase("check", job["prepare_timeout_s"])
         stats = judge(cand, bufs, data, wl, t, dist)
         digest = tuple(output_digest(bufs.tensors[n].data) for n in data.reference)
         note = replay_note(digest, digests)
@@ -184,6 +185,7 @@ def repeat_checks(cand: Candidate, state: WorkerState, wl: Workload, job: dict, 
         cand.bufs.reset()
         phase("run", job["timeout_s"])
         cand.run_checked()
+        phase("check", job["prepare_timeout_s"])
         trial = max(digests) + 1 if digests else 0
         stats = judge(cand, cand.bufs, data, wl, trial, dist)
         digest = tuple(output_digest(cand.bufs.tensors[n].data) for n in data.reference)
@@ -268,7 +270,7 @@ def evaluate_job(state: WorkerState, job: dict, phase: Phase) -> tuple[dict, boo
         errors = check_plan(plan, state.limits, sizes)
         if errors:
             raise Failed("PLAN_ERROR", "the launch plan exceeds the device's limits", plan_errors=errors)
-        phase("run", job["timeout_s"])
+        phase("load", job["prepare_timeout_s"])
         cand = Candidate(job["cubin"], plan, state, wl)
         t0 = time.perf_counter()
         stats, _bufs, digests = correctness(cand, state, wl, job, phase, seconds)

@@ -11,6 +11,7 @@ After a result with replace=True (a sticky CUDA error) the worker exits; the poo
 """
 from __future__ import annotations
 
+import time
 import traceback
 
 from .limits import DeviceLimits
@@ -45,6 +46,7 @@ def read_limits(device_index: int) -> DeviceLimits:
 
 
 def _start(device_index: int, config: dict):
+    t_start = time.perf_counter()
     import torch
     from cuda.bindings import driver as cu
 
@@ -57,13 +59,33 @@ def _start(device_index: int, config: dict):
     torch.zeros(1, device="cuda")  # creates the primary context, which the driver API calls then use
     cu.cuInit(0)
     limits = read_limits(device_index)
-    a = torch.ones(256, 256, device="cuda", dtype=torch.bfloat16)
-    torch.matmul(a, a)  # initialise cuBLAS now, not inside the first timed call
-    torch.cuda.synchronize()
+    _warm_up()
     state = WorkerState(device_index, limits, config.get("cache_share", 0.4), config.get("ceilings"))
     hello = {"type": "hello", "limits": limits.model_dump(), "fingerprint": fingerprint.read(device_index),
-             "device_count": torch.cuda.device_count()}
+             "device_count": torch.cuda.device_count(), "startup_s": time.perf_counter() - t_start}
     return state, hello
+
+
+def _warm_up() -> None:
+    """Load cuBLAS and the harness's own torch kernels now, so a fresh worker (a spare) is as fast as an old one."""
+    import torch
+
+    from ...workloads.schema import Tolerance
+    from .buffers import allocate_set, count_poison
+    from .correctness import compare, output_digest
+
+    a = torch.ones(256, 256, device="cuda", dtype=torch.bfloat16)
+    torch.matmul(a, a)
+    bufs = allocate_set([("A", (64, 64), "bfloat16", "input"), ("C", (64, 64), "bfloat16", "output")],
+                        [("s", [64], "float32", True)])
+    bufs.load_inputs({"A": a[:64, :64]})
+    bufs.damaged_guards()
+    out = bufs.tensors["C"].data
+    compare(out, a[:64, :64].float(), Tolerance(), trial=0, tensor="C", unwritten=count_poison(out))
+    output_digest(out)
+    torch.equal(out, a[:64, :64])
+    torch.randn(64, device="cuda", generator=torch.Generator(device="cuda").manual_seed(0))
+    torch.cuda.synchronize()
 
 
 def _infra(message: str) -> dict:
