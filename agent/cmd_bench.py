@@ -59,7 +59,7 @@ def bench(
 
     from .bench import BenchConfig, BenchError, TrajectoryReport, run_bench
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     if resume and run_dir is None:
         raise typer.BadParameter("--resume needs --run-dir")
     config = None
