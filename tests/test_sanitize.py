@@ -86,3 +86,12 @@ def test_annotated_ptx_assembles_with_lineinfo(tmp_path):
     except ToolchainError as e:
         pytest.skip(f"no ptxas here: {e}")
     assert cubin is not None and cubin.stat().st_size > 0
+
+
+def test_driver_probes_are_not_findings_but_kernel_faults_are():
+    # shape of the memcheck output for the fault corpus's oob_write.cu on the H200 (cuda solution, nvcc -lineinfo)
+    findings, errors = san("memcheck_api_noise", "memcheck")
+    assert errors == 68
+    assert [f.kind for f in findings] == ["Invalid __global__ write", "CUDA API error"]
+    assert findings[0].kernel == "gemm" and findings[0].ptx_line == 24 and "solution.cu:24" in findings[0].message
+    assert "LAUNCH_FAILED" in findings[1].message

@@ -47,13 +47,14 @@ class ArchProfile(BaseModel):
 _TMA = TargetFamily(
     name="tma",
     ptx=["cp.async.bulk.tensor", "cp.reduce.async.bulk.tensor"],
-    sass=["UTMALDG", "UTMASTG", "UTMAREDG", "UBLKCP", "UTMAPF"],
-    counters=["smsp__sass_inst_executed_op_tma_ld.sum", "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum",
-              "sm__inst_executed_pipe_tma_pred_on_any.sum"],
-    # pipe_tma_pred_on_any: warp-level TMA-pipe instructions with at least one predicate-true thread
-    # (loads, stores, reductions); op_tma_ld: the loads alone (FACTS.md: 8 for 8 CTAs x 1 load).
-    counter_opcodes={"smsp__sass_inst_executed_op_tma_ld.sum": ["UTMALDG"],
-                     "sm__inst_executed_pipe_tma_pred_on_any.sum": ["UTMALDG", "UTMASTG", "UTMAREDG", "UBLKCP", "UTMAPF"]},
+    sass=["UTMALDG", "UTMASTG", "UTMAREDG", "UBLKCP", "UBLKRED", "UTMAPF"],
+    counters=["smsp__sass_inst_executed_op_tma_ld.sum", "smsp__sass_inst_executed_op_tma.sum",
+              "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"],
+    # op_tma: warp instructions UTMALDG, UTMASTG, UTMAREDG, UBLKCP.*, UBLKRED.* that executed with a
+    # true predicate (gh100 and gb100 both have it); op_tma_ld: the loads alone (8 for 8 CTAs x 1 load,
+    # FACTS.md). sm__inst_executed_pipe_tma_pred_on_any also counts other TMA-pipe work (descriptor
+    # prefetch, commits: 315,656 vs 301,056 UTMA* on the reference GEMM), so it does not cross-check.
+    counter_opcodes={"smsp__sass_inst_executed_op_tma.sum": ["UTMALDG", "UTMASTG", "UTMAREDG", "UBLKCP", "UBLKRED"]},
     doc="Tensor Memory Accelerator bulk tensor copies (loads, stores, reductions).",
 )
 
@@ -87,7 +88,11 @@ SM100A = ArchProfile(
             name="tcgen05",
             ptx=["tcgen05.mma", "tcgen05.ld", "tcgen05.st", "tcgen05.alloc", "tcgen05.commit", "tcgen05.cp"],
             sass=["UTC*", "LDTM", "STTM"],
-            counters=["sm__inst_executed_pipe_tc.sum"],
+            # Names from ncu 2025.3.1's gb100 metric list (--query-metrics --chip gb100, read on the H200
+            # machine); not yet measured on a B200. op_utcmma counts the UTC*MMA warp instructions.
+            counters=["sm__inst_executed_pipe_tc.sum", "smsp__sass_inst_executed_op_utcmma.sum",
+                      "smsp__sass_inst_executed_op_utccp.sum"],
+            counter_opcodes={"smsp__sass_inst_executed_op_utcmma.sum": ["UTC*MMA"]},
             doc="Fifth-generation tensor core instructions with tensor memory (Blackwell).",
         ),
         _TMA,

@@ -157,7 +157,10 @@ def _kernel_items(k: KernelProfile, wl: Workload | None, total_dram: float | Non
             continue  # the stall items above say the same with advice
         if r.type == "OPT" and r.speedup_pct:
             msg = _sentences(r.message, 220)
-            items.append((r.speedup_pct * 0.8, t["other"]["rule"].format(name=r.name, gain=r.speedup_pct, message=msg)))
+            weight = r.speedup_pct * 0.8
+            if "Occupancy" in r.name and (k.opcodes or {}).get("HGMMA"):
+                weight *= 0.25  # warp-specialised wgmma kernels run few, large CTAs by design
+            items.append((weight, t["other"]["rule"].format(name=r.name, gain=r.speedup_pct, message=msg)))
     return items
 
 

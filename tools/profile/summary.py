@@ -45,7 +45,7 @@ class KernelProfile(BaseModel):
     l2_sol_pct: float | None = None
     dram_bytes: float | None = Field(None, description="DRAM bytes read + written")
     top_pipes: dict[str, float] = Field(default_factory=dict, description="pipe -> % of peak over active cycles, top 3")
-    tensor_pipe_pct: float | None = Field(None, description="warpgroup tensor pipe, % of peak over elapsed cycles")
+    tensor_pipe_pct: float | None = Field(None, description="tensor pipe busy, % of elapsed cycles (wgmma at full rate ~ 100)")
     registers: int | None = None
     smem_per_block: float | None = None
     theoretical_occupancy_pct: float | None = None
@@ -136,8 +136,10 @@ def _fill_from_details(k: KernelProfile, d: DetailKernel) -> None:
     if k.duration_us is None and sol.get("Duration") is not None:
         k.duration_us = sol["Duration"] * 1e6
     pipes = d.section(COMPUTE, label="Pipe Utilization (% of active cycles)")
+    if "Tensor (All)" in pipes:  # the shared FP64+Tensor pipe is the tensor pipe while FP64 is idle
+        pipes.pop("Shared (FP64+Tensor)", None)
     k.top_pipes = dict(sorted(((p, v) for p, v in pipes.items() if v > 0), key=lambda x: -x[1])[:3])
-    k.tensor_pipe_pct = d.value(COMPUTE, "Tensor (Warp Group)", "Pipe Utilization (% of peak instructions executed over elapsed cycles)")
+    k.tensor_pipe_pct = d.value(COMPUTE, "Tensor (All)", "Pipe Utilization (% of elapsed cycles)")
     occ = d.section(OCC, label="")
     k.theoretical_occupancy_pct = occ.get("Theoretical Occupancy")
     k.achieved_occupancy_pct = occ.get("Achieved Occupancy")

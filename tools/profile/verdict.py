@@ -12,6 +12,8 @@ reported but never decides.
 """
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
+
 from ptxbench.tools.results import RuntimeTarget
 from ptxbench.workloads.arch import ArchProfile, TargetFamily
 
@@ -21,7 +23,10 @@ from .summary import KernelProfile, ProfileSummary
 def _family_sum(counts: dict[str, float] | None, fam: TargetFamily, opcodes: list[str] | None = None) -> float | None:
     if counts is None:
         return None
-    keep = (lambda op: op.split(".", 1)[0] in opcodes) if opcodes is not None else fam.matches_opcode
+    if opcodes is not None:  # glob patterns on the opcode's first dotted part, e.g. 'UTC*MMA'
+        keep = lambda op: any(fnmatchcase(op.split(".", 1)[0], pat) for pat in opcodes)  # noqa: E731
+    else:
+        keep = fam.matches_opcode
     return sum(v for op, v in counts.items() if keep(op))
 
 
