@@ -67,15 +67,16 @@ class LiteLLMModel:
         self.extra = dict(extra or {})
 
     def _kwargs(self, request: ModelRequest) -> dict[str, Any]:
+        # max_retries=0: the provider client must not retry on its own; tenacity does, and counts attempts.
         kwargs: dict[str, Any] = {"model": self.name, "messages": request.messages, "timeout": self.timeout_s,
-                                  "max_retries": 0, **self.extra}
+                                  "max_retries": 0, "drop_params": True, **self.extra}
         if self.api_base:
             kwargs["api_base"] = self.api_base
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         if key:
             kwargs["api_key"] = key
-        elif self.api_base and not os.environ.get("OPENAI_API_KEY"):
-            kwargs["api_key"] = "EMPTY"  # local OpenAI-compatible servers want some key
+        elif self.api_base and self.name.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
+            kwargs["api_key"] = "EMPTY"  # a local OpenAI-compatible server: the client insists on some key
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
         if self.max_tokens is not None:
