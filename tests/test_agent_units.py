@@ -183,3 +183,15 @@ def writer_events(writer):
     from ptxbench.agent.rundir import read_events
 
     return read_events(writer.path)
+
+
+def test_builtin_reference_and_the_tuners_attention_fallback():
+    from ptxbench.agent.extract import extract_solution
+    from ptxbench.workloads.solutions import attention
+
+    expected = attention.solution_path("mha_fwd", False).read_text()
+    for name in ("builtin/reference", "builtin/tuner"):
+        answer = load_model(name, "smoke_mha_fwd_d64").query(ModelRequest(messages=[]))
+        assert extract_solution(answer.content).source.strip() == expected.strip(), name
+    gemm = load_model("builtin/reference", WORKLOAD).query(ModelRequest(messages=[]))
+    assert "gemm_bf16_tn" in extract_solution(gemm.content).source

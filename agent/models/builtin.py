@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import json
 import random
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -36,28 +35,20 @@ def fenced(source: str, note: str) -> str:
 
 def reference_source(workload_id: str) -> str:
     """The reference solution file of a workload, from ptxbench.workloads.solutions."""
-    from ptxbench.workloads import solutions
     from ptxbench.workloads.registry import get_workload
+    from ptxbench.workloads.solutions import attention
 
-    for fn_name in ("reference_solution", "load_reference", "reference_source"):
-        fn = getattr(solutions, fn_name, None)
-        if callable(fn):
-            text = fn(workload_id)
-            return text if isinstance(text, str) else text.source
     workload = get_workload(workload_id)
-    folder = Path(solutions.__file__).parent
-    names = [workload.id, workload.id.removeprefix("smoke_"), workload.op + ("_causal" if workload.causal else ""), workload.op]
-    for name in names:
-        for suffix in (".cu", ".ptx"):
-            path = folder / f"{name}{suffix}"
-            if path.exists():
-                return path.read_text(encoding="utf-8")
+    exact = attention.HERE / f"{workload.id}.cu"
+    if exact.exists():
+        return exact.read_text(encoding="utf-8")
     if workload.op == "gemm":  # the template is shape-generic: its default point is the reference
         template = importlib.import_module("ptxbench.workloads.solutions.gemm_template")
         return template.render(template.default_params())
-    for path in sorted(folder.glob(f"{workload.op}*.cu")) + sorted(folder.glob(f"{workload.op}*.ptx")):
-        return path.read_text(encoding="utf-8")
-    raise ModelError(f"no reference solution for {workload_id} in {folder}")
+    try:
+        return attention.attention_solution(workload).read_text(encoding="utf-8")
+    except (KeyError, OSError) as exc:
+        raise ModelError(f"no reference solution for {workload_id}: {exc}") from None
 
 
 class ReferenceModel:
