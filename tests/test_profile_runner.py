@@ -96,3 +96,25 @@ def test_outcome_fills_the_eval_result():
 def test_replay_argv_runs_the_module_with_this_python(tmp_path):
     argv = replay_argv("w", tmp_path / "s.ptx", "k.cubin", "sm_90a", 3, exact=True)
     assert argv[:3] == [sys.executable, "-m", "ptxbench.tools.profile.replay"] and argv[-1] == "--exact"
+
+
+def test_device_env_narrows_the_visible_gpus(monkeypatch):
+    from ptxbench.tools.profile.candidate import device_env
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    assert device_env(1)["CUDA_VISIBLE_DEVICES"] == "5"
+    assert device_env(None, X="1")["CUDA_VISIBLE_DEVICES"] == "2,5"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert device_env(3)["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def test_attach_skips_what_was_not_asked_or_did_not_run():
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.tools.profile.attach import attach
+    from ptxbench.tools.results import CompileResult
+
+    comp = CompileResult(status="ok", arch="sm_90a", cubin_path="/nonexistent.cubin")
+    failed = EvalResult(workload="w", status="INCORRECT_NUMERICAL", gpu_evaluated=True)
+    assert attach(failed, EvalOptions(), "", comp).targets_runtime == {}  # verdicts only for passing kernels
+    cpu_only = EvalResult(workload="w", status="PASSED", gpu_evaluated=False)
+    assert attach(cpu_only, EvalOptions(profile=True), "", comp).profile is None

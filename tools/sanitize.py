@@ -189,13 +189,14 @@ def sanitize_candidate(
     timeout_s: float = 180.0,
     seed: int = 0,
     workdir: str | Path | None = None,
+    device: int | None = None,
 ) -> SanitizeOutcome:
     """Run each compute-sanitizer tool in `tools` on one replay of the candidate (this machine's GPU).
 
     `cubin_path` is the compiled module (needed for `cuda` solutions, a fallback for `ptx`, which
     are re-assembled with line info). Returns the parsed findings and short feedback naming the
     kernel and the solution line; `timeout_s` applies to each tool run."""
-    from .profile.candidate import replay_argv
+    from .profile.candidate import device_env, replay_argv
     from .profile.runner import _run
 
     start = time.perf_counter()
@@ -216,7 +217,7 @@ def sanitize_candidate(
         if cubin is None:
             return SanitizeOutcome(ok=False, error="no cubin to run (the solution did not assemble)")
         (work / "solution.txt").write_text(source)
-        env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
+        env = device_env(device, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
         for tool in tools:
             # API errors off: the harness probes the driver (cuFuncGetParamInfo past the last parameter,
             # cuGetProcAddress) and those failures are expected; kernel errors are reported regardless.

@@ -41,6 +41,15 @@ class ProfileOutcome(BaseModel):
         return result
 
 
+def device_env(device: int | None, **extra: str) -> dict[str, str]:
+    """The environment of a replay: this process's, with CUDA_VISIBLE_DEVICES narrowed to `device`."""
+    env = dict(os.environ, **extra)
+    if device is not None:
+        visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        env["CUDA_VISIBLE_DEVICES"] = visible[device] if device < len(visible) else str(device)
+    return env
+
+
 def replay_argv(workload_id: str, source_path: Path, cubin_path: str | Path, arch: str, seed: int, exact: bool = False) -> list[str]:
     argv = [sys.executable, "-m", "ptxbench.tools.profile.replay", "--workload", workload_id, "--source", str(source_path),
             "--cubin", str(cubin_path), "--arch", arch, "--seed", str(seed)]
@@ -59,6 +68,7 @@ def profile_candidate(
     seed: int = 0,
     token_budget: int = 450,
     workdir: str | Path | None = None,
+    device: int | None = None,
 ) -> ProfileOutcome:
     """Profile one candidate (the solution file `source`, assembled to `cubin_path`) on this machine's GPU.
 
@@ -67,7 +77,8 @@ def profile_candidate(
     and writes feedback; full=False collects only the executed-instruction counters (a few seconds),
     enough for the runtime verdict of a passing kernel. `compile_result` supplies the static SASS
     histogram (presence of the families when the source page is not collected) and ptxas spills for
-    the feedback. The verdicts cover the families the workload targets on `arch`.
+    the feedback. The verdicts cover the families the workload targets on `arch`. `device` picks
+    the GPU (CUDA_VISIBLE_DEVICES of the replay); by default the first visible one.
     """
     from ptxbench.workloads.registry import get_workload
 
@@ -84,7 +95,7 @@ def profile_candidate(
         work.mkdir(parents=True, exist_ok=True)
         source_path = work / "solution.txt"
         source_path.write_text(source)
-        env = dict(os.environ)
+        env = device_env(device)
         summary = profile_command(replay_argv(workload_id, source_path, cubin_path, arch, seed), counters=counters,
                                   full=full, timeout_s=timeout_s, workdir=work, env=env)
     static = static_histogram(compile_result.kernels) if compile_result is not None and compile_result.kernels else None
