@@ -28,6 +28,15 @@ class ContextChoice(str, Enum):
     summary = "summary"
 
 
+def target_summary(result: dict) -> str:
+    """'wgmma executed, tma executed' at runtime, else what the SASS shows ('wgmma in SASS')."""
+    runtime = result.get("targets_runtime") or {}
+    if runtime:
+        return ", ".join(f"{name} {t.get('verdict', '?')}" for name, t in runtime.items())
+    static = (result.get("compile") or {}).get("targets") or {}
+    return ", ".join(f"{name} {'in SASS' if t.get('in_sass') else 'absent'}" for name, t in static.items()) or "-"
+
+
 class LiveView:
     """A rich table with one row per turn, refreshed as trajectory events arrive."""
 
@@ -38,14 +47,15 @@ class LiveView:
         self.title = title
         self.rows: list[tuple[str, ...]] = []
         self.note = "starting"
+        self.targets = "-"
         self.live = None
 
     def render(self):
         from rich.table import Table
 
         table = Table(title=self.title, caption=self.note)
-        for col in ("turn", "status", "speedup", "tokens", "cost $", "elapsed s"):
-            table.add_column(col, justify="right" if col != "status" else "left")
+        for col in ("turn", "status", "speedup", "targets", "tokens", "cost $", "elapsed s"):
+            table.add_column(col, justify="left" if col in ("status", "targets") else "right")
         for row in self.rows:
             table.add_row(*row)
         return table
@@ -55,12 +65,15 @@ class LiveView:
             self.note = f"turn {event.turn}: model answered in {event.latency_s:.1f} s; evaluating"
         elif event.type == "tool_call":
             self.note = f"turn {event.turn}: tool {event.name}"
+        elif event.type == "eval_result" and event.submission:
+            self.targets = target_summary(event.result)
         elif event.type == "turn_end":
             speed = f"{event.speedup:.3f}x" if event.speedup is not None else "-"
             style = "green" if event.status == "PASSED" else "red"
-            self.rows.append((str(event.turn), f"[{style}]{event.status}[/]", speed, str(event.tokens),
+            self.rows.append((str(event.turn), f"[{style}]{event.status}[/]", speed, self.targets, str(event.tokens),
                               f"{event.cost_usd:.4f}", f"{event.elapsed_s:.1f}"))
             self.note = f"turn {event.turn} done; querying the model"
+            self.targets = "-"
         elif event.type == "stop":
             self.note = f"stopped: {event.reason} ({event.detail})"
         elif event.type == "error":
@@ -116,13 +129,14 @@ def optimize(
             target_speedup=target_speedup or None, prompt=prompt, context=context.value, no_gpu=no_gpu, trials=trials,
             max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall, max_tool_calls=max_tool_calls, arch=arch, temperature=temperature,
             retry_wait_s=retry_wait)
-    title = f"ptxbench optimize {workload or resume}" + ("  [no GPU: compile + SASS only]" if no_gpu else "")
+    title = f"ptxbench optimize {workload or resume}" + ("  (no GPU: compile + SASS only)" if no_gpu else "")
     view = LiveView(title)
     if quiet:
         outcome = run_optimize(config, run_dir=run_dir, resume=resume)
     else:
         with view:
             outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[view])
+        view.console.line()
     best = f"{outcome.best_speedup:.3f}x (turn {outcome.best_turn})" if outcome.best_speedup is not None else "none"
     typer.echo(f"stop: {outcome.stop_reason} ({outcome.stop_detail}); turns {outcome.turns}; best speedup {best}; "
                f"trajectory {outcome.folder}")

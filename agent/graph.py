@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable
 
 from langgraph.graph import END, START, StateGraph
@@ -36,7 +37,7 @@ class Deps:
     log: TrajectoryLog
     options: EvalOptions
 
-    @property
+    @cached_property
     def toolbox(self) -> Toolbox:
         return Toolbox(self.evaluator, self.config.workload, self.options)
 

@@ -62,15 +62,12 @@ class Toolbox:
         self.evaluator = evaluator
         self.workload_id = workload_id
         self.options = options
-        self.last_result: EvalResult | None = None
 
     def schemas(self) -> list[dict[str, Any]]:
         return [tool_schema(getattr(self, name)) for name in self.NAMES]
 
     def _run(self, source: str, **changes: Any) -> EvalResult:
-        options = self.options.model_copy(update=changes)
-        self.last_result = self.evaluator.evaluate(self.workload_id, source, options)
-        return self.last_result
+        return self.evaluator.evaluate(self.workload_id, source, self.options.model_copy(update=changes))
 
     def _text(self, result: EvalResult, turn: int) -> str:
         return render_eval(result, turn, self.options.no_gpu)
