@@ -92,7 +92,10 @@ class Steps:
         self.d.log.model_call(state["turn"], self.d.model.name, messages, reply)
         usage = reply.usage
         tokens = usage.get("total_tokens") or usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
-        return {"reply": reply.model_dump(), "current": state["current"] + [reply.assistant_message()],
+        message = reply.assistant_message()
+        if self.cfg.mode == "pipeline":  # no tools were offered: stray tool calls get no answers, so drop them
+            message.pop("tool_calls", None)
+        return {"reply": reply.model_dump(), "current": state["current"] + [message],
                 "model_calls": state["model_calls"] + 1, "tokens": state["tokens"] + tokens,
                 "cost_usd": state["cost_usd"] + (reply.cost_usd or 0.0)}
 
@@ -189,6 +192,11 @@ class Steps:
                 "current": [], "turn": turn + 1, "reply": None, "submission": None, "eval": None, "format_error": "",
                 "feedback": "", "turn_tool_calls": 0, "best_speedup": best, "best_turn": best_turn}
 
+    def after_query(self, state: AgentState) -> str:
+        if state.get("stop"):
+            return "finish"
+        return "run_tools" if self.cfg.mode == "tools" and state["reply"]["tool_calls"] else "extract"
+
     def finish(self, state: AgentState) -> dict:
         stop = state["stop"] or {"reason": "error", "detail": "stopped without a reason"}
         if state.get("current"):  # a turn cut short (budgets, an infrastructure failure): close it for scoring
@@ -198,10 +206,6 @@ class Steps:
         return {}
 
 
-def _after_query(state: AgentState) -> str:
-    if state.get("stop"):
-        return "finish"
-    return "run_tools" if state["reply"]["tool_calls"] else "extract"
 
 
 def _after_tools(state: AgentState) -> str:
@@ -217,7 +221,7 @@ def build_graph(deps: Deps, checkpointer=None):
         graph.add_node(name, timed(getattr(steps, name)))
     graph.add_edge(START, "check_limits")
     graph.add_conditional_edges("check_limits", lambda s: "finish" if s.get("stop") else "query", ["finish", "query"])
-    graph.add_conditional_edges("query", _after_query, ["finish", "run_tools", "extract"])
+    graph.add_conditional_edges("query", steps.after_query, ["finish", "run_tools", "extract"])
     graph.add_conditional_edges("extract", lambda s: "evaluate" if s.get("submission") else "feedback", ["evaluate", "feedback"])
     graph.add_conditional_edges("evaluate", lambda s: "finish" if s.get("stop") else "feedback", ["finish", "feedback"])
     graph.add_conditional_edges("run_tools", _after_tools, ["finish", "feedback", "check_limits"])
