@@ -21,6 +21,11 @@ def _plt():
     return plt
 
 
+def _legend(ax, size: int) -> None:
+    if ax.get_legend_handles_labels()[0]:  # an empty run has nothing to label
+        ax.legend(fontsize=size)
+
+
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
@@ -50,7 +55,7 @@ def fast_p_curves(score: RunScore) -> str:
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("share of trajectories")
-    axes[0].legend(fontsize=8)
+    _legend(axes[0], 8)
     return _png(fig)
 
 
@@ -78,7 +83,7 @@ def speedup_by_turn(score: RunScore) -> str:
     ax.set_ylabel("mean best speedup so far")
     ax.set_title("Speedup by turn (0 until a first correct turn)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax, 8)
     return _png(fig)
 
 
@@ -92,7 +97,7 @@ def correct_vs_target_by_turn(score: RunScore) -> str:
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("Correct vs. target executed, by turn")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _legend(ax, 7)
     return _png(fig)
 
 
