@@ -34,7 +34,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--max-seconds", type=float, default=300.0)
-    ap.add_argument("--timeout", type=float, default=0.5, help="watchdog limit per candidate (the hang costs this)")
+    ap.add_argument("--timeout", type=float, default=2.0, help="watchdog limit per candidate (the hang costs this)")
     ap.add_argument("--spares", type=int, default=6)
     ap.add_argument("--json", default="")
     args = ap.parse_args()

@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 
+from ptxbench.tools.gpu import pool as pool_module
 from ptxbench.tools.gpu.pool import GpuPool, NoGpuError, PoolConfig
 
 HELLO = {"type": "hello", "limits": {"sm_count": 132, "name": "fake"}, "fingerprint": {"gpu": "fake"}, "device_count": 2}
@@ -110,7 +111,8 @@ def test_fault_replaces_worker_with_spare_and_next_job_runs_on_a_fresh_one():
     pool.close()
 
 
-def test_hang_is_timeout_and_worker_is_killed():
+def test_hang_is_timeout_and_worker_is_killed(monkeypatch):
+    monkeypatch.setattr(pool_module, "MIN_CANDIDATE_LIMIT_S", 0.1)
     pool = make_pool(devices=[0], spares=1)
     t0 = time.monotonic()
     res = pool.submit({"behave": "hang", "timeout_s": 0.3})
@@ -160,4 +162,13 @@ def test_jobs_queue_one_at_a_time_per_gpu():
     assert pool.slots[0].jobs == 6
     health = pool.ping()
     assert health[0]["ok"] and health[0]["jobs"] == 6
+    pool.close()
+
+
+def test_candidate_limit_has_a_floor_for_slow_fault_reports():
+    pool = make_pool(devices=[0], spares=0)
+    t0 = time.monotonic()
+    res = pool.submit({"behave": "hang", "timeout_s": 0.1})
+    waited = time.monotonic() - t0
+    assert res["status"] == "TIMEOUT" and waited >= pool_module.MIN_CANDIDATE_LIMIT_S
     pool.close()

@@ -22,6 +22,9 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
+# The H200 reports some faults (misaligned address, trap) only 0.5-1 s after the kernel starts; a
+# watchdog shorter than this would call them hangs (measured: bench/results/gpu_evaluator.md).
+MIN_CANDIDATE_LIMIT_S = 2.0
 PRELOAD = ["numpy", "torch", "cuda.bindings.driver", "ptxbench.tools.gpu.worker", "ptxbench.tools.gpu.runner"]
 
 
@@ -221,15 +224,19 @@ class GpuPool:
                 if now > deadline:
                     self._replace(slot)
                     if phase in ("run", "timing"):
-                        return _result("TIMEOUT", f"the kernel did not finish within {limit:g} s ({phase} phase); "
-                                                  f"the watchdog killed the worker", runtime_error=f"TIMEOUT after {limit:g} s")
+                        return _result("TIMEOUT", f"the kernel did not finish within "
+                                                  f"{max(limit, MIN_CANDIDATE_LIMIT_S):g} s ({phase} phase); "
+                                                  f"the watchdog killed the worker",
+                                       runtime_error=f"TIMEOUT after {max(limit, MIN_CANDIDATE_LIMIT_S):g} s")
                     return _result("INFRA_ERROR", f"preparing inputs, references or baselines took longer than "
                                                   f"{self.config.prepare_timeout_s:g} s")
                 continue
             if reply.get("id") not in (None, job_id):
                 continue
             if reply["type"] == "phase":
-                phase, deadline = reply["phase"], now + float(reply["limit_s"])
+                phase = reply["phase"]
+                floor = MIN_CANDIDATE_LIMIT_S if phase in ("run", "timing") else 0.0
+                deadline = now + max(float(reply["limit_s"]), floor)
             elif reply["type"] == "result":
                 result = reply["result"]
                 timing = result.get("timing") or {}
