@@ -1,0 +1,73 @@
+"""LocalEvaluator's parent side without a GPU: a fake worker answers like the real one, so the job it
+receives and the EvalResult built from its answer are checked on the CPU."""
+from __future__ import annotations
+
+from ptxbench.tools.evaluate import LocalEvaluator, _format_status, _message
+from ptxbench.tools.evaluator import EvalOptions
+from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
+from ptxbench.tools.plan import FormatIssue, ResolvedPlan
+from ptxbench.workloads.solutions.faults import load_corpus
+
+WORKLOAD, CORPUS = load_corpus()
+TIMING = {"candidate": {"median_ms": 2.0, "ci_low_ms": 1.9, "ci_high_ms": 2.1, "n": 150},
+          "baselines": {"cublas": {"median_ms": 1.0, "ci_low_ms": 0.99, "ci_high_ms": 1.01, "n": 150}},
+          "primary_baseline": "cublas", "speedup": 0.5, "speedup_ci": [0.48, 0.52], "tflops": 0.03, "sol_pct": 1.2,
+          "ceilings": {"tflops_bf16": 700.0, "hbm_gbps": 4000.0}, "flags": []}
+STATS = {"trial": 0, "tensor": "C", "passed": True, "max_abs_err": 0.01, "max_rel_err": 0.002, "rel_fro_err": 0.003,
+         "frac_matched": 1.0, "n_nan": 0, "n_inf": 0, "worst_index": [1, 2], "worst_value": 1.0, "worst_expected": 1.01}
+
+
+class AnsweringWorker:
+    def __init__(self, device, config):
+        self.device, self.hello, self.jobs = device, None, []
+        self.replies = [{"type": "hello", "device_count": 1, "fingerprint": {"gpu": "NVIDIA H200", "sm_count": 132},
+                         "limits": {"sm_count": 132, "name": "NVIDIA H200"}}]
+
+    def send(self, msg):
+        if msg.get("type") != "evaluate":
+            return
+        self.jobs.append(msg)
+        self.replies.append({"type": "phase", "id": msg["id"], "phase": "run", "limit_s": 5})
+        self.replies.append({"type": "result", "id": msg["id"], "replace": False, "result": {
+            "status": "PASSED", "correctness": [STATS], "timing": TIMING, "plan_errors": [], "runtime_error": "",
+            "seconds": {"correctness": 0.1, "timing": 0.3}}})
+
+    def recv(self, timeout):
+        return self.replies.pop(0) if self.replies else None
+
+    def alive(self):
+        return True
+
+    exitcode = None
+
+    def kill(self):
+        pass
+
+    def stop(self, grace_s=0.0):
+        pass
+
+
+def test_evaluate_sends_a_complete_job_and_builds_the_result():
+    workers = []
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: workers.append(AnsweringWorker(d, c)) or workers[-1])
+    ev = LocalEvaluator(pool)
+    r = ev.evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(trials=2, seed=7, timeout_s=9, iters=20))
+    job = workers[0].jobs[0]
+    assert job["cubin"][:4] == b"\x7fELF" and job["trials"] == 2 and job["seed"] == 7 and job["iters"] == 20
+    assert job["timeout_s"] == 9 and job["workload"] == WORKLOAD
+    plan = ResolvedPlan.model_validate(job["plan"])
+    assert plan.num_sms == 132 and plan.launches[0].grid == (2, 256, 1)
+    assert r.status == "PASSED" and r.gpu_evaluated and r.timing.speedup == 0.5
+    assert r.fingerprint.gpu == "NVIDIA H200" and r.fingerprint.ptxas
+    assert {"parse", "compile", "gpu", "gpu.timing"} <= set(r.seconds)
+    assert "speedup 0.500x" in r.message and "[0.480, 0.520]" in r.message
+    ev.close()
+
+
+def test_format_status_and_failure_message():
+    assert _format_status([FormatIssue(line=3, message="kernel gemm has 6 parameters but the launch passes 5 args")]) \
+        == "PLAN_ERROR"
+    assert _format_status([FormatIssue(line=9, message="#include <stdio.h> is not allowed")]) == "COMPILE_ERROR"
+    bad = dict(STATS, passed=False, frac_matched=0.5, note="constant output (every element is 1)")
+    text = _message({"status": "INCORRECT_NUMERICAL", "correctness": [bad]})
+    assert "C is wrong in run 0" in text and "50.000%" in text and "[1, 2]" in text and "constant output" in text
