@@ -58,7 +58,7 @@ RUNTIME_FIELDS = ("backend", "ray_address", "gpus", "parallel", "provider_limits
 
 
 def open_run(config: BenchConfig | None, run_dir: Path, resume: bool, overrides: dict | None = None) -> BenchConfig:
-    """The matrix to run: a new run's (manifest written), or the recorded one when resuming
+    """The matrix to run: a new run's, or the recorded one when resuming
     (where only the runtime knobs of RUNTIME_FIELDS may change, through `overrides`)."""
     manifest = read_manifest(run_dir)
     if resume:
@@ -70,9 +70,13 @@ def open_run(config: BenchConfig | None, run_dir: Path, resume: bool, overrides:
         raise BenchError("give a bench config, or resume=True")
     if manifest or trajectory_folders(run_dir):
         raise BenchError(f"{run_dir} already holds a run: pass --resume to continue it, or choose another --run-dir")
+    expand(config)  # a bad matrix fails here, before anything is written
+    return config
+
+
+def _write_manifest(config: BenchConfig, run_dir: Path) -> None:
     ids = [c.trajectory_id() for c in expand(config)]
     write_manifest(run_dir, build_manifest(config.model_dump(mode="json"), "bench", ids, config.arch))
-    return config
 
 
 def make_evaluator(config: BenchConfig):
@@ -136,7 +140,9 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
     run_dir = Path(run_dir)
     config = open_run(config, run_dir, resume, overrides)
     own_evaluator = evaluator is None
-    evaluator = evaluator or make_evaluator(config)
+    evaluator = evaluator or make_evaluator(config)  # no GPU for a GPU run: fails before the run folder is made
+    if not resume:
+        _write_manifest(config, run_dir)
     checkpointer = open_checkpointer(run_dir / "checkpoints.sqlite")
     runner = _Runner(config, run_dir, evaluator, checkpointer, model_factory or make_model)
     configs = expand(config)
