@@ -184,6 +184,16 @@ def test_torn_and_unfinished_trajectory(tmp_path):
     assert traj.stop_reason == "" and not traj.infra_failed and [t.status for t in traj.turns] == ["PASSED"]
 
 
+def test_harness_failure_before_any_turn(tmp_path):
+    from ptxbench.agent.events import ErrorEvent
+
+    b = TrajectoryBuilder(tmp_path, "t", "m/c", "gemm")
+    b.writer.append(ErrorEvent(trajectory_id="t", turn=0, where="graph", message="RuntimeError: pool down", infra=True))
+    score = score_runs([tmp_path])
+    assert score.trajectories[0].infra_failed and score.trajectories[0].turns == []
+    assert score.n_infra_failed == 1 and score.models[0].n_trajectories == 0
+
+
 def test_estimators():
     assert ratio_estimate([], []).value is None
     e = mean_estimate([1.0, 1.0, 1.0])

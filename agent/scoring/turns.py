@@ -47,12 +47,7 @@ class TrajectoryScore(BaseModel):
     def scored_turns(self) -> list[TurnScore]:
         return [t for t in self.turns if not t.infra]
 
-    @property
-    def infra_failed(self) -> bool:
-        """Ended on an infra failure that no retry repaired: left out of trajectory-level scores."""
-        if self.stop_reason == "infra_error":
-            return True
-        return bool(self.turns) and self.turns[-1].infra and self.stop_reason in ("", "error")
+    infra_failed: bool = Field(False, description="ended on an infra failure that no retry repaired: left out of trajectory-level scores")
 
     @property
     def first_correct_turn(self) -> int | None:
@@ -110,9 +105,11 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     pending: dict[int, TurnScore] = {}  # a submission waiting for its turn_end
     infra_open: set[int] = set()  # turns whose attempt hit an infra failure and has not been retried yet
     stop_reason = ""
+    infra_last = False  # the latest thing that happened was an infra failure (no progress since)
     for event in record.events:
         if event.type in ("model_call", "eval_result"):
             infra_open.discard(event.turn)  # a new attempt at the turn
+            infra_last = False
         if event.type == "eval_result" and event.submission:
             pending[event.turn] = _turn_from_eval(event.turn, event)
         elif event.type == "turn_end":
@@ -123,11 +120,13 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
             turns[event.turn] = turn
         elif event.type == "error" and event.infra:
             pending.pop(event.turn, None)
+            infra_last = True
             if event.turn > 0:
                 turns[event.turn] = TurnScore(turn=event.turn, status=INFRA)
                 infra_open.add(event.turn)
         elif event.type == "stop":
             stop_reason = event.reason
+            infra_last = event.reason == "infra_error"
     # A submission whose turn_end never came (a kill or stop right after it) still counts.
     for number, turn in pending.items():
         turns.setdefault(number, turn)
@@ -141,5 +140,6 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
         mode=start.mode if start else "",
         index=start.index if start else 0,
         stop_reason=stop_reason,
+        infra_failed=infra_last,
         turns=[turns[k] for k in sorted(turns)],
     )
