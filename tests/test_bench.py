@@ -59,7 +59,7 @@ def test_provider_limit_bounds_model_calls_in_flight():
             with self.lock:
                 Slow.active += 1
                 Slow.peak = max(Slow.peak, Slow.active)
-            time.sleep(0.05)
+            time.sleep(0.2)  # long enough for the other threads to queue up behind the gate
             with self.lock:
                 Slow.active -= 1
             return ModelReply(content="x")
