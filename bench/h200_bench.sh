@@ -8,8 +8,8 @@
 #
 # Each leaves $OUT/<name>.tar.gz (the run folder: manifest, trajectories, kernels, checkpoints), the bench log
 # and the score as Markdown. Then, on any machine (scoring reads the run folder only):
-#   mkdir -p runs && tar xzf <files_at>/h200-local.tar.gz -C runs
-#   ptxbench score runs/h200-local && ptxbench report runs/h200-local --out docs/bench-h200/report
+#   bash bench/h200_report.sh <files_at>/h200-local.tar.gz     # -> runs/h200-local, docs/bench-h200/h200-local/
+#   (unpacks, writes the report with Chromium screenshots, checks that re-scoring gives the same numbers)
 # A call that runs out of time leaves a partial run: carry it back as .bench_runs/<name> (extract the tar into
 # .bench_runs/, add .bench_runs to carry) and the next call resumes it (`bench --resume`) without repeating
 # finished trajectories or model calls.
