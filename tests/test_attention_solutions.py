@@ -9,11 +9,20 @@ from ptxbench.tools.solution import parse_solution
 from ptxbench.workloads.registry import list_workloads
 from ptxbench.workloads.solutions.attention import attention_solution, solution_path
 
-ATTENTION = [w for w in list_workloads() if w.op in ("mha_fwd", "mha_bwd") and "gqa" not in w.id]
+ATTENTION = [w for w in list_workloads() if w.op in ("mha_fwd", "mha_bwd")]
 
 
 def _plan_free(text: str) -> str:
     return "\n".join(line for line in text.splitlines()[1:] if '"f32:scale", "i32:' not in line)
+
+
+def test_gqa_variant_is_the_same_code_with_group_from_the_symbols():
+    from ptxbench.workloads.solutions.attention import GQA_FORWARD, HERE
+
+    plain = solution_path("mha_fwd", causal=False).read_text().splitlines()[1:]
+    gqa = (HERE / GQA_FORWARD).read_text().splitlines()[1:]
+    assert [a for a, b in zip(plain, gqa) if a != b] == [l for l in plain if '"i32:H", "i32:1"' in l]
+    assert any('"i32:H // HKV"' in line for line in gqa)
 
 
 @pytest.mark.parametrize("op", ["fwd", "bwd"])

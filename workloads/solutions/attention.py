@@ -1,5 +1,5 @@
-"""Where the reference attention solutions live: one file per (op, causal), valid for any head dim
-that is a multiple of 16 up to 128 (not GQA: they pass group = 1)."""
+"""Where the reference attention solutions live: one file per (op, causal), plus the GQA forward;
+valid for any head dim that is a multiple of 16 up to 128."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,7 +15,12 @@ def solution_path(op: str, causal: bool) -> Path:
     return HERE / FILES[(op, causal)]
 
 
+GQA_FORWARD = "attention_fwd_gqa.cu"  # the plan passes group = H // HKV
+
+
 def attention_solution(workload: Workload) -> Path:
     if "HKV" in workload.symbols:
-        raise KeyError(f"{workload.id}: no reference solution for GQA workloads yet")
+        if workload.op != "mha_fwd" or workload.causal:
+            raise KeyError(f"{workload.id}: no reference solution for this GQA variant")
+        return HERE / GQA_FORWARD
     return solution_path(workload.op, workload.causal)
