@@ -7,7 +7,7 @@ h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:
 table{border-collapse:collapse;margin:8px 0 16px;font-size:13px}th,td{border:1px solid #ddd;padding:4px 8px;text-align:left}
 th{background:#f4f6f8}tr:nth-child(even) td{background:#fafafa}.note{color:#666;font-size:12px}
 pre{background:#f7f7f7;padding:8px;overflow-x:auto;font-size:12px;white-space:pre-wrap}
-pre.diff span{display:block}.add{background:#e6ffec}.del{background:#ffebe9}.hunk{color:#6f42c1}
+pre.diff{max-height:640px;overflow:auto}pre.diff span{display:block}.add{background:#e6ffec}.del{background:#ffebe9}.hunk{color:#6f42c1}
 .s-PASSED{color:#1a7f37;font-weight:600}.s-INFRA_ERROR{color:#9a6700}
 [class^='s-']:not(.s-PASSED):not(.s-INFRA_ERROR){color:#cf222e}.v-executed{color:#1a7f37}.err{color:#9a6700}
 section.turn{border:1px solid #e3e3e3;border-radius:6px;padding:4px 14px;margin:14px 0}

@@ -24,7 +24,9 @@ def _diff(previous: str, current: str, name: str) -> str:
             return f"<p class='note'>kernel unchanged from the previous turn ({E(name)})</p>"
     css = {"+": "add", "-": "del", "@": "hunk"}
     body = "".join(f"<span class='{css.get(line[:1], 'ctx')}'>{E(line)}</span>" for line in lines)
-    return f"<details open><summary>{E(header)}, {len(current.splitlines())} lines</summary><pre class='diff'>{body}</pre></details>"
+    # The first kernel is long and unchanged context for what follows: folded; later turns' diffs open.
+    fold = "" if not previous else " open"
+    return f"<details{fold}><summary>{E(header)}, {len(current.splitlines())} lines</summary><pre class='diff'>{body}</pre></details>"
 
 
 def _timing(result: dict) -> str:
@@ -85,7 +87,8 @@ def _turn_html(turn: int, events: list, record: TrajectoryRecord, previous: str,
             except OSError:
                 source = ""
             label = "submission" if ev.submission else "test (not scored)"
-            parts.append(f"<h4>{label}: <span class='s-{E(result.get('status', ''))}'>{E(result.get('status', ''))}</span></h4>")
+            only = " (compiled only: not run on a GPU)" if result.get("status") == "PASSED" and not result.get("gpu_evaluated") else ""
+            parts.append(f"<h4>{label}: <span class='s-{E(result.get('status', ''))}'>{E(result.get('status', ''))}</span>{only}</h4>")
             parts.append(_diff(kernel, source, ev.kernel_file))
             if result.get("message"):
                 parts.append(f"<p>{E(result['message'])}</p>")
