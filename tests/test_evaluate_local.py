@@ -71,3 +71,25 @@ def test_format_status_and_failure_message():
     bad = dict(STATS, passed=False, frac_matched=0.5, note="constant output (every element is 1)")
     text = _message({"status": "INCORRECT_NUMERICAL", "correctness": [bad]})
     assert "C is wrong in run 0" in text and "50.000%" in text and "[1, 2]" in text and "constant output" in text
+
+
+def test_a_passing_candidate_gets_a_runtime_verdict_while_the_gpu_is_held(monkeypatch):
+    import ptxbench.tools.evaluate as evaluate_module
+
+    workers = []
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: workers.append(AnsweringWorker(d, c)) or workers[-1])
+    free_during_profile = []
+    real_attach = evaluate_module.attach
+
+    def watching_attach(*args, **kwargs):
+        free_during_profile.append(pool.free.qsize())  # 0: the only GPU is out of the free queue while ncu runs
+        return real_attach(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate_module, "attach", watching_attach)
+    r = LocalEvaluator(pool).evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(trials=1))
+    assert r.status == "PASSED" and free_during_profile == [0] and pool.free.qsize() == 1
+    # No Nsight Compute on this machine: each family's runtime verdict is 'unknown' with the reason, never a pass.
+    assert r.targets_runtime and all(t.verdict == "unknown" and t.reason for t in r.targets_runtime.values())
+    r2 = LocalEvaluator(pool).evaluate(WORKLOAD, CORPUS["control_correct"]["source"],
+                                       EvalOptions(trials=1, profile_on_pass=False))
+    assert not r2.targets_runtime and free_during_profile == [0]

@@ -16,6 +16,7 @@ from .compile import compile_source
 from .evaluator import EvalOptions
 from .gpu.pool import GpuPool, NoGpuError, PoolConfig
 from .plan import FormatIssue
+from .profile import attach
 from .results import EvalResult, Fingerprint, Timing, TrialStats
 from .solution import PlanError, parse_solution, resolve_plan
 
@@ -112,12 +113,17 @@ class LocalEvaluator:
         seconds["gpu"] = time.perf_counter() - t0
         seconds.update({f"gpu.{k}": v for k, v in (result.get("seconds") or {}).items()})
         fp = Fingerprint.model_validate({**pool.fingerprint, "ptxas": comp.tools.get("ptxas", "")})
-        return EvalResult(
+        evaluated = EvalResult(
             status=result["status"], message=_message(result), plan_errors=result.get("plan_errors", []),
             runtime_error=result.get("runtime_error", ""),
             correctness=[TrialStats.model_validate(s) for s in result.get("correctness", [])],
             timing=Timing.model_validate(result["timing"]) if result.get("timing") else None,
             fingerprint=fp, gpu_evaluated=True, **base)
+        if options.profile or options.sanitize or (options.profile_on_pass and evaluated.passed):
+            # ncu / compute-sanitizer replay the candidate in their own process: hold the GPU so nothing is timed meanwhile
+            with pool.exclusive() as device:
+                evaluated = attach(evaluated, options, solution.source, comp, solution.language, device=device)
+        return evaluated
 
     def close(self) -> None:
         if self._pool is not None:

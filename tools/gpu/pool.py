@@ -13,6 +13,9 @@ spare starts in the background. The caller always gets a result dict.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import multiprocessing as mp
 import queue
 import threading
@@ -179,6 +182,16 @@ class GpuPool:
             return self._run(slot, job)
         except NoGpuError as e:  # a replacement worker could not start
             return _result("INFRA_ERROR", str(e))
+        finally:
+            self.free.put(slot)
+
+    @contextmanager
+    def exclusive(self) -> Iterator[int]:
+        """Hold one GPU for work outside the worker (a profiler or sanitizer run), so nothing is timed on it meanwhile."""
+        self.start()
+        slot = self.free.get()
+        try:
+            yield slot.device
         finally:
             self.free.put(slot)
 
