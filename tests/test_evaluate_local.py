@@ -93,3 +93,28 @@ def test_a_passing_candidate_gets_a_runtime_verdict_while_the_gpu_is_held(monkey
     r2 = LocalEvaluator(pool).evaluate(WORKLOAD, CORPUS["control_correct"]["source"],
                                        EvalOptions(trials=1, profile_on_pass=False))
     assert not r2.targets_runtime and free_during_profile == [0]
+
+
+def test_a_resubmitted_identical_cubin_reuses_its_profile(monkeypatch):
+    import ptxbench.tools.evaluate as evaluate_module
+    from ptxbench.tools.results import RuntimeTarget
+
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: AnsweringWorker(d, c))
+    calls = []
+
+    def fake_attach(result, options, source, comp, language, device=None):
+        calls.append(device)
+        result.targets_runtime = {"wgmma": RuntimeTarget(verdict="executed", executed_warp_insts=320)}
+        result.profile, result.feedback = {"ok": True}, "compute-bound"
+        return result
+
+    monkeypatch.setattr(evaluate_module, "attach", fake_attach)
+    ev = LocalEvaluator(pool)
+    source = CORPUS["control_correct"]["source"]
+    first = ev.evaluate(WORKLOAD, source, EvalOptions(trials=1))
+    second = ev.evaluate(WORKLOAD, source, EvalOptions(trials=1))  # the same kernel, resubmitted
+    assert calls == [0]  # one profile for two submissions of the same binary
+    assert second.targets_runtime["wgmma"].executed_warp_insts == 320 and second.feedback == "compute-bound"
+    assert second.profile["reused_from_identical_cubin"] and "reused_from_identical_cubin" not in first.profile
+    ev.evaluate(WORKLOAD, source, EvalOptions(trials=1, sanitize=["memcheck"]))
+    assert calls == [0, 0]  # sanitizer runs are never reused
