@@ -16,7 +16,7 @@ pack() { tar czf "$FINAL/results.tar.gz" -C /tmp results; }
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 mkdir -p /tmp/pkg/ptxbench && for d in agent tools workloads prompts; do ln -sfn "$PWD/$d" "/tmp/pkg/ptxbench/$d"; done
 export PYTHONPATH=/tmp/site:/tmp/pkg PYTHONUNBUFFERED=1 PTXBENCH_CACHE=/tmp/ptxbench-cache
-pb() { python3 -m ptxbench.agent "$@"; }
+PB=(python3 -m ptxbench.agent)  # an array, not a function: `timeout` runs programs only
 R=$OUT/runs; mkdir -p "$R"
 declare -A RC T
 step() {  # step NAME LIMIT_S command...
@@ -27,14 +27,14 @@ step() {  # step NAME LIMIT_S command...
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 
-step optimize "${OPT_LIMIT:-130}" pb optimize gemm_bf16_m8192_n7168_k5120 --model builtin/tuner --turns 4 \
+step optimize "${OPT_LIMIT:-130}" "${PB[@]}" optimize gemm_bf16_m8192_n7168_k5120 --model builtin/tuner --turns 4 \
   --run-dir "$R/optimize"
 
-step synth "${SYNTH_LIMIT:-110}" pb synth-repairs gemm_bf16_m8192_n7168_k5120 --run-dir "$R/synth" --timeout-s 5
-step export "${EXPORT_LIMIT:-30}" pb export "$R/synth" --recipe fixit --out "$R/synth-fixit" --format jsonl \
+step synth "${SYNTH_LIMIT:-110}" "${PB[@]}" synth-repairs gemm_bf16_m8192_n7168_k5120 --run-dir "$R/synth" --timeout-s 5
+step export "${EXPORT_LIMIT:-30}" "${PB[@]}" export "$R/synth" --recipe fixit --out "$R/synth-fixit" --format jsonl \
   --no-require-target --include-held-out
 
-step bench "${BENCH_LIMIT:-190}" env OUT="$OUT" TURNS=${BENCH_TURNS:-2} BENCH_TIMEOUT=$(( ${BENCH_LIMIT:-190} - 20 )) bash bench/h200_bench.sh local
+[ "${SKIP_BENCH:-0}" = 0 ] && step bench "${BENCH_LIMIT:-190}" env OUT="$OUT" TURNS=${BENCH_TURNS:-2} WORKLOADS=${BENCH_WORKLOADS:-gemm_bf16_m8192_n7168_k5120,mha_fwd_d128} NAME=${BENCH_NAME:-h200-local} BENCH_TIMEOUT=$(( ${BENCH_LIMIT:-190} - 20 )) bash bench/h200_bench.sh local
 
 if [ -d .whl-ray ] && [ "${SKIP_RAY:-0}" = 0 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl-ray/*.whl
