@@ -197,16 +197,23 @@ def _passes(out: torch.Tensor, ref: torch.Tensor, tol) -> bool:
     return element_ok and float(torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref)) <= tol.max_rel_fro
 
 
+# Measured on the H200 (2026-11-29, bench/results/h200-examples.md): cuDNN's bf16 backward misses the 1e-2 element
+# rule on dQ for the heavy-tailed 'spiky' inputs, so the spiky tolerance must be calibrated against the library's
+# own error before it can judge candidates. Kept as a strict xfail: it fails loudly once that is fixed.
+_SPIKY_BWD = pytest.mark.xfail(strict=True, reason="cuDNN bwd misses the 1e-2 element rule on spiky inputs (H200)")
+_CASES = [pytest.param(w.id, dist, marks=_SPIKY_BWD if (dist == "spiky" and w.op == "mha_bwd") else ())
+          for w in list_workloads(tags=["smoke"]) for dist in w.input_dist]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("wid", [w.id for w in list_workloads(tags=["smoke"])])
-def test_baselines_match_the_reference_on_gpu(wid):
+@pytest.mark.parametrize("wid,dist", _CASES)
+def test_baselines_match_the_reference_on_gpu(wid, dist):
     w = get_workload(wid)
-    for dist in w.input_dist:
-        x = make_inputs(w, 11, dist=dist, device="cuda")
-        ref = run_reference(w, x)
-        for b in w.baselines:
-            out = make_baseline(w, b.name, x)()
-            torch.cuda.synchronize()
-            for t in w.outputs:
-                assert _passes(out[t.name], ref[t.name], w.tolerance), f"{b.name} {t.name} {dist}"
+    x = make_inputs(w, 11, dist=dist, device="cuda")
+    ref = run_reference(w, x)
+    for b in w.baselines:
+        out = make_baseline(w, b.name, x)()
+        torch.cuda.synchronize()
+        for t in w.outputs:
+            assert _passes(out[t.name], ref[t.name], w.tolerance), f"{b.name} {t.name} {dist}"
     assert math.isfinite(w.flops)

@@ -45,8 +45,9 @@ MUTATIONS: list[Mutation] = [
              "wrong shared-memory descriptor advance along K inside the 128B swizzle atom (64 bytes per k16 step instead of 32)",
              WRONG, r"(\bd[ab]) \+ 2 \* kk\b", r"\1 + 4 * kk"),
     Mutation("wrong_swizzle",
-             "the TMA map's swizzle (64B) no longer matches the 128B swizzle the wgmma descriptors assume",
-             WRONG, r'(swizzle\s*=\s*)"128B"', r'\1"64B"', 1),
+             "the TMA map's swizzle (64B) no longer matches the 128B swizzle the wgmma descriptors assume "
+             "(the plan check refuses a 128-byte inner box under a 64B swizzle before anything runs)",
+             WRONG + ("PLAN_ERROR",), r'(swizzle\s*=\s*)"128B"', r'\1"64B"', 1),
     Mutation("mbarrier_phase_error",
              "consumers wait on the full barrier with the wrong parity, so they read a stage before its TMA load landed",
              HANG_OR_WRONG, r"mbar_wait\(&full\[stage\], phase\)", "mbar_wait(&full[stage], phase ^ 1)"),
