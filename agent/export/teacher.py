@@ -26,9 +26,14 @@ def _leaks(reasoning: str, row: Row) -> bool:
 
 
 def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | None = None) -> dict:
-    """Prepend teacher reasoning to each fixit row's completion in place; returns cost and counts."""
-    import litellm  # only when a teacher is asked for: litellm is large
+    """Prepend teacher reasoning to each fixit row's completion in place; returns cost and counts.
 
+    The teacher is called like any agent model (agent/models/litellm_model.py: retries, keys from the
+    environment only, usage and cost recorded)."""
+    from ..models.base import ModelRequest
+    from ..models.litellm_model import LiteLLMModel
+
+    teacher = LiteLLMModel(model, api_base=api_base, retry_wait_s=1.0)
     cache_dir.mkdir(parents=True, exist_ok=True)
     totals = {"teacher": model, "calls": 0, "cached": 0, "cost_usd": 0.0, "rejected_leaks": 0, "tokens": 0}
     for row in rows:
@@ -46,16 +51,11 @@ def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | 
             entry = json.loads(path.read_text())
             totals["cached"] += 1
         else:
-            resp = litellm.completion(
-                model=model, api_base=api_base,
-                messages=[{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": user}],
-            )
-            try:
-                cost = float(litellm.completion_cost(completion_response=resp))
-            except Exception:  # unknown price for local or new models
-                cost = 0.0
-            entry = {"reasoning": resp.choices[0].message.content or "", "cost_usd": cost,
-                     "usage": dict(resp.usage) if getattr(resp, "usage", None) else {}}
+            reply = teacher.query(ModelRequest(messages=[{"role": "system", "content": INSTRUCTIONS},
+                                                         {"role": "user", "content": user}]))
+            cost = reply.cost_usd or 0.0  # None: the provider's price is unknown (local servers)
+            entry = {"reasoning": reply.content or "", "cost_usd": cost, "usage": reply.usage,
+                     "latency_s": reply.latency_s}
             path.write_text(json.dumps(entry))
             totals["calls"] += 1
             totals["cost_usd"] += cost

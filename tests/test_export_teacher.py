@@ -1,0 +1,37 @@
+"""Teacher reasoning for Fixit rows through the real litellm path, against the local OpenAI-compatible test server:
+prepended as <think>, cached (no second request), and refused when it quotes the fix."""
+from __future__ import annotations
+
+from ptxbench.agent.export import ExportConfig, build_rows, collect_samples
+from ptxbench.agent.export.teacher import add_reasoning
+
+from export_runs import build_run
+from openai_server import ScriptedServer
+
+REASONING = "The log says ptxas rejected an unknown symbol on line 3, so the declaration must be fixed."
+
+
+def test_teacher_reasoning_is_prepended_cached_and_never_quotes_the_fix(tmp_path):
+    rows, _ = build_rows(collect_samples([build_run(tmp_path)]), ExportConfig(recipe="fixit"))
+    assert len(rows) == 1
+    fixed_line = next(ln for ln in rows[0].completion[0].content.splitlines() if "variant_b" in ln)
+    cache = tmp_path / "cache"
+    with ScriptedServer([{"content": REASONING}]) as server:
+        totals = add_reasoning(rows, "openai/teacher", cache, api_base=server.base_url)
+        assert totals["calls"] == 1 and len(server.requests) == 1
+        sent = server.requests[0]["messages"]
+        assert sent[0]["role"] == "system" and "Do NOT quote" in sent[0]["content"]
+        assert "line 3: ptxas error: unknown symbol" in sent[1]["content"]
+    done = rows[0].completion[0].content
+    assert done.startswith(f"<think>\n{REASONING}\n</think>\n\n```cuda") and rows[0].messages[-1].content == done
+
+    again, _ = build_rows(collect_samples([tmp_path / "run1"]), ExportConfig(recipe="fixit"))
+    with ScriptedServer([]) as server:  # every answer must come from the cache
+        totals = add_reasoning(again, "openai/teacher", cache, api_base=server.base_url)
+        assert totals["cached"] == 1 and totals["calls"] == 0 and server.requests == []
+    assert again[0].completion[0].content == done
+
+    leaky, _ = build_rows(collect_samples([tmp_path / "run1"]), ExportConfig(recipe="fixit"))
+    with ScriptedServer([{"content": f"Just write:\n{fixed_line.strip()}"}]) as server:
+        totals = add_reasoning(leaky, "openai/teacher-2", tmp_path / "cache2", api_base=server.base_url)
+    assert totals["rejected_leaks"] == 1 and not leaky[0].completion[0].content.startswith("<think>")
