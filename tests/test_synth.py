@@ -73,3 +73,15 @@ def test_synthesize_keeps_only_rejected_variants_and_exports_fixit_rows(tmp_path
     assert row.prompt[3].content == "log: TIMEOUT" and row.failure_class == "TIMEOUT"
     assert "mbar_wait(&full[stage], phase ^ 1)" in row.prompt[2].content
     assert "mbar_wait(&full[stage], phase ^ 1)" not in row.completion[0].content
+
+
+def test_attention_mutations_touch_only_the_plan_flags():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "workloads" / "solutions"
+    causal = (folder / "attention_fwd_causal.cu").read_text()
+    found = {m.name: broken for m, broken in applicable(causal)}
+    assert set(found) == {"wrong_softmax_scale", "missing_causal_mask"}
+    assert '"f32:scale * scale", "i32:1"]' in found["wrong_softmax_scale"]
+    assert found["missing_causal_mask"].replace('"i32:0"]', '"i32:1"]') == causal
+    assert "missing_causal_mask" not in {m.name for m, _ in applicable((folder / "attention_fwd.cu").read_text())}

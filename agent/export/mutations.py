@@ -68,8 +68,9 @@ MUTATIONS: list[Mutation] = [
              "softmax scale applied as 1/D instead of 1/sqrt(D)",
              WRONG, r'"f32:scale"', '"f32:scale * scale"'),
     Mutation("missing_causal_mask",
-             "the causal mask is never applied (the kernel is told the problem is not causal)",
-             WRONG, r'"i32:causal"|"i32:1"\s*#\s*causal', '"i32:0"'),
+             "the causal mask is never applied: the plan's last argument, the causal flag of the reference attention "
+             "kernels, is passed as 0",
+             WRONG, r'"i32:1"\]([ \t]*)$', r'"i32:0"]\1'),
 ]
 
 BY_NAME = {m.name: m for m in MUTATIONS}
