@@ -33,7 +33,7 @@ class FailsOnce:
         return self.inner.evaluate(workload_id, source, options)
 
     def close(self):
-        pass
+        """Nothing to release: a stand-in holds no process or GPU."""
 
 
 def test_resume_after_a_crash_does_not_repeat_the_model_call(tmp_path, evaluator):

@@ -94,7 +94,7 @@ class FlakyEvaluator:
         return EvalResult(workload=workload, status="PASSED", gpu_evaluated=True, timing=Timing(candidate=stat, speedup=speedup))
 
     def close(self):
-        pass
+        """Nothing to release: a stand-in holds no process or GPU."""
 
 
 @pytest.mark.parametrize("how", ["status", "exception"])

@@ -41,10 +41,10 @@ class AnsweringWorker:
     exitcode = None
 
     def kill(self):
-        pass
+        """Nothing to release: a stand-in holds no process or GPU."""
 
     def stop(self, grace_s=0.0):
-        pass
+        """Nothing to release: a stand-in holds no process or GPU."""
 
 
 def test_evaluate_sends_a_complete_job_and_builds_the_result():

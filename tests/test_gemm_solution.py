@@ -30,10 +30,7 @@ VARIANTS = {
 
 
 def _workload(wid: str):
-    try:
-        return get_workload(wid)
-    except KeyError:
-        pytest.skip(f"workload {wid} is not in the registry yet")
+    return get_workload(wid)
 
 
 @pytest.fixture(scope="module")

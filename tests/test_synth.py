@@ -50,7 +50,7 @@ class ScriptedEvaluator:
                           compile=CompileResult(status="ok", arch="sm_90a"), gpu_evaluated=True)
 
     def close(self):
-        pass
+        """Nothing to release: a stand-in holds no process or GPU."""
 
 
 def test_synthesize_keeps_only_rejected_variants_and_exports_fixit_rows(tmp_path):
