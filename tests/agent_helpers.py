@@ -49,4 +49,4 @@ class StubEvaluator:
         return EvalResult(workload=workload_id, status="PASSED", message="correct", timing=timing, gpu_evaluated=True)
 
     def close(self):
-        pass
+        """Nothing to release: a stand-in holds no process or GPU."""

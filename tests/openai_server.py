@@ -34,8 +34,8 @@ class ScriptedServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # keep test output clean
-                pass
+            def log_message(self, *args):
+                """Silent: keeps test output clean."""
 
             def do_POST(self):
                 length = int(self.headers.get("Content-Length", 0))
