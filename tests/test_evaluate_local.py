@@ -118,3 +118,15 @@ def test_a_resubmitted_identical_cubin_reuses_its_profile(monkeypatch):
     assert second.profile["reused_from_identical_cubin"] and "reused_from_identical_cubin" not in first.profile
     ev.evaluate(WORKLOAD, source, EvalOptions(trials=1, sanitize=["memcheck"]))
     assert calls == [0, 0]  # sanitizer runs are never reused
+
+
+def test_a_missing_toolchain_is_an_infra_error_not_the_models(monkeypatch):
+    import ptxbench.tools.evaluate as evaluate_module
+    from ptxbench.tools.toolchain import ToolchainError
+
+    def no_ptxas(*args, **kwargs):
+        raise ToolchainError("no ptxas that supports sm_90a was found")
+
+    monkeypatch.setattr(evaluate_module, "compile_source", no_ptxas)
+    r = LocalEvaluator().evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(no_gpu=True))
+    assert r.status == "INFRA_ERROR" and "no ptxas" in r.message and not r.gpu_evaluated

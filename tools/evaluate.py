@@ -14,6 +14,7 @@ import time
 
 from ..workloads.registry import get_workload
 from .compile import compile_source
+from .toolchain import ToolchainError
 from .evaluator import EvalOptions
 from .gpu.pool import GpuPool, NoGpuError, PoolConfig
 from .plan import FormatIssue
@@ -83,7 +84,10 @@ class LocalEvaluator:
                               message="the solution file has problems: " + "; ".join(str(i) for i in solution),
                               seconds=seconds)
         t0 = time.perf_counter()
-        comp = compile_source(solution.source, solution.language, options.arch, wl)
+        try:
+            comp = compile_source(solution.source, solution.language, options.arch, wl)
+        except ToolchainError as e:  # the machine lacks ptxas / nvcc / a host compiler: the harness's failure, not the model's
+            return EvalResult(workload=wl.id, status="INFRA_ERROR", message=f"cannot compile here: {e}", seconds=seconds)
         seconds["compile"] = time.perf_counter() - t0
         base = dict(workload=wl.id, compile=comp, targets_static=comp.targets, seconds=seconds)
         if comp.status != "ok":
