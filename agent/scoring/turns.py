@@ -99,6 +99,16 @@ def _turn_from_eval(turn: int, event) -> TurnScore:
     )
 
 
+def evaluated_gpu(events) -> str:
+    """The GPU that ran the trajectory's kernels, from the evaluations' fingerprints ('' when none ran on one)."""
+    for event in events:
+        if event.type == "eval_result" and (event.result or {}).get("gpu_evaluated"):
+            gpu = ((event.result or {}).get("fingerprint") or {}).get("gpu", "")
+            if gpu:
+                return gpu
+    return ""
+
+
 def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore:
     start = record.start
     turns: dict[int, TurnScore] = {}
@@ -136,7 +146,7 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
         model=start.model if start else "",
         workload=start.workload if start else "",
         prompt=start.prompt if start else "",
-        gpu=start.gpu if start else "",
+        gpu=(start.gpu if start else "") or evaluated_gpu(record.events),
         mode=start.mode if start else "",
         index=start.index if start else 0,
         stop_reason=stop_reason,
