@@ -5,12 +5,8 @@
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_check_out}; mkdir -p "$OUT"
 REPS=${1:-100}; MAXS=${2:-200}
-if ! python3 -c "import pydantic" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-fi
-# Import the package in place: ptxbench.<folder> -> ./<folder>
-mkdir -p /tmp/pkg/ptxbench && for d in agent tools workloads prompts; do ln -sfn "$PWD/$d" "/tmp/pkg/ptxbench/$d"; done
-export PYTHONPATH=/tmp/site:/tmp/pkg:$PWD/tests PYTHONUNBUFFERED=1 PTXBENCH_CACHE=${PTXBENCH_CACHE:-/tmp/ptxbench-cache}
+source bench/gpu_env.sh || exit 1
+export PYTHONPATH=$PYTHONPATH:$PWD/tests
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 t0=$(date +%s)
 TESTS=${TESTS:-tests/test_gpu_evaluator.py tests/test_fault_corpus.py tests/test_attention_solutions.py}

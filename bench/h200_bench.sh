@@ -21,15 +21,7 @@ OUT=${OUT:-$PWD/bench_out}; mkdir -p "$OUT"
 MODELS=${MODELS:-builtin/tuner,builtin/reference}
 WORKLOADS=${WORKLOADS:-gemm_bf16_m8192_n7168_k5120,mha_fwd_d128}
 TRAJECTORIES=${TRAJECTORIES:-2}; TURNS=${TURNS:-3}; PARALLEL=${PARALLEL:-4}
-if ! python3 -c "import pydantic, langgraph" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-fi
-if [ "$BACKEND" = ray ] && ! python3 -c "import ray" 2>/dev/null && ls .whl-ray/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl-ray/*.whl || exit 1
-fi
-# Import the package in place: ptxbench.<folder> -> ./<folder>
-mkdir -p /tmp/pkg/ptxbench && for d in agent tools workloads prompts; do ln -sfn "$PWD/$d" "/tmp/pkg/ptxbench/$d"; done
-export PYTHONPATH=/tmp/site:/tmp/pkg${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PTXBENCH_CACHE=${PTXBENCH_CACHE:-/tmp/ptxbench-cache}
+source bench/gpu_env.sh "$BACKEND" || exit 1
 ptxbench() { python3 -c "from ptxbench.agent.cli import app; app()" "$@"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | tee "$OUT/gpu.txt"
 

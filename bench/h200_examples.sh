@@ -13,9 +13,7 @@ set -uo pipefail
 FINAL=${OUT:-$PWD/bench_out}; mkdir -p "$FINAL"
 OUT=/tmp/results; mkdir -p "$OUT"
 pack() { tar czf "$FINAL/results.tar.gz" -C /tmp results; }
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-mkdir -p /tmp/pkg/ptxbench && for d in agent tools workloads prompts; do ln -sfn "$PWD/$d" "/tmp/pkg/ptxbench/$d"; done
-export PYTHONPATH=/tmp/site:/tmp/pkg PYTHONUNBUFFERED=1 PTXBENCH_CACHE=/tmp/ptxbench-cache
+source bench/gpu_env.sh || exit 1
 PB=(python3 -m ptxbench.agent)  # an array, not a function: `timeout` runs programs only
 R=$OUT/runs; mkdir -p "$R"
 declare -A RC T
@@ -37,7 +35,6 @@ step export "${EXPORT_LIMIT:-30}" "${PB[@]}" export "$R/synth" --recipe fixit --
 [ "${SKIP_BENCH:-0}" = 0 ] && step bench "${BENCH_LIMIT:-190}" env OUT="$OUT" TURNS=${BENCH_TURNS:-2} WORKLOADS=${BENCH_WORKLOADS:-gemm_bf16_m8192_n7168_k5120,mha_fwd_d128} NAME=${BENCH_NAME:-h200-local} BENCH_TIMEOUT=$(( ${BENCH_LIMIT:-190} - 20 )) bash bench/h200_bench.sh local
 
 if [ -d .whl-ray ] && [ "${SKIP_RAY:-0}" = 0 ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl-ray/*.whl
   step ray "${RAY_LIMIT:-80}" env OUT="$OUT" MODELS=builtin/reference WORKLOADS=gemm_bf16_m8192_n7168_k5120 \
     TRAJECTORIES=2 TURNS=1 BENCH_TIMEOUT=$(( ${RAY_LIMIT:-80} - 15 )) bash bench/h200_bench.sh ray
 fi
