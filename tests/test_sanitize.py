@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 from ptxbench.tools.profile.lineinfo import annotate_ptx, has_line_info
 from ptxbench.tools.sanitize import parse_sanitizer, sanitize_candidate, sanitize_feedback
@@ -79,12 +78,8 @@ def test_annotate_ptx_puts_a_loc_before_each_instruction_with_its_own_line():
 
 def test_annotated_ptx_assembles_with_lineinfo(tmp_path):
     from ptxbench.tools.sanitize import lineinfo_cubin
-    from ptxbench.tools.toolchain import ToolchainError
-
-    try:
-        cubin = lineinfo_cubin((KERNELS / "solutions" / "smem_race.ptx").read_text(), "sm_90a", tmp_path)
-    except ToolchainError as e:
-        pytest.skip(f"no ptxas here: {e}")
+    # ptxas is a dependency (the nvidia-cuda-nvcc wheel): a missing one is a broken install, not a reason to skip.
+    cubin = lineinfo_cubin((KERNELS / "solutions" / "smem_race.ptx").read_text(), "sm_90a", tmp_path)
     assert cubin is not None and cubin.stat().st_size > 0
 
 

@@ -64,8 +64,8 @@ def test_cuobjdump_text_is_parsed_per_function():
 
 def test_nvdisasm_and_cuobjdump_agree_on_a_real_cubin(wgmma_cubin):
     tc = find_toolchain("sm_90a")
-    if tc.nvdisasm is None or tc.cuobjdump is None:
-        pytest.skip("needs both nvdisasm and cuobjdump to compare them")
+    # Both ship as dependencies (the nvidia-cuda-nvdisasm / -cuobjdump wheels) and with every CUDA toolkit.
+    assert tc.nvdisasm is not None and tc.cuobjdump is not None, tc.tools()
     via_nvdisasm = disassemble(wgmma_cubin, tc)
     via_cuobjdump = disassemble(wgmma_cubin, tc.model_copy(update={"nvdisasm": None}))
     assert set(via_nvdisasm) == set(via_cuobjdump) == {"wgmma_kernel"}
