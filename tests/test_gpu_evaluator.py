@@ -2,7 +2,6 @@
 static checks), cluster and TMA launches, the GEMM reference with timing, and the A/A test."""
 from __future__ import annotations
 
-import copy
 
 import pytest
 

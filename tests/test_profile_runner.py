@@ -1,7 +1,6 @@
 """The ncu runner's command line and failure handling (a fake `ncu` stands in for the real one)."""
 from __future__ import annotations
 
-import os
 import stat
 import sys
 from pathlib import Path

@@ -11,8 +11,6 @@ import ctypes
 import glob
 import importlib.util
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
