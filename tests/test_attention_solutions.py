@@ -72,3 +72,8 @@ def test_backward_passes_on_spiky_inputs():
     r = shared_evaluator().evaluate(w.id, attention_solution(w).read_text(), EvalOptions(dist="spiky", time=False))
     assert r.status == "PASSED", r.message
     assert all(s.dist == "spiky" for s in r.correctness)
+    for s in r.correctness:  # where the calibrated rule decided, the library's own error is recorded and respected
+        assert s.rule in ("element", "library_x2"), s.rule
+        if s.rule == "library_x2":
+            assert s.library_max_abs_err is not None and s.library_rel_fro_err is not None
+            assert s.max_abs_err <= w.tolerance.library_factor * s.library_max_abs_err + 1e-5

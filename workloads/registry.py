@@ -13,7 +13,8 @@ from .schema import DTYPE_BYTES, Baseline, TensorSpec, Tolerance, Workload
 TARGETS: dict[str, list[str]] = {"sm_90a": ["wgmma", "tma"], "sm_100a": ["tcgen05", "tma"]}
 
 # PTXBench's element rule (atol = rtol = 1e-2) plus a relative Frobenius bound per op. The backward
-# goes through dS = P * (dP - rowsum(dO * O)), a cancellation, so its bound is looser.
+# goes through dS = P * (dP - rowsum(dO * O)), a cancellation, so its bound is looser. Where the library
+# itself misses the element rule (cuDNN's backward on spiky inputs), Tolerance.library_factor calibrates it.
 GEMM_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)
 FWD_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)
 BWD_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=3e-2)

@@ -29,11 +29,16 @@ class Tolerance(BaseModel):
     """PTXBench's element rule plus a relative Frobenius bound against a float32 reference.
 
     An element fails when |out - ref| > atol AND |out - ref| > rtol * |ref|; every element must pass.
+    Where the primary library baseline itself misses the element rule on a trial's inputs (cuDNN's bf16
+    attention backward on heavy-tailed inputs), an output tensor is instead held to `library_factor` times
+    the library's own max abs and relative Frobenius error on that tensor (FlashAttention's test convention):
+    a kernel as accurate as the library must not be judged incorrect.
     """
 
     atol: float = 1e-2
     rtol: float = 1e-2
     max_rel_fro: float = 2e-2
+    library_factor: float = Field(2.0, description="calibrated rule: at most this many times the library's own error")
 
 
 class Baseline(BaseModel):

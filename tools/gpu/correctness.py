@@ -6,13 +6,72 @@ must stay under the workload's bound (this is what catches an all-zero output wh
 is small enough for the element rule's absolute tolerance). Degenerate outputs (constant, all
 zero, never written) and outputs that do not depend on the inputs (bit-identical across trials
 with different inputs) are named in the note. Works on CPU and GPU tensors alike.
+
+Calibrated rule (FlashAttention's test convention): when the primary library baseline itself misses
+the element rule on a tensor for these inputs (cuDNN's bf16 attention backward on 'spiky' inputs), a
+kernel as accurate as the library must not fail. The tensor then passes when its max abs error is at
+most Tolerance.library_factor (2) x the library's + LIBRARY_ABS_SLACK, and its relative Frobenius error
+at most max(max_rel_fro, library_factor x the library's); the verdict records rule "library_x2" and the
+library's errors. NaN/Inf, never-written, constant / all-zero outputs and shape mismatches are never
+rescued. The library's error is a `LibraryError` per tensor, asked for only when the strict rule
+failed on the size of the error alone, so evaluation on inputs the library handles costs nothing extra.
 """
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from ..results import TrialStats
 from ...workloads.schema import Tolerance
+
+# Absolute slack on the calibrated max-abs bound: errors are measured in float32, whose spacing is up to
+# 7.6e-6 for values below 128 (spiky gradients reach ~20 at the smoke shapes), so a kernel that matches the
+# library up to that rounding must not fail on it. It cannot hide a real error: the rule applies only when
+# the library's max abs error exceeds atol (1e-2), so the bound is at least 2e-2 and the slack <= 0.05% of it.
+LIBRARY_ABS_SLACK = 1e-5
+
+
+@dataclass(frozen=True)
+class LibraryError:
+    """The primary library baseline's error on one output tensor for one trial's inputs."""
+
+    max_abs_err: float
+    rel_fro_err: float
+    passes_element_rule: bool
+    baseline: str = ""
+
+    @property
+    def calibrates(self) -> bool:
+        """The library misses the element rule with finite outputs: its error sets the bar."""
+        return not self.passes_element_rule and math.isfinite(self.max_abs_err) and math.isfinite(self.rel_fro_err)
+
+
+LibrarySource = LibraryError | Callable[[], LibraryError | None] | None
+
+
+def element_failures(diff: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> torch.Tensor:
+    """True where an element fails PTXBench's rule: its error exceeds both atol and rtol * |ref|."""
+    return (diff > tol.atol) & (diff > tol.rtol * ref.abs())
+
+
+def relative_frobenius(err_norm: float, ref_norm: float) -> float:
+    return err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
+
+
+def library_error(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, baseline: str = "") -> LibraryError:
+    """Measure the library's output against the float32 reference (a non-finite output never calibrates)."""
+    if tuple(out.shape) != tuple(ref.shape):
+        raise ValueError(f"library output shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}")
+    o, r = out.float(), ref.float()
+    if not bool(torch.isfinite(o).all()):
+        return LibraryError(float("inf"), float("inf"), False, baseline)
+    diff = (o - r).abs()
+    rel_fro = relative_frobenius(float(torch.linalg.vector_norm(o - r)), float(torch.linalg.vector_norm(r)))
+    return LibraryError(float(diff.max()) if o.numel() else 0.0, rel_fro,
+                        not bool(element_failures(diff, r, tol).any()), baseline)
 
 
 def output_digest(out: torch.Tensor) -> tuple[float, float, int]:
@@ -27,8 +86,13 @@ def output_digest(out: torch.Tensor) -> tuple[float, float, int]:
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, *, trial: int, tensor: str, dist: str = "normal",
-            unwritten: int = 0) -> TrialStats:
-    """Judge `out` (any float dtype) against the float32 reference `ref` of the same shape."""
+            unwritten: int = 0, library: LibrarySource = None) -> TrialStats:
+    """Judge `out` (any float dtype) against the float32 reference `ref` of the same shape.
+
+    `library` is the primary library's error on this tensor: a LibraryError, or a function returning one
+    (called only when the strict rule fails on the size of the error alone, so the library runs only then).
+    Without it the strict rule alone decides.
+    """
     if tuple(out.shape) != tuple(ref.shape):
         return TrialStats(trial=trial, tensor=tensor, dist=dist, passed=False,
                           note=f"shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}")
@@ -39,25 +103,26 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, *, trial: int,
     n_inf = int(torch.isinf(o).sum())
     diff = (o - r).abs()
     diff = torch.where(finite, diff, torch.full_like(diff, float("inf")))
-    bad = (diff > tol.atol) & (diff > tol.rtol * r.abs())
+    bad = element_failures(diff, r, tol)
     n = o.numel()
     n_bad = int(bad.sum())
     finite_diff = torch.where(finite, diff, torch.zeros_like(diff))
     rel = finite_diff / r.abs().clamp_min(1e-30)
-    ref_norm = float(torch.linalg.vector_norm(r))
     err_norm = float(torch.linalg.vector_norm(torch.where(finite, o - r, torch.zeros_like(o))))
-    rel_fro = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
+    rel_fro = relative_frobenius(err_norm, float(torch.linalg.vector_norm(r)))
     # The worst element: a non-finite one first, else the largest excess over the tolerance.
     excess = diff - torch.maximum(torch.full_like(r, tol.atol), tol.rtol * r.abs())
     flat = int(torch.argmax(excess.reshape(-1)))
     worst_index = [int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(o.shape))] if n else None
-    notes = degenerate_notes(o, r, finite, unwritten)
-    passed = n_bad == 0 and n_nan == 0 and n_inf == 0 and rel_fro <= tol.max_rel_fro and not notes
-    if rel_fro > tol.max_rel_fro and n_bad == 0 and n_nan == 0 and n_inf == 0:
+    degenerate = degenerate_notes(o, r, finite, unwritten)
+    all_finite = n_nan == 0 and n_inf == 0
+    notes = list(degenerate)
+    if rel_fro > tol.max_rel_fro and n_bad == 0 and all_finite:
         notes.append(f"every element is within the element rule but the relative Frobenius error {rel_fro:.3g} "
                      f"exceeds {tol.max_rel_fro:g}")
-    return TrialStats(
-        trial=trial, tensor=tensor, dist=dist, passed=passed,
+    stats = TrialStats(
+        trial=trial, tensor=tensor, dist=dist,
+        passed=n_bad == 0 and all_finite and rel_fro <= tol.max_rel_fro and not degenerate,
         max_abs_err=float(finite_diff.max()) if n else 0.0,
         max_rel_err=float(rel.max()) if n else 0.0,
         rel_fro_err=rel_fro,
@@ -68,6 +133,33 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, *, trial: int,
         worst_expected=float(r.reshape(-1)[flat]) if n else None,
         note="; ".join(notes),
     )
+    if stats.passed or not all_finite or degenerate or library is None:
+        return stats  # NaN/Inf and degenerate outputs are never rescued by the library's error
+    lib = library() if callable(library) else library
+    return library_rule(stats, lib, tol) if lib is not None else stats
+
+
+def library_rule(stats: TrialStats, lib: LibraryError, tol: Tolerance) -> TrialStats:
+    """Re-judge a tensor that failed the strict rule on the size of its error alone, against the library's error."""
+    who = lib.baseline or "the library"
+    finite = math.isfinite(lib.max_abs_err) and math.isfinite(lib.rel_fro_err)
+    measured = {"library_max_abs_err": lib.max_abs_err if finite else None,
+                "library_rel_fro_err": lib.rel_fro_err if finite else None}
+    if not lib.calibrates:
+        why = (f"passes the element rule (max abs error {lib.max_abs_err:.3g})" if lib.passes_element_rule
+               else "gives non-finite values")
+        note = f"{who} {why} on these inputs, so the strict rule applies"
+        return stats.model_copy(update={**measured, "note": "; ".join(filter(None, [stats.note, note]))})
+    factor = tol.library_factor
+    abs_bound = factor * lib.max_abs_err + LIBRARY_ABS_SLACK
+    fro_bound = max(tol.max_rel_fro, factor * lib.rel_fro_err)
+    abs_ok, fro_ok = stats.max_abs_err <= abs_bound, stats.rel_fro_err <= fro_bound
+    rule = f"library_x{factor:g}"
+    note = (f"rule {rule}: {who} itself misses the element rule on these inputs (max abs error {lib.max_abs_err:.3g}, "
+            f"relative Frobenius error {lib.rel_fro_err:.3g}), so this output is held to {factor:g}x its error: max abs "
+            f"error {stats.max_abs_err:.3g} {'<=' if abs_ok else '>'} {abs_bound:.3g}, relative Frobenius error "
+            f"{stats.rel_fro_err:.3g} {'<=' if fro_ok else '>'} {fro_bound:.3g}")
+    return stats.model_copy(update={**measured, "rule": rule, "passed": abs_ok and fro_ok, "note": note})
 
 
 def degenerate_notes(o: torch.Tensor, r: torch.Tensor, finite: torch.Tensor, unwritten: int) -> list[str]:

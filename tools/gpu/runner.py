@@ -18,7 +18,7 @@ from ...workloads.schema import Workload
 from ..plan import ResolvedPlan
 from . import ceilings as roofline
 from .buffers import BufferSet, allocate_set, count_poison
-from .correctness import compare, output_digest, replay_note
+from .correctness import LibraryError, compare, output_digest, replay_note
 from .launch import CudaError, get_function, launch_config, launch_kernel, load_module, pack_params, \
     set_dynamic_smem, sync_stream, unload_module
 from .limits import check_function, check_plan
@@ -115,8 +115,12 @@ def new_buffers(wl: Workload, plan: ResolvedPlan) -> BufferSet:
     return allocate_set(tensors, scratch)
 
 
-def judge(cand: Candidate, bufs: BufferSet, data, wl: Workload, trial: int, dist: str) -> list:
-    """Check guards and inputs, then compare every output; returns TrialStats."""
+def judge(cand: Candidate, bufs: BufferSet, data, wl: Workload, trial: int, dist: str,
+          library_errors: Callable[[], dict[str, LibraryError]] | None = None) -> list:
+    """Check guards and inputs, then compare every output; returns TrialStats.
+
+    `library_errors` gives the primary library's error per output on these inputs; compare() calls it only
+    for an output that fails the strict rule on error size alone (the calibrated rule, correctness.py)."""
     damaged = bufs.damaged_guards()
     if damaged:
         raise Failed("RUNTIME_ERROR", "out-of-bounds write: the kernel wrote outside its buffers ("
@@ -124,7 +128,9 @@ def judge(cand: Candidate, bufs: BufferSet, data, wl: Workload, trial: int, dist
     stats = []
     for name, ref in data.reference.items():
         out = bufs.tensors[name].data
-        stats.append(compare(out, ref, wl.tolerance, trial=trial, tensor=name, dist=dist, unwritten=count_poison(out)))
+        library = (lambda name=name: library_errors().get(name)) if library_errors else None
+        stats.append(compare(out, ref, wl.tolerance, trial=trial, tensor=name, dist=dist, unwritten=count_poison(out),
+                             library=library))
     changed = [n for n, x in data.inputs.items() if not torch.equal(bufs.tensors[n].data, x)]
     if changed:
         for s in stats:
@@ -158,7 +164,7 @@ def correctness(cand: Candidate, state: WorkerState, wl: Workload, job: dict, ph
         cand.run_checked()
         seconds["first_run"] = seconds.get("first_run", time.perf_counter() - t0)
         phase("check", job["prepare_timeout_s"])
-        stats = judge(cand, bufs, data, wl, t, dist)
+        stats = judge(cand, bufs, data, wl, t, dist, lambda: state.library_errors(wl, seed + t, dist))
         digest = tuple(output_digest(bufs.tensors[n].data) for n in data.reference)
         note = replay_note(digest, digests)
         if note:
@@ -187,7 +193,7 @@ def repeat_checks(cand: Candidate, state: WorkerState, wl: Workload, job: dict, 
         cand.run_checked()
         phase("check", job["prepare_timeout_s"])
         trial = max(digests) + 1 if digests else 0
-        stats = judge(cand, cand.bufs, data, wl, trial, dist)
+        stats = judge(cand, cand.bufs, data, wl, trial, dist, lambda: state.library_errors(wl, data_seed, dist))
         digest = tuple(output_digest(cand.bufs.tensors[n].data) for n in data.reference)
         replay = replay_note(digest, {k: v for k, v in digests.items() if label == "new inputs"})
         digests[trial] = digest

@@ -1,7 +1,9 @@
 """What a worker keeps between candidates: device limits, ceilings, and an LRU of per-workload data.
 
-Cached per (workload, seed, dist): the inputs and the float32 reference outputs; per (workload,
-baseline, seed): the library callable and, for the non-primary baselines, their timings. The
+Cached per (workload, seed, dist): the inputs and the float32 reference outputs, and (measured only
+when a candidate first fails the strict rule on them) the primary library's error per output tensor,
+which calibrates the rule where the library itself misses it; per (workload, baseline, seed, dist):
+the library callable and, for the non-primary baselines, their timings. The
 budget is a share of the GPU's memory, so a sweep over every workload fits an 80 GB card.
 Candidates never receive these tensors: each run copies them into fresh guarded buffers.
 """
@@ -16,6 +18,7 @@ from ...workloads.inputs import make_inputs
 from ...workloads.references import run_reference
 from ...workloads.schema import Workload
 from .cache import ByteLRU
+from .correctness import LibraryError, library_error
 from .limits import DeviceLimits
 
 CHECK_SEED_OFFSET = 1000  # the repeat-call check draws inputs no trial used
@@ -69,6 +72,20 @@ class WorkerState:
             return BaselineEntry(fn), max(0, torch.cuda.memory_allocated() - before)
 
         return self.cache.get_or_make(("baseline", wl.id, name, seed, dist), make)
+
+    def library_errors(self, wl: Workload, seed: int, dist: str) -> dict[str, LibraryError]:
+        """The primary baseline's error against the reference on these inputs, per output tensor (measured once)."""
+        data = self.trial_data(wl, seed, dist)
+        primary = wl.primary_baseline.name
+
+        def make():
+            outputs = self.baseline(wl, primary, seed, dist).fn()
+            torch.cuda.synchronize()
+            errors = {name: library_error(outputs[name], ref, wl.tolerance, primary)
+                      for name, ref in data.reference.items()}
+            return errors, 64 * len(errors)  # a few floats per tensor
+
+        return self.cache.get_or_make(("library_error", wl.id, seed, dist), make)
 
     def get_ceilings(self) -> dict[str, float]:
         if not self.ceilings:
