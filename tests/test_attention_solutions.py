@@ -79,3 +79,19 @@ def test_backward_passes_on_spiky_inputs():
         if s.rule == "library_x2":
             assert s.library_max_abs_err is not None and s.library_rel_fro_err is not None
             assert s.max_abs_err <= w.tolerance.library_factor * s.library_max_abs_err + 1e-5
+
+
+@pytest.mark.gpu
+def test_a_very_slow_candidate_gets_a_short_flagged_timing():
+    """The CUDA-core forward at full size runs at about 0.015x cuDNN: timed with 15 paired calls, not 160."""
+    from gpu_helpers import shared_evaluator
+    from ptxbench.tools.gpu.runner import SLOW_ITERS
+
+    w = next(w for w in ATTENTION if w.id == "mha_fwd_d128")
+    r = shared_evaluator().evaluate(w.id, attention_solution(w).read_text(),
+                                    EvalOptions(timeout_s=120, trials=1, profile_on_pass=False))
+    assert r.status == "PASSED", r.message
+    assert "slow_candidate" in r.timing.flags, r.timing.flags
+    assert r.timing.candidate.n == SLOW_ITERS and r.timing.speedup < 1 / 20
+    lo, hi = r.timing.speedup_ci
+    assert lo <= r.timing.speedup <= hi

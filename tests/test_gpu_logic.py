@@ -237,3 +237,17 @@ def test_byte_lru_evicts_least_recently_used_within_budget():
     assert c.keys() == ["huge"] and c.stats()["evictions"] >= 3
     c.clear()
     assert len(c) == 0 and c.total == 0
+
+
+def test_plan_iterations_full_for_fast_short_for_slow_and_fitted_to_the_watchdog():
+    from ptxbench.tools.gpu.runner import SLOW_ITERS, plan_iterations
+
+    job = {"timeout_s": 30.0}
+    assert plan_iterations(job, 1.0) == (10, 50, 3, False)  # 160 calls x 1 ms fit 18 s
+    assert plan_iterations(job, 1.0, slow=True) == (2, SLOW_ITERS, 1, True)
+    # 200 ms a call: the full 160 calls (32 s) overrun 0.6 x 30 s; fewer iterations, flagged reduced
+    warmup, iters, trials, reduced = plan_iterations(job, 200.0)
+    assert (warmup, trials, reduced) == (2, 3, True) and (warmup + iters * trials) * 200.0 <= 18_000
+    # 2 s a call and slow: even 2 + 15 calls (34 s) overrun, so the iterations shrink to what fits 18 s
+    assert plan_iterations(job, 2000.0, slow=True) == (2, 7, 1, True)
+    assert plan_iterations(job, 10_000.0, slow=True) == (2, 5, 1, True)  # never fewer than 5

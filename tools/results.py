@@ -109,7 +109,7 @@ class Timing(BaseModel):
     tflops: float | None = None
     sol_pct: float | None = Field(None, description="percent of the roofline from FLOPs and min bytes at measured ceilings")
     ceilings: dict[str, float] = Field(default_factory=dict, description="tflops_bf16, hbm_gbps measured on the device")
-    flags: list[str] = Field(default_factory=list, description="e.g. 'implausible_speedup', 'above_roofline'")
+    flags: list[str] = Field(default_factory=list, description="e.g. 'implausible_speedup', 'above_roofline', 'slow_candidate', 'reduced_iterations'")
 
 
 TargetVerdict = Literal["executed", "present_not_executed", "absent", "unknown"]

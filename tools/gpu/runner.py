@@ -24,7 +24,7 @@ from .launch import CudaError, get_function, launch_config, launch_kernel, load_
 from .limits import check_function, check_plan
 from .state import CHECK_SEED_OFFSET, WorkerState
 from .tensormap import encode
-from .timing import speedup, summarize, time_interleaved
+from .timing import probe_ms, speedup, summarize, time_interleaved
 
 Phase = Callable[[str, float], None]  # (phase name, seconds the watchdog allows for it)
 
@@ -208,13 +208,22 @@ def repeat_checks(cand: Candidate, state: WorkerState, wl: Workload, job: dict, 
     return stats_all
 
 
-def plan_iterations(job: dict, per_call_ms: float) -> tuple[int, int, int, bool]:
+# A candidate this many times slower than the library gets a short timing (SLOW_ITERS paired calls, 1 trial)
+# and the flag "slow_candidate": its speedup is far below 1 whatever the last percent, and a bench should not
+# spend half a minute per turn timing a kernel at 0.02x (the CUDA-core attention reference at full size).
+SLOW_FACTOR = 20.0
+SLOW_ITERS = 15
+
+
+def plan_iterations(job: dict, per_call_ms: float, slow: bool = False) -> tuple[int, int, int, bool]:
     """Warm-up, iterations and trials that fit in the watchdog's time; fewer for very slow candidates."""
     warmup, iters, trials = job.get("warmup", 10), job.get("iters", 50), job.get("timing_trials", 3)
+    if slow:
+        warmup, iters, trials = min(warmup, 2), min(iters, SLOW_ITERS), 1
     budget_ms = 0.6 * job["timeout_s"] * 1000
     needed = (warmup + iters * trials) * per_call_ms
     if needed <= budget_ms:
-        return warmup, iters, trials, False
+        return warmup, iters, trials, slow
     iters = max(5, int(budget_ms / per_call_ms / trials) - 2)
     return min(warmup, 2), iters, trials, True
 
@@ -236,16 +245,24 @@ def time_candidate(cand: Candidate, state: WorkerState, wl: Workload, job: dict,
             others[b.name] = entry.stats
     phase("timing", job["timeout_s"])
     per_call_ms = first_run_s * 1000 + 2.0
-    warmup, iters, trials, reduced = plan_iterations(job, per_call_ms)
+    slow = False
+    if per_call_ms <= 0.3 * job["timeout_s"] * 1000:  # the probe's two calls fit the watchdog with room to spare
+        cand_probe, base_probe = probe_ms(cand), probe_ms(base.fn)
+        slow = cand_probe > SLOW_FACTOR * base_probe
+        per_call_ms = min(per_call_ms, cand_probe + 2.0)
+    warmup, iters, trials, reduced = plan_iterations(job, per_call_ms, slow)
     cand_ms, base_ms = time_interleaved([cand, base.fn], flush_bytes=flush_bytes, warmup=warmup, iters=iters, trials=trials)
     sync_stream(cand.stream)
-    return timing_record(wl, cand_ms, base_ms, primary, others, ceil, state.limits.name, reduced)
+    return timing_record(wl, cand_ms, base_ms, primary, others, ceil, state.limits.name, reduced, slow)
 
 
-def timing_record(wl: Workload, cand_ms, base_ms, primary: str, others: dict, ceil: dict, gpu: str, reduced: bool) -> dict:
+def timing_record(wl: Workload, cand_ms, base_ms, primary: str, others: dict, ceil: dict, gpu: str, reduced: bool,
+                  slow: bool = False) -> dict:
     cstat = summarize(cand_ms)
     sp, sp_ci = speedup(base_ms, cand_ms)
     flags = roofline.flags(sp, wl.flops, wl.min_bytes, cstat.median_ms, ceil, gpu)
+    if slow:
+        flags.append("slow_candidate")
     if reduced:
         flags.append("reduced_iterations")
     return {

@@ -46,6 +46,21 @@ def speedup(baseline_ms, candidate_ms) -> tuple[float, tuple[float, float]]:
     return s, bootstrap_ratio_ci(baseline_ms, candidate_ms)
 
 
+def probe_ms(fn: Callable[[], object], calls: int = 2) -> float:
+    """Median milliseconds of a few back-to-back warm calls: a rough per-call cost to plan the real timing."""
+    import torch
+
+    times = []
+    for _ in range(calls):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return float(np.median(times))
+
+
 def time_interleaved(fns: list[Callable[[], object]], *, flush_bytes: int, warmup: int = 10, iters: int = 50,
                      trials: int = 3, on_trial: Callable[[int], None] | None = None) -> list[list[float]]:
     """Milliseconds per call of each function: `trials` rounds of `iters` interleaved, cold-L2 iterations."""
