@@ -15,6 +15,14 @@ from ptxbench.tools.results import EvalResult
 NO_GPU_NOTE = ("NOTE: no GPU ran for this evaluation (--no-gpu mode): only parsing, compilation and the SASS scan "
                "were done, so correctness and speed are unknown.")
 MAX_ISSUES = 15
+# What each timing flag means for the next revision (the flags themselves come from tools/gpu).
+FLAG_MEANINGS = {
+    "implausible_speedup": "over 1.5x the library: re-check that every output is really computed",
+    "above_roofline": "faster than the device's measured roofline allows: the timing cannot be trusted",
+    "slow_candidate": "over 20x slower than the library, so it was timed with 15 calls only",
+    "reduced_iterations": "too slow for the full 10 + 150 timed calls within the time limit",
+    "result_cached_across_calls": "a repeat call on the same buffers failed the check, so this timing does not count",
+}
 
 
 def _compile_lines(result: EvalResult) -> list[str]:
@@ -68,7 +76,7 @@ def _timing_lines(result: EvalResult) -> list[str]:
         lines.append(f"- speedup over {timing.primary_baseline or 'the library'}: {timing.speedup:.3f}x")
     if timing.tflops is not None:
         lines.append(f"- {timing.tflops:.0f} TFLOP/s" + (f", {timing.sol_pct:.0f}% of roofline" if timing.sol_pct is not None else ""))
-    lines += [f"- flag: {f}" for f in timing.flags]
+    lines += [f"- flag: {f}" + (f" ({FLAG_MEANINGS[f]})" if f in FLAG_MEANINGS else "") for f in timing.flags]
     return ["Timing:"] + lines
 
 

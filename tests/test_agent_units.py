@@ -195,3 +195,18 @@ def test_builtin_reference_and_the_tuners_attention_fallback():
         assert extract_solution(answer.content).source.strip() == expected.strip(), name
     gemm = load_model("builtin/reference", WORKLOAD).query(ModelRequest(messages=[]))
     assert "gemm_bf16_tn" in extract_solution(gemm.content).source
+
+
+def test_timing_flags_reach_the_model_with_their_meaning():
+    timing = {"candidate": {"median_ms": 60.0, "ci_low_ms": 59.0, "ci_high_ms": 61.0, "n": 15},
+              "baselines": {"cudnn_sdpa": {"median_ms": 2.5, "ci_low_ms": 2.4, "ci_high_ms": 2.6, "n": 15}},
+              "primary_baseline": "cudnn_sdpa", "speedup": 0.042, "flags": ["slow_candidate", "reduced_iterations",
+                                                                           "some_future_flag"]}
+    result = EvalResult.model_validate({"workload": "mha_fwd_d128", "status": "PASSED", "gpu_evaluated": True,
+                                        "timing": timing})
+    text = render_eval(result, turn=1, no_gpu=False)
+    assert "- flag: slow_candidate (over 20x slower than the library, so it was timed with 15 calls only)" in text
+    from ptxbench.tools.gpu.runner import SLOW_FACTOR, SLOW_ITERS  # the text states the worker's actual rule
+    assert (SLOW_FACTOR, SLOW_ITERS) == (20.0, 15)
+    assert "- flag: reduced_iterations (" in text
+    assert "- flag: some_future_flag\n" in text + "\n"  # an unknown flag is still shown, bare
