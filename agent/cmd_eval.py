@@ -1,8 +1,9 @@
 """`ptxbench eval WORKLOAD FILE`: the full evaluation of one solution file on the local GPU.
 
 Exit status 0 whenever the file could be evaluated, whatever the verdict (a wrong or crashing
-kernel is a result); 2 when it could not (no GPU, a missing package), with a message that says
-what is missing; 1 for an unknown workload or unreadable file.
+kernel is a result, and so is COMPILED: with --no-gpu it compiled and was not run); 2 when it
+could not (no GPU, a missing package), with a message that says what is missing; 1 for an
+unknown workload or unreadable file.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def _print_rich(result) -> None:
     from rich.table import Table
 
     console = Console()
-    colour = "green" if result.passed else "red"
+    colour = {"PASSED": "green", "COMPILED": "yellow"}.get(result.status, "red")  # COMPILED: never run, not a pass
     console.print(f"[bold]{result.workload}[/bold]: [{colour}]{result.status}[/{colour}]"
                   + ("" if result.gpu_evaluated else "  (not run on a GPU)"))
     console.print(result.message, highlight=False, soft_wrap=True)

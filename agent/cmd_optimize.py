@@ -28,6 +28,10 @@ class ContextChoice(str, Enum):
     summary = "summary"
 
 
+# COMPILED (--no-gpu): compiled cleanly but never run, so not green: correctness is unknown.
+STATUS_STYLES = {"PASSED": "green", "COMPILED": "yellow"}
+
+
 def target_summary(result: dict) -> str:
     """'wgmma executed, tma executed' at runtime, else what the SASS shows ('wgmma in SASS')."""
     runtime = result.get("targets_runtime") or {}
@@ -48,7 +52,6 @@ class LiveView:
         self.rows: list[tuple[str, ...]] = []
         self.note = "starting"
         self.targets = "-"
-        self.compiled_only = False
         self.live = None
 
     def render(self):
@@ -68,18 +71,13 @@ class LiveView:
             self.note = f"turn {event.turn}: tool {event.name}"
         elif event.type == "eval_result" and event.submission:
             self.targets = target_summary(event.result)
-            self.compiled_only = not event.result.get("gpu_evaluated", False)
         elif event.type == "turn_end":
             speed = f"{event.speedup:.3f}x" if event.speedup is not None else "-"
-            status = event.status
-            if status == "PASSED" and self.compiled_only:
-                status = "COMPILED (no GPU run)"  # --no-gpu: a clean compile says nothing of correctness
-            style = "green" if event.status == "PASSED" else "red"
-            self.rows.append((str(event.turn), f"[{style}]{status}[/]", speed, self.targets, str(event.tokens),
+            style = STATUS_STYLES.get(event.status, "red")
+            self.rows.append((str(event.turn), f"[{style}]{event.status}[/]", speed, self.targets, str(event.tokens),
                               f"{event.cost_usd:.4f}", f"{event.elapsed_s:.1f}"))
             self.note = f"turn {event.turn} done; querying the model"
             self.targets = "-"
-            self.compiled_only = False
         elif event.type == "stop":
             self.note = f"stopped: {event.reason} ({event.detail})"
         elif event.type == "error":

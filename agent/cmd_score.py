@@ -44,4 +44,5 @@ def score(
         typer.echo(table.markdown())
     typer.echo(f"{result.n_trajectories} trajectories ({result.n_infra_failed} infra-failed, left out), "
                f"{result.n_infra_turns} infra turns, {result.n_target_unknown} correct turns with unknown target verdict"
-               + (f", {result.n_compile_only} PASSED turns never run on a GPU" if result.n_compile_only else ""))
+               + (f", {result.n_compile_only} COMPILED turns never run on a GPU (not counted as correct)"
+                  if result.n_compile_only else ""))

@@ -2,7 +2,8 @@
 
 Concise and actionable: the status and its one-paragraph message, compile errors with their lines,
 resources, the worst correctness trial, timing against the library, target-instruction verdicts,
-the profiler's text. In --no-gpu mode every message says that no GPU ran.
+the profiler's text. In --no-gpu mode every message says that no GPU ran, and a kernel that only
+compiled is shown as COMPILED, never as a pass.
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ FLAG_MEANINGS = {
     "reduced_iterations": "too slow for the full 10 + 150 timed calls within the time limit",
     "result_cached_across_calls": "a repeat call on the same buffers failed the check, so this timing does not count",
 }
+# The heading of a compile-only result: the model must not read a kernel that never ran as correct.
+STATUS_HEADINGS = {"COMPILED": "COMPILED (not run on a GPU: correctness and speed unknown)"}
 
 
 def _compile_lines(result: EvalResult) -> list[str]:
@@ -94,7 +97,7 @@ def render_eval(result: EvalResult, turn: int, no_gpu: bool, progress: str = "")
     if result.feedback:
         body.append("Profile:\n" + result.feedback.strip())
     speedup = f" (speedup {result.speedup:.3f}x)" if result.speedup is not None else ""
-    status = "COMPILED (not run: no GPU)" if no_gpu and result.status == "PASSED" else result.status
+    status = STATUS_HEADINGS.get(result.status, result.status)
     return _fill(turn, status, speedup, no_gpu, "\n".join(body), progress)
 
 

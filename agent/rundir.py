@@ -64,6 +64,25 @@ def read_events(path: Path) -> list[Event]:
             events.append(parse_event(line))
         except ValueError:
             continue
+    return read_old_compile_only_as_compiled(events)
+
+
+def read_old_compile_only_as_compiled(events: list[Event]) -> list[Event]:
+    """Runs recorded before the COMPILED status wrote a no-GPU success as PASSED with gpu_evaluated False.
+    That kernel never ran, so its eval_result, and the turn_end of a turn it decided, read as COMPILED:
+    old runs score, report and export like new ones. The feedback text stays what the model saw. Every
+    record the evaluator wrote has the gpu_evaluated key; one without it (hand-made) is left as it is."""
+    decided_by_old: set[int] = set()  # turns whose latest submission is such a result
+    for event in events:
+        if event.type == "eval_result":
+            result = event.result or {}
+            old = result.get("status") == "PASSED" and result.get("gpu_evaluated") is False
+            if old:
+                event.result = {**result, "status": "COMPILED"}
+            if event.submission:
+                (decided_by_old.add if old else decided_by_old.discard)(event.turn)
+        elif event.type == "turn_end" and event.status == "PASSED" and event.turn in decided_by_old:
+            event.status = "COMPILED"
     return events
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ptxbench.agent.models.base import ModelReply
 
 WL = "smoke_gemm_bf16_m256_n256_k512"
-# A PTX solution that compiles (PASSED in --no-gpu mode) and one that does not (COMPILE_ERROR).
+# A PTX solution that compiles (COMPILED in --no-gpu mode) and one that does not (COMPILE_ERROR).
 NOOP = """/* ptxbench
 language = "ptx"
 

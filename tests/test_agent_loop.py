@@ -30,7 +30,7 @@ def test_syntax_error_then_repair(tmp_path, evaluator):
     script = [reply(BROKEN_PTX, "First try."), {**reply(GOOD_PTX, "Fixed the register."), "reasoning_content": "typo"}]
     with ScriptedServer(script) as server:
         outcome = run(server, tmp_path, evaluator, turns=2)
-    assert outcome.statuses == ["COMPILE_ERROR", "PASSED"]
+    assert outcome.statuses == ["COMPILE_ERROR", "COMPILED"]
     assert outcome.stop_reason == "turn_limit"
     evs = events(tmp_path / "run")
     first_eval = of_type(evs, "eval_result")[0]
@@ -38,11 +38,14 @@ def test_syntax_error_then_repair(tmp_path, evaluator):
     # The second prompt carries the first one's ptxas error, exactly as recorded.
     second = request_text(server.requests[1])
     assert first_eval.feedback in second and "Unknown symbol" in second
+    # The fix compiled but never ran: the model is told so, and never that it passed.
+    fixed = of_type(evs, "eval_result")[1].feedback
+    assert fixed.startswith("## Turn 2: COMPILED (not run on a GPU") and "PASSED" not in fixed
     calls = of_type(evs, "model_call")
     assert len(calls) == 2 and calls[1].messages == server.requests[1]["messages"]
     assert calls[1].response["reasoning_content"] == "typo"
     assert calls[0].usage["total_tokens"] > 0 and calls[0].latency_s > 0
-    assert [e.status for e in of_type(evs, "turn_end")] == ["COMPILE_ERROR", "PASSED"]
+    assert [e.status for e in of_type(evs, "turn_end")] == ["COMPILE_ERROR", "COMPILED"]
     assert (tmp_path / "run" / "trajectories" / outcome.trajectory_id / "kernels" / "turn_01.ptx").read_text() == BROKEN_PTX
     assert of_type(evs, "stop")[0].reason == "turn_limit"
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
@@ -53,7 +56,7 @@ def test_no_code_block_and_empty_reply(tmp_path, evaluator):
     script = [{"content": "I would tile the matrix with wgmma."}, {"content": ""}, reply(GOOD_PTX)]
     with ScriptedServer(script) as server:
         outcome = run(server, tmp_path, evaluator, turns=3, context="last")
-    assert outcome.statuses == ["FORMAT_ERROR", "NO_SUBMISSION", "PASSED"]
+    assert outcome.statuses == ["FORMAT_ERROR", "NO_SUBMISSION", "COMPILED"]
     assert "no code block" in request_text(server.requests[1]).lower()
     third = request_text(server.requests[2])
     assert "empty" in third and "no GPU ran" in third
@@ -67,7 +70,7 @@ def test_error_burst_is_retried(tmp_path, evaluator):
     with ScriptedServer(script) as server:
         outcome = run(server, tmp_path, evaluator, turns=1)
     assert len(server.requests) == 4
-    assert outcome.statuses == ["PASSED"]
+    assert outcome.statuses == ["COMPILED"]
     (call,) = of_type(events(tmp_path / "run"), "model_call")
     assert call.attempts == 4
 
@@ -97,7 +100,7 @@ def test_tools_mode_compile_then_submit(tmp_path, evaluator):
     ]
     with ScriptedServer(script) as server:
         outcome = run(server, tmp_path, evaluator, mode="tools", turns=1)
-    assert outcome.statuses == ["PASSED"] and len(server.requests) == 2
+    assert outcome.statuses == ["COMPILED"] and len(server.requests) == 2
     sent_tools = {t["function"]["name"] for t in server.requests[0]["tools"]}
     assert sent_tools == {"compile", "test", "benchmark", "profile", "sanitize", "sass", "submit"}
     # the compile tool's ptxas error went back as the tool result

@@ -45,7 +45,7 @@ def test_resume_after_a_crash_does_not_repeat_the_model_call(tmp_path, evaluator
             optimize(config, run_dir=run_dir, evaluator=flaky)
         assert len(server.requests) == 1
         outcome = optimize(resume=run_dir, evaluator=flaky)
-    assert outcome.resumed and outcome.statuses == ["COMPILE_ERROR", "PASSED"]
+    assert outcome.resumed and outcome.statuses == ["COMPILE_ERROR", "COMPILED"]
     assert len(server.requests) == 2  # the first reply was taken from the checkpoint, not asked again
     evs = events(run_dir)
     assert len(of_type(evs, "trajectory_start")) == 1 and len(of_type(evs, "model_call")) == 2
@@ -73,8 +73,8 @@ def test_killed_process_resumes(tmp_path, evaluator):
         outcome = optimize(resume=run_dir, evaluator=evaluator)
     assert len(server.requests) == 3
     assert server.requests[2]["messages"] == server.requests[1]["messages"]  # only the call in flight was asked again
-    assert outcome.statuses == ["COMPILE_ERROR", "PASSED"] and outcome.stop_reason == "turn_limit"
+    assert outcome.statuses == ["COMPILE_ERROR", "COMPILED"] and outcome.stop_reason == "turn_limit"
     evs = events(run_dir)
     assert [e.turn for e in of_type(evs, "model_call")] == [1, 2]
-    assert [e.status for e in of_type(evs, "turn_end")] == ["COMPILE_ERROR", "PASSED"]
+    assert [e.status for e in of_type(evs, "turn_end")] == ["COMPILE_ERROR", "COMPILED"]
     assert len(of_type(evs, "trajectory_start")) == 1 and len(of_type(evs, "stop")) == 1

@@ -116,7 +116,7 @@ def test_prompt_variants_and_task():
 
 
 def test_no_gpu_note_in_feedback():
-    result = EvalResult(workload=WORKLOAD, status="PASSED", message="compiled cleanly")
+    result = EvalResult(workload=WORKLOAD, status="COMPILED", message="compiled cleanly")
     assert NO_GPU_NOTE in render_eval(result, 1, no_gpu=True)
     assert NO_GPU_NOTE not in render_eval(result, 1, no_gpu=False)
 

@@ -130,3 +130,11 @@ def test_a_missing_toolchain_is_an_infra_error_not_the_models(monkeypatch):
     monkeypatch.setattr(evaluate_module, "compile_source", no_ptxas)
     r = LocalEvaluator().evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(no_gpu=True))
     assert r.status == "INFRA_ERROR" and "no ptxas" in r.message and not r.gpu_evaluated
+
+
+def test_a_valid_solution_without_a_gpu_is_compiled_not_passed():
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: (_ for _ in ()).throw(AssertionError("no GPU use")))
+    r = LocalEvaluator(pool).evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(no_gpu=True))
+    assert r.status == "COMPILED" and not r.passed and not r.gpu_evaluated
+    assert r.compile.status == "ok" and r.correctness == [] and r.timing is None and r.speedup is None
+    assert r.message == "compiled cleanly; not run on a GPU (no-GPU mode): correctness and speed unknown"

@@ -115,5 +115,5 @@ def test_attach_skips_what_was_not_asked_or_did_not_run():
     comp = CompileResult(status="ok", arch="sm_90a", cubin_path="/nonexistent.cubin")
     failed = EvalResult(workload="w", status="INCORRECT_NUMERICAL", gpu_evaluated=True)
     assert attach(failed, EvalOptions(), "", comp).targets_runtime == {}  # verdicts only for passing kernels
-    cpu_only = EvalResult(workload="w", status="PASSED", gpu_evaluated=False)
+    cpu_only = EvalResult(workload="w", status="COMPILED", gpu_evaluated=False)
     assert attach(cpu_only, EvalOptions(profile=True), "", comp).profile is None

@@ -12,8 +12,10 @@ from ptxbench.tools.results import EvalResult, RuntimeTarget, Timing, TimingStat
 TARGETS = ("wgmma", "tma")
 
 
-def eval_result(workload: str, status: str, speedup: float | None = None, target=None, sol: float | None = None) -> dict:
-    """target: True = every family executed, False = wgmma present but not executed, None = not measured."""
+def eval_result(workload: str, status: str, speedup: float | None = None, target=None, sol: float | None = None,
+                gpu_evaluated: bool | None = None) -> dict:
+    """target: True = every family executed, False = wgmma present but not executed, None = not measured.
+    gpu_evaluated: default True except for COMPILED; False with PASSED writes the pre-COMPILED record of a no-GPU run."""
     timing = None
     if speedup is not None:
         base = 1.0
@@ -30,7 +32,8 @@ def eval_result(workload: str, status: str, speedup: float | None = None, target
                    "tma": RuntimeTarget(verdict="executed", executed_warp_insts=64)}
     message = {"PASSED": "All trials matched the reference."}.get(status, f"{status}: see the log.")
     return EvalResult(workload=workload, status=status, message=message, timing=timing, targets_runtime=runtime,
-                      gpu_evaluated=True, seconds={"compile": 0.4, "gpu": 1.5}).model_dump(mode="json")
+                      gpu_evaluated=status != "COMPILED" if gpu_evaluated is None else gpu_evaluated,
+                      seconds={"compile": 0.4, "gpu": 1.5}).model_dump(mode="json")
 
 
 class TrajectoryBuilder:
@@ -51,11 +54,12 @@ class TrajectoryBuilder:
                                      usage={"prompt_tokens": 1000, "completion_tokens": 500, "total_tokens": 1500},
                                      latency_s=2.0))
 
-    def turn(self, turn: int, status: str, speedup: float | None = None, target=None, sol: float | None = None) -> "TrajectoryBuilder":
+    def turn(self, turn: int, status: str, speedup: float | None = None, target=None, sol: float | None = None,
+             gpu_evaluated: bool | None = None) -> "TrajectoryBuilder":
         source = self.source + f".reg .b32 r{turn}; // {status}\n"
         self._model_call(turn, source)
         rel = self.writer.save_kernel(turn, "ptx", source)
-        result = eval_result(self.workload, status, speedup, target, sol)
+        result = eval_result(self.workload, status, speedup, target, sol, gpu_evaluated)
         self.writer.append(EvalEvent(trajectory_id=self.tid, turn=turn, kernel_file=rel, kernel_sha256=sha256_text(source),
                                      language="ptx", result=result, feedback=f"Turn {turn}: {result['message']}"))
         self.writer.append(TurnEnd(trajectory_id=self.tid, turn=turn, status=status, speedup=speedup, tokens=1500, elapsed_s=3.0))

@@ -2,8 +2,8 @@
 
 parse the solution (plan + source policy) -> compile + SASS (cached by content) -> resolve the plan
 for the GPU's SM count -> the worker pool (correctness, timing, repeat-call check) -> EvalResult.
-With options.no_gpu it stops after compile + SASS (status PASSED when that much is clean,
-gpu_evaluated=False). The pool starts on the first GPU evaluation, so compile-only use never
+With options.no_gpu it stops after compile + SASS (status COMPILED when that much is clean,
+gpu_evaluated=False: it never ran, so it is not PASSED). The pool starts on the first GPU evaluation, so compile-only use never
 touches CUDA. A kernel's failure is a status in the result; a missing GPU is INFRA_ERROR with a
 message that names what is missing.
 """
@@ -97,7 +97,7 @@ class LocalEvaluator:
         if comp.status != "ok":
             return EvalResult(status="COMPILE_ERROR", message="; ".join(str(e.message) for e in comp.errors[:5]), **base)
         if options.no_gpu:
-            return EvalResult(status="PASSED", gpu_evaluated=False,
+            return EvalResult(status="COMPILED", gpu_evaluated=False,
                               message="compiled cleanly; not run on a GPU (no-GPU mode): correctness and speed unknown",
                               **base)
         try:

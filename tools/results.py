@@ -9,10 +9,15 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-SCHEMA_VERSION = 1
+# 2: COMPILED added; PASSED now always means it ran on a GPU (version 1 also wrote PASSED for a no-GPU success)
+SCHEMA_VERSION = 2
 
+# PASSED: correct on the GPU (and timed when asked). COMPILED: parsed, compiled and assembled, SASS read, but
+# not run on a GPU (--no-gpu, the agent's compile / sass tools): correctness unknown, so never counted as correct.
+# The rest are failures: the model's (MODEL_FAILURES) or the harness's (INFRA_ERROR).
 Status = Literal[
     "PASSED",
+    "COMPILED",
     "COMPILE_ERROR",
     "PLAN_ERROR",
     "RUNTIME_ERROR",
@@ -158,11 +163,13 @@ class EvalResult(BaseModel):
     feedback: str = Field("", description="the profile-derived feedback text shown to the model")
     sanitizer: list[SanitizerFinding] = Field(default_factory=list)
     fingerprint: Fingerprint = Fingerprint()
-    gpu_evaluated: bool = Field(False, description="False when only compile and SASS ran (--no-gpu)")
+    gpu_evaluated: bool = Field(False, description="False when only compile and SASS ran (--no-gpu); kept for old "
+                                                   "readers: status COMPILED says the same")
     seconds: dict[str, float] = Field(default_factory=dict, description="phase -> wall seconds")
 
     @property
     def passed(self) -> bool:
+        """Correct on a GPU; a COMPILED kernel never ran, so it has not passed."""
         return self.status == "PASSED"
 
     @property

@@ -21,6 +21,8 @@ def kernel_message(turn: Turn) -> str:
 
 def _good(turn: Turn, cfg: ExportConfig) -> bool:
     """Whether a turn's kernel may be a completion."""
+    if turn.status == "COMPILED":  # never run on a GPU: nothing vouches for it, whatever the filters say
+        return False
     if cfg.require_passed and turn.status != "PASSED":
         return False
     if cfg.require_target_executed and turn.target_executed is not True:

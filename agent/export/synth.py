@@ -86,7 +86,8 @@ def synthesize(
             continue  # a repair pair needs a kernel that really is correct
         for mutation, broken in applicable(good_source, mutations):
             result = evaluator.evaluate(wid, broken, options)
-            rejected = result.status != "PASSED" and result.status != "INFRA_ERROR"
+            # COMPILED (--no-gpu) only says the variant assembles: the evaluator has not rejected it.
+            rejected = result.status not in ("PASSED", "COMPILED", "INFRA_ERROR")
             outcome = SynthOutcome(wid, mutation.name, mutation.expected, result.status, rejected,
                                    result.status in mutation.expected)
             if rejected:

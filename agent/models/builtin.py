@@ -23,6 +23,8 @@ PREFERRED_MOVES = [("cluster_m", 1), ("stages", 1), ("epilogue", 1), ("group_m",
                    ("consumers", 1), ("bm", 1), ("bn", -1), ("producer_regs", -1)]
 RESOURCE_PARAMS = ("stages", "bn", "bm", "bk")
 RESOURCE_WORDS = ("shared memory", "smem", "register", "spill", "C7511", "too many resources", "out of resources")
+# Statuses whose parameters the search moves from: PASSED, and COMPILED when no GPU can say more.
+SEARCH_FROM = ("PASSED", "COMPILED")
 
 
 def solution_language(source: str) -> str:
@@ -124,9 +126,9 @@ class TunerModel:
         default = _as_dict(self.template.default_params())
         if not tried:
             return default, "start from the template's default parameters", None
-        passing = sorted((h for h in tried if h.status == "PASSED"), key=lambda h: h.speedup or 0.0, reverse=True)
+        passing = sorted((h for h in tried if h.status in SEARCH_FROM), key=lambda h: h.speedup or 0.0, reverse=True)
         last = tried[-1]
-        resource_failure = last.status != "PASSED" and any(w.lower() in last.message.lower() for w in RESOURCE_WORDS)
+        resource_failure = last.status not in SEARCH_FROM and any(w.lower() in last.message.lower() for w in RESOURCE_WORDS)
         # A move that just produced the new best is worth repeating from there.
         momentum = tuple(last.tags["move"]) if passing and passing[0] is last and last.tags.get("move") else None
         for base in [h.tags["params"] for h in passing] or [default]:

@@ -36,7 +36,8 @@ def _overview(run_dir: Path, manifest: dict, score: RunScore) -> list[tuple[str,
              ("infra turns", f"{score.n_infra_turns} (left out of model scores)"),
              ("correct turns with unknown target verdict", f"{score.n_target_unknown} (counted as not executed)")]
     if score.n_compile_only:
-        facts.append(("PASSED without a GPU run", f"{score.n_compile_only} turns (--no-gpu: compiled cleanly, correctness unknown)"))
+        facts.append(("COMPILED turns (not run on a GPU)",
+                      f"{score.n_compile_only} (--no-gpu: compiled cleanly, correctness unknown, not counted as correct)"))
     config = manifest.get("config") or {}
     for key, value in (("created", manifest.get("created")), ("command", manifest.get("command")),
                        ("GPU", (manifest.get("gpu") or {}).get("gpus")), ("driver", (manifest.get("gpu") or {}).get("driver")),

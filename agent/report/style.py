@@ -8,8 +8,8 @@ table{border-collapse:collapse;margin:8px 0 16px;font-size:13px}th,td{border:1px
 th{background:#f4f6f8}tr:nth-child(even) td{background:#fafafa}.note{color:#666;font-size:12px}
 pre{background:#f7f7f7;padding:8px;overflow-x:auto;font-size:12px;white-space:pre-wrap}
 pre.diff{max-height:640px;overflow:auto}pre.diff span{display:block}.add{background:#e6ffec}.del{background:#ffebe9}.hunk{color:#6f42c1}
-.s-PASSED{color:#1a7f37;font-weight:600}.s-INFRA_ERROR{color:#9a6700}
-[class^='s-']:not(.s-PASSED):not(.s-INFRA_ERROR){color:#cf222e}.v-executed{color:#1a7f37}.err{color:#9a6700}
+.s-PASSED{color:#1a7f37;font-weight:600}.s-INFRA_ERROR{color:#9a6700}.s-COMPILED{color:#0969da}
+[class^='s-']:not(.s-PASSED):not(.s-INFRA_ERROR):not(.s-COMPILED){color:#cf222e}.v-executed{color:#1a7f37}.err{color:#9a6700}
 section.turn{border:1px solid #e3e3e3;border-radius:6px;padding:4px 14px;margin:14px 0}
 .nav a{margin-right:10px;text-decoration:none}img{max-width:100%;border:1px solid #eee;margin:6px 0}
 .plots{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}figcaption{font-weight:600;font-size:13px}

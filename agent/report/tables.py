@@ -8,6 +8,9 @@ from ..scoring import P_VALUES, WITHIN_TURNS, CellScore, Estimate, RunScore
 from ..scoring.cells import p_key
 from ..scoring.repair import order_classes
 
+# Shown only for runs with COMPILED turns, so reports of GPU runs read as before.
+UNKNOWN_NOTE = "; a next turn that is COMPILED (never run, verdict unknown) is left out"
+
 
 @dataclass
 class Table:
@@ -90,11 +93,15 @@ def success_table(cells: list[CellScore]) -> Table:
 def repair_table(score: RunScore) -> Table:
     table = Table("Repair behaviour", ["model", "repaired / open runs", "mean turns to repair", "regressions",
                                        "speedup gained per turn after 1st correct", "target executed but slower"],
-                  note="a run is a streak of failing turns; regressions = PASSED then a failure (share of turns leaving PASSED)")
+                  note="a run is a streak of failing turns; regressions = PASSED then a failure (share of turns leaving PASSED)"
+                       + UNKNOWN_NOTE * bool(score.n_compile_only))
     for cell in score.models:
         r = cell.repair
         tt = r.turns_to_repair.get("all", Estimate())
-        table.rows.append([cell.model, f"{r.episodes_repaired} / {r.episodes_unrepaired}", tt.fmt(2),
+        runs = f"{r.episodes_repaired} / {r.episodes_unrepaired}"
+        if r.episodes_unverified:  # ended by a COMPILED turn: never run, so neither repaired nor open
+            runs += f" (+{r.episodes_unverified} ended COMPILED, unverified)"
+        table.rows.append([cell.model, runs, tt.fmt(2),
                            f"{r.regressions} ({r.regression_rate.fmt(0, pct=True)})", r.speedup_gain_per_turn.fmt(3),
                            f"{r.target_slower_count} ({r.target_slower.fmt(0, pct=True)})"])
     return table
@@ -103,7 +110,8 @@ def repair_table(score: RunScore) -> Table:
 def fix_table(score: RunScore) -> Table:
     classes = order_classes({c for cell in score.models for c in cell.repair.fix_probability})
     table = Table("Next-turn fix probability by failure class", ["model", *classes],
-                  note="P(the next turn is PASSED | this turn failed with the class), [95% CI] (n transitions)")
+                  note="P(the next turn is PASSED | this turn failed with the class), [95% CI] (n transitions)"
+                       + UNKNOWN_NOTE * bool(score.n_compile_only))
     for cell in score.models:
         fix = cell.repair.fix_probability
         table.rows.append([cell.model] + [f"{fix[c].fmt(0, pct=True)} (n={fix[c].denom:g})" if c in fix else "" for c in classes])

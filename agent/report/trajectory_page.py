@@ -87,8 +87,7 @@ def _turn_html(turn: int, events: list, record: TrajectoryRecord, previous: str,
             except OSError:
                 source = ""
             label = "submission" if ev.submission else "test (not scored)"
-            only = " (compiled only: not run on a GPU)" if result.get("status") == "PASSED" and not result.get("gpu_evaluated") else ""
-            parts.append(f"<h4>{label}: <span class='s-{E(result.get('status', ''))}'>{E(result.get('status', ''))}</span>{only}</h4>")
+            parts.append(f"<h4>{label}: <span class='s-{E(result.get('status', ''))}'>{E(result.get('status', ''))}</span></h4>")
             parts.append(_diff(kernel, source, ev.kernel_file))
             if result.get("message"):
                 parts.append(f"<p>{E(result['message'])}</p>")

@@ -5,6 +5,7 @@ Two views, as in KernelBench and PTXBench:
 - over trajectories: a trajectory counts once, by its best turn (infra-failed trajectories dropped).
 fast_p = share that is correct AND speedup > p (fast_0 = correct, timing or not); target-fast_p
 also needs every target instruction family to have executed (unknown counts as not executed).
+Only PASSED is correct: COMPILED turns (never run) count in the denominators and in n_compile_only.
 Every figure is an Estimate with a bootstrap 95% interval over trajectories.
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ class CellScore(BaseModel):
     n_turns: int = Field(0, description="scored turns (infra turns excluded)")
     n_infra_turns: int = 0
     n_target_unknown: int = Field(0, description="correct turns whose target verdict was not measured")
-    n_compile_only: int = Field(0, description="PASSED turns never run on a GPU (--no-gpu): compiled, correctness unknown")
+    n_compile_only: int = Field(0, description="COMPILED turns, never run on a GPU (--no-gpu): correctness unknown, not correct")
     fast_p_turns: dict[str, Estimate] = Field(default_factory=dict)
     target_fast_p_turns: dict[str, Estimate] = Field(default_factory=dict)
     fast_p_trajectories: dict[str, Estimate] = Field(default_factory=dict)
@@ -85,7 +86,7 @@ def score_cell(trajectories: list[TrajectoryScore], **key) -> CellScore:
     cell.n_turns = sum(len(t.scored_turns) for t in trajectories)
     cell.n_infra_turns = sum(len(t.turns) - len(t.scored_turns) for t in trajectories)
     cell.n_target_unknown = sum(1 for tr in trajectories for t in tr.scored_turns if t.correct and t.target_executed is None)
-    cell.n_compile_only = sum(1 for tr in trajectories for t in tr.scored_turns if t.correct and not t.gpu_evaluated)
+    cell.n_compile_only = sum(1 for tr in trajectories for t in tr.scored_turns if t.compile_only)
     for p in P_VALUES:
         k = p_key(p)
         # Over turns: every trajectory (infra-failed ones too) contributes its scored turns.

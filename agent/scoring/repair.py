@@ -1,11 +1,14 @@
 """Repair behaviour: what the model does with a failure on the next turn.
 
 Works on each trajectory's scored turns (infra turns dropped) in order:
-- transitions: class at turn t -> class at the next scored turn; fix probability of a class = the
-  share of its transitions that land on PASSED (bootstrapped over trajectories);
+- transitions: class at turn t -> class at the next scored turn; fix probability of a failure class =
+  the share of its transitions that land on PASSED (bootstrapped over trajectories);
 - repair episodes: a maximal run of failing turns; repaired when a PASSED turn ends it, and its
   length is the turns it took (fail at 1, pass at 2 -> 1 turn); keyed by the run's first class;
 - regressions: PASSED followed by a failure;
+- COMPILED (compiled, never run) is a class of its own in the transitions, but neither a pass nor a
+  failure: a transition into it is left out of fix probabilities and regression rates, and a failing
+  run it ends counts as unverified, not as repaired or open (its outcome is unknown);
 - speedup gained per turn after the first correct turn: (best speedup - speedup at the first
   correct turn) / scored turns after it, for trajectories with at least one turn after it;
 - target slower: a correct turn whose target instructions executed, yet a correct turn of the
@@ -19,9 +22,9 @@ from pydantic import BaseModel, Field
 
 from ...tools.results import MODEL_FAILURES
 from .stats import Estimate, mean_estimate, ratio_estimate
-from .turns import PASSED, TrajectoryScore, TurnScore
+from .turns import COMPILED, PASSED, TrajectoryScore, TurnScore
 
-CLASS_ORDER = (PASSED, *MODEL_FAILURES, "FORMAT_ERROR", "NO_SUBMISSION")
+CLASS_ORDER = (PASSED, COMPILED, *MODEL_FAILURES, "FORMAT_ERROR", "NO_SUBMISSION")
 
 
 def order_classes(classes) -> list[str]:
@@ -37,6 +40,7 @@ class RepairStats(BaseModel):
     turns_to_repair: dict[str, Estimate] = Field(default_factory=dict, description="first class of the failing run (and 'all') -> mean turns")
     episodes_repaired: int = 0
     episodes_unrepaired: int = 0
+    episodes_unverified: int = Field(0, description="failing runs ended by a COMPILED turn: fixed or not is unknown")
     regressions: int = 0
     regression_rate: Estimate = Estimate()
     trajectories_with_regression: int = 0
@@ -50,14 +54,14 @@ def _pairs(turns: list[TurnScore]):
 
 
 def _episodes(turns: list[TurnScore]):
-    """(first class, length, repaired) for each maximal run of failing turns."""
+    """(first class, length, the turn that ended it or None) for each maximal run of failing turns."""
     start = None
     for i, turn in enumerate(turns + [None]):
-        failing = turn is not None and not turn.correct
+        failing = turn is not None and turn.failed
         if failing and start is None:
             start = i
         elif not failing and start is not None:
-            yield turns[start].status, i - start, turn is not None
+            yield turns[start].status, i - start, turn
             start = None
 
 
@@ -89,21 +93,25 @@ def repair_stats(trajectories: list[TrajectoryScore]) -> RepairStats:
         regress = from_pass = 0
         for a, b in _pairs(turns):
             counts[a.status][b.status] += 1
-            if not a.correct:
+            if b.compile_only:  # the next verdict is unknown: no evidence of a fix or a regression
+                continue
+            if a.failed:
                 fixed[a.status][0] += b.correct
                 fixed[a.status][1] += 1
-            else:
+            elif a.correct:
                 from_pass += 1
-                regress += not b.correct
+                regress += b.failed
         for cls, (f, t) in fixed.items():
             per_traj_fix[cls].append((f, t))
-        for cls, length, repaired in _episodes(turns):
-            if repaired:
+        for cls, length, ended_by in _episodes(turns):
+            if ended_by is None:
+                stats.episodes_unrepaired += 1
+            elif ended_by.compile_only:
+                stats.episodes_unverified += 1
+            else:
                 lengths[cls].append(length)
                 lengths["all"].append(length)
                 stats.episodes_repaired += 1
-            else:
-                stats.episodes_unrepaired += 1
         stats.regressions += regress
         stats.trajectories_with_regression += regress > 0
         reg_num.append(regress)

@@ -16,7 +16,8 @@ from .cells import ANY, CellScore, score_cell
 from .repair import RepairStats
 from .turns import TrajectoryScore, score_trajectory
 
-SCORE_VERSION = 1
+# 2: COMPILED turns are not correct (version 1 counted a no-GPU PASSED as correct); repair.episodes_unverified
+SCORE_VERSION = 2
 
 
 class RunScore(BaseModel):
@@ -27,7 +28,7 @@ class RunScore(BaseModel):
     n_infra_failed: int = 0
     n_infra_turns: int = 0
     n_target_unknown: int = 0
-    n_compile_only: int = Field(0, description="PASSED turns that never ran on a GPU (--no-gpu runs)")
+    n_compile_only: int = Field(0, description="COMPILED turns, never run on a GPU (--no-gpu runs): not counted as correct")
     cells: list[CellScore] = Field(default_factory=list, description="one per (model, workload, prompt, gpu)")
     model_workload: list[CellScore] = Field(default_factory=list, description="one per (model, workload), prompts and GPUs pooled")
     models: list[CellScore] = Field(default_factory=list, description="one per model, all workloads pooled")

@@ -4,7 +4,8 @@ A turn's verdict is its submission (the eval_result with submission=True); a tur
 its status from turn_end (NO_SUBMISSION / FORMAT_ERROR). Events for a turn number that was already
 recorded replace it, so a trajectory retried from its last good turn after an infra failure scores
 the retried turn. INFRA_ERROR turns (status, or an ErrorEvent with infra=True) are kept apart from
-the model's own results.
+the model's own results. A COMPILED turn (compiled, never run on a GPU) is neither correct nor failed:
+its correctness is unknown. Runs recorded before that status are read as new ones by agent/rundir.py.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ..rundir import TrajectoryRecord
 
 INFRA = "INFRA_ERROR"
 PASSED = "PASSED"
+COMPILED = "COMPILED"
 
 
 class TurnScore(BaseModel):
@@ -29,6 +31,15 @@ class TurnScore(BaseModel):
     @property
     def infra(self) -> bool:
         return self.status == INFRA
+
+    @property
+    def compile_only(self) -> bool:
+        """Compiled but never run: not correct, yet not a known failure either."""
+        return self.status == COMPILED
+
+    @property
+    def failed(self) -> bool:
+        return not self.correct and not self.compile_only and not self.infra
 
 
 class TrajectoryScore(BaseModel):
