@@ -5,7 +5,8 @@ end to end). `builtin/tuner` searches the parameters of the GEMM template
 (workloads/solutions/gemm_template.py: PARAM_SPACE, default_params(), render(), validate()) guided
 by the evaluator's outcomes: it moves one parameter at a time around the best passing point,
 shrinking after resource failures and continuing in a direction that paid off. For workloads the
-template does not cover (attention) it submits the reference solution.
+template does not cover (attention) it submits the reference solution: the wgmma + TMA forward where
+its shape rule holds (workloads/solutions/attention.py fast_solution), else the plain CUDA-core one.
 """
 from __future__ import annotations
 
@@ -47,6 +48,9 @@ def reference_source(workload_id: str) -> str:
     if workload.op == "gemm":  # the template is shape-generic: its default point is the reference
         template = importlib.import_module("ptxbench.workloads.solutions.gemm_template")
         return template.render(template.default_params())
+    fast = attention.fast_solution(workload)  # the Hopper wgmma forward where it applies
+    if fast is not None:
+        return fast.read_text(encoding="utf-8")
     try:
         return attention.attention_solution(workload).read_text(encoding="utf-8")
     except (KeyError, OSError) as exc:
