@@ -16,7 +16,6 @@ import json
 import re
 import statistics
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -171,7 +170,6 @@ def check(c, ref) -> dict:
 
 def run(names: list[str], iters: int, shapes: list[str]) -> None:
     import torch
-    from cuda.bindings import driver as cu
 
     torch.manual_seed(0)
     torch.cuda.init()
@@ -222,7 +220,7 @@ def run(names: list[str], iters: int, shapes: list[str]) -> None:
             results["timing"][n] = {"median_ms": med, "q1_ms": q[0], "q3_ms": q[2],
                                     "tflops": flops / med / 1e9, "speedup_vs_cublas": base / med}
     print(json.dumps(results, indent=1))
-    print(f"\n| variant | median ms | IQR ms | TFLOP/s | vs cuBLAS |\n|---|---|---|---|---|")
+    print("\n| variant | median ms | IQR ms | TFLOP/s | vs cuBLAS |\n|---|---|---|---|---|")
     for n, t in sorted(results["timing"].items(), key=lambda kv: kv[1]["median_ms"]):
         print(f"| {n} | {t['median_ms']:.3f} | {t['q1_ms']:.3f}-{t['q3_ms']:.3f} | {t['tflops']:.0f} | {t['speedup_vs_cublas']:.3f} |")
 

@@ -45,7 +45,7 @@ def measure(matmul_n: int = 8192, copy_bytes: int = 1 << 30, reps: int = 10) -> 
 
     mm_ms = best(lambda: torch.matmul(a, b, out=c))
     copy_ms = best(lambda: dst.copy_(src))
-    del a, b, c, src, dst
+    a = b = c = src = dst = None  # free the buffers before empty_cache()
     torch.cuda.empty_cache()
     return {"tflops_bf16": 2.0 * matmul_n**3 / mm_ms / 1e9, "hbm_gbps": 2.0 * copy_bytes / copy_ms / 1e6}
 
