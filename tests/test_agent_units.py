@@ -206,7 +206,7 @@ def test_timing_flags_reach_the_model_with_their_meaning():
                                         "timing": timing})
     text = render_eval(result, turn=1, no_gpu=False)
     assert "- flag: slow_candidate (over 20x slower than the library, so it was timed with 15 calls only)" in text
-    from ptxbench.tools.gpu.runner import SLOW_FACTOR, SLOW_ITERS  # the text states the worker's actual rule
+    from ptxbench.tools.gpu.timing import SLOW_FACTOR, SLOW_ITERS  # the text states the worker's actual rule
     assert (SLOW_FACTOR, SLOW_ITERS) == (20.0, 15)
     assert "- flag: reduced_iterations (" in text
     assert "- flag: some_future_flag\n" in text + "\n"  # an unknown flag is still shown, bare

@@ -85,7 +85,7 @@ def test_backward_passes_on_spiky_inputs():
 def test_a_very_slow_candidate_gets_a_short_flagged_timing():
     """The CUDA-core forward at full size runs at about 0.015x cuDNN: timed with 15 paired calls, not 160."""
     from gpu_helpers import shared_evaluator
-    from ptxbench.tools.gpu.runner import SLOW_ITERS
+    from ptxbench.tools.gpu.timing import SLOW_ITERS
 
     w = next(w for w in ATTENTION if w.id == "mha_fwd_d128")
     r = shared_evaluator().evaluate(w.id, attention_solution(w).read_text(),

@@ -9,7 +9,7 @@ import torch
 from ptxbench.tools.evaluate import _message
 from ptxbench.tools.gpu.buffers import allocate_set
 from ptxbench.tools.gpu.correctness import LIBRARY_ABS_SLACK, LibraryError, compare, library_error
-from ptxbench.tools.gpu.runner import judge
+from ptxbench.tools.gpu.verdict import judge
 from ptxbench.tools.gpu.state import TrialData
 from ptxbench.tools.results import TrialStats
 from ptxbench.workloads.inputs import make_inputs
@@ -168,7 +168,7 @@ def _run(w, data, dq_error: float, errors: dict[str, LibraryError]):
         bufs.tensors[name].data.copy_(ref)
     bufs.tensors["dQ"].data[0, 0, 0, 0] = float(data.reference["dQ"][0, 0, 0, 0]) + dq_error
     calls = Calls(errors)
-    return judge(None, bufs, data, w, 0, "spiky", calls), calls.n
+    return judge(bufs, data, w, 0, "spiky", calls), calls.n
 
 
 def test_judge_asks_for_the_library_error_only_when_the_strict_rule_fails(bwd):

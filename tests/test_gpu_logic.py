@@ -240,7 +240,7 @@ def test_byte_lru_evicts_least_recently_used_within_budget():
 
 
 def test_plan_iterations_full_for_fast_short_for_slow_and_fitted_to_the_watchdog():
-    from ptxbench.tools.gpu.runner import SLOW_ITERS, plan_iterations
+    from ptxbench.tools.gpu.timing import SLOW_ITERS, plan_iterations
 
     job = {"timeout_s": 30.0}
     assert plan_iterations(job, 1.0) == (10, 50, 3, False)  # 160 calls x 1 ms fit 18 s

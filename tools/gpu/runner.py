@@ -17,27 +17,17 @@ from ...workloads.registry import get_workload
 from ...workloads.schema import Workload
 from ..plan import ResolvedPlan
 from . import ceilings as roofline
-from .buffers import BufferSet, allocate_set, count_poison
-from .correctness import LibraryError, compare, output_digest, replay_note
+from .buffers import BufferSet, allocate_set
+from .correctness import output_digest, replay_note
 from .launch import CudaError, get_function, launch_config, launch_kernel, load_module, pack_params, \
     set_dynamic_smem, sync_stream, unload_module
 from .limits import check_function, check_plan
 from .state import CHECK_SEED_OFFSET, WorkerState
 from .tensormap import encode
-from .timing import probe_ms, speedup, summarize, time_interleaved
+from .timing import SLOW_FACTOR, plan_iterations, probe_ms, speedup, summarize, time_interleaved
+from .verdict import Failed, judge, status_of
 
 Phase = Callable[[str, float], None]  # (phase name, seconds the watchdog allows for it)
-
-
-class Failed(Exception):
-    """Ends a candidate's evaluation with a status (not a harness error)."""
-
-    def __init__(self, status: str, message: str, *, plan_errors=None, runtime_error: str = "", replace: bool = False):
-        super().__init__(message)
-        self.status, self.message = status, message
-        self.plan_errors = plan_errors or []
-        self.runtime_error = runtime_error
-        self.replace = replace
 
 
 class Candidate:
@@ -115,38 +105,6 @@ def new_buffers(wl: Workload, plan: ResolvedPlan) -> BufferSet:
     return allocate_set(tensors, scratch)
 
 
-def judge(cand: Candidate, bufs: BufferSet, data, wl: Workload, trial: int, dist: str,
-          library_errors: Callable[[], dict[str, LibraryError]] | None = None) -> list:
-    """Check guards and inputs, then compare every output; returns TrialStats.
-
-    `library_errors` gives the primary library's error per output on these inputs; compare() calls it only
-    for an output that fails the strict rule on error size alone (the calibrated rule, correctness.py)."""
-    damaged = bufs.damaged_guards()
-    if damaged:
-        raise Failed("RUNTIME_ERROR", "out-of-bounds write: the kernel wrote outside its buffers ("
-                     + "; ".join(damaged) + ")", runtime_error="OUT_OF_BOUNDS_WRITE: " + "; ".join(damaged))
-    stats = []
-    for name, ref in data.reference.items():
-        out = bufs.tensors[name].data
-        library = (lambda name=name: library_errors().get(name)) if library_errors else None
-        stats.append(compare(out, ref, wl.tolerance, trial=trial, tensor=name, dist=dist, unwritten=count_poison(out),
-                             library=library))
-    changed = [n for n, x in data.inputs.items() if not torch.equal(bufs.tensors[n].data, x)]
-    if changed:
-        for s in stats:
-            s.passed = False
-            s.note = "; ".join(filter(None, [s.note, f"the kernel modified its input(s) {', '.join(changed)}"]))
-    return stats
-
-
-def status_of(stats) -> str:
-    if all(s.passed for s in stats):
-        return "PASSED"
-    if any(not s.passed and (s.n_nan or s.n_inf) for s in stats):
-        return "INCORRECT_NAN"
-    return "INCORRECT_NUMERICAL"
-
-
 def correctness(cand: Candidate, state: WorkerState, wl: Workload, job: dict, phase: Phase, seconds: dict):
     trials = job.get("trials") or wl.trials
     dist, seed = job.get("dist", "normal"), int(job.get("seed", 0))
@@ -164,7 +122,7 @@ def correctness(cand: Candidate, state: WorkerState, wl: Workload, job: dict, ph
         cand.run_checked()
         seconds["first_run"] = seconds.get("first_run", time.perf_counter() - t0)
         phase("check", job["prepare_timeout_s"])
-        stats = judge(cand, bufs, data, wl, t, dist, lambda: state.library_errors(wl, seed + t, dist))
+        stats = judge(bufs, data, wl, t, dist, lambda: state.library_errors(wl, seed + t, dist))
         digest = tuple(output_digest(bufs.tensors[n].data) for n in data.reference)
         note = replay_note(digest, digests)
         if note:
@@ -193,7 +151,7 @@ def repeat_checks(cand: Candidate, state: WorkerState, wl: Workload, job: dict, 
         cand.run_checked()
         phase("check", job["prepare_timeout_s"])
         trial = max(digests) + 1 if digests else 0
-        stats = judge(cand, cand.bufs, data, wl, trial, dist, lambda: state.library_errors(wl, data_seed, dist))
+        stats = judge(cand.bufs, data, wl, trial, dist, lambda: state.library_errors(wl, data_seed, dist))
         digest = tuple(output_digest(cand.bufs.tensors[n].data) for n in data.reference)
         replay = replay_note(digest, {k: v for k, v in digests.items() if label == "new inputs"})
         digests[trial] = digest
@@ -206,26 +164,6 @@ def repeat_checks(cand: Candidate, state: WorkerState, wl: Workload, job: dict, 
         if status_of(stats) != "PASSED":
             break
     return stats_all
-
-
-# A candidate this many times slower than the library gets a short timing (SLOW_ITERS paired calls, 1 trial)
-# and the flag "slow_candidate": its speedup is far below 1 whatever the last percent, and a bench should not
-# spend half a minute per turn timing a kernel at 0.02x (the CUDA-core attention reference at full size).
-SLOW_FACTOR = 20.0
-SLOW_ITERS = 15
-
-
-def plan_iterations(job: dict, per_call_ms: float, slow: bool = False) -> tuple[int, int, int, bool]:
-    """Warm-up, iterations and trials that fit in the watchdog's time; fewer for very slow candidates."""
-    warmup, iters, trials = job.get("warmup", 10), job.get("iters", 50), job.get("timing_trials", 3)
-    if slow:
-        warmup, iters, trials = min(warmup, 2), min(iters, SLOW_ITERS), 1
-    budget_ms = 0.6 * job["timeout_s"] * 1000
-    needed = (warmup + iters * trials) * per_call_ms
-    if needed <= budget_ms:
-        return warmup, iters, trials, slow
-    iters = max(5, int(budget_ms / per_call_ms / trials) - 2)
-    return min(warmup, 2), iters, trials, True
 
 
 def time_candidate(cand: Candidate, state: WorkerState, wl: Workload, job: dict, phase: Phase, first_run_s: float) -> dict:

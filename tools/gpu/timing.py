@@ -14,6 +14,11 @@ import numpy as np
 from ..results import TimingStat
 
 BOOTSTRAP_RESAMPLES = 2000
+# A candidate this many times slower than the library gets a short timing (SLOW_ITERS paired calls, 1 trial)
+# and the flag "slow_candidate": its speedup is far below 1 whatever the last percent, and a bench should not
+# spend half a minute per turn timing a kernel at 0.02x (the CUDA-core attention reference at full size).
+SLOW_FACTOR = 20.0
+SLOW_ITERS = 15
 
 
 def bootstrap_median_ci(samples, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
@@ -90,3 +95,16 @@ def time_interleaved(fns: list[Callable[[], object]], *, flush_bytes: int, warmu
         if on_trial:
             on_trial(trial)
     return times
+
+
+def plan_iterations(job: dict, per_call_ms: float, slow: bool = False) -> tuple[int, int, int, bool]:
+    """Warm-up, iterations and trials that fit in the watchdog's time; fewer for very slow candidates."""
+    warmup, iters, trials = job.get("warmup", 10), job.get("iters", 50), job.get("timing_trials", 3)
+    if slow:
+        warmup, iters, trials = min(warmup, 2), min(iters, SLOW_ITERS), 1
+    budget_ms = 0.6 * job["timeout_s"] * 1000
+    needed = (warmup + iters * trials) * per_call_ms
+    if needed <= budget_ms:
+        return warmup, iters, trials, slow
+    iters = max(5, int(budget_ms / per_call_ms / trials) - 2)
+    return min(warmup, 2), iters, trials, True

@@ -55,7 +55,8 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = "sm_90a",
 
     from ...workloads.inputs import make_inputs
     from ...workloads.registry import get_workload
-    from ..gpu.runner import Candidate, Failed, new_buffers
+    from ..gpu.runner import Candidate, new_buffers
+    from ..gpu.verdict import Failed
     from ..gpu.worker import read_limits
     from ..solution import parse_solution, resolve_plan
 

@@ -1,0 +1,55 @@
+"""A candidate's verdict from its buffers after a run: guard zones, every output against its reference,
+untouched inputs; and `Failed`, the exception that ends an evaluation with a status. Free of CUDA driver
+imports, so the verdict logic is tested on CPU tensors."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ...workloads.schema import Workload
+from .buffers import BufferSet, count_poison
+from .correctness import LibraryError, compare
+
+
+class Failed(Exception):
+    """Ends a candidate's evaluation with a status (not a harness error)."""
+
+    def __init__(self, status: str, message: str, *, plan_errors=None, runtime_error: str = "", replace: bool = False):
+        super().__init__(message)
+        self.status, self.message = status, message
+        self.plan_errors = plan_errors or []
+        self.runtime_error = runtime_error
+        self.replace = replace
+
+
+def judge(bufs: BufferSet, data, wl: Workload, trial: int, dist: str,
+          library_errors: Callable[[], dict[str, LibraryError]] | None = None) -> list:
+    """Check guards and inputs, then compare every output; returns TrialStats.
+
+    `library_errors` gives the primary library's error per output on these inputs; compare() calls it only
+    for an output that fails the strict rule on error size alone (the calibrated rule, correctness.py)."""
+    damaged = bufs.damaged_guards()
+    if damaged:
+        raise Failed("RUNTIME_ERROR", "out-of-bounds write: the kernel wrote outside its buffers ("
+                     + "; ".join(damaged) + ")", runtime_error="OUT_OF_BOUNDS_WRITE: " + "; ".join(damaged))
+    stats = []
+    for name, ref in data.reference.items():
+        out = bufs.tensors[name].data
+        library = (lambda name=name: library_errors().get(name)) if library_errors else None
+        stats.append(compare(out, ref, wl.tolerance, trial=trial, tensor=name, dist=dist, unwritten=count_poison(out),
+                             library=library))
+    changed = [n for n, x in data.inputs.items() if not torch.equal(bufs.tensors[n].data, x)]
+    if changed:
+        for s in stats:
+            s.passed = False
+            s.note = "; ".join(filter(None, [s.note, f"the kernel modified its input(s) {', '.join(changed)}"]))
+    return stats
+
+
+def status_of(stats) -> str:
+    if all(s.passed for s in stats):
+        return "PASSED"
+    if any(not s.passed and (s.n_nan or s.n_inf) for s in stats):
+        return "INCORRECT_NAN"
+    return "INCORRECT_NUMERICAL"
