@@ -189,10 +189,12 @@ def test_builtin_reference_and_the_tuners_attention_fallback():
     from ptxbench.agent.extract import extract_solution
     from ptxbench.workloads.solutions import attention
 
-    expected = attention.solution_path("mha_fwd", False).read_text()
-    for name in ("builtin/reference", "builtin/tuner"):
-        answer = load_model(name, "smoke_mha_fwd_d64").query(ModelRequest(messages=[]))
-        assert extract_solution(answer.content).source.strip() == expected.strip(), name
+    # the wgmma forward where its shape rule holds (smoke_mha_fwd_d64: D = 64, S = 256), else the plain kernels
+    for wid, expected in (("smoke_mha_fwd_d64", attention.HERE / "attention_fwd_wgmma_d64.cu"),
+                          ("smoke_mha_bwd_d64", attention.solution_path("mha_bwd", False))):
+        for name in ("builtin/reference", "builtin/tuner"):
+            answer = load_model(name, wid).query(ModelRequest(messages=[]))
+            assert extract_solution(answer.content).source.strip() == expected.read_text().strip(), (wid, name)
     gemm = load_model("builtin/reference", WORKLOAD).query(ModelRequest(messages=[]))
     assert "gemm_bf16_tn" in extract_solution(gemm.content).source
 
