@@ -291,3 +291,29 @@ def test_language_detection():
     assert detect_language(kernel("fma_sm90a.ptx"), Path("solution")) == "ptx"
     assert detect_language("__global__ void k() {}", Path("solution")) == "cuda"
     assert detect_language("anything", Path("k.cu")) == "cuda"
+
+
+def test_knowledge_pack_register_a_wgmma_line_assembles_as_written():
+    """The knowledge pack's register-sourced wgmma (attention's O += P V) is copied verbatim into a kernel."""
+    from ptxbench import prompts
+
+    line = next(ln for ln in prompts.load("knowledge_sm90a").splitlines() if "m64n16k16" in ln).strip().strip("`")
+    ptx = "\n".join([
+        ".version 8.0", ".target sm_90a", ".address_size 64",
+        ".visible .entry pv_step(.param .u64 p_out)", ".reqntid 128, 1, 1", "{",
+        "    .reg .pred p;", "    .reg .b32 %r<6>;", "    .reg .f32 %f<9>;", "    .reg .b64 %rd<4>;",
+        "    .shared .align 1024 .b8 tile_v[4096];",
+        "    mov.u32 %r5, tile_v;", "    shr.u32 %r5, %r5, 4;", "    cvt.u64.u32 %rd1, %r5;",
+        "    or.b64 %rd1, %rd1, 4611686293305294848;  // SBO 1024 B (64 << 32) | 128B swizzle (1 << 62)",
+        *[f"    mov.f32 %f{i}, 0f00000000;" for i in range(1, 9)],
+        *[f"    mov.b32 %r{i}, 0;" for i in range(1, 5)],
+        "    setp.ne.b32 p, %r1, 0;",
+        "    wgmma.fence.sync.aligned;",
+        "    " + line,
+        "    wgmma.commit_group.sync.aligned;", "    wgmma.wait_group.sync.aligned 0;",
+        "    ld.param.u64 %rd2, [p_out];", "    cvta.to.global.u64 %rd2, %rd2;",
+        *[f"    st.global.f32 [%rd2+{4 * (i - 1)}], %f{i};" for i in range(1, 9)],
+        "    ret;", "}", ""])
+    r = compile_source(ptx, "ptx", "sm_90a")
+    assert r.status == "ok", r.errors
+    assert r.kernels["pv_step"].sass_opcodes.get("HGMMA") == 1
