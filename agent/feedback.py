@@ -20,6 +20,8 @@ MAX_ISSUES = 15
 FLAG_MEANINGS = {
     "implausible_speedup": "over 1.5x the library: re-check that every output is really computed",
     "above_roofline": "faster than the device's measured roofline allows: the timing cannot be trusted",
+    "library_overhead_bound": "the library runs far below the roofline at this size (fixed launch cost), so a "
+                              "large speedup here can be honest",
     "slow_candidate": "over 20x slower than the library, so it was timed with 15 calls only",
     "reduced_iterations": "too slow for the full 10 + 150 timed calls within the time limit",
     "result_cached_across_calls": "a repeat call on the same buffers failed the check, so this timing does not count",

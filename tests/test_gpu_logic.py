@@ -163,6 +163,11 @@ def test_sol_and_flags():
     assert ceilings.flags(1.6, flops, nbytes, 1.0, ceil, "NVIDIA H200") == ["implausible_speedup"]
     assert "above_roofline" in ceilings.flags(1.0, flops, nbytes, 0.1, ceil, "NVIDIA H200")  # 6000 TFLOP/s
     assert "above_roofline" in ceilings.flags(1.0, flops, nbytes, 0.5, ceil, "Some GPU")  # > 1.3 x measured
+    # The smoke attention on the H200: 0.0146 ms against cuDNN's 0.0637 ms, both far below the roofline
+    tiny_flops, tiny_bytes = 4 * 1 * 2 * 256 * 256 * 64, 4 * 2 * 256 * 64 * 2
+    assert ceilings.flags(4.37, tiny_flops, tiny_bytes, 0.0146, ceil, "NVIDIA H200") == [
+        "implausible_speedup", "library_overhead_bound"]
+    assert ceilings.flags(1.6, flops, nbytes, 1.0, ceil, "NVIDIA H200") == ["implausible_speedup"]  # library at 54% SOL
 
 
 # ---- plan limits ----
