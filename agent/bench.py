@@ -20,7 +20,7 @@ from typing import Callable
 from pydantic import BaseModel
 
 from .bench_matrix import BenchConfig, expand
-from .bench_retry import rollback_infra_stop
+from .bench_retry import NOTHING_TO_RETRY
 from .bench_scheduler import LimitedModel, ProviderGates, run_all
 from .manifest import build_manifest
 from .models import Model
@@ -119,16 +119,18 @@ class _Runner:
             writer = TrajectoryWriter(self.run_dir / "trajectories" / tid)
             model = LimitedModel(self.model_factory(cfg), self.gates.gate(cfg.model))
             try:
-                out = run_trajectory(cfg, self.evaluator, writer, model=model, checkpointer=self.checkpointer, trajectory_id=tid)
+                # attempts after the first fork a thread that stopped on an infra error and evaluate again
+                out = run_trajectory(cfg, self.evaluator, writer, model=model, checkpointer=self.checkpointer,
+                                     trajectory_id=tid, retry_infra_stop=attempt > 1)
             except Exception as exc:  # noqa: BLE001 - a harness failure (logged as an infra error event); resume retries it
                 error = f"{type(exc).__name__}: {exc}"
                 continue
-            if out.stop_reason == "infra_error" and attempt <= self.config.infra_retries:
+            tried = attempt - 1 if out.infra_retry == NOTHING_TO_RETRY else attempt  # that attempt ran nothing
+            if out.stop_reason == "infra_error" and attempt <= self.config.infra_retries and tried == attempt:
                 error = out.stop_detail
-                if rollback_infra_stop(self.checkpointer, tid):
-                    continue
+                continue
             return _report(cfg, stop_reason=out.stop_reason, statuses=out.statuses, best_speedup=out.best_speedup,
-                           attempts=attempt, infra_failed=out.stop_reason == "infra_error", error=error if attempt > 1 else "")
+                           attempts=tried, infra_failed=out.stop_reason == "infra_error", error=error if tried > 1 else "")
         return _report(cfg, stop_reason="infra_error", attempts=self.config.infra_retries + 1, infra_failed=True, error=error)
 
 

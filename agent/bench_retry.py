@@ -1,32 +1,29 @@
-"""Retry after an infra failure: roll a trajectory's checkpoints back to the last step before it.
+"""Retry after an infra failure: fork the trajectory's thread from the last step before it.
 
 When the evaluator reports INFRA_ERROR the graph records it and stops with reason infra_error. To
-retry, the checkpoints written after the last state without a stop are deleted (with their pending
-writes), so the next run_trajectory resumes right before the failed step: the same submission is
-evaluated again and no finished model call is repeated. The events of the failed attempt stay in
-trajectory.jsonl; scoring lets the retried turn replace the infra one.
+retry, LangGraph's time travel forks the thread at the last checkpoint that has a turn and no stop
+(`update_state` on that checkpoint's config): the fork becomes the thread's head, its next node is
+the step that failed, so the next invoke evaluates the same submission again and no finished model
+call is repeated. The failed branch stays in the checkpoint history, its events in trajectory.jsonl;
+scoring lets the retried turn replace the infra one.
 """
 from __future__ import annotations
 
-
-def _values(tuple_) -> dict:
-    return (tuple_.checkpoint or {}).get("channel_values") or {}
+FORKED, NOTHING_TO_RETRY = "forked", "nothing_to_retry"
 
 
-def rollback_infra_stop(checkpointer, thread_id: str) -> bool:
-    """Drop the checkpoints after the last one without a stop; False when there is nothing to roll back to."""
-    history = list(checkpointer.list({"configurable": {"thread_id": thread_id}}))  # newest first
-    target = next((t for t in history if _values(t).get("turn") and not _values(t).get("stop")), None)
-    if target is None or target is history[0]:
-        return False
-    ns = target.config["configurable"].get("checkpoint_ns", "")
-    cid = target.config["configurable"]["checkpoint_id"]
-    with checkpointer.lock:
-        cur = checkpointer.conn.cursor()
-        cur.execute("DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id > ?",
-                    (thread_id, ns, cid))
-        # The failed step's own writes hang on the target checkpoint: without them the step runs again.
-        cur.execute("DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id >= ?",
-                    (thread_id, ns, cid))
-        checkpointer.conn.commit()
-    return True
+def _stop_reason(values: dict) -> str:
+    return ((values or {}).get("stop") or {}).get("reason", "")
+
+
+def fork_before_infra_stop(graph, thread_id: str) -> str:
+    """'' when the thread did not stop on an infra error; FORKED, or NOTHING_TO_RETRY (it failed before any turn)."""
+    config = {"configurable": {"thread_id": thread_id}}
+    if _stop_reason(graph.get_state(config).values) != "infra_error":
+        return ""
+    history = graph.get_state_history(config)  # newest first
+    target = next((s for s in history if s.values.get("turn") and not s.values.get("stop")), None)
+    if target is None:
+        return NOTHING_TO_RETRY
+    graph.update_state(target.config, None)  # a new head branching from target; the node after it runs again
+    return FORKED

@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ptxbench.tools.evaluator import EvalOptions, Evaluator
 from ptxbench.workloads.registry import get_workload
 
+from .bench_retry import FORKED, fork_before_infra_stop
 from .graph import Deps, build_graph
 from .manifest import build_manifest
 from .models import Model, load_model
@@ -47,6 +48,7 @@ class TrajectoryOutcome(BaseModel):
     cost_usd: float
     elapsed_s: float
     resumed: bool = False
+    infra_retry: str = Field("", description="with retry_infra_stop: 'forked' or 'nothing_to_retry' (agent/bench_retry.py)")
 
 
 def open_checkpointer(path: str | Path):
@@ -70,14 +72,15 @@ def make_model(config: OptimizeConfig) -> Model:
     return load_model(config.model, config.workload, api_base=config.api_base, **options)
 
 
-def _outcome(tid: str, folder: Path, state: AgentState, resumed: bool) -> TrajectoryOutcome:
+def _outcome(tid: str, folder: Path, state: AgentState, resumed: bool, infra_retry: str = "") -> TrajectoryOutcome:
     stop = state.get("stop") or {"reason": "", "detail": ""}
     done = state.get("done_turns", [])
     return TrajectoryOutcome(
         trajectory_id=tid, folder=str(folder), stop_reason=stop["reason"], stop_detail=stop.get("detail", ""),
         turns=len(done), best_speedup=state.get("best_speedup"), best_turn=state.get("best_turn", 0),
         statuses=[t["outcome"]["status"] for t in done], tokens=state.get("tokens", 0),
-        cost_usd=state.get("cost_usd", 0.0), elapsed_s=state.get("elapsed_s", 0.0), resumed=resumed)
+        cost_usd=state.get("cost_usd", 0.0), elapsed_s=state.get("elapsed_s", 0.0), resumed=resumed,
+        infra_retry=infra_retry)
 
 
 def run_trajectory(
@@ -89,11 +92,14 @@ def run_trajectory(
     checkpointer=None,
     listeners: list[Listener] | None = None,
     trajectory_id: str | None = None,
+    retry_infra_stop: bool = False,
 ) -> TrajectoryOutcome:
     """Run (or, if `checkpointer` holds an unfinished thread of this trajectory, resume) one trajectory.
 
     The trajectory id (the checkpointer's thread id) defaults to the writer's folder name. Without a
-    checkpointer the run is kept in memory and cannot be resumed. A failed kernel is a turn outcome;
+    checkpointer the run is kept in memory and cannot be resumed. With `retry_infra_stop`, a thread that
+    stopped on an infra error is forked before the failed step and continued (agent/bench_retry.py).
+    A failed kernel is a turn outcome;
     an exception here is a harness failure (recorded as an error event, then raised).
     """
     from langgraph.checkpoint.memory import InMemorySaver
@@ -105,9 +111,12 @@ def run_trajectory(
     run_config = {"configurable": {"thread_id": tid}, "recursion_limit": RECURSION_LIMIT}
     snapshot = graph.get_state(run_config)
     resumed = bool(snapshot.values)
+    retry = fork_before_infra_stop(graph, tid) if resumed and retry_infra_stop else ""
+    if retry == FORKED:
+        snapshot = graph.get_state(run_config)
     try:
         if resumed and not snapshot.next:
-            return _outcome(tid, writer.folder, snapshot.values, resumed)  # finished before
+            return _outcome(tid, writer.folder, snapshot.values, resumed, retry)  # finished before
         if resumed:
             graph.invoke(None, run_config, durability="sync")
         else:
@@ -119,7 +128,7 @@ def run_trajectory(
         turn = (graph.get_state(run_config).values or {}).get("turn", 0)
         log.error(turn, "graph", exc, infra=True)
         raise
-    return _outcome(tid, writer.folder, graph.get_state(run_config).values, resumed)
+    return _outcome(tid, writer.folder, graph.get_state(run_config).values, resumed, retry)
 
 
 async def arun_trajectory(*args: Any, **kwargs: Any) -> TrajectoryOutcome:

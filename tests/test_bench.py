@@ -197,3 +197,43 @@ def test_resume_after_kill(tmp_path):
     score = score_runs([run])
     assert score.n_trajectories == 2 and score.model_workload[0].n_compile_only == 4
     assert score.model_workload[0].fast_p_trajectories["0"].value == 0.0  # compile-only turns are not correct
+
+
+def test_fork_before_infra_stop_on_a_small_graph():
+    """The retry's LangGraph mechanics alone: the fork re-runs only the failed node, never the one before it."""
+    from typing import TypedDict
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, StateGraph
+
+    from ptxbench.agent.bench_retry import FORKED, NOTHING_TO_RETRY, fork_before_infra_stop
+
+    S = TypedDict("S", {"turn": int, "stop": dict, "result": str}, total=False)
+
+    calls = {"query": 0, "evaluate": 0}
+
+    def query(s):
+        calls["query"] += 1
+        return {"turn": s.get("turn", 0) + 1}
+
+    def evaluate(s):
+        calls["evaluate"] += 1
+        return {"stop": {"reason": "infra_error"}} if calls["evaluate"] == 1 else {"result": "ok"}
+
+    g = StateGraph(S)
+    g.add_node("query", query)
+    g.add_node("evaluate", evaluate)
+    g.add_edge(START, "query")
+    g.add_edge("query", "evaluate")
+    g.add_edge("evaluate", END)
+    graph = g.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    graph.invoke({}, config)
+    assert fork_before_infra_stop(graph, "t") == FORKED
+    graph.invoke(None, config)
+    assert calls == {"query": 1, "evaluate": 2} and graph.get_state(config).values["result"] == "ok"
+    assert fork_before_infra_stop(graph, "t") == ""  # finished without an infra stop: nothing to do
+
+    # a thread that stopped on an infra error before any turn: no earlier step to go back to
+    graph.update_state({"configurable": {"thread_id": "early"}}, {"stop": {"reason": "infra_error"}}, as_node="evaluate")
+    assert fork_before_infra_stop(graph, "early") == NOTHING_TO_RETRY
