@@ -85,3 +85,24 @@ def test_attention_mutations_touch_only_the_plan_flags():
     assert '"f32:scale * scale", "i32:1"]' in found["wrong_softmax_scale"]
     assert found["missing_causal_mask"].replace('"i32:0"]', '"i32:1"]') == causal
     assert "missing_causal_mask" not in {m.name for m, _ in applicable((folder / "attention_fwd.cu").read_text())}
+
+
+def test_wgmma_attention_mutations_change_exactly_their_lines():
+    from pathlib import Path
+
+    from ptxbench.tools.compile import compile_source
+
+    source = (Path(__file__).resolve().parents[1] / "workloads" / "solutions" / "attention_fwd_wgmma.cu").read_text()
+    found = {m.name: broken for m, broken in applicable(source)}
+    assert {"pv_operand_not_transposed", "softmax_max_not_reduced", "row_sum_not_reduced", "missing_wgmma_fence",
+            "wrong_softmax_scale"} <= set(found)
+    pv = found["pv_operand_not_transposed"]  # both register-A forms (N = 128 and N = 64) lose imm-trans-b
+    assert source.count("p, 1, 1, 1;") == 2 and pv.count("p, 1, 1, 1;") == 0 and pv.count("p, 1, 1, 0;") == 2
+    assert "p, 1, 1, 0, 0;" in pv  # the shared-memory Q K^T form is untouched
+    dropped = set(source.splitlines()) - set(found["softmax_max_not_reduced"].splitlines())
+    assert dropped == {"  x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));",
+                       "  x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));"}
+    dropped = set(source.splitlines()) - set(found["row_sum_not_reduced"].splitlines())
+    assert dropped == {f"    l{r} += __shfl_xor_sync(0xffffffffu, l{r}, {x});" for r in (0, 1) for x in (1, 2)}
+    r = compile_source(pv, "cuda", "sm_90a", "mha_fwd_d128")  # the asm edit still assembles: a wrong kernel, not a build error
+    assert r.status == "ok", r.errors

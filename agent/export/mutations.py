@@ -71,6 +71,18 @@ MUTATIONS: list[Mutation] = [
              "the causal mask is never applied: the plan's last argument, the causal flag of the reference attention "
              "kernels, is passed as 0",
              WRONG, r'"i32:1"\]([ \t]*)$', r'"i32:0"]\1'),
+    # The wgmma attention forward's own bug classes (register-sourced P, N-major V, quad-owned softmax rows).
+    Mutation("pv_operand_not_transposed",
+             "O += P V reads V (stored [keys, d], N-major) without imm-trans-b, so the wgmma takes it as K-major",
+             WRONG, r"(\}, %\d+, p, 1, 1, )1;", r"\g<1>0;"),
+    Mutation("softmax_max_not_reduced",
+             "the row max is reduced over 2 of the 4 threads that share a row (shfl.xor 2 dropped): the quad's "
+             "probabilities are scaled by different maxima and summed into one output row",
+             WRONG, r"^[ \t]*(\w+) = fmaxf\(\1, __shfl_xor_sync\([^;]*, 2\)\);[ \t]*\n", ""),
+    Mutation("row_sum_not_reduced",
+             "the softmax row sum is never reduced over the quad that shares the row: each thread normalises by its "
+             "own partial sum",
+             WRONG, r"^[ \t]*(\w+) \+= __shfl_xor_sync\([^;]*\);[ \t]*\n", ""),
 ]
 
 BY_NAME = {m.name: m for m in MUTATIONS}
