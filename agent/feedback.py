@@ -11,6 +11,8 @@ import re
 from string import Template
 
 from ptxbench import prompts
+from ptxbench.tools.gpu.ceilings import IMPLAUSIBLE_SPEEDUP
+from ptxbench.tools.gpu.timing import SLOW_FACTOR, SLOW_ITERS
 from ptxbench.tools.results import EvalResult
 
 NO_GPU_NOTE = ("NOTE: no GPU ran for this evaluation (--no-gpu mode): only parsing, compilation and the SASS scan "
@@ -18,11 +20,11 @@ NO_GPU_NOTE = ("NOTE: no GPU ran for this evaluation (--no-gpu mode): only parsi
 MAX_ISSUES = 15
 # What each timing flag means for the next revision (the flags themselves come from tools/gpu).
 FLAG_MEANINGS = {
-    "implausible_speedup": "over 1.5x the library: re-check that every output is really computed",
+    "implausible_speedup": f"over {IMPLAUSIBLE_SPEEDUP:g}x the library: re-check that every output is really computed",
     "above_roofline": "faster than the device's measured roofline allows: the timing cannot be trusted",
     "library_overhead_bound": "the library runs far below the roofline at this size (fixed launch cost), so a "
                               "large speedup here can be honest",
-    "slow_candidate": "over 20x slower than the library, so it was timed with 15 calls only",
+    "slow_candidate": f"over {SLOW_FACTOR:g}x slower than the library, so it was timed with {SLOW_ITERS} calls only",
     "reduced_iterations": "too slow for the full 10 + 150 timed calls within the time limit",
     "result_cached_across_calls": "a repeat call on the same buffers failed the check, so this timing does not count",
 }

@@ -7,7 +7,8 @@ from ptxbench.tools.compile import compile_source
 from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.solution import parse_solution
 from ptxbench.workloads.registry import list_workloads
-from ptxbench.workloads.solutions.attention import attention_solution, solution_path
+from ptxbench.workloads.registry import get_workload
+from ptxbench.workloads.solutions.attention import attention_solution
 
 ATTENTION = [w for w in list_workloads() if w.op in ("mha_fwd", "mha_bwd")]
 
@@ -17,18 +18,16 @@ def _plan_free(text: str) -> str:
 
 
 def test_gqa_variant_is_the_same_code_with_group_from_the_symbols():
-    from ptxbench.workloads.solutions.attention import GQA_FORWARD, HERE
-
-    plain = solution_path("mha_fwd", causal=False).read_text().splitlines()[1:]
-    gqa = (HERE / GQA_FORWARD).read_text().splitlines()[1:]
+    plain = attention_solution(get_workload("mha_fwd_d128")).splitlines()[1:]
+    gqa = attention_solution(get_workload("mha_fwd_d128_gqa_h32_kv8")).splitlines()[1:]
     assert [a for a, b in zip(plain, gqa) if a != b] == [l for l in plain if '"i32:H", "i32:1"' in l]
     assert any('"i32:H // HKV"' in line for line in gqa)
 
 
 @pytest.mark.parametrize("op", ["fwd", "bwd"])
 def test_causal_variant_is_the_same_code_with_causal_on(op):
-    plain = solution_path(f"mha_{op}", causal=False).read_text()
-    causal = solution_path(f"mha_{op}", causal=True).read_text()
+    plain = attention_solution(get_workload(f"mha_{op}_d128"))
+    causal = attention_solution(get_workload(f"mha_{op}_d128_causal"))
     assert _plan_free(plain) == _plan_free(causal)
     assert causal.count('"f32:scale", "i32:1"]') == plain.count('"f32:scale", "i32:0"]') >= 1
 
@@ -36,14 +35,14 @@ def test_causal_variant_is_the_same_code_with_causal_on(op):
 @pytest.mark.parametrize("wid", [w.id for w in ATTENTION])
 def test_solution_parses_for_every_attention_workload(wid):
     w = next(w for w in ATTENTION if w.id == wid)
-    sol = parse_solution(attention_solution(w).read_text(), w)
+    sol = parse_solution(attention_solution(w), w)
     assert not isinstance(sol, list), sol
 
 
 @pytest.mark.parametrize("op", ["mha_fwd", "mha_bwd"])
 def test_solution_compiles_without_spills(op):
     w = next(w for w in ATTENTION if w.op == op and "main" in w.tags)
-    r = compile_source(attention_solution(w).read_text(), "cuda", "sm_90a", w)
+    r = compile_source(attention_solution(w), "cuda", "sm_90a", w)
     assert r.status == "ok", r.errors
     for k in r.kernels.values():
         assert k.spill_stores == 0 and k.spill_loads == 0, k
@@ -59,7 +58,7 @@ def test_reference_attention_passes(wid):
     # The full-size ncu profile of this CUDA-core reference takes about a minute a workload; the profile path is
     # covered by tests/test_profile_gpu.py, so only the smoke shapes go through it here.
     options = EvalOptions(timeout_s=120, time=smoke, trials=None if smoke else 1, profile_on_pass=smoke)
-    r = shared_evaluator().evaluate(wid, attention_solution(w).read_text(), options)
+    r = shared_evaluator().evaluate(wid, attention_solution(w), options)
     assert r.status == "PASSED", (r.message, r.runtime_error, r.plan_errors)
     if smoke:
         assert r.timing and r.timing.speedup > 0 and "cudnn_sdpa" in r.timing.baselines
@@ -71,7 +70,7 @@ def test_backward_passes_on_spiky_inputs():
     from gpu_helpers import shared_evaluator
 
     w = next(w for w in ATTENTION if w.id == "smoke_mha_bwd_d64")
-    r = shared_evaluator().evaluate(w.id, attention_solution(w).read_text(), EvalOptions(dist="spiky", time=False))
+    r = shared_evaluator().evaluate(w.id, attention_solution(w), EvalOptions(dist="spiky", time=False))
     assert r.status == "PASSED", r.message
     assert all(s.dist == "spiky" for s in r.correctness)
     for s in r.correctness:  # where the calibrated rule decided, the library's own error is recorded and respected
@@ -88,7 +87,7 @@ def test_a_very_slow_candidate_gets_a_short_flagged_timing():
     from ptxbench.tools.gpu.timing import SLOW_ITERS
 
     w = next(w for w in ATTENTION if w.id == "mha_fwd_d128")
-    r = shared_evaluator().evaluate(w.id, attention_solution(w).read_text(),
+    r = shared_evaluator().evaluate(w.id, attention_solution(w),
                                     EvalOptions(timeout_s=120, trials=1, profile_on_pass=False))
     assert r.status == "PASSED", r.message
     assert "slow_candidate" in r.timing.flags, r.timing.flags

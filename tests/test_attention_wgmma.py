@@ -1,11 +1,9 @@
-"""The Hopper attention forward reference (workloads/solutions/attention_fwd_wgmma*.cu: one code, six entry points,
-one file per (D, causal, GQA) plan): the plans parse and resolve for every forward workload that
-`fast_solution` maps to them, the files are the same code with only their plan changed, the kernels compile to
+"""The Hopper attention forward reference (workloads/solutions/attention_fwd_wgmma.cu: one code, six entry points,
+one rendered plan per (D, causal, GQA)): the plans parse and resolve for every forward workload that
+`fast_solution` covers, the solutions are the same code with only their plan changed, the kernels compile to
 HGMMA + UTMALDG without spills or ptxas warnings, and (on a GPU) they pass and run at least at a measured
 fraction of cuDNN."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -14,24 +12,24 @@ from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.plan import Solution
 from ptxbench.tools.solution import parse_solution, resolve_plan
 from ptxbench.workloads.registry import get_workload, list_workloads
+from ptxbench.workloads.solutions.attention import FAST_FORWARD, HERE, fast_solution
 
-SOLUTIONS = Path(__file__).resolve().parents[1] / "workloads" / "solutions"
-# file -> (entry point, D, causal, GQA)
-ENTRIES = {"attention_fwd_wgmma.cu": ("attn_fwd_wgmma", 128, False, False),
-           "attention_fwd_wgmma_causal.cu": ("attn_fwd_wgmma_causal", 128, True, False),
-           "attention_fwd_wgmma_gqa.cu": ("attn_fwd_wgmma_gqa", 128, False, True),
-           "attention_fwd_wgmma_d64.cu": ("attn_fwd_wgmma_d64", 64, False, False),
-           "attention_fwd_wgmma_d64_causal.cu": ("attn_fwd_wgmma_d64_causal", 64, True, False),
-           "attention_fwd_wgmma_d64_gqa.cu": ("attn_fwd_wgmma_d64_gqa", 64, False, True)}
-# every workload the fast forward covers, and its file (the cheap smoke shapes first: the GPU test runs in this order)
-FILES = {"smoke_mha_fwd_d64": "attention_fwd_wgmma_d64.cu",
-         "smoke_mha_fwd_d64_causal": "attention_fwd_wgmma_d64_causal.cu",
-         "smoke_mha_fwd_d64_gqa_h4_kv2": "attention_fwd_wgmma_d64_gqa.cu",
-         "mha_fwd_d64": "attention_fwd_wgmma_d64.cu",
-         "mha_fwd_d64_causal": "attention_fwd_wgmma_d64_causal.cu",
-         "mha_fwd_d128_gqa_h32_kv8": "attention_fwd_wgmma_gqa.cu",
-         "mha_fwd_d128": "attention_fwd_wgmma.cu",
-         "mha_fwd_d128_causal": "attention_fwd_wgmma_causal.cu"}
+# plan -> (entry point, D, causal, GQA); the checked-in file carries the first
+ENTRIES = {"d128": ("attn_fwd_wgmma", 128, False, False),
+           "d128_causal": ("attn_fwd_wgmma_causal", 128, True, False),
+           "d128_gqa": ("attn_fwd_wgmma_gqa", 128, False, True),
+           "d64": ("attn_fwd_wgmma_d64", 64, False, False),
+           "d64_causal": ("attn_fwd_wgmma_d64_causal", 64, True, False),
+           "d64_gqa": ("attn_fwd_wgmma_d64_gqa", 64, False, True)}
+# every workload the fast forward covers, and its plan (the cheap smoke shapes first: the GPU test runs in this order)
+FILES = {"smoke_mha_fwd_d64": "d64",
+         "smoke_mha_fwd_d64_causal": "d64_causal",
+         "smoke_mha_fwd_d64_gqa_h4_kv2": "d64_gqa",
+         "mha_fwd_d64": "d64",
+         "mha_fwd_d64_causal": "d64_causal",
+         "mha_fwd_d128_gqa_h32_kv8": "d128_gqa",
+         "mha_fwd_d128": "d128",
+         "mha_fwd_d128_causal": "d128_causal"}
 # Speedup floors vs cuDNN. D = 128: about 0.7x of what the H200 measured with this test
 # (bench/results/attention_wgmma.md): non-causal 1.024x [1.024, 1.024] (2.699 ms vs 2.764 ms), causal 0.993x
 # [0.991, 0.995] (1.514 ms vs 1.504 ms). The D = 64 and GQA kernels (not yet measured): a conservative 0.5 on
@@ -49,9 +47,13 @@ D128_SASS = {"attn_fwd_wgmma": {"HGMMA": 32, "UTMALDG": 22, "USETMAXREG": 2},
 PLAN_START, PLAN_END = "/* ptxbench", "*/"
 
 
-def _split(path: Path) -> tuple[str, list[str], str]:
+def _source(plan: str) -> str:
+    """The solution text of a plan, rendered for the first workload that uses it."""
+    return fast_solution(get_workload(next(w for w, p in FILES.items() if p == plan)))
+
+
+def _split(text: str) -> tuple[str, list[str], str]:
     """(text before the plan block, the plan block's lines, text after it)."""
-    text = path.read_text()
     start = text.index(PLAN_START)
     end = text.index(PLAN_END, start) + len(PLAN_END)
     return text[:start], text[start:end].splitlines(), text[end:]
@@ -59,21 +61,25 @@ def _split(path: Path) -> tuple[str, list[str], str]:
 
 @pytest.fixture(scope="module")
 def compiled() -> dict:
-    return {name: compile_source((SOLUTIONS / name).read_text(), "cuda", "sm_90a") for name in ENTRIES}
+    return {name: compile_source(_source(name), "cuda", "sm_90a") for name in ENTRIES}
+
+
+def test_the_checked_in_file_is_the_d128_plan():
+    assert _source("d128") == (HERE / FAST_FORWARD).read_text()
 
 
 def test_causal_file_is_the_same_code_launching_the_causal_kernel():
-    plain, causal = ((SOLUTIONS / f).read_text().splitlines() for f in ("attention_fwd_wgmma.cu", "attention_fwd_wgmma_causal.cu"))
+    plain, causal = (_source(p).splitlines() for p in ("d128", "d128_causal"))
     diff = [(a, b) for a, b in zip(plain, causal) if a != b]
     assert len(plain) == len(causal) and diff == [('kernel = "attn_fwd_wgmma"', 'kernel = "attn_fwd_wgmma_causal"')]
 
 
-@pytest.mark.parametrize("name", [n for n in ENTRIES if n != "attention_fwd_wgmma.cu"])
+@pytest.mark.parametrize("name", [n for n in ENTRIES if n != "d128"])
 def test_every_file_is_the_same_code_with_its_own_plan(name):
-    """Outside the plan block every file is byte-identical; inside, only the lines its (D, causal, GQA) needs differ."""
+    """Outside the plan block every solution is byte-identical; inside, only the lines its (D, causal, GQA) needs differ."""
     kernel, d, _, gqa = ENTRIES[name]
-    head0, plan0, tail0 = _split(SOLUTIONS / "attention_fwd_wgmma.cu")
-    head, plan, tail = _split(SOLUTIONS / name)
+    head0, plan0, tail0 = _split(_source("d128"))
+    head, plan, tail = _split(_source(name))
     assert head == head0 and tail == tail0
     expected = {'kernel = "attn_fwd_wgmma"': f'kernel = "{kernel}"'}
     if d == 64:  # one slab per tile and a 4-deep ring: 1 KiB slack + 16 KiB x (Q + 4 x (K, V)) + barriers
@@ -94,14 +100,14 @@ def test_every_file_is_the_same_code_with_its_own_plan(name):
 
 
 def test_the_kernel_source_keeps_the_tile_constants_the_plans_assume():
-    _, _, code = _split(SOLUTIONS / "attention_fwd_wgmma.cu")
+    _, _, code = _split(_source("d128"))
     assert "constexpr int SLAB = 128 * 128;" in code
     assert "static constexpr int STAGES = HD == 128 ? 2 : 4;" in code
 
 
 def _resolved(wid: str):
     w = get_workload(wid)
-    sol = parse_solution((SOLUTIONS / FILES[wid]).read_text(), w)
+    sol = parse_solution(fast_solution(w), w)
     assert isinstance(sol, Solution), [str(i) for i in sol]
     assert not sol.warnings, sol.warnings  # the plan's args were checked against the kernel's parameters
     return w, resolve_plan(sol.plan, w, num_sms=132)
@@ -150,12 +156,12 @@ def test_compiles_to_hgmma_and_tma_without_spills(compiled, name):
 
 def test_the_d128_kernels_compile_as_before(compiled):
     """The D = 64 / GQA templating left the D = 128 entry points' instruction stream alone."""
-    for name in ("attention_fwd_wgmma.cu", "attention_fwd_wgmma_causal.cu"):
+    for name in ("d128", "d128_causal"):
         kernels = compiled[name].kernels
         for kernel, counts in D128_SASS.items():
             assert {op: kernels[kernel].sass_opcodes.get(op, 0) for op in counts} == counts, (name, kernel)
     # D = 64 issues one TMA box per tile where D = 128 issues two; GQA only changes the K / V row
-    ops = compiled["attention_fwd_wgmma.cu"].kernels
+    ops = compiled["d128"].kernels
     assert ops["attn_fwd_wgmma_d64"].sass_opcodes["UTMALDG"] * 2 == ops["attn_fwd_wgmma"].sass_opcodes["UTMALDG"]
     assert ops["attn_fwd_wgmma_gqa"].sass_opcodes["HGMMA"] == ops["attn_fwd_wgmma"].sass_opcodes["HGMMA"]
 
@@ -167,7 +173,7 @@ def test_passes_and_is_fast_on_the_gpu(wid):
 
     # No ncu profile here (about 10 s a workload): the executed-target check is tests/test_profile_gpu.py's, and
     # bench/results/attention_wgmma.md records the profiled run.
-    r = shared_evaluator().evaluate(wid, (SOLUTIONS / FILES[wid]).read_text(),
+    r = shared_evaluator().evaluate(wid, fast_solution(get_workload(wid)),
                                     EvalOptions(timeout_s=120, trials=1, profile_on_pass=False))
     t = r.timing
     print("RESULT", wid, r.status, r.message, t and (t.candidate.median_ms, t.baselines[t.primary_baseline].median_ms,
@@ -181,16 +187,16 @@ def test_passes_and_is_fast_on_the_gpu(wid):
 
 def test_fast_solution_maps_exactly_the_covered_workloads():
     from ptxbench.agent.models.builtin import reference_source
-    from ptxbench.workloads.solutions.attention import attention_solution, fast_solution
+    from ptxbench.workloads.solutions.attention import attention_solution
 
     every = list_workloads(include_held_out=True)
     mapped = {w.id: fast_solution(w) for w in every if fast_solution(w) is not None}
-    assert mapped == {wid: SOLUTIONS / name for wid, name in FILES.items()}
-    for wid, name in FILES.items():
-        assert reference_source(wid) == (SOLUTIONS / name).read_text()
+    assert mapped == {wid: _source(plan) for wid, plan in FILES.items()}
+    for wid, plan in FILES.items():
+        assert reference_source(wid) == _source(plan)
     for wid in ("mha_fwd_d96", "mha_fwd_d96_causal", "mha_bwd_d128", "mha_bwd_d64", "smoke_mha_bwd_d64"):
         w = get_workload(wid)
-        assert fast_solution(w) is None and reference_source(wid) == attention_solution(w).read_text()
+        assert fast_solution(w) is None and reference_source(wid) == attention_solution(w)
     # the shape rule itself: D in {64, 128}, S a multiple of 128, GQA non-causal with H a multiple of HKV
     base = get_workload("smoke_mha_fwd_d64_gqa_h4_kv2")
     for change, covered in (({"S": 384}, True), ({"S": 200}, False), ({"D": 96}, False), ({"D": 128}, True),

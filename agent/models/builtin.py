@@ -50,9 +50,9 @@ def reference_source(workload_id: str) -> str:
         return template.render(template.default_params())
     fast = attention.fast_solution(workload)  # the Hopper wgmma forward where it applies
     if fast is not None:
-        return fast.read_text(encoding="utf-8")
+        return fast
     try:
-        return attention.attention_solution(workload).read_text(encoding="utf-8")
+        return attention.attention_solution(workload)
     except (KeyError, OSError) as exc:
         raise ModelError(f"no reference solution for {workload_id}: {exc}") from None
 

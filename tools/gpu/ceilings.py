@@ -29,6 +29,8 @@ def measure(matmul_n: int = 8192, copy_bytes: int = 1 << 30, reps: int = 10) -> 
     """{'tflops_bf16', 'hbm_gbps'}: best of `reps` timed calls (the ceiling is what the device can do)."""
     import torch
 
+    from .timing import event_times
+
     a = torch.randn(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16)
     c = torch.empty_like(a)
@@ -38,15 +40,7 @@ def measure(matmul_n: int = 8192, copy_bytes: int = 1 << 30, reps: int = 10) -> 
     def best(fn) -> float:
         for _ in range(3):
             fn()
-        times = []
-        for _ in range(reps):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-        return min(times)
+        return min(event_times(fn, reps))
 
     mm_ms = best(lambda: torch.matmul(a, b, out=c))
     copy_ms = best(lambda: dst.copy_(src))

@@ -51,8 +51,8 @@ def speedup(baseline_ms, candidate_ms) -> tuple[float, tuple[float, float]]:
     return s, bootstrap_ratio_ci(baseline_ms, candidate_ms)
 
 
-def probe_ms(fn: Callable[[], object], calls: int = 2) -> float:
-    """Median milliseconds of a few back-to-back warm calls: a rough per-call cost to plan the real timing."""
+def event_times(fn: Callable[[], object], calls: int) -> list[float]:
+    """Milliseconds of `calls` back-to-back calls, each between its own CUDA events (no L2 flush)."""
     import torch
 
     times = []
@@ -63,7 +63,12 @@ def probe_ms(fn: Callable[[], object], calls: int = 2) -> float:
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
-    return float(np.median(times))
+    return times
+
+
+def probe_ms(fn: Callable[[], object], calls: int = 2) -> float:
+    """Median milliseconds of a few back-to-back warm calls: a rough per-call cost to plan the real timing."""
+    return float(np.median(event_times(fn, calls)))
 
 
 def time_interleaved(fns: list[Callable[[], object]], *, flush_bytes: int, warmup: int = 10, iters: int = 50,

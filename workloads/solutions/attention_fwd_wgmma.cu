@@ -2,8 +2,8 @@
 // wgmma in the FlashAttention-3 "v2" style (no ping-pong scheduling). One template attn_fwd<HD, CAUSAL, GQA>,
 // six entry points: attn_fwd_wgmma, attn_fwd_wgmma_causal (top-left aligned, key j <= query i) and
 // attn_fwd_wgmma_gqa for D = 128; attn_fwd_wgmma_d64, attn_fwd_wgmma_d64_causal and attn_fwd_wgmma_d64_gqa
-// for D = 64. Each plan names one: attention_fwd_wgmma{,_causal,_gqa,_d64,_d64_causal,_d64_gqa}.cu are
-// this same file with only their plan block changed.
+// for D = 64. Each plan names one: this file's plan is the D = 128 non-causal one, and the other workloads'
+// solutions are this file with a few plan lines changed (workloads/solutions/attention.py fast_solution).
 //
 // Specialised for D = 128 or 64 and S a multiple of 128 (the kernel traps otherwise). One CTA per
 // (128 query rows, batch*head); 384 threads = 3 warpgroups:
@@ -69,6 +69,12 @@ l2_promotion = "256B"
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "ptxbench/wgmma.cuh"
+#include "ptxbench/tma.cuh"
+#include "ptxbench/mbarrier.cuh"
+
+using namespace ptxbench;  // mbar_*, tma_load_2d, make_desc_sw128, wgmma_* (prompts/include/ptxbench)
+
 constexpr int BM = 128;          // query rows per CTA (64 per consumer warpgroup)
 constexpr int BN = 128;          // keys per K / V tile
 constexpr int SLAB = 128 * 128;  // bytes of one 128-row x 64-column bf16 slab (one TMA box)
@@ -86,55 +92,11 @@ struct Tile {
   static constexpr int STAGES = HD == 128 ? 2 : 4;  // K / V ring depth
 };
 
-// ---- shared-memory barriers, TMA, wgmma: inline PTX, modelled on the reference GEMM's helpers ----
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void bar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void bar_arrive(uint64_t* bar) {
-  asm volatile("{\n\t.reg .b64 st;\n\tmbarrier.arrive.shared::cta.b64 st, [%0];\n\t}" :: "r"(smem_addr(bar)) : "memory");
-}
-
-__device__ __forceinline__ void bar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-
-// Blocks until phase `parity` of the barrier has completed (a PTX loop: the compiler keeps it).
-__device__ __forceinline__ void bar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile("{\n\t.reg .pred p;\n"
-               "ATTN_WAIT_%=:\n\t"
-               "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
-               "@!p bra ATTN_WAIT_%=;\n\t}"
-               :: "r"(smem_addr(bar)), "r"(parity) : "memory");
-}
-
-// One 64 x 128 box (d, rows) global -> shared, completing its bytes on `bar`.
-__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
-      :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
-      : "memory");
-}
-
 // The 128 rows starting at `row` of a [rows, HD] tensor map: HD / 64 boxes, one per slab.
 template <int HD>
 __device__ __forceinline__ void tma_load_tile(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int row) {
 #pragma unroll
-  for (int s = 0; s < Tile<HD>::SLABS; ++s) tma_load(dst + s * SLAB, map, bar, 64 * s, row);
-}
-
-// Descriptor of a K-major, 128B-swizzled operand (rows of 64 bf16, 8-row atoms of 1 KiB).
-__device__ __forceinline__ uint64_t desc_kmajor(const void* p) {
-  uint64_t d = static_cast<uint64_t>((smem_addr(p) & 0x3FFFF) >> 4);
-  d |= static_cast<uint64_t>(1) << 16;            // leading byte offset: unused with swizzle
-  d |= static_cast<uint64_t>(1024 >> 4) << 32;    // stride byte offset: next 8-row atom
-  d |= static_cast<uint64_t>(1) << 62;            // 128B swizzle
-  return d;
+  for (int s = 0; s < Tile<HD>::SLABS; ++s) tma_load_2d(dst + s * SLAB, map, bar, 64 * s, row);
 }
 
 // Descriptor of an MN-major (N contiguous), 128B-swizzled B operand: each 128-byte row is one k
@@ -142,26 +104,16 @@ __device__ __forceinline__ uint64_t desc_kmajor(const void* p) {
 // (PTX ISA canonical layout ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), T = 8 bf16). With N = 64 (D = 64)
 // the operand is a single n slab (m = 1), so the LBO is never applied.
 __device__ __forceinline__ uint64_t desc_nmajor(const void* p) {
-  uint64_t d = static_cast<uint64_t>((smem_addr(p) & 0x3FFFF) >> 4);
+  uint64_t d = static_cast<uint64_t>((smem_u32(p) & 0x3FFFF) >> 4);
   d |= static_cast<uint64_t>(SLAB >> 4) << 16;
   d |= static_cast<uint64_t>(1024 >> 4) << 32;
   d |= static_cast<uint64_t>(1) << 62;
   return d;
 }
 
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
-
-// Keeps the compiler from moving register reads / writes across a wgmma wait.
+// wgmma_fence_regs for the bf16-pair P fragment (the header's takes fp32 accumulators).
 template <int R>
-__device__ __forceinline__ void fence_regs(float (&d)[R]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
-}
-template <int R>
-__device__ __forceinline__ void fence_regs(uint32_t (&d)[R]) {
+__device__ __forceinline__ void wgmma_fence_regs(uint32_t (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+r"(d[i]) :: "memory");
 }
@@ -175,15 +127,6 @@ __device__ __forceinline__ float ex2(float x) {
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
-}
-
-// S[64 x 128] (+)= Q[64 x 16] * K[128 x 16]^T: both operands K-major in shared memory.
-__device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
-  asm volatile(
-      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %66, 0;\n\t"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n\t}"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(da), "l"(db), "r"(scale_d));
 }
 
 // O[64 x 128] += P[64 x 16] * V[16 x 128]: P from registers (bf16 pairs), V in shared memory
@@ -212,11 +155,11 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[32], uint32_t a0, uint32_t a
 // steps 4..7 (D = 128) read the second slab.
 template <int HD>
 __device__ __forceinline__ void issue_qk(float (&s)[64], const uint8_t* q, const uint8_t* k) {
-  const uint64_t dq = desc_kmajor(q), dk = desc_kmajor(k);
+  const uint64_t dq = make_desc_sw128(q), dk = make_desc_sw128(k);
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk) {
     const uint64_t off = (kk / 4) * (SLAB >> 4) + 2 * (kk % 4);
-    wgmma_ss_m64n128k16(s, dq + off, dk + off, kk != 0);
+    wgmma_m64k16_bf16<128>(s, dq + off, dk + off, kk != 0);
   }
 }
 
@@ -305,22 +248,22 @@ __device__ __forceinline__ void consumer_step(int j, const Ring& r, float (&s)[6
   constexpr int STAGES = Tile<HD>::STAGES, TILE_BYTES = Tile<HD>::BYTES;
   const int st = j % STAGES, sp = (j - 1) % STAGES;
   float a0, a1;
-  bar_wait(&r.fullK[st], (j / STAGES) & 1);
-  bar_wait(&r.fullV[sp], ((j - 1) / STAGES) & 1);
+  mbar_wait(&r.fullK[st], (j / STAGES) & 1);
+  mbar_wait(&r.fullV[sp], ((j - 1) / STAGES) & 1);
   wgmma_fence();
   issue_qk<HD>(s, r.sQc, r.sK + st * TILE_BYTES);  // S_j = Q K_j^T
   wgmma_commit();
   issue_pv<HD>(o, p, r.sV + sp * TILE_BYTES);      // O += P_{j-1} V_{j-1}
   wgmma_commit();
   wgmma_wait<1>();  // S_j is done (groups complete in order)
-  fence_regs(s);
-  if (lane == 0) bar_arrive(&r.emptyK[st]);
+  wgmma_fence_regs(s);
+  if (lane == 0) mbar_arrive(&r.emptyK[st]);
   if constexpr (MASK) mask_diagonal(s, row, lane);
   softmax_tile(s, sl2, m0, m1, l0, l1, a0, a1);
   wgmma_wait<0>();  // P_{j-1} V_{j-1} is done: O and P may be touched again
-  fence_regs(o);
-  fence_regs(p);
-  if (lane == 0) bar_arrive(&r.emptyV[sp]);
+  wgmma_fence_regs(o);
+  wgmma_fence_regs(p);
+  if (lane == 0) mbar_arrive(&r.emptyV[sp]);
 #pragma unroll
   for (int i = 0; i < HD / 2; i += 4) {
     o[i] *= a0;
@@ -360,38 +303,38 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
   const int n_tiles = CAUSAL ? q_tile + 1 : S / BN;  // causal: up to the diagonal tile (BM = BN)
 
   if (threadIdx.x == 0) {
-    bar_init(fullQ, 1);
+    mbar_init(fullQ, 1);
     for (int i = 0; i < STAGES; ++i) {
-      bar_init(&fullK[i], 1);
-      bar_init(&fullV[i], 1);
-      bar_init(&emptyK[i], 8);  // one arrival per consumer warp (2 warpgroups x 4 warps)
-      bar_init(&emptyV[i], 8);
+      mbar_init(&fullK[i], 1);
+      mbar_init(&fullV[i], 1);
+      mbar_init(&emptyK[i], 8);  // one arrival per consumer warp (2 warpgroups x 4 warps)
+      mbar_init(&emptyV[i], 8);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_fence_init();
   }
   __syncthreads();
 
   if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(PRODUCER_REGS));
+    setmaxnreg_dec<PRODUCER_REGS>();
     if (t == 0) {
       // first row of this head's keys / values in the [B*HKV*S, D] view of K and V (HKV = H without GQA)
       const int kv_row = GQA ? (bh / group) * S : head_row;
-      bar_arrive_expect_tx(fullQ, TILE_BYTES);
+      mbar_arrive_expect_tx(fullQ, TILE_BYTES);
       tma_load_tile<HD>(sQ, tmQ, fullQ, head_row + q0);
       for (int j = 0; j < n_tiles; ++j) {
         const int st = j % STAGES;
         const uint32_t ph = (j / STAGES) & 1;
         const int row = kv_row + j * BN;
-        bar_wait(&emptyK[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
-        bar_arrive_expect_tx(&fullK[st], TILE_BYTES);
+        mbar_wait(&emptyK[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
+        mbar_arrive_expect_tx(&fullK[st], TILE_BYTES);
         tma_load_tile<HD>(sK + st * TILE_BYTES, tmK, &fullK[st], row);
-        bar_wait(&emptyV[st], ph ^ 1);
-        bar_arrive_expect_tx(&fullV[st], TILE_BYTES);
+        mbar_wait(&emptyV[st], ph ^ 1);
+        mbar_arrive_expect_tx(&fullV[st], TILE_BYTES);
         tma_load_tile<HD>(sV + st * TILE_BYTES, tmV, &fullV[st], row);
       }
     }
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(CONSUMER_REGS));
+    setmaxnreg_inc<CONSUMER_REGS>();
     const int c = wg - 1;
     const int lane = t % 32;
     const int r0 = 16 * (t / 32) + lane / 4;  // this thread's rows: r0 and r0 + 8 of the warpgroup's 64
@@ -405,15 +348,15 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
 #pragma unroll
     for (int i = 0; i < HD / 2; ++i) o[i] = 0.f;
 
-    bar_wait(fullQ, 0);
+    mbar_wait(fullQ, 0);
     // tile 0: S only
-    bar_wait(&fullK[0], 0);
+    mbar_wait(&fullK[0], 0);
     wgmma_fence();
     issue_qk<HD>(s, ring.sQc, sK);
     wgmma_commit();
     wgmma_wait<0>();
-    fence_regs(s);
-    if (lane == 0) bar_arrive(&emptyK[0]);
+    wgmma_fence_regs(s);
+    if (lane == 0) mbar_arrive(&emptyK[0]);
     if (CAUSAL && n_tiles == 1) mask_diagonal(s, row, lane);
     softmax_tile(s, sl2, m0, m1, l0, l1, a0, a1);
     pack_p(s, p);
@@ -424,12 +367,12 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
     if (CAUSAL && n_tiles > 1) consumer_step<HD, true>(n_tiles - 1, ring, s, o, p, sl2, m0, m1, l0, l1, row, lane);
     {
       const int sp = (n_tiles - 1) % STAGES;
-      bar_wait(&fullV[sp], ((n_tiles - 1) / STAGES) & 1);
+      mbar_wait(&fullV[sp], ((n_tiles - 1) / STAGES) & 1);
       wgmma_fence();
       issue_pv<HD>(o, p, sV + sp * TILE_BYTES);
       wgmma_commit();
       wgmma_wait<0>();
-      fence_regs(o);
+      wgmma_fence_regs(o);
     }
 
     // the row sums were kept per thread: reduce over the quad now
@@ -454,7 +397,7 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
   }
 }
 
-// The entry points; each plan names one (attention_fwd_wgmma{,_causal,_gqa,_d64,_d64_causal,_d64_gqa}.cu).
+// The entry points; each plan names one (attention.py fast_solution / fast_entry_point).
 extern "C" __global__ void __launch_bounds__(384, 1)
 attn_fwd_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                const __grid_constant__ CUtensorMap tmV, __nv_bfloat16* __restrict__ O, float* __restrict__ LSE,
