@@ -7,7 +7,6 @@ in the solution file's own line numbers. Exceptions are kept for a missing toolc
 from __future__ import annotations
 
 import hashlib
-import tempfile
 import time
 from importlib import resources
 from pathlib import Path
@@ -16,12 +15,16 @@ from ptxbench.workloads.schema import Workload
 
 from .cache import CompileCache, cache_key
 from .compile_log import loc_line_map, parse_nvcc_log, parse_ptxas_log, static_ptx_checks
+from .jail import Limits, Workspace, jail_mode, run_in_jail
+from .jail_deps import outside_includes
 from .results import CompileIssue, CompileResult
 from .sass import disassemble, opcode_histogram, strip_ptx_comments, target_presence
-from .toolchain import Toolchain, ToolchainError, find_toolchain, run_tool, which_host_compiler
+from .textcap import LOG_CHARS
+from .toolchain import ProcResult, Toolchain, ToolchainError, find_toolchain, which_host_compiler
 
 PTX_NAME = "solution.ptx"
 CU_NAME = "solution.cu"
+# Wall-clock backstops; the jail's CPU limit per process (tools/jail.py Limits) usually ends a runaway first.
 PTXAS_TIMEOUT_S = 60.0
 NVCC_TIMEOUT_S = 120.0
 
@@ -69,7 +72,26 @@ def _select_targets(result: CompileResult, families: list[str] | None) -> Compil
 
 
 def _error(arch: str, language: str, log: str, errors: list[CompileIssue], tc: Toolchain, **kw) -> CompileResult:
-    return CompileResult(status="error", arch=arch, language=language, errors=errors, log=log.strip(), tools=tc.tools(), **kw)
+    return CompileResult(status="error", arch=arch, language=language, errors=errors, log=log.strip(), tools=tc.tools(),
+                         jail=jail_mode(), **kw)
+
+
+def _limit_hit(tool: str, res: ProcResult, timeout_s: float) -> str:
+    """Why the jail stopped a tool ("" when it did not): wall time, CPU time, memory or output size."""
+    limits, out = Limits(), res.output
+    if res.timed_out:
+        return f"{tool} timed out after {timeout_s:g} s"
+    if res.returncode in (-24, 152, -9, 137) or "CPU time limit" in out or "signal 24" in out or "Killed signal" in out:
+        return f"{tool} ran past the compiler's CPU-time limit ({limits.cpu_s} s per process)"
+    if res.returncode in (-25, 153) or "File size limit" in out or "signal 25" in out:
+        return f"{tool} wrote past the compiler's output-size limit ({limits.file_size_mb} MB per file)"
+    if "memory exhausted" in out or "out of memory" in out.lower() or "std::bad_alloc" in out or "Cannot allocate memory" in out:
+        return f"{tool} ran out of its memory limit ({limits.address_space_mb} MB address space)"
+    return ""
+
+
+def _workdir_free(log: str, workdir: Path) -> str:
+    return log.replace(str(workdir) + "/", "")
 
 
 def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: Path, line_map=None, timeout_s: float = PTXAS_TIMEOUT_S):
@@ -78,12 +100,13 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     ptx_path.write_text(ptx_text)
     code = strip_ptx_comments(ptx_text)
     pre = static_ptx_checks(code, arch) if language == "ptx" else []
-    res = run_tool([tc.ptxas.path, *ptxas_flags(arch), str(ptx_path), "-o", str(cubin_path)], timeout_s=timeout_s, cwd=workdir)
-    log = res.output.replace(str(workdir) + "/", "")
+    res = run_in_jail(tc, [tc.ptxas.path, *ptxas_flags(arch), str(ptx_path), "-o", str(cubin_path)], workdir, timeout_s,
+                      max_chars=LOG_CHARS)
+    log = _workdir_free(res.output, workdir)
     errors, warnings, kernels = parse_ptxas_log(log, line_map)
     sha = hashlib.sha256(ptx_text.encode()).hexdigest()
-    if res.timed_out:
-        return _error(arch, language, log, pre + [CompileIssue(message=f"ptxas timed out after {timeout_s:g} s")], tc, ptx_sha256=sha), None, False
+    if limit := _limit_hit("ptxas", res, timeout_s):  # cached: the same file hits the same limit again
+        return _error(arch, language, log, pre + [CompileIssue(message=limit)], tc, ptx_sha256=sha), None, True
     if res.returncode != 0 or pre or not cubin_path.is_file():
         if not errors and not pre:
             errors = [CompileIssue(message=f"ptxas exited with status {res.returncode}: {log[-2000:] or 'no output'}")]
@@ -96,7 +119,7 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
         warnings.append(CompileIssue(message="the module has no .entry kernel", severity="warning"))
     result = CompileResult(
         status="ok", arch=arch, language=language, warnings=warnings, log=log, kernels=kernels,
-        targets=target_presence(arch, code, functions), ptx_sha256=sha, tools=tc.tools(),
+        targets=target_presence(arch, code, functions), ptx_sha256=sha, tools=tc.tools(), jail=jail_mode(),
     )
     return result, cubin_path.read_bytes(), True
 
@@ -108,11 +131,16 @@ def _cuda_to_ptx(source: str, arch: str, tc: Toolchain, workdir: Path, timeout_s
     if which_host_compiler() is None:
         raise ToolchainError("nvcc needs a host C++ compiler (g++) to compile `cuda` solutions, and none is installed")
     (workdir / CU_NAME).write_text(source)
+    if jail_mode() == "limits":  # no filesystem view here: refuse includes outside the allowed roots first
+        refused = outside_includes(tc, workdir, CU_NAME, arch, [include_dir()], timeout_s)
+        if refused is not None:
+            return None, _error(arch, "cuda", "", [refused], tc), True
     out = workdir / "from_cuda.ptx"
-    res = run_tool([tc.nvcc.path, *nvcc_flags(arch), CU_NAME, "-o", str(out)], timeout_s=timeout_s, cwd=workdir)
-    log = res.output.replace(str(workdir) + "/", "")
-    if res.timed_out:
-        return None, _error(arch, "cuda", log, [CompileIssue(message=f"nvcc timed out after {timeout_s:g} s")], tc), False
+    res = run_in_jail(tc, [tc.nvcc.path, *nvcc_flags(arch), CU_NAME, "-o", str(out)], workdir, timeout_s,
+                      extra_roots=(include_dir(),), max_chars=LOG_CHARS)
+    log = _workdir_free(res.output, workdir)
+    if limit := _limit_hit("nvcc", res, timeout_s):
+        return None, _error(arch, "cuda", log, [CompileIssue(message=limit)], tc), True
     if res.returncode != 0 or not out.is_file():
         errors, warnings = parse_nvcc_log(log, CU_NAME)
         if out.is_file() and "ptxas" in log:
@@ -145,15 +173,14 @@ def compile_source(
     tc = find_toolchain(arch)
     cache = cache or CompileCache()
     families = _families_for(workload, arch)
-    options: dict = {"ptxas": ptxas_flags(arch)}
+    options: dict = {"ptxas": ptxas_flags(arch), "jail": jail_mode()}
     if language == "cuda":
         options |= {"nvcc": nvcc_flags(arch)[:-2], "include": _include_digest()}
-    key = cache_key(source, language, arch, options, tc.versions())
+    key = cache_key(source, language, arch, options, tc.tools())
     if use_cache and (hit := cache.get(key)) is not None:
         return _select_targets(hit, families)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="ptxbench-compile-") as tmp:
-        workdir = Path(tmp)
+    with Workspace() as workdir:  # removed afterwards, a timed-out compiler's temporary files included
         ptx_text, line_map, failed = source, None, None
         if language == "cuda":
             ptx_text, failed, cacheable = _cuda_to_ptx(source, arch, tc, workdir, timeout_s or NVCC_TIMEOUT_S)

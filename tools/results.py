@@ -69,6 +69,7 @@ class CompileResult(BaseModel):
     tools: dict[str, str] = Field(default_factory=dict, description="tool -> 'path (version)'")
     seconds: float = 0.0
     cached: bool = False
+    jail: str = Field("", description="how the compilers were confined (tools/jail.py): bwrap | unshare | limits")
 
 
 class TrialStats(BaseModel):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,7 +17,8 @@ from pydantic import BaseModel
 
 from ptxbench.workloads.arch import get_arch
 from .results import KernelResources, TargetPresence
-from .toolchain import Toolchain, ToolchainError, find_toolchain, run_tool
+from .jail import Workspace, run_in_jail
+from .toolchain import Toolchain, ToolchainError, find_toolchain
 
 
 class SassInstruction(BaseModel):
@@ -67,9 +69,16 @@ def _from_cuobjdump(text: str) -> dict[str, list[SassInstruction]]:
 def disassemble(cubin_path: str | Path, toolchain: Toolchain | None = None, timeout_s: float = 60.0) -> dict[str, list[SassInstruction]]:
     """kernel (function) name -> its SASS instructions. Raises ToolchainError when no disassembler works."""
     tc = toolchain or find_toolchain()
+    with Workspace(prefix="ptxbench-sass-") as workdir:  # the cubin came from model text: read it in the jail
+        shutil.copyfile(cubin_path, workdir / "kernel.cubin")
+        return _disassemble(workdir / "kernel.cubin", tc, timeout_s)
+
+
+def _disassemble(cubin_path: Path, tc: Toolchain, timeout_s: float) -> dict[str, list[SassInstruction]]:
     problems: list[str] = []
+    workdir = cubin_path.parent
     if tc.nvdisasm is not None:
-        res = run_tool([tc.nvdisasm.path, "-json", str(cubin_path)], timeout_s=timeout_s)
+        res = run_in_jail(tc, [tc.nvdisasm.path, "-json", cubin_path.name], workdir, timeout_s)
         if res.returncode == 0:
             try:
                 return _from_nvdisasm_json(res.stdout)
@@ -78,7 +87,7 @@ def disassemble(cubin_path: str | Path, toolchain: Toolchain | None = None, time
         else:
             problems.append(f"nvdisasm failed: {res.output[-500:]}")
     if tc.cuobjdump is not None:
-        res = run_tool([tc.cuobjdump.path, "-sass", str(cubin_path)], timeout_s=timeout_s)
+        res = run_in_jail(tc, [tc.cuobjdump.path, "-sass", cubin_path.name], workdir, timeout_s)
         if res.returncode == 0:
             return _from_cuobjdump(res.stdout)
         problems.append(f"cuobjdump failed: {res.output[-500:]}")
@@ -100,12 +109,33 @@ def sass_listing(cubin_path: str | Path, kernel: str | None = None, toolchain: T
     return "\n".join(lines)
 
 
-_COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
 
 def strip_ptx_comments(ptx_text: str) -> str:
-    """PTX without comments, newlines kept so that line numbers stay put."""
-    return _COMMENTS.sub(lambda m: "\n" * m.group(0).count("\n"), ptx_text)
+    r"""PTX without comments, newlines kept so that line numbers stay put. A linear scan: the regex
+    `/\*.*?\*/` rescans to the end from every unclosed `/*` (quadratic on model text)."""
+    out: list[str] = []
+    i, n = 0, len(ptx_text)
+    closed = True  # False once no `*/` is left: an unclosed `/*` stays text, as the regex left it
+    while i < n:
+        starts = (ptx_text.find("/*", i) if closed else -1, ptx_text.find("//", i))
+        j = min((k for k in starts if k >= 0), default=n)
+        out.append(ptx_text[i:j])
+        if j == n:
+            break
+        if ptx_text.startswith("//", j) and (j == starts[1]):
+            end = ptx_text.find("\n", j)
+            i = n if end < 0 else end
+            continue
+        end = ptx_text.find("*/", j + 2)
+        if end < 0:
+            closed = False
+            out.append("/*")
+            i = j + 2
+            continue
+        i = end + 2
+        out.append("\n" * ptx_text.count("\n", j, i))
+    return "".join(out)
 
 
 def target_presence(

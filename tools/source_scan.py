@@ -12,6 +12,9 @@ from typing import Literal
 ParamKind = Literal["pointer", "tmap", "int", "float", "unknown"]
 
 
+_RAW_PREFIX = re.compile(r'(?<![A-Za-z0-9_])(?:u8|u|U|L)?R"')
+
+
 def blank_comments(text: str, strings: bool = False) -> str:
     """Replace // and /* */ comments (and, with strings=True, string and char literal contents) by
     spaces, keeping every newline so positions and line numbers stay the same."""
@@ -29,6 +32,19 @@ def blank_comments(text: str, strings: bool = False) -> str:
             j = n if j < 0 else j + 2
             out[i:j] = [ch if ch == "\n" else " " for ch in text[i:j]]
             i = j
+        elif c == '"' and any(m.end() == i + 1 for m in _RAW_PREFIX.finditer(text, max(0, i - 3), i + 1)):
+            # R"delim( ... )delim": no escapes, may span lines, may hold `"` and `/*` (the scanner must not
+            # take `R"x(" /* )x"` for a string followed by a comment, or it blanks the lines after it)
+            open_paren = text.find("(", i + 1, i + 18)
+            delim = text[i + 1:open_paren] if open_paren > 0 else None
+            if delim is None or not re.fullmatch(r'[^\s()\\"]{0,16}', delim):
+                i += 1  # not a valid raw string: the compiler will say so
+                continue
+            close = text.find(")" + delim + '"', open_paren + 1)
+            j = n if close < 0 else close + len(delim) + 1
+            if strings:
+                out[open_paren + 1:j] = [ch if ch == "\n" else " " for ch in text[open_paren + 1:j]]
+            i = j + 1
         elif c in "\"'":
             j = i + 1
             while j < n and text[j] != c and text[j] != "\n":
@@ -136,7 +152,9 @@ def ptx_entries(source: str) -> dict[str, Entry]:
     return entries
 
 
-_CUDA_KERNEL = re.compile(r"__global__\b([^;{}()]*?)\b([A-Za-z_]\w*)\s*\(")
+# The declaration between __global__ and the name is bounded: an unbounded lazy scan is quadratic
+# over a file of repeated `__global__`.
+_CUDA_KERNEL = re.compile(r"__global__\b([^;{}()]{0,400}?)\b([A-Za-z_]\w*)\s*\(")
 _ATTRS = re.compile(r"__(launch_bounds|cluster_dims|maxnreg)__\s*\(")
 _FLOAT_TYPES = {"float": 4, "double": 8}
 _INT_TYPES = {"int": 4, "unsigned": 4, "int32_t": 4, "uint32_t": 4, "long long": 8, "int64_t": 8,
@@ -186,8 +204,9 @@ def cuda_kernels(source: str) -> dict[str, Entry]:
     kernels: dict[str, Entry] = {}
     for m in _CUDA_KERNEL.finditer(text):
         name, open_pos = m.group(2), m.end() - 1
-        before = text[max(0, text.rfind(";", 0, m.start()), text.rfind("}", 0, m.start()),
-                          text.rfind("{", 0, m.start())):m.start()]
+        window = max(0, m.start() - 2000)  # a bounded look back keeps many kernels linear
+        before = text[max(window, text.rfind(";", window, m.start()), text.rfind("}", window, m.start()),
+                          text.rfind("{", window, m.start())):m.start()]
         extern_c = bool(re.search(r'extern\s*"C"', before)) or any(a <= m.start() < b for a, b in blocks)
         entry = Entry(name, line_of(m.start()), extern_c=extern_c)
         close = matching_paren(text, open_pos)

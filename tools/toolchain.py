@@ -19,6 +19,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from .textcap import cap_text
+
 TOOL_NAMES = ("ptxas", "nvcc", "nvdisasm", "cuobjdump")
 ENV_BIN = "PTXBENCH_CUDA_BIN"
 CUDA_HOME_BIN = Path("/usr/local/cuda/bin")
@@ -71,21 +73,26 @@ class ProcResult(BaseModel):
         return (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
 
 
-def run_tool(argv: list[str], timeout_s: float = 60.0, cwd: str | Path | None = None) -> ProcResult:
-    """Run a compiler in its own process group; on timeout the whole group is killed."""
+def run_tool(argv: list[str], timeout_s: float = 60.0, cwd: str | Path | None = None,
+             env: dict[str, str] | None = None, max_chars: int | None = None) -> ProcResult:
+    """Run a compiler in its own process group, stdin from /dev/null (a tool must never wait on the
+    harness's terminal); on timeout the whole group is killed. `env` None keeps the harness's
+    environment: only for trusted input (version probes); tools/jail.py wraps the rest."""
     proc = subprocess.Popen(
-        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True
+        argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        errors="replace", start_new_session=True, env=env,
     )
     try:
         out, err = proc.communicate(timeout=timeout_s)
-        return ProcResult(returncode=proc.returncode, stdout=out, stderr=err)
+        return ProcResult(returncode=proc.returncode, stdout=cap_text(out, max_chars), stderr=cap_text(err, max_chars))
     except subprocess.TimeoutExpired:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         out, err = proc.communicate()
-        return ProcResult(returncode=-9, stdout=out or "", stderr=(err or "") + f"\n{argv[0]} timed out after {timeout_s:g} s", timed_out=True)
+        return ProcResult(returncode=-9, stdout=cap_text(out or "", max_chars),
+                          stderr=cap_text(err or "", max_chars) + f"\n{argv[0]} timed out after {timeout_s:g} s", timed_out=True)
 
 
 def _wheel_bin_dirs() -> list[Path]:
@@ -172,7 +179,9 @@ def _find_toolchain(arch: str, _env: str, _path: str) -> Toolchain:
 
 def toolchain_report(arch: str = "sm_90a") -> dict:
     """What `ptxbench compile --json` and run manifests record: the chosen tools and every candidate."""
-    report: dict = {"arch": arch, "env_override": os.environ.get(ENV_BIN) or None}
+    from .jail import jail_mode  # imported here: jail.py imports this module
+
+    report: dict = {"arch": arch, "env_override": os.environ.get(ENV_BIN) or None, "jail": jail_mode()}
     try:
         tc = find_toolchain(arch)
         report["chosen"] = {n: t.model_dump() for n in TOOL_NAMES if (t := getattr(tc, n)) is not None}

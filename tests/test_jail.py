@@ -1,0 +1,120 @@
+"""The compiler jail (tools/jail.py): hostile solutions get a classified verdict quickly from a bounded
+compiler, and no byte of a host file outside the allowed roots reaches a result, a log or the cache."""
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+
+import pytest
+
+from ptxbench.tools import jail
+from ptxbench.tools.compile import compile_source
+from ptxbench.tools.evaluate import LocalEvaluator
+from ptxbench.tools.evaluator import EvalOptions
+from ptxbench.tools.sass import strip_ptx_comments
+from ptxbench.workloads.solutions.faults import load_corpus
+
+WORKLOAD, CORPUS = load_corpus()
+PLAN = CORPUS["control_correct"]["source"].split("*/", 1)[0] + "*/\n"
+KERNEL = ('extern "C" __global__ void gemm(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, '
+          "int M, int N, int K) {}\n")
+
+
+@pytest.fixture
+def secret_file(tmp_path: Path) -> tuple[Path, str]:
+    token = "PTXBSECRET" + secrets.token_hex(8)
+    path = tmp_path / "host_secret.h"
+    path.write_text(f"{token} {token}_b {token}_c;\nint {token}_d = {token}_e;\n")
+    return path, token
+
+
+def _include_attacks(path: Path) -> dict[str, str]:
+    return {
+        "digraph": f'%:include "{path}"\n#include <cuda_bf16.h>\n{KERNEL}',
+        "raw_string": f'#include <cuda_bf16.h>\nconst char* s = R"x(" /* )x";\n#include "{path}"\n// */\n{KERNEL}',
+        "macro_name": f'#define P "{path}"\n#include <cuda_bf16.h>\n#include P\n{KERNEL}',
+        "has_include": f'#include <cuda_bf16.h>\n#if __has_include("{path}")\nint found;\n#endif\n{KERNEL}',
+        "dev_zero": f'%:include "/dev/zero"\n#include <cuda_bf16.h>\n{KERNEL}',
+        "dev_stdin": f'%:include "/dev/stdin"\n#include <cuda_bf16.h>\n{KERNEL}',
+    }
+
+
+def _everything_written(cache: Path, *records) -> str:
+    text = "\n".join(r.model_dump_json() for r in records)
+    for p in cache.rglob("*"):
+        if p.is_file():
+            text += p.read_bytes().decode("utf-8", "replace")
+    return text
+
+
+@pytest.mark.parametrize("mode", jail.available_modes())
+def test_host_files_never_reach_a_result_log_or_cache(mode, secret_file, tmp_path, monkeypatch):
+    path, token = secret_file
+    monkeypatch.setenv("PTXBENCH_JAIL", mode)
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    ev = LocalEvaluator()
+    for name, code in _include_attacks(path).items():
+        start = time.perf_counter()
+        direct = compile_source(code, "cuda", "sm_90a", use_cache=False)  # past the source policy, straight to nvcc
+        evaluated = ev.evaluate(WORKLOAD, PLAN + code, EvalOptions(no_gpu=True))
+        elapsed = time.perf_counter() - start
+        assert direct.jail == mode, name
+        if name == "has_include":  # a jail hides the file (it compiles as if absent); `limits` refuses the test
+            assert direct.status == ("error" if mode == "limits" else "ok"), direct.errors
+        else:
+            assert direct.status == "error", name
+            assert evaluated.status == "COMPILE_ERROR", (name, evaluated.message)
+        assert token not in _everything_written(tmp_path / "cache", direct, evaluated), name
+        assert elapsed < 10, (name, elapsed)
+
+
+def test_verdicts_do_not_depend_on_whether_a_host_path_exists(secret_file, tmp_path, monkeypatch):
+    path, _ = secret_file
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    there = compile_source(f'#include "{path}"\n{KERNEL}', "cuda", use_cache=False)
+    missing = compile_source(f'#include "{path.with_name("host_secreX.h")}"\n{KERNEL}', "cuda", use_cache=False)
+    assert there.status == missing.status == "error"
+    assert [e.message.replace("host_secreX", "host_secret") for e in missing.errors] == [e.message for e in there.errors]
+
+
+def test_the_jail_hides_the_harness_environment(tmp_path, monkeypatch):
+    from ptxbench.tools.toolchain import find_toolchain
+
+    monkeypatch.setenv("SOME_PROVIDER_KEY", "sk-" + "x" * 30)
+    tc = find_toolchain("sm_90a")
+    with jail.Workspace() as wd:
+        res = jail.run_in_jail(tc, ["/usr/bin/env"], wd, 10)
+    assert res.returncode == 0 and "SOME_PROVIDER_KEY" not in res.output and "PATH=" in res.output
+
+
+def test_a_macro_bomb_is_stopped_by_the_limits_and_the_verdict_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    lines = ["#define A0 xx xx"] + [f"#define A{i} A{i - 1} A{i - 1}" for i in range(1, 31)]
+    bomb = "\n".join(lines) + '\nextern "C" __global__ void k() { A30; }\n'
+    start = time.perf_counter()
+    first = compile_source(bomb, "cuda")
+    took = time.perf_counter() - start
+    busy = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))  # the bound is CPU time: a loaded machine stretches it
+    assert first.status == "error" and took < 10 * busy, (took, first.errors)
+    assert any("limit" in e.message for e in first.errors), first.errors
+    again = compile_source(bomb, "cuda")
+    assert again.cached and again.errors == first.errors
+    assert not list(Path(jail.tempfile.gettempdir()).glob("ptxbench-compile-*/work/tmp/tmpxft*"))
+
+
+def test_many_entries_are_refused_before_ptxas():
+    entries = "".join(f".visible .entry k{i}() {{ ret; }}\n" for i in range(100_000))
+    source = PLAN.replace('"cuda"', '"ptx"').replace('kernel = "gemm"', 'kernel = "k0"') + \
+        ".version 8.0\n.target sm_90a\n.address_size 64\n" + entries
+    start = time.perf_counter()
+    result = LocalEvaluator().evaluate(WORKLOAD, source, EvalOptions(no_gpu=True))
+    assert result.status in ("COMPILE_ERROR", "PLAN_ERROR") and time.perf_counter() - start < 10, result.message
+
+
+def test_ptx_comment_stripping_is_linear():
+    text = ".version 8.0\n" + "/* " * 40_000
+    start = time.perf_counter()
+    assert strip_ptx_comments(text).startswith(".version 8.0\n/*")
+    assert time.perf_counter() - start < 1

@@ -1,0 +1,200 @@
+"""The compiler jail: every tool that reads model text (nvcc and its children, ptxas, nvdisasm,
+cuobjdump) runs with stdin from /dev/null, a private work and TMPDIR folder, limits on address space,
+CPU time and file size, an environment stripped to what the tool needs (no API keys), and a
+filesystem view in which only the toolchain, the host compiler with its system headers, the
+project's include folder and the work folder exist.
+
+Modes (`jail_mode()`, recorded in every CompileResult and run manifest):
+    bwrap    bubblewrap builds the view (Debian package `bubblewrap`)
+    unshare  no bwrap, but user + mount namespaces work (`unshare -U -r -m`): a tmpfs root with
+             bind mounts of the same folders, entered with chroot
+    limits   neither: the tools run on the real filesystem under the same limits; compile.py
+             then runs a dependency pass first and refuses any include outside the allowed roots
+             (tools/jail_deps.py), showing no compiler text of a refused file
+$PTXBENCH_JAIL forces a mode (tests use it to exercise the fallback on a machine that has bwrap).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .toolchain import ProcResult, Toolchain
+
+MODES = ("bwrap", "unshare", "limits")
+ENV_MODE = "PTXBENCH_JAIL"
+# The host compiler, its libraries and the system headers; /bin, /lib... are symlinks into /usr on
+# merged-/usr systems and plain folders elsewhere.
+SYSTEM_ROOTS = ("/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/libexec", "/usr/include",
+                "/bin", "/sbin", "/lib", "/lib64", "/lib32")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per process. An honest attention kernel needs < 512 MB and ~2 s of CPU in cicc or ptxas."""
+
+    cpu_s: int = int(os.environ.get("PTXBENCH_JAIL_CPU_S", "8"))
+    address_space_mb: int = int(os.environ.get("PTXBENCH_JAIL_AS_MB", "2048"))
+    file_size_mb: int = 128
+
+
+def _probe(argv: list[str]) -> bool:
+    try:
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _bwrap_works() -> bool:
+    bwrap = shutil.which("bwrap")
+    return bool(bwrap) and _probe([bwrap, "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+                                   "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "/usr/bin/true"])
+
+
+def _unshare_works() -> bool:
+    if not (shutil.which("unshare") and shutil.which("chroot")):
+        return False
+    with tempfile.TemporaryDirectory(prefix="ptxbench-jailprobe-") as d:
+        return _probe(["unshare", "-U", "-r", "-m", "-p", "-f", "sh", "-c", f"mount -t tmpfs none {d} && mount --bind /usr/bin {d}"])
+
+
+@functools.lru_cache(maxsize=1)
+def available_modes() -> tuple[str, ...]:
+    """The modes this machine supports, strongest first ('limits' always)."""
+    return tuple(m for m, ok in (("bwrap", _bwrap_works()), ("unshare", _unshare_works()), ("limits", True)) if ok)
+
+
+def jail_mode() -> str:
+    """bwrap | unshare | limits: the strongest this machine supports, or what $PTXBENCH_JAIL forces."""
+    forced = os.environ.get(ENV_MODE, "").strip()
+    if forced:
+        if forced not in MODES:
+            raise ValueError(f"${ENV_MODE}={forced!r}: expected one of {', '.join(MODES)}")
+        return forced
+    return available_modes()[0]
+
+
+def _tool_root(path: str) -> Path:
+    """The folder that holds a tool and its companions: the `nvidia` wheel tree (every CUDA wheel:
+    headers of cuda_runtime & co. live in sibling wheels), else the folder above bin/."""
+    real = Path(os.path.realpath(path))
+    for parent in real.parents:
+        if parent.name == "nvidia" and parent.parent.name in ("site-packages", "dist-packages"):
+            return parent
+    return real.parent.parent
+
+
+def allowed_roots(tool_paths: list[str], extra: list[Path] = ()) -> list[Path]:
+    """Read-only folders of the view: the tools' trees, the host compiler's if outside /usr, `extra`."""
+    roots = {_tool_root(p) for p in tool_paths}
+    roots |= {Path(p).parent.parent for p in tool_paths}  # a wrapper script (/usr/local/bin/nvcc -> exec ...)
+    gxx = shutil.which("g++") or shutil.which("c++")
+    if gxx and not os.path.realpath(gxx).startswith("/usr/"):
+        roots.add(_tool_root(gxx))
+    roots |= {Path(p) for p in extra}
+    return sorted(r for r in roots if r.is_dir() and str(r) not in ("/", "/usr"))
+
+
+def _system_binds() -> list[tuple[str, str, str]]:
+    """(kind, path, link target) for the system folders that exist here."""
+    out = []
+    for p in SYSTEM_ROOTS:
+        if os.path.islink(p):
+            out.append(("ln", p, os.readlink(p)))
+        elif os.path.isdir(p):
+            out.append(("ro", p, ""))
+    return out
+
+
+def _env(workdir: Path) -> dict[str, str]:
+    """What a compiler needs and nothing else: no API keys, no proxies, no user paths."""
+    return {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir / "tmp"), "LANG": "C", "LC_ALL": "C"}
+
+
+def _ulimit(limits: Limits) -> list[str]:
+    # Limits set by the shell before exec: safe from the bench's threads (preexec_fn is not).
+    kb = limits.address_space_mb * 1024
+    blocks = limits.file_size_mb * 2048  # ulimit -f counts 512-byte blocks
+    return ["/bin/sh", "-c", f'ulimit -c 0; ulimit -t {limits.cpu_s}; ulimit -v {kb}; ulimit -f {blocks}; exec "$@"',
+            "ptxbench-jail"]
+
+
+_UNSHARE_SCRIPT = r'''
+set -e
+PATH=/usr/sbin:/usr/bin:/sbin:/bin
+root=$1; wd=$2; shift 2
+mount -t tmpfs -o mode=755 ptxbench-jail "$root"
+while [ "$1" != "--" ]; do
+  case "$1" in
+    ro) mkdir -p "$root$2"; mount --rbind "$2" "$root$2"; mount -o remount,bind,ro "$root$2" 2>/dev/null || true; shift 2;;
+    rw) mkdir -p "$root$2"; mount --bind "$2" "$root$2"; shift 2;;
+    dev) mkdir -p "$root/dev"; touch "$root$2"; mount --bind "$2" "$root$2"; shift 2;;
+    ln) mkdir -p "$(dirname "$root$2")"; ln -s "$3" "$root$2"; shift 3;;
+  esac
+done
+shift
+mkdir -p "$root/proc"; mount -t proc proc "$root/proc" 2>/dev/null || true
+exec chroot "$root" /bin/sh -c 'cd "$0" && exec "$@"' "$wd" "$@"
+'''
+
+
+def wrap(argv: list[str], workdir: Path, roots: list[Path], mode: str | None = None,
+         limits: Limits = Limits()) -> tuple[list[str], dict[str, str]]:
+    """(argv, env) that run `argv` in the jail; `workdir` (its files in and out) is the only writable folder.
+    The caller creates workdir/tmp and removes workdir afterwards."""
+    mode = mode or jail_mode()
+    workdir = Path(workdir)
+    env = _env(workdir)
+    binds = _system_binds() + [("ro", str(r), "") for r in roots if not str(r).startswith(tuple(SYSTEM_ROOTS))]
+    if mode == "bwrap":
+        cmd = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
+        for kind, path, target in binds:
+            cmd += ["--symlink", target, path] if kind == "ln" else ["--ro-bind", path, path]
+        # a fresh /proc of the jail's own pid namespace (cuobjdump finds itself through it): no harness process in it
+        cmd += ["--dev-bind", "/dev/null", "/dev/null", "--proc", "/proc", "--bind", str(workdir), str(workdir),
+                "--chdir", str(workdir)]
+        return _ulimit(limits) + cmd + ["--"] + list(argv), env
+    if mode == "unshare":
+        jail_root = workdir.parent / f".{workdir.name}-root"
+        jail_root.mkdir(exist_ok=True)
+        spec: list[str] = []
+        for kind, path, target in binds:
+            spec += ["ln", path, target] if kind == "ln" else ["ro", path]
+        spec += ["dev", "/dev/null", "rw", str(workdir), "--"]
+        # -p -f: a pid namespace of its own, so the /proc mounted inside shows no harness process
+        cmd = ["unshare", "-U", "-r", "-m", "-p", "-f", "/bin/sh", "-c", _UNSHARE_SCRIPT, "ptxbench-jail", str(jail_root), str(workdir)]
+        return _ulimit(limits) + cmd + spec + list(argv), env
+    if mode == "limits":
+        return _ulimit(limits) + list(argv), env
+    raise ValueError(f"unknown jail mode {mode!r}: expected one of {', '.join(MODES)}")
+
+
+class Workspace:
+    """A private folder (and TMPDIR) for one tool run, removed on exit, timeouts included."""
+
+    def __init__(self, prefix: str = "ptxbench-compile-"):
+        self._outer = tempfile.mkdtemp(prefix=prefix)
+        self.path = Path(self._outer) / "work"
+        (self.path / "tmp").mkdir(parents=True)
+
+    def __enter__(self) -> Path:
+        return self.path
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self._outer, ignore_errors=True)
+
+
+def run_in_jail(tc: "Toolchain", argv: list[str], workdir: Path, timeout_s: float, *, extra_roots: tuple[Path, ...] = (),
+                max_chars: int | None = None) -> "ProcResult":
+    """Run one tool of `tc` on files in `workdir` (a Workspace) inside the jail."""
+    from .toolchain import TOOL_NAMES, run_tool
+
+    paths = [t.path for n in TOOL_NAMES if (t := getattr(tc, n)) is not None]
+    wrapped, env = wrap(argv, workdir, allowed_roots(paths, list(extra_roots)))
+    return run_tool(wrapped, timeout_s=timeout_s, cwd=workdir, env=env, max_chars=max_chars)

@@ -1,0 +1,64 @@
+"""The `limits` jail's include check: with no filesystem view to hide host files, a `cuda` solution
+is preprocessed first (host compiler, `-M -MG`, inside the jail's limits) and refused when any file
+it would read lies outside the allowed roots.
+
+`-MG` lists a missing header like an existing one, so the verdict never depends on whether a host
+path exists, and the refusal names the path the model wrote, never text of the file. Existence
+tests that leave no dependency (`__has_include`, also built by token pasting) are refused by
+spelling. Both the host and the device pass of nvcc are preprocessed (with and without __CUDA_ARCH__).
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from .jail import SYSTEM_ROOTS, Limits, allowed_roots, run_in_jail
+from .results import CompileIssue
+from .source_scan import LineIndex
+from .toolchain import TOOL_NAMES, Toolchain, which_host_compiler
+
+_EXISTENCE_TEST = re.compile(r"has_include|^\s*(?:#|%:|\?\?=)\s*define\b.*##.*include", re.M | re.I)
+
+
+def _deps(text: str) -> list[str]:
+    """Paths of a make rule (`x.o: a.h b\\ c.h \\`)."""
+    body = text.split(":", 1)[1] if ":" in text else ""
+    body = body.replace("\\\n", " ")
+    return [p.replace("\\ ", " ") for p in re.findall(r"(?:\\ |[^\s])+", body)]
+
+
+def _inside(path: str, workdir: Path, roots: list[Path]) -> bool:
+    real = os.path.realpath(path if os.path.isabs(path) else workdir / path)
+    return any(real == str(r) or real.startswith(str(r).rstrip("/") + "/") for r in roots)
+
+
+def outside_includes(tc: Toolchain, workdir: Path, name: str, arch: str, extra_roots: list[Path],
+                     timeout_s: float) -> CompileIssue | None:
+    """None when every file the preprocessor would read lies in the allowed roots, else the refusal."""
+    source = (workdir / name).read_text()
+    if m := _EXISTENCE_TEST.search(source):
+        return CompileIssue(line=LineIndex(source)(m.start()), message="__has_include and include names built by "
+                            "token pasting are not allowed in a solution")
+    host = which_host_compiler()
+    paths = [t.path for n in TOOL_NAMES if (t := getattr(tc, n)) is not None]
+    roots = allowed_roots(paths, extra_roots) + [Path(os.path.realpath(r)) for r in SYSTEM_ROOTS if os.path.isdir(r)]
+    roots.append(Path(os.path.realpath(workdir)))
+    cuda_include = [f"-I{r / 'cu13' / 'include'}" for r in roots if r.name == "nvidia"]
+    cuda_include += [f"-I{Path(p).parent.parent / 'include'}" for p in paths]
+    arch_num = re.sub(r"\D", "", arch) + "0"
+    for device in ("", f"-D__CUDA_ARCH__={arch_num}"):
+        argv = [host, "-M", "-MG", "-MF", "deps.d", "-x", "c++", "-std=c++17", "-D__CUDACC__", "-D__NVCC__",
+                *([device] if device else []), *cuda_include, *[f"-I{r}" for r in extra_roots], name]
+        (workdir / "deps.d").unlink(missing_ok=True)
+        res = run_in_jail(tc, argv, workdir, timeout_s, extra_roots=tuple(extra_roots), max_chars=2000)
+        deps = workdir / "deps.d"
+        if not deps.is_file():  # stopped before its dependency list: say why, never what it printed
+            why = "timed out" if res.timed_out else f"stopped with status {res.returncode}"
+            return CompileIssue(message=f"the preprocessor {why} (limits: {Limits().cpu_s} s CPU, "
+                                        f"{Limits().address_space_mb} MB); this file cannot be compiled")
+        outside = [p for p in _deps(deps.read_text()) if not _inside(p, workdir, roots)]
+        if outside:
+            return CompileIssue(message=f"#include of '{outside[0]}' is not allowed: only the allowed headers "
+                                        "(cuda.h, cuda_bf16.h, ..., ptxbench/*.cuh) may be included")
+    return None

@@ -1,0 +1,20 @@
+"""Bounded text: keep the head and the tail of a long log and say what was cut.
+
+Model text can make a compiler print megabytes (one error per line of a 2 MB file); the start says
+what went wrong first, the end how it finished, and the middle is not worth storing.
+"""
+from __future__ import annotations
+
+LOG_CHARS = 64_000  # a stored compile log: head + tail
+
+
+def cap_text(text: str, limit: int | None = LOG_CHARS) -> str:
+    """`text` if it fits in `limit` characters, else its head and tail around a note of the cut."""
+    if limit is None or len(text) <= limit:
+        return text
+    head = limit * 3 // 4
+    tail = limit - head
+    cut = len(text) - head - tail
+    cut_lines = text.count("\n", head, len(text) - tail)
+    return (text[:head] + f"\n[... {cut} characters ({cut_lines} lines) cut by ptxbench: the log is capped at "
+            f"{limit} characters ...]\n" + text[len(text) - tail:])
