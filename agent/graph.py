@@ -151,7 +151,7 @@ class Steps:
     def _one_tool(self, turn: int, index: int, name: str, args: dict, box: Toolbox, update: dict) -> tuple[str, bool]:
         try:
             result = box.call(name, args)
-        except (KeyError, ValueError) as exc:
+        except (KeyError, ValueError, TypeError) as exc:  # the model's call was malformed: its answer, not a crash
             return f"Error: {exc}", False
         source = args["source"]
         language = extract_solution(f"```\n{source}\n```").language or "cuda"

@@ -135,6 +135,9 @@ class Toolbox:
             raise KeyError(f"unknown tool {name!r}; tools: {', '.join(self.NAMES)}")
         if not isinstance(arguments.get("source"), str) or not arguments["source"].strip():
             raise ValueError(f"{name} needs `source`: the whole solution file as a string")
+        tools = arguments.get("tools")
+        if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
+            raise ValueError(f"{name}: `tools` must be a list of names such as [\"memcheck\"]")
         kwargs = {k: v for k, v in arguments.items() if k in inspect.signature(getattr(self, name)).parameters}
         return getattr(self, name)(**kwargs)
 
@@ -150,7 +153,10 @@ def parse_arguments(raw: str | dict | None) -> dict[str, Any]:
     """Tool-call arguments from the model (a JSON string); anything else becomes an error for the model."""
     if isinstance(raw, dict):
         return raw
-    value = json.loads(raw or "{}")
+    try:
+        value = json.loads(raw or "{}")
+    except RecursionError:  # json recurses once per nesting level
+        raise ValueError("tool arguments are nested too deeply") from None
     if not isinstance(value, dict):
         raise ValueError("tool arguments must be a JSON object")
     return value

@@ -52,8 +52,8 @@ def _sqrt(x: Number) -> Number:
 FUNCTIONS: dict[str, tuple[Callable[..., Number], int | None]] = {
     # name -> (function, exact argument count or None for "one or more")
     "cdiv": (_cdiv, 2),
-    "min": (min, None),
-    "max": (max, None),
+    "min": (lambda *a: min(a), None),  # min(a) of a tuple: min(5) alone would iterate over 5 (TypeError)
+    "max": (lambda *a: max(a), None),
     "log2": (_log2, 1),
     "sqrt": (_sqrt, 1),
     "ceil": (math.ceil, 1),
@@ -133,7 +133,7 @@ class _Walker:
                 value = _BINARY[type(node.op)](left, right)
             except ZeroDivisionError:
                 raise self.fail(node, "division by zero") from None
-            except (OverflowError, ValueError) as e:
+            except (OverflowError, ValueError, TypeError) as e:
                 raise self.fail(node, f"cannot compute: {e}") from None
             if isinstance(value, complex):
                 raise self.fail(node, "result is not a real number")
@@ -162,7 +162,7 @@ class _Walker:
             return self.bounded(node, fn(*args))
         except ZeroDivisionError:
             raise self.fail(node, "division by zero") from None
-        except (OverflowError, ValueError) as e:
+        except (OverflowError, ValueError, TypeError) as e:
             raise self.fail(node, f"cannot compute: {e}") from None
 
 

@@ -300,6 +300,9 @@ def parse_plan_block(source: str) -> ParsedPlan:
         doc = tomllib.loads(block.text)
     except tomllib.TOMLDecodeError as e:
         return ParsedPlan(None, None, KeyLines(block_line=block.first_line), [_toml_error(e, block)])
+    except (RecursionError, MemoryError):  # tomllib recurses once per nesting level
+        return ParsedPlan(None, None, KeyLines(block_line=block.first_line),
+                          [(block.first_line, "the plan is not valid TOML: a value is nested too deeply")])
     kl = _scan_lines(block)
     b = _Builder(kl)
     root = block.first_line

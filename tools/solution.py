@@ -22,6 +22,11 @@ from .plan_toml import PLAN_START, KeyLines, parse_plan_block
 from .source_scan import Entry, Param, blank_comments, cuda_kernels, ptx_entries
 
 MAX_ISSUES = 30
+# Bounds on model text: the largest project solution is 23 KB; a reply may hold prose around it.
+MAX_REPLY_CHARS = 1_000_000
+MAX_SOLUTION_CHARS = 400_000
+MAX_KERNELS = 256  # .entry / __global__ definitions in one file
+MAX_MESSAGE_CHARS = 600  # one issue's text (a message quoting a huge TOML value stays readable)
 PLACEHOLDER_NUM_SMS = 132  # validation only; the GPU worker resolves with the device's real SM count
 FENCE_LANGUAGES = {"ptx": "ptx", "cuda": "cuda", "cu": "cuda", "cpp": "cuda", "c++": "cuda", "cxx": "cuda", "c": "cuda"}
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^\n]*$", re.M)
@@ -80,6 +85,9 @@ def _guess_language(source: str) -> str | None:
 def extract_solution(reply_text: str) -> Extracted | list[FormatIssue]:
     """The kernel file in a model reply: the fenced block holding the `/* ptxbench` plan (the last one
     if several do), else the last ptx/cuda block; a reply with no fences is taken whole if it has a plan."""
+    if len(reply_text or "") > MAX_REPLY_CHARS:
+        return [FormatIssue(line=None, message=f"the reply is {len(reply_text)} characters long (at most "
+                                               f"{MAX_REPLY_CHARS}): send one kernel file, not the whole history")]
     if not reply_text or not reply_text.strip():
         return [FormatIssue(line=None, message="the reply is empty; expected one ```ptx or ```cuda code block "
                                                "holding the kernel file with its /* ptxbench ... */ plan")]
@@ -194,9 +202,34 @@ def _issues(pairs: list[tuple[int | None, str]]) -> list[FormatIssue]:
     return [FormatIssue(line=line, message=msg) for line, msg in pairs]
 
 
+def _too_big(source: str) -> list[FormatIssue]:
+    if len(source) > MAX_SOLUTION_CHARS:
+        return [FormatIssue(line=None, message=f"the solution file is {len(source)} characters long (at most "
+                                               f"{MAX_SOLUTION_CHARS}): write the kernels, not unrolled copies of them")]
+    kernels = max(source.count(".entry"), source.count("__global__"))
+    if kernels > MAX_KERNELS:
+        return [FormatIssue(line=None, message=f"the file defines {kernels} kernels (at most {MAX_KERNELS})")]
+    return []
+
+
 def parse_solution(source: str, workload: Workload | None = None, arch: str = "sm_90a") -> Solution | list[FormatIssue]:
     """Parse and check a solution file: its plan, the plan against the workload (when given) and the
-    kernels' signatures, and the language policy. Returns the Solution, or every issue found."""
+    kernels' signatures, and the language policy. Returns the Solution, or every issue found.
+    Never raises on model text: a file the checks cannot read is an issue of the file."""
+    if too_big := _too_big(source):
+        return too_big
+    try:
+        found = _parse_solution(source, workload, arch)
+    except (RecursionError, MemoryError, ArithmeticError, LookupError, TypeError, ValueError) as exc:
+        return [FormatIssue(line=None, message=f"the plan or the code could not be read ({type(exc).__name__}: "
+                                               f"{str(exc)[:200]}); simplify that part of the file")]
+    if isinstance(found, list):
+        found = [i if len(i.message) <= MAX_MESSAGE_CHARS else FormatIssue(line=i.line, message=i.message[:MAX_MESSAGE_CHARS] + " ...")
+                 for i in found]
+    return found
+
+
+def _parse_solution(source: str, workload: Workload | None, arch: str) -> Solution | list[FormatIssue]:
     profile = get_arch(arch)
     parsed = parse_plan_block(source)
     issues = _issues(parsed.issues)
@@ -240,7 +273,13 @@ def resolve_plan(plan: LaunchPlan, workload: Workload, num_sms: int, arch: str |
     fails here if it depends on num_sms in a way that breaks on this GPU."""
     profile = get_arch(arch) if isinstance(arch, str) else arch
     resolver = Resolver(workload, num_sms, profile, lines)
-    resolved = resolver.resolve(plan)
+    try:
+        resolved = resolver.resolve(plan)
+    except (RecursionError, MemoryError, ArithmeticError, LookupError, TypeError, ValueError) as exc:
+        if isinstance(exc, PlanError):
+            raise
+        raise PlanError([FormatIssue(line=None, message=f"the plan could not be resolved ({type(exc).__name__}: "
+                                                        f"{str(exc)[:200]})")]) from None
     if resolved is None:
         raise PlanError(_issues(resolver.issues))
     return resolved
