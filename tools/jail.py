@@ -130,16 +130,19 @@ set -e
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 root=$1; wd=$2; shift 2
 mount -t tmpfs -o mode=755 ptxbench-jail "$root"
+dirs="$root/dev $root/proc"; set -f
+for a in "$@"; do [ "$a" = "--" ] && break; case "$a" in /*) dirs="$dirs $root$a";; esac; done
+mkdir -p $dirs 2>/dev/null || true  # one exec for every mount point (link targets included: harmless)
 while [ "$1" != "--" ]; do
   case "$1" in
-    ro) mkdir -p "$root$2"; mount --rbind "$2" "$root$2"; mount -o remount,bind,ro "$root$2" 2>/dev/null || true; shift 2;;
-    rw) mkdir -p "$root$2"; mount --bind "$2" "$root$2"; shift 2;;
-    dev) mkdir -p "$root/dev"; touch "$root$2"; mount --bind "$2" "$root$2"; shift 2;;
-    ln) mkdir -p "$(dirname "$root$2")"; ln -s "$3" "$root$2"; shift 3;;
+    ro) mount --rbind -o ro "$2" "$root$2" || mount --rbind "$2" "$root$2"; shift 2;;
+    rw) mount --bind "$2" "$root$2"; shift 2;;
+    dev) rmdir "$root$2"; : > "$root$2"; mount --bind "$2" "$root$2"; shift 2;;
+    ln) rmdir "$root$2" 2>/dev/null || true; ln -s "$3" "$root$2"; shift 3;;
   esac
 done
 shift
-mkdir -p "$root/proc"; mount -t proc proc "$root/proc" 2>/dev/null || true
+mount -t proc proc "$root/proc" 2>/dev/null || true
 exec chroot "$root" /bin/sh -c 'cd "$0" && exec "$@"' "$wd" "$@"
 '''
 
