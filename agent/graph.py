@@ -24,6 +24,7 @@ from .context import build_messages
 from .extract import extract_solution
 from .feedback import render_eval, render_format_error
 from .models.base import Model, ModelError, ModelExhausted, ModelReply, ModelRequest, TurnOutcome
+from .redact import mask_strings, scrub_text
 from .state import AgentState, OptimizeConfig
 from .toolset import Toolbox, parse_arguments
 from .trajectory import TrajectoryLog
@@ -83,12 +84,13 @@ class Steps:
                                tools=self.d.toolbox.schemas() if self.cfg.mode == "tools" else None,
                                history=[TurnOutcome(**t["outcome"]) for t in state["done_turns"]])
         try:
-            reply = self.d.model.query(request)
+            # masked before it enters the state: checkpoints, events and kernel files never hold a key it echoes
+            reply = ModelReply.model_validate(mask_strings(self.d.model.query(request).model_dump()))
         except ModelExhausted as exc:
             return {"stop": {"reason": "turn_limit", "detail": str(exc)}}
         except ModelError as exc:
             self.d.log.error(state["turn"], "query", str(exc))
-            return {"stop": {"reason": "error", "detail": str(exc)[:500]}}
+            return {"stop": {"reason": "error", "detail": scrub_text(str(exc))[:500]}}
         self.d.log.model_call(state["turn"], self.d.model.name, messages, reply)
         usage = reply.usage
         tokens = usage.get("total_tokens") or usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)

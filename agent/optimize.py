@@ -25,6 +25,7 @@ from .bench_retry import FORKED, fork_before_infra_stop
 from .graph import Deps, build_graph
 from .manifest import build_manifest
 from .models import Model, load_model
+from .redact import register_secret_env
 from .rundir import TrajectoryWriter, read_manifest, write_manifest
 from .state import AgentState, OptimizeConfig, initial_state
 from .task import system_prompt, task_prompt
@@ -66,6 +67,7 @@ def eval_options(config: OptimizeConfig) -> EvalOptions:
 
 def make_model(config: OptimizeConfig) -> Model:
     options: dict[str, Any] = {}
+    register_secret_env(config.api_key_env)  # its value is masked in everything written, whatever its name
     if not config.model.startswith(("builtin/", "replay/")):
         options = dict(api_key_env=config.api_key_env, temperature=config.temperature, max_tokens=config.max_output_tokens,
                        timeout_s=config.model_timeout_s, max_attempts=config.retry_attempts, retry_wait_s=config.retry_wait_s)

@@ -16,9 +16,47 @@ _SECRET_FIELD = re.compile(r"(api_?key|secret|password|credential|authorization|
 _KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{20,}|hf_[A-Za-z0-9]{20,}|xai-[A-Za-z0-9]{20,})\b")
 
 
+# Variables named by --api-key-env: masked whatever their name looks like (LLM_KEY, MY_VAR ...).
+_REGISTERED: set[str] = set()
+
+
+def register_secret_env(name: str | None) -> None:
+    """Mask the value of environment variable `name` from now on (the --api-key-env variable)."""
+    if name:
+        _REGISTERED.add(name)
+
+
 def secret_values() -> list[str]:
-    values = {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and v and len(v) >= 8}
+    values = {v for k, v in os.environ.items() if (_SECRET_NAME.search(k) or k in _REGISTERED) and v and len(v) >= 8}
     return sorted(values, key=len, reverse=True)
+
+
+def mask_strings(obj: Any) -> Any:
+    """`obj` with secrets masked in every string, containers keeping their types (for checkpoint state,
+    whose tuples and objects must come back as they were); other objects are returned as they are."""
+    if isinstance(obj, str):
+        return scrub_text(obj)
+    if isinstance(obj, dict):
+        return type(obj)((k, mask_strings(v)) for k, v in obj.items()) if type(obj) is dict else obj
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+        return type(obj)(mask_strings(v) for v in obj)
+    return obj
+
+
+class MaskingSerializer:
+    """A LangGraph checkpoint serializer that masks secrets in the state before it is written."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def dumps_typed(self, obj: Any):
+        return self.inner.dumps_typed(mask_strings(obj))
+
+    def loads_typed(self, data):
+        return self.inner.loads_typed(data)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
 
 
 def scrub_text(text: str) -> str:
