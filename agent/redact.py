@@ -41,38 +41,3 @@ def mask_strings(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
         return type(obj)(mask_strings(v) for v in obj)
     return obj
-
-
-class MaskingSerializer:
-    """A LangGraph checkpoint serializer that masks secrets in the state before it is written."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def dumps_typed(self, obj: Any):
-        return self.inner.dumps_typed(mask_strings(obj))
-
-    def loads_typed(self, data):
-        return self.inner.loads_typed(data)
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
-
-
-def scrub_text(text: str) -> str:
-    for value in secret_values():
-        if value in text:
-            text = text.replace(value, "***")
-    return _KEY_SHAPES.sub("***", text)
-
-
-def scrub(obj: Any) -> Any:
-    """A copy of a JSON-like object with secrets masked in every string (and keys named like secrets)."""
-    if isinstance(obj, str):
-        return scrub_text(obj)
-    if isinstance(obj, dict):
-        return {k: ("***" if isinstance(k, str) and isinstance(v, str) and v and _SECRET_FIELD.search(k) else scrub(v))
-                for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [scrub(v) for v in obj]
-    return obj
