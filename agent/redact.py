@@ -41,3 +41,22 @@ def mask_strings(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
         return type(obj)(mask_strings(v) for v in obj)
     return obj
+
+
+def scrub_text(text: str) -> str:
+    for value in secret_values():
+        if value in text:
+            text = text.replace(value, "***")
+    return _KEY_SHAPES.sub("***", text)
+
+
+def scrub(obj: Any) -> Any:
+    """A copy of a JSON-like object with secrets masked in every string (and keys named like secrets)."""
+    if isinstance(obj, str):
+        return scrub_text(obj)
+    if isinstance(obj, dict):
+        return {k: ("***" if isinstance(k, str) and isinstance(v, str) and v and _SECRET_FIELD.search(k) else scrub(v))
+                for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [scrub(v) for v in obj]
+    return obj
