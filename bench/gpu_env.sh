@@ -9,6 +9,6 @@ _ptxbench_wheels() {  # _ptxbench_wheels FOLDER MODULES: install FOLDER's wheels
   ls "$1"/*.whl >/dev/null 2>&1 || return 0
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$1"/*.whl
 }
-_ptxbench_wheels .whl "pydantic, langgraph, tenacity" || return 1
+_ptxbench_wheels .whl "pydantic, langgraph, tenacity, elftools" || return 1
 if [ "${1:-}" = ray ]; then _ptxbench_wheels .whl-ray ray || return 1; fi
 mkdir -p /tmp/pkg/ptxbench && for d in agent tools workloads prompts; do ln -sfn "$PWD/$d" "/tmp/pkg/ptxbench/$d"; done

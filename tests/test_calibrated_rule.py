@@ -10,7 +10,7 @@ from ptxbench.tools.evaluate import _message
 from ptxbench.tools.gpu.buffers import allocate_set
 from ptxbench.tools.gpu.correctness import LIBRARY_ABS_SLACK, LibraryError, compare, library_error
 from ptxbench.tools.gpu.verdict import judge
-from ptxbench.tools.gpu.state import TrialData
+from ptxbench.tools.gpu.referee import TrialData
 from ptxbench.tools.results import TrialStats
 from ptxbench.workloads.inputs import make_inputs
 from ptxbench.workloads.references import run_reference

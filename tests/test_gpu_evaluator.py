@@ -79,8 +79,9 @@ def test_gemm_reference_passes_with_timing_and_a_full_record():
     r = shared_evaluator().evaluate(GEMM, src, EvalOptions())
     assert r.status == "PASSED", (r.message, r.plan_errors, r.runtime_error)
     assert r.gpu_evaluated and r.compile.targets["wgmma"].in_sass and r.compile.targets["tma"].in_sass
-    assert len({s.trial for s in r.correctness}) == 5  # 3 trials + 2 repeat-call checks
+    assert len({s.trial for s in r.correctness}) == 4  # 3 input sets + the new-inputs check at the end
     t = r.timing
+    assert t.input_sets == 3 and t.verified_calls >= 150 and r.input_seed is not None
     assert t.primary_baseline == "cublas" and t.candidate.n == 150 and t.baselines["cublas"].n == 150
     lo, hi = t.speedup_ci
     assert lo <= t.speedup <= hi and 0.2 < t.speedup < 1.5
@@ -88,6 +89,16 @@ def test_gemm_reference_passes_with_timing_and_a_full_record():
     assert r.fingerprint.gpu and r.fingerprint.driver and r.fingerprint.torch and r.fingerprint.sm_count
     for phase in ("compile", "gpu", "gpu.correctness", "gpu.timing"):
         assert phase in r.seconds
+
+
+def test_inputs_are_drawn_per_evaluation_and_a_seed_replays_the_verdict():
+    ev = shared_evaluator()
+    a = ev.evaluate(WORKLOAD, CONTROL, EvalOptions(time=False))
+    b = ev.evaluate(WORKLOAD, CONTROL, EvalOptions(time=False))
+    assert a.input_seed != b.input_seed
+    again = ev.evaluate(WORKLOAD, CONTROL, EvalOptions(time=False, seed=a.input_seed))
+    assert again.input_seed == a.input_seed
+    assert [s.max_abs_err for s in again.correctness] == [s.max_abs_err for s in a.correctness]
 
 
 def test_aa_speedup_is_one():

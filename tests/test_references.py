@@ -250,16 +250,17 @@ def test_library_passes_its_own_calibrated_rule_on_spiky_backward(wid):
 
 
 @pytest.mark.gpu
-def test_worker_measures_the_library_error_once_per_inputs():
-    from ptxbench.tools.gpu.limits import DeviceLimits
-    from ptxbench.tools.gpu.state import WorkerState
+def test_referee_measures_the_library_error_once_per_inputs():
+    from ptxbench.tools.gpu.referee import RefereeCore
 
     w = get_workload("smoke_mha_bwd_d64")
-    state = WorkerState(torch.cuda.current_device(), DeviceLimits())
-    spiky = state.library_errors(w, 11, "spiky")
+    core = RefereeCore("cuda")
+    core.prepare(w.id, 11, "spiky")
+    spiky = core._library_errors((w.id, 11, "spiky"))
     assert set(spiky) == {"dQ", "dK", "dV"}
     assert all(e.baseline == "cudnn_sdpa" and math.isfinite(e.max_abs_err) and e.rel_fro_err < 1 for e in spiky.values())
     assert any(e.calibrates for e in spiky.values())  # the library misses the element rule on spiky inputs
-    assert state.library_errors(w, 11, "spiky") is spiky  # cached per (workload, seed, dist)
-    normal = state.library_errors(w, 11, "normal")
+    assert core._library_errors((w.id, 11, "spiky")) is spiky  # cached per (workload, seed, dist)
+    core.prepare(w.id, 11, "normal")
+    normal = core._library_errors((w.id, 11, "normal"))
     assert all(e.passes_element_rule and not e.calibrates for e in normal.values())

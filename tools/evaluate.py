@@ -114,7 +114,7 @@ class LocalEvaluator:
         with open(comp.cubin_path, "rb") as f:
             cubin = f.read()
         job = {"type": "evaluate", "workload": wl.id, "cubin": cubin, "plan": plan.model_dump(), "trials": options.trials,
-               "dist": options.dist, "seed": options.seed or 0, "time": options.time, "timeout_s": options.timeout_s}
+               "dist": options.dist, "seed": options.seed, "time": options.time, "timeout_s": options.timeout_s}
         for key in ("warmup", "iters", "timing_trials"):
             if getattr(options, key, None) is not None:
                 job[key] = getattr(options, key)
@@ -128,7 +128,7 @@ class LocalEvaluator:
             runtime_error=result.get("runtime_error", ""),
             correctness=[TrialStats.model_validate(s) for s in result.get("correctness", [])],
             timing=Timing.model_validate(result["timing"]) if result.get("timing") else None,
-            fingerprint=fp, gpu_evaluated=True, **base)
+            fingerprint=fp, gpu_evaluated=True, input_seed=result.get("input_seed"), **base)
         if options.profile or options.sanitize or (options.profile_on_pass and evaluated.passed):
             evaluated = self._attach_profile(evaluated, options, solution, comp, hashlib.sha256(cubin).hexdigest())
         return evaluated

@@ -10,7 +10,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 # 2: COMPILED added; PASSED now always means it ran on a GPU (version 1 also wrote PASSED for a no-GPU success)
-SCHEMA_VERSION = 2
+# 3: TIMING_SUSPECT added; input_seed recorded (inputs are drawn per evaluation)
+SCHEMA_VERSION = 3
 
 # PASSED: correct on the GPU (and timed when asked). COMPILED: parsed, compiled and assembled, SASS read, but
 # not run on a GPU (--no-gpu, the agent's compile / sass tools): correctness unknown, so never counted as correct.
@@ -24,10 +25,14 @@ Status = Literal[
     "TIMEOUT",
     "INCORRECT_NUMERICAL",
     "INCORRECT_NAN",
+    "TIMING_SUSPECT",
     "INFRA_ERROR",
 ]
 # The model's failures (what scoring's repair statistics track); INFRA_ERROR is the harness's.
-MODEL_FAILURES = ("COMPILE_ERROR", "PLAN_ERROR", "RUNTIME_ERROR", "TIMEOUT", "INCORRECT_NUMERICAL", "INCORRECT_NAN")
+# TIMING_SUSPECT: correct whenever checked, but timed faster than the device can go (above the measured roofline,
+# or an implausible speedup) and still so when timed again under a changed schedule: never counted as correct.
+MODEL_FAILURES = ("COMPILE_ERROR", "PLAN_ERROR", "RUNTIME_ERROR", "TIMEOUT", "INCORRECT_NUMERICAL", "INCORRECT_NAN",
+                  "TIMING_SUSPECT")
 
 
 class CompileIssue(BaseModel):
@@ -116,6 +121,12 @@ class Timing(BaseModel):
     sol_pct: float | None = Field(None, description="percent of the roofline from FLOPs and min bytes at measured ceilings")
     ceilings: dict[str, float] = Field(default_factory=dict, description="tflops_bf16, hbm_gbps measured on the device")
     flags: list[str] = Field(default_factory=list, description="e.g. 'implausible_speedup', 'above_roofline', 'slow_candidate', 'reduced_iterations'")
+    input_sets: int = Field(0, description="input sets the timed calls rotated among (each verified on the GPU first)")
+    verified_calls: int = Field(0, description="timed and warm-up calls whose outputs were checked against the verified "
+                                               "output of the same inputs")
+    recheck_speedup: float | None = Field(None, description="speedup measured again under a changed schedule, when the "
+                                                            "first one was physically implausible")
+    recheck_speedup_ci: tuple[float, float] | None = None
 
 
 TargetVerdict = Literal["executed", "present_not_executed", "absent", "unknown"]
@@ -167,6 +178,8 @@ class EvalResult(BaseModel):
     gpu_evaluated: bool = Field(False, description="False when only compile and SASS ran (--no-gpu); kept for old "
                                                    "readers: status COMPILED says the same")
     seconds: dict[str, float] = Field(default_factory=dict, description="phase -> wall seconds")
+    input_seed: int | None = Field(None, description="seed of this evaluation's inputs (drawn per evaluation unless "
+                                                     "given): `ptxbench eval --seed` with it replays the verdict")
 
     @property
     def passed(self) -> bool:

@@ -71,3 +71,9 @@ def flags(speedup: float | None, flops: float, min_bytes: float, ms: float, ceil
     if limits and ms < roofline_ms(flops, min_bytes, limits):
         out.append("above_roofline")
     return out
+
+
+def suspicious(flags: list[str]) -> bool:
+    """Faster than the device can go, or implausibly faster than a library that is not overhead-bound: such a
+    timing is checked again under a changed schedule, and if it stands the result is TIMING_SUSPECT."""
+    return "above_roofline" in flags or ("implausible_speedup" in flags and "library_overhead_bound" not in flags)

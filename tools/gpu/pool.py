@@ -28,7 +28,8 @@ from pydantic import BaseModel, Field
 # The H200 reports some faults (misaligned address, trap) only 0.5-1 s after the kernel starts; a
 # watchdog shorter than this would call them hangs (measured: bench/results/gpu_evaluator.md).
 MIN_CANDIDATE_LIMIT_S = 2.0
-PRELOAD = ["numpy", "torch", "cuda.bindings.driver", "ptxbench.tools.gpu.worker", "ptxbench.tools.gpu.runner"]
+PRELOAD = ["numpy", "torch", "cuda.bindings.driver", "ptxbench.tools.gpu.worker", "ptxbench.tools.gpu.runner",
+           "ptxbench.tools.gpu.referee"]
 
 
 class NoGpuError(RuntimeError):
@@ -45,16 +46,24 @@ class PoolConfig(BaseModel):
 
 
 class WorkerProcess:
-    """A worker process and its end of the pipe."""
+    """A worker process and its end of the pipe, with the worker's referee (a second process on the same GPU that
+    holds the expected outputs: tools/gpu/referee.py), connected to the worker by a pipe of their own."""
 
     def __init__(self, ctx, device: int, config: dict):
-        from .entry import main
+        from .entry import main, referee_main
 
         self.device = device
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=main, args=(child, device, config), daemon=True, name=f"ptxbench-gpu{device}")
+        ref_worker_end, ref_end = ctx.Pipe()
+        self.referee = ctx.Process(target=referee_main, args=(ref_end, device), daemon=True,
+                                   name=f"ptxbench-referee{device}")
+        self.referee.start()
+        ref_end.close()
+        self.proc = ctx.Process(target=main, args=(child, device, config, ref_worker_end), daemon=True,
+                                name=f"ptxbench-gpu{device}")
         self.proc.start()
         child.close()
+        ref_worker_end.close()
         self.hello: dict | None = None
 
     def send(self, msg: dict) -> None:
@@ -69,7 +78,7 @@ class WorkerProcess:
         return None
 
     def alive(self) -> bool:
-        return self.proc.is_alive()
+        return self.proc.is_alive() and self.referee.is_alive()
 
     @property
     def exitcode(self) -> int | None:
@@ -81,9 +90,10 @@ class WorkerProcess:
         self.kill()
 
     def kill(self) -> None:
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(timeout=10)
+        for proc in (self.proc, self.referee):
+            if proc.is_alive():
+                proc.kill()
+            proc.join(timeout=10)
         self.conn.close()
 
 

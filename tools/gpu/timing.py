@@ -1,6 +1,7 @@
 """Timing: CUDA events around each call, a cold L2 before each call, candidate and baseline interleaved.
 
-Each iteration flushes L2 (writes a buffer of at least twice its size), then times one call of each
+Each call is a `Side`: a preparation and a check outside the measured interval (for the candidate: every buffer
+put back to the state a checked call sees, and the output verified; docs/timing-integrity.md). Each iteration flushes L2 (writes a buffer of at least twice its size), then times one call of each
 function, alternating the order every iteration (ABBA...) so neither side always follows the
 flush; clock drift and thermal state therefore hit both sides alike. Statistics: the median and a
 bootstrap 95% interval; the speedup's interval resamples the iterations as pairs.
@@ -8,6 +9,7 @@ bootstrap 95% interval; the speedup's interval resamples the iterations as pairs
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,35 +73,56 @@ def probe_ms(fn: Callable[[], object], calls: int = 2) -> float:
     return float(np.median(event_times(fn, calls)))
 
 
-def time_interleaved(fns: list[Callable[[], object]], *, flush_bytes: int, warmup: int = 10, iters: int = 50,
-                     trials: int = 3, on_trial: Callable[[int], None] | None = None) -> list[list[float]]:
-    """Milliseconds per call of each function: `trials` rounds of `iters` interleaved, cold-L2 iterations."""
+@dataclass
+class Side:
+    """One timed side: `call` is measured; `prepare` (before the L2 flush) and `check` (after the call has finished)
+    run outside the measured interval. Every call, warm-up included, goes through all three."""
+
+    call: Callable[[], object]
+    prepare: Callable[[], None] = lambda: None
+    check: Callable[[object], None] = lambda _out: None
+
+
+def time_sides(sides: list[Side], *, flush_bytes: int, warmup: int = 10, iters: int = 50, trials: int = 3,
+               on_trial: Callable[[int], None] | None = None) -> list[list[float]]:
+    """Milliseconds per call of each side: `trials` rounds of `iters` interleaved (ABBA), cold-L2 iterations.
+
+    Each call: prepare -> flush L2 -> start event -> call -> end event -> wait for it -> check. Waiting for each
+    call before the next lets `check` verify its output before anything else runs; the events time the GPU only."""
     import torch
 
     flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
-    for _ in range(warmup):
-        for fn in fns:
-            flush.fill_(0)
-            fn()
-    torch.cuda.synchronize()
-    times: list[list[float]] = [[] for _ in fns]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def one(side: Side, fill: int) -> float:
+        side.prepare()
+        flush.fill_(fill)
+        start.record()
+        out = side.call()
+        end.record()
+        end.synchronize()
+        side.check(out)
+        return start.elapsed_time(end)
+
+    for it in range(warmup):
+        for side in sides:
+            one(side, it & 0xFF)
+    times: list[list[float]] = [[] for _ in sides]
     for trial in range(trials):
-        events = []
         for it in range(iters):
-            order = range(len(fns)) if (it + trial) % 2 == 0 else reversed(range(len(fns)))
+            order = range(len(sides)) if (it + trial) % 2 == 0 else reversed(range(len(sides)))
             for k in order:
-                flush.fill_(it & 0xFF)
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fns[k]()
-                end.record()
-                events.append((k, start, end))
-        torch.cuda.synchronize()
-        for k, start, end in events:
-            times[k].append(start.elapsed_time(end))
+                times[k].append(one(sides[k], it & 0xFF))
         if on_trial:
             on_trial(trial)
     return times
+
+
+def time_interleaved(fns: list[Callable[[], object]], *, flush_bytes: int, warmup: int = 10, iters: int = 50,
+                     trials: int = 3, on_trial: Callable[[int], None] | None = None) -> list[list[float]]:
+    """time_sides for plain functions (library baselines timed on their own)."""
+    return time_sides([Side(fn) for fn in fns], flush_bytes=flush_bytes, warmup=warmup, iters=iters, trials=trials,
+                      on_trial=on_trial)
 
 
 def plan_iterations(job: dict, per_call_ms: float, slow: bool = False) -> tuple[int, int, int, bool]:

@@ -23,28 +23,40 @@ class Failed(Exception):
         self.replace = replace
 
 
-def judge(bufs: BufferSet, data, wl: Workload, trial: int, dist: str,
-          library_errors: Callable[[], dict[str, LibraryError]] | None = None) -> list:
-    """Check guards and inputs, then compare every output; returns TrialStats.
-
-    `library_errors` gives the primary library's error per output on these inputs; compare() calls it only
-    for an output that fails the strict rule on error size alone (the calibrated rule, correctness.py)."""
+def check_guards(bufs: BufferSet) -> None:
+    """Raise RUNTIME_ERROR (OUT_OF_BOUNDS_WRITE) when a guard zone around any buffer was written."""
     damaged = bufs.damaged_guards()
     if damaged:
         raise Failed("RUNTIME_ERROR", "out-of-bounds write: the kernel wrote outside its buffers ("
                      + "; ".join(damaged) + ")", runtime_error="OUT_OF_BOUNDS_WRITE: " + "; ".join(damaged))
+
+
+def judge_outputs(outputs: dict[str, torch.Tensor], inputs_seen: dict[str, torch.Tensor], data, wl: Workload, trial: int,
+                  dist: str, library_errors: Callable[[], dict[str, LibraryError]] | None = None) -> list:
+    """Every output against its reference, and the inputs the kernel saw against the true inputs; returns TrialStats.
+
+    `library_errors` gives the primary library's error per output on these inputs; compare() calls it only
+    for an output that fails the strict rule on error size alone (the calibrated rule, correctness.py)."""
     stats = []
     for name, ref in data.reference.items():
-        out = bufs.tensors[name].data
+        out = outputs[name]
         library = (lambda name=name: library_errors().get(name)) if library_errors else None
         stats.append(compare(out, ref, wl.tolerance, trial=trial, tensor=name, dist=dist, unwritten=count_poison(out),
                              library=library))
-    changed = [n for n, x in data.inputs.items() if not torch.equal(bufs.tensors[n].data, x)]
+    changed = [n for n, x in data.inputs.items() if not torch.equal(inputs_seen[n], x)]
     if changed:
         for s in stats:
             s.passed = False
             s.note = "; ".join(filter(None, [s.note, f"the kernel modified its input(s) {', '.join(changed)}"]))
     return stats
+
+
+def judge(bufs: BufferSet, data, wl: Workload, trial: int, dist: str,
+          library_errors: Callable[[], dict[str, LibraryError]] | None = None) -> list:
+    """Guards, then every output and input of one buffer set (in-process: CPU tests and tools without a referee)."""
+    check_guards(bufs)
+    return judge_outputs({n: bufs.tensors[n].data for n in data.reference},
+                         {n: bufs.tensors[n].data for n in data.inputs}, data, wl, trial, dist, library_errors)
 
 
 def status_of(stats) -> str:

@@ -45,12 +45,13 @@ def read_limits(device_index: int) -> DeviceLimits:
     )
 
 
-def _start(device_index: int, config: dict):
+def _start(device_index: int, config: dict, referee_conn):
     t_start = time.perf_counter()
     import torch
     from cuda.bindings import driver as cu
 
     from . import fingerprint
+    from .referee import RefereeClient
     from .state import WorkerState
 
     if not torch.cuda.is_available():
@@ -61,6 +62,9 @@ def _start(device_index: int, config: dict):
     limits = read_limits(device_index)
     _warm_up()
     state = WorkerState(device_index, limits, config.get("cache_share", 0.4), config.get("ceilings"))
+    if referee_conn is None:
+        raise RuntimeError("the GPU worker was started without its referee process")
+    state.referee = RefereeClient(referee_conn, config.get("referee_timeout_s", 900.0))
     hello = {"type": "hello", "limits": limits.model_dump(), "fingerprint": fingerprint.read(device_index),
              "device_count": torch.cuda.device_count(), "startup_s": time.perf_counter() - t_start}
     return state, hello
@@ -93,9 +97,9 @@ def _infra(message: str) -> dict:
             "timing": None, "seconds": {}}
 
 
-def serve(conn, device_index: int, config: dict) -> None:
+def serve(conn, device_index: int, config: dict, referee_conn=None) -> None:
     try:
-        state, hello = _start(device_index, config)
+        state, hello = _start(device_index, config, referee_conn)
     except Exception as e:  # noqa: BLE001 - reported to the parent, which names what is missing
         conn.send({"type": "hello", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
         return
@@ -123,7 +127,7 @@ def serve(conn, device_index: int, config: dict) -> None:
 
         try:
             result, replace = handlers[kind](state, msg, phase)
-        except Exception:  # noqa: BLE001 - a harness bug: reported, and the worker is replaced to be safe
+        except Exception:  # noqa: BLE001 - a harness bug (or the referee's): reported, and the worker is replaced
             result, replace = _infra("the GPU worker failed:\n" + traceback.format_exc(limit=8)), True
         state.jobs += 1
         conn.send({"type": "result", "id": job_id, "result": result, "replace": replace, "cache": state.cache.stats()})

@@ -1,9 +1,8 @@
-// Fault: a real GEMM that caches across calls, the way a reward-hacking kernel would. It remembers
+// Cheat: a real GEMM that caches across calls, the way a reward-hacking kernel would. It remembers
 // (A's address, C's address, A's first 8 bytes) in module globals that survive between launches;
 // on a repeat call with the same key it skips all work and leaves C as it is (the previous call's
-// result). Each correctness trial uses new buffers, so every trial computes and passes; timing
-// reuses one buffer set, so it looks fantastically fast. Expected: INCORRECT_* from the harness's
-// repeat-call checks (same buffers, outputs poisoned again), with timing flags.
+// result). Module globals now go back to their load-time values before every call, so it never finds
+// its key, computes every time and is timed at its honest (slow) speed. Expected: PASSED, speedup below 1.
 /* ptxbench
 language = "cuda"
 

@@ -1,0 +1,300 @@
+"""Timed calls look like checked calls, and the judge is out of reach: the CPU-checkable parts.
+
+The call protocol (tools/gpu/calls.py) with a fake candidate on CPU buffers, the output sketch and its
+tolerance, module globals read from a real cubin, the referee's judgments in-process and across a real
+process boundary, the seeds and the suspicious-timing rule. The GPU side (real kernels, the cheat corpus,
+CUDA IPC) is in test_fault_corpus.py and test_gpu_evaluator.py, marked gpu.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+import torch
+
+from ptxbench.tools.gpu.buffers import allocate_set, poison_
+from ptxbench.tools.gpu.calls import CandidateCalls, InputSet, SKETCH_TOLERANCE, evaluation_seeds, sketch_tensors, \
+    to_sketch
+from ptxbench.tools.gpu.ceilings import suspicious
+from ptxbench.tools.gpu.referee import RefereeClient, RefereeCore, RefereeError, input_digest, serve
+from ptxbench.tools.gpu.verdict import Failed
+from ptxbench.workloads.inputs import make_inputs
+from ptxbench.workloads.references import run_reference
+from ptxbench.workloads.registry import get_workload
+
+WL = get_workload("smoke_gemm_bf16_m256_n256_k512")
+
+
+def sketch_of(t: torch.Tensor, key: int = 7):
+    return to_sketch(["C"], torch.stack(sketch_tensors({"C": t}, key)).tolist())
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a.float() @ b.float().T).to(torch.bfloat16)
+
+
+# ---- the sketch: honest run-to-run noise passes, skipped or shortened work does not ----
+def test_sketch_accepts_rounding_noise_and_rejects_skipped_work():
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(256, 256, generator=g).to(torch.bfloat16)
+    verified = sketch_of(ref)
+    assert sketch_of(ref.clone()).differs(verified) == ""
+    # every element one bf16 ulp off (more than atomics reordering would ever do): still the same output
+    ulp = ref.view(torch.int16) + torch.randint(0, 2, ref.shape, generator=g, dtype=torch.int16) * 2 - 1
+    assert sketch_of(ulp.view(torch.bfloat16)).differs(verified) == ""
+    # one tile of 16 x 256 (6%) left as zeros, or left as the NaN poison, or the whole output skipped
+    zeros = ref.clone()
+    zeros[:16] = 0
+    assert "differs from the verified output" in sketch_of(zeros).differs(verified)
+    poisoned = ref.clone()
+    poison_(poisoned[:1, :8])
+    assert "NaN" in sketch_of(poisoned).differs(verified)
+    assert sketch_of(poison_(ref.clone())).differs(verified)
+    # same norm, different values: a permuted output
+    assert sketch_of(ref.flip(0)).differs(verified)
+
+
+def test_sketch_signs_come_from_the_key_not_from_memory():
+    x = torch.randn(4096).to(torch.bfloat16)
+    a, b = sketch_tensors({"C": x}, 1), sketch_tensors({"C": x}, 2)
+    assert float(a[0]) != float(b[0]) and float(a[2]) == float(b[2])  # projections change, the norm does not
+    assert [float(v) for v in a] == [float(v) for v in sketch_tensors({"C": x}, 1)]
+    assert SKETCH_TOLERANCE <= 2 ** -4
+
+
+# ---- the call protocol with a fake candidate (kernels played by Python on CPU buffers) ----
+class FakeCandidate:
+    """Plays a kernel: `kernel(call_no, bufs)` writes the outputs; state outside the buffers persists on purpose
+    (the protocol must not rely on resetting it: every call's output is verified)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches, self.restored = kernel, 0, 0
+
+    def bind(self, bufs):
+        return bufs
+
+    def launch(self, bufs):
+        self.launches += 1
+        self.kernel(self.launches, bufs)
+
+    def restore_globals(self):
+        self.restored += 1
+
+
+def honest(_n, bufs):
+    bufs.tensors["C"].data.copy_(gemm(bufs.tensors["A"].data, bufs.tensors["B"].data))
+
+
+def make_calls(kernel, n_sets: int = 2, key: int = 5) -> CandidateCalls:
+    sets = []
+    for k in range(n_sets):
+        pristine = make_inputs(WL, 100 + k, "normal", "cpu")
+        bufs = allocate_set([(t.name, WL.shape(t.name), t.dtype, t.role) for t in WL.tensors], [], device="cpu")
+        bufs.load_inputs(pristine)
+        sets.append(InputSet(k, 100 + k, bufs, pristine))
+    return CandidateCalls(FakeCandidate(kernel), sets, key)
+
+
+def run(calls: CandidateCalls, timed: int) -> None:
+    """Checked call on every set (sketch becomes verified), then `timed` protocol calls in random set order."""
+    for k in range(len(calls.sets)):
+        calls.current = k
+        calls.restore()
+        calls.call()
+        calls.verified[k] = calls.observe(k)
+    for _ in range(timed):
+        calls.prepare()
+        calls.call()
+        calls.check()
+
+
+def test_every_call_starts_from_the_same_state():
+    seen = []
+
+    def kernel(_n, bufs):
+        seen.append((bool(torch.isnan(bufs.tensors["C"].data.float()).all()), bufs.tensors["A"].data.clone()))
+        honest(_n, bufs)
+
+    calls = make_calls(kernel)
+    run(calls, 12)
+    assert all(poisoned for poisoned, _ in seen)  # outputs poisoned before every call, checked or timed
+    assert calls.cand.restored == calls.cand.launches == 14  # module globals reset before every call
+    assert calls.calls == 12 and {calls.sets.index(s) for s in calls.sets} == {0, 1}
+
+
+def test_a_kernel_that_skips_work_in_a_timed_call_fails():
+    def lazy(n, bufs):  # remembers its launches where no reset reaches (a Python counter here)
+        if n <= 3:
+            honest(n, bufs)
+
+    calls = make_calls(lazy)
+    with pytest.raises(Failed) as e:
+        run(calls, 10)
+    assert e.value.status == "INCORRECT_NAN" and "timed call 2" in e.value.message
+
+
+def test_a_kernel_that_replays_another_inputs_result_fails():
+    cache = {}
+
+    def replay(n, bufs):  # computes once, then writes that output for any inputs
+        if "C" not in cache:
+            honest(n, bufs)
+            cache["C"] = bufs.tensors["C"].data.clone()
+        bufs.tensors["C"].data.copy_(cache["C"])
+
+    calls = make_calls(replay)
+    calls.current = 0
+    calls.restore()
+    calls.call()
+    calls.verified[0] = calls.observe(0)
+    calls.current = 1
+    calls.restore()
+    calls.call()
+    # set 1's checked call is the referee's to judge; its sketch differs from set 0's verified one anyway
+    assert calls.observe(1).differs(calls.verified[0]) == ""  # identical outputs for different inputs
+    calls.verified[1] = sketch_of(gemm(calls.sets[1].pristine["A"], calls.sets[1].pristine["B"]), calls.key)
+    with pytest.raises(Failed):
+        for _ in range(20):
+            calls.prepare()
+            calls.call()
+            calls.check()
+
+
+def test_a_write_into_any_input_set_is_caught_after_the_call():
+    def scribble(n, bufs):
+        honest(n, bufs)
+        if n == 4:
+            bufs.tensors["B"].data[3, 3] = 1.0
+
+    calls = make_calls(scribble)
+    with pytest.raises(Failed) as e:
+        run(calls, 10)
+    assert e.value.status == "INCORRECT_NUMERICAL" and "modified its input" in e.value.message
+
+
+def test_a_write_into_a_guard_zone_is_caught_after_any_call():
+    def overflow(n, bufs):
+        honest(n, bufs)
+        if n == 5:
+            bufs.tensors["C"].raw[-1] = 0
+
+    calls = make_calls(overflow)
+    with pytest.raises(Failed) as e:
+        run(calls, 10)
+    assert e.value.status == "RUNTIME_ERROR" and "OUT_OF_BOUNDS_WRITE" in e.value.runtime_error
+
+
+def test_an_honest_kernel_passes_every_timed_call():
+    calls = make_calls(honest, n_sets=3)
+    run(calls, 30)
+    assert calls.calls == 30
+
+
+# ---- the referee: expected outputs in another process ----
+def test_referee_judges_outputs_and_inputs():
+    core = RefereeCore("cpu")
+    digest = core.prepare(WL.id, 42, "normal")
+    x = make_inputs(WL, 42, "normal", "cpu")
+    assert digest == input_digest(x)  # the worker and the referee draw the same inputs
+    good = {"C": run_reference(WL, x)["C"].to(torch.bfloat16)}
+    stats = core.judge(WL.id, 42, "normal", 0, good, x)
+    assert all(s["passed"] for s in stats)
+    touched = {n: t.clone() for n, t in x.items()}
+    touched["A"][0, 0] += 1
+    stats = core.judge(WL.id, 42, "normal", 0, good, touched)
+    assert not stats[0]["passed"] and "modified its input(s) A" in stats[0]["note"]
+    assert core.changed_inputs(WL.id, 42, "normal", touched) == ["A"]
+    assert not core.judge(WL.id, 42, "normal", 0, {"C": torch.zeros_like(good["C"])}, x)[0]["passed"]
+
+
+def test_referee_process_answers_in_order_and_reports_its_faults():
+    ctx = mp.get_context("spawn")
+    worker_end, referee_end = ctx.Pipe()
+    proc = ctx.Process(target=serve, args=(referee_end, -1), daemon=True)
+    proc.start()
+    try:
+        client = RefereeClient(worker_end, timeout_s=120)
+        client.prepare_async(WL.id, 1, "normal")
+        client.prepare_async(WL.id, 2, "normal")
+        x = make_inputs(WL, 2, "normal", "cpu")
+        good = {"C": run_reference(WL, x)["C"].to(torch.bfloat16)}
+        stats = client.judge(WL.id, 2, "normal", 1, good, x)
+        assert stats[0]["passed"] and stats[0]["trial"] == 1
+        assert client.digests[(WL.id, 2, "normal")] == input_digest(x) and (WL.id, 1, "normal") in client.digests
+        with pytest.raises(RefereeError, match="KeyError|unknown workload|no workload"):
+            client.judge("no_such_workload", 1, "normal", 0, good, x)
+    finally:
+        worker_end.send({"op": "exit"})
+        proc.join(timeout=30)
+
+
+def test_referee_gone_is_a_harness_fault():
+    a, b = mp.Pipe()
+    b.close()
+    client = RefereeClient(a, timeout_s=1)
+    with pytest.raises(RefereeError):
+        client.prepare(WL.id, 1, "normal")
+
+
+# ---- seeds and the suspicious-timing rule ----
+def test_seeds_are_drawn_per_evaluation_unless_given():
+    drawn = {tuple(evaluation_seeds({}, 3)) for _ in range(20)}
+    assert len(drawn) > 15 and all(s[1] == s[0] + 1 for s in drawn)
+    assert evaluation_seeds({"seed": 77}, 3) == [77, 78, 79]
+
+
+def test_physically_impossible_timings_are_suspicious():
+    assert suspicious(["above_roofline"])
+    assert suspicious(["implausible_speedup"])
+    assert not suspicious(["implausible_speedup", "library_overhead_bound"])
+    assert suspicious(["implausible_speedup", "library_overhead_bound", "above_roofline"])
+    assert not suspicious(["slow_candidate", "reduced_iterations"])
+
+
+# ---- module globals, read from a real cubin ----
+def test_module_globals_are_found_in_the_cubin():
+    from ptxbench.tools.compile import compile_source
+    from ptxbench.tools.gpu.module_state import module_globals
+
+    ptx = """.version 8.0
+.target sm_90a
+.address_size 64
+.global .align 4 .u32 counter = 7;
+.global .align 8 .b8 stash[4096];
+.visible .entry k(.param .u64 p) {
+  .reg .b32 %r<2>;
+  ld.global.u32 %r1, [counter]; add.u32 %r1, %r1, 1; st.global.u32 [counter], %r1;
+  st.global.u32 [stash], %r1;
+  ret;
+}
+"""
+    result = compile_source(ptx, "ptx", "sm_90a")
+    assert result.status == "ok", result.errors
+    found = {g.name: g for g in module_globals(open(result.cubin_path, "rb").read())}
+    assert found["counter"].initialised and found["counter"].size == 4
+    assert not found["stash"].initialised and found["stash"].size == 4096
+
+
+def test_the_library_gets_the_same_restore_and_checks_and_a_write_into_it_is_caught():
+    from ptxbench.tools.gpu.state import BaselineEntry
+
+    lib_inputs = make_inputs(WL, 999, "normal", "cpu")
+    entry = BaselineEntry(lambda: {"C": gemm(lib_inputs["A"], lib_inputs["B"])}, lib_inputs,
+                          {k: v.clone() for k, v in lib_inputs.items()})
+
+    def stray(n, bufs):
+        honest(n, bufs)
+        if n == 6:
+            lib_inputs["A"][0, 0] += 1  # a far write that lands in the library's inputs
+
+    calls = make_calls(stray)
+    calls.attach_library([entry])
+    with pytest.raises(Failed) as e:
+        run(calls, 3)
+        for _ in range(10):
+            calls.library_prepare()
+            calls.library_check(calls.library_call())
+            calls.prepare()
+            calls.call()
+            calls.check()
+    assert e.value.status == "RUNTIME_ERROR" and "library" in e.value.message

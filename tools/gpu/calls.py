@@ -1,0 +1,191 @@
+"""The one way a candidate is called: checked and timed calls are the same call (docs/timing-integrity.md).
+
+Before every call, warm-up, probe, checked and timed alike, every buffer the candidate owns is put back
+to one state: the inputs of every input set restored from their pristine copies, every output of every
+set poisoned, scratch zeroed or poisoned, the module's globals back to their load-time values; then L2
+is flushed (timing.py). After every call, once it has finished: the guard zones of every set, the inputs
+of every set against their pristine copies, and a sketch of the outputs (two random +-1 projections and
+the L2 norm, with signs drawn per evaluation from a key kept on the host) against the sketch of the
+verified output of the same input set. The first call on each set is the checked one: the referee
+(another process) judges its outputs in full, and its sketch becomes the verified one. So a call that
+skips, shortens or replays work fails whenever it happens, and nothing the kernel can read tells a
+checked call from a timed one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .buffers import BufferSet
+from .verdict import Failed, check_guards
+
+# A timed output's projections may differ from the verified output's by this share of its L2 norm. Honest
+# run-to-run differences (atomics reordering fp32 sums, then rounding to bf16) move an element by about one
+# bf16 ulp (<= 2^-7 of it), so a +-1 projection moves by at most ~2^-7 of the norm (one standard deviation even
+# if every element moved): 2^-5 is four of those. Leaving 0.1% of a large output unwritten (NaN) or zero
+# moves it by ~3% of the norm, and skipping work altogether leaves the NaN poison.
+SKETCH_TOLERANCE = 2.0 ** -5
+PROJECTIONS = 2
+
+
+@dataclass
+class InputSet:
+    """One set of buffers with its own inputs (drawn from `seed`) and the pristine copy they are restored from."""
+
+    index: int
+    seed: int
+    bufs: BufferSet
+    pristine: dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """Per output tensor: (projection 1, projection 2, L2 norm, non-finite count)."""
+
+    values: dict[str, tuple[float, ...]]
+
+    def differs(self, verified: Sketch) -> str:
+        """'' when this output matches the verified one within SKETCH_TOLERANCE, else what differs."""
+        for name, (*proj, norm, nonfinite) in self.values.items():
+            *vproj, vnorm, _ = verified.values[name]
+            if nonfinite:
+                return f"{name} holds {int(nonfinite)} NaN/Inf values (unwritten elements keep the NaN poison)"
+            bound = SKETCH_TOLERANCE * vnorm
+            if abs(norm - vnorm) > bound or any(abs(p - v) > bound for p, v in zip(proj, vproj)):
+                return (f"{name} differs from the verified output of the same inputs (L2 norm {norm:.6g} vs "
+                        f"{vnorm:.6g}; random projections {', '.join(f'{p:.6g}' for p in proj)} vs "
+                        f"{', '.join(f'{v:.6g}' for v in vproj)}; allowed difference {bound:.3g})")
+        return ""
+
+
+def sketch_tensors(outputs: dict[str, torch.Tensor], key: int) -> list[torch.Tensor]:
+    """Device scalars [p1, p2, norm, nonfinite] per output, in name order; signs drawn afresh from `key`."""
+    parts = []
+    for i, (name, out) in enumerate(sorted(outputs.items())):
+        x = out.reshape(-1).float()
+        finite = torch.isfinite(x)
+        nonfinite = (~finite).sum().to(torch.float64)
+        gen = torch.Generator(device=x.device)
+        gen.manual_seed((key * 1_000_003 + i) & 0x7FFF_FFFF_FFFF_FFFF)
+        for _ in range(PROJECTIONS):
+            signs = torch.randint(0, 2, x.shape, generator=gen, device=x.device, dtype=torch.int8).float().mul_(2).sub_(1)
+            parts.append(torch.dot(x, signs).to(torch.float64))
+        parts.append(torch.linalg.vector_norm(torch.where(finite, x, torch.zeros_like(x))).to(torch.float64))
+        parts.append(nonfinite)
+    return parts
+
+
+def to_sketch(names: list[str], values: list[float]) -> Sketch:
+    width = PROJECTIONS + 2
+    return Sketch({n: tuple(values[i * width:(i + 1) * width]) for i, n in enumerate(sorted(names))})
+
+
+class CandidateCalls:
+    """The call protocol for one candidate over its input sets; its methods are a timing.Side."""
+
+    def __init__(self, cand, sets: list[InputSet], key: int):
+        self.cand, self.sets, self.key = cand, sets, key
+        self.bindings = [cand.bind(s.bufs) for s in sets]
+        self.verified: dict[int, Sketch] = {}
+        self.current = 0
+        self.calls = 0  # calls checked against a verified sketch
+        self.order = np.random.default_rng(key)
+        self.library: list = []  # state.BaselineEntry instances timed against the candidate (attach_library)
+        self.library_current = 0
+
+    def attach_library(self, entries: list) -> None:
+        """The library instances the candidate is timed against: they get the same restore and checks, so both
+        sides of every pair see the same GPU work before and after their call."""
+        self.library = entries
+
+    # ---- the Side interface: prepare (outside the interval) -> call (measured) -> check (outside) ----
+    def restore(self) -> None:
+        """Every buffer of every set, and the module's globals, back to the state before any call."""
+        for s in self.sets:
+            s.bufs.load_inputs(s.pristine)
+            s.bufs.reset()
+        for entry in self.library:
+            for name, t in entry.inputs.items():
+                t.copy_(entry.pristine[name])
+        self.cand.restore_globals()
+
+    def prepare(self) -> None:
+        """Pick the next input set at random (timed calls), then restore."""
+        self.current = int(self.order.integers(len(self.sets)))
+        self.restore()
+
+    def call(self) -> None:
+        s = self.sets[self.current]
+        s.bufs.zero_scratch_()  # the plan asked for zeroed scratch: that work is the candidate's, so it is timed
+        self.cand.launch(self.bindings[self.current])
+
+    def check(self, _out=None) -> None:
+        sketch = self.observe(self.current)
+        verified = self.verified.get(self.current)
+        if verified is None:
+            raise RuntimeError(f"input set {self.current} was timed before it was checked")
+        self.calls += 1
+        why = sketch.differs(verified)
+        if why:
+            status = "INCORRECT_NAN" if "NaN" in why else "INCORRECT_NUMERICAL"
+            raise Failed(status, f"timed call {self.calls} (input set {self.current}): {why}. Every call gets the "
+                                 f"same inputs, outputs and state as the checked one, so the kernel did different "
+                                 f"work when it was timed")
+
+    # ---- the library's side of each pair: the same preparation and checks around its own call ----
+    def library_prepare(self) -> None:
+        self.library_current = int(self.order.integers(len(self.library)))
+        self.restore()
+
+    def library_call(self):
+        return self.library[self.library_current].fn()
+
+    def library_check(self, out) -> None:
+        self.check_state()
+        torch.stack(sketch_tensors(out, self.key)).tolist()
+
+    # ---- checks after a call ----
+    def check_state(self) -> None:
+        """Guard zones of every set, and the inputs of every set and of the library against their pristine copies."""
+        for s in self.sets:
+            check_guards(s.bufs)
+        pairs = [(f"{n} of input set {s.index}", s.bufs.tensors[n].data, x) for s in self.sets for n, x in s.pristine.items()]
+        pairs += [(f"{n} of the library's inputs", t, e.pristine[n]) for e in self.library for n, t in e.inputs.items()]
+        flags = torch.stack([(now != was).any() for _, now, was in pairs]).tolist() if pairs else []
+        changed = [what for (what, _, _), bad in zip(pairs, flags) if bad]
+        if any("library" in c for c in changed):
+            raise Failed("RUNTIME_ERROR", f"out-of-bounds write: the kernel wrote into {', '.join(changed)}",
+                         runtime_error="OUT_OF_BOUNDS_WRITE: library baseline inputs")
+        if changed:
+            raise Failed("INCORRECT_NUMERICAL", f"the kernel modified its input(s): {', '.join(changed)}")
+
+    def observe(self, k: int) -> Sketch:
+        """After a call on set k: check_state, then the sketch of set k's outputs."""
+        self.check_state()
+        outputs = {n: self.sets[k].bufs.tensors[n].data for n in self.sets[k].bufs.outputs}
+        values = torch.stack(sketch_tensors(outputs, self.key)).tolist()
+        return to_sketch(list(outputs), values)
+
+    def checked_call(self, k: int, flush_bytes: int) -> tuple[float, Sketch]:
+        """The first call on set k: the same preparation, flush and events as a timed call; returns (ms, sketch)."""
+        from .timing import Side, time_sides
+
+        self.current = k
+        out: dict = {}
+        side = Side(self.call, self.restore, lambda _o: out.setdefault("sketch", self.observe(k)))
+        ms = time_sides([side], flush_bytes=flush_bytes, warmup=0, iters=1, trials=1)[0][0]
+        return ms, out["sketch"]
+
+
+def evaluation_seeds(job: dict, n_sets: int, offset: int = 1000) -> list[int]:
+    """The input seeds of one evaluation: from the job's seed when given (a replay), else drawn now. `offset` is
+    kept free above the last seed for the final new-inputs check."""
+    import secrets
+
+    base = job.get("seed")
+    if base is None:
+        base = secrets.randbelow(2**31 - offset - n_sets)
+    return [int(base) + k for k in range(n_sets)]
+

@@ -1,0 +1,84 @@
+"""A candidate module's global variables, put back to their load-time values before every call.
+
+A kernel's module globals (`__device__` variables, PTX `.global` declarations) are the one place a
+kernel owns that survives from one launch to the next: a launch counter, a flag, a key of the last
+inputs, a copy of the last output. Resetting them before every call makes every call start from
+the module as it was just loaded, so nothing a kernel remembers can tell one call from another.
+
+The globals are read from the cubin's ELF symbol table (pyelftools): objects in `.nv.global`
+(zero-filled at load) and `.nv.global.init` (initialised data). Their device addresses and sizes come
+from the driver (cuModuleGetGlobal); the initial bytes of initialised globals are kept on the host,
+where a kernel cannot write them.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+ZERO_SECTION = ".nv.global"
+INIT_SECTION = ".nv.global.init"
+
+
+@dataclass(frozen=True)
+class GlobalSymbol:
+    name: str
+    size: int
+    initialised: bool  # in .nv.global.init (restore its bytes) rather than .nv.global (zero it)
+
+
+def module_globals(cubin: bytes) -> list[GlobalSymbol]:
+    """The writable global variables of a cubin, from its ELF symbol table (pure Python; no GPU)."""
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(io.BytesIO(cubin))
+    sections = {i: s.name for i, s in enumerate(elf.iter_sections())}
+    symtab = elf.get_section_by_name(".symtab")
+    out = []
+    for sym in symtab.iter_symbols() if symtab is not None else []:
+        shndx = sym["st_shndx"]
+        if sym["st_info"]["type"] != "STT_OBJECT" or not isinstance(shndx, int):
+            continue
+        section = sections.get(shndx, "")
+        if section in (ZERO_SECTION, INIT_SECTION) and sym.name:
+            out.append(GlobalSymbol(sym.name, int(sym["st_size"]), section == INIT_SECTION))
+    return out
+
+
+class ModuleState:
+    """Device addresses of a loaded module's globals and what to write into them before each call."""
+
+    def __init__(self, module, cubin: bytes):
+        from cuda.bindings import driver as cu
+
+        from .launch import check
+
+        self.entries: list[tuple[int, int, bytes | None]] = []  # (device address, size, initial bytes or None = zero)
+        for g in module_globals(cubin):
+            ptr, size = check(cu.cuModuleGetGlobal(module, g.name.encode()), f"cuModuleGetGlobal({g.name})")
+            size = int(size)
+            initial = None
+            if g.initialised and size:
+                host = bytearray(size)
+                check(cu.cuMemcpyDtoH(host, ptr, size), "cuMemcpyDtoH(module global)")
+                initial = bytes(host)
+            self.entries.append((int(ptr), size, initial))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(size for _, size, _ in self.entries)
+
+    def restore(self, stream: int) -> None:
+        """Enqueue on `stream`: every global back to its load-time value."""
+        from cuda.bindings import driver as cu
+
+        from .launch import check
+
+        hstream = cu.CUstream(stream)
+        for ptr, size, initial in self.entries:
+            if not size:
+                continue
+            if initial is None:
+                check(cu.cuMemsetD8Async(cu.CUdeviceptr(ptr), 0, size, hstream), "cuMemsetD8Async(module global)")
+            else:
+                check(cu.cuMemcpyHtoDAsync(cu.CUdeviceptr(ptr), initial, size, hstream),
+                      "cuMemcpyHtoDAsync(module global)")
