@@ -29,7 +29,9 @@ FLAG_MEANINGS = {
     "result_cached_across_calls": "a repeat call on the same buffers failed the check, so this timing does not count",
 }
 # The heading of a compile-only result: the model must not read a kernel that never ran as correct.
-STATUS_HEADINGS = {"COMPILED": "COMPILED (not run on a GPU: correctness and speed unknown)"}
+STATUS_HEADINGS = {"COMPILED": "COMPILED (not run on a GPU: correctness and speed unknown)",
+                   "TIMING_SUSPECT": "TIMING_SUSPECT (correct when checked, but timed faster than this GPU can go: "
+                                     "not counted as correct)"}
 
 
 def _compile_lines(result: EvalResult) -> list[str]:

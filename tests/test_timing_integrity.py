@@ -298,3 +298,15 @@ def test_the_library_gets_the_same_restore_and_checks_and_a_write_into_it_is_cau
             calls.call()
             calls.check()
     assert e.value.status == "RUNTIME_ERROR" and "library" in e.value.message
+
+
+def test_timing_suspect_is_a_failure_everywhere():
+    from ptxbench.agent.feedback import STATUS_HEADINGS
+    from ptxbench.tools.results import MODEL_FAILURES, EvalResult, Timing, TimingStat
+
+    stat = TimingStat(median_ms=0.1, ci_low_ms=0.1, ci_high_ms=0.1, n=150)
+    r = EvalResult(workload=WL.id, status="TIMING_SUSPECT", gpu_evaluated=True, input_seed=5,
+                   timing=Timing(candidate=stat, speedup=5.3, flags=["implausible_speedup", "above_roofline"],
+                                 recheck_speedup=5.2))
+    assert not r.passed and "TIMING_SUSPECT" in MODEL_FAILURES and "not counted as correct" in STATUS_HEADINGS[r.status]
+    assert EvalResult.model_validate_json(r.model_dump_json()).input_seed == 5

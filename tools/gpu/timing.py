@@ -21,6 +21,11 @@ BOOTSTRAP_RESAMPLES = 2000
 # spend half a minute per turn timing a kernel at 0.02x (the CUDA-core attention reference at full size).
 SLOW_FACTOR = 20.0
 SLOW_ITERS = 15
+# A GPU-side spin between the flush and the start event, long enough (about 100 us at boost clocks) that the host
+# has enqueued the timed call before the GPU reaches the start event: otherwise the host's launch latency (tens of
+# microseconds for a library call through Python) lands inside the measured interval whenever the preparation
+# finishes first (measured: bench/results/timing_integrity.md, the variants table).
+SPIN_CYCLES = 200_000
 
 
 def bootstrap_median_ci(samples, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
@@ -97,6 +102,7 @@ def time_sides(sides: list[Side], *, flush_bytes: int, warmup: int = 10, iters: 
     def one(side: Side, fill: int) -> float:
         side.prepare()
         flush.fill_(fill)
+        torch.cuda._sleep(SPIN_CYCLES)
         start.record()
         out = side.call()
         end.record()
