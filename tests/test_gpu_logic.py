@@ -256,3 +256,14 @@ def test_plan_iterations_full_for_fast_short_for_slow_and_fitted_to_the_watchdog
     # 2 s a call and slow: even 2 + 15 calls (34 s) overrun, so the iterations shrink to what fits 18 s
     assert plan_iterations(job, 2000.0, slow=True) == (2, 7, 1, True)
     assert plan_iterations(job, 10_000.0, slow=True) == (2, 5, 1, True)  # never fewer than 5
+
+
+def test_a_plan_whose_buffers_exceed_the_gpu_is_a_plan_error():
+    from ptxbench.tools.gpu.limits import DeviceLimits, check_memory
+
+    lim = DeviceLimits(total_memory=141 * 2**30)
+    gemm = {"A": 84 * 2**20, "B": 73 * 2**20, "C": 117 * 2**20}
+    assert check_memory(gemm, 157 * 2**20, 3, lim) == []
+    six_scratch = {**gemm, **{f"s{i}": 32 * 2**30 for i in range(6)}}
+    errs = check_memory(six_scratch, 157 * 2**20, 3, lim)
+    assert len(errs) == 1 and "GiB for the 3 input sets" in errs[0] and "s0 32.0 GiB" in errs[0]

@@ -122,7 +122,7 @@ class LocalEvaluator:
         result = pool.submit(job)
         seconds["gpu"] = time.perf_counter() - t0
         seconds.update({f"gpu.{k}": v for k, v in (result.get("seconds") or {}).items()})
-        fp = Fingerprint.model_validate({**pool.fingerprint, "ptxas": comp.tools.get("ptxas", "")})
+        fp = Fingerprint.model_validate({**pool.fingerprint, "ptxas": comp.tools.get("ptxas", ""), "jail": comp.jail})
         evaluated = EvalResult(
             status=result["status"], message=_message(result), plan_errors=result.get("plan_errors", []),
             runtime_error=result.get("runtime_error", ""),

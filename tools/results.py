@@ -157,6 +157,7 @@ class Fingerprint(BaseModel):
     cudnn: str = ""
     ptxas: str = ""
     host: str = ""
+    jail: str = Field("", description="how the compilers were confined for this result: bwrap | unshare | limits")
 
 
 class EvalResult(BaseModel):

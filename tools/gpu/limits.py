@@ -142,3 +142,22 @@ def check_function(launch, index: int, regs: int, static_smem: int, max_threads:
                 errs.append(f"{where}: argument {j + 1} ({a.kind} {a.name!r}) is {got} bytes but the kernel's parameter "
                             f"{j + 1} is {want} bytes")
     return errs
+
+
+# Share of the GPU's memory one candidate's buffers may take: the rest holds the library baselines, the referee's
+# references (in its own context) and the worker's temporaries.
+CANDIDATE_MEMORY_SHARE = 0.5
+
+
+def check_memory(buffer_bytes: dict[str, int], input_bytes: int, n_sets: int, lim: DeviceLimits) -> list[str]:
+    """The buffers of every input set (tensors + scratch + guard zones) and the pristine inputs must fit the GPU."""
+    guard = 2 * 64 * 1024 * len(buffer_bytes)
+    need = n_sets * (sum(buffer_bytes.values()) + guard + input_bytes)
+    allowed = int(lim.total_memory * CANDIDATE_MEMORY_SHARE)
+    if need <= allowed:
+        return []
+    scratch = {n: b for n, b in buffer_bytes.items() if b > 2**30}
+    big = ", ".join(f"{n} {b / 2**30:.1f} GiB" for n, b in sorted(scratch.items(), key=lambda x: -x[1])[:4])
+    return [f"the plan's buffers need {need / 2**30:.1f} GiB for the {n_sets} input sets an evaluation uses, more "
+            f"than the {allowed / 2**30:.1f} GiB a candidate may take on this GPU ({lim.total_memory / 2**30:.0f} GiB)"
+            + (f"; largest: {big}" if big else "")]

@@ -33,7 +33,7 @@ from .calls import CandidateCalls, InputSet, evaluation_seeds, sketch_tensors
 from .correctness import output_digest, replay_note
 from .launch import CudaError, get_function, launch_config, launch_kernel, load_module, pack_params, \
     set_dynamic_smem, sync_stream, unload_module
-from .limits import check_function, check_plan
+from .limits import check_function, check_memory, check_plan
 from .module_state import ModuleState
 from .referee import RefereeClient, RefereeError, input_digest
 from .state import CHECK_SEED_OFFSET, WorkerState
@@ -296,6 +296,7 @@ def evaluate_job(state: WorkerState, job: dict, phase: Phase) -> tuple[dict, boo
                  for t in wl.tensors}
         sizes.update({s.name: s.nbytes for s in plan.scratch})
         errors = check_plan(plan, state.limits, sizes)
+        errors += check_memory(sizes, sum(sizes[t.name] for t in wl.inputs), n_sets, state.limits)
         if errors:
             raise Failed("PLAN_ERROR", "the launch plan exceeds the device's limits", plan_errors=errors)
         phase("prepare", job["prepare_timeout_s"])
@@ -303,7 +304,13 @@ def evaluate_job(state: WorkerState, job: dict, phase: Phase) -> tuple[dict, boo
         phase("load", job["prepare_timeout_s"])
         cand = Candidate(job["cubin"], plan, state, wl)
         phase("prepare", job["prepare_timeout_s"])
-        sets = make_sets(wl, plan, seeds, dist)
+        try:
+            sets = make_sets(wl, plan, seeds, dist)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            raise Failed("PLAN_ERROR", "the GPU ran out of memory allocating the plan's buffers",
+                         plan_errors=[f"out of GPU memory allocating {n_sets} input sets of the plan's tensors and "
+                                      f"scratch buffers"]) from None
         calls = CandidateCalls(cand, sets, secrets.randbits(62))
         t0 = time.perf_counter()
         stats = correctness(calls, referee, wl, job, phase, seconds, flush_bytes)
