@@ -63,6 +63,7 @@ def compile_record(result, path: Path | None = None) -> dict:
             for name, k in result.kernels.items()
         },
         "targets": {f: t.model_dump() for f, t in result.targets.items()},
+        "sass_by_line": result.sass_by_line,
         "tools": result.tools,
         "cached": result.cached,
         "cubin_path": result.cubin_path,

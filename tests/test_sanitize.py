@@ -58,22 +58,21 @@ def test_unknown_tool_is_refused_as_a_result():
     assert not out.ok and "leakcheck" in out.error
 
 
-def test_annotate_ptx_puts_a_loc_before_each_instruction_with_its_own_line():
+def test_annotate_ptx_puts_a_loc_on_each_instruction_line_and_keeps_the_line_count():
     src = (KERNELS / "solutions" / "wgmma_dead_branch.ptx").read_text()
     out = annotate_ptx(src)
     assert has_line_info(out) and not has_line_info(src)
     assert annotate_ptx(out) == out  # idempotent: nvcc output with .loc is left alone
-    lines = out.splitlines()
-    original = src.splitlines()
-    for i, ln in enumerate(lines):
-        if ln.strip().startswith(".loc 1 "):
-            n = int(ln.split()[2])
-            assert lines[i + 1] == original[n - 1] or lines[i + 1].strip() == original[n - 1].split(":", 1)[-1].strip()
-    locs = [ln for ln in lines if ".loc 1" in ln]
+    lines, original = out.splitlines(), src.splitlines()
+    assert len(lines) == len(original)  # ptxas's line N is the model's line N
+    for n, (ln, orig) in enumerate(zip(lines, original), 1):
+        if ".loc 1 " in ln:
+            assert ln.split(".loc 1 ", 1)[1].split()[0] == str(n)
+            assert ln.replace(f".loc 1 {n} 0 ", "").replace(" ", "") == orig.replace(" ", "")
     wgmma_line = next(i for i, ln in enumerate(original, 1) if "wgmma.mma_async" in ln)
-    assert f"\t.loc 1 {wgmma_line} 0" in locs
-    assert f"\t.loc 1 {wgmma_line + 1} 0" not in locs  # the operand line continues the instruction
-    assert sum(1 for ln in lines if ln.startswith('.file 1 "solution.ptx"')) == 1
+    assert lines[wgmma_line - 1].lstrip().startswith(f".loc 1 {wgmma_line} 0 ")
+    assert ".loc" not in lines[wgmma_line]  # the operand line continues the instruction
+    assert sum(ln.count('.file 1 "solution.ptx"') for ln in lines) == 1
 
 
 def test_annotated_ptx_assembles_with_lineinfo(tmp_path):

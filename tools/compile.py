@@ -18,12 +18,17 @@ from .compile_log import loc_line_map, parse_nvcc_log, parse_ptxas_log, static_p
 from .jail import Limits, Workspace, jail_mode, run_in_jail
 from .jail_deps import outside_includes
 from .results import CompileIssue, CompileResult
-from .sass import disassemble, opcode_histogram, strip_ptx_comments, target_presence
+from .profile.lineinfo import annotate_ptx
+from .sass import disassemble_lines, opcode_histogram, strip_ptx_comments, target_presence
+from .sass_features import sass_features
+from .sass_lines import sass_by_line
 from .textcap import LOG_CHARS
 from .toolchain import ProcResult, Toolchain, ToolchainError, find_toolchain, which_host_compiler
 
 PTX_NAME = "solution.ptx"
 CU_NAME = "solution.cu"
+# Bumped when what a compile records changes (the cache key carries it): 2 = per-line SASS, SASS features.
+RECORD_VERSION = 2
 # Wall-clock backstops; the jail's CPU limit per process (tools/jail.py Limits) usually ends a runaway first.
 PTXAS_TIMEOUT_S = 60.0
 NVCC_TIMEOUT_S = 120.0
@@ -94,14 +99,26 @@ def _workdir_free(log: str, workdir: Path) -> str:
     return log.replace(str(workdir) + "/", "")
 
 
-def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: Path, line_map=None, timeout_s: float = PTXAS_TIMEOUT_S):
-    """ptxas + SASS scan. Returns (result without cubin_path, cubin bytes or None, cacheable)."""
-    ptx_path, cubin_path = workdir / PTX_NAME, workdir / "kernel.cubin"
-    ptx_path.write_text(ptx_text)
+def _ptxas(ptx_text: str, arch: str, tc: Toolchain, workdir: Path, timeout_s: float) -> ProcResult:
+    (workdir / PTX_NAME).write_text(ptx_text)
+    return run_in_jail(tc, [tc.ptxas.path, *ptxas_flags(arch), PTX_NAME, "-o", "kernel.cubin"], workdir, timeout_s,
+                       max_chars=LOG_CHARS)
+
+
+def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: Path, line_map=None,
+              timeout_s: float = PTXAS_TIMEOUT_S, source: str | None = None):
+    """ptxas + SASS scan. Returns (result without cubin_path, cubin bytes or None, cacheable).
+
+    A `ptx` solution is assembled with a `.loc` on each instruction's own line (tools/profile/lineinfo.py:
+    no line added, so ptxas's line numbers stay the model's); should that annotated module fail, the
+    model's own text is assembled instead, so line info never changes a verdict."""
+    cubin_path = workdir / "kernel.cubin"
     code = strip_ptx_comments(ptx_text)
     pre = static_ptx_checks(code, arch) if language == "ptx" else []
-    res = run_in_jail(tc, [tc.ptxas.path, *ptxas_flags(arch), str(ptx_path), "-o", str(cubin_path)], workdir, timeout_s,
-                      max_chars=LOG_CHARS)
+    annotated = annotate_ptx(ptx_text, PTX_NAME) if language == "ptx" and not pre else ptx_text
+    res = _ptxas(annotated, arch, tc, workdir, timeout_s)
+    if annotated != ptx_text and (res.returncode != 0 or not cubin_path.is_file()) and not res.timed_out:
+        res = _ptxas(ptx_text, arch, tc, workdir, timeout_s)
     log = _workdir_free(res.output, workdir)
     errors, warnings, kernels = parse_ptxas_log(log, line_map)
     sha = hashlib.sha256(ptx_text.encode()).hexdigest()
@@ -112,14 +129,20 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
             errors = [CompileIssue(message=f"ptxas exited with status {res.returncode}: {log[-2000:] or 'no output'}")]
         targets = target_presence(arch, code, {})
         return _error(arch, language, log, pre + errors, tc, warnings=warnings, targets=targets, ptx_sha256=sha), None, True
-    functions = {name: opcode_histogram(insns) for name, insns in disassemble(cubin_path, tc).items()}
+    listing = disassemble_lines(cubin_path, CU_NAME if language == "cuda" else PTX_NAME, source or ptx_text, tc,
+                                generated_ptx=ptx_text if language == "cuda" else None)
+    functions = {name: opcode_histogram(insns) for name, insns in listing.items()}
     for name, k in kernels.items():
+        insns = listing.get(name, [])
         k.sass_opcodes = functions.get(name, {})
+        k.sass_lines = [i.line for i in insns]
+        k.sass_features = sass_features(insns)
     if not kernels:
         warnings.append(CompileIssue(message="the module has no .entry kernel", severity="warning"))
     result = CompileResult(
         status="ok", arch=arch, language=language, warnings=warnings, log=log, kernels=kernels,
-        targets=target_presence(arch, code, functions), ptx_sha256=sha, tools=tc.tools(), jail=jail_mode(),
+        targets=target_presence(arch, code, functions), sass_by_line=sass_by_line(listing), ptx_sha256=sha,
+        tools=tc.tools(), jail=jail_mode(),
     )
     return result, cubin_path.read_bytes(), True
 
@@ -173,7 +196,7 @@ def compile_source(
     tc = find_toolchain(arch)
     cache = cache or CompileCache()
     families = _families_for(workload, arch)
-    options: dict = {"ptxas": ptxas_flags(arch), "jail": jail_mode()}
+    options: dict = {"ptxas": ptxas_flags(arch), "jail": jail_mode(), "record": RECORD_VERSION}
     if language == "cuda":
         options |= {"nvcc": nvcc_flags(arch)[:-2], "include": _include_digest()}
     key = cache_key(source, language, arch, options, tc.tools())
@@ -188,7 +211,8 @@ def compile_source(
         if failed is not None:
             result, cubin = failed, None
         else:
-            result, cubin, cacheable = _assemble(ptx_text, arch, language, tc, workdir, line_map, timeout_s or PTXAS_TIMEOUT_S)
+            result, cubin, cacheable = _assemble(ptx_text, arch, language, tc, workdir, line_map, timeout_s or PTXAS_TIMEOUT_S,
+                                                 source=source)
     result.seconds = round(time.perf_counter() - start, 4)
     if cacheable:
         result = cache.put(key, result, cubin, ptx_text if language == "cuda" else None)

@@ -52,6 +52,10 @@ class KernelResources(BaseModel):
     stack: int = 0
     cmem: dict[str, int] = Field(default_factory=dict)
     sass_opcodes: dict[str, int] = Field(default_factory=dict, description="opcode (first dotted part, e.g. HGMMA) -> static count")
+    sass_lines: list[int | None] = Field(default_factory=list, description="the solution-file line of each SASS "
+                                         "instruction, in address order (16 bytes each); None where the line table is silent")
+    sass_features: list[str] = Field(default_factory=list, description="what the SASS does (tools/sass_features.py): "
+                                     "wgmma, tma_load, tma_store, tma_multicast, mbarrier_wait, setmaxnreg, cluster, ...")
 
 
 class TargetPresence(BaseModel):
@@ -69,6 +73,8 @@ class CompileResult(BaseModel):
     log: str = ""
     kernels: dict[str, KernelResources] = Field(default_factory=dict)
     targets: dict[str, TargetPresence] = Field(default_factory=dict)
+    sass_by_line: dict[int, dict[str, int]] = Field(default_factory=dict, description="solution-file line -> SASS "
+                                                    "opcode (first dotted part) -> static count, over every kernel")
     ptx_sha256: str = ""
     cubin_path: str | None = Field(None, description="the cached cubin (content-addressed)")
     tools: dict[str, str] = Field(default_factory=dict, description="tool -> 'path (version)'")

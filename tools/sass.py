@@ -25,6 +25,9 @@ class SassInstruction(BaseModel):
     opcode: str  # the full mnemonic, e.g. HGMMA.64x64x16.F32.BF16
     operands: str = ""
     predicate: str = ""
+    line: int | None = None  # the solution-file line it came from (tools/sass_lines.py), when known
+    offset: int | None = None  # byte offset in its function
+    inherited: bool = False  # the line table had no row of its own for it (the line is the previous row's)
 
     @property
     def base(self) -> str:
@@ -92,6 +95,29 @@ def _disassemble(cubin_path: Path, tc: Toolchain, timeout_s: float) -> dict[str,
             return _from_cuobjdump(res.stdout)
         problems.append(f"cuobjdump failed: {res.output[-500:]}")
     raise ToolchainError("cannot disassemble: " + ("; ".join(problems) or "neither nvdisasm nor cuobjdump was found"))
+
+
+def disassemble_lines(cubin_path: str | Path, solution_name: str, source: str | None = None,
+                      toolchain: Toolchain | None = None, timeout_s: float = 60.0,
+                      generated_ptx: str | None = None) -> dict[str, list[SassInstruction]]:
+    """Like `disassemble`, each instruction with its line in the solution file `solution_name` (from the
+    cubin's line table, `nvdisasm -c -gi`); `source` (the solution's text) puts instructions the line table
+    places loosely on the line that writes their PTX (sass_lines.refine_lines; for `cuda`, from
+    `generated_ptx`, nvcc's output). Falls back to `disassemble` (no lines)
+    when nvdisasm is missing or its listing has no instruction."""
+    from .sass_lines import parse_lined_listing, refine_lines, spelled_lines
+
+    tc = toolchain or find_toolchain()
+    with Workspace(prefix="ptxbench-sass-") as workdir:
+        shutil.copyfile(cubin_path, workdir / "kernel.cubin")
+        if tc.nvdisasm is not None:
+            res = run_in_jail(tc, [tc.nvdisasm.path, "-c", "-gi", "kernel.cubin"], workdir, timeout_s)
+            functions = parse_lined_listing(res.stdout, solution_name) if res.returncode == 0 else {}
+            if any(functions.values()):
+                if source is not None:
+                    refine_lines(functions, source, spelled_lines(source, generated_ptx, solution_name))
+                return functions
+        return _disassemble(workdir / "kernel.cubin", tc, timeout_s)
 
 
 def sass_histograms(cubin_path: str | Path, toolchain: Toolchain | None = None) -> dict[str, dict[str, int]]:

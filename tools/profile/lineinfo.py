@@ -1,9 +1,13 @@
-"""Line info for hand-written PTX: put a `.loc` before every instruction so that ptxas -lineinfo
-maps each SASS instruction back to the line of the solution file the model wrote.
+"""Line info for hand-written PTX: a `.loc` at the start of every instruction's own line, so that
+ptxas -lineinfo maps each SASS instruction back to the line of the solution file the model wrote.
 
-compute-sanitizer then reports `solution.ptx:42` and the profiler's source page can name PTX lines.
-Modules that already carry `.file`/`.loc` (nvcc output) are left as they are. No imports beyond the
-standard library: the GPU-side replay program loads this file on a bare image.
+The annotation never adds or removes a line: `.file 1 "solution.ptx"` goes at the end of the
+`.address_size` (or `.target`) line and `.loc 1 N 0` in front of the instruction on line N, so a
+ptxas message about line N of the annotated module is about line N of the model's file, and the
+cubin's line table (`nvdisasm -g`, the sanitizer, Nsight Compute's source page) names the model's
+lines. Modules that already carry `.file`/`.loc` (nvcc output) are left as they are. No imports
+beyond the standard library: the GPU-side replay program and tests/data/ncu/capture.py load this
+file on a bare image.
 """
 from __future__ import annotations
 
@@ -24,15 +28,15 @@ def has_line_info(ptx: str) -> bool:
 
 
 def annotate_ptx(ptx: str, filename: str = "solution.ptx", first_line: int = 1) -> str:
-    """Return `ptx` with `.file 1 "filename"` and a `.loc 1 N 0` before each instruction statement.
+    """Return `ptx` with `.file 1 "filename"` and `.loc 1 N 0` at the start of each instruction line.
 
-    N is the statement's own line number (counted from `first_line`), so line numbers reported by
-    the tools are those of the original file. Block comments are assumed not to hold code.
+    N is the statement's own line number (counted from `first_line`); the line count is unchanged.
+    A multi-line instruction gets its `.loc` on its first line. Block comments are assumed not to
+    hold code.
     """
     if has_line_info(ptx):
         return ptx
     lines = ptx.splitlines()
-    needs_file = True
     anchor = next((i for i, l in enumerate(lines) if _ADDRESS_SIZE.match(l)), None)
     if anchor is None:
         anchor = next((i for i, l in enumerate(lines) if _TARGET.match(l)), None)
@@ -44,31 +48,35 @@ def annotate_ptx(ptx: str, filename: str = "solution.ptx", first_line: int = 1) 
     continuing = False  # inside a multi-line instruction not yet ended by ';'
     for i, raw in enumerate(lines):
         lineno = first_line + i
+        line = raw
         if in_block_comment:
-            out.append(raw)
             in_block_comment = "*/" not in raw
         elif raw.strip().startswith("/*"):
-            out.append(raw)
             in_block_comment = "*/" not in raw
         else:
             code = _strip_comment(raw)
             if continuing:
-                out.append(raw)
                 continuing = not code.endswith(";")
             elif depth >= 1 and _is_instruction(code):
                 m = _LABEL_PREFIX.match(raw)
+                loc = f".loc 1 {lineno} 0 "
                 if m and _is_instruction(_strip_comment(m.group(3))) and not _LABEL_ONLY.match(raw):
-                    out += [m.group(1), f"\t.loc 1 {lineno} 0", m.group(2) + m.group(3)]
+                    line = f"{m.group(1)} {loc}{m.group(3)}"  # `L: .loc 1 N 0 add ...;`
                 else:
-                    out += [f"\t.loc 1 {lineno} 0", raw]
+                    line = loc + raw
                 continuing = not code.endswith(";")
             else:
-                out.append(raw)
                 depth += code.count("{") - code.count("}")
-        if i == anchor and needs_file:
-            out.append(f'.file 1 "{filename}"')
-            needs_file = False
+        if i == anchor:
+            line = _before_comment(line, f' .file 1 "{filename}"')
+        out.append(line)
     return "\n".join(out) + ("\n" if ptx.endswith("\n") else "")
+
+
+def _before_comment(line: str, text: str) -> str:
+    """`line` with `text` added after its code, before a trailing // comment."""
+    code, sep, comment = line.partition("//")
+    return code.rstrip() + text + (" //" + comment if sep else "")
 
 
 def _is_instruction(code: str) -> bool:
