@@ -1,5 +1,56 @@
-"""The typer application that every command module registers on (see agent/cli.py)."""
+"""The typer application that every command module registers on (see agent/cli.py).
+
+Every error a user can cause ends as one line on stderr and an exit status, never a traceback:
+2 for a usage error (a bad option, an unknown name: agent/inputs.BadInput), 1 for a run that
+failed (agent/inputs.RunFailed). Click's own usage errors are folded into the same one line.
+"""
+import sys
+
 import typer
+from typer.core import TyperGroup
+
+try:  # typer >= 0.29 carries its own copy of click
+    from typer._click import ClickException
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:
+    from click import ClickException, UsageError
+    from click.exceptions import NoArgsIsHelpError
+
+from .inputs import BadInput, RunFailed
+
+
+def _fail(message: str, status: int) -> None:
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    sys.exit(status)
+
+
+def _usage_line(exc: ClickException) -> str:
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see `{ctx.command_path} --help`)" if ctx is not None and isinstance(exc, UsageError) else ""
+    return exc.format_message().rstrip(".") + hint
+
+
+class OneLineErrors(TyperGroup):
+    """Runs the command outside click's standalone mode so that every error can be printed as one line."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except NoArgsIsHelpError as exc:  # `ptxbench` alone: the help text, as before
+            exc.show()
+            sys.exit(exc.exit_code)
+        except ClickException as exc:
+            _fail(_usage_line(exc), exc.exit_code)
+        except typer.Abort:
+            _fail("aborted", 1)
+        except BadInput as exc:
+            _fail(str(exc), 2)
+        except RunFailed as exc:
+            _fail(str(exc), 1)
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 app = typer.Typer(
     name="ptxbench",
@@ -7,6 +58,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineErrors,
 )
 
 

@@ -70,7 +70,10 @@ def open_run(config: BenchConfig | None, run_dir: Path, resume: bool, overrides:
         raise BenchError("give a bench config, or resume=True")
     if manifest or trajectory_folders(run_dir):
         raise BenchError(f"{run_dir} already holds a run: pass --resume to continue it, or choose another --run-dir")
-    expand(config)  # a bad matrix fails here, before anything is written
+    try:
+        expand(config)  # a bad matrix fails here, before anything is written
+    except ValueError as exc:
+        raise BenchError(str(exc)) from None
     return config
 
 

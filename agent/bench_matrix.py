@@ -17,12 +17,12 @@ class BenchConfig(BaseModel):
     turns: int = Field(8, ge=1)
     mode: Mode = "pipeline"
     arch: str = "sm_90a"
-    target_speedup: float | None = Field(None, description="stop a trajectory early at this speedup (None: run all turns)")
+    target_speedup: float | None = Field(None, ge=0, description="stop a trajectory early at this speedup (None: run all turns)")
     no_gpu: bool = False
     api_base: str | None = None
     backend: str = Field("local", description="local | ray")
     ray_address: str | None = None
-    gpus: int | None = Field(None, description="GPU workers (ray: actors); None = every visible GPU")
+    gpus: int | None = Field(None, ge=1, description="GPU workers (ray: actors); None = every visible GPU")
     parallel: int = Field(16, ge=1, description="trajectories in flight at once")
     provider_limits: dict[str, int] = Field(default_factory=dict, description="provider -> model calls in flight (default 8)")
     infra_retries: int = Field(2, ge=0, description="times an infra-failed trajectory is retried from its last good step")

@@ -22,13 +22,33 @@ def _split(text: str | None) -> list[str]:
 
 
 def _limits(text: str | None) -> dict[str, int]:
+    from .inputs import BadInput
+
     out = {}
     for part in _split(text):
         name, _, value = part.partition("=")
-        if not value.isdigit():
-            raise typer.BadParameter(f"expected provider=N, got {part!r}")
+        if not name.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise BadInput(f"--provider-limit: expected provider=N with N >= 1 (e.g. openai=4), got {part!r}")
         out[name.strip()] = int(value)
     return out
+
+
+def check_matrix(models: list[str], workloads: list[str], prompts: list[str], arch: str, api_base: str | None,
+                 report) -> None:
+    """Every name of the matrix, and every LLM's key and endpoint, before anything starts (BadInput on the first miss)."""
+    from . import inputs
+
+    for w in workloads:
+        inputs.workload(w)
+    for p in prompts:
+        inputs.prompt(p)
+    inputs.arch(arch)
+    for m in models:
+        inputs.model(m)
+    checked_base = False
+    for m in models:
+        inputs.credentials(m, None if checked_base else api_base, None, report=report)
+        checked_base = checked_base or bool(api_base and not m.startswith(("builtin/", "replay/")))
 
 
 @app.command()
@@ -38,7 +58,8 @@ def bench(
     trajectories: int = typer.Option(12, min=1, help="trajectories per (model, workload, prompt) cell"),
     turns: int = typer.Option(8, min=1, help="turns per trajectory"),
     prompts: str = typer.Option("knowledge", help="comma-separated prompt variants: basic, knowledge, expert"),
-    run_dir: Optional[Path] = typer.Option(None, help="run folder (default runs/bench-<time>)"),
+    run_dir: Optional[Path] = typer.Option(None, help="run folder (default <runs root>/bench-<time>; the root is $PTXBENCH_RUNS or runs/)"),
+    arch: str = typer.Option("sm_90a", help="target architecture: sm_90a | sm_100a"),
     backend: Optional[str] = typer.Option(None, help="local (this machine's GPUs; the default) | ray (GPU actors on a Ray cluster)"),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address ('auto', ray://host:10001); default: a local Ray"),
     resume: bool = typer.Option(False, "--resume", help="continue the run in --run-dir: its recorded matrix is used; "
@@ -59,21 +80,31 @@ def bench(
 
     from .bench import BenchConfig, BenchError, TrajectoryReport, run_bench
 
+    from . import inputs
+    from .optimize import runs_root
+
     console = Console(stderr=True, soft_wrap=True)
     if resume and run_dir is None:
-        raise typer.BadParameter("--resume needs --run-dir")
+        raise inputs.BadInput("--resume needs --run-dir: the bench run folder to continue")
+    if backend not in (None, "local", "ray"):
+        raise inputs.BadInput(f"--backend {backend!r}: expected local or ray")
+    if run_dir is not None:
+        inputs.run_folder(run_dir, "bench run") if resume else inputs.new_folder(run_dir, "--run-dir")
     config = None
     overrides = {"backend": backend, "ray_address": ray_address, "gpus": gpus, "parallel": parallel,
                  "provider_limits": _limits(provider_limit) or None, "api_base": api_base, "infra_retries": infra_retries}
     if not resume:
-        if not models or not workloads:
-            raise typer.BadParameter("give --models and --workloads (or --resume with --run-dir)")
-        config = BenchConfig(models=_split(models), workloads=_split(workloads), prompts=_split(prompts) or ["knowledge"],
-                             trajectories=trajectories, turns=turns, mode=mode, target_speedup=target_speedup, no_gpu=no_gpu,
-                             api_base=api_base, backend=backend or "local", ray_address=ray_address, gpus=gpus,
-                             parallel=parallel or 16, provider_limits=_limits(provider_limit),
-                             infra_retries=2 if infra_retries is None else infra_retries, seed=seed)
-    run_dir = run_dir or Path("runs") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+        if not _split(models) or not _split(workloads):
+            raise inputs.BadInput("give --models and --workloads (comma-separated), or --resume with --run-dir")
+        check_matrix(_split(models), _split(workloads), _split(prompts) or ["knowledge"], arch, api_base,
+                     report=lambda line: console.print(line, markup=False, highlight=False))
+        config = inputs.config(
+            BenchConfig, {"provider_limits": "--provider-limit"}, models=_split(models), workloads=_split(workloads),
+            prompts=_split(prompts) or ["knowledge"], trajectories=trajectories, turns=turns, mode=mode, arch=arch,
+            target_speedup=target_speedup, no_gpu=no_gpu, api_base=api_base, backend=backend or "local",
+            ray_address=ray_address, gpus=gpus, parallel=parallel or 16, provider_limits=_limits(provider_limit),
+            infra_retries=2 if infra_retries is None else infra_retries, seed=seed)
+    run_dir = run_dir or runs_root() / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     done = []
 
     def on_done(r: TrajectoryReport) -> None:
@@ -85,9 +116,8 @@ def bench(
 
     try:
         outcome = run_bench(config, run_dir, resume=resume, overrides=overrides, on_done=on_done)
-    except BenchError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2)
+    except BenchError as exc:  # a run folder in the way, no GPU, a matrix with repeated ids: nothing was written
+        raise inputs.BadInput(str(exc)) from None
     failed = sum(r.infra_failed for r in outcome.trajectories)
     console.print(f"{len(outcome.trajectories)} trajectories in {outcome.elapsed_s:.0f} s, {failed} infra-failed; run: {run_dir}")
     from .report.tables import leaderboard

@@ -1,7 +1,9 @@
 """`ptxbench compile`: assemble a solution file and report resources, SASS and targets.
 
-Exit status 0 whenever the file could be compiled or its errors reported (status "error"
-included); 2 when the CUDA tools are missing.
+With --workload the file goes through exactly what `eval` does before the GPU (the solution parser:
+plan, plan against the workload, kernel signatures, source policy; then the compile), so a file
+that compiles here is one eval and optimize run. Exit status 0 when it compiled cleanly, 1 when it
+has errors (all of them printed), 2 when the CUDA tools are missing.
 """
 from __future__ import annotations
 
@@ -104,8 +106,10 @@ def compile_cmd(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, readable=True, help="A solution file, or a bare .ptx / .cu file."),
     arch: Arch = typer.Option(Arch.sm_90a, "--arch", help="Target architecture (ptxas -arch)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    workload: str = typer.Option(None, "--workload", help="Report only this workload's target families."),
-    language: str = typer.Option(None, "--language", help="ptx or cuda (default: from the plan block, the suffix or the content)."),
+    workload: str = typer.Option(None, "--workload", help="Check the file as eval does for this workload (plan, "
+                                 "signatures, source policy) before compiling; report only its target families."),
+    language: str = typer.Option(None, "--language", help="ptx or cuda (default: from the plan block, the suffix or the content; "
+                                 "with --workload: the plan's)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Recompile even if a cached result exists."),
     sass: bool = typer.Option(False, "--sass", help="Also print the full SASS listing."),
 ) -> None:
@@ -113,19 +117,20 @@ def compile_cmd(
     from ptxbench.tools.compile import compile_source
     from ptxbench.tools.toolchain import ToolchainError, toolchain_report
 
-    if workload is not None:
-        from ptxbench.workloads.registry import get_workload
+    from . import inputs
 
-        try:
-            get_workload(workload)
-        except KeyError as e:
-            raise typer.BadParameter(str(e), param_hint="--workload") from None
+    if workload is not None:
+        inputs.workload(workload)
+    if language not in (None, "ptx", "cuda"):
+        raise inputs.BadInput(f"--language {language!r}: expected ptx or cuda")
     text = file.read_text(errors="replace")
-    lang = language or detect_language(text, file)
     try:
-        result = compile_source(text, lang, arch.value, workload, use_cache=not no_cache)
+        if workload is not None:
+            result, plan_errors = _checked_like_eval(workload, text, arch.value)
+        else:
+            result, plan_errors = compile_source(text, language or detect_language(text, file), arch.value, use_cache=not no_cache), []
         listing = ""
-        if sass and result.cubin_path:
+        if sass and result is not None and result.cubin_path:
             from ptxbench.tools.sass import sass_listing
 
             listing = sass_listing(result.cubin_path)
@@ -136,11 +141,32 @@ def compile_cmd(
             typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     if as_json:
-        record = compile_record(result, file)
+        record = compile_record(result, file) if result is not None else {"file": str(file), "status": "error", "arch": arch.value}
+        record["plan_errors"] = plan_errors
+        if plan_errors:
+            record["status"] = "error"
         if sass:
             record["sass"] = listing
         print(json.dumps(record, indent=1))
     else:
-        _print_rich(result, file)
+        for err in plan_errors:
+            typer.echo(f"{file}: {err}", err=True)
+        if result is not None:
+            _print_rich(result, file)
         if listing:
             print(listing)
+    if plan_errors or result is None or result.status != "ok":
+        raise typer.Exit(1)
+
+
+def _checked_like_eval(workload: str, text: str, arch: str):
+    """(CompileResult or None, the solution's issues): the evaluator's own steps up to the GPU, so that
+    compile --workload accepts exactly what eval and optimize accept."""
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.tools.toolchain import ToolchainError
+
+    result = LocalEvaluator().evaluate(workload, text, EvalOptions(arch=arch, no_gpu=True))  # no_gpu: the pool never starts
+    if result.status == "INFRA_ERROR":
+        raise ToolchainError(result.message)
+    return result.compile, result.plan_errors

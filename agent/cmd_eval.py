@@ -2,8 +2,8 @@
 
 Exit status 0 whenever the file could be evaluated, whatever the verdict (a wrong or crashing
 kernel is a result, and so is COMPILED: with --no-gpu it compiled and was not run); 2 when it
-could not (no GPU, a missing package), with a message that says what is missing; 1 for an
-unknown workload or unreadable file.
+could not (no GPU, a missing package), with a message that says what is missing, and for bad input
+(an unknown workload, arch, distribution or sanitizer tool; a missing file), in one line.
 """
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from pathlib import Path
 import typer
 
 from .app import app
+
+DISTS = ("normal", "spiky")  # workloads/inputs.py (which imports torch: not loaded to check a name)
 
 
 def _print_rich(result) -> None:
@@ -79,13 +81,14 @@ def eval_cmd(
     """Compile FILE, check it on fresh inputs against the reference, time it against the library."""
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.evaluator import EvalOptions
-    from ptxbench.workloads.registry import get_workload
+    from ptxbench.tools.sanitize import TOOLS
 
-    try:
-        get_workload(workload)
-    except KeyError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1) from None
+    from . import inputs
+
+    inputs.workload(workload), inputs.arch(arch), inputs.one_of(dist, DISTS, "--dist")
+    for tool in sanitize:
+        inputs.one_of(tool, TOOLS, "--sanitize")
+    inputs.positive(trials, "--trials"), inputs.positive(timeout, "--timeout")
     options = EvalOptions(arch=arch, trials=trials, dist=dist, seed=seed, time=not no_time, no_gpu=no_gpu,
                           timeout_s=timeout, profile=profile, sanitize=sanitize)
     evaluator = LocalEvaluator()

@@ -42,13 +42,23 @@ def export(
     """Export KernelGen (task -> kernel) or Fixit (wrong kernel + evaluation log -> fixed kernel) rows."""
     from rich import print as rprint
 
+    from . import inputs
     from .export import ExportConfig, build_rows, collect_samples
+    from .export.recipes import REJECTED
     from .export.writer import write_dataset
 
-    if recipe not in ("kernelgen", "fixit"):
-        raise typer.BadParameter("recipe must be kernelgen or fixit")
-    if format not in ("parquet", "jsonl"):
-        raise typer.BadParameter("format must be parquet or jsonl")
+    for run in runs:
+        inputs.run_folder(run)
+    inputs.one_of(recipe, ("kernelgen", "fixit"), "--recipe"), inputs.one_of(format, ("parquet", "jsonl"), "--format")
+    if tokenizer != "estimate" and not tokenizer.startswith(("tiktoken:", "hf:")):
+        raise inputs.BadInput(f"--tokenizer {tokenizer!r}: expected estimate, tiktoken:<encoding> or hf:<name or path>")
+    for value, flag in ((first_k, "--first-k"), (max_per_group, "--max-per-group"), (max_tokens, "--max-tokens")):
+        inputs.positive(value, flag)
+    if min_speedup is not None and min_speedup < 0:
+        raise inputs.BadInput(f"--min-speedup must be 0 or more, got {min_speedup}")
+    inputs.new_folder(out, "--out")
+    if teacher:
+        inputs.model(teacher), inputs.credentials(teacher, teacher_api_base, None, report=lambda line: typer.echo(line, err=True))
     cfg = ExportConfig(
         recipe=recipe, min_speedup=min_speedup, first_k_turns=first_k, max_per_group=max_per_group,
         require_target_executed=require_target, include_held_out=include_held_out, dedup=dedup,
@@ -56,6 +66,10 @@ def export(
         teacher=teacher, teacher_api_base=teacher_api_base,
     )
     samples = collect_samples(runs)
+    for w in cfg.test_workloads:
+        if w not in {s.workload for s in samples}:
+            raise inputs.BadInput(f"--test-workloads {w}: no trajectory of the runs is of that workload "
+                                  f"(they have: {', '.join(sorted({s.workload for s in samples})) or 'none'})")
     rows, stats = build_rows(samples, cfg, _ops({s.workload for s in samples}))
     if teacher:
         from .export.teacher import add_reasoning
@@ -63,5 +77,20 @@ def export(
         stats["teacher"] = add_reasoning(rows, teacher, out / ".teacher_cache", teacher_api_base)
     paths = write_dataset(rows, out, format, cfg, stats, [str(r) for r in runs])
     rprint(f"[bold]{len(rows)}[/] {recipe} rows from {len(samples)} trajectories -> "
-           + ", ".join(f"{k}: {v}" for k, v in paths.items()))
-    rprint({k: v for k, v in stats.items() if k != "rows"})
+           + (", ".join(f"{k}: {v}" for k, v in paths.items()) or str(out)))
+    for line in dropped_lines(stats, REJECTED):
+        typer.echo(line)
+
+
+def dropped_lines(stats: dict, reasons: dict[str, str]) -> list[str]:
+    """What each filter removed, in words: trajectories that gave no row, then rows dropped later."""
+    lines = []
+    for key, n in sorted(stats.items()):
+        if key.startswith("trajectories_without_rows.") and n:
+            reason = key.split(".", 1)[1]
+            lines.append(f"{n} trajectories gave no row: {reasons.get(reason, reason)}")
+    words = {"held_out_trajectories_skipped": "held-out trajectories skipped (--include-held-out keeps them)",
+             "duplicates_dropped": "duplicate rows dropped (--no-dedup keeps them)",
+             "over_token_cap_dropped": "rows over --max-tokens dropped", "balance_dropped": "rows dropped by --max-per-group"}
+    lines += [f"{stats[k]} {text}" for k, text in words.items() if stats.get(k)]
+    return lines

@@ -17,6 +17,10 @@ import typer
 from .app import app
 
 
+# OptimizeConfig fields whose option is spelled otherwise (for one-line validation errors)
+FLAGS = {"max_cost_usd": "--max-cost", "max_wall_s": "--max-wall", "retry_wait_s": "--retry-wait"}
+
+
 class ModeChoice(str, Enum):
     pipeline = "pipeline"
     tools = "tools"
@@ -39,6 +43,17 @@ def target_summary(result: dict) -> str:
         return ", ".join(f"{name} {t.get('verdict', '?')}" for name, t in runtime.items())
     static = (result.get("compile") or {}).get("targets") or {}
     return ", ".join(f"{name} {'in SASS' if t.get('in_sass') else 'absent'}" for name, t in static.items()) or "-"
+
+
+def retry_line(event) -> str:
+    return (f"turn {event.turn}: model call attempt {event.attempt}/{event.max_attempts} failed ({event.reason[:160]})"
+            + (f"; retrying in {event.wait_s:.0f} s" if event.attempt < event.max_attempts else ""))
+
+
+def print_retries(event) -> None:
+    """--quiet still shows a model's retries: minutes of back-off must not look like a hang."""
+    if event.type == "model_retry":
+        typer.echo(retry_line(event), err=True)
 
 
 class LiveView:
@@ -67,6 +82,9 @@ class LiveView:
     def __call__(self, event) -> None:
         if event.type == "model_call":
             self.note = f"turn {event.turn}: model answered in {event.latency_s:.1f} s; evaluating"
+        elif event.type == "model_retry":
+            self.note = retry_line(event)
+            self.console.print(self.note, highlight=False, markup=False)  # stays above the table
         elif event.type == "tool_call":
             self.note = f"turn {event.turn}: tool {event.name}"
         elif event.type == "eval_result" and event.submission:
@@ -118,29 +136,45 @@ def optimize(
     arch: str = typer.Option("sm_90a", help="sm_90a | sm_100a"),
     temperature: Optional[float] = typer.Option(None, help="sampling temperature"),
     retry_wait: float = typer.Option(2.0, help="first back-off (s) after a rate limit or server error"),
+    start_from: Optional[Path] = typer.Option(None, "--start-from", help="a solution file to start from: evaluated as turn 0 and shown to the model with its verdict"),
     quiet: bool = typer.Option(False, help="no live view"),
 ) -> None:
     """Run the agent on WORKLOAD: write, evaluate and revise a kernel, logging the trajectory under runs/."""
+    from . import inputs
+    from .optimize import RunFolderInUse, find_run
     from .optimize import optimize as run_optimize
+    from .start_kernel import start_file
     from .state import OptimizeConfig
 
     config = None
-    if resume is None:
+    if resume is not None:
+        try:
+            resume = str(find_run(resume))
+        except FileNotFoundError as exc:
+            raise inputs.BadInput(f"--resume: {exc}") from None
+    else:
         if workload is None:
-            raise typer.BadParameter("give a WORKLOAD (or --resume RUN)")
-        config = OptimizeConfig(
-            workload=workload, model=model, api_base=api_base, api_key_env=api_key_env, mode=mode.value, turns=turns,
-            target_speedup=target_speedup or None, prompt=prompt, context=context.value, no_gpu=no_gpu, trials=trials,
-            max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall, max_tool_calls=max_tool_calls, arch=arch, temperature=temperature,
-            retry_wait_s=retry_wait)
+            raise inputs.BadInput("give a WORKLOAD (see `ptxbench workloads`), or --resume RUN")
+        inputs.workload(workload), inputs.arch(arch), inputs.prompt(prompt), inputs.model(model)
+        if run_dir is not None:
+            inputs.new_folder(run_dir, "--run-dir")
+        inputs.credentials(model, api_base, api_key_env, report=lambda line: typer.echo(line, err=True))
+        config = inputs.config(
+            OptimizeConfig, FLAGS, workload=workload, model=model, api_base=api_base, api_key_env=api_key_env, mode=mode.value,
+            turns=turns, target_speedup=target_speedup or None, prompt=prompt, context=context.value, no_gpu=no_gpu,
+            trials=trials, max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall,
+            max_tool_calls=max_tool_calls, arch=arch, temperature=temperature, retry_wait_s=retry_wait, start_from=start_file(start_from))
     title = f"ptxbench optimize {workload or resume}" + ("  (no GPU: compile + SASS only)" if no_gpu else "")
     view = LiveView(title)
-    if quiet:
-        outcome = run_optimize(config, run_dir=run_dir, resume=resume)
-    else:
-        with view:
-            outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[view])
-        view.console.line()
+    try:
+        if quiet:
+            outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[print_retries])
+        else:
+            with view:
+                outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[view])
+            view.console.line()
+    except RunFolderInUse as exc:
+        raise inputs.BadInput(str(exc)) from None
     best = f"{outcome.best_speedup:.3f}x (turn {outcome.best_turn})" if outcome.best_speedup is not None else "none"
     typer.echo(f"stop: {outcome.stop_reason} ({outcome.stop_detail}); turns {outcome.turns}; best speedup {best}; "
                f"trajectory {outcome.folder}")

@@ -3,7 +3,7 @@
 Compiles the file, replays its plan once under ncu on this machine's GPU, prints the ranked
 feedback and the runtime target-instruction verdicts; `--json` prints the verdicts, the profile
 summary and every raw metric ncu collected. Exit status: 0 profiled, 1 the file did not compile,
-2 no profile could be taken (the reason is printed), 3 the CUDA tools are missing.
+2 no profile could be taken (the reason is printed) or bad input (one line), 3 the CUDA tools are missing.
 """
 from __future__ import annotations
 
@@ -50,7 +50,12 @@ def profile_cmd(
     from ptxbench.tools.profile import profile_candidate
     from ptxbench.tools.toolchain import ToolchainError
 
-    text = file.read_text()
+    from . import inputs
+
+    inputs.workload(workload), inputs.positive(timeout, "--timeout"), inputs.positive(budget, "--budget")
+    if keep is not None:
+        inputs.new_folder(keep, "--keep")
+    text = file.read_text(errors="replace")
     try:
         compiled = compile_source(text, detect_language(text, file), arch.value, workload)
     except ToolchainError as e:

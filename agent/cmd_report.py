@@ -17,7 +17,10 @@ def report(
     """Write the report of a run (opens offline: plots are inlined)."""
     from .report import write_report
 
-    if not (run / "trajectories").is_dir():
-        raise typer.BadParameter(f"{run} has no trajectories/ folder")
+    from . import inputs
+
+    inputs.run_folder(run)
+    if out is not None:
+        inputs.new_folder(out, "--out")
     files = write_report(run, out)
     typer.echo(f"{files.html}\n{files.markdown}\n{len(files.trajectories)} trajectory pages")

@@ -23,19 +23,23 @@ def score(
     out_run: Optional[Path] = typer.Option(None, help="with --re-evaluate: the new run folder (default <run>-reeval-<time>)"),
 ) -> None:
     """Score recorded runs: per turn, trajectory, model x workload cell, and repair behaviour."""
+    from . import inputs
     from .report.tables import all_tables
     from .scoring import score_runs
 
     for run in runs:
-        if not (run / "trajectories").is_dir():
-            raise typer.BadParameter(f"{run} has no trajectories/ folder")
+        inputs.run_folder(run)
     if re_evaluate:
         from .reevaluate import reevaluate_run
 
         if len(runs) > 1 and out_run is not None:
-            raise typer.BadParameter("--out-run takes one run")
+            raise inputs.BadInput("--out-run takes one run: re-evaluate several runs without it")
+        if out_run is not None and out_run.exists():
+            raise inputs.BadInput(f"--out-run {out_run} exists: name a new folder")
         runs = [reevaluate_run(run, out_run, no_gpu=no_gpu) for run in runs]
         typer.echo(f"re-evaluated into: {', '.join(map(str, runs))}", err=True)
+    elif out_run is not None or no_gpu:
+        raise inputs.BadInput("--out-run and --no-gpu go with --re-evaluate")
     result = score_runs(runs)
     if json_out:
         typer.echo(result.model_dump_json(indent=1))

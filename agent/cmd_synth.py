@@ -12,7 +12,7 @@ from .app import app
 @app.command("synth-repairs")
 def synth_repairs(
     workloads: list[str] = typer.Argument(None, help="workloads whose reference kernels are broken (default: the GEMM task)"),
-    run_dir: Path = typer.Option(Path("runs/synth-repairs"), help="run directory the repair pairs are written to"),
+    run_dir: Optional[Path] = typer.Option(None, help="run directory the repair pairs are written to (default <runs root>/synth-repairs)"),
     mutations: str = typer.Option("", help="comma-separated bug classes (default: every class that applies)"),
     trials: Optional[int] = typer.Option(None, help="correctness trials per evaluation"),
     timeout_s: float = typer.Option(60.0, help="watchdog limit per candidate"),
@@ -32,9 +32,17 @@ def synth_repairs(
     from .task import system_prompt, task_prompt
     from ..workloads.registry import get_workload
 
+    from . import inputs
+    from .optimize import runs_root
+    from .rundir import read_manifest
+
     console = Console()
-    ids = workloads or ["gemm_bf16_m8192_n7168_k5120"]
-    names = [m for m in mutations.split(",") if m] or None
+    ids = [inputs.workload(w) for w in workloads or ["gemm_bf16_m8192_n7168_k5120"]]
+    names = inputs.mutations([m.strip() for m in mutations.split(",") if m.strip()]) or None
+    inputs.positive(trials, "--trials"), inputs.positive(timeout_s, "--timeout-s")
+    run_dir = inputs.new_folder(run_dir or runs_root() / "synth-repairs", "--run-dir")
+    if read_manifest(run_dir).get("command") not in (None, "synth-repairs"):
+        raise inputs.BadInput(f"--run-dir {run_dir} holds a {read_manifest(run_dir)['command']} run; choose another folder")
     if list_only:
         for wid in ids:
             found = [m.name for m, _ in applicable(reference_source(wid), names)]
@@ -48,9 +56,17 @@ def synth_repairs(
         cfg = OptimizeConfig(workload=wid, model="synthetic")
         return system_prompt(cfg), task_prompt(cfg, get_workload(wid))
 
+    from ..tools.gpu.pool import NoGpuError
+
+    evaluator = LocalEvaluator()
+    try:
+        evaluator.pool  # every variant runs on a GPU: find out before anything is written
+    except NoGpuError as exc:
+        evaluator.close()
+        raise inputs.RunFailed(f"synth-repairs evaluates every variant on a GPU and found none ({exc}); "
+                               "`--list` shows the bug classes without one") from None
     write_manifest(run_dir, {"command": "synth-repairs", "workloads": ids, "mutations": names or "all"})
     table = Table("workload", "bug class", "status", "expected", "kept")
-    evaluator = LocalEvaluator()
     try:
         report = synthesize(
             ids, evaluator, run_dir, sources=reference_source, prompts=prompts,

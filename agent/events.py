@@ -45,6 +45,14 @@ class ModelCall(_Event):
     attempts: int = 1
 
 
+class ModelRetry(_Event):
+    type: Literal["model_retry"] = "model_retry"
+    attempt: int = Field(description="the model call attempt that failed, 1-based")
+    max_attempts: int
+    reason: str = Field(description="the provider's error, keys masked")
+    wait_s: float = Field(0.0, description="back-off before the next attempt")
+
+
 class ToolCall(_Event):
     type: Literal["tool_call"] = "tool_call"
     call_id: str = ""
@@ -94,7 +102,7 @@ class ErrorEvent(_Event):
 
 
 Event = Annotated[
-    Union[TrajectoryStart, ModelCall, ToolCall, ToolResult, EvalEvent, TurnEnd, Stop, ErrorEvent],
+    Union[TrajectoryStart, ModelCall, ModelRetry, ToolCall, ToolResult, EvalEvent, TurnEnd, Stop, ErrorEvent],
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

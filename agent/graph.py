@@ -75,6 +75,7 @@ class Steps:
         self.cfg = deps.config
 
     def check_limits(self, state: AgentState) -> dict:
+
         decision = budget.check_limits(self.cfg, state)
         return {"stop": decision.model_dump()} if decision else {}
 
@@ -190,7 +191,7 @@ class Steps:
                               source=(state.get("submission") or {}).get("source", ""),
                               tags=ModelReply.model_validate(state["reply"]).tags if state.get("reply") else {})
         self.d.log.turn_end(turn, status, speedup, state["tokens"], state["cost_usd"], state["elapsed_s"])
-        return {"done_turns": state["done_turns"] + [{"turn": turn, "messages": current, "outcome": outcome.model_dump()}],
+        return {"done_turns": [{"turn": turn, "messages": current, "outcome": outcome.model_dump()}],  # appended
                 "current": [], "turn": turn + 1, "reply": None, "submission": None, "eval": None, "format_error": "",
                 "feedback": "", "turn_tool_calls": 0, "best_speedup": best, "best_turn": best_turn}
 

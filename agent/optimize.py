@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from ptxbench.tools.evaluator import EvalOptions, Evaluator
 from ptxbench.workloads.registry import get_workload
 
 from .bench_retry import FORKED, fork_before_infra_stop
+from .checkpoint_store import open_checkpointer
 from .graph import Deps, build_graph
 from .manifest import build_manifest
 from .models import Model, load_model
@@ -52,25 +52,19 @@ class TrajectoryOutcome(BaseModel):
     infra_retry: str = Field("", description="with retry_infra_stop: 'forked' or 'nothing_to_retry' (agent/bench_retry.py)")
 
 
-def open_checkpointer(path: str | Path):
-    """A SQLite checkpointer (thread id = trajectory id); safe to share between threads."""
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return SqliteSaver(sqlite3.connect(str(path), check_same_thread=False))
-
-
 def eval_options(config: OptimizeConfig) -> EvalOptions:
     return EvalOptions(arch=config.arch, trials=config.trials, no_gpu=config.no_gpu, profile=config.profile,
                        seed=config.seed)
 
 
-def make_model(config: OptimizeConfig) -> Model:
+def make_model(config: OptimizeConfig, on_retry=None) -> Model:
+    """The model of a trajectory; `on_retry(turn, attempt, max_attempts, reason, wait_s)` hears an LLM's back-offs."""
     options: dict[str, Any] = {}
     register_secret_env(config.api_key_env)  # its value is masked in everything written, whatever its name
     if not config.model.startswith(("builtin/", "replay/")):
         options = dict(api_key_env=config.api_key_env, temperature=config.temperature, max_tokens=config.max_output_tokens,
-                       timeout_s=config.model_timeout_s, max_attempts=config.retry_attempts, retry_wait_s=config.retry_wait_s)
+                       timeout_s=config.model_timeout_s, max_attempts=config.retry_attempts, retry_wait_s=config.retry_wait_s,
+                       on_retry=on_retry)
     return load_model(config.model, config.workload, api_base=config.api_base, **options)
 
 
@@ -108,7 +102,7 @@ def run_trajectory(
 
     tid = trajectory_id or writer.folder.name
     log = TrajectoryLog(writer, tid, listeners)
-    model = model or make_model(config)
+    model = model or make_model(config, on_retry=log.model_retry)
     graph = build_graph(Deps(config, model, evaluator, log, eval_options(config)), checkpointer or InMemorySaver())
     run_config = {"configurable": {"thread_id": tid}, "recursion_limit": RECURSION_LIMIT}
     snapshot = graph.get_state(run_config)
@@ -144,8 +138,7 @@ def runs_root() -> Path:
 
 
 def new_run_dir(config: OptimizeConfig) -> Path:
-    slug = config.model.replace("/", "-").replace(":", "-")[:40]
-    return runs_root() / f"{time.strftime('%Y%m%d-%H%M%S')}_{config.workload}_{slug}"
+    return runs_root() / f"{time.strftime('%Y%m%d-%H%M%S')}_{config.workload}_{config.model_slug()}"
 
 
 def find_run(run: str | Path) -> Path:
@@ -159,6 +152,36 @@ def default_evaluator(config: OptimizeConfig) -> Evaluator:
     from ptxbench.tools.evaluate import LocalEvaluator
 
     return LocalEvaluator()  # options.no_gpu (from the config) keeps it off the GPU
+class RunFolderInUse(ValueError):
+    """The run folder holds a run of another command (a bench): optimize does not add to it."""
+
+
+def add_to_manifest(run_path: Path, config: OptimizeConfig) -> tuple[OptimizeConfig, str]:
+    """Record a new trajectory in the run folder's manifest, keeping the trajectories already there. A
+    trajectory of the same cell gets the next free index. Returns the config it runs with and its id."""
+    manifest = read_manifest(run_path)
+    if manifest and manifest.get("command") != "optimize":
+        raise RunFolderInUse(f"{run_path} holds a {manifest.get('command') or 'foreign'} run; choose another --run-dir")
+    taken = set(manifest.get("trajectories", []))
+    while config.trajectory_id() in taken:
+        config = config.model_copy(update={"index": config.index + 1})
+    tid = config.trajectory_id()
+    configs = dict(manifest.get("configs") or {t: manifest["config"] for t in taken if "config" in manifest})
+    configs[tid] = config.model_dump(mode="json")
+    record = build_manifest(config.model_dump(mode="json"), "optimize", [*manifest.get("trajectories", []), tid], config.arch)
+    if manifest:
+        record["config"], record["created"] = manifest.get("config", record["config"]), manifest.get("created")
+    record["configs"] = configs  # trajectory id -> its OptimizeConfig ("config" stays the first one's)
+    write_manifest(run_path, record)
+    return config, tid
+
+
+def config_to_resume(manifest: dict) -> tuple[OptimizeConfig, str]:
+    """The newest trajectory of an optimize run folder and its config."""
+    tid = manifest["trajectories"][-1]
+    return OptimizeConfig.model_validate((manifest.get("configs") or {}).get(tid) or manifest["config"]), tid
+
+
 
 
 def optimize(
@@ -170,17 +193,15 @@ def optimize(
     model: Model | None = None,
     listeners: list[Listener] | None = None,
 ) -> TrajectoryOutcome:
-    """Start a run folder for `config`, or continue the run `resume` where it stopped."""
+    """Start a trajectory for `config` in a new run folder (or add it to `run_dir`), or continue the
+    newest trajectory of the run `resume` where it stopped."""
     if resume is not None:
         run_path = find_run(resume)
-        manifest = read_manifest(run_path)
-        config = OptimizeConfig.model_validate(manifest["config"])
-        tid = manifest["trajectories"][0]
+        config, tid = config_to_resume(read_manifest(run_path))
     else:
         assert config is not None, "give a config or a run to resume"
         run_path = Path(run_dir) if run_dir else new_run_dir(config)
-        tid = config.trajectory_id()
-        write_manifest(run_path, build_manifest(config.model_dump(mode="json"), "optimize", [tid], config.arch))
+        config, tid = add_to_manifest(run_path, config)
     writer = TrajectoryWriter(run_path / "trajectories" / tid)
     checkpointer = open_checkpointer(run_path / "checkpoints.sqlite")
     own_evaluator = evaluator is None

@@ -6,7 +6,8 @@ every node: plain JSON-able values only, so a killed run resumes from the SQLite
 """
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+import operator
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -24,22 +25,26 @@ class OptimizeConfig(BaseModel):
     context: ContextPolicy = "full"
     arch: str = "sm_90a"
     turns: int = Field(8, ge=1, description="turn limit: scored submissions (pipeline: model replies)")
-    target_speedup: float | None = Field(1.2, description="stop once a passing kernel reaches this speedup")
-    max_tokens: int | None = Field(None, description="total token budget of the trajectory")
-    max_cost_usd: float | None = None
-    max_wall_s: float | None = None
-    max_tool_calls: int = Field(40, description="tools mode: tool calls in the whole trajectory")
+    target_speedup: float | None = Field(1.2, ge=0, description="stop once a passing kernel reaches this speedup")
+    max_tokens: int | None = Field(None, ge=0, description="total token budget of the trajectory")
+    max_cost_usd: float | None = Field(None, ge=0)
+    max_wall_s: float | None = Field(None, ge=0)
+    max_tool_calls: int = Field(40, ge=1, description="tools mode: tool calls in the whole trajectory")
     max_tool_calls_per_turn: int = Field(12, description="tools mode: tool calls before a submission is required")
-    temperature: float | None = None
+    temperature: float | None = Field(None, ge=0)
     max_output_tokens: int | None = Field(None, description="max_tokens of each model call")
     model_timeout_s: float = 600.0
     retry_attempts: int = 6
-    retry_wait_s: float = 2.0
-    trials: int | None = Field(None, description="correctness trials per evaluation (None: the workload's)")
+    retry_wait_s: float = Field(2.0, ge=0)
+    trials: int | None = Field(None, ge=1, description="correctness trials per evaluation (None: the workload's)")
     no_gpu: bool = Field(False, description="evaluate up to compile + SASS only")
     profile: bool = Field(False, description="profile every submission (it is profiled when it passes anyway)")
     seed: int | None = None
     index: int = Field(0, description="trajectory number within its (model, workload, prompt) cell")
+
+    def model_slug(self) -> str:
+        """The model string as a folder-name part (run folders and trajectory ids use the same one)."""
+        return self.model.replace("/", "-").replace(":", "-")[:48]
 
     def trajectory_id(self) -> str:
         slug = self.model.replace("/", "-").replace(":", "-")[:48]
@@ -50,7 +55,9 @@ class AgentState(TypedDict, total=False):
     system: str
     task: str
     turn: int                        # the turn in progress, 1-based
-    done_turns: list[dict[str, Any]]  # completed turns: {"turn", "messages", "outcome"} (outcome: TurnOutcome JSON)
+    # completed turns: {"turn", "messages", "outcome"} (outcome: TurnOutcome JSON). Nodes return only the new
+    # turn (the reducer appends), so the checkpoint's write log holds each turn once, not the whole list again.
+    done_turns: Annotated[list[dict[str, Any]], operator.add]
     current: list[dict[str, Any]]     # messages of the turn in progress (assistant replies, tool results)
     reply: dict[str, Any] | None      # the last ModelReply, stored before anything acts on it
     submission: dict[str, Any] | None  # {"source", "language", "kernel_file"} of the turn

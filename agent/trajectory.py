@@ -9,7 +9,7 @@ import traceback as tb
 from pathlib import Path
 from typing import Any, Callable
 
-from .events import ErrorEvent, EvalEvent, ModelCall, Stop, ToolCall, ToolResult, TrajectoryStart, TurnEnd, _Event
+from .events import ErrorEvent, EvalEvent, ModelCall, ModelRetry, Stop, ToolCall, ToolResult, TrajectoryStart, TurnEnd, _Event
 from .models.base import ModelReply
 from .redact import scrub
 from .rundir import TrajectoryWriter, sha256_text
@@ -45,6 +45,10 @@ class TrajectoryLog:
         return self._emit(ModelCall(trajectory_id=self.trajectory_id, turn=turn, model=model, messages=messages,
                                     response=response, usage=reply.usage, cost_usd=reply.cost_usd,
                                     latency_s=reply.latency_s, attempts=reply.attempts))
+
+    def model_retry(self, turn: int, attempt: int, max_attempts: int, reason: str, wait_s: float) -> _Event:
+        return self._emit(ModelRetry(trajectory_id=self.trajectory_id, turn=turn, attempt=attempt,
+                                     max_attempts=max_attempts, reason=reason[:300], wait_s=round(wait_s, 1)))
 
     def tool_call(self, turn: int, call_id: str, name: str, arguments: dict[str, Any]) -> _Event:
         return self._emit(ToolCall(trajectory_id=self.trajectory_id, turn=turn, call_id=call_id, name=name, arguments=arguments))

@@ -268,13 +268,14 @@ def test_cli_json_for_tcgen05_on_sm100a():
     assert d["status"] == "ok" and d["targets"]["tcgen05"]["in_ptx"] and d["targets"]["tcgen05"]["in_sass"]
 
 
-def test_cli_reports_errors_with_exit_zero():
+def test_cli_reports_errors_and_exits_one():
     res = runner.invoke(app, ["compile", str(KERNELS / "syntax_error.ptx"), "--json"])
-    assert res.exit_code == 0
+    assert res.exit_code == 1
     d = json.loads(res.output)
     assert d["status"] == "error" and d["errors"][0]["line"] == 25
     text = runner.invoke(app, ["compile", str(KERNELS / "wgmma_sm90.ptx")])
-    assert text.exit_code == 0 and "wgmma needs" in text.output and "error" in text.output
+    assert text.exit_code == 1 and "wgmma needs" in text.output and "error" in text.output
+    assert runner.invoke(app, ["compile", str(KERNELS / "fma_sm90a.ptx")]).exit_code == 0
 
 
 def test_cli_exits_nonzero_when_tools_are_missing(tmp_path, monkeypatch):

@@ -1,7 +1,9 @@
 """Content-addressed compile cache: the cubin and the CompileResult JSON of each compile.
 
-key = sha256 of (source, language, arch, options, tool versions), so a new ptxas or a changed flag
-never serves a stale result. Entries live in $PTXBENCH_CACHE (default ~/.cache/ptxbench) under
+key = sha256 of (source, language, arch, options, the toolchain's identity: each tool's path and
+version), so another ptxas, a new version or a changed flag never serves a stale result, and a hit
+names the ptxas that made it. Entries live in $PTXBENCH_CACHE (default ~/.cache/ptxbench/<install>,
+one folder per installed copy of ptxbench and Python prefix, so installs never share entries) under
 compile/<key[:2]>/<key>/. Writers put each file in place with a temp file + os.replace and write
 result.json last, so concurrent compiles of the same source never expose a half-written entry.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,13 +23,20 @@ ENV_CACHE = "PTXBENCH_CACHE"
 CACHE_FORMAT = "compile-v2"
 
 
+def install_tag() -> str:
+    """This install: where the package lives and which Python runs it (two checkouts or venvs differ)."""
+    where = f"{Path(__file__).resolve().parent}|{sys.prefix}"
+    return hashlib.sha256(where.encode()).hexdigest()[:12]
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "ptxbench")
+    return Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "ptxbench" / install_tag())
 
 
-def cache_key(source: str, language: str, arch: str, options: list[str] | dict, tool_versions: dict[str, str]) -> str:
+def cache_key(source: str, language: str, arch: str, options: list[str] | dict, tools: dict[str, str]) -> str:
+    """`tools`: tool -> 'path (version)' (Toolchain.tools()), the identity of what compiles."""
     blob = json.dumps(
-        {"format": CACHE_FORMAT, "source": source, "language": language, "arch": arch, "options": options, "tools": tool_versions},
+        {"format": CACHE_FORMAT, "source": source, "language": language, "arch": arch, "options": options, "tools": tools},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()

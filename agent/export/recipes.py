@@ -3,7 +3,7 @@ real evaluation log -> fixed kernel), with the filters, balance, de-duplication 
 from __future__ import annotations
 
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from ...tools.results import MODEL_FAILURES
 from ..rundir import sha256_text
@@ -19,17 +19,36 @@ def kernel_message(turn: Turn) -> str:
     return f"```{FENCE.get(turn.language, '')}\n{turn.kernel.rstrip()}\n```"
 
 
+# Why a turn's kernel cannot be a completion: the filter's name, and what keeps such kernels (for `export`'s report).
+REJECTED = {
+    "compiled_only": "the kernel only compiled (--no-gpu), never ran",
+    "not_passed": "the kernel did not pass",
+    "target_not_executed": "the target instructions were not seen executing (--no-require-target keeps them)",
+    "below_min_speedup": "slower than --min-speedup",
+    "after_first_k": "after --first-k turns",
+    "no_repair_pair": "no failed turn followed by another turn (fixit)",
+    "no_submission": "no evaluated submission",
+}
+
+
+def _rejected(turn: Turn, cfg: ExportConfig) -> str | None:
+    """Why a turn's kernel may not be a completion (a REJECTED key), or None when it may."""
+    if turn.status == "COMPILED":  # never run on a GPU: nothing vouches for it, whatever the filters say
+        return "compiled_only"
+    if cfg.require_passed and turn.status != "PASSED":
+        return "not_passed"
+    if cfg.require_target_executed and turn.target_executed is not True:
+        return "target_not_executed"
+    if cfg.min_speedup is not None and (turn.speedup is None or turn.speedup < cfg.min_speedup):
+        return "below_min_speedup"
+    if cfg.first_k_turns is not None and turn.turn > cfg.first_k_turns:
+        return "after_first_k"
+    return None
+
+
 def _good(turn: Turn, cfg: ExportConfig) -> bool:
     """Whether a turn's kernel may be a completion."""
-    if turn.status == "COMPILED":  # never run on a GPU: nothing vouches for it, whatever the filters say
-        return False
-    if cfg.require_passed and turn.status != "PASSED":
-        return False
-    if cfg.require_target_executed and turn.target_executed is not True:
-        return False
-    if cfg.min_speedup is not None and (turn.speedup is None or turn.speedup < cfg.min_speedup):
-        return False
-    return cfg.first_k_turns is None or turn.turn <= cfg.first_k_turns
+    return _rejected(turn, cfg) is None
 
 
 def _row(sample: TrajectorySample, cfg: ExportConfig, prompt: list[Message], done: Turn, wrong: Turn | None, op: str) -> Row:
@@ -51,19 +70,29 @@ def _row(sample: TrajectorySample, cfg: ExportConfig, prompt: list[Message], don
     )
 
 
-def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "") -> list[Row]:
+def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", why: Counter | None = None) -> list[Row]:
+    """The rows of one trajectory; `why` counts the REJECTED reason of each candidate completion turned away."""
+    why = why if why is not None else Counter()
     head = [Message(role="system", content=sample.system), Message(role="user", content=sample.task)]
     turns = [t for t in sample.turns if not t.infra]
+    if not turns:
+        why["no_submission"] += 1
     if cfg.recipe == "kernelgen":
+        why.update(r for t in turns if (r := _rejected(t, cfg)))
         return [_row(sample, cfg, head, t, None, op) for t in turns if _good(t, cfg)]
     rows = []
-    for wrong, fixed in zip(turns, turns[1:]):
-        if wrong.status in MODEL_FAILURES and wrong.feedback and _good(fixed, cfg):
-            prompt = head + [
-                Message(role="assistant", content=kernel_message(wrong)),
-                Message(role="user", content=wrong.feedback),
-            ]
-            rows.append(_row(sample, cfg, prompt, fixed, wrong, op))
+    pairs = [(w, f) for w, f in zip(turns, turns[1:]) if w.status in MODEL_FAILURES and w.feedback]
+    if turns and not pairs:
+        why["no_repair_pair"] += 1
+    for wrong, fixed in pairs:
+        if reason := _rejected(fixed, cfg):
+            why[reason] += 1
+            continue
+        prompt = head + [
+            Message(role="assistant", content=kernel_message(wrong)),
+            Message(role="user", content=wrong.feedback),
+        ]
+        rows.append(_row(sample, cfg, prompt, fixed, wrong, op))
     return rows
 
 
@@ -77,7 +106,11 @@ def build_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str
         if sample.held_out and not cfg.include_held_out:
             stats["held_out_trajectories_skipped"] += 1
             continue
-        for row in candidate_rows(sample, cfg, ops.get(sample.workload, "")):
+        why: Counter = Counter()
+        found = candidate_rows(sample, cfg, ops.get(sample.workload, ""), why)
+        if not found:  # the trajectory gave nothing: charged to the filter that turned most of it away
+            stats[f"trajectories_without_rows.{why.most_common(1)[0][0] if why else 'no_submission'}"] += 1
+        for row in found:
             if cfg.dedup and row.id in seen:
                 stats["duplicates_dropped"] += 1
                 continue

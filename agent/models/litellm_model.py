@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
@@ -55,6 +55,7 @@ class LiteLLMModel:
         max_attempts: int = 6,
         retry_wait_s: float = 2.0,
         extra: dict[str, Any] | None = None,
+        on_retry: Callable[[int, int, int, str, float], None] | None = None,
     ):
         self.name = name
         self.api_base = api_base
@@ -65,6 +66,13 @@ class LiteLLMModel:
         self.max_attempts = max_attempts
         self.retry_wait_s = retry_wait_s
         self.extra = dict(extra or {})
+        self.on_retry = on_retry  # (turn, attempt, max_attempts, reason, wait_s) before each back-off: shown on screen
+
+    def _before_sleep(self, turn: int, state) -> None:
+        if self.on_retry is not None:
+            exc = state.outcome.exception()
+            reason = scrub_text(f"{type(exc).__name__}: {exc}".splitlines()[0])
+            self.on_retry(turn, state.attempt_number, self.max_attempts, reason, state.next_action.sleep if state.next_action else 0.0)
 
     def _kwargs(self, request: ModelRequest) -> dict[str, Any]:
         # max_retries=0: the provider client must not retry on its own; tenacity does, and counts attempts.
@@ -87,9 +95,14 @@ class LiteLLMModel:
         return kwargs
 
     def query(self, request: ModelRequest) -> ModelReply:
+        from .keys import key_problem
+
+        if problem := key_problem(self.name, self.api_base, self.api_key_env):
+            raise ModelError(problem)  # no call, no retries: a keyless request would look like a server error
         litellm = _litellm()
         kwargs = self._kwargs(request)
         retrying = Retrying(
+            before_sleep=lambda state: self._before_sleep(request.turn, state),
             stop=stop_after_attempt(self.max_attempts),
             wait=wait_exponential(multiplier=self.retry_wait_s, max=60.0) + wait_random(0, self.retry_wait_s),
             retry=retry_if_exception(is_transient),

@@ -3,6 +3,7 @@ base64 PNG, no network needed) and trajectories/<id>.html, plus score.json for r
 from __future__ import annotations
 
 import html
+import importlib.util
 import re
 from pathlib import Path
 
@@ -62,11 +63,17 @@ def markdown_summary(run_dir: Path, manifest: dict, score: RunScore) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _plots_html(score: RunScore) -> str:
+    if importlib.util.find_spec("matplotlib") is None:  # an optional extra: the report is written without plots
+        return "<p class='note'>No plots: matplotlib is not installed (pip install 'ptxbench[bench]').</p>"
+    return "".join(f"<figure><figcaption>{E(name)}</figcaption><img alt='{E(name)}' src='data:image/png;base64,{png}'></figure>"
+                   for name, png in all_plots(score).items() if png)
+
+
 def index_html(run_dir: Path, manifest: dict, score: RunScore) -> str:
     facts = "".join(f"<tr><th>{E(k)}</th><td>{E(v)}</td></tr>" for k, v in _overview(run_dir, manifest, score))
     tables = all_tables(score)
-    plots = "".join(f"<figure><figcaption>{E(name)}</figcaption><img alt='{E(name)}' src='data:image/png;base64,{png}'></figure>"
-                    for name, png in all_plots(score).items() if png)
+    plots = _plots_html(score)
     rows = ""
     for t in score.trajectories:
         chips = " ".join(f"<span class='s-{E(x.status)}'>{x.turn}:{E(x.status)}</span>" for x in t.turns)

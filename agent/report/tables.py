@@ -47,6 +47,9 @@ def leaderboard(score: RunScore, target: bool = False) -> Table:
     title = "Leaderboard: best speedup over the library" + (", target instructions executed" if target else "")
     note = ("Mean over trajectories of each trajectory's best correct speedup (0 when it never got one), "
             "[bootstrap 95% CI], and the single best; PTXBench's layout.")
+    if score.n_compile_only:
+        note += (f" {score.n_compile_only} turns were only compiled (COMPILED, --no-gpu): never run on a GPU, so "
+                 "correctness and speed are unknown and they count 0 here; evaluate on a GPU for speedups.")
     table = Table(title, ["model", *workloads], note=note)
     for model in score.model_names:
         row = [model]

@@ -25,7 +25,7 @@ def attach(result: EvalResult, options: EvalOptions, source: str, compile_result
 
         outcome = profile_candidate(result.workload, source, compile_result.cubin_path, arch=options.arch,
                                     compile_result=compile_result, full=True, seed=options.seed or 0,
-                                    device=device)
+                                    device=device, timing=result.timing)
         outcome.apply_to(result)
     if options.sanitize:
         from ptxbench.tools.sanitize import sanitize_candidate

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from ptxbench.tools.results import CompileResult, EvalResult, RuntimeTarget
+from ptxbench.tools.results import CompileResult, EvalResult, RuntimeTarget, Timing
 from ptxbench.workloads.arch import get_arch
 
-from .summary import ProfileSummary
+from .summary import ProfileSummary, attach_lines
 from .verdict import runtime_verdicts, static_histogram
 
 
@@ -69,6 +69,7 @@ def profile_candidate(
     token_budget: int = 450,
     workdir: str | Path | None = None,
     device: int | None = None,
+    timing: Timing | None = None,
 ) -> ProfileOutcome:
     """Profile one candidate (the solution file `source`, assembled to `cubin_path`) on this machine's GPU.
 
@@ -78,7 +79,8 @@ def profile_candidate(
     enough for the runtime verdict of a passing kernel. `compile_result` supplies the static SASS
     histogram (presence of the families when the source page is not collected) and ptxas spills for
     the feedback. The verdicts cover the families the workload targets on `arch`. `device` picks
-    the GPU (CUDA_VISIBLE_DEVICES of the replay); by default the first visible one.
+    the GPU (CUDA_VISIBLE_DEVICES of the replay); by default the first visible one. `timing` (the
+    evaluation's, when there was one) gives the feedback's headroom line measured times and ceilings.
     """
     from ptxbench.workloads.registry import get_workload
 
@@ -100,6 +102,9 @@ def profile_candidate(
                                   full=full, timeout_s=timeout_s, workdir=work, env=env)
     static = static_histogram(compile_result.kernels) if compile_result is not None and compile_result.kernels else None
     verdicts = runtime_verdicts(profile, summary, families, static)
-    feedback = profile_feedback(summary, verdicts, wl, compile_result, token_budget=token_budget) if full and summary.ok else ""
+    if compile_result is not None and summary.ok:
+        attach_lines(summary, {n: k.sass_lines for n, k in compile_result.kernels.items()}, source)
+    feedback = (profile_feedback(summary, verdicts, wl, compile_result, arch=arch, token_budget=token_budget, timing=timing)
+                if full and summary.ok else "")
     return ProfileOutcome(ok=summary.ok, error=summary.error, targets_runtime=verdicts, summary=summary,
                           feedback=feedback, seconds=time.perf_counter() - start)

@@ -14,13 +14,16 @@ import math
 import re
 
 from ptxbench.prompts import load
-from ptxbench.tools.results import CompileResult, RuntimeTarget
+from pydantic import BaseModel, Field
+
+from ptxbench.tools.results import CompileResult, RuntimeTarget, Timing
 from ptxbench.workloads.arch import get_arch
 from ptxbench.workloads.schema import Workload
 
 from .summary import KernelProfile, ProfileSummary
 
 DEFAULT_BUDGET = 450
+AT_ROOF_PCT = 95.0  # from this share of the roofline on, the kernel is told it is at its roof
 # Dense bf16 TFLOP/s and HBM GB/s when ncu's device name is not in the datasheet table.
 FALLBACK_PEAK = (989.0, 4800.0)
 
@@ -102,6 +105,102 @@ def headline(s: ProfileSummary, wl: Workload | None) -> str:
     return text
 
 
+class Standing(BaseModel):
+    """Where the kernel stands (the feedback's first line): its time against the roofline and the library."""
+
+    now_us: float | None = None
+    roof_us: float | None = None
+    source: str = Field("", description="'measured' (the evaluation's timing and device ceilings) or 'datasheet'")
+    library: str = ""
+    library_us: float | None = None
+    speedup: float | None = None
+
+    @property
+    def headroom_us(self) -> float | None:
+        return max(0.0, self.now_us - self.roof_us) if self.now_us and self.roof_us else None
+
+    @property
+    def roof_pct(self) -> float | None:
+        return 100.0 * self.roof_us / self.now_us if self.now_us and self.roof_us else None
+
+
+def standing(s: ProfileSummary, wl: Workload | None, timing: Timing | None) -> Standing:
+    from ptxbench.tools.gpu.ceilings import roofline_ms
+
+    if timing is not None:
+        st = Standing(now_us=timing.candidate.median_ms * 1e3, speedup=timing.speedup, library=timing.primary_baseline)
+        if (base := timing.baselines.get(timing.primary_baseline)) is not None:
+            st.library_us = base.median_ms * 1e3
+        if wl is not None and {"tflops_bf16", "hbm_gbps"} <= set(timing.ceilings):
+            st.roof_us, st.source = roofline_ms(wl.flops, wl.min_bytes, timing.ceilings) * 1e3, "measured"
+        return st
+    st = Standing(now_us=s.duration_us)
+    if wl is not None and wl.flops > 0:
+        peak, hbm = _peak(s.gpu)
+        roof = roofline_ms(wl.flops, wl.min_bytes, {"tflops_bf16": peak, "hbm_gbps": hbm}) * 1e3
+        if st.now_us and roof <= 1.05 * st.now_us:  # above that the profiled launches are not the whole workload
+            st.roof_us, st.source = roof, "datasheet"
+    return st
+
+
+def standing_text(st: Standing) -> str:
+    t = template()["standing"]
+    if st.now_us is None:
+        return ""
+    parts = [t["time"].format(now=_fmt_us(st.now_us))]
+    if st.roof_pct is not None:
+        parts.append(t["roof"].format(roof=_fmt_us(st.roof_us), pct=st.roof_pct, source=st.source))
+    if st.speedup is not None and st.library_us:
+        parts.append(t["library"].format(speedup=st.speedup, library=st.library or "the library", lib=_fmt_us(st.library_us)))
+    text = "; ".join(parts) + "."
+    if st.roof_pct is not None and st.roof_pct >= AT_ROOF_PCT:
+        text += " " + t["at_roof"].format(left=_fmt_us(st.headroom_us or 0.0), pct=100 - st.roof_pct)
+    return text
+
+
+def _fmt_us(us: float) -> str:
+    return f"{us / 1e3:.3g} ms" if us >= 1000 else f"{us:.3g} us"
+
+
+class Traits(BaseModel):
+    """What the kernel already does (SASS features, joined with the runtime verdicts and the launch)."""
+
+    has: set[str] = Field(default_factory=set)
+
+    @property
+    def tma_ring(self) -> bool:
+        return {"tma_load", "mbarrier_wait"} <= self.has
+
+    @property
+    def warp_specialised(self) -> bool:
+        return "setmaxnreg" in self.has
+
+
+def traits(compile_result: CompileResult | None, verdicts: dict[str, RuntimeTarget], k: KernelProfile | None,
+           num_sms: int = 132) -> Traits:
+    has: set[str] = set()
+    if compile_result is not None:
+        chosen = [compile_result.kernels[k.name]] if k is not None and k.name in compile_result.kernels else \
+            list(compile_result.kernels.values())
+        for kr in chosen:
+            has |= set(kr.sass_features)
+    # a path that is in the SASS but did not run is not something the kernel does
+    for family, feats in (("tma", ("tma_load", "tma_multicast")), ("wgmma", ("wgmma",))):
+        v = verdicts.get(family)
+        if v is not None and v.verdict in ("absent", "present_not_executed"):
+            has -= set(feats)
+    if k is not None and (ctas := _grid_size(k.grid)) and ctas <= 2 * num_sms:
+        has.add("persistent")
+    if k is not None and k.registers and k.registers >= 128 and "wgmma" in has:
+        has.add("big_registers")
+    return Traits(has=has)
+
+
+def _grid_size(grid: str) -> int | None:
+    nums = [int(x) for x in re.findall(r"\d+", grid or "")]
+    return math.prod(nums) if nums else None
+
+
 def _verdict_items(verdicts: dict[str, RuntimeTarget], arch: str) -> list[tuple[float, str]]:
     t = template()
     items = []
@@ -126,73 +225,130 @@ def _spill_items(compile_result: CompileResult | None) -> list[tuple[float, str]
     return out
 
 
-def _kernel_items(k: KernelProfile, wl: Workload | None, total_dram: float | None) -> list[tuple[float, str]]:
+def _advice(reason: str, tr: Traits, line_ops: dict[str, int] | None = None) -> str:
+    """The stall advice for `reason`, in the variant that fits what the kernel (and the line) already does."""
+    stall = template()["stall"]
+    ops = line_ops or {}
+    if "SYNCS" in ops and reason not in ("selected", "not_selected"):
+        return stall["at_mbarrier_wait"]
+    if ("HGMMA" in ops or "WARPGROUP" in ops) and reason in ("gmma", "wait", "barrier", "long_scoreboard", "math_pipe_throttle"):
+        return stall["at_wgmma"]
+    if tr.tma_ring and f"{reason}_ring" in stall:
+        return stall[f"{reason}_ring"]
+    return stall.get(reason, "")
+
+
+def _line_items(k: KernelProfile, tr: Traits, compile_result: CompileResult | None, now_us: float | None,
+                limit: int = 3) -> list[tuple[float, str]]:
+    t = template()["other"]
+    by_line = compile_result.sass_by_line if compile_result is not None else {}
+    items = []
+    for h in k.hot_lines[:limit]:
+        reason = h.dominant
+        if h.share_pct < 10 or not reason or reason in ("selected", "not_selected"):
+            continue
+        advice = _advice(reason, tr, by_line.get(h.line))
+        worth = h.share_pct / 100 * now_us if now_us else h.share_pct
+        items.append((worth, t["hot_line"].format(line=h.line, text=h.text, share=h.share_pct, reason=reason, advice=advice)))
+    return items
+
+
+def _is_occupancy(name: str, message: str) -> bool:
+    return "occupancy" in name.lower() or "occupancy" in message.lower()[:200]
+
+
+def _kernel_items(k: KernelProfile, wl: Workload | None, total_dram: float | None, tr: Traits, now_us: float | None,
+                  compile_result: CompileResult | None, hbm_gbps: float) -> list[tuple[float, str]]:
     t = template()
-    items: list[tuple[float, str]] = []
+    items: list[tuple[float, str]] = _line_items(k, tr, compile_result, now_us)
+    by_lines = bool(items)
     if total_dram and wl is not None and wl.min_bytes > 0 and total_dram > 1.5 * wl.min_bytes:
         ratio = total_dram / wl.min_bytes
-        weight = 40.0 * min(ratio, 10) if k.bottleneck == "memory" else 10.0 * min(ratio, 10)
-        items.append((weight, t["other"]["traffic"].format(moved=_fmt_bytes(total_dram), minimum=_fmt_bytes(wl.min_bytes), ratio=ratio)))
+        excess_us = (total_dram - wl.min_bytes) / (hbm_gbps * 1e3)  # bytes / (GB/s * 1e3) = us
+        worth = excess_us if k.bottleneck == "memory" else excess_us * (k.dram_sol_pct or 0) / 100
+        key = "traffic_multicast" if "tma_multicast" in tr.has else "traffic"
+        items.append((worth, t["other"][key].format(moved=_fmt_bytes(total_dram), minimum=_fmt_bytes(wl.min_bytes), ratio=ratio)))
     total = sum(k.stalls.values())
     stall_items = 0
-    if total > 0:
+    if total > 0 and not by_lines:
         for reason, value in list(k.stalls.items())[:3]:
             share = 100 * value / total
-            advice = t["stall"].get(reason)
+            advice = _advice(reason, tr)
             if advice and share >= 10 and reason not in ("not_selected", "selected"):
-                items.append((share, f"{share:.0f}% of warp stall cycles are '{reason}': {advice}"))
+                worth = share / 100 * now_us if now_us else share
+                items.append((worth, f"{share:.0f}% of warp stall cycles are '{reason}': {advice}"))
                 stall_items += 1
     th, ach = k.theoretical_occupancy_pct, k.achieved_occupancy_pct
-    if th is not None and ach is not None and k.occupancy_limiter:
+    if th is not None and ach is not None and k.occupancy_limiter and not tr.warp_specialised:
+        gap = (th - ach) / th if th else 0.0
         if ach < 0.6 * th and th > 0:
             advice = t["other"]["occupancy_imbalance"]
-            items.append((30.0, t["other"]["occupancy"].format(achieved=ach, theoretical=th, limiter=k.occupancy_limiter, advice=advice)))
-        elif th <= 25 and k.bottleneck == "latency":
+            items.append((gap * (now_us or 100) * 0.5, t["other"]["occupancy"].format(achieved=ach, theoretical=th,
+                                                                                     limiter=k.occupancy_limiter, advice=advice)))
+        elif th <= 25 and k.bottleneck == "latency" and "big_registers" not in tr.has:
             advice = t["other"]["occupancy_latency"]
-            items.append((20.0, t["other"]["occupancy"].format(achieved=ach, theoretical=th, limiter=k.occupancy_limiter, advice=advice)))
+            items.append((0.2 * (now_us or 100), t["other"]["occupancy"].format(achieved=ach, theoretical=th,
+                                                                              limiter=k.occupancy_limiter, advice=advice)))
     if k.tensor_pipe_pct is not None and (k.opcodes or {}).get("HGMMA") and k.tensor_pipe_pct < 50:
-        items.append((60.0 - k.tensor_pipe_pct / 2, t["other"]["tensor_idle"].format(pct=k.tensor_pipe_pct)))
+        key = "tensor_idle_ring" if tr.tma_ring else "tensor_idle"
+        worth = (1 - k.tensor_pipe_pct / 100) * (now_us or 100) * 0.5
+        items.append((worth, t["other"][key].format(pct=k.tensor_pipe_pct)))
     for r in k.rules:
-        if r.name == "CPIStall" and stall_items:
-            continue  # the stall items above say the same with advice
-        if r.type == "OPT" and r.speedup_pct:
-            msg = _sentences(r.message, 220)
-            weight = r.speedup_pct * 0.8
-            if "Occupancy" in r.name and (k.opcodes or {}).get("HGMMA"):
-                weight *= 0.25  # warp-specialised wgmma kernels run few, large CTAs by design
-            items.append((weight, t["other"]["rule"].format(name=r.name, gain=r.speedup_pct, message=msg)))
+        if r.name == "CPIStall" and (stall_items or by_lines):
+            continue  # the stall items above say the same with advice (and where)
+        if r.type != "OPT" or not r.speedup_pct:
+            continue
+        if _is_occupancy(r.name, r.message) and (tr.warp_specialised or "big_registers" in tr.has):
+            continue  # few, large CTAs at their register budget by design
+        if r.name == "UncoalescedGlobalAccess" and tr.tma_ring and "tma_store" in tr.has:
+            continue  # bulk copies move the tiles; the rule has no location to act on
+        msg = _sentences(r.message, 220)
+        worth = r.speedup_pct / 100 * now_us if now_us else r.speedup_pct * 0.8
+        items.append((worth, t["other"]["rule"].format(name=r.name, gain=r.speedup_pct, message=msg)))
     return items
 
 
 def profile_feedback(summary: ProfileSummary, verdicts: dict[str, RuntimeTarget], wl: Workload | None,
                      compile_result: CompileResult | None = None, *, arch: str = "sm_90a",
-                     token_budget: int = DEFAULT_BUDGET, max_items: int = 6) -> str:
-    """The feedback text; at most `token_budget` tokens (count_tokens)."""
+                     token_budget: int = DEFAULT_BUDGET, max_items: int = 6, timing: Timing | None = None) -> str:
+    """The feedback text; at most `token_budget` tokens (count_tokens).
+
+    It opens with where the kernel stands (time against the roofline, measured when `timing` came from
+    the evaluation, and against the library), then the findings ordered by what each is estimated to be
+    worth (stall share x time, excess bytes / bandwidth, ncu's estimated gain x time), each capped by the
+    headroom to the roof. Nothing the kernel already does (Traits) is recommended."""
     if not summary.ok:
         return f"No profile could be taken: {summary.error}."
     k = summary.main_kernel()
-    items = _verdict_items(verdicts, arch) + _spill_items(compile_result)
+    st = standing(summary, wl, timing)
+    now = st.now_us
+    tr = traits(compile_result, verdicts, k)
+    items = [(math.inf, w, text) for w, text in _verdict_items(verdicts, arch) + _spill_items(compile_result)]
     if k is not None:
         dram = [x.dram_bytes for x in summary.kernels if x.dram_bytes is not None]
-        items += _kernel_items(k, wl, sum(dram) if dram else None)
-    items.sort(key=lambda x: -x[0])
+        hbm = (timing.ceilings.get("hbm_gbps") if timing is not None else None) or _peak(summary.gpu)[1]
+        cap = st.headroom_us
+        for worth, text in _kernel_items(k, wl, sum(dram) if dram else None, tr, now, compile_result, hbm):
+            worth = min(worth, cap) if cap is not None else worth
+            if now:
+                text += " " + template()["other"]["worth"].format(worth=_fmt_us(worth), pct=100 * worth / now)
+            items.append((0.0, worth, text))
+    items.sort(key=lambda x: (-x[0], -x[1]))
     where = f"{len(summary.kernels)} launch(es)" + (f", the longest is {k.name}" if k is not None and len(summary.kernels) > 1 else
                                                     f": {k.name}" if k is not None else "")
     frame = template()["frame"]
-    text = frame.format(gpu=summary.gpu or "the GPU", where=where, headline=headline(summary, wl), items="")
+    fill = dict(gpu=summary.gpu or "the GPU", where=where, headline=headline(summary, wl), standing=standing_text(st))
+    text = frame.format(**fill, items="")
     if count_tokens(text) > token_budget:
         return _truncate(text, token_budget)
     chosen: list[str] = []
-    for _, item in items[:max_items]:
-        trial = frame.format(gpu=summary.gpu or "the GPU", where=where, headline=headline(summary, wl),
-                             items=_numbered(chosen + [item]))
-        if count_tokens(trial) > token_budget:
+    for *_, item in items[:max_items]:
+        if count_tokens(frame.format(**fill, items=_numbered(chosen + [item]))) > token_budget:
             break
         chosen.append(item)
     if not chosen:
         chosen = ["nothing stands out: the kernel is close to what its bottleneck allows."] if not items else []
-    return frame.format(gpu=summary.gpu or "the GPU", where=where, headline=headline(summary, wl),
-                        items=_numbered(chosen)).strip()
+    return frame.format(**fill, items=_numbered(chosen)).strip()
 
 
 def _sentences(text: str, limit: int) -> str:

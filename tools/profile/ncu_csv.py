@@ -195,6 +195,8 @@ class SourceLine:
     inst_executed: float | None
     thread_inst_executed: float | None
     pred_on_thread_inst_executed: float | None
+    samples: float = 0.0  # warp-stall samples at this instruction ("Warp Stall Sampling (All Samples)")
+    stalls: dict[str, float] = field(default_factory=dict)  # reason (feedback_profile.md's keys) -> samples
 
     @property
     def opcode(self) -> str:
@@ -227,8 +229,17 @@ def parse_source(text: str) -> list[SourceKernel]:
             header = row
         elif header is not None and kernels:
             rec = dict(zip(header, row))
+            stalls = {SOURCE_STALLS.get(c[6:], c[6:]): v for c, cell in rec.items()
+                      if c.startswith("stall_") and "(" not in c and (v := to_number(cell))}
             kernels[-1].lines.append(SourceLine(
                 rec.get("Address", ""), rec.get("Source", "").strip(), to_number(rec.get("Instructions Executed")),
                 to_number(rec.get("Thread Instructions Executed")),
-                to_number(rec.get("Predicated-On Thread Instructions Executed"))))
+                to_number(rec.get("Predicated-On Thread Instructions Executed")),
+                to_number(rec.get("Warp Stall Sampling (All Samples)")) or 0.0, stalls))
     return kernels
+
+
+# The source page's stall columns (stall_long_sb) -> the reasons of the WarpStateStats section (long_scoreboard).
+SOURCE_STALLS = {"long_sb": "long_scoreboard", "short_sb": "short_scoreboard", "mio": "mio_throttle", "lg": "lg_throttle",
+                 "math": "math_pipe_throttle", "tex": "tex_throttle", "no_inst": "no_instruction", "imc": "imc_miss",
+                 "dispatch": "dispatch_stall", "sleep": "sleeping"}

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
+from .lines import HotLine
 from .ncu_csv import DetailKernel, RawKernel, SourceKernel
 
 SOL = "GPU Speed Of Light Throughput"
@@ -61,6 +62,9 @@ class KernelProfile(BaseModel):
     sass_present: list[str] | None = Field(None, description="opcodes in the profiled kernel's SASS (source page)")
     counters: dict[str, float | None] = Field(default_factory=dict, description="requested counter metrics")
     rules: list[Rule] = Field(default_factory=list)
+    hot_lines: list[HotLine] = Field(default_factory=list, description="solution lines by warp-stall samples "
+                                     "(Nsight's source counters folded on the compile's line of each instruction)")
+    _source: SourceKernel | None = PrivateAttr(None)  # the per-instruction page, for attach_lines
 
     @property
     def bottleneck(self) -> str:
@@ -123,7 +127,19 @@ def build_kernel(raw: RawKernel | None, details: DetailKernel | None, source: So
         _fill_from_details(k, details)
     if source is not None and source.lines:
         k.sass_present = sorted(source.opcodes_present())
+        k._source = source
     return k
+
+
+def attach_lines(summary: "ProfileSummary", sass_lines: dict[str, list[int | None]], solution: str) -> None:
+    """Fill each kernel's hot_lines from its source page and the compile's line of each instruction
+    (`sass_lines`: kernel name -> KernelResources.sass_lines). In place."""
+    from .lines import fold_lines
+
+    for k in summary.kernels:
+        lines = sass_lines.get(k.name)
+        if k._source is not None and lines:
+            k.hot_lines = fold_lines(k._source, lines, solution)
 
 
 def _fill_from_details(k: KernelProfile, d: DetailKernel) -> None:

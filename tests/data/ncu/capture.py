@@ -4,6 +4,16 @@ Standalone on a GPU machine (cuda.bindings, nvtx or torch for the NVTX range; no
     python3 tests/data/ncu/capture.py drive OUTDIR     # profiles and sanitizes every case into OUTDIR
     python3 tests/data/ncu/capture.py run CASE [--lineinfo]   # one launch inside the NVTX range 'ptxbench'
 The kernels are the PTX files in tests/data/profile/.
+The source pages (`--page source --print-source sass`) carry per-instruction stall samples; the profile
+joins them by position with the compile's line of each instruction, so no line info is needed in the
+profiled cubin. To record the reference GEMM's pages for the feedback regression tests (issue 12) on the
+H200 (CUBIN: `ptxbench compile workloads/solutions/gemm_bf16_m8192_n7168_k5120.cu --json` -> cubin_path):
+    ncu --clock-control none --nvtx --nvtx-include ptxbench/ --section SpeedOfLight --section Occupancy \
+        --section WarpStateStats --section ComputeWorkloadAnalysis --section SourceCounters -f -o gemm \
+        python3 -m ptxbench.tools.profile.replay --workload gemm_bf16_m8192_n7168_k5120 \
+        --source workloads/solutions/gemm_bf16_m8192_n7168_k5120.cu --cubin CUBIN
+    for p in raw details source; do ncu --import gemm.ncu-rep --csv --page $p --print-metric-instances details \
+        --print-details all --print-source sass > gemm.$p.csv; done
 """
 from __future__ import annotations
 

@@ -1,0 +1,166 @@
+"""Checks of what a user typed, made before any path is built or file written: each failure is one
+BadInput line saying what is wrong and what would be right (agent/app.py prints it, exit status 2).
+
+    workload(name), arch(name), prompt(name), model(name), mutations(names)   the name, or BadInput
+    credentials(model, api_base, api_key_env, report)   a missing key or an unreachable endpoint
+    run_folder(path, what)                               an existing run folder (manifest or trajectories)
+    new_folder(path, flag)                               a path a run may be written to
+    config(cls, **fields)                                a pydantic config, its errors as one line
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Callable, Iterable, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+T = TypeVar("T", bound=BaseModel)
+# Model strings become folder names (slugs): printable, no white space, no parent-directory steps.
+_MODEL_TEXT = re.compile(r"^[\w.:/@+\-]+$")
+
+
+class BadInput(ValueError):
+    """A usage error: the command line names something that does not exist or cannot work (exit status 2)."""
+
+
+class RunFailed(RuntimeError):
+    """The command ran and failed in a way the user must act on (exit status 1)."""
+
+
+def _choice(kind: str, name: str, valid: Iterable[str], listing: str) -> BadInput:
+    valid = list(valid)
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return BadInput(f"unknown {kind} {name!r}: {hint}{listing}")
+
+
+def workload(name: str) -> str:
+    from ptxbench.workloads.registry import WORKLOADS
+
+    if name not in WORKLOADS:
+        raise _choice("workload", name, WORKLOADS, "the ids are listed by `ptxbench workloads --all`")
+    return name
+
+
+def arch(name: str) -> str:
+    from ptxbench.workloads.arch import ARCHS
+
+    if name not in ARCHS:
+        raise _choice("arch", name, ARCHS, f"expected one of {', '.join(ARCHS)}")
+    return name
+
+
+def prompt(name: str) -> str:
+    from ptxbench.prompts import VARIANTS
+
+    if name not in VARIANTS:
+        raise _choice("prompt variant", name, VARIANTS, f"expected one of {', '.join(VARIANTS)}")
+    return name
+
+
+def model(name: str) -> str:
+    """A model string that can be built: a known builtin, a replay of a recorded run, or a litellm string."""
+    from .models.registry import BUILTINS
+
+    if not name.strip():
+        raise BadInput("--model is empty: give builtin/tuner, builtin/reference, replay/<run> or a litellm "
+                       "model string such as openai/gpt-5")
+    if name.startswith("builtin/"):
+        if name not in BUILTINS:
+            raise _choice("built-in model", name, BUILTINS, f"expected one of {', '.join(BUILTINS)}")
+        return name
+    if name.startswith("replay/"):
+        from .models.replay import find_trajectory
+
+        try:
+            find_trajectory(name.removeprefix("replay/"))
+        except (FileNotFoundError, OSError) as exc:
+            raise BadInput(f"--model {name}: {exc}; expected replay/<trajectory.jsonl, trajectory or run folder>") from None
+        return name
+    if not _MODEL_TEXT.match(name) or ".." in name.split("/"):
+        raise BadInput(f"--model {name!r} is not a model string: expected provider/name, e.g. openai/gpt-5")
+    return name
+
+
+def credentials(name: str, api_base: str | None, api_key_env: str | None,
+                report: Callable[[str], None] | None = None) -> None:
+    """For an LLM: the key is there and the endpoint answers (BadInput / RunFailed otherwise)."""
+    from .models.endpoint import bad_url, unreachable
+    from .models.keys import key_problem
+
+    if api_base and (problem := bad_url(api_base)):
+        raise BadInput(problem)
+    if name.startswith(("builtin/", "replay/")):
+        return
+    if problem := key_problem(name, api_base, api_key_env):
+        raise BadInput(problem)
+    if api_base and (problem := unreachable(api_base, report=report)):
+        raise RunFailed(problem)
+    if not api_base and "/" not in name:
+        _provider_known(name)
+
+
+def _provider_known(name: str) -> None:
+    from .models.litellm_model import _litellm
+
+    try:
+        _litellm().get_llm_provider(name)
+    except Exception:  # noqa: BLE001 - litellm raises its BadRequestError; any failure means no provider
+        raise BadInput(f"--model {name!r} names no provider: write provider/name, e.g. openai/{name} or "
+                       f"hosted_vllm/{name} with --api-base") from None
+
+
+def mutations(names: list[str]) -> list[str]:
+    from .export.mutations import MUTATIONS
+
+    valid = [m.name for m in MUTATIONS]
+    for n in names:
+        if n not in valid:
+            raise _choice("bug class", n, valid, f"expected some of {', '.join(valid)}")
+    return names
+
+
+def run_folder(path: Path, what: str = "run") -> Path:
+    """An existing run folder: one with manifest.json or trajectories/."""
+    path = Path(path)
+    if not path.exists():
+        raise BadInput(f"no {what} folder at {path}")
+    if not path.is_dir() or not ((path / "manifest.json").is_file() or (path / "trajectories").is_dir()):
+        raise BadInput(f"{path} is not a run folder: expected manifest.json or trajectories/ in it")
+    return path
+
+
+def new_folder(path: Path, flag: str) -> Path:
+    """A folder a command may create or add to: not a file, and its parent not a file either."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists() and not p.is_dir():
+            raise BadInput(f"{flag} {path}: {p} is a file, not a folder")
+    return path
+
+
+def one_of(value: str, valid: Iterable[str], flag: str) -> str:
+    valid = list(valid)
+    if value not in valid:
+        close = difflib.get_close_matches(value, valid, n=1)
+        raise BadInput(f"{flag} {value!r}: {'did you mean ' + close[0] + '? ' if close else ''}expected one of {', '.join(valid)}")
+    return value
+
+
+def positive(value: float | None, flag: str) -> None:
+    if value is not None and value <= 0:
+        raise BadInput(f"{flag} must be positive, got {value}")
+
+
+def config(cls: type[T], flags: dict[str, str] | None = None, **fields) -> T:
+    """cls(**fields), with a validation error as one line naming the option (`flags`: field -> option
+    where they differ, e.g. max_cost_usd -> --max-cost)."""
+    try:
+        return cls(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        option = (flags or {}).get(field) or "--" + field.replace("_", "-")
+        raise BadInput(f"{option} {first.get('input')!r}: {first['msg'].lower()}") from None

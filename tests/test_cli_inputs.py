@@ -1,0 +1,146 @@
+"""Every bad input to every command: one line saying what is wrong, exit status 2 (usage) or 1 (a failed
+run), no traceback, and nothing written (no run folder, no output folder) for input rejected up front."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ptxbench.agent.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+W = "smoke_gemm_bf16_m256_n256_k512"
+GOOD = str(ROOT / "tests/data/agent/good.ptx")
+EXAMPLE_RUN = str(ROOT / "docs/examples/optimize-gemm-tuner")
+SYNTH_RUN = str(ROOT / "docs/examples/synth-repairs/run")
+KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "MY_VLLM_KEY")
+
+# (command line, exit status, words the one line must hold)
+CASES = [
+    # optimize
+    (["optimize", "no_such_workload"], 2, "unknown workload"),
+    (["optimize", W, "--arch", "sm_80"], 2, "unknown arch"),
+    (["optimize", W, "--model", "builtin/nope"], 2, "builtin/tuner"),
+    (["optimize", W, "--model", ""], 2, "--model is empty"),
+    (["optimize", W, "--model", "../x y"], 2, "not a model string"),
+    (["optimize", W, "--model", "replay/nowhere"], 2, "no trajectory.jsonl"),
+    (["optimize", W, "--prompt", "nope"], 2, "unknown prompt variant"),
+    (["optimize", W, "--mode", "nope"], 2, "--mode"),
+    (["optimize", W, "--context", "nope"], 2, "--context"),
+    (["optimize", W, "--turns", "0"], 2, "--turns"),
+    (["optimize", W, "--trials", "0"], 2, "--trials"),
+    (["optimize", W, "--max-cost", "-1"], 2, "--max-cost"),
+    (["optimize", W, "--bogus"], 2, "No such option"),
+    (["optimize"], 2, "give a WORKLOAD"),
+    (["optimize", "--resume", "/nonexistent/run"], 2, "no run at"),
+    (["optimize", W, "--model", "openai/gpt-5"], 2, "OPENAI_API_KEY"),
+    (["optimize", W, "--model", "anthropic/claude-opus-4-1"], 2, "ANTHROPIC_API_KEY"),
+    (["optimize", W, "--model", "openai/m", "--api-base", "http://127.0.0.1:9/v1", "--api-key-env", "MY_VLLM_KEY"], 2,
+     "MY_VLLM_KEY is not set"),
+    (["optimize", W, "--model", "openai/m", "--api-base", "localhost:8000"], 2, "not an http(s) URL"),
+    (["optimize", W, "--run-dir", "f/run"], 2, "is a file"),
+    # bench
+    (["bench", "--models", "builtin/tuner", "--workloads", "nope", "--no-gpu"], 2, "unknown workload"),
+    (["bench", "--models", "builtin/tunr", "--workloads", W, "--no-gpu"], 2, "did you mean builtin/tuner"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--prompts", "basic,nope", "--no-gpu"], 2, "prompt"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--arch", "sm_80", "--no-gpu"], 2, "unknown arch"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--mode", "x", "--no-gpu"], 2, "--mode"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--backend", "x", "--no-gpu"], 2, "--backend"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--provider-limit", "openai", "--no-gpu"], 2, "provider=N"),
+    (["bench", "--models", "builtin/tuner,builtin/tuner", "--workloads", W, "--no-gpu"], 2, "share an id"),
+    (["bench", "--models", "openai/gpt-5", "--workloads", W, "--no-gpu"], 2, "OPENAI_API_KEY"),
+    (["bench", "--workloads", W], 2, "--models"),
+    (["bench", "--resume"], 2, "--run-dir"),
+    (["bench", "--resume", "--run-dir", "nowhere"], 2, "no bench run folder"),
+    # compile, eval, profile
+    (["compile", "missing.ptx"], 2, "does not exist"),
+    (["compile", GOOD, "--arch", "sm_80"], 2, "--arch"),
+    (["compile", GOOD, "--workload", "nope"], 2, "unknown workload"),
+    (["compile", GOOD, "--language", "fortran"], 2, "--language"),
+    (["compile", "bad.ptx"], 1, "error"),  # compile errors: listed, then exit 1
+    (["compile", "seven.ptx", "--workload", W], 1, "parameters"),
+    (["eval", "nope", GOOD], 2, "unknown workload"),
+    (["eval", W, "missing.ptx"], 2, "does not exist"),
+    (["eval", W, GOOD, "--arch", "sm_80"], 2, "unknown arch"),
+    (["eval", W, GOOD, "--dist", "uniform"], 2, "--dist"),
+    (["eval", W, GOOD, "--sanitize", "leakcheck"], 2, "--sanitize"),
+    (["eval", W, GOOD, "--trials", "0"], 2, "--trials"),
+    (["profile", "nope", GOOD], 2, "unknown workload"),
+    (["profile", W, "missing.ptx"], 2, "does not exist"),
+    (["profile", W, GOOD, "--arch", "sm_80"], 2, "--arch"),
+    # export, score, report, synth-repairs, workloads
+    (["export", "/nonexistent", "--recipe", "fixit", "--out", "out"], 2, "no run folder"),
+    (["export", EXAMPLE_RUN, "--recipe", "nope", "--out", "out"], 2, "--recipe"),
+    (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--format", "csv"], 2, "--format"),
+    (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--tokenizer", "gpt2"], 2, "--tokenizer"),
+    (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--test-workloads", "nope"], 2, "--test-workloads"),
+    (["export", EXAMPLE_RUN, "--recipe", "fixit"], 2, "--out"),
+    (["score", "/nonexistent"], 2, "no run folder"),
+    (["score", "."], 2, "not a run folder"),
+    (["score", EXAMPLE_RUN, "--out-run", "x"], 2, "--re-evaluate"),
+    (["report", "/nonexistent"], 2, "no run folder"),
+    (["report", EXAMPLE_RUN, "--out", "f"], 2, "is a file"),
+    (["synth-repairs", "nope"], 2, "unknown workload"),
+    (["synth-repairs", "--mutations", "nope"], 2, "unknown bug class"),
+    (["synth-repairs"], 1, "GPU"),  # this machine has none: said up front, nothing written
+    (["workloads", "--bogus"], 2, "No such option"),
+    (["nope"], 2, "No such command"),
+]
+
+
+def _files(root: Path) -> set[Path]:
+    return {p.relative_to(root) for p in root.rglob("*")}
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PTXBENCH_RUNS", str(tmp_path / "runs"))
+    for key in KEYS:
+        monkeypatch.delenv(key, raising=False)
+    (tmp_path / "f").write_text("a file where a folder should be\n")
+    (tmp_path / "bad.ptx").write_text((ROOT / "tests/data/kernels/syntax_error.ptx").read_text())
+    seven = Path(GOOD).read_text()
+    assert seven.count('"i32:K"') == 1
+    (tmp_path / "seven.ptx").write_text(seven.replace('"i32:K"', '"i32:K", "i32:K"'))
+    return tmp_path
+
+
+def _gpu_here() -> bool:
+    return os.system("nvidia-smi -L >/dev/null 2>&1") == 0
+
+
+@pytest.mark.parametrize("argv,status,words", CASES, ids=[" ".join(c[0])[:60] for c in CASES])
+def test_bad_input_is_one_line(workdir, argv, status, words):
+    if argv == ["synth-repairs"] and _gpu_here():
+        pytest.skip("needs a machine without a GPU")
+    before = _files(workdir)
+    start = time.monotonic()
+    result = CliRunner().invoke(app, argv)
+    assert time.monotonic() - start < 15
+    text = result.output
+    assert "Traceback" not in text, text
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code == status, text
+    if argv[0] == "compile" and status == 1:  # a compile report, not an error line: at least it says what failed
+        assert words in text
+    else:
+        lines = [line for line in text.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: "), text
+        assert words in lines[0], text
+    assert _files(workdir) == before, "rejected input left files behind"
+
+
+def test_unreachable_endpoint_shows_its_attempts_and_gives_up_in_one_line(workdir):
+    start = time.monotonic()
+    result = CliRunner().invoke(app, ["optimize", W, "--model", "openai/m", "--api-base", "http://127.0.0.1:9/v1", "--quiet"])
+    assert time.monotonic() - start < 15
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1
+    assert [line.split(": attempt ")[1][:3] for line in lines[:-1]] == ["1/3", "2/3", "3/3"]
+    assert "refused" in lines[0].lower()
+    assert lines[-1].startswith("error: cannot reach http://127.0.0.1:9/v1")
+    assert not (workdir / "runs").exists()

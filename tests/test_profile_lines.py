@@ -1,0 +1,87 @@
+"""Per-line profile and grounded feedback: Nsight's source counters on solution lines; advice that knows
+what the kernel already does; every item with its worth; the feedback opens with where the kernel stands."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ptxbench.tools.compile import compile_source
+from ptxbench.tools.profile.feedback import profile_feedback
+from ptxbench.tools.profile.lines import fold_lines
+from ptxbench.tools.profile.ncu_csv import parse_source
+from ptxbench.tools.profile.summary import KernelProfile, ProfileSummary, Rule
+from ptxbench.tools.results import RuntimeTarget, Timing, TimingStat
+from ptxbench.workloads.registry import get_workload
+
+DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).parents[1]
+GEMM = get_workload("gemm_bf16_m8192_n7168_k5120")
+
+
+def test_real_h200_source_counters_fold_onto_the_lines_of_the_ptx():
+    # tests/data/ncu/stream.source.csv: ncu 2025.3 on the H200; its SASS is the one ptxas makes here, instruction for instruction
+    src = (DATA / "profile" / "stream_copy.ptx").read_text()
+    lines = compile_source(src, "ptx").kernels["stream_copy"].sass_lines
+    page = parse_source((DATA / "ncu" / "stream.source.csv").read_text())[0]
+    hot = fold_lines(page, lines, src)
+    assert hot[0].text.startswith("st.global.v4.f32") and hot[0].share_pct > 90  # the store waits on its load
+    assert hot[0].dominant == "long_scoreboard" and src.splitlines()[hot[0].line - 1].strip() == hot[0].text
+    assert fold_lines(page, lines[:-1], src) == []  # another cubin: no guessing
+
+
+def _gemm_summary(hot_line: int, hot_text: str) -> ProfileSummary:
+    """The reference GEMM's profile as recorded on the H200 on 2026-11-30 (issue 12): 93% SM throughput,
+    tensor pipe 97%, DRAM 3.4x the minimum, ncu's occupancy rule 'up to 81%'."""
+    k = KernelProfile(name="gemm_bf16_tn", grid="(132, 1, 1)", block="(384, 1, 1)", duration_us=772.0,
+                      compute_sol_pct=93.0, memory_sol_pct=45.0, dram_sol_pct=30.0, tensor_pipe_pct=97.0,
+                      registers=168, theoretical_occupancy_pct=18.75, achieved_occupancy_pct=18.0,
+                      occupancy_limiter="registers", dram_bytes=3.4 * GEMM.min_bytes, opcodes={"HGMMA": 1.0e6},
+                      stalls={"barrier": 3.0, "long_scoreboard": 2.0, "mio_throttle": 1.0, "selected": 1.0},
+                      rules=[Rule(section="Occupancy", name="AchievedOccupancy", type="OPT", speedup_pct=81.0,
+                                  message="The difference between calculated theoretical and achieved occupancy...")])
+    from ptxbench.tools.profile.lines import HotLine
+    k.hot_lines = [HotLine(line=hot_line, text=hot_text, samples=310, share_pct=31.0,
+                           stalls={"long_scoreboard": 250, "selected": 60})]
+    return ProfileSummary(ok=True, gpu="NVIDIA H200", kernels=[k])
+
+
+def _timing(now_ms: float) -> Timing:
+    return Timing(candidate=TimingStat(median_ms=now_ms, ci_low_ms=now_ms, ci_high_ms=now_ms, n=150),
+                  baselines={"cublas": TimingStat(median_ms=0.876, ci_low_ms=0.87, ci_high_ms=0.88, n=150)},
+                  primary_baseline="cublas", speedup=0.876 / now_ms, ceilings={"tflops_bf16": 780.0, "hbm_gbps": 4100.0})
+
+
+def _gemm_feedback(now_ms: float = 0.875) -> tuple[str, str, int]:
+    src = (ROOT / "workloads" / "solutions" / "gemm_bf16_m8192_n7168_k5120.cu").read_text()
+    cr = compile_source(src, "cuda", "sm_90a", GEMM)
+    wait = next(n for n, ln in enumerate(src.splitlines(), 1) if "mbar_wait(&full[stage], phase)" in ln)
+    verdicts = {"wgmma": RuntimeTarget(verdict="executed"), "tma": RuntimeTarget(verdict="executed")}
+    s = _gemm_summary(wait, src.splitlines()[wait - 1].strip())
+    return profile_feedback(s, verdicts, GEMM, cr, timing=_timing(now_ms), token_budget=600), src, wait
+
+
+def test_reference_gemm_is_not_told_to_add_what_it_already_has():
+    text, _, wait = _gemm_feedback()
+    low = text.lower()
+    assert "per-stage mbarriers" not in low and "load tiles ahead with tma" not in low
+    assert "multi-stage shared-memory ring" not in low and "up to 81%" not in text and "occupancy is" not in low
+    items = [ln for ln in text.splitlines() if ln[:2].rstrip(".").isdigit()]
+    assert items[0].startswith(f"1. line {wait} `mbar_wait(&full[stage], phase);`: 31% of stall samples, mostly long_scoreboard")
+    assert "this is an mbarrier wait" in items[0] and "[worth up to ~" in items[0]
+
+
+def test_feedback_opens_with_the_roof_and_the_library_and_orders_items_by_worth():
+    text, _, _ = _gemm_feedback(0.875)
+    first = text.splitlines()[0]
+    assert first.startswith("Where it stands: 875 us") and "1.00x cublas (876 us)" in first
+    roof_pct = 100 * (2 * 8192 * 7168 * 5120 / 780e12) / 0.875e-3
+    assert f"({roof_pct:.0f}% of the roof, measured ceilings)" in first and "within" not in first
+    worths = [float(ln.split("[worth up to ~")[1].split()[0]) for ln in text.splitlines() if "[worth up to ~" in ln]
+    assert worths == sorted(worths, reverse=True) and len(worths) >= 2
+    headroom = 875 - (2 * 8192 * 7168 * 5120 / 780e12) * 1e6
+    assert max(worths) <= headroom + 1  # no item is worth more than the distance to the roof
+
+
+def test_a_kernel_at_its_roof_is_told_so():
+    roof_ms = 2 * 8192 * 7168 * 5120 / 780e12 * 1e3
+    text, _, _ = _gemm_feedback(roof_ms * 1.03)
+    assert "It is within 3% of its roof" in text.splitlines()[0]

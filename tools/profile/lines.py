@@ -1,0 +1,58 @@
+"""Nsight Compute's per-instruction counters folded onto the lines of the solution file.
+
+The source page (`--page source --print-source sass`, SourceCounters section) lists every SASS
+instruction of a profiled kernel in address order with its warp-stall samples by reason and its
+executed count. The compile recorded the solution line of each instruction in the same order
+(KernelResources.sass_lines, tools/sass_lines.py), so the two join by position; the join is refused
+when the instruction counts differ (another ptxas made the profiled cubin), never guessed.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from pydantic import BaseModel, Field
+
+from .ncu_csv import SourceKernel
+
+ISSUING = ("selected", "not_selected")  # a sample of a warp that issued or could have: not a stall
+
+
+class HotLine(BaseModel):
+    line: int = Field(description="1-based line in the solution file")
+    text: str = Field("", description="the line as the model wrote it (stripped, capped)")
+    samples: float = Field(0.0, description="warp-stall samples at this line's instructions (all reasons)")
+    share_pct: float = Field(0.0, description="share of the kernel's samples")
+    stalls: dict[str, float] = Field(default_factory=dict, description="reason -> samples, largest first")
+    executed: float | None = Field(None, description="warp-level instructions executed at this line")
+
+    @property
+    def dominant(self) -> str:
+        waiting = {r: v for r, v in self.stalls.items() if r not in ISSUING}
+        return max(waiting, key=waiting.get) if waiting else (next(iter(self.stalls), "") if self.stalls else "")
+
+
+def fold_lines(source: SourceKernel, sass_lines: list[int | None], solution: str, top: int = 8) -> list[HotLine]:
+    """The `top` lines by stall samples ([] when the page and the compile disagree on the instruction count)."""
+    if not source.lines or len(source.lines) != len(sass_lines):
+        return []
+    total = sum(ln.samples for ln in source.lines)
+    if total <= 0:
+        return []
+    text = solution.splitlines()
+    samples: Counter = Counter()
+    reasons: dict[int, Counter] = {}
+    executed: Counter = Counter()
+    for ins, line in zip(source.lines, sass_lines):
+        if line is None:
+            continue
+        samples[line] += ins.samples
+        reasons.setdefault(line, Counter()).update(ins.stalls)
+        executed[line] += ins.inst_executed or 0.0
+    out = []
+    for line, n in samples.most_common(top):
+        if n <= 0:
+            break
+        words = text[line - 1].strip() if 0 < line <= len(text) else ""
+        out.append(HotLine(line=line, text=words[:120], samples=n, share_pct=round(100 * n / total, 1),
+                           stalls=dict(reasons[line].most_common()), executed=executed[line]))
+    return out
