@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -69,7 +70,8 @@ def eval_cmd(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, readable=True, help="The solution file."),
     trials: int = typer.Option(None, "--trials", help="Correctness runs with fresh inputs (default: the workload's)."),
     dist: str = typer.Option("normal", "--dist", help="Input distribution: normal, or spiky (heavy tails)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the first run's inputs."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the first input set; drawn per evaluation when "
+                                       "not given (a result's input_seed replays its verdict)."),
     no_time: bool = typer.Option(False, "--no-time", help="Check correctness only."),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Stop after compile + SASS."),
     timeout: float = typer.Option(60.0, "--timeout", help="Watchdog limit in seconds for the kernel's GPU work."),
