@@ -25,6 +25,7 @@ from .extract import extract_solution
 from .feedback import render_eval, render_format_error
 from .models.base import Model, ModelError, ModelExhausted, ModelReply, ModelRequest, TurnOutcome
 from .redact import mask_strings, scrub_text
+from .start_kernel import evaluate_start
 from .state import AgentState, OptimizeConfig
 from .toolset import Toolbox, parse_arguments
 from .trajectory import TrajectoryLog
@@ -74,8 +75,10 @@ class Steps:
         self.d = deps
         self.cfg = deps.config
 
-    def check_limits(self, state: AgentState) -> dict:
+    def start(self, state: AgentState) -> dict:
+        return evaluate_start(state, self.d)
 
+    def check_limits(self, state: AgentState) -> dict:
         decision = budget.check_limits(self.cfg, state)
         return {"stop": decision.model_dump()} if decision else {}
 
@@ -83,7 +86,8 @@ class Steps:
         messages = build_messages(state, self.cfg.context)
         request = ModelRequest(messages=messages, turn=state["turn"], call_index=state["model_calls"],
                                tools=self.d.toolbox.schemas() if self.cfg.mode == "tools" else None,
-                               history=[TurnOutcome(**t["outcome"]) for t in state["done_turns"]])
+                               history=[TurnOutcome(**t["outcome"]) for t in state["done_turns"]],
+                               start_source=(state.get("start") or {}).get("source", ""))
         try:
             # masked before it enters the state: checkpoints, events and kernel files never hold a key it echoes
             reply = ModelReply.model_validate(mask_strings(self.d.model.query(request).model_dump()))
@@ -220,9 +224,10 @@ def _after_tools(state: AgentState) -> str:
 def build_graph(deps: Deps, checkpointer=None):
     steps = Steps(deps)
     graph = StateGraph(AgentState)
-    for name in ("check_limits", "query", "extract", "evaluate", "run_tools", "feedback", "finish"):
+    for name in ("start", "check_limits", "query", "extract", "evaluate", "run_tools", "feedback", "finish"):
         graph.add_node(name, timed(getattr(steps, name)))
-    graph.add_edge(START, "check_limits")
+    graph.add_edge(START, "start")  # a --start-from kernel is evaluated as turn 0; otherwise a no-op
+    graph.add_conditional_edges("start", lambda s: "finish" if s.get("stop") else "check_limits", ["finish", "check_limits"])
     graph.add_conditional_edges("check_limits", lambda s: "finish" if s.get("stop") else "query", ["finish", "query"])
     graph.add_conditional_edges("query", steps.after_query, ["finish", "run_tools", "extract"])
     graph.add_conditional_edges("extract", lambda s: "evaluate" if s.get("submission") else "feedback", ["evaluate", "feedback"])

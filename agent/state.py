@@ -41,12 +41,16 @@ class OptimizeConfig(BaseModel):
     profile: bool = Field(False, description="profile every submission (it is profiled when it passes anyway)")
     seed: int | None = None
     index: int = Field(0, description="trajectory number within its (model, workload, prompt) cell")
+    start_from: str | None = Field(None, description="a solution file evaluated as turn 0 and shown in the first prompt")
+    repair_task: str | None = Field(None, description="the repair-suite task this trajectory runs (bench --track repair)")
 
     def model_slug(self) -> str:
         """The model string as a folder-name part (run folders and trajectory ids use the same one)."""
         return self.model.replace("/", "-").replace(":", "-")[:48]
 
     def trajectory_id(self) -> str:
+        if self.repair_task:  # several repair tasks share a workload
+            return f"{self.repair_task}__{self.model.replace('/', '-').replace(':', '-')[:48]}__{self.prompt}__{self.index:02d}"
         slug = self.model.replace("/", "-").replace(":", "-")[:48]
         return f"{self.workload}__{slug}__{self.prompt}__{self.index:02d}"
 
@@ -73,6 +77,7 @@ class AgentState(TypedDict, total=False):
     best_speedup: float | None
     best_turn: int
     stop: dict[str, str] | None       # {"reason", "detail"} once a stop rule fired
+    start: dict[str, Any] | None      # the --start-from kernel: {"source", "language", "path"}, + "status" once evaluated
 
 
 def initial_state(system: str, task: str) -> AgentState:

@@ -28,6 +28,7 @@ class ModelRequest(BaseModel):
     turn: int = 1
     call_index: int = Field(0, description="model calls already made in this trajectory (replay uses it)")
     history: list[TurnOutcome] = Field(default_factory=list)
+    start_source: str = Field("", description="the --start-from kernel (turn 0), if any")
 
 
 class ModelReply(BaseModel):

@@ -68,6 +68,21 @@ class ReferenceModel:
         return ModelReply(content=fenced(source, f"The reference solution of {self.workload_id}."), tags={"reference": True})
 
 
+class UnchangedModel:
+    """The repair track's floor: resubmits the kernel it was given (--start-from) untouched, every turn."""
+
+    name = "builtin/unchanged"
+
+    def __init__(self, workload_id: str):
+        self.workload_id = workload_id
+
+    def query(self, request: ModelRequest) -> ModelReply:
+        if not request.start_source:
+            raise ModelError("builtin/unchanged resubmits the --start-from kernel, and this trajectory has none")
+        return ModelReply(content=fenced(request.start_source, "The kernel as it was handed in, unchanged."),
+                          tags={"unchanged": True})
+
+
 def _as_dict(params: Any) -> dict[str, Any]:
     return params.model_dump() if hasattr(params, "model_dump") else dict(params)
 

@@ -2,6 +2,7 @@
 
     builtin/reference        the workload's reference solution (checks the set-up)
     builtin/tuner            feedback-guided search over the GEMM template (the default; no key)
+    builtin/unchanged        resubmits the --start-from kernel untouched (the repair track's floor)
     replay/<path>            the model messages of a recorded trajectory, in order
     anything else            a litellm model string, e.g. openai/gpt-5, anthropic/claude-opus-4-1,
                              hosted_vllm/Qwen/Qwen3-32B with --api-base http://host:8000/v1
@@ -16,6 +17,7 @@ DEFAULT_MODEL = "builtin/tuner"
 BUILTINS = {
     "builtin/reference": "ptxbench.agent.models.builtin:ReferenceModel",
     "builtin/tuner": "ptxbench.agent.models.builtin:TunerModel",
+    "builtin/unchanged": "ptxbench.agent.models.builtin:UnchangedModel",
 }
 
 

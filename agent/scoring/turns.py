@@ -53,6 +53,7 @@ class TrajectoryScore(BaseModel):
     index: int = 0
     stop_reason: str = Field("", description="the last stop event's reason; empty while unfinished")
     turns: list[TurnScore] = Field(default_factory=list, description="every recorded turn, infra ones included, by turn number")
+    start: TurnScore | None = Field(None, description="turn 0: the --start-from kernel's verdict (not the model's, so not in turns)")
 
     @property
     def scored_turns(self) -> list[TurnScore]:
@@ -151,6 +152,7 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     # A submission whose turn_end never came (a kill or stop right after it) still counts.
     for number, turn in pending.items():
         turns.setdefault(number, turn)
+    handed_in = turns.pop(0, None)  # a handed-in kernel (--start-from): kept apart from the model's turns
     return TrajectoryScore(
         id=record.id,
         run=run,
@@ -163,4 +165,5 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
         stop_reason=stop_reason,
         infra_failed=infra_last,
         turns=[turns[k] for k in sorted(turns)],
+        start=handed_in,
     )

@@ -1,0 +1,60 @@
+"""`ptxbench repairs list [--json]` and `ptxbench repairs show ID`: the repair suite (agent/repairs)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app
+
+repairs_app = typer.Typer(help="The repair suite: broken kernels with the verdict the GPU gave them.", no_args_is_help=True)
+app.add_typer(repairs_app, name="repairs")
+SUITE_HELP = "suite folder (default: workloads/repairs, the committed suite)"
+
+
+def _load(suite: Optional[Path]):
+    from .repairs.suite import SuiteMissing, load_suite
+
+    try:
+        return load_suite(suite)
+    except SuiteMissing as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+@repairs_app.command("list")
+def list_tasks(suite: Optional[Path] = typer.Option(None, help=SUITE_HELP),
+               as_json: bool = typer.Option(False, "--json", help="a JSON list of task objects")) -> None:
+    """Every task: id, workload, bug class, recorded status, GPU, held out."""
+    s = _load(suite)
+    rows = [{"id": t.id, "workload": t.workload, "bug_class": t.bug_class, "status": t.verdict.status,
+             "gpu": t.verdict.gpu, "date": t.verdict.date, "held_out": t.held_out, "origin": t.origin,
+             "unbroken_speedup": t.unbroken_speedup} for t in s.tasks]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    typer.echo(f"repair suite v{s.version} ({s.folder}): {len(rows)} tasks, built {s.built} on {s.gpu or '?'}")
+    for r in rows:
+        typer.echo(f"{r['id']:<58} {r['bug_class']:<28} {r['status']:<20} {'held-out' if r['held_out'] else ''}")
+
+
+@repairs_app.command("show")
+def show_task(task_id: str = typer.Argument(..., help="task id (see `ptxbench repairs list`)"),
+              suite: Optional[Path] = typer.Option(None, help=SUITE_HELP),
+              as_json: bool = typer.Option(False, "--json", help="the task record as JSON")) -> None:
+    """One task: its record, the recorded verdict and feedback, and the broken solution file."""
+    s = _load(suite)
+    try:
+        task = s.task(task_id)
+    except KeyError as exc:
+        raise typer.BadParameter(str(exc.args[0])) from None
+    if as_json:
+        typer.echo(json.dumps(task.model_dump(mode="json"), indent=2))
+        return
+    speed = f"{task.unbroken_speedup:.3f}x" if task.unbroken_speedup is not None else "unknown"
+    typer.echo(f"{task.id}\n  workload {task.workload}; bug class {task.bug_class}{' (held out)' if task.held_out else ''}; "
+               f"origin {task.origin}\n  {task.description}\n  from: {'; '.join(task.provenance)}\n"
+               f"  unbroken kernel's speedup: {speed}\n  verdict on {task.verdict.gpu or '?'} ({task.verdict.date}): "
+               f"{task.verdict.status}: {task.verdict.message}\n  file: {s.solution_path(task)}\n")
+    typer.echo(task.verdict.feedback)

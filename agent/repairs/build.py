@@ -1,0 +1,120 @@
+"""Build the repair suite: evaluate every candidate on the GPU and keep what the GPU rejects.
+
+The unbroken kernel (the workload's reference) is evaluated once per workload, timed, for the speed a
+repair must keep; each candidate is evaluated untimed with a short watchdog. A candidate enters the suite
+only with a failure status (compile, plan, runtime, timeout, wrong values); one the GPU accepts is listed
+in `dropped` with its status. Candidates run round-robin over bug classes, so a time limit cuts
+repeats of a class before it cuts a class.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ...tools.evaluator import EvalOptions, Evaluator
+from ...tools.results import EvalResult
+from ..feedback import render_eval
+from ..models.builtin import reference_source
+from .candidates import FAILED, Candidate
+from .suite import RepairSuite, RepairTask, UnbrokenKernel, Verdict
+
+
+@dataclass
+class BuildReport:
+    suite: RepairSuite
+    sources: dict[str, str] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)  # candidate id -> the status that kept it out
+    skipped: list[str] = field(default_factory=list)  # not evaluated: out of time, or the unbroken kernel failed
+    seconds: float = 0.0
+
+
+def round_robin(candidates: list[Candidate]) -> list[Candidate]:
+    """Interleave bug classes: every class's first candidate, then every class's second, ..."""
+    by_class: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        by_class.setdefault(c.bug_class, []).append(c)
+    queues = list(by_class.values())
+    out = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
+def precompile(candidates: list[Candidate], arch: str, workers: int = 16) -> None:
+    """Fill the compile cache in parallel (nvcc is the slow part; the GPU evaluations then hit the cache)."""
+    from ptxbench.tools.compile import compile_source
+    from ptxbench.tools.solution import parse_solution
+    from ptxbench.workloads.registry import get_workload
+
+    def one(source: str, wid: str) -> None:
+        wl = get_workload(wid)
+        solution = parse_solution(source, wl, arch)
+        if not isinstance(solution, list):
+            compile_source(solution.source, solution.language, arch, wl)
+
+    jobs = [(c.source, c.workload) for c in candidates]
+    jobs += [(reference_source(w), w) for w in dict.fromkeys(c.workload for c in candidates)]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(lambda j: one(*j), jobs))
+
+
+def _gpu(result: EvalResult) -> str:
+    return result.fingerprint.gpu if result.fingerprint else ""
+
+
+def build_suite(candidates: list[Candidate], evaluator: Evaluator, *, timeout_s: float = 3.0, max_seconds: float = 300.0,
+                arch: str = "sm_90a", on_result: Callable[[Candidate, EvalResult, bool], None] | None = None,
+                clock=time.monotonic) -> BuildReport:
+    t0 = clock()
+    today = _dt.date.today().isoformat()
+    timed = EvalOptions(arch=arch, profile_on_pass=False, timeout_s=max(timeout_s, 10.0))
+    untimed = EvalOptions(arch=arch, profile_on_pass=False, time=False, timeout_s=timeout_s)
+    suite = RepairSuite(built=today)
+    report = BuildReport(suite=suite)
+    for wid in dict.fromkeys(c.workload for c in candidates):
+        good = evaluator.evaluate(wid, reference_source(wid), timed)
+        suite.unbroken[wid] = UnbrokenKernel(status=good.status, speedup=good.speedup)
+        suite.gpu = suite.gpu or _gpu(good)
+    for c in round_robin(candidates):
+        if suite.unbroken[c.workload].status != "PASSED" or clock() - t0 > max_seconds:
+            report.skipped.append(c.id)
+            continue
+        result = evaluator.evaluate(c.workload, c.source, untimed)
+        kept = result.status not in FAILED
+        if on_result:
+            on_result(c, result, kept)
+        if not kept:
+            report.dropped[c.id] = result.status
+            continue
+        suite.gpu = suite.gpu or _gpu(result)
+        suite.tasks.append(RepairTask(
+            id=c.id, workload=c.workload, bug_class=c.bug_class, description=c.description, origin=c.origin,
+            provenance=c.provenance, solution_file=f"solution.{'ptx' if c.language == 'ptx' else 'cu'}",
+            unbroken_speedup=suite.unbroken[c.workload].speedup, held_out=c.held_out,
+            verdict=Verdict(status=result.status, message=result.message, feedback=render_eval(result, 0, False),
+                            gpu=_gpu(result), date=today)))
+        report.sources[c.id] = c.source
+    report.seconds = clock() - t0
+    return report
+
+
+def summary_table(report: BuildReport) -> str:
+    """Markdown: one row per task, then the counts the issue asks for."""
+    s = report.suite
+    lines = ["| task | bug class | status | held out |", "| --- | --- | --- | --- |"]
+    lines += [f"| {t.id} | {t.bug_class} | {t.verdict.status} | {'yes' if t.held_out else ''} |"
+              for t in sorted(s.tasks, key=lambda t: t.id)]
+    lines.append("")
+    lines += [f"unbroken {w}: {u.status}" + (f" {u.speedup:.3f}x" if u.speedup is not None else "")
+              for w, u in s.unbroken.items()]
+    lines.append(f"{len(s.tasks)} tasks, {len({t.workload for t in s.tasks})} workloads, "
+                 f"{len({t.bug_class for t in s.tasks})} bug classes, {sum(t.held_out for t in s.tasks)} held out; "
+                 f"dropped (the GPU accepted them) {len(report.dropped)}: "
+                 + ", ".join(f"{k}={v}" for k, v in sorted(report.dropped.items()))
+                 + f"; skipped {len(report.skipped)}; {report.seconds:.0f} s on {s.gpu or 'no GPU'}")
+    return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""Candidate repair tasks, made on the CPU: broken kernels that the GPU has still to reject.
+
+Three sources: the bug-injection recipe (agent/export/mutations.py + extra_mutations.py) applied to the
+reference kernel of each suite workload (GEMM, the wgmma attention forwards); the fault corpus
+(workloads/solutions/faults: every fault, no cheat_* entry, no control); and the failing submissions of
+recorded trajectories (docs/examples). Identical kernels of one workload are one candidate with every
+provenance listed.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..export.mutations import MUTATIONS, Mutation
+from ..models.builtin import reference_source
+from ..rundir import load_run
+from .extra_mutations import EXTRA_MUTATIONS
+from .suite import HELD_OUT_CLASSES, Origin
+
+SUITE_WORKLOADS = ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_fwd_d128_causal", "mha_fwd_d64",
+                   "mha_fwd_d128_gqa_h32_kv8")
+NOT_REPAIRS = ("control_correct", "cached_result")  # a correct kernel; a replay cheat (caught only when timed)
+FAILED = ("PASSED", "COMPILED", "INFRA_ERROR", "TIMING_SUSPECT")  # statuses that are not a repairable failure
+
+
+@dataclass
+class Candidate:
+    workload: str
+    bug_class: str
+    description: str
+    origin: Origin
+    source: str
+    provenance: list[str] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return f"{self.workload}__{self.bug_class}"
+
+    @property
+    def language(self) -> str:
+        return "ptx" if ".entry" in self.source and "__global__" not in self.source else "cuda"
+
+    @property
+    def held_out(self) -> bool:
+        return self.bug_class in HELD_OUT_CLASSES
+
+
+def from_mutations(workloads=SUITE_WORKLOADS, mutations: list[Mutation] | None = None) -> list[Candidate]:
+    out = []
+    for wid in workloads:
+        good = reference_source(wid)
+        for m in mutations or [*MUTATIONS, *EXTRA_MUTATIONS]:
+            broken = m.apply(good)
+            if broken is not None:
+                origin = "repair_mutation" if m in EXTRA_MUTATIONS else "mutation"
+                recipe = "agent/repairs/extra_mutations.py" if origin == "repair_mutation" else "agent/export/mutations.py"
+                out.append(Candidate(wid, m.name, m.description, origin, broken,
+                                     [f"{recipe}:{m.name} on the reference kernel of {wid}"]))
+    return out
+
+
+def from_fault_corpus() -> list[Candidate]:
+    from ptxbench.workloads.solutions.faults import HERE, load_corpus
+
+    workload, corpus = load_corpus()
+    out = []
+    for name, entry in corpus.items():
+        if name.startswith("cheat_") or name in NOT_REPAIRS:
+            continue
+        source = (Path(HERE) / entry["file"]).read_text(encoding="utf-8")
+        out.append(Candidate(workload, name, entry.get("description", f"fault corpus entry {name}"), "fault_corpus",
+                             source, [f"workloads/solutions/faults/{entry['file']}"]))
+    return out
+
+
+def from_trajectories(roots: list[Path]) -> list[Candidate]:
+    """Failing scored submissions of recorded runs (each folder holding a manifest or trajectories/)."""
+    out = []
+    for root in roots:
+        for record in load_run(root):
+            start = record.start
+            bug = (start.config or {}).get("synthetic_bug") if start else None
+            for e in record.events:
+                status = (e.result or {}).get("status", "") if e.type == "eval_result" else ""
+                if not status or status in FAILED or not e.submission:
+                    continue
+                source = (record.folder / e.kernel_file).read_text(encoding="utf-8")
+                out.append(Candidate(start.workload, bug or f"recorded_{status.lower()}", (start.config or {}).get(
+                    "description", f"a failing submission ({status}) of a recorded trajectory"), "trajectory", source,
+                    [f"{record.folder.as_posix()}/{e.kernel_file} (turn {e.turn}, recorded {status})"]))
+    return out
+
+
+def merge(candidates: list[Candidate]) -> list[Candidate]:
+    """One candidate per (workload, kernel text) and per id; later duplicates add their provenance."""
+    by_text: dict[tuple[str, str], Candidate] = {}
+    ids: set[str] = set()
+    for c in candidates:
+        key = (c.workload, hashlib.sha256(c.source.encode()).hexdigest())
+        if key in by_text:
+            by_text[key].provenance += [p for p in c.provenance if p not in by_text[key].provenance]
+        elif c.id not in ids:
+            by_text[key] = c
+            ids.add(c.id)
+    return list(by_text.values())
+
+
+def all_candidates(trajectory_roots: list[Path] | None = None) -> list[Candidate]:
+    return merge([*from_mutations(), *from_fault_corpus(), *from_trajectories(trajectory_roots or [])])

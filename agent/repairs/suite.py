@@ -1,0 +1,113 @@
+"""The repair suite on disk: a versioned set of broken kernels, each with the verdict the GPU gave it.
+
+    <suite>/suite.json          version, when and on which GPU it was built, the held-out bug classes,
+                                the unbroken kernel of each workload (status, speedup), the task ids
+    <suite>/<task id>/task.json a RepairTask (below)
+    <suite>/<task id>/solution.cu | solution.ptx   the broken solution file, as it was evaluated
+
+Read and written here only (load_suite / write_suite). The committed suite is workloads/repairs/, built
+on an H200 by bench/build_repair_suite.py; tests/data/repair_suite/ is a small CPU fixture.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+SUITE_VERSION = 1
+# Bug classes that never appear in exported training data (synth-repairs and the Fixit export route them
+# to the held-out split): a model is scored on them without having been trained on them.
+HELD_OUT_CLASSES = frozenset({"lse_log2_units", "smem_over_limit", "grid_too_small", "missing_header",
+                              "softmax_max_not_reduced", "misaligned", "infinite_loop"})
+Origin = Literal["mutation", "repair_mutation", "fault_corpus", "trajectory"]
+
+
+class Verdict(BaseModel):
+    status: str = Field(description="EvalResult status the broken kernel got when the suite was built")
+    message: str = ""
+    feedback: str = Field("", description="the feedback text a model is shown for that result")
+    gpu: str = ""
+    date: str = Field("", description="ISO date of the evaluation")
+
+
+class RepairTask(BaseModel):
+    id: str
+    workload: str
+    bug_class: str
+    description: str = ""
+    origin: Origin
+    provenance: list[str] = Field(default_factory=list, description="where the broken kernel came from (recipe, file, trajectory)")
+    solution_file: str = Field(description="the broken file's name inside the task folder")
+    unbroken_speedup: float | None = Field(None, description="speedup of the unbroken kernel (the reference) on the build GPU")
+    held_out: bool = False
+    verdict: Verdict
+
+
+class UnbrokenKernel(BaseModel):
+    status: str
+    speedup: float | None = None
+
+
+class RepairSuite(BaseModel):
+    version: int = SUITE_VERSION
+    built: str = ""
+    gpu: str = ""
+    held_out_classes: list[str] = Field(default_factory=lambda: sorted(HELD_OUT_CLASSES))
+    unbroken: dict[str, UnbrokenKernel] = Field(default_factory=dict, description="workload -> its unbroken kernel")
+    tasks: list[RepairTask] = Field(default_factory=list)
+    folder: str = Field("", exclude=True, description="where it was read from")
+
+    def task(self, task_id: str) -> RepairTask:
+        for t in self.tasks:
+            if t.id == task_id:
+                return t
+        raise KeyError(f"no repair task {task_id!r} in {self.folder or 'the suite'} ({len(self.tasks)} tasks)")
+
+    def solution_path(self, task: RepairTask) -> Path:
+        return Path(self.folder) / task.id / task.solution_file
+
+
+def default_suite_dir() -> Path:
+    import ptxbench.workloads
+
+    return Path(ptxbench.workloads.__file__).resolve().parent / "repairs"
+
+
+class SuiteMissing(FileNotFoundError):
+    """No suite.json where a suite was expected (the committed one is built on a GPU)."""
+
+
+def load_suite(folder: str | Path | None = None) -> RepairSuite:
+    folder = Path(folder) if folder else default_suite_dir()
+    index = folder / "suite.json"
+    if not index.exists():
+        raise SuiteMissing(f"no repair suite at {folder} (no suite.json): build it on a GPU with "
+                           "`source bench/gpu_env.sh && python3 bench/build_repair_suite.py --out workloads/repairs`")
+    meta = json.loads(index.read_text(encoding="utf-8"))
+    if meta.get("version") != SUITE_VERSION:
+        raise ValueError(f"{index}: suite version {meta.get('version')}, this ptxbench reads {SUITE_VERSION}")
+    tasks = [RepairTask.model_validate_json((folder / tid / "task.json").read_text(encoding="utf-8"))
+             for tid in meta.pop("tasks")]
+    return RepairSuite(**meta, tasks=tasks, folder=str(folder))
+
+
+def write_suite(folder: str | Path, suite: RepairSuite, sources: dict[str, str]) -> Path:
+    """Write the suite (task id -> broken source in `sources`), replacing the task folders of an older build.
+    Output is stable (sorted keys, fixed indent, tasks by id), so a rebuild diffs cleanly under git."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.iterdir():
+        if old.is_dir() and (old / "task.json").exists():
+            shutil.rmtree(old)
+    tasks = sorted(suite.tasks, key=lambda t: t.id)
+    for task in tasks:
+        (folder / task.id).mkdir()
+        (folder / task.id / task.solution_file).write_text(sources[task.id], encoding="utf-8")
+        (folder / task.id / "task.json").write_text(json.dumps(task.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+    index = suite.model_dump(mode="json", exclude={"tasks"})
+    index["tasks"] = [t.id for t in tasks]
+    (folder / "suite.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    return folder

@@ -1,0 +1,65 @@
+"""`--start-from FILE`: a kernel handed in before the first turn, evaluated as turn 0.
+
+The file's text is put into the initial graph state (so a resumed run never needs the file again),
+the `start` node evaluates it once like any submission (kernel file, eval_result and turn_end of turn
+0 in the trajectory), and the task message gains a section showing the kernel, its verdict and its
+feedback (prompts/start_from.md). Turn 0 does not count against the turn budget: it is not the model's.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import ptxbench.prompts as prompts
+
+from .extract import extract_solution
+from .feedback import render_eval
+
+START_TURN = 0
+
+
+def read_start(path: str | Path) -> dict[str, Any]:
+    """The start kernel as graph state: its source, language and where it came from."""
+    source = Path(path).read_text(encoding="utf-8")
+    language = extract_solution(f"```\n{source}\n```").language or "cuda"
+    return {"source": source, "language": language, "path": str(path)}
+
+
+def start_section(start: dict[str, Any], status: str, speedup: float | None, feedback: str) -> str:
+    return Template(prompts.load("start_from")).safe_substitute(
+        status=status, speedup_text=f" (speedup {speedup:.3f}x)" if speedup is not None else "",
+        language=start["language"], source=start["source"].rstrip("\n"), feedback=feedback.strip())
+
+
+def evaluate_start(state: dict, deps) -> dict:
+    """The `start` node: evaluate the start kernel as turn 0 and show it in the task. No start kernel: nothing."""
+    start = state.get("start")
+    if not start or start.get("status"):
+        return {}
+    log, config = deps.log, deps.config
+    kernel_file = log.save_kernel(START_TURN, start["language"], start["source"])
+    result = deps.evaluator.evaluate(config.workload, start["source"], deps.options)
+    feedback = render_eval(result, START_TURN, config.no_gpu)
+    log.eval_result(START_TURN, result.model_dump(mode="json"), feedback, kernel_file, start["source"], start["language"])
+    log.turn_end(START_TURN, result.status, result.speedup if result.passed else None, 0, 0.0, 0.0)
+    if result.status == "INFRA_ERROR":  # not the kernel's verdict: a retry evaluates it again
+        log.error(START_TURN, "start", result.message or "infrastructure error", infra=True)
+        return {"stop": {"reason": "infra_error", "detail": result.message[:500]}}
+    return {"start": {**start, "status": result.status, "kernel_file": kernel_file, "speedup": result.speedup},
+            "task": state["task"] + start_section(start, result.status, result.speedup, feedback)}
+
+
+def start_file(path: Path | None) -> str | None:
+    """--start-from's value as an absolute path (the run records it), or a usage error naming the problem."""
+    import typer
+
+    if path is None:
+        return None
+    if not path.is_file():
+        raise typer.BadParameter(f"--start-from {path}: no such file")
+    try:
+        path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(f"--start-from {path}: cannot be read as text ({exc})") from None
+    return str(path.resolve())

@@ -1,0 +1,70 @@
+"""The repair suite: building it (fake GPU), reading it, and `ptxbench repairs list / show` on the CPU fixture."""
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from repair_fixture import FIXTURE, GPU, WL, candidates, fake_gpu
+from ptxbench.agent.cli import app
+from ptxbench.agent.repairs.build import build_suite, round_robin, summary_table
+from ptxbench.agent.repairs.candidates import all_candidates
+from ptxbench.agent.repairs.suite import SUITE_VERSION, load_suite, write_suite
+
+
+def test_build_keeps_only_what_the_gpu_rejects(tmp_path):
+    cands, _ = candidates()
+    gpu = fake_gpu()
+    report = build_suite(cands, gpu)
+    assert sorted(t.bug_class for t in report.suite.tasks) == ["misaligned", "missing_header", "nan_output", "trap"]
+    assert report.dropped == {f"{WL}__control_correct": "PASSED"}
+    # the unbroken kernel once per workload, timed; candidates untimed
+    assert gpu.calls[0] == (WL, True) and all(not timed for _, timed in gpu.calls[1:]) and len(gpu.calls) == 6
+    task = next(t for t in report.suite.tasks if t.bug_class == "misaligned")
+    assert task.held_out and task.unbroken_speedup == 1.1 and task.verdict.gpu == GPU
+    assert "RUNTIME_ERROR" in task.verdict.feedback
+    write_suite(tmp_path / "s", report.suite, report.sources)
+    again = load_suite(tmp_path / "s")
+    assert [t.id for t in again.tasks] == sorted(t.id for t in report.suite.tasks)
+    assert again.solution_path(task).read_text() == report.sources[task.id]
+    assert "4 tasks, 1 workloads" in summary_table(report)
+
+
+def test_build_stops_evaluating_at_its_time_limit():
+    cands, _ = candidates()
+    ticks = iter(range(0, 1000, 10))
+    report = build_suite(cands, fake_gpu(), max_seconds=25, clock=lambda: next(ticks))
+    assert report.skipped and len(report.suite.tasks) + len(report.dropped) + len(report.skipped) == len(cands)
+
+
+def test_candidates_cover_the_issue_minimum():
+    cands = all_candidates()
+    real = [c for c in cands if not c.workload.startswith("smoke_")]
+    assert len(real) >= 40 and len({c.workload for c in real}) >= 4 and len({c.bug_class for c in cands}) >= 10
+    assert not any(c.bug_class.startswith("cheat_") or c.bug_class == "control_correct" for c in cands)
+    assert any(c.held_out for c in real) and not all(c.held_out for c in real)
+    order = [c.bug_class for c in round_robin(cands)]
+    assert len(set(order[:10])) == 10  # a time limit cuts repeats of a class first
+
+
+def test_fixture_loads_and_is_marked_as_one():
+    suite = load_suite(FIXTURE)
+    assert suite.version == SUITE_VERSION and suite.gpu == GPU and len(suite.tasks) == 4
+    assert all(t.verdict.gpu == GPU for t in suite.tasks)
+
+
+def test_repairs_list_json_and_show():
+    out = CliRunner().invoke(app, ["repairs", "list", "--json", "--suite", str(FIXTURE)])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    assert len(rows) == 4 and {"id", "workload", "bug_class", "status", "gpu", "held_out"} <= set(rows[0])
+    assert {r["status"] for r in rows} == {"RUNTIME_ERROR", "INCORRECT_NAN", "COMPILE_ERROR"}
+    shown = CliRunner().invoke(app, ["repairs", "show", f"{WL}__trap", "--suite", str(FIXTURE)])
+    assert shown.exit_code == 0 and "fake verdict RUNTIME_ERROR" in shown.output and "solution.cu" in shown.output
+    missing = CliRunner().invoke(app, ["repairs", "show", "nope", "--suite", str(FIXTURE)])
+    assert missing.exit_code == 2 and "no repair task 'nope'" in missing.output
+
+
+def test_repairs_list_without_a_suite_says_how_to_build_one(tmp_path):
+    out = CliRunner().invoke(app, ["repairs", "list", "--suite", str(tmp_path)])
+    assert out.exit_code == 2 and "build_repair_suite.py" in out.output
