@@ -13,6 +13,7 @@ marked infra-failed and left out of model scores.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -22,6 +23,7 @@ from pydantic import BaseModel
 from .bench_matrix import BenchConfig, expand
 from .bench_retry import NOTHING_TO_RETRY
 from .bench_scheduler import LimitedModel, ProviderGates, run_all
+from .checkpoint_guard import check_run
 from .manifest import build_manifest
 from .models import Model
 from .optimize import make_model, open_checkpointer, run_trajectory
@@ -139,11 +141,16 @@ class _Runner:
 
 def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool = False, overrides: dict | None = None,
               evaluator=None, model_factory: Callable[[OptimizeConfig], Model] | None = None,
-              on_done: Callable[[TrajectoryReport], None] | None = None) -> BenchOutcome:
-    """Run (or with resume=True continue) the matrix into run_dir; returns one report per trajectory."""
+              on_done: Callable[[TrajectoryReport], None] | None = None, restart: bool = False) -> BenchOutcome:
+    """Run (or with resume=True continue) the matrix into run_dir; returns one report per trajectory. A resumed
+    run whose checkpoints cannot continue a started trajectory raises CheckpointLost before anything runs,
+    unless `restart` (agent/checkpoint_guard.py)."""
     start = time.monotonic()
     run_dir = Path(run_dir)
     config = open_run(config, run_dir, resume, overrides)
+    if resume:
+        for line in check_run(run_dir, [c.trajectory_id() for c in expand(config)], restart):
+            print(f"note: {line}", file=sys.stderr)
     own_evaluator = evaluator is None
     evaluator = evaluator or make_evaluator(config)  # no GPU for a GPU run: fails before the run folder is made
     if not resume:

@@ -74,6 +74,8 @@ def bench(
     infra_retries: Optional[int] = typer.Option(None, min=0, help="retries of an infra-failed trajectory from its last good step (default 2)"),
     seed: Optional[int] = typer.Option(None, help="base seed (trajectory i gets seed + i)"),
     report: bool = typer.Option(True, help="write the report into <run>/report when done"),
+    restart_trajectory: bool = typer.Option(False, "--restart-trajectory", help="with --resume: trajectories the "
+                                            "checkpoints cannot continue are set aside (abandoned/) and started over"),
 ) -> None:
     """Run a benchmark matrix into one run folder; print the leaderboard."""
     from rich.console import Console
@@ -115,7 +117,8 @@ def bench(
                       f"({r.stop_reason}{', attempts ' + str(r.attempts) if r.attempts > 1 else ''}){flag}")
 
     try:
-        outcome = run_bench(config, run_dir, resume=resume, overrides=overrides, on_done=on_done)
+        outcome = run_bench(config, run_dir, resume=resume, overrides=overrides, on_done=on_done,
+                            restart=restart_trajectory)
     except BenchError as exc:  # a run folder in the way, no GPU, a matrix with repeated ids: nothing was written
         raise inputs.BadInput(str(exc)) from None
     failed = sum(r.infra_failed for r in outcome.trajectories)

@@ -138,6 +138,8 @@ def optimize(
     retry_wait: float = typer.Option(2.0, help="first back-off (s) after a rate limit or server error"),
     start_from: Optional[Path] = typer.Option(None, "--start-from", help="a solution file to start from: evaluated as turn 0 and shown to the model with its verdict"),
     quiet: bool = typer.Option(False, help="no live view"),
+    restart_trajectory: bool = typer.Option(False, "--restart-trajectory", help="with --resume: when the checkpoints "
+                                            "cannot continue the trajectory, set it aside (abandoned/) and start over"),
 ) -> None:
     """Run the agent on WORKLOAD: write, evaluate and revise a kernel, logging the trajectory under runs/."""
     from . import inputs
@@ -168,10 +170,11 @@ def optimize(
     view = LiveView(title)
     try:
         if quiet:
-            outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[print_retries])
+            outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[print_retries],
+                                   restart=restart_trajectory)
         else:
             with view:
-                outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[view])
+                outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[view], restart=restart_trajectory)
             view.console.line()
     except RunFolderInUse as exc:
         raise inputs.BadInput(str(exc)) from None

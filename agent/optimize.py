@@ -27,7 +27,6 @@ from .manifest import build_manifest
 from .models import Model, load_model
 from .redact import register_secret_env
 from .rundir import TrajectoryWriter, read_manifest, write_manifest
-from .start_kernel import read_start
 from .state import AgentState, OptimizeConfig, initial_state
 from .task import system_prompt, task_prompt
 from .trajectory import Listener, TrajectoryLog
@@ -120,10 +119,7 @@ def run_trajectory(
             workload = get_workload(config.workload)
             log.start(config.model_dump(mode="json"), workload=config.workload, model=config.model, prompt=config.prompt,
                       mode=config.mode, arch=config.arch, index=config.index, held_out=workload.held_out)
-            state = initial_state(system_prompt(config), task_prompt(config, workload))
-            if config.start_from:
-                state["start"] = read_start(config.start_from)
-            graph.invoke(state, run_config, durability="sync")
+            graph.invoke(initial_state(system_prompt(config), task_prompt(config, workload)), run_config, durability="sync")
     except BaseException as exc:
         turn = (graph.get_state(run_config).values or {}).get("turn", 0)
         log.error(turn, "graph", exc, infra=True)

@@ -30,6 +30,7 @@ class TrajectoryWriter:
         self.folder = Path(folder)
         (self.folder / "kernels").mkdir(parents=True, exist_ok=True)
         self.path = self.folder / "trajectory.jsonl"
+        self.torn = repair_torn_tail(self.path)  # a kill mid-write: the partial line moved aside, never appended onto
         self._seq = sum(1 for _ in _lines(self.path)) if self.path.exists() else 0
 
     def append(self, event: _Event) -> _Event:
@@ -47,6 +48,32 @@ class TrajectoryWriter:
         rel = f"kernels/{name}"
         (self.folder / rel).write_text(source, encoding="utf-8")
         return rel
+
+
+def side_path(path: Path, tag: str) -> Path:
+    """The first free `<path>.<tag>-<n>` (n = 1, 2, ...): where bytes or files set aside are kept."""
+    n = 1
+    while (found := path.with_name(f"{path.name}.{tag}-{n}")).exists():
+        n += 1
+    return found
+
+
+def repair_torn_tail(path: Path) -> Path | None:
+    """Bytes after the last newline of an append-only file are a line torn by a kill: move them to
+    `<path>.torn-<n>` and cut the file back to its last whole line. Returns the side file (None if whole)."""
+    if not path.exists():
+        return None
+    with open(path, "rb+") as f:
+        data = f.read()
+        if not data or data.endswith(b"\n"):
+            return None
+        keep = data.rfind(b"\n") + 1
+        side = side_path(path, "torn")
+        side.write_bytes(data[keep:])
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    return side
 
 
 def _lines(path: Path) -> Iterator[str]:

@@ -1,0 +1,134 @@
+"""Before a run folder is continued: its checkpoints must hold every trajectory its events say was started.
+
+A trajectory's events (trajectory.jsonl) and its graph checkpoints (checkpoints.sqlite, thread id =
+trajectory id) are written side by side. When the checkpoints are gone (the file or its -wal deleted,
+a corrupt database) but the events remain, continuing would start the trajectory again: a second
+trajectory_start, and model calls repeated and paid again. So that is refused with one line
+(`CheckpointLost`, exit status 1) unless the user asks to restart, in which case nothing is lost either:
+
+    the unreadable database  -> checkpoints.sqlite.corrupt-<n> (with its -wal and -shm)
+    a trajectory's old files -> abandoned/<trajectory id>-<n>/ (outside trajectories/: never scored)
+
+A trajectory whose log holds no progress (only trajectory_start / error: nothing was paid) is moved
+aside without asking. A log at most one model call ahead of its checkpoint is the node a kill cut
+short, which LangGraph runs again: that is a resume, not a loss.
+"""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+from .inputs import RunFailed
+from .rundir import read_events, side_path
+
+DB_NAME = "checkpoints.sqlite"
+RESTART_FLAG = "--restart-trajectory"
+NO_PROGRESS = ("trajectory_start", "error")
+
+
+class CheckpointLost(RunFailed):
+    """The run's checkpoints cannot continue a trajectory its events say was started (exit status 1)."""
+
+
+def _db_problem(db: Path) -> str:
+    """Why the database cannot be read ('' when it can)."""
+    try:
+        conn = sqlite3.connect(str(db))
+        try:
+            row = conn.execute("PRAGMA quick_check").fetchone()
+            if not row or row[0] != "ok":
+                return f"integrity check: {row[0] if row else 'no answer'}"
+            conn.execute("SELECT name FROM sqlite_master").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def _model_calls_checkpointed(db: Path, tid: str) -> int | None:
+    """The latest checkpoint's model-call count for a thread; None when the thread has no checkpoint."""
+    from .checkpoint_store import CompactSqliteSaver
+
+    conn = sqlite3.connect(str(db), check_same_thread=False)
+    try:
+        if not conn.execute("SELECT name FROM sqlite_master WHERE name = 'checkpoints'").fetchone():
+            return None
+        found = CompactSqliteSaver(conn).get_tuple({"configurable": {"thread_id": tid, "checkpoint_ns": ""}})
+    finally:
+        conn.close()
+    if found is None:
+        return None
+    return int((found.checkpoint.get("channel_values") or {}).get("model_calls") or 0)
+
+
+def _forget_thread(db: Path, tid: str) -> None:
+    from .checkpoint_store import CompactSqliteSaver
+
+    if db.exists():
+        conn = sqlite3.connect(str(db), check_same_thread=False)
+        try:
+            CompactSqliteSaver(conn).delete_thread(tid)
+        finally:
+            conn.close()
+
+
+def _logged(folder: Path) -> tuple[bool, int]:
+    """(whether the log holds progress, its model calls)."""
+    path = folder / "trajectory.jsonl"
+    events = read_events(path) if path.exists() else []
+    return any(e.type not in NO_PROGRESS for e in events), sum(e.type == "model_call" for e in events)
+
+
+def _abandon(run_dir: Path, folder: Path) -> Path:
+    n = 1
+    while (target := run_dir / "abandoned" / f"{folder.name}-{n}").exists():
+        n += 1
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(folder), str(target))
+    return target
+
+
+def _set_db_aside(db: Path) -> Path:
+    side = side_path(db, "corrupt")
+    for suffix in ("-wal", "-shm"):
+        extra = db.with_name(db.name + suffix)
+        if extra.exists():
+            extra.rename(side.with_name(side.name + suffix))
+    db.rename(side)
+    return side
+
+
+def check_run(run_dir: Path, trajectory_ids: list[str], restart: bool = False) -> list[str]:
+    """Make run_dir safe to continue: raise CheckpointLost, or (restart / no progress) set the lost parts
+    aside. Returns what was set aside, one line each."""
+    run_dir, db = Path(run_dir), Path(run_dir) / DB_NAME
+    moved: list[str] = []
+    if db.exists() and (problem := _db_problem(db)):
+        if not restart:
+            raise CheckpointLost(f"{db} cannot be read ({problem}): continuing would start its trajectories again; "
+                                 f"pass {RESTART_FLAG} to set it aside and start them over")
+        moved.append(f"unreadable checkpoints moved to {_set_db_aside(db)}")
+    lost: list[tuple[Path, str]] = []
+    for tid in trajectory_ids:
+        folder = run_dir / "trajectories" / tid
+        if not (folder / "trajectory.jsonl").exists():
+            continue
+        progress, calls = _logged(folder)
+        checkpointed = _model_calls_checkpointed(db, tid) if db.exists() else None
+        if checkpointed is None and not progress:
+            moved.append(f"{tid}: a log without progress moved to {_abandon(run_dir, folder)}")
+        elif checkpointed is None:
+            lost.append((folder, f"{tid} has {calls} model calls logged and no checkpoint"))
+        elif calls > checkpointed + 1:
+            lost.append((folder, f"{tid} has {calls} model calls logged and {checkpointed} checkpointed"))
+    if lost and not restart:
+        where = "missing" if not db.exists() else "behind its events"
+        raise CheckpointLost(f"{db} is {where} ({lost[0][1]}{f', and {len(lost) - 1} more' if len(lost) > 1 else ''}): "
+                             f"continuing would start again and pay for its model calls again; pass {RESTART_FLAG} "
+                             "to set the old trajectory aside and start over")
+    for folder, why in lost:
+        _forget_thread(db, folder.name)  # a stale head would be resumed from: the restart starts clean
+        moved.append(f"{why}: moved to {_abandon(run_dir, folder)}")
+    return moved
