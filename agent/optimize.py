@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,14 @@ from ptxbench.tools.evaluator import EvalOptions, Evaluator
 from ptxbench.workloads.registry import get_workload
 
 from .bench_retry import FORKED, fork_before_infra_stop
+from .checkpoint_guard import check_run
 from .checkpoint_store import open_checkpointer
 from .graph import Deps, build_graph
 from .manifest import build_manifest
 from .models import Model, load_model
 from .redact import register_secret_env
 from .rundir import TrajectoryWriter, read_manifest, write_manifest
+from .start_kernel import read_start
 from .state import AgentState, OptimizeConfig, initial_state
 from .task import system_prompt, task_prompt
 from .trajectory import Listener, TrajectoryLog
@@ -119,7 +122,10 @@ def run_trajectory(
             workload = get_workload(config.workload)
             log.start(config.model_dump(mode="json"), workload=config.workload, model=config.model, prompt=config.prompt,
                       mode=config.mode, arch=config.arch, index=config.index, held_out=workload.held_out)
-            graph.invoke(initial_state(system_prompt(config), task_prompt(config, workload)), run_config, durability="sync")
+            state = initial_state(system_prompt(config), task_prompt(config, workload))
+            if config.start_from:
+                state["start"] = read_start(config.start_from)
+            graph.invoke(state, run_config, durability="sync")
     except BaseException as exc:
         turn = (graph.get_state(run_config).values or {}).get("turn", 0)
         log.error(turn, "graph", exc, infra=True)
@@ -192,16 +198,22 @@ def optimize(
     evaluator: Evaluator | None = None,
     model: Model | None = None,
     listeners: list[Listener] | None = None,
+    restart: bool = False,
 ) -> TrajectoryOutcome:
     """Start a trajectory for `config` in a new run folder (or add it to `run_dir`), or continue the
-    newest trajectory of the run `resume` where it stopped."""
+    newest trajectory of the run `resume` where it stopped. A run whose checkpoints cannot continue its
+    trajectory raises CheckpointLost, unless `restart` (agent/checkpoint_guard.py)."""
     if resume is not None:
         run_path = find_run(resume)
         config, tid = config_to_resume(read_manifest(run_path))
+        set_aside = check_run(run_path, [tid], restart)
     else:
         assert config is not None, "give a config or a run to resume"
         run_path = Path(run_dir) if run_dir else new_run_dir(config)
+        set_aside = check_run(run_path, [], restart)
         config, tid = add_to_manifest(run_path, config)
+    for line in set_aside:
+        print(f"note: {line}", file=sys.stderr)
     writer = TrajectoryWriter(run_path / "trajectories" / tid)
     checkpointer = open_checkpointer(run_path / "checkpoints.sqlite")
     own_evaluator = evaluator is None
