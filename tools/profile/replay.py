@@ -55,6 +55,7 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = "sm_90a",
 
     from ...workloads.inputs import make_inputs
     from ...workloads.registry import get_workload
+    from ..gpu.launch import CudaError, sync_stream
     from ..gpu.runner import Candidate, new_buffers
     from ..gpu.verdict import Failed
     from ..gpu.worker import read_limits
@@ -79,18 +80,23 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = "sm_90a",
         cand = Candidate(cubin, plan, SimpleNamespace(limits=limits), wl)
         bufs = exact_buffers(wl, plan) if exact else new_buffers(wl, plan)
         bufs.load_inputs(make_inputs(wl, seed, dist, "cuda"))
-        cand.bind(bufs)
-        # Zero the scratch buffers now, outside the range, so ncu profiles the plan's kernels only.
+        binding = cand.bind(bufs)
+        # Zero the scratch buffers and set the module's globals now, outside the range, so ncu profiles the plan's
+        # kernels only, from the state every evaluated call starts from.
         bufs.zero_scratch_()
-        bufs.zero_scratch_ = lambda: None
+        cand.restore_globals()
         torch.cuda.synchronize()
         push(NVTX_RANGE)
         try:
-            cand.run_checked()
+            cand.launch(binding)
+            sync_stream(cand.stream)
         finally:
             pop()
     except Failed as f:
         print(f"{f.status}: {f.message}" + (f" ({'; '.join(f.plan_errors)})" if f.plan_errors else ""), file=sys.stderr)
+        return 2
+    except CudaError as e:
+        print(f"RUNTIME_ERROR: the kernel failed: {e.name}: {e.text}", file=sys.stderr)
         return 2
     print(f"replayed {len(plan.launches)} launch(es) of {workload_id}")
     return 0
