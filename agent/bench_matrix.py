@@ -28,10 +28,16 @@ class BenchConfig(BaseModel):
     infra_retries: int = Field(2, ge=0, description="times an infra-failed trajectory is retried from its last good step")
     seed: int | None = None
     optimize: dict = Field(default_factory=dict, description="other OptimizeConfig fields, applied to every trajectory")
+    track: str = Field("optimize", description="optimize | repair (the repair suite's tasks, each from its broken kernel)")
+    suite: str | None = Field(None, description="repair track: the suite folder (None: workloads/repairs)")
 
 
 def expand(config: BenchConfig) -> list[OptimizeConfig]:
     """Every trajectory of the matrix, index-major so the first trajectory of every cell runs first."""
+    if config.track == "repair":
+        from .repairs.track import expand_repair
+
+        return expand_repair(config)
     out = []
     for index in range(config.trajectories):
         for model in config.models:

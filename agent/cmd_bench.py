@@ -56,7 +56,9 @@ def bench(
     models: Optional[str] = typer.Option(None, help="comma-separated model strings (builtin/..., litellm names)"),
     workloads: Optional[str] = typer.Option(None, help="comma-separated workload ids (see `ptxbench workloads`)"),
     trajectories: int = typer.Option(12, min=1, help="trajectories per (model, workload, prompt) cell"),
-    turns: int = typer.Option(8, min=1, help="turns per trajectory"),
+    turns: Optional[int] = typer.Option(None, min=1, help="turns per trajectory (default 8; repair track 4)"),
+    track: str = typer.Option("optimize", help="optimize | repair (the repair suite: each trajectory starts from a broken kernel)"),
+    suite: Optional[Path] = typer.Option(None, help="repair track: the suite folder (default workloads/repairs)"),
     prompts: str = typer.Option("knowledge", help="comma-separated prompt variants: basic, knowledge, expert"),
     run_dir: Optional[Path] = typer.Option(None, help="run folder (default <runs root>/bench-<time>; the root is $PTXBENCH_RUNS or runs/)"),
     arch: str = typer.Option("sm_90a", help="target architecture: sm_90a | sm_100a"),
@@ -95,8 +97,11 @@ def bench(
     config = None
     overrides = {"backend": backend, "ray_address": ray_address, "gpus": gpus, "parallel": parallel,
                  "provider_limits": _limits(provider_limit) or None, "api_base": api_base, "infra_retries": infra_retries}
+    if track not in ("optimize", "repair"):
+        raise inputs.BadInput(f"--track {track!r}: expected optimize or repair")
+    turns = turns or (4 if track == "repair" else 8)
     if not resume:
-        if not _split(models) or not _split(workloads):
+        if not _split(models) or not (_split(workloads) or track == "repair"):
             raise inputs.BadInput("give --models and --workloads (comma-separated), or --resume with --run-dir")
         check_matrix(_split(models), _split(workloads), _split(prompts) or ["knowledge"], arch, api_base,
                      report=lambda line: console.print(line, markup=False, highlight=False))
@@ -105,7 +110,8 @@ def bench(
             prompts=_split(prompts) or ["knowledge"], trajectories=trajectories, turns=turns, mode=mode, arch=arch,
             target_speedup=target_speedup, no_gpu=no_gpu, api_base=api_base, backend=backend or "local",
             ray_address=ray_address, gpus=gpus, parallel=parallel or 16, provider_limits=_limits(provider_limit),
-            infra_retries=2 if infra_retries is None else infra_retries, seed=seed)
+            infra_retries=2 if infra_retries is None else infra_retries, seed=seed, track=track,
+            suite=str(suite) if suite else None)
     run_dir = run_dir or runs_root() / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     done = []
 
@@ -127,6 +133,10 @@ def bench(
     from .scoring import score_runs
 
     typer.echo(leaderboard(score_runs([run_dir])).markdown())
+    if track == "repair" or (config and config.track == "repair"):
+        from .scoring.repair_track import repair_markdown, score_repair_runs
+
+        typer.echo(repair_markdown(score_repair_runs([run_dir])))
     if report:
         from .report import write_report
 

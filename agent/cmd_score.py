@@ -46,6 +46,11 @@ def score(
         return
     for table in all_tables(result):
         typer.echo(table.markdown())
+    from .scoring.repair_track import repair_markdown, score_repair_runs
+
+    repair = score_repair_runs(runs)
+    if repair.trajectories:  # a repair-track run (bench --track repair)
+        typer.echo(repair_markdown(repair))
     typer.echo(f"{result.n_trajectories} trajectories ({result.n_infra_failed} infra-failed, left out), "
                f"{result.n_infra_turns} infra turns, {result.n_target_unknown} correct turns with unknown target verdict"
                + (f", {result.n_compile_only} COMPILED turns never run on a GPU (not counted as correct)"

@@ -106,6 +106,12 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     files.markdown.write_text(markdown_summary(run_dir, manifest, score), encoding="utf-8")
     files.html.write_text(index_html(run_dir, manifest, score), encoding="utf-8")
     files.score_json.write_text(score.model_dump_json(indent=1), encoding="utf-8")
+    from ..scoring.repair_track import repair_markdown, score_repair_runs
+
+    repair = score_repair_runs([run_dir])
+    if repair.trajectories:  # the repair page beside the leaderboard
+        (out_dir / "repair.md").write_text(repair_markdown(repair), encoding="utf-8")
+        (out_dir / "repair.json").write_text(repair.model_dump_json(indent=1), encoding="utf-8")
     for record, traj in zip(records, trajs):
         path = out_dir / "trajectories" / f"{_safe(traj.id)}.html"
         path.write_text(trajectory_html(record, traj), encoding="utf-8")

@@ -1,0 +1,69 @@
+"""bench --track repair on the CPU fixture suite: the anchors (builtin/reference = ceiling, builtin/unchanged =
+floor) through run_bench with a fake GPU, the repair scores, and the CLI with --no-gpu."""
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from repair_fixture import FIXTURE, WL, fake_gpu
+from ptxbench.agent.bench import run_bench
+from ptxbench.agent.bench_matrix import BenchConfig, expand
+from ptxbench.agent.cli import app
+from ptxbench.agent.rundir import load_run
+from ptxbench.agent.scoring.repair_track import repair_markdown, score_repair_runs
+
+
+def config(**kw) -> BenchConfig:
+    return BenchConfig(models=["builtin/reference", "builtin/unchanged"], workloads=[], trajectories=1, turns=2,
+                       track="repair", suite=str(FIXTURE), **kw)
+
+
+def test_expand_starts_every_trajectory_from_its_broken_kernel():
+    configs = expand(config())
+    assert len(configs) == 8 and len({c.trajectory_id() for c in configs}) == 8
+    assert all(c.start_from.endswith("solution.cu") and c.repair_task in c.start_from for c in configs)
+    assert all(c.target_speedup is None for c in configs)
+
+
+def test_anchors_give_the_ceiling_and_the_floor(tmp_path):
+    run = tmp_path / "run"
+    run_bench(config(), run, evaluator=fake_gpu())
+    score = score_repair_runs([run])
+    ref, floor = score.by_model["builtin/reference"], score.by_model["builtin/unchanged"]
+    assert ref.n == floor.n == 4
+    assert ref.fixed_at_1.value == ref.fixed_at_k.value == ref.speed_kept.value == 1.0 and ref.turns_to_fix.value == 1.0
+    assert floor.fixed_at_k.value == floor.speed_kept.value == 0.0 and floor.turns_to_fix.value is None
+    assert ref.regression_rate.value == 0.0
+    assert set(score.by_model_bug_class["builtin/reference"]) == {"misaligned", "missing_header", "nan_output", "trap"}
+    assert set(score.by_model_failure_class["builtin/unchanged"]) == {"RUNTIME_ERROR", "INCORRECT_NAN", "COMPILE_ERROR"}
+    # turn 0 of every trajectory is the broken kernel, with the verdict the suite recorded
+    for record in load_run(run):
+        zero = [e for e in record.events if e.type == "eval_result" and e.turn == 0]
+        assert len(zero) == 1 and zero[0].result["status"] != "PASSED"
+    page = repair_markdown(score)
+    assert "| builtin/reference | 4 | 100.0% [100.0, 100.0] |" in page and "by bug class" in page
+    scored = CliRunner().invoke(app, ["score", str(run)])
+    assert scored.exit_code == 0 and "| builtin/unchanged | 4 | 0.0%" in scored.output
+    reported = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "rep")])
+    assert reported.exit_code == 0 and "## Repair track" in (tmp_path / "rep" / "repair.md").read_text()
+
+
+def test_slow_fix_is_not_a_repair(tmp_path):
+    gpu = fake_gpu()
+    gpu.speedup = 0.5  # the reference now runs at half the speed the suite recorded for the unbroken kernel
+    cfg = BenchConfig(models=["builtin/reference"], workloads=[WL], trajectories=1, turns=1, track="repair", suite=str(FIXTURE))
+    run_bench(cfg, tmp_path / "run", evaluator=gpu)
+    ref = score_repair_runs([tmp_path / "run"]).by_model["builtin/reference"]
+    assert ref.fixed_at_1.value == 1.0 and ref.speed_kept.value == 0.0
+
+
+def test_cli_repair_track_no_gpu(tmp_path):
+    run = tmp_path / "bench"
+    out = CliRunner().invoke(app, ["bench", "--track", "repair", "--suite", str(FIXTURE), "--models", "builtin/unchanged",
+                                   "--trajectories", "1", "--no-gpu", "--run-dir", str(run), "--no-report"])
+    assert out.exit_code == 0, out.output
+    assert "## Repair track" in out.output and "| builtin/unchanged | 4 | 0.0%" in out.output
+    records = load_run(run)
+    assert len(records) == 4 and all(r.start.config["turns"] == 4 for r in records)
+    bad = CliRunner().invoke(app, ["bench", "--track", "repair", "--suite", str(tmp_path / "none"), "--models",
+                                   "builtin/unchanged", "--no-gpu", "--run-dir", str(tmp_path / "b2")])
+    assert bad.exit_code == 2 and "no repair suite" in bad.output
