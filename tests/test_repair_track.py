@@ -13,8 +13,9 @@ from ptxbench.agent.scoring.repair_track import repair_markdown, score_repair_ru
 
 
 def config(**kw) -> BenchConfig:
-    return BenchConfig(models=["builtin/reference", "builtin/unchanged"], workloads=[], trajectories=1, turns=2,
-                       track="repair", suite=str(FIXTURE), **kw)
+    base = dict(models=["builtin/reference", "builtin/unchanged"], workloads=[], trajectories=1, turns=2,
+                track="repair", suite=str(FIXTURE))
+    return BenchConfig(**{**base, **kw})
 
 
 def test_expand_starts_every_trajectory_from_its_broken_kernel():
@@ -67,3 +68,21 @@ def test_cli_repair_track_no_gpu(tmp_path):
     bad = CliRunner().invoke(app, ["bench", "--track", "repair", "--suite", str(tmp_path / "none"), "--models",
                                    "builtin/unchanged", "--no-gpu", "--run-dir", str(tmp_path / "b2")])
     assert bad.exit_code == 2 and "no repair suite" in bad.output
+
+
+def test_fixit_export_keeps_held_out_bug_classes_out_of_training(tmp_path):
+    from ptxbench.agent.export.collect import collect_samples
+    from ptxbench.agent.export.recipes import build_rows
+    from ptxbench.agent.export.schema import ExportConfig
+
+    run = tmp_path / "run"
+    run_bench(config(models=["builtin/reference"]), run, evaluator=fake_gpu())
+    samples = collect_samples([run])
+    from ptxbench.agent.repairs.suite import held_out_bug
+
+    by_bug = {r.start.config["repair_task"].split("__")[1]: held_out_bug(r.start.config) for r in load_run(run)}
+    assert by_bug == {"misaligned": True, "missing_header": True, "nan_output": False, "trap": False}
+    # the fixture's smoke workload is held out itself, so every sample is; held-out rows stay out by default
+    assert all(s.held_out for s in samples)
+    rows, _ = build_rows(samples, ExportConfig(recipe="fixit"))
+    assert rows == []

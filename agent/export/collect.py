@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..repairs.suite import held_out_bug
 from ..rundir import load_run, read_manifest, sha256_text
 from ..scoring.turns import evaluated_gpu
 
@@ -70,7 +71,7 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
             system, task = _first_prompts(rec.events, start)
             sample = TrajectorySample(
                 run=run_dir.name, trajectory=rec.id, workload=start.workload, model=start.model, prompt=start.prompt,
-                gpu=start.gpu or evaluated_gpu(rec.events) or gpu, held_out=start.held_out, system=system, task=task,
+                gpu=start.gpu or evaluated_gpu(rec.events) or gpu, held_out=start.held_out or held_out_bug(start.config), system=system, task=task,
                 synthetic=start.config.get("synthetic_bug"),
             )
             for e in rec.events:

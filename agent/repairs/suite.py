@@ -22,6 +22,14 @@ SUITE_VERSION = 1
 # to the held-out split): a model is scored on them without having been trained on them.
 HELD_OUT_CLASSES = frozenset({"lse_log2_units", "smem_over_limit", "grid_too_small", "missing_header",
                               "softmax_max_not_reduced", "misaligned", "infinite_loop"})
+
+
+def held_out_bug(config: dict) -> bool:
+    """A trajectory (its recorded config) whose bug class is held out: a repair task's or a synth-repairs pair's."""
+    bug = config.get("synthetic_bug") or (config.get("repair_task") or "").rpartition("__")[2]
+    return bug in HELD_OUT_CLASSES
+
+
 Origin = Literal["mutation", "repair_mutation", "fault_corpus", "trajectory"]
 
 
