@@ -114,6 +114,16 @@ class LiveView:
         self.live.__exit__(*exc)
 
 
+def recorded_turns(outcome) -> int:
+    """Turns as the score tables count them: a turn an infra failure cut short is a turn there too."""
+    from .rundir import TrajectoryRecord, read_events
+    from .scoring.turns import score_trajectory
+
+    folder = Path(outcome.folder)
+    log = folder / "trajectory.jsonl"
+    return len(score_trajectory(TrajectoryRecord(folder, read_events(log))).turns) if log.exists() else outcome.turns
+
+
 @app.command()
 def optimize(
     workload: Optional[str] = typer.Argument(None, help="workload id (see `ptxbench workloads`); not needed with --resume"),
@@ -179,7 +189,7 @@ def optimize(
     except RunFolderInUse as exc:
         raise inputs.BadInput(str(exc)) from None
     best = f"{outcome.best_speedup:.3f}x (turn {outcome.best_turn})" if outcome.best_speedup is not None else "none"
-    typer.echo(f"stop: {outcome.stop_reason} ({outcome.stop_detail}); turns {outcome.turns}; best speedup {best}; "
+    typer.echo(f"stop: {outcome.stop_reason} ({outcome.stop_detail}); turns {recorded_turns(outcome)}; best speedup {best}; "
                f"trajectory {outcome.folder}")
     if outcome.stop_reason == "infra_error" and "GPU" in outcome.stop_detail and not no_gpu:
         typer.echo("No usable GPU here: add --no-gpu to evaluate up to compile + SASS only.", err=True)

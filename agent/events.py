@@ -80,7 +80,7 @@ class EvalEvent(_Event):
 
 class TurnEnd(_Event):
     type: Literal["turn_end"] = "turn_end"
-    status: str = Field("", description="EvalResult status of the turn's submission, or NO_SUBMISSION / FORMAT_ERROR")
+    status: str = Field("", description="EvalResult status of the turn's submission, or FORMAT_ERROR (no kernel file handed in)")
     speedup: float | None = None
     tokens: int = 0
     cost_usd: float = 0.0

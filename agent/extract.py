@@ -1,12 +1,19 @@
 """The extract step: take the solution file out of a model reply (tools/solution.py does the slicing).
 
-Replies are untrusted text: this only slices strings; the evaluator parses and checks the file.
+Replies are untrusted text: this only slices strings; the evaluator parses and checks the file. A reply
+that hands in no kernel file (none found, or a block in another language such as ```python) is a
+FORMAT_ERROR turn whose message says what was wrong and what to send; in tools mode it speaks of `submit`.
 """
 from __future__ import annotations
 
 from pydantic import BaseModel
 
+from ptxbench.tools.solution import FENCE_LANGUAGES, PLAN_START, _blocks
 from ptxbench.tools.solution import extract_solution as _extract
+
+PIPELINE_HINT = ("Send the whole kernel file, with its /* ptxbench ... */ plan, in one ```ptx or ```cuda "
+                 "fenced block.")
+TOOLS_HINT = "Hand in the whole kernel file, with its /* ptxbench ... */ plan, by calling the submit tool."
 
 
 class Extracted(BaseModel):
@@ -20,8 +27,24 @@ class Extracted(BaseModel):
         return not self.error
 
 
-def extract_solution(reply: str) -> Extracted:
+def _foreign_block(reply: str, source: str) -> str:
+    """The tag of the block the solution was taken from when it is not a kernel language and holds no plan."""
+    for tag, body, _ in _blocks(reply):
+        if body == source and tag and tag not in FENCE_LANGUAGES and not PLAN_START.search(body):
+            return tag
+    return ""
+
+
+def extract_solution(reply: str, tools: bool = False) -> Extracted:
+    hint = TOOLS_HINT if tools else PIPELINE_HINT
     found = _extract(reply)
     if isinstance(found, list):
-        return Extracted(error="; ".join(str(issue) for issue in found).capitalize() + ".")
+        issues = "; ".join(str(issue) for issue in found)
+        if not tools:  # the slicer's messages say how to send the file in a reply
+            return Extracted(error=f"{issues.capitalize()}. Follow the solution format.")
+        # its advice is about fenced blocks: in tools mode the way in is submit
+        return Extracted(error=f"{issues.split(':', 1)[0].split(';', 1)[0].capitalize()}. {hint}")
+    if not found.language and (tag := _foreign_block(reply, found.source)):
+        return Extracted(error=f"The ```{tag} block is not a kernel file (a kernel file is PTX or CUDA with its "
+                               f"plan). {hint}")
     return Extracted(source=found.source, language=found.language or "cuda", warnings=found.warnings)

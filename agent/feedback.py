@@ -13,7 +13,7 @@ from string import Template
 from ptxbench import prompts
 from ptxbench.tools.gpu.ceilings import IMPLAUSIBLE_SPEEDUP
 from ptxbench.tools.gpu.timing import SLOW_FACTOR, SLOW_ITERS
-from ptxbench.tools.results import EvalResult
+from ptxbench.tools.results import FORMAT_ERROR, EvalResult
 
 NO_GPU_NOTE = ("NOTE: no GPU ran for this evaluation (--no-gpu mode): only parsing, compilation and the SASS scan "
                "were done, so correctness and speed are unknown.")
@@ -108,7 +108,7 @@ def render_eval(result: EvalResult, turn: int, no_gpu: bool, progress: str = "")
 
 
 def render_format_error(error: str, turn: int, no_gpu: bool, progress: str = "") -> str:
-    return _fill(turn, "NO_SUBMISSION", "", no_gpu, error + "\n\n" + "Follow the solution format.", progress)
+    return _fill(turn, FORMAT_ERROR, "", no_gpu, error, progress)
 
 
 def _fill(turn: int, status: str, speedup_text: str, no_gpu: bool, body: str, progress: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from langgraph.graph import END, START, StateGraph
 
 from ptxbench.tools.evaluator import EvalOptions, Evaluator
-from ptxbench.tools.results import EvalResult
+from ptxbench.tools.results import FORMAT_ERROR, EvalResult
 
 from . import budget
 from .context import build_messages
@@ -107,7 +107,7 @@ class Steps:
                 "cost_usd": state["cost_usd"] + (reply.cost_usd or 0.0)}
 
     def extract(self, state: AgentState) -> dict:
-        found = extract_solution(state["reply"]["content"])
+        found = extract_solution(state["reply"]["content"], tools=self.cfg.mode == "tools")
         if not found.ok:
             return {"submission": None, "eval": None, "format_error": found.error}
         return {"submission": {"source": found.source, "language": found.language, "warnings": found.warnings},
@@ -179,8 +179,7 @@ class Steps:
         turn, current = state["turn"], list(state["current"])
         result = EvalResult.model_validate(state["eval"]) if state.get("eval") else None
         if result is None:
-            reply = (state.get("reply") or {}).get("content", "")
-            status = "FORMAT_ERROR" if reply.strip() and self.cfg.mode == "pipeline" else "NO_SUBMISSION"
+            status = FORMAT_ERROR  # no kernel file handed in: one word in tables, feedback and docs
             text = render_format_error(state["format_error"], turn, self.cfg.no_gpu, _progress(self.cfg, state))
         else:
             status, text = result.status, state["feedback"]
@@ -207,7 +206,7 @@ class Steps:
     def finish(self, state: AgentState) -> dict:
         stop = state["stop"] or {"reason": "error", "detail": "stopped without a reason"}
         if state.get("current"):  # a turn cut short (budgets, an infrastructure failure): close it for scoring
-            status = (state.get("eval") or {}).get("status", "NO_SUBMISSION")
+            status = (state.get("eval") or {}).get("status", FORMAT_ERROR)
             self.d.log.turn_end(state["turn"], status, None, state["tokens"], state["cost_usd"], state["elapsed_s"])
         self.d.log.stop(len(state["done_turns"]), stop["reason"], stop.get("detail", ""))
         return {}

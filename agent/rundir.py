@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from ptxbench.tools.results import OLD_TURN_STATUSES
+
 from .events import Event, TrajectoryStart, parse_event, _Event
 
 KERNEL_SUFFIX = {"ptx": "ptx", "cuda": "cu"}
@@ -84,13 +86,17 @@ def _lines(path: Path) -> Iterator[str]:
 
 
 def read_events(path: Path) -> list[Event]:
-    """Events of one trajectory; a torn last line (a kill mid-write) is dropped, not fatal."""
+    """Events of one trajectory; a torn last line (a kill mid-write) is dropped, not fatal. Old status words
+    (NO_SUBMISSION) read as today's (FORMAT_ERROR)."""
     events: list[Event] = []
     for line in _lines(Path(path)):
         try:
             events.append(parse_event(line))
         except ValueError:
             continue
+    for event in events:  # an older run's word for a no-kernel turn, in today's vocabulary (tools/results.py)
+        if event.type == "turn_end" and event.status in OLD_TURN_STATUSES:
+            event.status = OLD_TURN_STATUSES[event.status]
     return read_old_compile_only_as_compiled(events)
 
 

@@ -56,8 +56,9 @@ def test_no_code_block_and_empty_reply(tmp_path, evaluator):
     script = [{"content": "I would tile the matrix with wgmma."}, {"content": ""}, reply(GOOD_PTX)]
     with ScriptedServer(script) as server:
         outcome = run(server, tmp_path, evaluator, turns=3, context="last")
-    assert outcome.statuses == ["FORMAT_ERROR", "NO_SUBMISSION", "COMPILED"]
-    assert "no code block" in request_text(server.requests[1]).lower()
+    assert outcome.statuses == ["FORMAT_ERROR", "FORMAT_ERROR", "COMPILED"]
+    second = request_text(server.requests[1])
+    assert "no code block" in second.lower() and "## Turn 1: FORMAT_ERROR" in second  # one word: table and feedback
     third = request_text(server.requests[2])
     assert "empty" in third and "no GPU ran" in third
     # context "last": the first turn's reply is gone from the third request
@@ -121,7 +122,7 @@ def test_tools_budget_ends_a_model_that_never_stops(tmp_path, evaluator):
     evs = events(tmp_path / "run")
     assert len(of_type(evs, "tool_result")) == 5
     assert all("no GPU ran" in e.content for e in of_type(evs, "tool_result"))
-    assert [e.status for e in of_type(evs, "turn_end")] == ["NO_SUBMISSION"]
+    assert [e.status for e in of_type(evs, "turn_end")] == ["FORMAT_ERROR"]
 
 
 def test_cost_is_recorded_and_budgeted(tmp_path, evaluator):

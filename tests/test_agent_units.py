@@ -171,7 +171,7 @@ def test_tools_mode_turn_ends_when_its_tool_calls_are_used_up(tmp_path):
     config = OptimizeConfig(workload=WORKLOAD, mode="tools", turns=2, max_tool_calls_per_turn=3)
     writer = TrajectoryWriter(tmp_path / "traj")
     outcome = asyncio.run(arun_trajectory(config, StubEvaluator([1.0] * 10), writer, model=model))
-    assert outcome.statuses == ["NO_SUBMISSION", "NO_SUBMISSION"] and outcome.stop_reason == "turn_limit"
+    assert outcome.statuses == ["FORMAT_ERROR", "FORMAT_ERROR"] and outcome.stop_reason == "turn_limit"
     results = [e for e in writer_events(writer) if e.type == "tool_result"]
     assert "unknown tool 'foo'" in results[0].content and not results[0].ok
     assert "needs `source`" in results[1].content and results[2].ok

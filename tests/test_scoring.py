@@ -55,7 +55,8 @@ def test_turns_of_a_trajectory(run_dir):
     assert [(t.turn, t.status) for t in a3.turns] == [(1, "COMPILE_ERROR"), (2, "INFRA_ERROR")]
     assert a3.infra_failed and len(a3.scored_turns) == 1
     a4 = score_trajectory(records["a-gemm-3"])
-    assert [t.status for t in a4.turns] == ["NO_SUBMISSION", "COMPILE_ERROR", "COMPILE_ERROR", "FORMAT_ERROR"]
+    # the builder writes turn 1 as an old run did (NO_SUBMISSION): it reads in today's word
+    assert [t.status for t in a4.turns] == ["FORMAT_ERROR", "COMPILE_ERROR", "COMPILE_ERROR", "FORMAT_ERROR"]
     a2 = score_trajectory(records["a-gemm-1"])
     assert a2.first_correct_turn == 1 and a2.best_speedup == 1.3 and a2.best_target_speedup == 1.25
     assert a2.turns[3].target_executed is None  # P1.3U: not measured
@@ -121,11 +122,11 @@ def test_repair(cell_a):
         "PASSED": {"PASSED": 3, "RUNTIME_ERROR": 1, "INCORRECT_NUMERICAL": 1},
         "COMPILE_ERROR": {"PASSED": 2, "COMPILE_ERROR": 1, "FORMAT_ERROR": 1},
         "RUNTIME_ERROR": {"COMPILE_ERROR": 1},
-        "NO_SUBMISSION": {"COMPILE_ERROR": 1},
+        "FORMAT_ERROR": {"COMPILE_ERROR": 1},
     }
-    assert r.classes == ["PASSED", "COMPILE_ERROR", "RUNTIME_ERROR", "INCORRECT_NUMERICAL", "FORMAT_ERROR", "NO_SUBMISSION"]
+    assert r.classes == ["PASSED", "COMPILE_ERROR", "RUNTIME_ERROR", "INCORRECT_NUMERICAL", "FORMAT_ERROR"]
     assert r.next_class["COMPILE_ERROR"] == {"PASSED": 0.5, "COMPILE_ERROR": 0.25, "FORMAT_ERROR": 0.25}
-    assert values(r.fix_probability) == {"COMPILE_ERROR": 0.5, "RUNTIME_ERROR": 0.0, "NO_SUBMISSION": 0.0}
+    assert values(r.fix_probability) == {"COMPILE_ERROR": 0.5, "RUNTIME_ERROR": 0.0, "FORMAT_ERROR": 0.0}
     # Failing runs: A1 [CE] fixed in 1, [IN] open; A2 [RE, CE] fixed in 2; A3 [CE] open; A4 [NS..FE] open.
     assert (r.episodes_repaired, r.episodes_unrepaired) == (2, 3)
     assert values(r.turns_to_repair) == {"COMPILE_ERROR": 1.0, "RUNTIME_ERROR": 2.0, "all": 1.5}

@@ -28,6 +28,11 @@ Status = Literal[
     "TIMING_SUSPECT",
     "INFRA_ERROR",
 ]
+# A turn that handed in no kernel file (an empty reply, no code block, a block that is not a kernel, a tools-mode
+# turn that never called submit) has the turn status FORMAT_ERROR, in tables, feedback, reports and docs alike.
+# Runs recorded before this vocabulary called some of those turns NO_SUBMISSION: read as FORMAT_ERROR.
+FORMAT_ERROR = "FORMAT_ERROR"
+OLD_TURN_STATUSES = {"NO_SUBMISSION": FORMAT_ERROR}
 # The model's failures (what scoring's repair statistics track); INFRA_ERROR is the harness's.
 # TIMING_SUSPECT: correct whenever checked, but timed faster than the device can go (above the measured roofline,
 # or an implausible speedup) and still so when timed again under a changed schedule: never counted as correct.

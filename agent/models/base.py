@@ -15,7 +15,7 @@ class TurnOutcome(BaseModel):
     """What happened to one earlier turn's submission (kept in the graph state, so it survives resume)."""
 
     turn: int
-    status: str = Field(description="EvalResult status, or NO_SUBMISSION / FORMAT_ERROR")
+    status: str = Field(description="EvalResult status, or FORMAT_ERROR (no kernel file handed in)")
     speedup: float | None = None
     message: str = ""
     source: str = Field("", description="the submitted solution file")

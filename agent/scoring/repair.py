@@ -20,11 +20,11 @@ from collections import defaultdict
 
 from pydantic import BaseModel, Field
 
-from ...tools.results import MODEL_FAILURES
+from ...tools.results import FORMAT_ERROR, MODEL_FAILURES
 from .stats import Estimate, mean_estimate, ratio_estimate
 from .turns import COMPILED, PASSED, TrajectoryScore, TurnScore
 
-CLASS_ORDER = (PASSED, COMPILED, *MODEL_FAILURES, "FORMAT_ERROR", "NO_SUBMISSION")
+CLASS_ORDER = (PASSED, COMPILED, *MODEL_FAILURES, FORMAT_ERROR)
 
 
 def order_classes(classes) -> list[str]:

@@ -1,7 +1,7 @@
 """Per-turn and per-trajectory records, read from a trajectory's events alone.
 
 A turn's verdict is its submission (the eval_result with submission=True); a turn without one takes
-its status from turn_end (NO_SUBMISSION / FORMAT_ERROR). Events for a turn number that was already
+its status from turn_end (FORMAT_ERROR). Events for a turn number that was already
 recorded replace it, so a trajectory retried from its last good turn after an infra failure scores
 the retried turn. INFRA_ERROR turns (status, or an ErrorEvent with infra=True) are kept apart from
 the model's own results. A COMPILED turn (compiled, never run on a GPU) is neither correct nor failed:
@@ -20,7 +20,7 @@ COMPILED = "COMPILED"
 
 class TurnScore(BaseModel):
     turn: int
-    status: str = Field(description="EvalResult status, or NO_SUBMISSION / FORMAT_ERROR, or INFRA_ERROR")
+    status: str = Field(description="EvalResult status, or FORMAT_ERROR (no kernel file), or INFRA_ERROR")
     correct: bool = False
     target_executed: bool | None = Field(None, description="every target family executed; None = not measured")
     speedup: float | None = None
