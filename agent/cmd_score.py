@@ -14,6 +14,29 @@ import typer
 from .app import app
 
 
+def exclusion_lines(runs: list[Path]) -> list[str]:
+    """Why trajectories were left out of trajectory-level scores: one line per reason, with its count (a
+    trajectory is left out when it ended on an infra failure no retry repaired; the reason is its last
+    infra error's first line)."""
+    from collections import Counter
+
+    from .rundir import load_run
+    from .scoring.turns import score_trajectory
+
+    reasons: Counter[str] = Counter()
+    for run in runs:
+        for record in load_run(run):
+            if score_trajectory(record).infra_failed:
+                errors = [e for e in record.events if e.type == "error" and e.infra]
+                first = (errors[-1].message.strip().splitlines() or [""])[0] if errors else ""
+                reasons[(first[:160] or "stopped on an infra error with no message")] += 1
+    if not reasons:
+        return []
+    total = sum(reasons.values())
+    return [f"excluded: {total} trajector{'y' if total == 1 else 'ies'} ended on an infra failure no retry repaired:",
+            *(f"  {n} x {reason}" for reason, n in reasons.most_common())]
+
+
 @app.command()
 def score(
     runs: list[Path] = typer.Argument(..., help="run folders (each with trajectories/)"),
@@ -51,6 +74,8 @@ def score(
     repair = score_repair_runs(runs)
     if repair.trajectories:  # a repair-track run (bench --track repair)
         typer.echo(repair_markdown(repair))
+    for line in exclusion_lines(runs):
+        typer.echo(line)
     typer.echo(f"{result.n_trajectories} trajectories ({result.n_infra_failed} infra-failed, left out), "
                f"{result.n_infra_turns} infra turns, {result.n_target_unknown} correct turns with unknown target verdict"
                + (f", {result.n_compile_only} COMPILED turns never run on a GPU (not counted as correct)"

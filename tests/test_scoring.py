@@ -204,3 +204,18 @@ def test_estimators():
     a, b = mean_estimate([0.0, 1.0, 2.0, 5.0]), mean_estimate([0.0, 1.0, 2.0, 5.0])
     assert (a.ci_low, a.ci_high) == (b.ci_low, b.ci_high)  # seeded
     assert math.isclose(a.value, 2.0) and 0.0 <= a.ci_low < 2.0 < a.ci_high <= 5.0
+
+
+def test_score_says_how_many_trajectories_were_excluded_and_why(tmp_path):
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli import app
+    run = build_sample_run(tmp_path / "run")  # A3 ended on "GPU worker lost"
+    TrajectoryBuilder(run, "b-gemm-0", "m/b", "gemm", index=0).turn(1, "COMPILE_ERROR").infra(2, "evaluator died\ntraceback")
+    TrajectoryBuilder(run, "b-gemm-1", "m/b", "gemm", index=1).infra(1, "evaluator died")
+    out = CliRunner().invoke(app, ["score", str(run)]).output
+    assert "excluded: 3 trajectories ended on an infra failure no retry repaired:" in out
+    assert "  2 x evaluator died\n" in out and "  1 x GPU worker lost\n" in out
+    clean = build_sample_run(tmp_path / "clean")
+    shutil.rmtree(clean / "trajectories" / "a-gemm-2")
+    assert "excluded" not in CliRunner().invoke(app, ["score", str(clean)]).output
