@@ -40,8 +40,9 @@ VARIANTS: dict[str, PromptVariant] = {
     v.name: v
     for v in (
         PromptVariant("basic", ("system_basic",), (), "the task and the solution format only"),
-        PromptVariant("knowledge", ("system_basic",), ("knowledge_{arch}",), "plus the PTX knowledge pack of the arch"),
-        PromptVariant("expert", ("system_basic",), ("knowledge_{arch}", "expert"),
+        PromptVariant("knowledge", ("system_basic",), ("knowledge_{arch}", "helpers_{arch}"),
+                      "plus the PTX knowledge pack of the arch and its wrapper headers' declarations"),
+        PromptVariant("expert", ("system_basic",), ("knowledge_{arch}", "helpers_{arch}", "expert"),
                       "plus how the fastest published kernels are built"),
     )
 }

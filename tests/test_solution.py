@@ -248,7 +248,7 @@ def test_grid_with_four_entries():
     ('"eval(\'1\')"', ["unknown function 'eval'"]),
     ('"2 ** 100"', ["exponent"]),
     ('"M // 0"', ["division by zero"]),
-    ('"Q"', ["unknown name 'Q'", "K, M, N, num_sms"]),
+    ('"Q"', ["unknown name 'Q'", "K, M, N, max_clusters, num_sms"]),
 ])
 def test_bad_expressions_in_grid(toml_expr, words):
     _one(parse_solution(FILE.replace('"cdiv(N, 128)"', toml_expr), GEMM), 6, *words)

@@ -8,7 +8,7 @@ plan that would fail inside the driver fails here with a line number instead.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ptxbench.workloads.arch import ArchProfile
 from ptxbench.workloads.schema import DTYPE_BYTES, Workload
@@ -18,22 +18,49 @@ from .plan import (Arg, Launch, LaunchPlan, ResolvedArg, ResolvedLaunch, Resolve
 from .plan_toml import KeyLines
 
 MAX_SCRATCH_BYTES = 32 * 2**30
+MAX_CLUSTERS = "max_clusters"  # the per-launch symbol: clusters of this launch's shape resident at once
 SWIZZLE_BYTES = {"none": None, "32B": 32, "64B": 64, "128B": 128}
 SCALAR_RANGES = {"i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-(2**63), 2**63 - 1), "u64": (0, 2**63 - 1)}
 GRID_MAX = (2**31 - 1, 65535, 65535)
 BLOCK_MAX = (1024, 1024, 64)
 
 
+def _pad(values: list[int]) -> tuple[int, int, int]:
+    return tuple(values + [1] * (3 - len(values)))
+
+
 class _Skip(Exception):
     """An issue was recorded; stop resolving this object."""
 
 
+def guaranteed_clusters(num_sms: int, size: int, arch: ArchProfile) -> int:
+    """How many clusters of `size` CTAs are surely resident at once when each CTA fits on an SM.
+
+    A cluster runs inside one GPC. A GPC of n SMs (n a multiple of the TPC's SM count) holds
+    n // size clusters, leaving at most `waste` SMs idle; with at most arch.gpcs GPCs the total
+    is at least ceil((num_sms - gpcs * waste) / size). Exact for sizes that divide a TPC (1, 2 on
+    Hopper); a lower bound otherwise, replaced by the driver's cuOccupancyMaxActiveClusters figure
+    when the caller has it (DeviceLimits.cluster_capacity).
+    """
+    if size <= 1:
+        return num_sms
+    if arch.tpc_sms % size == 0:
+        waste = 0
+    elif size % arch.tpc_sms == 0:
+        waste = size - arch.tpc_sms
+    else:
+        waste = size - 1
+    return max(0, min(num_sms // size, -(-(num_sms - arch.gpcs * waste) // size)))
+
+
 class Resolver:
-    def __init__(self, workload: Workload, num_sms: int, arch: ArchProfile, lines: KeyLines | None = None):
+    def __init__(self, workload: Workload, num_sms: int, arch: ArchProfile, lines: KeyLines | None = None,
+                 cluster_capacity: Mapping[int, int] | None = None):
         self.workload = workload
         self.symbols: dict[str, Number] = {**workload.symbols, "num_sms": num_sms}
         self.num_sms = num_sms
         self.arch = arch
+        self.cluster_capacity = dict(cluster_capacity or {})
         self.lines = lines or KeyLines()
         self.issues: list[tuple[int | None, str]] = []
         self.warnings: list[str] = []
@@ -47,6 +74,13 @@ class Resolver:
     def fail(self, line: int, message: str) -> _Skip:
         self.issues.append((line, message))
         return _Skip()
+
+    def max_clusters(self, cluster: tuple[int, int, int] | None) -> int:
+        """The `max_clusters` symbol of a launch: clusters of its shape resident at once, one CTA per SM."""
+        size = math.prod(cluster) if cluster else 1
+        if size in self.cluster_capacity:
+            return self.cluster_capacity[size]
+        return guaranteed_clusters(self.num_sms, size, self.arch)
 
     def num(self, expr, line: int, what: str, integral: bool = True) -> Number:
         try:
@@ -147,8 +181,20 @@ class Resolver:
         return ResolvedArg(kind="scalar", name=a.ref, type=a.type, value=value)
 
     def launch(self, launch: Launch, scratch: dict, tmaps: dict) -> ResolvedLaunch:
+        cluster = None
+        if launch.cluster is not None:
+            cluster = _pad(self.ints(launch.cluster, self.lines.of(launch.line, "cluster"), "cluster", 1))
+        # The launch's other expressions may use max_clusters, which depends on its cluster shape.
+        base = self.symbols
+        self.symbols = {**base, MAX_CLUSTERS: self.max_clusters(cluster)}
+        try:
+            return self._launch(launch, scratch, tmaps, cluster)
+        finally:
+            self.symbols = base
+
+    def _launch(self, launch: Launch, scratch: dict, tmaps: dict, cluster: tuple[int, int, int] | None) -> ResolvedLaunch:
         at = lambda key: self.lines.of(launch.line, key)  # noqa: E731
-        pad = lambda v: tuple(v + [1] * (3 - len(v)))  # noqa: E731
+        pad = _pad
         grid = pad(self.ints(launch.grid, at("grid"), "grid", 1))
         block = pad(self.ints(launch.block, at("block"), "block", 1))
         for i, (g, b) in enumerate(zip(grid, block)):
@@ -159,9 +205,7 @@ class Resolver:
         if math.prod(block) > self.arch.max_threads_per_block:
             raise self.fail(at("block"), f"block {list(block)} has {math.prod(block)} threads; a block has 1 to "
                                          f"{self.arch.max_threads_per_block}")
-        cluster = None
-        if launch.cluster is not None:
-            cluster = pad(self.ints(launch.cluster, at("cluster"), "cluster", 1))
+        if cluster is not None:
             if math.prod(cluster) > self.arch.max_cluster_size:
                 raise self.fail(at("cluster"), f"cluster {list(cluster)} has {math.prod(cluster)} CTAs; at most "
                                                f"{self.arch.max_cluster_size}")

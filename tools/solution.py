@@ -11,6 +11,7 @@ line of the kernel file (the code block), not of the reply. Nothing here runs mo
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from ptxbench.workloads.arch import ArchProfile, get_arch
 from ptxbench.workloads.schema import Workload
@@ -267,12 +268,14 @@ def read_reply(reply_text: str, workload: Workload | None = None, arch: str = "s
 
 
 def resolve_plan(plan: LaunchPlan, workload: Workload, num_sms: int, arch: str | ArchProfile = "sm_90a",
-                 lines: KeyLines | None = None) -> ResolvedPlan:
+                 lines: KeyLines | None = None, cluster_capacity: Mapping[int, int] | None = None) -> ResolvedPlan:
     """Evaluate every expression of the plan for this workload and SM count. Raises PlanError (with
     line-numbered issues) when a value is out of range; a plan that parse_solution accepted only
-    fails here if it depends on num_sms in a way that breaks on this GPU."""
+    fails here if it depends on num_sms in a way that breaks on this GPU. `cluster_capacity` (cluster
+    size -> clusters resident at once, measured by tools/gpu/occupancy.py) sets the `max_clusters`
+    symbol; without it the symbol is the bound plan_resolve.guaranteed_clusters proves."""
     profile = get_arch(arch) if isinstance(arch, str) else arch
-    resolver = Resolver(workload, num_sms, profile, lines)
+    resolver = Resolver(workload, num_sms, profile, lines, cluster_capacity)
     try:
         resolved = resolver.resolve(plan)
     except (RecursionError, MemoryError, ArithmeticError, LookupError, TypeError, ValueError) as exc:

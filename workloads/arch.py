@@ -35,6 +35,8 @@ class ArchProfile(BaseModel):
     max_smem_per_block: int = Field(description="bytes of dynamic + static shared memory a block may opt into")
     max_threads_per_block: int = 1024
     max_cluster_size: int = 8
+    gpcs: int = Field(8, description="the most GPCs a GPU of this arch has (GH100: 8); a cluster never spans two")
+    tpc_sms: int = Field(2, description="SMs per TPC: GPCs lose or keep whole TPCs, so each GPC's SM count is a multiple")
     doc: str = ""
 
     def family(self, name: str) -> TargetFamily:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ..plan import ResolvedPlan, ResolvedTensorMap
 
@@ -31,6 +31,9 @@ class DeviceLimits(BaseModel):
     max_cluster_size: int = 8
     l2_bytes: int = 50 * 2**20
     total_memory: int = 80 * 2**30
+    cluster_capacity: dict[int, int] = Field(
+        default_factory=dict, description="cluster size -> clusters resident at once, one CTA per SM "
+        "(tools/gpu/occupancy.py); empty: plans get plan_resolve.guaranteed_clusters")
 
 
 def arg_bytes(kind: str, scalar_type: str | None) -> int:

@@ -7,11 +7,13 @@
 
 namespace ptxbench {
 
+// Prefetches a tensor map (&map) into the descriptor cache; optional, once per CTA.
 __device__ __forceinline__ void tma_prefetch_desc(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
 }
 
-// 2-D box load global -> shared; completes `bytes` of the mbarrier's expected transaction count.
+// 2-D box load global -> shared at smem_dst (1024-byte aligned for 128B swizzle); completes the
+// box's bytes on `bar` (announce them first with mbar_arrive_expect_tx). c0 = innermost coordinate.
 // Out-of-bounds elements are zero-filled and still count towards the bytes.
 __device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* tmap, uint64_t* bar,
                                             int32_t c0, int32_t c1) {
@@ -25,7 +27,8 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* tmap, ui
 }
 
 // Same, written to the same smem offset in every CTA of the cluster named in `cta_mask`
-// (bit i = cluster rank i); each receiving CTA's barrier at `bar`'s offset gets the bytes.
+// (bit i = cluster rank i, the issuing CTA included if its bit is set); each receiving CTA's
+// barrier at `bar`'s offset gets the bytes that landed in that CTA.
 __device__ __forceinline__ void tma_load_2d_multicast(void* smem_dst, const void* tmap, uint64_t* bar,
                                                       int32_t c0, int32_t c1, uint16_t cta_mask) {
   asm volatile(
@@ -47,6 +50,7 @@ __device__ __forceinline__ void tma_store_2d(const void* tmap, const void* smem_
       : "memory");
 }
 
+// Closes the group of tma_store_2d calls this thread issued since the last commit.
 __device__ __forceinline__ void tma_store_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }

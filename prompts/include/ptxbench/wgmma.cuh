@@ -25,10 +25,13 @@ __device__ __forceinline__ uint64_t make_desc_sw128(const void* smem_ptr) {
   return desc;
 }
 
+// wgmma.fence: before the first wgmma of a batch, and after writing registers or shared memory
+// that the next wgmma reads (every thread of the warpgroup).
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
 
+// Closes the group of wgmmas this warpgroup issued since the last commit.
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
@@ -39,14 +42,16 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 }
 
-// Keeps the compiler from moving accumulator reads/writes across a wgmma wait.
+// Keeps the compiler from moving accumulator reads/writes across a wgmma wait: call it on the
+// accumulator right after wgmma_wait<n>() and before reading it.
 template <int R>
 __device__ __forceinline__ void wgmma_fence_regs(float (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }
 
-// Adjusts this warp's register budget (setmaxnreg); needs a launch bound at entry.
+// Sets this warp's register budget to R (setmaxnreg; R a multiple of 8 in 24..256); needs
+// __launch_bounds__(threads, 1) on the kernel, else ptxas ignores it (warning C7508).
 template <int R>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(R));
@@ -57,7 +62,7 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 }
 
 // D[64 x N] (+)= A[64 x 16] * B[N x 16]^T, bf16 inputs from shared memory (both K-major), fp32 D.
-// scale_d = 0 overwrites D, 1 accumulates.
+// scale_d = 0 overwrites D, nonzero accumulates; a runtime value (e.g. k > 0) is fine.
 template <int N>
 __device__ __forceinline__ void wgmma_m64k16_bf16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d);
 
