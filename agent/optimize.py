@@ -154,10 +154,6 @@ def find_run(run: str | Path) -> Path:
     raise FileNotFoundError(f"no run at {run} (nor under {runs_root()}): expected a folder with manifest.json")
 
 
-def default_evaluator(config: OptimizeConfig) -> Evaluator:
-    from ptxbench.tools.evaluate import LocalEvaluator
-
-    return LocalEvaluator()  # options.no_gpu (from the config) keeps it off the GPU
 class RunFolderInUse(ValueError):
     """The run folder holds a run of another command (a bench): optimize does not add to it."""
 
@@ -188,6 +184,10 @@ def config_to_resume(manifest: dict) -> tuple[OptimizeConfig, str]:
     return OptimizeConfig.model_validate((manifest.get("configs") or {}).get(tid) or manifest["config"]), tid
 
 
+def default_evaluator(config: OptimizeConfig) -> Evaluator:
+    from ptxbench.tools.evaluate import LocalEvaluator
+
+    return LocalEvaluator()  # options.no_gpu (from the config) keeps it off the GPU
 
 
 def optimize(

@@ -50,9 +50,8 @@ class OptimizeConfig(BaseModel):
 
     def trajectory_id(self) -> str:
         if self.repair_task:  # several repair tasks share a workload
-            return f"{self.repair_task}__{self.model.replace('/', '-').replace(':', '-')[:48]}__{self.prompt}__{self.index:02d}"
-        slug = self.model.replace("/", "-").replace(":", "-")[:48]
-        return f"{self.workload}__{slug}__{self.prompt}__{self.index:02d}"
+            return f"{self.repair_task}__{self.model_slug()}__{self.prompt}__{self.index:02d}"
+        return f"{self.workload}__{self.model_slug()}__{self.prompt}__{self.index:02d}"
 
 
 class AgentState(TypedDict, total=False):

@@ -68,3 +68,21 @@ def test_repairs_list_json_and_show():
 def test_repairs_list_without_a_suite_says_how_to_build_one(tmp_path):
     out = CliRunner().invoke(app, ["repairs", "list", "--suite", str(tmp_path)])
     assert out.exit_code == 2 and "build_repair_suite.py" in out.output
+
+
+def test_the_committed_suite_meets_the_bar_and_every_verdict_came_from_a_gpu():
+    from ptxbench.agent.repairs.suite import HELD_OUT_CLASSES, load_suite
+    from ptxbench.tools.results import MODEL_FAILURES
+
+    suite = load_suite()
+    tasks = suite.tasks
+    assert len(tasks) >= 40 and len({t.workload for t in tasks}) >= 4 and len({t.bug_class for t in tasks}) >= 10
+    assert "H200" in suite.gpu and all(t.verdict.status in MODEL_FAILURES and t.verdict.date for t in tasks)
+    # refused before a launch (the compiler, the plan checks): no GPU was involved; everything else ran on the H200
+    ran = [t for t in tasks if t.verdict.status not in ("COMPILE_ERROR", "PLAN_ERROR") or t.verdict.gpu]
+    assert len(ran) >= 30 and all("H200" in t.verdict.gpu for t in ran)
+    assert all(t.held_out == (t.bug_class in HELD_OUT_CLASSES) for t in tasks)
+    assert {t.held_out for t in tasks} == {True, False}
+    for t in tasks:
+        assert suite.solution_path(t).is_file()
+        assert suite.unbroken[t.workload].status == "PASSED"

@@ -136,7 +136,10 @@ def serve(conn, device_index: int) -> None:
         msg = None  # drop the mapped tensors before answering, so the worker may reuse its buffers at once
         if device == "cuda":
             torch.cuda.synchronize()
-        conn.send(reply)
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, OSError):  # the worker is gone (replaced after a fault): so is this referee's job
+            return
 
 
 class RefereeClient:

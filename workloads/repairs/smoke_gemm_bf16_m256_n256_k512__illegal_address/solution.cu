@@ -1,0 +1,19 @@
+// Fault: stores through an address far outside any allocation. Expected: RUNTIME_ERROR CUDA_ERROR_ILLEGAL_ADDRESS.
+/* ptxbench
+language = "cuda"
+
+[[launch]]
+kernel = "gemm"
+grid = ["cdiv(N, 128)", "M"]
+block = [128]
+smem = 0
+args = ["A", "B", "C", "i32:M", "i32:N", "i32:K"]
+*/
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+extern "C" __global__ void gemm(const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B,
+                                __nv_bfloat16* __restrict__ C, int M, int N, int K) {
+  __nv_bfloat16* far = C + ((size_t)1 << 40);  // 2 TB past C
+  far[blockIdx.x * blockDim.x + threadIdx.x] = __float2bfloat16(1.f);
+}
