@@ -183,8 +183,11 @@ def test_max_clusters_is_per_launch_and_prefers_the_measured_capacity(cluster, s
     bound = guaranteed_clusters(132, size, SM90A)
     launch = resolve_plan(sol.plan, wl, 132).launches[0]
     assert launch.grid[0] == bound * size and launch.args[1].value == bound
-    launch = resolve_plan(sol.plan, wl, 132, cluster_capacity={size: 7}).launches[0]
-    assert launch.grid[0] == 7 * size and launch.args[1].value == 7
+    measured = 7  # the driver's figure, when measured, is what the symbol says
+    launch = resolve_plan(sol.plan, wl, 132, cluster_capacity={size: measured}).launches[0]
+    assert launch.grid[0] == measured * size and launch.args[1].value == measured
+    launch = resolve_plan(sol.plan, wl, 132, cluster_capacity={size: 0}).launches[0]  # a failed probe: the bound
+    assert launch.args[1].value == bound
 
 
 def test_max_clusters_is_not_a_workload_symbol_elsewhere():

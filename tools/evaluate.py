@@ -106,7 +106,8 @@ class LocalEvaluator:
         except NoGpuError as e:
             return EvalResult(status="INFRA_ERROR", message=f"cannot evaluate on a GPU: {e}", **base)
         try:
-            plan = resolve_plan(solution.plan, wl, int(limits["sm_count"]), options.arch)
+            capacity = {int(k): int(v) for k, v in (limits.get("cluster_capacity") or {}).items()}
+            plan = resolve_plan(solution.plan, wl, int(limits["sm_count"]), options.arch, cluster_capacity=capacity)
         except PlanError as e:
             issues = getattr(e, "issues", [])
             return EvalResult(status="PLAN_ERROR", plan_errors=[str(i) for i in issues] or [str(e)],

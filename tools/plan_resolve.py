@@ -78,9 +78,9 @@ class Resolver:
     def max_clusters(self, cluster: tuple[int, int, int] | None) -> int:
         """The `max_clusters` symbol of a launch: clusters of its shape resident at once, one CTA per SM."""
         size = math.prod(cluster) if cluster else 1
-        if size in self.cluster_capacity:
-            return self.cluster_capacity[size]
-        return guaranteed_clusters(self.num_sms, size, self.arch)
+        measured = int(self.cluster_capacity.get(size, 0))
+        # The driver's figure where it was measured (a probe that failed reads 0: then the proven bound)
+        return measured if measured > 0 else guaranteed_clusters(self.num_sms, size, self.arch)
 
     def num(self, expr, line: int, what: str, integral: bool = True) -> Number:
         try:

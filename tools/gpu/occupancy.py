@@ -2,9 +2,10 @@
 plan symbol), asked of the driver: cuOccupancyMaxActiveClusters for a probe kernel that takes all the
 dynamic shared memory a block may have, so each CTA fills one SM, as a persistent kernel's CTA does.
 
-The worker would put the result in DeviceLimits.cluster_capacity and the evaluator pass it to
-resolve_plan(cluster_capacity=...); until then plans get plan_resolve.guaranteed_clusters, a bound
-that tests/test_prompt_contract.py checks against these measured figures on the GPU.
+The worker puts the result in DeviceLimits.cluster_capacity when it starts, and the evaluator and the
+profile replay pass it to resolve_plan(cluster_capacity=...); a size the probe could not measure gets
+plan_resolve.guaranteed_clusters, a bound that tests/test_prompt_contract.py checks against these
+measured figures on the GPU.
 """
 from __future__ import annotations
 

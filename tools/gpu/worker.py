@@ -30,6 +30,13 @@ def read_limits(device_index: int) -> DeviceLimits:
         return int(check(cu.cuDeviceGetAttribute(a, dev), f"cuDeviceGetAttribute({a.name})"))
 
     props = torch.cuda.get_device_properties(device_index)
+    max_smem_optin = attr(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+    try:  # the `max_clusters` plan symbol; without it plans get the proven bound (plan_resolve.guaranteed_clusters)
+        from .occupancy import measure_cluster_capacity
+
+        capacity = measure_cluster_capacity(max_smem_optin)
+    except Exception:  # noqa: BLE001 - a driver without the occupancy call must not stop the worker
+        capacity = {}
     return DeviceLimits(
         name=props.name,
         sm_count=attr(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
@@ -38,10 +45,11 @@ def read_limits(device_index: int) -> DeviceLimits:
                    attr(A.CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)),
         max_grid=(attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X), attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
                   attr(A.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)),
-        max_smem_optin=attr(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+        max_smem_optin=max_smem_optin,
         max_cluster_size=8,
         l2_bytes=attr(A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
         total_memory=props.total_memory,
+        cluster_capacity=capacity,
     )
 
 

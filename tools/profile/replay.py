@@ -71,7 +71,7 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = "sm_90a",
     cu.cuInit(0)
     limits = read_limits(0)
     try:
-        plan = resolve_plan(solution.plan, wl, limits.sm_count, arch)
+        plan = resolve_plan(solution.plan, wl, limits.sm_count, arch, cluster_capacity=limits.cluster_capacity)
     except Exception as e:  # PlanError: the plan does not fit this GPU
         print(f"plan refused: {e}", file=sys.stderr)
         return 3
