@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import example, HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ptxbench.tools.cuda_policy import check_cuda_source, check_ptx_source
@@ -20,7 +20,9 @@ WORKLOAD_ID, CORPUS = load_corpus()
 WORKLOAD = get_workload(WORKLOAD_ID)
 GOOD = CORPUS["control_correct"]["source"]
 SYMBOLS = {"M": 4096, "N": 128, "K": 64, "num_sms": 132}
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: CI runs the same 150 examples every time (a new random find must not fail an unrelated change);
+# run `pytest tests/test_model_text_fuzz.py --hypothesis-seed=N` with other seeds to search further.
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 _atoms = st.one_of(st.integers(-2**70, 2**70).map(str), st.floats(allow_nan=True).map(repr),
                    st.sampled_from(["M", "N", "K", "num_sms", "Q", "True", "'s'", "x.y", "[1]", "()"]))
@@ -107,6 +109,7 @@ SOURCES = st.lists(_code_bits, max_size=60).map("".join)
 
 @FAST
 @given(SOURCES)
+@example(text='"\\\n')  # a string continued by backslash-newline: its newline must survive the blanking
 def test_the_source_policy_and_scans_never_raise(text):
     assert isinstance(check_cuda_source(text), list) and isinstance(check_ptx_source(text), list)
     blanked = blank_comments(text, strings=True)

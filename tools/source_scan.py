@@ -49,8 +49,8 @@ def blank_comments(text: str, strings: bool = False) -> str:
             j = i + 1
             while j < n and text[j] != c and text[j] != "\n":
                 j += 2 if text[j] == "\\" else 1
-            if strings:
-                out[i + 1:min(j, n)] = [" "] * (min(j, n) - i - 1)
+            if strings:  # a backslash-newline continues the literal on the next line: keep that newline
+                out[i + 1:min(j, n)] = [ch if ch == "\n" else " " for ch in text[i + 1:min(j, n)]]
             i = j + 1
         else:
             i += 1
