@@ -158,3 +158,33 @@ def test_cli_table_flags_held_out_and_hides_smoke():
     assert "smoke_" not in res.output
     res_all = CliRunner().invoke(app, ["workloads", "--all"])
     assert "smoke_mha_bwd_d64_causal" in res_all.output
+
+
+def test_attention_tasks_state_mask_scale_gqa_and_lse_and_the_reference_agrees():
+    import math
+
+    import torch
+
+    from ptxbench.workloads.inputs import make_inputs
+    from ptxbench.workloads.references import run_reference
+
+    for w in list_workloads():
+        if w.op not in ("mha_fwd", "mha_bwd"):
+            continue
+        d = int(w.symbols["D"])
+        assert ("Causal: key j is masked for query i when j > i" in w.doc) == w.causal, w.id
+        assert f"1/sqrt({d}) exactly" in w.doc and w.symbols["scale"] == 1.0 / math.sqrt(d)
+        assert "natural log (base e" in w.doc
+        if "HKV" in w.symbols:
+            assert f"reads KV head i // {int(w.symbols['H']) // int(w.symbols['HKV'])}" in w.doc
+    # what the words say is what the reference computes (smoke shapes, CPU)
+    for wid in ("smoke_mha_fwd_d64_causal", "smoke_mha_fwd_d64_gqa_h4_kv2"):
+        w = get_workload(wid)
+        x = make_inputs(w, 1, "normal", "cpu")
+        ref = run_reference(w, x)
+        q, k = x["Q"].double(), x["K"].double()
+        group = int(w.symbols["H"]) // int(w.symbols.get("HKV", w.symbols["H"]))
+        s = torch.einsum("bhid,bhjd->bhij", q, k.repeat_interleave(group, dim=1)) * w.symbols["scale"]
+        if w.causal:
+            s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float("-inf"))
+        assert torch.allclose(ref["LSE"].double(), torch.logsumexp(s, dim=-1), atol=1e-4)

@@ -75,6 +75,17 @@ def _attention_symbols(b: int, h: int, s: int, d: int, hkv: int | None) -> dict[
     return symbols
 
 
+def _attention_statement(d: int, causal: bool, h: int | None = None, hkv: int | None = None) -> str:
+    """The task in words: the mask, the exact scale, GQA, LSE's definition and base (the prompt quotes it)."""
+    mask = ("Causal: key j is masked for query i when j > i (S_q = S_k), so every query row "
+            "keeps at least key i and no row is fully masked." if causal else "Not causal: every query sees every key.")
+    gqa = (f" GQA: {h} query heads share {hkv} KV heads; query head i reads KV head i // {h // hkv} (K and V are "
+           f"[B, {hkv}, S, D])." if hkv else "")
+    return (f"{mask} scale = 1/sqrt(D) = 1/sqrt({d}) exactly (the symbol `scale` is that value; the symbols table "
+            f"prints it rounded).{gqa} LSE[b, h, i] = ln(sum_j exp(scale * q_i . k_j)) over the unmasked keys j, in "
+            f"float32, natural log (base e, not base 2): a kernel that works with exp2 must convert.")
+
+
 def _attention_id(kind: str, d: int, causal: bool, hkv: int | None, h: int, smoke: bool) -> str:
     wid = f"mha_{kind}_d{d}"
     if hkv is not None:
@@ -113,7 +124,7 @@ def mha_fwd(b: int, h: int, s: int, d: int, *, causal: bool, held_out: bool, hkv
         held_out=held_out or smoke,
         causal=causal,
         tags=_tags(held_out, smoke),
-        doc="O = softmax(scale * Q K^T [+ causal mask: key j > query i is masked]) V; also write LSE (natural log)."
+        doc="O = softmax(scale * Q K^T, masked) V; also write LSE. " + _attention_statement(d, causal, h, hkv)
         + (" The cuDNN/flash baselines see K and V already expanded to H heads." if hkv else ""),
     )
 
@@ -152,7 +163,7 @@ def mha_bwd(b: int, h: int, s: int, d: int, *, causal: bool, held_out: bool, smo
         input_dist=["normal", "spiky"],
         doc="P = exp(scale * Q K^T - LSE) (masked entries 0); dV = P^T dO; dP = dO V^T; "
         "Dr = rowsum(dO * O); dS = P * (dP - Dr); dQ = scale * dS K; dK = scale * dS^T Q. "
-        "FLOPs are counted as 2.5x the forward's.",
+        "FLOPs are counted as 2.5x the forward's. " + _attention_statement(d, causal),
     )
 
 
