@@ -28,6 +28,16 @@ FLAG_MEANINGS = {
     "reduced_iterations": "too slow for the full 10 + 150 timed calls within the time limit",
     "result_cached_across_calls": "a repeat call on the same buffers failed the check, so this timing does not count",
 }
+MAX_WARNINGS = 20
+# ptxas warnings that cost most of the speed on Hopper, explained next to their verbatim text.
+HOPPER_WARNINGS = {
+    "C7515": "ptxas serialised the wgmma instructions: something between them (a register the wgmma reads or "
+             "writes used outside the async group, a missing wgmma.fence, non-uniform control flow) forces a wait; "
+             "keep the accumulators untouched between wgmma.fence and wgmma.wait_group",
+    "C7508": "setmaxnreg was ignored: the kernel needs __launch_bounds__ / .maxntid so ptxas knows the block size",
+    "C7511": "the register count asked for cannot be met: ptxas used more registers (or spilled); check the "
+             "resource line below",
+}
 # The heading of a compile-only result: the model must not read a kernel that never ran as correct.
 STATUS_HEADINGS = {"COMPILED": "COMPILED (not run on a GPU: correctness and speed unknown)",
                    "TIMING_SUSPECT": "TIMING_SUSPECT (correct when checked, but timed faster than this GPU can go: "
@@ -41,7 +51,13 @@ def _compile_lines(result: EvalResult) -> list[str]:
     lines = [f"- line {e.line}: {e.message}" if e.line else f"- {e.message}" for e in comp.errors[:MAX_ISSUES]]
     if comp.status == "error" and not comp.errors and comp.log:
         lines.append("```\n" + comp.log.strip()[-3000:] + "\n```")
-    lines += [f"- warning, line {w.line}: {w.message}" if w.line else f"- warning: {w.message}" for w in comp.warnings[:5]]
+    if comp.status == "ok":
+        lines += [f"- warning, line {w.line}: {w.message}" if w.line else f"- warning: {w.message}"
+                  for w in comp.warnings[:MAX_WARNINGS]] or ["- no compiler warnings"]
+        lines += [f"  ({code}: {why})" for code, why in HOPPER_WARNINGS.items()
+                  if any(code in w.message for w in comp.warnings)]
+        if len(comp.warnings) > MAX_WARNINGS:
+            lines.append(f"- ... and {len(comp.warnings) - MAX_WARNINGS} more warnings")
     for k in comp.kernels.values():
         spills = f", SPILLS {k.spill_stores} stores / {k.spill_loads} loads" if (k.spill_stores or k.spill_loads) else ""
         lines.append(f"- kernel {k.name}: {k.registers} registers, {k.smem_static} B static smem, {k.stack} B stack{spills}")

@@ -32,6 +32,17 @@ def _format_status(issues: list[FormatIssue]) -> str:
     return "PLAN_ERROR" if any(w in text for w in PLAN_WORDS) else "COMPILE_ERROR"
 
 
+def error_summary(errors, limit: int = 12) -> str:
+    """Every distinct compile error once, in the order the compiler gave them (the full list is in the feedback)."""
+    seen: list[str] = []
+    for e in errors:
+        text = f"line {e.line}: {e.message}" if e.line else str(e.message)
+        if text not in seen:
+            seen.append(text)
+    more = f"; and {len(seen) - limit} more" if len(seen) > limit else ""
+    return "; ".join(seen[:limit]) + more
+
+
 def _message(result: dict) -> str:
     status = result["status"]
     if result.get("message"):
@@ -95,7 +106,7 @@ class LocalEvaluator:
         seconds["compile"] = time.perf_counter() - t0
         base = dict(workload=wl.id, compile=comp, targets_static=comp.targets, seconds=seconds)
         if comp.status != "ok":
-            return EvalResult(status="COMPILE_ERROR", message="; ".join(str(e.message) for e in comp.errors[:5]), **base)
+            return EvalResult(status="COMPILE_ERROR", message=error_summary(comp.errors), **base)
         if options.no_gpu:
             return EvalResult(status="COMPILED", gpu_evaluated=False,
                               message="compiled cleanly; not run on a GPU (no-GPU mode): correctness and speed unknown",

@@ -1,0 +1,27 @@
+"""Compile feedback: every distinct error once and in order; warnings verbatim (or 'no compiler warnings'),
+with the Hopper warnings that cost speed explained."""
+from __future__ import annotations
+
+from ptxbench.agent.feedback import _compile_lines
+from ptxbench.tools.evaluate import error_summary
+from ptxbench.tools.results import CompileIssue, CompileResult, EvalResult
+
+
+def test_error_summary_lists_each_error_once_in_order():
+    errs = [CompileIssue(line=3, message='identifier "mbar_wait" is undefined'),
+            CompileIssue(line=3, message='identifier "mbar_wait" is undefined'),
+            *[CompileIssue(line=10 + i, message=f"error {i}") for i in range(14)]]
+    text = error_summary(errs)
+    assert text.count("mbar_wait") == 1 and text.startswith('line 3: identifier "mbar_wait"')
+    assert "line 19: error 9" in text and "and 3 more" in text
+
+
+def test_warnings_are_verbatim_and_hopper_ones_explained():
+    clean = EvalResult(workload="w", status="COMPILED", compile=CompileResult(status="ok", arch="sm_90a"))
+    assert "- no compiler warnings" in _compile_lines(clean)
+    warned = CompileResult(status="ok", arch="sm_90a", warnings=[CompileIssue(line=None, severity="warning", message=(
+        "ptxas warning : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized"))])
+    lines = _compile_lines(EvalResult(workload="w", status="COMPILED", compile=warned))
+    assert any("(C7515) Potential Performance Loss" in line for line in lines)
+    assert any(line.strip().startswith("(C7515: ptxas serialised the wgmma") for line in lines)
+    assert "- no compiler warnings" not in lines
