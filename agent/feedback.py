@@ -44,11 +44,29 @@ STATUS_HEADINGS = {"COMPILED": "COMPILED (not run on a GPU: correctness and spee
                                      "not counted as correct)"}
 
 
+def _helper_hints(errors) -> list[str]:
+    """An undefined identifier that is one of the ptxbench wrapper helpers: its exact declaration and header."""
+    import re
+
+    from ptxbench.prompts.helpers import helpers
+
+    known = {h.name: h for h in helpers()}
+    names: list[str] = []
+    for e in errors:
+        m = re.search(r'identifier "(\w+)" is undefined', e.message)
+        if m and m.group(1) in known and m.group(1) not in names:
+            names.append(m.group(1))
+    return [f"- `{n}` is declared `{known[n].declaration}` in namespace ptxbench, in `#include <ptxbench/"
+            f"{known[n].header}>`: include it and write `using namespace ptxbench;` (or call `ptxbench::{n}`)"
+            for n in names]
+
+
 def _compile_lines(result: EvalResult) -> list[str]:
     comp = result.compile
     if comp is None:
         return []
     lines = [f"- line {e.line}: {e.message}" if e.line else f"- {e.message}" for e in comp.errors[:MAX_ISSUES]]
+    lines += _helper_hints(comp.errors)
     if comp.status == "error" and not comp.errors and comp.log:
         lines.append("```\n" + comp.log.strip()[-3000:] + "\n```")
     if comp.status == "ok":

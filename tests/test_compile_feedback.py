@@ -25,3 +25,13 @@ def test_warnings_are_verbatim_and_hopper_ones_explained():
     assert any("(C7515) Potential Performance Loss" in line for line in lines)
     assert any(line.strip().startswith("(C7515: ptxas serialised the wgmma") for line in lines)
     assert "- no compiler warnings" not in lines
+
+
+def test_an_undefined_helper_name_gets_its_declaration():
+    errs = [CompileIssue(line=40, message='identifier "mbar_init" is undefined'),
+            CompileIssue(line=41, message='identifier "mbar_init" is undefined'),
+            CompileIssue(line=42, message='identifier "not_a_helper" is undefined')]
+    comp = CompileResult(status="error", arch="sm_90a", errors=errs)
+    hints = [line for line in _compile_lines(EvalResult(workload="w", status="COMPILE_ERROR", compile=comp))
+             if "in namespace ptxbench" in line]
+    assert len(hints) == 1 and "`void mbar_init(" in hints[0] and "<ptxbench/mbarrier.cuh>" in hints[0]
