@@ -22,7 +22,7 @@ MODELS=${MODELS:-builtin/tuner,builtin/reference}
 WORKLOADS=${WORKLOADS:-gemm_bf16_m8192_n7168_k5120,mha_fwd_d128}
 TRAJECTORIES=${TRAJECTORIES:-2}; TURNS=${TURNS:-3}; PARALLEL=${PARALLEL:-4}
 source bench/gpu_env.sh "$BACKEND" || exit 1
-ptxbench() { python3 -c "from ptxbench.agent.cli import app; app()" "$@"; }
+ptxbench() { python3 -c "from ptxbench.agent.cli.main import app; app()" "$@"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | tee "$OUT/gpu.txt"
 
 RUNS=/tmp/bench_runs; mkdir -p "$RUNS"; RUN="$RUNS/$NAME"
@@ -36,7 +36,7 @@ else
 fi
 [ "$BACKEND" = ray ] && ! python3 -c "import ray" 2>/dev/null && { echo "ray is not importable here: see bench/make_ray_wheel.sh"; exit 3; }
 t0=$(date +%s)
-timeout --signal=KILL "${BENCH_TIMEOUT:-480}" python3 -c "from ptxbench.agent.cli import app; app()" bench "${ARGS[@]}" \
+timeout --signal=KILL "${BENCH_TIMEOUT:-480}" python3 -c "from ptxbench.agent.cli.main import app; app()" bench "${ARGS[@]}" \
   > >(tee "$OUT/$NAME.bench.log") 2>&1
 rc=$?; t1=$(date +%s)
 echo "== bench exit $rc after $((t1 - t0)) s (137: stopped by the time limit; carry the run back and call again to resume)"

@@ -7,7 +7,7 @@ TAR=$1; DOCS=${2:-docs/bench-h200}
 NAME=$(tar tzf "$TAR" | head -1 | cut -d/ -f1)
 mkdir -p runs && tar xzf "$TAR" -C runs
 RUN=runs/$NAME
-ptxbench() { python3 -c "from ptxbench.agent.cli import app; app()" "$@"; }
+ptxbench() { python3 -c "from ptxbench.agent.cli.main import app; app()" "$@"; }
 mkdir -p "$DOCS"
 ptxbench report "$RUN" --out "$DOCS/$NAME"
 ptxbench score "$RUN" > "$DOCS/$NAME/score.md"

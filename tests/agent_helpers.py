@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ptxbench.agent.rundir import load_run
+from ptxbench.agent.records.rundir import load_run
 
 DATA = Path(__file__).resolve().parent / "data" / "agent"
 WORKLOAD = "smoke_gemm_bf16_m256_n256_k512"

@@ -1,10 +1,10 @@
-"""Builds small recorded runs by hand (real event files through agent/rundir.py) for the export tests."""
+"""Builds small recorded runs by hand (real event files through agent/records/rundir.py) for the export tests."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from ptxbench.agent.events import EvalEvent, ModelCall, TrajectoryStart, TurnEnd
-from ptxbench.agent.rundir import TrajectoryWriter, sha256_text, write_manifest
+from ptxbench.agent.records.events import EvalEvent, ModelCall, TrajectoryStart, TurnEnd
+from ptxbench.agent.records.rundir import TrajectoryWriter, sha256_text, write_manifest
 
 SYSTEM = "You write sm_90a kernels."
 

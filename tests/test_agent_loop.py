@@ -8,8 +8,8 @@ import pytest
 
 from agent_helpers import BROKEN_PTX, GOOD_PTX, WORKLOAD, events, of_type, reply, request_text
 from openai_server import ScriptedServer
-from ptxbench.agent.optimize import optimize
-from ptxbench.agent.state import OptimizeConfig
+from ptxbench.agent.loop.optimize import optimize
+from ptxbench.agent.loop.state import OptimizeConfig
 from ptxbench.tools.evaluate import LocalEvaluator
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from agent_helpers import BROKEN_PTX, GOOD_PTX, WORKLOAD, events, of_type, reply
 from openai_server import ScriptedServer
-from ptxbench.agent.optimize import optimize
-from ptxbench.agent.state import OptimizeConfig
+from ptxbench.agent.loop.optimize import optimize
+from ptxbench.agent.loop.state import OptimizeConfig
 from ptxbench.tools.evaluate import LocalEvaluator
 
 
@@ -60,7 +60,7 @@ def test_killed_process_resumes(tmp_path, evaluator):
     run_dir = tmp_path / "run"
     script = [reply(BROKEN_PTX), {"hang": True}, reply(GOOD_PTX)]
     with ScriptedServer(script) as server:
-        argv = [sys.executable, "-c", "from ptxbench.agent.cli import app; app()", "optimize", WORKLOAD,
+        argv = [sys.executable, "-c", "from ptxbench.agent.cli.main import app; app()", "optimize", WORKLOAD,
                 "--model", "openai/scripted", "--api-base", server.base_url, "--no-gpu", "--turns", "2",
                 "--run-dir", str(run_dir), "--quiet"]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

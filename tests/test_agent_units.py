@@ -6,16 +6,16 @@ import pytest
 
 from agent_helpers import WORKLOAD, StubEvaluator, events, of_type
 from ptxbench import prompts
-from ptxbench.agent.budget import check_limits
-from ptxbench.agent.context import build_messages
-from ptxbench.agent.feedback import NO_GPU_NOTE, render_eval
+from ptxbench.agent.loop.budget import check_limits
+from ptxbench.agent.loop.context import build_messages
+from ptxbench.agent.loop.feedback import NO_GPU_NOTE, render_eval
 from ptxbench.agent.models import ModelRequest, TurnOutcome, load_model
 from ptxbench.agent.models.builtin import TunerModel
-from ptxbench.agent.optimize import optimize
-from ptxbench.agent.redact import scrub
-from ptxbench.agent.state import OptimizeConfig, initial_state
-from ptxbench.agent.task import system_prompt, task_prompt
-from ptxbench.agent.toolset import Toolbox
+from ptxbench.agent.loop.optimize import optimize
+from ptxbench.agent.records.redact import scrub
+from ptxbench.agent.loop.state import OptimizeConfig, initial_state
+from ptxbench.agent.loop.task import system_prompt, task_prompt
+from ptxbench.agent.loop.toolset import Toolbox
 from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.results import EvalResult
 from ptxbench.workloads.registry import get_workload
@@ -164,8 +164,8 @@ class ToolLoopModel:
 def test_tools_mode_turn_ends_when_its_tool_calls_are_used_up(tmp_path):
     import asyncio
 
-    from ptxbench.agent.optimize import arun_trajectory
-    from ptxbench.agent.rundir import TrajectoryWriter
+    from ptxbench.agent.loop.optimize import arun_trajectory
+    from ptxbench.agent.records.rundir import TrajectoryWriter
 
     model = ToolLoopModel()
     config = OptimizeConfig(workload=WORKLOAD, mode="tools", turns=2, max_tool_calls_per_turn=3)
@@ -180,13 +180,13 @@ def test_tools_mode_turn_ends_when_its_tool_calls_are_used_up(tmp_path):
 
 
 def writer_events(writer):
-    from ptxbench.agent.rundir import read_events
+    from ptxbench.agent.records.rundir import read_events
 
     return read_events(writer.path)
 
 
 def test_builtin_reference_and_the_tuners_attention_fallback():
-    from ptxbench.agent.extract import extract_solution
+    from ptxbench.agent.loop.extract import extract_solution
     from ptxbench.workloads.solutions import attention
 
     # the wgmma forward where its shape rule holds (smoke_mha_fwd_d64: D = 64, S = 256), else the plain kernels

@@ -14,12 +14,12 @@ from typer.testing import CliRunner
 
 from bench_fixtures import BAD, GOOD, WL, CountingModel
 from openai_server import ScriptedServer
-from ptxbench.agent.bench import BenchError, run_bench
-from ptxbench.agent.bench_matrix import BenchConfig, expand, provider
-from ptxbench.agent.bench_scheduler import LimitedModel, ProviderGates
-from ptxbench.agent.cli import app
+from ptxbench.agent.bench.runner import BenchError, run_bench
+from ptxbench.agent.bench.matrix import BenchConfig, expand, provider
+from ptxbench.agent.bench.scheduler import LimitedModel, ProviderGates
+from ptxbench.agent.cli.main import app
 from ptxbench.agent.models.base import ModelReply, ModelRequest
-from ptxbench.agent.rundir import load_run
+from ptxbench.agent.records.rundir import load_run
 from ptxbench.agent.scoring import score_runs
 from ptxbench.tools.results import EvalResult, Timing, TimingStat
 
@@ -206,7 +206,7 @@ def test_fork_before_infra_stop_on_a_small_graph():
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.graph import END, START, StateGraph
 
-    from ptxbench.agent.bench_retry import FORKED, NOTHING_TO_RETRY, fork_before_infra_stop
+    from ptxbench.agent.bench.retry import FORKED, NOTHING_TO_RETRY, fork_before_infra_stop
 
     S = TypedDict("S", {"turn": int, "stop": dict, "result": str}, total=False)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ptxbench.agent.cli import app
+from ptxbench.agent.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[1]
 W = "smoke_gemm_bf16_m256_n256_k512"

@@ -2,7 +2,7 @@
 with the Hopper warnings that cost speed explained."""
 from __future__ import annotations
 
-from ptxbench.agent.feedback import _compile_lines
+from ptxbench.agent.loop.feedback import _compile_lines
 from ptxbench.tools.evaluate import error_summary
 from ptxbench.tools.results import CompileIssue, CompileResult, EvalResult
 

@@ -7,17 +7,17 @@ import pytest
 from typer.testing import CliRunner
 
 from agent_helpers import GOOD_PTX, WORKLOAD
-from ptxbench.agent.cli import app
+from ptxbench.agent.cli.main import app
 from ptxbench.agent.export import ExportConfig, build_rows, collect_samples
 from ptxbench.agent.export.synth import synthesize
-from ptxbench.agent.feedback import render_eval
-from ptxbench.agent.optimize import optimize
-from ptxbench.agent.rundir import load_run
+from ptxbench.agent.loop.feedback import render_eval
+from ptxbench.agent.loop.optimize import optimize
+from ptxbench.agent.records.rundir import load_run
 from ptxbench.agent.scoring import score_runs
 from ptxbench.agent.scoring.repair import repair_stats
 from ptxbench.agent.scoring.turns import TrajectoryScore, TurnScore
-from ptxbench.agent.state import OptimizeConfig
-from ptxbench.agent.toolset import Toolbox
+from ptxbench.agent.loop.state import OptimizeConfig
+from ptxbench.agent.loop.toolset import Toolbox
 from ptxbench.tools.evaluate import LocalEvaluator
 from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.results import CompileResult, EvalResult, Timing, TimingStat

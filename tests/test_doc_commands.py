@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ptxbench.agent.cli import app
+from ptxbench.agent.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = [

@@ -105,7 +105,7 @@ def test_written_files_load_with_datasets(run, tmp_path, fmt):
 def test_cli_export(run, tmp_path):
     from typer.testing import CliRunner
 
-    from ptxbench.agent.cli import app
+    from ptxbench.agent.cli.main import app
 
     out = tmp_path / "cli"
     res = CliRunner().invoke(app, ["export", str(run), "--recipe", "fixit", "--out", str(out), "--format", "jsonl"])

@@ -90,7 +90,7 @@ def test_pool_starts_one_worker_per_device_plus_spares():
 
 
 def test_parent_side_never_imports_torch():
-    code = ("import sys, ptxbench.tools.gpu.pool, ptxbench.tools.evaluate, ptxbench.agent.cmd_eval; "
+    code = ("import sys, ptxbench.tools.gpu.pool, ptxbench.tools.evaluate, ptxbench.agent.cli.cmd_eval; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from agent_helpers import GOOD_PTX, WORKLOAD, StubEvaluator
 
 from ptxbench.agent.models.base import ModelReply
-from ptxbench.agent.optimize import optimize
-from ptxbench.agent.state import OptimizeConfig
+from ptxbench.agent.loop.optimize import optimize
+from ptxbench.agent.loop.state import OptimizeConfig
 
 KEY = "k3y-" + "Zq8" * 12
 
@@ -22,7 +22,7 @@ class EchoingModel:
 def test_an_echoed_key_reaches_no_file_of_the_run(tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_KEY", KEY)
     config = OptimizeConfig(workload=WORKLOAD, model="openai/echo", api_key_env="LLM_KEY", max_turns=2, no_gpu=True)
-    from ptxbench.agent import optimize as optimize_module
+    from ptxbench.agent.loop import optimize as optimize_module
 
     optimize_module.make_model(config)  # registers LLM_KEY as a secret, as a real run does
     optimize(config, run_dir=tmp_path / "run", evaluator=StubEvaluator([1.0, 1.0]), model=EchoingModel())

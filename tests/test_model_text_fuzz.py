@@ -130,7 +130,7 @@ def test_linear_comment_stripping_matches_the_regex_it_replaced(text):
 def test_tools_mode_malformed_calls_are_errors_for_the_model():
     import pytest
 
-    from ptxbench.agent.toolset import Toolbox, parse_arguments
+    from ptxbench.agent.loop.toolset import Toolbox, parse_arguments
     from ptxbench.tools.evaluator import EvalOptions
 
     with pytest.raises(ValueError, match="nested too deeply"):

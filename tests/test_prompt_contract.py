@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from ptxbench import prompts
-from ptxbench.agent.state import OptimizeConfig
-from ptxbench.agent.task import system_prompt, task_prompt
+from ptxbench.agent.loop.state import OptimizeConfig
+from ptxbench.agent.loop.task import system_prompt, task_prompt
 from ptxbench.prompts import helpers as gen
 from ptxbench.tools.compile import compile_source
 from ptxbench.tools.gpu.limits import DeviceLimits

@@ -8,9 +8,9 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the 'bench' extra (ray) is not installed")
 
-from ptxbench.agent.bench import run_bench  # noqa: E402
-from ptxbench.agent.bench_matrix import BenchConfig  # noqa: E402
-from ptxbench.agent.ray_backend import RayEvaluator  # noqa: E402
+from ptxbench.agent.bench.runner import run_bench  # noqa: E402
+from ptxbench.agent.bench.matrix import BenchConfig  # noqa: E402
+from ptxbench.tools.ray_evaluator import RayEvaluator  # noqa: E402
 from ptxbench.agent.scoring import score_runs  # noqa: E402
 from ptxbench.tools.evaluator import EvalOptions  # noqa: E402
 from bench_fixtures import NOOP, WL, CountingModel  # noqa: E402

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from repair_fixture import FIXTURE, WL, fake_gpu
-from ptxbench.agent.bench import run_bench
-from ptxbench.agent.bench_matrix import BenchConfig, expand
-from ptxbench.agent.cli import app
-from ptxbench.agent.rundir import load_run
+from ptxbench.agent.bench.runner import run_bench
+from ptxbench.agent.bench.matrix import BenchConfig, expand
+from ptxbench.agent.cli.main import app
+from ptxbench.agent.records.rundir import load_run
 from ptxbench.agent.scoring.repair_track import repair_markdown, score_repair_runs
 
 

@@ -6,7 +6,7 @@ import json
 from typer.testing import CliRunner
 
 from repair_fixture import FIXTURE, GPU, WL, candidates, fake_gpu
-from ptxbench.agent.cli import app
+from ptxbench.agent.cli.main import app
 from ptxbench.agent.repairs.build import build_suite, round_robin, summary_table
 from ptxbench.agent.repairs.candidates import all_candidates
 from ptxbench.agent.repairs.suite import SUITE_VERSION, load_suite, write_suite

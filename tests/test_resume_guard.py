@@ -12,11 +12,11 @@ import pytest
 
 from agent_helpers import StubEvaluator, WORKLOAD
 from bench_fixtures import CountingModel
-from ptxbench.agent.checkpoint_guard import CheckpointLost
-from ptxbench.agent.events import Stop
-from ptxbench.agent.optimize import optimize
-from ptxbench.agent.rundir import TrajectoryWriter, read_events
-from ptxbench.agent.state import OptimizeConfig
+from ptxbench.agent.records.checkpoint_guard import CheckpointLost
+from ptxbench.agent.records.events import Stop
+from ptxbench.agent.loop.optimize import optimize
+from ptxbench.agent.records.rundir import TrajectoryWriter, read_events
+from ptxbench.agent.loop.state import OptimizeConfig
 
 
 def _run(run_dir, calls, turns=2, **kw):
@@ -129,7 +129,7 @@ def test_cli_refuses_with_one_line_and_exit_status_1(tmp_path):
     run_dir = tmp_path / "run"
     _run(run_dir, calls, turns=1)
     (run_dir / "checkpoints.sqlite").write_bytes(b"not a database at all" * 50)
-    argv = [sys.executable, "-c", "from ptxbench.agent.cli import app; app()", "optimize", "--resume", str(run_dir), "--quiet"]
+    argv = [sys.executable, "-c", "from ptxbench.agent.cli.main import app; app()", "optimize", "--resume", str(run_dir), "--quiet"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

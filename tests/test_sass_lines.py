@@ -6,7 +6,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from ptxbench.agent.cli import app
+from ptxbench.agent.cli.main import app
 from ptxbench.tools.compile import compile_source
 from ptxbench.tools.sass_lines import parse_lined_listing, refine_lines, spelled_lines
 

@@ -19,7 +19,7 @@ import pytest
 from ptxbench.agent.scoring import (
     Estimate, geomean_estimate, mean_estimate, ratio_estimate, score_runs, score_trajectory,
 )
-from ptxbench.agent.rundir import load_run
+from ptxbench.agent.records.rundir import load_run
 from trajectory_builder import TrajectoryBuilder, build_sample_run
 
 approx = lambda v: pytest.approx(v, rel=1e-12, abs=1e-12)  # noqa: E731
@@ -186,7 +186,7 @@ def test_torn_and_unfinished_trajectory(tmp_path):
 
 
 def test_harness_failure_before_any_turn(tmp_path):
-    from ptxbench.agent.events import ErrorEvent
+    from ptxbench.agent.records.events import ErrorEvent
 
     b = TrajectoryBuilder(tmp_path, "t", "m/c", "gemm")
     b.writer.append(ErrorEvent(trajectory_id="t", turn=0, where="graph", message="RuntimeError: pool down", infra=True))
@@ -209,7 +209,7 @@ def test_estimators():
 def test_score_says_how_many_trajectories_were_excluded_and_why(tmp_path):
     from typer.testing import CliRunner
 
-    from ptxbench.agent.cli import app
+    from ptxbench.agent.cli.main import app
     run = build_sample_run(tmp_path / "run")  # A3 ended on "GPU worker lost"
     TrajectoryBuilder(run, "b-gemm-0", "m/b", "gemm", index=0).turn(1, "COMPILE_ERROR").infra(2, "evaluator died\ntraceback")
     TrajectoryBuilder(run, "b-gemm-1", "m/b", "gemm", index=1).infra(1, "evaluator died")

@@ -9,11 +9,11 @@ from typer.testing import CliRunner
 
 from agent_helpers import BROKEN_PTX, GOOD_PTX, WORKLOAD, events, of_type, reply, request_text
 from openai_server import ScriptedServer
-from ptxbench.agent.cli import app
-from ptxbench.agent.optimize import optimize
-from ptxbench.agent.rundir import load_run
+from ptxbench.agent.cli.main import app
+from ptxbench.agent.loop.optimize import optimize
+from ptxbench.agent.records.rundir import load_run
 from ptxbench.agent.scoring.turns import score_trajectory
-from ptxbench.agent.state import OptimizeConfig
+from ptxbench.agent.loop.state import OptimizeConfig
 from ptxbench.tools.evaluate import LocalEvaluator
 
 

@@ -301,7 +301,7 @@ def test_the_library_gets_the_same_restore_and_checks_and_a_write_into_it_is_cau
 
 
 def test_timing_suspect_is_a_failure_everywhere():
-    from ptxbench.agent.feedback import STATUS_HEADINGS
+    from ptxbench.agent.loop.feedback import STATUS_HEADINGS
     from ptxbench.tools.results import MODEL_FAILURES, EvalResult, Timing, TimingStat
 
     stat = TimingStat(median_ms=0.1, ci_low_ms=0.1, ci_high_ms=0.1, n=150)

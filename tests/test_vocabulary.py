@@ -6,13 +6,13 @@ import json
 
 from agent_helpers import WORKLOAD
 from bench_fixtures import NOOP
-from ptxbench.agent.cmd_optimize import recorded_turns
-from ptxbench.agent.extract import extract_solution
+from ptxbench.agent.cli.cmd_optimize import recorded_turns
+from ptxbench.agent.loop.extract import extract_solution
 from ptxbench.agent.models.base import ModelReply
-from ptxbench.agent.optimize import optimize
-from ptxbench.agent.rundir import load_run, read_events
+from ptxbench.agent.loop.optimize import optimize
+from ptxbench.agent.records.rundir import load_run, read_events
 from ptxbench.agent.scoring.turns import score_trajectory
-from ptxbench.agent.state import OptimizeConfig
+from ptxbench.agent.loop.state import OptimizeConfig
 from ptxbench.tools.results import EvalResult
 
 PYTHON_REPLY = "Here is a reference:\n\n```python\nimport torch\nC = A @ B\n```\n"

@@ -9,7 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from ptxbench.agent.cli import app
+from ptxbench.agent.cli.main import app
 from ptxbench.workloads.arch import ARCHS, SM90A, SM100A, get_arch
 from ptxbench.workloads.registry import MAIN_IDS, WORKLOADS, get_workload, list_workloads
 
@@ -113,7 +113,7 @@ def test_get_workload_miss_lists_ids_and_returns_copies():
 
 
 def test_registry_does_not_import_torch():
-    code = ("import sys, ptxbench.workloads.registry, ptxbench.agent.cmd_workloads; "
+    code = ("import sys, ptxbench.workloads.registry, ptxbench.agent.cli.cmd_workloads; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 

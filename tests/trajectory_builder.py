@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ptxbench.agent.events import ErrorEvent, EvalEvent, ModelCall, Stop, TrajectoryStart, TurnEnd
-from ptxbench.agent.rundir import TrajectoryWriter, sha256_text, write_manifest
+from ptxbench.agent.records.events import ErrorEvent, EvalEvent, ModelCall, Stop, TrajectoryStart, TurnEnd
+from ptxbench.agent.records.rundir import TrajectoryWriter, sha256_text, write_manifest
 from ptxbench.tools.results import EvalResult, RuntimeTarget, Timing, TimingStat
 
 TARGETS = ("wgmma", "tma")
@@ -72,7 +72,7 @@ class TrajectoryBuilder:
         return self
 
     def infra(self, turn: int, message: str = "GPU worker lost") -> "TrajectoryBuilder":
-        """What agent/graph.py writes when the evaluator fails: the INFRA_ERROR result, an infra error event,
+        """What agent/loop/graph.py writes when the evaluator fails: the INFRA_ERROR result, an infra error event,
         the turn closed as NO_SUBMISSION, a stop."""
         self._model_call(turn, self.source)
         self.writer.append(EvalEvent(trajectory_id=self.tid, turn=turn, result=eval_result(self.workload, "INFRA_ERROR"),

@@ -1,6 +1,6 @@
 """Trajectory dataset export: KernelGen and Fixit rows from run directories, and bug injection.
 
-Reads runs/ only (agent/rundir.py); the bug injector (synth.py) is the one part that evaluates kernels.
+Reads runs/ only (agent/records/rundir.py); the bug injector (synth.py) is the one part that evaluates kernels.
 """
 from .collect import collect_samples
 from .recipes import build_rows

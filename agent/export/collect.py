@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..repairs.suite import held_out_bug
-from ..rundir import load_run, read_manifest, sha256_text
+from ..records.rundir import load_run, read_manifest, sha256_text
 from ..scoring.turns import evaluated_gpu
 
 

@@ -6,7 +6,7 @@ import random
 from collections import Counter, defaultdict
 
 from ...tools.results import MODEL_FAILURES
-from ..rundir import sha256_text
+from ..records.rundir import sha256_text
 from .collect import TrajectorySample, Turn
 from .normalize import kernel_hash
 from .schema import ExportConfig, Message, Provenance, Row

@@ -9,8 +9,8 @@ from typing import Callable
 
 from ...tools.evaluator import EvalOptions, Evaluator
 from ...tools.results import EvalResult
-from ..events import EvalEvent, Stop, TrajectoryStart, TurnEnd
-from ..rundir import TrajectoryWriter, sha256_text
+from ..records.events import EvalEvent, Stop, TrajectoryStart, TurnEnd
+from ..records.rundir import TrajectoryWriter, sha256_text
 from .mutations import applicable
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..rundir import read_events, trajectory_folders
+from ..records.rundir import read_events, trajectory_folders
 from .base import ModelExhausted, ModelReply, ModelRequest
 
 

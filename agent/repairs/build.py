@@ -16,7 +16,7 @@ from typing import Callable
 
 from ...tools.evaluator import EvalOptions, Evaluator
 from ...tools.results import EvalResult
-from ..feedback import render_eval
+from ..loop.feedback import render_eval
 from ..models.builtin import reference_source
 from .candidates import FAILED, Candidate
 from .suite import RepairSuite, RepairTask, UnbrokenKernel, Verdict

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..export.mutations import MUTATIONS, Mutation
 from ..models.builtin import reference_source
-from ..rundir import load_run
+from ..records.rundir import load_run
 from .extra_mutations import EXTRA_MUTATIONS
 from .suite import HELD_OUT_CLASSES, Origin
 

@@ -2,7 +2,7 @@
 (OptimizeConfig.start_from, evaluated as turn 0) with a small turn budget and no early stop."""
 from __future__ import annotations
 
-from ..state import OptimizeConfig
+from ..loop.state import OptimizeConfig
 from .suite import SuiteMissing, load_suite
 
 REPAIR_TURNS = 4

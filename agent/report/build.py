@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ..rundir import load_run, read_manifest
+from ..records.rundir import load_run, read_manifest
 from ..scoring import RunScore, score_trajectories
 from ..scoring.turns import score_trajectory
 from .plots import all_plots

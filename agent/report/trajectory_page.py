@@ -6,7 +6,7 @@ import difflib
 import html
 from collections import defaultdict
 
-from ..rundir import TrajectoryRecord
+from ..records.rundir import TrajectoryRecord
 from ..scoring import TrajectoryScore
 from .style import page
 

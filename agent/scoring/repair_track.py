@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from ..rundir import load_run
+from ..records.rundir import load_run
 from .stats import Estimate, mean_estimate
 from .turns import TrajectoryScore, score_trajectory
 

@@ -1,6 +1,6 @@
 """Score one or more run directories: trajectories -> cells -> RunScore (JSON-ready).
 
-Reads runs/ only (agent/rundir.py), so runs recorded on other machines merge here: trajectories of
+Reads runs/ only (agent/records/rundir.py), so runs recorded on other machines merge here: trajectories of
 several runs with the same (model, workload, prompt, gpu) pool into one cell.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Iterable
 
 from pydantic import BaseModel, Field
 
-from ..rundir import load_run, read_manifest
+from ..records.rundir import load_run, read_manifest
 from .cells import ANY, CellScore, score_cell
 from .repair import RepairStats
 from .turns import TrajectoryScore, score_trajectory

@@ -5,13 +5,13 @@ its status from turn_end (FORMAT_ERROR). Events for a turn number that was alrea
 recorded replace it, so a trajectory retried from its last good turn after an infra failure scores
 the retried turn. INFRA_ERROR turns (status, or an ErrorEvent with infra=True) are kept apart from
 the model's own results. A COMPILED turn (compiled, never run on a GPU) is neither correct nor failed:
-its correctness is unknown. Runs recorded before that status are read as new ones by agent/rundir.py.
+its correctness is unknown. Runs recorded before that status are read as new ones by agent/records/rundir.py.
 """
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from ..rundir import TrajectoryRecord
+from ..records.rundir import TrajectoryRecord
 
 INFRA = "INFRA_ERROR"
 PASSED = "PASSED"

@@ -20,15 +20,15 @@ from typing import Callable
 
 from pydantic import BaseModel
 
-from .bench_matrix import BenchConfig, expand
-from .bench_retry import NOTHING_TO_RETRY
-from .bench_scheduler import LimitedModel, ProviderGates, run_all
-from .checkpoint_guard import check_run
-from .manifest import build_manifest
-from .models import Model
-from .optimize import make_model, open_checkpointer, run_trajectory
-from .rundir import TrajectoryWriter, read_manifest, trajectory_folders, write_manifest
-from .state import OptimizeConfig
+from .matrix import BenchConfig, expand
+from .retry import NOTHING_TO_RETRY
+from .scheduler import LimitedModel, ProviderGates, run_all
+from ..records.checkpoint_guard import check_run
+from ..records.manifest import build_manifest
+from ..models import Model
+from ..loop.optimize import make_model, open_checkpointer, run_trajectory
+from ..records.rundir import TrajectoryWriter, read_manifest, trajectory_folders, write_manifest
+from ..loop.state import OptimizeConfig
 
 
 class BenchError(RuntimeError):
@@ -86,7 +86,7 @@ def _write_manifest(config: BenchConfig, run_dir: Path) -> None:
 
 def make_evaluator(config: BenchConfig):
     if config.backend == "ray":
-        from .ray_backend import RayEvaluator
+        from ...tools.ray_evaluator import RayEvaluator
 
         return RayEvaluator(address=config.ray_address, workers=config.gpus, fake_gpus=config.no_gpu and not config.ray_address)
     if config.backend != "local":
@@ -144,7 +144,7 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
               on_done: Callable[[TrajectoryReport], None] | None = None, restart: bool = False) -> BenchOutcome:
     """Run (or with resume=True continue) the matrix into run_dir; returns one report per trajectory. A resumed
     run whose checkpoints cannot continue a started trajectory raises CheckpointLost before anything runs,
-    unless `restart` (agent/checkpoint_guard.py)."""
+    unless `restart` (agent/records/checkpoint_guard.py)."""
     start = time.monotonic()
     run_dir = Path(run_dir)
     config = open_run(config, run_dir, resume, overrides)

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from .app import app
+from .application import app
 
 DISTS = ("normal", "spiky")  # workloads/inputs.py (which imports torch: not loaded to check a name)
 

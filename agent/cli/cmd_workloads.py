@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from .app import app
+from .application import app
 
 
 def workload_record(w) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Typed trajectory events: one JSON object per line of trajectory.jsonl, appended and flushed as they happen.
 
-Scoring, reports and export read these alone (through agent/rundir.py), so a run recorded on any
+Scoring, reports and export read these alone (through agent/records/rundir.py), so a run recorded on any
 machine re-scores anywhere. Add fields with defaults; bump SCHEMA_VERSION when a meaning changes.
 """
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from .app import app
+from .application import app
 
 
 # OptimizeConfig fields whose option is spelled otherwise (for one-line validation errors)
@@ -116,8 +116,8 @@ class LiveView:
 
 def recorded_turns(outcome) -> int:
     """Turns as the score tables count them: a turn an infra failure cut short is a turn there too."""
-    from .rundir import TrajectoryRecord, read_events
-    from .scoring.turns import score_trajectory
+    from ..records.rundir import TrajectoryRecord, read_events
+    from ..scoring.turns import score_trajectory
 
     folder = Path(outcome.folder)
     log = folder / "trajectory.jsonl"
@@ -153,10 +153,10 @@ def optimize(
 ) -> None:
     """Run the agent on WORKLOAD: write, evaluate and revise a kernel, logging the trajectory under runs/."""
     from . import inputs
-    from .optimize import RunFolderInUse, find_run
-    from .optimize import optimize as run_optimize
-    from .start_kernel import start_file
-    from .state import OptimizeConfig
+    from ..loop.optimize import RunFolderInUse, find_run
+    from ..loop.optimize import optimize as run_optimize
+    from ..loop.start_kernel import start_file
+    from ..loop.state import OptimizeConfig
 
     config = None
     if resume is not None:

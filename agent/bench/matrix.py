@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from .state import Mode, OptimizeConfig
+from ..loop.state import Mode, OptimizeConfig
 
 
 class BenchConfig(BaseModel):
@@ -35,7 +35,7 @@ class BenchConfig(BaseModel):
 def expand(config: BenchConfig) -> list[OptimizeConfig]:
     """Every trajectory of the matrix, index-major so the first trajectory of every cell runs first."""
     if config.track == "repair":
-        from .repairs.track import expand_repair
+        from ..repairs.track import expand_repair
 
         return expand_repair(config)
     out = []

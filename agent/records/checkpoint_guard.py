@@ -19,7 +19,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from .inputs import RunFailed
+from ..cli.inputs import RunFailed
 from .rundir import read_events, side_path
 
 DB_NAME = "checkpoints.sqlite"

@@ -11,8 +11,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
-from .bench_matrix import provider
-from .models.base import Model, ModelReply, ModelRequest
+from .matrix import provider
+from ..models.base import Model, ModelReply, ModelRequest
 
 DEFAULT_PROVIDER_LIMIT = 8
 

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from .app import app
+from .application import app
 
 
 @app.command()
@@ -15,7 +15,7 @@ def report(
     out: Optional[Path] = typer.Option(None, help="output folder (default <run>/report)"),
 ) -> None:
     """Write the report of a run (opens offline: plots are inlined)."""
-    from .report import write_report
+    from ..report import write_report
 
     from . import inputs
 

@@ -1,4 +1,4 @@
-"""The typer application that every command module registers on (see agent/cli.py).
+"""The typer application that every command module registers on (see agent/cli/main.py).
 
 Every error a user can cause ends as one line on stderr and an exit status, never a traceback:
 2 for a usage error (a bad option, an unknown name: agent/inputs.BadInput), 1 for a run that

@@ -2,7 +2,7 @@
 
     runs/<run>/manifest.json                       config, git revision, package versions, GPU, driver
     runs/<run>/checkpoints.sqlite                  LangGraph checkpointer (thread id = trajectory id)
-    runs/<run>/trajectories/<traj>/trajectory.jsonl  append-only events (agent/events.py)
+    runs/<run>/trajectories/<traj>/trajectory.jsonl  append-only events (agent/records/events.py)
     runs/<run>/trajectories/<traj>/kernels/turn_NN.<cu|ptx>  the kernel of every turn
 """
 from __future__ import annotations

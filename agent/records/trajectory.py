@@ -1,6 +1,6 @@
 """Typed, flushed trajectory events for one trajectory (through rundir.TrajectoryWriter), secrets masked.
 
-Each method writes one event of agent/events.py as it happens; `listeners` (e.g. the live view of
+Each method writes one event of agent/records/events.py as it happens; `listeners` (e.g. the live view of
 `ptxbench optimize`) see every event after it is on disk.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .events import ErrorEvent, EvalEvent, ModelCall, ModelRetry, Stop, ToolCall, ToolResult, TrajectoryStart, TurnEnd, _Event
-from .models.base import ModelReply
+from ..models.base import ModelReply
 from .redact import scrub
 from .rundir import TrajectoryWriter, sha256_text
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .app import app
+from .application import app
 
 repairs_app = typer.Typer(help="The repair suite: broken kernels with the verdict the GPU gave them.", no_args_is_help=True)
 app.add_typer(repairs_app, name="repairs")
@@ -15,7 +15,7 @@ SUITE_HELP = "suite folder (default: workloads/repairs, the committed suite)"
 
 
 def _load(suite: Optional[Path]):
-    from .repairs.suite import SuiteMissing, load_suite
+    from ..repairs.suite import SuiteMissing, load_suite
 
     try:
         return load_suite(suite)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from ptxbench.tools.evaluator import EvalOptions
 
-from .events import EvalEvent, TurnEnd
-from .manifest import build_manifest
-from .rundir import TrajectoryRecord, TrajectoryWriter, load_run, read_manifest, write_manifest
+from ..records.events import EvalEvent, TurnEnd
+from ..records.manifest import build_manifest
+from ..records.rundir import TrajectoryRecord, TrajectoryWriter, load_run, read_manifest, write_manifest
 
 
 def _options(record: TrajectoryRecord, no_gpu: bool) -> EvalOptions:

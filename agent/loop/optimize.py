@@ -21,18 +21,18 @@ from pydantic import BaseModel, Field
 from ptxbench.tools.evaluator import EvalOptions, Evaluator
 from ptxbench.workloads.registry import get_workload
 
-from .bench_retry import FORKED, fork_before_infra_stop
-from .checkpoint_guard import check_run
-from .checkpoint_store import open_checkpointer
+from ..bench.retry import FORKED, fork_before_infra_stop
+from ..records.checkpoint_guard import check_run
+from ..records.checkpoint_store import open_checkpointer
 from .graph import Deps, build_graph
-from .manifest import build_manifest
-from .models import Model, load_model
-from .redact import register_secret_env
-from .rundir import TrajectoryWriter, read_manifest, write_manifest
+from ..records.manifest import build_manifest
+from ..models import Model, load_model
+from ..records.redact import register_secret_env
+from ..records.rundir import TrajectoryWriter, read_manifest, write_manifest
 from .start_kernel import read_start
 from .state import AgentState, OptimizeConfig, initial_state
 from .task import system_prompt, task_prompt
-from .trajectory import Listener, TrajectoryLog
+from ..records.trajectory import Listener, TrajectoryLog
 
 RECURSION_LIMIT = 100_000  # budgets end a trajectory, not LangGraph's step counter
 # Checkpoints are written with durability="sync": each node's result is on disk before the next node
@@ -52,7 +52,7 @@ class TrajectoryOutcome(BaseModel):
     cost_usd: float
     elapsed_s: float
     resumed: bool = False
-    infra_retry: str = Field("", description="with retry_infra_stop: 'forked' or 'nothing_to_retry' (agent/bench_retry.py)")
+    infra_retry: str = Field("", description="with retry_infra_stop: 'forked' or 'nothing_to_retry' (agent/bench/retry.py)")
 
 
 def eval_options(config: OptimizeConfig) -> EvalOptions:
@@ -97,7 +97,7 @@ def run_trajectory(
 
     The trajectory id (the checkpointer's thread id) defaults to the writer's folder name. Without a
     checkpointer the run is kept in memory and cannot be resumed. With `retry_infra_stop`, a thread that
-    stopped on an infra error is forked before the failed step and continued (agent/bench_retry.py).
+    stopped on an infra error is forked before the failed step and continued (agent/bench/retry.py).
     A failed kernel is a turn outcome;
     an exception here is a harness failure (recorded as an error event, then raised).
     """
@@ -202,7 +202,7 @@ def optimize(
 ) -> TrajectoryOutcome:
     """Start a trajectory for `config` in a new run folder (or add it to `run_dir`), or continue the
     newest trajectory of the run `resume` where it stopped. A run whose checkpoints cannot continue its
-    trajectory raises CheckpointLost, unless `restart` (agent/checkpoint_guard.py)."""
+    trajectory raises CheckpointLost, unless `restart` (agent/records/checkpoint_guard.py)."""
     if resume is not None:
         run_path = find_run(resume)
         config, tid = config_to_resume(read_manifest(run_path))

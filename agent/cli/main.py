@@ -2,7 +2,7 @@
 on the shared app; heavy imports stay inside the command functions so `ptxbench --help` is fast."""
 from importlib import import_module
 
-from .app import app
+from .application import app
 
 # One module per command group; each imports `app` from .app and decorates its functions.
 COMMAND_MODULES = [

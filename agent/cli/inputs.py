@@ -1,5 +1,5 @@
 """Checks of what a user typed, made before any path is built or file written: each failure is one
-BadInput line saying what is wrong and what would be right (agent/app.py prints it, exit status 2).
+BadInput line saying what is wrong and what would be right (agent/cli/application.py prints it, exit status 2).
 
     workload(name), arch(name), prompt(name), model(name), mutations(names)   the name, or BadInput
     credentials(model, api_base, api_key_env, report)   a missing key or an unreachable endpoint
@@ -62,7 +62,7 @@ def prompt(name: str) -> str:
 
 def model(name: str) -> str:
     """A model string that can be built: a known builtin, a replay of a recorded run, or a litellm string."""
-    from .models.registry import BUILTINS
+    from ..models.registry import BUILTINS
 
     if not name.strip():
         raise BadInput("--model is empty: give builtin/tuner, builtin/reference, replay/<run> or a litellm "
@@ -72,7 +72,7 @@ def model(name: str) -> str:
             raise _choice("built-in model", name, BUILTINS, f"expected one of {', '.join(BUILTINS)}")
         return name
     if name.startswith("replay/"):
-        from .models.replay import find_trajectory
+        from ..models.replay import find_trajectory
 
         try:
             find_trajectory(name.removeprefix("replay/"))
@@ -87,8 +87,8 @@ def model(name: str) -> str:
 def credentials(name: str, api_base: str | None, api_key_env: str | None,
                 report: Callable[[str], None] | None = None) -> None:
     """For an LLM: the key is there and the endpoint answers (BadInput / RunFailed otherwise)."""
-    from .models.endpoint import bad_url, unreachable
-    from .models.keys import key_problem
+    from ..models.endpoint import bad_url, unreachable
+    from ..models.keys import key_problem
 
     if api_base and (problem := bad_url(api_base)):
         raise BadInput(problem)
@@ -103,7 +103,7 @@ def credentials(name: str, api_base: str | None, api_key_env: str | None,
 
 
 def _provider_known(name: str) -> None:
-    from .models.litellm_model import _litellm
+    from ..models.litellm_model import _litellm
 
     try:
         _litellm().get_llm_provider(name)
@@ -113,7 +113,7 @@ def _provider_known(name: str) -> None:
 
 
 def mutations(names: list[str]) -> list[str]:
-    from .export.mutations import MUTATIONS
+    from ..export.mutations import MUTATIONS
 
     valid = [m.name for m in MUTATIONS]
     for n in names:

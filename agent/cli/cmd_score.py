@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from .app import app
+from .application import app
 
 
 def exclusion_lines(runs: list[Path]) -> list[str]:
@@ -20,8 +20,8 @@ def exclusion_lines(runs: list[Path]) -> list[str]:
     infra error's first line)."""
     from collections import Counter
 
-    from .rundir import load_run
-    from .scoring.turns import score_trajectory
+    from ..records.rundir import load_run
+    from ..scoring.turns import score_trajectory
 
     reasons: Counter[str] = Counter()
     for run in runs:
@@ -47,13 +47,13 @@ def score(
 ) -> None:
     """Score recorded runs: per turn, trajectory, model x workload cell, and repair behaviour."""
     from . import inputs
-    from .report.tables import all_tables
-    from .scoring import score_runs
+    from ..report.tables import all_tables
+    from ..scoring import score_runs
 
     for run in runs:
         inputs.run_folder(run)
     if re_evaluate:
-        from .reevaluate import reevaluate_run
+        from ..bench.reevaluate import reevaluate_run
 
         if len(runs) > 1 and out_run is not None:
             raise inputs.BadInput("--out-run takes one run: re-evaluate several runs without it")
@@ -69,7 +69,7 @@ def score(
         return
     for table in all_tables(result):
         typer.echo(table.markdown())
-    from .scoring.repair_track import repair_markdown, score_repair_runs
+    from ..scoring.repair_track import repair_markdown, score_repair_runs
 
     repair = score_repair_runs(runs)
     if repair.trajectories:  # a repair-track run (bench --track repair)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from .app import app
+from .application import app
 
 _PLAN_LANGUAGE = re.compile(r"/\*\s*ptxbench\b(?:(?!\*/).)*?^\s*language\s*=\s*[\"'](\w+)[\"']", re.S | re.M)
 _PTX_DIRECTIVE = re.compile(r"^\s*\.(entry|version|target)\b", re.M)

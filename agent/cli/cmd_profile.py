@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from .app import app
+from .application import app
 from .cmd_compile import Arch, detect_language
 
 

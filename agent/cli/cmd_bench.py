@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from .app import app
+from .application import app
 
 
 def _split(text: str | None) -> list[str]:
@@ -82,10 +82,10 @@ def bench(
     """Run a benchmark matrix into one run folder; print the leaderboard."""
     from rich.console import Console
 
-    from .bench import BenchConfig, BenchError, TrajectoryReport, run_bench
+    from ..bench.runner import BenchConfig, BenchError, TrajectoryReport, run_bench
 
     from . import inputs
-    from .optimize import runs_root
+    from ..loop.optimize import runs_root
 
     console = Console(stderr=True, soft_wrap=True)
     if resume and run_dir is None:
@@ -129,16 +129,16 @@ def bench(
         raise inputs.BadInput(str(exc)) from None
     failed = sum(r.infra_failed for r in outcome.trajectories)
     console.print(f"{len(outcome.trajectories)} trajectories in {outcome.elapsed_s:.0f} s, {failed} infra-failed; run: {run_dir}")
-    from .report.tables import leaderboard
-    from .scoring import score_runs
+    from ..report.tables import leaderboard
+    from ..scoring import score_runs
 
     typer.echo(leaderboard(score_runs([run_dir])).markdown())
     if track == "repair" or (config and config.track == "repair"):
-        from .scoring.repair_track import repair_markdown, score_repair_runs
+        from ..scoring.repair_track import repair_markdown, score_repair_runs
 
         typer.echo(repair_markdown(score_repair_runs([run_dir])))
     if report:
-        from .report import write_report
+        from ..report import write_report
 
         files = write_report(run_dir)
         console.print(f"report: {files.html}")

@@ -6,11 +6,11 @@ from typing import Optional
 
 import typer
 
-from .app import app
+from .application import app
 
 
 def _ops(workload_ids: set[str]) -> dict[str, str]:
-    from ..workloads.registry import get_workload
+    from ...workloads.registry import get_workload
 
     ops = {}
     for wid in workload_ids:
@@ -43,9 +43,9 @@ def export(
     from rich import print as rprint
 
     from . import inputs
-    from .export import ExportConfig, build_rows, collect_samples
-    from .export.recipes import REJECTED
-    from .export.writer import write_dataset
+    from ..export import ExportConfig, build_rows, collect_samples
+    from ..export.recipes import REJECTED
+    from ..export.writer import write_dataset
 
     for run in runs:
         inputs.run_folder(run)
@@ -72,7 +72,7 @@ def export(
                                   f"(they have: {', '.join(sorted({s.workload for s in samples})) or 'none'})")
     rows, stats = build_rows(samples, cfg, _ops({s.workload for s in samples}))
     if teacher:
-        from .export.teacher import add_reasoning
+        from ..export.teacher import add_reasoning
 
         stats["teacher"] = add_reasoning(rows, teacher, out / ".teacher_cache", teacher_api_base)
     paths = write_dataset(rows, out, format, cfg, stats, [str(r) for r in runs])

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from .app import app
+from .application import app
 
 
 @app.command("synth-repairs")
@@ -22,19 +22,19 @@ def synth_repairs(
     from rich.console import Console
     from rich.table import Table
 
-    from ..tools.evaluator import EvalOptions
-    from .export.mutations import MUTATIONS, applicable
-    from .export.synth import synthesize
-    from .feedback import render_eval
-    from .models.builtin import reference_source
-    from .rundir import write_manifest
-    from .state import OptimizeConfig
-    from .task import system_prompt, task_prompt
-    from ..workloads.registry import get_workload
+    from ...tools.evaluator import EvalOptions
+    from ..export.mutations import MUTATIONS, applicable
+    from ..export.synth import synthesize
+    from ..loop.feedback import render_eval
+    from ..models.builtin import reference_source
+    from ..records.rundir import write_manifest
+    from ..loop.state import OptimizeConfig
+    from ..loop.task import system_prompt, task_prompt
+    from ...workloads.registry import get_workload
 
     from . import inputs
-    from .optimize import runs_root
-    from .rundir import read_manifest
+    from ..loop.optimize import runs_root
+    from ..records.rundir import read_manifest
 
     console = Console()
     ids = [inputs.workload(w) for w in workloads or ["gemm_bf16_m8192_n7168_k5120"]]
@@ -50,13 +50,13 @@ def synth_repairs(
         console.print("classes: " + ", ".join(m.name for m in MUTATIONS))
         return
 
-    from ..tools.evaluate import LocalEvaluator
+    from ...tools.evaluate import LocalEvaluator
 
     def prompts(wid: str) -> tuple[str, str]:
         cfg = OptimizeConfig(workload=wid, model="synthetic")
         return system_prompt(cfg), task_prompt(cfg, get_workload(wid))
 
-    from ..tools.gpu.pool import NoGpuError
+    from ...tools.gpu.pool import NoGpuError
 
     evaluator = LocalEvaluator()
     try:
