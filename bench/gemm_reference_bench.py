@@ -1,6 +1,6 @@
 """Correctness and timing of rendered reference-GEMM variants against torch.matmul (cuBLAS).
 
-Standalone on purpose (torch + cuda.bindings only, no ptxbench imports but tools/expr.py), so it
+Standalone on purpose (torch + cuda.bindings only, no ptxbench imports but tools/solution/expr.py), so it
 measures the kernels without the evaluator. Two steps:
   python3 bench/gemm_reference_bench.py build            # here: render + nvcc/ptxas -> bench/build_gemm/
   python3 bench/gemm_reference_bench.py run [--iters 20]  # on the GPU machine (carry bench/build_gemm)
@@ -76,7 +76,7 @@ def read_plan(source: str) -> dict:
 
 
 def _load_expr():
-    spec = importlib.util.spec_from_file_location("plan_expr", ROOT / "tools" / "expr.py")
+    spec = importlib.util.spec_from_file_location("plan_expr", ROOT / "tools" / "solution" / "expr.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -46,7 +46,7 @@ def globals_reset_off() -> dict:
     from ptxbench.tools.gpu.runner import evaluate_job
     from ptxbench.tools.gpu.state import WorkerState
     from ptxbench.tools.gpu.worker import read_limits
-    from ptxbench.tools.solution import parse_solution, resolve_plan
+    from ptxbench.tools.solution.parse import parse_solution, resolve_plan
     from ptxbench.workloads.registry import get_workload
 
     workload, corpus = load_corpus()

@@ -61,7 +61,7 @@ def main() -> None:
     from ptxbench.tools.gpu.runner import evaluate_job
     from ptxbench.tools.gpu.state import WorkerState
     from ptxbench.tools.gpu.worker import read_limits
-    from ptxbench.tools.solution import parse_solution, resolve_plan
+    from ptxbench.tools.solution.parse import parse_solution, resolve_plan
     from ptxbench.workloads.registry import get_workload
 
     ap = argparse.ArgumentParser()

@@ -9,8 +9,8 @@ import pytest
 
 from ptxbench.tools.compile import compile_source
 from ptxbench.tools.evaluator import EvalOptions
-from ptxbench.tools.plan import Solution
-from ptxbench.tools.solution import parse_solution, resolve_plan
+from ptxbench.tools.solution.plan import Solution
+from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.workloads.registry import get_workload, list_workloads
 from ptxbench.workloads.solutions.attention import FAST_FORWARD, HERE, fast_solution
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ptxbench.agent.cli.main import app
-from ptxbench.agent.cli.cmd_compile import detect_language
+from ptxbench.tools.solution.language import detect_language
 from ptxbench.tools.cache import CompileCache, cache_key
 from ptxbench.tools.compile import compile_source, include_dir
 from ptxbench.tools.compile_log import loc_line_map, parse_nvcc_log, parse_ptxas_log, static_ptx_checks

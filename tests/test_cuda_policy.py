@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ptxbench.tools.cuda_policy import ALLOWED_INCLUDES, check_cuda_source, check_ptx_source
+from ptxbench.tools.solution.cuda_policy import ALLOWED_INCLUDES, check_cuda_source, check_ptx_source
 
 GOOD = r'''
 #include <cuda.h>

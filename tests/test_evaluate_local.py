@@ -5,7 +5,7 @@ from __future__ import annotations
 from ptxbench.tools.evaluate import LocalEvaluator, _format_status, _message
 from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
-from ptxbench.tools.plan import FormatIssue, ResolvedPlan
+from ptxbench.tools.solution.plan import FormatIssue, ResolvedPlan
 from ptxbench.workloads.solutions.faults import load_corpus
 
 WORKLOAD, CORPUS = load_corpus()

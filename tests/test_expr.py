@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from ptxbench.tools.expr import MAX_LENGTH, ExprError, evaluate, evaluate_int, names
+from ptxbench.tools.solution.expr import MAX_LENGTH, ExprError, evaluate, evaluate_int, names
 
 SYMBOLS = {"M": 8192, "N": 7168, "K": 5120, "num_sms": 132, "scale": 0.125}
 
@@ -136,7 +136,7 @@ def test_module_never_calls_eval_exec_or_compile():
     import ast
     from pathlib import Path
 
-    import ptxbench.tools.expr as mod
+    import ptxbench.tools.solution.expr as mod
     tree = ast.parse(Path(mod.__file__).read_text())
     called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     assert not called & {"eval", "exec", "compile", "__import__"}

@@ -5,7 +5,7 @@ import pytest
 
 from ptxbench.tools.evaluate import LocalEvaluator
 from ptxbench.tools.evaluator import EvalOptions
-from ptxbench.tools.solution import parse_solution
+from ptxbench.tools.solution.parse import parse_solution
 from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions.faults import HERE, load_corpus
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ptxbench.tools.compile import compile_source
-from ptxbench.tools.plan import Solution
-from ptxbench.tools.solution import parse_solution, resolve_plan
+from ptxbench.tools.solution.plan import Solution
+from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions import gemm_template as gt
 

@@ -7,7 +7,7 @@ import pytest
 
 from ptxbench.tools.compile import compile_source
 from ptxbench.tools.evaluator import EvalOptions
-from ptxbench.tools.solution import parse_solution, resolve_plan
+from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions.faults import load_corpus
 

@@ -11,7 +11,7 @@ from ptxbench.tools.gpu.cache import ByteLRU
 from ptxbench.tools.gpu.correctness import compare, output_digest, replay_note
 from ptxbench.tools.gpu.limits import DeviceLimits, check_function, check_plan
 from ptxbench.tools.gpu.timing import bootstrap_median_ci, bootstrap_ratio_ci, speedup, summarize
-from ptxbench.tools.plan import ResolvedArg, ResolvedLaunch, ResolvedPlan, ResolvedTensorMap
+from ptxbench.tools.solution.plan import ResolvedArg, ResolvedLaunch, ResolvedPlan, ResolvedTensorMap
 from ptxbench.workloads.schema import Tolerance
 
 TOL = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)

@@ -7,12 +7,12 @@ import re
 from hypothesis import example, HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ptxbench.tools.cuda_policy import check_cuda_source, check_ptx_source
-from ptxbench.tools.expr import FUNCTIONS, ExprError, evaluate, names
-from ptxbench.tools.plan import FormatIssue, Solution
+from ptxbench.tools.solution.cuda_policy import check_cuda_source, check_ptx_source
+from ptxbench.tools.solution.expr import FUNCTIONS, ExprError, evaluate, names
+from ptxbench.tools.solution.plan import FormatIssue, Solution
 from ptxbench.tools.sass import strip_ptx_comments
-from ptxbench.tools.solution import MAX_SOLUTION_CHARS, extract_solution, parse_solution
-from ptxbench.tools.source_scan import blank_comments, cuda_kernels, ptx_entries
+from ptxbench.tools.solution.parse import MAX_SOLUTION_CHARS, extract_solution, parse_solution
+from ptxbench.tools.solution.source_scan import blank_comments, cuda_kernels, ptx_entries
 from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions.faults import load_corpus
 

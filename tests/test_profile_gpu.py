@@ -21,7 +21,7 @@ GEMM = "gemm_bf16_m8192_n7168_k5120"
 
 
 def compiled(workload: str, path: Path):
-    from ptxbench.agent.cli.cmd_compile import detect_language
+    from ptxbench.tools.solution.language import detect_language
     from ptxbench.tools.compile import compile_source
 
     text = path.read_text()

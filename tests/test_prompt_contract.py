@@ -22,10 +22,10 @@ from ptxbench.agent.loop.task import system_prompt, task_prompt
 from ptxbench.prompts import helpers as gen
 from ptxbench.tools.compile import compile_source
 from ptxbench.tools.gpu.limits import DeviceLimits
-from ptxbench.tools.plan import Solution, TensorMap
-from ptxbench.tools.plan_resolve import guaranteed_clusters
+from ptxbench.tools.solution.plan import Solution, TensorMap
+from ptxbench.tools.solution.plan_resolve import guaranteed_clusters
 from ptxbench.tools.profile.feedback import count_tokens
-from ptxbench.tools.solution import PlanError, parse_solution, resolve_plan
+from ptxbench.tools.solution.parse import PlanError, parse_solution, resolve_plan
 from ptxbench.workloads.arch import get_arch
 from ptxbench.workloads.registry import get_workload
 

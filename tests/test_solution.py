@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from ptxbench.tools.plan import FormatIssue, Solution
-from ptxbench.tools.solution import PlanError, extract_solution, parse_solution, read_reply, resolve_plan
+from ptxbench.tools.solution.plan import FormatIssue, Solution
+from ptxbench.tools.solution.parse import PlanError, extract_solution, parse_solution, read_reply, resolve_plan
 from ptxbench.workloads.schema import Baseline, TensorSpec, Workload
 
 

@@ -17,10 +17,10 @@ from .compile import compile_source
 from .toolchain import ToolchainError
 from .evaluator import EvalOptions
 from .gpu.pool import GpuPool, NoGpuError, PoolConfig
-from .plan import FormatIssue
+from .solution.plan import FormatIssue
 from .profile import attach
 from .results import EvalResult, Fingerprint, RuntimeTarget, Timing, TrialStats
-from .solution import PlanError, parse_solution, resolve_plan
+from .solution.parse import PlanError, parse_solution, resolve_plan
 
 PLAN_WORDS = ("plan", "launch", "args", "arg ", "argument", "parameter", "tmap", "scratch", "grid", "block", "cluster",
               "smem", "shared memory", "kernel '")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .jail import SYSTEM_ROOTS, Limits, allowed_roots, run_in_jail
 from .results import CompileIssue
-from .source_scan import LineIndex
+from .solution.source_scan import LineIndex
 from .toolchain import TOOL_NAMES, Toolchain, which_host_compiler
 
 _EXISTENCE_TEST = re.compile(r"has_include|^\s*(?:#|%:|\?\?=)\s*define\b.*##.*include", re.M | re.I)

@@ -8,38 +8,20 @@ has errors (all of them printed), 2 when the CUDA tools are missing.
 from __future__ import annotations
 
 import json
-import re
 from enum import Enum
 from pathlib import Path
 
 import typer
 
+from ptxbench.tools.solution.language import detect_language
+
 from .application import app
 
-_PLAN_LANGUAGE = re.compile(r"/\*\s*ptxbench\b(?:(?!\*/).)*?^\s*language\s*=\s*[\"'](\w+)[\"']", re.S | re.M)
-_PTX_DIRECTIVE = re.compile(r"^\s*\.(entry|version|target)\b", re.M)
 
 
 class Arch(str, Enum):
     sm_90a = "sm_90a"
     sm_100a = "sm_100a"
-
-
-def detect_language(text: str, path: Path | None = None) -> str:
-    """The plan block's `language`, else the suffix (.ptx / .cu), else the content (.entry/.version means PTX)."""
-    try:
-        from ptxbench.tools.plan_toml import parse_plan_block
-
-        if (planned := parse_plan_block(text).language) in ("ptx", "cuda"):
-            return planned
-    except Exception:  # a broken plan must not stop a compile: fall back to the plain reading below
-        pass
-    if m := _PLAN_LANGUAGE.search(text):
-        if m.group(1) in ("ptx", "cuda"):
-            return m.group(1)
-    if path is not None and path.suffix in (".ptx", ".cu", ".cuh"):
-        return "ptx" if path.suffix == ".ptx" else "cuda"
-    return "ptx" if _PTX_DIRECTIVE.search(text) else "cuda"
 
 
 def compile_record(result, path: Path | None = None) -> dict:

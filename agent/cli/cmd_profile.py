@@ -14,7 +14,9 @@ from pathlib import Path
 import typer
 
 from .application import app
-from .cmd_compile import Arch, detect_language
+from ptxbench.tools.solution.language import detect_language
+
+from .cmd_compile import Arch
 
 
 def raw_metrics(csv_path: Path) -> list[dict]:

@@ -9,6 +9,7 @@ from typing import Callable
 
 from ...tools.evaluator import EvalOptions, Evaluator
 from ...tools.results import EvalResult
+from ...tools.solution.language import detect_language
 from ..records.events import EvalEvent, Stop, TrajectoryStart, TurnEnd
 from ..records.rundir import TrajectoryWriter, sha256_text
 from .mutations import applicable
@@ -35,10 +36,6 @@ class SynthReport:
         return [o for o in self.outcomes if o.kept]
 
 
-def _language(source: str) -> str:
-    return "ptx" if ".entry" in source and "__global__" not in source else "cuda"
-
-
 def _record(run_dir: Path, tid: str, workload_id: str, held_out: bool, mutation, prompts: tuple[str, str],
             turns: list[tuple[str, EvalResult, str]]) -> None:
     w = TrajectoryWriter(run_dir / "trajectories" / tid)
@@ -48,7 +45,7 @@ def _record(run_dir: Path, tid: str, workload_id: str, held_out: bool, mutation,
                                    "expected": list(mutation.expected), "system_prompt": prompts[0], "task_prompt": prompts[1]},
     ))
     for turn, (source, result, feedback) in enumerate(turns, start=1):
-        lang = _language(source)
+        lang = detect_language(source)
         rel = w.save_kernel(turn, lang, source)
         w.append(EvalEvent(trajectory_id=tid, turn=turn, kernel_file=rel, kernel_sha256=sha256_text(source), language=lang,
                            result=result.model_dump(mode="json"), feedback=feedback))

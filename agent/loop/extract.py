@@ -1,4 +1,4 @@
-"""The extract step: take the solution file out of a model reply (tools/solution.py does the slicing).
+"""The extract step: take the solution file out of a model reply (tools/solution/parse.py does the slicing).
 
 Replies are untrusted text: this only slices strings; the evaluator parses and checks the file. A reply
 that hands in no kernel file (none found, or a block in another language such as ```python) is a
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from ptxbench.tools.solution import FENCE_LANGUAGES, PLAN_START, _blocks
-from ptxbench.tools.solution import extract_solution as _extract
+from ptxbench.tools.solution.parse import FENCE_LANGUAGES, PLAN_START, _blocks
+from ptxbench.tools.solution.parse import extract_solution as _extract
 
 PIPELINE_HINT = ("Send the whole kernel file, with its /* ptxbench ... */ plan, in one ```ptx or ```cuda "
                  "fenced block.")

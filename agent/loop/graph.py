@@ -18,6 +18,7 @@ from langgraph.graph import END, START, StateGraph
 
 from ptxbench.tools.evaluator import EvalOptions, Evaluator
 from ptxbench.tools.results import FORMAT_ERROR, EvalResult
+from ptxbench.tools.solution.language import detect_language
 
 from . import budget
 from .context import build_messages
@@ -161,7 +162,7 @@ class Steps:
         except (KeyError, ValueError, TypeError) as exc:  # the model's call was malformed: its answer, not a crash
             return f"Error: {exc}", False
         source = args["source"]
-        language = extract_solution(f"```\n{source}\n```").language or "cuda"
+        language = detect_language(source)
         kernel_file = self.d.log.save_kernel(turn, language, source, tag=f"{index + 1:02d}_{name}")
         text = box.result_text(name, result, turn)
         self.d.log.eval_result(turn, result.model_dump(mode="json"), text, kernel_file, source, language,

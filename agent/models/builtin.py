@@ -16,6 +16,8 @@ import random
 from types import ModuleType
 from typing import Any
 
+from ptxbench.tools.solution.language import detect_language
+
 from .base import ModelError, ModelReply, ModelRequest, TurnOutcome
 
 # Moves tried first around a point, from what helped hand-written Hopper GEMMs most (HOPPER-KERNELS.md):
@@ -28,12 +30,8 @@ RESOURCE_WORDS = ("shared memory", "smem", "register", "spill", "C7511", "too ma
 SEARCH_FROM = ("PASSED", "COMPILED")
 
 
-def solution_language(source: str) -> str:
-    return "ptx" if ".entry" in source and ".version" in source and "__global__" not in source else "cuda"
-
-
 def fenced(source: str, note: str) -> str:
-    return f"{note}\n\n```{solution_language(source)}\n{source.rstrip()}\n```\n"
+    return f"{note}\n\n```{detect_language(source)}\n{source.rstrip()}\n```\n"
 
 
 def reference_source(workload_id: str) -> str:

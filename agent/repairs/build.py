@@ -48,7 +48,7 @@ def round_robin(candidates: list[Candidate]) -> list[Candidate]:
 def precompile(candidates: list[Candidate], arch: str, workers: int = 16) -> None:
     """Fill the compile cache in parallel (nvcc is the slow part; the GPU evaluations then hit the cache)."""
     from ptxbench.tools.compile import compile_source
-    from ptxbench.tools.solution import parse_solution
+    from ptxbench.tools.solution.parse import parse_solution
     from ptxbench.workloads.registry import get_workload
 
     def one(source: str, wid: str) -> None:

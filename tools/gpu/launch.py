@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from cuda.bindings import driver as cu
 
-from ..plan import ResolvedLaunch
+from ..solution.plan import ResolvedLaunch
 
 SCALAR_CTYPES = {"i32": ctypes.c_int32, "u32": ctypes.c_uint32, "i64": ctypes.c_int64, "u64": ctypes.c_uint64,
                  "f32": ctypes.c_float, "f64": ctypes.c_double}

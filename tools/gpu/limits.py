@@ -11,7 +11,7 @@ import math
 
 from pydantic import BaseModel, Field
 
-from ..plan import ResolvedPlan, ResolvedTensorMap
+from ..solution.plan import ResolvedPlan, ResolvedTensorMap
 
 SCALAR_BYTES = {"i32": 4, "u32": 4, "i64": 8, "u64": 8, "f32": 4, "f64": 8}
 ARG_BYTES = {"tensor": 8, "scratch": 8, "tmap": 128}

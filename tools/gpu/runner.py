@@ -24,7 +24,7 @@ from ...workloads.baselines import make_baseline
 from ...workloads.inputs import make_inputs
 from ...workloads.registry import get_workload
 from ...workloads.schema import Workload
-from ..plan import ResolvedPlan
+from ..solution.plan import ResolvedPlan
 from ..results import TrialStats
 from . import ceilings as roofline
 from .ceilings import suspicious

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cuda.bindings import driver as cu
 
-from ..plan import ResolvedTensorMap
+from ..solution.plan import ResolvedTensorMap
 from .launch import check
 
 DTYPES = {

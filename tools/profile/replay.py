@@ -59,7 +59,7 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = "sm_90a",
     from ..gpu.runner import Candidate, new_buffers
     from ..gpu.verdict import Failed
     from ..gpu.worker import read_limits
-    from ..solution import parse_solution, resolve_plan
+    from ..solution.parse import parse_solution, resolve_plan
 
     wl = get_workload(workload_id)
     solution = parse_solution(source, wl, arch)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from ptxbench.workloads.arch import ArchProfile, get_arch
 from ptxbench.workloads.schema import Workload
 
+from .language import detect_language
 from .cuda_policy import check_cuda_source, check_ptx_source
 from .plan import Arg, FormatIssue, LaunchPlan, ResolvedPlan, Solution
 from .plan_resolve import Resolver
@@ -33,7 +34,7 @@ FENCE_LANGUAGES = {"ptx": "ptx", "cuda": "cuda", "cu": "cuda", "cpp": "cuda", "c
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^\n]*$", re.M)
 
 
-class Extracted(tuple):
+class ExtractedSource(tuple):
     """(source, language) — unpacks as a pair; `.warnings` holds notes about the choice made."""
 
     def __new__(cls, source: str, language: str | None, warnings: list[str] | None = None):
@@ -74,16 +75,7 @@ def _blocks(reply: str) -> list[tuple[str, str, bool]]:
     return blocks
 
 
-def _guess_language(source: str) -> str | None:
-    plan = re.search(r'language\s*=\s*"(ptx|cuda)"', source)
-    if plan:
-        return plan.group(1)
-    if re.search(r"^\s*\.(version|target|entry|visible)\b", source, re.M):
-        return "ptx"
-    return "cuda" if "__global__" in source else None
-
-
-def extract_solution(reply_text: str) -> Extracted | list[FormatIssue]:
+def extract_solution(reply_text: str) -> ExtractedSource | list[FormatIssue]:
     """The kernel file in a model reply: the fenced block holding the `/* ptxbench` plan (the last one
     if several do), else the last ptx/cuda block; a reply with no fences is taken whole if it has a plan."""
     if len(reply_text or "") > MAX_REPLY_CHARS:
@@ -97,7 +89,7 @@ def extract_solution(reply_text: str) -> Extracted | list[FormatIssue]:
     if not blocks:
         if PLAN_START.search(reply_text):
             source = reply_text.strip("\n") + "\n"
-            return Extracted(source, _guess_language(source))
+            return ExtractedSource(source, detect_language(source, default=None))
         return [FormatIssue(line=None, message="no code block found: put the whole kernel file, with its "
                                                "/* ptxbench ... */ plan, in one ```ptx or ```cuda fenced block")]
     with_plan = [b for b in blocks if PLAN_START.search(b[1])]
@@ -116,11 +108,11 @@ def extract_solution(reply_text: str) -> Extracted | list[FormatIssue]:
     if not closed:
         warnings.append("the code block is not closed with ``` (was the reply cut off?)")
     language = FENCE_LANGUAGES.get(tag)
-    guessed = _guess_language(body)
+    guessed = detect_language(body, default=None)
     if guessed and language and guessed != language:
         warnings.append(f"the block is tagged ```{tag} but its plan or content says {guessed}; using {guessed}")
         language = guessed
-    return Extracted(body, language or guessed, warnings)
+    return ExtractedSource(body, language or guessed, warnings)
 
 
 def _param_problem(arg: Arg, p: Param, language: str) -> str | None:

@@ -1,7 +1,7 @@
 """The launch plan a solution declares: which kernels run, in what order, with what arguments.
 
 The harness owns every line of host code; the plan is data, and its expressions are strings that
-only tools/expr.py evaluates (over the workload's symbols and num_sms). The format is documented
+only tools/solution/expr.py evaluates (over the workload's symbols and num_sms). The format is documented
 for models in prompts/solution_format.md and for people in docs/solution-format.md.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-Expr = int | float | str  # a literal or an expression string for tools/expr.py
+Expr = int | float | str  # a literal or an expression string for tools/solution/expr.py
 ScalarType = Literal["i32", "u32", "i64", "u64", "f32", "f64"]
 Swizzle = Literal["none", "32B", "64B", "128B"]
 
@@ -81,7 +81,7 @@ class Solution(BaseModel):
     warnings: list[str] = Field(default_factory=list, description="notes for the model that did not stop the solution (e.g. an unused scratch buffer)")
 
 
-# ---- The plan with every expression evaluated (tools/solution.py: resolve_plan). ----
+# ---- The plan with every expression evaluated (tools/solution/parse.py: resolve_plan). ----
 # This is what the GPU worker reads: plain numbers only, nothing left to evaluate.
 
 
