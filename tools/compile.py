@@ -6,6 +6,7 @@ in the solution file's own line numbers. Exceptions are kept for a missing toolc
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 import hashlib
 import time
 from importlib import resources
@@ -179,7 +180,7 @@ def _cuda_to_ptx(source: str, arch: str, tc: Toolchain, workdir: Path, timeout_s
 def compile_source(
     source: str,
     language: str,
-    arch: str = "sm_90a",
+    arch: str = DEFAULT_ARCH,
     workload: Workload | str | None = None,
     *,
     use_cache: bool = True,
@@ -218,7 +219,3 @@ def compile_source(
         result = cache.put(key, result, cubin, ptx_text if language == "cuda" else None)
     return _select_targets(result, families)
 
-
-def assemble_ptx(ptx_text: str, arch: str = "sm_90a", *, use_cache: bool = True, timeout_s: float | None = None) -> CompileResult:
-    """PTX -> cubin with ptxas (cached like any solution); the lower-level half of compile_source."""
-    return compile_source(ptx_text, "ptx", arch, use_cache=use_cache, timeout_s=timeout_s)

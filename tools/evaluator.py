@@ -8,6 +8,7 @@ tools/gpu/pool.py) and the Ray backend (agent/bench). `no_gpu` stops after compi
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 from typing import Protocol
 
 from pydantic import BaseModel, Field
@@ -16,7 +17,7 @@ from .results import EvalResult
 
 
 class EvalOptions(BaseModel):
-    arch: str = "sm_90a"
+    arch: str = DEFAULT_ARCH
     trials: int | None = Field(None, description="correctness trials; None = the workload's default")
     dist: str = "normal"
     time: bool = True

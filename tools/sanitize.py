@@ -10,6 +10,7 @@ not run is an outcome with ok=False and the reason.
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 import glob
 import os
 import re
@@ -184,7 +185,7 @@ def sanitize_candidate(
     *,
     language: str = "ptx",
     cubin_path: str | Path | None = None,
-    arch: str = "sm_90a",
+    arch: str = DEFAULT_ARCH,
     tools: list[str] | tuple[str, ...] = ("memcheck",),
     timeout_s: float = 180.0,
     seed: int = 0,

@@ -8,6 +8,7 @@ other; nvcc, nvdisasm and cuobjdump are taken from ptxas's own directory when it
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 import functools
 import importlib.util
 import os
@@ -151,7 +152,7 @@ def _companion(name: str, ptxas: Tool, ceiling: bool) -> Tool | None:
     return _pick_newest(cands, ptxas.version_tuple if ceiling else None) or _pick_newest(cands)
 
 
-def find_toolchain(arch: str = "sm_90a") -> Toolchain:
+def find_toolchain(arch: str = DEFAULT_ARCH) -> Toolchain:
     """The toolchain for `arch`: the newest ptxas that supports it, and its companions."""
     return _find_toolchain(arch, os.environ.get(ENV_BIN, ""), os.environ.get("PATH", ""))
 
@@ -177,7 +178,7 @@ def _find_toolchain(arch: str, _env: str, _path: str) -> Toolchain:
     )
 
 
-def toolchain_report(arch: str = "sm_90a") -> dict:
+def toolchain_report(arch: str = DEFAULT_ARCH) -> dict:
     """What `ptxbench compile --json` and run manifests record: the chosen tools and every candidate."""
     from .jail import jail_mode  # imported here: jail.py imports this module
 

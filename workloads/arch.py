@@ -60,6 +60,9 @@ _TMA = TargetFamily(
     doc="Tensor Memory Accelerator bulk tensor copies (loads, stores, reductions).",
 )
 
+# The target every command and config defaults to (one place; the CLI options read it from the configs).
+DEFAULT_ARCH = "sm_90a"
+
 SM90A = ArchProfile(
     name="sm_90a",
     gpus=["H100", "H200"],

@@ -4,6 +4,7 @@ The resolved BenchConfig is stored in the run's manifest, so `--resume` rebuilds
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 from pydantic import BaseModel, Field
 
 from ..loop.state import Mode, OptimizeConfig
@@ -16,7 +17,7 @@ class BenchConfig(BaseModel):
     trajectories: int = Field(12, ge=1, description="trajectories per (model, workload, prompt) cell")
     turns: int = Field(8, ge=1)
     mode: Mode = "pipeline"
-    arch: str = "sm_90a"
+    arch: str = DEFAULT_ARCH
     target_speedup: float | None = Field(None, ge=0, description="stop a trajectory early at this speedup (None: run all turns)")
     no_gpu: bool = False
     api_base: str | None = None

@@ -6,6 +6,7 @@ saw). Identical kernels of one workload are evaluated once. The new run scores l
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 import shutil
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from ..records.rundir import TrajectoryRecord, TrajectoryWriter, load_run, read_
 def _options(record: TrajectoryRecord, no_gpu: bool) -> EvalOptions:
     start = record.start
     config = start.config if start else {}
-    return EvalOptions(arch=start.arch if start else "sm_90a", trials=config.get("trials"), no_gpu=no_gpu,
+    return EvalOptions(arch=start.arch if start else DEFAULT_ARCH, trials=config.get("trials"), no_gpu=no_gpu,
                        profile=bool(config.get("profile", False)), seed=config.get("seed"))
 
 
@@ -54,7 +55,7 @@ def reevaluate_run(run_dir: Path, out_run: Path | None = None, *, no_gpu: bool =
         raise FileExistsError(f"{out_run} already holds trajectories")
     records = [r for r in load_run(run_dir) if r.start is not None]
     old = read_manifest(run_dir)
-    arch = records[0].start.arch if records else "sm_90a"
+    arch = records[0].start.arch if records else DEFAULT_ARCH
     manifest = build_manifest(old.get("config", {}), "reevaluate", [r.id for r in records], arch)
     manifest["source_run"] = {"path": str(run_dir), "manifest": old}
     write_manifest(out_run, manifest)

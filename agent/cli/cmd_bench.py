@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 import time
 from pathlib import Path
 from typing import Optional
@@ -61,7 +62,7 @@ def bench(
     suite: Optional[Path] = typer.Option(None, help="repair track: the suite folder (default workloads/repairs)"),
     prompts: str = typer.Option("knowledge", help="comma-separated prompt variants: basic, knowledge, expert"),
     run_dir: Optional[Path] = typer.Option(None, help="run folder (default <runs root>/bench-<time>; the root is $PTXBENCH_RUNS or runs/)"),
-    arch: str = typer.Option("sm_90a", help="target architecture: sm_90a | sm_100a"),
+    arch: str = typer.Option(DEFAULT_ARCH, help="target architecture: sm_90a | sm_100a"),
     backend: Optional[str] = typer.Option(None, help="local (this machine's GPUs; the default) | ray (GPU actors on a Ray cluster)"),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address ('auto', ray://host:10001); default: a local Ray"),
     resume: bool = typer.Option(False, "--resume", help="continue the run in --run-dir: its recorded matrix is used; "

@@ -7,6 +7,7 @@ could not (no GPU, a missing package), with a message that says what is missing,
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 import json
 from pathlib import Path
 from typing import Optional
@@ -75,7 +76,7 @@ def eval_cmd(
     no_time: bool = typer.Option(False, "--no-time", help="Check correctness only."),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Stop after compile + SASS."),
     timeout: float = typer.Option(60.0, "--timeout", help="Watchdog limit in seconds for the kernel's GPU work."),
-    arch: str = typer.Option("sm_90a", "--arch"),
+    arch: str = typer.Option(DEFAULT_ARCH, "--arch"),
     profile: bool = typer.Option(False, "--profile", help="Also take an Nsight Compute profile (where supported)."),
     sanitize: list[str] = typer.Option([], "--sanitize", help="compute-sanitizer tools: memcheck, racecheck, ..."),
     as_json: bool = typer.Option(False, "--json", help="Print the EvalResult as JSON."),

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -143,7 +144,7 @@ def optimize(
     max_cost: Optional[float] = typer.Option(None, help="cost budget in USD"),
     max_wall: Optional[float] = typer.Option(None, help="wall-time budget in seconds"),
     max_tool_calls: int = typer.Option(40, help="tools mode: tool calls in the whole trajectory"),
-    arch: str = typer.Option("sm_90a", help="sm_90a | sm_100a"),
+    arch: str = typer.Option(DEFAULT_ARCH, help="sm_90a | sm_100a"),
     temperature: Optional[float] = typer.Option(None, help="sampling temperature"),
     retry_wait: float = typer.Option(2.0, help="first back-off (s) after a rate limit or server error"),
     start_from: Optional[Path] = typer.Option(None, "--start-from", help="a solution file to start from: evaluated as turn 0 and shown to the model with its verdict"),

@@ -6,6 +6,7 @@ every node: plain JSON-able values only, so a killed run resumes from the SQLite
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 import operator
 from typing import Annotated, Any, Literal, TypedDict
 
@@ -23,7 +24,7 @@ class OptimizeConfig(BaseModel):
     mode: Mode = "pipeline"
     prompt: str = Field("knowledge", description="prompt variant: basic | knowledge | expert")
     context: ContextPolicy = "full"
-    arch: str = "sm_90a"
+    arch: str = DEFAULT_ARCH
     turns: int = Field(8, ge=1, description="turn limit: scored submissions (pipeline: model replies)")
     target_speedup: float | None = Field(1.2, ge=0, description="stop once a passing kernel reaches this speedup")
     max_tokens: int | None = Field(None, ge=0, description="total token budget of the trajectory")

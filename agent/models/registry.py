@@ -13,7 +13,6 @@ from typing import Any
 
 from .base import Model
 
-DEFAULT_MODEL = "builtin/tuner"
 BUILTINS = {
     "builtin/reference": "ptxbench.agent.models.builtin:ReferenceModel",
     "builtin/tuner": "ptxbench.agent.models.builtin:TunerModel",

@@ -5,6 +5,7 @@ machine re-scores anywhere. Add fields with defaults; bump SCHEMA_VERSION when a
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 import time
 from typing import Annotated, Any, Literal, Union
 
@@ -27,7 +28,7 @@ class TrajectoryStart(_Event):
     model: str
     prompt: str
     mode: Literal["pipeline", "tools"]
-    arch: str = "sm_90a"
+    arch: str = DEFAULT_ARCH
     index: int = Field(0, description="trajectory number within its (model, workload, prompt) cell")
     config: dict[str, Any] = Field(default_factory=dict)
     held_out: bool = False

@@ -1,6 +1,7 @@
 """The run manifest: what is needed to rebuild and trust a run (config, code, packages, GPU, toolchain)."""
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 import platform
 import shutil
 import subprocess
@@ -77,7 +78,7 @@ def library_versions() -> dict[str, str]:
     return info
 
 
-def build_manifest(config: dict[str, Any], command: str, trajectories: list[str], arch: str = "sm_90a") -> dict[str, Any]:
+def build_manifest(config: dict[str, Any], command: str, trajectories: list[str], arch: str = DEFAULT_ARCH) -> dict[str, Any]:
     return scrub({
         "manifest_version": MANIFEST_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -8,6 +8,7 @@ repeats of a class before it cuts a class.
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 import datetime as _dt
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -68,7 +69,7 @@ def _gpu(result: EvalResult) -> str:
 
 
 def build_suite(candidates: list[Candidate], evaluator: Evaluator, *, timeout_s: float = 3.0, max_seconds: float = 300.0,
-                arch: str = "sm_90a", on_result: Callable[[Candidate, EvalResult, bool], None] | None = None,
+                arch: str = DEFAULT_ARCH, on_result: Callable[[Candidate, EvalResult, bool], None] | None = None,
                 clock=time.monotonic) -> BuildReport:
     t0 = clock()
     today = _dt.date.today().isoformat()

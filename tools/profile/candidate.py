@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ptxbench.tools.results import CompileResult, EvalResult, RuntimeTarget, Timing
-from ptxbench.workloads.arch import get_arch
+from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 
 from .summary import ProfileSummary, attach_lines
 from .verdict import runtime_verdicts, static_histogram
@@ -61,7 +61,7 @@ def profile_candidate(
     source: str,
     cubin_path: str | Path,
     *,
-    arch: str = "sm_90a",
+    arch: str = DEFAULT_ARCH,
     compile_result: CompileResult | None = None,
     full: bool = True,
     timeout_s: float = 120.0,

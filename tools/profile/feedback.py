@@ -17,7 +17,7 @@ from ptxbench.prompts import load
 from pydantic import BaseModel, Field
 
 from ptxbench.tools.results import CompileResult, RuntimeTarget, Timing
-from ptxbench.workloads.arch import get_arch
+from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 from ptxbench.workloads.schema import Workload
 
 from .summary import KernelProfile, ProfileSummary
@@ -309,7 +309,7 @@ def _kernel_items(k: KernelProfile, wl: Workload | None, total_dram: float | Non
 
 
 def profile_feedback(summary: ProfileSummary, verdicts: dict[str, RuntimeTarget], wl: Workload | None,
-                     compile_result: CompileResult | None = None, *, arch: str = "sm_90a",
+                     compile_result: CompileResult | None = None, *, arch: str = DEFAULT_ARCH,
                      token_budget: int = DEFAULT_BUDGET, max_items: int = 6, timing: Timing | None = None) -> str:
     """The feedback text; at most `token_budget` tokens (count_tokens).
 

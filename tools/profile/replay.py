@@ -12,6 +12,7 @@ PYTORCH_NO_CUDA_MEMORY_CACHING=1). Exit status: 0 ran, 2 the candidate failed (m
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 import argparse
 import sys
 from pathlib import Path
@@ -48,7 +49,7 @@ def exact_buffers(wl, plan):
     return bufs
 
 
-def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = "sm_90a", seed: int = 0, dist: str = "normal",
+def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_ARCH, seed: int = 0, dist: str = "normal",
            exact: bool = False, nvtx: bool = True) -> int:
     import torch
     from cuda.bindings import driver as cu
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workload", required=True)
     p.add_argument("--source", required=True, help="the solution file (its plan block is read)")
     p.add_argument("--cubin", required=True)
-    p.add_argument("--arch", default="sm_90a")
+    p.add_argument("--arch", default=DEFAULT_ARCH)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dist", default="normal")
     p.add_argument("--exact", action="store_true", help="exact-size allocations (for compute-sanitizer)")

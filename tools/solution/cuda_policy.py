@@ -9,6 +9,7 @@ line of defence.
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 import re
 
 from .plan import FormatIssue
@@ -129,7 +130,7 @@ def check_cuda_source(source: str) -> list[FormatIssue]:
     return sorted(issues, key=lambda i: i.line or 0)
 
 
-def check_ptx_source(source: str, arch: str = "sm_90a") -> list[FormatIssue]:
+def check_ptx_source(source: str, arch: str = DEFAULT_ARCH) -> list[FormatIssue]:
     """A `ptx` solution must be a whole module: .version and .target present, for this architecture."""
     text = blank_comments(source)
     issues: list[FormatIssue] = []

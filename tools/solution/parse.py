@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ptxbench.workloads.arch import ArchProfile, get_arch
+from ptxbench.workloads.arch import DEFAULT_ARCH, ArchProfile, get_arch
 from ptxbench.workloads.schema import Workload
 
 from .language import detect_language
@@ -205,7 +205,7 @@ def _too_big(source: str) -> list[FormatIssue]:
     return []
 
 
-def parse_solution(source: str, workload: Workload | None = None, arch: str = "sm_90a") -> Solution | list[FormatIssue]:
+def parse_solution(source: str, workload: Workload | None = None, arch: str = DEFAULT_ARCH) -> Solution | list[FormatIssue]:
     """Parse and check a solution file: its plan, the plan against the workload (when given) and the
     kernels' signatures, and the language policy. Returns the Solution, or every issue found.
     Never raises on model text: a file the checks cannot read is an issue of the file."""
@@ -248,7 +248,7 @@ def _parse_solution(source: str, workload: Workload | None, arch: str) -> Soluti
     return Solution(language=language, source=source, plan=parsed.plan, arch=arch, warnings=warnings)
 
 
-def read_reply(reply_text: str, workload: Workload | None = None, arch: str = "sm_90a") -> Solution | list[FormatIssue]:
+def read_reply(reply_text: str, workload: Workload | None = None, arch: str = DEFAULT_ARCH) -> Solution | list[FormatIssue]:
     """extract_solution then parse_solution; the extraction's warnings are kept on the Solution."""
     extracted = extract_solution(reply_text)
     if isinstance(extracted, list):
@@ -259,7 +259,7 @@ def read_reply(reply_text: str, workload: Workload | None = None, arch: str = "s
     return solution
 
 
-def resolve_plan(plan: LaunchPlan, workload: Workload, num_sms: int, arch: str | ArchProfile = "sm_90a",
+def resolve_plan(plan: LaunchPlan, workload: Workload, num_sms: int, arch: str | ArchProfile = DEFAULT_ARCH,
                  lines: KeyLines | None = None, cluster_capacity: Mapping[int, int] | None = None) -> ResolvedPlan:
     """Evaluate every expression of the plan for this workload and SM count. Raises PlanError (with
     line-numbered issues) when a value is out of range; a plan that parse_solution accepted only

@@ -6,6 +6,7 @@ for models in prompts/solution_format.md and for people in docs/solution-format.
 """
 from __future__ import annotations
 
+from ptxbench.workloads.arch import DEFAULT_ARCH
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -77,7 +78,7 @@ class Solution(BaseModel):
     language: Literal["ptx", "cuda"]
     source: str
     plan: LaunchPlan
-    arch: str = "sm_90a"
+    arch: str = DEFAULT_ARCH
     warnings: list[str] = Field(default_factory=list, description="notes for the model that did not stop the solution (e.g. an unused scratch buffer)")
 
 
