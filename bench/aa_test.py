@@ -21,12 +21,11 @@ def main() -> None:
     with GpuPool(PoolConfig(spares=0)) as pool:
         rounds = []
         for i in range(args.rounds):
-            r = pool.submit({"type": "aa", "workload": args.workload, "timeout_s": 120})
-            t = r["timing"]
-            lo, hi = t["speedup_ci"]
-            rounds.append({"round": i, "speedup": t["speedup"], "ci": [lo, hi], "a_ms": t["candidate"]["median_ms"],
-                           "b_ms": t["baselines"][t["primary_baseline"]]["median_ms"], "n": t["candidate"]["n"],
-                           "within_1pct": abs(t["speedup"] - 1) <= 0.01, "ci_contains_1": lo <= 1.0 <= hi})
+            t = pool.submit({"type": "aa", "workload": args.workload, "timeout_s": 120}).timing
+            lo, hi = t.speedup_ci
+            rounds.append({"round": i, "speedup": t.speedup, "ci": [lo, hi], "a_ms": t.candidate.median_ms,
+                           "b_ms": t.baselines[t.primary_baseline].median_ms, "n": t.candidate.n,
+                           "within_1pct": abs(t.speedup - 1) <= 0.01, "ci_contains_1": lo <= 1.0 <= hi})
     if args.json:
         Path(args.json).write_text(json.dumps({"workload": args.workload, "rounds": rounds}, indent=1))
     print(f"A/A on {args.workload} (baseline vs itself, interleaved, cold L2, 10 warm-up, 50 x 3 iterations)")

@@ -41,6 +41,7 @@ def globals_reset_off() -> dict:
 
     from ptxbench.tools.compile import compile_source
     from ptxbench.tools.gpu.entry import referee_main
+    from ptxbench.tools.gpu.messages import GpuJob
     from ptxbench.tools.gpu.module_state import ModuleState
     from ptxbench.tools.gpu.referee import RefereeClient
     from ptxbench.tools.gpu.runner import evaluate_job
@@ -69,14 +70,14 @@ def globals_reset_off() -> dict:
     saved = ModuleState.restore
     ModuleState.restore = lambda self, stream: None
     try:
-        job = {"workload": workload, "cubin": Path(comp.cubin_path).read_bytes(), "plan": plan.model_dump(),
-               "timeout_s": 30, "prepare_timeout_s": 300}
+        job = GpuJob(workload=workload, cubin=Path(comp.cubin_path).read_bytes(), plan=plan.model_dump(), timeout_s=30,
+                     prepare_timeout_s=300)
         out, _ = evaluate_job(state, job, lambda *_a: None)
     finally:
         ModuleState.restore = saved
         mine.send({"op": "exit"})
         proc.join(timeout=30)
-    return {"name": "cheat_count_keyed, global reset off", "status": out["status"], "message": out.get("message", "")[:400]}
+    return {"name": "cheat_count_keyed, global reset off", "status": out.status, "message": out.message[:400]}
 
 
 def main() -> None:

@@ -57,6 +57,7 @@ def main() -> None:
     from ptxbench.tools.compile import compile_source
     from ptxbench.tools.gpu.calls import CandidateCalls
     from ptxbench.tools.gpu.entry import referee_main
+    from ptxbench.tools.gpu.messages import GpuJob
     from ptxbench.tools.gpu.referee import RefereeClient
     from ptxbench.tools.gpu.runner import evaluate_job
     from ptxbench.tools.gpu.state import WorkerState
@@ -82,19 +83,19 @@ def main() -> None:
     proc.start()
     state = WorkerState(0, limits)
     state.referee = RefereeClient(mine)
-    job = {"workload": GEMM, "cubin": Path(comp.cubin_path).read_bytes(), "plan": plan.model_dump(), "timeout_s": 60,
-           "prepare_timeout_s": 300}
+    job = GpuJob(workload=GEMM, cubin=Path(comp.cubin_path).read_bytes(), plan=plan.model_dump(), timeout_s=60,
+                 prepare_timeout_s=300)
     table, shipped = variants()
     rows = []
     for rep in range(args.reps):
         for name, patch in table.items():
             for attr, fn in shipped.items():
                 setattr(CandidateCalls, attr, patch.get(attr, fn))
-            out, _ = evaluate_job(state, dict(job), lambda *_a: None)
-            t = out["timing"] or {}
-            rows.append({"variant": name, "rep": rep, "status": out["status"], "speedup": t.get("speedup"),
-                         "ci": t.get("speedup_ci"), "cand_ms": (t.get("candidate") or {}).get("median_ms"),
-                         "lib_ms": (t.get("baselines") or {}).get("cublas", {}).get("median_ms")})
+            out, _ = evaluate_job(state, job, lambda *_a: None)
+            t = out.timing
+            rows.append({"variant": name, "rep": rep, "status": out.status, "speedup": t.speedup if t else None,
+                         "ci": t.speedup_ci if t else None, "cand_ms": t.candidate.median_ms if t else None,
+                         "lib_ms": t.baselines["cublas"].median_ms if t else None})
             print(json.dumps(rows[-1]), flush=True)
     mine.send({"op": "exit"})
     proc.join(timeout=30)

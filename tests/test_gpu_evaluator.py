@@ -31,7 +31,7 @@ def _job(source: str, workload: str = WORKLOAD) -> dict:
             "dist": "normal", "seed": 0, "time": False, "timeout_s": 10}
 
 
-def _submit(job: dict) -> dict:
+def _submit(job: dict):
     return shared_evaluator().pool.submit(job)
 
 
@@ -40,7 +40,7 @@ CONTROL = CORPUS["control_correct"]["source"]
 
 def test_control_passes_through_the_raw_job_path():
     r = _submit(_job(CONTROL))
-    assert r["status"] == "PASSED", r
+    assert r.status == "PASSED", r
 
 
 @pytest.mark.parametrize("change, expect", [
@@ -56,16 +56,16 @@ def test_worker_refuses_plans_outside_the_device_limits(change, expect):
     job = _job(CONTROL)
     change(job["plan"]["launches"][0])
     r = _submit(job)
-    assert r["status"] == "PLAN_ERROR", r
-    assert any(expect in e for e in r["plan_errors"]), r["plan_errors"]
-    assert _submit(_job(CONTROL))["status"] == "PASSED"
+    assert r.status == "PLAN_ERROR", r
+    assert any(expect in e for e in r.plan_errors), r.plan_errors
+    assert _submit(_job(CONTROL)).status == "PASSED"
 
 
 def test_cluster_launch_runs():
     job = _job(CONTROL)
     job["plan"]["launches"][0]["cluster"] = (2, 1, 1)  # grid.x = 2: one cluster of 2 CTAs per row
     r = _submit(job)
-    assert r["status"] == "PASSED", r
+    assert r.status == "PASSED", r
 
 
 def test_tma_descriptor_is_encoded_and_passed_by_value():
@@ -103,8 +103,7 @@ def test_inputs_are_drawn_per_evaluation_and_a_seed_replays_the_verdict():
 
 def test_aa_speedup_is_one():
     r = _submit({"type": "aa", "workload": GEMM, "timeout_s": 60, "iters": 30})
-    t = r["timing"]
-    assert abs(t["speedup"] - 1.0) < 0.03, t
+    assert abs(r.timing.speedup - 1.0) < 0.03, r.timing
 
 
 def test_pool_is_healthy_at_the_end():

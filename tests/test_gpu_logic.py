@@ -245,9 +245,10 @@ def test_byte_lru_evicts_least_recently_used_within_budget():
 
 
 def test_plan_iterations_full_for_fast_short_for_slow_and_fitted_to_the_watchdog():
+    from ptxbench.tools.gpu.messages import GpuJob
     from ptxbench.tools.gpu.timing import SLOW_ITERS, plan_iterations
 
-    job = {"timeout_s": 30.0}
+    job = GpuJob(workload="gemm_bf16_m8192_n7168_k5120", timeout_s=30.0)
     assert plan_iterations(job, 1.0) == (10, 50, 3, False)  # 160 calls x 1 ms fit 18 s
     assert plan_iterations(job, 1.0, slow=True) == (2, SLOW_ITERS, 1, True)
     # 200 ms a call: the full 160 calls (32 s) overrun 0.6 x 30 s; fewer iterations, flagged reduced

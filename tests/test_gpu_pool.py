@@ -8,13 +8,14 @@ import threading
 import time
 
 from ptxbench.tools.gpu import pool as pool_module
+from ptxbench.tools.gpu.messages import GpuJob
 from ptxbench.tools.gpu.pool import GpuPool, NoGpuError, PoolConfig
 
 HELLO = {"type": "hello", "limits": {"sm_count": 132, "name": "fake"}, "fingerprint": {"gpu": "fake"}, "device_count": 2}
 
 
 class FakeWorker:
-    """Speaks the worker protocol; job["behave"] picks what it does: ok | fault | hang | die | slow_prepare."""
+    """Speaks the worker protocol; the job's workload names what it does: ok | fault | hang | die | slow_prepare."""
 
     started: list["FakeWorker"] = []
 
@@ -37,7 +38,7 @@ class FakeWorker:
             self.outbox.put({"type": "pong", "cache": {"entries": 0}})
             return
         self.jobs += 1
-        behave = msg.get("behave", "ok")
+        behave = msg["workload"]
         job_id = msg["id"]
         if behave == "slow_prepare":
             self.outbox.put({"type": "phase", "id": job_id, "phase": "prepare", "limit_s": 0.2})
@@ -50,7 +51,7 @@ class FakeWorker:
             return
         status, replace = ("RUNTIME_ERROR", True) if behave == "fault" else ("PASSED", False)
         self.outbox.put({"type": "result", "id": job_id, "replace": replace,
-                         "result": {"status": status, "worker": id(self), "timing": None, "correctness": []}})
+                         "result": {"status": status, "runtime_error": f"worker {id(self)}"}})
         if replace:
             self._alive = False
 
@@ -75,6 +76,10 @@ class FakeWorker:
         self.kill()
 
 
+def job(behave: str, timeout_s: float) -> GpuJob:
+    return GpuJob(workload=behave, timeout_s=timeout_s)
+
+
 def make_pool(devices=None, spares=1, **kw) -> GpuPool:
     FakeWorker.started = []
     return GpuPool(PoolConfig(devices=devices, spares=spares, **kw), factory=lambda d, c: FakeWorker(d, c))
@@ -97,17 +102,17 @@ def test_parent_side_never_imports_torch():
 
 def test_fault_replaces_worker_with_spare_and_next_job_runs_on_a_fresh_one():
     pool = make_pool(devices=[0], spares=1)
-    first = pool.submit({"behave": "ok", "timeout_s": 5})
-    assert first["status"] == "PASSED"
+    first = pool.submit(job("ok", 5))
+    assert first.status == "PASSED"
     slot = pool.slots[0]
     old = slot.active
     spare = slot.spares[0]
-    fault = pool.submit({"behave": "fault", "timeout_s": 5})
-    assert fault["status"] == "RUNTIME_ERROR"
+    fault = pool.submit(job("fault", 5))
+    assert fault.status == "RUNTIME_ERROR"
     assert old.killed and slot.active is spare and slot.replacements == 1
     assert len(slot.spares) == 1 and slot.spares[0] is not spare  # a new spare is on its way
-    after = pool.submit({"behave": "ok", "timeout_s": 5})
-    assert after["status"] == "PASSED" and after["worker"] == id(spare)
+    after = pool.submit(job("ok", 5))
+    assert after.status == "PASSED" and after.runtime_error == f"worker {id(spare)}"
     pool.close()
 
 
@@ -115,27 +120,27 @@ def test_hang_is_timeout_and_worker_is_killed(monkeypatch):
     monkeypatch.setattr(pool_module, "MIN_CANDIDATE_LIMIT_S", 0.1)
     pool = make_pool(devices=[0], spares=1)
     t0 = time.monotonic()
-    res = pool.submit({"behave": "hang", "timeout_s": 0.3})
-    assert res["status"] == "TIMEOUT" and "0.3" in res["message"]
+    res = pool.submit(job("hang", 0.3))
+    assert res.status == "TIMEOUT" and "0.3" in res.message
     assert time.monotonic() - t0 < 3
     assert FakeWorker.started[0].killed
-    assert pool.submit({"behave": "ok", "timeout_s": 5})["status"] == "PASSED"
+    assert pool.submit(job("ok", 5)).status == "PASSED"
     pool.close()
 
 
 def test_dead_worker_is_runtime_error_and_replaced():
     pool = make_pool(devices=[0], spares=0)
-    res = pool.submit({"behave": "die", "timeout_s": 5})
-    assert res["status"] == "RUNTIME_ERROR" and "died" in res["message"]
-    assert pool.submit({"behave": "ok", "timeout_s": 5})["status"] == "PASSED"
+    res = pool.submit(job("die", 5))
+    assert res.status == "RUNTIME_ERROR" and "died" in res.message
+    assert pool.submit(job("ok", 5)).status == "PASSED"
     assert pool.slots[0].replacements == 1
     pool.close()
 
 
 def test_stalled_preparation_is_infra_error_not_timeout():
     pool = make_pool(devices=[0], spares=0)
-    res = pool.submit({"behave": "slow_prepare", "timeout_s": 5})
-    assert res["status"] == "INFRA_ERROR"
+    res = pool.submit(job("slow_prepare", 5))
+    assert res.status == "INFRA_ERROR"
     pool.close()
 
 
@@ -152,13 +157,13 @@ def test_no_gpu_is_a_clear_error():
 def test_jobs_queue_one_at_a_time_per_gpu():
     pool = make_pool(devices=[0], spares=0)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(pool.submit({"behave": "ok", "timeout_s": 5})))
+    threads = [threading.Thread(target=lambda: results.append(pool.submit(job("ok", 5))))
                for _ in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert [r["status"] for r in results] == ["PASSED"] * 6
+    assert [r.status for r in results] == ["PASSED"] * 6
     assert pool.slots[0].jobs == 6
     health = pool.ping()
     assert health[0]["ok"] and health[0]["jobs"] == 6
@@ -168,7 +173,7 @@ def test_jobs_queue_one_at_a_time_per_gpu():
 def test_candidate_limit_has_a_floor_for_slow_fault_reports():
     pool = make_pool(devices=[0], spares=0)
     t0 = time.monotonic()
-    res = pool.submit({"behave": "hang", "timeout_s": 0.1})
+    res = pool.submit(job("hang", 0.1))
     waited = time.monotonic() - t0
-    assert res["status"] == "TIMEOUT" and waited >= pool_module.MIN_CANDIDATE_LIMIT_S
+    assert res.status == "TIMEOUT" and waited >= pool_module.MIN_CANDIDATE_LIMIT_S
     pool.close()

@@ -238,9 +238,11 @@ def test_referee_gone_is_a_harness_fault():
 
 # ---- seeds and the suspicious-timing rule ----
 def test_seeds_are_drawn_per_evaluation_unless_given():
-    drawn = {tuple(evaluation_seeds({}, 3)) for _ in range(20)}
+    from ptxbench.tools.gpu.messages import GpuJob
+
+    drawn = {tuple(evaluation_seeds(GpuJob(workload=WL.id), 3)) for _ in range(20)}
     assert len(drawn) > 15 and all(s[1] == s[0] + 1 for s in drawn)
-    assert evaluation_seeds({"seed": 77}, 3) == [77, 78, 79]
+    assert evaluation_seeds(GpuJob(workload=WL.id, seed=77), 3) == [77, 78, 79]
 
 
 def test_physically_impossible_timings_are_suspicious():

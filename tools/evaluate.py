@@ -16,20 +16,20 @@ from ..workloads.registry import get_workload
 from .compile import compile_source
 from .toolchain import ToolchainError
 from .evaluator import EvalOptions
+from .gpu.messages import GpuJob, GpuOutcome
 from .gpu.pool import GpuPool, NoGpuError, PoolConfig
 from .solution.plan import FormatIssue
 from .profile import attach
-from .results import EvalResult, Fingerprint, RuntimeTarget, Timing, TrialStats
+from .results import EvalResult, Fingerprint, RuntimeTarget
 from .solution.parse import PlanError, parse_solution, resolve_plan
 
-PLAN_WORDS = ("plan", "launch", "args", "arg ", "argument", "parameter", "tmap", "scratch", "grid", "block", "cluster",
-              "smem", "shared memory", "kernel '")
-
-
 def _format_status(issues: list[FormatIssue]) -> str:
-    """Plan problems are PLAN_ERROR; source-policy problems (host code, includes ...) COMPILE_ERROR."""
-    text = " ".join(i.message.lower() for i in issues)
-    return "PLAN_ERROR" if any(w in text for w in PLAN_WORDS) else "COMPILE_ERROR"
+    """The status of a file the checks refuse, from the kind each check gave its issue: any plan issue is
+    PLAN_ERROR, else COMPILE_ERROR (the source policy, the file's size); issues that are all about the reply
+    (no kernel file in it) are FORMAT_ERROR, the loop's word for such a turn."""
+    if any(i.kind == "plan" for i in issues):
+        return "PLAN_ERROR"
+    return "FORMAT_ERROR" if issues and all(i.kind == "format" for i in issues) else "COMPILE_ERROR"
 
 
 def error_summary(errors, limit: int = 12) -> str:
@@ -43,30 +43,31 @@ def error_summary(errors, limit: int = 12) -> str:
     return "; ".join(seen[:limit]) + more
 
 
-def _message(result: dict) -> str:
-    status = result["status"]
-    if result.get("message"):
-        return result["message"]
-    stats = [TrialStats.model_validate(s) for s in result.get("correctness", [])]
-    if status == "PASSED":
+def _message(result: GpuOutcome | dict) -> str:
+    """One paragraph for the model: the worker's own message, else how it did (or the first wrong output)."""
+    r = result if isinstance(result, GpuOutcome) else GpuOutcome.model_validate(result)
+    if r.message:
+        return r.message
+    stats = r.correctness
+    if r.status == "PASSED":
         worst = max((s.rel_fro_err or 0.0 for s in stats), default=0.0)
         text = f"correct on {len({s.trial for s in stats})} runs with fresh inputs (worst relative Frobenius error {worst:.2e})"
         calibrated = [s for s in stats if s.rule != "element"]
         if calibrated:
             text += (f"; {len(calibrated)} of {len(stats)} outputs judged by rule {calibrated[0].rule}: the library itself "
                      f"misses the element rule on these inputs, so they were held to a multiple of its own error")
-        t = result.get("timing")
+        t = r.timing
         if t:
-            lo, hi = t["speedup_ci"]
-            text += (f"; {t['candidate']['median_ms']:.4f} ms vs {t['primary_baseline']} "
-                     f"{t['baselines'][t['primary_baseline']]['median_ms']:.4f} ms: speedup {t['speedup']:.3f}x "
-                     f"[{lo:.3f}, {hi:.3f}], {t['sol_pct']:.1f}% of roofline")
-            if t["flags"]:
-                text += f"; flags: {', '.join(t['flags'])}"
+            lo, hi = t.speedup_ci
+            text += (f"; {t.candidate.median_ms:.4f} ms vs {t.primary_baseline} "
+                     f"{t.baselines[t.primary_baseline].median_ms:.4f} ms: speedup {t.speedup:.3f}x "
+                     f"[{lo:.3f}, {hi:.3f}], {t.sol_pct:.1f}% of roofline")
+            if t.flags:
+                text += f"; flags: {', '.join(t.flags)}"
         return text
     bad = next((s for s in stats if not s.passed), None)
     if bad is None:
-        return status
+        return r.status
     where = f" at index {bad.worst_index}: got {bad.worst_value:g}, expected {bad.worst_expected:g}" if bad.worst_index else ""
     return (f"{bad.tensor} is wrong in run {bad.trial}: {bad.frac_matched * 100:.3f}% of elements match, max abs error "
             f"{bad.max_abs_err:.3g}, relative Frobenius error {bad.rel_fro_err:.3g}, {bad.n_nan} NaN, {bad.n_inf} Inf{where}"
@@ -125,22 +126,19 @@ class LocalEvaluator:
                               message="the launch plan cannot run on this GPU: " + "; ".join(str(i) for i in issues), **base)
         with open(comp.cubin_path, "rb") as f:
             cubin = f.read()
-        job = {"type": "evaluate", "workload": wl.id, "cubin": cubin, "plan": plan.model_dump(), "trials": options.trials,
-               "dist": options.dist, "seed": options.seed, "time": options.time, "timeout_s": options.timeout_s}
-        for key in ("warmup", "iters", "timing_trials"):
-            if getattr(options, key, None) is not None:
-                job[key] = getattr(options, key)
+        job = GpuJob(workload=wl.id, cubin=cubin, plan=plan.model_dump(), trials=options.trials, dist=options.dist,
+                     seed=options.seed, time=options.time, timeout_s=options.timeout_s,
+                     **{k: getattr(options, k) for k in ("warmup", "iters", "timing_trials")
+                        if getattr(options, k, None) is not None})
         t0 = time.perf_counter()
         result = pool.submit(job)
         seconds["gpu"] = time.perf_counter() - t0
-        seconds.update({f"gpu.{k}": v for k, v in (result.get("seconds") or {}).items()})
+        seconds.update({f"gpu.{k}": v for k, v in result.seconds.items()})
         fp = Fingerprint.model_validate({**pool.fingerprint, "ptxas": comp.tools.get("ptxas", ""), "jail": comp.jail})
         evaluated = EvalResult(
-            status=result["status"], message=_message(result), plan_errors=result.get("plan_errors", []),
-            runtime_error=result.get("runtime_error", ""),
-            correctness=[TrialStats.model_validate(s) for s in result.get("correctness", [])],
-            timing=Timing.model_validate(result["timing"]) if result.get("timing") else None,
-            fingerprint=fp, gpu_evaluated=True, input_seed=result.get("input_seed"), **base)
+            status=result.status, message=_message(result), plan_errors=result.plan_errors,
+            runtime_error=result.runtime_error, correctness=result.correctness, timing=result.timing,
+            fingerprint=fp, gpu_evaluated=True, input_seed=result.input_seed, **base)
         if options.profile or options.sanitize or (options.profile_on_pass and evaluated.passed):
             evaluated = self._attach_profile(evaluated, options, solution, comp, hashlib.sha256(cubin).hexdigest())
         return evaluated

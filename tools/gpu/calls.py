@@ -179,12 +179,12 @@ class CandidateCalls:
         return ms, out["sketch"]
 
 
-def evaluation_seeds(job: dict, n_sets: int, offset: int = 1000) -> list[int]:
+def evaluation_seeds(job, n_sets: int, offset: int = 1000) -> list[int]:
     """The input seeds of one evaluation: from the job's seed when given (a replay), else drawn now. `offset` is
     kept free above the last seed for the final new-inputs check."""
     import secrets
 
-    base = job.get("seed")
+    base = job.seed  # a messages.GpuJob
     if base is None:
         base = secrets.randbelow(2**31 - offset - n_sets)
     return [int(base) + k for k in range(n_sets)]

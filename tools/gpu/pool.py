@@ -25,6 +25,8 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
+from .messages import GpuJob, GpuOutcome
+
 # The H200 reports some faults (misaligned address, trap) only 0.5-1 s after the kernel starts; a
 # watchdog shorter than this would call them hangs (measured: bench/results/gpu_evaluator.md).
 MIN_CANDIDATE_LIMIT_S = 2.0
@@ -100,9 +102,8 @@ class WorkerProcess:
 WorkerFactory = Callable[[int, dict], WorkerProcess]
 
 
-def _result(status: str, message: str, runtime_error: str = "") -> dict:
-    return {"status": status, "message": message, "runtime_error": runtime_error, "plan_errors": [],
-            "correctness": [], "timing": None, "seconds": {}}
+def _result(status: str, message: str, runtime_error: str = "") -> GpuOutcome:
+    return GpuOutcome(status=status, message=message, runtime_error=runtime_error)
 
 
 class DeviceSlot:
@@ -184,8 +185,9 @@ class GpuPool:
         return self.start().info["fingerprint"]
 
     # ---- jobs ----
-    def submit(self, job: dict) -> dict:
-        """Run one job on the next free GPU; returns the worker's result dict (never raises for kernel faults)."""
+    def submit(self, job: GpuJob | dict) -> GpuOutcome:
+        """Run one job on the next free GPU; returns the worker's outcome (never raises for kernel faults)."""
+        job = job if isinstance(job, GpuJob) else GpuJob.model_validate(job)
         self.start()
         slot = self.free.get()
         try:
@@ -222,16 +224,16 @@ class GpuPool:
         slot.replacements += 1
         self._ensure_active(slot)
 
-    def _run(self, slot: DeviceSlot, job: dict) -> dict:
+    def _run(self, slot: DeviceSlot, job: GpuJob) -> GpuOutcome:
         w = self._ensure_active(slot)
         with self._lock:
             self._next_id += 1
             job_id = self._next_id
-        limit = float(job.get("timeout_s", 60.0))
-        msg = {"prepare_timeout_s": self.config.prepare_timeout_s, **job, "id": job_id, "timeout_s": limit}
-        if slot.device in self.ceilings:
-            msg["ceilings"] = self.ceilings[slot.device]
-        w.send(msg)
+        limit = job.timeout_s
+        update = {"id": job_id, "ceilings": self.ceilings.get(slot.device, job.ceilings)}
+        if "prepare_timeout_s" not in job.model_fields_set:
+            update["prepare_timeout_s"] = self.config.prepare_timeout_s
+        w.send(job.model_copy(update=update).model_dump())
         slot.jobs += 1
         phase, deadline = "prepare", time.monotonic() + self.config.prepare_timeout_s
         while True:
@@ -261,10 +263,9 @@ class GpuPool:
                 floor = MIN_CANDIDATE_LIMIT_S if phase in ("run", "timing") else 0.0
                 deadline = now + max(float(reply["limit_s"]), floor)
             elif reply["type"] == "result":
-                result = reply["result"]
-                timing = result.get("timing") or {}
-                if timing.get("ceilings"):
-                    self.ceilings.setdefault(slot.device, timing["ceilings"])
+                result = GpuOutcome.model_validate(reply["result"])
+                if result.timing and result.timing.ceilings:
+                    self.ceilings.setdefault(slot.device, result.timing.ceilings)
                 if reply.get("replace"):
                     self._replace(slot)
                 return result

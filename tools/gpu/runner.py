@@ -25,7 +25,7 @@ from ...workloads.inputs import make_inputs
 from ...workloads.registry import get_workload
 from ...workloads.schema import Workload
 from ..solution.plan import ResolvedPlan
-from ..results import TrialStats
+from ..results import Timing, TrialStats
 from . import ceilings as roofline
 from .ceilings import suspicious
 from .buffers import BufferSet, allocate_set
@@ -34,6 +34,7 @@ from .correctness import output_digest, replay_note
 from .launch import CudaError, get_function, launch_config, launch_kernel, load_module, pack_params, \
     set_dynamic_smem, sync_stream, unload_module
 from .limits import check_function, check_memory, check_plan
+from .messages import GpuJob, GpuOutcome
 from .module_state import ModuleState
 from .referee import RefereeClient, RefereeError, input_digest
 from .state import CHECK_SEED_OFFSET, WorkerState
@@ -125,13 +126,13 @@ def make_sets(wl: Workload, plan: ResolvedPlan, seeds: list[int], dist: str) -> 
 
 
 def judged_call(calls: CandidateCalls, referee: RefereeClient, wl: Workload, k: int, trial: int, dist: str,
-                job: dict, phase: Phase, flush_bytes: int) -> tuple[float, list]:
+                job: GpuJob, phase: Phase, flush_bytes: int) -> tuple[float, list]:
     """A checked call on set k: the protocol's call, then the referee judges the outputs it left (and the inputs
     the kernel saw). Returns (kernel ms, TrialStats)."""
     s = calls.sets[k]
-    phase("run", job["timeout_s"])  # the watchdog's candidate limit covers the kernels' execution only
+    phase("run", job.timeout_s)  # the watchdog's candidate limit covers the kernels' execution only
     ms, sketch = calls.checked_call(k, flush_bytes)
-    phase("check", job["prepare_timeout_s"])
+    phase("check", job.prepare_timeout_s)
     raw = referee.judge(wl.id, s.seed, dist, trial, {n: s.bufs.tensors[n].data for n in s.bufs.outputs},
                         {n: s.bufs.tensors[n].data for n in s.pristine})
     if referee.digests.get((wl.id, s.seed, dist), input_digest(s.pristine)) != input_digest(s.pristine):
@@ -142,10 +143,10 @@ def judged_call(calls: CandidateCalls, referee: RefereeClient, wl: Workload, k: 
     return ms, stats
 
 
-def correctness(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: dict, phase: Phase,
+def correctness(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: GpuJob, phase: Phase,
                 seconds: dict, flush_bytes: int) -> list:
     """The checked call of every input set, in order; stops at the first failing one."""
-    dist = job.get("dist", "normal")
+    dist = job.dist
     all_stats, digests = [], {}
     for k, s in enumerate(calls.sets):
         ms, stats = judged_call(calls, referee, wl, k, k, dist, job, phase, flush_bytes)
@@ -164,12 +165,12 @@ def correctness(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job
     return all_stats
 
 
-def new_inputs_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: dict, phase: Phase,
+def new_inputs_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: GpuJob, phase: Phase,
                      flush_bytes: int) -> list:
     """Last: set 0's buffers get inputs no call has seen (a kernel that keyed a cache on pointers would replay)."""
-    dist = job.get("dist", "normal")
+    dist = job.dist
     s = calls.sets[0]
-    phase("prepare", job["prepare_timeout_s"])
+    phase("prepare", job.prepare_timeout_s)
     s.seed = s.seed + CHECK_SEED_OFFSET
     s.pristine = make_inputs(wl, s.seed, dist, "cuda")
     calls.verified.pop(0, None)
@@ -191,13 +192,12 @@ def pristine_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload, 
                          runtime_error="OUT_OF_BOUNDS_WRITE: harness input copies")
 
 
-def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job: dict, phase: Phase, first_run_s: float,
+def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job: GpuJob, phase: Phase, first_run_s: float,
                    flush_bytes: int) -> dict:
-    dist = job.get("dist", "normal")
+    dist = job.dist
     primary = wl.primary_baseline.name
-    phase("prepare", job["prepare_timeout_s"])
+    phase("prepare", job.prepare_timeout_s)
     calls.attach_library([state.baseline(wl, primary, dist, i) for i in range(len(calls.sets))])
-    base = calls.library[0]
     ceil = state.get_ceilings()
     others = {}
     for b in wl.baselines:
@@ -212,7 +212,7 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
     # rotates among as many input sets as the candidate, so neither side's call sees a different GPU history.
     cand_side = Side(calls.call, calls.prepare, calls.check)
     base_side = Side(calls.library_call, calls.library_prepare, calls.library_check)
-    phase("timing", job["timeout_s"])
+    phase("timing", job.timeout_s)
     t0 = time.perf_counter()
     cand_probe, base_probe = time_sides([cand_side, base_side], flush_bytes=flush_bytes, warmup=0, iters=2, trials=1)
     cycle_ms = (time.perf_counter() - t0) * 1000 / 4
@@ -221,7 +221,7 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
     warmup, iters, trials, reduced = plan_iterations(job, per_pair_ms, slow)
 
     def keep_alive(_trial: int) -> None:
-        phase("timing", job["timeout_s"])
+        phase("timing", job.timeout_s)
 
     cand_ms, base_ms = time_sides([cand_side, base_side], flush_bytes=flush_bytes, warmup=warmup, iters=iters,
                                   trials=trials, on_trial=keep_alive)
@@ -230,7 +230,7 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
         # Timed again under a changed schedule: the library first in each pair, new set order; if it stands, it is
         # not a kernel this device can run that fast, whatever the checks said.
         calls.order = np.random.default_rng(calls.key + 1)
-        phase("timing", job["timeout_s"])
+        phase("timing", job.timeout_s)
         base_ms2, cand_ms2 = time_sides([base_side, cand_side], flush_bytes=flush_bytes, warmup=warmup, iters=iters,
                                         trials=trials, on_trial=keep_alive)
         again = timing_record(wl, cand_ms2, base_ms2, primary, others, ceil, state.limits.name, reduced, slow)
@@ -277,17 +277,16 @@ def driver_error(cand: Candidate | None) -> str:
     return ""
 
 
-def evaluate_job(state: WorkerState, job: dict, phase: Phase) -> tuple[dict, bool]:
+def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutcome, bool]:
     """The worker's answer to one 'evaluate' request: (result fields, replace this worker)."""
     seconds: dict[str, float] = {}
     t_start = time.perf_counter()
-    wl = get_workload(job["workload"])
-    plan = ResolvedPlan.model_validate(job["plan"])
-    dist = job.get("dist", "normal")
-    n_sets = max(2, int(job.get("trials") or wl.trials))  # timed calls rotate among at least two verified sets
+    wl = get_workload(job.workload)
+    plan = ResolvedPlan.model_validate(job.plan)
+    dist = job.dist
+    n_sets = max(2, int(job.trials or wl.trials))  # timed calls rotate among at least two verified sets
     seeds = evaluation_seeds(job, n_sets)
-    out: dict = {"status": "PASSED", "correctness": [], "timing": None, "plan_errors": [], "runtime_error": "",
-                 "input_seed": seeds[0]}
+    out = GpuOutcome(status="PASSED", input_seed=seeds[0])
     referee = state.referee
     cand = sets = calls = None
     flush_bytes = max(2 * state.limits.l2_bytes, 64 * 2**20)
@@ -299,11 +298,11 @@ def evaluate_job(state: WorkerState, job: dict, phase: Phase) -> tuple[dict, boo
         errors += check_memory(sizes, sum(sizes[t.name] for t in wl.inputs), n_sets, state.limits)
         if errors:
             raise Failed("PLAN_ERROR", "the launch plan exceeds the device's limits", plan_errors=errors)
-        phase("prepare", job["prepare_timeout_s"])
+        phase("prepare", job.prepare_timeout_s)
         referee.prepare_async(wl.id, seeds[0], dist)
-        phase("load", job["prepare_timeout_s"])
-        cand = Candidate(job["cubin"], plan, state, wl)
-        phase("prepare", job["prepare_timeout_s"])
+        phase("load", job.prepare_timeout_s)
+        cand = Candidate(job.cubin, plan, state, wl)
+        phase("prepare", job.prepare_timeout_s)
         try:
             sets = make_sets(wl, plan, seeds, dist)
         except torch.cuda.OutOfMemoryError:
@@ -314,43 +313,44 @@ def evaluate_job(state: WorkerState, job: dict, phase: Phase) -> tuple[dict, boo
         calls = CandidateCalls(cand, sets, secrets.randbits(62))
         t0 = time.perf_counter()
         stats = correctness(calls, referee, wl, job, phase, seconds, flush_bytes)
-        out["correctness"] = [s.model_dump() for s in stats]
-        out["status"] = status_of(stats)
+        out.correctness = list(stats)
+        out.status = status_of(stats)
         seconds["correctness"] = time.perf_counter() - t0
-        if out["status"] == "PASSED" and job.get("time", True):
+        if out.status == "PASSED" and job.time:
             t0 = time.perf_counter()
-            out["timing"] = time_candidate(calls, state, wl, job, phase, seconds.get("first_run", 0.0), flush_bytes)
+            out.timing = Timing.model_validate(time_candidate(calls, state, wl, job, phase, seconds.get("first_run", 0.0),
+                                                              flush_bytes))
             seconds["timing"] = time.perf_counter() - t0
-        if out["status"] == "PASSED":
+        if out.status == "PASSED":
             t0 = time.perf_counter()
             pristine_check(calls, referee, wl, dist)
             extra = new_inputs_check(calls, referee, wl, job, phase, flush_bytes)
-            out["correctness"] += [s.model_dump() for s in extra]
-            out["status"] = status_of(extra)
+            out.correctness += extra
+            out.status = status_of(extra)
             seconds["final_checks"] = time.perf_counter() - t0
-        if out["status"] == "PASSED" and out["timing"] and suspicious(out["timing"]["flags"]):
-            t = out["timing"]
-            out["status"] = "TIMING_SUSPECT"
-            out["message"] = (f"correct on every checked call, but timed at {t['speedup']:.3f}x the library "
-                              f"({t['sol_pct']:.0f}% of the measured roofline; flags: {', '.join(t['flags'])}) and "
-                              f"again at {t['recheck_speedup']:.3f}x under a changed schedule: faster than this GPU can "
-                              f"compute the workload, so the timing cannot be trusted and the kernel is not counted "
-                              f"as correct")
+        if out.status == "PASSED" and out.timing and suspicious(out.timing.flags):
+            t = out.timing
+            out.status = "TIMING_SUSPECT"
+            out.message = (f"correct on every checked call, but timed at {t.speedup:.3f}x the library "
+                           f"({t.sol_pct:.0f}% of the measured roofline; flags: {', '.join(t.flags)}) and "
+                           f"again at {t.recheck_speedup:.3f}x under a changed schedule: faster than this GPU can "
+                           f"compute the workload, so the timing cannot be trusted and the kernel is not counted "
+                           f"as correct")
         replace = False
     except Failed as f:
-        out.update(status=f.status, message=f.message, plan_errors=f.plan_errors, runtime_error=f.runtime_error)
+        out.status, out.message, out.plan_errors, out.runtime_error = f.status, f.message, f.plan_errors, f.runtime_error
         replace = f.replace
         if f.runtime_error.startswith("OUT_OF_BOUNDS_WRITE"):
             state.cache.clear()  # the stray write may have landed in cached baseline inputs
     except CudaError as e:  # a fault surfacing in the protocol's own driver calls after a launch
-        out.update(status="RUNTIME_ERROR", message=f"the kernel failed: {e.name}: {e.text}",
-                   runtime_error=f"{e.name}: {e.text}")
+        out.status, out.message = "RUNTIME_ERROR", f"the kernel failed: {e.name}: {e.text}"
+        out.runtime_error = f"{e.name}: {e.text}"
         replace = True
     except RuntimeError as e:  # torch saw the fault first (an event or a protocol op): ask the driver for its name
         if isinstance(e, RefereeError) or "CUDA error" not in str(e):
             raise
         text = driver_error(cand) or str(e).splitlines()[0]
-        out.update(status="RUNTIME_ERROR", message=f"the kernel failed: {text}", runtime_error=text)
+        out.status, out.message, out.runtime_error = "RUNTIME_ERROR", f"the kernel failed: {text}", text
         replace = True
     finally:
         calls = sets = None
@@ -360,20 +360,20 @@ def evaluate_job(state: WorkerState, job: dict, phase: Phase) -> tuple[dict, boo
             except Exception:  # noqa: BLE001 - a poisoned context cannot unload; the worker is replaced anyway
                 pass
     seconds["gpu_total"] = time.perf_counter() - t_start
-    out["seconds"] = seconds
+    out.seconds = seconds
     return out, replace
 
 
-def aa_job(state: WorkerState, job: dict, phase: Phase) -> tuple[dict, bool]:
+def aa_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutcome, bool]:
     """The A/A test: the primary baseline timed as if it were the candidate, against itself."""
-    wl = get_workload(job["workload"])
-    dist = job.get("dist", "normal")
-    phase("prepare", job["prepare_timeout_s"])
+    wl = get_workload(job.workload)
+    dist = job.dist
+    phase("prepare", job.prepare_timeout_s)
     primary = wl.primary_baseline.name
     base = state.baseline(wl, primary, dist)
     twin = make_baseline(wl, primary, base.inputs)  # an independent instance, same data
     ceil = state.get_ceilings()
-    phase("timing", job["timeout_s"])
+    phase("timing", job.timeout_s)
     flush_bytes = max(2 * state.limits.l2_bytes, 64 * 2**20)
     key = secrets.randbits(62)
 
@@ -385,6 +385,6 @@ def aa_job(state: WorkerState, job: dict, phase: Phase) -> tuple[dict, bool]:
         torch.stack(sketch_tensors(out, key)).tolist()
 
     a_ms, b_ms = time_sides([Side(twin, restore, check), Side(base.fn, restore, check)], flush_bytes=flush_bytes,
-                            warmup=job.get("warmup", 10), iters=job.get("iters", 50), trials=job.get("timing_trials", 3))
-    return {"status": "PASSED", "timing": timing_record(wl, a_ms, b_ms, primary, {}, ceil, state.limits.name, False),
-            "correctness": [], "plan_errors": [], "runtime_error": "", "seconds": {}}, False
+                            warmup=job.warmup, iters=job.iters, trials=job.timing_trials)
+    timing = Timing.model_validate(timing_record(wl, a_ms, b_ms, primary, {}, ceil, state.limits.name, False))
+    return GpuOutcome(status="PASSED", timing=timing), False

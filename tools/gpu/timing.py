@@ -131,12 +131,13 @@ def time_interleaved(fns: list[Callable[[], object]], *, flush_bytes: int, warmu
                       on_trial=on_trial)
 
 
-def plan_iterations(job: dict, per_call_ms: float, slow: bool = False) -> tuple[int, int, int, bool]:
-    """Warm-up, iterations and trials that fit in the watchdog's time; fewer for very slow candidates."""
-    warmup, iters, trials = job.get("warmup", 10), job.get("iters", 50), job.get("timing_trials", 3)
+def plan_iterations(job, per_call_ms: float, slow: bool = False) -> tuple[int, int, int, bool]:
+    """Warm-up, iterations and trials (from a messages.GpuJob) that fit in the watchdog's time; fewer for very slow
+    candidates."""
+    warmup, iters, trials = job.warmup, job.iters, job.timing_trials
     if slow:
         warmup, iters, trials = min(warmup, 2), min(iters, SLOW_ITERS), 1
-    budget_ms = 0.6 * job["timeout_s"] * 1000
+    budget_ms = 0.6 * job.timeout_s * 1000
     needed = (warmup + iters * trials) * per_call_ms
     if needed <= budget_ms:
         return warmup, iters, trials, slow

@@ -1,11 +1,11 @@
 """The GPU worker: one long-lived process per GPU that owns the CUDA context.
 
-Protocol over a multiprocessing Connection (plain dicts):
+Protocol over a multiprocessing Connection (plain dicts; the job and the result are the fields of the typed
+models in messages.py, validated at both ends):
   worker -> parent  {"type": "hello", "limits", "fingerprint", "device_count"}  or  {"type": "hello", "error"}
-  parent -> worker  {"type": "evaluate" | "aa", "id", "workload", "cubin", "plan", "trials", "dist", "seed", "time",
-                     "timeout_s", "prepare_timeout_s", "ceilings"?, "warmup"?, "iters"?, "timing_trials"?}
+  parent -> worker  GpuJob's fields ("type": "evaluate" | "aa", "id", "workload", "cubin", "plan", ...)
   worker -> parent  {"type": "phase", "id", "phase", "limit_s"}   (the watchdog's deadline for what comes next)
-                    {"type": "result", "id", "result", "replace", "cache"}
+                    {"type": "result", "id", "result": GpuOutcome's fields, "replace", "cache"}
   parent -> worker  {"type": "ping"} -> {"type": "pong"};  {"type": "exit"}
 After a result with replace=True (a sticky CUDA error) the worker exits; the pool starts another.
 """
@@ -101,8 +101,9 @@ def _warm_up() -> None:
 
 
 def _infra(message: str) -> dict:
-    return {"status": "INFRA_ERROR", "message": message, "runtime_error": "", "plan_errors": [], "correctness": [],
-            "timing": None, "seconds": {}}
+    from .messages import GpuOutcome
+
+    return GpuOutcome(status="INFRA_ERROR", message=message).model_dump()
 
 
 def serve(conn, device_index: int, config: dict, referee_conn=None) -> None:
@@ -112,6 +113,7 @@ def serve(conn, device_index: int, config: dict, referee_conn=None) -> None:
         conn.send({"type": "hello", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
         return
     conn.send(hello)
+    from .messages import GpuJob
     from .runner import aa_job, evaluate_job
 
     handlers = {"evaluate": evaluate_job, "aa": aa_job}
@@ -127,14 +129,16 @@ def serve(conn, device_index: int, config: dict, referee_conn=None) -> None:
             conn.send({"type": "pong", "cache": state.cache.stats()})
             continue
         job_id = msg.get("id")
-        if msg.get("ceilings") and not state.ceilings:
-            state.ceilings = dict(msg["ceilings"])
 
         def phase(name: str, limit_s: float, _id=job_id) -> None:
             conn.send({"type": "phase", "id": _id, "phase": name, "limit_s": float(limit_s)})
 
         try:
-            result, replace = handlers[kind](state, msg, phase)
+            job = GpuJob.model_validate(msg)
+            if job.ceilings and not state.ceilings:
+                state.ceilings = dict(job.ceilings)
+            outcome, replace = handlers[kind](state, job, phase)
+            result = outcome.model_dump()
         except Exception:  # noqa: BLE001 - a harness bug (or the referee's): reported, and the worker is replaced
             result, replace = _infra("the GPU worker failed:\n" + traceback.format_exc(limit=8)), True
         state.jobs += 1
