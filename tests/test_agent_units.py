@@ -12,7 +12,7 @@ from ptxbench.agent.loop.feedback import NO_GPU_NOTE, render_eval
 from ptxbench.agent.models import ModelRequest, TurnOutcome, load_model
 from ptxbench.agent.models.builtin import TunerModel
 from ptxbench.agent.loop.optimize import optimize
-from ptxbench.agent.records.redact import scrub
+from ptxbench.tools.redact import scrub
 from ptxbench.agent.loop.state import OptimizeConfig, initial_state
 from ptxbench.agent.loop.task import system_prompt, task_prompt
 from ptxbench.agent.loop.toolset import Toolbox

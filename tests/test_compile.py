@@ -318,3 +318,16 @@ def test_knowledge_pack_register_a_wgmma_line_assembles_as_written():
     r = compile_source(ptx, "ptx", "sm_90a")
     assert r.status == "ok", r.errors
     assert r.kernels["pv_step"].sass_opcodes.get("HGMMA") == 1
+
+
+def test_a_key_in_the_model_text_never_reaches_the_compile_cache(tmp_path, monkeypatch):
+    from ptxbench.tools.cache import CompileCache
+
+    secret = "zz-cache-key-0123456789abcdef"
+    monkeypatch.setenv("PTXBENCH_TEST_API_KEY", secret)
+    src = (KERNELS / "fma_sm90a.ptx").read_text() + f"\n// echoed: {secret}\n"
+    cache = CompileCache(tmp_path / "cache")
+    r = compile_source(src, "ptx", "sm_90a", cache=cache)
+    assert r.status == "ok"
+    stored = "".join(p.read_text(errors="replace") for p in (tmp_path / "cache").rglob("*") if p.suffix in (".ptx", ".json"))
+    assert stored and secret not in stored

@@ -112,3 +112,14 @@ def test_cli_export(run, tmp_path):
     assert res.exit_code == 0, res.output
     lines = (out / "train.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["recipe"] == "fixit"
+
+
+def test_a_key_in_the_recorded_text_never_reaches_the_exported_files(run, tmp_path, monkeypatch):
+    secret = "zz-export-key-0123456789abcdef"
+    monkeypatch.setenv("PTXBENCH_TEST_API_KEY", secret)
+    cfg = ExportConfig(recipe="fixit", require_target_executed=False, test_workloads=["mha_fwd_d128"])
+    rows, stats = build_rows(collect_samples([run]), cfg)
+    rows = [r.model_copy(update={"id": r.id + f" {secret}"}) for r in rows]  # as if recorded text held the key
+    paths = write_dataset(rows, tmp_path / "out", "jsonl", cfg, {**stats, "note": secret}, [str(run)])
+    written = "".join(p.read_text() for p in [*paths.values(), tmp_path / "out" / "export_manifest.json"])
+    assert secret not in written and "***" in written

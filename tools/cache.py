@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .redact import scrub_text
 from .results import CompileResult
 
 ENV_CACHE = "PTXBENCH_CACHE"
@@ -78,12 +79,13 @@ class CompileCache:
     def put(self, key: str, result: CompileResult, cubin: bytes | None = None, ptx: str | None = None) -> CompileResult:
         """Store the files, then the result; returns the result with cubin_path pointing into the cache."""
         d = self.entry_dir(key)
-        if ptx is not None:
-            atomic_write(d / "kernel.ptx", ptx.encode())
+        if ptx is not None:  # model text: a key it echoes in a comment never reaches the disk
+            atomic_write(d / "kernel.ptx", scrub_text(ptx).encode())
         if cubin is not None:
             atomic_write(d / "kernel.cubin", cubin)
             result = result.model_copy(update={"cubin_path": str(d / "kernel.cubin")})
-        atomic_write(d / "result.json", result.model_copy(update={"cached": False}).model_dump_json(indent=1).encode())
+        record = result.model_copy(update={"cached": False}).model_dump_json(indent=1)
+        atomic_write(d / "result.json", scrub_text(record).encode())  # compiler logs quote the model's lines
         return result
 
     def ptx_path(self, key: str) -> Path | None:

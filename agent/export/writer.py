@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ...tools.redact import mask_strings
 from .schema import ExportConfig, Row
 
 
@@ -11,7 +12,7 @@ def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
     for split in ("train", "test"):
-        part = [r.model_dump(mode="json") for r in rows if r.split == split]
+        part = [mask_strings(r.model_dump(mode="json")) for r in rows if r.split == split]  # keys never leave
         if not part:
             continue
         path = out / f"{split}.{ 'jsonl' if fmt == 'jsonl' else 'parquet'}"
@@ -30,5 +31,5 @@ def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats
         by_group[key] = by_group.get(key, 0) + 1
     manifest = {"config": cfg.model_dump(), "runs": runs, "stats": stats, "counts": by_group,
                 "files": {k: v.name for k, v in paths.items()}, "schema": "docs/dataset-schema.md"}
-    (out / "export_manifest.json").write_text(json.dumps(manifest, indent=2))
+    (out / "export_manifest.json").write_text(json.dumps(mask_strings(manifest), indent=2))
     return paths

@@ -25,7 +25,7 @@ from .context import build_messages
 from .extract import extract_solution
 from .feedback import render_eval, render_format_error
 from ..models.base import Model, ModelError, ModelExhausted, ModelReply, ModelRequest, TurnOutcome
-from ..records.redact import mask_strings, scrub_text
+from ...tools.redact import mask_strings, scrub_text
 from .start_kernel import evaluate_start
 from .state import AgentState, OptimizeConfig
 from .toolset import Toolbox, parse_arguments

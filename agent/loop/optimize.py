@@ -27,7 +27,7 @@ from ..records.checkpoint_store import open_checkpointer
 from .graph import Deps, build_graph
 from ..records.manifest import build_manifest
 from ..models import Model, load_model
-from ..records.redact import register_secret_env
+from ...tools.redact import register_secret_env
 from ..records.rundir import TrajectoryWriter, read_manifest, write_manifest
 from .start_kernel import read_start
 from .state import AgentState, OptimizeConfig, initial_state

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
-from ..records.redact import scrub_text
+from ...tools.redact import scrub_text
 from .base import ModelError, ModelReply, ModelRequest
 
 # The bundled price table: no network fetch at import time (and no 10 s stall offline).

@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .redact import scrub
+from ...tools.redact import scrub
 
 MANIFEST_VERSION = 1
 PACKAGES = ("ptxbench", "langgraph", "langgraph-checkpoint-sqlite", "litellm", "pydantic", "tenacity", "torch",

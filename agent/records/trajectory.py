@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from .events import ErrorEvent, EvalEvent, ModelCall, ModelRetry, Stop, ToolCall, ToolResult, TrajectoryStart, TurnEnd, _Event
 from ..models.base import ModelReply
-from .redact import scrub
+from ...tools.redact import scrub
 from .rundir import TrajectoryWriter, sha256_text
 
 Listener = Callable[[_Event], None]

@@ -1,4 +1,5 @@
-"""Keep API keys out of everything ptxbench writes: trajectories, manifests, logs, error messages.
+"""Keep API keys out of everything ptxbench writes: trajectories, checkpoints, manifests, logs, the compile
+cache, exports, error messages (used by tools/ and agent/ alike, so it lives in tools/).
 
 Keys are read from the environment only; any environment value whose name looks like a secret is
 replaced by '***' wherever it would appear in recorded text.
