@@ -219,3 +219,21 @@ def test_score_says_how_many_trajectories_were_excluded_and_why(tmp_path):
     clean = build_sample_run(tmp_path / "clean")
     shutil.rmtree(clean / "trajectories" / "a-gemm-2")
     assert "excluded" not in CliRunner().invoke(app, ["score", str(clean)]).output
+
+
+def test_an_infra_failure_reproduced_on_the_same_submission_is_scored(tmp_path):
+    from trajectory_builder import TrajectoryBuilder
+
+    run = tmp_path / "run"
+    build_sample_run(run)
+    # the retry of the same submission crashes the harness again, the same way: the model's text does it
+    TrajectoryBuilder(run, "c-gemm-0", "m/c", "gemm").turn(1, "COMPILE_ERROR").infra(2, "parser crashed\ntb") \
+        .infra(2, "parser crashed\nother tb")
+    # a different failure on the retry is bad luck twice: still left out
+    TrajectoryBuilder(run, "c-gemm-1", "m/c", "gemm", index=1).turn(1, "COMPILE_ERROR").infra(2, "GPU lost") \
+        .infra(2, "pool down")
+    scores = {t.id: t for t in score_runs([run]).trajectories}
+    crashed, unlucky = scores["c-gemm-0"], scores["c-gemm-1"]
+    assert not crashed.infra_failed and [t.status for t in crashed.scored_turns] == ["COMPILE_ERROR", "INFRA_ERROR"]
+    assert crashed.scored_turns[-1].failed and crashed.scored_turns[-1].reproduced
+    assert unlucky.infra_failed and len(unlucky.scored_turns) == 1

@@ -27,10 +27,12 @@ class TurnScore(BaseModel):
     sol_pct: float | None = None
     kernel_file: str = ""
     gpu_evaluated: bool = False
+    reproduced: bool = Field(False, description="an infra failure that a retry of the same submission hit again the "
+                                                "same way: the model's text crashes the harness, so it is scored")
 
     @property
     def infra(self) -> bool:
-        return self.status == INFRA
+        return self.status == INFRA and not self.reproduced
 
     @property
     def compile_only(self) -> bool:
@@ -121,6 +123,10 @@ def evaluated_gpu(events) -> str:
     return ""
 
 
+def _first_line(text: str) -> str:
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+
+
 def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore:
     start = record.start
     turns: dict[int, TurnScore] = {}
@@ -128,7 +134,10 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     infra_open: set[int] = set()  # turns whose attempt hit an infra failure and has not been retried yet
     stop_reason = ""
     infra_last = False  # the latest thing that happened was an infra failure (no progress since)
+    infra_seen: dict[int, list[str]] = {}  # turn -> first line of each infra failure it hit (one error event each)
     for event in record.events:
+        if event.type == "error" and event.infra and event.turn > 0:
+            infra_seen.setdefault(event.turn, []).append(_first_line(event.message))
         if event.type in ("model_call", "eval_result"):
             infra_open.discard(event.turn)  # a new attempt at the turn
             infra_last = False
@@ -152,6 +161,14 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     # A submission whose turn_end never came (a kill or stop right after it) still counts.
     for number, turn in pending.items():
         turns.setdefault(number, turn)
+    # Retried on the same submission and failed again the same way: the model's text, not bad luck. Scored as the
+    # model's failed turn, and the trajectory is not left out (else a model escapes a bad score by crashing the harness).
+    reproduced = {t for t, msgs in infra_seen.items() if len(msgs) >= 2 and len(set(msgs)) == 1}
+    for number in reproduced & set(turns):
+        if turns[number].status == INFRA:
+            turns[number] = turns[number].model_copy(update={"reproduced": True})
+    if infra_last and turns and max(turns) in reproduced:
+        infra_last = False
     handed_in = turns.pop(0, None)  # a handed-in kernel (--start-from): kept apart from the model's turns
     return TrajectoryScore(
         id=record.id,
