@@ -23,7 +23,8 @@ def test_one_sft_step_on_fixit_rows_trains_on_the_fix_only(tmp_path):
     rows, stats = build_rows(collect_samples([run]), cfg)
     paths = write_dataset(rows, tmp_path / "data", "jsonl", cfg, stats, [str(run)])
     ds = datasets.load_dataset("json", data_files=str(paths["train"]), split="train")
-    assert ds.num_rows == 3
+    assert ds.num_rows == 2 and not any(ds["held_out"])  # the held-out row is exported to test, never to train on
+    assert "test" in paths
 
     corpus = [m["content"] for row in ds for m in row["prompt"] + row["completion"]]
     tok = build_tokenizer(tmp_path / "tok", corpus * 3)

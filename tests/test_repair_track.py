@@ -86,3 +86,9 @@ def test_fixit_export_keeps_held_out_bug_classes_out_of_training(tmp_path):
     assert all(s.held_out for s in samples)
     rows, _ = build_rows(samples, ExportConfig(recipe="fixit"))
     assert rows == []
+    # asked for, the held-out rows are there: each pairs the broken start kernel (turn 0, with its verdict's
+    # feedback) with the first fix, and all of them land in the held-out (test) split
+    rows, _ = build_rows(samples, ExportConfig(recipe="fixit", include_held_out=True, require_target_executed=False))
+    assert len(rows) == 4 and all(r.provenance.source_turn == 0 and r.provenance.turn == 1 for r in rows)
+    assert {r.failure_class for r in rows} == {"RUNTIME_ERROR", "COMPILE_ERROR", "INCORRECT_NAN"}
+    assert all(r.split == "test" for r in rows)

@@ -121,7 +121,8 @@ def build_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str
             rows.append(row)
     rows = _balance(rows, cfg, stats)
     for row in rows:
-        row.split = "test" if row.workload in cfg.test_workloads else "train"
+        # a held-out row (its workload, or its bug class) is exported only on request, and never to train on
+        row.split = "test" if row.held_out or row.workload in cfg.test_workloads else "train"
     stats["rows"] = len(rows)
     return rows, dict(stats)
 
