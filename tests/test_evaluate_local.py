@@ -65,9 +65,13 @@ def test_evaluate_sends_a_complete_job_and_builds_the_result():
 
 
 def test_format_status_and_failure_message():
-    assert _format_status([FormatIssue(line=3, message="kernel gemm has 6 parameters but the launch passes 5 args")]) \
-        == "PLAN_ERROR"
-    assert _format_status([FormatIssue(line=9, message="#include <stdio.h> is not allowed")]) == "COMPILE_ERROR"
+    plan = FormatIssue(line=3, kind="plan", message='language must be "ptx" or "cuda", got \'triton\'')
+    source = FormatIssue(line=9, kind="source", message="kernel launches (<<< >>>) are not allowed: the launch plan says what runs")
+    reply = FormatIssue(line=None, kind="format", message="no code block found")
+    # the kind decides, not the words: a plan issue naming no plan word, a source issue naming the plan
+    assert _format_status([plan]) == _format_status([source, plan]) == "PLAN_ERROR"
+    assert _format_status([source]) == _format_status([source, reply]) == "COMPILE_ERROR"
+    assert _format_status([reply]) == "FORMAT_ERROR"
     bad = dict(STATS, passed=False, frac_matched=0.5, note="constant output (every element is 1)")
     text = _message({"status": "INCORRECT_NUMERICAL", "correctness": [bad]})
     assert "C is wrong in run 0" in text and "50.000%" in text and "[1, 2]" in text and "constant output" in text

@@ -86,3 +86,20 @@ def test_the_committed_suite_meets_the_bar_and_every_verdict_came_from_a_gpu():
     for t in tasks:
         assert suite.solution_path(t).is_file()
         assert suite.unbroken[t.workload].status == "PASSED"
+
+
+def test_verdicts_decided_before_the_gpu_are_what_the_cpu_checks_give_today():
+    """A task refused before a launch (the plan checks, the source policy, the compiler) has no GPU in its
+    verdict: re-checking its solution here (parse, then compile, no GPU) must give the recorded status."""
+    from ptxbench.agent.repairs.suite import load_suite
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.evaluator import EvalOptions
+
+    suite = load_suite()
+    before_gpu = [t for t in suite.tasks if not t.verdict.gpu]
+    assert {t.verdict.status for t in before_gpu} == {"PLAN_ERROR", "COMPILE_ERROR"}
+    assert {t.bug_class for t in before_gpu if t.verdict.status == "PLAN_ERROR"} >= {"smem_over_limit", "wrong_swizzle"}
+    evaluator = LocalEvaluator()
+    for task in before_gpu:
+        result = evaluator.evaluate(task.workload, suite.solution_path(task).read_text(), EvalOptions(no_gpu=True))
+        assert (task.id, result.status) == (task.id, task.verdict.status), result.message

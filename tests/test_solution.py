@@ -427,3 +427,55 @@ def test_issue_list_is_capped():
     issues = _issues(parse_solution(host, GEMM))
     assert len(issues) == 31 and issues[-1].line is None and "20 more" in issues[-1].message
     assert [i.line for i in issues[:30]] == list(range(10, 40))
+
+
+# ---------- the kind of every issue (the evaluator's PLAN_ERROR vs COMPILE_ERROR comes from it) ----------
+
+
+def _kinds(result) -> dict[str, str]:
+    return {i.message: i.kind for i in _issues(result)}
+
+
+def test_every_issue_has_the_kind_of_the_check_that_found_it():
+    good = CUDA_PLAN + 'extern "C" __global__ void k(const __nv_bfloat16* a, __nv_bfloat16* c, int k) {}\n'
+    plan_faults = [
+        good.replace('language = "cuda"', 'language = "triton"'),  # the plan's TOML (no plan word in the message)
+        good.replace('"A", "C"', '"X", "C"'),  # the plan against the workload
+        good.replace(", int k)", ")"),  # the plan against the kernel's signature
+        good.replace("__nv_bfloat16* c", "float c"),
+        good.replace("void k(", "void other("),
+        PLAN + "\t.visible .entry k() {}\n__global__ void g() {}\n",  # the plan says ptx over a CUDA file
+    ]
+    for source in plan_faults:
+        assert "plan" in _kinds(parse_solution(source, GEMM)).values(), source
+    source_faults = [
+        good + "void launch() { k<<<1, 1>>>(0, 0, 0); }\n",  # host code whose message names the launch plan
+        good + "__device__ void f() { auto* p = new int; }\n",  # "ask for scratch buffers in the plan"
+        good.replace('extern "C" ', ""),
+        FILE.replace(".target sm_90a", ".target sm_100a"),
+        PLAN + ENTRY,
+        "x" * 500_000,
+    ]
+    for source in source_faults:
+        assert set(_kinds(parse_solution(source, GEMM)).values()) == {"source"}, source
+    assert {i.kind for i in _issues(resolve_plan_issues())} == {"plan"}
+    for reply in ("", "no code here", "x" * 2_000_000):
+        assert {i.kind for i in _issues(extract_solution(reply))} == {"format"}
+
+
+def resolve_plan_issues() -> list[FormatIssue]:
+    solution = parse_solution(FILE, GEMM)
+    with pytest.raises(PlanError) as e:
+        resolve_plan(solution.plan, _workload(M=2**31), 132)
+    return e.value.issues
+
+
+def test_a_capped_list_keeps_the_plan_kind_of_what_it_cut():
+    host = 'extern "C" __global__ void k(void* a, void* c, int k) {}\n' + "".join(f"int f{i}() {{ return {i}; }}\n" for i in range(50))
+    issues = _issues(parse_solution(CUDA_PLAN + host, GEMM))
+    assert len(issues) == 31 and {i.kind for i in issues} == {"source"}
+    # a plan issue without a line sorts last and falls past the cap: the summary carries its kind
+    clash = CUDA_PLAN.replace("*/", '[tmap.a]\ntensor = "A"\nbox = [64, 64]\n[scratch.a]\ndtype = "float32"\nshape = ["M"]\n*/')
+    issues = _issues(parse_solution(clash + host, GEMM))
+    assert len(issues) == 31 and {i.kind for i in issues[:30]} == {"source"}
+    assert issues[-1].kind == "plan" and "21 more" in issues[-1].message

@@ -60,11 +60,11 @@ def _preprocessor(text: str) -> tuple[str, list[FormatIssue], dict[str, str]]:
                 target = re.match(r'(<[^>]*>|"[^"]*")', rest)
                 name = target.group(1) if target else rest
                 if word != "include" or name not in ALLOWED_INCLUDES:
-                    issues.append(FormatIssue(line=start + 1, message=f"#{word} {name} is not allowed; the allowed "
+                    issues.append(FormatIssue(line=start + 1, kind="source", message=f"#{word} {name} is not allowed; the allowed "
                                                                       f"headers are {', '.join(ALLOWED_INCLUDES)}"))
             elif word == "pragma":
                 if not rest.split() or rest.split()[0] not in ALLOWED_PRAGMAS:
-                    issues.append(FormatIssue(line=start + 1, message=f"#pragma {rest} is not allowed (only #pragma "
+                    issues.append(FormatIssue(line=start + 1, kind="source", message=f"#pragma {rest} is not allowed (only #pragma "
                                                                       f"{', #pragma '.join(ALLOWED_PRAGMAS)})"))
             elif word == "define":
                 d = re.match(r"([A-Za-z_]\w*)(\([^)]*\))?\s*(.*)", rest)
@@ -105,7 +105,7 @@ def _function_definitions(code: str, macros: dict[str, str]) -> list[FormatIssue
                 if "__global__" not in full and "__device__" not in full:
                     name = re.findall(r"([~\w]+)\s*\(", head)
                     issues.append(FormatIssue(
-                        line=line_of(code, last + len(head) - len(head.lstrip())),
+                        line=line_of(code, last + len(head) - len(head.lstrip())), kind="source",
                         message=f"function {name[0] if name else ''}() is host code: mark it __device__ "
                                 "(or __global__ for a kernel); the harness owns the host"))
             elif _TYPE.search(head) and "=" not in head:
@@ -125,7 +125,7 @@ def check_cuda_source(source: str) -> list[FormatIssue]:
     for pattern, reason in _REFUSED:
         for m in pattern.finditer(code):
             token = m.group(1) if m.groups() else m.group(0)
-            issues.append(FormatIssue(line=line_at(m.start()), message=reason.format(token)))
+            issues.append(FormatIssue(line=line_at(m.start()), kind="source", message=reason.format(token)))
     issues += _function_definitions(code, macros)
     return sorted(issues, key=lambda i: i.line or 0)
 
@@ -135,17 +135,18 @@ def check_ptx_source(source: str, arch: str = DEFAULT_ARCH) -> list[FormatIssue]
     text = blank_comments(source)
     issues: list[FormatIssue] = []
     if not re.search(r"^\s*\.version\s+\d+\.\d+", text, re.M):
-        issues.append(FormatIssue(line=1, message="the PTX module has no .version line (e.g. .version 8.5)"))
+        issues.append(FormatIssue(line=1, kind="source", message="the PTX module has no .version line (e.g. .version 8.5)"))
     target = re.search(r"^\s*\.target\s+([\w, ]+)", text, re.M)
     if not target:
-        issues.append(FormatIssue(line=1, message=f"the PTX module has no .target line (expected .target {arch})"))
+        issues.append(FormatIssue(line=1, kind="source", message=f"the PTX module has no .target line (expected .target {arch})"))
     else:
         sm = target.group(1).split(",")[0].strip()
         if sm.endswith("a") and sm != arch:
-            issues.append(FormatIssue(line=line_of(text, target.start()),
+            issues.append(FormatIssue(line=line_of(text, target.start()), kind="source",
                                       message=f".target {sm} does not match the task's architecture; expected .target {arch}"))
     if re.search(r"__global__|#include|\bextern\s+\"C\"", text):
         m = re.search(r"__global__|#include|\bextern\s+\"C\"", text)
-        issues.append(FormatIssue(line=line_of(text, m.start()), message=f"'{m.group(0)}' is CUDA C++, not PTX; "
+        # the plan says ptx over a CUDA file: the fix is the plan's language key
+        issues.append(FormatIssue(line=line_of(text, m.start()), kind="plan", message=f"'{m.group(0)}' is CUDA C++, not PTX; "
                                   'write language = "cuda" in the plan for a CUDA file'))
     return issues

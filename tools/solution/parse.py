@@ -79,19 +79,19 @@ def extract_solution(reply_text: str) -> ExtractedSource | list[FormatIssue]:
     """The kernel file in a model reply: the fenced block holding the `/* ptxbench` plan (the last one
     if several do), else the last ptx/cuda block; a reply with no fences is taken whole if it has a plan."""
     if len(reply_text or "") > MAX_REPLY_CHARS:
-        return [FormatIssue(line=None, message=f"the reply is {len(reply_text)} characters long (at most "
-                                               f"{MAX_REPLY_CHARS}): send one kernel file, not the whole history")]
+        return [FormatIssue(line=None, kind="format", message=f"the reply is {len(reply_text)} characters long (at most "
+                                                              f"{MAX_REPLY_CHARS}): send one kernel file, not the whole history")]
     if not reply_text or not reply_text.strip():
-        return [FormatIssue(line=None, message="the reply is empty; expected one ```ptx or ```cuda code block "
-                                               "holding the kernel file with its /* ptxbench ... */ plan")]
+        return [FormatIssue(line=None, kind="format", message="the reply is empty; expected one ```ptx or ```cuda code block "
+                                                              "holding the kernel file with its /* ptxbench ... */ plan")]
     blocks = [b for b in _blocks(reply_text) if b[1].strip()]
     warnings: list[str] = []
     if not blocks:
         if PLAN_START.search(reply_text):
             source = reply_text.strip("\n") + "\n"
             return ExtractedSource(source, detect_language(source, default=None))
-        return [FormatIssue(line=None, message="no code block found: put the whole kernel file, with its "
-                                               "/* ptxbench ... */ plan, in one ```ptx or ```cuda fenced block")]
+        return [FormatIssue(line=None, kind="format", message="no code block found: put the whole kernel file, with its "
+                                                              "/* ptxbench ... */ plan, in one ```ptx or ```cuda fenced block")]
     with_plan = [b for b in blocks if PLAN_START.search(b[1])]
     if with_plan:
         if len(with_plan) > 1:
@@ -158,21 +158,21 @@ def _check_entries(plan: LaunchPlan, language: str, source: str, warnings: list[
             continue
         if entry is None:
             found = ", ".join(entries) or "none"
-            issues.append(FormatIssue(line=launch.line, message=f"kernel '{launch.kernel}' is not defined as "
+            issues.append(FormatIssue(line=launch.line, kind="plan", message=f"kernel '{launch.kernel}' is not defined as "
                                       f"{spelled} {launch.kernel}(...) in the file (kernels found: {found})"))
             continue
         if language == "cuda" and not entry.extern_c:
-            issues.append(FormatIssue(line=entry.line, message=f"kernel {entry.name} is not extern \"C\": its name "
+            issues.append(FormatIssue(line=entry.line, kind="source", message=f"kernel {entry.name} is not extern \"C\": its name "
                                       f"would be mangled; declare it extern \"C\" __global__ void {entry.name}(...)"))
         if len(entry.params) != len(launch.args):
-            issues.append(FormatIssue(line=entry.line, message=f"kernel {entry.name} has {len(entry.params)} "
+            issues.append(FormatIssue(line=entry.line, kind="plan", message=f"kernel {entry.name} has {len(entry.params)} "
                                       f"parameters but the launch on line {launch.line} passes {len(launch.args)} "
                                       f"args ({', '.join(_spell(a) for a in launch.args) or 'none'}); they must match one to one"))
             continue
         for i, (arg, p) in enumerate(zip(launch.args, entry.params)):
             problem = _param_problem(arg, p, language)
             if problem:
-                issues.append(FormatIssue(line=p.line, message=f"parameter {i + 1} of {entry.name} ({p.text}): "
+                issues.append(FormatIssue(line=p.line, kind="plan", message=f"parameter {i + 1} of {entry.name} ({p.text}): "
                                           f"args[{i}] = \"{_spell(arg)}\" {problem}"))
     return issues
 
@@ -191,17 +191,18 @@ def _spell(a: Arg) -> str:
     return a.ref if a.kind == "tensor" else f"{a.kind}:{a.ref}" if a.kind in ("scratch", "tmap") else f"{a.type}:{a.ref}"
 
 
-def _issues(pairs: list[tuple[int | None, str]]) -> list[FormatIssue]:
-    return [FormatIssue(line=line, message=msg) for line, msg in pairs]
+def _plan_issues(pairs: list[tuple[int | None, str]]) -> list[FormatIssue]:
+    """The plan's issues, as plan_toml.py and plan_resolve.py collect them: (line, message)."""
+    return [FormatIssue(line=line, message=msg, kind="plan") for line, msg in pairs]
 
 
 def _too_big(source: str) -> list[FormatIssue]:
     if len(source) > MAX_SOLUTION_CHARS:
-        return [FormatIssue(line=None, message=f"the solution file is {len(source)} characters long (at most "
-                                               f"{MAX_SOLUTION_CHARS}): write the kernels, not unrolled copies of them")]
+        return [FormatIssue(line=None, kind="source", message=f"the solution file is {len(source)} characters long (at most "
+                                                              f"{MAX_SOLUTION_CHARS}): write the kernels, not unrolled copies of them")]
     kernels = max(source.count(".entry"), source.count("__global__"))
     if kernels > MAX_KERNELS:
-        return [FormatIssue(line=None, message=f"the file defines {kernels} kernels (at most {MAX_KERNELS})")]
+        return [FormatIssue(line=None, kind="source", message=f"the file defines {kernels} kernels (at most {MAX_KERNELS})")]
     return []
 
 
@@ -214,10 +215,12 @@ def parse_solution(source: str, workload: Workload | None = None, arch: str = DE
     try:
         found = _parse_solution(source, workload, arch)
     except (RecursionError, MemoryError, ArithmeticError, LookupError, TypeError, ValueError) as exc:
-        return [FormatIssue(line=None, message=f"the plan or the code could not be read ({type(exc).__name__}: "
-                                               f"{str(exc)[:200]}); simplify that part of the file")]
+        # which check gave up is not known here; the message names the plan first and this has always been
+        # graded PLAN_ERROR, so it stays a plan issue
+        return [FormatIssue(line=None, kind="plan", message=f"the plan or the code could not be read ({type(exc).__name__}: "
+                                                            f"{str(exc)[:200]}); simplify that part of the file")]
     if isinstance(found, list):
-        found = [i if len(i.message) <= MAX_MESSAGE_CHARS else FormatIssue(line=i.line, message=i.message[:MAX_MESSAGE_CHARS] + " ...")
+        found = [i if len(i.message) <= MAX_MESSAGE_CHARS else i.model_copy(update={"message": i.message[:MAX_MESSAGE_CHARS] + " ..."})
                  for i in found]
     return found
 
@@ -225,7 +228,7 @@ def parse_solution(source: str, workload: Workload | None = None, arch: str = DE
 def _parse_solution(source: str, workload: Workload | None, arch: str) -> Solution | list[FormatIssue]:
     profile = get_arch(arch)
     parsed = parse_plan_block(source)
-    issues = _issues(parsed.issues)
+    issues = _plan_issues(parsed.issues)
     language = parsed.language
     if language == "cuda":
         issues += check_cuda_source(source)
@@ -237,13 +240,15 @@ def _parse_solution(source: str, workload: Workload | None, arch: str) -> Soluti
         if workload is not None:
             resolver = Resolver(workload, PLACEHOLDER_NUM_SMS, profile, parsed.lines)
             resolver.resolve(parsed.plan)
-            issues += _issues(resolver.issues)
+            issues += _plan_issues(resolver.issues)
             warnings += resolver.warnings
     if issues:
         issues = sorted(issues, key=lambda i: (i.line is None, i.line or 0))
         if len(issues) > MAX_ISSUES:  # a whole host program would bury the first, most useful lines
             more = len(issues) - MAX_ISSUES
-            issues = issues[:MAX_ISSUES] + [FormatIssue(line=None, message=f"... and {more} more problems like these")]
+            dropped = issues[MAX_ISSUES:]  # the summary keeps their kind, so the status does not depend on the cut
+            kind = "plan" if any(i.kind == "plan" for i in dropped) else dropped[0].kind
+            issues = issues[:MAX_ISSUES] + [FormatIssue(line=None, kind=kind, message=f"... and {more} more problems like these")]
         return issues
     return Solution(language=language, source=source, plan=parsed.plan, arch=arch, warnings=warnings)
 
@@ -273,8 +278,8 @@ def resolve_plan(plan: LaunchPlan, workload: Workload, num_sms: int, arch: str |
     except (RecursionError, MemoryError, ArithmeticError, LookupError, TypeError, ValueError) as exc:
         if isinstance(exc, PlanError):
             raise
-        raise PlanError([FormatIssue(line=None, message=f"the plan could not be resolved ({type(exc).__name__}: "
-                                                        f"{str(exc)[:200]})")]) from None
+        raise PlanError([FormatIssue(line=None, kind="plan", message=f"the plan could not be resolved ({type(exc).__name__}: "
+                                                                     f"{str(exc)[:200]})")]) from None
     if resolved is None:
-        raise PlanError(_issues(resolver.issues))
+        raise PlanError(_plan_issues(resolver.issues))
     return resolved

@@ -135,11 +135,20 @@ class ResolvedPlan(BaseModel):
     tmaps: list[ResolvedTensorMap] = Field(default_factory=list)
 
 
+IssueKind = Literal["plan", "source", "format"]
+
+
 class FormatIssue(BaseModel):
-    """A problem with a reply or a solution file, located for the model to fix."""
+    """A problem with a reply or a solution file, located for the model to fix. `kind` is set where the
+    issue is found; the evaluator decides a refused file's status from the kinds (tools/evaluate.py
+    `_format_status`): any plan issue is PLAN_ERROR, else COMPILE_ERROR."""
 
     line: int | None
     message: str
+    kind: IssueKind = Field(description="what is wrong: 'plan' (the /* ptxbench */ plan, or the plan against the "
+                                        "kernels' signatures and the workload), 'source' (the code itself: the source "
+                                        "policy, its size), 'format' (the reply holds no kernel file)")
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.message}" if self.line else self.message
+
