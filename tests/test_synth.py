@@ -107,3 +107,17 @@ def test_wgmma_attention_mutations_change_exactly_their_lines():
     assert dropped == {f"    l{r} += __shfl_xor_sync(0xffffffffu, l{r}, {x});" for r in (0, 1) for x in (1, 2)}
     r = compile_source(pv, "cuda", "sm_90a", "mha_fwd_d128")  # the asm edit still assembles: a wrong kernel, not a build error
     assert r.status == "ok", r.errors
+
+
+def test_synth_repairs_leaves_the_held_out_bug_classes_out_unless_named():
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+    from ptxbench.agent.repairs.suite import HELD_OUT_CLASSES
+
+    out = CliRunner().invoke(app, ["synth-repairs", "mha_fwd_d128", "--list"])
+    assert out.exit_code == 0, out.output
+    held = [c for c in HELD_OUT_CLASSES if f"{c} (held out" in out.output]
+    assert held  # the attention forward's softmax_max_not_reduced at least
+    first_line = out.output.splitlines()[0]
+    assert not any(c in first_line for c in held)  # what would be run by default: none of them

@@ -13,7 +13,8 @@ from .application import app
 def synth_repairs(
     workloads: list[str] = typer.Argument(None, help="workloads whose reference kernels are broken (default: the GEMM task)"),
     run_dir: Optional[Path] = typer.Option(None, help="run directory the repair pairs are written to (default <runs root>/synth-repairs)"),
-    mutations: str = typer.Option("", help="comma-separated bug classes (default: every class that applies)"),
+    mutations: str = typer.Option("", help="comma-separated bug classes (default: every class that applies, except "
+                                  "the repair suite's held-out classes)"),
     trials: Optional[int] = typer.Option(None, help="correctness trials per evaluation"),
     timeout_s: float = typer.Option(60.0, help="watchdog limit per candidate"),
     list_only: bool = typer.Option(False, "--list", help="list the bug classes that apply, evaluate nothing"),
@@ -39,6 +40,10 @@ def synth_repairs(
     console = Console()
     ids = [inputs.workload(w) for w in workloads or ["gemm_bf16_m8192_n7168_k5120"]]
     names = inputs.mutations([m.strip() for m in mutations.split(",") if m.strip()]) or None
+    if names is None:  # training data: the repair suite's held-out bug classes are left out unless named
+        from ..repairs.suite import HELD_OUT_CLASSES
+
+        names = [m.name for m in MUTATIONS if m.name not in HELD_OUT_CLASSES]
     inputs.positive(trials, "--trials"), inputs.positive(timeout_s, "--timeout-s")
     run_dir = inputs.new_folder(run_dir or runs_root() / "synth-repairs", "--run-dir")
     if read_manifest(run_dir).get("command") not in (None, "synth-repairs"):
@@ -47,7 +52,10 @@ def synth_repairs(
         for wid in ids:
             found = [m.name for m, _ in applicable(reference_source(wid), names)]
             console.print(f"{wid}: {', '.join(found) or 'none'}")
-        console.print("classes: " + ", ".join(m.name for m in MUTATIONS))
+        from ..repairs.suite import HELD_OUT_CLASSES
+
+        console.print("classes: " + ", ".join(m.name + (" (held out: only when named)" if m.name in HELD_OUT_CLASSES else "")
+                                              for m in MUTATIONS))
         return
 
     from ...tools.evaluate import LocalEvaluator
