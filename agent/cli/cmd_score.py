@@ -63,15 +63,20 @@ def score(
         typer.echo(f"re-evaluated into: {', '.join(map(str, runs))}", err=True)
     elif out_run is not None or no_gpu:
         raise inputs.BadInput("--out-run and --no-gpu go with --re-evaluate")
+    from ..scoring.repair_track import repair_markdown, score_repair_runs
+
     result = score_runs(runs)
-    if json_out:
-        typer.echo(result.model_dump_json(indent=1))
+    repair = score_repair_runs(runs)
+    if json_out:  # the RunScore, plus the repair track's scores when the runs hold repair trajectories
+        import json
+
+        data = json.loads(result.model_dump_json())
+        if repair.trajectories:
+            data["repair_track"] = json.loads(repair.model_dump_json())
+        typer.echo(json.dumps(data, indent=1))
         return
     for table in all_tables(result):
         typer.echo(table.markdown())
-    from ..scoring.repair_track import repair_markdown, score_repair_runs
-
-    repair = score_repair_runs(runs)
     if repair.trajectories:  # a repair-track run (bench --track repair)
         typer.echo(repair_markdown(repair))
     for line in exclusion_lines(runs):
