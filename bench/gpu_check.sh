@@ -9,7 +9,7 @@ source bench/gpu_env.sh || exit 1
 export PYTHONPATH=$PYTHONPATH:$PWD/tests
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 t0=$(date +%s)
-TESTS=${TESTS:-tests/test_gpu_evaluator.py tests/test_fault_corpus.py tests/test_attention_solutions.py}
+TESTS=${TESTS:-tests/tools/test_gpu_evaluator.py tests/workloads/test_fault_corpus.py tests/workloads/test_attention_solutions.py}
 timeout ${PYTEST_TIMEOUT:-240} python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 $TESTS \
   2>&1 | tee "$OUT/pytest_gpu.log"; t1=$(date +%s)
 [ -z "${SKIP_COST:-}" ] && timeout 120 python3 bench/harness_cost.py --reps 5 --json "$OUT/cost.json" 2>&1 | tee "$OUT/cost.log"

@@ -2,7 +2,7 @@
 
 Every `__device__ __forceinline__` function of prompts/include/ptxbench/*.cuh is listed with its
 exact declaration and the comment above it, so the prompt cannot drift from the headers
-(tests/test_prompt_helpers.py checks the file equals `render()` and compiles calls to each).
+(tests/prompts/test_prompt_contract.py checks the file equals `render()` and compiles calls to each).
 
 Regenerate after editing a header: python3 -m ptxbench.prompts.helpers
 """

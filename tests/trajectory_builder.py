@@ -87,7 +87,7 @@ class TrajectoryBuilder:
 
 
 def build_sample_run(run_dir: Path) -> Path:
-    """The hand-built run that tests/test_scoring.py scores (its right answers are worked out there).
+    """The hand-built run that tests/agent/test_scoring.py scores (its right answers are worked out there).
 
     CE COMPILE_ERROR, RE RUNTIME_ERROR, IN INCORRECT_NUMERICAL, P PASSED(speedup, target T/F/U)."""
     run_dir = Path(run_dir)

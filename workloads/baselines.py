@@ -29,7 +29,7 @@ from .schema import Workload
 
 BaselineFn = Callable[[], dict[str, torch.Tensor]]
 
-# Argument names of the aten ops as called below, in schema order (checked by tests/test_references.py).
+# Argument names of the aten ops as called below, in schema order (checked by tests/workloads/test_references.py).
 ATEN_SIGNATURES: dict[str, list[str]] = {
     "_scaled_dot_product_cudnn_attention": [
         "query", "key", "value", "attn_bias", "compute_log_sumexp", "dropout_p", "is_causal", "return_debug_mask", "scale"],

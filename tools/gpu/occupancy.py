@@ -4,7 +4,7 @@ dynamic shared memory a block may have, so each CTA fills one SM, as a persisten
 
 The worker puts the result in DeviceLimits.cluster_capacity when it starts, and the evaluator and the
 profile replay pass it to resolve_plan(cluster_capacity=...); a size the probe could not measure gets
-plan_resolve.guaranteed_clusters, a bound that tests/test_prompt_contract.py checks against these
+plan_resolve.guaranteed_clusters, a bound that tests/prompts/test_prompt_contract.py checks against these
 measured figures on the GPU.
 """
 from __future__ import annotations

@@ -21,7 +21,7 @@ swizzle = "128B"
 */
 // C = A @ B^T written from the prompt alone (solution format, knowledge pack, helper declarations):
 // persistent grid of max_clusters 2-CTA clusters, B multicast, producer + 2 consumer warpgroups.
-// The knowledge pack's produce/consume snippet is pasted at the marker by tests/test_prompt_contract.py.
+// The knowledge pack's produce/consume snippet is pasted at the marker by tests/prompts/test_prompt_contract.py.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include "ptxbench/mbarrier.cuh"

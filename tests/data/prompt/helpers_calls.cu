@@ -1,5 +1,5 @@
 // Calls every helper of prompts/helpers_sm90a.md once, spelled as the prompt shows it
-// (tests/test_prompt_contract.py compiles it and checks that no helper is missing here).
+// (tests/prompts/test_prompt_contract.py compiles it and checks that no helper is missing here).
 #include <cuda.h>
 #include "ptxbench/mbarrier.cuh"
 #include "ptxbench/tma.cuh"

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from ptxbench.agent.cli.main import app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 W = "smoke_gemm_bf16_m256_n256_k512"
 GOOD = str(ROOT / "tests/data/agent/good.ptx")
 EXAMPLE_RUN = str(ROOT / "docs/examples/optimize-gemm-tuner")

@@ -29,7 +29,7 @@ from ptxbench.tools.solution.parse import PlanError, parse_solution, resolve_pla
 from ptxbench.workloads.arch import get_arch
 from ptxbench.workloads.registry import get_workload
 
-DATA = Path(__file__).parent / "data" / "prompt"
+DATA = Path(__file__).parents[1] / "data" / "prompt"
 GEMM = "gemm_bf16_m8192_n7168_k5120"
 SMOKE_GEMM = "smoke_gemm_bf16_m256_n256_k512"
 SM90A = get_arch("sm_90a")

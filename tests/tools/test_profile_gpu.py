@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "tests" / "data" / "profile" / "solutions"
 SMOKE = "smoke_gemm_bf16_m256_n256_k512"
 GEMM = "gemm_bf16_m8192_n7168_k5120"

@@ -11,7 +11,7 @@ from ptxbench.tools.profile import runner
 from ptxbench.tools.profile.candidate import ProfileOutcome, replay_argv
 from ptxbench.tools.results import EvalResult
 
-NCU = Path(__file__).parent / "data" / "ncu"
+NCU = Path(__file__).parents[1] / "data" / "ncu"
 
 
 def fake_ncu(tmp_path: Path, body: str) -> str:

@@ -9,7 +9,7 @@ from ptxbench.tools.profile.verdict import runtime_verdicts, static_histogram
 from ptxbench.tools.results import KernelResources
 from ptxbench.workloads.arch import SM90A, SM100A
 
-NCU = Path(__file__).parent / "data" / "ncu"
+NCU = Path(__file__).parents[1] / "data" / "ncu"
 COUNTERS = [c for f in SM90A.families for c in f.counters]
 
 

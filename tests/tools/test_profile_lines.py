@@ -12,8 +12,8 @@ from ptxbench.tools.profile.summary import KernelProfile, ProfileSummary, Rule
 from ptxbench.tools.results import RuntimeTarget, Timing, TimingStat
 from ptxbench.workloads.registry import get_workload
 
-DATA = Path(__file__).parent / "data"
-ROOT = Path(__file__).parents[1]
+DATA = Path(__file__).parents[1] / "data"
+ROOT = Path(__file__).parents[2]
 GEMM = get_workload("gemm_bf16_m8192_n7168_k5120")
 
 

@@ -10,7 +10,7 @@ from ptxbench.agent.cli.main import app
 from ptxbench.tools.compile import compile_source
 from ptxbench.tools.sass_lines import parse_lined_listing, refine_lines, spelled_lines
 
-KERNELS = Path(__file__).parent / "data" / "kernels"
+KERNELS = Path(__file__).parents[1] / "data" / "kernels"
 
 
 def line_of(text: str, needle: str) -> int:

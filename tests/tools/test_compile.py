@@ -18,7 +18,7 @@ from ptxbench.tools.results import CompileResult
 from ptxbench.tools.sass import strip_ptx_comments
 from ptxbench.workloads.registry import get_workload
 
-KERNELS = Path(__file__).parent / "data" / "kernels"
+KERNELS = Path(__file__).parents[1] / "data" / "kernels"
 
 
 def kernel(name: str) -> str:

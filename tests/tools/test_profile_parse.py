@@ -10,7 +10,7 @@ from ptxbench.tools.profile.ncu_csv import parse_details, parse_instances, parse
 from ptxbench.tools.profile.runner import summarize
 from ptxbench.workloads.arch import SM90A
 
-NCU = Path(__file__).parent / "data" / "ncu"
+NCU = Path(__file__).parents[1] / "data" / "ncu"
 COUNTERS = [c for f in SM90A.families for c in f.counters]
 
 

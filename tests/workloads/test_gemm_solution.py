@@ -14,7 +14,7 @@ from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions import gemm_template as gt
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MAIN = "gemm_bf16_m8192_n7168_k5120"
 SMOKE = "smoke_gemm_bf16_m256_n256_k512"
 SOLUTION_FILE = ROOT / "workloads" / "solutions" / f"{MAIN}.cu"

@@ -171,7 +171,7 @@ def test_the_d128_kernels_compile_as_before(compiled):
 def test_passes_and_is_fast_on_the_gpu(wid):
     from gpu_helpers import shared_evaluator
 
-    # No ncu profile here (about 10 s a workload): the executed-target check is tests/test_profile_gpu.py's, and
+    # No ncu profile here (about 10 s a workload): the executed-target check is tests/tools/test_profile_gpu.py's, and
     # bench/results/attention_wgmma.md records the profiled run.
     r = shared_evaluator().evaluate(wid, fast_solution(get_workload(wid)),
                                     EvalOptions(timeout_s=120, trials=1, profile_on_pass=False))

@@ -13,7 +13,7 @@ from ptxbench.tools.results import CompileResult, KernelResources
 from ptxbench.workloads.arch import SM90A
 from ptxbench.workloads.registry import get_workload
 
-NCU = Path(__file__).parent / "data" / "ncu"
+NCU = Path(__file__).parents[1] / "data" / "ncu"
 COUNTERS = [c for f in SM90A.families for c in f.counters]
 GEMM = get_workload("gemm_bf16_m8192_n7168_k5120")
 

@@ -92,7 +92,7 @@ def test_wgmma_attention_mutations_change_exactly_their_lines():
 
     from ptxbench.tools.compile import compile_source
 
-    source = (Path(__file__).resolve().parents[1] / "workloads" / "solutions" / "attention_fwd_wgmma.cu").read_text()
+    source = (Path(__file__).resolve().parents[2] / "workloads" / "solutions" / "attention_fwd_wgmma.cu").read_text()
     found = {m.name: broken for m, broken in applicable(source)}
     assert {"pv_operand_not_transposed", "softmax_max_not_reduced", "row_sum_not_reduced", "missing_wgmma_fence",
             "wrong_softmax_scale"} <= set(found)

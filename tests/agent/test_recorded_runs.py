@@ -6,7 +6,7 @@ from pathlib import Path
 from ptxbench.agent.export import ExportConfig, build_rows, collect_samples
 from ptxbench.agent.scoring import score_runs
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 
 def test_the_optimize_example_scores_four_correct_target_executing_turns():

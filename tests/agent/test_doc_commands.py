@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from ptxbench.agent.cli.main import app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = [
     ("README.md", "ptxbench optimize smoke_gemm_bf16_m256_n256_k512 --no-gpu --turns 2"),
     ("tools/README.md", "ptxbench compile tests/data/kernels/wgmma_sm90a.ptx --json"),

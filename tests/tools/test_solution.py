@@ -395,7 +395,7 @@ def test_the_prompt_reference_example_parses():
     """prompts/solution_format.md is what models copy: its example plan must pass the parser."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "prompts" / "solution_format.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "prompts" / "solution_format.md").read_text()
     plan = text.split("```\n/* ptxbench", 1)[1].split("\n```", 1)[0]
     kernel = ('#include <cuda.h>\nextern "C" __global__ void gemm(const __grid_constant__ CUtensorMap a, '
               "const __grid_constant__ CUtensorMap b, __nv_bfloat16* c, int m, int n, int k) {}\n")

@@ -8,8 +8,8 @@ from pathlib import Path
 from ptxbench.tools.profile.lineinfo import annotate_ptx, has_line_info
 from ptxbench.tools.sanitize import parse_sanitizer, sanitize_candidate, sanitize_feedback
 
-NCU = Path(__file__).parent / "data" / "ncu"
-KERNELS = Path(__file__).parent / "data" / "profile"
+NCU = Path(__file__).parents[1] / "data" / "ncu"
+KERNELS = Path(__file__).parents[1] / "data" / "profile"
 
 
 def san(name: str, tool: str):

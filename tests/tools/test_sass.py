@@ -19,7 +19,7 @@ from ptxbench.tools.sass import (
 )
 from ptxbench.tools.toolchain import find_toolchain
 
-KERNELS = Path(__file__).parent / "data" / "kernels"
+KERNELS = Path(__file__).parents[1] / "data" / "kernels"
 
 CUOBJDUMP_SAMPLE = """
 	code for sm_90a

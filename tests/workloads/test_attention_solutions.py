@@ -56,7 +56,7 @@ def test_reference_attention_passes(wid):
     w = next(w for w in ATTENTION if w.id == wid)
     smoke = "smoke" in w.tags
     # The full-size ncu profile of this CUDA-core reference takes about a minute a workload; the profile path is
-    # covered by tests/test_profile_gpu.py, so only the smoke shapes go through it here.
+    # covered by tests/tools/test_profile_gpu.py, so only the smoke shapes go through it here.
     options = EvalOptions(timeout_s=120, time=smoke, trials=None if smoke else 1, profile_on_pass=smoke)
     r = shared_evaluator().evaluate(wid, attention_solution(w), options)
     assert r.status == "PASSED", (r.message, r.runtime_error, r.plan_errors)
