@@ -71,13 +71,14 @@ class TrajectoryBuilder:
         self.writer.append(TurnEnd(trajectory_id=self.tid, turn=turn, status=status, tokens=1500))
         return self
 
-    def infra(self, turn: int, message: str = "GPU worker lost") -> "TrajectoryBuilder":
+    def infra(self, turn: int, message: str = "GPU worker lost", traceback: str = "") -> "TrajectoryBuilder":
         """What agent/loop/graph.py writes when the evaluator fails: the INFRA_ERROR result, an infra error event,
         the turn closed as NO_SUBMISSION, a stop."""
         self._model_call(turn, self.source)
         self.writer.append(EvalEvent(trajectory_id=self.tid, turn=turn, result=eval_result(self.workload, "INFRA_ERROR"),
                                      feedback=""))
-        self.writer.append(ErrorEvent(trajectory_id=self.tid, turn=turn, where="evaluate", message=message, infra=True))
+        self.writer.append(ErrorEvent(trajectory_id=self.tid, turn=turn, where="graph" if traceback else "evaluate",
+                                      message=message, traceback=traceback, infra=True))
         self.writer.append(TurnEnd(trajectory_id=self.tid, turn=turn, status="NO_SUBMISSION"))
         return self.stop("infra_error", turn - 1)
 

@@ -134,9 +134,11 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     infra_open: set[int] = set()  # turns whose attempt hit an infra failure and has not been retried yet
     stop_reason = ""
     infra_last = False  # the latest thing that happened was an infra failure (no progress since)
-    infra_seen: dict[int, list[str]] = {}  # turn -> first line of each infra failure it hit (one error event each)
+    # turn -> first line of each harness crash it hit: an exception raised while handling the model's text (an error
+    # event with a traceback), not an infra status the evaluator reported (no GPU, a lost worker)
+    infra_seen: dict[int, list[str]] = {}
     for event in record.events:
-        if event.type == "error" and event.infra and event.turn > 0:
+        if event.type == "error" and event.infra and event.turn > 0 and event.traceback:
             infra_seen.setdefault(event.turn, []).append(_first_line(event.message))
         if event.type in ("model_call", "eval_result"):
             infra_open.discard(event.turn)  # a new attempt at the turn
@@ -161,7 +163,7 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     # A submission whose turn_end never came (a kill or stop right after it) still counts.
     for number, turn in pending.items():
         turns.setdefault(number, turn)
-    # Retried on the same submission and failed again the same way: the model's text, not bad luck. Scored as the
+    # Retried on the same submission and crashed again the same way: the model's text, not bad luck. Scored as the
     # model's failed turn, and the trajectory is not left out (else a model escapes a bad score by crashing the harness).
     reproduced = {t for t, msgs in infra_seen.items() if len(msgs) >= 2 and len(set(msgs)) == 1}
     for number in reproduced & set(turns):

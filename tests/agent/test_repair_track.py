@@ -44,6 +44,11 @@ def test_anchors_give_the_ceiling_and_the_floor(tmp_path):
     assert "| builtin/reference | 4 | 100.0% [100.0, 100.0] |" in page and "by bug class" in page
     scored = CliRunner().invoke(app, ["score", str(run)])
     assert scored.exit_code == 0 and "| builtin/unchanged | 4 | 0.0%" in scored.output
+    as_json = CliRunner().invoke(app, ["score", str(run), "--json"])
+    import json
+
+    data = json.loads(as_json.output)
+    assert data["repair_track"]["by_model"]["builtin/reference"]["speed_kept"]["value"] == 1.0 and "cells" in data
     reported = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "rep")])
     assert reported.exit_code == 0 and "## Repair track" in (tmp_path / "rep" / "repair.md").read_text()
 

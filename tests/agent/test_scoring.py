@@ -227,13 +227,17 @@ def test_an_infra_failure_reproduced_on_the_same_submission_is_scored(tmp_path):
     run = tmp_path / "run"
     build_sample_run(run)
     # the retry of the same submission crashes the harness again, the same way: the model's text does it
-    TrajectoryBuilder(run, "c-gemm-0", "m/c", "gemm").turn(1, "COMPILE_ERROR").infra(2, "parser crashed\ntb") \
-        .infra(2, "parser crashed\nother tb")
-    # a different failure on the retry is bad luck twice: still left out
-    TrajectoryBuilder(run, "c-gemm-1", "m/c", "gemm", index=1).turn(1, "COMPILE_ERROR").infra(2, "GPU lost") \
-        .infra(2, "pool down")
+    TrajectoryBuilder(run, "c-gemm-0", "m/c", "gemm").turn(1, "COMPILE_ERROR").infra(2, "RecursionError: deep", "tb 1") \
+        .infra(2, "RecursionError: deep", "tb 2")
+    # a different crash on the retry is bad luck twice: still left out
+    TrajectoryBuilder(run, "c-gemm-1", "m/c", "gemm", index=1).turn(1, "COMPILE_ERROR").infra(2, "KeyError: a", "tb") \
+        .infra(2, "OSError: disk", "tb")
+    # the evaluator reporting the same infra status twice (no GPU) is the harness's state, not the model's text
+    TrajectoryBuilder(run, "c-gemm-2", "m/c", "gemm", index=2).turn(1, "COMPILE_ERROR").infra(2, "no GPU") \
+        .infra(2, "no GPU")
     scores = {t.id: t for t in score_runs([run]).trajectories}
-    crashed, unlucky = scores["c-gemm-0"], scores["c-gemm-1"]
+    crashed, unlucky, down = scores["c-gemm-0"], scores["c-gemm-1"], scores["c-gemm-2"]
+    assert down.infra_failed
     assert not crashed.infra_failed and [t.status for t in crashed.scored_turns] == ["COMPILE_ERROR", "INFRA_ERROR"]
     assert crashed.scored_turns[-1].failed and crashed.scored_turns[-1].reproduced
     assert unlucky.infra_failed and len(unlucky.scored_turns) == 1
