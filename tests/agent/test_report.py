@@ -61,3 +61,16 @@ def test_trajectory_pages(report):
     infra = next(p for p in files.trajectories if p.name == "a-gemm-4.html").read_text()
     assert "infra error in evaluate: GPU worker lost" in infra
     assert "present_not_executed" in infra
+
+
+def test_without_matplotlib_the_report_is_written_without_plots(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    run = build_sample_run(tmp_path / "run")
+    out = tmp_path / "report"
+    write_report(run, out)
+    page = (out / "index.html").read_text()
+    assert "No plots: matplotlib is not installed" in page and "data:image/png" not in page
+    assert (out / "summary.md").read_text().count("|") > 20  # the tables are all there
