@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import time
 from pathlib import Path
 
@@ -37,46 +36,19 @@ def row(name: str, r, wall: float) -> dict:
 
 def globals_reset_off() -> dict:
     """The count-keyed cheat with ModuleState.restore disabled: only the per-call output check stands."""
-    import torch
-
-    from ptxbench.tools.compile import compile_source
-    from ptxbench.tools.gpu.entry import referee_main
-    from ptxbench.tools.gpu.messages import GpuJob
+    from ptxbench.tools.gpu.inprocess import in_process_worker, job_for
     from ptxbench.tools.gpu.module_state import ModuleState
-    from ptxbench.tools.gpu.referee import RefereeClient
     from ptxbench.tools.gpu.runner import evaluate_job
-    from ptxbench.tools.gpu.state import WorkerState
-    from ptxbench.tools.gpu.worker import read_limits
-    from ptxbench.tools.solution.parse import parse_solution, resolve_plan
-    from ptxbench.workloads.registry import get_workload
 
     workload, corpus = load_corpus()
-    wl = get_workload(workload)
-    sol = parse_solution(corpus["cheat_count_keyed"]["source"], wl)
-    comp = compile_source(sol.source, sol.language, "sm_90a", wl)
-    torch.cuda.set_device(0)
-    torch.zeros(1, device="cuda")
-    from cuda.bindings import driver as cu
-
-    cu.cuInit(0)
-    limits = read_limits(0)
-    plan = resolve_plan(sol.plan, wl, limits.sm_count, "sm_90a")
-    ctx = mp.get_context("spawn")
-    mine, theirs = ctx.Pipe()
-    proc = ctx.Process(target=referee_main, args=(theirs, 0), daemon=True)
-    proc.start()
-    state = WorkerState(0, limits)
-    state.referee = RefereeClient(mine)
-    saved = ModuleState.restore
-    ModuleState.restore = lambda self, stream: None
-    try:
-        job = GpuJob(workload=workload, cubin=Path(comp.cubin_path).read_bytes(), plan=plan.model_dump(), timeout_s=30,
-                     prepare_timeout_s=300)
-        out, _ = evaluate_job(state, job, lambda *_a: None)
-    finally:
-        ModuleState.restore = saved
-        mine.send({"op": "exit"})
-        proc.join(timeout=30)
+    with in_process_worker() as state:
+        job = job_for(corpus["cheat_count_keyed"]["source"], workload, state, timeout_s=30, prepare_timeout_s=300)
+        saved = ModuleState.restore
+        ModuleState.restore = lambda self, stream: None
+        try:
+            out, _ = evaluate_job(state, job, lambda *_a: None)
+        finally:
+            ModuleState.restore = saved
     return {"name": "cheat_count_keyed, global reset off", "status": out.status, "message": out.message[:400]}
 
 

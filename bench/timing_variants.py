@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import statistics
 from pathlib import Path
 
@@ -51,56 +50,21 @@ def variants():
 
 
 def main() -> None:
-    import torch
-    from cuda.bindings import driver as cu
-
-    from ptxbench.tools.compile import compile_source
     from ptxbench.tools.gpu.calls import CandidateCalls
-    from ptxbench.tools.gpu.entry import referee_main
-    from ptxbench.tools.gpu.messages import GpuJob
-    from ptxbench.tools.gpu.referee import RefereeClient
+    from ptxbench.tools.gpu.inprocess import in_process_worker, job_for
     from ptxbench.tools.gpu.runner import evaluate_job
-    from ptxbench.tools.gpu.state import WorkerState
-    from ptxbench.tools.gpu.worker import read_limits
-    from ptxbench.tools.solution.parse import parse_solution, resolve_plan
-    from ptxbench.workloads.registry import get_workload
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--json", default="")
     args = ap.parse_args()
-    wl = get_workload(GEMM)
-    sol = parse_solution((ROOT / "workloads" / "solutions" / f"{GEMM}.cu").read_text(), wl)
-    comp = compile_source(sol.source, sol.language, "sm_90a", wl)
-    torch.cuda.set_device(0)
-    torch.zeros(1, device="cuda")
-    cu.cuInit(0)
-    limits = read_limits(0)
-    plan = resolve_plan(sol.plan, wl, limits.sm_count, "sm_90a")
-    ctx = mp.get_context("spawn")
-    mine, theirs = ctx.Pipe()
-    proc = ctx.Process(target=referee_main, args=(theirs, 0), daemon=True)
-    proc.start()
-    state = WorkerState(0, limits)
-    state.referee = RefereeClient(mine)
-    job = GpuJob(workload=GEMM, cubin=Path(comp.cubin_path).read_bytes(), plan=plan.model_dump(), timeout_s=60,
-                 prepare_timeout_s=300)
-    table, shipped = variants()
-    rows = []
-    for rep in range(args.reps):
-        for name, patch in table.items():
-            for attr, fn in shipped.items():
-                setattr(CandidateCalls, attr, patch.get(attr, fn))
-            out, _ = evaluate_job(state, job, lambda *_a: None)
-            t = out.timing
-            rows.append({"variant": name, "rep": rep, "status": out.status, "speedup": t.speedup if t else None,
-                         "ci": t.speedup_ci if t else None, "cand_ms": t.candidate.median_ms if t else None,
-                         "lib_ms": t.baselines["cublas"].median_ms if t else None})
-            print(json.dumps(rows[-1]), flush=True)
-    mine.send({"op": "exit"})
-    proc.join(timeout=30)
+    source = (ROOT / "workloads" / "solutions" / f"{GEMM}.cu").read_text()
+    with in_process_worker() as state:
+        job = job_for(source, GEMM, state, timeout_s=60, prepare_timeout_s=300)
+        rows = run_variants(state, job, args.reps, CandidateCalls, evaluate_job)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
+    table, _ = variants()
     print("| variant | speedups | median | candidate ms | cuBLAS ms |")
     print("|---|---|---|---|---|")
     for name in table:
@@ -108,6 +72,27 @@ def main() -> None:
         each = ", ".join(f"{r['speedup']:.4f}" for r in rs)
         print(f"| {name} | {each} | {statistics.median(r['speedup'] for r in rs):.4f} "
               f"| {statistics.median(r['cand_ms'] for r in rs):.4f} | {statistics.median(r['lib_ms'] for r in rs):.4f} |")
+
+
+def run_variants(state, job, reps: int, calls_class, evaluate_job) -> list[dict]:
+    """Each variant `reps` times, the protocol patched on the class and put back after."""
+    table, shipped = variants()
+    rows = []
+    try:
+        for rep in range(reps):
+            for name, patch in table.items():
+                for attr, fn in shipped.items():
+                    setattr(calls_class, attr, patch.get(attr, fn))
+                out, _ = evaluate_job(state, job, lambda *_a: None)
+                t = out.timing
+                rows.append({"variant": name, "rep": rep, "status": out.status, "speedup": t.speedup if t else None,
+                             "ci": t.speedup_ci if t else None, "cand_ms": t.candidate.median_ms if t else None,
+                             "lib_ms": t.baselines["cublas"].median_ms if t else None})
+                print(json.dumps(rows[-1]), flush=True)
+    finally:
+        for attr, fn in shipped.items():
+            setattr(calls_class, attr, fn)
+    return rows
 
 
 if __name__ == "__main__":
