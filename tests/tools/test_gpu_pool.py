@@ -177,3 +177,22 @@ def test_candidate_limit_has_a_floor_for_slow_fault_reports():
     waited = time.monotonic() - t0
     assert res.status == "TIMEOUT" and waited >= pool_module.MIN_CANDIDATE_LIMIT_S
     pool.close()
+
+
+def test_a_worker_that_dies_before_hello_is_named_as_such():
+    class DiesAtStart(FakeWorker):
+        def recv(self, timeout: float):
+            self._alive = False
+            return None
+
+        @property
+        def exitcode(self):
+            return 1
+
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: DiesAtStart(d, c))
+    try:
+        pool.start()
+    except NoGpuError as e:
+        assert "exited with code 1 before it started" in str(e)
+    else:
+        raise AssertionError("expected NoGpuError")

@@ -146,8 +146,12 @@ class GpuPool:
             if msg is None:
                 code = w.exitcode
                 w.kill()
+                if code is not None:  # it died before saying hello: its traceback is on stderr
+                    raise NoGpuError(f"the GPU worker for device {w.device} exited with code {code} before it started "
+                                     f"(see its traceback above; a script that starts the pool needs an "
+                                     f"`if __name__ == '__main__':` guard)")
                 raise NoGpuError(f"the GPU worker for device {w.device} did not start within "
-                                 f"{self.config.start_timeout_s:.0f} s (exit code {code})")
+                                 f"{self.config.start_timeout_s:.0f} s")
             if msg.get("error"):
                 w.kill()
                 raise NoGpuError(f"the GPU worker for device {w.device} could not start: {msg['error']}")
