@@ -10,6 +10,8 @@ import os
 import re
 from typing import Any
 
+from pydantic import BaseModel
+
 _SECRET_NAME = re.compile(r"(API_?KEY|TOKEN$|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
 # Field names whose string values are masked outright ("prompt_tokens" and friends are counts, not secrets).
 _SECRET_FIELD = re.compile(r"(api_?key|secret|password|credential|authorization|(^|_)token$)", re.IGNORECASE)
@@ -41,6 +43,8 @@ def mask_strings(obj: Any) -> Any:
         return type(obj)((k, mask_strings(v)) for k, v in obj.items()) if type(obj) is dict else obj
     if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
         return type(obj)(mask_strings(v) for v in obj)
+    if isinstance(obj, BaseModel):  # typed state (an EvalResult): masked through its fields, type kept
+        return type(obj).model_validate(mask_strings(obj.model_dump()))
     return obj
 
 

@@ -35,12 +35,11 @@ def _copy_trajectory(record: TrajectoryRecord, folder: Path, evaluator, no_gpu: 
             source = record.kernel(event.kernel_file)
             key = (workload, event.kernel_sha256 or source)
             if key not in cache:
-                cache[key] = evaluator.evaluate(workload, source, options).model_dump(mode="json")
+                cache[key] = evaluator.evaluate(workload, source, options)
             result = cache[key]
             (folder / event.kernel_file).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(record.folder / event.kernel_file, folder / event.kernel_file)
-            timing = result.get("timing") or {}
-            new_status[event.turn] = (result["status"], timing.get("speedup") if result["status"] == "PASSED" else None)
+            new_status[event.turn] = (result.status, result.speedup if result.status == "PASSED" else None)
             event = event.model_copy(update={"result": result})
         elif isinstance(event, TurnEnd) and event.turn in new_status and event.status not in ("NO_SUBMISSION", "FORMAT_ERROR"):
             status, speedup = new_status[event.turn]

@@ -37,13 +37,12 @@ class ContextChoice(str, Enum):
 STATUS_STYLES = {"PASSED": "green", "COMPILED": "yellow"}
 
 
-def target_summary(result: dict) -> str:
+def target_summary(result) -> str:
     """'wgmma executed, tma executed' at runtime, else what the SASS shows ('wgmma in SASS')."""
-    runtime = result.get("targets_runtime") or {}
-    if runtime:
-        return ", ".join(f"{name} {t.get('verdict', '?')}" for name, t in runtime.items())
-    static = (result.get("compile") or {}).get("targets") or {}
-    return ", ".join(f"{name} {'in SASS' if t.get('in_sass') else 'absent'}" for name, t in static.items()) or "-"
+    if result.targets_runtime:
+        return ", ".join(f"{name} {t.verdict}" for name, t in result.targets_runtime.items())
+    static = result.compile.targets if result.compile else {}
+    return ", ".join(f"{name} {'in SASS' if t.in_sass else 'absent'}" for name, t in static.items()) or "-"
 
 
 def retry_line(event) -> str:

@@ -37,13 +37,6 @@ class TrajectorySample:
     turns: list[Turn] = field(default_factory=list)
 
 
-def _target_executed(result: dict) -> bool | None:
-    runtime = result.get("targets_runtime") or {}
-    if not runtime:
-        return None
-    return all(v.get("verdict") == "executed" for v in runtime.values())
-
-
 def _first_prompts(events, start) -> tuple[str, str]:
     """System and task text: from the first model call, else from the start event's config (synthetic runs)."""
     for e in events:
@@ -81,12 +74,11 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
                 if not kernel_path.exists():
                     continue
                 kernel = kernel_path.read_text(encoding="utf-8")
-                status = e.result.get("status", "")
+                status = e.result.status
                 sample.turns.append(Turn(
                     turn=e.turn, status=status, language=e.language or "cuda", kernel=kernel,
                     kernel_sha256=e.kernel_sha256 or sha256_text(kernel), feedback=e.feedback,
-                    speedup=(e.result.get("timing") or {}).get("speedup"),
-                    target_executed=_target_executed(e.result), infra=status == "INFRA_ERROR",
+                    speedup=e.result.speedup, target_executed=e.result.target_executed, infra=status == "INFRA_ERROR",
                 ))
             samples.append(sample)
     return samples

@@ -55,6 +55,14 @@ def timed(fn: Callable[[AgentState], dict]) -> Callable[[AgentState], dict]:
     return node
 
 
+def state_eval(state) -> EvalResult | None:
+    """The turn's evaluation from the graph state (a dict in checkpoints written before it was typed)."""
+    value = state.get("eval")
+    if value is None or isinstance(value, EvalResult):
+        return value
+    return EvalResult.model_validate(value)
+
+
 def _progress(config: OptimizeConfig, state: AgentState, result: EvalResult | None = None) -> str:
     best = state.get("best_speedup")
     if result is not None and result.passed and result.speedup is not None and (best is None or result.speedup > best):
@@ -121,8 +129,8 @@ class Steps:
         feedback = render_eval(result, turn, self.cfg.no_gpu, _progress(self.cfg, state, result))
         if sub.get("warnings"):
             feedback += "About your reply:\n" + "\n".join(f"- {w}" for w in sub["warnings"]) + "\n"
-        self.d.log.eval_result(turn, result.model_dump(mode="json"), feedback, kernel_file, sub["source"], sub["language"])
-        update: dict[str, Any] = {"eval": result.model_dump(mode="json"), "feedback": feedback,
+        self.d.log.eval_result(turn, result, feedback, kernel_file, sub["source"], sub["language"])
+        update: dict[str, Any] = {"eval": result, "feedback": feedback,
                                   "submission": {**sub, "kernel_file": kernel_file}}
         if result.status == "INFRA_ERROR":
             self.d.log.error(turn, "evaluate", result.message or result.runtime_error or "infrastructure error", infra=True)
@@ -165,7 +173,7 @@ class Steps:
         language = detect_language(source)
         kernel_file = self.d.log.save_kernel(turn, language, source, tag=f"{index + 1:02d}_{name}")
         text = box.result_text(name, result, turn)
-        self.d.log.eval_result(turn, result.model_dump(mode="json"), text, kernel_file, source, language,
+        self.d.log.eval_result(turn, result, text, kernel_file, source, language,
                                submission=name == "submit")
         if name == "submit":
             update.update(submission={"source": source, "language": language, "kernel_file": kernel_file},
@@ -178,7 +186,7 @@ class Steps:
     def feedback(self, state: AgentState) -> dict:
         """End of a turn: show the feedback, record the outcome, move on to the next turn."""
         turn, current = state["turn"], list(state["current"])
-        result = EvalResult.model_validate(state["eval"]) if state.get("eval") else None
+        result = state_eval(state)
         if result is None:
             status = FORMAT_ERROR  # no kernel file handed in: one word in tables, feedback and docs
             text = render_format_error(state["format_error"], turn, self.cfg.no_gpu, _progress(self.cfg, state))
@@ -207,7 +215,8 @@ class Steps:
     def finish(self, state: AgentState) -> dict:
         stop = state["stop"] or {"reason": "error", "detail": "stopped without a reason"}
         if state.get("current"):  # a turn cut short (budgets, an infrastructure failure): close it for scoring
-            status = (state.get("eval") or {}).get("status", FORMAT_ERROR)
+            result = state_eval(state)
+            status = result.status if result is not None else FORMAT_ERROR
             self.d.log.turn_end(state["turn"], status, None, state["tokens"], state["cost_usd"], state["elapsed_s"])
         self.d.log.stop(len(state["done_turns"]), stop["reason"], stop.get("detail", ""))
         return {}

@@ -41,7 +41,7 @@ def evaluate_start(state: dict, deps) -> dict:
     kernel_file = log.save_kernel(START_TURN, start["language"], start["source"])
     result = deps.evaluator.evaluate(config.workload, start["source"], deps.options)
     feedback = render_eval(result, START_TURN, config.no_gpu)
-    log.eval_result(START_TURN, result.model_dump(mode="json"), feedback, kernel_file, start["source"], start["language"])
+    log.eval_result(START_TURN, result, feedback, kernel_file, start["source"], start["language"])
     log.turn_end(START_TURN, result.status, result.speedup if result.passed else None, 0, 0.0, 0.0)
     if result.status == "INFRA_ERROR":  # not the kernel's verdict: a retry evaluates it again
         log.error(START_TURN, "start", result.message or "infrastructure error", infra=True)

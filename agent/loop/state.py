@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import BaseModel, Field
 
+from ptxbench.tools.results import EvalResult
+
 Mode = Literal["pipeline", "tools"]
 ContextPolicy = Literal["full", "last", "summary"]
 
@@ -66,7 +68,7 @@ class AgentState(TypedDict, total=False):
     reply: dict[str, Any] | None      # the last ModelReply, stored before anything acts on it
     submission: dict[str, Any] | None  # {"source", "language", "kernel_file"} of the turn
     format_error: str                # why the reply held no usable solution
-    eval: dict[str, Any] | None       # the turn's EvalResult as JSON
+    eval: EvalResult | None           # the turn's evaluation
     feedback: str                    # the text shown to the model about the turn
     model_calls: int
     tool_calls: int                  # in the whole trajectory

@@ -20,7 +20,17 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS channel_values (
     type TEXT, value BLOB, PRIMARY KEY (thread_id, checkpoint_ns, channel, version))"""
 
 
+# The typed values the loop keeps in its state, allowed by name for LangGraph's msgpack deserializer (which will
+# refuse unregistered classes).
+STATE_TYPES = [("ptxbench.tools.results", "EvalResult")]
+
+
 class CompactSqliteSaver(SqliteSaver):
+    def __init__(self, conn: sqlite3.Connection, *, serde=None):
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        super().__init__(conn, serde=serde or JsonPlusSerializer(allowed_msgpack_modules=STATE_TYPES))
+
     def setup(self) -> None:
         if self.is_setup:
             return

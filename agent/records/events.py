@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter
 
+from ptxbench.tools.results import EvalResult
+
 SCHEMA_VERSION = 1
 
 
@@ -75,7 +77,7 @@ class EvalEvent(_Event):
     kernel_sha256: str = ""
     language: str = ""
     submission: bool = Field(True, description="a scored submission (pipeline turns, the submit tool); False for tool-mode tests")
-    result: dict[str, Any] = Field(description="tools.results.EvalResult as JSON")
+    result: EvalResult = Field(description="the evaluation, typed (tools/results.py)")
     feedback: str = Field("", description="the exact text the model was shown about this evaluation")
 
 

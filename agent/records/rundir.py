@@ -16,7 +16,7 @@ from typing import Iterator
 
 from ptxbench.tools.results import OLD_TURN_STATUSES
 
-from .events import Event, TrajectoryStart, parse_event, _Event
+from .events import EVENT_ADAPTER, Event, TrajectoryStart, _Event
 
 KERNEL_SUFFIX = {"ptx": "ptx", "cuda": "cu"}
 
@@ -86,37 +86,48 @@ def _lines(path: Path) -> Iterator[str]:
 
 
 def read_events(path: Path) -> list[Event]:
-    """Events of one trajectory; a torn last line (a kill mid-write) is dropped, not fatal. Old status words
-    (NO_SUBMISSION) read as today's (FORMAT_ERROR)."""
-    events: list[Event] = []
+    """Events of one trajectory; a torn last line (a kill mid-write) is dropped, not fatal. Older records are
+    brought to today's words first (migrate_old_records), then validated into typed events."""
+    raws: list[dict] = []
     for line in _lines(Path(path)):
         try:
-            events.append(parse_event(line))
+            raw = json.loads(line)
         except ValueError:
             continue
-    for event in events:  # an older run's word for a no-kernel turn, in today's vocabulary (tools/results.py)
-        if event.type == "turn_end" and event.status in OLD_TURN_STATUSES:
-            event.status = OLD_TURN_STATUSES[event.status]
-    return read_old_compile_only_as_compiled(events)
+        if isinstance(raw, dict):
+            raws.append(raw)
+    events: list[Event] = []
+    for raw in migrate_old_records(raws):
+        try:
+            events.append(EVENT_ADAPTER.validate_python(raw))
+        except ValueError:
+            continue
+    return events
 
 
-def read_old_compile_only_as_compiled(events: list[Event]) -> list[Event]:
-    """Runs recorded before the COMPILED status wrote a no-GPU success as PASSED with gpu_evaluated False.
-    That kernel never ran, so its eval_result, and the turn_end of a turn it decided, read as COMPILED:
-    old runs score, report and export like new ones. The feedback text stays what the model saw. Every
-    record the evaluator wrote has the gpu_evaluated key; one without it (hand-made) is left as it is."""
+def migrate_old_records(raws: list[dict]) -> list[dict]:
+    """Older runs in today's vocabulary, on the raw records (before validation, where a missing key still shows):
+    - a turn that handed in no kernel file was NO_SUBMISSION; it is FORMAT_ERROR now (tools/results.py);
+    - runs recorded before the COMPILED status wrote a no-GPU success as PASSED with gpu_evaluated False. That kernel
+      never ran, so its eval_result, and the turn_end of a turn it decided, read as COMPILED: old runs score, report
+      and export like new ones. The feedback text stays what the model saw. Every record the evaluator wrote has
+      the gpu_evaluated key; one without it (hand-made) is left as it is."""
     decided_by_old: set[int] = set()  # turns whose latest submission is such a result
-    for event in events:
-        if event.type == "eval_result":
-            result = event.result or {}
+    for raw in raws:
+        kind, turn = raw.get("type"), raw.get("turn")
+        if kind == "eval_result" and isinstance(raw.get("result"), dict):
+            result = raw["result"]
             old = result.get("status") == "PASSED" and result.get("gpu_evaluated") is False
             if old:
-                event.result = {**result, "status": "COMPILED"}
-            if event.submission:
-                (decided_by_old.add if old else decided_by_old.discard)(event.turn)
-        elif event.type == "turn_end" and event.status == "PASSED" and event.turn in decided_by_old:
-            event.status = "COMPILED"
-    return events
+                raw["result"] = {**result, "status": "COMPILED"}
+            if raw.get("submission", True):
+                (decided_by_old.add if old else decided_by_old.discard)(turn)
+        elif kind == "turn_end":
+            if raw.get("status") in OLD_TURN_STATUSES:
+                raw["status"] = OLD_TURN_STATUSES[raw["status"]]
+            if raw.get("status") == "PASSED" and turn in decided_by_old:
+                raw["status"] = "COMPILED"
+    return raws
 
 
 @dataclass

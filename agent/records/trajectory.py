@@ -12,6 +12,7 @@ from typing import Any, Callable
 from .events import ErrorEvent, EvalEvent, ModelCall, ModelRetry, Stop, ToolCall, ToolResult, TrajectoryStart, TurnEnd, _Event
 from ..models.base import ModelReply
 from ...tools.redact import scrub
+from ...tools.results import EvalResult
 from .rundir import TrajectoryWriter, sha256_text
 
 Listener = Callable[[_Event], None]
@@ -60,7 +61,7 @@ class TrajectoryLog:
     def save_kernel(self, turn: int, language: str, source: str, tag: str = "") -> str:
         return self.writer.save_kernel(turn, language, source, tag)
 
-    def eval_result(self, turn: int, result: dict[str, Any], feedback: str, kernel_file: str, source: str,
+    def eval_result(self, turn: int, result: EvalResult, feedback: str, kernel_file: str, source: str,
                     language: str, submission: bool = True) -> _Event:
         return self._emit(EvalEvent(trajectory_id=self.trajectory_id, turn=turn, kernel_file=kernel_file,
                                     kernel_sha256=sha256_text(source), language=language, submission=submission,

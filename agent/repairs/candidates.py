@@ -82,7 +82,7 @@ def from_trajectories(roots: list[Path]) -> list[Candidate]:
             start = record.start
             bug = (start.config or {}).get("synthetic_bug") if start else None
             for e in record.events:
-                status = (e.result or {}).get("status", "") if e.type == "eval_result" else ""
+                status = e.result.status if e.type == "eval_result" else ""
                 if not status or status in FAILED or not e.submission:
                     continue
                 source = (record.folder / e.kernel_file).read_text(encoding="utf-8")

@@ -81,7 +81,7 @@ def _turn_html(turn: int, events: list, record: TrajectoryRecord, previous: str,
         elif ev.type == "tool_call":
             parts.append(f"<p class='note'>tool call <code>{E(ev.name)}</code> {E(str(ev.arguments)[:300])}</p>")
         elif ev.type == "eval_result":
-            result = ev.result or {}
+            result = ev.result.model_dump(mode="json")  # the page renders the record as written
             try:
                 source = record.kernel(ev.kernel_file) if ev.kernel_file else ""
             except OSError:

@@ -90,34 +90,26 @@ def _max(values) -> float | None:
     return max(present) if present else None
 
 
-def _target_executed(result: dict) -> bool | None:
-    runtime = result.get("targets_runtime") or {}
-    if not runtime:
-        return None
-    return all((t or {}).get("verdict") == "executed" for t in runtime.values())
-
-
 def _turn_from_eval(turn: int, event) -> TurnScore:
-    result = event.result or {}
-    timing = result.get("timing") or {}
-    status = result.get("status", "")
+    result = event.result
+    timing = result.timing
     return TurnScore(
         turn=turn,
-        status=status,
-        correct=status == PASSED,
-        target_executed=_target_executed(result),
-        speedup=timing.get("speedup"),
-        sol_pct=timing.get("sol_pct"),
+        status=result.status,
+        correct=result.status == PASSED,
+        target_executed=result.target_executed,
+        speedup=timing.speedup if timing else None,
+        sol_pct=timing.sol_pct if timing else None,
         kernel_file=event.kernel_file,
-        gpu_evaluated=bool(result.get("gpu_evaluated", False)),
+        gpu_evaluated=result.gpu_evaluated,
     )
 
 
 def evaluated_gpu(events) -> str:
     """The GPU that ran the trajectory's kernels, from the evaluations' fingerprints ('' when none ran on one)."""
     for event in events:
-        if event.type == "eval_result" and (event.result or {}).get("gpu_evaluated"):
-            gpu = ((event.result or {}).get("fingerprint") or {}).get("gpu", "")
+        if event.type == "eval_result" and event.result.gpu_evaluated:
+            gpu = event.result.fingerprint.gpu
             if gpu:
                 return gpu
     return ""

@@ -48,8 +48,8 @@ def test_an_old_no_gpu_pass_reads_as_compiled(tmp_path):
         .turn(2, "PASSED", gpu_evaluated=False).turn(3, "PASSED", 1.1, True).stop()
     (record,) = load_run(tmp_path)
     evals = [e for e in record.events if e.type == "eval_result"]
-    assert [e.result["status"] for e in evals] == ["COMPILED", "COMPILED", "PASSED"]
-    assert [e.result["gpu_evaluated"] for e in evals] == [False, False, True]
+    assert [e.result.status for e in evals] == ["COMPILED", "COMPILED", "PASSED"]
+    assert [e.result.gpu_evaluated for e in evals] == [False, False, True]
     assert [e.status for e in record.events if e.type == "turn_end"] == ["COMPILED", "COMPILED", "PASSED"]
     score = score_runs([tmp_path])
     (traj,) = score.trajectories

@@ -39,7 +39,7 @@ def test_anchors_give_the_ceiling_and_the_floor(tmp_path):
     # turn 0 of every trajectory is the broken kernel, with the verdict the suite recorded
     for record in load_run(run):
         zero = [e for e in record.events if e.type == "eval_result" and e.turn == 0]
-        assert len(zero) == 1 and zero[0].result["status"] != "PASSED"
+        assert len(zero) == 1 and zero[0].result.status != "PASSED"
     page = repair_markdown(score)
     assert "| builtin/reference | 4 | 100.0% [100.0, 100.0] |" in page and "by bug class" in page
     scored = CliRunner().invoke(app, ["score", str(run)])

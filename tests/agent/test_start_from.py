@@ -43,7 +43,7 @@ def test_cli_start_from_shows_the_kernel_and_its_verdict(tmp_path, start_file):
     assert "mov.b32 %r2, %rs9;" in first and "COMPILE_ERROR" in first and "Unknown symbol" in first
     evs = events(run_dir)
     zero = [e for e in of_type(evs, "eval_result") if e.turn == 0]
-    assert len(zero) == 1 and zero[0].result["status"] == "COMPILE_ERROR" and zero[0].feedback in first
+    assert len(zero) == 1 and zero[0].result.status == "COMPILE_ERROR" and zero[0].feedback in first
     (record,) = load_run(run_dir)
     assert (record.folder / zero[0].kernel_file).read_text() == BROKEN_PTX
     assert [(e.turn, e.status) for e in of_type(evs, "turn_end")] == [(0, "COMPILE_ERROR"), (1, "COMPILED")]
