@@ -3,8 +3,9 @@
 LangGraph's SqliteSaver writes the whole state into every checkpoint row, so a run's file grew by a
 full copy of the conversation after every node (7.5 MB for an 8-turn run whose trajectory is 0.8 MB).
 This saver keeps the checkpoint rows without their values and puts each value in `channel_values`
-keyed by (thread, namespace, channel, version): a node that changes one channel adds one value. Rows
-written by the plain SqliteSaver (older runs) still read as they are.
+keyed by (thread, namespace, channel, version): a node that changes one channel adds one value, and a list
+channel that only grew (the completed turns) adds only its new items. Rows written by the plain SqliteSaver
+(older runs) still read as they are.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS channel_values (
 # The typed values the loop keeps in its state, allowed by name for LangGraph's msgpack deserializer (which will
 # refuse unregistered classes).
 STATE_TYPES = [("ptxbench.tools.results", "EvalResult")]
+DELTA = "ptxbench-delta"  # the type column of a value stored as a tail on an earlier version
 
 
 class CompactSqliteSaver(SqliteSaver):
@@ -30,6 +32,30 @@ class CompactSqliteSaver(SqliteSaver):
         from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
         super().__init__(conn, serde=serde or JsonPlusSerializer(allowed_msgpack_modules=STATE_TYPES))
+        self._last: dict[tuple[str, str, str], tuple[str, list]] = {}  # (thread, ns, channel) -> last list stored
+
+    def _dump(self, thread: str, ns: str, ch: str, ver: str, value) -> tuple[str, bytes]:
+        """A list channel that only grew since its last stored version (the completed turns) is stored as the new
+        items and a reference to that version, so a run's file grows with its turns, not with their square."""
+        key, last = (thread, ns, ch), self._last.get((thread, ns, ch))
+        if isinstance(value, list):
+            self._last[key] = (ver, list(value))
+            if last and last[0] != ver and len(last[1]) <= len(value) and value[:len(last[1])] == last[1]:
+                kind, blob = self.serde.dumps_typed(value[len(last[1]):])
+                return f"{DELTA}:{last[0]}:{kind}", blob
+        return self.serde.dumps_typed(value)
+
+    def _load(self, stored: dict, ch: str, ver: str):
+        tails = []
+        kind, blob = stored[(ch, ver)]
+        while kind.startswith(DELTA + ":"):  # walk back to the full value, then add the tails in order
+            _, base, inner = kind.split(":", 2)
+            tails.append(self.serde.loads_typed((inner, blob)))
+            kind, blob = stored[(ch, base)]
+        value = self.serde.loads_typed((kind, blob))
+        for tail in reversed(tails):
+            value = value + tail
+        return value
 
     def setup(self) -> None:
         if self.is_setup:
@@ -43,7 +69,8 @@ class CompactSqliteSaver(SqliteSaver):
         thread, ns = str(config["configurable"]["thread_id"]), config["configurable"].get("checkpoint_ns", "")
         values = checkpoint.get("channel_values") or {}
         versions = checkpoint.get("channel_versions") or {}
-        rows = [(thread, ns, ch, str(versions[ch]), *self.serde.dumps_typed(v)) for ch, v in values.items() if ch in versions]
+        rows = [(thread, ns, ch, str(versions[ch]), *self._dump(thread, ns, ch, str(versions[ch]), v))
+                for ch, v in values.items() if ch in versions]
         with self.cursor() as cur:  # an unchanged channel's (channel, version) is stored already: ignored
             cur.executemany("INSERT OR IGNORE INTO channel_values VALUES (?, ?, ?, ?, ?, ?)", rows)
         kept = {ch: v for ch, v in values.items() if ch not in versions}  # values without a version stay inline
@@ -63,7 +90,7 @@ class CompactSqliteSaver(SqliteSaver):
             values = dict(checkpoint.get("channel_values") or {})
             for ch, ver in wanted.items():
                 if (ch, ver) in stored:
-                    values[ch] = self.serde.loads_typed(stored[(ch, ver)])
+                    values[ch] = self._load(stored, ch, ver)
             checkpoint = {**checkpoint, "channel_values": values}
         return found._replace(checkpoint=checkpoint)
 

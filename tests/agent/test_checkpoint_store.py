@@ -1,0 +1,46 @@
+"""The compact checkpointer: a real graph run through it resumes with every completed turn, and a list that only
+grows is stored as its new items (the file grows with the turns, not with their square)."""
+from __future__ import annotations
+
+import operator
+import sqlite3
+from typing import Annotated, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+
+from ptxbench.agent.records.checkpoint_store import DELTA, CompactSqliteSaver
+from ptxbench.tools.results import EvalResult
+
+
+class State(TypedDict, total=False):
+    turns: Annotated[list, operator.add]
+    n: int
+    eval: EvalResult | None
+
+
+def _graph(saver):
+    def step(state: State) -> dict:
+        n = state.get("n", 0) + 1
+        return {"turns": [{"turn": n, "text": "x" * 200}], "n": n,
+                "eval": EvalResult(workload="w", status="PASSED", message=f"turn {n}")}
+
+    g = StateGraph(State)
+    g.add_node("step", step)
+    g.add_edge(START, "step")
+    g.add_conditional_edges("step", lambda s: END if s["n"] >= 12 else "step")
+    return g.compile(checkpointer=saver)
+
+
+def test_growing_lists_are_stored_as_tails_and_read_back_whole(tmp_path):
+    conn = sqlite3.connect(str(tmp_path / "c.sqlite"), check_same_thread=False)
+    cfg = {"configurable": {"thread_id": "t"}}
+    _graph(CompactSqliteSaver(conn)).invoke({"n": 0, "turns": []}, cfg)
+    kinds = [k for (k,) in conn.execute("SELECT type FROM channel_values WHERE channel = 'turns'")]
+    assert sum(k.startswith(DELTA) for k in kinds) >= 10  # all but the first stored versions are tails
+    # a fresh saver on the same file (a resumed run) reads the whole list and the typed evaluation
+    state = _graph(CompactSqliteSaver(conn)).get_state(cfg).values
+    assert [t["turn"] for t in state["turns"]] == list(range(1, 13))
+    assert isinstance(state["eval"], EvalResult) and state["eval"].message == "turn 12"
+    # every earlier checkpoint reads back too (time travel walks them)
+    history = list(_graph(CompactSqliteSaver(conn)).get_state_history(cfg))
+    assert all(len(h.values.get("turns", [])) == h.values.get("n", 0) for h in history)
