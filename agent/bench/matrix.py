@@ -48,7 +48,8 @@ def expand(config: BenchConfig) -> list[OptimizeConfig]:
                     out.append(OptimizeConfig(
                         **{**config.optimize, "workload": workload, "model": model, "prompt": prompt, "index": index,
                            "turns": config.turns, "mode": config.mode, "arch": config.arch, "no_gpu": config.no_gpu,
-                           "api_base": config.api_base, "target_speedup": config.target_speedup, "seed": seed}))
+                           "api_base": config.api_base, "target_speedup": config.target_speedup if config.target_speedup is not None else 0,  # 0: all turns
+                           "seed": seed}))
     ids = [c.trajectory_id() for c in out]
     if len(set(ids)) != len(ids):
         raise ValueError("two trajectories of the matrix share an id: repeated models, workloads or prompts?")

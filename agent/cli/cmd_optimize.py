@@ -132,7 +132,8 @@ def optimize(
     api_key_env: Optional[str] = typer.Option(None, help="environment variable holding the key (default: the provider's own)"),
     mode: ModeChoice = typer.Option(ModeChoice.pipeline, help="pipeline: each reply is a submission; tools: function calling"),
     turns: int = typer.Option(8, min=1, help="turn limit"),
-    target_speedup: float = typer.Option(1.2, help="stop when a passing kernel reaches this speedup (0: never)"),
+    target_speedup: Optional[float] = typer.Option(None, help="stop when a passing kernel reaches this speedup (0: never; "
+                                                   "default: the workload's target, from the library's share of the roof)"),
     prompt: str = typer.Option("knowledge", help="prompt variant: basic | knowledge | expert"),
     context: ContextChoice = typer.Option(ContextChoice.full, help="context policy"),
     run_dir: Optional[Path] = typer.Option(None, help="run folder (default runs/<time>_<workload>_<model>)"),
@@ -173,7 +174,7 @@ def optimize(
         inputs.credentials(model, api_base, api_key_env, report=lambda line: typer.echo(line, err=True))
         config = inputs.config(
             OptimizeConfig, FLAGS, workload=workload, model=model, api_base=api_base, api_key_env=api_key_env, mode=mode.value,
-            turns=turns, target_speedup=target_speedup or None, prompt=prompt, context=context.value, no_gpu=no_gpu,
+            turns=turns, target_speedup=target_speedup, prompt=prompt, context=context.value, no_gpu=no_gpu,
             trials=trials, max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall,
             max_tool_calls=max_tool_calls, arch=arch, temperature=temperature, retry_wait_s=retry_wait, start_from=start_file(start_from))
     title = f"ptxbench optimize {workload or resume}" + ("  (no GPU: compile + SASS only)" if no_gpu else "")

@@ -14,8 +14,9 @@ class StopDecision(BaseModel):
 def check_limits(config: OptimizeConfig, state: AgentState) -> StopDecision | None:
     """The first stop rule that fires for the state after a completed step, or None to go on."""
     best = state.get("best_speedup")
-    if config.target_speedup is not None and best is not None and best >= config.target_speedup:
-        return StopDecision(reason="target_speedup", detail=f"best speedup {best:.3f} >= target {config.target_speedup}")
+    target = config.target()
+    if target is not None and best is not None and best >= target:
+        return StopDecision(reason="target_speedup", detail=f"best speedup {best:.3f} >= target {target}")
     done = len(state.get("done_turns", []))
     if done >= config.turns:
         return StopDecision(reason="turn_limit", detail=f"{done} of {config.turns} turns done")

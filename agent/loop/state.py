@@ -28,7 +28,17 @@ class OptimizeConfig(BaseModel):
     context: ContextPolicy = "full"
     arch: str = DEFAULT_ARCH
     turns: int = Field(8, ge=1, description="turn limit: scored submissions (pipeline: model replies)")
-    target_speedup: float | None = Field(1.2, ge=0, description="stop once a passing kernel reaches this speedup")
+    target_speedup: float | None = Field(None, ge=0, description="stop once a passing kernel reaches this speedup; None: "
+                                         "the workload's default target (workloads/targets.py); 0: never stop early")
+
+    def target(self) -> float | None:
+        """The speedup that ends the run early (None: never), and that the task text states as the goal."""
+        if self.target_speedup is None:
+            from ptxbench.workloads.registry import get_workload
+            from ptxbench.workloads.targets import default_target
+
+            return default_target(get_workload(self.workload), self.arch).speedup
+        return self.target_speedup or None
     max_tokens: int | None = Field(None, ge=0, description="total token budget of the trajectory")
     max_cost_usd: float | None = Field(None, ge=0)
     max_wall_s: float | None = Field(None, ge=0)

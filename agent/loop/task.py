@@ -26,6 +26,14 @@ def _tensor_rows(workload: Workload) -> str:
     return "\n".join(rows)
 
 
+def target_reason(config: OptimizeConfig, workload: Workload) -> str:
+    if config.target_speedup is None:
+        from ptxbench.workloads.targets import default_target
+
+        return default_target(workload, config.arch).reason
+    return "the target this run was given" if config.target_speedup else "no target was set: as fast as you can"
+
+
 def task_prompt(config: OptimizeConfig, workload: Workload) -> str:
     arch = get_arch(config.arch)
     variant = prompts.variant(config.prompt)
@@ -49,7 +57,8 @@ def task_prompt(config: OptimizeConfig, workload: Workload) -> str:
         "gflop": f"{workload.flops / 1e9:.1f}",
         "targets": " and ".join(workload.targets.get(arch.name, [])) or "the arch's tensor-core instructions",
         "turns": config.turns,
-        "target_speedup": config.target_speedup if config.target_speedup is not None else 1.0,
+        "target_speedup": config.target() or 1.0,
+        "target_reason": target_reason(config, workload),
         "solution_format": prompts.load("solution_format"),
         "knowledge": knowledge,
     }

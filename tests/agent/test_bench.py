@@ -43,7 +43,7 @@ def test_matrix_expansion():
     assert len(configs) == 2 * 2 * 2 * 3
     assert len({c.trajectory_id() for c in configs}) == 24
     assert [c.index for c in configs[:8]] == [0] * 8 and configs[8].index == 1  # index-major: every cell starts early
-    assert configs[0].turns == 8 and configs[0].target_speedup is None
+    assert configs[0].turns == 8 and configs[0].target_speedup == 0 and configs[0].target() is None  # a bench runs every turn
     assert provider("openai/gpt-5") == "openai" and provider("hosted_vllm/Qwen/Qwen3") == "hosted_vllm"
     with pytest.raises(ValueError):
         expand(BenchConfig(models=["m", "m"], workloads=["w"]))
