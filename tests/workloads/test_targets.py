@@ -10,8 +10,9 @@ from ptxbench.workloads.targets import LIBRARY_TFLOPS, MAX_TARGET, PEAK_TFLOPS, 
 def test_a_library_near_the_roof_gets_a_target_below_the_roof():
     gemm = get_workload("gemm_bf16_m8192_n7168_k5120")
     t = default_target(gemm)
-    roof = PEAK_TFLOPS["sm_90a"] / LIBRARY_TFLOPS[gemm.id]
-    assert 1.0 < t.speedup < roof and t.speedup < MAX_TARGET and "80% of the 989 TFLOP/s" in t.reason
+    # cuBLAS at 796 of 989 TFLOP/s: the roof is 1.242x the library, half of that headroom is 1.12x
+    assert PEAK_TFLOPS["sm_90a"] / LIBRARY_TFLOPS[gemm.id] > 1.24
+    assert t.speedup == 1.12 and "80% of the 989 TFLOP/s" in t.reason and "roof is 1.24x" in t.reason
     assert default_target(get_workload("mha_bwd_d128")).speedup == MAX_TARGET  # far from its roof: the cap
     assert default_target(get_workload("mha_fwd_d64")).speedup == MAX_TARGET  # no measured rate: the default
 
