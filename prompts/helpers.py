@@ -8,6 +8,8 @@ Regenerate after editing a header: python3 -m ptxbench.prompts.helpers
 """
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,8 +87,10 @@ def parse(header: Path) -> tuple[list[Helper], dict[str, list[int]]]:
     return helpers, specialised
 
 
-def helpers() -> list[Helper]:
-    return [h for name in HEADERS for h in parse(INCLUDE / name)[0]]
+@functools.lru_cache(maxsize=1)
+def helpers() -> tuple[Helper, ...]:
+    """Every helper the headers declare (parsed once per process: the feedback asks on each compile error)."""
+    return tuple(h for name in HEADERS for h in parse(INCLUDE / name)[0])
 
 
 def render() -> str:

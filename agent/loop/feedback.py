@@ -44,21 +44,20 @@ STATUS_HEADINGS = {"COMPILED": "COMPILED (not run on a GPU: correctness and spee
                                      "not counted as correct)"}
 
 
+UNDEFINED = re.compile(r'identifier "(\w+)" is undefined')
+
+
 def _helper_hints(errors) -> list[str]:
     """An undefined identifier that is one of the ptxbench wrapper helpers: its exact declaration and header."""
-    import re
-
+    undefined = list(dict.fromkeys(m.group(1) for e in errors if (m := UNDEFINED.search(e.message))))
+    if not undefined:
+        return []
     from ptxbench.prompts.helpers import helpers
 
     known = {h.name: h for h in helpers()}
-    names: list[str] = []
-    for e in errors:
-        m = re.search(r'identifier "(\w+)" is undefined', e.message)
-        if m and m.group(1) in known and m.group(1) not in names:
-            names.append(m.group(1))
     return [f"- `{n}` is declared `{known[n].declaration}` in namespace ptxbench, in `#include <ptxbench/"
             f"{known[n].header}>`: include it and write `using namespace ptxbench;` (or call `ptxbench::{n}`)"
-            for n in names]
+            for n in undefined if n in known]
 
 
 def _compile_lines(result: EvalResult) -> list[str]:

@@ -179,13 +179,16 @@ class CandidateCalls:
         return ms, out["sketch"]
 
 
-def evaluation_seeds(job, n_sets: int, offset: int = 1000) -> list[int]:
-    """The input seeds of one evaluation: from the job's seed when given (a replay), else drawn now. `offset` is
-    kept free above the last seed for the final new-inputs check."""
+CHECK_SEED_OFFSET = 1000  # the final new-inputs check draws inputs no set used: seed + this
+
+
+def evaluation_seeds(job, n_sets: int) -> list[int]:
+    """The input seeds of one evaluation: from the job's seed when given (a replay), else drawn now, leaving room
+    above them for the final new-inputs check's seeds."""
     import secrets
 
     base = job.seed  # a messages.GpuJob
     if base is None:
-        base = secrets.randbelow(2**31 - offset - n_sets)
+        base = secrets.randbelow(2**31 - CHECK_SEED_OFFSET - n_sets)
     return [int(base) + k for k in range(n_sets)]
 

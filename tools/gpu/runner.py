@@ -29,7 +29,7 @@ from ..results import Timing, TrialStats
 from . import ceilings as roofline
 from .ceilings import suspicious
 from .buffers import BufferSet, allocate_set
-from .calls import CandidateCalls, InputSet, evaluation_seeds, sketch_tensors
+from .calls import CHECK_SEED_OFFSET, CandidateCalls, InputSet, evaluation_seeds, sketch_tensors
 from .correctness import output_digest, replay_note
 from .launch import CudaError, get_function, launch_config, launch_kernel, load_module, pack_params, \
     set_dynamic_smem, sync_stream, unload_module
@@ -37,7 +37,7 @@ from .limits import check_function, check_memory, check_plan
 from .messages import GpuJob, GpuOutcome
 from .module_state import ModuleState
 from .referee import RefereeClient, RefereeError, input_digest
-from .state import CHECK_SEED_OFFSET, WorkerState
+from .state import WorkerState
 from .tensormap import encode
 from .timing import SLOW_FACTOR, Side, plan_iterations, speedup, summarize, time_interleaved, time_sides
 from .verdict import Failed, status_of
@@ -377,9 +377,9 @@ def aa_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutcome, b
     flush_bytes = max(2 * state.limits.l2_bytes, 64 * 2**20)
     key = secrets.randbits(62)
 
-    def restore() -> None:  # the kind of work a candidate's preparation does: inputs copied back in
-        for t in base.inputs.values():
-            t.copy_(t)
+    def restore() -> None:  # what the protocol does before every call: the inputs copied back from pristine
+        for name, t in base.inputs.items():
+            t.copy_(base.pristine[name])
 
     def check(out) -> None:  # and the sketch after each call, on both sides
         torch.stack(sketch_tensors(out, key)).tolist()

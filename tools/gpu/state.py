@@ -19,8 +19,6 @@ from ...workloads.schema import Workload
 from .cache import ByteLRU
 from .limits import DeviceLimits
 
-CHECK_SEED_OFFSET = 1000  # the final new-inputs check draws inputs no trial used
-
 
 @dataclass
 class BaselineEntry:
