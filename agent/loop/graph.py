@@ -25,6 +25,7 @@ from .context import build_messages
 from .extract import extract_solution
 from .feedback import render_eval, render_format_error
 from ..models.base import Model, ModelError, ModelExhausted, ModelReply, ModelRequest, TurnOutcome
+from ..models.evidence import evidence_from
 from ...tools.redact import mask_strings, scrub_text
 from .start_kernel import evaluate_start
 from .state import AgentState, OptimizeConfig
@@ -201,6 +202,7 @@ class Steps:
         outcome = TurnOutcome(turn=turn, status=status, speedup=speedup,
                               message=_outcome_message(result, state.get("format_error", "")),
                               source=(state.get("submission") or {}).get("source", ""),
+                              evidence=evidence_from(result) if result is not None else None,
                               tags=ModelReply.model_validate(state["reply"]).tags if state.get("reply") else {})
         self.d.log.turn_end(turn, status, speedup, state["tokens"], state["cost_usd"], state["elapsed_s"])
         return {"done_turns": [{"turn": turn, "messages": current, "outcome": outcome.model_dump()}],  # appended

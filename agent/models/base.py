@@ -10,6 +10,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from .evidence import Evidence
+
 
 class TurnOutcome(BaseModel):
     """What happened to one earlier turn's submission (kept in the graph state, so it survives resume)."""
@@ -20,6 +22,8 @@ class TurnOutcome(BaseModel):
     message: str = ""
     source: str = Field("", description="the submitted solution file")
     tags: dict[str, Any] = Field(default_factory=dict, description="what a built-in model attached to its reply")
+    evidence: Evidence | None = Field(None, description="what the evaluation said (profile figures when one was "
+                                      "taken, timing, resources, problems); None for a turn with no evaluation")
 
 
 class ModelRequest(BaseModel):

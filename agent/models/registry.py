@@ -2,6 +2,7 @@
 
     builtin/reference        the workload's reference solution (checks the set-up)
     builtin/tuner            feedback-guided search over the GEMM template (the default; no key)
+    builtin/tuner:weak       the same search from the template's deliberately weak point (shows the climb)
     builtin/unchanged        resubmits the --start-from kernel untouched (the repair track's floor)
     replay/<path>            the model messages of a recorded trajectory, in order
     anything else            a litellm model string, e.g. openai/gpt-5, anthropic/claude-opus-4-1,
@@ -15,7 +16,8 @@ from .base import Model
 
 BUILTINS = {
     "builtin/reference": "ptxbench.agent.models.builtin:ReferenceModel",
-    "builtin/tuner": "ptxbench.agent.models.builtin:TunerModel",
+    "builtin/tuner": "ptxbench.agent.models.tuner:TunerModel",
+    "builtin/tuner:weak": "ptxbench.agent.models.tuner:WeakTunerModel",
     "builtin/unchanged": "ptxbench.agent.models.builtin:UnchangedModel",
 }
 

@@ -3,7 +3,8 @@
 `render(params)` returns one solution file (language `cuda`, plan in the header comment) built
 from gemm_template.cu.in: a producer warpgroup feeding a TMA + mbarrier ring, CONSUMERS wgmma
 warpgroups, optional persistent grid, 2-CTA clusters with B multicast and a TMA-store epilogue.
-builtin/tuner searches PARAM_SPACE; `validate(params)` says why a combination cannot be built.
+builtin/tuner searches PARAM_SPACE (from default_params(), or weak_params() with builtin/tuner:weak), pulling
+the TUNER_LEVERS the evaluations point at; `validate(params)` says why a combination cannot be built.
 The checked-in workloads/solutions/gemm_bf16_m8192_n7168_k5120.cu is `render(default_params())`.
 """
 from __future__ import annotations
@@ -71,6 +72,30 @@ PARAM_SPACE: dict[str, list] = {
 
 def default_params() -> GemmParams:
     return GemmParams()
+
+
+def weak_params() -> GemmParams:
+    """A deliberately poor point (builtin/tuner:weak starts here so a run shows the climb): a 64 x 128 tile
+    fed by one consumer warpgroup through a 2-deep ring, one CTA per tile walked row by row (B is re-read
+    from DRAM for every tile row), accumulators stored straight from registers."""
+    return GemmParams(bm=64, bn=128, stages=2, consumers=1, persistent=False, group_m=1, epilogue="direct")
+
+
+# What builtin/tuner may pull, by role (agent/models/tuner_rules.py): role -> (parameter, the value Hopper
+# GEMMs favour, or None for an ordered parameter the tuner walks up and down).
+TUNER_LEVERS: dict[str, tuple[str, object]] = {
+    "tile_n": ("bn", None), "tile_m": ("bm", None), "warps": ("consumers", None), "ring": ("stages", None),
+    "chunk": ("bk", None), "epilogue": ("epilogue", "tma"), "persistent": ("persistent", True),
+    "order": ("group_m", 8), "multicast": ("cluster_m", 2),
+}
+# Which lines of gemm_template.cu.in a profile's hot line belongs to (matched on the line's text).
+TUNER_LINES: dict[str, tuple[str, ...]] = {
+    "stage_wait": ("mbar_wait(&full",),           # consumers wait for the ring to deliver a stage
+    "slot_wait": ("mbar_wait(&empty",),           # the producer waits for a free slot: the math is the limit
+    "mma_wait": ("wgmma_wait",),
+    "mma_issue": ("wgmma_m64k16",),
+    "epilogue": ("store_tile", "__floats2bfloat162", "st.shared", "tma_store", "named_barrier_sync", "p[0] =", "p[1] ="),
+}
 
 
 def _coerce(params: GemmParams | dict) -> GemmParams:

@@ -1,0 +1,113 @@
+"""What one evaluation said, reduced to the figures a built-in model reasons with.
+
+`evidence_from(result)` turns an EvalResult into an `Evidence` (plain data, kept in each TurnOutcome,
+so it survives checkpoints and resume). Every figure is optional: a turn that was not profiled
+(the runtime verdict and the timing only) still carries its timing, its roof share and its compile
+resources; a failed turn carries its problems. builtin/tuner (agent/models/tuner_rules.py) reads it.
+"""
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, Field
+
+# The profile feedback's headroom line (tools/profile: "It is within 1% of its roof").
+WITHIN_ROOF = re.compile(r"within (\d+(?:\.\d+)?)% of its roof")
+MAX_HOT_LINES = 8
+
+
+class HotSpot(BaseModel):
+    """One solution line where the warps waited (the profile's per-line stall samples)."""
+
+    line: int
+    text: str = ""
+    share_pct: float = Field(0.0, description="share of the kernel's stall samples")
+    reason: str = Field("", description="the dominant waiting reason at this line")
+
+
+class Evidence(BaseModel):
+    status: str = ""
+    speedup: float | None = None
+    sol_pct: float | None = Field(None, description="percent of the workload's roofline the timing reached")
+    headroom_pct: float | None = Field(None, description="how far from its roof: the feedback's 'within N%' "
+                                                         "figure, else 100 - sol_pct")
+    profiled: bool = Field(False, description="a full Nsight Compute profile was taken on this turn")
+    bottleneck: str = Field("unknown", description="compute | memory | latency | unknown (speed-of-light shares)")
+    compute_sol_pct: float | None = None
+    memory_sol_pct: float | None = None
+    tensor_pipe_pct: float | None = None
+    l2_hit_pct: float | None = None
+    dram_over_min: float | None = Field(None, description="DRAM bytes moved / the workload's minimum bytes")
+    stall_shares: dict[str, float] = Field(default_factory=dict, description="stall reason -> share of all "
+                                           "stall cycles (0-1), largest first")
+    hot_lines: list[HotSpot] = Field(default_factory=list)
+    registers: int | None = None
+    spills: int = Field(0, description="spill stores + loads (ptxas)")
+    smem_bytes: float | None = None
+    occupancy_limiter: str = ""
+    targets: dict[str, str] = Field(default_factory=dict, description="target family -> runtime verdict")
+    problems: list[str] = Field(default_factory=list, description="compile, plan and runtime errors (first few)")
+
+    def share_of(self, patterns: tuple[str, ...]) -> float:
+        """Summed stall share (percent) of the hot lines whose text contains any of `patterns`."""
+        return sum(h.share_pct for h in self.hot_lines if any(p in h.text for p in patterns))
+
+
+def _min_bytes(workload_id: str) -> float | None:
+    try:
+        from ptxbench.workloads.registry import get_workload
+
+        return get_workload(workload_id).min_bytes or None
+    except KeyError:
+        return None
+
+
+def evidence_from(result) -> Evidence:
+    """The Evidence of one EvalResult (ptxbench.tools.results)."""
+    ev = Evidence(status=result.status, speedup=result.speedup if result.passed else None,
+                  targets={name: t.verdict for name, t in result.targets_runtime.items()})
+    comp = result.compile
+    if comp is not None:
+        ev.problems += [e.message for e in comp.errors[:3]]
+        kernels = list(comp.kernels.values())
+        if kernels:
+            ev.registers = max(k.registers for k in kernels)
+            ev.spills = sum(k.spill_stores + k.spill_loads for k in kernels)
+    ev.problems += [*result.plan_errors[:3], *([result.runtime_error] if result.runtime_error else [])]
+    if result.timing is not None:
+        ev.sol_pct = result.timing.sol_pct
+    within = WITHIN_ROOF.search(result.feedback or "")
+    if within:
+        ev.headroom_pct = float(within.group(1))
+    elif ev.sol_pct is not None:
+        ev.headroom_pct = max(0.0, 100.0 - ev.sol_pct)
+    _profile_figures(ev, result)
+    return ev
+
+
+def _profile_figures(ev: Evidence, result) -> None:
+    if not result.profile:
+        return
+    from ptxbench.tools.profile.summary import ProfileSummary
+
+    summary = ProfileSummary.model_validate(result.profile)
+    k = summary.main_kernel()
+    if not summary.ok or summary.mode != "full" or k is None:
+        return
+    ev.profiled = True
+    ev.bottleneck = k.bottleneck
+    ev.compute_sol_pct, ev.memory_sol_pct = k.compute_sol_pct, k.memory_sol_pct
+    ev.tensor_pipe_pct, ev.l2_hit_pct = k.tensor_pipe_pct, k.l2_hit_pct
+    ev.registers = k.registers if k.registers is not None else ev.registers
+    ev.smem_bytes, ev.occupancy_limiter = k.smem_per_block, k.occupancy_limiter
+    if k.local_spill_requests:
+        ev.spills = max(ev.spills, int(k.local_spill_requests))
+    dram = sum(x.dram_bytes for x in summary.kernels if x.dram_bytes is not None)
+    least = _min_bytes(result.workload)
+    if dram and least:
+        ev.dram_over_min = dram / least
+    total = sum(k.stalls.values())
+    if total > 0:
+        ev.stall_shares = {r: v / total for r, v in k.stalls.items()}
+    ev.hot_lines = [HotSpot(line=h.line, text=h.text, share_pct=h.share_pct, reason=h.dominant)
+                    for h in k.hot_lines[:MAX_HOT_LINES]]

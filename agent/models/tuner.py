@@ -1,0 +1,189 @@
+"""`builtin/tuner`: a search over a kernel template that chooses each point from what the last
+evaluations said, and says why.
+
+The template (default: workloads/solutions/gemm_template.py) is any module with PARAM_SPACE,
+default_params(), render(params), validate(params[, shape]), and, for `builtin/tuner:weak`, weak_params();
+optionally TUNER_LEVERS and TUNER_LINES (agent/models/tuner_rules.py). Each turn:
+
+1. the base point: the last passing point when it is within noise of the best (a neutral move is kept,
+   so a run does not stall on measurement noise), else the best one; before any pass, the start point;
+2. the evidence: the base's own profile, else the latest profiled turn's (only the first pass and each
+   new best may carry one); always the base's timing (roof share) and compile resources;
+3. tuner_rules.rank: every buildable one-lever move, ranked by prior worth x evidence; the first point
+   not tried yet is submitted, with the evidence -> move reasoning in the reply (content and reasoning);
+4. nothing left: the one-step neighbours of the best point, then random buildable points.
+For workloads no template covers it submits the reference solution.
+"""
+from __future__ import annotations
+
+import importlib
+import random
+from types import ModuleType
+from typing import Any, NamedTuple
+
+from .base import ModelReply, ModelRequest, TurnOutcome
+from .evidence import Evidence
+from .tuner_rules import Candidate, rank
+from .tuner_space import Params, as_dict, is_valid, key, ordered
+
+RESOURCE_WORDS = ("shared memory", "smem", "register", "spill", "C7511", "too many resources", "out of resources")
+# Statuses whose parameters the search moves from: PASSED, and COMPILED when no GPU can say more.
+SEARCH_FROM = ("PASSED", "COMPILED")
+NOISE = 0.01  # a move that costs less than this share of the best speedup is kept (timing noise: ~0.3-1%)
+STARTS = ("default", "weak")
+
+
+class Choice(NamedTuple):
+    params: Params
+    why: str
+    move: tuple[str, str] | None
+    analysis: str = ""
+
+
+class TunerModel:
+    name = "builtin/tuner"
+    start = "default"
+
+    def __init__(self, workload_id: str, template: ModuleType | str | None = None, seed: int = 0,
+                 start: str | None = None):
+        self.workload_id = workload_id
+        self.seed = seed
+        self.start = start or self.start
+        if self.start not in STARTS:
+            raise ValueError(f"unknown tuner start {self.start!r}: expected one of {', '.join(STARTS)}")
+        self.template = self._load_template(template)
+        self.shape = self._shape()
+
+    def _shape(self) -> tuple[int, int, int] | None:
+        from ptxbench.workloads.registry import get_workload
+
+        symbols = get_workload(self.workload_id).symbols
+        return tuple(int(symbols[k]) for k in ("M", "N", "K")) if all(k in symbols for k in "MNK") else None
+
+    def _load_template(self, template: ModuleType | str | None) -> ModuleType | None:
+        from ptxbench.workloads.registry import get_workload
+
+        if isinstance(template, ModuleType):
+            return template
+        if template is None and get_workload(self.workload_id).op != "gemm":
+            return None  # the template covers GEMM only
+        return importlib.import_module(template or "ptxbench.workloads.solutions.gemm_template")
+
+    def query(self, request: ModelRequest) -> ModelReply:
+        from .builtin import fenced, reference_source
+
+        if self.template is None:
+            source = reference_source(self.workload_id)
+            return ModelReply(content=fenced(source, "No tunable template for this workload: the reference solution."),
+                              tags={"reference": True})
+        choice = self.next_params(request.history)
+        source = self.template.render(choice.params)
+        note = f"Tuner, turn {request.turn}: {choice.why}\nparams = {key(choice.params)}"
+        return ModelReply(content=fenced(source, note), reasoning_content=choice.analysis or choice.why,
+                          tags={"params": choice.params, "move": list(choice.move) if choice.move else None})
+
+    # -- search ---------------------------------------------------------------------------------
+    def _valid(self, params: Params) -> bool:
+        return is_valid(self.template, params, self.shape)
+
+    def start_params(self) -> tuple[Params, str]:
+        if self.start == "weak":
+            return as_dict(self.template.weak_params()), ("start from the template's deliberately weak point "
+                                                         "(weak_params()), so the run shows the climb")
+        return as_dict(self.template.default_params()), "start from the template's default parameters"
+
+    def next_params(self, history: list[TurnOutcome]) -> Choice:
+        """The next point to try, why (evidence -> move), and the move (role, kind) that made it."""
+        tried = [h for h in history if "params" in h.tags]
+        start, start_why = self.start_params()
+        if not tried:
+            return Choice(start, start_why, None)
+        seen = {key(h.tags["params"]) for h in tried}
+        base, base_why = _base(tried)
+        params = dict(base.tags["params"]) if base is not None else start
+        ev, ev_why = _evidence(tried, base)
+        last = tried[-1]
+        shrink = last.status not in SEARCH_FROM and any(
+            w.lower() in " ".join([last.message, *(last.evidence.problems if last.evidence else [])]).lower()
+            for w in RESOURCE_WORDS)
+        own = base.evidence if base is not None else None
+        headroom = own.headroom_pct if own is not None else None
+        ranked = rank(self.template, params, ev, self._valid, headroom=headroom, shrink=shrink)
+        fresh = [c for c in ranked if key(c.params) not in seen]
+        if fresh:
+            pick = fresh[0]
+            return Choice(pick.params, _why(pick, base_why, ev_why), (pick.role, pick.kind),
+                          _analysis(base_why, ev_why, fresh[:4]))
+        return self._fallback(params, seen, base_why)
+
+    def _fallback(self, params: Params, seen: set[str], base_why: str) -> Choice:
+        """Every lever move was tried: one-step neighbours of the base, then random buildable points."""
+        for name, values in self.template.PARAM_SPACE.items():
+            vals = ordered(list(values))
+            if params.get(name) not in vals:
+                continue
+            i = vals.index(params[name])
+            for j in (i + 1, i - 1):
+                if 0 <= j < len(vals) and key(point := {**params, name: vals[j]}) not in seen and self._valid(point):
+                    return Choice(point, f"{base_why}; every lever move was tried: neighbour {name} {params[name]} -> "
+                                         f"{vals[j]}", (name, "step"))
+        rng = random.Random(self.seed + len(seen))
+        for _ in range(500):
+            point = {n: rng.choice(list(v)) for n, v in self.template.PARAM_SPACE.items()}
+            if key(point) not in seen and self._valid(point):
+                return Choice(point, "neighbourhood exhausted: a random buildable point", None)
+        return Choice(params, "search space exhausted: resubmit the base point", None)
+
+
+class WeakTunerModel(TunerModel):
+    """`builtin/tuner:weak`: the same search from the template's weak_params()."""
+
+    name = "builtin/tuner:weak"
+    start = "weak"
+
+
+def _speed(h: TurnOutcome) -> float:
+    return h.speedup if h.speedup is not None else 0.0
+
+
+def _base(tried: list[TurnOutcome]) -> tuple[TurnOutcome | None, str]:
+    """The turn whose point the next move starts from, and a sentence saying why that one."""
+    passing = [h for h in tried if h.status in SEARCH_FROM]
+    if not passing:
+        last = tried[-1]
+        return None, f"no point has passed yet (turn {last.turn}: {last.status})"
+    best = max(passing, key=_speed)
+    last = tried[-1]
+    if last is best:
+        return best, f"turn {best.turn} is the best so far ({_fmt(best)})"
+    if last.status in SEARCH_FROM and (last.speedup is None or _speed(last) >= _speed(best) * (1 - NOISE)):
+        return last, f"turn {last.turn} ({_fmt(last)}) is within noise of the best (turn {best.turn}, {_fmt(best)}): kept"
+    what = _fmt(last) if last.status in SEARCH_FROM else last.status
+    return best, f"turn {last.turn} ({what}) did not pay: back to turn {best.turn} ({_fmt(best)})"
+
+
+def _evidence(tried: list[TurnOutcome], base: TurnOutcome | None) -> tuple[Evidence | None, str]:
+    """The profile to reason from: the base's own, else the latest profiled turn's (then it says so)."""
+    if base is not None and base.evidence is not None and base.evidence.profiled:
+        return base.evidence, f"turn {base.turn}'s profile"
+    for h in reversed(tried):
+        if h.evidence is not None and h.evidence.profiled and h.status in SEARCH_FROM:
+            return h.evidence, f"turn {h.turn}'s profile (turn {base.turn if base else '-'} was not profiled)"
+    return None, "no profile yet: ranked by what each move was worth on Hopper GEMMs"
+
+
+def _fmt(h: TurnOutcome) -> str:
+    return f"{h.speedup:.3f}x" if h.speedup is not None else h.status
+
+
+def _why(pick: Candidate, base_why: str, ev_why: str) -> str:
+    from .tuner_rules import WORDS
+
+    because = "; ".join(pick.reasons) if pick.reasons else "nothing in it points elsewhere, so the move worth most leads"
+    return f"{base_why}. Evidence ({ev_why}): {because} -> {pick.label}: {WORDS.get(pick.role, pick.role)}."
+
+
+def _analysis(base_why: str, ev_why: str, ranked: list[Candidate]) -> str:
+    lines = [f"Base: {base_why}.", f"Evidence from {ev_why}.", "Moves ranked (score = prior worth x (1 + evidence)):"]
+    lines += [f"- {c.label}: {c.score:.4f}" + (f" ({'; '.join(c.reasons)})" if c.reasons else "") for c in ranked]
+    return "\n".join(lines)

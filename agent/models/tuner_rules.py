@@ -1,0 +1,243 @@
+"""builtin/tuner's rules: from what the evaluations said (an Evidence) to a ranked list of moves.
+
+A move pulls one lever of the template (its TUNER_LEVERS: role -> parameter and favoured value; the
+GEMM's names when a template declares none). Each move has a prior worth (the share of time it was
+worth on Hopper GEMMs: bench/results/gemm_reference.md, shared/design/HOPPER-KERNELS.md), which the
+evidence multiplies:
+
+    DRAM bytes over the minimum / memory-bound -> grouped tile order, bigger tiles, cluster multicast
+    consumers waiting on stage data (hot line, else long-scoreboard stalls) -> deeper ring
+    epilogue lines hot -> TMA-store epilogue, persistent grid (stores overlap the next tile)
+    tensor pipe idle with one consumer warpgroup, or latency-bound -> more consumers, persistence, ring
+    spills -> narrower tile or more consumers;  a resource failure -> shrink ring, then tiles
+    within 5% of the roof -> small, safe moves first (structural ones ranked down)
+
+Without a profile only the timing (roof share) and the compile resources speak, and the priors rank.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable
+
+from .evidence import Evidence
+from .tuner_space import Params, fit, ordered
+
+DEFAULT_LEVERS: dict[str, tuple[str, Any]] = {
+    "tile_n": ("bn", None), "tile_m": ("bm", None), "warps": ("consumers", None), "ring": ("stages", None),
+    "chunk": ("bk", None), "epilogue": ("epilogue", "tma"), "persistent": ("persistent", True),
+    "order": ("group_m", 8), "multicast": ("cluster_m", 2),
+}
+DEFAULT_LINES: dict[str, tuple[str, ...]] = {"stage_wait": ("mbar_wait(&full",), "epilogue": ("store_tile",),
+                                             "mma_issue": ("wgmma",)}
+NEAR_ROOF_PCT = 5.0     # the profile feedback's "small, safe changes" zone
+TRAFFIC_BOUND = 4.0     # DRAM bytes over the minimum from which a memory-bound kernel is starved by traffic
+STRUCTURAL = {"tile_n", "tile_m", "warps", "chunk"}
+TRAFFIC = {"order", "tile_n", "tile_m", "multicast"}  # the moves that cut DRAM bytes
+COMPOUNDS = {"tile": ("tile_m", "tile_n")}  # role -> the lever roles it pulls together
+SHRINK_FIRST = {"ring": 50, "tile_n": 20, "tile_m": 10}  # after a resource failure: the ring is the cheapest to give
+RING_STEP = 2           # a stage per load in flight and one being consumed: +2 is the useful step
+GROW_TO_MAX = {"tile_n"}  # wgmma's N: the widest that builds (256 on the GEMM) is the fast one
+WORDS = {
+    "epilogue": "staged TMA-store epilogue (~8% over register stores on the H200)",
+    "persistent": "a persistent grid (one CTA per SM: a tile's stores overlap the next tile's loads, ~3%)",
+    "order": "grouped tile order (the tiles in flight share A rows and B columns in L2)",
+    "multicast": "a 2-CTA cluster multicasting B (each B tile leaves L2 once per cluster)",
+    "ring": "a deeper ring (more TMA loads in flight ahead of the math)",
+    "tile_n": "a wider tile (A re-read fewer times per FLOP)",
+    "tile_m": "a taller tile (B re-read fewer times per FLOP)",
+    "tile": "a bigger tile (each operand byte feeds more FLOPs: fewer re-reads of A and B)",
+    "warps": "more consumer warpgroups (one alone cannot keep the tensor pipe busy)",
+    "chunk": "more K per stage (fewer barrier round-trips)",
+}
+
+
+@dataclass
+class Candidate:
+    params: Params
+    role: str
+    kind: str
+    label: str
+    score: float
+    reasons: list[str] = field(default_factory=list)
+
+
+def levers_of(template: ModuleType) -> dict[str, tuple[str, Any]]:
+    levers = getattr(template, "TUNER_LEVERS", DEFAULT_LEVERS)
+    return {role: lever for role, lever in levers.items() if lever[0] in template.PARAM_SPACE}
+
+
+def prior(role: str, kind: str, old: Any, new: Any) -> float:
+    """What a move was worth on Hopper GEMMs (fraction of the time), before any evidence."""
+    if kind == "down":
+        return 0.001
+    if role == "ring":
+        return 0.05 if old <= 2 else 0.01 if old <= 3 else 0.003
+    if role == "tile_n":
+        return 0.08 * math.log2(new / old)
+    if role == "warps":
+        return 0.10 if old <= 1 else 0.003
+    if role == "tile_m":
+        return 0.03 if old < 128 else 0.003  # past 128 rows the accumulators crowd out the wider N tile
+    if kind == "up" and role in ("order", "multicast"):  # beyond the favoured value: level on the H200
+        return 0.004
+    return {"epilogue": 0.08, "persistent": 0.03, "order": 0.05, "multicast": 0.005,
+            "chunk": 0.002}.get(role, 0.001)
+
+
+def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
+         levers: dict[str, tuple[str, Any]]) -> dict[tuple[str, str], list[tuple[float, str]]]:
+    """Evidence -> {(role, kind): [(weight, why)]}: which moves the evaluation points at."""
+    boosts: dict[tuple[str, str], list[tuple[float, str]]] = {}
+
+    def add(role: str, kind: str, weight: float, why: str) -> None:
+        if role in levers and weight > 0:
+            boosts.setdefault((role, kind), []).append((weight, why))
+
+    if ev is None or not ev.profiled:
+        return boosts
+    grow_n = "up"
+    ratio = ev.dram_over_min
+    if ratio is not None and ratio >= 1.5:
+        w = math.log2(ratio)
+        why = f"DRAM moved {ratio:.1f}x the minimum bytes"
+        order_goal = levers.get("order", (None, None))[1]
+        add("order", "goal" if params.get(levers.get("order", ("",))[0]) != order_goal else "up", 3 * w, why)
+        add("tile_n", grow_n, w, why)
+        add("tile_m", "up", w, why)
+        add("multicast", "goal", w, why)
+    if ev.bottleneck == "memory":
+        why = f"memory-bound (memory {ev.memory_sol_pct or 0:.0f}% of peak, compute {ev.compute_sol_pct or 0:.0f}%)"
+        for role, kind in (("tile_n", grow_n), ("tile_m", "up"), ("order", "goal")):
+            add(role, kind, 1.0, why)
+    stage = _line_share(ev, lines.get("stage_wait", ()))
+    # Stage data that arrive late because DRAM is saturated ask for less traffic, not a deeper ring.
+    starved = ev.bottleneck == "memory" and (ratio or 0) >= TRAFFIC_BOUND
+    if stage[0] >= 5:
+        why = f"consumers wait {stage[0]:.0f}% of stall samples for stage data ({stage[1]})"
+        add("ring", "up", stage[0] / (20 if starved else 5), why + (": late because DRAM is saturated" if starved else ""))
+    elif not ev.hot_lines and ev.stall_shares.get("long_scoreboard", 0) >= 0.3:
+        add("ring", "up", 1.0, f"long-scoreboard waits are {100 * ev.stall_shares['long_scoreboard']:.0f}% of stalls")
+    epi = _line_share(ev, lines.get("epilogue", ()))
+    if epi[0] >= 3:
+        why = f"the epilogue holds {epi[0]:.0f}% of stall samples ({epi[1]})"
+        add("epilogue", "goal", epi[0] / 3, why)
+        add("persistent", "goal", epi[0] / 6, why)
+    issue = [h for h in ev.hot_lines if any(p in h.text for p in lines.get("mma_issue", ())) and h.reason == "mio_throttle"]
+    if issue and issue[0].share_pct >= 15:
+        add("tile_n", grow_n, 1.0, f"the shared-memory queue is full at the wgmma line ({issue[0].share_pct:.0f}%)")
+    tensor = ev.tensor_pipe_pct
+    warps_now = params.get(levers.get("warps", ("",))[0])
+    if tensor is not None and tensor < 60 and warps_now is not None and warps_now <= 1:
+        add("warps", "up", 3.0, f"the tensor pipe is busy {tensor:.0f}% of the time with {warps_now} consumer warpgroup")
+    if ev.bottleneck == "latency":
+        why = f"latency-bound (compute {ev.compute_sol_pct or 0:.0f}%, memory {ev.memory_sol_pct or 0:.0f}% of peak)"
+        for role, kind in (("warps", "up"), ("persistent", "goal"), ("ring", "up")):
+            add(role, kind, 1.0, why)
+    if ev.spills:
+        why = f"ptxas spilled ({ev.spills} spill instructions)"
+        add("tile_n", "down", 3.0, why)
+        add("warps", "up", 2.0, why)
+    return boosts
+
+
+def repair_names(point: Params, params: Params) -> list[str]:
+    return [n for n in point if point[n] != params.get(n)]
+
+
+def _line_share(ev: Evidence, patterns: tuple[str, ...]) -> tuple[float, str]:
+    hits = [h for h in ev.hot_lines if any(p in h.text for p in patterns)]
+    if not hits:
+        return 0.0, ""
+    top = max(hits, key=lambda h: h.share_pct)
+    return sum(h.share_pct for h in hits), f"line {top.line} `{top.text[:48]}`"
+
+
+def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Callable[[Params], bool], *,
+         headroom: float | None = None, shrink: bool = False) -> list[Candidate]:
+    """Every buildable one-lever move from `params`, best first."""
+    levers = levers_of(template)
+    lines = getattr(template, "TUNER_LINES", DEFAULT_LINES)
+    space = template.PARAM_SPACE
+    boosts = read(ev, lines, params, levers)
+    starved = ev is not None and ev.bottleneck == "memory" and (ev.dram_over_min or 0) >= TRAFFIC_BOUND
+    ring = levers.get("ring", (None,))[0]
+    goals = {name: goal for name, goal in levers.values() if goal is not None}
+    near_roof = headroom is not None and headroom <= NEAR_ROOF_PCT
+    out: list[Candidate] = []
+    for role, (name, goal) in levers.items():
+        old = params.get(name)
+        for kind, tries in _targets(role, space[name], old, goal):
+            frozen = role == "ring"  # a deeper ring that does not fit is no move: never shrink the tile for it
+            for new in tries:
+                fitted = fit({**params, name: new}, name, {} if frozen else space, valid, ring=ring, goals=goals)
+                if fitted is not None:
+                    break
+            if fitted is None:
+                continue
+            point, repair = fitted
+            evidence = boosts.get((role, kind), [])
+            score = prior(role, kind, old, new) * (1 + sum(w for w, _ in evidence))
+            reasons = [why for _, why in evidence]
+            if starved and role not in TRAFFIC:
+                score *= 0.25
+                reasons.append(f"ranked down while DRAM is saturated ({ev.dram_over_min:.0f}x the minimum bytes)")
+            if near_roof and (role in STRUCTURAL or kind == "down"):
+                score *= 0.1
+                reasons.append(f"within {headroom:.0f}% of the roof: a structural change ranked down")
+            if shrink:
+                shrinking = SHRINK_FIRST.get(role, 0) if kind == "down" else 0
+                score *= shrinking or 0.1
+                if shrinking:
+                    reasons.append("the last try ran out of resources")
+            undone = [n for n in repair_names(point, params) if n != name and n in goals and params[n] == goals[n]]
+            if undone:
+                score *= 0.2  # a repair that gives up a favoured value costs what that value was worth
+            label = f"{name} {old} -> {new}" + (f" (and {', '.join(repair)} so it builds)" if repair else "")
+            out.append(Candidate(point, role, kind, label, score, reasons))
+    out += _compounds(out, params, levers, space, valid, ring, goals)
+    return sorted(out, key=lambda c: -c.score)
+
+
+def _compounds(singles: list[Candidate], params: Params, levers: dict[str, tuple[str, Any]], space: dict[str, list],
+               valid: Callable[[Params], bool], ring: str | None, goals: dict[str, Any]) -> list[Candidate]:
+    """Moves that are one idea over two levers (a bigger tile: taller and wider at once), worth both parts."""
+    out = []
+    for role, parts in COMPOUNDS.items():
+        ups = [next((c for c in singles if c.role == r and c.kind == "up"), None) for r in parts]
+        if None in ups:
+            continue
+        names = {levers[r][0] for r in parts}
+        fitted = fit({**params, **{n: ups[i].params[n] for i, n in enumerate(levers[r][0] for r in parts)}},
+                     names, space, valid, ring=ring, goals=goals)
+        if fitted is None:
+            continue
+        point, _ = fitted
+        changes = ", ".join(f"{n} {params[n]} -> {point[n]}" for n in point if point[n] != params.get(n))
+        # credit every single move this point makes too (its repair may add a consumer warpgroup, say)
+        made = [c for c in singles if c.kind in ("up", "goal") and point[levers[c.role][0]] == c.params[levers[c.role][0]]]
+        reasons = list(dict.fromkeys(r for c in made for r in c.reasons if not r.startswith(("ranked down", "within"))))
+        out.append(Candidate(point, role, "up", changes, sum(c.score for c in made), reasons))
+    return out
+
+
+def _targets(role: str, values: list, old: Any, goal: Any) -> list[tuple[str, list]]:
+    """(kind, the values to try in turn) for one lever at `old`: the first that builds is the move."""
+    out: list[tuple[str, list]] = []
+    if goal is not None and goal in values and old != goal:
+        out.append(("goal", [goal]))
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values) or old not in values:
+        return out
+    above = [v for v in ordered(values) if v > old]
+    if goal is None or goal == old:
+        if role in GROW_TO_MAX:
+            tries = above[::-1]  # the widest that builds
+        else:
+            tries = above[:RING_STEP][::-1] if role == "ring" else above[:1]
+        if tries:
+            out.append(("up", tries))
+    below = [v for v in ordered(values) if v < old]
+    if goal is None and below:
+        out.append(("down", below[-1:]))
+    return out
