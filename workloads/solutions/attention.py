@@ -1,25 +1,24 @@
 """The reference attention solutions: one self-contained solution text per workload (plan block and device
-code, exactly as a model's answer), made from three checked-in files, as the GEMM's are renders of its
-template:
+code, exactly as a model's answer):
 
 - attention_fwd.cu, attention_bwd.cu: plain fp32 CUDA-core code for any head dim that is a multiple of 16 up
-  to 128 (they validate the harness); `attention_solution(workload)`.
-- attention_fwd_wgmma.cu: the Hopper wgmma + TMA forward, one template with six entry points; it covers D = 64
-  or 128, S a multiple of 128, GQA non-causal only (its kernels trap on any other shape); on the H200 1.02x
-  cuDNN for D = 128 (0.99x causal), 0.9x for D = 64 (bench/results/attention_wgmma.md); `fast_solution(workload)`.
-
-A variant is its base file with a few plan lines changed (the causal flag, the GQA group and K / V rows, the
-entry point, shared memory); the device code is the base file's, byte for byte.
+  to 128 (they validate the harness); `attention_solution(workload)`, a variant being its base file with a few
+  plan lines changed (the causal flag, the GQA group).
+- the Hopper wgmma + TMA forward: attention_template.py renders it for a workload's head dim (64, 96, 128),
+  causal flag and GQA at that problem's default point; `fast_solution(workload)`. The checked-in
+  attention_fwd_wgmma.cu is the D = 128 non-causal render. On the H200 1.02x cuDNN for D = 128 (0.99x causal),
+  0.9x for D = 64 (bench/results/attention_wgmma.md).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..schema import Workload
+from . import attention_template as at
 
 HERE = Path(__file__).resolve().parent
 PLAIN = {"mha_fwd": "attention_fwd.cu", "mha_bwd": "attention_bwd.cu"}
-FAST_FORWARD = "attention_fwd_wgmma.cu"  # as checked in: the D = 128, non-causal, non-GQA plan
+FAST_FORWARD = "attention_fwd_wgmma.cu"  # as checked in: attention_template.render(default_params())
 
 
 def with_plan_edits(name: str, edits: list[tuple[str, str]]) -> str:
@@ -44,25 +43,12 @@ def attention_solution(workload: Workload) -> str:
     return with_plan_edits(PLAIN[workload.op], edits)
 
 
-def fast_entry_point(head_dim: int, causal: bool, gqa: bool) -> str:
-    return "attn_fwd_wgmma" + ("_d64" if head_dim == 64 else "") + ("_causal" if causal else "") + ("_gqa" if gqa else "")
-
-
 def fast_solution(workload: Workload) -> str | None:
-    """The wgmma + TMA forward for a workload it covers, else None: D in {64, 128}, S a multiple of 128, and
-    with GQA (HKV in the symbols) H a multiple of HKV, non-causal (no workload asks for a causal GQA one)."""
-    sym = workload.symbols
-    s, d, gqa = int(sym.get("S", 0)), int(sym.get("D", 0)), "HKV" in sym
-    if workload.op != "mha_fwd" or s <= 0 or s % 128 or d not in (64, 128):
+    """The wgmma + TMA forward at its default point for a workload it covers, else None: an mha_fwd with D in
+    {64, 96, 128}, S a multiple of 64 (and of the key tile when that is a power of two), with GQA H a multiple
+    of HKV (attention_template.validate says which rule a workload breaks)."""
+    d = int(workload.symbols.get("D", 0))
+    if workload.op != "mha_fwd" or d not in at.HEAD_DIMS:
         return None
-    if gqa and (workload.causal or int(sym["HKV"]) < 1 or int(sym["H"]) % int(sym["HKV"])):
-        return None
-    edits = [('kernel = "attn_fwd_wgmma"', f'kernel = "{fast_entry_point(d, workload.causal, gqa)}"')]
-    if d == 64:  # one 64-wide slab per tile and a 4-deep ring: 16 KiB x (Q + 4 x (K, V))
-        edits.append(('smem = "1024 + 32768 * 5 + 256"  # 1 KiB alignment slack, Q, STAGES = 2 x (K, V) tiles',
-                      'smem = "1024 + 16384 * 9 + 256"  # 1 KiB alignment slack, Q, STAGES = 4 x (K, V) tiles'))
-    if gqa:  # the group argument, and K / V are [B, HKV, S, D]
-        edits.append(('"f32:scale"]', '"f32:scale", "i32:H // HKV"]'))
-        edits += [(f'tensor = "{t}"\ndims = ["D", "B * H * S"]', f'tensor = "{t}"\ndims = ["D", "B * HKV * S"]')
-                  for t in ("K", "V")]
-    return with_plan_edits(FAST_FORWARD, edits)
+    params = at.default_params(workload)
+    return None if at.validate(params, workload) else at.render(params)

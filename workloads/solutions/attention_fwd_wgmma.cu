@@ -1,39 +1,3 @@
-// Hopper (sm_90a) attention forward: O = softmax(scale * Q K^T) V and the natural-log LSE, with TMA +
-// wgmma in the FlashAttention-3 "v2" style (no ping-pong scheduling). One template attn_fwd<HD, CAUSAL, GQA>,
-// six entry points: attn_fwd_wgmma, attn_fwd_wgmma_causal (top-left aligned, key j <= query i) and
-// attn_fwd_wgmma_gqa for D = 128; attn_fwd_wgmma_d64, attn_fwd_wgmma_d64_causal and attn_fwd_wgmma_d64_gqa
-// for D = 64. Each plan names one: this file's plan is the D = 128 non-causal one, and the other workloads'
-// solutions are this file with a few plan lines changed (workloads/solutions/attention.py fast_solution).
-//
-// Specialised for D = 128 or 64 and S a multiple of 128 (the kernel traps otherwise). One CTA per
-// (128 query rows, batch*head); 384 threads = 3 warpgroups:
-//   * warpgroup 0, the producer (setmaxnreg 24): one thread loads the 128 x D Q tile once, then
-//     streams 128-key K and V tiles into a STAGES-deep ring (2 for D = 128, 4 for D = 64) with TMA
-//     (128B swizzle: each tile is D / 64 slabs of 128 rows x 64 d, 16 KiB each), guarded by full /
-//     empty mbarriers, K and V separately so that S = Q K^T can start before V has landed.
-//   * warpgroups 1 and 2, the consumers (setmaxnreg 240): each owns 64 query rows.
-//     S = Q K^T   : D / 16 x wgmma m64n128k16, A = Q and B = K from shared memory, both K-major (d
-//                   contiguous), exactly as the reference GEMM.
-//     softmax     : online (FlashAttention recurrence) in registers, base-2 exponentials with
-//                   scale*log2(e) folded in; a thread holds rows r and r+8 of its warp's 16, row
-//                   max reduced over the quad (shfl.xor 1, 2); the row sum stays per thread until
-//                   the end (the running max is quad-uniform, so partial sums rescale alike).
-//     O += P V    : 8 x wgmma m64nDk16 with A = P from registers (the fp32 S accumulator
-//                   fragment of a k16 slice is exactly the bf16 A fragment once packed in pairs)
-//                   and B = V from shared memory, which is N-major (d contiguous) -> imm-trans-b = 1
-//                   and an MN-major descriptor (SBO = 1 KiB between 8-key groups; LBO = 16 KiB
-//                   between the two 64-wide d slabs for D = 128, never applied for D = 64's one slab).
-//   Within a consumer, S_j = Q K_j^T and O += P_{j-1} V_{j-1} are issued back to back; the softmax
-//   of S_j runs while the P V product is still in flight, and only the O rescale waits for it.
-//   The two consumer warpgroups are not synchronised with each other, so one's softmax overlaps
-//   the other's tensor-core work.
-// Epilogue: O / l stored as bf16 straight from registers; LSE = m * ln 2 + ln(l).
-// Causal: a CTA visits only the key tiles up to its diagonal one (BM = BN, so tile index = query tile)
-// and masks inside that one (peeled off the main loop); query tiles are handed out longest first.
-// GQA (the _gqa entry points, an extra `group` = H / HKV argument): K and V are [B, HKV, S, D], their
-// tensor maps cover B * HKV * S rows, and the CTA of row bh = b * H + h of Q reads K / V head
-// bh / group = b * HKV + h / group (one integer divide per CTA, in the producer).
-// H200, harness timing (cold L2): mha_fwd_d128 2.699 ms = 1.02x cuDNN (611 TFLOP/s); causal 1.50 ms = 0.99x.
 /* ptxbench
 language = "cuda"
 
@@ -41,7 +5,7 @@ language = "cuda"
 kernel = "attn_fwd_wgmma"
 grid = ["cdiv(S, 128)", "B * H"]
 block = [384]
-smem = "1024 + 32768 * 5 + 256"  # 1 KiB alignment slack, Q, STAGES = 2 x (K, V) tiles, mbarriers
+smem = "1024 + 32768 + 32768 * 4 + 256"  # 1 KiB alignment slack, Q, 2 x (K, V) tiles, mbarriers
 args = ["tmap:Q_map", "tmap:K_map", "tmap:V_map", "O", "LSE", "i32:S", "i32:D", "f32:scale"]
 
 [tmap.Q_map]
@@ -65,47 +29,83 @@ box = [64, 128]
 swizzle = "128B"
 l2_promotion = "256B"
 */
+// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'direct', 'producer_regs': 24}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
-
 #include "ptxbench/wgmma.cuh"
 #include "ptxbench/tma.cuh"
 #include "ptxbench/mbarrier.cuh"
 
-using namespace ptxbench;  // mbar_*, tma_load_2d, make_desc_sw128, wgmma_* (prompts/include/ptxbench)
+using namespace ptxbench;  // mbar_*, tma_*, make_desc_sw128, wgmma_* (prompts/include/ptxbench)
 
-constexpr int BM = 128;          // query rows per CTA (64 per consumer warpgroup)
-constexpr int BN = 128;          // keys per K / V tile
-constexpr int SLAB = 128 * 128;  // bytes of one 128-row x 64-column bf16 slab (one TMA box)
+constexpr int HD = 128;
+constexpr bool CAUSAL = false;
+constexpr bool GQA = false;
+constexpr int CONSUMERS = 2;
+constexpr int BN = 128;
+constexpr int STAGES = 2;
+constexpr bool PINGPONG = false;
+constexpr int LPT_GROUP = 0;
+constexpr bool EPILOGUE_TMA = false;
 constexpr int PRODUCER_REGS = 24;
 constexpr int CONSUMER_REGS = 240;
 
-// What the head dim HD (128 or 64) fixes: a 128-row tile of Q, K or V is HD / 64 slabs (d 0..63,
-// d 64..127); the K / V ring is deeper for D = 64, whose tiles are half as long to compute.
-// Shared memory (the plan's smem): 1024 alignment slack + TILE_BYTES * (1 + 2 * STAGES) + 256 barriers.
-template <int HD>
-struct Tile {
-  static_assert(HD == 64 || HD == 128, "head dim 64 or 128");
-  static constexpr int SLABS = HD / 64;
-  static constexpr int BYTES = SLABS * SLAB;     // D = 128: 32 KiB, D = 64: 16 KiB
-  static constexpr int STAGES = HD == 128 ? 2 : 4;  // K / V ring depth
-};
+// O = softmax(scale * Q K^T) V and the natural-log LSE, bf16 in / out, in the FlashAttention-3 layout:
+// one CTA per (BM = 64 x CONSUMERS query rows, batch * head); NTHREADS = 128 x (1 + CONSUMERS):
+//   * warpgroup 0, the producer (setmaxnreg PRODUCER_REGS): one thread loads the BM x D Q tile once, then
+//     streams BN-key K and V tiles into a STAGES-deep ring with TMA (128B swizzle: a tile is SLABS slabs of
+//     rows x 64 d), guarded by full / empty mbarriers, K and V separately so S = Q K^T starts before V lands.
+//   * warpgroups 1..CONSUMERS (setmaxnreg CONSUMER_REGS), 64 query rows each:
+//     S = Q K^T  : HD / 16 x wgmma m64nBNk16, Q and K from shared memory, both K-major (d contiguous).
+//     softmax    : online, in registers, base 2 with scale*log2(e) folded in; a thread holds rows r and r+8
+//                  of its warp's 16, the row max reduced over the quad (shfl.xor 1, 2), the row sum kept per
+//                  thread until the end (the running max is quad-uniform, so partial sums rescale alike).
+//     O += P V   : BN / 16 x wgmma m64nONk16, A = P from registers (the fp32 S fragment of a k16 slice is the
+//                  bf16 A fragment once packed in pairs), B = V N-major from shared memory (imm-trans-b = 1).
+//     S_j = Q K_j^T and O += P_{j-1} V_{j-1} are issued back to back; the softmax of S_j runs while P V is in
+//     flight and only the O rescale waits for it.
+//   PINGPONG: the consumers take turns to issue their wgmmas (named barriers 1..CONSUMERS, immediate ids),
+//     so one's softmax runs while the next one's GEMMs occupy the tensor cores (FA3's warp scheduling).
+// D = 96 pads each tile to two slabs: the TMA box over d 64..127 reads d 64..95 and zero-fills the rest,
+// so S = Q K^T takes 6 k16 steps and P V runs at N = 128 with zero columns that are never stored.
+// Keys past S (BN not dividing S) and, with CAUSAL, keys after the query are masked to -inf; a tile with
+// no such key runs the unmasked step. Query rows past S (BM not dividing S) are computed and not stored.
+// GQA: K / V are [B, HKV, S, D] and query row bh = b * H + h reads KV head bh / group (group = H / HKV).
 
-// The 128 rows starting at `row` of a [rows, HD] tensor map: HD / 64 boxes, one per slab.
-template <int HD>
+constexpr int BM = 64 * CONSUMERS;              // query rows per CTA
+constexpr int NTHREADS = 128 * (CONSUMERS + 1);
+constexpr int SLABS = (HD + 63) / 64;           // 64-wide d slabs per tile (D = 96: the second half zero)
+constexpr int ON = 64 * SLABS;                  // O accumulator columns per row block
+constexpr int Q_SLAB = BM * 128;                // bytes of one Q slab: BM rows x 128 B
+constexpr int KV_SLAB = BN * 128;
+constexpr int Q_BYTES = SLABS * Q_SLAB;
+constexpr int KV_BYTES = SLABS * KV_SLAB;
+constexpr int SN = BN / 2;                      // S accumulator registers per thread (m64nBN)
+constexpr int PN = BN / 4;                      // P registers: bf16 pairs
+constexpr bool KEY_TAIL = (BN & (BN - 1)) != 0;  // BN not a power of two: the last key tile may pass S
+constexpr bool MASKED = CAUSAL || KEY_TAIL;      // some tile needs the masked step
+constexpr int BAR_TURN = 1;                     // named barriers 1..CONSUMERS: consumer c's turn to issue
+constexpr int BAR_EPI = 4;                      // 4 + c: consumer c's epilogue staging (after 3 turn ids)
+
+static_assert(HD == 64 || HD == 96 || HD == 128, "head dim 64, 96 or 128");
+static_assert(BN % 16 == 0 && BN <= 256, "wgmma N and the TMA box");
+static_assert(1 + 4 * STAGES <= 32, "the mbarriers fit their 256 bytes");
+static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumers");
+
+// The `rows` rows starting at `row` of a [rows, D] tensor map: SLABS boxes of 64 d, one per slab.
+template <int SLAB_BYTES>
 __device__ __forceinline__ void tma_load_tile(uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int row) {
 #pragma unroll
-  for (int s = 0; s < Tile<HD>::SLABS; ++s) tma_load_2d(dst + s * SLAB, map, bar, 64 * s, row);
+  for (int s = 0; s < SLABS; ++s) tma_load_2d(dst + s * SLAB_BYTES, map, bar, 64 * s, row);
 }
 
-// Descriptor of an MN-major (N contiguous), 128B-swizzled B operand: each 128-byte row is one k
-// (key) holding 64 consecutive n (d); LBO = bytes between 64-wide n slabs, SBO = between 8-k atoms
-// (PTX ISA canonical layout ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), T = 8 bf16). With N = 64 (D = 64)
-// the operand is a single n slab (m = 1), so the LBO is never applied.
+// Descriptor of an MN-major (N contiguous), 128B-swizzled B operand: each 128-byte row is one k (key)
+// holding 64 consecutive n (d); LBO = bytes between 64-wide n slabs, SBO = between 8-k atoms (PTX ISA
+// canonical layout ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), T = 8 bf16). With ON = 64 the LBO is never applied.
 __device__ __forceinline__ uint64_t desc_nmajor(const void* p) {
   uint64_t d = static_cast<uint64_t>((smem_u32(p) & 0x3FFFF) >> 4);
-  d |= static_cast<uint64_t>(SLAB >> 4) << 16;
+  d |= static_cast<uint64_t>(KV_SLAB >> 4) << 16;
   d |= static_cast<uint64_t>(1024 >> 4) << 32;
   d |= static_cast<uint64_t>(1) << 62;
   return d;
@@ -116,6 +116,44 @@ template <int R>
 __device__ __forceinline__ void wgmma_fence_regs(uint32_t (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+r"(d[i]) :: "memory");
+}
+
+// Named barriers with immediate ids (bar.sync / bar.arrive): COUNT threads meet at barrier ID.
+template <int ID, int COUNT>
+__device__ __forceinline__ void bar_sync_imm() {
+  asm volatile("bar.sync %0, %1;" :: "n"(ID), "n"(COUNT) : "memory");
+}
+template <int ID, int COUNT>
+__device__ __forceinline__ void bar_arrive_imm() {
+  asm volatile("bar.arrive %0, %1;" :: "n"(ID), "n"(COUNT) : "memory");
+}
+
+// Ping-pong turns. Barrier BAR_TURN + c completes when consumer c waits on it (128 threads) and consumer
+// c - 1 (mod CONSUMERS) has arrived (128): c may then issue its wgmmas, and after issuing it passes the turn
+// to c + 1. Every consumer has the same number of issue points (n_tiles + 1), the last consumer starts the
+// ring with one arrival for consumer 0 and skips its arrival after its final issue, so arrivals and waits
+// pair up exactly; a consumer cannot arrive twice before the next one waited (it needs the turn back first).
+__device__ __forceinline__ void turn_wait(int c) {
+  if constexpr (PINGPONG) {
+    if (c == 0) bar_sync_imm<BAR_TURN, 256>();
+    else if (c == 1) bar_sync_imm<BAR_TURN + 1, 256>();
+    else bar_sync_imm<BAR_TURN + 2, 256>();
+  }
+}
+__device__ __forceinline__ void turn_pass(int c) {
+  if constexpr (PINGPONG) {
+    const int next = c + 1 == CONSUMERS ? 0 : c + 1;
+    if (next == 0) bar_arrive_imm<BAR_TURN, 256>();
+    else if (next == 1) bar_arrive_imm<BAR_TURN + 1, 256>();
+    else bar_arrive_imm<BAR_TURN + 2, 256>();
+  }
+}
+
+// The 128 threads of consumer c meet (before one of them TMA-stores what all of them staged).
+__device__ __forceinline__ void epilogue_sync(int c) {
+  if (c == 0) bar_sync_imm<BAR_EPI, 128>();
+  else if (c == 1) bar_sync_imm<BAR_EPI + 1, 128>();
+  else bar_sync_imm<BAR_EPI + 2, 128>();
 }
 
 __device__ __forceinline__ float ex2(float x) {
@@ -130,7 +168,7 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 
 // O[64 x 128] += P[64 x 16] * V[16 x 128]: P from registers (bf16 pairs), V in shared memory
-// N-major (d contiguous), hence imm-trans-b = 1. (D = 128)
+// N-major (d contiguous), hence imm-trans-b = 1. (ON = 128: D = 96 or 128)
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint64_t db) {
   asm volatile(
@@ -151,37 +189,36 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[32], uint32_t a0, uint32_t a
 }
 
 // S = Q K^T for this warpgroup's 64 rows: HD / 16 k16 steps over d, the first overwriting S (scale_d = 0).
-// Inside a 128-byte swizzle row a k16 step is 32 bytes further (+2 in the descriptor's 16-byte units);
-// steps 4..7 (D = 128) read the second slab.
-template <int HD>
-__device__ __forceinline__ void issue_qk(float (&s)[64], const uint8_t* q, const uint8_t* k) {
+// Inside a 128-byte swizzle row a k16 step is 32 bytes further (+2 in the descriptor's 16-byte units); steps
+// 4.. read the second slab (Q_SLAB / KV_SLAB bytes further).
+__device__ __forceinline__ void issue_qk(float (&s)[SN], const uint8_t* q, const uint8_t* k) {
   const uint64_t dq = make_desc_sw128(q), dk = make_desc_sw128(k);
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk) {
-    const uint64_t off = (kk / 4) * (SLAB >> 4) + 2 * (kk % 4);
-    wgmma_m64k16_bf16<128>(s, dq + off, dk + off, kk != 0);
+    const uint64_t qo = (kk / 4) * (Q_SLAB >> 4) + 2 * (kk % 4), ko = (kk / 4) * (KV_SLAB >> 4) + 2 * (kk % 4);
+    wgmma_m64k16_bf16<BN>(s, dq + qo, dk + ko, kk != 0);
   }
 }
 
-// O += P V: 8 k16 steps over the 128 keys; step kk reads keys 16kk..16kk+15 = two 8-key atoms,
-// 2 KiB further into every d slab. p[4kk..4kk+3] is P's register fragment of that step.
-template <int HD>
-__device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const uint32_t (&p)[32], const uint8_t* v) {
+// O += P V: BN / 16 k16 steps over the keys; step kk reads keys 16kk..16kk+15 = two 8-key atoms, 2 KiB
+// further into every d slab. p[4kk..4kk+3] is P's register fragment of that step.
+__device__ __forceinline__ void issue_pv(float (&o)[ON / 2], const uint32_t (&p)[PN], const uint8_t* v) {
   const uint64_t dv = desc_nmajor(v);
 #pragma unroll
-  for (int kk = 0; kk < 8; ++kk) {
+  for (int kk = 0; kk < BN / 16; ++kk) {
     wgmma_rs(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], dv + kk * (2048 >> 4));
   }
 }
 
-// Online softmax of one S tile, in place (S becomes P = 2^(S*sl2 - m)). Accumulator element j of
-// this thread is row r0 + 8 * ((j / 2) % 2), column 8 * (j / 4) + 2 * (t % 4) + j % 2.
-// Returns the factors exp2(m_old - m_new) that the running output and sum must be scaled by.
-__device__ __forceinline__ void softmax_tile(float (&s)[64], float sl2, float& m0, float& m1, float& l0, float& l1,
+// Online softmax of one S tile, in place (S becomes P = 2^(S*sl2 - m)). Accumulator element j of this
+// thread is row r0 + 8 * ((j / 2) % 2), column 8 * (j / 4) + 2 * (t % 4) + j % 2. Returns the factors
+// exp2(m_old - m_new) that the running output and sum must be scaled by. A row fully masked in this tile
+// keeps its max (finite: tile 0 always holds key 0, which no row masks) and adds zeros.
+__device__ __forceinline__ void softmax_tile(float (&s)[SN], float sl2, float& m0, float& m1, float& l0, float& l1,
                                              float& a0, float& a1) {
   float x0 = s[0], x1 = s[2];
 #pragma unroll
-  for (int j = 0; j < 64; j += 4) {
+  for (int j = 0; j < SN; j += 4) {
     x0 = fmaxf(x0, fmaxf(s[j], s[j + 1]));
     x1 = fmaxf(x1, fmaxf(s[j + 2], s[j + 3]));
   }
@@ -195,7 +232,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float sl2, float& m
   a1 = ex2(m1 - n1);
   float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-  for (int j = 0; j < 64; j += 4) {
+  for (int j = 0; j < SN; j += 4) {
     s[j] = ex2(fmaf(s[j], sl2, -n0));
     s[j + 1] = ex2(fmaf(s[j + 1], sl2, -n0));
     s[j + 2] = ex2(fmaf(s[j + 2], sl2, -n1));
@@ -209,26 +246,25 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float sl2, float& m
   m1 = n1;
 }
 
-// Causal mask of the diagonal tile: element j of this thread sits at row `row` + 8 * ((j / 2) % 2) and
-// column 8 * (j / 4) + 2 * (t % 4) + j % 2 of the 128 x 128 tile; keys after the query get -inf.
-// Every row keeps at least its key 0 of the tile, so the row max stays finite.
-__device__ __forceinline__ void mask_diagonal(float (&s)[64], int row, int lane) {
+// Masks a tile: element j sits at tile column 8 * (j / 4) + 2 * (lane % 4) + j % 2 and gets -inf past its
+// row's last key: `lim` (tile-relative) for row r0; with CAUSAL row r0 + 8 may see 8 keys more.
+__device__ __forceinline__ void mask_tile(float (&s)[SN], int lim, int lane) {
   const int col0 = 2 * (lane % 4);
 #pragma unroll
-  for (int j = 0; j < 64; ++j) {
-    if (8 * (j / 4) + col0 + (j % 2) > row + 8 * ((j / 2) % 2)) s[j] = -INFINITY;
+  for (int j = 0; j < SN; ++j) {
+    if (8 * (j / 4) + col0 + (j % 2) > lim + (CAUSAL ? 8 * ((j / 2) % 2) : 0)) s[j] = -INFINITY;
   }
 }
 
-// The k16 slice kk of the m64n128 accumulator (elements 8kk..8kk+7) packed in pairs is the A
-// fragment {a0a1, a2a3, a4a5, a6a7} of wgmma m64nNk16: rows r0 / r0+8, columns 2(t%4) / +8.
-__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[32]) {
+// The k16 slice kk of the m64nBN accumulator (elements 8kk..8kk+7) packed in pairs is the A fragment
+// {a0a1, a2a3, a4a5, a6a7} of wgmma m64nNk16: rows r0 / r0+8, columns 2(t%4) / +8.
+__device__ __forceinline__ void pack_p(const float (&s)[SN], uint32_t (&p)[PN]) {
 #pragma unroll
-  for (int i = 0; i < 32; ++i) p[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+  for (int i = 0; i < PN; ++i) p[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
 }
 
-// Shared-memory ring state of a consumer warpgroup, passed to the per-tile step.
-struct Ring {
+// A consumer warpgroup's view of the CTA: its Q rows, the ring, its softmax state.
+struct Consumer {
   const uint8_t* sQc;  // the warpgroup's 64 rows inside each Q slab
   const uint8_t* sK;
   const uint8_t* sV;
@@ -236,36 +272,47 @@ struct Ring {
   uint64_t* fullV;
   uint64_t* emptyK;
   uint64_t* emptyV;
+  int c, lane;
+  int qrow;            // query index of this thread's first row (the second is qrow + 8)
+  int S;
+  float sl2;
+  float m0, m1, l0, l1;
 };
 
-// One key tile j >= 1 of a consumer warpgroup: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are issued
-// back to back; the softmax of S_j runs while the P V product is still in flight, and only the O
-// rescale waits for it. MASK: j is the causal diagonal tile.
-template <int HD, bool MASK>
-__device__ __forceinline__ void consumer_step(int j, const Ring& r, float (&s)[64], float (&o)[HD / 2],
-                                              uint32_t (&p)[32], float sl2, float& m0, float& m1, float& l0,
-                                              float& l1, int row, int lane) {
-  constexpr int STAGES = Tile<HD>::STAGES, TILE_BYTES = Tile<HD>::BYTES;
+// The last key of key tile j that this thread's first row may see, relative to the tile. Causal: the query
+// index (for rows inside S it also stops keys past S); else S - 1, the key tail.
+__device__ __forceinline__ int tile_limit(const Consumer& w, int j) {
+  return (CAUSAL ? w.qrow : w.S - 1) - j * BN;
+}
+
+// One key tile j >= 1: S_j = Q K_j^T and O += P_{j-1} V_{j-1} issued back to back (one turn under
+// ping-pong); the softmax of S_j runs while the P V product is in flight, only the O rescale waits for it.
+template <bool MASK>
+__device__ __forceinline__ void consumer_step(int j, Consumer& w, float (&s)[SN], float (&o)[ON / 2], uint32_t (&p)[PN]) {
   const int st = j % STAGES, sp = (j - 1) % STAGES;
   float a0, a1;
-  mbar_wait(&r.fullK[st], (j / STAGES) & 1);
-  mbar_wait(&r.fullV[sp], ((j - 1) / STAGES) & 1);
+  mbar_wait(&w.fullK[st], (j / STAGES) & 1);
+  mbar_wait(&w.fullV[sp], ((j - 1) / STAGES) & 1);
+  turn_wait(w.c);
   wgmma_fence();
-  issue_qk<HD>(s, r.sQc, r.sK + st * TILE_BYTES);  // S_j = Q K_j^T
+  issue_qk(s, w.sQc, w.sK + st * KV_BYTES);  // S_j = Q K_j^T
   wgmma_commit();
-  issue_pv<HD>(o, p, r.sV + sp * TILE_BYTES);      // O += P_{j-1} V_{j-1}
+  issue_pv(o, p, w.sV + sp * KV_BYTES);      // O += P_{j-1} V_{j-1}
   wgmma_commit();
+  turn_pass(w.c);
   wgmma_wait<1>();  // S_j is done (groups complete in order)
   wgmma_fence_regs(s);
-  if (lane == 0) mbar_arrive(&r.emptyK[st]);
-  if constexpr (MASK) mask_diagonal(s, row, lane);
-  softmax_tile(s, sl2, m0, m1, l0, l1, a0, a1);
+  if (w.lane == 0) mbar_arrive(&w.emptyK[st]);
+  if constexpr (MASK) {
+    mask_tile(s, tile_limit(w, j), w.lane);
+  }
+  softmax_tile(s, w.sl2, w.m0, w.m1, w.l0, w.l1, a0, a1);
   wgmma_wait<0>();  // P_{j-1} V_{j-1} is done: O and P may be touched again
   wgmma_fence_regs(o);
   wgmma_fence_regs(p);
-  if (lane == 0) mbar_arrive(&r.emptyV[sp]);
+  if (w.lane == 0) mbar_arrive(&w.emptyV[sp]);
 #pragma unroll
-  for (int i = 0; i < HD / 2; i += 4) {
+  for (int i = 0; i < ON / 2; i += 4) {
     o[i] *= a0;
     o[i + 1] *= a0;
     o[i + 2] *= a1;
@@ -274,21 +321,53 @@ __device__ __forceinline__ void consumer_step(int j, const Ring& r, float (&s)[6
   pack_p(s, p);
 }
 
-// HD: head dim (128 or 64). CAUSAL: top-left aligned mask. GQA: K / V have B * HKV heads and query
-// head (b, h) = row bh = b * H + h reads KV head b * HKV + h / group = bh / group (H = HKV * group).
-template <int HD, bool CAUSAL, bool GQA>
+// O / l as bf16 straight from registers (the first HD columns).
+__device__ __forceinline__ void store_direct(const float (&o)[ON / 2], __nv_bfloat16* O, size_t row, int lane,
+                                             float inv0, float inv1) {
+  __nv_bfloat16* o0 = O + row * HD + 2 * (lane % 4);
+  __nv_bfloat16* o1 = o0 + 8 * HD;
+#pragma unroll
+  for (int q = 0; q < HD / 8; ++q) {
+    *reinterpret_cast<uint32_t*>(o0 + 8 * q) = pack_bf16(o[4 * q] * inv0, o[4 * q + 1] * inv0);
+    *reinterpret_cast<uint32_t*>(o1 + 8 * q) = pack_bf16(o[4 * q + 2] * inv1, o[4 * q + 3] * inv1);
+  }
+}
+
+// O / l staged as bf16 in the consumer's own (no longer read) Q rows, in the 128B-swizzled layout of a
+// 64 x 64 TMA box (16-byte chunk ^ row % 8: the quad's rows land in different banks), then one thread
+// stores each slab with TMA. Columns past HD are outside the O map and not written.
+__device__ __forceinline__ void store_tma(const float (&o)[ON / 2], uint8_t* stage, const CUtensorMap* tmO, int row0,
+                                          int c, int t, float inv0, float inv1) {
+  const int lane = t % 32, r0 = 16 * (t / 32) + lane / 4;
+#pragma unroll
+  for (int q = 0; q < HD / 8; ++q) {
+    uint8_t* dst = stage + (q / 8) * Q_SLAB + r0 * 128 + (((q % 8) ^ (r0 % 8)) << 4) + 4 * (lane % 4);
+    *reinterpret_cast<uint32_t*>(dst) = pack_bf16(o[4 * q] * inv0, o[4 * q + 1] * inv0);
+    *reinterpret_cast<uint32_t*>(dst + 8 * 128) = pack_bf16(o[4 * q + 2] * inv1, o[4 * q + 3] * inv1);
+  }
+  fence_proxy_async();  // the generic-proxy stores above, before the TMA (async proxy) reads them
+  epilogue_sync(c);
+  if (t == 0) {
+#pragma unroll
+    for (int s = 0; s < SLABS; ++s) tma_store_2d(tmO, stage + s * Q_SLAB, 64 * s, row0);
+    tma_store_commit();
+    tma_store_wait<0>();
+  }
+}
+
+// The whole kernel. GQA: query row bh = b * H + h reads KV head bh / group (H = HKV * group).
 __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorMap* tmK, const CUtensorMap* tmV,
-                                         __nv_bfloat16* __restrict__ O, float* __restrict__ LSE, int S, int D,
-                                         float scale, int group) {
-  constexpr int STAGES = Tile<HD>::STAGES, TILE_BYTES = Tile<HD>::BYTES;
-  if (D != HD || S % BN != 0 || (GQA && group < 1)) asm volatile("trap;");  // this kernel's tiling only; fail loudly
+                                         const CUtensorMap* tmO, __nv_bfloat16* __restrict__ O,
+                                         float* __restrict__ LSE, int S, int D, float scale, int group) {
+  // this build's tiling only; fail loudly
+  if (D != HD || S % 64 != 0 || (!KEY_TAIL && S % BN != 0) || group < 1) asm volatile("trap;");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // dynamic shared memory is only 16-byte aligned; the swizzled tiles need 1024
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* sQ = smem;
-  uint8_t* sK = sQ + TILE_BYTES;
-  uint8_t* sV = sK + STAGES * TILE_BYTES;
-  uint64_t* fullQ = reinterpret_cast<uint64_t*>(sV + STAGES * TILE_BYTES);  // 1 + 4 * STAGES barriers <= 256 bytes
+  uint8_t* sK = sQ + Q_BYTES;
+  uint8_t* sV = sK + STAGES * KV_BYTES;
+  uint64_t* fullQ = reinterpret_cast<uint64_t*>(sV + STAGES * KV_BYTES);  // 1 + 4 * STAGES barriers <= 256 bytes
   uint64_t* fullK = fullQ + 1;
   uint64_t* fullV = fullK + STAGES;
   uint64_t* emptyK = fullV + STAGES;
@@ -296,19 +375,33 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
 
   const int wg = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
-  const int q_tile = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // causal: longest rows first
+  const int n_q = (S + BM - 1) / BM;
+  int q_tile, bh;
+  if (CAUSAL && LPT_GROUP > 0) {
+    // longest first across groups of LPT_GROUP heads (a 1-D grid): the block scheduler hands the longest
+    // rows of every head out before the shorter ones, while the heads running at once stay few (L2 reuse)
+    const int heads = gridDim.x / n_q;
+    const int grp = blockIdx.x / (LPT_GROUP * n_q), in_grp = blockIdx.x % (LPT_GROUP * n_q);
+    const int g_heads = min(LPT_GROUP, heads - grp * LPT_GROUP);
+    q_tile = n_q - 1 - in_grp / g_heads;
+    bh = grp * LPT_GROUP + in_grp % g_heads;
+  } else {
+    q_tile = CAUSAL ? n_q - 1 - blockIdx.x : blockIdx.x;  // causal: each head's longest rows first
+    bh = blockIdx.y;
+  }
   const int q0 = q_tile * BM;
-  const int bh = blockIdx.y;
   const int head_row = bh * S;  // first row of this (batch, head) in the [B*H*S, D] view of Q and O
-  const int n_tiles = CAUSAL ? q_tile + 1 : S / BN;  // causal: up to the diagonal tile (BM = BN)
+  // key tiles: causal up to the one holding key min(q0 + BM, S) - 1; tiles from n_plain on need the mask
+  const int n_tiles = CAUSAL ? (min(q0 + BM, S) + BN - 1) / BN : (S + BN - 1) / BN;
+  const int n_plain = CAUSAL ? (q0 + 1) / BN : S / BN;
 
   if (threadIdx.x == 0) {
     mbar_init(fullQ, 1);
     for (int i = 0; i < STAGES; ++i) {
       mbar_init(&fullK[i], 1);
       mbar_init(&fullV[i], 1);
-      mbar_init(&emptyK[i], 8);  // one arrival per consumer warp (2 warpgroups x 4 warps)
-      mbar_init(&emptyV[i], 8);
+      mbar_init(&emptyK[i], 4 * CONSUMERS);  // one arrival per consumer warp
+      mbar_init(&emptyV[i], 4 * CONSUMERS);
     }
     mbar_fence_init();
   }
@@ -319,18 +412,18 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
     if (t == 0) {
       // first row of this head's keys / values in the [B*HKV*S, D] view of K and V (HKV = H without GQA)
       const int kv_row = GQA ? (bh / group) * S : head_row;
-      mbar_arrive_expect_tx(fullQ, TILE_BYTES);
-      tma_load_tile<HD>(sQ, tmQ, fullQ, head_row + q0);
+      mbar_arrive_expect_tx(fullQ, Q_BYTES);
+      tma_load_tile<Q_SLAB>(sQ, tmQ, fullQ, head_row + q0);
       for (int j = 0; j < n_tiles; ++j) {
         const int st = j % STAGES;
         const uint32_t ph = (j / STAGES) & 1;
         const int row = kv_row + j * BN;
         mbar_wait(&emptyK[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
-        mbar_arrive_expect_tx(&fullK[st], TILE_BYTES);
-        tma_load_tile<HD>(sK + st * TILE_BYTES, tmK, &fullK[st], row);
+        mbar_arrive_expect_tx(&fullK[st], KV_BYTES);  // out-of-bounds boxes count in full
+        tma_load_tile<KV_SLAB>(sK + st * KV_BYTES, tmK, &fullK[st], row);
         mbar_wait(&emptyV[st], ph ^ 1);
-        mbar_arrive_expect_tx(&fullV[st], TILE_BYTES);
-        tma_load_tile<HD>(sV + st * TILE_BYTES, tmV, &fullV[st], row);
+        mbar_arrive_expect_tx(&fullV[st], KV_BYTES);
+        tma_load_tile<KV_SLAB>(sV + st * KV_BYTES, tmV, &fullV[st], row);
       }
     }
   } else {
@@ -338,104 +431,76 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
     const int c = wg - 1;
     const int lane = t % 32;
     const int r0 = 16 * (t / 32) + lane / 4;  // this thread's rows: r0 and r0 + 8 of the warpgroup's 64
-    const int row = 64 * c + r0;              // ... and within the CTA's 128
-    const float sl2 = scale * 1.4426950408889634f;
-    const Ring ring{sQ + c * 64 * 128, sK, sV, fullK, fullV, emptyK, emptyV};
+    Consumer w{sQ + c * 64 * 128, sK, sV, fullK, fullV, emptyK, emptyV, c, lane, q0 + 64 * c + r0, S,
+               scale * 1.4426950408889634f, -INFINITY, -INFINITY, 0.f, 0.f};
 
-    float s[64], o[HD / 2];  // S: 64 x 128 keys; O: 64 x HD (m64nN accumulators: N / 2 per thread)
-    uint32_t p[32];
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f, a0, a1;
+    float s[SN], o[ON / 2];  // S: 64 x BN keys; O: 64 x ON (m64nN accumulators: N / 2 per thread)
+    uint32_t p[PN];
+    float a0, a1;
 #pragma unroll
-    for (int i = 0; i < HD / 2; ++i) o[i] = 0.f;
+    for (int i = 0; i < ON / 2; ++i) o[i] = 0.f;
+    if (PINGPONG && c == CONSUMERS - 1) turn_pass(c);  // consumer 0 issues first
 
     mbar_wait(fullQ, 0);
     // tile 0: S only
     mbar_wait(&fullK[0], 0);
+    turn_wait(c);
     wgmma_fence();
-    issue_qk<HD>(s, ring.sQc, sK);
+    issue_qk(s, w.sQc, sK);
     wgmma_commit();
+    turn_pass(c);
     wgmma_wait<0>();
     wgmma_fence_regs(s);
     if (lane == 0) mbar_arrive(&emptyK[0]);
-    if (CAUSAL && n_tiles == 1) mask_diagonal(s, row, lane);
-    softmax_tile(s, sl2, m0, m1, l0, l1, a0, a1);
+    if (MASKED && n_plain == 0) {
+      mask_tile(s, tile_limit(w, 0), lane);
+    }
+    softmax_tile(s, w.sl2, w.m0, w.m1, w.l0, w.l1, a0, a1);
     pack_p(s, p);
 
-    // tiles 1 .. n-1; the causal diagonal tile (the last) is peeled off so the main loop has no mask code
-    const int n_plain = CAUSAL ? n_tiles - 1 : n_tiles;
-    for (int j = 1; j < n_plain; ++j) consumer_step<HD, false>(j, ring, s, o, p, sl2, m0, m1, l0, l1, row, lane);
-    if (CAUSAL && n_tiles > 1) consumer_step<HD, true>(n_tiles - 1, ring, s, o, p, sl2, m0, m1, l0, l1, row, lane);
+    // tiles 1 .. n-1: unmasked up to n_plain, then the masked ones (causal diagonal, the key tail)
+    const int n_main = MASKED ? min(n_plain, n_tiles) : n_tiles;
+    for (int j = 1; j < n_main; ++j) consumer_step<false>(j, w, s, o, p);
+    if constexpr (MASKED) {
+      for (int j = max(n_main, 1); j < n_tiles; ++j) consumer_step<true>(j, w, s, o, p);
+    }
     {
       const int sp = (n_tiles - 1) % STAGES;
       mbar_wait(&fullV[sp], ((n_tiles - 1) / STAGES) & 1);
+      turn_wait(c);
       wgmma_fence();
-      issue_pv<HD>(o, p, sV + sp * TILE_BYTES);
+      issue_pv(o, p, sV + sp * KV_BYTES);
       wgmma_commit();
+      if (c != CONSUMERS - 1) turn_pass(c);  // the last consumer's final turn goes to no one
       wgmma_wait<0>();
       wgmma_fence_regs(o);
     }
 
     // the row sums were kept per thread: reduce over the quad now
+    float l0 = w.l0, l1 = w.l1;
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
     const float inv0 = 1.f / l0, inv1 = 1.f / l1;
-    const int qrow = q0 + row;  // query index of this thread's rows qrow and qrow + 8
-    __nv_bfloat16* o0 = O + (static_cast<size_t>(head_row) + qrow) * HD + 2 * (lane % 4);
-    __nv_bfloat16* o1 = o0 + 8 * HD;
-#pragma unroll
-    for (int q = 0; q < HD / 8; ++q) {
-      *reinterpret_cast<uint32_t*>(o0 + 8 * q) = pack_bf16(o[4 * q] * inv0, o[4 * q + 1] * inv0);
-      *reinterpret_cast<uint32_t*>(o1 + 8 * q) = pack_bf16(o[4 * q + 2] * inv1, o[4 * q + 3] * inv1);
+    const bool live = q0 + 64 * c < S;  // S % 64 == 0: a warpgroup's rows are all inside S or all past it
+    if constexpr (EPILOGUE_TMA) {
+      if (live) store_tma(o, sQ + c * 64 * 128, tmO, head_row + q0 + 64 * c, c, t, inv0, inv1);
+    } else if (live) {
+      store_direct(o, O, static_cast<size_t>(head_row) + w.qrow, lane, inv0, inv1);
     }
-    if (lane % 4 == 0) {
+    if (live && lane % 4 == 0) {
       // m is the running max of scale*S in log2 units: ln(sum e^(scale*S)) = m ln 2 + ln(l)
-      LSE[head_row + qrow] = m0 * 0.6931471805599453f + logf(l0);
-      LSE[head_row + qrow + 8] = m1 * 0.6931471805599453f + logf(l1);
+      LSE[head_row + w.qrow] = w.m0 * 0.6931471805599453f + logf(l0);
+      LSE[head_row + w.qrow + 8] = w.m1 * 0.6931471805599453f + logf(l1);
     }
   }
 }
 
-// The entry points; each plan names one (attention.py fast_solution / fast_entry_point).
+// The entry point the plan launches.
 extern "C" __global__ void __launch_bounds__(384, 1)
 attn_fwd_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-               const __grid_constant__ CUtensorMap tmV, __nv_bfloat16* __restrict__ O, float* __restrict__ LSE,
-               int S, int D, float scale) {
-  attn_fwd<128, false, false>(&tmQ, &tmK, &tmV, O, LSE, S, D, scale, 1);
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-attn_fwd_wgmma_causal(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-                      const __grid_constant__ CUtensorMap tmV, __nv_bfloat16* __restrict__ O, float* __restrict__ LSE,
-                      int S, int D, float scale) {
-  attn_fwd<128, true, false>(&tmQ, &tmK, &tmV, O, LSE, S, D, scale, 1);
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-attn_fwd_wgmma_gqa(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-                   const __grid_constant__ CUtensorMap tmV, __nv_bfloat16* __restrict__ O, float* __restrict__ LSE,
-                   int S, int D, float scale, int group) {
-  attn_fwd<128, false, true>(&tmQ, &tmK, &tmV, O, LSE, S, D, scale, group);
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-attn_fwd_wgmma_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-                   const __grid_constant__ CUtensorMap tmV, __nv_bfloat16* __restrict__ O, float* __restrict__ LSE,
-                   int S, int D, float scale) {
-  attn_fwd<64, false, false>(&tmQ, &tmK, &tmV, O, LSE, S, D, scale, 1);
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-attn_fwd_wgmma_d64_causal(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-                          const __grid_constant__ CUtensorMap tmV, __nv_bfloat16* __restrict__ O, float* __restrict__ LSE,
-                          int S, int D, float scale) {
-  attn_fwd<64, true, false>(&tmQ, &tmK, &tmV, O, LSE, S, D, scale, 1);
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-attn_fwd_wgmma_d64_gqa(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-                       const __grid_constant__ CUtensorMap tmV, __nv_bfloat16* __restrict__ O, float* __restrict__ LSE,
-                       int S, int D, float scale, int group) {
-  attn_fwd<64, false, true>(&tmQ, &tmK, &tmV, O, LSE, S, D, scale, group);
+    const __grid_constant__ CUtensorMap tmV, __nv_bfloat16* __restrict__ O, float* __restrict__ LSE,
+    int S, int D, float scale) {
+  attn_fwd(&tmQ, &tmK, &tmV, nullptr, O, LSE, S, D, scale, 1);
 }

@@ -1,0 +1,131 @@
+"""Points of the attention forward's template (workloads/solutions/attention_template.py) through the real
+evaluator on a GPU: status, speedup over cuDNN with its interval, and the prediction made before the run.
+
+Ordered for a short device call: cheap smoke-shape screens of each new code path first (ping-pong, TMA-store
+epilogue, key tail, three consumers, longest-first order), then the main shapes. A point whose non-default
+features include those of a point that TIMED OUT (a hang) is skipped, and nothing new starts after the
+deadline (default 420 s), so one bad barrier cannot eat the call. No ncu profile (profile_on_pass=False).
+
+    python3 bench/attention_sweep.py OUT.json [--deadline 420] [--only WORKLOAD_SUBSTRING]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+# (workload, changes from the workload's default point, predicted speedup over cuDNN; None = a screen)
+POINTS: list[tuple[str, dict, float | None]] = [
+    ("smoke_mha_fwd_d64", {"schedule": "pingpong"}, None),
+    ("smoke_mha_fwd_d64", {"schedule": "pingpong", "epilogue": "tma"}, None),
+    ("smoke_mha_fwd_d64_causal", {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 2}, None),
+    ("smoke_mha_fwd_d64", {"consumers": 3, "bn": 96, "schedule": "pingpong"}, None),  # ragged query and key tiles
+    ("smoke_mha_fwd_d64_causal", {"bn": 176, "schedule": "pingpong"}, None),
+    ("smoke_mha_fwd_d64_gqa_h4_kv2", {"schedule": "pingpong", "epilogue": "tma"}, None),
+    # D = 128
+    ("mha_fwd_d128", {}, 1.02),
+    ("mha_fwd_d128", {"schedule": "pingpong"}, 1.06),
+    ("mha_fwd_d128", {"epilogue": "tma"}, 1.03),
+    ("mha_fwd_d128", {"schedule": "pingpong", "epilogue": "tma"}, 1.07),
+    ("mha_fwd_d128", {"schedule": "pingpong", "epilogue": "tma", "stages": 3}, 1.07),
+    ("mha_fwd_d128", {"schedule": "pingpong", "epilogue": "tma", "bn": 160}, 1.05),
+    ("mha_fwd_d128", {"schedule": "pingpong", "bn": 96}, 0.95),
+    ("mha_fwd_d128", {"consumers": 1, "bn": 64}, 0.55),  # the tuner's weak start
+    ("mha_fwd_d128_causal", {}, 0.99),
+    ("mha_fwd_d128_causal", {"schedule": "pingpong"}, 1.03),
+    ("mha_fwd_d128_causal", {"schedule": "pingpong", "epilogue": "tma"}, 1.04),
+    ("mha_fwd_d128_causal", {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 4}, 1.05),
+    ("mha_fwd_d128_causal", {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 8}, 1.04),
+    ("mha_fwd_d128_causal", {"schedule": "pingpong", "bn": 64}, 0.90),
+    ("mha_fwd_d128_causal", {"schedule": "pingpong", "epilogue": "tma", "bn": 160, "lpt_group": 4}, 1.00),
+    # D = 64
+    ("mha_fwd_d64", {}, 0.91),
+    ("mha_fwd_d64", {"schedule": "pingpong"}, 0.95),
+    ("mha_fwd_d64", {"schedule": "pingpong", "epilogue": "tma"}, 0.97),
+    ("mha_fwd_d64", {"schedule": "pingpong", "epilogue": "tma", "bn": 192}, 1.00),
+    ("mha_fwd_d64", {"schedule": "pingpong", "epilogue": "tma", "bn": 176}, 0.99),
+    ("mha_fwd_d64", {"consumers": 3, "bn": 96, "schedule": "pingpong", "epilogue": "tma"}, 0.93),
+    ("mha_fwd_d64_causal", {}, 0.90),
+    ("mha_fwd_d64_causal", {"schedule": "pingpong", "epilogue": "tma"}, 0.95),
+    ("mha_fwd_d64_causal", {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 4}, 0.96),
+    ("mha_fwd_d64_causal", {"schedule": "pingpong", "epilogue": "tma", "bn": 192, "lpt_group": 4}, 0.97),
+    ("mha_fwd_d64_causal", {"consumers": 3, "bn": 96, "schedule": "pingpong", "lpt_group": 4}, 0.92),
+    # D = 96: two slabs, the second half zero-filled; P V at N = 128 (a third more tensor work than needed)
+    ("mha_fwd_d96", {}, 0.88),
+    ("mha_fwd_d96", {"schedule": "pingpong"}, 0.92),
+    ("mha_fwd_d96", {"schedule": "pingpong", "epilogue": "tma"}, 0.93),
+    ("mha_fwd_d96", {"schedule": "pingpong", "epilogue": "tma", "bn": 160}, 0.92),
+    ("mha_fwd_d96_causal", {}, 0.87),
+    ("mha_fwd_d96_causal", {"schedule": "pingpong", "epilogue": "tma"}, 0.91),
+    ("mha_fwd_d96_causal", {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 4}, 0.92),
+    # GQA (regression of the checked-in kernel, and the best guess)
+    ("mha_fwd_d128_gqa_h32_kv8", {}, 1.02),
+    ("mha_fwd_d128_gqa_h32_kv8", {"schedule": "pingpong", "epilogue": "tma"}, 1.06),
+]
+DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0}
+
+
+def features(changes: dict) -> set[tuple]:
+    """The non-default code paths a point takes (for skipping after a hang)."""
+    out = {(k, v) for k, v in changes.items() if DEFAULTS.get(k) != v and k in DEFAULTS}
+    if changes.get("bn", 128) & (changes.get("bn", 128) - 1):
+        out.add(("key_tail", True))
+    if changes.get("consumers") == 3:
+        out.add(("consumers", 3))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", help="JSON file to write")
+    ap.add_argument("--deadline", type=float, default=420.0, help="seconds after which no new evaluation starts")
+    ap.add_argument("--only", default="", help="run only the workloads whose id contains this")
+    args = ap.parse_args()
+
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.workloads.registry import get_workload
+    from ptxbench.workloads.solutions import attention_template as at
+
+    t0 = time.time()
+    ev = LocalEvaluator()
+    hung: list[set] = []
+    rows = []
+    for wid, changes, predicted in POINTS:
+        if args.only not in wid:
+            continue
+        w = get_workload(wid)
+        params = at.params_for(w, **changes)
+        row = {"workload": wid, "changes": changes, "params": params.model_dump(), "predicted": predicted}
+        feats = features(changes)
+        problems = at.validate(params, w)
+        if problems:
+            row |= {"status": "INVALID", "message": "; ".join(problems)}
+        elif time.time() - t0 > args.deadline:
+            row |= {"status": "SKIPPED", "message": "past the deadline"}
+        elif any(h and h <= feats for h in hung):
+            row |= {"status": "SKIPPED", "message": "shares the code paths of a point that timed out"}
+        else:
+            t1 = time.time()
+            smoke = wid.startswith("smoke_")
+            r = ev.evaluate(wid, at.render(params), EvalOptions(timeout_s=20 if smoke else 40, trials=1,
+                                                                 profile_on_pass=False))
+            t = r.timing
+            row |= {"status": r.status, "message": (r.message or "")[:300], "wall_s": round(time.time() - t1, 1),
+                    "speedup": t.speedup if t else None, "ci": list(t.speedup_ci) if t and t.speedup_ci else None,
+                    "kernel_ms": t.candidate.median_ms if t else None,
+                    "cudnn_ms": t.baselines[t.primary_baseline].median_ms if t else None}
+            if r.status == "TIMEOUT":
+                hung.append(feats)
+        rows.append(row)
+        sp = f"{row['speedup']:.3f}x {row['ci']}" if row.get("speedup") else "-"
+        print(f"[{time.time() - t0:6.1f}s] {wid:28s} {json.dumps(changes):75s} {row['status']:20s} {sp:30s} "
+              f"predicted {predicted}  {row.get('message', '')[:120] if row['status'] != 'PASSED' else ''}", flush=True)
+        with open(args.out, "w") as f:  # after every point: a killed call keeps what it measured
+            json.dump(rows, f, indent=1)
+    ev.close()
+    print(f"done in {time.time() - t0:.0f} s: {sum(r['status'] == 'PASSED' for r in rows)} passed of {len(rows)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""The Hopper attention forward's parameter space and renderer (TMA + wgmma, FlashAttention-3 layout).
+
+`render(params)` returns one solution file (language `cuda`, plan in the header comment) built from
+attention_template.cu.in: a producer warpgroup streaming K / V through a TMA + mbarrier ring and
+`consumers` wgmma warpgroups of 64 query rows each, cooperative or ping-pong. A point carries the problem
+it is built for (head_dim, causal, gqa: `params_for(workload)` sets them) and the searched parameters
+(PARAM_SPACE). builtin/tuner searches PARAM_SPACE as it does the GEMM template's; `validate(params, shape)`
+says why a combination cannot be built or cannot run a workload. The checked-in attention_fwd_wgmma.cu is
+`render(default_params())`, and `fast_solution` (attention.py) renders `default_params(workload)`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import BaseModel, Field
+
+BODY = Path(__file__).with_name("attention_template.cu.in")
+KERNEL = "attn_fwd_wgmma"  # + _d64 / _d96, _causal, _gqa: kernel_name()
+SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt into on sm_90a
+REGS_PER_SM = 65536
+SPARE_REGS = 48  # what a consumer needs beyond S, P and O (addresses, softmax state, loop counters)
+CAUSAL_COOP_SPARE = 16  # more for causal + cooperative: ptxas 13.5 spilled 8-16 bytes at bn=160, D >= 96 (ping-pong did not)
+PROBLEM = ("head_dim", "causal", "gqa")  # fixed by the workload, never searched
+
+
+class AttnParams(BaseModel):
+    """One point: the problem it is built for, then the searched parameters (see PARAM_SPACE)."""
+
+    head_dim: int = Field(128, description="D: 64, 96 (padded to two 64-wide slabs) or 128")
+    causal: bool = Field(False, description="top-left aligned mask, key j <= query i")
+    gqa: bool = Field(False, description="K / V have HKV heads; query head h reads KV head h // (H // HKV)")
+    consumers: int = Field(2, description="consumer warpgroups, 64 query rows each: the query tile is 64 x consumers")
+    bn: int = Field(128, description="keys per K / V tile = wgmma N of S = Q K^T (multiple of 16)")
+    stages: int = Field(2, description="depth of the K / V ring (each stage one K and one V tile)")
+    schedule: str = Field("cooperative", description="'cooperative' (consumers issue freely) or 'pingpong' "
+                                                     "(they take turns on named barriers: one's softmax under the "
+                                                     "other's GEMMs)")
+    lpt_group: int = Field(0, description="causal tile order: 0 = each head's longest query tiles first (2-D grid); "
+                                          "g = longest first across groups of g heads (1-D grid)")
+    epilogue: str = Field("direct", description="'direct' register->global stores or 'tma' (staged in the consumer's "
+                                                "Q rows, TMA store)")
+    producer_regs: int = Field(24, description="setmaxnreg for the producer warpgroup")
+
+    @property
+    def bm(self) -> int:
+        return 64 * self.consumers
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + 1)
+
+    @property
+    def slabs(self) -> int:
+        return (self.head_dim + 63) // 64
+
+    @property
+    def consumer_regs(self) -> int:
+        """What the consumers can take after the producer gives registers back (multiple of 8, <= 240)."""
+        free = (REGS_PER_SM - 128 * self.producer_regs) // (128 * self.consumers)
+        return min(240, free // 8 * 8)
+
+    @property
+    def live_regs(self) -> int:
+        """Registers a consumer thread holds across the loop: S (bn / 2), P (bn / 4 bf16 pairs), O."""
+        return self.bn // 2 + self.bn // 4 + 64 * self.slabs // 2
+
+    @property
+    def q_bytes(self) -> int:
+        return self.slabs * self.bm * 128
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.slabs * self.bn * 128
+
+    @property
+    def smem_bytes(self) -> int:
+        return 1024 + self.q_bytes + 2 * self.stages * self.kv_bytes + 256  # alignment slack, Q, ring, barriers
+
+
+PARAM_SPACE: dict[str, list] = {
+    "consumers": [1, 2, 3],
+    "bn": [64, 96, 128, 160, 176, 192],
+    "stages": [2, 3, 4, 5, 6],
+    "schedule": ["cooperative", "pingpong"],
+    "lpt_group": [0, 2, 4, 8],
+    "epilogue": ["direct", "tma"],
+    "producer_regs": [24, 40],
+}
+HEAD_DIMS = (64, 96, 128)
+# The measured reference kernels (bench/results/attention_wgmma.md) per head dim: D = 64's tiles are half as
+# long to compute, so its ring is deeper.
+DEFAULT_STAGES = {64: 4, 96: 2, 128: 2}
+
+
+def _problem(workload: Any | None) -> dict[str, Any]:
+    if workload is None:
+        return {}
+    sym = workload.symbols
+    return {"head_dim": int(sym["D"]), "causal": bool(workload.causal), "gqa": "HKV" in sym}
+
+
+def default_params(workload: Any | None = None) -> AttnParams:
+    """The reference point for a workload (without one: mha_fwd_d128, the checked-in file)."""
+    prob = _problem(workload)
+    return AttnParams(**prob, stages=DEFAULT_STAGES[prob.get("head_dim", 128)])
+
+
+def weak_params(workload: Any | None = None) -> AttnParams:
+    """A deliberately poor point for a tuner to climb from: one 64-row consumer, 64-key tiles, a 2-deep ring."""
+    return AttnParams(**_problem(workload), consumers=1, bn=64, stages=2)
+
+
+def params_for(workload: Any, **changes: Any) -> AttnParams:
+    """default_params(workload) with some searched parameters changed."""
+    return default_params(workload).model_copy(update=changes)
+
+
+def _coerce(params: AttnParams | Mapping[str, Any]) -> AttnParams:
+    return params if isinstance(params, AttnParams) else AttnParams(**params)
+
+
+def _shape_problems(p: AttnParams, shape: Any) -> list[str]:
+    """What a workload (or its symbols) asks that this build cannot do."""
+    sym = shape.symbols if hasattr(shape, "symbols") else shape
+    bad: list[str] = []
+    s, d = int(sym.get("S", 0)), int(sym.get("D", 0))
+    if d != p.head_dim:
+        bad.append(f"the workload's D={d} is not this build's head_dim={p.head_dim}")
+    if s <= 0 or s % 64:
+        bad.append(f"S={s} must be a positive multiple of 64 (each consumer's 64 query rows lie wholly inside S)")
+    elif p.bn & (p.bn - 1) == 0 and s % p.bn:
+        bad.append(f"S={s} must be a multiple of bn={p.bn} (a power-of-two key tile has no masked tail step)")
+    if ("HKV" in sym) != p.gqa:
+        bad.append(f"gqa={p.gqa} does not match the workload ({'GQA' if 'HKV' in sym else 'no GQA'})")
+    elif p.gqa and (int(sym["HKV"]) < 1 or int(sym["H"]) % int(sym["HKV"])):
+        bad.append(f"H={sym['H']} must be a multiple of HKV={sym['HKV']}")
+    if hasattr(shape, "causal") and bool(shape.causal) != p.causal:
+        bad.append(f"causal={p.causal} does not match the workload")
+    return bad
+
+
+def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[str]:
+    """Reasons this combination cannot be built or run (empty when it can). `shape`: a Workload or its symbols."""
+    p = _coerce(params)
+    bad: list[str] = []
+    for name, values in PARAM_SPACE.items():
+        if getattr(p, name) not in values:
+            bad.append(f"{name}={getattr(p, name)!r} is not one of {values}")
+    if p.head_dim not in HEAD_DIMS:
+        bad.append(f"head_dim={p.head_dim} is not one of {list(HEAD_DIMS)}")
+    if p.bn % 16 or not 16 <= p.bn <= 256:
+        bad.append(f"bn={p.bn} must be a multiple of 16 in [16, 256] (wgmma N, TMA box)")
+    if p.schedule == "pingpong" and p.consumers < 2:
+        bad.append("ping-pong needs at least 2 consumers to take turns")
+    if p.lpt_group and not p.causal:
+        bad.append(f"lpt_group={p.lpt_group} orders causal tiles by length; without causal every tile is as long")
+    spare = SPARE_REGS + (CAUSAL_COOP_SPARE if p.causal and p.schedule == "cooperative" else 0)
+    if p.live_regs > p.consumer_regs - spare:
+        bad.append(f"S, P and O take {p.live_regs} registers per consumer thread, the consumers have "
+                   f"{p.consumer_regs} (about {spare} must stay spare): a smaller bn, or fewer consumers")
+    if p.smem_bytes > SMEM_LIMIT:
+        bad.append(f"needs {p.smem_bytes} bytes of shared memory, the limit is {SMEM_LIMIT}: fewer stages or a smaller bn")
+    if 1 + 4 * p.stages > 32:
+        bad.append(f"stages={p.stages}: the 1 + 4 x stages mbarriers must fit 256 bytes")
+    if shape is not None:
+        bad += _shape_problems(p, shape)
+    return bad
+
+
+def kernel_name(p: AttnParams) -> str:
+    """The entry point's name says the problem it was built for (D = 128 and plain attention unmarked)."""
+    dim = "" if p.head_dim == 128 else f"_d{p.head_dim}"
+    return KERNEL + dim + ("_causal" if p.causal else "") + ("_gqa" if p.gqa else "")
+
+
+def _grid(p: AttnParams) -> str:
+    if p.causal and p.lpt_group:
+        return f'grid = ["cdiv(S, {p.bm}) * B * H"]  # longest first across groups of {p.lpt_group} heads'
+    return f'grid = ["cdiv(S, {p.bm})", "B * H"]'
+
+
+def plan_toml(p: AttnParams) -> str:
+    kv_rows = "B * HKV * S" if p.gqa else "B * H * S"
+    args = ["tmap:Q_map", "tmap:K_map", "tmap:V_map"] + (["tmap:O_map"] if p.epilogue == "tma" else [])
+    args += ["O", "LSE", "i32:S", "i32:D", "f32:scale"] + (["i32:H // HKV"] if p.gqa else [])
+    maps = [("Q", "Q", "B * H * S", p.bm), ("K", "K", kv_rows, p.bn), ("V", "V", kv_rows, p.bn)]
+    if p.epilogue == "tma":
+        maps.append(("O", "O", "B * H * S", 64))  # one consumer's 64 rows x one 64-wide d slab
+    tmaps = "".join(
+        f'\n[tmap.{name}_map]\ntensor = "{tensor}"\ndims = ["D", "{rows}"]\nbox = [64, {box}]\nswizzle = "128B"\n'
+        + ('l2_promotion = "256B"\n' if name != "O" else "")
+        for name, tensor, rows, box in maps)
+    return (
+        '/* ptxbench\nlanguage = "cuda"\n\n[[launch]]\n'
+        f'kernel = "{kernel_name(p)}"\n'
+        f"{_grid(p)}\n"
+        f"block = [{p.threads}]\n"
+        f'smem = "1024 + {p.q_bytes} + {p.kv_bytes} * {2 * p.stages} + 256"  '
+        f"# 1 KiB alignment slack, Q, {p.stages} x (K, V) tiles, mbarriers\n"
+        f"args = [{', '.join(chr(34) + a + chr(34) for a in args)}]\n"
+        f"{tmaps}*/\n"
+    )
+
+
+def _entry(p: AttnParams) -> str:
+    """The kernel's entry point: its parameters follow the plan's args."""
+    o_map = "const __grid_constant__ CUtensorMap tmO, " if p.epilogue == "tma" else ""
+    group = ", int group" if p.gqa else ""
+    return (
+        f"\n// The entry point the plan launches.\nextern \"C\" __global__ void __launch_bounds__({p.threads}, 1)\n"
+        f"{kernel_name(p)}(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,\n"
+        f"    const __grid_constant__ CUtensorMap tmV, {o_map}__nv_bfloat16* __restrict__ O, float* __restrict__ LSE,\n"
+        f"    int S, int D, float scale{group}) {{\n"
+        f"  attn_fwd(&tmQ, &tmK, &tmV, {'&tmO' if o_map else 'nullptr'}, O, LSE, S, D, scale, {'group' if group else '1'});\n"
+        "}\n"
+    )
+
+
+def render(params: AttnParams | Mapping[str, Any]) -> str:
+    """The complete solution file for these parameters (raises ValueError when validate() objects)."""
+    p = _coerce(params)
+    problems = validate(p)
+    if problems:
+        raise ValueError("; ".join(problems))
+    b = lambda v: str(v).lower()  # noqa: E731
+    consts = (
+        f"constexpr int HD = {p.head_dim};\nconstexpr bool CAUSAL = {b(p.causal)};\nconstexpr bool GQA = {b(p.gqa)};\n"
+        f"constexpr int CONSUMERS = {p.consumers};\nconstexpr int BN = {p.bn};\nconstexpr int STAGES = {p.stages};\n"
+        f"constexpr bool PINGPONG = {b(p.schedule == 'pingpong')};\nconstexpr int LPT_GROUP = {p.lpt_group};\n"
+        f"constexpr bool EPILOGUE_TMA = {b(p.epilogue == 'tma')};\n"
+        f"constexpr int PRODUCER_REGS = {p.producer_regs};\nconstexpr int CONSUMER_REGS = {p.consumer_regs};\n"
+    )
+    header = (
+        f"// Hopper attention forward rendered by workloads/solutions/attention_template.py with {p.model_dump()}\n"
+        "#include <cuda.h>\n#include <cuda_bf16.h>\n#include <stdint.h>\n"
+        '#include "ptxbench/wgmma.cuh"\n#include "ptxbench/tma.cuh"\n#include "ptxbench/mbarrier.cuh"\n\n'
+        "using namespace ptxbench;  // mbar_*, tma_*, make_desc_sw128, wgmma_* (prompts/include/ptxbench)\n\n"
+    )
+    return plan_toml(p) + header + consts + "\n" + BODY.read_text() + _entry(p)
