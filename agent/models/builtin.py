@@ -4,8 +4,8 @@
 end to end); `builtin/unchanged` resubmits the --start-from kernel. `builtin/tuner` (and
 `builtin/tuner:weak`) lives in tuner.py: a template search that chooses each point from the last
 evaluations' evidence; for workloads no template covers it submits `reference_source(workload)`: the
-wgmma + TMA forward where its shape rule holds (workloads/solutions/attention.py fast_solution), else the
-plain CUDA-core one.
+wgmma + TMA forward or backward where its shape rule holds (workloads/solutions/attention.py fast_solution,
+attention_backward.py fast_backward), else the plain CUDA-core one.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def fenced(source: str, note: str) -> str:
 def reference_source(workload_id: str) -> str:
     """The reference solution file of a workload, from ptxbench.workloads.solutions."""
     from ptxbench.workloads.registry import get_workload
-    from ptxbench.workloads.solutions import attention
+    from ptxbench.workloads.solutions import attention, attention_backward
 
     workload = get_workload(workload_id)
     exact = attention.HERE / f"{workload.id}.cu"
@@ -32,7 +32,8 @@ def reference_source(workload_id: str) -> str:
     if workload.op == "gemm":  # the template is shape-generic: its default point is the reference
         template = importlib.import_module("ptxbench.workloads.solutions.gemm_template")
         return template.render(template.default_params())
-    fast = attention.fast_solution(workload)  # the Hopper wgmma forward where it applies
+    # the Hopper wgmma forward or backward where it applies
+    fast = attention.fast_solution(workload) or attention_backward.fast_backward(workload)
     if fast is not None:
         return fast
     try:

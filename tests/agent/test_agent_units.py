@@ -187,12 +187,13 @@ def writer_events(writer):
 
 def test_builtin_reference_and_the_tuners_attention_fallback():
     from ptxbench.agent.loop.extract import extract_solution
-    from ptxbench.workloads.solutions import attention
+    from ptxbench.workloads.solutions import attention, attention_backward
 
-    # the wgmma forward where its shape rule holds (smoke_mha_fwd_d64: D = 64, S = 256), else the plain kernels
+    # the wgmma forward and backward where their shape rules hold (D = 64, S = 256)
     for wid, expected in (("smoke_mha_fwd_d64", attention.fast_solution(get_workload("smoke_mha_fwd_d64"))),
-                          ("smoke_mha_bwd_d64", attention.attention_solution(get_workload("smoke_mha_bwd_d64")))):
-        assert 'kernel = "attn_fwd_wgmma_d64"' in expected if wid.startswith("smoke_mha_fwd") else "attn_bwd" in expected
+                          ("smoke_mha_bwd_d64", attention_backward.fast_backward(get_workload("smoke_mha_bwd_d64")))):
+        assert 'kernel = "attn_fwd_wgmma_d64"' in expected if wid.startswith("smoke_mha_fwd") \
+            else 'kernel = "attn_bwd_wgmma_d64"' in expected
         for name in ("builtin/reference", "builtin/tuner"):
             answer = load_model(name, wid).query(ModelRequest(messages=[]))
             assert extract_solution(answer.content).source.strip() == expected.strip(), (wid, name)

@@ -1,0 +1,79 @@
+"""The wgmma + TMA attention backward (workloads/solutions/attention_bwd_wgmma.cu) on every backward workload
+it covers, through the real evaluator: first untimed (correctness on every workload, seconds each), then
+timed against the library (interleaved, 95% interval) where it passed. Run on a GPU machine:
+
+  source bench/gpu_env.sh && python3 bench/attention_bwd_check.py [--json OUT.json] [--timed ID,ID] [--file F]
+
+Prints one line per evaluation as it lands and a Markdown table last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+SMOKE_FIRST = ["smoke_mha_bwd_d64", "smoke_mha_bwd_d64_causal", "smoke_mha_bwd_d64_gqa_h4_kv2"]
+MAIN = ["mha_bwd_d128", "mha_bwd_d128_causal", "mha_bwd_d64", "mha_bwd_d64_causal", "mha_bwd_d96",
+        "mha_bwd_d96_causal", "mha_bwd_d128_gqa_h32_kv8"]
+
+
+def _row(wid: str, res, seconds: float) -> dict:
+    t = res.timing
+    errs = [c.model_dump() if hasattr(c, "model_dump") else c for c in (res.correctness or [])][:1]
+    return {"workload": wid, "status": res.status, "message": (res.message or "")[:400], "seconds": round(seconds, 1),
+            "speedup": t.speedup if t else None, "speedup_ci": t.speedup_ci if t else None,
+            "ms": t.candidate.median_ms if t else None,
+            "library_ms": (t.baselines.get(t.primary_baseline).median_ms if t and t.primary_baseline in t.baselines
+                           else None),
+            "tflops": t.tflops if t else None, "correctness": errs}
+
+
+def main() -> None:
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.workloads.registry import WORKLOADS, get_workload
+    from ptxbench.workloads.solutions.attention_backward import FAST_BACKWARD, fast_backward
+    from ptxbench.workloads.solutions.attention import with_plan_edits  # noqa: F401  (import check)
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default="")
+    ap.add_argument("--timed", default=",".join(MAIN))
+    ap.add_argument("--untimed", default=",".join(SMOKE_FIRST + MAIN))
+    args = ap.parse_args()
+    ev = LocalEvaluator()
+    rows = []
+    try:
+        untimed = [w for w in args.untimed.split(",") if w in WORKLOADS]
+        for wid in untimed:
+            src = fast_backward(get_workload(wid))
+            if src is None:
+                print(f"{wid}: not covered", flush=True)
+                continue
+            t0 = time.perf_counter()
+            res = ev.evaluate(wid, src, EvalOptions(time=False, profile_on_pass=False, timeout_s=60))
+            row = {**_row(wid, res, time.perf_counter() - t0), "timed": False}
+            rows.append(row)
+            print(json.dumps(row)[:900], flush=True)
+        passed = {r["workload"] for r in rows if r["status"] == "PASSED"}
+        for wid in [w for w in args.timed.split(",") if w in passed]:
+            t0 = time.perf_counter()
+            res = ev.evaluate(wid, fast_backward(get_workload(wid)), EvalOptions(profile_on_pass=False, timeout_s=120))
+            row = {**_row(wid, res, time.perf_counter() - t0), "timed": True}
+            rows.append(row)
+            print(json.dumps(row)[:900], flush=True)
+    finally:
+        ev.close()
+    if args.json:
+        Path(args.json).write_text(json.dumps({"file": FAST_BACKWARD, "rows": rows}, indent=1))
+    print("\n| workload | timed | status | speedup [95% CI] | ms | library ms | TFLOP/s | s |\n|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        ci = r["speedup_ci"]
+        sp = f"{r['speedup']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if r["speedup"] and ci else "-"
+        f = lambda v: f"{v:.3f}" if isinstance(v, float) else "-"  # noqa: E731
+        print(f"| {r['workload']} | {r['timed']} | {r['status']} | {sp} | {f(r['ms'])} | {f(r['library_ms'])} | "
+              f"{f(r['tflops'])} | {r['seconds']} |")
+
+
+if __name__ == "__main__":
+    main()

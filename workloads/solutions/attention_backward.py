@@ -1,0 +1,51 @@
+"""The Hopper wgmma + TMA attention backward (attention_bwd_wgmma.cu) for each backward workload it covers.
+
+The checked-in file's plan is the D = 128, non-causal, non-GQA one; a variant is that file with a few plan
+lines changed (the entry point, shared memory for D = 64, and for GQA the grid over KV heads, the group
+argument and the K / V tensor maps over B * HKV * S rows); the device code is the file's, byte for byte.
+Head dims: 64 (its own entry points) and 96 or 128 (the D = 128 kernels; TMA zero-fills the columns past D).
+"""
+from __future__ import annotations
+
+from ..schema import Workload
+from .attention import with_plan_edits
+
+FAST_BACKWARD = "attention_bwd_wgmma.cu"
+HEAD_DIMS = (64, 96, 128)
+SMEM_D128 = 'smem = "1024 + 32768 * 2 + 2 * (16384 * 2 + 512) + 16384 * 2 + 256"'
+SMEM_D64 = 'smem = "1024 + 16384 * 2 + 2 * (8192 * 2 + 512) + 16384 * 2 + 256"'
+
+
+def backward_entry_point(head_dim: int, causal: bool, gqa: bool) -> str:
+    return "attn_bwd_wgmma" + ("_d64" if head_dim == 64 else "") + ("_causal" if causal else "") + ("_gqa" if gqa else "")
+
+
+def covers(workload: Workload) -> str | None:
+    """None when the fast backward covers the workload, else the rule it breaks."""
+    sym = workload.symbols
+    s, d, gqa = int(sym.get("S", 0)), int(sym.get("D", 0)), "HKV" in sym
+    if workload.op != "mha_bwd":
+        return "not an attention backward"
+    if d not in HEAD_DIMS:
+        return f"head dim {d} is not one of {HEAD_DIMS}"
+    if s <= 0 or s % 128:
+        return f"S = {s} is not a multiple of 128"
+    if gqa and (workload.causal or int(sym["HKV"]) < 1 or int(sym["H"]) % int(sym["HKV"])):
+        return "GQA is covered non-causal with H a multiple of HKV"
+    return None
+
+
+def fast_backward(workload: Workload) -> str | None:
+    """The solution text for `workload`, or None where `covers` names a rule it breaks."""
+    if covers(workload) is not None:
+        return None
+    d, gqa = int(workload.symbols["D"]), "HKV" in workload.symbols
+    edits = [('kernel = "attn_bwd_wgmma"', f'kernel = "{backward_entry_point(d, workload.causal, gqa)}"')]
+    if d == 64:  # one 64-wide slab per tile
+        edits.append((SMEM_D128, SMEM_D64))
+    if gqa:  # one CTA per (key block, batch * KV head), the group argument, K / V over B * HKV * S rows
+        edits.append(('grid = ["B * H", "cdiv(S, 128)"]', 'grid = ["B * HKV", "cdiv(S, 128)"]'))
+        edits.append(('"i32:D", "f32:scale"]', '"i32:D", "f32:scale", "i32:H // HKV"]'))
+        edits += [(f'tensor = "{t}"\ndims = ["D", "B * H * S"]', f'tensor = "{t}"\ndims = ["D", "B * HKV * S"]')
+                  for t in ("K", "V")]
+    return with_plan_edits(FAST_BACKWARD, edits)
