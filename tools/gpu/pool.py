@@ -10,14 +10,18 @@ with the time it may take. No message within that time -> the worker is killed: 
 candidate was running, INFRA_ERROR when the harness's own preparation stalled. A dead worker or a
 result marked `replace` (sticky CUDA error) -> the worker is replaced by its spare, and a new
 spare starts in the background. The caller always gets a result dict.
+
+Free GPUs wait in a SlotQueue (slots.py): a job takes any free one; `exclusive(device)` takes one
+named device for work outside the worker (a profiler replay started on that device) and holds only
+that device, so the other GPUs keep running jobs.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 from typing import Iterator
 
+import itertools
 import multiprocessing as mp
-import queue
 import threading
 import time
 from collections import deque
@@ -26,6 +30,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, Field
 
 from .messages import GpuJob, GpuOutcome
+from .slots import SlotQueue
 
 # The H200 reports some faults (misaligned address, trap) only 0.5-1 s after the kernel starts; a
 # watchdog shorter than this would call them hangs (measured: bench/results/gpu_evaluator.md).
@@ -125,7 +130,9 @@ class GpuPool:
             factory = lambda device, cfg: WorkerProcess(ctx, device, cfg)  # noqa: E731
         self.factory = factory
         self.slots: list[DeviceSlot] = []
-        self.free: queue.Queue[DeviceSlot] = queue.Queue()
+        self.free: SlotQueue[DeviceSlot] = SlotQueue()
+        self.held_s: dict[int, float] = {}  # device -> seconds held by exclusive() (profiler replays, sanitizer runs)
+        self._round = itertools.count()
         self.ceilings: dict[int, dict] = {}
         self.info: dict = {}
         self.startup_s: list[float] = []  # each worker's time from process start to ready
@@ -201,14 +208,23 @@ class GpuPool:
         finally:
             self.free.put(slot)
 
-    @contextmanager
-    def exclusive(self) -> Iterator[int]:
-        """Hold one GPU for work outside the worker (a profiler or sanitizer run), so nothing is timed on it meanwhile."""
+    def pick_device(self) -> int:
+        """A device for work that must name its GPU before it holds it (a replay process): round robin."""
         self.start()
-        slot = self.free.get()
+        return self.slots[next(self._round) % len(self.slots)].device
+
+    @contextmanager
+    def exclusive(self, device: int | None = None) -> Iterator[int]:
+        """Hold one GPU (`device`, else any free one) for work outside the worker (a profiler or sanitizer run), so
+        nothing is timed on it meanwhile. Only that GPU is held: the others keep taking jobs."""
+        self.start()
+        slot = self.free.get(device)
+        start = time.monotonic()
         try:
             yield slot.device
         finally:
+            with self._lock:
+                self.held_s[slot.device] = self.held_s.get(slot.device, 0.0) + time.monotonic() - start
             self.free.put(slot)
 
     def _ensure_active(self, slot: DeviceSlot) -> WorkerProcess:

@@ -1,0 +1,56 @@
+"""The free GPUs of the pool, handed out first come first served, to any device or to one named device.
+
+A GPU job takes whichever device is free; a profiler replay must take the device its process was
+started on (CUDA_VISIBLE_DEVICES is fixed at process start), so it asks for that one. Waiters are
+served in arrival order among those a freed device suits, so a replay waiting for device 1 is not
+overtaken forever by jobs that would take any device.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class _Waiter:
+    def __init__(self, device: int | None):
+        self.device = device
+        self.slot = None
+        self.ready = threading.Event()
+
+
+class SlotQueue(Generic[T]):
+    """Slots with a `.device` attribute; `get(device=None)` blocks until a suitable one is free."""
+
+    def __init__(self) -> None:
+        self._free: list[T] = []
+        self._waiters: deque[_Waiter] = deque()
+        self._lock = threading.Lock()
+
+    def put(self, slot: T) -> None:
+        with self._lock:
+            for w in self._waiters:
+                if w.device is None or w.device == slot.device:
+                    self._waiters.remove(w)
+                    w.slot = slot
+                    w.ready.set()
+                    return
+            self._free.append(slot)
+
+    def get(self, device: int | None = None) -> T:
+        with self._lock:
+            for slot in self._free:
+                if device is None or slot.device == device:
+                    self._free.remove(slot)
+                    return slot
+            waiter = _Waiter(device)
+            self._waiters.append(waiter)
+        waiter.ready.wait()
+        return waiter.slot
+
+    def qsize(self) -> int:
+        """Free slots now (a snapshot, for tests and status lines)."""
+        with self._lock:
+            return len(self._free)
