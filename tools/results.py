@@ -185,6 +185,9 @@ class EvalResult(BaseModel):
     targets_runtime: dict[str, RuntimeTarget] = Field(default_factory=dict)
     profile: dict | None = Field(None, description="profile summary (tools/profile) when one was taken")
     feedback: str = Field("", description="the profile-derived feedback text shown to the model")
+    profile_level: str = Field("none", description="the Nsight Compute profile this evaluation got: none | verdict (the "
+                               "runtime target counters only) | full (sections, source page: per-line feedback)")
+    profile_reason: str = Field("", description="why it got that level (first pass, new best, asked through a tool...)")
     sanitizer: list[SanitizerFinding] = Field(default_factory=list)
     fingerprint: Fingerprint = Fingerprint()
     gpu_evaluated: bool = Field(False, description="False when only compile and SASS ran (--no-gpu); kept for old "
