@@ -15,7 +15,7 @@ import time
 from ..workloads.registry import get_workload
 from .compile import compile_source
 from .toolchain import ToolchainError
-from .evaluator import EvalOptions
+from .evaluator import EvalOptions, stronger
 from .gpu.messages import GpuJob, GpuOutcome
 from .gpu.pool import GpuPool, NoGpuError, PoolConfig
 from .solution.plan import FormatIssue
@@ -139,27 +139,42 @@ class LocalEvaluator:
             status=result.status, message=_message(result), plan_errors=result.plan_errors,
             runtime_error=result.runtime_error, correctness=result.correctness, timing=result.timing,
             fingerprint=fp, gpu_evaluated=True, input_seed=result.input_seed, **base)
-        if options.profile or options.sanitize or (options.profile_on_pass and evaluated.passed):
-            evaluated = self._attach_profile(evaluated, options, solution, comp, hashlib.sha256(cubin).hexdigest())
+        level, why = options.profile_level(evaluated.passed, evaluated.speedup)
+        if level != "none" or options.sanitize:
+            evaluated = self._attach_profile(evaluated, options, level, why, solution, comp,
+                                             hashlib.sha256(cubin).hexdigest())
         return evaluated
 
-    def _attach_profile(self, result: EvalResult, options: EvalOptions, solution, comp, cubin_sha: str) -> EvalResult:
+    def _attach_profile(self, result: EvalResult, options: EvalOptions, level: str, why: str, solution, comp,
+                        cubin_sha: str) -> EvalResult:
         """Profile / sanitize the candidate. The counts of one binary on one GPU do not change between submissions, so
-        a profile of the same cubin (a model resubmitting a kernel) is reused instead of replayed under ncu again."""
+        a profile of the same cubin (a model resubmitting a kernel) at the level asked for or above is reused instead
+        of replayed under ncu again. ncu's replay holds its GPU only while it replays the launches (the pool's
+        exclusive(device) between the replay's ready and done); the sanitizer holds one for its whole run."""
         key = (cubin_sha, result.workload, options.arch)
-        cached = self._profiles.get(key) if not options.sanitize else None
-        if cached is not None:
+        cached = self._profiles.get(key) if level != "none" else None
+        if cached is not None and stronger(cached["level"], level) == cached["level"]:
             result.targets_runtime = {k: RuntimeTarget.model_validate(v) for k, v in cached["targets_runtime"].items()}
             result.profile = {**(cached["profile"] or {}), "reused_from_identical_cubin": True}
             result.feedback = cached["feedback"]
+            result.profile_level, result.profile_reason = cached["level"], f"{why} (reused: an identical cubin was profiled)"
+            if cached["level"] == "verdict":  # its lines are about this evaluation: this timing, this turn's reason
+                from .profile.brief import verdict_feedback
+                from .profile.summary import ProfileSummary
+
+                result.feedback = verdict_feedback(ProfileSummary.model_validate(cached["profile"]), result.targets_runtime,
+                                                   get_workload(result.workload), result.timing, arch=options.arch, note=why)
             result.seconds["profile"] = 0.0
+            level = "none"
+        if level == "none" and not options.sanitize:
             return result
-        # ncu / compute-sanitizer replay the candidate in their own process: hold the GPU so nothing is timed meanwhile
-        with self.pool.exclusive() as device:
-            result = attach(result, options, solution.source, comp, solution.language, device=device)
-        if result.targets_runtime and all(t.verdict != "unknown" for t in result.targets_runtime.values()):
+        pool = self.pool
+        device = pool.pick_device() if level != "none" else None
+        result = attach(result, options, solution.source, comp, solution.language, device=device, level=level, why=why,
+                        hold=lambda: pool.exclusive(device), sanitize_hold=pool.exclusive)
+        if level != "none" and result.targets_runtime and all(t.verdict != "unknown" for t in result.targets_runtime.values()):
             self._profiles[key] = {"targets_runtime": {k: v.model_dump() for k, v in result.targets_runtime.items()},
-                                   "profile": result.profile, "feedback": result.feedback}
+                                   "profile": result.profile, "feedback": result.feedback, "level": level}
         return result
 
     def close(self) -> None:

@@ -9,11 +9,24 @@ tools/gpu/pool.py) and the Ray backend (agent/bench). `no_gpu` stops after compi
 from __future__ import annotations
 
 from ptxbench.workloads.arch import DEFAULT_ARCH
-from typing import Protocol
+from typing import Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from .results import EvalResult
+
+
+# What Nsight Compute takes of a candidate, cheapest first: nothing; `verdict`: one ncu run with the counters
+# the runtime target verdict needs; `full`: the sections, rules and source page (feedback, hot lines).
+ProfileLevel = Literal["none", "verdict", "full"]
+PROFILE_LEVELS: tuple[str, ...] = ("none", "verdict", "full")
+# On a pass, `new_best` takes the full profile when the kernel beats `best_speedup` (or none passed yet), else the verdict.
+OnPass = Literal["none", "verdict", "full", "new_best"]
+
+
+def stronger(a: str, b: str) -> str:
+    """The larger of two profile levels."""
+    return max(a, b, key=PROFILE_LEVELS.index)
 
 
 class EvalOptions(BaseModel):
@@ -21,8 +34,11 @@ class EvalOptions(BaseModel):
     trials: int | None = Field(None, description="correctness trials; None = the workload's default")
     dist: str = "normal"
     time: bool = True
-    profile: bool = Field(False, description="take an Nsight Compute profile (runtime target verdict + feedback)")
-    profile_on_pass: bool = Field(True, description="verify target instructions at runtime whenever the kernel passes")
+    profile: ProfileLevel = Field("none", description="profile taken whatever the status (true = full, as before)")
+    profile_on_pass: OnPass = Field("verdict", description="profile taken when the kernel passes (true = verdict: the "
+                                    "runtime target check; false = none)")
+    best_speedup: float | None = Field(None, description="with profile_on_pass=new_best: the best speedup so far")
+    profile_reason: str = Field("", description="why the caller asked for this level (recorded with the result)")
     sanitize: list[str] = Field(default_factory=list, description="compute-sanitizer tools: memcheck, racecheck, synccheck, initcheck")
     no_gpu: bool = False
     timeout_s: float = Field(60.0, description="watchdog limit for one candidate's GPU work")
@@ -30,6 +46,38 @@ class EvalOptions(BaseModel):
     warmup: int | None = Field(None, description="timing warm-up calls; None = 10")
     iters: int | None = Field(None, description="timed iterations per timing trial; None = 50")
     timing_trials: int | None = Field(None, description="timing trials; None = 3")
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _profile_bool(cls, v):
+        return {True: "full", False: "none"}.get(v, v) if isinstance(v, bool) else v
+
+    @field_validator("profile_on_pass", mode="before")
+    @classmethod
+    def _on_pass_bool(cls, v):
+        return {True: "verdict", False: "none"}.get(v, v) if isinstance(v, bool) else v
+
+    def profile_level(self, passed: bool, speedup: float | None = None) -> tuple[ProfileLevel, str]:
+        """The profile to take of an evaluated kernel, and why (the reason is shown to the model)."""
+        level, why = self.profile, self.profile_reason or ("a full profile was asked for" if self.profile == "full" else "")
+        if not passed or self.profile_on_pass == "none":
+            return level, why
+        on = self.profile_on_pass
+        if on == "new_best":
+            best = self.best_speedup
+            if best is None:
+                on, note = "full", "the first passing kernel of this run"
+            elif speedup is not None and speedup > best:
+                on, note = "full", f"a new best speedup ({speedup:.3f}x over {best:.3f}x)"
+            else:
+                shown = f"{speedup:.3f}x" if speedup is not None else "no speedup"
+                on, note = "verdict", f"not a new best ({shown}, best so far {best:.3f}x)"
+        else:
+            note = self.profile_reason or ("only the runtime target check is taken of a passing kernel" if on == "verdict"
+                                           else "a full profile was asked for")
+        if on == level or stronger(on, level) == level:
+            return level, why or note
+        return on, note  # type: ignore[return-value]
 
 
 class Evaluator(Protocol):

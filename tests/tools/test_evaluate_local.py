@@ -77,26 +77,28 @@ def test_format_status_and_failure_message():
     assert "C is wrong in run 0" in text and "50.000%" in text and "[1, 2]" in text and "constant output" in text
 
 
-def test_a_passing_candidate_gets_a_runtime_verdict_while_the_gpu_is_held(monkeypatch):
+def test_a_passing_candidate_gets_a_runtime_verdict_and_the_gpu_is_held_only_for_the_replay(monkeypatch):
     import ptxbench.tools.evaluate as evaluate_module
 
     workers = []
     pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: workers.append(AnsweringWorker(d, c)) or workers[-1])
-    free_during_profile = []
+    seen = []
     real_attach = evaluate_module.attach
 
     def watching_attach(*args, **kwargs):
-        free_during_profile.append(pool.free.qsize())  # 0: the only GPU is out of the free queue while ncu runs
+        seen.append((pool.free.qsize(), kwargs["level"], kwargs["device"]))  # 1: the GPU is free while ncu starts
         return real_attach(*args, **kwargs)
 
     monkeypatch.setattr(evaluate_module, "attach", watching_attach)
+    monkeypatch.setattr("ptxbench.tools.profile.runner.find_ncu", lambda: None)
     r = LocalEvaluator(pool).evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(trials=1))
-    assert r.status == "PASSED" and free_during_profile == [0] and pool.free.qsize() == 1
-    # No Nsight Compute on this machine: each family's runtime verdict is 'unknown' with the reason, never a pass.
+    assert r.status == "PASSED" and seen == [(1, "verdict", 0)] and pool.free.qsize() == 1
+    assert r.profile_level == "verdict" and "runtime target check" in r.profile_reason
+    # No Nsight Compute here: each family's runtime verdict is 'unknown' with the reason, never a pass.
     assert r.targets_runtime and all(t.verdict == "unknown" and t.reason for t in r.targets_runtime.values())
     r2 = LocalEvaluator(pool).evaluate(WORKLOAD, CORPUS["control_correct"]["source"],
                                        EvalOptions(trials=1, profile_on_pass=False))
-    assert not r2.targets_runtime and free_during_profile == [0]
+    assert not r2.targets_runtime and len(seen) == 1 and r2.profile_level == "none"
 
 
 def test_a_resubmitted_identical_cubin_reuses_its_profile(monkeypatch):
@@ -106,8 +108,11 @@ def test_a_resubmitted_identical_cubin_reuses_its_profile(monkeypatch):
     pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: AnsweringWorker(d, c))
     calls = []
 
-    def fake_attach(result, options, source, comp, language, device=None):
+    def fake_attach(result, options, source, comp, language, device=None, level="none", **kwargs):
         calls.append(device)
+        if level == "none":  # a sanitizer-only call
+            return result
+        result.profile_level = level
         result.targets_runtime = {"wgmma": RuntimeTarget(verdict="executed", executed_warp_insts=320)}
         result.profile, result.feedback = {"ok": True}, "compute-bound"
         return result
@@ -115,13 +120,21 @@ def test_a_resubmitted_identical_cubin_reuses_its_profile(monkeypatch):
     monkeypatch.setattr(evaluate_module, "attach", fake_attach)
     ev = LocalEvaluator(pool)
     source = CORPUS["control_correct"]["source"]
-    first = ev.evaluate(WORKLOAD, source, EvalOptions(trials=1))
-    second = ev.evaluate(WORKLOAD, source, EvalOptions(trials=1))  # the same kernel, resubmitted
-    assert calls == [0]  # one profile for two submissions of the same binary
+    first = ev.evaluate(WORKLOAD, source, EvalOptions(trials=1, profile=True))
+    second = ev.evaluate(WORKLOAD, source, EvalOptions(trials=1))  # the same kernel, resubmitted: a verdict asked
+    assert calls == [0]  # one profile for two submissions of the same binary: the full one serves the verdict
     assert second.targets_runtime["wgmma"].executed_warp_insts == 320 and second.feedback == "compute-bound"
     assert second.profile["reused_from_identical_cubin"] and "reused_from_identical_cubin" not in first.profile
+    assert second.profile_level == "full" and "reused" in second.profile_reason
     ev.evaluate(WORKLOAD, source, EvalOptions(trials=1, sanitize=["memcheck"]))
-    assert calls == [0, 0]  # sanitizer runs are never reused
+    assert calls == [0, None]  # sanitizer runs are never reused (their GPU comes from the pool's hold, not ahead)
+    fresh = LocalEvaluator(pool)
+    verdict = fresh.evaluate(WORKLOAD, source, EvalOptions(trials=1))
+    again = fresh.evaluate(WORKLOAD, source, EvalOptions(trials=1))
+    assert calls == [0, None, 0] and again.profile_level == "verdict"  # a verdict serves a verdict, rebuilt for this timing
+    assert "Where it stands" in again.feedback and "not taken this turn" in again.feedback and verdict.feedback
+    fresh.evaluate(WORKLOAD, source, EvalOptions(trials=1, profile=True))
+    assert calls == [0, None, 0, 0]  # ... but not a full profile
 
 
 def test_a_missing_toolchain_is_an_infra_error_not_the_models(monkeypatch):

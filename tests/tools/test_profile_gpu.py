@@ -72,7 +72,8 @@ def test_wgmma_behind_a_never_taken_branch_is_present_not_executed():
     assert out.targets_runtime["tma"].verdict == "present_not_executed"
     live = profile(SMOKE, SOLUTIONS / "wgmma_live.ptx", full=False)
     assert live.targets_runtime["wgmma"].verdict == "executed"
-    assert live.targets_runtime["wgmma"].executed_warp_insts == 8 * 4 * 10
+    # the verdict-only run skips the warp-level per-opcode count; the GMMA pipe counter gives the same number
+    assert live.targets_runtime["wgmma"].counter_values["sm__inst_executed_pipe_tensor_op_gmma.sum"] == 8 * 4 * 10
     assert live.targets_runtime["tma"].executed_thread_insts_true == 8
 
 
@@ -109,3 +110,23 @@ def test_racecheck_catches_a_shared_memory_race_at_its_ptx_lines():
     assert race.kernel == "smem_race" and path.read_text().splitlines()[race.ptx_line - 1].strip().startswith("st.shared")
     assert out.errors_reported["synccheck"] == 0
     print("\n" + out.feedback)
+
+
+def test_the_verdict_holds_the_gpu_only_while_the_replay_runs():
+    """Through LocalEvaluator: a passing GEMM gets its verdict with the GPU held for a fraction of the ncu run."""
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
+
+    source = (ROOT / "workloads" / "solutions" / f"{GEMM}.cu").read_text()
+    ev = LocalEvaluator(GpuPool(PoolConfig(devices=[0], spares=0)))
+    try:
+        r = ev.evaluate(GEMM, source, EvalOptions())
+    finally:
+        ev.close()
+    assert r.status == "PASSED" and r.profile_level == "verdict", r.message
+    assert all(t.verdict == "executed" for t in r.targets_runtime.values()), r.targets_runtime
+    held, whole = r.seconds["profile.gpu_held"], r.seconds["profile"]
+    assert held < whole / 2, r.seconds
+    assert "not taken this turn" in r.feedback
+    print(f"\nverdict: ncu run {whole:.2f} s, GPU held {held:.2f} s, waited {r.seconds['profile.gpu_wait']:.2f} s")

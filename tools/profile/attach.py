@@ -1,37 +1,50 @@
 """One call for the evaluator: add the profile, the runtime verdict and the sanitizer to an EvalResult.
 
-    result = attach(result, options, source, compile_result, language)
+    result = attach(result, options, source, compile_result, language, level="verdict", why="...",
+                    device=d, hold=lambda: pool.exclusive(d))
 
-after the GPU worker's result is in (tools/evaluate.py). Following EvalOptions:
-- `profile`: a full Nsight Compute profile -> targets_runtime, profile summary, feedback;
-- else `profile_on_pass` and the kernel PASSED: the same full profile (it costs about 7% more than the counters
-  alone on the GEMM task, and gives the model feedback on every passing turn);
-- `sanitize`: the compute-sanitizer tools -> sanitizer findings (+ their feedback).
-A profile or sanitizer that cannot run leaves "unknown" verdicts and a reason, never an exception.
+after the GPU worker's result is in (tools/evaluate.py, which picks the level with
+EvalOptions.profile_level and the GPU with the pool):
+- level `verdict`: one ncu run with the counters the runtime target verdict needs (runner.VERDICT_METRICS
+  and the families' counters) -> targets_runtime and the short feedback of brief.py, which says why
+  the per-line profile was not taken (`why`);
+- level `full`: the sections and the source page -> targets_runtime, profile summary, hot lines,
+  ranked feedback;
+- `sanitize` in the options: the compute-sanitizer tools -> sanitizer findings (+ their feedback).
+With `hold`, ncu's replay holds the GPU only while it replays the launches (gated.py); the sanitizer
+is run inside `sanitize_hold()` when given (it holds the GPU for its whole run). A profile or
+sanitizer that cannot run leaves "unknown" verdicts and a reason, never an exception.
 """
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.results import CompileResult, EvalResult
 
 
 def attach(result: EvalResult, options: EvalOptions, source: str, compile_result: CompileResult, language: str = "ptx",
-           *, device: int | None = None) -> EvalResult:
+           *, device: int | None = None, level: str | None = None, why: str = "", hold=None,
+           sanitize_hold=None) -> EvalResult:
     if not result.gpu_evaluated or compile_result.status != "ok" or not compile_result.cubin_path:
         return result
-    wants_verdict = options.profile_on_pass and result.status == "PASSED"
-    if options.profile or wants_verdict:
+    if level is None:
+        level, why = options.profile_level(result.passed, result.speedup)
+    if level != "none":
         from .candidate import profile_candidate
 
         outcome = profile_candidate(result.workload, source, compile_result.cubin_path, arch=options.arch,
-                                    compile_result=compile_result, full=True, seed=options.seed or 0,
-                                    device=device, timing=result.timing)
+                                    compile_result=compile_result, full=level == "full", seed=options.seed or 0,
+                                    device=device, timing=result.timing, hold=hold, note=why)
         outcome.apply_to(result)
+        result.profile_reason = why
     if options.sanitize:
         from ptxbench.tools.sanitize import sanitize_candidate
 
-        sanitized = sanitize_candidate(result.workload, source, language=language, cubin_path=compile_result.cubin_path,
-                                       arch=options.arch, tools=options.sanitize, seed=options.seed or 0, device=device)
+        with (sanitize_hold() if sanitize_hold is not None else nullcontext(device)) as held:
+            sanitized = sanitize_candidate(result.workload, source, language=language,
+                                           cubin_path=compile_result.cubin_path, arch=options.arch,
+                                           tools=options.sanitize, seed=options.seed or 0, device=held)
         sanitized.apply_to(result)
         if sanitized.error:
             result.message = (result.message + f" (sanitizer: {sanitized.error})").strip()

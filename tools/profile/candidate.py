@@ -32,12 +32,19 @@ class ProfileOutcome(BaseModel):
     seconds: float = 0.0
 
     def apply_to(self, result: EvalResult) -> EvalResult:
-        """Fill targets_runtime, profile, feedback and seconds['profile'] of `result` (in place; returned)."""
+        """Fill targets_runtime, profile, feedback, profile_level and seconds['profile'] (+ the GPU held and waited
+        for, when the replay was gated) of `result` (in place; returned)."""
         result.targets_runtime = self.targets_runtime
         result.profile = self.summary.model_dump() if self.summary is not None else {"ok": False, "error": self.error}
         if self.feedback:
             result.feedback = self.feedback
+        if self.summary is not None:
+            result.profile_level = self.summary.mode
         result.seconds["profile"] = round(self.seconds, 3)
+        for key in ("gpu_held_s", "gpu_wait_s"):
+            value = getattr(self.summary, key, None)
+            if value is not None:
+                result.seconds[f"profile.{key[:-2]}"] = value
         return result
 
 
@@ -70,6 +77,8 @@ def profile_candidate(
     workdir: str | Path | None = None,
     device: int | None = None,
     timing: Timing | None = None,
+    hold=None,
+    note: str = "",
 ) -> ProfileOutcome:
     """Profile one candidate (the solution file `source`, assembled to `cubin_path`) on this machine's GPU.
 
@@ -81,6 +90,10 @@ def profile_candidate(
     the feedback. The verdicts cover the families the workload targets on `arch`. `device` picks
     the GPU (CUDA_VISIBLE_DEVICES of the replay); by default the first visible one. `timing` (the
     evaluation's, when there was one) gives the feedback's headroom line measured times and ceilings.
+    `hold` (a callable returning a context manager that takes `device`) gates the replay: the GPU is
+    held only while the launches are replayed (runner.py, gated.py). With full=False the feedback is
+    the short one of brief.py: where the kernel stands, the target verdicts, and `note` (why the
+    per-line profile was not taken).
     """
     from ptxbench.workloads.registry import get_workload
 
@@ -99,12 +112,17 @@ def profile_candidate(
         source_path.write_text(source)
         env = device_env(device)
         summary = profile_command(replay_argv(workload_id, source_path, cubin_path, arch, seed), counters=counters,
-                                  full=full, timeout_s=timeout_s, workdir=work, env=env)
+                                  full=full, timeout_s=timeout_s, workdir=work, env=env, hold=hold)
     static = static_histogram(compile_result.kernels) if compile_result is not None and compile_result.kernels else None
     verdicts = runtime_verdicts(profile, summary, families, static)
     if compile_result is not None and summary.ok:
         attach_lines(summary, {n: k.sass_lines for n, k in compile_result.kernels.items()}, source)
-    feedback = (profile_feedback(summary, verdicts, wl, compile_result, arch=arch, token_budget=token_budget, timing=timing)
-                if full and summary.ok else "")
+    if full:
+        feedback = (profile_feedback(summary, verdicts, wl, compile_result, arch=arch, token_budget=token_budget,
+                                     timing=timing) if summary.ok else "")
+    else:
+        from .brief import verdict_feedback
+
+        feedback = verdict_feedback(summary, verdicts, wl, timing, arch=arch, note=note)
     return ProfileOutcome(ok=summary.ok, error=summary.error, targets_runtime=verdicts, summary=summary,
                           feedback=feedback, seconds=time.perf_counter() - start)

@@ -1,14 +1,16 @@
 """The replay program that Nsight Compute and compute-sanitizer run: one candidate, its plan, ONCE.
 
-    python -m ptxbench.tools.profile.replay --workload W --source FILE --cubin CUBIN [--seed N] [--exact]
+    python -m ptxbench.tools.profile.replay --workload W --source FILE --cubin CUBIN [--seed N] [--exact] [--handshake DIR]
 
 It loads the cubin, builds the workload's inputs, and launches the plan's kernels once inside the
 NVTX range `ptxbench` (so ncu profiles exactly those launches). Loading, plan checks, buffers and
 launches are the GPU worker's own code (tools/gpu/runner.Candidate), so what is profiled is what
 was timed. `--exact` gives every buffer its own exact-size allocation instead of the worker's
 guard zones, so compute-sanitizer's memcheck sees a write one element past the end (run it with
-PYTORCH_NO_CUDA_MEMORY_CACHING=1). Exit status: 0 ran, 2 the candidate failed (message on stderr),
-3 the solution or plan was refused.
+PYTORCH_NO_CUDA_MEMORY_CACHING=1). `--handshake DIR` (handshake.py): everything that runs no kernel
+(imports, plan, context, cubin load) first, then `ready`, wait for `go`, then inputs and the launch,
+then `done`; the evaluator holds the GPU only between go and done. Exit status: 0 ran, 2 the
+candidate failed (message on stderr), 3 the solution or plan was refused, 4 no `go` came.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ def exact_buffers(wl, plan):
 
 
 def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_ARCH, seed: int = 0, dist: str = "normal",
-           exact: bool = False, nvtx: bool = True) -> int:
+           exact: bool = False, nvtx: bool = True, handshake: str | Path | None = None) -> int:
     import torch
     from cuda.bindings import driver as cu
 
@@ -61,14 +63,16 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_A
     from ..gpu.verdict import Failed
     from ..gpu.worker import read_limits
     from ..solution.parse import parse_solution, resolve_plan
+    from .handshake import DONE, GO, READY, Handshake
 
     wl = get_workload(workload_id)
     solution = parse_solution(source, wl, arch)
     if isinstance(solution, list):
         print("solution refused: " + "; ".join(str(i) for i in solution), file=sys.stderr)
         return 3
+    gate = Handshake(handshake) if handshake is not None else None
     torch.cuda.set_device(0)
-    torch.zeros(1, device="cuda")  # the primary context, which the driver API calls then use
+    torch.empty(1, device="cuda")  # the primary context, which the driver API calls then use (no kernel runs)
     cu.cuInit(0)
     limits = read_limits(0)
     try:
@@ -79,6 +83,12 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_A
     push, pop = _nvtx() if nvtx else (lambda _n: None, lambda: None)
     try:
         cand = Candidate(cubin, plan, SimpleNamespace(limits=limits), wl)
+        # Up to here no kernel ran; from here on (buffers, inputs, the launch) the GPU must be ours alone.
+        if gate is not None:
+            gate.signal(READY)
+            if not gate.wait(GO):
+                print("the evaluator never said go", file=sys.stderr)
+                return 4
         bufs = exact_buffers(wl, plan) if exact else new_buffers(wl, plan)
         bufs.load_inputs(make_inputs(wl, seed, dist, "cuda"))
         binding = cand.bind(bufs)
@@ -99,6 +109,9 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_A
     except CudaError as e:
         print(f"RUNTIME_ERROR: the kernel failed: {e.name}: {e.text}", file=sys.stderr)
         return 2
+    finally:
+        if gate is not None and gate.seen(GO):
+            gate.signal(DONE)
     print(f"replayed {len(plan.launches)} launch(es) of {workload_id}")
     return 0
 
@@ -113,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dist", default="normal")
     p.add_argument("--exact", action="store_true", help="exact-size allocations (for compute-sanitizer)")
     p.add_argument("--no-nvtx", action="store_true")
+    p.add_argument("--handshake", default=None, help="folder of the ready/go/done files (handshake.py)")
     a = p.parse_args(argv)
     return replay(a.workload, Path(a.source).read_text(), Path(a.cubin).read_bytes(), arch=a.arch, seed=a.seed,
-                  dist=a.dist, exact=a.exact, nvtx=not a.no_nvtx)
+                  dist=a.dist, exact=a.exact, nvtx=not a.no_nvtx, handshake=a.handshake)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,13 @@ The report is then exported three ways (raw metrics with per-opcode instances, d
 results, SASS source page) and parsed. Any failure -- no ncu, no counter permission, a timeout, a
 replay that crashed, no kernel in the range -- is a summary with ok=False and the reason; the
 verdicts built on it are then "unknown", never a silent pass or fail.
+
+Two levels: `full` (the sections, the rules, the source page: feedback and hot lines) and `verdict`
+(VERDICT_METRICS and the families' counters only, the raw page only: what verdict.py decides on).
+Given `hold` (a context manager taking the GPU), the replay runs with the ready/go/done handshake
+(gated.py): the GPU is held only while the plan's launches are replayed. Each device gets its own
+ncu lock folder (TMPDIR): ncu serialises every profile that shares `$TMPDIR/nsight-compute-lock`,
+which would queue the GPUs behind each other; PTXBENCH_NCU_LOCK=shared keeps the one lock.
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .gated import run_gated
 from .ncu_csv import parse_details, parse_raw, parse_source
 from .summary import OPCODE_METRIC, OPCODE_TRUE_METRIC, ProfileSummary, build_summary
 
@@ -29,7 +37,11 @@ SECTIONS = ["SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "Memor
 # Always collected: per-opcode executed counts (the verdict) and the figures feedback quotes.
 BASE_METRICS = [OPCODE_METRIC, OPCODE_TRUE_METRIC, "gpu__time_duration.sum", "dram__bytes_read.sum",
                 "dram__bytes_write.sum", "launch__registers_per_thread"]
+# The verdict's own metrics (verdict.py decides on predicate-true per-opcode counts, cross-checked with the
+# families' counters); the warp-level per-opcode count is one more patched pass that decides nothing.
+VERDICT_METRICS = [OPCODE_TRUE_METRIC, "gpu__time_duration.sum"]
 IMPORT_TIMEOUT_S = 60.0
+ENV_LOCK = "PTXBENCH_NCU_LOCK"
 
 
 def find_ncu() -> str | None:
@@ -73,7 +85,8 @@ _UNKNOWN_METRIC = re.compile(r"Failed to find metric (?:regex:)?([\w.]+)")
 def failure_reason(returncode: int | None, log: str, timeout_s: float) -> str:
     """Why a profiling run gave no usable report, in one line (empty when it did)."""
     if returncode is None:
-        return f"ncu timed out after {timeout_s:g} s"
+        notes = [ln.split("==PTXBENCH== ", 1)[1] for ln in log.splitlines() if ln.startswith("==PTXBENCH== ")]
+        return notes[-1] if notes else f"ncu timed out after {timeout_s:g} s"
     if "ERR_NVGPUCTRPERM" in log:
         return "no permission to read the GPU performance counters (ERR_NVGPUCTRPERM)"
     if "No kernels were profiled" in log:
@@ -96,31 +109,59 @@ def _export(ncu: str, report: Path, page: list[str]) -> str:
     return out if rc == 0 else ""
 
 
+def lock_env(env: dict | None) -> dict | None:
+    """`env` with TMPDIR set to a folder of the one GPU it shows (ncu's lock file lives in $TMPDIR)."""
+    if env is None or os.environ.get(ENV_LOCK, "device") == "shared":
+        return env
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    if not visible or "," in visible:
+        return env
+    import tempfile
+
+    folder = Path(tempfile.gettempdir()) / f"ptxbench-ncu-gpu{re.sub(r'[^0-9A-Za-z-]', '_', visible)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return {**env, "TMPDIR": str(folder)}
+
+
 def profile_command(target: list[str], *, counters: list[str], full: bool = True, timeout_s: float = 120.0,
-                    workdir: Path, env: dict | None = None) -> ProfileSummary:
-    """Profile `target` (argv of the replay program) and parse the report. Never raises for a failed run."""
+                    workdir: Path, env: dict | None = None, hold=None) -> ProfileSummary:
+    """Profile `target` (argv of the replay program) and parse the report. Never raises for a failed run.
+
+    `hold`: a callable returning a context manager that takes the GPU; with it the replay runs gated
+    (gated.py) and the summary records how long the GPU was held and waited for."""
     start = time.perf_counter()
     mode = "full" if full else "verdict"
     ncu = find_ncu()
     if ncu is None:
         return ProfileSummary(ok=False, mode=mode, error="Nsight Compute (ncu) was not found (set PTXBENCH_NCU)")
     workdir.mkdir(parents=True, exist_ok=True)
+    env = lock_env(env)
     report = workdir / "profile"
-    metrics = BASE_METRICS + counters
-    cmd = ncu_command(ncu, target, report, metrics, full)
-    rc, log = _run(cmd, timeout_s, env)
-    dropped = _UNKNOWN_METRIC.findall(log or "")
-    if rc not in (0, None) and dropped:  # a counter this ncu/GPU lacks: profile without it
+    metrics = (BASE_METRICS if full else VERDICT_METRICS) + counters
+    held = waited = 0.0
+    log, cmd, rc = "", [], None
+    for attempt in range(2):  # the second only when ncu named a counter this ncu/GPU lacks: profile without it
+        left = max(1.0, timeout_s - (time.perf_counter() - start)) if attempt else timeout_s
+        if hold is None:
+            cmd = ncu_command(ncu, target, report, metrics, full)
+            rc, log = _run(cmd, left, env)
+        else:
+            folder = workdir / f"handshake{attempt}"
+            cmd = ncu_command(ncu, target + ["--handshake", str(folder)], report, metrics, full)
+            rc, log, times = run_gated(cmd, env=env, folder=folder, hold=hold, limit_s=left)
+            held, waited = held + times.held_s, waited + times.wait_s
+        dropped = _UNKNOWN_METRIC.findall(log or "")
+        if attempt or rc in (0, None) or not dropped:
+            break
         metrics = [m for m in metrics if m.rsplit(".", 1)[0] not in dropped and m not in dropped]
-        cmd = ncu_command(ncu, target, report, metrics, full)
-        rc, log = _run(cmd, max(1.0, timeout_s - (time.perf_counter() - start)), env)
+    gate = dict(gpu_held_s=round(held, 3), gpu_wait_s=round(waited, 3)) if hold is not None else {}
     (workdir / "ncu.log").write_text(log or "")
     reason = failure_reason(rc, log or "", timeout_s)
     report_file = report.with_suffix(".ncu-rep")
     if not reason and not report_file.is_file():
         reason = "ncu wrote no report: " + " | ".join((log or "no output").strip().splitlines()[-3:])
     if reason:
-        return ProfileSummary(ok=False, mode=mode, error=reason, command=cmd, seconds=time.perf_counter() - start)
+        return ProfileSummary(ok=False, mode=mode, error=reason, command=cmd, seconds=time.perf_counter() - start, **gate)
     pages = {"raw": ["--page", "raw", "--print-metric-instances", "details"]}
     if full:
         pages |= {"details": ["--page", "details", "--print-details", "all"], "source": ["--page", "source", "--print-source", "sass"]}
@@ -130,8 +171,9 @@ def profile_command(target: list[str], *, counters: list[str], full: bool = True
         texts = {name: f.result() for name, f in futures.items()}
     for name, text in texts.items():
         (workdir / f"{name}.csv").write_text(text)
-    return summarize(texts.get("raw", ""), texts.get("details", ""), texts.get("source", ""), counters, mode=mode,
-                     command=cmd, seconds=time.perf_counter() - start, ncu_version=version.result())
+    summary = summarize(texts.get("raw", ""), texts.get("details", ""), texts.get("source", ""), counters, mode=mode,
+                        command=cmd, seconds=time.perf_counter() - start, ncu_version=version.result())
+    return summary.model_copy(update=gate)
 
 
 def summarize(raw_csv: str, details_csv: str, source_csv: str, counters: list[str], *, mode: str = "full",
