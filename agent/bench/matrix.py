@@ -7,6 +7,7 @@ from __future__ import annotations
 from ptxbench.workloads.arch import DEFAULT_ARCH
 from pydantic import BaseModel, Field
 
+from ..loop.profile_policy import ProfilePolicy
 from ..loop.state import Mode, OptimizeConfig
 
 
@@ -28,6 +29,7 @@ class BenchConfig(BaseModel):
     provider_limits: dict[str, int] = Field(default_factory=dict, description="provider -> model calls in flight (default 8)")
     infra_retries: int = Field(2, ge=0, description="times an infra-failed trajectory is retried from its last good step")
     seed: int | None = None
+    profile: ProfilePolicy = Field("auto", description="Nsight Compute policy of every trajectory (agent/loop/profile_policy.py)")
     optimize: dict = Field(default_factory=dict, description="other OptimizeConfig fields, applied to every trajectory")
     track: str = Field("optimize", description="optimize | repair (the repair suite's tasks, each from its broken kernel)")
     suite: str | None = Field(None, description="repair track: the suite folder (None: workloads/repairs)")
@@ -49,7 +51,7 @@ def expand(config: BenchConfig) -> list[OptimizeConfig]:
                         **{**config.optimize, "workload": workload, "model": model, "prompt": prompt, "index": index,
                            "turns": config.turns, "mode": config.mode, "arch": config.arch, "no_gpu": config.no_gpu,
                            "api_base": config.api_base, "target_speedup": config.target_speedup if config.target_speedup is not None else 0,  # 0: all turns
-                           "seed": seed}))
+                           "seed": seed, "profile": config.optimize.get("profile", config.profile)}))
     ids = [c.trajectory_id() for c in out]
     if len(set(ids)) != len(ids):
         raise ValueError("two trajectories of the matrix share an id: repeated models, workloads or prompts?")

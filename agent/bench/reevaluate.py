@@ -22,7 +22,7 @@ def _options(record: TrajectoryRecord, no_gpu: bool) -> EvalOptions:
     start = record.start
     config = start.config if start else {}
     return EvalOptions(arch=start.arch if start else DEFAULT_ARCH, trials=config.get("trials"), no_gpu=no_gpu,
-                       profile=bool(config.get("profile", False)), seed=config.get("seed"))
+                       profile="full" if config.get("profile") in (True, "full") else "none", seed=config.get("seed"))
 
 
 def _copy_trajectory(record: TrajectoryRecord, folder: Path, evaluator, no_gpu: bool, cache: dict) -> None:

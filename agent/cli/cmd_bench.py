@@ -76,6 +76,8 @@ def bench(
     provider_limit: Optional[str] = typer.Option(None, help="model calls in flight per provider, e.g. openai=4,anthropic=2 (default 8)"),
     infra_retries: Optional[int] = typer.Option(None, min=0, help="retries of an infra-failed trajectory from its last good step (default 2)"),
     seed: Optional[int] = typer.Option(None, help="base seed (trajectory i gets seed + i)"),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Nsight Compute policy of every trajectory: auto | full | verdict "
+                                "(see `ptxbench optimize --help`)"),
     report: bool = typer.Option(True, help="write the report into <run>/report when done"),
     restart_trajectory: bool = typer.Option(False, "--restart-trajectory", help="with --resume: trajectories the "
                                             "checkpoints cannot continue are set aside (abandoned/) and started over"),
@@ -104,6 +106,10 @@ def bench(
     if not resume:
         if not _split(models) or not (_split(workloads) or track == "repair"):
             raise inputs.BadInput("give --models and --workloads (comma-separated), or --resume with --run-dir")
+        from ..loop.profile_policy import POLICIES
+
+        if profile is not None:
+            inputs.one_of(profile, POLICIES, "--profile")
         check_matrix(_split(models), _split(workloads), _split(prompts) or ["knowledge"], arch, api_base,
                      report=lambda line: console.print(line, markup=False, highlight=False))
         config = inputs.config(
@@ -112,7 +118,7 @@ def bench(
             target_speedup=target_speedup, no_gpu=no_gpu, api_base=api_base, backend=backend or "local",
             ray_address=ray_address, gpus=gpus, parallel=parallel or 16, provider_limits=_limits(provider_limit),
             infra_retries=2 if infra_retries is None else infra_retries, seed=seed, track=track,
-            suite=str(suite) if suite else None)
+            suite=str(suite) if suite else None, **({"profile": profile} if profile else {}))
     run_dir = run_dir or runs_root() / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     done = []
 

@@ -148,6 +148,9 @@ def optimize(
     temperature: Optional[float] = typer.Option(None, help="sampling temperature"),
     retry_wait: float = typer.Option(2.0, help="first back-off (s) after a rate limit or server error"),
     start_from: Optional[Path] = typer.Option(None, "--start-from", help="a solution file to start from: evaluated as turn 0 and shown to the model with its verdict"),
+    profile: str = typer.Option("auto", "--profile", help="Nsight Compute policy: auto (the target verdict on every pass, "
+                                "the full per-line profile on the first pass and each new best), full (every "
+                                "submission), verdict (never unasked)"),
     quiet: bool = typer.Option(False, help="no live view"),
     restart_trajectory: bool = typer.Option(False, "--restart-trajectory", help="with --resume: when the checkpoints "
                                             "cannot continue the trajectory, set it aside (abandoned/) and start over"),
@@ -156,6 +159,7 @@ def optimize(
     from . import inputs
     from ..loop.optimize import RunFolderInUse, find_run
     from ..loop.optimize import optimize as run_optimize
+    from ..loop.profile_policy import POLICIES
     from ..loop.start_kernel import start_file
     from ..loop.state import OptimizeConfig
 
@@ -169,6 +173,7 @@ def optimize(
         if workload is None:
             raise inputs.BadInput("give a WORKLOAD (see `ptxbench workloads`), or --resume RUN")
         inputs.workload(workload), inputs.arch(arch), inputs.prompt(prompt), inputs.model(model)
+        inputs.one_of(profile, POLICIES, "--profile")
         if run_dir is not None:
             inputs.new_folder(run_dir, "--run-dir")
         inputs.credentials(model, api_base, api_key_env, report=lambda line: typer.echo(line, err=True))
@@ -176,7 +181,8 @@ def optimize(
             OptimizeConfig, FLAGS, workload=workload, model=model, api_base=api_base, api_key_env=api_key_env, mode=mode.value,
             turns=turns, target_speedup=target_speedup, prompt=prompt, context=context.value, no_gpu=no_gpu,
             trials=trials, max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall,
-            max_tool_calls=max_tool_calls, arch=arch, temperature=temperature, retry_wait_s=retry_wait, start_from=start_file(start_from))
+            max_tool_calls=max_tool_calls, arch=arch, temperature=temperature, retry_wait_s=retry_wait, start_from=start_file(start_from),
+            profile=profile)
     title = f"ptxbench optimize {workload or resume}" + ("  (no GPU: compile + SASS only)" if no_gpu else "")
     view = LiveView(title)
     try:

@@ -24,6 +24,7 @@ from . import budget
 from .context import build_messages
 from .extract import extract_solution
 from .feedback import render_eval, render_format_error
+from .profile_policy import turn_options
 from ..models.base import Model, ModelError, ModelExhausted, ModelReply, ModelRequest, TurnOutcome
 from ..models.evidence import evidence_from
 from ...tools.redact import mask_strings, scrub_text
@@ -44,6 +45,10 @@ class Deps:
     @cached_property
     def toolbox(self) -> Toolbox:
         return Toolbox(self.evaluator, self.config.workload, self.options)
+
+    def turn_options(self, state) -> EvalOptions:
+        """The options of this turn's scored evaluation (the profile policy needs the best speedup so far)."""
+        return turn_options(self.options, self.config.profile, state.get("best_speedup"))
 
 
 def timed(fn: Callable[[AgentState], dict]) -> Callable[[AgentState], dict]:
@@ -126,7 +131,7 @@ class Steps:
     def evaluate(self, state: AgentState) -> dict:
         sub, turn = state["submission"], state["turn"]
         kernel_file = self.d.log.save_kernel(turn, sub["language"], sub["source"])
-        result = self.d.evaluator.evaluate(self.cfg.workload, sub["source"], self.d.options)
+        result = self.d.evaluator.evaluate(self.cfg.workload, sub["source"], self.d.turn_options(state))
         feedback = render_eval(result, turn, self.cfg.no_gpu, _progress(self.cfg, state, result))
         if sub.get("warnings"):
             feedback += "About your reply:\n" + "\n".join(f"- {w}" for w in sub["warnings"]) + "\n"
@@ -140,6 +145,7 @@ class Steps:
 
     def run_tools(self, state: AgentState) -> dict:
         turn, box = state["turn"], self.d.toolbox
+        box.submit_options = self.d.turn_options(state)
         used, in_turn = state["tool_calls"], state["turn_tool_calls"]
         messages, update = [], {}
         for call in state["reply"]["tool_calls"]:

@@ -25,6 +25,7 @@ from ..bench.retry import FORKED, fork_before_infra_stop
 from ..records.checkpoint_guard import check_run
 from ..records.checkpoint_store import open_checkpointer
 from .graph import Deps, build_graph
+from .profile_policy import base_options
 from ..records.manifest import build_manifest
 from ..models import Model, load_model
 from ...tools.redact import register_secret_env
@@ -56,8 +57,9 @@ class TrajectoryOutcome(BaseModel):
 
 
 def eval_options(config: OptimizeConfig) -> EvalOptions:
-    return EvalOptions(arch=config.arch, trials=config.trials, no_gpu=config.no_gpu, profile=config.profile,
-                       seed=config.seed)
+    """The trajectory's base options; each scored evaluation adds its turn's part (profile_policy.turn_options)."""
+    return EvalOptions(arch=config.arch, trials=config.trials, no_gpu=config.no_gpu, seed=config.seed,
+                       **base_options(config.profile))
 
 
 def make_model(config: OptimizeConfig, on_retry=None) -> Model:

@@ -10,9 +10,11 @@ from ptxbench.workloads.arch import DEFAULT_ARCH
 import operator
 from typing import Annotated, Any, Literal, TypedDict
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from ptxbench.tools.results import EvalResult
+
+from .profile_policy import ProfilePolicy
 
 Mode = Literal["pipeline", "tools"]
 ContextPolicy = Literal["full", "last", "summary"]
@@ -51,11 +53,18 @@ class OptimizeConfig(BaseModel):
     retry_wait_s: float = Field(2.0, ge=0)
     trials: int | None = Field(None, ge=1, description="correctness trials per evaluation (None: the workload's)")
     no_gpu: bool = Field(False, description="evaluate up to compile + SASS only")
-    profile: bool = Field(False, description="profile every submission (it is profiled when it passes anyway)")
+    profile: ProfilePolicy = Field("auto", description="Nsight Compute policy (agent/loop/profile_policy.py): auto = the "
+                                   "target verdict on every pass, the full per-line profile on the first pass and each "
+                                   "new best; full = the full profile on every submission; verdict = never unasked")
     seed: int | None = None
     index: int = Field(0, description="trajectory number within its (model, workload, prompt) cell")
     start_from: str | None = Field(None, description="a solution file evaluated as turn 0 and shown in the first prompt")
     repair_task: str | None = Field(None, description="the repair-suite task this trajectory runs (bench --track repair)")
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _profile_bool(cls, v):  # older configs: true = profile every submission, false = the default
+        return ("full" if v else "auto") if isinstance(v, bool) else v
 
     def model_slug(self) -> str:
         """The model string as a folder-name part (run folders and trajectory ids use the same one)."""

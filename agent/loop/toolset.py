@@ -15,6 +15,7 @@ from ptxbench.tools.evaluator import EvalOptions, Evaluator
 from ptxbench.tools.results import EvalResult
 
 from .feedback import render_eval
+from .profile_policy import TOOL_REASON
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list[str]: "array"}
 
@@ -62,11 +63,13 @@ class Toolbox:
         self.evaluator = evaluator
         self.workload_id = workload_id
         self.options = options
+        self.submit_options = options  # the scored evaluation's: the loop sets them per turn (profile policy)
 
     def schemas(self) -> list[dict[str, Any]]:
         return [tool_schema(getattr(self, name)) for name in self.NAMES]
 
     def _run(self, source: str, **changes: Any) -> EvalResult:
+        # model_copy does not validate: `changes` use the options' own values ("none", not False)
         return self.evaluator.evaluate(self.workload_id, source, self.options.model_copy(update=changes))
 
     def _text(self, result: EvalResult, turn: int) -> str:
@@ -79,7 +82,7 @@ class Toolbox:
         Args:
             source: the whole solution file (code and its ptxbench plan block)
         """
-        return self._run(source, no_gpu=True, time=False, profile=False, profile_on_pass=False)
+        return self._run(source, no_gpu=True, time=False, profile="none", profile_on_pass="none")
 
     def test(self, source: str) -> EvalResult:
         """Compile and run a solution against the reference on fresh random inputs (correctness only, no timing).
@@ -87,7 +90,7 @@ class Toolbox:
         Args:
             source: the whole solution file
         """
-        return self._run(source, time=False, profile=False, profile_on_pass=False)
+        return self._run(source, time=False, profile="none", profile_on_pass="none")
 
     def benchmark(self, source: str) -> EvalResult:
         """Compile, check correctness and time the solution against the library baseline (speedup).
@@ -95,7 +98,7 @@ class Toolbox:
         Args:
             source: the whole solution file
         """
-        return self._run(source, time=True, profile=False, profile_on_pass=False)
+        return self._run(source, time=True, profile="none", profile_on_pass="none")
 
     def profile(self, source: str) -> EvalResult:
         """Everything benchmark does plus an Nsight Compute profile: executed target instructions, stalls, memory and occupancy findings.
@@ -103,7 +106,7 @@ class Toolbox:
         Args:
             source: the whole solution file
         """
-        return self._run(source, time=True, profile=True)
+        return self._run(source, time=True, profile="full", profile_reason=TOOL_REASON)
 
     def sanitize(self, source: str, tools: list[str] | None = None) -> EvalResult:
         """Run the solution under compute-sanitizer to find out-of-bounds accesses, races and barrier misuse.
@@ -112,7 +115,7 @@ class Toolbox:
             source: the whole solution file
             tools: sanitizer tools among memcheck, racecheck, synccheck, initcheck (default memcheck)
         """
-        return self._run(source, time=False, profile=False, profile_on_pass=False, sanitize=list(tools or ["memcheck"]))
+        return self._run(source, time=False, profile="none", profile_on_pass="none", sanitize=list(tools or ["memcheck"]))
 
     def sass(self, source: str) -> EvalResult:
         """Compile the solution and list the SASS opcode histogram of each kernel (e.g. HGMMA, UTMALDG counts).
@@ -120,7 +123,7 @@ class Toolbox:
         Args:
             source: the whole solution file
         """
-        return self._run(source, no_gpu=True, time=False, profile=False, profile_on_pass=False)
+        return self._run(source, no_gpu=True, time=False, profile="none", profile_on_pass="none")
 
     def submit(self, source: str) -> EvalResult:
         """Submit your solution for scoring: the full evaluation (correctness, timing, target instructions). Ends the turn.
@@ -128,7 +131,7 @@ class Toolbox:
         Args:
             source: the whole solution file
         """
-        return self._run(source)
+        return self.evaluator.evaluate(self.workload_id, source, self.submit_options)
 
     def call(self, name: str, arguments: dict[str, Any]) -> EvalResult:
         if name not in self.NAMES:

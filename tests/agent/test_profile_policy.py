@@ -1,0 +1,121 @@
+"""The profile policy: which turns get the full per-line profile and which only the runtime target verdict,
+what the model is told on a verdict-only turn, and what the trajectory records."""
+from __future__ import annotations
+
+import pytest
+
+from agent_helpers import GOOD_PTX, WORKLOAD, events, of_type
+from ptxbench.agent.loop.optimize import eval_options, optimize
+from ptxbench.agent.loop.state import OptimizeConfig
+from ptxbench.tools.evaluator import EvalOptions
+from ptxbench.tools.results import EvalResult, Timing, TimingStat
+
+
+class PolicyEvaluator:
+    """Passes with the scripted speedups and takes the profile level the options ask for, as LocalEvaluator does."""
+
+    def __init__(self, speedups):
+        self.speedups = list(speedups)
+        self.levels: list[tuple[str, str]] = []
+
+    def evaluate(self, workload_id, source, options):
+        speedup = self.speedups.pop(0) if self.speedups else 1.0
+        if speedup is None:
+            return EvalResult(workload=workload_id, status="INCORRECT_NUMERICAL", gpu_evaluated=True)
+        stat = TimingStat(median_ms=1.0 / speedup, ci_low_ms=1.0 / speedup, ci_high_ms=1.0 / speedup, n=10)
+        timing = Timing(candidate=stat, baselines={"cublas": TimingStat(median_ms=1.0, ci_low_ms=1.0, ci_high_ms=1.0, n=10)},
+                        primary_baseline="cublas", speedup=speedup)
+        level, why = options.profile_level(True, speedup)
+        self.levels.append((level, why))
+        feedback = {"full": "Nsight Compute on NVIDIA H200: hot line 12", "verdict": f"The per-line profile was not "
+                    f"taken this turn: {why}.", "none": ""}[level]
+        return EvalResult(workload=workload_id, status="PASSED", timing=timing, gpu_evaluated=True,
+                          profile_level=level, profile_reason=why, feedback=feedback)
+
+    def close(self):
+        """Nothing to release."""
+
+
+class SameKernel:
+    name = "test/same-kernel"
+
+    def query(self, request):
+        from ptxbench.agent.models import ModelReply
+
+        return ModelReply(content=f"Kernel:\n\n```ptx\n{GOOD_PTX}```\n")
+
+
+def _run(tmp_path, speedups, **config):
+    evaluator = PolicyEvaluator(speedups)
+    cfg = OptimizeConfig(workload=WORKLOAD, turns=len(speedups), target_speedup=0, **config)
+    optimize(cfg, run_dir=tmp_path / "run", evaluator=evaluator, model=SameKernel())
+    return evaluator, events(tmp_path / "run")
+
+
+@pytest.mark.parametrize("best,speedup,passed,expected", [
+    (None, 0.7, True, "full"),     # the first passing kernel
+    (0.8, 0.9, True, "full"),      # a new best
+    (0.9, 0.9, True, "verdict"),   # as good as the best: not new
+    (0.9, 0.5, True, "verdict"),
+    (None, None, False, "none"),   # failed: nothing to verify at runtime
+])
+def test_new_best_levels(best, speedup, passed, expected):
+    level, why = EvalOptions(profile_on_pass="new_best", best_speedup=best).profile_level(passed, speedup)
+    assert level == expected and (why or expected == "none")
+
+
+def test_old_boolean_options_and_configs_keep_their_meaning():
+    assert EvalOptions(profile=True).profile == "full" and EvalOptions(profile=False).profile == "none"
+    assert EvalOptions(profile_on_pass=True).profile_on_pass == "verdict"
+    assert EvalOptions(profile_on_pass=False).profile_level(True, 2.0)[0] == "none"
+    assert EvalOptions(profile=True).profile_level(False)[0] == "full"  # full on every evaluation, failed or not
+    assert OptimizeConfig(workload=WORKLOAD, profile=True).profile == "full"
+    assert OptimizeConfig(workload=WORKLOAD, profile=False).profile == "auto"
+    assert eval_options(OptimizeConfig(workload=WORKLOAD, profile="full")).profile == "full"
+
+
+def test_auto_takes_the_full_profile_on_the_first_pass_and_each_new_best(tmp_path):
+    evaluator, evs = _run(tmp_path, [0.7, None, 0.9, 0.8, 0.9, 1.1])
+    assert [lvl for lvl, _ in evaluator.levels] == ["full", "full", "verdict", "verdict", "full"]
+    reasons = [why for _, why in evaluator.levels]
+    assert "first passing" in reasons[0] and "new best" in reasons[1] and "not a new best" in reasons[2]
+    recorded = [(e.turn, e.result.profile_level) for e in of_type(evs, "eval_result")]
+    assert recorded == [(1, "full"), (2, "none"), (3, "full"), (4, "verdict"), (5, "verdict"), (6, "full")]
+    # the model is told, on a verdict-only turn, that the per-line profile was not taken and why
+    (turn4,) = [e for e in of_type(evs, "eval_result") if e.turn == 4]
+    assert "not taken this turn: not a new best (0.800x, best so far 0.900x)" in turn4.feedback
+
+
+def test_full_policy_profiles_every_evaluation_and_verdict_never_unasked(tmp_path):
+    full, _ = _run(tmp_path / "a", [0.7, 0.6, 0.8], profile="full")
+    assert [lvl for lvl, _ in full.levels] == ["full"] * 3 and "--profile full" in full.levels[0][1]
+    verdict, _ = _run(tmp_path / "b", [0.7, 0.9], profile="verdict")
+    assert [lvl for lvl, _ in verdict.levels] == ["verdict", "verdict"] and "--profile verdict" in verdict.levels[0][1]
+
+
+class ToolsModel:
+    """Turn 1: benchmark, profile, submit; turn 2: submit."""
+
+    name = "test/tools"
+
+    def __init__(self):
+        self.calls = iter(["benchmark", "profile", "submit", "submit"])
+
+    def query(self, request):
+        import json
+
+        from ptxbench.agent.models import ModelReply
+
+        name = next(self.calls)
+        return ModelReply(content="", tool_calls=[{"id": name, "type": "function", "function": {
+            "name": name, "arguments": json.dumps({"source": GOOD_PTX})}}])
+
+
+def test_tools_mode_profile_tool_is_full_and_submit_follows_the_policy(tmp_path):
+    evaluator = PolicyEvaluator([0.9, 0.9, 0.9, 0.8])
+    cfg = OptimizeConfig(workload=WORKLOAD, mode="tools", turns=2, target_speedup=0)
+    optimize(cfg, run_dir=tmp_path / "run", evaluator=evaluator, model=ToolsModel())
+    levels = [lvl for lvl, _ in evaluator.levels]
+    # benchmark: no profile; profile tool: full (asked); submit of turn 1: first pass -> full; turn 2: not a new best
+    assert levels == ["none", "full", "full", "verdict"]
+    assert "profile tool" in evaluator.levels[1][1]
