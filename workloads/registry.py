@@ -75,12 +75,17 @@ def _attention_symbols(b: int, h: int, s: int, d: int, hkv: int | None) -> dict[
     return symbols
 
 
-def _attention_statement(d: int, causal: bool, h: int | None = None, hkv: int | None = None) -> str:
+def _attention_statement(d: int, causal: bool, h: int | None = None, hkv: int | None = None,
+                         backward: bool = False) -> str:
     """The task in words: the mask, the exact scale, GQA, LSE's definition and base (the prompt quotes it)."""
     mask = ("Causal: key j is masked for query i when j > i (S_q = S_k), so every query row "
             "keeps at least key i and no row is fully masked." if causal else "Not causal: every query sees every key.")
     gqa = (f" GQA: {h} query heads share {hkv} KV heads; query head i reads KV head i // {h // hkv} (K and V are "
            f"[B, {hkv}, S, D])." if hkv else "")
+    if hkv and backward:  # a KV head gets gradient from every query head that read it
+        g = h // hkv
+        gqa += (f" dK and dV are [B, {hkv}, S, D]: dK[b, j] and dV[b, j] are the sums over the {g} query heads "
+                f"j*{g} .. j*{g}+{g - 1} of the per-query-head gradients.")
     return (f"{mask} scale = 1/sqrt(D) = 1/sqrt({d}) exactly (the symbol `scale` is that value; the symbols table "
             f"prints it rounded).{gqa} LSE[b, h, i] = ln(sum_j exp(scale * q_i . k_j)) over the unmasked keys j, in "
             f"float32, natural log (base e, not base 2): a kernel that works with exp2 must convert.")
@@ -129,26 +134,31 @@ def mha_fwd(b: int, h: int, s: int, d: int, *, causal: bool, held_out: bool, hkv
     )
 
 
-def mha_bwd(b: int, h: int, s: int, d: int, *, causal: bool, held_out: bool, smoke: bool = False) -> Workload:
-    symbols = _attention_symbols(b, h, s, d, None)
+def mha_bwd(b: int, h: int, s: int, d: int, *, causal: bool, held_out: bool, hkv: int | None = None,
+            smoke: bool = False) -> Workload:
+    symbols = _attention_symbols(b, h, s, d, hkv)
     bhsd = ["B", "H", "S", "D"]
+    kv = ["B", "HKV" if hkv is not None else "H", "S", "D"]
     tensors = [
         TensorSpec(name="Q", role="input", dtype="bfloat16", shape=bhsd, doc="queries"),
-        TensorSpec(name="K", role="input", dtype="bfloat16", shape=bhsd, doc="keys"),
-        TensorSpec(name="V", role="input", dtype="bfloat16", shape=bhsd, doc="values"),
+        TensorSpec(name="K", role="input", dtype="bfloat16", shape=kv, doc="keys"),
+        TensorSpec(name="V", role="input", dtype="bfloat16", shape=kv, doc="values"),
         TensorSpec(name="O", role="input", dtype="bfloat16", shape=bhsd, doc="the forward's output for these Q, K, V"),
         TensorSpec(name="dO", role="input", dtype="bfloat16", shape=bhsd, doc="gradient of the loss with respect to O"),
         TensorSpec(name="LSE", role="input", dtype="float32", shape=["B", "H", "S"],
                    doc="the forward's natural-log logsumexp per query row"),
         TensorSpec(name="dQ", role="output", dtype="bfloat16", shape=bhsd, doc="gradient with respect to Q"),
-        TensorSpec(name="dK", role="output", dtype="bfloat16", shape=bhsd, doc="gradient with respect to K"),
-        TensorSpec(name="dV", role="output", dtype="bfloat16", shape=bhsd, doc="gradient with respect to V"),
+        TensorSpec(name="dK", role="output", dtype="bfloat16", shape=kv,
+                   doc="gradient with respect to K" + (", summed over the query heads of each group" if hkv else "")),
+        TensorSpec(name="dV", role="output", dtype="bfloat16", shape=kv,
+                   doc="gradient with respect to V" + (", summed over the query heads of each group" if hkv else "")),
     ]
-    flops = 2.5 * 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+    gqa = f", GQA: {h} query heads over {hkv} KV heads (query head i reads KV head i // {h // hkv})" if hkv else ""
+    flops = 2.5 * 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)  # H query heads, as without GQA
     return Workload(
-        id=_attention_id("bwd", d, causal, None, h, smoke),
+        id=_attention_id("bwd", d, causal, hkv, h, smoke),
         op="mha_bwd",
-        title=f"bf16 attention backward{' causal' if causal else ''}, B={b} H={h} S={s} D={d}",
+        title=f"bf16 attention backward{' causal' if causal else ''}, B={b} H={h} S={s} D={d}{gqa}",
         symbols=symbols,
         tensors=tensors,
         reference="mha_bwd",
@@ -163,7 +173,10 @@ def mha_bwd(b: int, h: int, s: int, d: int, *, causal: bool, held_out: bool, smo
         input_dist=["normal", "spiky"],
         doc="P = exp(scale * Q K^T - LSE) (masked entries 0); dV = P^T dO; dP = dO V^T; "
         "Dr = rowsum(dO * O); dS = P * (dP - Dr); dQ = scale * dS K; dK = scale * dS^T Q. "
-        "FLOPs are counted as 2.5x the forward's. " + _attention_statement(d, causal),
+        "FLOPs are counted as 2.5x the forward's. " + _attention_statement(d, causal, h, hkv, backward=True)
+        + (" The cuDNN/flash baselines see K and V already expanded to H heads (the forward they need is set-up, "
+           "not timed); their per-query-head dK and dV are summed over each group inside the timed baseline call, "
+           "since a kernel must produce the summed result." if hkv else ""),
     )
 
 
@@ -178,12 +191,14 @@ def _build() -> dict[str, Workload]:
         ws += [mha_fwd(4, 48, 4096, d, causal=c, held_out=True) for c in (False, True)]
         ws += [mha_bwd(4, 48, 4096, d, causal=c, held_out=True) for c in (False, True)]
     ws.append(mha_fwd(4, 32, 4096, 128, hkv=8, causal=False, held_out=True))
+    ws.append(mha_bwd(4, 32, 4096, 128, hkv=8, causal=False, held_out=True))
     ws += [gemm(64, 7168, 5120, held_out=True), gemm(128, 7168, 5120, held_out=True), gemm(4096, 4096, 4096, held_out=True)]
     # Smoke: seconds on a GPU, for tests of the harness itself.
     ws.append(gemm(256, 256, 512, held_out=True, smoke=True))
     ws += [mha_fwd(1, 2, 256, 64, causal=c, held_out=True, smoke=True) for c in (False, True)]
     ws += [mha_bwd(1, 2, 256, 64, causal=c, held_out=True, smoke=True) for c in (False, True)]
     ws.append(mha_fwd(1, 4, 256, 64, hkv=2, causal=False, held_out=True, smoke=True))
+    ws.append(mha_bwd(1, 4, 256, 64, hkv=2, causal=False, held_out=True, smoke=True))
     registry = {w.id: w for w in ws}
     assert len(registry) == len(ws), "duplicate workload id"
     return registry

@@ -13,7 +13,7 @@ import torch
 
 from ptxbench.tools.gpu.correctness import compare, library_error
 from ptxbench.workloads import references
-from ptxbench.workloads.baselines import ATEN_SIGNATURES, make_baseline
+from ptxbench.workloads.baselines import ATEN_SIGNATURES, _group_sum, make_baseline
 from ptxbench.workloads.inputs import make_inputs
 from ptxbench.workloads.references import gemm, mha_bwd, mha_fwd, run_reference
 from ptxbench.workloads.registry import WORKLOADS, get_workload, list_workloads
@@ -82,11 +82,11 @@ def test_gqa_forward_matches_expanded_heads():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("hkv", [3, 1])
-def test_backward_matches_autograd(causal, hkv):
-    q = _rand(2, 3, 16, 8).requires_grad_()
+@pytest.mark.parametrize("h,hkv", [(3, 3), (3, 1), (4, 2)])  # MHA; one KV head; GQA groups of 2 (dK, dV summed)
+def test_backward_matches_autograd(causal, h, hkv):
+    q = _rand(2, h, 16, 8).requires_grad_()
     k, v = _rand(2, hkv, 16, 8, seed=1).requires_grad_(), _rand(2, hkv, 16, 8, seed=2).requires_grad_()
-    do = _rand(2, 3, 16, 8, seed=3)
+    do = _rand(2, h, 16, 8, seed=3)
     o, s = _naive_attention(q, k, v, 0.35, causal)
     o.backward(do)
     with torch.no_grad():
@@ -96,10 +96,14 @@ def test_backward_matches_autograd(causal, hkv):
     torch.testing.assert_close(ref["dV"], v.grad)
 
 
-def test_chunking_over_heads_and_rows_gives_the_same_result(monkeypatch):
-    q, k, v, do = (_rand(2, 3, 24, 8, seed=i) for i in range(4))
+@pytest.mark.parametrize("hkv", [3, 1])
+def test_chunking_over_heads_and_rows_gives_the_same_result(monkeypatch, hkv):
+    # with hkv = 1 a chunk of two heads splits the group of three: dK, dV add up across chunks
+    q, do = _rand(2, 3, 24, 8, seed=0), _rand(2, 3, 24, 8, seed=3)
+    k, v = _rand(2, hkv, 24, 8, seed=1), _rand(2, hkv, 24, 8, seed=2)
     whole_f = mha_fwd(q, k, v, scale=0.3, causal=True)
     whole_b = mha_bwd(q, k, v, whole_f["O"], do, whole_f["LSE"], scale=0.3, causal=True)
+    assert whole_b["dK"].shape == whole_b["dV"].shape == (2, hkv, 24, 8)
     for budget in (24 * 24 * 2, 24 * 5):  # two heads per chunk; five rows per chunk
         monkeypatch.setattr(references, "SCORE_BUDGET", budget)
         blocks = list(references._chunks(6, 24, 24))
@@ -124,6 +128,50 @@ def test_float32_references_from_bf16_inputs():
                     scale=w.symbols["scale"], causal=True)
     for n in ("dQ", "dK", "dV"):  # the bf16 O passed in is the only difference from exact arithmetic
         assert torch.linalg.norm(out[n].double() - ref64[n]) / torch.linalg.norm(ref64[n]) < 5e-3
+
+
+def test_gqa_backward_workload_reference_and_inputs_match_autograd_of_the_expanded_heads():
+    """smoke_mha_bwd_d64_gqa_h4_kv2 on the CPU: O and LSE are the GQA forward of the drawn inputs, and the
+    reference's dK, dV are float64 autograd through K, V expanded to the query heads (so summed over each group)."""
+    w = get_workload("smoke_mha_bwd_d64_gqa_h4_kv2")
+    x = make_inputs(w, 2, device="cpu")
+    assert {n: tuple(t.shape) for n, t in x.items()} == {n: w.shape(n) for n in ("Q", "K", "V", "O", "dO", "LSE")}
+    fwd = run_reference(get_workload("smoke_mha_fwd_d64_gqa_h4_kv2"), {n: x[n] for n in ("Q", "K", "V")})
+    torch.testing.assert_close(x["O"], fwd["O"].bfloat16())
+    torch.testing.assert_close(x["LSE"], fwd["LSE"])
+    out = run_reference(w, x)
+    q, k, v = (x[n].double().requires_grad_() for n in ("Q", "K", "V"))
+    o, s = _naive_attention(q, k, v, w.symbols["scale"], False)
+    o.backward(x["dO"].double())
+    exact = mha_bwd(*(x[n].double() for n in ("Q", "K", "V")), o.detach(), x["dO"].double(),
+                    torch.logsumexp(s, -1).detach(), scale=w.symbols["scale"], causal=False)
+    for n, grad in (("dQ", q.grad), ("dK", k.grad), ("dV", v.grad)):
+        assert out[n].shape == grad.shape == w.shape(n)
+        torch.testing.assert_close(exact[n], grad)  # the reference formulas with exact O and LSE
+        # the bf16 O passed in is the only difference from exact arithmetic
+        assert torch.linalg.norm(out[n].double() - grad) / torch.linalg.norm(grad) < 5e-3, n
+
+
+def test_gqa_baseline_group_sum_matches_the_reference_grouping():
+    """What the GQA backward baselines add to the library call: per-query-head dK, dV summed over each group
+    (query head i = j * group + g to KV head j), equal to autograd's gradient of the unexpanded K, V."""
+    w = get_workload("smoke_mha_bwd_d64_gqa_h4_kv2")
+    x = make_inputs(w, 3, device="cpu")
+    q = x["Q"].double().requires_grad_()
+    k, v = (x[n].double().requires_grad_() for n in ("K", "V"))
+    group = int(w.symbols["H"]) // int(w.symbols["HKV"])
+    ke, ve = (t.repeat_interleave(group, 1).detach().requires_grad_() for t in (k, v))  # what the library sees
+    o, _ = _naive_attention(q, ke, ve, w.symbols["scale"], False)
+    o.backward(x["dO"].double())
+    summed = _group_sum({n: t.double() for n, t in x.items()})({"dQ": q.grad, "dK": ke.grad, "dV": ve.grad})
+    o2, _ = _naive_attention(q.detach(), k, v, w.symbols["scale"], False)
+    o2.backward(x["dO"].double())
+    torch.testing.assert_close(summed["dK"], k.grad)
+    torch.testing.assert_close(summed["dV"], v.grad)
+    assert summed["dQ"] is q.grad
+    mha = get_workload("smoke_mha_bwd_d64")
+    grads = {"dQ": q.grad}
+    assert _group_sum(make_inputs(mha, 3, device="cpu"))(grads) is grads  # without GQA: untouched
 
 
 def test_inputs_are_seeded_fresh_and_typed():

@@ -15,6 +15,8 @@ def test_a_library_near_the_roof_gets_a_target_below_the_roof():
     assert t.speedup == 1.12 and "80% of the 989 TFLOP/s" in t.reason and "roof is 1.24x" in t.reason
     assert default_target(get_workload("mha_bwd_d128")).speedup == MAX_TARGET  # far from its roof: the cap
     assert default_target(get_workload("mha_fwd_d64")).speedup == MAX_TARGET  # no measured rate: the default
+    gqa_bwd = default_target(get_workload("mha_bwd_d128_gqa_h32_kv8"))
+    assert gqa_bwd.speedup == MAX_TARGET and "no library rate is recorded" in gqa_bwd.reason
 
 
 def test_the_run_stops_at_and_the_task_states_the_derived_target():

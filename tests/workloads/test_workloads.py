@@ -25,10 +25,10 @@ MAIN = {
 }
 
 HELD_OUT = [f"mha_{k}_d{d}{c}" for d in (64, 96) for k in ("fwd", "bwd") for c in ("", "_causal")] + [
-    "mha_fwd_d128_gqa_h32_kv8", "gemm_bf16_m64_n7168_k5120", "gemm_bf16_m128_n7168_k5120", "gemm_bf16_m4096_n4096_k4096"]
+    "mha_fwd_d128_gqa_h32_kv8", "mha_bwd_d128_gqa_h32_kv8", "gemm_bf16_m64_n7168_k5120", "gemm_bf16_m128_n7168_k5120", "gemm_bf16_m4096_n4096_k4096"]
 
 SMOKE = ["smoke_gemm_bf16_m256_n256_k512", "smoke_mha_fwd_d64", "smoke_mha_fwd_d64_causal", "smoke_mha_bwd_d64",
-         "smoke_mha_bwd_d64_causal", "smoke_mha_fwd_d64_gqa_h4_kv2"]
+         "smoke_mha_bwd_d64_causal", "smoke_mha_fwd_d64_gqa_h4_kv2", "smoke_mha_bwd_d64_gqa_h4_kv2"]
 
 
 @pytest.mark.parametrize("wid", list(MAIN))
@@ -64,6 +64,7 @@ def test_flops_follow_the_conventions():
     assert get_workload("mha_bwd_d128").flops == 2.5 * fwd
     assert get_workload("mha_bwd_d128_causal").flops == 2.5 * fwd / 2
     assert get_workload("mha_fwd_d128_gqa_h32_kv8").flops == 4.0 * B * 32 * S * S * D
+    assert get_workload("mha_bwd_d128_gqa_h32_kv8").flops == 2.5 * 4.0 * B * 32 * S * S * D  # H query heads
 
 
 def test_min_bytes_reads_inputs_once_and_writes_outputs_once():
@@ -73,6 +74,9 @@ def test_min_bytes_reads_inputs_once_and_writes_outputs_once():
     assert get_workload("mha_bwd_d128").min_bytes == 2 * 8 * bhsd + 4 * lse
     gqa = get_workload("mha_fwd_d128_gqa_h32_kv8")
     assert gqa.min_bytes == 2 * (2 * B * 32 * S * D + 2 * B * 8 * S * D) + 4 * B * 32 * S
+    # backward: Q, O, dO, dQ over the query heads; K, V, dK, dV over the KV heads; LSE read once
+    q_like, kv_like = B * 32 * S * D, B * 8 * S * D
+    assert get_workload("mha_bwd_d128_gqa_h32_kv8").min_bytes == 2 * (4 * q_like + 4 * kv_like) + 4 * B * 32 * S
 
 
 def test_held_out_and_smoke_sets():
@@ -86,6 +90,23 @@ def test_held_out_and_smoke_sets():
     assert gqa.symbols["H"] == 32 and gqa.symbols["HKV"] == 8
     assert gqa.shape("K") == gqa.shape("V") == (4, 8, 4096, 128) and gqa.shape("O") == (4, 32, 4096, 128)
     assert get_workload("smoke_mha_fwd_d64").shape("Q") == (1, 2, 256, 64)
+
+
+@pytest.mark.parametrize("wid,b,h,hkv,s,d", [("mha_bwd_d128_gqa_h32_kv8", 4, 32, 8, 4096, 128),
+                                             ("smoke_mha_bwd_d64_gqa_h4_kv2", 1, 4, 2, 256, 64)])
+def test_gqa_backward_shapes_roles_and_statement(wid, b, h, hkv, s, d):
+    w = get_workload(wid)
+    assert w.op == "mha_bwd" and not w.causal and w.held_out
+    assert {k: w.symbols[k] for k in ("B", "H", "HKV", "S", "D")} == {"B": b, "H": h, "HKV": hkv, "S": s, "D": d}
+    q, kv = (b, h, s, d), (b, hkv, s, d)
+    assert {t.name: w.shape(t.name) for t in w.tensors} == {
+        "Q": q, "K": kv, "V": kv, "O": q, "dO": q, "LSE": (b, h, s), "dQ": q, "dK": kv, "dV": kv}
+    assert [t.name for t in w.outputs] == ["dQ", "dK", "dV"]
+    g = h // hkv  # the same grouping as the GQA forward: query head i reads (and sends gradient to) KV head i // g
+    fwd = get_workload(wid.replace("_bwd_", "_fwd_"))
+    assert f"query head i reads KV head i // {g}" in w.doc and f"query head i reads KV head i // {g}" in fwd.doc
+    assert f"sums over the {g} query heads j*{g} .. j*{g}+{g - 1}" in w.doc
+    assert "expanded to H heads" in w.doc and "summed over each group inside the timed baseline call" in w.doc
 
 
 def test_every_workload_is_complete():
