@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--no-gpu", action="store_true", help="compile-only: a check of this script on a CPU machine")
     args = ap.parse_args()
     run_dir = Path(args.run_dir)
-    cmd = ["ptxbench", "bench", "--track", "repair", "--models", args.models, "--trajectories", "1",
+    cmd = [sys.executable, "-m", "ptxbench.agent", "bench", "--track", "repair", "--models", args.models, "--trajectories", "1",
            "--turns", str(args.turns), "--profile", args.profile, "--run-dir", str(run_dir), "--no-report"]
     cmd += (["--workloads", args.workloads] if args.workloads else []) + (["--no-gpu"] if args.no_gpu else [])
     t0 = time.perf_counter()
@@ -56,7 +56,7 @@ def main() -> None:
     seconds = time.perf_counter() - t0
     (run_dir / "bench.log").write_text(bench.stdout + bench.stderr, encoding="utf-8")
     print(bench.stdout[-4000:], bench.stderr[-2000:], sep="\n")
-    score = subprocess.run(["ptxbench", "score", str(run_dir), "--json"], capture_output=True, text=True)
+    score = subprocess.run([sys.executable, "-m", "ptxbench.agent", "score", str(run_dir), "--json"], capture_output=True, text=True)
     try:
         scores = json.loads(score.stdout)
     except json.JSONDecodeError:
