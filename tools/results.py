@@ -55,6 +55,7 @@ class KernelResources(BaseModel):
     spill_loads: int = 0
     smem_static: int = 0
     stack: int = 0
+    barriers: int = Field(0, description="named barriers ptxas reserved (`used N barriers`); 16 when an id is a register")
     cmem: dict[str, int] = Field(default_factory=dict)
     sass_opcodes: dict[str, int] = Field(default_factory=dict, description="opcode (first dotted part, e.g. HGMMA) -> static count")
     sass_lines: list[int | None] = Field(default_factory=list, description="the solution-file line of each SASS "
