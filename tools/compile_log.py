@@ -19,6 +19,7 @@ _PROPS = re.compile(r"Function properties for (?P<name>\S+)")
 _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
+_BARRIERS = re.compile(r"used (\d+) barriers")
 _CMEM = re.compile(r"(\d+) bytes cmem\[(\d+)\]")
 
 LineMap = Callable[[int], "tuple[int | None, str]"]
@@ -58,6 +59,8 @@ def parse_ptxas_log(log: str, line_map: LineMap | None = None) -> tuple[list[Com
             current.registers = int(m.group(1))
             if s := _SMEM.search(line):
                 current.smem_static = int(s.group(1))
+            if b := _BARRIERS.search(line):
+                current.barriers = int(b.group(1))
             current.cmem = {f"cmem[{bank}]": int(n) for n, bank in _CMEM.findall(line)}
     return errors, warnings, kernels
 
