@@ -21,7 +21,7 @@ from .results import CompileResult
 
 ENV_CACHE = "PTXBENCH_CACHE"
 # Bumped when the meaning of a stored result changes (e.g. the log parser learns new fields).
-CACHE_FORMAT = "compile-v2"
+CACHE_FORMAT = "compile-v3"  # v3: KernelResources.barriers
 
 
 def install_tag() -> str:
