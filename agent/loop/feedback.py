@@ -38,6 +38,10 @@ HOPPER_WARNINGS = {
     "C7511": "the register count asked for cannot be met: ptxas used more registers (or spilled); check the "
              "resource line below",
 }
+# ptxas reserves every named barrier when a bar.sync / bar.arrive id is a register, not an immediate.
+ALL_BARRIERS = 16
+BARRIERS_NOTE = ("all 16 named barriers are reserved: a bar.sync / bar.arrive id held in a register does that; "
+                 "write ids as immediates (`bar.sync 1, 256;`) unless a runtime id is meant")
 # The heading of a compile-only result: the model must not read a kernel that never ran as correct.
 STATUS_HEADINGS = {"COMPILED": "COMPILED (not run on a GPU: correctness and speed unknown)",
                    "TIMING_SUSPECT": "TIMING_SUSPECT (correct when checked, but timed faster than this GPU can go: "
@@ -77,7 +81,10 @@ def _compile_lines(result: EvalResult) -> list[str]:
             lines.append(f"- ... and {len(comp.warnings) - MAX_WARNINGS} more warnings")
     for k in comp.kernels.values():
         spills = f", SPILLS {k.spill_stores} stores / {k.spill_loads} loads" if (k.spill_stores or k.spill_loads) else ""
-        lines.append(f"- kernel {k.name}: {k.registers} registers, {k.smem_static} B static smem, {k.stack} B stack{spills}")
+        bars = f", {k.barriers} named barrier{'s' * (k.barriers != 1)} reserved" if k.barriers else ""
+        lines.append(f"- kernel {k.name}: {k.registers} registers, {k.smem_static} B static smem, {k.stack} B stack{bars}{spills}")
+        if k.barriers == ALL_BARRIERS:
+            lines.append(f"  ({BARRIERS_NOTE})")
     for name, t in comp.targets.items():
         where = "in SASS" if t.in_sass else ("in PTX only, not in SASS" if t.in_ptx else "ABSENT")
         lines.append(f"- target {name}: {where}" + (f" ({t.sass_count} instructions)" if t.in_sass else ""))
