@@ -1,0 +1,98 @@
+"""What each prompt variant costs: system + task prompt, the text a model reads before its first reply.
+
+Counted in tokens of tiktoken's `o200k_base` (the GPT-4o family's encoding; other vendors' tokenizers land
+within about 15% on this mix of prose, PTX and C++). Offline, the encoding file comes from the copy litellm
+ships; without either, `tokens` is None and only the estimate (characters / 4) is given. The budgets are
+recorded here and held by tests/prompts/test_prompt_contract.py; `python3 -m ptxbench.prompts.size` prints
+the table prompts/README.md keeps.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ENCODING = "o200k_base"
+WORKLOADS = ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_bwd_d128")
+# Budgets for the main GEMM's prompt (issue 17): o200k tokens, and the characters / 4 estimate.
+BUDGETS = {"basic": (3200, 2700), "knowledge": (9200, 7500), "expert": (9800, 8000)}
+
+
+@contextmanager
+def _bundled_cache():
+    """Point tiktoken at litellm's bundled encoding files while one loads, unless the user chose a cache."""
+    spec = importlib.util.find_spec("litellm")
+    bundled = Path(spec.submodule_search_locations[0]) / "litellm_core_utils" / "tokenizers" if spec else None
+    old = os.environ.get("TIKTOKEN_CACHE_DIR")
+    if old is None and bundled is not None and bundled.is_dir():
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(bundled)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TIKTOKEN_CACHE_DIR", None)
+
+
+@functools.cache
+def encoder():
+    try:
+        import tiktoken
+
+        with _bundled_cache():
+            return tiktoken.get_encoding(ENCODING)
+    except Exception:  # not installed, or no encoding file offline
+        return None
+
+
+@dataclass(frozen=True)
+class PromptSize:
+    variant: str
+    workload: str
+    chars: int
+    tokens: int | None  # o200k_base; None without tiktoken's encoding
+
+    @property
+    def estimate(self) -> int:
+        return math.ceil(self.chars / 4)
+
+
+def prompt_text(variant: str, workload: str = WORKLOADS[0]) -> str:
+    """System + task prompt of a pipeline-mode run (the agent's own functions, so nothing is counted twice)."""
+    from ptxbench.agent.loop.state import OptimizeConfig
+    from ptxbench.agent.loop.task import system_prompt, task_prompt
+    from ptxbench.workloads.registry import get_workload
+
+    config = OptimizeConfig(workload=workload, prompt=variant)
+    return system_prompt(config) + task_prompt(config, get_workload(workload))
+
+
+def measure(variant: str, workload: str = WORKLOADS[0]) -> PromptSize:
+    text = prompt_text(variant, workload)
+    enc = encoder()
+    return PromptSize(variant, workload, len(text), len(enc.encode(text)) if enc is not None else None)
+
+
+def within_budget(size: PromptSize) -> bool:
+    tokens, estimate = BUDGETS[size.variant]
+    return size.estimate <= estimate and (size.tokens is None or size.tokens <= tokens)
+
+
+def table(workloads=WORKLOADS) -> str:
+    from ptxbench.prompts import VARIANTS
+
+    lines = ["| variant | " + " | ".join(workloads) + " | budget (GEMM) |", "| --- |" + " --- |" * (len(workloads) + 1)]
+    for v in VARIANTS:
+        cells = []
+        for w in workloads:
+            s = measure(v, w)
+            cells.append(f"{s.tokens if s.tokens is not None else '?'} ({s.estimate})")
+        lines.append(f"| {v} | " + " | ".join(cells) + f" | {BUDGETS[v][0]} ({BUDGETS[v][1]}) |")
+    return "\n".join(lines) + f"\n\n{ENCODING} tokens (characters / 4 in brackets)"
+
+
+if __name__ == "__main__":
+    print(table())
