@@ -6,7 +6,7 @@
   prompt alone around that snippet parses, resolves (max_clusters) and compiles to HGMMA + UTMALDG
   without spills or the warnings the pack warns about; on a GPU it must pass (marked gpu).
 - The launch contract's numbers and defaults are the code's; `max_clusters` resolves per launch.
-- The knowledge variant stays within its token budget.
+- Every prompt variant stays within its token budget (prompts/size.py).
 """
 from __future__ import annotations
 
@@ -17,14 +17,11 @@ from pathlib import Path
 import pytest
 
 from ptxbench import prompts
-from ptxbench.agent.loop.state import OptimizeConfig
-from ptxbench.agent.loop.task import system_prompt, task_prompt
 from ptxbench.prompts import helpers as gen
 from ptxbench.tools.compile import compile_source
 from ptxbench.tools.gpu.limits import DeviceLimits
 from ptxbench.tools.solution.plan import Solution, TensorMap
 from ptxbench.tools.solution.plan_resolve import guaranteed_clusters
-from ptxbench.tools.profile.feedback import count_tokens
 from ptxbench.tools.solution.parse import PlanError, parse_solution, resolve_plan
 from ptxbench.workloads.arch import get_arch
 from ptxbench.workloads.registry import get_workload
@@ -33,9 +30,6 @@ DATA = Path(__file__).parents[1] / "data" / "prompt"
 GEMM = "gemm_bf16_m8192_n7168_k5120"
 SMOKE_GEMM = "smoke_gemm_bf16_m256_n256_k512"
 SM90A = get_arch("sm_90a")
-# Estimated tokens (chars / 4: no tokenizer offline) of system + task prompt for the main GEMM.
-# Before issue 17: basic 2113, knowledge 3528, expert 4053. Budget for the knowledge variant:
-TOKEN_BUDGET_KNOWLEDGE = 6500
 INCLUDES = '#include <cuda.h>\n#include <cuda_bf16.h>\n#include "ptxbench/mbarrier.cuh"\n' \
            '#include "ptxbench/tma.cuh"\n#include "ptxbench/wgmma.cuh"\nusing namespace ptxbench;\n'
 
@@ -218,11 +212,17 @@ def test_guaranteed_clusters_is_a_lower_bound_for_every_gpc_split():
 
 # ---- size ---------------------------------------------------------------------------------------
 
-def test_knowledge_prompt_stays_within_its_token_budget():
-    config = OptimizeConfig(workload=GEMM, prompt="knowledge")
-    text = system_prompt(config) + task_prompt(config, get_workload(GEMM))
-    assert "ptxbench/wgmma.cuh" in text and "max_clusters" in text and "wgmma_m64k16_bf16" in text
-    assert count_tokens(text, exact=False) <= TOKEN_BUDGET_KNOWLEDGE
+@pytest.mark.parametrize("variant", list(prompts.VARIANTS))
+def test_each_prompt_variant_stays_within_its_token_budget(variant):
+    from ptxbench.prompts import size
+
+    measured = size.measure(variant, GEMM)
+    print(measured, size.BUDGETS[variant])
+    assert size.within_budget(measured), (measured, measured.estimate, size.BUDGETS[variant])
+    text = size.prompt_text(variant, GEMM)
+    assert "max_clusters" in text  # the launch contract: every variant
+    if variant != "basic":  # what the size pays for is there
+        assert "ptxbench/wgmma.cuh" in text and "wgmma_m64k16_bf16" in text and "bar.arrive 2, 256;" in text
 
 
 # ---- on the GPU ---------------------------------------------------------------------------------
