@@ -83,7 +83,41 @@ MUTATIONS: list[Mutation] = [
              "the softmax row sum is never reduced over the quad that shares the row: each thread normalises by its "
              "own partial sum",
              WRONG, r"^[ \t]*(\w+) \+= __shfl_xor_sync\([^;]*\);[ \t]*\n", ""),
+    # The knowledge pack's pipeline rules (prompts/knowledge_sm90a.md, "Pipelines, clusters and multicast"),
+    # one class per rule a model can break (issue 17); bench/check_mutations.py runs them on the GPU.
+    Mutation("producer_start_parity",
+             "the producer waits on its empty barriers with parity `phase` (0 on the first pass) instead of "
+             "`phase ^ 1`: a fresh barrier has not completed phase 0, so the first wait never returns",
+             ("TIMEOUT",), r"(mbar_wait\(&empty\w*\[\w+\], )(\w+) \^ 1\)", r"\1\2)"),
+    Mutation("missing_wgmma_fence_regs",
+             "the register fences after wgmma waits are removed: nvcc may then move accumulator (and P fragment) "
+             "reads or writes across `wgmma.wait_group` (a latent bug: it bites only where nvcc does move them)",
+             WRONG, r"^(?:[ \t]*#pragma unroll\n)?[ \t]*(?:for \([^)]*\) )?wgmma_fence_regs\([^;]*\);[ \t]*\n", ""),
+    Mutation("named_barrier_count_mismatch",
+             "a consumer warpgroup's named barrier is given a count of 256 threads while only its 128 threads "
+             "meet there: the barrier never completes",
+             ("TIMEOUT",), r"((?:named_barrier_sync\(|bar\.sync )[^,;]+, )128\b", r"\g<1>256"),
+    Mutation("named_barrier_shared_id",
+             "both consumer warpgroups use named barrier 1 with a count of one warpgroup (128): any 128 arriving "
+             "threads release it, so a consumer may store its staging buffer before its own warps wrote it",
+             WRONG, r"named_barrier_sync\(1 \+ \w+, 128\)", "named_barrier_sync(1, 128)"),
+    Mutation("tmap_row_missing_head_offset",
+             "the K / V row coordinate in the [B*H*S, D] tensor-map view leaves out the head's first row "
+             "(b*H + h) * S: every (batch, head) attends to the keys and values of batch 0, head 0",
+             WRONG, r"(const int row = )kv_row \+ (j \* BN;)", r"\1\2"),
+    Mutation("tma_coords_swapped",
+             "a TMA load's coordinates are given outermost first (row, column) instead of innermost first: the box "
+             "is read from the wrong place and out-of-bounds parts load as zeros",
+             WRONG, r"(tma_load_2d\([^;]*?,\s*)([^,;]+?),\s*([^,;()]+?)\);", r"\1\3, \2);", 1),
+    Mutation("tmap_view_one_head",
+             "the attention tensor maps view Q, K and V as [S, D] (one head) instead of the [B*H*S, D] rows of all "
+             "heads: every row past the first head loads as zeros",
+             WRONG, r'(dims\s*=\s*\["D",\s*)"B \* H(?:KV)? \* S"\]', r'\1"S"]'),
 ]
+# The classes above that the knowledge pack's pipeline section teaches (bench/check_mutations.py's default).
+PIPELINE_CLASSES = ("producer_start_parity", "missing_wgmma_fence_regs", "named_barrier_count_mismatch",
+                    "named_barrier_shared_id", "tmap_row_missing_head_offset", "tma_coords_swapped",
+                    "tmap_view_one_head")
 
 BY_NAME = {m.name: m for m in MUTATIONS}
 
