@@ -2,8 +2,11 @@
 it covers, through the real evaluator: first untimed (correctness on every workload, seconds each), then
 timed against the library (interleaved, 95% interval) where it passed. Run on a GPU machine:
 
-  source bench/gpu_env.sh && python3 bench/attention_bwd_check.py [--json OUT.json] [--timed ID,ID] [--file F]
+  source bench/gpu_env.sh && python3 bench/attention_bwd_check.py [--json OUT.json] [--timed ID,ID]
+      [--variant bench/variants/F.cu] [--profile ID,ID] [--label v1]
 
+--variant evaluates another kernel file with the same plan lines (bench/variants/); --profile takes a full
+Nsight Compute profile of those workloads after their timed run and prints its feedback (the hot lines).
 Prints one line per evaluation as it lands and a Markdown table last.
 """
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 from pathlib import Path
 
 SMOKE_FIRST = ["smoke_mha_bwd_d64", "smoke_mha_bwd_d64_causal", "smoke_mha_bwd_d64_gqa_h4_kv2"]
+FEEDBACK_CHARS = 6000
 MAIN = ["mha_bwd_d128", "mha_bwd_d128_causal", "mha_bwd_d64", "mha_bwd_d64_causal", "mha_bwd_d96",
         "mha_bwd_d96_causal", "mha_bwd_d128_gqa_h32_kv8"]
 
@@ -40,33 +44,46 @@ def main() -> None:
     ap.add_argument("--json", default="")
     ap.add_argument("--timed", default=",".join(MAIN))
     ap.add_argument("--untimed", default=",".join(SMOKE_FIRST + MAIN))
+    ap.add_argument("--variant", default="", help="a kernel file with the reference's plan lines")
+    ap.add_argument("--profile", default="", help="workloads to profile in full after their timed run")
+    ap.add_argument("--label", default="")
     args = ap.parse_args()
+    base = Path(args.variant).read_text(encoding="utf-8") if args.variant else None
+    label = args.label or (Path(args.variant).stem if args.variant else "reference")
     ev = LocalEvaluator()
     rows = []
     try:
         untimed = [w for w in args.untimed.split(",") if w in WORKLOADS]
         for wid in untimed:
-            src = fast_backward(get_workload(wid))
+            src = fast_backward(get_workload(wid), base)
             if src is None:
                 print(f"{wid}: not covered", flush=True)
                 continue
             t0 = time.perf_counter()
             res = ev.evaluate(wid, src, EvalOptions(time=False, profile_on_pass=False, timeout_s=60))
-            row = {**_row(wid, res, time.perf_counter() - t0), "timed": False}
+            row = {**_row(wid, res, time.perf_counter() - t0), "timed": False, "label": label}
             rows.append(row)
             print(json.dumps(row)[:900], flush=True)
         passed = {r["workload"] for r in rows if r["status"] == "PASSED"}
         for wid in [w for w in args.timed.split(",") if w in passed]:
             t0 = time.perf_counter()
-            res = ev.evaluate(wid, fast_backward(get_workload(wid)), EvalOptions(profile_on_pass=False, timeout_s=120))
-            row = {**_row(wid, res, time.perf_counter() - t0), "timed": True}
+            res = ev.evaluate(wid, fast_backward(get_workload(wid), base), EvalOptions(profile_on_pass=False, timeout_s=120))
+            row = {**_row(wid, res, time.perf_counter() - t0), "timed": True, "label": label}
             rows.append(row)
             print(json.dumps(row)[:900], flush=True)
+        for wid in [w for w in args.profile.split(",") if w in passed]:
+            t0 = time.perf_counter()
+            res = ev.evaluate(wid, fast_backward(get_workload(wid), base), EvalOptions(profile=True, timeout_s=120))
+            row = {**_row(wid, res, time.perf_counter() - t0), "timed": True, "label": label + "+profile",
+                   "feedback": (res.feedback or "")[:FEEDBACK_CHARS],
+                   "targets_runtime": {k: v.verdict for k, v in (res.targets_runtime or {}).items()}}
+            rows.append(row)
+            print(f"== profile {wid} ({label}): {row['targets_runtime']}\n{row['feedback']}", flush=True)
     finally:
         ev.close()
     if args.json:
-        Path(args.json).write_text(json.dumps({"file": FAST_BACKWARD, "rows": rows}, indent=1))
-    print("\n| workload | timed | status | speedup [95% CI] | ms | library ms | TFLOP/s | s |\n|---|---|---|---|---|---|---|---|")
+        Path(args.json).write_text(json.dumps({"file": args.variant or FAST_BACKWARD, "rows": rows}, indent=1))
+    print(f"\n{label}\n| workload | timed | status | speedup [95% CI] | ms | library ms | TFLOP/s | s |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
         ci = r["speedup_ci"]
         sp = f"{r['speedup']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if r["speedup"] and ci else "-"

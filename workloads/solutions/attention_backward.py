@@ -7,12 +7,13 @@ Head dims: 64 (its own entry points) and 96 or 128 (the D = 128 kernels; TMA zer
 """
 from __future__ import annotations
 
+import re
+
 from ..schema import Workload
-from .attention import with_plan_edits
+from .attention import HERE
 
 FAST_BACKWARD = "attention_bwd_wgmma.cu"
 HEAD_DIMS = (64, 96, 128)
-SMEM_D128 = 'smem = "1024 + 32768 * 2 + 2 * (16384 * 2 + 512) + 16384 * 2 + 256"'
 SMEM_D64 = 'smem = "1024 + 16384 * 2 + 2 * (8192 * 2 + 512) + 16384 * 2 + 256"'
 
 
@@ -35,17 +36,24 @@ def covers(workload: Workload) -> str | None:
     return None
 
 
-def fast_backward(workload: Workload) -> str | None:
-    """The solution text for `workload`, or None where `covers` names a rule it breaks."""
+def fast_backward(workload: Workload, base: str | None = None) -> str | None:
+    """The solution text for `workload`, or None where `covers` names a rule it breaks. `base`: another text with
+    the same plan lines to edit (a variant of the kernel, as bench/attention_bwd_check.py --variant evaluates)."""
     if covers(workload) is not None:
         return None
+    text = base if base is not None else (HERE / FAST_BACKWARD).read_text(encoding="utf-8")
     d, gqa = int(workload.symbols["D"]), "HKV" in workload.symbols
     edits = [('kernel = "attn_bwd_wgmma"', f'kernel = "{backward_entry_point(d, workload.causal, gqa)}"')]
-    if d == 64:  # one 64-wide slab per tile
-        edits.append((SMEM_D128, SMEM_D64))
+    if d == 64:  # one 64-wide slab per tile: the D = 64 layout (the main launch's smem line is the D = 128 one)
+        smem = re.search(r'smem = "[^"]*"', text)
+        edits.append((smem.group(0) if smem else "smem = ", SMEM_D64))
     if gqa:  # one CTA per (key block, batch * KV head), the group argument, K / V over B * HKV * S rows
         edits.append(('grid = ["B * H", "cdiv(S, 128)"]', 'grid = ["B * HKV", "cdiv(S, 128)"]'))
         edits.append(('"i32:D", "f32:scale"]', '"i32:D", "f32:scale", "i32:H // HKV"]'))
         edits += [(f'tensor = "{t}"\ndims = ["D", "B * H * S"]', f'tensor = "{t}"\ndims = ["D", "B * HKV * S"]')
                   for t in ("K", "V")]
-    return with_plan_edits(FAST_BACKWARD, edits)
+    for old, new in edits:
+        if old not in text:
+            raise ValueError(f"{FAST_BACKWARD}: the plan has no {old!r} to change")
+        text = text.replace(old, new)
+    return text
