@@ -70,11 +70,14 @@ def test_wgmma_behind_a_never_taken_branch_is_present_not_executed():
     out = profile(SMOKE, SOLUTIONS / "wgmma_dead_branch.ptx")
     assert out.targets_runtime["wgmma"].verdict == "present_not_executed"
     assert out.targets_runtime["tma"].verdict == "present_not_executed"
+    # the verdict level (no per-opcode pass: the hardware counters decide) agrees on both kernels
+    dead = profile(SMOKE, SOLUTIONS / "wgmma_dead_branch.ptx", full=False)
+    assert dead.targets_runtime["wgmma"].verdict == "present_not_executed", dead.targets_runtime["wgmma"].reason
+    assert dead.targets_runtime["tma"].verdict == "present_not_executed", dead.targets_runtime["tma"].reason
     live = profile(SMOKE, SOLUTIONS / "wgmma_live.ptx", full=False)
     assert live.targets_runtime["wgmma"].verdict == "executed"
-    # the verdict-only run skips the warp-level per-opcode count; the GMMA pipe counter gives the same number
     assert live.targets_runtime["wgmma"].counter_values["sm__inst_executed_pipe_tensor_op_gmma.sum"] == 8 * 4 * 10
-    assert live.targets_runtime["tma"].executed_thread_insts_true == 8
+    assert live.targets_runtime["tma"].counter_values["smsp__sass_inst_executed_op_tma_ld.sum"] == 8
 
 
 def test_plain_fma_kernel_is_absent():

@@ -107,3 +107,34 @@ def test_static_histogram_sums_the_module():
     kernels = {"a": KernelResources(name="a", sass_opcodes={"HGMMA": 4, "FFMA": 2}),
                "b": KernelResources(name="b", sass_opcodes={"FFMA": 3})}
     assert static_histogram(kernels) == {"HGMMA": 4, "FFMA": 5}
+
+
+def _verdict_level(counters: dict[str, float], static: dict[str, int] | None):
+    k = KernelProfile(name="k", counters=counters)  # no per-opcode counts at the verdict level
+    return runtime_verdicts(SM90A, ProfileSummary(ok=True, mode="verdict", kernels=[k]), static_opcodes=static)
+
+
+def test_the_verdict_level_decides_on_the_instruction_counters():
+    live = {"sm__inst_executed_pipe_tensor_op_gmma.sum": 320.0, "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum": 5.2e6,
+            "smsp__sass_inst_executed_op_tma.sum": 8.0, "smsp__sass_inst_executed_op_tma_ld.sum": 8.0}
+    v = _verdict_level(live, {"HGMMA": 8, "UTMALDG": 1})
+    assert v["wgmma"].verdict == "executed" and v["tma"].verdict == "executed"
+    assert "hardware counters" in v["wgmma"].reason and v["wgmma"].executed_thread_insts_true is None
+    dead = {c: 0.0 for c in live}
+    v = _verdict_level(dead, {"HGMMA": 8, "UTMALDG": 1})
+    assert v["wgmma"].verdict == "present_not_executed" and v["tma"].verdict == "present_not_executed"
+    assert _verdict_level(dead, {"FFMA": 4})["wgmma"].verdict == "absent"
+    assert _verdict_level(dead, None)["wgmma"].verdict == "unknown"
+
+
+def test_the_verdict_level_never_guesses():
+    # a decisive counter missing (NaN or not collected) -> unknown, not absent or executed
+    v = _verdict_level({"sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum": 5.2e6}, {"HGMMA": 8})
+    assert v["wgmma"].verdict == "unknown" and "sm__inst_executed_pipe_tensor_op_gmma.sum" in v["wgmma"].reason
+    # work counted where the SASS has none of the family's opcodes: the counter is not what it claims
+    v = _verdict_level({"sm__inst_executed_pipe_tensor_op_gmma.sum": 40.0}, {"FFMA": 4})
+    assert v["wgmma"].verdict == "unknown"
+    # at the full level a missing per-opcode count is still unknown (the counters alone never decide there)
+    k = KernelProfile(name="k", counters={"sm__inst_executed_pipe_tensor_op_gmma.sum": 40.0})
+    full = runtime_verdicts(SM90A, ProfileSummary(ok=True, mode="full", kernels=[k]), ["wgmma"], {"HGMMA": 8})
+    assert full["wgmma"].verdict == "unknown"

@@ -9,6 +9,12 @@ Per family of the arch profile (workloads/arch.py), from one profile:
   disagree (e.g. HGMMA counted but the GMMA pipe idle) -- always with the reason.
 Warp-level `sass__inst_executed_per_opcode` counts predicated-off warps too (FACTS.md), so it is
 reported but never decides.
+
+At the `verdict` level (a profile without the per-opcode counts: those patch the kernel and cost most of a
+cheap pass) the family's instruction counters decide instead: the hardware counters that the full level
+cross-checks against the predicate-true per-opcode counts (`counter_opcodes`: the GMMA pipe's HGMMA
+executions, the TMA instructions issued with a true predicate), non-zero = executed. Every full profile (the
+first passing turn, each new best) still takes the per-opcode counts and their cross-check.
 """
 from __future__ import annotations
 
@@ -58,6 +64,8 @@ def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: d
     base = dict(executed_warp_insts=int(warp) if warp is not None else None,
                 executed_thread_insts_true=int(thread_true) if thread_true is not None else None,
                 counter_values=counters)
+    if thread_true is None and summary.mode == "verdict":
+        return _counter_verdict(fam, counters, present, base)
     if thread_true is None:
         missing = [c for c in fam.counters if c not in counters]
         return RuntimeTarget(verdict="unknown", reason="ncu returned no per-opcode predicate-true counts (missing or NaN)"
@@ -80,6 +88,27 @@ def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: d
     if present:
         return RuntimeTarget(verdict="present_not_executed", reason=f"the SASS has {'/'.join(fam.sass)} but none executed "
                              "with a true predicate (dead code or a branch never taken)", **base)
+    return RuntimeTarget(verdict="absent", reason=f"no {'/'.join(fam.sass)} instruction in the SASS", **base)
+
+
+def _counter_verdict(fam: TargetFamily, counters: dict[str, float], present: bool | None, base: dict) -> RuntimeTarget:
+    decisive = list(fam.counter_opcodes)
+    missing = [c for c in decisive if c not in counters]
+    if not decisive or missing:
+        return RuntimeTarget(verdict="unknown", reason=f"the verdict pass has no {', '.join(missing) or 'instruction'} "
+                             f"counter for {fam.name} (missing or NaN)", **base)
+    if any(counters[c] > 0 for c in decisive):
+        if present is False:  # counted but not in the SASS: the counter is not what it claims
+            return RuntimeTarget(verdict="unknown", reason=f"{', '.join(decisive)} counted {fam.name} work but the SASS "
+                                 f"has no {'/'.join(fam.sass)}", **base)
+        return RuntimeTarget(verdict="executed", reason=f"{fam.name}: " + ", ".join(
+            f"{c} = {v:,.0f}" for c, v in counters.items()) + " (hardware counters; no per-opcode pass at this level)", **base)
+    if present is None:
+        return RuntimeTarget(verdict="unknown", reason=f"no {fam.name} instruction counted, and without the SASS listing "
+                             "it is not known whether the kernel has any", **base)
+    if present:
+        return RuntimeTarget(verdict="present_not_executed", reason=f"the SASS has {'/'.join(fam.sass)} but "
+                             f"{', '.join(decisive)} counted none (dead code or a branch never taken)", **base)
     return RuntimeTarget(verdict="absent", reason=f"no {'/'.join(fam.sass)} instruction in the SASS", **base)
 
 
