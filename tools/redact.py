@@ -29,6 +29,17 @@ def register_secret_env(name: str | None) -> None:
         _REGISTERED.add(name)
 
 
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name)) or name in _REGISTERED
+
+
+def without_secrets(env: dict[str, str]) -> dict[str, str]:
+    """`env` without the variables that hold keys: secret-looking or registered names, and any variable whose
+    value is one of those keys (for the processes that run a candidate: the GPU workers, ncu, the sanitizer)."""
+    keys = {v for k, v in env.items() if is_secret_name(k) and v}
+    return {k: v for k, v in env.items() if not is_secret_name(k) and v not in keys}
+
+
 def secret_values() -> list[str]:
     values = {v for k, v in os.environ.items() if (_SECRET_NAME.search(k) or k in _REGISTERED) and v and len(v) >= 8}
     return sorted(values, key=len, reverse=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from ptxbench.tools.redact import without_secrets
 from ptxbench.tools.results import CompileResult, EvalResult, RuntimeTarget, Timing
 from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 
@@ -49,8 +50,9 @@ class ProfileOutcome(BaseModel):
 
 
 def device_env(device: int | None, **extra: str) -> dict[str, str]:
-    """The environment of a replay: this process's, with CUDA_VISIBLE_DEVICES narrowed to `device`."""
-    env = dict(os.environ, **extra)
+    """The environment of a replay (ncu, compute-sanitizer): this process's without its keys, with
+    CUDA_VISIBLE_DEVICES narrowed to `device`."""
+    env = dict(without_secrets(dict(os.environ)), **extra)
     if device is not None:
         visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
         env["CUDA_VISIBLE_DEVICES"] = visible[device] if device < len(visible) else str(device)

@@ -54,7 +54,8 @@ def run_gated(cmd: list[str], *, env: dict | None, folder: Path, hold: Callable[
     log_path = folder / "ncu.out"
     start = time.monotonic()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True)
     note = ""
     try:
         if not _until(lambda: gate.seen(READY) or proc.poll() is not None, limit_s):

@@ -68,8 +68,8 @@ def ncu_command(ncu: str, target: list[str], report: Path, metrics: list[str], f
 
 def _run(cmd: list[str], timeout_s: float, env: dict | None = None, cwd: str | None = None) -> tuple[int | None, str]:
     """(returncode or None on timeout, combined output); the whole process group dies on timeout."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=cwd, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout_s)
         return proc.returncode, out
