@@ -109,3 +109,15 @@ def test_aa_speedup_is_one():
 def test_pool_is_healthy_at_the_end():
     health = shared_evaluator().pool.ping()
     assert health and all(h["ok"] for h in health)
+
+
+def test_a_plan_asking_for_more_scratch_than_the_gpu_holds_is_a_plan_error():
+    """Six 30 GiB scratch buffers: each under the per-buffer cap, together more than any GPU has. Refused with
+    the sizes before anything is allocated, and the worker evaluates the next candidate as usual."""
+    scratch = "".join(f'\n[scratch.big{i}]\ndtype = "float32"\nshape = ["8", "1024", "1024", "960"]\n' for i in range(6))
+    source = CONTROL.replace('args = ["A", "B", "C", "i32:M", "i32:N", "i32:K"]\n',
+                             'args = ["A", "B", "C", "i32:M", "i32:N", "i32:K"]\n' + scratch)
+    r = shared_evaluator().evaluate(WORKLOAD, source, EvalOptions(time=False, profile_on_pass=False, timeout_s=30))
+    assert r.status == "PLAN_ERROR", (r.status, r.message)
+    assert any("GiB" in e and "more than" in e for e in r.plan_errors), r.plan_errors
+    assert _submit(_job(CONTROL)).status == "PASSED"
