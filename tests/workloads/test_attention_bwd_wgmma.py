@@ -4,6 +4,8 @@ it covers every backward workload of the registry, its plans resolve, it compile
 GPU) it passes with a measured floor against cuDNN. Figures: bench/results/attention_bwd.md."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ptxbench.tools.compile import compile_source
@@ -61,6 +63,22 @@ def test_every_entry_point_assembles_to_wgmma_and_tma_without_spills(compiled):
         assert ops.get("UTMALDG", 0) > 0 and ops.get("UBLKCP", 0) > 0, name  # Q/dO/K/V tiles, L2/Dr rows
         assert ops.get("REDG", 0) > 0, name  # dQ added with reductions, no read-modify-write
     assert compiled.targets["wgmma"].in_sass and compiled.targets["tma"].in_sass
+
+
+VARIANTS = sorted((Path(__file__).parents[2] / "bench" / "variants").glob("attention_bwd_*.cu"))
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda p: p.stem)
+def test_the_bench_variants_keep_the_plan_lines_and_assemble(variant):
+    text = variant.read_text(encoding="utf-8")
+    for wid in BACKWARD:  # the reference's plan edits apply to every variant
+        assert fast_backward(get_workload(wid), text) is not None
+    r = compile_source(fast_backward(get_workload("mha_bwd_d128"), text), "cuda", "sm_90a")
+    assert r.status == "ok" and not r.warnings, (r.errors, r.warnings)
+    for name, k in r.kernels.items():
+        assert k.spill_stores == 0 and k.spill_loads == 0, name
+    wide = r.kernels["attn_bwd_wgmma"].sass_opcodes
+    assert wide.get("UBLKRED") == 1 and "REDG" not in wide  # dQ by one bulk reduction per block
 
 
 def test_builtin_reference_submits_it():
