@@ -91,6 +91,9 @@ def test_the_jail_hides_the_harness_environment(tmp_path, monkeypatch):
 
 def test_a_macro_bomb_is_stopped_by_the_limits_and_the_verdict_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    # this test's workspaces in a folder of its own: other compiles on the machine leave theirs in /tmp meanwhile
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(jail.tempfile, "tempdir", str(tmp_path / "tmp"))
     lines = ["#define A0 xx xx"] + [f"#define A{i} A{i - 1} A{i - 1}" for i in range(1, 31)]
     bomb = "\n".join(lines) + '\nextern "C" __global__ void k() { A30; }\n'
     start = time.perf_counter()
