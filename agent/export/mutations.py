@@ -20,8 +20,11 @@ class Mutation:
     pattern: str
     replacement: str | Callable[[re.Match], str]
     count: int = 0  # 0: every match; n: the first n
+    requires: str = ""  # a pattern the kernel must also hold (e.g. a causal entry point in its plan)
 
     def apply(self, source: str) -> str | None:
+        if self.requires and not re.search(self.requires, source, flags=re.M):
+            return None
         out, n = re.subn(self.pattern, self.replacement, source, count=self.count, flags=re.M)
         return out if n and out != source else None
 
@@ -113,11 +116,60 @@ MUTATIONS: list[Mutation] = [
              "the attention tensor maps view Q, K and V as [S, D] (one head) instead of the [B*H*S, D] rows of all "
              "heads: every row past the first head loads as zeros",
              WRONG, r'(dims\s*=\s*\["D",\s*)"B \* H(?:KV)? \* S"\]', r'\1"S"]'),
+    # The wgmma attention backward's own bug classes (workloads/solutions/attention_bwd_wgmma.cu, every backward
+    # workload's reference); the knowledge pack's backward section teaches the rules they break.
+    Mutation("bwd_dpsum_wrong",
+             "the preprocess sums dO * dO instead of dO * O for Dr (dPsum): dS = P (dP - Dr) is off in every row, "
+             "so dQ and dK are wrong (dV is not)",
+             WRONG, r"sum = fmaf\(a\.x, b\.x, fmaf\(a\.y, b\.y, sum\)\);", "sum = fmaf(b.x, b.x, fmaf(b.y, b.y, sum));"),
+    Mutation("bwd_lse_wrong_base",
+             "the preprocess copies the natural-log LSE into L2 without the log2(e) factor, while P^T is computed with "
+             "exp2: every probability is scaled by 2^(LSE (log2 e - 1))",
+             WRONG, r"L2\[row\] = LSE\[row\] \* LOG2E;", "L2[row] = LSE[row];"),
+    Mutation("bwd_stats_indexed_by_key",
+             "L2 and Dr are looked up by the accumulator's row (a key) instead of its column (a query): the code "
+             "reads the fragment of P^T as if it were P's",
+             WRONG, r"-sL2\[q\]|sDr\[8 \* \(j / 4\) \+ col0 \+ \(j % 2\)\]",
+             lambda m: ("-sL2" if m.group(0).startswith("-") else "sDr") + "[r + 8 * ((j / 2) % 2)]"),
+    Mutation("bwd_causal_mask_wrong_side",
+             "the causal mask zeroes P where key < query instead of key > query in the blocks that cross the diagonal",
+             WRONG, r"(\+ 8 \* \(\(j / 2\) % 2\)) > (q0 \+ q\) e = 0\.f;)", r"\1 < \2",
+             requires=r'^kernel = "attn_bwd_wgmma\w*_causal"'),
+    Mutation("bwd_dk_scale_missing",
+             "dK is stored without the softmax scale (dK = dS^T Q instead of scale dS^T Q)",
+             WRONG, r"__floats2bfloat162_rn\(dk\[j\] \* scale, dk\[j \+ 1\] \* scale\)",
+             "__floats2bfloat162_rn(dk[j], dk[j + 1])"),
+    Mutation("bwd_dq_scale_missing",
+             "the postprocess converts the fp32 dQ accumulator to bf16 without the softmax scale",
+             WRONG, r"(v\.[xz]) \* scale, (v\.[yw]) \* scale", r"\1, \2"),
+    Mutation("bwd_dq_plain_store",
+             "dQ partials are stored instead of reduce-added: each key block overwrites the others' contributions",
+             WRONG, r"atomicAdd\(reinterpret_cast<float2\*>\(dst\), (make_float2\(dq\[j\], dq\[j \+ 1\]\))\);",
+             r"*reinterpret_cast<float2*>(dst) = \1;"),
+    Mutation("bwd_dq_nonatomic_add",
+             "dQ partials are added with a plain load-add-store instead of a reduction: warps and CTAs that add to "
+             "the same dQ rows at once lose updates (a race: it bites only where they overlap in time)",
+             WRONG, r"^([ \t]*)atomicAdd\(reinterpret_cast<float2\*>\(dst\), make_float2\(dq\[j\], dq\[j \+ 1\]\)\);",
+             r"\1dst[0] += dq[j];\n\1dst[1] += dq[j + 1];"),
+    Mutation("bwd_ds_single_buffer",
+             "the double-buffered dS^T tile becomes one buffer: a consumer writes the next block's dS^T while the other "
+             "may still read this one in its dQ product (a race; D = 128 only, where each consumer reads both halves)",
+             WRONG, r"uint8_t\* buf = sdS \+ \(it & 1\) \* DS_BYTES;", "uint8_t* buf = sdS;",
+             requires=r'^kernel = "attn_bwd_wgmma(?!_d64)'),
+    Mutation("bwd_empty_count_mismatch",
+             "the empty barriers expect one arrival per consumer thread (256) while one lane per consumer warp (8) "
+             "arrives: no stage is ever released, so the producer waits forever once the ring wraps",
+             ("TIMEOUT",), r"mbar_init\(&empty\[i\], 8\);.*$", "mbar_init(&empty[i], 256);  // one arrival per consumer thread"),
 ]
 # The classes above that the knowledge pack's pipeline section teaches (bench/check_mutations.py's default).
 PIPELINE_CLASSES = ("producer_start_parity", "missing_wgmma_fence_regs", "named_barrier_count_mismatch",
                     "named_barrier_shared_id", "tmap_row_missing_head_offset", "tma_coords_swapped",
                     "tmap_view_one_head")
+# The backward's classes, with the generic fence class at the one place the backward needs it (before the dQ
+# wgmma reads dS^T written by plain stores); bench/check_mutations.py --backward runs them.
+BACKWARD_CLASSES = ("bwd_dpsum_wrong", "bwd_lse_wrong_base", "bwd_stats_indexed_by_key", "bwd_causal_mask_wrong_side",
+                    "bwd_dk_scale_missing", "bwd_dq_scale_missing", "bwd_dq_plain_store", "bwd_dq_nonatomic_add",
+                    "missing_fence_proxy_async", "bwd_ds_single_buffer", "bwd_empty_count_mismatch")
 
 BY_NAME = {m.name: m for m in MUTATIONS}
 
