@@ -1,0 +1,132 @@
+"""The wgmma attention backward's bug classes (agent/export/mutations.py BACKWARD_CLASSES), on the CPU: each
+applies to the backward workloads it names (the causal mask to causal ones only, the dS^T buffer to D = 128
+only), edits exactly its lines of workloads/solutions/attention_bwd_wgmma.cu as found at HEAD (a class whose
+text is gone fails here, not silently on the GPU), and the broken file still parses and assembles, so the GPU
+(bench/check_mutations.py --backward) decides how it fails."""
+from __future__ import annotations
+
+import difflib
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from ptxbench.agent.export.mutations import BACKWARD_CLASSES, BY_NAME, MUTATIONS
+from ptxbench.agent.models.builtin import reference_source
+from ptxbench.agent.repairs.candidates import from_mutations
+from ptxbench.tools.compile import compile_source
+from ptxbench.tools.solution.parse import parse_solution
+from ptxbench.tools.solution.plan import Solution
+from ptxbench.workloads.registry import get_workload
+
+SMOKE, SMOKE_C = "smoke_mha_bwd_d64", "smoke_mha_bwd_d64_causal"
+MAIN, MAIN_C = "mha_bwd_d128", "mha_bwd_d128_causal"
+ALL = (SMOKE, SMOKE_C, MAIN, MAIN_C)  # bench/check_mutations.py's BACKWARD_WORKLOADS
+WHERE = {n: ALL for n in BACKWARD_CLASSES}
+WHERE["bwd_causal_mask_wrong_side"] = (SMOKE_C, MAIN_C)
+WHERE["bwd_ds_single_buffer"] = (MAIN, MAIN_C)  # the D = 64 consumers read only their own dS^T rows
+# The exact edit of each class ('-' old line, '+' new line, indentation dropped).
+EDITS = {
+    "bwd_dpsum_wrong": ["-sum = fmaf(a.x, b.x, fmaf(a.y, b.y, sum));", "+sum = fmaf(b.x, b.x, fmaf(b.y, b.y, sum));"],
+    "bwd_lse_wrong_base": ["-L2[row] = LSE[row] * LOG2E;", "+L2[row] = LSE[row];"],
+    "bwd_stats_indexed_by_key": [
+        "-float e = ex2(fmaf(s[j], sl2, -sL2[q]));", "+float e = ex2(fmaf(s[j], sl2, -sL2[r + 8 * ((j / 2) % 2)]));",
+        "-for (int j = 0; j < 32; ++j) p[j] = s[j] * (p[j] - sDr[8 * (j / 4) + col0 + (j % 2)]);",
+        "+for (int j = 0; j < 32; ++j) p[j] = s[j] * (p[j] - sDr[r + 8 * ((j / 2) % 2)]);"],
+    "bwd_causal_mask_wrong_side": ["-if (mask && key0 + 64 * c + r + 8 * ((j / 2) % 2) > q0 + q) e = 0.f;",
+                                   "+if (mask && key0 + 64 * c + r + 8 * ((j / 2) % 2) < q0 + q) e = 0.f;"],
+    "bwd_dk_scale_missing": [
+        "-*reinterpret_cast<__nv_bfloat162*>(dK + off) = __floats2bfloat162_rn(dk[j] * scale, dk[j + 1] * scale);",
+        "+*reinterpret_cast<__nv_bfloat162*>(dK + off) = __floats2bfloat162_rn(dk[j], dk[j + 1]);"],
+    "bwd_dq_scale_missing": ["-out[0] = __floats2bfloat162_rn(v.x * scale, v.y * scale);",
+                             "-out[1] = __floats2bfloat162_rn(v.z * scale, v.w * scale);",
+                             "+out[0] = __floats2bfloat162_rn(v.x, v.y);", "+out[1] = __floats2bfloat162_rn(v.z, v.w);"],
+    "bwd_dq_plain_store": ["-atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq[j], dq[j + 1]));",
+                           "+*reinterpret_cast<float2*>(dst) = make_float2(dq[j], dq[j + 1]);"],
+    "bwd_dq_nonatomic_add": ["-atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq[j], dq[j + 1]));",
+                             "+dst[0] += dq[j];", "+dst[1] += dq[j + 1];"],
+    "missing_fence_proxy_async": ["-fence_proxy_async();"],
+    "bwd_ds_single_buffer": ["-uint8_t* buf = sdS + (it & 1) * DS_BYTES;", "+uint8_t* buf = sdS;"],
+    "bwd_empty_count_mismatch": ["-mbar_init(&empty[i], 8);  // one arrival per consumer warp",
+                                 "+mbar_init(&empty[i], 256);  // one arrival per consumer thread"],
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PTXBENCH_CACHE", str(tmp_path_factory.mktemp("ptxbench-cache")))
+        yield
+
+
+def _changed(good: str, bad: str) -> list[str]:
+    return [ln[0] + ln[1:].strip() for ln in difflib.unified_diff(good.splitlines(), bad.splitlines(), lineterm="", n=0)
+            if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+
+
+def _device_code(source: str) -> str:
+    return source.split("*/", 1)[1]  # after the plan block: the same text for every backward workload
+
+
+@pytest.fixture(scope="module")
+def mutants() -> dict[tuple[str, str], str]:
+    out = {}
+    for wid in ALL:
+        for name in BACKWARD_CLASSES:
+            broken = BY_NAME[name].apply(reference_source(wid))
+            if broken is not None:
+                out[(name, wid)] = broken
+    return out
+
+
+def test_every_backward_class_applies_where_expected(mutants):
+    assert set(BACKWARD_CLASSES) == set(EDITS) and set(BACKWARD_CLASSES) <= {m.name for m in MUTATIONS}
+    applied = {}
+    for name, wid in mutants:
+        applied.setdefault(name, set()).add(wid)
+    assert applied == {n: set(w) for n, w in WHERE.items()}
+    ids = {c.id for c in from_mutations(list(ALL), [BY_NAME[n] for n in BACKWARD_CLASSES])}
+    assert ids == {f"{w}__{n}" for n, ws in WHERE.items() for w in ws}
+    # the backward-only classes leave the GEMM and the attention forwards alone
+    for wid in ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_fwd_d128_causal"):
+        assert not [n for n in BACKWARD_CLASSES if n.startswith("bwd_") and BY_NAME[n].apply(reference_source(wid))]
+
+
+def test_each_class_edits_exactly_its_lines(mutants):
+    for (name, wid), broken in mutants.items():
+        assert _changed(reference_source(wid), broken) == EDITS[name], (name, wid)
+        # one device-code mutant per class: the plans differ, the broken code does not
+        assert _device_code(broken) == _device_code(mutants[(name, WHERE[name][-1])]), (name, wid)
+
+
+@pytest.fixture(scope="module")
+def compiled(mutants):
+    """The broken code compiled on mha_bwd_d128_causal (where every class applies), two builds instead of eleven
+    (nvcc takes seconds): every class's edit at once (they touch different lines), and the non-atomic dQ add,
+    whose line the plain store also rewrites. Each edit is local, so the build of all of them stands for each."""
+    together = reference_source(MAIN_C)
+    for name in BACKWARD_CLASSES:
+        if name != "bwd_dq_nonatomic_add":
+            together = BY_NAME[name].apply(together)
+            assert together is not None, name
+
+    def one(item):
+        key, source = item
+        sol = parse_solution(source, get_workload(MAIN_C), "sm_90a")
+        assert isinstance(sol, Solution), (key, sol)
+        return key, compile_source(sol.source, sol.language, "sm_90a", MAIN_C)
+
+    builds = {"together": together, "bwd_dq_nonatomic_add": mutants[("bwd_dq_nonatomic_add", MAIN_C)]}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, builds.items()))
+
+
+def test_the_mutants_assemble_with_wgmma_tma_and_no_spills(compiled):
+    for key, result in compiled.items():
+        assert result.status == "ok", (key, [str(e.message) for e in result.errors])
+        mains = {k: v for k, v in result.kernels.items() if k.startswith("attn_bwd_wgmma")}
+        assert len(mains) == 6, (key, sorted(result.kernels))
+        for k, v in mains.items():
+            assert v.sass_opcodes.get("HGMMA", 0) >= 1 and v.sass_opcodes.get("UTMALDG", 0) >= 1, (key, k)
+            assert v.spill_stores == 0 and v.spill_loads == 0, (key, k)
+            # the dQ vector reduction (REDG) is gone: plain stores in both builds
+            assert not v.sass_opcodes.get("REDG", 0), (key, k)
