@@ -1,10 +1,12 @@
 """Evaluate chosen bug classes of the injection recipe on the GPU: does the H200 reject each broken kernel, and how?
-  source bench/gpu_env.sh && python3 bench/check_mutations.py [--classes a,b] [--workloads w1,w2] [--json F]
+  source bench/gpu_env.sh && python3 bench/check_mutations.py [--backward] [--classes a,b] [--workloads w1,w2] [--json F]
 Default: the knowledge pack's pipeline classes (agent/export/mutations.py PIPELINE_CLASSES) on the GEMM and the
-wgmma attention forwards (D = 128 and 64). Each unbroken reference is evaluated first (a failing one skips its
-workload); each mutant untimed, with a short watchdog (a hang costs --timeout). Prints one row per mutant: the
-status, whether it is one of the class's expected statuses, and whether the GPU rejected it. Exit 0 when every
-mutant was rejected, 1 when some were accepted (listed), 2 when a reference failed.
+wgmma attention forwards (D = 128 and 64). --backward: the backward's classes (BACKWARD_CLASSES) on the two
+D = 64 smoke backwards (seconds each) and the D = 128 main ones (about 8 s an evaluation), each class where it
+applies. Each unbroken reference is evaluated first (a failing one skips its workload); each mutant untimed, with
+a short watchdog (a hang costs --timeout). Prints one row per mutant: the status, whether it is one of the class's
+expected statuses, and whether the GPU rejected it. Exit 0 when every mutant was rejected, 1 when some were
+accepted (listed), 2 when a reference failed.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import json
 import sys
 import time
 
-from ptxbench.agent.export.mutations import BY_NAME, PIPELINE_CLASSES
+from ptxbench.agent.export.mutations import BACKWARD_CLASSES, BY_NAME, PIPELINE_CLASSES
 from ptxbench.agent.models.builtin import reference_source
 from ptxbench.agent.repairs.build import precompile
 from ptxbench.agent.repairs.candidates import FAILED, from_mutations
@@ -22,18 +24,24 @@ from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
 
 WORKLOADS = ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_fwd_d64")
+# smallest first: the smoke shapes cost seconds; every backward class applies to at least one D = 64 workload,
+# except bwd_ds_single_buffer (the D = 64 consumers each read only their own rows of dS^T)
+BACKWARD_WORKLOADS = ("smoke_mha_bwd_d64", "smoke_mha_bwd_d64_causal", "mha_bwd_d128", "mha_bwd_d128_causal")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--classes", default=",".join(PIPELINE_CLASSES), help="comma-separated bug classes")
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--backward", action="store_true", help="default to the backward's classes and workloads")
+    ap.add_argument("--classes", default="", help="comma-separated bug classes")
+    ap.add_argument("--workloads", default="")
     ap.add_argument("--timeout", type=float, default=5.0, help="watchdog per mutant (a hang costs this)")
     ap.add_argument("--spares", type=int, default=4, help="hot spare workers (a fault replaces one)")
     ap.add_argument("--json", default="", help="write the rows here")
     args = ap.parse_args()
-    mutations = [BY_NAME[n.strip()] for n in args.classes.split(",") if n.strip()]
-    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    classes = args.classes or ",".join(BACKWARD_CLASSES if args.backward else PIPELINE_CLASSES)
+    mutations = [BY_NAME[n.strip()] for n in classes.split(",") if n.strip()]
+    workloads = [w.strip() for w in (args.workloads or ",".join(BACKWARD_WORKLOADS if args.backward else WORKLOADS)).split(",")
+                 if w.strip()]
     t0 = time.monotonic()
     candidates = from_mutations(workloads, mutations)
     print(f"{len(candidates)} mutants of {len(mutations)} classes on {len(workloads)} workloads; compiling ...", flush=True)
