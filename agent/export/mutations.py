@@ -32,6 +32,18 @@ class Mutation:
 WRONG = ("INCORRECT_NUMERICAL", "INCORRECT_NAN")
 HANG_OR_WRONG = ("TIMEOUT", "INCORRECT_NUMERICAL", "INCORRECT_NAN", "RUNTIME_ERROR")
 
+
+def _clustered(replacement: str | Callable[[re.Match], str]) -> Callable[[re.Match], str]:
+    """`replacement`, made only in a kernel whose plan launches clusters of 2+ CTAs (`cluster = [2, 1, 1]`);
+    elsewhere the match is left as it is, so the class does not apply."""
+    def sub(m: re.Match) -> str:
+        cluster = re.search(r"^cluster\s*=\s*\[([^\]]*)\]", m.string, flags=re.M)
+        sizes = [int(x) for x in re.findall(r"\d+", cluster.group(1))] if cluster else []
+        if not any(n > 1 for n in sizes):
+            return m.group(0)
+        return m.expand(replacement) if isinstance(replacement, str) else replacement(m)
+    return sub
+
 MUTATIONS: list[Mutation] = [
     Mutation("missing_wgmma_fence",
              "wgmma.fence removed before the first wgmma of a k-step: accumulator and shared-memory writes are not ordered "
@@ -160,6 +172,66 @@ MUTATIONS: list[Mutation] = [
              "the empty barriers expect one arrival per consumer thread (256) while one lane per consumer warp (8) "
              "arrives: no stage is ever released, so the producer waits forever once the ring wraps",
              ("TIMEOUT",), r"mbar_init\(&empty\[i\], 8\);.*$", "mbar_init(&empty[i], 256);  // one arrival per consumer thread"),
+    # The knowledge pack's cluster / multicast rules (prompts/knowledge_sm90a.md, "Pipelines, clusters and
+    # multicast"), one class per rule a model can break. They apply only to a kernel launched in clusters of 2+
+    # CTAs (plan `cluster = [2, 1, 1]`): the GEMM template's multicast code is also in the text of every
+    # unclustered render, under `if constexpr (CLUSTER_M > 1)`, where breaking it changes nothing that runs.
+    # Their base is the clustered GEMM render (agent/export/bases.py); bench/check_mutations.py --cluster runs them.
+    Mutation("cluster_expect_tx_own_bytes",
+             "each CTA's full barrier expects only the bytes its own producer loads (its A box and its own slice of "
+             "B), not the peer's multicast slice: the phase completes before the whole B tile has landed and the "
+             "late bytes count against the next phase",
+             HANG_OR_WRONG, r"mbar_arrive_expect_tx\(&full\[stage\], STAGE_BYTES\)",
+             _clustered("mbar_arrive_expect_tx(&full[stage], A_STAGE + B_SLICE * KCH)")),
+    Mutation("cluster_expect_tx_leader_only",
+             "only cluster rank 0 arms its full barrier (arrive_expect_tx), as if the multicast signalled the "
+             "issuing CTA's barrier for the whole cluster: the peer's full barriers never get their producer "
+             "arrival, so its consumers wait forever",
+             ("TIMEOUT",), r"^([ \t]*)(mbar_arrive_expect_tx\(&full\[stage\], STAGE_BYTES\);)",
+             _clustered(r"\1if (cta_rank == 0) \2")),
+    Mutation("multicast_mask_missing_peer",
+             "the B slice is multicast with a mask of the issuing CTA only (1 << rank): the peers never receive "
+             "it, so their full barriers wait forever for its bytes",
+             ("TIMEOUT",), r"(tma_load_2d_multicast\([^;]*?(\w*rank\w*) \*[^;]*?,\s*)\(1 << \w+\) - 1\)",
+             _clustered(r"\g<1>1 << \2)")),
+    Mutation("multicast_mask_missing_self",
+             "the B slice is multicast to the peers only (the issuing CTA's bit cleared from the mask): the CTA "
+             "never receives its own slice, so its full barrier waits forever for those bytes",
+             ("TIMEOUT",), r"(tma_load_2d_multicast\([^;]*?(\w*rank\w*) \*[^;]*?,\s*)(\(1 << \w+\) - 1)\)",
+             _clustered(r"\g<1>(\3) & ~(1 << \2))")),
+    Mutation("cluster_empty_arrive_local_only",
+             "consumer warps release a stage on their own CTA's empty barrier only (mbar_arrive) instead of on the "
+             "empty barrier of every CTA of the cluster (mbar_arrive_cluster through mapa): each empty barrier "
+             "gets half its arrivals, so no producer can refill a stage once the ring wraps",
+             ("TIMEOUT",), r"for \(int (\w+) = 0; \1 < \w+; \+\+\1\) mbar_arrive_cluster\((&empty\w*\[\w+\]), \1\);",
+             _clustered(r"mbar_arrive(\2);")),
+    Mutation("cluster_empty_count_local",
+             "the empty barriers count the consumer warps of one CTA (CONSUMERS * 4) while the consumers of every "
+             "CTA of the cluster arrive on them: a stage is released after half its readers are done (the peer "
+             "may still read it) and each ring pass completes two phases, so the producer's parity falls out of step",
+             HANG_OR_WRONG, r"mbar_init\(&empty\[s\], CONSUMERS \* 4 \* CLUSTER_M\);",
+             _clustered("mbar_init(&empty[s], CONSUMERS * 4);")),
+    Mutation("cluster_init_sync_local",
+             "the barriers are initialised and then synchronised with __syncthreads() instead of cluster_sync(): a "
+             "peer may multicast into, or arrive on, barriers this CTA has not initialised yet (a race at start-up)",
+             HANG_OR_WRONG, r"if constexpr \(CLUSTER_M > 1\) cluster_sync\(\); else __syncthreads\(\);",
+             _clustered("__syncthreads();")),
+    Mutation("cluster_exit_without_sync",
+             "the final cluster_sync() is removed: a CTA may exit while its peer still arrives on its empty "
+             "barriers (or multicasts into its shared memory) (a race at exit: it bites only where a peer lags)",
+             HANG_OR_WRONG,
+             r"^(?:[ \t]*//[^\n]*\n)*[ \t]*(?:if constexpr \([^)]*\) )?cluster_sync\(\);[ \t]*\n(?=\}[ \t]*$)",
+             _clustered("")),
+    Mutation("cluster_rank_same_b_slice",
+             "the B slice's row coordinate leaves out the cluster rank: every CTA loads the first BN / CM rows of "
+             "the B tile, so the other slices of every CTA's B tile hold the first one's rows",
+             WRONG, r"(tma_load_2d_multicast\([^;]*?,\s*)n0 \+ \w*rank\w* \* \(BN / \w+\)",
+             _clustered(r"\1n0")),
+    Mutation("cluster_rank_same_m_tile",
+             "the tile row leaves out the cluster rank: both CTAs of a cluster compute and store the same M tile, "
+             "so the other one of every pair is never written",
+             WRONG, r"const int m0 = \(tm \* CLUSTER_M \+ cta_rank\) \* BM;",
+             _clustered("const int m0 = tm * CLUSTER_M * BM;")),
 ]
 # The classes above that the knowledge pack's pipeline section teaches (bench/check_mutations.py's default).
 PIPELINE_CLASSES = ("producer_start_parity", "missing_wgmma_fence_regs", "named_barrier_count_mismatch",
@@ -170,6 +242,11 @@ PIPELINE_CLASSES = ("producer_start_parity", "missing_wgmma_fence_regs", "named_
 BACKWARD_CLASSES = ("bwd_dpsum_wrong", "bwd_lse_wrong_base", "bwd_stats_indexed_by_key", "bwd_causal_mask_wrong_side",
                     "bwd_dk_scale_missing", "bwd_dq_scale_missing", "bwd_dq_plain_store", "bwd_dq_nonatomic_add",
                     "missing_fence_proxy_async", "bwd_ds_single_buffer", "bwd_empty_count_mismatch")
+# The knowledge pack's cluster / multicast rules, on the clustered GEMM render (bench/check_mutations.py --cluster).
+CLUSTER_CLASSES = ("cluster_expect_tx_own_bytes", "cluster_expect_tx_leader_only", "multicast_mask_missing_peer",
+                   "multicast_mask_missing_self", "cluster_empty_arrive_local_only", "cluster_empty_count_local",
+                   "cluster_init_sync_local", "cluster_exit_without_sync", "cluster_rank_same_b_slice",
+                   "cluster_rank_same_m_tile")
 
 BY_NAME = {m.name: m for m in MUTATIONS}
 
