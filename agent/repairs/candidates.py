@@ -1,7 +1,8 @@
 """Candidate repair tasks, made on the CPU: broken kernels that the GPU has still to reject.
 
 Three sources: the bug-injection recipe (agent/export/mutations.py + extra_mutations.py) applied to the
-reference kernel of each suite workload (GEMM, the wgmma attention forwards); the fault corpus
+reference kernel of each suite workload (GEMM, the wgmma attention forwards), and its cluster / multicast classes
+to the GEMM's clustered render (agent/export/bases.py); the fault corpus
 (workloads/solutions/faults: every fault, no cheat_* entry, no control); and the failing submissions of
 recorded trajectories (docs/examples). Identical kernels of one workload are one candidate with every
 provenance listed.
@@ -12,6 +13,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..export.bases import REFERENCE, base_source, extra_bases
 from ..export.mutations import MUTATIONS, Mutation
 from ..models.builtin import reference_source
 from ..records.rundir import load_run
@@ -32,6 +34,7 @@ class Candidate:
     origin: Origin
     source: str
     provenance: list[str] = field(default_factory=list)
+    base: str = REFERENCE  # the correct kernel it was made from (agent/export/bases.py): the reference, or e.g. cluster2
 
     @property
     def id(self) -> str:
@@ -47,16 +50,21 @@ class Candidate:
 
 
 def from_mutations(workloads=SUITE_WORKLOADS, mutations: list[Mutation] | None = None) -> list[Candidate]:
+    """Each mutation on each workload's reference, and each of a further base's classes on that base (bases.py)."""
     out = []
+    chosen = mutations or [*MUTATIONS, *EXTRA_MUTATIONS]
     for wid in workloads:
-        good = reference_source(wid)
-        for m in mutations or [*MUTATIONS, *EXTRA_MUTATIONS]:
-            broken = m.apply(good)
-            if broken is not None:
-                origin = "repair_mutation" if m in EXTRA_MUTATIONS else "mutation"
-                recipe = "agent/repairs/extra_mutations.py" if origin == "repair_mutation" else "agent/export/mutations.py"
-                out.append(Candidate(wid, m.name, m.description, origin, broken,
-                                     [f"{recipe}:{m.name} on the reference kernel of {wid}"]))
+        bases = [(REFERENCE, reference_source(wid), chosen, "the reference kernel")]
+        bases += [(b.name, base_source(wid, b.name), [m for m in chosen if b.classes is None or m.name in b.classes],
+                   b.description) for b in extra_bases(wid)]
+        for base, good, ms, what in bases:
+            for m in ms:
+                broken = m.apply(good)
+                if broken is not None:
+                    origin = "repair_mutation" if m in EXTRA_MUTATIONS else "mutation"
+                    recipe = "agent/repairs/extra_mutations.py" if origin == "repair_mutation" else "agent/export/mutations.py"
+                    out.append(Candidate(wid, m.name, m.description, origin, broken,
+                                         [f"{recipe}:{m.name} on {what} of {wid}"], base))
     return out
 
 
