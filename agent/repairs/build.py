@@ -1,7 +1,8 @@
 """Build the repair suite: evaluate every candidate on the GPU and keep what the GPU rejects.
 
 The unbroken kernel (the workload's reference) is evaluated once per workload, timed, for the speed a
-repair must keep; each candidate is evaluated untimed with a short watchdog. A candidate enters the suite
+repair must keep (a candidate made from another base, e.g. the GEMM's clustered render, has that base
+evaluated too, and its speed; a failing base skips its candidates); each candidate is evaluated untimed with a short watchdog. A candidate enters the suite
 only with a failure status (compile, plan, runtime, timeout, wrong values); one the GPU accepts is listed
 in `dropped` with its status. Candidates run round-robin over bug classes, so a time limit cuts
 repeats of a class before it cuts a class.
@@ -18,6 +19,7 @@ from typing import Callable
 from ...tools.evaluator import EvalOptions, Evaluator
 from ...tools.results import EvalResult
 from ..loop.feedback import render_eval
+from ..export.bases import REFERENCE, base_source
 from ..models.builtin import reference_source
 from .candidates import FAILED, Candidate
 from .suite import RepairSuite, RepairTask, UnbrokenKernel, Verdict
@@ -60,6 +62,7 @@ def precompile(candidates: list[Candidate], arch: str, workers: int = 16) -> Non
 
     jobs = [(c.source, c.workload) for c in candidates]
     jobs += [(reference_source(w), w) for w in dict.fromkeys(c.workload for c in candidates)]
+    jobs += [(base_source(w, b), w) for w, b in dict.fromkeys((c.workload, c.base) for c in candidates) if b != REFERENCE]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(lambda j: one(*j), jobs))
 
@@ -81,8 +84,11 @@ def build_suite(candidates: list[Candidate], evaluator: Evaluator, *, timeout_s:
         good = evaluator.evaluate(wid, reference_source(wid), timed)
         suite.unbroken[wid] = UnbrokenKernel(status=good.status, speedup=good.speedup)
         suite.gpu = suite.gpu or _gpu(good)
+    bases = {(w, b): evaluator.evaluate(w, base_source(w, b), timed)
+             for w, b in dict.fromkeys((c.workload, c.base) for c in candidates) if b != REFERENCE}
     for c in round_robin(candidates):
-        if suite.unbroken[c.workload].status != "PASSED" or clock() - t0 > max_seconds:
+        base_failed = c.base != REFERENCE and bases[(c.workload, c.base)].status != "PASSED"
+        if suite.unbroken[c.workload].status != "PASSED" or base_failed or clock() - t0 > max_seconds:
             report.skipped.append(c.id)
             continue
         result = evaluator.evaluate(c.workload, c.source, untimed)
@@ -96,7 +102,8 @@ def build_suite(candidates: list[Candidate], evaluator: Evaluator, *, timeout_s:
         suite.tasks.append(RepairTask(
             id=c.id, workload=c.workload, bug_class=c.bug_class, description=c.description, origin=c.origin,
             provenance=c.provenance, solution_file=f"solution.{'ptx' if c.language == 'ptx' else 'cu'}",
-            unbroken_speedup=suite.unbroken[c.workload].speedup, held_out=c.held_out,
+            unbroken_speedup=(suite.unbroken[c.workload].speedup if c.base == REFERENCE
+                              else bases[(c.workload, c.base)].speedup), held_out=c.held_out,
             verdict=Verdict(status=result.status, message=result.message, feedback=render_eval(result, 0, False),
                             gpu=_gpu(result), date=today)))
         report.sources[c.id] = c.source
