@@ -1,6 +1,8 @@
 """`synth-repairs`: break correct kernels on purpose, evaluate every variant for real, and record the ones
 the evaluator rejects as two-turn trajectories (broken kernel + its true evaluation log -> the correct
-kernel), so `ptxbench export --recipe fixit` turns them into Fixit rows like any recorded run."""
+kernel), so `ptxbench export --recipe fixit` turns them into Fixit rows like any recorded run. Besides each
+workload's reference, `extra_sources` may name further correct kernels of it (bases.py: the GEMM's clustered
+render, broken only by the cluster / multicast classes); the pair's fixed kernel is then that base."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,7 +14,7 @@ from ...tools.results import EvalResult
 from ...tools.solution.language import detect_language
 from ..records.events import EvalEvent, Stop, TrajectoryStart, TurnEnd
 from ..records.rundir import TrajectoryWriter, sha256_text
-from .mutations import applicable
+from .mutations import MUTATIONS, applicable
 
 
 @dataclass
@@ -37,12 +39,13 @@ class SynthReport:
 
 
 def _record(run_dir: Path, tid: str, workload_id: str, held_out: bool, mutation, prompts: tuple[str, str],
-            turns: list[tuple[str, EvalResult, str]]) -> None:
+            turns: list[tuple[str, EvalResult, str]], base: str = "reference") -> None:
     w = TrajectoryWriter(run_dir / "trajectories" / tid)
     w.append(TrajectoryStart(
         trajectory_id=tid, workload=workload_id, model=f"synthetic/{mutation.name}", prompt="synthetic", mode="pipeline",
         held_out=held_out, config={"synthetic_bug": mutation.name, "description": mutation.description,
-                                   "expected": list(mutation.expected), "system_prompt": prompts[0], "task_prompt": prompts[1]},
+                                   "expected": list(mutation.expected), "system_prompt": prompts[0], "task_prompt": prompts[1],
+                                   **({"base": base} if base != "reference" else {})},
     ))
     for turn, (source, result, feedback) in enumerate(turns, start=1):
         lang = detect_language(source)
@@ -64,11 +67,14 @@ def synthesize(
     mutations: list[str] | None = None,
     options: EvalOptions | None = None,
     on_outcome: Callable[[SynthOutcome], None] | None = None,
+    extra_sources: Callable[[str], list[tuple[str, str, tuple[str, ...] | None]]] | None = None,
 ) -> SynthReport:
     """For each workload: evaluate its correct kernel once, then every applicable mutation; record rejected ones.
 
     `sources(workload)` gives the correct kernel, `prompts(workload)` the (system, task) text a model would
-    have seen, `feedback(result, turn)` the evaluation log text a model would have read.
+    have seen, `feedback(result, turn)` the evaluation log text a model would have read. `extra_sources(workload)`:
+    further (name, correct kernel, the bug classes made on it or None for all) of the workload; each is evaluated
+    too (its status in reference_status under `workload@name`) and must pass.
     """
     from ...workloads.registry import get_workload
 
@@ -76,22 +82,27 @@ def synthesize(
     report = SynthReport()
     for wid in workload_ids:
         workload = get_workload(wid)
-        good_source = sources(wid)
-        good = evaluator.evaluate(wid, good_source, options)
-        report.reference_status[wid] = good.status
-        if not good.passed and not options.no_gpu:
-            continue  # a repair pair needs a kernel that really is correct
-        for mutation, broken in applicable(good_source, mutations):
-            result = evaluator.evaluate(wid, broken, options)
-            # COMPILED (--no-gpu) only says the variant assembles: the evaluator has not rejected it.
-            rejected = result.status not in ("PASSED", "COMPILED", "INFRA_ERROR")
-            outcome = SynthOutcome(wid, mutation.name, mutation.expected, result.status, rejected,
-                                   result.status in mutation.expected)
-            if rejected:
-                outcome.trajectory = f"{wid}__synthetic-{mutation.name}"
-                _record(run_dir, outcome.trajectory, wid, workload.held_out, mutation, prompts(wid),
-                        [(broken, result, feedback(result, 1)), (good_source, good, feedback(good, 2))])
-            report.outcomes.append(outcome)
-            if on_outcome:
-                on_outcome(outcome)
+        bases = [("reference", sources(wid), mutations)]
+        for name, source, classes in (extra_sources(wid) if extra_sources else []):
+            names = [n for n in (mutations or [m.name for m in MUTATIONS]) if classes is None or n in classes]
+            if names:
+                bases.append((name, source, names))
+        for base, good_source, names in bases:
+            good = evaluator.evaluate(wid, good_source, options)
+            report.reference_status[wid if base == "reference" else f"{wid}@{base}"] = good.status
+            if not good.passed and not options.no_gpu:
+                continue  # a repair pair needs a kernel that really is correct
+            for mutation, broken in applicable(good_source, names):
+                result = evaluator.evaluate(wid, broken, options)
+                # COMPILED (--no-gpu) only says the variant assembles: the evaluator has not rejected it.
+                rejected = result.status not in ("PASSED", "COMPILED", "INFRA_ERROR")
+                outcome = SynthOutcome(wid, mutation.name, mutation.expected, result.status, rejected,
+                                       result.status in mutation.expected)
+                if rejected:
+                    outcome.trajectory = f"{wid}__synthetic-{mutation.name}"
+                    _record(run_dir, outcome.trajectory, wid, workload.held_out, mutation, prompts(wid),
+                            [(broken, result, feedback(result, 1)), (good_source, good, feedback(good, 2))], base)
+                report.outcomes.append(outcome)
+                if on_outcome:
+                    on_outcome(outcome)
     return report
