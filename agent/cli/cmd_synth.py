@@ -24,6 +24,7 @@ def synth_repairs(
     from rich.table import Table
 
     from ...tools.evaluator import EvalOptions
+    from ..export.bases import base_source, extra_bases
     from ..export.mutations import MUTATIONS, applicable
     from ..export.synth import synthesize
     from ..loop.feedback import render_eval
@@ -52,6 +53,10 @@ def synth_repairs(
         for wid in ids:
             found = [m.name for m, _ in applicable(reference_source(wid), names)]
             console.print(f"{wid}: {', '.join(found) or 'none'}")
+            for b in extra_bases(wid):
+                chosen = [n for n in (names or [m.name for m in MUTATIONS]) if b.classes is None or n in b.classes]
+                found = [m.name for m, _ in applicable(base_source(wid, b.name), chosen)] if chosen else []
+                console.print(f"{wid} ({b.name}: {b.description}): {', '.join(found) or 'none'}")
         from ..repairs.suite import HELD_OUT_CLASSES
 
         console.print("classes: " + ", ".join(m.name + (" (held out: only when named)" if m.name in HELD_OUT_CLASSES else "")
@@ -81,6 +86,7 @@ def synth_repairs(
             feedback=lambda result, turn: render_eval(result, turn, no_gpu=False),
             mutations=names, options=EvalOptions(trials=trials, timeout_s=timeout_s, profile_on_pass=False),
             on_outcome=lambda o: console.print(f"  {o.workload} {o.mutation}: {o.status}"),
+            extra_sources=lambda w: [(b.name, base_source(w, b.name), b.classes) for b in extra_bases(w)],
         )
     finally:
         evaluator.close()
