@@ -26,6 +26,12 @@ VARIANTS = {
     "direct_np_c3_bk128": dict(epilogue="direct", persistent=False, bm=192, bn=128, consumers=3,
                                producer_regs=24, bk=128, stages=2, group_m=1),
     "cluster2_c1": dict(cluster_m=2, bm=64, bn=128, consumers=1, stages=6, max_ctas=128),
+    # the options outside PARAM_SPACE: fast.cu's Hilbert tile order and stmatrix staging
+    "hilbert": dict(order="hilbert"),
+    "stmatrix": dict(stmatrix=True),
+    "hilbert_stmatrix_cluster2": dict(order="hilbert", stmatrix=True, cluster_m=2),
+    "hilbert_stmatrix_np_c1_bn192": dict(order="hilbert", stmatrix=True, persistent=False, bm=64, bn=192,
+                                         consumers=1, stages=4),
 }
 
 
@@ -57,6 +63,89 @@ def test_variant_compiles_to_hgmma_and_tma_without_spills(compiled, name):
     assert kernel.spill_stores == 0 and kernel.spill_loads == 0
     # C7515 (serialised wgmma), C7508/C7504 (setmaxnreg ignored) would show up as warnings
     assert not result.warnings, [str(w) for w in result.warnings]
+    params = gt.GemmParams(**VARIANTS[name])
+    if params.epilogue == "tma":
+        assert kernel.sass_opcodes.get("UTMASTG", 0) > 0
+        # stmatrix staging: STSM and no plain shared stores; else the st.shared.b32 path
+        assert (kernel.sass_opcodes.get("STSM", 0) > 0) == params.stmatrix
+        assert (kernel.sass_opcodes.get("STS", 0) == 0) == params.stmatrix
+
+
+def test_options_leave_the_default_render_and_param_space_alone():
+    assert not set(gt.OPTION_SPACE) & set(gt.PARAM_SPACE)  # builtin/tuner does not search them
+    default = gt.render(gt.default_params())
+    assert "order" not in default.splitlines()[default.count("\n", 0, default.index("// Reference GEMM"))]
+    hilbert = gt.render(gt.GemmParams(order="hilbert"))
+    assert "'order': 'hilbert'" in hilbert and "Hilbert order" in hilbert and "GROUP_M tile rows" not in hilbert
+    stm = gt.render(gt.GemmParams(stmatrix=True))
+    assert "stmatrix.sync.aligned.m8n8.x4" in stm and "st.shared.b32" not in stm
+    assert any("needs epilogue='tma'" in r for r in gt.validate(gt.GemmParams(stmatrix=True, epilogue="direct")))
+    assert any("not one of" in r for r in gt.validate(gt.GemmParams(order="zorder")))
+
+
+def test_hilbert_order_visits_every_tile_once_in_steps_to_a_neighbour(tmp_path):
+    """The device function, compiled for the host: on every grid up to 70 x 70 it is a bijection from tile index to
+    (tm, tn), and (almost) every step moves to an adjacent tile."""
+    import shutil
+    import subprocess
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    src = tmp_path / "hilbert.cpp"
+    src.write_text(
+        "#include <cstdio>\n#include <cstdlib>\n#include <vector>\n#define __device__\n#define __forceinline__ inline\n"
+        + gt.HILBERT_TILE_COORDS + r"""
+int main() {
+  long steps = 0, far = 0;
+  for (int w = 1; w <= 70; ++w)
+    for (int h = 1; h <= 70; ++h) {
+      std::vector<int> seen(w * h, 0);
+      int pm = -1, pn = -1;
+      for (int t = 0; t < w * h; ++t) {
+        int tm, tn;
+        tile_coords(t, w, h, tm, tn);
+        if (tm < 0 || tm >= w || tn < 0 || tn >= h || seen[tm * h + tn]++) { printf("bad %d %d %d\n", w, h, t); return 1; }
+        if (t) { ++steps; far += abs(tm - pm) + abs(tn - pn) != 1; }
+        pm = tm; pn = tn;
+      }
+    }
+  printf("%ld %ld\n", steps, far);
+  return 0;
+}
+""")
+    exe = tmp_path / "hilbert"
+    subprocess.run([cxx, "-O1", "-o", str(exe), str(src)], check=True, capture_output=True, timeout=120)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout
+    steps, far = map(int, out.stdout.split())
+    assert far < steps // 1000  # odd-sized grids need a few diagonal steps
+
+
+def test_params_for_shrinks_the_tile_for_decode_shapes_only():
+    assert gt.params_for("gemm_bf16_m8192_n7168_k5120") == gt.default_params()
+    assert gt.params_for((4096, 4096, 4096)) == gt.default_params()
+    small = gt.params_for("gemm_bf16_m64_n7168_k5120")
+    assert (small.bm, small.bn, small.consumers) == (64, 64, 1)
+    mid = gt.params_for({"M": 128, "N": 7168, "K": 5120}, stages=6)
+    assert (mid.bm, mid.bn, mid.consumers, mid.stages) == (128, 64, 2, 6)
+    for wid in ("gemm_bf16_m64_n7168_k5120", "gemm_bf16_m128_n7168_k5120"):
+        assert gt.validate(gt.params_for(wid), shape=(int(wid.split("_m")[1].split("_")[0]), 7168, 5120)) == []
+
+
+def test_gemm_sweep_points_render_and_validate():
+    """bench/gemm_sweep.py's points (run on the H200) are buildable for their workloads."""
+    spec = importlib.util.spec_from_file_location("gemm_sweep", ROOT / "bench" / "gemm_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    assert {w for w, *_ in sweep.POINTS} == {MAIN, "gemm_bf16_m64_n7168_k5120", "gemm_bf16_m128_n7168_k5120",
+                                              "gemm_bf16_m4096_n4096_k4096"}
+    for wid, changes, predicted, why in sweep.POINTS:
+        p = sweep.params_of(changes)
+        s = get_workload(wid).symbols
+        assert gt.validate(p, shape=(s["M"], s["N"], s["K"])) == [], (wid, changes)
+        assert isinstance(parse_solution(gt.render(p), get_workload(wid)), Solution)
+        assert 0 < predicted < 2 and why
 
 
 @pytest.mark.parametrize("wid", [MAIN, SMOKE, "gemm_bf16_m64_n7168_k5120"])

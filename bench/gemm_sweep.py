@@ -1,0 +1,214 @@
+"""Points of the reference GEMM's template (workloads/solutions/gemm_template.py) through the real evaluator on a
+GPU: status, speedup over cuBLAS with its interval, next to the prediction written before the run.
+
+The main GEMM first (points aimed at 1.03x cuBLAS: 2-CTA clusters with B multicast, Hilbert tile order,
+stmatrix staging, ring depth, group size), then the decode GEMMs (M = 64, 128: the default 128 x 256 tile
+leaves 28 tiles for 132 SMs) and the square 4096 GEMM. Every point is compiled first, in parallel, through the
+evaluator's own compile path (so the timed loop only hits the compile cache); an evaluation costs about 3 s
+(main GEMM) or 1-2 s (the others) with profile_on_pass=False. Nothing new starts after --deadline; a point
+that uses an option of a point that TIMED OUT is skipped. JSON is rewritten after every point.
+
+    source bench/gpu_env.sh && python3 bench/gemm_sweep.py OUT.json [--deadline 400] [--only SUBSTRING]
+    python3 bench/gemm_sweep.py --dry-run [--only SUBSTRING]   # CPU: render, validate, compile, resources
+
+The template has no split-K: for the decode shapes the only levers are smaller tiles (more CTAs) and a
+deeper ring. Results: bench/results/gemm_sweep.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+MAIN = "gemm_bf16_m8192_n7168_k5120"
+M64 = "gemm_bf16_m64_n7168_k5120"
+M128 = "gemm_bf16_m128_n7168_k5120"
+SQ = "gemm_bf16_m4096_n4096_k4096"
+C2 = {"cluster_m": 2}
+HIL = {"order": "hilbert"}
+STM = {"stmatrix": True}
+
+# (workload, changes from default_params(), predicted speedup over cuBLAS, why). Predictions made before any of
+# these ran; the default point measured 0.984-0.987x on the main GEMM (bench/results/timing_integrity.md).
+POINTS: list[tuple[str, dict, float, str]] = [
+    (MAIN, {}, 0.985, "control: the checked-in reference"),
+    (MAIN, STM, 0.99, "stmatrix.x4: 4x fewer shared stores in the (not overlapped) epilogue"),
+    (MAIN, HIL, 0.985, "Hilbert order: per wave it loads more tile rows+cols than group_m=16 (5139 vs 4718 "
+                       "rows of 5120), about as group_m=8 (5760); L2 was never the limit"),
+    (MAIN, C2, 0.99, "B multicast: half the B bytes per CTA from L2 (run 3: level with the default)"),
+    (MAIN, C2 | HIL, 0.99, "cluster + Hilbert over the 32 x 28 cluster-tile grid"),
+    (MAIN, C2 | STM, 0.995, "cluster + stmatrix"),
+    (MAIN, C2 | HIL | STM, 0.995, "fast.cu's full set (128x256, 2-CTA multicast, Hilbert, TMA store, stmatrix)"),
+    (MAIN, HIL | STM, 0.99, "Hilbert + stmatrix without the cluster"),
+    (MAIN, C2 | STM | {"group_m": 16}, 0.99, "cluster + stmatrix, 16-row groups"),
+    (MAIN, STM | {"stages": 3}, 0.98, "a shallower ring: the loads are 4 stages ahead for a reason"),
+    (MAIN, C2 | STM | {"bk": 128, "stages": 2}, 0.975, "two 128-deep stages: half the barrier round trips, but "
+                                                       "only one stage of look-ahead"),
+    (MAIN, C2 | HIL | STM | {"max_ctas": 128}, 0.985, "128 CTAs = 64 clusters: 1792 tiles in exactly 14 waves, "
+                                                      "but no shorter than 132 CTAs' 13.6 -> 14"),
+    # decode: M = 64 (the default's 128-row tile wastes half of each wgmma; 28 tiles for 132 SMs)
+    (M64, {}, 0.40, "default 128x256: 28 CTAs, each 128x256x5120 of wgmma work (~45 us)"),
+    (M64, {"bm": 64, "bn": 64, "consumers": 1, "stages": 8}, 0.95, "params_for(M=64): 112 CTAs streaming B, 8 stages"),
+    (M64, {"bm": 64, "bn": 64, "consumers": 1, "bk": 128, "stages": 4}, 0.93, "same bytes in flight, half the barriers"),
+    (M64, {"bm": 64, "bn": 128, "consumers": 1, "stages": 6}, 0.75, "56 CTAs: fewer SMs pulling B"),
+    (M64, {"bm": 64, "bn": 64, "consumers": 1, "stages": 8, "epilogue": "direct"}, 0.95, "8 KB of C: the epilogue "
+                                                                                          "hardly matters"),
+    # decode: M = 128
+    (M128, {}, 0.45, "default: 28 CTAs"),
+    (M128, {"bm": 128, "bn": 64, "consumers": 2, "stages": 8}, 0.93, "params_for(M=128): 112 CTAs, two consumers"),
+    (M128, {"bm": 64, "bn": 128, "consumers": 1, "stages": 6}, 0.85, "112 tiles of 64x128, B read by both tile rows "
+                                                                    "(group order keeps them together in L2)"),
+    (M128, {"bm": 128, "bn": 128, "consumers": 2, "stages": 6}, 0.70, "56 CTAs"),
+    (M128, {"bm": 64, "bn": 64, "consumers": 1, "stages": 8}, 0.80, "224 tiles on 132 persistent CTAs: 1.7 waves"),
+    # square 4096: 512 tiles of 128x256 = 3.9 waves
+    (SQ, {}, 0.97, "default: 3.88 waves -> 4"),
+    (SQ, C2, 0.975, "B multicast"),
+    (SQ, C2 | HIL | STM, 0.98, "fast.cu's full set"),
+    (SQ, STM | {"group_m": 16}, 0.97, "stmatrix, 16-row groups"),
+    (SQ, {"bn": 128, "stages": 6}, 0.93, "128x128: 1024 tiles = 7.8 waves, lower intensity per stage"),
+]
+OPTIONS = ("cluster_m", "order", "stmatrix", "max_ctas")  # code paths whose hang skips the points that share them
+
+
+def features(changes: dict) -> set[tuple]:
+    return {(k, json.dumps(v)) for k, v in changes.items() if k in OPTIONS}
+
+
+def params_of(changes: dict):
+    from ptxbench.workloads.solutions import gemm_template as gt
+    return gt.default_params().model_copy(update=changes)
+
+
+def shape_notes(wid: str, p, num_sms: int = 132) -> str:
+    """Tiles, CTAs and waves of this point on this workload (what the dry run prints)."""
+    from ptxbench.workloads.registry import get_workload
+    s = get_workload(wid).symbols
+    m, n = int(s["M"]), int(s["N"])
+    rows = -(-m // (p.bm * p.cluster_m)) * p.cluster_m
+    tiles = rows * -(-n // p.bn)
+    if not p.persistent:
+        return f"{tiles} tiles, one CTA each"
+    ctas = min(num_sms if not p.max_ctas else min(num_sms, p.max_ctas), tiles)
+    ctas = ctas // p.cluster_m * p.cluster_m
+    return f"{tiles} tiles on {ctas} CTAs ({tiles / ctas:.2f} waves)"
+
+
+def compile_all(points, ev) -> dict[int, object]:
+    """Compile (and validate) every point through the evaluator's compile-only path, in parallel."""
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.workloads.registry import get_workload
+    from ptxbench.workloads.solutions import gemm_template as gt
+
+    def one(i):
+        wid, changes, _, _ = points[i]
+        p = params_of(changes)
+        s = get_workload(wid).symbols
+        problems = gt.validate(p, shape=(int(s["M"]), int(s["N"]), int(s["K"])))
+        if problems:
+            return i, "; ".join(problems)
+        return i, ev.evaluate(wid, gt.render(p), EvalOptions(no_gpu=True))
+
+    with ThreadPoolExecutor(max_workers=max(2, min(16, os.cpu_count() or 2))) as pool:
+        return dict(pool.map(one, range(len(points))))
+
+
+def resources(r) -> dict:
+    if isinstance(r, str) or r.compile is None or not r.compile.kernels:
+        return {}
+    k = next(iter(r.compile.kernels.values()))
+    ops = k.sass_opcodes
+    return {"regs": k.registers, "spills": k.spill_stores + k.spill_loads,
+            **{op: ops.get(op, 0) for op in ("HGMMA", "UTMALDG", "UTMASTG", "STSM", "STS")}}
+
+
+def table(rows: list[dict], measured: bool) -> str:
+    head = "| workload | changes from default_params() | predicted | "
+    head += "measured [95% CI] | ms (cuBLAS ms) | status |" if measured else "regs | spills | HGMMA/UTMALDG/UTMASTG/STSM | tiles |"
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        ch = ", ".join(f"{k}={v}" for k, v in r["changes"].items()) or "(default)"
+        line = f"| {r['workload']} | {ch} | {r['predicted']:.3f} | "
+        if measured:
+            sp = f"{r['speedup']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]" if r.get("speedup") and r.get("ci") else "-"
+            ms = f"{r['kernel_ms']:.4f} ({r['cublas_ms']:.4f})" if r.get("kernel_ms") and r.get("cublas_ms") else "-"
+            line += f"{sp} | {ms} | {r['status']} |"
+        else:
+            res = r.get("resources") or {}
+            ops = "/".join(str(res.get(o, "-")) for o in ("HGMMA", "UTMALDG", "UTMASTG", "STSM"))
+            line += f"{res.get('regs', '-')} | {res.get('spills', '-')} | {ops} | {r.get('tiles', '')} |"
+        out.append(line)
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", nargs="?", default="gemm_sweep.json", help="JSON file to write")
+    ap.add_argument("--deadline", type=float, default=400.0, help="seconds after start when no new evaluation starts")
+    ap.add_argument("--only", default="", help="only the workloads whose id contains this")
+    ap.add_argument("--dry-run", action="store_true", help="CPU only: render, validate, compile; print resources")
+    args = ap.parse_args()
+
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.workloads.solutions import gemm_template as gt
+
+    t0 = time.time()
+    points = [pt for pt in POINTS if args.only in pt[0]]
+    ev = LocalEvaluator()
+    compiled = compile_all(points, ev)
+    print(f"compiled {len(points)} points in {time.time() - t0:.0f} s", flush=True)
+    rows: list[dict] = []
+    hung: list[set] = []
+    for i, (wid, changes, predicted, why) in enumerate(points):
+        p = params_of(changes)
+        row = {"workload": wid, "changes": changes, "predicted": predicted, "why": why, "params": p.model_dump(),
+               "tiles": shape_notes(wid, p)}
+        c = compiled[i]
+        row["resources"] = resources(c)
+        if isinstance(c, str):
+            row |= {"status": "INVALID", "message": c}
+        elif c.status != "COMPILED":
+            row |= {"status": c.status, "message": (c.message or "")[:300]}
+        elif row["resources"].get("spills"):
+            row |= {"status": "SPILLS", "message": f"{row['resources']['spills']} spill instructions"}
+        elif args.dry_run:
+            row |= {"status": "COMPILED"}
+        elif time.time() - t0 > args.deadline:
+            row |= {"status": "SKIPPED", "message": "past the deadline"}
+        elif any(h and h <= features(changes) for h in hung):
+            row |= {"status": "SKIPPED", "message": "shares the options of a point that timed out"}
+        else:
+            t1 = time.time()
+            r = ev.evaluate(wid, gt.render(p), EvalOptions(timeout_s=40, profile_on_pass=False))
+            t = r.timing
+            row |= {"status": r.status, "message": (r.message or "")[:300], "wall_s": round(time.time() - t1, 1),
+                    "speedup": t.speedup if t else None, "ci": list(t.speedup_ci) if t and t.speedup_ci else None,
+                    "kernel_ms": t.candidate.median_ms if t else None,
+                    "cublas_ms": t.baselines[t.primary_baseline].median_ms if t else None}
+            if r.status == "TIMEOUT":
+                hung.append(features(changes))
+        rows.append(row)
+        if args.dry_run:
+            res = row["resources"]
+            print(f"{wid:28s} {json.dumps(changes):70s} {row['status']:9s} regs {res.get('regs', '-')} spills "
+                  f"{res.get('spills', '-')} HGMMA {res.get('HGMMA', '-')} UTMALDG {res.get('UTMALDG', '-')} UTMASTG "
+                  f"{res.get('UTMASTG', '-')} STSM {res.get('STSM', '-')} | {row['tiles']} | predicted {predicted}",
+                  flush=True)
+        else:
+            sp = f"{row['speedup']:.3f}x {row['ci']}" if row.get("speedup") else "-"
+            print(f"[{time.time() - t0:6.1f}s] {wid:28s} {json.dumps(changes):60s} {row['status']:14s} {sp:32s} "
+                  f"predicted {predicted}  {row.get('message', '')[:160] if row['status'] != 'PASSED' else ''}",
+                  flush=True)
+            with open(args.out, "w") as f:  # after every point: a killed call keeps what it measured
+                json.dump(rows, f, indent=1)
+    ev.close()
+    print()
+    print(table(rows, measured=not args.dry_run))
+    if not args.dry_run:
+        print(f"\ndone in {time.time() - t0:.0f} s: {sum(r['status'] == 'PASSED' for r in rows)} passed of {len(rows)}")
+
+
+if __name__ == "__main__":
+    main()
