@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Several GPU measurements in one device call, each under its own time budget. Each step writes into
+# $OUT/<step>/, which is then packed into $OUT/<step>.tar.gz (run folders nest deeper than a device copy keeps),
+# with the step's log at $OUT/<step>.log and one line per step in $OUT/steps.txt.
+#
+#   bash bench/gpu_round.sh STEP[:SECONDS] ...        (repository root; a device call carries .whl)
+#
+# Steps (default budget in seconds):
+#   gpu-tests (240)     the GPU tests of what changed most recently: profile, evaluator, backward, references
+#   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
+#   bwd-variants (240)  each bench/variants/attention_bwd_*.cu on the D = 128 / 96 workloads, timed
+#   attn-sweep (420)    the attention forward template's points (bench/attention_sweep.py)
+#   gemm-sweep (420)    the GEMM template's points on the four GEMM workloads (bench/gemm_sweep.py)
+#   tuner-climb (560)   three builtin/tuner:weak runs on the GEMM (bench/tuner_climb.sh)
+#   anchors (540)       the repair track's anchors over the suite (bench/repair_anchors.py)
+#   throughput (300)    evaluations per GPU-hour on the GEMM (bench/eval_throughput.py)
+#   mutations (150)     bug classes checked on the GPU (bench/check_mutations.py: the cluster classes)
+#   mutations-bwd (330) the attention backward's bug classes (check_mutations.py --backward, 40 mutants)
+#   scaling (560)       1 vs 2 GPUs on a bench matrix (bench/gpu_scaling.py; needs nvidia-h200-x2)
+# A step's budget is a hard limit (SIGKILL); what it wrote by then is still packed.
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu_round_out}
+mkdir -p "$OUT"
+source bench/gpu_env.sh || exit 1
+export PYTHONPATH=$PYTHONPATH:$PWD/tests
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+git log --oneline -1 > "$OUT/commit.txt" 2>/dev/null || true
+
+declare -A BUDGET=([gpu-tests]=240 [bwd]=200 [bwd-variants]=240 [attn-sweep]=420 [gemm-sweep]=420 [tuner-climb]=560
+                   [anchors]=540 [throughput]=300 [mutations]=150 [mutations-bwd]=330 [scaling]=560)
+
+run_step() {  # run_step NAME SECONDS DIR
+  local name=$1 s=$2 d=$3
+  case $name in
+    gpu-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
+                 tests/tools/test_profile_gpu.py tests/tools/test_gpu_evaluator.py \
+                 tests/workloads/test_attention_bwd_wgmma.py tests/workloads/test_references.py ;;
+    bwd) python3 bench/attention_bwd_check.py --json "$d/reference.json" --profile mha_bwd_d128 ;;
+    bwd-variants)
+      for v in bench/variants/attention_bwd_*.cu; do
+        python3 bench/attention_bwd_check.py --variant "$v" --json "$d/$(basename "$v" .cu).json" \
+          --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96 \
+          --timed mha_bwd_d128,mha_bwd_d128_causal
+      done ;;
+    attn-sweep) python3 bench/attention_sweep.py "$d/sweep.json" --deadline $((s - 60)) ;;
+    gemm-sweep) python3 bench/gemm_sweep.py "$d/sweep.json" --deadline $((s - 60)) ;;
+    tuner-climb) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh ;;
+    anchors) python3 bench/repair_anchors.py --run-dir "$d/run" --turns 1 --max-seconds $((s - 40)) ;;
+    throughput) python3 bench/eval_throughput.py --n 40 --old-n 6 --concurrency 6 --json "$d/throughput.json" \
+                  --md "$d/throughput.md" ;;
+    mutations) python3 bench/check_mutations.py --cluster --json "$d/cluster.json" ;;
+    mutations-bwd) python3 bench/check_mutations.py --backward --json "$d/backward.json" ;;
+    scaling) python3 bench/gpu_scaling.py --json "$d/scaling.json" --md "$d/scaling.md" --out "$d/runs" ;;
+    *) echo "unknown step $name"; return 2 ;;
+  esac
+}
+export -f run_step
+
+for arg in "$@"; do
+  name=${arg%%:*}; s=${arg#*:}; [ "$s" = "$arg" ] && s=${BUDGET[$name]:-300}
+  d=$OUT/$name; mkdir -p "$d"; t0=$(date +%s)
+  timeout --signal=KILL "$s" bash -c "run_step $name $s $d" > "$OUT/$name.log" 2>&1
+  rc=$?
+  find "$d" -name 'checkpoints.*' -delete 2>/dev/null
+  tar czf "$OUT/$name.tar.gz" -C "$OUT" "$name" && rm -rf "$d"
+  echo "$name: exit $rc, $(( $(date +%s) - t0 )) s (budget $s)" | tee -a "$OUT/steps.txt"
+done
+echo; cat "$OUT/steps.txt"
+for arg in "$@"; do name=${arg%%:*}; echo "== $name (last lines)"; tail -n 25 "$OUT/$name.log"; done
