@@ -4,7 +4,8 @@ Protocol over a multiprocessing Connection (plain dicts; the job and the result 
 models in messages.py, validated at both ends):
   worker -> parent  {"type": "hello", "limits", "fingerprint", "device_count"}  or  {"type": "hello", "error"}
   parent -> worker  GpuJob's fields ("type": "evaluate" | "aa", "id", "workload", "cubin", "plan", ...)
-  worker -> parent  {"type": "phase", "id", "phase", "limit_s"}   (the watchdog's deadline for what comes next)
+  worker -> parent  {"type": "phase", "id", "phase", "limit_s", "why"}   (the watchdog's deadline for what comes
+                    next, and how that limit was reached: watchdog.py)
                     {"type": "result", "id", "result": GpuOutcome's fields, "replace", "cache"}
   parent -> worker  {"type": "ping"} -> {"type": "pong"};  {"type": "exit"}
 After a result with replace=True (a sticky CUDA error) the worker exits; the pool starts another.
@@ -130,8 +131,8 @@ def serve(conn, device_index: int, config: dict, referee_conn=None) -> None:
             continue
         job_id = msg.get("id")
 
-        def phase(name: str, limit_s: float, _id=job_id) -> None:
-            conn.send({"type": "phase", "id": _id, "phase": name, "limit_s": float(limit_s)})
+        def phase(name: str, limit_s: float, why: str = "", _id=job_id) -> None:
+            conn.send({"type": "phase", "id": _id, "phase": name, "limit_s": float(limit_s), "why": why})
 
         try:
             job = GpuJob.model_validate(msg)
