@@ -6,8 +6,10 @@ forks from a CUDA-free process in well under a second and creates its own contex
 imports torch. Jobs queue for a free GPU (one at a time per GPU, since timing needs it alone).
 
 The watchdog follows the worker's phase messages: each phase ('prepare', 'run', 'timing') comes
-with the time it may take. No message within that time -> the worker is killed: TIMEOUT when a
-candidate was running, INFRA_ERROR when the harness's own preparation stalled. A dead worker or a
+with the time it may take (for the candidate's phases, a limit adapted to the workload and to the
+kernel's first call: watchdog.py; the job's timeout_s caps it). No message within that time -> the
+worker is killed: TIMEOUT (naming the phase, the limit and how it was reached) when a candidate was
+running, INFRA_ERROR when the harness's own preparation stalled. A dead worker or a
 result marked `replace` (sticky CUDA error) -> the worker is replaced by its spare, and a new
 spare starts in the background. The caller always gets a result dict.
 
@@ -256,6 +258,7 @@ class GpuPool:
         w.send(job.model_copy(update=update).model_dump())
         slot.jobs += 1
         phase, deadline = "prepare", time.monotonic() + self.config.prepare_timeout_s
+        phase_limit, phase_why = self.config.prepare_timeout_s, ""
         while True:
             reply = w.recv(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
             now = time.monotonic()
@@ -269,19 +272,21 @@ class GpuPool:
                 if now > deadline:
                     self._replace(slot)
                     if phase in ("run", "timing"):
-                        return _result("TIMEOUT", f"the kernel did not finish within "
-                                                  f"{max(limit, MIN_CANDIDATE_LIMIT_S):g} s ({phase} phase); "
+                        where = f"{phase} phase: {phase_why}" if phase_why else f"{phase} phase"
+                        return _result("TIMEOUT", f"the kernel did not finish within {phase_limit:.3g} s ({where}); "
                                                   f"the watchdog killed the worker",
-                                       runtime_error=f"TIMEOUT after {max(limit, MIN_CANDIDATE_LIMIT_S):g} s")
+                                       runtime_error=f"TIMEOUT after {phase_limit:.3g} s ({phase} phase)")
                     return _result("INFRA_ERROR", f"preparing inputs, references or baselines took longer than "
                                                   f"{self.config.prepare_timeout_s:g} s")
                 continue
             if reply.get("id") not in (None, job_id):
                 continue
             if reply["type"] == "phase":
-                phase = reply["phase"]
-                floor = MIN_CANDIDATE_LIMIT_S if phase in ("run", "timing") else 0.0
-                deadline = now + max(float(reply["limit_s"]), floor)
+                phase, phase_why = reply["phase"], str(reply.get("why") or "")
+                phase_limit = float(reply["limit_s"])
+                if phase in ("run", "timing"):  # the worker's limit (watchdog.py): at most timeout_s, at least the floor
+                    phase_limit = max(min(phase_limit, limit), MIN_CANDIDATE_LIMIT_S)
+                deadline = now + phase_limit
             elif reply["type"] == "result":
                 result = GpuOutcome.model_validate(reply["result"])
                 if result.timing and result.timing.ceilings:
