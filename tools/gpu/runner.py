@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -41,8 +40,7 @@ from .state import WorkerState
 from .tensormap import encode
 from .timing import SLOW_FACTOR, Side, plan_iterations, speedup, summarize, time_interleaved, time_sides
 from .verdict import Failed, status_of
-
-Phase = Callable[[str, float], None]  # (phase name, seconds the watchdog allows for it)
+from .watchdog import CandidateWatch, Phase, workload_roofline_ms
 
 
 class Candidate:
@@ -126,12 +124,13 @@ def make_sets(wl: Workload, plan: ResolvedPlan, seeds: list[int], dist: str) -> 
 
 
 def judged_call(calls: CandidateCalls, referee: RefereeClient, wl: Workload, k: int, trial: int, dist: str,
-                job: GpuJob, phase: Phase, flush_bytes: int) -> tuple[float, list]:
+                job: GpuJob, phase: Phase, flush_bytes: int, watch: CandidateWatch) -> tuple[float, list]:
     """A checked call on set k: the protocol's call, then the referee judges the outputs it left (and the inputs
     the kernel saw). Returns (kernel ms, TrialStats)."""
     s = calls.sets[k]
-    phase("run", job.timeout_s)  # the watchdog's candidate limit covers the kernels' execution only
+    watch.before_checked_call()  # the candidate's limit (watchdog.py) covers the call and its protocol only
     ms, sketch = calls.checked_call(k, flush_bytes)
+    watch.after_checked_call()
     phase("check", job.prepare_timeout_s)
     raw = referee.judge(wl.id, s.seed, dist, trial, {n: s.bufs.tensors[n].data for n in s.bufs.outputs},
                         {n: s.bufs.tensors[n].data for n in s.pristine})
@@ -144,12 +143,12 @@ def judged_call(calls: CandidateCalls, referee: RefereeClient, wl: Workload, k: 
 
 
 def correctness(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: GpuJob, phase: Phase,
-                seconds: dict, flush_bytes: int) -> list:
+                seconds: dict, flush_bytes: int, watch: CandidateWatch) -> list:
     """The checked call of every input set, in order; stops at the first failing one."""
     dist = job.dist
     all_stats, digests = [], {}
     for k, s in enumerate(calls.sets):
-        ms, stats = judged_call(calls, referee, wl, k, k, dist, job, phase, flush_bytes)
+        ms, stats = judged_call(calls, referee, wl, k, k, dist, job, phase, flush_bytes, watch)
         seconds.setdefault("first_run", ms / 1000)
         if k + 1 < len(calls.sets):
             referee.prepare_async(wl.id, calls.sets[k + 1].seed, dist)  # the next reference, while this set is checked
@@ -166,7 +165,7 @@ def correctness(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job
 
 
 def new_inputs_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: GpuJob, phase: Phase,
-                     flush_bytes: int) -> list:
+                     flush_bytes: int, watch: CandidateWatch) -> list:
     """Last: set 0's buffers get inputs no call has seen (a kernel that keyed a cache on pointers would replay)."""
     dist = job.dist
     s = calls.sets[0]
@@ -174,7 +173,7 @@ def new_inputs_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload
     s.seed = s.seed + CHECK_SEED_OFFSET
     s.pristine = make_inputs(wl, s.seed, dist, "cuda")
     calls.verified.pop(0, None)
-    _, stats = judged_call(calls, referee, wl, 0, len(calls.sets), dist, job, phase, flush_bytes)
+    _, stats = judged_call(calls, referee, wl, 0, len(calls.sets), dist, job, phase, flush_bytes, watch)
     for st in stats:
         if not st.passed:
             st.note = "; ".join(filter(None, ["new inputs in buffers used before: the output was not recomputed for "
@@ -193,7 +192,7 @@ def pristine_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload, 
 
 
 def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job: GpuJob, phase: Phase, first_run_s: float,
-                   flush_bytes: int) -> dict:
+                   flush_bytes: int, watch: CandidateWatch) -> dict:
     dist = job.dist
     primary = wl.primary_baseline.name
     phase("prepare", job.prepare_timeout_s)
@@ -212,7 +211,7 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
     # rotates among as many input sets as the candidate, so neither side's call sees a different GPU history.
     cand_side = Side(calls.call, calls.prepare, calls.check)
     base_side = Side(calls.library_call, calls.library_prepare, calls.library_check)
-    phase("timing", job.timeout_s)
+    watch.before_timing("the timing probe", 2, None)
     t0 = time.perf_counter()
     cand_probe, base_probe = time_sides([cand_side, base_side], flush_bytes=flush_bytes, warmup=0, iters=2, trials=1)
     cycle_ms = (time.perf_counter() - t0) * 1000 / 4
@@ -220,8 +219,16 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
     per_pair_ms = max(first_run_s * 1000, 2 * cycle_ms)
     warmup, iters, trials, reduced = plan_iterations(job, per_pair_ms, slow)
 
-    def keep_alive(_trial: int) -> None:
-        phase("timing", job.timeout_s)
+    def first_chunk(what: str) -> None:  # the warm-up and the first trial come before the first on_trial
+        watch.before_timing(f"{what}: warm-up and trial 1 of {trials}", warmup + iters, per_pair_ms)
+
+    def keep_alive(trial: int) -> None:
+        if trial + 1 < trials:
+            watch.before_timing(f"timing trial {trial + 2} of {trials}", iters, per_pair_ms)
+        else:  # every timed call has finished: what follows (statistics, final checks) is the harness's work
+            phase("check", job.prepare_timeout_s)
+
+    first_chunk("timing")
 
     cand_ms, base_ms = time_sides([cand_side, base_side], flush_bytes=flush_bytes, warmup=warmup, iters=iters,
                                   trials=trials, on_trial=keep_alive)
@@ -230,7 +237,7 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
         # Timed again under a changed schedule: the library first in each pair, new set order; if it stands, it is
         # not a kernel this device can run that fast, whatever the checks said.
         calls.order = np.random.default_rng(calls.key + 1)
-        phase("timing", job.timeout_s)
+        first_chunk("the re-check's timing")
         base_ms2, cand_ms2 = time_sides([base_side, cand_side], flush_bytes=flush_bytes, warmup=warmup, iters=iters,
                                         trials=trials, on_trial=keep_alive)
         again = timing_record(wl, cand_ms2, base_ms2, primary, others, ceil, state.limits.name, reduced, slow)
@@ -289,6 +296,8 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
     out = GpuOutcome(status="PASSED", input_seed=seeds[0])
     referee = state.referee
     cand = sets = calls = None
+    watch = CandidateWatch(phase, job.timeout_s, workload_roofline_ms(wl.flops, wl.min_bytes, state.ceilings,
+                                                                      state.limits.name))
     flush_bytes = max(2 * state.limits.l2_bytes, 64 * 2**20)
     try:
         sizes = {t.name: math.prod(wl.shape(t.name)) * torch.empty((), dtype=getattr(torch, t.dtype)).element_size()
@@ -312,19 +321,19 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
                                       f"scratch buffers"]) from None
         calls = CandidateCalls(cand, sets, secrets.randbits(62))
         t0 = time.perf_counter()
-        stats = correctness(calls, referee, wl, job, phase, seconds, flush_bytes)
+        stats = correctness(calls, referee, wl, job, phase, seconds, flush_bytes, watch)
         out.correctness = list(stats)
         out.status = status_of(stats)
         seconds["correctness"] = time.perf_counter() - t0
         if out.status == "PASSED" and job.time:
             t0 = time.perf_counter()
             out.timing = Timing.model_validate(time_candidate(calls, state, wl, job, phase, seconds.get("first_run", 0.0),
-                                                              flush_bytes))
+                                                              flush_bytes, watch))
             seconds["timing"] = time.perf_counter() - t0
         if out.status == "PASSED":
             t0 = time.perf_counter()
             pristine_check(calls, referee, wl, dist)
-            extra = new_inputs_check(calls, referee, wl, job, phase, flush_bytes)
+            extra = new_inputs_check(calls, referee, wl, job, phase, flush_bytes, watch)
             out.correctness += extra
             out.status = status_of(extra)
             seconds["final_checks"] = time.perf_counter() - t0
