@@ -41,11 +41,14 @@ class EvalOptions(BaseModel):
     profile_reason: str = Field("", description="why the caller asked for this level (recorded with the result)")
     sanitize: list[str] = Field(default_factory=list, description="compute-sanitizer tools: memcheck, racecheck, synccheck, initcheck")
     no_gpu: bool = False
-    timeout_s: float = Field(60.0, description="watchdog limit for one candidate's GPU work")
+    timeout_s: float = Field(60.0, description="upper bound of the watchdog's limits for one candidate's GPU work "
+                             "(each phase gets less, from the workload and the kernel's first call: tools/gpu/watchdog.py)")
     seed: int | None = None
     warmup: int | None = Field(None, description="timing warm-up calls; None = 10")
     iters: int | None = Field(None, description="timed iterations per timing trial; None = 50")
     timing_trials: int | None = Field(None, description="timing trials; None = 3")
+    turn: int | None = Field(None, description="the caller's turn (0: a start kernel), named in messages only (a "
+                             "remembered TIMEOUT says when the binary hung); never part of a cache key")
 
     @field_validator("profile", mode="before")
     @classmethod
