@@ -16,6 +16,7 @@ from ..workloads.registry import get_workload
 from .compile import compile_source
 from .toolchain import ToolchainError
 from .evaluator import EvalOptions, stronger
+from .gpu.hangs import HangMemo, job_key, reused_message
 from .gpu.messages import GpuJob, GpuOutcome
 from .gpu.pool import GpuPool, NoGpuError, PoolConfig
 from .solution.plan import FormatIssue
@@ -81,6 +82,7 @@ class LocalEvaluator:
         self._pool = pool
         self._pool_config = pool_config
         self._profiles: dict[tuple, dict] = {}
+        self._hangs = HangMemo()  # identical binaries that timed out: not run again (gpu/hangs.py)
 
     @property
     def pool(self) -> GpuPool:
@@ -131,7 +133,7 @@ class LocalEvaluator:
                      **{k: getattr(options, k) for k in ("warmup", "iters", "timing_trials")
                         if getattr(options, k, None) is not None})
         t0 = time.perf_counter()
-        result = pool.submit(job)
+        result = self._submit(pool, job, options.turn)
         seconds["gpu"] = time.perf_counter() - t0
         seconds.update({f"gpu.{k}": v for k, v in result.seconds.items()})
         fp = Fingerprint.model_validate({**pool.fingerprint, "ptxas": comp.tools.get("ptxas", ""), "jail": comp.jail})
@@ -140,10 +142,26 @@ class LocalEvaluator:
             runtime_error=result.runtime_error, correctness=result.correctness, timing=result.timing,
             fingerprint=fp, gpu_evaluated=True, input_seed=result.input_seed, **base)
         level, why = options.profile_level(evaluated.passed, evaluated.speedup)
+        if evaluated.status == "TIMEOUT" and level != "none":  # ncu would replay the hang until its own time limit
+            level, evaluated.profile_reason = "none", f"not profiled: the kernel hung ({why or 'profile asked for'})"
         if level != "none" or options.sanitize:
             evaluated = self._attach_profile(evaluated, options, level, why, solution, comp,
                                              hashlib.sha256(cubin).hexdigest())
         return evaluated
+
+    def _submit(self, pool: GpuPool, job: GpuJob, turn: int | None) -> GpuOutcome:
+        """The pool's verdict, or the remembered TIMEOUT of an identical job (the hang is not paid again)."""
+        key = job_key(job)
+        hang, owner = self._hangs.claim(key)
+        if hang is not None:
+            return hang.outcome.model_copy(update={"message": reused_message(hang), "seconds": {}})
+        result = None
+        try:
+            result = pool.submit(job)
+            return result
+        finally:
+            if owner:
+                self._hangs.release(key, result, turn)
 
     def _attach_profile(self, result: EvalResult, options: EvalOptions, level: str, why: str, solution, comp,
                         cubin_sha: str) -> EvalResult:
