@@ -46,9 +46,11 @@ class Deps:
     def toolbox(self) -> Toolbox:
         return Toolbox(self.evaluator, self.config.workload, self.options)
 
-    def turn_options(self, state) -> EvalOptions:
-        """The options of this turn's scored evaluation (the profile policy needs the best speedup so far)."""
-        return turn_options(self.options, self.config.profile, state.get("best_speedup"))
+    def turn_options(self, state, turn: int | None = None) -> EvalOptions:
+        """The options of this turn's scored evaluation (the profile policy needs the best speedup so far; the
+        evaluator names the turn when it reuses an identical binary's TIMEOUT)."""
+        options = turn_options(self.options, self.config.profile, state.get("best_speedup"))
+        return options.model_copy(update={"turn": state.get("turn") if turn is None else turn})
 
 
 def timed(fn: Callable[[AgentState], dict]) -> Callable[[AgentState], dict]:
