@@ -39,7 +39,7 @@ def evaluate_start(state: dict, deps) -> dict:
         return {}
     log, config = deps.log, deps.config
     kernel_file = log.save_kernel(START_TURN, start["language"], start["source"])
-    result = deps.evaluator.evaluate(config.workload, start["source"], deps.turn_options(state))
+    result = deps.evaluator.evaluate(config.workload, start["source"], deps.turn_options(state, START_TURN))
     feedback = render_eval(result, START_TURN, config.no_gpu)
     log.eval_result(START_TURN, result, feedback, kernel_file, start["source"], start["language"])
     log.turn_end(START_TURN, result.status, result.speedup if result.passed else None, 0, 0.0, 0.0)
