@@ -1,0 +1,349 @@
+"""The watchdog's adaptive limits (tools/gpu/watchdog.py), the runner's phase messages, the pool's TIMEOUT message,
+and the evaluator's memory of hung binaries (tools/gpu/hangs.py): all on the CPU, with fake workers and clocks."""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from types import SimpleNamespace
+from unittest.mock import MagicMock
+
+import pytest
+import torch
+
+from ptxbench.tools.evaluate import LocalEvaluator
+from ptxbench.tools.evaluator import EvalOptions
+from ptxbench.tools.gpu import pool as pool_module
+from ptxbench.tools.gpu import watchdog
+from ptxbench.tools.gpu.hangs import HangMemo, job_key
+from ptxbench.tools.gpu.messages import GpuJob, GpuOutcome
+from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
+from ptxbench.tools.gpu.watchdog import (CandidateWatch, call_limit, probe_limit, timing_limit,
+                                         workload_roofline_ms)
+from ptxbench.workloads.registry import get_workload
+from ptxbench.workloads.solutions.faults import load_corpus
+
+GEMM, BWD = "gemm_bf16_m8192_n7168_k5120", "mha_bwd_d128"
+H200 = {"tflops_bf16": 989.0, "hbm_gbps": 4800.0}
+
+
+# ---- the arithmetic ----
+def test_probe_limit_comes_from_the_workload_roofline_with_a_floor_and_the_timeout_as_cap():
+    gemm, bwd = get_workload(GEMM), get_workload(BWD)
+    g = workload_roofline_ms(gemm.flops, gemm.min_bytes, {}, "NVIDIA H200")  # the datasheet: no ceilings measured yet
+    b = workload_roofline_ms(bwd.flops, bwd.min_bytes, H200, "NVIDIA H200")
+    assert 0.5 < g < 0.7 and 4.0 < b < 4.3
+    lim = probe_limit(g, 60.0)
+    assert lim.seconds == watchdog.FLOOR_S and "floor" in lim.why and "roofline" in lim.why
+    lim = probe_limit(b, 60.0)  # the attention backward: 2000 x 4.17 ms
+    assert lim.seconds == pytest.approx(watchdog.PROBE_ROOFLINE_FACTOR * b / 1000) and "floor" not in lim.why
+    assert probe_limit(b, 6.0).seconds == 6.0 and "capped at the 6 s timeout" in probe_limit(b, 6.0).why
+    assert probe_limit(g, 3.0).seconds == 3.0 and "3 s timeout asked for" in probe_limit(g, 3.0).why
+    assert probe_limit(None, 60.0).seconds == watchdog.FLOOR_S and "no roofline" in probe_limit(None, 60.0).why
+    # measured ceilings (below the datasheet) give a longer roofline time than the datasheet's
+    assert workload_roofline_ms(bwd.flops, bwd.min_bytes, {"tflops_bf16": 700.0, "hbm_gbps": 4000.0}, "x") > b
+    assert workload_roofline_ms(bwd.flops, bwd.min_bytes, {}, "an unknown GPU") is None
+
+
+def test_later_limits_scale_from_what_the_kernel_showed():
+    assert call_limit(0.015, 60.0).seconds == watchdog.FLOOR_S  # the fp32 attention backward: 15 ms a call
+    assert call_limit(1.2, 60.0).seconds == pytest.approx(12.0)
+    assert call_limit(30.0, 60.0).seconds == 60.0
+    slow = timing_limit(60, 30.0, 60.0)  # 10 warm-up + 50 pairs at 30 ms: 1.8 s of work
+    assert slow.seconds == pytest.approx(9.0) and "60 paired calls" in slow.why
+    assert timing_limit(60, 0.5, 60.0).seconds == watchdog.FLOOR_S
+    assert timing_limit(60, 400.0, 60.0).seconds == 60.0  # 24 s of work: 5x would be 120 s, capped
+
+
+def test_candidate_watch_sends_the_probe_limit_first_then_limits_scaled_from_the_probe():
+    sent, now = [], [100.0]
+    watch = CandidateWatch(lambda *m: sent.append(m), 60.0, 4.169, clock=lambda: now[0])
+    watch.before_checked_call()
+    now[0] += 0.8  # the first call (its protocol included) took 0.8 s
+    watch.after_checked_call()
+    watch.before_checked_call()
+    now[0] += 5.0  # a later call never changes the probe
+    watch.after_checked_call()
+    watch.before_timing("the timing probe", 2, None)
+    watch.before_timing("timing: warm-up and trial 1 of 3", 60, 100.0)
+    (n1, l1, w1), (n2, l2, w2), (n3, l3, w3), (n4, l4, w4) = sent
+    assert (n1, n2, n3, n4) == ("run", "run", "timing", "timing")
+    assert l1 == pytest.approx(8.338) and w1.startswith("the first call; its limit: 2000 x")
+    assert l2 == pytest.approx(8.0) and w2.startswith("checked call 2; its limit: 10 x the 0.8 s")
+    assert l3 == pytest.approx(16.0) and "the timing probe" in w3  # no pair timed yet: 2 pairs of 2 x 0.8 s, x 5
+    assert l4 == pytest.approx(30.0) and "60 paired calls at the measured 100 ms a pair" in w4
+    assert watch.probe_s == pytest.approx(0.8)
+
+
+# ---- the runner's phases, with CUDA stubbed out (nothing here launches anything) ----
+@pytest.fixture
+def runner(monkeypatch):
+    before = set(sys.modules)
+    for name in ("cuda", "cuda.bindings", "cuda.bindings.driver"):
+        if name not in sys.modules:
+            monkeypatch.setitem(sys.modules, name, MagicMock())
+    import ptxbench.tools.gpu.runner as runner_module
+
+    yield runner_module
+    for name in set(sys.modules) - before:  # the stubbed runner must not serve a later test
+        sys.modules.pop(name, None)
+
+
+class FakeSet:
+    def __init__(self, index: int):
+        out = torch.full((4, 4), float(index + 1))
+        self.index, self.seed = index, 10 + index
+        self.pristine = {"A": torch.ones(4, 4)}
+        self.bufs = SimpleNamespace(outputs=["C"], tensors={"C": SimpleNamespace(data=out), "A": SimpleNamespace(data=self.pristine["A"])})
+
+
+class FakeCalls:
+    """The protocol's surface that correctness() and time_candidate() use; each checked call takes `call_s`."""
+
+    def __init__(self, clock: list, call_s: float, sets: int = 3):
+        self.clock, self.call_s = clock, call_s
+        self.sets = [FakeSet(i) for i in range(sets)]
+        self.verified, self.calls, self.key = {}, 0, 1
+        self.order = None
+
+    def checked_call(self, k, flush_bytes):
+        self.clock[0] += self.call_s
+        return self.call_s * 1000, "sketch"
+
+    def attach_library(self, entries):
+        self.library = entries
+
+    call = prepare = check = library_call = library_prepare = library_check = lambda *a: None
+
+
+class FakeReferee:
+    digests: dict = {}
+
+    def judge(self, wid, seed, dist, trial, outputs, inputs):
+        return [{"trial": trial, "tensor": "C", "passed": True}]
+
+    def prepare_async(self, *a):
+        pass
+
+
+def test_correctness_gives_the_first_call_the_probe_limit_and_later_calls_ten_times_its_wall_time(runner):
+    clock, sent = [0.0], []
+    phase = lambda *m: sent.append(m)  # noqa: E731
+    watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: clock[0])
+    job = GpuJob(workload=BWD, timeout_s=60.0)
+    stats = runner.correctness(FakeCalls(clock, 1.5), FakeReferee(), get_workload(BWD), job, phase, {}, 0, watch)
+    assert len(stats) == 3 and all(s.passed for s in stats)
+    runs = [(limit, why) for name, limit, *why in sent if name == "run"]
+    assert [name for name, *_ in sent] == ["run", "check"] * 3
+    assert runs[0][0] == pytest.approx(8.338) and runs[1][0] == runs[2][0] == pytest.approx(15.0)
+    assert "checked call 3" in runs[2][1][0]
+
+
+@pytest.mark.parametrize("first_run_s, expect_chunk", [(0.015, watchdog.FLOOR_S), (0.2, 60.0)])
+def test_timing_phases_scale_from_the_measured_pair_time_and_end_in_a_harness_phase(runner, monkeypatch, first_run_s,
+                                                                                       expect_chunk):
+    clock, sent, chunks = [0.0], [], []
+
+    def fake_time_sides(sides, *, flush_bytes, warmup=10, iters=50, trials=3, on_trial=None):
+        chunks.append((warmup, iters, trials))
+        for t in range(trials):
+            if on_trial:
+                on_trial(t)
+        return [[first_run_s * 1000] * iters * trials, [50.0] * iters * trials]
+
+    monkeypatch.setattr(runner, "time_sides", fake_time_sides)
+    monkeypatch.setattr(runner, "timing_record", lambda *a, **k: {"flags": [], "speedup": 1.0, "speedup_ci": (1, 1)})
+    state = SimpleNamespace(baseline=lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}), get_ceilings=lambda: H200,
+                            limits=SimpleNamespace(name="NVIDIA H200"))
+    phase = lambda *m: sent.append(m)  # noqa: E731
+    watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: clock[0])
+    watch.probe_s = first_run_s + 0.01
+    job = GpuJob(workload=BWD, timeout_s=60.0)
+    runner.time_candidate(FakeCalls(clock, first_run_s), state, get_workload(BWD), job, phase, first_run_s, 0, watch)
+    names = [m[0] for m in sent]
+    assert names == ["prepare", "timing", "timing", "timing", "timing", "check"]  # probe, trial 1 (+ warm-up), 2, 3
+    probe, first, second, third = [m for m in sent if m[0] == "timing"]
+    assert probe[1] == watchdog.FLOOR_S and "the timing probe" in probe[2]
+    assert "warm-up and trial 1 of 3" in first[2] and "trial 2 of 3" in second[2] and "trial 3 of 3" in third[2]
+    assert first[1] == pytest.approx(expect_chunk) and all(m[1] <= job.timeout_s for m in sent if m[0] == "timing")
+    assert chunks[1] == (10, 50, 3)  # the full timing: the limits fit the kernel, not the other way round
+
+
+# ---- the pool: the worker's limit, capped and floored, and named in the TIMEOUT ----
+class ScriptWorker:
+    """Sends the phase messages of `script` (a list of (phase, limit_s, why) and ('sleep', s) / ('pass',)), then hangs."""
+
+    scripts: dict[str, list] = {}
+
+    def __init__(self, device, config):
+        import queue
+
+        self.device, self.hello, self.jobs, self._alive = device, None, 0, True
+        self.outbox: queue.Queue = queue.Queue()
+        self.outbox.put({"type": "hello", "device_count": 1, "fingerprint": {"gpu": "fake"},
+                         "limits": {"sm_count": 132, "name": "fake"}})
+
+    def send(self, msg):
+        if msg.get("type") != "evaluate":
+            return
+        self.jobs += 1
+        threading.Thread(target=self._play, args=(msg["id"], ScriptWorker.scripts[msg["workload"]]), daemon=True).start()
+
+    def _play(self, job_id, script):
+        for step in script:
+            if step[0] == "sleep":
+                time.sleep(step[1])
+            elif step[0] == "pass":
+                self.outbox.put({"type": "result", "id": job_id, "replace": False, "result": {"status": "PASSED"}})
+            else:
+                self.outbox.put({"type": "phase", "id": job_id, "phase": step[0], "limit_s": step[1], "why": step[2]})
+
+    def recv(self, timeout):
+        import queue
+
+        try:
+            return self.outbox.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def alive(self):
+        return self._alive
+
+    exitcode = None
+
+    def kill(self):
+        self._alive = False
+
+    def stop(self, grace_s=0.0):
+        self._alive = False
+
+
+def test_the_pool_obeys_the_workers_limit_within_the_timeout_and_names_it_in_the_timeout(monkeypatch):
+    monkeypatch.setattr(pool_module, "MIN_CANDIDATE_LIMIT_S", 0.2)
+    ScriptWorker.scripts = {
+        "hang_second_call": [("run", 0.3, "the first call; limit x"), ("sleep", 0.1), ("check", 900.0, ""),
+                             ("run", 0.4, "checked call 2; limit 10 x the 0.04 s the first call took")],
+        "asks_too_much": [("run", 100.0, "the first call; limit 2000 x the 50 ms roofline time")],
+        "asks_too_little": [("run", 0.01, "")],
+        "slow_harness": [("prepare", 5.0, ""), ("sleep", 0.8), ("run", 0.3, "the first call"), ("pass",)],
+    }
+    pool = GpuPool(PoolConfig(devices=[0], spares=1), factory=lambda d, c: ScriptWorker(d, c))
+    t0 = time.monotonic()
+    r = pool.submit(GpuJob(workload="hang_second_call", timeout_s=60.0))
+    assert r.status == "TIMEOUT" and time.monotonic() - t0 < 3
+    assert r.message.startswith("the kernel did not finish within 0.4 s (run phase: checked call 2; limit 10 x")
+    assert r.runtime_error == "TIMEOUT after 0.4 s (run phase)"
+    t0 = time.monotonic()
+    r = pool.submit(GpuJob(workload="asks_too_much", timeout_s=0.5))  # timeout_s stays the upper bound
+    assert r.status == "TIMEOUT" and "within 0.5 s" in r.message and time.monotonic() - t0 < 3
+    assert "within 0.2 s" in pool.submit(GpuJob(workload="asks_too_little", timeout_s=60.0)).message  # the floor
+    # the harness's own phases keep their limit, whatever the candidate's timeout
+    assert pool.submit(GpuJob(workload="slow_harness", timeout_s=0.5)).status == "PASSED"
+    pool.close()
+
+
+# ---- the evaluator: an identical binary that hung is not run again ----
+WORKLOAD, CORPUS = load_corpus()
+
+
+class AnswerWorker:
+    """Answers every evaluation with `status` after `delay_s`."""
+
+    def __init__(self, device: int, status: str, delay_s: float = 0.0):
+        self.device = device
+        self.status, self.delay_s, self.jobs, self.hello = status, delay_s, [], None
+        self.replies = [{"type": "hello", "device_count": 1, "fingerprint": {"gpu": "NVIDIA H200", "sm_count": 132},
+                         "limits": {"sm_count": 132, "name": "NVIDIA H200"}}]
+
+    def send(self, msg):
+        if msg.get("type") != "evaluate":
+            return
+        self.jobs.append(msg)
+        time.sleep(self.delay_s)
+        message = "the kernel did not finish within 5 s (run phase: the first call)" if self.status == "TIMEOUT" else ""
+        self.replies.append({"type": "result", "id": msg["id"], "replace": False,
+                             "result": {"status": self.status, "message": message}})
+
+    def recv(self, timeout):
+        return self.replies.pop(0) if self.replies else None
+
+    def alive(self):
+        return True
+
+    exitcode = None
+
+    def kill(self):
+        """Nothing to release."""
+
+    def stop(self, grace_s=0.0):
+        """Nothing to release."""
+
+
+def evaluator(status: str, delay_s: float = 0.0, devices=(0,)) -> tuple[LocalEvaluator, list]:
+    workers: list[AnswerWorker] = []
+
+    def make(d, c):
+        workers.append(AnswerWorker(d, status, delay_s))
+        return workers[-1]
+
+    return LocalEvaluator(GpuPool(PoolConfig(devices=list(devices), spares=0), factory=make)), workers
+
+
+def test_an_identical_hung_binary_is_not_run_again_and_the_message_says_when_it_hung(monkeypatch):
+    import ptxbench.tools.evaluate as evaluate_module
+
+    monkeypatch.setattr(evaluate_module, "attach", lambda *a, **k: pytest.fail("a hung kernel is never profiled"))
+    ev, workers = evaluator("TIMEOUT")
+    source = CORPUS["control_correct"]["source"]
+    first = ev.evaluate(WORKLOAD, source, EvalOptions(trials=1, turn=0, profile="full"))
+    again = ev.evaluate(WORKLOAD, source, EvalOptions(trials=1, turn=1, profile="full"))
+    assert first.status == again.status == "TIMEOUT" and len(workers[0].jobs) == 1
+    assert "not profiled: the kernel hung" in first.profile_reason
+    assert again.message.startswith("the same binary (identical cubin, launch plan, workload and options) timed out "
+                                    "at turn 0; not run again") and "within 5 s" in again.message
+    assert "turn" not in first.message
+    ev.evaluate(WORKLOAD, source, EvalOptions(trials=2, turn=2))  # other options: another job, run
+    later = ev.evaluate(WORKLOAD, source, EvalOptions(trials=1, turn=5, profile_on_pass="none", best_speedup=2.0))
+    assert len(workers[0].jobs) == 2 and "at turn 0" in later.message  # options that do not reach the GPU: remembered
+    ev.close()
+
+
+def test_only_timeouts_are_remembered():
+    for status in ("RUNTIME_ERROR", "PASSED", "INCORRECT_NUMERICAL"):
+        ev, workers = evaluator(status)
+        source = CORPUS["control_correct"]["source"]
+        for _ in range(2):
+            ev.evaluate(WORKLOAD, source, EvalOptions(trials=1, profile_on_pass=False))
+        assert len(workers[0].jobs) == 2, status
+        ev.close()
+
+
+def test_two_identical_submissions_at_once_run_once_when_it_hangs():
+    ev, workers = evaluator("TIMEOUT", delay_s=0.3, devices=(0, 1))
+    source = CORPUS["control_correct"]["source"]
+    ev.pool  # started before the threads race
+    results = []
+    threads = [threading.Thread(target=lambda t=t: results.append(ev.evaluate(WORKLOAD, source, EvalOptions(trials=1, turn=0))))
+               for t in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sum(len(w.jobs) for w in workers) == 1 and [r.status for r in results] == ["TIMEOUT", "TIMEOUT"]
+    ev.close()
+
+
+def test_hang_memo_key_and_release():
+    job = GpuJob(workload=GEMM, cubin=b"\x7fELF1", plan={"launches": []}, timeout_s=60.0)
+    assert job_key(job) == job_key(job.model_copy(update={"id": 7, "ceilings": {"x": 1.0}, "prepare_timeout_s": 5.0}))
+    for change in ({"cubin": b"\x7fELF2"}, {"plan": {"launches": [1]}}, {"workload": BWD}, {"seed": 3}, {"time": False}):
+        assert job_key(job) != job_key(job.model_copy(update=change))
+    memo = HangMemo()
+    key = job_key(job)
+    assert memo.claim(key) == (None, True)
+    assert memo.claim(key, wait_s=0.05) == (None, False)  # still running: after the wait, run it too
+    memo.release(key, None, 1)  # the owner raised: nothing remembered
+    assert len(memo) == 0 and memo.claim(key) == (None, True)
+    memo.release(key, GpuOutcome(status="TIMEOUT", message="m"), 4)
+    hang, owner = memo.claim(key)
+    assert not owner and hang.turn == 4 and hang.outcome.message == "m"
