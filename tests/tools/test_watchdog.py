@@ -85,8 +85,9 @@ def runner(monkeypatch):
     import ptxbench.tools.gpu.runner as runner_module
 
     yield runner_module
-    for name in set(sys.modules) - before:  # the stubbed runner must not serve a later test
-        sys.modules.pop(name, None)
+    for name in set(sys.modules) - before:  # the GPU modules bound to the stub must not serve a later test
+        if name.startswith(("ptxbench.tools.gpu.", "cuda")):
+            sys.modules.pop(name, None)
 
 
 class FakeSet:
