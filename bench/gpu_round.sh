@@ -45,7 +45,7 @@ run_step() {  # run_step NAME SECONDS DIR
     attn-sweep) python3 bench/attention_sweep.py "$d/sweep.json" --deadline $((s - 60)) ;;
     gemm-sweep) python3 bench/gemm_sweep.py "$d/sweep.json" --deadline $((s - 60)) ;;
     tuner-climb) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh ;;
-    anchors) python3 bench/repair_anchors.py --run-dir "$d/run" --turns 1 --max-seconds $((s - 40)) ;;
+    anchors) python3 bench/repair_anchors.py --run-dir "$d/run" --out "$d" --turns 1 --max-seconds $((s - 40)) ;;
     throughput) python3 bench/eval_throughput.py --n 40 --old-n 6 --concurrency 6 --json "$d/throughput.json" \
                   --md "$d/throughput.md" ;;
     mutations) python3 bench/check_mutations.py --cluster --json "$d/cluster.json" ;;
