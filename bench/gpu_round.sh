@@ -6,7 +6,8 @@
 #   bash bench/gpu_round.sh STEP[:SECONDS] ...        (repository root; a device call carries .whl)
 #
 # Steps (default budget in seconds):
-#   gpu-tests (240)     the GPU tests of what changed most recently: profile, evaluator, backward, references
+#   gpu-tests (560)     the GPU tests of what changed most recently: profile, evaluator (watchdog), fault corpus,
+#                       backward, references
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
 #   bwd-variants (240)  each bench/variants/attention_bwd_*.cu on the D = 128 / 96 workloads, timed
 #   attn-sweep (420)    the attention forward template's points (bench/attention_sweep.py)
@@ -26,14 +27,14 @@ export PYTHONPATH=$PYTHONPATH:$PWD/tests
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 git log --oneline -1 > "$OUT/commit.txt" 2>/dev/null || true
 
-declare -A BUDGET=([gpu-tests]=240 [bwd]=200 [bwd-variants]=240 [attn-sweep]=420 [gemm-sweep]=420 [tuner-climb]=560
+declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=240 [attn-sweep]=420 [gemm-sweep]=420 [tuner-climb]=560
                    [anchors]=540 [throughput]=300 [mutations]=150 [mutations-bwd]=330 [scaling]=560)
 
 run_step() {  # run_step NAME SECONDS DIR
   local name=$1 s=$2 d=$3
   case $name in
     gpu-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
-                 tests/tools/test_profile_gpu.py tests/tools/test_gpu_evaluator.py \
+                 tests/tools/test_profile_gpu.py tests/tools/test_gpu_evaluator.py tests/workloads/test_fault_corpus.py \
                  tests/workloads/test_attention_bwd_wgmma.py tests/workloads/test_references.py ;;
     bwd) python3 bench/attention_bwd_check.py --json "$d/reference.json" --profile mha_bwd_d128 ;;
     bwd-variants)
