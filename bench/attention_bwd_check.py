@@ -3,9 +3,10 @@ it covers, through the real evaluator: first untimed (correctness on every workl
 timed against the library (interleaved, 95% interval) where it passed. Run on a GPU machine:
 
   source bench/gpu_env.sh && python3 bench/attention_bwd_check.py [--json OUT.json] [--timed ID,ID]
-      [--variant bench/variants/F.cu] [--profile ID,ID] [--label v1]
+      [--variant NAME|FILE] [--profile ID,ID] [--label v1]
 
---variant evaluates another kernel file with the same plan lines (bench/variants/); --profile takes a full
+--variant evaluates a variant of the kernel (a name of bench/variants/attention_bwd.py, or a file with the
+reference's plan lines); --profile takes a full
 Nsight Compute profile of those workloads after their timed run and prints its feedback (the hot lines).
 Prints one line per evaluation as it lands and a Markdown table last.
 """
@@ -33,6 +34,18 @@ def _row(wid: str, res, seconds: float) -> dict:
             "tflops": t.tflops if t else None, "correctness": errs}
 
 
+def _variant(name: str) -> str:
+    """A variant's text: a name of bench/variants/attention_bwd.py, else a file's contents."""
+    if Path(name).is_file():
+        return Path(name).read_text(encoding="utf-8")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bwd_variants", Path(__file__).parent / "variants" / "attention_bwd.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.variant_text(name)
+
+
 def main() -> None:
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.evaluator import EvalOptions
@@ -44,11 +57,11 @@ def main() -> None:
     ap.add_argument("--json", default="")
     ap.add_argument("--timed", default=",".join(MAIN))
     ap.add_argument("--untimed", default=",".join(SMOKE_FIRST + MAIN))
-    ap.add_argument("--variant", default="", help="a kernel file with the reference's plan lines")
+    ap.add_argument("--variant", default="", help="a variant name (bench/variants/attention_bwd.py) or a file")
     ap.add_argument("--profile", default="", help="workloads to profile in full after their timed run")
     ap.add_argument("--label", default="")
     args = ap.parse_args()
-    base = Path(args.variant).read_text(encoding="utf-8") if args.variant else None
+    base = _variant(args.variant) if args.variant else None
     label = args.label or (Path(args.variant).stem if args.variant else "reference")
     ev = LocalEvaluator()
     rows = []

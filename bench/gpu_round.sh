@@ -9,7 +9,7 @@
 #   gpu-tests (560)     the GPU tests of what changed most recently: profile, evaluator (watchdog), fault corpus,
 #                       backward, references
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
-#   bwd-variants (240)  each bench/variants/attention_bwd_*.cu on the D = 128 / 96 workloads, timed
+#   bwd-variants (240)  each variant of bench/variants/attention_bwd.py on the D = 128 / 96 workloads, timed
 #   attn-sweep (420)    the attention forward template's points (bench/attention_sweep.py)
 #   gemm-sweep (420)    the GEMM template's points on the four GEMM workloads (bench/gemm_sweep.py)
 #   tuner-climb (560)   three builtin/tuner:weak runs on the GEMM (bench/tuner_climb.sh)
@@ -38,8 +38,8 @@ run_step() {  # run_step NAME SECONDS DIR
                  tests/workloads/test_attention_bwd_wgmma.py tests/workloads/test_references.py ;;
     bwd) python3 bench/attention_bwd_check.py --json "$d/reference.json" --profile mha_bwd_d128 ;;
     bwd-variants)
-      for v in bench/variants/attention_bwd_*.cu; do
-        python3 bench/attention_bwd_check.py --variant "$v" --json "$d/$(basename "$v" .cu).json" \
+      for v in bulk_dq bulk_dq_s3; do
+        python3 bench/attention_bwd_check.py --variant "$v" --json "$d/$v.json" \
           --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96 \
           --timed mha_bwd_d128,mha_bwd_d128_causal
       done ;;
