@@ -20,8 +20,10 @@ from ..records.rundir import load_run
 from .extra_mutations import EXTRA_MUTATIONS
 from .suite import HELD_OUT_CLASSES, Origin
 
+# The backward's two main workloads too: its bug classes (BACKWARD_CLASSES) apply to the wgmma backward, which
+# builtin/reference submits for them (the suite's next build on a GPU gives them tasks).
 SUITE_WORKLOADS = ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_fwd_d128_causal", "mha_fwd_d64",
-                   "mha_fwd_d128_gqa_h32_kv8")
+                   "mha_fwd_d128_gqa_h32_kv8", "mha_bwd_d128", "mha_bwd_d128_causal")
 NOT_REPAIRS = ("control_correct", "cached_result")  # a correct kernel; a replay cheat (caught only when timed)
 FAILED = ("PASSED", "COMPILED", "INFRA_ERROR", "TIMING_SUSPECT")  # statuses that are not a repairable failure
 
