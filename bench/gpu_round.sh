@@ -38,7 +38,7 @@ run_step() {  # run_step NAME SECONDS DIR
                  tests/workloads/test_attention_bwd_wgmma.py tests/workloads/test_references.py ;;
     bwd) python3 bench/attention_bwd_check.py --json "$d/reference.json" --profile mha_bwd_d128 ;;
     bwd-variants)
-      for v in bulk_dq bulk_dq_s3; do
+      for v in bulk_dq bulk_dq_s3 decoupled; do
         python3 bench/attention_bwd_check.py --variant "$v" --json "$d/$v.json" \
           --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96 \
           --timed mha_bwd_d128,mha_bwd_d128_causal

@@ -7,6 +7,11 @@
   `ld/st.shared` (the generic accesses cost an address-space check each).
 - `bulk_dq_s3`: `bulk_dq` with a 3-deep Q / dO ring for the 128-wide kernels (232,192 of the 232,448 bytes of
   shared memory a block may have).
+- `decoupled`: the two consumers no longer meet on a named barrier every block: each computes the dQ of the
+  PREVIOUS block, waiting (on an mbarrier) only for the other's dS^T of that block, so they can run up to a
+  block apart and one's exponentials overlap the other's tensor work; consumer 1 starts once consumer 0's first
+  exponentials are done; dS^T triple-buffered (an mbarrier says when both dQ products have read a buffer);
+  a 3-deep ring for the 128-wide kernels; shared memory as a formula in D (no D = 64 plan edit needed).
 
     python3 bench/attention_bwd_check.py --variant bulk_dq        (on a GPU)
     variant_text("bulk_dq")                                       (the solution text; attention_backward.fast_backward
@@ -117,6 +122,148 @@ struct Stages {
 ]
 
 
+
+# The consumer of `decoupled`: it replaces the reference's consumer_block (the span between these two markers).
+CONSUMER_START = "// One query block for one consumer. Accumulator element j of this thread"
+CONSUMER_END = "// HD: 128 (D = 96 or 128) or 64. GQA:"
+DECOUPLED_CONSUMER = r'''// dQ of query block `it` (rows q0.. of dq_rows) from its dS^T buffer once both consumers' rows are in it:
+// HD = 128: columns 64c.. over all 128 keys; HD = 64: all columns over this consumer's keys. Issued and
+// committed here; the caller waits (its dV / dK group is in flight too).
+template <int HD>
+__device__ __forceinline__ void issue_dq(float (&dq)[32], int it, int c, const uint8_t* sK, const uint8_t* sdS,
+                                         uint64_t* dsReady) {
+  const int b = it % DS_BUFS;
+  mbar_wait(&dsReady[b], (it / DS_BUFS) & 1);
+  constexpr int KSTEPS = HD == 128 ? 8 : 4;
+  const int key_row0 = HD == 128 ? 0 : 64 * c;
+  const uint8_t* kbase = sK + (HD == 128 ? c * KSLAB : 0) + key_row0 * 128;
+  const uint64_t da = desc_mn(sdS + b * DS_BYTES + key_row0 * 128, 0), dbk = desc_mn(kbase, 0);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; ++kk) wgmma_ss_tt(dq, da + kk * (2048 >> 4), dbk + kk * (2048 >> 4), kk != 0);
+  wgmma_commit();
+}
+
+// dq element j: query row r + 8 ((j / 2) % 2), column 8 (j / 4) + col0 + j % 2 (+ 64c for HD = 128)
+template <int HD>
+__device__ __forceinline__ void add_dq(const float (&dq)[32], int q0, int c, int t, float* __restrict__ dq_rows, int D) {
+  const int lane = t % 32, r = 16 * (t / 32) + lane / 4, col0 = 2 * (lane % 4);
+  const int dcol0 = HD == 128 ? 64 * c : 0;
+#pragma unroll
+  for (int j = 0; j < 32; j += 2) {
+    const int d = dcol0 + 8 * (j / 4) + col0;
+    if (d < D) {
+      float* dst = dq_rows + static_cast<size_t>(q0 + r + 8 * ((j / 2) % 2)) * D + d;
+      atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq[j], dq[j + 1]));
+    }
+  }
+}
+
+// One query block for one consumer, without its dQ: that product (consumer_dq) runs at the start of the next
+// block, so a consumer waits only for the other's dS^T of the previous block, never of this one, and the
+// two consumers can run apart and one's exponentials overlap the other's tensor work. dS^T is
+// triple-buffered: buffer b is rewritten (block it + 3) only after both consumers' dQ products of block it
+// have read it (dsFree). Accumulator element j of this thread: row (key) r + 8 ((j / 2) % 2) of the
+// consumer's 64, column (query) 8 (j / 4) + 2 (lane % 4) + j % 2 of the block.
+template <int HD, bool CAUSAL>
+__device__ __forceinline__ void consumer_block(int it, int q0, int key0, int c, int t, const uint8_t* sK,
+                                               const uint8_t* sV, const uint8_t* sQ, const uint8_t* sdO,
+                                               const float* sL2, const float* sDr, uint8_t* sdS, uint64_t* fullQ,
+                                               uint64_t* fulldO, uint64_t* empty, uint64_t* dsReady,
+                                               uint64_t* dsFree, float (&dv)[HD / 2], float (&dk)[HD / 2], float sl2) {
+  constexpr int STAGES = Stages<HD>::N;
+  const int st = it % STAGES;
+  const uint32_t ph = (it / STAGES) & 1;
+  const int lane = t % 32;
+  const int r = 16 * (t / 32) + lane / 4;  // this thread's keys r and r + 8 of the consumer's 64
+  const int col0 = 2 * (lane % 4);
+  float s[32], p[32];
+  uint32_t pp[16], ds[16];
+
+  mbar_wait(&fullQ[st], ph);
+  wgmma_fence();
+  issue_nt<HD>(s, sK + c * 64 * 128, sQ);     // S^T = K_c Q^T
+  wgmma_commit();
+  mbar_wait(&fulldO[st], ph);
+  issue_nt<HD>(p, sV + c * 64 * 128, sdO);    // dP^T = V_c dO^T
+  wgmma_commit();
+  wgmma_wait<1>();
+  wgmma_fence_regs(s);
+  const bool mask = CAUSAL && q0 < key0 + BN;  // the two query blocks that cross the diagonal
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const int q = 8 * (j / 4) + col0 + (j % 2);
+    float e = ex2(fmaf(s[j], sl2, -sL2[q]));
+    if (mask && key0 + 64 * c + r + 8 * ((j / 2) % 2) > q0 + q) e = 0.f;
+    s[j] = e;
+  }
+  wgmma_wait<0>();
+  wgmma_fence_regs(p);
+#pragma unroll
+  for (int j = 0; j < 32; ++j) p[j] = s[j] * (p[j] - sDr[8 * (j / 4) + col0 + (j % 2)]);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    pp[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+    ds[i] = pack_bf16(p[2 * i], p[2 * i + 1]);
+  }
+  wgmma_fence();
+  issue_tn<HD>(dv, pp, sdO);  // dV += P^T dO
+  issue_tn<HD>(dk, ds, sQ);   // dK += dS^T Q
+  wgmma_commit();
+
+  // dS^T to shared memory: row = key (64c + r [+ 8]), 64 queries per 128-byte row, 16-byte chunks swizzled
+  // by the row's position in its 8-row atom (what TMA writes for a 128B-swizzled box).
+  const int b = it % DS_BUFS;
+  if (it >= DS_BUFS) mbar_wait(&dsFree[b], (it / DS_BUFS - 1) & 1);  // block it - 3's dQ products are done
+  uint8_t* buf = sdS + b * DS_BYTES;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int row = 64 * c + r + 8 * (i % 2), q = 8 * (i / 2) + col0;
+    *reinterpret_cast<uint32_t*>(buf + row * 128 + (((q / 8) ^ (row % 8)) * 16) + (q % 8) * 2) = ds[i];
+  }
+  fence_proxy_async();
+  __syncwarp();
+  if (lane == 0) mbar_arrive(&dsReady[b]);  // this warp's rows of block it are in
+  wgmma_wait<0>();  // dV / dK of this block
+  fence_u32(pp);
+  fence_u32(ds);
+  if (lane == 0) mbar_arrive(&empty[st]);  // this warp is done with Q, dO, L2, Dr of the stage
+}
+
+// The dQ of block `it` (rows q0 of dq_rows), whole: issued once both consumers' dS^T rows are in, waited, the
+// buffer released, the rows added to the accumulator. Called at the start of the next block (so the
+// accumulator registers are never live beside P^T / dS^T) and once after the last block.
+template <int HD>
+__device__ __forceinline__ void consumer_dq(int it, int q0, int c, int t, const uint8_t* sK, const uint8_t* sdS,
+                                            uint64_t* dsReady, uint64_t* dsFree, float* __restrict__ dq_rows, int D) {
+  float dq[32];
+  issue_dq<HD>(dq, it, c, sK, sdS, dsReady);
+  wgmma_wait<0>();
+  wgmma_fence_regs(dq);
+  if (t % 32 == 0) mbar_arrive(&dsFree[it % DS_BUFS]);
+  add_dq<HD>(dq, q0, c, t, dq_rows, D);
+}
+
+'''
+
+DECOUPLED = [
+    ('// Hopper (sm_90a) attention backward with TMA + wgmma,',
+     "// VARIANT decoupled (bench/variants/attention_bwd.py): each consumer computes the dQ of the previous query\n// block, so the two consumers can run up to a block apart; dS^T triple-buffered on mbarriers; a 3-deep ring\n// for the 128-wide kernels; consumer 1 starts once consumer 0's first exponentials are done.\n//\n// Hopper (sm_90a) attention backward with TMA + wgmma,"),
+    ('smem = "1024 + 32768 * 2 + 2 * (16384 * 2 + 512) + 16384 * 2 + 256"  # slack, K, V, STAGES x (Q, dO, L2, Dr), 2 x dS, mbarriers',
+     'smem = "1024 + 512 * (cdiv(D, 64) * 64) + (2 + cdiv(D, 64) // 2) * (256 * (cdiv(D, 64) * 64) + 512) + 16384 * 3 + 256"  # slack, K, V, STAGES x (Q, dO, L2, Dr), 3 x dS, mbarriers (HD = 64 cdiv(D, 64); STAGES 3 for HD 128)'),
+    ('constexpr int STAGES = 2;',
+     '// Q / dO ring depth: 3 for the 128-wide kernels, 2 for D = 64; dS^T buffers: 3.\ntemplate <int HD>\nstruct Stages {\n  static constexpr int N = HD == 128 ? 3 : 2;\n};\nconstexpr int DS_BUFS = 3;'),
+    ('  uint8_t* sQ = sV + KT;                 // STAGES x QT\n  uint8_t* sdO = sQ + STAGES * QT;       // STAGES x QT\n  uint8_t* sdS = sdO + STAGES * QT;      // 2 x DS_BYTES\n  float* sL2 = reinterpret_cast<float*>(sdS + 2 * DS_BYTES);  // STAGES x 64',
+     '  constexpr int STAGES = Stages<HD>::N;\n  uint8_t* sQ = sV + KT;                 // STAGES x QT\n  uint8_t* sdO = sQ + STAGES * QT;       // STAGES x QT\n  uint8_t* sdS = sdO + STAGES * QT;      // DS_BUFS x DS_BYTES\n  float* sL2 = reinterpret_cast<float*>(sdS + DS_BUFS * DS_BYTES);  // STAGES x 64'),
+    ('  uint64_t* empty = fulldO + STAGES;\n',
+     "  uint64_t* empty = fulldO + STAGES;\n  uint64_t* dsReady = empty + STAGES;    // DS_BUFS: both consumers' dS^T rows of a block are in its buffer\n  uint64_t* dsFree = dsReady + DS_BUFS;  // DS_BUFS: both consumers' dQ products have read the buffer\n  uint64_t* kick = dsFree + DS_BUFS;     // consumer 0's first exponentials are done: consumer 1 may start\n"),
+    ('      mbar_init(&empty[i], 8);  // one arrival per consumer warp\n    }',
+     '      mbar_init(&empty[i], 8);  // one arrival per consumer warp\n    }\n    for (int i = 0; i < DS_BUFS; ++i) {\n      mbar_init(&dsReady[i], 8);\n      mbar_init(&dsFree[i], 8);\n    }\n    mbar_init(kick, 4);'),
+    ('    mbar_wait(fullKV, 0);\n    for (int it = 0; it < n_iter; ++it) {\n      const int st = it % STAGES;\n      const int head = (GQA ? bkv * group : bkv) + it / per_head;\n      const int q0 = (q_first + it % per_head) * BM;\n      consumer_block<HD, CAUSAL>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * BM,\n                                 sDr + st * BM, sdS, fullQ, fulldO, empty, dv, dk,\n                                 dQacc + static_cast<size_t>(head) * S * D, D, sl2);\n    }',
+     "    mbar_wait(fullKV, 0);\n    if (c == 1) mbar_wait(kick, 0);  // start half a block behind consumer 0: their phases interleave\n    float* dq_prev = dQacc;\n    int q0_prev = 0;\n    for (int it = 0; it < n_iter; ++it) {\n      const int st = it % STAGES;\n      const int head = (GQA ? bkv * group : bkv) + it / per_head;\n      const int q0 = (q_first + it % per_head) * BM;\n      if (it > 0) consumer_dq<HD>(it - 1, q0_prev, c, t, sK, sdS, dsReady, dsFree, dq_prev, D);\n      consumer_block<HD, CAUSAL>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * BM,\n                                 sDr + st * BM, sdS, fullQ, fulldO, empty, dsReady, dsFree, dv, dk, sl2);\n      if (it == 0 && c == 0 && t % 32 == 0) mbar_arrive(kick);\n      dq_prev = dQacc + static_cast<size_t>(head) * S * D;\n      q0_prev = q0;\n    }\n    consumer_dq<HD>(n_iter - 1, q0_prev, c, t, sK, sdS, dsReady, dsFree, dq_prev, D);  // the last block's"),
+]
+
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -131,9 +278,22 @@ def _stages_3(text: str) -> str:
     return text[:body] + re.sub(r"\bSTAGES\b", "Stages<HD>::N", text[body:])
 
 
+def replace_span(text: str, start: str, end: str, new: str, name: str) -> str:
+    """`text` with the span from the line starting `start` up to (not including) `end` replaced by `new`."""
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ValueError(f"variant {name}: the markers {start[:40]!r} .. {end[:40]!r} are not in the reference once, in order")
+    return text[:text.index(start)] + new + text[text.index(end):]
+
+
+def _decoupled(text: str) -> str:
+    text = replace_span(text, CONSUMER_START, CONSUMER_END, DECOUPLED_CONSUMER, "decoupled")
+    return apply_edits(text, DECOUPLED, "decoupled")
+
+
 VARIANTS = {
     "bulk_dq": lambda text: apply_edits(text, BULK_DQ, "bulk_dq"),
     "bulk_dq_s3": lambda text: _stages_3(apply_edits(text, BULK_DQ, "bulk_dq")),
+    "decoupled": _decoupled,
 }
 
 

@@ -75,7 +75,11 @@ def _variants():
     return module
 
 
-@pytest.mark.parametrize("name", ["bulk_dq", "bulk_dq_s3"])
+# what each variant's 128-wide kernel must show: dQ by one bulk reduction, or still by vector reductions
+VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoupled": {"REDG": 32, "HGMMA": 40}}  # dQ in the loop and after it
+
+
+@pytest.mark.parametrize("name", sorted(VARIANT_SASS))
 def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
     text = _variants().variant_text(name)  # every edit finds its text in the reference exactly once
     for wid in BACKWARD:  # the reference's plan edits apply to every variant
@@ -85,11 +89,13 @@ def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
     for kname, k in r.kernels.items():
         assert k.spill_stores == 0 and k.spill_loads == 0, kname
     wide = r.kernels["attn_bwd_wgmma"].sass_opcodes
-    assert wide.get("UBLKRED") == 1 and "REDG" not in wide  # dQ by one bulk reduction per block
+    assert {op: wide.get(op) for op in VARIANT_SASS[name]} == VARIANT_SASS[name], wide
+    if "UBLKRED" in VARIANT_SASS[name]:
+        assert "REDG" not in wide  # dQ by one bulk reduction per block, no vector reductions left
 
 
 def test_every_variant_is_tested():
-    assert sorted(_variants().VARIANTS) == ["bulk_dq", "bulk_dq_s3"]
+    assert sorted(_variants().VARIANTS) == sorted(VARIANT_SASS)
 
 
 def test_builtin_reference_submits_it():

@@ -44,8 +44,8 @@ def fast_backward(workload: Workload, base: str | None = None) -> str | None:
     text = base if base is not None else (HERE / FAST_BACKWARD).read_text(encoding="utf-8")
     d, gqa = int(workload.symbols["D"]), "HKV" in workload.symbols
     edits = [('kernel = "attn_bwd_wgmma"', f'kernel = "{backward_entry_point(d, workload.causal, gqa)}"')]
-    if d == 64:  # one 64-wide slab per tile: the D = 64 layout (the main launch's smem line is the D = 128 one)
-        smem = re.search(r'smem = "[^"]*"', text)
+    smem = re.search(r'smem = "[^"]*"', text)
+    if d == 64 and not (smem and "D" in smem.group(0)):  # the D = 128 layout's bytes, unless a formula in D
         edits.append((smem.group(0) if smem else "smem = ", SMEM_D64))
     if gqa:  # one CTA per (key block, batch * KV head), the group argument, K / V over B * HKV * S rows
         edits.append(('grid = ["B * H", "cdiv(S, 128)"]', 'grid = ["B * HKV", "cdiv(S, 128)"]'))
