@@ -1,9 +1,12 @@
 """`builtin/tuner`: a search over a kernel template that chooses each point from what the last
 evaluations said, and says why.
 
-The template (default: workloads/solutions/gemm_template.py) is any module with PARAM_SPACE,
-default_params(), render(params), validate(params[, shape]), and, for `builtin/tuner:weak`, weak_params();
-optionally TUNER_LEVERS and TUNER_LINES (agent/models/tuner_rules.py). Each turn:
+The template (GEMM workloads: workloads/solutions/gemm_template.py; the attention forward, mha_fwd:
+attention_template.py) is any module with PARAM_SPACE, default_params(), render(params), validate(params[, shape]),
+and, for `builtin/tuner:weak`, weak_params(); default_params / weak_params may take the workload (the attention
+template's points carry the problem: head dim, causal, GQA, which are never searched); optionally TUNER_LEVERS,
+TUNER_LINES, TUNER_PRIORS and TUNER_WORDS (agent/models/tuner_rules.py). Every point is validated against the
+workload (the GEMM's M, N, K; the attention workload itself). Each turn:
 
 1. the base point: the last passing point when it is within noise of the best (a neutral move is kept,
    so a run does not stall on measurement noise), else the best one; before any pass, the start point;
@@ -12,11 +15,13 @@ optionally TUNER_LEVERS and TUNER_LINES (agent/models/tuner_rules.py). Each turn
 3. tuner_rules.rank: every buildable one-lever move, ranked by prior worth x evidence; the first point
    not tried yet is submitted, with the evidence -> move reasoning in the reply (content and reasoning);
 4. nothing left: the one-step neighbours of the best point, then random buildable points.
-For workloads no template covers it submits the reference solution.
+For workloads no template covers (or whose template point does not fit the workload) it submits the reference
+solution.
 """
 from __future__ import annotations
 
 import importlib
+import inspect
 import random
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -26,6 +31,8 @@ from .evidence import Evidence
 from .tuner_rules import Candidate, rank
 from .tuner_space import Params, as_dict, is_valid, key, ordered
 
+TEMPLATES = {"gemm": "ptxbench.workloads.solutions.gemm_template",
+             "mha_fwd": "ptxbench.workloads.solutions.attention_template"}
 RESOURCE_WORDS = ("shared memory", "smem", "register", "spill", "C7511", "too many resources", "out of resources")
 # Statuses whose parameters the search moves from: PASSED, and COMPILED when no GPU can say more.
 SEARCH_FROM = ("PASSED", "COMPILED")
@@ -53,21 +60,40 @@ class TunerModel:
             raise ValueError(f"unknown tuner start {self.start!r}: expected one of {', '.join(STARTS)}")
         self.template = self._load_template(template)
         self.shape = self._shape()
+        if self.template is not None and not self._fits():
+            self.template = None  # the template cannot build this workload: the reference solution
 
-    def _shape(self) -> tuple[int, int, int] | None:
+    def _fits(self) -> bool:
+        try:
+            return self._valid(as_dict(self._call("default_params")))
+        except (KeyError, ValueError, TypeError):  # e.g. a head dim the template has no default for
+            return False
+
+    def _workload(self):
         from ptxbench.workloads.registry import get_workload
 
-        symbols = get_workload(self.workload_id).symbols
-        return tuple(int(symbols[k]) for k in ("M", "N", "K")) if all(k in symbols for k in "MNK") else None
+        return get_workload(self.workload_id)
+
+    def _shape(self) -> Any:
+        """What validate() checks a point against: the GEMM's (M, N, K), else the workload itself."""
+        workload = self._workload()
+        symbols = workload.symbols
+        if all(k in symbols for k in "MNK"):
+            return tuple(int(symbols[k]) for k in ("M", "N", "K"))
+        return workload if workload.op in TEMPLATES else None
 
     def _load_template(self, template: ModuleType | str | None) -> ModuleType | None:
-        from ptxbench.workloads.registry import get_workload
-
         if isinstance(template, ModuleType):
             return template
-        if template is None and get_workload(self.workload_id).op != "gemm":
-            return None  # the template covers GEMM only
-        return importlib.import_module(template or "ptxbench.workloads.solutions.gemm_template")
+        op = self._workload().op
+        if template is None and op not in TEMPLATES:
+            return None  # no template covers this operation
+        return importlib.import_module(template or TEMPLATES[op])
+
+    def _call(self, name: str):
+        """default_params / weak_params, given the workload where they take one (the attention template's do)."""
+        fn = getattr(self.template, name)
+        return fn(self._workload()) if inspect.signature(fn).parameters else fn()
 
     def query(self, request: ModelRequest) -> ModelReply:
         from .builtin import fenced, reference_source
@@ -88,9 +114,9 @@ class TunerModel:
 
     def start_params(self) -> tuple[Params, str]:
         if self.start == "weak":
-            return as_dict(self.template.weak_params()), ("start from the template's deliberately weak point "
-                                                         "(weak_params()), so the run shows the climb")
-        return as_dict(self.template.default_params()), "start from the template's default parameters"
+            return as_dict(self._call("weak_params")), ("start from the template's deliberately weak point "
+                                                       "(weak_params()), so the run shows the climb")
+        return as_dict(self._call("default_params")), "start from the template's default parameters"
 
     def next_params(self, history: list[TurnOutcome]) -> Choice:
         """The next point to try, why (evidence -> move), and the move (role, kind) that made it."""
@@ -112,7 +138,7 @@ class TunerModel:
         fresh = [c for c in ranked if key(c.params) not in seen]
         if fresh:
             pick = fresh[0]
-            return Choice(pick.params, _why(pick, base_why, ev_why), (pick.role, pick.kind),
+            return Choice(pick.params, _why(pick, base_why, ev_why, self.template), (pick.role, pick.kind),
                           _analysis(base_why, ev_why, fresh[:4]))
         return self._fallback(params, seen, base_why)
 
@@ -129,7 +155,7 @@ class TunerModel:
                                          f"{vals[j]}", (name, "step"))
         rng = random.Random(self.seed + len(seen))
         for _ in range(500):
-            point = {n: rng.choice(list(v)) for n, v in self.template.PARAM_SPACE.items()}
+            point = {**params, **{n: rng.choice(list(v)) for n, v in self.template.PARAM_SPACE.items()}}
             if key(point) not in seen and self._valid(point):
                 return Choice(point, "neighbourhood exhausted: a random buildable point", None)
         return Choice(params, "search space exhausted: resubmit the base point", None)
@@ -169,18 +195,18 @@ def _evidence(tried: list[TurnOutcome], base: TurnOutcome | None) -> tuple[Evide
     for h in reversed(tried):
         if h.evidence is not None and h.evidence.profiled and h.status in SEARCH_FROM:
             return h.evidence, f"turn {h.turn}'s profile (turn {base.turn if base else '-'} was not profiled)"
-    return None, "no profile yet: ranked by what each move was worth on Hopper GEMMs"
+    return None, "no profile yet: ranked by what each move was worth before any evidence (the template's priors)"
 
 
 def _fmt(h: TurnOutcome) -> str:
     return f"{h.speedup:.3f}x" if h.speedup is not None else h.status
 
 
-def _why(pick: Candidate, base_why: str, ev_why: str) -> str:
-    from .tuner_rules import WORDS
+def _why(pick: Candidate, base_why: str, ev_why: str, template: ModuleType | None = None) -> str:
+    from .tuner_rules import words_of
 
     because = "; ".join(pick.reasons) if pick.reasons else "nothing in it points elsewhere, so the move worth most leads"
-    return f"{base_why}. Evidence ({ev_why}): {because} -> {pick.label}: {WORDS.get(pick.role, pick.role)}."
+    return f"{base_why}. Evidence ({ev_why}): {because} -> {pick.label}: {words_of(template).get(pick.role, pick.role)}."
 
 
 def _analysis(base_why: str, ev_why: str, ranked: list[Candidate]) -> str:

@@ -11,6 +11,12 @@ evidence multiplies:
     tensor pipe idle with one consumer warpgroup, or latency-bound -> more consumers, persistence, ring
     spills -> narrower tile or more consumers;  a resource failure -> shrink ring, then tiles
     within 5% of the roof -> small, safe moves first (structural ones ranked down)
+The attention forward's roles (workloads/solutions/attention_template.py):
+    the softmax lines hot while the tensor pipe is not saturated -> ping-pong schedule (schedule)
+    the tensor pipe under 75% busy with key tiles shorter than 128 -> a longer key tile (key_tile)
+    spills -> a shorter key tile, a smaller producer register budget;  causal -> longest-first order (lpt)
+A template may declare TUNER_PRIORS (role -> worth, or worth(old, new)) and TUNER_WORDS (role -> what the move
+is) to replace the GEMM's numbers and words for its roles.
 
 Without a profile only the timing (roof share) and the compile resources speak, and the priors rank.
 """
@@ -33,12 +39,16 @@ DEFAULT_LINES: dict[str, tuple[str, ...]] = {"stage_wait": ("mbar_wait(&full",),
                                              "mma_issue": ("wgmma",)}
 NEAR_ROOF_PCT = 5.0     # the profile feedback's "small, safe changes" zone
 TRAFFIC_BOUND = 4.0     # DRAM bytes over the minimum from which a memory-bound kernel is starved by traffic
-STRUCTURAL = {"tile_n", "tile_m", "warps", "chunk"}
+STRUCTURAL = {"tile_n", "tile_m", "warps", "chunk", "key_tile"}
 TRAFFIC = {"order", "tile_n", "tile_m", "multicast"}  # the moves that cut DRAM bytes
 COMPOUNDS = {"tile": ("tile_m", "tile_n")}  # role -> the lever roles it pulls together
-SHRINK_FIRST = {"ring": 50, "tile_n": 20, "tile_m": 10}  # after a resource failure: the ring is the cheapest to give
+SHRINK_FIRST = {"ring": 50, "tile_n": 20, "key_tile": 20, "tile_m": 10, "producer": 5}  # after a resource failure: the ring is the cheapest to give
 RING_STEP = 2           # a stage per load in flight and one being consumed: +2 is the useful step
 GROW_TO_MAX = {"tile_n"}  # wgmma's N: the widest that builds (256 on the GEMM) is the fast one
+POW2_FIRST = {"key_tile"}  # the next power of two first: it divides S, so no masked key-tail step
+KEY_TILE_FULL = 128     # key tiles shorter than this leave each wgmma short against its barrier round-trips
+TENSOR_BUSY = 75.0      # below this tensor-pipe share a short key tile is the suspect
+SOFTMAX_HOT = 8.0       # stall share (percent) of the softmax lines from which ping-pong is worth trying
 WORDS = {
     "epilogue": "staged TMA-store epilogue (~8% over register stores on the H200)",
     "persistent": "a persistent grid (one CTA per SM: a tile's stores overlap the next tile's loads, ~3%)",
@@ -50,7 +60,15 @@ WORDS = {
     "tile": "a bigger tile (each operand byte feeds more FLOPs: fewer re-reads of A and B)",
     "warps": "more consumer warpgroups (one alone cannot keep the tensor pipe busy)",
     "chunk": "more K per stage (fewer barrier round-trips)",
+    "key_tile": "a longer key tile",
+    "schedule": "the ping-pong schedule (one consumer's softmax under the other's GEMMs)",
+    "lpt": "longest-first tile order across groups of heads",
+    "producer": "a different producer register budget",
 }
+
+
+def words_of(template: ModuleType | None) -> dict[str, str]:
+    return {**WORDS, **getattr(template, "TUNER_WORDS", {})} if template is not None else WORDS
 
 
 @dataclass
@@ -68,10 +86,14 @@ def levers_of(template: ModuleType) -> dict[str, tuple[str, Any]]:
     return {role: lever for role, lever in levers.items() if lever[0] in template.PARAM_SPACE}
 
 
-def prior(role: str, kind: str, old: Any, new: Any) -> float:
-    """What a move was worth on Hopper GEMMs (fraction of the time), before any evidence."""
+def prior(role: str, kind: str, old: Any, new: Any, table: dict[str, Any] | None = None) -> float:
+    """What a move was worth (fraction of the time), before any evidence: the template's TUNER_PRIORS for its
+    roles, else what it was worth on Hopper GEMMs."""
     if kind == "down":
         return 0.001
+    if table and role in table:
+        worth = table[role]
+        return float(worth(old, new) if callable(worth) else worth)
     if role == "ring":
         return 0.05 if old <= 2 else 0.01 if old <= 3 else 0.003
     if role == "tile_n":
@@ -95,6 +117,8 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
         if role in levers and weight > 0:
             boosts.setdefault((role, kind), []).append((weight, why))
 
+    if params.get("causal") and "lpt" in levers:  # the problem, not a measurement: causal rows differ in length
+        add("lpt", "goal", 1.0, "causal: the query tiles' lengths differ (1 to S / BN key tiles)")
     if ev is None or not ev.profiled:
         return boosts
     grow_n = "up"
@@ -135,10 +159,23 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
         why = f"latency-bound (compute {ev.compute_sol_pct or 0:.0f}%, memory {ev.memory_sol_pct or 0:.0f}% of peak)"
         for role, kind in (("warps", "up"), ("persistent", "goal"), ("ring", "up")):
             add(role, kind, 1.0, why)
+    soft = _line_share(ev, lines.get("softmax", ()))
+    if soft[0] >= SOFTMAX_HOT and (tensor is None or tensor < 90):
+        busy = f", the tensor pipe busy only {tensor:.0f}% of the time" if tensor is not None else ""
+        add("schedule", "goal", soft[0] / 10, f"the softmax holds {soft[0]:.0f}% of stall samples ({soft[1]}){busy}: "
+                                              "the tensor pipe idles while the softmax runs")
+    key_name = levers.get("key_tile", ("",))[0]
+    bn = params.get(key_name)
+    if tensor is not None and tensor < TENSOR_BUSY and isinstance(bn, int) and bn < KEY_TILE_FULL:
+        add("key_tile", "up", 1 + (TENSOR_BUSY - tensor) / 15,
+            f"the tensor pipe is busy {tensor:.0f}% of the time with {bn}-key tiles")
     if ev.spills:
         why = f"ptxas spilled ({ev.spills} spill instructions)"
         add("tile_n", "down", 3.0, why)
-        add("warps", "up", 2.0, why)
+        add("key_tile", "down", 3.0, why)
+        add("producer", "down", 1.0, why)
+        if "tile_m" in levers:  # where more consumers split the tile's rows (the GEMM); in attention they add rows
+            add("warps", "up", 2.0, why)
     return boosts
 
 
@@ -159,6 +196,7 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
     """Every buildable one-lever move from `params`, best first."""
     levers = levers_of(template)
     lines = getattr(template, "TUNER_LINES", DEFAULT_LINES)
+    table = getattr(template, "TUNER_PRIORS", None)
     space = template.PARAM_SPACE
     boosts = read(ev, lines, params, levers)
     starved = ev is not None and ev.bottleneck == "memory" and (ev.dram_over_min or 0) >= TRAFFIC_BOUND
@@ -178,7 +216,7 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
                 continue
             point, repair = fitted
             evidence = boosts.get((role, kind), [])
-            score = prior(role, kind, old, new) * (1 + sum(w for w, _ in evidence))
+            score = prior(role, kind, old, new, table) * (1 + sum(w for w, _ in evidence))
             reasons = [why for _, why in evidence]
             if starved and role not in TRAFFIC:
                 score *= 0.25
@@ -233,6 +271,8 @@ def _targets(role: str, values: list, old: Any, goal: Any) -> list[tuple[str, li
     if goal is None or goal == old:
         if role in GROW_TO_MAX:
             tries = above[::-1]  # the widest that builds
+        elif role in POW2_FIRST:
+            tries = list(dict.fromkeys([v for v in above if v & (v - 1) == 0][:1] + above[:1]))
         else:
             tries = above[:RING_STEP][::-1] if role == "ring" else above[:1]
         if tries:

@@ -93,6 +93,52 @@ HEAD_DIMS = (64, 96, 128)
 DEFAULT_STAGES = {64: 4, 96: 2, 128: 2}
 
 
+# builtin/tuner (agent/models/tuner_rules.py): role -> (parameter, favoured value or None). The roles key_tile,
+# schedule, lpt and producer are the attention forward's; warps, ring and epilogue share the GEMM's rules.
+TUNER_LEVERS: dict[str, tuple[str, Any]] = {
+    "warps": ("consumers", None), "key_tile": ("bn", None), "schedule": ("schedule", "pingpong"),
+    "ring": ("stages", None), "epilogue": ("epilogue", "tma"), "lpt": ("lpt_group", 4),
+    "producer": ("producer_regs", None),
+}
+# Regions of the rendered file the profile's hot lines are matched to (substrings of the source lines).
+TUNER_LINES: dict[str, tuple[str, ...]] = {
+    "stage_wait": ("mbar_wait(&w.fullK", "mbar_wait(&w.fullV", "mbar_wait(&fullK", "mbar_wait(&fullV"),
+    "softmax": ("ex2(fmaf(", "ex2(m0 - n0)", "ex2(m1 - n1)", "__shfl_xor_sync(0xffffffffu, x", "fmaxf(x0, fmaxf(",
+                "fmaxf(x1, fmaxf(", "sum0 += s[j]", "sum1 += s[j"),
+    "epilogue": ("*reinterpret_cast<uint32_t*>(o0", "*reinterpret_cast<uint32_t*>(o1",
+                 "*reinterpret_cast<uint32_t*>(dst", "tma_store_wait<0>()"),
+    "mma_issue": ("issue_qk(", "issue_pv(", "wgmma_m64k16_bf16<BN>", "wgmma_rs(o, p["),
+}
+
+
+def _consumers_worth(old: int, new: int) -> float:
+    return 0.10 if old <= 1 else 0.003  # one 64-row consumer cannot keep the tensor pipe busy; a third splits registers
+
+
+def _key_tile_worth(old: int, new: int) -> float:
+    return 0.10 if new <= 128 else 0.005  # up to 128 keys a tile: the measured default; wider ones predicted level or worse
+
+
+# What a move is worth before any evidence (fraction of the time). Measured: the default point (2 consumers, 128-key
+# tiles) 1.016-1.024x cuDNN on mha_fwd_d128 (bench/results/attention_wgmma.md). Predicted, not measured
+# (bench/attention_sweep.py): the weak point 0.55x, 64-key tiles -13%, ping-pong +4%, TMA-store epilogue +1%, a
+# third stage level, longest first across 4 heads +1% (causal).
+TUNER_PRIORS: dict[str, Any] = {
+    "warps": _consumers_worth, "key_tile": _key_tile_worth, "schedule": 0.04, "epilogue": 0.01, "ring": 0.01,
+    "lpt": 0.01, "producer": 0.002,
+}
+TUNER_WORDS: dict[str, str] = {
+    "warps": "two consumer warpgroups (a 128-row query tile: each K / V tile feeds twice the math)",
+    "key_tile": "a longer key tile (each wgmma of S = Q K^T and O += P V runs longer per barrier round-trip)",
+    "schedule": "the ping-pong schedule (one consumer's softmax runs under the other's GEMMs)",
+    "ring": "a deeper K / V ring (more TMA loads in flight ahead of the math)",
+    "epilogue": "the TMA-store epilogue (O staged in shared memory, one bulk store per slab)",
+    "lpt": "longest query tiles first across groups of heads (causal rows differ in length; the heads in flight "
+           "share K / V in L2)",
+    "producer": "a different producer register budget (what the consumers can take changes with it)",
+}
+
+
 def _problem(workload: Any | None) -> dict[str, Any]:
     if workload is None:
         return {}
