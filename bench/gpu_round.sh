@@ -13,6 +13,7 @@
 #   attn-sweep (420)    the attention forward template's points (bench/attention_sweep.py)
 #   gemm-sweep (420)    the GEMM template's points on the four GEMM workloads (bench/gemm_sweep.py)
 #   tuner-climb (560)   three builtin/tuner:weak runs on the GEMM (bench/tuner_climb.sh)
+#   tuner-climb-attn (560) the same on mha_fwd_d128 (bench/tuner_climb.sh mha_fwd_d128)
 #   anchors (540)       the repair track's anchors over the suite (bench/repair_anchors.py)
 #   throughput (300)    evaluations per GPU-hour on the GEMM (bench/eval_throughput.py)
 #   mutations (150)     bug classes checked on the GPU (bench/check_mutations.py: the cluster classes)
@@ -27,7 +28,7 @@ export PYTHONPATH=$PYTHONPATH:$PWD/tests
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 git log --oneline -1 > "$OUT/commit.txt" 2>/dev/null || true
 
-declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=240 [attn-sweep]=420 [gemm-sweep]=420 [tuner-climb]=560
+declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=240 [attn-sweep]=420 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560
                    [anchors]=540 [throughput]=300 [mutations]=150 [mutations-bwd]=330 [scaling]=560)
 
 run_step() {  # run_step NAME SECONDS DIR
@@ -46,6 +47,7 @@ run_step() {  # run_step NAME SECONDS DIR
     attn-sweep) python3 bench/attention_sweep.py "$d/sweep.json" --deadline $((s - 60)) ;;
     gemm-sweep) python3 bench/gemm_sweep.py "$d/sweep.json" --deadline $((s - 60)) ;;
     tuner-climb) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh ;;
+    tuner-climb-attn) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh mha_fwd_d128 ;;
     anchors) python3 bench/repair_anchors.py --run-dir "$d/run" --out "$d" --turns 1 --max-seconds $((s - 40)) ;;
     throughput) python3 bench/eval_throughput.py --n 40 --old-n 6 --concurrency 6 --json "$d/throughput.json" \
                   --md "$d/throughput.md" ;;
