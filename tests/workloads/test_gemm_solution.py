@@ -20,7 +20,7 @@ SMOKE = "smoke_gemm_bf16_m256_n256_k512"
 SOLUTION_FILE = ROOT / "workloads" / "solutions" / f"{MAIN}.cu"
 
 # Between them these exercise every code path of the template: TMA-store and direct epilogues,
-# persistent and one-tile-per-CTA grids, 1-3 consumers, two 64-wide chunks per stage, clusters.
+# persistent and one-tile-per-CTA grids, 1-3 consumers, two 64-wide chunks per stage, clusters, ping-pong.
 VARIANTS = {
     "default": {},
     "direct_np_c3_bk128": dict(epilogue="direct", persistent=False, bm=192, bn=128, consumers=3,
@@ -32,6 +32,9 @@ VARIANTS = {
     "hilbert_stmatrix_cluster2": dict(order="hilbert", stmatrix=True, cluster_m=2),
     "hilbert_stmatrix_np_c1_bn192": dict(order="hilbert", stmatrix=True, persistent=False, bm=64, bn=192,
                                          consumers=1, stages=4),
+    # the ping-pong schedule (tests/workloads/test_gemm_pingpong.py): each consumer owns whole tiles
+    "pingpong_128x128": dict(schedule="pingpong", bn=128, stages=5),
+    "pingpong_64x256_stmatrix_cluster2": dict(schedule="pingpong", bm=64, bn=256, stages=4, stmatrix=True, cluster_m=2),
 }
 
 
