@@ -19,6 +19,8 @@
 #   throughput (300)    evaluations per GPU-hour on the GEMM (bench/eval_throughput.py)
 #   mutations (150)     bug classes checked on the GPU (bench/check_mutations.py: the cluster classes)
 #   mutations-bwd (330) the attention backward's bug classes (check_mutations.py --backward, 40 mutants)
+#   suite-build (560)   the repair suite rebuilt (bench/build_repair_suite.py) into the step's folder: copy its
+#                       repairs/ over workloads/repairs/ when it is right
 #   scaling (560)       1 vs 2 GPUs on a bench matrix (bench/gpu_scaling.py; needs nvidia-h200-x2)
 # A step's budget is a hard limit (SIGKILL); what it wrote by then is still packed.
 set -uo pipefail
@@ -30,7 +32,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > "$O
 git log --oneline -1 > "$OUT/commit.txt" 2>/dev/null || true
 
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=240 [attn-sweep]=420 [gemm-tests]=200 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560
-                   [anchors]=540 [throughput]=300 [mutations]=150 [mutations-bwd]=330 [scaling]=560)
+                   [anchors]=540 [throughput]=300 [mutations]=150 [mutations-bwd]=330 [suite-build]=560 [scaling]=560)
 
 run_step() {  # run_step NAME SECONDS DIR
   local name=$1 s=$2 d=$3
@@ -56,6 +58,7 @@ run_step() {  # run_step NAME SECONDS DIR
                   --md "$d/throughput.md" ;;
     mutations) python3 bench/check_mutations.py --cluster --json "$d/cluster.json" ;;
     mutations-bwd) python3 bench/check_mutations.py --backward --json "$d/backward.json" ;;
+    suite-build) python3 bench/build_repair_suite.py --out "$d/repairs" --max-seconds $((s - 120)) ;;
     scaling) python3 bench/gpu_scaling.py --json "$d/scaling.json" --md "$d/scaling.md" --out "$d/runs" ;;
     *) echo "unknown step $name"; return 2 ;;
   esac
