@@ -5,7 +5,9 @@ measures the kernels without the evaluator. Two steps:
   python3 bench/gemm_reference_bench.py build            # here: render + nvcc/ptxas -> bench/build_gemm/
   python3 bench/gemm_reference_bench.py run [--iters 20]  # on the GPU machine (carry bench/build_gemm)
 Each variant's launch plan is read from its solution file and interpreted like the harness does:
-grid/smem expressions, TMA maps encoded with cuTensorMapEncodeTiled and passed by value.
+grid/smem expressions, TMA maps encoded with cuTensorMapEncodeTiled and passed by value, scratch buffers
+(poisoned once when allocated; those with zero = true zeroed before every launch, as the harness does inside
+its timed call).
 """
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ VARIANTS: dict[str, dict] = {
     "bn192": dict(bn=192),
     "bm256_bn128_s3": dict(bm=256, bn=128, stages=3),
     "bm192_c3": dict(bm=192, bn=128, consumers=3, producer_regs=24),
+    "streamk": dict(tail="streamk"),  # the tail's k-blocks split over all CTAs (scratch: workspace + tickets)
+    "streamk_stm": dict(tail="streamk", stmatrix=True),
 }
 SHAPES = {  # name -> (M, N, K); "main" is timed
     "smoke": (256, 256, 512),
@@ -96,12 +100,27 @@ class Runner:
         self.module = self._check(cu.cuModuleLoadData(cubin))
         self.func = self._check(cu.cuModuleGetFunction(self.module, self.launch["kernel"].encode()))
         self.expr = _load_expr()
+        self.scratch: dict = {}  # the plan's scratch buffers, by name (allocated by the first prepare())
 
     def _check(self, result):
         err, *rest = result
         if err != self.cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"{self.name}: {err}")
         return rest[0] if len(rest) == 1 else rest
+
+    def _scratch(self, name: str, ev):
+        """The plan's scratch buffer `name` (allocated on first use, kept for later prepare() calls of the same
+        shape; NaN / 0x5A bytes until the kernel or a zero fill writes it)."""
+        import torch
+        spec = self.plan["scratch"][name]
+        shape = [ev(d) for d in spec["shape"]]
+        buf = self.scratch.get(name)
+        if buf is None or list(buf.shape) != shape:
+            dtype = getattr(torch, spec["dtype"])
+            buf = torch.empty(shape, dtype=dtype, device="cuda")
+            buf.fill_(float("nan")) if dtype.is_floating_point else buf.view(torch.uint8).fill_(0x5A)
+            self.scratch[name] = buf
+        return buf
 
     def _tmap(self, spec: dict, tensors: dict, syms: dict):
         cu = self.cu
@@ -132,6 +151,8 @@ class Runner:
                 values.append(maps[a[5:]]); types.append(None)
             elif a.startswith("i32:"):
                 values.append(ev(a[4:])); types.append(ctypes.c_int)
+            elif a.startswith("scratch:"):
+                values.append(self._scratch(a[8:], ev).data_ptr()); types.append(ctypes.c_void_p)
             else:
                 values.append(tensors[a].data_ptr()); types.append(ctypes.c_void_p)
         smem = ev(L.get("smem", 0))
@@ -151,9 +172,12 @@ class Runner:
         cfg.attrs, cfg.numAttrs = attrs, len(attrs)
         args = (tuple(values), tuple(types))
         keep = (maps, values)  # noqa: F841  (kept alive by the closure)
+        zeroed = [self.scratch[n] for n, spec in self.plan.get("scratch", {}).items() if spec.get("zero")]
 
         def launch():
             _ = keep
+            for buf in zeroed:
+                buf.zero_()
             self._check((cu.cuLaunchKernelEx(cfg, self.func, args, 0)[0], None))
         return launch
 

@@ -12,8 +12,8 @@ that uses an option of a point that TIMED OUT is skipped. JSON is rewritten afte
     source bench/gpu_env.sh && python3 bench/gemm_sweep.py OUT.json [--deadline 400] [--only SUBSTRING]
     python3 bench/gemm_sweep.py --dry-run [--only SUBSTRING]   # CPU: render, validate, compile, resources
 
-The template has no split-K: for the decode shapes the only levers are smaller tiles (more CTAs) and a
-deeper ring. Results: bench/results/gemm_sweep.md.
+The template's only split-K is the stream-K tail (tail="streamk": the last partial wave's k-blocks split over all
+CTAs; with fewer tiles than SMs, as in the decode shapes, every tile is split). Results: bench/results/gemm_sweep.md.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ HIL = {"order": "hilbert"}
 STM = {"stmatrix": True}
 PP = {"schedule": "pingpong", "bn": 128, "stages": 5}  # ping-pong, 128 x 128 per consumer (2 x m64n128: 128 regs)
 PP64 = {"schedule": "pingpong", "bm": 64, "bn": 256, "stages": 4}  # ping-pong, 64 x 256 per consumer (m64n256)
+SK = {"tail": "streamk"}  # stream-K tail: full waves one tile per CTA, the rest's k-blocks split over all CTAs
 
 # (workload, changes from default_params(), predicted speedup over cuBLAS, why). Predictions made before any of
 # these ran; the default point measured 0.984-0.987x on the main GEMM (bench/results/timing_integrity.md).
@@ -67,6 +68,15 @@ POINTS: list[tuple[str, dict, float, str]] = [
                                                        "only one stage of look-ahead"),
     (MAIN, C2 | HIL | STM | {"max_ctas": 128}, 0.985, "128 CTAs = 64 clusters: 1792 tiles in exactly 14 waves, "
                                                       "but no shorter than 132 CTAs' 13.6 -> 14"),
+    # stream-K tail (2026-12-01, predicted before any run): 13 full waves, then 76 tiles x 80 k-blocks over 132 CTAs =
+    # 46.1 k-blocks each instead of a 14th wave of 80; each contributor of a tail tile writes a 128 KB fp32 partial
+    # (unless it is last), the last reads the others' (1-2) and stores: about 4-5 k-block times of fixup, and the
+    # harness's zero fill of the 1 KB ticket buffer (a memset launch) is inside the timed call. 80 - 46 - 5 = ~29
+    # of ~1120 k-block times: +2.6% on the cooperative default, nothing on its epilogue (not overlapped).
+    (MAIN, SK, 1.01, "stream-K tail: 13 waves + 46.1 of 80 k-blocks per CTA, ~5 k-blocks of fixup"),
+    (MAIN, SK | STM, 1.015, "stream-K tail + stmatrix"),
+    (MAIN, SK | STM | {"group_m": 16}, 1.01, "stream-K tail + stmatrix, 16-row groups"),
+    (MAIN, SK | {"epilogue": "direct"}, 0.99, "stream-K tail, direct stores (the epilogue not overlapped)"),
     # decode: M = 64 (the default's 128-row tile wastes half of each wgmma; 28 tiles for 132 SMs)
     (M64, {}, 0.40, "default 128x256: 28 CTAs, each 128x256x5120 of wgmma work (~45 us)"),
     (M64, {"bm": 64, "bn": 64, "consumers": 1, "stages": 8}, 0.95, "params_for(M=64): 112 CTAs streaming B, 8 stages"),
@@ -74,6 +84,10 @@ POINTS: list[tuple[str, dict, float, str]] = [
     (M64, {"bm": 64, "bn": 128, "consumers": 1, "stages": 6}, 0.75, "56 CTAs: fewer SMs pulling B"),
     (M64, {"bm": 64, "bn": 64, "consumers": 1, "stages": 8, "epilogue": "direct"}, 0.95, "8 KB of C: the epilogue "
                                                                                           "hardly matters"),
+    (M64, SK, 0.75, "default tile, stream-K: 28 x 80 k-blocks over 132 CTAs (17 each, 4-5 contributors a tile); "
+                    "half of each m64 wgmma still wasted, the last contributor reads ~4 x 128 KB"),
+    (M64, SK | {"bm": 64, "bn": 64, "consumers": 1, "stages": 8}, 1.0, "params_for(M=64) + stream-K: 112 tiles < "
+                                                                       "132 CTAs, all split: every SM streams B"),
     # decode: M = 128
     (M128, {}, 0.45, "default: 28 CTAs"),
     (M128, {"bm": 128, "bn": 64, "consumers": 2, "stages": 8}, 0.93, "params_for(M=128): 112 CTAs, two consumers"),
@@ -81,16 +95,22 @@ POINTS: list[tuple[str, dict, float, str]] = [
                                                                     "(group order keeps them together in L2)"),
     (M128, {"bm": 128, "bn": 128, "consumers": 2, "stages": 6}, 0.70, "56 CTAs"),
     (M128, {"bm": 64, "bn": 64, "consumers": 1, "stages": 8}, 0.80, "224 tiles on 132 persistent CTAs: 1.7 waves"),
+    (M128, SK | {"bm": 128, "bn": 64, "consumers": 2, "stages": 8}, 0.98, "params_for(M=128) + stream-K: 112 tiles "
+                                                                          "split over 132 CTAs (67.9 k-blocks each)"),
+    (M128, SK | {"bm": 64, "bn": 64, "consumers": 1, "stages": 8}, 0.93, "224 tiles of 64x64: 1 wave + 92 tiles' "
+                                                                         "k-blocks split (55.8 each) instead of 1.7"),
     # square 4096: 512 tiles of 128x256 = 3.9 waves
     (SQ, {}, 0.97, "default: 3.88 waves -> 4"),
     (SQ, C2, 0.975, "B multicast"),
     (SQ, C2 | HIL | STM, 0.98, "fast.cu's full set"),
     (SQ, STM | {"group_m": 16}, 0.97, "stmatrix, 16-row groups"),
     (SQ, {"bn": 128, "stages": 6}, 0.93, "128x128: 1024 tiles = 7.8 waves, lower intensity per stage"),
+    (SQ, SK, 0.985, "stream-K: 3 waves + 116 tiles x 64 k-blocks over 132 CTAs (56.2 each) instead of a 4th wave"),
+    (SQ, SK | STM, 0.99, "stream-K + stmatrix"),
     (SQ, PP | C2 | STM, 1.0, "ping-pong 128x128 + cluster + stmatrix: 7.76 tiles per CTA -> 8 (the same tail), "
                              "the epilogue hidden (a larger share at K = 4096)"),
 ]
-OPTIONS = ("cluster_m", "order", "stmatrix", "max_ctas", "schedule")  # code paths whose hang skips the points that share them
+OPTIONS = ("cluster_m", "order", "stmatrix", "max_ctas", "schedule", "tail")  # code paths whose hang skips the points that share them
 
 
 def features(changes: dict) -> set[tuple]:
@@ -111,6 +131,11 @@ def shape_notes(wid: str, p, num_sms: int = 132) -> str:
     tiles = rows * -(-n // p.bn)
     if not p.persistent:
         return f"{tiles} tiles, one CTA each"
+    if p.tail == "streamk":  # every SM (or max_ctas): full waves, then the rest's k-blocks split evenly
+        ctas = min(num_sms, p.max_ctas) if p.max_ctas else num_sms
+        k_iters = -(-int(s["K"]) // p.bk)
+        return (f"{tiles} tiles on {ctas} CTAs ({tiles // ctas} waves + {tiles % ctas} tiles' k-blocks split: "
+                f"{tiles % ctas * k_iters / ctas:.1f} of {k_iters} per CTA)")
     ctas = min(num_sms if not p.max_ctas else min(num_sms, p.max_ctas), tiles)
     ctas = ctas // p.cluster_m * p.cluster_m
     per = "per CTA" if p.schedule == "pingpong" else "waves"  # ping-pong: a CTA's mainloops run one by one

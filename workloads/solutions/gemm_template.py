@@ -43,6 +43,10 @@ class GemmParams(BaseModel):
                           "or 'pingpong' (two consumers each own whole BM x BN tiles, alternate tiles of the "
                           "persistent schedule, and take turns to run their mainloops: one's epilogue overlaps the "
                           "other's wgmmas)")
+    tail: str = Field("none", description="'none' (the last partial wave of tiles runs as it falls) or 'streamk' "
+                      "(the tiles of the full waves one CTA each as before, then the k-blocks of the remaining tiles "
+                      "split evenly over all the CTAs; partial fp32 tiles in a workspace, the last contributor of a "
+                      "tile adds them and stores it)")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -67,6 +71,10 @@ class GemmParams(BaseModel):
     @property
     def pingpong(self) -> bool:
         return self.schedule == "pingpong"
+
+    @property
+    def streamk(self) -> bool:
+        return self.tail == "streamk"
 
     @property
     def wm(self) -> int:
@@ -100,13 +108,14 @@ PARAM_SPACE: dict[str, list] = {
 
 
 # Options a point may set, not searched by builtin/tuner (its space is PARAM_SPACE): fast.cu's Hilbert tile
-# order, stmatrix staging and the ping-pong schedule (CUTLASS's KernelTmaWarpSpecializedPingpong). validate() checks them; render() leaves the default point's text unchanged.
+# order, stmatrix staging, the ping-pong schedule (CUTLASS's KernelTmaWarpSpecializedPingpong) and a stream-K tail. validate() checks them; render() leaves the default point's text unchanged.
 OPTION_SPACE: dict[str, list] = {
     "order": ["grouped", "hilbert"],
     "stmatrix": [False, True],
     "schedule": ["cooperative", "pingpong"],
+    "tail": ["none", "streamk"],
 }
-OPTION_NAMES = ("order", "stmatrix", "schedule")  # GemmParams' serializer leaves these out at their defaults
+OPTION_NAMES = ("order", "stmatrix", "schedule", "tail")  # GemmParams' serializer leaves these out at their defaults
 assert set(OPTION_SPACE) == set(OPTION_NAMES)
 
 
@@ -191,6 +200,15 @@ def validate(params: GemmParams | dict, shape: tuple[int, int, int] | None = Non
                        "the whole tile")
     elif p.bm % (64 * p.consumers):
         bad.append(f"bm={p.bm} must be a multiple of 64 x consumers ({64 * p.consumers}): each consumer runs m64 wgmmas")
+    if p.streamk:
+        if p.pingpong:
+            bad.append("tail='streamk' splits the tail tiles' k-blocks between the consumers' common tiles: it needs "
+                       "schedule='cooperative'")
+        if not p.persistent:
+            bad.append("tail='streamk' gives every CTA a share of the last tiles' k-blocks: it needs persistent=True")
+        if p.cluster_m != 1:
+            bad.append(f"tail='streamk' gives each CTA its own k-range: cluster_m={p.cluster_m} must be 1 (a "
+                       "multicast pair would need the same ranges)")
     if p.bn % 16 or not 16 <= p.bn <= 256:
         bad.append(f"bn={p.bn} must be a multiple of 16 in [16, 256] (wgmma N)")
     if p.bk % 64:
@@ -216,18 +234,31 @@ def validate(params: GemmParams | dict, shape: tuple[int, int, int] | None = Non
     return bad
 
 
+def _ctas(p: GemmParams) -> str:
+    """The persistent grid's cap: every SM, or max_ctas of them."""
+    return f"min(num_sms, {p.max_ctas})" if p.max_ctas else "num_sms"
+
+
 def _grid(p: GemmParams) -> str:
     c = p.cluster_m
     rows = f"cdiv(M, {p.bm})" if c == 1 else f"cdiv(cdiv(M, {p.bm}), {c}) * {c}"  # whole clusters
     tiles = f"{rows} * cdiv(N, {p.bn})"
     if not p.persistent:
         return tiles
-    ctas = f"min(num_sms, {p.max_ctas})" if p.max_ctas else "num_sms"
+    ctas = _ctas(p)
+    if p.streamk:  # every CTA takes a share of the tail's k-blocks, also when there are fewer tiles than CTAs
+        return ctas
     return f"min({ctas}, {tiles})" if c == 1 else f"min({ctas} // {c} * {c}, {tiles})"
 
 
 def plan_toml(p: GemmParams) -> str:
     cluster = f"cluster = [{p.cluster_m}, 1, 1]\n" if p.cluster_m > 1 else ""
+    sk_args, sk_scratch = "", ""
+    if p.streamk:  # two fp32 partial tiles per CTA (never read before written: left unzeroed), a ticket per tail
+        # tile and consumer (tail tiles < CTAs; zeroed for every call, and put back to 0 by the kernel)
+        sk_args = ', "scratch:sk_ws", "scratch:sk_tickets"'
+        sk_scratch = (f'\n[scratch.sk_ws]\ndtype = "float32"\nshape = ["{_ctas(p)}", 2, {p.bm * p.bn}]\nzero = false\n'
+                      f'\n[scratch.sk_tickets]\ndtype = "int32"\nshape = ["{_ctas(p)}", {p.consumers}]\nzero = true\n')
     return (
         '/* ptxbench\nlanguage = "cuda"\n\n[[launch]]\n'
         f'kernel = "{KERNEL}"\n'
@@ -235,10 +266,11 @@ def plan_toml(p: GemmParams) -> str:
         f"block = [{p.threads}, 1, 1]\n"
         f"{cluster}"
         f"smem = {p.smem_bytes}\n"
-        'args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"]\n\n'
+        f'args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"{sk_args}]\n\n'
         f'[tmap.A_map]\ntensor = "A"\nbox = [64, {p.bm}]\nswizzle = "128B"\nl2_promotion = "256B"\n\n'
         f'[tmap.B_map]\ntensor = "B"\nbox = [64, {p.bn // p.cluster_m}]\nswizzle = "128B"\nl2_promotion = "256B"\n\n'
         f'[tmap.C_map]\ntensor = "C"\nbox = [64, {p.wm}]\nswizzle = "128B"\n'
+        f"{sk_scratch}"
         "*/\n"
     )
 
@@ -283,6 +315,8 @@ def body_text(p: GemmParams) -> str:
         body = _replace_function(body, "void store_tile_tma(", STMATRIX_STORE_TILE)
     if p.pingpong:
         body = _pingpong(body)
+    if p.streamk:
+        body = _streamk(body)
     return body
 
 
@@ -307,6 +341,158 @@ def _pingpong(body: str) -> str:
     start = body.index('extern "C" __global__ void __launch_bounds__(NTHREADS, 1)\ngemm_bf16_tn(')
     end = body.index("\n}\n", start) + 3
     return body[:start] + PINGPONG_KERNEL + body[end:]
+
+
+def _streamk(body: str) -> str:
+    """tail="streamk": the cooperative kernel walks units of work (StreamK::next: the full waves' tiles, then
+    this CTA's k-range of the tail) instead of tiles, and a unit that is part of a tail tile goes through
+    streamk_fixup before the epilogue."""
+    body = _swap(body, "const __grid_constant__ CUtensorMap tmC, __nv_bfloat16* C, int M, int N, int K) {",
+                 "const __grid_constant__ CUtensorMap tmC, __nv_bfloat16* C, int M, int N, int K,\n"
+                 "             float* ws, int* tickets) {")
+    body = _swap(body, "  const int step = PERSISTENT ? gridDim.x / CLUSTER_M : cluster_tiles;  // grid: a multiple of CLUSTER_M\n",
+                 "  const int step = PERSISTENT ? gridDim.x / CLUSTER_M : cluster_tiles;  // grid: a multiple of CLUSTER_M\n"
+                 "  const StreamK sk(cluster_tiles, k_iters, gridDim.x);  // the full waves' tiles, then a k-range of the tail\n")
+    body = _swap(body, "for (int ct = first; ct < cluster_tiles; ct += step) {",
+                 "for (int ct = first, it = sk.begin(blockIdx.x), end = sk.begin(blockIdx.x + 1), tile = 0, kb = 0, "
+                 "ke = 0, r = -1; sk.next(ct, it, end, step, tile, kb, ke, r);) {", count=2)
+    body = _swap(body, "tile_coords(ct, cluster_rows, tiles_n, tm, tn);", "tile_coords(tile, cluster_rows, tiles_n, tm, tn);",
+                 count=2)
+    body = _swap(body, "for (int k = 0; k < k_iters; ++k) {", "for (int k = kb; k < ke; ++k) {", count=2)
+    body = _swap(body, "wgmma_m64k16_bf16<BN>(acc[ms], da + 2 * kk, db + 2 * kk, (k | kc | kk) != 0);",
+                 "wgmma_m64k16_bf16<BN>(acc[ms], da + 2 * kk, db + 2 * kk, ((k - kb) | kc | kk) != 0);")
+    body = _swap(body, "      if constexpr (EPILOGUE_TMA) {\n        store_tile_tma(acc, epi + consumer * 2 * WM * 128,",
+                 "      // a tail tile's part: publish it, or (the tile's last contributor) add the others' and store\n"
+                 "      if (r >= 0 && !streamk_fixup(acc, ws, tickets, sk, r, consumer)) continue;\n"
+                 "      if constexpr (EPILOGUE_TMA) {\n        store_tile_tma(acc, epi + consumer * 2 * WM * 128,")
+    body = _swap(body, 'extern "C" __global__ void __launch_bounds__(NTHREADS, 1)\ngemm_bf16_tn(',
+                 STREAMK_HELPERS + 'extern "C" __global__ void __launch_bounds__(NTHREADS, 1)\ngemm_bf16_tn(')
+    return body
+
+
+# tail="streamk" (Stream-K, Osama et al. 2023; CUTLASS's data-parallel + stream-K hybrid): the device side.
+# StreamK's arithmetic is compiled for the host by tests/workloads/test_gemm_streamk.py and compared with its Python
+# model; the ticket protocol of streamk_fixup is played there under every interleaving of the contributors.
+STREAMK_HELPERS = r"""// ---- Stream-K tail (tail="streamk") ----
+// The tiles of the full waves go one per CTA as without it (tile first, first + step, ... below dp_tiles =
+// tiles - tiles % ctas). The k-blocks of the remaining tiles (total = tail tiles x k_iters, tile-major) are
+// split evenly over ALL the CTAs: CTA c takes [begin(c), begin(c + 1)), begin(c) = total * c / ctas. There are
+// fewer tail tiles than CTAs, so a range holds at most k_iters k-blocks and touches at most two tiles: CTA c's
+// partial sums of a tile go to its workspace slot 0 (the tile its range starts in) or 1 (the next one).
+struct StreamK {
+  int dp_tiles;  // tiles of the full waves: one CTA each
+  int k_iters;
+  int ctas;
+  int total;     // k-blocks of the tail tiles (fewer than ctas x k_iters)
+  __device__ __forceinline__ StreamK(int tiles, int k_iters_, int ctas_)
+      : dp_tiles(tiles - tiles % ctas_), k_iters(k_iters_), ctas(ctas_), total(tiles % ctas_ * k_iters_) {}
+  // the first k-block (of the tail's) of CTA c's range; begin(ctas) = total
+  __device__ __forceinline__ int begin(int c) const {
+    return static_cast<int>(static_cast<long long>(total) * c / ctas);
+  }
+  // the CTA whose range holds k-block x < total: the largest c with begin(c) <= x
+  __device__ __forceinline__ int cta_of(int x) const {
+    return static_cast<int>((static_cast<long long>(x + 1) * ctas - 1) / total);
+  }
+  // This CTA's next unit of work: a whole tile of the full waves (r = -1), then k-blocks [kb, ke) of tail tile
+  // r (tile dp_tiles + r) while its range [it, end) lasts. False when none is left.
+  __device__ __forceinline__ bool next(int& ct, int& it, int end, int step, int& tile, int& kb, int& ke,
+                                       int& r) const {
+    if (ct < dp_tiles) { tile = ct; kb = 0; ke = k_iters; r = -1; ct += step; return true; }
+    if (it >= end) return false;
+    r = it / k_iters;
+    kb = it - r * k_iters;
+    ke = min(k_iters, kb + (end - it));
+    it += ke - kb;
+    tile = dp_tiles + r;
+    return true;
+  }
+};
+
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+__device__ __forceinline__ void st_relaxed_gpu(int* p, int v) {
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+__device__ __forceinline__ void st_cg_v4(float* p, float a, float b, float c, float d) {
+  asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+__device__ __forceinline__ float4 ld_cg_v4(const float* p) {
+  float4 v;
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p) : "memory");
+  return v;
+}
+// The 128 threads of consumer warpgroup c meet on its named barrier; true on all of them if `p` is on any.
+__device__ __forceinline__ bool warpgroup_any(bool p, int c) {
+  uint32_t r;
+  asm volatile("{\n  .reg .pred pin, pout;\n  setp.ne.u32 pin, %1, 0;\n  bar.red.or.pred pout, %2, 128, pin;\n"
+               "  selp.u32 %0, 1, 0, pout;\n}" : "=r"(r) : "r"(static_cast<uint32_t>(p)), "r"(1 + c) : "memory");
+  return r != 0;
+}
+
+// Consumer warpgroup `consumer` has summed k-blocks [kb, ke) of tail tile r into acc (its WM rows of the tile).
+// Every contributor of the tile takes a ticket (one per tile and consumer) after publishing its partial sums;
+// the one that draws the last ticket adds everyone else's into acc and returns true (the caller stores the
+// tile), the others return false. Ordering: each thread's workspace stores, its fence.acq_rel.gpu, the
+// warpgroup's barrier, then thread 0's atom.acq_rel (release); the last contributor's thread 0 reads the final
+// count with acquire (ld.acquire or its own atom), the barrier, each thread's fence, then the loads. The
+// ticket goes back to 0 once all have drawn (nobody touches it again this call).
+__device__ __forceinline__ bool streamk_fixup(float (&acc)[MSUB][BN / 2], float* ws, int* tickets, const StreamK& sk,
+                                           int r, int consumer) {
+  constexpr int V4 = MSUB * BN / 8;  // float4s of accumulators per thread
+  constexpr int ROW4 = BN / 8;       // float4s per m64 slice
+  const int t = threadIdx.x % 128;
+  const int me = blockIdx.x;
+  const int k0 = r * sk.k_iters;
+  const int c_lo = sk.cta_of(k0), c_hi = sk.cta_of(k0 + sk.k_iters - 1);
+  int parts = 0;  // contributors: the CTAs of c_lo..c_hi with a non-empty range
+  for (int c = c_lo; c <= c_hi; ++c) parts += sk.begin(c + 1) > sk.begin(c);
+  int* ticket = tickets + r * CONSUMERS + consumer;
+  // CTA c's slot for tile r, this warpgroup's rows, this thread's first float4: thread-major, so each of the
+  // V4 accesses of the warpgroup covers 2 KB contiguously
+  auto slot = [&](int c) {
+    const int seg = sk.begin(c) / sk.k_iters == r ? 0 : 1;
+    return ws + (static_cast<size_t>(2 * c + seg) * BM + consumer * WM) * BN + 4 * t;
+  };
+  // All the others published already (the usual case for the contributor of the tile's first k-blocks, which
+  // end its range): then this one is the last and stores nothing.
+  bool last = warpgroup_any(t == 0 && ld_acquire_gpu(ticket) == parts - 1, consumer);
+  if (!last) {
+    float* p = slot(me);
+#pragma unroll
+    for (int i = 0; i < V4; ++i) {
+      const float* a = &acc[i / ROW4][4 * (i % ROW4)];
+      st_cg_v4(p + 4 * 128 * i, a[0], a[1], a[2], a[3]);
+    }
+    fence_acq_rel_gpu();
+    last = warpgroup_any(t == 0 && atom_add_acq_rel_gpu(ticket, 1) == parts - 1, consumer);
+    if (!last) return false;
+  }
+  fence_acq_rel_gpu();
+  for (int c = c_lo; c <= c_hi; ++c) {
+    if (c == me || sk.begin(c + 1) == sk.begin(c)) continue;
+    const float* p = slot(c);
+#pragma unroll
+    for (int i = 0; i < V4; ++i) {
+      const float4 v = ld_cg_v4(p + 4 * 128 * i);
+      float* a = &acc[i / ROW4][4 * (i % ROW4)];
+      a[0] += v.x; a[1] += v.y; a[2] += v.z; a[3] += v.w;
+    }
+  }
+  if (t == 0) st_relaxed_gpu(ticket, 0);  // every contributor has drawn: zero for the next call
+  return true;
+}
+
+"""
 
 
 # order="hilbert": tile_coords as a generalized Hilbert curve ("gilbert", any rectangle) walked from d to (x, y)
