@@ -11,7 +11,7 @@
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
 #   bwd-variants (240)  each variant of bench/variants/attention_bwd.py on the D = 128 / 96 workloads, timed
 #   attn-sweep (420)    the attention forward template's points (bench/attention_sweep.py)
-#   gemm-tests (200)    the GEMM template's GPU tests against torch, the ping-pong schedule included
+#   gemm-tests (240)    the GEMM template's GPU tests against torch, ping-pong and the stream-K tail included
 #   gemm-sweep (420)    the GEMM template's points on the four GEMM workloads (bench/gemm_sweep.py)
 #   tuner-climb (560)   three builtin/tuner:weak runs on the GEMM (bench/tuner_climb.sh)
 #   tuner-climb-attn (560) the same on mha_fwd_d128 (bench/tuner_climb.sh mha_fwd_d128)
@@ -31,7 +31,7 @@ export PYTHONPATH=$PYTHONPATH:$PWD/tests
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 git log --oneline -1 > "$OUT/commit.txt" 2>/dev/null || true
 
-declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=240 [attn-sweep]=420 [gemm-tests]=200 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560
+declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=240 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560
                    [anchors]=540 [throughput]=300 [mutations]=150 [mutations-bwd]=330 [suite-build]=560 [scaling]=560)
 
 run_step() {  # run_step NAME SECONDS DIR
@@ -49,7 +49,7 @@ run_step() {  # run_step NAME SECONDS DIR
       done ;;
     attn-sweep) python3 bench/attention_sweep.py "$d/sweep.json" --deadline $((s - 60)) ;;
     gemm-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
-                  tests/workloads/test_gemm_pingpong.py tests/workloads/test_gemm_solution.py ;;
+                  tests/workloads/test_gemm_pingpong.py tests/workloads/test_gemm_streamk.py tests/workloads/test_gemm_solution.py ;;
     gemm-sweep) python3 bench/gemm_sweep.py "$d/sweep.json" --deadline $((s - 60)) ;;
     tuner-climb) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh ;;
     tuner-climb-attn) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh mha_fwd_d128 ;;
