@@ -10,7 +10,9 @@
 - `decoupled`: the two consumers no longer meet on a named barrier every block: each computes the dQ of the
   PREVIOUS block, waiting (on an mbarrier) only for the other's dS^T of that block, so they can run up to a
   block apart and one's exponentials overlap the other's tensor work; consumer 1 starts once consumer 0's first
-  exponentials are done; dS^T triple-buffered (an mbarrier says when both dQ products have read a buffer);
+  exponentials are done; dS^T triple-buffered (an mbarrier says when both dQ products have read a buffer; a model
+  of the protocol, tests/workloads/test_attention_bwd_decoupled_model.py, shows the consumers stay within about
+  a block of each other and two buffers without that wait would be as safe: 16 KB to win back once measured);
   a 3-deep ring for the 128-wide kernels; shared memory as a formula in D (no D = 64 plan edit needed).
 
     python3 bench/attention_bwd_check.py --variant bulk_dq        (on a GPU)
@@ -128,7 +130,7 @@ CONSUMER_START = "// One query block for one consumer. Accumulator element j of 
 CONSUMER_END = "// HD: 128 (D = 96 or 128) or 64. GQA:"
 DECOUPLED_CONSUMER = r'''// dQ of query block `it` (rows q0.. of dq_rows) from its dS^T buffer once both consumers' rows are in it:
 // HD = 128: columns 64c.. over all 128 keys; HD = 64: all columns over this consumer's keys. Issued and
-// committed here; the caller waits (its dV / dK group is in flight too).
+// committed here; consumer_dq waits for it.
 template <int HD>
 __device__ __forceinline__ void issue_dq(float (&dq)[32], int it, int c, const uint8_t* sK, const uint8_t* sdS,
                                          uint64_t* dsReady) {
