@@ -241,12 +241,12 @@ class Unknown:  # a value the model does not track (a float, a global pointer, .
 UNKNOWN = Unknown()
 
 
-class Bar(tuple):      # (array name, index)
-    pass
+class Bar(tuple):
+    """An mbarrier of the kernel: (array name, index)."""
 
 
-class Region(tuple):   # (shared-memory array name, stage / buffer index)
-    pass
+class Region(tuple):
+    """A shared-memory region the model tracks: (array name, stage or buffer index)."""
 
 
 def _py(expr: str) -> str:
@@ -447,11 +447,11 @@ def trace(text: str, actor, n_iter: int, stages: int, hd: int) -> tuple:
 
 
 class Hang(AssertionError):
-    pass
+    """No actor can move and some have not finished: the kernel would hang here."""
 
 
 class Violation(AssertionError):
-    pass
+    """An access or a barrier operation broke the protocol (early read, over-arrival, rewrite under a reader)."""
 
 
 def check(cond, msg):

@@ -134,7 +134,7 @@ def _barrier_ids() -> dict[str, dict[int, tuple[int, int]]]:
 
 
 class Hang(AssertionError):
-    pass
+    """No actor of the model can move and some have not finished: the kernel would hang here."""
 
 
 class Model:

@@ -3,6 +3,7 @@ without spills, and (on a GPU) match torch on the smoke and main GEMMs."""
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from ptxbench.tools.solution.plan import Solution
 from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions import gemm_template as gt
+
+HOST_CXX = shutil.which("g++") or shutil.which("c++")  # builds device code for the host
 
 ROOT = Path(__file__).resolve().parents[2]
 MAIN = "gemm_bf16_m8192_n7168_k5120"
@@ -86,15 +89,13 @@ def test_options_leave_the_default_render_and_param_space_alone():
     assert any("not one of" in r for r in gt.validate(gt.GemmParams(order="zorder")))
 
 
+@pytest.mark.skipif(HOST_CXX is None, reason="needs a host C++ compiler (g++ or c++) to build the device code for the host")
 def test_hilbert_order_visits_every_tile_once_in_steps_to_a_neighbour(tmp_path):
     """The device function, compiled for the host: on every grid up to 70 x 70 it is a bijection from tile index to
     (tm, tn), and (almost) every step moves to an adjacent tile."""
-    import shutil
     import subprocess
 
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
+    cxx = HOST_CXX
     src = tmp_path / "hilbert.cpp"
     src.write_text(
         "#include <cstdio>\n#include <cstdlib>\n#include <vector>\n#define __device__\n#define __forceinline__ inline\n"
