@@ -51,7 +51,6 @@ def main() -> None:
     from ptxbench.tools.evaluator import EvalOptions
     from ptxbench.workloads.registry import WORKLOADS, get_workload
     from ptxbench.workloads.solutions.attention_backward import FAST_BACKWARD, fast_backward
-    from ptxbench.workloads.solutions.attention import with_plan_edits  # noqa: F401  (import check)
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="")

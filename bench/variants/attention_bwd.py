@@ -125,10 +125,9 @@ struct Stages {
 
 
 
-# The consumer of `decoupled`: it replaces the reference's consumer_block (the span between these two markers).
-CONSUMER_START = "// One query block for one consumer. Accumulator element j of this thread"
-CONSUMER_END = "// HD: 128 (D = 96 or 128) or 64. GQA:"
-DECOUPLED_CONSUMER = r'''// dQ of query block `it` (rows q0.. of dq_rows) from its dS^T buffer once both consumers' rows are in it:
+# The consumer of `decoupled`: the reference's consumer_block keeps its S^T / dP^T / exponential / dV / dK body;
+# its dQ moves into consumer_dq (issue_dq + add_dq), run at the start of the next block.
+DQ_HELPERS = r"""// dQ of query block `it` (rows q0.. of dq_rows) from its dS^T buffer once both consumers' rows are in it:
 // HD = 128: columns 64c.. over all 128 keys; HD = 64: all columns over this consumer's keys. Issued and
 // committed here; consumer_dq waits for it.
 template <int HD>
@@ -167,70 +166,9 @@ __device__ __forceinline__ void add_dq(const float (&dq)[32], int q0, int c, int
 // triple-buffered: buffer b is rewritten (block it + 3) only after both consumers' dQ products of block it
 // have read it (dsFree). Accumulator element j of this thread: row (key) r + 8 ((j / 2) % 2) of the
 // consumer's 64, column (query) 8 (j / 4) + 2 (lane % 4) + j % 2 of the block.
-template <int HD, bool CAUSAL>
-__device__ __forceinline__ void consumer_block(int it, int q0, int key0, int c, int t, const uint8_t* sK,
-                                               const uint8_t* sV, const uint8_t* sQ, const uint8_t* sdO,
-                                               const float* sL2, const float* sDr, uint8_t* sdS, uint64_t* fullQ,
-                                               uint64_t* fulldO, uint64_t* empty, uint64_t* dsReady,
-                                               uint64_t* dsFree, float (&dv)[HD / 2], float (&dk)[HD / 2], float sl2) {
-  constexpr int STAGES = Stages<HD>::N;
-  const int st = it % STAGES;
-  const uint32_t ph = (it / STAGES) & 1;
-  const int lane = t % 32;
-  const int r = 16 * (t / 32) + lane / 4;  // this thread's keys r and r + 8 of the consumer's 64
-  const int col0 = 2 * (lane % 4);
-  float s[32], p[32];
-  uint32_t pp[16], ds[16];
+"""
 
-  mbar_wait(&fullQ[st], ph);
-  wgmma_fence();
-  issue_nt<HD>(s, sK + c * 64 * 128, sQ);     // S^T = K_c Q^T
-  wgmma_commit();
-  mbar_wait(&fulldO[st], ph);
-  issue_nt<HD>(p, sV + c * 64 * 128, sdO);    // dP^T = V_c dO^T
-  wgmma_commit();
-  wgmma_wait<1>();
-  wgmma_fence_regs(s);
-  const bool mask = CAUSAL && q0 < key0 + BN;  // the two query blocks that cross the diagonal
-#pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    const int q = 8 * (j / 4) + col0 + (j % 2);
-    float e = ex2(fmaf(s[j], sl2, -sL2[q]));
-    if (mask && key0 + 64 * c + r + 8 * ((j / 2) % 2) > q0 + q) e = 0.f;
-    s[j] = e;
-  }
-  wgmma_wait<0>();
-  wgmma_fence_regs(p);
-#pragma unroll
-  for (int j = 0; j < 32; ++j) p[j] = s[j] * (p[j] - sDr[8 * (j / 4) + col0 + (j % 2)]);
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    pp[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
-    ds[i] = pack_bf16(p[2 * i], p[2 * i + 1]);
-  }
-  wgmma_fence();
-  issue_tn<HD>(dv, pp, sdO);  // dV += P^T dO
-  issue_tn<HD>(dk, ds, sQ);   // dK += dS^T Q
-  wgmma_commit();
-
-  // dS^T to shared memory: row = key (64c + r [+ 8]), 64 queries per 128-byte row, 16-byte chunks swizzled
-  // by the row's position in its 8-row atom (what TMA writes for a 128B-swizzled box).
-  const int b = it % DS_BUFS;
-  if (it >= DS_BUFS) mbar_wait(&dsFree[b], (it / DS_BUFS - 1) & 1);  // block it - 3's dQ products are done
-  uint8_t* buf = sdS + b * DS_BYTES;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const int row = 64 * c + r + 8 * (i % 2), q = 8 * (i / 2) + col0;
-    *reinterpret_cast<uint32_t*>(buf + row * 128 + (((q / 8) ^ (row % 8)) * 16) + (q % 8) * 2) = ds[i];
-  }
-  fence_proxy_async();
-  __syncwarp();
-  if (lane == 0) mbar_arrive(&dsReady[b]);  // this warp's rows of block it are in
-  wgmma_wait<0>();  // dV / dK of this block
-  fence_u32(pp);
-  fence_u32(ds);
-  if (lane == 0) mbar_arrive(&empty[st]);  // this warp is done with Q, dO, L2, Dr of the stage
-}
+CONSUMER_DQ = r"""}
 
 // The dQ of block `it` (rows q0 of dq_rows), whole: issued once both consumers' dS^T rows are in, waited, the
 // buffer released, the rows added to the accumulator. Called at the start of the next block (so the
@@ -246,7 +184,30 @@ __device__ __forceinline__ void consumer_dq(int it, int q0, int c, int t, const 
   add_dq<HD>(dq, q0, c, t, dq_rows, D);
 }
 
-'''
+"""
+
+# Spans of the reference consumer replaced whole: (from the line starting `start`, up to `end`, new text).
+DECOUPLED_SPANS = [
+    ("// One query block for one consumer. Accumulator element j of this thread", "template <int HD, bool CAUSAL>\n"
+     "__device__ __forceinline__ void consumer_block(", DQ_HELPERS),
+    ("  named_barrier_sync(1, 256);  // both consumers' dS^T rows are in `buf`", "  fence_u32(pp);",
+     "  __syncwarp();\n  if (lane == 0) mbar_arrive(&dsReady[b]);  // this warp's rows of block it are in\n"
+     "  wgmma_wait<0>();  // dV / dK of this block\n"),
+    ("\n  // dq element j: query row r + 8", "// HD: 128 (D = 96 or 128) or 64. GQA:", CONSUMER_DQ),
+]
+
+DECOUPLED_CONSUMER_EDITS = [
+    ("                                               uint64_t* fulldO, uint64_t* empty, float (&dv)[HD / 2],\n"
+     "                                               float (&dk)[HD / 2], float* __restrict__ dq_rows, int D, float sl2) {\n"
+     "  const int st",
+     "                                               uint64_t* fulldO, uint64_t* empty, uint64_t* dsReady,\n"
+     "                                               uint64_t* dsFree, float (&dv)[HD / 2], float (&dk)[HD / 2], float sl2) {\n"
+     "  constexpr int STAGES = Stages<HD>::N;\n  const int st"),
+    ("  uint8_t* buf = sdS + (it & 1) * DS_BYTES;",
+     "  const int b = it % DS_BUFS;\n"
+     "  if (it >= DS_BUFS) mbar_wait(&dsFree[b], (it / DS_BUFS - 1) & 1);  // block it - 3's dQ products are done\n"
+     "  uint8_t* buf = sdS + b * DS_BYTES;"),
+]
 
 DECOUPLED = [
     ('// Hopper (sm_90a) attention backward with TMA + wgmma,',
@@ -288,8 +249,9 @@ def replace_span(text: str, start: str, end: str, new: str, name: str) -> str:
 
 
 def _decoupled(text: str) -> str:
-    text = replace_span(text, CONSUMER_START, CONSUMER_END, DECOUPLED_CONSUMER, "decoupled")
-    return apply_edits(text, DECOUPLED, "decoupled")
+    for start, end, new in DECOUPLED_SPANS:
+        text = replace_span(text, start, end, new, "decoupled")
+    return apply_edits(text, DECOUPLED_CONSUMER_EDITS + DECOUPLED, "decoupled")
 
 
 VARIANTS = {

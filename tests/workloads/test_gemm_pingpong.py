@@ -10,12 +10,13 @@ from __future__ import annotations
 import itertools
 import random
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from ptxbench.tools.compile import compile_source
 from ptxbench.workloads.solutions import gemm_template as gt
+
+from gemm_helpers import clean_kernel, compile_points, gpu_runner
 
 MAIN = "gemm_bf16_m8192_n7168_k5120"
 PP = {"schedule": "pingpong", "bn": 128, "stages": 5}  # 128 x 128 per consumer: two m64n128 accumulators
@@ -68,22 +69,13 @@ def test_the_points_that_fit_validate():
 
 @pytest.fixture(scope="module")
 def compiled() -> dict:
-    def build(name):
-        return name, compile_source(gt.render(gt.GemmParams(**VARIANTS[name])), "cuda", workload=MAIN)
-
-    with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:
-        return dict(pool.map(build, VARIANTS))
+    return compile_points(VARIANTS, MAIN)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_pingpong_assembles_with_immediate_barrier_ids(compiled, name):
-    r = compiled[name]
-    assert r.status == "ok", r.log[-2000:]
-    assert not r.warnings, [str(w) for w in r.warnings]
-    k = r.kernels[gt.KERNEL]
+    k = clean_kernel(compiled[name])
     ops = k.sass_opcodes
-    assert ops.get("HGMMA", 0) > 0 and ops.get("UTMALDG", 0) > 0 and ops.get("USETMAXREG", 0) == 2
-    assert k.spill_stores == 0 and k.spill_loads == 0
     p = gt.GemmParams(**VARIANTS[name])
     assert (ops.get("UTMASTG", 0) > 0) == (p.epilogue == "tma")
     # ids 0 (__syncthreads), 1-2 (turns) and 3-4 (epilogue staging): not the 16 a register id reserves
@@ -193,7 +185,7 @@ def play(n_tiles: int, k_iters: int, stages: int, cluster: int = 1, order: str =
     consumer 1, TMA transfers] of CTA 0, then CTA 1, ...), or "random" with `seed`. The keyword flags break the
     kernel on purpose (the tests check the model catches it). Returns the mainloop starts (cta, consumer, j)."""
     m = Model()
-    STAGE_TX, A_TX = 2, 1  # bytes in units: own A + CLUSTER_M slices of B (1 each) per stage
+    A_TX = 1  # bytes in units: own A (1) + CLUSTER_M slices of B (1 each) per stage
     for cta, s in itertools.product(range(cluster), range(stages)):
         m.init((cta, "full", s), 1)
         m.init((cta, "empty", s), empty_per_consumer * cluster)
@@ -320,19 +312,10 @@ def test_the_model_catches_a_broken_schedule(broken, phrase):
 @pytest.mark.parametrize("shape", [(3456, 2816, 192), (4096, 2048, 320), (2000, 2040, 200), (8192, 7168, 5120)])
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_pingpong_matches_torch(compiled, name, shape):
-    import importlib.util
-    from pathlib import Path
-
     import torch
 
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("gemm_bench", root / "bench" / "gemm_reference_bench.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     torch.manual_seed(2)
-    source = gt.render(gt.GemmParams(**VARIANTS[name]))
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    runner = bench.Runner(name, source, Path(compiled[name].cubin_path).read_bytes(), sms)
+    bench, runner = gpu_runner(name, VARIANTS[name], compiled[name])
     m, n, k = shape
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)

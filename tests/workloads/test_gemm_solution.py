@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from ptxbench.tools.compile import compile_source
 from ptxbench.tools.solution.plan import Solution
 from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions import gemm_template as gt
+
+from gemm_helpers import clean_kernel, compile_points, gpu_runner
 
 HOST_CXX = shutil.which("g++") or shutil.which("c++")  # builds device code for the host
 
@@ -47,11 +47,7 @@ def _workload(wid: str):
 
 @pytest.fixture(scope="module")
 def compiled() -> dict:
-    def build(name):
-        return name, compile_source(gt.render(gt.GemmParams(**VARIANTS[name])), "cuda", workload=MAIN)
-
-    with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:
-        return dict(pool.map(build, VARIANTS))
+    return compile_points(VARIANTS, MAIN)
 
 
 def test_checked_in_solution_is_the_rendered_default():
@@ -61,14 +57,8 @@ def test_checked_in_solution_is_the_rendered_default():
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_compiles_to_hgmma_and_tma_without_spills(compiled, name):
     result = compiled[name]
-    assert result.status == "ok", result.log[-2000:]
+    kernel = clean_kernel(result)
     assert result.targets["wgmma"].in_sass and result.targets["tma"].in_sass
-    kernel = result.kernels[gt.KERNEL]
-    assert kernel.sass_opcodes.get("HGMMA", 0) > 0 and kernel.sass_opcodes.get("UTMALDG", 0) > 0
-    assert kernel.sass_opcodes.get("USETMAXREG", 0) == 2  # dec for the producer, inc for consumers
-    assert kernel.spill_stores == 0 and kernel.spill_loads == 0
-    # C7515 (serialised wgmma), C7508/C7504 (setmaxnreg ignored) would show up as warnings
-    assert not result.warnings, [str(w) for w in result.warnings]
     params = gt.GemmParams(**VARIANTS[name])
     if params.epilogue == "tma":
         assert kernel.sass_opcodes.get("UTMASTG", 0) > 0
@@ -210,25 +200,14 @@ def test_search_space_has_many_valid_points():
 
 # ---- GPU: correctness against torch through a small stand-alone launcher (bench/) ----
 
-def _bench_module():
-    spec = importlib.util.spec_from_file_location("gemm_bench", ROOT / "bench" / "gemm_reference_bench.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(256, 256, 512), (200, 296, 328), (64, 7168, 5120), (8192, 7168, 5120)])
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_matches_torch(compiled, name, shape):
     import torch
 
-    bench = _bench_module()
     torch.manual_seed(1)
-    result = compiled[name]
-    source = gt.render(gt.GemmParams(**VARIANTS[name]))
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    runner = bench.Runner(name, source, Path(result.cubin_path).read_bytes(), sms)
+    bench, runner = gpu_runner(name, VARIANTS[name], compiled[name])
     m, n, k = shape
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)

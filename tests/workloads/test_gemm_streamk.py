@@ -11,20 +11,19 @@ last contributor per tile and consumer, which sees every other partial published
 the ticket at 0 for the next call; and the source keeps the fences in the order the argument needs."""
 from __future__ import annotations
 
-import itertools
 import random
 import re
 import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ptxbench.tools.compile import compile_source
 from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.tools.solution.plan import Solution
-from ptxbench.workloads.registry import gemm, get_workload
+from ptxbench.workloads.registry import gemm
 from ptxbench.workloads.solutions import gemm_template as gt
+
+from gemm_helpers import clean_kernel, compile_points, gpu_runner
 
 HOST_CXX = shutil.which("g++") or shutil.which("c++")  # builds device code for the host
 
@@ -104,22 +103,13 @@ def test_plan_resolves_with_its_scratch(name, shape):
 
 @pytest.fixture(scope="module")
 def compiled() -> dict:
-    def build(name):
-        return name, compile_source(gt.render(gt.GemmParams(**VARIANTS[name])), "cuda", workload=MAIN)
-
-    with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:
-        return dict(pool.map(build, VARIANTS))
+    return compile_points(VARIANTS, MAIN)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_streamk_assembles_without_spills(compiled, name):
-    r = compiled[name]
-    assert r.status == "ok", r.log[-2000:]
-    assert not r.warnings, [str(w) for w in r.warnings]
-    k = r.kernels[gt.KERNEL]
+    k = clean_kernel(compiled[name])
     ops = k.sass_opcodes
-    assert ops.get("HGMMA", 0) > 0 and ops.get("UTMALDG", 0) > 0 and ops.get("USETMAXREG", 0) == 2
-    assert k.spill_stores == 0 and k.spill_loads == 0
     assert ops.get("ATOMG", 0) == 1  # the ticket
     p = gt.GemmParams(**VARIANTS[name])
     assert (ops.get("UTMASTG", 0) > 0) == (p.epilogue == "tma")
@@ -417,19 +407,10 @@ def test_the_source_keeps_the_order_the_protocol_needs():
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_streamk_matches_torch(compiled, name, shape):
-    import importlib.util
-    from pathlib import Path
-
     import torch
 
-    root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("gemm_bench", root / "bench" / "gemm_reference_bench.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     torch.manual_seed(3)
-    source = gt.render(gt.GemmParams(**VARIANTS[name]))
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    runner = bench.Runner(name, source, Path(compiled[name].cubin_path).read_bytes(), sms)
+    bench, runner = gpu_runner(name, VARIANTS[name], compiled[name])
     m, n, k = shape
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)

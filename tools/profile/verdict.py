@@ -82,12 +82,17 @@ def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: d
         return RuntimeTarget(verdict="unknown", reason="per-opcode counts and pipe counters disagree: " + "; ".join(disagree), **base)
     if thread_true > 0:
         return RuntimeTarget(verdict="executed", reason=_executed_reason(fam, warp, thread_true, counters), **base)
+    return _not_executed(fam, present, base, "executed", "none executed with a true predicate")
+
+
+def _not_executed(fam: TargetFamily, present: bool | None, base: dict, verb: str, none_ran: str) -> RuntimeTarget:
+    """Nothing of the family ran: present_not_executed or absent by the SASS listing, unknown without one."""
     if present is None:
-        return RuntimeTarget(verdict="unknown", reason=f"no {fam.name} instruction executed, and without the SASS listing "
+        return RuntimeTarget(verdict="unknown", reason=f"no {fam.name} instruction {verb}, and without the SASS listing "
                              "it is not known whether the kernel has any", **base)
     if present:
-        return RuntimeTarget(verdict="present_not_executed", reason=f"the SASS has {'/'.join(fam.sass)} but none executed "
-                             "with a true predicate (dead code or a branch never taken)", **base)
+        return RuntimeTarget(verdict="present_not_executed", reason=f"the SASS has {'/'.join(fam.sass)} but {none_ran} "
+                             "(dead code or a branch never taken)", **base)
     return RuntimeTarget(verdict="absent", reason=f"no {'/'.join(fam.sass)} instruction in the SASS", **base)
 
 
@@ -103,13 +108,7 @@ def _counter_verdict(fam: TargetFamily, counters: dict[str, float], present: boo
                                  f"has no {'/'.join(fam.sass)}", **base)
         return RuntimeTarget(verdict="executed", reason=f"{fam.name}: " + ", ".join(
             f"{c} = {v:,.0f}" for c, v in counters.items()) + " (hardware counters; no per-opcode pass at this level)", **base)
-    if present is None:
-        return RuntimeTarget(verdict="unknown", reason=f"no {fam.name} instruction counted, and without the SASS listing "
-                             "it is not known whether the kernel has any", **base)
-    if present:
-        return RuntimeTarget(verdict="present_not_executed", reason=f"the SASS has {'/'.join(fam.sass)} but "
-                             f"{', '.join(decisive)} counted none (dead code or a branch never taken)", **base)
-    return RuntimeTarget(verdict="absent", reason=f"no {'/'.join(fam.sass)} instruction in the SASS", **base)
+    return _not_executed(fam, present, base, "counted", f"{', '.join(decisive)} counted none")
 
 
 def _executed_reason(fam: TargetFamily, warp: float | None, thread_true: float, counters: dict[str, float]) -> str:

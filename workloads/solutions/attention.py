@@ -21,14 +21,18 @@ PLAIN = {"mha_fwd": "attention_fwd.cu", "mha_bwd": "attention_bwd.cu"}
 FAST_FORWARD = "attention_fwd_wgmma.cu"  # as checked in: attention_template.render(default_params())
 
 
-def with_plan_edits(name: str, edits: list[tuple[str, str]]) -> str:
-    """The file `name` with every occurrence of each `old` replaced by `new`; each `old` must be there."""
-    text = (HERE / name).read_text(encoding="utf-8")
+def plan_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
+    """`text` with every occurrence of each `old` replaced by `new`; each `old` must be there (`name` for errors)."""
     for old, new in edits:
         if old not in text:
             raise ValueError(f"{name}: the plan has no {old!r} to change")
         text = text.replace(old, new)
     return text
+
+
+def with_plan_edits(name: str, edits: list[tuple[str, str]]) -> str:
+    """The file `name` of this folder with `edits` applied (plan_edits)."""
+    return plan_edits((HERE / name).read_text(encoding="utf-8"), edits, name)
 
 
 def attention_solution(workload: Workload) -> str:

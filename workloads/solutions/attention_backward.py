@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ..schema import Workload
-from .attention import HERE
+from .attention import HERE, plan_edits
 
 FAST_BACKWARD = "attention_bwd_wgmma.cu"
 HEAD_DIMS = (64, 96, 128)
@@ -52,8 +52,4 @@ def fast_backward(workload: Workload, base: str | None = None) -> str | None:
         edits.append(('"i32:D", "f32:scale"]', '"i32:D", "f32:scale", "i32:H // HKV"]'))
         edits += [(f'tensor = "{t}"\ndims = ["D", "B * H * S"]', f'tensor = "{t}"\ndims = ["D", "B * HKV * S"]')
                   for t in ("K", "V")]
-    for old, new in edits:
-        if old not in text:
-            raise ValueError(f"{FAST_BACKWARD}: the plan has no {old!r} to change")
-        text = text.replace(old, new)
-    return text
+    return plan_edits(text, edits, FAST_BACKWARD)
