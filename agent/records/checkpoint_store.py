@@ -10,6 +10,7 @@ channel that only grew (the completed turns) adds only its new items. Rows writt
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -33,6 +34,10 @@ class CompactSqliteSaver(SqliteSaver):
 
         super().__init__(conn, serde=serde or JsonPlusSerializer(allowed_msgpack_modules=STATE_TYPES))
         self._last: dict[tuple[str, str, str], tuple[str, list]] = {}  # (thread, ns, channel) -> last list stored
+        # The parent's setup runs outside its connection lock; the bench's threads all reach it at their first
+        # checkpoint read, and concurrent setup statements on one connection fail (SystemError from sqlite3). A lock
+        # of its own, since the parent calls setup while holding `self.lock`.
+        self._setup_lock = threading.Lock()
 
     def _dump(self, thread: str, ns: str, ch: str, ver: str, value) -> tuple[str, bytes]:
         """A list channel that only grew since its last stored version (the completed turns) is stored as the new
@@ -60,9 +65,12 @@ class CompactSqliteSaver(SqliteSaver):
     def setup(self) -> None:
         if self.is_setup:
             return
-        super().setup()
-        self.conn.execute(SCHEMA)
-        self.conn.commit()
+        with self._setup_lock:
+            if self.is_setup:
+                return
+            self.conn.execute(SCHEMA)  # before the parent's setup, which sets is_setup
+            super().setup()
+            self.conn.commit()
 
     def put(self, config, checkpoint, metadata, new_versions):
         self.setup()

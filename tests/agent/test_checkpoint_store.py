@@ -44,3 +44,29 @@ def test_growing_lists_are_stored_as_tails_and_read_back_whole(tmp_path):
     # every earlier checkpoint reads back too (time travel walks them)
     history = list(_graph(CompactSqliteSaver(conn)).get_state_history(cfg))
     assert all(len(h.values.get("turns", [])) == h.values.get("n", 0) for h in history)
+
+
+def test_threads_reading_a_fresh_store_at_once_all_succeed(tmp_path):
+    """The bench's threads all read their checkpoint first; on a fresh store they used to race into the table set-up
+    on the shared connection, and the losers' trajectories were silently retried (sqlite3 SystemError)."""
+    import threading
+
+    for round_ in range(10):
+        conn = sqlite3.connect(tmp_path / f"c{round_}.sqlite", check_same_thread=False)
+        saver = CompactSqliteSaver(conn)
+        start, errors = threading.Barrier(16), []
+
+        def read(thread_id: int) -> None:
+            start.wait()
+            try:
+                assert saver.get_tuple({"configurable": {"thread_id": str(thread_id)}}) is None
+            except Exception as exc:  # noqa: BLE001 - collected and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=read, args=(t,)) for t in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], errors
+        assert conn.execute("SELECT count(*) FROM channel_values").fetchone() == (0,)  # our table exists too
