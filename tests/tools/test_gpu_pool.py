@@ -196,3 +196,55 @@ def test_a_worker_that_dies_before_hello_is_named_as_such():
         assert "exited with code 1 before it started" in str(e)
     else:
         raise AssertionError("expected NoGpuError")
+
+
+class RecordingWorker(FakeWorker):
+    events: list = []
+
+    def __init__(self, device: int, config: dict, fail_start: bool = False):
+        RecordingWorker.events.append(("spawn", device))
+        super().__init__(device, config, fail_start)
+
+    def recv(self, timeout: float):
+        msg = super().recv(timeout)
+        if msg and msg.get("type") == "hello":
+            RecordingWorker.events.append(("hello", self.device))
+        return msg
+
+
+def test_every_gpu_worker_starts_at_once_when_the_gpus_are_known(monkeypatch):
+    """Known from CUDA_VISIBLE_DEVICES or nvidia-smi, the second GPU's worker does not wait for the first's start-up."""
+    monkeypatch.setattr(pool_module, "visible_devices", lambda: [0, 1])
+    RecordingWorker.events, FakeWorker.started = [], []
+    pool = GpuPool(PoolConfig(spares=1), factory=lambda d, c: RecordingWorker(d, c)).start()
+    assert RecordingWorker.events[:3] == [("spawn", 0), ("spawn", 1), ("hello", 0)]
+    assert [s.device for s in pool.slots] == [0, 1] and len(FakeWorker.started) == 4
+    pool.close()
+
+
+def test_a_guessed_gpu_the_worker_does_not_see_is_dropped(monkeypatch):
+    monkeypatch.setattr(pool_module, "visible_devices", lambda: [0, 1, 2])  # the fake worker reports 2 devices
+    pool = make_pool(spares=0).start()
+    assert [s.device for s in pool.slots] == [0, 1]
+    assert [w.killed for w in FakeWorker.started] == [False, False, True]
+    pool.close()
+
+
+def test_a_first_worker_that_cannot_start_takes_the_others_down(monkeypatch):
+    monkeypatch.setattr(pool_module, "visible_devices", lambda: [0, 1])
+    FakeWorker.started = []
+    pool = GpuPool(PoolConfig(spares=0), factory=lambda d, c: FakeWorker(d, c, fail_start=True))
+    try:
+        pool.start()
+    except NoGpuError as exc:
+        assert "no GPU here" in str(exc)
+    else:
+        raise AssertionError("the pool started without a GPU")
+    assert len(FakeWorker.started) == 2 and all(w.killed for w in FakeWorker.started)
+
+
+def test_visible_devices_reads_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert pool_module.visible_devices() == [0, 1]  # indices as the worker numbers them
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert pool_module.visible_devices() is None

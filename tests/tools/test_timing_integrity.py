@@ -312,3 +312,48 @@ def test_timing_suspect_is_a_failure_everywhere():
                                  recheck_speedup=5.2))
     assert not r.passed and "TIMING_SUSPECT" in MODEL_FAILURES and "not counted as correct" in STATUS_HEADINGS[r.status]
     assert EvalResult.model_validate_json(r.model_dump_json()).input_seed == 5
+
+
+# ---- the cheaper protocol is the same protocol ----
+def test_inputs_found_bit_identical_are_not_copied_again_and_new_ones_are():
+    calls = make_calls(honest)
+    copies = []
+    for s in calls.sets:
+        load = s.bufs.load_inputs
+        s.bufs.load_inputs = lambda inputs, load=load: (copies.append(1), load(inputs))
+    run(calls, 6)
+    assert len(copies) == 2  # the first restore only: every later check found the inputs untouched
+    fresh = make_inputs(WL, 999, "normal", "cpu")
+    calls.set_pristine(0, fresh)
+    calls.prepare()
+    assert torch.equal(calls.sets[0].bufs.tensors["A"].data, fresh["A"]) and len(copies) == 4
+
+
+def test_an_input_zero_turned_negative_is_a_changed_input():
+    """-0.0 == 0.0, so an equality check would miss it and the sign bit would carry state from call to call."""
+    def sign_flip(n, bufs):
+        honest(n, bufs)
+        if n == 4:
+            bufs.tensors["A"].data[0, 0] = -0.0
+
+    calls = make_calls(sign_flip)
+    for s in calls.sets:
+        s.pristine["A"][0, 0] = 0.0
+        s.bufs.tensors["A"].data[0, 0] = 0.0
+    with pytest.raises(Failed) as e:
+        run(calls, 10)
+    assert "modified its input" in e.value.message and "A of input set" in e.value.message
+
+
+def test_kept_sign_rows_give_the_sketch_fresh_ones_give():
+    x = torch.randn(3000).to(torch.bfloat16)
+    kept: dict = {}
+    first = [float(v) for v in sketch_tensors({"C": x}, 9, kept)]
+    again = [float(v) for v in sketch_tensors({"C": x}, 9, kept)]
+    assert first == again == [float(v) for v in sketch_tensors({"C": x}, 9)] and len(kept) == 1
+
+
+def test_a_verified_sketch_that_is_not_finite_matches_nothing():
+    ref = torch.randn(64, 64).to(torch.bfloat16)
+    nan_verified = to_sketch(["C"], [float("nan")] * 2 + [1.0, 0.0])
+    assert "not finite" in sketch_of(ref).differs(nan_verified)

@@ -33,6 +33,12 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as integers of its width: compared with `!=`, -0.0 differs from 0.0 and every NaN from
+    any other bit pattern, so an unchanged input is bit-identical, not merely equal."""
+    return t.view(INT_VIEW.get(t.dtype, torch.uint8)) if t.is_floating_point() else t
+
+
 def count_poison(t: torch.Tensor) -> int:
     """Elements still holding the poison pattern (never written by the kernel)."""
     if t.dtype not in POISON_BITS:
@@ -59,11 +65,16 @@ class Guarded:
     def nbytes(self) -> int:
         return self.data.numel() * self.data.element_size()
 
-    def guard_damage(self) -> tuple[int, int]:
-        """Bytes changed in the guard before and after the data."""
+    def guard_counts(self) -> torch.Tensor:
+        """[bytes changed in the guard before the data, after it], on the device (read without a host sync)."""
         head = self.raw[:GUARD_BYTES]
         tail = self.raw[GUARD_BYTES + self.nbytes:]
-        return int((head != CANARY).sum()), int((tail != CANARY).sum())
+        return torch.stack([(head != CANARY).sum(), (tail != CANARY).sum()])
+
+    def guard_damage(self) -> tuple[int, int]:
+        """Bytes changed in the guard before and after the data."""
+        before, after = self.guard_counts().tolist()
+        return before, after
 
 
 def allocate(name: str, shape: tuple[int, ...] | list[int], dtype: torch.dtype, device: str = "cuda") -> Guarded:
@@ -109,13 +120,15 @@ class BufferSet:
         for name in self.zero_scratch:
             self.scratch[name].data.zero_()
 
-    def damaged_guards(self) -> list[str]:
-        msgs = []
-        for name, g in self.all.items():
-            before, after = g.guard_damage()
-            if before or after:
-                msgs.append(f"{name}: {before} bytes changed before the buffer, {after} bytes after it")
-        return msgs
+    def guard_counts(self) -> torch.Tensor:
+        """[buffers, 2] guard damage of every buffer (in `all` order), on the device: one read for the whole set."""
+        return torch.stack([g.guard_counts() for g in self.all.values()])
+
+    def damaged_guards(self, counts: list[list[int]] | None = None) -> list[str]:
+        """What was written outside each buffer; `counts` as read from guard_counts() when the caller batched it."""
+        counts = self.guard_counts().tolist() if counts is None else counts
+        return [f"{name}: {int(before)} bytes changed before the buffer, {int(after)} bytes after it"
+                for name, (before, after) in zip(self.all, counts) if before or after]
 
 
 def allocate_set(tensor_specs: list[tuple[str, tuple[int, ...], str, str]], scratch_specs: list[tuple[str, list[int], str, bool]],

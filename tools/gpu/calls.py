@@ -1,7 +1,8 @@
 """The one way a candidate is called: checked and timed calls are the same call (docs/timing-integrity.md).
 
 Before every call, warm-up, probe, checked and timed alike, every buffer the candidate owns is put back
-to one state: the inputs of every input set restored from their pristine copies, every output of every
+to one state: the inputs of every input set restored from their pristine copies (or, when the check after
+the previous call found every one of them bit-identical to its copy, left as they are), every output of every
 set poisoned, scratch zeroed or poisoned, the module's globals back to their load-time values; then L2
 is flushed (timing.py). After every call, once it has finished: the guard zones of every set, the inputs
 of every set against their pristine copies, and a sketch of the outputs (two random +-1 projections and
@@ -13,12 +14,13 @@ checked call from a timed one.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .buffers import BufferSet
+from .buffers import BufferSet, bits
 from .verdict import Failed, check_guards
 
 # A timed output's projections may differ from the verified output's by this share of its L2 norm. Honest
@@ -49,9 +51,11 @@ class Sketch:
     def differs(self, verified: Sketch) -> str:
         """'' when this output matches the verified one within SKETCH_TOLERANCE, else what differs."""
         for name, (*proj, norm, nonfinite) in self.values.items():
-            *vproj, vnorm, _ = verified.values[name]
+            *vproj, vnorm, vnonfinite = verified.values[name]
             if nonfinite:
                 return f"{name} holds {int(nonfinite)} NaN/Inf values (unwritten elements keep the NaN poison)"
+            if vnonfinite or not all(map(math.isfinite, (*vproj, vnorm))):  # would make every comparison below pass
+                return f"{name}: the verified output of these inputs is not finite, so no timed call can match it"
             bound = SKETCH_TOLERANCE * vnorm
             if abs(norm - vnorm) > bound or any(abs(p - v) > bound for p, v in zip(proj, vproj)):
                 return (f"{name} differs from the verified output of the same inputs (L2 norm {norm:.6g} vs "
@@ -60,19 +64,29 @@ class Sketch:
         return ""
 
 
-def sketch_tensors(outputs: dict[str, torch.Tensor], key: int) -> list[torch.Tensor]:
-    """Device scalars [p1, p2, norm, nonfinite] per output, in name order; signs drawn afresh from `key`."""
+def sign_rows(key: int, index: int, n: int, device) -> torch.Tensor:
+    """The PROJECTIONS x n matrix of +-1 signs for output `index` under `key` (float32, on `device`)."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed((key * 1_000_003 + index) & 0x7FFF_FFFF_FFFF_FFFF)
+    rows = [torch.randint(0, 2, (n,), generator=gen, device=device, dtype=torch.int8) for _ in range(PROJECTIONS)]
+    return torch.stack(rows).float().mul_(2).sub_(1)
+
+
+def sketch_tensors(outputs: dict[str, torch.Tensor], key: int, signs: dict | None = None) -> list[torch.Tensor]:
+    """Device scalars [p1, p2, norm, nonfinite] per output, in name order; signs drawn from `key` (and kept in
+    `signs`, when given, for the next call: the same key always draws the same signs)."""
     parts = []
     for i, (name, out) in enumerate(sorted(outputs.items())):
         x = out.reshape(-1).float()
-        finite = torch.isfinite(x)
-        nonfinite = (~finite).sum().to(torch.float64)
-        gen = torch.Generator(device=x.device)
-        gen.manual_seed((key * 1_000_003 + i) & 0x7FFF_FFFF_FFFF_FFFF)
-        for _ in range(PROJECTIONS):
-            signs = torch.randint(0, 2, x.shape, generator=gen, device=x.device, dtype=torch.int8).float().mul_(2).sub_(1)
-            parts.append(torch.dot(x, signs).to(torch.float64))
-        parts.append(torch.linalg.vector_norm(torch.where(finite, x, torch.zeros_like(x))).to(torch.float64))
+        nonfinite = (~torch.isfinite(x)).sum().to(torch.float64)
+        slot = (i, x.numel(), str(x.device))
+        rows = signs.get(slot) if signs is not None else None
+        if rows is None:
+            rows = sign_rows(key, i, x.numel(), x.device)
+            if signs is not None:
+                signs[slot] = rows
+        parts += list((rows @ x).to(torch.float64).unbind())  # both projections in one pass over the output
+        parts.append(torch.linalg.vector_norm(x).to(torch.float64))  # a non-finite output fails on its count first
         parts.append(nonfinite)
     return parts
 
@@ -94,21 +108,35 @@ class CandidateCalls:
         self.order = np.random.default_rng(key)
         self.library: list = []  # state.BaselineEntry instances timed against the candidate (attach_library)
         self.library_current = 0
+        self.signs: dict = {}  # the sketch's sign rows per output shape: drawn once per evaluation from the key
+        # True while the last check found every input bit-identical to its pristine copy (then copying them back
+        # before the next call would change nothing); any new source of inputs clears it.
+        self.inputs_pristine = False
 
     def attach_library(self, entries: list) -> None:
         """The library instances the candidate is timed against: they get the same restore and checks, so both
         sides of every pair see the same GPU work before and after their call."""
         self.library = entries
+        self.inputs_pristine = False
+
+    def set_pristine(self, k: int, pristine: dict[str, torch.Tensor]) -> None:
+        """Give set k new inputs (drawn for a later check): the next restore copies them in."""
+        self.sets[k].pristine = pristine
+        self.inputs_pristine = False
 
     # ---- the Side interface: prepare (outside the interval) -> call (measured) -> check (outside) ----
     def restore(self) -> None:
-        """Every buffer of every set, and the module's globals, back to the state before any call."""
+        """Every buffer of every set, and the module's globals, back to the state before any call. The inputs are
+        copied back unless the check after the last call found all of them bit-identical to their copies."""
+        if not self.inputs_pristine:
+            for s in self.sets:
+                s.bufs.load_inputs(s.pristine)
+            for entry in self.library:
+                for name, t in entry.inputs.items():
+                    t.copy_(entry.pristine[name])
+        self.inputs_pristine = False  # the coming call may write them: the check after it says whether it did
         for s in self.sets:
-            s.bufs.load_inputs(s.pristine)
             s.bufs.reset()
-        for entry in self.library:
-            for name, t in entry.inputs.items():
-                t.copy_(entry.pristine[name])
         self.cand.restore_globals()
 
     def prepare(self) -> None:
@@ -143,29 +171,46 @@ class CandidateCalls:
         return self.library[self.library_current].fn()
 
     def library_check(self, out) -> None:
-        self.check_state()
-        torch.stack(sketch_tensors(out, self.key)).tolist()
+        self._read_and_check_state(sketch_tensors(out, self.key, self.signs))  # the same GPU work as a candidate's check
 
     # ---- checks after a call ----
-    def check_state(self) -> None:
-        """Guard zones of every set, and the inputs of every set and of the library against their pristine copies."""
-        for s in self.sets:
-            check_guards(s.bufs)
+    def _input_pairs(self) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
         pairs = [(f"{n} of input set {s.index}", s.bufs.tensors[n].data, x) for s in self.sets for n, x in s.pristine.items()]
-        pairs += [(f"{n} of the library's inputs", t, e.pristine[n]) for e in self.library for n, t in e.inputs.items()]
-        flags = torch.stack([(now != was).any() for _, now, was in pairs]).tolist() if pairs else []
-        changed = [what for (what, _, _), bad in zip(pairs, flags) if bad]
+        return pairs + [(f"{n} of the library's inputs", t, e.pristine[n]) for e in self.library for n, t in e.inputs.items()]
+
+    def _read_and_check_state(self, extra: list[torch.Tensor]) -> list[float]:
+        """Guard zones of every set, every input (of every set and of the library) against its pristine copy bit for
+        bit, and `extra` device scalars, read back in one transfer; raises on a damaged guard or a changed input,
+        else returns the values of `extra`."""
+        pairs = self._input_pairs()
+        parts = [s.bufs.guard_counts().reshape(-1).to(torch.float64) for s in self.sets]
+        if pairs:
+            parts.append(torch.stack([(bits(now) != bits(was)).any() for _, now, was in pairs]).to(torch.float64))
+        if extra:
+            parts.append(torch.stack(extra))
+        values = torch.cat(parts).tolist()
+        pos = 0
+        for s in self.sets:
+            n = len(s.bufs.all)
+            check_guards(s.bufs, [values[pos + 2 * j:pos + 2 * j + 2] for j in range(n)])
+            pos += 2 * n
+        changed = [what for (what, _, _), bad in zip(pairs, values[pos:pos + len(pairs)]) if bad]
         if any("library" in c for c in changed):
             raise Failed("RUNTIME_ERROR", f"out-of-bounds write: the kernel wrote into {', '.join(changed)}",
                          runtime_error="OUT_OF_BOUNDS_WRITE: library baseline inputs")
         if changed:
             raise Failed("INCORRECT_NUMERICAL", f"the kernel modified its input(s): {', '.join(changed)}")
+        self.inputs_pristine = True
+        return values[pos + len(pairs):]
+
+    def check_state(self) -> None:
+        """Guard zones of every set, and the inputs of every set and of the library against their pristine copies."""
+        self._read_and_check_state([])
 
     def observe(self, k: int) -> Sketch:
-        """After a call on set k: check_state, then the sketch of set k's outputs."""
-        self.check_state()
+        """After a call on set k: check_state, then the sketch of set k's outputs (one read of both)."""
         outputs = {n: self.sets[k].bufs.tensors[n].data for n in self.sets[k].bufs.outputs}
-        values = torch.stack(sketch_tensors(outputs, self.key)).tolist()
+        values = self._read_and_check_state(sketch_tensors(outputs, self.key, self.signs))
         return to_sketch(list(outputs), values)
 
     def checked_call(self, k: int, flush_bytes: int) -> tuple[float, Sketch]:

@@ -45,6 +45,29 @@ class NoGpuError(RuntimeError):
     """The pool could not start a worker: no GPU, or a missing GPU-side package (the message says which)."""
 
 
+def visible_devices() -> list[int] | None:
+    """The GPUs a worker will see, known without touching CUDA here (the parent never imports torch), so every
+    GPU's worker starts at once; None when only a worker can tell (then the first one is asked, and the others
+    start after it: one worker's start-up later)."""
+    import os
+    import shutil
+    import subprocess
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        entries = [e for e in visible.split(",") if e.strip()]
+        return list(range(len(entries))) or None
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    count = sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+    return list(range(count)) or None
+
+
 class PoolConfig(BaseModel):
     devices: list[int] | None = Field(None, description="GPU indices; None = every visible GPU")
     start_method: str = Field("forkserver", description="'forkserver' (fast replacement) or 'spawn'")
@@ -171,15 +194,24 @@ class GpuPool:
     def start(self) -> GpuPool:
         if self._started:
             return self
-        devices = self.config.devices
-        first = self._spawn(devices[0] if devices else 0)
-        hello = self._await_hello(first)
+        guess = self.config.devices if self.config.devices is not None else visible_devices()
+        actives = {d: self._spawn(d) for d in (guess or [0])}  # every GPU's worker starts at once when they are known
+        first = next(iter(actives.values()))
+        try:
+            hello = self._await_hello(first)
+        except NoGpuError:
+            for w in actives.values():
+                w.kill()
+            raise
         self.info = hello
-        if devices is None:
-            devices = list(range(int(hello.get("device_count", 1))))
+        count = int(hello.get("device_count", 1))
+        devices = self.config.devices if self.config.devices is not None else list(range(count))
+        for d, w in actives.items():
+            if d not in devices:  # a guess the worker's CUDA does not confirm (CUDA_VISIBLE_DEVICES naming a missing GPU)
+                w.kill()
         for d in devices:
             slot = DeviceSlot(d)
-            slot.active = first if d == first.device else self._spawn(d)
+            slot.active = actives.get(d) or self._spawn(d)
             for _ in range(self.config.spares):
                 slot.spares.append(self._spawn(d))
             self.slots.append(slot)

@@ -171,7 +171,7 @@ def new_inputs_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload
     s = calls.sets[0]
     phase("prepare", job.prepare_timeout_s)
     s.seed = s.seed + CHECK_SEED_OFFSET
-    s.pristine = make_inputs(wl, s.seed, dist, "cuda")
+    calls.set_pristine(0, make_inputs(wl, s.seed, dist, "cuda"))
     calls.verified.pop(0, None)
     _, stats = judged_call(calls, referee, wl, 0, len(calls.sets), dist, job, phase, flush_bytes, watch)
     for st in stats:

@@ -23,9 +23,10 @@ class Failed(Exception):
         self.replace = replace
 
 
-def check_guards(bufs: BufferSet) -> None:
-    """Raise RUNTIME_ERROR (OUT_OF_BOUNDS_WRITE) when a guard zone around any buffer was written."""
-    damaged = bufs.damaged_guards()
+def check_guards(bufs: BufferSet, counts: list[list[int]] | None = None) -> None:
+    """Raise RUNTIME_ERROR (OUT_OF_BOUNDS_WRITE) when a guard zone around any buffer was written (`counts`: the
+    set's guard_counts() already read by the caller)."""
+    damaged = bufs.damaged_guards(counts)
     if damaged:
         raise Failed("RUNTIME_ERROR", "out-of-bounds write: the kernel wrote outside its buffers ("
                      + "; ".join(damaged) + ")", runtime_error="OUT_OF_BOUNDS_WRITE: " + "; ".join(damaged))
