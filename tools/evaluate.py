@@ -5,11 +5,13 @@ for the GPU's SM count -> the worker pool (correctness, timing, repeat-call chec
 With options.no_gpu it stops after compile + SASS (status COMPILED when that much is clean,
 gpu_evaluated=False: it never ran, so it is not PASSED). The pool starts on the first GPU evaluation, so compile-only use never
 touches CUDA. A kernel's failure is a status in the result; a missing GPU is INFRA_ERROR with a
-message that names what is missing.
+message that names what is missing. The profile a passing kernel would get is started beside its timing
+and kept only if the evaluation then asks for that level (tools/profile/early.py).
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 
 from ..workloads.registry import get_workload
@@ -21,6 +23,7 @@ from .gpu.messages import GpuJob, GpuOutcome
 from .gpu.pool import GpuPool, NoGpuError, PoolConfig
 from .solution.plan import FormatIssue
 from .profile import attach
+from .profile.early import EarlyProfile
 from .results import EvalResult, Fingerprint, RuntimeTarget
 from .solution.parse import PlanError, parse_solution, resolve_plan
 
@@ -78,6 +81,10 @@ def _message(result: GpuOutcome | dict) -> str:
 class LocalEvaluator:
     """Evaluate solutions on the local GPUs (one worker process per GPU, started on first use)."""
 
+    # The profile a pass would get starts beside the timing (tools/profile/early.py); PTXBENCH_EARLY_PROFILE=0 turns
+    # it off (a comparison, or a machine short of CPU).
+    early_profiles = os.environ.get("PTXBENCH_EARLY_PROFILE", "1") != "0"
+
     def __init__(self, pool: GpuPool | None = None, pool_config: PoolConfig | None = None):
         self._pool = pool
         self._pool_config = pool_config
@@ -132,8 +139,15 @@ class LocalEvaluator:
                      seed=options.seed, time=options.time, timeout_s=options.timeout_s,
                      **{k: getattr(options, k) for k in ("warmup", "iters", "timing_trials")
                         if getattr(options, k, None) is not None})
+        cubin_sha = hashlib.sha256(cubin).hexdigest()
+        early = self._early_profile(pool, options, wl.id, solution.source, comp, cubin_sha)
         t0 = time.perf_counter()
-        result = self._submit(pool, job, options.turn)
+        try:
+            result = self._submit(pool, job, options.turn)
+        except BaseException:
+            if early is not None:
+                early.drop()
+            raise
         seconds["gpu"] = time.perf_counter() - t0
         seconds.update({f"gpu.{k}": v for k, v in result.seconds.items()})
         fp = Fingerprint.model_validate({**pool.fingerprint, "ptxas": comp.tools.get("ptxas", ""), "jail": comp.jail})
@@ -145,9 +159,31 @@ class LocalEvaluator:
         if evaluated.status == "TIMEOUT" and level != "none":  # ncu would replay the hang until its own time limit
             level, evaluated.profile_reason = "none", f"not profiled: the kernel hung ({why or 'profile asked for'})"
         if level != "none" or options.sanitize:
-            evaluated = self._attach_profile(evaluated, options, level, why, solution, comp,
-                                             hashlib.sha256(cubin).hexdigest())
+            evaluated = self._attach_profile(evaluated, options, level, why, solution, comp, cubin_sha, early)
+        elif early is not None:
+            early.drop()
         return evaluated
+
+    def _cached_profile(self, cubin_sha: str, workload: str, arch: str, level: str) -> dict | None:
+        """The profile of an identical cubin taken at `level` or a stronger one, if any."""
+        cached = self._profiles.get((cubin_sha, workload, arch)) if level != "none" else None
+        return cached if cached is not None and stronger(cached["level"], level) == cached["level"] else None
+
+    def _early_profile(self, pool: GpuPool, options: EvalOptions, workload: str, source: str, comp,
+                       cubin_sha: str) -> EarlyProfile | None:
+        """Start the profile a passing kernel would get, beside its timing (tools/profile/early.py); None when a
+        pass would take none, the profile cache already holds it, or early starts are switched off."""
+        level, _ = options.profile_level(True, None)
+        if (level == "none" or not self.early_profiles or self._cached_profile(cubin_sha, workload, options.arch, level)
+                or not comp.cubin_path):
+            return None
+        from .profile.candidate import measure_candidate
+
+        device = pool.pick_device()
+        return EarlyProfile(lambda hold: measure_candidate(workload, source, comp.cubin_path, arch=options.arch,
+                                                           full=level == "full", seed=options.seed or 0, device=device,
+                                                           hold=hold),
+                            level, hold=lambda: pool.exclusive(device), device=device)
 
     def _submit(self, pool: GpuPool, job: GpuJob, turn: int | None) -> GpuOutcome:
         """The pool's verdict, or the remembered TIMEOUT of an identical job (the hang is not paid again)."""
@@ -164,14 +200,14 @@ class LocalEvaluator:
                 self._hangs.release(key, result, turn)
 
     def _attach_profile(self, result: EvalResult, options: EvalOptions, level: str, why: str, solution, comp,
-                        cubin_sha: str) -> EvalResult:
+                        cubin_sha: str, early: EarlyProfile | None = None) -> EvalResult:
         """Profile / sanitize the candidate. The counts of one binary on one GPU do not change between submissions, so
         a profile of the same cubin (a model resubmitting a kernel) at the level asked for or above is reused instead
         of replayed under ncu again. ncu's replay holds its GPU only while it replays the launches (the pool's
         exclusive(device) between the replay's ready and done); the sanitizer holds one for its whole run."""
         key = (cubin_sha, result.workload, options.arch)
-        cached = self._profiles.get(key) if level != "none" else None
-        if cached is not None and stronger(cached["level"], level) == cached["level"]:
+        cached = self._cached_profile(cubin_sha, result.workload, options.arch, level)
+        if cached is not None:
             result.targets_runtime = {k: RuntimeTarget.model_validate(v) for k, v in cached["targets_runtime"].items()}
             result.profile = {**(cached["profile"] or {}), "reused_from_identical_cubin": True}
             result.feedback = cached["feedback"]
@@ -184,12 +220,13 @@ class LocalEvaluator:
                                                    get_workload(result.workload), result.timing, arch=options.arch, note=why)
             result.seconds["profile"] = 0.0
             level = "none"
+        measured = early.claim(level) if early is not None else None  # the early run, when it is at this level
         if level == "none" and not options.sanitize:
             return result
         pool = self.pool
-        device = pool.pick_device() if level != "none" else None
+        device = (early.device if measured is not None else pool.pick_device()) if level != "none" else None
         result = attach(result, options, solution.source, comp, solution.language, device=device, level=level, why=why,
-                        hold=lambda: pool.exclusive(device), sanitize_hold=pool.exclusive)
+                        hold=lambda: pool.exclusive(device), sanitize_hold=pool.exclusive, measured=measured)
         if level != "none" and result.targets_runtime and all(t.verdict != "unknown" for t in result.targets_runtime.values()):
             self._profiles[key] = {"targets_runtime": {k: v.model_dump() for k, v in result.targets_runtime.items()},
                                    "profile": result.profile, "feedback": result.feedback, "level": level}

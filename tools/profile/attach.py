@@ -25,7 +25,8 @@ from ptxbench.tools.results import CompileResult, EvalResult
 
 def attach(result: EvalResult, options: EvalOptions, source: str, compile_result: CompileResult, language: str = "ptx",
            *, device: int | None = None, level: str | None = None, why: str = "", hold=None,
-           sanitize_hold=None) -> EvalResult:
+           sanitize_hold=None, measured=None) -> EvalResult:
+    """`measured`: (summary, seconds) of the ncu run at `level` already made (early.py), judged here instead of a new run."""
     if not result.gpu_evaluated or compile_result.status != "ok" or not compile_result.cubin_path:
         return result
     if level is None:
@@ -35,7 +36,7 @@ def attach(result: EvalResult, options: EvalOptions, source: str, compile_result
 
         outcome = profile_candidate(result.workload, source, compile_result.cubin_path, arch=options.arch,
                                     compile_result=compile_result, full=level == "full", seed=options.seed or 0,
-                                    device=device, timing=result.timing, hold=hold, note=why)
+                                    device=device, timing=result.timing, hold=hold, note=why, measured=measured)
         outcome.apply_to(result)
         result.profile_reason = why
     if options.sanitize:

@@ -42,7 +42,7 @@ class ProfileOutcome(BaseModel):
         if self.summary is not None:
             result.profile_level = self.summary.mode
         result.seconds["profile"] = round(self.seconds, 3)
-        for key in ("gpu_held_s", "gpu_wait_s"):
+        for key in ("gpu_held_s", "gpu_wait_s", "gpu_ready_s"):
             value = getattr(self.summary, key, None)
             if value is not None:
                 result.seconds[f"profile.{key[:-2]}"] = value
@@ -65,6 +65,29 @@ def replay_argv(workload_id: str, source_path: Path, cubin_path: str | Path, arc
     return argv + (["--exact"] if exact else [])
 
 
+def measure_candidate(workload_id: str, source: str, cubin_path: str | Path, *, arch: str = DEFAULT_ARCH, full: bool = True,
+                      timeout_s: float = 120.0, seed: int = 0, workdir: str | Path | None = None, device: int | None = None,
+                      hold=None) -> ProfileSummary:
+    """The ncu run of profile_candidate alone (its arguments mean the same): the parsed summary, nothing judged yet.
+    Split out so that an evaluator can start it before the timing result is in (tools/profile/early.py)."""
+    from ptxbench.workloads.registry import get_workload
+
+    from .runner import profile_command
+
+    profile = get_arch(arch)
+    wl = get_workload(workload_id)
+    families = wl.targets.get(arch, [f.name for f in profile.families])
+    counters = [c for name in families for c in profile.family(name).counters]
+    with tempfile.TemporaryDirectory(prefix="ptxbench-profile-") as tmp:
+        work = Path(workdir) if workdir is not None else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        source_path = work / "solution.txt"
+        source_path.write_text(source)
+        env = device_env(device)
+        return profile_command(replay_argv(workload_id, source_path, cubin_path, arch, seed), counters=counters,
+                               full=full, timeout_s=timeout_s, workdir=work, env=env, hold=hold)
+
+
 def profile_candidate(
     workload_id: str,
     source: str,
@@ -81,6 +104,7 @@ def profile_candidate(
     timing: Timing | None = None,
     hold=None,
     note: str = "",
+    measured: tuple[ProfileSummary, float] | None = None,
 ) -> ProfileOutcome:
     """Profile one candidate (the solution file `source`, assembled to `cubin_path`) on this machine's GPU.
 
@@ -95,26 +119,22 @@ def profile_candidate(
     `hold` (a callable returning a context manager that takes `device`) gates the replay: the GPU is
     held only while the launches are replayed (runner.py, gated.py). With full=False the feedback is
     the short one of brief.py: where the kernel stands, the target verdicts, and `note` (why the
-    per-line profile was not taken).
+    per-line profile was not taken). `measured`: (summary, seconds) of a measure_candidate run made
+    already at this level (an early start); then only the judging and the feedback happen here.
     """
     from ptxbench.workloads.registry import get_workload
 
     from .feedback import profile_feedback
-    from .runner import profile_command
 
     start = time.perf_counter()
     profile = get_arch(arch)
     wl = get_workload(workload_id)
     families = wl.targets.get(arch, [f.name for f in profile.families])
-    counters = [c for name in families for c in profile.family(name).counters]
-    with tempfile.TemporaryDirectory(prefix="ptxbench-profile-") as tmp:
-        work = Path(workdir) if workdir is not None else Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        source_path = work / "solution.txt"
-        source_path.write_text(source)
-        env = device_env(device)
-        summary = profile_command(replay_argv(workload_id, source_path, cubin_path, arch, seed), counters=counters,
-                                  full=full, timeout_s=timeout_s, workdir=work, env=env, hold=hold)
+    if measured is not None:
+        summary, before = measured
+    else:
+        summary, before = measure_candidate(workload_id, source, cubin_path, arch=arch, full=full, timeout_s=timeout_s,
+                                            seed=seed, workdir=workdir, device=device, hold=hold), 0.0
     static = static_histogram(compile_result.kernels) if compile_result is not None and compile_result.kernels else None
     verdicts = runtime_verdicts(profile, summary, families, static)
     if compile_result is not None and summary.ok:
@@ -127,4 +147,4 @@ def profile_candidate(
 
         feedback = verdict_feedback(summary, verdicts, wl, timing, arch=arch, note=note)
     return ProfileOutcome(ok=summary.ok, error=summary.error, targets_runtime=verdicts, summary=summary,
-                          feedback=feedback, seconds=time.perf_counter() - start)
+                          feedback=feedback, seconds=before + time.perf_counter() - start)

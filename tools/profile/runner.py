@@ -139,6 +139,7 @@ def profile_command(target: list[str], *, counters: list[str], full: bool = True
     report = workdir / "profile"
     metrics = (BASE_METRICS if full else VERDICT_METRICS) + counters
     held = waited = 0.0
+    ready = None
     log, cmd, rc = "", [], None
     for attempt in range(2):  # the second only when ncu named a counter this ncu/GPU lacks: profile without it
         left = max(1.0, timeout_s - (time.perf_counter() - start)) if attempt else timeout_s
@@ -150,11 +151,13 @@ def profile_command(target: list[str], *, counters: list[str], full: bool = True
             cmd = ncu_command(ncu, target + ["--handshake", str(folder)], report, metrics, full)
             rc, log, times = run_gated(cmd, env=env, folder=folder, hold=hold, limit_s=left)
             held, waited = held + times.held_s, waited + times.wait_s
+            ready = times.ready_s if ready is None else ready
         dropped = _UNKNOWN_METRIC.findall(log or "")
         if attempt or rc in (0, None) or not dropped:
             break
         metrics = [m for m in metrics if m.rsplit(".", 1)[0] not in dropped and m not in dropped]
-    gate = dict(gpu_held_s=round(held, 3), gpu_wait_s=round(waited, 3)) if hold is not None else {}
+    gate = dict(gpu_held_s=round(held, 3), gpu_wait_s=round(waited, 3),
+                gpu_ready_s=round(ready, 3) if ready is not None else None) if hold is not None else {}
     (workdir / "ncu.log").write_text(log or "")
     reason = failure_reason(rc, log or "", timeout_s)
     report_file = report.with_suffix(".ncu-rep")

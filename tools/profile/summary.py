@@ -80,6 +80,8 @@ class ProfileSummary(BaseModel):
     ncu_version: str = ""
     command: list[str] = Field(default_factory=list)
     seconds: float = 0.0
+    gpu_ready_s: float | None = Field(None, description="seconds from the replay's start to its ready (interpreter, imports, "
+                                                       "CUDA context, cubin; gated runs only)")
     gpu_held_s: float | None = Field(None, description="seconds the GPU was held for the replay (gated runs only)")
     gpu_wait_s: float | None = Field(None, description="seconds the ready replay waited for the GPU (gated runs only)")
 

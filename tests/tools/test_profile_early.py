@@ -1,0 +1,50 @@
+"""A profile started beside the timing (tools/profile/early.py): its start-up overlaps the timing, it takes the
+GPU only once the evaluation asks for its level, and any other decision kills it without taking the GPU. The fake
+ncu of test_profile_gate.py plays ncu and the replay."""
+from __future__ import annotations
+
+import os
+import time
+
+from ptxbench.tools.profile import runner
+from ptxbench.tools.profile.early import EarlyProfile
+
+from test_profile_gate import Recorder, fake_ncu  # noqa: F401 - the fixture
+
+
+def start_fake(tmp_path):
+    return lambda hold: runner.profile_command(["replay"], counters=[], full=False, workdir=tmp_path / "w", hold=hold,
+                                               env=dict(os.environ))
+
+
+def test_the_wanted_level_runs_once_decided_and_its_start_up_overlapped_the_timing(fake_ncu, tmp_path):
+    hold = Recorder()
+    early = EarlyProfile(start_fake(tmp_path), "verdict", hold=hold, device=0)
+    time.sleep(0.8)  # the candidate's timing: the replay gets ready meanwhile (0.4 s of start-up)
+    decided = time.time()
+    summary, seconds = early.claim("verdict")
+    stamps = fake_ncu()
+    assert summary.ok, summary.error
+    assert stamps["ready"] < decided  # the start-up ran beside the timing ...
+    (taken, given), = hold.spans
+    assert decided <= taken <= stamps["go"] and given < stamps["exit"]  # ... and the GPU was taken only after it
+    assert summary.gpu_wait_s < 0.3  # the wait for the decision is not counted as a wait for the GPU
+    assert seconds >= 0.8 + 0.2 and summary.gpu_held_s < 0.5
+
+
+def test_another_level_kills_the_early_run_without_taking_the_gpu(fake_ncu, tmp_path):
+    hold = Recorder()
+    early = EarlyProfile(start_fake(tmp_path), "verdict", hold=hold, device=0)
+    t0 = time.monotonic()
+    assert early.claim("full") is None and time.monotonic() - t0 < 0.1  # the evaluation does not wait for it
+    assert early.join(timeout=10)
+    assert hold.spans == []
+    assert not (tmp_path / "stamps.json").exists()  # killed at its gate: the fake ncu never reached its end
+
+
+def test_a_drop_before_the_replay_is_ready_kills_it_too(fake_ncu, tmp_path):
+    hold = Recorder()
+    early = EarlyProfile(start_fake(tmp_path), "full", hold=hold)
+    early.drop()  # the kernel failed, or the evaluation raised
+    assert early.join(timeout=10) and hold.spans == []
+    early.drop()  # idempotent
