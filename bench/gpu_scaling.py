@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -42,7 +43,11 @@ def bench_once(devices: str, run_dir: Path, args) -> dict:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
         wall = time.perf_counter() - start
     (run_dir.parent / f"{run_dir.name}.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
-    return {"devices": devices, "returncode": proc.returncode, "wall_s": round(wall, 1), **trajectories(run_dir),
+    text = re.sub(r"\s+", " ", proc.stdout + proc.stderr)  # the console may wrap the line
+    phases = re.search(r"trajectories in (\d+) s \(evaluator start ([\d.]+) s, close ([\d.]+) s\)", text)
+    bench = ({"bench_s": float(phases.group(1)), "evaluator_start_s": float(phases.group(2)),
+              "evaluator_close_s": float(phases.group(3))} if phases else {})
+    return {"devices": devices, "returncode": proc.returncode, "wall_s": round(wall, 1), **bench, **trajectories(run_dir),
             "nvidia_smi": smi.summary(), "log_tail": (proc.stderr or proc.stdout)[-1500:] if proc.returncode else ""}
 
 
@@ -71,12 +76,13 @@ def trajectories(run_dir: Path) -> dict:
 def markdown(out: dict) -> str:
     lines = [f"Matrix: {', '.join(WORKLOADS)} x {', '.join(MODELS)} x {out['trajectories']} trajectories, "
              f"{out['turns']} turns, profile policy auto, ncu lock: {out['ncu_lock']}.", "",
-             "| GPUs | wall s | evaluations | statuses | profiles | verdicts | busy share per GPU (nvidia-smi) |",
-             "|---|---|---|---|---|---|---|"]
+             "| GPUs | wall s | evaluator start / close s | evaluations | statuses | profiles | verdicts | busy share per GPU (nvidia-smi) |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, r in out["runs"].items():
         busy = ", ".join(f"GPU{g}: {s.get('busy_share', '-')} ({s.get('busy_pct_mean', '-')}% mean)"
                          for g, s in r["nvidia_smi"].items() if isinstance(s, dict))
-        lines.append(f"| {name} ({r['devices']}) | {r['wall_s']} | {r['evaluations']} | {r['statuses']} | "
+        lines.append(f"| {name} ({r['devices']}) | {r['wall_s']} | {r.get('evaluator_start_s', '-')} / "
+                     f"{r.get('evaluator_close_s', '-')} | {r['evaluations']} | {r['statuses']} | "
                      f"{r['profile_levels']} | {r['verdicts']} | {busy} |")
     if out.get("speedup"):
         lines += ["", f"Speedup 1 -> 2 GPUs: {out['speedup']:.2f}x (goal: at least 1.8x)."]

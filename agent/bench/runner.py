@@ -54,6 +54,8 @@ class BenchOutcome(BaseModel):
     config: BenchConfig
     trajectories: list[TrajectoryReport]
     elapsed_s: float
+    setup_s: float = 0.0  # making the evaluator (a local GPU run: starting the workers) before any trajectory
+    close_s: float = 0.0  # closing it after the last one (the workers' exit)
 
 
 RUNTIME_FIELDS = ("backend", "ray_address", "gpus", "parallel", "provider_limits", "api_base", "infra_retries")
@@ -152,7 +154,10 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
         for line in check_run(run_dir, [c.trajectory_id() for c in expand(config)], restart):
             print(f"note: {line}", file=sys.stderr)
     own_evaluator = evaluator is None
+    t0 = time.monotonic()
     evaluator = evaluator or make_evaluator(config)  # no GPU for a GPU run: fails before the run folder is made
+    setup_s = time.monotonic() - t0
+    close_s = 0.0
     if not resume:
         _write_manifest(config, run_dir)
     checkpointer = open_checkpointer(run_dir / "checkpoints.sqlite")
@@ -165,7 +170,10 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
     finally:
         checkpointer.conn.close()
         if own_evaluator:
+            t0 = time.monotonic()
             evaluator.close()
+            close_s = time.monotonic() - t0
     reports = [r if isinstance(r, TrajectoryReport) else _report(c, infra_failed=True, error=f"{type(r).__name__}: {r}")
                for c, r in zip(configs, results)]
-    return BenchOutcome(run_dir=str(run_dir), config=config, trajectories=reports, elapsed_s=time.monotonic() - start)
+    return BenchOutcome(run_dir=str(run_dir), config=config, trajectories=reports, elapsed_s=time.monotonic() - start,
+                        setup_s=setup_s, close_s=close_s)

@@ -137,7 +137,8 @@ def bench(
     except BenchError as exc:  # a run folder in the way, no GPU, a matrix with repeated ids: nothing was written
         raise inputs.BadInput(str(exc)) from None
     failed = sum(r.infra_failed for r in outcome.trajectories)
-    console.print(f"{len(outcome.trajectories)} trajectories in {outcome.elapsed_s:.0f} s, {failed} infra-failed; run: {run_dir}")
+    console.print(f"{len(outcome.trajectories)} trajectories in {outcome.elapsed_s:.0f} s (evaluator start {outcome.setup_s:.1f} s, "
+                  f"close {outcome.close_s:.1f} s), {failed} infra-failed; run: {run_dir}")
     from ..report.tables import leaderboard
     from ..scoring import score_runs
 
