@@ -5,7 +5,7 @@ timed against the library (interleaved, 95% interval) where it passed. Run on a 
   source bench/gpu_env.sh && python3 bench/attention_bwd_check.py [--json OUT.json] [--timed ID,ID]
       [--variant NAME|FILE] [--profile ID,ID] [--label v1]
 
---variant evaluates a variant of the kernel (a name of bench/variants/attention_bwd.py, or a file with the
+--variant evaluates a variant of the kernel (a name of workloads/solutions/attention_bwd_variants.py, or a file with the
 reference's plan lines); --profile takes a full
 Nsight Compute profile of those workloads after their timed run and prints its feedback (the hot lines).
 Prints one line per evaluation as it lands and a Markdown table last.
@@ -35,15 +35,12 @@ def _row(wid: str, res, seconds: float) -> dict:
 
 
 def _variant(name: str) -> str:
-    """A variant's text: a name of bench/variants/attention_bwd.py, else a file's contents."""
+    """A variant's text: a name of workloads/solutions/attention_bwd_variants.py, else a file's contents."""
     if Path(name).is_file():
         return Path(name).read_text(encoding="utf-8")
-    import importlib.util
+    from ptxbench.workloads.solutions.attention_bwd_variants import variant_text
 
-    spec = importlib.util.spec_from_file_location("bwd_variants", Path(__file__).parent / "variants" / "attention_bwd.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.variant_text(name)
+    return variant_text(name)
 
 
 def main() -> None:
@@ -56,7 +53,7 @@ def main() -> None:
     ap.add_argument("--json", default="")
     ap.add_argument("--timed", default=",".join(MAIN))
     ap.add_argument("--untimed", default=",".join(SMOKE_FIRST + MAIN))
-    ap.add_argument("--variant", default="", help="a variant name (bench/variants/attention_bwd.py) or a file")
+    ap.add_argument("--variant", default="", help="a variant name (workloads/solutions/attention_bwd_variants.py) or a file")
     ap.add_argument("--profile", default="", help="workloads to profile in full after their timed run")
     ap.add_argument("--label", default="")
     args = ap.parse_args()

@@ -9,7 +9,7 @@
 #   gpu-tests (560)     the GPU tests of what changed most recently: profile, evaluator (watchdog), fault corpus,
 #                       backward, references
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
-#   bwd-variants (240)  each variant of bench/variants/attention_bwd.py on the D = 128 / 96 workloads, timed
+#   bwd-variants (240)  each variant of workloads/solutions/attention_bwd_variants.py on the D = 128 / 96 workloads, timed
 #   attn-sweep (420)    the attention forward template's points (bench/attention_sweep.py)
 #   gemm-tests (240)    the GEMM template's GPU tests against torch, ping-pong and the stream-K tail included
 #   gemm-sweep (420)    the GEMM template's points on the four GEMM workloads (bench/gemm_sweep.py)

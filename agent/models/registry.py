@@ -1,7 +1,7 @@
 """Model strings -> Model objects, importing lazily (litellm only when an LLM is asked for).
 
     builtin/reference        the workload's reference solution (checks the set-up)
-    builtin/tuner            feedback-guided search over the GEMM / attention-forward templates (the default; no key)
+    builtin/tuner            feedback-guided search over the GEMM and attention templates (the default; no key)
     builtin/tuner:weak       the same search from the template's deliberately weak point (shows the climb)
     builtin/unchanged        resubmits the --start-from kernel untouched (the repair track's floor)
     replay/<path>            the model messages of a recorded trajectory, in order

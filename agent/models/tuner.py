@@ -2,7 +2,7 @@
 evaluations said, and says why.
 
 The template (GEMM workloads: workloads/solutions/gemm_template.py; the attention forward, mha_fwd:
-attention_template.py) is any module with PARAM_SPACE, default_params(), render(params), validate(params[, shape]),
+attention_template.py; the attention backward, mha_bwd: attention_bwd_template.py, over its built versions) is any module with PARAM_SPACE, default_params(), render(params), validate(params[, shape]),
 and, for `builtin/tuner:weak`, weak_params(); default_params / weak_params may take the workload (the attention
 template's points carry the problem: head dim, causal, GQA, which are never searched); optionally TUNER_LEVERS,
 TUNER_LINES, TUNER_PRIORS and TUNER_WORDS (agent/models/tuner_rules.py). Every point is validated against the
@@ -32,7 +32,8 @@ from .tuner_rules import Candidate, rank
 from .tuner_space import Params, as_dict, is_valid, key, ordered
 
 TEMPLATES = {"gemm": "ptxbench.workloads.solutions.gemm_template",
-             "mha_fwd": "ptxbench.workloads.solutions.attention_template"}
+             "mha_fwd": "ptxbench.workloads.solutions.attention_template",
+             "mha_bwd": "ptxbench.workloads.solutions.attention_bwd_template"}
 RESOURCE_WORDS = ("shared memory", "smem", "register", "spill", "C7511", "too many resources", "out of resources")
 # Statuses whose parameters the search moves from: PASSED, and COMPILED when no GPU can say more.
 SEARCH_FROM = ("PASSED", "COMPILED")

@@ -15,6 +15,9 @@ The attention forward's roles (workloads/solutions/attention_template.py):
     the softmax lines hot while the tensor pipe is not saturated -> ping-pong schedule (schedule)
     the tensor pipe under 75% busy with key tiles shorter than 128 -> a longer key tile (key_tile)
     spills -> a shorter key tile, a smaller producer register budget;  causal -> longest-first order (lpt)
+The attention backward's (workloads/solutions/attention_bwd_template.py):
+    the dQ reduction lines hot -> dQ by one bulk reduce-add per query block (dq_reduce)
+    the exponentials or the consumers' barrier hot -> decoupled consumers (schedule, as the forward's ping-pong)
 A template may declare TUNER_PRIORS (role -> worth, or worth(old, new)) and TUNER_WORDS (role -> what the move
 is) to replace the GEMM's numbers and words for its roles.
 
@@ -64,6 +67,7 @@ WORDS = {
     "schedule": "the ping-pong schedule (one consumer's softmax under the other's GEMMs)",
     "lpt": "longest-first tile order across groups of heads",
     "producer": "a different producer register budget",
+    "dq_reduce": "dQ by one bulk reduce-add per query block",
 }
 
 
@@ -164,6 +168,9 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
         busy = f", the tensor pipe busy only {tensor:.0f}% of the time" if tensor is not None else ""
         add("schedule", "goal", soft[0] / 10, f"the softmax holds {soft[0]:.0f}% of stall samples ({soft[1]}){busy}: "
                                               "the tensor pipe idles while the softmax runs")
+    dq = _line_share(ev, lines.get("dq_reduce", ()))
+    if dq[0] >= 5:
+        add("dq_reduce", "goal", dq[0] / 5, f"the dQ reductions hold {dq[0]:.0f}% of stall samples ({dq[1]})")
     key_name = levers.get("key_tile", ("",))[0]
     bn = params.get(key_name)
     if tensor is not None and tensor < TENSOR_BUSY and isinstance(bn, int) and bn < KEY_TILE_FULL:

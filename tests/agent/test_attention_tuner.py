@@ -60,7 +60,10 @@ def test_the_attention_forward_is_searched_from_its_template(wid):
     assert weak_reply.tags["params"]["causal"] == workload.causal and not at.validate(weak(wid), workload)
 
 
-def test_workloads_without_a_template_still_get_the_reference():
+def test_workloads_without_a_template_still_get_the_reference(monkeypatch):
+    import ptxbench.agent.models.tuner as tuner_module
+
+    monkeypatch.setattr(tuner_module, "TEMPLATES", {k: v for k, v in tuner_module.TEMPLATES.items() if k != "mha_bwd"})
     tuner = TunerModel("mha_bwd_d128")
     assert tuner.template is None
     assert tuner.query(ModelRequest(messages=[], turn=1)).tags == {"reference": True}

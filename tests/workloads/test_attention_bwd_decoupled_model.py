@@ -1,4 +1,4 @@
-"""A model of the synchronisation of the `decoupled` attention backward (bench/variants/attention_bwd.py), played
+"""A model of the synchronisation of the `decoupled` attention backward (workloads/solutions/attention_bwd_variants.py), played
 without a GPU.
 
 The model does not restate the kernel: it reads the rendered kernel text (variant_text("decoupled")), parses the
@@ -40,23 +40,18 @@ by one, no kick arrival, arrivals per warpgroup, stores / releases moved across 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import random
 import re
 from collections import Counter
-from pathlib import Path
 
 import pytest
-
-VARIANTS_PY = Path(__file__).resolve().parents[2] / "bench" / "variants" / "attention_bwd.py"
 
 
 @functools.lru_cache(maxsize=1)
 def _variants():
-    spec = importlib.util.spec_from_file_location("attention_bwd_variants_model", VARIANTS_PY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from ptxbench.workloads.solutions import attention_bwd_variants
+
+    return attention_bwd_variants
 
 
 @functools.lru_cache(maxsize=1)

@@ -4,8 +4,6 @@ it covers every backward workload of the registry, its plans resolve, it compile
 GPU) it passes with a measured floor against cuDNN. Figures: bench/results/attention_bwd.md."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ptxbench.tools.compile import compile_source
@@ -66,13 +64,9 @@ def test_every_entry_point_assembles_to_wgmma_and_tma_without_spills(compiled):
 
 
 def _variants():
-    import importlib.util
+    from ptxbench.workloads.solutions import attention_bwd_variants
 
-    spec = importlib.util.spec_from_file_location(
-        "bwd_variants", Path(__file__).parents[2] / "bench" / "variants" / "attention_bwd.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return attention_bwd_variants
 
 
 # what each variant's 128-wide kernel must show: dQ by one bulk reduction, or still by vector reductions

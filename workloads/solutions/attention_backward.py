@@ -36,16 +36,13 @@ def covers(workload: Workload) -> str | None:
     return None
 
 
-def fast_backward(workload: Workload, base: str | None = None) -> str | None:
-    """The solution text for `workload`, or None where `covers` names a rule it breaks. `base`: another text with
-    the same plan lines to edit (a variant of the kernel, as bench/attention_bwd_check.py --variant evaluates)."""
-    if covers(workload) is not None:
-        return None
+def backward_text(head_dim: int, causal: bool, gqa: bool, base: str | None = None) -> str:
+    """The kernel file (`base`, else the checked-in one) with its plan lines for this problem: the entry point, D = 64's
+    shared memory, and for GQA the grid over KV heads, the group argument and the K / V maps over B * HKV * S rows."""
     text = base if base is not None else (HERE / FAST_BACKWARD).read_text(encoding="utf-8")
-    d, gqa = int(workload.symbols["D"]), "HKV" in workload.symbols
-    edits = [('kernel = "attn_bwd_wgmma"', f'kernel = "{backward_entry_point(d, workload.causal, gqa)}"')]
+    edits = [('kernel = "attn_bwd_wgmma"', f'kernel = "{backward_entry_point(head_dim, causal, gqa)}"')]
     smem = re.search(r'smem = "[^"]*"', text)
-    if d == 64 and not (smem and "D" in smem.group(0)):  # the D = 128 layout's bytes, unless a formula in D
+    if head_dim == 64 and not (smem and "D" in smem.group(0)):  # the D = 128 layout's bytes, unless a formula in D
         edits.append((smem.group(0) if smem else "smem = ", SMEM_D64))
     if gqa:  # one CTA per (key block, batch * KV head), the group argument, K / V over B * HKV * S rows
         edits.append(('grid = ["B * H", "cdiv(S, 128)"]', 'grid = ["B * HKV", "cdiv(S, 128)"]'))
@@ -53,3 +50,11 @@ def fast_backward(workload: Workload, base: str | None = None) -> str | None:
         edits += [(f'tensor = "{t}"\ndims = ["D", "B * H * S"]', f'tensor = "{t}"\ndims = ["D", "B * HKV * S"]')
                   for t in ("K", "V")]
     return plan_edits(text, edits, FAST_BACKWARD)
+
+
+def fast_backward(workload: Workload, base: str | None = None) -> str | None:
+    """The solution text for `workload`, or None where `covers` names a rule it breaks. `base`: another text with
+    the same plan lines to edit (a variant of the kernel: attention_bwd_variants.py)."""
+    if covers(workload) is not None:
+        return None
+    return backward_text(int(workload.symbols["D"]), bool(workload.causal), "HKV" in workload.symbols, base)

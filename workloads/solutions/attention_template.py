@@ -139,7 +139,8 @@ TUNER_WORDS: dict[str, str] = {
 }
 
 
-def _problem(workload: Any | None) -> dict[str, Any]:
+def problem_of(workload: Any | None) -> dict[str, Any]:
+    """The problem a point is built for, from a workload (head dim, causal, GQA; empty without one)."""
     if workload is None:
         return {}
     sym = workload.symbols
@@ -148,13 +149,13 @@ def _problem(workload: Any | None) -> dict[str, Any]:
 
 def default_params(workload: Any | None = None) -> AttnParams:
     """The reference point for a workload (without one: mha_fwd_d128, the checked-in file)."""
-    prob = _problem(workload)
+    prob = problem_of(workload)
     return AttnParams(**prob, stages=DEFAULT_STAGES[prob.get("head_dim", 128)])
 
 
 def weak_params(workload: Any | None = None) -> AttnParams:
     """A deliberately poor point for a tuner to climb from: one 64-row consumer, 64-key tiles, a 2-deep ring."""
-    return AttnParams(**_problem(workload), consumers=1, bn=64, stages=2)
+    return AttnParams(**problem_of(workload), consumers=1, bn=64, stages=2)
 
 
 def params_for(workload: Any, **changes: Any) -> AttnParams:
@@ -186,15 +187,20 @@ def _shape_problems(p: AttnParams, shape: Any) -> list[str]:
     return bad
 
 
+def space_problems(point: BaseModel, space: dict[str, list], head_dims: tuple[int, ...]) -> list[str]:
+    """A point's values outside its template's space, and a head dim the kernels do not have (the attention
+    templates share this)."""
+    bad = [f"{name}={getattr(point, name)!r} is not one of {values}" for name, values in space.items()
+           if getattr(point, name) not in values]
+    if point.head_dim not in head_dims:
+        bad.append(f"head_dim={point.head_dim} is not one of {list(head_dims)}")
+    return bad
+
+
 def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[str]:
     """Reasons this combination cannot be built or run (empty when it can). `shape`: a Workload or its symbols."""
     p = _coerce(params)
-    bad: list[str] = []
-    for name, values in PARAM_SPACE.items():
-        if getattr(p, name) not in values:
-            bad.append(f"{name}={getattr(p, name)!r} is not one of {values}")
-    if p.head_dim not in HEAD_DIMS:
-        bad.append(f"head_dim={p.head_dim} is not one of {list(HEAD_DIMS)}")
+    bad = space_problems(p, PARAM_SPACE, HEAD_DIMS)
     if p.bn % 16 or not 16 <= p.bn <= 256:
         bad.append(f"bn={p.bn} must be a multiple of 16 in [16, 256] (wgmma N, TMA box)")
     if p.schedule == "pingpong" and p.consumers < 2:

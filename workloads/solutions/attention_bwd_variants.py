@@ -1,5 +1,7 @@
-"""Variants of the attention backward, as text edits of the reference file
-(workloads/solutions/attention_bwd_wgmma.cu), so that the reference stays the one copy of the kernel:
+"""Variants of the attention backward, as text edits of the reference file (attention_bwd_wgmma.cu), so that the
+reference stays the one copy of the kernel (an edit whose text has moved fails loudly) and the reference's
+per-workload plan edits (attention_backward.py) apply to each unchanged. attention_bwd_template.py names them as
+points of its parameter space, which builtin/tuner searches:
 
 - `bulk_dq`: for the 128-wide kernels (D = 96, 128) dQ_partial goes through shared memory (fp32, the
   accumulator's row-major layout) and one `cp.reduce.async.bulk ... .add.f32` per query block, issued by one
@@ -15,20 +17,23 @@
   a block of each other and two buffers without that wait would be as safe: 16 KB to win back once measured);
   a 3-deep ring for the 128-wide kernels; shared memory as a formula in D (no D = 64 plan edit needed).
 
-    python3 bench/attention_bwd_check.py --variant bulk_dq        (on a GPU)
+    python3 bench/attention_bwd_check.py --variant bulk_dq        (on a GPU; bench/gpu_round.sh bwd-variants runs all)
     variant_text("bulk_dq")                                       (the solution text; attention_backward.fast_backward
                                                                    makes each workload's plan from it)
+
+A variant that the GPU finds faster becomes the template's default (and the reference file); one that loses is
+deleted, its figures recorded in bench/results/attention_bwd.md.
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-REFERENCE = Path(__file__).resolve().parents[2] / "workloads" / "solutions" / "attention_bwd_wgmma.cu"
+REFERENCE = Path(__file__).with_name("attention_bwd_wgmma.cu")
 
 BULK_DQ = [
     ("// Hopper (sm_90a) attention backward with TMA + wgmma,",
-     "// VARIANT bulk_dq (bench/variants/attention_bwd.py): dQ by one bulk reduction per query block.\n//\n"
+     "// VARIANT bulk_dq (attention_bwd_variants.py): dQ by one bulk reduction per query block.\n//\n"
      "// Hopper (sm_90a) attention backward with TMA + wgmma,"),
     ('smem = "1024 + 32768 * 2 + 2 * (16384 * 2 + 512) + 16384 * 2 + 256"  '
      '# slack, K, V, STAGES x (Q, dO, L2, Dr), 2 x dS, mbarriers',
@@ -108,8 +113,8 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 ]
 
 STAGES_3 = [
-    ("// VARIANT bulk_dq (bench/variants/attention_bwd.py): dQ by one bulk reduction per query block.",
-     "// VARIANT bulk_dq_s3 (bench/variants/attention_bwd.py): dQ by one bulk reduction per query block, and a\n"
+    ("// VARIANT bulk_dq (attention_bwd_variants.py): dQ by one bulk reduction per query block.",
+     "// VARIANT bulk_dq_s3 (attention_bwd_variants.py): dQ by one bulk reduction per query block, and a\n"
      "// 3-deep Q / dO ring for the 128-wide kernels."),
     ('smem = "1024 + 32768 * 2 + 2 * (16384 * 2 + 512) + 16384 * 2 + 32768 + 256"  '
      '# slack, K, V, STAGES x (Q, dO, L2, Dr), 2 x dS, dQ, mbarriers',
@@ -211,7 +216,7 @@ DECOUPLED_CONSUMER_EDITS = [
 
 DECOUPLED = [
     ('// Hopper (sm_90a) attention backward with TMA + wgmma,',
-     "// VARIANT decoupled (bench/variants/attention_bwd.py): each consumer computes the dQ of the previous query\n// block, so the two consumers can run up to a block apart; dS^T triple-buffered on mbarriers; a 3-deep ring\n// for the 128-wide kernels; consumer 1 starts once consumer 0's first exponentials are done.\n//\n// Hopper (sm_90a) attention backward with TMA + wgmma,"),
+     "// VARIANT decoupled (attention_bwd_variants.py): each consumer computes the dQ of the previous query\n// block, so the two consumers can run up to a block apart; dS^T triple-buffered on mbarriers; a 3-deep ring\n// for the 128-wide kernels; consumer 1 starts once consumer 0's first exponentials are done.\n//\n// Hopper (sm_90a) attention backward with TMA + wgmma,"),
     ('smem = "1024 + 32768 * 2 + 2 * (16384 * 2 + 512) + 16384 * 2 + 256"  # slack, K, V, STAGES x (Q, dO, L2, Dr), 2 x dS, mbarriers',
      'smem = "1024 + 512 * (cdiv(D, 64) * 64) + (2 + cdiv(D, 64) // 2) * (256 * (cdiv(D, 64) * 64) + 512) + 16384 * 3 + 256"  # slack, K, V, STAGES x (Q, dO, L2, Dr), 3 x dS, mbarriers (HD = 64 cdiv(D, 64); STAGES 3 for HD 128)'),
     ('constexpr int STAGES = 2;',

@@ -1,0 +1,65 @@
+"""builtin/tuner on the attention backward (workloads/solutions/attention_bwd_template.py): the template chosen for
+every mha_bwd workload, turn 1 the reference, each finding's move, and a search that only ever submits built
+points. No GPU: the evidence is written by hand; which point is fastest is for the H200 to say
+(bench/gpu_round.sh bwd-variants)."""
+from __future__ import annotations
+
+import pytest
+
+from ptxbench.agent.loop.extract import extract_solution
+from ptxbench.agent.models import ModelRequest, TurnOutcome, load_model
+from ptxbench.agent.models.evidence import Evidence, HotSpot
+from ptxbench.agent.models.tuner import TunerModel
+from ptxbench.agent.models.tuner_rules import rank
+from ptxbench.workloads.registry import get_workload, list_workloads
+from ptxbench.workloads.solutions import attention_bwd_template as bt
+from ptxbench.workloads.solutions.attention_backward import fast_backward
+
+BACKWARD = [w.id for w in list_workloads() if w.op == "mha_bwd"]
+
+
+@pytest.mark.parametrize("wid", BACKWARD)
+def test_every_backward_workload_is_searched_from_the_template_starting_at_the_reference(wid):
+    tuner = load_model("builtin/tuner", wid)
+    assert tuner.template is bt
+    first = tuner.query(ModelRequest(messages=[], turn=1))
+    assert first.tags["params"] == bt.default_params(get_workload(wid)).model_dump()
+    assert extract_solution(first.content).source.strip() == fast_backward(get_workload(wid)).strip()
+
+
+def _evidence(*hot: tuple[str, float]) -> Evidence:
+    return Evidence(status="PASSED", speedup=0.50, profiled=True, bottleneck="compute", tensor_pipe_pct=45.0,
+                    headroom_pct=60.0, hot_lines=[HotSpot(line=300 + i, text=t, share_pct=s, reason="lg_throttle")
+                                                  for i, (t, s) in enumerate(hot)])
+
+
+def _first_move(ev: Evidence):
+    tuner = TunerModel("mha_bwd_d128")
+    return rank(bt, bt.default_params(get_workload("mha_bwd_d128")).model_dump(), ev, tuner._valid)[0]
+
+
+def test_hot_dq_reductions_point_at_the_bulk_reduction():
+    move = _first_move(_evidence(("atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq[j], dq[j + 1]));", 30.0)))
+    assert move.params["dq"] == "bulk" and move.role == "dq_reduce"
+    assert any("dQ reductions hold 30%" in r for r in move.reasons)
+
+
+def test_hot_exponentials_point_at_decoupled_consumers_with_the_ring_they_are_built_with():
+    move = _first_move(_evidence(("float e = ex2(fmaf(s[j], sl2, -sL2[q]));", 25.0), ("named_barrier_sync(1, 256);", 10.0)))
+    assert move.params["schedule"] == "decoupled" and move.params["stages"] == 3 and move.params["dq"] == "vector"
+    assert "stages" in move.label  # the repair that makes it a built point is said
+
+
+def test_a_search_submits_only_built_points_and_visits_each_once():
+    tuner = TunerModel("mha_bwd_d128")
+    history: list[TurnOutcome] = []
+    seen = []
+    for turn in range(1, 6):
+        reply = tuner.query(ModelRequest(messages=[], turn=turn, history=history))
+        params = reply.tags["params"]
+        assert bt.validate(params, get_workload("mha_bwd_d128")) == []
+        seen.append((params["dq"], params["stages"], params["schedule"]))
+        history.append(TurnOutcome(turn=turn, status="PASSED", speedup=0.50 + 0.01 * turn, message="",
+                                   tags=reply.tags, evidence=Evidence(status="PASSED", speedup=0.50 + 0.01 * turn)))
+    assert set(seen[:4]) == set(bt.BUILT)  # the four built points, the reference first, none twice
+    assert seen[0] == ("vector", 2, "cooperative")

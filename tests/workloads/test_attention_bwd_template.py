@@ -1,0 +1,44 @@
+"""The attention backward as a template (workloads/solutions/attention_bwd_template.py): its default point is the
+checked-in reference for every backward workload, each built point is its variant with the workload's plan lines,
+and every other combination or a mismatched problem is named, never rendered."""
+from __future__ import annotations
+
+import pytest
+
+from ptxbench.tools.solution.parse import parse_solution
+from ptxbench.tools.solution.plan import Solution
+from ptxbench.workloads.registry import get_workload, list_workloads
+from ptxbench.workloads.solutions import attention_bwd_template as bt
+from ptxbench.workloads.solutions.attention_backward import fast_backward
+from ptxbench.workloads.solutions.attention_bwd_variants import VARIANTS, variant_text
+
+BACKWARD = [w.id for w in list_workloads() if w.op == "mha_bwd"]
+
+
+@pytest.mark.parametrize("wid", BACKWARD)
+def test_the_default_point_renders_the_reference_and_every_built_point_its_variant(wid):
+    workload = get_workload(wid)
+    assert bt.validate(bt.default_params(workload), workload) == []
+    assert bt.render(bt.default_params(workload)) == fast_backward(workload)
+    for (dq, stages, schedule), name in bt.BUILT.items():
+        point = bt.params_for(workload, dq=dq, stages=stages, schedule=schedule)
+        assert bt.validate(point, workload) == []
+        text = bt.render(point)
+        assert text == fast_backward(workload, variant_text(name) if name else None)
+        assert isinstance(parse_solution(text, workload, "sm_90a"), Solution)  # its plan is one this workload takes
+
+
+def test_every_variant_is_a_point_and_the_checked_in_file_is_the_default():
+    assert sorted(n for n in bt.BUILT.values() if n) == sorted(VARIANTS)
+    assert bt.render(bt.default_params()) == fast_backward(get_workload("mha_bwd_d128"))
+    assert bt.weak_params(get_workload("mha_bwd_d128")) == bt.default_params(get_workload("mha_bwd_d128"))
+
+
+def test_combinations_not_built_and_mismatched_problems_are_named():
+    wl = get_workload("mha_bwd_d128")
+    bad = bt.validate(bt.params_for(wl, dq="vector", stages=3), wl)
+    assert len(bad) == 1 and "is not built" in bad[0] and "dq=bulk, stages=3, schedule=cooperative" in bad[0]
+    assert "is not one of" in bt.validate(bt.params_for(wl, stages=4))[0]
+    assert "the workload is" in bt.validate(bt.default_params(get_workload("mha_bwd_d64")), wl)[0]
+    with pytest.raises(ValueError, match="is not built"):
+        bt.render(bt.params_for(wl, dq="bulk", schedule="decoupled"))

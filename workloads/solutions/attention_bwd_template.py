@@ -1,0 +1,129 @@
+"""The Hopper attention backward's parameter space, over the built versions of attention_bwd_wgmma.cu.
+
+A point carries the problem it is built for (head_dim, causal, gqa: `params_for(workload)` sets them, never
+searched) and three searched levers, each a way the kernel can be built (attention_bwd_variants.py):
+
+    dq        "vector": each consumer thread adds its dQ rows with float2 atomics (16 per query block);
+              "bulk": dQ through shared memory and one `cp.reduce.async.bulk .add.f32` per query block
+              (the 128-wide kernels; D = 64 keeps the vector reductions)
+    stages    the Q / dO ring depth of the 128-wide kernels: 2 or 3
+    schedule  "cooperative": both consumers meet on a named barrier every query block; "decoupled": each
+              computes the previous block's dQ and waits on the other only for that block's dS^T
+
+Not every combination is built: `BUILT` lists those that are (the reference, bulk_dq, bulk_dq_s3,
+decoupled), and `validate` names the others, so builtin/tuner's repairs move to the nearest built one. `render`
+is fast_backward's text for the point's problem from its variant; the default point renders the checked-in
+reference exactly (tests/workloads/test_attention_bwd_template.py keeps them equal). The backward has no weaker
+built point than its reference, so `weak_params` is the default: a climb starts there.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pydantic import BaseModel, Field
+
+from .attention_backward import HEAD_DIMS, backward_text, covers
+from .attention_template import problem_of, space_problems
+
+PROBLEM = ("head_dim", "causal", "gqa")
+
+
+class BwdParams(BaseModel):
+    """One point: the problem it is built for, then the searched parameters (see PARAM_SPACE)."""
+
+    head_dim: int = Field(128, description="D: 64, 96 (the 128-wide kernels, TMA zero-fills the rest) or 128")
+    causal: bool = Field(False, description="top-left aligned mask, key j <= query i")
+    gqa: bool = Field(False, description="K / V have HKV heads; dK / dV summed over the query heads of a group")
+    dq: str = Field("vector", description="'vector' (float2 atomics per thread) or 'bulk' (one bulk reduce-add "
+                                          "per query block from shared memory)")
+    stages: int = Field(2, description="Q / dO ring depth of the 128-wide kernels")
+    schedule: str = Field("cooperative", description="'cooperative' (a named barrier per block) or 'decoupled' "
+                                                     "(each consumer runs the previous block's dQ)")
+
+
+PARAM_SPACE: dict[str, list] = {"dq": ["vector", "bulk"], "stages": [2, 3], "schedule": ["cooperative", "decoupled"]}
+# (dq, stages, schedule) -> the variant of attention_bwd_variants.py that builds it (None: the reference file).
+BUILT: dict[tuple[str, int, str], str | None] = {
+    ("vector", 2, "cooperative"): None,
+    ("bulk", 2, "cooperative"): "bulk_dq",
+    ("bulk", 3, "cooperative"): "bulk_dq_s3",
+    ("vector", 3, "decoupled"): "decoupled",
+}
+
+# builtin/tuner (agent/models/tuner_rules.py): role -> (parameter, favoured value or None).
+TUNER_LEVERS: dict[str, tuple[str, Any]] = {
+    "dq_reduce": ("dq", "bulk"), "ring": ("stages", None), "schedule": ("schedule", "decoupled"),
+}
+# Regions of the rendered file a profile's hot lines are matched to (substrings of the source lines).
+TUNER_LINES: dict[str, tuple[str, ...]] = {
+    "stage_wait": ("mbar_wait(&fullQ", "mbar_wait(&fulldO"),
+    "softmax": ("ex2(fmaf(", "named_barrier_sync(1, 256)"),  # the exponentials, and the consumers' meeting
+    "dq_reduce": ("atomicAdd(reinterpret_cast<float2*>", "bulk_reduce_add(", "bulk_wait_read("),
+    "mma_issue": ("wgmma_",),
+}
+# Before any evidence (fraction of the time), predicted from the v1 profile (bench/results/attention_bwd.md: nothing
+# overlaps inside a consumer; each (key, query) block pair adds 32 KB of dQ through L2 reductions), not measured yet.
+TUNER_PRIORS: dict[str, Any] = {"schedule": 0.10, "dq_reduce": 0.05, "ring": 0.01}
+TUNER_WORDS: dict[str, str] = {
+    "dq_reduce": "dQ through shared memory and one bulk reduce-add per query block (instead of 16 float2 atomics "
+                 "per thread)",
+    "ring": "a deeper Q / dO ring (more TMA loads in flight ahead of the math)",
+    "schedule": "decoupled consumers (each runs the previous block's dQ, so one's exponentials overlap the other's "
+                "tensor work instead of meeting on a barrier every block)",
+}
+
+
+def default_params(workload: Any | None = None) -> BwdParams:
+    """The reference point for a workload (without one: mha_bwd_d128, the checked-in file)."""
+    return BwdParams(**problem_of(workload))
+
+
+def weak_params(workload: Any | None = None) -> BwdParams:
+    """No built point is weaker than the reference: the climb starts from it."""
+    return default_params(workload)
+
+
+def params_for(workload: Any, **changes: Any) -> BwdParams:
+    """default_params(workload) with some searched parameters changed."""
+    return default_params(workload).model_copy(update=changes)
+
+
+def _coerce(params: BwdParams | Mapping[str, Any]) -> BwdParams:
+    return params if isinstance(params, BwdParams) else BwdParams(**params)
+
+
+def variant_of(params: BwdParams | Mapping[str, Any]) -> str | None:
+    """The variant name that builds this point (None: the reference file); KeyError when none does."""
+    p = _coerce(params)
+    return BUILT[(p.dq, p.stages, p.schedule)]
+
+
+def validate(params: BwdParams | Mapping[str, Any], shape: Any = None) -> list[str]:
+    """Reasons this point cannot be built or run (empty when it can). `shape`: a Workload (or None)."""
+    p = _coerce(params)
+    bad = space_problems(p, PARAM_SPACE, HEAD_DIMS)
+    if not bad and (p.dq, p.stages, p.schedule) not in BUILT:
+        built = "; ".join(f"dq={d}, stages={s}, schedule={c}" for d, s, c in BUILT)
+        bad.append(f"dq={p.dq}, stages={p.stages}, schedule={p.schedule} is not built (built: {built})")
+    if shape is not None and hasattr(shape, "symbols"):
+        rule = covers(shape)
+        if rule:
+            bad.append(rule)
+        elif problem_of(shape) != {k: getattr(p, k) for k in PROBLEM}:
+            bad.append(f"the point is built for {({k: getattr(p, k) for k in PROBLEM})}, the workload is {problem_of(shape)}")
+    return bad
+
+
+def render(params: BwdParams | Mapping[str, Any]) -> str:
+    """The solution file of this point (the variant's text with the plan lines of its problem)."""
+    p = _coerce(params)
+    bad = validate(p)
+    if bad:
+        raise ValueError("; ".join(bad))
+    name = variant_of(p)
+    base = None
+    if name is not None:
+        from .attention_bwd_variants import variant_text
+
+        base = variant_text(name)
+    return backward_text(p.head_dim, p.causal, p.gqa, base)
