@@ -10,6 +10,9 @@
 #                       backward, references
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
 #   bwd-variants (240)  each variant of workloads/solutions/attention_bwd_variants.py on the D = 128 / 96 workloads, timed
+#   bwd-tuner (300)     builtin/tuner on mha_bwd_d128, 4 turns: the reference and its three built versions
+#                       (workloads/solutions/attention_bwd_template.py), each timed against cuDNN with the profile policy's
+#                       verdicts and profiles
 #   attn-sweep (420)    the attention forward template's points (bench/attention_sweep.py)
 #   gemm-tests (240)    the GEMM template's GPU tests against torch, ping-pong and the stream-K tail included
 #   gemm-sweep (420)    the GEMM template's points on the four GEMM workloads (bench/gemm_sweep.py)
@@ -31,7 +34,7 @@ export PYTHONPATH=$PYTHONPATH:$PWD/tests
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 git log --oneline -1 > "$OUT/commit.txt" 2>/dev/null || true
 
-declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=240 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560
+declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=240 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560
                    [anchors]=540 [throughput]=300 [mutations]=150 [mutations-bwd]=330 [suite-build]=560 [scaling]=560)
 
 run_step() {  # run_step NAME SECONDS DIR
@@ -47,6 +50,8 @@ run_step() {  # run_step NAME SECONDS DIR
           --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96 \
           --timed mha_bwd_d128,mha_bwd_d128_causal
       done ;;
+    bwd-tuner) python3 -m ptxbench.agent optimize mha_bwd_d128 --model builtin/tuner --turns 4 --target-speedup 0 \
+                 --run-dir "$d/run" ;;
     attn-sweep) python3 bench/attention_sweep.py "$d/sweep.json" --deadline $((s - 60)) ;;
     gemm-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
                   tests/workloads/test_gemm_pingpong.py tests/workloads/test_gemm_streamk.py tests/workloads/test_gemm_solution.py ;;
