@@ -141,13 +141,16 @@ class LocalEvaluator:
                         if getattr(options, k, None) is not None})
         cubin_sha = hashlib.sha256(cubin).hexdigest()
         early = self._early_profile(pool, options, wl.id, solution.source, comp, cubin_sha)
-        t0 = time.perf_counter()
         try:
-            result = self._submit(pool, job, options.turn)
-        except BaseException:
+            return self._run_and_profile(pool, job, options, solution, comp, cubin_sha, base, seconds, early)
+        finally:
             if early is not None:
-                early.drop()
-            raise
+                early.drop()  # whatever happened, an early run nobody claimed is killed at its gate
+
+    def _run_and_profile(self, pool: GpuPool, job: GpuJob, options: EvalOptions, solution, comp, cubin_sha: str,
+                         base: dict, seconds: dict, early: EarlyProfile | None) -> EvalResult:
+        t0 = time.perf_counter()
+        result = self._submit(pool, job, options.turn)
         seconds["gpu"] = time.perf_counter() - t0
         seconds.update({f"gpu.{k}": v for k, v in result.seconds.items()})
         fp = Fingerprint.model_validate({**pool.fingerprint, "ptxas": comp.tools.get("ptxas", ""), "jail": comp.jail})
@@ -160,8 +163,6 @@ class LocalEvaluator:
             level, evaluated.profile_reason = "none", f"not profiled: the kernel hung ({why or 'profile asked for'})"
         if level != "none" or options.sanitize:
             evaluated = self._attach_profile(evaluated, options, level, why, solution, comp, cubin_sha, early)
-        elif early is not None:
-            early.drop()
         return evaluated
 
     def _cached_profile(self, cubin_sha: str, workload: str, arch: str, level: str) -> dict | None:

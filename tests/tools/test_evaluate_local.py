@@ -2,6 +2,8 @@
 receives and the EvalResult built from its answer are checked on the CPU."""
 from __future__ import annotations
 
+import time
+
 from ptxbench.tools.evaluate import LocalEvaluator, _format_status, _message
 from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
@@ -155,3 +157,54 @@ def test_a_valid_solution_without_a_gpu_is_compiled_not_passed():
     assert r.status == "COMPILED" and not r.passed and not r.gpu_evaluated
     assert r.compile.status == "ok" and r.correctness == [] and r.timing is None and r.speedup is None
     assert r.message == "compiled cleanly; not run on a GPU (no-GPU mode): correctness and speed unknown"
+
+
+class FailingWorker(AnsweringWorker):
+    def send(self, msg):
+        super().send(msg)
+        if msg.get("type") == "evaluate":
+            self.replies[-1]["result"].update(status="INCORRECT_NUMERICAL", timing=None)
+
+
+def _fake_measure(calls: list):
+    from ptxbench.tools.profile.summary import ProfileSummary
+
+    def measure(workload, source, cubin_path, *, full=True, hold=None, **kwargs):
+        calls.append({"full": full, "started": time.monotonic()})
+        try:
+            with hold():
+                calls[-1]["held"] = time.monotonic()
+        except Exception as exc:  # noqa: BLE001 - what gated.py does: a hold that fails ends the run
+            calls[-1]["refused"] = type(exc).__name__
+            return ProfileSummary(ok=False, mode="full" if full else "verdict", error=str(exc))
+        return ProfileSummary(ok=False, mode="full" if full else "verdict", error="no counters in this test")
+    return measure
+
+
+def test_the_profile_started_beside_the_timing_serves_the_level_the_pass_asks_for(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr("ptxbench.tools.profile.candidate.measure_candidate", _fake_measure(calls))
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: AnsweringWorker(d, c))
+    ev = LocalEvaluator(pool)
+    done = []
+    real_submit = ev._submit
+    monkeypatch.setattr(ev, "_submit", lambda *a: (real_submit(*a), done.append(time.monotonic()))[0])
+    r = ev.evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(trials=1))
+    assert r.status == "PASSED" and r.profile_level == "verdict"
+    assert len(calls) == 1 and not calls[0]["full"]  # one ncu run, started before the timing, not a second one after
+    assert calls[0]["held"] >= done[0] and "refused" not in calls[0]  # the GPU taken once the timing was done
+    assert r.targets_runtime and all(t.verdict == "unknown" for t in r.targets_runtime.values())
+
+
+def test_a_kernel_that_fails_kills_its_early_profile_without_the_gpu(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr("ptxbench.tools.profile.candidate.measure_candidate", _fake_measure(calls))
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: FailingWorker(d, c))
+    r = LocalEvaluator(pool).evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(trials=1))
+    assert r.status == "INCORRECT_NUMERICAL" and r.profile_level == "none"
+    for _ in range(200):  # the early run ends in the background
+        if calls and "refused" in calls[0]:
+            break
+        time.sleep(0.01)
+    assert calls and calls[0]["refused"] == "ProfileNotWanted" and "held" not in calls[0]
+    assert pool.free.qsize() == 1
