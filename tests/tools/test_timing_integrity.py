@@ -357,3 +357,16 @@ def test_a_verified_sketch_that_is_not_finite_matches_nothing():
     ref = torch.randn(64, 64).to(torch.bfloat16)
     nan_verified = to_sketch(["C"], [float("nan")] * 2 + [1.0, 0.0])
     assert "not finite" in sketch_of(ref).differs(nan_verified)
+
+
+def test_the_referee_warms_up_on_what_a_first_judgment_does_and_keeps_nothing(monkeypatch):
+    import ptxbench.tools.gpu.referee as referee_module
+
+    core = RefereeCore("cpu")
+    calls = []
+    real = referee_module.judge_outputs
+    monkeypatch.setattr(referee_module, "judge_outputs", lambda *a, **k: calls.append(a[3].id) or real(*a, **k))
+    assert core.warm_up() > 0 and calls == list(referee_module.WARM_UP_WORKLOADS)
+    assert core.data == {} and core.library == {}  # nothing of it stays to be mistaken for a real set
+    monkeypatch.setattr(referee_module, "WARM_UP_WORKLOADS", ("no_such_workload",))
+    assert core.warm_up() >= 0  # a warm-up that cannot run is skipped, the referee still serves
