@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 
 from ..workloads.registry import get_workload
@@ -84,12 +85,17 @@ class LocalEvaluator:
     # The profile a pass would get starts beside the timing (tools/profile/early.py); PTXBENCH_EARLY_PROFILE=0 turns
     # it off (a comparison, or a machine short of CPU).
     early_profiles = os.environ.get("PTXBENCH_EARLY_PROFILE", "1") != "0"
+    # At most this many early runs per GPU at once: each costs an interpreter and ncu's start-up in CPU time, wasted
+    # when its kernel then fails (a repair track's broken kernels mostly do); beyond it, profiles start after the timing.
+    early_per_gpu = 2
 
     def __init__(self, pool: GpuPool | None = None, pool_config: PoolConfig | None = None):
         self._pool = pool
         self._pool_config = pool_config
         self._profiles: dict[tuple, dict] = {}
         self._hangs = HangMemo()  # identical binaries that timed out: not run again (gpu/hangs.py)
+        self._early_slots: threading.BoundedSemaphore | None = None
+        self._early_lock = threading.Lock()
 
     @property
     def pool(self) -> GpuPool:
@@ -180,11 +186,16 @@ class LocalEvaluator:
             return None
         from .profile.candidate import measure_candidate
 
+        with self._early_lock:
+            if self._early_slots is None:
+                self._early_slots = threading.BoundedSemaphore(self.early_per_gpu * max(1, len(pool.slots)))
+        if not self._early_slots.acquire(blocking=False):
+            return None
         device = pool.pick_device()
         return EarlyProfile(lambda hold: measure_candidate(workload, source, comp.cubin_path, arch=options.arch,
                                                            full=level == "full", seed=options.seed or 0, device=device,
                                                            hold=hold),
-                            level, hold=lambda: pool.exclusive(device), device=device)
+                            level, hold=lambda: pool.exclusive(device), device=device, on_end=self._early_slots.release)
 
     def _submit(self, pool: GpuPool, job: GpuJob, turn: int | None) -> GpuOutcome:
         """The pool's verdict, or the remembered TIMEOUT of an identical job (the hang is not paid again)."""

@@ -208,3 +208,16 @@ def test_a_kernel_that_fails_kills_its_early_profile_without_the_gpu(monkeypatch
         time.sleep(0.01)
     assert calls and calls[0]["refused"] == "ProfileNotWanted" and "held" not in calls[0]
     assert pool.free.qsize() == 1
+
+
+def test_early_profiles_are_bounded_per_gpu_and_their_slots_come_back(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr("ptxbench.tools.profile.candidate.measure_candidate", _fake_measure(calls))
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: FailingWorker(d, c))
+    ev = LocalEvaluator(pool)
+    ev.early_per_gpu = 1
+    ev.evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(trials=1))
+    assert ev._early_slots.acquire(timeout=5)  # the failed kernel's early run ended and gave its slot back
+    r = ev.evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(trials=1))  # no slot: no early run
+    assert r.status == "INCORRECT_NUMERICAL" and len(calls) == 1
+    ev._early_slots.release()

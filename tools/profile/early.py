@@ -29,8 +29,10 @@ class ProfileNotWanted(RuntimeError):
 
 
 class EarlyProfile:
-    def __init__(self, start: Callable[[Callable], ProfileSummary], level: str, hold: Callable, device: int | None = None):
+    def __init__(self, start: Callable[[Callable], ProfileSummary], level: str, hold: Callable, device: int | None = None,
+                 on_end: Callable[[], None] | None = None):
         self.level, self.device = level, device
+        self._on_end = on_end  # called once the early run has ended, whichever way (the evaluator's slot count)
         self._hold = hold
         self._decided = threading.Event()
         self._wanted = False
@@ -46,7 +48,10 @@ class EarlyProfile:
             self._summary = start(self._gate)
         except Exception as exc:  # noqa: BLE001 - a failed early run only means the evaluation profiles afresh
             self._summary = ProfileSummary(ok=False, mode=self.level, error=f"early profile: {type(exc).__name__}: {exc}")
-        self._seconds = time.perf_counter() - self._started
+        finally:
+            self._seconds = time.perf_counter() - self._started
+            if self._on_end is not None:
+                self._on_end()
 
     @contextmanager
     def _gate(self) -> Iterator[int]:
