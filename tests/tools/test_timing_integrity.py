@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from ptxbench.tools.gpu.buffers import allocate_set, poison_
-from ptxbench.tools.gpu.calls import CandidateCalls, InputSet, SKETCH_TOLERANCE, evaluation_seeds, sketch_tensors, \
-    to_sketch
+from ptxbench.tools.gpu.calls import CandidateCalls, InputSet, SKETCH_TOLERANCE, evaluation_seeds, sign_rows, \
+    sketch_tensors, to_sketch
 from ptxbench.tools.gpu.ceilings import suspicious
 from ptxbench.tools.gpu.referee import RefereeClient, RefereeCore, RefereeError, input_digest, serve
 from ptxbench.tools.gpu.verdict import Failed
@@ -345,12 +345,14 @@ def test_an_input_zero_turned_negative_is_a_changed_input():
     assert "modified its input" in e.value.message and "A of input set" in e.value.message
 
 
-def test_kept_sign_rows_give_the_sketch_fresh_ones_give():
+def test_the_signs_are_drawn_afresh_for_every_sketch_and_kept_nowhere():
+    """A copy kept on the device would be judge state a kernel could overwrite between calls."""
     x = torch.randn(3000).to(torch.bfloat16)
-    kept: dict = {}
-    first = [float(v) for v in sketch_tensors({"C": x}, 9, kept)]
-    again = [float(v) for v in sketch_tensors({"C": x}, 9, kept)]
-    assert first == again == [float(v) for v in sketch_tensors({"C": x}, 9)] and len(kept) == 1
+    assert not [name for name in vars(make_calls(honest)) if "sign" in name]  # the protocol keeps no signs
+    first = [float(v) for v in sketch_tensors({"C": x}, 9)]
+    rows = sign_rows(9, 0, 3000, "cpu")
+    assert first[:2] == [float(v) for v in (rows @ x.float())] and set(rows.unique().tolist()) == {-1.0, 1.0}
+    assert first == [float(v) for v in sketch_tensors({"C": x}, 9)]
 
 
 def test_a_verified_sketch_that_is_not_finite_matches_nothing():

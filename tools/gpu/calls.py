@@ -65,26 +65,22 @@ class Sketch:
 
 
 def sign_rows(key: int, index: int, n: int, device) -> torch.Tensor:
-    """The PROJECTIONS x n matrix of +-1 signs for output `index` under `key` (float32, on `device`)."""
+    """The PROJECTIONS x n matrix of +-1 signs for output `index` under `key` (float32, on `device`), drawn afresh
+    on every call: a copy kept on the device between calls would be memory a kernel could overwrite (the judge's
+    signs set to its liking), while one drawn after the kernel has finished is out of its reach."""
     gen = torch.Generator(device=device)
     gen.manual_seed((key * 1_000_003 + index) & 0x7FFF_FFFF_FFFF_FFFF)
-    rows = [torch.randint(0, 2, (n,), generator=gen, device=device, dtype=torch.int8) for _ in range(PROJECTIONS)]
-    return torch.stack(rows).float().mul_(2).sub_(1)
+    heads = torch.randint(0, 2, (PROJECTIONS, n), generator=gen, device=device, dtype=torch.bool)
+    return torch.where(heads, torch.ones((), device=device), -torch.ones((), device=device))  # one pass to +-1
 
 
-def sketch_tensors(outputs: dict[str, torch.Tensor], key: int, signs: dict | None = None) -> list[torch.Tensor]:
-    """Device scalars [p1, p2, norm, nonfinite] per output, in name order; signs drawn from `key` (and kept in
-    `signs`, when given, for the next call: the same key always draws the same signs)."""
+def sketch_tensors(outputs: dict[str, torch.Tensor], key: int) -> list[torch.Tensor]:
+    """Device scalars [p1, p2, norm, nonfinite] per output, in name order; signs drawn afresh from `key`."""
     parts = []
     for i, (name, out) in enumerate(sorted(outputs.items())):
         x = out.reshape(-1).float()
         nonfinite = (~torch.isfinite(x)).sum().to(torch.float64)
-        slot = (i, x.numel(), str(x.device))
-        rows = signs.get(slot) if signs is not None else None
-        if rows is None:
-            rows = sign_rows(key, i, x.numel(), x.device)
-            if signs is not None:
-                signs[slot] = rows
+        rows = sign_rows(key, i, x.numel(), x.device)
         parts += list((rows @ x).to(torch.float64).unbind())  # both projections in one pass over the output
         parts.append(torch.linalg.vector_norm(x).to(torch.float64))  # a non-finite output fails on its count first
         parts.append(nonfinite)
@@ -108,7 +104,6 @@ class CandidateCalls:
         self.order = np.random.default_rng(key)
         self.library: list = []  # state.BaselineEntry instances timed against the candidate (attach_library)
         self.library_current = 0
-        self.signs: dict = {}  # the sketch's sign rows per output shape: drawn once per evaluation from the key
         # True while the last check found every input bit-identical to its pristine copy (then copying them back
         # before the next call would change nothing); any new source of inputs clears it.
         self.inputs_pristine = False
@@ -171,7 +166,7 @@ class CandidateCalls:
         return self.library[self.library_current].fn()
 
     def library_check(self, out) -> None:
-        self._read_and_check_state(sketch_tensors(out, self.key, self.signs))  # the same GPU work as a candidate's check
+        self._read_and_check_state(sketch_tensors(out, self.key))  # the same GPU work as a candidate's check
 
     # ---- checks after a call ----
     def _input_pairs(self) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -210,7 +205,7 @@ class CandidateCalls:
     def observe(self, k: int) -> Sketch:
         """After a call on set k: check_state, then the sketch of set k's outputs (one read of both)."""
         outputs = {n: self.sets[k].bufs.tensors[n].data for n in self.sets[k].bufs.outputs}
-        values = self._read_and_check_state(sketch_tensors(outputs, self.key, self.signs))
+        values = self._read_and_check_state(sketch_tensors(outputs, self.key))
         return to_sketch(list(outputs), values)
 
     def checked_call(self, k: int, flush_bytes: int) -> tuple[float, Sketch]:
