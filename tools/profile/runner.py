@@ -17,6 +17,7 @@ which would queue the GPUs behind each other; PTXBENCH_NCU_LOCK=shared keeps the
 """
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
@@ -99,6 +100,16 @@ def failure_reason(returncode: int | None, log: str, timeout_s: float) -> str:
 
 
 def _version(ncu: str) -> str:
+    """ncu's version, asked once per ncu path and file state (a process start per profile otherwise)."""
+    try:
+        stat = os.stat(ncu)
+        return _version_of(ncu, stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        return ""
+
+
+@functools.lru_cache(maxsize=8)
+def _version_of(ncu: str, _mtime_ns: int, _size: int) -> str:
     rc, out = _run([ncu, "--version"], 30)
     m = re.search(r"Version ([\d.]+)", out or "")
     return m.group(1) if m else ""
