@@ -19,7 +19,8 @@
 #   tuner-climb (560)   three builtin/tuner:weak runs on the GEMM (bench/tuner_climb.sh)
 #   tuner-climb-attn (560) the same on mha_fwd_d128 (bench/tuner_climb.sh mha_fwd_d128)
 #   anchors (540)       the repair track's anchors over the suite (bench/repair_anchors.py)
-#   throughput (300)    evaluations per GPU-hour on the GEMM (bench/eval_throughput.py)
+#   throughput (200)    evaluations per GPU-hour on the GEMM (bench/eval_throughput.py; the old full-profile path,
+#                       341 / h twice, is not re-run: --old-n 6 to add it)
 #   mutations (150)     bug classes checked on the GPU (bench/check_mutations.py: the cluster classes)
 #   mutations-bwd (330) the attention backward's bug classes (check_mutations.py --backward, 40 mutants)
 #   suite-build (560)   the repair suite rebuilt (bench/build_repair_suite.py) into the step's folder: copy its
@@ -35,7 +36,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > "$O
 git log --oneline -1 > "$OUT/commit.txt" 2>/dev/null || true
 
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=240 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560
-                   [anchors]=540 [throughput]=300 [mutations]=150 [mutations-bwd]=330 [suite-build]=560 [scaling]=560)
+                   [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=330 [suite-build]=560 [scaling]=560)
 
 run_step() {  # run_step NAME SECONDS DIR
   local name=$1 s=$2 d=$3
@@ -59,7 +60,7 @@ run_step() {  # run_step NAME SECONDS DIR
     tuner-climb) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh ;;
     tuner-climb-attn) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh mha_fwd_d128 ;;
     anchors) python3 bench/repair_anchors.py --run-dir "$d/run" --out "$d" --turns 1 --max-seconds $((s - 40)) ;;
-    throughput) python3 bench/eval_throughput.py --n 40 --old-n 6 --concurrency 6 --json "$d/throughput.json" \
+    throughput) python3 bench/eval_throughput.py --n 40 --old-n 0 --concurrency 6 --json "$d/throughput.json" \
                   --md "$d/throughput.md" ;;
     mutations) python3 bench/check_mutations.py --cluster --json "$d/cluster.json" ;;
     mutations-bwd) python3 bench/check_mutations.py --backward --json "$d/backward.json" ;;
