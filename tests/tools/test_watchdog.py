@@ -120,11 +120,14 @@ class FakeCalls:
 class FakeReferee:
     digests: dict = {}
 
+    def __init__(self):
+        self.prepared: list[tuple[str, int]] = []  # (workload, seed) asked ahead, in order
+
     def judge(self, wid, seed, dist, trial, outputs, inputs):
         return [{"trial": trial, "tensor": "C", "passed": True}]
 
-    def prepare_async(self, *a):
-        pass
+    def prepare_async(self, wid, seed, dist):
+        self.prepared.append((wid, seed))
 
 
 def test_correctness_gives_the_first_call_the_probe_limit_and_later_calls_ten_times_its_wall_time(runner):
@@ -132,8 +135,10 @@ def test_correctness_gives_the_first_call_the_probe_limit_and_later_calls_ten_ti
     phase = lambda *m: sent.append(m)  # noqa: E731
     watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: clock[0])
     job = GpuJob(workload=BWD, timeout_s=60.0)
-    stats = runner.correctness(FakeCalls(clock, 1.5), FakeReferee(), get_workload(BWD), job, phase, {}, 0, watch)
+    referee = FakeReferee()
+    stats = runner.correctness(FakeCalls(clock, 1.5), referee, get_workload(BWD), job, phase, {}, 0, watch)
     assert len(stats) == 3 and all(s.passed for s in stats)
+    assert referee.prepared == [(BWD, 11), (BWD, 12)]  # each next set's reference asked for while this one is checked
     runs = [(limit, why) for name, limit, *why in sent if name == "run"]
     assert [name for name, *_ in sent] == ["run", "check"] * 3
     assert runs[0][0] == pytest.approx(8.338) and runs[1][0] == runs[2][0] == pytest.approx(15.0)
