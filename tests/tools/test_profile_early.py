@@ -1,6 +1,6 @@
 """A profile started beside the timing (tools/profile/early.py): its start-up overlaps the timing, it takes the
 GPU only once the evaluation asks for its level, and any other decision kills it without taking the GPU. The fake
-ncu of test_profile_gate.py plays ncu and the replay."""
+ncu of tests/ncu_fake.py plays ncu and the replay."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import time
 from ptxbench.tools.profile import runner
 from ptxbench.tools.profile.early import EarlyProfile
 
-from test_profile_gate import Recorder, fake_ncu  # noqa: F401 - the fixture
+from ncu_fake import Recorder, fake_ncu  # noqa: F401 - the fixture
 
 
 def start_fake(tmp_path):

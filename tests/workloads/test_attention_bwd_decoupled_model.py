@@ -46,17 +46,12 @@ from collections import Counter
 
 import pytest
 
-
-@functools.lru_cache(maxsize=1)
-def _variants():
-    from ptxbench.workloads.solutions import attention_bwd_variants
-
-    return attention_bwd_variants
+from ptxbench.workloads.solutions.attention_bwd_variants import variant_text
 
 
 @functools.lru_cache(maxsize=1)
 def kernel_text() -> str:
-    return _variants().variant_text("decoupled")
+    return variant_text("decoupled")
 
 
 # The synchronisation lines of each function, in order, as the kernel has them today. The model plays whatever

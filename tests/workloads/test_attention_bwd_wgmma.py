@@ -12,6 +12,7 @@ from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.tools.solution.plan import Solution
 from ptxbench.workloads.registry import get_workload, list_workloads
 from ptxbench.workloads.solutions.attention_backward import backward_entry_point, covers, fast_backward
+from ptxbench.workloads.solutions.attention_bwd_variants import VARIANTS, variant_text
 
 BACKWARD = [w.id for w in list_workloads() if w.op == "mha_bwd"]
 # Floors vs cuDNN, about 0.8x of what the H200 measured (bench/results/attention_bwd.md, v1: d128 0.503x,
@@ -63,19 +64,13 @@ def test_every_entry_point_assembles_to_wgmma_and_tma_without_spills(compiled):
     assert compiled.targets["wgmma"].in_sass and compiled.targets["tma"].in_sass
 
 
-def _variants():
-    from ptxbench.workloads.solutions import attention_bwd_variants
-
-    return attention_bwd_variants
-
-
 # what each variant's 128-wide kernel must show: dQ by one bulk reduction, or still by vector reductions
 VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoupled": {"REDG": 32, "HGMMA": 40}}  # dQ in the loop and after it
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
 def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
-    text = _variants().variant_text(name)  # every edit finds its text in the reference exactly once
+    text = variant_text(name)  # every edit finds its text in the reference exactly once
     for wid in BACKWARD:  # the reference's plan edits apply to every variant
         assert fast_backward(get_workload(wid), text) is not None
     r = compile_source(fast_backward(get_workload("mha_bwd_d128"), text), "cuda", "sm_90a")
@@ -89,7 +84,7 @@ def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
 
 
 def test_every_variant_is_tested():
-    assert sorted(_variants().VARIANTS) == sorted(VARIANT_SASS)
+    assert sorted(VARIANTS) == sorted(VARIANT_SASS)
 
 
 def test_builtin_reference_submits_it():

@@ -198,12 +198,8 @@ class CandidateCalls:
         self.inputs_pristine = True
         return values[pos + len(pairs):]
 
-    def check_state(self) -> None:
-        """Guard zones of every set, and the inputs of every set and of the library against their pristine copies."""
-        self._read_and_check_state([])
-
     def observe(self, k: int) -> Sketch:
-        """After a call on set k: check_state, then the sketch of set k's outputs (one read of both)."""
+        """After a call on set k: the state checks and the sketch of set k's outputs, read back together."""
         outputs = {n: self.sets[k].bufs.tensors[n].data for n in self.sets[k].bufs.outputs}
         values = self._read_and_check_state(sketch_tensors(outputs, self.key))
         return to_sketch(list(outputs), values)

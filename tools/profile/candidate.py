@@ -65,18 +65,23 @@ def replay_argv(workload_id: str, source_path: Path, cubin_path: str | Path, arc
     return argv + (["--exact"] if exact else [])
 
 
+def _targets(workload_id: str, arch: str):
+    """(the arch profile, the workload, the target families it checks on `arch`)."""
+    from ptxbench.workloads.registry import get_workload
+
+    profile = get_arch(arch)
+    wl = get_workload(workload_id)
+    return profile, wl, wl.targets.get(arch, [f.name for f in profile.families])
+
+
 def measure_candidate(workload_id: str, source: str, cubin_path: str | Path, *, arch: str = DEFAULT_ARCH, full: bool = True,
                       timeout_s: float = 120.0, seed: int = 0, workdir: str | Path | None = None, device: int | None = None,
                       hold=None) -> ProfileSummary:
     """The ncu run of profile_candidate alone (its arguments mean the same): the parsed summary, nothing judged yet.
     Split out so that an evaluator can start it before the timing result is in (tools/profile/early.py)."""
-    from ptxbench.workloads.registry import get_workload
-
     from .runner import profile_command
 
-    profile = get_arch(arch)
-    wl = get_workload(workload_id)
-    families = wl.targets.get(arch, [f.name for f in profile.families])
+    profile, _, families = _targets(workload_id, arch)
     counters = [c for name in families for c in profile.family(name).counters]
     with tempfile.TemporaryDirectory(prefix="ptxbench-profile-") as tmp:
         work = Path(workdir) if workdir is not None else Path(tmp)
@@ -122,14 +127,10 @@ def profile_candidate(
     per-line profile was not taken). `measured`: (summary, seconds) of a measure_candidate run made
     already at this level (an early start); then only the judging and the feedback happen here.
     """
-    from ptxbench.workloads.registry import get_workload
-
     from .feedback import profile_feedback
 
     start = time.perf_counter()
-    profile = get_arch(arch)
-    wl = get_workload(workload_id)
-    families = wl.targets.get(arch, [f.name for f in profile.families])
+    profile, wl, families = _targets(workload_id, arch)
     if measured is not None:
         summary, before = measured
     else:

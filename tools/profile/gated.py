@@ -39,7 +39,8 @@ def _until(cond: Callable[[], bool], limit_s: float) -> bool:
     return True
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process's whole group (ncu and the replay it started), then reap it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -71,7 +72,7 @@ def run_gated(cmd: list[str], *, env: dict | None, folder: Path, hold: Callable[
                         gate.signal(GO)
                         if not _until(lambda: gate.seen(DONE) or proc.poll() is not None, limit_s):
                             times.phase, note = "replay", f"the profiled replay did not finish within {limit_s:g} s"
-                            _kill(proc)  # before the GPU is given back: a hung kernel dies with its context
+                            kill_group(proc)  # before the GPU is given back: a hung kernel dies with its context
                     finally:
                         times.held_s = time.monotonic() - got
             except Exception as exc:  # noqa: BLE001 - taking the GPU failed: a reason, not a crash
@@ -83,7 +84,7 @@ def run_gated(cmd: list[str], *, env: dict | None, folder: Path, hold: Callable[
                 times.phase, note = "finish", f"ncu did not finish its report within {limit_s:g} s"
     finally:
         if proc.poll() is None:
-            _kill(proc)
+            kill_group(proc)
     text = log_path.read_text(errors="replace") if log_path.exists() else ""
     if note:
         return None, (text + f"\n==PTXBENCH== {note}").strip(), times

@@ -22,13 +22,12 @@ import glob
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .gated import run_gated
+from .gated import kill_group, run_gated
 from .ncu_csv import parse_details, parse_raw, parse_source
 from .summary import OPCODE_METRIC, OPCODE_TRUE_METRIC, ProfileSummary, build_summary
 
@@ -75,7 +74,7 @@ def _run(cmd: list[str], timeout_s: float, env: dict | None = None, cwd: str | N
         out, _ = proc.communicate(timeout=timeout_s)
         return proc.returncode, out
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc)
         out, _ = proc.communicate()
         return None, out or ""
 
