@@ -200,7 +200,7 @@ class LocalEvaluator:
     def _submit(self, pool: GpuPool, job: GpuJob, turn: int | None) -> GpuOutcome:
         """The pool's verdict, or the remembered TIMEOUT of an identical job (the hang is not paid again)."""
         key = job_key(job)
-        hang, owner = self._hangs.claim(key)
+        hang, owner = self._hangs.claim(key, gpu_free=lambda: pool.free.qsize() > 0)
         if hang is not None:
             return hang.outcome.model_copy(update={"message": reused_message(hang), "seconds": {}})
         result = None

@@ -324,18 +324,36 @@ def test_only_timeouts_are_remembered():
         ev.close()
 
 
-def test_two_identical_submissions_at_once_run_once_when_it_hangs():
-    ev, workers = evaluator("TIMEOUT", delay_s=0.3, devices=(0, 1))
-    source = CORPUS["control_correct"]["source"]
+def _two_at_once(ev, workers, source: str, options: EvalOptions) -> list:
+    """Two threads submit the same kernel; the second only once the first one's job holds its GPU."""
     ev.pool  # started before the threads race
     results = []
-    threads = [threading.Thread(target=lambda t=t: results.append(ev.evaluate(WORKLOAD, source, EvalOptions(trials=1, turn=0))))
-               for t in range(2)]
-    for th in threads:
-        th.start()
+    threads = [threading.Thread(target=lambda: results.append(ev.evaluate(WORKLOAD, source, options))) for _ in range(2)]
+    threads[0].start()
+    deadline = time.monotonic() + 30
+    while not any(w.jobs for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    threads[1].start()
     for th in threads:
         th.join()
-    assert sum(len(w.jobs) for w in workers) == 1 and [r.status for r in results] == ["TIMEOUT", "TIMEOUT"]
+    return results
+
+
+def test_two_identical_submissions_on_one_gpu_run_once_when_it_hangs():
+    ev, workers = evaluator("TIMEOUT", delay_s=0.3)
+    results = _two_at_once(ev, workers, CORPUS["control_correct"]["source"], EvalOptions(trials=1, turn=0))
+    assert len(workers[0].jobs) == 1 and [r.status for r in results] == ["TIMEOUT", "TIMEOUT"]
+    assert sum("not run again" in r.message for r in results) == 1
+    ev.close()
+
+
+def test_two_identical_submissions_with_a_gpu_free_run_side_by_side():
+    """A free GPU is not left idle behind an identical job that is young (it most likely passes)."""
+    ev, workers = evaluator("PASSED", delay_s=0.4, devices=(0, 1))
+    start = time.monotonic()
+    results = _two_at_once(ev, workers, CORPUS["control_correct"]["source"], EvalOptions(trials=1, profile_on_pass=False))
+    assert [len(w.jobs) for w in workers] == [1, 1] and [r.status for r in results] == ["PASSED", "PASSED"]
+    assert time.monotonic() - start < 0.75  # side by side, not 2 x 0.4 s in turn
     ev.close()
 
 
@@ -353,3 +371,23 @@ def test_hang_memo_key_and_release():
     memo.release(key, GpuOutcome(status="TIMEOUT", message="m"), 4)
     hang, owner = memo.claim(key)
     assert not owner and hang.turn == 4 and hang.outcome.message == "m"
+
+
+def test_hang_memo_waits_only_when_running_beside_gains_nothing():
+    memo = HangMemo()
+    assert memo.claim("k") == (None, True)
+    start = time.monotonic()
+    assert memo.claim("k", wait_s=0.2, gpu_free=lambda: True) == (None, False)  # young, a GPU free: at once
+    assert time.monotonic() - start < 0.1
+    for why in ({"gpu_free": lambda: False}, {"gpu_free": lambda: True, "suspect_s": 0.0}):  # no GPU / suspected hang
+        start = time.monotonic()
+        assert memo.claim("k", wait_s=0.2, **why) == (None, False)
+        assert time.monotonic() - start >= 0.2, why
+    waiter = []
+    thread = threading.Thread(target=lambda: waiter.append(memo.claim("k", wait_s=5.0)))
+    thread.start()
+    time.sleep(0.05)
+    memo.release("k", GpuOutcome(status="TIMEOUT", message="m"), 2)  # the waiter gets the hang at once
+    thread.join()
+    hang, owner = waiter[0]
+    assert not owner and hang.turn == 2 and hang.outcome.message == "m"

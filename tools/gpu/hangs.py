@@ -4,8 +4,11 @@ A model that resubmits a hanging kernel unchanged (the repair track's do-nothing
 do real models) would cost the watchdog's whole limit plus a worker replacement each time. The key is what
 decides whether the kernel hangs: the cubin's bytes, the resolved launch plan, the workload and every option of
 the job (trials, distribution, seed, timing, the timeout); only TIMEOUT is remembered (a fault, a wrong answer
-or a pass is always evaluated again). An identical job already running is waited for, so two trajectories
-submitting the same kernel at once (turn 0 of a repair task under two models) run it once.
+or a pass is always evaluated again). An identical job already in flight is waited for when running beside it
+would gain nothing: no GPU is free (it would queue behind that job anyway), or that job has already run longer than
+an honest evaluation takes (it probably hangs). So two trajectories submitting the same kernel on one GPU (turn 0 of a
+repair task under two models) run it once, and identical passing kernels on a machine with a free GPU run side by
+side instead of one after the other.
 Pure logic (no torch, no CUDA): tests/tools/test_watchdog.py.
 """
 from __future__ import annotations
@@ -13,13 +16,24 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+from typing import Callable
 
 from .messages import GpuJob, GpuOutcome
 
 # How long a caller waits for an identical job in flight before running its own: longer than any job takes
 # (the pool answers every job), short enough that a harness bug cannot block a trajectory for good.
 WAIT_S = 1800.0
+# An identical job in flight longer than this is suspected of hanging: waited for even with a GPU free. Honest
+# evaluations take 1-15 s of GPU time; a hang is known only at the watchdog's limit.
+SUSPECT_S = 20.0
+
+
+@dataclass
+class _InFlight:
+    done: threading.Event = field(default_factory=threading.Event)
+    since: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -46,23 +60,28 @@ class HangMemo:
 
     def __init__(self) -> None:
         self._hangs: dict[str, Hang] = {}
-        self._running: dict[str, threading.Event] = {}
+        self._running: dict[str, _InFlight] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._hangs)
 
-    def claim(self, key: str, wait_s: float = WAIT_S) -> tuple[Hang | None, bool]:
-        """(the earlier hang of this key, or None; whether the caller now owns the key and must call `release`)."""
+    def claim(self, key: str, wait_s: float = WAIT_S, gpu_free: Callable[[], bool] = lambda: False,
+              suspect_s: float = SUSPECT_S) -> tuple[Hang | None, bool]:
+        """(the earlier hang of this key, or None; whether the caller now owns the key and must call `release`).
+        `gpu_free` says whether a GPU could take the job now: then a young identical job is not waited for."""
         while True:
             with self._lock:
                 if key in self._hangs:
                     return self._hangs[key], False
                 running = self._running.get(key)
                 if running is None:
-                    self._running[key] = threading.Event()
+                    self._running[key] = _InFlight()
                     return None, True
-            if not running.wait(wait_s):  # the identical job is still running: run this one too
+                age = time.monotonic() - running.since
+            if age < suspect_s and gpu_free():  # run beside it: waiting would only leave a GPU idle
+                return None, False
+            if not running.done.wait(wait_s):  # the identical job is still running: run this one too
                 return None, False
 
     def release(self, key: str, outcome: GpuOutcome | None, turn: int | None) -> None:
@@ -72,4 +91,4 @@ class HangMemo:
                 self._hangs[key] = Hang(outcome.model_copy(deep=True), turn)
             done = self._running.pop(key, None)
         if done is not None:
-            done.set()
+            done.done.set()
