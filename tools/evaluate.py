@@ -25,6 +25,7 @@ from .gpu.pool import GpuPool, NoGpuError, PoolConfig
 from .solution.plan import FormatIssue
 from .profile import attach
 from .profile.early import EarlyProfile
+from .profile.inflight import InFlightProfiles
 from .results import EvalResult, Fingerprint, RuntimeTarget
 from .solution.parse import PlanError, parse_solution, resolve_plan
 
@@ -93,6 +94,7 @@ class LocalEvaluator:
         self._pool = pool
         self._pool_config = pool_config
         self._profiles: dict[tuple, dict] = {}
+        self._profiling = InFlightProfiles()  # identical cubins passing at once: one ncu run (profile/inflight.py)
         self._hangs = HangMemo()  # identical binaries that timed out: not run again (gpu/hangs.py)
         self._early_slots: threading.BoundedSemaphore | None = None
         self._early_lock = threading.Lock()
@@ -182,7 +184,7 @@ class LocalEvaluator:
         pass would take none, the profile cache already holds it, or early starts are switched off."""
         level, _ = options.profile_level(True, None)
         if (level == "none" or not self.early_profiles or self._cached_profile(cubin_sha, workload, options.arch, level)
-                or not comp.cubin_path):
+                or self._profiling.running((cubin_sha, workload, options.arch), level) or not comp.cubin_path):
             return None
         from .profile.candidate import measure_candidate
 
@@ -215,10 +217,24 @@ class LocalEvaluator:
                         cubin_sha: str, early: EarlyProfile | None = None) -> EvalResult:
         """Profile / sanitize the candidate. The counts of one binary on one GPU do not change between submissions, so
         a profile of the same cubin (a model resubmitting a kernel) at the level asked for or above is reused instead
-        of replayed under ncu again. ncu's replay holds its GPU only while it replays the launches (the pool's
+        of replayed under ncu again, and one being taken for an identical cubin is waited for (profile/inflight.py).
+        ncu's replay holds its GPU only while it replays the launches (the pool's
         exclusive(device) between the replay's ready and done); the sanitizer holds one for its whole run."""
         key = (cubin_sha, result.workload, options.arch)
-        cached = self._cached_profile(cubin_sha, result.workload, options.arch, level)
+        t0 = time.perf_counter()
+        _, registered = (self._profiling.acquire(key, level, lambda: self._cached_profile(*key, level) is not None)
+                         if level != "none" else (False, False))
+        if not registered and level != "none":  # it waited (or found the cache filled meanwhile): the time says which
+            result.seconds["profile.identical_wait"] = time.perf_counter() - t0
+        try:
+            return self._profile_or_reuse(result, options, level, why, solution, comp, key, early)
+        finally:
+            if registered:
+                self._profiling.release(key)
+
+    def _profile_or_reuse(self, result: EvalResult, options: EvalOptions, level: str, why: str, solution, comp,
+                          key: tuple, early: EarlyProfile | None) -> EvalResult:
+        cached = self._cached_profile(*key, level)
         if cached is not None:
             result.targets_runtime = {k: RuntimeTarget.model_validate(v) for k, v in cached["targets_runtime"].items()}
             result.profile = {**(cached["profile"] or {}), "reused_from_identical_cubin": True}

@@ -221,3 +221,40 @@ def test_early_profiles_are_bounded_per_gpu_and_their_slots_come_back(monkeypatc
     r = ev.evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(trials=1))  # no slot: no early run
     assert r.status == "INCORRECT_NUMERICAL" and len(calls) == 1
     ev._early_slots.release()
+
+
+def test_identical_cubins_passing_at_once_take_one_profile(monkeypatch):
+    """Two trajectories pass the same binary on two GPUs at once: one ncu run, the other waits and reuses it."""
+    import threading
+
+    import ptxbench.tools.evaluate as evaluate_module
+    from ptxbench.tools.results import RuntimeTarget
+
+    pool = GpuPool(PoolConfig(devices=[0, 1], spares=0), factory=lambda d, c: AnsweringWorker(d, c))
+    calls = []
+
+    def slow_attach(result, options, source, comp, language, device=None, level="none", **kwargs):
+        calls.append(level)
+        time.sleep(0.3)  # ncu's start-up, replay and report
+        result.profile_level = level
+        result.targets_runtime = {"wgmma": RuntimeTarget(verdict="executed", executed_warp_insts=320)}
+        result.profile, result.feedback = {"ok": True}, "compute-bound"
+        return result
+
+    monkeypatch.setattr(evaluate_module, "attach", slow_attach)
+    ev = LocalEvaluator(pool)
+    ev.early_profiles = False
+    source = CORPUS["control_correct"]["source"]
+    ev.evaluate(WORKLOAD, source, EvalOptions(trials=1, profile_on_pass=False))  # compile cache and pool warm
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(ev.evaluate(WORKLOAD, source, EvalOptions(trials=1, profile=True))))
+               for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert calls == ["full"] and [r.status for r in results] == ["PASSED", "PASSED"]
+    reused = [r for r in results if r.profile.get("reused_from_identical_cubin")]
+    assert len(reused) == 1 and reused[0].targets_runtime["wgmma"].verdict == "executed"
+    assert reused[0].seconds["profile.identical_wait"] > 0.1  # it waited for the run in flight
+    ev.close()
