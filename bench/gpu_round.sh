@@ -25,7 +25,7 @@
 #   mutations-bwd (330) the attention backward's bug classes (check_mutations.py --backward, 40 mutants)
 #   suite-build (560)   the repair suite rebuilt (bench/build_repair_suite.py) into the step's folder: copy its
 #                       repairs/ over workloads/repairs/ when it is right
-#   scaling (560)       1 vs 2 GPUs on a bench matrix (bench/gpu_scaling.py; needs nvidia-h200-x2)
+#   scaling (590)       1 vs 2 GPUs on a bench matrix, 8 turns (bench/gpu_scaling.py; needs nvidia-h200-x2)
 # A step's budget is a hard limit (SIGKILL); what it wrote by then is still packed.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_round_out}
@@ -36,7 +36,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > "$O
 git log --oneline -1 > "$OUT/commit.txt" 2>/dev/null || true
 
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=240 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560
-                   [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=330 [suite-build]=560 [scaling]=560)
+                   [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=330 [suite-build]=560 [scaling]=590)
 
 run_step() {  # run_step NAME SECONDS DIR
   local name=$1 s=$2 d=$3

@@ -2,17 +2,20 @@
 
 Run on a machine with two GPUs (repository root, after `source bench/gpu_env.sh`):
 
-    python3 bench/gpu_scaling.py [--turns 3] [--trajectories 2] [--json F] [--md F] [--no-warmup] [--ncu-lock device|shared]
+    python3 bench/gpu_scaling.py [--turns 8] [--trajectories 2] [--json F] [--md F] [--no-warmup] [--ncu-lock device|shared]
 
 The matrix: workloads gemm_bf16_m8192_n7168_k5120 and mha_fwd_d128 x models builtin/tuner and
-builtin/reference x `--trajectories` (2: four trajectories per workload, eight in all), `--turns` each,
-default profile policy (auto: the target verdict on every pass, the full profile on the first pass and each
-new best). Each run is a fresh `python3 -m ptxbench.agent bench` process whose pool sees the GPUs of its
-CUDA_VISIBLE_DEVICES ("0", then "0,1"); a warm-up run of the same matrix on both GPUs fills the compile
+builtin/reference x `--trajectories` (2: four trajectories per workload, eight in all), `--turns` each (8,
+`ptxbench bench`'s default: with 3, the ~12 s every run spends starting and closing caps the ratio below 1.8x
+even if two GPUs halved all the GPU work), default profile policy (auto: the target verdict on every pass, the
+full profile on the first pass and each new best). Each run is a fresh `python3 -m ptxbench.agent bench`
+process whose pool sees the GPUs of its CUDA_VISIBLE_DEVICES ("0", then "0,1"); a warm-up run of the same matrix on both GPUs fills the compile
 cache first, so neither measured run pays cold compiles the other does not. Reported per run: wall time,
 the bench's own elapsed time, statuses, profile levels and runtime verdicts from the trajectories (an
-`unknown` verdict would show a profiler that could not run, e.g. two GPUs profiling at once), and the
-share of half-second nvidia-smi samples in which each GPU ran a kernel.
+`unknown` verdict would show a profiler that could not run, e.g. two GPUs profiling at once), the share of
+half-second nvidia-smi samples in which each GPU ran a kernel, and from the trajectories the GPU time held (the
+timing protocols, the ncu replays), the ncu runs taken (the rest reused a profile) and the span from the first
+trajectory event to the last.
 """
 from __future__ import annotations
 
@@ -56,13 +59,20 @@ def trajectories(run_dir: Path) -> dict:
     from ptxbench.agent.records.rundir import load_run
 
     statuses, levels, verdicts, unknown = {}, {}, {}, []
-    evals = 0
+    evals = profiled = 0
+    held = {"timing": 0.0, "profile": 0.0}
+    stamps: list[float] = []
     for record in load_run(run_dir):
         for e in record.events:
+            if getattr(e, "ts", None):
+                stamps.append(e.ts)
             if e.type != "eval_result" or not e.submission:
                 continue
             evals += 1
             r = e.result
+            held["timing"] += r.seconds.get("gpu.gpu_total", 0.0)
+            held["profile"] += r.seconds.get("profile.gpu_held", 0.0)
+            profiled += r.seconds.get("profile", 0.0) > 0
             statuses[r.status] = statuses.get(r.status, 0) + 1
             levels[r.profile_level] = levels.get(r.profile_level, 0) + 1
             for fam, v in r.targets_runtime.items():
@@ -70,19 +80,25 @@ def trajectories(run_dir: Path) -> dict:
                 if v.verdict == "unknown":
                     unknown.append(v.reason[:200])
     return {"evaluations": evals, "statuses": statuses, "profile_levels": levels, "verdicts": verdicts,
-            "unknown_reasons": sorted(set(unknown))[:5]}
+            "unknown_reasons": sorted(set(unknown))[:5], "ncu_runs": int(profiled),
+            "gpu_held_s": {k: round(v, 1) for k, v in held.items()},
+            "trajectory_window_s": round(max(stamps) - min(stamps), 1) if stamps else None}
 
 
 def markdown(out: dict) -> str:
     lines = [f"Matrix: {', '.join(WORKLOADS)} x {', '.join(MODELS)} x {out['trajectories']} trajectories, "
              f"{out['turns']} turns, profile policy auto, ncu lock: {out['ncu_lock']}.", "",
-             "| GPUs | wall s | evaluator start / close s | evaluations | statuses | profiles | verdicts | busy share per GPU (nvidia-smi) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| GPUs | wall s | evaluator start / close s | trajectories (first event to last) s | GPU held: timing + ncu replays s "
+             "| ncu runs | evaluations | statuses | profiles | verdicts | busy share per GPU (nvidia-smi) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in out["runs"].items():
         busy = ", ".join(f"GPU{g}: {s.get('busy_share', '-')} ({s.get('busy_pct_mean', '-')}% mean)"
                          for g, s in r["nvidia_smi"].items() if isinstance(s, dict))
+        held = r.get("gpu_held_s") or {}
         lines.append(f"| {name} ({r['devices']}) | {r['wall_s']} | {r.get('evaluator_start_s', '-')} / "
-                     f"{r.get('evaluator_close_s', '-')} | {r['evaluations']} | {r['statuses']} | "
+                     f"{r.get('evaluator_close_s', '-')} | {r.get('trajectory_window_s', '-')} | "
+                     f"{held.get('timing', '-')} + {held.get('profile', '-')} | {r.get('ncu_runs', '-')} | "
+                     f"{r['evaluations']} | {r['statuses']} | "
                      f"{r['profile_levels']} | {r['verdicts']} | {busy} |")
     if out.get("speedup"):
         lines += ["", f"Speedup 1 -> 2 GPUs: {out['speedup']:.2f}x (goal: at least 1.8x)."]
@@ -91,7 +107,7 @@ def markdown(out: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--turns", type=int, default=3)
+    ap.add_argument("--turns", type=int, default=8, help="per trajectory (ptxbench bench's default)")
     ap.add_argument("--trajectories", type=int, default=2, help="per (model, workload) cell: 2 -> 4 per workload")
     ap.add_argument("--parallel", type=int, default=16)
     ap.add_argument("--timeout", type=float, default=1800)
