@@ -40,9 +40,13 @@ PREDICTED = {
     "cluster_exit_without_sync": "may pass",  # an exit race (RUNTIME_ERROR if a late remote arrive faults)
     "cluster_rank_same_b_slice": "INCORRECT_NUMERICAL",  # half of every B tile is the other half's rows
     "cluster_rank_same_m_tile": "INCORRECT_NAN",  # every other M tile is never written: the NaN poison stays
+    "bwd_dq_bulk_copy_not_add": "INCORRECT_NUMERICAL",  # dQ holds the last key block's partial only
+    "bwd_dq_bulk_no_wait_read": "may pass",  # a race: the next block's stores must overtake the bulk copy's reads
 }
 # smallest first: the smoke shapes cost seconds; every backward class applies to at least one D = 64 workload,
-# except bwd_ds_single_buffer (the D = 64 consumers each read only their own rows of dS^T)
+# except those of the 128-wide kernels: bwd_ds_single_buffer (the D = 64 consumers each read only their own rows
+# of dS^T) and the bulk dQ reduction's (D = 64 keeps the float2 atomics, which the D = 128 workloads' vector-dQ base
+# also carries)
 BACKWARD_WORKLOADS = ("smoke_mha_bwd_d64", "smoke_mha_bwd_d64_causal", "mha_bwd_d128", "mha_bwd_d128_causal")
 
 

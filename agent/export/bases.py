@@ -4,8 +4,10 @@ A base is a correct solution file of a workload and the bug classes made from it
 its reference (`reference_source`, every class). A GEMM workload has one more: the GEMM template rendered with
 2-CTA clusters and TMA multicast of B (`default_params()` with `cluster_m = 2`; it PASSED on the H200 at about
 the default's speed), the base of the cluster / multicast classes (mutations.py CLUSTER_CLASSES), whose code the
-unclustered reference holds only as dead `if constexpr (CLUSTER_M > 1)` branches. Only those classes are made on
-it, so a candidate's id (workload__class) stays unique. Used by agent/repairs/candidates.py (the repair suite),
+unclustered reference holds only as dead `if constexpr (CLUSTER_M > 1)` branches. A 128-wide attention backward
+(D = 96, 128) has one more: the checked-in file's point (dQ by float2 atomics, attention_backward.fast_backward),
+the base of the float2 dQ classes, dead code in its reference (dQ by a bulk reduce-add). Only those classes are made
+on an extra base, so a candidate's id (workload__class) stays unique. Used by agent/repairs/candidates.py (the repair suite),
 agent/export/synth.py (synth-repairs) and bench/check_mutations.py.
 """
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 
 REFERENCE = "reference"
 CLUSTER2 = "cluster2"
+VECTOR_DQ = "vector_dq"
+VECTOR_DQ_CLASSES = ("bwd_dq_plain_store", "bwd_dq_nonatomic_add")
 
 
 @dataclass(frozen=True)
@@ -39,10 +43,20 @@ def extra_bases(workload_id: str) -> list[Base]:
 
     from .mutations import CLUSTER_CLASSES
 
-    if get_workload(workload_id).op == "gemm":
+    workload = get_workload(workload_id)
+    if workload.op == "gemm":
         return [Base(CLUSTER2, "the GEMM template's default point with cluster_m = 2 (2-CTA clusters, B multicast)",
                      CLUSTER_CLASSES)]
+    if workload.op == "mha_bwd" and int(workload.symbols.get("D", 0)) != 64 and _vector_dq(workload) is not None:
+        return [Base(VECTOR_DQ, "the attention backward's checked-in file (dQ by float2 atomics, 2 stages)",
+                     VECTOR_DQ_CLASSES)]
     return []
+
+
+def _vector_dq(workload):
+    from ptxbench.workloads.solutions.attention_backward import fast_backward
+
+    return fast_backward(workload)
 
 
 def base_source(workload_id: str, base: str = REFERENCE) -> str:
@@ -53,5 +67,9 @@ def base_source(workload_id: str, base: str = REFERENCE) -> str:
         return reference_source(workload_id)
     if base == CLUSTER2 and any(b.name == base for b in extra_bases(workload_id)):
         return _gemm_template().render(clustered_gemm_params())
+    if base == VECTOR_DQ and any(b.name == base for b in extra_bases(workload_id)):
+        from ptxbench.workloads.registry import get_workload
+
+        return _vector_dq(get_workload(workload_id))
     raise KeyError(f"{workload_id} has no base {base!r} (bases: {REFERENCE}, "
                    f"{', '.join(b.name for b in extra_bases(workload_id)) or 'no other'})")

@@ -44,6 +44,10 @@ def _clustered(replacement: str | Callable[[re.Match], str]) -> Callable[[re.Mat
         return m.expand(replacement) if isinstance(replacement, str) else replacement(m)
     return sub
 
+# Where a backward's float2 dQ atomics run: a D = 64 entry point, or a file without the bulk reduction (the vector-dQ
+# base); in the reference's 128-wide kernels they are dead code behind `if constexpr (HD == 128)`.
+VECTOR_DQ_LIVE = r'^kernel = "attn_bwd_wgmma_d64|\A(?![\s\S]*cp\.reduce\.async\.bulk)'
+
 MUTATIONS: list[Mutation] = [
     Mutation("missing_wgmma_fence",
              "wgmma.fence removed before the first wgmma of a k-step: accumulator and shared-memory writes are not ordered "
@@ -128,8 +132,10 @@ MUTATIONS: list[Mutation] = [
              "the attention tensor maps view Q, K and V as [S, D] (one head) instead of the [B*H*S, D] rows of all "
              "heads: every row past the first head loads as zeros",
              WRONG, r'(dims\s*=\s*\["D",\s*)"B \* H(?:KV)? \* S"\]', r'\1"S"]'),
-    # The wgmma attention backward's own bug classes (workloads/solutions/attention_bwd_wgmma.cu, every backward
-    # workload's reference); the knowledge pack's backward section teaches the rules they break.
+    # The wgmma attention backward's own bug classes (its reference, attention_backward.reference_backward: dQ by a
+    # bulk reduce-add for the 128-wide kernels, float2 atomics for D = 64; the float2 classes also on the checked-in
+    # file's vector-dQ base for D = 96 / 128, agent/export/bases.py); the knowledge pack's backward section teaches
+    # the rules they break.
     Mutation("bwd_dpsum_wrong",
              "the preprocess sums dO * dO instead of dO * O for Dr (dPsum): dS = P (dP - Dr) is off in every row, "
              "so dQ and dK are wrong (dV is not)",
@@ -141,7 +147,8 @@ MUTATIONS: list[Mutation] = [
     Mutation("bwd_stats_indexed_by_key",
              "L2 and Dr are looked up by the accumulator's row (a key) instead of its column (a query): the code "
              "reads the fragment of P^T as if it were P's",
-             WRONG, r"-sL2\[q\]|sDr\[8 \* \(j / 4\) \+ col0 \+ \(j % 2\)\]",
+             WRONG, r"-sL2\[q\]|sDr\[8 \* \(j / 4\) \+ col0 \+ \(j % 2\)\]"
+                    r"|-\(j % 2 \? l2\[j / 4\]\.y : l2\[j / 4\]\.x\)|\(j % 2 \? dr\[j / 4\]\.y : dr\[j / 4\]\.x\)",
              lambda m: ("-sL2" if m.group(0).startswith("-") else "sDr") + "[r + 8 * ((j / 2) % 2)]"),
     Mutation("bwd_causal_mask_wrong_side",
              "the causal mask zeroes P where key < query instead of key > query in the blocks that cross the diagonal",
@@ -157,12 +164,24 @@ MUTATIONS: list[Mutation] = [
     Mutation("bwd_dq_plain_store",
              "dQ partials are stored instead of reduce-added: each key block overwrites the others' contributions",
              WRONG, r"atomicAdd\(reinterpret_cast<float2\*>\(dst\), (make_float2\(dq\[j\], dq\[j \+ 1\]\))\);",
-             r"*reinterpret_cast<float2*>(dst) = \1;"),
+             r"*reinterpret_cast<float2*>(dst) = \1;",
+             requires=VECTOR_DQ_LIVE),
     Mutation("bwd_dq_nonatomic_add",
              "dQ partials are added with a plain load-add-store instead of a reduction: warps and CTAs that add to "
              "the same dQ rows at once lose updates (a race: it bites only where they overlap in time)",
              WRONG, r"^([ \t]*)atomicAdd\(reinterpret_cast<float2\*>\(dst\), make_float2\(dq\[j\], dq\[j \+ 1\]\)\);",
-             r"\1dst[0] += dq[j];\n\1dst[1] += dq[j + 1];"),
+             r"\1dst[0] += dq[j];\n\1dst[1] += dq[j + 1];",
+             requires=VECTOR_DQ_LIVE),
+    Mutation("bwd_dq_bulk_copy_not_add",
+             "the dQ tile goes out with a bulk copy (`cp.async.bulk`) instead of a bulk reduce-add: each key block's "
+             "partial overwrites the others' in the fp32 accumulator",
+             WRONG, r"cp\.reduce\.async\.bulk\.global\.shared::cta\.bulk_group\.add\.f32",
+             "cp.async.bulk.global.shared::cta.bulk_group", requires=r'^kernel = "attn_bwd_wgmma(?!_d64)'),
+    Mutation("bwd_dq_bulk_no_wait_read",
+             "the issuing thread no longer waits for the previous block's bulk reduction to finish reading the dQ "
+             "staging tile before the consumers overwrite it (a race: it bites only where they overtake the copy)",
+             WRONG, r"^[ \t]*if \(HD == 128 && issuer\) bulk_wait_read\(\);[^\n]*\n", "",
+             requires=r'^kernel = "attn_bwd_wgmma(?!_d64)'),
     Mutation("bwd_ds_single_buffer",
              "the double-buffered dS^T tile becomes one buffer: a consumer writes the next block's dS^T while the other "
              "may still read this one in its dQ product (a race; D = 128 only, where each consumer reads both halves)",
@@ -241,6 +260,7 @@ PIPELINE_CLASSES = ("producer_start_parity", "missing_wgmma_fence_regs", "named_
 # wgmma reads dS^T written by plain stores); bench/check_mutations.py --backward runs them.
 BACKWARD_CLASSES = ("bwd_dpsum_wrong", "bwd_lse_wrong_base", "bwd_stats_indexed_by_key", "bwd_causal_mask_wrong_side",
                     "bwd_dk_scale_missing", "bwd_dq_scale_missing", "bwd_dq_plain_store", "bwd_dq_nonatomic_add",
+                    "bwd_dq_bulk_copy_not_add", "bwd_dq_bulk_no_wait_read",
                     "missing_fence_proxy_async", "bwd_ds_single_buffer", "bwd_empty_count_mismatch")
 # The knowledge pack's cluster / multicast rules, on the clustered GEMM render (bench/check_mutations.py --cluster).
 CLUSTER_CLASSES = ("cluster_expect_tx_own_bytes", "cluster_expect_tx_leader_only", "multicast_mask_missing_peer",

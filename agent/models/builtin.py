@@ -5,7 +5,7 @@ end to end); `builtin/unchanged` resubmits the --start-from kernel. `builtin/tun
 `builtin/tuner:weak`) lives in tuner.py: a template search that chooses each point from the last
 evaluations' evidence; for workloads no template covers it submits `reference_source(workload)`: the
 wgmma + TMA forward or backward where its shape rule holds (workloads/solutions/attention.py fast_solution,
-attention_backward.py fast_backward), else the plain CUDA-core one.
+attention_backward.py reference_backward), else the plain CUDA-core one.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def reference_source(workload_id: str) -> str:
         template = importlib.import_module("ptxbench.workloads.solutions.gemm_template")
         return template.render(template.default_params())
     # the Hopper wgmma forward or backward where it applies
-    fast = attention.fast_solution(workload) or attention_backward.fast_backward(workload)
+    fast = attention.fast_solution(workload) or attention_backward.reference_backward(workload)
     if fast is not None:
         return fast
     try:

@@ -1,8 +1,9 @@
 """The wgmma attention backward's bug classes (agent/export/mutations.py BACKWARD_CLASSES), on the CPU: each
-applies to the backward workloads it names (the causal mask to causal ones only, the dS^T buffer to D = 128
-only), edits exactly its lines of workloads/solutions/attention_bwd_wgmma.cu as found at HEAD (a class whose
-text is gone fails here, not silently on the GPU), and the broken file still parses and assembles, so the GPU
-(bench/check_mutations.py --backward) decides how it fails."""
+applies to the backward workloads and bases it names (the causal mask to causal ones only, the dS^T buffer and the
+bulk dQ reduction to D = 128 only, the float2 dQ atomics where they run: the reference's D = 64 kernels and the
+vector-dQ base of the D = 128 ones), edits exactly its lines of the reference (attention_backward.reference_backward)
+or of the checked-in file as found at HEAD (a class whose text is gone fails here, not silently on the GPU), and
+the broken file still parses and assembles, so the GPU (bench/check_mutations.py --backward) decides how it fails."""
 from __future__ import annotations
 
 import difflib
@@ -10,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from ptxbench.agent.export.bases import REFERENCE, VECTOR_DQ, VECTOR_DQ_CLASSES, base_source, extra_bases
 from ptxbench.agent.export.mutations import BACKWARD_CLASSES, BY_NAME, MUTATIONS
 from ptxbench.agent.models.builtin import reference_source
 from ptxbench.agent.repairs.candidates import from_mutations
@@ -21,16 +23,23 @@ from ptxbench.workloads.registry import get_workload
 SMOKE, SMOKE_C = "smoke_mha_bwd_d64", "smoke_mha_bwd_d64_causal"
 MAIN, MAIN_C = "mha_bwd_d128", "mha_bwd_d128_causal"
 ALL = (SMOKE, SMOKE_C, MAIN, MAIN_C)  # bench/check_mutations.py's BACKWARD_WORKLOADS
-WHERE = {n: ALL for n in BACKWARD_CLASSES}
-WHERE["bwd_causal_mask_wrong_side"] = (SMOKE_C, MAIN_C)
-WHERE["bwd_ds_single_buffer"] = (MAIN, MAIN_C)  # the D = 64 consumers read only their own dS^T rows
+# (class, base) -> the workloads it is made on
+WHERE = {(n, REFERENCE): ALL for n in BACKWARD_CLASSES}
+WHERE[("bwd_causal_mask_wrong_side", REFERENCE)] = (SMOKE_C, MAIN_C)
+WHERE[("bwd_ds_single_buffer", REFERENCE)] = (MAIN, MAIN_C)  # the D = 64 consumers read only their own dS^T rows
+for _n in ("bwd_dq_bulk_copy_not_add", "bwd_dq_bulk_no_wait_read"):  # the 128-wide kernels' bulk reduction
+    WHERE[(_n, REFERENCE)] = (MAIN, MAIN_C)
+for _n in VECTOR_DQ_CLASSES:  # the float2 atomics: live in the reference's D = 64 kernels, and on the vector-dQ base
+    WHERE[(_n, REFERENCE)] = (SMOKE, SMOKE_C)
+    WHERE[(_n, VECTOR_DQ)] = (MAIN, MAIN_C)
 # The exact edit of each class ('-' old line, '+' new line, indentation dropped).
 EDITS = {
     "bwd_dpsum_wrong": ["-sum = fmaf(a.x, b.x, fmaf(a.y, b.y, sum));", "+sum = fmaf(b.x, b.x, fmaf(b.y, b.y, sum));"],
     "bwd_lse_wrong_base": ["-L2[row] = LSE[row] * LOG2E;", "+L2[row] = LSE[row];"],
     "bwd_stats_indexed_by_key": [
-        "-float e = ex2(fmaf(s[j], sl2, -sL2[q]));", "+float e = ex2(fmaf(s[j], sl2, -sL2[r + 8 * ((j / 2) % 2)]));",
-        "-for (int j = 0; j < 32; ++j) p[j] = s[j] * (p[j] - sDr[8 * (j / 4) + col0 + (j % 2)]);",
+        "-float e = ex2(fmaf(s[j], sl2, -(j % 2 ? l2[j / 4].y : l2[j / 4].x)));",
+        "+float e = ex2(fmaf(s[j], sl2, -sL2[r + 8 * ((j / 2) % 2)]));",
+        "-for (int j = 0; j < 32; ++j) p[j] = s[j] * (p[j] - (j % 2 ? dr[j / 4].y : dr[j / 4].x));",
         "+for (int j = 0; j < 32; ++j) p[j] = s[j] * (p[j] - sDr[r + 8 * ((j / 2) % 2)]);"],
     "bwd_causal_mask_wrong_side": ["-if (mask && key0 + 64 * c + r + 8 * ((j / 2) % 2) > q0 + q) e = 0.f;",
                                    "+if (mask && key0 + 64 * c + r + 8 * ((j / 2) % 2) < q0 + q) e = 0.f;"],
@@ -44,7 +53,11 @@ EDITS = {
                            "+*reinterpret_cast<float2*>(dst) = make_float2(dq[j], dq[j + 1]);"],
     "bwd_dq_nonatomic_add": ["-atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq[j], dq[j + 1]));",
                              "+dst[0] += dq[j];", "+dst[1] += dq[j + 1];"],
-    "missing_fence_proxy_async": ["-fence_proxy_async();"],
+    "bwd_dq_bulk_copy_not_add": ['-asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"',
+                                 '+asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"'],
+    "bwd_dq_bulk_no_wait_read": ["-if (HD == 128 && issuer) bulk_wait_read();  // the previous block's dQ reduction has read sdQ"],
+    # both fences: before the dQ wgmma reads dS^T, and before the bulk reduction reads the dQ tile (D = 128)
+    "missing_fence_proxy_async": ["-fence_proxy_async();", "-fence_proxy_async();"],
     "bwd_ds_single_buffer": ["-uint8_t* buf = sdS + (it & 1) * DS_BYTES;", "+uint8_t* buf = sdS;"],
     "bwd_empty_count_mismatch": ["-mbar_init(&empty[i], 8);  // one arrival per consumer warp",
                                  "+mbar_init(&empty[i], 256);  // one arrival per consumer thread"],
@@ -68,44 +81,51 @@ def _device_code(source: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def mutants() -> dict[tuple[str, str], str]:
+def mutants() -> dict[tuple[str, str, str], str]:
+    """(class, base, workload) -> the broken file."""
     out = {}
     for wid in ALL:
-        for name in BACKWARD_CLASSES:
-            broken = BY_NAME[name].apply(reference_source(wid))
-            if broken is not None:
-                out[(name, wid)] = broken
+        bases = [(REFERENCE, None)] + [(b.name, b.classes) for b in extra_bases(wid)]
+        for base, classes in bases:
+            for name in BACKWARD_CLASSES:
+                if classes is not None and name not in classes:
+                    continue
+                broken = BY_NAME[name].apply(base_source(wid, base))
+                if broken is not None:
+                    out[(name, base, wid)] = broken
     return out
 
 
 def test_every_backward_class_applies_where_expected(mutants):
     assert set(BACKWARD_CLASSES) == set(EDITS) and set(BACKWARD_CLASSES) <= {m.name for m in MUTATIONS}
     applied = {}
-    for name, wid in mutants:
-        applied.setdefault(name, set()).add(wid)
-    assert applied == {n: set(w) for n, w in WHERE.items()}
+    for name, base, wid in mutants:
+        applied.setdefault((name, base), set()).add(wid)
+    assert applied == {k: set(w) for k, w in WHERE.items()}
     ids = {c.id for c in from_mutations(list(ALL), [BY_NAME[n] for n in BACKWARD_CLASSES])}
-    assert ids == {f"{w}__{n}" for n, ws in WHERE.items() for w in ws}
+    assert ids == {f"{w}__{n}" for (n, _), ws in WHERE.items() for w in ws}  # unique: no class on two bases of one workload
     # the backward-only classes leave the GEMM and the attention forwards alone
     for wid in ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_fwd_d128_causal"):
         assert not [n for n in BACKWARD_CLASSES if n.startswith("bwd_") and BY_NAME[n].apply(reference_source(wid))]
 
 
 def test_each_class_edits_exactly_its_lines(mutants):
-    for (name, wid), broken in mutants.items():
-        assert _changed(reference_source(wid), broken) == EDITS[name], (name, wid)
-        # one device-code mutant per class: the plans differ, the broken code does not
-        assert _device_code(broken) == _device_code(mutants[(name, WHERE[name][-1])]), (name, wid)
+    for (name, base, wid), broken in mutants.items():
+        assert _changed(base_source(wid, base), broken) == EDITS[name], (name, base, wid)
+        # one device-code mutant per class and base: the plans differ, the broken code does not
+        last = WHERE[(name, base)][-1]
+        assert _device_code(broken) == _device_code(mutants[(name, base, last)]), (name, base, wid)
 
 
 @pytest.fixture(scope="module")
 def compiled(mutants):
-    """The broken code compiled on mha_bwd_d128_causal (where every class applies), two builds instead of eleven
-    (nvcc takes seconds): every class's edit at once (they touch different lines), and the non-atomic dQ add,
-    whose line the plain store also rewrites. Each edit is local, so the build of all of them stands for each."""
+    """The broken code compiled on mha_bwd_d128_causal (where every class applies on one base or the other), three
+    builds instead of thirteen (nvcc takes seconds): every reference class's edit at once (they touch different
+    lines), and each float2 class on the vector-dQ base (the plain store and the non-atomic add rewrite the same
+    line). Each edit is local, so the build of all of them stands for each."""
     together = reference_source(MAIN_C)
     for name in BACKWARD_CLASSES:
-        if name != "bwd_dq_nonatomic_add":
+        if name not in VECTOR_DQ_CLASSES:
             together = BY_NAME[name].apply(together)
             assert together is not None, name
 
@@ -115,8 +135,8 @@ def compiled(mutants):
         assert isinstance(sol, Solution), (key, sol)
         return key, compile_source(sol.source, sol.language, "sm_90a", MAIN_C)
 
-    builds = {"together": together, "bwd_dq_nonatomic_add": mutants[("bwd_dq_nonatomic_add", MAIN_C)]}
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    builds = {"together": together, **{n: mutants[(n, VECTOR_DQ, MAIN_C)] for n in VECTOR_DQ_CLASSES}}
+    with ThreadPoolExecutor(max_workers=3) as pool:
         return dict(pool.map(one, builds.items()))
 
 
@@ -128,5 +148,5 @@ def test_the_mutants_assemble_with_wgmma_tma_and_no_spills(compiled):
         for k, v in mains.items():
             assert v.sass_opcodes.get("HGMMA", 0) >= 1 and v.sass_opcodes.get("UTMALDG", 0) >= 1, (key, k)
             assert v.spill_stores == 0 and v.spill_loads == 0, (key, k)
-            # the dQ vector reduction (REDG) is gone: plain stores in both builds
-            assert not v.sass_opcodes.get("REDG", 0), (key, k)
+            if key in VECTOR_DQ_CLASSES:  # the dQ vector reduction (REDG) is gone: plain stores in both builds
+                assert not v.sass_opcodes.get("REDG", 0), (key, k)

@@ -1,5 +1,6 @@
 """The attention backward as a template (workloads/solutions/attention_bwd_template.py): its default point is the
-checked-in reference for every backward workload, each built point is its variant with the workload's plan lines,
+reference (reference_backward) and its weak point the checked-in file for every backward workload, each built point
+is its variant with the workload's plan lines,
 and every other combination or a mismatched problem is named, never rendered."""
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from ptxbench.tools.solution.parse import parse_solution
 from ptxbench.tools.solution.plan import Solution
 from ptxbench.workloads.registry import get_workload, list_workloads
 from ptxbench.workloads.solutions import attention_bwd_template as bt
-from ptxbench.workloads.solutions.attention_backward import fast_backward
+from ptxbench.workloads.solutions.attention_backward import REFERENCE_VARIANT, fast_backward, reference_backward
 from ptxbench.workloads.solutions.attention_bwd_variants import VARIANTS, variant_text
 
 BACKWARD = [w.id for w in list_workloads() if w.op == "mha_bwd"]
@@ -19,7 +20,8 @@ BACKWARD = [w.id for w in list_workloads() if w.op == "mha_bwd"]
 def test_the_default_point_renders_the_reference_and_every_built_point_its_variant(wid):
     workload = get_workload(wid)
     assert bt.validate(bt.default_params(workload), workload) == []
-    assert bt.render(bt.default_params(workload)) == fast_backward(workload)
+    assert bt.render(bt.default_params(workload)) == reference_backward(workload)
+    assert bt.render(bt.weak_params(workload)) == fast_backward(workload)  # the checked-in file
     for (dq, stages, schedule), name in bt.BUILT.items():
         point = bt.params_for(workload, dq=dq, stages=stages, schedule=schedule)
         assert bt.validate(point, workload) == []
@@ -28,10 +30,11 @@ def test_the_default_point_renders_the_reference_and_every_built_point_its_varia
         assert isinstance(parse_solution(text, workload, "sm_90a"), Solution)  # its plan is one this workload takes
 
 
-def test_every_variant_is_a_point_and_the_checked_in_file_is_the_default():
+def test_every_variant_is_a_point_the_reference_is_the_default_and_the_checked_in_file_the_weak_start():
     assert sorted(n for n in bt.BUILT.values() if n) == sorted(VARIANTS)
-    assert bt.render(bt.default_params()) == fast_backward(get_workload("mha_bwd_d128"))
-    assert bt.weak_params(get_workload("mha_bwd_d128")) == bt.default_params(get_workload("mha_bwd_d128"))
+    wl = get_workload("mha_bwd_d128")
+    assert bt.render(bt.default_params()) == reference_backward(wl) == fast_backward(wl, variant_text(REFERENCE_VARIANT))
+    assert bt.variant_of(bt.default_params()) == REFERENCE_VARIANT and bt.variant_of(bt.weak_params(wl)) is None
 
 
 def test_combinations_not_built_and_mismatched_problems_are_named():

@@ -144,7 +144,7 @@ def test_passes_and_is_fast_on_the_gpu(wid):
 def test_fast_solution_maps_exactly_the_covered_workloads():
     from ptxbench.agent.models.builtin import reference_source
     from ptxbench.workloads.solutions.attention import attention_solution
-    from ptxbench.workloads.solutions.attention_backward import fast_backward
+    from ptxbench.workloads.solutions.attention_backward import reference_backward
 
     every = list_workloads(include_held_out=True)
     mapped = {w.id for w in every if fast_solution(w) is not None}
@@ -153,7 +153,7 @@ def test_fast_solution_maps_exactly_the_covered_workloads():
         assert reference_source(wid) == fast_solution(get_workload(wid))
     for wid in ("mha_bwd_d128", "mha_bwd_d64", "smoke_mha_bwd_d64"):  # backwards: the wgmma backward, not the forward
         w = get_workload(wid)
-        assert fast_solution(w) is None and reference_source(wid) == fast_backward(w) != attention_solution(w)
+        assert fast_solution(w) is None and reference_source(wid) == reference_backward(w) != attention_solution(w)
     # the shape rule itself: D in {64, 96, 128}, S a multiple of the default key tile (128), H a multiple of HKV
     base = get_workload("smoke_mha_fwd_d64_gqa_h4_kv2")
     for change, covered in (({"S": 384}, True), ({"S": 200}, False), ({"S": 192}, False), ({"D": 96}, True),

@@ -4,6 +4,11 @@ The checked-in file's plan is the D = 128, non-causal, non-GQA one; a variant is
 lines changed (the entry point, shared memory for D = 64, and for GQA the grid over KV heads, the group
 argument and the K / V tensor maps over B * HKV * S rows); the device code is the file's, byte for byte.
 Head dims: 64 (its own entry points) and 96 or 128 (the D = 128 kernels; TMA zero-fills the columns past D).
+
+The reference (what builtin/reference submits, `reference_backward`) is the fastest built version measured on the
+H200, `REFERENCE_VARIANT` of attention_bwd_variants.py (dQ by one bulk reduce-add per query block, a 3-deep Q / dO
+ring: 0.625x cuDNN at D = 128 against the checked-in file's 0.503x, bench/results/attention_bwd.md); the checked-in
+file is the plainest fast version, the one every variant is an edit of, and the tuner's weak start.
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from .attention import HERE, plan_edits
 
 FAST_BACKWARD = "attention_bwd_wgmma.cu"
 HEAD_DIMS = (64, 96, 128)
+REFERENCE_VARIANT = "bulk_dq_s3"
 SMEM_D64 = 'smem = "1024 + 16384 * 2 + 2 * (8192 * 2 + 512) + 16384 * 2 + 256"'
 
 
@@ -58,3 +64,10 @@ def fast_backward(workload: Workload, base: str | None = None) -> str | None:
     if covers(workload) is not None:
         return None
     return backward_text(int(workload.symbols["D"]), bool(workload.causal), "HKV" in workload.symbols, base)
+
+
+def reference_backward(workload: Workload) -> str | None:
+    """What builtin/reference submits for `workload`: REFERENCE_VARIANT with its plan lines (None where not covered)."""
+    from .attention_bwd_variants import variant_text
+
+    return fast_backward(workload, variant_text(REFERENCE_VARIANT))

@@ -12,9 +12,10 @@ searched) and three searched levers, each a way the kernel can be built (attenti
 
 Not every combination is built: `BUILT` lists those that are (the reference, bulk_dq, bulk_dq_s3,
 decoupled), and `validate` names the others, so builtin/tuner's repairs move to the nearest built one. `render`
-is fast_backward's text for the point's problem from its variant; the default point renders the checked-in
-reference exactly (tests/workloads/test_attention_bwd_template.py keeps them equal). The backward has no weaker
-built point than its reference, so `weak_params` is the default: a climb starts there.
+is fast_backward's text for the point's problem from its variant. The default point is the reference
+(`reference_backward`: bulk dQ, a 3-deep ring, cooperative); the weak point is the checked-in file (vector dQ, 2
+stages), 0.80x the reference's speed at D = 128 on the H200, where a climb starts
+(tests/workloads/test_attention_bwd_template.py keeps both equal to their texts).
 """
 from __future__ import annotations
 
@@ -34,9 +35,9 @@ class BwdParams(BaseModel):
     head_dim: int = Field(128, description="D: 64, 96 (the 128-wide kernels, TMA zero-fills the rest) or 128")
     causal: bool = Field(False, description="top-left aligned mask, key j <= query i")
     gqa: bool = Field(False, description="K / V have HKV heads; dK / dV summed over the query heads of a group")
-    dq: str = Field("vector", description="'vector' (float2 atomics per thread) or 'bulk' (one bulk reduce-add "
-                                          "per query block from shared memory)")
-    stages: int = Field(2, description="Q / dO ring depth of the 128-wide kernels")
+    dq: str = Field("bulk", description="'vector' (float2 atomics per thread) or 'bulk' (one bulk reduce-add "
+                                        "per query block from shared memory)")
+    stages: int = Field(3, description="Q / dO ring depth of the 128-wide kernels")
     schedule: str = Field("cooperative", description="'cooperative' (a named barrier per block) or 'decoupled' "
                                                      "(each consumer runs the previous block's dQ)")
 
@@ -61,9 +62,10 @@ TUNER_LINES: dict[str, tuple[str, ...]] = {
     "dq_reduce": ("atomicAdd(reinterpret_cast<float2*>", "bulk_reduce_add(", "bulk_wait_read("),
     "mma_issue": ("wgmma_",),
 }
-# Before any evidence (fraction of the time), predicted from the v1 profile (bench/results/attention_bwd.md: nothing
-# overlaps inside a consumer; each (key, query) block pair adds 32 KB of dQ through L2 reductions), not measured yet.
-TUNER_PRIORS: dict[str, Any] = {"schedule": 0.10, "dq_reduce": 0.05, "ring": 0.01}
+# Before any evidence of this run (fraction of the time): what each move gave on the H200 at D = 128
+# (bench/results/attention_bwd.md, "v2 candidates": the bulk reduction -17% time, decoupled consumers -2%, the
+# deeper ring within the spread); predicted from the v1 profile they were 0.05, 0.10 and 0.01.
+TUNER_PRIORS: dict[str, Any] = {"dq_reduce": 0.17, "schedule": 0.02, "ring": 0.01}
 TUNER_WORDS: dict[str, str] = {
     "dq_reduce": "dQ through shared memory and one bulk reduce-add per query block (instead of 16 float2 atomics "
                  "per thread)",
@@ -74,13 +76,13 @@ TUNER_WORDS: dict[str, str] = {
 
 
 def default_params(workload: Any | None = None) -> BwdParams:
-    """The reference point for a workload (without one: mha_bwd_d128, the checked-in file)."""
+    """The reference point for a workload (without one: mha_bwd_d128)."""
     return BwdParams(**problem_of(workload))
 
 
 def weak_params(workload: Any | None = None) -> BwdParams:
-    """No built point is weaker than the reference: the climb starts from it."""
-    return default_params(workload)
+    """The checked-in file's point (float2 atomics for dQ, a 2-deep ring): where a climb starts."""
+    return default_params(workload).model_copy(update={"dq": "vector", "stages": 2})
 
 
 def params_for(workload: Any, **changes: Any) -> BwdParams:
