@@ -56,6 +56,7 @@ class BenchOutcome(BaseModel):
     elapsed_s: float
     setup_s: float = 0.0  # making the evaluator (a local GPU run: starting the workers) before any trajectory
     close_s: float = 0.0  # closing it after the last one (the workers' exit)
+    worker_start: list[dict] = []  # a local GPU run: each worker's start (GpuPool.startup: device, seconds, phases)
 
 
 RUNTIME_FIELDS = ("backend", "ray_address", "gpus", "parallel", "provider_limits", "api_base", "infra_retries")
@@ -157,6 +158,8 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
     t0 = time.monotonic()
     evaluator = evaluator or make_evaluator(config)  # no GPU for a GPU run: fails before the run folder is made
     setup_s = time.monotonic() - t0
+    pool = getattr(evaluator, "_pool", None)  # a local evaluator's pool, once started: its workers' start times
+    worker_start = list(getattr(pool, "startup", None) or [])
     close_s = 0.0
     if not resume:
         _write_manifest(config, run_dir)
@@ -176,4 +179,4 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
     reports = [r if isinstance(r, TrajectoryReport) else _report(c, infra_failed=True, error=f"{type(r).__name__}: {r}")
                for c, r in zip(configs, results)]
     return BenchOutcome(run_dir=str(run_dir), config=config, trajectories=reports, elapsed_s=time.monotonic() - start,
-                        setup_s=setup_s, close_s=close_s)
+                        setup_s=setup_s, close_s=close_s, worker_start=worker_start)

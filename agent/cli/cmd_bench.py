@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+import json
+
 from ptxbench.workloads.arch import DEFAULT_ARCH
 import time
 from pathlib import Path
@@ -139,6 +141,8 @@ def bench(
     failed = sum(r.infra_failed for r in outcome.trajectories)
     console.print(f"{len(outcome.trajectories)} trajectories in {outcome.elapsed_s:.0f} s (evaluator start {outcome.setup_s:.1f} s, "
                   f"close {outcome.close_s:.1f} s), {failed} infra-failed; run: {run_dir}")
+    if outcome.worker_start:  # where the evaluator's start went, per GPU worker (one line: scripts parse it)
+        typer.echo("worker start: " + json.dumps(outcome.worker_start))
     from ..report.tables import leaderboard
     from ..scoring import score_runs
 

@@ -97,6 +97,20 @@ class FlakyEvaluator:
         """Nothing to release: a stand-in holds no process or GPU."""
 
 
+def test_the_outcome_carries_each_gpu_workers_start(tmp_path):
+    """A local GPU run's outcome names where the evaluator's start went (the bench prints it; gpu_scaling.py keeps it)."""
+    from types import SimpleNamespace
+
+    started = [{"device": 0, "in_worker_s": 2.5, "ready_after_s": 6.1, "phases": {"context": 1.2, "warm_up": 0.9}}]
+    evaluator = FlakyEvaluator("none")
+    evaluator._pool = SimpleNamespace(startup=started)
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=1, turns=1, no_gpu=True)
+    out = run_bench(cfg, tmp_path / "run", evaluator=evaluator, model_factory=lambda c: CountingModel([]))
+    assert out.worker_start == started
+    assert run_bench(cfg, tmp_path / "run2", evaluator=FlakyEvaluator("none"),
+                     model_factory=lambda c: CountingModel([])).worker_start == []
+
+
 @pytest.mark.parametrize("how", ["status", "exception"])
 def test_infra_failure_retried_from_last_good_step(tmp_path, how):
     calls: list[int] = []

@@ -11,7 +11,9 @@ from ptxbench.tools.gpu import pool as pool_module
 from ptxbench.tools.gpu.messages import GpuJob
 from ptxbench.tools.gpu.pool import GpuPool, NoGpuError, PoolConfig
 
-HELLO = {"type": "hello", "limits": {"sm_count": 132, "name": "fake"}, "fingerprint": {"gpu": "fake"}, "device_count": 2}
+HELLO = {"type": "hello", "limits": {"sm_count": 132, "name": "fake"}, "fingerprint": {"gpu": "fake"}, "device_count": 2,
+         "startup_s": 2.5, "startup_phases": {"imports": 0.1, "context": 1.2, "limits": 0.1, "warm_up": 0.9,
+                                              "state": 0.0, "fingerprint": 0.2}}
 
 
 class FakeWorker:
@@ -92,6 +94,14 @@ def test_pool_starts_one_worker_per_device_plus_spares():
     assert pool.limits["sm_count"] == 132
     pool.close()
     assert all(w.killed for w in FakeWorker.started)
+
+
+def test_the_pool_records_each_active_workers_start_and_its_phases():
+    pool = make_pool(spares=1).start()
+    assert [w["device"] for w in pool.startup] == [0, 1]  # the actives; a spare is awaited when it takes over
+    assert all(w["phases"] == HELLO["startup_phases"] and w["in_worker_s"] == HELLO["startup_s"] for w in pool.startup)
+    assert all(0 <= w["ready_after_s"] < 5 for w in pool.startup)
+    pool.close()
 
 
 def test_parent_side_never_imports_torch():

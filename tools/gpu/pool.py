@@ -161,6 +161,9 @@ class GpuPool:
         self.ceilings: dict[int, dict] = {}
         self.info: dict = {}
         self.startup_s: list[float] = []  # each worker's time from process start to ready
+        # each worker's start as the pool saw it: device, seconds from the pool's start to its hello, its phases
+        self.startup: list[dict] = []
+        self._start_t0: float | None = None
         self._lock = threading.Lock()
         self._next_id = 0
         self._started = False
@@ -189,11 +192,15 @@ class GpuPool:
                 raise NoGpuError(f"the GPU worker for device {w.device} could not start: {msg['error']}")
             w.hello = msg
             self.startup_s.append(float(msg.get("startup_s", 0.0)))
+            self.startup.append({"device": w.device, "in_worker_s": round(float(msg.get("startup_s", 0.0)), 3),
+                                 "ready_after_s": round(time.monotonic() - (self._start_t0 or time.monotonic()), 3),
+                                 "phases": msg.get("startup_phases") or {}})
         return w.hello
 
     def start(self) -> GpuPool:
         if self._started:
             return self
+        self._start_t0 = time.monotonic()
         guess = self.config.devices if self.config.devices is not None else visible_devices()
         actives = {d: self._spawn(d) for d in (guess or [0])}  # every GPU's worker starts at once when they are known
         first = next(iter(actives.values()))

@@ -63,19 +63,35 @@ def _start(device_index: int, config: dict, referee_conn):
     from .referee import RefereeClient
     from .state import WorkerState
 
+    phases = {"imports": time.perf_counter() - t_start}  # where a worker's start goes (the bench prints it)
+    mark = time.perf_counter()
+
+    def done(name: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        phases[name] = now - mark
+        mark = now
+
     if not torch.cuda.is_available():
         raise RuntimeError("no CUDA GPU is visible to torch (torch.cuda.is_available() is False)")
     torch.cuda.set_device(device_index)
     torch.zeros(1, device="cuda")  # creates the primary context, which the driver API calls then use
     cu.cuInit(0)
+    done("context")
     limits = read_limits(device_index)
+    done("limits")
     _warm_up()
+    done("warm_up")
     state = WorkerState(device_index, limits, config.get("cache_share", 0.4), config.get("ceilings"))
     if referee_conn is None:
         raise RuntimeError("the GPU worker was started without its referee process")
     state.referee = RefereeClient(referee_conn, config.get("referee_timeout_s", 900.0))
-    hello = {"type": "hello", "limits": limits.model_dump(), "fingerprint": fingerprint.read(device_index),
-             "device_count": torch.cuda.device_count(), "startup_s": time.perf_counter() - t_start}
+    done("state")
+    identity = fingerprint.read(device_index)
+    done("fingerprint")
+    hello = {"type": "hello", "limits": limits.model_dump(), "fingerprint": identity,
+             "device_count": torch.cuda.device_count(), "startup_s": time.perf_counter() - t_start,
+             "startup_phases": {k: round(v, 3) for k, v in phases.items()}}
     return state, hello
 
 
