@@ -1,12 +1,12 @@
-"""The wgmma + TMA attention backward (workloads/solutions/attention_bwd_wgmma.cu) on every backward workload
-it covers, through the real evaluator: first untimed (correctness on every workload, seconds each), then
+"""The wgmma + TMA attention backward (the reference, attention_backward.reference_backward, by default) on every
+backward workload it covers, through the real evaluator: first untimed (correctness on every workload, seconds each), then
 timed against the library (interleaved, 95% interval) where it passed. Run on a GPU machine:
 
   source bench/gpu_env.sh && python3 bench/attention_bwd_check.py [--json OUT.json] [--timed ID,ID]
       [--variant NAME|FILE] [--profile ID,ID] [--label v1]
 
---variant evaluates a variant of the kernel (a name of workloads/solutions/attention_bwd_variants.py, or a file with the
-reference's plan lines); --profile takes a full
+--variant evaluates another version of the kernel (a name of workloads/solutions/attention_bwd_variants.py,
+`checked-in` for attention_bwd_wgmma.cu itself, or a file with its plan lines); --profile takes a full
 Nsight Compute profile of those workloads after their timed run and prints its feedback (the hot lines).
 Prints one line per evaluation as it lands and a Markdown table last.
 """
@@ -34,8 +34,11 @@ def _row(wid: str, res, seconds: float) -> dict:
             "tflops": t.tflops if t else None, "correctness": errs}
 
 
-def _variant(name: str) -> str:
-    """A variant's text: a name of workloads/solutions/attention_bwd_variants.py, else a file's contents."""
+def _variant(name: str) -> str | None:
+    """A variant's text: a name of workloads/solutions/attention_bwd_variants.py, else a file's contents; None for
+    `checked-in` (attention_bwd_wgmma.cu itself, the variants' base)."""
+    if name == "checked-in":
+        return None
     if Path(name).is_file():
         return Path(name).read_text(encoding="utf-8")
     from ptxbench.workloads.solutions.attention_bwd_variants import variant_text
@@ -47,17 +50,18 @@ def main() -> None:
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.evaluator import EvalOptions
     from ptxbench.workloads.registry import WORKLOADS, get_workload
-    from ptxbench.workloads.solutions.attention_backward import FAST_BACKWARD, fast_backward
+    from ptxbench.workloads.solutions.attention_backward import FAST_BACKWARD, REFERENCE_VARIANT, fast_backward
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="")
     ap.add_argument("--timed", default=",".join(MAIN))
     ap.add_argument("--untimed", default=",".join(SMOKE_FIRST + MAIN))
-    ap.add_argument("--variant", default="", help="a variant name (workloads/solutions/attention_bwd_variants.py) or a file")
+    ap.add_argument("--variant", default="", help="a variant name (workloads/solutions/attention_bwd_variants.py), "
+                    "'checked-in' or a file; default: the reference (attention_backward.REFERENCE_VARIANT)")
     ap.add_argument("--profile", default="", help="workloads to profile in full after their timed run")
     ap.add_argument("--label", default="")
     args = ap.parse_args()
-    base = _variant(args.variant) if args.variant else None
+    base = _variant(args.variant or REFERENCE_VARIANT)
     label = args.label or (Path(args.variant).stem if args.variant else "reference")
     ev = LocalEvaluator()
     rows = []
@@ -91,7 +95,8 @@ def main() -> None:
     finally:
         ev.close()
     if args.json:
-        Path(args.json).write_text(json.dumps({"file": args.variant or FAST_BACKWARD, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"file": args.variant or REFERENCE_VARIANT if base is not None else FAST_BACKWARD,
+                                               "rows": rows}, indent=1))
     print(f"\n{label}\n| workload | timed | status | speedup [95% CI] | ms | library ms | TFLOP/s | s |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
         ci = r["speedup_ci"]

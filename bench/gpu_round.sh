@@ -9,7 +9,8 @@
 #   gpu-tests (560)     the GPU tests of what changed most recently: profile, evaluator (watchdog), fault corpus,
 #                       backward, references
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
-#   bwd-variants (240)  each variant of workloads/solutions/attention_bwd_variants.py on the D = 128 / 96 workloads, timed
+#   bwd-variants (240)  the backward's candidate variants (prefetch; bulk_dq_s3, the reference, as the same-run control)
+#                       of workloads/solutions/attention_bwd_variants.py on the D = 128 / 96 workloads, timed
 #   bwd-tuner (300)     builtin/tuner on mha_bwd_d128, 4 turns: the reference and its three built versions
 #                       (workloads/solutions/attention_bwd_template.py), each timed against cuDNN with the profile policy's
 #                       verdicts and profiles
@@ -46,7 +47,7 @@ run_step() {  # run_step NAME SECONDS DIR
                  tests/workloads/test_attention_bwd_wgmma.py tests/workloads/test_references.py ;;
     bwd) python3 bench/attention_bwd_check.py --json "$d/reference.json" --profile mha_bwd_d128 ;;
     bwd-variants)
-      for v in bulk_dq bulk_dq_s3 decoupled; do
+      for v in prefetch bulk_dq_s3; do
         python3 bench/attention_bwd_check.py --variant "$v" --json "$d/$v.json" \
           --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96 \
           --timed mha_bwd_d128,mha_bwd_d128_causal

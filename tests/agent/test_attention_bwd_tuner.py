@@ -58,16 +58,26 @@ def test_hot_exponentials_raise_decoupled_consumers_with_the_ring_they_are_built
     assert move.score > 2 * plain.score and move.reasons and not plain.reasons
 
 
+def test_a_hot_dq_epilogue_points_at_prefetching_the_next_s():
+    """From the reference (bulk dQ), the dQ tile's stores and the consumers' second meeting hot: issue the next
+    block's S^T before that epilogue, so it runs under the tensor work."""
+    move = rank(bt, bt.default_params(get_workload("mha_bwd_d128")).model_dump(),
+                _evidence(("sts64(sdQ + (r + 8 * ((j / 2) % 2)) * D + d, dq[j], dq[j + 1]);", 12.0),
+                          ("named_barrier_sync(2, 256);", 9.0)), TunerModel("mha_bwd_d128")._valid)[0]
+    assert move.role == "epilogue" and move.params["prefetch"] is True and bt.variant_of(move.params) == "prefetch"
+    assert any("epilogue holds 21%" in r for r in move.reasons)
+
+
 def test_a_search_submits_only_built_points_and_visits_each_once():
     tuner = TunerModel("mha_bwd_d128")
     history: list[TurnOutcome] = []
     seen = []
-    for turn in range(1, 6):
+    for turn in range(1, 7):
         reply = tuner.query(ModelRequest(messages=[], turn=turn, history=history))
         params = reply.tags["params"]
         assert bt.validate(params, get_workload("mha_bwd_d128")) == []
-        seen.append((params["dq"], params["stages"], params["schedule"]))
+        seen.append(tuple(params[k] for k in bt.SEARCHED))
         history.append(TurnOutcome(turn=turn, status="PASSED", speedup=0.50 + 0.01 * turn, message="",
                                    tags=reply.tags, evidence=Evidence(status="PASSED", speedup=0.50 + 0.01 * turn)))
-    assert set(seen[:4]) == set(bt.BUILT)  # the four built points, the reference first, none twice
-    assert seen[0] == ("bulk", 3, "cooperative")
+    assert set(seen[:5]) == set(bt.BUILT)  # the five built points, the reference first, none twice
+    assert seen[0] == ("bulk", 3, "cooperative", False)

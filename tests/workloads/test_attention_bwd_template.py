@@ -22,8 +22,8 @@ def test_the_default_point_renders_the_reference_and_every_built_point_its_varia
     assert bt.validate(bt.default_params(workload), workload) == []
     assert bt.render(bt.default_params(workload)) == reference_backward(workload)
     assert bt.render(bt.weak_params(workload)) == fast_backward(workload)  # the checked-in file
-    for (dq, stages, schedule), name in bt.BUILT.items():
-        point = bt.params_for(workload, dq=dq, stages=stages, schedule=schedule)
+    for key, name in bt.BUILT.items():
+        point = bt.params_for(workload, **dict(zip(bt.SEARCHED, key)))
         assert bt.validate(point, workload) == []
         text = bt.render(point)
         assert text == fast_backward(workload, variant_text(name) if name else None)

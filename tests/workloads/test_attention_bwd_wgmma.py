@@ -66,7 +66,9 @@ def test_every_entry_point_assembles_to_wgmma_and_tma_without_spills(compiled):
 
 
 # what each variant's 128-wide kernel must show: dQ by one bulk reduction, or still by vector reductions
-VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoupled": {"REDG": 32, "HGMMA": 40}}  # dQ in the loop and after it
+# decoupled: dQ in the loop and after it; prefetch: S^T issued for the first block and ahead for each next one
+VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoupled": {"REDG": 32, "HGMMA": 40},
+                "prefetch": {"UBLKRED": 1, "HGMMA": 40}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))

@@ -9,9 +9,10 @@ searched) and three searched levers, each a way the kernel can be built (attenti
     stages    the Q / dO ring depth of the 128-wide kernels: 2 or 3
     schedule  "cooperative": both consumers meet on a named barrier every query block; "decoupled": each
               computes the previous block's dQ and waits on the other only for that block's dS^T
+    prefetch  the next query block's S^T issued before this block's dQ epilogue, which then runs under it
 
-Not every combination is built: `BUILT` lists those that are (the reference, bulk_dq, bulk_dq_s3,
-decoupled), and `validate` names the others, so builtin/tuner's repairs move to the nearest built one. `render`
+Not every combination is built: `BUILT` lists those that are (the checked-in file, bulk_dq, bulk_dq_s3 = the
+reference, decoupled, prefetch), and `validate` names the others, so builtin/tuner's repairs move to the nearest built one. `render`
 is fast_backward's text for the point's problem from its variant. The default point is the reference
 (`reference_backward`: bulk dQ, a 3-deep ring, cooperative); the weak point is the checked-in file (vector dQ, 2
 stages), 0.80x the reference's speed at D = 128 on the H200, where a climb starts
@@ -40,38 +41,49 @@ class BwdParams(BaseModel):
     stages: int = Field(3, description="Q / dO ring depth of the 128-wide kernels")
     schedule: str = Field("cooperative", description="'cooperative' (a named barrier per block) or 'decoupled' "
                                                      "(each consumer runs the previous block's dQ)")
+    prefetch: bool = Field(False, description="the next block's S^T issued before this block's dQ epilogue")
 
 
-PARAM_SPACE: dict[str, list] = {"dq": ["vector", "bulk"], "stages": [2, 3], "schedule": ["cooperative", "decoupled"]}
-# (dq, stages, schedule) -> the variant of attention_bwd_variants.py that builds it (None: the reference file).
-BUILT: dict[tuple[str, int, str], str | None] = {
-    ("vector", 2, "cooperative"): None,
-    ("bulk", 2, "cooperative"): "bulk_dq",
-    ("bulk", 3, "cooperative"): "bulk_dq_s3",
-    ("vector", 3, "decoupled"): "decoupled",
+PARAM_SPACE: dict[str, list] = {"dq": ["vector", "bulk"], "stages": [2, 3], "schedule": ["cooperative", "decoupled"],
+                                "prefetch": [False, True]}
+SEARCHED = ("dq", "stages", "schedule", "prefetch")
+# (dq, stages, schedule, prefetch) -> the variant of attention_bwd_variants.py that builds it (None: the checked-in
+# file). prefetch is built on the reference only, and not measured yet (bench/gpu_round.sh bwd-variants).
+BUILT: dict[tuple[str, int, str, bool], str | None] = {
+    ("vector", 2, "cooperative", False): None,
+    ("bulk", 2, "cooperative", False): "bulk_dq",
+    ("bulk", 3, "cooperative", False): "bulk_dq_s3",
+    ("vector", 3, "decoupled", False): "decoupled",
+    ("bulk", 3, "cooperative", True): "prefetch",
 }
 
 # builtin/tuner (agent/models/tuner_rules.py): role -> (parameter, favoured value or None).
 TUNER_LEVERS: dict[str, tuple[str, Any]] = {
     "dq_reduce": ("dq", "bulk"), "ring": ("stages", None), "schedule": ("schedule", "decoupled"),
+    "epilogue": ("prefetch", True),
 }
 # Regions of the rendered file a profile's hot lines are matched to (substrings of the source lines).
 TUNER_LINES: dict[str, tuple[str, ...]] = {
     "stage_wait": ("mbar_wait(&fullQ", "mbar_wait(&fulldO"),
     "softmax": ("ex2(fmaf(", "named_barrier_sync(1, 256)"),  # the exponentials, and the consumers' meeting
     "dq_reduce": ("atomicAdd(reinterpret_cast<float2*>", "bulk_reduce_add(", "bulk_wait_read("),
+    # the dQ epilogue of a bulk-reduction build: the tile into shared memory and the consumers' second meeting
+    "epilogue": ("sts64(sdQ", "named_barrier_sync(2, 256)"),
     "mma_issue": ("wgmma_",),
 }
 # Before any evidence of this run (fraction of the time): what each move gave on the H200 at D = 128
 # (bench/results/attention_bwd.md, "v2 candidates": the bulk reduction -17% time, decoupled consumers -2%, the
 # deeper ring within the spread); predicted from the v1 profile they were 0.05, 0.10 and 0.01.
-TUNER_PRIORS: dict[str, Any] = {"dq_reduce": 0.17, "schedule": 0.02, "ring": 0.01}
+# prefetch: predicted, not measured (the dQ epilogue and the stage release, about a tenth of a block's 3.9 us at
+# D = 128, run under the next S^T).
+TUNER_PRIORS: dict[str, Any] = {"dq_reduce": 0.17, "schedule": 0.02, "ring": 0.01, "epilogue": 0.08}
 TUNER_WORDS: dict[str, str] = {
     "dq_reduce": "dQ through shared memory and one bulk reduce-add per query block (instead of 16 float2 atomics "
                  "per thread)",
     "ring": "a deeper Q / dO ring (more TMA loads in flight ahead of the math)",
     "schedule": "decoupled consumers (each runs the previous block's dQ, so one's exponentials overlap the other's "
                 "tensor work instead of meeting on a barrier every block)",
+    "epilogue": "the next block's S^T issued before this block's dQ epilogue (which then runs under it)",
 }
 
 
@@ -90,6 +102,14 @@ def params_for(workload: Any, **changes: Any) -> BwdParams:
     return default_params(workload).model_copy(update=changes)
 
 
+def _key(p: BwdParams) -> tuple:
+    return tuple(getattr(p, k) for k in SEARCHED)
+
+
+def _words(key: tuple) -> str:
+    return ", ".join(f"{k}={v}" for k, v in zip(SEARCHED, key))
+
+
 def _coerce(params: BwdParams | Mapping[str, Any]) -> BwdParams:
     return params if isinstance(params, BwdParams) else BwdParams(**params)
 
@@ -97,16 +117,16 @@ def _coerce(params: BwdParams | Mapping[str, Any]) -> BwdParams:
 def variant_of(params: BwdParams | Mapping[str, Any]) -> str | None:
     """The variant name that builds this point (None: the reference file); KeyError when none does."""
     p = _coerce(params)
-    return BUILT[(p.dq, p.stages, p.schedule)]
+    return BUILT[_key(p)]
 
 
 def validate(params: BwdParams | Mapping[str, Any], shape: Any = None) -> list[str]:
     """Reasons this point cannot be built or run (empty when it can). `shape`: a Workload (or None)."""
     p = _coerce(params)
     bad = space_problems(p, PARAM_SPACE, HEAD_DIMS)
-    if not bad and (p.dq, p.stages, p.schedule) not in BUILT:
-        built = "; ".join(f"dq={d}, stages={s}, schedule={c}" for d, s, c in BUILT)
-        bad.append(f"dq={p.dq}, stages={p.stages}, schedule={p.schedule} is not built (built: {built})")
+    if not bad and _key(p) not in BUILT:
+        built = "; ".join(_words(k) for k in BUILT)
+        bad.append(f"{_words(_key(p))} is not built (built: {built})")
     if shape is not None and hasattr(shape, "symbols"):
         rule = covers(shape)
         if rule:
