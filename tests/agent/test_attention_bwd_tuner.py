@@ -68,16 +68,20 @@ def test_a_hot_dq_epilogue_points_at_prefetching_the_next_s():
     assert any("epilogue holds 21%" in r for r in move.reasons)
 
 
-def test_a_search_submits_only_built_points_and_visits_each_once():
-    tuner = TunerModel("mha_bwd_d128")
+@pytest.mark.parametrize("wid", ["mha_bwd_d128", "smoke_mha_bwd_d64"])
+def test_a_search_submits_only_built_points_and_visits_each_once(wid):
+    workload = get_workload(wid)
+    buildable = {k for k in bt.BUILT if not bt.validate(bt.params_for(workload, **dict(zip(bt.SEARCHED, k))), workload)}
+    assert len(buildable) == (6 if wid.startswith("smoke") else 5)  # bulk_all is a D = 64 point
+    tuner = TunerModel(wid)
     history: list[TurnOutcome] = []
     seen = []
-    for turn in range(1, 7):
+    for turn in range(1, len(buildable) + 2):
         reply = tuner.query(ModelRequest(messages=[], turn=turn, history=history))
         params = reply.tags["params"]
-        assert bt.validate(params, get_workload("mha_bwd_d128")) == []
+        assert bt.validate(params, workload) == []
         seen.append(tuple(params[k] for k in bt.SEARCHED))
         history.append(TurnOutcome(turn=turn, status="PASSED", speedup=0.50 + 0.01 * turn, message="",
                                    tags=reply.tags, evidence=Evidence(status="PASSED", speedup=0.50 + 0.01 * turn)))
-    assert set(seen[:5]) == set(bt.BUILT)  # the five built points, the reference first, none twice
+    assert set(seen[:len(buildable)]) == buildable  # every buildable point, the reference first, none twice
     assert seen[0] == ("bulk", 3, "cooperative", False)

@@ -24,6 +24,9 @@ def test_the_default_point_renders_the_reference_and_every_built_point_its_varia
     assert bt.render(bt.weak_params(workload)) == fast_backward(workload)  # the checked-in file
     for key, name in bt.BUILT.items():
         point = bt.params_for(workload, **dict(zip(bt.SEARCHED, key)))
+        if point.dq == "bulk_all" and point.head_dim != 64:  # a D = 64 point only
+            assert bt.validate(point, workload) and "only at D = 64" in bt.validate(point, workload)[0]
+            continue
         assert bt.validate(point, workload) == []
         text = bt.render(point)
         assert text == fast_backward(workload, variant_text(name) if name else None)

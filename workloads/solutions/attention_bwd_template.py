@@ -5,7 +5,8 @@ searched) and three searched levers, each a way the kernel can be built (attenti
 
     dq        "vector": each consumer thread adds its dQ rows with float2 atomics (16 per query block);
               "bulk": dQ through shared memory and one `cp.reduce.async.bulk .add.f32` per query block
-              (the 128-wide kernels; D = 64 keeps the vector reductions)
+              (the 128-wide kernels; D = 64 keeps the vector reductions); "bulk_all": D = 64 too (one
+              reduction per consumer; a D = 64 point only, the 128-wide kernels being the same as "bulk")
     stages    the Q / dO ring depth of the 128-wide kernels: 2 or 3
     schedule  "cooperative": both consumers meet on a named barrier every query block; "decoupled": each
               computes the previous block's dQ and waits on the other only for that block's dS^T
@@ -36,25 +37,27 @@ class BwdParams(BaseModel):
     head_dim: int = Field(128, description="D: 64, 96 (the 128-wide kernels, TMA zero-fills the rest) or 128")
     causal: bool = Field(False, description="top-left aligned mask, key j <= query i")
     gqa: bool = Field(False, description="K / V have HKV heads; dK / dV summed over the query heads of a group")
-    dq: str = Field("bulk", description="'vector' (float2 atomics per thread) or 'bulk' (one bulk reduce-add "
-                                        "per query block from shared memory)")
+    dq: str = Field("bulk", description="'vector' (float2 atomics per thread), 'bulk' (one bulk reduce-add per "
+                                        "query block from shared memory, 128-wide kernels) or 'bulk_all' (D = 64 too)")
     stages: int = Field(3, description="Q / dO ring depth of the 128-wide kernels")
     schedule: str = Field("cooperative", description="'cooperative' (a named barrier per block) or 'decoupled' "
                                                      "(each consumer runs the previous block's dQ)")
     prefetch: bool = Field(False, description="the next block's S^T issued before this block's dQ epilogue")
 
 
-PARAM_SPACE: dict[str, list] = {"dq": ["vector", "bulk"], "stages": [2, 3], "schedule": ["cooperative", "decoupled"],
+PARAM_SPACE: dict[str, list] = {"dq": ["vector", "bulk", "bulk_all"], "stages": [2, 3], "schedule": ["cooperative", "decoupled"],
                                 "prefetch": [False, True]}
 SEARCHED = ("dq", "stages", "schedule", "prefetch")
 # (dq, stages, schedule, prefetch) -> the variant of attention_bwd_variants.py that builds it (None: the checked-in
-# file). prefetch is built on the reference only, and not measured yet (bench/gpu_round.sh bwd-variants).
+# file). prefetch and bulk_all are built on the reference only, and not measured yet (bench/gpu_round.sh
+# bwd-variants).
 BUILT: dict[tuple[str, int, str, bool], str | None] = {
     ("vector", 2, "cooperative", False): None,
     ("bulk", 2, "cooperative", False): "bulk_dq",
     ("bulk", 3, "cooperative", False): "bulk_dq_s3",
     ("vector", 3, "decoupled", False): "decoupled",
     ("bulk", 3, "cooperative", True): "prefetch",
+    ("bulk_all", 3, "cooperative", False): "bulk_dq_d64",
 }
 
 # builtin/tuner (agent/models/tuner_rules.py): role -> (parameter, favoured value or None).
@@ -127,6 +130,8 @@ def validate(params: BwdParams | Mapping[str, Any], shape: Any = None) -> list[s
     if not bad and _key(p) not in BUILT:
         built = "; ".join(_words(k) for k in BUILT)
         bad.append(f"{_words(_key(p))} is not built (built: {built})")
+    if not bad and p.dq == "bulk_all" and p.head_dim != 64:
+        bad.append("dq=bulk_all differs from dq=bulk only at D = 64 (the 128-wide kernels reduce dQ in bulk either way)")
     if shape is not None and hasattr(shape, "symbols"):
         rule = covers(shape)
         if rule:

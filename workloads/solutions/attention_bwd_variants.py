@@ -16,6 +16,10 @@ points of its parameter space, which builtin/tuner searches:
   of the protocol, tests/workloads/test_attention_bwd_decoupled_model.py, shows the consumers stay within about
   a block of each other and two buffers without that wait would be as safe: 16 KB to win back once measured);
   a 3-deep ring for the 128-wide kernels; shared memory as a formula in D (no D = 64 plan edit needed).
+- `bulk_dq_d64`: `bulk_dq_s3` (the reference) with D = 64's dQ by bulk reductions too: each consumer's partial
+  (its own 64 keys, all 64 columns) into its own [64][64] fp32 tile in shared memory and one
+  `cp.reduce.async.bulk ... .add.f32` per consumer and query block, instead of 16 float2 atomics per thread; the
+  D = 128 kernels unchanged. Shared memory as a formula in D (one 32 KB dQ area either way).
 - `prefetch`: `bulk_dq_s3` (the reference) with the next query block's S^T = K Q^T issued as soon as this
   block's dV / dK products have finished, before its dQ product is waited for: the dQ epilogue (the fp32 tile into
   shared memory, the barrier, the bulk reduction, or D = 64's float2 atomics) and the stage's release then run
@@ -237,6 +241,40 @@ DECOUPLED = [
 ]
 
 
+BULK_DQ_D64 = [
+    ('smem = "1024 + 32768 * 2 + 3 * (16384 * 2 + 512) + 16384 * 2 + 32768 + 256"  '
+     '# slack, K, V, 3 x (Q, dO, L2, Dr), 2 x dS, dQ, mbarriers',
+     'smem = "1024 + 512 * (cdiv(D, 64) * 64) + (1 + cdiv(D, 64)) * (256 * (cdiv(D, 64) * 64) + 512) + 16384 * 2 + '
+     '32768 + 256"  # slack, K, V, STAGES x (Q, dO, L2, Dr), 2 x dS, dQ, mbarriers (64 or 128 wide; 2 or 3 stages)'),
+    ("  float* sL2 = sdQ + (HD == 128 ? BM * HD : 0);                // Stages<HD>::N x 64",
+     "  float* sL2 = sdQ + BM * 128;  // dQ: HD = 128 one [64][D] tile, HD = 64 one [64][64] tile per consumer"),
+    ("  if (HD == 128 && issuer) bulk_wait_read();  // the previous block's dQ reduction has read sdQ",
+     "  if (t == 0 && (HD == 64 || issuer)) bulk_wait_read();  // this thread's previous dQ reduction has read its tile"),
+    ("""#pragma unroll
+  for (int j = 0; j < 32; j += 2) {
+    const int d = dcol0 + 8 * (j / 4) + col0;
+    if (d < D) {
+      float* dst = dq_rows + static_cast<size_t>(q0 + r + 8 * ((j / 2) % 2)) * D + d;
+      atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq[j], dq[j + 1]));
+    }
+  }
+}""",
+     """  // HD = 64: this consumer's partial (its own keys, every column) into its own tile, reduced by its thread 0
+  float* tile = sdQ + c * BM * 64;
+#pragma unroll
+  for (int j = 0; j < 32; j += 2) sts64(tile + (r + 8 * ((j / 2) % 2)) * 64 + 8 * (j / 4) + col0, dq[j], dq[j + 1]);
+  fence_proxy_async();
+  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
+  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D, tile, BM * 64 * 4);
+}"""),
+    ("    if (HD == 128 && threadIdx.x == 128) bulk_wait_all();  // the last reductions are done before the CTA exits",
+     "    if (threadIdx.x == 128 || (HD == 64 && threadIdx.x == 256)) bulk_wait_all();  // the last reductions are done"),
+    ("// VARIANT bulk_dq_s3 (attention_bwd_variants.py)",
+     "// VARIANT bulk_dq_d64 (attention_bwd_variants.py): bulk_dq_s3 with D = 64's dQ by bulk reductions too;\n"
+     "// bulk_dq_s3"),
+]
+
+
 PREFETCH = [
     ("""                                               float (&dk)[HD / 2], float* __restrict__ dq_rows, int D, float sl2,
                                                float* sdQ, bool issuer) {""",
@@ -338,6 +376,7 @@ VARIANTS = {
     "bulk_dq": lambda text: apply_edits(text, BULK_DQ, "bulk_dq"),
     "bulk_dq_s3": lambda text: _stages_3(apply_edits(text, BULK_DQ, "bulk_dq")),
     "decoupled": _decoupled,
+    "bulk_dq_d64": lambda text: apply_edits(VARIANTS["bulk_dq_s3"](text), BULK_DQ_D64, "bulk_dq_d64"),
     "prefetch": lambda text: apply_edits(VARIANTS["bulk_dq_s3"](text), PREFETCH, "prefetch"),
 }
 
