@@ -107,7 +107,8 @@ class TrialStats(BaseModel):
     worst_expected: float | None = None
     note: str = ""
     # Which rule decided: "element" (PTXBench's element rule + Frobenius bound), or "library_x2" when the primary
-    # library itself missed the element rule on these inputs and the bar was 2x its own error (Tolerance.library_factor).
+    # library itself missed (or nearly missed) the element rule on these inputs and the bar was 2x its own error
+    # (Tolerance.library_factor; tools/gpu/correctness.py).
     rule: str = "element"
     library_max_abs_err: float | None = Field(None, description="the primary library's max abs error on this tensor, "
                                                                 "when it was measured (the strict rule had failed)")

@@ -311,4 +311,5 @@ def test_referee_measures_the_library_error_once_per_inputs():
     assert core._library_errors((w.id, 11, "spiky")) is spiky  # cached per (workload, seed, dist)
     core.prepare(w.id, 11, "normal")
     normal = core._library_errors((w.id, 11, "normal"))
-    assert all(e.passes_element_rule and not e.calibrates for e in normal.values())
+    # within the rule on normal inputs; it sets the bar only where its worst element nears the rule's edge
+    assert all(e.passes_element_rule and e.calibrates == e.near_miss for e in normal.values())

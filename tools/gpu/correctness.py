@@ -8,8 +8,11 @@ zero, never written) and outputs that do not depend on the inputs (bit-identical
 with different inputs) are named in the note. Works on CPU and GPU tensors alike.
 
 Calibrated rule (FlashAttention's test convention): when the primary library baseline itself misses
-the element rule on a tensor for these inputs (cuDNN's bf16 attention backward on 'spiky' inputs), a
-kernel as accurate as the library must not fail. The tensor then passes when its max abs error is at
+the element rule on a tensor for these inputs (cuDNN's bf16 attention backward on 'spiky' inputs), or
+comes within a factor NEAR_MISS of it (its worst element uses at least half of its allowance
+max(atol, rtol * |ref|): cuDNN's bf16 backward on normal inputs, whose worst dQ element sits at the edge, so
+that a kernel doing the same arithmetic failed about one input set in seventy where the library happened to
+stay inside), a kernel as accurate as the library must not fail. The tensor then passes when its max abs error is at
 most Tolerance.library_factor (2) x the library's + LIBRARY_ABS_SLACK, and its relative Frobenius error
 at most max(max_rel_fro, library_factor x the library's); the verdict records rule "library_x2" and the
 library's errors. NaN/Inf, never-written, constant / all-zero outputs and shape mismatches are never
@@ -32,6 +35,9 @@ from ...workloads.schema import Tolerance
 # library up to that rounding must not fail on it. It cannot hide a real error: the rule applies only when
 # the library's max abs error exceeds atol (1e-2), so the bound is at least 2e-2 and the slack <= 0.05% of it.
 LIBRARY_ABS_SLACK = 1e-5
+# The share of the element rule's allowance the library's worst element must use for its error to set the bar:
+# from there a kernel as accurate as the library (up to the factor) lands outside the rule by chance alone.
+NEAR_MISS = 0.5
 
 
 @dataclass(frozen=True)
@@ -42,11 +48,19 @@ class LibraryError:
     rel_fro_err: float
     passes_element_rule: bool
     baseline: str = ""
+    # the worst element's error over its allowance max(atol, rtol * |ref|) (> 1: the element rule fails there)
+    allowance_used: float | None = None
+
+    @property
+    def near_miss(self) -> bool:
+        """Within the element rule, but with its worst element at NEAR_MISS or more of the allowance."""
+        return self.passes_element_rule and (self.allowance_used or 0.0) >= NEAR_MISS
 
     @property
     def calibrates(self) -> bool:
-        """The library misses the element rule with finite outputs: its error sets the bar."""
-        return not self.passes_element_rule and math.isfinite(self.max_abs_err) and math.isfinite(self.rel_fro_err)
+        """The library misses (or nearly misses) the element rule with finite outputs: its error sets the bar."""
+        finite = math.isfinite(self.max_abs_err) and math.isfinite(self.rel_fro_err)
+        return finite and (not self.passes_element_rule or self.near_miss)
 
 
 LibrarySource = LibraryError | Callable[[], LibraryError | None] | None
@@ -70,8 +84,9 @@ def library_error(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, baseline
         return LibraryError(float("inf"), float("inf"), False, baseline)
     diff = (o - r).abs()
     rel_fro = relative_frobenius(float(torch.linalg.vector_norm(o - r)), float(torch.linalg.vector_norm(r)))
+    used = float((diff / torch.clamp(tol.rtol * r.abs(), min=tol.atol)).max()) if o.numel() and tol.atol > 0 else None
     return LibraryError(float(diff.max()) if o.numel() else 0.0, rel_fro,
-                        not bool(element_failures(diff, r, tol).any()), baseline)
+                        not bool(element_failures(diff, r, tol).any()), baseline, used)
 
 
 def output_digest(out: torch.Tensor) -> tuple[float, float, int]:
@@ -146,7 +161,8 @@ def library_rule(stats: TrialStats, lib: LibraryError, tol: Tolerance) -> TrialS
     measured = {"library_max_abs_err": lib.max_abs_err if finite else None,
                 "library_rel_fro_err": lib.rel_fro_err if finite else None}
     if not lib.calibrates:
-        why = (f"passes the element rule (max abs error {lib.max_abs_err:.3g})" if lib.passes_element_rule
+        used = f", its worst element at {100 * lib.allowance_used:.0f}% of the allowance" if lib.allowance_used else ""
+        why = (f"passes the element rule (max abs error {lib.max_abs_err:.3g}{used})" if lib.passes_element_rule
                else "gives non-finite values")
         note = f"{who} {why} on these inputs, so the strict rule applies"
         return stats.model_copy(update={**measured, "note": "; ".join(filter(None, [stats.note, note]))})
@@ -155,7 +171,9 @@ def library_rule(stats: TrialStats, lib: LibraryError, tol: Tolerance) -> TrialS
     fro_bound = max(tol.max_rel_fro, factor * lib.rel_fro_err)
     abs_ok, fro_ok = stats.max_abs_err <= abs_bound, stats.rel_fro_err <= fro_bound
     rule = f"library_x{factor:g}"
-    note = (f"rule {rule}: {who} itself misses the element rule on these inputs (max abs error {lib.max_abs_err:.3g}, "
+    how = ("misses the element rule" if not lib.passes_element_rule else
+           f"nearly misses the element rule (its worst element uses {100 * (lib.allowance_used or 0):.0f}% of the allowance)")
+    note = (f"rule {rule}: {who} itself {how} on these inputs (max abs error {lib.max_abs_err:.3g}, "
             f"relative Frobenius error {lib.rel_fro_err:.3g}), so this output is held to {factor:g}x its error: max abs "
             f"error {stats.max_abs_err:.3g} {'<=' if abs_ok else '>'} {abs_bound:.3g}, relative Frobenius error "
             f"{stats.rel_fro_err:.3g} {'<=' if fro_ok else '>'} {fro_bound:.3g}")
