@@ -15,7 +15,7 @@ the bench's own elapsed time, statuses, profile levels and runtime verdicts from
 `unknown` verdict would show a profiler that could not run, e.g. two GPUs profiling at once), the share of
 half-second nvidia-smi samples in which each GPU ran a kernel, and from the trajectories the GPU time held (the
 timing protocols, the ncu replays), the ncu runs taken (the rest reused a profile) and the span from the first trajectory event to
-the last; and each GPU worker's start (`worker start:` of the bench's output: seconds from the pool's start to its
+the last; and each GPU worker's start (the run folder's evaluator_start.json: seconds from the pool's start to its
 hello, and inside the worker the imports, CUDA context, limits, warm-up and fingerprint).
 """
 from __future__ import annotations
@@ -51,9 +51,11 @@ def bench_once(devices: str, run_dir: Path, args) -> dict:
     phases = re.search(r"trajectories in (\d+) s \(evaluator start ([\d.]+) s, close ([\d.]+) s\)", text)
     bench = ({"bench_s": float(phases.group(1)), "evaluator_start_s": float(phases.group(2)),
               "evaluator_close_s": float(phases.group(3))} if phases else {})
-    started = re.search(r"^worker start: (\[.*\])$", proc.stdout, flags=re.M)  # each GPU worker's start, by phase
+    from ptxbench.agent.records.rundir import read_evaluator_start
+
+    started = read_evaluator_start(run_dir)  # each GPU worker's start, by phase (written by the bench)
     if started:
-        bench["worker_start"] = json.loads(started.group(1))
+        bench["worker_start"] = started["workers"]
     return {"devices": devices, "returncode": proc.returncode, "wall_s": round(wall, 1), **bench, **trajectories(run_dir),
             "nvidia_smi": smi.summary(), "log_tail": (proc.stderr or proc.stdout)[-1500:] if proc.returncode else ""}
 

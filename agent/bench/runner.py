@@ -27,7 +27,7 @@ from ..records.checkpoint_guard import check_run
 from ..records.manifest import build_manifest
 from ..models import Model
 from ..loop.optimize import make_model, open_checkpointer, run_trajectory
-from ..records.rundir import TrajectoryWriter, read_manifest, trajectory_folders, write_manifest
+from ..records.rundir import TrajectoryWriter, read_manifest, trajectory_folders, write_evaluator_start, write_manifest
 from ..loop.state import OptimizeConfig
 
 
@@ -160,6 +160,8 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
     setup_s = time.monotonic() - t0
     pool = getattr(evaluator, "_pool", None)  # a local evaluator's pool, once started: its workers' start times
     worker_start = list(getattr(pool, "startup", None) or [])
+    if worker_start:
+        write_evaluator_start(run_dir, setup_s, worker_start)
     close_s = 0.0
     if not resume:
         _write_manifest(config, run_dir)

@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import json
 
 from ptxbench.workloads.arch import DEFAULT_ARCH
 import time
@@ -141,8 +140,9 @@ def bench(
     failed = sum(r.infra_failed for r in outcome.trajectories)
     console.print(f"{len(outcome.trajectories)} trajectories in {outcome.elapsed_s:.0f} s (evaluator start {outcome.setup_s:.1f} s, "
                   f"close {outcome.close_s:.1f} s), {failed} infra-failed; run: {run_dir}")
-    if outcome.worker_start:  # where the evaluator's start went, per GPU worker (one line: scripts parse it)
-        typer.echo("worker start: " + json.dumps(outcome.worker_start))
+    for w in outcome.worker_start:  # where the evaluator's start went (also in the run folder: evaluator_start.json)
+        phases = ", ".join(f"{k} {v:.1f} s" for k, v in w.get("phases", {}).items() if v >= 0.05)
+        console.print(f"GPU {w['device']} worker ready after {w['ready_after_s']:.1f} s ({phases or 'no phases'})")
     from ..report.tables import leaderboard
     from ..scoring import score_runs
 

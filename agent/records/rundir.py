@@ -166,3 +166,16 @@ def write_manifest(run_dir: Path, manifest: dict) -> Path:
 def read_manifest(run_dir: Path) -> dict:
     path = Path(run_dir) / "manifest.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def write_evaluator_start(run_dir: Path, setup_s: float, workers: list[dict]) -> Path:
+    """How long the evaluator took to start and where it went, per GPU worker (GpuPool.startup)."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(run_dir) / "evaluator_start.json"
+    path.write_text(json.dumps({"setup_s": round(setup_s, 3), "workers": workers}, indent=1), encoding="utf-8")
+    return path
+
+
+def read_evaluator_start(run_dir: Path) -> dict:
+    path = Path(run_dir) / "evaluator_start.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}

@@ -107,8 +107,10 @@ def test_the_outcome_carries_each_gpu_workers_start(tmp_path):
     cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=1, turns=1, no_gpu=True)
     out = run_bench(cfg, tmp_path / "run", evaluator=evaluator, model_factory=lambda c: CountingModel([]))
     assert out.worker_start == started
+    assert json.loads((tmp_path / "run" / "evaluator_start.json").read_text())["workers"] == started
     assert run_bench(cfg, tmp_path / "run2", evaluator=FlakyEvaluator("none"),
                      model_factory=lambda c: CountingModel([])).worker_start == []
+    assert not (tmp_path / "run2" / "evaluator_start.json").exists()
 
 
 @pytest.mark.parametrize("how", ["status", "exception"])
