@@ -9,8 +9,9 @@
 #   gpu-tests (560)     the GPU tests of what changed most recently: profile, evaluator (watchdog), fault corpus,
 #                       backward, references
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
-#   bwd-variants (330)  the backward's candidate variants of workloads/solutions/attention_bwd_variants.py, each
-#                       beside bulk_dq_s3 (the reference) in the same run: prefetch on D = 128 / 96, bulk_dq_d64 on D = 64
+#   bwd-variants (450)  the backward's candidate variants of workloads/solutions/attention_bwd_variants.py, each
+#                       beside bulk_dq_s3 (the reference) in the same run: prefetch on D = 128 / 96; bulk_dq_d64,
+#                       prefetch_d64 and prefetch on D = 64
 #   bwd-tuner (300)     builtin/tuner on mha_bwd_d128, 4 turns: the reference and its three built versions
 #                       (workloads/solutions/attention_bwd_template.py), each timed against cuDNN with the profile policy's
 #                       verdicts and profiles
@@ -36,7 +37,7 @@ export PYTHONPATH=$PYTHONPATH:$PWD/tests
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 git log --oneline -1 > "$OUT/commit.txt" 2>/dev/null || true
 
-declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=330 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560
+declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=450 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=330 [suite-build]=560 [scaling]=590)
 
 run_step() {  # run_step NAME SECONDS DIR
@@ -52,7 +53,7 @@ run_step() {  # run_step NAME SECONDS DIR
           --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96 \
           --timed mha_bwd_d128,mha_bwd_d128_causal
       done
-      for v in bulk_dq_d64 bulk_dq_s3; do
+      for v in bulk_dq_d64 prefetch_d64 prefetch bulk_dq_s3; do
         python3 bench/attention_bwd_check.py --variant "$v" --json "$d/${v}_d64.json" \
           --untimed smoke_mha_bwd_d64,smoke_mha_bwd_d64_causal,smoke_mha_bwd_d64_gqa_h4_kv2,mha_bwd_d64,mha_bwd_d64_causal \
           --timed mha_bwd_d64,mha_bwd_d64_causal

@@ -58,6 +58,7 @@ BUILT: dict[tuple[str, int, str, bool], str | None] = {
     ("vector", 3, "decoupled", False): "decoupled",
     ("bulk", 3, "cooperative", True): "prefetch",
     ("bulk_all", 3, "cooperative", False): "bulk_dq_d64",
+    ("bulk_all", 3, "cooperative", True): "prefetch_d64",
 }
 
 # builtin/tuner (agent/models/tuner_rules.py): role -> (parameter, favoured value or None).

@@ -25,6 +25,7 @@ points of its parameter space, which builtin/tuner searches:
   shared memory, the barrier, the bulk reduction, or D = 64's float2 atomics) and the stage's release then run
   while the tensor cores compute the next S^T, which the next block finds done. The accumulator of S^T lives in
   the consumer loop across blocks (32 registers, where pp / ds were: no more live at the peak).
+- `prefetch_d64`: both of the above (their edits touch different lines), for D = 64.
 
     python3 bench/attention_bwd_check.py --variant bulk_dq        (on a GPU; bench/gpu_round.sh bwd-variants runs all)
     variant_text("bulk_dq")                                       (the solution text; attention_backward.fast_backward
@@ -378,6 +379,10 @@ VARIANTS = {
     "decoupled": _decoupled,
     "bulk_dq_d64": lambda text: apply_edits(VARIANTS["bulk_dq_s3"](text), BULK_DQ_D64, "bulk_dq_d64"),
     "prefetch": lambda text: apply_edits(VARIANTS["bulk_dq_s3"](text), PREFETCH, "prefetch"),
+    "prefetch_d64": lambda text: apply_edits(VARIANTS["bulk_dq_s3"](text), BULK_DQ_D64[:-1] + PREFETCH[:-1] + [
+        ("// VARIANT bulk_dq_s3 (attention_bwd_variants.py)",
+         "// VARIANT prefetch_d64 (attention_bwd_variants.py): bulk_dq_s3 with D = 64's dQ by bulk reductions too and\n"
+         "// the next block's S^T issued early;\n// bulk_dq_s3")], "prefetch_d64"),
 }
 
 
