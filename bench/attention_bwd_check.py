@@ -3,10 +3,11 @@ backward workload it covers, through the real evaluator: first untimed (correctn
 timed against the library (interleaved, 95% interval) where it passed. Run on a GPU machine:
 
   source bench/gpu_env.sh && python3 bench/attention_bwd_check.py [--json OUT.json] [--timed ID,ID]
-      [--variant NAME|FILE] [--profile ID,ID] [--label v1]
+      [--variant NAME|FILE[,NAME...]] [--profile ID,ID] [--label v1]
 
---variant evaluates another version of the kernel (a name of workloads/solutions/attention_bwd_variants.py,
-`checked-in` for attention_bwd_wgmma.cu itself, or a file with its plan lines); --profile takes a full
+--variant evaluates other versions of the kernel (names of workloads/solutions/attention_bwd_variants.py,
+`checked-in` for attention_bwd_wgmma.cu itself, or files with its plan lines), several in one evaluator with the
+timed runs interleaved workload by workload, so they are compared under the same conditions; --profile takes a full
 Nsight Compute profile of those workloads after their timed run and prints its feedback (the hot lines).
 Prints one line per evaluation as it lands and a Markdown table last.
 """
@@ -50,54 +51,66 @@ def main() -> None:
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.evaluator import EvalOptions
     from ptxbench.workloads.registry import WORKLOADS, get_workload
-    from ptxbench.workloads.solutions.attention_backward import FAST_BACKWARD, REFERENCE_VARIANT, fast_backward
+    from ptxbench.workloads.solutions.attention_backward import REFERENCE_VARIANT, fast_backward
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="")
     ap.add_argument("--timed", default=",".join(MAIN))
     ap.add_argument("--untimed", default=",".join(SMOKE_FIRST + MAIN))
-    ap.add_argument("--variant", default="", help="a variant name (workloads/solutions/attention_bwd_variants.py), "
-                    "'checked-in' or a file; default: the reference (attention_backward.REFERENCE_VARIANT)")
+    ap.add_argument("--variant", default="", help="variant names (workloads/solutions/attention_bwd_variants.py), "
+                    "'checked-in' or files, comma-separated: one evaluator, the timed runs interleaved workload by "
+                    "workload; default: the reference (attention_backward.REFERENCE_VARIANT)")
     ap.add_argument("--profile", default="", help="workloads to profile in full after their timed run")
-    ap.add_argument("--label", default="")
+    ap.add_argument("--label", default="", help="the label of a single variant's rows")
     args = ap.parse_args()
-    base = _variant(args.variant or REFERENCE_VARIANT)
-    label = args.label or (Path(args.variant).stem if args.variant else "reference")
+    names = [v.strip() for v in args.variant.split(",") if v.strip()] or [""]
+    versions = [(args.label if args.label and len(names) == 1 else Path(n).stem if n else "reference",
+                 _variant(n or REFERENCE_VARIANT)) for n in names]
     ev = LocalEvaluator()
     rows = []
+
+    def run(wid: str, label: str, base: str | None, options, suffix: str = "") -> dict:
+        t0 = time.perf_counter()
+        res = ev.evaluate(wid, fast_backward(get_workload(wid), base), options)
+        row = {**_row(wid, res, time.perf_counter() - t0), "timed": options.time, "label": label + suffix}
+        if suffix:
+            row.update(feedback=(res.feedback or "")[:FEEDBACK_CHARS],
+                       targets_runtime={k: v.verdict for k, v in (res.targets_runtime or {}).items()})
+            print(f"== profile {wid} ({label}): {row['targets_runtime']}\n{row['feedback']}", flush=True)
+        else:
+            print(json.dumps(row)[:900], flush=True)
+        rows.append(row)
+        return row
+
     try:
         untimed = [w for w in args.untimed.split(",") if w in WORKLOADS]
-        for wid in untimed:
-            src = fast_backward(get_workload(wid), base)
-            if src is None:
-                print(f"{wid}: not covered", flush=True)
-                continue
-            t0 = time.perf_counter()
-            res = ev.evaluate(wid, src, EvalOptions(time=False, profile_on_pass=False, timeout_s=60))
-            row = {**_row(wid, res, time.perf_counter() - t0), "timed": False, "label": label}
-            rows.append(row)
-            print(json.dumps(row)[:900], flush=True)
-        passed = {r["workload"] for r in rows if r["status"] == "PASSED"}
-        for wid in [w for w in args.timed.split(",") if w in passed]:
-            t0 = time.perf_counter()
-            res = ev.evaluate(wid, fast_backward(get_workload(wid), base), EvalOptions(profile_on_pass=False, timeout_s=120))
-            row = {**_row(wid, res, time.perf_counter() - t0), "timed": True, "label": label}
-            rows.append(row)
-            print(json.dumps(row)[:900], flush=True)
-        for wid in [w for w in args.profile.split(",") if w in passed]:
-            t0 = time.perf_counter()
-            res = ev.evaluate(wid, fast_backward(get_workload(wid), base), EvalOptions(profile=True, timeout_s=120))
-            row = {**_row(wid, res, time.perf_counter() - t0), "timed": True, "label": label + "+profile",
-                   "feedback": (res.feedback or "")[:FEEDBACK_CHARS],
-                   "targets_runtime": {k: v.verdict for k, v in (res.targets_runtime or {}).items()}}
-            rows.append(row)
-            print(f"== profile {wid} ({label}): {row['targets_runtime']}\n{row['feedback']}", flush=True)
+        passed = set()
+        for label, base in versions:
+            for wid in untimed:
+                if fast_backward(get_workload(wid), base) is None:
+                    print(f"{wid}: not covered", flush=True)
+                    continue
+                if run(wid, label, base, EvalOptions(time=False, profile_on_pass=False, timeout_s=60))["status"] == "PASSED":
+                    passed.add((label, wid))
+        for wid in [w for w in args.timed.split(",") if w in WORKLOADS]:  # each workload: every version in turn
+            for label, base in versions:
+                if (label, wid) in passed:
+                    run(wid, label, base, EvalOptions(profile_on_pass=False, timeout_s=120))
+        for wid in [w for w in args.profile.split(",") if w in WORKLOADS]:
+            for label, base in versions:
+                if (label, wid) in passed:
+                    run(wid, label, base, EvalOptions(profile=True, timeout_s=120), "+profile")
     finally:
         ev.close()
     if args.json:
-        Path(args.json).write_text(json.dumps({"file": args.variant or REFERENCE_VARIANT if base is not None else FAST_BACKWARD,
-                                               "rows": rows}, indent=1))
-    print(f"\n{label}\n| workload | timed | status | speedup [95% CI] | ms | library ms | TFLOP/s | s |\n|---|---|---|---|---|---|---|---|")
+        Path(args.json).write_text(json.dumps({"files": [n or REFERENCE_VARIANT for n in names], "rows": rows}, indent=1))
+    for label, _ in versions:
+        _table(label, [r for r in rows if r["label"] == label])
+
+
+def _table(label: str, rows: list[dict]) -> None:
+    print(f"\n{label}\n| workload | timed | status | speedup [95% CI] | ms | library ms | TFLOP/s | s |\n"
+          "|---|---|---|---|---|---|---|---|")
     for r in rows:
         ci = r["speedup_ci"]
         sp = f"{r['speedup']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if r["speedup"] and ci else "-"

@@ -9,9 +9,9 @@
 #   gpu-tests (560)     the GPU tests of what changed most recently: profile, evaluator (watchdog), fault corpus,
 #                       backward, references
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
-#   bwd-variants (450)  the backward's candidate variants of workloads/solutions/attention_bwd_variants.py, each
-#                       beside bulk_dq_s3 (the reference) in the same run: prefetch on D = 128 / 96; bulk_dq_d64,
-#                       prefetch_d64 and prefetch on D = 64
+#   bwd-variants (400)  the backward's candidate variants of workloads/solutions/attention_bwd_variants.py, each
+#                       beside bulk_dq_s3 (the reference), timed runs interleaved in one process: prefetch on
+#                       D = 128 / 96; bulk_dq_d64, prefetch_d64 and prefetch on D = 64
 #   bwd-tuner (300)     builtin/tuner on mha_bwd_d128, 4 turns: the reference and its three built versions
 #                       (workloads/solutions/attention_bwd_template.py), each timed against cuDNN with the profile policy's
 #                       verdicts and profiles
@@ -37,7 +37,7 @@ export PYTHONPATH=$PYTHONPATH:$PWD/tests
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 git log --oneline -1 > "$OUT/commit.txt" 2>/dev/null || true
 
-declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=450 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560
+declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=330 [suite-build]=560 [scaling]=590)
 
 run_step() {  # run_step NAME SECONDS DIR
@@ -48,16 +48,12 @@ run_step() {  # run_step NAME SECONDS DIR
                  tests/workloads/test_attention_bwd_wgmma.py tests/workloads/test_references.py ;;
     bwd) python3 bench/attention_bwd_check.py --json "$d/reference.json" --profile mha_bwd_d128 ;;
     bwd-variants)
-      for v in prefetch bulk_dq_s3; do
-        python3 bench/attention_bwd_check.py --variant "$v" --json "$d/$v.json" \
-          --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96 \
-          --timed mha_bwd_d128,mha_bwd_d128_causal
-      done
-      for v in bulk_dq_d64 prefetch_d64 prefetch bulk_dq_s3; do
-        python3 bench/attention_bwd_check.py --variant "$v" --json "$d/${v}_d64.json" \
-          --untimed smoke_mha_bwd_d64,smoke_mha_bwd_d64_causal,smoke_mha_bwd_d64_gqa_h4_kv2,mha_bwd_d64,mha_bwd_d64_causal \
-          --timed mha_bwd_d64,mha_bwd_d64_causal
-      done ;;
+      python3 bench/attention_bwd_check.py --variant prefetch,bulk_dq_s3 --json "$d/d128.json" \
+        --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96 \
+        --timed mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96
+      python3 bench/attention_bwd_check.py --variant bulk_dq_d64,prefetch_d64,prefetch,bulk_dq_s3 --json "$d/d64.json" \
+        --untimed smoke_mha_bwd_d64,smoke_mha_bwd_d64_causal,smoke_mha_bwd_d64_gqa_h4_kv2,mha_bwd_d64,mha_bwd_d64_causal \
+        --timed mha_bwd_d64,mha_bwd_d64_causal ;;
     bwd-tuner) python3 -m ptxbench.agent optimize mha_bwd_d128 --model builtin/tuner --turns 4 --target-speedup 0 \
                  --run-dir "$d/run" ;;
     attn-sweep) python3 bench/attention_sweep.py "$d/sweep.json" --deadline $((s - 60)) ;;
