@@ -4,6 +4,7 @@
 #
 #   bash bench/tuner_climb.sh                 # the GEMM, into $OUT/tuner-climb/
 #   bash bench/tuner_climb.sh mha_fwd_d128    # the attention forward, into $OUT/tuner-climb-mha_fwd_d128/
+#   TURNS=6 RUN_LIMIT=190 bash bench/tuner_climb.sh mha_bwd_d128   # the backward, from the checked-in file's point
 #
 # Each run: `ptxbench optimize WORKLOAD --model builtin/tuner:weak --turns 8 --target-speedup 0` (WORKLOAD: the
 # first argument, default gemm_bf16_m8192_n7168_k5120; any mha_fwd_* works too) into $D/run{1,2,3} (turn 1 is the
@@ -23,7 +24,8 @@ W=${1:-gemm_bf16_m8192_n7168_k5120}
 case "$W" in
   gemm_*) SUB=tuner-climb; LIMIT=200 ;;
   mha_fwd_*) SUB=tuner-climb-$W; LIMIT=170 ;;
-  *) echo "tuner_climb.sh: $W has no template builtin/tuner searches (gemm_*, mha_fwd_*)" >&2; exit 2 ;;
+  mha_bwd_*) SUB=tuner-climb-$W; LIMIT=190 ;;  # ~12 s a timed evaluation at D = 128, ~20 s a profile
+  *) echo "tuner_climb.sh: $W has no template builtin/tuner searches (gemm_*, mha_fwd_*, mha_bwd_*)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/bench_out}; D=$OUT/$SUB; mkdir -p "$D"
 source bench/gpu_env.sh || exit 1
@@ -31,7 +33,7 @@ PB=(python3 -m ptxbench.agent)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$D/gpu.txt"
 for i in 1 2 3; do
   t0=$(date +%s)
-  timeout --signal=KILL "${RUN_LIMIT:-$LIMIT}" "${PB[@]}" optimize "$W" --model builtin/tuner:weak --turns 8 \
+  timeout --signal=KILL "${RUN_LIMIT:-$LIMIT}" "${PB[@]}" optimize "$W" --model builtin/tuner:weak --turns "${TURNS:-8}" \
     --target-speedup 0 --quiet --run-dir "$D/run$i" 2>&1 | tee "$D/run$i.log"
   echo "run$i: exit ${PIPESTATUS[0]}, $(( $(date +%s) - t0 )) s" | tee -a "$D/times.txt"
   "${PB[@]}" report "$D/run$i" >"$D/report$i.log" 2>&1 || echo "run$i: report failed (see report$i.log)"
