@@ -20,6 +20,7 @@
 #   gemm-sweep (420)    the GEMM template's points on the four GEMM workloads (bench/gemm_sweep.py)
 #   tuner-climb (560)   three builtin/tuner:weak runs on the GEMM (bench/tuner_climb.sh)
 #   tuner-climb-attn (560) the same on mha_fwd_d128 (bench/tuner_climb.sh mha_fwd_d128)
+#   tuner-climb-bwd (570) the same on mha_bwd_d128, 6 turns (from the checked-in file's point)
 #   anchors (540)       the repair track's anchors over the suite (bench/repair_anchors.py)
 #   throughput (200)    evaluations per GPU-hour on the GEMM (bench/eval_throughput.py; the old full-profile path,
 #                       341 / h twice, is not re-run: --old-n 6 to add it)
@@ -37,7 +38,7 @@ export PYTHONPATH=$PYTHONPATH:$PWD/tests
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 git log --oneline -1 > "$OUT/commit.txt" 2>/dev/null || true
 
-declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560
+declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560 [tuner-climb-bwd]=570
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=330 [suite-build]=560 [scaling]=590)
 
 run_step() {  # run_step NAME SECONDS DIR
@@ -62,6 +63,7 @@ run_step() {  # run_step NAME SECONDS DIR
     gemm-sweep) python3 bench/gemm_sweep.py "$d/sweep.json" --deadline $((s - 60)) ;;
     tuner-climb) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh ;;
     tuner-climb-attn) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh mha_fwd_d128 ;;
+    tuner-climb-bwd) OUT=$d TURNS=6 RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh mha_bwd_d128 ;;
     anchors) python3 bench/repair_anchors.py --run-dir "$d/run" --out "$d" --turns 1 --max-seconds $((s - 40)) ;;
     throughput) python3 bench/eval_throughput.py --n 40 --old-n 0 --concurrency 6 --json "$d/throughput.json" \
                   --md "$d/throughput.md" ;;
