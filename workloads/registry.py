@@ -191,6 +191,7 @@ def _build() -> dict[str, Workload]:
         ws += [mha_fwd(4, 48, 4096, d, causal=c, held_out=True) for c in (False, True)]
         ws += [mha_bwd(4, 48, 4096, d, causal=c, held_out=True) for c in (False, True)]
     ws.append(mha_fwd(4, 32, 4096, 128, hkv=8, causal=False, held_out=True))
+    ws.append(mha_fwd(4, 32, 4096, 128, hkv=8, causal=True, held_out=True))
     ws.append(mha_bwd(4, 32, 4096, 128, hkv=8, causal=False, held_out=True))
     ws += [gemm(64, 7168, 5120, held_out=True), gemm(128, 7168, 5120, held_out=True), gemm(4096, 4096, 4096, held_out=True)]
     # Smoke: seconds on a GPU, for tests of the harness itself.

@@ -25,7 +25,7 @@ MAIN = {
 }
 
 HELD_OUT = [f"mha_{k}_d{d}{c}" for d in (64, 96) for k in ("fwd", "bwd") for c in ("", "_causal")] + [
-    "mha_fwd_d128_gqa_h32_kv8", "mha_bwd_d128_gqa_h32_kv8", "gemm_bf16_m64_n7168_k5120", "gemm_bf16_m128_n7168_k5120", "gemm_bf16_m4096_n4096_k4096"]
+    "mha_fwd_d128_gqa_h32_kv8", "mha_fwd_d128_gqa_h32_kv8_causal", "mha_bwd_d128_gqa_h32_kv8", "gemm_bf16_m64_n7168_k5120", "gemm_bf16_m128_n7168_k5120", "gemm_bf16_m4096_n4096_k4096"]
 
 SMOKE = ["smoke_gemm_bf16_m256_n256_k512", "smoke_mha_fwd_d64", "smoke_mha_fwd_d64_causal", "smoke_mha_bwd_d64",
          "smoke_mha_bwd_d64_causal", "smoke_mha_fwd_d64_gqa_h4_kv2", "smoke_mha_bwd_d64_gqa_h4_kv2"]

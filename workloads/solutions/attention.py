@@ -36,12 +36,13 @@ def with_plan_edits(name: str, edits: list[tuple[str, str]]) -> str:
 
 
 def attention_solution(workload: Workload) -> str:
-    """The plain CUDA-core solution of an attention workload (KeyError for a GQA backward or causal GQA)."""
+    """The plain CUDA-core solution of an attention workload (KeyError for a GQA backward). The forward's causal flag
+    and its GQA group are independent plan arguments, so a causal GQA forward takes both edits."""
     edits = []
     if workload.causal:  # the plan's last argument is the causal flag (every launch of the backward)
         edits.append(('"f32:scale", "i32:0"]', '"f32:scale", "i32:1"]'))
     if "HKV" in workload.symbols:
-        if workload.op != "mha_fwd" or workload.causal:
+        if workload.op != "mha_fwd":
             raise KeyError(f"{workload.id}: no reference solution for this GQA variant")
         edits.append(('"i32:H", "i32:1", "f32:scale"', '"i32:H", "i32:H // HKV", "f32:scale"'))  # group = H / HKV
     return with_plan_edits(PLAIN[workload.op], edits)
