@@ -69,9 +69,9 @@ def main() -> None:
     ev = LocalEvaluator()
     rows = []
 
-    def run(wid: str, label: str, base: str | None, options, suffix: str = "") -> dict:
+    def run(wid: str, label: str, source: str, options, suffix: str = "") -> dict:
         t0 = time.perf_counter()
-        res = ev.evaluate(wid, fast_backward(get_workload(wid), base), options)
+        res = ev.evaluate(wid, source, options)
         row = {**_row(wid, res, time.perf_counter() - t0), "timed": options.time, "label": label + suffix}
         if suffix:
             row.update(feedback=(res.feedback or "")[:FEEDBACK_CHARS],
@@ -84,22 +84,21 @@ def main() -> None:
 
     try:
         untimed = [w for w in args.untimed.split(",") if w in WORKLOADS]
-        passed = set()
+        passed: dict[tuple[str, str], str] = {}  # (label, workload) -> the source that passed untimed
         for label, base in versions:
             for wid in untimed:
-                if fast_backward(get_workload(wid), base) is None:
+                src = fast_backward(get_workload(wid), base)
+                if src is None:
                     print(f"{wid}: not covered", flush=True)
                     continue
-                if run(wid, label, base, EvalOptions(time=False, profile_on_pass=False, timeout_s=60))["status"] == "PASSED":
-                    passed.add((label, wid))
-        for wid in [w for w in args.timed.split(",") if w in WORKLOADS]:  # each workload: every version in turn
-            for label, base in versions:
+                if run(wid, label, src, EvalOptions(time=False, profile_on_pass=False, timeout_s=60))["status"] == "PASSED":
+                    passed[(label, wid)] = src
+        later = [(w, EvalOptions(profile_on_pass=False, timeout_s=120), "") for w in args.timed.split(",")]
+        later += [(w, EvalOptions(profile=True, timeout_s=120), "+profile") for w in args.profile.split(",")]
+        for wid, options, suffix in later:  # each workload: every version in turn
+            for label, _ in versions:
                 if (label, wid) in passed:
-                    run(wid, label, base, EvalOptions(profile_on_pass=False, timeout_s=120))
-        for wid in [w for w in args.profile.split(",") if w in WORKLOADS]:
-            for label, base in versions:
-                if (label, wid) in passed:
-                    run(wid, label, base, EvalOptions(profile=True, timeout_s=120), "+profile")
+                    run(wid, label, passed[(label, wid)], options, suffix)
     finally:
         ev.close()
     if args.json:

@@ -18,7 +18,7 @@ import time
 from ..workloads.registry import get_workload
 from .compile import compile_source
 from .toolchain import ToolchainError
-from .evaluator import EvalOptions, stronger
+from .evaluator import EvalOptions, serves
 from .gpu.hangs import HangMemo, job_key, reused_message
 from .gpu.messages import GpuJob, GpuOutcome
 from .gpu.pool import GpuPool, NoGpuError, PoolConfig
@@ -177,7 +177,7 @@ class LocalEvaluator:
     def _cached_profile(self, cubin_sha: str, workload: str, arch: str, level: str) -> dict | None:
         """The profile of an identical cubin taken at `level` or a stronger one, if any."""
         cached = self._profiles.get((cubin_sha, workload, arch)) if level != "none" else None
-        return cached if cached is not None and stronger(cached["level"], level) == cached["level"] else None
+        return cached if cached is not None and serves(cached["level"], level) else None
 
     def _early_profile(self, pool: GpuPool, options: EvalOptions, workload: str, source: str, comp,
                        cubin_sha: str) -> EarlyProfile | None:

@@ -29,6 +29,11 @@ def stronger(a: str, b: str) -> str:
     return max(a, b, key=PROFILE_LEVELS.index)
 
 
+def serves(have: str, want: str) -> bool:
+    """A profile taken at level `have` answers one asked for at `want` (the same level or a weaker one)."""
+    return stronger(have, want) == have
+
+
 class EvalOptions(BaseModel):
     arch: str = DEFAULT_ARCH
     trials: int | None = Field(None, description="correctness trials; None = the workload's default")

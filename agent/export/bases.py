@@ -40,6 +40,7 @@ def clustered_gemm_params():
 def extra_bases(workload_id: str) -> list[Base]:
     """The bases of a workload other than its reference."""
     from ptxbench.workloads.registry import get_workload
+    from ptxbench.workloads.solutions.attention_backward import covers as backward_covers
 
     from .mutations import CLUSTER_CLASSES
 
@@ -47,16 +48,10 @@ def extra_bases(workload_id: str) -> list[Base]:
     if workload.op == "gemm":
         return [Base(CLUSTER2, "the GEMM template's default point with cluster_m = 2 (2-CTA clusters, B multicast)",
                      CLUSTER_CLASSES)]
-    if workload.op == "mha_bwd" and int(workload.symbols.get("D", 0)) != 64 and _vector_dq(workload) is not None:
+    if workload.op == "mha_bwd" and int(workload.symbols.get("D", 0)) != 64 and backward_covers(workload) is None:
         return [Base(VECTOR_DQ, "the attention backward's checked-in file (dQ by float2 atomics, 2 stages)",
                      VECTOR_DQ_CLASSES)]
     return []
-
-
-def _vector_dq(workload):
-    from ptxbench.workloads.solutions.attention_backward import fast_backward
-
-    return fast_backward(workload)
 
 
 def base_source(workload_id: str, base: str = REFERENCE) -> str:
@@ -69,7 +64,8 @@ def base_source(workload_id: str, base: str = REFERENCE) -> str:
         return _gemm_template().render(clustered_gemm_params())
     if base == VECTOR_DQ and any(b.name == base for b in extra_bases(workload_id)):
         from ptxbench.workloads.registry import get_workload
+        from ptxbench.workloads.solutions.attention_backward import fast_backward
 
-        return _vector_dq(get_workload(workload_id))
+        return fast_backward(get_workload(workload_id))
     raise KeyError(f"{workload_id} has no base {base!r} (bases: {REFERENCE}, "
                    f"{', '.join(b.name for b in extra_bases(workload_id)) or 'no other'})")

@@ -18,6 +18,7 @@ The attention forward's roles (workloads/solutions/attention_template.py):
 The attention backward's (workloads/solutions/attention_bwd_template.py):
     the dQ reduction lines hot -> dQ by one bulk reduce-add per query block (dq_reduce)
     the exponentials or the consumers' barrier hot -> decoupled consumers (schedule, as the forward's ping-pong)
+    the dQ tile's stores or the consumers' second barrier hot -> the next S^T issued before them (epilogue)
 A template may declare TUNER_PRIORS (role -> worth, or worth(old, new)) and TUNER_WORDS (role -> what the move
 is) to replace the GEMM's numbers and words for its roles.
 

@@ -103,9 +103,18 @@ def test_a_passing_candidate_gets_a_runtime_verdict_and_the_gpu_is_held_only_for
     assert not r2.targets_runtime and len(seen) == 1 and r2.profile_level == "none"
 
 
+def _profiled(result, level: str):
+    """What a stand-in for attach() returns: a profile at `level` with wgmma executed."""
+    from ptxbench.tools.results import RuntimeTarget
+
+    result.profile_level = level
+    result.targets_runtime = {"wgmma": RuntimeTarget(verdict="executed", executed_warp_insts=320)}
+    result.profile, result.feedback = {"ok": True}, "compute-bound"
+    return result
+
+
 def test_a_resubmitted_identical_cubin_reuses_its_profile(monkeypatch):
     import ptxbench.tools.evaluate as evaluate_module
-    from ptxbench.tools.results import RuntimeTarget
 
     pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: AnsweringWorker(d, c))
     calls = []
@@ -114,10 +123,7 @@ def test_a_resubmitted_identical_cubin_reuses_its_profile(monkeypatch):
         calls.append(device)
         if level == "none":  # a sanitizer-only call
             return result
-        result.profile_level = level
-        result.targets_runtime = {"wgmma": RuntimeTarget(verdict="executed", executed_warp_insts=320)}
-        result.profile, result.feedback = {"ok": True}, "compute-bound"
-        return result
+        return _profiled(result, level)
 
     monkeypatch.setattr(evaluate_module, "attach", fake_attach)
     ev = LocalEvaluator(pool)
@@ -228,7 +234,6 @@ def test_identical_cubins_passing_at_once_take_one_profile(monkeypatch):
     import threading
 
     import ptxbench.tools.evaluate as evaluate_module
-    from ptxbench.tools.results import RuntimeTarget
 
     pool = GpuPool(PoolConfig(devices=[0, 1], spares=0), factory=lambda d, c: AnsweringWorker(d, c))
     calls = []
@@ -236,10 +241,7 @@ def test_identical_cubins_passing_at_once_take_one_profile(monkeypatch):
     def slow_attach(result, options, source, comp, language, device=None, level="none", **kwargs):
         calls.append(level)
         time.sleep(0.3)  # ncu's start-up, replay and report
-        result.profile_level = level
-        result.targets_runtime = {"wgmma": RuntimeTarget(verdict="executed", executed_warp_insts=320)}
-        result.profile, result.feedback = {"ok": True}, "compute-bound"
-        return result
+        return _profiled(result, level)
 
     monkeypatch.setattr(evaluate_module, "attach", slow_attach)
     ev = LocalEvaluator(pool)

@@ -160,7 +160,6 @@ class GpuPool:
         self._round = itertools.count()
         self.ceilings: dict[int, dict] = {}
         self.info: dict = {}
-        self.startup_s: list[float] = []  # each worker's time from process start to ready
         # each worker's start as the pool saw it: device, seconds from the pool's start to its hello, its phases
         self.startup: list[dict] = []
         self._start_t0: float | None = None
@@ -191,7 +190,6 @@ class GpuPool:
                 w.kill()
                 raise NoGpuError(f"the GPU worker for device {w.device} could not start: {msg['error']}")
             w.hello = msg
-            self.startup_s.append(float(msg.get("startup_s", 0.0)))
             self.startup.append({"device": w.device, "in_worker_s": round(float(msg.get("startup_s", 0.0)), 3),
                                  "ready_after_s": round(time.monotonic() - (self._start_t0 or time.monotonic()), 3),
                                  "phases": msg.get("startup_phases") or {}})
@@ -227,6 +225,11 @@ class GpuPool:
             self.free.put(slot)
         self._started = True
         return self
+
+    @property
+    def startup_s(self) -> list[float]:
+        """Each worker's time from its process start to ready, as it measured it."""
+        return [w["in_worker_s"] for w in self.startup]
 
     @property
     def limits(self) -> dict:

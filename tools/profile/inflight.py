@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..evaluator import stronger
+from ..evaluator import serves
 
 # A profile takes seconds to a minute; this bounds a wait on a harness bug, after which the caller profiles itself.
 WAIT_S = 900.0
@@ -35,7 +35,7 @@ class InFlightProfiles:
         """Whether a profile of `key` at `level` or a stronger one is being taken now."""
         with self._lock:
             run = self._runs.get(key)
-            return run is not None and stronger(run.level, level) == run.level
+            return run is not None and serves(run.level, level)
 
     def acquire(self, key: tuple, level: str, cached: Callable[[], bool], wait_s: float = WAIT_S) -> tuple[bool, bool]:
         """(whether the caller must profile, whether it must call `release(key)` after storing its profile).
@@ -49,7 +49,7 @@ class InFlightProfiles:
                 if run is None:
                     self._runs[key] = _Run(level)
                     return True, True
-                if stronger(run.level, level) != run.level:  # a weaker one in flight: it would not do
+                if not serves(run.level, level):  # a weaker one in flight: it would not do
                     return True, False
                 done = run.done
             if not done.wait(wait_s):

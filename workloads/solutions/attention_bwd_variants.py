@@ -270,9 +270,6 @@ BULK_DQ_D64 = [
 }"""),
     ("    if (HD == 128 && threadIdx.x == 128) bulk_wait_all();  // the last reductions are done before the CTA exits",
      "    if (threadIdx.x == 128 || (HD == 64 && threadIdx.x == 256)) bulk_wait_all();  // the last reductions are done"),
-    ("// VARIANT bulk_dq_s3 (attention_bwd_variants.py)",
-     "// VARIANT bulk_dq_d64 (attention_bwd_variants.py): bulk_dq_s3 with D = 64's dQ by bulk reductions too;\n"
-     "// bulk_dq_s3"),
 ]
 
 
@@ -342,7 +339,6 @@ PREFETCH = [
                                  dQacc + static_cast<size_t>(head) * S * D, D, sl2, sdQ, threadIdx.x == 128, s,
                                  it > 0, it + 1 < n_iter, sQ + ((it + 1) % Stages<HD>::N) * QT);
     }"""),
-    ("// VARIANT bulk_dq_s3 (attention_bwd_variants.py)", "// VARIANT prefetch (attention_bwd_variants.py): bulk_dq_s3 with the next block's S^T issued early;\n// bulk_dq_s3"),
 ]
 
 
@@ -373,16 +369,25 @@ def _decoupled(text: str) -> str:
     return apply_edits(text, DECOUPLED_CONSUMER_EDITS + DECOUPLED, "decoupled")
 
 
+def _bulk_dq_s3(text: str) -> str:
+    return _stages_3(apply_edits(text, BULK_DQ, "bulk_dq"))
+
+
+def _on_bulk_dq_s3(name: str, what: str, *edits: list[tuple[str, str]]):
+    """A variant built on bulk_dq_s3 (the reference): its edits, and its header naming it and what it adds."""
+    header = ("// VARIANT bulk_dq_s3 (attention_bwd_variants.py)",
+              f"// VARIANT {name} (attention_bwd_variants.py): bulk_dq_s3 with {what};\n// bulk_dq_s3")
+    return lambda text: apply_edits(_bulk_dq_s3(text), [e for group in edits for e in group] + [header], name)
+
+
 VARIANTS = {
     "bulk_dq": lambda text: apply_edits(text, BULK_DQ, "bulk_dq"),
-    "bulk_dq_s3": lambda text: _stages_3(apply_edits(text, BULK_DQ, "bulk_dq")),
+    "bulk_dq_s3": _bulk_dq_s3,
     "decoupled": _decoupled,
-    "bulk_dq_d64": lambda text: apply_edits(VARIANTS["bulk_dq_s3"](text), BULK_DQ_D64, "bulk_dq_d64"),
-    "prefetch": lambda text: apply_edits(VARIANTS["bulk_dq_s3"](text), PREFETCH, "prefetch"),
-    "prefetch_d64": lambda text: apply_edits(VARIANTS["bulk_dq_s3"](text), BULK_DQ_D64[:-1] + PREFETCH[:-1] + [
-        ("// VARIANT bulk_dq_s3 (attention_bwd_variants.py)",
-         "// VARIANT prefetch_d64 (attention_bwd_variants.py): bulk_dq_s3 with D = 64's dQ by bulk reductions too and\n"
-         "// the next block's S^T issued early;\n// bulk_dq_s3")], "prefetch_d64"),
+    "bulk_dq_d64": _on_bulk_dq_s3("bulk_dq_d64", "D = 64's dQ by bulk reductions too", BULK_DQ_D64),
+    "prefetch": _on_bulk_dq_s3("prefetch", "the next block's S^T issued early", PREFETCH),
+    "prefetch_d64": _on_bulk_dq_s3("prefetch_d64", "D = 64's dQ by bulk reductions too and\n// the next block's S^T "
+                                   "issued early", BULK_DQ_D64, PREFETCH),
 }
 
 
