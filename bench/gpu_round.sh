@@ -9,9 +9,9 @@
 #   gpu-tests (560)     the GPU tests of what changed most recently: profile, evaluator (watchdog), fault corpus,
 #                       backward, references
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
-#   bwd-variants (400)  the backward's candidate variants of workloads/solutions/attention_bwd_variants.py, each
-#                       beside bulk_dq_s3 (the reference), timed runs interleaved in one process: prefetch on
-#                       D = 128 / 96; bulk_dq_d64, prefetch_d64 and prefetch on D = 64
+#   bwd-variants (400)  variants of workloads/solutions/attention_bwd_variants.py (BWD_VARIANTS, default: the
+#                       reference bulk_dq_d64 and its base bulk_dq_s3), timed runs interleaved in one process, on
+#                       D = 128 / 96 and on D = 64
 #   bwd-tuner (300)     builtin/tuner on mha_bwd_d128, 4 turns: the reference and its three built versions
 #                       (workloads/solutions/attention_bwd_template.py), each timed against cuDNN with the profile policy's
 #                       verdicts and profiles
@@ -25,7 +25,7 @@
 #   throughput (200)    evaluations per GPU-hour on the GEMM (bench/eval_throughput.py; the old full-profile path,
 #                       341 / h twice, is not re-run: --old-n 6 to add it)
 #   mutations (150)     bug classes checked on the GPU (bench/check_mutations.py: the cluster classes)
-#   mutations-bwd (330) the attention backward's bug classes (check_mutations.py --backward, 40 mutants)
+#   mutations-bwd (360) the attention backward's bug classes (check_mutations.py --backward, 48 mutants)
 #   suite-build (560)   the repair suite rebuilt (bench/build_repair_suite.py) into the step's folder: copy its
 #                       repairs/ over workloads/repairs/ when it is right
 #   scaling (590)       1 vs 2 GPUs on a bench matrix, 8 turns (bench/gpu_scaling.py; needs nvidia-h200-x2)
@@ -39,7 +39,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > "$O
 git log --oneline -1 > "$OUT/commit.txt" 2>/dev/null || true
 
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560 [tuner-climb-bwd]=570
-                   [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=330 [suite-build]=560 [scaling]=590)
+                   [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590)
 
 run_step() {  # run_step NAME SECONDS DIR
   local name=$1 s=$2 d=$3
@@ -48,11 +48,11 @@ run_step() {  # run_step NAME SECONDS DIR
                  tests/tools/test_profile_gpu.py tests/tools/test_gpu_evaluator.py tests/workloads/test_fault_corpus.py \
                  tests/workloads/test_attention_bwd_wgmma.py tests/workloads/test_references.py ;;
     bwd) python3 bench/attention_bwd_check.py --json "$d/reference.json" --profile mha_bwd_d128 ;;
-    bwd-variants)
-      python3 bench/attention_bwd_check.py --variant prefetch,bulk_dq_s3 --json "$d/d128.json" \
+    bwd-variants)  # BWD_VARIANTS: the variants to compare, each beside the others (default: the reference and its base)
+      python3 bench/attention_bwd_check.py --variant "${BWD_VARIANTS:-bulk_dq_d64,bulk_dq_s3}" --json "$d/d128.json" \
         --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96 \
         --timed mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96
-      python3 bench/attention_bwd_check.py --variant bulk_dq_d64,prefetch_d64,prefetch,bulk_dq_s3 --json "$d/d64.json" \
+      python3 bench/attention_bwd_check.py --variant "${BWD_VARIANTS:-bulk_dq_d64,bulk_dq_s3}" --json "$d/d64.json" \
         --untimed smoke_mha_bwd_d64,smoke_mha_bwd_d64_causal,smoke_mha_bwd_d64_gqa_h4_kv2,mha_bwd_d64,mha_bwd_d64_causal \
         --timed mha_bwd_d64,mha_bwd_d64_causal ;;
     bwd-tuner) python3 -m ptxbench.agent optimize mha_bwd_d128 --model builtin/tuner --turns 4 --target-speedup 0 \

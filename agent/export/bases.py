@@ -4,9 +4,9 @@ A base is a correct solution file of a workload and the bug classes made from it
 its reference (`reference_source`, every class). A GEMM workload has one more: the GEMM template rendered with
 2-CTA clusters and TMA multicast of B (`default_params()` with `cluster_m = 2`; it PASSED on the H200 at about
 the default's speed), the base of the cluster / multicast classes (mutations.py CLUSTER_CLASSES), whose code the
-unclustered reference holds only as dead `if constexpr (CLUSTER_M > 1)` branches. A 128-wide attention backward
-(D = 96, 128) has one more: the checked-in file's point (dQ by float2 atomics, attention_backward.fast_backward),
-the base of the float2 dQ classes, dead code in its reference (dQ by a bulk reduce-add). Only those classes are made
+unclustered reference holds only as dead `if constexpr (CLUSTER_M > 1)` branches. An attention backward has one
+more: the checked-in file's point (dQ by float2 atomics, attention_backward.fast_backward), the base of the float2
+dQ classes, code its reference no longer has (dQ by bulk reduce-adds). Only those classes are made
 on an extra base, so a candidate's id (workload__class) stays unique. Used by agent/repairs/candidates.py (the repair suite),
 agent/export/synth.py (synth-repairs) and bench/check_mutations.py.
 """
@@ -48,7 +48,7 @@ def extra_bases(workload_id: str) -> list[Base]:
     if workload.op == "gemm":
         return [Base(CLUSTER2, "the GEMM template's default point with cluster_m = 2 (2-CTA clusters, B multicast)",
                      CLUSTER_CLASSES)]
-    if workload.op == "mha_bwd" and int(workload.symbols.get("D", 0)) != 64 and backward_covers(workload) is None:
+    if workload.op == "mha_bwd" and backward_covers(workload) is None:
         return [Base(VECTOR_DQ, "the attention backward's checked-in file (dQ by float2 atomics, 2 stages)",
                      VECTOR_DQ_CLASSES)]
     return []

@@ -44,9 +44,9 @@ def _clustered(replacement: str | Callable[[re.Match], str]) -> Callable[[re.Mat
         return m.expand(replacement) if isinstance(replacement, str) else replacement(m)
     return sub
 
-# Where a backward's float2 dQ atomics run: a D = 64 entry point, or a file without the bulk reduction (the vector-dQ
-# base); in the reference's 128-wide kernels they are dead code behind `if constexpr (HD == 128)`.
-VECTOR_DQ_LIVE = r'^kernel = "attn_bwd_wgmma_d64|\A(?![\s\S]*cp\.reduce\.async\.bulk)'
+# Where a backward's float2 dQ atomics run: a file without the bulk reduction (the vector-dQ base, agent/export/bases.py);
+# the reference reduces dQ in bulk in every kernel.
+VECTOR_DQ_LIVE = r'\A(?![\s\S]*cp\.reduce\.async\.bulk)'
 
 MUTATIONS: list[Mutation] = [
     Mutation("missing_wgmma_fence",
@@ -132,10 +132,9 @@ MUTATIONS: list[Mutation] = [
              "the attention tensor maps view Q, K and V as [S, D] (one head) instead of the [B*H*S, D] rows of all "
              "heads: every row past the first head loads as zeros",
              WRONG, r'(dims\s*=\s*\["D",\s*)"B \* H(?:KV)? \* S"\]', r'\1"S"]'),
-    # The wgmma attention backward's own bug classes (its reference, attention_backward.reference_backward: dQ by a
-    # bulk reduce-add for the 128-wide kernels, float2 atomics for D = 64; the float2 classes also on the checked-in
-    # file's vector-dQ base for D = 96 / 128, agent/export/bases.py); the knowledge pack's backward section teaches
-    # the rules they break.
+    # The wgmma attention backward's own bug classes (its reference, attention_backward.reference_backward: dQ by
+    # bulk reduce-adds in every kernel; the float2 dQ classes on the checked-in file's vector-dQ base,
+    # agent/export/bases.py); the knowledge pack's backward section teaches the rules they break.
     Mutation("bwd_dpsum_wrong",
              "the preprocess sums dO * dO instead of dO * O for Dr (dPsum): dS = P (dP - Dr) is off in every row, "
              "so dQ and dK are wrong (dV is not)",
@@ -176,12 +175,11 @@ MUTATIONS: list[Mutation] = [
              "the dQ tile goes out with a bulk copy (`cp.async.bulk`) instead of a bulk reduce-add: each key block's "
              "partial overwrites the others' in the fp32 accumulator",
              WRONG, r"cp\.reduce\.async\.bulk\.global\.shared::cta\.bulk_group\.add\.f32",
-             "cp.async.bulk.global.shared::cta.bulk_group", requires=r'^kernel = "attn_bwd_wgmma(?!_d64)'),
+             "cp.async.bulk.global.shared::cta.bulk_group"),
     Mutation("bwd_dq_bulk_no_wait_read",
-             "the issuing thread no longer waits for the previous block's bulk reduction to finish reading the dQ "
-             "staging tile before the consumers overwrite it (a race: it bites only where they overtake the copy)",
-             WRONG, r"^[ \t]*if \(HD == 128 && issuer\) bulk_wait_read\(\);[^\n]*\n", "",
-             requires=r'^kernel = "attn_bwd_wgmma(?!_d64)'),
+             "the issuing thread no longer waits for its previous bulk reduction to finish reading the dQ staging tile "
+             "before the consumers overwrite it (a race: it bites only where they overtake the copy)",
+             WRONG, r"^[ \t]*if \(t == 0 && \(HD == 64 \|\| issuer\)\) bulk_wait_read\(\);[^\n]*\n", ""),
     Mutation("bwd_ds_single_buffer",
              "the double-buffered dS^T tile becomes one buffer: a consumer writes the next block's dS^T while the other "
              "may still read this one in its dQ product (a race; D = 128 only, where each consumer reads both halves)",

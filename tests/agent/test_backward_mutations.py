@@ -1,7 +1,6 @@
 """The wgmma attention backward's bug classes (agent/export/mutations.py BACKWARD_CLASSES), on the CPU: each
-applies to the backward workloads and bases it names (the causal mask to causal ones only, the dS^T buffer and the
-bulk dQ reduction to D = 128 only, the float2 dQ atomics where they run: the reference's D = 64 kernels and the
-vector-dQ base of the D = 128 ones), edits exactly its lines of the reference (attention_backward.reference_backward)
+applies to the backward workloads and bases it names (the causal mask to causal ones only, the dS^T buffer to
+D = 128 only, the float2 dQ atomics on the vector-dQ base, the checked-in file, which is where they still run), edits exactly its lines of the reference (attention_backward.reference_backward)
 or of the checked-in file as found at HEAD (a class whose text is gone fails here, not silently on the GPU), and
 the broken file still parses and assembles, so the GPU (bench/check_mutations.py --backward) decides how it fails."""
 from __future__ import annotations
@@ -27,11 +26,9 @@ ALL = (SMOKE, SMOKE_C, MAIN, MAIN_C)  # bench/check_mutations.py's BACKWARD_WORK
 WHERE = {(n, REFERENCE): ALL for n in BACKWARD_CLASSES}
 WHERE[("bwd_causal_mask_wrong_side", REFERENCE)] = (SMOKE_C, MAIN_C)
 WHERE[("bwd_ds_single_buffer", REFERENCE)] = (MAIN, MAIN_C)  # the D = 64 consumers read only their own dS^T rows
-for _n in ("bwd_dq_bulk_copy_not_add", "bwd_dq_bulk_no_wait_read"):  # the 128-wide kernels' bulk reduction
-    WHERE[(_n, REFERENCE)] = (MAIN, MAIN_C)
-for _n in VECTOR_DQ_CLASSES:  # the float2 atomics: live in the reference's D = 64 kernels, and on the vector-dQ base
-    WHERE[(_n, REFERENCE)] = (SMOKE, SMOKE_C)
-    WHERE[(_n, VECTOR_DQ)] = (MAIN, MAIN_C)
+for _n in VECTOR_DQ_CLASSES:  # the float2 atomics: gone from the reference, live on the vector-dQ base
+    del WHERE[(_n, REFERENCE)]
+    WHERE[(_n, VECTOR_DQ)] = ALL
 # The exact edit of each class ('-' old line, '+' new line, indentation dropped).
 EDITS = {
     "bwd_dpsum_wrong": ["-sum = fmaf(a.x, b.x, fmaf(a.y, b.y, sum));", "+sum = fmaf(b.x, b.x, fmaf(b.y, b.y, sum));"],
@@ -55,9 +52,10 @@ EDITS = {
                              "+dst[0] += dq[j];", "+dst[1] += dq[j + 1];"],
     "bwd_dq_bulk_copy_not_add": ['-asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"',
                                  '+asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"'],
-    "bwd_dq_bulk_no_wait_read": ["-if (HD == 128 && issuer) bulk_wait_read();  // the previous block's dQ reduction has read sdQ"],
-    # both fences: before the dQ wgmma reads dS^T, and before the bulk reduction reads the dQ tile (D = 128)
-    "missing_fence_proxy_async": ["-fence_proxy_async();", "-fence_proxy_async();"],
+    "bwd_dq_bulk_no_wait_read": ["-if (t == 0 && (HD == 64 || issuer)) bulk_wait_read();  // this thread's previous dQ "
+                                 "reduction has read its tile"],
+    # every fence: before the dQ wgmma reads dS^T, and before a bulk reduction reads a dQ tile (D = 128, D = 64)
+    "missing_fence_proxy_async": ["-fence_proxy_async();"] * 3,
     "bwd_ds_single_buffer": ["-uint8_t* buf = sdS + (it & 1) * DS_BYTES;", "+uint8_t* buf = sdS;"],
     "bwd_empty_count_mismatch": ["-mbar_init(&empty[i], 8);  // one arrival per consumer warp",
                                  "+mbar_init(&empty[i], 256);  // one arrival per consumer thread"],

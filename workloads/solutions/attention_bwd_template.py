@@ -4,19 +4,17 @@ A point carries the problem it is built for (head_dim, causal, gqa: `params_for(
 searched) and three searched levers, each a way the kernel can be built (attention_bwd_variants.py):
 
     dq        "vector": each consumer thread adds its dQ rows with float2 atomics (16 per query block);
-              "bulk": dQ through shared memory and one `cp.reduce.async.bulk .add.f32` per query block
-              (the 128-wide kernels; D = 64 keeps the vector reductions); "bulk_all": D = 64 too (one
-              reduction per consumer; a D = 64 point only, the 128-wide kernels being the same as "bulk")
-    stages    the Q / dO ring depth of the 128-wide kernels: 2 or 3
+              "bulk": dQ through shared memory and bulk reduce-adds (`cp.reduce.async.bulk .add.f32`): one per
+              query block in the 128-wide kernels, one per consumer and block at D = 64
+    stages    the Q / dO ring depth of the 128-wide kernels: 2 or 3 (D = 64 runs 2 either way)
     schedule  "cooperative": both consumers meet on a named barrier every query block; "decoupled": each
               computes the previous block's dQ and waits on the other only for that block's dS^T
-    prefetch  the next query block's S^T issued before this block's dQ epilogue, which then runs under it
 
-Not every combination is built: `BUILT` lists those that are (the checked-in file, bulk_dq, bulk_dq_s3 = the
-reference, decoupled, prefetch), and `validate` names the others, so builtin/tuner's repairs move to the nearest built one. `render`
-is fast_backward's text for the point's problem from its variant. The default point is the reference
+Not every combination is built: `BUILT` lists those that are (the checked-in file, bulk_dq, the reference
+bulk_dq_d64, decoupled), and `validate` names the others, so builtin/tuner's repairs move to the nearest built
+one. `render` is fast_backward's text for the point's problem from its variant. The default point is the reference
 (`reference_backward`: bulk dQ, a 3-deep ring, cooperative); the weak point is the checked-in file (vector dQ, 2
-stages), 0.80x the reference's speed at D = 128 on the H200, where a climb starts
+stages), 0.80x the reference's speed at D = 128 and 0.79x at D = 64 on the H200, where a climb starts
 (tests/workloads/test_attention_bwd_template.py keeps both equal to their texts).
 """
 from __future__ import annotations
@@ -37,57 +35,45 @@ class BwdParams(BaseModel):
     head_dim: int = Field(128, description="D: 64, 96 (the 128-wide kernels, TMA zero-fills the rest) or 128")
     causal: bool = Field(False, description="top-left aligned mask, key j <= query i")
     gqa: bool = Field(False, description="K / V have HKV heads; dK / dV summed over the query heads of a group")
-    dq: str = Field("bulk", description="'vector' (float2 atomics per thread), 'bulk' (one bulk reduce-add per "
-                                        "query block from shared memory, 128-wide kernels) or 'bulk_all' (D = 64 too)")
+    dq: str = Field("bulk", description="'vector' (float2 atomics per thread) or 'bulk' (bulk reduce-adds from "
+                                        "shared memory)")
     stages: int = Field(3, description="Q / dO ring depth of the 128-wide kernels")
     schedule: str = Field("cooperative", description="'cooperative' (a named barrier per block) or 'decoupled' "
                                                      "(each consumer runs the previous block's dQ)")
-    prefetch: bool = Field(False, description="the next block's S^T issued before this block's dQ epilogue")
 
 
-PARAM_SPACE: dict[str, list] = {"dq": ["vector", "bulk", "bulk_all"], "stages": [2, 3], "schedule": ["cooperative", "decoupled"],
-                                "prefetch": [False, True]}
-SEARCHED = ("dq", "stages", "schedule", "prefetch")
-# (dq, stages, schedule, prefetch) -> the variant of attention_bwd_variants.py that builds it (None: the checked-in
-# file). prefetch and bulk_all are built on the reference only, and not measured yet (bench/gpu_round.sh
-# bwd-variants).
-BUILT: dict[tuple[str, int, str, bool], str | None] = {
-    ("vector", 2, "cooperative", False): None,
-    ("bulk", 2, "cooperative", False): "bulk_dq",
-    ("bulk", 3, "cooperative", False): "bulk_dq_s3",
-    ("vector", 3, "decoupled", False): "decoupled",
-    ("bulk", 3, "cooperative", True): "prefetch",
-    ("bulk_all", 3, "cooperative", False): "bulk_dq_d64",
-    ("bulk_all", 3, "cooperative", True): "prefetch_d64",
+PARAM_SPACE: dict[str, list] = {"dq": ["vector", "bulk"], "stages": [2, 3], "schedule": ["cooperative", "decoupled"]}
+SEARCHED = ("dq", "stages", "schedule")
+# (dq, stages, schedule) -> the variant of attention_bwd_variants.py that builds it (None: the checked-in file).
+# bulk_dq (2 stages) keeps D = 64's float2 atomics: at D = 64 only the 3-stage point reduces dQ in bulk.
+BUILT: dict[tuple[str, int, str], str | None] = {
+    ("vector", 2, "cooperative"): None,
+    ("bulk", 2, "cooperative"): "bulk_dq",
+    ("bulk", 3, "cooperative"): "bulk_dq_d64",
+    ("vector", 3, "decoupled"): "decoupled",
 }
 
 # builtin/tuner (agent/models/tuner_rules.py): role -> (parameter, favoured value or None).
 TUNER_LEVERS: dict[str, tuple[str, Any]] = {
     "dq_reduce": ("dq", "bulk"), "ring": ("stages", None), "schedule": ("schedule", "decoupled"),
-    "epilogue": ("prefetch", True),
 }
 # Regions of the rendered file a profile's hot lines are matched to (substrings of the source lines).
 TUNER_LINES: dict[str, tuple[str, ...]] = {
     "stage_wait": ("mbar_wait(&fullQ", "mbar_wait(&fulldO"),
     "softmax": ("ex2(fmaf(", "named_barrier_sync(1, 256)"),  # the exponentials, and the consumers' meeting
     "dq_reduce": ("atomicAdd(reinterpret_cast<float2*>", "bulk_reduce_add(", "bulk_wait_read("),
-    # the dQ epilogue of a bulk-reduction build: the tile into shared memory and the consumers' second meeting
-    "epilogue": ("sts64(sdQ", "named_barrier_sync(2, 256)"),
     "mma_issue": ("wgmma_",),
 }
-# Before any evidence of this run (fraction of the time): what each move gave on the H200 at D = 128
-# (bench/results/attention_bwd.md, "v2 candidates": the bulk reduction -17% time, decoupled consumers -2%, the
-# deeper ring within the spread); predicted from the v1 profile they were 0.05, 0.10 and 0.01.
-# prefetch: predicted, not measured (the dQ epilogue and the stage release, about a tenth of a block's 3.9 us at
-# D = 128, run under the next S^T).
-TUNER_PRIORS: dict[str, Any] = {"dq_reduce": 0.17, "schedule": 0.02, "ring": 0.01, "epilogue": 0.08}
+# Before any evidence of this run (fraction of the time): what each move gave on the H200 (bench/results/attention_bwd.md,
+# "v2 candidates": the bulk reduction -17% time at D = 128 and -21% at D = 64, decoupled consumers -2%, the deeper
+# ring within the spread); predicted from the v1 profile they were 0.05, 0.10 and 0.01.
+TUNER_PRIORS: dict[str, Any] = {"dq_reduce": 0.17, "schedule": 0.02, "ring": 0.01}
 TUNER_WORDS: dict[str, str] = {
-    "dq_reduce": "dQ through shared memory and one bulk reduce-add per query block (instead of 16 float2 atomics "
-                 "per thread)",
+    "dq_reduce": "dQ through shared memory and bulk reduce-adds (instead of 16 float2 atomics per thread and query "
+                 "block)",
     "ring": "a deeper Q / dO ring (more TMA loads in flight ahead of the math)",
     "schedule": "decoupled consumers (each runs the previous block's dQ, so one's exponentials overlap the other's "
                 "tensor work instead of meeting on a barrier every block)",
-    "epilogue": "the next block's S^T issued before this block's dQ epilogue (which then runs under it)",
 }
 
 
@@ -119,7 +105,7 @@ def _coerce(params: BwdParams | Mapping[str, Any]) -> BwdParams:
 
 
 def variant_of(params: BwdParams | Mapping[str, Any]) -> str | None:
-    """The variant name that builds this point (None: the reference file); KeyError when none does."""
+    """The variant name that builds this point (None: the checked-in file); KeyError when none does."""
     p = _coerce(params)
     return BUILT[_key(p)]
 
@@ -131,8 +117,9 @@ def validate(params: BwdParams | Mapping[str, Any], shape: Any = None) -> list[s
     if not bad and _key(p) not in BUILT:
         built = "; ".join(_words(k) for k in BUILT)
         bad.append(f"{_words(_key(p))} is not built (built: {built})")
-    if not bad and p.dq == "bulk_all" and p.head_dim != 64:
-        bad.append("dq=bulk_all differs from dq=bulk only at D = 64 (the 128-wide kernels reduce dQ in bulk either way)")
+    if not bad and p.head_dim == 64 and p.dq == "bulk" and variant_of(p) == "bulk_dq":
+        bad.append("at D = 64 dQ is reduced in bulk only with stages=3 (the 2-stage build keeps D = 64's float2 "
+                   "atomics; D = 64 runs 2 stages either way)")
     if shape is not None and hasattr(shape, "symbols"):
         rule = covers(shape)
         if rule:

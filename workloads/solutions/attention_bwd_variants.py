@@ -1,5 +1,5 @@
-"""Variants of the attention backward, as text edits of the reference file (attention_bwd_wgmma.cu), so that the
-reference stays the one copy of the kernel (an edit whose text has moved fails loudly) and the reference's
+"""Variants of the attention backward, as text edits of the checked-in file (attention_bwd_wgmma.cu), so that the
+file stays the one copy of the kernel (an edit whose text has moved fails loudly) and the reference's
 per-workload plan edits (attention_backward.py) apply to each unchanged. attention_bwd_template.py names them as
 points of its parameter space, which builtin/tuner searches:
 
@@ -16,23 +16,20 @@ points of its parameter space, which builtin/tuner searches:
   of the protocol, tests/workloads/test_attention_bwd_decoupled_model.py, shows the consumers stay within about
   a block of each other and two buffers without that wait would be as safe: 16 KB to win back once measured);
   a 3-deep ring for the 128-wide kernels; shared memory as a formula in D (no D = 64 plan edit needed).
-- `bulk_dq_d64`: `bulk_dq_s3` (the reference) with D = 64's dQ by bulk reductions too: each consumer's partial
-  (its own 64 keys, all 64 columns) into its own [64][64] fp32 tile in shared memory and one
-  `cp.reduce.async.bulk ... .add.f32` per consumer and query block, instead of 16 float2 atomics per thread; the
-  D = 128 kernels unchanged. Shared memory as a formula in D (one 32 KB dQ area either way).
-- `prefetch`: `bulk_dq_s3` (the reference) with the next query block's S^T = K Q^T issued as soon as this
-  block's dV / dK products have finished, before its dQ product is waited for: the dQ epilogue (the fp32 tile into
-  shared memory, the barrier, the bulk reduction, or D = 64's float2 atomics) and the stage's release then run
-  while the tensor cores compute the next S^T, which the next block finds done. The accumulator of S^T lives in
-  the consumer loop across blocks (32 registers, where pp / ds were: no more live at the peak).
-- `prefetch_d64`: both of the above (their edits touch different lines), for D = 64.
+- `bulk_dq_d64` (the reference, attention_backward.REFERENCE_VARIANT): `bulk_dq_s3` with D = 64's dQ by bulk
+  reductions too: each consumer's partial (its own 64 keys, all 64 columns) into its own [64][64] fp32 tile in
+  shared memory and one `cp.reduce.async.bulk ... .add.f32` per consumer and query block, instead of 16 float2
+  atomics per thread; the 128-wide kernels are bulk_dq_s3's (same launch plan and SASS). Shared memory as a
+  formula in D (one 32 KB dQ area either way). On the H200: D = 64 0.613x cuDNN (bulk_dq_s3 0.483x), causal 0.673x
+  (0.544x).
 
     python3 bench/attention_bwd_check.py --variant bulk_dq        (on a GPU; bench/gpu_round.sh bwd-variants runs all)
     variant_text("bulk_dq")                                       (the solution text; attention_backward.fast_backward
                                                                    makes each workload's plan from it)
 
-A variant that the GPU finds faster becomes the template's default (and the reference file); one that loses is
-deleted, its figures recorded in bench/results/attention_bwd.md.
+A variant that the GPU finds faster becomes the template's default (and the reference); one that loses is deleted,
+its figures recorded in bench/results/attention_bwd.md (there: `prefetch`, the next block's S^T issued before
+this block's dQ epilogue, level at D = 128 and 7% slower at D = 96).
 """
 from __future__ import annotations
 
@@ -273,75 +270,6 @@ BULK_DQ_D64 = [
 ]
 
 
-PREFETCH = [
-    ("""                                               float (&dk)[HD / 2], float* __restrict__ dq_rows, int D, float sl2,
-                                               float* sdQ, bool issuer) {""",
-     """                                               float (&dk)[HD / 2], float* __restrict__ dq_rows, int D, float sl2,
-                                               float* sdQ, bool issuer, float (&s)[32], bool prefetched, bool more,
-                                               const uint8_t* sQ_next) {"""),
-    ("  float s[32], p[32];\n", "  float p[32];  // s: S^T, the caller's (issued by the previous block when `prefetched`)\n"),
-    ("""  mbar_wait(&fullQ[st], ph);
-  wgmma_fence();
-  issue_nt<HD>(s, sK + c * 64 * 128, sQ);     // S^T = K_c Q^T
-  wgmma_commit();
-  mbar_wait(&fulldO[st], ph);
-  issue_nt<HD>(p, sV + c * 64 * 128, sdO);    // dP^T = V_c dO^T""",
-     """  if (!prefetched) {  // the first block: no earlier block issued its S^T
-    mbar_wait(&fullQ[st], ph);
-    wgmma_fence();
-    issue_nt<HD>(s, sK + c * 64 * 128, sQ);   // S^T = K_c Q^T
-    wgmma_commit();
-  }
-  mbar_wait(&fulldO[st], ph);
-  wgmma_fence();
-  issue_nt<HD>(p, sV + c * 64 * 128, sdO);    // dP^T = V_c dO^T"""),
-    ("""  wgmma_commit();
-  wgmma_wait<0>();
-  wgmma_fence_regs(dq);
-  fence_u32(pp);
-  fence_u32(ds);
-  if (lane == 0) mbar_arrive(&empty[st]);  // this warp is done with Q, dO, L2, Dr of the stage""",
-     """  wgmma_commit();
-  if (more) {  // the next block's S^T now: it runs on the tensor cores during this block's dQ epilogue
-    wgmma_wait<1>();  // dV and dK are done (dQ may not be): their A operands pp / ds are free
-    fence_u32(pp);
-    fence_u32(ds);
-    const int st1 = (it + 1) % Stages<HD>::N;
-    mbar_wait(&fullQ[st1], ((it + 1) / Stages<HD>::N) & 1);
-    wgmma_fence();
-    issue_nt<HD>(s, sK + c * 64 * 128, sQ_next);  // S^T of block it + 1
-    wgmma_commit();
-    wgmma_wait<1>();  // dQ is done (the next S^T may not be)
-  } else {
-    wgmma_wait<0>();
-    fence_u32(pp);
-    fence_u32(ds);
-  }
-  wgmma_fence_regs(dq);
-  if (lane == 0) mbar_arrive(&empty[st]);  // this warp is done with Q, dO, L2, Dr of the stage"""),
-    ("""    mbar_wait(fullKV, 0);
-    for (int it = 0; it < n_iter; ++it) {
-      const int st = it % Stages<HD>::N;
-      const int head = (GQA ? bkv * group : bkv) + it / per_head;
-      const int q0 = (q_first + it % per_head) * BM;
-      consumer_block<HD, CAUSAL>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * BM,
-                                 sDr + st * BM, sdS, fullQ, fulldO, empty, dv, dk,
-                                 dQacc + static_cast<size_t>(head) * S * D, D, sl2, sdQ, threadIdx.x == 128);
-    }""",
-     """    mbar_wait(fullKV, 0);
-    float s[32];  // S^T of the block about to run, issued by the block before it
-    for (int it = 0; it < n_iter; ++it) {
-      const int st = it % Stages<HD>::N;
-      const int head = (GQA ? bkv * group : bkv) + it / per_head;
-      const int q0 = (q_first + it % per_head) * BM;
-      consumer_block<HD, CAUSAL>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * BM,
-                                 sDr + st * BM, sdS, fullQ, fulldO, empty, dv, dk,
-                                 dQacc + static_cast<size_t>(head) * S * D, D, sl2, sdQ, threadIdx.x == 128, s,
-                                 it > 0, it + 1 < n_iter, sQ + ((it + 1) % Stages<HD>::N) * QT);
-    }"""),
-]
-
-
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -385,9 +313,6 @@ VARIANTS = {
     "bulk_dq_s3": _bulk_dq_s3,
     "decoupled": _decoupled,
     "bulk_dq_d64": _on_bulk_dq_s3("bulk_dq_d64", "D = 64's dQ by bulk reductions too", BULK_DQ_D64),
-    "prefetch": _on_bulk_dq_s3("prefetch", "the next block's S^T issued early", PREFETCH),
-    "prefetch_d64": _on_bulk_dq_s3("prefetch_d64", "D = 64's dQ by bulk reductions too and\n// the next block's S^T "
-                                   "issued early", BULK_DQ_D64, PREFETCH),
 }
 
 
