@@ -51,11 +51,14 @@ def bench_once(devices: str, run_dir: Path, args) -> dict:
     phases = re.search(r"trajectories in (\d+) s \(evaluator start ([\d.]+) s, close ([\d.]+) s\)", text)
     bench = ({"bench_s": float(phases.group(1)), "evaluator_start_s": float(phases.group(2)),
               "evaluator_close_s": float(phases.group(3))} if phases else {})
-    from ptxbench.agent.records.rundir import read_evaluator_start
+    from ptxbench.agent.records.rundir import read_evaluator_start, read_gpu_timeline
 
     started = read_evaluator_start(run_dir)  # each GPU worker's start, by phase (written by the bench)
     if started:
         bench["worker_start"] = started["workers"]
+    timeline = read_gpu_timeline(run_dir)  # the pool's own record of every GPU hold (tools/gpu/timeline.py)
+    if timeline:
+        bench["gpu_use"] = timeline["summary"]
     return {"devices": devices, "returncode": proc.returncode, "wall_s": round(wall, 1), **bench, **trajectories(run_dir),
             "nvidia_smi": smi.summary(), "log_tail": (proc.stderr or proc.stdout)[-1500:] if proc.returncode else ""}
 
@@ -106,6 +109,13 @@ def markdown(out: dict) -> str:
                      f"{held.get('timing', '-')} + {held.get('profile', '-')} | {r.get('ncu_runs', '-')} | "
                      f"{r['evaluations']} | {r['statuses']} | "
                      f"{r['profile_levels']} | {r['verdicts']} | {busy} |")
+    for name, r in out["runs"].items():  # the pool's record: held share per GPU, waits, idle behind pinned replays
+        use = r.get("gpu_use") or {}
+        if use:
+            held = ", ".join(f"GPU{d} {u['held_s']} s ({100 * u['share']:.0f}%)" for d, u in use["devices"].items())
+            waits = ", ".join(f"{k} {w['n']} x, {w['total']} s" for k, w in use["wait_s"].items() if w["n"])
+            lines += ["", f"{name}, the pool's record over {use['window_s']} s: held {held}; waits for a GPU: {waits}; "
+                          f"a GPU idle while a replay waited for another: {use['idle_while_pinned_waited_s']} s."]
     if out.get("speedup"):
         lines += ["", f"Speedup 1 -> 2 GPUs: {out['speedup']:.2f}x (goal: at least 1.8x)."]
     return "\n".join(lines)

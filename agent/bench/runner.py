@@ -27,7 +27,8 @@ from ..records.checkpoint_guard import check_run
 from ..records.manifest import build_manifest
 from ..models import Model
 from ..loop.optimize import make_model, open_checkpointer, run_trajectory
-from ..records.rundir import TrajectoryWriter, read_manifest, trajectory_folders, write_evaluator_start, write_manifest
+from ..records.rundir import (TrajectoryWriter, read_manifest, trajectory_folders, write_evaluator_start, write_gpu_timeline,
+                              write_manifest)
 from ..loop.state import OptimizeConfig
 
 
@@ -57,6 +58,7 @@ class BenchOutcome(BaseModel):
     setup_s: float = 0.0  # making the evaluator (a local GPU run: starting the workers) before any trajectory
     close_s: float = 0.0  # closing it after the last one (the workers' exit)
     worker_start: list[dict] = []  # a local GPU run: each worker's start (GpuPool.startup: device, seconds, phases)
+    gpu_use: dict = {}  # a local GPU run: GpuTimeline's summary (held share per GPU, waits, idle while pinned)
 
 
 RUNTIME_FIELDS = ("backend", "ray_address", "gpus", "parallel", "provider_limits", "api_base", "infra_retries")
@@ -174,6 +176,12 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
         results = asyncio.run(run_all(configs, runner, config.parallel, on_done=callback))
     finally:
         checkpointer.conn.close()
+        timeline = getattr(pool, "timeline", None)
+        gpu_use = {}
+        if timeline is not None and timeline.entries:
+            record = timeline.to_json()
+            write_gpu_timeline(run_dir, record)
+            gpu_use = record["summary"]
         if own_evaluator:
             t0 = time.monotonic()
             evaluator.close()
@@ -181,4 +189,4 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
     reports = [r if isinstance(r, TrajectoryReport) else _report(c, infra_failed=True, error=f"{type(r).__name__}: {r}")
                for c, r in zip(configs, results)]
     return BenchOutcome(run_dir=str(run_dir), config=config, trajectories=reports, elapsed_s=time.monotonic() - start,
-                        setup_s=setup_s, close_s=close_s, worker_start=worker_start)
+                        setup_s=setup_s, close_s=close_s, worker_start=worker_start, gpu_use=gpu_use)

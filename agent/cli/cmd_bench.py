@@ -143,6 +143,12 @@ def bench(
     for w in outcome.worker_start:  # where the evaluator's start went (also in the run folder: evaluator_start.json)
         phases = ", ".join(f"{k} {v:.1f} s" for k, v in w.get("phases", {}).items() if v >= 0.05)
         console.print(f"GPU {w['device']} worker ready after {w['ready_after_s']:.1f} s ({phases or 'no phases'})")
+    use = outcome.gpu_use  # where the GPU time went (also in the run folder: gpu_timeline.json)
+    for d, u in sorted(use.get("devices", {}).items()):
+        console.print(f"GPU {d} held {u['held_s']:.1f} s of {use['window_s']:.1f} s ({100 * u['share']:.0f}%): "
+                      f"{u['jobs']} jobs, {u['holds']} profiler / sanitizer holds")
+    if use.get("idle_while_pinned_waited_s"):
+        console.print(f"GPU idle while a profiler replay waited for another GPU: {use['idle_while_pinned_waited_s']:.1f} s")
     from ..report.tables import leaderboard
     from ..scoring import score_runs
 

@@ -176,6 +176,19 @@ def write_evaluator_start(run_dir: Path, setup_s: float, workers: list[dict]) ->
     return path
 
 
+def write_gpu_timeline(run_dir: Path, timeline: dict) -> Path:
+    """Every hold of a GPU during the run and its summary (tools/gpu/timeline.py GpuTimeline.to_json)."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(run_dir) / "gpu_timeline.json"
+    path.write_text(json.dumps(timeline), encoding="utf-8")
+    return path
+
+
+def read_gpu_timeline(run_dir: Path) -> dict:
+    path = Path(run_dir) / "gpu_timeline.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
 def read_evaluator_start(run_dir: Path) -> dict:
     path = Path(run_dir) / "evaluator_start.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}

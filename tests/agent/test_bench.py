@@ -113,6 +113,25 @@ def test_the_outcome_carries_each_gpu_workers_start(tmp_path):
     assert not (tmp_path / "run2" / "evaluator_start.json").exists()
 
 
+def test_a_local_gpu_run_writes_the_pools_record_of_gpu_holds(tmp_path):
+    """The pool's timeline (tools/gpu/timeline.py) lands in the run folder with its summary, for gpu_scaling.py."""
+    from types import SimpleNamespace
+
+    from ptxbench.agent.records.rundir import read_gpu_timeline
+    from ptxbench.tools.gpu.timeline import GpuTimeline
+
+    timeline = GpuTimeline()
+    timeline.add(0, "job", False, 0.0, 0.5, 2.5)
+    timeline.add(1, "hold", True, 1.0, 1.0, 2.0)
+    evaluator = FlakyEvaluator("none")
+    evaluator._pool = SimpleNamespace(startup=[], timeline=timeline)
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=1, turns=1, no_gpu=True)
+    out = run_bench(cfg, tmp_path / "run", evaluator=evaluator, model_factory=lambda c: CountingModel([]))
+    record = read_gpu_timeline(tmp_path / "run")
+    assert len(record["entries"]) == 2 and record["summary"] == out.gpu_use
+    assert out.gpu_use["devices"]["0"]["held_s"] == 2.0 and out.gpu_use["wait_s"]["job"]["total"] == 0.5
+
+
 @pytest.mark.parametrize("how", ["status", "exception"])
 def test_infra_failure_retried_from_last_good_step(tmp_path, how):
     calls: list[int] = []

@@ -106,6 +106,27 @@ def test_slot_queue_hands_a_named_device_to_its_waiter_in_order():
     assert got == [one] and q.qsize() == 0
 
 
+def test_a_replay_names_the_free_gpu_else_the_one_fewest_replays_wait_for():
+    class Slot:
+        def __init__(self, device):
+            self.device = device
+
+    q, zero, one = SlotQueue(), Slot(0), Slot(1)
+    q.put(one)  # device 0 is held, device 1 free
+    assert q.least_loaded([0, 1], first=0) == 1
+    assert q.get() is one  # both held now; two replays wait for device 0, none for device 1
+    waiters = [threading.Thread(target=lambda: q.get(0)) for _ in range(2)]
+    for t in waiters:
+        t.start()
+    time.sleep(0.05)
+    assert q.least_loaded([0, 1], first=0) == 1 and q.least_loaded([0, 1], first=1) == 1
+    q.put(zero)
+    q.put(Slot(0))
+    for t in waiters:
+        t.join(2)
+    assert q.least_loaded([0, 1], first=1) == 1  # nothing free, nobody waiting: round robin from device 1
+
+
 def test_exclusive_holds_one_device_and_the_others_keep_running_jobs():
     from tests.tools.test_evaluate_local import AnsweringWorker
 

@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field
 
 from .messages import GpuJob, GpuOutcome
 from .slots import SlotQueue
+from .timeline import GpuTimeline
 
 # The H200 reports some faults (misaligned address, trap) only 0.5-1 s after the kernel starts; a
 # watchdog shorter than this would call them hangs (measured: bench/results/gpu_evaluator.md).
@@ -157,6 +158,7 @@ class GpuPool:
         self.slots: list[DeviceSlot] = []
         self.free: SlotQueue[DeviceSlot] = SlotQueue()
         self.held_s: dict[int, float] = {}  # device -> seconds held by exclusive() (profiler replays, sanitizer runs)
+        self.timeline = GpuTimeline()  # every hold of a GPU: jobs and exclusive holds (tools/gpu/timeline.py)
         self._round = itertools.count()
         self.ceilings: dict[int, dict] = {}
         self.info: dict = {}
@@ -244,31 +246,38 @@ class GpuPool:
         """Run one job on the next free GPU; returns the worker's outcome (never raises for kernel faults)."""
         job = job if isinstance(job, GpuJob) else GpuJob.model_validate(job)
         self.start()
+        asked = self.timeline.now()
         slot = self.free.get()
+        got = self.timeline.now()
         try:
             return self._run(slot, job)
         except NoGpuError as e:  # a replacement worker could not start
             return _result("INFRA_ERROR", str(e))
         finally:
+            self.timeline.add(slot.device, "job", False, asked, got, self.timeline.now())
             self.free.put(slot)
 
     def pick_device(self) -> int:
-        """A device for work that must name its GPU before it holds it (a replay process): round robin."""
+        """A device for work that must name its GPU before it holds it (a replay process): a free one, else the one
+        the fewest such requests wait for (round robin between equals)."""
         self.start()
-        return self.slots[next(self._round) % len(self.slots)].device
+        return self.free.least_loaded([slot.device for slot in self.slots], next(self._round))
 
     @contextmanager
     def exclusive(self, device: int | None = None) -> Iterator[int]:
         """Hold one GPU (`device`, else any free one) for work outside the worker (a profiler or sanitizer run), so
         nothing is timed on it meanwhile. Only that GPU is held: the others keep taking jobs."""
         self.start()
+        asked = self.timeline.now()
         slot = self.free.get(device)
         start = time.monotonic()
+        got = self.timeline.now()
         try:
             yield slot.device
         finally:
             with self._lock:
                 self.held_s[slot.device] = self.held_s.get(slot.device, 0.0) + time.monotonic() - start
+            self.timeline.add(slot.device, "hold", device is not None, asked, got, self.timeline.now())
             self.free.put(slot)
 
     def _ensure_active(self, slot: DeviceSlot) -> WorkerProcess:

@@ -3,7 +3,8 @@
 A GPU job takes whichever device is free; a profiler replay must take the device its process was
 started on (CUDA_VISIBLE_DEVICES is fixed at process start), so it asks for that one. Waiters are
 served in arrival order among those a freed device suits, so a replay waiting for device 1 is not
-overtaken forever by jobs that would take any device.
+overtaken forever by jobs that would take any device. A replay names the device that is free, else the one the
+fewest replays already wait for (`least_loaded`), so two replays do not queue for one GPU while the other idles.
 """
 from __future__ import annotations
 
@@ -49,6 +50,15 @@ class SlotQueue(Generic[T]):
             self._waiters.append(waiter)
         waiter.ready.wait()
         return waiter.slot
+
+    def least_loaded(self, devices: list[int], first: int = 0) -> int:
+        """The device a request that must name its GPU ahead should name: a free one, else the one the fewest such
+        requests already wait for; ties go round robin from `devices[first]`."""
+        with self._lock:
+            free = {s.device for s in self._free}
+            pinned = {d: sum(w.device == d for w in self._waiters) for d in devices}
+        order = devices[first % len(devices):] + devices[:first % len(devices)]
+        return min(order, key=lambda d: (d not in free, pinned[d]))
 
     def qsize(self) -> int:
         """Free slots now (a snapshot, for tests and status lines)."""
