@@ -68,7 +68,7 @@ def test_every_entry_point_assembles_to_wgmma_and_tma_without_spills(compiled):
 # what each variant's 128-wide kernel must show: dQ by one bulk reduction, or still by vector reductions
 # decoupled: dQ in the loop and after it
 VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoupled": {"REDG": 32, "HGMMA": 40},
-                "bulk_dq_d64": {"UBLKRED": 1, "HGMMA": 32}}
+                "bulk_dq_d64": {"UBLKRED": 1, "HGMMA": 32}, "head_major": {"UBLKRED": 1, "HGMMA": 32}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -84,10 +84,20 @@ def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
     assert {op: wide.get(op) for op in VARIANT_SASS[name]} == VARIANT_SASS[name], wide
     if "UBLKRED" in VARIANT_SASS[name]:
         assert "REDG" not in wide  # dQ by one bulk reduction per block, no vector reductions left
-    if name == "bulk_dq_d64":  # and at D = 64: one bulk reduction per consumer, no float2 atomics
+    if name in ("bulk_dq_d64", "head_major"):  # and at D = 64: one bulk reduction per consumer, no float2 atomics
         narrow = compile_source(fast_backward(get_workload("mha_bwd_d64"), text), "cuda", "sm_90a").kernels
         assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("UBLKRED") == 1
         assert "REDG" not in narrow["attn_bwd_wgmma_d64"].sass_opcodes
+
+
+@pytest.mark.parametrize("wid", BACKWARD)
+def test_head_major_launches_the_key_blocks_of_a_head_side_by_side(wid):
+    """The same kernel and shared memory as the reference, its grid [key blocks, heads] (GQA: KV heads)."""
+    w = get_workload(wid)
+    ref, hm = (resolve_plan(parse_solution(fast_backward(w, variant_text(n)), w).plan, w, 132, "sm_90a").launches[1]
+               for n in ("bulk_dq_d64", "head_major"))
+    assert (hm.kernel, hm.smem, hm.block) == (ref.kernel, ref.smem, ref.block)
+    assert tuple(hm.grid)[:2] == tuple(ref.grid)[1::-1] and tuple(hm.grid)[0] == int(w.symbols["S"]) // 128
 
 
 def test_every_variant_is_tested():

@@ -52,7 +52,8 @@ def backward_text(head_dim: int, causal: bool, gqa: bool, base: str | None = Non
     if head_dim == 64 and not (smem and "D" in smem.group(0)):  # the D = 128 layout's bytes, unless a formula in D
         edits.append((smem.group(0) if smem else "smem = ", SMEM_D64))
     if gqa:  # one CTA per (key block, batch * KV head), the group argument, K / V over B * HKV * S rows
-        edits.append(('grid = ["B * H", "cdiv(S, 128)"]', 'grid = ["B * HKV", "cdiv(S, 128)"]'))
+        grid = re.search(r'grid = \[[^\]\n]*"B \* H"[^\]\n]*\]', text)  # the main launch's (either order)
+        edits.append((grid.group(0) if grid else 'grid = ["B * H"', (grid.group(0) if grid else "").replace('"B * H"', '"B * HKV"')))
         edits.append(('"i32:D", "f32:scale"]', '"i32:D", "f32:scale", "i32:H // HKV"]'))
         edits += [(f'tensor = "{t}"\ndims = ["D", "B * H * S"]', f'tensor = "{t}"\ndims = ["D", "B * HKV * S"]')
                   for t in ("K", "V")]

@@ -23,6 +23,13 @@ points of its parameter space, which builtin/tuner searches:
   formula in D (one 32 KB dQ area either way). On the H200: D = 64 0.613x cuDNN (bulk_dq_s3 0.483x), causal 0.673x
   (0.544x).
 
+- `head_major`: `bulk_dq_d64` (the reference) launched with the key blocks of one head side by side (grid
+  [S / 128, B * H] instead of [B * H, S / 128]): the reference's grid puts 132 different heads on the SMs at
+  once, each CTA streaming its head's whole Q and dO and reduce-adding into its head's fp32 dQ rows, none of which
+  another CTA in flight shares, so every key block re-reads them from DRAM (41 GB of DRAM traffic at D = 128 under
+  ncu, 25x the minimum); side by side, about four heads are in flight and the 32 key blocks of each share its rows
+  in L2.
+
     python3 bench/attention_bwd_check.py --variant bulk_dq        (on a GPU; bench/gpu_round.sh bwd-variants runs all)
     variant_text("bulk_dq")                                       (the solution text; attention_backward.fast_backward
                                                                    makes each workload's plan from it)
@@ -270,6 +277,18 @@ BULK_DQ_D64 = [
 ]
 
 
+HEAD_MAJOR = [
+    ('grid = ["B * H", "cdiv(S, 128)"]',
+     'grid = ["cdiv(S, 128)", "B * H"]  # the key blocks of one head side by side: they share its Q, dO, dQ in L2'),
+    ("  const int bkv = blockIdx.x;             // batch * KV head\n"
+     "  const int kb = blockIdx.y;              // key block: causal blocks with the most query rows come first",
+     "  // The key blocks of a head run side by side (blockIdx.x), so its Q / dO rows are read from DRAM about once and\n"
+     "  // its fp32 dQ rows take every block's reduce-add in L2; causal: each head's longest key blocks first.\n"
+     "  const int kb = blockIdx.x;              // key block\n"
+     "  const int bkv = blockIdx.y;             // batch * KV head"),
+]
+
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -308,11 +327,19 @@ def _on_bulk_dq_s3(name: str, what: str, *edits: list[tuple[str, str]]):
     return lambda text: apply_edits(_bulk_dq_s3(text), [e for group in edits for e in group] + [header], name)
 
 
+def _head_major(text: str) -> str:
+    header = ("// VARIANT bulk_dq_d64 (attention_bwd_variants.py)",
+              "// VARIANT head_major (attention_bwd_variants.py): bulk_dq_d64 with the key blocks of a head launched "
+              "side by side;\n// bulk_dq_d64")
+    return apply_edits(VARIANTS["bulk_dq_d64"](text), HEAD_MAJOR + [header], "head_major")
+
+
 VARIANTS = {
     "bulk_dq": lambda text: apply_edits(text, BULK_DQ, "bulk_dq"),
     "bulk_dq_s3": _bulk_dq_s3,
     "decoupled": _decoupled,
     "bulk_dq_d64": _on_bulk_dq_s3("bulk_dq_d64", "D = 64's dQ by bulk reductions too", BULK_DQ_D64),
+    "head_major": _head_major,
 }
 
 
