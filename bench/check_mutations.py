@@ -42,6 +42,9 @@ PREDICTED = {
     "cluster_rank_same_m_tile": "INCORRECT_NAN",  # every other M tile is never written: the NaN poison stays
     "bwd_dq_bulk_copy_not_add": "INCORRECT_NUMERICAL",  # dQ holds the last key block's partial only
     "bwd_dq_bulk_no_wait_read": "may pass",  # a race: the next block's stores must overtake the bulk copy's reads
+    # races the H200 did not show on some shapes (bench/results/check_mutations.md, the backward's section)
+    "bwd_ds_single_buffer": "may pass",  # the consumers stay within a block of each other
+    "bwd_dq_nonatomic_add": "may pass",  # lost updates only where two adds to one dQ row meet in time
 }
 # smallest first: the smoke shapes cost seconds; every backward class applies to at least one D = 64 workload,
 # except bwd_ds_single_buffer (the D = 64 consumers each read only their own rows of dS^T); the float2 dQ classes
