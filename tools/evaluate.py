@@ -22,6 +22,7 @@ from .evaluator import EvalOptions, serves
 from .gpu.hangs import HangMemo, job_key, reused_message
 from .gpu.messages import GpuJob, GpuOutcome
 from .gpu.pool import GpuPool, NoGpuError, PoolConfig
+from .gpu.priority import QueuePriority
 from .solution.plan import FormatIssue
 from .profile import attach
 from .profile.early import EarlyProfile
@@ -97,6 +98,8 @@ class LocalEvaluator:
         self._profiles: dict[tuple, dict] = {}
         self._profiling = InFlightProfiles()  # identical cubins passing at once: one ncu run (profile/inflight.py)
         self._hangs = HangMemo()  # identical binaries that timed out: not run again (gpu/hangs.py)
+        self._priority = QueuePriority()  # the GPU queue's order: most GPU work left behind first (gpu/priority.py)
+        self._early_keys: dict[tuple, str] = {}  # cubin -> the level of its early profile running: an identical one starts none
         self._early_slots: threading.BoundedSemaphore | None = None
         self._early_lock = threading.Lock()
 
@@ -149,17 +152,20 @@ class LocalEvaluator:
                      **{k: getattr(options, k) for k in ("warmup", "iters", "timing_trials")
                         if getattr(options, k, None) is not None})
         cubin_sha = hashlib.sha256(cubin).hexdigest()
-        early = self._early_profile(pool, options, wl.id, solution.source, comp, cubin_sha)
+        priority = self._priority.of(wl.id, options.turns_left)
+        early = self._early_profile(pool, options, wl.id, solution.source, comp, cubin_sha, priority)
         try:
-            return self._run_and_profile(pool, job, options, solution, comp, cubin_sha, base, seconds, early)
+            result = self._run_and_profile(pool, job, options, solution, comp, cubin_sha, base, seconds, early, priority)
         finally:
             if early is not None:
                 early.drop()  # whatever happened, an early run nobody claimed is killed at its gate
+        self._priority.learn(wl.id, result.seconds.get("gpu.gpu_total", 0.0) + result.seconds.get("profile.gpu_held", 0.0))
+        return result
 
     def _run_and_profile(self, pool: GpuPool, job: GpuJob, options: EvalOptions, solution, comp, cubin_sha: str,
-                         base: dict, seconds: dict, early: EarlyProfile | None) -> EvalResult:
+                         base: dict, seconds: dict, early: EarlyProfile | None, priority: float = 0.0) -> EvalResult:
         t0 = time.perf_counter()
-        result = self._submit(pool, job, options.turn)
+        result = self._submit(pool, job, options.turn, priority)
         seconds["gpu"] = time.perf_counter() - t0
         seconds.update({f"gpu.{k}": v for k, v in result.seconds.items()})
         fp = Fingerprint.model_validate({**pool.fingerprint, "ptxas": comp.tools.get("ptxas", ""), "jail": comp.jail})
@@ -171,7 +177,7 @@ class LocalEvaluator:
         if evaluated.status == "TIMEOUT" and level != "none":  # ncu would replay the hang until its own time limit
             level, evaluated.profile_reason = "none", f"not profiled: the kernel hung ({why or 'profile asked for'})"
         if level != "none" or options.sanitize:
-            evaluated = self._attach_profile(evaluated, options, level, why, solution, comp, cubin_sha, early)
+            evaluated = self._attach_profile(evaluated, options, level, why, solution, comp, cubin_sha, early, priority)
         return evaluated
 
     def _cached_profile(self, cubin_sha: str, workload: str, arch: str, level: str) -> dict | None:
@@ -180,27 +186,40 @@ class LocalEvaluator:
         return cached if cached is not None and serves(cached["level"], level) else None
 
     def _early_profile(self, pool: GpuPool, options: EvalOptions, workload: str, source: str, comp,
-                       cubin_sha: str) -> EarlyProfile | None:
+                       cubin_sha: str, priority: float = 0.0) -> EarlyProfile | None:
         """Start the profile a passing kernel would get, beside its timing (tools/profile/early.py); None when a
-        pass would take none, the profile cache already holds it, or early starts are switched off."""
+        pass would take none, the profile cache already holds it, an identical cubin's profile is being taken (or
+        started early: on several GPUs identical kernels pass at once, and one ncu run serves both), or early starts
+        are switched off."""
         level, _ = options.profile_level(True, None)
+        key = (cubin_sha, workload, options.arch)
         if (level == "none" or not self.early_profiles or self._cached_profile(cubin_sha, workload, options.arch, level)
-                or self._profiling.running((cubin_sha, workload, options.arch), level) or not comp.cubin_path):
+                or self._profiling.running(key, level) or not comp.cubin_path):
             return None
         from .profile.candidate import measure_candidate
 
         with self._early_lock:
             if self._early_slots is None:
                 self._early_slots = threading.BoundedSemaphore(self.early_per_gpu * max(1, len(pool.slots)))
-        if not self._early_slots.acquire(blocking=False):
-            return None
+            if key in self._early_keys and serves(self._early_keys[key], level):
+                return None
+            if not self._early_slots.acquire(blocking=False):
+                return None
+            self._early_keys[key] = level
+
+        def ended() -> None:
+            with self._early_lock:
+                if self._early_keys.get(key) == level:
+                    del self._early_keys[key]
+            self._early_slots.release()
+
         device = pool.pick_device()
         return EarlyProfile(lambda hold: measure_candidate(workload, source, comp.cubin_path, arch=options.arch,
                                                            full=level == "full", seed=options.seed or 0, device=device,
                                                            hold=hold),
-                            level, hold=lambda: pool.exclusive(device), device=device, on_end=self._early_slots.release)
+                            level, hold=lambda: pool.exclusive(device, priority), device=device, on_end=ended)
 
-    def _submit(self, pool: GpuPool, job: GpuJob, turn: int | None) -> GpuOutcome:
+    def _submit(self, pool: GpuPool, job: GpuJob, turn: int | None, priority: float = 0.0) -> GpuOutcome:
         """The pool's verdict, or the remembered TIMEOUT of an identical job (the hang is not paid again)."""
         key = job_key(job)
         hang, owner = self._hangs.claim(key, gpu_free=lambda: pool.free.qsize() > 0)
@@ -208,14 +227,14 @@ class LocalEvaluator:
             return hang.outcome.model_copy(update={"message": reused_message(hang), "seconds": {}})
         result = None
         try:
-            result = pool.submit(job)
+            result = pool.submit(job, priority)
             return result
         finally:
             if owner:
                 self._hangs.release(key, result, turn)
 
     def _attach_profile(self, result: EvalResult, options: EvalOptions, level: str, why: str, solution, comp,
-                        cubin_sha: str, early: EarlyProfile | None = None) -> EvalResult:
+                        cubin_sha: str, early: EarlyProfile | None = None, priority: float = 0.0) -> EvalResult:
         """Profile / sanitize the candidate. The counts of one binary on one GPU do not change between submissions, so
         a profile of the same cubin (a model resubmitting a kernel) at the level asked for or above is reused instead
         of replayed under ncu again, and one being taken for an identical cubin is waited for (profile/inflight.py).
@@ -255,7 +274,7 @@ class LocalEvaluator:
         pool = self.pool
         device = (early.device if measured is not None else pool.pick_device()) if level != "none" else None
         result = attach(result, options, solution.source, comp, solution.language, device=device, level=level, why=why,
-                        hold=lambda: pool.exclusive(device), sanitize_hold=pool.exclusive, measured=measured)
+                        hold=lambda: pool.exclusive(device, priority), sanitize_hold=pool.exclusive, measured=measured)
         if level != "none" and result.targets_runtime and all(t.verdict != "unknown" for t in result.targets_runtime.values()):
             self._profiles[key] = {"targets_runtime": {k: v.model_dump() for k, v in result.targets_runtime.items()},
                                    "profile": result.profile, "feedback": result.feedback, "level": level}

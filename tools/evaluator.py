@@ -54,6 +54,9 @@ class EvalOptions(BaseModel):
     timing_trials: int | None = Field(None, description="timing trials; None = 3")
     turn: int | None = Field(None, description="the caller's turn (0: a start kernel), named in messages only (a "
                              "remembered TIMEOUT says when the binary hung); never part of a cache key")
+    turns_left: int | None = Field(None, description="the trajectory's turns after this one: a queue priority only "
+                                   "(tools/gpu/priority.py: the GPUs serve first the evaluations with the most GPU work "
+                                   "behind them); never part of a cache key, never a measurement")
 
     @field_validator("profile", mode="before")
     @classmethod

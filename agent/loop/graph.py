@@ -48,9 +48,13 @@ class Deps:
 
     def turn_options(self, state, turn: int | None = None) -> EvalOptions:
         """The options of this turn's scored evaluation (the profile policy needs the best speedup so far; the
-        evaluator names the turn when it reuses an identical binary's TIMEOUT)."""
+        evaluator names the turn when it reuses an identical binary's TIMEOUT, and orders its GPU queue by the turns
+        left)."""
         options = turn_options(self.options, self.config.profile, state.get("best_speedup"))
-        return options.model_copy(update={"turn": state.get("turn") if turn is None else turn})
+        turn = state.get("turn") if turn is None else turn
+        # turns_left orders the GPU queue on a machine with several GPUs (tools/gpu/priority.py); nothing else
+        left = max(0, self.config.turns - turn) if isinstance(turn, int) else None
+        return options.model_copy(update={"turn": turn, "turns_left": left})
 
 
 def timed(fn: Callable[[AgentState], dict]) -> Callable[[AgentState], dict]:

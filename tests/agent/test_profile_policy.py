@@ -119,3 +119,20 @@ def test_tools_mode_profile_tool_is_full_and_submit_follows_the_policy(tmp_path)
     # benchmark: no profile; profile tool: full (asked); submit of turn 1: first pass -> full; turn 2: not a new best
     assert levels == ["none", "full", "full", "verdict"]
     assert "profile tool" in evaluator.levels[1][1]
+
+
+def test_each_turns_evaluation_carries_the_turns_left_behind_it(tmp_path):
+    """The GPU queue's priority (tools/gpu/priority.py) reads it; the profile policy and the records do not."""
+    class Recording(PolicyEvaluator):
+        def __init__(self, speedups):
+            super().__init__(speedups)
+            self.left: list[int | None] = []
+
+        def evaluate(self, workload_id, source, options):
+            self.left.append(options.turns_left)
+            return super().evaluate(workload_id, source, options)
+
+    evaluator = Recording([0.5, 0.6, 0.7, 0.8])
+    optimize(OptimizeConfig(workload=WORKLOAD, turns=4, target_speedup=0), run_dir=tmp_path / "run",
+             evaluator=evaluator, model=SameKernel())
+    assert evaluator.left == [3, 2, 1, 0]

@@ -260,3 +260,32 @@ def test_identical_cubins_passing_at_once_take_one_profile(monkeypatch):
     assert len(reused) == 1 and reused[0].targets_runtime["wgmma"].verdict == "executed"
     assert reused[0].seconds["profile.identical_wait"] > 0.1  # it waited for the run in flight
     ev.close()
+
+
+def test_an_identical_cubin_starts_no_second_early_profile_while_one_runs(monkeypatch):
+    """On two GPUs identical kernels (two trajectories of one deterministic model) pass at once: one early ncu run,
+    not two; once it has ended, the next identical submission may start one again."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr("ptxbench.tools.profile.candidate.measure_candidate", _fake_measure([]))
+    pool = GpuPool(PoolConfig(devices=[0, 1], spares=0), factory=lambda d, c: AnsweringWorker(d, c)).start()
+    ev = LocalEvaluator(pool)
+    comp = SimpleNamespace(cubin_path="/nonexistent.cubin")
+    first = ev._early_profile(pool, EvalOptions(), WORKLOAD, "src", comp, "sha")
+    assert first is not None
+    assert ev._early_profile(pool, EvalOptions(), WORKLOAD, "src", comp, "sha") is None  # the same cubin: none
+    other = ev._early_profile(pool, EvalOptions(), WORKLOAD, "src", comp, "another sha")  # another kernel: its own
+    assert other is not None
+    full = ev._early_profile(pool, EvalOptions(profile_on_pass="new_best"), WORKLOAD, "src", comp, "sha")
+    assert full is not None  # a stronger level than the verdict run in flight: it starts its own
+    for early in (first, other, full):
+        early.drop()
+    for _ in range(200):  # the dropped runs end in the background and clear their keys
+        if not ev._early_keys:
+            break
+        time.sleep(0.01)
+    assert not ev._early_keys
+    again = ev._early_profile(pool, EvalOptions(), WORKLOAD, "src", comp, "sha")
+    assert again is not None
+    again.drop()
+    ev.close()

@@ -242,12 +242,13 @@ class GpuPool:
         return self.start().info["fingerprint"]
 
     # ---- jobs ----
-    def submit(self, job: GpuJob | dict) -> GpuOutcome:
-        """Run one job on the next free GPU; returns the worker's outcome (never raises for kernel faults)."""
+    def submit(self, job: GpuJob | dict, priority: float = 0.0) -> GpuOutcome:
+        """Run one job on the next free GPU (waiting jobs: highest `priority` first, slots.py); returns the worker's
+        outcome (never raises for kernel faults)."""
         job = job if isinstance(job, GpuJob) else GpuJob.model_validate(job)
         self.start()
         asked = self.timeline.now()
-        slot = self.free.get()
+        slot = self.free.get(priority=priority)
         got = self.timeline.now()
         try:
             return self._run(slot, job)
@@ -264,12 +265,12 @@ class GpuPool:
         return self.free.least_loaded([slot.device for slot in self.slots], next(self._round))
 
     @contextmanager
-    def exclusive(self, device: int | None = None) -> Iterator[int]:
+    def exclusive(self, device: int | None = None, priority: float = 0.0) -> Iterator[int]:
         """Hold one GPU (`device`, else any free one) for work outside the worker (a profiler or sanitizer run), so
         nothing is timed on it meanwhile. Only that GPU is held: the others keep taking jobs."""
         self.start()
         asked = self.timeline.now()
-        slot = self.free.get(device)
+        slot = self.free.get(device, priority)
         start = time.monotonic()
         got = self.timeline.now()
         try:

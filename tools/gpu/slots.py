@@ -1,9 +1,15 @@
-"""The free GPUs of the pool, handed out first come first served, to any device or to one named device.
+"""The free GPUs of the pool, handed out by priority and then first come first served, to any device or to one
+named device.
+
+The priority is the work still to come behind a request (the evaluator's: its trajectory's turns left times what
+an evaluation of its workload holds a GPU for), so on several GPUs the trajectories with the most GPU work left
+run ahead and the run does not end with one long trajectory's last turns alone on one GPU (list scheduling,
+highest level first). Requests without one (priority 0) are served in arrival order, as before.
 
 A GPU job takes whichever device is free; a profiler replay must take the device its process was
-started on (CUDA_VISIBLE_DEVICES is fixed at process start), so it asks for that one. Waiters are
-served in arrival order among those a freed device suits, so a replay waiting for device 1 is not
-overtaken forever by jobs that would take any device. A replay names the device that is free, else the one the
+started on (CUDA_VISIBLE_DEVICES is fixed at process start), so it asks for that one. Among the waiters
+a freed device suits, equal priorities are served in arrival order, so a replay waiting for device 1 is
+not overtaken by later jobs of its priority that would take any device. A replay names the device that is free, else the one the
 fewest replays already wait for (`least_loaded`), so two replays do not queue for one GPU while the other idles.
 """
 from __future__ import annotations
@@ -16,8 +22,9 @@ T = TypeVar("T")
 
 
 class _Waiter:
-    def __init__(self, device: int | None):
+    def __init__(self, device: int | None, priority: float):
         self.device = device
+        self.priority = priority
         self.slot = None
         self.ready = threading.Event()
 
@@ -32,21 +39,24 @@ class SlotQueue(Generic[T]):
 
     def put(self, slot: T) -> None:
         with self._lock:
-            for w in self._waiters:
-                if w.device is None or w.device == slot.device:
-                    self._waiters.remove(w)
-                    w.slot = slot
-                    w.ready.set()
-                    return
+            suited = [w for w in self._waiters if w.device is None or w.device == slot.device]
+            if suited:
+                w = max(suited, key=lambda w: w.priority)  # the first of the highest priority (max keeps the first)
+                self._waiters.remove(w)
+                w.slot = slot
+                w.ready.set()
+                return
             self._free.append(slot)
 
-    def get(self, device: int | None = None) -> T:
+    def get(self, device: int | None = None, priority: float = 0.0) -> T:
+        """A free slot (of `device` when named), else wait; waiters a freed slot suits are served highest `priority`
+        first, in arrival order among equals."""
         with self._lock:
             for slot in self._free:
                 if device is None or slot.device == device:
                     self._free.remove(slot)
                     return slot
-            waiter = _Waiter(device)
+            waiter = _Waiter(device, priority)
             self._waiters.append(waiter)
         waiter.ready.wait()
         return waiter.slot
