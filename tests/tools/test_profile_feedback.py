@@ -72,3 +72,19 @@ def test_a_failed_profile_says_why():
 
 def test_token_estimate_without_tiktoken_is_four_characters_a_token():
     assert count_tokens("x" * 400, exact=False) == 100
+
+
+def test_a_warp_specialised_kernel_with_two_consumers_is_not_told_to_add_a_second_one():
+    """The attention backward's profile (H200): tensor pipe 38% busy, a TMA ring, a producer and two consumer
+    warpgroups (384 threads, setmaxnreg). The advice names alternating the consumers, not adding one."""
+    from ptxbench.tools.profile.feedback import traits
+    from ptxbench.tools.profile.summary import KernelProfile
+
+    cr = CompileResult(status="ok", arch="sm_90a", kernels={"k": KernelResources(
+        name="k", sass_features=["tma_load", "mbarrier_wait", "setmaxnreg", "wgmma"])})
+    two = traits(cr, {}, KernelProfile(name="k", block="(384, 1, 1)", registers=168, grid="(32, 192, 1)"))
+    one = traits(cr, {}, KernelProfile(name="k", block="(256, 1, 1)", registers=168, grid="(32, 192, 1)"))
+    assert "consumer_warpgroups" in two.has and "consumer_warpgroups" not in one.has
+    t = template()["other"]
+    assert "a second consumer warpgroup" not in t["tensor_idle_consumers"] and "ping-pong" in t["tensor_idle_consumers"]
+    assert "a second consumer warpgroup" in t["tensor_idle_ring"]

@@ -193,6 +193,9 @@ def traits(compile_result: CompileResult | None, verdicts: dict[str, RuntimeTarg
         has.add("persistent")
     if k is not None and k.registers and k.registers >= 128 and "wgmma" in has:
         has.add("big_registers")
+    threads = _grid_size(k.block) if k is not None else None
+    if "setmaxnreg" in has and threads and threads >= 384:  # a producer warpgroup and two or more consumers
+        has.add("consumer_warpgroups")
     return Traits(has=has)
 
 
@@ -290,7 +293,8 @@ def _kernel_items(k: KernelProfile, wl: Workload | None, total_dram: float | Non
             items.append((0.2 * (now_us or 100), t["other"]["occupancy"].format(achieved=ach, theoretical=th,
                                                                               limiter=k.occupancy_limiter, advice=advice)))
     if k.tensor_pipe_pct is not None and (k.opcodes or {}).get("HGMMA") and k.tensor_pipe_pct < 50:
-        key = "tensor_idle_ring" if tr.tma_ring else "tensor_idle"
+        key = ("tensor_idle_consumers" if "consumer_warpgroups" in tr.has else "tensor_idle_ring") if tr.tma_ring \
+            else "tensor_idle"
         worth = (1 - k.tensor_pipe_pct / 100) * (now_us or 100) * 0.5
         items.append((worth, t["other"][key].format(pct=k.tensor_pipe_pct)))
     for r in k.rules:
