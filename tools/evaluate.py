@@ -217,7 +217,7 @@ class LocalEvaluator:
         return EarlyProfile(lambda hold: measure_candidate(workload, source, comp.cubin_path, arch=options.arch,
                                                            full=level == "full", seed=options.seed or 0, device=device,
                                                            hold=hold),
-                            level, hold=lambda: pool.exclusive(device, priority), device=device, on_end=ended)
+                            level, hold=lambda: pool.exclusive(device, priority, workload), device=device, on_end=ended)
 
     def _submit(self, pool: GpuPool, job: GpuJob, turn: int | None, priority: float = 0.0) -> GpuOutcome:
         """The pool's verdict, or the remembered TIMEOUT of an identical job (the hang is not paid again)."""
@@ -274,7 +274,8 @@ class LocalEvaluator:
         pool = self.pool
         device = (early.device if measured is not None else pool.pick_device()) if level != "none" else None
         result = attach(result, options, solution.source, comp, solution.language, device=device, level=level, why=why,
-                        hold=lambda: pool.exclusive(device, priority), sanitize_hold=pool.exclusive, measured=measured)
+                        hold=lambda: pool.exclusive(device, priority, result.workload), sanitize_hold=pool.exclusive,
+                        measured=measured)
         if level != "none" and result.targets_runtime and all(t.verdict != "unknown" for t in result.targets_runtime.values()):
             self._profiles[key] = {"targets_runtime": {k: v.model_dump() for k, v in result.targets_runtime.items()},
                                    "profile": result.profile, "feedback": result.feedback, "level": level}

@@ -17,6 +17,7 @@ def test_held_time_is_the_union_of_holds_per_gpu_over_the_window():
     assert s["devices"]["0"] == {"held_s": 6.0, "share": 0.6, "jobs": 1, "holds": 1}
     assert s["devices"]["1"] == {"held_s": 6.0, "share": 0.6, "jobs": 2, "holds": 0}
     assert s["wait_s"]["hold pinned"] == {"n": 1, "total": 1.0, "max": 1.0}
+    assert s["held_by_what_s"] == {"-": 14.0}  # unlabelled holds (the pool labels jobs with their workload)
 
 
 def test_idle_while_a_pinned_replay_waited_counts_the_other_gpus_idle_time_once():
@@ -41,6 +42,7 @@ def test_the_pool_records_each_job_and_exclusive_hold_with_its_gpu():
         time.sleep(0.05)
     entries = pool.timeline.entries
     assert sum(h.kind == "job" for h in entries) == 4 and all(h.device in (0, 1) for h in entries)
+    assert {h.what for h in entries if h.kind == "job"} == {"ok"}  # the job's workload
     hold = [h for h in entries if h.kind == "hold"]
     assert len(hold) == 1 and hold[0].device == 1 and hold[0].pinned and hold[0].end - hold[0].start >= 0.05
     assert all(h.asked <= h.start <= h.end for h in entries)

@@ -255,7 +255,7 @@ class GpuPool:
         except NoGpuError as e:  # a replacement worker could not start
             return _result("INFRA_ERROR", str(e))
         finally:
-            self.timeline.add(slot.device, "job", False, asked, got, self.timeline.now())
+            self.timeline.add(slot.device, "job", False, asked, got, self.timeline.now(), job.workload)
             self.free.put(slot)
 
     def pick_device(self) -> int:
@@ -265,7 +265,7 @@ class GpuPool:
         return self.free.least_loaded([slot.device for slot in self.slots], next(self._round))
 
     @contextmanager
-    def exclusive(self, device: int | None = None, priority: float = 0.0) -> Iterator[int]:
+    def exclusive(self, device: int | None = None, priority: float = 0.0, what: str = "") -> Iterator[int]:
         """Hold one GPU (`device`, else any free one) for work outside the worker (a profiler or sanitizer run), so
         nothing is timed on it meanwhile. Only that GPU is held: the others keep taking jobs."""
         self.start()
@@ -278,7 +278,7 @@ class GpuPool:
         finally:
             with self._lock:
                 self.held_s[slot.device] = self.held_s.get(slot.device, 0.0) + time.monotonic() - start
-            self.timeline.add(slot.device, "hold", device is not None, asked, got, self.timeline.now())
+            self.timeline.add(slot.device, "hold", device is not None, asked, got, self.timeline.now(), what)
             self.free.put(slot)
 
     def _ensure_active(self, slot: DeviceSlot) -> WorkerProcess:

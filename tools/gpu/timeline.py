@@ -3,7 +3,7 @@
 The pool notes every hold of a GPU: a job on its worker (`job`: any free GPU) or an exclusive hold for a profiler
 replay or a sanitizer run (`hold`; `pinned` when it had to be one named GPU, as a replay started on that GPU
 must). Each entry: device, kind, pinned, when it asked, when it got the GPU, when it gave it back (seconds from the
-pool's start). `summarize` turns them into what a scaling figure needs: per GPU, the time held and its share of the
+pool's start), and what it was for (the workload). `summarize` turns them into what a scaling figure needs: per GPU, the time held and its share of the
 window; the time waited for a GPU; and the idle time of one GPU while a pinned request waited for another, the
 loss that only a machine with several GPUs has.
 """
@@ -24,6 +24,7 @@ class Hold:
     asked: float    # seconds from the pool's start
     start: float
     end: float
+    what: str = ""  # the job's workload, or what the hold was for
 
 
 class GpuTimeline:
@@ -36,12 +37,12 @@ class GpuTimeline:
     def now(self) -> float:
         return time.monotonic() - self.t0
 
-    def add(self, device: int, kind: str, pinned: bool, asked: float, start: float, end: float) -> None:
+    def add(self, device: int, kind: str, pinned: bool, asked: float, start: float, end: float, what: str = "") -> None:
         with self._lock:
             if len(self.entries) >= MAX_ENTRIES:
                 self.dropped += 1
                 return
-            self.entries.append(Hold(device, kind, pinned, round(asked, 4), round(start, 4), round(end, 4)))
+            self.entries.append(Hold(device, kind, pinned, round(asked, 4), round(start, 4), round(end, 4), what))
 
     def to_json(self) -> dict:
         with self._lock:
@@ -86,7 +87,10 @@ def summarize(entries: list[Hold] | list[dict]) -> dict:
         pinned_idle += sum(b - a for a, b in waited) - sum(_overlap(w, busy[d]) for w in waited)
     waits = {k: [h.start - h.asked for h in holds if (h.kind, h.pinned) == k] for k in
              (("job", False), ("hold", True), ("hold", False))}
-    return {"window_s": round(window, 2), "devices": per_device,
+    by_what: dict[str, float] = {}
+    for h in holds:
+        by_what[h.what or "-"] = by_what.get(h.what or "-", 0.0) + h.end - h.start
+    return {"window_s": round(window, 2), "devices": per_device, "held_by_what_s": {k: round(v, 2) for k, v in by_what.items()},
             "wait_s": {f"{kind}{' pinned' if pinned else ''}": {"n": len(v), "total": round(sum(v), 2),
                                                                 "max": round(max(v), 2) if v else 0.0}
                        for (kind, pinned), v in waits.items()},
