@@ -95,6 +95,7 @@ class LocalEvaluator:
     def __init__(self, pool: GpuPool | None = None, pool_config: PoolConfig | None = None):
         self._pool = pool
         self._pool_config = pool_config
+        self._pool_lock = threading.Lock()
         self._profiles: dict[tuple, dict] = {}
         self._profiling = InFlightProfiles()  # identical cubins passing at once: one ncu run (profile/inflight.py)
         self._hangs = HangMemo()  # identical binaries that timed out: not run again (gpu/hangs.py)
@@ -105,9 +106,24 @@ class LocalEvaluator:
 
     @property
     def pool(self) -> GpuPool:
-        if self._pool is None:
-            self._pool = GpuPool(self._pool_config)
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = GpuPool(self._pool_config)
         return self._pool.start()
+
+    def start_in_background(self) -> threading.Thread:
+        """Start the GPU workers on a thread of their own, so the first turns' model calls and compiles run
+        meanwhile; the first evaluation that needs a GPU waits for them (or gets INFRA_ERROR naming why they could
+        not start)."""
+        def start() -> None:
+            try:
+                self.pool
+            except NoGpuError:
+                pass  # kept by the pool: every evaluation reports it
+
+        thread = threading.Thread(target=start, name="ptxbench-pool-start", daemon=True)
+        thread.start()
+        return thread
 
     def evaluate(self, workload_id: str, source: str, options: EvalOptions | None = None) -> EvalResult:
         options = options or EvalOptions()

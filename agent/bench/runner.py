@@ -55,7 +55,7 @@ class BenchOutcome(BaseModel):
     config: BenchConfig
     trajectories: list[TrajectoryReport]
     elapsed_s: float
-    setup_s: float = 0.0  # making the evaluator (a local GPU run: starting the workers) before any trajectory
+    setup_s: float = 0.0  # a local GPU run: the workers' start (beside the first turns when the GPUs were known)
     close_s: float = 0.0  # closing it after the last one (the workers' exit)
     worker_start: list[dict] = []  # a local GPU run: each worker's start (GpuPool.startup: device, seconds, phases)
     gpu_use: dict = {}  # a local GPU run: GpuTimeline's summary (held share per GPU, waits, idle while pinned)
@@ -99,12 +99,18 @@ def make_evaluator(config: BenchConfig):
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.gpu.pool import NoGpuError, PoolConfig
 
+    from ptxbench.tools.gpu.pool import visible_devices
+
     evaluator = LocalEvaluator(pool_config=PoolConfig(devices=list(range(config.gpus))) if config.gpus else None)
-    if not config.no_gpu:
-        try:
-            evaluator.pool  # start the workers here: the pool's start is not meant to race between threads
-        except NoGpuError as exc:
-            raise BenchError(f"no GPU to evaluate on ({exc}); pass --no-gpu to compile only") from exc
+    if config.no_gpu:
+        return evaluator
+    if visible_devices():  # GPUs are there: their workers start while the first turns ask their models and compile
+        evaluator.start_in_background()
+        return evaluator
+    try:  # no sign of a GPU: find out now, before a run folder is made
+        evaluator.pool
+    except NoGpuError as exc:
+        raise BenchError(f"no GPU to evaluate on ({exc}); pass --no-gpu to compile only") from exc
     return evaluator
 
 
@@ -160,11 +166,8 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
     t0 = time.monotonic()
     evaluator = evaluator or make_evaluator(config)  # no GPU for a GPU run: fails before the run folder is made
     setup_s = time.monotonic() - t0
-    pool = getattr(evaluator, "_pool", None)  # a local evaluator's pool, once started: its workers' start times
-    worker_start = list(getattr(pool, "startup", None) or [])
-    if worker_start:
-        write_evaluator_start(run_dir, setup_s, worker_start)
     close_s = 0.0
+    worker_start: list[dict] = []
     if not resume:
         _write_manifest(config, run_dir)
     checkpointer = open_checkpointer(run_dir / "checkpoints.sqlite")
@@ -176,6 +179,12 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
         results = asyncio.run(run_all(configs, runner, config.parallel, on_done=callback))
     finally:
         checkpointer.conn.close()
+        pool = getattr(evaluator, "_pool", None)  # a local evaluator's pool, once started: its workers' start times
+        worker_start = list(getattr(pool, "startup", None) or [])
+        if worker_start:  # the actives' start (spares and replacements come later in the list)
+            actives = worker_start[:max(1, len(getattr(pool, "slots", [])))]
+            setup_s = max(setup_s, max(w.get("ready_after_s", 0.0) for w in actives))
+            write_evaluator_start(run_dir, setup_s, worker_start)
         timeline = getattr(pool, "timeline", None)
         gpu_use = {}
         if timeline is not None and timeline.entries:

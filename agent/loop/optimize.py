@@ -188,8 +188,12 @@ def config_to_resume(manifest: dict) -> tuple[OptimizeConfig, str]:
 
 def default_evaluator(config: OptimizeConfig) -> Evaluator:
     from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.gpu.pool import visible_devices
 
-    return LocalEvaluator()  # options.no_gpu (from the config) keeps it off the GPU
+    evaluator = LocalEvaluator()  # options.no_gpu (from the config) keeps it off the GPU
+    if not config.no_gpu and visible_devices():  # the workers start while the first turn asks its model
+        evaluator.start_in_background()
+    return evaluator
 
 
 def optimize(

@@ -272,3 +272,38 @@ def test_fork_before_infra_stop_on_a_small_graph():
     # a thread that stopped on an infra error before any turn: no earlier step to go back to
     graph.update_state({"configurable": {"thread_id": "early"}}, {"stop": {"reason": "infra_error"}}, as_node="evaluate")
     assert fork_before_infra_stop(graph, "early") == NOTHING_TO_RETRY
+
+
+def test_with_gpus_in_sight_the_workers_start_beside_the_first_turns(monkeypatch):
+    """GPUs listed (nvidia-smi or CUDA_VISIBLE_DEVICES): the pool starts on its own thread; none in sight: the
+    bench finds out before it makes a run folder (a clear BenchError on a machine without a GPU)."""
+    from ptxbench.agent.bench.runner import make_evaluator
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.gpu.pool import NoGpuError
+
+    started = []
+    monkeypatch.setattr(LocalEvaluator, "start_in_background", lambda self: started.append(self))
+    monkeypatch.setattr("ptxbench.tools.gpu.pool.visible_devices", lambda: [0, 1])
+    ev = make_evaluator(BenchConfig(models=["scripted/py"], workloads=[WL]))
+    assert started == [ev] and ev._pool is None  # nothing waited for here
+    monkeypatch.setattr("ptxbench.tools.gpu.pool.visible_devices", lambda: None)
+    monkeypatch.setattr(LocalEvaluator, "pool", property(lambda self: (_ for _ in ()).throw(NoGpuError("no GPU"))))
+    with pytest.raises(BenchError, match="no GPU to evaluate on"):
+        make_evaluator(BenchConfig(models=["scripted/py"], workloads=[WL]))
+    assert len(started) == 1
+
+
+def test_optimize_starts_the_workers_beside_its_first_model_call(monkeypatch):
+    from ptxbench.agent.loop.optimize import default_evaluator
+    from ptxbench.agent.loop.state import OptimizeConfig
+    from ptxbench.tools.evaluate import LocalEvaluator
+
+    started = []
+    monkeypatch.setattr(LocalEvaluator, "start_in_background", lambda self: started.append(self))
+    monkeypatch.setattr("ptxbench.tools.gpu.pool.visible_devices", lambda: [0])
+    ev = default_evaluator(OptimizeConfig(workload=WL))
+    assert started == [ev]
+    default_evaluator(OptimizeConfig(workload=WL, no_gpu=True))  # compile-only: no workers at all
+    monkeypatch.setattr("ptxbench.tools.gpu.pool.visible_devices", lambda: None)
+    default_evaluator(OptimizeConfig(workload=WL))  # no GPU in sight: the first evaluation starts them (or says why not)
+    assert started == [ev]

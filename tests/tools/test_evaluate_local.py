@@ -289,3 +289,33 @@ def test_an_identical_cubin_starts_no_second_early_profile_while_one_runs(monkey
     assert again is not None
     again.drop()
     ev.close()
+
+
+def test_workers_started_in_the_background_serve_the_first_evaluation():
+    """optimize / bench start the pool beside the first model call; the first evaluation waits for it."""
+    class SlowHello(AnsweringWorker):
+        def recv(self, timeout):
+            if self.hello is None:
+                time.sleep(0.2)  # the worker's CUDA context and warm-up
+            return super().recv(timeout)
+
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: SlowHello(d, c))
+    ev = LocalEvaluator(pool)
+    ev.early_profiles = False
+    thread = ev.start_in_background()
+    r = ev.evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(trials=1, profile_on_pass=False))
+    thread.join(5)
+    assert r.status == "PASSED" and len(pool.startup) == 1  # started once, by whichever thread came first
+    ev.close()
+
+
+def test_a_background_start_that_fails_is_an_infra_error_naming_why():
+    class NoGpu(AnsweringWorker):
+        def __init__(self, device, config):
+            super().__init__(device, config)
+            self.replies = [{"type": "hello", "error": "no CUDA GPU is visible to torch"}]
+
+    ev = LocalEvaluator(GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: NoGpu(d, c)))
+    ev.start_in_background().join(5)
+    r = ev.evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(trials=1))
+    assert r.status == "INFRA_ERROR" and "no CUDA GPU is visible to torch" in r.message

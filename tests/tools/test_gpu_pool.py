@@ -258,3 +258,28 @@ def test_visible_devices_reads_cuda_visible_devices(monkeypatch):
     assert pool_module.visible_devices() == [0, 1]  # indices as the worker numbers them
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert pool_module.visible_devices() is None
+
+
+def test_start_from_several_threads_starts_the_workers_once():
+    """The bench starts the pool on a thread of its own while trajectories may already ask for a GPU."""
+    pool = make_pool(devices=[0, 1], spares=1)
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(pool.start())) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert got == [pool] * 4 and len(FakeWorker.started) == 4  # two actives and two spares, once
+    pool.close()
+
+
+def test_a_failed_start_fails_every_later_call_at_once():
+    FakeWorker.started = []
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: FakeWorker(d, c, fail_start=True))
+    for _ in range(2):
+        try:
+            pool.start()
+            raise AssertionError("started without a GPU")
+        except NoGpuError as e:
+            assert "no GPU here" in str(e)
+    assert len(FakeWorker.started) == 1  # not retried: the second call got the first one's error

@@ -166,6 +166,8 @@ class GpuPool:
         self.startup: list[dict] = []
         self._start_t0: float | None = None
         self._lock = threading.Lock()
+        self._start_lock = threading.Lock()  # start() may be called from several threads: one starts, the others wait
+        self._start_error: NoGpuError | None = None  # a start that failed fails every later call at once
         self._next_id = 0
         self._started = False
 
@@ -200,6 +202,18 @@ class GpuPool:
     def start(self) -> GpuPool:
         if self._started:
             return self
+        with self._start_lock:
+            if self._started:
+                return self
+            if self._start_error is not None:
+                raise self._start_error
+            try:
+                return self._start()
+            except NoGpuError as e:
+                self._start_error = e
+                raise
+
+    def _start(self) -> GpuPool:
         self._start_t0 = time.monotonic()
         guess = self.config.devices if self.config.devices is not None else visible_devices()
         actives = {d: self._spawn(d) for d in (guess or [0])}  # every GPU's worker starts at once when they are known
