@@ -96,6 +96,7 @@ class LocalEvaluator:
         self._pool = pool
         self._pool_config = pool_config
         self._pool_lock = threading.Lock()
+        self._closed = False
         self._profiles: dict[tuple, dict] = {}
         self._profiling = InFlightProfiles()  # identical cubins passing at once: one ncu run (profile/inflight.py)
         self._hangs = HangMemo()  # identical binaries that timed out: not run again (gpu/hangs.py)
@@ -107,9 +108,12 @@ class LocalEvaluator:
     @property
     def pool(self) -> GpuPool:
         with self._pool_lock:
+            if self._closed:
+                raise NoGpuError("the evaluator was closed")
             if self._pool is None:
                 self._pool = GpuPool(self._pool_config)
-        return self._pool.start()
+            pool = self._pool
+        return pool.start()
 
     def start_in_background(self) -> threading.Thread:
         """Start the GPU workers on a thread of their own, so the first turns' model calls and compiles run
@@ -175,7 +179,8 @@ class LocalEvaluator:
         finally:
             if early is not None:
                 early.drop()  # whatever happened, an early run nobody claimed is killed at its gate
-        self._priority.learn(wl.id, result.seconds.get("gpu.gpu_total", 0.0) + result.seconds.get("profile.gpu_held", 0.0))
+        if options.time and result.status != "TIMEOUT":  # a scored turn's cost (a tool's quick test or a hang is not)
+            self._priority.learn(wl.id, result.seconds.get("gpu.gpu_total", 0.0) + result.seconds.get("profile.gpu_held", 0.0))
         return result
 
     def _run_and_profile(self, pool: GpuPool, job: GpuJob, options: EvalOptions, solution, comp, cubin_sha: str,
@@ -214,6 +219,7 @@ class LocalEvaluator:
             return None
         from .profile.candidate import measure_candidate
 
+        device = pool.pick_device()
         with self._early_lock:
             if self._early_slots is None:
                 self._early_slots = threading.BoundedSemaphore(self.early_per_gpu * max(1, len(pool.slots)))
@@ -229,7 +235,6 @@ class LocalEvaluator:
                     del self._early_keys[key]
             self._early_slots.release()
 
-        device = pool.pick_device()
         return EarlyProfile(lambda hold: measure_candidate(workload, source, comp.cubin_path, arch=options.arch,
                                                            full=level == "full", seed=options.seed or 0, device=device,
                                                            hold=hold),
@@ -298,6 +303,9 @@ class LocalEvaluator:
         return result
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        """Stop the workers (a start still in progress on its own thread ends first); the evaluator takes no more
+        GPU work after this."""
+        with self._pool_lock:
+            self._closed, pool, self._pool = True, self._pool, None
+        if pool is not None:
+            pool.close()

@@ -104,7 +104,10 @@ def make_evaluator(config: BenchConfig):
     evaluator = LocalEvaluator(pool_config=PoolConfig(devices=list(range(config.gpus))) if config.gpus else None)
     if config.no_gpu:
         return evaluator
-    if visible_devices():  # GPUs are there: their workers start while the first turns ask their models and compile
+    seen = visible_devices()
+    if seen and config.gpus and config.gpus > len(seen):
+        raise BenchError(f"--gpus {config.gpus} asks for more GPUs than the {len(seen)} in sight")
+    if seen:  # GPUs are there: their workers start while the first turns ask their models and compile
         evaluator.start_in_background()
         return evaluator
     try:  # no sign of a GPU: find out now, before a run folder is made
@@ -112,6 +115,21 @@ def make_evaluator(config: BenchConfig):
     except NoGpuError as exc:
         raise BenchError(f"no GPU to evaluate on ({exc}); pass --no-gpu to compile only") from exc
     return evaluator
+
+
+def _record_gpu_use(run_dir: Path, pool, gpus: int, setup_s: float) -> tuple[float, list[dict], dict]:
+    """A local GPU run's records (evaluator_start.json, gpu_timeline.json): (the workers' start, each worker's start
+    by phase, the timeline's summary)."""
+    worker_start = list(getattr(pool, "startup", None) or [])
+    if worker_start:  # the actives' start (spares and replacements come later in the list)
+        setup_s = max(setup_s, max(w.get("ready_after_s", 0.0) for w in worker_start[:max(1, gpus)]))
+        write_evaluator_start(run_dir, setup_s, worker_start)
+    timeline = getattr(pool, "timeline", None)
+    if timeline is None or not timeline.entries:
+        return setup_s, worker_start, {}
+    record = timeline.to_json()
+    write_gpu_timeline(run_dir, record)
+    return setup_s, worker_start, record["summary"]
 
 
 def _report(cfg: OptimizeConfig, **fields) -> TrajectoryReport:
@@ -180,21 +198,16 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
     finally:
         checkpointer.conn.close()
         pool = getattr(evaluator, "_pool", None)  # a local evaluator's pool, once started: its workers' start times
-        worker_start = list(getattr(pool, "startup", None) or [])
-        if worker_start:  # the actives' start (spares and replacements come later in the list)
-            actives = worker_start[:max(1, len(getattr(pool, "slots", [])))]
-            setup_s = max(setup_s, max(w.get("ready_after_s", 0.0) for w in actives))
-            write_evaluator_start(run_dir, setup_s, worker_start)
-        timeline = getattr(pool, "timeline", None)
-        gpu_use = {}
-        if timeline is not None and timeline.entries:
-            record = timeline.to_json()
-            write_gpu_timeline(run_dir, record)
-            gpu_use = record["summary"]
+        gpus = len(getattr(pool, "slots", None) or [])  # before the close empties them
         if own_evaluator:
             t0 = time.monotonic()
             evaluator.close()
             close_s = time.monotonic() - t0
+        gpu_use = {}
+        try:
+            setup_s, worker_start, gpu_use = _record_gpu_use(run_dir, pool, gpus, setup_s)
+        except Exception as exc:  # noqa: BLE001 - a record that cannot be written must not hide the run's outcome
+            print(f"warning: the GPU start / use records were not written: {type(exc).__name__}: {exc}", file=sys.stderr)
     reports = [r if isinstance(r, TrajectoryReport) else _report(c, infra_failed=True, error=f"{type(r).__name__}: {r}")
                for c, r in zip(configs, results)]
     return BenchOutcome(run_dir=str(run_dir), config=config, trajectories=reports, elapsed_s=time.monotonic() - start,

@@ -152,6 +152,8 @@ class Steps:
     def run_tools(self, state: AgentState) -> dict:
         turn, box = state["turn"], self.d.toolbox
         box.submit_options = self.d.turn_options(state)
+        # the tools' evaluations queue for a GPU as the turn's own (the trajectory waits on them too)
+        box.options = box.options.model_copy(update={"turns_left": box.submit_options.turns_left})
         used, in_turn = state["tool_calls"], state["turn_tool_calls"]
         messages, update = [], {}
         for call in state["reply"]["tool_calls"]:

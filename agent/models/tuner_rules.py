@@ -16,9 +16,8 @@ The attention forward's roles (workloads/solutions/attention_template.py):
     the tensor pipe under 75% busy with key tiles shorter than 128 -> a longer key tile (key_tile)
     spills -> a shorter key tile, a smaller producer register budget;  causal -> longest-first order (lpt)
 The attention backward's (workloads/solutions/attention_bwd_template.py):
-    the dQ reduction lines hot -> dQ by one bulk reduce-add per query block (dq_reduce)
+    the dQ reduction lines hot -> dQ by bulk reduce-adds from shared memory (dq_reduce)
     the exponentials or the consumers' barrier hot -> decoupled consumers (schedule, as the forward's ping-pong)
-    the dQ tile's stores or the consumers' second barrier hot -> the next S^T issued before them (epilogue)
 A template may declare TUNER_PRIORS (role -> worth, or worth(old, new)) and TUNER_WORDS (role -> what the move
 is) to replace the GEMM's numbers and words for its roles.
 
@@ -68,7 +67,7 @@ WORDS = {
     "schedule": "the ping-pong schedule (one consumer's softmax under the other's GEMMs)",
     "lpt": "longest-first tile order across groups of heads",
     "producer": "a different producer register budget",
-    "dq_reduce": "dQ by one bulk reduce-add per query block",
+    "dq_reduce": "dQ by bulk reduce-adds from shared memory",
 }
 
 

@@ -133,3 +133,26 @@ def test_cost_is_recorded_and_budgeted(tmp_path, evaluator):
     assert outcome.stop_reason == "cost_budget" and outcome.turns == 1 and len(server.requests) == 1
     (call,) = of_type(events(tmp_path / "run"), "model_call")
     assert call.cost_usd and call.cost_usd > 0 and outcome.cost_usd == pytest.approx(call.cost_usd)
+
+
+def test_a_tools_evaluations_queue_for_a_gpu_as_their_turns_own(tmp_path, evaluator):
+    """The tools' mid-turn evaluations carry the turn's turns_left (the GPU queue's priority, tools/gpu/priority.py),
+    as the scored submit does: the trajectory waits on them too."""
+    class Recording:
+        def __init__(self, inner):
+            self.inner, self.left = inner, []
+
+        def evaluate(self, workload_id, source, options):
+            self.left.append(options.turns_left)
+            return self.inner.evaluate(workload_id, source, options)
+
+        def close(self):
+            """The shared evaluator is the fixture's to close."""
+
+    script = [{"content": "Checking it first.", "tool_calls": [_tool("compile", GOOD_PTX)]},
+              {"content": None, "tool_calls": [_tool("submit", GOOD_PTX)]},
+              {"content": None, "tool_calls": [_tool("compile", GOOD_PTX), _tool("submit", GOOD_PTX)]}]
+    recording = Recording(evaluator)
+    with ScriptedServer(script) as server:
+        run(server, tmp_path, recording, mode="tools", turns=2)
+    assert recording.left == [1, 1, 0, 0]

@@ -286,6 +286,8 @@ def test_with_gpus_in_sight_the_workers_start_beside_the_first_turns(monkeypatch
     monkeypatch.setattr("ptxbench.tools.gpu.pool.visible_devices", lambda: [0, 1])
     ev = make_evaluator(BenchConfig(models=["scripted/py"], workloads=[WL]))
     assert started == [ev] and ev._pool is None  # nothing waited for here
+    with pytest.raises(BenchError, match="more GPUs than the 2 in sight"):
+        make_evaluator(BenchConfig(models=["scripted/py"], workloads=[WL], gpus=4))
     monkeypatch.setattr("ptxbench.tools.gpu.pool.visible_devices", lambda: None)
     monkeypatch.setattr(LocalEvaluator, "pool", property(lambda self: (_ for _ in ()).throw(NoGpuError("no GPU"))))
     with pytest.raises(BenchError, match="no GPU to evaluate on"):

@@ -283,3 +283,42 @@ def test_a_failed_start_fails_every_later_call_at_once():
         except NoGpuError as e:
             assert "no GPU here" in str(e)
     assert len(FakeWorker.started) == 1  # not retried: the second call got the first one's error
+
+
+def test_a_start_that_breaks_midway_leaves_no_worker_running_and_says_why():
+    """Any failure while starting (here: the third process cannot be spawned) kills what was started, and later
+    calls get the same error at once instead of starting a second set over the first."""
+    FakeWorker.started = []
+    spawns = []
+
+    def factory(device, config):
+        spawns.append(device)
+        if len(spawns) == 3:
+            raise OSError("no more processes")
+        return FakeWorker(device, config)
+
+    pool = GpuPool(PoolConfig(devices=[0, 1], spares=1), factory=factory)
+    for _ in range(2):
+        try:
+            pool.start()
+            raise AssertionError("started")
+        except NoGpuError as e:
+            assert "OSError: no more processes" in str(e)
+    assert len(spawns) == 3 and all(w.killed for w in FakeWorker.started) and pool.slots == []
+
+
+def test_closing_during_a_background_start_leaves_nothing_running():
+    class SlowHello(FakeWorker):
+        def recv(self, timeout):
+            if self.hello is None:
+                time.sleep(0.2)
+            return super().recv(timeout)
+
+    FakeWorker.started = []
+    pool = GpuPool(PoolConfig(devices=[0, 1], spares=1), factory=lambda d, c: SlowHello(d, c))
+    starter = threading.Thread(target=pool.start)
+    starter.start()
+    time.sleep(0.05)
+    pool.close()  # waits for the start in progress, then stops every worker it made
+    starter.join(5)
+    assert len(FakeWorker.started) == 4 and all(not w.alive() for w in FakeWorker.started) and pool.slots == []

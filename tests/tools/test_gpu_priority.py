@@ -76,3 +76,29 @@ def test_the_evaluator_queues_each_evaluation_with_its_trajectorys_work_left(mon
     ev.evaluate(WORKLOAD, source, EvalOptions(trials=1, profile_on_pass=False, turns_left=1))
     assert asked[2] == 2 * 0.5  # fewer turns behind it: served after a trajectory with more left
     ev.close()
+
+
+def test_a_freed_gpu_goes_to_the_request_that_named_it_before_any_gpu_jobs():
+    """A replay pinned to GPU 1 (low priority) and a job for any GPU (high priority) wait; GPU 1 frees: the replay
+    takes it (the job can take the next GPU that frees), so no GPU idles while the replay waits."""
+    q, one = SlotQueue(), Slot(1)
+    served: list[str] = []
+    replay = threading.Thread(target=lambda: (q.get(1, priority=1.0), served.append("replay")))
+    job = threading.Thread(target=lambda: (q.get(priority=2.0), served.append("job")))
+    replay.start()
+    time.sleep(0.03)
+    job.start()
+    time.sleep(0.03)
+    q.put(one)
+    replay.join(2)
+    assert served == ["replay"]
+    q.put(Slot(0))
+    job.join(2)
+    assert served == ["replay", "job"]
+
+
+def test_the_evaluator_takes_no_gpu_work_once_closed():
+    ev = LocalEvaluator(GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: TimedWorker(d, c)))
+    ev.close()
+    r = ev.evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(trials=1))
+    assert r.status == "INFRA_ERROR" and "closed" in r.message

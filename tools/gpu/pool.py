@@ -207,23 +207,27 @@ class GpuPool:
                 return self
             if self._start_error is not None:
                 raise self._start_error
+            spawned: list[WorkerProcess] = []
             try:
-                return self._start()
-            except NoGpuError as e:
-                self._start_error = e
-                raise
+                return self._start(spawned)
+            except Exception as e:  # whatever failed, nothing it started is left running, and later calls say why
+                for w in spawned:
+                    w.kill()
+                self.slots, self.free, self.startup = [], SlotQueue(), []
+                self._start_error = e if isinstance(e, NoGpuError) else NoGpuError(
+                    f"the GPU workers could not start: {type(e).__name__}: {e}")
+                raise self._start_error from (None if e is self._start_error else e)
 
-    def _start(self) -> GpuPool:
+    def _start(self, spawned: list[WorkerProcess]) -> GpuPool:
+        def spawn(device: int) -> WorkerProcess:
+            spawned.append(self._spawn(device))
+            return spawned[-1]
+
         self._start_t0 = time.monotonic()
         guess = self.config.devices if self.config.devices is not None else visible_devices()
-        actives = {d: self._spawn(d) for d in (guess or [0])}  # every GPU's worker starts at once when they are known
+        actives = {d: spawn(d) for d in (guess or [0])}  # every GPU's worker starts at once when they are known
         first = next(iter(actives.values()))
-        try:
-            hello = self._await_hello(first)
-        except NoGpuError:
-            for w in actives.values():
-                w.kill()
-            raise
+        hello = self._await_hello(first)
         self.info = hello
         count = int(hello.get("device_count", 1))
         devices = self.config.devices if self.config.devices is not None else list(range(count))
@@ -232,9 +236,9 @@ class GpuPool:
                 w.kill()
         for d in devices:
             slot = DeviceSlot(d)
-            slot.active = actives.get(d) or self._spawn(d)
+            slot.active = actives.get(d) or spawn(d)
             for _ in range(self.config.spares):
-                slot.spares.append(self._spawn(d))
+                slot.spares.append(spawn(d))
             self.slots.append(slot)
         for slot in self.slots:
             self._await_hello(slot.active)
@@ -378,6 +382,10 @@ class GpuPool:
         return out
 
     def close(self) -> None:
+        with self._start_lock:  # a start in progress (on a thread of its own) ends first, so none of it outlives this
+            self._close()
+
+    def _close(self) -> None:
         for slot in self.slots:
             for w in [slot.active, *slot.spares]:
                 if w is None:

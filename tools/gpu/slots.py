@@ -7,9 +7,9 @@ run ahead and the run does not end with one long trajectory's last turns alone o
 highest level first). Requests without one (priority 0) are served in arrival order, as before.
 
 A GPU job takes whichever device is free; a profiler replay must take the device its process was
-started on (CUDA_VISIBLE_DEVICES is fixed at process start), so it asks for that one. Among the waiters
-a freed device suits, equal priorities are served in arrival order, so a replay waiting for device 1 is
-not overtaken by later jobs of its priority that would take any device. A replay names the device that is free, else the one the
+started on (CUDA_VISIBLE_DEVICES is fixed at process start), so it asks for that one. A freed device goes
+first to the requests that named it, then to those that take any device (which the next freed one serves as
+well), so a replay is never overtaken on its own GPU; equal priorities are served in arrival order. A replay names the device that is free, else the one the
 fewest replays already wait for (`least_loaded`), so two replays do not queue for one GPU while the other idles.
 """
 from __future__ import annotations
@@ -39,7 +39,9 @@ class SlotQueue(Generic[T]):
 
     def put(self, slot: T) -> None:
         with self._lock:
-            suited = [w for w in self._waiters if w.device is None or w.device == slot.device]
+            # a request that must have this device first (a job for any GPU can take the next one that frees)
+            suited = ([w for w in self._waiters if w.device == slot.device]
+                      or [w for w in self._waiters if w.device is None])
             if suited:
                 w = max(suited, key=lambda w: w.priority)  # the first of the highest priority (max keeps the first)
                 self._waiters.remove(w)

@@ -321,7 +321,7 @@ def _bulk_dq_s3(text: str) -> str:
 
 
 def _on_bulk_dq_s3(name: str, what: str, *edits: list[tuple[str, str]]):
-    """A variant built on bulk_dq_s3 (the reference): its edits, and its header naming it and what it adds."""
+    """A variant built on bulk_dq_s3 (the reference's base): its edits, and its header naming it and what it adds."""
     header = ("// VARIANT bulk_dq_s3 (attention_bwd_variants.py)",
               f"// VARIANT {name} (attention_bwd_variants.py): bulk_dq_s3 with {what};\n// bulk_dq_s3")
     return lambda text: apply_edits(_bulk_dq_s3(text), [e for group in edits for e in group] + [header], name)
