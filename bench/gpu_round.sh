@@ -9,7 +9,8 @@
 #   gpu-tests (560)     the GPU tests of what changed most recently: profile, evaluator (watchdog), fault corpus,
 #                       backward, references
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
-#   bwd-variants (400)  variants of workloads/solutions/attention_bwd_variants.py (BWD_VARIANTS, default: the
+#   bwd-variants (400)  variants of workloads/solutions/attention_bwd_variants.py (BWD_VARIANTS, e.g.
+#                       head_major,head_groups,bulk_dq_d64; default: the
 #                       reference bulk_dq_d64 and its base bulk_dq_s3), timed runs interleaved in one process, on
 #                       D = 128 / 96 and on D = 64
 #   bwd-tuner (300)     builtin/tuner on mha_bwd_d128, 4 turns: the reference and its three built versions

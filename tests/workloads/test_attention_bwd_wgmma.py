@@ -68,7 +68,8 @@ def test_every_entry_point_assembles_to_wgmma_and_tma_without_spills(compiled):
 # what each variant's 128-wide kernel must show: dQ by one bulk reduction, or still by vector reductions
 # decoupled: dQ in the loop and after it
 VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoupled": {"REDG": 32, "HGMMA": 40},
-                "bulk_dq_d64": {"UBLKRED": 1, "HGMMA": 32}, "head_major": {"UBLKRED": 1, "HGMMA": 32}}
+                "bulk_dq_d64": {"UBLKRED": 1, "HGMMA": 32}, "head_major": {"UBLKRED": 1, "HGMMA": 32},
+                "head_groups": {"UBLKRED": 1, "HGMMA": 32}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -84,7 +85,7 @@ def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
     assert {op: wide.get(op) for op in VARIANT_SASS[name]} == VARIANT_SASS[name], wide
     if "UBLKRED" in VARIANT_SASS[name]:
         assert "REDG" not in wide  # dQ by one bulk reduction per block, no vector reductions left
-    if name in ("bulk_dq_d64", "head_major"):  # and at D = 64: one bulk reduction per consumer, no float2 atomics
+    if name in ("bulk_dq_d64", "head_major", "head_groups"):  # and at D = 64: one bulk reduction per consumer, no float2 atomics
         narrow = compile_source(fast_backward(get_workload("mha_bwd_d64"), text), "cuda", "sm_90a").kernels
         assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("UBLKRED") == 1
         assert "REDG" not in narrow["attn_bwd_wgmma_d64"].sass_opcodes
@@ -94,10 +95,28 @@ def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
 def test_head_major_launches_the_key_blocks_of_a_head_side_by_side(wid):
     """The same kernel and shared memory as the reference, its grid [key blocks, heads] (GQA: KV heads)."""
     w = get_workload(wid)
-    ref, hm = (resolve_plan(parse_solution(fast_backward(w, variant_text(n)), w).plan, w, 132, "sm_90a").launches[1]
-               for n in ("bulk_dq_d64", "head_major"))
-    assert (hm.kernel, hm.smem, hm.block) == (ref.kernel, ref.smem, ref.block)
+    ref, hm, hg = (resolve_plan(parse_solution(fast_backward(w, variant_text(n)), w).plan, w, 132, "sm_90a").launches[1]
+                   for n in ("bulk_dq_d64", "head_major", "head_groups"))
+    assert (hm.kernel, hm.smem, hm.block) == (ref.kernel, ref.smem, ref.block) and hg == hm
     assert tuple(hm.grid)[:2] == tuple(ref.grid)[1::-1] and tuple(hm.grid)[0] == int(w.symbols["S"]) // 128
+
+
+@pytest.mark.parametrize("n_kb,heads", [(32, 192), (2, 2), (32, 32), (4, 6), (3, 1)])
+def test_head_groups_order_visits_every_block_once_longest_first_within_each_group(n_kb, heads):
+    """head_groups' block order (its kernel's index lines, mirrored): a bijection from the linear block id onto
+    (key block, head); within each group of HEAD_GROUP heads, key block 0 (causal: the longest) of every head first."""
+    group = 4
+    seen = []
+    for lin in range(n_kb * heads):
+        grp, in_grp = lin // (group * n_kb), lin % (group * n_kb)
+        g_heads = min(group, heads - grp * group)
+        seen.append((in_grp // g_heads, grp * group + in_grp % g_heads))
+    assert sorted(seen) == [(kb, h) for kb in range(n_kb) for h in range(heads)]
+    for g0 in range(0, heads, group):
+        order = [kb for kb, h in seen if g0 <= h < g0 + group]
+        assert order == sorted(order)  # longest (lowest key block) first inside the group
+    text = variant_text("head_groups")
+    assert "const int kb = in_grp / g_heads;" in text and "const int bkv = grp * HEAD_GROUP + in_grp % g_heads;" in text
 
 
 def test_every_variant_is_tested():

@@ -29,6 +29,9 @@ points of its parameter space, which builtin/tuner searches:
   another CTA in flight shares, so every key block re-reads them from DRAM (41 GB of DRAM traffic at D = 128 under
   ncu, 25x the minimum); side by side, about four heads are in flight and the 32 key blocks of each share its rows
   in L2.
+- `head_groups`: `head_major` with the blocks handed out by groups of 4 heads, key blocks longest-first across the
+  group (the forward's LPT_GROUP order): the same locality, and causal gets back the longest-first order across
+  heads that the reference's head-fastest grid gave it (head_major has it within each head only).
 
     python3 bench/attention_bwd_check.py --variant bulk_dq        (on a GPU; bench/gpu_round.sh bwd-variants runs all)
     variant_text("bulk_dq")                                       (the solution text; attention_backward.fast_backward
@@ -289,6 +292,25 @@ HEAD_MAJOR = [
 ]
 
 
+HEAD_GROUPS = [
+    ("  // The key blocks of a head run side by side (blockIdx.x), so its Q / dO rows are read from DRAM about once and\n"
+     "  // its fp32 dQ rows take every block's reduce-add in L2; causal: each head's longest key blocks first.\n"
+     "  const int kb = blockIdx.x;              // key block\n"
+     "  const int bkv = blockIdx.y;             // batch * KV head",
+     "  // Groups of HEAD_GROUP heads side by side, their key blocks longest-first across the group (blocks are handed\n"
+     "  // out in linear order): about one group is in flight, sharing its heads' Q / dO / dQ rows in L2, and causal\n"
+     "  // hands out every group's longest key blocks before its shorter ones.\n"
+     "  const int n_kb = gridDim.x, lin = blockIdx.x + n_kb * blockIdx.y;\n"
+     "  const int grp = lin / (HEAD_GROUP * n_kb), in_grp = lin % (HEAD_GROUP * n_kb);\n"
+     "  const int g_heads = min(HEAD_GROUP, static_cast<int>(gridDim.y) - grp * HEAD_GROUP);\n"
+     "  const int kb = in_grp / g_heads;        // key block\n"
+     "  const int bkv = grp * HEAD_GROUP + in_grp % g_heads;  // batch * KV head"),
+    ("template <int HD, bool CAUSAL, bool GQA>\n__device__ __forceinline__ void attn_bwd(",
+     "constexpr int HEAD_GROUP = 4;  // heads whose key blocks are in flight together (4 x 32 blocks ~ one wave)\n\n"
+     "template <int HD, bool CAUSAL, bool GQA>\n__device__ __forceinline__ void attn_bwd("),
+]
+
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -334,12 +356,21 @@ def _head_major(text: str) -> str:
     return apply_edits(VARIANTS["bulk_dq_d64"](text), HEAD_MAJOR + [header], "head_major")
 
 
+def _head_groups(text: str) -> str:
+    header = ("// VARIANT head_major (attention_bwd_variants.py): bulk_dq_d64 with the key blocks of a head launched "
+              "side by side;",
+              "// VARIANT head_groups (attention_bwd_variants.py): head_major with groups of 4 heads, their key blocks "
+              "longest-first\n// across the group; head_major: bulk_dq_d64 with the key blocks of a head launched side by side;")
+    return apply_edits(_head_major(text), HEAD_GROUPS + [header], "head_groups")
+
+
 VARIANTS = {
     "bulk_dq": lambda text: apply_edits(text, BULK_DQ, "bulk_dq"),
     "bulk_dq_s3": _bulk_dq_s3,
     "decoupled": _decoupled,
     "bulk_dq_d64": _on_bulk_dq_s3("bulk_dq_d64", "D = 64's dQ by bulk reductions too", BULK_DQ_D64),
     "head_major": _head_major,
+    "head_groups": _head_groups,
 }
 
 
