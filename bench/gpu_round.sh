@@ -12,7 +12,7 @@
 #   bwd-variants (400)  variants of workloads/solutions/attention_bwd_variants.py (BWD_VARIANTS, e.g.
 #                       head_major,head_groups,bulk_dq_d64; default: the
 #                       reference bulk_dq_d64 and its base bulk_dq_s3), timed runs interleaved in one process, on
-#                       D = 128 / 96 and on D = 64
+#                       D = 128 / 96 and on D = 64; BWD_PROFILE=mha_bwd_d128 adds a full profile of each variant
 #   bwd-tuner (300)     builtin/tuner on mha_bwd_d128, 4 turns: the reference and its three built versions
 #                       (workloads/solutions/attention_bwd_template.py), each timed against cuDNN with the profile policy's
 #                       verdicts and profiles
@@ -49,10 +49,11 @@ run_step() {  # run_step NAME SECONDS DIR
                  tests/tools/test_profile_gpu.py tests/tools/test_gpu_evaluator.py tests/workloads/test_fault_corpus.py \
                  tests/workloads/test_attention_bwd_wgmma.py tests/workloads/test_references.py ;;
     bwd) python3 bench/attention_bwd_check.py --json "$d/reference.json" --profile mha_bwd_d128 ;;
-    bwd-variants)  # BWD_VARIANTS: the variants to compare, each beside the others (default: the reference and its base)
+    bwd-variants)  # BWD_VARIANTS: the variants to compare, each beside the others (default: the reference and its base);
+                   # BWD_PROFILE: workloads each variant is also profiled on (e.g. mha_bwd_d128: its DRAM traffic)
       python3 bench/attention_bwd_check.py --variant "${BWD_VARIANTS:-bulk_dq_d64,bulk_dq_s3}" --json "$d/d128.json" \
         --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96 \
-        --timed mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96
+        --timed mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96 ${BWD_PROFILE:+--profile "$BWD_PROFILE"}
       python3 bench/attention_bwd_check.py --variant "${BWD_VARIANTS:-bulk_dq_d64,bulk_dq_s3}" --json "$d/d64.json" \
         --untimed smoke_mha_bwd_d64,smoke_mha_bwd_d64_causal,smoke_mha_bwd_d64_gqa_h4_kv2,mha_bwd_d64,mha_bwd_d64_causal \
         --timed mha_bwd_d64,mha_bwd_d64_causal ;;
