@@ -142,3 +142,22 @@ def test_passes_and_is_fast_on_the_gpu(wid):
     assert r.status == "PASSED", (r.message, r.runtime_error, r.plan_errors)
     if wid in MIN_SPEEDUP:
         assert t and t.speedup >= MIN_SPEEDUP[wid], (t and t.speedup, r.message)
+
+
+@pytest.mark.parametrize("name", ["decoupled+head_major", "checked-in+head_major"])
+def test_any_build_can_be_launched_in_head_major_order(name):
+    """`X+head_major`: a schedule measured apart from the head-fastest grid's DRAM traffic (bench/gpu_round.sh
+    bwd-variants); the same kernel as X with head_major's grid, on every backward workload."""
+    text = variant_text(name)
+    assert text.startswith("// + head_major") and "const int kb = blockIdx.x;" in text
+    for wid in BACKWARD:
+        w = get_workload(wid)
+        launch = resolve_plan(parse_solution(fast_backward(w, text), w).plan, w, 132, "sm_90a").launches[1]
+        assert tuple(launch.grid)[0] == int(w.symbols["S"]) // 128
+    r = compile_source(fast_backward(get_workload("mha_bwd_d128"), text), "cuda", "sm_90a")
+    assert r.status == "ok" and not r.warnings and all(k.spill_stores == 0 for k in r.kernels.values())
+
+
+def test_an_unknown_launch_order_is_named():
+    with pytest.raises(KeyError, match="no launch order"):
+        variant_text("decoupled+spiral")

@@ -375,7 +375,16 @@ VARIANTS = {
 
 
 def variant_text(name: str) -> str:
-    """The solution text of variant `name` (the reference's plan lines, so fast_backward applies to it)."""
+    """The solution text of variant `name` (the reference's plan lines, so fast_backward applies to it).
+    `X+head_major`: variant X (or `checked-in`, the file itself) launched in head_major's order, to measure a
+    schedule apart from the DRAM traffic the head-fastest grid costs it."""
+    base, _, order = name.partition("+")
+    if order:
+        if order != "head_major":
+            raise KeyError(f"no launch order {order!r}: head_major")
+        text = REFERENCE.read_text(encoding="utf-8") if base == "checked-in" else variant_text(base)
+        return ("// + head_major (attention_bwd_variants.py): launched with the key blocks of a head side by side.\n"
+                + apply_edits(text, HEAD_MAJOR, name))
     if name not in VARIANTS:
         raise KeyError(f"no variant {name!r}; there are {', '.join(VARIANTS)}")
     return VARIANTS[name](REFERENCE.read_text(encoding="utf-8"))
