@@ -3,6 +3,7 @@ num_gpus=1, evaluations run compile-only (--no-gpu). Model calls stay in the dri
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -31,7 +32,14 @@ def test_actor_holds_a_gpu_and_survives_worker_loss(local_ray):
         options = EvalOptions(no_gpu=True)
         bad = evaluator.evaluate(WL, NOOP.replace("ret;", "bogus;"), options)
         assert bad.status == "COMPILE_ERROR"
-        ray.kill(evaluator.actors[0])  # the worker is lost (a node going away)
+        dead = evaluator.actors[0]
+        ray.kill(dead)  # the worker is lost (a node going away)
+        for _ in range(200):  # ray.kill is asynchronous: a call sent at once may still be served by the old process
+            try:
+                ray.get(dead.where.remote(), timeout=10)
+            except ray.exceptions.RayActorError:
+                break
+            time.sleep(0.05)
         lost = evaluator.evaluate(WL, NOOP, options)
         assert lost.status == "INFRA_ERROR" and "Ray GPU worker failed" in lost.message
         good = evaluator.evaluate(WL, NOOP, options)  # on the replacement actor
