@@ -142,6 +142,8 @@ def bench(
                   f"close {outcome.close_s:.1f} s), {failed} infra-failed; run: {run_dir}")
     for w in outcome.worker_start:  # where the evaluator's start went (also in the run folder: evaluator_start.json)
         phases = ", ".join(f"{k} {v:.1f} s" for k, v in w.get("phases", {}).items() if v >= 0.05)
+        if "process_start_s" in w:  # before its code ran: the forkserver, the preload, the fork
+            phases = f"process start {w['process_start_s']:.1f} s, " + phases
         console.print(f"GPU {w['device']} worker ready after {w['ready_after_s']:.1f} s ({phases or 'no phases'})")
     use = outcome.gpu_use  # where the GPU time went (also in the run folder: gpu_timeline.json)
     for d, u in sorted(use.get("devices", {}).items()):

@@ -322,3 +322,21 @@ def test_closing_during_a_background_start_leaves_nothing_running():
     pool.close()  # waits for the start in progress, then stops every worker it made
     starter.join(5)
     assert len(FakeWorker.started) == 4 and all(not w.alive() for w in FakeWorker.started) and pool.slots == []
+
+
+def test_the_pool_records_how_long_a_worker_process_took_to_start_running():
+    """A worker says when (wall clock) its own code began; the pool keeps the time before it (the forkserver, the
+    preload, the fork), the part of the start its phases do not cover."""
+    class Timed(FakeWorker):
+        def __init__(self, device, config):
+            super().__init__(device, config)
+            self.outbox = queue.Queue()
+            self.outbox.put({**HELLO, "started_at": time.time() + 0.25})  # as if its process took 0.25 s to start
+
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: Timed(d, c)).start()
+    (entry,) = pool.startup
+    assert 0.2 <= entry["process_start_s"] <= 1.0
+    pool.close()
+    plain = make_pool(devices=[0], spares=0).start()  # a worker that does not say: nothing made up
+    assert "process_start_s" not in plain.startup[0]
+    plain.close()

@@ -165,6 +165,7 @@ class GpuPool:
         # each worker's start as the pool saw it: device, seconds from the pool's start to its hello, its phases
         self.startup: list[dict] = []
         self._start_t0: float | None = None
+        self._start_wall: float | None = None
         self._lock = threading.Lock()
         self._start_lock = threading.Lock()  # start() may be called from several threads: one starts, the others wait
         self._start_error: NoGpuError | None = None  # a start that failed fails every later call at once
@@ -194,9 +195,12 @@ class GpuPool:
                 w.kill()
                 raise NoGpuError(f"the GPU worker for device {w.device} could not start: {msg['error']}")
             w.hello = msg
-            self.startup.append({"device": w.device, "in_worker_s": round(float(msg.get("startup_s", 0.0)), 3),
-                                 "ready_after_s": round(time.monotonic() - (self._start_t0 or time.monotonic()), 3),
-                                 "phases": msg.get("startup_phases") or {}})
+            entry = {"device": w.device, "in_worker_s": round(float(msg.get("startup_s", 0.0)), 3),
+                     "ready_after_s": round(time.monotonic() - (self._start_t0 or time.monotonic()), 3),
+                     "phases": msg.get("startup_phases") or {}}
+            if msg.get("started_at") and self._start_wall:  # the process start (forkserver, preload, fork) before it
+                entry["process_start_s"] = round(float(msg["started_at"]) - self._start_wall, 3)
+            self.startup.append(entry)
         return w.hello
 
     def start(self) -> GpuPool:
@@ -223,7 +227,7 @@ class GpuPool:
             spawned.append(self._spawn(device))
             return spawned[-1]
 
-        self._start_t0 = time.monotonic()
+        self._start_t0, self._start_wall = time.monotonic(), time.time()
         guess = self.config.devices if self.config.devices is not None else visible_devices()
         actives = {d: spawn(d) for d in (guess or [0])}  # every GPU's worker starts at once when they are known
         first = next(iter(actives.values()))

@@ -56,6 +56,7 @@ def read_limits(device_index: int) -> DeviceLimits:
 
 def _start(device_index: int, config: dict, referee_conn):
     t_start = time.perf_counter()
+    started_at = time.time()  # wall clock: the pool tells from it how long the process took to get here
     import torch
     from cuda.bindings import driver as cu
 
@@ -91,7 +92,7 @@ def _start(device_index: int, config: dict, referee_conn):
     done("fingerprint")
     hello = {"type": "hello", "limits": limits.model_dump(), "fingerprint": identity,
              "device_count": torch.cuda.device_count(), "startup_s": time.perf_counter() - t_start,
-             "startup_phases": {k: round(v, 3) for k, v in phases.items()}}
+             "startup_phases": {k: round(v, 3) for k, v in phases.items()}, "started_at": started_at}
     return state, hello
 
 
