@@ -97,9 +97,7 @@ def make_evaluator(config: BenchConfig):
     if config.backend != "local":
         raise BenchError(f"unknown backend {config.backend!r}: local or ray")
     from ptxbench.tools.evaluate import LocalEvaluator
-    from ptxbench.tools.gpu.pool import NoGpuError, PoolConfig
-
-    from ptxbench.tools.gpu.pool import visible_devices
+    from ptxbench.tools.gpu.pool import NoGpuError, PoolConfig, visible_devices
 
     evaluator = LocalEvaluator(pool_config=PoolConfig(devices=list(range(config.gpus))) if config.gpus else None)
     if config.no_gpu:

@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-
 from ptxbench.workloads.arch import DEFAULT_ARCH
 import time
 from pathlib import Path

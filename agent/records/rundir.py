@@ -156,39 +156,40 @@ def load_run(run_dir: Path) -> list[TrajectoryRecord]:
     return [TrajectoryRecord(p, read_events(p / "trajectory.jsonl")) for p in trajectory_folders(run_dir)]
 
 
-def write_manifest(run_dir: Path, manifest: dict) -> Path:
+def _read_json(run_dir: Path, name: str) -> dict:
+    """A JSON file of the run folder, {} when it is not there."""
+    path = Path(run_dir) / name
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def _write_json(run_dir: Path, name: str, data: dict, indent: int | None = None) -> Path:
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(run_dir) / "manifest.json"
-    path.write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
+    path = Path(run_dir) / name
+    path.write_text(json.dumps(data, indent=indent, default=str), encoding="utf-8")
     return path
 
 
+def write_manifest(run_dir: Path, manifest: dict) -> Path:
+    return _write_json(run_dir, "manifest.json", manifest, indent=2)
+
+
 def read_manifest(run_dir: Path) -> dict:
-    path = Path(run_dir) / "manifest.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return _read_json(run_dir, "manifest.json")
 
 
 def write_evaluator_start(run_dir: Path, setup_s: float, workers: list[dict]) -> Path:
     """How long the evaluator took to start and where it went, per GPU worker (GpuPool.startup)."""
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(run_dir) / "evaluator_start.json"
-    path.write_text(json.dumps({"setup_s": round(setup_s, 3), "workers": workers}, indent=1), encoding="utf-8")
-    return path
+    return _write_json(run_dir, "evaluator_start.json", {"setup_s": round(setup_s, 3), "workers": workers}, indent=1)
 
 
 def write_gpu_timeline(run_dir: Path, timeline: dict) -> Path:
     """Every hold of a GPU during the run and its summary (tools/gpu/timeline.py GpuTimeline.to_json)."""
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(run_dir) / "gpu_timeline.json"
-    path.write_text(json.dumps(timeline), encoding="utf-8")
-    return path
+    return _write_json(run_dir, "gpu_timeline.json", timeline)
 
 
 def read_gpu_timeline(run_dir: Path) -> dict:
-    path = Path(run_dir) / "gpu_timeline.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return _read_json(run_dir, "gpu_timeline.json")
 
 
 def read_evaluator_start(run_dir: Path) -> dict:
-    path = Path(run_dir) / "evaluator_start.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return _read_json(run_dir, "evaluator_start.json")

@@ -293,14 +293,14 @@ class GpuPool:
         self.start()
         asked = self.timeline.now()
         slot = self.free.get(device, priority)
-        start = time.monotonic()
         got = self.timeline.now()
         try:
             yield slot.device
         finally:
+            end = self.timeline.now()
             with self._lock:
-                self.held_s[slot.device] = self.held_s.get(slot.device, 0.0) + time.monotonic() - start
-            self.timeline.add(slot.device, "hold", device is not None, asked, got, self.timeline.now(), what)
+                self.held_s[slot.device] = self.held_s.get(slot.device, 0.0) + end - got
+            self.timeline.add(slot.device, "hold", device is not None, asked, got, end, what)
             self.free.put(slot)
 
     def _ensure_active(self, slot: DeviceSlot) -> WorkerProcess:

@@ -9,8 +9,9 @@ highest level first). Requests without one (priority 0) are served in arrival or
 A GPU job takes whichever device is free; a profiler replay must take the device its process was
 started on (CUDA_VISIBLE_DEVICES is fixed at process start), so it asks for that one. A freed device goes
 first to the requests that named it, then to those that take any device (which the next freed one serves as
-well), so a replay is never overtaken on its own GPU; equal priorities are served in arrival order. A replay names the device that is free, else the one the
-fewest replays already wait for (`least_loaded`), so two replays do not queue for one GPU while the other idles.
+well), so a replay is never overtaken on its own GPU; equal priorities are served in arrival order. A replay
+names the device that is free, else the one the fewest replays already wait for (`least_loaded`), so two
+replays do not queue for one GPU while the other idles.
 """
 from __future__ import annotations
 

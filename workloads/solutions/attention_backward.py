@@ -53,7 +53,9 @@ def backward_text(head_dim: int, causal: bool, gqa: bool, base: str | None = Non
         edits.append((smem.group(0) if smem else "smem = ", SMEM_D64))
     if gqa:  # one CTA per (key block, batch * KV head), the group argument, K / V over B * HKV * S rows
         grid = re.search(r'grid = \[[^\]\n]*"B \* H"[^\]\n]*\]', text)  # the main launch's (either order)
-        edits.append((grid.group(0) if grid else 'grid = ["B * H"', (grid.group(0) if grid else "").replace('"B * H"', '"B * HKV"')))
+        if grid is None:
+            raise ValueError(f"{FAST_BACKWARD}: the plan has no grid over \"B * H\" to change")
+        edits.append((grid.group(0), grid.group(0).replace('"B * H"', '"B * HKV"')))
         edits.append(('"i32:D", "f32:scale"]', '"i32:D", "f32:scale", "i32:H // HKV"]'))
         edits += [(f'tensor = "{t}"\ndims = ["D", "B * H * S"]', f'tensor = "{t}"\ndims = ["D", "B * HKV * S"]')
                   for t in ("K", "V")]

@@ -342,35 +342,21 @@ def _bulk_dq_s3(text: str) -> str:
     return _stages_3(apply_edits(text, BULK_DQ, "bulk_dq"))
 
 
-def _on_bulk_dq_s3(name: str, what: str, *edits: list[tuple[str, str]]):
-    """A variant built on bulk_dq_s3 (the reference's base): its edits, and its header naming it and what it adds."""
-    header = ("// VARIANT bulk_dq_s3 (attention_bwd_variants.py)",
-              f"// VARIANT {name} (attention_bwd_variants.py): bulk_dq_s3 with {what};\n// bulk_dq_s3")
-    return lambda text: apply_edits(_bulk_dq_s3(text), [e for group in edits for e in group] + [header], name)
-
-
-def _head_major(text: str) -> str:
-    header = ("// VARIANT bulk_dq_d64 (attention_bwd_variants.py)",
-              "// VARIANT head_major (attention_bwd_variants.py): bulk_dq_d64 with the key blocks of a head launched "
-              "side by side;\n// bulk_dq_d64")
-    return apply_edits(VARIANTS["bulk_dq_d64"](text), HEAD_MAJOR + [header], "head_major")
-
-
-def _head_groups(text: str) -> str:
-    header = ("// VARIANT head_major (attention_bwd_variants.py): bulk_dq_d64 with the key blocks of a head launched "
-              "side by side;",
-              "// VARIANT head_groups (attention_bwd_variants.py): head_major with groups of 4 heads, their key blocks "
-              "longest-first\n// across the group; head_major: bulk_dq_d64 with the key blocks of a head launched side by side;")
-    return apply_edits(_head_major(text), HEAD_GROUPS + [header], "head_groups")
+def _on(base: str, name: str, what: str, edits: list[tuple[str, str]]):
+    """A variant built on variant `base`: its edits, and its header naming it, what it adds and its base."""
+    header = (f"// VARIANT {base} (attention_bwd_variants.py)",
+              f"// VARIANT {name} (attention_bwd_variants.py): {base} with {what};\n// {base}")
+    return lambda text: apply_edits(VARIANTS[base](text), edits + [header], name)
 
 
 VARIANTS = {
     "bulk_dq": lambda text: apply_edits(text, BULK_DQ, "bulk_dq"),
     "bulk_dq_s3": _bulk_dq_s3,
     "decoupled": _decoupled,
-    "bulk_dq_d64": _on_bulk_dq_s3("bulk_dq_d64", "D = 64's dQ by bulk reductions too", BULK_DQ_D64),
-    "head_major": _head_major,
-    "head_groups": _head_groups,
+    "bulk_dq_d64": _on("bulk_dq_s3", "bulk_dq_d64", "D = 64's dQ by bulk reductions too", BULK_DQ_D64),
+    "head_major": _on("bulk_dq_d64", "head_major", "the key blocks of a head launched side by side", HEAD_MAJOR),
+    "head_groups": _on("head_major", "head_groups", "groups of 4 heads, their key blocks longest-first across the "
+                       "group", HEAD_GROUPS),
 }
 
 
