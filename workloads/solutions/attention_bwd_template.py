@@ -1,7 +1,7 @@
 """The Hopper attention backward's parameter space, over the built versions of attention_bwd_wgmma.cu.
 
 A point carries the problem it is built for (head_dim, causal, gqa: `params_for(workload)` sets them, never
-searched) and three searched levers, each a way the kernel can be built (attention_bwd_variants.py):
+searched) and four searched levers, each a way the kernel can be built (attention_bwd_variants.py):
 
     dq        "vector": each consumer thread adds its dQ rows with float2 atomics (16 per query block);
               "bulk": dQ through shared memory and bulk reduce-adds (`cp.reduce.async.bulk .add.f32`): one per
@@ -9,12 +9,15 @@ searched) and three searched levers, each a way the kernel can be built (attenti
     stages    the Q / dO ring depth of the 128-wide kernels: 2 or 3 (D = 64 runs 2 either way)
     schedule  "cooperative": both consumers meet on a named barrier every query block; "decoupled": each
               computes the previous block's dQ and waits on the other only for that block's dS^T
+    order     "head_fastest": grid [B * H, S / 128], 132 heads in flight, each re-reading its Q / dO / dQ rows
+              from DRAM; "head_groups": the key blocks of 4 heads side by side, longest-first across the group
+              (they share those rows in L2: -27% time at D = 128 on the H200)
 
-Not every combination is built: `BUILT` lists those that are (the checked-in file, bulk_dq, the reference
-bulk_dq_d64, decoupled), and `validate` names the others, so builtin/tuner's repairs move to the nearest built
+Not every combination is built: `BUILT` lists those that are (the checked-in file, bulk_dq, bulk_dq_d64,
+decoupled, each in either order; the reference is bulk_dq_d64+head_groups), and `validate` names the others, so builtin/tuner's repairs move to the nearest built
 one. `render` is fast_backward's text for the point's problem from its variant. The default point is the reference
-(`reference_backward`: bulk dQ, a 3-deep ring, cooperative); the weak point is the checked-in file (vector dQ, 2
-stages), 0.80x the reference's speed at D = 128 and 0.79x at D = 64 on the H200, where a climb starts
+(`reference_backward`: bulk dQ, a 3-deep ring, cooperative, head groups); the weak point is the checked-in file
+(vector dQ, 2 stages, head-fastest grid), about 0.6x the reference's speed at D = 128 on the H200, where a climb starts
 (tests/workloads/test_attention_bwd_template.py keeps both equal to their texts).
 """
 from __future__ import annotations
@@ -40,22 +43,31 @@ class BwdParams(BaseModel):
     stages: int = Field(3, description="Q / dO ring depth of the 128-wide kernels")
     schedule: str = Field("cooperative", description="'cooperative' (a named barrier per block) or 'decoupled' "
                                                      "(each consumer runs the previous block's dQ)")
+    order: str = Field("head_groups", description="'head_fastest' (grid [B * H, S / 128]) or 'head_groups' (the key "
+                                                  "blocks of 4 heads side by side, longest-first)")
 
 
-PARAM_SPACE: dict[str, list] = {"dq": ["vector", "bulk"], "stages": [2, 3], "schedule": ["cooperative", "decoupled"]}
-SEARCHED = ("dq", "stages", "schedule")
+PARAM_SPACE: dict[str, list] = {"dq": ["vector", "bulk"], "stages": [2, 3], "schedule": ["cooperative", "decoupled"],
+                                "order": ["head_fastest", "head_groups"]}
+SEARCHED = ("dq", "stages", "schedule", "order")
 # (dq, stages, schedule) -> the variant of attention_bwd_variants.py that builds it (None: the checked-in file).
 # bulk_dq (2 stages) keeps D = 64's float2 atomics: at D = 64 only the 3-stage point reduces dQ in bulk.
-BUILT: dict[tuple[str, int, str], str | None] = {
+_BUILDS: dict[tuple[str, int, str], str | None] = {
     ("vector", 2, "cooperative"): None,
     ("bulk", 2, "cooperative"): "bulk_dq",
     ("bulk", 3, "cooperative"): "bulk_dq_d64",
     ("vector", 3, "decoupled"): "decoupled",
 }
+# Every build in either launch order (attention_bwd_variants.ORDERS): "X+head_groups" is X launched by head groups.
+BUILT: dict[tuple[str, int, str, str], str | None] = {
+    **{(*k, "head_fastest"): v for k, v in _BUILDS.items()},
+    **{(*k, "head_groups"): f"{v or 'checked-in'}+head_groups" for k, v in _BUILDS.items()},
+}
 
 # builtin/tuner (agent/models/tuner_rules.py): role -> (parameter, favoured value or None).
 TUNER_LEVERS: dict[str, tuple[str, Any]] = {
     "dq_reduce": ("dq", "bulk"), "ring": ("stages", None), "schedule": ("schedule", "decoupled"),
+    "order": ("order", "head_groups"),
 }
 # Regions of the rendered file a profile's hot lines are matched to (substrings of the source lines).
 TUNER_LINES: dict[str, tuple[str, ...]] = {
@@ -65,13 +77,16 @@ TUNER_LINES: dict[str, tuple[str, ...]] = {
     "mma_issue": ("wgmma_",),
 }
 # Before any evidence of this run (fraction of the time): what each move gave on the H200 (bench/results/attention_bwd.md,
-# "v2 candidates": the bulk reduction -17% time at D = 128 and -21% at D = 64, decoupled consumers -2%, the deeper
-# ring within the spread); predicted from the v1 profile they were 0.05, 0.10 and 0.01.
-TUNER_PRIORS: dict[str, Any] = {"dq_reduce": 0.17, "schedule": 0.02, "ring": 0.01}
+# "v2 candidates": the bulk reduction -17% time at D = 128 and -21% at D = 64, the deeper ring within the spread;
+# "v4": head groups -27% at D = 128, decoupled consumers -6% once both run in head order, -2% before); predicted
+# from the v1 profile they were 0.05, 0.01 and 0.10 (schedule), and 0.20 for the order (from the v3 profile).
+TUNER_PRIORS: dict[str, Any] = {"dq_reduce": 0.17, "schedule": 0.06, "ring": 0.01, "order": 0.27}
 TUNER_WORDS: dict[str, str] = {
     "dq_reduce": "dQ through shared memory and bulk reduce-adds (instead of 16 float2 atomics per thread and query "
                  "block)",
     "ring": "a deeper Q / dO ring (more TMA loads in flight ahead of the math)",
+    "order": "the key blocks of 4 heads launched side by side, longest-first (they share each head's Q, dO and "
+             "dQ rows in L2 instead of 132 heads in flight re-reading them from DRAM)",
     "schedule": "decoupled consumers (each runs the previous block's dQ, so one's exponentials overlap the other's "
                 "tensor work instead of meeting on a barrier every block)",
 }
@@ -83,8 +98,8 @@ def default_params(workload: Any | None = None) -> BwdParams:
 
 
 def weak_params(workload: Any | None = None) -> BwdParams:
-    """The checked-in file's point (float2 atomics for dQ, a 2-deep ring): where a climb starts."""
-    return default_params(workload).model_copy(update={"dq": "vector", "stages": 2})
+    """The checked-in file's point (float2 atomics for dQ, a 2-deep ring, head-fastest grid): where a climb starts."""
+    return default_params(workload).model_copy(update={"dq": "vector", "stages": 2, "order": "head_fastest"})
 
 
 def params_for(workload: Any, **changes: Any) -> BwdParams:
@@ -117,7 +132,7 @@ def validate(params: BwdParams | Mapping[str, Any], shape: Any = None) -> list[s
     if not bad and _key(p) not in BUILT:
         built = "; ".join(_words(k) for k in BUILT)
         bad.append(f"{_words(_key(p))} is not built (built: {built})")
-    if not bad and p.head_dim == 64 and p.dq == "bulk" and variant_of(p) == "bulk_dq":
+    if not bad and p.head_dim == 64 and p.dq == "bulk" and (variant_of(p) or "").split("+")[0] == "bulk_dq":
         bad.append("at D = 64 dQ is reduced in bulk only with stages=3 (the 2-stage build keeps D = 64's float2 "
                    "atomics; D = 64 runs 2 stages either way)")
     if shape is not None and hasattr(shape, "symbols"):
