@@ -268,13 +268,13 @@ class LocalEvaluator:
         if not registered and level != "none":  # it waited (or found the cache filled meanwhile): the time says which
             result.seconds["profile.identical_wait"] = time.perf_counter() - t0
         try:
-            return self._profile_or_reuse(result, options, level, why, solution, comp, key, early)
+            return self._profile_or_reuse(result, options, level, why, solution, comp, key, early, priority)
         finally:
             if registered:
                 self._profiling.release(key)
 
     def _profile_or_reuse(self, result: EvalResult, options: EvalOptions, level: str, why: str, solution, comp,
-                          key: tuple, early: EarlyProfile | None) -> EvalResult:
+                          key: tuple, early: EarlyProfile | None, priority: float = 0.0) -> EvalResult:
         cached = self._cached_profile(*key, level)
         if cached is not None:
             result.targets_runtime = {k: RuntimeTarget.model_validate(v) for k, v in cached["targets_runtime"].items()}

@@ -145,3 +145,41 @@ def test_exclusive_holds_one_device_and_the_others_keep_running_jobs():
         t.join(5)
         assert done and done[0].status == "PASSED"  # device 0 ran it while device 1 was held
     assert pool.free.qsize() == 2 and pool.held_s[1] > 0
+
+
+def test_a_profile_after_the_timing_holds_its_gpu_at_the_evaluations_queue_priority(monkeypatch):
+    """The replay of a passing kernel takes its GPU through pool.exclusive with the evaluation's priority (a replay
+    whose hold raised reported 'the GPU could not be taken' and left the target verdicts unknown)."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    import ptxbench.tools.evaluate as ev_mod
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.tools.results import EvalResult
+
+    held = []
+
+    class Pool:
+        def start(self):
+            return self
+
+        def pick_device(self):
+            return 1
+
+        @contextmanager
+        def exclusive(self, device=None, priority=0.0, what=""):
+            held.append((device, priority, what))
+            yield device
+
+    def fake_attach(result, options, source, comp, language, *, device, level, why, hold, sanitize_hold, measured):
+        with hold() as d:
+            result.profile_reason = f"replayed on {d}"
+        return result
+
+    monkeypatch.setattr(ev_mod, "attach", fake_attach)
+    evaluator = LocalEvaluator(pool=Pool())
+    result = EvalResult(workload="gemm_bf16_m8192_n7168_k5120", status="PASSED")
+    solution = SimpleNamespace(source="", language="cuda")
+    out = evaluator._attach_profile(result, EvalOptions(), "verdict", "first pass", solution, None, "sha", None, 7.5)
+    assert held == [(1, 7.5, "gemm_bf16_m8192_n7168_k5120")] and out.profile_reason == "replayed on 1"
