@@ -10,9 +10,10 @@
 #                       backward, references
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
 #   bwd-variants (400)  variants of workloads/solutions/attention_bwd_variants.py (BWD_VARIANTS, e.g.
-#                       head_major,head_groups,bulk_dq_d64; default: the
-#                       reference bulk_dq_d64 and its base bulk_dq_s3), timed runs interleaved in one process, on
-#                       D = 128 / 96 and on D = 64; BWD_PROFILE=mha_bwd_d128 adds a full profile of each variant
+#                       dq_tiles+head_groups,decoupled_tiles+head_groups; default: the reference and its
+#                       head-fastest base), timed runs interleaved in one process, on every main backward
+#                       workload (D = 128 / 96 with causal and GQA, then D = 64); BWD_PROFILE=mha_bwd_d128 adds a
+#                       full profile of each variant
 #   bwd-tuner (300)     builtin/tuner on mha_bwd_d128, 4 turns: the reference and its three built versions
 #                       (workloads/solutions/attention_bwd_template.py), each timed against cuDNN with the profile policy's
 #                       verdicts and profiles
@@ -51,10 +52,11 @@ run_step() {  # run_step NAME SECONDS DIR
     bwd) python3 bench/attention_bwd_check.py --json "$d/reference.json" --profile mha_bwd_d128 ;;
     bwd-variants)  # BWD_VARIANTS: the variants to compare, each beside the others (default: the reference and its base);
                    # BWD_PROFILE: workloads each variant is also profiled on (e.g. mha_bwd_d128: its DRAM traffic)
-      python3 bench/attention_bwd_check.py --variant "${BWD_VARIANTS:-bulk_dq_d64,bulk_dq_s3}" --json "$d/d128.json" \
-        --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96 \
-        --timed mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96 ${BWD_PROFILE:+--profile "$BWD_PROFILE"}
-      python3 bench/attention_bwd_check.py --variant "${BWD_VARIANTS:-bulk_dq_d64,bulk_dq_s3}" --json "$d/d64.json" \
+      python3 bench/attention_bwd_check.py --variant "${BWD_VARIANTS:-bulk_dq_d64+head_groups,bulk_dq_d64}" --json "$d/d128.json" \
+        --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96,mha_bwd_d96_causal,mha_bwd_d128_gqa_h32_kv8 \
+        --timed mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96,mha_bwd_d96_causal,mha_bwd_d128_gqa_h32_kv8 \
+        ${BWD_PROFILE:+--profile "$BWD_PROFILE"}
+      python3 bench/attention_bwd_check.py --variant "${BWD_VARIANTS:-bulk_dq_d64+head_groups,bulk_dq_d64}" --json "$d/d64.json" \
         --untimed smoke_mha_bwd_d64,smoke_mha_bwd_d64_causal,smoke_mha_bwd_d64_gqa_h4_kv2,mha_bwd_d64,mha_bwd_d64_causal \
         --timed mha_bwd_d64,mha_bwd_d64_causal ;;
     bwd-tuner) python3 -m ptxbench.agent optimize mha_bwd_d128 --model builtin/tuner --turns 4 --target-speedup 0 \

@@ -4,6 +4,8 @@ it covers every backward workload of the registry, its plans resolve, it compile
 submits, and (on a GPU) that passes with a measured floor against cuDNN. Figures: bench/results/attention_bwd.md."""
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from ptxbench.tools.compile import compile_source
@@ -71,7 +73,8 @@ def test_every_entry_point_assembles_to_wgmma_and_tma_without_spills(compiled):
 # decoupled: dQ in the loop and after it
 VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoupled": {"REDG": 32, "HGMMA": 40},
                 "bulk_dq_d64": {"UBLKRED": 1, "HGMMA": 32}, "bulk_dq_d64+head_major": {"UBLKRED": 1, "HGMMA": 32},
-                "bulk_dq_d64+head_groups": {"UBLKRED": 1, "HGMMA": 32}}
+                "bulk_dq_d64+head_groups": {"UBLKRED": 1, "HGMMA": 32}, "dq_tiles": {"UBLKRED": 1, "HGMMA": 32},
+                "decoupled_tiles": {"UBLKRED": 2, "HGMMA": 40}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -87,7 +90,7 @@ def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
     assert {op: wide.get(op) for op in VARIANT_SASS[name]} == VARIANT_SASS[name], wide
     if "UBLKRED" in VARIANT_SASS[name]:
         assert "REDG" not in wide  # dQ by one bulk reduction per block, no vector reductions left
-    if name.startswith("bulk_dq_d64"):  # and at D = 64: one bulk reduction per consumer, no float2 atomics
+    if name.startswith(("bulk_dq_d64", "dq_tiles")):  # and at D = 64: one bulk reduction per consumer, no float2 atomics
         narrow = compile_source(fast_backward(get_workload("mha_bwd_d64"), text), "cuda", "sm_90a").kernels
         assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("UBLKRED") == 1
         assert "REDG" not in narrow["attn_bwd_wgmma_d64"].sass_opcodes
@@ -167,3 +170,36 @@ def test_any_build_can_be_launched_in_either_head_order(name):
 def test_an_unknown_launch_order_is_named():
     with pytest.raises(KeyError, match="no launch order"):
         variant_text("decoupled+spiral")
+
+
+@pytest.mark.parametrize("D", [64, 96, 128])
+def test_dq_tiles_layout_is_read_back_by_the_postprocess(D):
+    """dq_tiles' dQacc layout (its kernels' index lines, mirrored): what each consumer's bulk reduction writes for
+    (query row, column) is where attn_bwd_post reads that element, every element of a 64-row block has its own
+    float inside the block's 64 x D, and a warp's 8 rows of one 32-byte group fall on 8 different groups of banks."""
+    written = {}
+    for c in range(2 if D > 64 else 1):  # D = 64: both consumers add into one tile, the same addresses
+        W = min(64, D - 64 * c) if D > 64 else 64
+        base = 64 * 64 * c if D > 64 else 0
+        sw = W // 8 - 1
+        for row in range(64):
+            for g in range(8):
+                for k in range(8):  # col0 + j % 2 over the group's 8 floats
+                    if 8 * g < W:
+                        written[(row, (64 * c if D > 64 else 0) + 8 * g + k)] = base + row * W + 8 * (g ^ (row & sw)) + k
+    assert sorted(written) == [(r, d) for r in range(64) for d in range(D)]
+    assert sorted(written.values()) == list(range(64 * D))
+    for row in range(64):
+        for d in range(0, D, 4):  # the postprocess: four consecutive elements, one float4
+            c, dd = d // 64, d % 64
+            W = min(64, D - 64 * c)
+            src = 64 * 64 * c + row * W + 8 * ((dd // 8) ^ (row & (W // 8 - 1))) + dd % 8
+            assert [src + k for k in range(4)] == [written[(row, d + k)] for k in range(4)] and src % 4 == 0
+    # bank groups of the tile stores (32 bytes = 8 of the 32 banks, 4 groups): a warp stores rows r..r+7 of one
+    # 32-byte group, 256 bytes, 2 wavefronts at best: each bank group at most twice (unswizzled: all 8 on one)
+    for W in {min(64, D - 64 * c) if D > 64 else 64 for c in range(2)}:
+        for g in range(W // 8):
+            per_group = Counter((row * W + 8 * (g ^ (row & (W // 8 - 1)))) * 4 // 32 % 4 for row in range(8))
+            assert max(per_group.values()) == 2
+    text = variant_text("dq_tiles")
+    assert "8 * (g ^ (row & sw))" in text and "8 * ((dd / 8) ^ (rr & (W / 8 - 1)))" in text

@@ -22,6 +22,11 @@ points of its parameter space, which builtin/tuner searches:
   atomics per thread; the 128-wide kernels are bulk_dq_s3's (same launch plan and SASS). Shared memory as a
   formula in D (one 32 KB dQ area either way). On the H200: D = 64 0.613x cuDNN (bulk_dq_s3 0.483x), causal 0.673x
   (0.544x).
+- `dq_tiles`: `bulk_dq_d64` with each consumer's dQ reduced on its own at every D: at D = 96 / 128 consumer c's
+  64 x 64 column half goes into its own tile and its own bulk reduce-add, so the consumers no longer meet on a
+  second named barrier for dQ; dQacc takes the tiles' layout (per 64-row block the column halves one after the
+  other, rows with their 32-byte groups swizzled by the row, so a warp's tile stores hit each bank group twice
+  instead of one group eight times), and the postprocess reads it back.
 
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
@@ -314,6 +319,125 @@ HEAD_GROUPS = [
 ]
 
 
+# dq_tiles: each consumer reduces its own dQ tile, whatever D, and dQacc takes the tiles' layout (the postprocess
+# reads it back), so no consumer waits on the other for dQ and the tile stores hit no bank twice.
+DQ_TILES = [
+    ('args = ["scratch:dQacc", "dQ", "i32:B * H * S * D", "f32:scale"]',
+     'args = ["scratch:dQacc", "dQ", "i32:B * H * S * D", "f32:scale", "i32:D"]'),
+    ("""// attn_bwd_post: dQ = bf16(scale * acc), four elements per thread.
+extern "C" __global__ void __launch_bounds__(256) attn_bwd_post(const float* __restrict__ dQacc,
+                                                                 __nv_bfloat16* __restrict__ dQ, int n, float scale) {
+  const int i = 4 * (blockIdx.x * 256 + threadIdx.x);
+  if (i >= n) return;
+  const float4 v = *reinterpret_cast<const float4*>(dQacc + i);""",
+     """// attn_bwd_post: dQ = bf16(scale * acc), four elements per thread. acc is in the main kernel's tile layout: per
+// 64-row block, the columns in halves of 64 (the second W = D - 64 wide at D = 96), one after the other, each half's
+// rows W floats long with their 32-byte groups swizzled by the row (group g of row rr at g ^ (rr % (W / 8))).
+extern "C" __global__ void __launch_bounds__(256) attn_bwd_post(const float* __restrict__ dQacc,
+                                                                 __nv_bfloat16* __restrict__ dQ, int n, float scale,
+                                                                 int D) {
+  const int i = 4 * (blockIdx.x * 256 + threadIdx.x);
+  if (i >= n) return;
+  const int row = i / D, d = i % D, rr = row % 64, c = d / 64, dd = d % 64, W = min(64, D - 64 * c);
+  const size_t src = static_cast<size_t>(row - rr) * D + 64 * 64 * c + rr * W + 8 * ((dd / 8) ^ (rr & (W / 8 - 1))) +
+                     dd % 8;
+  const float4 v = *reinterpret_cast<const float4*>(dQacc + src);"""),
+    ("  if (t == 0 && (HD == 64 || issuer)) bulk_wait_read();  // this thread's previous dQ reduction has read its tile",
+     "  if (t == 0) bulk_wait_read();  // this consumer's previous dQ reduction has read its tile"),
+    ("""  const int dcol0 = HD == 128 ? 64 * c : 0;
+  if constexpr (HD == 128) {  // both consumers' column halves into sdQ ([64][D] fp32), then one bulk reduction
+#pragma unroll
+    for (int j = 0; j < 32; j += 2) {
+      const int d = dcol0 + 8 * (j / 4) + col0;
+      if (d < D) sts64(sdQ + (r + 8 * ((j / 2) % 2)) * D + d, dq[j], dq[j + 1]);
+    }
+    fence_proxy_async();
+    named_barrier_sync(2, 256);
+    if (issuer) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D, sdQ, BM * D * 4);
+    return;
+  }
+  // HD = 64: this consumer's partial (its own keys, every column) into its own tile, reduced by its thread 0
+  float* tile = sdQ + c * BM * 64;
+#pragma unroll
+  for (int j = 0; j < 32; j += 2) sts64(tile + (r + 8 * ((j / 2) % 2)) * 64 + 8 * (j / 4) + col0, dq[j], dq[j + 1]);
+  fence_proxy_async();
+  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
+  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D, tile, BM * 64 * 4);""",
+     """  // This consumer's partial into its own tile, reduced by its thread 0 without waiting for the other consumer.
+  // The tile has dQacc's layout (attn_bwd_post reads it back): HD = 128: consumer c's columns 64c.. (W = min(64,
+  // D - 64c) wide), 64 x 64c floats into the block's rows; HD = 64: all 64 columns over its own keys (both
+  // consumers add into the block's one tile). Rows W floats long, 32-byte group g of row `row` at g ^ (row % (W / 8)):
+  // a warp's 8 rows of one group land on 8 different groups of banks.
+  const int W = HD == 128 ? min(64, D - 64 * c) : 64, sw = W / 8 - 1;
+  float* tile = sdQ + c * BM * 64;
+#pragma unroll
+  for (int j = 0; j < 32; j += 2) {
+    const int g = j / 4, row = r + 8 * ((j / 2) % 2);
+    if (8 * g < W) sts64(tile + row * W + 8 * (g ^ (row & sw)) + col0, dq[j], dq[j + 1]);
+  }
+  fence_proxy_async();
+  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
+  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + (HD == 128 ? 64 * 64 * c : 0), tile, BM * W * 4);"""),
+    ("    if (threadIdx.x == 128 || (HD == 64 && threadIdx.x == 256)) bulk_wait_all();  // the last reductions are done",
+     "    if (threadIdx.x == 128 || threadIdx.x == 256) bulk_wait_all();  // each consumer's last reductions are done"),
+]
+
+
+# decoupled_tiles: `decoupled` with dq_tiles' dQ (each consumer's tile and bulk reduce-add, dQacc in the tiles'
+# layout) and bulk_dq's shared-memory accesses; two dS^T buffers (the dQ tiles take the third's 16 KB and more:
+# the same 232,192 bytes as the reference at D = 128).
+DECOUPLED_TILES = [
+    BULK_DQ[2], BULK_DQ[4], BULK_DQ[5], BULK_DQ[6], DQ_TILES[0], DQ_TILES[1],
+    ("// Q / dO ring depth: 3 for the 128-wide kernels, 2 for D = 64; dS^T buffers: 3.",
+     "// Q / dO ring depth: 3 for the 128-wide kernels, 2 for D = 64; dS^T buffers: 2 (the dsFree wait keeps a buffer\n"
+     "// until both consumers' dQ products have read it, so two are as safe as three)."),
+    ("constexpr int DS_BUFS = 3;", "constexpr int DS_BUFS = 2;"),
+    ("16384 * 3 + 256\"  # slack, K, V, STAGES x (Q, dO, L2, Dr), 3 x dS, mbarriers",
+     "16384 * 2 + 32768 + 256\"  # slack, K, V, STAGES x (Q, dO, L2, Dr), 2 x dS, 2 dQ tiles, mbarriers"),
+    ("""__device__ __forceinline__ void add_dq(const float (&dq)[32], int q0, int c, int t, float* __restrict__ dq_rows, int D) {
+  const int lane = t % 32, r = 16 * (t / 32) + lane / 4, col0 = 2 * (lane % 4);
+  const int dcol0 = HD == 128 ? 64 * c : 0;
+#pragma unroll
+  for (int j = 0; j < 32; j += 2) {
+    const int d = dcol0 + 8 * (j / 4) + col0;
+    if (d < D) {
+      float* dst = dq_rows + static_cast<size_t>(q0 + r + 8 * ((j / 2) % 2)) * D + d;
+      atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq[j], dq[j + 1]));
+    }
+  }
+}""", """// into this consumer's tile (dq_tiles' layout: HD = 128 its column half, W = min(64, D - 64c) wide, at 64 x 64c floats
+// into the block's rows; HD = 64 all 64 columns; rows W floats, 32-byte group g of a row at g ^ (row % (W / 8))),
+// then one bulk reduce-add by its thread 0: no wait on the other consumer.
+__device__ __forceinline__ void add_dq(const float (&dq)[32], int q0, int c, int t, float* __restrict__ dq_rows, int D,
+                                       float* tile) {
+  const int lane = t % 32, r = 16 * (t / 32) + lane / 4, col0 = 2 * (lane % 4);
+  const int W = HD == 128 ? min(64, D - 64 * c) : 64, sw = W / 8 - 1;
+  if (t == 0) bulk_wait_read();    // the previous block's reduction has read the tile
+  named_barrier_sync(3 + c, 128);
+#pragma unroll
+  for (int j = 0; j < 32; j += 2) {
+    const int g = j / 4, row = r + 8 * ((j / 2) % 2);
+    if (8 * g < W) sts64(tile + row * W + 8 * (g ^ (row & sw)) + col0, dq[j], dq[j + 1]);
+  }
+  fence_proxy_async();
+  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
+  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + (HD == 128 ? 64 * 64 * c : 0), tile, BM * W * 4);
+}"""),
+    ("                                            uint64_t* dsReady, uint64_t* dsFree, float* __restrict__ dq_rows, int D) {",
+     "                                            uint64_t* dsReady, uint64_t* dsFree, float* __restrict__ dq_rows, int D,\n"
+     "                                            float* tile) {"),
+    ("  add_dq<HD>(dq, q0, c, t, dq_rows, D);", "  add_dq<HD>(dq, q0, c, t, dq_rows, D, tile);"),
+    ("  float* sL2 = reinterpret_cast<float*>(sdS + DS_BUFS * DS_BYTES);  // STAGES x 64",
+     "  float* sdQ = reinterpret_cast<float*>(sdS + DS_BUFS * DS_BYTES);  // 2 x 64 x 64 fp32: each consumer's dQ tile\n"
+     "  float* sL2 = sdQ + 2 * BM * 64;                                   // STAGES x 64"),
+    ("      if (it > 0) consumer_dq<HD>(it - 1, q0_prev, c, t, sK, sdS, dsReady, dsFree, dq_prev, D);",
+     "      if (it > 0) consumer_dq<HD>(it - 1, q0_prev, c, t, sK, sdS, dsReady, dsFree, dq_prev, D, sdQ + c * BM * 64);"),
+    ("    consumer_dq<HD>(n_iter - 1, q0_prev, c, t, sK, sdS, dsReady, dsFree, dq_prev, D);  // the last block's",
+     "    consumer_dq<HD>(n_iter - 1, q0_prev, c, t, sK, sdS, dsReady, dsFree, dq_prev, D, sdQ + c * BM * 64);  // the last\n"
+     "    if (t == 0) bulk_wait_all();  // this consumer's reductions are done before the CTA exits"),
+]
+
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -357,6 +481,10 @@ VARIANTS = {
     "bulk_dq_s3": _bulk_dq_s3,
     "decoupled": _decoupled,
     "bulk_dq_d64": _on("bulk_dq_s3", "bulk_dq_d64", "D = 64's dQ by bulk reductions too", BULK_DQ_D64),
+    "decoupled_tiles": _on("decoupled", "decoupled_tiles", "dq_tiles' dQ, bulk_dq's shared accesses and two dS^T "
+                           "buffers", DECOUPLED_TILES),
+    "dq_tiles": _on("bulk_dq_d64", "dq_tiles", "each consumer's dQ tile reduced on its own, swizzled, in dQacc's "
+                    "layout", DQ_TILES),
 }
 
 
