@@ -40,7 +40,7 @@ if mode == "never_ready":
     time.sleep(60)
 if folder is not None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "ready").write_text(""); stamps["ready"] = time.time()
+    stamps["ready"] = time.time(); (folder / "ready").write_text("")  # the stamp first: the harness may act on the file at once
     while not (folder / "go").exists(): time.sleep(0.002)
     stamps["go"] = time.time()
 time.sleep(0.2)  # the profiled replay

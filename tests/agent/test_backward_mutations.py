@@ -52,10 +52,10 @@ EDITS = {
                              "+dst[0] += dq[j];", "+dst[1] += dq[j + 1];"],
     "bwd_dq_bulk_copy_not_add": ['-asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"',
                                  '+asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"'],
-    "bwd_dq_bulk_no_wait_read": ["-if (t == 0 && (HD == 64 || issuer)) bulk_wait_read();  // this thread's previous dQ "
-                                 "reduction has read its tile"],
-    # every fence: before the dQ wgmma reads dS^T, and before a bulk reduction reads a dQ tile (D = 128, D = 64)
-    "missing_fence_proxy_async": ["-fence_proxy_async();"] * 3,
+    "bwd_dq_bulk_no_wait_read": ["-if (t == 0) bulk_wait_read();  // this consumer's previous dQ reduction has read its "
+                                 "tile"],
+    # every fence: before the dQ wgmma reads dS^T, and before a bulk reduction reads a consumer's dQ tile
+    "missing_fence_proxy_async": ["-fence_proxy_async();"] * 2,
     "bwd_ds_single_buffer": ["-uint8_t* buf = sdS + (it & 1) * DS_BYTES;", "+uint8_t* buf = sdS;"],
     "bwd_empty_count_mismatch": ["-mbar_init(&empty[i], 8);  // one arrival per consumer warp",
                                  "+mbar_init(&empty[i], 256);  // one arrival per consumer thread"],

@@ -6,9 +6,10 @@ argument and the K / V tensor maps over B * HKV * S rows); the device code is th
 Head dims: 64 (its own entry points) and 96 or 128 (the D = 128 kernels; TMA zero-fills the columns past D).
 
 The reference (what builtin/reference submits, `reference_backward`) is the fastest built version measured on the
-H200, `REFERENCE_VARIANT` of attention_bwd_variants.py (dQ by bulk reduce-adds from shared memory, a 3-deep Q / dO
-ring for the 128-wide kernels, the key blocks of 4 heads launched side by side: 0.837x cuDNN at D = 128 and 0.840x
-causal against the checked-in file's 0.503x, 0.630x at D = 64, bench/results/attention_bwd.md); the checked-in file is the plainest fast
+H200, `REFERENCE_VARIANT` of attention_bwd_variants.py (dQ by each consumer's own bulk reduce-add from a swizzled
+shared-memory tile, a 3-deep Q / dO ring for the 128-wide kernels, the key blocks of 4 heads launched side by side:
+0.845x cuDNN at D = 128, 0.872x causal, 0.804x at D = 64 against the checked-in file's 0.503x and 0.483x,
+bench/results/attention_bwd.md); the checked-in file is the plainest fast
 version, the one every variant is an edit of, and the tuner's weak start.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .attention import HERE, plan_edits
 
 FAST_BACKWARD = "attention_bwd_wgmma.cu"
 HEAD_DIMS = (64, 96, 128)
-REFERENCE_VARIANT = "bulk_dq_d64+head_groups"
+REFERENCE_VARIANT = "dq_tiles+head_groups"
 SMEM_D64 = 'smem = "1024 + 16384 * 2 + 2 * (8192 * 2 + 512) + 16384 * 2 + 256"'
 
 

@@ -16,7 +16,7 @@ points of its parameter space, which builtin/tuner searches:
   of the protocol, tests/workloads/test_attention_bwd_decoupled_model.py, shows the consumers stay within about
   a block of each other and two buffers without that wait would be as safe: 16 KB to win back once measured);
   a 3-deep ring for the 128-wide kernels; shared memory as a formula in D (no D = 64 plan edit needed).
-- `bulk_dq_d64` (the reference in head_groups order, below): `bulk_dq_s3` with D = 64's dQ by bulk
+- `bulk_dq_d64`: `bulk_dq_s3` with D = 64's dQ by bulk
   reductions too: each consumer's partial (its own 64 keys, all 64 columns) into its own [64][64] fp32 tile in
   shared memory and one `cp.reduce.async.bulk ... .add.f32` per consumer and query block, instead of 16 float2
   atomics per thread; the 128-wide kernels are bulk_dq_s3's (same launch plan and SASS). Shared memory as a
@@ -26,7 +26,9 @@ points of its parameter space, which builtin/tuner searches:
   64 x 64 column half goes into its own tile and its own bulk reduce-add, so the consumers no longer meet on a
   second named barrier for dQ; dQacc takes the tiles' layout (per 64-row block the column halves one after the
   other, rows with their 32-byte groups swizzled by the row, so a warp's tile stores hit each bank group twice
-  instead of one group eight times), and the postprocess reads it back.
+  instead of one group eight times), and the postprocess reads it back. The reference in head_groups order (below):
+  on the H200 -2% time at D = 128, -5% causal, -3% / -5% at D = 96, **-22% at D = 64** (0.630x -> 0.804x cuDNN),
+  -15% D = 64 causal against bulk_dq_d64.
 
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
@@ -39,7 +41,7 @@ Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or
 - `head_groups`: head_major's grid handed out by groups of 4 heads, key blocks longest-first across the group
   (the forward's LPT_GROUP order): the same locality, and causal keeps a longest-first order across heads
   (head_major has it within each head only): causal 0.840x against head_major's 0.830x, level elsewhere.
-  `bulk_dq_d64+head_groups` is the reference (attention_backward.REFERENCE_VARIANT).
+  `dq_tiles+head_groups` is the reference (attention_backward.REFERENCE_VARIANT).
 
     python3 bench/attention_bwd_check.py --variant bulk_dq        (on a GPU; bench/gpu_round.sh bwd-variants runs all)
     variant_text("bulk_dq")                                       (the solution text; attention_backward.fast_backward
@@ -47,7 +49,8 @@ Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or
 
 A variant that the GPU finds faster becomes the template's default (and the reference); one that loses is deleted,
 its figures recorded in bench/results/attention_bwd.md (there: `prefetch`, the next block's S^T issued before
-this block's dQ epilogue, level at D = 128 and 7% slower at D = 96).
+this block's dQ epilogue, level at D = 128 and 7% slower at D = 96; `decoupled_tiles`, decoupled with dq_tiles' dQ,
+level with dq_tiles at D = 128 and 3-4% slower at D = 64 and 96).
 """
 from __future__ import annotations
 
@@ -383,61 +386,6 @@ extern "C" __global__ void __launch_bounds__(256) attn_bwd_post(const float* __r
 ]
 
 
-# decoupled_tiles: `decoupled` with dq_tiles' dQ (each consumer's tile and bulk reduce-add, dQacc in the tiles'
-# layout) and bulk_dq's shared-memory accesses; two dS^T buffers (the dQ tiles take the third's 16 KB and more:
-# the same 232,192 bytes as the reference at D = 128).
-DECOUPLED_TILES = [
-    BULK_DQ[2], BULK_DQ[4], BULK_DQ[5], BULK_DQ[6], DQ_TILES[0], DQ_TILES[1],
-    ("// Q / dO ring depth: 3 for the 128-wide kernels, 2 for D = 64; dS^T buffers: 3.",
-     "// Q / dO ring depth: 3 for the 128-wide kernels, 2 for D = 64; dS^T buffers: 2 (the dsFree wait keeps a buffer\n"
-     "// until both consumers' dQ products have read it, so two are as safe as three)."),
-    ("constexpr int DS_BUFS = 3;", "constexpr int DS_BUFS = 2;"),
-    ("16384 * 3 + 256\"  # slack, K, V, STAGES x (Q, dO, L2, Dr), 3 x dS, mbarriers",
-     "16384 * 2 + 32768 + 256\"  # slack, K, V, STAGES x (Q, dO, L2, Dr), 2 x dS, 2 dQ tiles, mbarriers"),
-    ("""__device__ __forceinline__ void add_dq(const float (&dq)[32], int q0, int c, int t, float* __restrict__ dq_rows, int D) {
-  const int lane = t % 32, r = 16 * (t / 32) + lane / 4, col0 = 2 * (lane % 4);
-  const int dcol0 = HD == 128 ? 64 * c : 0;
-#pragma unroll
-  for (int j = 0; j < 32; j += 2) {
-    const int d = dcol0 + 8 * (j / 4) + col0;
-    if (d < D) {
-      float* dst = dq_rows + static_cast<size_t>(q0 + r + 8 * ((j / 2) % 2)) * D + d;
-      atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq[j], dq[j + 1]));
-    }
-  }
-}""", """// into this consumer's tile (dq_tiles' layout: HD = 128 its column half, W = min(64, D - 64c) wide, at 64 x 64c floats
-// into the block's rows; HD = 64 all 64 columns; rows W floats, 32-byte group g of a row at g ^ (row % (W / 8))),
-// then one bulk reduce-add by its thread 0: no wait on the other consumer.
-__device__ __forceinline__ void add_dq(const float (&dq)[32], int q0, int c, int t, float* __restrict__ dq_rows, int D,
-                                       float* tile) {
-  const int lane = t % 32, r = 16 * (t / 32) + lane / 4, col0 = 2 * (lane % 4);
-  const int W = HD == 128 ? min(64, D - 64 * c) : 64, sw = W / 8 - 1;
-  if (t == 0) bulk_wait_read();    // the previous block's reduction has read the tile
-  named_barrier_sync(3 + c, 128);
-#pragma unroll
-  for (int j = 0; j < 32; j += 2) {
-    const int g = j / 4, row = r + 8 * ((j / 2) % 2);
-    if (8 * g < W) sts64(tile + row * W + 8 * (g ^ (row & sw)) + col0, dq[j], dq[j + 1]);
-  }
-  fence_proxy_async();
-  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
-  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + (HD == 128 ? 64 * 64 * c : 0), tile, BM * W * 4);
-}"""),
-    ("                                            uint64_t* dsReady, uint64_t* dsFree, float* __restrict__ dq_rows, int D) {",
-     "                                            uint64_t* dsReady, uint64_t* dsFree, float* __restrict__ dq_rows, int D,\n"
-     "                                            float* tile) {"),
-    ("  add_dq<HD>(dq, q0, c, t, dq_rows, D);", "  add_dq<HD>(dq, q0, c, t, dq_rows, D, tile);"),
-    ("  float* sL2 = reinterpret_cast<float*>(sdS + DS_BUFS * DS_BYTES);  // STAGES x 64",
-     "  float* sdQ = reinterpret_cast<float*>(sdS + DS_BUFS * DS_BYTES);  // 2 x 64 x 64 fp32: each consumer's dQ tile\n"
-     "  float* sL2 = sdQ + 2 * BM * 64;                                   // STAGES x 64"),
-    ("      if (it > 0) consumer_dq<HD>(it - 1, q0_prev, c, t, sK, sdS, dsReady, dsFree, dq_prev, D);",
-     "      if (it > 0) consumer_dq<HD>(it - 1, q0_prev, c, t, sK, sdS, dsReady, dsFree, dq_prev, D, sdQ + c * BM * 64);"),
-    ("    consumer_dq<HD>(n_iter - 1, q0_prev, c, t, sK, sdS, dsReady, dsFree, dq_prev, D);  // the last block's",
-     "    consumer_dq<HD>(n_iter - 1, q0_prev, c, t, sK, sdS, dsReady, dsFree, dq_prev, D, sdQ + c * BM * 64);  // the last\n"
-     "    if (t == 0) bulk_wait_all();  // this consumer's reductions are done before the CTA exits"),
-]
-
-
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -481,8 +429,6 @@ VARIANTS = {
     "bulk_dq_s3": _bulk_dq_s3,
     "decoupled": _decoupled,
     "bulk_dq_d64": _on("bulk_dq_s3", "bulk_dq_d64", "D = 64's dQ by bulk reductions too", BULK_DQ_D64),
-    "decoupled_tiles": _on("decoupled", "decoupled_tiles", "dq_tiles' dQ, bulk_dq's shared accesses and two dS^T "
-                           "buffers", DECOUPLED_TILES),
     "dq_tiles": _on("bulk_dq_d64", "dq_tiles", "each consumer's dQ tile reduced on its own, swizzled, in dQacc's "
                     "layout", DQ_TILES),
 }
