@@ -75,8 +75,12 @@ def main() -> None:
         row = {**_row(wid, res, time.perf_counter() - t0), "timed": options.time, "label": label + suffix}
         if suffix:
             row.update(feedback=(res.feedback or "")[:FEEDBACK_CHARS],
-                       targets_runtime={k: v.verdict for k, v in (res.targets_runtime or {}).items()})
-            print(f"== profile {wid} ({label}): {row['targets_runtime']}\n{row['feedback']}", flush=True)
+                       targets_runtime={k: v.verdict for k, v in (res.targets_runtime or {}).items()},
+                       # per launch: its hot lines (line, share, reason) or why there are none
+                       lines={k.get("name", ""): [[h.get("line"), h.get("share_pct"), h.get("text", "")[:60]]
+                                                   for h in k.get("hot_lines", [])[:8]] or k.get("lines_note", "")
+                              for k in (res.profile or {}).get("kernels", [])})
+            print(f"== profile {wid} ({label}): {row['targets_runtime']}\n{row['feedback']}\nlines: {row['lines']}", flush=True)
         else:
             print(json.dumps(row)[:900], flush=True)
         rows.append(row)

@@ -85,3 +85,24 @@ def test_a_kernel_at_its_roof_is_told_so():
     roof_ms = 2 * 8192 * 7168 * 5120 / 780e12 * 1e3
     text, _, _ = _gemm_feedback(roof_ms * 1.03)
     assert "It is within 3% of its roof" in text.splitlines()[0]
+
+
+def test_a_multi_kernel_plans_source_pages_join_their_launches_by_name():
+    """The backward's three launches: a source page missing for one (or pages in another order) never lands on
+    another launch; a launch whose page and compile disagree says so (lines_note) instead of guessing."""
+    from ptxbench.tools.profile.ncu_csv import RawKernel, SourceKernel, SourceLine
+    from ptxbench.tools.profile.summary import attach_lines, build_summary
+
+    def page(name: str, n: int) -> SourceKernel:
+        return SourceKernel(name, [SourceLine(f"0x{16 * i:x}", "FFMA R1, R2, R3, R4", 1.0, 32.0, 32.0, 10.0 * (i + 1),
+                                              {"wait": 10.0 * (i + 1)}) for i in range(n)])
+
+    raw = [RawKernel(0, "attn_bwd_pre"), RawKernel(1, "attn_bwd_wgmma"), RawKernel(2, "attn_bwd_post")]
+    kernels = build_summary(raw, [], [page("attn_bwd_post", 2), page("attn_bwd_wgmma", 3)], counters=[])
+    assert [k._source.name if k._source else None for k in kernels] == [None, "attn_bwd_wgmma", "attn_bwd_post"]
+    summary = ProfileSummary(ok=True, gpu="NVIDIA H200", kernels=kernels)
+    solution = "line one\nline two\nline three\n"
+    attach_lines(summary, {"attn_bwd_wgmma": [1, 2, 3], "attn_bwd_post": [1, 2, 3]}, solution)
+    main, post = summary.kernels[1], summary.kernels[2]
+    assert [h.line for h in main.hot_lines] == [3, 2, 1] and main.hot_lines[0].text == "line three"
+    assert post.hot_lines == [] and post.lines_note == "the source page has 2 instructions, the compile 3"

@@ -64,6 +64,7 @@ class KernelProfile(BaseModel):
     rules: list[Rule] = Field(default_factory=list)
     hot_lines: list[HotLine] = Field(default_factory=list, description="solution lines by warp-stall samples "
                                      "(Nsight's source counters folded on the compile's line of each instruction)")
+    lines_note: str = Field("", description="why hot_lines is empty although a source page was collected")
     _source: SourceKernel | None = PrivateAttr(None)  # the per-instruction page, for attach_lines
 
     @property
@@ -142,8 +143,15 @@ def attach_lines(summary: "ProfileSummary", sass_lines: dict[str, list[int | Non
 
     for k in summary.kernels:
         lines = sass_lines.get(k.name)
-        if k._source is not None and lines:
-            k.hot_lines = fold_lines(k._source, lines, solution)
+        if k._source is None:
+            continue
+        if not lines:
+            k.lines_note = f"the compile has no line table for {k.name!r}"
+            continue
+        k.hot_lines = fold_lines(k._source, lines, solution)
+        if not k.hot_lines:
+            k.lines_note = (f"the source page has {len(k._source.lines)} instructions, the compile {len(lines)}"
+                            if len(k._source.lines) != len(lines) else "no stall samples on the source page")
 
 
 def _fill_from_details(k: KernelProfile, d: DetailKernel) -> None:
@@ -183,10 +191,14 @@ def _fill_from_details(k: KernelProfile, d: DetailKernel) -> None:
 
 def build_summary(raw: list[RawKernel], details: list[DetailKernel], source: list[SourceKernel],
                   counters: list[str], mode: str = "full") -> list[KernelProfile]:
-    """Join the pages kernel by kernel (raw and details by ncu's ID, source pages in order)."""
+    """Join the pages kernel by kernel (raw and details by ncu's ID; source pages by name, in order: a page
+    missing for one launch of a multi-kernel plan shifts no other launch's page onto it)."""
     by_id = {d.id: d for d in details}
+    pages: dict[str, list[SourceKernel]] = {}
+    for s in source:
+        pages.setdefault(s.name, []).append(s)
     out = []
-    for i, r in enumerate(raw):
-        src = source[i] if i < len(source) and source[i].name == r.name else None
-        out.append(build_kernel(r, by_id.get(r.id), src, counters))
+    for r in raw:
+        queue = pages.get(r.name) or []
+        out.append(build_kernel(r, by_id.get(r.id), queue.pop(0) if queue else None, counters))
     return out
