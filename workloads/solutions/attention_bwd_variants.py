@@ -29,6 +29,11 @@ points of its parameter space, which builtin/tuner searches:
   instead of one group eight times), and the postprocess reads it back. The reference in head_groups order (below):
   on the H200 -2% time at D = 128, -5% causal, -3% / -5% at D = 96, **-22% at D = 64** (0.630x -> 0.804x cuDNN),
   -15% D = 64 causal against bulk_dq_d64.
+- `own_keys`: `dq_tiles` with every consumer's dQ over its own 64 keys and all D columns at D = 96 / 128 too (one
+  m64n128 product per 16 keys, K's two column slabs one LBO apart), as D = 64 always did: a consumer reads only its
+  own rows of dS^T, so the consumers never meet (the dS^T barrier becomes each consumer's own), at the price of twice
+  the dQ reduce-add bytes and a 2-deep ring (the two 64 x D tiles take the third stage's shared memory). Not
+  measured yet.
 
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
@@ -386,6 +391,97 @@ extern "C" __global__ void __launch_bounds__(256) attn_bwd_post(const float* __r
 ]
 
 
+# The dQ product of own_keys at D = 96 / 128: m64n128k16, both operands MN-major (64 accumulator registers).
+WGMMA_SS_TT128 = (
+    "// D[64 x 128] (+)= A B, both operands MN-major in shared memory (dS^T rows; K rows, two 64-column slabs).\n"
+    "__device__ __forceinline__ void wgmma_ss_tt128(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {\n"
+    "  asm volatile(\n"
+    '      "{\\n\\t.reg .pred p;\\n\\tsetp.ne.b32 p, %66, 0;\\n\\t"\n'
+    '      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {' + ", ".join(f"%{i}" for i in range(64))
+    + '}, %64, %65, p, 1, 1, 1, 1;\\n\\t}"\n'
+    "      : " + ", ".join(f'"+f"(d[{i}])' for i in range(64)) + "\n"
+    '      : "l"(da), "l"(db), "r"(scale_d));\n'
+    "}\n\n")
+
+# own_keys: dq_tiles with every consumer's dQ over its own 64 keys and all D columns (as D = 64 always did), so at
+# D = 96 / 128 too a consumer reads only its own rows of dS^T and the two consumers never meet: the dS^T barrier
+# becomes the consumer's own; a 2-deep ring pays for the two 64 x D tiles (the 3-deep one measured within the spread).
+OWN_KEYS = [
+    ('smem = "1024 + 512 * (cdiv(D, 64) * 64) + (1 + cdiv(D, 64)) * (256 * (cdiv(D, 64) * 64) + 512) + 16384 * 2 + '
+     '32768 + 256"  # slack, K, V, STAGES x (Q, dO, L2, Dr), 2 x dS, dQ, mbarriers (64 or 128 wide; 2 or 3 stages)',
+     'smem = "1024 + 512 * (cdiv(D, 64) * 64) + 2 * (256 * (cdiv(D, 64) * 64) + 512) + 16384 * 2 + 32768 * cdiv(D, 64) '
+     '+ 256"  # slack, K, V, 2 x (Q, dO, L2, Dr), 2 x dS, 2 dQ tiles of 64 x (64 or 128) fp32, mbarriers'),
+    ("""// Q / dO ring depth: 3 for the 128-wide kernels (the shared memory allows it with the dQ buffer), 2 for D = 64.
+template <int HD>
+struct Stages {
+  static constexpr int N = HD == 128 ? 3 : 2;
+};""", """// Q / dO ring depth: 2 (the two consumers' 64 x HD fp32 dQ tiles take the third stage's shared memory).
+template <int HD>
+struct Stages {
+  static constexpr int N = 2;
+};"""),
+    ("// X^T = A_c B^T for this consumer's 64 keys", WGMMA_SS_TT128 + "// X^T = A_c B^T for this consumer's 64 keys"),
+    ("  named_barrier_sync(1, 256);  // both consumers' dS^T rows are in `buf` (and sdQ is free again)",
+     "  named_barrier_sync(3 + c, 128);  // this consumer's dS^T rows are in `buf` (and its tile is free again)"),
+    ("""  // dQ_partial = dS K: HD = 128: columns 64c.. over all 128 keys; HD = 64: all columns over own keys.
+  float dq[32];
+  constexpr int KSTEPS = HD == 128 ? 8 : 4;
+  const int key_row0 = HD == 128 ? 0 : 64 * c;
+  const uint8_t* kbase = sK + (HD == 128 ? c * KSLAB : 0) + key_row0 * 128;
+  const uint64_t da = desc_mn(buf + key_row0 * 128, 0), dbk = desc_mn(kbase, 0);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; ++kk) wgmma_ss_tt(dq, da + kk * (2048 >> 4), dbk + kk * (2048 >> 4), kk != 0);""",
+     """  // dQ_partial = dS K over this consumer's own 64 keys, all HD columns (K's two 64-column slabs one LBO apart).
+  float dq[HD / 2];
+  const uint64_t da = desc_mn(buf + 64 * c * 128, 0), dbk = desc_mn(sK + 64 * c * 128, HD == 128 ? KSLAB : 0);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if constexpr (HD == 128) {
+      wgmma_ss_tt128(dq, da + kk * (2048 >> 4), dbk + kk * (2048 >> 4), kk != 0);
+    } else {
+      wgmma_ss_tt(dq, da + kk * (2048 >> 4), dbk + kk * (2048 >> 4), kk != 0);
+    }
+  }"""),
+    ("""  // dq element j: query row r + 8 ((j / 2) % 2), column 8 (j / 4) + col0 + j % 2 (+ 64c for HD = 128)
+  // This consumer's partial into its own tile, reduced by its thread 0 without waiting for the other consumer.
+  // The tile has dQacc's layout (attn_bwd_post reads it back): HD = 128: consumer c's columns 64c.. (W = min(64,
+  // D - 64c) wide), 64 x 64c floats into the block's rows; HD = 64: all 64 columns over its own keys (both
+  // consumers add into the block's one tile). Rows W floats long, 32-byte group g of row `row` at g ^ (row % (W / 8)):
+  // a warp's 8 rows of one group land on 8 different groups of banks.
+  const int W = HD == 128 ? min(64, D - 64 * c) : 64, sw = W / 8 - 1;
+  float* tile = sdQ + c * BM * 64;
+#pragma unroll
+  for (int j = 0; j < 32; j += 2) {
+    const int g = j / 4, row = r + 8 * ((j / 2) % 2);
+    if (8 * g < W) sts64(tile + row * W + 8 * (g ^ (row & sw)) + col0, dq[j], dq[j + 1]);
+  }
+  fence_proxy_async();
+  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
+  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + (HD == 128 ? 64 * 64 * c : 0), tile, BM * W * 4);""",
+     """  // dq element j: query row r + 8 ((j / 2) % 2), column 8 (j / 4) + col0 + j % 2: 32-byte group j / 4 of the row.
+  // This consumer's partial (its own keys, every column) into its own tile in dQacc's layout (attn_bwd_post reads
+  // it back): the block's columns in halves of 64 (the second W = D - 64 wide at D = 96), one after the other,
+  // rows W floats long, 32-byte group g of row `row` at g ^ (row % (W / 8)); both consumers reduce into the
+  // block's same 64 x D floats.
+  float* tile = sdQ + c * BM * HD;
+#pragma unroll
+  for (int j = 0; j < HD / 2; j += 2) {
+    const int h = j / 32, g = (j / 4) % 8, row = r + 8 * ((j / 2) % 2);
+    const int W = min(64, D - 64 * h), sw = W / 8 - 1;
+    if (8 * g < W) sts64(tile + 64 * 64 * h + row * W + 8 * (g ^ (row & sw)) + col0, dq[j], dq[j + 1]);
+  }
+  fence_proxy_async();
+  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
+  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D, tile, BM * D * 4);"""),
+    ("  float* sdQ = reinterpret_cast<float*>(sdS + 2 * DS_BYTES);  // HD = 128: 64 x D fp32\n"
+     "  float* sL2 = sdQ + BM * 128;  // dQ: HD = 128 one [64][D] tile, HD = 64 one [64][64] tile per consumer",
+     "  float* sdQ = reinterpret_cast<float*>(sdS + 2 * DS_BYTES);  // one 64 x HD fp32 dQ tile per consumer\n"
+     "  float* sL2 = sdQ + 2 * BM * HD;"),
+]
+
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -429,6 +525,8 @@ VARIANTS = {
     "bulk_dq_s3": _bulk_dq_s3,
     "decoupled": _decoupled,
     "bulk_dq_d64": _on("bulk_dq_s3", "bulk_dq_d64", "D = 64's dQ by bulk reductions too", BULK_DQ_D64),
+    "own_keys": _on("dq_tiles", "own_keys", "every consumer's dQ over its own keys and all columns: the consumers "
+                    "never meet", OWN_KEYS),
     "dq_tiles": _on("bulk_dq_d64", "dq_tiles", "each consumer's dQ tile reduced on its own, swizzled, in dQacc's "
                     "layout", DQ_TILES),
 }
