@@ -85,3 +85,15 @@ def test_a_search_submits_only_built_points_and_visits_each_once(wid):
                                    tags=reply.tags, evidence=Evidence(status="PASSED", speedup=0.50 + 0.01 * turn)))
     assert set(seen[:len(buildable)]) == buildable  # every buildable point, the reference first, none twice
     assert seen[0] == ("bulk", 3, "cooperative", "head_groups")
+
+
+def test_dram_over_the_minimum_points_at_the_head_order_first():
+    """The head-fastest grid's profile on the H200 (25x the minimum DRAM bytes, memory-bound) asks for the launch
+    order before anything else (it gave -27% at D = 128; bench/results/attention_bwd.md, v4)."""
+    ev = Evidence(status="PASSED", speedup=0.50, profiled=True, bottleneck="memory", memory_sol_pct=74.0,
+                  compute_sol_pct=38.0, dram_over_min=25.4, tensor_pipe_pct=38.0, headroom_pct=55.0)
+    move = _first_move(ev)
+    assert move.role == "order" and move.params["order"] == "head_groups"
+    assert any("25" in r and "DRAM" in r for r in move.reasons), move.reasons
+    # without that evidence the order is still the move worth most (its prior) from the weak start
+    assert _first_move(Evidence(status="PASSED", speedup=0.50)).role == "order"
