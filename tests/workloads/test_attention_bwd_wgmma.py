@@ -75,7 +75,8 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "bulk_dq_d64+head_groups": {"UBLKRED": 1, "HGMMA": 32}, "dq_tiles": {"UBLKRED": 1, "HGMMA": 32},
                 "dq_tiles+head_groups": {"UBLKRED": 1, "HGMMA": 32},
                 # own_keys: dQ as one m64n128 product over the consumer's own 16-key steps (4 instead of 8 m64n64)
-                "own_keys": {"UBLKRED": 1, "HGMMA": 28}}
+                "own_keys": {"UBLKRED": 1, "HGMMA": 28},
+                "own_keys_s3": {"UBLKRED": 2, "HGMMA": 28}}  # one reduction per column half
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -91,7 +92,7 @@ def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
     assert {op: wide.get(op) for op in VARIANT_SASS[name]} == VARIANT_SASS[name], wide
     if "UBLKRED" in VARIANT_SASS[name]:
         assert "REDG" not in wide  # dQ by one bulk reduction per block, no vector reductions left
-    if name.startswith(("bulk_dq_d64", "dq_tiles", "own_keys")):  # and at D = 64: one bulk reduction per consumer, no float2 atomics
+    if name.startswith(("bulk_dq_d64", "dq_tiles", "own_keys")):  # own_keys_s3 too  # and at D = 64: one bulk reduction per consumer, no float2 atomics
         narrow = compile_source(fast_backward(get_workload("mha_bwd_d64"), text), "cuda", "sm_90a").kernels
         assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("UBLKRED") == 1
         assert "REDG" not in narrow["attn_bwd_wgmma_d64"].sass_opcodes

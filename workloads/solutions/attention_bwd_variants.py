@@ -34,6 +34,8 @@ points of its parameter space, which builtin/tuner searches:
   own rows of dS^T, so the consumers never meet (the dS^T barrier becomes each consumer's own), at the price of twice
   the dQ reduce-add bytes and a 2-deep ring (the two 64 x D tiles take the third stage's shared memory). Not
   measured yet.
+- `own_keys_s3`: `own_keys` with the 3-deep ring back for the 128-wide kernels, each consumer's dQ leaving through
+  one 64 x 64 tile a column half at a time (a read-wait and a barrier between the halves). Not measured yet.
 
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
@@ -482,6 +484,58 @@ struct Stages {
 ]
 
 
+# own_keys_s3: own_keys with the 3-deep ring back for the 128-wide kernels: each consumer's dQ goes out through one
+# 16 KB tile in column halves (write a half, reduce it, wait for that reduction's reads, write the next).
+OWN_KEYS_S3 = [
+    ('smem = "1024 + 512 * (cdiv(D, 64) * 64) + 2 * (256 * (cdiv(D, 64) * 64) + 512) + 16384 * 2 + 32768 * cdiv(D, 64) '
+     '+ 256"  # slack, K, V, 2 x (Q, dO, L2, Dr), 2 x dS, 2 dQ tiles of 64 x (64 or 128) fp32, mbarriers',
+     'smem = "1024 + 512 * (cdiv(D, 64) * 64) + (1 + cdiv(D, 64)) * (256 * (cdiv(D, 64) * 64) + 512) + 16384 * 2 + '
+     '32768 + 256"  # slack, K, V, STAGES x (Q, dO, L2, Dr), 2 x dS, 2 dQ tiles of 64 x 64 fp32, mbarriers'),
+    ("""// Q / dO ring depth: 2 (the two consumers' 64 x HD fp32 dQ tiles take the third stage's shared memory).
+template <int HD>
+struct Stages {
+  static constexpr int N = 2;
+};""", """// Q / dO ring depth: 3 for the 128-wide kernels (each consumer's dQ leaves through one 64 x 64 tile, a column
+// half at a time), 2 for D = 64.
+template <int HD>
+struct Stages {
+  static constexpr int N = HD == 128 ? 3 : 2;
+};"""),
+    ("""  float* tile = sdQ + c * BM * HD;
+#pragma unroll
+  for (int j = 0; j < HD / 2; j += 2) {
+    const int h = j / 32, g = (j / 4) % 8, row = r + 8 * ((j / 2) % 2);
+    const int W = min(64, D - 64 * h), sw = W / 8 - 1;
+    if (8 * g < W) sts64(tile + 64 * 64 * h + row * W + 8 * (g ^ (row & sw)) + col0, dq[j], dq[j + 1]);
+  }
+  fence_proxy_async();
+  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
+  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D, tile, BM * D * 4);""",
+     """  // One 64 x 64 tile per consumer: the column halves go out one after the other.
+  float* tile = sdQ + c * BM * 64;
+#pragma unroll
+  for (int h = 0; h < HD / 64; ++h) {
+    const int W = min(64, D - 64 * h), sw = W / 8 - 1;
+    if (h > 0) {  // the tile again: the first half's reduction must have read it
+      if (t == 0) bulk_wait_read();
+      named_barrier_sync(3 + c, 128);
+    }
+#pragma unroll
+    for (int j = 32 * h; j < 32 * h + 32; j += 2) {
+      const int g = (j / 4) % 8, row = r + 8 * ((j / 2) % 2);
+      if (8 * g < W) sts64(tile + row * W + 8 * (g ^ (row & sw)) + col0, dq[j], dq[j + 1]);
+    }
+    fence_proxy_async();
+    named_barrier_sync(3 + c, 128);  // this consumer's rows of the half are in its tile
+    if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * h, tile, BM * W * 4);
+  }"""),
+    ("  float* sdQ = reinterpret_cast<float*>(sdS + 2 * DS_BYTES);  // one 64 x HD fp32 dQ tile per consumer\n"
+     "  float* sL2 = sdQ + 2 * BM * HD;",
+     "  float* sdQ = reinterpret_cast<float*>(sdS + 2 * DS_BYTES);  // one 64 x 64 fp32 dQ tile per consumer\n"
+     "  float* sL2 = sdQ + 2 * BM * 64;"),
+]
+
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -527,6 +581,8 @@ VARIANTS = {
     "bulk_dq_d64": _on("bulk_dq_s3", "bulk_dq_d64", "D = 64's dQ by bulk reductions too", BULK_DQ_D64),
     "own_keys": _on("dq_tiles", "own_keys", "every consumer's dQ over its own keys and all columns: the consumers "
                     "never meet", OWN_KEYS),
+    "own_keys_s3": _on("own_keys", "own_keys_s3", "the 3-deep ring, dQ leaving through one tile a column half at a "
+                       "time", OWN_KEYS_S3),
     "dq_tiles": _on("bulk_dq_d64", "dq_tiles", "each consumer's dQ tile reduced on its own, swizzled, in dQacc's "
                     "layout", DQ_TILES),
 }
