@@ -28,8 +28,9 @@ from .toolchain import ProcResult, Toolchain, ToolchainError, find_toolchain, wh
 
 PTX_NAME = "solution.ptx"
 CU_NAME = "solution.cu"
-# Bumped when what a compile records changes (the cache key carries it): 2 = per-line SASS, SASS features.
-RECORD_VERSION = 2
+# Bumped when what a compile records changes (the cache key carries it): 2 = per-line SASS, SASS features;
+# 3 = ptxas's performance-loss advisories as warnings.
+RECORD_VERSION = 3
 # Wall-clock backstops; the jail's CPU limit per process (tools/jail.py Limits) usually ends a runaway first.
 PTXAS_TIMEOUT_S = 60.0
 NVCC_TIMEOUT_S = 120.0

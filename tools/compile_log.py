@@ -14,6 +14,9 @@ from .results import CompileIssue, KernelResources
 _PTXAS_AT_LINE = re.compile(r"^ptxas\s+(?P<file>.+?), line (?P<line>\d+); (?P<sev>error|warning|fatal)\s*:\s*(?P<msg>.*)$")
 _PTXAS_NO_LINE = re.compile(r"^ptxas\s+(?P<sev>error|warning|fatal)\s*:\s*(?P<msg>.*)$")
 _ABORTED = "Ptx assembly aborted due to errors"
+# ptxas's advisories at info level that cost speed, e.g. (C7512) wgmma serialised for want of registers: every wgmma
+# then waits for the previous one, which no other message says.
+_PERF_LOSS = re.compile(r"^ptxas\s+info\s*:\s*\((?P<code>C\d+)\)\s*Potential Performance Loss:\s*(?P<msg>.*)$")
 _ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)'")
 _PROPS = re.compile(r"Function properties for (?P<name>\S+)")
 _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -42,6 +45,9 @@ def parse_ptxas_log(log: str, line_map: LineMap | None = None) -> tuple[list[Com
             severity = "warning" if m["sev"] == "warning" else "error"
             issue = CompileIssue(line=src_line, message=m["msg"].strip() + note, severity=severity)
             (errors if severity == "error" else warnings).append(issue)
+        elif m := _PERF_LOSS.match(line):
+            warnings.append(CompileIssue(message=f"potential performance loss ({m['code']}): {m['msg'].strip()}",
+                                         severity="warning"))
         elif m := _PTXAS_NO_LINE.match(line):
             if m["sev"] == "warning":
                 warnings.append(CompileIssue(message=m["msg"].strip(), severity="warning"))

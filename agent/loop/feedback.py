@@ -34,6 +34,10 @@ HOPPER_WARNINGS = {
     "C7515": "ptxas serialised the wgmma instructions: something between them (a register the wgmma reads or "
              "writes used outside the async group, a missing wgmma.fence, non-uniform control flow) forces a wait; "
              "keep the accumulators untouched between wgmma.fence and wgmma.wait_group",
+    "C7512": "ptxas serialised every wgmma for want of registers: the accumulators live at once (with the A "
+             "fragments a wgmma reads from registers) leave the wgmma pipeline too few; wait for one group "
+             "(wgmma.wait_group) before issuing the next product's accumulators, keep fewer live, or raise the "
+             "consumers' setmaxnreg",
     "C7508": "setmaxnreg was ignored: the kernel needs __launch_bounds__ / .maxntid so ptxas knows the block size",
     "C7511": "the register count asked for cannot be met: ptxas used more registers (or spilled); check the "
              "resource line below",

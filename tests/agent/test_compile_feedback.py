@@ -35,3 +35,20 @@ def test_an_undefined_helper_name_gets_its_declaration():
     hints = [line for line in _compile_lines(EvalResult(workload="w", status="COMPILE_ERROR", compile=comp))
              if "in namespace ptxbench" in line]
     assert len(hints) == 1 and "`void mbar_init(" in hints[0] and "<ptxbench/mbarrier.cuh>" in hints[0]
+
+
+def test_ptxas_info_level_performance_loss_reaches_the_model():
+    """(C7512) comes at ptxas's info level, not as a warning: read from the log, kept as a warning, explained."""
+    from ptxbench.tools.compile_log import parse_ptxas_log
+
+    log = ("ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+           "ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+           "insufficient register resources for the function 'k'\n"
+           "ptxas info    : Used 168 registers\n")
+    errors, warnings, kernels = parse_ptxas_log(log)
+    assert errors == [] and kernels["k"].registers == 168
+    assert [w.message for w in warnings] == ["potential performance loss (C7512): wgmma.mma_async instructions are "
+                                             "serialized due to insufficient register resources for the function 'k'"]
+    lines = _compile_lines(EvalResult(workload="w", status="COMPILED",
+                                      compile=CompileResult(status="ok", arch="sm_90a", warnings=warnings)))
+    assert any(line.strip().startswith("(C7512: ptxas serialised every wgmma for want of registers") for line in lines)
