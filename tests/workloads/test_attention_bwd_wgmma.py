@@ -76,7 +76,10 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "dq_tiles+head_groups": {"UBLKRED": 1, "HGMMA": 32},
                 # own_keys: dQ as one m64n128 product over the consumer's own 16-key steps (4 instead of 8 m64n64)
                 "own_keys": {"UBLKRED": 1, "HGMMA": 28},
-                "own_keys_s3": {"UBLKRED": 2, "HGMMA": 28}}  # one reduction per column half
+                "own_keys_s3": {"UBLKRED": 2, "HGMMA": 28},  # one reduction per column half
+                # own_keys_wide: dK and dV in 16-byte stores, 2 tensors x 2 rows x 4 groups of four 8-column groups,
+                # each after 3 shuffle rounds
+                "own_keys_wide": {"UBLKRED": 1, "HGMMA": 28, "STG": 16, "SHFL": 48}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -205,3 +208,33 @@ def test_dq_tiles_layout_is_read_back_by_the_postprocess(D):
             assert max(per_group.values()) == 2
     text = variant_text("dq_tiles")
     assert "8 * (g ^ (row & sw))" in text and "8 * ((dd / 8) ^ (rr & (W / 8 - 1)))" in text
+
+
+def test_the_16_byte_epilogue_puts_every_value_of_a_row_in_its_column_once():
+    """own_keys_wide's store_rows16 (its kernel's lines, mirrored): for every lane of a warp, 4 groups at a time, the
+    shuffle rounds and the final picks give lane q the 8 columns of group g0 + q of its row, in column order."""
+    text = variant_text("own_keys_wide")
+    for line in ("got[0] = pick4(mine[0], mine[1], mine[2], mine[3], q);",
+                 "got[i] = __shfl_sync(0xffffffffu, pick4(mine[0], mine[1], mine[2], mine[3], (q - i) & 3),",
+                 "(lane & ~3) | ((q + i) & 3));",
+                 "mine[k] = pack_bf16(acc[4 * (g0 + k) + 2 * h] * mul, acc[4 * (g0 + k) + 2 * h + 1] * mul);",
+                 "const uint4 v = make_uint4(pick4(got[0], got[1], got[2], got[3], (0 - q) & 3),",
+                 "const int d = 8 * (g0 + q);"):
+        assert line in text, line
+    for n in (64, 32):  # HD = 128 and 64: accumulators per thread
+        written = {}
+        for h in range(2):
+            for g0 in range(0, n // 4, 4):
+                # element j of lane l: row l / 4 + 8 ((j / 2) % 2), column 8 (j / 4) + 2 (l % 4) + j % 2, as pairs
+                mine = {l: [((l // 4 + 8 * h, 8 * (g0 + k) + 2 * (l % 4)), (l // 4 + 8 * h, 8 * (g0 + k) + 2 * (l % 4) + 1))
+                            for k in range(4)] for l in range(32)}
+                for lane in range(32):
+                    q = lane % 4
+                    got = [mine[lane][q]] + [mine[(lane & ~3) | ((q + i) & 3)][(((q + i) & 3) - i) & 3] for i in (1, 2, 3)]
+                    v = [got[(s - q) & 3] for s in range(4)]
+                    d = 8 * (g0 + q)
+                    for s, pair in enumerate(v):
+                        for e, (row, col) in enumerate(pair):
+                            assert (row, d + 2 * s + e) not in written
+                            written[(row, d + 2 * s + e)] = (row, col)
+        assert all(k == v for k, v in written.items()) and len(written) == 16 * (2 * n)

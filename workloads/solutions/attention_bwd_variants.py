@@ -36,6 +36,10 @@ points of its parameter space, which builtin/tuner searches:
   measured yet.
 - `own_keys_s3`: `own_keys` with the 3-deep ring back for the 128-wide kernels, each consumer's dQ leaving through
   one 64 x 64 tile a column half at a time (a read-wait and a barrier between the halves). Not measured yet.
+- `own_keys_wide`: `own_keys` with a 16-byte dK / dV epilogue: the four lanes of a quad, which hold 4 bytes each of
+  an 8-column group of a row, swap their values over four groups (a 4 x 4 transpose by shuffles), so that each lane
+  stores one group's 16 bytes and a warp's store fills whole 32-byte sectors (the 4-byte stores left half of every
+  sector unused: ncu's UncoalescedGlobalAccess, 12.6 M excess sectors at D = 128). Not measured yet.
 
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
@@ -425,6 +429,15 @@ struct Stages {
     ("// X^T = A_c B^T for this consumer's 64 keys", WGMMA_SS_TT128 + "// X^T = A_c B^T for this consumer's 64 keys"),
     ("  named_barrier_sync(1, 256);  // both consumers' dS^T rows are in `buf` (and sdQ is free again)",
      "  named_barrier_sync(3 + c, 128);  // this consumer's dS^T rows are in `buf` (and its tile is free again)"),
+    ("""//       dQ_partial = dS K      SS, dS MN-major (imm-trans-a), K N-major   m64n64k16
+//     HD = 128: both consumers meet on a named barrier and consumer c computes d columns 64c..64c+63
+//     over all 128 keys; HD = 64: each consumer computes all 64 columns over its own 64 keys.
+//     The dS buffer is double-buffered: a consumer rewrites buffer b only after the barrier of the next
+//     iteration, which the other consumer reaches only once its dQ product of buffer b has completed.""",
+     """//       dQ_partial = dS K      SS, dS MN-major (imm-trans-a), K N-major   m64nHDk16 x 4
+//     (own_keys) each consumer computes all HD columns over its own 64 keys, reading only its own rows of
+//     dS^T, and reduces its 64 x D tile into dQacc itself: the consumers never meet. The dS buffer is
+//     double-buffered; a consumer rewrites its rows of buffer b two blocks later, after its own dQ product."""),
     ("""  // dQ_partial = dS K: HD = 128: columns 64c.. over all 128 keys; HD = 64: all columns over own keys.
   float dq[32];
   constexpr int KSTEPS = HD == 128 ? 8 : 4;
@@ -435,6 +448,11 @@ struct Stages {
 #pragma unroll
   for (int kk = 0; kk < KSTEPS; ++kk) wgmma_ss_tt(dq, da + kk * (2048 >> 4), dbk + kk * (2048 >> 4), kk != 0);""",
      """  // dQ_partial = dS K over this consumer's own 64 keys, all HD columns (K's two 64-column slabs one LBO apart).
+  if constexpr (HD == 128) {  // dV / dK first: their 128 accumulators, P^T / dS^T and 64 for dQ at once would not fit
+    wgmma_wait<0>();          // beside the wgmma pipeline (ptxas would serialise every wgmma of the kernel: C7512)
+    fence_u32(pp);
+    fence_u32(ds);
+  }
   float dq[HD / 2];
   const uint64_t da = desc_mn(buf + 64 * c * 128, 0), dbk = desc_mn(sK + 64 * c * 128, HD == 128 ? KSLAB : 0);
   wgmma_fence();
@@ -536,6 +554,64 @@ struct Stages {
 ]
 
 
+# own_keys_wide: the dK / dV epilogue in 16-byte stores. A thread holds, for each of its two rows, 4 bytes (two bf16)
+# of every 8-column group; the quad's four lanes together hold the group's 16 bytes. Four shuffle rounds transpose
+# four groups among the quad, so lane q stores group g0 + q whole.
+STORE_ROWS16 = r"""// The dK / dV epilogue in 16-byte stores (own_keys_wide). acc element j: row r + 8 ((j / 2) % 2), column
+// 8 (j / 4) + 2 (lane % 4) + j % 2. For four 8-column groups at a time, the four lanes of a quad swap their bf16
+// pairs (round i = 1..3: a lane sends its pair of group g0 + (q - i) % 4 and takes lane q + i's pair of group g0 + q), then
+// each lane holds one group's eight columns and stores them as one 16-byte vector: a warp fills whole sectors.
+__device__ __forceinline__ uint32_t pick4(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, int k) {
+  return k == 0 ? a0 : k == 1 ? a1 : k == 2 ? a2 : a3;
+}
+
+template <int N>
+__device__ __forceinline__ void store_rows16(__nv_bfloat16* __restrict__ out, const float (&acc)[N], float mul,
+                                             size_t row0, int D, int lane) {
+  const int q = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // rows row0 and row0 + 8
+#pragma unroll
+    for (int g0 = 0; g0 < N / 4; g0 += 4) {
+      uint32_t mine[4], got[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        mine[k] = pack_bf16(acc[4 * (g0 + k) + 2 * h] * mul, acc[4 * (g0 + k) + 2 * h + 1] * mul);
+      got[0] = pick4(mine[0], mine[1], mine[2], mine[3], q);  // got[i]: lane (q + i) % 4's pair of group g0 + q
+#pragma unroll
+      for (int i = 1; i < 4; ++i)
+        got[i] = __shfl_sync(0xffffffffu, pick4(mine[0], mine[1], mine[2], mine[3], (q - i) & 3),
+                             (lane & ~3) | ((q + i) & 3));
+      // lane s's pair (columns 2s, 2s + 1 of the group) came in round (s - q) % 4
+      const uint4 v = make_uint4(pick4(got[0], got[1], got[2], got[3], (0 - q) & 3),
+                                 pick4(got[0], got[1], got[2], got[3], (1 - q) & 3),
+                                 pick4(got[0], got[1], got[2], got[3], (2 - q) & 3),
+                                 pick4(got[0], got[1], got[2], got[3], (3 - q) & 3));
+      const int d = 8 * (g0 + q);
+      if (d < D) *reinterpret_cast<uint4*>(out + (row0 + 8 * h) * D + d) = v;
+    }
+  }
+}
+
+"""
+
+OWN_KEYS_WIDE = [
+    ("// HD: 128 (D = 96 or 128) or 64. GQA: K, V, dK, dV have B * HKV heads;",
+     STORE_ROWS16 + "// HD: 128 (D = 96 or 128) or 64. GQA: K, V, dK, dV have B * HKV heads;"),
+    ("""#pragma unroll
+    for (int j = 0; j < HD / 2; j += 2) {
+      const int d = 8 * (j / 4) + 2 * (lane % 4);
+      if (d < D) {
+        const size_t off = (row0 + 8 * ((j / 2) % 2)) * D + d;
+        *reinterpret_cast<__nv_bfloat162*>(dV + off) = __floats2bfloat162_rn(dv[j], dv[j + 1]);
+        *reinterpret_cast<__nv_bfloat162*>(dK + off) = __floats2bfloat162_rn(dk[j] * scale, dk[j + 1] * scale);
+      }
+    }""",
+     """    store_rows16(dV, dv, 1.f, row0, D, lane);  // 16-byte stores: whole sectors (own_keys_wide)
+    store_rows16(dK, dk, scale, row0, D, lane);"""),
+]
+
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -581,6 +657,8 @@ VARIANTS = {
     "bulk_dq_d64": _on("bulk_dq_s3", "bulk_dq_d64", "D = 64's dQ by bulk reductions too", BULK_DQ_D64),
     "own_keys": _on("dq_tiles", "own_keys", "every consumer's dQ over its own keys and all columns: the consumers "
                     "never meet", OWN_KEYS),
+    "own_keys_wide": _on("own_keys", "own_keys_wide", "the dK / dV epilogue in 16-byte stores (a quad's 4 x 4 "
+                         "transpose by shuffles)", OWN_KEYS_WIDE),
     "own_keys_s3": _on("own_keys", "own_keys_s3", "the 3-deep ring, dQ leaving through one tile a column half at a "
                        "time", OWN_KEYS_S3),
     "dq_tiles": _on("bulk_dq_d64", "dq_tiles", "each consumer's dQ tile reduced on its own, swizzled, in dQacc's "
