@@ -11,6 +11,7 @@ and kept only if the evaluation then asks for that level (tools/profile/early.py
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import threading
 import time
@@ -25,7 +26,7 @@ from .gpu.pool import GpuPool, NoGpuError, PoolConfig
 from .gpu.priority import QueuePriority
 from .solution.plan import FormatIssue
 from .profile import attach
-from .profile.early import EarlyProfile
+from .profile.early import EarlyChoice, EarlyProfile
 from .profile.inflight import InFlightProfiles
 from .results import EvalResult, Fingerprint, RuntimeTarget
 from .solution.parse import PlanError, parse_solution, resolve_plan
@@ -103,6 +104,7 @@ class LocalEvaluator:
         self._priority = QueuePriority()  # the GPU queue's order: most GPU work left behind first (gpu/priority.py)
         self._early_keys: dict[tuple, str] = {}  # cubin -> the level of its early profile running: an identical one starts none
         self._early_slots: threading.BoundedSemaphore | None = None
+        self._early_running = 0  # early runs started and not yet ended
         self._early_lock = threading.Lock()
 
     @property
@@ -184,7 +186,8 @@ class LocalEvaluator:
         return result
 
     def _run_and_profile(self, pool: GpuPool, job: GpuJob, options: EvalOptions, solution, comp, cubin_sha: str,
-                         base: dict, seconds: dict, early: EarlyProfile | None, priority: float = 0.0) -> EvalResult:
+                         base: dict, seconds: dict, early: EarlyProfile | EarlyChoice | None,
+                         priority: float = 0.0) -> EvalResult:
         t0 = time.perf_counter()
         result = self._submit(pool, job, options.turn, priority)
         seconds["gpu"] = time.perf_counter() - t0
@@ -207,19 +210,36 @@ class LocalEvaluator:
         return cached if cached is not None and serves(cached["level"], level) else None
 
     def _early_profile(self, pool: GpuPool, options: EvalOptions, workload: str, source: str, comp,
-                       cubin_sha: str, priority: float = 0.0) -> EarlyProfile | None:
+                       cubin_sha: str, priority: float = 0.0) -> EarlyProfile | EarlyChoice | None:
         """Start the profile a passing kernel would get, beside its timing (tools/profile/early.py); None when a
         pass would take none, the profile cache already holds it, an identical cubin's profile is being taken (or
         started early: on several GPUs identical kernels pass at once, and one ncu run serves both), or early starts
-        are switched off."""
+        are switched off. Under the new-best policy, with slots to spare, the full profile a new best would get
+        starts beside the verdict (an EarlyChoice): which one the pass wants, only its timing tells."""
         level, _ = options.profile_level(True, None)
+        if level == "none" or not self.early_profiles or not comp.cubin_path:
+            return None
+        device = pool.pick_device()
+        runs = [run for run in (self._start_early(pool, options, workload, source, comp, cubin_sha, level, device,
+                                                  priority),) if run is not None]
+        best_level, _ = options.profile_level(True, math.inf)  # what a new best would get
+        if best_level != level and (not runs or self._early_spare(pool) >= 2):  # one left for another evaluation
+            extra = self._start_early(pool, options, workload, source, comp, cubin_sha, best_level, device, priority)
+            runs += [extra] if extra is not None else []
+        return runs[0] if len(runs) == 1 else EarlyChoice(runs) if runs else None
+
+    def _early_spare(self, pool: GpuPool) -> int:
+        with self._early_lock:
+            return self.early_per_gpu * max(1, len(pool.slots)) - self._early_running
+
+    def _start_early(self, pool: GpuPool, options: EvalOptions, workload: str, source: str, comp, cubin_sha: str,
+                     level: str, device: int, priority: float) -> EarlyProfile | None:
+        """One early run at `level`, unless its profile is cached, being taken or started early, or no slot is free."""
         key = (cubin_sha, workload, options.arch)
-        if (level == "none" or not self.early_profiles or self._cached_profile(cubin_sha, workload, options.arch, level)
-                or self._profiling.running(key, level) or not comp.cubin_path):
+        if self._cached_profile(cubin_sha, workload, options.arch, level) or self._profiling.running(key, level):
             return None
         from .profile.candidate import measure_candidate
 
-        device = pool.pick_device()
         with self._early_lock:
             if self._early_slots is None:
                 self._early_slots = threading.BoundedSemaphore(self.early_per_gpu * max(1, len(pool.slots)))
@@ -228,11 +248,13 @@ class LocalEvaluator:
             if not self._early_slots.acquire(blocking=False):
                 return None
             self._early_keys[key] = level
+            self._early_running += 1
 
         def ended() -> None:
             with self._early_lock:
                 if self._early_keys.get(key) == level:
                     del self._early_keys[key]
+                self._early_running -= 1
             self._early_slots.release()
 
         return EarlyProfile(lambda hold: measure_candidate(workload, source, comp.cubin_path, arch=options.arch,
@@ -255,7 +277,7 @@ class LocalEvaluator:
                 self._hangs.release(key, result, turn)
 
     def _attach_profile(self, result: EvalResult, options: EvalOptions, level: str, why: str, solution, comp,
-                        cubin_sha: str, early: EarlyProfile | None = None, priority: float = 0.0) -> EvalResult:
+                        cubin_sha: str, early: EarlyProfile | EarlyChoice | None = None, priority: float = 0.0) -> EvalResult:
         """Profile / sanitize the candidate. The counts of one binary on one GPU do not change between submissions, so
         a profile of the same cubin (a model resubmitting a kernel) at the level asked for or above is reused instead
         of replayed under ncu again, and one being taken for an identical cubin is waited for (profile/inflight.py).
@@ -274,7 +296,7 @@ class LocalEvaluator:
                 self._profiling.release(key)
 
     def _profile_or_reuse(self, result: EvalResult, options: EvalOptions, level: str, why: str, solution, comp,
-                          key: tuple, early: EarlyProfile | None, priority: float = 0.0) -> EvalResult:
+                          key: tuple, early: EarlyProfile | EarlyChoice | None, priority: float = 0.0) -> EvalResult:
         cached = self._cached_profile(*key, level)
         if cached is not None:
             result.targets_runtime = {k: RuntimeTarget.model_validate(v) for k, v in cached["targets_runtime"].items()}

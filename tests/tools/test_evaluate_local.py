@@ -176,12 +176,13 @@ def _fake_measure(calls: list):
     from ptxbench.tools.profile.summary import ProfileSummary
 
     def measure(workload, source, cubin_path, *, full=True, hold=None, **kwargs):
-        calls.append({"full": full, "started": time.monotonic()})
+        call = {"full": full, "started": time.monotonic()}  # its own record: early runs may be in flight side by side
+        calls.append(call)
         try:
             with hold():
-                calls[-1]["held"] = time.monotonic()
+                call["held"] = time.monotonic()
         except Exception as exc:  # noqa: BLE001 - what gated.py does: a hold that fails ends the run
-            calls[-1]["refused"] = type(exc).__name__
+            call["refused"] = type(exc).__name__
             return ProfileSummary(ok=False, mode="full" if full else "verdict", error=str(exc))
         return ProfileSummary(ok=False, mode="full" if full else "verdict", error="no counters in this test")
     return measure
@@ -319,3 +320,48 @@ def test_a_background_start_that_fails_is_an_infra_error_naming_why():
     ev.start_in_background().join(5)
     r = ev.evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(trials=1))
     assert r.status == "INFRA_ERROR" and "no CUDA GPU is visible to torch" in r.message
+
+
+def _new_best_run(monkeypatch, best: float, spare_slots: int = 3):
+    """One pass (speedup 0.5) under the new-best policy with `best` so far; the fake ncu runs it started."""
+    calls: list = []
+    monkeypatch.setattr("ptxbench.tools.profile.candidate.measure_candidate", _fake_measure(calls))
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: AnsweringWorker(d, c))
+    ev = LocalEvaluator(pool)
+    ev.early_per_gpu = spare_slots
+    r = ev.evaluate(WORKLOAD, CORPUS["control_correct"]["source"],
+                    EvalOptions(trials=1, profile_on_pass="new_best", best_speedup=best))
+    for _ in range(300):  # the run not claimed ends in the background, at its gate
+        if all("held" in c or "refused" in c for c in calls):
+            break
+        time.sleep(0.01)
+    ev.close()
+    return r, calls
+
+
+def test_a_new_best_finds_its_full_profile_started_beside_the_timing(monkeypatch):
+    """Under the new-best policy the verdict and the full profile both start beside the timing when slots are to
+    spare; the pass beats the best, so the full run takes the GPU and the verdict run dies at its gate without it."""
+    r, calls = _new_best_run(monkeypatch, best=0.4)
+    assert r.status == "PASSED" and r.profile_level == "full" and r.profile_reason.startswith("a new best speedup")
+    assert sorted(c["full"] for c in calls) == [False, True]  # both started, no third run after the timing
+    full, = [c for c in calls if c["full"]]
+    verdict, = [c for c in calls if not c["full"]]
+    assert "held" in full and verdict.get("refused") == "ProfileNotWanted" and "held" not in verdict
+
+
+def test_a_pass_below_the_best_keeps_the_verdict_run_and_kills_the_full_one(monkeypatch):
+    r, calls = _new_best_run(monkeypatch, best=0.9)
+    assert r.status == "PASSED" and r.profile_level == "verdict"
+    full, = [c for c in calls if c["full"]]
+    verdict, = [c for c in calls if not c["full"]]
+    assert "held" in verdict and full.get("refused") == "ProfileNotWanted" and "held" not in full
+
+
+def test_without_two_slots_to_spare_only_the_likely_level_starts_early(monkeypatch):
+    """Two early slots per GPU (the default): the verdict run takes one, and the other stays for another evaluation;
+    the full profile of the new best starts after the timing."""
+    r, calls = _new_best_run(monkeypatch, best=0.4, spare_slots=2)
+    assert r.status == "PASSED" and r.profile_level == "full"
+    assert [c["full"] for c in calls] == [False, True]  # the verdict started early, the full one after the timing
+    assert calls[0].get("refused") == "ProfileNotWanted" and "held" in calls[1]

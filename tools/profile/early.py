@@ -13,6 +13,12 @@ kills ncu and the replay (gated.py), and the evaluation profiles as before.
                          hold=lambda: pool.exclusive(device))
     ...timing...
     measured = early.claim(level)    # (summary, seconds) or None
+
+Under the new-best policy a pass gets the verdict unless it beats the best so far, which only its timing tells; when
+early slots are to spare, `EarlyChoice` starts the full profile beside the verdict one and keeps whichever the
+evaluation asks for. A new best on a trajectory's last turns then no longer waits for ncu's start-up after its timing
+(the tail of a run on several GPUs, bench/results/eval_throughput.md); the run not claimed dies at its gate, its
+cost a few CPU-seconds and no GPU time.
 """
 from __future__ import annotations
 
@@ -86,3 +92,31 @@ class EarlyProfile:
         """Nothing will be claimed (the evaluation ended another way)."""
         if not self._decided.is_set():
             self.claim("none")
+
+
+class EarlyChoice:
+    """Early runs of one evaluation at different levels, on one device: `claim(level)` kills every other run at its
+    gate first, then claims the run at that level (None when there is none); the same interface as EarlyProfile."""
+
+    def __init__(self, runs: list[EarlyProfile]):
+        if not runs or len({run.device for run in runs}) != 1 or len({run.level for run in runs}) != len(runs):
+            raise ValueError("an early choice holds runs of distinct levels on one device")
+        self.runs = runs
+        self.device = runs[0].device
+        self.level = runs[0].level  # the most likely one
+        self.levels = [run.level for run in runs]
+
+    def claim(self, level: str) -> tuple[ProfileSummary, float] | None:
+        for run in self.runs:
+            if run.level != level:
+                run.drop()
+        wanted = [run for run in self.runs if run.level == level]
+        return wanted[0].claim(level) if wanted else None
+
+    def join(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return all(run.join(None if deadline is None else max(0.0, deadline - time.monotonic())) for run in self.runs)
+
+    def drop(self) -> None:
+        for run in self.runs:
+            run.drop()
