@@ -3,7 +3,12 @@
 # $OUT/<step>/, which is then packed into $OUT/<step>.tar.gz (run folders nest deeper than a device copy keeps),
 # with the step's log at $OUT/<step>.log and one line per step in $OUT/steps.txt.
 #
-#   bash bench/gpu_round.sh STEP[:SECONDS] ...        (repository root; a device call carries .whl)
+#   bash bench/gpu_round.sh STEP[:SECONDS][@GPU] ...        (repository root; a device call carries .whl)
+#   bash bench/gpu_round.sh "STEP[:SECONDS]@0 STEP[:SECONDS]@1" ...
+#
+# Arguments run one after the other; the steps of one quoted argument run side by side, each on the GPU named after
+# its @ (CUDA_VISIBLE_DEVICES), e.g. a backward variant check on GPU 0 beside the attention sweep on GPU 1 of an
+# nvidia-h200-x2 machine: one machine start and one call for two single-GPU measurements.
 #
 # Steps (default budget in seconds):
 #   gpu-tests (560)     the GPU tests of what changed most recently: profile, evaluator (watchdog), fault corpus,
@@ -80,14 +85,29 @@ run_step() {  # run_step NAME SECONDS DIR
 }
 export -f run_step
 
-for arg in "$@"; do
-  name=${arg%%:*}; s=${arg#*:}; [ "$s" = "$arg" ] && s=${BUDGET[$name]:-300}
-  d=$OUT/$name; mkdir -p "$d"; t0=$(date +%s)
-  timeout --signal=KILL "$s" bash -c "run_step $name $s $d" > "$OUT/$name.log" 2>&1
+run_timed() {  # run_timed NAME SECONDS [GPU]: one step under its budget, packed, its line in steps.txt
+  local name=$1 s=$2 gpu=${3:-} d=$OUT/$1 t0 rc
+  mkdir -p "$d"; t0=$(date +%s)
+  if [ -n "$gpu" ]; then
+    CUDA_VISIBLE_DEVICES=$gpu timeout --signal=KILL "$s" bash -c "run_step $name $s $d" > "$OUT/$name.log" 2>&1
+  else
+    timeout --signal=KILL "$s" bash -c "run_step $name $s $d" > "$OUT/$name.log" 2>&1
+  fi
   rc=$?
   find "$d" -name 'checkpoints.*' -delete 2>/dev/null
   tar czf "$OUT/$name.tar.gz" -C "$OUT" "$name" && rm -rf "$d"
-  echo "$name: exit $rc, $(( $(date +%s) - t0 )) s (budget $s)" | tee -a "$OUT/steps.txt"
+  echo "$name: exit $rc, $(( $(date +%s) - t0 )) s (budget $s${gpu:+, GPU $gpu})" | tee -a "$OUT/steps.txt"
+}
+
+names=()
+for group in "$@"; do
+  for arg in $group; do  # the steps of one argument side by side
+    step=${arg%%@*}; gpu=; [ "$step" != "$arg" ] && gpu=${arg#*@}
+    name=${step%%:*}; s=${step#*:}; [ "$s" = "$step" ] && s=${BUDGET[$name]:-300}
+    names+=("$name")
+    run_timed "$name" "$s" "$gpu" &
+  done
+  wait
 done
 echo; cat "$OUT/steps.txt"
-for arg in "$@"; do name=${arg%%:*}; echo "== $name (last lines)"; tail -n 25 "$OUT/$name.log"; done
+for name in "${names[@]}"; do echo "== $name (last lines)"; tail -n 25 "$OUT/$name.log"; done

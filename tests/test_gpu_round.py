@@ -56,3 +56,38 @@ def test_the_shell_steps_call_scripts_that_exist():
             assert (ROOT / script).is_file(), (name, script)
         for path in re.findall(r"(tests/\S+\.py)", cmd):
             assert (ROOT / path).is_file(), (name, path)
+
+
+def _fake_round(tmp_path: Path, *args: str) -> dict[str, list[float]]:
+    """gpu_round.sh with every step replaced by one that notes its GPU and sleeps: {step: [gpu, start, end]}."""
+    body = ROUND[ROUND.index("case $name in"):ROUND.index("esac") + len("esac")]
+    fake = ('case $name in *) echo "gpu=${CUDA_VISIBLE_DEVICES:-none} start=$(date +%s.%N)"; sleep 1; '
+            'echo "end=$(date +%s.%N)" ;; esac')
+    script = tmp_path / "round.sh"
+    assert ROUND.count("source bench/gpu_env.sh || exit 1") == 1
+    script.write_text(ROUND.replace(body, fake).replace("source bench/gpu_env.sh || exit 1", ":"))  # no wheels here
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(script), *args], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OUT": str(out),
+                            "PYTHONPATH": "", "HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    seen = {}
+    for log in out.glob("*.log"):
+        text = log.read_text()
+        gpu = re.search(r"gpu=(\S+)", text).group(1)
+        seen[log.stem] = [gpu, float(re.search(r"start=(\S+)", text).group(1)), float(re.search(r"end=(\S+)", text).group(1))]
+        assert (out / f"{log.stem}.tar.gz").is_file()
+    assert len((out / "steps.txt").read_text().splitlines()) == len(seen)
+    return seen
+
+
+def test_the_steps_of_one_argument_run_side_by_side_each_on_its_gpu(tmp_path):
+    seen = _fake_round(tmp_path, "bwd-variants:20@0 attn-sweep:20@1")
+    assert seen["bwd-variants"][0] == "0" and seen["attn-sweep"][0] == "1"
+    assert max(s[1] for s in seen.values()) < min(s[2] for s in seen.values())  # they overlapped
+
+
+def test_separate_arguments_run_one_after_the_other_on_every_gpu(tmp_path):
+    seen = _fake_round(tmp_path, "bwd:20", "gemm-sweep:20")
+    assert seen["bwd"][0] == "none" and seen["gemm-sweep"][0] == "none"
+    assert seen["bwd"][2] <= seen["gemm-sweep"][1]
