@@ -88,3 +88,32 @@ def test_a_warp_specialised_kernel_with_two_consumers_is_not_told_to_add_a_secon
     t = template()["other"]
     assert "a second consumer warpgroup" not in t["tensor_idle_consumers"] and "ping-pong" in t["tensor_idle_consumers"]
     assert "a second consumer warpgroup" in t["tensor_idle_ring"]
+
+
+def test_ncu_access_pattern_rules_are_worth_what_their_own_counts_say():
+    """The attention backward's H200 profile: ncu gave its 4-byte dK / dV epilogue stores 'est. gain up to 50%'
+    (12.6 M excess sectors = 400 MB, about 0.1 ms of DRAM time) and ranked them first at 3.2 ms of 8.4. By their
+    counts they are worth ~0.08 ms, the bank conflicts 22% of the L1 pipe's 61%, and the stall finding leads."""
+    from ptxbench.tools.profile.summary import KernelProfile, Rule
+
+    glob = ("This kernel has uncoalesced global accesses resulting in a total of 12582912 excessive sectors (50% of the "
+            "total 25165824 sectors). Check the L2 Theoretical Sectors Global Excessive table for the primary source "
+            "locations.")
+    shared = ("This kernel has uncoalesced shared accesses resulting in a total of 301989888 excessive wavefronts (22% "
+              "of the total 1358954496 wavefronts). Check the L1 Wavefronts Shared Excessive table for the primary "
+              "source locations.")
+    k = KernelProfile(name="attn_bwd_wgmma", duration_us=8376.5, l1_sol_pct=61.0, compute_sol_pct=53.0,
+                      memory_sol_pct=61.0, stalls={"wait": 2.3, "long_scoreboard": 1.7, "selected": 1.0, "barrier": 1.5},
+                      rules=[Rule(section="MemoryWorkloadAnalysis", name="UncoalescedGlobalAccess", type="OPT",
+                                  message=glob, speedup_pct=50.0),
+                             Rule(section="MemoryWorkloadAnalysis", name="UncoalescedSharedAccess", type="OPT",
+                                  message=shared, speedup_pct=22.0)])
+    s = ProfileSummary(ok=True, kernels=[k], gpu="NVIDIA H200")
+    text = profile_feedback(s, {}, get_workload("mha_bwd_d128"), token_budget=900)
+    items = [ln for ln in text.splitlines() if ln[:1].isdigit()]
+    assert "'wait'" in items[0]  # the largest stall share (35% of the samples) leads now
+    glob_item = next(ln for ln in items if "UncoalescedGlobalAccess" in ln)
+    shared_item = next(ln for ln in items if "UncoalescedSharedAccess" in ln)
+    assert glob_item.endswith("[worth up to ~83.9 us, 1% of the time]"), glob_item  # 403 MB at 4.8 TB/s
+    assert shared_item.endswith("[worth up to ~1.12 ms, 13% of the time]"), shared_item
+    assert items.index(shared_item) < items.index(glob_item)  # 22% x 61% of 8.4 ms = 1.1 ms before 0.08 ms
