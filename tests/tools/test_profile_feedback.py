@@ -117,3 +117,19 @@ def test_ncu_access_pattern_rules_are_worth_what_their_own_counts_say():
     assert glob_item.endswith("[worth up to ~83.9 us, 1% of the time]"), glob_item  # 403 MB at 4.8 TB/s
     assert shared_item.endswith("[worth up to ~1.12 ms, 13% of the time]"), shared_item
     assert items.index(shared_item) < items.index(glob_item)  # 22% x 61% of 8.4 ms = 1.1 ms before 0.08 ms
+
+
+def test_long_scoreboard_in_a_tma_ring_kernel_is_read_as_mbarrier_waits():
+    """An mbarrier try_wait is sampled as long_scoreboard (the GEMM's `mbar_wait(&full[stage], phase)` line: 48% of
+    samples, mostly long_scoreboard, on the H200): in a TMA-ring kernel the kernel-level item must not send the
+    model looking for global loads that are not there."""
+    from ptxbench.tools.profile.feedback import _advice, traits
+    from ptxbench.tools.profile.summary import KernelProfile
+
+    cr = CompileResult(status="ok", arch="sm_90a", kernels={"k": KernelResources(
+        name="k", sass_features=["tma_load", "mbarrier_wait", "setmaxnreg", "wgmma"])})
+    tr = traits(cr, {}, KernelProfile(name="k", block="(384, 1, 1)", registers=168, grid="(32, 192, 1)"))
+    assert tr.tma_ring
+    advice = _advice("long_scoreboard", tr)
+    assert "mbarrier wait is sampled as long_scoreboard" in advice and "producer warp waiting for a free slot" in advice
+    assert "load tiles ahead with TMA" in _advice("long_scoreboard", traits(None, {}, KernelProfile(name="k")))
