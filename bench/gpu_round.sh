@@ -15,10 +15,11 @@
 #                       backward, references
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
 #   bwd-variants (400)  variants of workloads/solutions/attention_bwd_variants.py (BWD_VARIANTS, e.g.
-#                       dq_tiles+head_groups,decoupled_tiles+head_groups; default: the reference and its
-#                       head-fastest base), timed runs interleaved in one process, on every main backward
-#                       workload (D = 128 / 96 with causal and GQA, then D = 64); BWD_PROFILE=mha_bwd_d128 adds a
-#                       full profile of each variant
+#                       dq_tiles+head_groups,own_keys+head_groups; default: the reference), timed runs interleaved
+#                       in one process, on every main backward workload (D = 128 / 96 with causal and GQA, then
+#                       D = 64); BWD_PROFILE=mha_bwd_d128 adds a full profile of each variant, BWD_PROFILE64=mha_bwd_d64
+#                       one on D = 64. A tagged step, bwd-variants.b, reads BWD_VARIANTS_b (BWD_PROFILE_b, ...) and
+#                       writes its own folder: two variant sets side by side on two GPUs
 #   bwd-tuner (300)     builtin/tuner on mha_bwd_d128, 4 turns: the reference and its three built versions
 #                       (workloads/solutions/attention_bwd_template.py), each timed against cuDNN with the profile policy's
 #                       verdicts and profiles
@@ -48,22 +49,25 @@ git log --oneline -1 > "$OUT/commit.txt" 2>/dev/null || true
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560 [tuner-climb-bwd]=570
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590)
 
-run_step() {  # run_step NAME SECONDS DIR
-  local name=$1 s=$2 d=$3
+run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
+  local name=${1%%.*} s=$2 d=$3 tag=
+  [ "$name" != "$1" ] && tag=_${1#*.}
   case $name in
     gpu-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
                  tests/tools/test_profile_gpu.py tests/tools/test_gpu_evaluator.py tests/workloads/test_fault_corpus.py \
                  tests/workloads/test_attention_bwd_wgmma.py tests/workloads/test_references.py ;;
     bwd) python3 bench/attention_bwd_check.py --json "$d/reference.json" --profile mha_bwd_d128 ;;
-    bwd-variants)  # BWD_VARIANTS: the variants to compare, each beside the others (default: the reference and its base);
-                   # BWD_PROFILE: workloads each variant is also profiled on (e.g. mha_bwd_d128: its DRAM traffic)
-      python3 bench/attention_bwd_check.py --variant "${BWD_VARIANTS:-bulk_dq_d64+head_groups,bulk_dq_d64}" --json "$d/d128.json" \
+    bwd-variants)  # BWD_VARIANTS: the variants to compare, each beside the others (default: the reference);
+                   # BWD_PROFILE / BWD_PROFILE64: workloads each variant is also profiled on (D = 96 / 128, D = 64)
+      local vn=BWD_VARIANTS$tag pn=BWD_PROFILE$tag p64n=BWD_PROFILE64$tag
+      local variants=${!vn:-dq_tiles+head_groups} prof=${!pn:-} prof64=${!p64n:-}
+      python3 bench/attention_bwd_check.py --variant "$variants" --json "$d/d128.json" \
         --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96,mha_bwd_d96_causal,mha_bwd_d128_gqa_h32_kv8 \
         --timed mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96,mha_bwd_d96_causal,mha_bwd_d128_gqa_h32_kv8 \
-        ${BWD_PROFILE:+--profile "$BWD_PROFILE"}
-      python3 bench/attention_bwd_check.py --variant "${BWD_VARIANTS:-bulk_dq_d64+head_groups,bulk_dq_d64}" --json "$d/d64.json" \
+        ${prof:+--profile "$prof"}
+      python3 bench/attention_bwd_check.py --variant "$variants" --json "$d/d64.json" \
         --untimed smoke_mha_bwd_d64,smoke_mha_bwd_d64_causal,smoke_mha_bwd_d64_gqa_h4_kv2,mha_bwd_d64,mha_bwd_d64_causal \
-        --timed mha_bwd_d64,mha_bwd_d64_causal ;;
+        --timed mha_bwd_d64,mha_bwd_d64_causal ${prof64:+--profile "$prof64"} ;;
     bwd-tuner) python3 -m ptxbench.agent optimize mha_bwd_d128 --model builtin/tuner --turns 4 --target-speedup 0 \
                  --run-dir "$d/run" ;;
     attn-sweep) python3 bench/attention_sweep.py "$d/sweep.json" --deadline $((s - 60)) ;;
@@ -103,7 +107,7 @@ names=()
 for group in "$@"; do
   for arg in $group; do  # the steps of one argument side by side
     step=${arg%%@*}; gpu=; [ "$step" != "$arg" ] && gpu=${arg#*@}
-    name=${step%%:*}; s=${step#*:}; [ "$s" = "$step" ] && s=${BUDGET[$name]:-300}
+    name=${step%%:*}; s=${step#*:}; [ "$s" = "$step" ] && s=${BUDGET[${name%%.*}]:-300}
     names+=("$name")
     run_timed "$name" "$s" "$gpu" &
   done

@@ -61,8 +61,8 @@ def test_the_shell_steps_call_scripts_that_exist():
 def _fake_round(tmp_path: Path, *args: str) -> dict[str, list[float]]:
     """gpu_round.sh with every step replaced by one that notes its GPU and sleeps: {step: [gpu, start, end]}."""
     body = ROUND[ROUND.index("case $name in"):ROUND.index("esac") + len("esac")]
-    fake = ('case $name in *) echo "gpu=${CUDA_VISIBLE_DEVICES:-none} start=$(date +%s.%N)"; sleep 1; '
-            'echo "end=$(date +%s.%N)" ;; esac')
+    fake = ('case $name in *) echo "gpu=${CUDA_VISIBLE_DEVICES:-none} step=$name tag=${tag:-none} dir=$d '
+            'start=$(date +%s.%N)"; sleep 1; echo "end=$(date +%s.%N)" ;; esac')
     script = tmp_path / "round.sh"
     assert ROUND.count("source bench/gpu_env.sh || exit 1") == 1
     script.write_text(ROUND.replace(body, fake).replace("source bench/gpu_env.sh || exit 1", ":"))  # no wheels here
@@ -75,7 +75,8 @@ def _fake_round(tmp_path: Path, *args: str) -> dict[str, list[float]]:
     for log in out.glob("*.log"):
         text = log.read_text()
         gpu = re.search(r"gpu=(\S+)", text).group(1)
-        seen[log.stem] = [gpu, float(re.search(r"start=(\S+)", text).group(1)), float(re.search(r"end=(\S+)", text).group(1))]
+        seen[log.stem] = [gpu, float(re.search(r"start=(\S+)", text).group(1)), float(re.search(r"end=(\S+)", text).group(1)),
+                          re.search(r"step=(\S+) tag=(\S+) dir=(\S+)", text).groups()]
         assert (out / f"{log.stem}.tar.gz").is_file()
     assert len((out / "steps.txt").read_text().splitlines()) == len(seen)
     return seen
@@ -91,3 +92,11 @@ def test_separate_arguments_run_one_after_the_other_on_every_gpu(tmp_path):
     seen = _fake_round(tmp_path, "bwd:20", "gemm-sweep:20")
     assert seen["bwd"][0] == "none" and seen["gemm-sweep"][0] == "none"
     assert seen["bwd"][2] <= seen["gemm-sweep"][1]
+
+
+def test_a_tagged_step_runs_beside_its_untagged_twin_with_its_own_settings_and_folder(tmp_path):
+    """bwd-variants.b: the same step, its settings from BWD_VARIANTS_b (the tag), its own log, folder and archive."""
+    seen = _fake_round(tmp_path, "bwd-variants:20@0 bwd-variants.b:20@1")
+    assert seen["bwd-variants"][3][:2] == ("bwd-variants", "none") and seen["bwd-variants.b"][3][:2] == ("bwd-variants", "_b")
+    assert seen["bwd-variants.b"][3][2].endswith("/bwd-variants.b") and seen["bwd-variants.b"][0] == "1"
+    assert max(v[1] for v in seen.values()) < min(v[2] for v in seen.values())
