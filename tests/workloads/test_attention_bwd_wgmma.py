@@ -79,7 +79,8 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "own_keys_s3": {"UBLKRED": 2, "HGMMA": 28},  # one reduction per column half
                 # own_keys_wide: dK and dV in 16-byte stores, 2 tensors x 2 rows x 4 groups of four 8-column groups,
                 # each after 3 shuffle rounds
-                "own_keys_wide": {"UBLKRED": 1, "HGMMA": 28, "STG": 16, "SHFL": 48}}
+                "own_keys_wide": {"UBLKRED": 1, "HGMMA": 28, "STG": 16, "SHFL": 48},
+                "q128_d64": {"UBLKRED": 1, "HGMMA": 32}}  # the 128-wide kernels are dq_tiles' (D = 64 below)
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -95,10 +96,12 @@ def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
     assert {op: wide.get(op) for op in VARIANT_SASS[name]} == VARIANT_SASS[name], wide
     if "UBLKRED" in VARIANT_SASS[name]:
         assert "REDG" not in wide  # dQ by one bulk reduction per block, no vector reductions left
-    if name.startswith(("bulk_dq_d64", "dq_tiles", "own_keys")):  # own_keys_s3 too  # and at D = 64: one bulk reduction per consumer, no float2 atomics
-        narrow = compile_source(fast_backward(get_workload("mha_bwd_d64"), text), "cuda", "sm_90a").kernels
+    if name.startswith(("bulk_dq_d64", "dq_tiles", "own_keys", "q128_d64")):  # and at D = 64: one bulk reduction per
+        narrow = compile_source(fast_backward(get_workload("mha_bwd_d64"), text), "cuda", "sm_90a").kernels  # consumer
         assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("UBLKRED") == 1
         assert "REDG" not in narrow["attn_bwd_wgmma_d64"].sass_opcodes
+        # q128_d64: 128 query rows a block: S^T, dP^T 4 m64n128 each, dV, dK 8 m64n64 each, dQ 8 (all keys)
+        assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("HGMMA") == (32 if name == "q128_d64" else 20)
 
 
 @pytest.mark.parametrize("wid", BACKWARD)
