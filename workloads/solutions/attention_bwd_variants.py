@@ -622,6 +622,21 @@ OWN_KEYS_WIDE = [
 # 128 keys for its own 64 query rows, so one 16 KB reduce-add per 64 query rows instead of two (6.4 GB at D = 64
 # instead of 12.9). The 128-wide kernels keep 64 rows; the same text serves both through QRows<HD>.
 Q128_D64 = [
+    ("""// Causal (top-left: key j <= query i): the CTA of key block kb starts at query block 2 kb and masks the
+// two query blocks that cross the diagonal; key blocks are numbered in launch order, so the longest go first.""",
+     """// Causal (top-left: key j <= query i): the CTA of key block kb starts at query block 2 kb and masks the
+// two query blocks that cross the diagonal; key blocks are numbered in launch order, so the longest go first.
+// (q128_d64) At D = 64 a query block is 128 rows: S^T and dP^T are m64n128 products, P^T dO and dS^T Q take 8 k16
+// steps, dS^T is two 64-query slabs, consumer c computes the dQ of query rows 64c.. over all 128 keys, and causal
+// starts at query block kb and masks that one block."""),
+    ("""// X^T = A_c B^T for this consumer's 64 keys (A = K or V rows, 128-row slabs) against the 64 query rows of
+// B (Q or dO, 64-row slabs)""",
+     """// X^T = A_c B^T for this consumer's 64 keys (A = K or V rows, 128-row slabs) against the N (64, or 128 at D = 64)
+// query rows of B (Q or dO)"""),
+    ("""// acc += X^T B: X^T (64 keys x 64 queries) from registers, B = the 64 x HD Q or dO tile, N-major: 4 k16
+// steps over the queries""",
+     """// acc += X^T B: X^T (64 keys x N queries) from registers, B = the N x HD Q or dO tile, N-major: N / 16 k16
+// steps over the queries"""),
     ("""smem = "1024 + 512 * (cdiv(D, 64) * 64) + (1 + cdiv(D, 64)) * (256 * (cdiv(D, 64) * 64) + 512) + 16384 * 2 + 32768 + 256"  # slack, K, V, STAGES x (Q, dO, L2, Dr), 2 x dS, dQ, mbarriers (64 or 128 wide; 2 or 3 stages)""",
      """smem = "1024 + 32768 * cdiv(D, 64) + (1 + cdiv(D, 64)) * (32768 + 512 * (3 - cdiv(D, 64))) + 32768 * (3 - cdiv(D, 64)) + 32768 + 256"  # slack, K, V, STAGES x (Q, dO, L2, Dr), 2 x dS^T, dQ, mbarriers (D = 64: 128 query rows)"""),
     ("""constexpr int DS_BYTES = 128 * 128; // dS^T of the block: 128 keys x 64 queries bf16
