@@ -80,6 +80,7 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # own_keys_wide: dK and dV in 16-byte stores, 2 tensors x 2 rows x 4 groups of four 8-column groups,
                 # each after 3 shuffle rounds
                 "own_keys_wide": {"UBLKRED": 1, "HGMMA": 28, "STG": 16, "SHFL": 48},
+                "dq_tiles_wide": {"UBLKRED": 1, "HGMMA": 32, "STG": 16, "SHFL": 48},
                 "q128_d64": {"UBLKRED": 1, "HGMMA": 32}}  # the 128-wide kernels are dq_tiles' (D = 64 below)
 
 

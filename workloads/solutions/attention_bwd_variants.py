@@ -40,6 +40,8 @@ points of its parameter space, which builtin/tuner searches:
   an 8-column group of a row, swap their values over four groups (a 4 x 4 transpose by shuffles), so that each lane
   stores one group's 16 bytes and a warp's store fills whole 32-byte sectors (the 4-byte stores left half of every
   sector unused: ncu's UncoalescedGlobalAccess, 12.6 M excess sectors at D = 128). Not measured yet.
+- `dq_tiles_wide`: the same epilogue on `dq_tiles` (the reference), to measure it apart from own_keys' risks.
+  Not measured yet.
 - `q128_d64`: `dq_tiles` with 128 query rows per iteration at D = 64 (FlashAttention-3's 128 x 128 tile at that
   head dim): S^T and dP^T as m64n128 products, half the blocks with their waits, barriers and stage hand-offs, and each
   consumer's dQ over all 128 keys for its own 64 query rows (the consumers already meet on the dS^T barrier at D = 64),
@@ -559,10 +561,10 @@ struct Stages {
 ]
 
 
-# own_keys_wide: the dK / dV epilogue in 16-byte stores. A thread holds, for each of its two rows, 4 bytes (two bf16)
+# own_keys_wide, dq_tiles_wide: the dK / dV epilogue in 16-byte stores. A thread holds, for each of its two rows, 4 bytes (two bf16)
 # of every 8-column group; the quad's four lanes together hold the group's 16 bytes. Four shuffle rounds transpose
 # four groups among the quad, so lane q stores group g0 + q whole.
-STORE_ROWS16 = r"""// The dK / dV epilogue in 16-byte stores (own_keys_wide). acc element j: row r + 8 ((j / 2) % 2), column
+STORE_ROWS16 = r"""// The dK / dV epilogue in 16-byte stores (own_keys_wide, dq_tiles_wide). acc element j: row r + 8 ((j / 2) % 2), column
 // 8 (j / 4) + 2 (lane % 4) + j % 2. For four 8-column groups at a time, the four lanes of a quad swap their bf16
 // pairs (round i = 1..3: a lane sends its pair of group g0 + (q - i) % 4 and takes lane q + i's pair of group g0 + q), then
 // each lane holds one group's eight columns and stores them as one 16-byte vector: a warp fills whole sectors.
@@ -600,7 +602,7 @@ __device__ __forceinline__ void store_rows16(__nv_bfloat16* __restrict__ out, co
 
 """
 
-OWN_KEYS_WIDE = [
+WIDE_EPILOGUE = [
     ("// HD: 128 (D = 96 or 128) or 64. GQA: K, V, dK, dV have B * HKV heads;",
      STORE_ROWS16 + "// HD: 128 (D = 96 or 128) or 64. GQA: K, V, dK, dV have B * HKV heads;"),
     ("""#pragma unroll
@@ -612,7 +614,7 @@ OWN_KEYS_WIDE = [
         *reinterpret_cast<__nv_bfloat162*>(dK + off) = __floats2bfloat162_rn(dk[j] * scale, dk[j + 1] * scale);
       }
     }""",
-     """    store_rows16(dV, dv, 1.f, row0, D, lane);  // 16-byte stores: whole sectors (own_keys_wide)
+     """    store_rows16(dV, dv, 1.f, row0, D, lane);  // 16-byte stores: whole sectors (the wide epilogue)
     store_rows16(dK, dk, scale, row0, D, lane);"""),
 ]
 
@@ -849,8 +851,10 @@ VARIANTS = {
                     "never meet", OWN_KEYS),
     "q128_d64": _on("dq_tiles", "q128_d64", "128 query rows per iteration at D = 64, each consumer's dQ over all keys for "
                     "its own 64 rows", Q128_D64),
+    "dq_tiles_wide": _on("dq_tiles", "dq_tiles_wide", "the dK / dV epilogue in 16-byte stores (a quad's 4 x 4 "
+                         "transpose by shuffles)", WIDE_EPILOGUE),
     "own_keys_wide": _on("own_keys", "own_keys_wide", "the dK / dV epilogue in 16-byte stores (a quad's 4 x 4 "
-                         "transpose by shuffles)", OWN_KEYS_WIDE),
+                         "transpose by shuffles)", WIDE_EPILOGUE),
     "own_keys_s3": _on("own_keys", "own_keys_s3", "the 3-deep ring, dQ leaving through one tile a column half at a "
                        "time", OWN_KEYS_S3),
     "dq_tiles": _on("bulk_dq_d64", "dq_tiles", "each consumer's dQ tile reduced on its own, swizzled, in dQacc's "
