@@ -230,11 +230,12 @@ def test_the_16_byte_epilogue_puts_every_value_of_a_row_in_its_column_once():
         for h in range(2):
             for g0 in range(0, n // 4, 4):
                 # element j of lane l: row l / 4 + 8 ((j / 2) % 2), column 8 (j / 4) + 2 (l % 4) + j % 2, as pairs
-                mine = {l: [((l // 4 + 8 * h, 8 * (g0 + k) + 2 * (l % 4)), (l // 4 + 8 * h, 8 * (g0 + k) + 2 * (l % 4) + 1))
-                            for k in range(4)] for l in range(32)}
+                mine = {l: [tuple((l // 4 + 8 * h, 8 * (g0 + k) + 2 * (l % 4) + e) for e in (0, 1)) for k in range(4)]
+                        for l in range(32)}
                 for lane in range(32):
                     q = lane % 4
-                    got = [mine[lane][q]] + [mine[(lane & ~3) | ((q + i) & 3)][(((q + i) & 3) - i) & 3] for i in (1, 2, 3)]
+                    got = [mine[lane][q]] + [mine[(lane & ~3) | ((q + i) & 3)][(((q + i) & 3) - i) & 3]
+                                             for i in (1, 2, 3)]
                     v = [got[(s - q) & 3] for s in range(4)]
                     d = 8 * (g0 + q)
                     for s, pair in enumerate(v):
