@@ -3,8 +3,9 @@
 - auto (the default): every passing kernel gets the runtime target verdict (one cheap ncu run);
   the full per-line profile, whose findings are the feedback, is taken on the first passing
   kernel and on each new best speedup (EvalOptions.profile_on_pass = new_best, decided in the
-  evaluator once pass and speedup are known, so no turn pays for two ncu runs). In tools mode the
-  model also gets it whenever it calls the `profile` tool;
+  evaluator once pass and speedup are known, so no turn's GPU pays for two ncu runs; with early
+  slots to spare both may start beside the timing, and the one not asked for dies before its
+  replay). In tools mode the model also gets it whenever it calls the `profile` tool;
 - full: the full profile on every evaluation (`--profile full`; `true` in older configs);
 - verdict: never the full profile unasked (the verdict on every pass; the profile tool still works).
 
