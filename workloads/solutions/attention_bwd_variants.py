@@ -416,6 +416,17 @@ WGMMA_SS_TT128 = (
     '      : "l"(da), "l"(db), "r"(scale_d));\n'
     "}\n\n")
 
+# dq_tiles' dQ product, which own_keys and q128_d64 each rewrite.
+DQ_PRODUCT = """  // dQ_partial = dS K: HD = 128: columns 64c.. over all 128 keys; HD = 64: all columns over own keys.
+  float dq[32];
+  constexpr int KSTEPS = HD == 128 ? 8 : 4;
+  const int key_row0 = HD == 128 ? 0 : 64 * c;
+  const uint8_t* kbase = sK + (HD == 128 ? c * KSLAB : 0) + key_row0 * 128;
+  const uint64_t da = desc_mn(buf + key_row0 * 128, 0), dbk = desc_mn(kbase, 0);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; ++kk)"""
+
 # own_keys: dq_tiles with every consumer's dQ over its own 64 keys and all D columns (as D = 64 always did), so at
 # D = 96 / 128 too a consumer reads only its own rows of dS^T and the two consumers never meet: the dS^T barrier
 # becomes the consumer's own; a 2-deep ring pays for the two 64 x D tiles (the 3-deep one measured within the spread).
@@ -445,15 +456,7 @@ struct Stages {
 //     (own_keys) each consumer computes all HD columns over its own 64 keys, reading only its own rows of
 //     dS^T, and reduces its 64 x D tile into dQacc itself: the consumers never meet. The dS buffer is
 //     double-buffered; a consumer rewrites its rows of buffer b two blocks later, after its own dQ product."""),
-    ("""  // dQ_partial = dS K: HD = 128: columns 64c.. over all 128 keys; HD = 64: all columns over own keys.
-  float dq[32];
-  constexpr int KSTEPS = HD == 128 ? 8 : 4;
-  const int key_row0 = HD == 128 ? 0 : 64 * c;
-  const uint8_t* kbase = sK + (HD == 128 ? c * KSLAB : 0) + key_row0 * 128;
-  const uint64_t da = desc_mn(buf + key_row0 * 128, 0), dbk = desc_mn(kbase, 0);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < KSTEPS; ++kk) wgmma_ss_tt(dq, da + kk * (2048 >> 4), dbk + kk * (2048 >> 4), kk != 0);""",
+    (DQ_PRODUCT + " wgmma_ss_tt(dq, da + kk * (2048 >> 4), dbk + kk * (2048 >> 4), kk != 0);",
      """  // dQ_partial = dS K over this consumer's own 64 keys, all HD columns (K's two 64-column slabs one LBO apart).
   if constexpr (HD == 128) {  // dV / dK first: their 128 accumulators, P^T / dS^T and 64 for dQ at once would not fit
     wgmma_wait<0>();          // beside the wgmma pipeline (ptxas would serialise every wgmma of the kernel: C7512)
@@ -726,15 +729,7 @@ __device__ __forceinline__ void issue_tn(float (&acc)[HD / 2], const uint32_t (&
     const int row = 64 * c + r + 8 * (i % 2), q = 8 * (i / 2) + col0;
     sts32(buf + (q / 64) * (128 * 128) + row * 128 + ((((q % 64) / 8) ^ (row % 8)) * 16) + (q % 8) * 2, ds[i]);
   }"""),
-    ("""  // dQ_partial = dS K: HD = 128: columns 64c.. over all 128 keys; HD = 64: all columns over own keys.
-  float dq[32];
-  constexpr int KSTEPS = HD == 128 ? 8 : 4;
-  const int key_row0 = HD == 128 ? 0 : 64 * c;
-  const uint8_t* kbase = sK + (HD == 128 ? c * KSLAB : 0) + key_row0 * 128;
-  const uint64_t da = desc_mn(buf + key_row0 * 128, 0), dbk = desc_mn(kbase, 0);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < KSTEPS; ++kk)""",
+    (DQ_PRODUCT,
      """  // dQ_partial = dS K over all 128 keys: HD = 128: the block's 64 query rows, columns 64c..; HD = 64: query rows
   // 64c.. of the 128 (dS^T slab c), all 64 columns.
   float dq[32];
