@@ -81,6 +81,8 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # each after 3 shuffle rounds
                 "own_keys_wide": {"UBLKRED": 1, "HGMMA": 28, "STG": 16, "SHFL": 48},
                 "dq_tiles_wide": {"UBLKRED": 1, "HGMMA": 32, "STG": 16, "SHFL": 48},
+                # d96_ksteps: the D = 128 block (32 HGMMA) and the D = 96 one (6 + 6 + 4 + 4 + 8), one reduction each
+                "d96_ksteps": {"UBLKRED": 2, "HGMMA": 60},
                 "q128_d64": {"UBLKRED": 1, "HGMMA": 32}}  # the 128-wide kernels are dq_tiles' (D = 64 below)
 
 

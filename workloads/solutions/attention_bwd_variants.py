@@ -42,6 +42,9 @@ points of its parameter space, which builtin/tuner searches:
   sector unused: ncu's UncoalescedGlobalAccess, 12.6 M excess sectors at D = 128). Not measured yet.
 - `dq_tiles_wide`: the same epilogue on `dq_tiles` (the reference), to measure it apart from own_keys' risks.
   Not measured yet.
+- `d96_ksteps`: `dq_tiles` with S^T and dP^T over D = 96's own 96 columns: the 128-wide kernel serves D = 96
+  with d 96..127 zero-filled by TMA, and their two k16 steps of each product (a quarter of those two GEMMs) add
+  nothing. The consumer loop holds both builds of a block and picks one per launch. Not measured yet.
 - `q128_d64`: `dq_tiles` with 128 query rows per iteration at D = 64 (FlashAttention-3's 128 x 128 tile at that
   head dim): S^T and dP^T as m64n128 products, half the blocks with their waits, barriers and stage hand-offs, and each
   consumer's dQ over all 128 keys for its own 64 query rows (the consumers already meet on the dS^T barrier at D = 64),
@@ -799,6 +802,45 @@ __device__ __forceinline__ void issue_tn(float (&acc)[HD / 2], const uint32_t (&
 ]
 
 
+# d96_ksteps: dq_tiles with S^T and dP^T over D = 96's 96 columns: the 128-wide kernel serves D = 96 with d 96..127
+# zero-filled by TMA, whose two k16 steps of each product add nothing. The consumer loop holds both builds of the
+# block and picks one per launch (a uniform branch between blocks, each ending with wgmma.wait_group 0).
+D96_KSTEPS = [
+    ("""template <int HD>
+__device__ __forceinline__ void issue_nt(float (&x)[32], const uint8_t* a, const uint8_t* b) {
+  const uint64_t da = make_desc_sw128(a), db = make_desc_sw128(b);
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {""",
+     """template <int HD, int KD = HD>
+__device__ __forceinline__ void issue_nt(float (&x)[32], const uint8_t* a, const uint8_t* b) {
+  const uint64_t da = make_desc_sw128(a), db = make_desc_sw128(b);
+#pragma unroll
+  for (int kk = 0; kk < KD / 16; ++kk) {"""),
+    ("""template <int HD, bool CAUSAL>
+__device__ __forceinline__ void consumer_block(""",
+     """// KD: the d extent S^T and dP^T run over (d96_ksteps: 96 at D = 96, whose d 96..127 are TMA's zero fill, so
+// their two k16 steps are skipped; dV, dK and dQ keep the 128-wide tiles).
+template <int HD, bool CAUSAL, int KD = HD>
+__device__ __forceinline__ void consumer_block("""),
+    ("""  issue_nt<HD>(s, sK + c * 64 * 128, sQ);     // S^T = K_c Q^T""",
+     """  issue_nt<HD, KD>(s, sK + c * 64 * 128, sQ);  // S^T = K_c Q^T"""),
+    ("""  issue_nt<HD>(p, sV + c * 64 * 128, sdO);    // dP^T = V_c dO^T""",
+     """  issue_nt<HD, KD>(p, sV + c * 64 * 128, sdO); // dP^T = V_c dO^T"""),
+    ("""      consumer_block<HD, CAUSAL>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * BM,
+                                 sDr + st * BM, sdS, fullQ, fulldO, empty, dv, dk,
+                                 dQacc + static_cast<size_t>(head) * S * D, D, sl2, sdQ, threadIdx.x == 128);""",
+     """      float* dq_rows = dQacc + static_cast<size_t>(head) * S * D;
+      if (HD == 128 && D <= 96) {  // D = 96: S^T and dP^T over its 96 columns (a uniform branch: every block
+        consumer_block<HD, CAUSAL, 96>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * BM,  // ends
+                                       sDr + st * BM, sdS, fullQ, fulldO, empty, dv, dk, dq_rows, D, sl2, sdQ,  // with
+                                       threadIdx.x == 128);                                                   // wait 0)
+      } else {
+        consumer_block<HD, CAUSAL>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * BM,
+                                   sDr + st * BM, sdS, fullQ, fulldO, empty, dv, dk, dq_rows, D, sl2, sdQ,
+                                   threadIdx.x == 128);
+      }"""),
+]
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -846,6 +888,8 @@ VARIANTS = {
                     "never meet", OWN_KEYS),
     "q128_d64": _on("dq_tiles", "q128_d64", "128 query rows per iteration at D = 64, each consumer's dQ over all keys for "
                     "its own 64 rows", Q128_D64),
+    "d96_ksteps": _on("dq_tiles", "d96_ksteps", "S^T and dP^T over D = 96's own columns (6 k16 steps, not 8)",
+                      D96_KSTEPS),
     "dq_tiles_wide": _on("dq_tiles", "dq_tiles_wide", "the dK / dV epilogue in 16-byte stores (a quad's 4 x 4 "
                          "transpose by shuffles)", WIDE_EPILOGUE),
     "own_keys_wide": _on("own_keys", "own_keys_wide", "the dK / dV epilogue in 16-byte stores (a quad's 4 x 4 "
