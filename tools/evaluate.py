@@ -15,6 +15,7 @@ import math
 import os
 import threading
 import time
+from typing import Callable
 
 from ..workloads.registry import get_workload
 from .compile import compile_source
@@ -219,7 +220,13 @@ class LocalEvaluator:
         level, _ = options.profile_level(True, None)
         if level == "none" or not self.early_profiles or not comp.cubin_path:
             return None
-        device = pool.pick_device()
+        picked: list[int] = []  # one device for both runs, picked when the first starts
+
+        def device() -> int:
+            if not picked:
+                picked.append(pool.pick_device())
+            return picked[0]
+
         runs = [run for run in (self._start_early(pool, options, workload, source, comp, cubin_sha, level, device,
                                                   priority),) if run is not None]
         best_level, _ = options.profile_level(True, math.inf)  # what a new best would get
@@ -233,13 +240,14 @@ class LocalEvaluator:
             return self.early_per_gpu * max(1, len(pool.slots)) - self._early_running
 
     def _start_early(self, pool: GpuPool, options: EvalOptions, workload: str, source: str, comp, cubin_sha: str,
-                     level: str, device: int, priority: float) -> EarlyProfile | None:
+                     level: str, device_for: Callable[[], int], priority: float) -> EarlyProfile | None:
         """One early run at `level`, unless its profile is cached, being taken or started early, or no slot is free."""
         key = (cubin_sha, workload, options.arch)
         if self._cached_profile(cubin_sha, workload, options.arch, level) or self._profiling.running(key, level):
             return None
         from .profile.candidate import measure_candidate
 
+        device = device_for()
         with self._early_lock:
             if self._early_slots is None:
                 self._early_slots = threading.BoundedSemaphore(self.early_per_gpu * max(1, len(pool.slots)))
