@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from ptxbench.tools.profile import runner
-from ptxbench.tools.profile.early import EarlyProfile
+from ptxbench.tools.profile.early import EarlyChoice, EarlyProfile
 
 from ncu_fake import Recorder, fake_ncu  # noqa: F401 - the fixture
 
@@ -48,3 +50,32 @@ def test_a_drop_before_the_replay_is_ready_kills_it_too(fake_ncu, tmp_path):
     early.drop()  # the kernel failed, or the evaluation raised
     assert early.join(timeout=10) and hold.spans == []
     early.drop()  # idempotent
+
+
+def test_an_early_choice_keeps_the_level_asked_for_and_kills_the_other_at_its_gate(fake_ncu, tmp_path):
+    """The verdict and the full profile started beside one timing (the new-best policy with slots to spare): the
+    evaluation asks for the full one, which takes the GPU; the verdict run dies at its gate without it."""
+    def start(name):
+        return lambda hold: runner.profile_command(["replay"], counters=[], full=False, workdir=tmp_path / name,
+                                                   hold=hold, env=dict(os.environ))
+
+    held_verdict, held_full = Recorder(), Recorder()
+    choice = EarlyChoice([EarlyProfile(start("v"), "verdict", hold=held_verdict, device=0),
+                          EarlyProfile(start("f"), "full", hold=held_full, device=0)])
+    assert (choice.level, choice.levels, choice.device) == ("verdict", ["verdict", "full"], 0)
+    time.sleep(0.8)  # the timing: both replays get ready meanwhile
+    summary, _ = choice.claim("full")
+    assert summary.ok, summary.error
+    assert choice.join(timeout=10)
+    assert held_verdict.spans == [] and len(held_full.spans) == 1
+
+
+def test_an_early_choice_refuses_runs_on_two_devices_or_twice_one_level(tmp_path):
+    runs = [EarlyProfile(lambda hold: None, "verdict", hold=Recorder(), device=0),
+            EarlyProfile(lambda hold: None, "full", hold=Recorder(), device=1)]
+    with pytest.raises(ValueError):
+        EarlyChoice(runs)
+    with pytest.raises(ValueError):
+        EarlyChoice([runs[0], runs[0]])
+    for run in runs:
+        run.drop()
