@@ -38,7 +38,8 @@ def test_every_variant_is_a_point_the_reference_is_the_default_and_the_checked_i
     # D); the candidates are builds the H200 has not measured yet. Every build is a point in either launch order
     # (head_major lost to head_groups on the H200: an order for measurements only).
     builds = {n.partition("+")[0] for n in bt.BUILT.values() if n} - {"checked-in"}
-    candidates = {"own_keys", "own_keys_s3", "own_keys_wide", "dq_tiles_wide", "q128_d64", "d96_ksteps"}
+    candidates = {"own_keys", "own_keys_s3", "own_keys_wide", "dq_tiles_wide", "q128_d64", "d96_ksteps",
+                  "tiles_stack"}
     assert sorted(builds | {"bulk_dq_s3", "bulk_dq_d64"} | candidates) == sorted(VARIANTS)
     for key, name in bt.BUILT.items():
         if key[-1] == "head_groups":

@@ -83,6 +83,8 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "dq_tiles_wide": {"UBLKRED": 1, "HGMMA": 32, "STG": 16, "SHFL": 48},
                 # d96_ksteps: the D = 128 block (32 HGMMA) and the D = 96 one (6 + 6 + 4 + 4 + 8), one reduction each
                 "d96_ksteps": {"UBLKRED": 2, "HGMMA": 60},
+                # tiles_stack: d96_ksteps' two builds of the block, the wide epilogue (D = 64: q128_d64's, below)
+                "tiles_stack": {"UBLKRED": 2, "HGMMA": 60, "STG": 16, "SHFL": 48},
                 "q128_d64": {"UBLKRED": 1, "HGMMA": 32}}  # the 128-wide kernels are dq_tiles' (D = 64 below)
 
 
@@ -99,12 +101,14 @@ def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
     assert {op: wide.get(op) for op in VARIANT_SASS[name]} == VARIANT_SASS[name], wide
     if "UBLKRED" in VARIANT_SASS[name]:
         assert "REDG" not in wide  # dQ by one bulk reduction per block, no vector reductions left
-    if name.startswith(("bulk_dq_d64", "dq_tiles", "own_keys", "q128_d64")):  # and at D = 64: one bulk reduction per
-        narrow = compile_source(fast_backward(get_workload("mha_bwd_d64"), text), "cuda", "sm_90a").kernels  # consumer
+    # and at D = 64: one bulk reduction per consumer, no float2 atomics
+    if name.startswith(("bulk_dq_d64", "dq_tiles", "own_keys", "q128_d64", "tiles_stack")):
+        narrow = compile_source(fast_backward(get_workload("mha_bwd_d64"), text), "cuda", "sm_90a").kernels
         assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("UBLKRED") == 1
         assert "REDG" not in narrow["attn_bwd_wgmma_d64"].sass_opcodes
         # q128_d64: 128 query rows a block: S^T, dP^T 4 m64n128 each, dV, dK 8 m64n64 each, dQ 8 (all keys)
-        assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("HGMMA") == (32 if name == "q128_d64" else 20)
+        wide_q = name in ("q128_d64", "tiles_stack")
+        assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("HGMMA") == (32 if wide_q else 20)
 
 
 @pytest.mark.parametrize("wid", BACKWARD)

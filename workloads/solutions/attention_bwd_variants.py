@@ -42,6 +42,8 @@ points of its parameter space, which builtin/tuner searches:
   sector unused: ncu's UncoalescedGlobalAccess, 12.6 M excess sectors at D = 128). Not measured yet.
 - `dq_tiles_wide`: the same epilogue on `dq_tiles` (the reference), to measure it apart from own_keys' risks.
   Not measured yet.
+- `tiles_stack`: `q128_d64`, `d96_ksteps` and the wide epilogue at once (they change separate parts of
+  dq_tiles), so a promotion of all three is measured as a whole. Not measured yet.
 - `d96_ksteps`: `dq_tiles` with S^T and dP^T over D = 96's own 96 columns: the 128-wide kernel serves D = 96
   with d 96..127 zero-filled by TMA, and their two k16 steps of each product (a quarter of those two GEMMs) add
   nothing. The consumer loop holds both builds of a block and picks one per launch. Not measured yet.
@@ -841,6 +843,43 @@ __device__ __forceinline__ void consumer_block("""),
       }"""),
 ]
 
+# tiles_stack: the three candidates that change separate parts of dq_tiles, together: q128_d64 (D = 64's blocks),
+# d96_ksteps (D = 96's S^T / dP^T steps) and the wide epilogue, for a promotion measured as a whole.
+STACK_D96 = [
+    ("""template <int HD, int N = 64>
+__device__ __forceinline__ void issue_nt(float (&x)[N / 2], const uint8_t* a, const uint8_t* b) {
+  const uint64_t da = make_desc_sw128(a), db = make_desc_sw128(b);
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {""",
+     """template <int HD, int N = 64, int KD = HD>
+__device__ __forceinline__ void issue_nt(float (&x)[N / 2], const uint8_t* a, const uint8_t* b) {
+  const uint64_t da = make_desc_sw128(a), db = make_desc_sw128(b);
+#pragma unroll
+  for (int kk = 0; kk < KD / 16; ++kk) {"""),
+    ("""template <int HD, bool CAUSAL>
+__device__ __forceinline__ void consumer_block(""",
+     """// KD: the d extent S^T and dP^T run over (96 at D = 96, whose d 96..127 are TMA's zero fill: d96_ksteps).
+template <int HD, bool CAUSAL, int KD = HD>
+__device__ __forceinline__ void consumer_block("""),
+    ("  issue_nt<HD, QR>(s, sK + c * 64 * 128, sQ);     // S^T = K_c Q^T",
+     "  issue_nt<HD, QR, KD>(s, sK + c * 64 * 128, sQ);  // S^T = K_c Q^T"),
+    ("  issue_nt<HD, QR>(p, sV + c * 64 * 128, sdO);    // dP^T = V_c dO^T",
+     "  issue_nt<HD, QR, KD>(p, sV + c * 64 * 128, sdO); // dP^T = V_c dO^T"),
+    ("""      consumer_block<HD, CAUSAL>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * QR,
+                                 sDr + st * QR, sdS, fullQ, fulldO, empty, dv, dk,
+                                 dQacc + static_cast<size_t>(head) * S * D, D, sl2, sdQ, threadIdx.x == 128);""",
+     """      float* dq_rows = dQacc + static_cast<size_t>(head) * S * D;
+      if (HD == 128 && D <= 96) {  // D = 96: S^T and dP^T over its 96 columns (a uniform branch between blocks)
+        consumer_block<HD, CAUSAL, 96>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * QR,
+                                       sDr + st * QR, sdS, fullQ, fulldO, empty, dv, dk, dq_rows, D, sl2, sdQ,
+                                       threadIdx.x == 128);
+      } else {
+        consumer_block<HD, CAUSAL>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * QR,
+                                   sDr + st * QR, sdS, fullQ, fulldO, empty, dv, dk, dq_rows, D, sl2, sdQ,
+                                   threadIdx.x == 128);
+      }"""),
+]
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -888,6 +927,8 @@ VARIANTS = {
                     "never meet", OWN_KEYS),
     "q128_d64": _on("dq_tiles", "q128_d64", "128 query rows per iteration at D = 64, each consumer's dQ over all keys for "
                     "its own 64 rows", Q128_D64),
+    "tiles_stack": _on("q128_d64", "tiles_stack", "D = 96's S^T / dP^T over its own columns and the 16-byte dK / dV "
+                       "epilogue (q128_d64 + d96_ksteps + dq_tiles_wide)", STACK_D96 + WIDE_EPILOGUE),
     "d96_ksteps": _on("dq_tiles", "d96_ksteps", "S^T and dP^T over D = 96's own columns (6 k16 steps, not 8)",
                       D96_KSTEPS),
     "dq_tiles_wide": _on("dq_tiles", "dq_tiles_wide", "the dK / dV epilogue in 16-byte stores (a quad's 4 x 4 "
