@@ -69,6 +69,11 @@ def main() -> None:
     ev = LocalEvaluator()
     rows = []
 
+    def save() -> None:  # after every row: a step killed at its budget keeps what it measured
+        if args.json:
+            Path(args.json).write_text(json.dumps({"files": [n or REFERENCE_VARIANT for n in names], "rows": rows},
+                                                  indent=1))
+
     def run(wid: str, label: str, source: str, options, suffix: str = "") -> dict:
         t0 = time.perf_counter()
         res = ev.evaluate(wid, source, options)
@@ -84,6 +89,7 @@ def main() -> None:
         else:
             print(json.dumps(row)[:900], flush=True)
         rows.append(row)
+        save()
         return row
 
     try:
@@ -105,8 +111,7 @@ def main() -> None:
                     run(wid, label, passed[(label, wid)], options, suffix)
     finally:
         ev.close()
-    if args.json:
-        Path(args.json).write_text(json.dumps({"files": [n or REFERENCE_VARIANT for n in names], "rows": rows}, indent=1))
+        save()
     for label, _ in versions:
         _table(label, [r for r in rows if r["label"] == label])
 
