@@ -92,11 +92,7 @@ export -f run_step
 run_timed() {  # run_timed NAME SECONDS [GPU]: one step under its budget, packed, its line in steps.txt
   local name=$1 s=$2 gpu=${3:-} d=$OUT/$1 t0 rc
   mkdir -p "$d"; t0=$(date +%s)
-  if [ -n "$gpu" ]; then
-    CUDA_VISIBLE_DEVICES=$gpu timeout --signal=KILL "$s" bash -c "run_step $name $s $d" > "$OUT/$name.log" 2>&1
-  else
-    timeout --signal=KILL "$s" bash -c "run_step $name $s $d" > "$OUT/$name.log" 2>&1
-  fi
+  env ${gpu:+CUDA_VISIBLE_DEVICES=$gpu} timeout --signal=KILL "$s" bash -c "run_step $name $s $d" > "$OUT/$name.log" 2>&1
   rc=$?
   find "$d" -name 'checkpoints.*' -delete 2>/dev/null
   tar czf "$OUT/$name.tar.gz" -C "$OUT" "$name" && rm -rf "$d"

@@ -10,6 +10,7 @@ and kept only if the evaluation then asks for that level (tools/profile/early.py
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -220,13 +221,7 @@ class LocalEvaluator:
         level, _ = options.profile_level(True, None)
         if level == "none" or not self.early_profiles or not comp.cubin_path:
             return None
-        picked: list[int] = []  # one device for both runs, picked when the first starts
-
-        def device() -> int:
-            if not picked:
-                picked.append(pool.pick_device())
-            return picked[0]
-
+        device = functools.cache(pool.pick_device)  # one device for both runs, picked when the first starts
         runs = [run for run in (self._start_early(pool, options, workload, source, comp, cubin_sha, level, device,
                                                   priority),) if run is not None]
         best_level, _ = options.profile_level(True, math.inf)  # what a new best would get

@@ -806,79 +806,51 @@ __device__ __forceinline__ void issue_tn(float (&acc)[HD / 2], const uint32_t (&
 
 # d96_ksteps: dq_tiles with S^T and dP^T over D = 96's 96 columns: the 128-wide kernel serves D = 96 with d 96..127
 # zero-filled by TMA, whose two k16 steps of each product add nothing. The consumer loop holds both builds of the
-# block and picks one per launch (a uniform branch between blocks, each ending with wgmma.wait_group 0).
-D96_KSTEPS = [
-    ("""template <int HD>
-__device__ __forceinline__ void issue_nt(float (&x)[32], const uint8_t* a, const uint8_t* b) {
+# block and picks one per launch (a uniform branch between blocks, each ending with wgmma.wait_group 0). The same
+# edits serve tiles_stack on q128_d64's text, whose issue_nt also takes the query rows N and whose stages hold QR rows.
+def _d96_ksteps(on_q128: bool) -> list[tuple[str, str]]:
+    tparams, xs, n, rows = (", int N = 64", "N / 2", ", QR", "QR") if on_q128 else ("", "32", "", "BM")
+    call = """consumer_block<HD, CAUSAL{kd}>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * {rows},
+                                 {pad}sDr + st * {rows}, sdS, fullQ, fulldO, empty, dv, dk,"""
+    return [
+        (f"""template <int HD{tparams}>
+__device__ __forceinline__ void issue_nt(float (&x)[{xs}], const uint8_t* a, const uint8_t* b) {{
   const uint64_t da = make_desc_sw128(a), db = make_desc_sw128(b);
 #pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) {""",
-     """template <int HD, int KD = HD>
-__device__ __forceinline__ void issue_nt(float (&x)[32], const uint8_t* a, const uint8_t* b) {
+  for (int kk = 0; kk < HD / 16; ++kk) {{""",
+         f"""template <int HD{tparams}, int KD = HD>
+__device__ __forceinline__ void issue_nt(float (&x)[{xs}], const uint8_t* a, const uint8_t* b) {{
   const uint64_t da = make_desc_sw128(a), db = make_desc_sw128(b);
 #pragma unroll
-  for (int kk = 0; kk < KD / 16; ++kk) {"""),
-    ("""template <int HD, bool CAUSAL>
+  for (int kk = 0; kk < KD / 16; ++kk) {{"""),
+        ("""template <int HD, bool CAUSAL>
 __device__ __forceinline__ void consumer_block(""",
-     """// KD: the d extent S^T and dP^T run over (d96_ksteps: 96 at D = 96, whose d 96..127 are TMA's zero fill, so
+         """// KD: the d extent S^T and dP^T run over (d96_ksteps: 96 at D = 96, whose d 96..127 are TMA's zero fill, so
 // their two k16 steps are skipped; dV, dK and dQ keep the 128-wide tiles).
 template <int HD, bool CAUSAL, int KD = HD>
 __device__ __forceinline__ void consumer_block("""),
-    ("""  issue_nt<HD>(s, sK + c * 64 * 128, sQ);     // S^T = K_c Q^T""",
-     """  issue_nt<HD, KD>(s, sK + c * 64 * 128, sQ);  // S^T = K_c Q^T"""),
-    ("""  issue_nt<HD>(p, sV + c * 64 * 128, sdO);    // dP^T = V_c dO^T""",
-     """  issue_nt<HD, KD>(p, sV + c * 64 * 128, sdO); // dP^T = V_c dO^T"""),
-    ("""      consumer_block<HD, CAUSAL>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * BM,
-                                 sDr + st * BM, sdS, fullQ, fulldO, empty, dv, dk,
+        (f"  issue_nt<HD{n}>(s, sK + c * 64 * 128, sQ);     // S^T = K_c Q^T",
+         f"  issue_nt<HD{n}, KD>(s, sK + c * 64 * 128, sQ);  // S^T = K_c Q^T"),
+        (f"  issue_nt<HD{n}>(p, sV + c * 64 * 128, sdO);    // dP^T = V_c dO^T",
+         f"  issue_nt<HD{n}, KD>(p, sV + c * 64 * 128, sdO); // dP^T = V_c dO^T"),
+        ("      " + call.format(kd="", rows=rows, pad="") + """
                                  dQacc + static_cast<size_t>(head) * S * D, D, sl2, sdQ, threadIdx.x == 128);""",
-     """      float* dq_rows = dQacc + static_cast<size_t>(head) * S * D;
-      if (HD == 128 && D <= 96) {  // D = 96: S^T and dP^T over its 96 columns (a uniform branch: every block
-        consumer_block<HD, CAUSAL, 96>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * BM,  // ends
-                                       sDr + st * BM, sdS, fullQ, fulldO, empty, dv, dk, dq_rows, D, sl2, sdQ,  // with
-                                       threadIdx.x == 128);                                                   // wait 0)
-      } else {
-        consumer_block<HD, CAUSAL>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * BM,
-                                   sDr + st * BM, sdS, fullQ, fulldO, empty, dv, dk, dq_rows, D, sl2, sdQ,
-                                   threadIdx.x == 128);
-      }"""),
-]
-
-# tiles_stack: the three candidates that change separate parts of dq_tiles, together: q128_d64 (D = 64's blocks),
-# d96_ksteps (D = 96's S^T / dP^T steps) and the wide epilogue, for a promotion measured as a whole.
-STACK_D96 = [
-    ("""template <int HD, int N = 64>
-__device__ __forceinline__ void issue_nt(float (&x)[N / 2], const uint8_t* a, const uint8_t* b) {
-  const uint64_t da = make_desc_sw128(a), db = make_desc_sw128(b);
-#pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) {""",
-     """template <int HD, int N = 64, int KD = HD>
-__device__ __forceinline__ void issue_nt(float (&x)[N / 2], const uint8_t* a, const uint8_t* b) {
-  const uint64_t da = make_desc_sw128(a), db = make_desc_sw128(b);
-#pragma unroll
-  for (int kk = 0; kk < KD / 16; ++kk) {"""),
-    ("""template <int HD, bool CAUSAL>
-__device__ __forceinline__ void consumer_block(""",
-     """// KD: the d extent S^T and dP^T run over (96 at D = 96, whose d 96..127 are TMA's zero fill: d96_ksteps).
-template <int HD, bool CAUSAL, int KD = HD>
-__device__ __forceinline__ void consumer_block("""),
-    ("  issue_nt<HD, QR>(s, sK + c * 64 * 128, sQ);     // S^T = K_c Q^T",
-     "  issue_nt<HD, QR, KD>(s, sK + c * 64 * 128, sQ);  // S^T = K_c Q^T"),
-    ("  issue_nt<HD, QR>(p, sV + c * 64 * 128, sdO);    // dP^T = V_c dO^T",
-     "  issue_nt<HD, QR, KD>(p, sV + c * 64 * 128, sdO); // dP^T = V_c dO^T"),
-    ("""      consumer_block<HD, CAUSAL>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * QR,
-                                 sDr + st * QR, sdS, fullQ, fulldO, empty, dv, dk,
-                                 dQacc + static_cast<size_t>(head) * S * D, D, sl2, sdQ, threadIdx.x == 128);""",
-     """      float* dq_rows = dQacc + static_cast<size_t>(head) * S * D;
+         """      float* dq_rows = dQacc + static_cast<size_t>(head) * S * D;
       if (HD == 128 && D <= 96) {  // D = 96: S^T and dP^T over its 96 columns (a uniform branch between blocks)
-        consumer_block<HD, CAUSAL, 96>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * QR,
-                                       sDr + st * QR, sdS, fullQ, fulldO, empty, dv, dk, dq_rows, D, sl2, sdQ,
+        """ + call.format(kd=", 96", rows=rows, pad="      ") + """ dq_rows, D, sl2, sdQ,
                                        threadIdx.x == 128);
       } else {
-        consumer_block<HD, CAUSAL>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * QR,
-                                   sDr + st * QR, sdS, fullQ, fulldO, empty, dv, dk, dq_rows, D, sl2, sdQ,
+        """ + call.format(kd="", rows=rows, pad="  ") + """ dq_rows, D, sl2, sdQ,
                                    threadIdx.x == 128);
       }"""),
-]
+    ]
+
+
+D96_KSTEPS = _d96_ksteps(on_q128=False)
+# tiles_stack: the three candidates that change separate parts of dq_tiles, together: q128_d64 (D = 64's blocks),
+# d96_ksteps (D = 96's S^T / dP^T steps) and the wide epilogue, for a promotion measured as a whole.
+STACK_D96 = _d96_ksteps(on_q128=True)
+
 
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
