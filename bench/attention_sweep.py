@@ -6,7 +6,7 @@ epilogue, key tail, three consumers, longest-first order), then the main shapes.
 features include those of a point that TIMED OUT (a hang) is skipped, and nothing new starts after the
 deadline (default 420 s), so one bad barrier cannot eat the call. No ncu profile (profile_on_pass=False).
 
-    python3 bench/attention_sweep.py OUT.json [--deadline 420] [--only WORKLOAD_SUBSTRING]
+    python3 bench/attention_sweep.py OUT.json [--deadline 420] [--only WORKLOAD_SUBSTRING] [--round 2] [--trials 3]
 """
 from __future__ import annotations
 
@@ -71,6 +71,38 @@ POINTS: list[tuple[str, dict, float | None]] = [
     ("mha_fwd_d128_gqa_h32_kv8_causal", {}, 1.00),
     ("mha_fwd_d128_gqa_h32_kv8_causal", {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 4}, 1.05),
 ]
+# Round 2 (--round 2), written after round 1 (bench/results/attention_template.md, 2026-12-01) and before running:
+# its best points again at 3 trials, and their neighbours (round 1's best: d128 cooperative + TMA store 1.050,
+# causal ping-pong + TMA + lpt 8 1.079, d64 3 consumers x bn 96 ping-pong + TMA 1.042, d64 causal the default 0.962).
+POINTS_2: list[tuple[str, dict, float | None]] = [
+    ("mha_fwd_d128", {}, 1.04),
+    ("mha_fwd_d128", {"epilogue": "tma"}, 1.05),
+    ("mha_fwd_d128", {"epilogue": "tma", "stages": 3}, 1.05),
+    ("mha_fwd_d128", {"epilogue": "tma", "bn": 160}, 1.03),
+    ("mha_fwd_d128", {"schedule": "pingpong", "bn": 192}, 1.04),
+    ("mha_fwd_d128", {"schedule": "pingpong", "epilogue": "tma", "bn": 192, "stages": 2}, 1.04),
+    ("mha_fwd_d128_causal", {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 8}, 1.08),
+    ("mha_fwd_d128_causal", {"schedule": "pingpong", "lpt_group": 8}, 1.08),
+    ("mha_fwd_d128_causal", {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 8, "bn": 192}, 1.06),
+    ("mha_fwd_d128_causal", {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 8, "stages": 3}, 1.08),
+    ("mha_fwd_d128_causal", {"epilogue": "tma", "lpt_group": 8}, 1.04),
+    ("mha_fwd_d64", {"consumers": 3, "bn": 96, "schedule": "pingpong", "epilogue": "tma"}, 1.04),
+    ("mha_fwd_d64", {"consumers": 3, "bn": 96, "schedule": "pingpong"}, 1.03),
+    ("mha_fwd_d64", {"consumers": 3, "bn": 128, "schedule": "pingpong", "epilogue": "tma"}, 1.03),
+    ("mha_fwd_d64", {"consumers": 3, "bn": 96, "epilogue": "tma"}, 1.00),
+    ("mha_fwd_d64_causal", {}, 0.96),
+    ("mha_fwd_d64_causal", {"lpt_group": 8}, 0.99),
+    ("mha_fwd_d64_causal", {"epilogue": "tma", "lpt_group": 8}, 1.00),
+    ("mha_fwd_d64_causal", {"consumers": 3, "bn": 96, "schedule": "pingpong", "epilogue": "tma"}, 1.00),
+    ("mha_fwd_d64_causal", {"consumers": 3, "bn": 96, "schedule": "pingpong", "epilogue": "tma", "lpt_group": 8}, 1.02),
+    ("mha_fwd_d96", {"schedule": "pingpong", "epilogue": "tma"}, 1.10),
+    ("mha_fwd_d96_causal", {}, 1.08),
+    ("mha_fwd_d96_causal", {"lpt_group": 8}, 1.10),
+    ("mha_fwd_d128_gqa_h32_kv8", {"schedule": "pingpong", "epilogue": "tma"}, 1.08),
+    ("mha_fwd_d128_gqa_h32_kv8_causal", {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 4}, 1.11),
+    ("mha_fwd_d128_gqa_h32_kv8_causal", {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 8}, 1.12),
+]
+ROUNDS = {1: POINTS, 2: POINTS_2}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0}
 
 
@@ -89,6 +121,8 @@ def main() -> None:
     ap.add_argument("out", help="JSON file to write")
     ap.add_argument("--deadline", type=float, default=420.0, help="seconds after which no new evaluation starts")
     ap.add_argument("--only", default="", help="run only the workloads whose id contains this")
+    ap.add_argument("--round", type=int, default=1, choices=sorted(ROUNDS), help="which list of points")
+    ap.add_argument("--trials", type=int, default=1, help="timing trials per point (each interleaved with cuDNN)")
     args = ap.parse_args()
 
     from ptxbench.tools.evaluate import LocalEvaluator
@@ -100,7 +134,7 @@ def main() -> None:
     ev = LocalEvaluator()
     hung: list[set] = []
     rows = []
-    for wid, changes, predicted in POINTS:
+    for wid, changes, predicted in ROUNDS[args.round]:
         if args.only not in wid:
             continue
         w = get_workload(wid)
@@ -117,7 +151,7 @@ def main() -> None:
         else:
             t1 = time.time()
             smoke = wid.startswith("smoke_")
-            r = ev.evaluate(wid, at.render(params), EvalOptions(timeout_s=20 if smoke else 40, trials=1,
+            r = ev.evaluate(wid, at.render(params), EvalOptions(timeout_s=20 if smoke else 40, trials=args.trials,
                                                                  profile_on_pass=False))
             t = r.timing
             row |= {"status": r.status, "message": (r.message or "")[:300], "wall_s": round(time.time() - t1, 1),

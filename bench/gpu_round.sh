@@ -18,12 +18,13 @@
 #                       dq_tiles+head_groups,own_keys+head_groups; default: the reference), timed runs interleaved
 #                       in one process, on every main backward workload (D = 128 / 96 with causal and GQA, then
 #                       D = 64); BWD_PROFILE=mha_bwd_d128 adds a full profile of each variant, BWD_PROFILE64=mha_bwd_d64
-#                       one on D = 64. A tagged step, bwd-variants.b, reads BWD_VARIANTS_b (BWD_PROFILE_b, ...) and
+#                       one on D = 64, BWD_NO_D64=1 skips D = 64. A tagged step, bwd-variants.b, reads BWD_VARIANTS_b (BWD_PROFILE_b, ...) and
 #                       writes its own folder: two variant sets side by side on two GPUs
 #   bwd-tuner (300)     builtin/tuner on mha_bwd_d128, 4 turns: the reference and its three built versions
 #                       (workloads/solutions/attention_bwd_template.py), each timed against cuDNN with the profile policy's
 #                       verdicts and profiles
-#   attn-sweep (420)    the attention forward template's points (bench/attention_sweep.py)
+#   attn-sweep (420)    the attention forward template's points (bench/attention_sweep.py; ATTN_SWEEP_ARGS, e.g.
+#                       "--round 2 --trials 3")
 #   gemm-tests (240)    the GEMM template's GPU tests against torch, ping-pong and the stream-K tail included
 #   gemm-sweep (420)    the GEMM template's points on the four GEMM workloads (bench/gemm_sweep.py)
 #   tuner-climb (560)   three builtin/tuner:weak runs on the GEMM (bench/tuner_climb.sh)
@@ -65,12 +66,13 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
         --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96,mha_bwd_d96_causal,mha_bwd_d128_gqa_h32_kv8 \
         --timed mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96,mha_bwd_d96_causal,mha_bwd_d128_gqa_h32_kv8 \
         ${prof:+--profile "$prof"}
+      [ -n "${BWD_NO_D64:-}" ] && return 0  # the variants differ only in their 128-wide kernels
       python3 bench/attention_bwd_check.py --variant "$variants" --json "$d/d64.json" \
         --untimed smoke_mha_bwd_d64,smoke_mha_bwd_d64_causal,smoke_mha_bwd_d64_gqa_h4_kv2,mha_bwd_d64,mha_bwd_d64_causal \
         --timed mha_bwd_d64,mha_bwd_d64_causal ${prof64:+--profile "$prof64"} ;;
     bwd-tuner) python3 -m ptxbench.agent optimize mha_bwd_d128 --model builtin/tuner --turns 4 --target-speedup 0 \
                  --run-dir "$d/run" ;;
-    attn-sweep) python3 bench/attention_sweep.py "$d/sweep.json" --deadline $((s - 60)) ;;
+    attn-sweep) python3 bench/attention_sweep.py "$d/sweep.json" --deadline $((s - 60)) ${ATTN_SWEEP_ARGS:-} ;;
     gemm-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
                   tests/workloads/test_gemm_pingpong.py tests/workloads/test_gemm_streamk.py tests/workloads/test_gemm_solution.py ;;
     gemm-sweep) python3 bench/gemm_sweep.py "$d/sweep.json" --deadline $((s - 60)) ;;

@@ -25,8 +25,12 @@ REFERENCE_VARIANT = "dq_tiles+head_groups"
 SMEM_D64 = 'smem = "1024 + 16384 * 2 + 2 * (8192 * 2 + 512) + 16384 * 2 + 256"'
 
 
-def backward_entry_point(head_dim: int, causal: bool, gqa: bool) -> str:
-    return "attn_bwd_wgmma" + ("_d64" if head_dim == 64 else "") + ("_causal" if causal else "") + ("_gqa" if gqa else "")
+def backward_entry_point(head_dim: int, causal: bool, gqa: bool, text: str = "") -> str:
+    """The main kernel's entry point for a problem. D = 96 runs the 128-wide kernels, through entry points of its
+    own (attn_bwd_wgmma_d96...) where the file `text` has them."""
+    d96 = head_dim == 96 and "attn_bwd_wgmma_d96(" in text
+    return ("attn_bwd_wgmma" + {64: "_d64", 96: "_d96" if d96 else ""}.get(head_dim, "") + ("_causal" if causal else "")
+            + ("_gqa" if gqa else ""))
 
 
 def covers(workload: Workload) -> str | None:
@@ -48,7 +52,7 @@ def backward_text(head_dim: int, causal: bool, gqa: bool, base: str | None = Non
     """The kernel file (`base`, else the checked-in one) with its plan lines for this problem: the entry point, D = 64's
     shared memory, and for GQA the grid over KV heads, the group argument and the K / V maps over B * HKV * S rows."""
     text = base if base is not None else (HERE / FAST_BACKWARD).read_text(encoding="utf-8")
-    edits = [('kernel = "attn_bwd_wgmma"', f'kernel = "{backward_entry_point(head_dim, causal, gqa)}"')]
+    edits = [('kernel = "attn_bwd_wgmma"', f'kernel = "{backward_entry_point(head_dim, causal, gqa, text)}"')]
     smem = re.search(r'smem = "[^"]*"', text)
     if head_dim == 64 and not (smem and "D" in smem.group(0)):  # the D = 128 layout's bytes, unless a formula in D
         edits.append((smem.group(0) if smem else "smem = ", SMEM_D64))

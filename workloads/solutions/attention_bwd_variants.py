@@ -339,9 +339,9 @@ HEAD_GROUPS = [
      "  const int g_heads = min(HEAD_GROUP, static_cast<int>(gridDim.y) - grp * HEAD_GROUP);\n"
      "  const int kb = in_grp / g_heads;        // key block\n"
      "  const int bkv = grp * HEAD_GROUP + in_grp % g_heads;  // batch * KV head"),
-    ("template <int HD, bool CAUSAL, bool GQA>\n__device__ __forceinline__ void attn_bwd(",
+    ("template <int HD, bool CAUSAL, bool GQA",  # the main kernel's template (a variant may add parameters)
      "constexpr int HEAD_GROUP = 4;  // heads whose key blocks are in flight together (4 x 32 blocks ~ one wave)\n\n"
-     "template <int HD, bool CAUSAL, bool GQA>\n__device__ __forceinline__ void attn_bwd("),
+     "template <int HD, bool CAUSAL, bool GQA"),
 ]
 
 
@@ -852,6 +852,34 @@ D96_KSTEPS = _d96_ksteps(on_q128=False)
 STACK_D96 = _d96_ksteps(on_q128=True)
 
 
+# tiles_d96: tiles_stack with D = 96's build in entry points of its own (attn_bwd_wgmma_d96 + _causal, _gqa; the plan
+# names them, attention_backward.backward_entry_point) instead of a branch per block: the 128-wide kernels then hold
+# one build of the block, as before d96_ksteps (tiles_stack measured 0.5-1.4% slower than dq_tiles_wide at D = 128).
+_D96_ENTRY = """extern "C" __global__ void __launch_bounds__(384, 1) attn_bwd_wgmma_d96{suffix}(
+    const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+    const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmdO, const float* __restrict__ L2,
+    const float* __restrict__ Dr, float* __restrict__ dQacc, __nv_bfloat16* __restrict__ dK,
+    __nv_bfloat16* __restrict__ dV, int S, int D, float scale{group_param}) {{
+  attn_bwd<128, {causal}, {gqa}, 96>(&tmQ, &tmK, &tmV, &tmdO, L2, Dr, dQacc, dK, dV, S, D, scale, {group});
+}}
+"""
+D96_ENTRIES = STACK_D96[:4] + [
+    ("""template <int HD, bool CAUSAL, bool GQA>
+__device__ __forceinline__ void attn_bwd(""",
+     """template <int HD, bool CAUSAL, bool GQA, int KD = HD>  // KD: S^T / dP^T's d extent (96 in D = 96's entries)
+__device__ __forceinline__ void attn_bwd("""),
+    ("      consumer_block<HD, CAUSAL>(it, q0, key0, c,", "      consumer_block<HD, CAUSAL, KD>(it, q0, key0, c,"),
+    ("""  attn_bwd<128, true, false>(&tmQ, &tmK, &tmV, &tmdO, L2, Dr, dQacc, dK, dV, S, D, scale, 1);
+}
+""", """  attn_bwd<128, true, false>(&tmQ, &tmK, &tmV, &tmdO, L2, Dr, dQacc, dK, dV, S, D, scale, 1);
+}
+
+// D = 96: the 128-wide kernel with S^T and dP^T over d 0..95 (d 96..127 are TMA's zero fill).
+""" + "\n".join(_D96_ENTRY.format(suffix=sfx, causal=c, gqa=g, group_param=gp, group=gr)
+                for sfx, c, g, gp, gr in (("", "false", "false", "", "1"), ("_causal", "true", "false", "", "1"),
+                                          ("_gqa", "false", "true", ", int group", "group")))),
+]
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -901,6 +929,8 @@ VARIANTS = {
                     "its own 64 rows", Q128_D64),
     "tiles_stack": _on("q128_d64", "tiles_stack", "D = 96's S^T / dP^T over its own columns and the 16-byte dK / dV "
                        "epilogue (q128_d64 + d96_ksteps + dq_tiles_wide)", STACK_D96 + WIDE_EPILOGUE),
+    "tiles_d96": _on("q128_d64", "tiles_d96", "D = 96's S^T / dP^T over its own columns in entry points of its own and "
+                     "the 16-byte dK / dV epilogue (tiles_stack without the per-block branch)", D96_ENTRIES + WIDE_EPILOGUE),
     "d96_ksteps": _on("dq_tiles", "d96_ksteps", "S^T and dP^T over D = 96's own columns (6 k16 steps, not 8)",
                       D96_KSTEPS),
     "dq_tiles_wide": _on("dq_tiles", "dq_tiles_wide", "the dK / dV epilogue in 16-byte stores (a quad's 4 x 4 "
