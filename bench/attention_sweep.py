@@ -102,7 +102,24 @@ POINTS_2: list[tuple[str, dict, float | None]] = [
     ("mha_fwd_d128_gqa_h32_kv8_causal", {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 4}, 1.11),
     ("mha_fwd_d128_gqa_h32_kv8_causal", {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 8}, 1.12),
 ]
-ROUNDS = {1: POINTS, 2: POINTS_2}
+# Round 3, after round 2 (3 trials): d64's best was 3 consumers x bn 128 ping-pong + TMA store (1.165x), d128's and
+# causal d128's the cooperative TMA store (1.055x, with lpt 8 when causal); their neighbours on the other shapes.
+POINTS_3: list[tuple[str, dict, float | None]] = [
+    ("mha_fwd_d64", {"consumers": 3, "bn": 128, "schedule": "pingpong", "epilogue": "tma"}, 1.16),
+    ("mha_fwd_d64", {"consumers": 3, "bn": 128, "schedule": "pingpong", "epilogue": "tma", "stages": 3}, 1.15),
+    ("mha_fwd_d64_causal", {"consumers": 3, "bn": 128, "schedule": "pingpong", "epilogue": "tma"}, 1.10),
+    ("mha_fwd_d64_causal", {"consumers": 3, "bn": 128, "schedule": "pingpong", "epilogue": "tma", "lpt_group": 8}, 1.12),
+    ("mha_fwd_d128", {"epilogue": "tma"}, 1.055),
+    ("mha_fwd_d128", {"consumers": 3, "bn": 64, "schedule": "pingpong", "epilogue": "tma"}, 1.00),
+    ("mha_fwd_d128_causal", {"epilogue": "tma", "lpt_group": 8}, 1.055),
+    ("mha_fwd_d128_causal", {"epilogue": "tma", "lpt_group": 4}, 1.05),
+    ("mha_fwd_d128_causal", {"epilogue": "tma"}, 1.02),
+    ("mha_fwd_d96", {"epilogue": "tma"}, 1.09),
+    ("mha_fwd_d96_causal", {"epilogue": "tma", "lpt_group": 8}, 1.08),
+    ("mha_fwd_d128_gqa_h32_kv8", {"epilogue": "tma"}, 1.06),
+    ("mha_fwd_d128_gqa_h32_kv8_causal", {"epilogue": "tma", "lpt_group": 8}, 1.09),
+]
+ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0}
 
 
