@@ -30,7 +30,8 @@ CAUSAL = "mha_fwd_d128_causal"
 
 
 def default(wid: str) -> dict:
-    return at.default_params(get_workload(wid)).model_dump()
+    """The plain point (cooperative, 128 x 128, direct stores): each rule's finding is staged against it."""
+    return at.plain_params(get_workload(wid)).model_dump()
 
 
 def weak(wid: str) -> dict:
@@ -53,7 +54,8 @@ def test_the_attention_forward_is_searched_from_its_template(wid):
     tuner = load_model("builtin/tuner", wid)
     assert tuner.template is at and tuner.shape.id == wid  # points are validated against the workload itself
     first = tuner.query(ModelRequest(messages=[], turn=1))
-    assert first.tags["params"] == default(wid)  # the reference point: the tuner's turn 1 is the reference file
+    # the reference point: the tuner's turn 1 is the reference file
+    assert first.tags["params"] == at.default_params(workload).model_dump()
     assert extract_solution(first.content).source.strip() == attention.fast_solution(workload).strip()
     weak_reply = load_model("builtin/tuner:weak", wid).query(ModelRequest(messages=[], turn=1))
     assert weak_reply.tags["params"] == weak(wid) and "weak" in weak_reply.content

@@ -19,10 +19,10 @@ from ptxbench.workloads.solutions.attention_bwd_variants import VARIANTS, varian
 
 BACKWARD = [w.id for w in list_workloads() if w.op == "mha_bwd"]
 # Floors vs cuDNN for the reference (reference_backward), about 0.9x of what the H200 measured
-# (bench/results/attention_bwd.md, v5, dq_tiles+head_groups: d128 0.845x, causal 0.872x, d96 0.874x / 0.899x,
-# GQA 0.883x, d64 0.804x / 0.861x); none on the launch-bound smoke shapes.
-MIN_SPEEDUP = {"mha_bwd_d128": 0.76, "mha_bwd_d128_causal": 0.78, "mha_bwd_d64": 0.72, "mha_bwd_d64_causal": 0.77,
-               "mha_bwd_d96": 0.78, "mha_bwd_d96_causal": 0.8, "mha_bwd_d128_gqa_h32_kv8": 0.79}
+# (bench/results/attention_bwd.md, v7, tiles_d96+head_groups: d128 0.873x, causal 0.911x, d96 0.937x / 0.969x,
+# GQA 0.901x; v6, its D = 64 kernels in tiles_stack: d64 1.070x / 1.092x); none on the launch-bound smoke shapes.
+MIN_SPEEDUP = {"mha_bwd_d128": 0.78, "mha_bwd_d128_causal": 0.82, "mha_bwd_d64": 0.96, "mha_bwd_d64_causal": 0.98,
+               "mha_bwd_d96": 0.84, "mha_bwd_d96_causal": 0.87, "mha_bwd_d128_gqa_h32_kv8": 0.81}
 # HGMMA per main kernel: S^T and dP^T (D / 16 k16 steps each, D padded to 128 for 96), dV and dK (4 each), dQ
 # (8 k16 steps over 128 keys for the 128-wide kernels, 4 over a consumer's own keys for D = 64)
 HGMMA = {128: 8 + 8 + 4 + 4 + 8, 64: 4 + 4 + 4 + 4 + 4}
@@ -85,7 +85,11 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "d96_ksteps": {"UBLKRED": 2, "HGMMA": 60},
                 # tiles_stack: d96_ksteps' two builds of the block, the wide epilogue (D = 64: q128_d64's, below)
                 "tiles_stack": {"UBLKRED": 2, "HGMMA": 60, "STG": 16, "SHFL": 48},
-                "q128_d64": {"UBLKRED": 1, "HGMMA": 32}}  # the 128-wide kernels are dq_tiles' (D = 64 below)
+                "q128_d64": {"UBLKRED": 1, "HGMMA": 32},  # the 128-wide kernels are dq_tiles' (D = 64 below)
+                # tiles_d96: tiles_stack with D = 96's block in entry points of its own: the 128-wide kernels are
+                # dq_tiles_wide's (D = 96's below)
+                "tiles_d96": {"UBLKRED": 1, "HGMMA": 32, "STG": 16, "SHFL": 48},
+                "tiles_d96+head_groups": {"UBLKRED": 1, "HGMMA": 32, "STG": 16, "SHFL": 48}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -102,13 +106,32 @@ def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
     if "UBLKRED" in VARIANT_SASS[name]:
         assert "REDG" not in wide  # dQ by one bulk reduction per block, no vector reductions left
     # and at D = 64: one bulk reduction per consumer, no float2 atomics
-    if name.startswith(("bulk_dq_d64", "dq_tiles", "own_keys", "q128_d64", "tiles_stack")):
+    if name.startswith(("bulk_dq_d64", "dq_tiles", "own_keys", "q128_d64", "tiles_")):
         narrow = compile_source(fast_backward(get_workload("mha_bwd_d64"), text), "cuda", "sm_90a").kernels
         assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("UBLKRED") == 1
         assert "REDG" not in narrow["attn_bwd_wgmma_d64"].sass_opcodes
         # q128_d64: 128 query rows a block: S^T, dP^T 4 m64n128 each, dV, dK 8 m64n64 each, dQ 8 (all keys)
-        wide_q = name in ("q128_d64", "tiles_stack")
+        wide_q = name.startswith(("q128_d64", "tiles_"))
         assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("HGMMA") == (32 if wide_q else 20)
+
+
+def test_tiles_d96_runs_d96_through_entry_points_of_its_own():
+    """D = 96's S^T and dP^T skip the two k16 steps of TMA's zero fill (6 + 6 + 4 + 4 + 8 HGMMA) in entry points the
+    D = 96 plans name; the D = 128 ones keep the full block, one build each (no per-block branch)."""
+    text = variant_text("tiles_d96+head_groups")
+    for wid in BACKWARD:
+        w = get_workload(wid)
+        kernel = resolve_plan(parse_solution(fast_backward(w, text), w).plan, w, 132, "sm_90a").launches[1].kernel
+        d, gqa = int(w.symbols["D"]), "HKV" in w.symbols
+        assert kernel == backward_entry_point(d, w.causal, gqa, text)
+        assert kernel.startswith("attn_bwd_wgmma_d96") == (d == 96), (wid, kernel)
+    assert backward_entry_point(96, True, False, variant_text("dq_tiles")) == "attn_bwd_wgmma_causal"
+    kernels = compile_source(fast_backward(get_workload("mha_bwd_d96"), text), "cuda", "sm_90a").kernels
+    for name in ("attn_bwd_wgmma_d96", "attn_bwd_wgmma_d96_causal", "attn_bwd_wgmma_d96_gqa"):
+        assert kernels[name].sass_opcodes.get("HGMMA") == 6 + 6 + 4 + 4 + 8, name
+        assert kernels[name].spill_stores == 0 and kernels[name].spill_loads == 0, name
+    for name in ("attn_bwd_wgmma", "attn_bwd_wgmma_causal", "attn_bwd_wgmma_gqa"):
+        assert kernels[name].sass_opcodes.get("HGMMA") == 32, name
 
 
 @pytest.mark.parametrize("wid", BACKWARD)

@@ -57,7 +57,13 @@ def test_defaults_and_weak_point_are_in_the_space():
         assert all(getattr(p, k) in v for k, v in at.PARAM_SPACE.items()) and at.validate(p) == [], p
     assert at.default_params(get_workload("mha_fwd_d64")).stages == 4
     w = get_workload("mha_fwd_d128_causal")
-    assert at.params_for(w, schedule="pingpong").model_dump() == at.default_params(w).model_dump() | {"schedule": "pingpong"}
+    assert at.params_for(w, schedule="pingpong").model_dump() == at.plain_params(w).model_dump() | {"schedule": "pingpong"}
+    # the reference of each problem is its plain point with the measured changes (TUNED)
+    for wid in ("mha_fwd_d128", "mha_fwd_d128_causal", "mha_fwd_d64", "smoke_mha_fwd_d64_gqa_h4_kv2"):
+        wl = get_workload(wid)
+        p = at.plain_params(wl)
+        assert at.default_params(wl) == p.model_copy(update=at.TUNED.get((p.head_dim, p.causal, p.gqa), {}))
+    assert at.default_params(w).schedule == "pingpong" and at.default_params(w).lpt_group == 8
 
 
 @pytest.mark.parametrize("bad, phrase", [

@@ -83,15 +83,17 @@ def test_plan_parses_and_resolves(wid):
     s, bh = sym["S"], sym["B"] * sym["H"]
     bhkv = sym["B"] * sym["HKV"] if gqa else bh
     assert launch.kernel == kernel
-    assert launch.grid == (s // 128, bh, 1)
-    assert launch.block == (384, 1, 1)
-    stages = 4 if d == 64 else 2
-    tile = 128 * 128 * (1 if d == 64 else 2)  # 128 rows x D bf16, D = 96 padded to two 64-wide slabs
-    assert launch.smem == 1024 + tile * (1 + 2 * stages) + 256 == p.smem_bytes <= 232448
-    rows = {"Q_map": bh, "K_map": bhkv, "V_map": bhkv}
+    tiles = -(-s // p.bm)  # query tiles of 64 x consumers rows (the last one ragged where S is not a multiple)
+    assert launch.grid == ((tiles * bh, 1, 1) if p.lpt_group else (tiles, bh, 1))  # longest-first: one 1-D grid
+    assert launch.block == (128 * (1 + p.consumers), 1, 1) == (p.threads, 1, 1)
+    assert p.stages == (4 if d == 64 else 2)
+    row = 128 * (1 if d == 64 else 2)  # bytes of a Q / K / V row: 64-wide 128B-swizzled slabs, D = 96 padded to two
+    # the Q tile (O staged in it for the TMA store), K and V per stage, 1 KiB alignment and 256 B of barriers
+    assert launch.smem == 1024 + row * (p.bm + 2 * p.stages * p.bn) + 256 == p.smem_bytes <= 232448
+    rows = {"Q_map": bh, "K_map": bhkv, "V_map": bhkv} | ({"O_map": bh} if p.epilogue == "tma" else {})
     assert sorted(t.name for t in plan.tmaps) == sorted(rows)
-    for t in plan.tmaps:  # Q, K, V seen as [rows, D] with 64 x 128 boxes, 128B swizzle
-        assert t.dims == [d, rows[t.name] * s] and t.box == [64, 128] and t.swizzle == "128B", t
+    for t in plan.tmaps:  # Q, K, V (and O for the TMA store) seen as [rows, D], 64-wide boxes, 128B swizzle
+        assert t.dims == [d, rows[t.name] * s] and t.box[0] == 64 and t.swizzle == "128B", t
     scalars = [a.value for a in launch.args if a.kind == "scalar"]
     assert scalars[:2] == [s, d]
     if gqa:  # the last argument: group = H / HKV

@@ -5,7 +5,7 @@ searched) and four searched levers, each a way the kernel can be built (attentio
 
     dq        "vector": each consumer thread adds its dQ rows with float2 atomics (16 per query block);
               "bulk": dQ through shared memory and bulk reduce-adds (`cp.reduce.async.bulk .add.f32`): one per
-              consumer and query block from its own swizzled tile (dq_tiles; at D = 64 only with 3 stages, the
+              consumer and query block from its own swizzled tile (tiles_d96; at D = 64 only with 3 stages, the
               2-stage build is bulk_dq, one per block in the 128-wide kernels and D = 64's float2 atomics)
     stages    the Q / dO ring depth of the 128-wide kernels: 2 or 3 (D = 64 runs 2 either way)
     schedule  "cooperative": both consumers meet on a named barrier every query block; "decoupled": each
@@ -14,8 +14,8 @@ searched) and four searched levers, each a way the kernel can be built (attentio
               from DRAM; "head_groups": the key blocks of 4 heads side by side, longest-first across the group
               (they share those rows in L2: -27% time at D = 128 on the H200)
 
-Not every combination is built: `BUILT` lists those that are (the checked-in file, bulk_dq, dq_tiles,
-decoupled, each in either order; the reference is dq_tiles+head_groups), and `validate` names the others, so builtin/tuner's repairs move to the nearest built
+Not every combination is built: `BUILT` lists those that are (the checked-in file, bulk_dq, tiles_d96,
+decoupled, each in either order; the reference is tiles_d96+head_groups), and `validate` names the others, so builtin/tuner's repairs move to the nearest built
 one. `render` is fast_backward's text for the point's problem from its variant. The default point is the reference
 (`reference_backward`: bulk dQ, a 3-deep ring, cooperative, head groups); the weak point is the checked-in file
 (vector dQ, 2 stages, head-fastest grid), about 0.6x the reference's speed at D = 128 on the H200, where a climb starts
@@ -56,7 +56,7 @@ SEARCHED = ("dq", "stages", "schedule", "order")
 _BUILDS: dict[tuple[str, int, str], str | None] = {
     ("vector", 2, "cooperative"): None,
     ("bulk", 2, "cooperative"): "bulk_dq",
-    ("bulk", 3, "cooperative"): "dq_tiles",
+    ("bulk", 3, "cooperative"): "tiles_d96",  # dq_tiles with D = 64's 128-row blocks, D = 96's own k-steps, 16 B stores
     ("vector", 3, "decoupled"): "decoupled",
 }
 # Every build in either launch order (attention_bwd_variants.ORDERS): "X+head_groups" is X launched by head groups.

@@ -6,7 +6,7 @@ kernel = "attn_fwd_wgmma"
 grid = ["cdiv(S, 128)", "B * H"]
 block = [384]
 smem = "1024 + 32768 + 32768 * 4 + 256"  # 1 KiB alignment slack, Q, 2 x (K, V) tiles, mbarriers
-args = ["tmap:Q_map", "tmap:K_map", "tmap:V_map", "O", "LSE", "i32:S", "i32:D", "f32:scale"]
+args = ["tmap:Q_map", "tmap:K_map", "tmap:V_map", "tmap:O_map", "O", "LSE", "i32:S", "i32:D", "f32:scale"]
 
 [tmap.Q_map]
 tensor = "Q"
@@ -28,8 +28,14 @@ dims = ["D", "B * H * S"]
 box = [64, 128]
 swizzle = "128B"
 l2_promotion = "256B"
+
+[tmap.O_map]
+tensor = "O"
+dims = ["D", "B * H * S"]
+box = [64, 64]
+swizzle = "128B"
 */
-// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'direct', 'producer_regs': 24}
+// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 24}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -47,7 +53,7 @@ constexpr int BN = 128;
 constexpr int STAGES = 2;
 constexpr bool PINGPONG = false;
 constexpr int LPT_GROUP = 0;
-constexpr bool EPILOGUE_TMA = false;
+constexpr bool EPILOGUE_TMA = true;
 constexpr int PRODUCER_REGS = 24;
 constexpr int CONSUMER_REGS = 240;
 
@@ -500,7 +506,7 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
 // The entry point the plan launches.
 extern "C" __global__ void __launch_bounds__(384, 1)
 attn_fwd_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-    const __grid_constant__ CUtensorMap tmV, __nv_bfloat16* __restrict__ O, float* __restrict__ LSE,
+    const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmO, __nv_bfloat16* __restrict__ O, float* __restrict__ LSE,
     int S, int D, float scale) {
-  attn_fwd(&tmQ, &tmK, &tmV, nullptr, O, LSE, S, D, scale, 1);
+  attn_fwd(&tmQ, &tmK, &tmV, &tmO, O, LSE, S, D, scale, 1);
 }

@@ -6,7 +6,8 @@ attention_template.cu.in: a producer warpgroup streaming K / V through a TMA + m
 it is built for (head_dim, causal, gqa: `params_for(workload)` sets them) and the searched parameters
 (PARAM_SPACE). builtin/tuner searches PARAM_SPACE as it does the GEMM template's; `validate(params, shape)`
 says why a combination cannot be built or cannot run a workload. The checked-in attention_fwd_wgmma.cu is
-`render(default_params())`, and `fast_solution` (attention.py) renders `default_params(workload)`.
+`render(default_params())`, and `fast_solution` (attention.py) renders `default_params(workload)`: each
+problem's fastest measured point (TUNED), changes from its plain cooperative point (plain_params).
 """
 from __future__ import annotations
 
@@ -150,10 +151,32 @@ def problem_of(workload: Any | None) -> dict[str, Any]:
     return {"head_dim": int(sym["D"]), "causal": bool(workload.causal), "gqa": "HKV" in sym}
 
 
-def default_params(workload: Any | None = None) -> AttnParams:
-    """The reference point for a workload (without one: mha_fwd_d128, the checked-in file)."""
+# Each problem's fastest point on the H200, as changes from plain_params: (head_dim, causal, gqa) -> changes
+# (bench/attention_sweep.py rounds 1-3, 2026-12-01; bench/results/attention_template.md has the table, each
+# point measured in two rounds, 1 and 3 timing trials). Problems not listed keep the plain point.
+TUNED: dict[tuple[int, bool, bool], dict[str, Any]] = {
+    (128, False, False): {"epilogue": "tma"},                                         # 1.050 / 1.055 / 1.040x
+    (128, True, False): {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 8},  # 1.079 / 1.046x
+    (64, False, False): {"consumers": 3, "schedule": "pingpong", "epilogue": "tma"},  # 1.165 / 1.165x
+    (64, True, False): {"consumers": 3, "schedule": "pingpong", "epilogue": "tma"},   # 1.016x (bn 96: 1.012x)
+    (96, False, False): {"epilogue": "tma"},                                          # 1.126x
+    (96, True, False): {"epilogue": "tma", "lpt_group": 8},                           # 1.090x
+    (128, False, True): {"schedule": "pingpong", "epilogue": "tma"},                  # 1.081 / 1.043x
+    (128, True, True): {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 4},   # 1.111 / 1.080x
+}
+
+
+def plain_params(workload: Any | None = None) -> AttnParams:
+    """The plain point of a problem: cooperative, 128 x 128 tiles, direct stores (the sweep's base)."""
     prob = problem_of(workload)
     return AttnParams(**prob, stages=DEFAULT_STAGES[prob.get("head_dim", 128)])
+
+
+def default_params(workload: Any | None = None) -> AttnParams:
+    """The reference point for a workload: its problem's TUNED point (without a workload: mha_fwd_d128's, the
+    checked-in file)."""
+    plain = plain_params(workload)
+    return plain.model_copy(update=TUNED.get((plain.head_dim, plain.causal, plain.gqa), {}))
 
 
 def weak_params(workload: Any | None = None) -> AttnParams:
@@ -162,8 +185,8 @@ def weak_params(workload: Any | None = None) -> AttnParams:
 
 
 def params_for(workload: Any, **changes: Any) -> AttnParams:
-    """default_params(workload) with some searched parameters changed."""
-    return default_params(workload).model_copy(update=changes)
+    """plain_params(workload) with some searched parameters changed (the sweep's points are written this way)."""
+    return plain_params(workload).model_copy(update=changes)
 
 
 def _coerce(params: AttnParams | Mapping[str, Any]) -> AttnParams:
