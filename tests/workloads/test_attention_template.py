@@ -63,7 +63,7 @@ def test_defaults_and_weak_point_are_in_the_space():
         wl = get_workload(wid)
         p = at.plain_params(wl)
         assert at.default_params(wl) == p.model_copy(update=at.TUNED.get((p.head_dim, p.causal, p.gqa), {}))
-    assert at.default_params(w).schedule == "pingpong" and at.default_params(w).lpt_group == 8
+    assert at.default_params(w).epilogue == "tma" and at.default_params(w).lpt_group == 8
 
 
 @pytest.mark.parametrize("bad, phrase", [

@@ -27,19 +27,24 @@ FILES = {"smoke_mha_fwd_d64": ("attn_fwd_wgmma_d64", 64, False, False),
          "mha_fwd_d128_gqa_h32_kv8_causal": ("attn_fwd_wgmma_causal_gqa", 128, True, True),
          "mha_fwd_d128": ("attn_fwd_wgmma", 128, False, False),
          "mha_fwd_d128_causal": ("attn_fwd_wgmma_causal", 128, True, False)}
-# Speedup floors vs cuDNN. D = 128: about 0.7x of what the H200 measured with this test
-# (bench/results/attention_wgmma.md): non-causal 1.024x [1.024, 1.024] (2.699 ms vs 2.764 ms), causal 0.993x
-# [0.991, 0.995] (1.514 ms vs 1.504 ms). D = 64 and GQA (0.9x, 1.02x measured), D = 96 and causal GQA (not yet
-# measured): a
-# conservative 0.5 on the S = 4096 shapes; none on the smoke shapes (S = 256: launch-bound).
-MIN_SPEEDUP = {"mha_fwd_d128": 0.7, "mha_fwd_d128_causal": 0.7, "mha_fwd_d128_gqa_h32_kv8": 0.5,
-               "mha_fwd_d128_gqa_h32_kv8_causal": 0.5,
-               "mha_fwd_d64": 0.5, "mha_fwd_d64_causal": 0.5, "mha_fwd_d96": 0.5, "mha_fwd_d96_causal": 0.5}
+# Speedup floors vs cuDNN, about 0.9x of the lower of two H200 figures for each reference point
+# (bench/results/attention_template.md, 2026-12-01: the sweep's mean and this test's run): d128 1.048x / 1.032x,
+# causal 1.041x, d64 1.165x / 1.117x, d64 causal 1.010x, d96 1.126x / 1.093x, d96 causal 1.090x, GQA 1.041x,
+# causal GQA 1.095x / 1.034x; none on the smoke shapes (S = 256: launch-bound).
+MIN_SPEEDUP = {"mha_fwd_d128": 0.93, "mha_fwd_d128_causal": 0.9, "mha_fwd_d128_gqa_h32_kv8": 0.9,
+               "mha_fwd_d128_gqa_h32_kv8_causal": 0.93,
+               "mha_fwd_d64": 1.0, "mha_fwd_d64_causal": 0.88, "mha_fwd_d96": 0.98, "mha_fwd_d96_causal": 0.97}
 assert all(w in MIN_SPEEDUP or w.startswith("smoke_") for w in FILES)
-# HGMMA in the SASS: S = Q K^T has D / 16 k16 steps, O += P V 8; tile 0 (S only), the loop (S + PV), the
-# last PV, and with causal the masked loop (S + PV).
-HGMMA = {(128, False): 8 + 16 + 8, (128, True): 8 + 16 + 16 + 8, (64, False): 4 + 12 + 8, (64, True): 4 + 12 + 12 + 8,
-         (96, False): 6 + 14 + 8, (96, True): 6 + 14 + 14 + 8}
+
+
+def hgmma(d: int, causal: bool, bn: int) -> int:
+    """HGMMA in the SASS: S = Q K^T has D / 16 k16 steps, O += P V bn / 16; tile 0 (S only), the loop (S + PV),
+    the last PV, and with causal the masked loop (S + PV)."""
+    s, pv = d // 16, bn // 16
+    return s + (s + pv) * (2 if causal else 1) + pv
+
+
+assert hgmma(128, False, 128) == 8 + 16 + 8 and hgmma(64, True, 128) == 4 + 12 + 12 + 8 and hgmma(96, False, 128) == 28
 # What the D = 128 kernels compiled to before the template (ptxas 13.5, the six-entry file): it must not move.
 D128_SASS = {"HGMMA": 32, "UTMALDG": 22, "USETMAXREG": 2}
 VARIANTS = {v[1:]: w for w, v in FILES.items()}  # (D, causal, GQA) -> a workload that has it (main over smoke)
@@ -106,8 +111,9 @@ def test_compiles_to_hgmma_and_tma_without_spills(compiled, key):
     assert r.status == "ok", r.log[-2000:]
     assert r.targets["wgmma"].in_sass and r.targets["tma"].in_sass
     d, causal, _ = key
-    k = r.kernels[at.kernel_name(at.default_params(get_workload(VARIANTS[key])))]
-    assert k.sass_opcodes.get("HGMMA", 0) == HGMMA[(d, causal)]
+    p = at.default_params(get_workload(VARIANTS[key]))
+    k = r.kernels[at.kernel_name(p)]
+    assert k.sass_opcodes.get("HGMMA", 0) == hgmma(d, causal, p.bn)
     assert k.sass_opcodes.get("UTMALDG", 0) > 0
     assert k.sass_opcodes.get("USETMAXREG", 0) == 2  # dec for the producer, inc for the consumers
     assert k.spill_stores == 0 and k.spill_loads == 0 and k.stack == 0
