@@ -26,32 +26,39 @@ points of its parameter space, which builtin/tuner searches:
   64 x 64 column half goes into its own tile and its own bulk reduce-add, so the consumers no longer meet on a
   second named barrier for dQ; dQacc takes the tiles' layout (per 64-row block the column halves one after the
   other, rows with their 32-byte groups swizzled by the row, so a warp's tile stores hit each bank group twice
-  instead of one group eight times), and the postprocess reads it back. The reference in head_groups order (below):
+  instead of one group eight times), and the postprocess reads it back. The base of the reference (tiles_d96); in head_groups order (below):
   on the H200 -2% time at D = 128, -5% causal, -3% / -5% at D = 96, **-22% at D = 64** (0.630x -> 0.804x cuDNN),
   -15% D = 64 causal against bulk_dq_d64.
 - `own_keys`: `dq_tiles` with every consumer's dQ over its own 64 keys and all D columns at D = 96 / 128 too (one
   m64n128 product per 16 keys, K's two column slabs one LBO apart), as D = 64 always did: a consumer reads only its
   own rows of dS^T, so the consumers never meet (the dS^T barrier becomes each consumer's own), at the price of twice
-  the dQ reduce-add bytes and a 2-deep ring (the two 64 x D tiles take the third stage's shared memory). Not
-  measured yet.
+  the dQ reduce-add bytes and a 2-deep ring (the two 64 x D tiles take the third stage's shared memory).
+  H200: 7-10% slower than dq_tiles at D = 128 / 96 (its doubled dQ tiles' shared-memory traffic), kept as a
+  measured candidate.
 - `own_keys_s3`: `own_keys` with the 3-deep ring back for the 128-wide kernels, each consumer's dQ leaving through
   one 64 x 64 tile a column half at a time (a read-wait and a barrier between the halves). Not measured yet.
 - `own_keys_wide`: `own_keys` with a 16-byte dK / dV epilogue: the four lanes of a quad, which hold 4 bytes each of
   an 8-column group of a row, swap their values over four groups (a 4 x 4 transpose by shuffles), so that each lane
   stores one group's 16 bytes and a warp's store fills whole 32-byte sectors (the 4-byte stores left half of every
-  sector unused: ncu's UncoalescedGlobalAccess, 12.6 M excess sectors at D = 128). Not measured yet.
-- `dq_tiles_wide`: the same epilogue on `dq_tiles` (the reference), to measure it apart from own_keys' risks.
-  Not measured yet.
+  sector unused: ncu's UncoalescedGlobalAccess, 12.6 M excess sectors at D = 128). H200: 1.5-2.5% faster than
+  own_keys, still behind dq_tiles.
+- `dq_tiles_wide`: the same epilogue on `dq_tiles`, to measure it apart from own_keys' risks. H200: -1.5% time at
+  D = 128, -2.7% causal.
 - `tiles_stack`: `q128_d64`, `d96_ksteps` and the wide epilogue at once (they change separate parts of
-  dq_tiles), so a promotion of all three is measured as a whole. Not measured yet.
+  dq_tiles), so a promotion of all three is measured as a whole. H200: D = 64 1.070x cuDNN (dq_tiles 0.809x), D = 96
+  0.940x (0.877x); at D = 128 0.4-1.5% behind dq_tiles_wide (the second build of the block it carries).
 - `d96_ksteps`: `dq_tiles` with S^T and dP^T over D = 96's own 96 columns: the 128-wide kernel serves D = 96
   with d 96..127 zero-filled by TMA, and their two k16 steps of each product (a quarter of those two GEMMs) add
-  nothing. The consumer loop holds both builds of a block and picks one per launch. Not measured yet.
+  nothing. The consumer loop holds both builds of a block and picks one per launch. H200 (in tiles_stack): -7%
+  at D = 96.
 - `q128_d64`: `dq_tiles` with 128 query rows per iteration at D = 64 (FlashAttention-3's 128 x 128 tile at that
   head dim): S^T and dP^T as m64n128 products, half the blocks with their waits, barriers and stage hand-offs, and each
   consumer's dQ over all 128 keys for its own 64 query rows (the consumers already meet on the dS^T barrier at D = 64),
   so one 16 KB bulk reduce-add per 64 query rows instead of two: 6.4 GB of L2 reductions at D = 64 instead of 12.9.
-  The 128-wide kernels are unchanged (QRows<HD> = 64 there). Not measured yet.
+  The 128-wide kernels are unchanged (QRows<HD> = 64 there). H200 (in tiles_stack): -24% time at D = 64.
+- `tiles_d96`: tiles_stack with D = 96's build in entry points of its own (attn_bwd_wgmma_d96, _causal, _gqa), so
+  the 128-wide kernels hold one build of the block (dq_tiles_wide's). H200: the fastest built version, the
+  reference: d128 0.873x, causal 0.911x, d96 0.937x / 0.969x, GQA 0.901x, d64 1.07x / 1.09x.
 
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
@@ -64,7 +71,7 @@ Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or
 - `head_groups`: head_major's grid handed out by groups of 4 heads, key blocks longest-first across the group
   (the forward's LPT_GROUP order): the same locality, and causal keeps a longest-first order across heads
   (head_major has it within each head only): causal 0.840x against head_major's 0.830x, level elsewhere.
-  `dq_tiles+head_groups` is the reference (attention_backward.REFERENCE_VARIANT).
+  `tiles_d96+head_groups` is the reference (attention_backward.REFERENCE_VARIANT).
 
     python3 bench/attention_bwd_check.py --variant bulk_dq        (on a GPU; bench/gpu_round.sh bwd-variants runs all)
     variant_text("bulk_dq")                                       (the solution text; attention_backward.fast_backward
