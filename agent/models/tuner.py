@@ -12,8 +12,9 @@ workload (the GEMM's M, N, K; the attention workload itself). Each turn:
    so a run does not stall on measurement noise), else the best one; before any pass, the start point;
 2. the evidence: the base's own profile, else the latest profiled turn's (only the first pass and each
    new best may carry one); always the base's timing (roof share) and compile resources;
-3. tuner_rules.rank: every buildable one-lever move, ranked by prior worth x evidence; the first point
-   not tried yet is submitted, with the evidence -> move reasoning in the reply (content and reasoning);
+3. tuner_rules.rank: every buildable one-lever move, ranked by prior worth x evidence, a move that sets a value
+   this run already measured slower ranked down (the lesson is said in its reasons); the first point not tried yet
+   is submitted, with the evidence -> move reasoning in the reply (content and reasoning);
 4. nothing left: the one-step neighbours of the best point, then random buildable points.
 For workloads no template covers (or whose template point does not fit the workload) it submits the reference
 solution.
@@ -28,7 +29,7 @@ from typing import Any, NamedTuple
 
 from .base import ModelReply, ModelRequest, TurnOutcome
 from .evidence import Evidence
-from .tuner_rules import Candidate, rank
+from .tuner_rules import Candidate, levers_of, rank
 from .tuner_space import Params, as_dict, is_valid, key, ordered
 
 TEMPLATES = {"gemm": "ptxbench.workloads.solutions.gemm_template",
@@ -135,7 +136,8 @@ class TunerModel:
             for w in RESOURCE_WORDS)
         own = base.evidence if base is not None else None
         headroom = own.headroom_pct if own is not None else None
-        ranked = rank(self.template, params, ev, self._valid, headroom=headroom, shrink=shrink)
+        lost = _lessons(tried, levers_of(self.template))
+        ranked = rank(self.template, params, ev, self._valid, headroom=headroom, shrink=shrink, lost=lost)
         fresh = [c for c in ranked if key(c.params) not in seen]
         if fresh:
             pick = fresh[0]
@@ -187,6 +189,24 @@ def _base(tried: list[TurnOutcome]) -> tuple[TurnOutcome | None, str]:
         return last, f"turn {last.turn} ({_fmt(last)}) is within noise of the best (turn {best.turn}, {_fmt(best)}): kept"
     what = _fmt(last) if last.status in SEARCH_FROM else last.status
     return best, f"turn {last.turn} ({what}) did not pay: back to turn {best.turn} ({_fmt(best)})"
+
+
+def _lessons(tried: list[TurnOutcome], levers: dict[str, tuple[str, Any]]) -> dict[tuple[str, Any], str]:
+    """(parameter, value) -> a sentence, for each move of this run that ran slower than the best before it (beyond
+    noise): what the move set and what it measured, so the ranking stops re-proposing it on the same evidence."""
+    out: dict[tuple[str, Any], str] = {}
+    best: TurnOutcome | None = None
+    for h in tried:
+        move = h.tags.get("move")
+        if (move and best is not None and h.status in SEARCH_FROM and h.speedup is not None
+                and move[0] in levers and _speed(h) < _speed(best) * (1 - NOISE)):
+            name = levers[move[0]][0]
+            value = h.tags["params"].get(name)
+            out[(name, value)] = (f"{name} -> {value} measured slower at turn {h.turn} ({_fmt(h)} against turn "
+                                  f"{best.turn}'s {_fmt(best)})")
+        if h.status in SEARCH_FROM and h.speedup is not None and (best is None or _speed(h) > _speed(best)):
+            best = h
+    return out
 
 
 def _evidence(tried: list[TurnOutcome], base: TurnOutcome | None) -> tuple[Evidence | None, str]:

@@ -85,6 +85,12 @@ class Candidate:
     reasons: list[str] = field(default_factory=list)
 
 
+# A move whose value this run already measured slower keeps this share of its prior worth and loses its evidence
+# boost: it stays a choice (another base may suit it, and timing noise is about 1%) but no longer leads on evidence
+# the measurement contradicted.
+LOST_DISCOUNT = 0.2
+
+
 def levers_of(template: ModuleType) -> dict[str, tuple[str, Any]]:
     levers = getattr(template, "TUNER_LEVERS", DEFAULT_LEVERS)
     return {role: lever for role, lever in levers.items() if lever[0] in template.PARAM_SPACE}
@@ -199,8 +205,10 @@ def _line_share(ev: Evidence, patterns: tuple[str, ...]) -> tuple[float, str]:
 
 
 def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Callable[[Params], bool], *,
-         headroom: float | None = None, shrink: bool = False) -> list[Candidate]:
-    """Every buildable one-lever move from `params`, best first."""
+         headroom: float | None = None, shrink: bool = False,
+         lost: dict[tuple[str, Any], str] | None = None) -> list[Candidate]:
+    """Every buildable one-lever move from `params`, best first. `lost`: (parameter, value) -> what happened when a
+    move of this run set it and ran slower than the best before it; a move that sets it again is ranked down."""
     levers = levers_of(template)
     lines = getattr(template, "TUNER_LINES", DEFAULT_LINES)
     table = getattr(template, "TUNER_PRIORS", None)
@@ -239,6 +247,9 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
             undone = [n for n in repair_names(point, params) if n != name and n in goals and params[n] == goals[n]]
             if undone:
                 score *= 0.2  # a repair that gives up a favoured value costs what that value was worth
+            if lost and (name, point[name]) in lost:  # this run measured it: the evidence for it did not hold here
+                score = prior(role, kind, old, new, table) * LOST_DISCOUNT
+                reasons = [lost[(name, point[name])]]
             label = f"{name} {old} -> {new}" + (f" (and {', '.join(repair)} so it builds)" if repair else "")
             out.append(Candidate(point, role, kind, label, score, reasons))
     out += _compounds(out, params, levers, space, valid, ring, goals)

@@ -136,7 +136,7 @@ def test_simulated_climb_reaches_the_default_point_within_eight_turns(wid, seed,
     workload = get_workload(wid)
     goal = model_speedup(default(wid))
     modelled = [model_speedup(h.tags["params"]) for h in history]
-    assert history[0].tags["params"] == weak(wid) and modelled[0] < 0.6  # the weak start is far below
+    assert history[0].tags["params"] == weak(wid) and modelled[0] < 0.7  # the weak start is far below (H200: 0.676x)
     reached = next(i for i, s in enumerate(modelled, 1) if s >= goal - 1e-3)
     assert reached <= 8, modelled
     assert max(h.speedup for h in history) > 1.0, [h.speedup for h in history]  # past cuDNN (in the model)
@@ -148,12 +148,28 @@ def test_the_reasoning_names_the_evidence():
     history = climb(MAIN, 1, "new_best")
     tuner = WeakTunerModel(MAIN)
     second = tuner.query(ModelRequest(messages=[], turn=2, history=history[:1]))
-    assert "Evidence (turn 1's profile): the tensor pipe is busy 42% of the time with 1 consumer" in second.content
+    assert "Evidence (turn 1's profile): the tensor pipe is busy 50% of the time with 1 consumer" in second.content
     assert "consumers 1 -> 2" in second.content and "Moves ranked" in second.reasoning_content
     third = tuner.query(ModelRequest(messages=[], turn=3, history=history[:2]))
     assert "64-key tiles -> bn 64 -> 128" in third.content
     fourth = tuner.query(ModelRequest(messages=[], turn=4, history=history[:3]))
-    assert "the tensor pipe idles while the softmax runs -> schedule cooperative -> pingpong" in fourth.content
+    assert "the epilogue holds 4% of stall samples" in fourth.content and "epilogue direct -> tma" in fourth.content
+    fifth = tuner.query(ModelRequest(messages=[], turn=5, history=history[:4]))
+    assert "the tensor pipe idles while the softmax runs -> schedule cooperative -> pingpong" in fifth.content
+
+
+def test_a_move_measured_slower_is_not_proposed_again_on_the_same_evidence():
+    """Ping-pong measured slower at D = 128 (as on the H200: -1.7%); the softmax evidence that proposed it still
+    stands, but the tuner says what it measured and moves on."""
+    history = climb(MAIN, 1, "new_best")
+    assert history[4].tags["params"]["schedule"] == "pingpong" and history[4].speedup < history[3].speedup
+    assert history[6].speedup > history[3].speedup  # turn 7: a new best, a new base from which ping-pong is fresh
+    eighth = WeakTunerModel(MAIN).query(ModelRequest(messages=[], turn=8, history=history[:7]))
+    assert eighth.tags["params"]["schedule"] == "cooperative"
+    ranked = eighth.reasoning_content.splitlines()
+    pingpong = next(line for line in ranked if "schedule cooperative -> pingpong" in line)
+    assert "schedule -> pingpong measured slower at turn 5 (1.022x against turn 4's 1.038x)" in pingpong
+    assert "softmax" not in pingpong  # the evidence the measurement contradicted no longer counts for it
 
 
 def test_attention_climb_through_the_agent_loop(tmp_path):

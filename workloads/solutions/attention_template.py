@@ -123,13 +123,14 @@ def _key_tile_worth(old: int, new: int) -> float:
     return 0.10 if new <= 128 else 0.005  # up to 128 keys a tile: the measured default; wider ones predicted level or worse
 
 
-# What a move is worth before any evidence (fraction of the time). Measured: the default point (2 consumers, 128-key
-# tiles) 1.016-1.024x cuDNN on mha_fwd_d128 (bench/results/attention_wgmma.md). Predicted, not measured
-# (bench/attention_sweep.py): the weak point 0.55x, 64-key tiles -13%, ping-pong +4%, TMA-store epilogue +1%, a
-# third stage level, longest first across 4 heads +1% (causal).
+# What a move is worth before any evidence (fraction of the time), measured on the H200 by bench/attention_sweep.py
+# (bench/results/attention_template.md, kernel times): the weak point 0.648 of the plain point's speed, 64-key tiles
+# -14%, the TMA-store epilogue +0.5-2%, ping-pong -1.7% at D = 128 and -5% at D = 64 with two consumers (+0.5%
+# causal), a third stage level at D = 128, longest first across 4-8 heads +0.4-1% (causal). Ping-pong keeps a
+# small worth: it pays where the softmax's share is large (causal GQA, D = 64 with a third consumer).
 TUNER_PRIORS: dict[str, Any] = {
-    "warps": _consumers_worth, "key_tile": _key_tile_worth, "schedule": 0.04, "epilogue": 0.01, "ring": 0.01,
-    "lpt": 0.01, "producer": 0.002,
+    "warps": _consumers_worth, "key_tile": _key_tile_worth, "schedule": 0.01, "epilogue": 0.02, "ring": 0.005,
+    "lpt": 0.007, "producer": 0.002,
 }
 TUNER_WORDS: dict[str, str] = {
     "warps": "two consumer warpgroups (a 128-row query tile: each K / V tile feeds twice the math)",
