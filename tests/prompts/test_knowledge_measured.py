@@ -1,0 +1,65 @@
+"""The knowledge pack's "Measured on the H200" section (issue 14, item 4), checked as the pack spells it.
+
+- every PTX instruction line of the section (the quad's shuffle, the 16-byte store) assembles for sm_90a as
+  written, into the SASS it names;
+- its figures are the ones bench/results records for those kernels.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ptxbench import prompts
+from ptxbench.tools.compile import compile_source
+
+PACK = prompts.load("knowledge_sm90a")
+SECTION = re.search(r"^## Measured on the H200.*?(?=^## |\Z)", PACK, re.S | re.M).group(0)
+EXPECTED = {"shfl.sync.idx": "SHFL", "st.global.v4": "STG"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PTXBENCH_CACHE", str(tmp_path_factory.mktemp("ptxbench-cache")))
+        yield
+
+
+def _instructions() -> list[str]:
+    spans = re.findall(r"`([^`]+)`", SECTION)
+    return [s for s in spans if re.fullmatch(r"[a-z][a-z0-9_]*(?:\.[\w:]+)+(?: [^;]*)?;", s)]
+
+
+def test_the_section_spells_every_instruction_it_teaches():
+    assert sorted(next(k for k in EXPECTED if x.startswith(k)) for x in _instructions()) == sorted(EXPECTED)
+
+
+def test_each_instruction_line_assembles_as_written():
+    lines = _instructions()
+    entries = []
+    for i, line in enumerate(lines):
+        entries += [f".visible .entry k{i}(.param .u64 out)", ".reqntid 128, 1, 1", "{", "  .reg .b32 %r<5>;",
+                    "  .reg .b64 %rd<2>;", "  ld.param.u64 %rd1, [out];", "  cvta.to.global.u64 %rd1, %rd1;",
+                    *[f"  mov.u32 %r{k}, %tid.x;" for k in range(1, 5)], f"  {line}",
+                    "  st.global.u32 [%rd1], %r1;", "  ret;", "}"]  # the shuffle's result is used
+    ptx = "\n".join([".version 8.0", ".target sm_90a", ".address_size 64", *entries, ""])
+    r = compile_source(ptx, "ptx", "sm_90a")
+    assert r.status == "ok", "\n".join(str(e.message) for e in r.errors) or r.log
+    for i, line in enumerate(lines):
+        sass = EXPECTED[next(k for k in EXPECTED if line.startswith(k))]
+        assert r.kernels[f"k{i}"].sass_opcodes.get(sass, 0) >= 1, (line, r.kernels[f"k{i}"].sass_opcodes)
+
+
+def test_its_figures_are_the_recorded_ones():
+    """Each figure of the section is in the results file that measured it."""
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[2] / "bench" / "results"
+    fwd = (results / "attention_template.md").read_text()
+    bwd = (results / "attention_bwd.md").read_text()
+    gemm = (results / "gemm_sweep.md").read_text()
+    assert "+24%" in SECTION and "-24% time at D = 64" in bwd
+    assert "+7%" in SECTION and "-7% at D = 96" in bwd
+    assert "+18%" in SECTION and "1.533 ms against the plain point's 1.815" in fwd  # 1.815 / 1.533 = 1.18
+    assert "lost 4%" in SECTION and "0.957x" in gemm
+    assert "128 B a cycle" in SECTION and "128 B per cycle" in gemm
