@@ -46,9 +46,9 @@ PREDICTED = {
     "bwd_ds_single_buffer": "may pass",  # the consumers stay within a block of each other
     "bwd_dq_nonatomic_add": "may pass",  # lost updates only where two adds to one dQ row meet in time
 }
-# smallest first: the smoke shapes cost seconds; every backward class applies to at least one D = 64 workload,
-# except bwd_ds_single_buffer (the D = 64 consumers each read only their own rows of dS^T); the float2 dQ classes
-# run on the vector-dQ base (the checked-in file) of each, the reference reducing dQ in bulk everywhere
+# smallest first: the smoke shapes cost seconds; every backward class applies to at least one D = 64 workload (the
+# reference's D = 64 blocks hold 128 query rows, so its consumers both read all of dS^T as at D = 128); the float2
+# dQ classes run on the vector-dQ base (the checked-in file) of each, the reference reducing dQ in bulk everywhere
 BACKWARD_WORKLOADS = ("smoke_mha_bwd_d64", "smoke_mha_bwd_d64_causal", "mha_bwd_d128", "mha_bwd_d128_causal")
 
 

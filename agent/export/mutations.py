@@ -129,8 +129,8 @@ MUTATIONS: list[Mutation] = [
              "is read from the wrong place and out-of-bounds parts load as zeros",
              WRONG, r"(tma_load_2d\([^;]*?,\s*)([^,;]+?),\s*([^,;()]+?)\);", r"\1\3, \2);", 1),
     Mutation("tmap_view_one_head",
-             "the attention tensor maps view Q, K and V as [S, D] (one head) instead of the [B*H*S, D] rows of all "
-             "heads: every row past the first head loads as zeros",
+             "the attention tensor maps view Q, K and V (and O, stored by TMA) as [S, D] (one head) instead of the "
+             "[B*H*S, D] rows of all heads: every row past the first head loads as zeros (and is never stored)",
              WRONG, r'(dims\s*=\s*\["D",\s*)"B \* H(?:KV)? \* S"\]', r'\1"S"]'),
     # The wgmma attention backward's own bug classes (its reference, attention_backward.reference_backward: dQ by
     # bulk reduce-adds in every kernel; the float2 dQ classes on the checked-in file's vector-dQ base,
@@ -155,8 +155,10 @@ MUTATIONS: list[Mutation] = [
              requires=r'^kernel = "attn_bwd_wgmma\w*_causal"'),
     Mutation("bwd_dk_scale_missing",
              "dK is stored without the softmax scale (dK = dS^T Q instead of scale dS^T Q)",
-             WRONG, r"__floats2bfloat162_rn\(dk\[j\] \* scale, dk\[j \+ 1\] \* scale\)",
-             "__floats2bfloat162_rn(dk[j], dk[j + 1])"),
+             WRONG, r"__floats2bfloat162_rn\(dk\[j\] \* scale, dk\[j \+ 1\] \* scale\)"
+                    r"|store_rows16\(dK, dk, scale, row0, D, lane\)",  # the 4-byte stores, or the 16-byte ones
+             lambda m: ("__floats2bfloat162_rn(dk[j], dk[j + 1])" if m.group(0).startswith("__")
+                        else "store_rows16(dK, dk, 1.f, row0, D, lane)")),
     Mutation("bwd_dq_scale_missing",
              "the postprocess converts the fp32 dQ accumulator to bf16 without the softmax scale",
              WRONG, r"(v\.[xz]) \* scale, (v\.[yw]) \* scale", r"\1, \2"),
@@ -182,9 +184,10 @@ MUTATIONS: list[Mutation] = [
              WRONG, r"^[ \t]*if \(t == 0(?: && \(HD == 64 \|\| issuer\))?\) bulk_wait_read\(\);[^\n]*\n", ""),
     Mutation("bwd_ds_single_buffer",
              "the double-buffered dS^T tile becomes one buffer: a consumer writes the next block's dS^T while the other "
-             "may still read this one in its dQ product (a race; D = 128 only, where each consumer reads both halves)",
-             WRONG, r"uint8_t\* buf = sdS \+ \(it & 1\) \* DS_BYTES;", "uint8_t* buf = sdS;",
-             requires=r'^kernel = "attn_bwd_wgmma(?!_d64)'),
+             "may still read this one in its dQ product (a race wherever each consumer reads both halves: D = 96 / 128, "
+             "and D = 64 with 128 query rows a block)",
+             WRONG, r"uint8_t\* buf = sdS \+ \(it & 1\) \* (?:DS_BYTES|QRows<HD>::DS);", "uint8_t* buf = sdS;",
+             requires=r'^kernel = "attn_bwd_wgmma(?!_d64)|QRows<HD>::DS'),
     Mutation("bwd_empty_count_mismatch",
              "the empty barriers expect one arrival per consumer thread (256) while one lane per consumer warp (8) "
              "arrives: no stage is ever released, so the producer waits forever once the ring wraps",

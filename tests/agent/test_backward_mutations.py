@@ -25,7 +25,8 @@ ALL = (SMOKE, SMOKE_C, MAIN, MAIN_C)  # bench/check_mutations.py's BACKWARD_WORK
 # (class, base) -> the workloads it is made on
 WHERE = {(n, REFERENCE): ALL for n in BACKWARD_CLASSES}
 WHERE[("bwd_causal_mask_wrong_side", REFERENCE)] = (SMOKE_C, MAIN_C)
-WHERE[("bwd_ds_single_buffer", REFERENCE)] = (MAIN, MAIN_C)  # the D = 64 consumers read only their own dS^T rows
+# the reference's D = 64 blocks have 128 query rows, each consumer's dQ over all keys: both read both dS^T halves
+WHERE[("bwd_ds_single_buffer", REFERENCE)] = ALL
 for _n in VECTOR_DQ_CLASSES:  # the float2 atomics: gone from the reference, live on the vector-dQ base
     del WHERE[(_n, REFERENCE)]
     WHERE[(_n, VECTOR_DQ)] = ALL
@@ -36,13 +37,12 @@ EDITS = {
     "bwd_stats_indexed_by_key": [
         "-float e = ex2(fmaf(s[j], sl2, -(j % 2 ? l2[j / 4].y : l2[j / 4].x)));",
         "+float e = ex2(fmaf(s[j], sl2, -sL2[r + 8 * ((j / 2) % 2)]));",
-        "-for (int j = 0; j < 32; ++j) p[j] = s[j] * (p[j] - (j % 2 ? dr[j / 4].y : dr[j / 4].x));",
-        "+for (int j = 0; j < 32; ++j) p[j] = s[j] * (p[j] - sDr[r + 8 * ((j / 2) % 2)]);"],
+        "-for (int j = 0; j < QR / 2; ++j) p[j] = s[j] * (p[j] - (j % 2 ? dr[j / 4].y : dr[j / 4].x));",
+        "+for (int j = 0; j < QR / 2; ++j) p[j] = s[j] * (p[j] - sDr[r + 8 * ((j / 2) % 2)]);"],
     "bwd_causal_mask_wrong_side": ["-if (mask && key0 + 64 * c + r + 8 * ((j / 2) % 2) > q0 + q) e = 0.f;",
                                    "+if (mask && key0 + 64 * c + r + 8 * ((j / 2) % 2) < q0 + q) e = 0.f;"],
-    "bwd_dk_scale_missing": [
-        "-*reinterpret_cast<__nv_bfloat162*>(dK + off) = __floats2bfloat162_rn(dk[j] * scale, dk[j + 1] * scale);",
-        "+*reinterpret_cast<__nv_bfloat162*>(dK + off) = __floats2bfloat162_rn(dk[j], dk[j + 1]);"],
+    "bwd_dk_scale_missing": ["-store_rows16(dK, dk, scale, row0, D, lane);",  # the reference's 16-byte stores
+                             "+store_rows16(dK, dk, 1.f, row0, D, lane);"],
     "bwd_dq_scale_missing": ["-out[0] = __floats2bfloat162_rn(v.x * scale, v.y * scale);",
                              "-out[1] = __floats2bfloat162_rn(v.z * scale, v.w * scale);",
                              "+out[0] = __floats2bfloat162_rn(v.x, v.y);", "+out[1] = __floats2bfloat162_rn(v.z, v.w);"],
@@ -56,7 +56,7 @@ EDITS = {
                                  "tile"],
     # every fence: before the dQ wgmma reads dS^T, and before a bulk reduction reads a consumer's dQ tile
     "missing_fence_proxy_async": ["-fence_proxy_async();"] * 2,
-    "bwd_ds_single_buffer": ["-uint8_t* buf = sdS + (it & 1) * DS_BYTES;", "+uint8_t* buf = sdS;"],
+    "bwd_ds_single_buffer": ["-uint8_t* buf = sdS + (it & 1) * QRows<HD>::DS;", "+uint8_t* buf = sdS;"],
     "bwd_empty_count_mismatch": ["-mbar_init(&empty[i], 8);  // one arrival per consumer warp",
                                  "+mbar_init(&empty[i], 256);  // one arrival per consumer thread"],
 }
@@ -115,15 +115,20 @@ def test_each_class_edits_exactly_its_lines(mutants):
         assert _device_code(broken) == _device_code(mutants[(name, base, last)]), (name, base, wid)
 
 
+# Without its wait for the previous reduction to have read its tile, the reference's D = 64 kernels (128 query rows a
+# block) spill 52-100 bytes under ptxas 13.5: the class is built apart from the others and its D = 64 spills allowed.
+SPILLS_AT_D64 = "bwd_dq_bulk_no_wait_read"
+
+
 @pytest.fixture(scope="module")
 def compiled(mutants):
-    """The broken code compiled on mha_bwd_d128_causal (where every class applies on one base or the other), three
+    """The broken code compiled on mha_bwd_d128_causal (where every class applies on one base or the other), four
     builds instead of thirteen (nvcc takes seconds): every reference class's edit at once (they touch different
-    lines), and each float2 class on the vector-dQ base (the plain store and the non-atomic add rewrite the same
-    line). Each edit is local, so the build of all of them stands for each."""
+    lines) but SPILLS_AT_D64's, that one alone, and each float2 class on the vector-dQ base (the plain store and the
+    non-atomic add rewrite the same line). Each edit is local, so the build of all of them stands for each."""
     together = reference_source(MAIN_C)
     for name in BACKWARD_CLASSES:
-        if name not in VECTOR_DQ_CLASSES:
+        if name not in VECTOR_DQ_CLASSES and name != SPILLS_AT_D64:
             together = BY_NAME[name].apply(together)
             assert together is not None, name
 
@@ -133,7 +138,8 @@ def compiled(mutants):
         assert isinstance(sol, Solution), (key, sol)
         return key, compile_source(sol.source, sol.language, "sm_90a", MAIN_C)
 
-    builds = {"together": together, **{n: mutants[(n, VECTOR_DQ, MAIN_C)] for n in VECTOR_DQ_CLASSES}}
+    builds = {"together": together, SPILLS_AT_D64: mutants[(SPILLS_AT_D64, REFERENCE, MAIN_C)],
+              **{n: mutants[(n, VECTOR_DQ, MAIN_C)] for n in VECTOR_DQ_CLASSES}}
     with ThreadPoolExecutor(max_workers=3) as pool:
         return dict(pool.map(one, builds.items()))
 
@@ -142,9 +148,13 @@ def test_the_mutants_assemble_with_wgmma_tma_and_no_spills(compiled):
     for key, result in compiled.items():
         assert result.status == "ok", (key, [str(e.message) for e in result.errors])
         mains = {k: v for k, v in result.kernels.items() if k.startswith("attn_bwd_wgmma")}
-        assert len(mains) == 6, (key, sorted(result.kernels))
+        # six entry points, and the reference's three of D = 96 (tiles_d96)
+        assert len(mains) == (6 if key in VECTOR_DQ_CLASSES else 9), (key, sorted(result.kernels))
         for k, v in mains.items():
             assert v.sass_opcodes.get("HGMMA", 0) >= 1 and v.sass_opcodes.get("UTMALDG", 0) >= 1, (key, k)
+            if key == SPILLS_AT_D64 and "_d64" in k:  # spills, still runs: the GPU judges the race
+                assert v.spill_stores > 0, (key, k, "no longer spills: drop the exemption")
+                continue
             assert v.spill_stores == 0 and v.spill_loads == 0, (key, k)
             if key in VECTOR_DQ_CLASSES:  # the dQ vector reduction (REDG) is gone: plain stores in both builds
                 assert not v.sass_opcodes.get("REDG", 0), (key, k)
