@@ -29,6 +29,7 @@ class Evidence(BaseModel):
     status: str = ""
     speedup: float | None = None
     sol_pct: float | None = Field(None, description="percent of the workload's roofline the timing reached")
+    kernel_ms: float | None = Field(None, description="the candidate's median time in the timing (ms)")
     headroom_pct: float | None = Field(None, description="how far from its roof: the feedback's 'within N%' "
                                                          "figure, else 100 - sol_pct")
     profiled: bool = Field(False, description="a full Nsight Compute profile was taken on this turn")
@@ -76,6 +77,7 @@ def evidence_from(result) -> Evidence:
     ev.problems += [*result.plan_errors[:3], *([result.runtime_error] if result.runtime_error else [])]
     if result.timing is not None:
         ev.sol_pct = result.timing.sol_pct
+        ev.kernel_ms = result.timing.candidate.median_ms if result.passed else None
     within = WITHIN_ROOF.search(result.feedback or "")
     if within:
         ev.headroom_pct = float(within.group(1))

@@ -9,7 +9,9 @@ TUNER_LINES, TUNER_PRIORS and TUNER_WORDS (agent/models/tuner_rules.py). Every p
 workload (the GEMM's M, N, K; the attention workload itself). Each turn:
 
 1. the base point: the last passing point when it is within noise of the best (a neutral move is kept,
-   so a run does not stall on measurement noise), else the best one; before any pass, the start point;
+   so a run does not stall on measurement noise), else the best one; before any pass, the start point. Turns are
+   compared by the kernel's own median time when every passing turn has one (the library's time moves between
+   evaluations), else by speedup;
 2. the evidence: the base's own profile, else the latest profiled turn's (only the first pass and each
    new best may carry one); always the base's timing (roof share) and compile resources;
 3. tuner_rules.rank: every buildable one-lever move, ranked by prior worth x evidence, a move that sets a value
@@ -175,17 +177,29 @@ def _speed(h: TurnOutcome) -> float:
     return h.speedup if h.speedup is not None else 0.0
 
 
+def _pace(tried: list[TurnOutcome]):
+    """How turns are compared (larger is faster): by the kernel's own median time when every passing turn has one,
+    else by speedup. The library's time moves between evaluations of one workload (cuDNN 4.5-8% on the H200,
+    bench/results/timing_integrity.md) while a kernel's repeats within about 1.5%, so the ratio would carry the
+    library's drift into the comparison; all turns of a run time the same workload."""
+    timed = [h for h in tried if h.status in SEARCH_FROM and h.speedup is not None]
+    if timed and all(h.evidence is not None and h.evidence.kernel_ms for h in timed):
+        return lambda h: 1.0 / h.evidence.kernel_ms if h.evidence is not None and h.evidence.kernel_ms else 0.0
+    return _speed
+
+
 def _base(tried: list[TurnOutcome]) -> tuple[TurnOutcome | None, str]:
     """The turn whose point the next move starts from, and a sentence saying why that one."""
     passing = [h for h in tried if h.status in SEARCH_FROM]
     if not passing:
         last = tried[-1]
         return None, f"no point has passed yet (turn {last.turn}: {last.status})"
-    best = max(passing, key=_speed)
+    pace = _pace(tried)
+    best = max(passing, key=pace)
     last = tried[-1]
     if last is best:
         return best, f"turn {best.turn} is the best so far ({_fmt(best)})"
-    if last.status in SEARCH_FROM and (last.speedup is None or _speed(last) >= _speed(best) * (1 - NOISE)):
+    if last.status in SEARCH_FROM and (last.speedup is None or pace(last) >= pace(best) * (1 - NOISE)):
         return last, f"turn {last.turn} ({_fmt(last)}) is within noise of the best (turn {best.turn}, {_fmt(best)}): kept"
     what = _fmt(last) if last.status in SEARCH_FROM else last.status
     return best, f"turn {last.turn} ({what}) did not pay: back to turn {best.turn} ({_fmt(best)})"
@@ -196,15 +210,16 @@ def _lessons(tried: list[TurnOutcome], levers: dict[str, tuple[str, Any]]) -> di
     noise): what the move set and what it measured, so the ranking stops re-proposing it on the same evidence."""
     out: dict[tuple[str, Any], str] = {}
     best: TurnOutcome | None = None
+    pace = _pace(tried)
     for h in tried:
         move = h.tags.get("move")
         if (move and best is not None and h.status in SEARCH_FROM and h.speedup is not None
-                and move[0] in levers and _speed(h) < _speed(best) * (1 - NOISE)):
+                and move[0] in levers and pace(h) < pace(best) * (1 - NOISE)):
             name = levers[move[0]][0]
             value = h.tags["params"].get(name)
             out[(name, value)] = (f"{name} -> {value} measured slower at turn {h.turn} ({_fmt(h)} against turn "
                                   f"{best.turn}'s {_fmt(best)})")
-        if h.status in SEARCH_FROM and h.speedup is not None and (best is None or _speed(h) > _speed(best)):
+        if h.status in SEARCH_FROM and h.speedup is not None and (best is None or pace(h) > pace(best)):
             best = h
     return out
 

@@ -210,3 +210,25 @@ def test_every_point_of_an_attention_climb_assembles_for_sm90a():
             assert kernel.sass_opcodes.get("HGMMA", 0) > 0 and kernel.sass_opcodes.get("UTMALDG", 0) > 0, text
             assert kernel.spill_stores == 0 and kernel.spill_loads == 0, text
             assert not result.warnings, (text, [w.message for w in result.warnings])
+
+
+def test_turns_are_compared_by_the_kernels_time_when_the_library_drifts():
+    """As on the H200 (cuDNN 2.41-2.52 ms between evaluations of mha_fwd_d128): turn 2's kernel is faster, its
+    speedup lower because the library ran faster beside it. The tuner builds on turn 2 and records no loss."""
+    plain = default(MAIN)
+    tma = {**plain, "epilogue": "tma"}
+
+    def turn(n, params, kernel_ms, library_ms, move):
+        return TurnOutcome(turn=n, status="PASSED", speedup=library_ms / kernel_ms,
+                           tags={"params": params, "move": move},
+                           evidence=Evidence(status="PASSED", speedup=library_ms / kernel_ms, kernel_ms=kernel_ms))
+
+    history = [turn(1, plain, 2.405, 2.521, None), turn(2, tma, 2.356, 2.411, ["epilogue", "goal"])]
+    assert history[1].speedup < history[0].speedup * 0.99  # by speedup alone turn 2 "lost" 2.4%
+    choice = TunerModel(MAIN).next_params(history)
+    assert "turn 2 is the best so far" in choice.why
+    assert choice.params["epilogue"] == "tma" and "measured slower" not in (choice.analysis or "")
+    # without the kernels' times (an older trajectory), the speedups decide as before
+    for h in history:
+        h.evidence.kernel_ms = None
+    assert "back to turn 1" in TunerModel(MAIN).next_params(history).why
