@@ -27,7 +27,7 @@ import importlib
 import inspect
 import random
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from .base import ModelReply, ModelRequest, TurnOutcome
 from .evidence import Evidence
@@ -129,7 +129,8 @@ class TunerModel:
         if not tried:
             return Choice(start, start_why, None)
         seen = {key(h.tags["params"]) for h in tried}
-        base, base_why = _base(tried)
+        pace = _pace(tried)
+        base, base_why = _base(tried, pace)
         params = dict(base.tags["params"]) if base is not None else start
         ev, ev_why = _evidence(tried, base)
         last = tried[-1]
@@ -138,7 +139,7 @@ class TunerModel:
             for w in RESOURCE_WORDS)
         own = base.evidence if base is not None else None
         headroom = own.headroom_pct if own is not None else None
-        lost = _lessons(tried, levers_of(self.template))
+        lost = _lessons(tried, levers_of(self.template), pace)
         ranked = rank(self.template, params, ev, self._valid, headroom=headroom, shrink=shrink, lost=lost)
         fresh = [c for c in ranked if key(c.params) not in seen]
         if fresh:
@@ -177,7 +178,7 @@ def _speed(h: TurnOutcome) -> float:
     return h.speedup if h.speedup is not None else 0.0
 
 
-def _pace(tried: list[TurnOutcome]):
+def _pace(tried: list[TurnOutcome]) -> Callable[[TurnOutcome], float]:
     """How turns are compared (larger is faster): by the kernel's own median time when every passing turn has one,
     else by speedup. The library's time moves between evaluations of one workload (cuDNN 4.5-8% on the H200,
     bench/results/timing_integrity.md) while a kernel's repeats within about 1.5%, so the ratio would carry the
@@ -188,13 +189,12 @@ def _pace(tried: list[TurnOutcome]):
     return _speed
 
 
-def _base(tried: list[TurnOutcome]) -> tuple[TurnOutcome | None, str]:
-    """The turn whose point the next move starts from, and a sentence saying why that one."""
+def _base(tried: list[TurnOutcome], pace: Callable[[TurnOutcome], float]) -> tuple[TurnOutcome | None, str]:
+    """The turn whose point the next move starts from (turns compared by `pace`), and a sentence saying why that one."""
     passing = [h for h in tried if h.status in SEARCH_FROM]
     if not passing:
         last = tried[-1]
         return None, f"no point has passed yet (turn {last.turn}: {last.status})"
-    pace = _pace(tried)
     best = max(passing, key=pace)
     last = tried[-1]
     if last is best:
@@ -205,12 +205,12 @@ def _base(tried: list[TurnOutcome]) -> tuple[TurnOutcome | None, str]:
     return best, f"turn {last.turn} ({what}) did not pay: back to turn {best.turn} ({_fmt(best)})"
 
 
-def _lessons(tried: list[TurnOutcome], levers: dict[str, tuple[str, Any]]) -> dict[tuple[str, Any], str]:
+def _lessons(tried: list[TurnOutcome], levers: dict[str, tuple[str, Any]],
+             pace: Callable[[TurnOutcome], float]) -> dict[tuple[str, Any], str]:
     """(parameter, value) -> a sentence, for each move of this run that ran slower than the best before it (beyond
     noise): what the move set and what it measured, so the ranking stops re-proposing it on the same evidence."""
     out: dict[tuple[str, Any], str] = {}
     best: TurnOutcome | None = None
-    pace = _pace(tried)
     for h in tried:
         move = h.tags.get("move")
         if (move and best is not None and h.status in SEARCH_FROM and h.speedup is not None

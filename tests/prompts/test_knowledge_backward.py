@@ -10,33 +10,23 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
-from ptxbench import prompts
 from ptxbench.tools.compile import compile_source
 
-PACK = prompts.load("knowledge_sm90a")
-SECTION = re.search(r"^## Attention backward.*?(?=^## |\Z)", PACK, re.S | re.M).group(0)
+from pack_sections import PACK, instructions, opcode_key, section
+
+SECTION = section("Attention backward")
 # Every PTX instruction the section spells, by its first opcode parts, and the SASS each must become.
 EXPECTED = {"fence.proxy.async": "FENCE", "wgmma.mma_async": "HGMMA", "red.global.add": "REDG",
             "cp.reduce.async.bulk": "UBLKRED", "cp.async.bulk.commit_group": None, "cp.async.bulk.wait_group": None,
             "cp.async.bulk.shared::cluster": "UBLKCP"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PTXBENCH_CACHE", str(tmp_path_factory.mktemp("ptxbench-cache")))
-        yield
-
-
 def _instructions() -> list[str]:
-    spans = re.findall(r"`([^`]+)`", re.sub(r"```.*?```", "", SECTION, flags=re.S))
-    return [s for s in spans if re.fullmatch(r"[a-z][a-z0-9_]*(?:\.[\w:]+)+(?: [^;]*)?;", s)]
+    return instructions(SECTION)
 
 
 def _key(line: str) -> str:
-    return next(k for k in sorted(EXPECTED, key=len, reverse=True) if line.startswith(k))
+    return opcode_key(line, EXPECTED)
 
 
 def test_the_section_spells_every_instruction_it_teaches():

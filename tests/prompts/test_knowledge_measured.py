@@ -6,36 +6,20 @@
 """
 from __future__ import annotations
 
-import re
-
-import pytest
-
-from ptxbench import prompts
 from ptxbench.tools.compile import compile_source
 
-PACK = prompts.load("knowledge_sm90a")
-SECTION = re.search(r"^## Measured on the H200.*?(?=^## |\Z)", PACK, re.S | re.M).group(0)
+from pack_sections import instructions, opcode_key, section
+
+SECTION = section("Measured on the H200")
 EXPECTED = {"shfl.sync.idx": "SHFL", "st.global.v4": "STG"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PTXBENCH_CACHE", str(tmp_path_factory.mktemp("ptxbench-cache")))
-        yield
-
-
-def _instructions() -> list[str]:
-    spans = re.findall(r"`([^`]+)`", SECTION)
-    return [s for s in spans if re.fullmatch(r"[a-z][a-z0-9_]*(?:\.[\w:]+)+(?: [^;]*)?;", s)]
-
-
 def test_the_section_spells_every_instruction_it_teaches():
-    assert sorted(next(k for k in EXPECTED if x.startswith(k)) for x in _instructions()) == sorted(EXPECTED)
+    assert sorted(opcode_key(x, EXPECTED) for x in instructions(SECTION)) == sorted(EXPECTED)
 
 
 def test_each_instruction_line_assembles_as_written():
-    lines = _instructions()
+    lines = instructions(SECTION)
     entries = []
     for i, line in enumerate(lines):
         entries += [f".visible .entry k{i}(.param .u64 out)", ".reqntid 128, 1, 1", "{", "  .reg .b32 %r<5>;",
@@ -46,7 +30,7 @@ def test_each_instruction_line_assembles_as_written():
     r = compile_source(ptx, "ptx", "sm_90a")
     assert r.status == "ok", "\n".join(str(e.message) for e in r.errors) or r.log
     for i, line in enumerate(lines):
-        sass = EXPECTED[next(k for k in EXPECTED if line.startswith(k))]
+        sass = EXPECTED[opcode_key(line, EXPECTED)]
         assert r.kernels[f"k{i}"].sass_opcodes.get(sass, 0) >= 1, (line, r.kernels[f"k{i}"].sass_opcodes)
 
 

@@ -27,13 +27,6 @@ INCLUDES = '#include <cuda.h>\n#include <cuda_bf16.h>\n#include "ptxbench/mbarri
 PTX_HEAD = [".version 8.0", ".target sm_90a", ".address_size 64"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PTXBENCH_CACHE", str(tmp_path_factory.mktemp("ptxbench-cache")))
-        yield
-
-
 def _ok(result):
     assert result.status == "ok", "\n".join(str(e.message) for e in result.errors) or result.log
     return result
