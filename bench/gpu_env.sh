@@ -7,8 +7,15 @@ export PYTHONUNBUFFERED=1 PTXBENCH_CACHE=${PTXBENCH_CACHE:-/tmp/ptxbench-cache}
 _ptxbench_wheels() {  # _ptxbench_wheels FOLDER MODULES: install FOLDER's wheels unless MODULES already import
   python3 -c "import $2" 2>/dev/null && return 0
   ls "$1"/*.whl >/dev/null 2>&1 || return 0
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$1"/*.whl
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site "$1"/*.whl 2>&1 \
+    | grep -v "already exists" >&2
 }
-_ptxbench_wheels .whl "pydantic, langgraph, tenacity, elftools" || return 1
+# What every GPU-side step imports (pyproject's dependencies that the GPU image lacks). Checked before any step runs,
+# so a wheel missing from .whl stops the call in a second with its name instead of turning every evaluation into an
+# INFRA_ERROR: fetch the wheels with ../shared/scripts/gpu-wheels.sh langgraph-checkpoint-sqlite pyelftools nvtx
+# tenacity langgraph.
+_ptxbench_needs="pydantic, langgraph, langgraph.checkpoint.sqlite, tenacity, elftools, nvtx"
+_ptxbench_wheels .whl "$_ptxbench_needs"
+python3 -c "import $_ptxbench_needs" || { echo "gpu_env.sh: a module above is missing from .whl (needed: $_ptxbench_needs)" >&2; return 1; }
 if [ "${1:-}" = ray ]; then _ptxbench_wheels .whl-ray ray || return 1; fi
 mkdir -p /tmp/pkg/ptxbench && for d in agent tools workloads prompts; do ln -sfn "$PWD/$d" "/tmp/pkg/ptxbench/$d"; done
