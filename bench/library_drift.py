@@ -76,6 +76,8 @@ def main() -> None:
                    "kernel_ms": t.candidate.median_ms if t else None,
                    "library_ms": t.baselines[t.primary_baseline].median_ms if t else None,
                    "speedup": t.speedup if t else None, "ci": list(t.speedup_ci) if t and t.speedup_ci else None}
+            if r.status != "PASSED":  # why, in the row: an infrastructure failure must not read as a measurement
+                row["message"] = (r.message or "")[:400]
             rows.append(row)
             print(json.dumps(row), flush=True)
             Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
