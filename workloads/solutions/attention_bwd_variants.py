@@ -959,20 +959,6 @@ ORDERS: dict[str, tuple[list[tuple[str, str]], str]] = {
 }
 
 
-def _q80(_text: str) -> str:
-    """tiles_d96+head_groups with the 80-row kernels for D = 128, non-causal, added (attention_bwd_q80.py): its
-    launch order is the reference's, so it takes no order of its own."""
-    from . import attention_bwd_q80
-
-    header = ("// + head_groups (attention_bwd_variants.py)",
-              "// VARIANT q80 (attention_bwd_q80.py): tiles_d96 + head_groups with FlashAttention-3's 80 x 128 tile "
-              "at D = 128, non-causal (dQ computed transposed);\n// + head_groups (attention_bwd_variants.py)")
-    return apply_edits(variant_text("tiles_d96+head_groups"), attention_bwd_q80.EDITS + [header], "q80")
-
-
-VARIANTS["q80"] = _q80
-
-
 def variant_text(name: str) -> str:
     """The solution text of variant `name` (the reference's plan lines, so fast_backward applies to it).
     `X+order`: variant X (or `checked-in`, the file itself) launched in one of ORDERS."""

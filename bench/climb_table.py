@@ -1,0 +1,83 @@
+"""One markdown table per builtin/tuner run: what each turn's reply cited, the move it made, and what the GPU said.
+
+    python3 bench/climb_table.py docs/examples/tuner-climb-mha_fwd_d128/run1 [run2 ...]
+
+Reads each run folder's trajectories/*/trajectory.jsonl (the replies and evaluation results as recorded); the move
+is the difference between the `params = {...}` lines of consecutive replies (of the turn the reply went back to, when
+the tuner returned to an earlier best), so it shows what was submitted, not what the reply said.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+
+def _params(reply: str) -> dict | None:
+    m = re.search(r"^params = (\{.*\})$", reply, re.M)
+    return json.loads(m.group(1)) if m else None
+
+
+def _evidence(reply: str) -> str:
+    first = reply.split("\n", 1)[0]
+    m = re.search(r"Evidence \([^)]*(?:\([^)]*\))?[^)]*\): (.*?) -> ", first)
+    return m.group(1) if m else "weak_params() (start)"
+
+
+def _base_turn(reply: str, turn: int) -> int:
+    """The turn whose params this one changed: the best so far it names, else the previous turn."""
+    first = reply.split("\n", 1)[0]
+    for pattern in (r"turn (\d+) \([\d.]+x\) is within noise of the best \(turn \d+, [\d.]+x\): kept",
+                    r"back to turn (\d+)", r"turn (\d+) is the best so far"):
+        m = re.search(pattern, first)
+        if m:
+            return int(m.group(1))
+    return turn - 1
+
+
+def rows(run: Path) -> list[dict]:
+    traj = next(run.glob("trajectories/*/trajectory.jsonl"))
+    replies, results = {}, {}
+    for line in traj.read_text(encoding="utf-8").splitlines():
+        e = json.loads(line)
+        if e.get("type") == "model_call":
+            replies[e["turn"]] = e["response"]["content"]
+        elif e.get("type") == "eval_result":
+            results[e["turn"]] = e["result"]
+    out, params = [], {}
+    for turn in sorted(replies):
+        reply, r = replies[turn], results.get(turn, {})
+        params[turn] = _params(reply) or {}
+        base = params.get(_base_turn(reply, turn), {}) if turn > 1 else {}
+        move = ", ".join(f"{k} {base[k]} -> {v}" for k, v in params[turn].items() if k in base and base[k] != v) \
+            if turn > 1 else ", ".join(f"{k}={v}" for k, v in params[turn].items())
+        t = r.get("timing") or {}
+        lib = (t.get("baselines") or {}).get(t.get("primary_baseline") or "", {})
+        ci = t.get("speedup_ci") or []
+        out.append({"turn": turn, "evidence": _evidence(reply), "move": move, "status": r.get("status", "-"),
+                    "speedup": f"{t['speedup']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if t.get("speedup") and ci else "-",
+                    "ours_ms": f"{t['candidate']['median_ms']:.4f}" if t.get("candidate") else "-",
+                    "lib_ms": f"{lib['median_ms']:.4f}" if lib.get("median_ms") else "-",
+                    "profile": r.get("profile_level") or "-"})
+    return out
+
+
+def table(run: Path, library: str) -> str:
+    head = (f"| turn | evidence the reply cites | move (params changed) | status | speedup [95% CI] | ours ms | {library} ms "
+            "| profile |\n|---|---|---|---|---|---|---|---|\n")
+    return head + "".join(f"| {r['turn']} | {r['evidence']} | {r['move']} | {r['status']} | {r['speedup']} | "
+                          f"{r['ours_ms']} | {r['lib_ms']} | {r['profile']} |\n" for r in rows(run))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("--library", default="library", help="the column name of the library's time (cuBLAS, cuDNN)")
+    args = ap.parse_args()
+    for run in args.runs:
+        print(f"### {run.name}\n\n{table(run, args.library)}")
+
+
+if __name__ == "__main__":
+    main()
