@@ -47,7 +47,11 @@ mkdir -p "$OUT"
 source bench/gpu_env.sh || exit 1
 export PYTHONPATH=$PYTHONPATH:$PWD/tests
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-git log --oneline -1 > "$OUT/commit.txt" 2>/dev/null || true
+# The device checkout's git HEAD can lag the working tree a call copies, so also the tree's own hash (what
+# `git log --format='%h %T'` shows for the commit holding exactly this tree; files git ignores are not in it).
+{ git log --oneline -1; echo "tree $(GIT_INDEX_FILE=/tmp/gpu_round.index bash -c 'git add -A && git write-tree')"; } \
+  > "$OUT/commit.txt" 2>/dev/null || true
+rm -f /tmp/gpu_round.index
 
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560 [tuner-climb-bwd]=570
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590

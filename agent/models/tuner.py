@@ -242,7 +242,9 @@ def _why(pick: Candidate, base_why: str, ev_why: str, template: ModuleType | Non
     from .tuner_rules import words_of
 
     because = "; ".join(pick.reasons) if pick.reasons else "nothing in it points elsewhere, so the move worth most leads"
-    return f"{base_why}. Evidence ({ev_why}): {because} -> {pick.label}: {words_of(template).get(pick.role, pick.role)}."
+    words = words_of(template).get(pick.role, pick.role)
+    what = words(pick.params) if callable(words) else words  # a template may word a move by the value it sets
+    return f"{base_why}. Evidence ({ev_why}): {because} -> {pick.label}: {what}."
 
 
 def _analysis(base_why: str, ev_why: str, ranked: list[Candidate]) -> str:

@@ -19,7 +19,7 @@ The attention backward's (workloads/solutions/attention_bwd_template.py):
     the dQ reduction lines hot -> dQ by bulk reduce-adds from shared memory (dq_reduce)
     the exponentials or the consumers' barrier hot -> decoupled consumers (schedule, as the forward's ping-pong)
 A template may declare TUNER_PRIORS (role -> worth, or worth(old, new)) and TUNER_WORDS (role -> what the move
-is) to replace the GEMM's numbers and words for its roles.
+is, or a function of the point moved to that says it) to replace the GEMM's numbers and words for its roles.
 
 Without a profile only the timing (roof share) and the compile resources speak, and the priors rank.
 """
@@ -71,7 +71,7 @@ WORDS = {
 }
 
 
-def words_of(template: ModuleType | None) -> dict[str, str]:
+def words_of(template: ModuleType | None) -> dict[str, Any]:
     return {**WORDS, **getattr(template, "TUNER_WORDS", {})} if template is not None else WORDS
 
 

@@ -232,3 +232,15 @@ def test_turns_are_compared_by_the_kernels_time_when_the_library_drifts():
     for h in history:
         h.evidence.kernel_ms = None
     assert "back to turn 1" in TunerModel(MAIN).next_params(history).why
+
+
+@pytest.mark.parametrize("n,rows", [(2, 128), (3, 192)])
+def test_a_consumer_move_is_worded_by_the_count_it_sets(n, rows):
+    """The reply names the consumer count the point moves to (the H200 climb's 2 -> 3 move once read "two")."""
+    from ptxbench.agent.models.tuner import _why
+    from ptxbench.agent.models.tuner_rules import Candidate
+
+    params = {**default(MAIN), "consumers": n}
+    why = _why(Candidate(params, "warps", "int", f"consumers {n - 1} -> {n}", 1.0), "turn 1 is the best so far",
+               "turn 1's profile", at)
+    assert f"consumers {n - 1} -> {n}: {n} consumer warpgroups (a {rows}-row query tile" in why, why

@@ -132,8 +132,15 @@ TUNER_PRIORS: dict[str, Any] = {
     "warps": _consumers_worth, "key_tile": _key_tile_worth, "schedule": 0.01, "epilogue": 0.02, "ring": 0.005,
     "lpt": 0.007, "producer": 0.002,
 }
-TUNER_WORDS: dict[str, str] = {
-    "warps": "two consumer warpgroups (a 128-row query tile: each K / V tile feeds twice the math)",
+def _consumers_words(params: Mapping[str, Any]) -> str:
+    n = int(params["consumers"])
+    return (f"{n} consumer warpgroup{'s' if n > 1 else ''} (a {64 * n}-row query tile: each K / V tile feeds "
+            f"{64 * n} query rows of math)")
+
+
+# What a move is, in the tuner's reply: a phrase, or a function of the point moved to (the count a move sets).
+TUNER_WORDS: dict[str, Any] = {
+    "warps": _consumers_words,
     "key_tile": "a longer key tile (each wgmma of S = Q K^T and O += P V runs longer per barrier round-trip)",
     "schedule": "the ping-pong schedule (one consumer's softmax runs under the other's GEMMs)",
     "ring": "a deeper K / V ring (more TMA loads in flight ahead of the math)",
