@@ -89,9 +89,7 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # tiles_d96: tiles_stack with D = 96's block in entry points of its own: the 128-wide kernels are
                 # dq_tiles_wide's (D = 96's below)
                 "tiles_d96": {"UBLKRED": 1, "HGMMA": 32, "STG": 16, "SHFL": 48},
-                "tiles_d96+head_groups": {"UBLKRED": 1, "HGMMA": 32, "STG": 16, "SHFL": 48},
-                # stats_early: tiles_d96 with the 128-wide kernels' L2 / Dr loads moved before the waits
-                "stats_early": {"UBLKRED": 1, "HGMMA": 32, "STG": 16, "SHFL": 48}}
+                "tiles_d96+head_groups": {"UBLKRED": 1, "HGMMA": 32, "STG": 16, "SHFL": 48}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -108,12 +106,12 @@ def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
     if "UBLKRED" in VARIANT_SASS[name]:
         assert "REDG" not in wide  # dQ by one bulk reduction per block, no vector reductions left
     # and at D = 64: one bulk reduction per consumer, no float2 atomics
-    if name.startswith(("bulk_dq_d64", "dq_tiles", "own_keys", "q128_d64", "tiles_", "stats_early")):
+    if name.startswith(("bulk_dq_d64", "dq_tiles", "own_keys", "q128_d64", "tiles_")):
         narrow = compile_source(fast_backward(get_workload("mha_bwd_d64"), text), "cuda", "sm_90a").kernels
         assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("UBLKRED") == 1
         assert "REDG" not in narrow["attn_bwd_wgmma_d64"].sass_opcodes
         # q128_d64: 128 query rows a block: S^T, dP^T 4 m64n128 each, dV, dK 8 m64n64 each, dQ 8 (all keys)
-        wide_q = name.startswith(("q128_d64", "tiles_", "stats_early"))
+        wide_q = name.startswith(("q128_d64", "tiles_"))
         assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("HGMMA") == (32 if wide_q else 20)
 
 

@@ -60,10 +60,6 @@ points of its parameter space, which builtin/tuner searches:
   the 128-wide kernels hold one build of the block (dq_tiles_wide's). H200: the fastest built version, the
   reference: d128 0.873x, causal 0.911x, d96 0.937x / 0.969x, GQA 0.901x, d64 1.07x / 1.09x.
 
-- `stats_early`: tiles_d96 with the 128-wide kernels' L2 and Dr loads issued while S^T and dP^T are in flight, not
-  after each product's wait (the exponentials' line held 10% of tiles_d96's stall samples, short_scoreboard, on the
-  H200). Not measured yet.
-
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
 - `head_major`: the key blocks of one head launched side by side (grid [S / 128, B * H] instead of
@@ -891,49 +887,6 @@ __device__ __forceinline__ void attn_bwd("""),
                                           ("_gqa", "false", "true", ", int group", "group")))),
 ]
 
-# stats_early: in the 128-wide kernels (64 query rows a block) this thread's L2 and Dr values (8 float2 each) are
-# loaded while S^T and dP^T are still in flight, instead of after each product's wait: the profile of tiles_d96 put
-# 10% of its stall samples (short_scoreboard) on the exponentials' line, which waited for those shared loads. The
-# loads are `asm volatile`, so they stay where the source puts them. D = 64 keeps its loads after the waits (128
-# query rows: 32 more registers each, on kernels with fewer to spare).
-STATS_EARLY = [
-    ("""  wgmma_wait<1>();
-  wgmma_fence_regs(s);
-  const bool mask = CAUSAL && q0 < key0 + BN;  // the query blocks that cross the diagonal (D = 64: the one)
-  // the QR / 4 query columns of this thread: pairs (8a + col0, + 1), a = 0..QR / 8 - 1, for L2 and Dr
-  float2 l2[QR / 8], dr[QR / 8];
-#pragma unroll
-  for (int a = 0; a < QR / 8; ++a) l2[a] = lds64(sL2 + 8 * a + col0);
-""", """  // the QR / 4 query columns of this thread: pairs (8a + col0, + 1), a = 0..QR / 8 - 1, for L2 and Dr
-  float2 l2[QR / 8], dr[QR / 8];
-  if constexpr (QR == 64) {  // stats_early: loaded while S^T and dP^T are in flight (16 registers each)
-#pragma unroll
-    for (int a = 0; a < QR / 8; ++a) l2[a] = lds64(sL2 + 8 * a + col0);
-#pragma unroll
-    for (int a = 0; a < QR / 8; ++a) dr[a] = lds64(sDr + 8 * a + col0);
-  }
-  wgmma_wait<1>();
-  wgmma_fence_regs(s);
-  const bool mask = CAUSAL && q0 < key0 + BN;  // the query blocks that cross the diagonal (D = 64: the one)
-  if constexpr (QR != 64) {
-#pragma unroll
-    for (int a = 0; a < QR / 8; ++a) l2[a] = lds64(sL2 + 8 * a + col0);
-  }
-"""),
-    ("""  wgmma_wait<0>();
-  wgmma_fence_regs(p);
-#pragma unroll
-  for (int a = 0; a < QR / 8; ++a) dr[a] = lds64(sDr + 8 * a + col0);
-""", """  wgmma_wait<0>();
-  wgmma_fence_regs(p);
-  if constexpr (QR != 64) {
-#pragma unroll
-    for (int a = 0; a < QR / 8; ++a) dr[a] = lds64(sDr + 8 * a + col0);
-  }
-"""),
-]
-
-
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -985,8 +938,6 @@ VARIANTS = {
                        "epilogue (q128_d64 + d96_ksteps + dq_tiles_wide)", STACK_D96 + WIDE_EPILOGUE),
     "tiles_d96": _on("q128_d64", "tiles_d96", "D = 96's S^T / dP^T over its own columns in entry points of its own and "
                      "the 16-byte dK / dV epilogue (tiles_stack without the per-block branch)", D96_ENTRIES + WIDE_EPILOGUE),
-    "stats_early": _on("tiles_d96", "stats_early", "L2 and Dr loaded while S^T and dP^T are in flight in the 128-wide "
-                       "kernels", STATS_EARLY),
     "d96_ksteps": _on("dq_tiles", "d96_ksteps", "S^T and dP^T over D = 96's own columns (6 k16 steps, not 8)",
                       D96_KSTEPS),
     "dq_tiles_wide": _on("dq_tiles", "dq_tiles_wide", "the dK / dV epilogue in 16-byte stores (a quad's 4 x 4 "
