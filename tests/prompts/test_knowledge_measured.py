@@ -47,3 +47,4 @@ def test_its_figures_are_the_recorded_ones():
     assert "+18%" in SECTION and "1.533 ms against the plain point's 1.815" in fwd  # 1.815 / 1.533 = 1.18
     assert "lost 4%" in SECTION and "0.957x" in gemm
     assert "128 B a cycle" in SECTION and "128 B per cycle" in gemm
+    assert "32% slower" in SECTION and "It is **32% slower** at D = 128" in bwd
