@@ -199,7 +199,7 @@ class LocalEvaluator:
             status=result.status, message=_message(result), plan_errors=result.plan_errors,
             runtime_error=result.runtime_error, correctness=result.correctness, timing=result.timing,
             fingerprint=fp, gpu_evaluated=True, input_seed=result.input_seed, **base)
-        level, why = options.profile_level(evaluated.passed, evaluated.speedup)
+        level, why = options.profile_level(evaluated.passed, evaluated.speedup, evaluated.kernel_ms)
         if evaluated.status == "TIMEOUT" and level != "none":  # ncu would replay the hang until its own time limit
             level, evaluated.profile_reason = "none", f"not profiled: the kernel hung ({why or 'profile asked for'})"
         if level != "none" or options.sanitize:
@@ -224,7 +224,7 @@ class LocalEvaluator:
         device = functools.cache(pool.pick_device)  # one device for both runs, picked when the first starts
         runs = [run for run in (self._start_early(pool, options, workload, source, comp, cubin_sha, level, device,
                                                   priority),) if run is not None]
-        best_level, _ = options.profile_level(True, math.inf)  # what a new best would get
+        best_level, _ = options.profile_level(True, math.inf, 0.0)  # what a new best would get
         if best_level != level and (not runs or self._early_spare(pool) >= 2):  # one left for another evaluation
             extra = self._start_early(pool, options, workload, source, comp, cubin_sha, best_level, device, priority)
             runs += [extra] if extra is not None else []

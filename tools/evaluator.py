@@ -20,7 +20,9 @@ from .results import EvalResult
 # the runtime target verdict needs; `full`: the sections, rules and source page (feedback, hot lines).
 ProfileLevel = Literal["none", "verdict", "full"]
 PROFILE_LEVELS: tuple[str, ...] = ("none", "verdict", "full")
-# On a pass, `new_best` takes the full profile when the kernel beats `best_speedup` (or none passed yet), else the verdict.
+# On a pass, `new_best` takes the full profile when the kernel beats the best so far (or none passed yet), else the verdict:
+# by its own median time against `best_kernel_ms` when both are known (the library's time moves between evaluations
+# by more than a kernel's: bench/results/timing_integrity.md), else by `best_speedup`.
 OnPass = Literal["none", "verdict", "full", "new_best"]
 
 
@@ -43,6 +45,8 @@ class EvalOptions(BaseModel):
     profile_on_pass: OnPass = Field("verdict", description="profile taken when the kernel passes (true = verdict: the "
                                     "runtime target check; false = none)")
     best_speedup: float | None = Field(None, description="with profile_on_pass=new_best: the best speedup so far")
+    best_kernel_ms: float | None = Field(None, description="with profile_on_pass=new_best: the best passing kernel's "
+                                         "median time so far (the same workload); when set, a new best is a shorter time")
     profile_reason: str = Field("", description="why the caller asked for this level (recorded with the result)")
     sanitize: list[str] = Field(default_factory=list, description="compute-sanitizer tools: memcheck, racecheck, synccheck, initcheck")
     no_gpu: bool = False
@@ -68,15 +72,26 @@ class EvalOptions(BaseModel):
     def _on_pass_bool(cls, v):
         return {True: "verdict", False: "none"}.get(v, v) if isinstance(v, bool) else v
 
-    def profile_level(self, passed: bool, speedup: float | None = None) -> tuple[ProfileLevel, str]:
-        """The profile to take of an evaluated kernel, and why (the reason is shown to the model)."""
+    def profile_level(self, passed: bool, speedup: float | None = None,
+                      kernel_ms: float | None = None) -> tuple[ProfileLevel, str]:
+        """The profile to take of an evaluated kernel, and why (the reason is shown to the model). `kernel_ms`: the
+        kernel's own median time, which decides a new best when `best_kernel_ms` is known (builtin/tuner picks its
+        base the same way, so the turn it builds on has its own profile)."""
         level, why = self.profile, self.profile_reason or ("a full profile was asked for" if self.profile == "full" else "")
         if not passed or self.profile_on_pass == "none":
             return level, why
         on = self.profile_on_pass
         if on == "new_best":
             best = self.best_speedup
-            if best is None:
+            best_ms = self.best_kernel_ms
+            if best is None and best_ms is None:
+                on, note = "full", "the first passing kernel of this run"
+            elif best_ms is not None and kernel_ms is not None:
+                if kernel_ms < best_ms:
+                    on, note = "full", f"a new best: {kernel_ms:.4f} ms, under the best so far ({best_ms:.4f} ms)"
+                else:
+                    on, note = "verdict", f"not a new best ({kernel_ms:.4f} ms, best so far {best_ms:.4f} ms)"
+            elif best is None:
                 on, note = "full", "the first passing kernel of this run"
             elif speedup is not None and speedup > best:
                 on, note = "full", f"a new best speedup ({speedup:.3f}x over {best:.3f}x)"

@@ -208,6 +208,11 @@ class EvalResult(BaseModel):
         return self.timing.speedup if self.timing else None
 
     @property
+    def kernel_ms(self) -> float | None:
+        """The candidate's own median time (None when it was not timed)."""
+        return self.timing.candidate.median_ms if self.timing else None
+
+    @property
     def target_executed(self) -> bool | None:
         """True when every target family executed; None when it was not measured."""
         if not self.targets_runtime:

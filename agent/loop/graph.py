@@ -50,7 +50,7 @@ class Deps:
         """The options of this turn's scored evaluation (the profile policy needs the best speedup so far; the
         evaluator names the turn when it reuses an identical binary's TIMEOUT, and orders its GPU queue by the turns
         left)."""
-        options = turn_options(self.options, self.config.profile, state.get("best_speedup"))
+        options = turn_options(self.options, self.config.profile, state.get("best_speedup"), state.get("best_kernel_ms"))
         turn = state.get("turn") if turn is None else turn
         # turns_left orders the GPU queue on a machine with several GPUs (tools/gpu/priority.py); nothing else
         left = max(0, self.config.turns - turn) if isinstance(turn, int) else None
@@ -213,6 +213,13 @@ class Steps:
         best, best_turn = state.get("best_speedup"), state.get("best_turn", 0)
         if speedup is not None and (best is None or speedup > best):
             best, best_turn = speedup, turn
+        # the profile policy's best: the shortest time of a passing, timed kernel. A trajectory resumed from a
+        # checkpoint written before this field stays on the speedup rule (its earlier turns' times are not there).
+        best_ms = state.get("best_kernel_ms")
+        kernel_ms = result.kernel_ms if result is not None and result.passed else None
+        resumed_old = "best_kernel_ms" not in state and state.get("best_speedup") is not None
+        if kernel_ms is not None and not resumed_old:
+            best_ms = kernel_ms if best_ms is None else min(best_ms, kernel_ms)
         outcome = TurnOutcome(turn=turn, status=status, speedup=speedup,
                               message=_outcome_message(result, state.get("format_error", "")),
                               source=(state.get("submission") or {}).get("source", ""),
@@ -221,7 +228,8 @@ class Steps:
         self.d.log.turn_end(turn, status, speedup, state["tokens"], state["cost_usd"], state["elapsed_s"])
         return {"done_turns": [{"turn": turn, "messages": current, "outcome": outcome.model_dump()}],  # appended
                 "current": [], "turn": turn + 1, "reply": None, "submission": None, "eval": None, "format_error": "",
-                "feedback": "", "turn_tool_calls": 0, "best_speedup": best, "best_turn": best_turn}
+                "feedback": "", "turn_tool_calls": 0, "best_speedup": best, "best_turn": best_turn,
+                "best_kernel_ms": best_ms}
 
     def after_query(self, state: AgentState) -> str:
         if state.get("stop"):

@@ -97,6 +97,7 @@ class AgentState(TypedDict, total=False):
     elapsed_s: float                 # wall time spent in nodes, summed (survives resume)
     best_speedup: float | None
     best_turn: int
+    best_kernel_ms: float | None      # the shortest passing kernel time (the profile policy's new best)
     stop: dict[str, str] | None       # {"reason", "detail"} once a stop rule fired
     start: dict[str, Any] | None      # the --start-from kernel: {"source", "language", "path"}, + "status" once evaluated
 
@@ -104,4 +105,5 @@ class AgentState(TypedDict, total=False):
 def initial_state(system: str, task: str) -> AgentState:
     return AgentState(system=system, task=task, turn=1, done_turns=[], current=[], reply=None, submission=None,
                       format_error="", eval=None, feedback="", model_calls=0, tool_calls=0, turn_tool_calls=0,
-                      tokens=0, cost_usd=0.0, elapsed_s=0.0, best_speedup=None, best_turn=0, stop=None)
+                      tokens=0, cost_usd=0.0, elapsed_s=0.0, best_speedup=None, best_turn=0, best_kernel_ms=None,
+                      stop=None)

@@ -30,7 +30,7 @@ def attach(result: EvalResult, options: EvalOptions, source: str, compile_result
     if not result.gpu_evaluated or compile_result.status != "ok" or not compile_result.cubin_path:
         return result
     if level is None:
-        level, why = options.profile_level(result.passed, result.speedup)
+        level, why = options.profile_level(result.passed, result.speedup, result.kernel_ms)
     if level != "none":
         from .candidate import profile_candidate
 
