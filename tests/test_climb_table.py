@@ -1,0 +1,43 @@
+"""bench/climb_table.py on the recorded climbs (docs/examples/tuner-climb*): its tables are the README's, each turn's
+speedup is the one tuner_climb.sh's summary printed, and a move is what the submitted params changed from the turn the
+reply built on (a return to an earlier best included)."""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from climb_table import rows, table  # noqa: E402
+
+CLIMBS = {"tuner-climb-mha_fwd_d128": "cuDNN"}
+
+
+@pytest.mark.parametrize("folder", sorted(CLIMBS))
+def test_the_readme_holds_the_tables_the_script_makes(folder):
+    d = ROOT / "docs" / "examples" / folder
+    readme = (d / "README.md").read_text(encoding="utf-8")
+    for run in ("run1", "run2", "run3"):
+        assert table(d / run, CLIMBS[folder]) in readme, run
+
+
+@pytest.mark.parametrize("folder", ["tuner-climb", "tuner-climb-mha_fwd_d128"])
+def test_every_turns_speedup_is_the_summarys(folder):
+    d = ROOT / "docs" / "examples" / folder
+    summary = (d / "summary.md").read_text(encoding="utf-8")
+    for run in ("run1", "run2", "run3"):
+        per_turn = re.search(rf"^\| {run} \|[^|]*\| ([\d. ]+) \|$", summary, re.M).group(1).split()
+        assert [r["speedup"].split()[0] for r in rows(d / run)] == per_turn
+
+
+def test_a_move_is_measured_from_the_turn_the_reply_built_on():
+    r = {x["turn"]: x for x in rows(ROOT / "docs" / "examples" / "tuner-climb-mha_fwd_d128" / "run1")}
+    assert r[1]["evidence"] == "weak_params() (start)" and "consumers=1" in r[1]["move"]
+    assert r[5]["move"] == "epilogue direct -> tma"           # back to turn 3 after turn 4's ping-pong lost
+    assert r[7]["move"] == "bn 128 -> 160, stages 3 -> 2"     # turn 6 kept (within noise of turn 5's best)
+    assert r[8]["move"] == "bn 128 -> 64, consumers 2 -> 3"   # back to turn 5
+    assert r[6]["evidence"].startswith("consumers wait 5% of stall samples for stage data")
