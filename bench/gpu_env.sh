@@ -12,8 +12,7 @@ _ptxbench_wheels() {  # _ptxbench_wheels FOLDER MODULES: install FOLDER's wheels
 }
 # What every GPU-side step imports (pyproject's dependencies that the GPU image lacks). Checked before any step runs,
 # so a wheel missing from .whl stops the call in a second with its name instead of turning every evaluation into an
-# INFRA_ERROR: fetch the wheels with ../shared/scripts/gpu-wheels.sh langgraph-checkpoint-sqlite pyelftools nvtx
-# tenacity langgraph.
+# INFRA_ERROR (bench/README.md says how to fetch the wheels).
 _ptxbench_needs="pydantic, langgraph, langgraph.checkpoint.sqlite, tenacity, elftools, nvtx"
 _ptxbench_wheels .whl "$_ptxbench_needs"
 python3 -c "import $_ptxbench_needs" || { echo "gpu_env.sh: a module above is missing from .whl (needed: $_ptxbench_needs)" >&2; return 1; }
