@@ -40,6 +40,8 @@
 #   scaling (590)       1 vs 2 GPUs on a bench matrix, 8 turns (bench/gpu_scaling.py; needs nvidia-h200-x2)
 #   library-drift (300) the same reference evaluated 8 times in one evaluator, then 5 times each in a fresh one, with
 #                       SM clock, power and temperature per evaluation (bench/library_drift.py: why cuDNN's time moves)
+#   wgmma-rates (90)    MACs per cycle per SM for each wgmma shape and operand layout (bench/wgmma_rates.py: m64n64 / n80 /
+#                       n128 / n256, K-major or MN-major A and B, A from registers)
 # A step's budget is a hard limit (SIGKILL); what it wrote by then is still packed.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_round_out}
@@ -55,7 +57,7 @@ rm -f /tmp/gpu_round.index
 
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560 [tuner-climb-bwd]=570
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590
-                   [library-drift]=300)
+                   [library-drift]=300 [wgmma-rates]=90)
 
 run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
   local name=${1%%.*} s=$2 d=$3 tag=
@@ -93,6 +95,7 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     mutations-bwd) python3 bench/check_mutations.py --backward --json "$d/backward.json" ;;
     suite-build) python3 bench/build_repair_suite.py --out "$d/repairs" --max-seconds $((s - 120)) ;;
     scaling) python3 bench/gpu_scaling.py --json "$d/scaling.json" --md "$d/scaling.md" --out "$d/runs" ;;
+    wgmma-rates) python3 bench/wgmma_rates.py --json "$d/rates.json" ;;
     library-drift) python3 bench/library_drift.py --workload mha_fwd_d128 --n 8 --json "$d/same.json"
                    python3 bench/library_drift.py --workload mha_fwd_d128 --n 5 --fresh --json "$d/fresh.json" ;;
     *) echo "unknown step $name"; return 2 ;;
