@@ -119,8 +119,20 @@ POINTS_3: list[tuple[str, dict, float | None]] = [
     ("mha_fwd_d128_gqa_h32_kv8", {"epilogue": "tma"}, 1.06),
     ("mha_fwd_d128_gqa_h32_kv8_causal", {"epilogue": "tma", "lpt_group": 8}, 1.09),
 ]
-ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3}
-DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0}
+# Round 4: rescale="lazy" (FlashAttention-4's conditional rescale, an OPTION_SPACE option) on each main problem's
+# reference point (attention_template.TUNED), each beside the reference point itself in the same round, compared by
+# kernel time. Predicted before running (bench/results/attention_template.md, round 4): +1-2% at D = 128 and 96,
+# +1-3% at D = 64 (a smoke screen of the new code path first).
+_TUNED_4 = {"mha_fwd_d128": {"epilogue": "tma"}, "mha_fwd_d128_causal": {"epilogue": "tma", "lpt_group": 8},
+            "mha_fwd_d64": {"consumers": 3, "schedule": "pingpong", "epilogue": "tma"},
+            "mha_fwd_d96": {"epilogue": "tma"}}
+_REF_4 = {"mha_fwd_d128": 1.048, "mha_fwd_d128_causal": 1.041, "mha_fwd_d64": 1.165, "mha_fwd_d96": 1.126}
+_GAIN_4 = {"mha_fwd_d128": 1.015, "mha_fwd_d128_causal": 1.015, "mha_fwd_d64": 1.02, "mha_fwd_d96": 1.015}
+POINTS_4: list[tuple[str, dict, float | None]] = [("smoke_mha_fwd_d64", {"rescale": "lazy"}, None)] + [
+    point for wid, ref in _TUNED_4.items()
+    for point in ((wid, ref, _REF_4[wid]), (wid, {**ref, "rescale": "lazy"}, round(_REF_4[wid] * _GAIN_4[wid], 3)))]
+ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4}
+DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
 
 
 def features(changes: dict) -> set[tuple]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
 BODY = Path(__file__).with_name("attention_template.cu.in")
 KERNEL = "attn_fwd_wgmma"  # + _d64 / _d96, _causal, _gqa: kernel_name()
@@ -45,6 +45,20 @@ class AttnParams(BaseModel):
     epilogue: str = Field("direct", description="'direct' register->global stores or 'tma' (staged in the consumer's "
                                                 "Q rows, TMA store)")
     producer_regs: int = Field(24, description="setmaxnreg for the producer warpgroup")
+    # Options outside PARAM_SPACE (OPTION_SPACE: builtin/tuner does not search them until measured); at their
+    # defaults a point dumps and renders exactly as before they existed.
+    rescale: str = Field("always", description="'always' (the running max follows every tile's and O is rescaled "
+                         "each time) or 'lazy' (FlashAttention-4's conditional rescale: the max moves only when a "
+                         "tile's exceeds it by more than LAZY_THRESHOLD, and a warp skips the O rescale when none "
+                         "of its rows moved)")
+
+    @model_serializer(mode="wrap")
+    def _without_default_options(self, handler):
+        data = handler(self)
+        for name in OPTION_SPACE:
+            if data.get(name) == type(self).model_fields[name].default:
+                del data[name]
+        return data
 
     @property
     def bm(self) -> int:
@@ -91,6 +105,9 @@ PARAM_SPACE: dict[str, list] = {
     "epilogue": ["direct", "tma"],
     "producer_regs": [24, 40],
 }
+# Options a point may set that builtin/tuner does not search (its space is PARAM_SPACE) until the GPU has measured
+# them; validate() checks them, render() leaves a point at their defaults byte for byte as before.
+OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"]}
 HEAD_DIMS = (64, 96, 128)
 # The measured reference kernels (bench/results/attention_wgmma.md) per head dim: D = 64's tiles are half as
 # long to compute, so its ring is deeper.
@@ -237,7 +254,7 @@ def space_problems(point: BaseModel, space: dict[str, list], head_dims: tuple[in
 def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[str]:
     """Reasons this combination cannot be built or run (empty when it can). `shape`: a Workload or its symbols."""
     p = _coerce(params)
-    bad = space_problems(p, PARAM_SPACE, HEAD_DIMS)
+    bad = space_problems(p, PARAM_SPACE | OPTION_SPACE, HEAD_DIMS)
     if p.bn % 16 or not 16 <= p.bn <= 256:
         bad.append(f"bn={p.bn} must be a multiple of 16 in [16, 256] (wgmma N, TMA box)")
     if p.schedule == "pingpong" and p.consumers < 2:
@@ -327,4 +344,30 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
         '#include "ptxbench/wgmma.cuh"\n#include "ptxbench/tma.cuh"\n#include "ptxbench/mbarrier.cuh"\n\n'
         "using namespace ptxbench;  // mbar_*, tma_*, make_desc_sw128, wgmma_* (prompts/include/ptxbench)\n\n"
     )
-    return plan_toml(p) + header + consts + "\n" + BODY.read_text() + _entry(p)
+    body = BODY.read_text()
+    if p.rescale == "lazy":
+        body = _lazy_rescale(body)
+    return plan_toml(p) + header + consts + "\n" + body + _entry(p)
+
+
+# rescale="lazy": the softmax keeps its running max unless a tile's row max exceeds it by more than LAZY_THRESHOLD
+# (log2 units), so P = 2^(S sl2 - m) stays under 2^8 (exact in bf16's range; O, l and the final O / l all use the
+# same m, so the result is the same softmax), and a warp whose rows all kept their max skips the O rescale.
+LAZY_EDITS = [
+    ("  const float n0 = fmaxf(m0, x0 * sl2), n1 = fmaxf(m1, x1 * sl2);  // scale > 0: max commutes with it\n",
+     "  constexpr float LAZY_THRESHOLD = 8.f;  // rescale=lazy: P < 2^8, and most tiles leave the max alone\n"
+     "  float n0 = fmaxf(m0, x0 * sl2), n1 = fmaxf(m1, x1 * sl2);  // scale > 0: max commutes with it\n"
+     "  if (n0 - m0 <= LAZY_THRESHOLD) n0 = m0;  // m = -inf (the first tile): inf > threshold, the max is taken\n"
+     "  if (n1 - m1 <= LAZY_THRESHOLD) n1 = m1;\n"),
+    ("#pragma unroll\n  for (int i = 0; i < ON / 2; i += 4) {\n    o[i] *= a0;\n",
+     "  if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f))  // rescale=lazy: no row of the warp moved its max\n"
+     "#pragma unroll\n  for (int i = 0; i < ON / 2; i += 4) {\n    o[i] *= a0;\n"),
+]
+
+
+def _lazy_rescale(body: str) -> str:
+    for old, new in LAZY_EDITS:
+        if body.count(old) != 1:
+            raise ValueError(f"rescale=lazy: {old[:50]!r} is not in attention_template.cu.in once")
+        body = body.replace(old, new)
+    return body

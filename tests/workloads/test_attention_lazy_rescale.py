@@ -1,0 +1,80 @@
+"""The attention forward's rescale="lazy" option (workloads/solutions/attention_template.py, FlashAttention-4's
+conditional rescale): the default point renders as before, the lazy build assembles with its warp vote and no spills,
+and its arithmetic (the kernel's lines, mirrored in numpy) is the same softmax: P stays under 2^8 and the tiles after
+the first rarely move the max on inputs like the workloads'. Its speed is measured on the GPU (attention_sweep.py
+round 4)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ptxbench.tools.compile import compile_source
+from ptxbench.workloads.registry import get_workload
+from ptxbench.workloads.solutions import attention_template as at
+
+LAZY_THRESHOLD = 8.0
+
+
+def _online(s: np.ndarray, v: np.ndarray, bn: int, lazy: bool) -> tuple[np.ndarray, float, int]:
+    """softmax_tile + consumer_step for one query row in base 2 (s already scaled by scale * log2 e): the output, the
+    largest P, and how many tiles moved the running max (each moves it: an O rescale)."""
+    m, l, o, p_max, moved = -np.inf, 0.0, np.zeros(v.shape[1]), 0.0, 0
+    for j in range(0, len(s), bn):
+        x = s[j:j + bn].max()
+        n = max(m, x)
+        if lazy and n - m <= LAZY_THRESHOLD:
+            n = m
+        moved += n != m
+        a = 2.0 ** (m - n) if np.isfinite(m) else 0.0
+        p = 2.0 ** (s[j:j + bn] - n)
+        l, o, m = l * a + p.sum(), o * a + p @ v[j:j + bn], n
+        p_max = max(p_max, p.max())
+    return o / l, p_max, moved
+
+
+@pytest.mark.parametrize("case", ["normal", "growing", "causal_row"])
+def test_lazy_rescale_is_the_same_softmax(case):
+    rng = np.random.default_rng(7)
+    S, D, bn = 4096, 128, 128
+    q, k, v = rng.standard_normal(D), rng.standard_normal((S, D)), rng.standard_normal((S, D))
+    logits = k @ q / np.sqrt(D)
+    if case == "growing":  # later keys score ever higher: the max must move, past the threshold
+        logits = logits + np.linspace(0, 40, S)
+    if case == "causal_row":  # query 1000: keys past it masked to -inf, as mask_tile does
+        logits[1001:] = -np.inf
+    s = logits * np.log2(np.e)
+    exact = np.exp(logits - logits.max()) @ v / np.exp(logits - logits.max()).sum()
+    eager, _, moved_eager = _online(s, v, bn, lazy=False)
+    lazy, p_max, moved_lazy = _online(s, v, bn, lazy=True)
+    assert np.allclose(eager, exact, rtol=1e-10, atol=1e-12) and np.allclose(lazy, exact, rtol=1e-10, atol=1e-12)
+    assert p_max < 2 ** LAZY_THRESHOLD + 1e-9  # P stays within bf16's comfortable range
+    if case == "normal":
+        assert moved_lazy == 1 and moved_eager > 1  # only the first tile sets the max; every later rescale skipped
+    if case == "growing":
+        assert 1 < moved_lazy < moved_eager
+
+
+def test_the_default_point_renders_as_before_and_the_option_is_left_out_of_its_dump():
+    p = at.default_params()
+    assert "rescale" not in p.model_dump()
+    assert at.render(p) == (Path(at.__file__).with_name("attention_fwd_wgmma.cu")).read_text()
+    assert at.params_for(get_workload("mha_fwd_d128"), rescale="lazy").model_dump()["rescale"] == "lazy"
+    assert "rescale" in at.validate(at.params_for(get_workload("mha_fwd_d128"), rescale="sometimes"))[0]
+
+
+@pytest.mark.parametrize("wid", ["mha_fwd_d128", "mha_fwd_d128_causal", "mha_fwd_d64"])
+def test_the_lazy_build_assembles_with_its_vote_and_no_spills(wid):
+    w = get_workload(wid)
+    base = at.default_params(w)
+    lazy = base.model_copy(update={"rescale": "lazy"})
+    text = at.render(lazy)
+    for _, new in at.LAZY_EDITS:
+        assert new in text
+    r = compile_source(text, "cuda", "sm_90a")
+    assert r.status == "ok" and not r.warnings, (r.errors, r.warnings)
+    k = r.kernels[at.kernel_name(lazy)]
+    assert k.spill_stores == 0 and k.spill_loads == 0
+    ref = compile_source(at.render(base), "cuda", "sm_90a").kernels[at.kernel_name(base)].sass_opcodes
+    assert k.sass_opcodes.get("VOTE", 0) >= 1 and k.sass_opcodes.get("HGMMA") == ref.get("HGMMA")
