@@ -89,7 +89,10 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # tiles_d96: tiles_stack with D = 96's block in entry points of its own: the 128-wide kernels are
                 # dq_tiles_wide's (D = 96's below)
                 "tiles_d96": {"UBLKRED": 1, "HGMMA": 32, "STG": 16, "SHFL": 48},
-                "tiles_d96+head_groups": {"UBLKRED": 1, "HGMMA": 32, "STG": 16, "SHFL": 48}}
+                "tiles_d96+head_groups": {"UBLKRED": 1, "HGMMA": 32, "STG": 16, "SHFL": 48},
+                # st_ahead: tiles_d96's block with the next block's S^T issued in it, plus the first block's before
+                # the loop (8 more HGMMA)
+                "st_ahead": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 48}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -106,12 +109,12 @@ def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
     if "UBLKRED" in VARIANT_SASS[name]:
         assert "REDG" not in wide  # dQ by one bulk reduction per block, no vector reductions left
     # and at D = 64: one bulk reduction per consumer, no float2 atomics
-    if name.startswith(("bulk_dq_d64", "dq_tiles", "own_keys", "q128_d64", "tiles_")):
+    if name.startswith(("bulk_dq_d64", "dq_tiles", "own_keys", "q128_d64", "tiles_", "st_ahead")):
         narrow = compile_source(fast_backward(get_workload("mha_bwd_d64"), text), "cuda", "sm_90a").kernels
         assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("UBLKRED") == 1
         assert "REDG" not in narrow["attn_bwd_wgmma_d64"].sass_opcodes
         # q128_d64: 128 query rows a block: S^T, dP^T 4 m64n128 each, dV, dK 8 m64n64 each, dQ 8 (all keys)
-        wide_q = name.startswith(("q128_d64", "tiles_"))
+        wide_q = name.startswith(("q128_d64", "tiles_", "st_ahead"))
         assert narrow["attn_bwd_wgmma_d64"].sass_opcodes.get("HGMMA") == (32 if wide_q else 20)
 
 

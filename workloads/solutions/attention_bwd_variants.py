@@ -60,6 +60,13 @@ points of its parameter space, which builtin/tuner searches:
   the 128-wide kernels hold one build of the block (dq_tiles_wide's). H200: the fastest built version, the
   reference: d128 0.873x, causal 0.911x, d96 0.937x / 0.969x, GQA 0.901x, d64 1.07x / 1.09x.
 
+- `st_ahead`: tiles_d96 with each 128-wide block's S^T issued by the block before it, right after that block's dQ
+  product, so the tensor pipe works while the consumer stores its dQ tile (the reference's profile had 19% of its
+  stall samples waiting at the S^T / dP^T issue). What makes it assemble where `prefetch` (v3) and `prefetch_st`
+  did not: P^T goes to registers of its own (the carried S^T accumulator is only read), dV and dK are waited for
+  before dQ is issued (their bf16 operands are dead before the next S^T: no C7512), and a block opens with
+  wait_group 0 (ptxas does not follow a group count across the loop's back edge: C7514). Not measured yet.
+
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
 - `head_major`: the key blocks of one head launched side by side (grid [S / 128, B * H] instead of
@@ -887,6 +894,153 @@ __device__ __forceinline__ void attn_bwd("""),
                                           ("_gqa", "false", "true", ", int group", "group")))),
 ]
 
+# st_ahead: in the 128-wide kernels each block's S^T is issued by the block before it, behind that block's dQ product,
+# so the tensor pipe has work while the consumer stores its dQ tile and meets the other consumer (the reference's
+# profile: 19% of stall samples wait at the S^T / dP^T issue). D = 64 keeps its block.
+ST_AHEAD_BLOCK = r"""// st_ahead: one 128-wide block whose S^T was issued before (by the previous block, or before the loop) into `s`,
+// which it only reads; before its dQ epilogue it issues the next block's S^T into `s` again, so the tensor pipe has
+// work while the consumer stores its dQ tile and meets the other. To hold the registers for that, P^T goes to fp32
+// `e` (s is never written but by its wgmma: a write to the carried accumulator makes ptxas serialise, C7515), and
+// dV / dK are waited for before dQ is issued, so their bf16 operands are dead before dQ and the next S^T.
+template <int HD, bool CAUSAL, int KD>
+__device__ __forceinline__ void consumer_block_pf(int it, bool has_next, int q0, int key0, int c, int t,
+                                                  const uint8_t* sK, const uint8_t* sV, const uint8_t* sQ0,
+                                                  const uint8_t* sdO0, const float* sL20, const float* sDr0,
+                                                  uint8_t* sdS, uint64_t* fullQ, uint64_t* fulldO, uint64_t* empty,
+                                                  float (&s)[32], float (&dv)[64], float (&dk)[64],
+                                                  float* __restrict__ dq_rows, int D, float sl2, float* sdQ) {
+  constexpr int NS = Stages<HD>::N, QT = 2 * QSLAB;
+  const int st = it % NS;
+  const uint32_t ph = (it / NS) & 1;
+  const uint8_t* sQ = sQ0 + st * QT;
+  const uint8_t* sdO = sdO0 + st * QT;
+  const float* sL2 = sL20 + st * 64;
+  const float* sDr = sDr0 + st * 64;
+  const int lane = t % 32;
+  const int r = 16 * (t / 32) + lane / 4;  // this thread's keys r and r + 8 of the consumer's 64
+  const int col0 = 2 * (lane % 4);
+  float p[32], e[32];
+  uint32_t pp[16], ds[16];
+
+  wgmma_wait<0>();  // this block's S^T, issued before the previous block's dQ epilogue, is done (a wait_group 0:
+  wgmma_fence_regs(s);  // ptxas does not follow a group count across the loop's back edge, C7514)
+  mbar_wait(&fulldO[st], ph);
+  wgmma_fence();
+  issue_nt<HD, 64, KD>(p, sV + c * 64 * 128, sdO);  // dP^T = V_c dO^T, under the exponentials
+  wgmma_commit();
+  const bool mask = CAUSAL && q0 < key0 + BN;
+#pragma unroll
+  for (int a = 0; a < 8; ++a) {
+    const float2 l2 = lds64(sL2 + 8 * a + col0);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int j = 4 * a + k, q = 8 * a + col0 + (k % 2);
+      float x = ex2(fmaf(s[j], sl2, -(k % 2 ? l2.y : l2.x)));
+      if (mask && key0 + 64 * c + r + 8 * (k / 2) > q0 + q) x = 0.f;
+      e[j] = x;
+    }
+  }
+  wgmma_wait<0>();
+  wgmma_fence_regs(p);
+#pragma unroll
+  for (int a = 0; a < 8; ++a) {
+    const float2 dr = lds64(sDr + 8 * a + col0);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) p[4 * a + k] = e[4 * a + k] * (p[4 * a + k] - (k % 2 ? dr.y : dr.x));
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    pp[i] = pack_bf16(e[2 * i], e[2 * i + 1]);
+    ds[i] = pack_bf16(p[2 * i], p[2 * i + 1]);
+  }
+  wgmma_fence();
+  issue_tn<HD, 64>(dv, pp, sdO);  // dV += P^T dO
+  issue_tn<HD, 64>(dk, ds, sQ);   // dK += dS^T Q
+  wgmma_commit();
+  uint8_t* buf = sdS + (it & 1) * QRows<HD>::DS;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int row = 64 * c + r + 8 * (i % 2), q = 8 * (i / 2) + col0;
+    sts32(buf + row * 128 + (((q / 8) ^ (row % 8)) * 16) + (q % 8) * 2, ds[i]);
+  }
+  fence_proxy_async();
+  if (t == 0) bulk_wait_read();  // this consumer's previous dQ reduction has read its tile
+  named_barrier_sync(1, 256);    // both consumers' dS^T rows are in `buf` (and sdQ is free again)
+  wgmma_wait<0>();               // dV and dK are done: pp, ds and this stage's Q / dO are free
+  fence_u32(pp);
+  fence_u32(ds);
+  if (lane == 0) mbar_arrive(&empty[st]);
+
+  float dq[32];
+  const uint64_t da = desc_mn(buf, 0), dbk = desc_mn(sK + c * KSLAB, 0);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) wgmma_ss_tt(dq, da + kk * (2048 >> 4), dbk + kk * (2048 >> 4), kk != 0);
+  wgmma_commit();
+  if (has_next) {  // the next block's S^T, behind dQ in the tensor pipe, while this block's dQ tile is stored
+    const int nst = (it + 1) % NS;
+    mbar_wait(&fullQ[nst], ((it + 1) / NS) & 1);
+    issue_nt<HD, 64, KD>(s, sK + c * 64 * 128, sQ0 + nst * QT);
+    wgmma_commit();
+    wgmma_wait<1>();
+  } else {
+    wgmma_wait<0>();
+  }
+  wgmma_fence_regs(dq);
+  const int W = min(64, D - 64 * c), sw = W / 8 - 1;
+  float* tile = sdQ + c * BM * 64;
+#pragma unroll
+  for (int j = 0; j < 32; j += 2) {
+    const int g = j / 4, row = r + 8 * ((j / 2) % 2);
+    if (8 * g < W) sts64(tile + row * W + 8 * (g ^ (row & sw)) + col0, dq[j], dq[j + 1]);
+  }
+  fence_proxy_async();
+  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
+  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c, tile, BM * W * 4);
+}
+
+"""
+
+ST_AHEAD_LOOP_OLD = """    mbar_wait(fullKV, 0);
+    for (int it = 0; it < n_iter; ++it) {
+      const int st = it % Stages<HD>::N;
+      const int head = (GQA ? bkv * group : bkv) + it / per_head;
+      const int q0 = (q_first + it % per_head) * QR;
+      consumer_block<HD, CAUSAL, KD>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * QR,
+                                 sDr + st * QR, sdS, fullQ, fulldO, empty, dv, dk,
+                                 dQacc + static_cast<size_t>(head) * S * D, D, sl2, sdQ, threadIdx.x == 128);
+    }
+"""
+
+ST_AHEAD_LOOP_NEW = """    mbar_wait(fullKV, 0);
+    if constexpr (HD == 128) {  // st_ahead: each block's S^T issued by the block before it
+      float s[32];
+      mbar_wait(&fullQ[0], 0);
+      wgmma_fence();
+      issue_nt<HD, 64, KD>(s, sK + c * 64 * 128, sQ);  // S^T of the first block
+      wgmma_commit();
+      for (int it = 0; it < n_iter; ++it) {
+        const int head = (GQA ? bkv * group : bkv) + it / per_head;
+        const int q0 = (q_first + it % per_head) * QR;
+        consumer_block_pf<HD, CAUSAL, KD>(it, it + 1 < n_iter, q0, key0, c, t, sK, sV, sQ, sdO, sL2, sDr, sdS, fullQ,
+                                          fulldO, empty, s, dv, dk, dQacc + static_cast<size_t>(head) * S * D, D,
+                                          sl2, sdQ);
+      }
+    } else {
+    for (int it = 0; it < n_iter; ++it) {
+      const int st = it % Stages<HD>::N;
+      const int head = (GQA ? bkv * group : bkv) + it / per_head;
+      const int q0 = (q_first + it % per_head) * QR;
+      consumer_block<HD, CAUSAL, KD>(it, q0, key0, c, t, sK, sV, sQ + st * QT, sdO + st * QT, sL2 + st * QR,
+                                 sDr + st * QR, sdS, fullQ, fulldO, empty, dv, dk,
+                                 dQacc + static_cast<size_t>(head) * S * D, D, sl2, sdQ, threadIdx.x == 128);
+    }
+    }
+"""
+
+ST_AHEAD = [("// The dK / dV epilogue in 16-byte stores", ST_AHEAD_BLOCK + "// The dK / dV epilogue in 16-byte stores"),
+            (ST_AHEAD_LOOP_OLD, ST_AHEAD_LOOP_NEW)]
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -938,6 +1092,8 @@ VARIANTS = {
                        "epilogue (q128_d64 + d96_ksteps + dq_tiles_wide)", STACK_D96 + WIDE_EPILOGUE),
     "tiles_d96": _on("q128_d64", "tiles_d96", "D = 96's S^T / dP^T over its own columns in entry points of its own and "
                      "the 16-byte dK / dV epilogue (tiles_stack without the per-block branch)", D96_ENTRIES + WIDE_EPILOGUE),
+    "st_ahead": _on("tiles_d96", "st_ahead", "each 128-wide block's S^T issued by the block before it, behind its dQ "
+                    "product", ST_AHEAD),
     "d96_ksteps": _on("dq_tiles", "d96_ksteps", "S^T and dP^T over D = 96's own columns (6 k16 steps, not 8)",
                       D96_KSTEPS),
     "dq_tiles_wide": _on("dq_tiles", "dq_tiles_wide", "the dK / dV epilogue in 16-byte stores (a quad's 4 x 4 "
