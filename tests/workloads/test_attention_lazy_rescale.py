@@ -17,21 +17,22 @@ from ptxbench.workloads.solutions import attention_template as at
 LAZY_THRESHOLD = 8.0
 
 
-def _online(s: np.ndarray, v: np.ndarray, bn: int, lazy: bool) -> tuple[np.ndarray, float, int]:
+def _online(s: np.ndarray, v: np.ndarray, bn: int, lazy: bool) -> tuple[np.ndarray, float, list[tuple[float, float]]]:
     """softmax_tile + consumer_step for one query row in base 2 (s already scaled by scale * log2 e): the output, the
-    largest P, and how many tiles moved the running max (each moves it: an O rescale)."""
-    m, l, o, p_max, moved = -np.inf, 0.0, np.zeros(v.shape[1]), 0.0, 0
+    largest P, and each move of the running max as (old, new) (each move is an O rescale)."""
+    m, l, o, p_max, moves = -np.inf, 0.0, np.zeros(v.shape[1]), 0.0, []
     for j in range(0, len(s), bn):
         x = s[j:j + bn].max()
         n = max(m, x)
         if lazy and n - m <= LAZY_THRESHOLD:
             n = m
-        moved += n != m
+        if n != m:
+            moves.append((m, n))
         a = 2.0 ** (m - n) if np.isfinite(m) else 0.0
         p = 2.0 ** (s[j:j + bn] - n)
         l, o, m = l * a + p.sum(), o * a + p @ v[j:j + bn], n
         p_max = max(p_max, p.max())
-    return o / l, p_max, moved
+    return o / l, p_max, moves
 
 
 @pytest.mark.parametrize("case", ["normal", "growing", "causal_row"])
@@ -46,14 +47,21 @@ def test_lazy_rescale_is_the_same_softmax(case):
         logits[1001:] = -np.inf
     s = logits * np.log2(np.e)
     exact = np.exp(logits - logits.max()) @ v / np.exp(logits - logits.max()).sum()
-    eager, _, moved_eager = _online(s, v, bn, lazy=False)
-    lazy, p_max, moved_lazy = _online(s, v, bn, lazy=True)
+    eager, _, moves_eager = _online(s, v, bn, lazy=False)
+    lazy, p_max, moves_lazy = _online(s, v, bn, lazy=True)
     assert np.allclose(eager, exact, rtol=1e-10, atol=1e-12) and np.allclose(lazy, exact, rtol=1e-10, atol=1e-12)
     assert p_max < 2 ** LAZY_THRESHOLD + 1e-9  # P stays within bf16's comfortable range
     if case == "normal":
-        assert moved_lazy == 1 and moved_eager > 1  # only the first tile sets the max; every later rescale skipped
+        assert len(moves_lazy) == 1 and len(moves_eager) > 1  # only the first tile sets the max; later rescales skipped
     if case == "growing":
-        assert 1 < moved_lazy < moved_eager
+        # past the first tile, each lazy move lifts the max by more than the threshold and no more than the scores
+        # rose, so they are at most that rise over the threshold; the eager max follows every tile's
+        rise = s.max() - s[:bn].max()
+        assert all(new - old > LAZY_THRESHOLD for old, new in moves_lazy[1:])
+        assert 2 <= len(moves_lazy) <= 1 + rise // LAZY_THRESHOLD, (len(moves_lazy), rise)
+        assert len(moves_eager) >= len(s) // bn - 2
+    # the mirror's threshold is the kernel's
+    assert f"constexpr float LAZY_THRESHOLD = {LAZY_THRESHOLD:g}.f;" in at.LAZY_EDITS[0][1]
 
 
 def test_the_default_point_renders_as_before_and_the_option_is_left_out_of_its_dump():
