@@ -37,29 +37,29 @@ def _base_turn(reply: str, turn: int) -> int:
 
 
 def rows(run: Path) -> list[dict]:
-    traj = next(run.glob("trajectories/*/trajectory.jsonl"))
+    from ptxbench.agent.records.rundir import read_events
+
     replies, results = {}, {}
-    for line in traj.read_text(encoding="utf-8").splitlines():
-        e = json.loads(line)
-        if e.get("type") == "model_call":
-            replies[e["turn"]] = e["response"]["content"]
-        elif e.get("type") == "eval_result":
-            results[e["turn"]] = e["result"]
+    for e in read_events(next(run.glob("trajectories/*/trajectory.jsonl"))):
+        if e.type == "model_call":
+            replies[e.turn] = e.response["content"]
+        elif e.type == "eval_result":
+            results[e.turn] = e.result
     out, params = [], {}
     for turn in sorted(replies):
-        reply, r = replies[turn], results.get(turn, {})
+        reply, r = replies[turn], results.get(turn)
         params[turn] = _params(reply) or {}
         base = params.get(_base_turn(reply, turn), {}) if turn > 1 else {}
         move = ", ".join(f"{k} {base[k]} -> {v}" for k, v in params[turn].items() if k in base and base[k] != v) \
             if turn > 1 else ", ".join(f"{k}={v}" for k, v in params[turn].items())
-        t = r.get("timing") or {}
-        lib = (t.get("baselines") or {}).get(t.get("primary_baseline") or "", {})
-        ci = t.get("speedup_ci") or []
-        out.append({"turn": turn, "evidence": _evidence(reply), "move": move, "status": r.get("status", "-"),
-                    "speedup": f"{t['speedup']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if t.get("speedup") and ci else "-",
-                    "ours_ms": f"{t['candidate']['median_ms']:.4f}" if t.get("candidate") else "-",
-                    "lib_ms": f"{lib['median_ms']:.4f}" if lib.get("median_ms") else "-",
-                    "profile": r.get("profile_level") or "-"})
+        t = r.timing if r is not None else None
+        lib = t.baselines.get(t.primary_baseline) if t is not None and t.primary_baseline else None
+        ci = t.speedup_ci if t is not None else None
+        out.append({"turn": turn, "evidence": _evidence(reply), "move": move, "status": r.status if r else "-",
+                    "speedup": f"{t.speedup:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if t and t.speedup and ci else "-",
+                    "ours_ms": f"{t.candidate.median_ms:.4f}" if t else "-",
+                    "lib_ms": f"{lib.median_ms:.4f}" if lib else "-",
+                    "profile": (r.profile_level if r else None) or "-"})
     return out
 
 

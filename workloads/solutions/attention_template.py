@@ -16,6 +16,8 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, Field, model_serializer
 
+from .template_text import replace_counted, without_default_options
+
 BODY = Path(__file__).with_name("attention_template.cu.in")
 KERNEL = "attn_fwd_wgmma"  # + _d64 / _d96, _causal, _gqa: kernel_name()
 SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt into on sm_90a
@@ -54,11 +56,7 @@ class AttnParams(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
-        data = handler(self)
-        for name in OPTION_SPACE:
-            if data.get(name) == type(self).model_fields[name].default:
-                del data[name]
-        return data
+        return without_default_options(self, handler(self), OPTION_SPACE)
 
     @property
     def bm(self) -> int:
@@ -367,7 +365,5 @@ LAZY_EDITS = [
 
 def _lazy_rescale(body: str) -> str:
     for old, new in LAZY_EDITS:
-        if body.count(old) != 1:
-            raise ValueError(f"rescale=lazy: {old[:50]!r} is not in attention_template.cu.in once")
-        body = body.replace(old, new)
+        body = replace_counted(body, old, new, "attention_template.cu.in (rescale=lazy)")
     return body

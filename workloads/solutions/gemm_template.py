@@ -13,6 +13,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, model_serializer
 
+from .template_text import replace_counted, without_default_options
+
 BODY = Path(__file__).with_name("gemm_template.cu.in")
 KERNEL = "gemm_bf16_tn"
 SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt into on sm_90a
@@ -52,11 +54,7 @@ class GemmParams(BaseModel):
     def _without_default_options(self, handler):
         """Options (OPTION_SPACE) at their defaults are left out of dumps: the default point dumps, renders and
         keys (builtin/tuner's points, recorded trajectories) exactly as before the options existed."""
-        data = handler(self)
-        for name in OPTION_NAMES:
-            if data.get(name) == type(self).model_fields[name].default:
-                del data[name]
-        return data
+        return without_default_options(self, handler(self), OPTION_NAMES)
 
     @property
     def threads(self) -> int:
@@ -321,9 +319,7 @@ def body_text(p: GemmParams) -> str:
 
 
 def _swap(body: str, old: str, new: str, count: int = 1) -> str:
-    if body.count(old) != count:
-        raise AssertionError(f"gemm_template.cu.in changed: expected {count} x {old!r}")
-    return body.replace(old, new)
+    return replace_counted(body, old, new, "gemm_template.cu.in", count)
 
 
 def _pingpong(body: str) -> str:

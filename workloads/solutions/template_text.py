@@ -1,0 +1,24 @@
+"""What the kernel templates (gemm_template.py, attention_template.py) share in building a point's text and record:
+an option's code spliced into the template body by exact text edits that fail loudly when the body has moved, and a
+point's dump that leaves out the options still at their defaults (so a point rendered and recorded before an option
+existed keeps its text and key)."""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from pydantic import BaseModel
+
+
+def replace_counted(text: str, old: str, new: str, where: str, count: int = 1) -> str:
+    """`text` with `old` (which must occur exactly `count` times) replaced by `new`; `where` names the text in errors."""
+    if text.count(old) != count:
+        raise ValueError(f"{where} changed: expected {count} x {old!r}, found {text.count(old)}")
+    return text.replace(old, new)
+
+
+def without_default_options(model: BaseModel, data: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """A model's dump `data` without the fields `names` that still hold their defaults."""
+    for name in names:
+        if data.get(name) == type(model).model_fields[name].default:
+            del data[name]
+    return data
