@@ -147,11 +147,13 @@ MUTATIONS: list[Mutation] = [
              "L2 and Dr are looked up by the accumulator's row (a key) instead of its column (a query): the code "
              "reads the fragment of P^T as if it were P's",
              WRONG, r"-sL2\[q\]|sDr\[8 \* \(j / 4\) \+ col0 \+ \(j % 2\)\]"
-                    r"|-\(j % 2 \? l2\[j / 4\]\.y : l2\[j / 4\]\.x\)|\(j % 2 \? dr\[j / 4\]\.y : dr\[j / 4\]\.x\)",
-             lambda m: ("-sL2" if m.group(0).startswith("-") else "sDr") + "[r + 8 * ((j / 2) % 2)]"),
+                    r"|-\(j % 2 \? l2\[j / 4\]\.y : l2\[j / 4\]\.x\)|\(j % 2 \? dr\[j / 4\]\.y : dr\[j / 4\]\.x\)"
+                    r"|-\(k % 2 \? l2\.y : l2\.x\)|\(k % 2 \? dr\.y : dr\.x\)",  # st_ahead's block: j = 4 a + k
+             lambda m: ("-sL2" if m.group(0).startswith("-") else "sDr")
+             + ("[r + 8 * (k / 2)]" if "k %" in m.group(0) else "[r + 8 * ((j / 2) % 2)]")),
     Mutation("bwd_causal_mask_wrong_side",
              "the causal mask zeroes P where key < query instead of key > query in the blocks that cross the diagonal",
-             WRONG, r"(\+ 8 \* \(\(j / 2\) % 2\)) > (q0 \+ q\) e = 0\.f;)", r"\1 < \2",
+             WRONG, r"(\+ 8 \* (?:\(\(j / 2\) % 2\)|\(k / 2\))) > (q0 \+ q\) [ex] = 0\.f;)", r"\1 < \2",
              requires=r'^kernel = "attn_bwd_wgmma\w*_causal"'),
     Mutation("bwd_dk_scale_missing",
              "dK is stored without the softmax scale (dK = dS^T Q instead of scale dS^T Q)",

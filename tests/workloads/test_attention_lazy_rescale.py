@@ -64,10 +64,17 @@ def test_lazy_rescale_is_the_same_softmax(case):
     assert f"constexpr float LAZY_THRESHOLD = {LAZY_THRESHOLD:g}.f;" in at.LAZY_EDITS[0][1]
 
 
-def test_the_default_point_renders_as_before_and_the_option_is_left_out_of_its_dump():
+def test_the_option_is_left_out_of_a_dump_at_its_default_and_the_tuned_points_carry_it():
+    eager = at.plain_params(get_workload("mha_fwd_d128"))
+    assert "rescale" not in eager.model_dump()
+    # round 4 (bench/results/attention_template.md): lazy faster by kernel time at D = 128, causal and D = 96, slower
+    # at D = 64; the checked-in file is D = 128's point
     p = at.default_params()
-    assert "rescale" not in p.model_dump()
+    assert p.model_dump()["rescale"] == "lazy"
     assert at.render(p) == (Path(at.__file__).with_name("attention_fwd_wgmma.cu")).read_text()
+    assert all(at.default_params(get_workload(w)).rescale == "lazy"
+               for w in ("mha_fwd_d128_causal", "mha_fwd_d96"))
+    assert at.default_params(get_workload("mha_fwd_d64")).rescale == "always"
     assert at.params_for(get_workload("mha_fwd_d128"), rescale="lazy").model_dump()["rescale"] == "lazy"
     assert "rescale" in at.validate(at.params_for(get_workload("mha_fwd_d128"), rescale="sometimes"))[0]
 
@@ -75,7 +82,7 @@ def test_the_default_point_renders_as_before_and_the_option_is_left_out_of_its_d
 @pytest.mark.parametrize("wid", ["mha_fwd_d128", "mha_fwd_d128_causal", "mha_fwd_d64"])
 def test_the_lazy_build_assembles_with_its_vote_and_no_spills(wid):
     w = get_workload(wid)
-    base = at.default_params(w)
+    base = at.default_params(w).model_copy(update={"rescale": "always"})
     lazy = base.model_copy(update={"rescale": "lazy"})
     text = at.render(lazy)
     for _, new in at.LAZY_EDITS:

@@ -9,9 +9,10 @@ with attn_bwd_wgmma_d96 entry points runs D = 96 through them).
 The reference (what builtin/reference submits, `reference_backward`) is the fastest built version measured on the
 H200, `REFERENCE_VARIANT` of attention_bwd_variants.py (dQ by each consumer's own bulk reduce-add from a swizzled
 shared-memory tile, a 3-deep Q / dO ring for the 128-wide kernels, 128 query rows a block at D = 64, D = 96's S^T and
-dP^T over its own 96 columns in entry points of its own, dK / dV in 16-byte stores, the key blocks of 4 heads
-launched side by side: 0.873x cuDNN at D = 128, 0.911x causal, 0.937x / 0.969x at D = 96, 0.901x GQA, 1.070x /
-1.092x at D = 64, against the checked-in file's 0.503x and 0.483x, bench/results/attention_bwd.md "v7"); the
+dP^T over its own 96 columns in entry points of its own, dK / dV in 16-byte stores, each 128-wide block's S^T issued
+by the block before it behind its dQ product, the key blocks of 4 heads launched side by side: 0.898-0.918x cuDNN
+at D = 128, 0.906-0.919x causal, 0.981x / 0.991x at D = 96, 0.938-0.952x GQA, 1.070x / 1.092x at D = 64, against
+the checked-in file's 0.503x and 0.483x, bench/results/attention_bwd.md "v10" and "v6"); the
 checked-in file is the plainest fast
 version, the one every variant is an edit of, and the tuner's weak start.
 """
@@ -24,7 +25,7 @@ from .attention import HERE, plan_edits
 
 FAST_BACKWARD = "attention_bwd_wgmma.cu"
 HEAD_DIMS = (64, 96, 128)
-REFERENCE_VARIANT = "tiles_d96+head_groups"
+REFERENCE_VARIANT = "st_ahead+head_groups"
 SMEM_D64 = 'smem = "1024 + 16384 * 2 + 2 * (8192 * 2 + 512) + 16384 * 2 + 256"'
 
 

@@ -57,15 +57,17 @@ points of its parameter space, which builtin/tuner searches:
   so one 16 KB bulk reduce-add per 64 query rows instead of two: 6.4 GB of L2 reductions at D = 64 instead of 12.9.
   The 128-wide kernels are unchanged (QRows<HD> = 64 there). H200 (in tiles_stack): -24% time at D = 64.
 - `tiles_d96`: tiles_stack with D = 96's build in entry points of its own (attn_bwd_wgmma_d96, _causal, _gqa), so
-  the 128-wide kernels hold one build of the block (dq_tiles_wide's). H200: the fastest built version, the
-  reference: d128 0.873x, causal 0.911x, d96 0.937x / 0.969x, GQA 0.901x, d64 1.07x / 1.09x.
+  the 128-wide kernels hold one build of the block (dq_tiles_wide's). H200: the fastest built version before
+  st_ahead (its base): d128 0.873x, causal 0.911x, d96 0.937x / 0.969x, GQA 0.901x, d64 1.07x / 1.09x.
 
 - `st_ahead`: tiles_d96 with each 128-wide block's S^T issued by the block before it, right after that block's dQ
   product, so the tensor pipe works while the consumer stores its dQ tile (the reference's profile had 19% of its
   stall samples waiting at the S^T / dP^T issue). What makes it assemble where `prefetch` (v3) and `prefetch_st`
   did not: P^T goes to registers of its own (the carried S^T accumulator is only read), dV and dK are waited for
   before dQ is issued (their bf16 operands are dead before the next S^T: no C7512), and a block opens with
-  wait_group 0 (ptxas does not follow a group count across the loop's back edge: C7514). Not measured yet.
+  wait_group 0 (ptxas does not follow a group count across the loop's back edge: C7514). H200: the fastest built
+  version, the reference: -5.8% time at D = 128 (0.898-0.918x cuDNN), -2% causal, -5% at D = 96 (0.981x / 0.991x),
+  -6% GQA (0.938-0.952x) against tiles_d96.
 
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
@@ -78,7 +80,7 @@ Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or
 - `head_groups`: head_major's grid handed out by groups of 4 heads, key blocks longest-first across the group
   (the forward's LPT_GROUP order): the same locality, and causal keeps a longest-first order across heads
   (head_major has it within each head only): causal 0.840x against head_major's 0.830x, level elsewhere.
-  `tiles_d96+head_groups` is the reference (attention_backward.REFERENCE_VARIANT).
+  `st_ahead+head_groups` is the reference (attention_backward.REFERENCE_VARIANT).
 
     python3 bench/attention_bwd_check.py --variant bulk_dq        (on a GPU; bench/gpu_round.sh bwd-variants runs all)
     variant_text("bulk_dq")                                       (the solution text; attention_backward.fast_backward

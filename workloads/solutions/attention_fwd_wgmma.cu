@@ -35,7 +35,7 @@ dims = ["D", "B * H * S"]
 box = [64, 64]
 swizzle = "128B"
 */
-// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 24}
+// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 24, 'rescale': 'lazy'}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -233,7 +233,10 @@ __device__ __forceinline__ void softmax_tile(float (&s)[SN], float sl2, float& m
   x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
   x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
   x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
-  const float n0 = fmaxf(m0, x0 * sl2), n1 = fmaxf(m1, x1 * sl2);  // scale > 0: max commutes with it
+  constexpr float LAZY_THRESHOLD = 8.f;  // rescale=lazy: P < 2^8, and most tiles leave the max alone
+  float n0 = fmaxf(m0, x0 * sl2), n1 = fmaxf(m1, x1 * sl2);  // scale > 0: max commutes with it
+  if (n0 - m0 <= LAZY_THRESHOLD) n0 = m0;  // m = -inf (the first tile): inf > threshold, the max is taken
+  if (n1 - m1 <= LAZY_THRESHOLD) n1 = m1;
   a0 = ex2(m0 - n0);  // m = -inf on the first tile: 0
   a1 = ex2(m1 - n1);
   float sum0 = 0.f, sum1 = 0.f;
@@ -317,6 +320,7 @@ __device__ __forceinline__ void consumer_step(int j, Consumer& w, float (&s)[SN]
   wgmma_fence_regs(o);
   wgmma_fence_regs(p);
   if (w.lane == 0) mbar_arrive(&w.emptyV[sp]);
+  if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f))  // rescale=lazy: no row of the warp moved its max
 #pragma unroll
   for (int i = 0; i < ON / 2; i += 4) {
     o[i] *= a0;
