@@ -48,3 +48,4 @@ def test_its_figures_are_the_recorded_ones():
     assert "lost 4%" in SECTION and "0.957x" in gemm
     assert "128 B a cycle" in SECTION and "128 B per cycle" in gemm
     assert "32% slower" in SECTION and "It is **32% slower** at D = 128" in bwd
+    assert "-5.7% time at D = 128" in SECTION and "st_ahead -5.8% at D = 128" in bwd and "-5.7% at D = 128" in bwd
