@@ -2,7 +2,7 @@
 must assemble for sm_90a with wgmma and TMA in the SASS, no spills and no ptxas warnings.
 
 Register pressure is what can break a valid point, and it grows with the key tile, so this compiles, for each
-(head dim, causal, consumers, schedule, epilogue), the largest key tile validate() accepts at the producer
+(head dim, causal, consumers, schedule, epilogue, rescale), the largest key tile validate() accepts at the producer
 register setting that leaves the consumers least (stages, lpt_group and GQA do not change the registers).
 
     python3 bench/attention_template_compile.py [--out results.json] [--jobs 2]
@@ -20,13 +20,15 @@ from ptxbench.workloads.solutions import attention_template as at
 
 def boundary_points() -> list[at.AttnParams]:
     out = []
-    for hd, causal, consumers, schedule, epilogue in itertools.product(
-            at.HEAD_DIMS, (False, True), at.PARAM_SPACE["consumers"], at.PARAM_SPACE["schedule"], at.PARAM_SPACE["epilogue"]):
+    for hd, causal, consumers, schedule, epilogue, rescale in itertools.product(
+            at.HEAD_DIMS, (False, True), at.PARAM_SPACE["consumers"], at.PARAM_SPACE["schedule"], at.PARAM_SPACE["epilogue"],
+            at.PARAM_SPACE["rescale"]):
         tight = max(at.PARAM_SPACE["producer_regs"],
                     key=lambda r: -at.AttnParams(consumers=consumers, producer_regs=r).consumer_regs)
         ok = [p for bn in at.PARAM_SPACE["bn"]
               if not at.validate(p := at.AttnParams(head_dim=hd, causal=causal, consumers=consumers, bn=bn,
-                                                    schedule=schedule, epilogue=epilogue, producer_regs=tight))]
+                                                    schedule=schedule, epilogue=epilogue, producer_regs=tight,
+                                                    rescale=rescale))]
         if ok:
             out.append(max(ok, key=lambda p: p.bn))
     return out

@@ -12,7 +12,8 @@ evidence multiplies:
     spills -> narrower tile or more consumers;  a resource failure -> shrink ring, then tiles
     within 5% of the roof -> small, safe moves first (structural ones ranked down)
 The attention forward's roles (workloads/solutions/attention_template.py):
-    the softmax lines hot while the tensor pipe is not saturated -> ping-pong schedule (schedule)
+    the softmax lines hot while the tensor pipe is not saturated -> ping-pong schedule (schedule), and the lazy
+        rescale (rescale; worth nothing at D = 64, where it measured slower)
     the tensor pipe under 75% busy with key tiles shorter than 128 -> a longer key tile (key_tile)
     spills -> a shorter key tile, a smaller producer register budget;  causal -> longest-first order (lpt)
 The attention backward's (workloads/solutions/attention_bwd_template.py):
@@ -25,6 +26,7 @@ Without a profile only the timing (roof share) and the compile resources speak, 
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -96,14 +98,19 @@ def levers_of(template: ModuleType) -> dict[str, tuple[str, Any]]:
     return {role: lever for role, lever in levers.items() if lever[0] in template.PARAM_SPACE}
 
 
-def prior(role: str, kind: str, old: Any, new: Any, table: dict[str, Any] | None = None) -> float:
+def prior(role: str, kind: str, old: Any, new: Any, table: dict[str, Any] | None = None,
+          params: Params | None = None) -> float:
     """What a move was worth (fraction of the time), before any evidence: the template's TUNER_PRIORS for its
-    roles, else what it was worth on Hopper GEMMs."""
+    roles (a number, worth(old, new), or worth(old, new, params) where the problem decides), else what it was
+    worth on Hopper GEMMs."""
     if kind == "down":
         return 0.001
     if table and role in table:
         worth = table[role]
-        return float(worth(old, new) if callable(worth) else worth)
+        if not callable(worth):
+            return float(worth)
+        takes_point = len(inspect.signature(worth).parameters) > 2
+        return float(worth(old, new, params or {}) if takes_point else worth(old, new))
     if role == "ring":
         return 0.05 if old <= 2 else 0.01 if old <= 3 else 0.003
     if role == "tile_n":
@@ -174,6 +181,8 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
         busy = f", the tensor pipe busy only {tensor:.0f}% of the time" if tensor is not None else ""
         add("schedule", "goal", soft[0] / 10, f"the softmax holds {soft[0]:.0f}% of stall samples ({soft[1]}){busy}: "
                                               "the tensor pipe idles while the softmax runs")
+        add("rescale", "goal", soft[0] / 10, f"the softmax holds {soft[0]:.0f}% of stall samples ({soft[1]}): "
+                                             "most tiles leave the row max where it was, so their O rescale can go")
     dq = _line_share(ev, lines.get("dq_reduce", ()))
     if dq[0] >= 5:
         add("dq_reduce", "goal", dq[0] / 5, f"the dQ reductions hold {dq[0]:.0f}% of stall samples ({dq[1]})")
@@ -231,7 +240,7 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
                 continue
             point, repair = fitted
             evidence = boosts.get((role, kind), [])
-            score = prior(role, kind, old, new, table) * (1 + sum(w for w, _ in evidence))
+            score = prior(role, kind, old, new, table, params) * (1 + sum(w for w, _ in evidence))
             reasons = [why for _, why in evidence]
             if starved and role not in TRAFFIC:
                 score *= 0.25
@@ -248,7 +257,7 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
             if undone:
                 score *= 0.2  # a repair that gives up a favoured value costs what that value was worth
             if lost and (name, point[name]) in lost:  # this run measured it: the evidence for it did not hold here
-                score = prior(role, kind, old, new, table) * LOST_DISCOUNT
+                score = prior(role, kind, old, new, table, params) * LOST_DISCOUNT
                 reasons = [lost[(name, point[name])]]
             label = f"{name} {old} -> {new}" + (f" (and {', '.join(repair)} so it builds)" if repair else "")
             out.append(Candidate(point, role, kind, label, score, reasons))

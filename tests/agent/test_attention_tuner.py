@@ -163,7 +163,8 @@ def test_a_move_measured_slower_is_not_proposed_again_on_the_same_evidence():
     stands, but the tuner says what it measured and moves on."""
     history = climb(MAIN, 1, "new_best")
     assert history[4].tags["params"]["schedule"] == "pingpong" and history[4].speedup < history[3].speedup
-    assert history[6].speedup > history[3].speedup  # turn 7: a new best, a new base from which ping-pong is fresh
+    # turn 6: the lazy rescale (the same softmax evidence), a new best, a new base from which ping-pong is fresh
+    assert history[5].tags["params"]["rescale"] == "lazy" and history[5].speedup > history[3].speedup
     eighth = WeakTunerModel(MAIN).query(ModelRequest(messages=[], turn=8, history=history[:7]))
     assert eighth.tags["params"]["schedule"] == "cooperative"
     ranked = eighth.reasoning_content.splitlines()
@@ -244,3 +245,40 @@ def test_a_consumer_move_is_worded_by_the_count_it_sets(n, rows):
     why = _why(Candidate(params, "warps", "int", f"consumers {n - 1} -> {n}", 1.0), "turn 1 is the best so far",
                "turn 1's profile", at)
     assert f"consumers {n - 1} -> {n}: {n} consumer warpgroups (a {rows}-row query tile" in why, why
+
+
+def _softmax_hot(share: float) -> Evidence:
+    return Evidence(status="PASSED", speedup=1.04, profiled=True, bottleneck="compute", tensor_pipe_pct=80.0,
+                    headroom_pct=12.0, hot_lines=[HotSpot(line=201, text="s[j] = ex2(fmaf(s[j], sl2, -n0));",
+                                                          share_pct=share, reason="math_pipe_throttle")])
+
+
+@pytest.mark.parametrize("wid", [MAIN, "mha_fwd_d96_causal"])
+def test_a_hot_softmax_at_d96_and_up_points_at_the_lazy_rescale(wid):
+    """Rounds 4-5 on the H200: the lazy rescale 0.7-1.8% faster at every D >= 96; the softmax evidence names it."""
+    tuned_eager = {**at.default_params(get_workload(wid)).model_dump(), "rescale": "always"}
+    moves = rank(at, tuned_eager, _softmax_hot(20.0), TunerModel(wid)._valid)
+    lazy = next(m for m in moves if m.role == "rescale")
+    assert lazy.params["rescale"] == "lazy" and lazy.label == "rescale always -> lazy"
+    assert any("the softmax holds 20% of stall samples" in r and "O rescale" in r for r in lazy.reasons)
+    assert lazy.score > next(m for m in moves if m.role == "producer").score
+    # without the evidence it keeps its measured worth (1% of the time)
+    quiet = next(m for m in rank(at, tuned_eager, None, TunerModel(wid)._valid) if m.role == "rescale")
+    assert quiet.score == pytest.approx(0.01)
+
+
+def test_at_d64_the_lazy_rescale_is_worth_nothing_even_with_a_hot_softmax():
+    """At D = 64 it measured 3.5-4.3% slower (rounds 4-5): its prior is zero, so no evidence lifts it."""
+    wid = "mha_fwd_d64"
+    moves = rank(at, at.default_params(get_workload(wid)).model_dump(), _softmax_hot(30.0), TunerModel(wid)._valid)
+    lazy = next(m for m in moves if m.role == "rescale")
+    assert lazy.score == 0.0 and moves[-1].score == 0.0
+
+
+def test_the_lazy_rescale_is_valid_up_to_128_keys_a_tile():
+    for bn in at.PARAM_SPACE["bn"]:
+        p = at.params_for(get_workload(MAIN), bn=bn, rescale="lazy")
+        problems = at.validate(p)
+        assert (problems == []) == (bn <= at.LAZY_MAX_BN), (bn, problems)
+        if bn > at.LAZY_MAX_BN:
+            assert any("rescale=lazy" in x for x in problems)

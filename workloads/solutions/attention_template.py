@@ -27,6 +27,11 @@ CAUSAL_COOP_SPARE = 16  # more for causal + cooperative: ptxas 13.5 spilled 8-16
 # Ping-pong needs fewer: its 72 points at bn 160-192 (D = 96 / 128, plain, causal, GQA, both epilogues, producer
 # registers 24 / 40) assembled clean with 32 or more to spare and spilled with C7512 at 24 (ptxas 13.5).
 PINGPONG_SPARE = 32
+# rescale="lazy" (its thresholds and vote) takes key tiles up to LAZY_MAX_BN: its boundary points
+# (bench/attention_template_compile.py, ptxas 13.5) spilled 4-12 bytes at 160-192 keys (D = 64 bn 192 and D = 96 / 128
+# bn 160 cooperative, D = 96 / 128 bn 160-176 under ping-pong, non-causal), and key tiles over 128 did not pay anyway
+# (bench/results/attention_template.md, round 1); every measured lazy point has 128.
+LAZY_MAX_BN = 128
 PROBLEM = ("head_dim", "causal", "gqa")  # fixed by the workload, never searched
 
 
@@ -47,8 +52,8 @@ class AttnParams(BaseModel):
     epilogue: str = Field("direct", description="'direct' register->global stores or 'tma' (staged in the consumer's "
                                                 "Q rows, TMA store)")
     producer_regs: int = Field(24, description="setmaxnreg for the producer warpgroup")
-    # Options outside PARAM_SPACE (OPTION_SPACE: builtin/tuner does not search them until measured); at their
-    # defaults a point dumps and renders exactly as before they existed.
+    # Options added after the first measured points (OPTION_SPACE): at their defaults a point dumps and renders
+    # exactly as before they existed. Once the GPU has measured one it joins PARAM_SPACE too (rescale has).
     rescale: str = Field("always", description="'always' (the running max follows every tile's and O is rescaled "
                          "each time) or 'lazy' (FlashAttention-4's conditional rescale: the max moves only when a "
                          "tile's exceeds it by more than LAZY_THRESHOLD, and a warp skips the O rescale when none "
@@ -102,9 +107,11 @@ PARAM_SPACE: dict[str, list] = {
     "lpt_group": [0, 2, 4, 8],
     "epilogue": ["direct", "tma"],
     "producer_regs": [24, 40],
+    "rescale": ["always", "lazy"],  # measured in bench/attention_sweep.py rounds 4-5: searched since
 }
-# Options a point may set that builtin/tuner does not search (its space is PARAM_SPACE) until the GPU has measured
-# them; validate() checks them, render() leaves a point at their defaults byte for byte as before.
+# Options a point may set that were added after the first measured points: a dump leaves them out at their
+# defaults and render() leaves such a point byte for byte as before; builtin/tuner searches one only once it is
+# also in PARAM_SPACE (after the GPU measured it). validate() checks them.
 OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"]}
 HEAD_DIMS = (64, 96, 128)
 # The measured reference kernels (bench/results/attention_wgmma.md) per head dim: D = 64's tiles are half as
@@ -117,7 +124,7 @@ DEFAULT_STAGES = {64: 4, 96: 2, 128: 2}
 TUNER_LEVERS: dict[str, tuple[str, Any]] = {
     "warps": ("consumers", None), "key_tile": ("bn", None), "schedule": ("schedule", "pingpong"),
     "ring": ("stages", None), "epilogue": ("epilogue", "tma"), "lpt": ("lpt_group", 4),
-    "producer": ("producer_regs", None),
+    "producer": ("producer_regs", None), "rescale": ("rescale", "lazy"),
 }
 # Regions of the rendered file the profile's hot lines are matched to (substrings of the source lines).
 TUNER_LINES: dict[str, tuple[str, ...]] = {
@@ -143,9 +150,14 @@ def _key_tile_worth(old: int, new: int) -> float:
 # -14%, the TMA-store epilogue +0.5-2%, ping-pong -1.7% at D = 128 and -5% at D = 64 with two consumers (+0.5%
 # causal), a third stage level at D = 128, longest first across 4-8 heads +0.4-1% (causal). Ping-pong keeps a
 # small worth: it pays where the softmax's share is large (causal GQA, D = 64 with a third consumer).
+def _rescale_worth(old: str, new: str, params: Mapping[str, Any]) -> float:
+    # rounds 4-5 (kernel time): lazy -0.7% to -1.8% at every D >= 96, +3.5% / +4.3% at D = 64 (three consumers)
+    return 0.01 if params.get("head_dim", 128) >= 96 else 0.0
+
+
 TUNER_PRIORS: dict[str, Any] = {
     "warps": _consumers_worth, "key_tile": _key_tile_worth, "schedule": 0.01, "epilogue": 0.02, "ring": 0.005,
-    "lpt": 0.007, "producer": 0.002,
+    "lpt": 0.007, "producer": 0.002, "rescale": _rescale_worth,
 }
 def _consumers_words(params: Mapping[str, Any]) -> str:
     n = int(params["consumers"])
@@ -163,6 +175,8 @@ TUNER_WORDS: dict[str, Any] = {
     "lpt": "longest query tiles first across groups of heads (causal rows differ in length; the heads in flight "
            "share K / V in L2)",
     "producer": "a different producer register budget (what the consumers can take changes with it)",
+    "rescale": "the lazy rescale (the running max moves only when a tile's exceeds it by more than 8 in log2 units; a "
+               "warp skips the O rescale when none of its rows moved)",
 }
 
 
@@ -265,6 +279,9 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
         bad.append(f"lpt_group={p.lpt_group} orders causal tiles by length; without causal every tile is as long")
     spare = (PINGPONG_SPARE if p.schedule == "pingpong" else
              SPARE_REGS + (CAUSAL_COOP_SPARE if p.causal else 0))
+    if p.rescale == "lazy" and p.bn > LAZY_MAX_BN:
+        bad.append(f"rescale=lazy is built for key tiles up to {LAZY_MAX_BN} keys (bn={p.bn}: its thresholds and vote "
+                   "spilled registers at 160-192 keys)")
     if p.live_regs > p.consumer_regs - spare:
         bad.append(f"S, P and O take {p.live_regs} registers per consumer thread, the consumers have "
                    f"{p.consumer_regs} (about {spare} must stay spare): a smaller bn, or fewer consumers")
