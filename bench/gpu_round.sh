@@ -39,7 +39,8 @@
 #                       repairs/ over workloads/repairs/ when it is right
 #   scaling (590)       1 vs 2 GPUs on a bench matrix, 8 turns (bench/gpu_scaling.py; needs nvidia-h200-x2)
 #   library-drift (300) the same reference evaluated 8 times in one evaluator, then 5 times each in a fresh one, with
-#                       SM clock, power and temperature per evaluation (bench/library_drift.py: why cuDNN's time moves)
+#                       SM clock, power and temperature per evaluation (bench/library_drift.py: why cuDNN's time moves;
+#                       DRIFT_WORKLOAD=gemm_bf16_m8192_n7168_k5120: the GEMM's clock and power beside cuBLAS)
 #   wgmma-rates (90)    MACs per cycle per SM for each wgmma shape and operand layout (bench/wgmma_rates.py: m64n64 / n80 /
 #                       n128 / n256, K-major or MN-major A and B, A from registers)
 # A step's budget is a hard limit (SIGKILL); what it wrote by then is still packed.
@@ -96,8 +97,9 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     suite-build) python3 bench/build_repair_suite.py --out "$d/repairs" --max-seconds $((s - 120)) ;;
     scaling) python3 bench/gpu_scaling.py --json "$d/scaling.json" --md "$d/scaling.md" --out "$d/runs" ;;
     wgmma-rates) python3 bench/wgmma_rates.py --json "$d/rates.json" ;;
-    library-drift) python3 bench/library_drift.py --workload mha_fwd_d128 --n 8 --json "$d/same.json"
-                   python3 bench/library_drift.py --workload mha_fwd_d128 --n 5 --fresh --json "$d/fresh.json" ;;
+    library-drift) python3 bench/library_drift.py --workload "${DRIFT_WORKLOAD:-mha_fwd_d128}" --n 8 --json "$d/same.json"
+                   python3 bench/library_drift.py --workload "${DRIFT_WORKLOAD:-mha_fwd_d128}" --n 5 --fresh \
+                     --json "$d/fresh.json" ;;
     *) echo "unknown step $name"; return 2 ;;
   esac
 }
