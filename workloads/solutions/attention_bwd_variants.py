@@ -68,6 +68,14 @@ points of its parameter space, which builtin/tuner searches:
   wait_group 0 (ptxas does not follow a group count across the loop's back edge: C7514). H200: the fastest built
   version, the reference: -5.8% time at D = 128 (0.898-0.918x cuDNN), -2% causal, -5% at D = 96 (0.981x / 0.991x),
   -6% GQA (0.938-0.952x) against tiles_d96.
+- `dv_early`: st_ahead with dV += P^T dO issued right after the exponentials, before dP^T is waited for, and dS
+  computed from P's packed bf16 pairs. In st_ahead's SASS ptxas sinks 23 of the 32 MUFU.EX2 below dP^T's
+  WARPGROUP.DEPBAR, so the exponentials do not run under dP^T; the dV wgmma that reads them keeps them ahead of it.
+  CPU: no spills (with P^T kept in fp32 beside the packed copy: 80-92 bytes); a numpy mirror gives dQ / dK 2.9e-3
+  relative Frobenius error against 2.4e-3 (the bound is 3e-2). Not measured yet.
+- `dv_uniform`: dv_early with the consumer index warp-uniform to ptxas (`__shfl_sync` from lane 0), so the K_c /
+  V_c descriptors are built in uniform registers: 22 R2UR in the D = 128 kernel instead of 89, 2,504 instructions
+  instead of 2,664. Not measured yet.
 
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
@@ -1043,6 +1051,62 @@ ST_AHEAD_LOOP_NEW = """    mbar_wait(fullKV, 0);
 ST_AHEAD = [("// The dK / dV epilogue in 16-byte stores", ST_AHEAD_BLOCK + "// The dK / dV epilogue in 16-byte stores"),
             (ST_AHEAD_LOOP_OLD, ST_AHEAD_LOOP_NEW)]
 
+# dv_early: in st_ahead's block dV += P^T dO is issued right after the exponentials, before dP^T is waited for. In
+# st_ahead's SASS ptxas 13.5 sinks 23 of the 32 MUFU.EX2 below the WARPGROUP.DEPBAR of dP^T (the PTX has them before
+# the wait_group), so the exponentials run after dP^T instead of under it; the dV wgmma reads their packed values,
+# which keeps them ahead of its issue and of the wait that follows it. To hold the registers (with P^T in fp32 next to
+# the packed copy in flight, ptxas spilled 80-92 bytes), dS = P (dP - Dr) reads P back from its packed bf16 pairs:
+# dS is rounded to bf16 for its two products anyway.
+DV_EARLY = [
+    ("""  wgmma_wait<0>();
+  wgmma_fence_regs(p);
+#pragma unroll
+  for (int a = 0; a < 8; ++a) {
+    const float2 dr = lds64(sDr + 8 * a + col0);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) p[4 * a + k] = e[4 * a + k] * (p[4 * a + k] - (k % 2 ? dr.y : dr.x));
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    pp[i] = pack_bf16(e[2 * i], e[2 * i + 1]);
+    ds[i] = pack_bf16(p[2 * i], p[2 * i + 1]);
+  }
+  wgmma_fence();
+  issue_tn<HD, 64>(dv, pp, sdO);  // dV += P^T dO
+  issue_tn<HD, 64>(dk, ds, sQ);   // dK += dS^T Q
+  wgmma_commit();
+""", """#pragma unroll
+  for (int i = 0; i < 16; ++i) pp[i] = pack_bf16(e[2 * i], e[2 * i + 1]);
+  wgmma_fence();
+  issue_tn<HD, 64>(dv, pp, sdO);  // dV += P^T dO (dv_early: before dP^T's wait, so the exponentials stay under dP^T)
+  wgmma_commit();
+  wgmma_wait<1>();  // dP^T is done (groups complete in order; dV may still run)
+  wgmma_fence_regs(p);
+#pragma unroll
+  for (int a = 0; a < 8; ++a) {
+    const float2 dr = lds64(sDr + 8 * a + col0);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {  // P from its packed pair (the registers of P^T in fp32 are given up for dV's issue)
+      const float2 pk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pp[2 * a + k / 2]));
+      p[4 * a + k] = (k % 2 ? pk.y : pk.x) * (p[4 * a + k] - (k % 2 ? dr.y : dr.x));
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) ds[i] = pack_bf16(p[2 * i], p[2 * i + 1]);
+  wgmma_fence();
+  issue_tn<HD, 64>(dk, ds, sQ);   // dK += dS^T Q
+  wgmma_commit();
+"""),
+]
+
+# dv_uniform: dv_early with the consumer index broadcast from lane 0 (__shfl_sync), so that ptxas knows it is
+# warp-uniform: the wgmma descriptors that depend on it (K_c, V_c) are then built in uniform registers. In st_ahead's
+# SASS each of them is a 64-bit add in ordinary registers and two R2UR per k-step (89 R2UR in the D = 128 kernel, 22
+# here), and the profile's largest stall (20%, `wait`) is on the wgmma issue line.
+UNIFORM_C = [("    const int c = wg - 1;\n",
+              "    const int c = __shfl_sync(0xffffffffu, wg - 1, 0);  // warp-uniform to ptxas: descriptors in uniform "
+              "registers\n")]
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -1096,6 +1160,10 @@ VARIANTS = {
                      "the 16-byte dK / dV epilogue (tiles_stack without the per-block branch)", D96_ENTRIES + WIDE_EPILOGUE),
     "st_ahead": _on("tiles_d96", "st_ahead", "each 128-wide block's S^T issued by the block before it, behind its dQ "
                     "product", ST_AHEAD),
+    "dv_early": _on("st_ahead", "dv_early", "dV issued right after the exponentials, before dP^T is waited for",
+                    DV_EARLY),
+    "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
+                      "uniform registers)", UNIFORM_C),
     "d96_ksteps": _on("dq_tiles", "d96_ksteps", "S^T and dP^T over D = 96's own columns (6 k16 steps, not 8)",
                       D96_KSTEPS),
     "dq_tiles_wide": _on("dq_tiles", "dq_tiles_wide", "the dK / dV epilogue in 16-byte stores (a quad's 4 x 4 "
