@@ -92,3 +92,29 @@ def test_the_lazy_build_assembles_with_its_vote_and_no_spills(wid):
     assert k.spill_stores == 0 and k.spill_loads == 0
     ref = compile_source(at.render(base), "cuda", "sm_90a").kernels[at.kernel_name(base)].sass_opcodes
     assert k.sass_opcodes.get("VOTE", 0) >= 1 and k.sass_opcodes.get("HGMMA") == ref.get("HGMMA")
+
+
+def _exponentials_under_pv(p) -> int:
+    """MUFU.EX2 between the main loop's first WARPGROUP.DEPBAR that leaves one group pending (S_j done, the
+    previous P V product in flight) and the next DEPBAR (that product done)."""
+    from ptxbench.tools.sass import sass_listing
+
+    r = compile_source(at.render(p), "cuda", "sm_90a")
+    lines = [ln.split() for ln in sass_listing(r.cubin_path, at.kernel_name(p)).splitlines()[1:] if ln.strip()]
+    ops = [" ".join(w[1:] if w[0].startswith("@") else w) for w in lines]
+    one = next(i for i, o in enumerate(ops) if o.startswith("WARPGROUP.DEPBAR") and o.endswith("0x1"))
+    nxt = next(i for i in range(one + 1, len(ops)) if ops[i].startswith("WARPGROUP.DEPBAR"))
+    return sum(o.startswith("MUFU.EX2") for o in ops[one:nxt])
+
+
+def test_lazy_max_keeps_the_softmax_under_the_pv_product():
+    """ptxas 13.5 waits for the previous P V product before any exponential once the vote's branch is there (lazy);
+    with the threshold alone (lazy_max) the exponentials stay ahead of that wait as with always."""
+    w = get_workload("mha_fwd_d128")
+    under = {r: _exponentials_under_pv(at.default_params(w).model_copy(update={"rescale": r}))
+             for r in ("always", "lazy", "lazy_max")}
+    assert under["always"] >= 48 and under["lazy_max"] == under["always"], under
+    assert under["lazy"] < under["always"], under  # the premise of round 6, as the CPU sees it
+    text = at.render(at.default_params(w).model_copy(update={"rescale": "lazy_max"}))
+    assert at.LAZY_EDITS[0][1] in text and "__any_sync" not in text
+    assert at.validate(at.params_for(w, bn=160, rescale="lazy_max"))  # key tiles over 128: not built

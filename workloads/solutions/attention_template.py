@@ -57,7 +57,7 @@ class AttnParams(BaseModel):
     rescale: str = Field("always", description="'always' (the running max follows every tile's and O is rescaled "
                          "each time) or 'lazy' (FlashAttention-4's conditional rescale: the max moves only when a "
                          "tile's exceeds it by more than LAZY_THRESHOLD, and a warp skips the O rescale when none "
-                         "of its rows moved)")
+                         "of its rows moved); 'lazy_max' (the threshold alone, O rescaled every tile)")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -112,7 +112,7 @@ PARAM_SPACE: dict[str, list] = {
 # Options a point may set that were added after the first measured points: a dump leaves them out at their
 # defaults and render() leaves such a point byte for byte as before; builtin/tuner searches one only once it is
 # also in PARAM_SPACE (after the GPU measured it). validate() checks them.
-OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"]}
+OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy", "lazy_max"]}  # lazy_max: not measured yet
 HEAD_DIMS = (64, 96, 128)
 # The measured reference kernels (bench/results/attention_wgmma.md) per head dim: D = 64's tiles are half as
 # long to compute, so its ring is deeper.
@@ -279,9 +279,9 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
         bad.append(f"lpt_group={p.lpt_group} orders causal tiles by length; without causal every tile is as long")
     spare = (PINGPONG_SPARE if p.schedule == "pingpong" else
              SPARE_REGS + (CAUSAL_COOP_SPARE if p.causal else 0))
-    if p.rescale == "lazy" and p.bn > LAZY_MAX_BN:
-        bad.append(f"rescale=lazy is built for key tiles up to {LAZY_MAX_BN} keys (bn={p.bn}: its thresholds and vote "
-                   "spilled registers at 160-192 keys)")
+    if p.rescale != "always" and p.bn > LAZY_MAX_BN:
+        bad.append(f"rescale={p.rescale} is built for key tiles up to {LAZY_MAX_BN} keys (bn={p.bn}: the lazy "
+                   "thresholds and vote spilled registers at 160-192 keys)")
     if p.live_regs > p.consumer_regs - spare:
         bad.append(f"S, P and O take {p.live_regs} registers per consumer thread, the consumers have "
                    f"{p.consumer_regs} (about {spare} must stay spare): a smaller bn, or fewer consumers")
@@ -364,8 +364,8 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
         "using namespace ptxbench;  // mbar_*, tma_*, make_desc_sw128, wgmma_* (prompts/include/ptxbench)\n\n"
     )
     body = BODY.read_text()
-    if p.rescale == "lazy":
-        body = _lazy_rescale(body)
+    if p.rescale != "always":
+        body = _lazy_rescale(body, vote=p.rescale == "lazy")
     return plan_toml(p) + header + consts + "\n" + body + _entry(p)
 
 
@@ -384,7 +384,12 @@ LAZY_EDITS = [
 ]
 
 
-def _lazy_rescale(body: str) -> str:
-    for old, new in LAZY_EDITS:
+# rescale="lazy_max": the threshold alone, O rescaled every tile (by 1 when the max held). With the vote's branch,
+# ptxas 13.5 places the wait for the previous P V product ahead of all 64 exponentials (cooperative, D = 96 / 128:
+# none of them run under that product); without it 54 of the 66 MUFU.EX2 stay ahead of the wait, as with "always"
+# (tests/workloads/test_attention_lazy_rescale.py counts them). Which of the two made "lazy" faster is the question
+# bench/attention_sweep.py's round 6 asks.
+def _lazy_rescale(body: str, vote: bool = True) -> str:
+    for old, new in LAZY_EDITS if vote else LAZY_EDITS[:1]:
         body = replace_counted(body, old, new, "attention_template.cu.in (rescale=lazy)")
     return body
