@@ -58,6 +58,8 @@ class AttnParams(BaseModel):
                          "each time) or 'lazy' (FlashAttention-4's conditional rescale: the max moves only when a "
                          "tile's exceeds it by more than LAZY_THRESHOLD, and a warp skips the O rescale when none "
                          "of its rows moved); 'lazy_max' (the threshold alone, O rescaled every tile)")
+    uniform: bool = Field(False, description="the consumer index broadcast from lane 0 (__shfl_sync), so ptxas knows it "
+                          "is warp-uniform and builds the Q descriptors in uniform registers (36 -> 1 R2UR at D = 128)")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -112,7 +114,8 @@ PARAM_SPACE: dict[str, list] = {
 # Options a point may set that were added after the first measured points: a dump leaves them out at their
 # defaults and render() leaves such a point byte for byte as before; builtin/tuner searches one only once it is
 # also in PARAM_SPACE (after the GPU measured it). validate() checks them.
-OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy", "lazy_max"]}  # lazy_max: not measured yet
+OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy", "lazy_max"],  # lazy_max: not measured yet
+                                  "uniform": [False, True]}  # not measured yet
 HEAD_DIMS = (64, 96, 128)
 # The measured reference kernels (bench/results/attention_wgmma.md) per head dim: D = 64's tiles are half as
 # long to compute, so its ring is deeper.
@@ -366,6 +369,10 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
     body = BODY.read_text()
     if p.rescale != "always":
         body = _lazy_rescale(body, vote=p.rescale == "lazy")
+    if p.uniform:  # as the GEMM template's uniform option (gemm_template.UNIFORM_CONSUMER)
+        body = replace_counted(body, "    const int c = wg - 1;\n", "    const int c = __shfl_sync(0xffffffffu, wg - 1, 0);"
+                               "  // warp-uniform to ptxas: descriptors in uniform registers\n",
+                               "attention_template.cu.in (uniform)")
     return plan_toml(p) + header + consts + "\n" + body + _entry(p)
 
 
