@@ -39,7 +39,7 @@ def test_every_variant_is_a_point_the_reference_is_the_default_and_the_checked_i
     # (head_major lost to head_groups on the H200: an order for measurements only).
     builds = {n.partition("+")[0] for n in bt.BUILT.values() if n} - {"checked-in"}
     candidates = {"own_keys", "own_keys_s3", "own_keys_wide", "dq_tiles_wide", "q128_d64", "d96_ksteps",
-                  "tiles_stack", "dv_early", "dv_uniform"}
+                  "tiles_stack", "dv_early", "dv_uniform", "dv_early_d64"}
     # dq_tiles, q128_d64, tiles_stack and tiles_d96 are the reference's bases too (st_ahead is tiles_d96 with each
     # block's S^T issued by the block before it; tiles_d96 is dq_tiles + q128_d64 + D = 96's k-steps + the wide
     # epilogue: level or faster at every D on the H200, bench/results/attention_bwd.md v6 / v7 / v10)

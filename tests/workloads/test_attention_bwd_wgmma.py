@@ -97,7 +97,8 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # dv_early: st_ahead's products in another order; dv_uniform: one more SHFL (the consumer index's
                 # broadcast) and far fewer register-to-uniform moves
                 "dv_early": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 48},
-                "dv_uniform": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49}}
+                "dv_uniform": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
+                "dv_early_d64": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 48}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -139,6 +140,23 @@ def _exponentials_before_the_dp_wait(name: str) -> tuple[int, int]:
     rs = next(i for i in range(start, len(ops)) if ops[i].startswith("HGMMA.64x128x16"))
     ex2 = lambda a, b: sum(o.startswith("MUFU.EX2") for o in ops[a:b])  # noqa: E731
     return ex2(start, wait), ex2(start, max(wait, rs))
+
+
+def _d64_exponentials_under_dp(name: str) -> int:
+    """MUFU.EX2 of the D = 64 block (S^T and dP^T issued together) between S^T's wait and dP^T's."""
+    from ptxbench.tools.sass import sass_listing
+
+    r = compile_source(fast_backward(get_workload("mha_bwd_d64"), variant_text(name)), "cuda", "sm_90a")
+    lines = [ln.split() for ln in sass_listing(r.cubin_path, "attn_bwd_wgmma_d64").splitlines()[1:] if ln.strip()]
+    ops = [" ".join(w[1:] if w[0].startswith("@") else w) for w in lines]
+    one = next(i for i, o in enumerate(ops) if o.startswith("WARPGROUP.DEPBAR") and o.endswith("0x1"))
+    nxt = next(i for i in range(one + 1, len(ops)) if ops[i].startswith("WARPGROUP.DEPBAR"))
+    return sum(o.startswith("MUFU.EX2") for o in ops[one:nxt])
+
+
+def test_dv_early_d64_keeps_d64s_exponentials_under_dp():
+    assert _d64_exponentials_under_dp("dv_early_d64+head_groups") == 64
+    assert _d64_exponentials_under_dp("st_ahead+head_groups") < 64  # the premise, as the CPU sees it
 
 
 def test_dv_early_keeps_the_exponentials_under_dp():

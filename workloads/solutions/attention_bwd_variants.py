@@ -73,6 +73,8 @@ points of its parameter space, which builtin/tuner searches:
   WARPGROUP.DEPBAR, so the exponentials do not run under dP^T; the dV wgmma that reads them keeps them ahead of it.
   CPU: no spills (with P^T kept in fp32 beside the packed copy: 80-92 bytes); a numpy mirror gives dQ / dK 2.9e-3
   relative Frobenius error against 2.4e-3 (the bound is 3e-2). Not measured yet.
+- `dv_early_d64`: dv_early with D = 64's block in the same order (54 of its 64 exponentials come after dP^T's wait
+  in st_ahead's SASS; dS from P's packed pairs there too). Not measured yet.
 - `dv_uniform`: dv_early with the consumer index warp-uniform to ptxas (`__shfl_sync` from lane 0), so the K_c /
   V_c descriptors are built in uniform registers: 22 R2UR in the D = 128 kernel instead of 89, 2,504 instructions
   instead of 2,664. Not measured yet.
@@ -1099,6 +1101,46 @@ DV_EARLY = [
 """),
 ]
 
+# dv_early_d64: dv_early with D = 64's block (128 query rows) in the same order: in st_ahead's SASS 54 of that block's
+# 64 MUFU.EX2 come after dP^T's wait. dS from P's packed pairs there too (with fp32 P the D = 64 kernel spilled 4 bytes).
+DV_EARLY_D64 = [
+    ("""  wgmma_wait<0>();
+  wgmma_fence_regs(p);
+#pragma unroll
+  for (int a = 0; a < QR / 8; ++a) dr[a] = lds64(sDr + 8 * a + col0);
+#pragma unroll
+  for (int j = 0; j < QR / 2; ++j) p[j] = s[j] * (p[j] - (j % 2 ? dr[j / 4].y : dr[j / 4].x));
+#pragma unroll
+  for (int i = 0; i < QR / 4; ++i) {
+    pp[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+    ds[i] = pack_bf16(p[2 * i], p[2 * i + 1]);
+  }
+  wgmma_fence();
+  issue_tn<HD, QR>(dv, pp, sdO);  // dV += P^T dO
+  issue_tn<HD, QR>(dk, ds, sQ);   // dK += dS^T Q
+  wgmma_commit();
+""", """#pragma unroll
+  for (int i = 0; i < QR / 4; ++i) pp[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+  wgmma_fence();
+  issue_tn<HD, QR>(dv, pp, sdO);  // dV += P^T dO (dv_early_d64: before dP^T's wait, the exponentials stay under dP^T)
+  wgmma_commit();
+  wgmma_wait<1>();  // dP^T is done (dV may still run)
+  wgmma_fence_regs(p);
+#pragma unroll
+  for (int a = 0; a < QR / 8; ++a) dr[a] = lds64(sDr + 8 * a + col0);
+#pragma unroll
+  for (int j = 0; j < QR / 2; ++j) {  // P from its packed pair, as dv_early's 128-wide block (fp32 P spilled 4 bytes)
+    const float2 pk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pp[j / 2]));
+    p[j] = (j % 2 ? pk.y : pk.x) * (p[j] - (j % 2 ? dr[j / 4].y : dr[j / 4].x));
+  }
+#pragma unroll
+  for (int i = 0; i < QR / 4; ++i) ds[i] = pack_bf16(p[2 * i], p[2 * i + 1]);
+  wgmma_fence();
+  issue_tn<HD, QR>(dk, ds, sQ);   // dK += dS^T Q
+  wgmma_commit();
+"""),
+]
+
 # dv_uniform: dv_early with the consumer index broadcast from lane 0 (__shfl_sync), so that ptxas knows it is
 # warp-uniform: the wgmma descriptors that depend on it (K_c, V_c) are then built in uniform registers. In st_ahead's
 # SASS each of them is a 64-bit add in ordinary registers and two R2UR per k-step (89 R2UR in the D = 128 kernel, 22
@@ -1162,6 +1204,8 @@ VARIANTS = {
                     "product", ST_AHEAD),
     "dv_early": _on("st_ahead", "dv_early", "dV issued right after the exponentials, before dP^T is waited for",
                     DV_EARLY),
+    "dv_early_d64": _on("dv_early", "dv_early_d64", "D = 64's block in the same order (dV before dP^T's wait)",
+                        DV_EARLY_D64),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
                       "uniform registers)", UNIFORM_C),
     "d96_ksteps": _on("dq_tiles", "d96_ksteps", "S^T and dP^T over D = 96's own columns (6 k16 steps, not 8)",
