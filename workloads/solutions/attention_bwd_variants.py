@@ -71,8 +71,9 @@ points of its parameter space, which builtin/tuner searches:
 - `dv_early`: st_ahead with dV += P^T dO issued right after the exponentials, before dP^T is waited for, and dS
   computed from P's packed bf16 pairs. In st_ahead's SASS ptxas sinks 23 of the 32 MUFU.EX2 below dP^T's
   WARPGROUP.DEPBAR, so the exponentials do not run under dP^T; the dV wgmma that reads them keeps them ahead of it.
-  CPU: no spills (with P^T kept in fp32 beside the packed copy: 80-92 bytes); a numpy mirror gives dQ / dK 2.9e-3
-  relative Frobenius error against 2.4e-3 (the bound is 3e-2). Not measured yet.
+  CPU: no spills (with P^T kept in fp32 beside the packed copy: 80-92 bytes); a mirror of its rounding
+  (tests/workloads/test_attention_bwd_packed_p.py) gives dQ / dK 2.9e-3 relative Frobenius error against 2.4e-3 (the
+  bound is 3e-2). Not measured yet.
 - `dv_early_d64`: dv_early with D = 64's block in the same order (54 of its 64 exponentials come after dP^T's wait
   in st_ahead's SASS; dS from P's packed pairs there too). Not measured yet.
 - `dv_uniform`: dv_early with the consumer index warp-uniform to ptxas (`__shfl_sync` from lane 0), so the K_c /
