@@ -84,9 +84,7 @@ class EvalOptions(BaseModel):
         if on == "new_best":
             best = self.best_speedup
             best_ms = self.best_kernel_ms
-            if best is None and best_ms is None:
-                on, note = "full", "the first passing kernel of this run"
-            elif best_ms is not None and kernel_ms is not None:
+            if best_ms is not None and kernel_ms is not None:
                 if kernel_ms < best_ms:
                     on, note = "full", f"a new best: {kernel_ms:.4f} ms, under the best so far ({best_ms:.4f} ms)"
                 else:

@@ -19,14 +19,13 @@ The attention forward's roles (workloads/solutions/attention_template.py):
 The attention backward's (workloads/solutions/attention_bwd_template.py):
     the dQ reduction lines hot -> dQ by bulk reduce-adds from shared memory (dq_reduce)
     the exponentials or the consumers' barrier hot -> decoupled consumers (schedule, as the forward's ping-pong)
-A template may declare TUNER_PRIORS (role -> worth, or worth(old, new)) and TUNER_WORDS (role -> what the move
+A template may declare TUNER_PRIORS (role -> worth, or worth(old, new, params)) and TUNER_WORDS (role -> what the move
 is, or a function of the point moved to that says it) to replace the GEMM's numbers and words for its roles.
 
 Without a profile only the timing (roof share) and the compile resources speak, and the priors rank.
 """
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -101,16 +100,12 @@ def levers_of(template: ModuleType) -> dict[str, tuple[str, Any]]:
 def prior(role: str, kind: str, old: Any, new: Any, table: dict[str, Any] | None = None,
           params: Params | None = None) -> float:
     """What a move was worth (fraction of the time), before any evidence: the template's TUNER_PRIORS for its
-    roles (a number, worth(old, new), or worth(old, new, params) where the problem decides), else what it was
-    worth on Hopper GEMMs."""
+    roles (a number, or worth(old, new, params) of the point moved from), else what it was worth on Hopper GEMMs."""
     if kind == "down":
         return 0.001
     if table and role in table:
         worth = table[role]
-        if not callable(worth):
-            return float(worth)
-        takes_point = len(inspect.signature(worth).parameters) > 2
-        return float(worth(old, new, params or {}) if takes_point else worth(old, new))
+        return float(worth(old, new, params or {}) if callable(worth) else worth)
     if role == "ring":
         return 0.05 if old <= 2 else 0.01 if old <= 3 else 0.003
     if role == "tile_n":

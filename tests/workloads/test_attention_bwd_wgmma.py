@@ -17,6 +17,8 @@ from ptxbench.workloads.solutions.attention_backward import (REFERENCE_VARIANT, 
                                                               reference_backward)
 from ptxbench.workloads.solutions.attention_bwd_variants import VARIANTS, variant_text
 
+from sass_order import count, ex2_under_pending_product, first, sass_ops
+
 BACKWARD = [w.id for w in list_workloads() if w.op == "mha_bwd"]
 # Floors vs cuDNN for the reference (reference_backward), about 0.9x of what the H200 measured
 # (bench/results/attention_bwd.md, v10, st_ahead+head_groups: d128 0.898x, causal 0.906x, d96 0.981x / 0.991x,
@@ -127,31 +129,19 @@ def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
 def _exponentials_before_the_dp_wait(name: str) -> tuple[int, int]:
     """(MUFU.EX2 between the start of the block's dP^T products and the first WARPGROUP.DEPBAR after them, all
     MUFU.EX2 up to the next HGMMA that reads registers) in the D = 128 kernel's consumer loop."""
-    from ptxbench.tools.sass import sass_listing
-
-    r = compile_source(fast_backward(get_workload("mha_bwd_d128"), variant_text(name)), "cuda", "sm_90a")
-    lines = [ln.split() for ln in sass_listing(r.cubin_path, "attn_bwd_wgmma").splitlines()[1:] if ln.strip()]
-    ops = [w[1] if w[0].startswith("@") and len(w) > 1 else w[0] for w in lines]  # the opcode past a predicate
-    first = [i for i, o in enumerate(ops) if o.startswith("HGMMA.64x64x16")]
+    ops = sass_ops(fast_backward(get_workload("mha_bwd_d128"), variant_text(name)), "attn_bwd_wgmma")
+    products = [i for i, o in enumerate(ops) if o.startswith("HGMMA.64x64x16")]
     # the block's dP^T: the second run of 64x64 products (the first is S^T before the loop)
-    start = next(i for i in first if i > first[0] and not ops[i - 1].startswith("HGMMA") and
-                 any(o.startswith("WARPGROUP.DEPBAR") for o in ops[first[0]:i]))
-    wait = next(i for i in range(start, len(ops)) if ops[i].startswith("WARPGROUP.DEPBAR"))
-    rs = next(i for i in range(start, len(ops)) if ops[i].startswith("HGMMA.64x128x16"))
-    ex2 = lambda a, b: sum(o.startswith("MUFU.EX2") for o in ops[a:b])  # noqa: E731
-    return ex2(start, wait), ex2(start, max(wait, rs))
+    start = next(i for i in products if i > products[0] and not ops[i - 1].startswith("HGMMA") and
+                 count(ops, "WARPGROUP.DEPBAR", products[0], i))
+    wait, rs = first(ops, "WARPGROUP.DEPBAR", start), first(ops, "HGMMA.64x128x16", start)
+    return count(ops, "MUFU.EX2", start, wait), count(ops, "MUFU.EX2", start, max(wait, rs))
 
 
 def _d64_exponentials_under_dp(name: str) -> int:
     """MUFU.EX2 of the D = 64 block (S^T and dP^T issued together) between S^T's wait and dP^T's."""
-    from ptxbench.tools.sass import sass_listing
-
-    r = compile_source(fast_backward(get_workload("mha_bwd_d64"), variant_text(name)), "cuda", "sm_90a")
-    lines = [ln.split() for ln in sass_listing(r.cubin_path, "attn_bwd_wgmma_d64").splitlines()[1:] if ln.strip()]
-    ops = [" ".join(w[1:] if w[0].startswith("@") else w) for w in lines]
-    one = next(i for i, o in enumerate(ops) if o.startswith("WARPGROUP.DEPBAR") and o.endswith("0x1"))
-    nxt = next(i for i in range(one + 1, len(ops)) if ops[i].startswith("WARPGROUP.DEPBAR"))
-    return sum(o.startswith("MUFU.EX2") for o in ops[one:nxt])
+    return ex2_under_pending_product(sass_ops(fast_backward(get_workload("mha_bwd_d64"), variant_text(name)),
+                                              "attn_bwd_wgmma_d64"))
 
 
 def test_dv_early_d64_keeps_d64s_exponentials_under_dp():

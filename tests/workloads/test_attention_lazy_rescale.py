@@ -14,6 +14,8 @@ from ptxbench.tools.compile import compile_source
 from ptxbench.workloads.registry import get_workload, list_workloads
 from ptxbench.workloads.solutions import attention_template as at
 
+from sass_order import ex2_under_pending_product, sass_ops
+
 LAZY_THRESHOLD = 8.0
 
 
@@ -97,14 +99,7 @@ def test_the_lazy_build_assembles_with_its_vote_and_no_spills(wid):
 def _exponentials_under_pv(p) -> int:
     """MUFU.EX2 between the main loop's first WARPGROUP.DEPBAR that leaves one group pending (S_j done, the
     previous P V product in flight) and the next DEPBAR (that product done)."""
-    from ptxbench.tools.sass import sass_listing
-
-    r = compile_source(at.render(p), "cuda", "sm_90a")
-    lines = [ln.split() for ln in sass_listing(r.cubin_path, at.kernel_name(p)).splitlines()[1:] if ln.strip()]
-    ops = [" ".join(w[1:] if w[0].startswith("@") else w) for w in lines]
-    one = next(i for i, o in enumerate(ops) if o.startswith("WARPGROUP.DEPBAR") and o.endswith("0x1"))
-    nxt = next(i for i in range(one + 1, len(ops)) if ops[i].startswith("WARPGROUP.DEPBAR"))
-    return sum(o.startswith("MUFU.EX2") for o in ops[one:nxt])
+    return ex2_under_pending_product(sass_ops(at.render(p), at.kernel_name(p)))
 
 
 def test_lazy_max_keeps_the_softmax_under_the_pv_product():

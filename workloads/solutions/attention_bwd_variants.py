@@ -107,6 +107,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .template_text import uniform_index_edit
+
 REFERENCE = Path(__file__).with_name("attention_bwd_wgmma.cu")
 
 BULK_DQ = [
@@ -1146,9 +1148,7 @@ DV_EARLY_D64 = [
 # warp-uniform: the wgmma descriptors that depend on it (K_c, V_c) are then built in uniform registers. In st_ahead's
 # SASS each of them is a 64-bit add in ordinary registers and two R2UR per k-step (89 R2UR in the D = 128 kernel, 22
 # here), and the profile's largest stall (20%, `wait`) is on the wgmma issue line.
-UNIFORM_C = [("    const int c = wg - 1;\n",
-              "    const int c = __shfl_sync(0xffffffffu, wg - 1, 0);  // warp-uniform to ptxas: descriptors in uniform "
-              "registers\n")]
+UNIFORM_C = [uniform_index_edit("c")]
 
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:

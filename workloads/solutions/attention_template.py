@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, Field, model_serializer
 
-from .template_text import replace_counted, without_default_options
+from .template_text import replace_counted, uniform_index_edit, without_default_options
 
 BODY = Path(__file__).with_name("attention_template.cu.in")
 KERNEL = "attn_fwd_wgmma"  # + _d64 / _d96, _causal, _gqa: kernel_name()
@@ -140,11 +140,11 @@ TUNER_LINES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _consumers_worth(old: int, new: int) -> float:
+def _consumers_worth(old: int, new: int, params: Mapping[str, Any]) -> float:
     return 0.10 if old <= 1 else 0.003  # one 64-row consumer cannot keep the tensor pipe busy; a third splits registers
 
 
-def _key_tile_worth(old: int, new: int) -> float:
+def _key_tile_worth(old: int, new: int, params: Mapping[str, Any]) -> float:
     return 0.10 if new <= 128 else 0.005  # up to 128 keys a tile: the measured default; wider ones predicted level or worse
 
 
@@ -369,10 +369,8 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
     body = BODY.read_text()
     if p.rescale != "always":
         body = _lazy_rescale(body, vote=p.rescale == "lazy")
-    if p.uniform:  # as the GEMM template's uniform option (gemm_template.UNIFORM_CONSUMER)
-        body = replace_counted(body, "    const int c = wg - 1;\n", "    const int c = __shfl_sync(0xffffffffu, wg - 1, 0);"
-                               "  // warp-uniform to ptxas: descriptors in uniform registers\n",
-                               "attention_template.cu.in (uniform)")
+    if p.uniform:  # the consumer's Q descriptors in uniform registers
+        body = replace_counted(body, *uniform_index_edit("c"), "attention_template.cu.in (uniform)")
     return plan_toml(p) + header + consts + "\n" + body + _entry(p)
 
 

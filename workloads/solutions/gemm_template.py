@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, model_serializer
 
-from .template_text import replace_counted, without_default_options
+from .template_text import replace_counted, uniform_index_edit, without_default_options
 
 BODY = Path(__file__).with_name("gemm_template.cu.in")
 KERNEL = "gemm_bf16_tn"
@@ -321,15 +321,9 @@ def body_text(p: GemmParams) -> str:
     if p.streamk:
         body = _streamk(body)
     if p.uniform:
-        body = _swap(body, "    const int consumer = wg - 1;\n", UNIFORM_CONSUMER)
+        body = _swap(body, *uniform_index_edit("consumer"))  # the consumer's A descriptors in uniform registers
     return body
 
-
-# uniform=True: threadIdx-derived values are not warp-uniform to ptxas, so every k-step's A descriptor (the
-# consumer's rows) was a 64-bit add in ordinary registers and two R2UR before its HGMMA; broadcast from lane 0 (as
-# CUTLASS's canonical_warp_group_idx does) it is built in uniform registers.
-UNIFORM_CONSUMER = ("    const int consumer = __shfl_sync(0xffffffffu, wg - 1, 0);  // warp-uniform to ptxas: "
-                    "descriptors in uniform registers\n")
 
 
 def _swap(body: str, old: str, new: str, count: int = 1) -> str:
