@@ -128,7 +128,24 @@ POINTS_2: list[tuple[str, dict, float, str]] = [
     (SQ, {}, 1.054, "control"),
     (SQ, UNI, 1.06, "uniform descriptors"),
 ]
-ROUNDS = {1: POINTS, 2: POINTS_2}
+# Round 3, after round 2 (uniform: 0.992x -> 1.001x on the main GEMM, -0.75% kernel time; 1.001x -> 1.005x square;
+# on by default since): the tuner's own neighbours of the new default, each a lever builtin/tuner pulls, so a climb's
+# last turns are measured from here, and the M = 64 decode tile with uniform. Predicted before running
+# (gemm_sweep.md round 3): all within +-0.5% of the control; none reaches 1.03x.
+POINTS_3: list[tuple[str, dict, float, str]] = [
+    (MAIN, {}, 1.0, "control: the new default (uniform)"),
+    (MAIN, {"group_m": 16}, 1.003, "group_m 16 (the climb's turn 7)"),
+    (MAIN, {"producer_regs": 24}, 1.0, "producer 24 registers: consumers 240 instead of 232"),
+    (MAIN, {"max_ctas": 128}, 0.995, "128 CTAs: 14 full waves, 4 SMs idle"),
+    (MAIN, STM, 0.998, "stmatrix staging"),
+    (MAIN, C2 | {"group_m": 16}, 0.995, "cluster + group_m 16 (the climb's turn 8)"),
+    (M64, {"bm": 64, "bn": 64, "consumers": 1, "stages": 8}, 0.98, "params_for(M=64), uniform"),
+    (M64, {"bm": 64, "bn": 64, "consumers": 1, "stages": 8, "uniform": False}, 0.978, "params_for(M=64), plain"),
+]
+# Rounds 1-2 ran before uniform became the default: their points keep the plain index unless they set it.
+PLAIN = {"uniform": False}
+ROUNDS = {1: [(w, PLAIN | ch, *rest) for w, ch, *rest in POINTS],
+          2: [(w, PLAIN | ch, *rest) for w, ch, *rest in POINTS_2], 3: POINTS_3}
 OPTIONS = ("cluster_m", "order", "stmatrix", "max_ctas", "schedule", "tail", "uniform")  # code paths whose hang skips the points that share them
 
 

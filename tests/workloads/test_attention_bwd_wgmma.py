@@ -17,14 +17,14 @@ from ptxbench.workloads.solutions.attention_backward import (REFERENCE_VARIANT, 
                                                               reference_backward)
 from ptxbench.workloads.solutions.attention_bwd_variants import VARIANTS, variant_text
 
-from sass_order import count, ex2_under_pending_product, first, sass_ops
+from sass_order import count, first, sass_ops
 
 BACKWARD = [w.id for w in list_workloads() if w.op == "mha_bwd"]
 # Floors vs cuDNN for the reference (reference_backward), about 0.9x of what the H200 measured
-# (bench/results/attention_bwd.md, v10, st_ahead+head_groups: d128 0.898x, causal 0.906x, d96 0.981x / 0.991x,
-# GQA 0.938x; v6, its D = 64 kernels in tiles_stack: d64 1.070x / 1.092x); none on the launch-bound smoke shapes.
-MIN_SPEEDUP = {"mha_bwd_d128": 0.81, "mha_bwd_d128_causal": 0.82, "mha_bwd_d64": 0.96, "mha_bwd_d64_causal": 0.98,
-               "mha_bwd_d96": 0.88, "mha_bwd_d96_causal": 0.89, "mha_bwd_d128_gqa_h32_kv8": 0.84}
+# (bench/results/attention_bwd.md, v11, dv_uniform+head_groups: d128 0.933x, causal 0.959x, d96 1.031x / 1.043x,
+# GQA 0.972x; its D = 64 kernels are st_ahead's: 1.066x / 1.092x); none on the launch-bound smoke shapes.
+MIN_SPEEDUP = {"mha_bwd_d128": 0.84, "mha_bwd_d128_causal": 0.86, "mha_bwd_d64": 0.96, "mha_bwd_d64_causal": 0.98,
+               "mha_bwd_d96": 0.93, "mha_bwd_d96_causal": 0.94, "mha_bwd_d128_gqa_h32_kv8": 0.87}
 # HGMMA per main kernel: S^T and dP^T (D / 16 k16 steps each, D padded to 128 for 96), dV and dK (4 each), dQ
 # (8 k16 steps over 128 keys for the 128-wide kernels, 4 over a consumer's own keys for D = 64)
 HGMMA = {128: 8 + 8 + 4 + 4 + 8, 64: 4 + 4 + 4 + 4 + 4}
@@ -96,11 +96,11 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # the loop (8 more HGMMA)
                 "st_ahead": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 48},
                 "st_ahead+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 48},
-                # dv_early: st_ahead's products in another order; dv_uniform: one more SHFL (the consumer index's
-                # broadcast) and far fewer register-to-uniform moves
+                # dv_early: st_ahead's products in another order; dv_uniform (the reference): one more SHFL (the
+                # consumer index's broadcast) and far fewer register-to-uniform moves
                 "dv_early": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 48},
                 "dv_uniform": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
-                "dv_early_d64": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 48}}
+                "dv_uniform+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -138,15 +138,14 @@ def _exponentials_before_the_dp_wait(name: str) -> tuple[int, int]:
     return count(ops, "MUFU.EX2", start, wait), count(ops, "MUFU.EX2", start, max(wait, rs))
 
 
-def _d64_exponentials_under_dp(name: str) -> int:
-    """MUFU.EX2 of the D = 64 block (S^T and dP^T issued together) between S^T's wait and dP^T's."""
-    return ex2_under_pending_product(sass_ops(fast_backward(get_workload("mha_bwd_d64"), variant_text(name)),
-                                              "attn_bwd_wgmma_d64"))
-
-
-def test_dv_early_d64_keeps_d64s_exponentials_under_dp():
-    assert _d64_exponentials_under_dp("dv_early_d64+head_groups") == 64
-    assert _d64_exponentials_under_dp("st_ahead+head_groups") < 64  # the premise, as the CPU sees it
+@pytest.mark.parametrize("kernel", ["attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_causal", "attn_bwd_wgmma_d64_gqa"])
+def test_the_references_d64_kernels_are_st_aheads(kernel):
+    """The warp-uniform consumer index ran 3-4% slower at D = 64 on the H200 (attention_bwd.md v11), so the reference
+    applies it only in the 128-wide kernels: its D = 64 kernels are the ones measured at 1.066x / 1.092x,
+    instruction for instruction."""
+    wl = get_workload("mha_bwd_d64")
+    assert sass_ops(fast_backward(wl, variant_text(REFERENCE_VARIANT)), kernel) == \
+        sass_ops(fast_backward(wl, variant_text("st_ahead+head_groups")), kernel)
 
 
 def test_dv_early_keeps_the_exponentials_under_dp():

@@ -102,14 +102,12 @@ def _exponentials_under_pv(p) -> int:
     return ex2_under_pending_product(sass_ops(at.render(p), at.kernel_name(p)))
 
 
-def test_lazy_max_keeps_the_softmax_under_the_pv_product():
+def test_the_vote_moves_the_pv_wait_ahead_of_the_softmax():
     """ptxas 13.5 waits for the previous P V product before any exponential once the vote's branch is there (lazy);
-    with the threshold alone (lazy_max) the exponentials stay ahead of that wait as with always."""
+    with always most of them run under that product. The H200 measured lazy faster all the same (attention_template.md
+    rounds 4-6: the skipped O rescale is worth more than the overlap), so this pins the trade, not a defect."""
     w = get_workload("mha_fwd_d128")
-    under = {r: _exponentials_under_pv(at.default_params(w).model_copy(update={"rescale": r}))
-             for r in ("always", "lazy", "lazy_max")}
-    assert under["always"] >= 48 and under["lazy_max"] == under["always"], under
-    assert under["lazy"] < under["always"], under  # the premise of round 6, as the CPU sees it
-    text = at.render(at.default_params(w).model_copy(update={"rescale": "lazy_max"}))
-    assert at.LAZY_EDITS[0][1] in text and "__any_sync" not in text
-    assert at.validate(at.params_for(w, bn=160, rescale="lazy_max"))  # key tiles over 128: not built
+    under = {r: _exponentials_under_pv(at.default_params(w).model_copy(update={"rescale": r, "uniform": False}))
+             for r in ("always", "lazy")}
+    assert under["always"] >= 48 and under["lazy"] < under["always"], under
+    assert at.validate(at.params_for(w, rescale="lazy_max"))  # measured slower than always and deleted

@@ -25,7 +25,7 @@ from .attention import HERE, plan_edits
 
 FAST_BACKWARD = "attention_bwd_wgmma.cu"
 HEAD_DIMS = (64, 96, 128)
-REFERENCE_VARIANT = "st_ahead+head_groups"
+REFERENCE_VARIANT = "dv_uniform+head_groups"
 SMEM_D64 = 'smem = "1024 + 16384 * 2 + 2 * (8192 * 2 + 512) + 16384 * 2 + 256"'
 
 

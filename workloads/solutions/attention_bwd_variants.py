@@ -65,20 +65,23 @@ points of its parameter space, which builtin/tuner searches:
   stall samples waiting at the S^T / dP^T issue). What makes it assemble where `prefetch` (v3) and `prefetch_st`
   did not: P^T goes to registers of its own (the carried S^T accumulator is only read), dV and dK are waited for
   before dQ is issued (their bf16 operands are dead before the next S^T: no C7512), and a block opens with
-  wait_group 0 (ptxas does not follow a group count across the loop's back edge: C7514). H200: the fastest built
-  version, the reference: -5.8% time at D = 128 (0.898-0.918x cuDNN), -2% causal, -5% at D = 96 (0.981x / 0.991x),
+  wait_group 0 (ptxas does not follow a group count across the loop's back edge: C7514). H200: the reference
+  before dv_uniform: -5.8% time at D = 128 (0.898-0.918x cuDNN), -2% causal, -5% at D = 96 (0.981x / 0.991x),
   -6% GQA (0.938-0.952x) against tiles_d96.
 - `dv_early`: st_ahead with dV += P^T dO issued right after the exponentials, before dP^T is waited for, and dS
   computed from P's packed bf16 pairs. In st_ahead's SASS ptxas sinks 23 of the 32 MUFU.EX2 below dP^T's
   WARPGROUP.DEPBAR, so the exponentials do not run under dP^T; the dV wgmma that reads them keeps them ahead of it.
   CPU: no spills (with P^T kept in fp32 beside the packed copy: 80-92 bytes); a mirror of its rounding
   (tests/workloads/test_attention_bwd_packed_p.py) gives dQ / dK 2.9e-3 relative Frobenius error against 2.4e-3 (the
-  bound is 3e-2). Not measured yet.
-- `dv_early_d64`: dv_early with D = 64's block in the same order (54 of its 64 exponentials come after dP^T's wait
-  in st_ahead's SASS; dS from P's packed pairs there too). Not measured yet.
-- `dv_uniform`: dv_early with the consumer index warp-uniform to ptxas (`__shfl_sync` from lane 0), so the K_c /
-  V_c descriptors are built in uniform registers: 22 R2UR in the D = 128 kernel instead of 89, 2,504 instructions
-  instead of 2,664. Not measured yet.
+  bound is 3e-2; the H200 measured 2.89e-3). H200 alone: level at D = 128, -1.2% causal, -0.6% at D = 96 causal
+  against st_ahead; the base of dv_uniform. Its D = 64 twice (`dv_early_d64`, the same order in D = 64's block) ran
+  5.2% slower and was deleted (attention_bwd.md v11).
+- `dv_uniform`: dv_early with the consumer index warp-uniform to ptxas (`__shfl_sync` from lane 0) in the 128-wide
+  kernels, so the K_c / V_c descriptors are built in uniform registers: 22 R2UR in the D = 128 kernel instead of 89,
+  2,504 instructions instead of 2,664. H200: the fastest built version, the reference: -1.7% time at D = 128 (0.933x
+  cuDNN), -4.2% causal (0.959x), -4.8% / -4.9% at D = 96 (1.031x / 1.043x), -2.2% GQA (0.972x) against st_ahead. At
+  D = 64 the same broadcast ran 3.3% / 4.0% slower, so D = 64's entries keep the plain index (st_ahead's D = 64
+  kernels, 1.066x / 1.092x).
 
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
@@ -91,7 +94,7 @@ Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or
 - `head_groups`: head_major's grid handed out by groups of 4 heads, key blocks longest-first across the group
   (the forward's LPT_GROUP order): the same locality, and causal keeps a longest-first order across heads
   (head_major has it within each head only): causal 0.840x against head_major's 0.830x, level elsewhere.
-  `st_ahead+head_groups` is the reference (attention_backward.REFERENCE_VARIANT).
+  `dv_uniform+head_groups` is the reference (attention_backward.REFERENCE_VARIANT).
 
     python3 bench/attention_bwd_check.py --variant bulk_dq        (on a GPU; bench/gpu_round.sh bwd-variants runs all)
     variant_text("bulk_dq")                                       (the solution text; attention_backward.fast_backward
@@ -1104,51 +1107,15 @@ DV_EARLY = [
 """),
 ]
 
-# dv_early_d64: dv_early with D = 64's block (128 query rows) in the same order: in st_ahead's SASS 54 of that block's
-# 64 MUFU.EX2 come after dP^T's wait. dS from P's packed pairs there too (with fp32 P the D = 64 kernel spilled 4 bytes).
-DV_EARLY_D64 = [
-    ("""  wgmma_wait<0>();
-  wgmma_fence_regs(p);
-#pragma unroll
-  for (int a = 0; a < QR / 8; ++a) dr[a] = lds64(sDr + 8 * a + col0);
-#pragma unroll
-  for (int j = 0; j < QR / 2; ++j) p[j] = s[j] * (p[j] - (j % 2 ? dr[j / 4].y : dr[j / 4].x));
-#pragma unroll
-  for (int i = 0; i < QR / 4; ++i) {
-    pp[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
-    ds[i] = pack_bf16(p[2 * i], p[2 * i + 1]);
-  }
-  wgmma_fence();
-  issue_tn<HD, QR>(dv, pp, sdO);  // dV += P^T dO
-  issue_tn<HD, QR>(dk, ds, sQ);   // dK += dS^T Q
-  wgmma_commit();
-""", """#pragma unroll
-  for (int i = 0; i < QR / 4; ++i) pp[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
-  wgmma_fence();
-  issue_tn<HD, QR>(dv, pp, sdO);  // dV += P^T dO (dv_early_d64: before dP^T's wait, the exponentials stay under dP^T)
-  wgmma_commit();
-  wgmma_wait<1>();  // dP^T is done (dV may still run)
-  wgmma_fence_regs(p);
-#pragma unroll
-  for (int a = 0; a < QR / 8; ++a) dr[a] = lds64(sDr + 8 * a + col0);
-#pragma unroll
-  for (int j = 0; j < QR / 2; ++j) {  // P from its packed pair, as dv_early's 128-wide block (fp32 P spilled 4 bytes)
-    const float2 pk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pp[j / 2]));
-    p[j] = (j % 2 ? pk.y : pk.x) * (p[j] - (j % 2 ? dr[j / 4].y : dr[j / 4].x));
-  }
-#pragma unroll
-  for (int i = 0; i < QR / 4; ++i) ds[i] = pack_bf16(p[2 * i], p[2 * i + 1]);
-  wgmma_fence();
-  issue_tn<HD, QR>(dk, ds, sQ);   // dK += dS^T Q
-  wgmma_commit();
-"""),
-]
-
 # dv_uniform: dv_early with the consumer index broadcast from lane 0 (__shfl_sync), so that ptxas knows it is
 # warp-uniform: the wgmma descriptors that depend on it (K_c, V_c) are then built in uniform registers. In st_ahead's
 # SASS each of them is a 64-bit add in ordinary registers and two R2UR per k-step (89 R2UR in the D = 128 kernel, 22
 # here), and the profile's largest stall (20%, `wait`) is on the wgmma issue line.
-UNIFORM_C = [uniform_index_edit("c")]
+# Only in the 128-wide kernels (D = 96 / 128, -1.7 to -4.9% time on the H200): at D = 64 (consumer_block) the same
+# broadcast ran 3.3% slower, causal 4.0% (attention_bwd.md v11), so the D = 64 entries keep the plain index.
+_OLD_C, _NEW_C = uniform_index_edit("c")
+UNIFORM_C = [(_OLD_C, _NEW_C.replace("__shfl_sync(0xffffffffu, wg - 1, 0)",
+                                    "HD == 128 ? __shfl_sync(0xffffffffu, wg - 1, 0) : wg - 1"))]
 
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
@@ -1205,8 +1172,6 @@ VARIANTS = {
                     "product", ST_AHEAD),
     "dv_early": _on("st_ahead", "dv_early", "dV issued right after the exponentials, before dP^T is waited for",
                     DV_EARLY),
-    "dv_early_d64": _on("dv_early", "dv_early_d64", "D = 64's block in the same order (dV before dP^T's wait)",
-                        DV_EARLY_D64),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
                       "uniform registers)", UNIFORM_C),
     "d96_ksteps": _on("dq_tiles", "d96_ksteps", "S^T and dP^T over D = 96's own columns (6 k16 steps, not 8)",

@@ -210,7 +210,7 @@ gemm_bf16_tn(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CU
     }
   } else {
     setmaxnreg_inc<CONSUMER_REGS>();
-    const int consumer = wg - 1;
+    const int consumer = __shfl_sync(0xffffffffu, wg - 1, 0);  // warp-uniform to ptxas: descriptors in uniform registers
     float acc[MSUB][BN / 2];
     uint32_t slab_count = 0;
     int stage = 0;
