@@ -10,9 +10,10 @@ The reference (what builtin/reference submits, `reference_backward`) is the fast
 H200, `REFERENCE_VARIANT` of attention_bwd_variants.py (dQ by each consumer's own bulk reduce-add from a swizzled
 shared-memory tile, a 3-deep Q / dO ring for the 128-wide kernels, 128 query rows a block at D = 64, D = 96's S^T and
 dP^T over its own 96 columns in entry points of its own, dK / dV in 16-byte stores, each 128-wide block's S^T issued
-by the block before it behind its dQ product, the key blocks of 4 heads launched side by side: 0.898-0.918x cuDNN
-at D = 128, 0.906-0.919x causal, 0.981x / 0.991x at D = 96, 0.938-0.952x GQA, 1.070x / 1.092x at D = 64, against
-the checked-in file's 0.503x and 0.483x, bench/results/attention_bwd.md "v10" and "v6"); the
+by the block before it behind its dQ product, dV issued before dP^T's wait, a warp-uniform consumer index in the
+128-wide kernels, the key blocks of 4 heads launched side by side: 0.933x cuDNN at D = 128, 0.959-0.961x causal,
+1.031x / 1.043x at D = 96, 0.972x GQA, 1.066x / 1.092x at D = 64, against the checked-in file's 0.503x and 0.483x,
+bench/results/attention_bwd.md "v11"); the
 checked-in file is the plainest fast
 version, the one every variant is an edit of, and the tuner's weak start.
 """
