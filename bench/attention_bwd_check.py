@@ -84,8 +84,15 @@ def main() -> None:
                        # per launch: its hot lines (line, share, reason) or why there are none
                        lines={k.get("name", ""): [[h.get("line"), h.get("share_pct"), h.get("text", "")[:60]]
                                                    for h in k.get("hot_lines", [])[:8]] or k.get("lines_note", "")
-                              for k in (res.profile or {}).get("kernels", [])})
-            print(f"== profile {wid} ({label}): {row['targets_runtime']}\n{row['feedback']}\nlines: {row['lines']}", flush=True)
+                              for k in (res.profile or {}).get("kernels", [])},
+                       # per launch: its hottest SASS instructions (position, line or None, share, reason, text)
+                       sass={k.get("name", ""): [[h.get("index"), h.get("line"), h.get("share_pct"), h.get("dominant"),
+                                                  h.get("sass")] for h in k.get("hot_sass", [])]
+                             for k in (res.profile or {}).get("kernels", [])})
+            main = next((v for k, v in row["sass"].items() if k.startswith("attn_bwd_wgmma")), [])
+            hot = "\n".join(f"  {i:5d} line {ln}  {pct:5.2f}%  {why:18s} {text}" for i, ln, pct, why, text in main)
+            print(f"== profile {wid} ({label}): {row['targets_runtime']}\n{row['feedback']}\nlines: {row['lines']}\n"
+                  f"hottest instructions of the main kernel:\n{hot}", flush=True)
         else:
             print(json.dumps(row)[:900], flush=True)
         rows.append(row)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ptxbench.tools.compile import compile_source
 from ptxbench.tools.profile.feedback import profile_feedback
-from ptxbench.tools.profile.lines import fold_lines
+from ptxbench.tools.profile.lines import fold_lines, hot_instructions
 from ptxbench.tools.profile.ncu_csv import parse_source
 from ptxbench.tools.profile.summary import KernelProfile, ProfileSummary, Rule
 from ptxbench.tools.results import RuntimeTarget, Timing, TimingStat
@@ -26,6 +26,11 @@ def test_real_h200_source_counters_fold_onto_the_lines_of_the_ptx():
     assert hot[0].text.startswith("st.global.v4.f32") and hot[0].share_pct > 90  # the store waits on its load
     assert hot[0].dominant == "long_scoreboard" and src.splitlines()[hot[0].line - 1].strip() == hot[0].text
     assert fold_lines(page, lines[:-1], src) == []  # another cubin: no guessing
+    # the same samples by instruction: the store first, on its line; the shares of all instructions sum to 100
+    top = hot_instructions(page, lines, top=len(lines))
+    assert top[0].sass.startswith("STG") and top[0].line == hot[0].line and top[0].dominant == "long_scoreboard"
+    assert abs(sum(h.share_pct for h in top) - 100) < 0.5 and top[0].share_pct >= top[-1].share_pct
+    assert hot_instructions(page, lines[:-1]) == []
 
 
 def _gemm_summary(hot_line: int, hot_text: str) -> ProfileSummary:
@@ -105,4 +110,6 @@ def test_a_multi_kernel_plans_source_pages_join_their_launches_by_name():
     attach_lines(summary, {"attn_bwd_wgmma": [1, 2, 3], "attn_bwd_post": [1, 2, 3]}, solution)
     main, post = summary.kernels[1], summary.kernels[2]
     assert [h.line for h in main.hot_lines] == [3, 2, 1] and main.hot_lines[0].text == "line three"
+    assert [(h.index, h.line, h.dominant) for h in main.hot_sass] == [(2, 3, "wait"), (1, 2, "wait"), (0, 1, "wait")]
+    assert post.hot_sass == []
     assert post.hot_lines == [] and post.lines_note == "the source page has 2 instructions, the compile 3"

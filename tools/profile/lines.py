@@ -56,3 +56,35 @@ def fold_lines(source: SourceKernel, sass_lines: list[int | None], solution: str
         out.append(HotLine(line=line, text=words[:120], samples=n, share_pct=round(100 * n / total, 1),
                            stalls=dict(reasons[line].most_common()), executed=executed[line]))
     return out
+
+
+class HotInstruction(BaseModel):
+    """One SASS instruction of the profiled kernel by its stall samples: what a hot line is made of, and where the
+    samples of code with no line of the solution (inlined header helpers, ptxas's own code) land."""
+    index: int = Field(description="0-based position in the kernel's SASS (address order)")
+    sass: str = Field(description="the instruction as the source page prints it (capped)")
+    line: int | None = Field(None, description="its line in the solution file, None when the compile has none")
+    share_pct: float = Field(0.0, description="share of the kernel's stall samples")
+    dominant: str = Field("", description="its largest stall reason (not counting issue samples)")
+
+
+def hot_instructions(source: SourceKernel, sass_lines: list[int | None], top: int = 24) -> list[HotInstruction]:
+    """The `top` instructions by stall samples, each with its solution line ([] when the page and the compile
+    disagree on the instruction count, as fold_lines)."""
+    if not source.lines or len(source.lines) != len(sass_lines):
+        return []
+    total = sum(ln.samples for ln in source.lines)
+    if total <= 0:
+        return []
+    ranked = sorted(range(len(source.lines)), key=lambda i: -source.lines[i].samples)[:top]
+    out = []
+    for i in ranked:
+        ins = source.lines[i]
+        if ins.samples <= 0:
+            break
+        waiting = {r: v for r, v in ins.stalls.items() if r not in ISSUING}
+        out.append(HotInstruction(index=i, sass=" ".join(ins.sass.split())[:80], line=sass_lines[i],
+                                  share_pct=round(100 * ins.samples / total, 2),
+                                  dominant=max(waiting, key=waiting.get) if waiting else ""))
+    return out
+

@@ -9,7 +9,7 @@ import re
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from .lines import HotLine
+from .lines import HotInstruction, HotLine
 from .ncu_csv import DetailKernel, RawKernel, SourceKernel
 
 SOL = "GPU Speed Of Light Throughput"
@@ -64,6 +64,8 @@ class KernelProfile(BaseModel):
     rules: list[Rule] = Field(default_factory=list)
     hot_lines: list[HotLine] = Field(default_factory=list, description="solution lines by warp-stall samples "
                                      "(Nsight's source counters folded on the compile's line of each instruction)")
+    hot_sass: list[HotInstruction] = Field(default_factory=list, description="SASS instructions by warp-stall samples, "
+                                           "each with its solution line (None: code the solution has no line for)")
     lines_note: str = Field("", description="why hot_lines is empty although a source page was collected")
     _source: SourceKernel | None = PrivateAttr(None)  # the per-instruction page, for attach_lines
 
@@ -139,7 +141,7 @@ def build_kernel(raw: RawKernel | None, details: DetailKernel | None, source: So
 def attach_lines(summary: "ProfileSummary", sass_lines: dict[str, list[int | None]], solution: str) -> None:
     """Fill each kernel's hot_lines from its source page and the compile's line of each instruction
     (`sass_lines`: kernel name -> KernelResources.sass_lines). In place."""
-    from .lines import fold_lines
+    from .lines import fold_lines, hot_instructions
 
     for k in summary.kernels:
         lines = sass_lines.get(k.name)
@@ -149,6 +151,7 @@ def attach_lines(summary: "ProfileSummary", sass_lines: dict[str, list[int | Non
             k.lines_note = f"the compile has no line table for {k.name!r}"
             continue
         k.hot_lines = fold_lines(k._source, lines, solution)
+        k.hot_sass = hot_instructions(k._source, lines)
         if not k.hot_lines:
             k.lines_note = (f"the source page has {len(k._source.lines)} instructions, the compile {len(lines)}"
                             if len(k._source.lines) != len(lines) else "no stall samples on the source page")
