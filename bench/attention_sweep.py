@@ -178,9 +178,12 @@ _ROUND_7 = (("mha_fwd_d96_causal", (96, True, False), 1.09, 1.015),
             ("mha_fwd_d128_gqa_h32_kv8_causal", (128, True, True), 1.069, 1.01),
             ("mha_fwd_d64", (64, False, False), 1.165, 1.01),
             ("mha_fwd_d64_causal", (64, True, False), 1.010, 1.01))  # (workload, problem, speedup, predicted gain)
+# Measured (first three problems; the D = 64 pair ran past the step's deadline): D = 96 causal -2.5%, GQA -2.2%,
+# GQA causal +1.1% (promoted into TUNED for the first two).
+_PLAIN_INDEX = {problem: {k: v for k, v in at.TUNED[problem].items() if k != "uniform"} for _, problem, *_ in _ROUND_7}
 POINTS_7: list[tuple[str, dict, float | None]] = [
     point for wid, problem, ref, gain in _ROUND_7
-    for point in ((wid, dict(at.TUNED[problem]), ref), (wid, {**at.TUNED[problem], "uniform": True}, round(ref * gain, 3)))]
+    for point in ((wid, _PLAIN_INDEX[problem], ref), (wid, {**_PLAIN_INDEX[problem], "uniform": True}, round(ref * gain, 3)))]
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
 

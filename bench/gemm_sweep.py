@@ -142,10 +142,11 @@ POINTS_3: list[tuple[str, dict, float, str]] = [
     (M64, {"bm": 64, "bn": 64, "consumers": 1, "stages": 8}, 0.98, "params_for(M=64), uniform"),
     (M64, {"bm": 64, "bn": 64, "consumers": 1, "stages": 8, "uniform": False}, 0.978, "params_for(M=64), plain"),
 ]
-# Rounds 1-2 ran before uniform became the default: their points keep the plain index unless they set it.
-PLAIN = {"uniform": False}
-ROUNDS = {1: [(w, PLAIN | ch, *rest) for w, ch, *rest in POINTS],
-          2: [(w, PLAIN | ch, *rest) for w, ch, *rest in POINTS_2], 3: POINTS_3}
+# Each round as it ran: rounds 1-2 before uniform and 128 CTAs became the defaults, round 3 before 128 CTAs did;
+# a point that sets either keeps its own value.
+AS_RUN = {1: {"uniform": False, "max_ctas": 0}, 2: {"uniform": False, "max_ctas": 0}, 3: {"max_ctas": 0}}
+ROUNDS = {r: [(w, AS_RUN[r] | ch, *rest) for w, ch, *rest in pts] for r, pts in ((1, POINTS), (2, POINTS_2),
+                                                                                  (3, POINTS_3))}
 OPTIONS = ("cluster_m", "order", "stmatrix", "max_ctas", "schedule", "tail", "uniform")  # code paths whose hang skips the points that share them
 
 

@@ -49,3 +49,8 @@ def test_its_figures_are_the_recorded_ones():
     assert "128 B a cycle" in SECTION and "128 B per cycle" in gemm
     assert "32% slower" in SECTION and "It is **32% slower** at D = 128" in bwd
     assert "-5.7% time at D = 128" in SECTION and "st_ahead -5.8% at D = 128" in bwd and "-5.7% at D = 128" in bwd
+    # the warp-uniform warpgroup index (gemm_sweep.md round 2, attention_template.md rounds 6-7, attention_bwd.md v11)
+    assert "-0.75%" in SECTION and "uniform: -0.75% kernel time on the main GEMM" in gemm
+    assert "-2% forward" in SECTION and "-2.0% at D = 128, -2.1% at D = 96" in fwd
+    assert "-1.8 to -4.4% backward" in SECTION and "a further -1.8% at D = 128" in bwd and "-4.4% / -4.3% at D = 96" in bwd
+    assert "cost 1-4%" in SECTION and "+1.1%" in fwd and "+3.3% / +4.0%" in bwd
