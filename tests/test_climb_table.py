@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from climb_table import rows, table  # noqa: E402
 
-CLIMBS = {"tuner-climb-mha_fwd_d128": "cuDNN"}
+CLIMBS = {"tuner-climb-mha_fwd_d128": "cuDNN", "tuner-climb": "cuBLAS"}
 
 
 @pytest.mark.parametrize("folder", sorted(CLIMBS))
@@ -31,7 +31,8 @@ def test_every_turns_speedup_is_the_summarys(folder):
     summary = (d / "summary.md").read_text(encoding="utf-8")
     for run in ("run1", "run2", "run3"):
         per_turn = re.search(rf"^\| {run} \|[^|]*\| ([\d. ]+) \|$", summary, re.M).group(1).split()
-        assert [r["speedup"].split()[0] for r in rows(d / run)] == per_turn
+        # a turn a run's time limit cut before its evaluation has no speedup (its row shows "-")
+        assert [r["speedup"].split()[0] for r in rows(d / run) if r["speedup"] != "-"] == per_turn
 
 
 def test_a_move_is_measured_from_the_turn_the_reply_built_on():

@@ -3,7 +3,7 @@ language = "cuda"
 
 [[launch]]
 kernel = "gemm_bf16_tn"
-grid = ["min(num_sms, cdiv(M, 128) * cdiv(N, 256))", 1, 1]
+grid = ["min(min(num_sms, 128), cdiv(M, 128) * cdiv(N, 256))", 1, 1]
 block = [384, 1, 1]
 smem = 230464
 args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"]
@@ -25,7 +25,7 @@ tensor = "C"
 box = [64, 64]
 swizzle = "128B"
 */
-// Reference GEMM rendered by workloads/solutions/gemm_template.py with {'bm': 128, 'bn': 256, 'bk': 64, 'stages': 4, 'consumers': 2, 'persistent': True, 'group_m': 8, 'cluster_m': 1, 'epilogue': 'tma', 'producer_regs': 40, 'max_ctas': 0}
+// Reference GEMM rendered by workloads/solutions/gemm_template.py with {'bm': 128, 'bn': 256, 'bk': 64, 'stages': 4, 'consumers': 2, 'persistent': True, 'group_m': 8, 'cluster_m': 1, 'epilogue': 'tma', 'producer_regs': 40, 'max_ctas': 128}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -211,7 +211,7 @@ gemm_bf16_tn(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CU
     }
   } else {
     setmaxnreg_inc<CONSUMER_REGS>();
-    const int consumer = wg - 1;
+    const int consumer = __shfl_sync(0xffffffffu, wg - 1, 0);  // warp-uniform to ptxas: descriptors in uniform registers
     float acc[MSUB][BN / 2];
     uint32_t slab_count = 0;
     int stage = 0;
