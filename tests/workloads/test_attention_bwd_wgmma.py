@@ -100,7 +100,9 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # consumer index's broadcast) and far fewer register-to-uniform moves
                 "dv_early": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 48},
                 "dv_uniform": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
-                "dv_uniform+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49}}
+                "dv_uniform+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
+                # dq_static: dv_uniform with the dQ tile's stores straight-line (no per-store branch)
+                "dq_static": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -283,6 +285,37 @@ def test_dq_tiles_layout_is_read_back_by_the_postprocess(D):
             assert max(per_group.values()) == 2
     text = variant_text("dq_tiles")
     assert "8 * (g ^ (row & sw))" in text and "8 * ((dd / 8) ^ (rr & (W / 8 - 1)))" in text
+
+
+def test_dq_static_stores_each_value_where_dq_tiles_did():
+    """dq_static's store_dq_tile (its lines, mirrored): the thread's row base plus a constant XOR the row's swizzle is
+    dq_tiles' address for every thread, element and tile width (64; 32 for D = 96's second consumer)."""
+    text = variant_text("dq_static")
+    for line in ("float* base = tile + r * W + col0;", "const int x = 8 * (r & (W / 8 - 1));",
+                 "if (8 * g < W) sts64(base + h * 8 * W + ((8 * g) ^ x), dq[j], dq[j + 1]);",
+                 "const int W = KD == 128 || c == 0 ? 64 : 32;"):
+        assert line in text, line
+    for W in (64, 32):
+        for t in range(128):
+            lane = t % 32
+            r, col0 = 16 * (t // 32) + lane // 4, 2 * (lane % 4)
+            for j in range(0, 32, 2):
+                g, h = j // 4, (j // 2) % 2
+                if 8 * g < W:
+                    row = r + 8 * h
+                    assert r * W + col0 + h * 8 * W + ((8 * g) ^ (8 * (r & (W // 8 - 1)))) == \
+                        row * W + 8 * (g ^ (row & (W // 8 - 1))) + col0
+
+
+def test_dq_statics_tile_stores_have_no_branch():
+    """The 128-wide kernel's 16 dQ tile stores (STS.64) run straight: no branch between the first and the last, and
+    fewer instructions than dv_uniform's kernel (each of whose stores sat behind its own branch)."""
+    ops = sass_ops(fast_backward(get_workload("mha_bwd_d128"), variant_text("dq_static+head_groups")), "attn_bwd_wgmma")
+    sts = [i for i, o in enumerate(ops) if o.startswith("STS.64")]
+    assert len(sts) == 16 and count(ops, "BRA", sts[0], sts[-1]) == 0
+    ref = sass_ops(fast_backward(get_workload("mha_bwd_d128"), variant_text("dv_uniform+head_groups")), "attn_bwd_wgmma")
+    ref_sts = [i for i, o in enumerate(ref) if o.startswith("STS.64")]
+    assert count(ref, "BRA", ref_sts[0], ref_sts[-1]) >= 7 and len(ops) < len(ref) - 100  # 8 groups, 7 branches between
 
 
 def test_the_16_byte_epilogue_puts_every_value_of_a_row_in_its_column_once():

@@ -82,6 +82,9 @@ points of its parameter space, which builtin/tuner searches:
   cuDNN), -4.2% causal (0.959x), -4.8% / -4.9% at D = 96 (1.031x / 1.043x), -2.2% GQA (0.972x) against st_ahead. At
   D = 64 the same broadcast ran 3.3% / 4.0% slower, so D = 64's entries keep the plain index (st_ahead's D = 64
   kernels, 1.066x / 1.092x).
+- `dq_static`: dv_uniform with the dQ tile's width known to ptxas in the 128-wide block: its 16 float2 stores run
+  straight (the runtime width put each behind its own branch, with its address recomputed from threadIdx: v11's
+  profile had 16% of the stall samples there). 2,376 instructions at D = 128 instead of 2,504. Not measured yet.
 
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
@@ -1117,6 +1120,52 @@ _OLD_C, _NEW_C = uniform_index_edit("c")
 UNIFORM_C = [(_OLD_C, _NEW_C.replace("__shfl_sync(0xffffffffu, wg - 1, 0)",
                                     "HD == 128 ? __shfl_sync(0xffffffffu, wg - 1, 0) : wg - 1"))]
 
+# dq_static: dv_uniform with the dQ tile's width known to ptxas in the 128-wide block. `W = min(64, D - 64 c)` is a
+# runtime value, so each of the 16 float2 stores of a thread's dQ rows sat behind its own `8 g < W` branch and ptxas,
+# out of registers, recomputed the row's address and swizzle from threadIdx inside each branch (17 integer
+# instructions per pair of STS.64, reusing four registers that each store must read first). The profile of
+# dv_uniform put 16% of all stall samples (short_scoreboard) on those instructions (attributed to the
+# `const int t = threadIdx.x % 128;` line). Here the width is 64 (D = 128) or, at D = 96, 64 / 32 for consumer 0 / 1
+# (a warp-uniform branch): every store is the thread's row base plus a constant XOR its row's swizzle.
+DQ_STATIC = [
+    ("// st_ahead: one 128-wide block whose S^T was issued before", """\
+// This consumer's dq fragment into its W-wide fp32 dQ tile (dq_static): element j at row r + 8 ((j / 2) % 2), column
+// 8 (j / 4) + col0 + j % 2, 32-byte group g of a row at g ^ (row % (W / 8)); r + 8 has r's swizzle.
+template <int W>
+__device__ __forceinline__ void store_dq_tile(float* tile, const float (&dq)[32], int r, int col0) {
+  float* base = tile + r * W + col0;
+  const int x = 8 * (r & (W / 8 - 1));
+#pragma unroll
+  for (int j = 0; j < 32; j += 2) {
+    const int g = j / 4, h = (j / 2) % 2;
+    if (8 * g < W) sts64(base + h * 8 * W + ((8 * g) ^ x), dq[j], dq[j + 1]);
+  }
+}
+
+// st_ahead: one 128-wide block whose S^T was issued before"""),
+    ("""  const int W = min(64, D - 64 * c), sw = W / 8 - 1;
+  float* tile = sdQ + c * BM * 64;
+#pragma unroll
+  for (int j = 0; j < 32; j += 2) {
+    const int g = j / 4, row = r + 8 * ((j / 2) % 2);
+    if (8 * g < W) sts64(tile + row * W + 8 * (g ^ (row & sw)) + col0, dq[j], dq[j + 1]);
+  }
+  fence_proxy_async();
+  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
+  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c, tile, BM * W * 4);""",
+     """  const int W = KD == 128 || c == 0 ? 64 : 32;  // D = 128: both halves 64 wide; D = 96: 64 and 32 (dq_static)
+  float* tile = sdQ + c * BM * 64;
+  if (W == 64) store_dq_tile<64>(tile, dq, r, col0);
+  else store_dq_tile<32>(tile, dq, r, col0);
+  fence_proxy_async();
+  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
+  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c, tile, BM * W * 4);"""),
+    # the 128-wide entries with KD = 128 serve D = 128 only (D = 96 has entry points of its own)
+    ("  if (D > HD || D % 16 != 0 || S % BN != 0 || (GQA && group < 1)) asm volatile(\"trap;\");",
+     "  if (D > HD || D % 16 != 0 || S % BN != 0 || (GQA && group < 1) || (HD == 128 && KD == 128 && D != 128))\n"
+     "    asm volatile(\"trap;\");"),
+]
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -1172,6 +1221,8 @@ VARIANTS = {
                     "product", ST_AHEAD),
     "dv_early": _on("st_ahead", "dv_early", "dV issued right after the exponentials, before dP^T is waited for",
                     DV_EARLY),
+    "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
+                     "and no address recomputed per store)", DQ_STATIC),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
                       "uniform registers)", UNIFORM_C),
     "d96_ksteps": _on("dq_tiles", "d96_ksteps", "S^T and dP^T over D = 96's own columns (6 k16 steps, not 8)",
