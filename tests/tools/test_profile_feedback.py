@@ -133,3 +133,24 @@ def test_long_scoreboard_in_a_tma_ring_kernel_is_read_as_mbarrier_waits():
     advice = _advice("long_scoreboard", tr)
     assert "mbarrier wait is sampled as long_scoreboard" in advice and "producer warp waiting for a free slot" in advice
     assert "load tiles ahead with TMA" in _advice("long_scoreboard", traits(None, {}, KernelProfile(name="k")))
+
+
+def test_a_hot_line_of_integer_arithmetic_is_read_as_recomputed_addresses():
+    """The backward's v11 profile put 16% of its stall samples (short_scoreboard) on `const int t = threadIdx.x % 128;`:
+    ptxas had attributed there the dQ tile stores' addresses, recomputed per store behind a runtime width. A line made
+    only of integer arithmetic gets that reading, not the shared-load advice; a line with a shared load keeps it."""
+    from ptxbench.tools.compile import compile_source
+    from ptxbench.tools.profile.feedback import _advice, traits
+    from ptxbench.tools.profile.summary import KernelProfile
+    from ptxbench.workloads.registry import get_workload
+    from ptxbench.workloads.solutions.attention_backward import fast_backward
+    from ptxbench.workloads.solutions.attention_bwd_variants import variant_text
+
+    tr = traits(None, {}, KernelProfile(name="k"))
+    assert "compile-time constant" in _advice("short_scoreboard", tr, {"LOP3": 40, "IMAD": 26, "LEA": 16})
+    assert "fewer shared loads" in _advice("short_scoreboard", tr, {"LDS": 2, "IMAD": 4})
+    assert "fewer shared loads" in _advice("short_scoreboard", tr)
+    text = fast_backward(get_workload("mha_bwd_d128"), variant_text("dv_uniform+head_groups"))
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.strip() == "const int t = threadIdx.x % 128;")
+    ops = compile_source(text, "cuda", "sm_90a").sass_by_line[line]
+    assert sum(ops.values()) > 100 and "compile-time constant" in _advice("short_scoreboard", tr, ops), ops
