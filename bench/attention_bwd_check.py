@@ -85,13 +85,17 @@ def main() -> None:
                        lines={k.get("name", ""): [[h.get("line"), h.get("share_pct"), h.get("text", "")[:60]]
                                                    for h in k.get("hot_lines", [])[:8]] or k.get("lines_note", "")
                               for k in (res.profile or {}).get("kernels", [])},
+                       # per launch: Nsight Compute's duration (us) and DRAM bytes: what preprocess and postprocess cost
+                       launches={k.get("name", ""): {"us": k.get("duration_us"), "dram_bytes": k.get("dram_bytes")}
+                                 for k in (res.profile or {}).get("kernels", [])},
                        # per launch: its hottest SASS instructions (position, line or None, share, reason, text)
                        sass={k.get("name", ""): [[h.get("index"), h.get("line"), h.get("share_pct"), h.get("dominant"),
                                                   h.get("sass")] for h in k.get("hot_sass", [])]
                              for k in (res.profile or {}).get("kernels", [])})
             main = next((v for k, v in row["sass"].items() if k.startswith("attn_bwd_wgmma")), [])
             hot = "\n".join(f"  {i:5d} line {ln}  {pct:5.2f}%  {why:18s} {text}" for i, ln, pct, why, text in main)
-            print(f"== profile {wid} ({label}): {row['targets_runtime']}\n{row['feedback']}\nlines: {row['lines']}\n"
+            print(f"== profile {wid} ({label}): {row['targets_runtime']}\n{row['feedback']}\nlaunches: {row['launches']}\n"
+                  f"lines: {row['lines']}\n"
                   f"hottest instructions of the main kernel:\n{hot}", flush=True)
         else:
             print(json.dumps(row)[:900], flush=True)
