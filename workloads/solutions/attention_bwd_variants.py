@@ -85,6 +85,9 @@ points of its parameter space, which builtin/tuner searches:
 - `dq_static`: dv_uniform with the dQ tile's width known to ptxas in the 128-wide block: its 16 float2 stores run
   straight (the runtime width put each behind its own branch, with its address recomputed from threadIdx: v11's
   profile had 16% of the stall samples there). 2,376 instructions at D = 128 instead of 2,504. Not measured yet.
+- `dq_fused`: dq_static without the postprocess launch: the last CTA of each KV head (a counter per batch * KV head,
+  after every CTA's reduce-adds are complete and published) converts its query heads' fp32 accumulator to bf16 dQ
+  from L2 (the postprocess moved about 1 GB at D = 128: ~240 us). Not measured yet.
 
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
@@ -1166,6 +1169,88 @@ __device__ __forceinline__ void store_dq_tile(float* tile, const float (&dq)[32]
      "    asm volatile(\"trap;\");"),
 ]
 
+# dq_fused: dq_static without the postprocess launch. Every CTA of a KV head, once its reduce-adds are complete, counts
+# itself on that head's counter (scratch dQcnt, zeroed by the harness); the last one converts the head's query heads'
+# fp32 accumulator rows to bf16 dQ (what attn_bwd_post did), reading them from L2 where the head group's CTAs have
+# just added them. By count the postprocess moves 1.0 GB at D = 128 (the accumulator read back from DRAM, dQ written),
+# about 240 us of the 7.61 ms; the conversion inside costs one SM about 16 us per head while the others go on.
+DQ_CONVERT = r"""// dq_fused: the postprocess's work for the query heads head0 .. head0 + heads - 1, by `nthreads` threads: their fp32
+// accumulator rows (per 64-row block the column halves of W = min(64, D - 64 c) floats one after the other, each
+// half's rows with their 32-byte groups swizzled by the row) as bf16 dQ = scale * accumulator, four values a step.
+// DC is D, known to each entry point (64, 96 or 128), so the index arithmetic has no runtime division.
+template <int DC>
+__device__ __forceinline__ void convert_dq(const float* __restrict__ dQacc, __nv_bfloat16* __restrict__ dQ, int head0,
+                                           int heads, int S, float scale, int tid, int nthreads) {
+  const float* acc = dQacc + static_cast<size_t>(head0) * S * DC;
+  __nv_bfloat16* out = dQ + static_cast<size_t>(head0) * S * DC;
+  const int n = heads * S * (DC / 4);  // float4 steps
+#pragma unroll 4
+  for (int k = tid; k < n; k += nthreads) {
+    const int row = k / (DC / 4), d = 4 * (k % (DC / 4)), rr = row % 64, c = d / 64, dd = d % 64;
+    const int W = c == 0 ? 64 : DC - 64;  // min(64, DC - 64 c) for c = 0, 1
+    const int src = (row - rr) * DC + 64 * 64 * c + rr * W + 8 * ((dd / 8) ^ (rr & (W / 8 - 1))) + dd % 8;
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(acc + src));  // from L2: other CTAs added it there
+    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(out + static_cast<size_t>(row) * DC + d);
+    o[0] = __floats2bfloat162_rn(v.x * scale, v.y * scale);
+    o[1] = __floats2bfloat162_rn(v.z * scale, v.w * scale);
+  }
+}
+
+// The dK / dV epilogue in 16-byte stores"""
+
+DQ_FUSED_TAIL = r"""    store_rows16(dK, dk, scale, row0, D, lane);
+    // dq_fused: the last of this KV head's S / BN CTAs to finish converts its query heads' dQ. Each consumer's
+    // reductions are complete (bulk_wait_all above); proxy and gpu fences publish them before the count, and the
+    // fence after it orders the conversion's loads after every other CTA's published reductions.
+    if (threadIdx.x == 128 || threadIdx.x == 256) {
+      asm volatile("fence.proxy.async.global;" ::: "memory");
+      __threadfence();
+    }
+    named_barrier_sync(5, 256);  // both consumers' reductions are published
+    volatile int* last = reinterpret_cast<volatile int*>(sdS);  // the dS^T buffers are free: every dQ product is done
+    if (threadIdx.x == 128) {
+      const int done = atomicAdd(&dQcnt[bkv], 1);
+      __threadfence();
+      *last = done == S / BN - 1;
+    }
+    named_barrier_sync(5, 256);
+    if (*last)
+      convert_dq<HD == 64 ? 64 : KD>(dQacc, dQ, GQA ? bkv * group : bkv, GQA ? group : 1, S, scale, threadIdx.x - 128,
+                                     256);"""
+
+
+def _dq_fused(text: str) -> str:
+    text = VARIANTS["dq_static"](text)
+    one = [  # each exactly once
+        ("// The dK / dV epilogue in 16-byte stores", DQ_CONVERT),
+        ("__nv_bfloat16* __restrict__ dK, __nv_bfloat16* __restrict__ dV, int S, int D,\n"
+         "                                         float scale, int group) {",
+         "__nv_bfloat16* __restrict__ dK, __nv_bfloat16* __restrict__ dV, __nv_bfloat16* __restrict__ dQ,\n"
+         "                                         int* __restrict__ dQcnt, int S, int D, float scale, int group) {"),
+        ("    store_rows16(dK, dk, scale, row0, D, lane);", DQ_FUSED_TAIL),
+        # the plan: dQ and the counters to the main kernel, no postprocess launch
+        ('"scratch:dQacc", "dK", "dV", "i32:S"', '"scratch:dQacc", "dK", "dV", "dQ", "scratch:dQcnt", "i32:S"'),
+        ('[[launch]]\nkernel = "attn_bwd_post"\ngrid = ["cdiv(B * H * S * D, 1024)"]\nblock = [256]\n'
+         'args = ["scratch:dQacc", "dQ", "i32:B * H * S * D", "f32:scale", "i32:D"]\n\n', ""),
+        ('[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n',
+         '[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n\n'
+         '[scratch.dQcnt]  # dq_fused: per batch * KV head, the CTAs done\ndtype = "int32"\nshape = ["B * H"]\nzero = true\n'),
+        ("// VARIANT dq_static (attention_bwd_variants.py)",
+         "// VARIANT dq_fused (attention_bwd_variants.py): dq_static with the postprocess folded into the main kernel "
+         "(the last CTA of a KV head converts its dQ);\n// dq_static"),
+    ]
+    text = apply_edits(text, one, "dq_fused")
+    # the nine entry points: their parameters and the call
+    for old, new in (("__nv_bfloat16* __restrict__ dV, int S, int D, float scale",
+                      "__nv_bfloat16* __restrict__ dV, __nv_bfloat16* __restrict__ dQ, int* __restrict__ dQcnt, int S, "
+                      "int D, float scale"),
+                     ("dQacc, dK, dV, S, D, scale", "dQacc, dK, dV, dQ, dQcnt, S, D, scale")):
+        if text.count(old) != 9:
+            raise ValueError(f"variant dq_fused: {old!r} occurs {text.count(old)} times, not in the 9 entry points")
+        text = text.replace(old, new)
+    return text
+
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -1221,6 +1306,7 @@ VARIANTS = {
                     "product", ST_AHEAD),
     "dv_early": _on("st_ahead", "dv_early", "dV issued right after the exponentials, before dP^T is waited for",
                     DV_EARLY),
+    "dq_fused": _dq_fused,
     "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
                      "and no address recomputed per store)", DQ_STATIC),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
