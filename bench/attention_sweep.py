@@ -184,7 +184,19 @@ _PLAIN_INDEX = {problem: {k: v for k, v in at.TUNED[problem].items() if k != "un
 POINTS_7: list[tuple[str, dict, float | None]] = [
     point for wid, problem, ref, gain in _ROUND_7
     for point in ((wid, _PLAIN_INDEX[problem], ref), (wid, {**_PLAIN_INDEX[problem], "uniform": True}, round(ref * gain, 3)))]
-ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7}
+# Round 8, after round 7 and a look at the SASS (2026-12-01, written before its run): with lazy's branch after the wait
+# for the previous P V product, ptxas sinks the exponentials below that wait (11 of 66 under the product against 46
+# with "always"); packing P right after the wait, ahead of the branch (early_pack), keeps 44 of 66 under it with the
+# same instructions. Each cooperative lazy point of TUNED beside itself with early_pack (ping-pong has no such
+# overlap to regain: 0 either way). Predicted by kernel time: -0.5 to -2% (round 6: the skipped rescale and the overlap
+# each worth about 1-2%; lazy had the first, this adds the second).
+_ROUND_8 = (("mha_fwd_d128", (128, False, False), 1.061), ("mha_fwd_d96", (96, False, False), 1.134),
+            ("mha_fwd_d128_causal", (128, True, False), 1.047), ("mha_fwd_d96_causal", (96, True, False), 1.129),
+            ("mha_fwd_d128_gqa_h32_kv8", (128, False, True), 1.071))  # (workload, problem, round 6-7 speedup)
+POINTS_8: list[tuple[str, dict, float | None]] = [
+    point for wid, problem, ref in _ROUND_8
+    for point in ((wid, dict(at.TUNED[problem]), ref), (wid, {**at.TUNED[problem], "early_pack": True}, round(ref * 1.012, 3)))]
+ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
 
 

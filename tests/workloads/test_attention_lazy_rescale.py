@@ -111,3 +111,25 @@ def test_the_vote_moves_the_pv_wait_ahead_of_the_softmax():
              for r in ("always", "lazy")}
     assert under["always"] >= 48 and under["lazy"] < under["always"], under
     assert at.validate(at.params_for(w, rescale="lazy_max"))  # measured slower than always and deleted
+
+
+@pytest.mark.parametrize("wid", ["mha_fwd_d128", "mha_fwd_d128_causal"])
+def test_early_pack_keeps_the_lazy_softmax_under_the_pv_product(wid):
+    """early_pack (an OPTION_SPACE flag, attention_sweep.py round 8): P packed right after the wait for the previous
+    P V product, ahead of the lazy rescale's branch, gives the exponentials their use there: most of them run under
+    that product again, with no more instructions and no spills; it is left out of a dump at its default and refused
+    without the lazy rescale (there is no branch to move ahead of)."""
+    w = get_workload(wid)
+    lazy = at.default_params(w)
+    assert lazy.rescale == "lazy" and "early_pack" not in lazy.model_dump()
+    early = lazy.model_copy(update={"early_pack": True})
+    assert at.validate(early, w) == [] and early.model_dump()["early_pack"] is True
+    assert _exponentials_under_pv(lazy) <= 16 and _exponentials_under_pv(early) >= 40
+    text = at.render(early)
+    assert "pack_p(s, p);  // early_pack: before the rescale's branch" in text
+    k = compile_source(text, "cuda", "sm_90a").kernels[at.kernel_name(early)]
+    ref = compile_source(at.render(lazy), "cuda", "sm_90a").kernels[at.kernel_name(lazy)]
+    assert k.spill_stores == 0 and k.spill_loads == 0
+    assert sum(k.sass_opcodes.values()) <= sum(ref.sass_opcodes.values()) + 8
+    assert "early_pack" in at.validate(early.model_copy(update={"rescale": "always"}))[0]
+

@@ -60,6 +60,10 @@ class AttnParams(BaseModel):
                          "of its rows moved)")
     uniform: bool = Field(False, description="the consumer index broadcast from lane 0 (__shfl_sync), so ptxas knows it "
                           "is warp-uniform and builds the Q descriptors in uniform registers (36 -> 1 R2UR at D = 128)")
+    early_pack: bool = Field(False, description="with rescale='lazy': P packed for the next P V product right after "
+                             "the previous one is waited for, before the O rescale's branch, so the exponentials have "
+                             "their use ahead of the branch and ptxas keeps them under that product (11 -> 44 of 66 "
+                             "at D = 128)")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -115,7 +119,8 @@ PARAM_SPACE: dict[str, list] = {
 # defaults and render() leaves such a point byte for byte as before; builtin/tuner searches one only once it is
 # also in PARAM_SPACE (after the GPU measured it). validate() checks them.
 OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
-                                  "uniform": [False, True]}  # measured faster (round 6): TUNED sets it
+                                  "uniform": [False, True],  # measured faster (round 6): TUNED sets it
+                                  "early_pack": [False, True]}  # not measured yet (round 8)
 HEAD_DIMS = (64, 96, 128)
 # The measured reference kernels (bench/results/attention_wgmma.md) per head dim: D = 64's tiles are half as
 # long to compute, so its ring is deeper.
@@ -287,6 +292,9 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
     if p.rescale != "always" and p.bn > LAZY_MAX_BN:
         bad.append(f"rescale={p.rescale} is built for key tiles up to {LAZY_MAX_BN} keys (bn={p.bn}: the lazy "
                    "thresholds and vote spilled registers at 160-192 keys)")
+    if p.early_pack and p.rescale != "lazy":
+        bad.append("early_pack moves P's packing ahead of the lazy rescale's branch; without rescale='lazy' there is "
+                   "no branch (the exponentials already run under the P V product)")
     if p.live_regs > p.consumer_regs - spare:
         bad.append(f"S, P and O take {p.live_regs} registers per consumer thread, the consumers have "
                    f"{p.consumer_regs} (about {spare} must stay spare): a smaller bn, or fewer consumers")
@@ -371,6 +379,9 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
     body = BODY.read_text()
     if p.rescale != "always":
         body = _lazy_rescale(body)
+    if p.early_pack:  # P packed before the lazy rescale's branch
+        body = replace_counted(body, *EARLY_PACK[0], "attention_template.cu.in (early_pack)")
+        body = replace_counted(body, *EARLY_PACK[1], "attention_template.cu.in (early_pack)")
     if p.uniform:  # the consumer's Q descriptors in uniform registers
         body = replace_counted(body, *uniform_index_edit("c"), "attention_template.cu.in (uniform)")
     return plan_toml(p) + header + consts + "\n" + body + _entry(p)
@@ -395,6 +406,17 @@ LAZY_EDITS = [
 # (cooperative, D = 96 / 128: none run under that product; with "always" 54 of 66 do). The threshold without the
 # vote ("lazy_max", O rescaled every tile) kept that overlap and ran 1.3-1.7% slower than "always" on the H200
 # (attention_template.md round 6): the skipped O rescale is what makes lazy faster, so lazy_max was deleted.
+# early_pack: with the lazy rescale's branch after the wait for the previous P V product, ptxas 13.5 sinks the
+# exponentials below that wait (their only use, P's packing, comes after the branch): 11 of 66 run under the product,
+# 46 with "always". Packing P right after the wait, ahead of the branch, gives them a use there: 44 of 66
+# (tests/workloads/test_attention_lazy_rescale.py counts them), the same instructions otherwise.
+EARLY_PACK = [
+    ("  if (w.lane == 0) mbar_arrive(&w.emptyV[sp]);\n",
+     "  if (w.lane == 0) mbar_arrive(&w.emptyV[sp]);\n  pack_p(s, p);  // early_pack: before the rescale's branch\n"),
+    ("    o[i + 3] *= a1;\n  }\n  pack_p(s, p);\n}", "    o[i + 3] *= a1;\n  }\n}"),
+]
+
+
 def _lazy_rescale(body: str) -> str:
     for old, new in LAZY_EDITS:
         body = replace_counted(body, old, new, "attention_template.cu.in (rescale=lazy)")
