@@ -125,9 +125,14 @@ POINTS_3: list[tuple[str, dict, float | None]] = [
 # reference point (attention_template.TUNED), each beside the reference point itself in the same round, compared by
 # kernel time. Predicted before running (bench/results/attention_template.md, round 4): +1-2% at D = 128 and 96,
 # +1-3% at D = 64 (a smoke screen of the new code path first).
+def _without(changes: dict, *names: str) -> dict:
+    """A TUNED point without the options `names` (a round measures the points they were chosen from)."""
+    return {k: v for k, v in changes.items() if k not in names}
+
+
 def _eager(changes: dict) -> dict:
     """A TUNED point without its rescale and uniform choices (rounds 4-6 measured the points they were made from)."""
-    return {k: v for k, v in changes.items() if k not in ("rescale", "uniform")}
+    return _without(changes, "rescale", "uniform")
 
 
 _TUNED_4 = {wid: _eager(at.TUNED[problem]) for wid, problem in (("mha_fwd_d128", (128, False, False)),
@@ -180,7 +185,7 @@ _ROUND_7 = (("mha_fwd_d96_causal", (96, True, False), 1.09, 1.015),
             ("mha_fwd_d64_causal", (64, True, False), 1.010, 1.01))  # (workload, problem, speedup, predicted gain)
 # Measured (first three problems; the D = 64 pair ran past the step's deadline): D = 96 causal -2.5%, GQA -2.2%,
 # GQA causal +1.1% (promoted into TUNED for the first two).
-_PLAIN_INDEX = {problem: {k: v for k, v in at.TUNED[problem].items() if k != "uniform"} for _, problem, *_ in _ROUND_7}
+_PLAIN_INDEX = {problem: _without(at.TUNED[problem], "uniform") for _, problem, *_ in _ROUND_7}
 POINTS_7: list[tuple[str, dict, float | None]] = [
     point for wid, problem, ref, gain in _ROUND_7
     for point in ((wid, _PLAIN_INDEX[problem], ref), (wid, {**_PLAIN_INDEX[problem], "uniform": True}, round(ref * gain, 3)))]

@@ -27,16 +27,27 @@ class HotLine(BaseModel):
 
     @property
     def dominant(self) -> str:
-        waiting = {r: v for r, v in self.stalls.items() if r not in ISSUING}
-        return max(waiting, key=waiting.get) if waiting else (next(iter(self.stalls), "") if self.stalls else "")
+        return _largest_wait(self.stalls) or next(iter(self.stalls), "")
+
+
+def _largest_wait(stalls: dict[str, float]) -> str:
+    """The largest stall reason that is not an issue sample ("" when there is none)."""
+    waiting = {r: v for r, v in stalls.items() if r not in ISSUING}
+    return max(waiting, key=waiting.get) if waiting else ""
+
+
+def _joined_total(source: SourceKernel, sass_lines: list[int | None]) -> float:
+    """The kernel's stall samples, or 0 when the page and the compile disagree on the instruction count (another
+    ptxas made the profiled cubin: the join is refused, never guessed) or there are none."""
+    if not source.lines or len(source.lines) != len(sass_lines):
+        return 0.0
+    return max(0.0, sum(ln.samples for ln in source.lines))
 
 
 def fold_lines(source: SourceKernel, sass_lines: list[int | None], solution: str, top: int = 8) -> list[HotLine]:
     """The `top` lines by stall samples ([] when the page and the compile disagree on the instruction count)."""
-    if not source.lines or len(source.lines) != len(sass_lines):
-        return []
-    total = sum(ln.samples for ln in source.lines)
-    if total <= 0:
+    total = _joined_total(source, sass_lines)
+    if not total:
         return []
     text = solution.splitlines()
     samples: Counter = Counter()
@@ -71,10 +82,8 @@ class HotInstruction(BaseModel):
 def hot_instructions(source: SourceKernel, sass_lines: list[int | None], top: int = 24) -> list[HotInstruction]:
     """The `top` instructions by stall samples, each with its solution line ([] when the page and the compile
     disagree on the instruction count, as fold_lines)."""
-    if not source.lines or len(source.lines) != len(sass_lines):
-        return []
-    total = sum(ln.samples for ln in source.lines)
-    if total <= 0:
+    total = _joined_total(source, sass_lines)
+    if not total:
         return []
     ranked = sorted(range(len(source.lines)), key=lambda i: -source.lines[i].samples)[:top]
     out = []
@@ -82,9 +91,7 @@ def hot_instructions(source: SourceKernel, sass_lines: list[int | None], top: in
         ins = source.lines[i]
         if ins.samples <= 0:
             break
-        waiting = {r: v for r, v in ins.stalls.items() if r not in ISSUING}
         out.append(HotInstruction(index=i, sass=" ".join(ins.sass.split())[:80], line=sass_lines[i],
-                                  share_pct=round(100 * ins.samples / total, 2),
-                                  dominant=max(waiting, key=waiting.get) if waiting else ""))
+                                  share_pct=round(100 * ins.samples / total, 2), dominant=_largest_wait(ins.stalls)))
     return out
 

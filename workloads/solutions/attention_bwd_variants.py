@@ -1119,9 +1119,7 @@ DV_EARLY = [
 # here), and the profile's largest stall (20%, `wait`) is on the wgmma issue line.
 # Only in the 128-wide kernels (D = 96 / 128, -1.7 to -4.9% time on the H200): at D = 64 (consumer_block) the same
 # broadcast ran 3.3% slower, causal 4.0% (attention_bwd.md v11), so the D = 64 entries keep the plain index.
-_OLD_C, _NEW_C = uniform_index_edit("c")
-UNIFORM_C = [(_OLD_C, _NEW_C.replace("__shfl_sync(0xffffffffu, wg - 1, 0)",
-                                    "HD == 128 ? __shfl_sync(0xffffffffu, wg - 1, 0) : wg - 1"))]
+UNIFORM_C = [uniform_index_edit("c", only_if="HD == 128")]
 
 # dq_static: dv_uniform with the dQ tile's width known to ptxas in the 128-wide block. `W = min(64, D - 64 c)` is a
 # runtime value, so each of the 16 float2 stores of a thread's dQ rows sat behind its own `8 g < W` branch and ptxas,

@@ -380,8 +380,8 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
     if p.rescale != "always":
         body = _lazy_rescale(body)
     if p.early_pack:  # P packed before the lazy rescale's branch
-        body = replace_counted(body, *EARLY_PACK[0], "attention_template.cu.in (early_pack)")
-        body = replace_counted(body, *EARLY_PACK[1], "attention_template.cu.in (early_pack)")
+        for old, new in EARLY_PACK:
+            body = replace_counted(body, old, new, "attention_template.cu.in (early_pack)")
     if p.uniform:  # the consumer's Q descriptors in uniform registers
         body = replace_counted(body, *uniform_index_edit("c"), "attention_template.cu.in (uniform)")
     return plan_toml(p) + header + consts + "\n" + body + _entry(p)
@@ -402,10 +402,6 @@ LAZY_EDITS = [
 ]
 
 
-# With the vote's branch ptxas 13.5 places the wait for the previous P V product ahead of all 64 exponentials
-# (cooperative, D = 96 / 128: none run under that product; with "always" 54 of 66 do). The threshold without the
-# vote ("lazy_max", O rescaled every tile) kept that overlap and ran 1.3-1.7% slower than "always" on the H200
-# (attention_template.md round 6): the skipped O rescale is what makes lazy faster, so lazy_max was deleted.
 # early_pack: with the lazy rescale's branch after the wait for the previous P V product, ptxas 13.5 sinks the
 # exponentials below that wait (their only use, P's packing, comes after the branch): 11 of 66 run under the product,
 # 46 with "always". Packing P right after the wait, ahead of the branch, gives them a use there: 44 of 66
@@ -417,6 +413,10 @@ EARLY_PACK = [
 ]
 
 
+# With the vote's branch ptxas 13.5 places the wait for the previous P V product ahead of all 64 exponentials
+# (cooperative, D = 96 / 128: none run under that product; with "always" 54 of 66 do). The threshold without the
+# vote ("lazy_max", O rescaled every tile) kept that overlap and ran 1.3-1.7% slower than "always" on the H200
+# (attention_template.md round 6): the skipped O rescale is what makes lazy faster, so lazy_max was deleted.
 def _lazy_rescale(body: str) -> str:
     for old, new in LAZY_EDITS:
         body = replace_counted(body, old, new, "attention_template.cu.in (rescale=lazy)")

@@ -328,7 +328,6 @@ def body_text(p: GemmParams) -> str:
     return body
 
 
-
 def _swap(body: str, old: str, new: str, count: int = 1) -> str:
     return replace_counted(body, old, new, "gemm_template.cu.in", count)
 

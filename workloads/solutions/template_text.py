@@ -16,14 +16,16 @@ def replace_counted(text: str, old: str, new: str, where: str, count: int = 1) -
     return text.replace(old, new)
 
 
-def uniform_index_edit(var: str) -> tuple[str, str]:
+def uniform_index_edit(var: str, only_if: str = "") -> tuple[str, str]:
     """The text edit that makes a kernel's consumer index `var` (declared `const int var = wg - 1;`) warp-uniform to
     ptxas: broadcast from lane 0, as CUTLASS's canonical_warp_group_idx does. threadIdx-derived values are not
     uniform to it, so each k-step's wgmma descriptor that depends on the index is otherwise a 64-bit add in ordinary
-    registers and two R2UR before its HGMMA; with the broadcast it is built in uniform registers."""
+    registers and two R2UR before its HGMMA; with the broadcast it is built in uniform registers. `only_if`: a
+    compile-time condition (a template parameter's test) outside which the plain index stays."""
+    shfl = "__shfl_sync(0xffffffffu, wg - 1, 0)"
+    value = f"{only_if} ? {shfl} : wg - 1" if only_if else shfl
     return (f"    const int {var} = wg - 1;\n",
-            f"    const int {var} = __shfl_sync(0xffffffffu, wg - 1, 0);  // warp-uniform to ptxas: descriptors in "
-            "uniform registers\n")
+            f"    const int {var} = {value};  // warp-uniform to ptxas: descriptors in uniform registers\n")
 
 
 def without_default_options(model: BaseModel, data: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
