@@ -104,7 +104,9 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # dq_static: dv_uniform with the dQ tile's stores straight-line (no per-store branch)
                 "dq_static": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
                 # dq_fused: dq_static with the postprocess's conversion in the kernel's end (one counter atomic)
-                "dq_fused": {"UBLKRED": 1, "HGMMA": 40, "ATOMG": 1, "SHFL": 49}}
+                "dq_fused": {"UBLKRED": 1, "HGMMA": 40, "ATOMG": 1, "SHFL": 49},
+                # dq_zero: dq_fused with the slice claims (the owner's and the producer's fallback atomicCAS)
+                "dq_zero": {"UBLKRED": 1, "HGMMA": 40, "ATOMG": 3, "SHFL": 49}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -232,6 +234,39 @@ def test_passes_and_is_fast_on_the_gpu(wid):
     assert r.status == "PASSED", (r.message, r.runtime_error, r.plan_errors)
     if wid in MIN_SPEEDUP:
         assert t and t.speedup >= MIN_SPEEDUP[wid], (t and t.speedup, r.message)
+
+
+OWNER_CLAIM = "    } else if (t >= 32) {  // dq_zero: warps 1-3 claim and zero"
+
+
+def test_dq_zeros_slices_are_zeroed_before_any_reduce_add_and_not_by_the_preprocess():
+    """dq_zero: the preprocess writes no zeros; each CTA's idle producer warps claim its slice, and the producer thread
+    makes a block's slice ready (zeroing it itself when nobody claimed it) before its arrival on the block's dO
+    barrier, the barrier every consumer waits on before its reduce-add."""
+    text = variant_text("dq_zero")
+    pre = text[text.index("attn_bwd_pre("):text.index("attn_bwd_post(")]
+    assert "dQacc" not in pre and "make_float2(0.f, 0.f)" not in pre
+    assert OWNER_CLAIM in text
+    loop = text[text.index("mbar_expect_tx(&fulldO[st]"):]
+    assert loop.index("ready_slice<DC>(") < loop.index("mbar_arrive(&fulldO[st]);")
+    assert "mbar_arrive_expect_tx(&fulldO[st]" not in text  # the arrival comes after the check, not with the loads
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wid", ["smoke_mha_bwd_d64_causal", "mha_bwd_d128_causal", "mha_bwd_d128_gqa_h32_kv8",
+                                 "mha_bwd_d64"])
+def test_dq_zero_passes_when_no_owner_claims_its_slice(wid):
+    """The claim's other path: without the owners' claims every slice is zeroed by the first producer that needs
+    it (the path a CTA takes when a slice's owner has not started), and dQ must still be right."""
+    from gpu_helpers import shared_evaluator
+
+    text = variant_text("dq_zero+head_groups")
+    assert text.count(OWNER_CLAIM) == 1
+    text = text.replace(OWNER_CLAIM, "    } else if (false) {  // (no owner claims)")
+    r = shared_evaluator().evaluate(wid, fast_backward(get_workload(wid), text),
+                                    EvalOptions(timeout_s=120, trials=1, profile_on_pass=False))
+    print("RESULT", wid, r.status, r.message, r.timing and (r.timing.candidate.median_ms, r.timing.speedup))
+    assert r.status == "PASSED", (r.message, r.runtime_error, r.plan_errors)
 
 
 @pytest.mark.parametrize("name", ["decoupled+head_major", "checked-in+head_major", "decoupled+head_groups",

@@ -1249,6 +1249,122 @@ def _dq_fused(text: str) -> str:
     return text
 
 
+# dq_zero: dq_fused with the fp32 accumulator zeroed inside the main kernel instead of by attn_bwd_pre. By count the
+# preprocess's zero writes are 805 MB at D = 128 (about 190 us of 7.6 ms), and the main kernel's first reduce-add of
+# each row then reads the zeros back from DRAM; zeroed in the main kernel they are made in L2 just before their
+# first use. The accumulator is cut into slices of 128 rows of a query head, slice kb owned by the key block kb's CTA
+# (causal: the CTA's own first query blocks), one int state per slice (scratch dQflag, zeroed by the harness):
+# 0 untouched, 1 being zeroed, 2 zeroed. A slice is claimed, not owned (atomicCAS 0 -> 1): the owner's idle producer
+# warps claim and zero it at their CTA's start; a producer that needs a slice nobody has claimed (its owner has not
+# started: it may be waiting for the SM this CTA holds) zeroes it itself, and waits only for a slice another
+# running thread is zeroing, which never waits. The producer checks a block's slice before its arrival on the
+# block's dO barrier, which the consumers wait on before they reduce-add: the zeros happen before every reduce-add.
+DQ_ZERO_HELPERS = r"""// dq_zero: the fp32 accumulator's slices (128 rows of a query head, DC floats a row, contiguous), zeroed in this
+// kernel. A slice's state: 0 untouched, 1 being zeroed, 2 zeroed.
+template <int DC>
+__device__ __forceinline__ void zero_slice(float* rows, int tid, int nthreads) {
+  float4* v = reinterpret_cast<float4*>(rows);
+#pragma unroll 1  // the producer warpgroup's 24 registers
+  for (int i = tid; i < 32 * DC; i += nthreads) v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  asm volatile("fence.proxy.async.global;" ::: "memory");  // the zeros before the bulk reduce-adds (async proxy)
+  __threadfence();
+}
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_release(int* p, int v) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+// Returns once the slice is zeroed: zeroes it here if nobody has claimed it, else waits for the running thread
+// that did (it never waits itself, so this ends).
+template <int DC>
+__device__ __forceinline__ void ready_slice(int* flag, float* rows) {
+  int v = load_acquire(flag);
+  if (v == 2) return;
+  if (v == 0 && atomicCAS(flag, 0, 1) == 0) {
+    zero_slice<DC>(rows, 0, 1);
+    store_release(flag, 2);
+    return;
+  }
+  while (load_acquire(flag) != 2) __nanosleep(128);
+}
+
+// The dK / dV epilogue in 16-byte stores"""
+
+DQ_ZERO_OWNER = r"""    } else if (t >= 32) {  // dq_zero: warps 1-3 claim and zero this CTA's slice (rows key0..) of each query head
+      int* claimed = reinterpret_cast<int*>(empty + Stages<HD>::N);  // past the mbarriers
+      const int head0 = GQA ? bkv * group : bkv;
+      for (int h = head0; h < head0 + heads; ++h) {  // (the flag's address not kept across the zeroing: 24 registers)
+        if (t == 32) *claimed = atomicCAS(dQflag + h * (S / BN) + kb, 0, 1) == 0;
+        named_barrier_sync(6, 96);
+        const bool mine = *reinterpret_cast<volatile int*>(claimed) != 0;
+        if (mine) zero_slice<DC>(dQacc + (static_cast<size_t>(h) * S + key0) * DC, t - 32, 96);
+        named_barrier_sync(6, 96);  // every warp's zeros are published; `claimed` may be written again
+        if (mine && t == 32) store_release(dQflag + h * (S / BN) + kb, 2);
+      }
+    }
+  } else {
+    setmaxnreg_inc<CONSUMER_REGS>();"""
+
+DQ_ZERO_PRODUCER = (r"""        mbar_arrive_expect_tx(&fulldO[st], QT + QR * 4);
+#pragma unroll
+        for (int s = 0; s < 2; ++s)
+          tma_load_2d(sdO + st * QT + s * QSLAB, tmdO, &fulldO[st], HD == 128 ? 64 * s : 0, q_row + (HD == 128 ? 0 : 64 * s));
+        bulk_load(sDr + st * QR, Dr + q_row, QR * 4, &fulldO[st]);""",
+                    r"""        mbar_expect_tx(&fulldO[st], QT + QR * 4);
+#pragma unroll
+        for (int s = 0; s < 2; ++s)
+          tma_load_2d(sdO + st * QT + s * QSLAB, tmdO, &fulldO[st], HD == 128 ? 64 * s : 0, q_row + (HD == 128 ? 0 : 64 * s));
+        bulk_load(sDr + st * QR, Dr + q_row, QR * 4, &fulldO[st]);
+        // dq_zero: the block's accumulator slice is zeroed before the consumers, who wait on this barrier, reduce
+        // into it (checked once per slice: consecutive blocks share one)
+        const int slice = q_row / BN;  // of all B * H * S rows
+        if (slice != ready) {
+          ready_slice<DC>(dQflag + slice, dQacc + static_cast<size_t>(slice) * BN * DC);
+          ready = slice;
+        }
+        mbar_arrive(&fulldO[st]);""")
+
+
+def _dq_zero(text: str) -> str:
+    text = VARIANTS["dq_fused"](text)
+    one = [
+        ("// The dK / dV epilogue in 16-byte stores", DQ_ZERO_HELPERS),
+        ("    setmaxnreg_dec<PRODUCER_REGS>();", "    setmaxnreg_dec<PRODUCER_REGS>();\n"
+         "    constexpr int DC = HD == 64 ? 64 : KD;  // dq_zero: floats a dQacc row"),
+        ("    }\n  } else {\n    setmaxnreg_inc<CONSUMER_REGS>();", DQ_ZERO_OWNER),  # after the producer thread's loop
+        # the slices are DC floats a row: D = 64's entries serve D = 64 only
+        ("(HD == 128 && KD == 128 && D != 128))", "(HD == 128 && KD == 128 && D != 128) ||\n      (HD == 64 && D != 64))"),
+        ("      for (int it = 0; it < n_iter; ++it) {\n        const int st = it % Stages<HD>::N;",
+         "      int ready = -1;  // dq_zero: the last slice found zeroed\n"
+         "      for (int it = 0; it < n_iter; ++it) {\n        const int st = it % Stages<HD>::N;"),
+        DQ_ZERO_PRODUCER,
+        # attn_bwd_pre no longer zeroes the accumulator
+        ("  float2* acc = reinterpret_cast<float2*>(dQacc + static_cast<size_t>(row) * D);\n", ""),
+        ("    acc[i] = make_float2(0.f, 0.f);\n", ""),
+        ("float* __restrict__ L2, float* __restrict__ dQacc, int rows, int D) {", "float* __restrict__ L2, int rows, int D) {"),
+        ('"scratch:L2", "scratch:dQacc", "i32:B * H * S", "i32:D"]', '"scratch:L2", "i32:B * H * S", "i32:D"]'),
+        ('"scratch:dQcnt", "i32:S"', '"scratch:dQcnt", "scratch:dQflag", "i32:S"'),
+        ('[scratch.dQcnt]  # dq_fused: per batch * KV head, the CTAs done\ndtype = "int32"\nshape = ["B * H"]\nzero = true\n',
+         '[scratch.dQcnt]  # dq_fused: per batch * KV head, the CTAs done\ndtype = "int32"\nshape = ["B * H"]\nzero = true\n\n'
+         '[scratch.dQflag]  # dq_zero: per 128-row slice of the accumulator, 0 untouched, 1 being zeroed, 2 zeroed\n'
+         'dtype = "int32"\nshape = ["B * H", "cdiv(S, 128)"]\nzero = true\n'),
+        ("// VARIANT dq_fused (attention_bwd_variants.py): ",
+         "// VARIANT dq_zero (attention_bwd_variants.py): dq_fused with the fp32 dQ accumulator zeroed in the main kernel "
+         "(slices claimed by atomicCAS), not by attn_bwd_pre;\n// dq_fused: "),
+    ]
+    text = apply_edits(text, one, "dq_zero")
+    for old, new, n in (("int* __restrict__ dQcnt, int S, int D, float scale",  # attn_bwd and the 9 entry points
+                         "int* __restrict__ dQcnt, int* __restrict__ dQflag, int S, int D, float scale", 10),
+                        ("dQ, dQcnt, S, D, scale", "dQ, dQcnt, dQflag, S, D, scale", 9)):
+        if text.count(old) != n:
+            raise ValueError(f"variant dq_zero: {old!r} occurs {text.count(old)} times, not {n}")
+        text = text.replace(old, new)
+    return text
+
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -1305,6 +1421,7 @@ VARIANTS = {
     "dv_early": _on("st_ahead", "dv_early", "dV issued right after the exponentials, before dP^T is waited for",
                     DV_EARLY),
     "dq_fused": _dq_fused,
+    "dq_zero": _dq_zero,
     "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
                      "and no address recomputed per store)", DQ_STATIC),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
