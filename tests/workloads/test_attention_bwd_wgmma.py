@@ -106,7 +106,8 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # dq_fused: dq_static with the postprocess's conversion in the kernel's end (one counter atomic)
                 "dq_fused": {"UBLKRED": 1, "HGMMA": 40, "ATOMG": 1, "SHFL": 49},
                 # dq_zero: dq_fused with the slice claims (the owner's and the producer's fallback atomicCAS)
-                "dq_zero": {"UBLKRED": 1, "HGMMA": 40, "ATOMG": 3, "SHFL": 49}}
+                "dq_zero": {"UBLKRED": 1, "HGMMA": 40, "ATOMG": 3, "SHFL": 49},
+                "dq_discard": {"UBLKRED": 1, "HGMMA": 40, "ATOMG": 3, "CCTL": 10}}  # discard.global.L2: one CCTL more than dq_zero's 9
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))

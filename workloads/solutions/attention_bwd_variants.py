@@ -1365,6 +1365,27 @@ def _dq_zero(text: str) -> str:
     return text
 
 
+# dq_discard: dq_zero with the converted accumulator's L2 lines discarded (discard.global.L2): the last CTA of a head
+# has read them for the last time, so L2 need not write the 805 MB (D = 128) of dirty fp32 lines back to DRAM when it
+# evicts them. The main kernel is not DRAM-bound (0.5 TB/s), so this is about the other traffic that writeback
+# delays and the power it draws.
+DQ_DISCARD = [
+    ("""    if (*last)
+      convert_dq<HD == 64 ? 64 : KD>(dQacc, dQ, GQA ? bkv * group : bkv, GQA ? group : 1, S, scale, threadIdx.x - 128,
+                                     256);""",
+     """    if (*last) {
+      constexpr int DC = HD == 64 ? 64 : KD;
+      const int head0 = GQA ? bkv * group : bkv, heads = GQA ? group : 1;
+      convert_dq<DC>(dQacc, dQ, head0, heads, S, scale, threadIdx.x - 128, 256);
+      named_barrier_sync(5, 256);  // every accumulator float is read: its lines are dead (dq_discard)
+      const char* acc = reinterpret_cast<const char*>(dQacc + static_cast<size_t>(head0) * S * DC);
+#pragma unroll 1
+      for (int i = threadIdx.x - 128; i < heads * S * DC / 32; i += 256)  // 128-byte lines
+        asm volatile("discard.global.L2 [%0], 128;" :: "l"(acc + 128 * static_cast<size_t>(i)) : "memory");
+    }"""),
+]
+
+
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
     for old, new in edits:
         if text.count(old) != 1:
@@ -1422,6 +1443,8 @@ VARIANTS = {
                     DV_EARLY),
     "dq_fused": _dq_fused,
     "dq_zero": _dq_zero,
+    "dq_discard": _on("dq_zero", "dq_discard", "the converted accumulator's L2 lines discarded, not written back",
+                      DQ_DISCARD),
     "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
                      "and no address recomputed per store)", DQ_STATIC),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
