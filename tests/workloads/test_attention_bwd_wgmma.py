@@ -103,11 +103,12 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "dv_uniform+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
                 # dq_static: dv_uniform with the dQ tile's stores straight-line (no per-store branch)
                 "dq_static": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
-                # dq_fused: dq_static with the postprocess's conversion in the kernel's end (one counter atomic)
-                "dq_fused": {"UBLKRED": 1, "HGMMA": 40, "ATOMG": 1, "SHFL": 49},
-                # dq_zero: dq_fused with the slice claims (the owner's and the producer's fallback atomicCAS)
-                "dq_zero": {"UBLKRED": 1, "HGMMA": 40, "ATOMG": 3, "SHFL": 49},
-                "dq_discard": {"UBLKRED": 1, "HGMMA": 40, "ATOMG": 3, "CCTL": 10}}  # discard.global.L2: one CCTL more than dq_zero's 9
+                # dq_recompute: P^T's exponentials twice; st_static: st_ahead's order with dq_static's stores
+                "dq_recompute": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "MUFU": 67},  # dq_static 35 + 32
+                "st_uniform": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
+                "st_static": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
+                # dq_zero: dq_static with the slice claims (the owner's and the producer's fallback atomicCAS)
+                "dq_zero": {"UBLKRED": 1, "HGMMA": 40, "ATOMG": 2, "SHFL": 49}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -354,40 +355,6 @@ def test_dq_statics_tile_stores_have_no_branch():
     ref = sass_ops(fast_backward(get_workload("mha_bwd_d128"), variant_text("dv_uniform+head_groups")), "attn_bwd_wgmma")
     ref_sts = [i for i, o in enumerate(ref) if o.startswith("STS.64")]
     assert count(ref, "BRA", ref_sts[0], ref_sts[-1]) >= 7 and len(ops) < len(ref) - 100  # 8 groups, 7 branches between
-
-
-@pytest.mark.parametrize("D", [64, 96, 128])
-def test_dq_fused_converts_each_value_as_the_postprocess_did(D):
-    """dq_fused's convert_dq (its index lines, mirrored) reads every accumulator float the postprocess read and writes
-    it to the same dQ element, four at a time, once each; its plans have no postprocess launch and give the main
-    kernel dQ and the per-KV-head counters (zeroed by the harness)."""
-    text = variant_text("dq_fused")
-    for line in ("const int row = k / (DC / 4), d = 4 * (k % (DC / 4)), rr = row % 64, c = d / 64, dd = d % 64;",
-                 "const int W = c == 0 ? 64 : DC - 64;  // min(64, DC - 64 c) for c = 0, 1",
-                 "const int src = (row - rr) * DC + 64 * 64 * c + rr * W + 8 * ((dd / 8) ^ (rr & (W / 8 - 1))) + dd % 8;",
-                 "__nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(out + static_cast<size_t>(row) * DC + d);",
-                 "*last = done == S / BN - 1;"):
-        assert line in text, line
-    S, heads = 256, 2
-    written = {}
-    for k in range(heads * S * (D // 4)):
-        row, d = k // (D // 4), 4 * (k % (D // 4))
-        rr, c, dd = row % 64, d // 64, d % 64
-        W = 64 if c == 0 else D - 64
-        src = (row - rr) * D + 64 * 64 * c + rr * W + 8 * ((dd // 8) ^ (rr & (W // 8 - 1))) + dd % 8
-        post_w = min(64, D - 64 * c)  # attn_bwd_post's own lines
-        post_src = (row - rr) * D + 64 * 64 * c + rr * post_w + 8 * ((dd // 8) ^ (rr & (post_w // 8 - 1))) + dd % 8
-        assert src == post_src and row * D + d not in written
-        written[row * D + d] = src
-    assert sorted(written) == list(range(0, heads * S * D, 4))
-    assert sorted(s + j for s in written.values() for j in range(4)) == list(range(heads * S * D))
-    for wid in BACKWARD:
-        w = get_workload(wid)
-        plan = resolve_plan(parse_solution(fast_backward(w, variant_text("dq_fused+head_groups")), w).plan, w, 132,
-                            "sm_90a")
-        assert [l.kernel for l in plan.launches][0] == "attn_bwd_pre" and len(plan.launches) == 2
-        cnt = next(s for s in plan.scratch if s.name == "dQcnt")
-        assert cnt.zero and cnt.dtype == "int32" and cnt.shape == [int(w.symbols["B"]) * int(w.symbols["H"])]
 
 
 def test_the_16_byte_epilogue_puts_every_value_of_a_row_in_its_column_once():

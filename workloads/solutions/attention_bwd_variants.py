@@ -84,10 +84,16 @@ points of its parameter space, which builtin/tuner searches:
   kernels, 1.066x / 1.092x).
 - `dq_static`: dv_uniform with the dQ tile's width known to ptxas in the 128-wide block: its 16 float2 stores run
   straight (the runtime width put each behind its own branch, with its address recomputed from threadIdx: v11's
-  profile had 16% of the stall samples there). 2,376 instructions at D = 128 instead of 2,504. Not measured yet.
-- `dq_fused`: dq_static without the postprocess launch: the last CTA of each KV head (a counter per batch * KV head,
-  after every CTA's reduce-adds are complete and published) converts its query heads' fp32 accumulator to bf16 dQ
-  from L2 (the postprocess moved about 1 GB at D = 128: ~240 us). Not measured yet.
+  profile had 16% of the stall samples there). 2,376 instructions at D = 128 instead of 2,504. H200: -4.7% time at
+  D = 128 (0.980x cuDNN), -3.2% causal (0.995x), -4.1% GQA (1.013x), +1.7% at D = 96 (1.013x), -2.3% D = 96 causal
+  (1.066x) against dv_uniform in the same call (attention_bwd.md v12). Its dS, like dv_early's, comes from bf16 P.
+- `dq_recompute`: dq_static with P^T recomputed in fp32 from S^T after dP^T's wait for dS (32 FFMA + 32 MUFU.EX2
+  more per thread and block, no register more): dQ's error back to st_ahead's. Not measured yet.
+- `st_uniform`, `st_static`: the uniform index, then dq_static's stores, on st_ahead's order (dV after dS, both from
+  fp32 P^T). Not measured yet.
+- `dq_zero`: dq_static with the fp32 accumulator zeroed in the main kernel (128-row slices claimed by atomicCAS:
+  the owner CTA's idle producer warps, or the first producer that needs an unclaimed slice; checked before the
+  producer's arrival on the block's dO barrier); attn_bwd_pre writes no zeros. Not measured yet.
 
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
@@ -1167,89 +1173,7 @@ __device__ __forceinline__ void store_dq_tile(float* tile, const float (&dq)[32]
      "    asm volatile(\"trap;\");"),
 ]
 
-# dq_fused: dq_static without the postprocess launch. Every CTA of a KV head, once its reduce-adds are complete, counts
-# itself on that head's counter (scratch dQcnt, zeroed by the harness); the last one converts the head's query heads'
-# fp32 accumulator rows to bf16 dQ (what attn_bwd_post did), reading them from L2 where the head group's CTAs have
-# just added them. By count the postprocess moves 1.0 GB at D = 128 (the accumulator read back from DRAM, dQ written),
-# about 240 us of the 7.61 ms; the conversion inside costs one SM about 16 us per head while the others go on.
-DQ_CONVERT = r"""// dq_fused: the postprocess's work for the query heads head0 .. head0 + heads - 1, by `nthreads` threads: their fp32
-// accumulator rows (per 64-row block the column halves of W = min(64, D - 64 c) floats one after the other, each
-// half's rows with their 32-byte groups swizzled by the row) as bf16 dQ = scale * accumulator, four values a step.
-// DC is D, known to each entry point (64, 96 or 128), so the index arithmetic has no runtime division.
-template <int DC>
-__device__ __forceinline__ void convert_dq(const float* __restrict__ dQacc, __nv_bfloat16* __restrict__ dQ, int head0,
-                                           int heads, int S, float scale, int tid, int nthreads) {
-  const float* acc = dQacc + static_cast<size_t>(head0) * S * DC;
-  __nv_bfloat16* out = dQ + static_cast<size_t>(head0) * S * DC;
-  const int n = heads * S * (DC / 4);  // float4 steps
-#pragma unroll 4
-  for (int k = tid; k < n; k += nthreads) {
-    const int row = k / (DC / 4), d = 4 * (k % (DC / 4)), rr = row % 64, c = d / 64, dd = d % 64;
-    const int W = c == 0 ? 64 : DC - 64;  // min(64, DC - 64 c) for c = 0, 1
-    const int src = (row - rr) * DC + 64 * 64 * c + rr * W + 8 * ((dd / 8) ^ (rr & (W / 8 - 1))) + dd % 8;
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(acc + src));  // from L2: other CTAs added it there
-    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(out + static_cast<size_t>(row) * DC + d);
-    o[0] = __floats2bfloat162_rn(v.x * scale, v.y * scale);
-    o[1] = __floats2bfloat162_rn(v.z * scale, v.w * scale);
-  }
-}
-
-// The dK / dV epilogue in 16-byte stores"""
-
-DQ_FUSED_TAIL = r"""    store_rows16(dK, dk, scale, row0, D, lane);
-    // dq_fused: the last of this KV head's S / BN CTAs to finish converts its query heads' dQ. Each consumer's
-    // reductions are complete (bulk_wait_all above); proxy and gpu fences publish them before the count, and the
-    // fence after it orders the conversion's loads after every other CTA's published reductions.
-    if (threadIdx.x == 128 || threadIdx.x == 256) {
-      asm volatile("fence.proxy.async.global;" ::: "memory");
-      __threadfence();
-    }
-    named_barrier_sync(5, 256);  // both consumers' reductions are published
-    volatile int* last = reinterpret_cast<volatile int*>(sdS);  // the dS^T buffers are free: every dQ product is done
-    if (threadIdx.x == 128) {
-      const int done = atomicAdd(&dQcnt[bkv], 1);
-      __threadfence();
-      *last = done == S / BN - 1;
-    }
-    named_barrier_sync(5, 256);
-    if (*last)
-      convert_dq<HD == 64 ? 64 : KD>(dQacc, dQ, GQA ? bkv * group : bkv, GQA ? group : 1, S, scale, threadIdx.x - 128,
-                                     256);"""
-
-
-def _dq_fused(text: str) -> str:
-    text = VARIANTS["dq_static"](text)
-    one = [  # each exactly once
-        ("// The dK / dV epilogue in 16-byte stores", DQ_CONVERT),
-        ("__nv_bfloat16* __restrict__ dK, __nv_bfloat16* __restrict__ dV, int S, int D,\n"
-         "                                         float scale, int group) {",
-         "__nv_bfloat16* __restrict__ dK, __nv_bfloat16* __restrict__ dV, __nv_bfloat16* __restrict__ dQ,\n"
-         "                                         int* __restrict__ dQcnt, int S, int D, float scale, int group) {"),
-        ("    store_rows16(dK, dk, scale, row0, D, lane);", DQ_FUSED_TAIL),
-        # the plan: dQ and the counters to the main kernel, no postprocess launch
-        ('"scratch:dQacc", "dK", "dV", "i32:S"', '"scratch:dQacc", "dK", "dV", "dQ", "scratch:dQcnt", "i32:S"'),
-        ('[[launch]]\nkernel = "attn_bwd_post"\ngrid = ["cdiv(B * H * S * D, 1024)"]\nblock = [256]\n'
-         'args = ["scratch:dQacc", "dQ", "i32:B * H * S * D", "f32:scale", "i32:D"]\n\n', ""),
-        ('[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n',
-         '[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n\n'
-         '[scratch.dQcnt]  # dq_fused: per batch * KV head, the CTAs done\ndtype = "int32"\nshape = ["B * H"]\nzero = true\n'),
-        ("// VARIANT dq_static (attention_bwd_variants.py)",
-         "// VARIANT dq_fused (attention_bwd_variants.py): dq_static with the postprocess folded into the main kernel "
-         "(the last CTA of a KV head converts its dQ);\n// dq_static"),
-    ]
-    text = apply_edits(text, one, "dq_fused")
-    # the nine entry points: their parameters and the call
-    for old, new in (("__nv_bfloat16* __restrict__ dV, int S, int D, float scale",
-                      "__nv_bfloat16* __restrict__ dV, __nv_bfloat16* __restrict__ dQ, int* __restrict__ dQcnt, int S, "
-                      "int D, float scale"),
-                     ("dQacc, dK, dV, S, D, scale", "dQacc, dK, dV, dQ, dQcnt, S, D, scale")):
-        if text.count(old) != 9:
-            raise ValueError(f"variant dq_fused: {old!r} occurs {text.count(old)} times, not in the 9 entry points")
-        text = text.replace(old, new)
-    return text
-
-
-# dq_zero: dq_fused with the fp32 accumulator zeroed inside the main kernel instead of by attn_bwd_pre. By count the
+# dq_zero: dq_static with the fp32 accumulator zeroed inside the main kernel instead of by attn_bwd_pre. By count the
 # preprocess's zero writes are 805 MB at D = 128 (about 190 us of 7.6 ms), and the main kernel's first reduce-add of
 # each row then reads the zeros back from DRAM; zeroed in the main kernel they are made in L2 just before their
 # first use. The accumulator is cut into slices of 128 rows of a query head, slice kb owned by the key block kb's CTA
@@ -1329,7 +1253,7 @@ DQ_ZERO_PRODUCER = (r"""        mbar_arrive_expect_tx(&fulldO[st], QT + QR * 4);
 
 
 def _dq_zero(text: str) -> str:
-    text = VARIANTS["dq_fused"](text)
+    text = VARIANTS["dq_static"](text)
     one = [
         ("// The dK / dV epilogue in 16-byte stores", DQ_ZERO_HELPERS),
         ("    setmaxnreg_dec<PRODUCER_REGS>();", "    setmaxnreg_dec<PRODUCER_REGS>();\n"
@@ -1346,42 +1270,47 @@ def _dq_zero(text: str) -> str:
         ("    acc[i] = make_float2(0.f, 0.f);\n", ""),
         ("float* __restrict__ L2, float* __restrict__ dQacc, int rows, int D) {", "float* __restrict__ L2, int rows, int D) {"),
         ('"scratch:L2", "scratch:dQacc", "i32:B * H * S", "i32:D"]', '"scratch:L2", "i32:B * H * S", "i32:D"]'),
-        ('"scratch:dQcnt", "i32:S"', '"scratch:dQcnt", "scratch:dQflag", "i32:S"'),
-        ('[scratch.dQcnt]  # dq_fused: per batch * KV head, the CTAs done\ndtype = "int32"\nshape = ["B * H"]\nzero = true\n',
-         '[scratch.dQcnt]  # dq_fused: per batch * KV head, the CTAs done\ndtype = "int32"\nshape = ["B * H"]\nzero = true\n\n'
+        # the main kernel takes the slice states
+        ("__nv_bfloat16* __restrict__ dK, __nv_bfloat16* __restrict__ dV, int S, int D,\n",
+         "__nv_bfloat16* __restrict__ dK, __nv_bfloat16* __restrict__ dV, int* __restrict__ dQflag, int S, int D,\n"),
+        ('"scratch:dQacc", "dK", "dV", "i32:S"', '"scratch:dQacc", "dK", "dV", "scratch:dQflag", "i32:S"'),
+        ('[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n',
+         '[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n\n'
          '[scratch.dQflag]  # dq_zero: per 128-row slice of the accumulator, 0 untouched, 1 being zeroed, 2 zeroed\n'
          'dtype = "int32"\nshape = ["B * H", "cdiv(S, 128)"]\nzero = true\n'),
-        ("// VARIANT dq_fused (attention_bwd_variants.py): ",
-         "// VARIANT dq_zero (attention_bwd_variants.py): dq_fused with the fp32 dQ accumulator zeroed in the main kernel "
-         "(slices claimed by atomicCAS), not by attn_bwd_pre;\n// dq_fused: "),
+        ("// VARIANT dq_static (attention_bwd_variants.py): ",
+         "// VARIANT dq_zero (attention_bwd_variants.py): dq_static with the fp32 dQ accumulator zeroed in the main kernel "
+         "(slices claimed by atomicCAS), not by attn_bwd_pre;\n// dq_static: "),
     ]
     text = apply_edits(text, one, "dq_zero")
-    for old, new, n in (("int* __restrict__ dQcnt, int S, int D, float scale",  # attn_bwd and the 9 entry points
-                         "int* __restrict__ dQcnt, int* __restrict__ dQflag, int S, int D, float scale", 10),
-                        ("dQ, dQcnt, S, D, scale", "dQ, dQcnt, dQflag, S, D, scale", 9)):
-        if text.count(old) != n:
-            raise ValueError(f"variant dq_zero: {old!r} occurs {text.count(old)} times, not {n}")
+    for old, new in (("__nv_bfloat16* __restrict__ dV, int S, int D, float scale",
+                      "__nv_bfloat16* __restrict__ dV, int* __restrict__ dQflag, int S, int D, float scale"),
+                     ("dQacc, dK, dV, S, D, scale", "dQacc, dK, dV, dQflag, S, D, scale")):
+        if text.count(old) != 9:
+            raise ValueError(f"variant dq_zero: {old!r} occurs {text.count(old)} times, not in the 9 entry points")
         text = text.replace(old, new)
     return text
 
 
-# dq_discard: dq_zero with the converted accumulator's L2 lines discarded (discard.global.L2): the last CTA of a head
-# has read them for the last time, so L2 need not write the 805 MB (D = 128) of dirty fp32 lines back to DRAM when it
-# evicts them. The main kernel is not DRAM-bound (0.5 TB/s), so this is about the other traffic that writeback
-# delays and the power it draws.
-DQ_DISCARD = [
-    ("""    if (*last)
-      convert_dq<HD == 64 ? 64 : KD>(dQacc, dQ, GQA ? bkv * group : bkv, GQA ? group : 1, S, scale, threadIdx.x - 128,
-                                     256);""",
-     """    if (*last) {
-      constexpr int DC = HD == 64 ? 64 : KD;
-      const int head0 = GQA ? bkv * group : bkv, heads = GQA ? group : 1;
-      convert_dq<DC>(dQacc, dQ, head0, heads, S, scale, threadIdx.x - 128, 256);
-      named_barrier_sync(5, 256);  // every accumulator float is read: its lines are dead (dq_discard)
-      const char* acc = reinterpret_cast<const char*>(dQacc + static_cast<size_t>(head0) * S * DC);
-#pragma unroll 1
-      for (int i = threadIdx.x - 128; i < heads * S * DC / 32; i += 256)  // 128-byte lines
-        asm volatile("discard.global.L2 [%0], 128;" :: "l"(acc + 128 * static_cast<size_t>(i)) : "memory");
+# dv_early took P from its bf16 pair for dS = P (dP - Dr) (P^T's fp32 registers given up for dV's issue): one more
+# bf16 rounding in every dS, so dQ's relative Frobenius error rose from 0.00236 to 0.00289 (cuDNN's 0.0024) and its
+# worst element past twice the library's on some causal inputs (the harness's library_x2 rule: INCORRECT_NUMERICAL in
+# 2 of 5 causal runs of dv_uniform on 2026-12-01). Keeping the fp32 P^T live across dV's issue spills 64-80 bytes in
+# every 128-wide entry point. Two ways back to dS from fp32 P:
+# dq_recompute: dq_static with P^T recomputed in fp32 from S^T (still in its registers: only the next block's S^T
+# overwrites them) after dP^T's wait: 32 FFMA + 32 MUFU.EX2 more per thread and block, no register more.
+DQ_RECOMPUTE = [
+    ("""    for (int k = 0; k < 4; ++k) {  // P from its packed pair (the registers of P^T in fp32 are given up for dV's issue)
+      const float2 pk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pp[2 * a + k / 2]));
+      p[4 * a + k] = (k % 2 ? pk.y : pk.x) * (p[4 * a + k] - (k % 2 ? dr.y : dr.x));
+    }""",
+     """    const float2 l2 = lds64(sL2 + 8 * a + col0);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {  // dq_recompute: P^T again in fp32 from S^T (its bf16 pair went to dV)
+      const int j = 4 * a + k, q = 8 * a + col0 + (k % 2);
+      float x = ex2(fmaf(s[j], sl2, -(k % 2 ? l2.y : l2.x)));
+      if (mask && key0 + 64 * c + r + 8 * (k / 2) > q0 + q) x = 0.f;
+      p[j] = x * (p[j] - (k % 2 ? dr.y : dr.x));
     }"""),
 ]
 
@@ -1441,10 +1370,12 @@ VARIANTS = {
                     "product", ST_AHEAD),
     "dv_early": _on("st_ahead", "dv_early", "dV issued right after the exponentials, before dP^T is waited for",
                     DV_EARLY),
-    "dq_fused": _dq_fused,
     "dq_zero": _dq_zero,
-    "dq_discard": _on("dq_zero", "dq_discard", "the converted accumulator's L2 lines discarded, not written back",
-                      DQ_DISCARD),
+    "dq_recompute": _on("dq_static", "dq_recompute", "P^T recomputed in fp32 from S^T for dS^T (no bf16 rounding of P "
+                        "before dS)", DQ_RECOMPUTE),
+    # st_static: dq_static's stores and the uniform index on st_ahead's order (dV issued after dS, from fp32 P^T)
+    "st_uniform": _on("st_ahead", "st_uniform", "the consumer index made warp-uniform for ptxas", UNIFORM_C),
+    "st_static": _on("st_uniform", "st_static", "the dQ tile's width known to ptxas in the 128-wide block", DQ_STATIC),
     "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
                      "and no address recomputed per store)", DQ_STATIC),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
