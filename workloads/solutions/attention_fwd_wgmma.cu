@@ -35,7 +35,7 @@ dims = ["D", "B * H * S"]
 box = [64, 64]
 swizzle = "128B"
 */
-// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 24, 'rescale': 'lazy', 'uniform': True}
+// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 24, 'rescale': 'lazy', 'uniform': True, 'early_pack': True}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -320,6 +320,7 @@ __device__ __forceinline__ void consumer_step(int j, Consumer& w, float (&s)[SN]
   wgmma_fence_regs(o);
   wgmma_fence_regs(p);
   if (w.lane == 0) mbar_arrive(&w.emptyV[sp]);
+  pack_p(s, p);  // early_pack: before the rescale's branch
   if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f))  // rescale=lazy: no row of the warp moved its max
 #pragma unroll
   for (int i = 0; i < ON / 2; i += 4) {
@@ -328,7 +329,6 @@ __device__ __forceinline__ void consumer_step(int j, Consumer& w, float (&s)[SN]
     o[i + 2] *= a1;
     o[i + 3] *= a1;
   }
-  pack_p(s, p);
 }
 
 // O / l as bf16 straight from registers (the first HD columns).
