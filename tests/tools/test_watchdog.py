@@ -136,8 +136,8 @@ def test_correctness_gives_the_first_call_the_probe_limit_and_later_calls_ten_ti
     watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: clock[0])
     job = GpuJob(workload=BWD, timeout_s=60.0)
     referee = FakeReferee()
-    stats = runner.correctness(FakeCalls(clock, 1.5), referee, get_workload(BWD), job, phase, {}, 0, watch)
-    assert len(stats) == 3 and all(s.passed for s in stats)
+    stats, digests = runner.correctness(FakeCalls(clock, 1.5), referee, get_workload(BWD), job, phase, {}, 0, watch)
+    assert len(stats) == 3 and all(s.passed for s in stats) and sorted(digests) == [0, 1, 2]
     assert referee.prepared == [(BWD, 11), (BWD, 12)]  # each next set's reference asked for while this one is checked
     runs = [(limit, why) for name, limit, *why in sent if name == "run"]
     assert [name for name, *_ in sent] == ["run", "check"] * 3
@@ -391,3 +391,24 @@ def test_hang_memo_waits_only_when_running_beside_gains_nothing():
     thread.join()
     hang, owner = waiter[0]
     assert not owner and hang.turn == 2 and hang.outcome.message == "m"
+
+
+@pytest.mark.parametrize("replayed", [False, True])
+def test_the_new_inputs_check_names_a_replay_only_when_the_output_is_an_earlier_ones(runner, monkeypatch, replayed):
+    """A kernel whose output misses the rule on the new inputs is judged as on any set; "replayed" is said only when
+    its output is bit-identical to an earlier set's (a cache keyed on pointers), not for a borderline numerical miss."""
+    clock, sent = [0.0], []
+    calls = FakeCalls(clock, 1.5)
+    calls.set_pristine = lambda k, inputs: None
+    monkeypatch.setattr(runner, "make_inputs", lambda *a: {})
+    earlier = {k: (runner.output_digest(s.bufs.tensors["C"].data),) for k, s in enumerate(calls.sets)}
+    if not replayed:  # recomputed: a different output, just past the rule
+        calls.sets[0].bufs.tensors["C"].data = torch.full((4, 4), 1.001)
+    referee = FakeReferee()
+    referee.judge = lambda *a: [{"trial": 3, "tensor": "C", "passed": False, "note": "max abs error 0.0311 > 0.029"}]
+    watch = CandidateWatch(lambda *m: sent.append(m), 60.0, 4.169, clock=lambda: clock[0])
+    job = GpuJob(workload=BWD, timeout_s=60.0)
+    stats = runner.new_inputs_check(calls, referee, get_workload(BWD), job, lambda *m: None, 0, watch, earlier)
+    assert len(stats) == 1 and not stats[0].passed
+    assert ("bit-identical to trial 0" in stats[0].note) == replayed and "0.029" in stats[0].note
+    assert "not recomputed" not in stats[0].note

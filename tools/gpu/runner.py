@@ -143,8 +143,9 @@ def judged_call(calls: CandidateCalls, referee: RefereeClient, wl: Workload, k: 
 
 
 def correctness(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: GpuJob, phase: Phase,
-                seconds: dict, flush_bytes: int, watch: CandidateWatch) -> list:
-    """The checked call of every input set, in order; stops at the first failing one."""
+                seconds: dict, flush_bytes: int, watch: CandidateWatch) -> tuple[list, dict]:
+    """The checked call of every input set, in order; stops at the first failing one. Also returns each checked set's
+    output digest (new_inputs_check compares against them)."""
     dist = job.dist
     all_stats, digests = [], {}
     for k, s in enumerate(calls.sets):
@@ -161,12 +162,14 @@ def correctness(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job
         all_stats += stats
         if status_of(stats) != "PASSED":
             break
-    return all_stats
+    return all_stats, digests
 
 
 def new_inputs_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: GpuJob, phase: Phase,
-                     flush_bytes: int, watch: CandidateWatch) -> list:
-    """Last: set 0's buffers get inputs no call has seen (a kernel that keyed a cache on pointers would replay)."""
+                     flush_bytes: int, watch: CandidateWatch, earlier: dict) -> list:
+    """Last: set 0's buffers get inputs no call has seen (a kernel that keyed a cache on pointers would replay). The
+    replay is named only when it happened (the output bit-identical to an earlier set's, `earlier`: their digests);
+    any other failure here is judged and worded as on the other sets."""
     dist = job.dist
     s = calls.sets[0]
     phase("prepare", job.prepare_timeout_s)
@@ -174,10 +177,10 @@ def new_inputs_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload
     calls.set_pristine(0, make_inputs(wl, s.seed, dist, "cuda"))
     calls.verified.pop(0, None)
     _, stats = judged_call(calls, referee, wl, 0, len(calls.sets), dist, job, phase, flush_bytes, watch)
-    for st in stats:
-        if not st.passed:
-            st.note = "; ".join(filter(None, ["new inputs in buffers used before: the output was not recomputed for "
-                                              "them", st.note]))
+    note = replay_note(tuple(output_digest(s.bufs.tensors[n].data) for n in s.bufs.outputs), earlier)
+    if note:
+        for st in stats:
+            st.passed, st.note = False, "; ".join(filter(None, [f"new inputs in buffers used before: {note}", st.note]))
     return stats
 
 
@@ -321,7 +324,7 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
                                       f"scratch buffers"]) from None
         calls = CandidateCalls(cand, sets, secrets.randbits(62))
         t0 = time.perf_counter()
-        stats = correctness(calls, referee, wl, job, phase, seconds, flush_bytes, watch)
+        stats, digests = correctness(calls, referee, wl, job, phase, seconds, flush_bytes, watch)
         out.correctness = list(stats)
         out.status = status_of(stats)
         seconds["correctness"] = time.perf_counter() - t0
@@ -333,7 +336,7 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
         if out.status == "PASSED":
             t0 = time.perf_counter()
             pristine_check(calls, referee, wl, dist)
-            extra = new_inputs_check(calls, referee, wl, job, phase, flush_bytes, watch)
+            extra = new_inputs_check(calls, referee, wl, job, phase, flush_bytes, watch, digests)
             out.correctness += extra
             out.status = status_of(extra)
             seconds["final_checks"] = time.perf_counter() - t0
