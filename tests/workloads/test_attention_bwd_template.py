@@ -39,7 +39,7 @@ def test_every_variant_is_a_point_the_reference_is_the_default_and_the_checked_i
     # (head_major lost to head_groups on the H200: an order for measurements only).
     builds = {n.partition("+")[0] for n in bt.BUILT.values() if n} - {"checked-in"}
     candidates = {"own_keys", "own_keys_s3", "own_keys_wide", "dq_tiles_wide", "q128_d64", "d96_ksteps",
-                  "tiles_stack", "dq_static", "dq_recompute", "st_uniform", "st_static", "dq_zero"}
+                  "tiles_stack", "dq_static", "dq_recompute", "st_uniform", "st_static", "dq_zero", "st_zero"}
     # dq_tiles, q128_d64, tiles_stack, tiles_d96, st_ahead and dv_early are the reference's bases too (dv_uniform is
     # dv_early with a warp-uniform consumer index, dv_early is st_ahead with dV issued before dP^T's wait, st_ahead is
     # tiles_d96 with each block's S^T issued by the block before it; tiles_d96 is dq_tiles + q128_d64 + D = 96's

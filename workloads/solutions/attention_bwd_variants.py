@@ -1252,8 +1252,12 @@ DQ_ZERO_PRODUCER = (r"""        mbar_arrive_expect_tx(&fulldO[st], QT + QR * 4);
         mbar_arrive(&fulldO[st]);""")
 
 
-def _dq_zero(text: str) -> str:
-    text = VARIANTS["dq_static"](text)
+def _zeroed_in_kernel(base: str, name: str):
+    """Variant `name`: variant `base` (dq_static or one of its precise successors) with dq_zero's edits."""
+    return lambda text: _dq_zero(VARIANTS[base](text), base, name)
+
+
+def _dq_zero(text: str, base: str = "dq_static", name: str = "dq_zero") -> str:
     one = [
         ("// The dK / dV epilogue in 16-byte stores", DQ_ZERO_HELPERS),
         ("    setmaxnreg_dec<PRODUCER_REGS>();", "    setmaxnreg_dec<PRODUCER_REGS>();\n"
@@ -1278,16 +1282,16 @@ def _dq_zero(text: str) -> str:
          '[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n\n'
          '[scratch.dQflag]  # dq_zero: per 128-row slice of the accumulator, 0 untouched, 1 being zeroed, 2 zeroed\n'
          'dtype = "int32"\nshape = ["B * H", "cdiv(S, 128)"]\nzero = true\n'),
-        ("// VARIANT dq_static (attention_bwd_variants.py): ",
-         "// VARIANT dq_zero (attention_bwd_variants.py): dq_static with the fp32 dQ accumulator zeroed in the main kernel "
-         "(slices claimed by atomicCAS), not by attn_bwd_pre;\n// dq_static: "),
+        (f"// VARIANT {base} (attention_bwd_variants.py): ",
+         f"// VARIANT {name} (attention_bwd_variants.py): {base} with the fp32 dQ accumulator zeroed in the main kernel "
+         f"(slices claimed by atomicCAS), not by attn_bwd_pre;\n// {base}: "),
     ]
-    text = apply_edits(text, one, "dq_zero")
+    text = apply_edits(text, one, name)
     for old, new in (("__nv_bfloat16* __restrict__ dV, int S, int D, float scale",
                       "__nv_bfloat16* __restrict__ dV, int* __restrict__ dQflag, int S, int D, float scale"),
                      ("dQacc, dK, dV, S, D, scale", "dQacc, dK, dV, dQflag, S, D, scale")):
         if text.count(old) != 9:
-            raise ValueError(f"variant dq_zero: {old!r} occurs {text.count(old)} times, not in the 9 entry points")
+            raise ValueError(f"variant {name}: {old!r} occurs {text.count(old)} times, not in the 9 entry points")
         text = text.replace(old, new)
     return text
 
@@ -1370,7 +1374,8 @@ VARIANTS = {
                     "product", ST_AHEAD),
     "dv_early": _on("st_ahead", "dv_early", "dV issued right after the exponentials, before dP^T is waited for",
                     DV_EARLY),
-    "dq_zero": _dq_zero,
+    "dq_zero": _zeroed_in_kernel("dq_static", "dq_zero"),
+    "st_zero": _zeroed_in_kernel("st_static", "st_zero"),  # dq_zero's edits on the precise st_static
     "dq_recompute": _on("dq_static", "dq_recompute", "P^T recomputed in fp32 from S^T for dS^T (no bf16 rounding of P "
                         "before dS)", DQ_RECOMPUTE),
     # st_static: dq_static's stores and the uniform index on st_ahead's order (dV issued after dS, from fp32 P^T)
