@@ -215,7 +215,7 @@ def test_head_groups_order_visits_every_block_once_longest_first_within_each_gro
 
 
 def test_every_variant_is_tested():
-    assert sorted(VARIANTS) == sorted(n for n in VARIANT_SASS if "+" not in n)
+    assert sorted(VARIANTS) == sorted({n.partition("+")[0] for n in VARIANT_SASS})  # each in some launch order
     assert REFERENCE_VARIANT in VARIANT_SASS
 
 
