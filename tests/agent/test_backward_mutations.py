@@ -34,7 +34,7 @@ for _n in VECTOR_DQ_CLASSES:  # the float2 atomics: gone from the reference, liv
 EDITS = {
     "bwd_dpsum_wrong": ["-sum = fmaf(a.x, b.x, fmaf(a.y, b.y, sum));", "+sum = fmaf(b.x, b.x, fmaf(b.y, b.y, sum));"],
     "bwd_lse_wrong_base": ["-L2[row] = LSE[row] * LOG2E;", "+L2[row] = LSE[row];"],
-    # the D = 64 block's lines, then the 128-wide block's (st_ahead: j = 4 a + k; dv_uniform: P from packed pairs)
+    # the D = 64 block's lines, then the 128-wide block's (st_ahead's order, the reference's: j = 4 a + k)
     "bwd_stats_indexed_by_key": [
         "-float e = ex2(fmaf(s[j], sl2, -(j % 2 ? l2[j / 4].y : l2[j / 4].x)));",
         "+float e = ex2(fmaf(s[j], sl2, -sL2[r + 8 * ((j / 2) % 2)]));",
@@ -42,8 +42,8 @@ EDITS = {
         "+for (int j = 0; j < QR / 2; ++j) p[j] = s[j] * (p[j] - sDr[r + 8 * ((j / 2) % 2)]);",
         "-float x = ex2(fmaf(s[j], sl2, -(k % 2 ? l2.y : l2.x)));",
         "+float x = ex2(fmaf(s[j], sl2, -sL2[r + 8 * (k / 2)]));",
-        "-p[4 * a + k] = (k % 2 ? pk.y : pk.x) * (p[4 * a + k] - (k % 2 ? dr.y : dr.x));",
-        "+p[4 * a + k] = (k % 2 ? pk.y : pk.x) * (p[4 * a + k] - sDr[r + 8 * (k / 2)]);"],
+        "-for (int k = 0; k < 4; ++k) p[4 * a + k] = e[4 * a + k] * (p[4 * a + k] - (k % 2 ? dr.y : dr.x));",
+        "+for (int k = 0; k < 4; ++k) p[4 * a + k] = e[4 * a + k] * (p[4 * a + k] - sDr[r + 8 * (k / 2)]);"],
     "bwd_causal_mask_wrong_side": ["-if (mask && key0 + 64 * c + r + 8 * ((j / 2) % 2) > q0 + q) e = 0.f;",
                                    "+if (mask && key0 + 64 * c + r + 8 * ((j / 2) % 2) < q0 + q) e = 0.f;",
                                    "-if (mask && key0 + 64 * c + r + 8 * (k / 2) > q0 + q) x = 0.f;",
@@ -126,7 +126,7 @@ def test_each_class_edits_exactly_its_lines(mutants):
 # Classes whose broken code spills under ptxas 13.5 in some entry points (it still runs: the GPU judges the race),
 # each built apart from the others with those spills allowed, class -> which kernels: without its wait for the
 # previous reduction to have read its tile, the reference's D = 64 kernels (128 query rows a block) spill 52-100
-# bytes. (With one dS^T buffer st_ahead's causal 128-wide kernels spilled 12 bytes; dv_uniform's do not.)
+# bytes. (With one dS^T buffer st_ahead's causal 128-wide kernels spilled 12 bytes; st_static's do not.)
 SPILLS_APART = {"bwd_dq_bulk_no_wait_read": lambda k: "_d64" in k}
 
 

@@ -87,13 +87,17 @@ points of its parameter space, which builtin/tuner searches:
   profile had 16% of the stall samples there). 2,376 instructions at D = 128 instead of 2,504. H200: -4.7% time at
   D = 128 (0.980x cuDNN), -3.2% causal (0.995x), -4.1% GQA (1.013x), +1.7% at D = 96 (1.013x), -2.3% D = 96 causal
   (1.066x) against dv_uniform in the same call (attention_bwd.md v12). Its dS, like dv_early's, comes from bf16 P.
-- `dq_recompute`: dq_static with P^T recomputed in fp32 from S^T after dP^T's wait for dS (32 FFMA + 32 MUFU.EX2
-  more per thread and block, no register more): dQ's error back to st_ahead's. Not measured yet.
-- `st_uniform`, `st_static`: the uniform index, then dq_static's stores, on st_ahead's order (dV after dS, both from
-  fp32 P^T). Not measured yet.
-- `dq_zero`: dq_static with the fp32 accumulator zeroed in the main kernel (128-row slices claimed by atomicCAS:
-  the owner CTA's idle producer warps, or the first producer that needs an unclaimed slice; checked before the
-  producer's arrival on the block's dO barrier); attn_bwd_pre writes no zeros. Not measured yet.
+- `st_uniform`, `st_static`: the uniform index, then dq_static's stores, on st_ahead's order (dV issued after dS, both
+  from fp32 P^T: dQ's error 0.00236, as before dv_early). H200: st_static 0.975x cuDNN at D = 128 (7.302 ms, +0.5%
+  against dq_static), 0.984x causal (+1.3%), 1.015x / 1.032x at D = 96, 1.012x GQA; its D = 64 kernels are
+  st_ahead's (1.066x / 1.092x). **The reference** (`st_static+head_groups`), the fastest version whose dQ holds the
+  harness's rule on every input set: dv_early, dv_uniform and dq_static stay as measured candidates.
+
+Measured and deleted (attention_bwd.md v12-v13): `dq_fused` (the postprocess folded into the main kernel, the last CTA
+of a KV head converting its dQ: 4.8% slower at D = 128, 27% GQA), `dq_discard` (on it, not run), `dq_recompute` (P^T
+recomputed in fp32 for dS: precise, 3.6-5% slower), `dq_zero` / `st_zero` (the accumulator zeroed in the main kernel
+in slices claimed by atomicCAS: 4.9% slower at D = 128, 43% causal, where a CTA's producer zeroed unclaimed slices
+alone).
 
 Launch orders, applied to any of them (`variant_text("X+order")`, X a variant or `checked-in`):
 
@@ -1173,150 +1177,11 @@ __device__ __forceinline__ void store_dq_tile(float* tile, const float (&dq)[32]
      "    asm volatile(\"trap;\");"),
 ]
 
-# dq_zero: dq_static with the fp32 accumulator zeroed inside the main kernel instead of by attn_bwd_pre. By count the
-# preprocess's zero writes are 805 MB at D = 128 (about 190 us of 7.6 ms), and the main kernel's first reduce-add of
-# each row then reads the zeros back from DRAM; zeroed in the main kernel they are made in L2 just before their
-# first use. The accumulator is cut into slices of 128 rows of a query head, slice kb owned by the key block kb's CTA
-# (causal: the CTA's own first query blocks), one int state per slice (scratch dQflag, zeroed by the harness):
-# 0 untouched, 1 being zeroed, 2 zeroed. A slice is claimed, not owned (atomicCAS 0 -> 1): the owner's idle producer
-# warps claim and zero it at their CTA's start; a producer that needs a slice nobody has claimed (its owner has not
-# started: it may be waiting for the SM this CTA holds) zeroes it itself, and waits only for a slice another
-# running thread is zeroing, which never waits. The producer checks a block's slice before its arrival on the
-# block's dO barrier, which the consumers wait on before they reduce-add: the zeros happen before every reduce-add.
-DQ_ZERO_HELPERS = r"""// dq_zero: the fp32 accumulator's slices (128 rows of a query head, DC floats a row, contiguous), zeroed in this
-// kernel. A slice's state: 0 untouched, 1 being zeroed, 2 zeroed.
-template <int DC>
-__device__ __forceinline__ void zero_slice(float* rows, int tid, int nthreads) {
-  float4* v = reinterpret_cast<float4*>(rows);
-#pragma unroll 1  // the producer warpgroup's 24 registers
-  for (int i = tid; i < 32 * DC; i += nthreads) v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  asm volatile("fence.proxy.async.global;" ::: "memory");  // the zeros before the bulk reduce-adds (async proxy)
-  __threadfence();
-}
-__device__ __forceinline__ int load_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void store_release(int* p, int v) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
-}
-// Returns once the slice is zeroed: zeroes it here if nobody has claimed it, else waits for the running thread
-// that did (it never waits itself, so this ends).
-template <int DC>
-__device__ __forceinline__ void ready_slice(int* flag, float* rows) {
-  int v = load_acquire(flag);
-  if (v == 2) return;
-  if (v == 0 && atomicCAS(flag, 0, 1) == 0) {
-    zero_slice<DC>(rows, 0, 1);
-    store_release(flag, 2);
-    return;
-  }
-  while (load_acquire(flag) != 2) __nanosleep(128);
-}
-
-// The dK / dV epilogue in 16-byte stores"""
-
-DQ_ZERO_OWNER = r"""    } else if (t >= 32) {  // dq_zero: warps 1-3 claim and zero this CTA's slice (rows key0..) of each query head
-      int* claimed = reinterpret_cast<int*>(empty + Stages<HD>::N);  // past the mbarriers
-      const int head0 = GQA ? bkv * group : bkv;
-      for (int h = head0; h < head0 + heads; ++h) {  // (the flag's address not kept across the zeroing: 24 registers)
-        if (t == 32) *claimed = atomicCAS(dQflag + h * (S / BN) + kb, 0, 1) == 0;
-        named_barrier_sync(6, 96);
-        const bool mine = *reinterpret_cast<volatile int*>(claimed) != 0;
-        if (mine) zero_slice<DC>(dQacc + (static_cast<size_t>(h) * S + key0) * DC, t - 32, 96);
-        named_barrier_sync(6, 96);  // every warp's zeros are published; `claimed` may be written again
-        if (mine && t == 32) store_release(dQflag + h * (S / BN) + kb, 2);
-      }
-    }
-  } else {
-    setmaxnreg_inc<CONSUMER_REGS>();"""
-
-DQ_ZERO_PRODUCER = (r"""        mbar_arrive_expect_tx(&fulldO[st], QT + QR * 4);
-#pragma unroll
-        for (int s = 0; s < 2; ++s)
-          tma_load_2d(sdO + st * QT + s * QSLAB, tmdO, &fulldO[st], HD == 128 ? 64 * s : 0, q_row + (HD == 128 ? 0 : 64 * s));
-        bulk_load(sDr + st * QR, Dr + q_row, QR * 4, &fulldO[st]);""",
-                    r"""        mbar_expect_tx(&fulldO[st], QT + QR * 4);
-#pragma unroll
-        for (int s = 0; s < 2; ++s)
-          tma_load_2d(sdO + st * QT + s * QSLAB, tmdO, &fulldO[st], HD == 128 ? 64 * s : 0, q_row + (HD == 128 ? 0 : 64 * s));
-        bulk_load(sDr + st * QR, Dr + q_row, QR * 4, &fulldO[st]);
-        // dq_zero: the block's accumulator slice is zeroed before the consumers, who wait on this barrier, reduce
-        // into it (checked once per slice: consecutive blocks share one)
-        const int slice = q_row / BN;  // of all B * H * S rows
-        if (slice != ready) {
-          ready_slice<DC>(dQflag + slice, dQacc + static_cast<size_t>(slice) * BN * DC);
-          ready = slice;
-        }
-        mbar_arrive(&fulldO[st]);""")
-
-
-def _zeroed_in_kernel(base: str, name: str):
-    """Variant `name`: variant `base` (dq_static or one of its precise successors) with dq_zero's edits."""
-    return lambda text: _dq_zero(VARIANTS[base](text), base, name)
-
-
-def _dq_zero(text: str, base: str = "dq_static", name: str = "dq_zero") -> str:
-    one = [
-        ("// The dK / dV epilogue in 16-byte stores", DQ_ZERO_HELPERS),
-        ("    setmaxnreg_dec<PRODUCER_REGS>();", "    setmaxnreg_dec<PRODUCER_REGS>();\n"
-         "    constexpr int DC = HD == 64 ? 64 : KD;  // dq_zero: floats a dQacc row"),
-        ("    }\n  } else {\n    setmaxnreg_inc<CONSUMER_REGS>();", DQ_ZERO_OWNER),  # after the producer thread's loop
-        # the slices are DC floats a row: D = 64's entries serve D = 64 only
-        ("(HD == 128 && KD == 128 && D != 128))", "(HD == 128 && KD == 128 && D != 128) ||\n      (HD == 64 && D != 64))"),
-        ("      for (int it = 0; it < n_iter; ++it) {\n        const int st = it % Stages<HD>::N;",
-         "      int ready = -1;  // dq_zero: the last slice found zeroed\n"
-         "      for (int it = 0; it < n_iter; ++it) {\n        const int st = it % Stages<HD>::N;"),
-        DQ_ZERO_PRODUCER,
-        # attn_bwd_pre no longer zeroes the accumulator
-        ("  float2* acc = reinterpret_cast<float2*>(dQacc + static_cast<size_t>(row) * D);\n", ""),
-        ("    acc[i] = make_float2(0.f, 0.f);\n", ""),
-        ("float* __restrict__ L2, float* __restrict__ dQacc, int rows, int D) {", "float* __restrict__ L2, int rows, int D) {"),
-        ('"scratch:L2", "scratch:dQacc", "i32:B * H * S", "i32:D"]', '"scratch:L2", "i32:B * H * S", "i32:D"]'),
-        # the main kernel takes the slice states
-        ("__nv_bfloat16* __restrict__ dK, __nv_bfloat16* __restrict__ dV, int S, int D,\n",
-         "__nv_bfloat16* __restrict__ dK, __nv_bfloat16* __restrict__ dV, int* __restrict__ dQflag, int S, int D,\n"),
-        ('"scratch:dQacc", "dK", "dV", "i32:S"', '"scratch:dQacc", "dK", "dV", "scratch:dQflag", "i32:S"'),
-        ('[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n',
-         '[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n\n'
-         '[scratch.dQflag]  # dq_zero: per 128-row slice of the accumulator, 0 untouched, 1 being zeroed, 2 zeroed\n'
-         'dtype = "int32"\nshape = ["B * H", "cdiv(S, 128)"]\nzero = true\n'),
-        (f"// VARIANT {base} (attention_bwd_variants.py): ",
-         f"// VARIANT {name} (attention_bwd_variants.py): {base} with the fp32 dQ accumulator zeroed in the main kernel "
-         f"(slices claimed by atomicCAS), not by attn_bwd_pre;\n// {base}: "),
-    ]
-    text = apply_edits(text, one, name)
-    for old, new in (("__nv_bfloat16* __restrict__ dV, int S, int D, float scale",
-                      "__nv_bfloat16* __restrict__ dV, int* __restrict__ dQflag, int S, int D, float scale"),
-                     ("dQacc, dK, dV, S, D, scale", "dQacc, dK, dV, dQflag, S, D, scale")):
-        if text.count(old) != 9:
-            raise ValueError(f"variant {name}: {old!r} occurs {text.count(old)} times, not in the 9 entry points")
-        text = text.replace(old, new)
-    return text
-
-
-# dv_early took P from its bf16 pair for dS = P (dP - Dr) (P^T's fp32 registers given up for dV's issue): one more
+# dv_early takes P from its bf16 pair for dS = P (dP - Dr) (P^T's fp32 registers given up for dV's issue): one more
 # bf16 rounding in every dS, so dQ's relative Frobenius error rose from 0.00236 to 0.00289 (cuDNN's 0.0024) and its
 # worst element past twice the library's on some causal inputs (the harness's library_x2 rule: INCORRECT_NUMERICAL in
-# 2 of 5 causal runs of dv_uniform on 2026-12-01). Keeping the fp32 P^T live across dV's issue spills 64-80 bytes in
-# every 128-wide entry point. Two ways back to dS from fp32 P:
-# dq_recompute: dq_static with P^T recomputed in fp32 from S^T (still in its registers: only the next block's S^T
-# overwrites them) after dP^T's wait: 32 FFMA + 32 MUFU.EX2 more per thread and block, no register more.
-DQ_RECOMPUTE = [
-    ("""    for (int k = 0; k < 4; ++k) {  // P from its packed pair (the registers of P^T in fp32 are given up for dV's issue)
-      const float2 pk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pp[2 * a + k / 2]));
-      p[4 * a + k] = (k % 2 ? pk.y : pk.x) * (p[4 * a + k] - (k % 2 ? dr.y : dr.x));
-    }""",
-     """    const float2 l2 = lds64(sL2 + 8 * a + col0);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {  // dq_recompute: P^T again in fp32 from S^T (its bf16 pair went to dV)
-      const int j = 4 * a + k, q = 8 * a + col0 + (k % 2);
-      float x = ex2(fmaf(s[j], sl2, -(k % 2 ? l2.y : l2.x)));
-      if (mask && key0 + 64 * c + r + 8 * (k / 2) > q0 + q) x = 0.f;
-      p[j] = x * (p[j] - (k % 2 ? dr.y : dr.x));
-    }"""),
-]
+# 2 of 5 causal runs of dv_uniform on 2026-12-01). So the reference is st_static: the uniform index and dq_static's
+# stores on st_ahead's order, where dV is issued after dS and both read fp32 P^T (attention_bwd.md v13).
 
 
 def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
@@ -1374,11 +1239,7 @@ VARIANTS = {
                     "product", ST_AHEAD),
     "dv_early": _on("st_ahead", "dv_early", "dV issued right after the exponentials, before dP^T is waited for",
                     DV_EARLY),
-    "dq_zero": _zeroed_in_kernel("dq_static", "dq_zero"),
-    "st_zero": _zeroed_in_kernel("st_static", "st_zero"),  # dq_zero's edits on the precise st_static
-    "dq_recompute": _on("dq_static", "dq_recompute", "P^T recomputed in fp32 from S^T for dS^T (no bf16 rounding of P "
-                        "before dS)", DQ_RECOMPUTE),
-    # st_static: dq_static's stores and the uniform index on st_ahead's order (dV issued after dS, from fp32 P^T)
+    # st_static (the reference): dq_static's stores and the uniform index on st_ahead's order (dV after dS, fp32 P^T)
     "st_uniform": _on("st_ahead", "st_uniform", "the consumer index made warp-uniform for ptxas", UNIFORM_C),
     "st_static": _on("st_uniform", "st_static", "the dQ tile's width known to ptxas in the 128-wide block", DQ_STATIC),
     "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
