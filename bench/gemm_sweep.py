@@ -142,12 +142,28 @@ POINTS_3: list[tuple[str, dict, float, str]] = [
     (M64, {"bm": 64, "bn": 64, "consumers": 1, "stages": 8}, 0.98, "params_for(M=64), uniform"),
     (M64, {"bm": 64, "bn": 64, "consumers": 1, "stages": 8, "uniform": False}, 0.978, "params_for(M=64), plain"),
 ]
+# Round 4 (written before its run, gemm_sweep.md round 4): defer=True, the tile's bf16 result kept in registers and
+# its four slabs stored under the next tile's first four k-blocks, against the default (1.011x, 0.7375 ms in round 3).
+# By count the cooperative epilogue (4 slabs, 8 named barriers, the staging's TMA reads) runs with the tensor pipe
+# idle between tiles, about 1-3% of a tile's 80 k-blocks. Predicted: -1 to -2.5% kernel time on the main GEMM, -1 to
+# -3% on the square one (its tiles have 64 k-blocks), level on the M = 128 decode tile (one tile per CTA: its only
+# slabs are the last tile's, after the loop, as before).
+POINTS_4: list[tuple[str, dict, float, str]] = [
+    (MAIN, {}, 1.011, "control: the default"),
+    (MAIN, {"defer": True}, 1.028, "defer: the epilogue under the next tile's wgmmas"),
+    (MAIN, {"defer": True, "stages": 3}, 1.02, "defer, 3 stages (the ring the packed tile's registers leave)"),
+    (MAIN, {"defer": True, "group_m": 16}, 1.028, "defer, group_m 16"),
+    (SQ, {}, 1.005, "control"),
+    (SQ, {"defer": True}, 1.025, "defer"),
+    (M128, {"bm": 128, "bn": 64, "consumers": 2, "stages": 8}, 1.02, "params_for(M=128), control"),
+    (M128, {"bm": 128, "bn": 64, "consumers": 2, "stages": 8, "defer": True}, 1.02, "params_for(M=128), defer"),
+]
 # Each round as it ran: rounds 1-2 before uniform and 128 CTAs became the defaults, round 3 before 128 CTAs did;
 # a point that sets either keeps its own value.
-AS_RUN = {1: {"uniform": False, "max_ctas": 0}, 2: {"uniform": False, "max_ctas": 0}, 3: {"max_ctas": 0}}
+AS_RUN = {1: {"uniform": False, "max_ctas": 0}, 2: {"uniform": False, "max_ctas": 0}, 3: {"max_ctas": 0}, 4: {}}
 ROUNDS = {r: [(w, AS_RUN[r] | ch, *rest) for w, ch, *rest in pts] for r, pts in ((1, POINTS), (2, POINTS_2),
-                                                                                  (3, POINTS_3))}
-OPTIONS = ("cluster_m", "order", "stmatrix", "max_ctas", "schedule", "tail", "uniform")  # code paths whose hang skips the points that share them
+                                                                                  (3, POINTS_3), (4, POINTS_4))}
+OPTIONS = ("cluster_m", "order", "stmatrix", "max_ctas", "schedule", "tail", "uniform", "defer")  # code paths whose hang skips the points that share them
 
 
 def features(changes: dict) -> set[tuple]:

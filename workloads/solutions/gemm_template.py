@@ -51,6 +51,9 @@ class GemmParams(BaseModel):
                       "(the tiles of the full waves one CTA each as before, then the k-blocks of the remaining tiles "
                       "split evenly over all the CTAs; partial fp32 tiles in a workspace, the last contributor of a "
                       "tile adds them and stores it)")
+    defer: bool = Field(False, description="TMA epilogue, cooperative: a tile's result packed to bf16 in registers "
+                        "and stored one 64-column slab per k-block of the consumer's next tile, under its wgmmas, "
+                        "instead of between the tiles with the tensor pipe idle (the last tile's after the loop)")
     uniform: bool = Field(True, description="the consumer index broadcast from lane 0 (__shfl_sync), so ptxas "
                           "knows it is warp-uniform and builds the A descriptors in uniform registers (48 -> 17 R2UR, "
                           "1,008 -> 936 instructions at the default point, ptxas 13.5; on the H200 -0.75% time on the "
@@ -120,8 +123,9 @@ OPTION_SPACE: dict[str, list] = {
     "schedule": ["cooperative", "pingpong"],
     "tail": ["none", "streamk"],
     "uniform": [False, True],
+    "defer": [False, True],  # not measured yet (gemm_sweep.py round 4)
 }
-OPTION_NAMES = ("order", "stmatrix", "schedule", "tail", "uniform")  # GemmParams' serializer leaves these out at their defaults
+OPTION_NAMES = ("order", "stmatrix", "schedule", "tail", "uniform", "defer")  # GemmParams' serializer leaves these out at their defaults
 assert set(OPTION_SPACE) == set(OPTION_NAMES)
 
 
@@ -215,6 +219,16 @@ def validate(params: GemmParams | dict, shape: tuple[int, int, int] | None = Non
         if p.cluster_m != 1:
             bad.append(f"tail='streamk' gives each CTA its own k-range: cluster_m={p.cluster_m} must be 1 (a "
                        "multicast pair would need the same ranges)")
+    if p.defer:
+        if p.epilogue != "tma" or p.stmatrix:
+            bad.append("defer=True stores the packed tile through the TMA epilogue's staging (st.shared): it needs "
+                       "epilogue='tma' and stmatrix=False")
+        if p.pingpong or p.streamk:
+            bad.append("defer=True stores a tile under the same consumer's next tile: it needs schedule='cooperative' "
+                       "and tail='none'")
+        if p.acc_regs * 3 // 2 > p.consumer_regs - 40:
+            bad.append(f"defer=True keeps the packed tile ({p.acc_regs // 2} registers) beside the accumulators "
+                       f"({p.acc_regs}): more than the consumers' {p.consumer_regs} allow (about 40 spare)")
     if p.bn % 16 or not 16 <= p.bn <= 256:
         bad.append(f"bn={p.bn} must be a multiple of 16 in [16, 256] (wgmma N)")
     if p.bk % 64:
@@ -323,8 +337,108 @@ def body_text(p: GemmParams) -> str:
         body = _pingpong(body)
     if p.streamk:
         body = _streamk(body)
+    if p.defer:
+        body = _defer(body)
     if p.uniform:
         body = _swap(body, *uniform_index_edit("consumer"))  # the consumer's A descriptors in uniform registers
+    return body
+
+
+# defer=True: the tile's result packed to bf16 pairs (pk[ms][2q] row r, pk[ms][2q + 1] row r + 8, columns 8q + 2 (t % 4)
+# + 0 / 1: store_tile_tma's element order) right after the main loop, and its slabs stored under the next tile's
+# wgmmas, slab s after k-block s's wgmmas are issued. The slab index picks registers, so it is a template argument
+# (a runtime index would put pk in local memory).
+DEFER_SLAB = r"""// defer: slab S (columns 64 S..) of this consumer's packed tile through staging buffer slab_count % 2, then its TMA
+// store; called with the tensor pipe busy with the next tile's wgmmas.
+template <int S>
+__device__ __forceinline__ void store_slab_packed(const uint32_t (&pk)[MSUB][BN / 4], uint8_t* stage_buf,
+                                                  const CUtensorMap* tmC, int row0, int col0, int consumer,
+                                                  uint32_t slab_count) {
+  const int t = threadIdx.x % 128;
+  constexpr int SLAB_BYTES = WM * 128;
+  const uint32_t base = smem_u32(stage_buf) + (16 * (t / 32) + (t % 32) / 4) * 128 + (t % 4) * 4;
+  const uint32_t rr = (t / 4) % 8;  // row % 8 of every element this thread holds
+  const uint32_t buf = (slab_count & 1) * SLAB_BYTES;
+  if (t == 0) tma_store_wait_read<1>();  // the store that last read this buffer is done with it
+  named_barrier_sync(1 + consumer, 128);
+#pragma unroll
+  for (int ms = 0; ms < MSUB; ++ms) {
+#pragma unroll
+    for (int q = 8 * S; q < 8 * S + 8; ++q) {
+      const uint32_t addr = base + buf + ms * 64 * 128 + (((q % 8) ^ rr) << 4);
+      asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(pk[ms][2 * q]) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr + 8 * 128), "r"(pk[ms][2 * q + 1]) : "memory");
+    }
+  }
+  fence_proxy_async();
+  named_barrier_sync(1 + consumer, 128);
+  if (t == 0) {
+    tma_store_2d(tmC, stage_buf + buf, col0 + 64 * S, row0);
+    tma_store_commit();
+  }
+}
+
+// Slab s (0 <= s < BN / 64, a runtime value) by a compile-time one.
+__device__ __forceinline__ void store_slab_deferred(const uint32_t (&pk)[MSUB][BN / 4], int s, uint8_t* stage_buf,
+                                                   const CUtensorMap* tmC, int row0, int col0, int consumer,
+                                                   uint32_t& slab_count) {
+  static_assert(BN / 64 <= 4, "defer: up to 4 slabs");
+  switch (s) {
+    case 0: store_slab_packed<0>(pk, stage_buf, tmC, row0, col0, consumer, slab_count); break;
+    case 1: if constexpr (BN / 64 > 1) store_slab_packed<1>(pk, stage_buf, tmC, row0, col0, consumer, slab_count); break;
+    case 2: if constexpr (BN / 64 > 2) store_slab_packed<2>(pk, stage_buf, tmC, row0, col0, consumer, slab_count); break;
+    default: if constexpr (BN / 64 > 3) store_slab_packed<3>(pk, stage_buf, tmC, row0, col0, consumer, slab_count); break;
+  }
+  ++slab_count;
+}
+
+"""
+
+
+def _defer(body: str) -> str:
+    """defer=True (see DEFER_SLAB): the packed tile, its slabs stored in the next tile's first k-blocks."""
+    body = _swap(body, 'extern "C" __global__ void __launch_bounds__(NTHREADS, 1)\ngemm_bf16_tn(',
+                 DEFER_SLAB + 'extern "C" __global__ void __launch_bounds__(NTHREADS, 1)\ngemm_bf16_tn(')
+    body = _swap(body, """    float acc[MSUB][BN / 2];
+    uint32_t slab_count = 0;""", """    float acc[MSUB][BN / 2];
+    uint32_t pk[MSUB][BN / 4];  // defer: the previous tile's result, bf16 pairs
+    int pm0 = -1, pn0 = 0;      // its first row (this consumer's) and column; pm0 < 0: none yet
+    uint32_t slab_count = 0;""")
+    body = _swap(body, """        wgmma_commit();
+        if (prev >= 0) {
+          wgmma_wait<1>();  // the group that read stage `prev` is done: hand it back""",
+                 """        wgmma_commit();
+        if (pm0 >= 0 && k < BN / 64)  // defer: the previous tile's slab k, under this k-block's wgmmas
+          store_slab_deferred(pk, k, epi + consumer * 2 * WM * 128, &tmC, pm0, pn0, consumer, slab_count);
+        if (prev >= 0) {
+          wgmma_wait<1>();  // the group that read stage `prev` is done: hand it back""")
+    body = _swap(body, """      if constexpr (EPILOGUE_TMA) {
+        store_tile_tma(acc, epi + consumer * 2 * WM * 128, &tmC, m0 + consumer * WM, n0, consumer, slab_count);
+      } else {
+        store_tile_direct(acc, C, M, N, m0 + consumer * WM, n0);
+      }
+    }
+    if constexpr (EPILOGUE_TMA) {
+      if (t == 0) tma_store_wait<0>();
+    }""", """      // defer: slabs of the previous tile its k-blocks did not reach (K shorter than BN / 64 k-blocks)
+      for (int s = k_iters; pm0 >= 0 && s < BN / 64; ++s)
+        store_slab_deferred(pk, s, epi + consumer * 2 * WM * 128, &tmC, pm0, pn0, consumer, slab_count);
+#pragma unroll
+      for (int ms = 0; ms < MSUB; ++ms) {
+#pragma unroll
+        for (int q = 0; q < BN / 8; ++q) {
+          __nv_bfloat162 lo = __floats2bfloat162_rn(acc[ms][4 * q], acc[ms][4 * q + 1]);
+          __nv_bfloat162 hi = __floats2bfloat162_rn(acc[ms][4 * q + 2], acc[ms][4 * q + 3]);
+          pk[ms][2 * q] = *reinterpret_cast<uint32_t*>(&lo);
+          pk[ms][2 * q + 1] = *reinterpret_cast<uint32_t*>(&hi);
+        }
+      }
+      pm0 = m0 + consumer * WM;
+      pn0 = n0;
+    }
+    for (int s = 0; pm0 >= 0 && s < BN / 64; ++s)  // the last tile's slabs
+      store_slab_deferred(pk, s, epi + consumer * 2 * WM * 128, &tmC, pm0, pn0, consumer, slab_count);
+    if (t == 0) tma_store_wait<0>();""")
     return body
 
 

@@ -1,0 +1,93 @@
+"""The reference GEMM's deferred epilogue (gemm_template: defer=True): a tile's result is packed to bf16 pairs in
+registers right after its main loop, and its 64-column slabs go through the TMA epilogue's staging while the same
+consumer's next tile runs its first k-blocks (slab s after k-block s's wgmmas are issued); the last tile's after
+the loop, and the slabs a short K does not reach before the next pack.
+
+Here: the option validates only where it can run, renders, assembles for sm_90a without spills or serialised wgmma
+(the packed tile and the accumulators fit the consumers' registers); each slab stores the same values at the same
+shared-memory addresses as store_tile_tma does (the lines compared); on the GPU the result matches torch on the main
+GEMM, a small and a ragged shape and a short K."""
+from __future__ import annotations
+
+import pytest
+
+from ptxbench.workloads.solutions import gemm_template as gt
+
+from gemm_helpers import clean_kernel, compile_points, gpu_runner
+
+MAIN = "gemm_bf16_m8192_n7168_k5120"
+VARIANTS = {
+    "defer": {"defer": True},
+    "defer_s3": {"defer": True, "stages": 3},
+    "defer_cluster": {"defer": True, "cluster_m": 2},
+    "defer_128x128": {"defer": True, "bn": 128, "stages": 6},
+}
+# (M, N, K): the main GEMM, the smoke one, a ragged one, and K = 128 (2 k-blocks: slabs 2 and 3 of a tile stored
+# before the next pack)
+SHAPES = [(8192, 7168, 5120), (256, 256, 512), (200, 296, 328), (1024, 1024, 128)]
+
+
+def test_defer_is_an_option_left_out_of_default_dumps():
+    assert gt.OPTION_SPACE["defer"] == [False, True] and "defer" not in gt.default_params().model_dump()
+    assert "store_slab_packed" not in gt.render(gt.default_params())
+    src = gt.render(gt.GemmParams(defer=True))
+    assert "'defer': True" in src and "store_slab_deferred(pk, k," in src
+
+
+@pytest.mark.parametrize("bad, phrase", [
+    ({"defer": True, "epilogue": "direct"}, "epilogue='tma'"),
+    ({"defer": True, "stmatrix": True}, "stmatrix=False"),
+    ({"defer": True, "schedule": "pingpong", "bn": 128, "stages": 5}, "schedule='cooperative'"),
+    ({"defer": True, "tail": "streamk"}, "tail='none'"),
+    ({"defer": True, "bm": 128, "consumers": 1}, "registers"),
+])
+def test_validate_rejects_what_does_not_fit(bad, phrase):
+    reasons = gt.validate(gt.GemmParams(**bad))
+    assert any(phrase in r for r in reasons), reasons
+
+
+def test_each_slab_stores_what_store_tile_tma_stores_where_it_stores_it():
+    """The packed pair pk[ms][2q] is store_tile_tma's `lo` (acc 4q, 4q + 1: row r) and pk[ms][2q + 1] its `hi` (acc
+    4q + 2, 4q + 3: row r + 8), stored at the same address and row + 8 of one staging buffer per slab, the buffers
+    alternating by the same count."""
+    src = gt.render(gt.GemmParams(defer=True))
+    for line in ("const uint32_t addr = base + buf + ms * 64 * 128 + (((q % 8) ^ rr) << 4);",
+                 "const uint32_t base = smem_u32(stage_buf) + (16 * (t / 32) + (t % 32) / 4) * 128 + (t % 4) * 4;",
+                 "const uint32_t buf = (slab_count & 1) * SLAB_BYTES;"):
+        assert src.count(line) == 2, line  # store_tile_tma's and store_slab_packed's
+    assert "__nv_bfloat162 lo = __floats2bfloat162_rn(acc[ms][4 * q], acc[ms][4 * q + 1]);" in src
+    assert "pk[ms][2 * q] = *reinterpret_cast<uint32_t*>(&lo);" in src
+    assert "pk[ms][2 * q + 1] = *reinterpret_cast<uint32_t*>(&hi);" in src
+    assert '"r"(addr), "r"(pk[ms][2 * q])' in src and '"r"(addr + 8 * 128), "r"(pk[ms][2 * q + 1])' in src
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict:
+    return compile_points(VARIANTS, MAIN)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_defer_assembles_without_spills(compiled, name):
+    k = clean_kernel(compiled[name])  # no warnings: no serialised wgmma
+    assert k.sass_opcodes.get("UTMASTG", 0) >= 4  # the slabs' TMA stores (per slab index, in the loop and after)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_defer_matches_torch(compiled, name, shape):
+    import torch
+
+    torch.manual_seed(5)
+    bench, runner = gpu_runner(name, VARIANTS[name], compiled[name])
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    ref = a.float() @ b.float().T
+    for trial in range(2):  # a NaN-poisoned output each time: every element must be written
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        runner.prepare({"A": a, "B": b, "C": c}, {"M": m, "N": n, "K": k})()
+        torch.cuda.synchronize()
+        verdict = bench.check(c, ref)
+        assert verdict["ok"], (trial, verdict)
+        assert verdict["rel_fro"] < 5e-3
