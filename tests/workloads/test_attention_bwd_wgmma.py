@@ -106,7 +106,9 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # st_uniform / st_static (the reference): st_ahead's order with the uniform index, then dq_static's stores
                 "st_uniform": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
                 "st_static": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
-                "st_static+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49}}
+                "st_static+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
+                # st_walk: st_static with the walkers' claims (one atomicCAS)
+                "st_walk": {"UBLKRED": 1, "HGMMA": 40, "STG": 18, "ATOMG": 1}}  # + the zeroing loop's float4 store and the release
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -234,6 +236,31 @@ def test_passes_and_is_fast_on_the_gpu(wid):
     assert r.status == "PASSED", (r.message, r.runtime_error, r.plan_errors)
     if wid in MIN_SPEEDUP:
         assert t and t.speedup >= MIN_SPEEDUP[wid], (t and t.speedup, r.message)
+
+
+def test_st_walks_slices_are_zeroed_before_any_reduce_add_and_not_by_the_preprocess():
+    """st_walk: the preprocess writes no zeros; each CTA's idle producer warps walk its slices in the order of its
+    blocks (the producer's slice index, one slice per two 64-row blocks at D = 96 / 128); the producer thread waits for
+    a block's slice to be zeroed before its arrival on the block's dO barrier, the barrier every consumer waits on
+    before its reduce-add; no thread that zeroes ever waits."""
+    text = variant_text("st_walk")
+    pre = text[text.index("attn_bwd_pre("):text.index("attn_bwd_post(")]
+    assert "dQacc" not in pre and "make_float2(0.f, 0.f)" not in pre
+    loop = text[text.index("mbar_expect_tx(&fulldO[st]"):]
+    assert loop.index("while (load_acquire(dQflag + slice) != 2)") < loop.index("mbar_arrive(&fulldO[st]);")
+    assert "mbar_arrive_expect_tx(&fulldO[st]" not in text  # the arrival comes after the check, not with the loads
+    walker = text[text.index("} else if (t >= 32) {  // st_walk"):text.index("setmaxnreg_inc<CONSUMER_REGS>();")]
+    assert "load_acquire" not in walker and "nanosleep" not in walker  # the walkers never wait on a slice
+    # the walker's slice for block it is the producer's q_row / BN, for every head, query block and head dim
+    for hd, spb, qr in ((128, 2, 64), (64, 1, 128)):
+        S, BN = 4096, 128
+        for causal_first in (0, 6 * spb):
+            per_head = S // qr - causal_first
+            walked = [h * (S // BN) + (causal_first + it % per_head) // spb
+                      for h in range(3) for it in range(h * per_head, (h + 1) * per_head, spb)]
+            needed = sorted({(h * S + (causal_first + it % per_head) * qr) // BN
+                             for h in range(3) for it in range(h * per_head, (h + 1) * per_head)})
+            assert walked == needed, (hd, causal_first)
 
 
 @pytest.mark.parametrize("name", ["decoupled+head_major", "checked-in+head_major", "decoupled+head_groups",
