@@ -42,6 +42,8 @@
 #   library-drift (300) the same reference evaluated 8 times in one evaluator, then 5 times each in a fresh one, with
 #                       SM clock, power and temperature per evaluation (bench/library_drift.py: why cuDNN's time moves;
 #                       DRIFT_WORKLOAD=gemm_bf16_m8192_n7168_k5120: the GEMM's clock and power beside cuBLAS)
+#   fwd-profile (120)   the attention forward's reference at D = 128 and causal (FWD_PROFILE: other workloads) under
+#                       Nsight Compute: `ptxbench profile --json` per workload (feedback, per-line stalls, verdicts)
 #   wgmma-rates (90)    MACs per cycle per SM for each wgmma shape and operand layout (bench/wgmma_rates.py: m64n64 / n80 /
 #                       n128 / n256, K-major or MN-major A and B, A from registers)
 # A step's budget is a hard limit (SIGKILL); what it wrote by then is still packed.
@@ -59,7 +61,7 @@ rm -f /tmp/gpu_round.index
 
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560 [tuner-climb-bwd]=570
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590
-                   [library-drift]=300 [wgmma-rates]=90)
+                   [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120)
 
 run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
   local name=${1%%.*} s=$2 d=$3 tag=
@@ -99,6 +101,12 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     suite-build) python3 bench/build_repair_suite.py --out "$d/repairs" --max-seconds $((s - 120)) ;;
     scaling) python3 bench/gpu_scaling.py --json "$d/scaling.json" --md "$d/scaling.md" --out "$d/runs" ;;
     wgmma-rates) python3 bench/wgmma_rates.py --json "$d/rates.json" ;;
+    fwd-profile)  # the forward's reference (TUNED) at D = 128 and causal under Nsight Compute: per-line stalls, verdicts
+      local w
+      for w in ${FWD_PROFILE:-mha_fwd_d128 mha_fwd_d128_causal}; do
+        python3 -c "import sys; from ptxbench.workloads.registry import get_workload; from ptxbench.workloads.solutions.attention import fast_solution; sys.stdout.write(fast_solution(get_workload('$w')))" > "$d/$w.cu" &&
+          python3 -m ptxbench.agent profile "$w" "$d/$w.cu" --json > "$d/$w.json" 2> "$d/$w.err"
+      done ;;
     library-drift) python3 bench/library_drift.py --workload "${DRIFT_WORKLOAD:-mha_fwd_d128}" --n 8 --json "$d/same.json"
                    python3 bench/library_drift.py --workload "${DRIFT_WORKLOAD:-mha_fwd_d128}" --n 5 --fresh \
                      --json "$d/fresh.json" ;;
