@@ -5,7 +5,7 @@ timed against the library (interleaved, 95% interval) where it passed. Run on a 
   source bench/gpu_env.sh && python3 bench/attention_bwd_check.py [--json OUT.json] [--timed ID,ID]
       [--variant NAME|FILE[,NAME...]] [--profile ID,ID] [--label v1]
 
---variant evaluates other versions of the kernel (names of workloads/solutions/attention_bwd_variants.py,
+--variant evaluates other versions of the kernel (names of workloads/solutions/attention_bwd_variants/,
 `checked-in` for attention_bwd_wgmma.cu itself, or files with its plan lines), several in one evaluator with the
 timed runs interleaved workload by workload, so they are compared under the same conditions; --profile takes a full
 Nsight Compute profile of those workloads after their timed run and prints its feedback (the hot lines).
@@ -36,7 +36,7 @@ def _row(wid: str, res, seconds: float) -> dict:
 
 
 def _variant(name: str) -> str | None:
-    """A variant's text: a name of workloads/solutions/attention_bwd_variants.py, else a file's contents; None for
+    """A variant's text: a name of workloads/solutions/attention_bwd_variants/, else a file's contents; None for
     `checked-in` (attention_bwd_wgmma.cu itself, the variants' base)."""
     if name == "checked-in":
         return None
@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument("--json", default="")
     ap.add_argument("--timed", default=",".join(MAIN))
     ap.add_argument("--untimed", default=",".join(SMOKE_FIRST + MAIN))
-    ap.add_argument("--variant", default="", help="variant names (workloads/solutions/attention_bwd_variants.py), "
+    ap.add_argument("--variant", default="", help="variant names (workloads/solutions/attention_bwd_variants/), "
                     "'checked-in' or files, comma-separated: one evaluator, the timed runs interleaved workload by "
                     "workload; default: the reference (attention_backward.REFERENCE_VARIANT)")
     ap.add_argument("--profile", default="", help="workloads to profile in full after their timed run")

@@ -14,7 +14,7 @@
 #   gpu-tests (560)     the GPU tests of what changed most recently: profile, evaluator (watchdog), fault corpus,
 #                       backward, references
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
-#   bwd-variants (400)  variants of workloads/solutions/attention_bwd_variants.py (BWD_VARIANTS, e.g.
+#   bwd-variants (400)  variants of workloads/solutions/attention_bwd_variants/ (BWD_VARIANTS, e.g.
 #                       dq_tiles+head_groups,own_keys+head_groups; default: the reference), timed runs interleaved
 #                       in one process, on every main backward workload (D = 128 / 96 with causal and GQA, then
 #                       D = 64); BWD_PROFILE=mha_bwd_d128 adds a full profile of each variant, BWD_PROFILE64=mha_bwd_d64

@@ -1,5 +1,5 @@
-"""A model of the synchronisation of the `decoupled` attention backward (workloads/solutions/attention_bwd_variants.py), played
-without a GPU.
+"""A model of the synchronisation of the `decoupled` attention backward
+(workloads/solutions/attention_bwd_variants/dq_decoupled.py), played without a GPU.
 
 The model does not restate the kernel: it reads the rendered kernel text (variant_text("decoupled")), parses the
 bodies of attn_bwd, consumer_block, consumer_dq and issue_dq into statements and interprets them for one actor

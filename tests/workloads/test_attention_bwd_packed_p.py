@@ -1,7 +1,7 @@
-"""dv_early's numerics (workloads/solutions/attention_bwd_variants.py): dS = P (dP - Dr) from P's packed bf16 pairs
-instead of fp32 P. A mirror of the kernel's rounding on the CPU (torch, no GPU): bf16 inputs, P and dP in fp32, O
-as the forward stored it (bf16), dS rounded to bf16 for its two products, bf16 outputs. Against a float64
-reference, the mirror with fp32 P gives the error the H200 measured for the reference backward (about 2.4e-3
+"""dv_early's numerics (workloads/solutions/attention_bwd_variants/block_on_st_ahead.py): dS = P (dP - Dr) from P's
+packed bf16 pairs instead of fp32 P. A mirror of the kernel's rounding on the CPU (torch, no GPU): bf16 inputs, P and
+dP in fp32, O as the forward stored it (bf16), dS rounded to bf16 for its two products, bf16 outputs. Against a
+float64 reference, the mirror with fp32 P gives the error the H200 measured for the reference backward (about 2.4e-3
 relative Frobenius), and the packed P stays well inside the harness's rule (registry.BWD_TOLERANCE)."""
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Head dims: 64 (its own entry points) and 96 or 128 (the D = 128 kernels; TMA zer
 with attn_bwd_wgmma_d96 entry points runs D = 96 through them).
 
 The reference (what builtin/reference submits, `reference_backward`) is the fastest built version measured on the
-H200 whose dQ holds the harness's rule on every input set, `REFERENCE_VARIANT` of attention_bwd_variants.py (dQ by
+H200 whose dQ holds the harness's rule on every input set, `REFERENCE_VARIANT` of attention_bwd_variants/ (dQ by
 each consumer's own bulk reduce-add from a swizzled shared-memory tile whose stores the compiler sees straight, a
 3-deep Q / dO ring for the 128-wide kernels, 128 query rows a block at D = 64, D = 96's S^T and dP^T over its own 96
 columns in entry points of its own, dK / dV in 16-byte stores, each 128-wide block's S^T issued by the block before
@@ -73,7 +73,7 @@ def backward_text(head_dim: int, causal: bool, gqa: bool, base: str | None = Non
 
 def fast_backward(workload: Workload, base: str | None = None) -> str | None:
     """The solution text for `workload`, or None where `covers` names a rule it breaks. `base`: another text with
-    the same plan lines to edit (a variant of the kernel: attention_bwd_variants.py)."""
+    the same plan lines to edit (a variant of the kernel: attention_bwd_variants/)."""
     if covers(workload) is not None:
         return None
     return backward_text(int(workload.symbols["D"]), bool(workload.causal), "HKV" in workload.symbols, base)

@@ -1,7 +1,7 @@
 """The Hopper attention backward's parameter space, over the built versions of attention_bwd_wgmma.cu.
 
 A point carries the problem it is built for (head_dim, causal, gqa: `params_for(workload)` sets them, never
-searched) and four searched levers, each a way the kernel can be built (attention_bwd_variants.py):
+searched) and four searched levers, each a way the kernel can be built (attention_bwd_variants/):
 
     dq        "vector": each consumer thread adds its dQ rows with float2 atomics (16 per query block);
               "bulk": dQ through shared memory and bulk reduce-adds (`cp.reduce.async.bulk .add.f32`): one per
@@ -51,7 +51,7 @@ class BwdParams(BaseModel):
 PARAM_SPACE: dict[str, list] = {"dq": ["vector", "bulk"], "stages": [2, 3], "schedule": ["cooperative", "decoupled"],
                                 "order": ["head_fastest", "head_groups"]}
 SEARCHED = ("dq", "stages", "schedule", "order")
-# (dq, stages, schedule) -> the variant of attention_bwd_variants.py that builds it (None: the checked-in file).
+# (dq, stages, schedule) -> the variant of attention_bwd_variants/ that builds it (None: the checked-in file).
 # bulk_dq (2 stages) keeps D = 64's float2 atomics: at D = 64 only the 3-stage point reduces dQ in bulk.
 _BUILDS: dict[tuple[str, int, str], str | None] = {
     ("vector", 2, "cooperative"): None,

@@ -1,0 +1,76 @@
+"""The registry: every variant by name (VARIANTS: name -> its build from the checked-in text; most are built on
+another variant, `_on`) and variant_text, which renders a variant, alone or in a launch order of ORDERS."""
+from __future__ import annotations
+
+from .block_d96 import D96_ENTRIES, D96_KSTEPS, STACK_D96
+from .block_on_st_ahead import DQ_STATIC, DV_EARLY, UNIFORM_C
+from .block_q128_d64 import Q128_D64
+from .block_st_ahead import ST_AHEAD
+from .block_wide_epilogue import WIDE_EPILOGUE
+from .dq_bulk import BULK_DQ_D64, bulk_dq, bulk_dq_s3
+from .dq_decoupled import decoupled
+from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
+from .dq_tiles import DQ_TILES
+from .dq_zeroing import st_walk
+from .edits import REFERENCE, apply_edits
+from .launch_orders import ORDERS
+
+
+def _on(base: str, name: str, what: str, edits: list[tuple[str, str]]):
+    """A variant built on variant `base`: its edits, and its header naming it, what it adds and its base."""
+    header = (f"// VARIANT {base} (attention_bwd_variants.py)",
+              f"// VARIANT {name} (attention_bwd_variants.py): {base} with {what};\n// {base}")
+    return lambda text: apply_edits(VARIANTS[base](text), edits + [header], name)
+
+
+VARIANTS = {
+    "bulk_dq": bulk_dq,
+    "bulk_dq_s3": bulk_dq_s3,
+    "decoupled": decoupled,
+    "bulk_dq_d64": _on("bulk_dq_s3", "bulk_dq_d64", "D = 64's dQ by bulk reductions too", BULK_DQ_D64),
+    "own_keys": _on("dq_tiles", "own_keys", "every consumer's dQ over its own keys and all columns: the consumers "
+                    "never meet", OWN_KEYS),
+    "q128_d64": _on("dq_tiles", "q128_d64", "128 query rows per iteration at D = 64, each consumer's dQ over all keys for "
+                    "its own 64 rows", Q128_D64),
+    "tiles_stack": _on("q128_d64", "tiles_stack", "D = 96's S^T / dP^T over its own columns and the 16-byte dK / dV "
+                       "epilogue (q128_d64 + d96_ksteps + dq_tiles_wide)", STACK_D96 + WIDE_EPILOGUE),
+    "tiles_d96": _on("q128_d64", "tiles_d96", "D = 96's S^T / dP^T over its own columns in entry points of its own and "
+                     "the 16-byte dK / dV epilogue (tiles_stack without the per-block branch)", D96_ENTRIES + WIDE_EPILOGUE),
+    "st_ahead": _on("tiles_d96", "st_ahead", "each 128-wide block's S^T issued by the block before it, behind its dQ "
+                    "product", ST_AHEAD),
+    "dv_early": _on("st_ahead", "dv_early", "dV issued right after the exponentials, before dP^T is waited for",
+                    DV_EARLY),
+    # st_static (the reference): dq_static's stores and the uniform index on st_ahead's order (dV after dS, fp32 P^T)
+    "st_uniform": _on("st_ahead", "st_uniform", "the consumer index made warp-uniform for ptxas", UNIFORM_C),
+    "st_static": _on("st_uniform", "st_static", "the dQ tile's width known to ptxas in the 128-wide block", DQ_STATIC),
+    "st_walk": lambda text: st_walk(VARIANTS["st_static"](text)),
+    "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
+                     "and no address recomputed per store)", DQ_STATIC),
+    "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
+                      "uniform registers)", UNIFORM_C),
+    "d96_ksteps": _on("dq_tiles", "d96_ksteps", "S^T and dP^T over D = 96's own columns (6 k16 steps, not 8)",
+                      D96_KSTEPS),
+    "dq_tiles_wide": _on("dq_tiles", "dq_tiles_wide", "the dK / dV epilogue in 16-byte stores (a quad's 4 x 4 "
+                         "transpose by shuffles)", WIDE_EPILOGUE),
+    "own_keys_wide": _on("own_keys", "own_keys_wide", "the dK / dV epilogue in 16-byte stores (a quad's 4 x 4 "
+                         "transpose by shuffles)", WIDE_EPILOGUE),
+    "own_keys_s3": _on("own_keys", "own_keys_s3", "the 3-deep ring, dQ leaving through one tile a column half at a "
+                       "time", OWN_KEYS_S3),
+    "dq_tiles": _on("bulk_dq_d64", "dq_tiles", "each consumer's dQ tile reduced on its own, swizzled, in dQacc's "
+                    "layout", DQ_TILES),
+}
+
+
+def variant_text(name: str) -> str:
+    """The solution text of variant `name` (the reference's plan lines, so fast_backward applies to it).
+    `X+order`: variant X (or `checked-in`, the file itself) launched in one of ORDERS."""
+    base, _, order = name.partition("+")
+    if order:
+        if order not in ORDERS:
+            raise KeyError(f"no launch order {order!r}; there are {', '.join(ORDERS)}")
+        text = REFERENCE.read_text(encoding="utf-8") if base == "checked-in" else variant_text(base)
+        edits, what = ORDERS[order]
+        return f"// + {order} (attention_bwd_variants.py): {what}.\n" + apply_edits(text, edits, name)
+    if name not in VARIANTS:
+        raise KeyError(f"no variant {name!r}; there are {', '.join(VARIANTS)}")
+    return VARIANTS[name](REFERENCE.read_text(encoding="utf-8"))
