@@ -108,7 +108,9 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "st_static": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
                 "st_static+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
                 # st_walk: st_static with the walkers' claims (one atomicCAS)
-                "st_walk": {"UBLKRED": 1, "HGMMA": 40, "STG": 18, "ATOMG": 1}}  # + the zeroing loop's float4 store and the release
+                "st_walk": {"UBLKRED": 1, "HGMMA": 40, "STG": 18, "ATOMG": 1},  # + the zeroing loop's float4 store and the release
+                # st_conv: st_walk with the converters' unit counts (dq_convert.py); its head_groups build below
+                "st_conv": {"UBLKRED": 1, "HGMMA": 40, "ATOMG": 2}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -261,6 +263,65 @@ def test_st_walks_slices_are_zeroed_before_any_reduce_add_and_not_by_the_preproc
             needed = sorted({(h * S + (causal_first + it % per_head) * qr) // BN
                              for h in range(3) for it in range(h * per_head, (h + 1) * per_head)})
             assert walked == needed, (hd, causal_first)
+
+
+@pytest.mark.parametrize("HD, D", [(128, 128), (128, 96), (64, 64)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_st_conv_converts_each_value_once_as_the_postprocess_did_after_every_key_block(HD, D, causal):
+    """st_conv's converters (their lines, mirrored): the units of a head, each converted by convert_unit's mapping, read
+    every accumulator float attn_bwd_post read and write it to the same dQ element, once; and a unit's count `need` is
+    the number of key blocks whose loop reduces into it (the CTA loop of attn_bwd, causal or not), so the count that
+    completes it comes after every reduction into it."""
+    text = variant_text("st_conv")
+    for line in ("const int need = CAUSAL ? (HD == 64 ? qb + 1 : qb / 2 + 1) : S / BN;  // key blocks that add into the unit",
+                 "last = atomicAdd(dQcnt + (head * (S / QR) + qb) * 2 + c, 1) == need - 1;",
+                 "const int row = head * S + (HD == 64 ? 128 * qb + 64 * c : 64 * qb), col = HD == 64 ? 0 : 64 * c;",
+                 "const int src = row * DC + (HD == 64 ? 0 : 64 * col);  // the unit's tile: 64 rows of W floats",
+                 "const int rr = k / (W / 4), d = 4 * (k % (W / 4));",
+                 "__nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(dQ + (row + rr) * DC + col + d);"):
+        assert line in text, line
+    pre, post = text[:text.index("kernel = \"attn_bwd_pre\"")], text
+    assert 'kernel = "attn_bwd_post"' not in text.split("*/")[0]  # the plan has no postprocess launch
+    S, BN, QR, heads = 512, 128, 64 if HD == 128 else 128, 2
+    # the key blocks that reduce into each query block (attn_bwd's loop bounds)
+    seen = {}
+    for kb in range(S // BN):
+        q_first = kb * BN // QR if causal else 0
+        for qb in range(q_first, S // QR):
+            seen[qb] = seen.get(qb, 0) + 1
+    for qb, n in seen.items():
+        need = (qb + 1 if HD == 64 else qb // 2 + 1) if causal else S // BN
+        assert need == n, (qb, need, n)
+    written = {}
+    for head in range(heads):
+        for qb in range(S // QR):
+            for c in (0, 1):
+                row = head * S + (128 * qb + 64 * c if HD == 64 else 64 * qb)
+                col = 0 if HD == 64 else 64 * c
+                W = 64 if HD == 64 or c == 0 else D - 64
+                src = row * D + (0 if HD == 64 else 64 * col)
+                for k in range(16 * W):
+                    rr, d = k // (W // 4), 4 * (k % (W // 4))
+                    a = src + rr * W + 8 * ((d // 8) ^ (rr & (W // 8 - 1))) + d % 8
+                    out = (row + rr) * D + col + d
+                    # attn_bwd_post's lines for the same output element
+                    prow, pd = out // D, out % D
+                    prr, pc, pdd = prow % 64, pd // 64, pd % 64
+                    pw = min(64, D - 64 * pc)
+                    assert a == (prow - prr) * D + 64 * 64 * pc + prr * pw + 8 * ((pdd // 8) ^ (prr & (pw // 8 - 1))) + pdd % 8
+                    assert out not in written
+                    written[out] = a
+    assert sorted(written) == list(range(0, heads * S * D, 4))
+
+
+def test_st_conv_in_head_groups_order_spills_only_a_register_of_thread_0s_hand_off():
+    """ptxas 13.5 spills 4 bytes in st_conv+head_groups' causal 128-wide entry (reloaded where consumer thread 0 hands
+    a block to its converter, once a block); every other entry point assembles clean (the head-fastest build too)."""
+    r = compile_source(fast_backward(get_workload("mha_bwd_d128"), variant_text("st_conv+head_groups")), "cuda", "sm_90a")
+    assert r.status == "ok"
+    for name, k in r.kernels.items():
+        limit = 4 if name == "attn_bwd_wgmma_causal" else 0
+        assert k.spill_stores <= limit and k.spill_loads <= limit, (name, k.spill_stores, k.spill_loads)
 
 
 @pytest.mark.parametrize("name", ["decoupled+head_major", "checked-in+head_major", "decoupled+head_groups",
