@@ -9,8 +9,9 @@ happens as the kernel runs:
 - consumer thread 0, before issuing its block's reduction, waits for the previous block's to be complete
   (`cp.async.bulk.wait_group 0`: issued a block earlier, so it normally is) and announces it to its converter warp:
   conv_done_block[c] = it - 1 in shared memory, a store with release (the last block after the loop);
-- converter warp 1 + c of the producer warpgroup (idle until now: warp 0 is the producer thread's, warp 3 walks the
-  slices as in st_walk, alone) counts each handed block on its unit (a gpu fence, atomicAdd, a gpu fence), and the
+- converter warp 1 + c of the producer warpgroup (warp 0 is the producer thread's; warps 1-3 zero the CTA's first two
+  slices together as in st_walk, since its first block waits for them, then warp 3 walks on alone) counts each
+  announced block on its unit (a gpu fence, atomicAdd, a gpu fence), and the
   count that completes the unit (the number of key blocks that add into it) converts it: 64 rows x W floats read from
   L2 (`ld.global.cg`), scaled, written as bf16 dQ rows with attn_bwd_post's index mapping;
 - the plans lose the postprocess launch.
@@ -28,6 +29,8 @@ CONV_HELPERS = r"""__device__ __forceinline__ void bulk_wait_all() { asm volatil
 // announced to its converter warp in conv_done_block[c] (only ever raised; the converter reads it with acquire). Static
 // shared memory: its address is a constant, so the consumers' loop spends no register on it.
 __shared__ int conv_done_block[2];
+__shared__ int walk_claimed;  // st_conv: the walk's claim, read by the warps that zero the slice
+constexpr int JOINT_SLICES = 2;  // slices each CTA's walk zeroes with three warps before two of them turn to converting
 __device__ __forceinline__ void conv_publish(int c, int e) {
   asm volatile("fence.proxy.async.global;" ::: "memory");
   asm volatile("st.release.cta.shared.s32 [%0], %1;" :: "r"(smem_u32(&conv_done_block[c])), "r"(e) : "memory");
@@ -64,23 +67,30 @@ HANDOFF = """    bulk_wait_all();  // st_conv: the previous block's reduction is
     conv_publish(c, it - 1);
 """
 
-WALKER_AND_CONVERTERS = r"""    } else if (t >= 96) {  // st_walk (st_conv: warp 3 alone) walks this CTA's slices in the order its blocks need them
+WALKER_AND_CONVERTERS = r"""    } else if (t >= 32) {  // st_walk, then (st_conv) warps 1 and 2 convert
+      // The walk: this CTA's slices in the order its blocks need them. The first JOINT_SLICES by warps 1-3 together
+      // (every CTA's first block waits for its first slice), the rest by warp 3 alone while warps 1-2 convert.
       constexpr int SPB = HD == 64 ? 1 : 2;  // query blocks a slice holds
       for (int it = 0; it < n_iter; it += SPB) {  // a slice per SPB blocks (q_first is a multiple of SPB)
+        const bool joint = it < JOINT_SLICES * SPB;
+        if (!joint && t < 96) break;
+        const int lead = joint ? 32 : 96;
         const int slice = ((GQA ? bkv * group : bkv) + it / per_head) * (S / BN) + (q_first + it % per_head) / SPB;
-        int mine = 0;
-        if (t == 96) mine = atomicCAS(dQflag + slice, 0, 1) == 0;
-        if (__shfl_sync(0xffffffffu, mine, 0)) {
+        if (t == lead) walk_claimed = atomicCAS(dQflag + slice, 0, 1) == 0;
+        if (joint) named_barrier_sync(6, 96); else __syncwarp();
+        const bool mine = *reinterpret_cast<volatile int*>(&walk_claimed) != 0;
+        if (mine) {
           float4* v = reinterpret_cast<float4*>(dQacc + static_cast<size_t>(slice) * BN * DC);
 #pragma unroll 1  // the producer warpgroup's 24 registers
-          for (int i = t - 96; i < 32 * DC; i += 32) v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+          for (int i = t - lead; i < 32 * DC; i += joint ? 96 : 32) v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
           asm volatile("fence.proxy.async.global;" ::: "memory");  // the zeros before the bulk reduce-adds (async proxy)
           __threadfence();
-          __syncwarp();
-          if (t == 96) store_release(dQflag + slice, 2);
         }
+        if (joint) named_barrier_sync(6, 96); else __syncwarp();  // the zeros are published; walk_claimed is free
+        if (t == lead && mine) store_release(dQflag + slice, 2);
       }
-    } else if (t >= 32) {  // st_conv: warp 1 + c counts consumer c's completed blocks and converts each unit it completes
+    }
+    if (t >= 32 && t < 96) {  // st_conv: warp 1 + c counts consumer c's completed blocks and converts each unit it completes
       const int c = t / 32 - 1, lane = t % 32;
       for (int it = 0; it < n_iter; ++it) {
         while (conv_done(c) < it) __nanosleep(32);  // consumer c's reduction of block it is complete
@@ -95,7 +105,7 @@ WALKER_AND_CONVERTERS = r"""    } else if (t >= 96) {  // st_walk (st_conv: warp
         if (__shfl_sync(0xffffffffu, last, 0)) {  // the unit's first row of all B * H * S, and its first column
           const int row = head * S + (HD == 64 ? 128 * qb + 64 * c : 64 * qb), col = HD == 64 ? 0 : 64 * c;
           if (HD == 64 || c == 0) convert_unit<HD, DC, 64>(dQacc, dQ, row, col, scale, lane);
-          else convert_unit<HD, DC, DC - 64>(dQacc, dQ, row, col, scale, lane);
+          else convert_unit<HD, DC, (HD == 64 ? 64 : DC - 64)>(dQacc, dQ, row, col, scale, lane);
         }
         __syncwarp();
       }
