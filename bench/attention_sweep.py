@@ -205,8 +205,20 @@ _LATE_PACK = {problem: _without(at.TUNED[problem], "early_pack") for _, problem,
 POINTS_8: list[tuple[str, dict, float | None]] = [
     point for wid, problem, ref in _ROUND_8
     for point in ((wid, _LATE_PACK[problem], ref), (wid, {**_LATE_PACK[problem], "early_pack": True}, round(ref * 1.012, 3)))]
-ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8}
-DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
+# Round 9 (written before its run, attention_template.md round 9): persistent=True, one CTA per SM walking the query
+# tiles with Q double-buffered and the K / V ring running on across tiles, against each cooperative TUNED point.
+# Predicted by kernel time: -2 to -4% non-causal (a CTA's start and end, a few microseconds of its ~48 us at D = 128,
+# no longer idle the SM), -3 to -6% causal (shorter CTAs, the same per-CTA cost).
+_ROUND_9 = (("mha_fwd_d128", (128, False, False), 1.079), ("mha_fwd_d128_causal", (128, True, False), 1.062),
+            ("mha_fwd_d96", (96, False, False), 1.136), ("mha_fwd_d96_causal", (96, True, False), 1.173),
+            ("mha_fwd_d128_gqa_h32_kv8", (128, False, True), 1.082))  # (workload, problem, round 8 speedup)
+POINTS_9: list[tuple[str, dict, float | None]] = [
+    point for wid, problem, ref in _ROUND_9
+    for point in ((wid, dict(at.TUNED[problem]), ref),
+                  (wid, {**at.TUNED[problem], "persistent": True}, round(ref * (1.045 if problem[1] else 1.03), 3)))]
+ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
+          9: POINTS_9}
+DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always", "persistent": False}
 
 
 def features(changes: dict) -> set[tuple]:

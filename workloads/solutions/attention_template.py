@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, Field, model_serializer
 
+from .attention_persistent import persistent_body
 from .template_text import replace_counted, uniform_index_edit, without_default_options
 
 BODY = Path(__file__).with_name("attention_template.cu.in")
@@ -64,6 +65,9 @@ class AttnParams(BaseModel):
                              "the previous one is waited for, before the O rescale's branch, so the exponentials have "
                              "their use ahead of the branch and ptxas keeps them under that product (11 -> 44 of 66 "
                              "at D = 128)")
+    persistent: bool = Field(False, description="one CTA per SM walking the query tiles in launch order, Q double-"
+                             "buffered and the K / V ring running on across tiles, so an SM never idles between CTAs "
+                             "(cooperative schedule only)")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -101,8 +105,8 @@ class AttnParams(BaseModel):
         return self.slabs * self.bn * 128
 
     @property
-    def smem_bytes(self) -> int:
-        return 1024 + self.q_bytes + 2 * self.stages * self.kv_bytes + 256  # alignment slack, Q, ring, barriers
+    def smem_bytes(self) -> int:  # alignment slack, Q (persistent: two), ring, barriers
+        return 1024 + (2 if self.persistent else 1) * self.q_bytes + 2 * self.stages * self.kv_bytes + 256
 
 
 PARAM_SPACE: dict[str, list] = {
@@ -120,7 +124,8 @@ PARAM_SPACE: dict[str, list] = {
 # also in PARAM_SPACE (after the GPU measured it). validate() checks them.
 OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "uniform": [False, True],  # measured faster (round 6): TUNED sets it
-                                  "early_pack": [False, True]}  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
+                                  "early_pack": [False, True],  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
+                                  "persistent": [False, True]}  # not measured yet (round 9)
 HEAD_DIMS = (64, 96, 128)
 # The measured reference kernels (bench/results/attention_wgmma.md) per head dim: D = 64's tiles are half as
 # long to compute, so its ring is deeper.
@@ -304,8 +309,11 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
                    f"{p.consumer_regs} (about {spare} must stay spare): a smaller bn, or fewer consumers")
     if p.smem_bytes > SMEM_LIMIT:
         bad.append(f"needs {p.smem_bytes} bytes of shared memory, the limit is {SMEM_LIMIT}: fewer stages or a smaller bn")
-    if 1 + 4 * p.stages > 32:
-        bad.append(f"stages={p.stages}: the 1 + 4 x stages mbarriers must fit 256 bytes")
+    if 1 + 4 * p.stages > 32 or (p.persistent and 4 + 4 * p.stages > 32):
+        bad.append(f"stages={p.stages}: the mbarriers (1 + 4 x stages, persistent 4 + 4 x stages) must fit 256 bytes")
+    if p.persistent and p.schedule == "pingpong":
+        bad.append("persistent=True walks the tiles with the cooperative schedule (ping-pong's turns are counted per "
+                   "CTA): it needs schedule='cooperative'")
     if shape is not None:
         bad += _shape_problems(p, shape)
     return bad
@@ -318,6 +326,8 @@ def kernel_name(p: AttnParams) -> str:
 
 
 def _grid(p: AttnParams) -> str:
+    if p.persistent:
+        return 'grid = ["min(num_sms, cdiv(S, %d) * B * H)"]  # persistent: one CTA per SM walks the tiles' % p.bm
     if p.causal and p.lpt_group:
         return f'grid = ["cdiv(S, {p.bm}) * B * H"]  # longest first across groups of {p.lpt_group} heads'
     return f'grid = ["cdiv(S, {p.bm})", "B * H"]'
@@ -327,6 +337,7 @@ def plan_toml(p: AttnParams) -> str:
     kv_rows = "B * HKV * S" if p.gqa else "B * H * S"
     args = ["tmap:Q_map", "tmap:K_map", "tmap:V_map"] + (["tmap:O_map"] if p.epilogue == "tma" else [])
     args += ["O", "LSE", "i32:S", "i32:D", "f32:scale"] + (["i32:H // HKV"] if p.gqa else [])
+    args += ["i32:B * H"] if p.persistent else []
     maps = [("Q", "Q", "B * H * S", p.bm), ("K", "K", kv_rows, p.bn), ("V", "V", kv_rows, p.bn)]
     if p.epilogue == "tma":
         maps.append(("O", "O", "B * H * S", 64))  # one consumer's 64 rows x one 64-wide d slab
@@ -339,9 +350,11 @@ def plan_toml(p: AttnParams) -> str:
         f'kernel = "{kernel_name(p)}"\n'
         f"{_grid(p)}\n"
         f"block = [{p.threads}]\n"
-        f'smem = "1024 + {p.q_bytes} + {p.kv_bytes} * {2 * p.stages} + 256"  '
-        f"# 1 KiB alignment slack, Q, {p.stages} x (K, V) tiles, mbarriers\n"
-        f"args = [{', '.join(chr(34) + a + chr(34) for a in args)}]\n"
+        + (f'smem = "1024 + {p.q_bytes} * 2 + {p.kv_bytes} * {2 * p.stages} + 256"  '
+           f"# 1 KiB alignment slack, 2 x Q, {p.stages} x (K, V) tiles, mbarriers\n" if p.persistent else
+           f'smem = "1024 + {p.q_bytes} + {p.kv_bytes} * {2 * p.stages} + 256"  '
+           f"# 1 KiB alignment slack, Q, {p.stages} x (K, V) tiles, mbarriers\n")
+        + f"args = [{', '.join(chr(34) + a + chr(34) for a in args)}]\n"
         f"{tmaps}*/\n"
     )
 
@@ -350,12 +363,14 @@ def _entry(p: AttnParams) -> str:
     """The kernel's entry point: its parameters follow the plan's args."""
     o_map = "const __grid_constant__ CUtensorMap tmO, " if p.epilogue == "tma" else ""
     group = ", int group" if p.gqa else ""
+    bh = ", int BH" if p.persistent else ""
     return (
         f"\n// The entry point the plan launches.\nextern \"C\" __global__ void __launch_bounds__({p.threads}, 1)\n"
         f"{kernel_name(p)}(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,\n"
         f"    const __grid_constant__ CUtensorMap tmV, {o_map}__nv_bfloat16* __restrict__ O, float* __restrict__ LSE,\n"
-        f"    int S, int D, float scale{group}) {{\n"
-        f"  attn_fwd(&tmQ, &tmK, &tmV, {'&tmO' if o_map else 'nullptr'}, O, LSE, S, D, scale, {'group' if group else '1'});\n"
+        f"    int S, int D, float scale{group}{bh}) {{\n"
+        f"  attn_fwd(&tmQ, &tmK, &tmV, {'&tmO' if o_map else 'nullptr'}, O, LSE, S, D, scale, {'group' if group else '1'}"
+        f"{', BH' if bh else ''});\n"
         "}\n"
     )
 
@@ -381,6 +396,8 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
         "using namespace ptxbench;  // mbar_*, tma_*, make_desc_sw128, wgmma_* (prompts/include/ptxbench)\n\n"
     )
     body = BODY.read_text()
+    if p.persistent:  # before the options that edit consumer_step: they find its lines either way
+        body = persistent_body(body)
     if p.rescale != "always":
         body = _lazy_rescale(body)
     if p.early_pack:  # P packed before the lazy rescale's branch
