@@ -159,4 +159,7 @@ def st_conv(text: str) -> str:
     ]
     for old, new, count in edits:
         text = _apply(text, old, new, count)
-    return text
+    # attn_bwd_post is no longer launched: its code goes too (convert_unit holds its mapping)
+    start = text.index("// attn_bwd_post: dQ = bf16(scale * acc), four elements per thread.")
+    end = text.index("\n}\n", text.index('extern "C" __global__ void __launch_bounds__(256) attn_bwd_post(', start)) + 3
+    return text[:start] + text[end:].lstrip("\n")
