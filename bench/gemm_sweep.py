@@ -157,6 +157,13 @@ POINTS_4: list[tuple[str, dict, float, str]] = [
     (SQ, {"defer": True}, 1.025, "defer"),
     (M128, {"bm": 128, "bn": 64, "consumers": 2, "stages": 8}, 1.02, "params_for(M=128), control"),
     (M128, {"bm": 128, "bn": 64, "consumers": 2, "stages": 8, "defer": True}, 1.02, "params_for(M=128), defer"),
+    # the decode GEMMs' 56-column tile: 128 tiles over N = 7168 (112 at 64 columns), direct epilogue (the TMA one
+    # stores 64-column slabs). Round 1 measured the 64-column tile's direct epilogue 1.7% slower than its TMA one at
+    # M = 64 (0.961x / 0.978x); 14% more SMs streaming B, if the decode GEMM is bound by the bytes in flight per SM
+    # (2.4 TB/s of DRAM, half the H200's), give more: predicted +3 to +8% over the 64-column tile.
+    (M64, {"bm": 64, "bn": 64, "consumers": 1, "stages": 8}, 0.978, "params_for(M=64), control"),
+    (M64, {"bm": 64, "bn": 56, "consumers": 1, "stages": 8, "epilogue": "direct"}, 1.03, "56-column tile: 128 CTAs"),
+    (M128, {"bm": 128, "bn": 56, "consumers": 2, "stages": 8, "epilogue": "direct"}, 1.05, "56-column tile: 128 CTAs"),
 ]
 # Each round as it ran: rounds 1-2 before uniform and 128 CTAs became the defaults, round 3 before 128 CTAs did;
 # a point that sets either keeps its own value.

@@ -88,7 +88,7 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     attn-sweep) python3 bench/attention_sweep.py "$d/sweep.json" --deadline $((s - 60)) ${ATTN_SWEEP_ARGS:-} ;;
     gemm-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
                   tests/workloads/test_gemm_pingpong.py tests/workloads/test_gemm_streamk.py tests/workloads/test_gemm_defer.py \
-                  tests/workloads/test_gemm_solution.py ;;
+                  tests/workloads/test_gemm_narrow_tile.py tests/workloads/test_gemm_solution.py ;;
     gemm-sweep) python3 bench/gemm_sweep.py "$d/sweep.json" --deadline $((s - 60)) ${GEMM_SWEEP_ARGS:-} ;;
     tuner-climb) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh ;;
     tuner-climb-attn) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh mha_fwd_d128 ;;

@@ -106,7 +106,7 @@ class GemmParams(BaseModel):
 
 PARAM_SPACE: dict[str, list] = {
     "bm": [64, 128, 192, 256],
-    "bn": [64, 96, 128, 160, 192, 224, 256],
+    "bn": [56, 64, 96, 128, 160, 192, 224, 256],  # 56: 128 tiles over N = 7168 (the M = 64 decode GEMM)
     "bk": [64, 128],
     "stages": [2, 3, 4, 5, 6, 7, 8],
     "consumers": [1, 2, 3],
@@ -234,8 +234,8 @@ def validate(params: GemmParams | dict, shape: tuple[int, int, int] | None = Non
         if p.acc_regs * 3 // 2 > p.consumer_regs - 40:
             bad.append(f"defer=True keeps the packed tile ({p.acc_regs // 2} registers) beside the accumulators "
                        f"({p.acc_regs}): more than the consumers' {p.consumer_regs} allow (about 40 spare)")
-    if p.bn % 16 or not 16 <= p.bn <= 256:
-        bad.append(f"bn={p.bn} must be a multiple of 16 in [16, 256] (wgmma N)")
+    if p.bn % 8 or not 16 <= p.bn <= 256:
+        bad.append(f"bn={p.bn} must be a multiple of 8 in [16, 256] (wgmma N)")
     if p.bk % 64:
         bad.append(f"bk={p.bk} must be a multiple of 64 (128B swizzle chunks)")
     if p.acc_regs > p.consumer_regs - 40:
@@ -335,6 +335,9 @@ def body_text(p: GemmParams) -> str:
         body = streamk_body(body)
     if p.defer:
         body = defer_body(body)
+    if p.bn % 16:  # a tile of 8-multiple width (bn = 56: its own wgmma shape in the wrapper header)
+        body = swap(body, 'static_assert(BN % 16 == 0 && BN <= 256, "wgmma N");',
+                    'static_assert(BN % 8 == 0 && BN <= 256, "wgmma N");')
     if p.uniform:
         body = swap(body, *uniform_index_edit("consumer"))  # the consumer's A descriptors in uniform registers
     return body
