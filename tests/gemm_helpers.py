@@ -1,6 +1,7 @@
-"""Shared by the GEMM template's tests (test_gemm_solution.py, test_gemm_pingpong.py, test_gemm_streamk.py):
-compiling a set of template points at once, the checks every point's kernel must pass, and a GPU runner of a
-compiled point (bench/gemm_reference_bench.py's Runner, outside the evaluator)."""
+"""Shared by the GEMM template's tests (test_gemm_solution.py, test_gemm_pingpong.py, test_gemm_streamk.py,
+test_gemm_defer.py, test_gemm_narrow_tile.py): compiling a set of template points at once, the checks every point's
+kernel must pass, a GPU runner of a compiled point (bench/gemm_reference_bench.py's Runner, outside the evaluator) and
+a check of its result against torch."""
 from __future__ import annotations
 
 import importlib.util
@@ -44,3 +45,23 @@ def gpu_runner(name: str, changes: dict, result):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     source = gt.render(gt.GemmParams(**changes))
     return bench, bench.Runner(name, source, Path(result.cubin_path).read_bytes(), sms)
+
+
+def check_against_torch(name: str, changes: dict, result, shape: tuple[int, int, int], seed: int, calls: int = 1):
+    """Runs the compiled point `calls` times on random bf16 inputs of `shape` (a NaN-poisoned output each time, so every
+    element must be written) and asserts each result matches torch (the bench's element rule, relative Frobenius
+    error under 5e-3)."""
+    import torch
+
+    torch.manual_seed(seed)
+    bench, runner = gpu_runner(name, changes, result)
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    ref = a.float() @ b.float().T
+    for call in range(calls):
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        runner.prepare({"A": a, "B": b, "C": c}, {"M": m, "N": n, "K": k})()
+        torch.cuda.synchronize()
+        verdict = bench.check(c, ref)
+        assert verdict["ok"] and verdict["rel_fro"] < 5e-3, (call, verdict)

@@ -13,7 +13,7 @@ import pytest
 
 from ptxbench.workloads.solutions import gemm_template as gt
 
-from gemm_helpers import clean_kernel, compile_points, gpu_runner
+from gemm_helpers import check_against_torch, clean_kernel, compile_points
 
 MAIN = "gemm_bf16_m8192_n7168_k5120"
 VARIANTS = {
@@ -76,18 +76,4 @@ def test_defer_assembles_without_spills(compiled, name):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_defer_matches_torch(compiled, name, shape):
-    import torch
-
-    torch.manual_seed(5)
-    bench, runner = gpu_runner(name, VARIANTS[name], compiled[name])
-    m, n, k = shape
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    ref = a.float() @ b.float().T
-    for trial in range(2):  # a NaN-poisoned output each time: every element must be written
-        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        runner.prepare({"A": a, "B": b, "C": c}, {"M": m, "N": n, "K": k})()
-        torch.cuda.synchronize()
-        verdict = bench.check(c, ref)
-        assert verdict["ok"], (trial, verdict)
-        assert verdict["rel_fro"] < 5e-3
+    check_against_torch(name, VARIANTS[name], compiled[name], shape, seed=5, calls=2)

@@ -13,7 +13,7 @@ from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions import gemm_template as gt
 
-from gemm_helpers import clean_kernel, compile_points, gpu_runner
+from gemm_helpers import check_against_torch, clean_kernel, compile_points
 
 M64 = "gemm_bf16_m64_n7168_k5120"
 VARIANTS = {
@@ -48,15 +48,4 @@ def test_the_narrow_tile_assembles_without_spills(compiled, name):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_the_narrow_tile_matches_torch(compiled, name, shape):
-    import torch
-
-    torch.manual_seed(7)
-    bench, runner = gpu_runner(name, VARIANTS[name], compiled[name])
-    m, n, k = shape
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    runner.prepare({"A": a, "B": b, "C": c}, {"M": m, "N": n, "K": k})()
-    torch.cuda.synchronize()
-    verdict = bench.check(c, a.float() @ b.float().T)
-    assert verdict["ok"] and verdict["rel_fro"] < 5e-3, verdict
+    check_against_torch(name, VARIANTS[name], compiled[name], shape, seed=7)
