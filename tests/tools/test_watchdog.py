@@ -401,7 +401,7 @@ def test_the_new_inputs_check_names_a_replay_only_when_the_output_is_an_earlier_
     calls = FakeCalls(clock, 1.5)
     calls.set_pristine = lambda k, inputs: None
     monkeypatch.setattr(runner, "make_inputs", lambda *a: {})
-    earlier = {k: (runner.output_digest(s.bufs.tensors["C"].data),) for k, s in enumerate(calls.sets)}
+    earlier = {k: runner.outputs_digest(s) for k, s in enumerate(calls.sets)}
     if not replayed:  # recomputed: a different output, just past the rule
         calls.sets[0].bufs.tensors["C"].data = torch.full((4, 4), 1.001)
     referee = FakeReferee()

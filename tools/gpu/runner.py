@@ -142,6 +142,11 @@ def judged_call(calls: CandidateCalls, referee: RefereeClient, wl: Workload, k: 
     return ms, stats
 
 
+def outputs_digest(s) -> tuple:
+    """The fingerprints of an input set's outputs as its last call left them (equal: the same bits)."""
+    return tuple(output_digest(s.bufs.tensors[n].data) for n in s.bufs.outputs)
+
+
 def correctness(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: GpuJob, phase: Phase,
                 seconds: dict, flush_bytes: int, watch: CandidateWatch) -> tuple[list, dict]:
     """The checked call of every input set, in order; stops at the first failing one. Also returns each checked set's
@@ -153,7 +158,7 @@ def correctness(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job
         seconds.setdefault("first_run", ms / 1000)
         if k + 1 < len(calls.sets):
             referee.prepare_async(wl.id, calls.sets[k + 1].seed, dist)  # the next reference, while this set is checked
-        digest = tuple(output_digest(s.bufs.tensors[n].data) for n in s.bufs.outputs)
+        digest = outputs_digest(s)
         note = replay_note(digest, digests)
         if note:
             for st in stats:
@@ -177,7 +182,7 @@ def new_inputs_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload
     calls.set_pristine(0, make_inputs(wl, s.seed, dist, "cuda"))
     calls.verified.pop(0, None)
     _, stats = judged_call(calls, referee, wl, 0, len(calls.sets), dist, job, phase, flush_bytes, watch)
-    note = replay_note(tuple(output_digest(s.bufs.tensors[n].data) for n in s.bufs.outputs), earlier)
+    note = replay_note(outputs_digest(s), earlier)
     if note:
         for st in stats:
             st.passed, st.note = False, "; ".join(filter(None, [f"new inputs in buffers used before: {note}", st.note]))

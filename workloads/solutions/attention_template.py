@@ -106,8 +106,13 @@ class AttnParams(BaseModel):
         return self.slabs * self.bn * 128
 
     @property
-    def smem_bytes(self) -> int:  # alignment slack, Q (persistent: two), ring, barriers
-        return 1024 + (2 if self.persistent else 1) * self.q_bytes + 2 * self.stages * self.kv_bytes + 256
+    def q_buffers(self) -> int:
+        """Q tiles in shared memory: persistent CTAs load the next tile's while they finish one."""
+        return 2 if self.persistent else 1
+
+    @property
+    def smem_bytes(self) -> int:  # alignment slack, Q, ring, barriers
+        return 1024 + self.q_buffers * self.q_bytes + 2 * self.stages * self.kv_bytes + 256
 
 
 PARAM_SPACE: dict[str, list] = {
@@ -346,16 +351,15 @@ def plan_toml(p: AttnParams) -> str:
         f'\n[tmap.{name}_map]\ntensor = "{tensor}"\ndims = ["D", "{rows}"]\nbox = [64, {box}]\nswizzle = "128B"\n'
         + ('l2_promotion = "256B"\n' if name != "O" else "")
         for name, tensor, rows, box in maps)
+    q_times, q_words = (f" * {p.q_buffers}", f"{p.q_buffers} x ") if p.q_buffers > 1 else ("", "")
     return (
         '/* ptxbench\nlanguage = "cuda"\n\n[[launch]]\n'
         f'kernel = "{kernel_name(p)}"\n'
         f"{_grid(p)}\n"
         f"block = [{p.threads}]\n"
-        + (f'smem = "1024 + {p.q_bytes} * 2 + {p.kv_bytes} * {2 * p.stages} + 256"  '
-           f"# 1 KiB alignment slack, 2 x Q, {p.stages} x (K, V) tiles, mbarriers\n" if p.persistent else
-           f'smem = "1024 + {p.q_bytes} + {p.kv_bytes} * {2 * p.stages} + 256"  '
-           f"# 1 KiB alignment slack, Q, {p.stages} x (K, V) tiles, mbarriers\n")
-        + f"args = [{', '.join(chr(34) + a + chr(34) for a in args)}]\n"
+        f'smem = "1024 + {p.q_bytes}{q_times} + {p.kv_bytes} * {2 * p.stages} + 256"  '
+        f"# 1 KiB alignment slack, {q_words}Q, {p.stages} x (K, V) tiles, mbarriers\n"
+        f"args = [{', '.join(chr(34) + a + chr(34) for a in args)}]\n"
         f"{tmaps}*/\n"
     )
 

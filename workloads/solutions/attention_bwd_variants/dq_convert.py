@@ -23,6 +23,8 @@ complete, fenced and counted before the last one read them), which held on every
 """
 from __future__ import annotations
 
+from ..template_text import replace_counted
+
 CONV_HELPERS = r"""__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
 // st_conv: consumer c's reductions of blocks 0..e are complete (waited for above): published to the generic proxy and
@@ -114,12 +116,6 @@ WALKER_AND_CONVERTERS = r"""    } else if (t >= 32) {  // st_walk, then (st_conv
     setmaxnreg_inc<CONSUMER_REGS>();"""
 
 
-def _apply(text: str, old: str, new: str, count: int = 1) -> str:
-    if text.count(old) != count:
-        raise ValueError(f"variant st_conv: {old[:60]!r} occurs {text.count(old)} times in st_walk, not {count}")
-    return text.replace(old, new)
-
-
 def st_conv(text: str) -> str:
     """st_walk's text (with its plan lines) -> st_conv's: the postprocess done by converter warps in the main kernel."""
     end = "  } else {\n    setmaxnreg_inc<CONSUMER_REGS>();"
@@ -158,7 +154,7 @@ def st_conv(text: str) -> str:
          "// st_walk: ", 1),
     ]
     for old, new, count in edits:
-        text = _apply(text, old, new, count)
+        text = replace_counted(text, old, new, "variant st_conv: st_walk's text", count)
     # attn_bwd_post is no longer launched: its code goes too (convert_unit holds its mapping)
     start = text.index("// attn_bwd_post: dQ = bf16(scale * acc), four elements per thread.")
     end = text.index("\n}\n", text.index('extern "C" __global__ void __launch_bounds__(256) attn_bwd_post(', start)) + 3

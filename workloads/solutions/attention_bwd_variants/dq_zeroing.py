@@ -100,10 +100,6 @@ def st_walk(text: str) -> str:
          "// st_static: "),
     ]
     text = apply_edits(text, one, "st_walk")
-    for old, new in (("__nv_bfloat16* __restrict__ dV, int S, int D, float scale",
-                      "__nv_bfloat16* __restrict__ dV, int* __restrict__ dQflag, int S, int D, float scale"),
-                     ("dQacc, dK, dV, S, D, scale", "dQacc, dK, dV, dQflag, S, D, scale")):
-        if text.count(old) != 9:
-            raise ValueError(f"variant st_walk: {old!r} occurs {text.count(old)} times, not in the 9 entry points")
-        text = text.replace(old, new)
-    return text
+    return apply_edits(text, [("__nv_bfloat16* __restrict__ dV, int S, int D, float scale",  # the 9 entry points
+                               "__nv_bfloat16* __restrict__ dV, int* __restrict__ dQflag, int S, int D, float scale"),
+                              ("dQacc, dK, dV, S, D, scale", "dQacc, dK, dV, dQflag, S, D, scale")], "st_walk", count=9)

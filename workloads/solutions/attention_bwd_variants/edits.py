@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..template_text import replace_counted
+
 # The checked-in backward (workloads/solutions/attention_bwd_wgmma.cu), the one copy of the kernel.
 REFERENCE = Path(__file__).parents[1] / "attention_bwd_wgmma.cu"
 
 
-def apply_edits(text: str, edits: list[tuple[str, str]], name: str) -> str:
+def apply_edits(text: str, edits: list[tuple[str, str]], name: str, count: int = 1) -> str:
+    """`text` with each (old, new) edit made; each old text must occur exactly `count` times."""
     for old, new in edits:
-        if text.count(old) != 1:
-            raise ValueError(f"variant {name}: {old[:60]!r} occurs {text.count(old)} times in the reference, not once")
-        text = text.replace(old, new)
+        text = replace_counted(text, old, new, f"variant {name}: the reference", count)
     return text
 
 
