@@ -23,6 +23,7 @@ from .compile import compile_source
 from .toolchain import ToolchainError
 from .evaluator import EvalOptions, serves
 from .gpu.hangs import HangMemo, job_key, reused_message
+from .gpu.limits import DeviceLimits, check_compiled
 from .gpu.messages import GpuJob, GpuOutcome
 from .gpu.pool import GpuPool, NoGpuError, PoolConfig
 from .gpu.priority import QueuePriority
@@ -83,6 +84,19 @@ def _message(result: GpuOutcome | dict) -> str:
     return (f"{bad.tensor} is wrong in run {bad.trial}: {bad.frac_matched * 100:.3f}% of elements match, max abs error "
             f"{bad.max_abs_err:.3g}, relative Frobenius error {bad.rel_fro_err:.3g}, {bad.n_nan} NaN, {bad.n_inf} Inf{where}"
             + (f". {bad.note}" if bad.note else ""))
+
+
+def _plan_issues_without_gpu(plan, wl, arch: str, comp) -> list[str]:
+    """What the worker would refuse before launching, checked without a GPU (no-GPU mode, `ptxbench compile
+    --workload`): the plan resolved for Hopper's defaults (DeviceLimits), its device limits, and each launch's
+    static + dynamic shared memory from ptxas's figures. Limits needing the loaded function (parameter sizes, threads
+    per block at the register count) stay with the worker."""
+    lim = DeviceLimits()
+    try:
+        resolved = resolve_plan(plan, wl, lim.sm_count, arch)
+    except PlanError as e:
+        return [str(i) for i in getattr(e, "issues", [])] or [str(e)]
+    return check_compiled(resolved, {k: r.smem_static for k, r in comp.kernels.items()}, lim)
 
 
 class LocalEvaluator:
@@ -154,6 +168,10 @@ class LocalEvaluator:
         if comp.status != "ok":
             return EvalResult(status="COMPILE_ERROR", message=error_summary(comp.errors), **base)
         if options.no_gpu:
+            issues = _plan_issues_without_gpu(solution.plan, wl, options.arch, comp)
+            if issues:
+                return EvalResult(status="PLAN_ERROR", plan_errors=issues, gpu_evaluated=False,
+                                  message="the launch plan cannot run on a Hopper GPU: " + "; ".join(issues), **base)
             return EvalResult(status="COMPILED", gpu_evaluated=False,
                               message="compiled cleanly; not run on a GPU (no-GPU mode): correctness and speed unknown",
                               **base)

@@ -165,6 +165,30 @@ def test_a_valid_solution_without_a_gpu_is_compiled_not_passed():
     assert r.message == "compiled cleanly; not run on a GPU (no-GPU mode): correctness and speed unknown"
 
 
+def _with_static_flag(dynamic_smem: int) -> str:
+    """control_correct with a static __shared__ flag beside a 1024-aligned dynamic area of `dynamic_smem` bytes."""
+    src = CORPUS["control_correct"]["source"]
+    src = src.replace('block = [128]\n', f'block = [128]\nsmem = "{dynamic_smem}"\n', 1)
+    src = src.replace("  float acc = 0.f;\n",
+                      "  extern __shared__ __align__(1024) uint8_t dyn[];\n  __shared__ int flag;\n"
+                      "  if (threadIdx.x == 0) { flag = K; dyn[0] = 1; }\n  __syncthreads();\n"
+                      "  float acc = (flag - K) * dyn[0];\n", 1)
+    assert "__shared__ int flag" in src and "smem = " in src
+    return src
+
+
+def test_static_shared_memory_past_the_opt_in_limit_is_a_plan_error_without_a_gpu():
+    # the static flag costs the 1024 bytes that align the dynamic area: 232,448 - 512 dynamic bytes fit alone, not with it
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: (_ for _ in ()).throw(AssertionError("no GPU use")))
+    r = LocalEvaluator(pool).evaluate(WORKLOAD, _with_static_flag(232448 - 512), EvalOptions(no_gpu=True))
+    assert r.status == "PLAN_ERROR" and not r.gpu_evaluated, r.message
+    assert r.compile.kernels["gemm"].smem_static == 1024
+    assert r.plan_errors == ["launch 1 (gemm): static (1024) + dynamic (231936) shared memory = 232960 bytes exceeds "
+                             "the opt-in limit of 232448 bytes"]
+    ok = LocalEvaluator(pool).evaluate(WORKLOAD, _with_static_flag(232448 - 1024), EvalOptions(no_gpu=True))
+    assert ok.status == "COMPILED" and ok.plan_errors == [], ok.message
+
+
 class FailingWorker(AnsweringWorker):
     def send(self, msg):
         super().send(msg)

@@ -9,7 +9,7 @@ import torch
 from ptxbench.tools.gpu import buffers, ceilings
 from ptxbench.tools.gpu.cache import ByteLRU
 from ptxbench.tools.gpu.correctness import compare, output_digest, replay_note
-from ptxbench.tools.gpu.limits import DeviceLimits, check_function, check_plan
+from ptxbench.tools.gpu.limits import DeviceLimits, check_compiled, check_function, check_plan
 from ptxbench.tools.gpu.timing import bootstrap_median_ci, bootstrap_ratio_ci, speedup, summarize
 from ptxbench.tools.solution.plan import ResolvedArg, ResolvedLaunch, ResolvedPlan, ResolvedTensorMap
 from ptxbench.workloads.schema import Tolerance
@@ -209,6 +209,17 @@ def test_function_checks_catch_wrong_argument_lists_and_register_limits():
     assert "255 registers" in errs[0] and "256" in errs[0]
     errs = check_function(_launch(smem=200000), 0, 32, 40000, 1024, [8, 4], lim)
     assert "240000" in errs[0]
+
+
+def test_compiled_checks_add_static_shared_memory_to_each_launchs_dynamic_amount():
+    lim = DeviceLimits()
+    plan = ResolvedPlan(num_sms=132, launches=[_launch(kernel="pre"), _launch(kernel="main", smem=232192)])
+    assert check_compiled(plan, {"pre": 0, "main": 0}, lim) == []
+    assert check_compiled(plan, {"pre": 1024, "main": 256}, lim) == []  # 232,448: at the limit, allowed
+    assert check_compiled(plan, {"pre": 0, "main": 1024}, lim) == [
+        "launch 2 (main): static (1024) + dynamic (232192) shared memory = 233216 bytes exceeds the opt-in limit of "
+        "232448 bytes"]
+    assert check_compiled(plan, {"pre": 0}, lim) == []  # a kernel ptxas did not report is left to the worker
 
 
 def test_tmap_checks():

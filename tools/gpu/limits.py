@@ -131,9 +131,7 @@ def check_function(launch, index: int, regs: int, static_smem: int, max_threads:
     if threads > max_threads:
         errs.append(f"{where}: block of {threads} threads, but with {regs} registers per thread the kernel can run "
                     f"at most {max_threads} threads per block")
-    if static_smem + launch.smem > lim.max_smem_optin:
-        errs.append(f"{where}: static ({static_smem}) + dynamic ({launch.smem}) shared memory = "
-                    f"{static_smem + launch.smem} bytes exceeds the opt-in limit of {lim.max_smem_optin} bytes")
+    errs += _check_total_smem(where, static_smem, launch.smem, lim)
     plan_sizes = [arg_bytes(a.kind, a.type) for a in launch.args]
     if len(plan_sizes) != len(param_sizes):
         errs.append(f"{where}: the kernel takes {len(param_sizes)} parameters (sizes in bytes {param_sizes}) but the "
@@ -145,6 +143,21 @@ def check_function(launch, index: int, regs: int, static_smem: int, max_threads:
                 errs.append(f"{where}: argument {j + 1} ({a.kind} {a.name!r}) is {got} bytes but the kernel's parameter "
                             f"{j + 1} is {want} bytes")
     return errs
+
+
+def _check_total_smem(where: str, static_smem: int, dynamic_smem: int, lim: DeviceLimits) -> list[str]:
+    if static_smem + dynamic_smem <= lim.max_smem_optin:
+        return []
+    return [f"{where}: static ({static_smem}) + dynamic ({dynamic_smem}) shared memory = {static_smem + dynamic_smem} "
+            f"bytes exceeds the opt-in limit of {lim.max_smem_optin} bytes"]
+
+
+def check_compiled(plan: ResolvedPlan, static_smem: dict[str, int], lim: DeviceLimits) -> list[str]:
+    """The part of check_function a machine without a GPU can do, from ptxas's figures (kernel -> static shared
+    memory): each launch's static + dynamic shared memory against the opt-in limit. A static __shared__ variable
+    beside a 1024-aligned dynamic area costs 1024 bytes, which a plan sized to the limit no longer has."""
+    return [e for i, launch in enumerate(plan.launches) if launch.kernel in static_smem
+            for e in _check_total_smem(f"launch {i + 1} ({launch.kernel})", static_smem[launch.kernel], launch.smem, lim)]
 
 
 # Share of the GPU's memory one candidate's buffers may take: the rest holds the library baselines, the referee's

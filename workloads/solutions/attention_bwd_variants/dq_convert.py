@@ -134,6 +134,14 @@ def st_conv(text: str) -> str:
          "      bulk_wait_all();\n"
          "      conv_publish(c, n_iter - 1);\n"
          "    }", 1),
+        # the static counters above make ptxas pad the static area to the dynamic one's 1024-byte alignment (1024
+        # bytes static), so the dynamic area drops its alignment slack: 1024 + 232,192 bytes at D = 128 would pass the
+        # 232,448-byte opt-in limit (measured: PLAN_ERROR on the H200, attention_bwd.md v15)
+        ('smem = "1024 + 32768 * cdiv(D, 64) + ', 'smem = "32768 * cdiv(D, 64) + ', 1),
+        ("# slack, K, V, STAGES x", "# K, V, STAGES x", 1),
+        ("  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));",
+         "  uint8_t* smem = smem_raw;  // st_conv: aligned by the static area's padding; the plan has no slack for more\n"
+         "  if (reinterpret_cast<uintptr_t>(smem_raw) % 1024 != 0) asm volatile(\"trap;\");", 1),
         ("    mbar_fence_init();",
          "    conv_done_block[0] = conv_done_block[1] = -1;  // st_conv: each consumer's last complete block\n"
          "    mbar_fence_init();", 1),
