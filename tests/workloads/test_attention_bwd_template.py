@@ -39,7 +39,7 @@ def test_every_variant_is_a_point_the_reference_is_the_default_and_the_checked_i
     # (head_major lost to head_groups on the H200: an order for measurements only).
     builds = {n.partition("+")[0] for n in bt.BUILT.values() if n} - {"checked-in"}
     candidates = {"own_keys", "own_keys_s3", "own_keys_wide", "dq_tiles_wide", "q128_d64", "d96_ksteps",
-                  "tiles_stack", "dv_early", "dv_uniform", "dq_static", "st_walk", "st_conv"}
+                  "tiles_stack", "dv_early", "dv_uniform", "dq_static"}
     # dv_early, dv_uniform and dq_static were faster, with dS from bf16 P: their dQ missed the harness's rule on some
     # causal inputs (attention_bwd.md v12). dq_tiles, q128_d64, tiles_stack, tiles_d96, st_ahead and st_uniform are
     # the reference's bases too (st_static is st_uniform with the dQ tile's stores straight, st_uniform is st_ahead with

@@ -10,7 +10,6 @@ import pytest
 
 from ptxbench.tools.compile import compile_source
 from ptxbench.tools.evaluator import EvalOptions
-from ptxbench.tools.gpu.limits import DeviceLimits, check_compiled
 from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.tools.solution.plan import Solution
 from ptxbench.workloads.registry import get_workload, list_workloads
@@ -107,11 +106,7 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # st_uniform / st_static (the reference): st_ahead's order with the uniform index, then dq_static's stores
                 "st_uniform": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
                 "st_static": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
-                "st_static+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
-                # st_walk: st_static with the walkers' claims (one atomicCAS)
-                "st_walk": {"UBLKRED": 1, "HGMMA": 40, "STG": 18, "ATOMG": 1},  # + the zeroing loop's float4 store and the release
-                # st_conv: st_walk with the converters' unit counts (dq_convert.py); its head_groups build below
-                "st_conv": {"UBLKRED": 1, "HGMMA": 40, "ATOMG": 2}}
+                "st_static+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -239,100 +234,6 @@ def test_passes_and_is_fast_on_the_gpu(wid):
     assert r.status == "PASSED", (r.message, r.runtime_error, r.plan_errors)
     if wid in MIN_SPEEDUP:
         assert t and t.speedup >= MIN_SPEEDUP[wid], (t and t.speedup, r.message)
-
-
-def test_st_walks_slices_are_zeroed_before_any_reduce_add_and_not_by_the_preprocess():
-    """st_walk: the preprocess writes no zeros; each CTA's idle producer warps walk its slices in the order of its
-    blocks (the producer's slice index, one slice per two 64-row blocks at D = 96 / 128); the producer thread waits for
-    a block's slice to be zeroed before its arrival on the block's dO barrier, the barrier every consumer waits on
-    before its reduce-add; no thread that zeroes ever waits."""
-    text = variant_text("st_walk")
-    pre = text[text.index("attn_bwd_pre("):text.index("attn_bwd_post(")]
-    assert "dQacc" not in pre and "make_float2(0.f, 0.f)" not in pre
-    loop = text[text.index("mbar_expect_tx(&fulldO[st]"):]
-    assert loop.index("while (load_acquire(dQflag + slice) != 2)") < loop.index("mbar_arrive(&fulldO[st]);")
-    assert "mbar_arrive_expect_tx(&fulldO[st]" not in text  # the arrival comes after the check, not with the loads
-    walker = text[text.index("} else if (t >= 32) {  // st_walk"):text.index("setmaxnreg_inc<CONSUMER_REGS>();")]
-    assert "load_acquire" not in walker and "nanosleep" not in walker  # the walkers never wait on a slice
-    # the walker's slice for block it is the producer's q_row / BN, for every head, query block and head dim
-    for hd, spb, qr in ((128, 2, 64), (64, 1, 128)):
-        S, BN = 4096, 128
-        for causal_first in (0, 6 * spb):
-            per_head = S // qr - causal_first
-            walked = [h * (S // BN) + (causal_first + it % per_head) // spb
-                      for h in range(3) for it in range(h * per_head, (h + 1) * per_head, spb)]
-            needed = sorted({(h * S + (causal_first + it % per_head) * qr) // BN
-                             for h in range(3) for it in range(h * per_head, (h + 1) * per_head)})
-            assert walked == needed, (hd, causal_first)
-
-
-@pytest.mark.parametrize("HD, D", [(128, 128), (128, 96), (64, 64)])
-@pytest.mark.parametrize("causal", [False, True])
-def test_st_conv_converts_each_value_once_as_the_postprocess_did_after_every_key_block(HD, D, causal):
-    """st_conv's converters (their lines, mirrored): the units of a head, each converted by convert_unit's mapping, read
-    every accumulator float attn_bwd_post read and write it to the same dQ element, once; and a unit's count `need` is
-    the number of key blocks whose loop reduces into it (the CTA loop of attn_bwd, causal or not), so the count that
-    completes it comes after every reduction into it."""
-    text = variant_text("st_conv")
-    for line in ("const int need = CAUSAL ? (HD == 64 ? qb + 1 : qb / 2 + 1) : S / BN;  // key blocks that add into the unit",
-                 "last = atomicAdd(dQcnt + (head * (S / QR) + qb) * 2 + c, 1) == need - 1;",
-                 "const int row = head * S + (HD == 64 ? 128 * qb + 64 * c : 64 * qb), col = HD == 64 ? 0 : 64 * c;",
-                 "const int src = row * DC + (HD == 64 ? 0 : 64 * col);  // the unit's tile: 64 rows of W floats",
-                 "const int rr = k / (W / 4), d = 4 * (k % (W / 4));",
-                 "__nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(dQ + (row + rr) * DC + col + d);"):
-        assert line in text, line
-    pre, post = text[:text.index("kernel = \"attn_bwd_pre\"")], text
-    assert 'kernel = "attn_bwd_post"' not in text.split("*/")[0]  # the plan has no postprocess launch
-    S, BN, QR, heads = 512, 128, 64 if HD == 128 else 128, 2
-    # the key blocks that reduce into each query block (attn_bwd's loop bounds)
-    seen = {}
-    for kb in range(S // BN):
-        q_first = kb * BN // QR if causal else 0
-        for qb in range(q_first, S // QR):
-            seen[qb] = seen.get(qb, 0) + 1
-    for qb, n in seen.items():
-        need = (qb + 1 if HD == 64 else qb // 2 + 1) if causal else S // BN
-        assert need == n, (qb, need, n)
-    written = {}
-    for head in range(heads):
-        for qb in range(S // QR):
-            for c in (0, 1):
-                row = head * S + (128 * qb + 64 * c if HD == 64 else 64 * qb)
-                col = 0 if HD == 64 else 64 * c
-                W = 64 if HD == 64 or c == 0 else D - 64
-                src = row * D + (0 if HD == 64 else 64 * col)
-                for k in range(16 * W):
-                    rr, d = k // (W // 4), 4 * (k % (W // 4))
-                    a = src + rr * W + 8 * ((d // 8) ^ (rr & (W // 8 - 1))) + d % 8
-                    out = (row + rr) * D + col + d
-                    # attn_bwd_post's lines for the same output element
-                    prow, pd = out // D, out % D
-                    prr, pc, pdd = prow % 64, pd // 64, pd % 64
-                    pw = min(64, D - 64 * pc)
-                    assert a == (prow - prr) * D + 64 * 64 * pc + prr * pw + 8 * ((pdd // 8) ^ (prr & (pw // 8 - 1))) + pdd % 8
-                    assert out not in written
-                    written[out] = a
-    assert sorted(written) == list(range(0, heads * S * D, 4))
-
-
-def test_st_conv_fits_the_shared_memory_limit_with_its_static_counters_and_assembles_clean():
-    """st_conv's counters are static __shared__ variables: ptxas pads the static area to the dynamic one's 1024-byte
-    alignment (1024 bytes static), so its plans drop the dynamic area's alignment slack (the first build kept it and
-    was refused by the H200 at D = 96 / 128: 233,216 bytes, attention_bwd.md v15); every entry point, no spills."""
-    text = variant_text("st_conv+head_groups")
-    r = compile_source(fast_backward(get_workload("mha_bwd_d128"), text), "cuda", "sm_90a")
-    assert r.status == "ok" and not r.warnings
-    for name, k in r.kernels.items():
-        assert k.spill_stores == 0 and k.spill_loads == 0, (name, k.spill_stores, k.spill_loads)
-        assert k.smem_static == (1024 if name.startswith("attn_bwd_wgmma") else 0), (name, k.smem_static)
-    static = {name: k.smem_static for name, k in r.kernels.items()}
-    for wid in BACKWARD:
-        w = get_workload(wid)
-        plan = resolve_plan(parse_solution(fast_backward(w, text), w).plan, w, 132, "sm_90a")
-        assert "attn_bwd_post" not in [launch.kernel for launch in plan.launches]
-        assert check_compiled(plan, static, DeviceLimits()) == [], wid
-        with_slack = max(launch.smem for launch in plan.launches) + 1024
-        assert (1024 + with_slack > DeviceLimits().max_smem_optin) == (int(w.symbols["D"]) != 64), wid  # the premise
 
 
 @pytest.mark.parametrize("name", ["decoupled+head_major", "checked-in+head_major", "decoupled+head_groups",

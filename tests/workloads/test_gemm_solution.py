@@ -128,13 +128,14 @@ def test_params_for_shrinks_the_tile_for_decode_shapes_only():
 
 
 def test_gemm_sweep_points_render_and_validate():
-    """bench/gemm_sweep.py's points (run on the H200) are buildable for their workloads."""
+    """bench/gemm_sweep.py's points of every round, with the defaults as they ran (run on the H200), are buildable for
+    their workloads."""
     spec = importlib.util.spec_from_file_location("gemm_sweep", ROOT / "bench" / "gemm_sweep.py")
     sweep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sweep)
     assert {w for w, *_ in sweep.POINTS} == {MAIN, "gemm_bf16_m64_n7168_k5120", "gemm_bf16_m128_n7168_k5120",
                                               "gemm_bf16_m4096_n4096_k4096"}
-    for wid, changes, predicted, why in sweep.POINTS:
+    for wid, changes, predicted, why in [pt for points in sweep.ROUNDS.values() for pt in points]:  # each as it ran
         p = sweep.params_of(changes)
         s = get_workload(wid).symbols
         assert gt.validate(p, shape=(s["M"], s["N"], s["K"])) == [], (wid, changes)

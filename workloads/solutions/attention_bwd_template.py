@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from .attention_backward import HEAD_DIMS, backward_text, covers
 from .attention_template import problem_of, space_problems
@@ -35,6 +35,9 @@ PROBLEM = ("head_dim", "causal", "gqa")
 
 class BwdParams(BaseModel):
     """One point: the problem it is built for, then the searched parameters (see PARAM_SPACE)."""
+
+    # an unknown name (a misspelt option, or one deleted after its measurement) is an error, never a silent default
+    model_config = ConfigDict(extra="forbid")
 
     head_dim: int = Field(128, description="D: 64, 96 (the 128-wide kernels, TMA zero-fills the rest) or 128")
     causal: bool = Field(False, description="top-left aligned mask, key j <= query i")

@@ -14,9 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from pydantic import BaseModel, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
-from .attention_persistent import persistent_body
 from .attention_softmax import EARLY_PACK, LAZY_EDITS, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
 from .template_text import replace_counted, uniform_index_edit, without_default_options
 
@@ -39,6 +38,9 @@ PROBLEM = ("head_dim", "causal", "gqa")  # fixed by the workload, never searched
 
 class AttnParams(BaseModel):
     """One point: the problem it is built for, then the searched parameters (see PARAM_SPACE)."""
+
+    # an unknown name (a misspelt option, or one deleted after its measurement) is an error, never a silent default
+    model_config = ConfigDict(extra="forbid")
 
     head_dim: int = Field(128, description="D: 64, 96 (padded to two 64-wide slabs) or 128")
     causal: bool = Field(False, description="top-left aligned mask, key j <= query i")
@@ -66,9 +68,6 @@ class AttnParams(BaseModel):
                              "the previous one is waited for, before the O rescale's branch, so the exponentials have "
                              "their use ahead of the branch and ptxas keeps them under that product (11 -> 44 of 66 "
                              "at D = 128)")
-    persistent: bool = Field(False, description="one CTA per SM walking the query tiles in launch order, Q double-"
-                             "buffered and the K / V ring running on across tiles, so an SM never idles between CTAs "
-                             "(cooperative schedule only)")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -106,13 +105,8 @@ class AttnParams(BaseModel):
         return self.slabs * self.bn * 128
 
     @property
-    def q_buffers(self) -> int:
-        """Q tiles in shared memory: persistent CTAs load the next tile's while they finish one."""
-        return 2 if self.persistent else 1
-
-    @property
     def smem_bytes(self) -> int:  # alignment slack, Q, ring, barriers
-        return 1024 + self.q_buffers * self.q_bytes + 2 * self.stages * self.kv_bytes + 256
+        return 1024 + self.q_bytes + 2 * self.stages * self.kv_bytes + 256
 
 
 PARAM_SPACE: dict[str, list] = {
@@ -130,8 +124,9 @@ PARAM_SPACE: dict[str, list] = {
 # also in PARAM_SPACE (after the GPU measured it). validate() checks them.
 OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "uniform": [False, True],  # measured faster (round 6): TUNED sets it
-                                  "early_pack": [False, True],  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
-                                  "persistent": [False, True]}  # not measured yet (round 9)
+                                  "early_pack": [False, True]}  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
+# persistent=True (one CTA per SM walking the query tiles) lost at every point of round 9 (attention_template.md) and
+# was deleted.
 HEAD_DIMS = (64, 96, 128)
 # The measured reference kernels (bench/results/attention_wgmma.md) per head dim: D = 64's tiles are half as
 # long to compute, so its ring is deeper.
@@ -315,11 +310,8 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
                    f"{p.consumer_regs} (about {spare} must stay spare): a smaller bn, or fewer consumers")
     if p.smem_bytes > SMEM_LIMIT:
         bad.append(f"needs {p.smem_bytes} bytes of shared memory, the limit is {SMEM_LIMIT}: fewer stages or a smaller bn")
-    if 1 + 4 * p.stages > 32 or (p.persistent and 4 + 4 * p.stages > 32):
-        bad.append(f"stages={p.stages}: the mbarriers (1 + 4 x stages, persistent 4 + 4 x stages) must fit 256 bytes")
-    if p.persistent and p.schedule == "pingpong":
-        bad.append("persistent=True walks the tiles with the cooperative schedule (ping-pong's turns are counted per "
-                   "CTA): it needs schedule='cooperative'")
+    if 1 + 4 * p.stages > 32:
+        bad.append(f"stages={p.stages}: the 1 + 4 x stages mbarriers must fit 256 bytes")
     if shape is not None:
         bad += _shape_problems(p, shape)
     return bad
@@ -332,8 +324,6 @@ def kernel_name(p: AttnParams) -> str:
 
 
 def _grid(p: AttnParams) -> str:
-    if p.persistent:
-        return 'grid = ["min(num_sms, cdiv(S, %d) * B * H)"]  # persistent: one CTA per SM walks the tiles' % p.bm
     if p.causal and p.lpt_group:
         return f'grid = ["cdiv(S, {p.bm}) * B * H"]  # longest first across groups of {p.lpt_group} heads'
     return f'grid = ["cdiv(S, {p.bm})", "B * H"]'
@@ -343,7 +333,6 @@ def plan_toml(p: AttnParams) -> str:
     kv_rows = "B * HKV * S" if p.gqa else "B * H * S"
     args = ["tmap:Q_map", "tmap:K_map", "tmap:V_map"] + (["tmap:O_map"] if p.epilogue == "tma" else [])
     args += ["O", "LSE", "i32:S", "i32:D", "f32:scale"] + (["i32:H // HKV"] if p.gqa else [])
-    args += ["i32:B * H"] if p.persistent else []
     maps = [("Q", "Q", "B * H * S", p.bm), ("K", "K", kv_rows, p.bn), ("V", "V", kv_rows, p.bn)]
     if p.epilogue == "tma":
         maps.append(("O", "O", "B * H * S", 64))  # one consumer's 64 rows x one 64-wide d slab
@@ -351,14 +340,13 @@ def plan_toml(p: AttnParams) -> str:
         f'\n[tmap.{name}_map]\ntensor = "{tensor}"\ndims = ["D", "{rows}"]\nbox = [64, {box}]\nswizzle = "128B"\n'
         + ('l2_promotion = "256B"\n' if name != "O" else "")
         for name, tensor, rows, box in maps)
-    q_times, q_words = (f" * {p.q_buffers}", f"{p.q_buffers} x ") if p.q_buffers > 1 else ("", "")
     return (
         '/* ptxbench\nlanguage = "cuda"\n\n[[launch]]\n'
         f'kernel = "{kernel_name(p)}"\n'
         f"{_grid(p)}\n"
         f"block = [{p.threads}]\n"
-        f'smem = "1024 + {p.q_bytes}{q_times} + {p.kv_bytes} * {2 * p.stages} + 256"  '
-        f"# 1 KiB alignment slack, {q_words}Q, {p.stages} x (K, V) tiles, mbarriers\n"
+        f'smem = "1024 + {p.q_bytes} + {p.kv_bytes} * {2 * p.stages} + 256"  '
+        f"# 1 KiB alignment slack, Q, {p.stages} x (K, V) tiles, mbarriers\n"
         f"args = [{', '.join(chr(34) + a + chr(34) for a in args)}]\n"
         f"{tmaps}*/\n"
     )
@@ -368,14 +356,12 @@ def _entry(p: AttnParams) -> str:
     """The kernel's entry point: its parameters follow the plan's args."""
     o_map = "const __grid_constant__ CUtensorMap tmO, " if p.epilogue == "tma" else ""
     group = ", int group" if p.gqa else ""
-    bh = ", int BH" if p.persistent else ""
     return (
         f"\n// The entry point the plan launches.\nextern \"C\" __global__ void __launch_bounds__({p.threads}, 1)\n"
         f"{kernel_name(p)}(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,\n"
         f"    const __grid_constant__ CUtensorMap tmV, {o_map}__nv_bfloat16* __restrict__ O, float* __restrict__ LSE,\n"
-        f"    int S, int D, float scale{group}{bh}) {{\n"
-        f"  attn_fwd(&tmQ, &tmK, &tmV, {'&tmO' if o_map else 'nullptr'}, O, LSE, S, D, scale, {'group' if group else '1'}"
-        f"{', BH' if bh else ''});\n"
+        f"    int S, int D, float scale{group}) {{\n"
+        f"  attn_fwd(&tmQ, &tmK, &tmV, {'&tmO' if o_map else 'nullptr'}, O, LSE, S, D, scale, {'group' if group else '1'});\n"
         "}\n"
     )
 
@@ -401,8 +387,6 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
         "using namespace ptxbench;  // mbar_*, tma_*, make_desc_sw128, wgmma_* (prompts/include/ptxbench)\n\n"
     )
     body = BODY.read_text()
-    if p.persistent:  # before the options that edit consumer_step: they find its lines either way
-        body = persistent_body(body)
     if p.rescale != "always":
         body = lazy_rescale(body)
     if p.early_pack:  # P packed before the lazy rescale's branch

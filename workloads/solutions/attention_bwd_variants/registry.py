@@ -8,11 +8,9 @@ from .block_q128_d64 import Q128_D64
 from .block_st_ahead import ST_AHEAD
 from .block_wide_epilogue import WIDE_EPILOGUE
 from .dq_bulk import BULK_DQ_D64, bulk_dq, bulk_dq_s3
-from .dq_convert import st_conv
 from .dq_decoupled import decoupled
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .dq_tiles import DQ_TILES
-from .dq_zeroing import st_walk
 from .edits import REFERENCE, apply_edits
 from .launch_orders import ORDERS
 
@@ -44,8 +42,6 @@ VARIANTS = {
     # st_static (the reference): dq_static's stores and the uniform index on st_ahead's order (dV after dS, fp32 P^T)
     "st_uniform": _on("st_ahead", "st_uniform", "the consumer index made warp-uniform for ptxas", UNIFORM_C),
     "st_static": _on("st_uniform", "st_static", "the dQ tile's width known to ptxas in the 128-wide block", DQ_STATIC),
-    "st_walk": lambda text: st_walk(VARIANTS["st_static"](text)),
-    "st_conv": lambda text: st_conv(VARIANTS["st_walk"](text)),
     "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
                      "and no address recomputed per store)", DQ_STATIC),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
