@@ -1,5 +1,6 @@
 """The attention forward template's softmax options, as edits of attention_template.cu.in: rescale="lazy"
-(FlashAttention-4's conditional rescale) and early_pack (P packed ahead of the lazy rescale's branch)."""
+(FlashAttention-4's conditional rescale), early_pack (P packed ahead of the lazy rescale's branch) and split_rows
+(each row's max and sum as four independent chains)."""
 from __future__ import annotations
 
 from .template_text import replace_counted
@@ -39,3 +40,27 @@ def lazy_rescale(body: str) -> str:
     for old, new in LAZY_EDITS:
         body = replace_counted(body, old, new, "attention_template.cu.in (rescale=lazy)")
     return body
+
+
+# split_rows: the profile of the reference (attention_template.md, 2026-12-01) has "wait" (a fixed-latency dependency)
+# as the top stall at the row max (5.6% of samples) and the row sum (4.1%) besides the exponentials (14%): each row's
+# max and sum is one chain of SN / 4 dependent instructions, and a consumer warp shares its SMSP with one other
+# consumer warp only, so little hides that latency. Four partial maxima and four partial sums per row, combined by a
+# two-level tree, cut each chain to SN / 16 + 2. The sum's rounding order changes (fp32, well inside the checks).
+SPLIT_ROWS = [
+    ("  float x0 = s[0], x1 = s[2];\n#pragma unroll\n  for (int j = 0; j < SN; j += 4) {\n"
+     "    x0 = fmaxf(x0, fmaxf(s[j], s[j + 1]));\n    x1 = fmaxf(x1, fmaxf(s[j + 2], s[j + 3]));\n  }\n",
+     "  // split_rows: each row's max as four independent chains (4-column group j / 4 goes to chain (j / 4) % 4)\n"
+     "  float mx0[4], mx1[4];\n#pragma unroll\n  for (int q = 0; q < 4; ++q) {\n"
+     "    mx0[q] = fmaxf(s[4 * q], s[4 * q + 1]);\n    mx1[q] = fmaxf(s[4 * q + 2], s[4 * q + 3]);\n  }\n"
+     "#pragma unroll\n  for (int j = 16; j < SN; j += 4) {\n"
+     "    mx0[(j / 4) % 4] = fmaxf(mx0[(j / 4) % 4], fmaxf(s[j], s[j + 1]));\n"
+     "    mx1[(j / 4) % 4] = fmaxf(mx1[(j / 4) % 4], fmaxf(s[j + 2], s[j + 3]));\n  }\n"
+     "  float x0 = fmaxf(fmaxf(mx0[0], mx0[1]), fmaxf(mx0[2], mx0[3]));\n"
+     "  float x1 = fmaxf(fmaxf(mx1[0], mx1[1]), fmaxf(mx1[2], mx1[3]));\n"),
+    ("  float sum0 = 0.f, sum1 = 0.f;\n", "  float sm0[4] = {0.f, 0.f, 0.f, 0.f}, sm1[4] = {0.f, 0.f, 0.f, 0.f};  // split_rows\n"),
+    ("    sum0 += s[j] + s[j + 1];\n    sum1 += s[j + 2] + s[j + 3];\n  }\n",
+     "    sm0[(j / 4) % 4] += s[j] + s[j + 1];\n    sm1[(j / 4) % 4] += s[j + 2] + s[j + 3];\n  }\n"
+     "  const float sum0 = (sm0[0] + sm0[1]) + (sm0[2] + sm0[3]), sum1 = (sm1[0] + sm1[1]) + (sm1[2] + sm1[3]);\n"),
+]
+

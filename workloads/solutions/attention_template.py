@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
-from .attention_softmax import EARLY_PACK, LAZY_EDITS, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
+from .attention_softmax import EARLY_PACK, LAZY_EDITS, SPLIT_ROWS, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
 from .template_text import replace_counted, uniform_index_edit, without_default_options
 
 BODY = Path(__file__).with_name("attention_template.cu.in")
@@ -68,6 +68,9 @@ class AttnParams(BaseModel):
                              "the previous one is waited for, before the O rescale's branch, so the exponentials have "
                              "their use ahead of the branch and ptxas keeps them under that product (11 -> 44 of 66 "
                              "at D = 128)")
+    split_rows: bool = Field(False, description="each row's max and sum as four independent chains joined by a two-"
+                             "level tree (chains of SN / 16 + 2 instead of SN / 4): the softmax's fixed-latency waits "
+                             "with only two consumer warps per SM sub-partition to hide them")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -124,7 +127,8 @@ PARAM_SPACE: dict[str, list] = {
 # also in PARAM_SPACE (after the GPU measured it). validate() checks them.
 OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "uniform": [False, True],  # measured faster (round 6): TUNED sets it
-                                  "early_pack": [False, True]}  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
+                                  "early_pack": [False, True],  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
+                                  "split_rows": [False, True]}  # not measured yet (round 10)
 # persistent=True (one CTA per SM walking the query tiles) lost at every point of round 9 (attention_template.md) and
 # was deleted.
 HEAD_DIMS = (64, 96, 128)
@@ -392,6 +396,9 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
     if p.early_pack:  # P packed before the lazy rescale's branch
         for old, new in EARLY_PACK:
             body = replace_counted(body, old, new, "attention_template.cu.in (early_pack)")
+    if p.split_rows:  # the row max and sum as four chains each
+        for old, new in SPLIT_ROWS:
+            body = replace_counted(body, old, new, "attention_template.cu.in (split_rows)")
     if p.uniform:  # the consumer's Q descriptors in uniform registers
         body = replace_counted(body, *uniform_index_edit("c"), "attention_template.cu.in (uniform)")
     return plan_toml(p) + header + consts + "\n" + body + _entry(p)

@@ -1,0 +1,76 @@
+"""The attention forward's split_rows option (workloads/solutions/attention_softmax.py SPLIT_ROWS): each row's max
+and sum as four chains. Off by default (every reference renders as before); on, it assembles at every problem's
+TUNED point with the same exponentials and maxima and no spills, and every accumulator element lands in exactly one
+chain for every key tile the template builds. Its speed is measured on the GPU (attention_sweep.py round 10)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from ptxbench.tools.compile import compile_source
+from ptxbench.tools.solution.parse import parse_solution
+from ptxbench.tools.solution.plan import Solution
+from ptxbench.workloads.registry import get_workload
+from ptxbench.workloads.solutions import attention_template as at
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _round_10():
+    spec = importlib.util.spec_from_file_location("attention_sweep", ROOT / "bench" / "attention_sweep.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.ROUNDS[10]
+
+
+def test_split_rows_is_an_option_off_in_every_reference():
+    assert at.OPTION_SPACE["split_rows"] == [False, True]
+    assert "split_rows" not in at.default_params().model_dump() and "split_rows" not in at.render(at.default_params())
+    assert all("split_rows" not in point for point in at.TUNED.values())
+
+
+def test_round_10_pairs_each_tuned_point_with_split_rows_and_every_point_builds():
+    points = _round_10()
+    assert len(points) == 16 and {tuple(sorted(ch.items())) for _, ch, _ in points[::2]} == \
+        {tuple(sorted(pt.items())) for pt in at.TUNED.values()}
+    for (wid, plain, _), (wid2, split, predicted) in zip(points[::2], points[1::2]):
+        assert wid == wid2 and split == {**plain, "split_rows": True} and predicted > 0
+        w = get_workload(wid)
+        p = at.params_for(w, **split)
+        assert at.validate(p, w) == []
+        assert isinstance(parse_solution(at.render(p), w), Solution)
+
+
+@pytest.mark.parametrize("bn", at.PARAM_SPACE["bn"])
+def test_every_element_of_a_row_lands_in_exactly_one_chain(bn):
+    """The option's loops, mirrored: the first four 4-column groups start the chains, group j / 4 >= 4 joins chain
+    (j / 4) % 4; the sum's loop puts group j / 4 in the same chain. Row r0 holds elements j, j + 1 of each group,
+    row r0 + 8 elements j + 2, j + 3."""
+    sn = bn // 2
+    chains: dict[int, list[int]] = {q: [4 * q, 4 * q + 1] for q in range(4)}
+    for j in range(16, sn, 4):
+        chains[(j // 4) % 4] += [j, j + 1]
+    first_row = sorted(i for c in chains.values() for i in c)
+    assert first_row == [j + k for j in range(0, sn, 4) for k in (0, 1)]
+    assert max(len(c) for c in chains.values()) <= 2 * -(-sn // 16)  # each chain about a quarter of the row
+
+
+@pytest.mark.parametrize("wid", ["mha_fwd_d128", "mha_fwd_d128_causal", "mha_fwd_d64"])
+def test_split_rows_assembles_with_the_same_exponentials_and_maxima(wid):
+    """Cooperative (D = 128, and causal with its masked step) and ping-pong (D = 64): no spills, the same MUFU and
+    FMNMX counts; FADD grows by the three adds that join each row's four partial sums, two rows per softmax."""
+    p = at.default_params(get_workload(wid))
+    kernels = {}
+    for split in (False, True):
+        q = p.model_copy(update={"split_rows": split})
+        r = compile_source(at.render(q), "cuda", "sm_90a")
+        assert r.status == "ok" and not r.warnings, (wid, split, [w.message for w in r.warnings])
+        kernels[split] = r.kernels[at.kernel_name(q)]
+    plain, split = kernels[False], kernels[True]
+    assert split.spill_stores == split.spill_loads == 0 and split.registers <= plain.registers
+    for op in ("MUFU", "FMNMX", "HGMMA"):
+        assert split.sass_opcodes.get(op) == plain.sass_opcodes.get(op), op
+    softmaxes = (split.sass_opcodes["FADD"] - plain.sass_opcodes["FADD"]) / 6
+    assert softmaxes in (2, 3), softmaxes  # the unmasked step and the masked one(s) each inline softmax_tile
