@@ -238,8 +238,20 @@ _ROWS_JOINED = {problem: _without(at.TUNED[problem], "split_rows") for _, proble
 POINTS_10: list[tuple[str, dict, float | None]] = [
     point for wid, problem, ref, ratio in _ROUND_10
     for point in ((wid, _ROWS_JOINED[problem], ref), (wid, {**_ROWS_JOINED[problem], "split_rows": True}, round(ref / ratio, 3)))]
+# Round 11 (written before its run, attention_template.md round 11): split_max, split_rows' max chains without its
+# split sums (which cost early_pack's overlap: 44 -> 16-20 exponentials under the P V product; split_max keeps 44),
+# against TUNED at the four cooperative D = 128 / 96 points round 10 gained or lost most at. Predicted by kernel time:
+# -0.5 to -1.5% at D = 128 (the shorter max chain without the lost overlap), and at the causal, D = 96 causal and GQA
+# points level to -0.5% against split_rows (the same max, the overlap back, the sum's chain long again).
+_ROUND_11 = (("mha_fwd_d128", (128, False, False), 1.073, 0.99), ("mha_fwd_d128_causal", (128, True, False), 1.068, 0.997),
+             ("mha_fwd_d128_gqa_h32_kv8", (128, False, True), 1.091, 0.997),
+             ("mha_fwd_d96_causal", (96, True, False), 1.146, 0.997))  # (workload, problem, round 10 speedup, time ratio)
+POINTS_11: list[tuple[str, dict, float | None]] = [
+    point for wid, problem, ref, ratio in _ROUND_11
+    for point in ((wid, dict(at.TUNED[problem]), ref),
+                  (wid, {**_without(at.TUNED[problem], "split_rows"), "split_max": True}, round(ref / ratio, 3)))]
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
-          9: POINTS_9, 10: POINTS_10}
+          9: POINTS_9, 10: POINTS_10, 11: POINTS_11}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
 
 

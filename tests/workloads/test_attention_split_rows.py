@@ -92,3 +92,28 @@ def test_split_rows_costs_most_of_early_packs_overlap(wid):
              for split in (False, True) for q in [p.model_copy(update={"split_rows": split})]}
     assert under[False] >= 40 and under[True] <= 20, under
 
+
+@pytest.mark.parametrize("wid", ["mha_fwd_d128", "mha_fwd_d128_causal"])
+def test_split_max_keeps_the_overlap_and_builds(wid):
+    """split_max (the max chains alone): the 44 exponentials under the P V product stay, the schedule differs from the
+    plain point's, no spills; it cannot be combined with split_rows (which holds it)."""
+    p = at.default_params(get_workload(wid)).model_copy(update={"split_rows": False})
+    q = p.model_copy(update={"split_max": True})
+    assert at.validate(q, get_workload(wid)) == [] and "split_max" in at.validate(q.model_copy(update={"split_rows": True}))[0]
+    plain, split = (sass_ops(at.render(x), at.kernel_name(x)) for x in (p, q))
+    assert ex2_under_pending_product(split) >= 40 and split != plain
+    r = compile_source(at.render(q), "cuda", "sm_90a")
+    assert r.status == "ok" and not r.warnings and r.kernels[at.kernel_name(q)].spill_stores == 0
+
+
+def test_round_11_sets_split_max_in_place_of_split_rows():
+    spec = importlib.util.spec_from_file_location("attention_sweep", ROOT / "bench" / "attention_sweep.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    points = mod.ROUNDS[11]
+    assert len(points) == 8
+    for (wid, tuned, _), (wid2, split, _) in zip(points[::2], points[1::2]):
+        w = get_workload(wid)
+        assert wid == wid2 and tuned == at.TUNED[tuple(at.problem_of(w).values())] and split["split_max"]
+        assert "split_rows" not in split and at.validate(at.params_for(w, **split), w) == []
+

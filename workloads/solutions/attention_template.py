@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
-from .attention_softmax import EARLY_PACK, LAZY_EDITS, SPLIT_ROWS, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
+from .attention_softmax import EARLY_PACK, LAZY_EDITS, SPLIT_MAX, SPLIT_ROWS, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
 from .template_text import replace_counted, uniform_index_edit, without_default_options
 
 BODY = Path(__file__).with_name("attention_template.cu.in")
@@ -71,6 +71,8 @@ class AttnParams(BaseModel):
     split_rows: bool = Field(False, description="each row's max and sum as four independent chains joined by a two-"
                              "level tree (chains of SN / 16 + 2 instead of SN / 4): the softmax's fixed-latency waits "
                              "with only two consumer warps per SM sub-partition to hide them")
+    split_max: bool = Field(False, description="split_rows' four max chains without its split sums, which cost the "
+                            "exponentials' overlap with the previous P V product (44 -> 16-20 of 66 under it)")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -128,7 +130,8 @@ PARAM_SPACE: dict[str, list] = {
 OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "uniform": [False, True],  # measured faster (round 6): TUNED sets it
                                   "early_pack": [False, True],  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
-                                  "split_rows": [False, True]}  # round 10: -0.7 to -1.0% at three points, TUNED sets it there
+                                  "split_rows": [False, True],  # round 10: -0.7 to -1.0% at three points, TUNED sets it there
+                                  "split_max": [False, True]}  # not measured yet (round 11)
 # persistent=True (one CTA per SM walking the query tiles) lost at every point of round 9 (attention_template.md) and
 # was deleted.
 HEAD_DIMS = (64, 96, 128)
@@ -308,6 +311,8 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
     if p.rescale != "always" and p.bn > LAZY_MAX_BN:
         bad.append(f"rescale={p.rescale} is built for key tiles up to {LAZY_MAX_BN} keys (bn={p.bn}: the lazy "
                    "thresholds and vote spilled registers at 160-192 keys)")
+    if p.split_max and p.split_rows:
+        bad.append("split_max is split_rows without its split sums: set one of them")
     if p.early_pack and p.rescale != "lazy":
         bad.append("early_pack moves P's packing ahead of the lazy rescale's branch; without rescale='lazy' there is "
                    "no branch (the exponentials already run under the P V product)")
@@ -401,6 +406,9 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
     if p.split_rows:  # the row max and sum as four chains each
         for old, new in SPLIT_ROWS:
             body = replace_counted(body, old, new, "attention_template.cu.in (split_rows)")
+    if p.split_max:  # the row max alone as four chains
+        for old, new in SPLIT_MAX:
+            body = replace_counted(body, old, new, "attention_template.cu.in (split_max)")
     if p.uniform:  # the consumer's Q descriptors in uniform registers
         body = replace_counted(body, *uniform_index_edit("c"), "attention_template.cu.in (uniform)")
     return plan_toml(p) + header + consts + "\n" + body + _entry(p)
