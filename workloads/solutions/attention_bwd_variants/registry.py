@@ -3,6 +3,7 @@ another variant, `_on`) and variant_text, which renders a variant, alone or in a
 from __future__ import annotations
 
 from .block_d96 import D96_ENTRIES, D96_KSTEPS, STACK_D96
+from .block_ds_stmatrix import DS_STMATRIX
 from .block_on_st_ahead import DQ_STATIC, DV_EARLY, UNIFORM_C
 from .block_q128_d64 import Q128_D64
 from .block_st_ahead import ST_AHEAD
@@ -42,6 +43,8 @@ VARIANTS = {
     # st_static (the reference): dq_static's stores and the uniform index on st_ahead's order (dV after dS, fp32 P^T)
     "st_uniform": _on("st_ahead", "st_uniform", "the consumer index made warp-uniform for ptxas", UNIFORM_C),
     "st_static": _on("st_uniform", "st_static", "the dQ tile's width known to ptxas in the 128-wide block", DQ_STATIC),
+    "ds_stmatrix": _on("st_static", "ds_stmatrix", "the 128-wide block's dS^T tile written by stmatrix.x4 (a quarter of "
+                       "the shared-memory store instructions)", DS_STMATRIX),
     "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
                      "and no address recomputed per store)", DQ_STATIC),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
