@@ -49,6 +49,7 @@ def compute_factor(p: dict) -> float:
     f *= 0.999 if p["cluster_m"] == 2 else 1.0
     f *= 1.005 if p["bk"] == 128 else 1.0
     f *= 1.0 if not p["max_ctas"] else 1.02
+    f *= 0.989 if p.get("defer") else 1.0  # gemm_sweep.md rounds 4-5: -1.1% / -1.2%
     return f
 
 
@@ -83,7 +84,8 @@ def profile(p: dict, source: str, t_ms: float, tc: float, td: float) -> dict:
     """A profile summary as tools/profile builds it (the fields the tuner reads)."""
     busy = 100 * COMPUTE_MS / t_ms
     shares = {"stage_wait": min(60.0, 60 * td / t_ms + {2: 15, 3: 5}.get(p["stages"], 0)),
-              "epilogue": (15.0 if p["epilogue"] == "direct" else 3.0) * (1.0 if p["persistent"] else 1.3)}
+              "epilogue": (15.0 if p["epilogue"] == "direct" else 1.0 if p.get("defer") else 3.0) *
+              (1.0 if p["persistent"] else 1.3)}
     rest = 100 - sum(shares.values())
     shares.update(mma_wait=0.6 * rest, mma_issue=0.4 * rest)
     where = {"stage_wait": ("mbar_wait(&full", "long_scoreboard"), "mma_wait": ("wgmma_wait<1>", "barrier"),

@@ -7,7 +7,8 @@ evidence multiplies:
 
     DRAM bytes over the minimum / memory-bound -> grouped tile order, bigger tiles, cluster multicast
     consumers waiting on stage data (hot line, else long-scoreboard stalls) -> deeper ring
-    epilogue lines hot -> TMA-store epilogue, persistent grid (stores overlap the next tile)
+    epilogue lines hot -> TMA-store epilogue, persistent grid (stores overlap the next tile); with both, the
+        epilogue deferred under the next tile's k-loop (overlap)
     tensor pipe idle with one consumer warpgroup, or latency-bound -> more consumers, persistence, ring
     spills -> narrower tile or more consumers;  a resource failure -> shrink ring, then tiles
     within 5% of the roof -> small, safe moves first (structural ones ranked down)
@@ -37,7 +38,7 @@ from .tuner_space import Params, fit, ordered
 DEFAULT_LEVERS: dict[str, tuple[str, Any]] = {
     "tile_n": ("bn", None), "tile_m": ("bm", None), "warps": ("consumers", None), "ring": ("stages", None),
     "chunk": ("bk", None), "epilogue": ("epilogue", "tma"), "persistent": ("persistent", True),
-    "order": ("group_m", 8), "multicast": ("cluster_m", 2),
+    "order": ("group_m", 8), "multicast": ("cluster_m", 2), "overlap": ("defer", True),
 }
 DEFAULT_LINES: dict[str, tuple[str, ...]] = {"stage_wait": ("mbar_wait(&full",), "epilogue": ("store_tile",),
                                              "mma_issue": ("wgmma",)}
@@ -69,6 +70,7 @@ WORDS = {
     "lpt": "longest-first tile order across groups of heads",
     "producer": "a different producer register budget",
     "dq_reduce": "dQ by bulk reduce-adds from shared memory",
+    "overlap": "the epilogue deferred under the next tile's k-loop (the tile kept as packed bf16 pairs, ~1%)",
 }
 
 
@@ -117,7 +119,7 @@ def prior(role: str, kind: str, old: Any, new: Any, table: dict[str, Any] | None
     if kind == "up" and role in ("order", "multicast"):  # beyond the favoured value: level on the H200
         return 0.004
     return {"epilogue": 0.08, "persistent": 0.03, "order": 0.05, "multicast": 0.005,
-            "chunk": 0.002}.get(role, 0.001)
+            "chunk": 0.002, "overlap": 0.011}.get(role, 0.001)
 
 
 def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
@@ -160,6 +162,8 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
         why = f"the epilogue holds {epi[0]:.0f}% of stall samples ({epi[1]})"
         add("epilogue", "goal", epi[0] / 3, why)
         add("persistent", "goal", epi[0] / 6, why)
+        if params.get(levers.get("epilogue", ("",))[0]) == levers.get("epilogue", ("", None))[1]:
+            add("overlap", "goal", epi[0] / 3, why + ", with the TMA store already: it can run under the next tile")
     issue = [h for h in ev.hot_lines if any(p in h.text for p in lines.get("mma_issue", ())) and h.reason == "mio_throttle"]
     if issue and issue[0].share_pct >= 15:
         add("tile_n", grow_n, 1.0, f"the shared-memory queue is full at the wgmma line ({issue[0].share_pct:.0f}%)")
@@ -248,7 +252,7 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
                 score *= shrinking or 0.1
                 if shrinking:
                     reasons.append("the last try ran out of resources")
-            undone = [n for n in repair_names(point, params) if n != name and n in goals and params[n] == goals[n]]
+            undone = [n for n in repair_names(point, params) if n != name and n in goals and params.get(n) == goals[n]]
             if undone:
                 score *= 0.2  # a repair that gives up a favoured value costs what that value was worth
             if lost and (name, point[name]) in lost:  # this run measured it: the evidence for it did not hold here
@@ -276,7 +280,8 @@ def _compounds(singles: list[Candidate], params: Params, levers: dict[str, tuple
         point, _ = fitted
         changes = ", ".join(f"{n} {params[n]} -> {point[n]}" for n in point if point[n] != params.get(n))
         # credit every single move this point makes too (its repair may add a consumer warpgroup, say)
-        made = [c for c in singles if c.kind in ("up", "goal") and point[levers[c.role][0]] == c.params[levers[c.role][0]]]
+        made = [c for c in singles if c.kind in ("up", "goal")
+                and point.get(levers[c.role][0]) == c.params.get(levers[c.role][0])]  # an option may be left out of a dump
         reasons = list(dict.fromkeys(r for c in made for r in c.reasons if not r.startswith(("ranked down", "within"))))
         out.append(Candidate(point, role, "up", changes, sum(c.score for c in made), reasons))
     return out

@@ -80,6 +80,13 @@ def test_each_finding_fires_its_rule():
                                                          share_pct=20.0, reason="lg_throttle")], headroom_pct=12.0))
     point = {**DEFAULT, "epilogue": "direct"}
     assert _changed(point, _pick(point, epi).params) == {"epilogue": ("direct", "tma")}
+    # a hot epilogue that already stores through TMA from a persistent grid: defer it under the next tile's k-loop
+    staged = base.model_copy(update=dict(hot_lines=[HotSpot(line=99, text='asm volatile("st.shared.b32 [%0], %1;" ...',
+                                                            share_pct=9.0, reason="barrier")], headroom_pct=12.0))
+    point = {k: v for k, v in DEFAULT.items() if k != "defer"}  # GemmParams(): the epilogue between tiles
+    move = _pick(point, staged)
+    assert move.params == {**point, "defer": True} and move.role == "overlap", move.label
+    assert "with the TMA store already" in move.reasons[0]
     # the tensor pipe idle under one consumer warpgroup: a second one (and the taller tile it needs)
     idle = base.model_copy(update=dict(tensor_pipe_pct=40.0, bottleneck="latency", hot_lines=[], headroom_pct=40.0))
     point = {**DEFAULT, "consumers": 1, "bm": 64}
