@@ -183,13 +183,26 @@ POINTS_5: list[tuple[str, dict, float, str]] = [
     (SQ, {}, 1.01, "control"),
     (SQ, {"defer": True}, 1.025, "defer (round 4: 1.029x)"),
 ]
+# Round 6 (written before its run, gemm_sweep.md round 6): the reference (defer) with its slabs' staging written by
+# stmatrix.x4. Under defer the slabs are written inside the k-loop, beside the wgmmas' shared-memory operand reads
+# (the 128 x 256 tile runs near the shared memory's 128 bytes a cycle); stmatrix writes the same bytes in a quarter of
+# the instructions (STS 192 -> STSM 48 in the kernel, 264 instructions fewer). stmatrix alone was level when the
+# epilogue ran between tiles (round 1: 0.998). Predicted by kernel time: -0.3 to -1% on the main and square GEMMs.
+POINTS_6: list[tuple[str, dict, float, str]] = [
+    (MAIN, {}, 1.022, "control: the reference (defer)"),
+    (MAIN, {"stmatrix": True}, 1.03, "defer, slabs by stmatrix"),
+    (SQ, {}, 1.023, "control"),
+    (SQ, {"stmatrix": True}, 1.03, "defer, slabs by stmatrix"),
+    (MAIN, {}, 1.022, "control again"),
+    (MAIN, {"stmatrix": True}, 1.03, "defer, slabs by stmatrix, again"),
+]
 # Each round as it ran: rounds 1-2 before uniform and 128 CTAs became the defaults, round 3 before 128 CTAs did,
 # rounds 1-5 before the reference deferred its epilogue; a point that sets any of them keeps its own value.
 AS_RUN = {r: {"defer": False} | ch for r, ch in {1: {"uniform": False, "max_ctas": 0}, 2: {"uniform": False, "max_ctas": 0},
-                                                  3: {"max_ctas": 0}, 4: {}, 5: {}}.items()}
+                                                  3: {"max_ctas": 0}, 4: {}, 5: {}}.items()} | {6: {}}
 ROUNDS = {r: [(w, AS_RUN[r] | ch, *rest) for w, ch, *rest in pts] for r, pts in ((1, POINTS), (2, POINTS_2),
                                                                                   (3, POINTS_3), (4, POINTS_4),
-                                                                                  (5, POINTS_5))}
+                                                                                  (5, POINTS_5), (6, POINTS_6))}
 OPTIONS = ("cluster_m", "order", "stmatrix", "max_ctas", "schedule", "tail", "uniform", "defer")  # code paths whose hang skips the points that share them
 
 

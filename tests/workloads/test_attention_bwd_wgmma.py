@@ -106,7 +106,10 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # st_uniform / st_static (the reference): st_ahead's order with the uniform index, then dq_static's stores
                 "st_uniform": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
                 "st_static": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
-                "st_static+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49}}
+                "st_static+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
+                # ds_stmatrix / dq_stmatrix: the dS^T tile by 4 stmatrix.x4, then the dQ tile by 8 more (no STS left)
+                "ds_stmatrix+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
+                "dq_stmatrix+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 12, "STS": None}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))

@@ -233,9 +233,8 @@ def validate(params: GemmParams | dict, shape: tuple[int, int, int] | None = Non
             bad.append(f"tail='streamk' gives each CTA its own k-range: cluster_m={p.cluster_m} must be 1 (a "
                        "multicast pair would need the same ranges)")
     if p.defer:
-        if p.epilogue != "tma" or p.stmatrix:
-            bad.append("defer=True stores the packed tile through the TMA epilogue's staging (st.shared): it needs "
-                       "epilogue='tma' and stmatrix=False")
+        if p.epilogue != "tma":
+            bad.append("defer=True stores the packed tile through the TMA epilogue's staging: it needs epilogue='tma'")
         if p.pingpong or p.streamk:
             bad.append("defer=True stores a tile under the same consumer's next tile: it needs schedule='cooperative' "
                        "and tail='none'")
@@ -342,7 +341,7 @@ def body_text(p: GemmParams) -> str:
     if p.streamk:
         body = streamk_body(body)
     if p.defer:
-        body = defer_body(body)
+        body = defer_body(body, stmatrix=p.stmatrix)
     if p.bn % 16:  # a tile of 8-multiple width (bn = 56: its own wgmma shape in the wrapper header)
         body = swap(body, 'static_assert(BN % 16 == 0 && BN <= 256, "wgmma N");',
                     'static_assert(BN % 8 == 0 && BN <= 256, "wgmma N");')
