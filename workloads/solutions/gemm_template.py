@@ -50,7 +50,8 @@ class GemmParams(BaseModel):
     order: str = Field("grouped", description="tile order: 'grouped' (GROUP_M tile rows walked column by column) or "
                        "'hilbert' (a generalized Hilbert curve over the cluster-tile grid, fast.cu's order)")
     stmatrix: bool = Field(False, description="TMA epilogue: write the swizzled staging with stmatrix.x4 (four 8x8 "
-                           "matrices per instruction) instead of two st.shared.b32 per 8-column group")
+                           "matrices per instruction) instead of two st.shared.b32 per 8-column group; with defer, "
+                           "the deferred slabs' staging, inside the k-loop")
     schedule: str = Field("cooperative", description="'cooperative' (the consumers split every BM x BN tile by rows) "
                           "or 'pingpong' (two consumers each own whole BM x BN tiles, alternate tiles of the "
                           "persistent schedule, and take turns to run their mainloops: one's epilogue overlaps the "
