@@ -65,9 +65,12 @@ extern "C" __global__ void __launch_bounds__(256) attn_bwd_post(const float* __r
   const float* half = dQacc + static_cast<size_t>(row - rr) * D + 64 * 64 * c + rr * W;
   const float4 ev = *reinterpret_cast<const float4*>(half + 4 * ((2 * g) ^ (rr & 7)));
   const float4 od = *reinterpret_cast<const float4*>(half + 4 * ((2 * g + 1) ^ (rr & 7)));
-  __nv_bfloat162 o[4] = {__floats2bfloat162_rn(ev.x * scale, od.x * scale), __floats2bfloat162_rn(ev.y * scale, od.y * scale),
-                         __floats2bfloat162_rn(ev.z * scale, od.z * scale), __floats2bfloat162_rn(ev.w * scale, od.w * scale)};
-  *reinterpret_cast<uint4*>(dQ + i) = *reinterpret_cast<const uint4*>(o);
+  const __nv_bfloat162 p0 = __floats2bfloat162_rn(ev.x * scale, od.x * scale);  // columns 8 g, 8 g + 1
+  const __nv_bfloat162 p1 = __floats2bfloat162_rn(ev.y * scale, od.y * scale);
+  const __nv_bfloat162 p2 = __floats2bfloat162_rn(ev.z * scale, od.z * scale);
+  const __nv_bfloat162 p3 = __floats2bfloat162_rn(ev.w * scale, od.w * scale);
+  *reinterpret_cast<uint4*>(dQ + i) = make_uint4(*reinterpret_cast<const uint32_t*>(&p0), *reinterpret_cast<const uint32_t*>(&p1),
+                                                 *reinterpret_cast<const uint32_t*>(&p2), *reinterpret_cast<const uint32_t*>(&p3));
 }
 """
 
