@@ -233,11 +233,10 @@ _ROUND_10 = (("mha_fwd_d128", (128, False, False), 1.115, 0.98), ("mha_fwd_d128_
              ("mha_fwd_d128_gqa_h32_kv8_causal", (128, True, True), 1.103, 0.99))  # (workload, problem, last speedup, time ratio)
 # Measured (twice at D = 128 and GQA): -0.7% at D = 128 causal, -1.0% at D = 96 causal and GQA (promoted into TUNED
 # there), +1.1% at D = 128, +0.8% at D = 96, +0.7% GQA causal, level at D = 64. The pairs are built from TUNED
-# without split_rows, so the round reruns as it ran.
-_ROWS_JOINED = {problem: _without(at.TUNED[problem], "split_rows") for _, problem, *_ in _ROUND_10}
+# as it was before (_BEFORE_10), so the round reruns as it ran.
 POINTS_10: list[tuple[str, dict, float | None]] = [
     point for wid, problem, ref, ratio in _ROUND_10
-    for point in ((wid, _ROWS_JOINED[problem], ref), (wid, {**_ROWS_JOINED[problem], "split_rows": True}, round(ref / ratio, 3)))]
+    for point in ((wid, _BEFORE_10[problem], ref), (wid, {**_BEFORE_10[problem], "split_rows": True}, round(ref / ratio, 3)))]
 # Round 11 (written before its run, attention_template.md round 11): split_max, split_rows' max chains without its
 # split sums (which cost early_pack's overlap: 44 -> 16-20 exponentials under the P V product; split_max keeps 44),
 # against TUNED at the four cooperative D = 128 / 96 points round 10 gained or lost most at. Predicted by kernel time:
@@ -249,7 +248,7 @@ _ROUND_11 = (("mha_fwd_d128", (128, False, False), 1.073, 0.99), ("mha_fwd_d128_
 POINTS_11: list[tuple[str, dict, float | None]] = [
     point for wid, problem, ref, ratio in _ROUND_11
     for point in ((wid, dict(at.TUNED[problem]), ref),
-                  (wid, {**_without(at.TUNED[problem], "split_rows"), "split_max": True}, round(ref / ratio, 3)))]
+                  (wid, {**_BEFORE_10[problem], "split_max": True}, round(ref / ratio, 3)))]
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
           9: POINTS_9, 10: POINTS_10, 11: POINTS_11}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}

@@ -198,8 +198,8 @@ POINTS_6: list[tuple[str, dict, float, str]] = [
 ]
 # Each round as it ran: rounds 1-2 before uniform and 128 CTAs became the defaults, round 3 before 128 CTAs did,
 # rounds 1-5 before the reference deferred its epilogue; a point that sets any of them keeps its own value.
-AS_RUN = {r: {"defer": False} | ch for r, ch in {1: {"uniform": False, "max_ctas": 0}, 2: {"uniform": False, "max_ctas": 0},
-                                                  3: {"max_ctas": 0}, 4: {}, 5: {}}.items()} | {6: {}}
+AS_RUN = {1: {"uniform": False, "max_ctas": 0, "defer": False}, 2: {"uniform": False, "max_ctas": 0, "defer": False},
+          3: {"max_ctas": 0, "defer": False}, 4: {"defer": False}, 5: {"defer": False}, 6: {}}
 ROUNDS = {r: [(w, AS_RUN[r] | ch, *rest) for w, ch, *rest in pts] for r, pts in ((1, POINTS), (2, POINTS_2),
                                                                                   (3, POINTS_3), (4, POINTS_4),
                                                                                   (5, POINTS_5), (6, POINTS_6))}

@@ -162,7 +162,8 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
         why = f"the epilogue holds {epi[0]:.0f}% of stall samples ({epi[1]})"
         add("epilogue", "goal", epi[0] / 3, why)
         add("persistent", "goal", epi[0] / 6, why)
-        if params.get(levers.get("epilogue", ("",))[0]) == levers.get("epilogue", ("", None))[1]:
+        epi_name, epi_goal = levers.get("epilogue", (None, None))
+        if epi_name is not None and params.get(epi_name) == epi_goal:
             add("overlap", "goal", epi[0] / 3, why + ", with the TMA store already: it can run under the next tile")
     issue = [h for h in ev.hot_lines if any(p in h.text for p in lines.get("mma_issue", ())) and h.reason == "mio_throttle"]
     if issue and issue[0].share_pct >= 15:

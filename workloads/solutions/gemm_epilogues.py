@@ -106,14 +106,14 @@ __device__ __forceinline__ void store_slab_deferred(const uint32_t (&pk)[MSUB][B
 # pk[ms][2q] (row r) and pk[ms][2q + 1] (row r + 8) of 8-column groups q0 = 2p and q0 + 1 are the four matrices of one
 # stmatrix.x4, in its register order (rows +0 / +8, then the next group): 4 instructions a slab for 16 st.shared.
 # Under defer the slabs are written inside the k-loop, beside the wgmmas' shared-memory reads.
-DEFER_SLAB_STMATRIX_STORES = (
+DEFER_SLAB_STMATRIX = [(
     """  const uint32_t base = smem_u32(stage_buf) + (16 * (t / 32) + (t % 32) / 4) * 128 + (t % 4) * 4;
   const uint32_t rr = (t / 4) % 8;  // row % 8 of every element this thread holds
 """, """  const int mi = (t % 32) / 8;  // defer + stmatrix: the matrix whose row this lane addresses
   const uint32_t row = 16 * (t / 32) + 8 * (mi % 2) + t % 8;
   const uint32_t base = smem_u32(stage_buf) + row * 128;
   const uint32_t rr = row % 8;
-""", """    for (int q = 8 * S; q < 8 * S + 8; ++q) {
+"""), ("""    for (int q = 8 * S; q < 8 * S + 8; ++q) {
       const uint32_t addr = base + buf + ms * 64 * 128 + (((q % 8) ^ rr) << 4);
       asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(pk[ms][2 * q]) : "memory");
       asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr + 8 * 128), "r"(pk[ms][2 * q + 1]) : "memory");
@@ -122,16 +122,15 @@ DEFER_SLAB_STMATRIX_STORES = (
       asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                    :: "r"(addr), "r"(pk[ms][2 * q]), "r"(pk[ms][2 * q + 1]), "r"(pk[ms][2 * q + 2]),
                       "r"(pk[ms][2 * q + 3]) : "memory");
-    }""")
+    }""")]
 
 
 def defer_body(body: str, stmatrix: bool = False) -> str:
     """defer=True (see DEFER_SLAB): the packed tile, its slabs stored in the next tile's first k-blocks; with
-    stmatrix, each slab's staging by stmatrix.x4 (DEFER_SLAB_STMATRIX_STORES)."""
+    stmatrix, each slab's staging by stmatrix.x4 (DEFER_SLAB_STMATRIX)."""
     slab = DEFER_SLAB
-    if stmatrix:
-        base_old, base_new, loop_old, loop_new = DEFER_SLAB_STMATRIX_STORES
-        slab = swap(swap(slab, base_old, base_new), loop_old, loop_new)
+    for old, new in DEFER_SLAB_STMATRIX if stmatrix else []:
+        slab = swap(slab, old, new)
     body = swap(body, 'extern "C" __global__ void __launch_bounds__(NTHREADS, 1)\ngemm_bf16_tn(',
                  slab + 'extern "C" __global__ void __launch_bounds__(NTHREADS, 1)\ngemm_bf16_tn(')
     body = swap(body, """    float acc[MSUB][BN / 2];

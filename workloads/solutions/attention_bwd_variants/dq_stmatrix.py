@@ -13,6 +13,8 @@ Per thread and block: 8 stmatrix.x4 (W = 64) for 16 st.shared.v2.
 """
 from __future__ import annotations
 
+from .edits import replace_span
+
 STORE_HELPER = ('               "r"(c), "r"(d) : "memory");\n}\n', '               "r"(c), "r"(d) : "memory");\n}\n' + r"""// dq_stmatrix: a consumer's dq fragment into its W-wide fp32 dQ tile, each fp32 value one b16 pair of a matrix.
 // Element j is at row 16 (t / 32) + lane / 4 + 8 ((j / 2) % 2), column 8 (j / 4) + 2 (lane % 4) + j % 2; matrix
 // m = 0..3 of group g holds elements 4 g + m: columns of parity h = m % 2, rows + 8 (m / 2). In the tile (dQacc's
@@ -78,23 +80,14 @@ POST_GRID = ('kernel = "attn_bwd_post"\ngrid = ["cdiv(B * H * S * D, 1024)"]',
              'kernel = "attn_bwd_post"\ngrid = ["cdiv(B * H * S * D, 2048)"]  # dq_stmatrix: 8 elements per thread')
 
 
-# the postprocess, reading the new layout (its old text, then the kernel above)
-POST = (r"""// attn_bwd_post: dQ = bf16(scale * acc), four elements per thread. acc is in the main kernel's tile layout: per
-// 64-row block, the columns in halves of 64 (the second W = D - 64 wide at D = 96), one after the other, each half's
-// rows W floats long with their 32-byte groups swizzled by the row (group g of row rr at g ^ (rr % (W / 8))).
-extern "C" __global__ void __launch_bounds__(256) attn_bwd_post(const float* __restrict__ dQacc,
-                                                                 __nv_bfloat16* __restrict__ dQ, int n, float scale,
-                                                                 int D) {
-  const int i = 4 * (blockIdx.x * 256 + threadIdx.x);
-  if (i >= n) return;
-  const int row = i / D, d = i % D, rr = row % 64, c = d / 64, dd = d % 64, W = min(64, D - 64 * c);
-  const size_t src = static_cast<size_t>(row - rr) * D + 64 * 64 * c + rr * W + 8 * ((dd / 8) ^ (rr & (W / 8 - 1))) +
-                     dd % 8;
-  const float4 v = *reinterpret_cast<const float4*>(dQacc + src);
-  __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(dQ + i);
-  out[0] = __floats2bfloat162_rn(v.x * scale, v.y * scale);
-  out[1] = __floats2bfloat162_rn(v.z * scale, v.w * scale);
-}
-""", POST_KERNEL)
+# the postprocess, replaced whole by POST_KERNEL (edits.replace_span between these two markers)
+POST_SPAN = ("// attn_bwd_post: dQ = bf16(scale * acc), four elements per thread.",
+             "\n// ---------------------------------------------------------------------------------------------------------\n"
+             "// Descriptor of an MN-major")
 
-DQ_STMATRIX = [STORE_HELPER, BLOCK_128, BLOCK_64, POST, POST_GRID]
+DQ_STMATRIX = [STORE_HELPER, BLOCK_128, BLOCK_64, POST_GRID]
+
+
+def dq_stmatrix(text: str) -> str:
+    """The postprocess of `text` (ds_stmatrix's, with DQ_STMATRIX's edits) replaced by POST_KERNEL."""
+    return replace_span(text, *POST_SPAN, POST_KERNEL, "dq_stmatrix")

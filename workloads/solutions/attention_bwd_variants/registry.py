@@ -11,7 +11,7 @@ from .block_wide_epilogue import WIDE_EPILOGUE
 from .dq_bulk import BULK_DQ_D64, bulk_dq, bulk_dq_s3
 from .dq_decoupled import decoupled
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
-from .dq_stmatrix import DQ_STMATRIX
+from .dq_stmatrix import DQ_STMATRIX, dq_stmatrix
 from .dq_tiles import DQ_TILES
 from .edits import REFERENCE, apply_edits
 from .launch_orders import ORDERS
@@ -46,9 +46,9 @@ VARIANTS = {
     "st_static": _on("st_uniform", "st_static", "the dQ tile's width known to ptxas in the 128-wide block", DQ_STATIC),
     "ds_stmatrix": _on("st_static", "ds_stmatrix", "the 128-wide block's dS^T tile written by stmatrix.x4 (a quarter of "
                        "the shared-memory store instructions)", DS_STMATRIX),
-    "dq_stmatrix": _on("ds_stmatrix", "dq_stmatrix", "the fp32 dQ tile by stmatrix.x4 too, in a layout made for it (each "
-                       "row's even and odd columns of a group in 16-byte chunks of their own), attn_bwd_post reading it",
-                       DQ_STMATRIX),
+    "dq_stmatrix": lambda text: dq_stmatrix(_on(
+        "ds_stmatrix", "dq_stmatrix", "the fp32 dQ tile by stmatrix.x4 too, in a layout made for it (each row's even and "
+        "odd columns of a group in 16-byte chunks of their own), attn_bwd_post reading it", DQ_STMATRIX)(text)),
     "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
                      "and no address recomputed per store)", DQ_STATIC),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
