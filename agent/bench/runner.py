@@ -20,6 +20,7 @@ from typing import Callable
 
 from pydantic import BaseModel
 
+from .evaluators import BenchError, make_evaluator
 from .matrix import BenchConfig, expand
 from .retry import NOTHING_TO_RETRY
 from .scheduler import LimitedModel, ProviderGates, run_all
@@ -30,10 +31,6 @@ from ..loop.optimize import make_model, open_checkpointer, run_trajectory
 from ..records.rundir import (TrajectoryWriter, read_manifest, trajectory_folders, write_evaluator_start, write_gpu_timeline,
                               write_manifest)
 from ..loop.state import OptimizeConfig
-
-
-class BenchError(RuntimeError):
-    """The bench cannot start (a run folder in the way, no GPU for a GPU run, a bad matrix)."""
 
 
 class TrajectoryReport(BaseModel):
@@ -89,32 +86,6 @@ def _write_manifest(config: BenchConfig, run_dir: Path) -> None:
     write_manifest(run_dir, build_manifest(config.model_dump(mode="json"), "bench", ids, config.arch))
 
 
-def make_evaluator(config: BenchConfig):
-    if config.backend == "ray":
-        from ...tools.ray_evaluator import RayEvaluator
-
-        return RayEvaluator(address=config.ray_address, workers=config.gpus, fake_gpus=config.no_gpu and not config.ray_address)
-    if config.backend != "local":
-        raise BenchError(f"unknown backend {config.backend!r}: local or ray")
-    from ptxbench.tools.evaluate import LocalEvaluator
-    from ptxbench.tools.gpu.pool import NoGpuError, PoolConfig, visible_devices
-
-    evaluator = LocalEvaluator(pool_config=PoolConfig(devices=list(range(config.gpus))) if config.gpus else None)
-    if config.no_gpu:
-        return evaluator
-    seen = visible_devices()
-    if seen and config.gpus and config.gpus > len(seen):
-        raise BenchError(f"--gpus {config.gpus} asks for more GPUs than the {len(seen)} in sight")
-    if seen:  # GPUs are there: their workers start while the first turns ask their models and compile
-        evaluator.start_in_background()
-        return evaluator
-    try:  # no sign of a GPU: find out now, before a run folder is made
-        evaluator.pool
-    except NoGpuError as exc:
-        raise BenchError(f"no GPU to evaluate on ({exc}); pass --no-gpu to compile only") from exc
-    return evaluator
-
-
 def _record_gpu_use(run_dir: Path, pool, gpus: int, setup_s: float) -> tuple[float, list[dict], dict]:
     """A local GPU run's records (evaluator_start.json, gpu_timeline.json): (the workers' start, each worker's start
     by phase, the timeline's summary)."""
@@ -168,17 +139,24 @@ class _Runner:
 
 def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool = False, overrides: dict | None = None,
               evaluator=None, model_factory: Callable[[OptimizeConfig], Model] | None = None,
-              on_done: Callable[[TrajectoryReport], None] | None = None, restart: bool = False) -> BenchOutcome:
+              on_done: Callable[[TrajectoryReport], None] | None = None, restart: bool = False,
+              own_evaluator: bool | None = None) -> BenchOutcome:
     """Run (or with resume=True continue) the matrix into run_dir; returns one report per trajectory. A resumed
     run whose checkpoints cannot continue a started trajectory raises CheckpointLost before anything runs,
-    unless `restart` (agent/records/checkpoint_guard.py)."""
+    unless `restart` (agent/records/checkpoint_guard.py). A given evaluator is the caller's to close, unless
+    own_evaluator=True (the CLI makes it early with make_evaluator, so that its GPU workers start sooner)."""
     start = time.monotonic()
     run_dir = Path(run_dir)
-    config = open_run(config, run_dir, resume, overrides)
-    if resume:
-        for line in check_run(run_dir, [c.trajectory_id() for c in expand(config)], restart):
-            print(f"note: {line}", file=sys.stderr)
-    own_evaluator = evaluator is None
+    own_evaluator = evaluator is None if own_evaluator is None else own_evaluator
+    try:
+        config = open_run(config, run_dir, resume, overrides)
+        if resume:
+            for line in check_run(run_dir, [c.trajectory_id() for c in expand(config)], restart):
+                print(f"note: {line}", file=sys.stderr)
+    except BaseException:
+        if own_evaluator and evaluator is not None:  # started for a run that cannot begin: its workers stop here
+            evaluator.close()
+        raise
     t0 = time.monotonic()
     evaluator = evaluator or make_evaluator(config)  # no GPU for a GPU run: fails before the run folder is made
     setup_s = time.monotonic() - t0

@@ -86,10 +86,11 @@ def bench(
     """Run a benchmark matrix into one run folder; print the leaderboard."""
     from rich.console import Console
 
-    from ..bench.runner import BenchConfig, BenchError, TrajectoryReport, run_bench
+    from ..bench.evaluators import BenchError, make_evaluator
+    from ..bench.matrix import BenchConfig
 
     from . import inputs
-    from ..loop.optimize import runs_root
+    from ..records.rundir import runs_root
 
     console = Console(stderr=True, soft_wrap=True)
     if resume and run_dir is None:
@@ -121,6 +122,12 @@ def bench(
             infra_retries=2 if infra_retries is None else infra_retries, seed=seed, track=track,
             suite=str(suite) if suite else None, **({"profile": profile} if profile else {}))
     run_dir = run_dir or runs_root() / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:  # a new run's GPU workers start now, while the agent loop's modules (LangGraph) import below
+        evaluator = make_evaluator(config) if config is not None else None
+    except BenchError as exc:  # no GPU for a GPU run: said before a run folder is made
+        raise inputs.BadInput(str(exc)) from None
+    from ..bench.runner import TrajectoryReport, run_bench
+
     done = []
 
     def on_done(r: TrajectoryReport) -> None:
@@ -133,7 +140,7 @@ def bench(
 
     try:
         outcome = run_bench(config, run_dir, resume=resume, overrides=overrides, on_done=on_done,
-                            restart=restart_trajectory)
+                            restart=restart_trajectory, evaluator=evaluator, own_evaluator=True)
     except BenchError as exc:  # a run folder in the way, no GPU, a matrix with repeated ids: nothing was written
         raise inputs.BadInput(str(exc)) from None
     failed = sum(r.infra_failed for r in outcome.trajectories)

@@ -35,7 +35,7 @@ def synth_repairs(
     from ...workloads.registry import get_workload
 
     from . import inputs
-    from ..loop.optimize import runs_root
+    from ..records.rundir import runs_root
     from ..records.rundir import read_manifest
 
     console = Console()

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ from .profile_policy import base_options
 from ..records.manifest import build_manifest
 from ..models import Model, load_model
 from ...tools.redact import register_secret_env
-from ..records.rundir import TrajectoryWriter, read_manifest, write_manifest
+from ..records.rundir import TrajectoryWriter, read_manifest, runs_root, write_manifest
 from .start_kernel import read_start
 from .state import AgentState, OptimizeConfig, initial_state
 from .task import system_prompt, task_prompt
@@ -141,10 +140,6 @@ async def arun_trajectory(*args: Any, **kwargs: Any) -> TrajectoryOutcome:
 
 
 # -- the run folder of `ptxbench optimize` ----------------------------------------------------------
-def runs_root() -> Path:
-    return Path(os.environ.get("PTXBENCH_RUNS", "runs"))
-
-
 def new_run_dir(config: OptimizeConfig) -> Path:
     return runs_root() / f"{time.strftime('%Y%m%d-%H%M%S')}_{config.workload}_{config.model_slug()}"
 

@@ -18,6 +18,11 @@ from ptxbench.tools.results import OLD_TURN_STATUSES
 
 from .events import EVENT_ADAPTER, Event, TrajectoryStart, _Event
 
+
+def runs_root() -> Path:
+    """Where new run folders go: $PTXBENCH_RUNS, else runs/ under the working directory."""
+    return Path(os.environ.get("PTXBENCH_RUNS", "runs"))
+
 KERNEL_SUFFIX = {"ptx": "ptx", "cuda": "cu"}
 
 

@@ -295,6 +295,49 @@ def test_with_gpus_in_sight_the_workers_start_beside_the_first_turns(monkeypatch
     assert len(started) == 1
 
 
+def test_the_cli_starts_the_gpu_workers_before_the_agent_loop_imports(tmp_path):
+    """`ptxbench bench` makes its evaluator (whose GPU workers start on their own thread) before LangGraph and the
+    loop are imported: the first GPU job waits for the workers, so their start is moved ahead of the ~1 s import.
+    Checked in a fresh interpreter, where nothing is imported yet."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "import ptxbench.agent.bench.evaluators as ev\n"
+        "def probe(config):\n"
+        "    print('LOOP_LOADED=' + str(any(m in sys.modules for m in ('langgraph', 'ptxbench.agent.loop.optimize'))))\n"
+        "    raise ev.BenchError('probe stop')\n"
+        "ev.make_evaluator = probe\n"
+        "from ptxbench.agent.cli.main import app\n"
+        f"sys.argv = ['ptxbench', 'bench', '--models', 'builtin/reference', '--workloads', {WL!r}, '--run-dir', "
+        f"{str(tmp_path / 'run')!r}, '--no-report']\n"
+        "app()\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert "LOOP_LOADED=False" in out.stdout, out.stdout + out.stderr
+    assert "probe stop" in out.stdout + out.stderr and out.returncode != 0  # said as the bench's own error
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_evaluator_handed_over_is_closed_when_the_run_cannot_begin(tmp_path):
+    class Closing(FlakyEvaluator):
+        closed = 0
+
+        def close(self):
+            Closing.closed += 1
+
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=1, turns=1, no_gpu=True)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps({"command": "bench"}))
+    with pytest.raises(BenchError, match="already holds a run"):
+        run_bench(cfg, tmp_path / "run", evaluator=Closing("status"), own_evaluator=True,
+                  model_factory=lambda c: CountingModel([]))
+    assert Closing.closed == 1
+    with pytest.raises(BenchError):  # the caller's own evaluator stays the caller's
+        run_bench(cfg, tmp_path / "run", evaluator=Closing("status"), model_factory=lambda c: CountingModel([]))
+    assert Closing.closed == 1
+
+
 def test_optimize_starts_the_workers_beside_its_first_model_call(monkeypatch):
     from ptxbench.agent.loop.optimize import default_evaluator
     from ptxbench.agent.loop.state import OptimizeConfig

@@ -1,0 +1,38 @@
+"""The evaluator a bench run uses (the local GPU pool or Ray actors), and the bench's start-up error.
+
+Kept apart from runner.py, whose imports pull in the agent loop (LangGraph): the CLI makes the evaluator
+first, so the GPU workers start while the loop's modules import (the first GPU job waits for them).
+"""
+from __future__ import annotations
+
+from .matrix import BenchConfig
+
+
+class BenchError(RuntimeError):
+    """The bench cannot start (a run folder in the way, no GPU for a GPU run, a bad matrix)."""
+
+
+def make_evaluator(config: BenchConfig):
+    if config.backend == "ray":
+        from ...tools.ray_evaluator import RayEvaluator
+
+        return RayEvaluator(address=config.ray_address, workers=config.gpus, fake_gpus=config.no_gpu and not config.ray_address)
+    if config.backend != "local":
+        raise BenchError(f"unknown backend {config.backend!r}: local or ray")
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.gpu.pool import NoGpuError, PoolConfig, visible_devices
+
+    evaluator = LocalEvaluator(pool_config=PoolConfig(devices=list(range(config.gpus))) if config.gpus else None)
+    if config.no_gpu:
+        return evaluator
+    seen = visible_devices()
+    if seen and config.gpus and config.gpus > len(seen):
+        raise BenchError(f"--gpus {config.gpus} asks for more GPUs than the {len(seen)} in sight")
+    if seen:  # GPUs are there: their workers start while the first turns ask their models and compile
+        evaluator.start_in_background()
+        return evaluator
+    try:  # no sign of a GPU: find out now, before a run folder is made
+        evaluator.pool
+    except NoGpuError as exc:
+        raise BenchError(f"no GPU to evaluate on ({exc}); pass --no-gpu to compile only") from exc
+    return evaluator
