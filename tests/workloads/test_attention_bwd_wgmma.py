@@ -109,7 +109,10 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "st_static+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
                 # ds_stmatrix / dq_stmatrix: the dS^T tile by 4 stmatrix.x4, then the dQ tile by 8 more (no STS left)
                 "ds_stmatrix+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
-                "dq_stmatrix+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 12, "STS": None}}
+                "dq_stmatrix+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 12, "STS": None},
+                # dq_late: dq_stmatrix with the last block's dQ tile sent after the loop (a second reduction, a fourth
+                # barrier); the fences stay 3: one left in the loop, one after it
+                "dq_late+head_groups": {"UBLKRED": 2, "HGMMA": 40, "STSM": 12, "STS": None, "BAR": 4, "FENCE": 3}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))

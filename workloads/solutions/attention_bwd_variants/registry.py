@@ -10,6 +10,7 @@ from .block_st_ahead import ST_AHEAD
 from .block_wide_epilogue import WIDE_EPILOGUE
 from .dq_bulk import BULK_DQ_D64, bulk_dq, bulk_dq_s3
 from .dq_decoupled import decoupled
+from .dq_late import DQ_LATE
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .dq_stmatrix import DQ_STMATRIX, dq_stmatrix
 from .dq_tiles import DQ_TILES
@@ -49,6 +50,8 @@ VARIANTS = {
     "dq_stmatrix": lambda text: dq_stmatrix(_on(
         "ds_stmatrix", "dq_stmatrix", "the fp32 dQ tile by stmatrix.x4 too, in a layout made for it (each row's even and "
         "odd columns of a group in 16-byte chunks of their own), attn_bwd_post reading it", DQ_STMATRIX)(text)),
+    "dq_late": _on("dq_stmatrix", "dq_late", "the dQ tile published by the next block's dS^T fence and barrier, its "
+                   "reduce-add issued after them (one fence and its wait fewer per block)", DQ_LATE),
     "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
                      "and no address recomputed per store)", DQ_STATIC),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
