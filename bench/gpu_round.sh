@@ -18,7 +18,8 @@
 #                       dq_tiles+head_groups,own_keys+head_groups; default: the reference), timed runs interleaved
 #                       in one process, on every main backward workload (D = 128 / 96 with causal and GQA, then
 #                       D = 64); BWD_PROFILE=mha_bwd_d128 adds a full profile of each variant, BWD_PROFILE64=mha_bwd_d64
-#                       one on D = 64, BWD_NO_D64=1 skips D = 64, BWD_ONLY_D64=1 runs only it (tagged: BWD_NO_D64_b, ...). A tagged step, bwd-variants.b, reads BWD_VARIANTS_b (BWD_PROFILE_b, ...) and
+#                       one on D = 64, BWD_NO_D64=1 skips D = 64, BWD_ONLY_D64=1 runs only it, BWD_UNTIMED /
+#                       BWD_TIMED narrow the 128-wide workloads checked / timed (comma lists) (tagged: BWD_NO_D64_b, ...). A tagged step, bwd-variants.b, reads BWD_VARIANTS_b (BWD_PROFILE_b, ...) and
 #                       writes its own folder: two variant sets side by side on two GPUs
 #   bwd-tuner (300)     builtin/tuner on mha_bwd_d128, 4 turns: the reference and its three built versions
 #                       (workloads/solutions/attention_bwd_template.py), each timed against cuDNN with the profile policy's
@@ -74,11 +75,11 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     bwd-variants)  # BWD_VARIANTS: the variants to compare, each beside the others (default: the reference);
                    # BWD_PROFILE / BWD_PROFILE64: workloads each variant is also profiled on (D = 96 / 128, D = 64)
       local vn=BWD_VARIANTS$tag pn=BWD_PROFILE$tag p64n=BWD_PROFILE64$tag non=BWD_NO_D64$tag onn=BWD_ONLY_D64$tag
+      local un=BWD_UNTIMED$tag tn=BWD_TIMED$tag  # the 128-wide workloads checked and timed (default: all five)
       local variants=${!vn:-dq_tiles+head_groups} prof=${!pn:-} prof64=${!p64n:-} no64=${!non:-} only64=${!onn:-}
+      local wide=mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96,mha_bwd_d96_causal,mha_bwd_d128_gqa_h32_kv8
       [ -z "$only64" ] && python3 bench/attention_bwd_check.py --variant "$variants" --json "$d/d128.json" \
-        --untimed smoke_mha_bwd_d64,mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96,mha_bwd_d96_causal,mha_bwd_d128_gqa_h32_kv8 \
-        --timed mha_bwd_d128,mha_bwd_d128_causal,mha_bwd_d96,mha_bwd_d96_causal,mha_bwd_d128_gqa_h32_kv8 \
-        ${prof:+--profile "$prof"}
+        --untimed "${!un:-smoke_mha_bwd_d64,$wide}" --timed "${!tn:-$wide}" ${prof:+--profile "$prof"}
       [ -n "$no64" ] && return 0  # the variants differ only in their 128-wide kernels
       python3 bench/attention_bwd_check.py --variant "$variants" --json "$d/d64.json" \
         --untimed smoke_mha_bwd_d64,smoke_mha_bwd_d64_causal,smoke_mha_bwd_d64_gqa_h4_kv2,mha_bwd_d64,mha_bwd_d64_causal \

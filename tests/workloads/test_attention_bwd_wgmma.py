@@ -112,7 +112,9 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "dq_stmatrix+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 12, "STS": None},
                 # dq_late: dq_stmatrix with the last block's dQ tile sent after the loop (a second reduction, a fourth
                 # barrier); the fences stay 3: one left in the loop, one after it
-                "dq_late+head_groups": {"UBLKRED": 2, "HGMMA": 40, "STSM": 12, "STS": None, "BAR": 4, "FENCE": 3}}
+                "dq_late+head_groups": {"UBLKRED": 2, "HGMMA": 40, "STSM": 12, "STS": None, "BAR": 4, "FENCE": 3},
+                # causal_skip: the non-causal kernel is dq_late's (the causal ones: test_attention_bwd_causal_skip.py)
+                "causal_skip+head_groups": {"UBLKRED": 2, "HGMMA": 40, "STSM": 12, "STS": None, "BAR": 4, "FENCE": 3}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))

@@ -3,6 +3,7 @@ another variant, `_on`) and variant_text, which renders a variant, alone or in a
 from __future__ import annotations
 
 from .block_d96 import D96_ENTRIES, D96_KSTEPS, STACK_D96
+from .block_causal_skip import CAUSAL_SKIP
 from .block_ds_stmatrix import DS_STMATRIX
 from .block_on_st_ahead import DQ_STATIC, DV_EARLY, UNIFORM_C
 from .block_q128_d64 import Q128_D64
@@ -52,6 +53,9 @@ VARIANTS = {
         "odd columns of a group in 16-byte chunks of their own), attn_bwd_post reading it", DQ_STMATRIX)(text)),
     "dq_late": _on("dq_stmatrix", "dq_late", "the dQ tile published by the next block's dS^T fence and barrier, its "
                    "reduce-add issued after them (one fence and its wait fewer per block)", DQ_LATE),
+    "causal_skip": _on("dq_late", "causal_skip", "the causal block no query row sees skipped (consumer 1's first block "
+                       "of each key block: no S^T, dP^T, exponentials, dV / dK or dS^T rows; that block's dQ products "
+                       "over consumer 0's keys)", CAUSAL_SKIP),
     "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
                      "and no address recomputed per store)", DQ_STATIC),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
