@@ -249,8 +249,16 @@ POINTS_11: list[tuple[str, dict, float | None]] = [
     point for wid, problem, ref, ratio in _ROUND_11
     for point in ((wid, dict(at.TUNED[problem]), ref),
                   (wid, {**_BEFORE_10[problem], "split_max": True}, round(ref / ratio, 3)))]
+# Round 12 (written before its run, attention_template.md round 12): diag_half, consumer 0's diagonal key tile over the
+# 64 keys its rows see (S as m64n64, P V over 4 of 8 k16 steps), against TUNED at the two cooperative causal points
+# with 128-key tiles. Predicted by kernel time: -0.5 to -1.2% (half of one consumer's work on one of about 16.5 tiles
+# per query tile, on tensor cores the two consumers share).
+_ROUND_12 = (("mha_fwd_d128_causal", (128, True, False), 1.068, 0.992), ("mha_fwd_d96_causal", (96, True, False), 1.146, 0.992))
+POINTS_12: list[tuple[str, dict, float | None]] = [
+    point for wid, problem, ref, ratio in _ROUND_12
+    for point in ((wid, dict(at.TUNED[problem]), ref), (wid, {**at.TUNED[problem], "diag_half": True}, round(ref / ratio, 3)))]
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
-          9: POINTS_9, 10: POINTS_10, 11: POINTS_11}
+          9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 12: POINTS_12}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
 
 

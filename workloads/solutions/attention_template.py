@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .attention_softmax import EARLY_PACK, LAZY_EDITS, SPLIT_MAX, SPLIT_ROWS, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
+from .attention_diag import diag_half
 from .template_text import replace_counted, uniform_index_edit, without_default_options
 
 BODY = Path(__file__).with_name("attention_template.cu.in")
@@ -73,6 +74,8 @@ class AttnParams(BaseModel):
                              "with only two consumer warps per SM sub-partition to hide them")
     split_max: bool = Field(False, description="split_rows' four max chains without its split sums, which cost the "
                             "exponentials' overlap with the previous P V product (44 -> 16-20 of 66 under it)")
+    diag_half: bool = Field(False, description="causal, 2 consumers, bn = 128: on the diagonal key tile consumer 0 (whose "
+                            "rows see none of its last 64 keys) computes S as m64n64 and P V over 4 of the 8 k16 steps")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -131,7 +134,8 @@ OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "uniform": [False, True],  # measured faster (round 6): TUNED sets it
                                   "early_pack": [False, True],  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
                                   "split_rows": [False, True],  # round 10: -0.7 to -1.0% at three points, TUNED sets it there
-                                  "split_max": [False, True]}  # not measured yet (round 11)
+                                  "split_max": [False, True],  # not measured yet (round 11)
+                                  "diag_half": [False, True]}  # not measured yet (round 12)
 # persistent=True (one CTA per SM walking the query tiles) lost at every point of round 9 (attention_template.md) and
 # was deleted.
 HEAD_DIMS = (64, 96, 128)
@@ -313,6 +317,9 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
                    "thresholds and vote spilled registers at 160-192 keys)")
     if p.split_max and p.split_rows:
         bad.append("split_max is split_rows without its split sums: set one of them")
+    if p.diag_half and not (p.causal and p.schedule == "cooperative" and p.consumers == 2 and p.bn == 128):
+        bad.append("diag_half halves consumer 0's diagonal tile: it is built for causal, cooperative, 2 consumers and "
+                   "bn = 128 (128 query rows, 128-key tiles: the diagonal is the only masked tile)")
     if p.early_pack and p.rescale != "lazy":
         bad.append("early_pack moves P's packing ahead of the lazy rescale's branch; without rescale='lazy' there is "
                    "no branch (the exponentials already run under the P V product)")
@@ -409,6 +416,8 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
     if p.split_max:  # the row max alone as four chains
         for old, new in SPLIT_MAX:
             body = replace_counted(body, old, new, "attention_template.cu.in (split_max)")
+    if p.diag_half:  # consumer 0's diagonal tile over its 64 keys
+        body = diag_half(body)
     if p.uniform:  # the consumer's Q descriptors in uniform registers
         body = replace_counted(body, *uniform_index_edit("c"), "attention_template.cu.in (uniform)")
     return plan_toml(p) + header + consts + "\n" + body + _entry(p)
