@@ -168,3 +168,31 @@ def test_the_mutants_assemble_with_wgmma_tma_and_no_spills(compiled):
             assert v.spill_stores == 0 and v.spill_loads == 0, (key, k)
             if key in VECTOR_DQ_CLASSES:  # the dQ vector reduction (REDG) is gone: plain stores in both builds
                 assert not v.sass_opcodes.get("REDG", 0), (key, k)
+
+
+# The backward variants built and not measured yet (attention_bwd.md v16-v18): any of them may become the reference,
+# so every class must break it as it breaks the reference (the GPU re-verifies the rejections after a promotion).
+CANDIDATES = ("dq_stmatrix+head_groups", "dq_late+head_groups", "causal_skip+head_groups")
+
+
+@pytest.mark.parametrize("variant", CANDIDATES)
+def test_every_reference_class_applies_to_each_candidate_in_full(variant):
+    from ptxbench.workloads.solutions.attention_backward import fast_backward
+    from ptxbench.workloads.solutions.attention_bwd_variants.registry import variant_text
+
+    text = variant_text(variant)
+    for wid in (SMOKE, MAIN, MAIN_C):
+        cand = fast_backward(get_workload(wid), text)
+        for (name, base), workloads in WHERE.items():
+            if base != REFERENCE or wid not in workloads:
+                continue
+            broken = BY_NAME[name].apply(cand)
+            assert broken is not None, (variant, wid, name)
+            # the classes that remove every call of a kind leave none in the candidate (its new lines included)
+            gone = {"missing_fence_proxy_async": "fence_proxy_async();", "bwd_dq_bulk_no_wait_read": "bulk_wait_read();",
+                    "bwd_dq_scale_missing": "* scale, "}.get(name)
+            if gone == "* scale, ":
+                post = broken[broken.index("void __launch_bounds__(256) attn_bwd_post"):]
+                assert gone not in post[:post.index("\n}\n")], (variant, wid, name)
+            elif gone:
+                assert gone not in broken, (variant, wid, name)

@@ -27,7 +27,8 @@ __device__ __forceinline__ void consumer_block_dead(bool has_next, int q0, int c
   constexpr int NS = Stages<HD>::N, QT = 2 * QSLAB;
   const int lane = t % 32;
   mbar_wait(&fulldO[0], 0);    // as the live block: the stage's phases stay in step for both consumers
-  fence_proxy_async();         // dq_late's publication (nothing is pending before the first block)
+  // dq_late's publication (nothing is pending before the first block)
+  fence_proxy_async();
   named_barrier_sync(1, 256);  // consumer 0's dS^T rows are in buffer 0
   const int W = KD == 128 || c == 0 ? 64 : 32;
   float* tile = sdQ + c * BM * 64;

@@ -23,7 +23,8 @@ SIGNATURE = ("                                                  float* __restric
 PUBLISH = ("""  fence_proxy_async();
   if (t == 0) bulk_wait_read();  // this consumer's previous dQ reduction has read its tile
   named_barrier_sync(1, 256);    // both consumers' dS^T rows are in `buf` (and sdQ is free again)
-""", """  fence_proxy_async();           // dq_late: also this consumer's dQ tile of the previous block
+""", """  // dq_late: this fence also covers this consumer's dQ tile of the previous block
+  fence_proxy_async();
   named_barrier_sync(1, 256);    // both consumers' dS^T rows are in `buf`, and each one's previous dQ tile in sdQ
   const int W = KD == 128 || c == 0 ? 64 : 32;  // D = 128: both halves 64 wide; D = 96: 64 and 32 (dq_static)
   float* tile = sdQ + c * BM * 64;
@@ -55,7 +56,8 @@ CALL = ("""                                          sl2, sdQ);
       }
 """, """                                          sl2, sdQ, pending);
       }
-      fence_proxy_async();  // dq_late: the last block's dQ tile
+      // dq_late: the last block's dQ tile
+      fence_proxy_async();
       named_barrier_sync(3 + c, 128);
       if (t == 0 && pending != nullptr)
         bulk_reduce_add(pending, sdQ + c * BM * 64, BM * (KD == 128 || c == 0 ? 64 : 32) * 4);
