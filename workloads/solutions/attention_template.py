@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .attention_softmax import EARLY_PACK, LAZY_EDITS, SPLIT_MAX, SPLIT_ROWS, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
 from .attention_diag import diag_half
+from .attention_qregs import q_regs_edits
 from .template_text import replace_counted, uniform_index_edit, without_default_options
 
 BODY = Path(__file__).with_name("attention_template.cu.in")
@@ -74,6 +75,9 @@ class AttnParams(BaseModel):
                              "with only two consumer warps per SM sub-partition to hide them")
     split_max: bool = Field(False, description="split_rows' four max chains without its split sums, which cost the "
                             "exponentials' overlap with the previous P V product (44 -> 16-20 of 66 under it)")
+    q_regs: bool = Field(False, description="each consumer's Q rows loaded once into registers as wgmma A fragments "
+                         "(ldmatrix), S = Q K^T issued with A from registers: no Q bytes read from shared memory per "
+                         "key tile (4 x D / 16 registers)")
     diag_half: bool = Field(False, description="causal, 2 consumers, bn = 128: on the diagonal key tile consumer 0 (whose "
                             "rows see none of its last 64 keys) computes S as m64n64 and P V over 4 of the 8 k16 steps")
 
@@ -101,8 +105,9 @@ class AttnParams(BaseModel):
 
     @property
     def live_regs(self) -> int:
-        """Registers a consumer thread holds across the loop: S (bn / 2), P (bn / 4 bf16 pairs), O."""
-        return self.bn // 2 + self.bn // 4 + 64 * self.slabs // 2
+        """Registers a consumer thread holds across the loop: S (bn / 2), P (bn / 4 bf16 pairs), O, and with q_regs
+        Q's A fragments (head_dim / 4)."""
+        return self.bn // 2 + self.bn // 4 + 64 * self.slabs // 2 + (self.head_dim // 4 if self.q_regs else 0)
 
     @property
     def q_bytes(self) -> int:
@@ -135,7 +140,8 @@ OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "early_pack": [False, True],  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
                                   "split_rows": [False, True],  # round 10: -0.7 to -1.0% at three points, TUNED sets it there
                                   "split_max": [False, True],  # not measured yet (round 11)
-                                  "diag_half": [False, True]}  # not measured yet (round 12)
+                                  "diag_half": [False, True],  # not measured yet (round 12)
+                                  "q_regs": [False, True]}  # not measured yet (round 13)
 # persistent=True (one CTA per SM walking the query tiles) lost at every point of round 9 (attention_template.md) and
 # was deleted.
 HEAD_DIMS = (64, 96, 128)
@@ -320,6 +326,8 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
     if p.diag_half and not (p.causal and p.schedule == "cooperative" and p.consumers == 2 and p.bn == 128):
         bad.append("diag_half halves consumer 0's diagonal tile: it is built for causal, cooperative, 2 consumers and "
                    "bn = 128 (128 query rows, 128-key tiles: the diagonal is the only masked tile)")
+    if p.q_regs and p.diag_half:
+        bad.append("q_regs and diag_half both rewrite the S issue: set one of them")
     if p.early_pack and p.rescale != "lazy":
         bad.append("early_pack moves P's packing ahead of the lazy rescale's branch; without rescale='lazy' there is "
                    "no branch (the exponentials already run under the P V product)")
@@ -418,6 +426,9 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
             body = replace_counted(body, old, new, "attention_template.cu.in (split_max)")
     if p.diag_half:  # consumer 0's diagonal tile over its 64 keys
         body = diag_half(body)
+    if p.q_regs:  # Q's A fragments in registers, S by register-A wgmma
+        for old, new in q_regs_edits(p.bn):
+            body = replace_counted(body, old, new, "attention_template.cu.in (q_regs)")
     if p.uniform:  # the consumer's Q descriptors in uniform registers
         body = replace_counted(body, *uniform_index_edit("c"), "attention_template.cu.in (uniform)")
     return plan_toml(p) + header + consts + "\n" + body + _entry(p)
