@@ -249,3 +249,75 @@ def test_task_statements_give_the_exact_scale_and_the_lse_base():
         if wl.op in ("mha_fwd", "mha_bwd"):
             d = int(wl.symbols["D"])
             assert f"scale = 1/sqrt(D) = 1/sqrt({d}) exactly" in wl.doc and "natural log (base e" in wl.doc, wl.id
+
+
+# The pack's three ways to make ptxas serialise wgmma, each shown on a small kernel with its fix beside it.
+_SERIAL_KERNEL = INCLUDES + """extern "C" __global__ void __launch_bounds__(128) k(float* out, int n) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  float x[64], y[64];
+  const uint64_t da = make_desc_sw128(smem), db = make_desc_sw128(smem + 8192);
+#pragma unroll
+  for (int i = 0; i < 64; ++i) y[i] = 0.f;
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wgmma_m64k16_bf16<128>(x, da + 2 * kk, db + 2 * kk, kk != 0);
+  wgmma_commit();
+BODY
+#pragma unroll
+  for (int i = 0; i < 64; ++i) out[threadIdx.x * 64 + i] = x[i] + y[i];
+}
+"""
+_HALF_INTO_PART = """  wgmma_wait<0>();
+  wgmma_fence_regs(x);
+  for (int it = 0; it < n; ++it) {  // m64n64 into the first 32 registers of x
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64k16_bf16<64>(*reinterpret_cast<float(*)[32]>(&x[0]), da, db, 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_regs(x);
+  }"""
+_HALF_OWN_ARRAY = """  wgmma_wait<0>();
+  wgmma_fence_regs(x);
+  for (int it = 0; it < n; ++it) {  // the fix: an accumulator of its own (scale-d 0 first), copied after the wait
+    float h[32];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64k16_bf16<64>(h, da, db, kk != 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_regs(h);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) x[i] = h[i];
+  }"""
+_SKIPPED_IN_FLIGHT = """  if (n) {  // skipped by a branch while x's product is in flight
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64k16_bf16<128>(y, da + 2 * kk, db + 2 * kk, 1);
+    wgmma_commit();
+  }
+  wgmma_wait<0>();
+  wgmma_fence_regs(x);
+  wgmma_fence_regs(y);"""
+_BRANCH_BETWEEN_STEPS = """  wgmma_wait<0>();  // the fix: the first step complete before the branch
+  wgmma_fence_regs(x);
+  if (n) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64k16_bf16<128>(y, da + 2 * kk, db + 2 * kk, 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_regs(y);
+  }"""
+
+
+@pytest.mark.parametrize("body,code", [(_HALF_INTO_PART, "C7511"), (_HALF_OWN_ARRAY, None),
+                                       (_SKIPPED_IN_FLIGHT, "C7515"), (_BRANCH_BETWEEN_STEPS, None)])
+def test_the_packs_wgmma_serialisation_cases_and_their_fixes(body, code):
+    assert "(C7511: give it its own array)" in PACK and "(C7515 / C7512: branch between whole steps)" in PACK
+    r = _ok(compile_source(_SERIAL_KERNEL.replace("BODY", body), "cuda", "sm_90a"))
+    serialised = [w.message for w in r.warnings if "serialized" in w.message]
+    if code is None:
+        assert not serialised, serialised
+    else:
+        assert serialised and code in serialised[0], [w.message for w in r.warnings]
