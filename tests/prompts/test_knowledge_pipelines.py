@@ -7,7 +7,10 @@
   register makes ptxas reserve all 16 (and the feedback says so), and the schedule, played out, alternates
   the two consumers without a hang and leaves no arrival unmatched;
 - the [B*H*S, D] view: the ```toml map resolves for every attention workload (GQA K / V included), the
-  pack's row formula is the flat row of a contiguous [B, H, S, D] tensor, and its `tma_load_2d` line compiles.
+  pack's row formula is the flat row of a contiguous [B, H, S, D] tensor, and its `tma_load_2d` line compiles;
+- wgmma serialisation: a wgmma into part of a live accumulator (C7511) and one a branch may skip while another is in
+  flight (C7515), each on a small kernel, and the fixes the pack names (an array of its own, a branch between steps)
+  without the warning.
 """
 from __future__ import annotations
 
