@@ -142,7 +142,8 @@ MUTATIONS: list[Mutation] = [
     Mutation("bwd_lse_wrong_base",
              "the preprocess copies the natural-log LSE into L2 without the log2(e) factor, while P^T is computed with "
              "exp2: every probability is scaled by 2^(LSE (log2 e - 1))",
-             WRONG, r"L2\[row\] = LSE\[row\] \* LOG2E;", "L2[row] = LSE[row];"),
+             # the row it is stored at may be a permuted one (stats_wide's prow)
+             WRONG, r"L2\[(\w+)\] = LSE\[row\] \* LOG2E;", r"L2[\1] = LSE[row];"),
     Mutation("bwd_stats_indexed_by_key",
              "L2 and Dr are looked up by the accumulator's row (a key) instead of its column (a query): the code "
              "reads the fragment of P^T as if it were P's",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .block_d96 import D96_ENTRIES, D96_KSTEPS, STACK_D96
 from .block_causal_skip import CAUSAL_SKIP
 from .block_ds_stmatrix import DS_STMATRIX
+from .block_stats_wide import STATS_WIDE
 from .block_on_st_ahead import DQ_STATIC, DV_EARLY, UNIFORM_C
 from .block_q128_d64 import Q128_D64
 from .block_st_ahead import ST_AHEAD
@@ -56,6 +57,8 @@ VARIANTS = {
     "causal_skip": _on("dq_late", "causal_skip", "the causal block no query row sees skipped (consumer 1's first block "
                        "of each key block: no S^T, dP^T, exponentials, dV / dK or dS^T rows; that block's dQ products "
                        "over consumer 0's keys)", CAUSAL_SKIP),
+    "stats_wide": _on("causal_skip", "stats_wide", "L2 and Dr in 16-byte loads from a layout the preprocess writes for "
+                      "them (four ld.shared.v4 per array and block instead of eight ld.shared.v2)", STATS_WIDE),
     "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
                      "and no address recomputed per store)", DQ_STATIC),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
