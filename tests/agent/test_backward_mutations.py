@@ -170,9 +170,10 @@ def test_the_mutants_assemble_with_wgmma_tma_and_no_spills(compiled):
                 assert not v.sass_opcodes.get("REDG", 0), (key, k)
 
 
-# The backward variants built and not measured yet (attention_bwd.md v16-v19): any of them may become the reference,
+# The backward variants built and not measured yet (attention_bwd.md v16-v20): any of them may become the reference,
 # so every class must break it as it breaks the reference (the GPU re-verifies the rejections after a promotion).
-CANDIDATES = ("dq_stmatrix+head_groups", "dq_late+head_groups", "causal_skip+head_groups", "stats_wide+head_groups")
+CANDIDATES = ("dq_stmatrix+head_groups", "dq_late+head_groups", "causal_skip+head_groups", "stats_wide+head_groups",
+              "pre_wide+head_groups")
 
 
 @pytest.mark.parametrize("variant", CANDIDATES)

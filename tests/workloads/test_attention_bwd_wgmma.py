@@ -116,7 +116,9 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # causal_skip: the non-causal kernel is dq_late's (the causal ones: test_attention_bwd_causal_skip.py)
                 "causal_skip+head_groups": {"UBLKRED": 2, "HGMMA": 40, "STSM": 12, "STS": None, "BAR": 4, "FENCE": 3},
                 # stats_wide: causal_skip with L2 / Dr in 8 ld.shared.v4 instead of 16 ld.shared.v2
-                "stats_wide+head_groups": {"UBLKRED": 2, "HGMMA": 40, "STSM": 12, "STS": None, "LDS": 8}}
+                "stats_wide+head_groups": {"UBLKRED": 2, "HGMMA": 40, "STSM": 12, "STS": None, "LDS": 8},
+                # pre_wide: stats_wide with a new preprocess (the main kernel is stats_wide's)
+                "pre_wide+head_groups": {"UBLKRED": 2, "HGMMA": 40, "STSM": 12, "STS": None, "LDS": 8}}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))

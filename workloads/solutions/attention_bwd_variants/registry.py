@@ -15,6 +15,7 @@ from .dq_decoupled import decoupled
 from .dq_late import DQ_LATE
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .dq_stmatrix import DQ_STMATRIX, dq_stmatrix
+from .pre_wide import PRE_GRID, pre_wide
 from .dq_tiles import DQ_TILES
 from .edits import REFERENCE, apply_edits
 from .launch_orders import ORDERS
@@ -59,6 +60,9 @@ VARIANTS = {
                        "over consumer 0's keys)", CAUSAL_SKIP),
     "stats_wide": _on("causal_skip", "stats_wide", "L2 and Dr in 16-byte loads from a layout the preprocess writes for "
                       "them (four ld.shared.v4 per array and block instead of eight ld.shared.v2)", STATS_WIDE),
+    "pre_wide": lambda text: pre_wide(_on(
+        "stats_wide", "pre_wide", "the preprocess in 16-byte accesses, 16 lanes a row and four rows a warp (64 bytes in "
+        "flight per thread)", [PRE_GRID])(text)),
     "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
                      "and no address recomputed per store)", DQ_STATIC),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
