@@ -6,7 +6,7 @@ epilogue, key tail, three consumers, longest-first order), then the main shapes.
 features include those of a point that TIMED OUT (a hang) is skipped, and nothing new starts after the
 deadline (default 420 s), so one bad barrier cannot eat the call. No ncu profile (profile_on_pass=False).
 
-    python3 bench/attention_sweep.py OUT.json [--deadline 420] [--only WORKLOAD_SUBSTRING] [--round 2] [--trials 3]
+    python3 bench/attention_sweep.py OUT.json [--deadline 420] [--only WORKLOAD_SUBSTRING] [--round 2[,3...]] [--trials 3]
 """
 from __future__ import annotations
 
@@ -297,12 +297,23 @@ def precompile(ev, points: list) -> None:
     print(f"precompiled {len(todo)} points in {time.time() - t0:.1f} s: {done.count('COMPILED')} compiled", flush=True)
 
 
+def round_points(rounds: str) -> list[tuple[str, dict, float | None]]:
+    """The points of the comma-separated rounds, in order (SystemExit naming the rounds there are on an unknown one)."""
+    out = []
+    for r in rounds.split(","):
+        if not r.strip().isdigit() or int(r) not in ROUNDS:
+            raise SystemExit(f"--round {r!r}: expected one or more of {sorted(ROUNDS)}, comma-separated")
+        out += ROUNDS[int(r)]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", help="JSON file to write")
     ap.add_argument("--deadline", type=float, default=420.0, help="seconds after which no new evaluation starts")
     ap.add_argument("--only", default="", help="run only the workloads whose id contains this")
-    ap.add_argument("--round", type=int, default=1, choices=sorted(ROUNDS), help="which list of points")
+    ap.add_argument("--round", default="1", help=f"which lists of points, comma-separated, run in that order in one "
+                    f"evaluator (one of {sorted(ROUNDS)} each)")
     ap.add_argument("--trials", type=int, default=1, help="timing trials per point (each interleaved with cuDNN)")
     args = ap.parse_args()
 
@@ -312,11 +323,12 @@ def main() -> None:
     t0 = time.time()
     ev = LocalEvaluator()
     ev.start_in_background()  # the GPU workers start while the points compile
-    precompile(ev, [(wid, at.params_for(get_workload(wid), **changes)) for wid, changes, _ in ROUNDS[args.round]
+    points = round_points(args.round)
+    precompile(ev, [(wid, at.params_for(get_workload(wid), **changes)) for wid, changes, _ in points
                     if args.only in wid])
     hung: list[set] = []
     rows = []
-    for wid, changes, predicted in ROUNDS[args.round]:
+    for wid, changes, predicted in points:
         if args.only not in wid:
             continue
         w = get_workload(wid)

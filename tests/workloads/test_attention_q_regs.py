@@ -107,3 +107,12 @@ def test_round_13_pairs_the_tuned_points_with_q_regs():
         w = get_workload(wid)
         assert wid2 == wid and tuned == at.TUNED.get(tuple(at.problem_of(w).values()), {})
         assert with_q == {**tuned, "q_regs": True} and predicted > 0 and at.validate(at.params_for(w, **with_q), w) == []
+
+
+def test_rounds_11_to_13_run_in_one_sweep():
+    spec = importlib.util.spec_from_file_location("attention_sweep", ROOT / "bench" / "attention_sweep.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.round_points("11,12,13") == mod.ROUNDS[11] + mod.ROUNDS[12] + mod.ROUNDS[13]
+    with pytest.raises(SystemExit, match="expected one or more of"):
+        mod.round_points("11,99")
