@@ -63,7 +63,7 @@ def test_the_mirror_is_the_options_text():
 
 
 WHERE = ["mha_fwd_d128", "mha_fwd_d96", "mha_fwd_d128_gqa_h32_kv8", "mha_fwd_d128_gqa_h32_kv8_causal",
-         "mha_fwd_d64_causal"]
+         "mha_fwd_d64_causal", "mha_fwd_d128_causal", "mha_fwd_d96_causal"]
 
 
 @pytest.mark.parametrize("wid", WHERE)
