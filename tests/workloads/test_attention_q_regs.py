@@ -3,8 +3,8 @@ ldmatrix and S = Q K^T issued as register-A wgmma. Checked here: a mirror of ldm
 tile gives every lane, in every register, the Q elements the wgmma m64k16 A fragment holds (rows r / r + 8, k 0-7 /
 8-15, PTX ISA), for both consumers, every warp and k16 step of D = 64 / 96 / 128; the option assembles where
 validate() allows it without spills or wgmma serialisation, with HD / 16 LDSM and the same HGMMA count, and keeps
-the plain D = 128 point's 44 exponentials under the P V product; it is off in the checked-in file and refused beside
-diag_half or where the registers do not fit; round 13 pairs the non-causal TUNED points with it. Speed: the GPU
+the plain D = 128 point's 44 exponentials under the P V product, beside diag_half too; it is off in the checked-in
+file and refused where the registers do not fit; round 13 pairs the TUNED points with it. Speed: the GPU
 (attention_template.md round 13)."""
 from __future__ import annotations
 
@@ -90,11 +90,25 @@ def test_q_regs_assembles_with_its_loads_and_the_same_products(wid):
 def test_off_in_the_checked_in_file_and_refused_where_it_does_not_fit():
     assert at.OPTION_SPACE["q_regs"] == [False, True] and not any(pt.get("q_regs") for pt in at.TUNED.values())
     assert "q_regs" not in at.render(at.default_params())
-    causal = at.default_params(get_workload("mha_fwd_d128_causal"))
-    assert any("q_regs and diag_half" in b for b in at.validate(causal.model_copy(update={"q_regs": True, "diag_half": True})))
     d64 = at.default_params(get_workload("mha_fwd_d64"))  # 3 consumers at 160 registers: ptxas spilled 96 bytes
     assert d64.model_copy(update={"q_regs": True}).live_regs == d64.live_regs + 16
     assert any("registers" in b for b in at.validate(d64.model_copy(update={"q_regs": True})))
+
+
+@pytest.mark.parametrize("wid", ["mha_fwd_d128_causal", "mha_fwd_d96_causal"])
+def test_q_regs_and_diag_half_together(wid):
+    """diag_half's edits come first in render(); q_regs then takes the full-width S issues and leaves the half one
+    (consumer 0's diagonal tile) reading Q from shared memory. Clean, no spills, both products' instructions there."""
+    q = at.default_params(get_workload(wid)).model_copy(update={"q_regs": True, "diag_half": True})
+    assert at.validate(q, get_workload(wid)) == []
+    src = at.render(q)
+    assert src.count("issue_qk_rs(s, w.qf,") == 2 and "issue_qk_half(sh, w.sQc," in src
+    r = compile_source(src, "cuda", "sm_90a")
+    assert r.status == "ok" and not r.warnings, [x.message for x in r.warnings]
+    k = r.kernels[at.kernel_name(q)]
+    assert k.spill_stores == 0 and k.sass_opcodes.get("LDSM") == q.head_dim // 16
+    ops = sass_ops(src, at.kernel_name(q))
+    assert any(o.startswith("HGMMA.64x64x16.F32.BF16") for o in ops)
 
 
 def test_round_13_pairs_the_tuned_points_with_q_regs():
@@ -102,8 +116,11 @@ def test_round_13_pairs_the_tuned_points_with_q_regs():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     points = mod.ROUNDS[13]
-    assert len(points) == 2 * len(WHERE) and [wid for wid, _, _ in points[::2]] == WHERE
-    for (wid, tuned, _), (wid2, with_q, predicted) in zip(points[::2], points[1::2]):
+    pairs, both = points[:2 * len(WHERE)], points[2 * len(WHERE):]
+    assert [wid for wid, _, _ in pairs[::2]] == WHERE
+    assert [(wid, ch.get("q_regs"), ch.get("diag_half")) for wid, ch, _ in both] == [
+        ("mha_fwd_d128_causal", True, True), ("mha_fwd_d96_causal", True, True)]
+    for (wid, tuned, _), (wid2, with_q, predicted) in zip(pairs[::2], pairs[1::2]):
         w = get_workload(wid)
         assert wid2 == wid and tuned == at.TUNED.get(tuple(at.problem_of(w).values()), {})
         assert with_q == {**tuned, "q_regs": True} and predicted > 0 and at.validate(at.params_for(w, **with_q), w) == []

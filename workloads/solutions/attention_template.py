@@ -329,8 +329,6 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
     if p.diag_half and not (p.causal and p.schedule == "cooperative" and p.consumers == 2 and p.bn == 128):
         bad.append("diag_half halves consumer 0's diagonal tile: it is built for causal, cooperative, 2 consumers and "
                    "bn = 128 (128 query rows, 128-key tiles: the diagonal is the only masked tile)")
-    if p.q_regs and p.diag_half:
-        bad.append("q_regs and diag_half both rewrite the S issue: set one of them")
     if p.early_pack and p.rescale != "lazy":
         bad.append("early_pack moves P's packing ahead of the lazy rescale's branch; without rescale='lazy' there is "
                    "no branch (the exponentials already run under the P V product)")
