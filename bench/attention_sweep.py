@@ -272,10 +272,12 @@ POINTS_13: list[tuple[str, dict, float | None]] = [
     point for wid, ref, ratio in _ROUND_13
     for tuned in [dict(at.TUNED.get(tuple(at.problem_of(get_workload(wid)).values()), {}))]
     for point in ((wid, tuned, ref), (wid, {**tuned, "q_regs": True}, round(ref / ratio, 3)))]
-# and at the two causal points both new options together (round 12 has diag_half alone): the sum of their predictions
+# and at the two causal points both new options together (round 12 has diag_half alone): the sum of their predictions;
+# at D = 128 q_regs with round 11's split_max (the max chains alone: 44 exponentials still under P V with both)
 POINTS_13 += [(wid, {**at.TUNED[problem], "q_regs": True, "diag_half": True}, round(ref / 0.982, 3))
               for wid, problem, ref in (("mha_fwd_d128_causal", (128, True, False), 1.067),
                                         ("mha_fwd_d96_causal", (96, True, False), 1.146))]
+POINTS_13 += [("mha_fwd_d128", {**at.TUNED[(128, False, False)], "q_regs": True, "split_max": True}, round(1.079 / 0.98, 3))]
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
           9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 12: POINTS_12, 13: POINTS_13}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}

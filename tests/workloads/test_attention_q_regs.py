@@ -85,6 +85,10 @@ def test_q_regs_assembles_with_its_loads_and_the_same_products(wid):
     assert max(int(x) for o in ops[True] for x in re.findall(r"\bR(\d+)\b", o)) < 240
     if wid == "mha_fwd_d128":
         assert ex2_under_pending_product(ops[True]) == ex2_under_pending_product(ops[False]) == 44
+        both = q.model_copy(update={"split_max": True})  # with round 11's max chains too: still 44, no spills
+        r = compile_source(at.render(both), "cuda", "sm_90a")
+        assert r.status == "ok" and not r.warnings and r.kernels[at.kernel_name(both)].spill_stores == 0
+        assert ex2_under_pending_product(sass_ops(at.render(both), at.kernel_name(both))) == 44
 
 
 def test_off_in_the_checked_in_file_and_refused_where_it_does_not_fit():
@@ -118,8 +122,11 @@ def test_round_13_pairs_the_tuned_points_with_q_regs():
     points = mod.ROUNDS[13]
     pairs, both = points[:2 * len(WHERE)], points[2 * len(WHERE):]
     assert [wid for wid, _, _ in pairs[::2]] == WHERE
-    assert [(wid, ch.get("q_regs"), ch.get("diag_half")) for wid, ch, _ in both] == [
-        ("mha_fwd_d128_causal", True, True), ("mha_fwd_d96_causal", True, True)]
+    assert [(wid, ch.get("q_regs"), ch.get("diag_half"), ch.get("split_max")) for wid, ch, _ in both] == [
+        ("mha_fwd_d128_causal", True, True, None), ("mha_fwd_d96_causal", True, True, None),
+        ("mha_fwd_d128", True, None, True)]
+    for wid, ch, _ in both:
+        assert at.validate(at.params_for(get_workload(wid), **ch), get_workload(wid)) == []
     for (wid, tuned, _), (wid2, with_q, predicted) in zip(pairs[::2], pairs[1::2]):
         w = get_workload(wid)
         assert wid2 == wid and tuned == at.TUNED.get(tuple(at.problem_of(w).values()), {})
