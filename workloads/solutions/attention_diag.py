@@ -62,3 +62,62 @@ def diag_half(body: str) -> str:
     for old, new in DIAG_HALF:
         body = replace_counted(body, old, new, "attention_template.cu.in (diag_half)")
     return body
+
+
+# dead_tile: with 3 consumers (192 query rows) and 96-key tiles under ping-pong (D = 64 causal's TUNED point), a causal
+# query tile's last key tile (keys q0 + 96 .. q0 + 191) lies wholly past consumer 0's rows (q0 .. q0 + 63): its S is all
+# masked, its P zero. That step becomes consumer_step_dead: no S, softmax or rescale; it keeps what the others rely on,
+# the waits for the stage's K and V (so its releases pair with the producer's loads: an arrival before the load could
+# count toward the stage's previous phase), its turn in the ping-pong order and the previous tile's P V product; the
+# final P V (of the dead tile) is skipped, the turn kept. One of about 22 steps of consumer 0 at S = 4096, and
+# consumer 0's share of the tensor pipe goes to the other two.
+DEAD_STEP = r"""
+// dead_tile: key tile j lies past every row of this consumer (causal): no S, softmax or rescale (P_j = 0). The step keeps
+// the waits for K_j and V_{j-1} (its releases pair with the producer's loads), its turn, and O += P_{j-1} V_{j-1}.
+__device__ __forceinline__ void consumer_step_dead(int j, Consumer& w, float (&o)[ON / 2], uint32_t (&p)[PN]) {
+  const int st = j % STAGES, sp = (j - 1) % STAGES;
+  mbar_wait(&w.fullK[st], (j / STAGES) & 1);
+  mbar_wait(&w.fullV[sp], ((j - 1) / STAGES) & 1);
+  turn_wait(w.c);
+  wgmma_fence();
+  issue_pv(o, p, w.sV + sp * KV_BYTES);  // O += P_{j-1} V_{j-1}
+  wgmma_commit();
+  turn_pass(w.c);
+  if (w.lane == 0) mbar_arrive(&w.emptyK[st]);  // K_j is not read
+  wgmma_wait<0>();
+  wgmma_fence_regs(o);
+  wgmma_fence_regs(p);
+  if (w.lane == 0) mbar_arrive(&w.emptyV[sp]);
+}
+
+"""
+
+DEAD_TILE = [
+    ("// O / l as bf16 straight from registers (the first HD columns).\n",
+     DEAD_STEP.lstrip("\n") + "// O / l as bf16 straight from registers (the first HD columns).\n"),
+    ("      for (int j = max(n_main, 1); j < n_tiles; ++j) consumer_step<true>(j, w, s, o, p);\n",
+     "      for (int j = max(n_main, 1); j < n_tiles; ++j) {\n"
+     "        if (j * BN > q0 + 64 * c + 63) consumer_step_dead(j, w, o, p);  // dead_tile: past this consumer's rows\n"
+     "        else consumer_step<true>(j, w, s, o, p);\n"
+     "      }\n"),
+    ("""      mbar_wait(&fullV[sp], ((n_tiles - 1) / STAGES) & 1);
+      turn_wait(c);
+      wgmma_fence();
+      issue_pv(o, p, sV + sp * KV_BYTES);
+      wgmma_commit();
+""", """      const bool last_dead = (n_tiles - 1) * BN > q0 + 64 * c + 63;  // dead_tile: P of the last tile is zero
+      if (!last_dead) mbar_wait(&fullV[sp], ((n_tiles - 1) / STAGES) & 1);
+      turn_wait(c);
+      if (!last_dead) {
+        wgmma_fence();
+        issue_pv(o, p, sV + sp * KV_BYTES);
+        wgmma_commit();
+      }
+"""),
+]
+
+
+def dead_tile(body: str) -> str:
+    for old, new in DEAD_TILE:
+        body = replace_counted(body, old, new, "attention_template.cu.in (dead_tile)")
+    return body

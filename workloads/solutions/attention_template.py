@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .attention_softmax import EARLY_PACK, LAZY_EDITS, SPLIT_MAX, SPLIT_ROWS, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
-from .attention_diag import diag_half
+from .attention_diag import dead_tile, diag_half
 from .attention_qregs import q_regs_edits
 from .template_text import replace_counted, uniform_index_edit, without_default_options
 
@@ -81,6 +81,9 @@ class AttnParams(BaseModel):
     q_regs: bool = Field(False, description="each consumer's Q rows loaded once into registers as wgmma A fragments "
                          "(ldmatrix), S = Q K^T issued with A from registers: no Q bytes read from shared memory per "
                          "key tile (4 x D / 16 registers)")
+    dead_tile: bool = Field(False, description="causal, ping-pong, 3 consumers, bn = 96: consumer 0's last key tile of "
+                            "each query tile (wholly past its rows) skips its S, softmax and P V, keeping its waits, "
+                            "releases and turns")
     diag_half: bool = Field(False, description="causal, 2 consumers, bn = 128: on the diagonal key tile consumer 0 (whose "
                             "rows see none of its last 64 keys) computes S as m64n64 and P V over 4 of the 8 k16 steps")
 
@@ -144,7 +147,8 @@ OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "split_rows": [False, True],  # round 10: -0.7 to -1.0% at three points, TUNED sets it there
                                   "split_max": [False, True],  # not measured yet (round 11)
                                   "diag_half": [False, True],  # not measured yet (round 12)
-                                  "q_regs": [False, True]}  # not measured yet (round 13)
+                                  "q_regs": [False, True],  # not measured yet (round 13)
+                                  "dead_tile": [False, True]}  # not measured yet (round 14)
 # persistent=True (one CTA per SM walking the query tiles) lost at every point of round 9 (attention_template.md) and
 # was deleted.
 HEAD_DIMS = (64, 96, 128)
@@ -329,6 +333,9 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
     if p.diag_half and not (p.causal and p.schedule == "cooperative" and p.consumers == 2 and p.bn == 128):
         bad.append("diag_half halves consumer 0's diagonal tile: it is built for causal, cooperative, 2 consumers and "
                    "bn = 128 (128 query rows, 128-key tiles: the diagonal is the only masked tile)")
+    if p.dead_tile and not (p.causal and p.schedule == "pingpong" and p.consumers == 3 and p.bn == 96):
+        bad.append("dead_tile skips consumer 0's last key tile: it is built for causal, ping-pong, 3 consumers and bn = 96 "
+                   "(192 query rows in two 96-key tiles: exactly one tile wholly past consumer 0's rows)")
     if p.early_pack and p.rescale != "lazy":
         bad.append("early_pack moves P's packing ahead of the lazy rescale's branch; without rescale='lazy' there is "
                    "no branch (the exponentials already run under the P V product)")
@@ -427,6 +434,8 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
             body = replace_counted(body, old, new, "attention_template.cu.in (split_max)")
     if p.diag_half:  # consumer 0's diagonal tile over its 64 keys
         body = diag_half(body)
+    if p.dead_tile:  # consumer 0's key tile past its rows skipped
+        body = dead_tile(body)
     if p.q_regs:  # Q's A fragments in registers, S by register-A wgmma
         for old, new in q_regs_edits(p.bn):
             body = replace_counted(body, old, new, "attention_template.cu.in (q_regs)")
