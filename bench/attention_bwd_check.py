@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 SMOKE_FIRST = ["smoke_mha_bwd_d64", "smoke_mha_bwd_d64_causal", "smoke_mha_bwd_d64_gqa_h4_kv2"]
@@ -49,22 +47,8 @@ def _variant(name: str) -> str | None:
     return variant_text(name)
 
 
-def precompile(ev, jobs: list[tuple[str, str | None]]) -> None:
-    """Every (workload, source) through the evaluator's compile-only path at once, so the evaluations after it find
-    their cubins in the compile cache: each (variant, workload) text is its own nvcc + ptxas run of about 10 s (the plan
-    lines differ per workload), which one by one left the GPU idle for most of a call (24 of them for 4 variants x 6
-    workloads)."""
-    from ptxbench.tools.evaluator import EvalOptions
-
-    todo = sorted({(w, s) for w, s in jobs if s is not None})
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max(2, min(16, os.cpu_count() or 2))) as pool:
-        results = list(pool.map(lambda job: ev.evaluate(job[0], job[1], EvalOptions(no_gpu=True)), todo))
-    ok = sum(r.compile is not None and r.compile.status == "ok" for r in results)
-    print(f"precompiled {len(todo)} sources in {time.perf_counter() - t0:.1f} s: {ok} compiled", flush=True)
-
-
 def main() -> None:
+    from compile_first import compile_first
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.evaluator import EvalOptions
     from ptxbench.workloads.registry import WORKLOADS, get_workload
@@ -123,7 +107,9 @@ def main() -> None:
 
     try:
         untimed = [w for w in args.untimed.split(",") if w in WORKLOADS]
-        precompile(ev, [(w, fast_backward(get_workload(w), base)) for _, base in versions for w in untimed])
+        # every (variant, workload) text compiled in parallel first: one by one they left the GPU idle (~10 s each)
+        compile_first(ev, sorted({(w, src) for _, base in versions for w in untimed
+                                  if (src := fast_backward(get_workload(w), base)) is not None}))
         passed: dict[tuple[str, str], str] = {}  # (label, workload) -> the source that passed untimed
         for label, base in versions:
             for wid in untimed:

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions import attention_template as at
@@ -298,18 +296,6 @@ def features(changes: dict) -> set[tuple]:
     return out
 
 
-def precompile(ev, points: list) -> None:
-    """Every valid (workload, params) point through the evaluator's compile-only path at once (nvcc runs in parallel),
-    so the timed evaluations find their cubins in the compile cache instead of compiling one by one on the GPU's time."""
-    from ptxbench.tools.evaluator import EvalOptions
-
-    todo = [(wid, at.render(p)) for wid, p in points if not at.validate(p, get_workload(wid))]
-    t0 = time.time()
-    with ThreadPoolExecutor(max_workers=max(2, min(16, os.cpu_count() or 2))) as pool:
-        done = list(pool.map(lambda job: ev.evaluate(job[0], job[1], EvalOptions(no_gpu=True)).status, todo))
-    print(f"precompiled {len(todo)} points in {time.time() - t0:.1f} s: {done.count('COMPILED')} compiled", flush=True)
-
-
 def round_points(rounds: str) -> list[tuple[str, dict, float | None]]:
     """The points of the comma-separated rounds, in order (SystemExit naming the rounds there are on an unknown one)."""
     out = []
@@ -330,6 +316,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=1, help="timing trials per point (each interleaved with cuDNN)")
     args = ap.parse_args()
 
+    from compile_first import compile_first
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.evaluator import EvalOptions
 
@@ -337,8 +324,8 @@ def main() -> None:
     ev = LocalEvaluator()
     ev.start_in_background()  # the GPU workers start while the points compile
     points = round_points(args.round)
-    precompile(ev, [(wid, at.params_for(get_workload(wid), **changes)) for wid, changes, _ in points
-                    if args.only in wid])
+    chosen = [(wid, at.params_for(get_workload(wid), **changes)) for wid, changes, _ in points if args.only in wid]
+    compile_first(ev, [(wid, at.render(p)) for wid, p in chosen if not at.validate(p, get_workload(wid))], "points")
     hung: list[set] = []
     rows = []
     for wid, changes, predicted in points:

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 MAIN = "gemm_bf16_m8192_n7168_k5120"
 M64 = "gemm_bf16_m64_n7168_k5120"
@@ -236,22 +234,25 @@ def shape_notes(wid: str, p, num_sms: int = 132) -> str:
 
 
 def compile_all(points, ev) -> dict[int, object]:
-    """Compile (and validate) every point through the evaluator's compile-only path, in parallel."""
-    from ptxbench.tools.evaluator import EvalOptions
+    """Validate every point, then compile the valid ones in parallel through the evaluator's compile-only path
+    (compile_first.py): index -> its EvalResult, or why it cannot be built."""
+    from compile_first import compile_first
     from ptxbench.workloads.registry import get_workload
     from ptxbench.workloads.solutions import gemm_template as gt
 
-    def one(i):
-        wid, changes, _, _ = points[i]
+    out: dict[int, object] = {}
+    jobs = []
+    for i, (wid, changes, _, _) in enumerate(points):
         p = params_of(changes)
         s = get_workload(wid).symbols
         problems = gt.validate(p, shape=(int(s["M"]), int(s["N"]), int(s["K"])))
         if problems:
-            return i, "; ".join(problems)
-        return i, ev.evaluate(wid, gt.render(p), EvalOptions(no_gpu=True))
-
-    with ThreadPoolExecutor(max_workers=max(2, min(16, os.cpu_count() or 2))) as pool:
-        return dict(pool.map(one, range(len(points))))
+            out[i] = "; ".join(problems)
+        else:
+            jobs.append((i, wid, gt.render(p)))
+    for (i, _, _), result in zip(jobs, compile_first(ev, [(wid, src) for _, wid, src in jobs], "points")):
+        out[i] = result
+    return dict(sorted(out.items()))
 
 
 def resources(r) -> dict:
