@@ -3,7 +3,7 @@ published by the next block's dS^T fence and barrier. What its correctness rests
 the SASS: in the block, the one fence comes before the 256-thread barrier and the previous tile's reduce-add after it;
 the tile is rewritten only after that reduce-add's read is waited for and a barrier of the consumer's 128 threads; the
 last tile leaves after the loop behind its own fence and barrier, before the final wait. In the loop's SASS one
-MEMBAR + FENCE.VIEW.ASYNC.S pair is left (two in dq_stmatrix's). Its speed is measured on the GPU (attention_bwd.md
+MEMBAR + FENCE.VIEW.ASYNC.S pair is left (two in pre_wide's, its base). Its speed is measured on the GPU (attention_bwd.md
 v17)."""
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_the_block_publishes_the_previous_tile_and_waits_before_rewriting_it():
            "if (t == 0 && pending != nullptr) bulk_reduce_add(pending, tile, BM * W * 4);",
            "wgmma_wait<0>();               // dV and dK are done",
            "if (t == 0) bulk_wait_read();", "named_barrier_sync(3 + c, 128);",
-           "store_dq_tile_stsm<64>(tile, dq, t);", "pending = dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c;")
+           "store_dq_tile<64>(tile, dq, r, col0);", "pending = dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c;")
     assert block.count("fence_proxy_async();") == 1 and block.count("bulk_wait_read();") == 1
     assert block.count("bulk_reduce_add(") == 1  # the tile stored in this block leaves with the next one
 
@@ -57,12 +57,12 @@ def _loop(ops: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("kernel", ["attn_bwd_wgmma", "attn_bwd_wgmma_d96_causal"])
 def test_one_proxy_fence_is_left_in_the_loop(kernel):
-    """In the block loop dq_stmatrix has two MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S pairs (dS^T's, dQ's), dq_late one; its
+    """In the block loop pre_wide (dq_late's base) has two MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S pairs (dS^T's, dQ's), dq_late one; its
     reduce-add comes right after the 256-thread barrier, and its wait for the read before the consumer's barrier."""
     def sync_ops(name: str) -> list[str]:
         return [o.split()[0] for o in _loop(sass_ops(variant_text(name), kernel))
                 if o.startswith(("FENCE", "MEMBAR", "BAR.SYNC", "UBLKRED", "DEPBAR"))]
-    old, new = sync_ops("dq_stmatrix+head_groups"), sync_ops("dq_late+head_groups")
+    old, new = sync_ops("pre_wide+head_groups"), sync_ops("dq_late+head_groups")
     assert old.count("FENCE.VIEW.ASYNC.S") == old.count("MEMBAR.ALL.CTA") == 2, old
     assert new.count("FENCE.VIEW.ASYNC.S") == new.count("MEMBAR.ALL.CTA") == 1, new
     assert new == ["MEMBAR.ALL.CTA", "FENCE.VIEW.ASYNC.S", "BAR.SYNC.DEFER_BLOCKING", "UBLKRED.G.S.ADD.F32.RN",

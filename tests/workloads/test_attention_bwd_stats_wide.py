@@ -60,12 +60,12 @@ def test_each_phase_of_8_lanes_hits_4_vectors_on_4_bank_groups():
 
 def test_stats_wide_assembles_with_half_the_shared_loads():
     kernels = {}
-    for name in ("causal_skip+head_groups", "stats_wide+head_groups"):
+    for name in ("ds_stmatrix+head_groups", "stats_wide+head_groups"):
         r = compile_source(fast_backward(get_workload("mha_bwd_d128"), variant_text(name)), "cuda", "sm_90a")
         assert r.status == "ok" and not r.warnings, name
         kernels[name] = r.kernels
     for k, new in kernels["stats_wide+head_groups"].items():
-        old = kernels["causal_skip+head_groups"][k]
+        old = kernels["ds_stmatrix+head_groups"][k]
         assert new.spill_stores == new.spill_loads == 0 and new.registers == old.registers, k
         assert new.sass_opcodes.get("HGMMA") == old.sass_opcodes.get("HGMMA"), k
         if k.startswith("attn_bwd_wgmma"):

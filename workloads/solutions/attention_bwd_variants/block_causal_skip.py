@@ -52,8 +52,9 @@ __device__ __forceinline__ void consumer_block_dead(bool has_next, int q0, int c
   wgmma_fence_regs(dq);
   if (t == 0) bulk_wait_read();
   named_barrier_sync(3 + c, 128);
-  if (W == 64) store_dq_tile_stsm<64>(tile, dq, t);
-  else store_dq_tile_stsm<32>(tile, dq, t);
+  const int r = 16 * (t / 32) + lane / 4, col0 = 2 * (lane % 4);  // this thread's rows and first column
+  if (W == 64) store_dq_tile<64>(tile, dq, r, col0);
+  else store_dq_tile<32>(tile, dq, r, col0);
   pending = dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c;
 }
 """

@@ -2,7 +2,7 @@
 
 The reference's consumers read each block's L2 and Dr rows with ld.shared.v2: per 64 query rows a thread needs the
 pairs (8 a + 2 t, + 1) for a = 0..7 (t = lane % 4), eight 8-byte loads for L2 and eight for Dr in every 128-wide
-block (16 of the 28 shared-memory instructions a thread issues per block besides the wgmmas with dq_stmatrix; the
+block (16 of the shared-memory instructions a thread issues per block besides the wgmmas; the
 profile has mio_throttle, the shared-memory instruction queue full, at the wgmma issue). Here the preprocess stores
 row 8 a + 2 t + e of each 64-row block at 16 t + 4 ((a / 2) ^ (t / 2)) + 2 (a % 2) + e: a thread's sixteen values are
 four 16-byte vectors (vector i holds a = 2 i, 2 i + 1), and the XOR puts the four t of a phase of 8 lanes on four

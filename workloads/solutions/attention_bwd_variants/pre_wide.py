@@ -61,7 +61,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_bwd_pre(
 """
 
 # the kernel between these markers (stats_wide's preprocess) is replaced whole by PRE_KERNEL
-PRE_SPAN = ("// attn_bwd_pre: one warp per query row.", "// attn_bwd_post (dq_stmatrix)")
+PRE_SPAN = ("// attn_bwd_pre: one warp per query row.", "// attn_bwd_post: dQ = bf16")
 
 PRE_GRID = ('kernel = "attn_bwd_pre"\ngrid = ["cdiv(B * H * S, 8)"]',
             'kernel = "attn_bwd_pre"\ngrid = ["cdiv(B * H * S, 32)"]  # pre_wide: 32 rows a block')

@@ -14,7 +14,6 @@ from .dq_bulk import BULK_DQ_D64, bulk_dq, bulk_dq_s3
 from .dq_decoupled import decoupled
 from .dq_late import DQ_LATE
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
-from .dq_stmatrix import DQ_STMATRIX, dq_stmatrix
 from .pre_wide import PRE_GRID, pre_wide
 from .dq_tiles import DQ_TILES
 from .edits import REFERENCE, apply_edits
@@ -50,19 +49,17 @@ VARIANTS = {
     "st_static": _on("st_uniform", "st_static", "the dQ tile's width known to ptxas in the 128-wide block", DQ_STATIC),
     "ds_stmatrix": _on("st_static", "ds_stmatrix", "the 128-wide block's dS^T tile written by stmatrix.x4 (a quarter of "
                        "the shared-memory store instructions)", DS_STMATRIX),
-    "dq_stmatrix": lambda text: dq_stmatrix(_on(
-        "ds_stmatrix", "dq_stmatrix", "the fp32 dQ tile by stmatrix.x4 too, in a layout made for it (each row's even and "
-        "odd columns of a group in 16-byte chunks of their own), attn_bwd_post reading it", DQ_STMATRIX)(text)),
-    "dq_late": _on("dq_stmatrix", "dq_late", "the dQ tile published by the next block's dS^T fence and barrier, its "
-                   "reduce-add issued after them (one fence and its wait fewer per block)", DQ_LATE),
-    "causal_skip": _on("dq_late", "causal_skip", "the causal block no query row sees skipped (consumer 1's first block "
-                       "of each key block: no S^T, dP^T, exponentials, dV / dK or dS^T rows; that block's dQ products "
-                       "over consumer 0's keys)", CAUSAL_SKIP),
-    "stats_wide": _on("causal_skip", "stats_wide", "L2 and Dr in 16-byte loads from a layout the preprocess writes for "
+    # the stack on ds_stmatrix: stats_wide -> pre_wide -> dq_late -> causal_skip
+    "stats_wide": _on("ds_stmatrix", "stats_wide", "L2 and Dr in 16-byte loads from a layout the preprocess writes for "
                       "them (four ld.shared.v4 per array and block instead of eight ld.shared.v2)", STATS_WIDE),
     "pre_wide": lambda text: pre_wide(_on(
         "stats_wide", "pre_wide", "the preprocess in 16-byte accesses, 16 lanes a row and four rows a warp (64 bytes in "
         "flight per thread)", [PRE_GRID])(text)),
+    "dq_late": _on("pre_wide", "dq_late", "the dQ tile published by the next block's dS^T fence and barrier, its "
+                   "reduce-add issued after them (one fence and its wait fewer per block)", DQ_LATE),
+    "causal_skip": _on("dq_late", "causal_skip", "the causal block no query row sees skipped (consumer 1's first block "
+                       "of each key block: no S^T, dP^T, exponentials, dV / dK or dS^T rows; that block's dQ products "
+                       "over consumer 0's keys)", CAUSAL_SKIP),
     "dq_static": _on("dv_uniform", "dq_static", "the dQ tile's width known to ptxas in the 128-wide block (no branch "
                      "and no address recomputed per store)", DQ_STATIC),
     "dv_uniform": _on("dv_early", "dv_uniform", "the consumer index made warp-uniform for ptxas (descriptors in "
