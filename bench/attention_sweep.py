@@ -137,8 +137,10 @@ def _eager(changes: dict) -> dict:
     return _without(changes, "rescale", "uniform", "early_pack")
 
 
-# TUNED as rounds 4-9 knew it: split_rows joined it after round 10
-_BEFORE_10 = {problem: _without(point, "split_rows") for problem, point in at.TUNED.items()}
+# TUNED as rounds 4-9 knew it: split_rows joined it after round 10 (q_regs and split_max after round 13)
+_BEFORE_10 = {problem: _without(point, "split_rows", "q_regs", "split_max") for problem, point in at.TUNED.items()}
+# TUNED as rounds 10-13 knew it
+_BEFORE_13 = {problem: _without(point, "q_regs", "split_max") for problem, point in at.TUNED.items()}
 
 
 _TUNED_4 = {wid: _eager(_BEFORE_10[problem]) for wid, problem in (("mha_fwd_d128", (128, False, False)),
@@ -248,16 +250,10 @@ _ROUND_11 = (("mha_fwd_d128", (128, False, False), 1.073, 0.99), ("mha_fwd_d128_
              ("mha_fwd_d96_causal", (96, True, False), 1.146, 0.997))  # (workload, problem, round 10 speedup, time ratio)
 POINTS_11: list[tuple[str, dict, float | None]] = [
     point for wid, problem, ref, ratio in _ROUND_11
-    for point in ((wid, dict(at.TUNED[problem]), ref),
+    for point in ((wid, dict(_BEFORE_13[problem]), ref),
                   (wid, {**_BEFORE_10[problem], "split_max": True}, round(ref / ratio, 3)))]
-# Round 12 (written before its run, attention_template.md round 12): diag_half, consumer 0's diagonal key tile over the
-# 64 keys its rows see (S as m64n64, P V over 4 of 8 k16 steps), against TUNED at the two cooperative causal points
-# with 128-key tiles. Predicted by kernel time: -0.5 to -1.2% (half of one consumer's work on one of about 16.5 tiles
-# per query tile, on tensor cores the two consumers share).
-_ROUND_12 = (("mha_fwd_d128_causal", (128, True, False), 1.068, 0.992), ("mha_fwd_d96_causal", (96, True, False), 1.146, 0.992))
-POINTS_12: list[tuple[str, dict, float | None]] = [
-    point for wid, problem, ref, ratio in _ROUND_12
-    for point in ((wid, dict(at.TUNED[problem]), ref), (wid, {**at.TUNED[problem], "diag_half": True}, round(ref / ratio, 3)))]
+# Round 12 (diag_half) and round 14 (dead_tile) measured slower (attention_template.md) and were deleted with the
+# options.
 # Round 13 (written before its run, attention_template.md round 13): q_regs, Q's A fragments in registers and S by
 # register-A wgmma (no Q bytes read from shared memory per key tile), against TUNED where the registers fit. Predicted by
 # kernel time: level to -1.5% (the S products' shared-memory reads fall by 1 / 3 at D = 128; how much of the time is
@@ -268,21 +264,25 @@ _ROUND_13 = (("mha_fwd_d128", 1.079, 0.99), ("mha_fwd_d96", 1.134, 0.99), ("mha_
              ("mha_fwd_d128_causal", 1.067, 0.99), ("mha_fwd_d96_causal", 1.146, 0.99))
 POINTS_13: list[tuple[str, dict, float | None]] = [
     point for wid, ref, ratio in _ROUND_13
-    for tuned in [dict(at.TUNED.get(tuple(at.problem_of(get_workload(wid)).values()), {}))]
+    for tuned in [dict(_BEFORE_13.get(tuple(at.problem_of(get_workload(wid)).values()), {}))]
     for point in ((wid, tuned, ref), (wid, {**tuned, "q_regs": True}, round(ref / ratio, 3)))]
-# and at the two causal points both new options together (round 12 has diag_half alone): the sum of their predictions;
-# at D = 128 q_regs with round 11's split_max (the max chains alone: 44 exponentials still under P V with both)
-POINTS_13 += [(wid, {**at.TUNED[problem], "q_regs": True, "diag_half": True}, round(ref / 0.982, 3))
-              for wid, problem, ref in (("mha_fwd_d128_causal", (128, True, False), 1.067),
-                                        ("mha_fwd_d96_causal", (96, True, False), 1.146))]
-POINTS_13 += [("mha_fwd_d128", {**at.TUNED[(128, False, False)], "q_regs": True, "split_max": True}, round(1.079 / 0.98, 3))]
-# Round 14 (written before its run, attention_template.md round 14): dead_tile at D = 64 causal's TUNED point (consumer 0
-# skips its last key tile of each query tile, wholly past its rows). Predicted by kernel time: -0.5 to -1.5%.
-POINTS_14: list[tuple[str, dict, float | None]] = [
-    ("mha_fwd_d64_causal", dict(at.TUNED[(64, True, False)]), 1.010),
-    ("mha_fwd_d64_causal", {**at.TUNED[(64, True, False)], "dead_tile": True}, round(1.010 / 0.99, 3))]
+# and at D = 128 q_regs with round 11's split_max (the max chains alone: 44 exponentials still under P V with both)
+POINTS_13 += [("mha_fwd_d128", {**_BEFORE_13[(128, False, False)], "q_regs": True, "split_max": True}, round(1.079 / 0.98, 3))]
+# Round 15 (written before its run, attention_template.md round 15): with q_regs in TUNED no Q bytes are read from shared
+# memory per key tile, so two choices measured before it are re-opened at D = 128 and its causal twin: a third K / V
+# stage (level at D = 128 when S read Q from shared memory) and ping-pong (slower then at D = 128: the cooperative
+# consumers' products overlapped better); and at causal D = 128 split_max in place of split_rows (at D = 128 q_regs
+# gained only beside split_max, which keeps the 44 exponentials under P V that split_rows' sums give up). Predicted by
+# kernel time: a third stage level to -0.5%, ping-pong level to +1.5%, split_max level to -0.7%.
+_ROUND_15 = (("mha_fwd_d128", (128, False, False), 1.10, ({"stages": 3}, 0.997), ({"schedule": "pingpong"}, 1.007)),
+             ("mha_fwd_d128_causal", (128, True, False), 1.10, ({"stages": 3}, 0.997), ({"schedule": "pingpong"}, 1.007),
+              ({"split_rows": False, "split_max": True}, 0.996)))
+POINTS_15: list[tuple[str, dict, float | None]] = [
+    point for wid, problem, ref, *moves in _ROUND_15
+    for point in [(wid, dict(at.TUNED[problem]), ref)] + [(wid, {**at.TUNED[problem], **ch}, round(ref / ratio, 3))
+                                                          for ch, ratio in moves]]
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
-          9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 12: POINTS_12, 13: POINTS_13, 14: POINTS_14}
+          9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
 
 

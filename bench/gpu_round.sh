@@ -43,11 +43,14 @@
 #   library-drift (300) the same reference evaluated 8 times in one evaluator, then 5 times each in a fresh one, with
 #                       SM clock, power and temperature per evaluation (bench/library_drift.py: why cuDNN's time moves;
 #                       DRIFT_WORKLOAD=gemm_bf16_m8192_n7168_k5120: the GEMM's clock and power beside cuBLAS)
+#   fwd-tests (150)     the attention forward's TUNED point of every forward workload against cuDNN (the GPU tests of
+#                       tests/workloads/test_attention_wgmma.py: one timing trial each, no profile)
 #   fwd-profile (120)   the attention forward's reference at D = 128 and causal (FWD_PROFILE: other workloads) under
 #                       Nsight Compute: `ptxbench profile --json` per workload (feedback, per-line stalls, verdicts)
 #   wgmma-rates (90)    MACs per cycle per SM for each wgmma shape and operand layout (bench/wgmma_rates.py: m64n64 / n80 /
 #                       n128 / n256, K-major or MN-major A and B, A from registers)
-# A step's budget is a hard limit (SIGKILL); what it wrote by then is still packed.
+# A step's budget is a hard limit (SIGKILL); what it wrote by then is still packed. ROUND_ONE_TAR=1 packs all of $OUT
+# into one round.tar.gz at the end (a device call brings back only a few files).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_round_out}
 mkdir -p "$OUT"
@@ -62,12 +65,14 @@ rm -f /tmp/gpu_round.index
 
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560 [tuner-climb-bwd]=570
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590
-                   [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120)
+                   [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [fwd-tests]=150)
 
 run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
   local name=${1%%.*} s=$2 d=$3 tag=
   [ "$name" != "$1" ] && tag=_${1#*.}
   case $name in
+    fwd-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
+                 tests/workloads/test_attention_wgmma.py -k passes_and_is_fast ;;
     gpu-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
                  tests/tools/test_profile_gpu.py tests/tools/test_gpu_evaluator.py tests/workloads/test_fault_corpus.py \
                  tests/workloads/test_attention_bwd_wgmma.py tests/workloads/test_references.py ;;
@@ -138,3 +143,6 @@ for group in "$@"; do
 done
 echo; cat "$OUT/steps.txt"
 for name in "${names[@]}"; do echo "== $name (last lines)"; tail -n 25 "$OUT/$name.log"; done
+if [ -n "${ROUND_ONE_TAR:-}" ]; then  # everything in one file, for a call that brings back only a few
+  tar czf "$PWD/round.tar.gz" -C "$OUT" . && rm -rf "${OUT:?}"/* && mv "$PWD/round.tar.gz" "$OUT/"
+fi

@@ -164,8 +164,8 @@ MUTATIONS: list[Mutation] = [
                         else "store_rows16(dK, dk, 1.f, row0, D, lane)")),
     Mutation("bwd_dq_scale_missing",
              "the postprocess converts the fp32 dQ accumulator to bf16 without the softmax scale",
-             # v.x / v.z: the reference's postprocess; ev / od: dq_stmatrix's (a group's even and odd columns)
-             WRONG, r"((?:v|ev|od)\.[xyzw]) \* scale, ((?:v|ev|od)\.[xyzw]) \* scale", r"\1, \2"),
+             # v.x / v.z: the reference's postprocess
+             WRONG, r"(v\.[xyzw]) \* scale, (v\.[xyzw]) \* scale", r"\1, \2"),
     Mutation("bwd_dq_plain_store",
              "dQ partials are stored instead of reduce-added: each key block overwrites the others' contributions",
              WRONG, r"atomicAdd\(reinterpret_cast<float2\*>\(dst\), (make_float2\(dq\[j\], dq\[j \+ 1\]\))\);",

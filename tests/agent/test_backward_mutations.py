@@ -172,7 +172,7 @@ def test_the_mutants_assemble_with_wgmma_tma_and_no_spills(compiled):
 
 # The backward variants built and not measured yet (attention_bwd.md v16-v20): any of them may become the reference,
 # so every class must break it as it breaks the reference (the GPU re-verifies the rejections after a promotion).
-CANDIDATES = ("ds_stmatrix+head_groups", "dq_late+head_groups", "causal_skip+head_groups", "stats_wide+head_groups",
+CANDIDATES = ("ds_stmatrix+head_groups", "pre_plain+head_groups", "skip_plain+head_groups", "dq_late+head_groups", "causal_skip+head_groups", "stats_wide+head_groups",
               "pre_wide+head_groups")
 
 

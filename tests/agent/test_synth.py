@@ -97,8 +97,10 @@ def test_wgmma_attention_mutations_change_exactly_their_lines():
     assert {"pv_operand_not_transposed", "softmax_max_not_reduced", "row_sum_not_reduced", "missing_wgmma_fence",
             "wrong_softmax_scale"} <= set(found)
     pv = found["pv_operand_not_transposed"]  # both register-A forms (N = 128 and N = 64) lose imm-trans-b
-    assert source.count("p, 1, 1, 1;") == 2 and pv.count("p, 1, 1, 1;") == 0 and pv.count("p, 1, 1, 0;") == 2
-    # nothing else moves (the shared-memory Q K^T wgmma comes from ptxbench/wgmma.cuh, outside the source)
+    # (q_regs' register-A Q K^T form is already K-major, "p, 1, 1, 0;", and stays as it is)
+    assert source.count("p, 1, 1, 1;") == 2 and pv.count("p, 1, 1, 1;") == 0
+    assert pv.count("p, 1, 1, 0;") == source.count("p, 1, 1, 0;") + 2
+    # nothing else moves
     assert sum(a != b for a, b in zip(source.splitlines(), pv.splitlines())) == 2
     dropped = set(source.splitlines()) - set(found["softmax_max_not_reduced"].splitlines())
     assert dropped == {"  x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));",

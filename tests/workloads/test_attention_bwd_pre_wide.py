@@ -53,3 +53,21 @@ def test_pre_wide_assembles_with_16_byte_accesses():
     ops = sass_ops(fast_backward(get_workload("mha_bwd_d128"), variant_text("pre_wide+head_groups")), "attn_bwd_pre")
     assert sum(o.startswith("LDG.E.128") for o in ops) == 4 and sum(o.startswith("STG.E.128") for o in ops) == 4, \
         [o for o in ops if o.startswith(("LDG", "STG"))]
+
+
+def test_pre_plain_is_pre_wide_writing_row_by_row():
+    """pre_plain (on ds_stmatrix, whose main kernel reads L2 / Dr in the rows' order): pre_wide's kernel with the
+    stats_wide index replaced by the row itself, its grid, and the main kernels ds_stmatrix's instruction for
+    instruction."""
+    text = variant_text("pre_plain+head_groups")
+    pre = text[text.index("// attn_bwd_pre (pre_plain)"):text.index("// attn_bwd_post")]
+    assert "const int prow = row;" in pre and "t4 / 2" not in pre and 'grid = ["cdiv(B * H * S, 32)"]' in text
+    r = compile_source(fast_backward(get_workload("mha_bwd_d128"), text), "cuda", "sm_90a")
+    base = compile_source(fast_backward(get_workload("mha_bwd_d128"), variant_text("ds_stmatrix+head_groups")), "cuda",
+                          "sm_90a")
+    assert r.status == "ok" and not r.warnings
+    for name, k in r.kernels.items():
+        if name.startswith("attn_bwd_wgmma"):
+            assert k.sass_opcodes == base.kernels[name].sass_opcodes, name
+    pre = r.kernels["attn_bwd_pre"]
+    assert pre.sass_opcodes.get("LDG") == 6 and pre.sass_opcodes.get("STG") == 8 and pre.spill_stores == 0

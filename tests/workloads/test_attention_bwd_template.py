@@ -47,7 +47,7 @@ def test_every_variant_is_a_point_the_reference_is_the_default_and_the_checked_i
     # tiles_d96 is dq_tiles + q128_d64 + D = 96's k-steps + the wide epilogue: level or faster at every D on the H200,
     # bench/results/attention_bwd.md v6-v13)
     bases = {"bulk_dq_s3", "bulk_dq_d64", "dq_tiles", "tiles_d96", "st_ahead", "st_uniform"}
-    unmeasured = {"ds_stmatrix", "dq_late", "causal_skip", "stats_wide",  # built, predicted, not run
+    unmeasured = {"ds_stmatrix", "pre_plain", "skip_plain", "dq_late", "causal_skip", "stats_wide",  # built, predicted, not run
                   "pre_wide"}  # (attention_bwd.md v16-v20)
     assert sorted(builds | bases | candidates | unmeasured) == sorted(VARIANTS)
     for key, name in bt.BUILT.items():

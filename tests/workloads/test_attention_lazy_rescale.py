@@ -108,7 +108,9 @@ def test_the_vote_moves_the_pv_wait_ahead_of_the_softmax():
     rounds 4-6: the skipped O rescale is worth more than the overlap), so this pins the trade, not a defect."""
     w = get_workload("mha_fwd_d128")
     under = {r: _exponentials_under_pv(at.default_params(w).model_copy(update={"rescale": r, "uniform": False,
-                                                                                          "early_pack": False}))
+                                                                                          "early_pack": False,
+                                                                                          "split_max": False,
+                                                                                          "q_regs": False}))
              for r in ("always", "lazy")}
     assert under["always"] >= 48 and under["lazy"] < under["always"], under
     assert at.validate(at.params_for(w, rescale="lazy_max"))  # measured slower than always and deleted
@@ -121,7 +123,8 @@ def test_early_pack_keeps_the_lazy_softmax_under_the_pv_product(wid):
     that product again, with no more instructions and no spills; it is left out of a dump at its default and refused
     without the lazy rescale (there is no branch to move ahead of). Measured faster (round 8), so TUNED sets it."""
     w = get_workload(wid)
-    early = at.default_params(w).model_copy(update={"split_rows": False})  # the point round 8 measured it on
+    early = at.default_params(w).model_copy(update={"split_rows": False, "split_max": False,  # the point round 8
+                                                    "q_regs": False})                         # measured it on
     assert early.rescale == "lazy" and early.early_pack
     lazy = early.model_copy(update={"early_pack": False})
     assert "early_pack" not in lazy.model_dump()

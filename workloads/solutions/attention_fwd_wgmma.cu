@@ -35,7 +35,7 @@ dims = ["D", "B * H * S"]
 box = [64, 64]
 swizzle = "128B"
 */
-// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 24, 'rescale': 'lazy', 'uniform': True, 'early_pack': True}
+// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 24, 'rescale': 'lazy', 'uniform': True, 'early_pack': True, 'split_max': True, 'q_regs': True}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -222,12 +222,20 @@ __device__ __forceinline__ void issue_pv(float (&o)[ON / 2], const uint32_t (&p)
 // keeps its max (finite: tile 0 always holds key 0, which no row masks) and adds zeros.
 __device__ __forceinline__ void softmax_tile(float (&s)[SN], float sl2, float& m0, float& m1, float& l0, float& l1,
                                              float& a0, float& a1) {
-  float x0 = s[0], x1 = s[2];
+  // split_max: each row's max as four independent chains (4-column group j / 4 goes to chain (j / 4) % 4)
+  float mx0[4], mx1[4];
 #pragma unroll
-  for (int j = 0; j < SN; j += 4) {
-    x0 = fmaxf(x0, fmaxf(s[j], s[j + 1]));
-    x1 = fmaxf(x1, fmaxf(s[j + 2], s[j + 3]));
+  for (int q = 0; q < 4; ++q) {
+    mx0[q] = fmaxf(s[4 * q], s[4 * q + 1]);
+    mx1[q] = fmaxf(s[4 * q + 2], s[4 * q + 3]);
   }
+#pragma unroll
+  for (int j = 16; j < SN; j += 4) {
+    mx0[(j / 4) % 4] = fmaxf(mx0[(j / 4) % 4], fmaxf(s[j], s[j + 1]));
+    mx1[(j / 4) % 4] = fmaxf(mx1[(j / 4) % 4], fmaxf(s[j + 2], s[j + 3]));
+  }
+  float x0 = fmaxf(fmaxf(mx0[0], mx0[1]), fmaxf(mx0[2], mx0[3]));
+  float x1 = fmaxf(fmaxf(mx1[0], mx1[1]), fmaxf(mx1[2], mx1[3]));
   // the four threads of a quad hold the same two rows
   x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
   x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
@@ -272,6 +280,41 @@ __device__ __forceinline__ void pack_p(const float (&s)[SN], uint32_t (&p)[PN]) 
   for (int i = 0; i < PN; ++i) p[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
 }
 
+// q_regs: D[64 x 128] (+)= A[64 x 16] (registers: bf16 pairs a0..a3) * B[128 x 16]^T (K-major, imm-trans-b 0)
+__device__ __forceinline__ void wgmma_rs_kmajor(float (&d)[SN], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %69, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(scale_d));
+}
+
+constexpr int QF = 4 * (HD / 16);  // q_regs: Q's A-fragment registers (4 per k16 step)
+
+// q_regs: this consumer's 64 Q rows as wgmma A fragments, once. ldmatrix.x4 matrix m = lane / 8 is rows + 8 (m % 2),
+// 16-byte chunk m / 2 of the k16 step: registers a0..a3 of the m64k16 A fragment (rows r / r + 8, k 0-7 / 8-15).
+__device__ __forceinline__ void load_q_frag(uint32_t (&qf)[QF], const uint8_t* q, int t) {
+  const int lane = t % 32, row = 16 * (t / 32) + lane % 8 + 8 * ((lane / 8) % 2);
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    const uint8_t* a = q + (kk / 4) * Q_SLAB + row * 128 + (((2 * (kk % 4) + lane / 16) ^ (row % 8)) << 4);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(qf[4 * kk]), "=r"(qf[4 * kk + 1]), "=r"(qf[4 * kk + 2]), "=r"(qf[4 * kk + 3])
+                 : "r"(smem_u32(a)));
+  }
+}
+
+// q_regs: S = Q K^T with Q from registers: HD / 16 k16 steps, K's descriptor as issue_qk's.
+__device__ __forceinline__ void issue_qk_rs(float (&s)[SN], const uint32_t (&qf)[QF], const uint8_t* k) {
+  const uint64_t dk = make_desc_sw128(k);
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    const uint64_t ko = (kk / 4) * (KV_SLAB >> 4) + 2 * (kk % 4);
+    wgmma_rs_kmajor(s, qf[4 * kk], qf[4 * kk + 1], qf[4 * kk + 2], qf[4 * kk + 3], dk + ko, kk != 0);
+  }
+}
+
 // A consumer warpgroup's view of the CTA: its Q rows, the ring, its softmax state.
 struct Consumer {
   const uint8_t* sQc;  // the warpgroup's 64 rows inside each Q slab
@@ -286,6 +329,7 @@ struct Consumer {
   int S;
   float sl2;
   float m0, m1, l0, l1;
+  uint32_t qf[QF];  // q_regs: Q's A fragments
 };
 
 // The last key of key tile j that this thread's first row may see, relative to the tile. Causal: the query
@@ -304,7 +348,7 @@ __device__ __forceinline__ void consumer_step(int j, Consumer& w, float (&s)[SN]
   mbar_wait(&w.fullV[sp], ((j - 1) / STAGES) & 1);
   turn_wait(w.c);
   wgmma_fence();
-  issue_qk(s, w.sQc, w.sK + st * KV_BYTES);  // S_j = Q K_j^T
+  issue_qk_rs(s, w.qf, w.sK + st * KV_BYTES);  // S_j = Q K_j^T
   wgmma_commit();
   issue_pv(o, p, w.sV + sp * KV_BYTES);      // O += P_{j-1} V_{j-1}
   wgmma_commit();
@@ -452,11 +496,12 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
     if (PINGPONG && c == CONSUMERS - 1) turn_pass(c);  // consumer 0 issues first
 
     mbar_wait(fullQ, 0);
+    load_q_frag(w.qf, w.sQc, t);  // q_regs
     // tile 0: S only
     mbar_wait(&fullK[0], 0);
     turn_wait(c);
     wgmma_fence();
-    issue_qk(s, w.sQc, sK);
+    issue_qk_rs(s, w.qf, sK);
     wgmma_commit();
     turn_pass(c);
     wgmma_wait<0>();

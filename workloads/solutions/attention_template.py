@@ -17,7 +17,6 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .attention_softmax import EARLY_PACK, LAZY_EDITS, SPLIT_MAX, SPLIT_ROWS, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
-from .attention_diag import dead_tile, diag_half
 from .attention_qregs import q_regs_edits
 from .template_text import replace_counted, uniform_index_edit, without_default_options
 
@@ -81,11 +80,6 @@ class AttnParams(BaseModel):
     q_regs: bool = Field(False, description="each consumer's Q rows loaded once into registers as wgmma A fragments "
                          "(ldmatrix), S = Q K^T issued with A from registers: no Q bytes read from shared memory per "
                          "key tile (4 x D / 16 registers)")
-    dead_tile: bool = Field(False, description="causal, ping-pong, 3 consumers, bn = 96: consumer 0's last key tile of "
-                            "each query tile (wholly past its rows) skips its S, softmax and P V, keeping its waits, "
-                            "releases and turns")
-    diag_half: bool = Field(False, description="causal, 2 consumers, bn = 128: on the diagonal key tile consumer 0 (whose "
-                            "rows see none of its last 64 keys) computes S as m64n64 and P V over 4 of the 8 k16 steps")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -145,10 +139,10 @@ OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "uniform": [False, True],  # measured faster (round 6): TUNED sets it
                                   "early_pack": [False, True],  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
                                   "split_rows": [False, True],  # round 10: -0.7 to -1.0% at three points, TUNED sets it there
-                                  "split_max": [False, True],  # not measured yet (round 11)
-                                  "diag_half": [False, True],  # not measured yet (round 12)
-                                  "q_regs": [False, True],  # not measured yet (round 13)
-                                  "dead_tile": [False, True]}  # not measured yet (round 14)
+                                  "split_max": [False, True],  # rounds 11, 13: with q_regs -1.2 to -1.6% at D = 128
+                                  "q_regs": [False, True]}  # round 13: -0.6 to -1.4% at the causal points, in TUNED
+# diag_half (consumer 0's causal diagonal tile halved) and dead_tile (D = 64 causal's wholly masked tile skipped)
+# measured +1.4-2.3% and +9.5% slower (rounds 12-14) and were deleted.
 # persistent=True (one CTA per SM walking the query tiles) lost at every point of round 9 (attention_template.md) and
 # was deleted.
 HEAD_DIMS = (64, 96, 128)
@@ -237,18 +231,21 @@ def problem_of(workload: Any | None) -> dict[str, Any]:
 # 6), D = 96 causal -2.5%, GQA -2.2% (round 7); it lost 1.1% under GQA causal's ping-pong, which keeps the plain index.
 # (r10): split_rows beat the same point by kernel time at D = 128 causal (-0.7%, twice), D = 96 causal (-1.0%) and GQA
 # (-1.0%, twice); it lost at D = 128 (+1.1%, twice), D = 96 (+0.8%) and GQA causal (+0.7%, twice), level at D = 64.
+# (r13): q_regs (Q's A fragments in registers) beat the same point by kernel time at D = 128 causal (-1.3%, -1.4%), D = 96
+# causal (-0.6%, twice) and D = 64 causal (-0.8%, -0.9%), and at D = 128 with split_max (-1.2%, -1.6%), where neither
+# gained alone; level or +0.3-0.8% at D = 128 and D = 96 alone, GQA and GQA causal, which keep their points.
 # Unlisted problems keep the plain point.
 TUNED: dict[tuple[int, bool, bool], dict[str, Any]] = {
     (128, False, False): {"epilogue": "tma", "rescale": "lazy", "uniform": True,
-                          "early_pack": True},                                               # 2.258 ms, 1.079x (r8)
+                          "early_pack": True, "split_max": True, "q_regs": True},             # 2.248 ms, 1.087-1.121x (r13)
     (128, True, False): {"epilogue": "tma", "lpt_group": 8, "rescale": "lazy", "uniform": True,
-                         "early_pack": True, "split_rows": True},                            # 1.261 ms, 1.067x (r10)
+                         "early_pack": True, "split_rows": True, "q_regs": True},            # 1.256 ms, 1.082-1.135x (r13)
     (64, False, False): {"consumers": 3, "schedule": "pingpong", "epilogue": "tma"},         # 1.533 ms, 1.165x
     (64, True, False): {"consumers": 3, "bn": 96, "schedule": "pingpong", "epilogue": "tma",
-                        "lpt_group": 8},                                                     # 0.932 ms, 1.010x
+                        "lpt_group": 8, "q_regs": True},                                     # -0.8% (r13)
     (96, False, False): {"epilogue": "tma", "rescale": "lazy", "uniform": True},             # 2.070 ms, 1.134x (r6)
     (96, True, False): {"epilogue": "tma", "lpt_group": 8, "rescale": "lazy", "uniform": True,
-                        "early_pack": True, "split_rows": True},                             # 1.139 ms, 1.146x (r10)
+                        "early_pack": True, "split_rows": True, "q_regs": True},             # -0.6% (r13)
     (128, False, True): {"epilogue": "tma", "rescale": "lazy", "uniform": True,
                          "early_pack": True, "split_rows": True},                            # 1.490 ms, 1.091x (r10)
     (128, True, True): {"schedule": "pingpong", "epilogue": "tma", "lpt_group": 4,
@@ -330,12 +327,6 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
                    "thresholds and vote spilled registers at 160-192 keys)")
     if p.split_max and p.split_rows:
         bad.append("split_max is split_rows without its split sums: set one of them")
-    if p.diag_half and not (p.causal and p.schedule == "cooperative" and p.consumers == 2 and p.bn == 128):
-        bad.append("diag_half halves consumer 0's diagonal tile: it is built for causal, cooperative, 2 consumers and "
-                   "bn = 128 (128 query rows, 128-key tiles: the diagonal is the only masked tile)")
-    if p.dead_tile and not (p.causal and p.schedule == "pingpong" and p.consumers == 3 and p.bn == 96):
-        bad.append("dead_tile skips consumer 0's last key tile: it is built for causal, ping-pong, 3 consumers and bn = 96 "
-                   "(192 query rows in two 96-key tiles: exactly one tile wholly past consumer 0's rows)")
     if p.early_pack and p.rescale != "lazy":
         bad.append("early_pack moves P's packing ahead of the lazy rescale's branch; without rescale='lazy' there is "
                    "no branch (the exponentials already run under the P V product)")
@@ -432,10 +423,6 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
     if p.split_max:  # the row max alone as four chains
         for old, new in SPLIT_MAX:
             body = replace_counted(body, old, new, "attention_template.cu.in (split_max)")
-    if p.diag_half:  # consumer 0's diagonal tile over its 64 keys
-        body = diag_half(body)
-    if p.dead_tile:  # consumer 0's key tile past its rows skipped
-        body = dead_tile(body)
     if p.q_regs:  # Q's A fragments in registers, S by register-A wgmma
         for old, new in q_regs_edits(p.bn):
             body = replace_counted(body, old, new, "attention_template.cu.in (q_regs)")

@@ -67,6 +67,19 @@ PRE_GRID = ('kernel = "attn_bwd_pre"\ngrid = ["cdiv(B * H * S, 8)"]',
             'kernel = "attn_bwd_pre"\ngrid = ["cdiv(B * H * S, 32)"]  # pre_wide: 32 rows a block')
 
 
-def pre_wide(text: str) -> str:
-    """`text` (stats_wide's, or one built on it) with the preprocess replaced by PRE_KERNEL."""
-    return replace_span(text, *PRE_SPAN, PRE_KERNEL, "pre_wide")
+# pre_plain: the same kernel writing L2 / Dr row by row, the layout the main kernel reads without stats_wide
+WIDE_INDEX = """    // stats_wide's layout: row 8 a + 2 t + e of each 64-row block at 16 t + 4 ((a / 2) ^ (t / 2)) + 2 (a % 2) + e
+    const int col = row % 64, ga = col / 8, t4 = (col % 8) / 2;
+    const int prow = row - col + 16 * t4 + 4 * ((ga / 2) ^ (t4 / 2)) + 2 * (ga % 2) + col % 2;
+"""
+PLAIN_INDEX = "    const int prow = row;  // pre_plain: the rows' own order\n"
+
+
+def pre_wide(text: str, stats_layout: bool = True) -> str:
+    """`text` with the preprocess replaced by PRE_KERNEL: L2 / Dr in stats_wide's layout (on stats_wide or a variant
+    built on it), or with `stats_layout=False` row by row (pre_plain, on a main kernel that reads them so)."""
+    kernel = PRE_KERNEL if stats_layout else PRE_KERNEL.replace(WIDE_INDEX, PLAIN_INDEX).replace(
+        "(pre_wide)", "(pre_plain)")
+    if (PLAIN_INDEX if not stats_layout else WIDE_INDEX) not in kernel:
+        raise ValueError("pre_plain: the preprocess's L2 / Dr index is not where the variant expects it")
+    return replace_span(text, *PRE_SPAN, kernel, "pre_plain" if not stats_layout else "pre_wide")

@@ -3,7 +3,7 @@ another variant, `_on`) and variant_text, which renders a variant, alone or in a
 from __future__ import annotations
 
 from .block_d96 import D96_ENTRIES, D96_KSTEPS, STACK_D96
-from .block_causal_skip import CAUSAL_SKIP
+from .block_causal_skip import CAUSAL_SKIP, CAUSAL_SKIP_PLAIN
 from .block_ds_stmatrix import DS_STMATRIX
 from .block_stats_wide import STATS_WIDE
 from .block_on_st_ahead import DQ_STATIC, DV_EARLY, UNIFORM_C
@@ -49,6 +49,13 @@ VARIANTS = {
     "st_static": _on("st_uniform", "st_static", "the dQ tile's width known to ptxas in the 128-wide block", DQ_STATIC),
     "ds_stmatrix": _on("st_static", "ds_stmatrix", "the 128-wide block's dS^T tile written by stmatrix.x4 (a quarter of "
                        "the shared-memory store instructions)", DS_STMATRIX),
+    # on ds_stmatrix without stats_wide's layout or dq_late (each slower at D = 128 on the H200, attention_bwd.md v21)
+    "pre_plain": lambda text: pre_wide(_on(
+        "ds_stmatrix", "pre_plain", "pre_wide's preprocess (16-byte accesses, 16 lanes a row, four rows a warp) writing "
+        "L2 / Dr row by row", [PRE_GRID])(text), stats_layout=False),
+    "skip_plain": _on("pre_plain", "skip_plain", "causal_skip's dead block without dq_late (consumer 1's first block of "
+                      "each causal key block: only its dQ products over consumer 0's keys, its tile sent by itself)",
+                      CAUSAL_SKIP_PLAIN),
     # the stack on ds_stmatrix: stats_wide -> pre_wide -> dq_late -> causal_skip
     "stats_wide": _on("ds_stmatrix", "stats_wide", "L2 and Dr in 16-byte loads from a layout the preprocess writes for "
                       "them (four ld.shared.v4 per array and block instead of eight ld.shared.v2)", STATS_WIDE),
