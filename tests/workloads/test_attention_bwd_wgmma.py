@@ -103,13 +103,14 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "dv_uniform+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
                 # dq_static: dv_uniform with the dQ tile's stores straight-line (no per-store branch)
                 "dq_static": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
-                # st_uniform / st_static (the reference): st_ahead's order with the uniform index, then dq_static's stores
+                # st_uniform / st_static: st_ahead's order with the uniform index, then dq_static's stores
                 "st_uniform": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
                 "st_static": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
                 "st_static+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
                 # ds_stmatrix: the dS^T tile by 4 stmatrix.x4 (the dQ tile's 16 STS stay)
                 "ds_stmatrix+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
-                # pre_plain: ds_stmatrix with pre_wide's preprocess writing L2 / Dr row by row (main kernel ds_stmatrix's)
+                # pre_plain (the reference): ds_stmatrix with pre_wide's preprocess writing L2 / Dr row by row (main kernel
+                # ds_stmatrix's)
                 "pre_plain+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
                 # skip_plain: the non-causal kernel is pre_plain's (the causal ones: test_attention_bwd_causal_skip.py)
                 "skip_plain+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},

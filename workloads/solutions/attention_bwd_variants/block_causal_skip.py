@@ -110,47 +110,35 @@ CAUSAL_SKIP = [ADD_FUNCTION, DQ_PRODUCT, FIRST_ST]
 
 
 
-# skip_plain: the dead block with st_static's dQ tail (no dq_late before it)
-DEAD_BLOCK_PLAIN = r"""
-// skip_plain: consumer 1's first block of a causal key block. Its keys are past every query row of the block (P = dS
-// = 0), so it has no S^T, dP^T, exponentials, dV / dK or dS^T rows; it meets consumer 0 on the block's barrier,
-// releases the stage and adds its dQ column half over consumer 0's keys, as consumer_block_pf's tail does.
-template <int HD, bool CAUSAL, int KD>
-__device__ __forceinline__ void consumer_block_dead(bool has_next, int q0, int c, int t, const uint8_t* sK,
-                                                    const uint8_t* sQ0, uint8_t* sdS, uint64_t* fullQ,
-                                                    uint64_t* fulldO, uint64_t* empty, float (&s)[32],
-                                                    float* __restrict__ dq_rows, int D, float* sdQ) {
-  constexpr int NS = Stages<HD>::N, QT = 2 * QSLAB;
-  const int lane = t % 32;
-  mbar_wait(&fulldO[0], 0);    // as the live block: the stage's phases stay in step for both consumers
-  named_barrier_sync(1, 256);  // consumer 0's dS^T rows are in buffer 0 (nothing of this consumer's is pending)
-  if (lane == 0) mbar_arrive(&empty[0]);
-
-  float dq[32];
-  const uint64_t da = desc_mn(sdS, 0), dbk = desc_mn(sK + c * KSLAB, 0);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) wgmma_ss_tt(dq, da + kk * (2048 >> 4), dbk + kk * (2048 >> 4), kk != 0);
-  wgmma_commit();
-  if (has_next) {  // the next block's S^T, behind dQ in the tensor pipe
-    mbar_wait(&fullQ[1 % NS], (1 / NS) & 1);
-    issue_nt<HD, 64, KD>(s, sK + c * 64 * 128, sQ0 + (1 % NS) * QT);
-    wgmma_commit();
-    wgmma_wait<1>();
-  } else {
-    wgmma_wait<0>();
-  }
-  wgmma_fence_regs(dq);
+# skip_plain: the same dead block with st_static's dQ tail (no dq_late before it): nothing to publish at the barrier,
+# and its own tile stored, fenced and sent at the end
+_PLAIN_EDITS = [
+    ("// causal_skip: consumer 1's first block", "// skip_plain: consumer 1's first block"),
+    ("float* sdQ, float*& pending) {", "float* sdQ) {"),
+    ("""  // dq_late's publication (nothing is pending before the first block)
+  fence_proxy_async();
+  named_barrier_sync(1, 256);  // consumer 0's dS^T rows are in buffer 0
   const int W = KD == 128 || c == 0 ? 64 : 32;
   float* tile = sdQ + c * BM * 64;
-  const int r = 16 * (t / 32) + lane / 4, col0 = 2 * (lane % 4);  // this thread's rows and first column
-  if (W == 64) store_dq_tile<64>(tile, dq, r, col0);
-  else store_dq_tile<32>(tile, dq, r, col0);
-  fence_proxy_async();
+  if (t == 0 && pending != nullptr) bulk_reduce_add(pending, tile, BM * W * 4);
+""", """  named_barrier_sync(1, 256);  // consumer 0's dS^T rows are in buffer 0 (nothing of this consumer's is pending)
+"""),
+    ("""  if (t == 0) bulk_wait_read();
+  named_barrier_sync(3 + c, 128);
+  const int r""", """  const int W = KD == 128 || c == 0 ? 64 : 32;
+  float* tile = sdQ + c * BM * 64;
+  const int r"""),
+    ("""  pending = dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c;
+}""", """  fence_proxy_async();
   named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
   if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c, tile, BM * W * 4);
-}
-"""
+}"""),
+]
+DEAD_BLOCK_PLAIN = DEAD_BLOCK
+for _old, _new in _PLAIN_EDITS:
+    if DEAD_BLOCK_PLAIN.count(_old) != 1:
+        raise ValueError(f"skip_plain: {_old[:40]!r} is not in causal_skip's dead block once")
+    DEAD_BLOCK_PLAIN = DEAD_BLOCK_PLAIN.replace(_old, _new)
 
 _BLOCK_END = ("  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c, tile, BM * W * 4);\n}\n")
 ADD_FUNCTION_PLAIN = (_BLOCK_END, _BLOCK_END + DEAD_BLOCK_PLAIN)
