@@ -1,7 +1,7 @@
 """The knowledge pack's "Measured on the H200" section (issue 14, item 4), checked as the pack spells it.
 
-- every PTX instruction line of the section (the quad's shuffle, the 16-byte store) assembles for sm_90a as
-  written, into the SASS it names;
+- every PTX instruction line of the section (the quad's shuffle, the 16-byte store, Q's ldmatrix) assembles for
+  sm_90a as written, into the SASS it names;
 - its figures are the ones bench/results records for those kernels.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from ptxbench.tools.compile import compile_source
 from pack_sections import instructions, opcode_key, section
 
 SECTION = section("Measured on the H200")
-EXPECTED = {"shfl.sync.idx": "SHFL", "st.global.v4": "STG"}
+EXPECTED = {"shfl.sync.idx": "SHFL", "st.global.v4": "STG", "ldmatrix": "LDSM"}
 
 
 def test_the_section_spells_every_instruction_it_teaches():
@@ -22,9 +22,9 @@ def test_each_instruction_line_assembles_as_written():
     lines = instructions(SECTION)
     entries = []
     for i, line in enumerate(lines):
-        entries += [f".visible .entry k{i}(.param .u64 out)", ".reqntid 128, 1, 1", "{", "  .reg .b32 %r<5>;",
+        entries += [f".visible .entry k{i}(.param .u64 out)", ".reqntid 128, 1, 1", "{", "  .reg .b32 %r<6>;",
                     "  .reg .b64 %rd<2>;", "  ld.param.u64 %rd1, [out];", "  cvta.to.global.u64 %rd1, %rd1;",
-                    *[f"  mov.u32 %r{k}, %tid.x;" for k in range(1, 5)], f"  {line}",
+                    *[f"  mov.u32 %r{k}, %tid.x;" for k in range(1, 6)], f"  {line}",
                     "  st.global.u32 [%rd1], %r1;", "  ret;", "}"]  # the shuffle's result is used
     ptx = "\n".join([".version 8.0", ".target sm_90a", ".address_size 64", *entries, ""])
     r = compile_source(ptx, "ptx", "sm_90a")
@@ -54,3 +54,8 @@ def test_its_figures_are_the_recorded_ones():
     assert "-2% forward" in SECTION and "-2.0% at D = 128, -2.1% at D = 96" in fwd
     assert "-1.8 to -4.4% backward" in SECTION and "a further -1.8% at D = 128" in bwd and "-4.4% / -4.3% at D = 96" in bwd
     assert "cost 1-4%" in SECTION and "+1.1%" in fwd and "+3.3% / +4.0%" in bwd
+    # the stmatrix dS^T tile and the 16-byte preprocess (attention_bwd.md v16-v22), q_regs (rounds 13, 15)
+    assert "-1.1\n  to -1.7%" in SECTION and "ds_stmatrix -1.1 to -1.7% everywhere" in bwd
+    assert "-0.3 to -1.5%" in SECTION and "-0.3 to -1.5% at the 128-wide points" in bwd
+    assert "-0.6 to -1.4% causal" in SECTION and "-1.4%" in fwd and "-0.6%" in fwd
+    assert "cost 3.5%" in SECTION and "2.3141 (+3.5%)" in fwd and "ping-pong 5.5-5.9%" in SECTION and "(+5.9%)" in fwd
