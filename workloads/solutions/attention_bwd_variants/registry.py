@@ -13,6 +13,7 @@ from .block_wide_epilogue import WIDE_EPILOGUE
 from .dq_bulk import BULK_DQ_D64, bulk_dq, bulk_dq_s3
 from .dq_decoupled import decoupled
 from .dq_late import DQ_LATE
+from .late_d96 import late_d96
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .pre_wide import PRE_GRID, pre_wide
 from .dq_tiles import DQ_TILES
@@ -56,6 +57,8 @@ VARIANTS = {
     "skip_plain": _on("pre_plain", "skip_plain", "causal_skip's dead block without dq_late (consumer 1's first block of "
                       "each causal key block: only its dQ products over consumer 0's keys, its tile sent by itself)",
                       CAUSAL_SKIP_PLAIN),
+    "late_d96": lambda text: late_d96(_on(
+        "pre_plain", "late_d96", "dq_late's block and causal_skip's dead block in the D = 96 entry points only", [])(text)),
     # the stack on ds_stmatrix: stats_wide -> pre_wide -> dq_late -> causal_skip
     "stats_wide": _on("ds_stmatrix", "stats_wide", "L2 and Dr in 16-byte loads from a layout the preprocess writes for "
                       "them (four ld.shared.v4 per array and block instead of eight ld.shared.v2)", STATS_WIDE),
