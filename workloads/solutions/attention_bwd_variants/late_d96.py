@@ -10,22 +10,16 @@ the D = 128 entry points keep pre_plain's block instruction for instruction.
 from __future__ import annotations
 
 from .block_causal_skip import DEAD_BLOCK, DQ_PRODUCT
+from .block_st_ahead import ST_AHEAD_LOOP_NEW
 from .dq_late import LEAVE, PUBLISH, SIGNATURE, STORE
 from .edits import apply_edits
 
 BLOCK_START = "template <int HD, bool CAUSAL, int KD>\n__device__ __forceinline__ void consumer_block_pf("
 
-LOOP = ("""      wgmma_fence();
-      issue_nt<HD, 64, KD>(s, sK + c * 64 * 128, sQ);  // S^T of the first block
-      wgmma_commit();
-      for (int it = 0; it < n_iter; ++it) {
-        const int head = (GQA ? bkv * group : bkv) + it / per_head;
-        const int q0 = (q_first + it % per_head) * QR;
-        consumer_block_pf<HD, CAUSAL, KD>(it, it + 1 < n_iter, q0, key0, c, t, sK, sV, sQ, sdO, sL2, sDr, sdS, fullQ,
-                                          fulldO, empty, s, dv, dk, dQacc + static_cast<size_t>(head) * S * D, D,
-                                          sl2, sdQ);
-      }
-""", """      constexpr bool LATE = KD == 96;  // late_d96: dq_late's block and the dead causal block at D = 96 only
+# st_ahead's consumer loop of the 128-wide kernels (its first S^T, then the blocks), quoted from the variant that wrote it
+_ST_AHEAD_LOOP = ST_AHEAD_LOOP_NEW[ST_AHEAD_LOOP_NEW.index("      wgmma_fence();"):ST_AHEAD_LOOP_NEW.index("    } else {")]
+
+LOOP = (_ST_AHEAD_LOOP, """      constexpr bool LATE = KD == 96;  // late_d96: dq_late's block and the dead causal block at D = 96 only
       if (!(LATE && CAUSAL) || c == 0) {  // D = 96 causal: consumer 1's first block is dead
         wgmma_fence();
         issue_nt<HD, 64, KD>(s, sK + c * 64 * 128, sQ);  // S^T of the first block
