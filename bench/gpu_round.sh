@@ -144,5 +144,6 @@ done
 echo; cat "$OUT/steps.txt"
 for name in "${names[@]}"; do echo "== $name (last lines)"; tail -n 25 "$OUT/$name.log"; done
 if [ -n "${ROUND_ONE_TAR:-}" ]; then  # everything in one file, for a call that brings back only a few
-  tar czf "$PWD/round.tar.gz" -C "$OUT" . && rm -rf "${OUT:?}"/* && mv "$PWD/round.tar.gz" "$OUT/"
+  packed=$(mktemp -d) && tar czf "$packed/round.tar.gz" -C "$OUT" . && rm -rf "${OUT:?}"/* && mv "$packed/round.tar.gz" "$OUT/"
+  rmdir "$packed"
 fi

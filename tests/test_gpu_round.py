@@ -100,3 +100,22 @@ def test_a_tagged_step_runs_beside_its_untagged_twin_with_its_own_settings_and_f
     assert seen["bwd-variants"][3][:2] == ("bwd-variants", "none") and seen["bwd-variants.b"][3][:2] == ("bwd-variants", "_b")
     assert seen["bwd-variants.b"][3][2].endswith("/bwd-variants.b") and seen["bwd-variants.b"][0] == "1"
     assert max(v[1] for v in seen.values()) < min(v[2] for v in seen.values())
+
+
+def test_round_one_tar_brings_everything_back_in_one_file(tmp_path):
+    """ROUND_ONE_TAR=1: after the steps, all of $OUT (each step's log and archive, steps.txt) is one round.tar.gz."""
+    import tarfile
+
+    body = ROUND[ROUND.index("case $name in"):ROUND.index("esac") + len("esac")]
+    script = tmp_path / "round.sh"
+    script.write_text(ROUND.replace(body, 'case $name in *) echo "ran $name" > "$d/out.txt" ;; esac')
+                      .replace("source bench/gpu_env.sh || exit 1", ":"))
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(script), "bwd:20", "attn-sweep:20"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OUT": str(out),
+                                        "PYTHONPATH": "", "HOME": str(tmp_path), "ROUND_ONE_TAR": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [p.name for p in out.iterdir()] == ["round.tar.gz"]
+    with tarfile.open(out / "round.tar.gz") as tar:
+        names = {n.lstrip("./") for n in tar.getnames()}
+    assert {"steps.txt", "bwd.log", "bwd.tar.gz", "attn-sweep.log", "attn-sweep.tar.gz", "gpu.txt"} <= names
