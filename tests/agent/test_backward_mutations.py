@@ -173,7 +173,7 @@ def test_the_mutants_assemble_with_wgmma_tma_and_no_spills(compiled):
 # The backward variants measured faster than the reference somewhere (attention_bwd.md v21-v22: dq_late and the causal
 # skips at D = 96): any of them may become the reference, so every class must break it as it breaks the reference (the
 # GPU re-verifies the rejections after a promotion).
-CANDIDATES = ("late_d96+head_groups", "skip_plain+head_groups", "dq_late+head_groups", "causal_skip+head_groups")
+CANDIDATES = ("tail_split", "late_d96+head_groups", "skip_plain+head_groups", "dq_late+head_groups", "causal_skip+head_groups")
 
 
 @pytest.mark.parametrize("variant", CANDIDATES)

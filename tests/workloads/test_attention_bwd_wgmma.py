@@ -114,6 +114,9 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "pre_plain+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
                 # skip_plain: the non-causal kernel is pre_plain's (the causal ones: test_attention_bwd_causal_skip.py)
                 "skip_plain+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
+                # tail_split: pre_plain+head_groups with the last wave's key blocks cut into pieces (the order is in its
+                # text: named without one); one STS more: the last-piece flag
+                "tail_split": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 17},
                 # late_d96: pre_plain with dq_late's and causal_skip's blocks at D = 96 (the D = 128 kernel is pre_plain's)
                 "late_d96+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
                 # stats_wide: ds_stmatrix with L2 / Dr in 8 ld.shared.v4 instead of 16 ld.shared.v2

@@ -63,9 +63,13 @@ def backward_text(head_dim: int, causal: bool, gqa: bool, base: str | None = Non
         edits.append((smem.group(0) if smem else "smem = ", SMEM_D64))
     if gqa:  # one CTA per (key block, batch * KV head), the group argument, K / V over B * HKV * S rows
         grid = re.search(r'grid = \[[^\]\n]*"B \* H"[^\]\n]*\]', text)  # the main launch's (either order)
-        if grid is None:
+        tail = re.search(r'grid = \[[^\]\n]*\(B \* H\)[^\]\n]*\]', text)  # or one 1-D grid over (B * H) key blocks
+        if grid is None and tail is None:
             raise ValueError(f"{FAST_BACKWARD}: the plan has no grid over \"B * H\" to change")
-        edits.append((grid.group(0), grid.group(0).replace('"B * H"', '"B * HKV"')))
+        if grid is not None:
+            edits.append((grid.group(0), grid.group(0).replace('"B * H"', '"B * HKV"')))
+        else:  # and its head-count argument
+            edits += [(tail.group(0), tail.group(0).replace("(B * H)", "(B * HKV)")), ('"i32:(B * H)"', '"i32:(B * HKV)"')]
         edits.append(('"i32:D", "f32:scale"]', '"i32:D", "f32:scale", "i32:H // HKV"]'))
         edits += [(f'tensor = "{t}"\ndims = ["D", "B * H * S"]', f'tensor = "{t}"\ndims = ["D", "B * HKV * S"]')
                   for t in ("K", "V")]

@@ -1,0 +1,94 @@
+"""The backward's tail_split variant (workloads/solutions/attention_bwd_variants/tail_split.py): the main kernel's
+last wave cut into pieces. Checked here: a mirror of its decode gives every (key block, head, query block) to exactly
+one CTA at the main workloads' shapes and the smoke ones (every key block cut), the cut blocks are the last of
+head_groups' order and their pieces the last CTAs, each piece a contiguous part of its block's query loop (empty
+parts only where a causal block is shorter than its pieces); the plan's grid is that CTA count for every backward
+workload, GQA's over B * HKV; every kernel assembles without spills or wgmma serialisation; the partials are stored
+before the fence and the count, and read past L1 after it. Correctness and speed: the GPU (attention_bwd.md v24)."""
+from __future__ import annotations
+
+import pytest
+
+from ptxbench.tools.compile import compile_source
+from ptxbench.tools.solution.parse import parse_solution, resolve_plan
+from ptxbench.workloads.registry import get_workload, list_workloads
+from ptxbench.workloads.solutions.attention_backward import fast_backward
+from ptxbench.workloads.solutions.attention_bwd_variants.registry import variant_text
+from ptxbench.workloads.solutions.attention_bwd_variants.tail_split import DECODE, EPILOGUE, PIECES, RANGE
+
+BACKWARD = [w.id for w in list_workloads() if w.op == "mha_bwd"]
+HEAD_GROUP, BN = 4, 128
+
+
+def _decode(bx: int, n_kb: int, kv_heads: int, nsm: int, pieces: int):
+    """The kernel's DECODE, mirrored: (item, piece) of CTA bx."""
+    items = n_kb * kv_heads
+    rem = items % nsm if pieces > 1 else 0
+    full = items - rem
+    return (bx, -1) if bx < full else (full + (bx - full) // pieces, (bx - full) % pieces)
+
+
+def _key_block(lin: int, n_kb: int, kv_heads: int):
+    grp, in_grp = lin // (HEAD_GROUP * n_kb), lin % (HEAD_GROUP * n_kb)
+    g_heads = min(HEAD_GROUP, kv_heads - grp * HEAD_GROUP)
+    return in_grp // g_heads, grp * HEAD_GROUP + in_grp % g_heads
+
+
+def test_the_mirror_is_the_variants_text():
+    assert "rem = pieces > 1 ? items % nsm : 0, full = items - rem;" in DECODE[1]
+    assert "const int lin = bx < full ? bx : full + (bx - full) / pieces;" in DECODE[1]
+    assert "const int piece = bx < full ? -1 : (bx - full) % pieces;" in DECODE[1]
+    assert "it_lo = piece < 0 ? 0 : piece * n_iter / pieces, it_hi = piece < 0 ? n_iter : (piece + 1) * n_iter / pieces;" \
+        in RANGE[1]
+
+
+@pytest.mark.parametrize("wid", BACKWARD)
+def test_every_unit_of_work_is_taken_once(wid):
+    w = get_workload(wid)
+    sym, causal = w.symbols, bool(w.causal)
+    s, d = int(sym["S"]), int(sym["D"])
+    kv_heads = int(sym["B"]) * int(sym.get("HKV", sym["H"]))
+    group = int(sym["H"]) // int(sym.get("HKV", sym["H"]))
+    qr = 128 if d == 64 else 64
+    n_kb, nsm = s // BN, 132
+    plan = resolve_plan(parse_solution(fast_backward(w, variant_text("tail_split")), w).plan, w, nsm, "sm_90a")
+    ctas = int(plan.launches[1].grid[0])
+    items = n_kb * kv_heads
+    assert ctas == items + (items % nsm) * (PIECES - 1)
+    taken: dict[tuple, int] = {}
+    last_whole = -1
+    for bx in range(ctas):
+        lin, piece = _decode(bx, n_kb, kv_heads, nsm, PIECES)
+        kb, bkv = _key_block(lin, n_kb, kv_heads)
+        q_first = kb * BN // qr if causal else 0
+        n_iter = group * (s // qr - q_first)
+        lo, hi = (0, n_iter) if piece < 0 else (piece * n_iter // PIECES, (piece + 1) * n_iter // PIECES)
+        if piece < 0:
+            last_whole = bx
+        else:
+            assert bx > last_whole  # the pieces come after every whole block
+            assert hi > lo or causal or n_iter < PIECES  # an empty piece only where the block is shorter than its pieces
+        for it in range(lo, hi):
+            key = (bkv, kb, it)
+            taken[key] = taken.get(key, 0) + 1
+    want = {(bkv, kb, it) for bkv in range(kv_heads) for kb in range(n_kb)
+            for it in range(group * (s // qr - ((kb * BN // qr) if causal else 0)))}
+    assert set(taken) == want and set(taken.values()) == {1}
+
+
+def test_every_kernel_assembles_without_spills():
+    r = compile_source(fast_backward(get_workload("mha_bwd_d128"), variant_text("tail_split")), "cuda", "sm_90a")
+    assert r.status == "ok" and not r.warnings, [w.message for w in r.warnings]
+    for name, k in r.kernels.items():
+        assert k.spill_stores == k.spill_loads == 0, name
+    assert r.kernels["attn_bwd_wgmma"].sass_opcodes["HGMMA"] == 40 and r.kernels["attn_bwd_wgmma_d64"].sass_opcodes["HGMMA"] == 32
+
+
+def test_the_partials_go_out_before_the_count_and_come_back_past_l1():
+    text = EPILOGUE[1]
+    order = [text.index(x) for x in ("*reinterpret_cast<float4*>(mine + i)", "__threadfence();",
+                                      "named_barrier_sync(6, 256);", "atomicAdd(&tail_count[lin - full], 1)",
+                                      "if (!last_piece) return;", "__ldcg(", "store_rows16(dV, dv, 1.f, row0, D, lane);")]
+    assert order == sorted(order)
+    assert text.count("named_barrier_sync(6, 256);") == 2  # the count is read by all only after thread 128 wrote it
+    assert "named_barrier_sync(6," not in variant_text("pre_plain+head_groups")  # barrier 6 is free there

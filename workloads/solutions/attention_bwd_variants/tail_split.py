@@ -1,0 +1,134 @@
+"""tail_split: the main kernel's last wave cut into pieces (on pre_plain, in head_groups' launch order).
+
+The profile of the reference (attention_bwd.md, "The main kernel's last wave at D = 128") has one CTA per (key block,
+batch x KV head) on 132 SMs: 6,144 CTAs at D = 128 are 46.55 waves, so in the last one 60 SMs idle for a CTA's time
+(0.97% of the kernel's SM-time), and GQA's 1,024 CTAs (each 4 query heads long) leave 32 SMs idle for 7.76 waves
+(about 3%). Here the grid is 1-D: the first `full` CTAs take a whole key block each, in head_groups' order; the last
+`rem` key blocks of that order (items % num_sms, what the last wave would hold) are cut into PIECES CTAs each, over
+equal parts of their query loop, so the tail runs as 5 x rem shorter CTAs. A piece stores its fp32 dV / dK
+partials (each consumer thread its own 128 floats), fences, and counts itself in; the key block's last piece adds the
+others' partials to its registers and stores dV / dK as a whole CTA does. The counters are zeroed scratch. Every
+kernel takes the same grid and pieces (a causal tail block, among the shortest, may give a piece no query block: it
+then issues nothing and adds zeros).
+"""
+from __future__ import annotations
+
+from .block_st_ahead import ST_AHEAD_LOOP_NEW
+from .edits import apply_edits
+
+PIECES = 5
+
+PLAN = [
+    ('grid = ["cdiv(S, 128)", "B * H"]  # the key blocks of one head side by side: they share its Q, dO, dQ in L2',
+     f'grid = ["cdiv(S, 128) * (B * H) + cdiv(S, 128) * (B * H) % num_sms * {PIECES - 1}"]  # tail_split: the whole '
+     f'key blocks, then the last wave\'s in {PIECES} pieces each'),
+    ('"dK", "dV", "i32:S", "i32:D", "f32:scale"',
+     f'"dK", "dV", "i32:(B * H)", "i32:num_sms", "i32:{PIECES}", "scratch:tail_part", "scratch:tail_count", "i32:S", '
+     '"i32:D", "f32:scale"'),
+    ('[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n',
+     '[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n\n'
+     f'[scratch.tail_part]  # tail_split: each piece\'s dV / dK partials, 128 floats per consumer thread\n'
+     f'dtype = "float32"\nshape = ["num_sms", "{PIECES}", "256", "128"]\n\n'
+     '[scratch.tail_count]  # tail_split: the pieces of each cut key block that are done\n'
+     'dtype = "int32"\nshape = ["num_sms"]\nzero = true\n'),
+]
+
+# every entry point takes the pieces' arguments after dV and hands them to attn_bwd
+ENTRY_PARAMS = ("__nv_bfloat16* __restrict__ dV, int S, int D, float scale",
+                "__nv_bfloat16* __restrict__ dV, int kv_heads, int nsm, int pieces,\n    float* __restrict__ tail_part, "
+                "int* __restrict__ tail_count, int S, int D, float scale")
+ENTRY_CALLS = ("dK, dV, S, D, scale", "dK, dV, kv_heads, nsm, pieces, tail_part, tail_count, S, D, scale")
+TEMPLATE_PARAMS = ("__nv_bfloat16* __restrict__ dK, __nv_bfloat16* __restrict__ dV, int S, int D,",
+                   "__nv_bfloat16* __restrict__ dK, __nv_bfloat16* __restrict__ dV, int kv_heads,\n"
+                   "                                         int nsm, int pieces, float* __restrict__ tail_part,\n"
+                   "                                         int* __restrict__ tail_count, int S, int D,")
+
+DECODE = ("""  const int n_kb = gridDim.x, lin = blockIdx.x + n_kb * blockIdx.y;
+  const int grp = lin / (HEAD_GROUP * n_kb), in_grp = lin % (HEAD_GROUP * n_kb);
+  const int g_heads = min(HEAD_GROUP, static_cast<int>(gridDim.y) - grp * HEAD_GROUP);
+""", """  // tail_split: a 1-D grid. The first `full` CTAs take a whole key block each (item lin of head_groups' order); the
+  // last `rem` items (items % nsm: the last wave's) are cut into `pieces` CTAs each, over parts of their query loop.
+  const int n_kb = S / BN, items = n_kb * kv_heads, rem = pieces > 1 ? items % nsm : 0, full = items - rem;
+  const int bx = static_cast<int>(blockIdx.x);
+  const int lin = bx < full ? bx : full + (bx - full) / pieces;
+  const int piece = bx < full ? -1 : (bx - full) % pieces;  // -1: a whole key block
+  const int grp = lin / (HEAD_GROUP * n_kb), in_grp = lin % (HEAD_GROUP * n_kb);
+  const int g_heads = min(HEAD_GROUP, kv_heads - grp * HEAD_GROUP);
+""")
+
+RANGE = ("""  const int n_iter = heads * per_head;
+""", """  const int n_iter = heads * per_head;
+  // tail_split: this CTA's part of the key block's query loop (iterations it_lo .. it_hi - 1)
+  const int it_lo = piece < 0 ? 0 : piece * n_iter / pieces, it_hi = piece < 0 ? n_iter : (piece + 1) * n_iter / pieces;
+""")
+
+PRODUCER = ("""      for (int it = 0; it < n_iter; ++it) {
+        const int st = it % Stages<HD>::N;
+        const uint32_t ph = (it / Stages<HD>::N) & 1;
+""", """      for (int it = it_lo; it < it_hi; ++it) {  // tail_split: the ring counts from the CTA's first iteration
+        const int st = (it - it_lo) % Stages<HD>::N;
+        const uint32_t ph = ((it - it_lo) / Stages<HD>::N) & 1;
+""")
+
+# st_ahead's first S^T and block loop of the 128-wide kernels, quoted from the variant that wrote it
+_LOOP_AT = ST_AHEAD_LOOP_NEW.index("      mbar_wait(&fullQ[0], 0);")
+_LOOP_TO = ST_AHEAD_LOOP_NEW.index("(it, it + 1 < n_iter, q0,") + len("(it, it + 1 < n_iter, q0,")
+CONSUMER_128 = (ST_AHEAD_LOOP_NEW[_LOOP_AT:_LOOP_TO], """      if (it_lo < it_hi) {  // tail_split: a piece of a short causal key block may have no query block
+        mbar_wait(&fullQ[0], 0);
+        wgmma_fence();
+        issue_nt<HD, 64, KD>(s, sK + c * 64 * 128, sQ);  // S^T of the first block
+        wgmma_commit();
+      }
+      for (int it = it_lo; it < it_hi; ++it) {
+        const int head = (GQA ? bkv * group : bkv) + it / per_head;
+        const int q0 = (q_first + it % per_head) * QR;
+        consumer_block_pf<HD, CAUSAL, KD>(it - it_lo, it + 1 < it_hi, q0,""")
+
+CONSUMER_64 = ("""    for (int it = 0; it < n_iter; ++it) {
+      const int st = it % Stages<HD>::N;
+      const int head = (GQA ? bkv * group : bkv) + it / per_head;
+      const int q0 = (q_first + it % per_head) * QR;
+      consumer_block<HD, CAUSAL, KD>(it, q0,""", """    for (int it = it_lo; it < it_hi; ++it) {
+      const int st = (it - it_lo) % Stages<HD>::N;
+      const int head = (GQA ? bkv * group : bkv) + it / per_head;
+      const int q0 = (q_first + it % per_head) * QR;
+      consumer_block<HD, CAUSAL, KD>(it - it_lo, q0,""")
+
+EPILOGUE = ("""    const size_t row0 = kv_row + key0 + 64 * c + r;
+    store_rows16(dV, dv, 1.f, row0, D, lane);""", """    const size_t row0 = kv_row + key0 + 64 * c + r;
+    if (piece >= 0) {  // tail_split: this piece's partials out; the key block's last piece adds the others'
+      __shared__ int last_piece;
+      const size_t part = static_cast<size_t>(threadIdx.x - 128) * 128;  // this consumer thread's 128 floats
+      float* mine = tail_part + (static_cast<size_t>(lin - full) * pieces + piece) * 256 * 128 + part;
+#pragma unroll
+      for (int i = 0; i < HD / 2; i += 4) {
+        *reinterpret_cast<float4*>(mine + i) = make_float4(dv[i], dv[i + 1], dv[i + 2], dv[i + 3]);
+        *reinterpret_cast<float4*>(mine + 64 + i) = make_float4(dk[i], dk[i + 1], dk[i + 2], dk[i + 3]);
+      }
+      __threadfence();               // the partials are visible before the count says so
+      named_barrier_sync(6, 256);    // both consumers' partials are out
+      if (threadIdx.x == 128) last_piece = atomicAdd(&tail_count[lin - full], 1) == pieces - 1;
+      named_barrier_sync(6, 256);
+      if (!last_piece) return;
+      __threadfence();
+      for (int p = 0; p < pieces; ++p) {
+        if (p == piece) continue;
+        const float* other = tail_part + (static_cast<size_t>(lin - full) * pieces + p) * 256 * 128 + part;
+#pragma unroll
+        for (int i = 0; i < HD / 2; i += 4) {
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(other + i));  // past L1: another SM wrote it
+          const float4 k = __ldcg(reinterpret_cast<const float4*>(other + 64 + i));
+          dv[i] += v.x, dv[i + 1] += v.y, dv[i + 2] += v.z, dv[i + 3] += v.w;
+          dk[i] += k.x, dk[i + 1] += k.y, dk[i + 2] += k.z, dk[i + 3] += k.w;
+        }
+      }
+    }
+    store_rows16(dV, dv, 1.f, row0, D, lane);""")
+
+
+def tail_split(text: str) -> str:
+    """`text` (pre_plain+head_groups') with the last wave's key blocks cut into PIECES CTAs each."""
+    n_entries = text.count('extern "C" __global__ void __launch_bounds__(384, 1) attn_bwd_wgmma')
+    text = apply_edits(text, [ENTRY_PARAMS, ENTRY_CALLS], "tail_split", count=n_entries)
+    return apply_edits(text, PLAN + [TEMPLATE_PARAMS, DECODE, RANGE, PRODUCER, CONSUMER_128, CONSUMER_64, EPILOGUE],
+                       "tail_split")
