@@ -62,14 +62,14 @@ def backward_text(head_dim: int, causal: bool, gqa: bool, base: str | None = Non
     if head_dim == 64 and not (smem and "D" in smem.group(0)):  # the D = 128 layout's bytes, unless a formula in D
         edits.append((smem.group(0) if smem else "smem = ", SMEM_D64))
     if gqa:  # one CTA per (key block, batch * KV head), the group argument, K / V over B * HKV * S rows
-        grid = re.search(r'grid = \[[^\]\n]*"B \* H"[^\]\n]*\]', text)  # the main launch's (either order)
-        tail = re.search(r'grid = \[[^\]\n]*\(B \* H\)[^\]\n]*\]', text)  # or one 1-D grid over (B * H) key blocks
-        if grid is None and tail is None:
+        # the main launch's lines (after its kernel line): every head count there, B * H (the grid in either order, a
+        # tail_split grid and its head-count argument), counts KV heads; B * H * S rows stay query rows
+        start = text.index('kernel = "attn_bwd_wgmma"\n') + len('kernel = "attn_bwd_wgmma"\n')
+        main = text[start:text.index("[[launch]]", start)].splitlines()
+        heads = [(line, re.sub(r"\bB \* H\b(?! \* S)", "B * HKV", line)) for line in main]
+        if not any(line.startswith("grid = ") and new != line for line, new in heads):
             raise ValueError(f"{FAST_BACKWARD}: the plan has no grid over \"B * H\" to change")
-        if grid is not None:
-            edits.append((grid.group(0), grid.group(0).replace('"B * H"', '"B * HKV"')))
-        else:  # and its head-count argument
-            edits += [(tail.group(0), tail.group(0).replace("(B * H)", "(B * HKV)")), ('"i32:(B * H)"', '"i32:(B * HKV)"')]
+        edits += [(line, new) for line, new in heads if new != line]
         edits.append(('"i32:D", "f32:scale"]', '"i32:D", "f32:scale", "i32:H // HKV"]'))
         edits += [(f'tensor = "{t}"\ndims = ["D", "B * H * S"]', f'tensor = "{t}"\ndims = ["D", "B * HKV * S"]')
                   for t in ("K", "V")]

@@ -4,7 +4,7 @@ One CTA per (query tile, head) with one CTA per SM leaves part of the last wave 
 D = 128 and 96 (6,144 CTAs, 0.97% of the SM-time) and 128 at GQA (4,096 CTAs, 3%), attention_template.md "The forward's
 last wave, by count". With tail_split the grid is 1-D: the first `full` CTAs take a whole tile each (in the 2-D grid's
 order, tile fastest); the last `rem` tiles (items % num_sms) are cut into TAIL_PIECES CTAs each, over equal parts of
-their key tiles. A piece stores its unnormalised fp32 O with its rows' max and sum, fences and counts itself in; the
+their key tiles (tail_pieces.py: what the backward's tail_split shares). A piece stores its unnormalised fp32 O with its rows' max and sum, fences and counts itself in; the
 tile's last piece merges them as flash-decoding does (M = max m_p, O = sum O_p 2^(m_p - M), l = sum l_p 2^(m_p - M),
 exact with the lazy rescale too: each piece's O and l are consistent with its own m) and leaves through the usual
 epilogue. A piece with no key tile (a short smoke sequence) adds nothing (m = -inf, l = 0, O = 0). Non-causal,
@@ -13,7 +13,8 @@ piece with no key tile would leave a ping-pong turn unanswered.
 """
 from __future__ import annotations
 
-TAIL_PIECES = 5
+from .tail_pieces import PIECES as TAIL_PIECES, count_in, tail_args, tail_grid, tail_scratch
+
 BAR_TAIL = 7  # after the turn (1-3) and epilogue (4-6) barrier ids
 
 EDITS = [
@@ -43,22 +44,17 @@ EDITS = [
      "    }\n\n    // the row sums were kept per thread: reduce over the quad now\n"),
     ("    const float inv0 = 1.f / l0, inv1 = 1.f / l1;\n", f"""    if (piece >= 0) {{  // tail_split: this piece's O, max and sum out; the tile's last piece merges the others'
       __shared__ int last_piece;
-      constexpr int SLOT = ON / 2 + 4;
-      const size_t part = static_cast<size_t>(threadIdx.x - 128) * SLOT;  // this consumer thread's floats
-      float* mine = tail_part + (static_cast<size_t>(slot) * pieces + piece) * (128 * CONSUMERS) * SLOT + part;
+      constexpr int SLOT = ON / 2 + 4;  // a consumer thread's floats: its O, then its rows' max and sum
+      constexpr size_t PIECE = static_cast<size_t>(128 * CONSUMERS) * SLOT;
+      float* parts = tail_part + static_cast<size_t>(slot) * pieces * PIECE + (threadIdx.x - 128) * SLOT;
+      float* mine = parts + piece * PIECE;
 #pragma unroll
       for (int i = 0; i < ON / 2; i += 4) *reinterpret_cast<float4*>(mine + i) = make_float4(o[i], o[i + 1], o[i + 2], o[i + 3]);
       *reinterpret_cast<float4*>(mine + ON / 2) = make_float4(w.m0, w.m1, l0, l1);
-      __threadfence();  // the partials are visible before the count says so
-      bar_sync_imm<{BAR_TAIL}, 128 * CONSUMERS>();
-      if (threadIdx.x == 128) last_piece = atomicAdd(&tail_count[slot], 1) == pieces - 1;
-      bar_sync_imm<{BAR_TAIL}, 128 * CONSUMERS>();
-      if (!last_piece) return;
-      __threadfence();
-      float m0 = w.m0, m1 = w.m1;
+""" + count_in(f"bar_sync_imm<{BAR_TAIL}, 128 * CONSUMERS>()", "slot") + f"""      float m0 = w.m0, m1 = w.m1;
       for (int q = 0; q < pieces; ++q) {{
-        const float* other = tail_part + (static_cast<size_t>(slot) * pieces + q) * (128 * CONSUMERS) * SLOT + part;
-        const float4 st = __ldcg(reinterpret_cast<const float4*>(other + ON / 2));  // past L1: another SM wrote it
+        if (q == piece) continue;  // its own max is w.m0 / w.m1
+        const float4 st = __ldcg(reinterpret_cast<const float4*>(parts + q * PIECE + ON / 2));  // past L1: another SM wrote it
         m0 = fmaxf(m0, st.x);
         m1 = fmaxf(m1, st.y);
       }}
@@ -74,7 +70,7 @@ EDITS = [
       }}
       for (int q = 0; q < pieces; ++q) {{
         if (q == piece) continue;
-        const float* other = tail_part + (static_cast<size_t>(slot) * pieces + q) * (128 * CONSUMERS) * SLOT + part;
+        const float* other = parts + q * PIECE;
         const float4 st = __ldcg(reinterpret_cast<const float4*>(other + ON / 2));
         const float g0 = st.x == m0 ? 1.f : ex2(st.x - m0), g1 = st.y == m1 ? 1.f : ex2(st.y - m1);  // -inf: 0
         l0 += st.z * g0;
@@ -98,12 +94,5 @@ EDITS = [
 
 def tail_plan(grid_items: str, threads: int) -> tuple[str, list[str], str]:
     """The 1-D grid over `grid_items` tiles, the arguments after the kernel's others, and the scratch tables."""
-    slot = threads - 128  # the consumer threads; 68 floats each: O's 64 (at most) and the rows' max and sum
-    grid = (f'grid = ["{grid_items} + {grid_items} % num_sms * {TAIL_PIECES - 1}"]  # tail_split: the whole tiles, then '
-            f"the last wave's in {TAIL_PIECES} pieces each")
-    args = ["i32:B * H", "i32:num_sms", f"i32:{TAIL_PIECES}", "scratch:tail_part", "scratch:tail_count"]
-    scratch = ('\n[scratch.tail_part]  # tail_split: each piece\'s O, max and sum per consumer thread\n'
-               f'dtype = "float32"\nshape = ["num_sms", "{TAIL_PIECES}", "{slot}", "68"]\n'
-               '\n[scratch.tail_count]  # tail_split: the pieces of each cut tile that are done\n'
-               'dtype = "int32"\nshape = ["num_sms"]\nzero = true\n')
-    return grid, args, scratch
+    # each consumer thread's 68 floats at most: O's 64 and its rows' max and sum
+    return tail_grid(grid_items, "tiles"), tail_args("B * H"), "\n" + tail_scratch(threads - 128, 68, "O, max and sum")

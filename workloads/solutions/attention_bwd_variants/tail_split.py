@@ -13,24 +13,18 @@ then issues nothing and adds zeros).
 """
 from __future__ import annotations
 
+from ..tail_pieces import PIECES, count_in, tail_args, tail_grid, tail_scratch  # noqa: F401  (PIECES: read by tests)
 from .block_st_ahead import ST_AHEAD_LOOP_NEW
 from .edits import apply_edits
 
-PIECES = 5
-
 PLAN = [
     ('grid = ["cdiv(S, 128)", "B * H"]  # the key blocks of one head side by side: they share its Q, dO, dQ in L2',
-     f'grid = ["cdiv(S, 128) * (B * H) + cdiv(S, 128) * (B * H) % num_sms * {PIECES - 1}"]  # tail_split: the whole '
-     f'key blocks, then the last wave\'s in {PIECES} pieces each'),
+     tail_grid("cdiv(S, 128) * (B * H)", "key blocks")),
     ('"dK", "dV", "i32:S", "i32:D", "f32:scale"',
-     f'"dK", "dV", "i32:(B * H)", "i32:num_sms", "i32:{PIECES}", "scratch:tail_part", "scratch:tail_count", "i32:S", '
-     '"i32:D", "f32:scale"'),
+     ", ".join(f'"{a}"' for a in ["dK", "dV", *tail_args("(B * H)"), "i32:S", "i32:D", "f32:scale"])),
     ('[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n',
      '[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n\n'
-     f'[scratch.tail_part]  # tail_split: each piece\'s dV / dK partials, 128 floats per consumer thread\n'
-     f'dtype = "float32"\nshape = ["num_sms", "{PIECES}", "256", "128"]\n\n'
-     '[scratch.tail_count]  # tail_split: the pieces of each cut key block that are done\n'
-     'dtype = "int32"\nshape = ["num_sms"]\nzero = true\n'),
+     + tail_scratch(256, 128, "dV / dK partials (dV in floats 0-63, dK in 64-127)")),
 ]
 
 # every entry point takes the pieces' arguments after dV and hands them to attn_bwd
@@ -98,22 +92,17 @@ EPILOGUE = ("""    const size_t row0 = kv_row + key0 + 64 * c + r;
     store_rows16(dV, dv, 1.f, row0, D, lane);""", """    const size_t row0 = kv_row + key0 + 64 * c + r;
     if (piece >= 0) {  // tail_split: this piece's partials out; the key block's last piece adds the others'
       __shared__ int last_piece;
-      const size_t part = static_cast<size_t>(threadIdx.x - 128) * 128;  // this consumer thread's 128 floats
-      float* mine = tail_part + (static_cast<size_t>(lin - full) * pieces + piece) * 256 * 128 + part;
+      constexpr size_t PIECE = 256 * 128;  // one piece's partials: 128 floats per consumer thread
+      float* parts = tail_part + static_cast<size_t>(lin - full) * pieces * PIECE + (threadIdx.x - 128) * 128;
+      float* mine = parts + piece * PIECE;
 #pragma unroll
       for (int i = 0; i < HD / 2; i += 4) {
         *reinterpret_cast<float4*>(mine + i) = make_float4(dv[i], dv[i + 1], dv[i + 2], dv[i + 3]);
         *reinterpret_cast<float4*>(mine + 64 + i) = make_float4(dk[i], dk[i + 1], dk[i + 2], dk[i + 3]);
       }
-      __threadfence();               // the partials are visible before the count says so
-      named_barrier_sync(6, 256);    // both consumers' partials are out
-      if (threadIdx.x == 128) last_piece = atomicAdd(&tail_count[lin - full], 1) == pieces - 1;
-      named_barrier_sync(6, 256);
-      if (!last_piece) return;
-      __threadfence();
-      for (int p = 0; p < pieces; ++p) {
+""" + count_in("named_barrier_sync(6, 256)", "lin - full") + """      for (int p = 0; p < pieces; ++p) {
         if (p == piece) continue;
-        const float* other = tail_part + (static_cast<size_t>(lin - full) * pieces + p) * 256 * 128 + part;
+        const float* other = parts + p * PIECE;
 #pragma unroll
         for (int i = 0; i < HD / 2; i += 4) {
           const float4 v = __ldcg(reinterpret_cast<const float4*>(other + i));  // past L1: another SM wrote it
