@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from ptxbench.tools.compile import compile_source
+from ptxbench.tools.gpu.limits import DeviceLimits, check_compiled
 from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.workloads.registry import get_workload, list_workloads
 from ptxbench.workloads.solutions.attention_backward import fast_backward
@@ -76,12 +77,30 @@ def test_every_unit_of_work_is_taken_once(wid):
     assert set(taken) == want and set(taken.values()) == {1}
 
 
-def test_every_kernel_assembles_without_spills():
-    r = compile_source(fast_backward(get_workload("mha_bwd_d128"), variant_text("tail_split")), "cuda", "sm_90a")
+@pytest.mark.parametrize("variant", ["tail_split", "tail_whole"])
+def test_every_kernel_assembles_without_spills_and_every_plan_fits_the_h200(variant):
+    r = compile_source(fast_backward(get_workload("mha_bwd_d128"), variant_text(variant)), "cuda", "sm_90a")
     assert r.status == "ok" and not r.warnings, [w.message for w in r.warnings]
     for name, k in r.kernels.items():
         assert k.spill_stores == k.spill_loads == 0, name
+        # the last-piece flag lives in the dynamic area: a static __shared__ int costs 1 KB beside the 1024-aligned
+        # dynamic area, which the 128-wide kernels' 226.75 KB do not leave (the H200 refused that plan: PLAN_ERROR)
+        assert k.smem_static == 0, name
     assert r.kernels["attn_bwd_wgmma"].sass_opcodes["HGMMA"] == 40 and r.kernels["attn_bwd_wgmma_d64"].sass_opcodes["HGMMA"] == 32
+    lim = DeviceLimits()
+    for wid in BACKWARD:
+        w = get_workload(wid)
+        plan = resolve_plan(parse_solution(fast_backward(w, variant_text(variant)), w).plan, w, lim.sm_count, "sm_90a")
+        assert check_compiled(plan, {k: v.smem_static for k, v in r.kernels.items()}, lim) == [], wid
+
+
+def test_tail_whole_is_tail_split_with_one_piece():
+    """The control: the same device code, a grid of one CTA per key block and 1 as the piece count (so rem = 0)."""
+    split, whole = variant_text("tail_split"), variant_text("tail_whole")
+    assert '"i32:1", "scratch:tail_part"' in whole and '"i32:5", "scratch:tail_part"' in split
+    assert 'grid = ["cdiv(S, 128) * (B * H) + cdiv(S, 128) * (B * H) % num_sms * 0"]' in whole
+    body = lambda text: text[text.index("#include"):]  # noqa: E731  (the device code, past the plan)
+    assert body(split) == body(whole)
 
 
 def test_the_partials_go_out_before_the_count_and_come_back_past_l1():

@@ -109,15 +109,16 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "st_static+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STG": 16, "SHFL": 49},
                 # ds_stmatrix: the dS^T tile by 4 stmatrix.x4 (the dQ tile's 16 STS stay)
                 "ds_stmatrix+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
-                # pre_plain (the reference): ds_stmatrix with pre_wide's preprocess writing L2 / Dr row by row (main kernel
-                # ds_stmatrix's)
+                # pre_plain: ds_stmatrix with pre_wide's preprocess writing L2 / Dr row by row (main kernel ds_stmatrix's)
                 "pre_plain+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
                 # skip_plain: the non-causal kernel is pre_plain's (the causal ones: test_attention_bwd_causal_skip.py)
                 "skip_plain+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
                 # tail_split: pre_plain+head_groups with the last wave's key blocks cut into pieces (the order is in its
-                # text: named without one); one STS more: the last-piece flag
-                "tail_split": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 17},
-                # late_d96: pre_plain with dq_late's and causal_skip's blocks at D = 96 (the D = 128 kernel is pre_plain's)
+                # text: named without one); tail_whole: the same code launched with one piece per key block
+                "tail_split": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
+                "tail_whole": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
+                # late_d96 (the reference): pre_plain with dq_late's and causal_skip's blocks at D = 96 (the D = 128 kernel is
+                # pre_plain's)
                 "late_d96+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
                 # stats_wide: ds_stmatrix with L2 / Dr in 8 ld.shared.v4 instead of 16 ld.shared.v2
                 "stats_wide+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16, "LDS": 8},

@@ -15,7 +15,7 @@ searched) and four searched levers, each a way the kernel can be built (attentio
               (they share those rows in L2: -27% time at D = 128 on the H200)
 
 Not every combination is built: `BUILT` lists those that are (the checked-in file, bulk_dq, tiles_d96,
-decoupled, each in either order; the reference is pre_plain+head_groups), and `validate` names the others, so builtin/tuner's repairs move to the nearest built
+decoupled, each in either order; the reference is late_d96+head_groups), and `validate` names the others, so builtin/tuner's repairs move to the nearest built
 one. `render` is fast_backward's text for the point's problem from its variant. The default point is the reference
 (`reference_backward`: bulk dQ, a 3-deep ring, cooperative, head groups); the weak point is the checked-in file
 (vector dQ, 2 stages, head-fastest grid), about 0.6x the reference's speed at D = 128 on the H200, where a climb starts
@@ -61,8 +61,9 @@ _BUILDS: dict[tuple[str, int, str], str | None] = {
     ("bulk", 2, "cooperative"): "bulk_dq",
     # tiles_d96 (dq_tiles with D = 64's 128-row blocks, D = 96's own k-steps, 16 B stores) with each 128-wide block's
     # S^T issued by the block before it, a warp-uniform consumer index, the dQ tile's stores straight there and the
-    # dS^T tile by stmatrix (st_static, ds_stmatrix), and the preprocess in 16-byte accesses
-    ("bulk", 3, "cooperative"): "pre_plain",
+    # dS^T tile by stmatrix (st_static, ds_stmatrix), the preprocess in 16-byte accesses (pre_plain), and at D = 96
+    # dq_late's block with the dead causal block (late_d96)
+    ("bulk", 3, "cooperative"): "late_d96",
     ("vector", 3, "decoupled"): "decoupled",
 }
 # Every build in either launch order (attention_bwd_variants.ORDERS): "X+head_groups" is X launched by head groups.

@@ -8,16 +8,16 @@ from __future__ import annotations
 PIECES = 5
 
 
-def tail_grid(items: str, what: str) -> str:
-    """The plan's grid line: a CTA per item of `items` (a plan expression), the last wave's in PIECES each."""
-    return (f'grid = ["{items} + {items} % num_sms * {PIECES - 1}"]  # tail_split: the whole {what}, then the last '
-            f"wave's in {PIECES} pieces each")
+def tail_grid(items: str, what: str, pieces: int = PIECES) -> str:
+    """The plan's grid line: a CTA per item of `items` (a plan expression), the last wave's in `pieces` each."""
+    return (f'grid = ["{items} + {items} % num_sms * {pieces - 1}"]  # tail_split: the whole {what}, then the last '
+            f"wave's in {pieces} pieces each")
 
 
-def tail_args(heads: str) -> list[str]:
-    """The kernel's arguments after its others: the head count `heads` (a plan expression), the SM count, PIECES and
-    the two scratch buffers."""
-    return [f"i32:{heads}", "i32:num_sms", f"i32:{PIECES}", "scratch:tail_part", "scratch:tail_count"]
+def tail_args(heads: str, pieces: int = PIECES) -> list[str]:
+    """The kernel's arguments after its others: the head count `heads` (a plan expression), the SM count, the piece
+    count and the two scratch buffers."""
+    return [f"i32:{heads}", "i32:num_sms", f"i32:{pieces}", "scratch:tail_part", "scratch:tail_count"]
 
 
 def tail_scratch(consumer_threads: int, floats: int, what: str) -> str:

@@ -14,7 +14,7 @@ from .dq_bulk import BULK_DQ_D64, bulk_dq, bulk_dq_s3
 from .dq_decoupled import decoupled
 from .dq_late import DQ_LATE
 from .late_d96 import late_d96
-from .tail_split import tail_split
+from .tail_split import tail_split, tail_whole
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .pre_wide import PRE_GRID, pre_wide
 from .dq_tiles import DQ_TILES
@@ -60,10 +60,14 @@ VARIANTS = {
                       CAUSAL_SKIP_PLAIN),
     "late_d96": lambda text: late_d96(_on(
         "pre_plain", "late_d96", "dq_late's block and causal_skip's dead block in the D = 96 entry points only", [])(text)),
-    # pre_plain in head_groups' order with the last wave's key blocks cut into pieces (its text has the order in it:
+    # pre_plain in head_groups' order with the last wave's key blocks cut into pieces (its D = 128 / 64 kernels are the
+    # reference's, late_d96's) (its text has the order in it:
     # it is named without one)
     "tail_split": lambda text: ("// VARIANT tail_split (attention_bwd_variants.py): pre_plain+head_groups with the last "
                                 "wave's key blocks cut into pieces\n" + tail_split(variant_text("pre_plain+head_groups"))),
+    # tail_split's text with one piece per item (no key block cut): what the 1-D grid and the pieces' code cost alone
+    "tail_whole": lambda text: ("// VARIANT tail_whole (attention_bwd_variants.py): tail_split launched with one piece "
+                                "per key block\n" + tail_whole(variant_text("pre_plain+head_groups"))),
     # the stack on ds_stmatrix: stats_wide -> pre_wide -> dq_late -> causal_skip
     "stats_wide": _on("ds_stmatrix", "stats_wide", "L2 and Dr in 16-byte loads from a layout the preprocess writes for "
                       "them (four ld.shared.v4 per array and block instead of eight ld.shared.v2)", STATS_WIDE),

@@ -17,15 +17,20 @@ from ..tail_pieces import PIECES, count_in, tail_args, tail_grid, tail_scratch  
 from .block_st_ahead import ST_AHEAD_LOOP_NEW
 from .edits import apply_edits
 
-PLAN = [
-    ('grid = ["cdiv(S, 128)", "B * H"]  # the key blocks of one head side by side: they share its Q, dO, dQ in L2',
-     tail_grid("cdiv(S, 128) * (B * H)", "key blocks")),
-    ('"dK", "dV", "i32:S", "i32:D", "f32:scale"',
-     ", ".join(f'"{a}"' for a in ["dK", "dV", *tail_args("(B * H)"), "i32:S", "i32:D", "f32:scale"])),
-    ('[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n',
-     '[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n\n'
-     + tail_scratch(256, 128, "dV / dK partials (dV in floats 0-63, dK in 64-127)")),
-]
+def plan_edits(pieces: int = PIECES) -> list[tuple[str, str]]:
+    """The plan's grid, arguments and scratch for `pieces` per cut key block (1: none is cut)."""
+    return [
+        ('grid = ["cdiv(S, 128)", "B * H"]  # the key blocks of one head side by side: they share its Q, dO, dQ in L2',
+         tail_grid("cdiv(S, 128) * (B * H)", "key blocks", pieces)),
+        ('"dK", "dV", "i32:S", "i32:D", "f32:scale"',
+         ", ".join(f'"{a}"' for a in ["dK", "dV", *tail_args("(B * H)", pieces), "i32:S", "i32:D", "f32:scale"])),
+        ('[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n',
+         '[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n\n'
+         + tail_scratch(256, 128, "dV / dK partials (dV in floats 0-63, dK in 64-127)")),
+    ]
+
+
+PLAN = plan_edits()
 
 # every entry point takes the pieces' arguments after dV and hands them to attn_bwd
 ENTRY_PARAMS = ("__nv_bfloat16* __restrict__ dV, int S, int D, float scale",
@@ -91,7 +96,9 @@ CONSUMER_64 = ("""    for (int it = 0; it < n_iter; ++it) {
 EPILOGUE = ("""    const size_t row0 = kv_row + key0 + 64 * c + r;
     store_rows16(dV, dv, 1.f, row0, D, lane);""", """    const size_t row0 = kv_row + key0 + 64 * c + r;
     if (piece >= 0) {  // tail_split: this piece's partials out; the key block's last piece adds the others'
-      __shared__ int last_piece;
+      // the last-piece flag in the mbarriers' spare bytes of the dynamic area: a static __shared__ int would add 1 KB
+      // (the dynamic area is 1024-aligned) that the 128-wide kernels' 226.75 KB leave no room for
+      volatile int& last_piece = *reinterpret_cast<volatile int*>(empty + Stages<HD>::N);
       constexpr size_t PIECE = 256 * 128;  // one piece's partials: 128 floats per consumer thread
       float* parts = tail_part + static_cast<size_t>(lin - full) * pieces * PIECE + (threadIdx.x - 128) * 128;
       float* mine = parts + piece * PIECE;
@@ -115,9 +122,15 @@ EPILOGUE = ("""    const size_t row0 = kv_row + key0 + 64 * c + r;
     store_rows16(dV, dv, 1.f, row0, D, lane);""")
 
 
-def tail_split(text: str) -> str:
-    """`text` (pre_plain+head_groups') with the last wave's key blocks cut into PIECES CTAs each."""
+def tail_split(text: str, pieces: int = PIECES) -> str:
+    """`text` (pre_plain+head_groups') with the last wave's key blocks cut into `pieces` CTAs each."""
     n_entries = text.count('extern "C" __global__ void __launch_bounds__(384, 1) attn_bwd_wgmma')
     text = apply_edits(text, [ENTRY_PARAMS, ENTRY_CALLS], "tail_split", count=n_entries)
-    return apply_edits(text, PLAN + [TEMPLATE_PARAMS, DECODE, RANGE, PRODUCER, CONSUMER_128, CONSUMER_64, EPILOGUE],
-                       "tail_split")
+    return apply_edits(text, plan_edits(pieces) + [TEMPLATE_PARAMS, DECODE, RANGE, PRODUCER, CONSUMER_128, CONSUMER_64,
+                                                   EPILOGUE], "tail_split")
+
+
+def tail_whole(text: str) -> str:
+    """tail_split's device code launched with one piece per key block: its 1-D grid and code paths, no block cut (the
+    control that tells the split's worth from what its code costs)."""
+    return tail_split(text, pieces=1)
