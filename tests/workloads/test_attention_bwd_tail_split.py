@@ -7,6 +7,8 @@ workload, GQA's over B * HKV; every kernel assembles without spills or wgmma ser
 before the fence and the count, and read past L1 after it. Correctness and speed: the GPU (attention_bwd.md v24)."""
 from __future__ import annotations
 
+import difflib
+
 import pytest
 
 from ptxbench.tools.compile import compile_source
@@ -111,3 +113,25 @@ def test_the_partials_go_out_before_the_count_and_come_back_past_l1():
     assert order == sorted(order)
     assert text.count("named_barrier_sync(6, 256);") == 2  # the count is read by all only after thread 128 wrote it
     assert "named_barrier_sync(6," not in variant_text("pre_plain+head_groups")  # barrier 6 is free there
+
+
+@pytest.mark.parametrize("wid", BACKWARD)
+def test_grid_1d_is_head_groups_order_on_one_dimension(wid):
+    """The second control: the 2-D grid's CTA (x, y) is the 1-D grid's CTA x + n_kb * y, and its head count read from
+    the grid's size is the 2-D grid's y extent."""
+    w = get_workload(wid)
+    sym = w.symbols
+    kv_heads = int(sym["B"]) * int(sym.get("HKV", sym["H"]))
+    n_kb = int(sym["S"]) // BN
+    one = resolve_plan(parse_solution(fast_backward(w, variant_text("grid_1d")), w).plan, w, 132, "sm_90a")
+    two = resolve_plan(parse_solution(fast_backward(w, variant_text("pre_plain+head_groups")), w).plan, w, 132, "sm_90a")
+    assert tuple(two.launches[1].grid) == (n_kb, kv_heads, 1) and tuple(one.launches[1].grid) == (n_kb * kv_heads, 1, 1)
+    assert one.launches[1].args == two.launches[1].args
+
+
+def test_grid_1d_changes_only_the_grid():
+    one, two = variant_text("grid_1d"), variant_text("pre_plain+head_groups")
+    changed = [ln for ln in difflib.unified_diff(two.splitlines(), one.splitlines(), lineterm="", n=0)
+               if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+    assert len([c for c in changed if c.startswith("-")]) == 3  # the grid line and two of the decode lines
+    assert "static_cast<int>(gridDim.x) / n_kb" in one and "blockIdx.y" not in one

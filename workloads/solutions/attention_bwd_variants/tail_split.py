@@ -134,3 +134,21 @@ def tail_whole(text: str) -> str:
     """tail_split's device code launched with one piece per key block: its 1-D grid and code paths, no block cut (the
     control that tells the split's worth from what its code costs)."""
     return tail_split(text, pieces=1)
+
+
+# grid_1d: pre_plain+head_groups with only its grid made 1-D (the same CTA -> key block map, the head count read from
+# the grid's size): the second control, which tells what the 1-D grid costs from what tail_split's code costs
+GRID_1D = [
+    ('grid = ["cdiv(S, 128)", "B * H"]  # the key blocks of one head side by side: they share its Q, dO, dQ in L2',
+     'grid = ["cdiv(S, 128) * (B * H)"]  # grid_1d: the key blocks of one head side by side, in one dimension'),
+    (DECODE[0], """  // grid_1d: a 1-D grid of every key block (n_kb per head), in head_groups' order
+  const int n_kb = S / BN, lin = static_cast<int>(blockIdx.x);
+  const int grp = lin / (HEAD_GROUP * n_kb), in_grp = lin % (HEAD_GROUP * n_kb);
+  const int g_heads = min(HEAD_GROUP, static_cast<int>(gridDim.x) / n_kb - grp * HEAD_GROUP);
+"""),
+]
+
+
+def grid_1d(text: str) -> str:
+    """`text` (pre_plain+head_groups') launched on a 1-D grid, nothing else changed."""
+    return apply_edits(text, GRID_1D, "grid_1d")
