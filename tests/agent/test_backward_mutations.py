@@ -183,7 +183,7 @@ def test_the_mutants_assemble_with_wgmma_tma_and_no_spills(compiled):
 # code), re-measured after its fix (attention_bwd.md v24), and the ones measured faster somewhere before late_d96 took
 # their D = 96 gains (v21-v23). Every class must break each as it breaks the reference (the GPU re-verifies the
 # rejections after a promotion).
-CANDIDATES = ("tail_split", "tail_whole", "skip_plain+head_groups", "dq_late+head_groups", "causal_skip+head_groups")
+CANDIDATES = ("tail_kernel", "tail_split", "tail_whole", "skip_plain+head_groups", "dq_late+head_groups", "causal_skip+head_groups")
 
 
 @pytest.mark.parametrize("variant", CANDIDATES)

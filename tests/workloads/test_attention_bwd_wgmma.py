@@ -117,6 +117,8 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # text: named without one); tail_whole: the same code launched with one piece per key block
                 "tail_split": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
                 "tail_whole": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
+                # tail_kernel: tail_split's pieces in twin entry points launched after the main kernel
+                "tail_kernel": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
                 # grid_1d: pre_plain+head_groups on a 1-D grid (the same kernels but for the decode)
                 "grid_1d": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
                 # late_d96 (the reference): pre_plain with dq_late's and causal_skip's blocks at D = 96 (the D = 128 kernel is

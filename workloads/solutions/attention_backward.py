@@ -58,19 +58,26 @@ def backward_text(head_dim: int, causal: bool, gqa: bool, base: str | None = Non
     """The kernel file (`base`, else the checked-in one) with its plan lines for this problem: the entry point, D = 64's
     shared memory, and for GQA the grid over KV heads, the group argument and the K / V maps over B * HKV * S rows."""
     text = base if base is not None else (HERE / FAST_BACKWARD).read_text(encoding="utf-8")
-    edits = [('kernel = "attn_bwd_wgmma"', f'kernel = "{backward_entry_point(head_dim, causal, gqa, text)}"')]
+    entry = backward_entry_point(head_dim, causal, gqa, text)
+    edits = [('kernel = "attn_bwd_wgmma"', f'kernel = "{entry}"')]
+    if 'kernel = "attn_bwd_wgmma_tail"' in text:  # tail_kernel: a second launch of the entry point's tail twin
+        edits.append(('kernel = "attn_bwd_wgmma_tail"', f'kernel = "{entry}_tail"'))
     smem = re.search(r'smem = "[^"]*"', text)
     if head_dim == 64 and not (smem and "D" in smem.group(0)):  # the D = 128 layout's bytes, unless a formula in D
         edits.append((smem.group(0) if smem else "smem = ", SMEM_D64))
     if gqa:  # one CTA per (key block, batch * KV head), the group argument, K / V over B * HKV * S rows
-        # the main launch's lines (after its kernel line): every head count there, B * H (the grid in either order, a
-        # tail_split grid and its head-count argument), counts KV heads; B * H * S rows stay query rows
-        start = text.index('kernel = "attn_bwd_wgmma"\n') + len('kernel = "attn_bwd_wgmma"\n')
-        main = text[start:text.index("[[launch]]", start)].splitlines()
+        # the main launches' lines (after each kernel line: the main kernel's, and tail_kernel's tail twin): every
+        # head count there, B * H (the grid in either order, a tail grid and its head-count argument), counts KV
+        # heads; B * H * S rows stay query rows
+        main = []
+        for kernel in ('kernel = "attn_bwd_wgmma"\n', 'kernel = "attn_bwd_wgmma_tail"\n'):
+            if kernel in text:
+                start = text.index(kernel) + len(kernel)
+                main += text[start:text.index("[[launch]]", start)].splitlines()
         heads = [(line, re.sub(r"\bB \* H\b(?! \* S)", "B * HKV", line)) for line in main]
         if not any(line.startswith("grid = ") and new != line for line, new in heads):
             raise ValueError(f"{FAST_BACKWARD}: the plan has no grid over \"B * H\" to change")
-        edits += [(line, new) for line, new in heads if new != line]
+        edits += list(dict.fromkeys((line, new) for line, new in heads if new != line))  # a line both launches have: once
         edits.append(('"i32:D", "f32:scale"]', '"i32:D", "f32:scale", "i32:H // HKV"]'))
         edits += [(f'tensor = "{t}"\ndims = ["D", "B * H * S"]', f'tensor = "{t}"\ndims = ["D", "B * HKV * S"]')
                   for t in ("K", "V")]

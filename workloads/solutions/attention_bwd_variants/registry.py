@@ -14,6 +14,7 @@ from .dq_bulk import BULK_DQ_D64, bulk_dq, bulk_dq_s3
 from .dq_decoupled import decoupled
 from .dq_late import DQ_LATE
 from .late_d96 import late_d96
+from .tail_kernel import tail_kernel
 from .tail_split import grid_1d, tail_split, tail_whole
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .pre_wide import PRE_GRID, pre_wide
@@ -68,6 +69,11 @@ VARIANTS = {
     # tail_split's text with one piece per item (no key block cut): what the 1-D grid and the pieces' code cost alone
     "tail_whole": lambda text: ("// VARIANT tail_whole (attention_bwd_variants.py): tail_split launched with one piece "
                                 "per key block\n" + tail_whole(variant_text("pre_plain+head_groups"))),
+    # tail_split's pieces in a launch of their own (twin entry points, TAIL = true): the main launch keeps pre_plain's
+    # loop
+    "tail_kernel": lambda text: ("// VARIANT tail_kernel (attention_bwd_variants.py): pre_plain+head_groups with the "
+                                 "last wave's key blocks cut into pieces in a launch of their own\n"
+                                 + tail_kernel(variant_text("pre_plain+head_groups"))),
     # pre_plain+head_groups on a 1-D grid and nothing else: what the grid alone costs
     "grid_1d": lambda text: ("// VARIANT grid_1d (attention_bwd_variants.py): pre_plain+head_groups on a 1-D grid\n"
                              + grid_1d(variant_text("pre_plain+head_groups"))),

@@ -1,0 +1,117 @@
+"""The backward's tail_kernel variant (workloads/solutions/attention_bwd_variants/tail_kernel.py): tail_split's pieces
+in a launch of their own. Checked here: mirrors of both launches' decodes give every (KV head, key block, query
+iteration) to exactly one CTA at every backward workload (the smoke ones cut every block, and the main launch's one
+CTA then returns); each workload's plan launches its entry point and that entry point's tail twin, GQA's over
+B * HKV; every kernel assembles without spills or static shared memory and every plan fits the H200; and the main
+launch's block loop is pre_plain's schedule (SASS lines in place), which tail_split's was not (attention_bwd.md, "v24
+controls, second call"). Correctness and speed: the GPU."""
+from __future__ import annotations
+
+import pytest
+
+from ptxbench.tools.compile import compile_source
+from ptxbench.tools.gpu.limits import DeviceLimits, check_compiled
+from ptxbench.tools.sass import disassemble
+from ptxbench.tools.solution.parse import parse_solution, resolve_plan
+from ptxbench.workloads.registry import get_workload, list_workloads
+from ptxbench.workloads.solutions.attention_backward import backward_entry_point, fast_backward
+from ptxbench.workloads.solutions.attention_bwd_variants.registry import variant_text
+from ptxbench.workloads.solutions.attention_bwd_variants.tail_kernel import DECODE, PIECES
+
+BACKWARD = [w.id for w in list_workloads() if w.op == "mha_bwd"]
+HEAD_GROUP, BN, NSM = 4, 128, 132
+
+
+def _decode(tail: bool, bx: int, items: int, nsm: int, pieces: int):
+    """The kernel's DECODE, mirrored: (item, piece) of CTA bx of a launch, or None where the CTA returns at once."""
+    rem = items % nsm
+    full = items - rem
+    if (bx >= rem * pieces) if tail else (bx >= full):
+        return None
+    return (full + bx // pieces, bx % pieces) if tail else (bx, -1)
+
+
+def _key_block(lin: int, n_kb: int, kv_heads: int):
+    grp, in_grp = lin // (HEAD_GROUP * n_kb), lin % (HEAD_GROUP * n_kb)
+    g_heads = min(HEAD_GROUP, kv_heads - grp * HEAD_GROUP)
+    return in_grp // g_heads, grp * HEAD_GROUP + in_grp % g_heads
+
+
+def test_the_mirror_is_the_variants_text():
+    assert "rem = items % nsm, full = items - rem;" in DECODE[1]
+    assert "if (TAIL ? bx >= rem * pieces : bx >= full) return;" in DECODE[1]
+    assert "const int lin = TAIL ? full + bx / pieces : bx;" in DECODE[1]
+    assert "const int piece = TAIL ? bx % pieces : -1;" in DECODE[1]
+
+
+@pytest.mark.parametrize("wid", BACKWARD)
+def test_every_unit_of_work_is_taken_once_over_both_launches(wid):
+    w = get_workload(wid)
+    sym, causal = w.symbols, bool(w.causal)
+    s, d = int(sym["S"]), int(sym["D"])
+    kv_heads = int(sym["B"]) * int(sym.get("HKV", sym["H"]))
+    group = int(sym["H"]) // int(sym.get("HKV", sym["H"]))
+    qr = 128 if d == 64 else 64
+    n_kb = s // BN
+    items = n_kb * kv_heads
+    text = fast_backward(w, variant_text("tail_kernel"))
+    plan = resolve_plan(parse_solution(text, w).plan, w, NSM, "sm_90a")
+    entry = backward_entry_point(d, causal, "HKV" in sym, text)
+    main, tail = plan.launches[1], plan.launches[2]
+    assert (main.kernel, tail.kernel) == (entry, entry + "_tail")
+    assert main.grid[0] == max(items - items % NSM, 1) and tail.grid[0] == max(items % NSM * PIECES, 1)
+    taken: dict[tuple, int] = {}
+    for is_tail, launch in ((False, main), (True, tail)):
+        for bx in range(launch.grid[0]):
+            got = _decode(is_tail, bx, items, NSM, PIECES)
+            if got is None:
+                continue
+            lin, piece = got
+            kb, bkv = _key_block(lin, n_kb, kv_heads)
+            n_iter = group * (s // qr - ((kb * BN // qr) if causal else 0))
+            lo, hi = (0, n_iter) if piece < 0 else (piece * n_iter // PIECES, (piece + 1) * n_iter // PIECES)
+            for it in range(lo, hi):
+                taken[(bkv, kb, it)] = taken.get((bkv, kb, it), 0) + 1
+    want = {(bkv, kb, it) for bkv in range(kv_heads) for kb in range(n_kb)
+            for it in range(group * (s // qr - ((kb * BN // qr) if causal else 0)))}
+    assert set(taken) == want and set(taken.values()) == {1}
+    if wid.startswith("smoke_"):  # fewer key blocks than SMs: every block cut, so the checks reach the pieces
+        assert items < NSM and main.grid[0] == 1 and tail.grid[0] == items * PIECES
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return {v: compile_source(fast_backward(get_workload("mha_bwd_d128"), variant_text(v)), "cuda", "sm_90a")
+            for v in ("tail_kernel", "pre_plain+head_groups")}
+
+
+def test_every_kernel_assembles_and_every_plan_fits_the_h200(compiled):
+    r = compiled["tail_kernel"]
+    assert r.status == "ok" and not r.warnings, [w.message for w in r.warnings]
+    mains = [k for k in r.kernels if k.startswith("attn_bwd_wgmma")]
+    assert len(mains) == 18 and sum(k.endswith("_tail") for k in mains) == 9
+    for name, k in r.kernels.items():
+        assert k.spill_stores == k.spill_loads == 0 and k.smem_static == 0, name
+    for name in ("attn_bwd_wgmma", "attn_bwd_wgmma_tail"):
+        assert r.kernels[name].sass_opcodes["HGMMA"] == 40, name
+    lim = DeviceLimits()
+    for wid in BACKWARD:
+        w = get_workload(wid)
+        plan = resolve_plan(parse_solution(fast_backward(w, variant_text("tail_kernel")), w).plan, w, lim.sm_count,
+                            "sm_90a")
+        assert check_compiled(plan, {k: v.smem_static for k, v in r.kernels.items()}, lim) == [], wid
+
+
+def _loop(result, kernel: str) -> list[str]:
+    lines = [f"{i.predicate} {i.opcode} {i.operands}".strip() for i in disassemble(result.cubin_path)[kernel]]
+    hgmma = [k for k, ln in enumerate(lines) if " HGMMA" in f" {ln}"]
+    return lines[hgmma[0]:hgmma[-1] + 1]
+
+
+@pytest.mark.parametrize("kernel", ["attn_bwd_wgmma", "attn_bwd_wgmma_causal", "attn_bwd_wgmma_d64"])
+def test_the_main_launch_keeps_pre_plains_loop(compiled, kernel):
+    """The main launch's block loop, SASS line by line in place: pre_plain's schedule (grid_1d, level on the H200, held
+    637 of 641 at D = 64; tail_split's whole blocks, 7-8% slower, held none)."""
+    base, mine = _loop(compiled["pre_plain+head_groups"], kernel), _loop(compiled["tail_kernel"], kernel)
+    same = sum(a == b for a, b in zip(base, mine))
+    assert len(mine) == len(base) and same >= 0.97 * len(base), (kernel, len(base), len(mine), same)
