@@ -1,9 +1,9 @@
 """The backward's tail_kernel variant (workloads/solutions/attention_bwd_variants/tail_kernel.py): tail_split's pieces
-in a launch of their own. Checked here: mirrors of both launches' decodes give every (KV head, key block, query
+in a launch of their own, on the reference (late_d96). Checked here: mirrors of both launches' decodes give every (KV head, key block, query
 iteration) to exactly one CTA at every backward workload (the smoke ones cut every block, and the main launch's one
 CTA then returns); each workload's plan launches its entry point and that entry point's tail twin, GQA's over
 B * HKV; every kernel assembles without spills or static shared memory and every plan fits the H200; and the main
-launch's block loop is pre_plain's schedule (SASS lines in place), which tail_split's was not (attention_bwd.md, "v24
+launch's block loop is the reference's schedule (SASS lines in place), which tail_split's was not (attention_bwd.md, "v24
 controls, second call"). Correctness and speed: the GPU."""
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_every_unit_of_work_is_taken_once_over_both_launches(wid):
 @pytest.fixture(scope="module")
 def compiled():
     return {v: compile_source(fast_backward(get_workload("mha_bwd_d128"), variant_text(v)), "cuda", "sm_90a")
-            for v in ("tail_kernel", "pre_plain+head_groups")}
+            for v in ("tail_kernel", "late_d96+head_groups")}
 
 
 def test_every_kernel_assembles_and_every_plan_fits_the_h200(compiled):
@@ -108,10 +108,12 @@ def _loop(result, kernel: str) -> list[str]:
     return lines[hgmma[0]:hgmma[-1] + 1]
 
 
-@pytest.mark.parametrize("kernel", ["attn_bwd_wgmma", "attn_bwd_wgmma_causal", "attn_bwd_wgmma_d64"])
-def test_the_main_launch_keeps_pre_plains_loop(compiled, kernel):
-    """The main launch's block loop, SASS line by line in place: pre_plain's schedule (grid_1d, level on the H200, held
-    637 of 641 at D = 64; tail_split's whole blocks, 7-8% slower, held none)."""
-    base, mine = _loop(compiled["pre_plain+head_groups"], kernel), _loop(compiled["tail_kernel"], kernel)
+@pytest.mark.parametrize("kernel", ["attn_bwd_wgmma", "attn_bwd_wgmma_causal", "attn_bwd_wgmma_d64",
+                                    "attn_bwd_wgmma_d96_causal"])
+def test_the_main_launch_keeps_the_references_loop(compiled, kernel):
+    """The main launch's block loop, SASS line by line in place: the reference's schedule (late_d96; pre_plain's at
+    D = 128 and 64). grid_1d, level on the H200, held 637 of 641 lines at D = 64; tail_split's whole blocks, 7-8%
+    slower, held none."""
+    base, mine = _loop(compiled["late_d96+head_groups"], kernel), _loop(compiled["tail_kernel"], kernel)
     same = sum(a == b for a, b in zip(base, mine))
     assert len(mine) == len(base) and same >= 0.97 * len(base), (kernel, len(base), len(mine), same)

@@ -69,11 +69,11 @@ VARIANTS = {
     # tail_split's text with one piece per item (no key block cut): what the 1-D grid and the pieces' code cost alone
     "tail_whole": lambda text: ("// VARIANT tail_whole (attention_bwd_variants.py): tail_split launched with one piece "
                                 "per key block\n" + tail_whole(variant_text("pre_plain+head_groups"))),
-    # tail_split's pieces in a launch of their own (twin entry points, TAIL = true): the main launch keeps pre_plain's
-    # loop
-    "tail_kernel": lambda text: ("// VARIANT tail_kernel (attention_bwd_variants.py): pre_plain+head_groups with the "
+    # tail_split's pieces in a launch of their own (twin entry points, TAIL = true), on the reference: the main launch
+    # keeps its loop
+    "tail_kernel": lambda text: ("// VARIANT tail_kernel (attention_bwd_variants.py): late_d96+head_groups with the "
                                  "last wave's key blocks cut into pieces in a launch of their own\n"
-                                 + tail_kernel(variant_text("pre_plain+head_groups"))),
+                                 + tail_kernel(variant_text("late_d96+head_groups"))),
     # pre_plain+head_groups on a 1-D grid and nothing else: what the grid alone costs
     "grid_1d": lambda text: ("// VARIANT grid_1d (attention_bwd_variants.py): pre_plain+head_groups on a 1-D grid\n"
                              + grid_1d(variant_text("pre_plain+head_groups"))),

@@ -1,4 +1,4 @@
-"""tail_kernel: tail_split's pieces in a launch of their own, so the whole key blocks run pre_plain's main loop.
+"""tail_kernel: tail_split's pieces in a launch of their own, so the whole key blocks run the reference's main loop.
 
 tail_split cut the last wave's key blocks into pieces inside the one main kernel; its whole blocks ran the same
 opcodes as pre_plain's in another schedule, 7-8% slower at D = 64 (attention_bwd.md, "v24 controls"): ptxas
@@ -35,10 +35,13 @@ DECODE = (SPLIT_DECODE[1], """  // tail_kernel: a 1-D grid per launch. The main 
   const int g_heads = min(HEAD_GROUP, kv_heads - grp * HEAD_GROUP);
 """)
 
-# the main launch issues its first S^T as pre_plain does, unguarded (only a causal piece can be empty)
+# the main launch issues its first S^T as its base does (only a causal piece can be empty): st_ahead's loop, or
+# late_d96's, which keeps its dead causal block's guard
 FIRST_ST = ("      if (it_lo < it_hi) {  // tail_split: a piece of a short causal key block may have no query block",
             "      if (!TAIL || it_lo < it_hi) {  // tail_split: a piece of a short causal key block may have no query "
             "block")
+FIRST_ST_LATE = ("      if ((!(LATE && CAUSAL) || c == 0 || it_lo > 0) && it_lo < it_hi) {",
+                 "      if ((!(LATE && CAUSAL) || c == 0 || it_lo > 0) && (!TAIL || it_lo < it_hi)) {")
 
 _ENTRY = re.compile(r'extern "C" __global__ void __launch_bounds__\(384, 1\) (attn_bwd_wgmma\w*)\(.*?\n}\n', re.S)
 _CALL = re.compile(r"attn_bwd<(\d+), (true|false), (true|false)(?:, (\d+))?>\(")
@@ -68,10 +71,11 @@ def _plan(text: str, pieces: int) -> str:
 
 
 def tail_kernel(text: str, pieces: int = PIECES) -> str:
-    """`text` (pre_plain+head_groups') with the last wave's key blocks cut into `pieces` CTAs each, in a launch of
-    their own."""
+    """`text` (late_d96+head_groups', the reference's, or pre_plain+head_groups') with the last wave's key blocks cut
+    into `pieces` CTAs each, in a launch of their own."""
     text = tail_split(text, pieces)
-    text = apply_edits(text, [TEMPLATE, DECODE, FIRST_ST], "tail_kernel")
+    text = apply_edits(text, [TEMPLATE, DECODE, FIRST_ST_LATE if "consumer_block_late<" in text else FIRST_ST],
+                       "tail_kernel")
     assert f'"i32:{pieces}", "scratch:tail_part"' in text and tail_args("(B * H)", pieces)
     entries = [m.group(0) for m in _ENTRY.finditer(text)]
     if not entries:

@@ -83,6 +83,22 @@ CONSUMER_128 = (ST_AHEAD_LOOP_NEW[_LOOP_AT:_LOOP_TO], """      if (it_lo < it_hi
         const int q0 = (q_first + it % per_head) * QR;
         consumer_block_pf<HD, CAUSAL, KD>(it - it_lo, it + 1 < it_hi, q0,""")
 
+# the same on late_d96's 128-wide loop (the D = 96 entry points' dq_late block and dead causal block): the dead block
+# is consumer 1's first block of the key block, so only a piece that starts the block (it_lo = 0) has it
+CONSUMER_128_LATE = [
+    ("      if (!(LATE && CAUSAL) || c == 0) {  // D = 96 causal: consumer 1's first block is dead",
+     "      // D = 96 causal: consumer 1's first block is dead (tail_split: only in the piece that starts the key block;\n"
+     "      // a piece of a short causal key block may have no query block)\n"
+     "      if ((!(LATE && CAUSAL) || c == 0 || it_lo > 0) && it_lo < it_hi) {"),
+    ("      int it = 0;\n", "      int it = it_lo;\n"),
+    ("        if (c == 1 && n_iter > 0) {  // the first block (q0 = key0) sees none of consumer 1's keys",
+     "        if (c == 1 && it_lo == 0 && it_hi > 0) {  // the first block (q0 = key0) sees none of consumer 1's keys"),
+    ("consumer_block_dead<HD, CAUSAL, KD>(n_iter > 1, q_first * QR,", "consumer_block_dead<HD, CAUSAL, KD>(it_hi > 1, q_first * QR,"),
+    ("      for (; it < n_iter; ++it) {", "      for (; it < it_hi; ++it) {"),
+    ("consumer_block_late<HD, CAUSAL, KD>(it, it + 1 < n_iter, q0,", "consumer_block_late<HD, CAUSAL, KD>(it - it_lo, it + 1 < it_hi, q0,"),
+    ("consumer_block_pf<HD, CAUSAL, KD>(it, it + 1 < n_iter, q0,", "consumer_block_pf<HD, CAUSAL, KD>(it - it_lo, it + 1 < it_hi, q0,"),
+]
+
 CONSUMER_64 = ("""    for (int it = 0; it < n_iter; ++it) {
       const int st = it % Stages<HD>::N;
       const int head = (GQA ? bkv * group : bkv) + it / per_head;
@@ -123,10 +139,12 @@ EPILOGUE = ("""    const size_t row0 = kv_row + key0 + 64 * c + r;
 
 
 def tail_split(text: str, pieces: int = PIECES) -> str:
-    """`text` (pre_plain+head_groups') with the last wave's key blocks cut into `pieces` CTAs each."""
+    """`text` (pre_plain+head_groups' or late_d96+head_groups') with the last wave's key blocks cut into `pieces` CTAs
+    each."""
     n_entries = text.count('extern "C" __global__ void __launch_bounds__(384, 1) attn_bwd_wgmma')
     text = apply_edits(text, [ENTRY_PARAMS, ENTRY_CALLS], "tail_split", count=n_entries)
-    return apply_edits(text, plan_edits(pieces) + [TEMPLATE_PARAMS, DECODE, RANGE, PRODUCER, CONSUMER_128, CONSUMER_64,
+    consumer = CONSUMER_128_LATE if "consumer_block_late<" in text else [CONSUMER_128]  # late_d96's loop, or st_ahead's
+    return apply_edits(text, plan_edits(pieces) + [TEMPLATE_PARAMS, DECODE, RANGE, PRODUCER, *consumer, CONSUMER_64,
                                                    EPILOGUE], "tail_split")
 
 
