@@ -87,7 +87,8 @@ def _load_expr():
 
 
 class Runner:
-    """Loads one variant's cubin and launches it per its plan (the harness's job, in miniature)."""
+    """Loads one variant's cubin and launches it per its plan, every launch in order (the harness's job, in
+    miniature)."""
 
     def __init__(self, name: str, source: str, cubin: bytes, num_sms: int):
         import torch
@@ -96,9 +97,11 @@ class Runner:
         torch.zeros(1, device="cuda")  # makes torch's (primary) context current, which the driver calls use
         self.cu, self.name, self.num_sms = cu, name, num_sms
         self.plan = read_plan(source)
-        self.launch = self.plan["launch"][0]
+        self.launches = self.plan["launch"]
+        self.launch = self.launches[0]
         self.module = self._check(cu.cuModuleLoadData(cubin))
-        self.func = self._check(cu.cuModuleGetFunction(self.module, self.launch["kernel"].encode()))
+        self.funcs = [self._check(cu.cuModuleGetFunction(self.module, L["kernel"].encode())) for L in self.launches]
+        self.func = self.funcs[0]
         self.expr = _load_expr()
         self.scratch: dict = {}  # the plan's scratch buffers, by name (allocated by the first prepare())
 
@@ -140,11 +143,25 @@ class Runner:
             cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
 
     def prepare(self, tensors: dict, syms: dict):
-        """Returns a zero-argument launcher for these tensors."""
-        cu, L = self.cu, self.launch
+        """Returns a zero-argument launcher for these tensors: the zeroed scratch filled, then every launch."""
         syms = dict(syms, num_sms=self.num_sms)
         ev = lambda e: self.expr.evaluate_int(e, syms)  # noqa: E731
         maps = {n: self._tmap(s, tensors, syms) for n, s in self.plan.get("tmap", {}).items()}
+        calls = [self._config(L, f, tensors, ev, maps) for L, f in zip(self.launches, self.funcs)]
+        zeroed = [self.scratch[n] for n, spec in self.plan.get("scratch", {}).items() if spec.get("zero")]
+        cu = self.cu
+
+        def launch():
+            _ = maps
+            for buf in zeroed:
+                buf.zero_()
+            for cfg, func, args, _values in calls:
+                self._check((cu.cuLaunchKernelEx(cfg, func, args, 0)[0], None))
+        return launch
+
+    def _config(self, L: dict, func, tensors: dict, ev, maps: dict):
+        """(launch config, function, kernel arguments, the values they point at) of one launch of the plan."""
+        cu = self.cu
         values, types = [], []
         for a in L["args"]:
             if a.startswith("tmap:"):
@@ -156,7 +173,7 @@ class Runner:
             else:
                 values.append(tensors[a].data_ptr()); types.append(ctypes.c_void_p)
         smem = ev(L.get("smem", 0))
-        self._check(cu.cuFuncSetAttribute(self.func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))
+        self._check(cu.cuFuncSetAttribute(func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))
         cfg = cu.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (ev(g) for g in L["grid"])
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (ev(b) for b in L["block"])
@@ -170,16 +187,7 @@ class Runner:
             at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = (ev(c) for c in L["cluster"])
             attrs.append(at)
         cfg.attrs, cfg.numAttrs = attrs, len(attrs)
-        args = (tuple(values), tuple(types))
-        keep = (maps, values)  # noqa: F841  (kept alive by the closure)
-        zeroed = [self.scratch[n] for n, spec in self.plan.get("scratch", {}).items() if spec.get("zero")]
-
-        def launch():
-            _ = keep
-            for buf in zeroed:
-                buf.zero_()
-            self._check((cu.cuLaunchKernelEx(cfg, self.func, args, 0)[0], None))
-        return launch
+        return cfg, func, (tuple(values), tuple(types)), values
 
 
 def check(c, ref) -> dict:
