@@ -18,8 +18,10 @@ from ptxbench.workloads.solutions.attention_backward import backward_entry_point
 from ptxbench.workloads.solutions.attention_bwd_variants.registry import variant_text
 from ptxbench.workloads.solutions.attention_bwd_variants.tail_kernel import DECODE, PIECES
 
+from attention_bwd_order import BN, all_units, key_block, n_iter, shape
+
 BACKWARD = [w.id for w in list_workloads() if w.op == "mha_bwd"]
-HEAD_GROUP, BN, NSM = 4, 128, 132
+NSM = 132
 
 
 def _decode(tail: bool, bx: int, items: int, nsm: int, pieces: int):
@@ -29,12 +31,6 @@ def _decode(tail: bool, bx: int, items: int, nsm: int, pieces: int):
     if (bx >= rem * pieces) if tail else (bx >= full):
         return None
     return (full + bx // pieces, bx % pieces) if tail else (bx, -1)
-
-
-def _key_block(lin: int, n_kb: int, kv_heads: int):
-    grp, in_grp = lin // (HEAD_GROUP * n_kb), lin % (HEAD_GROUP * n_kb)
-    g_heads = min(HEAD_GROUP, kv_heads - grp * HEAD_GROUP)
-    return in_grp // g_heads, grp * HEAD_GROUP + in_grp % g_heads
 
 
 def test_the_mirror_is_the_variants_text():
@@ -47,16 +43,12 @@ def test_the_mirror_is_the_variants_text():
 @pytest.mark.parametrize("wid", BACKWARD)
 def test_every_unit_of_work_is_taken_once_over_both_launches(wid):
     w = get_workload(wid)
-    sym, causal = w.symbols, bool(w.causal)
-    s, d = int(sym["S"]), int(sym["D"])
-    kv_heads = int(sym["B"]) * int(sym.get("HKV", sym["H"]))
-    group = int(sym["H"]) // int(sym.get("HKV", sym["H"]))
-    qr = 128 if d == 64 else 64
+    s, qr, group, causal, kv_heads = shape(w)
     n_kb = s // BN
     items = n_kb * kv_heads
     text = fast_backward(w, variant_text("tail_kernel"))
     plan = resolve_plan(parse_solution(text, w).plan, w, NSM, "sm_90a")
-    entry = backward_entry_point(d, causal, "HKV" in sym, text)
+    entry = backward_entry_point(int(w.symbols["D"]), causal, "HKV" in w.symbols, text)
     main, tail = plan.launches[1], plan.launches[2]
     assert (main.kernel, tail.kernel) == (entry, entry + "_tail")
     assert main.grid[0] == max(items - items % NSM, 1) and tail.grid[0] == max(items % NSM * PIECES, 1)
@@ -67,14 +59,12 @@ def test_every_unit_of_work_is_taken_once_over_both_launches(wid):
             if got is None:
                 continue
             lin, piece = got
-            kb, bkv = _key_block(lin, n_kb, kv_heads)
-            n_iter = group * (s // qr - ((kb * BN // qr) if causal else 0))
-            lo, hi = (0, n_iter) if piece < 0 else (piece * n_iter // PIECES, (piece + 1) * n_iter // PIECES)
+            kb, bkv = key_block(lin, n_kb, kv_heads)
+            iters = n_iter(kb, s, qr, group, causal)
+            lo, hi = (0, iters) if piece < 0 else (piece * iters // PIECES, (piece + 1) * iters // PIECES)
             for it in range(lo, hi):
                 taken[(bkv, kb, it)] = taken.get((bkv, kb, it), 0) + 1
-    want = {(bkv, kb, it) for bkv in range(kv_heads) for kb in range(n_kb)
-            for it in range(group * (s // qr - ((kb * BN // qr) if causal else 0)))}
-    assert set(taken) == want and set(taken.values()) == {1}
+    assert set(taken) == all_units(s, qr, group, causal, kv_heads) and set(taken.values()) == {1}
     if wid.startswith("smoke_"):  # fewer key blocks than SMs: every block cut, so the checks reach the pieces
         assert items < NSM and main.grid[0] == 1 and tail.grid[0] == items * PIECES
 

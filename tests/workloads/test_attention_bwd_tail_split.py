@@ -19,8 +19,9 @@ from ptxbench.workloads.solutions.attention_backward import fast_backward
 from ptxbench.workloads.solutions.attention_bwd_variants.registry import variant_text
 from ptxbench.workloads.solutions.attention_bwd_variants.tail_split import DECODE, EPILOGUE, PIECES, RANGE
 
+from attention_bwd_order import BN, all_units, key_block, n_iter, shape
+
 BACKWARD = [w.id for w in list_workloads() if w.op == "mha_bwd"]
-HEAD_GROUP, BN = 4, 128
 
 
 def _decode(bx: int, n_kb: int, kv_heads: int, nsm: int, pieces: int):
@@ -29,12 +30,6 @@ def _decode(bx: int, n_kb: int, kv_heads: int, nsm: int, pieces: int):
     rem = items % nsm if pieces > 1 else 0
     full = items - rem
     return (bx, -1) if bx < full else (full + (bx - full) // pieces, (bx - full) % pieces)
-
-
-def _key_block(lin: int, n_kb: int, kv_heads: int):
-    grp, in_grp = lin // (HEAD_GROUP * n_kb), lin % (HEAD_GROUP * n_kb)
-    g_heads = min(HEAD_GROUP, kv_heads - grp * HEAD_GROUP)
-    return in_grp // g_heads, grp * HEAD_GROUP + in_grp % g_heads
 
 
 def test_the_mirror_is_the_variants_text():
@@ -48,11 +43,7 @@ def test_the_mirror_is_the_variants_text():
 @pytest.mark.parametrize("wid", BACKWARD)
 def test_every_unit_of_work_is_taken_once(wid):
     w = get_workload(wid)
-    sym, causal = w.symbols, bool(w.causal)
-    s, d = int(sym["S"]), int(sym["D"])
-    kv_heads = int(sym["B"]) * int(sym.get("HKV", sym["H"]))
-    group = int(sym["H"]) // int(sym.get("HKV", sym["H"]))
-    qr = 128 if d == 64 else 64
+    s, qr, group, causal, kv_heads = shape(w)
     n_kb, nsm = s // BN, 132
     plan = resolve_plan(parse_solution(fast_backward(w, variant_text("tail_split")), w).plan, w, nsm, "sm_90a")
     ctas = int(plan.launches[1].grid[0])
@@ -62,21 +53,18 @@ def test_every_unit_of_work_is_taken_once(wid):
     last_whole = -1
     for bx in range(ctas):
         lin, piece = _decode(bx, n_kb, kv_heads, nsm, PIECES)
-        kb, bkv = _key_block(lin, n_kb, kv_heads)
-        q_first = kb * BN // qr if causal else 0
-        n_iter = group * (s // qr - q_first)
-        lo, hi = (0, n_iter) if piece < 0 else (piece * n_iter // PIECES, (piece + 1) * n_iter // PIECES)
+        kb, bkv = key_block(lin, n_kb, kv_heads)
+        iters = n_iter(kb, s, qr, group, causal)
+        lo, hi = (0, iters) if piece < 0 else (piece * iters // PIECES, (piece + 1) * iters // PIECES)
         if piece < 0:
             last_whole = bx
         else:
             assert bx > last_whole  # the pieces come after every whole block
-            assert hi > lo or causal or n_iter < PIECES  # an empty piece only where the block is shorter than its pieces
+            assert hi > lo or causal or iters < PIECES  # an empty piece only where the block is shorter than its pieces
         for it in range(lo, hi):
             key = (bkv, kb, it)
             taken[key] = taken.get(key, 0) + 1
-    want = {(bkv, kb, it) for bkv in range(kv_heads) for kb in range(n_kb)
-            for it in range(group * (s // qr - ((kb * BN // qr) if causal else 0)))}
-    assert set(taken) == want and set(taken.values()) == {1}
+    assert set(taken) == all_units(s, qr, group, causal, kv_heads) and set(taken.values()) == {1}
 
 
 @pytest.mark.parametrize("variant", ["tail_split", "tail_whole"])

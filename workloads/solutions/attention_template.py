@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .attention_softmax import EARLY_PACK, LAZY_EDITS, SPLIT_MAX, SPLIT_ROWS, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
 from .attention_qregs import q_regs_edits
-from .attention_tail import EDITS as TAIL_EDITS, tail_plan
 from .template_text import replace_counted, uniform_index_edit, without_default_options
 
 BODY = Path(__file__).with_name("attention_template.cu.in")
@@ -81,9 +80,6 @@ class AttnParams(BaseModel):
     q_regs: bool = Field(False, description="each consumer's Q rows loaded once into registers as wgmma A fragments "
                          "(ldmatrix), S = Q K^T issued with A from registers: no Q bytes read from shared memory per "
                          "key tile (4 x D / 16 registers)")
-    tail_split: bool = Field(False, description="non-causal, power-of-two key tiles: a 1-D grid whose last wave's query "
-                             "tiles are cut into pieces over their key tiles, merged by each tile's last piece "
-                             "(attention_tail.py)")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -144,10 +140,10 @@ OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "early_pack": [False, True],  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
                                   "split_rows": [False, True],  # round 10: -0.7 to -1.0% at three points, TUNED sets it there
                                   "split_max": [False, True],  # rounds 11, 13: with q_regs -1.2 to -1.6% at D = 128
-                                  "q_regs": [False, True],  # round 13: -0.6 to -1.4% at the causal points, in TUNED
-                                  "tail_split": [False, True]}  # not measured yet (round 16)
+                                  "q_regs": [False, True]}  # round 13: -0.6 to -1.4% at the causal points, in TUNED
 # diag_half (consumer 0's causal diagonal tile halved) and dead_tile (D = 64 causal's wholly masked tile skipped)
-# measured +1.4-2.3% and +9.5% slower (rounds 12-14) and were deleted.
+# measured +1.4-2.3% and +9.5% slower (rounds 12-14) and were deleted; so was tail_split (the last wave's tiles cut
+# over their key tiles, merged by each tile's last piece: +0.7 to +3.6%, round 16).
 # persistent=True (one CTA per SM walking the query tiles) lost at every point of round 9 (attention_template.md) and
 # was deleted.
 HEAD_DIMS = (64, 96, 128)
@@ -330,10 +326,6 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
     if p.rescale != "always" and p.bn > LAZY_MAX_BN:
         bad.append(f"rescale={p.rescale} is built for key tiles up to {LAZY_MAX_BN} keys (bn={p.bn}: the lazy "
                    "thresholds and vote spilled registers at 160-192 keys)")
-    if p.tail_split and (p.causal or p.bn & (p.bn - 1) or p.schedule == "pingpong"):
-        bad.append("tail_split cuts the last wave's tiles over their key tiles: it is built for non-causal, cooperative "
-                   "points with a power-of-two key tile (the masked steps index key tiles by their global number, and "
-                   "a piece with no key tile would leave a ping-pong turn unanswered)")
     if p.split_max and p.split_rows:
         bad.append("split_max is split_rows without its split sums: set one of them")
     if p.early_pack and p.rescale != "lazy":
@@ -367,10 +359,7 @@ def plan_toml(p: AttnParams) -> str:
     kv_rows = "B * HKV * S" if p.gqa else "B * H * S"
     args = ["tmap:Q_map", "tmap:K_map", "tmap:V_map"] + (["tmap:O_map"] if p.epilogue == "tma" else [])
     args += ["O", "LSE", "i32:S", "i32:D", "f32:scale"] + (["i32:H // HKV"] if p.gqa else [])
-    grid, scratch = _grid(p), ""
-    if p.tail_split:
-        grid, tail_args, scratch = tail_plan(f"cdiv(S, {p.bm}) * (B * H)", p.threads)
-        args += tail_args
+    grid = _grid(p)
     maps = [("Q", "Q", "B * H * S", p.bm), ("K", "K", kv_rows, p.bn), ("V", "V", kv_rows, p.bn)]
     if p.epilogue == "tma":
         maps.append(("O", "O", "B * H * S", 64))  # one consumer's 64 rows x one 64-wide d slab
@@ -386,7 +375,7 @@ def plan_toml(p: AttnParams) -> str:
         f'smem = "1024 + {p.q_bytes} + {p.kv_bytes} * {2 * p.stages} + 256"  '
         f"# 1 KiB alignment slack, Q, {p.stages} x (K, V) tiles, mbarriers\n"
         f"args = [{', '.join(chr(34) + a + chr(34) for a in args)}]\n"
-        f"{tmaps}{scratch}*/\n"
+        f"{tmaps}*/\n"
     )
 
 
@@ -394,16 +383,12 @@ def _entry(p: AttnParams) -> str:
     """The kernel's entry point: its parameters follow the plan's args."""
     o_map = "const __grid_constant__ CUtensorMap tmO, " if p.epilogue == "tma" else ""
     group = ", int group" if p.gqa else ""
-    tail = (",\n    int heads, int nsm, int pieces, float* __restrict__ tail_part, int* __restrict__ tail_count"
-            if p.tail_split else "")
-    tail_call = ", heads, nsm, pieces, tail_part, tail_count" if p.tail_split else ""
     return (
         f"\n// The entry point the plan launches.\nextern \"C\" __global__ void __launch_bounds__({p.threads}, 1)\n"
         f"{kernel_name(p)}(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,\n"
         f"    const __grid_constant__ CUtensorMap tmV, {o_map}__nv_bfloat16* __restrict__ O, float* __restrict__ LSE,\n"
-        f"    int S, int D, float scale{group}{tail}) {{\n"
-        f"  attn_fwd(&tmQ, &tmK, &tmV, {'&tmO' if o_map else 'nullptr'}, O, LSE, S, D, scale, {'group' if group else '1'}"
-        f"{tail_call});\n"
+        f"    int S, int D, float scale{group}) {{\n"
+        f"  attn_fwd(&tmQ, &tmK, &tmV, {'&tmO' if o_map else 'nullptr'}, O, LSE, S, D, scale, {'group' if group else '1'});\n"
         "}\n"
     )
 
@@ -445,7 +430,4 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
             body = replace_counted(body, old, new, "attention_template.cu.in (q_regs)")
     if p.uniform:  # the consumer's Q descriptors in uniform registers
         body = replace_counted(body, *uniform_index_edit("c"), "attention_template.cu.in (uniform)")
-    if p.tail_split:  # the last wave's tiles in pieces (after every other edit: its anchors are theirs too)
-        for old, new in TAIL_EDITS:
-            body = replace_counted(body, old, new, "attention_template.cu.in (tail_split)")
     return plan_toml(p) + header + consts + "\n" + body + _entry(p)

@@ -1,8 +1,8 @@
-"""The last wave in pieces, shared by the attention forward's and backward's tail_split (attention_tail.py,
-attention_bwd_variants/tail_split.py): with one CTA per SM, `items` equal CTAs on num_sms SMs leave the last wave part
-idle, so the last `items % num_sms` items are cut into PIECES CTAs each. What both build the same way lives here: the
-piece count, the plan's 1-D grid, the pieces' arguments and scratch, and the count-in through which each item's last
-piece learns it is last."""
+"""The last wave in pieces, for the attention backward's tail_split and tail_kernel (attention_bwd_variants/): with one
+CTA per SM, `items` equal CTAs on num_sms SMs leave the last wave part idle, so the last `items % num_sms` items are
+cut into PIECES CTAs each. Here: the piece count, the plan's 1-D grid, the pieces' arguments and scratch, and the
+count-in through which each item's last piece learns it is last. (The forward's tail_split used them too; measured
+slower, it was deleted: attention_template.md, round 16.)"""
 from __future__ import annotations
 
 PIECES = 5
