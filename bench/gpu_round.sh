@@ -47,6 +47,9 @@
 #                       tests/workloads/test_attention_wgmma.py: one timing trial each, no profile)
 #   fwd-profile (120)   the attention forward's reference at D = 128 and causal (FWD_PROFILE: other workloads) under
 #                       Nsight Compute: `ptxbench profile --json` per workload (feedback, per-line stalls, verdicts)
+#   ref-eval (200)      `ptxbench eval` of what builtin/reference submits for each workload of REF_EVAL (default:
+#                       mha_bwd_d128 mha_bwd_d128_causal), interleaved with the library: speedup, interval, targets
+#                       executed; the text and JSON per workload in the step's folder (so they come back in its archive)
 #   wgmma-rates (90)    MACs per cycle per SM for each wgmma shape and operand layout (bench/wgmma_rates.py: m64n64 / n80 /
 #                       n128 / n256, K-major or MN-major A and B, A from registers)
 # A step's budget is a hard limit (SIGKILL); what it wrote by then is still packed. ROUND_ONE_TAR=1 packs all of $OUT
@@ -65,7 +68,7 @@ rm -f /tmp/gpu_round.index
 
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560 [tuner-climb-bwd]=570
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590
-                   [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [fwd-tests]=150)
+                   [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [fwd-tests]=150 [ref-eval]=200)
 
 run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
   local name=${1%%.*} s=$2 d=$3 tag=
@@ -112,6 +115,12 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
       for w in ${FWD_PROFILE:-mha_fwd_d128 mha_fwd_d128_causal}; do
         python3 -c "import sys; from ptxbench.workloads.registry import get_workload; from ptxbench.workloads.solutions.attention import fast_solution; sys.stdout.write(fast_solution(get_workload('$w')))" > "$d/$w.cu" &&
           python3 -m ptxbench.agent profile "$w" "$d/$w.cu" --json > "$d/$w.json" 2> "$d/$w.err"
+      done ;;
+    ref-eval)  # what builtin/reference submits, evaluated as a user would
+      local w
+      for w in ${REF_EVAL:-mha_bwd_d128 mha_bwd_d128_causal}; do
+        python3 -c "import sys; from ptxbench.agent.models.builtin import reference_source; sys.stdout.write(reference_source('$w'))" > "$d/$w.cu" &&
+          python3 -m ptxbench.agent eval "$w" "$d/$w.cu" --json > "$d/$w.json" 2> "$d/$w.err"
       done ;;
     library-drift) python3 bench/library_drift.py --workload "${DRIFT_WORKLOAD:-mha_fwd_d128}" --n 8 --json "$d/same.json"
                    python3 bench/library_drift.py --workload "${DRIFT_WORKLOAD:-mha_fwd_d128}" --n 5 --fresh \
