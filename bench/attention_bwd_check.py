@@ -32,7 +32,9 @@ def _row(wid: str, res, seconds: float) -> dict:
             "ms": t.candidate.median_ms if t else None,
             "library_ms": (t.baselines.get(t.primary_baseline).median_ms if t and t.primary_baseline in t.baselines
                            else None),
-            "tflops": t.tflops if t else None, "correctness": errs}
+            "tflops": t.tflops if t else None, "correctness": errs,
+            # what a refused plan or a fault said beyond its one-line message (v24's PLAN_ERROR came back without it)
+            "plan_errors": list(res.plan_errors or [])[:8], "runtime_error": (res.runtime_error or "")[:400]}
 
 
 def _variant(name: str) -> str | None:
@@ -141,6 +143,10 @@ def _table(label: str, rows: list[dict]) -> None:
         f = lambda v: f"{v:.3f}" if isinstance(v, float) else "-"  # noqa: E731
         print(f"| {r['workload']} | {r['timed']} | {r['status']} | {sp} | {f(r['ms'])} | {f(r['library_ms'])} | "
               f"{f(r['tflops'])} | {r['seconds']} |")
+    for r in rows:  # why a row failed, below the table (a log's tail is often all that comes back)
+        why = "; ".join(r.get("plan_errors") or []) or r.get("runtime_error") or ""
+        if r["status"] != "PASSED" and why:
+            print(f"- {r['workload']} ({r['status']}): {why[:300]}")
 
 
 if __name__ == "__main__":
