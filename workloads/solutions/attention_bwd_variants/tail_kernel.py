@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from ..tail_pieces import PIECES, tail_args
+from ..tail_pieces import PIECES
 from .edits import apply_edits
 from .tail_split import DECODE as SPLIT_DECODE, tail_split
 
@@ -76,7 +76,6 @@ def tail_kernel(text: str, pieces: int = PIECES) -> str:
     text = tail_split(text, pieces)
     text = apply_edits(text, [TEMPLATE, DECODE, FIRST_ST_LATE if "consumer_block_late<" in text else FIRST_ST],
                        "tail_kernel")
-    assert f'"i32:{pieces}", "scratch:tail_part"' in text and tail_args("(B * H)", pieces)
     entries = [m.group(0) for m in _ENTRY.finditer(text)]
     if not entries:
         raise ValueError("tail_kernel: no attn_bwd_wgmma entry point")
