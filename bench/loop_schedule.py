@@ -1,50 +1,87 @@
-"""Does an edit keep the main loop's schedule? Compares the attention backward's main kernel, SASS line by line, from
-its first to its last HGMMA (the consumers' block loop), between a base variant and others, on the CPU.
+"""Does an edit keep the main loop's schedule? Compares a kernel's SASS between a base and other builds, on the CPU.
 
     python3 bench/loop_schedule.py pre_plain+head_groups grid_1d tail_whole [--workload mha_bwd_d64]
+    python3 bench/loop_schedule.py --gemm '{}' '{"tail": "launch", "max_ctas": 0}' '{"tail": "streamk", "max_ctas": 0, "defer": false}'
 
-Why: tail_split's whole blocks run the same opcodes as pre_plain's, yet ptxas scheduled its loop anew and the H200
+Attention backward (names of attention_bwd_variants/): the main kernel's lines from its first HGMMA to its last (the
+consumers' block loop), compared in place. GEMM (--gemm: changes from default_params(), as JSON): the template
+kernel's whole SASS, lines matched in order with registers and constants abstracted (its HGMMAs sit in a few
+lines, so the span between them says little), and in place.
+
+Why: tail_split's whole blocks ran the same opcodes as pre_plain's, yet ptxas scheduled their loop anew and the H200
 ran it 7-8% slower at D = 64, while grid_1d kept the loop (637 of 641 lines in place) and ran level
-(bench/results/attention_bwd.md, "v24 controls, second call"). A variant whose loop moved is worth a look before
-its GPU time is spent. Lines are compared in place, operands and registers included.
+(bench/results/attention_bwd.md, "v24 controls, second call"); the GEMM's in-kernel stream-K tail kept 289 of the
+reference's 1,536 lines in order and lost 0.7% (gemm_sweep.md, round 7). A build whose loop moved is worth a look
+before its GPU time is spent.
 """
 from __future__ import annotations
 
 import argparse
+import difflib
+import json
+import re
 
 from ptxbench.tools.compile import compile_source
 from ptxbench.tools.sass import disassemble
-from ptxbench.workloads.registry import get_workload
-from ptxbench.workloads.solutions.attention_backward import backward_entry_point, fast_backward
-from ptxbench.workloads.solutions.attention_bwd_variants.registry import variant_text
+
+
+def _lines(source: str, kernel: str) -> list[str]:
+    r = compile_source(source, "cuda", "sm_90a")
+    if r.status != "ok" or not r.cubin_path:
+        raise SystemExit(f"does not compile: {[e.message for e in r.errors][:3]}")
+    return [f"{i.predicate} {i.opcode} {i.operands}".strip() for i in disassemble(r.cubin_path)[kernel]]
 
 
 def loop_lines(variant: str, workload: str) -> list[str]:
-    """The main kernel's SASS lines from its first HGMMA to its last, for `variant` built for `workload`."""
+    """The backward's main kernel's SASS lines from its first HGMMA to its last, for `variant` built for `workload`."""
+    from ptxbench.workloads.registry import get_workload
+    from ptxbench.workloads.solutions.attention_backward import backward_entry_point, fast_backward
+    from ptxbench.workloads.solutions.attention_bwd_variants.registry import variant_text
+
     w = get_workload(workload)
     text = fast_backward(w, variant_text(variant))
-    r = compile_source(text, "cuda", "sm_90a")
-    if r.status != "ok" or not r.cubin_path:
-        raise SystemExit(f"{variant}: does not compile for {workload}: {[e.message for e in r.errors][:3]}")
     sym = w.symbols
-    kernel = backward_entry_point(int(sym["D"]), bool(w.causal), "HKV" in sym, text)
-    lines = [f"{i.predicate} {i.opcode} {i.operands}".strip() for i in disassemble(r.cubin_path)[kernel]]
+    lines = _lines(text, backward_entry_point(int(sym["D"]), bool(w.causal), "HKV" in sym, text))
     hgmma = [k for k, ln in enumerate(lines) if " HGMMA" in f" {ln}"]
     return lines[hgmma[0]:hgmma[-1] + 1]
+
+
+def gemm_lines(changes: dict) -> list[str]:
+    """The GEMM template kernel's SASS lines for default_params() with `changes`."""
+    from ptxbench.workloads.solutions import gemm_template as gt
+
+    return _lines(gt.render(gt.default_params().model_copy(update=changes)), gt.KERNEL)
+
+
+def abstract(lines: list[str]) -> list[str]:
+    """Registers and constants abstracted: what stays is the code's shape and order."""
+    return [re.sub(r"\bU?R\d+\b", "R", re.sub(r"0x[0-9a-f]+", "X", ln)) for ln in lines]
+
+
+def in_order(base: list[str], other: list[str]) -> int:
+    return sum(b.size for b in difflib.SequenceMatcher(None, base, other, autojunk=False).get_matching_blocks())
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("base")
     ap.add_argument("others", nargs="+")
-    ap.add_argument("--workload", default="mha_bwd_d64")
+    ap.add_argument("--workload", default="mha_bwd_d64", help="the backward workload the variants are built for")
+    ap.add_argument("--gemm", action="store_true", help="base and others are GEMM template changes (JSON)")
     args = ap.parse_args()
+    if args.gemm:
+        base = gemm_lines(json.loads(args.base))
+        print(f"| changes | lines | in order, abstracted (of {len(base)}) | in place |\n|---|---|---|---|")
+        for other in args.others:
+            lines = gemm_lines(json.loads(other))
+            print(f"| {other} | {len(lines)} | {in_order(abstract(base), abstract(lines))} | "
+                  f"{sum(a == b for a, b in zip(base, lines))} |")
+        return 0
     base = loop_lines(args.base, args.workload)
     print(f"| variant | loop lines | lines equal in place to {args.base}'s ({len(base)}) |\n|---|---|---|")
     for v in args.others:
         lines = loop_lines(v, args.workload)
-        same = sum(a == b for a, b in zip(base, lines))
-        print(f"| {v} | {len(lines)} | {same} |")
+        print(f"| {v} | {len(lines)} | {sum(a == b for a, b in zip(base, lines))} |")
     return 0
 
 
