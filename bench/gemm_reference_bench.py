@@ -98,10 +98,8 @@ class Runner:
         self.cu, self.name, self.num_sms = cu, name, num_sms
         self.plan = read_plan(source)
         self.launches = self.plan["launch"]
-        self.launch = self.launches[0]
         self.module = self._check(cu.cuModuleLoadData(cubin))
         self.funcs = [self._check(cu.cuModuleGetFunction(self.module, L["kernel"].encode())) for L in self.launches]
-        self.func = self.funcs[0]
         self.expr = _load_expr()
         self.scratch: dict = {}  # the plan's scratch buffers, by name (allocated by the first prepare())
 
@@ -152,15 +150,15 @@ class Runner:
         cu = self.cu
 
         def launch():
-            _ = maps
+            _ = maps  # the tensor maps the arguments point at, kept alive by the closure
             for buf in zeroed:
                 buf.zero_()
-            for cfg, func, args, _values in calls:
+            for cfg, func, args in calls:
                 self._check((cu.cuLaunchKernelEx(cfg, func, args, 0)[0], None))
         return launch
 
     def _config(self, L: dict, func, tensors: dict, ev, maps: dict):
-        """(launch config, function, kernel arguments, the values they point at) of one launch of the plan."""
+        """(launch config, function, kernel arguments) of one launch of the plan."""
         cu = self.cu
         values, types = [], []
         for a in L["args"]:
@@ -187,7 +185,7 @@ class Runner:
             at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = (ev(c) for c in L["cluster"])
             attrs.append(at)
         cfg.attrs, cfg.numAttrs = attrs, len(attrs)
-        return cfg, func, (tuple(values), tuple(types)), values
+        return cfg, func, (tuple(values), tuple(types))
 
 
 def check(c, ref) -> dict:

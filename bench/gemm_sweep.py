@@ -272,8 +272,9 @@ def compile_all(points, ev) -> dict[int, object]:
 def resources(r) -> dict:
     if isinstance(r, str) or r.compile is None or not r.compile.kernels:
         return {}
+    from ptxbench.workloads.solutions.gemm_template import KERNEL
     kernels = r.compile.kernels
-    k = kernels.get("gemm_bf16_tn") or next(iter(kernels.values()))  # the template's kernel (tail="launch" has two)
+    k = kernels.get(KERNEL) or next(iter(kernels.values()))  # the template's kernel (tail="launch" has two)
     ops = k.sass_opcodes
     return {"regs": k.registers, "spills": k.spill_stores + k.spill_loads,
             **{op: ops.get(op, 0) for op in ("HGMMA", "UTMALDG", "UTMASTG", "STSM", "STS")}}

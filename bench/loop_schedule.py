@@ -25,11 +25,22 @@ from ptxbench.tools.compile import compile_source
 from ptxbench.tools.sass import disassemble
 
 
+def kernel_lines(cubin_path: str, kernel: str) -> list[str]:
+    """A compiled kernel's SASS, one line per instruction (predicate, opcode, operands)."""
+    return [f"{i.predicate} {i.opcode} {i.operands}".strip() for i in disassemble(cubin_path)[kernel]]
+
+
+def hgmma_span(lines: list[str]) -> list[str]:
+    """The lines from the first HGMMA to the last: the consumers' block loop of the attention backward."""
+    hgmma = [k for k, ln in enumerate(lines) if " HGMMA" in f" {ln}"]
+    return lines[hgmma[0]:hgmma[-1] + 1]
+
+
 def _lines(source: str, kernel: str) -> list[str]:
     r = compile_source(source, "cuda", "sm_90a")
     if r.status != "ok" or not r.cubin_path:
         raise SystemExit(f"does not compile: {[e.message for e in r.errors][:3]}")
-    return [f"{i.predicate} {i.opcode} {i.operands}".strip() for i in disassemble(r.cubin_path)[kernel]]
+    return kernel_lines(r.cubin_path, kernel)
 
 
 def loop_lines(variant: str, workload: str) -> list[str]:
@@ -41,9 +52,7 @@ def loop_lines(variant: str, workload: str) -> list[str]:
     w = get_workload(workload)
     text = fast_backward(w, variant_text(variant))
     sym = w.symbols
-    lines = _lines(text, backward_entry_point(int(sym["D"]), bool(w.causal), "HKV" in sym, text))
-    hgmma = [k for k, ln in enumerate(lines) if " HGMMA" in f" {ln}"]
-    return lines[hgmma[0]:hgmma[-1] + 1]
+    return hgmma_span(_lines(text, backward_entry_point(int(sym["D"]), bool(w.causal), "HKV" in sym, text)))
 
 
 def gemm_lines(changes: dict) -> list[str]:
@@ -59,6 +68,7 @@ def abstract(lines: list[str]) -> list[str]:
 
 
 def in_order(base: list[str], other: list[str]) -> int:
+    """Lines of `base` matched in order in `other`."""
     return sum(b.size for b in difflib.SequenceMatcher(None, base, other, autojunk=False).get_matching_blocks())
 
 

@@ -11,7 +11,6 @@ import pytest
 
 from ptxbench.tools.compile import compile_source
 from ptxbench.tools.gpu.limits import DeviceLimits, check_compiled
-from ptxbench.tools.sass import disassemble
 from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.workloads.registry import get_workload, list_workloads
 from ptxbench.workloads.solutions.attention_backward import backward_entry_point, fast_backward
@@ -19,6 +18,7 @@ from ptxbench.workloads.solutions.attention_bwd_variants.registry import variant
 from ptxbench.workloads.solutions.attention_bwd_variants.tail_kernel import DECODE, PIECES
 
 from attention_bwd_order import BN, all_units, key_block, n_iter, shape
+from sass_order import loop_schedule
 
 BACKWARD = [w.id for w in list_workloads() if w.op == "mha_bwd"]
 NSM = 132
@@ -93,9 +93,8 @@ def test_every_kernel_assembles_and_every_plan_fits_the_h200(compiled):
 
 
 def _loop(result, kernel: str) -> list[str]:
-    lines = [f"{i.predicate} {i.opcode} {i.operands}".strip() for i in disassemble(result.cubin_path)[kernel]]
-    hgmma = [k for k, ln in enumerate(lines) if " HGMMA" in f" {ln}"]
-    return lines[hgmma[0]:hgmma[-1] + 1]
+    ls = loop_schedule()
+    return ls.hgmma_span(ls.kernel_lines(result.cubin_path, kernel))
 
 
 @pytest.mark.parametrize("kernel", ["attn_bwd_wgmma", "attn_bwd_wgmma_causal", "attn_bwd_wgmma_d64",

@@ -10,12 +10,8 @@ of both launches' walks covers every (tile, k-block) exactly once for every grid
 results match torch on the stream-K test's shapes."""
 from __future__ import annotations
 
-import difflib
-import re
-
 import pytest
 
-from ptxbench.tools.sass import disassemble
 from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.tools.solution.plan import Solution
 from ptxbench.workloads.registry import gemm
@@ -23,6 +19,7 @@ from ptxbench.workloads.solutions import gemm_template as gt
 from ptxbench.workloads.solutions.gemm_tail_launch import TAIL_KERNEL
 
 from gemm_helpers import check_against_torch, clean_kernel, compile_points
+from sass_order import loop_schedule
 
 MAIN = "gemm_bf16_m8192_n7168_k5120"
 TL = {"tail": "launch", "max_ctas": 0}
@@ -73,15 +70,10 @@ def test_both_kernels_assemble_clean(compiled, name):
     assert compiled[name].kernels[gt.KERNEL].sass_opcodes.get("ATOMG", 0) == 0
 
 
-def _shape_of(result) -> list[str]:
-    """The first kernel's SASS lines with registers and constants abstracted (the code's shape and order)."""
-    lines = [f"{i.predicate} {i.opcode} {i.operands}".strip() for i in disassemble(result.cubin_path)[gt.KERNEL]]
-    return [re.sub(r"\bU?R\d+\b", "R", re.sub(r"0x[0-9a-f]+", "X", ln)) for ln in lines]
-
-
 def test_the_first_kernel_is_the_references_code(compiled):
-    base, mine = _shape_of(compiled["reference"]), _shape_of(compiled["tl"])
-    matched = sum(b.size for b in difflib.SequenceMatcher(None, base, mine, autojunk=False).get_matching_blocks())
+    ls = loop_schedule()
+    base, mine = (ls.abstract(ls.kernel_lines(compiled[n].cubin_path, gt.KERNEL)) for n in ("reference", "tl"))
+    matched = ls.in_order(base, mine)
     assert matched >= 0.9 * len(base) and abs(len(mine) - len(base)) <= 0.05 * len(base), (len(base), len(mine), matched)
 
 

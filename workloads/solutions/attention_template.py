@@ -359,7 +359,6 @@ def plan_toml(p: AttnParams) -> str:
     kv_rows = "B * HKV * S" if p.gqa else "B * H * S"
     args = ["tmap:Q_map", "tmap:K_map", "tmap:V_map"] + (["tmap:O_map"] if p.epilogue == "tma" else [])
     args += ["O", "LSE", "i32:S", "i32:D", "f32:scale"] + (["i32:H // HKV"] if p.gqa else [])
-    grid = _grid(p)
     maps = [("Q", "Q", "B * H * S", p.bm), ("K", "K", kv_rows, p.bn), ("V", "V", kv_rows, p.bn)]
     if p.epilogue == "tma":
         maps.append(("O", "O", "B * H * S", 64))  # one consumer's 64 rows x one 64-wide d slab
@@ -370,7 +369,7 @@ def plan_toml(p: AttnParams) -> str:
     return (
         '/* ptxbench\nlanguage = "cuda"\n\n[[launch]]\n'
         f'kernel = "{kernel_name(p)}"\n'
-        f"{grid}\n"
+        f"{_grid(p)}\n"
         f"block = [{p.threads}]\n"
         f'smem = "1024 + {p.q_bytes} + {p.kv_bytes} * {2 * p.stages} + 256"  '
         f"# 1 KiB alignment slack, Q, {p.stages} x (K, V) tiles, mbarriers\n"

@@ -296,17 +296,16 @@ def _grid(p: GemmParams) -> str:
 
 def plan_toml(p: GemmParams) -> str:
     cluster = f"cluster = [{p.cluster_m}, 1, 1]\n" if p.cluster_m > 1 else ""
-    sk_args, sk_scratch, tail_launch = "", "", ""
+    args = '"tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"'
+    sk_args = ', "scratch:sk_ws", "scratch:sk_tickets"'
+    sk_scratch, tail_launch = "", ""
     if p.streamk or p.tail_launch:  # two fp32 partial tiles per CTA (never read before written: left unzeroed), a
         # ticket per tail tile and consumer (tail tiles < CTAs; zeroed for every call, and put back to 0 by the kernel)
-        sk_args = ', "scratch:sk_ws", "scratch:sk_tickets"'
         sk_scratch = (f'\n[scratch.sk_ws]\ndtype = "float32"\nshape = ["{_ctas(p)}", 2, {p.bm * p.bn}]\nzero = false\n'
                       f'\n[scratch.sk_tickets]\ndtype = "int32"\nshape = ["{_ctas(p)}", {p.consumers}]\nzero = true\n')
     if p.tail_launch:  # the stream-K kernel over the tail only, after the first (which takes no scratch)
         tail_launch = (f'[[launch]]\nkernel = "{TAIL_KERNEL}"\ngrid = ["{_ctas(p)}", 1, 1]\nblock = [{p.threads}, 1, 1]\n'
-                       f"smem = {p.smem_bytes}\n"
-                       f'args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"{sk_args}]\n\n')
-        sk_args = ""
+                       f"smem = {p.smem_bytes}\nargs = [{args}{sk_args}]\n\n")
     return (
         '/* ptxbench\nlanguage = "cuda"\n\n[[launch]]\n'
         f'kernel = "{KERNEL}"\n'
@@ -314,7 +313,7 @@ def plan_toml(p: GemmParams) -> str:
         f"block = [{p.threads}, 1, 1]\n"
         f"{cluster}"
         f"smem = {p.smem_bytes}\n"
-        f'args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"{sk_args}]\n\n'
+        f"args = [{args}{sk_args if p.streamk else ''}]\n\n"
         f"{tail_launch}"
         f'[tmap.A_map]\ntensor = "A"\nbox = [64, {p.bm}]\nswizzle = "128B"\nl2_promotion = "256B"\n\n'
         f'[tmap.B_map]\ntensor = "B"\nbox = [64, {p.bn // p.cluster_m}]\nswizzle = "128B"\nl2_promotion = "256B"\n\n'

@@ -30,6 +30,11 @@ def _on(base: str, name: str, what: str, edits: list[tuple[str, str]]):
     return lambda text: apply_edits(VARIANTS[base](text), edits + [header], name)
 
 
+def _ordered(base: str, name: str, what: str, build):
+    """A variant built on `base`, a variant in one of ORDERS (`build` takes its text), with its header."""
+    return lambda text: f"// VARIANT {name} (attention_bwd_variants.py): {base} with {what}\n" + build(variant_text(base))
+
+
 VARIANTS = {
     "bulk_dq": bulk_dq,
     "bulk_dq_s3": bulk_dq_s3,
@@ -61,22 +66,16 @@ VARIANTS = {
                       CAUSAL_SKIP_PLAIN),
     "late_d96": lambda text: late_d96(_on(
         "pre_plain", "late_d96", "dq_late's block and causal_skip's dead block in the D = 96 entry points only", [])(text)),
-    # pre_plain in head_groups' order with the last wave's key blocks cut into pieces (its D = 128 / 64 kernels are the
-    # reference's, late_d96's) (its text has the order in it:
-    # it is named without one)
-    "tail_split": lambda text: ("// VARIANT tail_split (attention_bwd_variants.py): pre_plain+head_groups with the last "
-                                "wave's key blocks cut into pieces\n" + tail_split(variant_text("pre_plain+head_groups"))),
-    # tail_split's text with one piece per item (no key block cut): what the 1-D grid and the pieces' code cost alone
-    "tail_whole": lambda text: ("// VARIANT tail_whole (attention_bwd_variants.py): tail_split launched with one piece "
-                                "per key block\n" + tail_whole(variant_text("pre_plain+head_groups"))),
-    # tail_split's pieces in a launch of their own (twin entry points, TAIL = true), on the reference: the main launch
-    # keeps its loop
-    "tail_kernel": lambda text: ("// VARIANT tail_kernel (attention_bwd_variants.py): late_d96+head_groups with the "
-                                 "last wave's key blocks cut into pieces in a launch of their own\n"
-                                 + tail_kernel(variant_text("late_d96+head_groups"))),
-    # pre_plain+head_groups on a 1-D grid and nothing else: what the grid alone costs
-    "grid_1d": lambda text: ("// VARIANT grid_1d (attention_bwd_variants.py): pre_plain+head_groups on a 1-D grid\n"
-                             + grid_1d(variant_text("pre_plain+head_groups"))),
+    # built on a variant in head_groups' order, the order in their text (named without one): the last wave's key
+    # blocks cut into pieces (its D = 128 / 64 kernels are the reference's), its code with no block cut, pre_plain on a
+    # 1-D grid alone (the two controls), and the pieces in a launch of their own on the reference
+    "tail_split": _ordered("pre_plain+head_groups", "tail_split", "the last wave's key blocks cut into pieces",
+                           tail_split),
+    "tail_whole": _ordered("pre_plain+head_groups", "tail_whole", "tail_split's code, one piece per key block",
+                           tail_whole),
+    "grid_1d": _ordered("pre_plain+head_groups", "grid_1d", "a 1-D grid", grid_1d),
+    "tail_kernel": _ordered("late_d96+head_groups", "tail_kernel", "the last wave's key blocks cut into pieces in a "
+                            "launch of their own", tail_kernel),
     # the stack on ds_stmatrix: stats_wide -> pre_wide -> dq_late -> causal_skip
     "stats_wide": _on("ds_stmatrix", "stats_wide", "L2 and Dr in 16-byte loads from a layout the preprocess writes for "
                       "them (four ld.shared.v4 per array and block instead of eight ld.shared.v2)", STATS_WIDE),

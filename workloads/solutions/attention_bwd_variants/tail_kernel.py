@@ -16,7 +16,7 @@ import re
 
 from ..tail_pieces import PIECES
 from .edits import apply_edits
-from .tail_split import DECODE as SPLIT_DECODE, tail_split
+from .tail_split import DECODE as SPLIT_DECODE, on_late_d96, tail_split
 
 ITEMS = "cdiv(S, 128) * (B * H)"
 
@@ -74,8 +74,7 @@ def tail_kernel(text: str, pieces: int = PIECES) -> str:
     """`text` (late_d96+head_groups', the reference's, or pre_plain+head_groups') with the last wave's key blocks cut
     into `pieces` CTAs each, in a launch of their own."""
     text = tail_split(text, pieces)
-    text = apply_edits(text, [TEMPLATE, DECODE, FIRST_ST_LATE if "consumer_block_late<" in text else FIRST_ST],
-                       "tail_kernel")
+    text = apply_edits(text, [TEMPLATE, DECODE, FIRST_ST_LATE if on_late_d96(text) else FIRST_ST], "tail_kernel")
     entries = [m.group(0) for m in _ENTRY.finditer(text)]
     if not entries:
         raise ValueError("tail_kernel: no attn_bwd_wgmma entry point")

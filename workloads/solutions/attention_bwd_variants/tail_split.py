@@ -17,11 +17,14 @@ from ..tail_pieces import PIECES, count_in, tail_args, tail_grid, tail_scratch  
 from .block_st_ahead import ST_AHEAD_LOOP_NEW
 from .edits import apply_edits
 
+# head_groups' 2-D grid line, which tail_split and grid_1d make 1-D
+GRID_2D = 'grid = ["cdiv(S, 128)", "B * H"]  # the key blocks of one head side by side: they share its Q, dO, dQ in L2'
+
+
 def plan_edits(pieces: int = PIECES) -> list[tuple[str, str]]:
     """The plan's grid, arguments and scratch for `pieces` per cut key block (1: none is cut)."""
     return [
-        ('grid = ["cdiv(S, 128)", "B * H"]  # the key blocks of one head side by side: they share its Q, dO, dQ in L2',
-         tail_grid("cdiv(S, 128) * (B * H)", "key blocks", pieces)),
+        (GRID_2D, tail_grid("cdiv(S, 128) * (B * H)", "key blocks", pieces)),
         ('"dK", "dV", "i32:S", "i32:D", "f32:scale"',
          ", ".join(f'"{a}"' for a in ["dK", "dV", *tail_args("(B * H)", pieces), "i32:S", "i32:D", "f32:scale"])),
         ('[scratch.dQacc]\ndtype = "float32"\nshape = ["B", "H", "S", "D"]\n',
@@ -29,8 +32,6 @@ def plan_edits(pieces: int = PIECES) -> list[tuple[str, str]]:
          + tail_scratch(256, 128, "dV / dK partials (dV in floats 0-63, dK in 64-127)")),
     ]
 
-
-PLAN = plan_edits()
 
 # every entry point takes the pieces' arguments after dV and hands them to attn_bwd
 ENTRY_PARAMS = ("__nv_bfloat16* __restrict__ dV, int S, int D, float scale",
@@ -138,12 +139,17 @@ EPILOGUE = ("""    const size_t row0 = kv_row + key0 + 64 * c + r;
     store_rows16(dV, dv, 1.f, row0, D, lane);""")
 
 
+def on_late_d96(text: str) -> bool:
+    """Whether `text`'s 128-wide consumer loop is late_d96's (else st_ahead's, as pre_plain has it)."""
+    return "consumer_block_late<" in text
+
+
 def tail_split(text: str, pieces: int = PIECES) -> str:
     """`text` (pre_plain+head_groups' or late_d96+head_groups') with the last wave's key blocks cut into `pieces` CTAs
     each."""
     n_entries = text.count('extern "C" __global__ void __launch_bounds__(384, 1) attn_bwd_wgmma')
     text = apply_edits(text, [ENTRY_PARAMS, ENTRY_CALLS], "tail_split", count=n_entries)
-    consumer = CONSUMER_128_LATE if "consumer_block_late<" in text else [CONSUMER_128]  # late_d96's loop, or st_ahead's
+    consumer = CONSUMER_128_LATE if on_late_d96(text) else [CONSUMER_128]
     return apply_edits(text, plan_edits(pieces) + [TEMPLATE_PARAMS, DECODE, RANGE, PRODUCER, *consumer, CONSUMER_64,
                                                    EPILOGUE], "tail_split")
 
@@ -157,8 +163,7 @@ def tail_whole(text: str) -> str:
 # grid_1d: pre_plain+head_groups with only its grid made 1-D (the same CTA -> key block map, the head count read from
 # the grid's size): the second control, which tells what the 1-D grid costs from what tail_split's code costs
 GRID_1D = [
-    ('grid = ["cdiv(S, 128)", "B * H"]  # the key blocks of one head side by side: they share its Q, dO, dQ in L2',
-     'grid = ["cdiv(S, 128) * (B * H)"]  # grid_1d: the key blocks of one head side by side, in one dimension'),
+    (GRID_2D, 'grid = ["cdiv(S, 128) * (B * H)"]  # grid_1d: the key blocks of one head side by side, in one dimension'),
     (DECODE[0], """  // grid_1d: a 1-D grid of every key block (n_kb per head), in head_groups' order
   const int n_kb = S / BN, lin = static_cast<int>(blockIdx.x);
   const int grp = lin / (HEAD_GROUP * n_kb), in_grp = lin % (HEAD_GROUP * n_kb);
