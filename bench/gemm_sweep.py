@@ -194,27 +194,16 @@ POINTS_6: list[tuple[str, dict, float, str]] = [
     (MAIN, {}, 1.022, "control again"),
     (MAIN, {"stmatrix": True}, 1.03, "defer, slabs by stmatrix, again"),
 ]
-# Round 7 (written before its run, gemm_sweep.md round 7): tail="launch", the reference's kernel on every SM over the
-# full waves' tiles (13 x 132 = 1,716 of 1,792 on the main GEMM; 3 x 132 = 396 of 512 square), then the rest split by
-# k-blocks over all 132 SMs in a second launch (the stream-K kernel). Against the reference on 128 CTAs (14 tiles
-# each, 4 SMs idle throughout: 3% of the machine): the same tiles on 132 SMs less about 0.42 tile of a 14-tile run,
-# paid back by the tail's partial tiles (76 x 128 KB written and read once) and the launch boundary (about 5 us).
-# Predicted by kernel time: -1 to -2% on the main GEMM (1.031-1.04x at cuBLAS's 0.741-0.742 ms), -1 to -3% square.
-POINTS_7: list[tuple[str, dict, float, str]] = [
-    (MAIN, {}, 1.022, "control: the reference (defer, 128 CTAs)"),
-    (MAIN, {"tail": "launch", "max_ctas": 0}, 1.035, "the tail in a launch of its own"),
-    (SQ, {}, 1.023, "control"),
-    (SQ, {"tail": "launch", "max_ctas": 0}, 1.04, "the tail in a launch of its own"),
-    (MAIN, {}, 1.022, "control again"),
-    (MAIN, {"tail": "launch", "max_ctas": 0}, 1.035, "the tail in a launch of its own, again"),
-]
+# Round 7 (tail="launch": the full waves on every SM, the rest split by k-blocks in a second launch) measured +1.8% on
+# the main GEMM and +11.6% square and was deleted with the option (gemm_sweep.md, "Round 7 measured"); its points ran
+# at commit 2f2ac3e.
 # Each round as it ran: rounds 1-2 before uniform and 128 CTAs became the defaults, round 3 before 128 CTAs did,
 # rounds 1-5 before the reference deferred its epilogue; a point that sets any of them keeps its own value.
 AS_RUN = {1: {"uniform": False, "max_ctas": 0, "defer": False}, 2: {"uniform": False, "max_ctas": 0, "defer": False},
-          3: {"max_ctas": 0, "defer": False}, 4: {"defer": False}, 5: {"defer": False}, 6: {}, 7: {}}
+          3: {"max_ctas": 0, "defer": False}, 4: {"defer": False}, 5: {"defer": False}, 6: {}}
 ROUNDS = {r: [(w, AS_RUN[r] | ch, *rest) for w, ch, *rest in pts] for r, pts in ((1, POINTS), (2, POINTS_2),
                                                                                   (3, POINTS_3), (4, POINTS_4),
-                                                                                  (5, POINTS_5), (6, POINTS_6), (7, POINTS_7))}
+                                                                                  (5, POINTS_5), (6, POINTS_6))}
 OPTIONS = ("cluster_m", "order", "stmatrix", "max_ctas", "schedule", "tail", "uniform", "defer")  # code paths whose hang skips the points that share them
 
 
@@ -236,7 +225,7 @@ def shape_notes(wid: str, p, num_sms: int = 132) -> str:
     tiles = rows * -(-n // p.bn)
     if not p.persistent:
         return f"{tiles} tiles, one CTA each"
-    if p.tail in ("streamk", "launch"):  # every SM (or max_ctas): full waves, then the rest's k-blocks split evenly
+    if p.tail == "streamk":  # every SM (or max_ctas): full waves, then the rest's k-blocks split evenly
         ctas = min(num_sms, p.max_ctas) if p.max_ctas else num_sms
         k_iters = -(-int(s["K"]) // p.bk)
         return (f"{tiles} tiles on {ctas} CTAs ({tiles // ctas} waves + {tiles % ctas} tiles' k-blocks split: "
@@ -272,9 +261,7 @@ def compile_all(points, ev) -> dict[int, object]:
 def resources(r) -> dict:
     if isinstance(r, str) or r.compile is None or not r.compile.kernels:
         return {}
-    from ptxbench.workloads.solutions.gemm_template import KERNEL
-    kernels = r.compile.kernels
-    k = kernels.get(KERNEL) or next(iter(kernels.values()))  # the template's kernel (tail="launch" has two)
+    k = next(iter(r.compile.kernels.values()))
     ops = k.sass_opcodes
     return {"regs": k.registers, "spills": k.spill_stores + k.spill_loads,
             **{op: ops.get(op, 0) for op in ("HGMMA", "UTMALDG", "UTMASTG", "STSM", "STS")}}

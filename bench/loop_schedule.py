@@ -1,7 +1,7 @@
 """Does an edit keep the main loop's schedule? Compares a kernel's SASS between a base and other builds, on the CPU.
 
     python3 bench/loop_schedule.py pre_plain+head_groups grid_1d tail_whole [--workload mha_bwd_d64]
-    python3 bench/loop_schedule.py --gemm '{}' '{"tail": "launch", "max_ctas": 0}' '{"tail": "streamk", "max_ctas": 0, "defer": false}'
+    python3 bench/loop_schedule.py --gemm '{}' '{"tail": "streamk", "max_ctas": 0, "defer": false}'
 
 Attention backward (names of attention_bwd_variants/): the main kernel's lines from its first HGMMA to its last (the
 consumers' block loop), compared in place. GEMM (--gemm: changes from default_params(), as JSON): the template

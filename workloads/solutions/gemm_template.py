@@ -17,7 +17,6 @@ from .gemm_body import replace_function, swap
 from .gemm_epilogues import STMATRIX_STORE_TILE, defer_body
 from .gemm_pingpong import PINGPONG_BARRIERS, pingpong_body  # noqa: F401  (PINGPONG_BARRIERS: read by tests)
 from .gemm_streamk import STREAMK_HELPERS, streamk_body  # noqa: F401  (STREAMK_HELPERS: read by tests)
-from .gemm_tail_launch import TAIL_KERNEL, main_body, tail_kernel_text
 from .gemm_tile_order import HILBERT_TILE_COORDS
 from .template_text import uniform_index_edit, without_default_options
 
@@ -57,11 +56,10 @@ class GemmParams(BaseModel):
                           "or 'pingpong' (two consumers each own whole BM x BN tiles, alternate tiles of the "
                           "persistent schedule, and take turns to run their mainloops: one's epilogue overlaps the "
                           "other's wgmmas)")
-    tail: str = Field("none", description="'none' (the last partial wave of tiles runs as it falls), 'streamk' "
+    tail: str = Field("none", description="'none' (the last partial wave of tiles runs as it falls) or 'streamk' "
                       "(the tiles of the full waves one CTA each as before, then the k-blocks of the remaining tiles "
                       "split evenly over all the CTAs; partial fp32 tiles in a workspace, the last contributor of a "
-                      "tile adds them and stores it) or 'launch' (the same split in a second kernel launched after "
-                      "the first, which keeps its main loop and deferred epilogue)")
+                      "tile adds them and stores it)")
     defer: bool = Field(False, description="TMA epilogue, cooperative: a tile's result packed to bf16 in registers "
                         "and stored one 64-column slab per k-block of the consumer's next tile, under its wgmmas, "
                         "instead of between the tiles with the tensor pipe idle (the last tile's after the loop)")
@@ -93,10 +91,6 @@ class GemmParams(BaseModel):
     @property
     def streamk(self) -> bool:
         return self.tail == "streamk"
-
-    @property
-    def tail_launch(self) -> bool:
-        return self.tail == "launch"
 
     @property
     def wm(self) -> int:
@@ -138,7 +132,7 @@ OPTION_SPACE: dict[str, list] = {
     "order": ["grouped", "hilbert"],
     "stmatrix": [False, True],
     "schedule": ["cooperative", "pingpong"],
-    "tail": ["none", "streamk", "launch"],
+    "tail": ["none", "streamk"],
     "uniform": [False, True],
     "defer": [False, True],  # -1.1% / -1.2% on the main GEMM (gemm_sweep.md rounds 4-5): default_params() sets it
 }
@@ -230,10 +224,6 @@ def validate(params: GemmParams | dict, shape: tuple[int, int, int] | None = Non
                        "the whole tile")
     elif p.bm % (64 * p.consumers):
         bad.append(f"bm={p.bm} must be a multiple of 64 x consumers ({64 * p.consumers}): each consumer runs m64 wgmmas")
-    if p.tail_launch:
-        if p.pingpong or not p.persistent or p.cluster_m != 1 or p.max_ctas:
-            bad.append("tail='launch' runs the full waves on every SM and splits the rest by k-blocks as tail='streamk' "
-                       "does: it needs schedule='cooperative', persistent=True, cluster_m=1 and max_ctas=0")
     if p.streamk:
         if p.pingpong:
             bad.append("tail='streamk' splits the tail tiles' k-blocks between the consumers' common tiles: it needs "
@@ -248,7 +238,7 @@ def validate(params: GemmParams | dict, shape: tuple[int, int, int] | None = Non
             bad.append("defer=True stores the packed tile through the TMA epilogue's staging: it needs epilogue='tma'")
         if p.pingpong or p.streamk:
             bad.append("defer=True stores a tile under the same consumer's next tile: it needs schedule='cooperative' "
-                       "and tail='none' or 'launch'")
+                       "and tail='none'")
         if p.acc_regs * 3 // 2 > p.consumer_regs - 40:
             bad.append(f"defer=True keeps the packed tile ({p.acc_regs // 2} registers) beside the accumulators "
                        f"({p.acc_regs}): more than the consumers' {p.consumer_regs} allow (about 40 spare)")
@@ -289,23 +279,19 @@ def _grid(p: GemmParams) -> str:
     if not p.persistent:
         return tiles
     ctas = _ctas(p)
-    if p.streamk or p.tail_launch:  # every CTA takes a share of the tail's k-blocks (tail='launch': of the full
-        return ctas                  # waves' tiles in the first launch), also when there are fewer tiles than CTAs
+    if p.streamk:  # every CTA takes a share of the tail's k-blocks, also when there are fewer tiles than CTAs
+        return ctas
     return f"min({ctas}, {tiles})" if c == 1 else f"min({ctas} // {c} * {c}, {tiles})"
 
 
 def plan_toml(p: GemmParams) -> str:
     cluster = f"cluster = [{p.cluster_m}, 1, 1]\n" if p.cluster_m > 1 else ""
-    args = '"tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"'
-    sk_args = ', "scratch:sk_ws", "scratch:sk_tickets"'
-    sk_scratch, tail_launch = "", ""
-    if p.streamk or p.tail_launch:  # two fp32 partial tiles per CTA (never read before written: left unzeroed), a
-        # ticket per tail tile and consumer (tail tiles < CTAs; zeroed for every call, and put back to 0 by the kernel)
+    sk_args, sk_scratch = "", ""
+    if p.streamk:  # two fp32 partial tiles per CTA (never read before written: left unzeroed), a ticket per tail
+        # tile and consumer (tail tiles < CTAs; zeroed for every call, and put back to 0 by the kernel)
+        sk_args = ', "scratch:sk_ws", "scratch:sk_tickets"'
         sk_scratch = (f'\n[scratch.sk_ws]\ndtype = "float32"\nshape = ["{_ctas(p)}", 2, {p.bm * p.bn}]\nzero = false\n'
                       f'\n[scratch.sk_tickets]\ndtype = "int32"\nshape = ["{_ctas(p)}", {p.consumers}]\nzero = true\n')
-    if p.tail_launch:  # the stream-K kernel over the tail only, after the first (which takes no scratch)
-        tail_launch = (f'[[launch]]\nkernel = "{TAIL_KERNEL}"\ngrid = ["{_ctas(p)}", 1, 1]\nblock = [{p.threads}, 1, 1]\n'
-                       f"smem = {p.smem_bytes}\nargs = [{args}{sk_args}]\n\n")
     return (
         '/* ptxbench\nlanguage = "cuda"\n\n[[launch]]\n'
         f'kernel = "{KERNEL}"\n'
@@ -313,8 +299,7 @@ def plan_toml(p: GemmParams) -> str:
         f"block = [{p.threads}, 1, 1]\n"
         f"{cluster}"
         f"smem = {p.smem_bytes}\n"
-        f"args = [{args}{sk_args if p.streamk else ''}]\n\n"
-        f"{tail_launch}"
+        f'args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"{sk_args}]\n\n'
         f'[tmap.A_map]\ntensor = "A"\nbox = [64, {p.bm}]\nswizzle = "128B"\nl2_promotion = "256B"\n\n'
         f'[tmap.B_map]\ntensor = "B"\nbox = [64, {p.bn // p.cluster_m}]\nswizzle = "128B"\nl2_promotion = "256B"\n\n'
         f'[tmap.C_map]\ntensor = "C"\nbox = [64, {p.wm}]\nswizzle = "128B"\n'
@@ -363,7 +348,4 @@ def body_text(p: GemmParams) -> str:
                     'static_assert(BN % 8 == 0 && BN <= 256, "wgmma N");')
     if p.uniform:
         body = swap(body, *uniform_index_edit("consumer"))  # the consumer's A descriptors in uniform registers
-    if p.tail_launch:  # this body with its tile loops ending at the full waves, then the stream-K kernel of the tail
-        body = main_body(body) + "\n" + tail_kernel_text(body_text(p.model_copy(update={"tail": "streamk",
-                                                                                        "defer": False})))
     return body
