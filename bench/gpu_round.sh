@@ -50,6 +50,8 @@
 #   ref-eval (200)      `ptxbench eval` of what builtin/reference submits for each workload of REF_EVAL (default:
 #                       mha_bwd_d128 mha_bwd_d128_causal), interleaved with the library: speedup, interval, targets
 #                       executed; the text and JSON per workload in the step's folder (so they come back in its archive)
+#   compile-cpu (120)   CPU seconds of nvcc and ptxas on the main workloads' reference texts, alone and with every
+#                       core compiling, against the compiler jail's per-process limit (bench/compile_cpu.py)
 #   wgmma-rates (90)    MACs per cycle per SM for each wgmma shape and operand layout (bench/wgmma_rates.py: m64n64 / n80 /
 #                       n128 / n256, K-major or MN-major A and B, A from registers)
 # A step's budget is a hard limit (SIGKILL); what it wrote by then is still packed. ROUND_ONE_TAR=1 packs all of $OUT
@@ -68,7 +70,8 @@ rm -f /tmp/gpu_round.index
 
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560 [tuner-climb-bwd]=570
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590
-                   [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [fwd-tests]=150 [ref-eval]=200)
+                   [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [fwd-tests]=150 [ref-eval]=200
+                   [compile-cpu]=120)
 
 run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
   local name=${1%%.*} s=$2 d=$3 tag=
@@ -110,6 +113,7 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     suite-build) python3 bench/build_repair_suite.py --out "$d/repairs" --max-seconds $((s - 120)) ;;
     scaling) python3 bench/gpu_scaling.py --json "$d/scaling.json" --md "$d/scaling.md" --out "$d/runs" ;;
     wgmma-rates) python3 bench/wgmma_rates.py --json "$d/rates.json" ;;
+    compile-cpu) python3 bench/compile_cpu.py --json "$d/compile_cpu.json" ;;
     fwd-profile)  # the forward's reference (TUNED) at D = 128 and causal under Nsight Compute: per-line stalls, verdicts
       local w
       for w in ${FWD_PROFILE:-mha_fwd_d128 mha_fwd_d128_causal}; do
