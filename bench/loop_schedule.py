@@ -1,6 +1,6 @@
 """Does an edit keep the main loop's schedule? Compares a kernel's SASS between a base and other builds, on the CPU.
 
-    python3 bench/loop_schedule.py pre_plain+head_groups grid_1d tail_whole [--workload mha_bwd_d64]
+    python3 bench/loop_schedule.py late_d96+head_groups pre_plain+head_groups [--workload mha_bwd_d96]
     python3 bench/loop_schedule.py --gemm '{}' '{"tail": "streamk", "max_ctas": 0, "defer": false}'
 
 Attention backward (names of attention_bwd_variants/): the main kernel's lines from its first HGMMA to its last (the
@@ -8,11 +8,11 @@ consumers' block loop), compared in place. GEMM (--gemm: changes from default_pa
 kernel's whole SASS, lines matched in order with registers and constants abstracted (its HGMMAs sit in a few
 lines, so the span between them says little), and in place.
 
-Why: tail_split's whole blocks ran the same opcodes as pre_plain's, yet ptxas scheduled their loop anew and the H200
-ran it 7-8% slower at D = 64, while grid_1d kept the loop (637 of 641 lines in place) and ran level
-(bench/results/attention_bwd.md, "v24 controls, second call"); the GEMM's in-kernel stream-K tail kept 289 of the
-reference's 1,536 lines in order and lost 0.7% (gemm_sweep.md, round 7). A build whose loop moved is worth a look
-before its GPU time is spent.
+Why: tail_split's whole blocks (a variant since deleted) ran the same opcodes as pre_plain's, yet ptxas scheduled
+their loop anew and the H200 ran it 7-8% slower at D = 64, while grid_1d, its control, kept the loop (637 of 641 lines
+in place) and ran level (bench/results/attention_bwd.md, "v24 controls, second call"); the GEMM's in-kernel stream-K
+tail kept 289 of the reference's 1,536 lines in order and lost 0.7% (gemm_sweep.md, round 7). A build whose loop moved
+is worth a look before its GPU time is spent.
 """
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """Where ptxas put instructions, for the CPU tests that pin an instruction order the GPU timings rest on (the
 exponentials under a wgmma product, not behind its wait): a kernel's SASS as one line per instruction, predicates
-dropped, and counts of an opcode between two positions; and bench/loop_schedule.py (`loop_schedule()`), whose
-comparisons of a loop's schedule the tests of the tail variants assert on."""
+dropped, and counts of an opcode between two positions."""
 from __future__ import annotations
-
-import importlib.util
-from functools import cache
-from pathlib import Path
 
 from ptxbench.tools.compile import compile_source
 from ptxbench.tools.sass import sass_listing
@@ -33,13 +28,3 @@ def ex2_under_pending_product(ops: list[str]) -> int:
     that run while that group's product is still in flight."""
     one = first(ops, "WARPGROUP.DEPBAR", suffix="0x1")
     return count(ops, "MUFU.EX2", one, first(ops, "WARPGROUP.DEPBAR", one + 1))
-
-
-@cache
-def loop_schedule():
-    """bench/loop_schedule.py as a module: kernel_lines, hgmma_span, abstract, in_order."""
-    spec = importlib.util.spec_from_file_location("loop_schedule", Path(__file__).resolve().parents[1] / "bench" /
-                                                  "loop_schedule.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

@@ -27,6 +27,6 @@ def test_a_refused_plans_reasons_reach_the_row_and_the_table(capsys):
     assert row["plan_errors"] == [why] and row["status"] == "PLAN_ERROR"
     passed = check._row("mha_bwd_d64", EvalResult(workload="mha_bwd_d64", status="PASSED"), 1.3)
     assert passed["plan_errors"] == [] and passed["runtime_error"] == ""
-    check._table("tail_split", [dict(row, timed=False), dict(passed, timed=False)])
+    check._table("late_d96+head_groups", [dict(row, timed=False), dict(passed, timed=False)])
     out = capsys.readouterr().out
     assert f"- mha_bwd_d128 (PLAN_ERROR): {why}" in out and "mha_bwd_d64 (" not in out

@@ -113,14 +113,6 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "pre_plain+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
                 # skip_plain: the non-causal kernel is pre_plain's (the causal ones: test_attention_bwd_causal_skip.py)
                 "skip_plain+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
-                # tail_split: pre_plain+head_groups with the last wave's key blocks cut into pieces (the order is in its
-                # text: named without one); tail_whole: the same code launched with one piece per key block
-                "tail_split": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
-                "tail_whole": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
-                # tail_kernel: tail_split's pieces in twin entry points launched after the main kernel
-                "tail_kernel": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
-                # grid_1d: pre_plain+head_groups on a 1-D grid (the same kernels but for the decode)
-                "grid_1d": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
                 # late_d96 (the reference): pre_plain with dq_late's and causal_skip's blocks at D = 96 (the D = 128 kernel is
                 # pre_plain's)
                 "late_d96+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},

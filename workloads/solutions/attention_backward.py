@@ -60,44 +60,23 @@ def backward_text(head_dim: int, causal: bool, gqa: bool, base: str | None = Non
     text = base if base is not None else (HERE / FAST_BACKWARD).read_text(encoding="utf-8")
     entry = backward_entry_point(head_dim, causal, gqa, text)
     edits = [('kernel = "attn_bwd_wgmma"', f'kernel = "{entry}"')]
-    tail = 'kernel = "attn_bwd_wgmma_tail"' in text
-    if tail:  # tail_kernel: a second launch of the entry point's tail twin
-        edits.append(('kernel = "attn_bwd_wgmma_tail"', f'kernel = "{entry}_tail"'))
     smem = re.search(r'smem = "[^"]*"', text)
     if head_dim == 64 and not (smem and "D" in smem.group(0)):  # the D = 128 layout's bytes, unless a formula in D
         edits.append((smem.group(0) if smem else "smem = ", SMEM_D64))
     if gqa:  # one CTA per (key block, batch * KV head), the group argument, K / V over B * HKV * S rows
-        # the main launches' lines (after each kernel line: the main kernel's, and tail_kernel's tail twin): every
-        # head count there, B * H (the grid in either order, a tail grid and its head-count argument), counts KV
-        # heads; B * H * S rows stay query rows
-        main = []
-        for kernel in ('kernel = "attn_bwd_wgmma"\n', 'kernel = "attn_bwd_wgmma_tail"\n'):
-            if kernel in text:
-                start = text.index(kernel) + len(kernel)
-                main += text[start:text.index("[[launch]]", start)].splitlines()
+        # the main launch's lines (after its kernel line): every head count there, B * H (the grid in either order),
+        # counts KV heads; B * H * S rows stay query rows
+        kernel = 'kernel = "attn_bwd_wgmma"\n'
+        start = text.index(kernel) + len(kernel)
+        main = text[start:text.index("[[launch]]", start)].splitlines()
         heads = [(line, re.sub(r"\bB \* H\b(?! \* S)", "B * HKV", line)) for line in main]
         if not any(line.startswith("grid = ") and new != line for line, new in heads):
             raise ValueError(f"{FAST_BACKWARD}: the plan has no grid over \"B * H\" to change")
-        edits += list(dict.fromkeys((line, new) for line, new in heads if new != line))  # a line both launches have: once
+        edits += [(line, new) for line, new in heads if new != line]
         edits.append(('"i32:D", "f32:scale"]', '"i32:D", "f32:scale", "i32:H // HKV"]'))
         edits += [(f'tensor = "{t}"\ndims = ["D", "B * H * S"]', f'tensor = "{t}"\ndims = ["D", "B * HKV * S"]')
                   for t in ("K", "V")]
-    text = plan_edits(text, edits, FAST_BACKWARD)
-    if tail:  # 18 main entry points pass the compiler's CPU limit on the H200 host
-        text = keep_main_entries(text, (entry, entry + "_tail"))
-    return text
-
-
-MAIN_ENTRY = re.compile(r'extern "C" __global__ void __launch_bounds__\(384, 1\) (\w+)\(.*?\n}\n\n?', re.S)
-
-
-def keep_main_entries(text: str, keep: tuple[str, ...]) -> str:
-    """`text` without the main-kernel entry points its plan does not launch (each is a one-line call of the shared
-    template, so the kept ones compile to the same code); preprocess and postprocess stay."""
-    kept = [m.group(1) for m in MAIN_ENTRY.finditer(text) if m.group(1) in keep]
-    if sorted(kept) != sorted(keep):
-        raise ValueError(f"{FAST_BACKWARD}: entry points {sorted(set(keep) - set(kept))} not found")
-    return MAIN_ENTRY.sub(lambda m: m.group(0) if m.group(1) in keep else "", text)
+    return plan_edits(text, edits, FAST_BACKWARD)
 
 
 def fast_backward(workload: Workload, base: str | None = None) -> str | None:

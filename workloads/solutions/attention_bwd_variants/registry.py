@@ -14,8 +14,6 @@ from .dq_bulk import BULK_DQ_D64, bulk_dq, bulk_dq_s3
 from .dq_decoupled import decoupled
 from .dq_late import DQ_LATE
 from .late_d96 import late_d96
-from .tail_kernel import tail_kernel
-from .tail_split import grid_1d, tail_split, tail_whole
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .pre_wide import PRE_GRID, pre_wide
 from .dq_tiles import DQ_TILES
@@ -28,11 +26,6 @@ def _on(base: str, name: str, what: str, edits: list[tuple[str, str]]):
     header = (f"// VARIANT {base} (attention_bwd_variants.py)",
               f"// VARIANT {name} (attention_bwd_variants.py): {base} with {what};\n// {base}")
     return lambda text: apply_edits(VARIANTS[base](text), edits + [header], name)
-
-
-def _ordered(base: str, name: str, what: str, build):
-    """A variant built on `base`, a variant in one of ORDERS (`build` takes its text), with its header."""
-    return lambda text: f"// VARIANT {name} (attention_bwd_variants.py): {base} with {what}\n" + build(variant_text(base))
 
 
 VARIANTS = {
@@ -66,16 +59,6 @@ VARIANTS = {
                       CAUSAL_SKIP_PLAIN),
     "late_d96": lambda text: late_d96(_on(
         "pre_plain", "late_d96", "dq_late's block and causal_skip's dead block in the D = 96 entry points only", [])(text)),
-    # built on a variant in head_groups' order, the order in their text (named without one): the last wave's key
-    # blocks cut into pieces (its D = 128 / 64 kernels are the reference's), its code with no block cut, pre_plain on a
-    # 1-D grid alone (the two controls), and the pieces in a launch of their own on the reference
-    "tail_split": _ordered("pre_plain+head_groups", "tail_split", "the last wave's key blocks cut into pieces",
-                           tail_split),
-    "tail_whole": _ordered("pre_plain+head_groups", "tail_whole", "tail_split's code, one piece per key block",
-                           tail_whole),
-    "grid_1d": _ordered("pre_plain+head_groups", "grid_1d", "a 1-D grid", grid_1d),
-    "tail_kernel": _ordered("late_d96+head_groups", "tail_kernel", "the last wave's key blocks cut into pieces in a "
-                            "launch of their own", tail_kernel),
     # the stack on ds_stmatrix: stats_wide -> pre_wide -> dq_late -> causal_skip
     "stats_wide": _on("ds_stmatrix", "stats_wide", "L2 and Dr in 16-byte loads from a layout the preprocess writes for "
                       "them (four ld.shared.v4 per array and block instead of eight ld.shared.v2)", STATS_WIDE),
