@@ -164,7 +164,8 @@ class LocalEvaluator:
         except ToolchainError as e:  # the machine lacks ptxas / nvcc / a host compiler: the harness's failure, not the model's
             return EvalResult(workload=wl.id, status="INFRA_ERROR", message=f"cannot compile here: {e}", seconds=seconds)
         seconds["compile"] = time.perf_counter() - t0
-        base = dict(workload=wl.id, compile=comp, targets_static=comp.targets, seconds=seconds)
+        base = dict(workload=wl.id, compile=comp, targets_static=comp.targets, seconds=seconds,
+                    launched=list(dict.fromkeys(launch.kernel for launch in solution.plan.launches)))
         if comp.status != "ok":
             return EvalResult(status="COMPILE_ERROR", message=error_summary(comp.errors), **base)
         if options.no_gpu:

@@ -179,6 +179,8 @@ class EvalResult(BaseModel):
     status: Status
     message: str = Field("", description="one paragraph for the model: what went wrong or how it did")
     compile: CompileResult | None = None
+    launched: list[str] = Field(default_factory=list, description="the kernels the plan launches, in launch order "
+                                "(a module may hold more entry points than it runs)")
     plan_errors: list[str] = Field(default_factory=list)
     runtime_error: str = Field("", description="CUDA error name and text, or the watchdog's note")
     correctness: list[TrialStats] = Field(default_factory=list)

@@ -29,6 +29,7 @@ FLAG_MEANINGS = {
     "result_cached_across_calls": "a repeat call on the same buffers failed the check, so this timing does not count",
 }
 MAX_WARNINGS = 20
+MAX_IDLE_KERNELS = 6  # entry points the plan never launches, named in the compile lines
 # ptxas warnings that cost most of the speed on Hopper, explained next to their verbatim text.
 HOPPER_WARNINGS = {
     "C7515": "ptxas serialised the wgmma instructions: something between them (a register the wgmma reads or "
@@ -83,12 +84,19 @@ def _compile_lines(result: EvalResult) -> list[str]:
                   if any(code in w.message for w in comp.warnings)]
         if len(comp.warnings) > MAX_WARNINGS:
             lines.append(f"- ... and {len(comp.warnings) - MAX_WARNINGS} more warnings")
-    for k in comp.kernels.values():
+    # the kernels the plan launches first, in launch order; entry points it never runs only by name (a module of many
+    # entry points would otherwise open with kernels that do not matter)
+    run = [comp.kernels[n] for n in result.launched if n in comp.kernels] if result.launched else list(comp.kernels.values())
+    for k in run:
         spills = f", SPILLS {k.spill_stores} stores / {k.spill_loads} loads" if (k.spill_stores or k.spill_loads) else ""
         bars = f", {k.barriers} named barrier{'s' * (k.barriers != 1)} reserved" if k.barriers else ""
         lines.append(f"- kernel {k.name}: {k.registers} registers, {k.smem_static} B static smem, {k.stack} B stack{bars}{spills}")
         if k.barriers == ALL_BARRIERS:
             lines.append(f"  ({BARRIERS_NOTE})")
+    idle = [n for n in comp.kernels if result.launched and n not in result.launched]
+    if idle:
+        shown = ", ".join(idle[:MAX_IDLE_KERNELS]) + (f" and {len(idle) - MAX_IDLE_KERNELS} more" if len(idle) > MAX_IDLE_KERNELS else "")
+        lines.append(f"- not launched by the plan: {shown}")
     for name, t in comp.targets.items():
         where = "in SASS" if t.in_sass else ("in PTX only, not in SASS" if t.in_ptx else "ABSENT")
         lines.append(f"- target {name}: {where}" + (f" ({t.sass_count} instructions)" if t.in_sass else ""))

@@ -52,3 +52,27 @@ def test_ptxas_info_level_performance_loss_reaches_the_model():
     lines = _compile_lines(EvalResult(workload="w", status="COMPILED",
                                       compile=CompileResult(status="ok", arch="sm_90a", warnings=warnings)))
     assert any(line.strip().startswith("(C7512: ptxas serialised every wgmma for want of registers") for line in lines)
+
+
+def test_the_kernels_the_plan_launches_come_first_and_the_others_only_by_name():
+    """A module of many entry points (the attention backward's holds 11) opened its compile lines with kernels the plan
+    never runs: the model read D = 64's GQA kernel at the head of every D = 128 turn."""
+    from ptxbench.tools.results import KernelResources
+
+    names = ["attn_bwd_wgmma_d64_gqa", "attn_bwd_wgmma_d64", "attn_bwd_post", "attn_bwd_wgmma", "attn_bwd_pre",
+             "k1", "k2", "k3", "k4", "k5"]
+    kernels = {n: KernelResources(name=n, registers=168 if "wgmma" in n else 30) for n in names}
+    kernels["attn_bwd_wgmma"].spill_stores = 8
+    comp = CompileResult(status="ok", arch="sm_90a", kernels=kernels)
+    lines = _compile_lines(EvalResult(workload="w", status="PASSED", compile=comp,
+                                      launched=["attn_bwd_pre", "attn_bwd_wgmma", "attn_bwd_post"]))
+    kernel_lines = [line for line in lines if line.startswith("- kernel ")]
+    assert [line.split(":")[0] for line in kernel_lines] == ["- kernel attn_bwd_pre", "- kernel attn_bwd_wgmma",
+                                                             "- kernel attn_bwd_post"]
+    assert "SPILLS 8 stores" in kernel_lines[1]
+    assert lines[-1] == ("- not launched by the plan: attn_bwd_wgmma_d64_gqa, attn_bwd_wgmma_d64, k1, k2, k3, k4 "
+                         "and 1 more")
+    # without the plan's names (an old record), every kernel as before
+    old = _compile_lines(EvalResult(workload="w", status="PASSED", compile=comp))
+    assert sum(line.startswith("- kernel ") for line in old) == len(names)
+    assert not any("not launched" in line for line in old)

@@ -60,6 +60,7 @@ def test_evaluate_sends_a_complete_job_and_builds_the_result():
     plan = ResolvedPlan.model_validate(job["plan"])
     assert plan.num_sms == 132 and plan.launches[0].grid == (2, 256, 1)
     assert r.status == "PASSED" and r.gpu_evaluated and r.timing.speedup == 0.5
+    assert r.launched == [launch.kernel for launch in plan.launches]  # what the feedback lists first
     assert r.fingerprint.gpu == "NVIDIA H200" and r.fingerprint.ptxas and r.fingerprint.jail in ("bwrap", "unshare", "limits")
     assert {"parse", "compile", "gpu", "gpu.timing"} <= set(r.seconds)
     assert "speedup 0.500x" in r.message and "[0.480, 0.520]" in r.message
