@@ -22,7 +22,11 @@ def _params(reply: str) -> dict | None:
 def _evidence(reply: str) -> str:
     first = reply.split("\n", 1)[0]
     m = re.search(r"Evidence \([^)]*(?:\([^)]*\))?[^)]*\): (.*?) -> ", first)
-    return m.group(1) if m else "weak_params() (start)"
+    if m:
+        return m.group(1)
+    if "every lever move was tried" in first:  # no evidence left to follow: the tuner takes a neighbouring point
+        return "every lever move tried: a neighbour"
+    return "weak_params() (start)"
 
 
 def _base_turn(reply: str, turn: int) -> int:

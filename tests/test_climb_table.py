@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from climb_table import rows, table  # noqa: E402
 
-CLIMBS = {"tuner-climb-mha_fwd_d128": "cuDNN", "tuner-climb": "cuBLAS"}
+CLIMBS = {"tuner-climb-mha_fwd_d128": "cuDNN", "tuner-climb": "cuBLAS", "tuner-climb-mha_bwd_d128": "cuDNN"}
 
 
 @pytest.mark.parametrize("folder", sorted(CLIMBS))
@@ -25,7 +25,7 @@ def test_the_readme_holds_the_tables_the_script_makes(folder):
         assert table(d / run, CLIMBS[folder]) in readme, run
 
 
-@pytest.mark.parametrize("folder", ["tuner-climb", "tuner-climb-mha_fwd_d128"])
+@pytest.mark.parametrize("folder", ["tuner-climb", "tuner-climb-mha_fwd_d128", "tuner-climb-mha_bwd_d128"])
 def test_every_turns_speedup_is_the_summarys(folder):
     d = ROOT / "docs" / "examples" / folder
     summary = (d / "summary.md").read_text(encoding="utf-8")
@@ -42,3 +42,10 @@ def test_a_move_is_measured_from_the_turn_the_reply_built_on():
     assert r[7]["move"] == "bn 128 -> 160, stages 3 -> 2"     # turn 6 kept (within noise of turn 5's best)
     assert r[8]["move"] == "bn 128 -> 64, consumers 2 -> 3"   # back to turn 5
     assert r[6]["evidence"].startswith("consumers wait 5% of stall samples for stage data")
+
+
+def test_the_backwards_climb_names_a_neighbour_when_no_evidence_is_left():
+    r = {x["turn"]: x for x in rows(ROOT / "docs" / "examples" / "tuner-climb-mha_bwd_d128" / "run1")}
+    assert r[2]["move"] == "order head_fastest -> head_groups" and r[2]["evidence"].startswith("DRAM moved 25.4x")
+    assert r[5]["move"] == "stages 2 -> 3"                          # back to turn 3 after turn 4's decoupled lost
+    assert r[6]["evidence"] == "every lever move tried: a neighbour" and r[6]["move"] == "order head_groups -> head_fastest"
