@@ -97,3 +97,38 @@ def test_dram_over_the_minimum_points_at_the_head_order_first():
     assert any("25" in r and "DRAM" in r for r in move.reasons), move.reasons
     # without that evidence the order is still the move worth most (its prior) from the weak start
     assert _first_move(Evidence(status="PASSED", speedup=0.50)).role == "order"
+
+
+# Kernel ms of the backward's built points at D = 128 as docs/examples/tuner-climb-mha_bwd_d128 measured them on the H200
+# (2026-12-02), keyed (dq, stages, schedule, order); cuDNN 7.10 ms. The climb's points not measured there are given
+# the slowest time of the run, so a search that reaches them pays.
+CLIMB_MS = {("vector", 2, "cooperative", "head_fastest"): 13.86, ("vector", 2, "cooperative", "head_groups"): 10.30,
+            ("bulk", 2, "cooperative", "head_groups"): 8.46, ("vector", 3, "decoupled", "head_groups"): 9.81,
+            ("bulk", 3, "cooperative", "head_groups"): 7.16, ("bulk", 3, "cooperative", "head_fastest"): 11.46}
+
+
+def _measured(turn: int, params: dict) -> TurnOutcome:
+    ms = CLIMB_MS.get(tuple(params[k] for k in bt.SEARCHED), max(CLIMB_MS.values()))
+    ev = Evidence(status="PASSED", speedup=7.10 / ms, kernel_ms=ms, profiled=True, tensor_pipe_pct=52.0,
+                  headroom_pct=30.0, bottleneck="compute")
+    if params["order"] == "head_fastest":  # the recorded profile of the head-fastest grid
+        ev = ev.model_copy(update={"bottleneck": "memory", "dram_over_min": 25.4, "memory_sol_pct": 61.0})
+    return TurnOutcome(turn=turn, status="PASSED", speedup=7.10 / ms, message="", evidence=ev,
+                       tags={"params": params})
+
+
+def test_the_weak_climb_reaches_the_reference_by_turn_4_on_the_recorded_times():
+    """The recorded climb took the decoupled schedule at turn 4 (its build gives back the bulk reduction: 0.725x) and
+    the reference at turn 5. With the 3-stage move worth what its build measured (bulk_dq -> the reference, -15%), the
+    same evidence leads to the reference at turn 4, and the reply says what that build is."""
+    from ptxbench.agent.models.tuner import WeakTunerModel
+
+    tuner, history, replies = WeakTunerModel("mha_bwd_d128"), [], []
+    for turn in range(1, 5):
+        reply = tuner.query(ModelRequest(messages=[], turn=turn, history=history))
+        replies.append(reply)
+        history.append(_measured(turn, reply.tags["params"]))
+    path = [tuple(h.tags["params"][k] for k in bt.SEARCHED) for h in history]
+    assert path == [("vector", 2, "cooperative", "head_fastest"), ("vector", 2, "cooperative", "head_groups"),
+                    ("bulk", 2, "cooperative", "head_groups"), ("bulk", 3, "cooperative", "head_groups")]
+    assert "the 3-stage build, the reference" in replies[3].content

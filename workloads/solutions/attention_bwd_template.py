@@ -85,14 +85,32 @@ TUNER_LINES: dict[str, tuple[str, ...]] = {
     "mma_issue": ("wgmma_",),
 }
 # Before any evidence of this run (fraction of the time): what each move gave on the H200 (bench/results/attention_bwd.md,
-# "v2 candidates": the bulk reduction -17% time at D = 128 and -21% at D = 64, the deeper ring within the spread;
-# "v4": head groups -27% at D = 128, decoupled consumers -6% once both run in head order, -2% before); predicted
-# from the v1 profile they were 0.05, 0.01 and 0.10 (schedule), and 0.20 for the order (from the v3 profile).
-TUNER_PRIORS: dict[str, Any] = {"dq_reduce": 0.17, "schedule": 0.06, "ring": 0.01, "order": 0.27}
-TUNER_WORDS: dict[str, str] = {
+# "v2 candidates": the bulk reduction -17% time at D = 128 and -21% at D = 64; "v4": head groups -27% at D = 128,
+# decoupled consumers -6% once both run in head order, -2% before); predicted from the v1 profile they were 0.05, 0.01
+# and 0.10 (schedule), and 0.20 for the order (from the v3 profile).
+
+
+def _ring_worth(old: int, new: int, params: Mapping[str, Any]) -> float:
+    """2 -> 3 stages moves to another build, not only a deeper ring. With bulk dQ the 3-stage point is the reference
+    (late_d96, every step measured faster since bulk_dq): 8.46 -> 7.16 ms at D = 128 in head groups, -15%. With vector
+    dQ it is the decoupled build: 10.30 -> 9.81 ms, -5% (docs/examples/tuner-climb-mha_bwd_d128, 2026-12-02). The
+    ring alone was worth about 1% (v2)."""
+    return 0.15 if params.get("dq") == "bulk" else 0.05
+
+
+def _ring_words(params: Mapping[str, Any]) -> str:
+    if _BUILDS.get((params.get("dq"), params.get("stages"), params.get("schedule")), "") == "late_d96":
+        return ("the 3-stage build, the reference: a deeper Q / dO ring with the steps measured faster on it (each "
+                "block's S^T issued by the block before, a warp-uniform consumer index, the dS^T tile by stmatrix, a "
+                "16-byte preprocess)")
+    return "a deeper Q / dO ring (more TMA loads in flight ahead of the math)"
+
+
+TUNER_PRIORS: dict[str, Any] = {"dq_reduce": 0.17, "schedule": 0.06, "ring": _ring_worth, "order": 0.27}
+TUNER_WORDS: dict[str, Any] = {
     "dq_reduce": "dQ through shared memory and bulk reduce-adds (instead of 16 float2 atomics per thread and query "
                  "block)",
-    "ring": "a deeper Q / dO ring (more TMA loads in flight ahead of the math)",
+    "ring": _ring_words,
     "order": "the key blocks of 4 heads launched side by side, longest-first (they share each head's Q, dO and "
              "dQ rows in L2 instead of 132 heads in flight re-reading them from DRAM)",
     "schedule": "decoupled consumers (each runs the previous block's dQ, so one's exponentials overlap the other's "
