@@ -118,6 +118,9 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "late_d96+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16, "MUFU": 37},
                 # exp_poly: late_d96 with 4 of the block's 32 exponentials on the FMA pipe (MUFU 37 -> 33)
                 "exp_poly+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16, "MUFU": 33},
+                # dq_writer: late_d96 with the 128-wide block's dQ tiles reduced by a writer warp of the producer
+                # warpgroup (its reductions unrolled there; tests/workloads/test_attention_bwd_dq_writer.py)
+                "dq_writer+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
                 # stats_wide: ds_stmatrix with L2 / Dr in 8 ld.shared.v4 instead of 16 ld.shared.v2
                 "stats_wide+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16, "LDS": 8},
                 # pre_wide: stats_wide with a new preprocess (the main kernel is stats_wide's)

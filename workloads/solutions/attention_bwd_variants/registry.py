@@ -15,6 +15,7 @@ from .dq_decoupled import decoupled
 from .dq_late import DQ_LATE
 from .late_d96 import late_d96
 from .exp_poly import exp_poly
+from .dq_writer import dq_writer
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .pre_wide import PRE_GRID, pre_wide
 from .dq_tiles import DQ_TILES
@@ -63,6 +64,10 @@ VARIANTS = {
     # late_d96 (the reference) with one exponential in 8 on the FMA pipe (the forward's exp_poly)
     "exp_poly": lambda text: exp_poly(_on(
         "late_d96", "exp_poly", "one exponential in 8 of P^T computed on the FMA pipe (2^n times a cubic)", [])(text)),
+    # late_d96 (the reference) with the 128-wide block's dQ tiles reduced by a warp of the producer warpgroup
+    "dq_writer": lambda text: dq_writer(_on(
+        "late_d96", "dq_writer", "the 128-wide block's dQ tiles reduced by a writer warp of the producer warpgroup "
+        "(the consumers arrive and go on)", [])(text)),
     # the stack on ds_stmatrix: stats_wide -> pre_wide -> dq_late -> causal_skip
     "stats_wide": _on("ds_stmatrix", "stats_wide", "L2 and Dr in 16-byte loads from a layout the preprocess writes for "
                       "them (four ld.shared.v4 per array and block instead of eight ld.shared.v2)", STATS_WIDE),

@@ -1,0 +1,73 @@
+"""dq_writer (on late_d96): the 128-wide block's dQ tile reduced by a warp of the producer warpgroup, as
+FlashAttention-3's backward does, instead of by a consumer thread after a barrier of its warpgroup.
+
+In the reference, each consumer stores its fp32 dQ tile, fences, meets its four warps on named barrier 3 + c, and one
+thread issues the bulk reduce-add; the next block's thread 0 waits for that reduction to have read the tile before
+barrier 1. The tile's stores, fence and barrier are about 15% of the main kernel's stall samples (attention_bwd.md,
+"The reference again, with its profile"). Here a consumer stores, fences and only *arrives* on barrier 5 + c (160
+threads: its 128 and the writer warp's 32), then goes on; the writer warp (warp 1 of the producer warpgroup, idle
+until now) waits there, issues the reduce-add, waits for it to have read the tile, and arrives on barrier 7 + c, which
+the consumer syncs on before its next tile store (a block later, so it seldom waits). The writer arrives on 7 + c once
+before the first block and not after the last, so every barrier's arrivals match. D = 96 (late_d96's own block) and
+D = 64 keep their reductions.
+"""
+from __future__ import annotations
+
+from .edits import apply_edits
+
+ARRIVE = ("__device__ __forceinline__ void bulk_wait_all() {",
+          "// dq_writer: a named barrier this warp passes without waiting for the others\n"
+          "__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {\n"
+          "  asm volatile(\"bar.arrive %0, %1;\" :: \"r\"(id), \"r\"(threads) : \"memory\");\n}\n"
+          "__device__ __forceinline__ void bulk_wait_all() {")
+
+# the 128-wide block (consumer_block_pf): the tile is free once the writer has read the previous one
+WAIT_READ = ("  if (t == 0) bulk_wait_read();  // this consumer's previous dQ reduction has read its tile\n"
+             "  named_barrier_sync(1, 256);    // both consumers' dS^T rows are in `buf` (and sdQ is free again)\n",
+             "  named_barrier_sync(1, 256);    // both consumers' dS^T rows are in `buf`\n")
+PUBLISH = ("  float* tile = sdQ + c * BM * 64;\n"
+           "  if (W == 64) store_dq_tile<64>(tile, dq, r, col0);\n"
+           "  else store_dq_tile<32>(tile, dq, r, col0);\n"
+           "  fence_proxy_async();\n"
+           "  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile\n"
+           "  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c, tile, BM * W * 4);\n}",
+           "  float* tile = sdQ + c * BM * 64;\n"
+           "  named_barrier_sync(7 + c, 160);  // dq_writer: the writer warp has read this consumer's previous tile\n"
+           "  if (W == 64) store_dq_tile<64>(tile, dq, r, col0);\n"
+           "  else store_dq_tile<32>(tile, dq, r, col0);\n"
+           "  fence_proxy_async();\n"
+           "  named_barrier_arrive(5 + c, 160);  // dq_writer: the tile is the writer warp's to reduce\n}")
+# the writer warp, beside the producer thread, in the kernels whose blocks are consumer_block_pf's (KD = 128)
+WRITER = ("        bulk_load(sDr + st * QR, Dr + q_row, QR * 4, &fulldO[st]);\n      }\n    }\n  } else {",
+          "        bulk_load(sDr + st * QR, Dr + q_row, QR * 4, &fulldO[st]);\n      }\n"
+          "    } else if (HD == 128 && KD == 128 && t / 32 == 1) {  // dq_writer: the consumers' dQ tiles, reduced\n"
+          "      const int lane = t % 32;\n"
+          "      if (n_iter > 0) {  // both tiles are free for the first block (no arrival a consumer never meets)\n"
+          "        named_barrier_arrive(7, 160);\n"
+          "        named_barrier_arrive(8, 160);\n"
+          "      }\n"
+          "      for (int it = 0; it < n_iter; ++it) {\n"
+          "        const int head = (GQA ? bkv * group : bkv) + it / per_head;\n"
+          "        float* rows = dQacc + static_cast<size_t>(head) * S * D + static_cast<size_t>((q_first + it % per_head) * QR) * D;\n"
+          "#pragma unroll\n"
+          "        for (int c = 0; c < 2; ++c) {\n"
+          "          named_barrier_sync(5 + c, 160);  // consumer c's tile is stored and fenced\n"
+          "          if (lane == 0) {\n"
+          "            bulk_reduce_add(rows + 64 * 64 * c, sdQ + c * BM * 64, BM * 64 * 4);\n"
+          "            bulk_wait_read();  // the reduction has read the tile\n"
+          "          }\n"
+          "          __syncwarp();\n"
+          "          if (it + 1 < n_iter) named_barrier_arrive(7 + c, 160);  // the tile is free (none after the last)\n"
+          "        }\n"
+          "      }\n"
+          "      if (lane == 0) bulk_wait_all();  // the last reductions are done before the CTA leaves\n"
+          "    }\n  } else {")
+# the writer's loop needs more than the producer's 24 registers (8 bytes spilled there); 32 still leaves the consumers
+# their 240 (128 x 32 + 256 x 240 = 65,536). Only in the kernels that have the writer.
+REGS = ("    setmaxnreg_dec<PRODUCER_REGS>();",
+        "    setmaxnreg_dec<HD == 128 && KD == 128 ? 32 : PRODUCER_REGS>();  // dq_writer: the writer warp's loop")
+EDITS = [ARRIVE, WAIT_READ, PUBLISH, WRITER, REGS]
+
+
+def dq_writer(text: str) -> str:
+    return apply_edits(text, EDITS, "dq_writer")
