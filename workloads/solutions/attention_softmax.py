@@ -89,7 +89,7 @@ EXP_FMA = (
     "  const float t = __fadd_rn(x, 12582912.f);  // 1.5 * 2^23: n = round(x) in the low mantissa bits\n"
     "  const float f = __fsub_rn(x, __fsub_rn(t, 12582912.f));  // x - n, in [-0.5, 0.5]\n"
     f"  const float p = fmaf(fmaf(fmaf({EXP_POLY_C[3]}f, f, {EXP_POLY_C[2]}f), f, {EXP_POLY_C[1]}f), f, {EXP_POLY_C[0]}f);\n"
-    "  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));  // 2^f * 2^n\n"
+    "  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));  // 2^f * 2^n (unsigned: wraps)\n"
     "}\n\n"
 )
 
