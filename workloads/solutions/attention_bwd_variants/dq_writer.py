@@ -8,8 +8,9 @@ barrier 1. The tile's stores, fence and barrier are about 15% of the main kernel
 threads: its 128 and the writer warp's 32), then goes on; the writer warp (warp 1 of the producer warpgroup, idle
 until now) waits there, issues the reduce-add, waits for it to have read the tile, and arrives on barrier 7 + c, which
 the consumer syncs on before its next tile store (a block later, so it seldom waits). The writer arrives on 7 + c once
-before the first block and not after the last, so every barrier's arrivals match. D = 96 (late_d96's own block) and
-D = 64 keep their reductions.
+before the first block and not after the last, so every barrier's arrivals match. Only the KD = 128 kernels have the
+writer, and the block keeps the reference's publication for any other KD; D = 96 (late_d96's own block) and D = 64
+keep their reductions.
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ ARRIVE = ("__device__ __forceinline__ void bulk_wait_all() {",
 # the 128-wide block (consumer_block_pf): the tile is free once the writer has read the previous one
 WAIT_READ = ("  if (t == 0) bulk_wait_read();  // this consumer's previous dQ reduction has read its tile\n"
              "  named_barrier_sync(1, 256);    // both consumers' dS^T rows are in `buf` (and sdQ is free again)\n",
+             "  if constexpr (KD != 128) {  // dq_writer: at KD = 128 the writer warp waits for the reads\n"
+             "    if (t == 0) bulk_wait_read();  // this consumer's previous dQ reduction has read its tile\n"
+             "  }\n"
              "  named_barrier_sync(1, 256);    // both consumers' dS^T rows are in `buf`\n")
 PUBLISH = ("  float* tile = sdQ + c * BM * 64;\n"
            "  if (W == 64) store_dq_tile<64>(tile, dq, r, col0);\n"
@@ -32,11 +36,17 @@ PUBLISH = ("  float* tile = sdQ + c * BM * 64;\n"
            "  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile\n"
            "  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c, tile, BM * W * 4);\n}",
            "  float* tile = sdQ + c * BM * 64;\n"
-           "  named_barrier_sync(7 + c, 160);  // dq_writer: the writer warp has read this consumer's previous tile\n"
+           "  if constexpr (KD == 128)  // dq_writer: the writer warp has read this consumer's previous tile\n"
+           "    named_barrier_sync(7 + c, 160);\n"
            "  if (W == 64) store_dq_tile<64>(tile, dq, r, col0);\n"
            "  else store_dq_tile<32>(tile, dq, r, col0);\n"
            "  fence_proxy_async();\n"
-           "  named_barrier_arrive(5 + c, 160);  // dq_writer: the tile is the writer warp's to reduce\n}")
+           "  if constexpr (KD == 128) {  // dq_writer: the tile is the writer warp's to reduce\n"
+           "    named_barrier_arrive(5 + c, 160);\n"
+           "  } else {  // no writer in these kernels: the reference's publication\n"
+           "    named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile\n"
+           "    if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c, tile, BM * W * 4);\n"
+           "  }\n}")
 # the writer warp, beside the producer thread, in the kernels whose blocks are consumer_block_pf's (KD = 128)
 WRITER = ("        bulk_load(sDr + st * QR, Dr + q_row, QR * 4, &fulldO[st]);\n      }\n    }\n  } else {",
           "        bulk_load(sDr + st * QR, Dr + q_row, QR * 4, &fulldO[st]);\n      }\n"
