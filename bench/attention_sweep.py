@@ -277,10 +277,16 @@ POINTS_13 += [("mha_fwd_d128", {**_BEFORE_13[(128, False, False)], "q_regs": Tru
 _ROUND_15 = (("mha_fwd_d128", (128, False, False), 1.10, ({"stages": 3}, 0.997), ({"schedule": "pingpong"}, 1.007)),
              ("mha_fwd_d128_causal", (128, True, False), 1.10, ({"stages": 3}, 0.997), ({"schedule": "pingpong"}, 1.007),
               ({"split_rows": False, "split_max": True}, 0.996)))
-POINTS_15: list[tuple[str, dict, float | None]] = [
-    point for wid, problem, ref, *moves in _ROUND_15
-    for point in [(wid, dict(at.TUNED[problem]), ref)] + [(wid, {**at.TUNED[problem], **ch}, round(ref / ratio, 3))
-                                                          for ch, ratio in moves]]
+
+
+def _against_tuned(spec) -> list[tuple[str, dict, float | None]]:
+    """Each (workload, problem, TUNED's speedup, *(changes, predicted time ratio)): TUNED's point, then each change."""
+    return [point for wid, problem, ref, *moves in spec
+            for point in [(wid, dict(at.TUNED[problem]), ref)]
+            + [(wid, {**at.TUNED[problem], **ch}, round(ref / ratio, 3)) for ch, ratio in moves]]
+
+
+POINTS_15 = _against_tuned(_ROUND_15)
 # Round 16 (tail_split: the last wave's tiles cut over their key tiles) measured +0.7 to +3.6% and was deleted with the
 # option (attention_template.md, "Round 16 measured").
 # Round 17 (written before its run, attention_template.md round 17): exp_poly, one exponential in 8 (or 4) on the FMA
@@ -291,10 +297,7 @@ _ROUND_17 = (("mha_fwd_d128", (128, False, False), 1.088, ({"exp_poly": 8}, 0.99
              ("mha_fwd_d128_causal", (128, True, False), 1.084, ({"exp_poly": 8}, 0.995)),
              ("mha_fwd_d96", (96, False, False), 1.148, ({"exp_poly": 8}, 0.995)),
              ("mha_fwd_d128_gqa_h32_kv8", (128, False, True), 1.150, ({"exp_poly": 8}, 0.995)))
-POINTS_17: list[tuple[str, dict, float | None]] = [
-    point for wid, problem, ref, *moves in _ROUND_17
-    for point in [(wid, dict(at.TUNED[problem]), ref)] + [(wid, {**at.TUNED[problem], **ch}, round(ref / ratio, 3))
-                                                          for ch, ratio in moves]]
+POINTS_17 = _against_tuned(_ROUND_17)
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
           9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15, 17: POINTS_17}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}

@@ -86,14 +86,14 @@ def _compile_lines(result: EvalResult) -> list[str]:
             lines.append(f"- ... and {len(comp.warnings) - MAX_WARNINGS} more warnings")
     # the kernels the plan launches first, in launch order; entry points it never runs only by name (a module of many
     # entry points would otherwise open with kernels that do not matter)
-    run = [comp.kernels[n] for n in result.launched if n in comp.kernels] if result.launched else list(comp.kernels.values())
-    for k in run:
+    launched = [n for n in result.launched if n in comp.kernels] if result.launched else list(comp.kernels)
+    for k in (comp.kernels[n] for n in launched):
         spills = f", SPILLS {k.spill_stores} stores / {k.spill_loads} loads" if (k.spill_stores or k.spill_loads) else ""
         bars = f", {k.barriers} named barrier{'s' * (k.barriers != 1)} reserved" if k.barriers else ""
         lines.append(f"- kernel {k.name}: {k.registers} registers, {k.smem_static} B static smem, {k.stack} B stack{bars}{spills}")
         if k.barriers == ALL_BARRIERS:
             lines.append(f"  ({BARRIERS_NOTE})")
-    idle = [n for n in comp.kernels if result.launched and n not in result.launched]
+    idle = [n for n in comp.kernels if n not in launched]
     if idle:
         shown = ", ".join(idle[:MAX_IDLE_KERNELS]) + (f" and {len(idle) - MAX_IDLE_KERNELS} more" if len(idle) > MAX_IDLE_KERNELS else "")
         lines.append(f"- not launched by the plan: {shown}")

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .attention_backward import HEAD_DIMS, backward_text, covers
+from .attention_backward import HEAD_DIMS, REFERENCE_VARIANT, backward_text, covers
 from .attention_template import problem_of, space_problems
 
 PROBLEM = ("head_dim", "causal", "gqa")
@@ -99,7 +99,8 @@ def _ring_worth(old: int, new: int, params: Mapping[str, Any]) -> float:
 
 
 def _ring_words(params: Mapping[str, Any]) -> str:
-    if _BUILDS.get((params.get("dq"), params.get("stages"), params.get("schedule")), "") == "late_d96":
+    build = _BUILDS.get((params.get("dq"), params.get("stages"), params.get("schedule")))
+    if build == REFERENCE_VARIANT.partition("+")[0]:
         return ("the 3-stage build, the reference: a deeper Q / dO ring with the steps measured faster on it (each "
                 "block's S^T issued by the block before, a warp-uniform consumer index, the dS^T tile by stmatrix, a "
                 "16-byte preprocess)")

@@ -74,7 +74,6 @@ SPLIT_MAX = [(old, new.replace("// split_rows: each row's max", "// split_max: e
              for old, new in SPLIT_ROWS[:1]]
 
 
-
 # exp_poly: the forward's profile has the exponentials as its top stall line (ex2, 14% of samples, `wait`:
 # attention_template.md "The forward reference under Nsight Compute"), and MUFU.EX2 issues 16 a cycle per SM against
 # the FMA pipe's 128. FlashAttention-4 computes part of them on the FMA pipe: 2^x = 2^n 2^f with n = round(x) (the
@@ -92,12 +91,14 @@ EXP_FMA = (
     "  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));  // 2^f * 2^n (unsigned: wraps)\n"
     "}\n\n"
 )
+# ex2_fma defined ahead of pack_bf16, which the forward's and the backward's kernels both have
+EXP_FMA_EDIT = ("__device__ __forceinline__ uint32_t pack_bf16(", EXP_FMA + "__device__ __forceinline__ uint32_t pack_bf16(")
 
 
 def exp_poly_edits(every: int) -> list[tuple[str, str]]:
     """One exponential in `every` (the loop's element j with j % every == 0, row r0's first) computed by ex2_fma."""
     return [
-        ("__device__ __forceinline__ uint32_t pack_bf16(", EXP_FMA + "__device__ __forceinline__ uint32_t pack_bf16("),
+        EXP_FMA_EDIT,
         ("    s[j] = ex2(fmaf(s[j], sl2, -n0));\n",
          f"    s[j] = j % {every} == 0 ? ex2_fma(fmaf(s[j], sl2, -n0)) : ex2(fmaf(s[j], sl2, -n0));  // exp_poly\n"),
     ]

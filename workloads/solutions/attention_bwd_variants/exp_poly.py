@@ -4,7 +4,7 @@ the 128-wide one, late_d96's D = 96 copy of it, and D = 64's. The backward's pro
 stall samples (attention_bwd.md, "The reference again, with its profile"), half the forward's share."""
 from __future__ import annotations
 
-from ..attention_softmax import EXP_FMA
+from ..attention_softmax import EXP_FMA_EDIT
 from .edits import apply_edits
 
 WIDE = "      float x = ex2(fmaf(s[j], sl2, -(k % 2 ? l2.y : l2.x)));\n"  # the 128-wide block and late_d96's copy
@@ -18,7 +18,6 @@ def _one_in_8(line: str, var: str) -> str:
 
 
 def exp_poly(text: str) -> str:
-    text = apply_edits(text, [("__device__ __forceinline__ uint32_t pack_bf16(",
-                               EXP_FMA + "__device__ __forceinline__ uint32_t pack_bf16(")], "exp_poly")
+    text = apply_edits(text, [EXP_FMA_EDIT], "exp_poly")
     text = apply_edits(text, [(WIDE, _one_in_8(WIDE, "x"))], "exp_poly", count=2)
     return apply_edits(text, [(NARROW, _one_in_8(NARROW, "e"))], "exp_poly")
