@@ -1,7 +1,7 @@
 """The backward's dq_writer variant (workloads/solutions/attention_bwd_variants/dq_writer.py): the 128-wide kernels'
 dQ tiles reduced by a writer warp of the producer warpgroup. Checked here: it assembles without spills, the consumers
 of the D = 128 kernels arrive (bar.arrive) where they met, their bulk reductions move to the writer, and the D = 96 /
-D = 64 kernels stay late_d96's instruction for instruction; a mirror of the barrier protocol shows every named
+D = 64 kernels keep late_d96's opcode counts; a mirror of the barrier protocol shows every named
 barrier's generations filled by the right arrivals, with no wait that cannot end, for every block count. The speed
 and the absence of a hang on the hardware: the GPU (bench/gpu_round.sh bwd-variants)."""
 from __future__ import annotations
