@@ -47,36 +47,58 @@ PUBLISH = ("  float* tile = sdQ + c * BM * 64;\n"
            "    named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile\n"
            "    if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c, tile, BM * W * 4);\n"
            "  }\n}")
-# the writer warp, beside the producer thread, in the kernels whose blocks are consumer_block_pf's (KD = 128)
+# the writer warp, beside the producer thread, in the kernels whose blocks are consumer_block_pf's (KD = 128). It runs
+# within the producer warpgroup's 24 registers: the CTA's register pool is its launch allocation (384 x 168 = 64,512),
+# which the consumers' 256 x 240 leave 4,096 of, 128 x 32. A producer warpgroup at 32 would make the consumers'
+# setmaxnreg.inc wait forever (the first build of this variant hung there). So the destination is a pointer stepped
+# block by block, not an index recomputed from the head and the block.
+PRODUCER = ("      for (int it = 0; it < n_iter; ++it) {\n"
+            "        const int st = it % Stages<HD>::N;\n"
+            "        const uint32_t ph = (it / Stages<HD>::N) & 1;\n"
+            "        const int head = (GQA ? bkv * group : bkv) + it / per_head;\n"
+            "        const int q_row = head * S + (q_first + it % per_head) * QR;  // first row in the [B*H*S, D] view\n",
+            "      // dq_writer: the first row in the [B*H*S, D] view stepped block by block (the division by per_head\n"
+            "      // spilled at 24 registers beside the writer); the next head starts again at q_first\n"
+            "      int q_row = (GQA ? bkv * group : bkv) * S + q_first * QR;\n"
+            "      for (int it = 0, in_head = 0; it < n_iter; ++it) {\n"
+            "        const int st = it % Stages<HD>::N;\n"
+            "        const uint32_t ph = (it / Stages<HD>::N) & 1;\n")
 WRITER = ("        bulk_load(sDr + st * QR, Dr + q_row, QR * 4, &fulldO[st]);\n      }\n    }\n  } else {",
-          "        bulk_load(sDr + st * QR, Dr + q_row, QR * 4, &fulldO[st]);\n      }\n"
+          "        bulk_load(sDr + st * QR, Dr + q_row, QR * 4, &fulldO[st]);\n"
+          "        q_row += QR;\n"
+          "        if (++in_head == per_head) {\n"
+          "          in_head = 0;\n"
+          "          q_row += q_first * QR;\n"
+          "        }\n      }\n"
           "    } else if (HD == 128 && KD == 128 && t / 32 == 1) {  // dq_writer: the consumers' dQ tiles, reduced\n"
-          "      const int lane = t % 32;\n"
+          "      const bool issuer = t == 32;\n"
           "      if (n_iter > 0) {  // both tiles are free for the first block (no arrival a consumer never meets)\n"
           "        named_barrier_arrive(7, 160);\n"
           "        named_barrier_arrive(8, 160);\n"
           "      }\n"
-          "      for (int it = 0; it < n_iter; ++it) {\n"
-          "        const int head = (GQA ? bkv * group : bkv) + it / per_head;\n"
-          "        float* rows = dQacc + static_cast<size_t>(head) * S * D + static_cast<size_t>((q_first + it % per_head) * QR) * D;\n"
+          "      // this block's dQ rows; a head's blocks are consecutive, and the next head starts again at q_first\n"
+          "      float* rows = dQacc + static_cast<size_t>(GQA ? bkv * group : bkv) * S * D\n"
+          "                  + static_cast<size_t>(q_first * QR) * D;\n"
+          "      for (int it = 0, in_head = 0; it < n_iter; ++it) {\n"
           "#pragma unroll\n"
           "        for (int c = 0; c < 2; ++c) {\n"
           "          named_barrier_sync(5 + c, 160);  // consumer c's tile is stored and fenced\n"
-          "          if (lane == 0) {\n"
+          "          if (issuer) {\n"
           "            bulk_reduce_add(rows + 64 * 64 * c, sdQ + c * BM * 64, BM * 64 * 4);\n"
           "            bulk_wait_read();  // the reduction has read the tile\n"
           "          }\n"
           "          __syncwarp();\n"
           "          if (it + 1 < n_iter) named_barrier_arrive(7 + c, 160);  // the tile is free (none after the last)\n"
           "        }\n"
+          "        rows += static_cast<size_t>(QR) * D;\n"
+          "        if (++in_head == per_head) {\n"
+          "          in_head = 0;\n"
+          "          rows += static_cast<size_t>(q_first * QR) * D;\n"
+          "        }\n"
           "      }\n"
-          "      if (lane == 0) bulk_wait_all();  // the last reductions are done before the CTA leaves\n"
+          "      if (issuer) bulk_wait_all();  // the last reductions are done before the CTA leaves\n"
           "    }\n  } else {")
-# the writer's loop needs more than the producer's 24 registers (8 bytes spilled there); 32 still leaves the consumers
-# their 240 (128 x 32 + 256 x 240 = 65,536). Only in the kernels that have the writer.
-REGS = ("    setmaxnreg_dec<PRODUCER_REGS>();",
-        "    setmaxnreg_dec<HD == 128 && KD == 128 ? 32 : PRODUCER_REGS>();  // dq_writer: the writer warp's loop")
-EDITS = [ARRIVE, WAIT_READ, PUBLISH, WRITER, REGS]
+EDITS = [ARRIVE, WAIT_READ, PUBLISH, PRODUCER, WRITER]
 
 
 def dq_writer(text: str) -> str:

@@ -1,0 +1,41 @@
+"""tools/regpool.py: setmaxnreg's moves read from SASS, and the CTA pool's arithmetic (no GPU: the hang it predicts
+was seen on the H200, bench/results/attention_bwd.md v27)."""
+from __future__ import annotations
+
+from ptxbench.tools.regpool import SetmaxnregMoves, pool_note, pool_shortfall, setmaxnreg_moves
+from ptxbench.tools.sass import SassInstruction
+
+
+def _listing(dec: int, inc: int) -> list[SassInstruction]:
+    return [SassInstruction(opcode="BAR.SYNC.DEFER_BLOCKING", operands="0x0"),
+            SassInstruction(opcode="USETMAXREG.TRY_ALLOC.CTAPOOL", operands=f"UP0,{hex(inc)}"),
+            SassInstruction(opcode="USETMAXREG.DEALLOC.CTAPOOL", operands=hex(dec))]
+
+
+def test_moves_are_read_from_the_immediates():
+    assert setmaxnreg_moves(_listing(24, 240)) == SetmaxnregMoves(dec=[24], inc=[240])
+    assert setmaxnreg_moves([SassInstruction(opcode="HGMMA.64x64x16.F32.BF16", operands="gdesc[UR4], RZ")]) == \
+        SetmaxnregMoves()
+
+
+def test_the_reference_layout_fits_and_a_producer_at_32_does_not():
+    # 384 threads at 168 registers: 64,512. 24 / 240 / 240 is exactly that; 32 / 240 / 240 is 1,024 over.
+    assert pool_shortfall(168, 384, setmaxnreg_moves(_listing(24, 240))) == 0
+    assert pool_shortfall(168, 384, setmaxnreg_moves(_listing(32, 240))) == 1024
+    assert pool_shortfall(168, 384, setmaxnreg_moves(_listing(32, 232))) == 0
+    # two warpgroups: one producer feeds one consumer
+    assert pool_shortfall(168, 256, setmaxnreg_moves(_listing(40, 296 - 8))) == 0
+    assert pool_shortfall(128, 256, setmaxnreg_moves(_listing(40, 232))) == 128 * (104 - 88)
+
+
+def test_no_moves_or_one_warpgroup_is_never_flagged():
+    assert pool_shortfall(168, 384, SetmaxnregMoves()) == 0
+    assert pool_shortfall(168, 128, setmaxnreg_moves(_listing(24, 240))) == 0
+    assert pool_note("k", 168, 384, setmaxnreg_moves(_listing(24, 240))) is None
+
+
+def test_the_note_gives_the_arithmetic():
+    note = pool_note("attn_bwd_wgmma", 168, 384, setmaxnreg_moves(_listing(32, 240)))
+    assert note is not None
+    assert "384 x 168 = 64,512" in note and "frees 17,408" in note and "ask 18,432" in note and "1,024 more" in note
+    assert "waits forever" in note

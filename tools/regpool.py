@@ -1,0 +1,62 @@
+"""setmaxnreg's register pool: whether a warp-specialised kernel's register moves can be met at all.
+
+A CTA holds registers x threads from its launch. setmaxnreg.dec gives a warpgroup's surplus to a per-CTA pool and
+setmaxnreg.inc blocks until the pool holds what it asks (PTX ISA, "setmaxnreg"); the pool never holds more than the
+launch gave. So a layout of one producer warpgroup at `dec` and the others at `inc` needs
+
+    (warpgroups - 1) x (inc - R) <= R - dec          (per thread; R = the launch's registers per thread)
+
+or the consumers' inc waits forever and the kernel hangs without an error: no fault, no message, a TIMEOUT. ptxas
+cannot see this (it knows neither the block size nor which warpgroup takes which branch), so the check lives here,
+read from the SASS (USETMAXREG.DEALLOC / TRY_ALLOC and their immediates) and the launch's block size.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .sass import SassInstruction
+
+_COUNT = re.compile(r"0x([0-9a-f]+)\s*$", re.IGNORECASE)
+
+
+@dataclass
+class SetmaxnregMoves:
+    """The distinct register counts a kernel's warpgroups release to (dec) and ask for (inc)."""
+
+    dec: list[int] = field(default_factory=list)
+    inc: list[int] = field(default_factory=list)
+
+
+def setmaxnreg_moves(instructions: list[SassInstruction]) -> SetmaxnregMoves:
+    dec, inc = set(), set()
+    for ins in instructions:
+        if ins.base != "USETMAXREG" or not (m := _COUNT.search(ins.operands)):
+            continue
+        (dec if ".DEALLOC" in ins.opcode else inc).add(int(m.group(1), 16))
+    return SetmaxnregMoves(sorted(dec), sorted(inc))
+
+
+def pool_shortfall(registers: int, threads: int, moves: SetmaxnregMoves) -> int:
+    """Registers the consumers' inc asks for beyond what the pool can hold, for one producer warpgroup at the lowest
+    dec and every other warpgroup at the highest inc: 0 when it fits (or the kernel moves no registers that way)."""
+    warpgroups = threads // 128
+    if not moves.dec or not moves.inc or warpgroups < 2 or not registers:
+        return 0
+    released = 128 * (registers - min(moves.dec))
+    wanted = 128 * (warpgroups - 1) * (max(moves.inc) - registers)
+    return max(0, wanted - released)
+
+
+def pool_note(kernel: str, registers: int, threads: int, moves: SetmaxnregMoves) -> str | None:
+    """One line for the feedback when the moves cannot fit: the arithmetic, and what it does to the kernel."""
+    short = pool_shortfall(registers, threads, moves)
+    if not short:
+        return None
+    warpgroups = threads // 128
+    d, a = min(moves.dec), max(moves.inc)
+    return (f"{kernel}: setmaxnreg cannot be met. The CTA holds {threads} x {registers} = {threads * registers:,} "
+            f"registers from launch; one warpgroup at setmaxnreg.dec {d} frees {128 * (registers - d):,}, and "
+            f"{warpgroups - 1} at setmaxnreg.inc {a} ask {128 * (warpgroups - 1) * (a - registers):,}: {short:,} more "
+            f"than the pool can hold, so the inc waits forever (a hang, no error). Lower the inc or the dec so that "
+            f"(warpgroups - 1) x (inc - {registers}) <= {registers} - dec.")
