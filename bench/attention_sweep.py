@@ -289,17 +289,10 @@ def _against_tuned(spec) -> list[tuple[str, dict, float | None]]:
 POINTS_15 = _against_tuned(_ROUND_15)
 # Round 16 (tail_split: the last wave's tiles cut over their key tiles) measured +0.7 to +3.6% and was deleted with the
 # option (attention_template.md, "Round 16 measured").
-# Round 17 (written before its run, attention_template.md round 17): exp_poly, one exponential in 8 (or 4) on the FMA
-# pipe as a cubic (FlashAttention-4's split), against TUNED. Predicted by kernel time: level to -1% at 1 in 8, level
-# (-1 to +1%) at 1 in 4 (more FMA and integer work on the consumers' critical path); causal at 1 in 8 only (1 in 4
-# makes ptxas serialise its wgmma there: C7511 at TUNED's causal point).
-_ROUND_17 = (("mha_fwd_d128", (128, False, False), 1.088, ({"exp_poly": 8}, 0.995), ({"exp_poly": 4}, 1.0)),
-             ("mha_fwd_d128_causal", (128, True, False), 1.084, ({"exp_poly": 8}, 0.995)),
-             ("mha_fwd_d96", (96, False, False), 1.148, ({"exp_poly": 8}, 0.995)),
-             ("mha_fwd_d128_gqa_h32_kv8", (128, False, True), 1.150, ({"exp_poly": 8}, 0.995)))
-POINTS_17 = _against_tuned(_ROUND_17)
+# Round 17 (exp_poly: one exponential in 8 or 4 on the FMA pipe as 2^n times a cubic) measured +3.2 to +8.0% and was
+# deleted with the option (attention_template.md, "Round 17 measured").
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
-          9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15, 17: POINTS_17}
+          9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
 
 

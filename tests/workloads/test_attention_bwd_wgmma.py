@@ -116,8 +116,6 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # late_d96 (the reference): pre_plain with dq_late's and causal_skip's blocks at D = 96 (the D = 128 kernel is
                 # pre_plain's)
                 "late_d96+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16, "MUFU": 37},
-                # exp_poly: late_d96 with 4 of the block's 32 exponentials on the FMA pipe (MUFU 37 -> 33)
-                "exp_poly+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16, "MUFU": 33},
                 # dq_writer: late_d96 with the 128-wide block's dQ tiles reduced by a writer warp of the producer
                 # warpgroup (its reductions unrolled there; tests/workloads/test_attention_bwd_dq_writer.py)
                 "dq_writer+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},

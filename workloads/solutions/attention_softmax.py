@@ -1,7 +1,6 @@
 """The attention forward template's softmax options, as edits of attention_template.cu.in: rescale="lazy"
 (FlashAttention-4's conditional rescale), early_pack (P packed ahead of the lazy rescale's branch), split_rows
-(each row's max and sum as four independent chains), split_max (the max alone) and exp_poly (some of the
-exponentials on the FMA pipe)."""
+(each row's max and sum as four independent chains) and split_max (the max alone)."""
 from __future__ import annotations
 
 from .template_text import replace_counted
@@ -73,32 +72,3 @@ SPLIT_ROWS = [
 SPLIT_MAX = [(old, new.replace("// split_rows: each row's max", "// split_max: each row's max"))
              for old, new in SPLIT_ROWS[:1]]
 
-
-# exp_poly: the forward's profile has the exponentials as its top stall line (ex2, 14% of samples, `wait`:
-# attention_template.md "The forward reference under Nsight Compute"), and MUFU.EX2 issues 16 a cycle per SM against
-# the FMA pipe's 128. FlashAttention-4 computes part of them on the FMA pipe: 2^x = 2^n 2^f with n = round(x) (the
-# 1.5 * 2^23 shift leaves n in the low mantissa bits) and 2^f a cubic in f in [-0.5, 0.5]; 2^n is added to the
-# result's exponent field. EXP_POLY_C: a near-minimax fit of 2^f's relative error, 7.5e-5 at most (P is rounded to bf16
-# for the P V product: 3.9e-3). x is clamped at -120 so a masked score (-inf) gives 2^-120, not a wrapped exponent.
-EXP_POLY_C = (0.99992807, 0.69326099, 0.24261115, 0.05517167)
-EXP_POLY_CLAMP = -120.0
-EXP_FMA = (
-    "__device__ __forceinline__ float ex2_fma(float x) {  // exp_poly: 2^x on the FMA pipe (relative error 7.5e-5)\n"
-    f"  x = fmaxf(x, {EXP_POLY_CLAMP:.1f}f);\n"
-    "  const float t = __fadd_rn(x, 12582912.f);  // 1.5 * 2^23: n = round(x) in the low mantissa bits\n"
-    "  const float f = __fsub_rn(x, __fsub_rn(t, 12582912.f));  // x - n, in [-0.5, 0.5]\n"
-    f"  const float p = fmaf(fmaf(fmaf({EXP_POLY_C[3]}f, f, {EXP_POLY_C[2]}f), f, {EXP_POLY_C[1]}f), f, {EXP_POLY_C[0]}f);\n"
-    "  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));  // 2^f * 2^n (unsigned: wraps)\n"
-    "}\n\n"
-)
-# ex2_fma defined ahead of pack_bf16, which the forward's and the backward's kernels both have
-EXP_FMA_EDIT = ("__device__ __forceinline__ uint32_t pack_bf16(", EXP_FMA + "__device__ __forceinline__ uint32_t pack_bf16(")
-
-
-def exp_poly_edits(every: int) -> list[tuple[str, str]]:
-    """One exponential in `every` (the loop's element j with j % every == 0, row r0's first) computed by ex2_fma."""
-    return [
-        EXP_FMA_EDIT,
-        ("    s[j] = ex2(fmaf(s[j], sl2, -n0));\n",
-         f"    s[j] = j % {every} == 0 ? ex2_fma(fmaf(s[j], sl2, -n0)) : ex2(fmaf(s[j], sl2, -n0));  // exp_poly\n"),
-    ]

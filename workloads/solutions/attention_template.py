@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
-from .attention_softmax import EARLY_PACK, LAZY_EDITS, SPLIT_MAX, SPLIT_ROWS, exp_poly_edits, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
+from .attention_softmax import EARLY_PACK, LAZY_EDITS, SPLIT_MAX, SPLIT_ROWS, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
 from .attention_qregs import q_regs_edits
 from .template_text import replace_counted, uniform_index_edit, without_default_options
 
@@ -80,9 +80,6 @@ class AttnParams(BaseModel):
     q_regs: bool = Field(False, description="each consumer's Q rows loaded once into registers as wgmma A fragments "
                          "(ldmatrix), S = Q K^T issued with A from registers: no Q bytes read from shared memory per "
                          "key tile (4 x D / 16 registers)")
-    exp_poly: int = Field(0, description="0, or one exponential of the softmax in every `exp_poly` computed on the FMA "
-                          "pipe (2^n times a cubic in the fraction, FlashAttention-4's split) instead of MUFU.EX2, "
-                          "which issues 16 a cycle per SM")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -143,11 +140,11 @@ OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "early_pack": [False, True],  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
                                   "split_rows": [False, True],  # round 10: -0.7 to -1.0% at three points, TUNED sets it there
                                   "split_max": [False, True],  # rounds 11, 13: with q_regs -1.2 to -1.6% at D = 128
-                                  "q_regs": [False, True],  # round 13: -0.6 to -1.4% at the causal points, in TUNED
-                                  "exp_poly": [0, 8, 4]}  # round 17 (built, not yet measured)
+                                  "q_regs": [False, True]}  # round 13: -0.6 to -1.4% at the causal points, in TUNED
 # diag_half (consumer 0's causal diagonal tile halved) and dead_tile (D = 64 causal's wholly masked tile skipped)
 # measured +1.4-2.3% and +9.5% slower (rounds 12-14) and were deleted; so was tail_split (the last wave's tiles cut
-# over their key tiles, merged by each tile's last piece: +0.7 to +3.6%, round 16).
+# over their key tiles, merged by each tile's last piece: +0.7 to +3.6%, round 16) and exp_poly (one exponential in 8
+# or 4 on the FMA pipe as 2^n times a cubic, FlashAttention-4's split: +3.2 to +8.0%, round 17).
 # persistent=True (one CTA per SM walking the query tiles) lost at every point of round 9 (attention_template.md) and
 # was deleted.
 HEAD_DIMS = (64, 96, 128)
@@ -431,9 +428,6 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
     if p.q_regs:  # Q's A fragments in registers, S by register-A wgmma
         for old, new in q_regs_edits(p.bn):
             body = replace_counted(body, old, new, "attention_template.cu.in (q_regs)")
-    if p.exp_poly:  # one exponential in exp_poly on the FMA pipe
-        for old, new in exp_poly_edits(p.exp_poly):
-            body = replace_counted(body, old, new, "attention_template.cu.in (exp_poly)")
     if p.uniform:  # the consumer's Q descriptors in uniform registers
         body = replace_counted(body, *uniform_index_edit("c"), "attention_template.cu.in (uniform)")
     return plan_toml(p) + header + consts + "\n" + body + _entry(p)

@@ -14,7 +14,6 @@ from .dq_bulk import BULK_DQ_D64, bulk_dq, bulk_dq_s3
 from .dq_decoupled import decoupled
 from .dq_late import DQ_LATE
 from .late_d96 import late_d96
-from .exp_poly import exp_poly
 from .dq_writer import dq_writer
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .pre_wide import PRE_GRID, pre_wide
@@ -61,9 +60,6 @@ VARIANTS = {
                       CAUSAL_SKIP_PLAIN),
     "late_d96": lambda text: late_d96(_on(
         "pre_plain", "late_d96", "dq_late's block and causal_skip's dead block in the D = 96 entry points only", [])(text)),
-    # late_d96 (the reference) with one exponential in 8 on the FMA pipe (the forward's exp_poly)
-    "exp_poly": lambda text: exp_poly(_on(
-        "late_d96", "exp_poly", "one exponential in 8 of P^T computed on the FMA pipe (2^n times a cubic)", [])(text)),
     # late_d96 (the reference) with the 128-wide block's dQ tiles reduced by a warp of the producer warpgroup
     "dq_writer": lambda text: dq_writer(_on(
         "late_d96", "dq_writer", "the 128-wide block's dQ tiles reduced by a writer warp of the producer warpgroup "
