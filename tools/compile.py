@@ -22,6 +22,7 @@ from .results import CompileIssue, CompileResult
 from .profile.lineinfo import annotate_ptx
 from .sass import disassemble_lines, opcode_histogram, strip_ptx_comments, target_presence
 from .sass_features import sass_features
+from .regpool import setmaxnreg_moves
 from .sass_lines import sass_by_line
 from .textcap import LOG_CHARS
 from .toolchain import ProcResult, Toolchain, ToolchainError, find_toolchain, which_host_compiler
@@ -140,6 +141,8 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
         k.sass_opcodes = functions.get(name, {})
         k.sass_lines = [i.line for i in insns]
         k.sass_features = sass_features(insns)
+        moves = setmaxnreg_moves(insns)
+        k.setmaxnreg_dec, k.setmaxnreg_inc = moves.dec, moves.inc
     if not kernels:
         warnings.append(CompileIssue(message="the module has no .entry kernel", severity="warning"))
     result = CompileResult(

@@ -31,7 +31,8 @@ from .solution.plan import FormatIssue
 from .profile import attach
 from .profile.early import EarlyChoice, EarlyProfile
 from .profile.inflight import InFlightProfiles
-from .results import EvalResult, Fingerprint, RuntimeTarget
+from .regpool import plan_pool_notes
+from .results import CompileIssue, EvalResult, Fingerprint, RuntimeTarget
 from .solution.parse import PlanError, parse_solution, resolve_plan
 
 def _format_status(issues: list[FormatIssue]) -> str:
@@ -86,17 +87,28 @@ def _message(result: GpuOutcome | dict) -> str:
             + (f". {bad.note}" if bad.note else ""))
 
 
-def _plan_issues_without_gpu(plan, wl, arch: str, comp) -> list[str]:
+def _plan_issues_without_gpu(plan, wl, arch: str, comp) -> tuple[list[str], object | None]:
     """What the worker would refuse before launching, checked without a GPU (no-GPU mode, `ptxbench compile
     --workload`): the plan resolved for Hopper's defaults (DeviceLimits), its device limits, and each launch's
     static + dynamic shared memory from ptxas's figures. Limits needing the loaded function (parameter sizes, threads
-    per block at the register count) stay with the worker."""
+    per block at the register count) stay with the worker. Also the resolved plan (None where it does not resolve)."""
     lim = DeviceLimits()
     try:
         resolved = resolve_plan(plan, wl, lim.sm_count, arch)
     except PlanError as e:
-        return [str(i) for i in getattr(e, "issues", [])] or [str(e)]
-    return check_compiled(resolved, {k: r.smem_static for k, r in comp.kernels.items()}, lim)
+        return [str(i) for i in getattr(e, "issues", [])] or [str(e)], None
+    return check_compiled(resolved, {k: r.smem_static for k, r in comp.kernels.items()}, lim), resolved
+
+
+def _with_pool_notes(comp, plan):
+    """The compile result with a warning for each launched kernel whose setmaxnreg moves the CTA's register pool
+    cannot meet (tools/regpool.py): ptxas cannot see it, and on the GPU it is a hang with no message. A copy: the
+    cached result is shared by every plan that launches the same text."""
+    notes = plan_pool_notes(plan.launches, comp.kernels)
+    if not notes:
+        return comp
+    return comp.model_copy(update={"warnings": comp.warnings + [CompileIssue(message=n, severity="warning")
+                                                                 for n in notes]})
 
 
 class LocalEvaluator:
@@ -169,7 +181,9 @@ class LocalEvaluator:
         if comp.status != "ok":
             return EvalResult(status="COMPILE_ERROR", message=error_summary(comp.errors), **base)
         if options.no_gpu:
-            issues = _plan_issues_without_gpu(solution.plan, wl, options.arch, comp)
+            issues, resolved = _plan_issues_without_gpu(solution.plan, wl, options.arch, comp)
+            if resolved is not None:
+                base.update(compile=_with_pool_notes(comp, resolved))
             if issues:
                 return EvalResult(status="PLAN_ERROR", plan_errors=issues, gpu_evaluated=False,
                                   message="the launch plan cannot run on a Hopper GPU: " + "; ".join(issues), **base)
@@ -188,6 +202,8 @@ class LocalEvaluator:
             issues = getattr(e, "issues", [])
             return EvalResult(status="PLAN_ERROR", plan_errors=[str(i) for i in issues] or [str(e)],
                               message="the launch plan cannot run on this GPU: " + "; ".join(str(i) for i in issues), **base)
+        comp = _with_pool_notes(comp, plan)
+        base.update(compile=comp)
         with open(comp.cubin_path, "rb") as f:
             cubin = f.read()
         job = GpuJob(workload=wl.id, cubin=cubin, plan=plan.model_dump(), trials=options.trials, dist=options.dist,

@@ -48,6 +48,22 @@ def pool_shortfall(registers: int, threads: int, moves: SetmaxnregMoves) -> int:
     return max(0, wanted - released)
 
 
+def plan_pool_notes(launches, kernels: dict) -> list[str]:
+    """pool_note for each kernel a resolved plan launches (`launches`: .kernel and .block), once per kernel and block
+    size; `kernels`: CompileResult.kernels."""
+    notes, seen = [], set()
+    for launch in launches:
+        k = kernels.get(launch.kernel)
+        threads = launch.block[0] * launch.block[1] * launch.block[2]
+        if k is None or (launch.kernel, threads) in seen:
+            continue
+        seen.add((launch.kernel, threads))
+        note = pool_note(launch.kernel, k.registers, threads, SetmaxnregMoves(k.setmaxnreg_dec, k.setmaxnreg_inc))
+        if note:
+            notes.append(note)
+    return notes
+
+
 def pool_note(kernel: str, registers: int, threads: int, moves: SetmaxnregMoves) -> str | None:
     """One line for the feedback when the moves cannot fit: the arithmetic, and what it does to the kernel."""
     short = pool_shortfall(registers, threads, moves)

@@ -62,6 +62,8 @@ class KernelResources(BaseModel):
                                          "instruction, in address order (16 bytes each); None where the line table is silent")
     sass_features: list[str] = Field(default_factory=list, description="what the SASS does (tools/sass_features.py): "
                                      "wgmma, tma_load, tma_store, tma_multicast, mbarrier_wait, setmaxnreg, cluster, ...")
+    setmaxnreg_dec: list[int] = Field(default_factory=list, description="the register counts setmaxnreg.dec releases to")
+    setmaxnreg_inc: list[int] = Field(default_factory=list, description="the register counts setmaxnreg.inc asks for")
 
 
 class TargetPresence(BaseModel):

@@ -185,7 +185,9 @@ MUTATIONS: list[Mutation] = [
     Mutation("bwd_dq_bulk_no_wait_read",
              "the issuing thread no longer waits for its previous bulk reduction to finish reading the dQ staging tile "
              "before the consumers overwrite it (a race: it bites only where they overtake the copy)",
-             WRONG, r"^[ \t]*if \(t == 0(?: && \(HD == 64 \|\| issuer\))?\) bulk_wait_read\(\);[^\n]*\n", ""),
+             # a consumer's thread 0 (its own reductions), or the writer warp's issuer (dq_writer, the 128-wide
+             # kernels): it frees the tile right after issuing
+             WRONG, r"^[ \t]*(?:if \(t == 0(?: && \(HD == 64 \|\| issuer\))?\) )?bulk_wait_read\(\);[^\n]*\n", ""),
     Mutation("bwd_ds_single_buffer",
              "the double-buffered dS^T tile becomes one buffer: a consumer writes the next block's dS^T while the other "
              "may still read this one in its dQ product (a race wherever each consumer reads both halves: D = 96 / 128, "

@@ -67,10 +67,12 @@ EDITS = {
                              "+dst[0] += dq[j];", "+dst[1] += dq[j + 1];"],
     "bwd_dq_bulk_copy_not_add": ['-asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"',
                                  '+asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"'],
-    # each of these in every block: D = 64's, st_ahead's 128-wide one, and late_d96's D = 96 block and dead causal block
+    # each of these in every block: D = 64's, st_ahead's 128-wide one (kept where KD != 128), late_d96's D = 96 block
+    # and dead causal block, and the writer warp's (dq_writer: the 128-wide kernels' reductions)
     "bwd_dq_bulk_no_wait_read": ["-if (t == 0) bulk_wait_read();  // this consumer's previous dQ reduction has read its "
                                  "tile"] * 2 + ["-if (t == 0) bulk_wait_read();    // dq_late: the previous tile's "
-                                                "reduce-add has read it", "-if (t == 0) bulk_wait_read();"],
+                                                "reduce-add has read it", "-if (t == 0) bulk_wait_read();",
+                                                "-bulk_wait_read();  // the reduction has read the tile"],
     # every fence: before the dQ wgmma reads dS^T, and before a bulk reduction reads a consumer's dQ tile
     "missing_fence_proxy_async": ["-fence_proxy_async();"] * 7,
     "bwd_ds_single_buffer": ["-uint8_t* buf = sdS + (it & 1) * QRows<HD>::DS;", "+uint8_t* buf = sdS;"] * 3,
@@ -135,13 +137,15 @@ def test_each_class_edits_exactly_its_lines(mutants):
 # Classes whose broken code spills under ptxas 13.5 in some entry points (it still runs: the GPU judges the race),
 # each built apart from the others with those spills allowed, class -> which kernels: without its wait for the
 # previous reduction to have read its tile, the reference's D = 64 kernels (128 query rows a block) spill 52-100
-# bytes. (With one dS^T buffer st_ahead's causal 128-wide kernels spilled 12 bytes; st_static's do not.)
-SPILLS_APART = {"bwd_dq_bulk_no_wait_read": lambda k: "_d64" in k}
+# bytes; with one dS^T buffer, dq_writer's non-causal 128-wide kernels spill 12 (st_ahead's causal ones did; st_static's
+# did not).
+SPILLS_APART = {"bwd_dq_bulk_no_wait_read": lambda k: "_d64" in k,
+                "bwd_ds_single_buffer": lambda k: k in ("attn_bwd_wgmma", "attn_bwd_wgmma_gqa")}
 
 
 @pytest.fixture(scope="module")
 def compiled(mutants):
-    """The broken code compiled on mha_bwd_d128_causal (where every class applies on one base or the other), five
+    """The broken code compiled on mha_bwd_d128_causal (where every class applies on one base or the other), six
     builds instead of thirteen (nvcc takes seconds): every reference class's edit at once (they touch different
     lines) but SPILLS_APART's, each alone, and each float2 class on the vector-dQ base (the plain store and the
     non-atomic add rewrite the same line). Each edit is local, so the build of all of them stands for each."""

@@ -39,3 +39,52 @@ def test_the_note_gives_the_arithmetic():
     assert note is not None
     assert "384 x 168 = 64,512" in note and "frees 17,408" in note and "ask 18,432" in note and "1,024 more" in note
     assert "waits forever" in note
+
+
+OVER_THE_POOL = '''/* ptxbench
+language = "cuda"
+
+[[launch]]
+kernel = "gemm"
+grid = [1]
+block = [BLOCK]
+args = ["A", "B", "C", "i32:M", "i32:N", "i32:K"]
+*/
+#include <cuda_bf16.h>
+
+extern "C" __global__ void __launch_bounds__(384, 1) gemm(const __nv_bfloat16* __restrict__ A,
+                                                         const __nv_bfloat16* __restrict__ B,
+                                                         __nv_bfloat16* __restrict__ C, int M, int N, int K) {
+  if (threadIdx.x < 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 DEC;");
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+    const int i = threadIdx.x - 128;
+    if (i < N) C[i] = __float2bfloat16(__bfloat162float(A[i]) * __bfloat162float(B[i]) * K);
+  }
+}
+'''
+
+
+def _evaluated(dec: int, block: int):
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.evaluator import EvalOptions
+
+    source = OVER_THE_POOL.replace("DEC", str(dec)).replace("BLOCK", str(block))
+    return LocalEvaluator().evaluate("smoke_gemm_bf16_m256_n256_k512", source, EvalOptions(no_gpu=True))
+
+
+def test_a_plan_over_the_pool_gets_the_arithmetic_in_its_compile_warnings():
+    from ptxbench.agent.loop.feedback import render_eval
+
+    r = _evaluated(32, 384)
+    assert r.status == "COMPILED"
+    k = r.compile.kernels["gemm"]
+    assert (k.registers, k.setmaxnreg_dec, k.setmaxnreg_inc) == (168, [32], [240])
+    notes = [w.message for w in r.compile.warnings if "setmaxnreg cannot be met" in w.message]
+    assert len(notes) == 1 and "1,024 more than the pool can hold" in notes[0]
+    assert "setmaxnreg cannot be met" in render_eval(r, turn=1, no_gpu=True)
+    # at 24 the same layout fits; launched as 256 threads (one consumer) 32 fits too
+    for dec, block in ((24, 384), (32, 256)):
+        r = _evaluated(dec, block)
+        assert r.status == "COMPILED" and not any("setmaxnreg" in w.message for w in r.compile.warnings), (dec, block)

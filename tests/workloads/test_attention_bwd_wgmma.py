@@ -113,10 +113,10 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "pre_plain+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
                 # skip_plain: the non-causal kernel is pre_plain's (the causal ones: test_attention_bwd_causal_skip.py)
                 "skip_plain+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16},
-                # late_d96 (the reference): pre_plain with dq_late's and causal_skip's blocks at D = 96 (the D = 128 kernel is
+                # late_d96: pre_plain with dq_late's and causal_skip's blocks at D = 96 (the D = 128 kernel is
                 # pre_plain's)
                 "late_d96+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16, "MUFU": 37},
-                # dq_writer: late_d96 with the 128-wide block's dQ tiles reduced by a writer warp of the producer
+                # dq_writer (the reference): late_d96 with the 128-wide block's dQ tiles reduced by a writer warp of the producer
                 # warpgroup (its reductions unrolled there; tests/workloads/test_attention_bwd_dq_writer.py)
                 "dq_writer+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
                 # stats_wide: ds_stmatrix with L2 / Dr in 8 ld.shared.v4 instead of 16 ld.shared.v2
