@@ -1,6 +1,7 @@
 """The knowledge pack's "Measured on the H200" section (issue 14, item 4), checked as the pack spells it.
 
-- every PTX instruction line of the section (the quad's shuffle, the 16-byte store, Q's ldmatrix) assembles for
+- every PTX instruction line of the section (the quad's shuffle, the 16-byte store, Q's ldmatrix, the writer warp's
+  named barriers) assembles for
   sm_90a as written, into the SASS it names;
 - its figures are the ones bench/results records for those kernels.
 """
@@ -11,7 +12,7 @@ from ptxbench.tools.compile import compile_source
 from pack_sections import instructions, opcode_key, section
 
 SECTION = section("Measured on the H200")
-EXPECTED = {"shfl.sync.idx": "SHFL", "st.global.v4": "STG", "ldmatrix": "LDSM"}
+EXPECTED = {"shfl.sync.idx": "SHFL", "st.global.v4": "STG", "ldmatrix": "LDSM", "bar.arrive": "BAR", "bar.sync": "BAR"}
 
 
 def test_the_section_spells_every_instruction_it_teaches():
@@ -48,6 +49,9 @@ def test_its_figures_are_the_recorded_ones():
     assert "lost 4%" in SECTION and "0.957x" in gemm
     assert "128 B a cycle" in SECTION and "128 B per cycle" in gemm
     assert "32% slower" in SECTION and "It is **32% slower** at D = 128" in bwd
+    # the dQ writer warp (attention_bwd.md "v26-v27 measured")
+    assert "-7.6% time at D = 128,\n  -6.0% causal, -8.5% GQA" in SECTION
+    assert "dq_writer -7.6% at D = 128, -6.0% causal, -8.5% GQA" in bwd
     assert "-5.7% time at D = 128" in SECTION and "st_ahead -5.8% at D = 128" in bwd and "-5.7% at D = 128" in bwd
     # the warp-uniform warpgroup index (gemm_sweep.md round 2, attention_template.md rounds 6-7, attention_bwd.md v11)
     assert "-0.75%" in SECTION and "uniform: -0.75% kernel time on the main GEMM" in gemm
