@@ -13,6 +13,8 @@
 # Steps (default budget in seconds):
 #   gpu-tests (560)     the GPU tests of what changed most recently: profile, evaluator (watchdog), fault corpus,
 #                       backward, references
+#   pool-hang (90)      a kernel whose setmaxnreg moves outrun the CTA's register pool hangs (TIMEOUT), and within it
+#                       runs (tests/tools/test_regpool.py)
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
 #   bwd-variants (400)  variants of workloads/solutions/attention_bwd_variants/ (BWD_VARIANTS, e.g.
 #                       dq_tiles+head_groups,own_keys+head_groups; default: the reference), timed runs interleaved
@@ -70,7 +72,7 @@ rm -f /tmp/gpu_round.index
 
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560 [tuner-climb-bwd]=570
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590
-                   [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [fwd-tests]=150 [ref-eval]=200
+                   [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [fwd-tests]=150 [ref-eval]=200 [pool-hang]=90
                    [compile-cpu]=120)
 
 run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
@@ -81,7 +83,8 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
                  tests/workloads/test_attention_wgmma.py -k passes_and_is_fast ;;
     gpu-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
                  tests/tools/test_profile_gpu.py tests/tools/test_gpu_evaluator.py tests/workloads/test_fault_corpus.py \
-                 tests/workloads/test_attention_bwd_wgmma.py tests/workloads/test_references.py ;;
+                 tests/workloads/test_attention_bwd_wgmma.py tests/workloads/test_references.py tests/tools/test_regpool.py ;;
+    pool-hang) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" tests/tools/test_regpool.py ;;
     bwd) python3 bench/attention_bwd_check.py --json "$d/reference.json" --profile mha_bwd_d128 ;;
     bwd-variants)  # BWD_VARIANTS: the variants to compare, each beside the others (default: the reference);
                    # BWD_PROFILE / BWD_PROFILE64: workloads each variant is also profiled on (D = 96 / 128, D = 64)

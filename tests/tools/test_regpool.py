@@ -2,6 +2,8 @@
 was seen on the H200, bench/results/attention_bwd.md v27)."""
 from __future__ import annotations
 
+import pytest
+
 from ptxbench.tools.regpool import SetmaxnregMoves, pool_note, pool_shortfall, setmaxnreg_moves
 from ptxbench.tools.sass import SassInstruction
 
@@ -88,3 +90,18 @@ def test_a_plan_over_the_pool_gets_the_arithmetic_in_its_compile_warnings():
     for dec, block in ((24, 384), (32, 256)):
         r = _evaluated(dec, block)
         assert r.status == "COMPILED" and not any("setmaxnreg" in w.message for w in r.compile.warnings), (dec, block)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_kernel_over_the_pool_hangs_and_the_one_within_it_runs():
+    """What the note says, on the hardware: at dec 32 the consumers' inc never returns (TIMEOUT, the run goes on);
+    at dec 24 the same kernel runs to its (wrong: it writes one row) answer."""
+    from gpu_helpers import shared_evaluator
+    from ptxbench.tools.evaluator import EvalOptions
+
+    ev = shared_evaluator()
+    source = OVER_THE_POOL.replace("BLOCK", "384")
+    hung = ev.evaluate("smoke_gemm_bf16_m256_n256_k512", source.replace("DEC", "32"), EvalOptions(timeout_s=3, time=False))
+    assert hung.status == "TIMEOUT", (hung.status, hung.message)
+    ran = ev.evaluate("smoke_gemm_bf16_m256_n256_k512", source.replace("DEC", "24"), EvalOptions(timeout_s=3, time=False))
+    assert ran.status in ("INCORRECT_NUMERICAL", "INCORRECT_NAN"), (ran.status, ran.message)
