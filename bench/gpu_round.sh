@@ -37,7 +37,8 @@
 #   anchors (540)       the repair track's anchors over the suite (bench/repair_anchors.py)
 #   throughput (200)    evaluations per GPU-hour on the GEMM (bench/eval_throughput.py; the old full-profile path,
 #                       341 / h twice, is not re-run: --old-n 6 to add it)
-#   mutations (150)     bug classes checked on the GPU (bench/check_mutations.py: the cluster classes)
+#   mutations (150)     bug classes checked on the GPU (bench/check_mutations.py: the cluster classes; MUTATIONS_ARGS,
+#                       e.g. "--classes setmaxnreg_over_pool --workloads mha_fwd_d128", replaces --cluster)
 #   mutations-bwd (360) the attention backward's bug classes (check_mutations.py --backward, 48 mutants)
 #   suite-build (560)   the repair suite rebuilt (bench/build_repair_suite.py) into the step's folder: copy its
 #                       repairs/ over workloads/repairs/ when it is right
@@ -111,7 +112,7 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     anchors) python3 bench/repair_anchors.py --run-dir "$d/run" --out "$d" --turns 1 --max-seconds $((s - 40)) ;;
     throughput) python3 bench/eval_throughput.py --n 40 --old-n 0 --concurrency 6 --json "$d/throughput.json" \
                   --md "$d/throughput.md" ;;
-    mutations) python3 bench/check_mutations.py --cluster --json "$d/cluster.json" ;;
+    mutations) python3 bench/check_mutations.py ${MUTATIONS_ARGS:---cluster} --json "$d/cluster.json" ;;
     mutations-bwd) python3 bench/check_mutations.py --backward --json "$d/backward.json" ;;
     suite-build) python3 bench/build_repair_suite.py --out "$d/repairs" --max-seconds $((s - 120)) ;;
     scaling) python3 bench/gpu_scaling.py --json "$d/scaling.json" --md "$d/scaling.md" --out "$d/runs" ;;

@@ -132,6 +132,13 @@ MUTATIONS: list[Mutation] = [
              "the attention tensor maps view Q, K and V (and O, stored by TMA) as [S, D] (one head) instead of the "
              "[B*H*S, D] rows of all heads: every row past the first head loads as zeros (and is never stored)",
              WRONG, r'(dims\s*=\s*\["D",\s*)"B \* H(?:KV)? \* S"\]', r'\1"S"]'),
+    # The knowledge pack's register reallocation rule: the CTA's pool holds only the launch's allocation.
+    Mutation("setmaxnreg_over_pool",
+             "the consumers' setmaxnreg.inc asks 8 registers more each than the CTA's pool can give them after the "
+             "producer's dec (the pool holds threads x the launch's registers, not the SM's 65,536): the inc waits "
+             "forever",
+             ("TIMEOUT",), r"^constexpr int CONSUMER_REGS = (\d+);",
+             lambda m: f"constexpr int CONSUMER_REGS = {int(m.group(1)) + 8};"),
     # The wgmma attention backward's own bug classes (its reference, attention_backward.reference_backward: dQ by
     # bulk reduce-adds in every kernel; the float2 dQ classes on the checked-in file's vector-dQ base,
     # agent/export/bases.py); the knowledge pack's backward section teaches the rules they break.
@@ -262,7 +269,7 @@ MUTATIONS: list[Mutation] = [
 # The classes above that the knowledge pack's pipeline section teaches (bench/check_mutations.py's default).
 PIPELINE_CLASSES = ("producer_start_parity", "missing_wgmma_fence_regs", "named_barrier_count_mismatch",
                     "named_barrier_shared_id", "tmap_row_missing_head_offset", "tma_coords_swapped",
-                    "tmap_view_one_head")
+                    "tmap_view_one_head", "setmaxnreg_over_pool")
 # The backward's classes, with the generic fence class at the one place the backward needs it (before the dQ
 # wgmma reads dS^T written by plain stores); bench/check_mutations.py --backward runs them.
 BACKWARD_CLASSES = ("bwd_dpsum_wrong", "bwd_lse_wrong_base", "bwd_stats_indexed_by_key", "bwd_causal_mask_wrong_side",

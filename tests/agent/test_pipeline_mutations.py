@@ -22,7 +22,8 @@ ATTN = "mha_fwd_d128"  # its reference is workloads/solutions/attention_fwd_wgmm
 # Where each class applies: the reference kernels whose text holds what it breaks.
 WHERE = {"producer_start_parity": (GEMM, ATTN), "missing_wgmma_fence_regs": (GEMM, ATTN),
          "named_barrier_count_mismatch": (GEMM,), "named_barrier_shared_id": (GEMM,),
-         "tmap_row_missing_head_offset": (ATTN,), "tma_coords_swapped": (GEMM, ATTN), "tmap_view_one_head": (ATTN,)}
+         "tmap_row_missing_head_offset": (ATTN,), "tma_coords_swapped": (GEMM, ATTN), "tmap_view_one_head": (ATTN,),
+         "setmaxnreg_over_pool": (GEMM, ATTN)}
 PLAN_ONLY = ("tmap_view_one_head",)  # edits the launch plan only: the device code is the reference's
 
 
@@ -94,6 +95,28 @@ def test_the_edits_are_the_named_ones(mutants):
                        "+tma_load_2d(sA + kc * A_CHUNK, &tmA, &full[stage], m0, kx);"]
     row = _changed(reference_source(ATTN), mutants[("tmap_row_missing_head_offset", ATTN)])
     assert row == ["-const int row = kv_row + j * BN;", "+const int row = j * BN;"]
+    assert _changed(reference_source(GEMM), mutants[("setmaxnreg_over_pool", GEMM)]) == [
+        "-constexpr int CONSUMER_REGS = 232;", "+constexpr int CONSUMER_REGS = 240;"]
+    assert _changed(reference_source(ATTN), mutants[("setmaxnreg_over_pool", ATTN)]) == [
+        "-constexpr int CONSUMER_REGS = 240;", "+constexpr int CONSUMER_REGS = 248;"]
+
+
+def test_the_pool_mutants_are_over_the_pool_and_say_so(compiled):
+    """Each reference's split is exactly the pool (GEMM 40 / 232 / 232, forward 24 / 240 / 240 at 168), so 8 more per
+    consumer is 2,048 registers short, and the compile warnings a no-GPU evaluation returns give the arithmetic: the
+    feedback a repair row's model reads."""
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.tools.regpool import SetmaxnregMoves, pool_shortfall
+
+    for wid in (GEMM, ATTN):
+        result = compiled[("setmaxnreg_over_pool", wid)]
+        for name, k in result.kernels.items():
+            if k.setmaxnreg_inc:
+                assert pool_shortfall(k.registers, 384, SetmaxnregMoves(k.setmaxnreg_dec, k.setmaxnreg_inc)) == 2048, name
+        r = LocalEvaluator().evaluate(wid, BY_NAME["setmaxnreg_over_pool"].apply(reference_source(wid)),
+                                      EvalOptions(no_gpu=True))
+        assert any("setmaxnreg cannot be met" in w.message and "2,048 more" in w.message for w in r.compile.warnings), wid
 
 
 def test_named_barrier_mutants_and_the_reserved_barriers(compiled):

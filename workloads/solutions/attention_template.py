@@ -18,12 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .attention_softmax import EARLY_PACK, LAZY_EDITS, SPLIT_MAX, SPLIT_ROWS, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
 from .attention_qregs import q_regs_edits
+from .register_split import consumer_regs
 from .template_text import replace_counted, uniform_index_edit, without_default_options
 
 BODY = Path(__file__).with_name("attention_template.cu.in")
 KERNEL = "attn_fwd_wgmma"  # + _d64 / _d96, _causal, _gqa: kernel_name()
 SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt into on sm_90a
-REGS_PER_SM = 65536
 SPARE_REGS = 48  # what a consumer needs beyond S, P and O (addresses, softmax state, loop counters)
 # More for causal + cooperative past 128 keys: ptxas 13.5 spilled 8-16 bytes at bn=160, D >= 96 (ping-pong did not).
 # At 128 keys the causal points assemble clean with Q's fragments in registers too (q_regs: R237 the highest at D = 96
@@ -99,9 +99,9 @@ class AttnParams(BaseModel):
 
     @property
     def consumer_regs(self) -> int:
-        """What the consumers can take after the producer gives registers back (multiple of 8, <= 240)."""
-        free = (REGS_PER_SM - 128 * self.producer_regs) // (128 * self.consumers)
-        return min(240, free // 8 * 8)
+        """What the consumers can take after the producer gives registers back (multiple of 8, <= 240), from the
+        CTA's register pool (register_split.py)."""
+        return consumer_regs(self.producer_regs, self.consumers)
 
     @property
     def live_regs(self) -> int:

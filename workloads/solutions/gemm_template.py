@@ -18,12 +18,12 @@ from .gemm_epilogues import STMATRIX_STORE_TILE, defer_body
 from .gemm_pingpong import PINGPONG_BARRIERS, pingpong_body  # noqa: F401  (PINGPONG_BARRIERS: read by tests)
 from .gemm_streamk import STREAMK_HELPERS, streamk_body  # noqa: F401  (STREAMK_HELPERS: read by tests)
 from .gemm_tile_order import HILBERT_TILE_COORDS
+from .register_split import consumer_regs
 from .template_text import uniform_index_edit, without_default_options
 
 BODY = Path(__file__).with_name("gemm_template.cu.in")
 KERNEL = "gemm_bf16_tn"
 SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt into on sm_90a
-REGS_PER_SM = 65536
 
 
 class GemmParams(BaseModel):
@@ -80,9 +80,9 @@ class GemmParams(BaseModel):
 
     @property
     def consumer_regs(self) -> int:
-        """What the consumers can take after the producer gives registers back (multiple of 8, <= 240)."""
-        free = (REGS_PER_SM - 128 * self.producer_regs) // (128 * self.consumers)
-        return min(240, free // 8 * 8)
+        """What the consumers can take after the producer gives registers back (multiple of 8, <= 240), from the
+        CTA's register pool (register_split.py)."""
+        return consumer_regs(self.producer_regs, self.consumers)
 
     @property
     def pingpong(self) -> bool:
