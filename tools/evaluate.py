@@ -31,7 +31,7 @@ from .solution.plan import FormatIssue
 from .profile import attach
 from .profile.early import EarlyChoice, EarlyProfile
 from .profile.inflight import InFlightProfiles
-from .regpool import plan_pool_notes
+from .regpool import POOL_WARNING, plan_pool_notes
 from .results import CompileIssue, EvalResult, Fingerprint, RuntimeTarget
 from .solution.parse import PlanError, parse_solution, resolve_plan
 
@@ -230,8 +230,12 @@ class LocalEvaluator:
         seconds["gpu"] = time.perf_counter() - t0
         seconds.update({f"gpu.{k}": v for k, v in result.seconds.items()})
         fp = Fingerprint.model_validate({**pool.fingerprint, "ptxas": comp.tools.get("ptxas", ""), "jail": comp.jail})
+        message = _message(result)
+        if result.status == "TIMEOUT" and (pool := next((w.message for w in base["compile"].warnings
+                                                         if POOL_WARNING in w.message), None)):
+            message += f". Likely cause, from the compile warnings: {pool}"
         evaluated = EvalResult(
-            status=result.status, message=_message(result), plan_errors=result.plan_errors,
+            status=result.status, message=message, plan_errors=result.plan_errors,
             runtime_error=result.runtime_error, correctness=result.correctness, timing=result.timing,
             fingerprint=fp, gpu_evaluated=True, input_seed=result.input_seed, **base)
         level, why = options.profile_level(evaluated.passed, evaluated.speedup, evaluated.kernel_ms)
