@@ -10,7 +10,8 @@ until now) waits there, issues the reduce-add, waits for it to have read the til
 the consumer syncs on before its next tile store (a block later, so it seldom waits). The writer arrives on 7 + c once
 before the first block and not after the last, so every barrier's arrivals match. Only the KD = 128 kernels have the
 writer, and the block keeps the reference's publication for any other KD; D = 96 (late_d96's own block) and D = 64
-keep their reductions.
+keep their reductions. The reference since it was measured on the H200: -7.6% kernel time at D = 128, -6.0% causal,
+-8.5% GQA against late_d96 (bench/results/attention_bwd.md "v26-v27 measured").
 """
 from __future__ import annotations
 
@@ -49,9 +50,9 @@ PUBLISH = ("  float* tile = sdQ + c * BM * 64;\n"
            "  }\n}")
 # the writer warp, beside the producer thread, in the kernels whose blocks are consumer_block_pf's (KD = 128). It runs
 # within the producer warpgroup's 24 registers: the CTA's register pool is its launch allocation (384 x 168 = 64,512),
-# which the consumers' 256 x 240 leave 4,096 of, 128 x 32. A producer warpgroup at 32 would make the consumers'
-# setmaxnreg.inc wait forever (the first build of this variant hung there). So the destination is a pointer stepped
-# block by block, not an index recomputed from the head and the block.
+# which the consumers' 256 x 240 leave 3,072 of, 128 x 24. A producer warpgroup at 32 made the consumers'
+# setmaxnreg.inc wait forever (the first build of this variant hung there, tools/regpool.py). So the destination is a
+# pointer stepped block by block, not an index recomputed from the head and the block.
 PRODUCER = ("      for (int it = 0; it < n_iter; ++it) {\n"
             "        const int st = it % Stages<HD>::N;\n"
             "        const uint32_t ph = (it / Stages<HD>::N) & 1;\n"
