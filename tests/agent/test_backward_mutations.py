@@ -185,9 +185,10 @@ def test_the_mutants_assemble_with_wgmma_tma_and_no_spills(compiled):
 
 # The backward variants that may still become the reference: the ones measured faster somewhere before late_d96 took
 # their D = 96 gains (attention_bwd.md v21-v23; the last-wave tail variants measured slower and were deleted, "v25
-# measured"), and writer_d96 (the writer warp at D = 96 too, not yet measured). Every class must break each as it breaks
+# measured"), and writer_d96 / writer_all (the writer warp at D = 96, and at D = 64 too, not yet measured). Every class must break each as it breaks
 # the reference (the GPU re-verifies the rejections after a promotion).
-CANDIDATES = ("skip_plain+head_groups", "dq_late+head_groups", "causal_skip+head_groups", "writer_d96+head_groups")
+CANDIDATES = ("skip_plain+head_groups", "dq_late+head_groups", "causal_skip+head_groups", "writer_d96+head_groups",
+              "writer_all+head_groups")
 
 
 @pytest.mark.parametrize("variant", CANDIDATES)

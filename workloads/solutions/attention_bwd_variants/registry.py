@@ -15,6 +15,7 @@ from .dq_decoupled import decoupled
 from .dq_late import DQ_LATE
 from .late_d96 import late_d96
 from .dq_writer import dq_writer
+from .writer_all import writer_all
 from .writer_d96 import writer_d96
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .pre_wide import PRE_GRID, pre_wide
@@ -69,6 +70,10 @@ VARIANTS = {
     "writer_d96": lambda text: writer_d96(_on(
         "dq_writer", "writer_d96", "the writer warp reducing the D = 96 kernels' dQ tiles too (their blocks publish as "
         "the 128-wide one does)", [])(text)),
+    # writer_d96 with the writer warp in the D = 64 kernels too: every main kernel has it
+    "writer_all": lambda text: writer_all(_on(
+        "writer_d96", "writer_all", "the writer warp reducing the D = 64 kernels' dQ tiles too (every main kernel has "
+        "it)", [])(text)),
     # the stack on ds_stmatrix: stats_wide -> pre_wide -> dq_late -> causal_skip
     "stats_wide": _on("ds_stmatrix", "stats_wide", "L2 and Dr in 16-byte loads from a layout the preprocess writes for "
                       "them (four ld.shared.v4 per array and block instead of eight ld.shared.v2)", STATS_WIDE),
