@@ -124,6 +124,8 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 "writer_d96+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
                 # writer_all: writer_d96 with the writer in the D = 64 kernels too (the D = 128 kernel is dq_writer's)
                 "writer_all+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
+                # writer_exit: writer_all with the writer's last wait for the reads only
+                "writer_exit+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
                 # stats_wide: ds_stmatrix with L2 / Dr in 8 ld.shared.v4 instead of 16 ld.shared.v2
                 "stats_wide+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16, "LDS": 8},
                 # pre_wide: stats_wide with a new preprocess (the main kernel is stats_wide's)
@@ -143,7 +145,7 @@ def test_the_bench_variants_apply_to_the_reference_and_assemble(name):
     r = compile_source(fast_backward(get_workload("mha_bwd_d128"), text), "cuda", "sm_90a")
     # writer_all's D = 64 kernels keep a few prologue values in local memory (test_attention_bwd_writer_all.py)
     spills_apart = {"attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_causal", "attn_bwd_wgmma_d64_gqa"} \
-        if name.startswith("writer_all") else set()
+        if name.startswith(("writer_all", "writer_exit")) else set()
     assert r.status == "ok" and not [w for w in r.warnings if not any(f"'{k}'" in w.message for k in spills_apart)], \
         (r.errors, r.warnings)
     for kname, k in r.kernels.items():

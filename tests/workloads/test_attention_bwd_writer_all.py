@@ -49,3 +49,14 @@ def test_the_d64_block_publishes_through_the_writer():
     assert "bulk_reduce_add(" not in block and "named_barrier_sync(3 + c, 128)" not in block
     assert block.index("named_barrier_sync(7 + c, 160);") < block.index("sts64(tile") < \
         block.index("named_barrier_arrive(5 + c, 160);")
+
+
+def test_writer_exit_changes_only_the_writers_last_wait():
+    import difflib
+
+    base, mine = variant_text("writer_all+head_groups"), variant_text("writer_exit+head_groups")
+    changed = [ln[0] + ln[1:].strip() for ln in difflib.unified_diff(base.splitlines(), mine.splitlines(), lineterm="", n=0)
+               if ln[:1] in "+-" and ln[:3] not in ("+++", "---") and not ln[1:].startswith("//")]  # not the header
+    assert changed == ["-if (issuer) bulk_wait_all();  // the last reductions are done before the CTA leaves",
+                       "+if (issuer) bulk_wait_read();  // writer_exit: the last reductions have read their tiles (the "
+                       "grid's end orders their adds)"]

@@ -17,6 +17,7 @@ from .late_d96 import late_d96
 from .dq_writer import dq_writer
 from .writer_all import writer_all
 from .writer_d96 import writer_d96
+from .writer_exit import writer_exit
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .pre_wide import PRE_GRID, pre_wide
 from .dq_tiles import DQ_TILES
@@ -74,6 +75,10 @@ VARIANTS = {
     "writer_all": lambda text: writer_all(_on(
         "writer_d96", "writer_all", "the writer warp reducing the D = 64 kernels' dQ tiles too (every main kernel has "
         "it)", [])(text)),
+    # writer_all with the writer's last wait for its reductions' reads only
+    "writer_exit": lambda text: writer_exit(_on(
+        "writer_all", "writer_exit", "the writer's last wait for its reductions to have read their tiles, not for their "
+        "adds to be done", [])(text)),
     # the stack on ds_stmatrix: stats_wide -> pre_wide -> dq_late -> causal_skip
     "stats_wide": _on("ds_stmatrix", "stats_wide", "L2 and Dr in 16-byte loads from a layout the preprocess writes for "
                       "them (four ld.shared.v4 per array and block instead of eight ld.shared.v2)", STATS_WIDE),
