@@ -107,42 +107,11 @@ def test_on_the_gpu_the_kernel_over_the_pool_hangs_and_the_one_within_it_runs():
     assert ran.status in ("INCORRECT_NUMERICAL", "INCORRECT_NAN"), (ran.status, ran.message)
 
 
-class HangingWorker:
-    """A stand-in GPU worker that answers every evaluation with TIMEOUT, as the real one does for a hang."""
-
-    def __init__(self, device, config):
-        self.device, self.hello = device, None
-        self.replies = [{"type": "hello", "device_count": 1, "fingerprint": {"gpu": "NVIDIA H200", "sm_count": 132},
-                         "limits": {"sm_count": 132, "name": "NVIDIA H200"}}]
-
-    def send(self, msg):
-        if msg.get("type") == "evaluate":
-            self.replies.append({"type": "result", "id": msg["id"], "replace": False, "result": {
-                "status": "TIMEOUT", "message": "TIMEOUT after 3 s (run phase)", "correctness": [], "plan_errors": [],
-                "runtime_error": "", "seconds": {}}})
-
-    def recv(self, timeout):
-        return self.replies.pop(0) if self.replies else None
-
-    def alive(self):
-        return True
-
-    exitcode = None
-
-    def kill(self):
-        """Nothing to release: a stand-in holds no process or GPU."""
-
-    def stop(self, grace_s=0.0):
-        """Nothing to release: a stand-in holds no process or GPU."""
-
-
 def test_a_hang_over_the_pool_names_the_likely_cause_in_its_message():
-    from ptxbench.tools.evaluate import LocalEvaluator
+    from fake_workers import evaluator
     from ptxbench.tools.evaluator import EvalOptions
-    from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
 
-    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=HangingWorker)
-    ev = LocalEvaluator(pool)
+    ev, _ = evaluator("TIMEOUT")  # a stand-in worker that answers every evaluation as a hang
     source = OVER_THE_POOL.replace("BLOCK", "384")
     try:
         over = ev.evaluate("smoke_gemm_bf16_m256_n256_k512", source.replace("DEC", "32"), EvalOptions(time=False))

@@ -11,7 +11,6 @@ from unittest.mock import MagicMock
 import pytest
 import torch
 
-from ptxbench.tools.evaluate import LocalEvaluator
 from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.gpu import pool as pool_module
 from ptxbench.tools.gpu import watchdog
@@ -22,6 +21,8 @@ from ptxbench.tools.gpu.watchdog import (CandidateWatch, call_limit, probe_limit
                                          workload_roofline_ms)
 from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions.faults import load_corpus
+
+from fake_workers import evaluator
 
 GEMM, BWD = "gemm_bf16_m8192_n7168_k5120", "mha_bwd_d128"
 H200 = {"tflops_bf16": 989.0, "hbm_gbps": 4800.0}
@@ -250,49 +251,6 @@ def test_the_pool_obeys_the_workers_limit_within_the_timeout_and_names_it_in_the
 
 # ---- the evaluator: an identical binary that hung is not run again ----
 WORKLOAD, CORPUS = load_corpus()
-
-
-class AnswerWorker:
-    """Answers every evaluation with `status` after `delay_s`."""
-
-    def __init__(self, device: int, status: str, delay_s: float = 0.0):
-        self.device = device
-        self.status, self.delay_s, self.jobs, self.hello = status, delay_s, [], None
-        self.replies = [{"type": "hello", "device_count": 1, "fingerprint": {"gpu": "NVIDIA H200", "sm_count": 132},
-                         "limits": {"sm_count": 132, "name": "NVIDIA H200"}}]
-
-    def send(self, msg):
-        if msg.get("type") != "evaluate":
-            return
-        self.jobs.append(msg)
-        time.sleep(self.delay_s)
-        message = "the kernel did not finish within 5 s (run phase: the first call)" if self.status == "TIMEOUT" else ""
-        self.replies.append({"type": "result", "id": msg["id"], "replace": False,
-                             "result": {"status": self.status, "message": message}})
-
-    def recv(self, timeout):
-        return self.replies.pop(0) if self.replies else None
-
-    def alive(self):
-        return True
-
-    exitcode = None
-
-    def kill(self):
-        """Nothing to release."""
-
-    def stop(self, grace_s=0.0):
-        """Nothing to release."""
-
-
-def evaluator(status: str, delay_s: float = 0.0, devices=(0,)) -> tuple[LocalEvaluator, list]:
-    workers: list[AnswerWorker] = []
-
-    def make(d, c):
-        workers.append(AnswerWorker(d, status, delay_s))
-        return workers[-1]
-
-    return LocalEvaluator(GpuPool(PoolConfig(devices=list(devices), spares=0), factory=make)), workers
 
 
 def test_an_identical_hung_binary_is_not_run_again_and_the_message_says_when_it_hung(monkeypatch):

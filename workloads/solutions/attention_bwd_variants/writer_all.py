@@ -11,8 +11,6 @@ read back once after the loop (and the producer's D = 64 loop keeps its division
 """
 from __future__ import annotations
 
-from .edits import apply_edits
-
 WRITER = ("    } else if (HD == 128 && t / 32 == 1) {  // dq_writer: the consumers' dQ tiles, reduced (writer_d96: KD = 96 "
           "too)\n",
           "    } else if (t / 32 == 1) {  // dq_writer: the consumers' dQ tiles, reduced (writer_all: in every kernel)\n")
@@ -38,8 +36,4 @@ D64_PUBLISH = ("  fence_proxy_async();\n"
                "                    BM * W * 4);\n}",
                "  fence_proxy_async();\n"
                "  named_barrier_arrive(5 + c, 160);  // writer_all: the tile is the writer warp's to reduce\n}")
-EDITS = [WRITER, WIDTH, D64_WAIT, D64_FREE, D64_PUBLISH]
-
-
-def writer_all(text: str) -> str:
-    return apply_edits(text, EDITS, "writer_all")
+WRITER_ALL = [WRITER, WIDTH, D64_WAIT, D64_FREE, D64_PUBLISH]

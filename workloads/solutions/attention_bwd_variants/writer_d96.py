@@ -11,8 +11,6 @@ tile), store, fence, arrive on 5 + c and go on; the writer warp runs in the D = 
 """
 from __future__ import annotations
 
-from .edits import apply_edits
-
 # consumer_block_late: no reduce-add of the previous tile after barrier 1 (the writer issued it)
 LATE_ISSUE = ("  if (t == 0 && pending != nullptr) bulk_reduce_add(pending, tile, BM * W * 4);  // dq_late: the previous "
               "block's dQ\n", "")
@@ -58,8 +56,4 @@ ROW = ("        const int q_row = HD == 128 && KD == 128 ? next_row  // first ro
        "        const int q_row = HD == 128 ? next_row  // first row in the [B*H*S, D] view (writer_d96: KD = 96 too)\n")
 STEP = ("        if constexpr (HD == 128 && KD == 128) {\n          next_row += QR;\n",
         "        if constexpr (HD == 128) {\n          next_row += QR;\n")
-EDITS = [LATE_ISSUE, LATE_PUBLISH, DEAD_ISSUE, DEAD_PUBLISH, AFTER_LOOP, WRITER, WIDTH, ROW, STEP]
-
-
-def writer_d96(text: str) -> str:
-    return apply_edits(text, EDITS, "writer_d96")
+WRITER_D96 = [LATE_ISSUE, LATE_PUBLISH, DEAD_ISSUE, DEAD_PUBLISH, AFTER_LOOP, WRITER, WIDTH, ROW, STEP]

@@ -8,12 +8,7 @@ reads dQacc, as CUTLASS's epilogues rely on for their TMA stores.
 """
 from __future__ import annotations
 
-from .edits import apply_edits
-
 EXIT = ("      if (issuer) bulk_wait_all();  // the last reductions are done before the CTA leaves\n",
         "      if (issuer) bulk_wait_read();  // writer_exit: the last reductions have read their tiles (the grid's end "
         "orders their adds)\n")
-
-
-def writer_exit(text: str) -> str:
-    return apply_edits(text, [EXIT], "writer_exit")
+WRITER_EXIT = [EXIT]
