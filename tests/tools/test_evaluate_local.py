@@ -10,6 +10,8 @@ from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
 from ptxbench.tools.solution.plan import FormatIssue, ResolvedPlan
 from ptxbench.workloads.solutions.faults import load_corpus
 
+from fake_workers import AnswerWorker
+
 WORKLOAD, CORPUS = load_corpus()
 TIMING = {"candidate": {"median_ms": 2.0, "ci_low_ms": 1.9, "ci_high_ms": 2.1, "n": 150},
           "baselines": {"cublas": {"median_ms": 1.0, "ci_low_ms": 0.99, "ci_high_ms": 1.01, "n": 150}},
@@ -19,11 +21,11 @@ STATS = {"trial": 0, "tensor": "C", "passed": True, "max_abs_err": 0.01, "max_re
          "frac_matched": 1.0, "n_nan": 0, "n_inf": 0, "worst_index": [1, 2], "worst_value": 1.0, "worst_expected": 1.01}
 
 
-class AnsweringWorker:
+class AnsweringWorker(AnswerWorker):
+    """Answers every evaluation as a worker that ran it: a phase message, then PASSED with STATS and TIMING."""
+
     def __init__(self, device, config):
-        self.device, self.hello, self.jobs = device, None, []
-        self.replies = [{"type": "hello", "device_count": 1, "fingerprint": {"gpu": "NVIDIA H200", "sm_count": 132},
-                         "limits": {"sm_count": 132, "name": "NVIDIA H200"}}]
+        super().__init__(device, "PASSED")
 
     def send(self, msg):
         if msg.get("type") != "evaluate":
@@ -33,20 +35,6 @@ class AnsweringWorker:
         self.replies.append({"type": "result", "id": msg["id"], "replace": False, "result": {
             "status": "PASSED", "correctness": [STATS], "timing": TIMING, "plan_errors": [], "runtime_error": "",
             "seconds": {"correctness": 0.1, "timing": 0.3}}})
-
-    def recv(self, timeout):
-        return self.replies.pop(0) if self.replies else None
-
-    def alive(self):
-        return True
-
-    exitcode = None
-
-    def kill(self):
-        """Nothing to release: a stand-in holds no process or GPU."""
-
-    def stop(self, grace_s=0.0):
-        """Nothing to release: a stand-in holds no process or GPU."""
 
 
 def test_evaluate_sends_a_complete_job_and_builds_the_result():
