@@ -72,7 +72,7 @@ def pool_note(kernel: str, registers: int, threads: int, moves: SetmaxnregMoves)
         return None
     warpgroups = threads // 128
     d, a = min(moves.dec), max(moves.inc)
-    return (f"{kernel}: {POOL_WARNING}. The CTA holds {threads} x {registers} = {threads * registers:,} "
+    return (f"{kernel}: {POOL_WARNING} with one producer warpgroup. The CTA holds {threads} x {registers} = {threads * registers:,} "
             f"registers from launch; one warpgroup at setmaxnreg.dec {d} frees {128 * (registers - d):,}, and "
             f"{warpgroups - 1} at setmaxnreg.inc {a} ask {128 * (warpgroups - 1) * (a - registers):,}: {short:,} more "
             f"than the pool can hold, so the inc waits forever (a hang, no error). Lower the inc or the dec so that "
