@@ -102,9 +102,10 @@ def _plan_issues_without_gpu(plan, wl, arch: str, comp) -> tuple[list[str], obje
 
 def _with_pool_notes(comp, plan):
     """The compile result with a warning for each launched kernel whose setmaxnreg moves the CTA's register pool
-    cannot meet (tools/regpool.py): ptxas cannot see it, and on the GPU it is a hang with no message. A copy: the
-    cached result is shared by every plan that launches the same text."""
-    notes = plan_pool_notes(plan.launches, comp.kernels)
+    cannot meet (tools/regpool.py): ptxas cannot see it, and on the GPU it is a hang with no message; or, for a kernel
+    short of registers, how far the pool lets its consumers go. A copy: the cached result is shared by every plan that
+    launches the same text."""
+    notes = plan_pool_notes(plan.launches, comp)
     if not notes:
         return comp
     return comp.model_copy(update={"warnings": comp.warnings + [CompileIssue(message=n, severity="warning")

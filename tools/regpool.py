@@ -9,6 +9,9 @@ launch gave. So a layout of one producer warpgroup at `dec` and the others at `i
 or the consumers' inc waits forever and the kernel hangs without an error: no fault, no message, a TIMEOUT. ptxas
 cannot see this (it knows neither the block size nor which warpgroup takes which branch), so the check lives here,
 read from the SASS (USETMAXREG.DEALLOC / TRY_ALLOC and their immediates) and the launch's block size.
+
+The same arithmetic says how far the consumers may go: a kernel short of registers (spills, or ptxas serialising its
+wgmma, C7511 / C7512) whose inc is below what the pool allows is told the highest inc that still fits.
 """
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ from dataclasses import dataclass, field
 from .sass import SassInstruction
 
 POOL_WARNING = "setmaxnreg cannot be met"  # how pool_note's line starts after the kernel's name
+MAX_INC = 256  # setmaxnreg's range is [24, 256]
+STARVED = ("C7511", "C7512")  # ptxas: the register count cannot be met / wgmma serialised for want of registers
 _COUNT = re.compile(r"0x([0-9a-f]+)\s*$", re.IGNORECASE)
 
 
@@ -49,20 +54,44 @@ def pool_shortfall(registers: int, threads: int, moves: SetmaxnregMoves) -> int:
     return max(0, wanted - released)
 
 
-def plan_pool_notes(launches, kernels: dict) -> list[str]:
-    """pool_note for each kernel a resolved plan launches (`launches`: .kernel and .block), once per kernel and block
-    size; `kernels`: CompileResult.kernels."""
+def max_inc(registers: int, threads: int, dec: int) -> int:
+    """The highest setmaxnreg.inc (a multiple of 8, at most 256) the other warpgroups can all get while one warpgroup
+    sits at `dec`."""
+    others = threads // 128 - 1
+    return min(MAX_INC, (registers + 128 * (registers - dec) // (128 * others)) // 8 * 8) if others > 0 else registers
+
+
+def plan_pool_notes(launches, compiled) -> list[str]:
+    """For each kernel a resolved plan launches (`launches`: .kernel and .block), once per kernel and block size:
+    pool_note, or headroom_note where the kernel is short of registers (`compiled`: its CompileResult)."""
     notes, seen = [], set()
     for launch in launches:
-        k = kernels.get(launch.kernel)
+        k = compiled.kernels.get(launch.kernel)
         threads = launch.block[0] * launch.block[1] * launch.block[2]
         if k is None or (launch.kernel, threads) in seen:
             continue
         seen.add((launch.kernel, threads))
-        note = pool_note(launch.kernel, k.registers, threads, SetmaxnregMoves(k.setmaxnreg_dec, k.setmaxnreg_inc))
+        moves = SetmaxnregMoves(k.setmaxnreg_dec, k.setmaxnreg_inc)
+        starved = bool(k.spill_stores or k.spill_loads) or any(
+            code in w.message and f"'{launch.kernel}'" in w.message for w in compiled.warnings for code in STARVED)
+        note = pool_note(launch.kernel, k.registers, threads, moves) or (
+            headroom_note(launch.kernel, k.registers, threads, moves) if starved else None)
         if note:
             notes.append(note)
     return notes
+
+
+def headroom_note(kernel: str, registers: int, threads: int, moves: SetmaxnregMoves) -> str | None:
+    """One line when the consumers' inc is below what the pool allows them: the highest inc that still fits."""
+    if not moves.dec or not moves.inc or threads // 128 < 2:
+        return None
+    d, a = min(moves.dec), max(moves.inc)
+    top = max_inc(registers, threads, d)
+    if top <= a:
+        return None
+    return (f"{kernel}: the CTA's register pool has room: with one warpgroup at setmaxnreg.dec {d}, the other "
+            f"{threads // 128 - 1} can take setmaxnreg.inc {top} (now {a}), {top - a} registers more per thread for a "
+            f"kernel that is short of them.")
 
 
 def pool_note(kernel: str, registers: int, threads: int, moves: SetmaxnregMoves) -> str | None:

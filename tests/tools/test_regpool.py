@@ -121,3 +121,27 @@ def test_a_hang_over_the_pool_names_the_likely_cause_in_its_message():
     assert over.status == "TIMEOUT" and "Likely cause, from the compile warnings: gemm: setmaxnreg cannot be met" in \
         over.message
     assert within.status == "TIMEOUT" and "Likely cause" not in within.message  # another hang: no guess
+
+
+def test_a_kernel_short_of_registers_is_told_how_far_the_pool_lets_its_consumers_go():
+    from ptxbench.tools.regpool import headroom_note, max_inc, plan_pool_notes
+    from ptxbench.tools.results import CompileIssue, CompileResult, KernelResources
+
+    assert max_inc(168, 384, 24) == 240 and max_inc(168, 384, 40) == 232 and max_inc(168, 384, 32) == 232
+    assert max_inc(248, 256, 24) == 256  # one consumer: setmaxnreg's own ceiling
+    assert headroom_note("k", 168, 384, SetmaxnregMoves([24], [240])) is None  # already at the pool's limit
+    note = headroom_note("k", 168, 384, SetmaxnregMoves([24], [208]))
+    assert note is not None and "setmaxnreg.inc 240 (now 208), 32 registers more" in note
+
+    class Launch:  # what plan_pool_notes reads of a ResolvedLaunch
+        kernel, block = "k", (384, 1, 1)
+
+    starved = KernelResources(name="k", registers=168, setmaxnreg_dec=[24], setmaxnreg_inc=[208])
+    serialised = CompileIssue(message="potential performance loss (C7512): wgmma.mma_async instructions are serialized "
+                                      "due to insufficient register resources for the function 'k'", severity="warning")
+    ok = CompileResult(status="ok", arch="sm_90a", kernels={"k": starved})
+    assert plan_pool_notes([Launch()], ok) == []  # not short of registers: nothing to say
+    assert plan_pool_notes([Launch()], ok.model_copy(update={"warnings": [serialised]})) == [
+        headroom_note("k", 168, 384, SetmaxnregMoves([24], [208]))]
+    spills = ok.model_copy(update={"kernels": {"k": starved.model_copy(update={"spill_stores": 8})}})
+    assert len(plan_pool_notes([Launch()], spills)) == 1
