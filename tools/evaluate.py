@@ -232,8 +232,8 @@ class LocalEvaluator:
         seconds.update({f"gpu.{k}": v for k, v in result.seconds.items()})
         fp = Fingerprint.model_validate({**pool.fingerprint, "ptxas": comp.tools.get("ptxas", ""), "jail": comp.jail})
         message = _message(result)
-        if result.status == "TIMEOUT" and (pool := next((w.message for w in base["compile"].warnings
-                                                         if POOL_WARNING in w.message), None)):
+        if result.status == "TIMEOUT" and (pool := next((w.message for w in comp.warnings if POOL_WARNING in w.message),
+                                                        None)):
             message += f". Likely cause, from the compile warnings: {pool}"
         evaluated = EvalResult(
             status=result.status, message=message, plan_errors=result.plan_errors,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..workloads.solutions.register_split import inc_limit
 from .sass import SassInstruction
 
 POOL_WARNING = "setmaxnreg cannot be met"  # how pool_note's line starts after the kernel's name
@@ -56,9 +57,8 @@ def pool_shortfall(registers: int, threads: int, moves: SetmaxnregMoves) -> int:
 
 def max_inc(registers: int, threads: int, dec: int) -> int:
     """The highest setmaxnreg.inc (a multiple of 8, at most 256) the other warpgroups can all get while one warpgroup
-    sits at `dec`."""
-    others = threads // 128 - 1
-    return min(MAX_INC, (registers + 128 * (registers - dec) // (128 * others)) // 8 * 8) if others > 0 else registers
+    sits at `dec` (the templates' split uses the same limit, register_split.inc_limit)."""
+    return min(MAX_INC, inc_limit(registers, threads, dec)) if threads > 128 else registers
 
 
 def plan_pool_notes(launches, compiled) -> list[str]:

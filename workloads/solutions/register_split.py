@@ -16,9 +16,14 @@ def launch_regs(threads: int) -> int:
     return min(MAX_REGS, REGS_PER_SM // threads) // 8 * 8
 
 
+def inc_limit(registers: int, threads: int, dec: int) -> int:
+    """The highest setmaxnreg.inc (a multiple of 8) every other warpgroup of a `threads`-thread CTA launched at
+    `registers` per thread can get while one warpgroup sits at `dec`: the pool's registers shared among them."""
+    return (threads * registers - 128 * dec) // (threads - 128) // 8 * 8
+
+
 def consumer_regs(producer_regs: int, consumers: int, cap: int = 240) -> int:
     """What each consumer warpgroup can take once the producer warpgroup has given registers back: a multiple of 8,
     at most `cap`."""
     threads = 128 * (consumers + 1)
-    free = (threads * launch_regs(threads) - 128 * producer_regs) // (128 * consumers)
-    return min(cap, free // 8 * 8)
+    return min(cap, inc_limit(launch_regs(threads), threads, producer_regs))
