@@ -291,16 +291,10 @@ POINTS_15 = _against_tuned(_ROUND_15)
 # option (attention_template.md, "Round 16 measured").
 # Round 17 (exp_poly: one exponential in 8 or 4 on the FMA pipe as 2^n times a cubic) measured +3.2 to +8.0% and was
 # deleted with the option (attention_template.md, "Round 17 measured").
-# Round 18 (written before its run, attention_template.md round 18): store_wait="read", the epilogue's last wait for
-# O's staging rows to be read instead of for its writes to be done, so the SM's next CTA starts sooner. TUNED's
-# speedups are round 17's readings; predicted by kernel time: -0.5 to -1.5%, -1 to -2.5% causal (shorter CTAs).
-_ROUND_18 = (("mha_fwd_d128", (128, False, False), 1.094, ({"store_wait": "read"}, 0.99)),
-             ("mha_fwd_d128_causal", (128, True, False), 1.111, ({"store_wait": "read"}, 0.983)),
-             ("mha_fwd_d96", (96, False, False), 1.150, ({"store_wait": "read"}, 0.99)),
-             ("mha_fwd_d128_gqa_h32_kv8", (128, False, True), 1.144, ({"store_wait": "read"}, 0.99)))
-POINTS_18 = _against_tuned(_ROUND_18)
+# Round 18 (store_wait="read": the TMA epilogue's last wait for O's staging rows to be read) measured level, -0.1 to
+# +0.2% at its four points, and was deleted with the option (attention_template.md, "Round 18 measured").
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
-          9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15, 18: POINTS_18}
+          9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
 
 

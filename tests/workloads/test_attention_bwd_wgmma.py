@@ -116,16 +116,12 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # late_d96: pre_plain with dq_late's and causal_skip's blocks at D = 96 (the D = 128 kernel is
                 # pre_plain's)
                 "late_d96+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16, "MUFU": 37},
-                # dq_writer (the reference): late_d96 with the 128-wide block's dQ tiles reduced by a writer warp of the producer
+                # dq_writer: late_d96 with the 128-wide block's dQ tiles reduced by a writer warp of the producer
                 # warpgroup (its reductions unrolled there; tests/workloads/test_attention_bwd_dq_writer.py)
                 "dq_writer+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
-                # writer_d96: dq_writer with the writer in the D = 96 kernels too (the D = 128 kernel is dq_writer's;
-                # tests/workloads/test_attention_bwd_writer_d96.py)
+                # writer_d96 (the reference): dq_writer with the writer in the D = 96 kernels too (the D = 128 kernel
+                # is dq_writer's; tests/workloads/test_attention_bwd_writer_d96.py)
                 "writer_d96+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
-                # writer_all: writer_d96 with the writer in the D = 64 kernels too (the D = 128 kernel is dq_writer's)
-                "writer_all+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
-                # writer_exit: writer_all with the writer's last wait for the reads only
-                "writer_exit+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
                 # stats_wide: ds_stmatrix with L2 / Dr in 8 ld.shared.v4 instead of 16 ld.shared.v2
                 "stats_wide+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16, "LDS": 8},
                 # pre_wide: stats_wide with a new preprocess (the main kernel is stats_wide's)

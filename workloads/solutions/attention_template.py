@@ -37,10 +37,6 @@ PINGPONG_SPARE = 32
 # bn 160 cooperative, D = 96 / 128 bn 160-176 under ping-pong, non-causal), and key tiles over 128 did not pay anyway
 # (bench/results/attention_template.md, round 1); every measured lazy point has 128.
 LAZY_MAX_BN = 128
-# store_wait="read": the epilogue's last wait, for the staging rows' reads only
-STORE_WAIT_READ = ("    tma_store_commit();\n    tma_store_wait<0>();\n",
-                   "    tma_store_commit();\n    tma_store_wait_read<0>();  // store_wait: the rows are read; the grid's end "
-                   "orders the writes\n")
 PROBLEM = ("head_dim", "causal", "gqa")  # fixed by the workload, never searched
 
 
@@ -84,10 +80,6 @@ class AttnParams(BaseModel):
     q_regs: bool = Field(False, description="each consumer's Q rows loaded once into registers as wgmma A fragments "
                          "(ldmatrix), S = Q K^T issued with A from registers: no Q bytes read from shared memory per "
                          "key tile (4 x D / 16 registers)")
-    store_wait: str = Field("complete", description="with epilogue='tma': what the storing thread waits for before the "
-                            "CTA may leave, 'complete' (cp.async.bulk.wait_group: O's writes done) or 'read' "
-                            "(wait_group.read: only the staging rows read, as CUTLASS's epilogues do; the grid's end "
-                            "still orders the writes before any later kernel). The next CTA on the SM starts sooner")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -148,12 +140,13 @@ OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "early_pack": [False, True],  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
                                   "split_rows": [False, True],  # round 10: -0.7 to -1.0% at three points, TUNED sets it there
                                   "split_max": [False, True],  # rounds 11, 13: with q_regs -1.2 to -1.6% at D = 128
-                                  "q_regs": [False, True],  # round 13: -0.6 to -1.4% at the causal points, in TUNED
-                                  "store_wait": ["complete", "read"]}  # round 18: not yet measured
+                                  "q_regs": [False, True]}  # round 13: -0.6 to -1.4% at the causal points, in TUNED
 # diag_half (consumer 0's causal diagonal tile halved) and dead_tile (D = 64 causal's wholly masked tile skipped)
 # measured +1.4-2.3% and +9.5% slower (rounds 12-14) and were deleted; so was tail_split (the last wave's tiles cut
 # over their key tiles, merged by each tile's last piece: +0.7 to +3.6%, round 16) and exp_poly (one exponential in 8
-# or 4 on the FMA pipe as 2^n times a cubic, FlashAttention-4's split: +3.2 to +8.0%, round 17).
+# or 4 on the FMA pipe as 2^n times a cubic, FlashAttention-4's split: +3.2 to +8.0%, round 17); store_wait="read"
+# (the TMA epilogue's last wait for O's staging rows to be read, not for its writes) measured level (-0.1 to +0.2%,
+# round 18) and was deleted too.
 # persistent=True (one CTA per SM walking the query tiles) lost at every point of round 9 (attention_template.md) and
 # was deleted.
 HEAD_DIMS = (64, 96, 128)
@@ -338,9 +331,6 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
                    "thresholds and vote spilled registers at 160-192 keys)")
     if p.split_max and p.split_rows:
         bad.append("split_max is split_rows without its split sums: set one of them")
-    if p.store_wait != "complete" and p.epilogue != "tma":
-        bad.append(f"store_wait={p.store_wait!r} is the TMA store's wait; with epilogue={p.epilogue!r} O is stored "
-                   "directly and there is nothing to wait for")
     if p.early_pack and p.rescale != "lazy":
         bad.append("early_pack moves P's packing ahead of the lazy rescale's branch; without rescale='lazy' there is "
                    "no branch (the exponentials already run under the P V product)")
@@ -442,6 +432,4 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
             body = replace_counted(body, old, new, "attention_template.cu.in (q_regs)")
     if p.uniform:  # the consumer's Q descriptors in uniform registers
         body = replace_counted(body, *uniform_index_edit("c"), "attention_template.cu.in (uniform)")
-    if p.store_wait == "read":  # the CTA leaves once O's staging rows are read, not once its writes are done
-        body = replace_counted(body, *STORE_WAIT_READ, "attention_template.cu.in (store_wait)")
     return plan_toml(p) + header + consts + "\n" + body + _entry(p)

@@ -15,9 +15,7 @@ from .dq_decoupled import decoupled
 from .dq_late import DQ_LATE
 from .late_d96 import late_d96
 from .dq_writer import dq_writer
-from .writer_all import WRITER_ALL
 from .writer_d96 import WRITER_D96
-from .writer_exit import WRITER_EXIT
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .pre_wide import PRE_GRID, pre_wide
 from .dq_tiles import DQ_TILES
@@ -63,19 +61,15 @@ VARIANTS = {
                       CAUSAL_SKIP_PLAIN),
     "late_d96": lambda text: late_d96(_on(
         "pre_plain", "late_d96", "dq_late's block and causal_skip's dead block in the D = 96 entry points only", [])(text)),
-    # late_d96 (the reference) with the 128-wide block's dQ tiles reduced by a warp of the producer warpgroup
+    # late_d96 with the 128-wide block's dQ tiles reduced by a warp of the producer warpgroup
     "dq_writer": lambda text: dq_writer(_on(
         "late_d96", "dq_writer", "the 128-wide block's dQ tiles reduced by a writer warp of the producer warpgroup "
         "(the consumers arrive and go on)", [])(text)),
-    # dq_writer (the reference) with the writer warp in the D = 96 kernels too
+    # dq_writer with the writer warp in the D = 96 kernels too (the reference)
     "writer_d96": _on("dq_writer", "writer_d96", "the writer warp reducing the D = 96 kernels' dQ tiles too (their "
                       "blocks publish as the 128-wide one does)", WRITER_D96),
-    # writer_d96 with the writer warp in the D = 64 kernels too: every main kernel has it
-    "writer_all": _on("writer_d96", "writer_all", "the writer warp reducing the D = 64 kernels' dQ tiles too (every "
-                      "main kernel has it)", WRITER_ALL),
-    # writer_all with the writer's last wait for its reductions' reads only
-    "writer_exit": _on("writer_all", "writer_exit", "the writer's last wait for its reductions to have read their "
-                       "tiles, not for their adds to be done", WRITER_EXIT),
+    # writer_all (the writer warp in the D = 64 kernels too) and writer_exit (its last wait for reads only) measured
+    # +1.3% / level and were deleted (attention_bwd.md "v28 measured")
     # the stack on ds_stmatrix: stats_wide -> pre_wide -> dq_late -> causal_skip
     "stats_wide": _on("ds_stmatrix", "stats_wide", "L2 and Dr in 16-byte loads from a layout the preprocess writes for "
                       "them (four ld.shared.v4 per array and block instead of eight ld.shared.v2)", STATS_WIDE),
