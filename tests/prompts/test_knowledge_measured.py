@@ -12,7 +12,8 @@ from ptxbench.tools.compile import compile_source
 from pack_sections import instructions, opcode_key, section
 
 SECTION = section("Measured on the H200")
-EXPECTED = {"shfl.sync.idx": "SHFL", "st.global.v4": "STG", "ldmatrix": "LDSM", "bar.arrive": "BAR", "bar.sync": "BAR"}
+EXPECTED = {"shfl.sync.idx": "SHFL", "st.global.v4": "STG", "ldmatrix": "LDSM", "bar.arrive": "BAR", "bar.sync": "BAR",
+            "ex2.approx": "MUFU"}
 
 
 def test_the_section_spells_every_instruction_it_teaches():
@@ -52,6 +53,11 @@ def test_its_figures_are_the_recorded_ones():
     # the dQ writer warp (attention_bwd.md "v26-v27 measured")
     assert "-7.6% time at D = 128,\n  -6.0% causal, -8.5% GQA" in SECTION
     assert "dq_writer -7.6% at D = 128, -6.0% causal, -8.5% GQA" in bwd
+    assert "-7.9% at D = 96" in SECTION and "writer_d96 -7.9% at D = 96" in bwd  # "v28 measured", with writer_all's
+    assert "+1.3%" in SECTION and "writer_all +1.3% at D = 64" in bwd
+    # what did not pay: exp_poly (round 17), store_wait / writer_exit (round 18, v28), the packed ex2 (CPU)
+    assert "cost 3-8%" in SECTION and "+3.2 to +8.0%" in fwd
+    assert "two `MUFU.EX2.BF16`" in fwd and "level" in SECTION and "store_wait=\"read\" level at every point" in fwd
     assert "-5.7% time at D = 128" in SECTION and "st_ahead -5.8% at D = 128" in bwd and "-5.7% at D = 128" in bwd
     # the warp-uniform warpgroup index (gemm_sweep.md round 2, attention_template.md rounds 6-7, attention_bwd.md v11)
     assert "-0.75%" in SECTION and "uniform: -0.75% kernel time on the main GEMM" in gemm
