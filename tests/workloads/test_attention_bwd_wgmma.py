@@ -122,6 +122,8 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # writer_d96 (the reference): dq_writer with the writer in the D = 96 kernels too (the D = 128 kernel
                 # is dq_writer's; tests/workloads/test_attention_bwd_writer_d96.py)
                 "writer_d96+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
+                # writer_pair: writer_d96 with one writer warp per consumer (tests/workloads/test_attention_bwd_writer_pair.py)
+                "writer_pair+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
                 # stats_wide: ds_stmatrix with L2 / Dr in 8 ld.shared.v4 instead of 16 ld.shared.v2
                 "stats_wide+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16, "LDS": 8},
                 # pre_wide: stats_wide with a new preprocess (the main kernel is stats_wide's)
