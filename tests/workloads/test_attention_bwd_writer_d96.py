@@ -8,30 +8,21 @@ from __future__ import annotations
 
 import pytest
 
-from ptxbench.tools.compile import compile_source
-from ptxbench.tools.regpool import pool_shortfall, setmaxnreg_moves
-from ptxbench.tools.sass import disassemble
-from ptxbench.workloads.registry import get_workload
-from ptxbench.workloads.solutions.attention_backward import fast_backward
 from ptxbench.workloads.solutions.attention_bwd_variants.registry import variant_text
+
+from bwd_variant_checks import assert_clean_within_pool, compile_variants
 
 D96 = ("attn_bwd_wgmma_d96", "attn_bwd_wgmma_d96_causal", "attn_bwd_wgmma_d96_gqa")
 
 
 @pytest.fixture(scope="module")
 def compiled():
-    return {v: compile_source(fast_backward(get_workload("mha_bwd_d96"), variant_text(v)), "cuda", "sm_90a")
-            for v in ("writer_d96+head_groups", "dq_writer+head_groups")}
+    return compile_variants("mha_bwd_d96", "writer_d96+head_groups", "dq_writer+head_groups")
 
 
 def test_the_d96_kernels_leave_their_reductions_to_the_writer(compiled):
     mine, ref = compiled["writer_d96+head_groups"], compiled["dq_writer+head_groups"]
-    assert mine.status == "ok" and not mine.warnings, [w.message for w in mine.warnings]
-    listing = disassemble(mine.cubin_path)
-    for name, k in mine.kernels.items():
-        assert k.spill_stores == k.spill_loads == 0, name
-        if name.startswith("attn_bwd_wgmma"):
-            assert pool_shortfall(k.registers, 384, setmaxnreg_moves(listing[name])) == 0, name
+    listing = assert_clean_within_pool(mine)
     for name in D96:
         ops = [i.opcode for i in listing[name]]
         assert any(op.startswith("BAR.ARV") for op in ops), name  # the consumers arrive on 5 + c

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from ptxbench.tools.compile import compile_source
-from ptxbench.tools.regpool import pool_shortfall, setmaxnreg_moves
-from ptxbench.tools.sass import disassemble
-from ptxbench.workloads.registry import get_workload
-from ptxbench.workloads.solutions.attention_backward import fast_backward
 from ptxbench.workloads.solutions.attention_bwd_variants.registry import variant_text
+
+from bwd_variant_checks import assert_clean_within_pool, compile_variants
 
 WIDE = ("attn_bwd_wgmma", "attn_bwd_wgmma_causal", "attn_bwd_wgmma_gqa", "attn_bwd_wgmma_d96",
         "attn_bwd_wgmma_d96_causal", "attn_bwd_wgmma_d96_gqa")
@@ -23,18 +20,12 @@ D64 = ("attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_causal", "attn_bwd_wgmma_d64_gq
 
 @pytest.fixture(scope="module")
 def compiled():
-    return {v: compile_source(fast_backward(get_workload("mha_bwd_d96"), variant_text(v)), "cuda", "sm_90a")
-            for v in ("writer_pair+head_groups", "writer_d96+head_groups")}
+    return compile_variants("mha_bwd_d96", "writer_pair+head_groups", "writer_d96+head_groups")
 
 
 def test_two_writers_assemble_within_the_pool_and_leave_the_consumers_alone(compiled):
     mine, ref = compiled["writer_pair+head_groups"], compiled["writer_d96+head_groups"]
-    assert mine.status == "ok" and not mine.warnings, [w.message for w in mine.warnings]
-    listing = disassemble(mine.cubin_path)
-    for name, k in mine.kernels.items():
-        assert k.spill_stores == k.spill_loads == 0, name
-        if name.startswith("attn_bwd_wgmma"):
-            assert pool_shortfall(k.registers, 384, setmaxnreg_moves(listing[name])) == 0, name
+    listing = assert_clean_within_pool(mine)
     for name in WIDE:
         ops, ref_ops = mine.kernels[name].sass_opcodes, ref.kernels[name].sass_opcodes
         assert ops["HGMMA"] == ref_ops["HGMMA"], name
