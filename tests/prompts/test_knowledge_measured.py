@@ -57,7 +57,8 @@ def test_its_figures_are_the_recorded_ones():
     assert "+1.3%" in SECTION and "writer_all +1.3% at D = 64" in bwd
     # what did not pay: exp_poly (round 17), store_wait / writer_exit (round 18, v28), the packed ex2 (CPU)
     assert "cost 3-8%" in SECTION and "+3.2 to +8.0%" in fwd
-    assert "two `MUFU.EX2.BF16`" in fwd and "level" in SECTION and "store_wait=\"read\" level at every point" in fwd
+    assert "two `MUFU.EX2.BF16`" in fwd and "two MUFU.EX2 and a PRMT" in SECTION
+    assert "(`wait_group.read`) instead of its writes: level." in SECTION and "store_wait=\"read\" level at every point" in fwd
     assert "-5.7% time at D = 128" in SECTION and "st_ahead -5.8% at D = 128" in bwd and "-5.7% at D = 128" in bwd
     # the warp-uniform warpgroup index (gemm_sweep.md round 2, attention_template.md rounds 6-7, attention_bwd.md v11)
     assert "-0.75%" in SECTION and "uniform: -0.75% kernel time on the main GEMM" in gemm

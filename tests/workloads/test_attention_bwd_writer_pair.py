@@ -29,8 +29,9 @@ def test_two_writers_assemble_within_the_pool_and_leave_the_consumers_alone(comp
     for name in WIDE:
         ops, ref_ops = mine.kernels[name].sass_opcodes, ref.kernels[name].sass_opcodes
         assert ops["HGMMA"] == ref_ops["HGMMA"], name
-        # writer_d96's loop issues both consumers' reductions (unrolled over c); each writer warp here issues one
-        assert 1 <= ops["UBLKRED"] < ref_ops["UBLKRED"], (name, ops["UBLKRED"], ref_ops["UBLKRED"])
+        # writer_d96's loop issues both consumers' reductions (unrolled over c); each writer warp's here, one
+        # consumer's: exactly half the bulk reduce-adds (5 against 10 under ptxas 13.5)
+        assert 2 * ops["UBLKRED"] == ref_ops["UBLKRED"], (name, ops["UBLKRED"], ref_ops["UBLKRED"])
         assert any(i.opcode.startswith("BAR.ARV") for i in listing[name]), name
     for name in D64:
         assert mine.kernels[name].sass_opcodes == ref.kernels[name].sass_opcodes, name
