@@ -10,6 +10,11 @@ from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions.attention_backward import fast_backward
 from ptxbench.workloads.solutions.attention_bwd_variants.registry import variant_text
 
+# the main kernel's entry points of one module, by head dim: the 128-wide kernels serve D = 128 and D = 96
+D128 = ("attn_bwd_wgmma", "attn_bwd_wgmma_causal", "attn_bwd_wgmma_gqa")
+D96 = ("attn_bwd_wgmma_d96", "attn_bwd_wgmma_d96_causal", "attn_bwd_wgmma_d96_gqa")
+D64 = ("attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_causal", "attn_bwd_wgmma_d64_gqa")
+
 
 def compile_variants(workload: str, *variants: str) -> dict:
     """variant -> its CompileResult for `workload`'s plan (one module holds every entry point)."""

@@ -10,9 +10,7 @@ import pytest
 
 from ptxbench.workloads.solutions.attention_bwd_variants.registry import variant_text
 
-from bwd_variant_checks import assert_clean_within_pool, compile_variants
-
-D96 = ("attn_bwd_wgmma_d96", "attn_bwd_wgmma_d96_causal", "attn_bwd_wgmma_d96_gqa")
+from bwd_variant_checks import D64, D96, D128, assert_clean_within_pool, compile_variants
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +27,7 @@ def test_the_d96_kernels_leave_their_reductions_to_the_writer(compiled):
         assert mine.kernels[name].sass_opcodes["HGMMA"] == ref.kernels[name].sass_opcodes["HGMMA"], name
         # the writer's reductions, unrolled in its loop, replace the consumers' two (one in the block, one after)
         assert mine.kernels[name].sass_opcodes["UBLKRED"] > ref.kernels[name].sass_opcodes["UBLKRED"] == 2, name
-    for name in ("attn_bwd_wgmma", "attn_bwd_wgmma_causal", "attn_bwd_wgmma_gqa", "attn_bwd_wgmma_d64",
-                 "attn_bwd_wgmma_d64_causal", "attn_bwd_wgmma_d64_gqa"):
+    for name in D128 + D64:
         assert mine.kernels[name].sass_opcodes == ref.kernels[name].sass_opcodes, name
 
 

@@ -11,11 +11,7 @@ import pytest
 
 from ptxbench.workloads.solutions.attention_bwd_variants.registry import variant_text
 
-from bwd_variant_checks import assert_clean_within_pool, compile_variants
-
-WIDE = ("attn_bwd_wgmma", "attn_bwd_wgmma_causal", "attn_bwd_wgmma_gqa", "attn_bwd_wgmma_d96",
-        "attn_bwd_wgmma_d96_causal", "attn_bwd_wgmma_d96_gqa")
-D64 = ("attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_causal", "attn_bwd_wgmma_d64_gqa")
+from bwd_variant_checks import D64, D96, D128, assert_clean_within_pool, compile_variants
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +22,7 @@ def compiled():
 def test_two_writers_assemble_within_the_pool_and_leave_the_consumers_alone(compiled):
     mine, ref = compiled["writer_pair+head_groups"], compiled["writer_d96+head_groups"]
     listing = assert_clean_within_pool(mine)
-    for name in WIDE:
+    for name in D128 + D96:
         ops, ref_ops = mine.kernels[name].sass_opcodes, ref.kernels[name].sass_opcodes
         assert ops["HGMMA"] == ref_ops["HGMMA"], name
         # writer_d96's loop issues both consumers' reductions (unrolled over c); each writer warp's here, one

@@ -21,21 +21,19 @@ WARPS = ("    } else if (HD == 128 && t / 32 == 1) {  // dq_writer: the consumer
          "      const int c = t / 32 - 1;\n"
          "      const bool issuer = t % 32 == 0;\n"
          "      if (n_iter > 0) named_barrier_arrive(7 + c, 160);  // the tile is free for the first block\n")
-LOOP = ("#pragma unroll\n"
-        "        for (int c = 0; c < 2; ++c) {\n"
-        "          named_barrier_sync(5 + c, 160);  // consumer c's tile is stored and fenced\n"
-        "          if (issuer) {\n"
-        "            bulk_reduce_add(rows + 64 * 64 * c, sdQ + c * BM * 64, BM * (KD == 128 || c == 0 ? 64 : 32) * 4);\n"
-        "            bulk_wait_read();  // the reduction has read the tile\n"
-        "          }\n"
-        "          __syncwarp();\n"
-        "          if (it + 1 < n_iter) named_barrier_arrive(7 + c, 160);  // the tile is free (none after the last)\n"
-        "        }\n",
-        "        named_barrier_sync(5 + c, 160);  // consumer c's tile is stored and fenced\n"
-        "        if (issuer) {\n"
-        "          bulk_reduce_add(rows + 64 * 64 * c, sdQ + c * BM * 64, BM * (KD == 128 || c == 0 ? 64 : 32) * 4);\n"
-        "          bulk_wait_read();  // the reduction has read the tile\n"
-        "        }\n"
-        "        __syncwarp();\n"
-        "        if (it + 1 < n_iter) named_barrier_arrive(7 + c, 160);  // the tile is free (none after the last)\n")
+# writer_d96's loop body over c, once: inside `for (int c ...)` there, alone (one less indent) here
+_BODY = ("named_barrier_sync(5 + c, 160);  // consumer c's tile is stored and fenced",
+         "if (issuer) {",
+         "  bulk_reduce_add(rows + 64 * 64 * c, sdQ + c * BM * 64, BM * (KD == 128 || c == 0 ? 64 : 32) * 4);",
+         "  bulk_wait_read();  // the reduction has read the tile",
+         "}",
+         "__syncwarp();",
+         "if (it + 1 < n_iter) named_barrier_arrive(7 + c, 160);  // the tile is free (none after the last)")
+
+
+def _body(indent: int) -> str:
+    return "".join(" " * indent + line + "\n" for line in _BODY)
+
+
+LOOP = ("#pragma unroll\n        for (int c = 0; c < 2; ++c) {\n" + _body(10) + "        }\n", _body(8))
 WRITER_PAIR = [WARPS, LOOP]
