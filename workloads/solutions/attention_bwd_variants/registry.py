@@ -16,7 +16,7 @@ from .dq_late import DQ_LATE
 from .late_d96 import late_d96
 from .dq_writer import dq_writer
 from .writer_d96 import WRITER_D96
-from .writer_pair import WRITER_PAIR
+from .pair_d64 import PAIR_D64
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .pre_wide import PRE_GRID, pre_wide
 from .dq_tiles import DQ_TILES
@@ -69,11 +69,12 @@ VARIANTS = {
     # dq_writer with the writer warp in the D = 96 kernels too (the reference)
     "writer_d96": _on("dq_writer", "writer_d96", "the writer warp reducing the D = 96 kernels' dQ tiles too (their "
                       "blocks publish as the 128-wide one does)", WRITER_D96),
-    # writer_d96 with two writer warps, one per consumer
-    "writer_pair": _on("writer_d96", "writer_pair", "two writer warps, warp 1 + c reducing consumer c's dQ tiles (the "
-                       "128-wide kernels)", WRITER_PAIR),
+    # writer_d96 with two writer warps in the D = 64 kernels, one per consumer
+    "pair_d64": _on("writer_d96", "pair_d64", "two writer warps in the D = 64 kernels, warp 1 + c reducing consumer "
+                    "c's dQ tiles (the 128-wide kernels keep one for both)", PAIR_D64),
     # writer_all (the writer warp in the D = 64 kernels too) and writer_exit (its last wait for reads only) measured
-    # +1.3% / level and were deleted (attention_bwd.md "v28 measured")
+    # +1.3% / level and were deleted (attention_bwd.md "v28 measured"); writer_pair (two writer warps, one per consumer,
+    # in the 128-wide kernels) level, -0.4 to +0.5%, and deleted ("v29 measured")
     # the stack on ds_stmatrix: stats_wide -> pre_wide -> dq_late -> causal_skip
     "stats_wide": _on("ds_stmatrix", "stats_wide", "L2 and Dr in 16-byte loads from a layout the preprocess writes for "
                       "them (four ld.shared.v4 per array and block instead of eight ld.shared.v2)", STATS_WIDE),
