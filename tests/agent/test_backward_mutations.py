@@ -185,10 +185,11 @@ def test_the_mutants_assemble_with_wgmma_tma_and_no_spills(compiled):
 # The backward variants that may still become the reference: the ones measured faster somewhere before late_d96 took
 # their D = 96 gains (attention_bwd.md v21-v23; the last-wave tail variants measured slower and were deleted, "v25
 # measured"), dq_writer (the reference before writer_d96 took the writer warp to D = 96, "v28 measured") and
-# pair_d64 (two writer warps in the D = 64 kernels, not yet measured). Every class must break each as it breaks the
-# reference (the GPU re-verifies the rejections after a promotion).
+# the D = 64 builds of v30-v31 (pair_d64's writers, in the causal kernel only in pair_causal; the rotated non-causal
+# walk, rotate_d64 and pair_rotate). Every class must break each as it breaks the reference (the GPU re-verifies the
+# rejections after a promotion).
 CANDIDATES = ("skip_plain+head_groups", "dq_late+head_groups", "causal_skip+head_groups", "dq_writer+head_groups",
-              "pair_d64+head_groups")
+              "pair_d64+head_groups", "pair_causal+head_groups", "rotate_d64+head_groups", "pair_rotate+head_groups")
 
 
 @pytest.mark.parametrize("variant", CANDIDATES)

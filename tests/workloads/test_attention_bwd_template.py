@@ -54,8 +54,8 @@ def test_every_variant_is_a_point_the_reference_is_the_default_and_the_checked_i
              "pre_plain", "late_d96", "dq_writer"}
     # measured beside the reference and slower where it counts (attention_bwd.md v21-v22): stats_wide's layout and
     # dq_late outside D = 96, the causal skip without dq_late at D = 128 causal
-    measured = {"stats_wide", "pre_wide", "dq_late", "causal_skip", "skip_plain"}
-    unmeasured = {"pair_d64"}  # built, predicted, not yet run (attention_bwd.md v30)
+    measured = {"stats_wide", "pre_wide", "dq_late", "causal_skip", "skip_plain", "pair_d64"}
+    unmeasured = {"pair_causal", "rotate_d64", "pair_rotate"}  # built, predicted, not yet run (attention_bwd.md v31)
     assert sorted(builds | bases | candidates | measured | unmeasured) == sorted(VARIANTS)
     for key, name in bt.BUILT.items():
         if key[-1] == "head_groups":

@@ -125,6 +125,12 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # pair_d64: writer_d96 with one writer warp per consumer at D = 64 (the 128-wide kernels writer_d96's;
                 # tests/workloads/test_attention_bwd_pair_d64.py)
                 "pair_d64+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
+                # pair_causal: pair_d64's writers in the causal D = 64 kernel only (tests/workloads/
+                # test_attention_bwd_pair_causal.py); rotate_d64 / pair_rotate: the non-causal D = 64 walk rotated
+                # (test_attention_bwd_rotate_d64.py)
+                "pair_causal+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
+                "rotate_d64+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
+                "pair_rotate+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
                 # stats_wide: ds_stmatrix with L2 / Dr in 8 ld.shared.v4 instead of 16 ld.shared.v2
                 "stats_wide+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16, "LDS": 8},
                 # pre_wide: stats_wide with a new preprocess (the main kernel is stats_wide's)
@@ -137,7 +143,8 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
 
 
 # the variants whose D = 64 kernels ptxas 13.5 compiles with a few spilled bytes, and which
-D64_SPILLS = {"pair_d64": ("attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_causal", "attn_bwd_wgmma_d64_gqa")}
+_D64 = ("attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_causal", "attn_bwd_wgmma_d64_gqa")
+D64_SPILLS = {"pair_d64": _D64, "pair_rotate": _D64, "pair_causal": ("attn_bwd_wgmma_d64_causal",)}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
