@@ -140,6 +140,9 @@ def test_each_class_edits_exactly_its_lines(mutants):
 # at D = 96 too; st_ahead's causal ones did; st_static's did not).
 SPILLS_APART = {"bwd_dq_bulk_no_wait_read": lambda k: "_d64" in k,
                 "bwd_ds_single_buffer": lambda k: "_d64" not in k and "_causal" not in k}
+# The reference's own spills, allowed in every build: pair_causal's causal D = 64 kernel keeps 8 bytes beside its
+# writer warps' 24 registers (tests/workloads/test_attention_bwd_pair_causal.py: it is pair_d64's kernel, bounded there)
+REFERENCE_SPILLS = {"attn_bwd_wgmma_d64_causal": 8}
 
 
 @pytest.fixture(scope="module")
@@ -177,19 +180,20 @@ def test_the_mutants_assemble_with_wgmma_tma_and_no_spills(compiled):
             if key in SPILLS_APART and SPILLS_APART[key](k):  # spills, still runs: the GPU judges the race
                 assert v.spill_stores > 0, (key, k, "no longer spills: drop the exemption")
                 continue
-            assert v.spill_stores == 0 and v.spill_loads == 0, (key, k)
+            allowed = 0 if key in VECTOR_DQ_CLASSES else REFERENCE_SPILLS.get(k, 0)
+            assert v.spill_stores <= allowed and v.spill_loads <= allowed, (key, k)
             if key in VECTOR_DQ_CLASSES:  # the dQ vector reduction (REDG) is gone: plain stores in both builds
                 assert not v.sass_opcodes.get("REDG", 0), (key, k)
 
 
 # The backward variants that may still become the reference: the ones measured faster somewhere before late_d96 took
 # their D = 96 gains (attention_bwd.md v21-v23; the last-wave tail variants measured slower and were deleted, "v25
-# measured"), dq_writer (the reference before writer_d96 took the writer warp to D = 96, "v28 measured") and
-# the D = 64 builds of v30-v31 (pair_d64's writers, in the causal kernel only in pair_causal; the rotated non-causal
-# walk, rotate_d64 and pair_rotate). Every class must break each as it breaks the reference (the GPU re-verifies the
+# measured"), dq_writer (the reference before writer_d96 took the writer warp to D = 96, "v28 measured"), writer_d96
+# (the reference before pair_causal gave the causal D = 64 kernel its writers, "v31 measured") and pair_d64 (the
+# writers in every D = 64 kernel). Every class must break each as it breaks the reference (the GPU re-verifies the
 # rejections after a promotion).
 CANDIDATES = ("skip_plain+head_groups", "dq_late+head_groups", "causal_skip+head_groups", "dq_writer+head_groups",
-              "pair_d64+head_groups", "pair_causal+head_groups", "rotate_d64+head_groups", "pair_rotate+head_groups")
+              "writer_d96+head_groups", "pair_d64+head_groups")
 
 
 @pytest.mark.parametrize("variant", CANDIDATES)

@@ -14,8 +14,7 @@ WRITERS = ("    } else if (t / 32 == 1 || (HD == 64 && t / 32 == 2)) {",
            "no writer in the non-causal D = 64 kernels\n     ")
 D64_WAIT = ("  if (t == 0) bulk_wait_read();  // pair_d64: nothing of this thread's in flight; kept for ptxas (see above)\n"
             "  named_barrier_sync(1, 256);  // both consumers' dS^T rows are in `buf`\n",
-            "  if (t == 0) bulk_wait_read();  // this consumer's previous dQ reduction has read its tile (causal: its "
-            "writer's, none in flight)\n"
+            "  if (t == 0) bulk_wait_read();  // this consumer's previous dQ reduction has read its tile\n"
             "  named_barrier_sync(1, 256);  // both consumers' dS^T rows are in `buf` (and, non-causal, sdQ is free "
             "again)\n")
 D64_FREE = ("  named_barrier_sync(7 + c, 160);  // pair_d64: this consumer's writer has read its previous tile\n",

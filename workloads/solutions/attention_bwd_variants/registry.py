@@ -18,7 +18,6 @@ from .dq_writer import dq_writer
 from .writer_d96 import WRITER_D96
 from .pair_d64 import PAIR_D64
 from .pair_causal import PAIR_CAUSAL
-from .rotate_d64 import PAIR_ROTATE, ROTATE_D64
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .pre_wide import PRE_GRID, pre_wide
 from .dq_tiles import DQ_TILES
@@ -74,15 +73,12 @@ VARIANTS = {
     # writer_d96 with two writer warps in the D = 64 kernels, one per consumer
     "pair_d64": _on("writer_d96", "pair_d64", "two writer warps in the D = 64 kernels, warp 1 + c reducing consumer "
                     "c's dQ tiles (the 128-wide kernels keep one for both)", PAIR_D64),
-    # pair_d64 with its D = 64 writers in the causal kernel only (where they measured faster)
+    # pair_d64 with its D = 64 writers in the causal kernel only, where they measured faster (the reference)
     "pair_causal": _on("pair_d64", "pair_causal", "the D = 64 writer warps in the causal kernel only (the non-causal "
                        "D = 64 kernels send their own dQ tiles, as writer_d96's)", PAIR_CAUSAL),
-    # the non-causal D = 64 walk over the query blocks started at the CTA's key block (its reduce-adds out of step
-    # with the head's other CTAs), on writer_d96 and on pair_d64
-    "rotate_d64": _on("writer_d96", "rotate_d64", "each non-causal D = 64 CTA walking a head's query blocks from its "
-                      "own key block's index", ROTATE_D64),
-    "pair_rotate": _on("pair_d64", "pair_rotate", "rotate_d64's walk (the writers' rows wrapping with it)",
-                       PAIR_ROTATE),
+    # the rotated non-causal walk (rotate_d64 on writer_d96, pair_rotate on pair_d64: each CTA from its own key block's
+    # query block) measured +4.0% / level at D = 64 and was deleted, with rotate_all, its 128-wide extension
+    # (attention_bwd.md "v31 measured")
     # writer_all (the writer warp in the D = 64 kernels too) and writer_exit (its last wait for reads only) measured
     # +1.3% / level and were deleted (attention_bwd.md "v28 measured"); writer_pair (two writer warps, one per consumer,
     # in the 128-wide kernels) level, -0.4 to +0.5%, and deleted ("v29 measured")
