@@ -94,7 +94,7 @@ TUNER_LINES: dict[str, tuple[str, ...]] = {
 
 def _ring_worth(old: int, new: int, params: Mapping[str, Any]) -> float:
     """2 -> 3 stages moves to another build, not only a deeper ring. With bulk dQ the 3-stage point is the reference
-    (writer_d96, every step measured faster since bulk_dq): 8.46 -> 6.65 ms at D = 128 in head groups, -21%
+    (pair_causal, every step measured faster since bulk_dq): 8.46 -> 6.65 ms at D = 128 in head groups, -21%
     (late_d96 before it: 7.16 ms, -15%; attention_bwd.md "v26-v27 measured"). With vector
     dQ it is the decoupled build: 10.30 -> 9.81 ms, -5% (docs/examples/tuner-climb-mha_bwd_d128, 2026-12-02). The
     ring alone was worth about 1% (v2)."""
