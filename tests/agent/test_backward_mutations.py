@@ -193,7 +193,8 @@ def test_the_mutants_assemble_with_wgmma_tma_and_no_spills(compiled):
 # writers in every D = 64 kernel). Every class must break each as it breaks the reference (the GPU re-verifies the
 # rejections after a promotion).
 CANDIDATES = ("skip_plain+head_groups", "dq_late+head_groups", "causal_skip+head_groups", "dq_writer+head_groups",
-              "writer_d96+head_groups", "pair_d64+head_groups")
+              "writer_d96+head_groups", "pair_d64+head_groups", "pair_d64_r40+head_groups",
+              "pair_causal_r40+head_groups")
 
 
 @pytest.mark.parametrize("variant", CANDIDATES)

@@ -128,6 +128,9 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # pair_causal (the reference): pair_d64's writers in the causal D = 64 kernel only (tests/workloads/
                 # test_attention_bwd_pair_causal.py)
                 "pair_causal+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
+                # the D = 64 writers' warpgroup at 40 registers (tests/workloads/test_attention_bwd_regs_d64.py)
+                "pair_d64_r40+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
+                "pair_causal_r40+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
                 # stats_wide: ds_stmatrix with L2 / Dr in 8 ld.shared.v4 instead of 16 ld.shared.v2
                 "stats_wide+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16, "LDS": 8},
                 # pre_wide: stats_wide with a new preprocess (the main kernel is stats_wide's)
@@ -141,7 +144,8 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
 
 # the variants whose D = 64 kernels ptxas 13.5 compiles with a few spilled bytes, and which
 _D64 = ("attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_causal", "attn_bwd_wgmma_d64_gqa")
-D64_SPILLS = {"pair_d64": _D64, "pair_causal": ("attn_bwd_wgmma_d64_causal",)}
+D64_SPILLS = {"pair_d64": _D64, "pair_causal": ("attn_bwd_wgmma_d64_causal",),
+              "pair_d64_r40": ("attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_gqa")}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))

@@ -1,0 +1,23 @@
+"""pair_d64_r40 (on pair_d64) and pair_causal_r40 (on pair_causal): the D = 64 writers' warpgroup at 40 registers.
+
+The writer warps share the producer warpgroup's 24 registers, and beside them ptxas 13.5 spills in the D = 64 kernels
+(pair_d64: 24 / 44 bytes non-causal, 8 / 8 causal, one 8-byte pair stored and reloaded by the producer thread every
+block). The CTA's pool is 168 x 384 registers, so the producer warpgroup can have 40 only if the consumers take 232
+instead of 240 (40 x 128 + 232 x 256 = 64,512). Here the kernels with D = 64 writers split the pool 40 / 232: the
+causal D = 64 kernel compiles without spills, pair_d64's non-causal ones with half (12 / 32 and 12 / 24 bytes).
+Whether the non-causal kernels' spills are what the writers cost there (+1.1%, attention_bwd.md "v30 measured") is
+what pair_d64_r40 measures; pair_causal_r40 is the reference with a spill-free causal D = 64 kernel.
+"""
+from __future__ import annotations
+
+
+def split_40_232(condition: str) -> list[tuple[str, str]]:
+    """The producer's and consumers' setmaxnreg moves at 40 / 232 where `condition` (compile-time) holds."""
+    return [("    setmaxnreg_dec<PRODUCER_REGS>();",
+             f"    setmaxnreg_dec<{condition} ? 40 : PRODUCER_REGS>();  // regs_d64: the writers' warpgroup at 40"),
+            ("    setmaxnreg_inc<CONSUMER_REGS>();",
+             f"    setmaxnreg_inc<{condition} ? 232 : CONSUMER_REGS>();  // regs_d64: 40 x 128 + 232 x 256 = the pool")]
+
+
+PAIR_D64_R40 = split_40_232("HD == 64")
+PAIR_CAUSAL_R40 = split_40_232("HD == 64 && CAUSAL")
