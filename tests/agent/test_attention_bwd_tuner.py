@@ -64,7 +64,7 @@ def test_from_the_d64_weak_start_the_bulk_reduction_takes_the_ring_it_is_built_w
     move = rank(bt, bt.weak_params(wl).model_dump(),
                 _evidence(("atomicAdd(reinterpret_cast<float2*>(dst), make_float2(dq[j], dq[j + 1]));", 30.0)),
                 TunerModel("mha_bwd_d64")._valid)[0]
-    assert move.role == "dq_reduce" and bt.variant_of(move.params) == "pair_causal" and "stages" in move.label
+    assert move.role == "dq_reduce" and bt.variant_of(move.params) == "pair_d64_r40" and "stages" in move.label
 
 
 @pytest.mark.parametrize("wid", ["mha_bwd_d128", "smoke_mha_bwd_d64"])

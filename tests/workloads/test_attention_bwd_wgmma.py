@@ -125,12 +125,9 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
                 # pair_d64: writer_d96 with one writer warp per consumer at D = 64 (the 128-wide kernels writer_d96's;
                 # tests/workloads/test_attention_bwd_pair_d64.py)
                 "pair_d64+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
-                # pair_causal (the reference): pair_d64's writers in the causal D = 64 kernel only (tests/workloads/
-                # test_attention_bwd_pair_causal.py)
-                "pair_causal+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
-                # the D = 64 writers' warpgroup at 40 registers (tests/workloads/test_attention_bwd_regs_d64.py)
+                # pair_d64_r40 (the reference): pair_d64 with the D = 64 writers' warpgroup at 40 registers
+                # (tests/workloads/test_attention_bwd_regs_d64.py)
                 "pair_d64_r40+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
-                "pair_causal_r40+head_groups": {"HGMMA": 40, "STSM": 4, "STS": 16},
                 # stats_wide: ds_stmatrix with L2 / Dr in 8 ld.shared.v4 instead of 16 ld.shared.v2
                 "stats_wide+head_groups": {"UBLKRED": 1, "HGMMA": 40, "STSM": 4, "STS": 16, "LDS": 8},
                 # pre_wide: stats_wide with a new preprocess (the main kernel is stats_wide's)
@@ -144,8 +141,7 @@ VARIANT_SASS = {"bulk_dq": {"UBLKRED": 1}, "bulk_dq_s3": {"UBLKRED": 1}, "decoup
 
 # the variants whose D = 64 kernels ptxas 13.5 compiles with a few spilled bytes, and which
 _D64 = ("attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_causal", "attn_bwd_wgmma_d64_gqa")
-D64_SPILLS = {"pair_d64": _D64, "pair_causal": ("attn_bwd_wgmma_d64_causal",),
-              "pair_d64_r40": ("attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_gqa")}
+D64_SPILLS = {"pair_d64": _D64, "pair_d64_r40": ("attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_gqa")}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANT_SASS))
@@ -185,14 +181,16 @@ def _exponentials_before_the_dp_wait(name: str) -> tuple[int, int]:
     return count(ops, "MUFU.EX2", start, wait), count(ops, "MUFU.EX2", start, max(wait, rs))
 
 
-@pytest.mark.parametrize("kernel", ["attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_gqa"])
-def test_the_references_d64_kernels_are_st_aheads(kernel):
-    """The warp-uniform consumer index ran 3-4% slower at D = 64 on the H200 (attention_bwd.md v11), so the reference
-    applies it only in the 128-wide kernels: its non-causal D = 64 kernels are the ones measured at 1.066x,
-    instruction for instruction (the causal one has pair_causal's writers: test_attention_bwd_pair_causal.py)."""
+@pytest.mark.parametrize("kernel", ["attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_causal", "attn_bwd_wgmma_d64_gqa"])
+def test_the_d64_kernels_before_their_writers_are_st_aheads(kernel):
+    """The warp-uniform consumer index ran 3-4% slower at D = 64 on the H200 (attention_bwd.md v11), so it was applied
+    only in the 128-wide kernels: until pair_d64 gave them writer warps, every reference's D = 64 kernels were the
+    ones measured at 1.066x / 1.092x, instruction for instruction (writer_d96's; the reference's differ from them by
+    pair_d64's writers and its 40 / 232 split: test_attention_bwd_pair_d64.py, test_attention_bwd_regs_d64.py)."""
     wl = get_workload("mha_bwd_d64")
-    assert sass_ops(fast_backward(wl, variant_text(REFERENCE_VARIANT)), kernel) == \
+    assert sass_ops(fast_backward(wl, variant_text("writer_d96+head_groups")), kernel) == \
         sass_ops(fast_backward(wl, variant_text("st_ahead+head_groups")), kernel)
+    assert "const int c = HD == 128 ? __shfl_sync(0xffffffffu, wg - 1, 0) : wg - 1;" in variant_text(REFERENCE_VARIANT)
 
 
 def test_dv_early_keeps_the_exponentials_under_dp():

@@ -29,7 +29,7 @@ from .attention import HERE, plan_edits
 
 FAST_BACKWARD = "attention_bwd_wgmma.cu"
 HEAD_DIMS = (64, 96, 128)
-REFERENCE_VARIANT = "pair_causal+head_groups"
+REFERENCE_VARIANT = "pair_d64_r40+head_groups"
 SMEM_D64 = 'smem = "1024 + 16384 * 2 + 2 * (8192 * 2 + 512) + 16384 * 2 + 256"'
 
 

@@ -15,7 +15,7 @@ searched) and four searched levers, each a way the kernel can be built (attentio
               (they share those rows in L2: -27% time at D = 128 on the H200)
 
 Not every combination is built: `BUILT` lists those that are (the checked-in file, bulk_dq, tiles_d96,
-decoupled, each in either order; the reference is pair_causal+head_groups), and `validate` names the others, so builtin/tuner's repairs move to the nearest built
+decoupled, each in either order; the reference is pair_d64_r40+head_groups), and `validate` names the others, so builtin/tuner's repairs move to the nearest built
 one. `render` is fast_backward's text for the point's problem from its variant. The default point is the reference
 (`reference_backward`: bulk dQ, a 3-deep ring, cooperative, head groups); the weak point is the checked-in file
 (vector dQ, 2 stages, head-fastest grid), about 0.6x the reference's speed at D = 128 on the H200, where a climb starts
@@ -63,9 +63,9 @@ _BUILDS: dict[tuple[str, int, str], str | None] = {
     # S^T issued by the block before it, a warp-uniform consumer index, the dQ tile's stores straight there and the
     # dS^T tile by stmatrix (st_static, ds_stmatrix), the preprocess in 16-byte accesses (pre_plain), and at D = 96
     # dq_late's block with the dead causal block (late_d96), and in the 128-wide kernels the dQ tiles reduced by a
-    # writer warp of the producer warpgroup (dq_writer), at D = 96 too (writer_d96), and in the causal D = 64 kernel
-    # by two writer warps, one per consumer (pair_causal)
-    ("bulk", 3, "cooperative"): "pair_causal",
+    # writer warp of the producer warpgroup (dq_writer), at D = 96 too (writer_d96), and in the D = 64 kernels by two
+    # writer warps, one per consumer, their warpgroup at 40 registers (pair_d64_r40)
+    ("bulk", 3, "cooperative"): "pair_d64_r40",
     ("vector", 3, "decoupled"): "decoupled",
 }
 # Every build in either launch order (attention_bwd_variants.ORDERS): "X+head_groups" is X launched by head groups.
@@ -94,7 +94,7 @@ TUNER_LINES: dict[str, tuple[str, ...]] = {
 
 def _ring_worth(old: int, new: int, params: Mapping[str, Any]) -> float:
     """2 -> 3 stages moves to another build, not only a deeper ring. With bulk dQ the 3-stage point is the reference
-    (pair_causal, every step measured faster since bulk_dq): 8.46 -> 6.65 ms at D = 128 in head groups, -21%
+    (pair_d64_r40, every step measured faster since bulk_dq): 8.46 -> 6.65 ms at D = 128 in head groups, -21%
     (late_d96 before it: 7.16 ms, -15%; attention_bwd.md "v26-v27 measured"). With vector
     dQ it is the decoupled build: 10.30 -> 9.81 ms, -5% (docs/examples/tuner-climb-mha_bwd_d128, 2026-12-02). The
     ring alone was worth about 1% (v2)."""

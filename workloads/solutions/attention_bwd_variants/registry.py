@@ -17,8 +17,7 @@ from .late_d96 import late_d96
 from .dq_writer import dq_writer
 from .writer_d96 import WRITER_D96
 from .pair_d64 import PAIR_D64
-from .pair_causal import PAIR_CAUSAL
-from .regs_d64 import PAIR_CAUSAL_R40, PAIR_D64_R40
+from .regs_d64 import PAIR_D64_R40
 from .dq_own_keys import OWN_KEYS, OWN_KEYS_S3
 from .pre_wide import PRE_GRID, pre_wide
 from .dq_tiles import DQ_TILES
@@ -74,14 +73,11 @@ VARIANTS = {
     # writer_d96 with two writer warps in the D = 64 kernels, one per consumer
     "pair_d64": _on("writer_d96", "pair_d64", "two writer warps in the D = 64 kernels, warp 1 + c reducing consumer "
                     "c's dQ tiles (the 128-wide kernels keep one for both)", PAIR_D64),
-    # pair_d64 with its D = 64 writers in the causal kernel only, where they measured faster (the reference)
-    "pair_causal": _on("pair_d64", "pair_causal", "the D = 64 writer warps in the causal kernel only (the non-causal "
-                       "D = 64 kernels send their own dQ tiles, as writer_d96's)", PAIR_CAUSAL),
-    # the kernels with D = 64 writers splitting the CTA's registers 40 / 232 instead of 24 / 240 (no spills causal)
+    # pair_d64 with the D = 64 kernels' registers split 40 / 232, the writers' warpgroup at 40 (the reference);
+    # pair_causal (the writers in the causal D = 64 kernel only) and pair_causal_r40 (that kernel at 40 / 232) measured
+    # slower or level against it and were deleted (attention_bwd.md "v32 measured")
     "pair_d64_r40": _on("pair_d64", "pair_d64_r40", "the D = 64 kernels' registers split 40 / 232 (the writers' "
                         "warpgroup at 40)", PAIR_D64_R40),
-    "pair_causal_r40": _on("pair_causal", "pair_causal_r40", "the causal D = 64 kernel's registers split 40 / 232 (its "
-                           "writers' warpgroup at 40, no spills)", PAIR_CAUSAL_R40),
     # the rotated non-causal walk (rotate_d64 on writer_d96, pair_rotate on pair_d64: each CTA from its own key block's
     # query block) measured +4.0% / level at D = 64 and was deleted, with rotate_all, its 128-wide extension
     # (attention_bwd.md "v31 measured")
