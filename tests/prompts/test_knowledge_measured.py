@@ -54,8 +54,10 @@ def test_its_figures_are_the_recorded_ones():
     assert "-7.6% time at D = 128,\n  -6.0% causal, -8.5% GQA" in SECTION
     assert "dq_writer -7.6% at D = 128, -6.0% causal, -8.5% GQA" in bwd
     assert "-7.9% at D = 96" in SECTION and "writer_d96 -7.9% at D = 96" in bwd  # "v28 measured", with writer_all's
-    # the writers at D = 64 (v30-v31: pair_d64, four readings), and the rotated walk (v31)
-    assert "-1.4% (+1.1% non-causal)" in SECTION and "D = 64 +1.1%" in bwd and "causal -1.4%" in bwd
+    # the writers at D = 64 (v30: pair_d64, four readings; v32: pair_d64_r40), and the rotated walk (v31)
+    assert "they lost 1.1%" in SECTION and "D = 64 +1.1%" in bwd
+    assert "they gained 1.1%, causal 2.1%" in SECTION and "pair_d64_r40 -1.1% against writer_d96" in bwd
+    assert "-2.1% against writer_d96" in bwd
     assert "cost 4%" in SECTION and "rotate_d64 +4.0% against writer_d96" in bwd
     # what did not pay: exp_poly (round 17), store_wait / writer_exit (round 18, v28), the packed ex2 (CPU)
     assert "cost 3-8%" in SECTION and "+3.2 to +8.0%" in fwd
