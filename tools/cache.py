@@ -21,7 +21,7 @@ from .results import CompileResult
 
 ENV_CACHE = "PTXBENCH_CACHE"
 # Bumped when the meaning of a stored result changes (e.g. the log parser learns new fields).
-CACHE_FORMAT = "compile-v3"  # v3: KernelResources.barriers
+CACHE_FORMAT = "compile-v4"  # v3: KernelResources.barriers; v4: spills_after_dec / _inc
 
 
 def install_tag() -> str:

@@ -22,7 +22,7 @@ from .results import CompileIssue, CompileResult
 from .profile.lineinfo import annotate_ptx
 from .sass import disassemble_lines, opcode_histogram, strip_ptx_comments, target_presence
 from .sass_features import sass_features
-from .regpool import setmaxnreg_moves
+from .regpool import setmaxnreg_moves, spills_by_side
 from .sass_lines import sass_by_line
 from .textcap import LOG_CHARS
 from .toolchain import ProcResult, Toolchain, ToolchainError, find_toolchain, which_host_compiler
@@ -143,6 +143,7 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
         k.sass_features = sass_features(insns)
         moves = setmaxnreg_moves(insns)
         k.setmaxnreg_dec, k.setmaxnreg_inc = moves.dec, moves.inc
+        k.spills_after_dec, k.spills_after_inc = spills_by_side(insns)
     if not kernels:
         warnings.append(CompileIssue(message="the module has no .entry kernel", severity="warning"))
     result = CompileResult(

@@ -11,7 +11,11 @@ cannot see this (it knows neither the block size nor which warpgroup takes which
 read from the SASS (USETMAXREG.DEALLOC / TRY_ALLOC and their immediates) and the launch's block size.
 
 The same arithmetic says how far the consumers may go: a kernel short of registers (spills, or ptxas serialising its
-wgmma, C7511 / C7512) whose inc is below what the pool allows is told the highest inc that still fits.
+wgmma, C7511 / C7512) whose inc is below what the pool allows is told the highest inc that still fits. Where the
+spills sit in the warpgroup that gave registers back (local-memory accesses after its USETMAXREG.DEALLOC: a producer
+whose spare warps took on work, such as the attention backward's dQ writers), the move goes the other way: a higher
+dec, and the others' inc lowered to what the pool still holds (there, 24 / 240 -> 40 / 232 took the spills out and
+-1 to -2% off the kernel, bench/results/attention_bwd.md "v32 measured").
 """
 from __future__ import annotations
 
@@ -44,6 +48,25 @@ def setmaxnreg_moves(instructions: list[SassInstruction]) -> SetmaxnregMoves:
     return SetmaxnregMoves(sorted(dec), sorted(inc))
 
 
+LOCAL = ("STL", "LDL")  # local memory: what a spill is in SASS
+
+
+def spills_by_side(instructions: list[SassInstruction]) -> tuple[int, int]:
+    """(local-memory accesses after a USETMAXREG.DEALLOC, after a USETMAXREG.TRY_ALLOC), each instruction counted
+    for the nearest move before it in address order: ptxas lays each warpgroup's branch out after its own move (the
+    out-of-line wait loops at the end come after the last one, and count for it). Accesses before any move are the
+    prologue's, shared by every warpgroup, and counted in neither."""
+    released = raised = 0
+    side = None
+    for ins in instructions:
+        if ins.base == "USETMAXREG":
+            side = "released" if ".DEALLOC" in ins.opcode else "raised"
+        elif ins.base in LOCAL and side is not None:
+            released += side == "released"
+            raised += side == "raised"
+    return released, raised
+
+
 def pool_shortfall(registers: int, threads: int, moves: SetmaxnregMoves) -> int:
     """Registers the consumers' inc asks for beyond what the pool can hold, for one producer warpgroup at the lowest
     dec and every other warpgroup at the highest inc: 0 when it fits (or the kernel moves no registers that way)."""
@@ -74,8 +97,10 @@ def plan_pool_notes(launches, compiled) -> list[str]:
         moves = SetmaxnregMoves(k.setmaxnreg_dec, k.setmaxnreg_inc)
         starved = bool(k.spill_stores or k.spill_loads) or any(
             code in w.message and f"'{launch.kernel}'" in w.message for w in compiled.warnings for code in STARVED)
+        released = k.spills_after_dec > k.spills_after_inc  # the spills sit in the warpgroup that gave registers back
         note = pool_note(launch.kernel, k.registers, threads, moves) or (
-            headroom_note(launch.kernel, k.registers, threads, moves) if starved else None)
+            (released_note(launch.kernel, k.registers, threads, moves, k.spills_after_dec) if released else
+             headroom_note(launch.kernel, k.registers, threads, moves)) if starved else None)
         if note:
             notes.append(note)
     return notes
@@ -92,6 +117,21 @@ def headroom_note(kernel: str, registers: int, threads: int, moves: SetmaxnregMo
     return (f"{kernel}: the CTA's register pool has room: with one warpgroup at setmaxnreg.dec {d}, the other "
             f"{threads // 128 - 1} can take setmaxnreg.inc {top} (now {a}), {top - a} registers more per thread for a "
             f"kernel that is short of them.")
+
+
+def released_note(kernel: str, registers: int, threads: int, moves: SetmaxnregMoves, accesses: int) -> str | None:
+    """One line when ptxas spills in the warpgroup that setmaxnreg.dec shrank: the next dec that gives it 16 more
+    registers, and the inc the pool still allows the others beside it."""
+    if not moves.dec or not moves.inc or threads // 128 < 2:
+        return None
+    d, a = min(moves.dec), max(moves.inc)
+    more = min(registers, d + 16)
+    top = max_inc(registers, threads, more)
+    if more <= d or top < registers:
+        return None
+    return (f"{kernel}: the spills ({accesses} local-memory accesses) sit in the warpgroup that setmaxnreg.dec leaves "
+            f"{d} registers, not in the ones that inc raised to {a}: give it more, not them. With dec {more} the other "
+            f"{threads // 128 - 1} can still take setmaxnreg.inc {top} from the CTA's pool ({threads} x {registers}).")
 
 
 def pool_note(kernel: str, registers: int, threads: int, moves: SetmaxnregMoves) -> str | None:

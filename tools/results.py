@@ -64,6 +64,9 @@ class KernelResources(BaseModel):
                                      "wgmma, tma_load, tma_store, tma_multicast, mbarrier_wait, setmaxnreg, cluster, ...")
     setmaxnreg_dec: list[int] = Field(default_factory=list, description="the register counts setmaxnreg.dec releases to")
     setmaxnreg_inc: list[int] = Field(default_factory=list, description="the register counts setmaxnreg.inc asks for")
+    spills_after_dec: int = Field(0, description="local-memory accesses (STL / LDL) in the code after a setmaxnreg.dec: "
+                                  "spills in the warpgroup that gave registers back (tools/regpool.py)")
+    spills_after_inc: int = Field(0, description="local-memory accesses in the code after a setmaxnreg.inc")
 
 
 class TargetPresence(BaseModel):

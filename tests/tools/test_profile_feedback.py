@@ -52,6 +52,16 @@ def test_spills_rank_above_profile_findings():
     cr = CompileResult(status="ok", arch="sm_90a", kernels={"gemm": KernelResources(name="gemm", spill_stores=96, spill_loads=128)})
     items = [ln for ln in feedback("gated_live", compile_result=cr).splitlines() if ln[:2] in ("1.", "2.")]
     assert "spilled registers in gemm (96 bytes stored, 128 loaded" in items[0]
+    assert "give math warps more registers" in items[0]
+
+
+def test_spills_in_the_warpgroup_that_gave_registers_back_get_the_other_move():
+    k = KernelResources(name="gemm", spill_stores=24, spill_loads=44, setmaxnreg_dec=[24], setmaxnreg_inc=[240],
+                        spills_after_dec=7, spills_after_inc=2)
+    cr = CompileResult(status="ok", arch="sm_90a", kernels={"gemm": k})
+    first = next(ln for ln in feedback("gated_live", compile_result=cr).splitlines() if ln.startswith("1."))
+    assert "in the warpgroup that setmaxnreg.dec shrank" in first and "a higher dec" in first
+    assert "give math warps more registers" not in first
 
 
 @pytest.mark.parametrize("budget", [60, 120, 250, 450])

@@ -145,3 +145,56 @@ def test_a_kernel_short_of_registers_is_told_how_far_the_pool_lets_its_consumers
         headroom_note("k", 168, 384, SetmaxnregMoves([24], [208]))]
     spills = ok.model_copy(update={"kernels": {"k": starved.model_copy(update={"spill_stores": 8})}})
     assert len(plan_pool_notes([Launch()], spills)) == 1
+
+
+def test_spills_are_counted_by_the_side_of_the_setmaxnreg_move_they_follow():
+    from ptxbench.tools.regpool import spills_by_side
+    from ptxbench.tools.sass import SassInstruction
+
+    def ins(op, operands=""):
+        return SassInstruction(opcode=op, operands=operands)
+
+    listing = [ins("STL.64", "[R1],R2"),  # the prologue, before either branch: neither side's
+               ins("USETMAXREG.TRY_ALLOC.CTAPOOL", "UP0,0xf0"), ins("HGMMA.64x64x16.F32.BF16"), ins("LDL", "R3,[R1]"),
+               ins("USETMAXREG.DEALLOC.CTAPOOL", "0x18"), ins("LDL.LU.64", "R4,[R1]"), ins("STL", "[R1+0x8],R5"),
+               ins("BRA", "0x100"), ins("LDL", "R6,[R1+0x8]")]  # an out-of-line stub after the last move
+    assert spills_by_side(listing) == (3, 1)
+    assert spills_by_side([ins("STL", "[R1],R2"), ins("LDL", "R2,[R1]")]) == (0, 0)  # no moves: nothing to place
+
+
+def test_spills_in_the_released_warpgroup_get_the_other_move():
+    """The attention backward's pair_d64 (writer warps in the producer warpgroup at 24 registers) spilled there; the
+    note names the dec that fixed it on the H200 (40, with the consumers at 232)."""
+    from ptxbench.tools.regpool import plan_pool_notes, released_note
+    from ptxbench.tools.results import CompileResult, KernelResources
+
+    note = released_note("k", 168, 384, SetmaxnregMoves([24], [240]), 7)
+    assert note is not None and "setmaxnreg.dec leaves 24" in note and "With dec 40" in note and \
+        "setmaxnreg.inc 232" in note
+
+    class Launch:
+        kernel, block = "k", (384, 1, 1)
+
+    k = KernelResources(name="k", registers=168, setmaxnreg_dec=[24], setmaxnreg_inc=[240], spill_stores=24,
+                        spills_after_dec=7, spills_after_inc=2)
+    comp = CompileResult(status="ok", arch="sm_90a", kernels={"k": k})
+    assert plan_pool_notes([Launch()], comp) == [note]
+    # spills on the consumers' side: the headroom note as before (none here: they are at the pool's limit already)
+    consumers = comp.model_copy(update={"kernels": {"k": k.model_copy(update={"spills_after_dec": 0})}})
+    assert plan_pool_notes([Launch()], consumers) == []
+
+
+def test_a_real_build_places_its_spills_after_the_dec():
+    """pair_d64 at 24 / 240 (workloads/solutions/attention_bwd_variants/pair_d64.py): its D = 64 writers' warpgroup
+    spills; the 40 / 232 split (the reference) leaves the causal kernel none."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bwd_variant_checks import compile_variants
+
+    built = compile_variants("mha_bwd_d64", "pair_d64+head_groups", "pair_d64_r40+head_groups")
+    before, after = built["pair_d64+head_groups"].kernels, built["pair_d64_r40+head_groups"].kernels
+    for name in ("attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_causal", "attn_bwd_wgmma_d64_gqa"):
+        assert before[name].spills_after_dec > before[name].spills_after_inc, (name, before[name])
+    assert after["attn_bwd_wgmma_d64_causal"].spills_after_dec == after["attn_bwd_wgmma_d64_causal"].spill_stores == 0
