@@ -22,13 +22,20 @@ def compile_variants(workload: str, *variants: str) -> dict:
             for v in variants}
 
 
-def assert_clean_within_pool(result) -> dict:
-    """No warnings, no spills, and every main kernel's setmaxnreg moves met by the CTA's pool (384 threads); returns the
-    SASS listing by kernel."""
-    assert result.status == "ok" and not result.warnings, [w.message for w in result.warnings]
+def assert_within_pool(result) -> dict:
+    """Compiled, and every main kernel's setmaxnreg moves met by the CTA's pool (384 threads); returns the SASS listing
+    by kernel."""
+    assert result.status == "ok", [e.message for e in result.errors]
     listing = disassemble(result.cubin_path)
     for name, k in result.kernels.items():
-        assert k.spill_stores == k.spill_loads == 0, name
         if name.startswith("attn_bwd_wgmma"):
             assert pool_shortfall(k.registers, 384, setmaxnreg_moves(listing[name])) == 0, name
     return listing
+
+
+def assert_clean_within_pool(result) -> dict:
+    """assert_within_pool, with no warnings and no spills."""
+    assert not result.warnings, [w.message for w in result.warnings]
+    for name, k in result.kernels.items():
+        assert k.spill_stores == k.spill_loads == 0, name
+    return assert_within_pool(result)

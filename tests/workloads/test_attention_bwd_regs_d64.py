@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from ptxbench.tools.regpool import pool_shortfall, setmaxnreg_moves
-from ptxbench.tools.sass import disassemble
+from ptxbench.tools.regpool import setmaxnreg_moves
 
-from bwd_variant_checks import D64, D96, D128, compile_variants
+from bwd_variant_checks import D64, D96, D128, assert_within_pool, compile_variants
 
 
 @pytest.fixture(scope="module")
@@ -20,12 +19,11 @@ def compiled():
 
 def test_the_split_fits_the_pool_and_takes_the_spills(compiled):
     mine, ref = compiled["pair_d64_r40+head_groups"], compiled["pair_d64+head_groups"]
-    assert mine.status == "ok"
-    listing = disassemble(mine.cubin_path)
+    listing = assert_within_pool(mine)
     for name in D64:
         k = mine.kernels[name]
         moves = setmaxnreg_moves(listing[name])
-        assert k.registers == 168 and pool_shortfall(k.registers, 384, moves) == 0, (name, moves)
+        assert k.registers == 168, (name, k.registers)
         assert (moves.dec, moves.inc) == ([40], [232]), (name, moves)
         assert k.spill_stores < ref.kernels[name].spill_stores, name
         assert k.sass_opcodes["HGMMA"] == ref.kernels[name].sass_opcodes["HGMMA"], name
