@@ -67,6 +67,12 @@ def spills_by_side(instructions: list[SassInstruction]) -> tuple[int, int]:
     return released, raised
 
 
+def spills_mostly_released(kernel) -> bool:
+    """Whether a kernel's (KernelResources) spills sit mostly in the warpgroup that gave registers back: more than
+    twice the accesses on the other side (a few prologue values read back on each side say nothing)."""
+    return kernel.spills_after_dec > 2 * kernel.spills_after_inc
+
+
 def pool_shortfall(registers: int, threads: int, moves: SetmaxnregMoves) -> int:
     """Registers the consumers' inc asks for beyond what the pool can hold, for one producer warpgroup at the lowest
     dec and every other warpgroup at the highest inc: 0 when it fits (or the kernel moves no registers that way)."""
@@ -97,9 +103,8 @@ def plan_pool_notes(launches, compiled) -> list[str]:
         moves = SetmaxnregMoves(k.setmaxnreg_dec, k.setmaxnreg_inc)
         starved = bool(k.spill_stores or k.spill_loads) or any(
             code in w.message and f"'{launch.kernel}'" in w.message for w in compiled.warnings for code in STARVED)
-        released = k.spills_after_dec > k.spills_after_inc  # the spills sit in the warpgroup that gave registers back
         note = pool_note(launch.kernel, k.registers, threads, moves) or (
-            (released_note(launch.kernel, k.registers, threads, moves, k.spills_after_dec) if released else
+            (released_note(launch.kernel, k.registers, threads, moves, k.spills_after_dec) if spills_mostly_released(k) else
              headroom_note(launch.kernel, k.registers, threads, moves)) if starved else None)
         if note:
             notes.append(note)

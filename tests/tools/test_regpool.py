@@ -179,9 +179,11 @@ def test_spills_in_the_released_warpgroup_get_the_other_move():
                         spills_after_dec=7, spills_after_inc=2)
     comp = CompileResult(status="ok", arch="sm_90a", kernels={"k": k})
     assert plan_pool_notes([Launch()], comp) == [note]
-    # spills on the consumers' side: the headroom note as before (none here: they are at the pool's limit already)
-    consumers = comp.model_copy(update={"kernels": {"k": k.model_copy(update={"spills_after_dec": 0})}})
-    assert plan_pool_notes([Launch()], consumers) == []
+    # spills on the consumers' side, or about as many on each (the reference's 40 / 232 build: 3 and 2, prologue
+    # values read back on both): the headroom note as before (none here: they are at the pool's limit already)
+    for after_dec in (0, 3, 4):
+        consumers = comp.model_copy(update={"kernels": {"k": k.model_copy(update={"spills_after_dec": after_dec})}})
+        assert plan_pool_notes([Launch()], consumers) == [], after_dec
 
 
 def test_a_real_build_places_its_spills_after_the_dec():
@@ -195,6 +197,9 @@ def test_a_real_build_places_its_spills_after_the_dec():
 
     built = compile_variants("mha_bwd_d64", "pair_d64+head_groups", "pair_d64_r40+head_groups")
     before, after = built["pair_d64+head_groups"].kernels, built["pair_d64_r40+head_groups"].kernels
+    from ptxbench.tools.regpool import spills_mostly_released
+
     for name in ("attn_bwd_wgmma_d64", "attn_bwd_wgmma_d64_causal", "attn_bwd_wgmma_d64_gqa"):
-        assert before[name].spills_after_dec > before[name].spills_after_inc, (name, before[name])
+        assert spills_mostly_released(before[name]), (name, before[name])
+        assert not spills_mostly_released(after[name]), (name, after[name])  # what is left: a few on each side
     assert after["attn_bwd_wgmma_d64_causal"].spills_after_dec == after["attn_bwd_wgmma_d64_causal"].spill_stores == 0

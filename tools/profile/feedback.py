@@ -16,6 +16,7 @@ import re
 from ptxbench.prompts import load
 from pydantic import BaseModel, Field
 
+from ptxbench.tools.regpool import spills_mostly_released
 from ptxbench.tools.results import CompileResult, RuntimeTarget, Timing
 from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 from ptxbench.workloads.schema import Workload
@@ -225,7 +226,7 @@ def _spill_items(compile_result: CompileResult | None) -> list[tuple[float, str]
     for k in compile_result.kernels.values():
         if k.spill_stores or k.spill_loads:
             # where the spills sit (tools/regpool.py): the warpgroup that gave registers back needs the other move
-            key = "spills_released" if k.spills_after_dec > k.spills_after_inc else "spills"
+            key = "spills_released" if spills_mostly_released(k) else "spills"
             out.append((500.0, template()["other"][key].format(kernel=k.name, stores=k.spill_stores, loads=k.spill_loads)))
     return out
 
