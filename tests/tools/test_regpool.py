@@ -189,10 +189,6 @@ def test_spills_in_the_released_warpgroup_get_the_other_move():
 def test_a_real_build_places_its_spills_after_the_dec():
     """pair_d64 at 24 / 240 (workloads/solutions/attention_bwd_variants/pair_d64.py): its D = 64 writers' warpgroup
     spills; the 40 / 232 split (the reference) leaves the causal kernel none."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from bwd_variant_checks import compile_variants
 
     built = compile_variants("mha_bwd_d64", "pair_d64+head_groups", "pair_d64_r40+head_groups")

@@ -11,12 +11,8 @@ the D = 64 kernels ran -1.1% and causal -2.1% against writer_d96's, which have n
 from __future__ import annotations
 
 
-def split_40_232(condition: str) -> list[tuple[str, str]]:
-    """The producer's and consumers' setmaxnreg moves at 40 / 232 where `condition` (compile-time) holds."""
-    return [("    setmaxnreg_dec<PRODUCER_REGS>();",
-             f"    setmaxnreg_dec<{condition} ? 40 : PRODUCER_REGS>();  // regs_d64: the writers' warpgroup at 40"),
-            ("    setmaxnreg_inc<CONSUMER_REGS>();",
-             f"    setmaxnreg_inc<{condition} ? 232 : CONSUMER_REGS>();  // regs_d64: 40 x 128 + 232 x 256 = the pool")]
-
-
-PAIR_D64_R40 = split_40_232("HD == 64")
+# the producer's and consumers' setmaxnreg moves at 40 / 232 in the D = 64 kernels
+PAIR_D64_R40 = [("    setmaxnreg_dec<PRODUCER_REGS>();",
+                 "    setmaxnreg_dec<HD == 64 ? 40 : PRODUCER_REGS>();  // regs_d64: the writers' warpgroup at 40"),
+                ("    setmaxnreg_inc<CONSUMER_REGS>();",
+                 "    setmaxnreg_inc<HD == 64 ? 232 : CONSUMER_REGS>();  // regs_d64: 40 x 128 + 232 x 256 = the pool")]
