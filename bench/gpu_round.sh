@@ -55,6 +55,8 @@
 #                       executed; the text and JSON per workload in the step's folder (so they come back in its archive)
 #   compile-cpu (120)   CPU seconds of nvcc and ptxas on the main workloads' reference texts, alone and with every
 #                       core compiling, against the compiler jail's per-process limit (bench/compile_cpu.py)
+#   cta-cost (150)      the attention forward's per-CTA fixed cost: its TUNED D = 128 kernels at four sequence lengths with
+#                       the CTA count fixed, a line through kernel time against key tiles per CTA (bench/attention_cta_cost.py)
 #   wgmma-rates (90)    MACs per cycle per SM for each wgmma shape and operand layout (bench/wgmma_rates.py: m64n64 / n80 /
 #                       n128 / n256, K-major or MN-major A and B, A from registers)
 # A step's budget is a hard limit (SIGKILL); what it wrote by then is still packed. ROUND_ONE_TAR=1 packs all of $OUT
@@ -73,7 +75,7 @@ rm -f /tmp/gpu_round.index
 
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560 [tuner-climb-bwd]=570
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590
-                   [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [fwd-tests]=150 [ref-eval]=200 [pool-hang]=90
+                   [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [cta-cost]=150 [fwd-tests]=150 [ref-eval]=200 [pool-hang]=90
                    [compile-cpu]=120)
 
 run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
@@ -116,6 +118,7 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     mutations-bwd) python3 bench/check_mutations.py --backward --json "$d/backward.json" ;;
     suite-build) python3 bench/build_repair_suite.py --out "$d/repairs" --max-seconds $((s - 120)) ;;
     scaling) python3 bench/gpu_scaling.py --json "$d/scaling.json" --md "$d/scaling.md" --out "$d/runs" ;;
+    cta-cost) python3 bench/attention_cta_cost.py "$d/cta_cost.json" ;;
     wgmma-rates) python3 bench/wgmma_rates.py --json "$d/rates.json" ;;
     compile-cpu) python3 bench/compile_cpu.py --json "$d/compile_cpu.json" ;;
     fwd-profile)  # the forward's reference (TUNED) at D = 128 and causal under Nsight Compute: per-line stalls, verdicts
