@@ -293,8 +293,21 @@ POINTS_15 = _against_tuned(_ROUND_15)
 # deleted with the option (attention_template.md, "Round 17 measured").
 # Round 18 (store_wait="read": the TMA epilogue's last wait for O's staging rows to be read) measured level, -0.1 to
 # +0.2% at its four points, and was deleted with the option (attention_template.md, "Round 18 measured").
+# Round 19 (written before its run, attention_template.md round 19): stagger, consumer 1's first S issued once consumer
+# 0's is done, so consumer 0's first softmax runs under consumer 1's S instead of with the tensor pipe idle, against
+# every cooperative TUNED point (the key-tile loop's SASS is TUNED's); first the new barrier at the smoke shapes
+# (cooperative 64-key tiles). Predicted by kernel time: -0.6 to -1.0% plain (about 0.45 us of each CTA's 47 us),
+# -1.0 to -1.7% causal (26 us CTAs).
+_SMOKE_19 = {"consumers": 2, "bn": 64, "epilogue": "tma", "rescale": "lazy", "uniform": True, "stagger": True}
+_ROUND_19 = (("mha_fwd_d128", (128, False, False), 1.09, ({"stagger": True}, 0.992)),
+             ("mha_fwd_d128_causal", (128, True, False), 1.08, ({"stagger": True}, 0.986)),
+             ("mha_fwd_d96", (96, False, False), 1.14, ({"stagger": True}, 0.992)),
+             ("mha_fwd_d96_causal", (96, True, False), 1.16, ({"stagger": True}, 0.986)),
+             ("mha_fwd_d128_gqa_h32_kv8", (128, False, True), 1.09, ({"stagger": True}, 0.992)))
+POINTS_19 = [(wid, _SMOKE_19, None) for wid in ("smoke_mha_fwd_d64", "smoke_mha_fwd_d64_causal",
+                                                  "smoke_mha_fwd_d64_gqa_h4_kv2")] + _against_tuned(_ROUND_19)
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
-          9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15}
+          9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15, 19: POINTS_19}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
 
 

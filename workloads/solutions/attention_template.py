@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .attention_softmax import EARLY_PACK, LAZY_EDITS, SPLIT_MAX, SPLIT_ROWS, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
 from .attention_qregs import q_regs_edits
+from .attention_stagger import STAGGER_EDITS
 from .register_split import consumer_regs
 from .template_text import replace_counted, uniform_index_edit, without_default_options
 
@@ -80,6 +81,9 @@ class AttnParams(BaseModel):
     q_regs: bool = Field(False, description="each consumer's Q rows loaded once into registers as wgmma A fragments "
                          "(ldmatrix), S = Q K^T issued with A from registers: no Q bytes read from shared memory per "
                          "key tile (4 x D / 16 registers)")
+    stagger: bool = Field(False, description="consumer 1 issues its first S once consumer 0's is done, so consumer 0's "
+                          "first softmax runs under consumer 1's S instead of with the tensor pipe idle (cooperative, two "
+                          "consumers)")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -140,7 +144,8 @@ OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "early_pack": [False, True],  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
                                   "split_rows": [False, True],  # round 10: -0.7 to -1.0% at three points, TUNED sets it there
                                   "split_max": [False, True],  # rounds 11, 13: with q_regs -1.2 to -1.6% at D = 128
-                                  "q_regs": [False, True]}  # round 13: -0.6 to -1.4% at the causal points, in TUNED
+                                  "q_regs": [False, True],  # round 13: -0.6 to -1.4% at the causal points, in TUNED
+                                  "stagger": [False, True]}  # round 19
 # diag_half (consumer 0's causal diagonal tile halved) and dead_tile (D = 64 causal's wholly masked tile skipped)
 # measured +1.4-2.3% and +9.5% slower (rounds 12-14) and were deleted; so was tail_split (the last wave's tiles cut
 # over their key tiles, merged by each tile's last piece: +0.7 to +3.6%, round 16) and exp_poly (one exponential in 8
@@ -334,6 +339,8 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
     if p.early_pack and p.rescale != "lazy":
         bad.append("early_pack moves P's packing ahead of the lazy rescale's branch; without rescale='lazy' there is "
                    "no branch (the exponentials already run under the P V product)")
+    if p.stagger and (p.schedule != "cooperative" or p.consumers != 2):
+        bad.append("stagger offsets the second of two cooperative consumers (ping-pong's turns already order them)")
     if p.live_regs > p.consumer_regs - spare:
         bad.append(f"S, P and O take {p.live_regs} registers per consumer thread, the consumers have "
                    f"{p.consumer_regs} (about {spare} must stay spare): a smaller bn, or fewer consumers")
@@ -432,4 +439,7 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
             body = replace_counted(body, old, new, "attention_template.cu.in (q_regs)")
     if p.uniform:  # the consumer's Q descriptors in uniform registers
         body = replace_counted(body, *uniform_index_edit("c"), "attention_template.cu.in (uniform)")
+    if p.stagger:  # consumer 1's first S after consumer 0's
+        for old, new in STAGGER_EDITS:
+            body = replace_counted(body, old, new, "attention_template.cu.in (stagger)")
     return plan_toml(p) + header + consts + "\n" + body + _entry(p)
