@@ -11,7 +11,8 @@ so a straight line through T against n (or (n + 1) / 2) gives u (one key tile of
 Persistent kernels and cross-tile overlap can only win F's share of the time; bench/results/attention_template.md
 records the fit.
 
-Each shape is built through the harness's own path (parse_solution, compile_source, resolve_plan, Candidate) for a
+Each build of VARIANTS (TUNED, and TUNED with the stagger: a change of the CTA's start shows as a lower intercept with
+the same slope) at each shape is built through the harness's own path (parse_solution, compile_source, resolve_plan, Candidate) for a
 Workload made with the registry's mha_fwd(), checked against torch's SDPA once, then timed with the evaluator's
 protocol in miniature: warm-up, then calls interleaved with cuDNN, each after an L2 flush, medians and quartiles.
 
@@ -29,6 +30,8 @@ HEADS = 48
 D = 128
 # (batch, sequence length): B x H x S / 128 = 6,144 CTAs each, as mha_fwd_d128 (B = 4, S = 4096)
 SHAPES = [(16, 1024), (8, 2048), (4, 4096), (2, 8192)]
+# the builds timed at each shape: TUNED, and TUNED with each change (attention_template options)
+VARIANTS = {"kernel": {}, "stagger": {"stagger": True}}
 TILE = 128  # query rows and keys of a TUNED D = 128 tile
 
 
@@ -94,36 +97,40 @@ def run(out: str, trials: int, calls: int) -> None:
         for causal in (False, True):
             for b, s in SHAPES:
                 wl = mha_fwd(b, HEADS, s, D, causal=causal, held_out=True)
-                comp, cubin, sol = _build(wl, at.render(at.default_params(wl)))
-                plan = resolve_plan(sol.plan, wl, sms, "sm_90a")
-                cand = Candidate(cubin, plan, state, wl)
-                bufs = new_buffers(wl, plan)
                 g = torch.Generator(device="cuda").manual_seed(s)
                 q, k, v = (torch.randn(wl.shape(n), device="cuda", dtype=torch.bfloat16, generator=g) for n in "QKV")
-                bufs.load_inputs({"Q": q, "K": k, "V": v})
-                bufs.reset()
-                binding = cand.bind(bufs)
-                cand.launch(binding)
-                torch.cuda.synchronize()
-                o = bufs.tensors["O"].data.view(wl.shape("O"))
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                err = float((o.float() - ref.float()).abs().max())
-                library_out = torch.empty_like(ref)
-
-                def ours():
+                fns, cands, errs, regs = {}, [], {}, {}
+                for name, change in VARIANTS.items():
+                    point = at.default_params(wl).model_copy(update=change)
+                    comp, cubin, sol = _build(wl, at.render(point))
+                    plan = resolve_plan(sol.plan, wl, sms, "sm_90a")
+                    cand = Candidate(cubin, plan, state, wl)
+                    bufs = new_buffers(wl, plan)
+                    bufs.load_inputs({"Q": q, "K": k, "V": v})
+                    bufs.reset()
+                    binding = cand.bind(bufs)
                     cand.launch(binding)
+                    torch.cuda.synchronize()
+                    o = bufs.tensors["O"].data.view(wl.shape("O"))
+                    errs[name] = float((o.float() - ref.float()).abs().max())
+                    regs[name] = {n: (kr.registers, kr.spill_stores) for n, kr in comp.kernels.items()}
+                    fns[name] = (lambda c=cand, bd=binding: c.launch(bd))
+                    cands.append((cand, bufs))
+                library_out = torch.empty_like(ref)
 
                 def library():
                     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                         library_out.copy_(F.scaled_dot_product_attention(q, k, v, is_causal=causal))
 
-                times: dict[str, list[float]] = {"kernel": [], "cudnn": []}
-                for fn in (ours, library):  # warm-up
+                fns["cudnn"] = library
+                times: dict[str, list[float]] = {name: [] for name in fns}
+                for fn in fns.values():  # warm-up
                     for _ in range(5):
                         fn()
-                for _ in range(trials):
-                    for name, fn in (("kernel", ours), ("cudnn", library)):
+                for _ in range(trials):  # interleaved by trial: each build, then the library, calls each
+                    for name, fn in fns.items():
                         for _ in range(calls):
                             flush.zero_()
                             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -132,23 +139,24 @@ def run(out: str, trials: int, calls: int) -> None:
                             e1.record()
                             e1.synchronize()
                             times[name].append(e0.elapsed_time(e1))
-                row = {"causal": causal, "B": b, "H": HEADS, "S": s, "ctas": ctas(b, s), "regs": {n: k.registers for n, k in comp.kernels.items()}, "max_abs_err_vs_sdpa": err,
-                       "x_tiles_per_cta": tiles_per_cta(s, causal)}
+                row = {"causal": causal, "B": b, "H": HEADS, "S": s, "ctas": ctas(b, s), "regs_spills": regs,
+                       "max_abs_err_vs_sdpa": errs, "x_tiles_per_cta": tiles_per_cta(s, causal)}
                 for name, ts in times.items():
                     q1, _, q3 = statistics.quantiles(ts, n=4)
                     row[f"{name}_ms"], row[f"{name}_q1"], row[f"{name}_q3"] = statistics.median(ts), q1, q3
                 rows.append(row)
-                cand.close()
-                print(f"[{time.time() - t0:5.0f}s] causal={causal!s:5} B={b:2} S={s:5} kernel {row['kernel_ms']:.4f} ms "
-                      f"[{row['kernel_q1']:.4f}, {row['kernel_q3']:.4f}]  cuDNN {row['cudnn_ms']:.4f} ms  "
-                      f"max |O - sdpa| {err:.4f}", flush=True)
+                for cand, _ in cands:
+                    cand.close()
+                print(f"[{time.time() - t0:5.0f}s] causal={causal!s:5} B={b:2} S={s:5} " + "  ".join(
+                      f"{n} {row[n + '_ms']:.4f} [{row[n + '_q1']:.4f}, {row[n + '_q3']:.4f}]" for n in fns)
+                      + f"  max |O - sdpa| {errs}", flush=True)
                 with open(out, "w") as f:
                     json.dump({"rows": rows}, f, indent=1)
         fits = {}
         for causal in (False, True):
             rs = [r for r in rows if r["causal"] == causal]
             rounds = math.ceil(rs[0]["ctas"] / sms) if not causal else rs[0]["ctas"] / sms
-            for side in ("kernel", "cudnn"):
+            for side in (*VARIANTS, "cudnn"):
                 fit = fit_line([r["x_tiles_per_cta"] for r in rs], [r[f"{side}_ms"] for r in rs])
                 fits[f"{'causal' if causal else 'plain'}_{side}"] = fit | per_cta(fit, rounds) | {"rounds": rounds}
     with open(out, "w") as f:

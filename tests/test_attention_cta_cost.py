@@ -33,6 +33,15 @@ def test_one_kernel_text_at_every_length(causal):
     assert texts == {at.render(at.default_params(main))}
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_variant_is_a_valid_point_at_every_shape(causal):
+    for b, s in cc.SHAPES:
+        wl = mha_fwd(b, cc.HEADS, s, cc.D, causal=causal, held_out=True)
+        for change in cc.VARIANTS.values():
+            assert at.validate(at.default_params(wl).model_copy(update=change), wl) == []
+    assert cc.VARIANTS["kernel"] == {}  # the first build is TUNED itself
+
+
 def test_the_fit_recovers_a_known_line_and_the_per_cta_cost():
     u_us, f_us, rounds = 1.3, 4.5, 47
     xs = [8.0, 16.0, 32.0, 64.0]
