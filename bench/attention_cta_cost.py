@@ -11,10 +11,11 @@ so a straight line through T against n (or (n + 1) / 2) gives u (one key tile of
 Persistent kernels and cross-tile overlap can only win F's share of the time; bench/results/attention_template.md
 records the fit.
 
-Each build of VARIANTS (TUNED, and TUNED with the stagger: a change of the CTA's start shows as a lower intercept with
-the same slope) at each shape is built through the harness's own path (parse_solution, compile_source, resolve_plan, Candidate) for a
+Each build of VARIANTS (TUNED, and TUNED without its stagger: a change of the CTA's start shows in the intercept, not
+the slope) at each shape is built through the harness's own path (parse_solution, compile_source, resolve_plan, Candidate) for a
 Workload made with the registry's mha_fwd(), checked against torch's SDPA once, then timed with the evaluator's
-protocol in miniature: warm-up, then calls interleaved with cuDNN, each after an L2 flush, medians and quartiles.
+protocol in miniature: 5 s of warm-up calls (a fresh machine's clocks ramp for its first seconds), then trials that each
+call every shape's builds and cuDNN in turn, each call after an L2 flush; medians and quartiles.
 
     python3 bench/attention_cta_cost.py OUT.json [--trials 3 --calls 30]        (a GPU machine; gpu_round.sh cta-cost)
 """
@@ -30,8 +31,10 @@ HEADS = 48
 D = 128
 # (batch, sequence length): B x H x S / 128 = 6,144 CTAs each, as mha_fwd_d128 (B = 4, S = 4096)
 SHAPES = [(16, 1024), (8, 2048), (4, 4096), (2, 8192)]
-# the builds timed at each shape: TUNED, and TUNED with each change (attention_template options)
-VARIANTS = {"kernel": {}, "stagger": {"stagger": True}}
+# the builds timed at each shape: TUNED, and TUNED with each change (attention_template options); TUNED has the
+# stagger since round 19, so its twin without it shows what the stagger does to the line
+VARIANTS = {"kernel": {}, "unstaggered": {"stagger": False}}
+WARMUP_S = 5.0  # seconds of calls before the first timed one
 TILE = 128  # query rows and keys of a TUNED D = 128 tile
 
 
@@ -90,10 +93,11 @@ def run(out: str, trials: int, calls: int) -> None:
     from ptxbench.workloads.solutions import attention_template as at
 
     t0 = time.time()
-    rows = []
+    rows, shapes = [], []
     with in_process_worker() as state:
         sms = state.limits.sm_count
         flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+        # every build at every shape first (about 5 GB), so the timing can interleave the shapes
         for causal in (False, True):
             for b, s in SHAPES:
                 wl = mha_fwd(b, HEADS, s, D, causal=causal, held_out=True)
@@ -120,38 +124,44 @@ def run(out: str, trials: int, calls: int) -> None:
                     cands.append((cand, bufs))
                 library_out = torch.empty_like(ref)
 
-                def library():
+                def library(q=q, k=k, v=v, out=library_out, causal=causal):
                     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        library_out.copy_(F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                        out.copy_(F.scaled_dot_product_attention(q, k, v, is_causal=causal))
 
                 fns["cudnn"] = library
-                times: dict[str, list[float]] = {name: [] for name in fns}
-                for fn in fns.values():  # warm-up
-                    for _ in range(5):
+                shapes.append({"causal": causal, "B": b, "S": s, "fns": fns, "cands": cands, "errs": errs,
+                               "regs": regs, "times": {name: [] for name in fns}})
+        # warm-up: the clocks ramp under load (the first seconds of a fresh machine run slower)
+        t_w = time.time()
+        while time.time() - t_w < WARMUP_S:
+            for sh in shapes:
+                for fn in sh["fns"].values():
+                    fn()
+            torch.cuda.synchronize()
+        for _ in range(trials):  # each trial: every shape, each build and the library, `calls` calls each
+            for sh in shapes:
+                for name, fn in sh["fns"].items():
+                    for _ in range(calls):
+                        flush.zero_()
+                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        e0.record()
                         fn()
-                for _ in range(trials):  # interleaved by trial: each build, then the library, calls each
-                    for name, fn in fns.items():
-                        for _ in range(calls):
-                            flush.zero_()
-                            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                            e0.record()
-                            fn()
-                            e1.record()
-                            e1.synchronize()
-                            times[name].append(e0.elapsed_time(e1))
-                row = {"causal": causal, "B": b, "H": HEADS, "S": s, "ctas": ctas(b, s), "regs_spills": regs,
-                       "max_abs_err_vs_sdpa": errs, "x_tiles_per_cta": tiles_per_cta(s, causal)}
-                for name, ts in times.items():
-                    q1, _, q3 = statistics.quantiles(ts, n=4)
-                    row[f"{name}_ms"], row[f"{name}_q1"], row[f"{name}_q3"] = statistics.median(ts), q1, q3
-                rows.append(row)
-                for cand, _ in cands:
-                    cand.close()
-                print(f"[{time.time() - t0:5.0f}s] causal={causal!s:5} B={b:2} S={s:5} " + "  ".join(
-                      f"{n} {row[n + '_ms']:.4f} [{row[n + '_q1']:.4f}, {row[n + '_q3']:.4f}]" for n in fns)
-                      + f"  max |O - sdpa| {errs}", flush=True)
-                with open(out, "w") as f:
-                    json.dump({"rows": rows}, f, indent=1)
+                        e1.record()
+                        e1.synchronize()
+                        sh["times"][name].append(e0.elapsed_time(e1))
+        for sh in shapes:
+            causal, b, s = sh["causal"], sh["B"], sh["S"]
+            row = {"causal": causal, "B": b, "H": HEADS, "S": s, "ctas": ctas(b, s), "regs_spills": sh["regs"],
+                   "max_abs_err_vs_sdpa": sh["errs"], "x_tiles_per_cta": tiles_per_cta(s, causal)}
+            for name, ts in sh["times"].items():
+                q1, _, q3 = statistics.quantiles(ts, n=4)
+                row[f"{name}_ms"], row[f"{name}_q1"], row[f"{name}_q3"] = statistics.median(ts), q1, q3
+            rows.append(row)
+            for cand, _ in sh["cands"]:
+                cand.close()
+            print(f"[{time.time() - t0:5.0f}s] causal={causal!s:5} B={b:2} S={s:5} " + "  ".join(
+                  f"{n} {row[n + '_ms']:.4f} [{row[n + '_q1']:.4f}, {row[n + '_q3']:.4f}]" for n in sh["fns"])
+                  + f"  max |O - sdpa| {sh['errs']}", flush=True)
         fits = {}
         for causal in (False, True):
             rs = [r for r in rows if r["causal"] == causal]

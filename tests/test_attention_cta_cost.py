@@ -39,7 +39,7 @@ def test_every_variant_is_a_valid_point_at_every_shape(causal):
         wl = mha_fwd(b, cc.HEADS, s, cc.D, causal=causal, held_out=True)
         for change in cc.VARIANTS.values():
             assert at.validate(at.default_params(wl).model_copy(update=change), wl) == []
-    assert cc.VARIANTS["kernel"] == {}  # the first build is TUNED itself
+    assert cc.VARIANTS["kernel"] == {} and cc.VARIANTS["unstaggered"] == {"stagger": False}  # TUNED, and without
 
 
 def test_the_fit_recovers_a_known_line_and_the_per_cta_cost():

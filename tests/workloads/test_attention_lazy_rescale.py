@@ -83,7 +83,7 @@ def test_the_option_is_left_out_of_a_dump_at_its_default_and_the_tuned_points_ca
 @pytest.mark.parametrize("wid", ["mha_fwd_d128", "mha_fwd_d128_causal", "mha_fwd_d64"])
 def test_the_lazy_build_assembles_with_its_vote_and_no_spills(wid):
     w = get_workload(wid)
-    base = at.default_params(w).model_copy(update={"rescale": "always", "early_pack": False})
+    base = at.default_params(w).model_copy(update={"rescale": "always", "early_pack": False, "stagger": False})
     lazy = base.model_copy(update={"rescale": "lazy"})
     text = at.render(lazy)
     for _, new in at.LAZY_EDITS:
@@ -110,7 +110,8 @@ def test_the_vote_moves_the_pv_wait_ahead_of_the_softmax():
     under = {r: _exponentials_under_pv(at.default_params(w).model_copy(update={"rescale": r, "uniform": False,
                                                                                           "early_pack": False,
                                                                                           "split_max": False,
-                                                                                          "q_regs": False}))
+                                                                                          "q_regs": False,
+                                                                                          "stagger": False}))
              for r in ("always", "lazy")}
     assert under["always"] >= 48 and under["lazy"] < under["always"], under
     assert at.validate(at.params_for(w, rescale="lazy_max"))  # measured slower than always and deleted
@@ -124,7 +125,7 @@ def test_early_pack_keeps_the_lazy_softmax_under_the_pv_product(wid):
     without the lazy rescale (there is no branch to move ahead of). Measured faster (round 8), so TUNED sets it."""
     w = get_workload(wid)
     early = at.default_params(w).model_copy(update={"split_rows": False, "split_max": False,  # the point round 8
-                                                    "q_regs": False})                         # measured it on
+                                                    "q_regs": False, "stagger": False})       # measured it on
     assert early.rescale == "lazy" and early.early_pack
     lazy = early.model_copy(update={"early_pack": False})
     assert "early_pack" not in lazy.model_dump()

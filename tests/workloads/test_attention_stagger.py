@@ -47,10 +47,10 @@ def _key_tile_loop(cubin: str, kernel: str, products: int) -> list[str]:
 
 
 def test_the_barrier_is_paired_and_its_id_free():
-    body = at.render(at.default_params().model_copy(update={"stagger": True}))
+    body = at.render(at.default_params())  # the checked-in file's point has it
     assert body.count(f"bar_sync_imm<{BAR_STAGGER}, 256>()") == 1 and body.count(f"bar_arrive_imm<{BAR_STAGGER}, 256>()") == 1
     assert "if (c == 1) bar_sync_imm<7, 256>()" in body and "if (c == 0) bar_arrive_imm<7, 256>()" in body
-    base = at.render(at.default_params())
+    base = at.render(at.default_params().model_copy(update={"stagger": False}))
     assert "BAR_TURN = 1;" in base and "BAR_EPI = 4;" in base and at.default_params().consumers == 2  # ids 1-6 taken
     assert f"<{BAR_STAGGER}," not in base
 
@@ -58,8 +58,9 @@ def test_the_barrier_is_paired_and_its_id_free():
 @pytest.mark.parametrize("wid", COOPERATIVE)
 def test_stagger_keeps_the_loop_and_assembles_clean(wid):
     w = get_workload(wid)
-    p = at.default_params(w)
-    q = p.model_copy(update={"stagger": True})
+    q = at.default_params(w)  # TUNED has it since round 19
+    p = q.model_copy(update={"stagger": False})
+    assert q.stagger
     assert at.validate(q, w) == []
     loops, ex2 = {}, {}
     for point in (p, q):
@@ -77,7 +78,9 @@ def test_refused_off_two_cooperative_consumers():
     assert any("stagger" in b for b in at.validate(d64.model_copy(update={"stagger": True})))
     pp = at.default_params().model_copy(update={"schedule": "pingpong", "stagger": True})
     assert any("stagger" in b for b in at.validate(pp))
-    assert "stagger" not in at.default_params().model_dump()  # an option at its default leaves the dump as before
+    assert "stagger" not in at.plain_params().model_dump()  # an option at its default leaves the dump as before
+    assert sorted(k for k, pt in at.TUNED.items() if pt.get("stagger")) == [
+        (96, False, False), (96, True, False), (128, False, False), (128, False, True), (128, True, False)]
 
 
 def test_round_19_pairs_every_cooperative_tuned_point():
@@ -90,7 +93,8 @@ def test_round_19_pairs_every_cooperative_tuned_point():
     assert [wid for wid, _, _ in pairs[::2]] == COOPERATIVE
     for (wid, tuned, _), (wid2, staggered, predicted) in zip(pairs[::2], pairs[1::2]):
         w = get_workload(wid)
-        assert wid2 == wid and tuned == at.TUNED[tuple(at.problem_of(w).values())]
+        now = at.TUNED[tuple(at.problem_of(w).values())]
+        assert wid2 == wid and tuned == {k: v for k, v in now.items() if k != "stagger"} and now["stagger"]
         assert staggered == {**tuned, "stagger": True} and predicted > 0
         assert at.validate(at.params_for(w, **staggered), w) == []
     for wid, ch, _ in smoke:

@@ -35,7 +35,7 @@ dims = ["D", "B * H * S"]
 box = [64, 64]
 swizzle = "128B"
 */
-// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 24, 'rescale': 'lazy', 'uniform': True, 'early_pack': True, 'split_max': True, 'q_regs': True}
+// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 24, 'rescale': 'lazy', 'uniform': True, 'early_pack': True, 'split_max': True, 'q_regs': True, 'stagger': True}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -499,12 +499,14 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
     load_q_frag(w.qf, w.sQc, t);  // q_regs
     // tile 0: S only
     mbar_wait(&fullK[0], 0);
+    if (c == 1) bar_sync_imm<7, 256>();  // stagger: consumer 1 issues once consumer 0's S_0 is done
     turn_wait(c);
     wgmma_fence();
     issue_qk_rs(s, w.qf, sK);
     wgmma_commit();
     turn_pass(c);
     wgmma_wait<0>();
+    if (c == 0) bar_arrive_imm<7, 256>();  // stagger: consumer 0's S_0 is done
     wgmma_fence_regs(s);
     if (lane == 0) mbar_arrive(&emptyK[0]);
     if (MASKED && n_plain == 0) {
