@@ -14,8 +14,9 @@ records the fit.
 Each build of VARIANTS (TUNED, and TUNED without its stagger: a change of the CTA's start shows in the intercept, not
 the slope) at each shape is built through the harness's own path (parse_solution, compile_source, resolve_plan, Candidate) for a
 Workload made with the registry's mha_fwd(), checked against torch's SDPA once, then timed with the evaluator's
-protocol in miniature: 5 s of warm-up calls (a fresh machine's clocks ramp for its first seconds), then trials that each
-call every shape's builds and cuDNN in turn, each call after an L2 flush; medians and quartiles.
+own timing loop (tools/gpu/timing.time_sides: an L2 flush and a spin before each call, the sides interleaved ABBA)
+after 5 s of warm-up calls (a fresh machine's clocks ramp for its first seconds), every shape in each trial; medians
+and quartiles.
 
     python3 bench/attention_cta_cost.py OUT.json [--trials 3 --calls 30]        (a GPU machine; gpu_round.sh cta-cost)
 """
@@ -88,6 +89,7 @@ def run(out: str, trials: int, calls: int) -> None:
 
     from ptxbench.tools.gpu.inprocess import in_process_worker
     from ptxbench.tools.gpu.runner import Candidate, new_buffers
+    from ptxbench.tools.gpu.timing import Side, time_sides
     from ptxbench.tools.solution.parse import resolve_plan
     from ptxbench.workloads.registry import mha_fwd
     from ptxbench.workloads.solutions import attention_template as at
@@ -96,7 +98,6 @@ def run(out: str, trials: int, calls: int) -> None:
     rows, shapes = [], []
     with in_process_worker() as state:
         sms = state.limits.sm_count
-        flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
         # every build at every shape first (about 5 GB), so the timing can interleave the shapes
         for causal in (False, True):
             for b, s in SHAPES:
@@ -138,17 +139,14 @@ def run(out: str, trials: int, calls: int) -> None:
                 for fn in sh["fns"].values():
                     fn()
             torch.cuda.synchronize()
-        for _ in range(trials):  # each trial: every shape, each build and the library, `calls` calls each
+        flush_bytes = max(2 * state.limits.l2_bytes, 64 * 2**20)  # the evaluator's L2 flush
+        for _ in range(trials):  # each trial: every shape, its builds and the library interleaved (ABBA)
             for sh in shapes:
-                for name, fn in sh["fns"].items():
-                    for _ in range(calls):
-                        flush.zero_()
-                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        e0.record()
-                        fn()
-                        e1.record()
-                        e1.synchronize()
-                        sh["times"][name].append(e0.elapsed_time(e1))
+                names = list(sh["fns"])
+                got = time_sides([Side(call=sh["fns"][n]) for n in names], flush_bytes=flush_bytes, warmup=2,
+                                 iters=calls, trials=1)
+                for n, ts in zip(names, got):
+                    sh["times"][n] += ts
         for sh in shapes:
             causal, b, s = sh["causal"], sh["B"], sh["S"]
             row = {"causal": causal, "B": b, "H": HEADS, "S": s, "ctas": ctas(b, s), "regs_spills": sh["regs"],
