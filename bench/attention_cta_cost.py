@@ -36,6 +36,7 @@ SHAPES = [(16, 1024), (8, 2048), (4, 4096), (2, 8192)]
 # stagger since round 19, so its twin without it shows what the stagger does to the line
 VARIANTS = {"kernel": {}, "unstaggered": {"stagger": False}}
 WARMUP_S = 5.0  # seconds of calls before the first timed one
+CLOCK_FIELDS = ("clocks.sm", "power.draw", "temperature.gpu")
 TILE = 128  # query rows and keys of a TUNED D = 128 tile
 
 
@@ -93,6 +94,7 @@ def run(out: str, trials: int, calls: int) -> None:
     from ptxbench.tools.solution.parse import resolve_plan
     from ptxbench.workloads.registry import mha_fwd
     from ptxbench.workloads.solutions import attention_template as at
+    from gpu_sampler import GpuSampler
 
     t0 = time.time()
     rows, shapes = [], []
@@ -140,16 +142,25 @@ def run(out: str, trials: int, calls: int) -> None:
                     fn()
             torch.cuda.synchronize()
         flush_bytes = max(2 * state.limits.l2_bytes, 64 * 2**20)  # the evaluator's L2 flush
-        for _ in range(trials):  # each trial: every shape, its builds and the library interleaved (ABBA)
-            for sh in shapes:
-                names = list(sh["fns"])
-                got = time_sides([Side(call=sh["fns"][n]) for n in names], flush_bytes=flush_bytes, warmup=2,
-                                 iters=calls, trials=1)
-                for n, ts in zip(names, got):
-                    sh["times"][n] += ts
+        # SM clock, power and temperature beside each shape's timings (nvidia-smi every 100 ms): the absolute times
+        # are comparable with the evaluator's only at the same clock
+        with GpuSampler(period_ms=100, extra=CLOCK_FIELDS) as sampler:
+            for _ in range(trials):  # each trial: every shape, its builds and the library interleaved (ABBA)
+                for sh in shapes:
+                    names = list(sh["fns"])
+                    t1 = time.time()
+                    got = time_sides([Side(call=sh["fns"][n]) for n in names], flush_bytes=flush_bytes, warmup=2,
+                                     iters=calls, trials=1)
+                    sh.setdefault("windows", []).append((t1, time.time()))
+                    for n, ts in zip(names, got):
+                        sh["times"][n] += ts
+        for sh in shapes:
+            reads = [sampler.window(t1, t2) for t1, t2 in sh["windows"]]
+            sh["gpu"] = {f: round(statistics.mean(r[f] for r in reads if f in r), 1)
+                         for f in CLOCK_FIELDS if any(f in r for r in reads)}
         for sh in shapes:
             causal, b, s = sh["causal"], sh["B"], sh["S"]
-            row = {"causal": causal, "B": b, "H": HEADS, "S": s, "ctas": ctas(b, s), "regs_spills": sh["regs"],
+            row = {"causal": causal, "B": b, "H": HEADS, "S": s, "ctas": ctas(b, s), "regs_spills": sh["regs"], "gpu": sh["gpu"],
                    "max_abs_err_vs_sdpa": sh["errs"], "x_tiles_per_cta": tiles_per_cta(s, causal)}
             for name, ts in sh["times"].items():
                 q1, _, q3 = statistics.quantiles(ts, n=4)
@@ -159,7 +170,7 @@ def run(out: str, trials: int, calls: int) -> None:
                 cand.close()
             print(f"[{time.time() - t0:5.0f}s] causal={causal!s:5} B={b:2} S={s:5} " + "  ".join(
                   f"{n} {row[n + '_ms']:.4f} [{row[n + '_q1']:.4f}, {row[n + '_q3']:.4f}]" for n in sh["fns"])
-                  + f"  max |O - sdpa| {sh['errs']}", flush=True)
+                  + f"  max |O - sdpa| {sh['errs']}  {sh['gpu']}", flush=True)
         fits = {}
         for causal in (False, True):
             rs = [r for r in rows if r["causal"] == causal]
