@@ -309,21 +309,10 @@ _BEFORE_19 = {problem: _without(point, "stagger") for problem, point in at.TUNED
 POINTS_19 = [(wid, _SMOKE_19, None) for wid in ("smoke_mha_fwd_d64", "smoke_mha_fwd_d64_causal", "smoke_mha_fwd_d64_gqa_h4_kv2")] + [
     point for wid, problem, ref, (change, ratio) in _ROUND_19
     for point in ((wid, _BEFORE_19[problem], ref), (wid, {**_BEFORE_19[problem], **change}, round(ref / ratio, 3)))]
-# Round 20 (written before its run, attention_template.md round 20): prefetch_next, the next wave's Q and first K / V
-# tiles prefetched into L2 by the producer once its last loads are issued, against TUNED at six points (both schedules),
-# after the new code path at the smoke shapes. Predicted by kernel time: -0.5 to -1.5% plain (a DRAM read of Q, about
-# 1 us, becomes an L2 hit in each 47 us CTA), -0.3 to -1.5% causal (CTAs end out of launch order there, so launch
-# index plus the SMs is a looser guess of the next CTA).
-_ROUND_20 = (("mha_fwd_d128", (128, False, False), 1.09, ({"prefetch_next": True}, 0.99)),
-             ("mha_fwd_d128_causal", (128, True, False), 1.09, ({"prefetch_next": True}, 0.99)),
-             ("mha_fwd_d96", (96, False, False), 1.14, ({"prefetch_next": True}, 0.99)),
-             ("mha_fwd_d128_gqa_h32_kv8", (128, False, True), 1.10, ({"prefetch_next": True}, 0.99)),
-             ("mha_fwd_d64", (64, False, False), 1.12, ({"prefetch_next": True}, 0.99)),
-             ("mha_fwd_d128_gqa_h32_kv8_causal", (128, True, True), 1.04, ({"prefetch_next": True}, 0.99)))
-POINTS_20 = [(wid, {"prefetch_next": True}, None) for wid in ("smoke_mha_fwd_d64", "smoke_mha_fwd_d64_causal",
-                                                               "smoke_mha_fwd_d64_gqa_h4_kv2")] + _against_tuned(_ROUND_20)
+# Round 20 (prefetch_next: the next wave's Q and first K / V tiles prefetched into L2 by the producer) measured level,
+# -0.7 to +0.5% at its six points, and was deleted with the option (attention_template.md, "Round 20 measured").
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
-          9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15, 19: POINTS_19, 20: POINTS_20}
+          9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15, 19: POINTS_19}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
 
 
