@@ -64,6 +64,19 @@ def test_spills_in_the_warpgroup_that_gave_registers_back_get_the_other_move():
     assert "give math warps more registers" not in first
 
 
+def test_spills_are_reported_for_the_kernels_that_ran_only():
+    """A module's other entry points (the backward's D = 64 kernels when D = 128 is profiled) say nothing about this
+    workload: their spills are left out once a launched kernel is among the compiled ones."""
+    quiet = KernelResources(name="gated_mma")  # the kernel the gated_live profile launched
+    other = KernelResources(name="other_entry", spill_stores=12, spill_loads=32)
+    cr = CompileResult(status="ok", arch="sm_90a", kernels={"gated_mma": quiet, "other_entry": other})
+    assert "spilled registers" not in feedback("gated_live", compile_result=cr)
+    loud = KernelResources(name="gated_mma", spill_stores=8, spill_loads=8)
+    cr = CompileResult(status="ok", arch="sm_90a", kernels={"gated_mma": loud, "other_entry": other})
+    text = feedback("gated_live", compile_result=cr)
+    assert "spilled registers in gated_mma (8 bytes stored" in text and "other_entry" not in text
+
+
 @pytest.mark.parametrize("budget", [60, 120, 250, 450])
 def test_feedback_stays_within_its_token_budget(budget):
     for case in ("stream", "gated_dead", "gated_live", "fma"):

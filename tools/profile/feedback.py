@@ -219,11 +219,16 @@ def _verdict_items(verdicts: dict[str, RuntimeTarget], arch: str) -> list[tuple[
     return items
 
 
-def _spill_items(compile_result: CompileResult | None) -> list[tuple[float, str]]:
+def _spill_items(compile_result: CompileResult | None, launched: set[str] | None = None) -> list[tuple[float, str]]:
+    """Spills of the kernels the profile saw launched (all of the module's when none of their names match: a
+    profile that names kernels differently). A module's other entry points (the backward's D = 64 kernels beside
+    its D = 128 one) say nothing about this workload."""
     if compile_result is None:
         return []
+    kernels = list(compile_result.kernels.values())
+    ran = [k for k in kernels if launched and k.name in launched]
     out = []
-    for k in compile_result.kernels.values():
+    for k in ran or kernels:
         if k.spill_stores or k.spill_loads:
             # where the spills sit (tools/regpool.py): the warpgroup that gave registers back needs the other move
             key = "spills_released" if spills_mostly_released(k) else "spills"
@@ -359,7 +364,8 @@ def profile_feedback(summary: ProfileSummary, verdicts: dict[str, RuntimeTarget]
     st = standing(summary, wl, timing)
     now = st.now_us
     tr = traits(compile_result, verdicts, k)
-    items = [(math.inf, w, text) for w, text in _verdict_items(verdicts, arch) + _spill_items(compile_result)]
+    launched = {x.name for x in summary.kernels}
+    items = [(math.inf, w, text) for w, text in _verdict_items(verdicts, arch) + _spill_items(compile_result, launched)]
     if k is not None:
         dram = [x.dram_bytes for x in summary.kernels if x.dram_bytes is not None]
         hbm = (timing.ceilings.get("hbm_gbps") if timing is not None else None) or _peak(summary.gpu)[1]
