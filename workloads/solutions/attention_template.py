@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .attention_softmax import EARLY_PACK, LAZY_EDITS, SPLIT_MAX, SPLIT_ROWS, lazy_rescale  # noqa: F401  (LAZY_EDITS: read by tests)
+from .attention_persistent import persistent_body
 from .attention_qregs import q_regs_edits
 from .attention_stagger import STAGGER_EDITS
 from .register_split import consumer_regs
@@ -33,6 +34,11 @@ CAUSAL_COOP_SPARE = 16
 # Ping-pong needs fewer: its 72 points at bn 160-192 (D = 96 / 128, plain, causal, GQA, both epilogues, producer
 # registers 24 / 40) assembled clean with 32 or more to spare and spilled with C7512 at 24 (ptxas 13.5).
 PINGPONG_SPARE = 32
+# persistent=True (attention_persistent.py): its producer walks the tiles and spilled 8-28 bytes at 24 registers
+# (ptxas 13.5, the five cooperative points); at 40 the consumers get 232 and assembled clean with S, P, O and Q's
+# fragments (192) taking all but 40 of them.
+PERSISTENT_PRODUCER_REGS = 40
+PERSISTENT_SPARE = 40
 # rescale="lazy" (its thresholds and vote) takes key tiles up to LAZY_MAX_BN: its boundary points
 # (bench/attention_template_compile.py, ptxas 13.5) spilled 4-12 bytes at 160-192 keys (D = 64 bn 192 and D = 96 / 128
 # bn 160 cooperative, D = 96 / 128 bn 160-176 under ping-pong, non-causal), and key tiles over 128 did not pay anyway
@@ -84,6 +90,10 @@ class AttnParams(BaseModel):
     stagger: bool = Field(False, description="consumer 1 issues its first S once consumer 0's is done, so consumer 0's "
                           "first softmax runs under consumer 1's S instead of with the tensor pipe idle (cooperative, two "
                           "consumers)")
+    persistent: bool = Field(False, description="one CTA per SM taking query tiles from an atomic counter (launch order, "
+                             "so causal stays longest first); each consumer issues a tile's last P V product with the "
+                             "next tile's first S and writes the epilogue under the other consumer's work (cooperative, "
+                             "TMA epilogue, q_regs)")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -122,8 +132,8 @@ class AttnParams(BaseModel):
         return self.slabs * self.bn * 128
 
     @property
-    def smem_bytes(self) -> int:  # alignment slack, Q, ring, barriers
-        return 1024 + self.q_bytes + 2 * self.stages * self.kv_bytes + 256
+    def smem_bytes(self) -> int:  # alignment slack, Q (persistent: and the O staging), ring, barriers
+        return 1024 + (2 if self.persistent else 1) * self.q_bytes + 2 * self.stages * self.kv_bytes + 256
 
 
 PARAM_SPACE: dict[str, list] = {
@@ -145,16 +155,18 @@ OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "split_rows": [False, True],  # round 10: -0.7 to -1.0% at three points, TUNED sets it there
                                   "split_max": [False, True],  # rounds 11, 13: with q_regs -1.2 to -1.6% at D = 128
                                   "q_regs": [False, True],  # round 13: -0.6 to -1.4% at the causal points, in TUNED
-                                  "stagger": [False, True]}  # round 19: -0.1 to -0.7% at the five cooperative points, in TUNED
+                                  "stagger": [False, True],  # round 19: -0.1 to -0.7% at the five cooperative points, in TUNED
+                                  "persistent": [False, True]}  # round 21: not measured yet
 # diag_half (consumer 0's causal diagonal tile halved) and dead_tile (D = 64 causal's wholly masked tile skipped)
 # measured +1.4-2.3% and +9.5% slower (rounds 12-14) and were deleted; so was tail_split (the last wave's tiles cut
 # over their key tiles, merged by each tile's last piece: +0.7 to +3.6%, round 16) and exp_poly (one exponential in 8
 # or 4 on the FMA pipe as 2^n times a cubic, FlashAttention-4's split: +3.2 to +8.0%, round 17); store_wait="read"
 # (the TMA epilogue's last wait for O's staging rows to be read, not for its writes) measured level (-0.1 to +0.2%,
 # round 18) and was deleted too.
-# persistent=True (one CTA per SM walking the query tiles) lost at every point of round 9 (attention_template.md) and
-# was deleted. prefetch_next (the next wave's Q and first K / V tiles prefetched into L2 by the producer) measured
-# level, -0.7 to +0.5% (round 20), and was deleted.
+# Round 9's persistent=True (one CTA per SM walking the query tiles in a fixed order, each tile's start and end still
+# alone) lost at every point (attention_template.md) and was deleted; round 21's persistent is another design
+# (attention_persistent.py). prefetch_next (the next wave's Q and first K / V tiles prefetched into L2 by the
+# producer) measured level, -0.7 to +0.5% (round 20), and was deleted.
 HEAD_DIMS = (64, 96, 128)
 # The measured reference kernels (bench/results/attention_wgmma.md) per head dim: D = 64's tiles are half as
 # long to compute, so its ring is deeper.
@@ -334,7 +346,7 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
         bad.append("ping-pong needs at least 2 consumers to take turns")
     if p.lpt_group and not p.causal:
         bad.append(f"lpt_group={p.lpt_group} orders causal tiles by length; without causal every tile is as long")
-    spare = (PINGPONG_SPARE if p.schedule == "pingpong" else
+    spare = (PINGPONG_SPARE if p.schedule == "pingpong" else PERSISTENT_SPARE if p.persistent and p.bn <= 128 else
              SPARE_REGS + (CAUSAL_COOP_SPARE if p.causal and p.bn > 128 else 0))
     if p.rescale != "always" and p.bn > LAZY_MAX_BN:
         bad.append(f"rescale={p.rescale} is built for key tiles up to {LAZY_MAX_BN} keys (bn={p.bn}: the lazy "
@@ -351,8 +363,15 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
                    f"{p.consumer_regs} (about {spare} must stay spare): a smaller bn, or fewer consumers")
     if p.smem_bytes > SMEM_LIMIT:
         bad.append(f"needs {p.smem_bytes} bytes of shared memory, the limit is {SMEM_LIMIT}: fewer stages or a smaller bn")
-    if 1 + 4 * p.stages > 32:
-        bad.append(f"stages={p.stages}: the 1 + 4 x stages mbarriers must fit 256 bytes")
+    if 1 + 4 * p.stages > 32 or (p.persistent and 2 + 4 * p.stages >= 32):
+        bad.append(f"stages={p.stages}: the mbarriers (1 + 4 x stages; persistent 2 + 4 x stages and the tile index) "
+                   "must fit 256 bytes")
+    if p.persistent and (p.schedule != "cooperative" or p.epilogue != "tma" or not p.q_regs):
+        bad.append("persistent=True is built for the cooperative schedule, the TMA epilogue (O staged in a buffer of "
+                   "its own) and q_regs (Q's buffer freed once its fragments are in registers): set all three")
+    if p.persistent and p.producer_regs < PERSISTENT_PRODUCER_REGS:
+        bad.append(f"persistent=True's producer walks the tiles: it needs producer_regs={PERSISTENT_PRODUCER_REGS} "
+                   f"(it spilled at {p.producer_regs})")
     if shape is not None:
         bad += _shape_problems(p, shape)
     return bad
@@ -365,6 +384,8 @@ def kernel_name(p: AttnParams) -> str:
 
 
 def _grid(p: AttnParams) -> str:
+    if p.persistent:
+        return f'grid = ["min(num_sms, cdiv(S, {p.bm}) * B * H)"]  # persistent: one CTA per SM, tiles from a counter'
     if p.causal and p.lpt_group:
         return f'grid = ["cdiv(S, {p.bm}) * B * H"]  # longest first across groups of {p.lpt_group} heads'
     return f'grid = ["cdiv(S, {p.bm})", "B * H"]'
@@ -374,6 +395,7 @@ def plan_toml(p: AttnParams) -> str:
     kv_rows = "B * HKV * S" if p.gqa else "B * H * S"
     args = ["tmap:Q_map", "tmap:K_map", "tmap:V_map"] + (["tmap:O_map"] if p.epilogue == "tma" else [])
     args += ["O", "LSE", "i32:S", "i32:D", "f32:scale"] + (["i32:H // HKV"] if p.gqa else [])
+    args += ["i32:B * H", "scratch:tile_counter"] if p.persistent else []
     maps = [("Q", "Q", "B * H * S", p.bm), ("K", "K", kv_rows, p.bn), ("V", "V", kv_rows, p.bn)]
     if p.epilogue == "tma":
         maps.append(("O", "O", "B * H * S", 64))  # one consumer's 64 rows x one 64-wide d slab
@@ -386,10 +408,16 @@ def plan_toml(p: AttnParams) -> str:
         f'kernel = "{kernel_name(p)}"\n'
         f"{_grid(p)}\n"
         f"block = [{p.threads}]\n"
-        f'smem = "1024 + {p.q_bytes} + {p.kv_bytes} * {2 * p.stages} + 256"  '
-        f"# 1 KiB alignment slack, Q, {p.stages} x (K, V) tiles, mbarriers\n"
-        f"args = [{', '.join(chr(34) + a + chr(34) for a in args)}]\n"
-        f"{tmaps}*/\n"
+        + (f'smem = "1024 + {p.q_bytes} * 2 + {p.kv_bytes} * {2 * p.stages} + 256"  '
+           f"# 1 KiB alignment slack, Q, O staging, {p.stages} x (K, V) tiles, mbarriers and the tile index\n"
+           if p.persistent else
+           f'smem = "1024 + {p.q_bytes} + {p.kv_bytes} * {2 * p.stages} + 256"  '
+           f"# 1 KiB alignment slack, Q, {p.stages} x (K, V) tiles, mbarriers\n")
+        + f"args = [{', '.join(chr(34) + a + chr(34) for a in args)}]\n"
+        f"{tmaps}"
+        + ('\n[scratch.tile_counter]  # tiles handed out past the first gridDim.x (zeroed before every call)\n'
+           'dtype = "int32"\nshape = [1]\nzero = true\n' if p.persistent else "")
+        + "*/\n"
     )
 
 
@@ -397,12 +425,14 @@ def _entry(p: AttnParams) -> str:
     """The kernel's entry point: its parameters follow the plan's args."""
     o_map = "const __grid_constant__ CUtensorMap tmO, " if p.epilogue == "tma" else ""
     group = ", int group" if p.gqa else ""
+    walk = ", int BH, int* __restrict__ tile_counter" if p.persistent else ""
     return (
         f"\n// The entry point the plan launches.\nextern \"C\" __global__ void __launch_bounds__({p.threads}, 1)\n"
         f"{kernel_name(p)}(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,\n"
         f"    const __grid_constant__ CUtensorMap tmV, {o_map}__nv_bfloat16* __restrict__ O, float* __restrict__ LSE,\n"
-        f"    int S, int D, float scale{group}) {{\n"
-        f"  attn_fwd(&tmQ, &tmK, &tmV, {'&tmO' if o_map else 'nullptr'}, O, LSE, S, D, scale, {'group' if group else '1'});\n"
+        f"    int S, int D, float scale{group}{walk}) {{\n"
+        f"  attn_fwd(&tmQ, &tmK, &tmV, {'&tmO' if o_map else 'nullptr'}, O, LSE, S, D, scale, {'group' if group else '1'}"
+        f"{', BH, tile_counter' if walk else ''});\n"
         "}\n"
     )
 
@@ -447,4 +477,6 @@ def render(params: AttnParams | Mapping[str, Any]) -> str:
     if p.stagger:  # consumer 1's first S after consumer 0's
         for old, new in STAGGER_EDITS:
             body = replace_counted(body, old, new, "attention_template.cu.in (stagger)")
+    if p.persistent:  # last: its kernel replaces attn_fwd as the options above left it
+        body = persistent_body(body, p)
     return plan_toml(p) + header + consts + "\n" + body + _entry(p)

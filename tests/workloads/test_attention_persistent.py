@@ -1,0 +1,109 @@
+"""The attention forward template's persistent option (attention_persistent.py): one CTA per SM taking query tiles
+from an atomic counter, each consumer issuing a tile's last P V product with the next tile's first S.
+
+Here: the option is left out of default dumps and renders; validate() refuses it off the cooperative schedule, the TMA
+epilogue, q_regs and a 40-register producer; the plan has a grid of at most the SMs, the O staging's shared memory, the
+B * H argument and a zeroed int32 counter; every cooperative reference point assembles with it (no spills, no ptxas
+warnings, the cross-tile step's S and P V products beside the loop's); the launch order it walks gives every (query
+tile, head) one index; and on the GPU each point passes the harness's checks (the main shapes have 47 tiles per CTA, so
+the cross-tile step runs thousands of times per call). Speed: attention_template.md round 21."""
+from __future__ import annotations
+
+import pytest
+
+from ptxbench.tools.compile import compile_source
+from ptxbench.tools.evaluator import EvalOptions
+from ptxbench.tools.solution.parse import parse_solution, resolve_plan
+from ptxbench.workloads.registry import get_workload
+from ptxbench.workloads.solutions import attention_template as at
+
+COOPERATIVE = ["mha_fwd_d128", "mha_fwd_d128_causal", "mha_fwd_d96", "mha_fwd_d96_causal", "mha_fwd_d128_gqa_h32_kv8"]
+WALK = {"q_regs": True, "persistent": True, "producer_regs": at.PERSISTENT_PRODUCER_REGS}
+
+
+def persistent_point(wid: str) -> at.AttnParams:
+    w = get_workload(wid)
+    p = at.default_params(w)
+    if p.schedule == "pingpong":  # the smoke shapes' D = 64 points: a cooperative neighbour
+        p = p.model_copy(update={"schedule": "cooperative", "consumers": 2, "bn": 128, "stages": 2, "epilogue": "tma"})
+    return p.model_copy(update=WALK)
+
+
+def test_persistent_is_an_option_left_out_of_default_dumps():
+    assert at.OPTION_SPACE["persistent"] == [False, True] and "persistent" not in at.default_params().model_dump()
+    assert "tile_of(" not in at.render(at.default_params()) and "tile_counter" not in at.render(at.default_params())
+    p = persistent_point("mha_fwd_d128")
+    text = at.render(p)
+    assert "'persistent': True" in text and "atomicAdd(tile_counter, 1)" in text
+    plan = text.split("*/")[0]
+    assert 'grid = ["min(num_sms, cdiv(S, 128) * B * H)"]' in plan
+    assert '"i32:B * H", "scratch:tile_counter"]' in plan
+    assert '[scratch.tile_counter]' in plan and 'dtype = "int32"\nshape = [1]\nzero = true' in plan
+    assert f'smem = "1024 + {p.q_bytes} * 2 + ' in plan and p.smem_bytes <= at.SMEM_LIMIT
+
+
+@pytest.mark.parametrize("change, words", [({"schedule": "pingpong", "stagger": False}, "cooperative"),
+                                           ({"epilogue": "direct"}, "TMA epilogue"),
+                                           ({"q_regs": False}, "q_regs"),
+                                           ({"producer_regs": 24}, "producer_regs=40")])
+def test_validate_refuses_what_the_walk_is_not_built_for(change, words):
+    p = persistent_point("mha_fwd_d128").model_copy(update=change)
+    bad = at.validate(p)
+    assert any(words in b for b in bad), bad
+
+
+@pytest.mark.parametrize("wid", COOPERATIVE)
+def test_each_cooperative_reference_point_assembles_persistent(wid):
+    w = get_workload(wid)
+    p = persistent_point(wid)
+    assert at.validate(p, w) == []
+    plan = resolve_plan(parse_solution(at.render(p), w).plan, w, 132, "sm_90a")
+    assert tuple(plan.launches[0].grid)[0] == 132  # more tiles than SMs on every main shape
+    assert [s.name for s in plan.scratch] == ["tile_counter"] and plan.scratch[0].zero
+    r = compile_source(at.render(p), "cuda", "sm_90a")
+    assert r.status == "ok" and not r.warnings, (r.errors, r.warnings)
+    k = r.kernels[at.kernel_name(p)]
+    assert k.spill_stores == 0 and k.spill_loads == 0
+    plain = p.model_copy(update={"persistent": False, "producer_regs": 24})
+    ref = compile_source(at.render(plain), "cuda", "sm_90a").kernels[at.kernel_name(p)]
+    # the cross-tile step issues one S (D / 16 k16 steps) and one P V (bn / 16) of its own
+    assert k.sass_opcodes.get("HGMMA") == ref.sass_opcodes.get("HGMMA") + (p.head_dim + p.bn) // 16
+    assert k.sass_opcodes.get("ATOMG", 0) + k.sass_opcodes.get("ATOM", 0) + k.sass_opcodes.get("RED", 0) >= 1
+
+
+def _tile_of(lin: int, n_q: int, bh_count: int, causal: bool, lpt: int) -> tuple[int, int]:
+    """tile_of's lines."""
+    if causal and lpt > 0:
+        grp, in_grp = lin // (lpt * n_q), lin % (lpt * n_q)
+        g_heads = min(lpt, bh_count - grp * lpt)
+        return n_q - 1 - in_grp // g_heads, grp * lpt + in_grp % g_heads
+    return (n_q - 1 - lin % n_q if causal else lin % n_q), lin // n_q
+
+
+@pytest.mark.parametrize("causal, lpt", [(False, 0), (True, 0), (True, 8), (True, 4)])
+def test_the_launch_order_gives_every_tile_one_index(causal, lpt):
+    text = at.render(persistent_point("mha_fwd_d128_causal" if causal else "mha_fwd_d128"))
+    for line in ("const int grp = lin / (LPT_GROUP * n_q), in_grp = lin % (LPT_GROUP * n_q);",
+                 "const int g_heads = min(LPT_GROUP, BH - grp * LPT_GROUP);",
+                 "q_tile = n_q - 1 - in_grp / g_heads;", "bh = grp * LPT_GROUP + in_grp % g_heads;",
+                 "q_tile = CAUSAL ? n_q - 1 - lin % n_q : lin % n_q;  // causal: each head's longest rows first",
+                 "bh = lin / n_q;", "const int next = gridDim.x + atomicAdd(tile_counter, 1);"):
+        assert line in text, line
+    for n_q, bh_count in ((32, 192), (4, 10), (2, 3)):
+        tiles = [_tile_of(lin, n_q, bh_count, causal, lpt) for lin in range(n_q * bh_count)]
+        assert len(set(tiles)) == n_q * bh_count
+        assert all(0 <= q < n_q and 0 <= bh < bh_count for q, bh in tiles)
+        if causal:  # longest first: a query tile's key tiles never grow along the order within a head group
+            assert tiles[0][0] == n_q - 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wid", ["smoke_mha_fwd_d64", "smoke_mha_fwd_d64_causal"] + COOPERATIVE)
+def test_persistent_points_pass_on_the_gpu(wid):
+    from gpu_helpers import shared_evaluator
+
+    r = shared_evaluator().evaluate(wid, at.render(persistent_point(wid)),
+                                    EvalOptions(timeout_s=120, trials=1, profile_on_pass=False))
+    t = r.timing
+    print("RESULT", wid, r.status, r.message, t and (t.candidate.median_ms, t.speedup, t.speedup_ci))
+    assert r.status == "PASSED", (r.message, r.runtime_error, r.plan_errors)
