@@ -34,15 +34,12 @@ from .template_text import replace_counted
 STEP_EDITS = [
     ("  const int st = j % STAGES, sp = (j - 1) % STAGES;\n  float a0, a1;\n  mbar_wait(&w.fullK[st], (j / STAGES) & 1);\n"
      "  mbar_wait(&w.fullV[sp], ((j - 1) / STAGES) & 1);\n",
-     "  const int g = w.g0 + j;  // persistent: the ring position of key tile j of this query tile\n"
-     "  const int st = g % STAGES, sp = (g - 1) % STAGES;\n  float a0, a1;\n  mbar_wait(&w.fullK[st], (g / STAGES) & 1);\n"
+     "  // persistent: the ring position of key tile j of this query tile, unsigned: with signed positions ptxas 13.5\n"
+     "  // scheduled the loop's wait for the previous P V product ahead of every exponential\n"
+     "  const uint32_t g = w.g0 + j;\n"
+     "  const uint32_t st = g % STAGES, sp = (g - 1) % STAGES;\n  float a0, a1;\n  mbar_wait(&w.fullK[st], (g / STAGES) & 1);\n"
      "  mbar_wait(&w.fullV[sp], ((g - 1) / STAGES) & 1);\n"),
-    ("  float sl2;\n", "  float sl2;\n  int g0;              // persistent: the ring position of this query tile's first key tile\n"),
-    # the exponentials ahead of the wait for the previous P V product: without this pin the walk's loop (the same text
-    # inside an outer loop) had ptxas 13.5 put that wait ahead of all 66 (TUNED keeps 44 under the product)
-    ("  wgmma_wait<0>();  // P_{j-1} V_{j-1} is done: O and P may be touched again\n",
-     "  wgmma_fence_regs(s);  // persistent: P's exponentials before the wait below\n"
-     "  wgmma_wait<0>();  // P_{j-1} V_{j-1} is done: O and P may be touched again\n"),
+    ("  float sl2;\n", "  float sl2;\n  uint32_t g0;         // persistent: the ring position of this query tile's first key tile\n"),
     ('static_assert(1 + 4 * STAGES <= 32, "the mbarriers fit their 256 bytes");',
      'static_assert(2 + 4 * STAGES < 32, "the mbarriers and the tile index fit their 256 bytes");'),
 ]
@@ -165,7 +162,7 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
   if (wg == 0) {
     setmaxnreg_dec<PRODUCER_REGS>();
     if (t == 0) {
-      int g = 0;  // ring position: key tiles loaded for this CTA's earlier query tiles
+      uint32_t g = 0;  // ring position: key tiles loaded for this CTA's earlier query tiles
       int lin = blockIdx.x;
       for (int i = 0;; ++i) {
         mbar_wait(emptyQ, (i & 1) ^ 1);  // the last tile's Q is in the consumers' registers (a fresh barrier passes)
@@ -188,7 +185,7 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
         tma_load_tile<Q_SLAB>(sQ, tmQ, fullQ, head_row + q0);
         tile_slot[1] = next;
         for (int j = 0; j < n_tiles; ++j, ++g) {
-          const int st = g % STAGES;
+          const uint32_t st = g % STAGES;
           const uint32_t ph = (g / STAGES) & 1;
           const int row = kv_row + j * BN;
           mbar_wait(&emptyK[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
@@ -247,7 +244,7 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
         for (int j = max(n_main, 1); j < n_tiles; ++j) consumer_step<true>(j, w, s, o, p);
       }
       // the cross-tile step: the tile's last P V product issued with the next tile's first S
-      const int gl = w.g0 + n_tiles - 1, sp = gl % STAGES;
+      const uint32_t gl = w.g0 + n_tiles - 1, sp = gl % STAGES;
       mbar_wait(fullQ, i & 1);
       const int nlin = __shfl_sync(0xffffffffu, *tile_slot, 0);
       float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // the next tile's softmax state
@@ -261,7 +258,7 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
         load_q_frag(w.qf, w.sQc, t);  // this tile's Q fragments are no longer read: its last S is done
         __syncwarp();
         if (lane == 0) mbar_arrive(emptyQ);
-        const int st = (gl + 1) % STAGES;
+        const uint32_t st = (gl + 1) % STAGES;
         mbar_wait(&fullK[st], ((gl + 1) / STAGES) & 1);
         wgmma_fence();
         issue_qk_rs(s, w.qf, sK + st * KV_BYTES);  // S'_0 = Q' K'_0^T
