@@ -204,14 +204,15 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
     const int r0 = 16 * (t / 32) + lane / 4;  // this thread's rows: r0 and r0 + 8 of the warpgroup's 64
     const float sl2 = scale * 1.4426950408889634f;
     mbar_wait(fullQ, 0);
-    const int lin = __shfl_sync(0xffffffffu, *tile_slot, 0);  // warp-uniform to ptxas: the ring's indices too
+    int lin = __shfl_sync(0xffffffffu, *tile_slot, 0);  // warp-uniform to ptxas: the ring's indices too
     if (lin < 0) return;  // more CTAs than tiles (the grid is at most the tiles: not reached)
-    int q_tile, bh;
-    tile_of(lin, n_q, BH, q_tile, bh);
-    int q0 = q_tile * BM, head_row = bh * S;
-    int n_tiles = tiles_of(q0, S), n_plain = plain_tiles_of(q0, S);
-    Consumer w{sQ + c * 64 * 128, sK, sV, fullK, fullV, emptyK, emptyV, c, lane, q0 + 64 * c + r0, S, sl2, 0,
+    Consumer w{sQ + c * 64 * 128, sK, sV, fullK, fullV, emptyK, emptyV, c, lane, 0, S, sl2, 0,
                -INFINITY, -INFINITY, 0.f, 0.f};
+    {
+      int q_tile, bh;
+      tile_of(lin, n_q, BH, q_tile, bh);
+      w.qrow = q_tile * BM + 64 * c + r0;
+    }
     load_q_frag(w.qf, w.sQc, t);  // q_regs
     __syncwarp();
     if (lane == 0) mbar_arrive(emptyQ);  // this warp's Q is in registers: the next tile's may land
@@ -230,13 +231,19 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
     wgmma_wait<0>();
 """ + (pass_turn if stagger else "") + r"""    wgmma_fence_regs(s);
     if (lane == 0) mbar_arrive(&emptyK[0]);
-    if (MASKED && n_plain == 0) {
+    if (MASKED && plain_tiles_of(w.qrow - 64 * c - r0, S) == 0) {
       mask_tile(s, tile_limit(w, 0), lane);
     }
     softmax_tile(s, w.sl2, w.m0, w.m1, w.l0, w.l1, a0, a1);
     pack_p(s, p);
 
-    for (int i = 1;; ++i) {
+    // only the tile index, the ring position and the softmax state are carried from tile to tile; the rest is
+    // derived from the index again (more values live across the key-tile loop changed ptxas 13.5's schedule of it)
+    for (uint32_t i = 1;; ++i) {
+      int q_tile, bh;
+      tile_of(lin, n_q, BH, q_tile, bh);
+      const int q0 = q_tile * BM, head_row = bh * S;
+      const int n_tiles = tiles_of(q0, S), n_plain = plain_tiles_of(q0, S);
       // key tiles 1 .. n-1: unmasked up to n_plain, then the masked ones (causal diagonal, the key tail)
       const int n_main = MASKED ? min(n_plain, n_tiles) : n_tiles;
       for (int j = 1; j < n_main; ++j) consumer_step<false>(j, w, s, o, p);
@@ -248,13 +255,12 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
       mbar_wait(fullQ, i & 1);
       const int nlin = __shfl_sync(0xffffffffu, *tile_slot, 0);
       float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // the next tile's softmax state
-      int nq0 = 0, nhead_row = 0;
+      int nq0 = 0;
       mbar_wait(&fullV[sp], (gl / STAGES) & 1);
       if (nlin >= 0) {
         int nq_tile, nbh;
         tile_of(nlin, n_q, BH, nq_tile, nbh);
         nq0 = nq_tile * BM;
-        nhead_row = nbh * S;
         load_q_frag(w.qf, w.sQc, t);  // this tile's Q fragments are no longer read: its last S is done
         __syncwarp();
         if (lane == 0) mbar_arrive(emptyQ);
@@ -286,11 +292,8 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
       pack_p(s, p);
 #pragma unroll
       for (int k = 0; k < ON / 2; ++k) o[k] = 0.f;
-      q0 = nq0;
-      head_row = nhead_row;
-      n_tiles = tiles_of(q0, S);
-      n_plain = plain_tiles_of(q0, S);
-      w.qrow = q0 + 64 * c + r0;
+      lin = nlin;
+      w.qrow = nq0 + 64 * c + r0;
       w.g0 = gl + 1;
       w.m0 = m0;
       w.m1 = m1;
