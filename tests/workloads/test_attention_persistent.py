@@ -9,9 +9,12 @@ tile, head) one index; and on the GPU each point passes the harness's checks (th
 the cross-tile step runs thousands of times per call). Speed: attention_template.md round 21."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ptxbench.tools.compile import compile_source
+from ptxbench.tools.sass import disassemble
 from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.workloads.registry import get_workload
@@ -66,9 +69,43 @@ def test_each_cooperative_reference_point_assembles_persistent(wid):
     assert k.spill_stores == 0 and k.spill_loads == 0
     plain = p.model_copy(update={"persistent": False, "producer_regs": 24})
     ref = compile_source(at.render(plain), "cuda", "sm_90a").kernels[at.kernel_name(p)]
-    # the cross-tile step issues one S (D / 16 k16 steps) and one P V (bn / 16) of its own
-    assert k.sass_opcodes.get("HGMMA") == ref.sass_opcodes.get("HGMMA") + (p.head_dim + p.bn) // 16
+    # the cross-tile step issues the next tile's first S (D / 16 k16 steps) in place of the last P V's lone issue
+    assert k.sass_opcodes.get("HGMMA") == ref.sass_opcodes.get("HGMMA") + p.head_dim // 16
     assert k.sass_opcodes.get("ATOMG", 0) + k.sass_opcodes.get("ATOM", 0) + k.sass_opcodes.get("RED", 0) >= 1
+
+
+def _loop_exponentials_under_product(source: str, kernel: str, products: int) -> int:
+    """MUFU.EX2 of the key-tile loop (the shortest backward branch holding one step's `products` HGMMA) issued between
+    the wait that leaves the P V product pending and the wait for it."""
+    from ptxbench.tools.compile import compile_source as cs
+
+    ins = disassemble(cs(source, "cuda", "sm_90a").cubin_path)[kernel]
+    ops = [i.opcode for i in ins]
+    spans = []
+    for k, i in enumerate(ins):
+        m = re.search(r"0x([0-9a-f]+)", i.operands) if i.opcode.startswith("BRA") else None
+        if m and int(m.group(1), 16) // 16 < k:
+            a = int(m.group(1), 16) // 16
+            if sum(o.startswith("HGMMA") for o in ops[a:k + 1]) == products:
+                spans.append((k - a, a, k))
+    _, a, b = min(spans)
+    loop = [(i.opcode, i.operands) for i in ins[a:b + 1]]
+    one = next(n for n, (o, args) in enumerate(loop) if o.startswith("WARPGROUP.DEPBAR") and args.endswith("0x1"))
+    zero = next(n for n in range(one + 1, len(loop)) if loop[n][0].startswith("WARPGROUP.DEPBAR"))
+    return sum(o.startswith("MUFU.EX2") for o, _ in loop[one:zero])
+
+
+@pytest.mark.parametrize("wid", ["mha_fwd_d128", "mha_fwd_d128_causal"])
+def test_the_walk_keeps_the_loops_exponentials_under_the_product(wid):
+    """ptxas 13.5 scheduled the key-tile loop by what surrounds it: with the cross-tile step's products issued on two
+    branches it put the loop's wait for the previous P V product ahead of all 66 exponentials; with one issue site (as
+    rendered) it keeps as many under the product as the non-persistent kernel does (round 8 measured that overlap)."""
+    p = persistent_point(wid)
+    plain = p.model_copy(update={"persistent": False, "producer_regs": 24})
+    products = (p.head_dim + p.bn) // 16
+    walk = _loop_exponentials_under_product(at.render(p), at.kernel_name(p), products)
+    ref = _loop_exponentials_under_product(at.render(plain), at.kernel_name(p), products)
+    assert ref > 0 and walk >= 0.8 * ref, (walk, ref)
 
 
 def _tile_of(lin: int, n_q: int, bh_count: int, causal: bool, lpt: int) -> tuple[int, int]:

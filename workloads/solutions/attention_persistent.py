@@ -257,6 +257,7 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
       float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // the next tile's softmax state
       int nq0 = 0;
       mbar_wait(&fullV[sp], (gl / STAGES) & 1);
+      const uint32_t st = (gl + 1) % STAGES;
       if (nlin >= 0) {
         int nq_tile, nbh;
         tile_of(nlin, n_q, BH, nq_tile, nbh);
@@ -264,25 +265,22 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
         load_q_frag(w.qf, w.sQc, t);  // this tile's Q fragments are no longer read: its last S is done
         __syncwarp();
         if (lane == 0) mbar_arrive(emptyQ);
-        const uint32_t st = (gl + 1) % STAGES;
         mbar_wait(&fullK[st], ((gl + 1) / STAGES) & 1);
-        wgmma_fence();
-        issue_qk_rs(s, w.qf, sK + st * KV_BYTES);  // S'_0 = Q' K'_0^T
-        wgmma_commit();
-        issue_pv(o, p, sV + sp * KV_BYTES);        // O += P_{n-1} V_{n-1}
-        wgmma_commit();
-        wgmma_wait<1>();  // S'_0 is done
-        wgmma_fence_regs(s);
-        if (lane == 0) mbar_arrive(&emptyK[st]);
-        if (MASKED && plain_tiles_of(nq0, S) == 0) {
-          mask_tile(s, (CAUSAL ? nq0 + 64 * c + r0 : S - 1), lane);
-        }
-        softmax_tile(s, sl2, m0, m1, l0, l1, a0, a1);
-      } else {
-        wgmma_fence();
-        issue_pv(o, p, sV + sp * KV_BYTES);
-        wgmma_commit();
       }
+      // both products issued on every path, as in a key-tile step (a branch around them had ptxas 13.5 schedule the
+      // key-tile loop worse): past the CTA's last tile S' reads a stale K slot and is discarded
+      wgmma_fence();
+      issue_qk_rs(s, w.qf, sK + st * KV_BYTES);  // S'_0 = Q' K'_0^T
+      wgmma_commit();
+      issue_pv(o, p, sV + sp * KV_BYTES);        // O += P_{n-1} V_{n-1}
+      wgmma_commit();
+      wgmma_wait<1>();  // S'_0 is done
+      wgmma_fence_regs(s);
+      if (nlin >= 0 && lane == 0) mbar_arrive(&emptyK[st]);
+      if (MASKED && plain_tiles_of(nq0, S) == 0) {
+        mask_tile(s, (CAUSAL ? nq0 + 64 * c + r0 : S - 1), lane);
+      }
+      softmax_tile(s, sl2, m0, m1, l0, l1, a0, a1);
       wgmma_wait<0>();  // the tile's O is complete
       wgmma_fence_regs(o);
       wgmma_fence_regs(p);
