@@ -324,8 +324,19 @@ _ROUND_21 = (("mha_fwd_d128", (128, False, False), 1.09, ({**PERSISTENT}, 0.98))
              ("mha_fwd_d96_causal", (96, True, False), 1.16, ({**PERSISTENT}, 0.96)),
              ("mha_fwd_d128_gqa_h32_kv8", (128, False, True), 1.10, ({**PERSISTENT}, 0.98)))
 POINTS_21 = _against_tuned(_ROUND_21)
+# Round 22 (written before its run, attention_template.md "Round 22"): round 21's pairs in the other order, and
+# q_ahead (the producer loads the next tile's Q a whole tile ahead, not about two key tiles before the consumers need
+# it). In round 21 cuDNN read 0.5-3.2% slower beside the second point of every pair, so the speedups favoured it; by
+# kernel time the pairs were level (-0.7 to +0.7%). Order per workload: q_ahead, persistent, TUNED. Predicted by
+# kernel time: persistent level against TUNED again; q_ahead -0.5 to -1% against persistent where its key-tile loop
+# keeps persistent's exponentials under the P V product (causal, D = 96, GQA) and level at D = 128, where ptxas 13.5
+# leaves 17 of 66 under it instead of 46 (tests/workloads/test_attention_persistent.py).
+POINTS_22 = [pt for i in range(0, len(POINTS_21), 2)
+             for pt in ((POINTS_21[i + 1][0], {**POINTS_21[i + 1][1], "q_ahead": True}, POINTS_21[i + 1][2]),
+                        POINTS_21[i + 1], POINTS_21[i])]
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
-          9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15, 19: POINTS_19, 21: POINTS_21}
+          9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15, 19: POINTS_19, 21: POINTS_21,
+          22: POINTS_22}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
 
 

@@ -49,7 +49,8 @@
 #   fwd-tests (150)     the attention forward's TUNED point of every forward workload against cuDNN (the GPU tests of
 #                       tests/workloads/test_attention_wgmma.py: one timing trial each, no profile)
 #   fwd-profile (120)   the attention forward's reference at D = 128 and causal (FWD_PROFILE: other workloads) under
-#                       Nsight Compute: `ptxbench profile --json` per workload (feedback, per-line stalls, verdicts)
+#                       Nsight Compute: `ptxbench profile --json` per workload (feedback, per-line stalls, verdicts);
+#                       FWD_PROFILE_WITH (JSON changes) profiles that point beside each reference
 #   ref-eval (200)      `ptxbench eval` of what builtin/reference submits for each workload of REF_EVAL (default:
 #                       mha_bwd_d128 mha_bwd_d128_causal), interleaved with the library: speedup, interval, targets
 #                       executed; the text and JSON per workload in the step's folder (so they come back in its archive)
@@ -121,11 +122,16 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     cta-cost) python3 bench/attention_cta_cost.py "$d/cta_cost.json" ;;
     wgmma-rates) python3 bench/wgmma_rates.py --json "$d/rates.json" ;;
     compile-cpu) python3 bench/compile_cpu.py --json "$d/compile_cpu.json" ;;
-    fwd-profile)  # the forward's reference (TUNED) at D = 128 and causal under Nsight Compute: per-line stalls, verdicts
+    fwd-profile)  # the forward's reference (TUNED) at D = 128 and causal under Nsight Compute: per-line stalls, verdicts;
+      # FWD_PROFILE_WITH='{"persistent": true, ...}' adds TUNED with those changes beside it (<workload>.with.json)
       local w
       for w in ${FWD_PROFILE:-mha_fwd_d128 mha_fwd_d128_causal}; do
         python3 -c "import sys; from ptxbench.workloads.registry import get_workload; from ptxbench.workloads.solutions.attention import fast_solution; sys.stdout.write(fast_solution(get_workload('$w')))" > "$d/$w.cu" &&
           python3 -m ptxbench.agent profile "$w" "$d/$w.cu" --json > "$d/$w.json" 2> "$d/$w.err"
+        if [ -n "${FWD_PROFILE_WITH:-}" ]; then
+          python3 -c "import json, sys; from ptxbench.workloads.registry import get_workload; from ptxbench.workloads.solutions import attention_template as at; w = get_workload('$w'); sys.stdout.write(at.render(at.default_params(w).model_copy(update=json.loads(sys.argv[1]))))" "$FWD_PROFILE_WITH" > "$d/$w.with.cu" &&
+            python3 -m ptxbench.agent profile "$w" "$d/$w.with.cu" --json > "$d/$w.with.json" 2> "$d/$w.with.err"
+        fi
       done ;;
     ref-eval)  # what builtin/reference submits, evaluated as a user would
       local w

@@ -24,12 +24,12 @@ COOPERATIVE = ["mha_fwd_d128", "mha_fwd_d128_causal", "mha_fwd_d96", "mha_fwd_d9
 WALK = {"q_regs": True, "persistent": True, "producer_regs": at.PERSISTENT_PRODUCER_REGS}
 
 
-def persistent_point(wid: str) -> at.AttnParams:
+def persistent_point(wid: str, q_ahead: bool = False) -> at.AttnParams:
     w = get_workload(wid)
     p = at.default_params(w)
     if p.schedule == "pingpong":  # the smoke shapes' D = 64 points: a cooperative neighbour
         p = p.model_copy(update={"schedule": "cooperative", "consumers": 2, "bn": 128, "stages": 2, "epilogue": "tma"})
-    return p.model_copy(update=WALK)
+    return p.model_copy(update={**WALK, "q_ahead": q_ahead})
 
 
 def test_persistent_is_an_option_left_out_of_default_dumps():
@@ -55,10 +55,11 @@ def test_validate_refuses_what_the_walk_is_not_built_for(change, words):
     assert any(words in b for b in bad), bad
 
 
+@pytest.mark.parametrize("q_ahead", [False, True])
 @pytest.mark.parametrize("wid", COOPERATIVE)
-def test_each_cooperative_reference_point_assembles_persistent(wid):
+def test_each_cooperative_reference_point_assembles_persistent(wid, q_ahead):
     w = get_workload(wid)
-    p = persistent_point(wid)
+    p = persistent_point(wid, q_ahead)
     assert at.validate(p, w) == []
     plan = resolve_plan(parse_solution(at.render(p), w).plan, w, 132, "sm_90a")
     assert tuple(plan.launches[0].grid)[0] == 132  # more tiles than SMs on every main shape
@@ -67,7 +68,7 @@ def test_each_cooperative_reference_point_assembles_persistent(wid):
     assert r.status == "ok" and not r.warnings, (r.errors, r.warnings)
     k = r.kernels[at.kernel_name(p)]
     assert k.spill_stores == 0 and k.spill_loads == 0
-    plain = p.model_copy(update={"persistent": False, "producer_regs": 24})
+    plain = p.model_copy(update={"persistent": False, "q_ahead": False, "producer_regs": 24})
     ref = compile_source(at.render(plain), "cuda", "sm_90a").kernels[at.kernel_name(p)]
     # the cross-tile step issues the next tile's first S (D / 16 k16 steps) in place of the last P V's lone issue
     assert k.sass_opcodes.get("HGMMA") == ref.sass_opcodes.get("HGMMA") + p.head_dim // 16
@@ -95,13 +96,16 @@ def _loop_exponentials_under_product(source: str, kernel: str, products: int) ->
     return sum(o.startswith("MUFU.EX2") for o, _ in loop[one:zero])
 
 
-@pytest.mark.parametrize("wid", ["mha_fwd_d128", "mha_fwd_d128_causal"])
-def test_the_walk_keeps_the_loops_exponentials_under_the_product(wid):
+@pytest.mark.parametrize("wid, q_ahead", [("mha_fwd_d128", False), ("mha_fwd_d128_causal", False),
+                                          ("mha_fwd_d128_causal", True), ("mha_fwd_d96", True)])
+def test_the_walk_keeps_the_loops_exponentials_under_the_product(wid, q_ahead):
     """ptxas 13.5 scheduled the key-tile loop by what surrounds it: with the cross-tile step's products issued on two
     branches it put the loop's wait for the previous P V product ahead of all 66 exponentials; with one issue site (as
-    rendered) it keeps as many under the product as the non-persistent kernel does (round 8 measured that overlap)."""
-    p = persistent_point(wid)
-    plain = p.model_copy(update={"persistent": False, "producer_regs": 24})
+    rendered) it keeps as many under the product as the non-persistent kernel does (round 8 measured that overlap).
+    q_ahead's producer (its Q load inside the ring's loop) changes the consumers' loop too: at D = 128 it keeps 17 of
+    66 under the product (46 without it), at the other points as many as persistent alone; round 22 measures it."""
+    p = persistent_point(wid, q_ahead)
+    plain = p.model_copy(update={"persistent": False, "q_ahead": False, "producer_regs": 24})
     products = (p.head_dim + p.bn) // 16
     walk = _loop_exponentials_under_product(at.render(p), at.kernel_name(p), products)
     ref = _loop_exponentials_under_product(at.render(plain), at.kernel_name(p), products)
@@ -135,12 +139,13 @@ def test_the_launch_order_gives_every_tile_one_index(causal, lpt):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("q_ahead", [False, True])
 @pytest.mark.parametrize("wid", ["smoke_mha_fwd_d64", "smoke_mha_fwd_d64_causal"] + COOPERATIVE)
-def test_persistent_points_pass_on_the_gpu(wid):
+def test_persistent_points_pass_on_the_gpu(wid, q_ahead):
     from gpu_helpers import shared_evaluator
 
-    r = shared_evaluator().evaluate(wid, at.render(persistent_point(wid)),
+    r = shared_evaluator().evaluate(wid, at.render(persistent_point(wid, q_ahead)),
                                     EvalOptions(timeout_s=120, trials=1, profile_on_pass=False))
     t = r.timing
-    print("RESULT", wid, r.status, r.message, t and (t.candidate.median_ms, t.speedup, t.speedup_ci))
+    print("RESULT", wid, "q_ahead" if q_ahead else "", r.status, r.message, t and (t.candidate.median_ms, t.speedup, t.speedup_ci))
     assert r.status == "PASSED", (r.message, r.runtime_error, r.plan_errors)

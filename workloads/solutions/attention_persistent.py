@@ -112,7 +112,97 @@ __device__ __forceinline__ void tile_epilogue(const float (&o)[ON / 2], const Co
 """
 
 
-def _kernel(uniform: bool, stagger: bool) -> str:
+# The producer's walk: each tile's Q loaded after the previous tile's last K / V loads, about two key tiles before the
+# consumers need it (a Q tile is read once, so from DRAM)
+PRODUCER = r"""      uint32_t g = 0;  // ring position: key tiles loaded for this CTA's earlier query tiles
+      int lin = blockIdx.x;
+      for (int i = 0;; ++i) {
+        mbar_wait(emptyQ, (i & 1) ^ 1);  // the last tile's Q is in the consumers' registers (a fresh barrier passes)
+        if (lin >= n_all) {
+          *tile_slot = -1;
+          mbar_arrive(fullQ);  // release: the consumers read -1 after their wait
+          break;
+        }
+        *tile_slot = lin;
+        int q_tile, bh;
+        tile_of(lin, n_q, BH, q_tile, bh);
+        const int q0 = q_tile * BM, head_row = bh * S;
+        const int n_tiles = tiles_of(q0, S);
+        // first row of this head's keys / values in the [B*HKV*S, D] view of K and V (HKV = H without GQA)
+        const int kv_row = GQA ? (bh / group) * S : head_row;
+        // the next tile, claimed now and kept in shared memory: the atomic's latency passes under Q's load and,
+        // after a CTA's first tile, under the ring's waits
+        const int next = gridDim.x + atomicAdd(tile_counter, 1);
+        mbar_arrive_expect_tx(fullQ, Q_BYTES);
+        tma_load_tile<Q_SLAB>(sQ, tmQ, fullQ, head_row + q0);
+        tile_slot[1] = next;
+        for (int j = 0; j < n_tiles; ++j, ++g) {
+          const uint32_t st = g % STAGES;
+          const uint32_t ph = (g / STAGES) & 1;
+          const int row = kv_row + j * BN;
+          mbar_wait(&emptyK[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
+          mbar_arrive_expect_tx(&fullK[st], KV_BYTES);  // out-of-bounds boxes count in full
+          tma_load_tile<KV_SLAB>(sK + st * KV_BYTES, tmK, &fullK[st], row);
+          mbar_wait(&emptyV[st], ph ^ 1);
+          mbar_arrive_expect_tx(&fullV[st], KV_BYTES);
+          tma_load_tile<KV_SLAB>(sV + st * KV_BYTES, tmV, &fullV[st], row);
+        }
+        lin = tile_slot[1];
+      }
+"""
+
+# q_ahead: the next tile's Q loaded once the consumers hold this tile's in registers. The wait for that (emptyQ) sits
+# after the tile's second key tile's loads: their V slot is freed only by the consumers' cross-tile step, which loads
+# the fragments first, so the wait costs the ring nothing. The Q buffer and tile index are published as before.
+PRODUCER_Q_AHEAD = r"""      uint32_t g = 0;  // ring position: key tiles loaded for this CTA's earlier query tiles
+      int lin = blockIdx.x;  // the grid is at most the tiles: every CTA has a first one
+      *tile_slot = lin;
+      {
+        int q_tile, bh;
+        tile_of(lin, n_q, BH, q_tile, bh);
+        mbar_arrive_expect_tx(fullQ, Q_BYTES);
+        tma_load_tile<Q_SLAB>(sQ, tmQ, fullQ, bh * S + q_tile * BM);
+      }
+      for (uint32_t i = 0;; ++i) {
+        int q_tile, bh;
+        tile_of(lin, n_q, BH, q_tile, bh);
+        const int q0 = q_tile * BM, head_row = bh * S;
+        const int n_tiles = tiles_of(q0, S);
+        // first row of this head's keys / values in the [B*HKV*S, D] view of K and V (HKV = H without GQA)
+        const int kv_row = GQA ? (bh / group) * S : head_row;
+        const int next = gridDim.x + atomicAdd(tile_counter, 1);  // its latency passes under the ring's waits
+        const int j_q = min(1, n_tiles - 1);
+        for (int j = 0; j < n_tiles; ++j, ++g) {
+          const uint32_t st = g % STAGES;
+          const uint32_t ph = (g / STAGES) & 1;
+          const int row = kv_row + j * BN;
+          mbar_wait(&emptyK[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
+          mbar_arrive_expect_tx(&fullK[st], KV_BYTES);  // out-of-bounds boxes count in full
+          tma_load_tile<KV_SLAB>(sK + st * KV_BYTES, tmK, &fullK[st], row);
+          mbar_wait(&emptyV[st], ph ^ 1);
+          mbar_arrive_expect_tx(&fullV[st], KV_BYTES);
+          tma_load_tile<KV_SLAB>(sV + st * KV_BYTES, tmV, &fullV[st], row);
+          if (j == j_q) {
+            mbar_wait(emptyQ, i & 1);  // every consumer warp holds this tile's Q in registers
+            if (next < n_all) {
+              int nq_tile, nbh;
+              tile_of(next, n_q, BH, nq_tile, nbh);
+              *tile_slot = next;
+              mbar_arrive_expect_tx(fullQ, Q_BYTES);
+              tma_load_tile<Q_SLAB>(sQ, tmQ, fullQ, nbh * S + nq_tile * BM);
+            } else {
+              *tile_slot = -1;
+              mbar_arrive(fullQ);  // release: the consumers read -1 after their wait
+            }
+          }
+        }
+        if (next >= n_all) break;
+        lin = next;
+      }
+"""
+
+
+def _kernel(uniform: bool, stagger: bool, q_ahead: bool = False) -> str:
     c_decl = ("    const int c = __shfl_sync(0xffffffffu, wg - 1, 0);  // warp-uniform to ptxas: descriptors in uniform "
               "registers\n" if uniform else "    const int c = wg - 1;\n")
     wait_turn = "    if (c == 1) bar_sync_imm<7, 256>();  // stagger: consumer 1 issues once consumer 0's S_0 is done\n"
@@ -162,42 +252,7 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
   if (wg == 0) {
     setmaxnreg_dec<PRODUCER_REGS>();
     if (t == 0) {
-      uint32_t g = 0;  // ring position: key tiles loaded for this CTA's earlier query tiles
-      int lin = blockIdx.x;
-      for (int i = 0;; ++i) {
-        mbar_wait(emptyQ, (i & 1) ^ 1);  // the last tile's Q is in the consumers' registers (a fresh barrier passes)
-        if (lin >= n_all) {
-          *tile_slot = -1;
-          mbar_arrive(fullQ);  // release: the consumers read -1 after their wait
-          break;
-        }
-        *tile_slot = lin;
-        int q_tile, bh;
-        tile_of(lin, n_q, BH, q_tile, bh);
-        const int q0 = q_tile * BM, head_row = bh * S;
-        const int n_tiles = tiles_of(q0, S);
-        // first row of this head's keys / values in the [B*HKV*S, D] view of K and V (HKV = H without GQA)
-        const int kv_row = GQA ? (bh / group) * S : head_row;
-        // the next tile, claimed now and kept in shared memory (the producer's 24 registers hold no more): the
-        // atomic's latency passes under Q's load and, after a CTA's first tile, under the ring's waits
-        const int next = gridDim.x + atomicAdd(tile_counter, 1);
-        mbar_arrive_expect_tx(fullQ, Q_BYTES);
-        tma_load_tile<Q_SLAB>(sQ, tmQ, fullQ, head_row + q0);
-        tile_slot[1] = next;
-        for (int j = 0; j < n_tiles; ++j, ++g) {
-          const uint32_t st = g % STAGES;
-          const uint32_t ph = (g / STAGES) & 1;
-          const int row = kv_row + j * BN;
-          mbar_wait(&emptyK[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
-          mbar_arrive_expect_tx(&fullK[st], KV_BYTES);  // out-of-bounds boxes count in full
-          tma_load_tile<KV_SLAB>(sK + st * KV_BYTES, tmK, &fullK[st], row);
-          mbar_wait(&emptyV[st], ph ^ 1);
-          mbar_arrive_expect_tx(&fullV[st], KV_BYTES);
-          tma_load_tile<KV_SLAB>(sV + st * KV_BYTES, tmV, &fullV[st], row);
-        }
-        lin = tile_slot[1];
-      }
-    }
+""" + (PRODUCER_Q_AHEAD if q_ahead else PRODUCER) + r"""    }
   } else {
     setmaxnreg_inc<CONSUMER_REGS>();
 """ + c_decl + r"""    const int lane = t % 32;
@@ -312,4 +367,4 @@ def persistent_body(body: str, p: Any) -> str:
     anchor = "// The whole kernel. GQA: query row bh = b * H + h reads KV head bh / group (H = HKV * group).\n"
     start = body.index(anchor)
     end = body.index("\n}\n", body.index("__device__ __forceinline__ void attn_fwd(", start)) + 3
-    return body[:start] + HELPERS + _kernel(p.uniform, p.stagger) + body[end:]
+    return body[:start] + HELPERS + _kernel(p.uniform, p.stagger, p.q_ahead) + body[end:]

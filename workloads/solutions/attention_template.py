@@ -94,6 +94,9 @@ class AttnParams(BaseModel):
                              "so causal stays longest first); each consumer issues a tile's last P V product with the "
                              "next tile's first S and writes the epilogue under the other consumer's work (cooperative, "
                              "TMA epilogue, q_regs)")
+    q_ahead: bool = Field(False, description="with persistent: the producer loads the next tile's Q as soon as the "
+                          "consumers hold the current one in registers (after the tile's second key tile's loads), a "
+                          "whole tile ahead, not after the tile's last loads")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -156,7 +159,8 @@ OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "split_max": [False, True],  # rounds 11, 13: with q_regs -1.2 to -1.6% at D = 128
                                   "q_regs": [False, True],  # round 13: -0.6 to -1.4% at the causal points, in TUNED
                                   "stagger": [False, True],  # round 19: -0.1 to -0.7% at the five cooperative points, in TUNED
-                                  "persistent": [False, True]}  # round 21: not measured yet
+                                  "persistent": [False, True],  # round 21: level by kernel time (-0.7 to +0.7%)
+                                  "q_ahead": [False, True]}  # round 22: not measured yet
 # diag_half (consumer 0's causal diagonal tile halved) and dead_tile (D = 64 causal's wholly masked tile skipped)
 # measured +1.4-2.3% and +9.5% slower (rounds 12-14) and were deleted; so was tail_split (the last wave's tiles cut
 # over their key tiles, merged by each tile's last piece: +0.7 to +3.6%, round 16) and exp_poly (one exponential in 8
@@ -369,6 +373,8 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
     if p.persistent and (p.schedule != "cooperative" or p.epilogue != "tma" or not p.q_regs):
         bad.append("persistent=True is built for the cooperative schedule, the TMA epilogue (O staged in a buffer of "
                    "its own) and q_regs (Q's buffer freed once its fragments are in registers): set all three")
+    if p.q_ahead and not p.persistent:
+        bad.append("q_ahead=True is a schedule of persistent=True's producer: set persistent=True")
     if p.persistent and p.producer_regs < PERSISTENT_PRODUCER_REGS:
         bad.append(f"persistent=True's producer walks the tiles: it needs producer_regs={PERSISTENT_PRODUCER_REGS} "
                    f"(it spilled at {p.producer_regs})")
