@@ -107,7 +107,7 @@ def test_the_vote_moves_the_pv_wait_ahead_of_the_softmax():
     with always most of them run under that product. The H200 measured lazy faster all the same (attention_template.md
     rounds 4-6: the skipped O rescale is worth more than the overlap), so this pins the trade, not a defect."""
     w = get_workload("mha_fwd_d128")
-    under = {r: _exponentials_under_pv(at.default_params(w).model_copy(update={"rescale": r, "uniform": False,
+    under = {r: _exponentials_under_pv(at.single_tile(at.default_params(w)).model_copy(update={"rescale": r, "uniform": False,
                                                                                           "early_pack": False,
                                                                                           "split_max": False,
                                                                                           "q_regs": False,
@@ -124,7 +124,7 @@ def test_early_pack_keeps_the_lazy_softmax_under_the_pv_product(wid):
     that product again, with no more instructions and no spills; it is left out of a dump at its default and refused
     without the lazy rescale (there is no branch to move ahead of). Measured faster (round 8), so TUNED sets it."""
     w = get_workload(wid)
-    early = at.default_params(w).model_copy(update={"split_rows": False, "split_max": False,  # the point round 8
+    early = at.single_tile(at.default_params(w)).model_copy(update={"split_rows": False, "split_max": False,  # the point round 8
                                                     "q_regs": False, "stagger": False})       # measured it on
     assert early.rescale == "lazy" and early.early_pack
     lazy = early.model_copy(update={"early_pack": False})

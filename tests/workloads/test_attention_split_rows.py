@@ -20,11 +20,15 @@ from sass_order import ex2_under_pending_product, sass_ops
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _round_10():
+def _sweep():
     spec = importlib.util.spec_from_file_location("attention_sweep", ROOT / "bench" / "attention_sweep.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.ROUNDS[10]
+    return mod
+
+
+def _round_10():
+    return _sweep().ROUNDS[10]
 
 
 def test_split_rows_is_on_where_it_measured_faster_and_off_in_the_checked_in_file():
@@ -39,7 +43,7 @@ def test_split_rows_is_on_where_it_measured_faster_and_off_in_the_checked_in_fil
 def test_round_10_pairs_each_tuned_point_with_split_rows_and_every_point_builds():
     points = _round_10()
     without = [{k: v for k, v in pt.items() if k not in ("split_rows", "q_regs", "split_max")}  # as round 10 knew them
-               for pt in at.TUNED.values()]
+               for pt in _sweep().TUNED_BEFORE_22.values()]
     assert len(points) == 16 and {tuple(sorted(ch.items())) for _, ch, _ in points[::2]} == \
         {tuple(sorted(pt.items())) for pt in without}
     for (wid, plain, _), (wid2, split, predicted) in zip(points[::2], points[1::2]):
@@ -74,7 +78,7 @@ def _as_round_10(p):
 def test_split_rows_assembles_with_the_same_exponentials_and_maxima(wid):
     """Cooperative (D = 128, and causal with its masked step) and ping-pong (D = 64): no spills, the same MUFU and
     FMNMX counts; FADD grows by the three adds that join each row's four partial sums, two rows per softmax."""
-    p = _as_round_10(at.default_params(get_workload(wid)))
+    p = _as_round_10(at.single_tile(at.default_params(get_workload(wid))))
     kernels = {}
     for split in (False, True):
         q = p.model_copy(update={"split_rows": split})
@@ -94,7 +98,7 @@ def test_split_rows_costs_most_of_early_packs_overlap(wid):
     """What round 10 measured against (attention_template.md): with the four chains ptxas 13.5 keeps at most 20 of the
     66 exponentials under the previous P V product, against 44 without them, at the plain and the causal point alike;
     the shorter chains paid for that loss where the softmax is longer (causal) and not at plain D = 128."""
-    p = _as_round_10(at.default_params(get_workload(wid)))
+    p = _as_round_10(at.single_tile(at.default_params(get_workload(wid))))
     under = {split: ex2_under_pending_product(sass_ops(at.render(q), at.kernel_name(q)))
              for split in (False, True) for q in [p.model_copy(update={"split_rows": split})]}
     assert under[False] >= 40 and under[True] <= 20, under
@@ -104,7 +108,7 @@ def test_split_rows_costs_most_of_early_packs_overlap(wid):
 def test_split_max_keeps_the_overlap_and_builds(wid):
     """split_max (the max chains alone): the 44 exponentials under the P V product stay, the schedule differs from the
     plain point's, no spills; it cannot be combined with split_rows (which holds it)."""
-    p = _as_round_10(at.default_params(get_workload(wid))).model_copy(update={"split_rows": False})
+    p = _as_round_10(at.single_tile(at.default_params(get_workload(wid)))).model_copy(update={"split_rows": False})
     q = p.model_copy(update={"split_max": True})
     assert at.validate(q, get_workload(wid)) == [] and "split_max" in at.validate(q.model_copy(update={"split_rows": True}))[0]
     plain, split = (sass_ops(at.render(x), at.kernel_name(x)) for x in (p, q))
@@ -121,7 +125,8 @@ def test_round_11_sets_split_max_in_place_of_split_rows():
     assert len(points) == 8
     for (wid, tuned, _), (wid2, split, _) in zip(points[::2], points[1::2]):
         w = get_workload(wid)
-        before = {k: v for k, v in at.TUNED[tuple(at.problem_of(w).values())].items() if k not in ("q_regs", "split_max")}
+        before = {k: v for k, v in mod.TUNED_BEFORE_22[tuple(at.problem_of(w).values())].items()
+                  if k not in ("q_regs", "split_max")}
         assert wid == wid2 and tuned == before and split["split_max"]
         assert "split_rows" not in split and at.validate(at.params_for(w, **split), w) == []
 

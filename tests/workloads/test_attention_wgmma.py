@@ -89,20 +89,28 @@ def test_plan_parses_and_resolves(wid):
     bhkv = sym["B"] * sym["HKV"] if gqa else bh
     assert launch.kernel == kernel
     tiles = -(-s // p.bm)  # query tiles of 64 x consumers rows (the last one ragged where S is not a multiple)
-    assert launch.grid == ((tiles * bh, 1, 1) if p.lpt_group else (tiles, bh, 1))  # longest-first: one 1-D grid
+    if p.persistent:  # one CTA per SM walking the tiles
+        assert launch.grid == (min(132, tiles * bh), 1, 1)
+    else:
+        assert launch.grid == ((tiles * bh, 1, 1) if p.lpt_group else (tiles, bh, 1))  # longest-first: one 1-D grid
     assert launch.block == (128 * (1 + p.consumers), 1, 1) == (p.threads, 1, 1)
     assert p.stages == (4 if d == 64 else 2)
     row = 128 * (1 if d == 64 else 2)  # bytes of a Q / K / V row: 64-wide 128B-swizzled slabs, D = 96 padded to two
-    # the Q tile (O staged in it for the TMA store), K and V per stage, 1 KiB alignment and 256 B of barriers
-    assert launch.smem == 1024 + row * (p.bm + 2 * p.stages * p.bn) + 256 == p.smem_bytes <= 232448
+    # the Q tile (O staged in it for the TMA store; persistent: in a tile of its own), K and V per stage, 1 KiB
+    # alignment and 256 B of barriers
+    q_tiles = 2 if p.persistent else 1
+    assert launch.smem == 1024 + row * (q_tiles * p.bm + 2 * p.stages * p.bn) + 256 == p.smem_bytes <= 232448
     rows = {"Q_map": bh, "K_map": bhkv, "V_map": bhkv} | ({"O_map": bh} if p.epilogue == "tma" else {})
     assert sorted(t.name for t in plan.tmaps) == sorted(rows)
     for t in plan.tmaps:  # Q, K, V (and O for the TMA store) seen as [rows, D], 64-wide boxes, 128B swizzle
         assert t.dims == [d, rows[t.name] * s] and t.box[0] == 64 and t.swizzle == "128B", t
     scalars = [a.value for a in launch.args if a.kind == "scalar"]
     assert scalars[:2] == [s, d]
-    if gqa:  # the last argument: group = H / HKV
-        assert launch.args[-1].kind == "scalar" and scalars[-1] == sym["H"] // sym["HKV"] and scalars[-1] * sym["HKV"] == sym["H"]
+    if p.persistent:  # then B * H and the zeroed tile counter
+        assert scalars[-1] == bh and launch.args[-1].kind == "scratch"
+        scalars = scalars[:-1]
+    if gqa:  # the last scalar before them: group = H / HKV
+        assert scalars[-1] == sym["H"] // sym["HKV"] and scalars[-1] * sym["HKV"] == sym["H"]
 
 
 @pytest.mark.parametrize("key", list(VARIANTS))
@@ -113,7 +121,8 @@ def test_compiles_to_hgmma_and_tma_without_spills(compiled, key):
     d, causal, _ = key
     p = at.default_params(get_workload(VARIANTS[key]))
     k = r.kernels[at.kernel_name(p)]
-    assert k.sass_opcodes.get("HGMMA", 0) == hgmma(d, causal, p.bn)
+    # persistent: the cross-tile step's S of the next tile besides the last P V
+    assert k.sass_opcodes.get("HGMMA", 0) == hgmma(d, causal, p.bn) + (d // 16 if p.persistent else 0)
     assert k.sass_opcodes.get("UTMALDG", 0) > 0
     assert k.sass_opcodes.get("USETMAXREG", 0) == 2  # dec for the producer, inc for the consumers
     assert k.spill_stores == 0 and k.spill_loads == 0 and k.stack == 0
@@ -122,14 +131,19 @@ def test_compiles_to_hgmma_and_tma_without_spills(compiled, key):
 
 
 def test_the_d128_kernels_compile_as_before(compiled):
-    """The templating left the D = 128 kernels' instruction stream alone (HGMMA, TMA loads, setmaxnreg)."""
-    ops = compiled[(128, False, False)].kernels["attn_fwd_wgmma"].sass_opcodes
+    """The templating left the D = 128 kernels' instruction stream alone (HGMMA, TMA loads, setmaxnreg): their points
+    without the persistent walk (round 22 put it in TUNED)."""
+    def single_tile_ops(wid: str) -> dict:
+        p = at.single_tile(at.default_params(get_workload(wid)))
+        return compile_source(at.render(p), "cuda", "sm_90a").kernels[at.kernel_name(p)].sass_opcodes
+
+    ops = single_tile_ops("mha_fwd_d128")
     assert {op: ops.get(op, 0) for op in D128_SASS} == D128_SASS
-    causal = compiled[(128, True, False)].kernels["attn_fwd_wgmma_causal"].sass_opcodes
+    causal = single_tile_ops("mha_fwd_d128_causal")
     assert {op: causal.get(op, 0) for op in D128_SASS} == D128_SASS | {"HGMMA": 48}
     # D = 64 issues one TMA box per tile where D = 128 (and the padded D = 96) issue two
     d64 = compiled[(64, False, False)].kernels["attn_fwd_wgmma_d64"].sass_opcodes
-    d96 = compiled[(96, False, False)].kernels["attn_fwd_wgmma_d96"].sass_opcodes
+    d96 = single_tile_ops("mha_fwd_d96")
     assert d64["UTMALDG"] * 2 == ops["UTMALDG"] == d96["UTMALDG"]
 
 

@@ -42,7 +42,7 @@ def test_gemm_uniform_consumer_index():
 
 @pytest.mark.parametrize("wid", ["mha_fwd_d128", "mha_fwd_d64", "mha_fwd_d128_gqa_h32_kv8_causal"])
 def test_attention_uniform_consumer_index(wid):
-    p = at.default_params(get_workload(wid)).model_copy(update={"uniform": False})
+    p = at.single_tile(at.default_params(get_workload(wid))).model_copy(update={"uniform": False})
     assert "uniform" not in p.model_dump()
     u = p.model_copy(update={"uniform": True})
     assert at.validate(u) == []
