@@ -1,7 +1,7 @@
 """The knowledge pack's "Measured on the H200" section (issue 14, item 4), checked as the pack spells it.
 
 - every PTX instruction line of the section (the quad's shuffle, the 16-byte store, Q's ldmatrix, the writer warp's
-  named barriers) assembles for
+  named barriers, the walk's tile counter) assembles for
   sm_90a as written, into the SASS it names;
 - its figures are the ones bench/results records for those kernels.
 """
@@ -13,7 +13,7 @@ from pack_sections import instructions, opcode_key, section
 
 SECTION = section("Measured on the H200")
 EXPECTED = {"shfl.sync.idx": "SHFL", "st.global.v4": "STG", "ldmatrix": "LDSM", "bar.arrive": "BAR", "bar.sync": "BAR",
-            "ex2.approx": "MUFU"}
+            "ex2.approx": "MUFU", "atom.global.add": "ATOMG"}
 
 
 def test_the_section_spells_every_instruction_it_teaches():
@@ -76,4 +76,7 @@ def test_its_figures_are_the_recorded_ones():
     assert "cost 3.5%" in SECTION and "2.3141 (+3.5%)" in fwd and "ping-pong 5.5-5.9%" in SECTION and "(+5.9%)" in fwd
     # the staggered start (attention_template.md "Round 19 again") and the peeled step it replaced (round 19's note)
     assert "done: -0.1 to -0.7%" in SECTION and "the stagger is worth -0.1 to -0.7%" in fwd
+    # the persistent walk (attention_template.md rounds 21-23)
+    assert "level alone (-0.7 to +0.7%)" in SECTION and "persistent level by kernel time (-0.7 to +0.7%)" in fwd
+    assert "made it pay: -0.4 to -1.2%" in SECTION and "q_ahead -0.4 to -1.2% against TUNED" in fwd
     assert "sink every exponential of the loop" in SECTION and "ptxas sank every exponential of the key-tile loop" in fwd
