@@ -117,6 +117,18 @@ __device__ __forceinline__ void tile_epilogue(const float (&o)[ON / 2], const Co
 """
 
 
+# Key tile j of the current query tile into ring position g (the producer's walk, either schedule)
+KV_LOADS = r"""          const uint32_t st = g % STAGES;
+          const uint32_t ph = (g / STAGES) & 1;
+          const int row = kv_row + j * BN;
+          mbar_wait(&emptyK[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
+          mbar_arrive_expect_tx(&fullK[st], KV_BYTES);  // out-of-bounds boxes count in full
+          tma_load_tile<KV_SLAB>(sK + st * KV_BYTES, tmK, &fullK[st], row);
+          mbar_wait(&emptyV[st], ph ^ 1);
+          mbar_arrive_expect_tx(&fullV[st], KV_BYTES);
+          tma_load_tile<KV_SLAB>(sV + st * KV_BYTES, tmV, &fullV[st], row);
+"""
+
 # The producer's walk: each tile's Q loaded after the previous tile's last K / V loads, about two key tiles before the
 # consumers need it (a Q tile is read once, so from DRAM)
 PRODUCER = r"""      uint32_t g = 0;  // ring position: key tiles loaded for this CTA's earlier query tiles
@@ -142,16 +154,7 @@ PRODUCER = r"""      uint32_t g = 0;  // ring position: key tiles loaded for thi
         tma_load_tile<Q_SLAB>(sQ, tmQ, fullQ, head_row + q0);
         tile_slot[1] = next;
         for (int j = 0; j < n_tiles; ++j, ++g) {
-          const uint32_t st = g % STAGES;
-          const uint32_t ph = (g / STAGES) & 1;
-          const int row = kv_row + j * BN;
-          mbar_wait(&emptyK[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
-          mbar_arrive_expect_tx(&fullK[st], KV_BYTES);  // out-of-bounds boxes count in full
-          tma_load_tile<KV_SLAB>(sK + st * KV_BYTES, tmK, &fullK[st], row);
-          mbar_wait(&emptyV[st], ph ^ 1);
-          mbar_arrive_expect_tx(&fullV[st], KV_BYTES);
-          tma_load_tile<KV_SLAB>(sV + st * KV_BYTES, tmV, &fullV[st], row);
-        }
+""" + KV_LOADS + r"""        }
         lin = tile_slot[1];
       }
 """
@@ -178,16 +181,7 @@ PRODUCER_Q_AHEAD = r"""      uint32_t g = 0;  // ring position: key tiles loaded
         const int next = gridDim.x + atomicAdd(tile_counter, 1);  // its latency passes under the ring's waits
         const int j_q = min(1, n_tiles - 1);
         for (int j = 0; j < n_tiles; ++j, ++g) {
-          const uint32_t st = g % STAGES;
-          const uint32_t ph = (g / STAGES) & 1;
-          const int row = kv_row + j * BN;
-          mbar_wait(&emptyK[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
-          mbar_arrive_expect_tx(&fullK[st], KV_BYTES);  // out-of-bounds boxes count in full
-          tma_load_tile<KV_SLAB>(sK + st * KV_BYTES, tmK, &fullK[st], row);
-          mbar_wait(&emptyV[st], ph ^ 1);
-          mbar_arrive_expect_tx(&fullV[st], KV_BYTES);
-          tma_load_tile<KV_SLAB>(sV + st * KV_BYTES, tmV, &fullV[st], row);
-          if (j == j_q) {
+""" + KV_LOADS + r"""          if (j == j_q) {
             mbar_wait(emptyQ, i & 1);  // every consumer warp holds this tile's Q in registers
             if (next < n_all) {
               int nq_tile, nbh;
