@@ -24,12 +24,12 @@ COOPERATIVE = ["mha_fwd_d128", "mha_fwd_d128_causal", "mha_fwd_d96", "mha_fwd_d9
 WALK = {"q_regs": True, "persistent": True, "producer_regs": at.PERSISTENT_PRODUCER_REGS}
 
 
-def persistent_point(wid: str, q_ahead: bool = False) -> at.AttnParams:
+def persistent_point(wid: str, q_ahead: bool = False, producer_fn: bool = False) -> at.AttnParams:
     w = get_workload(wid)
     p = at.default_params(w)
     if p.schedule == "pingpong":  # the smoke shapes' D = 64 points: a cooperative neighbour
         p = p.model_copy(update={"schedule": "cooperative", "consumers": 2, "bn": 128, "stages": 2, "epilogue": "tma"})
-    return p.model_copy(update={**WALK, "q_ahead": q_ahead})
+    return p.model_copy(update={**WALK, "q_ahead": q_ahead, "producer_fn": producer_fn})
 
 
 def test_persistent_is_an_option_left_out_of_default_dumps():
@@ -62,18 +62,20 @@ def test_in_tuned_at_every_cooperative_point_with_q_ahead():
     assert walking == [(96, False, False), (96, True, False), (128, False, False), (128, False, True), (128, True, False)]
     for wid in COOPERATIVE:
         p = at.default_params(get_workload(wid))
-        assert p.persistent and p.q_ahead and p.q_regs and at.validate(p, get_workload(wid)) == []
+        assert p.persistent and p.q_ahead and p.producer_fn and p.q_regs and at.validate(p, get_workload(wid)) == []
         assert not at.single_tile(p).persistent and at.validate(at.single_tile(p), get_workload(wid)) == []
     text = at.render(at.default_params())  # the checked-in attention_fwd_wgmma.cu
     assert "atomicAdd(tile_counter, 1)" in text and "every consumer warp holds this tile's Q in registers" in text
     assert any("q_ahead" in b for b in at.validate(at.plain_params().model_copy(update={"q_ahead": True})))
+    assert any("producer_fn" in b for b in at.validate(at.plain_params().model_copy(update={"producer_fn": True})))
+    assert "__device__ __noinline__ void producer_walk(" in text
 
 
-@pytest.mark.parametrize("q_ahead", [False, True])
+@pytest.mark.parametrize("q_ahead, producer_fn", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("wid", COOPERATIVE)
-def test_each_cooperative_reference_point_assembles_persistent(wid, q_ahead):
+def test_each_cooperative_reference_point_assembles_persistent(wid, q_ahead, producer_fn):
     w = get_workload(wid)
-    p = persistent_point(wid, q_ahead)
+    p = persistent_point(wid, q_ahead, producer_fn)
     assert at.validate(p, w) == []
     plan = resolve_plan(parse_solution(at.render(p), w).plan, w, 132, "sm_90a")
     assert tuple(plan.launches[0].grid)[0] == 132  # more tiles than SMs on every main shape
@@ -82,7 +84,7 @@ def test_each_cooperative_reference_point_assembles_persistent(wid, q_ahead):
     assert r.status == "ok" and not r.warnings, (r.errors, r.warnings)
     k = r.kernels[at.kernel_name(p)]
     assert k.spill_stores == 0 and k.spill_loads == 0
-    plain = p.model_copy(update={"persistent": False, "q_ahead": False, "producer_regs": 24})
+    plain = at.single_tile(p)
     ref = compile_source(at.render(plain), "cuda", "sm_90a").kernels[at.kernel_name(p)]
     # the cross-tile step issues the next tile's first S (D / 16 k16 steps) in place of the last P V's lone issue
     assert k.sass_opcodes.get("HGMMA") == ref.sass_opcodes.get("HGMMA") + p.head_dim // 16
@@ -110,20 +112,49 @@ def _loop_exponentials_under_product(source: str, kernel: str, products: int) ->
     return sum(o.startswith("MUFU.EX2") for o, _ in loop[one:zero])
 
 
-@pytest.mark.parametrize("wid, q_ahead", [("mha_fwd_d128", False), ("mha_fwd_d128_causal", False),
-                                          ("mha_fwd_d128_causal", True), ("mha_fwd_d96", True)])
-def test_the_walk_keeps_the_loops_exponentials_under_the_product(wid, q_ahead):
+@pytest.mark.parametrize("wid, q_ahead, producer_fn", [("mha_fwd_d128", False, False), ("mha_fwd_d128_causal", False, False),
+                                                       ("mha_fwd_d128_causal", True, False), ("mha_fwd_d96", True, False),
+                                                       ("mha_fwd_d128", True, True), ("mha_fwd_d128_causal", True, True)])
+def test_the_walk_keeps_the_loops_exponentials_under_the_product(wid, q_ahead, producer_fn):
     """ptxas 13.5 scheduled the key-tile loop by what surrounds it: with the cross-tile step's products issued on two
     branches it put the loop's wait for the previous P V product ahead of all 66 exponentials; with one issue site (as
     rendered) it keeps as many under the product as the non-persistent kernel does (round 8 measured that overlap).
     q_ahead's producer (its Q load inside the ring's loop) changes the consumers' loop too: at D = 128 it keeps 17 of
-    66 under the product (46 without it), at the other points as many as persistent alone; round 22 measures it."""
-    p = persistent_point(wid, q_ahead)
-    plain = p.model_copy(update={"persistent": False, "q_ahead": False, "producer_regs": 24})
+    66 under the product (46 without it), at the other points as many as persistent alone; round 22 measured it.
+    producer_fn (the walk called as a function of its own) gives the loop back its 46 with q_ahead."""
+    p = persistent_point(wid, q_ahead, producer_fn)
+    plain = at.single_tile(p)
     products = (p.head_dim + p.bn) // 16
     walk = _loop_exponentials_under_product(at.render(p), at.kernel_name(p), products)
     ref = _loop_exponentials_under_product(at.render(plain), at.kernel_name(p), products)
     assert ref > 0 and walk >= 0.8 * ref, (walk, ref)
+
+
+@pytest.mark.parametrize("wid", ["mha_fwd_d128", "mha_fwd_d128_causal"])
+def test_the_called_walk_fits_the_producers_registers(wid):
+    """producer_walk runs after the producer warpgroup's setmaxnreg.dec: every register it names must be below
+    PRODUCER_REGS, and it keeps nothing in local memory (ptxas compiles a called function to the kernel's count)."""
+    import subprocess
+
+    from ptxbench.tools.toolchain import find_toolchain
+
+    p = persistent_point(wid, True, True)
+    text = at.render(p)
+    assert text.count("producer_walk(") == 2 and "__device__ __noinline__ void producer_walk(" in text
+    r = compile_source(text, "cuda", "sm_90a")
+    assert r.status == "ok" and not r.warnings
+    listing = subprocess.run([find_toolchain().nvdisasm.path, "-c", r.cubin_path], capture_output=True, text=True,
+                             check=True).stdout
+    start = next(i for i, ln in enumerate(listing.splitlines()) if "producer_walk" in ln and ln.endswith(":"))
+    body = []
+    for ln in listing.splitlines()[start + 1:]:
+        if ln.startswith("$") and ln.endswith(":"):  # the next function
+            break
+        body.append(ln)
+    regs = {int(x) for ln in body for x in re.findall(r"\bR(\d+)\b", ln)}
+    assert sum("CALL" not in ln and "/*" in ln for ln in body) > 50  # the walk itself, not a stub
+    assert regs and max(regs) < p.producer_regs, max(regs)
+    assert not any(op in ln for ln in body for op in ("LDL", "STL"))
 
 
 def _tile_of(lin: int, n_q: int, bh_count: int, causal: bool, lpt: int) -> tuple[int, int]:
@@ -153,13 +184,13 @@ def test_the_launch_order_gives_every_tile_one_index(causal, lpt):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("q_ahead", [False, True])
+@pytest.mark.parametrize("q_ahead, producer_fn", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("wid", ["smoke_mha_fwd_d64", "smoke_mha_fwd_d64_causal"] + COOPERATIVE)
-def test_persistent_points_pass_on_the_gpu(wid, q_ahead):
+def test_persistent_points_pass_on_the_gpu(wid, q_ahead, producer_fn):
     from gpu_helpers import shared_evaluator
 
-    r = shared_evaluator().evaluate(wid, at.render(persistent_point(wid, q_ahead)),
+    r = shared_evaluator().evaluate(wid, at.render(persistent_point(wid, q_ahead, producer_fn)),
                                     EvalOptions(timeout_s=120, trials=1, profile_on_pass=False))
     t = r.timing
-    print("RESULT", wid, "q_ahead" if q_ahead else "", r.status, r.message, t and (t.candidate.median_ms, t.speedup, t.speedup_ci))
+    print("RESULT", wid, "q_ahead" if q_ahead else "", "producer_fn" if producer_fn else "", r.status, r.message, t and (t.candidate.median_ms, t.speedup, t.speedup_ci))
     assert r.status == "PASSED", (r.message, r.runtime_error, r.plan_errors)

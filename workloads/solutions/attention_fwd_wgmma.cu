@@ -40,7 +40,7 @@ dtype = "int32"
 shape = [1]
 zero = true
 */
-// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 40, 'rescale': 'lazy', 'uniform': True, 'early_pack': True, 'split_max': True, 'q_regs': True, 'stagger': True, 'persistent': True, 'q_ahead': True}
+// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 40, 'rescale': 'lazy', 'uniform': True, 'early_pack': True, 'split_max': True, 'q_regs': True, 'stagger': True, 'persistent': True, 'q_ahead': True, 'producer_fn': True}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -483,6 +483,59 @@ __device__ __forceinline__ void tile_epilogue(const float (&o)[ON / 2], const Co
   }
 }
 
+// persistent, producer_fn: the producer's walk (one thread), not inlined into the kernel
+__device__ __noinline__ void producer_walk(const CUtensorMap* tmQ, const CUtensorMap* tmK, const CUtensorMap* tmV,
+                                           uint8_t* sQ, uint8_t* sK, uint8_t* sV, uint64_t* fullQ, uint64_t* emptyQ,
+                                           uint64_t* fullK, uint64_t* fullV, uint64_t* emptyK, uint64_t* emptyV,
+                                           int* tile_slot, int* __restrict__ tile_counter, int S, int group, int BH,
+                                           int n_q, int n_all) {
+  uint32_t g = 0;  // ring position: key tiles loaded for this CTA's earlier query tiles
+  int lin = blockIdx.x;  // the grid is at most the tiles: every CTA has a first one
+  *tile_slot = lin;
+  {
+    int q_tile, bh;
+    tile_of(lin, n_q, BH, q_tile, bh);
+    mbar_arrive_expect_tx(fullQ, Q_BYTES);
+    tma_load_tile<Q_SLAB>(sQ, tmQ, fullQ, bh * S + q_tile * BM);
+  }
+  for (uint32_t i = 0;; ++i) {
+    int q_tile, bh;
+    tile_of(lin, n_q, BH, q_tile, bh);
+    const int q0 = q_tile * BM, head_row = bh * S;
+    const int n_tiles = tiles_of(q0, S);
+    // first row of this head's keys / values in the [B*HKV*S, D] view of K and V (HKV = H without GQA)
+    const int kv_row = GQA ? (bh / group) * S : head_row;
+    const int next = gridDim.x + atomicAdd(tile_counter, 1);  // its latency passes under the ring's waits
+    const int j_q = min(1, n_tiles - 1);
+    for (int j = 0; j < n_tiles; ++j, ++g) {
+      const uint32_t st = g % STAGES;
+      const uint32_t ph = (g / STAGES) & 1;
+      const int row = kv_row + j * BN;
+      mbar_wait(&emptyK[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
+      mbar_arrive_expect_tx(&fullK[st], KV_BYTES);  // out-of-bounds boxes count in full
+      tma_load_tile<KV_SLAB>(sK + st * KV_BYTES, tmK, &fullK[st], row);
+      mbar_wait(&emptyV[st], ph ^ 1);
+      mbar_arrive_expect_tx(&fullV[st], KV_BYTES);
+      tma_load_tile<KV_SLAB>(sV + st * KV_BYTES, tmV, &fullV[st], row);
+      if (j == j_q) {
+        mbar_wait(emptyQ, i & 1);  // every consumer warp holds this tile's Q in registers
+        if (next < n_all) {
+          int nq_tile, nbh;
+          tile_of(next, n_q, BH, nq_tile, nbh);
+          *tile_slot = next;
+          mbar_arrive_expect_tx(fullQ, Q_BYTES);
+          tma_load_tile<Q_SLAB>(sQ, tmQ, fullQ, nbh * S + nq_tile * BM);
+        } else {
+          *tile_slot = -1;
+          mbar_arrive(fullQ);  // release: the consumers read -1 after their wait
+        }
+      }
+    }
+    if (next >= n_all) break;
+    lin = next;
+  }
+}
+
 // The whole kernel, persistent: CTA k takes launch-order tile k, then whichever the counter hands it.
 // GQA: query row bh = b * H + h reads KV head bh / group (H = HKV * group).
 __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorMap* tmK, const CUtensorMap* tmV,
@@ -528,51 +581,8 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
   if (wg == 0) {
     setmaxnreg_dec<PRODUCER_REGS>();
     if (t == 0) {
-      uint32_t g = 0;  // ring position: key tiles loaded for this CTA's earlier query tiles
-      int lin = blockIdx.x;  // the grid is at most the tiles: every CTA has a first one
-      *tile_slot = lin;
-      {
-        int q_tile, bh;
-        tile_of(lin, n_q, BH, q_tile, bh);
-        mbar_arrive_expect_tx(fullQ, Q_BYTES);
-        tma_load_tile<Q_SLAB>(sQ, tmQ, fullQ, bh * S + q_tile * BM);
-      }
-      for (uint32_t i = 0;; ++i) {
-        int q_tile, bh;
-        tile_of(lin, n_q, BH, q_tile, bh);
-        const int q0 = q_tile * BM, head_row = bh * S;
-        const int n_tiles = tiles_of(q0, S);
-        // first row of this head's keys / values in the [B*HKV*S, D] view of K and V (HKV = H without GQA)
-        const int kv_row = GQA ? (bh / group) * S : head_row;
-        const int next = gridDim.x + atomicAdd(tile_counter, 1);  // its latency passes under the ring's waits
-        const int j_q = min(1, n_tiles - 1);
-        for (int j = 0; j < n_tiles; ++j, ++g) {
-          const uint32_t st = g % STAGES;
-          const uint32_t ph = (g / STAGES) & 1;
-          const int row = kv_row + j * BN;
-          mbar_wait(&emptyK[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
-          mbar_arrive_expect_tx(&fullK[st], KV_BYTES);  // out-of-bounds boxes count in full
-          tma_load_tile<KV_SLAB>(sK + st * KV_BYTES, tmK, &fullK[st], row);
-          mbar_wait(&emptyV[st], ph ^ 1);
-          mbar_arrive_expect_tx(&fullV[st], KV_BYTES);
-          tma_load_tile<KV_SLAB>(sV + st * KV_BYTES, tmV, &fullV[st], row);
-          if (j == j_q) {
-            mbar_wait(emptyQ, i & 1);  // every consumer warp holds this tile's Q in registers
-            if (next < n_all) {
-              int nq_tile, nbh;
-              tile_of(next, n_q, BH, nq_tile, nbh);
-              *tile_slot = next;
-              mbar_arrive_expect_tx(fullQ, Q_BYTES);
-              tma_load_tile<Q_SLAB>(sQ, tmQ, fullQ, nbh * S + nq_tile * BM);
-            } else {
-              *tile_slot = -1;
-              mbar_arrive(fullQ);  // release: the consumers read -1 after their wait
-            }
-          }
-        }
-        if (next >= n_all) break;
-        lin = next;
-      }
+      producer_walk(tmQ, tmK, tmV, sQ, sK, sV, fullQ, emptyQ, fullK, fullV, emptyK, emptyV, tile_slot,
+                    tile_counter, S, group, BH, n_q, n_all);
     }
   } else {
     setmaxnreg_inc<CONSUMER_REGS>();

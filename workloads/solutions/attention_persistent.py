@@ -201,12 +201,34 @@ PRODUCER_Q_AHEAD = r"""      uint32_t g = 0;  // ring position: key tiles loaded
 """
 
 
-def _kernel(uniform: bool, stagger: bool, q_ahead: bool = False) -> str:
+# producer_fn: the walk compiled as a function of its own. Inline, any change to the producer's code moved ptxas 13.5's
+# schedule of the consumers' key-tile loop (q_ahead's Q load inside the ring's loop: 46 of 66 exponentials under the
+# P V product at D = 128 down to 17); called, the loop is scheduled alone (46 with either walk). The call comes after
+# the producer's setmaxnreg.dec, so the function must fit its registers (tests/workloads/test_attention_persistent.py
+# reads its SASS: 30 of 40, no local memory).
+PRODUCER_FN_HEAD = r"""// persistent, producer_fn: the producer's walk (one thread), not inlined into the kernel
+__device__ __noinline__ void producer_walk(const CUtensorMap* tmQ, const CUtensorMap* tmK, const CUtensorMap* tmV,
+                                           uint8_t* sQ, uint8_t* sK, uint8_t* sV, uint64_t* fullQ, uint64_t* emptyQ,
+                                           uint64_t* fullK, uint64_t* fullV, uint64_t* emptyK, uint64_t* emptyV,
+                                           int* tile_slot, int* __restrict__ tile_counter, int S, int group, int BH,
+                                           int n_q, int n_all) {
+"""
+PRODUCER_CALL = ("      producer_walk(tmQ, tmK, tmV, sQ, sK, sV, fullQ, emptyQ, fullK, fullV, emptyK, emptyV, tile_slot,\n"
+                 "                    tile_counter, S, group, BH, n_q, n_all);\n")
+
+
+def _producer_fn(walk: str) -> str:
+    """The walk's text as the body of producer_walk (four spaces less indentation)."""
+    return PRODUCER_FN_HEAD + "".join(line[4:] + "\n" for line in walk.splitlines()) + "}\n\n"
+
+
+def _kernel(uniform: bool, stagger: bool, q_ahead: bool = False, producer_fn: bool = False) -> str:
     c_decl = ("    const int c = __shfl_sync(0xffffffffu, wg - 1, 0);  // warp-uniform to ptxas: descriptors in uniform "
               "registers\n" if uniform else "    const int c = wg - 1;\n")
     wait_turn = "    if (c == 1) bar_sync_imm<7, 256>();  // stagger: consumer 1 issues once consumer 0's S_0 is done\n"
     pass_turn = "    if (c == 0) bar_arrive_imm<7, 256>();  // stagger: consumer 0's S_0 is done\n"
-    return r"""// The whole kernel, persistent: CTA k takes launch-order tile k, then whichever the counter hands it.
+    walk = PRODUCER_Q_AHEAD if q_ahead else PRODUCER
+    return (_producer_fn(walk) if producer_fn else "") + r"""// The whole kernel, persistent: CTA k takes launch-order tile k, then whichever the counter hands it.
 // GQA: query row bh = b * H + h reads KV head bh / group (H = HKV * group).
 __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorMap* tmK, const CUtensorMap* tmV,
                                          const CUtensorMap* tmO, __nv_bfloat16* __restrict__ O,
@@ -251,7 +273,7 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
   if (wg == 0) {
     setmaxnreg_dec<PRODUCER_REGS>();
     if (t == 0) {
-""" + (PRODUCER_Q_AHEAD if q_ahead else PRODUCER) + r"""    }
+""" + (PRODUCER_CALL if producer_fn else walk) + r"""    }
   } else {
     setmaxnreg_inc<CONSUMER_REGS>();
 """ + c_decl + r"""    const int lane = t % 32;
@@ -366,4 +388,4 @@ def persistent_body(body: str, p: Any) -> str:
     anchor = "// The whole kernel. GQA: query row bh = b * H + h reads KV head bh / group (H = HKV * group).\n"
     start = body.index(anchor)
     end = body.index("\n}\n", body.index("__device__ __forceinline__ void attn_fwd(", start)) + 3
-    return body[:start] + HELPERS + _kernel(p.uniform, p.stagger, p.q_ahead) + body[end:]
+    return body[:start] + HELPERS + _kernel(p.uniform, p.stagger, p.q_ahead, p.producer_fn) + body[end:]

@@ -97,6 +97,9 @@ class AttnParams(BaseModel):
     q_ahead: bool = Field(False, description="with persistent: the producer loads the next tile's Q as soon as the "
                           "consumers hold the current one in registers (after the tile's second key tile's loads), a "
                           "whole tile ahead, not after the tile's last loads")
+    producer_fn: bool = Field(False, description="with persistent: the producer's walk compiled as a function of its "
+                              "own (__noinline__), so its code does not move ptxas's schedule of the consumers' "
+                              "key-tile loop")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -160,7 +163,8 @@ OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "q_regs": [False, True],  # round 13: -0.6 to -1.4% at the causal points, in TUNED
                                   "stagger": [False, True],  # round 19: -0.1 to -0.7% at the five cooperative points, in TUNED
                                   "persistent": [False, True],  # rounds 21-22: level alone, in TUNED with q_ahead
-                                  "q_ahead": [False, True]}  # round 22: -0.4 to -1.2% at the cooperative points, in TUNED
+                                  "q_ahead": [False, True],  # round 22: -0.4 to -1.2% at the cooperative points, in TUNED
+                                  "producer_fn": [False, True]}  # round 24: in TUNED before its run (see WALK)
 # diag_half (consumer 0's causal diagonal tile halved) and dead_tile (D = 64 causal's wholly masked tile skipped)
 # measured +1.4-2.3% and +9.5% slower (rounds 12-14) and were deleted; so was tail_split (the last wave's tiles cut
 # over their key tiles, merged by each tile's last piece: +0.7 to +3.6%, round 16) and exp_poly (one exponential in 8
@@ -265,7 +269,9 @@ def problem_of(workload: Any | None) -> dict[str, Any]:
 # a tile ahead) beat the same point without the walk by kernel time at the five cooperative points: D = 128 -0.4%,
 # causal -1.2%, D = 96 -0.7%, D = 96 causal -0.9%, GQA -1.0% (persistent alone level: rounds 21-22); it needs q_regs and
 # 40 producer registers, which the D = 96 and GQA points gain with it (q_regs: True there). WALK: the walk's changes.
-WALK = {"persistent": True, "producer_regs": 40, "q_ahead": True}
+# (r24): producer_fn, the walk compiled as a function of its own, gives D = 128's key-tile loop back the 46 exponentials
+# under the P V product that q_ahead's inline producer cost it (17); in WALK before its run (round 24 measures it).
+WALK = {"persistent": True, "producer_regs": 40, "q_ahead": True, "producer_fn": True}
 TUNED: dict[tuple[int, bool, bool], dict[str, Any]] = {
     (128, False, False): {"epilogue": "tma", "rescale": "lazy", "uniform": True,
                           "early_pack": True, "split_max": True, "q_regs": True,
@@ -292,7 +298,7 @@ TUNED: dict[tuple[int, bool, bool], dict[str, Any]] = {
 def single_tile(params: AttnParams) -> AttnParams:
     """A point without the persistent walk (WALK): one CTA per query tile, as every point was before round 22. The
     key-tile loop's own options are studied on it (their tests read its SASS)."""
-    return params.model_copy(update={"persistent": False, "q_ahead": False, "producer_regs": 24})
+    return params.model_copy(update={"persistent": False, "q_ahead": False, "producer_fn": False, "producer_regs": 24})
 
 
 def plain_params(workload: Any | None = None) -> AttnParams:
@@ -385,6 +391,8 @@ def validate(params: AttnParams | Mapping[str, Any], shape: Any = None) -> list[
     if p.persistent and (p.schedule != "cooperative" or p.epilogue != "tma" or not p.q_regs):
         bad.append("persistent=True is built for the cooperative schedule, the TMA epilogue (O staged in a buffer of "
                    "its own) and q_regs (Q's buffer freed once its fragments are in registers): set all three")
+    if p.producer_fn and not p.persistent:
+        bad.append("producer_fn=True compiles persistent=True's producer walk as a function: set persistent=True")
     if p.q_ahead and not p.persistent:
         bad.append("q_ahead=True is a schedule of persistent=True's producer: set persistent=True")
     if p.persistent and p.producer_regs < PERSISTENT_PRODUCER_REGS:
