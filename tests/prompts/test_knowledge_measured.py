@@ -79,4 +79,5 @@ def test_its_figures_are_the_recorded_ones():
     # the persistent walk (attention_template.md rounds 21-23)
     assert "level alone (-0.7 to +0.7%)" in SECTION and "persistent level by kernel time (-0.7 to +0.7%)" in fwd
     assert "made it pay: -0.4 to -1.2%" in SECTION and "q_ahead -0.4 to -1.2% against TUNED" in fwd
+    assert "within its registers): -0.2 to -1.2%." in SECTION and "producer_fn -0.2 to -1.2% at all five points" in fwd
     assert "sink every exponential of the loop" in SECTION and "ptxas sank every exponential of the key-tile loop" in fwd
