@@ -139,11 +139,15 @@ def _eager(changes: dict) -> dict:
 
 # TUNED before round 22 put the persistent walk in it (at.WALK, and q_regs at D = 96 and GQA): the base of every
 # earlier round's points
-TUNED_BEFORE_22 = {problem: {k: v for k, v in point.items() if k not in at.WALK} for problem, point in at.TUNED.items()}
+TUNED_BEFORE_22 = {problem: _without(point, *at.WALK) for problem, point in at.TUNED.items()}
 for _problem in ((96, False, False), (128, False, True)):
     del TUNED_BEFORE_22[_problem]["q_regs"]  # these gained q_regs with the walk
 # TUNED before round 24 put producer_fn in it (rounds 23-24 measured against it)
-TUNED_BEFORE_24 = {problem: {k: v for k, v in point.items() if k != "producer_fn"} for problem, point in at.TUNED.items()}
+TUNED_BEFORE_24 = {problem: _without(point, "producer_fn") for problem, point in at.TUNED.items()}
+# the five cooperative problems rounds 23-24 measure, with a workload each
+_COOPERATIVE = (("mha_fwd_d128", (128, False, False)), ("mha_fwd_d128_causal", (128, True, False)),
+                ("mha_fwd_d96", (96, False, False)), ("mha_fwd_d96_causal", (96, True, False)),
+                ("mha_fwd_d128_gqa_h32_kv8", (128, False, True)))
 # TUNED as rounds 4-9 knew it: split_rows joined it after round 10 (q_regs and split_max after round 13)
 _BEFORE_10 = {problem: _without(point, "split_rows", "q_regs", "split_max") for problem, point in TUNED_BEFORE_22.items()}
 # TUNED as rounds 10-13 knew it
@@ -343,18 +347,13 @@ POINTS_22 = [pt for i in range(0, len(POINTS_21), 2)
                         POINTS_21[i + 1], POINTS_21[i])]
 # Round 23 (written before its run, attention_template.md round 23): round 22's q_ahead pairs read again with the
 # point before the walk first, the order of round 21. Predicted by kernel time: -0.4 to -1.2% again.
-POINTS_23 = [pt for wid, problem in (("mha_fwd_d128", (128, False, False)), ("mha_fwd_d128_causal", (128, True, False)),
-                                     ("mha_fwd_d96", (96, False, False)), ("mha_fwd_d96_causal", (96, True, False)),
-                                     ("mha_fwd_d128_gqa_h32_kv8", (128, False, True)))
+POINTS_23 = [pt for wid, problem in _COOPERATIVE
              for pt in ((wid, TUNED_BEFORE_22[problem], None), (wid, TUNED_BEFORE_24[problem], None))]
 # Round 24 (written before its run, attention_template.md round 24): producer_fn, the walk's producer compiled as a
 # function of its own (attention_persistent.py), against TUNED as round 23 left it, each pair in both orders. Its
 # key-tile loop keeps 46 of 66 exponentials under the P V product at D = 128 (17 with q_ahead inline), 14 causal (17),
 # 36 at D = 96 (36), 19 at D = 96 causal (17), 15 GQA (15). Predicted by kernel time: D = 128 -0.5 to -1%, the other
 # four level (-0.3 to +0.3%).
-_COOPERATIVE = (("mha_fwd_d128", (128, False, False)), ("mha_fwd_d128_causal", (128, True, False)),
-                ("mha_fwd_d96", (96, False, False)), ("mha_fwd_d96_causal", (96, True, False)),
-                ("mha_fwd_d128_gqa_h32_kv8", (128, False, True)))
 POINTS_24 = ([pt for wid, problem in _COOPERATIVE
               for pt in ((wid, TUNED_BEFORE_24[problem], None), (wid, dict(at.TUNED[problem]), None))]
              + [pt for wid, problem in _COOPERATIVE

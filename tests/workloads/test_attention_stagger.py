@@ -7,6 +7,7 @@ measures is the stagger alone; validate() refuses it off two cooperative consume
 (attention_template.md round 19)."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 import sys
@@ -55,14 +56,20 @@ def test_the_barrier_is_paired_and_its_id_free():
     assert f"<{BAR_STAGGER}," not in base
 
 
+@functools.cache
+def _sweep():
+    """bench/attention_sweep.py, loaded once (its TUNED_BEFORE_22: the points as round 19 measured them)."""
+    spec = importlib.util.spec_from_file_location("attention_sweep", ROOT / "bench" / "attention_sweep.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.mark.parametrize("wid", COOPERATIVE)
 def test_stagger_keeps_the_loop_and_assembles_clean(wid):
     w = get_workload(wid)
     # TUNED has it since round 19; the point as round 19 measured it (before the walk and the q_regs it brought)
-    spec = importlib.util.spec_from_file_location("attention_sweep", ROOT / "bench" / "attention_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    q = at.params_for(w, **mod.TUNED_BEFORE_22[tuple(at.problem_of(w).values())])
+    q = at.params_for(w, **_sweep().TUNED_BEFORE_22[tuple(at.problem_of(w).values())])
     p = q.model_copy(update={"stagger": False})
     assert q.stagger
     assert at.validate(q, w) == []
