@@ -358,9 +358,24 @@ POINTS_24 = ([pt for wid, problem in _COOPERATIVE
               for pt in ((wid, TUNED_BEFORE_24[problem], None), (wid, dict(at.TUNED[problem]), None))]
              + [pt for wid, problem in _COOPERATIVE
                 for pt in ((wid, dict(at.TUNED[problem]), None), (wid, TUNED_BEFORE_24[problem], None))])
+# Round 25 (written before its run, attention_template.md round 25): TUNED at D = 128 and D = 128 causal with one of its
+# loop options taken out or swapped, each beside TUNED. Those options were chosen before the walk (rounds 8-19), when
+# the producer's inline code still moved the key-tile loop's schedule; with producer_fn the loop is scheduled by the
+# consumers' code alone, so each is measured again under the walk. TUNED first and last (drift).
+_ABLATION_25 = {"mha_fwd_d128": [_without(at.TUNED[(128, False, False)], "stagger"),
+                                 _without(at.TUNED[(128, False, False)], "split_max"),
+                                 {**_without(at.TUNED[(128, False, False)], "split_max"), "split_rows": True},
+                                 _without(at.TUNED[(128, False, False)], "early_pack")],
+                "mha_fwd_d128_causal": [_without(at.TUNED[(128, True, False)], "stagger"),
+                                        {**_without(at.TUNED[(128, True, False)], "split_rows"), "split_max": True},
+                                        _without(at.TUNED[(128, True, False)], "early_pack"),
+                                        {**at.TUNED[(128, True, False)], "lpt_group": 4}]}
+POINTS_25 = [pt for wid, problem in _COOPERATIVE[:2]
+             for pt in ([(wid, dict(at.TUNED[problem]), None)] + [(wid, ch, None) for ch in _ABLATION_25[wid]]
+                        + [(wid, dict(at.TUNED[problem]), None)])]
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
           9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15, 19: POINTS_19, 21: POINTS_21,
-          22: POINTS_22, 23: POINTS_23, 24: POINTS_24}
+          22: POINTS_22, 23: POINTS_23, 24: POINTS_24, 25: POINTS_25}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
 
 
