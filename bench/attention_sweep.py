@@ -373,9 +373,35 @@ _ABLATION_25 = {"mha_fwd_d128": [_without(at.TUNED[(128, False, False)], "stagge
 POINTS_25 = [pt for wid, problem in _COOPERATIVE[:2]
              for pt in ([(wid, dict(at.TUNED[problem]), None)] + [(wid, ch, None) for ch in _ABLATION_25[wid]]
                         + [(wid, dict(at.TUNED[problem]), None)])]
+# Round 26 (written before its run, attention_template.md round 26): round 25's two gains in the other order (D = 128
+# with split_rows for split_max, -1.1%; causal with split_max for split_rows, -0.9%), each between two readings of the
+# other, and the same swaps at the other three cooperative points (D = 96 has neither: both tried).
+def _swap(point: dict, old: str | None, new: str) -> dict:
+    return {**(_without(point, old) if old else point), new: True}
+
+
+_T = at.TUNED
+POINTS_26 = [
+    ("mha_fwd_d128", _swap(_T[(128, False, False)], "split_max", "split_rows"), None),
+    ("mha_fwd_d128", dict(_T[(128, False, False)]), None),
+    ("mha_fwd_d128", _swap(_T[(128, False, False)], "split_max", "split_rows"), None),
+    ("mha_fwd_d128_causal", _swap(_T[(128, True, False)], "split_rows", "split_max"), None),
+    ("mha_fwd_d128_causal", dict(_T[(128, True, False)]), None),
+    ("mha_fwd_d128_causal", _swap(_T[(128, True, False)], "split_rows", "split_max"), None),
+    ("mha_fwd_d96", dict(_T[(96, False, False)]), None),
+    ("mha_fwd_d96", _swap(_T[(96, False, False)], None, "split_rows"), None),
+    ("mha_fwd_d96", _swap(_T[(96, False, False)], None, "split_max"), None),
+    ("mha_fwd_d96", dict(_T[(96, False, False)]), None),
+    ("mha_fwd_d96_causal", dict(_T[(96, True, False)]), None),
+    ("mha_fwd_d96_causal", _swap(_T[(96, True, False)], "split_rows", "split_max"), None),
+    ("mha_fwd_d96_causal", dict(_T[(96, True, False)]), None),
+    ("mha_fwd_d128_gqa_h32_kv8", dict(_T[(128, False, True)]), None),
+    ("mha_fwd_d128_gqa_h32_kv8", _swap(_T[(128, False, True)], "split_rows", "split_max"), None),
+    ("mha_fwd_d128_gqa_h32_kv8", dict(_T[(128, False, True)]), None),
+]
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
           9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15, 19: POINTS_19, 21: POINTS_21,
-          22: POINTS_22, 23: POINTS_23, 24: POINTS_24, 25: POINTS_25}
+          22: POINTS_22, 23: POINTS_23, 24: POINTS_24, 25: POINTS_25, 26: POINTS_26}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
 
 
