@@ -137,13 +137,18 @@ def _eager(changes: dict) -> dict:
     return _without(changes, "rescale", "uniform", "early_pack")
 
 
+# TUNED before round 26 swapped the splits at D = 128 (split_rows for split_max) and causal (split_max for split_rows):
+# the base of rounds 25-26 and of every snapshot below
+TUNED_BEFORE_27 = {problem: dict(point) for problem, point in at.TUNED.items()}
+TUNED_BEFORE_27[(128, False, False)] = {**_without(at.TUNED[(128, False, False)], "split_rows"), "split_max": True}
+TUNED_BEFORE_27[(128, True, False)] = {**_without(at.TUNED[(128, True, False)], "split_max"), "split_rows": True}
 # TUNED before round 22 put the persistent walk in it (at.WALK, and q_regs at D = 96 and GQA): the base of every
 # earlier round's points
-TUNED_BEFORE_22 = {problem: _without(point, *at.WALK) for problem, point in at.TUNED.items()}
+TUNED_BEFORE_22 = {problem: _without(point, *at.WALK) for problem, point in TUNED_BEFORE_27.items()}
 for _problem in ((96, False, False), (128, False, True)):
     del TUNED_BEFORE_22[_problem]["q_regs"]  # these gained q_regs with the walk
 # TUNED before round 24 put producer_fn in it (rounds 23-24 measured against it)
-TUNED_BEFORE_24 = {problem: _without(point, "producer_fn") for problem, point in at.TUNED.items()}
+TUNED_BEFORE_24 = {problem: _without(point, "producer_fn") for problem, point in TUNED_BEFORE_27.items()}
 # the five cooperative problems rounds 23-24 measure, with a workload each
 _COOPERATIVE = (("mha_fwd_d128", (128, False, False)), ("mha_fwd_d128_causal", (128, True, False)),
                 ("mha_fwd_d96", (96, False, False)), ("mha_fwd_d96_causal", (96, True, False)),
@@ -355,24 +360,24 @@ POINTS_23 = [pt for wid, problem in _COOPERATIVE
 # 36 at D = 96 (36), 19 at D = 96 causal (17), 15 GQA (15). Predicted by kernel time: D = 128 -0.5 to -1%, the other
 # four level (-0.3 to +0.3%).
 POINTS_24 = ([pt for wid, problem in _COOPERATIVE
-              for pt in ((wid, TUNED_BEFORE_24[problem], None), (wid, dict(at.TUNED[problem]), None))]
+              for pt in ((wid, TUNED_BEFORE_24[problem], None), (wid, dict(TUNED_BEFORE_27[problem]), None))]
              + [pt for wid, problem in _COOPERATIVE
-                for pt in ((wid, dict(at.TUNED[problem]), None), (wid, TUNED_BEFORE_24[problem], None))])
+                for pt in ((wid, dict(TUNED_BEFORE_27[problem]), None), (wid, TUNED_BEFORE_24[problem], None))])
 # Round 25 (written before its run, attention_template.md round 25): TUNED at D = 128 and D = 128 causal with one of its
 # loop options taken out or swapped, each beside TUNED. Those options were chosen before the walk (rounds 8-19), when
 # the producer's inline code still moved the key-tile loop's schedule; with producer_fn the loop is scheduled by the
 # consumers' code alone, so each is measured again under the walk. TUNED first and last (drift).
-_ABLATION_25 = {"mha_fwd_d128": [_without(at.TUNED[(128, False, False)], "stagger"),
-                                 _without(at.TUNED[(128, False, False)], "split_max"),
-                                 {**_without(at.TUNED[(128, False, False)], "split_max"), "split_rows": True},
-                                 _without(at.TUNED[(128, False, False)], "early_pack")],
-                "mha_fwd_d128_causal": [_without(at.TUNED[(128, True, False)], "stagger"),
-                                        {**_without(at.TUNED[(128, True, False)], "split_rows"), "split_max": True},
-                                        _without(at.TUNED[(128, True, False)], "early_pack"),
-                                        {**at.TUNED[(128, True, False)], "lpt_group": 4}]}
+_ABLATION_25 = {"mha_fwd_d128": [_without(TUNED_BEFORE_27[(128, False, False)], "stagger"),
+                                 _without(TUNED_BEFORE_27[(128, False, False)], "split_max"),
+                                 {**_without(TUNED_BEFORE_27[(128, False, False)], "split_max"), "split_rows": True},
+                                 _without(TUNED_BEFORE_27[(128, False, False)], "early_pack")],
+                "mha_fwd_d128_causal": [_without(TUNED_BEFORE_27[(128, True, False)], "stagger"),
+                                        {**_without(TUNED_BEFORE_27[(128, True, False)], "split_rows"), "split_max": True},
+                                        _without(TUNED_BEFORE_27[(128, True, False)], "early_pack"),
+                                        {**TUNED_BEFORE_27[(128, True, False)], "lpt_group": 4}]}
 POINTS_25 = [pt for wid, problem in _COOPERATIVE[:2]
-             for pt in ([(wid, dict(at.TUNED[problem]), None)] + [(wid, ch, None) for ch in _ABLATION_25[wid]]
-                        + [(wid, dict(at.TUNED[problem]), None)])]
+             for pt in ([(wid, dict(TUNED_BEFORE_27[problem]), None)] + [(wid, ch, None) for ch in _ABLATION_25[wid]]
+                        + [(wid, dict(TUNED_BEFORE_27[problem]), None)])]
 # Round 26 (written before its run, attention_template.md round 26): round 25's two gains in the other order (D = 128
 # with split_rows for split_max, -1.1%; causal with split_max for split_rows, -0.9%), each between two readings of the
 # other, and the same swaps at the other three cooperative points (D = 96 has neither: both tried).
@@ -380,7 +385,7 @@ def _swap(point: dict, old: str | None, new: str) -> dict:
     return {**(_without(point, old) if old else point), new: True}
 
 
-_T = at.TUNED
+_T = TUNED_BEFORE_27
 POINTS_26 = [
     ("mha_fwd_d128", _swap(_T[(128, False, False)], "split_max", "split_rows"), None),
     ("mha_fwd_d128", dict(_T[(128, False, False)]), None),

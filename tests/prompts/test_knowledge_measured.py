@@ -78,6 +78,11 @@ def test_its_figures_are_the_recorded_ones():
     assert "done: -0.1 to -0.7%" in SECTION and "the stagger is worth -0.1 to -0.7%" in fwd
     # the persistent walk (attention_template.md rounds 21-23)
     assert "level alone (-0.7 to +0.7%)" in SECTION and "persistent level by kernel time (-0.7 to +0.7%)" in fwd
+    # the splits under the walk (rounds 25-26)
+    assert "-1.1 to -1.3% at D = 128" in SECTION and "**-1.1 to -1.3% at D = 128**" in fwd
+    assert "-0.8 to -0.9%\n  causal" in SECTION and "**-0.8 to -0.9% causal**" in fwd
+    assert "keeps 15 exponentials under the P V product, the slower 46" in SECTION and "keeps 15 of 66 there (split_max 46)" in \
+        (Path(__file__).resolve().parents[1] / "workloads" / "test_attention_split_rows.py").read_text()
     assert "made it pay: -0.4 to -1.2%" in SECTION and "q_ahead -0.4 to -1.2% against TUNED" in fwd
     assert "within its registers): -0.2 to -1.2%." in SECTION and "producer_fn -0.2 to -1.2% at all five points" in fwd
     assert "sink every exponential of the loop" in SECTION and "ptxas sank every exponential of the key-tile loop" in fwd

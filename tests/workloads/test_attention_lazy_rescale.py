@@ -110,6 +110,7 @@ def test_the_vote_moves_the_pv_wait_ahead_of_the_softmax():
     under = {r: _exponentials_under_pv(at.single_tile(at.default_params(w)).model_copy(update={"rescale": r, "uniform": False,
                                                                                           "early_pack": False,
                                                                                           "split_max": False,
+                                                                                          "split_rows": False,
                                                                                           "q_regs": False,
                                                                                           "stagger": False}))
              for r in ("always", "lazy")}

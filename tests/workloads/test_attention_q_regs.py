@@ -70,6 +70,8 @@ WHERE = ["mha_fwd_d128", "mha_fwd_d96", "mha_fwd_d128_gqa_h32_kv8", "mha_fwd_d12
 def test_q_regs_assembles_with_its_loads_and_the_same_products(wid):
     w = get_workload(wid)
     p = at.single_tile(at.default_params(w)).model_copy(update={"q_regs": False})
+    if wid == "mha_fwd_d128":  # as round 13 measured it: no split (round 26 gave TUNED split_rows here)
+        p = p.model_copy(update={"split_rows": False})
     q = p.model_copy(update={"q_regs": True})
     assert at.validate(q, w) == []
     kernels, ops = {}, {}
@@ -97,8 +99,8 @@ def test_in_tuned_where_it_was_faster_and_refused_where_it_does_not_fit():
     assert sorted(k for k, pt in at.TUNED.items() if pt.get("q_regs")) == [
         (64, True, False), (96, False, False), (96, True, False), (128, False, False), (128, False, True),
         (128, True, False)]
-    assert at.TUNED[(128, False, False)].get("split_max") and not any(
-        pt.get("split_max") for k, pt in at.TUNED.items() if k != (128, False, False))
+    # split_max joined D = 128 after round 13; round 26 moved it to D = 128 causal (split_rows at D = 128 instead)
+    assert sorted(k for k, pt in at.TUNED.items() if pt.get("split_max")) == [(128, True, False)]
     assert "load_q_frag(w.qf, w.sQc, t);" in at.render(at.default_params())  # the checked-in file
     d64 = at.default_params(get_workload("mha_fwd_d64"))  # 3 consumers at 160 registers: ptxas spilled 96 bytes
     assert d64.model_copy(update={"q_regs": True}).live_regs == d64.live_regs + 16

@@ -40,7 +40,7 @@ dtype = "int32"
 shape = [1]
 zero = true
 */
-// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 40, 'rescale': 'lazy', 'uniform': True, 'early_pack': True, 'split_max': True, 'q_regs': True, 'stagger': True, 'persistent': True, 'q_ahead': True, 'producer_fn': True}
+// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 40, 'rescale': 'lazy', 'uniform': True, 'early_pack': True, 'split_rows': True, 'q_regs': True, 'stagger': True, 'persistent': True, 'q_ahead': True, 'producer_fn': True}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -227,7 +227,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[ON / 2], const uint32_t (&p)
 // keeps its max (finite: tile 0 always holds key 0, which no row masks) and adds zeros.
 __device__ __forceinline__ void softmax_tile(float (&s)[SN], float sl2, float& m0, float& m1, float& l0, float& l1,
                                              float& a0, float& a1) {
-  // split_max: each row's max as four independent chains (4-column group j / 4 goes to chain (j / 4) % 4)
+  // split_rows: each row's max as four independent chains (4-column group j / 4 goes to chain (j / 4) % 4)
   float mx0[4], mx1[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
@@ -252,16 +252,17 @@ __device__ __forceinline__ void softmax_tile(float (&s)[SN], float sl2, float& m
   if (n1 - m1 <= LAZY_THRESHOLD) n1 = m1;
   a0 = ex2(m0 - n0);  // m = -inf on the first tile: 0
   a1 = ex2(m1 - n1);
-  float sum0 = 0.f, sum1 = 0.f;
+  float sm0[4] = {0.f, 0.f, 0.f, 0.f}, sm1[4] = {0.f, 0.f, 0.f, 0.f};  // split_rows
 #pragma unroll
   for (int j = 0; j < SN; j += 4) {
     s[j] = ex2(fmaf(s[j], sl2, -n0));
     s[j + 1] = ex2(fmaf(s[j + 1], sl2, -n0));
     s[j + 2] = ex2(fmaf(s[j + 2], sl2, -n1));
     s[j + 3] = ex2(fmaf(s[j + 3], sl2, -n1));
-    sum0 += s[j] + s[j + 1];
-    sum1 += s[j + 2] + s[j + 3];
+    sm0[(j / 4) % 4] += s[j] + s[j + 1];
+    sm1[(j / 4) % 4] += s[j + 2] + s[j + 3];
   }
+  const float sum0 = (sm0[0] + sm0[1]) + (sm0[2] + sm0[3]), sum1 = (sm1[0] + sm1[1]) + (sm1[2] + sm1[3]);
   l0 = l0 * a0 + sum0;
   l1 = l1 * a1 + sum1;
   m0 = n0;

@@ -272,14 +272,18 @@ def problem_of(workload: Any | None) -> dict[str, Any]:
 # (r24): producer_fn, the walk compiled as a function of its own, beat the same point with the walk inline at all five:
 # D = 128 -0.23%, causal -1.21%, D = 96 -0.66%, D = 96 causal -1.04%, GQA -0.38% (both orders); it also gives D = 128's
 # key-tile loop back the 46 exponentials under the P V product that q_ahead's inline producer cost it (17).
+# (r25-26): under the walk the splits change places. D = 128 with split_rows for split_max -1.14% / -1.33%, causal with
+# split_max for split_rows -0.85% / -0.80% (rounds 25 and 26, both orders); at D = 96 (neither: +0.8% split_rows, +1.0%
+# split_max), D = 96 causal and GQA (split_max for split_rows: +0.7%, +1.0%) the points stay. The count of exponentials
+# under the P V product (D = 128: 15 with split_rows, 46 with split_max) no longer predicts which is faster.
 WALK = {"persistent": True, "producer_regs": 40, "q_ahead": True, "producer_fn": True}
 TUNED: dict[tuple[int, bool, bool], dict[str, Any]] = {
     (128, False, False): {"epilogue": "tma", "rescale": "lazy", "uniform": True,
-                          "early_pack": True, "split_max": True, "q_regs": True,
-                          "stagger": True, **WALK},                                           # 2.199 ms, 1.100x (r24)
+                          "early_pack": True, "split_rows": True, "q_regs": True,
+                          "stagger": True, **WALK},                                           # 2.189 ms, 1.111x (r26)
     (128, True, False): {"epilogue": "tma", "lpt_group": 8, "rescale": "lazy", "uniform": True,
-                         "early_pack": True, "split_rows": True, "q_regs": True,
-                         "stagger": True, **WALK},                                           # 1.203 ms, 1.110x (r24)
+                         "early_pack": True, "split_max": True, "q_regs": True,
+                         "stagger": True, **WALK},                                           # 1.213 ms, 1.116x (r26)
     (64, False, False): {"consumers": 3, "schedule": "pingpong", "epilogue": "tma"},         # 1.533 ms, 1.165x
     (64, True, False): {"consumers": 3, "bn": 96, "schedule": "pingpong", "epilogue": "tma",
                         "lpt_group": 8, "q_regs": True},                                     # -0.8% (r13)
