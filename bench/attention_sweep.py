@@ -404,9 +404,23 @@ POINTS_26 = [
     ("mha_fwd_d128_gqa_h32_kv8", _swap(_T[(128, False, True)], "split_rows", "split_max"), None),
     ("mha_fwd_d128_gqa_h32_kv8", dict(_T[(128, False, True)]), None),
 ]
+# Round 27 (written before its run, attention_template.md round 27): two more of TUNED's older choices under the walk,
+# each pair in both orders: D = 96 without early_pack (round 8 left it off there; rounds 25-26 found it worth 2% at
+# D = 128 under the walk) against D = 96 with it, and the eager rescale (rescale "always", which early_pack needs off)
+# against the lazy one at D = 128 and causal (rounds 4-5: lazy -0.8 / -0.9% before the walk).
+_D96 = at.TUNED[(96, False, False)]
+_EAGER = {problem: {**_without(at.TUNED[problem], "early_pack"), "rescale": "always"}
+          for problem in ((128, False, False), (128, True, False))}
+POINTS_27 = [("mha_fwd_d96", dict(_D96), None), ("mha_fwd_d96", {**_D96, "early_pack": True}, None),
+             ("mha_fwd_d96", {**_D96, "early_pack": True}, None), ("mha_fwd_d96", dict(_D96), None),
+             ("mha_fwd_d128", dict(at.TUNED[(128, False, False)]), None), ("mha_fwd_d128", _EAGER[(128, False, False)], None),
+             ("mha_fwd_d128", dict(at.TUNED[(128, False, False)]), None),
+             ("mha_fwd_d128_causal", dict(at.TUNED[(128, True, False)]), None),
+             ("mha_fwd_d128_causal", _EAGER[(128, True, False)], None),
+             ("mha_fwd_d128_causal", dict(at.TUNED[(128, True, False)]), None)]
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
           9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15, 19: POINTS_19, 21: POINTS_21,
-          22: POINTS_22, 23: POINTS_23, 24: POINTS_24, 25: POINTS_25, 26: POINTS_26}
+          22: POINTS_22, 23: POINTS_23, 24: POINTS_24, 25: POINTS_25, 26: POINTS_26, 27: POINTS_27}
 DEFAULTS = {"schedule": "cooperative", "epilogue": "direct", "lpt_group": 0, "rescale": "always"}
 
 
