@@ -137,18 +137,21 @@ def _eager(changes: dict) -> dict:
     return _without(changes, "rescale", "uniform", "early_pack")
 
 
-# TUNED before round 26 swapped the splits at D = 128 (split_rows for split_max) and causal (split_max for split_rows):
-# the base of rounds 25-26 and of every snapshot below
-TUNED_BEFORE_27 = {problem: dict(point) for problem, point in at.TUNED.items()}
-TUNED_BEFORE_27[(128, False, False)] = {**_without(at.TUNED[(128, False, False)], "split_rows"), "split_max": True}
-TUNED_BEFORE_27[(128, True, False)] = {**_without(at.TUNED[(128, True, False)], "split_max"), "split_rows": True}
+# TUNED as round 27 measured it: D = 96 without the early_pack it gained after the round
+TUNED_ROUND_27 = {problem: dict(point) for problem, point in at.TUNED.items()}
+TUNED_ROUND_27[(96, False, False)] = _without(at.TUNED[(96, False, False)], "early_pack")
+# TUNED as rounds 25-26 measured it, before the splits at D = 128 (split_rows for split_max) and causal (split_max for
+# split_rows) changed places: the base of every snapshot below
+TUNED_ROUND_25 = {problem: dict(point) for problem, point in TUNED_ROUND_27.items()}
+TUNED_ROUND_25[(128, False, False)] = {**_without(TUNED_ROUND_27[(128, False, False)], "split_rows"), "split_max": True}
+TUNED_ROUND_25[(128, True, False)] = {**_without(TUNED_ROUND_27[(128, True, False)], "split_max"), "split_rows": True}
 # TUNED before round 22 put the persistent walk in it (at.WALK, and q_regs at D = 96 and GQA): the base of every
 # earlier round's points
-TUNED_BEFORE_22 = {problem: _without(point, *at.WALK) for problem, point in TUNED_BEFORE_27.items()}
+TUNED_BEFORE_22 = {problem: _without(point, *at.WALK) for problem, point in TUNED_ROUND_25.items()}
 for _problem in ((96, False, False), (128, False, True)):
     del TUNED_BEFORE_22[_problem]["q_regs"]  # these gained q_regs with the walk
 # TUNED before round 24 put producer_fn in it (rounds 23-24 measured against it)
-TUNED_BEFORE_24 = {problem: _without(point, "producer_fn") for problem, point in TUNED_BEFORE_27.items()}
+TUNED_BEFORE_24 = {problem: _without(point, "producer_fn") for problem, point in TUNED_ROUND_25.items()}
 # the five cooperative problems rounds 23-24 measure, with a workload each
 _COOPERATIVE = (("mha_fwd_d128", (128, False, False)), ("mha_fwd_d128_causal", (128, True, False)),
                 ("mha_fwd_d96", (96, False, False)), ("mha_fwd_d96_causal", (96, True, False)),
@@ -360,24 +363,24 @@ POINTS_23 = [pt for wid, problem in _COOPERATIVE
 # 36 at D = 96 (36), 19 at D = 96 causal (17), 15 GQA (15). Predicted by kernel time: D = 128 -0.5 to -1%, the other
 # four level (-0.3 to +0.3%).
 POINTS_24 = ([pt for wid, problem in _COOPERATIVE
-              for pt in ((wid, TUNED_BEFORE_24[problem], None), (wid, dict(TUNED_BEFORE_27[problem]), None))]
+              for pt in ((wid, TUNED_BEFORE_24[problem], None), (wid, dict(TUNED_ROUND_25[problem]), None))]
              + [pt for wid, problem in _COOPERATIVE
-                for pt in ((wid, dict(TUNED_BEFORE_27[problem]), None), (wid, TUNED_BEFORE_24[problem], None))])
+                for pt in ((wid, dict(TUNED_ROUND_25[problem]), None), (wid, TUNED_BEFORE_24[problem], None))])
 # Round 25 (written before its run, attention_template.md round 25): TUNED at D = 128 and D = 128 causal with one of its
 # loop options taken out or swapped, each beside TUNED. Those options were chosen before the walk (rounds 8-19), when
 # the producer's inline code still moved the key-tile loop's schedule; with producer_fn the loop is scheduled by the
 # consumers' code alone, so each is measured again under the walk. TUNED first and last (drift).
-_ABLATION_25 = {"mha_fwd_d128": [_without(TUNED_BEFORE_27[(128, False, False)], "stagger"),
-                                 _without(TUNED_BEFORE_27[(128, False, False)], "split_max"),
-                                 {**_without(TUNED_BEFORE_27[(128, False, False)], "split_max"), "split_rows": True},
-                                 _without(TUNED_BEFORE_27[(128, False, False)], "early_pack")],
-                "mha_fwd_d128_causal": [_without(TUNED_BEFORE_27[(128, True, False)], "stagger"),
-                                        {**_without(TUNED_BEFORE_27[(128, True, False)], "split_rows"), "split_max": True},
-                                        _without(TUNED_BEFORE_27[(128, True, False)], "early_pack"),
-                                        {**TUNED_BEFORE_27[(128, True, False)], "lpt_group": 4}]}
+_ABLATION_25 = {"mha_fwd_d128": [_without(TUNED_ROUND_25[(128, False, False)], "stagger"),
+                                 _without(TUNED_ROUND_25[(128, False, False)], "split_max"),
+                                 {**_without(TUNED_ROUND_25[(128, False, False)], "split_max"), "split_rows": True},
+                                 _without(TUNED_ROUND_25[(128, False, False)], "early_pack")],
+                "mha_fwd_d128_causal": [_without(TUNED_ROUND_25[(128, True, False)], "stagger"),
+                                        {**_without(TUNED_ROUND_25[(128, True, False)], "split_rows"), "split_max": True},
+                                        _without(TUNED_ROUND_25[(128, True, False)], "early_pack"),
+                                        {**TUNED_ROUND_25[(128, True, False)], "lpt_group": 4}]}
 POINTS_25 = [pt for wid, problem in _COOPERATIVE[:2]
-             for pt in ([(wid, dict(TUNED_BEFORE_27[problem]), None)] + [(wid, ch, None) for ch in _ABLATION_25[wid]]
-                        + [(wid, dict(TUNED_BEFORE_27[problem]), None)])]
+             for pt in ([(wid, dict(TUNED_ROUND_25[problem]), None)] + [(wid, ch, None) for ch in _ABLATION_25[wid]]
+                        + [(wid, dict(TUNED_ROUND_25[problem]), None)])]
 # Round 26 (written before its run, attention_template.md round 26): round 25's two gains in the other order (D = 128
 # with split_rows for split_max, -1.1%; causal with split_max for split_rows, -0.9%), each between two readings of the
 # other, and the same swaps at the other three cooperative points (D = 96 has neither: both tried).
@@ -385,7 +388,7 @@ def _swap(point: dict, old: str | None, new: str) -> dict:
     return {**(_without(point, old) if old else point), new: True}
 
 
-_T = TUNED_BEFORE_27
+_T = TUNED_ROUND_25
 POINTS_26 = [
     ("mha_fwd_d128", _swap(_T[(128, False, False)], "split_max", "split_rows"), None),
     ("mha_fwd_d128", dict(_T[(128, False, False)]), None),
@@ -408,16 +411,16 @@ POINTS_26 = [
 # each pair in both orders: D = 96 without early_pack (round 8 left it off there; rounds 25-26 found it worth 2% at
 # D = 128 under the walk) against D = 96 with it, and the eager rescale (rescale "always", which early_pack needs off)
 # against the lazy one at D = 128 and causal (rounds 4-5: lazy -0.8 / -0.9% before the walk).
-_D96 = at.TUNED[(96, False, False)]
-_EAGER = {problem: {**_without(at.TUNED[problem], "early_pack"), "rescale": "always"}
+_D96 = TUNED_ROUND_27[(96, False, False)]
+_EAGER = {problem: {**_without(TUNED_ROUND_27[problem], "early_pack"), "rescale": "always"}
           for problem in ((128, False, False), (128, True, False))}
 POINTS_27 = [("mha_fwd_d96", dict(_D96), None), ("mha_fwd_d96", {**_D96, "early_pack": True}, None),
              ("mha_fwd_d96", {**_D96, "early_pack": True}, None), ("mha_fwd_d96", dict(_D96), None),
-             ("mha_fwd_d128", dict(at.TUNED[(128, False, False)]), None), ("mha_fwd_d128", _EAGER[(128, False, False)], None),
-             ("mha_fwd_d128", dict(at.TUNED[(128, False, False)]), None),
-             ("mha_fwd_d128_causal", dict(at.TUNED[(128, True, False)]), None),
+             ("mha_fwd_d128", dict(TUNED_ROUND_27[(128, False, False)]), None), ("mha_fwd_d128", _EAGER[(128, False, False)], None),
+             ("mha_fwd_d128", dict(TUNED_ROUND_27[(128, False, False)]), None),
+             ("mha_fwd_d128_causal", dict(TUNED_ROUND_27[(128, True, False)]), None),
              ("mha_fwd_d128_causal", _EAGER[(128, True, False)], None),
-             ("mha_fwd_d128_causal", dict(at.TUNED[(128, True, False)]), None)]
+             ("mha_fwd_d128_causal", dict(TUNED_ROUND_27[(128, True, False)]), None)]
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
           9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15, 19: POINTS_19, 21: POINTS_21,
           22: POINTS_22, 23: POINTS_23, 24: POINTS_24, 25: POINTS_25, 26: POINTS_26, 27: POINTS_27}

@@ -7,7 +7,7 @@ code, exactly as a model's answer):
 - the Hopper wgmma + TMA forward: attention_template.py renders it for a workload's head dim (64, 96, 128),
   causal flag and GQA at that problem's default point; `fast_solution(workload)`. The checked-in
   attention_fwd_wgmma.cu is the D = 128 non-causal render (the persistent walk since round 22). On the H200 by
-  `ptxbench eval` 1.111x / 1.107x cuDNN for D = 128, 1.116x causal (bench/results/attention_template.md, round 26).
+  `ptxbench eval` 1.105-1.111x cuDNN for D = 128, 1.116-1.184x causal (bench/results/attention_template.md, rounds 26-27).
 """
 from __future__ import annotations
 
