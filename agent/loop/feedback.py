@@ -49,8 +49,8 @@ BARRIERS_NOTE = ("all 16 named barriers are reserved: a bar.sync / bar.arrive id
                  "write ids as immediates (`bar.sync 1, 256;`) unless a runtime id is meant")
 # The heading of a compile-only result: the model must not read a kernel that never ran as correct.
 STATUS_HEADINGS = {"COMPILED": "COMPILED (not run on a GPU: correctness and speed unknown)",
-                   "TIMING_SUSPECT": "TIMING_SUSPECT (correct when checked, but timed faster than this GPU can go: "
-                                     "not counted as correct)"}
+                   "TIMING_SUSPECT": "TIMING_SUSPECT (correct when checked, but timed faster than this GPU can go "
+                                     "or implausibly faster than the library: not counted as correct)"}
 
 
 UNDEFINED = re.compile(r'identifier "(\w+)" is undefined')

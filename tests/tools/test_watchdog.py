@@ -370,3 +370,23 @@ def test_the_new_inputs_check_names_a_replay_only_when_the_output_is_an_earlier_
     assert len(stats) == 1 and not stats[0].passed
     assert ("bit-identical to trial 0" in stats[0].note) == replayed and "0.029" in stats[0].note
     assert "not recomputed" not in stats[0].note
+
+
+def test_a_suspect_timing_says_which_check_it_failed(runner):
+    """TIMING_SUSPECT's message names its reason: above the roofline the GPU cannot do the work that fast; an
+    implausible speedup alone can also be a library that read slow in that evaluation (on the H200 cuBLAS once timed
+    the M = 128 decode GEMM at 0.107 ms against its usual 0.031 beside an honest kernel at 59% of the roofline:
+    bench/results/reference_eval.md), so the message gives both times and asks for another evaluation."""
+    from ptxbench.tools.results import Timing, TimingStat
+
+    def stat(ms):
+        return TimingStat(median_ms=ms, ci_low_ms=ms, ci_high_ms=ms, n=100)
+
+    slow_library = Timing(candidate=stat(0.0303), baselines={"cublas": stat(0.1072)}, primary_baseline="cublas",
+                          speedup=3.543, sol_pct=59.0, flags=["implausible_speedup"], recheck_speedup=3.643)
+    msg = runner.suspect_message(slow_library)
+    assert "cublas 0.1072 ms against the kernel's 0.0303" in msg and "evaluate it again" in msg
+    assert "faster than this GPU can compute" not in msg and msg.endswith("not counted as correct")
+    too_fast = slow_library.model_copy(update={"flags": ["implausible_speedup", "above_roofline"], "sol_pct": 140.0})
+    msg = runner.suspect_message(too_fast)
+    assert "faster than this GPU can compute the workload" in msg and "140% of the measured roofline" in msg

@@ -128,6 +128,21 @@ def test_params_for_shrinks_the_tile_for_decode_shapes_only():
         assert gt.validate(gt.params_for(wid), shape=(int(wid.split("_m")[1].split("_")[0]), 7168, 5120)) == []
 
 
+def test_the_reference_of_each_gemm_is_its_shapes_point():
+    """builtin/reference submits params_for(workload): the main and square GEMMs the default point, the decode GEMMs
+    their 64-column tiles. It once submitted the default for every shape: 0.537x / 0.717x cuBLAS at M = 64 / 128,
+    against 0.983x / 1.029x with the tile choice (bench/results/reference_eval.md)."""
+    from ptxbench.agent.models.builtin import reference_source
+
+    main = reference_source("gemm_bf16_m8192_n7168_k5120")
+    assert main == gt.render(gt.default_params()) == (Path(gt.__file__).with_name("gemm_bf16_m8192_n7168_k5120.cu")
+                                                      .read_text())
+    assert reference_source("gemm_bf16_m4096_n4096_k4096") == main
+    for wid in ("gemm_bf16_m64_n7168_k5120", "gemm_bf16_m128_n7168_k5120"):
+        src = reference_source(wid)
+        assert src == gt.render(gt.params_for(wid)) and src != main and "cdiv(N, 64)" in src
+
+
 def test_gemm_sweep_points_render_and_validate():
     """bench/gemm_sweep.py's points of every round, with the defaults as they ran (run on the H200), are buildable for
     their workloads."""

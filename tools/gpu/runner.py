@@ -26,7 +26,7 @@ from ...workloads.schema import Workload
 from ..solution.plan import ResolvedPlan
 from ..results import Timing, TrialStats
 from . import ceilings as roofline
-from .ceilings import suspicious
+from .ceilings import IMPLAUSIBLE_SPEEDUP, suspicious
 from .buffers import BufferSet, allocate_set
 from .calls import CHECK_SEED_OFFSET, CandidateCalls, InputSet, evaluation_seeds, sketch_tensors
 from .correctness import output_digest, replay_note
@@ -105,6 +105,24 @@ class Candidate:
     def close(self) -> None:
         unload_module(self.module)
 
+
+
+def suspect_message(t: Timing) -> str:
+    """Why a correct kernel's timing is not trusted. Above the roofline, the GPU cannot do the work that fast; an
+    implausible speedup alone (the library not overhead-bound) is the same verdict, but the kernel's own rate may be
+    possible, and a library that read slow in this process (an outlier of its own) gives it too: say which."""
+    lib = t.baselines.get(t.primary_baseline)
+    head = (f"correct on every checked call, but timed at {t.speedup:.3f}x the library ({t.sol_pct:.0f}% of the "
+            f"measured roofline; flags: {', '.join(t.flags)}) and again at {t.recheck_speedup:.3f}x under a changed "
+            f"schedule: ")
+    if "above_roofline" in t.flags:
+        why = "faster than this GPU can compute the workload"
+    else:
+        why = (f"more than {IMPLAUSIBLE_SPEEDUP:g}x a library that is not overhead-bound"
+               + (f" ({t.primary_baseline} {lib.median_ms:.4f} ms against the kernel's {t.candidate.median_ms:.4f})"
+                  if lib else "") + ": either the kernel skips work when timed or the library read slow in this "
+               "evaluation; evaluate it again")
+    return head + why + ", so the timing cannot be trusted and the kernel is not counted as correct"
 
 def new_buffers(wl: Workload, plan: ResolvedPlan) -> BufferSet:
     tensors = [(t.name, wl.shape(t.name), t.dtype, t.role) for t in wl.tensors]
@@ -348,11 +366,7 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
         if out.status == "PASSED" and out.timing and suspicious(out.timing.flags):
             t = out.timing
             out.status = "TIMING_SUSPECT"
-            out.message = (f"correct on every checked call, but timed at {t.speedup:.3f}x the library "
-                           f"({t.sol_pct:.0f}% of the measured roofline; flags: {', '.join(t.flags)}) and "
-                           f"again at {t.recheck_speedup:.3f}x under a changed schedule: faster than this GPU can "
-                           f"compute the workload, so the timing cannot be trusted and the kernel is not counted "
-                           f"as correct")
+            out.message = suspect_message(t)
         replace = False
     except Failed as f:
         out.status, out.message, out.plan_errors, out.runtime_error = f.status, f.message, f.plan_errors, f.runtime_error
