@@ -78,6 +78,9 @@ def test_its_figures_are_the_recorded_ones():
     assert "done: -0.1 to -0.7%" in SECTION and "the stagger is worth -0.1 to -0.7%" in fwd
     # the persistent walk (attention_template.md rounds 21-23)
     assert "level alone (-0.7 to +0.7%)" in SECTION and "persistent level by kernel time (-0.7 to +0.7%)" in fwd
+    # the deferred slabs straight from registers (gemm_sweep.md, 2026-12-03), in the GEMM epilogue section
+    epilogue = section("GEMM epilogue: staging, a TMA store, tile order")
+    assert "cost 8.9%" in epilogue and "**+8.9% kernel time** (0.8097 against 0.7434 ms)" in gemm
     # the splits under the walk (rounds 25-26)
     assert "-1.1 to -1.3% at D = 128" in SECTION and "**-1.1 to -1.3% at D = 128**" in fwd
     assert "-0.8 to -0.9%\n  causal" in SECTION and "**-0.8 to -0.9% causal**" in fwd
