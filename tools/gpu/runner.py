@@ -106,7 +106,6 @@ class Candidate:
         unload_module(self.module)
 
 
-
 def suspect_message(t: Timing) -> str:
     """Why a correct kernel's timing is not trusted. Above the roofline, the GPU cannot do the work that fast; an
     implausible speedup alone (the library not overhead-bound) is the same verdict, but the kernel's own rate may be
@@ -123,6 +122,7 @@ def suspect_message(t: Timing) -> str:
                   if lib else "") + ": either the kernel skips work when timed or the library read slow in this "
                "evaluation; evaluate it again")
     return head + why + ", so the timing cannot be trusted and the kernel is not counted as correct"
+
 
 def new_buffers(wl: Workload, plan: ResolvedPlan) -> BufferSet:
     tensors = [(t.name, wl.shape(t.name), t.dtype, t.role) for t in wl.tensors]
