@@ -131,6 +131,16 @@ def _without(changes: dict, *names: str) -> dict:
     return {k: v for k, v in changes.items() if k not in names}
 
 
+def _swap(point: dict, old: str | None, new: str) -> dict:
+    """A TUNED point with option `new` set in place of `old` (None: added)."""
+    return {**(_without(point, old) if old else point), new: True}
+
+
+def _between(wid: str, outer: dict, inner: list[dict]) -> list[tuple[str, dict, None]]:
+    """`inner`'s points with `outer` read before and after them (the second reading shows the drift)."""
+    return [(wid, dict(outer), None), *((wid, ch, None) for ch in inner), (wid, dict(outer), None)]
+
+
 def _eager(changes: dict) -> dict:
     """A TUNED point without its rescale, uniform and early_pack choices (rounds 4-6 measured the points they were made
     from)."""
@@ -143,8 +153,8 @@ TUNED_ROUND_27[(96, False, False)] = _without(at.TUNED[(96, False, False)], "ear
 # TUNED as rounds 25-26 measured it, before the splits at D = 128 (split_rows for split_max) and causal (split_max for
 # split_rows) changed places: the base of every snapshot below
 TUNED_ROUND_25 = {problem: dict(point) for problem, point in TUNED_ROUND_27.items()}
-TUNED_ROUND_25[(128, False, False)] = {**_without(TUNED_ROUND_27[(128, False, False)], "split_rows"), "split_max": True}
-TUNED_ROUND_25[(128, True, False)] = {**_without(TUNED_ROUND_27[(128, True, False)], "split_max"), "split_rows": True}
+TUNED_ROUND_25[(128, False, False)] = _swap(TUNED_ROUND_27[(128, False, False)], "split_rows", "split_max")
+TUNED_ROUND_25[(128, True, False)] = _swap(TUNED_ROUND_27[(128, True, False)], "split_max", "split_rows")
 # TUNED before round 22 put the persistent walk in it (at.WALK, and q_regs at D = 96 and GQA): the base of every
 # earlier round's points
 TUNED_BEFORE_22 = {problem: _without(point, *at.WALK) for problem, point in TUNED_ROUND_25.items()}
@@ -370,43 +380,23 @@ POINTS_24 = ([pt for wid, problem in _COOPERATIVE
 # loop options taken out or swapped, each beside TUNED. Those options were chosen before the walk (rounds 8-19), when
 # the producer's inline code still moved the key-tile loop's schedule; with producer_fn the loop is scheduled by the
 # consumers' code alone, so each is measured again under the walk. TUNED first and last (drift).
-_ABLATION_25 = {"mha_fwd_d128": [_without(TUNED_ROUND_25[(128, False, False)], "stagger"),
-                                 _without(TUNED_ROUND_25[(128, False, False)], "split_max"),
-                                 {**_without(TUNED_ROUND_25[(128, False, False)], "split_max"), "split_rows": True},
-                                 _without(TUNED_ROUND_25[(128, False, False)], "early_pack")],
-                "mha_fwd_d128_causal": [_without(TUNED_ROUND_25[(128, True, False)], "stagger"),
-                                        {**_without(TUNED_ROUND_25[(128, True, False)], "split_rows"), "split_max": True},
-                                        _without(TUNED_ROUND_25[(128, True, False)], "early_pack"),
-                                        {**TUNED_ROUND_25[(128, True, False)], "lpt_group": 4}]}
-POINTS_25 = [pt for wid, problem in _COOPERATIVE[:2]
-             for pt in ([(wid, dict(TUNED_ROUND_25[problem]), None)] + [(wid, ch, None) for ch in _ABLATION_25[wid]]
-                        + [(wid, dict(TUNED_ROUND_25[problem]), None)])]
+_D128, _CAUSAL = TUNED_ROUND_25[(128, False, False)], TUNED_ROUND_25[(128, True, False)]
+POINTS_25 = (_between("mha_fwd_d128", _D128, [_without(_D128, "stagger"), _without(_D128, "split_max"),
+                                              _swap(_D128, "split_max", "split_rows"), _without(_D128, "early_pack")])
+             + _between("mha_fwd_d128_causal", _CAUSAL, [_without(_CAUSAL, "stagger"),
+                                                         _swap(_CAUSAL, "split_rows", "split_max"),
+                                                         _without(_CAUSAL, "early_pack"), {**_CAUSAL, "lpt_group": 4}]))
 # Round 26 (written before its run, attention_template.md round 26): round 25's two gains in the other order (D = 128
 # with split_rows for split_max, -1.1%; causal with split_max for split_rows, -0.9%), each between two readings of the
 # other, and the same swaps at the other three cooperative points (D = 96 has neither: both tried).
-def _swap(point: dict, old: str | None, new: str) -> dict:
-    return {**(_without(point, old) if old else point), new: True}
-
-
 _T = TUNED_ROUND_25
-POINTS_26 = [
-    ("mha_fwd_d128", _swap(_T[(128, False, False)], "split_max", "split_rows"), None),
-    ("mha_fwd_d128", dict(_T[(128, False, False)]), None),
-    ("mha_fwd_d128", _swap(_T[(128, False, False)], "split_max", "split_rows"), None),
-    ("mha_fwd_d128_causal", _swap(_T[(128, True, False)], "split_rows", "split_max"), None),
-    ("mha_fwd_d128_causal", dict(_T[(128, True, False)]), None),
-    ("mha_fwd_d128_causal", _swap(_T[(128, True, False)], "split_rows", "split_max"), None),
-    ("mha_fwd_d96", dict(_T[(96, False, False)]), None),
-    ("mha_fwd_d96", _swap(_T[(96, False, False)], None, "split_rows"), None),
-    ("mha_fwd_d96", _swap(_T[(96, False, False)], None, "split_max"), None),
-    ("mha_fwd_d96", dict(_T[(96, False, False)]), None),
-    ("mha_fwd_d96_causal", dict(_T[(96, True, False)]), None),
-    ("mha_fwd_d96_causal", _swap(_T[(96, True, False)], "split_rows", "split_max"), None),
-    ("mha_fwd_d96_causal", dict(_T[(96, True, False)]), None),
-    ("mha_fwd_d128_gqa_h32_kv8", dict(_T[(128, False, True)]), None),
-    ("mha_fwd_d128_gqa_h32_kv8", _swap(_T[(128, False, True)], "split_rows", "split_max"), None),
-    ("mha_fwd_d128_gqa_h32_kv8", dict(_T[(128, False, True)]), None),
-]
+POINTS_26 = (_between("mha_fwd_d128", _swap(_D128, "split_max", "split_rows"), [_D128])
+             + _between("mha_fwd_d128_causal", _swap(_CAUSAL, "split_rows", "split_max"), [_CAUSAL])
+             + _between("mha_fwd_d96", _T[(96, False, False)], [_swap(_T[(96, False, False)], None, "split_rows"),
+                                                                  _swap(_T[(96, False, False)], None, "split_max")])
+             + _between("mha_fwd_d96_causal", _T[(96, True, False)], [_swap(_T[(96, True, False)], "split_rows", "split_max")])
+             + _between("mha_fwd_d128_gqa_h32_kv8", _T[(128, False, True)],
+                        [_swap(_T[(128, False, True)], "split_rows", "split_max")]))
 # Round 27 (written before its run, attention_template.md round 27): two more of TUNED's older choices under the walk,
 # each pair in both orders: D = 96 without early_pack (round 8 left it off there; rounds 25-26 found it worth 2% at
 # D = 128 under the walk) against D = 96 with it, and the eager rescale (rescale "always", which early_pack needs off)
@@ -414,13 +404,9 @@ POINTS_26 = [
 _D96 = TUNED_ROUND_27[(96, False, False)]
 _EAGER = {problem: {**_without(TUNED_ROUND_27[problem], "early_pack"), "rescale": "always"}
           for problem in ((128, False, False), (128, True, False))}
-POINTS_27 = [("mha_fwd_d96", dict(_D96), None), ("mha_fwd_d96", {**_D96, "early_pack": True}, None),
-             ("mha_fwd_d96", {**_D96, "early_pack": True}, None), ("mha_fwd_d96", dict(_D96), None),
-             ("mha_fwd_d128", dict(TUNED_ROUND_27[(128, False, False)]), None), ("mha_fwd_d128", _EAGER[(128, False, False)], None),
-             ("mha_fwd_d128", dict(TUNED_ROUND_27[(128, False, False)]), None),
-             ("mha_fwd_d128_causal", dict(TUNED_ROUND_27[(128, True, False)]), None),
-             ("mha_fwd_d128_causal", _EAGER[(128, True, False)], None),
-             ("mha_fwd_d128_causal", dict(TUNED_ROUND_27[(128, True, False)]), None)]
+POINTS_27 = (_between("mha_fwd_d96", _D96, [{**_D96, "early_pack": True}] * 2)
+             + _between("mha_fwd_d128", TUNED_ROUND_27[(128, False, False)], [_EAGER[(128, False, False)]])
+             + _between("mha_fwd_d128_causal", TUNED_ROUND_27[(128, True, False)], [_EAGER[(128, True, False)]]))
 ROUNDS = {1: POINTS, 2: POINTS_2, 3: POINTS_3, 4: POINTS_4, 5: POINTS_5, 6: POINTS_6, 7: POINTS_7, 8: POINTS_8,
           9: POINTS_9, 10: POINTS_10, 11: POINTS_11, 13: POINTS_13, 15: POINTS_15, 19: POINTS_19, 21: POINTS_21,
           22: POINTS_22, 23: POINTS_23, 24: POINTS_24, 25: POINTS_25, 26: POINTS_26, 27: POINTS_27}

@@ -15,6 +15,7 @@ from ptxbench.workloads.registry import get_workload, list_workloads
 from ptxbench.workloads.solutions import attention_template as at
 
 from sass_order import ex2_under_pending_product, sass_ops
+from sweeps import attention_sweep
 
 LAZY_THRESHOLD = 8.0
 
@@ -141,17 +142,11 @@ def test_early_pack_keeps_the_lazy_softmax_under_the_pv_product(wid):
     assert "early_pack" in at.validate(early.model_copy(update={"rescale": "always"}))[0]
 
 
-
 def test_round_27_gave_d96_early_pack_and_kept_the_lazy_rescale():
     """Round 27 (attention_template.md): under the walk D = 96 gained early_pack (-0.20%, both orders), which round 8
     had left off there, and the eager rescale lost at D = 128 (+2.75%) and causal (+1.33%). TUNED at D = 96 is the
     point the round measured with it; the round's eager points are buildable and are TUNED's without the lazy pair."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("attention_sweep", Path(__file__).resolve().parents[2] / "bench" /
-                                                  "attention_sweep.py")
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    sweep = attention_sweep()
     r27 = sweep.ROUNDS[27]
     d96 = [ch for wid, ch, _ in r27 if wid == "mha_fwd_d96"]
     assert d96[1] == d96[2] == at.TUNED[(96, False, False)] and d96[0] == d96[3] == sweep.TUNED_ROUND_27[(96, False, False)]

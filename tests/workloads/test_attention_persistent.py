@@ -20,6 +20,7 @@ from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions import attention_template as at
 
 from sass_order import loop_exponentials_under_product
+from sweeps import attention_sweep
 
 COOPERATIVE = ["mha_fwd_d128", "mha_fwd_d128_causal", "mha_fwd_d96", "mha_fwd_d96_causal", "mha_fwd_d128_gqa_h32_kv8"]
 WALK = {"q_regs": True, "persistent": True, "producer_regs": at.PERSISTENT_PRODUCER_REGS}
@@ -34,11 +35,10 @@ def persistent_point(wid: str, q_ahead: bool = False, producer_fn: bool = False)
 
 
 def before_round_26(p: at.AttnParams) -> at.AttnParams:
-    """The point as rounds 21-24 built it: D = 128 with split_max, its causal problem with split_rows (round 26 swapped
-    them, attention_template.TUNED)."""
-    if p.head_dim == 128 and not p.gqa:
-        return p.model_copy(update={"split_max": not p.causal, "split_rows": p.causal})
-    return p
+    """The point with the row-reduction split rounds 21-24 built it with (bench/attention_sweep.py's TUNED_ROUND_25:
+    D = 128 split_max, causal split_rows, which round 26 swapped)."""
+    then = attention_sweep().TUNED_ROUND_25.get((p.head_dim, p.causal, p.gqa), {})
+    return p.model_copy(update={k: then.get(k, False) for k in ("split_rows", "split_max")})
 
 
 def test_persistent_is_an_option_left_out_of_default_dumps():

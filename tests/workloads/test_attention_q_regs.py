@@ -8,9 +8,7 @@ round 13 measured it faster, off elsewhere, and refused where the registers do n
 as they were with it. Speed: the GPU (attention_template.md round 13)."""
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +17,7 @@ from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions import attention_template as at
 
 from sass_order import ex2_under_pending_product, sass_ops
-
-ROOT = Path(__file__).resolve().parents[2]
+from sweeps import attention_sweep
 
 
 def _tma_byte(row: int, d: int, q_slab: int) -> int:
@@ -108,9 +105,7 @@ def test_in_tuned_where_it_was_faster_and_refused_where_it_does_not_fit():
 
 
 def test_round_13_pairs_the_tuned_points_with_q_regs():
-    spec = importlib.util.spec_from_file_location("attention_sweep", ROOT / "bench" / "attention_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = attention_sweep()
     points = mod.ROUNDS[13]
     pairs, both = points[:2 * len(WHERE)], points[2 * len(WHERE):]
     assert [wid for wid, _, _ in pairs[::2]] == WHERE
@@ -126,9 +121,7 @@ def test_round_13_pairs_the_tuned_points_with_q_regs():
 
 
 def test_rounds_11_and_13_run_in_one_sweep():
-    spec = importlib.util.spec_from_file_location("attention_sweep", ROOT / "bench" / "attention_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = attention_sweep()
     assert mod.round_points("11,13") == mod.ROUNDS[11] + mod.ROUNDS[13]
     with pytest.raises(SystemExit, match="expected one or more of"):
         mod.round_points("11,99")

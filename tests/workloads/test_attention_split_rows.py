@@ -4,9 +4,6 @@ checked-in file; it assembles at every problem's TUNED point with the same expon
 every accumulator element lands in exactly one chain for every key tile the template builds."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from ptxbench.tools.compile import compile_source
@@ -16,19 +13,11 @@ from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions import attention_template as at
 
 from sass_order import ex2_under_pending_product, loop_exponentials_under_product, sass_ops
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _sweep():
-    spec = importlib.util.spec_from_file_location("attention_sweep", ROOT / "bench" / "attention_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from sweeps import attention_sweep
 
 
 def _round_10():
-    return _sweep().ROUNDS[10]
+    return attention_sweep().ROUNDS[10]
 
 
 def test_split_rows_is_on_where_it_measured_faster():
@@ -47,7 +36,7 @@ def test_split_rows_is_on_where_it_measured_faster():
 def test_round_10_pairs_each_tuned_point_with_split_rows_and_every_point_builds():
     points = _round_10()
     without = [{k: v for k, v in pt.items() if k not in ("split_rows", "q_regs", "split_max")}  # as round 10 knew them
-               for pt in _sweep().TUNED_BEFORE_22.values()]
+               for pt in attention_sweep().TUNED_BEFORE_22.values()]
     assert len(points) == 16 and {tuple(sorted(ch.items())) for _, ch, _ in points[::2]} == \
         {tuple(sorted(pt.items())) for pt in without}
     for (wid, plain, _), (wid2, split, predicted) in zip(points[::2], points[1::2]):
@@ -122,9 +111,7 @@ def test_split_max_keeps_the_overlap_and_builds(wid):
 
 
 def test_round_11_sets_split_max_in_place_of_split_rows():
-    spec = importlib.util.spec_from_file_location("attention_sweep", ROOT / "bench" / "attention_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = attention_sweep()
     points = mod.ROUNDS[11]
     assert len(points) == 8
     for (wid, tuned, _), (wid2, split, _) in zip(points[::2], points[1::2]):
@@ -135,12 +122,11 @@ def test_round_11_sets_split_max_in_place_of_split_rows():
         assert "split_rows" not in split and at.validate(at.params_for(w, **split), w) == []
 
 
-
 def test_rounds_25_and_26_measured_the_points_tuned_now_holds():
     """Round 25 took TUNED's loop options out one at a time at D = 128 and causal; round 26 read the two swapped splits
     again in the other order and tried the swaps at D = 96, D = 96 causal and GQA. What TUNED holds at D = 128 and
     causal is exactly the swapped point both rounds measured; the base of both rounds is TUNED before the swap."""
-    sweep = _sweep()
+    sweep = attention_sweep()
     before = sweep.TUNED_ROUND_25
     for problem, old, new in (((128, False, False), "split_max", "split_rows"), ((128, True, False), "split_rows", "split_max")):
         assert before[problem].get(old) and not before[problem].get(new)
@@ -168,7 +154,7 @@ def test_rounds_25_and_26_measured_the_points_tuned_now_holds():
 def test_the_faster_split_at_d128_keeps_fewer_exponentials_under_the_product():
     """Rounds 8-13 chose the loop's options by how many exponentials ptxas keeps under the P V product; under the walk
     that count stopped predicting the time: D = 128's faster split_rows keeps 15 of 66 there (split_max 46)."""
-    sweep = _sweep()
+    sweep = attention_sweep()
     w = get_workload("mha_fwd_d128")
     now = at.default_params(w)
     old = at.params_for(w, **sweep.TUNED_ROUND_25[(128, False, False)])

@@ -7,8 +7,6 @@ measures is the stagger alone; validate() refuses it off two cooperative consume
 (attention_template.md round 19)."""
 from __future__ import annotations
 
-import functools
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -22,6 +20,7 @@ from ptxbench.workloads.solutions import attention_template as at
 from ptxbench.workloads.solutions.attention_stagger import BAR_STAGGER
 
 from sass_order import ex2_under_pending_product, sass_ops
+from sweeps import attention_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -56,20 +55,11 @@ def test_the_barrier_is_paired_and_its_id_free():
     assert f"<{BAR_STAGGER}," not in base
 
 
-@functools.cache
-def _sweep():
-    """bench/attention_sweep.py, loaded once (its TUNED_BEFORE_22: the points as round 19 measured them)."""
-    spec = importlib.util.spec_from_file_location("attention_sweep", ROOT / "bench" / "attention_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.parametrize("wid", COOPERATIVE)
 def test_stagger_keeps_the_loop_and_assembles_clean(wid):
     w = get_workload(wid)
     # TUNED has it since round 19; the point as round 19 measured it (before the walk and the q_regs it brought)
-    q = at.params_for(w, **_sweep().TUNED_BEFORE_22[tuple(at.problem_of(w).values())])
+    q = at.params_for(w, **attention_sweep().TUNED_BEFORE_22[tuple(at.problem_of(w).values())])
     p = q.model_copy(update={"stagger": False})
     assert q.stagger
     assert at.validate(q, w) == []
@@ -95,9 +85,7 @@ def test_refused_off_two_cooperative_consumers():
 
 
 def test_round_19_pairs_every_cooperative_tuned_point():
-    spec = importlib.util.spec_from_file_location("attention_sweep", ROOT / "bench" / "attention_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = attention_sweep()
     points = mod.ROUNDS[19]
     smoke, pairs = points[:3], points[3:]
     assert all(wid.startswith("smoke_") and ch["stagger"] and pred is None for wid, ch, pred in smoke)

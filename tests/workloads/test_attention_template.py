@@ -6,11 +6,9 @@ bench/attention_template_compile.py compiles the register-tightest valid point o
 attention_template.md)."""
 from __future__ import annotations
 
-import importlib.util
 import random
 import re
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +19,8 @@ from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions import attention_template as at
 from ptxbench.workloads.solutions.attention import FAST_FORWARD, HERE
 
-ROOT = Path(__file__).resolve().parents[2]
+from sweeps import attention_sweep
+
 # (point, HGMMA expected): between them every code path of the template
 SAMPLE = {
     "pingpong_tma_d128": (dict(schedule="pingpong", epilogue="tma"), 32),
@@ -105,10 +104,7 @@ def test_search_space_has_many_valid_points():
 
 
 def _sweep_points():
-    spec = importlib.util.spec_from_file_location("attention_sweep", ROOT / "bench" / "attention_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.POINTS
+    return attention_sweep().POINTS
 
 
 def test_every_sweep_point_is_valid_and_its_plan_resolves():

@@ -305,7 +305,7 @@ TUNED: dict[tuple[int, bool, bool], dict[str, Any]] = {
 def single_tile(params: AttnParams) -> AttnParams:
     """A point without the persistent walk (WALK): one CTA per query tile, as every point was before round 22. The
     key-tile loop's own options are studied on it (their tests read its SASS)."""
-    return params.model_copy(update={"persistent": False, "q_ahead": False, "producer_fn": False, "producer_regs": 24})
+    return params.model_copy(update={name: AttnParams.model_fields[name].default for name in WALK})
 
 
 def plain_params(workload: Any | None = None) -> AttnParams:
