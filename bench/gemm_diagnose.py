@@ -1,0 +1,151 @@
+"""Where the reference GEMM's time goes: the reference timed beside copies of itself with one part taken out.
+
+The main GEMM's k-loop runs at about 90% of the rate m64n256k16 reaches alone (bench/results/wgmma_rates/). These
+variants take one part of the kernel away at a time, so the difference in kernel time is that part's cost:
+
+  ref          the reference (default_params()), 128 CTAs
+  no_store     its epilogue taken out (the deferred slabs neither staged nor stored)
+  no_tma       the producer arrives on each stage's full barrier without loading it (no TMA writes, no L2 / DRAM
+               traffic); the consumers multiply whatever the ring holds
+  tma_hot      every tile's loads read from the first 8 tile rows x 4 tile columns (the same bytes written to shared
+               memory, but an L2-resident 21 MB instead of the whole 157 MB of A and B)
+  bare         no_tma and no_store together: the consumers' loop, barriers and wgmmas only
+  feed_only    the consumers issue no wgmma (they wait for each stage and free it): the data feed alone
+  *_132        the same on 132 CTAs (max_ctas=0): round 3's "+1.2% a tile" split into its parts
+
+Every variant except ref / ref_132 computes garbage on purpose; only those two are checked against torch. Timing as
+bench/gemm_reference_bench.py: interleaved with cuBLAS, L2 flushed before each call, CUDA events, medians and IQR.
+
+    python3 bench/gemm_diagnose.py build               # here: render, edit, nvcc + ptxas -> bench/build_gemm_diag/
+    source bench/gpu_env.sh && python3 bench/gemm_diagnose.py run --json $OUT/diag.json   # GPU (carry the folder)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "bench" / "build_gemm_diag"
+sys.path.insert(0, str(ROOT / "bench"))
+
+# Each edit: (old text, new text); old must occur exactly once in the rendered reference.
+NO_TMA = [(
+    "          mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);\n"
+    "#pragma unroll\n"
+    "          for (int kc = 0; kc < KCH; ++kc) {\n",
+    "          mbar_arrive(&full[stage]);  // diagnose: no_tma\n"
+    "#pragma unroll\n"
+    "          for (int kc = 0; kc < 0; ++kc) {\n")]
+TMA_HOT = [
+    ("tma_load_2d(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0);",
+     "tma_load_2d(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0 & (8 * BM - 1));  // diagnose: tma_hot"),
+    ("tma_load_2d(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0);",
+     "tma_load_2d(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0 & (4 * BN - 1));  // diagnose: tma_hot"),
+]
+NO_STORE = [(
+    "                                                  uint32_t slab_count) {\n"
+    "  const int t = threadIdx.x % 128;\n",
+    "                                                  uint32_t slab_count) {\n"
+    "  if (slab_count != 0xffffffffu) return;  // diagnose: no_store (always taken; the code stays compiled)\n"
+    "  const int t = threadIdx.x % 128;\n")]
+FEED_ONLY = [(
+    "              wgmma_m64k16_bf16<BN>(acc[ms], da + 2 * kk, db + 2 * kk, (k | kc | kk) != 0);",
+    "              (void)da; (void)db;  // diagnose: feed_only")]
+
+EDITS: dict[str, list] = {
+    "ref": [], "no_store": NO_STORE, "no_tma": NO_TMA, "tma_hot": TMA_HOT, "bare": NO_TMA + NO_STORE,
+    "feed_only": FEED_ONLY,
+}
+VARIANTS = {**{n: (e, {}) for n, e in EDITS.items()},
+            **{f"{n}_132": (EDITS[n], {"max_ctas": 0}) for n in ("ref", "no_tma", "tma_hot", "feed_only")}}
+CHECKED = ("ref", "ref_132")  # the only variants that compute C
+
+
+def edited(source: str, edits: list) -> str:
+    for old, new in edits:
+        if source.count(old) != 1:
+            raise ValueError(f"edit applies {source.count(old)} times, not once: {old[:60]!r}")
+        source = source.replace(old, new)
+    return source
+
+
+def build() -> None:
+    from ptxbench.workloads.solutions.gemm_template import default_params, render
+
+    BUILD.mkdir(parents=True, exist_ok=True)
+    for name, (edits, changes) in VARIANTS.items():
+        cu = BUILD / f"{name}.cu"
+        cu.write_text(edited(render(default_params().model_copy(update=changes)), edits))
+        ptx, cubin = cu.with_suffix(".ptx"), cu.with_suffix(".cubin")
+        subprocess.run(["nvcc", "-ptx", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(ROOT / "prompts/include"),
+                        str(cu), "-o", str(ptx)], check=True)
+        log = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(ptx), "-o", str(cubin)], check=True,
+                             capture_output=True, text=True).stderr
+        regs = re.search(r"Used (\d+) registers", log).group(1)
+        spills = re.search(r"(\d+) bytes spill stores", log).group(1)
+        print(f"{name}: {regs} registers, {spills} bytes spilled")
+
+
+def run(iters: int, out: str | None) -> None:
+    import torch
+    from gemm_reference_bench import Runner, check
+
+    torch.manual_seed(0)
+    dev = torch.cuda.get_device_properties(0)
+    M, N, K = 8192, 7168, 5120
+    A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    B = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
+    ref = A.float() @ B.float().T
+    C = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
+    fns = {"cublas": lambda: torch.matmul(A, B.T, out=C)}
+    result: dict = {"device": dev.name, "iters": iters, "correct": {}, "timing": {}}
+    for name in VARIANTS:
+        r = Runner(name, (BUILD / f"{name}.cu").read_text(), (BUILD / f"{name}.cubin").read_bytes(),
+                   dev.multi_processor_count)
+        fns[name] = r.prepare({"A": A, "B": B, "C": C}, {"M": M, "N": N, "K": K})
+        if name in CHECKED:
+            C.fill_(float("nan"))
+            fns[name]()
+            torch.cuda.synchronize()
+            result["correct"][name] = check(C, ref)
+            print(name, result["correct"][name], flush=True)
+    flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+    times: dict[str, list[float]] = {n: [] for n in fns}
+    for it in range(iters + 5):  # interleaved: every round times each once, L2 flushed; 5 warm-up rounds
+        for n, fn in fns.items():
+            flush.zero_()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(); fn(); e.record()
+            e.synchronize()
+            if it >= 5:
+                times[n].append(s.elapsed_time(e))
+    ref_ms = statistics.median(times["ref"])
+    for n, ts in times.items():
+        q = statistics.quantiles(ts, n=4)
+        med = statistics.median(ts)
+        result["timing"][n] = {"median_ms": med, "q1_ms": q[0], "q3_ms": q[2], "vs_ref_pct": 100 * (med / ref_ms - 1),
+                               "tflops": 2 * M * N * K / med / 1e9}
+    if out:
+        Path(out).write_text(json.dumps(result, indent=1))
+    print("\n| variant | median ms | IQR ms | vs ref | TFLOP/s (as if computed) |\n|---|---|---|---|---|")
+    for n, t in result["timing"].items():
+        print(f"| {n} | {t['median_ms']:.4f} | {t['q1_ms']:.4f}-{t['q3_ms']:.4f} | {t['vs_ref_pct']:+.1f}% "
+              f"| {t['tflops']:.0f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("step", choices=["build", "run"])
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    build() if a.step == "build" else run(a.iters, a.json)
+
+
+if __name__ == "__main__":
+    main()
