@@ -12,8 +12,11 @@ variants take one part of the kernel away at a time, so the difference in kernel
   bare         no_tma and no_store together: the consumers' loop, barriers and wgmmas only
   feed_only    the consumers issue no wgmma (they wait for each stage and free it): the data feed alone
   *_132        the same on 132 CTAs (max_ctas=0): round 3's "+1.2% a tile" split into its parts
+  c_first, b_last, c_first_b_last, c_first_a_first
+               real kernels: the reference with L2 eviction priorities on its TMA copies (C's stores evict_first,
+               B's loads evict_last, A's loads evict_first)
 
-Every variant except ref / ref_132 computes garbage on purpose; only those two are checked against torch. Timing as
+The taken-out variants compute garbage on purpose; the reference and the hinted kernels are checked against torch. Timing as
 bench/gemm_reference_bench.py: interleaved with cuBLAS, L2 flushed before each call, CUDA events, medians and IQR.
 
     python3 bench/gemm_diagnose.py build               # here: render, edit, nvcc + ptxas -> bench/build_gemm_diag/
@@ -57,13 +60,54 @@ FEED_ONLY = [(
     "              wgmma_m64k16_bf16<BN>(acc[ms], da + 2 * kk, db + 2 * kk, (k | kc | kk) != 0);",
     "              (void)da; (void)db;  // diagnose: feed_only")]
 
+# Real kernels (checked against torch like the reference): L2 eviction-priority hints on the TMA traffic. The 128
+# tiles in flight read about 52 MB of A and B, the L2's size, while 117 MB of C stream through it once: C's stores
+# marked evict_first leave A and B their lines; B (each column strip read by 8 tile rows) marked evict_last.
+HINT_HELPERS = [("using namespace ptxbench;\n", """using namespace ptxbench;
+
+template <bool LAST>
+__device__ __forceinline__ uint64_t l2_policy() {  // diagnose: L2 eviction priority for a TMA copy
+  uint64_t p;
+  if constexpr (LAST) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  else asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ void tma_load_2d_hint(void* smem_dst, const void* tmap, uint64_t* bar, int32_t c0,
+                                                 int32_t c1, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%3, %4}], [%2], %5;"
+      :: "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))), "l"(reinterpret_cast<uint64_t>(tmap)),
+         "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(c0), "r"(c1), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void tma_store_2d_hint(const void* tmap, const void* smem_src, int32_t c0, int32_t c1,
+                                                  uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;"
+      :: "l"(reinterpret_cast<uint64_t>(tmap)), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_src))),
+         "r"(c0), "r"(c1), "l"(policy)
+      : "memory");
+}
+""")]
+C_FIRST = HINT_HELPERS + [(
+    "    tma_store_2d(tmC, stage_buf + buf, col0 + 64 * S, row0);",
+    "    tma_store_2d_hint(tmC, stage_buf + buf, col0 + 64 * S, row0, l2_policy<false>());  // diagnose: c_first")]
+B_LAST = [(
+    "tma_load_2d(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0);",
+    "tma_load_2d_hint(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0, l2_policy<true>());  // diagnose: b_last")]
+A_FIRST = [(
+    "tma_load_2d(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0);",
+    "tma_load_2d_hint(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0, l2_policy<false>());  // diagnose: a_first")]
+
 EDITS: dict[str, list] = {
     "ref": [], "no_store": NO_STORE, "no_tma": NO_TMA, "tma_hot": TMA_HOT, "bare": NO_TMA + NO_STORE,
-    "feed_only": FEED_ONLY,
+    "feed_only": FEED_ONLY, "c_first": C_FIRST, "b_last": HINT_HELPERS + B_LAST, "c_first_b_last": C_FIRST + B_LAST,
+    "c_first_a_first": C_FIRST + A_FIRST,
 }
 VARIANTS = {**{n: (e, {}) for n, e in EDITS.items()},
             **{f"{n}_132": (EDITS[n], {"max_ctas": 0}) for n in ("ref", "no_tma", "tma_hot", "feed_only")}}
-CHECKED = ("ref", "ref_132")  # the only variants that compute C
+CHECKED = ("ref", "ref_132", "c_first", "b_last", "c_first_b_last", "c_first_a_first")  # the variants that compute C
 
 
 def edited(source: str, edits: list) -> str:
