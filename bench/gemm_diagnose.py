@@ -11,6 +11,8 @@ variants take one part of the kernel away at a time, so the difference in kernel
                memory, but an L2-resident 21 MB instead of the whole 157 MB of A and B)
   bare         no_tma and no_store together: the consumers' loop, barriers and wgmmas only
   feed_only    the consumers issue no wgmma (they wait for each stage and free it): the data feed alone
+  bare_long    bare without tile boundaries: each CTA runs one tile of 14 tiles' k-blocks
+  bare_nowait  bare without the consumers' waits on the full barriers; bare_long_nowait both
   *_132        the same on 132 CTAs (max_ctas=0): round 3's "+1.2% a tile" split into its parts
   c_first, b_last, c_first_b_last, c_first_a_first
                real kernels: the reference with L2 eviction priorities on its TMA copies (C's stores evict_first,
@@ -62,6 +64,16 @@ NO_STORE = [(
 FEED_ONLY = [(
     "              wgmma_m64k16_bf16<BN>(acc[ms], da + 2 * kk, db + 2 * kk, (k | kc | kk) != 0);",
     "              (void)da; (void)db;  // diagnose: feed_only")]
+
+# bare's loop taken further apart: without its tile boundaries (each CTA one tile of 14 tiles' k-blocks: the same
+# wgmmas, no drain, packing or tile walk between them), and without the consumers' waits on the full barriers.
+LONG = [("  const int k_iters = (K + BK - 1) / BK;\n",
+         "  const int k_iters = 14 * ((K + BK - 1) / BK);  // diagnose: long (one tile of 14 tiles' k-blocks)\n"),
+        ("      for (int ct = first; ct < cluster_tiles; ct += step) {\n",
+         "      for (int ct = first; ct < cluster_tiles; ct += cluster_tiles) {  // diagnose: long\n"),
+        ("    for (int ct = first; ct < cluster_tiles; ct += step) {\n",
+         "    for (int ct = first; ct < cluster_tiles; ct += cluster_tiles) {  // diagnose: long\n")]
+NO_FULL_WAIT = [("        mbar_wait(&full[stage], phase);\n", "        // diagnose: no full wait\n")]
 
 # Real kernels (checked against torch like the reference): L2 eviction-priority hints on the TMA traffic. The 128
 # tiles in flight read about 52 MB of A and B, the L2's size, while 117 MB of C stream through it once: C's stores
@@ -139,6 +151,8 @@ EDITS: dict[str, list] = {
     "ref": [], "no_store": NO_STORE, "no_tma": NO_TMA, "tma_hot": TMA_HOT, "bare": NO_TMA + NO_STORE,
     "feed_only": FEED_ONLY, "c_first": C_FIRST, "b_last": HINT_HELPERS + B_LAST, "c_first_b_last": C_FIRST + B_LAST,
     "c_first_a_first": C_FIRST + A_FIRST,
+    "bare_long": NO_TMA + NO_STORE + LONG, "bare_nowait": NO_TMA + NO_STORE + NO_FULL_WAIT,
+    "bare_long_nowait": NO_TMA + NO_STORE + LONG + NO_FULL_WAIT,
     "pf6": prefetch(6), "pf12": prefetch(12), "pf24": prefetch(24), "pf12_b": prefetch(12, a=False),
 }
 VARIANTS = {**{n: (e, {}) for n, e in EDITS.items()},
