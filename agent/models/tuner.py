@@ -31,7 +31,7 @@ from typing import Any, Callable, NamedTuple
 
 from .base import ModelReply, ModelRequest, TurnOutcome
 from .evidence import Evidence
-from .tuner_rules import Candidate, levers_of, rank
+from .tuner_rules import Candidate, bundle_lesson, bundles_of, canonical, completed, levers_of, rank
 from .tuner_space import Params, as_dict, is_valid, key, ordered
 
 TEMPLATES = {"gemm": "ptxbench.workloads.solutions.gemm_template",
@@ -139,7 +139,7 @@ class TunerModel:
             for w in RESOURCE_WORDS)
         own = base.evidence if base is not None else None
         headroom = own.headroom_pct if own is not None else None
-        lost = _lessons(tried, levers_of(self.template), pace)
+        lost = _lessons(tried, levers_of(self.template), pace, bundles_of(self.template))
         ranked = rank(self.template, params, ev, self._valid, headroom=headroom, shrink=shrink, lost=lost)
         fresh = [c for c in ranked if key(c.params) not in seen]
         if fresh:
@@ -150,18 +150,21 @@ class TunerModel:
 
     def _fallback(self, params: Params, seen: set[str], base_why: str) -> Choice:
         """Every lever move was tried: one-step neighbours of the base, then random buildable points."""
+        full = completed(self.template, params)  # the options a dump leaves out, at their defaults
         for name, values in self.template.PARAM_SPACE.items():
             vals = ordered(list(values))
-            if params.get(name) not in vals:
+            if full.get(name) not in vals:
                 continue
-            i = vals.index(params[name])
+            i = vals.index(full[name])
             for j in (i + 1, i - 1):
-                if 0 <= j < len(vals) and key(point := {**params, name: vals[j]}) not in seen and self._valid(point):
-                    return Choice(point, f"{base_why}; every lever move was tried: neighbour {name} {params[name]} -> "
+                point = canonical(self.template, {**params, name: vals[j]}, params) if 0 <= j < len(vals) else None
+                if point is not None and key(point) not in seen and self._valid(point):
+                    return Choice(point, f"{base_why}; every lever move was tried: neighbour {name} {full[name]} -> "
                                          f"{vals[j]}", (name, "step"))
         rng = random.Random(self.seed + len(seen))
         for _ in range(500):
-            point = {**params, **{n: rng.choice(list(v)) for n, v in self.template.PARAM_SPACE.items()}}
+            point = canonical(self.template, {**params, **{n: rng.choice(list(v)) for n, v in
+                                                           self.template.PARAM_SPACE.items()}}, params)
             if key(point) not in seen and self._valid(point):
                 return Choice(point, "neighbourhood exhausted: a random buildable point", None)
         return Choice(params, "search space exhausted: resubmit the base point", None)
@@ -206,19 +209,25 @@ def _base(tried: list[TurnOutcome], pace: Callable[[TurnOutcome], float]) -> tup
 
 
 def _lessons(tried: list[TurnOutcome], levers: dict[str, tuple[str, Any]],
-             pace: Callable[[TurnOutcome], float]) -> dict[tuple[str, Any], str]:
+             pace: Callable[[TurnOutcome], float],
+             bundles: dict[str, dict[str, Any]] | None = None) -> dict[tuple[str, Any], str]:
     """(parameter, value) -> a sentence, for each move of this run that ran slower than the best before it (beyond
-    noise): what the move set and what it measured, so the ranking stops re-proposing it on the same evidence."""
+    noise): what the move set and what it measured, so the ranking stops re-proposing it on the same evidence. A
+    bundle's move is kept under bundle_lesson(role): the loss is the whole bundle's, not any one of its values'."""
     out: dict[tuple[str, Any], str] = {}
     best: TurnOutcome | None = None
+    bundles = bundles or {}
     for h in tried:
         move = h.tags.get("move")
         if (move and best is not None and h.status in SEARCH_FROM and h.speedup is not None
-                and move[0] in levers and pace(h) < pace(best) * (1 - NOISE)):
-            name = levers[move[0]][0]
-            value = h.tags["params"].get(name)
-            out[(name, value)] = (f"{name} -> {value} measured slower at turn {h.turn} ({_fmt(h)} against turn "
-                                  f"{best.turn}'s {_fmt(best)})")
+                and (move[0] in levers or move[0] in bundles) and pace(h) < pace(best) * (1 - NOISE)):
+            measured = f"measured slower at turn {h.turn} ({_fmt(h)} against turn {best.turn}'s {_fmt(best)})"
+            if move[0] in levers:
+                name = levers[move[0]][0]
+                value = h.tags["params"].get(name)
+                out[(name, value)] = f"{name} -> {value} {measured}"
+            else:
+                out[bundle_lesson(move[0])] = f"{move[0]} ({', '.join(f'{n}={v}' for n, v in bundles[move[0]].items())}) {measured}"
         if h.status in SEARCH_FROM and h.speedup is not None and (best is None or pace(h) > pace(best)):
             best = h
     return out

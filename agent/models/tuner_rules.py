@@ -13,8 +13,12 @@ evidence multiplies:
     spills -> narrower tile or more consumers;  a resource failure -> shrink ring, then tiles
     within 5% of the roof -> small, safe moves first (structural ones ranked down)
 The attention forward's roles (workloads/solutions/attention_template.py):
-    the softmax lines hot while the tensor pipe is not saturated -> ping-pong schedule (schedule), and the lazy
-        rescale (rescale; worth nothing at D = 64, where it measured slower)
+    the softmax lines hot while the tensor pipe is not saturated -> ping-pong schedule (schedule; worth nothing
+        with two consumers off causal, where it measured slower), the lazy rescale (rescale; worth nothing at D = 64),
+        P packed ahead of its branch (early_pack), the row chains split (split_rows, split_max), stagger
+    the wgmma issue lines hot -> the warp-uniform consumer index (uniform); the shared-memory queue full there ->
+        Q's fragments in registers (q_regs)
+    the epilogue hot or latency-bound -> the persistent walk (persistent: a TUNER_BUNDLES move, below)
     the tensor pipe under 75% busy with key tiles shorter than 128 -> a longer key tile (key_tile)
     spills -> a shorter key tile, a smaller producer register budget;  causal -> longest-first order (lpt)
 The attention backward's (workloads/solutions/attention_bwd_template.py):
@@ -22,6 +26,10 @@ The attention backward's (workloads/solutions/attention_bwd_template.py):
     the exponentials or the consumers' barrier hot -> decoupled consumers (schedule, as the forward's ping-pong)
 A template may declare TUNER_PRIORS (role -> worth, or worth(old, new, params)) and TUNER_WORDS (role -> what the move
 is, or a function of the point moved to that says it) to replace the GEMM's numbers and words for its roles.
+TUNER_BUNDLES (role -> {parameter: value}): a change that measured faster only as a whole, one move setting every value
+(repaired as a lever move is; a loss is kept for the bundle, not its values); OPTION_DEFAULTS (option -> default):
+the options a dump leaves out, read at their defaults so moves and repairs can set them (points are written back as a
+dump writes them, so one point has one key).
 
 Without a profile only the timing (roof share) and the compile resources speak, and the priors rank.
 """
@@ -54,6 +62,7 @@ POW2_FIRST = {"key_tile"}  # the next power of two first: it divides S, so no ma
 KEY_TILE_FULL = 128     # key tiles shorter than this leave each wgmma short against its barrier round-trips
 TENSOR_BUSY = 75.0      # below this tensor-pipe share a short key tile is the suspect
 SOFTMAX_HOT = 8.0       # stall share (percent) of the softmax lines from which ping-pong is worth trying
+MMA_ISSUE_HOT = 10.0    # stall share (percent) of the wgmma issue lines from which their descriptors' cost is the suspect
 WORDS = {
     "epilogue": "staged TMA-store epilogue (~8% over register stores on the H200)",
     "persistent": "a persistent grid (one CTA per SM: a tile's stores overlap the next tile's loads, ~3%)",
@@ -99,6 +108,33 @@ def levers_of(template: ModuleType) -> dict[str, tuple[str, Any]]:
     return {role: lever for role, lever in levers.items() if lever[0] in template.PARAM_SPACE}
 
 
+def bundles_of(template: ModuleType) -> dict[str, dict[str, Any]]:
+    """The template's TUNER_BUNDLES (role -> {parameter: value}): moves that set several parameters at once, for a
+    change that measured faster only as a whole; those whose parameters are all searched."""
+    bundles = getattr(template, "TUNER_BUNDLES", {})
+    return {role: dict(values) for role, values in bundles.items()
+            if all(name in template.PARAM_SPACE and value in template.PARAM_SPACE[name] for name, value in values.items())}
+
+
+def bundle_lesson(role: str) -> tuple[str, str]:
+    """The key a bundle's measured loss is kept under in rank()'s `lost` (a lever's is (parameter, value))."""
+    return role, "bundle"
+
+
+def completed(template: ModuleType, params: Params) -> Params:
+    """`params` with the searched options it leaves out at their defaults (a template's OPTION_DEFAULTS: a dump
+    leaves an option out while it holds its default), so moves and repairs can read and change them."""
+    defaults = getattr(template, "OPTION_DEFAULTS", {})
+    return {**{n: v for n, v in defaults.items() if n in template.PARAM_SPACE}, **params}
+
+
+def canonical(template: ModuleType, point: Params, params: Params) -> Params:
+    """`point` without the options `params` left out and `point` still holds at their defaults (as a dump writes
+    it: the same point keeps one key, so the tuner never submits it twice)."""
+    defaults = getattr(template, "OPTION_DEFAULTS", {})
+    return {n: v for n, v in point.items() if n in params or n not in defaults or v != defaults[n]}
+
+
 def prior(role: str, kind: str, old: Any, new: Any, table: dict[str, Any] | None = None,
           params: Params | None = None) -> float:
     """What a move was worth (fraction of the time), before any evidence: the template's TUNER_PRIORS for its
@@ -123,12 +159,15 @@ def prior(role: str, kind: str, old: Any, new: Any, table: dict[str, Any] | None
 
 
 def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
-         levers: dict[str, tuple[str, Any]]) -> dict[tuple[str, str], list[tuple[float, str]]]:
-    """Evidence -> {(role, kind): [(weight, why)]}: which moves the evaluation points at."""
+         levers: dict[str, tuple[str, Any]], bundles: dict[str, dict[str, Any]] | None = None
+         ) -> dict[tuple[str, str], list[tuple[float, str]]]:
+    """Evidence -> {(role, kind): [(weight, why)]}: which moves the evaluation points at (a bundle's role, as the
+    persistent walk, is read as the lever of that role would be)."""
     boosts: dict[tuple[str, str], list[tuple[float, str]]] = {}
+    bundles = bundles or {}
 
     def add(role: str, kind: str, weight: float, why: str) -> None:
-        if role in levers and weight > 0:
+        if (role in levers or role in bundles) and weight > 0:
             boosts.setdefault((role, kind), []).append((weight, why))
 
     if params.get("causal") and "lpt" in levers:  # the problem, not a measurement: causal rows differ in length
@@ -168,6 +207,13 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
     issue = [h for h in ev.hot_lines if any(p in h.text for p in lines.get("mma_issue", ())) and h.reason == "mio_throttle"]
     if issue and issue[0].share_pct >= 15:
         add("tile_n", grow_n, 1.0, f"the shared-memory queue is full at the wgmma line ({issue[0].share_pct:.0f}%)")
+        add("q_regs", "goal", 1.0, f"the shared-memory queue is full at the wgmma line ({issue[0].share_pct:.0f}%): "
+                                   "Q read from registers takes its bytes off that queue every key tile")
+    mma = _line_share(ev, lines.get("mma_issue", ()))
+    if mma[0] >= MMA_ISSUE_HOT:
+        add("uniform", "goal", mma[0] / 10, f"the wgmma issue lines hold {mma[0]:.0f}% of stall samples ({mma[1]}): "
+                                            "each issue rebuilds its descriptors (R2UR) while ptxas cannot tell the "
+                                            "consumer index is warp-uniform")
     tensor = ev.tensor_pipe_pct
     warps_now = params.get(levers.get("warps", ("",))[0])
     if tensor is not None and tensor < 60 and warps_now is not None and warps_now <= 1:
@@ -183,6 +229,14 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
                                               "the tensor pipe idles while the softmax runs")
         add("rescale", "goal", soft[0] / 10, f"the softmax holds {soft[0]:.0f}% of stall samples ({soft[1]}): "
                                              "most tiles leave the row max where it was, so their O rescale can go")
+        add("early_pack", "goal", soft[0] / 10, f"the softmax holds {soft[0]:.0f}% of stall samples ({soft[1]}): "
+                                                "packed ahead of the rescale's branch, its exponentials run under the "
+                                                "P V product")
+        chains = f"the softmax holds {soft[0]:.0f}% of stall samples ({soft[1]}): its row chains wait on fixed latency"
+        add("split_rows", "goal", soft[0] / 20, chains)
+        add("split_max", "goal", soft[0] / 20, chains)
+        add("stagger", "goal", soft[0] / 20, f"the softmax holds {soft[0]:.0f}% of stall samples ({soft[1]}): the "
+                                             "first one runs with the tensor pipe idle")
     dq = _line_share(ev, lines.get("dq_reduce", ()))
     if dq[0] >= 5:
         add("dq_reduce", "goal", dq[0] / 5, f"the dQ reductions hold {dq[0]:.0f}% of stall samples ({dq[1]})")
@@ -216,16 +270,23 @@ def _line_share(ev: Evidence, patterns: tuple[str, ...]) -> tuple[float, str]:
 def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Callable[[Params], bool], *,
          headroom: float | None = None, shrink: bool = False,
          lost: dict[tuple[str, Any], str] | None = None) -> list[Candidate]:
-    """Every buildable one-lever move from `params`, best first. `lost`: (parameter, value) -> what happened when a
-    move of this run set it and ran slower than the best before it; a move that sets it again is ranked down."""
+    """Every buildable one-lever move from `params`, and each of the template's bundles, best first. `lost`:
+    (parameter, value) -> what happened when a move of this run set it and ran slower than the best before it (a
+    bundle's: bundle_lesson(role)); a move that sets it again is ranked down."""
+    given = params
+    params = completed(template, params)
     levers = levers_of(template)
+    bundles = bundles_of(template)
     lines = getattr(template, "TUNER_LINES", DEFAULT_LINES)
     table = getattr(template, "TUNER_PRIORS", None)
     space = template.PARAM_SPACE
-    boosts = read(ev, lines, params, levers)
+    boosts = read(ev, lines, params, levers, bundles)
     starved = ev is not None and ev.bottleneck == "memory" and (ev.dram_over_min or 0) >= TRAFFIC_BOUND
     ring = levers.get("ring", (None,))[0]
     goals = {name: goal for name, goal in levers.values() if goal is not None}
+    for values in bundles.values():  # a bundle the point holds whole: a repair leaves it alone if it can
+        if all(params.get(n) == v for n, v in values.items()):
+            goals.update(values)
     near_roof = headroom is not None and headroom <= NEAR_ROOF_PCT
     out: list[Candidate] = []
     for role, (name, goal) in levers.items():
@@ -261,8 +322,49 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
                 reasons = [lost[(name, point[name])]]
             label = f"{name} {old} -> {new}" + (f" (and {', '.join(repair)} so it builds)" if repair else "")
             out.append(Candidate(point, role, kind, label, score, reasons))
+    out += _bundles(bundles, out, levers, params, boosts, table, space, valid, ring, goals, lost)
     out += _compounds(out, params, levers, space, valid, ring, goals)
+    for c in out:
+        c.params = canonical(template, c.params, given)
     return sorted(out, key=lambda c: -c.score)
+
+
+def _bundles(bundles: dict[str, dict[str, Any]], singles: list[Candidate], levers: dict[str, tuple[str, Any]],
+             params: Params,
+             boosts: dict[tuple[str, str], list[tuple[float, str]]], table: dict[str, Any] | None,
+             space: dict[str, list], valid: Callable[[Params], bool], ring: str | None, goals: dict[str, Any],
+             lost: dict[tuple[str, Any], str] | None) -> list[Candidate]:
+    """A template's bundles (TUNER_BUNDLES) as moves: every value at once, repaired as a lever move is (validate()
+    says what else the point needs), worth the bundle's prior x the evidence for its role, plus (as a compound move)
+    the single moves its repair makes too (the walk's TMA epilogue, say)."""
+    names = {role: name for role, (name, _) in levers.items()}
+    out = []
+    for role, values in bundles.items():
+        if all(params.get(n) == v for n, v in values.items()):
+            continue
+        fitted = fit({**params, **values}, set(values), space, valid, ring=ring, goals=goals)
+        if fitted is None:
+            continue
+        point, repair = fitted
+        evidence = boosts.get((role, "goal"), [])
+        worth = prior(role, "goal", None, values, table, params)
+        score = worth * (1 + sum(w for w, _ in evidence))
+        reasons = [why for _, why in evidence]
+        if any(n not in values and n in goals and params.get(n) == goals[n] for n in repair_names(point, params)):
+            score *= 0.2
+        if lost and bundle_lesson(role) in lost:
+            score, reasons = worth * LOST_DISCOUNT, [lost[bundle_lesson(role)]]
+        else:
+            repaired = [n for n in repair_names(point, params) if n not in values]
+            made = [c for c in singles if c.kind in ("up", "goal") and names[c.role] in repaired
+                    and point[names[c.role]] == c.params[names[c.role]]]
+            score += sum(c.score for c in made)
+            reasons = list(dict.fromkeys(reasons + [r for c in made for r in c.reasons
+                                                    if not r.startswith(("ranked down", "within"))]))
+        label = (f"{role}: " + ", ".join(f"{n} {params.get(n)} -> {v}" for n, v in values.items() if params.get(n) != v)
+                 + (f" (and {', '.join(repair)} so it builds)" if repair else ""))
+        out.append(Candidate(point, role, "goal", label, score, reasons))
+    return out
 
 
 def _compounds(singles: list[Candidate], params: Params, levers: dict[str, tuple[str, Any]], space: dict[str, list],

@@ -68,7 +68,7 @@ class AttnParams(BaseModel):
                                                 "Q rows, TMA store)")
     producer_regs: int = Field(24, description="setmaxnreg for the producer warpgroup")
     # Options added after the first measured points (OPTION_SPACE): at their defaults a point dumps and renders
-    # exactly as before they existed. Once the GPU has measured one it joins PARAM_SPACE too (rescale has).
+    # exactly as before they existed. Once the GPU has measured one it joins PARAM_SPACE too (all below have).
     rescale: str = Field("always", description="'always' (the running max follows every tile's and O is rescaled "
                          "each time) or 'lazy' (FlashAttention-4's conditional rescale: the max moves only when a "
                          "tile's exceeds it by more than LAZY_THRESHOLD, and a warp skips the O rescale when none "
@@ -151,10 +151,14 @@ PARAM_SPACE: dict[str, list] = {
     "epilogue": ["direct", "tma"],
     "producer_regs": [24, 40],
     "rescale": ["always", "lazy"],  # measured in bench/attention_sweep.py rounds 4-5: searched since
+    # measured faster on the H200 at some problems (rounds 6-27, OPTION_SPACE's comments and TUNED's): searched since
+    "uniform": [False, True], "early_pack": [False, True], "split_rows": [False, True], "split_max": [False, True],
+    "q_regs": [False, True], "stagger": [False, True], "persistent": [False, True], "q_ahead": [False, True],
+    "producer_fn": [False, True],
 }
 # Options a point may set that were added after the first measured points: a dump leaves them out at their
 # defaults and render() leaves such a point byte for byte as before; builtin/tuner searches one only once it is
-# also in PARAM_SPACE (after the GPU measured it). validate() checks them.
+# also in PARAM_SPACE (after the GPU measured it: every one below has). validate() checks them.
 OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "uniform": [False, True],  # measured faster (round 6): TUNED sets it
                                   "early_pack": [False, True],  # round 8: -0.5 to -1.3%, TUNED sets it (not D = 96)
@@ -165,6 +169,8 @@ OPTION_SPACE: dict[str, list] = {"rescale": ["always", "lazy"],
                                   "persistent": [False, True],  # rounds 21-22: level alone, in TUNED with q_ahead
                                   "q_ahead": [False, True],  # round 22: -0.4 to -1.2% at the cooperative points, in TUNED
                                   "producer_fn": [False, True]}  # round 24: -0.2 to -1.2% at the five points, in TUNED
+# Each option's default (what a dump leaves out): builtin/tuner reads an option a point does not carry as this.
+OPTION_DEFAULTS: dict[str, Any] = {name: AttnParams.model_fields[name].default for name in OPTION_SPACE}
 # diag_half (consumer 0's causal diagonal tile halved) and dead_tile (D = 64 causal's wholly masked tile skipped)
 # measured +1.4-2.3% and +9.5% slower (rounds 12-14) and were deleted; so was tail_split (the last wave's tiles cut
 # over their key tiles, merged by each tile's last piece: +0.7 to +3.6%, round 16) and exp_poly (one exponential in 8
@@ -186,7 +192,9 @@ DEFAULT_STAGES = {64: 4, 96: 2, 128: 2}
 TUNER_LEVERS: dict[str, tuple[str, Any]] = {
     "warps": ("consumers", None), "key_tile": ("bn", None), "schedule": ("schedule", "pingpong"),
     "ring": ("stages", None), "epilogue": ("epilogue", "tma"), "lpt": ("lpt_group", 4),
-    "producer": ("producer_regs", None), "rescale": ("rescale", "lazy"),
+    "producer": ("producer_regs", None), "rescale": ("rescale", "lazy"), "uniform": ("uniform", True),
+    "early_pack": ("early_pack", True), "split_rows": ("split_rows", True), "split_max": ("split_max", True),
+    "q_regs": ("q_regs", True), "stagger": ("stagger", True),
 }
 # Regions of the rendered file the profile's hot lines are matched to (substrings of the source lines).
 TUNER_LINES: dict[str, tuple[str, ...]] = {
@@ -212,14 +220,86 @@ def _key_tile_worth(old: int, new: int, params: Mapping[str, Any]) -> float:
 # -14%, the TMA-store epilogue +0.5-2%, ping-pong -1.7% at D = 128 and -5% at D = 64 with two consumers (+0.5%
 # causal), a third stage level at D = 128, longest first across 4-8 heads +0.4-1% (causal). Ping-pong keeps a
 # small worth: it pays where the softmax's share is large (causal GQA, D = 64 with a third consumer).
+def _schedule_worth(old: str, new: str, params: Mapping[str, Any]) -> float:
+    # ping-pong measured slower with two consumers on every non-causal problem (D = 128 +1.7%, D = 96 +1.5%, D = 64
+    # +5%): worth nothing there; 1% where it paid or was level (causal, GQA causal, D = 64 with a third consumer)
+    return 0.01 if params.get("causal") or params.get("consumers", 2) >= 3 else 0.0
+
+
 def _rescale_worth(old: str, new: str, params: Mapping[str, Any]) -> float:
     # rounds 4-5 (kernel time): lazy -0.7% to -1.8% at every D >= 96, +3.5% / +4.3% at D = 64 (three consumers)
     return 0.01 if params.get("head_dim", 128) >= 96 else 0.0
 
 
+# The options measured after rounds 4-5 (kernel time, the same point without the option; TUNED's comments). Each is
+# worth what it measured where it measured faster, nothing where it was level or slower.
+def _uniform_worth(old: bool, new: bool, params: Mapping[str, Any]) -> float:
+    # rounds 6-7: D = 128 -2.0%, D = 96 -2.1%, causal -1.2%, D = 96 causal -2.5%, GQA -2.2%; +1.1% under GQA causal's
+    # ping-pong; D = 64 not measured
+    if params.get("schedule") == "pingpong" or params.get("head_dim", 128) < 96:
+        return 0.0
+    return 0.012 if params.get("causal") and params.get("head_dim", 128) == 128 else 0.02
+
+
+def _early_pack_worth(old: bool, new: bool, params: Mapping[str, Any]) -> float:
+    # round 8: -0.5 to -1.3% at D = 128 and the causal / GQA points, none at D = 96 on one tile; -0.2% there under the
+    # walk (round 27). It needs the lazy rescale, worth nothing at D = 64.
+    d = params.get("head_dim", 128)
+    if d < 96:
+        return 0.0
+    if d == 96 and not params.get("causal"):
+        return 0.002 if params.get("persistent") else 0.0
+    return 0.009
+
+
+def _split_rows_worth(old: bool, new: bool, params: Mapping[str, Any]) -> float:
+    # round 10: -0.7% D = 128 causal, -1.0% D = 96 causal and GQA; +1.1% D = 128, +0.8% D = 96, +0.7% GQA causal, level
+    # at D = 64. Under the walk (rounds 25-26) D = 128 gains it (-1.1 to -1.3% against split_max) and its causal point
+    # prefers split_max (split_rows +0.8%).
+    d, causal, gqa, walk = (params.get("head_dim", 128), bool(params.get("causal")), bool(params.get("gqa")),
+                            bool(params.get("persistent")))
+    if d == 64 or (gqa and causal) or (d == 96 and not causal):
+        return 0.0
+    if d == 128 and not causal and not gqa:
+        return 0.012 if walk else 0.0
+    if d == 128 and causal:
+        return 0.0 if walk else 0.007
+    return 0.01  # D = 96 causal, GQA
+
+
+def _split_max_worth(old: bool, new: bool, params: Mapping[str, Any]) -> float:
+    # rounds 11 and 13: with q_regs -1.2 to -1.6% at D = 128 (neither gained alone); under the walk the causal point
+    # keeps it (-0.8% against split_rows) and D = 128 takes split_rows instead; D = 96 and GQA +0.7 to +1.0%
+    if params.get("head_dim", 128) != 128 or params.get("gqa") or not params.get("q_regs"):
+        return 0.0
+    return 0.003 if params.get("persistent") and not params.get("causal") else 0.012
+
+
+def _q_regs_worth(old: bool, new: bool, params: Mapping[str, Any]) -> float:
+    # round 13: causal -1.3 / -1.4% (D = 128), -0.6% (D = 96), -0.8 / -0.9% (D = 64); -1.2 to -1.6% with split_max at
+    # D = 128; level or +0.3-0.8% alone at D = 128 and 96, GQA and GQA causal (the walk, which needs it, sets it too)
+    if params.get("gqa"):
+        return 0.0
+    if params.get("causal"):
+        return 0.01
+    return 0.014 if params.get("head_dim", 128) == 128 and params.get("split_max") else 0.0
+
+
+def _walk_worth(old: Any, new: Any, params: Mapping[str, Any]) -> float:
+    # round 22 (the walk with q_ahead against the same point without it) plus round 24 (producer_fn against the walk
+    # inline): D = 128 -0.4 / -0.23%, causal -1.2 / -1.21%, D = 96 -0.7 / -0.66%, D = 96 causal -0.9 / -1.04%, GQA
+    # -1.0 / -0.38%; the walk alone was level (rounds 21-22). Not measured at D = 64 or GQA causal (ping-pong points).
+    return {(128, False, False): 0.006, (128, True, False): 0.024, (96, False, False): 0.014,
+            (96, True, False): 0.019, (128, False, True): 0.014}.get(
+        (params.get("head_dim", 128), bool(params.get("causal")), bool(params.get("gqa"))), 0.0)
+
+
 TUNER_PRIORS: dict[str, Any] = {
-    "warps": _consumers_worth, "key_tile": _key_tile_worth, "schedule": 0.01, "epilogue": 0.02, "ring": 0.005,
-    "lpt": 0.007, "producer": 0.002, "rescale": _rescale_worth,
+    "warps": _consumers_worth, "key_tile": _key_tile_worth, "schedule": _schedule_worth, "epilogue": 0.02, "ring": 0.005,
+    "lpt": 0.007, "producer": 0.002, "rescale": _rescale_worth, "uniform": _uniform_worth,
+    "early_pack": _early_pack_worth, "split_rows": _split_rows_worth, "split_max": _split_max_worth,
+    "q_regs": _q_regs_worth, "stagger": 0.004,  # stagger: round 19, -0.1 to -0.7% at the five cooperative points
+    "persistent": _walk_worth,
 }
 def _consumers_words(params: Mapping[str, Any]) -> str:
     n = int(params["consumers"])
@@ -239,6 +319,19 @@ TUNER_WORDS: dict[str, Any] = {
     "producer": "a different producer register budget (what the consumers can take changes with it)",
     "rescale": "the lazy rescale (the running max moves only when a tile's exceeds it by more than 8 in log2 units; a "
                "warp skips the O rescale when none of its rows moved)",
+    "uniform": "the consumer index broadcast from lane 0 (warp-uniform to ptxas: the Q descriptors in uniform "
+               "registers, not rebuilt by R2UR before each wgmma)",
+    "early_pack": "P packed ahead of the lazy rescale's branch (the exponentials run under the previous P V product)",
+    "split_rows": "each row's max and sum as four independent chains (shorter fixed-latency chains in the softmax)",
+    "split_max": "each row's max as four independent chains (the sums kept whole, so the exponentials keep their "
+                 "overlap with the P V product)",
+    "q_regs": "Q's rows held in registers as wgmma A fragments (S = Q K^T reads no Q bytes from shared memory per key "
+              "tile)",
+    "stagger": "consumer 1's first S issued after consumer 0's (the first softmax runs under tensor work)",
+    "persistent": "the persistent walk as one move (one CTA per SM taking tiles from a counter, each tile's last P V "
+                  "under the next tile's first S, the epilogue under the other consumer's work; the producer with 40 "
+                  "registers, loading the next tile's Q a tile ahead, compiled as a function of its own): its parts "
+                  "only paid together",
 }
 
 
@@ -279,6 +372,9 @@ def problem_of(workload: Any | None) -> dict[str, Any]:
 # (r27): early_pack, off at D = 96 since round 8, beat it there under the walk by -0.20% (both orders); the eager
 # rescale lost to the lazy one by 2.75% at D = 128 and 1.33% causal.
 WALK = {"persistent": True, "producer_regs": 40, "q_ahead": True, "producer_fn": True}
+# builtin/tuner: moves that set several parameters at once (role -> values), for changes that measured faster only as a
+# whole; validate() says what else a point needs (the walk: q_regs, the TMA epilogue), which the move's repair sets.
+TUNER_BUNDLES: dict[str, dict[str, Any]] = {"persistent": WALK}
 TUNED: dict[tuple[int, bool, bool], dict[str, Any]] = {
     (128, False, False): {"epilogue": "tma", "rescale": "lazy", "uniform": True,
                           "early_pack": True, "split_rows": True, "q_regs": True,
