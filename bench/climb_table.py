@@ -4,7 +4,8 @@
 
 Reads each run folder's trajectories/*/trajectory.jsonl (the replies and evaluation results as recorded); the move
 is the difference between the `params = {...}` lines of consecutive replies (of the turn the reply went back to, when
-the tuner returned to an earlier best), so it shows what was submitted, not what the reply said.
+the tuner returned to an earlier best), so it shows what was submitted, not what the reply said; an option a dump
+leaves out at its default reads "name (default) -> value".
 """
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ def _base_turn(reply: str, turn: int) -> int:
     return turn - 1
 
 
+def _move(base: dict, params: dict) -> str:
+    """What `params` changed from `base`. A template's options are left out of a dump at their defaults, so a name in
+    one of the two only is an option moved off (or back to) its default."""
+    changed = [f"{k} {base[k]} -> {v}" for k, v in params.items() if k in base and base[k] != v]
+    changed += [f"{k} (default) -> {v}" for k, v in params.items() if k not in base]
+    changed += [f"{k} {v} -> (default)" for k, v in base.items() if k not in params]
+    return ", ".join(changed)
+
+
 def rows(run: Path) -> list[dict]:
     from ptxbench.agent.records.rundir import read_events
 
@@ -54,8 +64,7 @@ def rows(run: Path) -> list[dict]:
         reply, r = replies[turn], results.get(turn)
         params[turn] = _params(reply) or {}
         base = params.get(_base_turn(reply, turn), {}) if turn > 1 else {}
-        move = ", ".join(f"{k} {base[k]} -> {v}" for k, v in params[turn].items() if k in base and base[k] != v) \
-            if turn > 1 else ", ".join(f"{k}={v}" for k, v in params[turn].items())
+        move = _move(base, params[turn]) if turn > 1 else ", ".join(f"{k}={v}" for k, v in params[turn].items())
         t = r.timing if r is not None else None
         lib = t.baselines.get(t.primary_baseline) if t is not None and t.primary_baseline else None
         ci = t.speedup_ci if t is not None else None

@@ -38,10 +38,18 @@ def test_every_turns_speedup_is_the_summarys(folder):
 def test_a_move_is_measured_from_the_turn_the_reply_built_on():
     r = {x["turn"]: x for x in rows(ROOT / "docs" / "examples" / "tuner-climb-mha_fwd_d128" / "run1")}
     assert r[1]["evidence"] == "weak_params() (start)" and "consumers=1" in r[1]["move"]
-    assert r[5]["move"] == "epilogue direct -> tma"           # back to turn 3 after turn 4's ping-pong lost
-    assert r[7]["move"] == "bn 128 -> 160, stages 3 -> 2"     # turn 6 kept (within noise of turn 5's best)
-    assert r[8]["move"] == "bn 128 -> 64, consumers 2 -> 3"   # back to turn 5
-    assert r[6]["evidence"].startswith("consumers wait 5% of stall samples for stage data")
+    assert r[4]["move"] == "uniform (default) -> True"           # an option a dump leaves out at its default
+    assert r[4]["evidence"].startswith("the wgmma issue lines hold 16% of stall samples")
+    walk = r[5]["move"].split(", ")                               # the walk as one move, with its repair
+    assert {"persistent (default) -> True", "q_ahead (default) -> True", "producer_fn (default) -> True",
+            "producer_regs 24 -> 40", "epilogue direct -> tma", "q_regs (default) -> True"} == set(walk)
+    assert r[7]["move"] == "early_pack (default) -> True"         # turn 6 kept (within noise of turn 5's best)
+
+
+def test_a_move_back_to_an_options_default_is_named():
+    from climb_table import _move
+    assert _move({"bn": 128, "uniform": True}, {"bn": 128}) == "uniform True -> (default)"
+    assert _move({"bn": 128}, {"bn": 176, "stagger": True}) == "bn 128 -> 176, stagger (default) -> True"
 
 
 def test_the_backwards_climb_names_a_neighbour_when_no_evidence_is_left():

@@ -29,7 +29,7 @@ box = [64, 128]
 swizzle = "128B"
 l2_promotion = "256B"
 */
-// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'pingpong', 'lpt_group': 0, 'epilogue': 'direct', 'producer_regs': 24}
+// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'direct', 'producer_regs': 24, 'uniform': True}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -45,7 +45,7 @@ constexpr bool GQA = false;
 constexpr int CONSUMERS = 2;
 constexpr int BN = 128;
 constexpr int STAGES = 2;
-constexpr bool PINGPONG = true;
+constexpr bool PINGPONG = false;
 constexpr int LPT_GROUP = 0;
 constexpr bool EPILOGUE_TMA = false;
 constexpr int PRODUCER_REGS = 24;
@@ -428,7 +428,7 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
     }
   } else {
     setmaxnreg_inc<CONSUMER_REGS>();
-    const int c = wg - 1;
+    const int c = __shfl_sync(0xffffffffu, wg - 1, 0);  // warp-uniform to ptxas: descriptors in uniform registers
     const int lane = t % 32;
     const int r0 = 16 * (t / 32) + lane / 4;  // this thread's rows: r0 and r0 + 8 of the warpgroup's 64
     Consumer w{sQ + c * 64 * 128, sK, sV, fullK, fullV, emptyK, emptyV, c, lane, q0 + 64 * c + r0, S,

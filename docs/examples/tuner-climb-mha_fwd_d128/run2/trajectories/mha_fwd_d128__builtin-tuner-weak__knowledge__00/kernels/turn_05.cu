@@ -3,10 +3,10 @@ language = "cuda"
 
 [[launch]]
 kernel = "attn_fwd_wgmma"
-grid = ["cdiv(S, 128)", "B * H"]
+grid = ["min(num_sms, cdiv(S, 128) * B * H)"]  # persistent: one CTA per SM, tiles from a counter
 block = [384]
-smem = "1024 + 32768 + 32768 * 4 + 256"  # 1 KiB alignment slack, Q, 2 x (K, V) tiles, mbarriers
-args = ["tmap:Q_map", "tmap:K_map", "tmap:V_map", "tmap:O_map", "O", "LSE", "i32:S", "i32:D", "f32:scale"]
+smem = "1024 + 32768 * 2 + 32768 * 4 + 256"  # 1 KiB alignment slack, Q, O staging, 2 x (K, V) tiles, mbarriers and the tile index
+args = ["tmap:Q_map", "tmap:K_map", "tmap:V_map", "tmap:O_map", "O", "LSE", "i32:S", "i32:D", "f32:scale", "i32:B * H", "scratch:tile_counter"]
 
 [tmap.Q_map]
 tensor = "Q"
@@ -34,8 +34,13 @@ tensor = "O"
 dims = ["D", "B * H * S"]
 box = [64, 64]
 swizzle = "128B"
+
+[scratch.tile_counter]  # tiles handed out past the first gridDim.x (zeroed before every call)
+dtype = "int32"
+shape = [1]
+zero = true
 */
-// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 24}
+// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': False, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 0, 'epilogue': 'tma', 'producer_regs': 40, 'uniform': True, 'q_regs': True, 'persistent': True, 'q_ahead': True, 'producer_fn': True}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -54,8 +59,8 @@ constexpr int STAGES = 2;
 constexpr bool PINGPONG = false;
 constexpr int LPT_GROUP = 0;
 constexpr bool EPILOGUE_TMA = true;
-constexpr int PRODUCER_REGS = 24;
-constexpr int CONSUMER_REGS = 240;
+constexpr int PRODUCER_REGS = 40;
+constexpr int CONSUMER_REGS = 232;
 
 // O = softmax(scale * Q K^T) V and the natural-log LSE, bf16 in / out, in the FlashAttention-3 layout:
 // one CTA per (BM = 64 x CONSUMERS query rows, batch * head); NTHREADS = 128 x (1 + CONSUMERS):
@@ -96,7 +101,7 @@ constexpr int BAR_EPI = 4;                      // 4 + c: consumer c's epilogue 
 
 static_assert(HD == 64 || HD == 96 || HD == 128, "head dim 64, 96 or 128");
 static_assert(BN % 16 == 0 && BN <= 256, "wgmma N and the TMA box");
-static_assert(1 + 4 * STAGES <= 32, "the mbarriers fit their 256 bytes");
+static_assert(2 + 4 * STAGES < 32, "the mbarriers and the tile index fit their 256 bytes");
 static_assert(!PINGPONG || CONSUMERS >= 2, "ping-pong needs two consumers");
 
 // The `rows` rows starting at `row` of a [rows, D] tensor map: SLABS boxes of 64 d, one per slab.
@@ -269,6 +274,41 @@ __device__ __forceinline__ void pack_p(const float (&s)[SN], uint32_t (&p)[PN]) 
   for (int i = 0; i < PN; ++i) p[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
 }
 
+// q_regs: D[64 x 128] (+)= A[64 x 16] (registers: bf16 pairs a0..a3) * B[128 x 16]^T (K-major, imm-trans-b 0)
+__device__ __forceinline__ void wgmma_rs_kmajor(float (&d)[SN], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %69, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(scale_d));
+}
+
+constexpr int QF = 4 * (HD / 16);  // q_regs: Q's A-fragment registers (4 per k16 step)
+
+// q_regs: this consumer's 64 Q rows as wgmma A fragments, once. ldmatrix.x4 matrix m = lane / 8 is rows + 8 (m % 2),
+// 16-byte chunk m / 2 of the k16 step: registers a0..a3 of the m64k16 A fragment (rows r / r + 8, k 0-7 / 8-15).
+__device__ __forceinline__ void load_q_frag(uint32_t (&qf)[QF], const uint8_t* q, int t) {
+  const int lane = t % 32, row = 16 * (t / 32) + lane % 8 + 8 * ((lane / 8) % 2);
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    const uint8_t* a = q + (kk / 4) * Q_SLAB + row * 128 + (((2 * (kk % 4) + lane / 16) ^ (row % 8)) << 4);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(qf[4 * kk]), "=r"(qf[4 * kk + 1]), "=r"(qf[4 * kk + 2]), "=r"(qf[4 * kk + 3])
+                 : "r"(smem_u32(a)));
+  }
+}
+
+// q_regs: S = Q K^T with Q from registers: HD / 16 k16 steps, K's descriptor as issue_qk's.
+__device__ __forceinline__ void issue_qk_rs(float (&s)[SN], const uint32_t (&qf)[QF], const uint8_t* k) {
+  const uint64_t dk = make_desc_sw128(k);
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    const uint64_t ko = (kk / 4) * (KV_SLAB >> 4) + 2 * (kk % 4);
+    wgmma_rs_kmajor(s, qf[4 * kk], qf[4 * kk + 1], qf[4 * kk + 2], qf[4 * kk + 3], dk + ko, kk != 0);
+  }
+}
+
 // A consumer warpgroup's view of the CTA: its Q rows, the ring, its softmax state.
 struct Consumer {
   const uint8_t* sQc;  // the warpgroup's 64 rows inside each Q slab
@@ -282,7 +322,9 @@ struct Consumer {
   int qrow;            // query index of this thread's first row (the second is qrow + 8)
   int S;
   float sl2;
+  uint32_t g0;         // persistent: the ring position of this query tile's first key tile
   float m0, m1, l0, l1;
+  uint32_t qf[QF];  // q_regs: Q's A fragments
 };
 
 // The last key of key tile j that this thread's first row may see, relative to the tile. Causal: the query
@@ -295,13 +337,16 @@ __device__ __forceinline__ int tile_limit(const Consumer& w, int j) {
 // ping-pong); the softmax of S_j runs while the P V product is in flight, only the O rescale waits for it.
 template <bool MASK>
 __device__ __forceinline__ void consumer_step(int j, Consumer& w, float (&s)[SN], float (&o)[ON / 2], uint32_t (&p)[PN]) {
-  const int st = j % STAGES, sp = (j - 1) % STAGES;
+  // persistent: the ring position of key tile j of this query tile, unsigned: with signed positions ptxas 13.5
+  // scheduled the loop's wait for the previous P V product ahead of every exponential
+  const uint32_t g = w.g0 + j;
+  const uint32_t st = g % STAGES, sp = (g - 1) % STAGES;
   float a0, a1;
-  mbar_wait(&w.fullK[st], (j / STAGES) & 1);
-  mbar_wait(&w.fullV[sp], ((j - 1) / STAGES) & 1);
+  mbar_wait(&w.fullK[st], (g / STAGES) & 1);
+  mbar_wait(&w.fullV[sp], ((g - 1) / STAGES) & 1);
   turn_wait(w.c);
   wgmma_fence();
-  issue_qk(s, w.sQc, w.sK + st * KV_BYTES);  // S_j = Q K_j^T
+  issue_qk_rs(s, w.qf, w.sK + st * KV_BYTES);  // S_j = Q K_j^T
   wgmma_commit();
   issue_pv(o, p, w.sV + sp * KV_BYTES);      // O += P_{j-1} V_{j-1}
   wgmma_commit();
@@ -361,48 +406,156 @@ __device__ __forceinline__ void store_tma(const float (&o)[ON / 2], uint8_t* sta
   }
 }
 
-// The whole kernel. GQA: query row bh = b * H + h reads KV head bh / group (H = HKV * group).
+// persistent: the query tile and (batch, head) of launch-order tile `lin` (the non-persistent grid's order: longest
+// first across groups of LPT_GROUP heads when causal with a group, else the query tiles of a head side by side).
+__device__ __forceinline__ void tile_of(int lin, int n_q, int BH, int& q_tile, int& bh) {
+  if (CAUSAL && LPT_GROUP > 0) {
+    const int grp = lin / (LPT_GROUP * n_q), in_grp = lin % (LPT_GROUP * n_q);
+    const int g_heads = min(LPT_GROUP, BH - grp * LPT_GROUP);
+    q_tile = n_q - 1 - in_grp / g_heads;
+    bh = grp * LPT_GROUP + in_grp % g_heads;
+  } else {
+    q_tile = CAUSAL ? n_q - 1 - lin % n_q : lin % n_q;  // causal: each head's longest rows first
+    bh = lin / n_q;
+  }
+}
+
+// persistent: key tiles of a query tile starting at row q0 (causal: up to the one holding key min(q0 + BM, S) - 1),
+// and how many of them need no mask.
+__device__ __forceinline__ int tiles_of(int q0, int S) {
+  return CAUSAL ? (min(q0 + BM, S) + BN - 1) / BN : (S + BN - 1) / BN;
+}
+__device__ __forceinline__ int plain_tiles_of(int q0, int S) {
+  return CAUSAL ? (q0 + 1) / BN : S / BN;
+}
+
+// persistent: store_tma with the staging shared across tiles. Thread 0 first waits until the previous tile's store
+// has read the staging, and does not wait for this one: its writes complete under the next tile.
+__device__ __forceinline__ void store_tma_async(const float (&o)[ON / 2], uint8_t* stage, const CUtensorMap* tmO,
+                                                int row0, int c, int t, float inv0, float inv1) {
+  const int lane = t % 32, r0 = 16 * (t / 32) + lane / 4;
+  if (t == 0) tma_store_wait_read<0>();
+  epilogue_sync(c);
+#pragma unroll
+  for (int q = 0; q < HD / 8; ++q) {
+    uint8_t* dst = stage + (q / 8) * Q_SLAB + r0 * 128 + (((q % 8) ^ (r0 % 8)) << 4) + 4 * (lane % 4);
+    *reinterpret_cast<uint32_t*>(dst) = pack_bf16(o[4 * q] * inv0, o[4 * q + 1] * inv0);
+    *reinterpret_cast<uint32_t*>(dst + 8 * 128) = pack_bf16(o[4 * q + 2] * inv1, o[4 * q + 3] * inv1);
+  }
+  fence_proxy_async();  // the generic-proxy stores above, before the TMA (async proxy) reads them
+  epilogue_sync(c);
+  if (t == 0) {
+#pragma unroll
+    for (int s = 0; s < SLABS; ++s) tma_store_2d(tmO, stage + s * Q_SLAB, 64 * s, row0);
+    tma_store_commit();
+  }
+}
+
+// persistent: a finished tile's O / l and LSE (rows of consumer c at q0; the row sums reduced over the quad here).
+__device__ __forceinline__ void tile_epilogue(const float (&o)[ON / 2], const Consumer& w, uint8_t* stage,
+                                              const CUtensorMap* tmO, float* __restrict__ LSE, int head_row, int q0,
+                                              int c, int t) {
+  float l0 = w.l0, l1 = w.l1;
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+  if (q0 + 64 * c < w.S) {  // S % 64 == 0: a warpgroup's rows are all inside S or all past it
+    store_tma_async(o, stage, tmO, head_row + q0 + 64 * c, c, t, inv0, inv1);
+    if (w.lane % 4 == 0) {
+      // m is the running max of scale*S in log2 units: ln(sum e^(scale*S)) = m ln 2 + ln(l)
+      LSE[head_row + w.qrow] = w.m0 * 0.6931471805599453f + logf(l0);
+      LSE[head_row + w.qrow + 8] = w.m1 * 0.6931471805599453f + logf(l1);
+    }
+  }
+}
+
+// persistent, producer_fn: the producer's walk (one thread), not inlined into the kernel
+__device__ __noinline__ void producer_walk(const CUtensorMap* tmQ, const CUtensorMap* tmK, const CUtensorMap* tmV,
+                                           uint8_t* sQ, uint8_t* sK, uint8_t* sV, uint64_t* fullQ, uint64_t* emptyQ,
+                                           uint64_t* fullK, uint64_t* fullV, uint64_t* emptyK, uint64_t* emptyV,
+                                           int* tile_slot, int* __restrict__ tile_counter, int S, int group, int BH,
+                                           int n_q, int n_all) {
+  uint32_t g = 0;  // ring position: key tiles loaded for this CTA's earlier query tiles
+  int lin = blockIdx.x;  // the grid is at most the tiles: every CTA has a first one
+  *tile_slot = lin;
+  {
+    int q_tile, bh;
+    tile_of(lin, n_q, BH, q_tile, bh);
+    mbar_arrive_expect_tx(fullQ, Q_BYTES);
+    tma_load_tile<Q_SLAB>(sQ, tmQ, fullQ, bh * S + q_tile * BM);
+  }
+  for (uint32_t i = 0;; ++i) {
+    int q_tile, bh;
+    tile_of(lin, n_q, BH, q_tile, bh);
+    const int q0 = q_tile * BM, head_row = bh * S;
+    const int n_tiles = tiles_of(q0, S);
+    // first row of this head's keys / values in the [B*HKV*S, D] view of K and V (HKV = H without GQA)
+    const int kv_row = GQA ? (bh / group) * S : head_row;
+    const int next = gridDim.x + atomicAdd(tile_counter, 1);  // its latency passes under the ring's waits
+    const int j_q = min(1, n_tiles - 1);
+    for (int j = 0; j < n_tiles; ++j, ++g) {
+      const uint32_t st = g % STAGES;
+      const uint32_t ph = (g / STAGES) & 1;
+      const int row = kv_row + j * BN;
+      mbar_wait(&emptyK[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
+      mbar_arrive_expect_tx(&fullK[st], KV_BYTES);  // out-of-bounds boxes count in full
+      tma_load_tile<KV_SLAB>(sK + st * KV_BYTES, tmK, &fullK[st], row);
+      mbar_wait(&emptyV[st], ph ^ 1);
+      mbar_arrive_expect_tx(&fullV[st], KV_BYTES);
+      tma_load_tile<KV_SLAB>(sV + st * KV_BYTES, tmV, &fullV[st], row);
+      if (j == j_q) {
+        mbar_wait(emptyQ, i & 1);  // every consumer warp holds this tile's Q in registers
+        if (next < n_all) {
+          int nq_tile, nbh;
+          tile_of(next, n_q, BH, nq_tile, nbh);
+          *tile_slot = next;
+          mbar_arrive_expect_tx(fullQ, Q_BYTES);
+          tma_load_tile<Q_SLAB>(sQ, tmQ, fullQ, nbh * S + nq_tile * BM);
+        } else {
+          *tile_slot = -1;
+          mbar_arrive(fullQ);  // release: the consumers read -1 after their wait
+        }
+      }
+    }
+    if (next >= n_all) break;
+    lin = next;
+  }
+}
+
+// The whole kernel, persistent: CTA k takes launch-order tile k, then whichever the counter hands it.
+// GQA: query row bh = b * H + h reads KV head bh / group (H = HKV * group).
 __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorMap* tmK, const CUtensorMap* tmV,
                                          const CUtensorMap* tmO, __nv_bfloat16* __restrict__ O,
-                                         float* __restrict__ LSE, int S, int D, float scale, int group) {
+                                         float* __restrict__ LSE, int S, int D, float scale, int group, int BH,
+                                         int* __restrict__ tile_counter) {
   // this build's tiling only; fail loudly
   if (D != HD || S % 64 != 0 || (!KEY_TAIL && S % BN != 0) || group < 1) asm volatile("trap;");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // dynamic shared memory is only 16-byte aligned; the swizzled tiles need 1024
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t* sQ = smem;
-  uint8_t* sK = sQ + Q_BYTES;
+  uint8_t* sQ = smem;           // the current tile's Q until every consumer warp holds it in registers
+  uint8_t* sO = sQ + Q_BYTES;   // O staging for the TMA store, shared by the CTA's tiles
+  uint8_t* sK = sO + Q_BYTES;
   uint8_t* sV = sK + STAGES * KV_BYTES;
-  uint64_t* fullQ = reinterpret_cast<uint64_t*>(sV + STAGES * KV_BYTES);  // 1 + 4 * STAGES barriers <= 256 bytes
-  uint64_t* fullK = fullQ + 1;
+  uint64_t* fullQ = reinterpret_cast<uint64_t*>(sV + STAGES * KV_BYTES);  // 2 + 4 * STAGES barriers, then 2 ints
+  uint64_t* emptyQ = fullQ + 1;
+  uint64_t* fullK = emptyQ + 1;
   uint64_t* fullV = fullK + STAGES;
   uint64_t* emptyK = fullV + STAGES;
   uint64_t* emptyV = emptyK + STAGES;
+  // [0]: the tile whose Q fullQ announces (-1: none left); [1]: the producer's claim of its next tile
+  int* tile_slot = reinterpret_cast<int*>(emptyV + STAGES);
 
   const int wg = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
   const int n_q = (S + BM - 1) / BM;
-  int q_tile, bh;
-  if (CAUSAL && LPT_GROUP > 0) {
-    // longest first across groups of LPT_GROUP heads (a 1-D grid): the block scheduler hands the longest
-    // rows of every head out before the shorter ones, while the heads running at once stay few (L2 reuse)
-    const int heads = gridDim.x / n_q;
-    const int grp = blockIdx.x / (LPT_GROUP * n_q), in_grp = blockIdx.x % (LPT_GROUP * n_q);
-    const int g_heads = min(LPT_GROUP, heads - grp * LPT_GROUP);
-    q_tile = n_q - 1 - in_grp / g_heads;
-    bh = grp * LPT_GROUP + in_grp % g_heads;
-  } else {
-    q_tile = CAUSAL ? n_q - 1 - blockIdx.x : blockIdx.x;  // causal: each head's longest rows first
-    bh = blockIdx.y;
-  }
-  const int q0 = q_tile * BM;
-  const int head_row = bh * S;  // first row of this (batch, head) in the [B*H*S, D] view of Q and O
-  // key tiles: causal up to the one holding key min(q0 + BM, S) - 1; tiles from n_plain on need the mask
-  const int n_tiles = CAUSAL ? (min(q0 + BM, S) + BN - 1) / BN : (S + BN - 1) / BN;
-  const int n_plain = CAUSAL ? (q0 + 1) / BN : S / BN;
+  const int n_all = n_q * BH;
 
   if (threadIdx.x == 0) {
     mbar_init(fullQ, 1);
+    mbar_init(emptyQ, 4 * CONSUMERS);  // one arrival per consumer warp, once its Q fragments are in registers
     for (int i = 0; i < STAGES; ++i) {
       mbar_init(&fullK[i], 1);
       mbar_init(&fullV[i], 1);
@@ -416,90 +569,111 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
   if (wg == 0) {
     setmaxnreg_dec<PRODUCER_REGS>();
     if (t == 0) {
-      // first row of this head's keys / values in the [B*HKV*S, D] view of K and V (HKV = H without GQA)
-      const int kv_row = GQA ? (bh / group) * S : head_row;
-      mbar_arrive_expect_tx(fullQ, Q_BYTES);
-      tma_load_tile<Q_SLAB>(sQ, tmQ, fullQ, head_row + q0);
-      for (int j = 0; j < n_tiles; ++j) {
-        const int st = j % STAGES;
-        const uint32_t ph = (j / STAGES) & 1;
-        const int row = kv_row + j * BN;
-        mbar_wait(&emptyK[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
-        mbar_arrive_expect_tx(&fullK[st], KV_BYTES);  // out-of-bounds boxes count in full
-        tma_load_tile<KV_SLAB>(sK + st * KV_BYTES, tmK, &fullK[st], row);
-        mbar_wait(&emptyV[st], ph ^ 1);
-        mbar_arrive_expect_tx(&fullV[st], KV_BYTES);
-        tma_load_tile<KV_SLAB>(sV + st * KV_BYTES, tmV, &fullV[st], row);
-      }
+      producer_walk(tmQ, tmK, tmV, sQ, sK, sV, fullQ, emptyQ, fullK, fullV, emptyK, emptyV, tile_slot,
+                    tile_counter, S, group, BH, n_q, n_all);
     }
   } else {
     setmaxnreg_inc<CONSUMER_REGS>();
-    const int c = wg - 1;
+    const int c = __shfl_sync(0xffffffffu, wg - 1, 0);  // warp-uniform to ptxas: descriptors in uniform registers
     const int lane = t % 32;
     const int r0 = 16 * (t / 32) + lane / 4;  // this thread's rows: r0 and r0 + 8 of the warpgroup's 64
-    Consumer w{sQ + c * 64 * 128, sK, sV, fullK, fullV, emptyK, emptyV, c, lane, q0 + 64 * c + r0, S,
-               scale * 1.4426950408889634f, -INFINITY, -INFINITY, 0.f, 0.f};
+    const float sl2 = scale * 1.4426950408889634f;
+    mbar_wait(fullQ, 0);
+    int lin = __shfl_sync(0xffffffffu, *tile_slot, 0);  // warp-uniform to ptxas: the ring's indices too
+    if (lin < 0) return;  // more CTAs than tiles (the grid is at most the tiles: not reached)
+    Consumer w{sQ + c * 64 * 128, sK, sV, fullK, fullV, emptyK, emptyV, c, lane, 0, S, sl2, 0,
+               -INFINITY, -INFINITY, 0.f, 0.f};
+    {
+      int q_tile, bh;
+      tile_of(lin, n_q, BH, q_tile, bh);
+      w.qrow = q_tile * BM + 64 * c + r0;
+    }
+    load_q_frag(w.qf, w.sQc, t);  // q_regs
+    __syncwarp();
+    if (lane == 0) mbar_arrive(emptyQ);  // this warp's Q is in registers: the next tile's may land
 
     float s[SN], o[ON / 2];  // S: 64 x BN keys; O: 64 x ON (m64nN accumulators: N / 2 per thread)
     uint32_t p[PN];
     float a0, a1;
 #pragma unroll
     for (int i = 0; i < ON / 2; ++i) o[i] = 0.f;
-    if (PINGPONG && c == CONSUMERS - 1) turn_pass(c);  // consumer 0 issues first
 
-    mbar_wait(fullQ, 0);
-    // tile 0: S only
+    // the CTA's first tile: S_0 alone
     mbar_wait(&fullK[0], 0);
-    turn_wait(c);
     wgmma_fence();
-    issue_qk(s, w.sQc, sK);
+    issue_qk_rs(s, w.qf, sK);
     wgmma_commit();
-    turn_pass(c);
     wgmma_wait<0>();
     wgmma_fence_regs(s);
     if (lane == 0) mbar_arrive(&emptyK[0]);
-    if (MASKED && n_plain == 0) {
+    if (MASKED && plain_tiles_of(w.qrow - 64 * c - r0, S) == 0) {
       mask_tile(s, tile_limit(w, 0), lane);
     }
     softmax_tile(s, w.sl2, w.m0, w.m1, w.l0, w.l1, a0, a1);
     pack_p(s, p);
 
-    // tiles 1 .. n-1: unmasked up to n_plain, then the masked ones (causal diagonal, the key tail)
-    const int n_main = MASKED ? min(n_plain, n_tiles) : n_tiles;
-    for (int j = 1; j < n_main; ++j) consumer_step<false>(j, w, s, o, p);
-    if constexpr (MASKED) {
-      for (int j = max(n_main, 1); j < n_tiles; ++j) consumer_step<true>(j, w, s, o, p);
-    }
-    {
-      const int sp = (n_tiles - 1) % STAGES;
-      mbar_wait(&fullV[sp], ((n_tiles - 1) / STAGES) & 1);
-      turn_wait(c);
+    // only the tile index, the ring position and the softmax state are carried from tile to tile; the rest is
+    // derived from the index again (more values live across the key-tile loop changed ptxas 13.5's schedule of it)
+    for (uint32_t i = 1;; ++i) {
+      int q_tile, bh;
+      tile_of(lin, n_q, BH, q_tile, bh);
+      const int q0 = q_tile * BM, head_row = bh * S;
+      const int n_tiles = tiles_of(q0, S), n_plain = plain_tiles_of(q0, S);
+      // key tiles 1 .. n-1: unmasked up to n_plain, then the masked ones (causal diagonal, the key tail)
+      const int n_main = MASKED ? min(n_plain, n_tiles) : n_tiles;
+      for (int j = 1; j < n_main; ++j) consumer_step<false>(j, w, s, o, p);
+      if constexpr (MASKED) {
+        for (int j = max(n_main, 1); j < n_tiles; ++j) consumer_step<true>(j, w, s, o, p);
+      }
+      // the cross-tile step: the tile's last P V product issued with the next tile's first S
+      const uint32_t gl = w.g0 + n_tiles - 1, sp = gl % STAGES;
+      mbar_wait(fullQ, i & 1);
+      const int nlin = __shfl_sync(0xffffffffu, *tile_slot, 0);
+      float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // the next tile's softmax state
+      int nq0 = 0;
+      mbar_wait(&fullV[sp], (gl / STAGES) & 1);
+      const uint32_t st = (gl + 1) % STAGES;
+      if (nlin >= 0) {
+        int nq_tile, nbh;
+        tile_of(nlin, n_q, BH, nq_tile, nbh);
+        nq0 = nq_tile * BM;
+        load_q_frag(w.qf, w.sQc, t);  // this tile's Q fragments are no longer read: its last S is done
+        __syncwarp();
+        if (lane == 0) mbar_arrive(emptyQ);
+        mbar_wait(&fullK[st], ((gl + 1) / STAGES) & 1);
+      }
+      // both products issued on every path, as in a key-tile step (a branch around them had ptxas 13.5 schedule the
+      // key-tile loop worse): past the CTA's last tile S' reads a stale K slot and is discarded
       wgmma_fence();
-      issue_pv(o, p, sV + sp * KV_BYTES);
+      issue_qk_rs(s, w.qf, sK + st * KV_BYTES);  // S'_0 = Q' K'_0^T
       wgmma_commit();
-      if (c != CONSUMERS - 1) turn_pass(c);  // the last consumer's final turn goes to no one
-      wgmma_wait<0>();
+      issue_pv(o, p, sV + sp * KV_BYTES);        // O += P_{n-1} V_{n-1}
+      wgmma_commit();
+      wgmma_wait<1>();  // S'_0 is done
+      wgmma_fence_regs(s);
+      if (nlin >= 0 && lane == 0) mbar_arrive(&emptyK[st]);
+      if (MASKED && plain_tiles_of(nq0, S) == 0) {
+        mask_tile(s, (CAUSAL ? nq0 + 64 * c + r0 : S - 1), lane);
+      }
+      softmax_tile(s, sl2, m0, m1, l0, l1, a0, a1);
+      wgmma_wait<0>();  // the tile's O is complete
       wgmma_fence_regs(o);
+      wgmma_fence_regs(p);
+      if (lane == 0) mbar_arrive(&emptyV[sp]);  // the ring runs on: the next tile's loads reuse it
+      tile_epilogue(o, w, sO + c * 64 * 128, tmO, LSE, head_row, q0, c, t);
+      if (nlin < 0) break;
+      pack_p(s, p);
+#pragma unroll
+      for (int k = 0; k < ON / 2; ++k) o[k] = 0.f;
+      lin = nlin;
+      w.qrow = nq0 + 64 * c + r0;
+      w.g0 = gl + 1;
+      w.m0 = m0;
+      w.m1 = m1;
+      w.l0 = l0;
+      w.l1 = l1;
     }
-
-    // the row sums were kept per thread: reduce over the quad now
-    float l0 = w.l0, l1 = w.l1;
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv0 = 1.f / l0, inv1 = 1.f / l1;
-    const bool live = q0 + 64 * c < S;  // S % 64 == 0: a warpgroup's rows are all inside S or all past it
-    if constexpr (EPILOGUE_TMA) {
-      if (live) store_tma(o, sQ + c * 64 * 128, tmO, head_row + q0 + 64 * c, c, t, inv0, inv1);
-    } else if (live) {
-      store_direct(o, O, static_cast<size_t>(head_row) + w.qrow, lane, inv0, inv1);
-    }
-    if (live && lane % 4 == 0) {
-      // m is the running max of scale*S in log2 units: ln(sum e^(scale*S)) = m ln 2 + ln(l)
-      LSE[head_row + w.qrow] = w.m0 * 0.6931471805599453f + logf(l0);
-      LSE[head_row + w.qrow + 8] = w.m1 * 0.6931471805599453f + logf(l1);
-    }
+    if (t == 0) tma_store_wait<0>();  // the last O store is complete before the CTA's shared memory goes
   }
 }
 
@@ -507,6 +681,6 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
 extern "C" __global__ void __launch_bounds__(384, 1)
 attn_fwd_wgmma(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
     const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmO, __nv_bfloat16* __restrict__ O, float* __restrict__ LSE,
-    int S, int D, float scale) {
-  attn_fwd(&tmQ, &tmK, &tmV, &tmO, O, LSE, S, D, scale, 1);
+    int S, int D, float scale, int BH, int* __restrict__ tile_counter) {
+  attn_fwd(&tmQ, &tmK, &tmV, &tmO, O, LSE, S, D, scale, 1, BH, tile_counter);
 }
