@@ -81,6 +81,10 @@ def test_its_figures_are_the_recorded_ones():
     # the deferred slabs straight from registers (gemm_sweep.md, 2026-12-03), in the GEMM epilogue section
     epilogue = section("GEMM epilogue: staging, a TMA store, tile order")
     assert "cost 8.9%" in epilogue and "**+8.9% kernel time** (0.8097 against 0.7434 ms)" in gemm
+    # the L2 prefetch and the eviction hints (gemm_sweep.md, the diagnosis and round 8, 2026-12-03)
+    assert "+40% for B alone, +77-85% for A and B" in epilogue
+    assert "| pf12_b | +40.1% | +39.8% |" in gemm and "| pf6 | **+77.8%** |" in gemm and "| pf24 | +84.6% | +83.7% |" in gemm
+    assert "level to +1.1%" in epilogue and "| c_first_a_first | +1.1% | +1.1% |" in gemm and "| c_first | +0.1% |" in gemm
     # the splits under the walk (rounds 25-26)
     assert "-1.1 to -1.3% at D = 128" in SECTION and "**-1.1 to -1.3% at D = 128**" in fwd
     assert "-0.8 to -0.9%\n  causal" in SECTION and "**-0.8 to -0.9% causal**" in fwd
