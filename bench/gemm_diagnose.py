@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -170,20 +168,12 @@ def edited(source: str, edits: list) -> str:
 
 
 def build() -> None:
+    from gemm_reference_bench import compile_cu
     from ptxbench.workloads.solutions.gemm_template import default_params, render
 
     BUILD.mkdir(parents=True, exist_ok=True)
     for name, (edits, changes) in VARIANTS.items():
-        cu = BUILD / f"{name}.cu"
-        cu.write_text(edited(render(default_params().model_copy(update=changes)), edits))
-        ptx, cubin = cu.with_suffix(".ptx"), cu.with_suffix(".cubin")
-        subprocess.run(["nvcc", "-ptx", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(ROOT / "prompts/include"),
-                        str(cu), "-o", str(ptx)], check=True)
-        log = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(ptx), "-o", str(cubin)], check=True,
-                             capture_output=True, text=True).stderr
-        regs = re.search(r"Used (\d+) registers", log).group(1)
-        spills = re.search(r"(\d+) bytes spill stores", log).group(1)
-        print(f"{name}: {regs} registers, {spills} bytes spilled")
+        compile_cu(BUILD / f"{name}.cu", edited(render(default_params().model_copy(update=changes)), edits))
 
 
 def run(iters: int, out: str | None, names: list[str]) -> None:

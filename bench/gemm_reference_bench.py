@@ -62,16 +62,20 @@ def build(names: list[str]) -> None:
         if validate(params):
             print(f"{name}: invalid: {validate(params)}")
             continue
-        cu = BUILD / f"{name}.cu"
-        cu.write_text(render(params))
-        ptx, cubin = cu.with_suffix(".ptx"), cu.with_suffix(".cubin")
-        subprocess.run(["nvcc", "-ptx", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(ROOT / "prompts/include"),
-                        str(cu), "-o", str(ptx)], check=True)
-        log = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(ptx), "-o", str(cubin)], check=True,
-                             capture_output=True, text=True).stderr
-        regs = re.search(r"Used (\d+) registers", log).group(1)
-        spills = re.search(r"(\d+) bytes spill stores", log).group(1)
-        print(f"{name}: {regs} registers, {spills} bytes spilled")
+        compile_cu(BUILD / f"{name}.cu", render(params))
+
+
+def compile_cu(cu: Path, source: str) -> None:
+    """Writes `source` to `cu` and builds cu.ptx (nvcc) and cu.cubin (ptxas, sm_90a); prints registers and spills."""
+    cu.write_text(source)
+    ptx, cubin = cu.with_suffix(".ptx"), cu.with_suffix(".cubin")
+    subprocess.run(["nvcc", "-ptx", "-gencode=arch=compute_90a,code=sm_90a", "-I", str(ROOT / "prompts/include"),
+                    str(cu), "-o", str(ptx)], check=True)
+    log = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(ptx), "-o", str(cubin)], check=True,
+                         capture_output=True, text=True).stderr
+    regs = re.search(r"Used (\d+) registers", log).group(1)
+    spills = re.search(r"(\d+) bytes spill stores", log).group(1)
+    print(f"{cu.stem}: {regs} registers, {spills} bytes spilled")
 
 
 def read_plan(source: str) -> dict:
