@@ -46,6 +46,14 @@ def test_a_move_is_measured_from_the_turn_the_reply_built_on():
     assert r[7]["move"] == "early_pack (default) -> True"         # turn 6 kept (within noise of turn 5's best)
 
 
+def test_the_causal_climbs_readme_holds_its_table():
+    d = ROOT / "docs" / "examples" / "tuner-climb-mha_fwd_d128_causal"
+    assert table(d / "run1", "cuDNN") in (d / "README.md").read_text(encoding="utf-8")
+    r = {x["turn"]: x for x in rows(d / "run1")}
+    assert r[5]["evidence"].startswith("causal: the query tiles' lengths differ") and r[5]["move"] == "lpt_group 0 -> 4"
+    assert r[8]["speedup"].startswith("1.090")
+
+
 def test_a_move_back_to_an_options_default_is_named():
     from climb_table import _move
     assert _move({"bn": 128, "uniform": True}, {"bn": 128}) == "uniform True -> (default)"
