@@ -120,7 +120,7 @@ def test_each_attention_finding_fires_its_rule():
     # causal: longest-first order across groups of heads is a move (and not one without causal)
     ranked = rank(at, dc, None, TunerModel(CAUSAL)._valid)
     lpt = next(c for c in ranked if c.role == "lpt")
-    assert _changed(dc, lpt.params) == {"lpt_group": (0, 4)} and "causal" in lpt.reasons[0]
+    assert _changed(dc, lpt.params) == {"lpt_group": (0, 8)} and "causal" in lpt.reasons[0]
     assert not any(c.role == "lpt" for c in rank(at, d, None, TunerModel(MAIN)._valid))
 
 
