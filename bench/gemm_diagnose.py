@@ -178,7 +178,7 @@ def build() -> None:
 
 def run(iters: int, out: str | None, names: list[str]) -> None:
     import torch
-    from gemm_reference_bench import Runner, check
+    from gemm_reference_bench import Runner, check, interleaved_times
 
     torch.manual_seed(0)
     dev = torch.cuda.get_device_properties(0)
@@ -200,15 +200,7 @@ def run(iters: int, out: str | None, names: list[str]) -> None:
             result["correct"][name] = check(C, ref)
             print(name, result["correct"][name], flush=True)
     flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
-    times: dict[str, list[float]] = {n: [] for n in fns}
-    for it in range(iters + 5):  # interleaved: every round times each once, L2 flushed; 5 warm-up rounds
-        for n, fn in fns.items():
-            flush.zero_()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(); fn(); e.record()
-            e.synchronize()
-            if it >= 5:
-                times[n].append(s.elapsed_time(e))
+    times = interleaved_times(fns, iters, flush)
     ref_ms = statistics.median(times["ref"])
     for n, ts in times.items():
         q = statistics.quantiles(ts, n=4)

@@ -237,15 +237,7 @@ def run(names: list[str], iters: int, shapes: list[str]) -> None:
         fns = {"cublas": lambda: torch.matmul(A, B.T, out=C)}
         fns.update({n: r.prepare({"A": A, "B": B, "C": C}, {"M": M, "N": N, "K": K})
                     for n, r in runners.items() if results["correct"][f"{n}@main"].get("ok")})
-        times = {n: [] for n in fns}
-        for it in range(iters + 5):  # interleaved: every round times each kernel once, cold L2
-            for n, fn in fns.items():
-                flush.zero_()
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record(); fn(); e.record()
-                e.synchronize()
-                if it >= 5:
-                    times[n].append(s.elapsed_time(e))
+        times = interleaved_times(fns, iters, flush)
         flops = 2 * M * N * K
         base = statistics.median(times["cublas"])
         for n, ts in times.items():
@@ -257,6 +249,23 @@ def run(names: list[str], iters: int, shapes: list[str]) -> None:
     print("\n| variant | median ms | IQR ms | TFLOP/s | vs cuBLAS |\n|---|---|---|---|---|")
     for n, t in sorted(results["timing"].items(), key=lambda kv: kv[1]["median_ms"]):
         print(f"| {n} | {t['median_ms']:.3f} | {t['q1_ms']:.3f}-{t['q3_ms']:.3f} | {t['tflops']:.0f} | {t['speedup_vs_cublas']:.3f} |")
+
+
+def interleaved_times(fns: dict, iters: int, flush, warmup: int = 5) -> dict[str, list[float]]:
+    """name -> `iters` times in ms (CUDA events) of each zero-argument launcher, interleaved: every round times each
+    once, after zeroing `flush` (a buffer larger than L2, so every call starts with a cold L2); `warmup` rounds first."""
+    import torch
+
+    times: dict[str, list[float]] = {n: [] for n in fns}
+    for it in range(iters + warmup):
+        for n, fn in fns.items():
+            flush.zero_()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(); fn(); e.record()
+            e.synchronize()
+            if it >= warmup:
+                times[n].append(s.elapsed_time(e))
+    return times
 
 
 def main() -> None:

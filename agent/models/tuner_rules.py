@@ -337,7 +337,6 @@ def _bundles(bundles: dict[str, dict[str, Any]], singles: list[Candidate], lever
     """A template's bundles (TUNER_BUNDLES) as moves: every value at once, repaired as a lever move is (validate()
     says what else the point needs), worth the bundle's prior x the evidence for its role, plus (as a compound move)
     the single moves its repair makes too (the walk's TMA epilogue, say)."""
-    names = {role: name for role, (name, _) in levers.items()}
     out = []
     for role, values in bundles.items():
         if all(params.get(n) == v for n, v in values.items()):
@@ -355,12 +354,9 @@ def _bundles(bundles: dict[str, dict[str, Any]], singles: list[Candidate], lever
         if lost and bundle_lesson(role) in lost:
             score, reasons = worth * LOST_DISCOUNT, [lost[bundle_lesson(role)]]
         else:
-            repaired = [n for n in repair_names(point, params) if n not in values]
-            made = [c for c in singles if c.kind in ("up", "goal") and names[c.role] in repaired
-                    and point[names[c.role]] == c.params[names[c.role]]]
-            score += sum(c.score for c in made)
-            reasons = list(dict.fromkeys(reasons + [r for c in made for r in c.reasons
-                                                    if not r.startswith(("ranked down", "within"))]))
+            gain, more = _made(singles, point, levers, among=[n for n in repair_names(point, params) if n not in values])
+            score += gain
+            reasons = list(dict.fromkeys(reasons + more))
         label = (f"{role}: " + ", ".join(f"{n} {params.get(n)} -> {v}" for n, v in values.items() if params.get(n) != v)
                  + (f" (and {', '.join(repair)} so it builds)" if repair else ""))
         out.append(Candidate(point, role, "goal", label, score, reasons))
@@ -382,12 +378,18 @@ def _compounds(singles: list[Candidate], params: Params, levers: dict[str, tuple
             continue
         point, _ = fitted
         changes = ", ".join(f"{n} {params[n]} -> {point[n]}" for n in point if point[n] != params.get(n))
-        # credit every single move this point makes too (its repair may add a consumer warpgroup, say)
-        made = [c for c in singles if c.kind in ("up", "goal")
-                and point.get(levers[c.role][0]) == c.params.get(levers[c.role][0])]  # an option may be left out of a dump
-        reasons = list(dict.fromkeys(r for c in made for r in c.reasons if not r.startswith(("ranked down", "within"))))
-        out.append(Candidate(point, role, "up", changes, sum(c.score for c in made), reasons))
+        score, reasons = _made(singles, point, levers)  # its repair may add a consumer warpgroup, say
+        out.append(Candidate(point, role, "up", changes, score, list(dict.fromkeys(reasons))))
     return out
+
+
+def _made(singles: list[Candidate], point: Params, levers: dict[str, tuple[str, Any]],
+          among: list[str] | None = None) -> tuple[float, list[str]]:
+    """The single up / goal moves that `point` (a compound's or a bundle's) makes too, credited to it: their summed
+    score and their reasons, without the rank-down notes; `among`: only moves of these parameters."""
+    made = [c for c in singles if c.kind in ("up", "goal") and (among is None or levers[c.role][0] in among)
+            and point.get(levers[c.role][0]) == c.params.get(levers[c.role][0])]  # an option may be left out of a dump
+    return sum(c.score for c in made), [r for c in made for r in c.reasons if not r.startswith(("ranked down", "within"))]
 
 
 def _targets(role: str, values: list, old: Any, goal: Any) -> list[tuple[str, list]]:
