@@ -36,3 +36,35 @@ def test_the_real_kernels_keep_the_references_loads_and_products(name):
     assert kernel.count("wgmma_m64k16_bf16<BN>(") == 1
     assert kernel.count("tma_load_2d") - kernel.count("tma_load_2d_multicast") >= 2
     assert "mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);" in kernel
+
+
+@pytest.mark.parametrize("name,stages", [("bk32", 8), ("bk32_6", 6)])
+def test_the_32_deep_kernels_plan_64b_swizzled_boxes_in_the_same_shared_memory(name, stages):
+    from gemm_reference_bench import read_plan
+    from ptxbench.workloads.solutions.gemm_template import SMEM_LIMIT
+
+    text = gd.edited(render(default_params()), gd.VARIANTS[name][0])
+    plan = read_plan(text)
+    for tmap, rows in (("A_map", 128), ("B_map", 256)):
+        assert plan["tmap"][tmap]["box"] == [32, rows] and plan["tmap"][tmap]["swizzle"] == "64B"
+    assert plan["tmap"]["C_map"]["swizzle"] == "128B"  # the epilogue's staging keeps its layout
+    ring = stages * (128 + 256) * 32 * 2
+    assert plan["launch"][0]["smem"] == ring + 2 * 2 * 64 * 128 + 16 * stages + 1024 <= SMEM_LIMIT
+    assert f"constexpr int STAGES = {stages};" in text and "constexpr int BK = 32;" in text
+    assert "make_desc_sw128" not in text.split('extern "C" __global__')[1]  # every operand descriptor is 64B's
+
+
+def test_best_is_the_fastest_real_kernel_correct_in_every_run(tmp_path):
+    def result(path, timing, correct):
+        path.write_text(gd.json.dumps({"timing": {n: {"vs_ref_pct": v} for n, v in timing.items()},
+                                       "correct": {n: {"ok": ok} for n, ok in correct.items()}}))
+        return str(path)
+
+    one = result(tmp_path / "1.json", {"ref": 0.0, "cublas": -5.0, "bare": -9.0, "serp": -0.4, "bk32": -1.0, "g16": 0.2},
+                 {"ref": True, "serp": True, "bk32": True, "g16": True})
+    two = result(tmp_path / "2.json", {"ref": 0.0, "cublas": -5.0, "bare": -9.0, "serp": -0.6, "bk32": -1.2, "g16": 0.1},
+                 {"ref": True, "serp": True, "bk32": False, "g16": True})
+    assert gd.best([one, two]) == "serp"  # bk32 is faster but wrong once; cuBLAS and bare are not candidates
+    assert gd.best([one]) == "bk32"
+    slower = result(tmp_path / "3.json", {"ref": 0.0, "serp": 0.3}, {"ref": True, "serp": True})
+    assert gd.best([slower]) == ""
