@@ -237,7 +237,30 @@ def build(names: list[str]) -> None:
         compile_cu(BUILD / f"{name}.cu", edited(render(default_params().model_copy(update=changes)), edits))
 
 
-def run(iters: int, out: str | None, names: list[str]) -> None:
+def sustained_clocks(fns: dict, seconds: float) -> dict:
+    """name -> the SM clock (MHz), power (W) and temperature nvidia-smi read while that launcher ran back to back
+    for `seconds` (after the timed rounds, one name after the other), so that two machines' or two variants'
+    readings can be told apart by their clocks. Empty readings (no nvidia-smi) say so."""
+    import time
+
+    import torch
+    from gpu_sampler import GpuSampler
+
+    out: dict = {}
+    with GpuSampler(period_ms=50, extra=("clocks.sm", "power.draw", "temperature.gpu")) as sampler:
+        for name, fn in fns.items():
+            fn()
+            torch.cuda.synchronize()
+            t0 = time.time()
+            while time.time() - t0 < seconds:
+                for _ in range(20):
+                    fn()
+                torch.cuda.synchronize()
+            out[name] = sampler.window(t0 + 0.1, time.time())  # the first 100 ms: the clock settling
+    return out or {"error": sampler.error}
+
+
+def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0) -> None:
     import torch
     from gemm_reference_bench import Runner, check, interleaved_times
 
@@ -262,6 +285,8 @@ def run(iters: int, out: str | None, names: list[str]) -> None:
             print(name, result["correct"][name], flush=True)
     flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
     times = interleaved_times(fns, iters, flush)
+    if clock_s > 0:
+        result["clock"] = sustained_clocks(fns, clock_s)
     ref_ms = statistics.median(times["ref"])
     for n, ts in times.items():
         q = statistics.quantiles(ts, n=4)
@@ -270,10 +295,14 @@ def run(iters: int, out: str | None, names: list[str]) -> None:
                                "tflops": 2 * M * N * K / med / 1e9}
     if out:
         Path(out).write_text(json.dumps(result, indent=1))
-    print("\n| variant | median ms | IQR ms | vs ref | TFLOP/s (as if computed) |\n|---|---|---|---|---|")
+    clock = result.get("clock", {})
+    print("\n| variant | median ms | IQR ms | vs ref | TFLOP/s (as if computed) | SM MHz, W (sustained) |\n"
+          "|---|---|---|---|---|---|")
     for n, t in result["timing"].items():
+        c = clock.get(n, {})
+        held = f"{c['clocks.sm']:.0f}, {c['power.draw']:.0f}" if "clocks.sm" in c else "-"
         print(f"| {n} | {t['median_ms']:.4f} | {t['q1_ms']:.4f}-{t['q3_ms']:.4f} | {t['vs_ref_pct']:+.1f}% "
-              f"| {t['tflops']:.0f} |")
+              f"| {t['tflops']:.0f} | {held} |")
 
 
 def best(paths: list[str]) -> str:
@@ -292,6 +321,8 @@ def main() -> None:
     ap.add_argument("step", choices=["build", "run", "best"])
     ap.add_argument("results", nargs="*", help="best: `run --json` files")
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--clock-s", type=float, default=1.0,
+                    help="seconds each variant then runs back to back while nvidia-smi reads the SM clock (0: skip)")
     ap.add_argument("--json")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="which to build or time (ref always)")
     a = ap.parse_args()
@@ -302,7 +333,7 @@ def main() -> None:
     if a.step == "best":
         print(best(a.results))
     else:
-        build(names) if a.step == "build" else run(a.iters, a.json, names)
+        build(names) if a.step == "build" else run(a.iters, a.json, names, a.clock_s)
 
 
 if __name__ == "__main__":

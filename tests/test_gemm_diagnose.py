@@ -68,3 +68,38 @@ def test_best_is_the_fastest_real_kernel_correct_in_every_run(tmp_path):
     assert gd.best([one]) == "bk32"
     slower = result(tmp_path / "3.json", {"ref": 0.0, "serp": 0.3}, {"ref": True, "serp": True})
     assert gd.best([slower]) == ""
+
+
+def test_sustained_clocks_reads_each_launcher_apart(monkeypatch):
+    """Each launcher runs back to back for its own window and gets that window's readings (a fake sampler here:
+    the GPU machine's nvidia-smi gives the real ones)."""
+    import gpu_sampler
+    import torch
+
+    calls: dict[str, int] = {"a": 0, "b": 0}
+    windows = []
+
+    class FakeSampler:
+        error = ""
+
+        def __init__(self, period_ms, extra):
+            assert "clocks.sm" in extra
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def window(self, t0, t1):
+            windows.append((t0, t1))
+            return {"samples": 3, "clocks.sm": 1980.0 - 100 * len(windows), "power.draw": 600.0}
+
+    monkeypatch.setattr(gpu_sampler, "GpuSampler", FakeSampler)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    fns = {n: (lambda n=n: calls.__setitem__(n, calls[n] + 1)) for n in calls}
+    out = gd.sustained_clocks(fns, 0.15)
+    assert out == {"a": {"samples": 3, "clocks.sm": 1880.0, "power.draw": 600.0},
+                   "b": {"samples": 3, "clocks.sm": 1780.0, "power.draw": 600.0}}
+    assert calls["a"] > 20 and calls["b"] > 20
+    assert windows[0][1] <= windows[1][0] + 0.1  # b's window starts after a's ends
