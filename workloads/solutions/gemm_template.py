@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .gemm_body import replace_function, swap
+from .gemm_chunk32 import chunk32_body
 from .gemm_epilogues import STMATRIX_STORE_TILE, defer_body
 from .gemm_pingpong import PINGPONG_BARRIERS, pingpong_body  # noqa: F401  (PINGPONG_BARRIERS: read by tests)
 from .gemm_streamk import STREAMK_HELPERS, streamk_body  # noqa: F401  (STREAMK_HELPERS: read by tests)
@@ -34,7 +35,8 @@ class GemmParams(BaseModel):
 
     bm: int = Field(128, description="tile rows (CONSUMERS x multiples of 64)")
     bn: int = Field(256, description="tile columns = wgmma N (multiple of 16, <= 256)")
-    bk: int = Field(64, description="K per pipeline stage (multiple of 64: one 128B swizzle chunk each)")
+    bk: int = Field(64, description="K per pipeline stage: a multiple of 64 (128B swizzle chunks of 64 elements), or 32 "
+                    "(one 64B-swizzled chunk: the same ring bytes in twice the slots, cooperative schedule only)")
     stages: int = Field(4, description="depth of the shared-memory ring")
     consumers: int = Field(2, description="consumer warpgroups (each owns bm/consumers rows)")
     persistent: bool = Field(True, description="one CTA per SM looping over tiles, else one CTA per tile")
@@ -111,7 +113,7 @@ class GemmParams(BaseModel):
 PARAM_SPACE: dict[str, list] = {
     "bm": [64, 128, 192, 256],
     "bn": [56, 64, 96, 128, 160, 192, 224, 256],  # 56: 128 tiles over N = 7168 (the M = 64 decode GEMM)
-    "bk": [64, 128],
+    "bk": [32, 64, 128],
     "stages": [2, 3, 4, 5, 6, 7, 8],
     "consumers": [1, 2, 3],
     "persistent": [True, False],
@@ -244,8 +246,11 @@ def validate(params: GemmParams | dict, shape: tuple[int, int, int] | None = Non
                        f"({p.acc_regs}): more than the consumers' {p.consumer_regs} allow (about 40 spare)")
     if p.bn % 8 or not 16 <= p.bn <= 256:
         bad.append(f"bn={p.bn} must be a multiple of 8 in [16, 256] (wgmma N)")
-    if p.bk % 64:
-        bad.append(f"bk={p.bk} must be a multiple of 64 (128B swizzle chunks)")
+    if p.bk % 64 and p.bk != 32:
+        bad.append(f"bk={p.bk} must be 32 (64B swizzle) or a multiple of 64 (128B swizzle chunks)")
+    if p.bk == 32 and p.pingpong:
+        bad.append("bk=32 (64B-swizzled chunks) is built for the cooperative consumers' loop: it needs "
+                   "schedule='cooperative'")
     if p.acc_regs > p.consumer_regs - 40:
         bad.append(f"{p.acc_regs} accumulator registers per thread do not fit the consumers' {p.consumer_regs} "
                    "(need about 40 spare): lower bm/bn" + (" (ping-pong: one consumer holds the whole tile)"
@@ -285,6 +290,7 @@ def _grid(p: GemmParams) -> str:
 
 
 def plan_toml(p: GemmParams) -> str:
+    chunk = min(p.bk, 64)  # K elements of a TMA box row: 64 (128B swizzle) or 32 (64B)
     cluster = f"cluster = [{p.cluster_m}, 1, 1]\n" if p.cluster_m > 1 else ""
     sk_args, sk_scratch = "", ""
     if p.streamk:  # two fp32 partial tiles per CTA (never read before written: left unzeroed), a ticket per tail
@@ -300,8 +306,8 @@ def plan_toml(p: GemmParams) -> str:
         f"{cluster}"
         f"smem = {p.smem_bytes}\n"
         f'args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"{sk_args}]\n\n'
-        f'[tmap.A_map]\ntensor = "A"\nbox = [64, {p.bm}]\nswizzle = "128B"\nl2_promotion = "256B"\n\n'
-        f'[tmap.B_map]\ntensor = "B"\nbox = [64, {p.bn // p.cluster_m}]\nswizzle = "128B"\nl2_promotion = "256B"\n\n'
+        f'[tmap.A_map]\ntensor = "A"\nbox = [{chunk}, {p.bm}]\nswizzle = "{2 * chunk}B"\nl2_promotion = "256B"\n\n'
+        f'[tmap.B_map]\ntensor = "B"\nbox = [{chunk}, {p.bn // p.cluster_m}]\nswizzle = "{2 * chunk}B"\nl2_promotion = "256B"\n\n'
         f'[tmap.C_map]\ntensor = "C"\nbox = [64, {p.wm}]\nswizzle = "128B"\n'
         f"{sk_scratch}"
         "*/\n"
@@ -348,4 +354,6 @@ def body_text(p: GemmParams) -> str:
                     'static_assert(BN % 8 == 0 && BN <= 256, "wgmma N");')
     if p.uniform:
         body = swap(body, *uniform_index_edit("consumer"))  # the consumer's A descriptors in uniform registers
+    if p.bk == 32:
+        body = chunk32_body(body)
     return body
