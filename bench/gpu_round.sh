@@ -28,7 +28,7 @@
 #                       verdicts and profiles
 #   attn-sweep (420)    the attention forward template's points (bench/attention_sweep.py; ATTN_SWEEP_ARGS, e.g.
 #                       "--round 2 --trials 3")
-#   gemm-tests (240)    the GEMM template's GPU tests against torch, ping-pong, the stream-K tail and the deferred epilogue included
+#   gemm-tests (240)    the GEMM template's GPU tests against torch, ping-pong, the stream-K tail, the deferred epilogue and bk = 32 included
 #   gemm-sweep (420)    the GEMM template's points on the four GEMM workloads (bench/gemm_sweep.py; GEMM_SWEEP_ARGS,
 #                       e.g. "--round 2")
 #   tuner-climb (560)   three builtin/tuner:weak runs on the GEMM (bench/tuner_climb.sh)
@@ -107,7 +107,7 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     attn-sweep) python3 bench/attention_sweep.py "$d/sweep.json" --deadline $((s - 60)) ${ATTN_SWEEP_ARGS:-} ;;
     gemm-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
                   tests/workloads/test_gemm_pingpong.py tests/workloads/test_gemm_streamk.py tests/workloads/test_gemm_defer.py \
-                  tests/workloads/test_gemm_narrow_tile.py tests/workloads/test_gemm_solution.py ;;
+                  tests/workloads/test_gemm_narrow_tile.py tests/workloads/test_gemm_solution.py tests/workloads/test_gemm_chunk32.py ;;
     gemm-sweep) python3 bench/gemm_sweep.py "$d/sweep.json" --deadline $((s - 60)) ${GEMM_SWEEP_ARGS:-} ;;
     tuner-climb) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh ;;
     tuner-climb-attn) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh mha_fwd_d128 ;;
