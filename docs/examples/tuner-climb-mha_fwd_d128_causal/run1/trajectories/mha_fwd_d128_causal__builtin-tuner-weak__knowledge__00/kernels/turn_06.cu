@@ -40,7 +40,7 @@ dtype = "int32"
 shape = [1]
 zero = true
 */
-// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': True, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 4, 'epilogue': 'tma', 'producer_regs': 40, 'uniform': True, 'q_regs': True, 'persistent': True, 'q_ahead': True, 'producer_fn': True}
+// Hopper attention forward rendered by workloads/solutions/attention_template.py with {'head_dim': 128, 'causal': True, 'gqa': False, 'consumers': 2, 'bn': 128, 'stages': 2, 'schedule': 'cooperative', 'lpt_group': 8, 'epilogue': 'tma', 'producer_regs': 40, 'uniform': True, 'q_regs': True, 'persistent': True, 'q_ahead': True, 'producer_fn': True}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -57,7 +57,7 @@ constexpr int CONSUMERS = 2;
 constexpr int BN = 128;
 constexpr int STAGES = 2;
 constexpr bool PINGPONG = false;
-constexpr int LPT_GROUP = 4;
+constexpr int LPT_GROUP = 8;
 constexpr bool EPILOGUE_TMA = true;
 constexpr int PRODUCER_REGS = 40;
 constexpr int CONSUMER_REGS = 232;
