@@ -40,6 +40,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -260,7 +261,20 @@ def sustained_clocks(fns: dict, seconds: float) -> dict:
     return out or {"error": sampler.error}
 
 
-def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0) -> None:
+def loop_clock(sampler, t0: float, t1: float) -> dict:
+    """The SM clock and power nvidia-smi read while the kernels ran in [t0, t1] (samples above 150 W: the idle gaps
+    left out), as 10th / 50th / 90th percentiles."""
+    rows = [x for t, _, x in sampler.extra_samples if t0 <= t <= t1 and x.get("power.draw", 0) > 150]
+    if not rows:
+        return {"samples": 0}
+    out: dict = {"samples": len(rows)}
+    for field in ("clocks.sm", "power.draw"):
+        v = sorted(r[field] for r in rows)
+        out[field] = [v[int(f * (len(v) - 1))] for f in (0.1, 0.5, 0.9)]
+    return out
+
+
+def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap_ms: float = 3.0) -> None:
     import torch
     from gemm_reference_bench import Runner, check, interleaved_times
 
@@ -284,7 +298,12 @@ def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0) -> 
             result["correct"][name] = check(C, ref)
             print(name, result["correct"][name], flush=True)
     flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
-    times = interleaved_times(fns, iters, flush)
+    from gpu_sampler import GpuSampler
+    with GpuSampler(period_ms=50, extra=("clocks.sm", "power.draw")) as sampler:
+        t0 = time.time()
+        times = interleaved_times(fns, iters, flush, gap_s=gap_ms / 1000)
+        result["timed_loop"] = {"gap_ms": gap_ms, **loop_clock(sampler, t0, time.time())}
+    print("timed loop:", result["timed_loop"], flush=True)
     if clock_s > 0:
         result["clock"] = sustained_clocks(fns, clock_s)
     ref_ms = statistics.median(times["ref"])
@@ -321,6 +340,9 @@ def main() -> None:
     ap.add_argument("step", choices=["build", "run", "best"])
     ap.add_argument("results", nargs="*", help="best: `run --json` files")
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--gap-ms", type=float, default=3.0,
+                    help="the GPU idle this long after each timed call, so the loop stays under the power limit at "
+                         "the full clock (0: back to back, as rounds 1-9 ran: power-bound near 1,490 MHz)")
     ap.add_argument("--clock-s", type=float, default=1.0,
                     help="seconds each variant then runs back to back while nvidia-smi reads the SM clock (0: skip)")
     ap.add_argument("--json")
@@ -333,7 +355,7 @@ def main() -> None:
     if a.step == "best":
         print(best(a.results))
     else:
-        build(names) if a.step == "build" else run(a.iters, a.json, names, a.clock_s)
+        build(names) if a.step == "build" else run(a.iters, a.json, names, a.clock_s, a.gap_ms)
 
 
 if __name__ == "__main__":

@@ -251,9 +251,14 @@ def run(names: list[str], iters: int, shapes: list[str]) -> None:
         print(f"| {n} | {t['median_ms']:.3f} | {t['q1_ms']:.3f}-{t['q3_ms']:.3f} | {t['tflops']:.0f} | {t['speedup_vs_cublas']:.3f} |")
 
 
-def interleaved_times(fns: dict, iters: int, flush, warmup: int = 5) -> dict[str, list[float]]:
+def interleaved_times(fns: dict, iters: int, flush, warmup: int = 5, gap_s: float = 0.0) -> dict[str, list[float]]:
     """name -> `iters` times in ms (CUDA events) of each zero-argument launcher, interleaved: every round times each
-    once, after zeroing `flush` (a buffer larger than L2, so every call starts with a cold L2); `warmup` rounds first."""
+    once, after zeroing `flush` (a buffer larger than L2, so every call starts with a cold L2); `warmup` rounds first.
+    `gap_s`: the GPU left idle that long after each call. Back to back, the main GEMM's kernels hold the H200 at its
+    700 W limit and about 1,490 MHz, and a variant that draws less power gets a higher clock (gemm_sweep.md rounds
+    9-10); with gaps the clock stays at 1,980 MHz, as in `ptxbench eval`."""
+    import time
+
     import torch
 
     times: dict[str, list[float]] = {n: [] for n in fns}
@@ -265,6 +270,8 @@ def interleaved_times(fns: dict, iters: int, flush, warmup: int = 5) -> dict[str
             e.synchronize()
             if it >= warmup:
                 times[n].append(s.elapsed_time(e))
+            if gap_s:
+                time.sleep(gap_s)
     return times
 
 

@@ -103,3 +103,14 @@ def test_sustained_clocks_reads_each_launcher_apart(monkeypatch):
                    "b": {"samples": 3, "clocks.sm": 1780.0, "power.draw": 600.0}}
     assert calls["a"] > 20 and calls["b"] > 20
     assert windows[0][1] <= windows[1][0] + 0.1  # b's window starts after a's ends
+
+
+def test_loop_clock_reads_the_busy_samples_of_the_timed_loop():
+    class Sampler:
+        extra_samples = [(0.5, 0, {"clocks.sm": 1980.0, "power.draw": 500.0}),   # before the loop
+                         (1.1, 0, {"clocks.sm": 1980.0, "power.draw": 90.0}),    # an idle gap
+                         *[(1.2 + i / 100, 0, {"clocks.sm": 1900.0 + 10 * i, "power.draw": 400.0 + i}) for i in range(11)],
+                         (3.0, 0, {"clocks.sm": 1400.0, "power.draw": 690.0})]   # after it
+    out = gd.loop_clock(Sampler(), 1.0, 2.0)
+    assert out == {"samples": 11, "clocks.sm": [1910.0, 1950.0, 1990.0], "power.draw": [401.0, 405.0, 409.0]}
+    assert gd.loop_clock(Sampler(), 5.0, 6.0) == {"samples": 0}
