@@ -48,6 +48,8 @@ def test_its_figures_are_the_recorded_ones():
     assert "+7%" in SECTION and "-7% at D = 96" in bwd
     assert "+18%" in SECTION and "1.533 ms against the plain point's 1.815" in fwd  # 1.815 / 1.533 = 1.18
     assert "lost 4%" in SECTION and "0.957x" in gemm
+    # the ring in 32-element chunks (gemm_sweep.md rounds 9 and 11: bk32 +1.6 / +1.7%, +4.7 / +4.9%)
+    assert "lost 1.6-4.9%" in SECTION and "| bk32 | **+1.6%** | +1.7% |" in gemm and "| bk32 | **+4.7%** | +4.6% | +4.9% |" in gemm
     assert "128 B a cycle" in SECTION and "128 B per cycle" in gemm
     assert "32% slower" in SECTION and "It is **32% slower** at D = 128" in bwd
     # the dQ writer warp (attention_bwd.md "v26-v27 measured")
