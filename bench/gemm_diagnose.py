@@ -24,8 +24,8 @@ variants take one part of the kernel away at a time, so the difference in kernel
                real kernels: the producer walks K backwards on every other tile of its CTA (a CTA's next tile
                shares its A strip, so its first k-blocks are the ones it loaded last); g16: group_m 16
   bk32, bk32_6, bk32_serp
-               real kernels: 32-deep k-blocks (64-byte rows, 64B swizzle) in 8 stages (bk32_6: 6), the same 192 KB
-               ring in finer slots, so the producer runs 7 slots (2.0 us) ahead instead of 3 (1.7 us)
+               real kernels: the template's bk = 32 (64-byte rows, 64B swizzle) in 8 stages (bk32_6: 6), the same
+               192 KB ring in finer slots, so the producer runs 7 slots (2.0 us) ahead instead of 3 (1.7 us)
 
 The taken-out variants compute garbage on purpose; the reference and the hinted kernels are checked against torch. Timing as
 bench/gemm_reference_bench.py: interleaved with cuBLAS, L2 flushed before each call, CUDA events, medians and IQR.
@@ -168,41 +168,6 @@ SERP = [(
      "            const int kx = (rev ? k_iters - 1 - k : k) * BK + kc * 64;  // diagnose: serp")]
 
 
-def bk32(stages: int) -> list:
-    """The edits of 32-deep k-blocks in `stages` slots: TMA boxes of 32 x rows with the 64B swizzle (64-byte rows,
-    512-byte atoms: 16-byte chunk XOR (row / 2) % 4), wgmma descriptors of swizzle mode 2 with a 512-byte stride,
-    two k16 steps a stage."""
-    smem = stages * (128 + 256) * 32 * 2 + 2 * 2 * 64 * 128 + 2 * 8 * stages + 1024
-    return [
-        ("smem = 230464\n", f"smem = {smem}\n"),
-        ('box = [64, 128]\nswizzle = "128B"\nl2_promotion', 'box = [32, 128]\nswizzle = "64B"\nl2_promotion'),
-        ('box = [64, 256]\nswizzle = "128B"\nl2_promotion', 'box = [32, 256]\nswizzle = "64B"\nl2_promotion'),
-        ("using namespace ptxbench;\n", """using namespace ptxbench;
-
-// diagnose: bk32. Descriptor of a K-major, 64B-swizzled tile (rows of 32 bf16, 8-row atoms of 512 bytes) whose base
-// is 512-byte aligned; a k16 step inside the row is +32 bytes (desc + 2), as with 128B.
-__device__ __forceinline__ uint64_t make_desc_sw64(const void* smem_ptr) {
-  uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_ptr));
-  uint64_t desc = static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
-  desc |= static_cast<uint64_t>(1) << 16;
-  desc |= static_cast<uint64_t>(512 >> 4) << 32;
-  desc |= static_cast<uint64_t>(2) << 62;  // swizzle mode: 64B
-  return desc;
-}
-"""),
-        ("constexpr int BK = 64;\n", "constexpr int BK = 32;  // diagnose: bk32\n"),
-        ("constexpr int STAGES = 4;\n", f"constexpr int STAGES = {stages};  // diagnose: bk32\n"),
-        ("constexpr int KCH = BK / 64;", "constexpr int KCH = 1;  // diagnose: bk32 (one 64-byte chunk a stage)\n//"),
-        ("constexpr int A_CHUNK = BM * 64 * 2;", "constexpr int A_CHUNK = BM * BK * 2;  // diagnose: bk32"),
-        ("constexpr int B_CHUNK = BN * 64 * 2;", "constexpr int B_CHUNK = BN * BK * 2;  // diagnose: bk32"),
-        ("smem + stage * STAGE_BYTES + consumer * WM * 128;",
-         "smem + stage * STAGE_BYTES + consumer * WM * BK * 2;  // diagnose: bk32"),
-        ("make_desc_sw128(sB + kc * B_CHUNK);", "make_desc_sw64(sB + kc * B_CHUNK);  // diagnose: bk32"),
-        ("for (int kk = 0; kk < 4; ++kk) {", "for (int kk = 0; kk < BK / 16; ++kk) {  // diagnose: bk32"),
-        ("make_desc_sw128(sA + kc * A_CHUNK + ms * 64 * 128);",
-         "make_desc_sw64(sA + kc * A_CHUNK + ms * 64 * BK * 2);  // diagnose: bk32"),
-    ]
-
 
 EDITS: dict[str, list] = {
     "ref": [], "no_store": NO_STORE, "no_tma": NO_TMA, "tma_hot": TMA_HOT, "bare": NO_TMA + NO_STORE,
@@ -211,11 +176,14 @@ EDITS: dict[str, list] = {
     "bare_long": NO_TMA + NO_STORE + LONG, "bare_nowait": NO_TMA + NO_STORE + NO_FULL_WAIT,
     "bare_long_nowait": NO_TMA + NO_STORE + LONG + NO_FULL_WAIT,
     "pf6": prefetch(6), "pf12": prefetch(12), "pf24": prefetch(24), "pf12_b": prefetch(12, a=False),
-    "serp": SERP, "bk32": bk32(8), "bk32_6": bk32(6), "bk32_serp": bk32(8) + SERP,
+    "serp": SERP,
 }
 VARIANTS = {**{n: (e, {}) for n, e in EDITS.items()},
             **{f"{n}_132": (EDITS[n], {"max_ctas": 0}) for n in ("ref", "no_tma", "tma_hot", "feed_only")},
-            "g16": ([], {"group_m": 16}), "serp_g16": (SERP, {"group_m": 16})}
+            "g16": ([], {"group_m": 16}), "serp_g16": (SERP, {"group_m": 16}),
+            # the template's bk = 32 (gemm_chunk32.py: 32-element k-chunks under the 64B swizzle), 8 or 6 stages
+            "bk32": ([], {"bk": 32, "stages": 8}), "bk32_6": ([], {"bk": 32, "stages": 6}),
+            "bk32_serp": (SERP, {"bk": 32, "stages": 8})}
 CHECKED = ("ref", "ref_132", "c_first", "b_last", "c_first_b_last", "c_first_a_first",
            "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp")  # compute C
 

@@ -43,7 +43,8 @@ def test_the_32_deep_kernels_plan_64b_swizzled_boxes_in_the_same_shared_memory(n
     from gemm_reference_bench import read_plan
     from ptxbench.workloads.solutions.gemm_template import SMEM_LIMIT
 
-    text = gd.edited(render(default_params()), gd.VARIANTS[name][0])
+    edits, changes = gd.VARIANTS[name]
+    text = gd.edited(render(default_params().model_copy(update=changes)), edits)
     plan = read_plan(text)
     for tmap, rows in (("A_map", 128), ("B_map", 256)):
         assert plan["tmap"][tmap]["box"] == [32, rows] and plan["tmap"][tmap]["swizzle"] == "64B"
