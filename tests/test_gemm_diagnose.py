@@ -115,3 +115,16 @@ def test_loop_clock_reads_the_busy_samples_of_the_timed_loop():
     out = gd.loop_clock(Sampler(), 1.0, 2.0)
     assert out == {"samples": 11, "clocks.sm": [1910.0, 1950.0, 1990.0], "power.draw": [401.0, 405.0, 409.0]}
     assert gd.loop_clock(Sampler(), 5.0, 6.0) == {"samples": 0}
+
+
+def test_library_kernels_reads_the_kernel_events_of_a_trace():
+    import library_kernels as lk
+
+    trace = {"traceEvents": [
+        {"cat": "cuda_runtime", "name": "cudaLaunchKernel", "args": {}},
+        {"cat": "kernel", "name": "nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT", "dur": 742.1,
+         "args": {"grid": [132, 1, 1], "block": [384, 1, 1], "registers per thread": 168, "shared memory": 215040}}]}
+    assert lk.kernels_of(trace) == [{"name": "nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT", "dur_us": 742.1,
+                                     "grid": [132, 1, 1], "block": [384, 1, 1], "registers per thread": 168,
+                                     "shared memory": 215040, "blocks per SM": None,
+                                     "est. achieved occupancy %": None}]
