@@ -265,6 +265,8 @@ def interleaved_times(fns: dict, iters: int, flush, warmup: int = 5, gap_s: floa
     for it in range(iters + warmup):
         for n, fn in fns.items():
             flush.zero_()
+            if gap_s:  # after an idle gap, keep the GPU busy (~100 us) while the host dispatches the launcher, so
+                torch.cuda._sleep(200_000)  # its dispatch (torch.matmul's is the longest) is not inside the events
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record(); fn(); e.record()
             e.synchronize()
