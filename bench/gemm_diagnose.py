@@ -168,7 +168,6 @@ SERP = [(
      "            const int kx = (rev ? k_iters - 1 - k : k) * BK + kc * 64;  // diagnose: serp")]
 
 
-
 EDITS: dict[str, list] = {
     "ref": [], "no_store": NO_STORE, "no_tma": NO_TMA, "tma_hot": TMA_HOT, "bare": NO_TMA + NO_STORE,
     "feed_only": FEED_ONLY, "c_first": C_FIRST, "b_last": HINT_HELPERS + B_LAST, "c_first_b_last": C_FIRST + B_LAST,
@@ -210,8 +209,6 @@ def sustained_clocks(fns: dict, seconds: float) -> dict:
     """name -> the SM clock (MHz), power (W) and temperature nvidia-smi read while that launcher ran back to back
     for `seconds` (after the timed rounds, one name after the other), so that two machines' or two variants'
     readings can be told apart by their clocks. Empty readings (no nvidia-smi) say so."""
-    import time
-
     import torch
     from gpu_sampler import GpuSampler
 
@@ -245,6 +242,7 @@ def loop_clock(sampler, t0: float, t1: float) -> dict:
 def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap_ms: float = 3.0) -> None:
     import torch
     from gemm_reference_bench import Runner, check, interleaved_times
+    from gpu_sampler import GpuSampler
 
     torch.manual_seed(0)
     dev = torch.cuda.get_device_properties(0)
@@ -266,7 +264,6 @@ def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap
             result["correct"][name] = check(C, ref)
             print(name, result["correct"][name], flush=True)
     flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
-    from gpu_sampler import GpuSampler
     with GpuSampler(period_ms=50, extra=("clocks.sm", "power.draw")) as sampler:
         t0 = time.time()
         times = interleaved_times(fns, iters, flush, gap_s=gap_ms / 1000)
@@ -322,8 +319,10 @@ def main() -> None:
         ap.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
     if a.step == "best":
         print(best(a.results))
+    elif a.step == "build":
+        build(names)
     else:
-        build(names) if a.step == "build" else run(a.iters, a.json, names, a.clock_s, a.gap_ms)
+        run(a.iters, a.json, names, a.clock_s, a.gap_ms)
 
 
 if __name__ == "__main__":
