@@ -36,6 +36,8 @@ class Evidence(BaseModel):
     bottleneck: str = Field("unknown", description="compute | memory | latency | unknown (speed-of-light shares)")
     compute_sol_pct: float | None = None
     memory_sol_pct: float | None = None
+    dram_sol_pct: float | None = Field(None, description="DRAM throughput, % of its peak (a busy DRAM makes excess "
+                                                         "bytes cost time; an idle one serves them under the math)")
     tensor_pipe_pct: float | None = None
     l2_hit_pct: float | None = None
     dram_over_min: float | None = Field(None, description="DRAM bytes moved / the workload's minimum bytes")
@@ -98,7 +100,7 @@ def _profile_figures(ev: Evidence, result) -> None:
         return
     ev.profiled = True
     ev.bottleneck = k.bottleneck
-    ev.compute_sol_pct, ev.memory_sol_pct = k.compute_sol_pct, k.memory_sol_pct
+    ev.compute_sol_pct, ev.memory_sol_pct, ev.dram_sol_pct = k.compute_sol_pct, k.memory_sol_pct, k.dram_sol_pct
     ev.tensor_pipe_pct, ev.l2_hit_pct = k.tensor_pipe_pct, k.l2_hit_pct
     ev.registers = k.registers if k.registers is not None else ev.registers
     ev.smem_bytes, ev.occupancy_limiter = k.smem_per_block, k.occupancy_limiter

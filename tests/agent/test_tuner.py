@@ -98,6 +98,26 @@ def test_each_finding_fires_its_rule():
     assert _changed(DEFAULT, _pick(DEFAULT, None, shrink=True).params) == {"stages": (4, 3)}
 
 
+def test_traffic_under_the_math_leaves_the_idle_pipe_to_the_deferred_epilogue():
+    """The H200's turn 6 of a GEMM climb (persistent, TMA epilogue: compute 93% of peak, DRAM 25% busy at 3.3x the
+    minimum bytes): the bytes over the minimum move under the math, so the next move is the deferred epilogue (the
+    climb before this rule took group_m 16, level, then the 2-CTA cluster, 1.5% slower: gemm_climb_before_*)."""
+    rec = json.loads((ROOT / "bench/results/tuner_evidence/gemm_persistent_turn6_2026-12-03.json").read_text())
+    ev = evidence_from(EvalResult.model_validate(rec["result"]))
+    assert ev.bottleneck == "compute" and 20 < ev.dram_sol_pct < 30 and 3.2 < ev.dram_over_min < 3.4
+    ranked = rank(gt, rec["params"], ev, TunerModel(MAIN)._valid, headroom=ev.headroom_pct)
+    assert ranked[0].params == {**rec["params"], "defer": True} and ranked[0].role == "overlap", ranked[0].label
+    assert "tensor pipe's idle 7%" in ranked[0].reasons[0]
+    traffic = [c for c in ranked if c.role in ("order", "multicast")]
+    assert traffic and all("they move under the math" in c.reasons[0] for c in traffic)
+    assert all(c.score < ranked[0].score / 2 for c in traffic)
+    # the same figures with DRAM busy: the traffic counts in full again, and the deferred epilogue has no evidence
+    busy = ev.model_copy(update=dict(dram_sol_pct=70.0))
+    again = rank(gt, rec["params"], busy, TunerModel(MAIN)._valid, headroom=ev.headroom_pct)
+    assert again[0].role == "order" and again[0].reasons[0] == "DRAM moved 3.3x the minimum bytes", again[0].label
+    assert next(c for c in again if c.role == "overlap").reasons == []
+
+
 def test_a_move_that_did_not_pay_is_dropped_and_a_neutral_one_kept():
     tuner = TunerModel(MAIN)
     first = tuner.query(ModelRequest(messages=[], turn=1))
