@@ -56,6 +56,18 @@ def test_the_causal_climbs_group_eight_heads_longest_first_and_pass_cudnn():
         assert max(float(x["speedup"].split()[0]) for x in r.values()) >= 1.10, run
 
 
+def test_the_gemm_climbs_defer_the_epilogue_when_the_traffic_moves_under_the_math():
+    d = ROOT / "docs" / "examples" / "tuner-climb"
+    for run in ("run1", "run2", "run3"):
+        r = {x["turn"]: x for x in rows(d / run)}
+        assert len(r) == 8 and all(x["status"] == "PASSED" for x in r.values()), run
+        assert r[6]["move"] == "persistent False -> True" and float(r[6]["speedup"].split()[0]) >= 1.0
+        assert r[7]["move"] == "defer (default) -> True"
+        assert r[7]["evidence"].startswith("compute-bound") and "tensor pipe's idle" in r[7]["evidence"]
+        assert float(r[7]["ours_ms"]) < 0.99 * float(r[6]["ours_ms"])       # the deferred epilogue paid, > 1%
+        assert max(float(x["speedup"].split()[0]) for x in r.values()) >= 1.02, run
+
+
 def test_a_move_back_to_an_options_default_is_named():
     from climb_table import _move
     assert _move({"bn": 128, "uniform": True}, {"bn": 128}) == "uniform True -> (default)"

@@ -25,7 +25,7 @@ tensor = "C"
 box = [64, 64]
 swizzle = "128B"
 */
-// Reference GEMM rendered by workloads/solutions/gemm_template.py with {'bm': 128, 'bn': 256, 'bk': 64, 'stages': 4, 'consumers': 2, 'persistent': True, 'group_m': 16, 'cluster_m': 1, 'epilogue': 'tma', 'producer_regs': 40, 'max_ctas': 128}
+// Reference GEMM rendered by workloads/solutions/gemm_template.py with {'bm': 128, 'bn': 256, 'bk': 64, 'stages': 4, 'consumers': 2, 'persistent': True, 'group_m': 8, 'cluster_m': 1, 'epilogue': 'tma', 'producer_regs': 40, 'max_ctas': 128, 'defer': True}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -41,7 +41,7 @@ constexpr int BK = 64;
 constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
 constexpr bool PERSISTENT = true;
-constexpr int GROUP_M = 16;
+constexpr int GROUP_M = 8;
 constexpr int CLUSTER_M = 1;
 constexpr bool EPILOGUE_TMA = true;
 constexpr int PRODUCER_REGS = 40;
@@ -143,6 +143,50 @@ __device__ __forceinline__ void store_tile_tma(float (&acc)[MSUB][BN / 2], uint8
   }
 }
 
+// defer: slab S (columns 64 S..) of this consumer's packed tile through staging buffer slab_count % 2, then its TMA
+// store; called with the tensor pipe busy with the next tile's wgmmas.
+template <int S>
+__device__ __forceinline__ void store_slab_packed(const uint32_t (&pk)[MSUB][BN / 4], uint8_t* stage_buf,
+                                                  const CUtensorMap* tmC, int row0, int col0, int consumer,
+                                                  uint32_t slab_count) {
+  const int t = threadIdx.x % 128;
+  constexpr int SLAB_BYTES = WM * 128;
+  const uint32_t base = smem_u32(stage_buf) + (16 * (t / 32) + (t % 32) / 4) * 128 + (t % 4) * 4;
+  const uint32_t rr = (t / 4) % 8;  // row % 8 of every element this thread holds
+  const uint32_t buf = (slab_count & 1) * SLAB_BYTES;
+  if (t == 0) tma_store_wait_read<1>();  // the store that last read this buffer is done with it
+  named_barrier_sync(1 + consumer, 128);
+#pragma unroll
+  for (int ms = 0; ms < MSUB; ++ms) {
+#pragma unroll
+    for (int q = 8 * S; q < 8 * S + 8; ++q) {
+      const uint32_t addr = base + buf + ms * 64 * 128 + (((q % 8) ^ rr) << 4);
+      asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(pk[ms][2 * q]) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr + 8 * 128), "r"(pk[ms][2 * q + 1]) : "memory");
+    }
+  }
+  fence_proxy_async();
+  named_barrier_sync(1 + consumer, 128);
+  if (t == 0) {
+    tma_store_2d(tmC, stage_buf + buf, col0 + 64 * S, row0);
+    tma_store_commit();
+  }
+}
+
+// Slab s (0 <= s < BN / 64, a runtime value) by a compile-time one.
+__device__ __forceinline__ void store_slab_deferred(const uint32_t (&pk)[MSUB][BN / 4], int s, uint8_t* stage_buf,
+                                                   const CUtensorMap* tmC, int row0, int col0, int consumer,
+                                                   uint32_t& slab_count) {
+  static_assert(BN / 64 <= 4, "defer: up to 4 slabs");
+  switch (s) {
+    case 0: store_slab_packed<0>(pk, stage_buf, tmC, row0, col0, consumer, slab_count); break;
+    case 1: if constexpr (BN / 64 > 1) store_slab_packed<1>(pk, stage_buf, tmC, row0, col0, consumer, slab_count); break;
+    case 2: if constexpr (BN / 64 > 2) store_slab_packed<2>(pk, stage_buf, tmC, row0, col0, consumer, slab_count); break;
+    default: if constexpr (BN / 64 > 3) store_slab_packed<3>(pk, stage_buf, tmC, row0, col0, consumer, slab_count); break;
+  }
+  ++slab_count;
+}
+
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
 gemm_bf16_tn(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
              const __grid_constant__ CUtensorMap tmC, __nv_bfloat16* C, int M, int N, int K) {
@@ -213,6 +257,8 @@ gemm_bf16_tn(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CU
     setmaxnreg_inc<CONSUMER_REGS>();
     const int consumer = __shfl_sync(0xffffffffu, wg - 1, 0);  // warp-uniform to ptxas: descriptors in uniform registers
     float acc[MSUB][BN / 2];
+    uint32_t pk[MSUB][BN / 4];  // defer: the previous tile's result, bf16 pairs
+    int pm0 = -1, pn0 = 0;      // its first row (this consumer's) and column; pm0 < 0: none yet
     uint32_t slab_count = 0;
     int stage = 0;
     uint32_t phase = 0;
@@ -240,6 +286,8 @@ gemm_bf16_tn(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CU
           }
         }
         wgmma_commit();
+        if (pm0 >= 0 && k < BN / 64)  // defer: the previous tile's slab k, under this k-block's wgmmas
+          store_slab_deferred(pk, k, epi + consumer * 2 * WM * 128, &tmC, pm0, pn0, consumer, slab_count);
         if (prev >= 0) {
           wgmma_wait<1>();  // the group that read stage `prev` is done: hand it back
           if (t % 32 == 0) {
@@ -263,15 +311,25 @@ gemm_bf16_tn(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CU
           mbar_arrive(&empty[prev]);
         }
       }
-      if constexpr (EPILOGUE_TMA) {
-        store_tile_tma(acc, epi + consumer * 2 * WM * 128, &tmC, m0 + consumer * WM, n0, consumer, slab_count);
-      } else {
-        store_tile_direct(acc, C, M, N, m0 + consumer * WM, n0);
+      // defer: slabs of the previous tile its k-blocks did not reach (K shorter than BN / 64 k-blocks)
+      for (int s = k_iters; pm0 >= 0 && s < BN / 64; ++s)
+        store_slab_deferred(pk, s, epi + consumer * 2 * WM * 128, &tmC, pm0, pn0, consumer, slab_count);
+#pragma unroll
+      for (int ms = 0; ms < MSUB; ++ms) {
+#pragma unroll
+        for (int q = 0; q < BN / 8; ++q) {
+          __nv_bfloat162 lo = __floats2bfloat162_rn(acc[ms][4 * q], acc[ms][4 * q + 1]);
+          __nv_bfloat162 hi = __floats2bfloat162_rn(acc[ms][4 * q + 2], acc[ms][4 * q + 3]);
+          pk[ms][2 * q] = *reinterpret_cast<uint32_t*>(&lo);
+          pk[ms][2 * q + 1] = *reinterpret_cast<uint32_t*>(&hi);
+        }
       }
+      pm0 = m0 + consumer * WM;
+      pn0 = n0;
     }
-    if constexpr (EPILOGUE_TMA) {
-      if (t == 0) tma_store_wait<0>();
-    }
+    for (int s = 0; pm0 >= 0 && s < BN / 64; ++s)  // the last tile's slabs
+      store_slab_deferred(pk, s, epi + consumer * 2 * WM * 128, &tmC, pm0, pn0, consumer, slab_count);
+    if (t == 0) tma_store_wait<0>();
   }
   // A CTA of a cluster must not exit while others may still multicast into it or arrive on its barriers.
   if constexpr (CLUSTER_M > 1) cluster_sync();
