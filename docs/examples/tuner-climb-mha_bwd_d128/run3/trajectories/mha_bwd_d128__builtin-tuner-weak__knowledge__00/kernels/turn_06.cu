@@ -1,4 +1,8 @@
-// VARIANT late_d96 (attention_bwd_variants.py): pre_plain with dq_late's block and causal_skip's dead block in the D = 96 entry points only;
+// VARIANT pair_d64_r40 (attention_bwd_variants.py): pair_d64 with the D = 64 kernels' registers split 40 / 232 (the writers' warpgroup at 40);
+// pair_d64: writer_d96 with two writer warps in the D = 64 kernels, warp 1 + c reducing consumer c's dQ tiles (the 128-wide kernels keep one for both);
+// writer_d96: dq_writer with the writer warp reducing the D = 96 kernels' dQ tiles too (their blocks publish as the 128-wide one does);
+// dq_writer: late_d96 with the 128-wide block's dQ tiles reduced by a writer warp of the producer warpgroup (the consumers arrive and go on);
+// late_d96: pre_plain with dq_late's block and causal_skip's dead block in the D = 96 entry points only;
 // pre_plain: ds_stmatrix with pre_wide's preprocess (16-byte accesses, 16 lanes a row, four rows a warp) writing L2 / Dr row by row;
 // ds_stmatrix: st_static with the 128-wide block's dS^T tile written by stmatrix.x4 (a quarter of the shared-memory store instructions);
 // st_static: st_uniform with the dQ tile's width known to ptxas in the 128-wide block;
@@ -260,6 +264,10 @@ __device__ __forceinline__ void bulk_reduce_add(float* dst, const float* src, ui
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// dq_writer: a named barrier this warp passes without waiting for the others
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
 // D[64 x 128] += A[64 x 16] (registers, bf16 pairs) * B[16 x 128], B N-major in shared memory (imm-trans-b).
@@ -380,8 +388,8 @@ __device__ __forceinline__ void consumer_block(int it, int q0, int key0, int c, 
     sts32(buf + (q / 64) * (128 * 128) + row * 128 + ((((q % 64) / 8) ^ (row % 8)) * 16) + (q % 8) * 2, ds[i]);
   }
   fence_proxy_async();
-  if (t == 0) bulk_wait_read();  // this consumer's previous dQ reduction has read its tile
-  named_barrier_sync(1, 256);  // both consumers' dS^T rows are in `buf` (and sdQ is free again)
+  if (t == 0) bulk_wait_read();  // pair_d64: nothing of this thread's in flight; kept for ptxas (see above)
+  named_barrier_sync(1, 256);  // both consumers' dS^T rows are in `buf`
 
   // dQ_partial = dS K over all 128 keys: HD = 128: the block's 64 query rows, columns 64c..; HD = 64: query rows
   // 64c.. of the 128 (dS^T slab c), all 64 columns.
@@ -406,16 +414,14 @@ __device__ __forceinline__ void consumer_block(int it, int q0, int key0, int c, 
   // a warp's 8 rows of one group land on 8 different groups of banks.
   const int W = HD == 128 ? min(64, D - 64 * c) : 64, sw = W / 8 - 1;
   float* tile = sdQ + c * BM * 64;
+  named_barrier_sync(7 + c, 160);  // pair_d64: this consumer's writer has read its previous tile
 #pragma unroll
   for (int j = 0; j < 32; j += 2) {
     const int g = j / 4, row = r + 8 * ((j / 2) % 2);
     if (8 * g < W) sts64(tile + row * W + 8 * (g ^ (row & sw)) + col0, dq[j], dq[j + 1]);
   }
   fence_proxy_async();
-  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
-  if (t == 0)
-    bulk_reduce_add(dq_rows + static_cast<size_t>(q0 + (HD == 128 ? 0 : 64 * c)) * D + (HD == 128 ? 64 * 64 * c : 0), tile,
-                    BM * W * 4);
+  named_barrier_arrive(5 + c, 160);  // pair_d64: the tile is this consumer's writer's to reduce
 }
 
 // This consumer's dq fragment into its W-wide fp32 dQ tile (dq_static): element j at row r + 8 ((j / 2) % 2), column
@@ -500,8 +506,10 @@ __device__ __forceinline__ void consumer_block_pf(int it, bool has_next, int q0,
                   ds[4 * g + 3]);
   }
   fence_proxy_async();
-  if (t == 0) bulk_wait_read();  // this consumer's previous dQ reduction has read its tile
-  named_barrier_sync(1, 256);    // both consumers' dS^T rows are in `buf` (and sdQ is free again)
+  if constexpr (KD != 128) {  // dq_writer: at KD = 128 the writer warp waits for the reads
+    if (t == 0) bulk_wait_read();  // this consumer's previous dQ reduction has read its tile
+  }
+  named_barrier_sync(1, 256);    // both consumers' dS^T rows are in `buf`
   wgmma_wait<0>();               // dV and dK are done: pp, ds and this stage's Q / dO are free
   fence_u32(pp);
   fence_u32(ds);
@@ -525,11 +533,17 @@ __device__ __forceinline__ void consumer_block_pf(int it, bool has_next, int q0,
   wgmma_fence_regs(dq);
   const int W = KD == 128 || c == 0 ? 64 : 32;  // D = 128: both halves 64 wide; D = 96: 64 and 32 (dq_static)
   float* tile = sdQ + c * BM * 64;
+  if constexpr (KD == 128)  // dq_writer: the writer warp has read this consumer's previous tile
+    named_barrier_sync(7 + c, 160);
   if (W == 64) store_dq_tile<64>(tile, dq, r, col0);
   else store_dq_tile<32>(tile, dq, r, col0);
   fence_proxy_async();
-  named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
-  if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c, tile, BM * W * 4);
+  if constexpr (KD == 128) {  // dq_writer: the tile is the writer warp's to reduce
+    named_barrier_arrive(5 + c, 160);
+  } else {  // no writer in these kernels: the reference's publication
+    named_barrier_sync(3 + c, 128);  // this consumer's rows are in its tile
+    if (t == 0) bulk_reduce_add(dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c, tile, BM * W * 4);
+  }
 }
 
 // late_d96: consumer_block_pf with dq_late's publication of the dQ tile and causal_skip's dQ product
@@ -602,7 +616,6 @@ __device__ __forceinline__ void consumer_block_late(int it, bool has_next, int q
   named_barrier_sync(1, 256);    // both consumers' dS^T rows are in `buf`, and each one's previous dQ tile in sdQ
   const int W = KD == 128 || c == 0 ? 64 : 32;  // D = 128: both halves 64 wide; D = 96: 64 and 32 (dq_static)
   float* tile = sdQ + c * BM * 64;
-  if (t == 0 && pending != nullptr) bulk_reduce_add(pending, tile, BM * W * 4);  // dq_late: the previous block's dQ
   wgmma_wait<0>();               // dV and dK are done: pp, ds and this stage's Q / dO are free
   fence_u32(pp);
   fence_u32(ds);
@@ -628,11 +641,11 @@ __device__ __forceinline__ void consumer_block_late(int it, bool has_next, int q
     wgmma_wait<0>();
   }
   wgmma_fence_regs(dq);
-  if (t == 0) bulk_wait_read();    // dq_late: the previous tile's reduce-add has read it
-  named_barrier_sync(3 + c, 128);  // ... before any thread of this consumer writes the tile again
+  named_barrier_sync(7 + c, 160);  // writer_d96: the writer warp has read this consumer's previous tile
   if (W == 64) store_dq_tile<64>(tile, dq, r, col0);
   else store_dq_tile<32>(tile, dq, r, col0);
-  pending = dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c;  // dq_late: sent by the next block, or after the loop
+  fence_proxy_async();
+  named_barrier_arrive(5 + c, 160);  // writer_d96: the tile is the writer warp's to reduce
 }
 
 // causal_skip: consumer 1's first block of a causal key block. Its keys are past every query row of the block (P = dS
@@ -651,7 +664,6 @@ __device__ __forceinline__ void consumer_block_dead(bool has_next, int q0, int c
   named_barrier_sync(1, 256);  // consumer 0's dS^T rows are in buffer 0
   const int W = KD == 128 || c == 0 ? 64 : 32;
   float* tile = sdQ + c * BM * 64;
-  if (t == 0 && pending != nullptr) bulk_reduce_add(pending, tile, BM * W * 4);
   if (lane == 0) mbar_arrive(&empty[0]);
 
   float dq[32];
@@ -669,12 +681,12 @@ __device__ __forceinline__ void consumer_block_dead(bool has_next, int q0, int c
     wgmma_wait<0>();
   }
   wgmma_fence_regs(dq);
-  if (t == 0) bulk_wait_read();
-  named_barrier_sync(3 + c, 128);
+  named_barrier_sync(7 + c, 160);  // writer_d96: the writer's first arrival (the tile is free)
   const int r = 16 * (t / 32) + lane / 4, col0 = 2 * (lane % 4);  // this thread's rows and first column
   if (W == 64) store_dq_tile<64>(tile, dq, r, col0);
   else store_dq_tile<32>(tile, dq, r, col0);
-  pending = dq_rows + static_cast<size_t>(q0) * D + 64 * 64 * c;
+  fence_proxy_async();
+  named_barrier_arrive(5 + c, 160);  // writer_d96: the tile is the writer warp's to reduce
 }
 
 // The dK / dV epilogue in 16-byte stores (own_keys_wide, dq_tiles_wide). acc element j: row r + 8 ((j / 2) % 2), column
@@ -763,7 +775,7 @@ __device__ __forceinline__ void attn_bwd(const CUtensorMap* tmQ, const CUtensorM
   __syncthreads();
 
   if (wg == 0) {
-    setmaxnreg_dec<PRODUCER_REGS>();
+    setmaxnreg_dec<HD == 64 ? 40 : PRODUCER_REGS>();  // regs_d64: the writers' warpgroup at 40
     if (t == 0) {
       mbar_arrive_expect_tx(fullKV, 2 * KT);
 #pragma unroll
@@ -771,11 +783,14 @@ __device__ __forceinline__ void attn_bwd(const CUtensorMap* tmQ, const CUtensorM
         tma_load_2d(sK + s * KSLAB, tmK, fullKV, 64 * s, static_cast<int>(kv_row) + key0);
         tma_load_2d(sV + s * KSLAB, tmV, fullKV, 64 * s, static_cast<int>(kv_row) + key0);
       }
+      // dq_writer: in the writer's kernels the first row is stepped block by block (the division by per_head
+      // spilled at 24 registers beside the writer); the next head starts again at q_first
+      [[maybe_unused]] int next_row = (GQA ? bkv * group : bkv) * S + q_first * QR, in_head = 0;
       for (int it = 0; it < n_iter; ++it) {
         const int st = it % Stages<HD>::N;
         const uint32_t ph = (it / Stages<HD>::N) & 1;
-        const int head = (GQA ? bkv * group : bkv) + it / per_head;
-        const int q_row = head * S + (q_first + it % per_head) * QR;  // first row in the [B*H*S, D] view
+        const int q_row = HD == 128 ? next_row  // first row in the [B*H*S, D] view (writer_d96: KD = 96 too)
+                        : ((GQA ? bkv * group : bkv) + it / per_head) * S + (q_first + it % per_head) * QR;
         mbar_wait(&empty[st], ph ^ 1);  // a fresh barrier passes parity 1 at once
         mbar_arrive_expect_tx(&fullQ[st], QT + QR * 4);
         // two 64 x 64 boxes: HD = 128 the two d slabs of 64 rows, HD = 64 rows q_row.. and q_row + 64.. (one slab)
@@ -788,10 +803,46 @@ __device__ __forceinline__ void attn_bwd(const CUtensorMap* tmQ, const CUtensorM
         for (int s = 0; s < 2; ++s)
           tma_load_2d(sdO + st * QT + s * QSLAB, tmdO, &fulldO[st], HD == 128 ? 64 * s : 0, q_row + (HD == 128 ? 0 : 64 * s));
         bulk_load(sDr + st * QR, Dr + q_row, QR * 4, &fulldO[st]);
+        if constexpr (HD == 128) {
+          next_row += QR;
+          if (++in_head == per_head) {
+            in_head = 0;
+            next_row += q_first * QR;
+          }
+        }
       }
+    } else if (t / 32 == 1 || (HD == 64 && t / 32 == 2)) {  // dq_writer: the consumers' dQ tiles, reduced (writer_d96: KD = 96 too; pair_d64: at D = 64 warp 1 + c serves consumer c alone)
+      constexpr int NC = HD == 128 ? 2 : 1;  // the consumers one writer warp serves
+      const int c0 = HD == 128 ? 0 : t / 32 - 1;  // its first
+      const bool issuer = t == 32 * (c0 + 1);
+      if (n_iter > 0) {  // its tiles are free for the first block (no arrival a consumer never meets)
+#pragma unroll
+        for (int c = c0; c < c0 + NC; ++c) named_barrier_arrive(7 + c, 160);
+      }
+      // this block's dQ rows; a head's blocks are consecutive, and the next head starts again at q_first
+      float* rows = dQacc + static_cast<size_t>(GQA ? bkv * group : bkv) * S * D
+                  + static_cast<size_t>(q_first * QR) * D;
+      for (int it = 0, in_head = 0; it < n_iter; ++it) {
+#pragma unroll
+        for (int c = c0; c < c0 + NC; ++c) {
+          named_barrier_sync(5 + c, 160);  // consumer c's tile is stored and fenced
+          if (issuer) {
+            bulk_reduce_add(rows + 64 * 64 * c, sdQ + c * BM * 64, BM * (KD == 96 && c == 1 ? 32 : 64) * 4);
+            bulk_wait_read();  // the reduction has read the tile
+          }
+          __syncwarp();
+          if (it + 1 < n_iter) named_barrier_arrive(7 + c, 160);  // the tile is free (none after the last)
+        }
+        rows += static_cast<size_t>(QR) * D;
+        if (++in_head == per_head) {
+          in_head = 0;
+          rows += static_cast<size_t>(q_first * QR) * D;
+        }
+      }
+      if (issuer) bulk_wait_all();  // the last reductions are done before the CTA leaves
     }
   } else {
-    setmaxnreg_inc<CONSUMER_REGS>();
+    setmaxnreg_inc<HD == 64 ? 232 : CONSUMER_REGS>();  // regs_d64: 40 x 128 + 232 x 256 = the pool
     const int c = HD == 128 ? __shfl_sync(0xffffffffu, wg - 1, 0) : wg - 1;  // warp-uniform to ptxas: descriptors in uniform registers
     const float sl2 = scale * LOG2E;
     float dv[HD / 2], dk[HD / 2];
@@ -831,11 +882,6 @@ __device__ __forceinline__ void attn_bwd(const CUtensorMap* tmQ, const CUtensorM
           consumer_block_pf<HD, CAUSAL, KD>(it, it + 1 < n_iter, q0, key0, c, t, sK, sV, sQ, sdO, sL2, sDr, sdS, fullQ,
                                             fulldO, empty, s, dv, dk, dQacc + static_cast<size_t>(head) * S * D, D,
                                             sl2, sdQ);
-      }
-      if constexpr (LATE) {  // dq_late: the last block's dQ tile
-        fence_proxy_async();
-        named_barrier_sync(3 + c, 128);
-        if (t == 0 && pending != nullptr) bulk_reduce_add(pending, sdQ + c * BM * 64, BM * (c == 0 ? 64 : 32) * 4);
       }
     } else {
     for (int it = 0; it < n_iter; ++it) {
