@@ -6,7 +6,8 @@ worth on Hopper GEMMs: bench/results/gemm_reference.md, shared/design/HOPPER-KER
 evidence multiplies:
 
     DRAM bytes over the minimum / memory-bound -> grouped tile order, bigger tiles, cluster multicast; a quarter of
-        that weight when the kernel is compute-bound with its DRAM under 40% busy (the bytes move under the math)
+        that weight when the kernel is compute-bound with its DRAM under DRAM_BUSY_PCT (40%) busy (the bytes move
+        under the math)
     compute-bound, traffic hidden, TMA epilogue on a persistent grid -> the epilogue deferred under the next tile's
         k-loop (the tensor pipe's idle share is where the epilogue runs between tiles)
     consumers waiting on stage data (hot line, else long-scoreboard stalls) -> deeper ring
@@ -43,6 +44,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
+from ptxbench.tools.profile.summary import traffic_hidden
+
 from .evidence import Evidence
 from .tuner_space import Params, fit, ordered
 
@@ -64,10 +67,6 @@ GROW_TO_MAX = {"tile_n"}  # wgmma's N: the widest that builds (256 on the GEMM) 
 POW2_FIRST = {"key_tile"}  # the next power of two first: it divides S, so no masked key-tail step
 KEY_TILE_FULL = 128     # key tiles shorter than this leave each wgmma short against its barrier round-trips
 TENSOR_BUSY = 75.0      # below this tensor-pipe share a short key tile is the suspect
-# DRAM below this share of its peak in a compute-bound kernel serves the bytes over the minimum under the math: on
-# the H200's main GEMM (compute 93%, DRAM 20-25% busy, 2.7-3.3x the minimum) group_m 16 measured level and the 2-CTA
-# cluster 1.5-1.9% slower (gemm_sweep.md round 4, docs/examples/tuner-climb), while the deferred epilogue gained 1.1-1.2%.
-DRAM_BUSY = 40.0
 HIDDEN_TRAFFIC_WEIGHT = 0.25  # what DRAM bytes over the minimum still count for when the traffic is hidden
 SOFTMAX_HOT = 8.0       # stall share (percent) of the softmax lines from which ping-pong is worth trying
 MMA_ISSUE_HOT = 10.0    # stall share (percent) of the wgmma issue lines from which their descriptors' cost is the suspect
@@ -184,7 +183,7 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
         return boosts
     grow_n = "up"
     ratio = ev.dram_over_min
-    hidden = ev.bottleneck == "compute" and ev.dram_sol_pct is not None and ev.dram_sol_pct < DRAM_BUSY
+    hidden = traffic_hidden(ev.bottleneck, ev.dram_sol_pct)
     under_math = (f"compute-bound (compute {ev.compute_sol_pct or 0:.0f}% of peak) with DRAM {ev.dram_sol_pct or 0:.0f}% "
                   "busy")
     if ratio is not None and ratio >= 1.5:

@@ -177,3 +177,21 @@ def test_a_hot_line_of_integer_arithmetic_is_read_as_recomputed_addresses():
     line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.strip() == "const int t = threadIdx.x % 128;")
     ops = compile_source(text, "cuda", "sm_90a").sass_by_line[line]
     assert sum(ops.values()) > 100 and "compile-time constant" in _advice("short_scoreboard", tr, ops), ops
+
+
+def test_traffic_under_the_math_is_not_advised_away():
+    """The H200's GEMM at its persistent TMA-epilogue point (a climb's turn 6: compute-bound at 93%, DRAM 25% busy,
+    3.3x the minimum bytes): the excess bytes move under the math, so the finding says so instead of asking for
+    larger tiles or multicast; the same kernel with its DRAM busy gets that advice."""
+    import json
+
+    rec = json.loads((Path(__file__).parents[2] / "bench/results/tuner_evidence/"
+                      "gemm_persistent_turn6_2026-12-03.json").read_text())
+    s = ProfileSummary.model_validate(rec["result"]["profile"])
+    text = profile_feedback(s, runtime_verdicts(SM90A, s), GEMM, token_budget=600)
+    line = next(ln for ln in text.splitlines() if "DRAM traffic was" in ln)
+    assert "(3.3x), but the kernel is compute-bound with DRAM 25% busy: these bytes move under the math" in line
+    assert "Use larger tiles" not in text and "the epilogue" in line
+    busy = s.model_copy(update={"kernels": [s.kernels[0].model_copy(update={"dram_sol_pct": 70.0})]})
+    text = profile_feedback(busy, runtime_verdicts(SM90A, busy), GEMM, token_budget=600)
+    assert "(3.3x): operands are re-read from memory. Use larger tiles" in text

@@ -21,7 +21,7 @@ from ptxbench.tools.results import CompileResult, RuntimeTarget, Timing
 from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 from ptxbench.workloads.schema import Workload
 
-from .summary import KernelProfile, ProfileSummary
+from .summary import KernelProfile, ProfileSummary, traffic_hidden
 
 DEFAULT_BUDGET = 450
 AT_ROOF_PCT = 95.0  # from this share of the roofline on, the kernel is told it is at its roof
@@ -286,7 +286,10 @@ def _kernel_items(k: KernelProfile, wl: Workload | None, total_dram: float | Non
         excess_us = (total_dram - wl.min_bytes) / (hbm_gbps * 1e3)  # bytes / (GB/s * 1e3) = us
         worth = excess_us if k.bottleneck == "memory" else excess_us * (k.dram_sol_pct or 0) / 100
         key = "traffic_multicast" if "tma_multicast" in tr.has else "traffic"
-        items.append((worth, t["other"][key].format(moved=_fmt_bytes(total_dram), minimum=_fmt_bytes(wl.min_bytes), ratio=ratio)))
+        if traffic_hidden(k.bottleneck, k.dram_sol_pct):
+            key = "traffic_hidden"  # cutting these bytes is the wrong advice: they move under the math
+        items.append((worth, t["other"][key].format(moved=_fmt_bytes(total_dram), minimum=_fmt_bytes(wl.min_bytes),
+                                                    ratio=ratio, busy=k.dram_sol_pct or 0)))
     total = sum(k.stalls.values())
     stall_items = 0
     if total > 0 and not by_lines:

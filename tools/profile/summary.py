@@ -111,6 +111,18 @@ def bottleneck(compute_pct: float | None, memory_pct: float | None, busy: float 
     return "memory" if m >= c else "compute"
 
 
+# DRAM below this share of its peak in a compute-bound kernel serves the bytes over the minimum under the math: on the
+# H200's main GEMM (compute 93%, DRAM 20-25% busy at 2.7-3.3x the minimum bytes) the moves that cut them (group_m 16,
+# the 2-CTA cluster) measured level to 1.9% slower, while the deferred epilogue gained 1.1-1.2% (bench/results/
+# gemm_sweep.md rounds 4-5, docs/examples/tuner-climb).
+DRAM_BUSY_PCT = 40.0
+
+
+def traffic_hidden(bottleneck_: str, dram_sol_pct: float | None) -> bool:
+    """A compute-bound kernel whose DRAM is under DRAM_BUSY_PCT busy: its DRAM bytes move under the math."""
+    return bottleneck_ == "compute" and dram_sol_pct is not None and dram_sol_pct < DRAM_BUSY_PCT
+
+
 def _stall_name(metric: str) -> str:
     """'Stall Long Scoreboard' -> 'long_scoreboard' (the keys of prompts/feedback_profile.md)."""
     return re.sub(r"^Stall ", "", metric).strip().lower().replace(" ", "_")
