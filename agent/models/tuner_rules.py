@@ -215,8 +215,8 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
         epi_name, epi_goal = levers.get("epilogue", (None, None))
         if epi_name is not None and params.get(epi_name) == epi_goal:
             add("overlap", "goal", epi[0] / 3, why + ", with the TMA store already: it can run under the next tile")
-    if hidden and all(params.get(name) == goal for name, goal in
-                      (levers.get("epilogue", (None, None)), levers.get("persistent", (None, None))) if name):
+    if hidden and "overlap" in levers and all(params.get(levers[role][0]) == levers[role][1]
+                                              for role in ("epilogue", "persistent") if role in levers):
         idle = 100 - (ev.tensor_pipe_pct if ev.tensor_pipe_pct is not None else ev.compute_sol_pct or 0)
         add("overlap", "goal", 1.0, f"{under_math}: what is left is the tensor pipe's idle {idle:.0f}%, where each "
                                     "tile's epilogue runs before the next tile's math")
