@@ -229,14 +229,7 @@ def sustained_clocks(fns: dict, seconds: float) -> dict:
 def loop_clock(sampler, t0: float, t1: float) -> dict:
     """The SM clock and power nvidia-smi read while the kernels ran in [t0, t1] (samples above 150 W: the idle gaps
     left out), as 10th / 50th / 90th percentiles."""
-    rows = [x for t, _, x in sampler.extra_samples if t0 <= t <= t1 and x.get("power.draw", 0) > 150]
-    if not rows:
-        return {"samples": 0}
-    out: dict = {"samples": len(rows)}
-    for field in ("clocks.sm", "power.draw"):
-        v = sorted(r[field] for r in rows)
-        out[field] = [v[int(f * (len(v) - 1))] for f in (0.1, 0.5, 0.9)]
-    return out
+    return sampler.spread(t0, t1, ("clocks.sm", "power.draw"), min_power=150)
 
 
 def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap_ms: float = 3.0) -> None:

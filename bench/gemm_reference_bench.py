@@ -18,6 +18,7 @@ import json
 import re
 import statistics
 import subprocess
+import time
 import tomllib
 from pathlib import Path
 
@@ -257,8 +258,6 @@ def interleaved_times(fns: dict, iters: int, flush, warmup: int = 5, gap_s: floa
     `gap_s`: the GPU left idle that long after each call. Back to back, the main GEMM's kernels hold the H200 at its
     700 W limit and about 1,490 MHz, and a variant that draws less power gets a higher clock (gemm_sweep.md rounds
     9-10); with gaps the clock stays at 1,980 MHz, as in `ptxbench eval`."""
-    import time
-
     import torch
 
     times: dict[str, list[float]] = {n: [] for n in fns}

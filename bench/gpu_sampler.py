@@ -5,7 +5,8 @@
     s.summary()  -> {gpu index: {"samples", "busy_pct_mean", "busy_share" (samples with utilization > 0)}}
 
 With `extra=("clocks.sm", "power.draw", "temperature.gpu")` each sample also carries those readings
-(`s.extra_samples`: (time, gpu, {field: value})), and `s.window(t0, t1)` averages them over a span.
+(`s.extra_samples`: (time, gpu, {field: value})), `s.window(t0, t1)` averages them over a span and
+`s.spread(t0, t1, fields)` gives their percentiles there.
 
 `utilization.gpu` is the share of the last sample period in which a kernel ran, so busy_share is the
 share of half-second windows with any kernel and busy_pct_mean the mean of the readings. Without
@@ -67,6 +68,20 @@ class GpuSampler:
         for f in self.extra:
             if rows:
                 out[f] = round(sum(r[f] for r in rows) / len(rows), 1)
+        return out
+
+    def spread(self, t0: float, t1: float, fields: tuple[str, ...], min_power: float = 0.0,
+               gpu: int = 0) -> dict:
+        """The 10th / 50th / 90th percentiles of `fields` over samples taken between t0 and t1 that drew more than
+        `min_power` watts (idle gaps left out; needs "power.draw" among the extra fields when set), with their count."""
+        rows = [x for t, g, x in self.extra_samples
+                if g == gpu and t0 <= t <= t1 and (not min_power or x.get("power.draw", 0) > min_power)]
+        if not rows:
+            return {"samples": 0}
+        out: dict = {"samples": len(rows)}
+        for f in fields:
+            v = sorted(r[f] for r in rows)
+            out[f] = [v[int(q * (len(v) - 1))] for q in (0.1, 0.5, 0.9)]
         return out
 
     def __exit__(self, *exc) -> None:

@@ -107,14 +107,17 @@ def test_sustained_clocks_reads_each_launcher_apart(monkeypatch):
 
 
 def test_loop_clock_reads_the_busy_samples_of_the_timed_loop():
-    class Sampler:
-        extra_samples = [(0.5, 0, {"clocks.sm": 1980.0, "power.draw": 500.0}),   # before the loop
-                         (1.1, 0, {"clocks.sm": 1980.0, "power.draw": 90.0}),    # an idle gap
-                         *[(1.2 + i / 100, 0, {"clocks.sm": 1900.0 + 10 * i, "power.draw": 400.0 + i}) for i in range(11)],
-                         (3.0, 0, {"clocks.sm": 1400.0, "power.draw": 690.0})]   # after it
-    out = gd.loop_clock(Sampler(), 1.0, 2.0)
+    from gpu_sampler import GpuSampler
+
+    sampler = GpuSampler(extra=("clocks.sm", "power.draw"))  # nvidia-smi's lines (index, utilization, extras)
+    for when, clock, power in [(0.5, 1980.0, 500.0),                                   # before the loop
+                               (1.1, 1980.0, 90.0),                                    # an idle gap
+                               *[(1.2 + i / 100, 1900.0 + 10 * i, 400.0 + i) for i in range(11)],
+                               (3.0, 1400.0, 690.0)]:                                  # after it
+        sampler.add_line(f"0, 100, {clock}, {power}", when)
+    out = gd.loop_clock(sampler, 1.0, 2.0)
     assert out == {"samples": 11, "clocks.sm": [1910.0, 1950.0, 1990.0], "power.draw": [401.0, 405.0, 409.0]}
-    assert gd.loop_clock(Sampler(), 5.0, 6.0) == {"samples": 0}
+    assert gd.loop_clock(sampler, 5.0, 6.0) == {"samples": 0}
 
 
 def test_library_kernels_reads_the_kernel_events_of_a_trace():

@@ -184,8 +184,8 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
     grow_n = "up"
     ratio = ev.dram_over_min
     hidden = traffic_hidden(ev.bottleneck, ev.dram_sol_pct)
-    under_math = (f"compute-bound (compute {ev.compute_sol_pct or 0:.0f}% of peak) with DRAM {ev.dram_sol_pct or 0:.0f}% "
-                  "busy")
+    under_math = (f"compute-bound (compute {ev.compute_sol_pct or 0:.0f}% of peak) with DRAM {ev.dram_sol_pct:.0f}% busy"
+                  if hidden else "")
     if ratio is not None and ratio >= 1.5:
         w = math.log2(ratio) * (HIDDEN_TRAFFIC_WEIGHT if hidden else 1.0)
         why = f"DRAM moved {ratio:.1f}x the minimum bytes" + (f", but {under_math}: they move under the math"
