@@ -14,6 +14,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from climb_table import rows, table  # noqa: E402
 
+from ptxbench.workloads.solutions import gemm_template as gt  # noqa: E402
+
 CLIMBS = {"tuner-climb-mha_fwd_d128": "cuDNN", "tuner-climb": "cuBLAS", "tuner-climb-mha_bwd_d128": "cuDNN",
           "tuner-climb-mha_fwd_d128_causal": "cuDNN"}
 
@@ -61,11 +63,15 @@ def test_the_gemm_climbs_defer_the_epilogue_when_the_traffic_moves_under_the_mat
     for run in ("run1", "run2", "run3"):
         r = {x["turn"]: x for x in rows(d / run)}
         assert len(r) == 8 and all(x["status"] == "PASSED" for x in r.values()), run
+        assert r[4]["move"] == "group_m 1 -> 16"                              # the order's favoured value
         assert r[6]["move"] == "persistent False -> True" and float(r[6]["speedup"].split()[0]) >= 1.0
-        assert r[7]["move"] == "defer (default) -> True"
+        assert r[7]["move"] == "defer (default) -> True"                      # turn 7: default_params(), the reference
         assert r[7]["evidence"].startswith("compute-bound") and "tensor pipe's idle" in r[7]["evidence"]
         assert float(r[7]["ours_ms"]) < 0.99 * float(r[6]["ours_ms"])       # the deferred epilogue paid, > 1%
         assert max(float(x["speedup"].split()[0]) for x in r.values()) >= 1.02, run
+        assert min(r, key=lambda t: float(r[t]["ours_ms"])) == 7, run             # the reference point is the fastest
+        turn7 = next((d / run / "trajectories").glob("*/kernels/turn_07.cu")).read_text()
+        assert turn7 == gt.render(gt.default_params()), run                       # and it is the reference's render
 
 
 def test_a_move_back_to_an_options_default_is_named():

@@ -195,3 +195,20 @@ def test_traffic_under_the_math_is_not_advised_away():
     busy = s.model_copy(update={"kernels": [s.kernels[0].model_copy(update={"dram_sol_pct": 70.0})]})
     text = profile_feedback(busy, runtime_verdicts(SM90A, busy), GEMM, token_budget=600)
     assert "(3.3x): operands are re-read from memory. Use larger tiles" in text
+
+
+def test_the_live_evaluation_printed_the_traffic_under_the_math_finding():
+    """The same turn-6 kernel evaluated by `ptxbench eval --profile` on the H200 with the finding in place
+    (2026-12-03, bench/results/gemm_sweep.md round 13): the feedback the GPU run printed holds the finding, and the
+    profile it measured gives the same line again here."""
+    import json
+
+    rec = json.loads((Path(__file__).parents[2] / "bench/results/tuner_evidence/"
+                      "gemm_persistent_turn6_profiled_2026-12-03.json").read_text())
+    assert rec["status"] == "PASSED" and rec["profile_level"] == "full" and rec["fingerprint"]["gpu"] == "NVIDIA H200"
+    live = next(ln for ln in rec["feedback"].splitlines() if "DRAM traffic was" in ln)
+    assert "but the kernel is compute-bound with DRAM 25% busy: these bytes move under the math" in live
+    s = ProfileSummary.model_validate(rec["profile"])
+    again = next(ln for ln in profile_feedback(s, runtime_verdicts(SM90A, s), GEMM, token_budget=600).splitlines()
+                 if "DRAM traffic was" in ln)
+    assert again.split(". ", 1)[1].split(" [worth")[0] in live  # the same finding (its rank follows the hot lines)

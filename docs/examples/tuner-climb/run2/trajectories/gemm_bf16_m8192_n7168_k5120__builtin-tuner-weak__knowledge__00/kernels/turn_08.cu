@@ -3,8 +3,9 @@ language = "cuda"
 
 [[launch]]
 kernel = "gemm_bf16_tn"
-grid = ["min(min(num_sms, 128), cdiv(M, 128) * cdiv(N, 256))", 1, 1]
+grid = ["min(min(num_sms, 128) // 2 * 2, cdiv(cdiv(M, 128), 2) * 2 * cdiv(N, 256))", 1, 1]
 block = [384, 1, 1]
+cluster = [2, 1, 1]
 smem = 230464
 args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"]
 
@@ -16,7 +17,7 @@ l2_promotion = "256B"
 
 [tmap.B_map]
 tensor = "B"
-box = [64, 256]
+box = [64, 128]
 swizzle = "128B"
 l2_promotion = "256B"
 
@@ -25,7 +26,7 @@ tensor = "C"
 box = [64, 64]
 swizzle = "128B"
 */
-// Reference GEMM rendered by workloads/solutions/gemm_template.py with {'bm': 128, 'bn': 256, 'bk': 64, 'stages': 4, 'consumers': 2, 'persistent': True, 'group_m': 16, 'cluster_m': 1, 'epilogue': 'tma', 'producer_regs': 40, 'max_ctas': 128, 'defer': True}
+// Reference GEMM rendered by workloads/solutions/gemm_template.py with {'bm': 128, 'bn': 256, 'bk': 64, 'stages': 4, 'consumers': 2, 'persistent': True, 'group_m': 16, 'cluster_m': 2, 'epilogue': 'tma', 'producer_regs': 40, 'max_ctas': 128, 'defer': True}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -42,7 +43,7 @@ constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
 constexpr bool PERSISTENT = true;
 constexpr int GROUP_M = 16;
-constexpr int CLUSTER_M = 1;
+constexpr int CLUSTER_M = 2;
 constexpr bool EPILOGUE_TMA = true;
 constexpr int PRODUCER_REGS = 40;
 constexpr int CONSUMER_REGS = 232;
