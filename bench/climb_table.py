@@ -27,7 +27,7 @@ def _evidence(reply: str) -> str:
         return m.group(1)
     if "every lever move was tried" in first:  # no evidence left to follow: the tuner takes a neighbouring point
         return "every lever move tried: a neighbour"
-    return "weak_params() (start)"
+    return "weak_params() (start)" if "weak" in first else "default_params() (start)"
 
 
 def _base_turn(reply: str, turn: int) -> int:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 # The profile feedback's headroom line (tools/profile: "It is within 1% of its roof").
 WITHIN_ROOF = re.compile(r"within (\d+(?:\.\d+)?)% of its roof")
+PAST_ROOF = "at or past its roof"  # the same line when the kernel beats the measured ceilings: no headroom
 MAX_HOT_LINES = 8
 
 
@@ -83,6 +84,8 @@ def evidence_from(result) -> Evidence:
     within = WITHIN_ROOF.search(result.feedback or "")
     if within:
         ev.headroom_pct = float(within.group(1))
+    elif PAST_ROOF in (result.feedback or ""):
+        ev.headroom_pct = 0.0
     elif ev.sol_pct is not None:
         ev.headroom_pct = max(0.0, 100.0 - ev.sol_pct)
     _profile_figures(ev, result)

@@ -324,7 +324,8 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
                 reasons.append(f"ranked down while DRAM is saturated ({ev.dram_over_min:.0f}x the minimum bytes)")
             if near_roof and (role in STRUCTURAL or kind == "down"):
                 score *= 0.1
-                reasons.append(f"within {headroom:.0f}% of the roof: a structural change ranked down")
+                where = f"within {headroom:.0f}% of the roof" if headroom >= 0.5 else "at the roof"
+                reasons.append(f"{where}: a structural change ranked down")
             if shrink:
                 shrinking = SHRINK_FIRST.get(role, 0) if kind == "down" else 0
                 score *= shrinking or 0.1

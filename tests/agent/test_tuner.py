@@ -94,6 +94,10 @@ def test_each_finding_fires_its_rule():
     # within 1% of the roof (the real default point): a small move, never a new tile shape
     near = _pick(DEFAULT, base, headroom=1.0)
     assert set(_changed(DEFAULT, near.params)) <= {"group_m", "cluster_m"}
+    # at or past the roof (headroom 0): said so, never "within 0%"
+    at = [c for c in rank(gt, DEFAULT, base, TunerModel(MAIN)._valid, headroom=0.0) if c.role in ("tile_m", "chunk")]
+    assert at and all("at the roof: a structural change ranked down" in c.reasons for c in at)
+    assert not any("within 0%" in r for c in at for r in c.reasons)
     # a resource failure: shrink
     assert _changed(DEFAULT, _pick(DEFAULT, None, shrink=True).params) == {"stages": (4, 3)}
 

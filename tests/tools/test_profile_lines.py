@@ -90,6 +90,16 @@ def test_a_kernel_at_its_roof_is_told_so():
     roof_ms = 2 * 8192 * 7168 * 5120 / 780e12 * 1e3
     text, _, _ = _gemm_feedback(roof_ms * 1.03)
     assert "It is within 3% of its roof" in text.splitlines()[0]
+    # past the measured ceilings (medians, so a kernel can beat them: the H200's GEMM reference read 103%): no
+    # negative headroom, and the tuner's evidence reads no headroom left
+    text, _, _ = _gemm_feedback(roof_ms * 0.97)
+    first = text.splitlines()[0]
+    assert "It runs at or past its roof" in first and "within" not in first and "-" not in first.split("roof, ")[1]
+    from ptxbench.agent.models.evidence import evidence_from
+    from ptxbench.tools.results import EvalResult
+
+    assert evidence_from(EvalResult(workload="gemm_bf16_m8192_n7168_k5120", status="PASSED",
+                                    feedback=text)).headroom_pct == 0.0
 
 
 def test_a_multi_kernel_plans_source_pages_join_their_launches_by_name():
