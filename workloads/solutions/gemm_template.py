@@ -144,11 +144,12 @@ assert set(OPTION_SPACE) == set(OPTION_NAMES)
 
 
 def default_params() -> GemmParams:
-    """The reference point of the main GEMM: GemmParams' defaults with defer=True (measured -1.1% / -1.2% kernel time
-    on the main GEMM and -1.0% / -1.1% on the square one, gemm_sweep.md rounds 4-5). defer stays off in GemmParams
-    itself: it needs the TMA epilogue and the cooperative schedule, which a point's other changes may drop. group_m 16:
-    the 128 CTAs in flight cover 16 x 8 tiles (21 MB of A and 21 MB of B a wave instead of 10 + 42 MB at 8 x 16),
-    -0.31% kernel time with defer, below the reference in 5 of 5 paired evaluations (gemm_sweep.md round 13)."""
+    """The reference point of the main GEMM: GemmParams' defaults with defer=True and group_m=16.
+    defer: -1.1% / -1.2% kernel time on the main GEMM and -1.0% / -1.1% on the square one (gemm_sweep.md rounds 4-5);
+    it stays off in GemmParams itself, since it needs the TMA epilogue and the cooperative schedule, which a point's
+    other changes may drop. group_m 16: the 128 CTAs in flight cover 16 x 8 tiles (21 MB of A and 21 MB of B a wave
+    instead of 10 + 42 MB at 8 x 16), -0.31% kernel time with defer in 5 of 5 paired evaluations, level on the square
+    GEMM (gemm_sweep.md round 13)."""
     return GemmParams(defer=True, group_m=16)
 
 
@@ -205,6 +206,7 @@ def _order_worth(old: int, new: int, params: dict) -> float:
 
 # Prior worths (fractions of the time) where the generic Hopper figures of tuner_rules.prior do not fit this template.
 TUNER_PRIORS: dict[str, object] = {"order": _order_worth}
+
 # Which lines of gemm_template.cu.in a profile's hot line belongs to (matched on the line's text).
 TUNER_LINES: dict[str, tuple[str, ...]] = {
     "stage_wait": ("mbar_wait(&full",),           # consumers wait for the ring to deliver a stage
