@@ -25,7 +25,7 @@ tensor = "C"
 box = [64, 64]
 swizzle = "128B"
 */
-// Reference GEMM rendered by workloads/solutions/gemm_template.py with {'bm': 128, 'bn': 256, 'bk': 64, 'stages': 4, 'consumers': 2, 'persistent': True, 'group_m': 8, 'cluster_m': 1, 'epilogue': 'tma', 'producer_regs': 40, 'max_ctas': 128, 'defer': True}
+// Reference GEMM rendered by workloads/solutions/gemm_template.py with {'bm': 128, 'bn': 256, 'bk': 64, 'stages': 4, 'consumers': 2, 'persistent': True, 'group_m': 16, 'cluster_m': 1, 'epilogue': 'tma', 'producer_regs': 40, 'max_ctas': 128, 'defer': True}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -40,7 +40,7 @@ constexpr int BK = 64;
 constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
 constexpr bool PERSISTENT = true;
-constexpr int GROUP_M = 8;
+constexpr int GROUP_M = 16;
 constexpr int CLUSTER_M = 1;
 constexpr bool EPILOGUE_TMA = true;
 constexpr int PRODUCER_REGS = 40;
