@@ -25,6 +25,7 @@ from .summary import KernelProfile, ProfileSummary, traffic_hidden
 
 DEFAULT_BUDGET = 450
 AT_ROOF_PCT = 95.0  # from this share of the roofline on, the kernel is told it is at its roof
+PAST_ROOF_PCT = 100.0  # and from this one, that it is at or past it (the measured ceilings are medians: beatable)
 # Dense bf16 TFLOP/s and HBM GB/s when ncu's device name is not in the datasheet table.
 FALLBACK_PEAK = (989.0, 4800.0)
 
@@ -154,7 +155,7 @@ def standing_text(st: Standing) -> str:
     if st.speedup is not None and st.library_us:
         parts.append(t["library"].format(speedup=st.speedup, library=st.library or "the library", lib=_fmt_us(st.library_us)))
     text = "; ".join(parts) + "."
-    if st.roof_pct is not None and st.roof_pct >= 100:  # the measured ceilings are medians: a kernel can beat them
+    if st.roof_pct is not None and st.roof_pct >= PAST_ROOF_PCT:
         text += " " + t["past_roof"]
     elif st.roof_pct is not None and st.roof_pct >= AT_ROOF_PCT:
         text += " " + t["at_roof"].format(left=_fmt_us(st.headroom_us or 0.0), pct=100 - st.roof_pct)

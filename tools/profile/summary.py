@@ -112,9 +112,9 @@ def bottleneck(compute_pct: float | None, memory_pct: float | None, busy: float 
 
 
 # DRAM below this share of its peak in a compute-bound kernel serves the bytes over the minimum under the math: on the
-# H200's main GEMM (compute 93%, DRAM 20-25% busy at 2.7-3.3x the minimum bytes) the moves that cut them (group_m 16,
-# the 2-CTA cluster) measured level to 1.9% slower, while the deferred epilogue gained 1.1-1.2% (bench/results/
-# gemm_sweep.md rounds 4-5, docs/examples/tuner-climb).
+# H200's main GEMM (compute 93%, DRAM 20-25% busy at 2.7-3.3x the minimum bytes) the moves that cut them gained at most
+# 0.3% (group_m 16) or cost 1.5-2.3% (the 2-CTA cluster), while the deferred epilogue gained 1.1-1.2% (bench/results/
+# gemm_sweep.md rounds 4-5 and 13, docs/examples/tuner-climb).
 DRAM_BUSY_PCT = 40.0
 
 
