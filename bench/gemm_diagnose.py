@@ -182,9 +182,13 @@ VARIANTS = {**{n: (e, {}) for n, e in EDITS.items()},
             "g16": ([], {"group_m": 16}), "serp_g16": (SERP, {"group_m": 16}),
             # the template's bk = 32 (gemm_chunk32.py: 32-element k-chunks under the 64B swizzle), 8 or 6 stages
             "bk32": ([], {"bk": 32, "stages": 8}), "bk32_6": ([], {"bk": 32, "stages": 6}),
-            "bk32_serp": (SERP, {"bk": 32, "stages": 8})}
+            "bk32_serp": (SERP, {"bk": 32, "stages": 8}),
+            # the template's L2 feeders (gemm_l2_feed.py): 4 CTAs on the idle SMs prefetch the rounds' k-blocks
+            **{f"feed{d}": ([], {"feed": d}) for d in (2, 4, 8, 16)},
+            **{f"feed{d}_box": ([], {"feed": d, "feed_boxes": True}) for d in (4, 8, 16)}}
 CHECKED = ("ref", "ref_132", "c_first", "b_last", "c_first_b_last", "c_first_a_first",
-           "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp")  # compute C
+           "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp",
+           "feed2", "feed4", "feed8", "feed16", "feed4_box", "feed8_box", "feed16_box")  # compute C
 
 
 def edited(source: str, edits: list) -> str:
