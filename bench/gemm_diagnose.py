@@ -14,9 +14,11 @@ variants take one part of the kernel away at a time, so the difference in kernel
   bare_long    bare without tile boundaries: each CTA runs one tile of 14 tiles' k-blocks
   bare_nowait  bare without the consumers' waits on the full barriers; bare_long_nowait both
   *_132        the same on 132 CTAs (max_ctas=0): round 3's "+1.2% a tile" split into its parts
-  c_first, b_last, c_first_b_last, c_first_a_first
+  c_first, b_last, c_first_b_last, c_first_a_first, a_last, b_first, a_last_b_first, c_first_a_last_b_first
                real kernels: the reference with L2 eviction priorities on its TMA copies (C's stores evict_first,
-               B's loads evict_last, A's loads evict_first)
+               B's loads evict_last or evict_first, A's loads evict_first or evict_last)
+  feed*        real kernels: the template's L2 feeders (feed, feed_boxes); *_stats, feed_idle, feed*_b: with the
+               feeders' account of a call (feed_idle: no prefetches; _b: B's boxes alone)
   pf6, pf12, pf24, pf12_b
                real kernels: the producer also prefetches into L2 the A and B boxes 6 / 12 / 24 k-blocks ahead
                (pf12_b: B alone), into the next tile past a tile's end
@@ -120,6 +122,14 @@ B_LAST = [(
 A_FIRST = [(
     "tma_load_2d(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0);",
     "tma_load_2d_hint(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0, l2_policy<false>());  // diagnose: a_first")]
+# A's strips are re-read by the next round of the same group (about 50 MB of traffic later, the L2's size), B's are
+# dead once the round's 16 CTAs on a column strip have read them; A evict_first cost 1.1% (above). So the opposite:
+A_LAST = [(
+    "tma_load_2d(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0);",
+    "tma_load_2d_hint(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0, l2_policy<true>());  // diagnose: a_last")]
+B_FIRST = [(
+    "tma_load_2d(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0);",
+    "tma_load_2d_hint(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0, l2_policy<false>());  // diagnose: b_first")]
 
 # Real kernels: the producer also prefetches into L2 (cp.async.bulk.prefetch.tensor) the A and B boxes `pf` k-blocks
 # ahead of the load it issues, past the tile's end into its next tile's first k-blocks. tma_hot ran 2-3% faster than
@@ -168,10 +178,42 @@ SERP = [(
      "            const int kx = (rev ? k_iters - 1 - k : k) * BK + kc * 64;  // diagnose: serp")]
 
 
+# The L2 feeders' own account (round 14): words 1-3 of the feeders' counter (8 words here) sum, over the feeders'
+# polling warps, the k-steps they prefetched, the k-steps they skipped (the producers had issued them already) and
+# their polls; words 4-7 say why each feeder's first warp stopped (1: every report in, 2: 20 us without one, 3: past
+# the last k-step). feed_idle: the feeders poll and stop as usual but prefetch nothing (the mechanism's own cost);
+# feed_b: B's boxes alone (A's strips are re-read by the next round, B's are new to each round).
+FEED_STATS = [
+    ('[scratch.feed_count]\ndtype = "int32"\nshape = [1]', '[scratch.feed_count]\ndtype = "int32"\nshape = [8]'),
+    ("const __nv_bfloat16* B, const unsigned* count, int feeder,", "const __nv_bfloat16* B, unsigned* count, int feeder,"),
+    ("  unsigned long long heard = feed_ns();\n",
+     "  unsigned long long heard = feed_ns();\n  int prefetched = 0, skipped = 0, polls = 0, why = 3;  // diagnose: stats\n"),
+    ("    const unsigned got = feed_read(count) - base;\n    if (got >= reports) break;",
+     "    ++polls;\n    const unsigned got = feed_read(count) - base;\n    if (got >= reports) { why = 1; break; }"),
+    ("    } else if (feed_ns() - heard > 20000) {\n      break;",
+     "    } else if (feed_ns() - heard > 20000) {\n      why = 2;\n      break;"),
+    ("    if (next < done) next = done;", "    if (next < done) { skipped += done - next; next = done; }"),
+    ("    for (; next < until; ++next) feed_step(",
+     "    prefetched += until - next;\n    for (; next < until; ++next) feed_step("),
+    ("""feed_step(next, tmA, tmB, A, B, feeder, ctas, tiles_m, tiles_n, k_iters, M, N, K);
+  }
+}""", """feed_step(next, tmA, tmB, A, B, feeder, ctas, tiles_m, tiles_n, k_iters, M, N, K);
+  }
+  if (threadIdx.x % 32 == 0) {  // diagnose: stats
+    atomicAdd(count + 1, static_cast<unsigned>(prefetched));
+    atomicAdd(count + 2, static_cast<unsigned>(skipped));
+    atomicAdd(count + 3, static_cast<unsigned>(polls));
+    if (threadIdx.x == 0) count[4 + feeder] = why;
+  }
+}""")]
+FEED_IDLE = [("    const int until = min(total, done + FEED_LEAD);", "    const int until = done;  // diagnose: feed_idle")]
+FEED_B = [("        if (own_a) feed_box(tmA, kx, tm * BM);\n", "")]
+
 EDITS: dict[str, list] = {
     "ref": [], "no_store": NO_STORE, "no_tma": NO_TMA, "tma_hot": TMA_HOT, "bare": NO_TMA + NO_STORE,
     "feed_only": FEED_ONLY, "c_first": C_FIRST, "b_last": HINT_HELPERS + B_LAST, "c_first_b_last": C_FIRST + B_LAST,
-    "c_first_a_first": C_FIRST + A_FIRST,
+    "c_first_a_first": C_FIRST + A_FIRST, "a_last": HINT_HELPERS + A_LAST, "b_first": HINT_HELPERS + B_FIRST,
+    "a_last_b_first": HINT_HELPERS + A_LAST + B_FIRST, "c_first_a_last_b_first": C_FIRST + A_LAST + B_FIRST,
     "bare_long": NO_TMA + NO_STORE + LONG, "bare_nowait": NO_TMA + NO_STORE + NO_FULL_WAIT,
     "bare_long_nowait": NO_TMA + NO_STORE + LONG + NO_FULL_WAIT,
     "pf6": prefetch(6), "pf12": prefetch(12), "pf24": prefetch(24), "pf12_b": prefetch(12, a=False),
@@ -185,10 +227,16 @@ VARIANTS = {**{n: (e, {}) for n, e in EDITS.items()},
             "bk32_serp": (SERP, {"bk": 32, "stages": 8}),
             # the template's L2 feeders (gemm_l2_feed.py): 4 CTAs on the idle SMs prefetch the rounds' k-blocks
             **{f"feed{d}": ([], {"feed": d}) for d in (2, 4, 8, 16)},
-            **{f"feed{d}_box": ([], {"feed": d, "feed_boxes": True}) for d in (4, 8, 16)}}
-CHECKED = ("ref", "ref_132", "c_first", "b_last", "c_first_b_last", "c_first_a_first",
+            **{f"feed{d}_box": ([], {"feed": d, "feed_boxes": True}) for d in (4, 8, 16)},
+            "feed4_stats": (FEED_STATS, {"feed": 4}), "feed8_box_stats": (FEED_STATS, {"feed": 8, "feed_boxes": True}),
+            "feed_idle": (FEED_STATS + FEED_IDLE, {"feed": 8, "feed_boxes": True}),
+            "feed8_b": (FEED_STATS + FEED_B, {"feed": 8, "feed_boxes": True}),
+            "feed2_b": (FEED_STATS + FEED_B, {"feed": 2, "feed_boxes": True})}
+CHECKED = ("ref", "ref_132", "c_first", "b_last", "c_first_b_last", "c_first_a_first", "a_last", "b_first",
+           "a_last_b_first", "c_first_a_last_b_first",
            "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp",
-           "feed2", "feed4", "feed8", "feed16", "feed4_box", "feed8_box", "feed16_box")  # compute C
+           "feed2", "feed4", "feed8", "feed16", "feed4_box", "feed8_box", "feed16_box", "feed4_stats", "feed8_box_stats",
+           "feed_idle", "feed8_b", "feed2_b")  # compute C
 
 
 def edited(source: str, edits: list) -> str:
@@ -260,6 +308,15 @@ def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap
             torch.cuda.synchronize()
             result["correct"][name] = check(C, ref)
             print(name, result["correct"][name], flush=True)
+        stats = r.scratch.get("feed_count")
+        if stats is not None and stats.numel() > 1:  # the feeders' account of one call (FEED_STATS)
+            stats[1:].zero_()
+            fns[name]()
+            torch.cuda.synchronize()
+            w = stats.tolist()
+            result.setdefault("feed_stats", {})[name] = {"prefetched": w[1], "skipped": w[2], "polls": w[3],
+                                                          "why": w[4:]}
+            print(name, "feeders:", result["feed_stats"][name], flush=True)
     flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
     with GpuSampler(period_ms=50, extra=("clocks.sm", "power.draw")) as sampler:
         t0 = time.time()
