@@ -17,8 +17,9 @@ variants take one part of the kernel away at a time, so the difference in kernel
   c_first, b_last, c_first_b_last, c_first_a_first, a_last, b_first, a_last_b_first, c_first_a_last_b_first
                real kernels: the reference with L2 eviction priorities on its TMA copies (C's stores evict_first,
                B's loads evict_last or evict_first, A's loads evict_first or evict_last)
-  feed*        real kernels: the template's L2 feeders (feed, feed_boxes); *_stats, feed_idle, feed*_b: with the
-               feeders' account of a call (feed_idle: no prefetches; _b: B's boxes alone)
+  hints, hints_g8, hints_serp, hints_a_half
+               real kernels: the template's l2_hints (c_first_a_last_b_first as an option), with group_m 8, with
+               K walked backwards on alternate tiles, with half of A's loads evict_last
   pf6, pf12, pf24, pf12_b
                real kernels: the producer also prefetches into L2 the A and B boxes 6 / 12 / 24 k-blocks ahead
                (pf12_b: B alone), into the next tile past a tile's end
@@ -48,6 +49,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "bench" / "build_gemm_diag"
 sys.path.insert(0, str(ROOT / "bench"))
+
+from ptxbench.workloads.solutions.gemm_l2_hints import L2_HINT_HELPERS  # noqa: E402  (the template's own helpers)
 
 # Each edit: (old text, new text); old must occur exactly once in the rendered reference.
 NO_TMA = [(
@@ -86,33 +89,7 @@ NO_FULL_WAIT = [("        mbar_wait(&full[stage], phase);\n", "        // diagno
 # Real kernels (checked against torch like the reference): L2 eviction-priority hints on the TMA traffic. The 128
 # tiles in flight read about 52 MB of A and B, the L2's size, while 117 MB of C stream through it once: C's stores
 # marked evict_first leave A and B their lines; B (each column strip read by 8 tile rows) marked evict_last.
-HINT_HELPERS = [("using namespace ptxbench;\n", """using namespace ptxbench;
-
-template <bool LAST>
-__device__ __forceinline__ uint64_t l2_policy() {  // diagnose: L2 eviction priority for a TMA copy
-  uint64_t p;
-  if constexpr (LAST) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-  else asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ void tma_load_2d_hint(void* smem_dst, const void* tmap, uint64_t* bar, int32_t c0,
-                                                 int32_t c1, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%3, %4}], [%2], %5;"
-      :: "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))), "l"(reinterpret_cast<uint64_t>(tmap)),
-         "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(c0), "r"(c1), "l"(policy)
-      : "memory");
-}
-__device__ __forceinline__ void tma_store_2d_hint(const void* tmap, const void* smem_src, int32_t c0, int32_t c1,
-                                                  uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;"
-      :: "l"(reinterpret_cast<uint64_t>(tmap)), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_src))),
-         "r"(c0), "r"(c1), "l"(policy)
-      : "memory");
-}
-""")]
+HINT_HELPERS = [("using namespace ptxbench;\n", "using namespace ptxbench;\n\n" + L2_HINT_HELPERS)]
 C_FIRST = HINT_HELPERS + [(
     "    tma_store_2d(tmC, stage_buf + buf, col0 + 64 * S, row0);",
     "    tma_store_2d_hint(tmC, stage_buf + buf, col0 + 64 * S, row0, l2_policy<false>());  // diagnose: c_first")]
@@ -130,6 +107,8 @@ A_LAST = [(
 B_FIRST = [(
     "tma_load_2d(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0);",
     "tma_load_2d_hint(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0, l2_policy<false>());  // diagnose: b_first")]
+# l2_hints with half of A's accesses evict_last (the other half keep the default priority)
+A_HALF = [("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;", "createpolicy.fractional.L2::evict_last.b64 %0, 0.5;")]
 
 # Real kernels: the producer also prefetches into L2 (cp.async.bulk.prefetch.tensor) the A and B boxes `pf` k-blocks
 # ahead of the load it issues, past the tile's end into its next tile's first k-blocks. tma_hot ran 2-3% faster than
@@ -178,41 +157,11 @@ SERP = [(
      "            const int kx = (rev ? k_iters - 1 - k : k) * BK + kc * 64;  // diagnose: serp")]
 
 
-# The L2 feeders' own account (round 14): words 1-3 of the feeders' counter (8 words here) sum, over the feeders'
-# polling warps, the k-steps they prefetched, the k-steps they skipped (the producers had issued them already) and
-# their polls; words 4-7 say why each feeder's first warp stopped (1: every report in, 2: 20 us without one, 3: past
-# the last k-step). feed_idle: the feeders poll and stop as usual but prefetch nothing (the mechanism's own cost);
-# feed_b: B's boxes alone (A's strips are re-read by the next round, B's are new to each round).
-FEED_STATS = [
-    ('[scratch.feed_count]\ndtype = "int32"\nshape = [1]', '[scratch.feed_count]\ndtype = "int32"\nshape = [8]'),
-    ("const __nv_bfloat16* B, const unsigned* count, int feeder,", "const __nv_bfloat16* B, unsigned* count, int feeder,"),
-    ("  unsigned long long heard = feed_ns();\n",
-     "  unsigned long long heard = feed_ns();\n  int prefetched = 0, skipped = 0, polls = 0, why = 3;  // diagnose: stats\n"),
-    ("    const unsigned got = feed_read(count) - base;\n    if (got >= reports) break;",
-     "    ++polls;\n    const unsigned got = feed_read(count) - base;\n    if (got >= reports) { why = 1; break; }"),
-    ("    } else if (feed_ns() - heard > 20000) {\n      break;",
-     "    } else if (feed_ns() - heard > 20000) {\n      why = 2;\n      break;"),
-    ("    if (next < done) next = done;", "    if (next < done) { skipped += done - next; next = done; }"),
-    ("    for (; next < until; ++next) feed_step(",
-     "    prefetched += until - next;\n    for (; next < until; ++next) feed_step("),
-    ("""feed_step(next, tmA, tmB, A, B, feeder, ctas, tiles_m, tiles_n, k_iters, M, N, K);
-  }
-}""", """feed_step(next, tmA, tmB, A, B, feeder, ctas, tiles_m, tiles_n, k_iters, M, N, K);
-  }
-  if (threadIdx.x % 32 == 0) {  // diagnose: stats
-    atomicAdd(count + 1, static_cast<unsigned>(prefetched));
-    atomicAdd(count + 2, static_cast<unsigned>(skipped));
-    atomicAdd(count + 3, static_cast<unsigned>(polls));
-    if (threadIdx.x == 0) count[4 + feeder] = why;
-  }
-}""")]
-FEED_IDLE = [("    const int until = min(total, done + FEED_LEAD);", "    const int until = done;  // diagnose: feed_idle")]
-FEED_B = [("        if (own_a) feed_box(tmA, kx, tm * BM);\n", "")]
-
 EDITS: dict[str, list] = {
     "ref": [], "no_store": NO_STORE, "no_tma": NO_TMA, "tma_hot": TMA_HOT, "bare": NO_TMA + NO_STORE,
     "feed_only": FEED_ONLY, "c_first": C_FIRST, "b_last": HINT_HELPERS + B_LAST, "c_first_b_last": C_FIRST + B_LAST,
     "c_first_a_first": C_FIRST + A_FIRST, "a_last": HINT_HELPERS + A_LAST, "b_first": HINT_HELPERS + B_FIRST,
+    "c_first_a_last": C_FIRST + A_LAST, "c_first_b_first": C_FIRST + B_FIRST,
     "a_last_b_first": HINT_HELPERS + A_LAST + B_FIRST, "c_first_a_last_b_first": C_FIRST + A_LAST + B_FIRST,
     "bare_long": NO_TMA + NO_STORE + LONG, "bare_nowait": NO_TMA + NO_STORE + NO_FULL_WAIT,
     "bare_long_nowait": NO_TMA + NO_STORE + LONG + NO_FULL_WAIT,
@@ -225,18 +174,14 @@ VARIANTS = {**{n: (e, {}) for n, e in EDITS.items()},
             # the template's bk = 32 (gemm_chunk32.py: 32-element k-chunks under the 64B swizzle), 8 or 6 stages
             "bk32": ([], {"bk": 32, "stages": 8}), "bk32_6": ([], {"bk": 32, "stages": 6}),
             "bk32_serp": (SERP, {"bk": 32, "stages": 8}),
-            # the template's L2 feeders (gemm_l2_feed.py): 4 CTAs on the idle SMs prefetch the rounds' k-blocks
-            **{f"feed{d}": ([], {"feed": d}) for d in (2, 4, 8, 16)},
-            **{f"feed{d}_box": ([], {"feed": d, "feed_boxes": True}) for d in (4, 8, 16)},
-            "feed4_stats": (FEED_STATS, {"feed": 4}), "feed8_box_stats": (FEED_STATS, {"feed": 8, "feed_boxes": True}),
-            "feed_idle": (FEED_STATS + FEED_IDLE, {"feed": 8, "feed_boxes": True}),
-            "feed8_b": (FEED_STATS + FEED_B, {"feed": 8, "feed_boxes": True}),
-            "feed2_b": (FEED_STATS + FEED_B, {"feed": 2, "feed_boxes": True})}
+            # the template's l2_hints (A evict_last, B and C evict_first: c_first_a_last_b_first as an option), and
+            # its neighbours
+            "hints": ([], {"l2_hints": True}), "hints_g8": ([], {"l2_hints": True, "group_m": 8}),
+            "hints_serp": (SERP, {"l2_hints": True}), "hints_a_half": (A_HALF, {"l2_hints": True})}
 CHECKED = ("ref", "ref_132", "c_first", "b_last", "c_first_b_last", "c_first_a_first", "a_last", "b_first",
-           "a_last_b_first", "c_first_a_last_b_first",
-           "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp",
-           "feed2", "feed4", "feed8", "feed16", "feed4_box", "feed8_box", "feed16_box", "feed4_stats", "feed8_box_stats",
-           "feed_idle", "feed8_b", "feed2_b")  # compute C
+           "a_last_b_first", "c_first_a_last_b_first", "c_first_a_last", "c_first_b_first", "hints", "hints_g8",
+           "hints_serp", "hints_a_half",
+           "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp")  # compute C
 
 
 def edited(source: str, edits: list) -> str:
@@ -308,15 +253,6 @@ def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap
             torch.cuda.synchronize()
             result["correct"][name] = check(C, ref)
             print(name, result["correct"][name], flush=True)
-        stats = r.scratch.get("feed_count")
-        if stats is not None and stats.numel() > 1:  # the feeders' account of one call (FEED_STATS)
-            stats[1:].zero_()
-            fns[name]()
-            torch.cuda.synchronize()
-            w = stats.tolist()
-            result.setdefault("feed_stats", {})[name] = {"prefetched": w[1], "skipped": w[2], "polls": w[3],
-                                                          "why": w[4:]}
-            print(name, "feeders:", result["feed_stats"][name], flush=True)
     flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
     with GpuSampler(period_ms=50, extra=("clocks.sm", "power.draw")) as sampler:
         t0 = time.time()

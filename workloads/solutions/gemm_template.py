@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from .gemm_body import replace_function, swap
 from .gemm_chunk32 import chunk32_body
 from .gemm_epilogues import STMATRIX_STORE_TILE, defer_body
-from .gemm_l2_feed import FEED_CTAS, feed_body
+from .gemm_l2_hints import l2_hints_body
 from .gemm_pingpong import PINGPONG_BARRIERS, pingpong_body  # noqa: F401  (PINGPONG_BARRIERS: read by tests)
 from .gemm_streamk import STREAMK_HELPERS, streamk_body  # noqa: F401  (STREAMK_HELPERS: read by tests)
 from .gemm_tile_order import HILBERT_TILE_COORDS
@@ -71,11 +71,8 @@ class GemmParams(BaseModel):
                           "knows it is warp-uniform and builds the A descriptors in uniform registers (48 -> 17 R2UR, "
                           "1,008 -> 936 instructions at the default point, ptxas 13.5; on the H200 -0.75% time on the "
                           "main GEMM, -0.6% on the square one: on by default since, False is the plain index)")
-    feed: int = Field(0, description="L2 feeders (gemm_l2_feed.py): 4 extra CTAs on the SMs the persistent grid leaves "
-                      "idle prefetch into L2 the k-blocks of the tiles in flight, this many k-steps ahead of the "
-                      "producers (0: none)")
-    feed_boxes: bool = Field(False, description="feed: the feeders prefetch whole TMA boxes "
-                             "(cp.async.bulk.prefetch.tensor), else every 128-byte line (prefetch.global.L2)")
+    l2_hints: bool = Field(False, description="L2 eviction priorities on the TMA copies (gemm_l2_hints.py): A's loads "
+                           "evict_last (the next round re-reads its strips), B's loads and C's stores evict_first")
 
     @model_serializer(mode="wrap")
     def _without_default_options(self, handler):
@@ -144,10 +141,9 @@ OPTION_SPACE: dict[str, list] = {
     "tail": ["none", "streamk"],
     "uniform": [False, True],
     "defer": [False, True],  # -1.1% / -1.2% on the main GEMM (gemm_sweep.md rounds 4-5): default_params() sets it
-    "feed": [0, 2, 4, 8, 16],
-    "feed_boxes": [False, True],
+    "l2_hints": [False, True],
 }
-OPTION_NAMES = ("order", "stmatrix", "schedule", "tail", "uniform", "defer", "feed", "feed_boxes")  # GemmParams' serializer leaves these out at their defaults
+OPTION_NAMES = ("order", "stmatrix", "schedule", "tail", "uniform", "defer", "l2_hints")  # GemmParams' serializer leaves these out at their defaults
 assert set(OPTION_SPACE) == set(OPTION_NAMES)
 
 
@@ -267,16 +263,8 @@ def validate(params: GemmParams | dict, shape: tuple[int, int, int] | None = Non
         if p.acc_regs * 3 // 2 > p.consumer_regs - 40:
             bad.append(f"defer=True keeps the packed tile ({p.acc_regs // 2} registers) beside the accumulators "
                        f"({p.acc_regs}): more than the consumers' {p.consumer_regs} allow (about 40 spare)")
-    if p.feed:
-        if not p.persistent or p.pingpong or p.streamk or p.cluster_m != 1 or p.order != "grouped":
-            bad.append("feed > 0 prefetches the boxes of a persistent grid's rounds in the grouped order: it needs "
-                       "persistent=True, schedule='cooperative', tail='none', cluster_m=1 and order='grouped'")
-        if not p.max_ctas:
-            bad.append("feed > 0 runs its feeders on the SMs max_ctas leaves idle: it needs max_ctas > 0")
-        if p.bk % 64:
-            bad.append(f"feed > 0 prefetches 128-byte rows of 64-element chunks: bk={p.bk} must be a multiple of 64")
-    elif p.feed_boxes:
-        bad.append("feed_boxes=True says how the feeders prefetch: it needs feed > 0")
+    if p.l2_hints and p.pingpong:
+        bad.append("l2_hints=True marks the cooperative kernel's copies: it needs schedule='cooperative'")
     if p.bn % 8 or not 16 <= p.bn <= 256:
         bad.append(f"bn={p.bn} must be a multiple of 8 in [16, 256] (wgmma N)")
     if p.bk % 64 and p.bk != 32:
@@ -319,8 +307,6 @@ def _grid(p: GemmParams) -> str:
     ctas = _ctas(p)
     if p.streamk:  # every CTA takes a share of the tail's k-blocks, also when there are fewer tiles than CTAs
         return ctas
-    if p.feed:  # the feeders after the tile CTAs
-        return f"min({ctas}, {tiles}) + {FEED_CTAS}"
     return f"min({ctas}, {tiles})" if c == 1 else f"min({ctas} // {c} * {c}, {tiles})"
 
 
@@ -328,9 +314,6 @@ def plan_toml(p: GemmParams) -> str:
     chunk = min(p.bk, 64)  # K elements of a TMA box row: 64 (128B swizzle) or 32 (64B)
     cluster = f"cluster = [{p.cluster_m}, 1, 1]\n" if p.cluster_m > 1 else ""
     sk_args, sk_scratch = "", ""
-    if p.feed:  # the feeders' report counter: read as differences, so never zeroed (no timed memset)
-        sk_args = ', "A", "B", "scratch:feed_count"'
-        sk_scratch = '\n[scratch.feed_count]\ndtype = "int32"\nshape = [1]\nzero = false\n'
     if p.streamk:  # two fp32 partial tiles per CTA (never read before written: left unzeroed), a ticket per tail
         # tile and consumer (tail tiles < CTAs; zeroed for every call, and put back to 0 by the kernel)
         sk_args = ', "scratch:sk_ws", "scratch:sk_tickets"'
@@ -394,6 +377,6 @@ def body_text(p: GemmParams) -> str:
         body = swap(body, *uniform_index_edit("consumer"))  # the consumer's A descriptors in uniform registers
     if p.bk == 32:
         body = chunk32_body(body)
-    if p.feed:
-        body = feed_body(body, p.feed, p.feed_boxes)
+    if p.l2_hints:
+        body = l2_hints_body(body)
     return body
