@@ -5,9 +5,9 @@ GEMM's names when a template declares none). Each move has a prior worth (the sh
 worth on Hopper GEMMs: bench/results/gemm_reference.md, shared/design/HOPPER-KERNELS.md), which the
 evidence multiplies:
 
-    DRAM bytes over the minimum / memory-bound -> grouped tile order, bigger tiles, cluster multicast; a quarter of
-        that weight when the kernel is compute-bound with its DRAM under DRAM_BUSY_PCT (40%) busy (the bytes move
-        under the math)
+    DRAM bytes over the minimum / memory-bound -> grouped tile order, bigger tiles, cluster multicast, L2 eviction
+        priorities (cache); a quarter of that weight when the kernel is compute-bound with its DRAM under
+        DRAM_BUSY_PCT (40%) busy (the bytes move under the math)
     compute-bound, traffic hidden, TMA epilogue on a persistent grid -> the epilogue deferred under the next tile's
         k-loop (the tensor pipe's idle share is where the epilogue runs between tiles)
     consumers waiting on stage data (hot line, else long-scoreboard stalls) -> deeper ring
@@ -59,7 +59,7 @@ DEFAULT_LINES: dict[str, tuple[str, ...]] = {"stage_wait": ("mbar_wait(&full",),
 NEAR_ROOF_PCT = 5.0     # the profile feedback's "small, safe changes" zone
 TRAFFIC_BOUND = 4.0     # DRAM bytes over the minimum from which a memory-bound kernel is starved by traffic
 STRUCTURAL = {"tile_n", "tile_m", "warps", "chunk", "key_tile"}
-TRAFFIC = {"order", "tile_n", "tile_m", "multicast"}  # the moves that cut DRAM bytes
+TRAFFIC = {"order", "tile_n", "tile_m", "multicast", "cache"}  # the moves that cut DRAM bytes
 COMPOUNDS = {"tile": ("tile_m", "tile_n")}  # role -> the lever roles it pulls together
 SHRINK_FIRST = {"ring": 50, "tile_n": 20, "key_tile": 20, "tile_m": 10, "producer": 5}  # after a resource failure: the ring is the cheapest to give
 RING_STEP = 2           # a stage per load in flight and one being consumed: +2 is the useful step
@@ -87,6 +87,7 @@ WORDS = {
     "producer": "a different producer register budget",
     "dq_reduce": "dQ by bulk reduce-adds from shared memory",
     "overlap": "the epilogue deferred under the next tile's k-loop (the tile kept as packed bf16 pairs, ~1%)",
+    "cache": "L2 eviction priorities (A's strips kept for the next round, B's and C's streamed through: ~0.6%)",
 }
 
 
@@ -162,7 +163,7 @@ def prior(role: str, kind: str, old: Any, new: Any, table: dict[str, Any] | None
     if kind == "up" and role in ("order", "multicast"):  # beyond the favoured value: level on the H200
         return 0.004
     return {"epilogue": 0.08, "persistent": 0.03, "order": 0.05, "multicast": 0.005,
-            "chunk": 0.002, "overlap": 0.011}.get(role, 0.001)
+            "chunk": 0.002, "overlap": 0.011, "cache": 0.006}.get(role, 0.001)
 
 
 def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
@@ -195,6 +196,7 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
         add("tile_n", grow_n, w, why)
         add("tile_m", "up", w, why)
         add("multicast", "goal", w, why)
+        add("cache", "goal", w, why)
     if ev.bottleneck == "memory":
         why = f"memory-bound (memory {ev.memory_sol_pct or 0:.0f}% of peak, compute {ev.compute_sol_pct or 0:.0f}%)"
         for role, kind in (("tile_n", grow_n), ("tile_m", "up"), ("order", "goal")):

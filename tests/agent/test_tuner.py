@@ -209,3 +209,19 @@ def test_every_point_of_a_climb_assembles_for_sm90a():
             kernel = result.kernels[gt.KERNEL]
             assert kernel.sass_opcodes.get("HGMMA", 0) > 0 and kernel.sass_opcodes.get("UTMALDG", 0) > 0, text
             assert kernel.spill_stores == 0 and not result.warnings, (text, [w.message for w in result.warnings])
+
+
+def test_after_the_deferred_epilogue_the_l2_priorities_come_before_the_cluster():
+    """The H200's turn 7 of a GEMM climb (defer, group_m 16: compute 94% of peak, DRAM 21% busy at 2.7x the minimum
+    bytes): both traffic moves left read the bytes under the math, and the L2 eviction priorities (measured -0.6%,
+    gemm_sweep.md round 14) rank above the 2-CTA cluster (measured 1.5-2.3% slower), so the next move completes
+    default_params()."""
+    from ptxbench.workloads.solutions.gemm_template import default_params
+    rec = json.loads((ROOT / "bench/results/tuner_evidence/gemm_defer_turn7_2026-12-03.json").read_text())
+    ev = evidence_from(EvalResult.model_validate(rec["result"]))
+    assert ev.bottleneck == "compute" and ev.dram_sol_pct < 40 and ev.dram_over_min > 2
+    ranked = rank(gt, rec["params"], ev, TunerModel(MAIN)._valid, headroom=ev.headroom_pct)
+    assert ranked[0].role == "cache" and ranked[0].label == "l2_hints False -> True", ranked[0].label
+    assert {**rec["params"], **ranked[0].params} == default_params().model_dump()
+    assert "they move under the math" in ranked[0].reasons[0]
+    assert ranked[1].role == "multicast"
