@@ -127,7 +127,9 @@ MUTATIONS: list[Mutation] = [
     Mutation("tma_coords_swapped",
              "a TMA load's coordinates are given outermost first (row, column) instead of innermost first: the box "
              "is read from the wrong place and out-of-bounds parts load as zeros",
-             WRONG, r"(tma_load_2d\([^;]*?,\s*)([^,;]+?),\s*([^,;()]+?)\);", r"\1\3, \2);", 1),
+             # the L2-hinted load (l2_hints) keeps its policy argument last
+             WRONG, r"(tma_load_2d(?:_hint)?\([^;]*?,\s*)([^,;]+?),\s*([^,;()]+?)((?:,\s*(?:keep|stream|policy))?)\);",
+             r"\1\3, \2\4);", 1),
     Mutation("tmap_view_one_head",
              "the attention tensor maps view Q, K and V (and O, stored by TMA) as [S, D] (one head) instead of the "
              "[B*H*S, D] rows of all heads: every row past the first head loads as zeros (and is never stored)",

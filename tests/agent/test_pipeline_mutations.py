@@ -91,8 +91,15 @@ def test_the_edits_are_the_named_ones(mutants):
     assert "wgmma_fence_regs(s);" not in fences and "wgmma_fence_regs(o);" not in fences
     assert "wgmma_fence_regs(acc" not in mutants[("missing_wgmma_fence_regs", GEMM)]
     swapped = _changed(reference_source(GEMM), mutants[("tma_coords_swapped", GEMM)])
-    assert swapped == ["-tma_load_2d(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0);",
-                       "+tma_load_2d(sA + kc * A_CHUNK, &tmA, &full[stage], m0, kx);"]
+    assert swapped == ["-tma_load_2d_hint(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0, keep);",
+                       "+tma_load_2d_hint(sA + kc * A_CHUNK, &tmA, &full[stage], m0, kx, keep);"]
+    # a kernel without the L2 priorities (a template point, a model's kernel) swaps the same way
+    from ptxbench.agent.export.mutations import MUTATIONS
+    from ptxbench.workloads.solutions.gemm_template import GemmParams, render
+    plain = render(GemmParams())
+    cls = next(m for m in MUTATIONS if m.name == "tma_coords_swapped")
+    assert _changed(plain, cls.apply(plain)) == ["-tma_load_2d(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0);",
+                                                 "+tma_load_2d(sA + kc * A_CHUNK, &tmA, &full[stage], m0, kx);"]
     row = _changed(reference_source(ATTN), mutants[("tmap_row_missing_head_offset", ATTN)])
     assert row == ["-const int row = kv_row + j * BN;", "+const int row = j * BN;"]
     assert _changed(reference_source(GEMM), mutants[("setmaxnreg_over_pool", GEMM)]) == [

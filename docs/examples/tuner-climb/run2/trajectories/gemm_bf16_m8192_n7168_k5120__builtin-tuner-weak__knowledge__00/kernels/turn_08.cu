@@ -3,9 +3,8 @@ language = "cuda"
 
 [[launch]]
 kernel = "gemm_bf16_tn"
-grid = ["min(min(num_sms, 128) // 2 * 2, cdiv(cdiv(M, 128), 2) * 2 * cdiv(N, 256))", 1, 1]
+grid = ["min(min(num_sms, 128), cdiv(M, 128) * cdiv(N, 256))", 1, 1]
 block = [384, 1, 1]
-cluster = [2, 1, 1]
 smem = 230464
 args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"]
 
@@ -17,7 +16,7 @@ l2_promotion = "256B"
 
 [tmap.B_map]
 tensor = "B"
-box = [64, 128]
+box = [64, 256]
 swizzle = "128B"
 l2_promotion = "256B"
 
@@ -26,7 +25,7 @@ tensor = "C"
 box = [64, 64]
 swizzle = "128B"
 */
-// Reference GEMM rendered by workloads/solutions/gemm_template.py with {'bm': 128, 'bn': 256, 'bk': 64, 'stages': 4, 'consumers': 2, 'persistent': True, 'group_m': 16, 'cluster_m': 2, 'epilogue': 'tma', 'producer_regs': 40, 'max_ctas': 128, 'defer': True}
+// Reference GEMM rendered by workloads/solutions/gemm_template.py with {'bm': 128, 'bn': 256, 'bk': 64, 'stages': 4, 'consumers': 2, 'persistent': True, 'group_m': 16, 'cluster_m': 1, 'epilogue': 'tma', 'producer_regs': 40, 'max_ctas': 128, 'defer': True, 'l2_hints': True}
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -43,7 +42,7 @@ constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
 constexpr bool PERSISTENT = true;
 constexpr int GROUP_M = 16;
-constexpr int CLUSTER_M = 2;
+constexpr int CLUSTER_M = 1;
 constexpr bool EPILOGUE_TMA = true;
 constexpr int PRODUCER_REGS = 40;
 constexpr int CONSUMER_REGS = 232;
@@ -55,6 +54,32 @@ constexpr int CONSUMER_REGS = 232;
 // persistent (one CTA per SM walking the tiles in grouped order) and clustered (CLUSTER_M CTAs on
 // neighbouring M tiles share each B tile through TMA multicast). M, N and K may be ragged: TMA
 // zero-fills out-of-bounds loads and the epilogue guards its stores.
+
+// ---- L2 eviction priorities (l2_hints) ----
+template <bool LAST>
+__device__ __forceinline__ uint64_t l2_policy() {  // evict_last (LAST) or evict_first, for every access it marks
+  uint64_t p;
+  if constexpr (LAST) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  else asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ void tma_load_2d_hint(void* smem_dst, const void* tmap, uint64_t* bar, int32_t c0,
+                                                 int32_t c1, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%3, %4}], [%2], %5;"
+      :: "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))), "l"(reinterpret_cast<uint64_t>(tmap)),
+         "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(c0), "r"(c1), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void tma_store_2d_hint(const void* tmap, const void* smem_src, int32_t c0, int32_t c1,
+                                                  uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;"
+      :: "l"(reinterpret_cast<uint64_t>(tmap)), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_src))),
+         "r"(c0), "r"(c1), "l"(policy)
+      : "memory");
+}
 
 constexpr int NTHREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = BM / CONSUMERS;          // rows per consumer warpgroup
@@ -138,7 +163,7 @@ __device__ __forceinline__ void store_tile_tma(float (&acc)[MSUB][BN / 2], uint8
     fence_proxy_async();
     named_barrier_sync(1 + consumer, 128);
     if (t == 0) {
-      tma_store_2d(tmC, stage_buf + buf, col0 + 64 * s, row0);
+      tma_store_2d_hint(tmC, stage_buf + buf, col0 + 64 * s, row0, l2_policy<false>());
       tma_store_commit();
     }
   }
@@ -169,7 +194,7 @@ __device__ __forceinline__ void store_slab_packed(const uint32_t (&pk)[MSUB][BN 
   fence_proxy_async();
   named_barrier_sync(1 + consumer, 128);
   if (t == 0) {
-    tma_store_2d(tmC, stage_buf + buf, col0 + 64 * S, row0);
+    tma_store_2d_hint(tmC, stage_buf + buf, col0 + 64 * S, row0, l2_policy<false>());
     tma_store_commit();
   }
 }
@@ -227,6 +252,7 @@ gemm_bf16_tn(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CU
     if (t == 0) {
       tma_prefetch_desc(&tmA);
       tma_prefetch_desc(&tmB);
+      const uint64_t keep = l2_policy<true>(), stream = l2_policy<false>();  // l2_hints: A kept, B streamed
       int stage = 0;
       uint32_t phase = 0;
       for (int ct = first; ct < cluster_tiles; ct += step) {
@@ -242,12 +268,12 @@ gemm_bf16_tn(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CU
 #pragma unroll
           for (int kc = 0; kc < KCH; ++kc) {
             const int kx = k * BK + kc * 64;
-            tma_load_2d(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0);
+            tma_load_2d_hint(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0, keep);
             if constexpr (CLUSTER_M > 1) {
               tma_load_2d_multicast(sB + kc * B_CHUNK + cta_rank * B_SLICE, &tmB, &full[stage], kx,
                                     n0 + cta_rank * (BN / CLUSTER_M), (1 << CLUSTER_M) - 1);
             } else {
-              tma_load_2d(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0);
+              tma_load_2d_hint(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0, stream);
             }
           }
           if (++stage == STAGES) { stage = 0; phase ^= 1; }
