@@ -1,7 +1,7 @@
 """The knowledge pack's GEMM epilogue section (issue 14, item 4), checked as the pack spells it.
 
-- every PTX instruction line of the section (the proxy fence, the TMA store with its commit / wait, stmatrix)
-  assembles for sm_90a as written, into the SASS it names;
+- every PTX instruction line of the section (the proxy fence, the TMA store with its commit / wait, stmatrix, the
+  L2 eviction policy) assembles for sm_90a as written, into the SASS it names;
 - its stmatrix register / lane map is the wgmma section's accumulator layout;
 - its `tile_of` (grouped persistent tile order) compiles as written and visits every tile of a grid once,
   `group_m` rows of tiles at a time.
@@ -20,7 +20,7 @@ from pack_sections import PACK, instructions, opcode_key, section
 
 SECTION = section("GEMM epilogue")
 EXPECTED = {"fence.proxy.async": "FENCE", "cp.async.bulk.tensor": "UTMASTG", "cp.async.bulk.commit_group": None,
-            "cp.async.bulk.wait_group": None, "stmatrix": "STSM"}
+            "cp.async.bulk.wait_group": None, "stmatrix": "STSM", "createpolicy.fractional": None}
 
 
 def _instructions() -> list[str]:
@@ -41,7 +41,8 @@ def test_each_instruction_line_assembles_as_written():
     for i, line in enumerate(lines):
         # the section's operand names bound to registers of the right kinds
         body = (line.replace("[tmap, {c0, c1}], [smem]", "[%rd1, {%r1, %r2}], [%r3]")
-                .replace("[addr], {a, b, c, d}", "[%r3], {%r4, %r5, %r6, %r7}"))
+                .replace("[addr], {a, b, c, d}", "[%r3], {%r4, %r5, %r6, %r7}")
+                .replace(".b64 pol, ", ".b64 %rd0, "))
         entries += [f".visible .entry k{i}(.param .u64 tmap)", ".reqntid 128, 1, 1", "{",
                     "  .reg .b32 %r<8>;", "  .reg .b64 %rd<2>;", "  .shared .align 1024 .b8 buf[16384];",
                     "  ld.param.u64 %rd1, [tmap];", "  mov.u32 %r1, 0;", "  mov.u32 %r2, 0;", "  mov.u32 %r3, buf;",

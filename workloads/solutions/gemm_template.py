@@ -156,7 +156,7 @@ def default_params() -> GemmParams:
     it stays off in GemmParams itself, since it needs the TMA epilogue and the cooperative schedule, which a point's
     other changes may drop. group_m 16: the 128 CTAs in flight cover 16 x 8 tiles (21 MB of A and 21 MB of B a wave
     instead of 10 + 42 MB at 8 x 16), -0.31% kernel time with defer in 5 of 5 paired evaluations, level on the square
-    GEMM (gemm_sweep.md round 13). l2_hints: A's strips kept in L2 for the next round, B and C streamed, -0.64%
+    GEMM (gemm_sweep.md round 13). l2_hints: A's strips kept in L2 for the next round, B and C streamed, -0.63%
     kernel time in 5 of 5 paired evaluations, level on the square GEMM (round 14)."""
     return GemmParams(defer=True, group_m=16, l2_hints=True)
 
