@@ -3,7 +3,9 @@
 The main GEMM's k-loop runs at about 90% of the rate m64n256k16 reaches alone (bench/results/wgmma_rates/). These
 variants take one part of the kernel away at a time, so the difference in kernel time is that part's cost:
 
-  ref          the reference (default_params()), 128 CTAs
+  ref          the reference (default_params()), 128 CTAs; since round 14 of gemm_sweep.md with the L2 eviction
+               priorities (l2_hints). The variants whose edits rewrite the TMA copies (tma_hot and the hint
+               variants below) apply to its point without them: ref_nohints, their control
   no_store     its epilogue taken out (the deferred slabs neither staged nor stored)
   no_tma       the producer arrives on each stage's full barrier without loading it (no TMA writes, no L2 / DRAM
                traffic); the consumers multiply whatever the ring holds
@@ -108,7 +110,8 @@ B_FIRST = [(
     "tma_load_2d(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0);",
     "tma_load_2d_hint(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0, l2_policy<false>());  // diagnose: b_first")]
 # l2_hints with half of A's accesses evict_last (the other half keep the default priority)
-A_HALF = [("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;", "createpolicy.fractional.L2::evict_last.b64 %0, 0.5;")]
+A_HALF = [('asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));',
+           'asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 0.5;" : "=l"(p));  // diagnose: a_half')]
 
 # Real kernels: the producer also prefetches into L2 (cp.async.bulk.prefetch.tensor) the A and B boxes `pf` k-blocks
 # ahead of the load it issues, past the tile's end into its next tile's first k-blocks. tma_hot ran 2-3% faster than
@@ -168,8 +171,18 @@ EDITS: dict[str, list] = {
     "pf6": prefetch(6), "pf12": prefetch(12), "pf24": prefetch(24), "pf12_b": prefetch(12, a=False),
     "serp": SERP,
 }
-VARIANTS = {**{n: (e, {}) for n, e in EDITS.items()},
-            **{f"{n}_132": (EDITS[n], {"max_ctas": 0}) for n in ("ref", "no_tma", "tma_hot", "feed_only")},
+
+
+def _base(edits: list) -> dict:
+    """The point an edit list applies to: the reference (default_params()), or, for edits that rewrite its TMA
+    copies as they were before round 14 (tma_hot, the eviction-hint variants), its point without the L2 priorities."""
+    return UNHINTED if any("tma_load_2d(" in old or "tma_store_2d(tmC" in old for old, _ in edits) else {}
+
+
+UNHINTED = {"l2_hints": False}  # the reference's point before round 14 of gemm_sweep.md (ref_nohints)
+VARIANTS = {**{n: (e, _base(e)) for n, e in EDITS.items()}, "ref_nohints": ([], UNHINTED),
+            **{f"{n}_132": (EDITS[n], {**_base(EDITS[n]), "max_ctas": 0})
+               for n in ("ref", "no_tma", "tma_hot", "feed_only")},
             "g16": ([], {"group_m": 16}), "serp_g16": (SERP, {"group_m": 16}),
             # the template's bk = 32 (gemm_chunk32.py: 32-element k-chunks under the 64B swizzle), 8 or 6 stages
             "bk32": ([], {"bk": 32, "stages": 8}), "bk32_6": ([], {"bk": 32, "stages": 6}),
@@ -178,7 +191,7 @@ VARIANTS = {**{n: (e, {}) for n, e in EDITS.items()},
             # its neighbours
             "hints": ([], {"l2_hints": True}), "hints_g8": ([], {"l2_hints": True, "group_m": 8}),
             "hints_serp": (SERP, {"l2_hints": True}), "hints_a_half": (A_HALF, {"l2_hints": True})}
-CHECKED = ("ref", "ref_132", "c_first", "b_last", "c_first_b_last", "c_first_a_first", "a_last", "b_first",
+CHECKED = ("ref", "ref_nohints", "ref_132", "c_first", "b_last", "c_first_b_last", "c_first_a_first", "a_last", "b_first",
            "a_last_b_first", "c_first_a_last_b_first", "c_first_a_last", "c_first_b_first", "hints", "hints_g8",
            "hints_serp", "hints_a_half",
            "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp")  # compute C

@@ -24,6 +24,16 @@ def test_each_variants_edits_apply_once_to_the_reference(name):
     assert ("diagnose:" in text) == bool(edits)
 
 
+def test_the_copy_edits_build_on_the_reference_without_its_l2_priorities():
+    """The reference carries l2_hints since round 14; tma_hot and the hint variants rewrite the unhinted copies, so
+    they build on that point, which ref_nohints times beside them. Every other variant builds on the reference."""
+    assert default_params().l2_hints and gd.VARIANTS["ref_nohints"] == ([], {"l2_hints": False})
+    for name in ("tma_hot", "tma_hot_132", "c_first", "b_last", "a_last_b_first", "c_first_a_last_b_first"):
+        assert gd.VARIANTS[name][1].get("l2_hints") is False, name
+    for name in ("ref", "no_tma", "no_store", "bare", "serp", "bk32", "pf12"):
+        assert "l2_hints" not in gd.VARIANTS[name][1], name
+
+
 def test_an_edit_that_no_longer_applies_is_an_error():
     with pytest.raises(ValueError, match="applies 0 times"):
         gd.edited("int x;", [("int y;", "int z;")])
@@ -31,7 +41,8 @@ def test_an_edit_that_no_longer_applies_is_an_error():
 
 @pytest.mark.parametrize("name", [n for n in gd.CHECKED if gd.VARIANTS[n][0]])
 def test_the_real_kernels_keep_the_references_loads_and_products(name):
-    text = gd.edited(render(default_params()), gd.VARIANTS[name][0])
+    edits, changes = gd.VARIANTS[name]
+    text = gd.edited(render(default_params().model_copy(update=changes)), edits)
     kernel = text.split('extern "C" __global__')[1]
     assert kernel.count("wgmma_m64k16_bf16<BN>(") == 1
     assert kernel.count("tma_load_2d") - kernel.count("tma_load_2d_multicast") >= 2
