@@ -4,8 +4,9 @@ With group_m 16 a round of 128 tiles covers 16 tile rows x 8 tile columns, and t
 re-reads the same 16 A strips 80 k-steps later: about 42 MB of A and B loads and 8 MB of C stores later, the L2's
 size. B's strips and C's tiles are never read again once a round is past them. So A's loads are marked evict_last,
 B's loads and C's stores evict_first (createpolicy.fractional, the whole access), and the A strips the next round
-needs stay in L2 (gemm_sweep.md round 14: -0.5% kernel time, where each hint alone, or two of them, measured
-level to +1.1%). B's multicast loads (cluster_m = 2) keep the default priority.
+needs stay in L2 (gemm_sweep.md round 14: -0.63% kernel time in 5 of 5 paired evaluations, where one or two of the
+priorities alone measured -0.2 to +0.2%, and A evict_first +1.1%). B's multicast loads (cluster_m = 2) keep the
+default priority.
 """
 from __future__ import annotations
 
