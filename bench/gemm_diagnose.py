@@ -173,13 +173,15 @@ EDITS: dict[str, list] = {
 }
 
 
+UNHINTED = {"l2_hints": False}  # the reference's point before round 14 of gemm_sweep.md (ref_nohints)
+
+
 def _base(edits: list) -> dict:
     """The point an edit list applies to: the reference (default_params()), or, for edits that rewrite its TMA
     copies as they were before round 14 (tma_hot, the eviction-hint variants), its point without the L2 priorities."""
     return UNHINTED if any("tma_load_2d(" in old or "tma_store_2d(tmC" in old for old, _ in edits) else {}
 
 
-UNHINTED = {"l2_hints": False}  # the reference's point before round 14 of gemm_sweep.md (ref_nohints)
 VARIANTS = {**{n: (e, _base(e)) for n, e in EDITS.items()}, "ref_nohints": ([], UNHINTED),
             **{f"{n}_132": (EDITS[n], {**_base(EDITS[n]), "max_ctas": 0})
                for n in ("ref", "no_tma", "tma_hot", "feed_only")},

@@ -201,9 +201,9 @@ POINTS_6: list[tuple[str, dict, float, str]] = [
 # rounds 1-5 before the reference deferred its epilogue, all of them before it took group_m 16 (gemm_sweep.md round 13)
 # and the L2 eviction priorities (round 14); a point that sets any of them keeps its own value.
 _BEFORE_13 = {"group_m": 8, "l2_hints": False}
-AS_RUN = {1: {"uniform": False, "max_ctas": 0, "defer": False}, 2: {"uniform": False, "max_ctas": 0, "defer": False},
-          3: {"max_ctas": 0, "defer": False}, 4: {"defer": False}, 5: {"defer": False}, 6: {}}
-AS_RUN = {r: _BEFORE_13 | changes for r, changes in AS_RUN.items()}
+AS_RUN = {r: _BEFORE_13 | changes for r, changes in {
+    1: {"uniform": False, "max_ctas": 0, "defer": False}, 2: {"uniform": False, "max_ctas": 0, "defer": False},
+    3: {"max_ctas": 0, "defer": False}, 4: {"defer": False}, 5: {"defer": False}, 6: {}}.items()}
 ROUNDS = {r: [(w, AS_RUN[r] | ch, *rest) for w, ch, *rest in pts] for r, pts in ((1, POINTS), (2, POINTS_2),
                                                                                   (3, POINTS_3), (4, POINTS_4),
                                                                                   (5, POINTS_5), (6, POINTS_6))}

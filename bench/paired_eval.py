@@ -36,6 +36,11 @@ def readings(folder: Path) -> list[tuple[int, str, dict]]:
     return sorted(out, key=lambda x: x[0])
 
 
+def median_change_pct(a_ms: list[float], b_ms: list[float]) -> float:
+    """B's median kernel time against A's, in percent (negative: B is faster)."""
+    return 100 * (statistics.median(b_ms) / statistics.median(a_ms) - 1)
+
+
 def summary(rows: list[tuple[int, str, dict]]) -> str:
     """The table of the evaluations, then the verdict for the second label against the first."""
     lines = ["| order | point | status | kernel ms | library ms | speedup [95% CI] |", "|---|---|---|---|---|---|"]
@@ -54,7 +59,7 @@ def summary(rows: list[tuple[int, str, dict]]) -> str:
     if len(labels) != 2 or any(label not in kernel for label in labels):
         return "\n".join(lines + ["", "verdict: needs two points with passing evaluations"])
     a, b = (kernel[label] for label in labels)
-    change = 100 * (statistics.median(b) / statistics.median(a) - 1)
+    change = median_change_pct(a, b)
     if max(b) < min(a):
         apart = f"every {labels[1]} reading below every {labels[0]} reading"
     elif min(b) > max(a):

@@ -40,7 +40,9 @@ WORKLOADS = ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_bwd_d128")
 # by +87 (+74 / 4); the GEMM ring kept in 64-element k-chunks (32-element ones under the 64B swizzle lost 1.6-4.9%) by
 # +45 (+32 / 4, expert +31); the grouped order's traffic under the math (a compute-bound GEMM with DRAM 25% busy: group_m
 # 16 level, a 2-CTA cluster 1.5-1.9% slower, the epilogue the thing to hide) by +39 (+24 / 4, expert +25); group_m 16
-# 0.3% faster than 8 under the deferred epilogue (the reference's order since) by +22 (+10 / 4).
+# 0.3% faster than 8 under the deferred epilogue (the reference's order since) by +22 (+10 / 4); no prefetching from
+# feeder CTAs on idle SMs either, and the L2 eviction priorities as a set (with its createpolicy line) by +156
+# (+121 / 4).
 BUDGETS = {"basic": (3200, 2700), "knowledge": (12547, 10072), "expert": (13160, 10597)}
 
 

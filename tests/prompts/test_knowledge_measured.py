@@ -7,9 +7,15 @@
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from ptxbench.tools.compile import compile_source
 
 from pack_sections import instructions, opcode_key, section
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from paired_eval import median_change_pct  # noqa: E402  (the paired protocol's own figure)
 
 SECTION = section("Measured on the H200")
 EXPECTED = {"shfl.sync.idx": "SHFL", "st.global.v4": "STG", "ldmatrix": "LDSM", "bar.arrive": "BAR", "bar.sync": "BAR",
@@ -34,6 +40,22 @@ def test_each_instruction_line_assembles_as_written():
     for i, line in enumerate(lines):
         sass = EXPECTED[opcode_key(line, EXPECTED)]
         assert r.kernels[f"k{i}"].sass_opcodes.get(sass, 0) >= 1, (line, r.kernels[f"k{i}"].sass_opcodes)
+
+
+def _paired_kernel_ms(pattern: str, points: tuple[str, str]) -> tuple[dict[str, list[float]], set[str]]:
+    """The kernel medians of a round's recorded paired evaluations (bench/results/gemm_sweep/rNN_eval_<order>_<point>_
+    <date>.json), by point, and the statuses they had."""
+    import json
+
+    kernel_ms: dict[str, list[float]] = {p: [] for p in points}
+    statuses = set()
+    for f in (Path(__file__).resolve().parents[2] / "bench" / "results" / "gemm_sweep").glob(pattern):
+        point = f.name.split("_")[3]
+        if point in kernel_ms:
+            r = json.loads(f.read_text())
+            statuses.add(r["status"])
+            kernel_ms[point].append(r["timing"]["candidate"]["median_ms"])
+    return kernel_ms, statuses
 
 
 def test_its_figures_are_the_recorded_ones():
@@ -95,15 +117,9 @@ def test_its_figures_are_the_recorded_ones():
                                             r"\| ([+-][\d.]+)% \| ([+-][\d.]+)% \|", gemm, re.M) for x in row]
     assert len(alone) == 12 and (min(alone), max(alone)) == (-0.2, 0.2)
     assert "one or two of them alone -0.2 to +0.2%" in epilogue
-    import json
-    import statistics
-    kernel_ms = {"ref": [], "hints": []}
-    for f in (Path(__file__).resolve().parents[2] / "bench" / "results" / "gemm_sweep").glob("r14c_eval_*_2026-12-03.json"):
-        point = f.name.split("_")[3]
-        if point in kernel_ms:
-            kernel_ms[point].append(json.loads(f.read_text())["timing"]["candidate"]["median_ms"])
+    kernel_ms, _ = _paired_kernel_ms("r14c_eval_*_2026-12-03.json", ("ref", "hints"))
     assert len(kernel_ms["ref"]) == len(kernel_ms["hints"]) == 5 and max(kernel_ms["hints"]) < min(kernel_ms["ref"])
-    gain = 100 * (1 - statistics.median(kernel_ms["hints"]) / statistics.median(kernel_ms["ref"]))
+    gain = -median_change_pct(kernel_ms["ref"], kernel_ms["hints"])
     assert f"H200 -{gain:.1f}% kernel time; one or two" in epilogue
     # the splits under the walk (rounds 25-26)
     assert "-1.1 to -1.3% at D = 128" in SECTION and "**-1.1 to -1.3% at D = 128**" in fwd
@@ -137,13 +153,10 @@ def test_the_grouped_orders_traffic_figures_are_the_recorded_ones():
     gain, low, high, busy, ratio = map(float, said.groups())
     results = Path(__file__).resolve().parents[2] / "bench" / "results"
     # round 13's paired evaluations (ref, g16, g16, ref, ...): the medians of each point's kernel medians
-    kernel_ms = {"ref": [], "g16": []}
-    for f in (results / "gemm_sweep").glob("r13_eval_*_2026-12-03.json"):
-        r = json.loads(f.read_text())
-        assert r["status"] == "PASSED"
-        kernel_ms[f.name.split("_")[3]].append(r["timing"]["candidate"]["median_ms"])
+    kernel_ms, statuses = _paired_kernel_ms("r13_eval_*_2026-12-03.json", ("ref", "g16"))
+    assert statuses == {"PASSED"}
     assert len(kernel_ms["ref"]) == len(kernel_ms["g16"]) == 5 and max(kernel_ms["g16"]) < min(kernel_ms["ref"])
-    assert round(100 * (1 - statistics.median(kernel_ms["g16"]) / statistics.median(kernel_ms["ref"])), 1) == gain
+    assert round(-median_change_pct(kernel_ms["ref"], kernel_ms["g16"]), 1) == gain
     turn6 = json.loads((results / "tuner_evidence" / "gemm_persistent_turn6_2026-12-03.json").read_text())
     ev = evidence_from(EvalResult.model_validate(turn6["result"]))
     assert ev.bottleneck == "compute" and round(ev.dram_sol_pct) == busy and round(ev.dram_over_min, 1) == ratio
