@@ -19,9 +19,10 @@ variants take one part of the kernel away at a time, so the difference in kernel
   c_first, b_last, c_first_b_last, c_first_a_first, a_last, b_first, a_last_b_first, c_first_a_last_b_first
                real kernels: the reference with L2 eviction priorities on its TMA copies (C's stores evict_first,
                B's loads evict_last or evict_first, A's loads evict_first or evict_last)
-  hints, hints_g8, hints_serp, hints_a_half
+  hints, hints_g8, hints_serp, hints_a_half, hints_g32, hints_serp_g32
                real kernels: the template's l2_hints (c_first_a_last_b_first as an option), with group_m 8, with
-               K walked backwards on alternate tiles, with half of A's loads evict_last
+               K walked backwards on alternate tiles, with half of A's loads evict_last, with group_m 32 (without
+               and with the backward walk)
   pf6, pf12, pf24, pf12_b
                real kernels: the producer also prefetches into L2 the A and B boxes 6 / 12 / 24 k-blocks ahead
                (pf12_b: B alone), into the next tile past a tile's end
@@ -159,6 +160,8 @@ SERP = [(
     ("            const int kx = k * BK + kc * 64;",
      "            const int kx = (rev ? k_iters - 1 - k : k) * BK + kc * 64;  // diagnose: serp")]
 
+G32 = [("constexpr int GROUP_M = 16;", "constexpr int GROUP_M = 32;  // diagnose: g32")]
+
 
 EDITS: dict[str, list] = {
     "ref": [], "no_store": NO_STORE, "no_tma": NO_TMA, "tma_hot": TMA_HOT, "bare": NO_TMA + NO_STORE,
@@ -192,10 +195,13 @@ VARIANTS = {**{n: (e, _base(e)) for n, e in EDITS.items()}, "ref_nohints": ([], 
             # the template's l2_hints (A evict_last, B and C evict_first: c_first_a_last_b_first as an option), and
             # its neighbours
             "hints": ([], {"l2_hints": True}), "hints_g8": ([], {"l2_hints": True, "group_m": 8}),
-            "hints_serp": (SERP, {"l2_hints": True}), "hints_a_half": (A_HALF, {"l2_hints": True})}
+            "hints_serp": (SERP, {"l2_hints": True}), "hints_a_half": (A_HALF, {"l2_hints": True}),
+            # group_m 32 (outside the template's space, so an edit): B's strips read twice instead of 4 times, A's
+            # 42 MB of strips a wave held evict_last
+            "hints_g32": (G32, {"l2_hints": True}), "hints_serp_g32": (SERP + G32, {"l2_hints": True})}
 CHECKED = ("ref", "ref_nohints", "ref_132", "c_first", "b_last", "c_first_b_last", "c_first_a_first", "a_last", "b_first",
            "a_last_b_first", "c_first_a_last_b_first", "c_first_a_last", "c_first_b_first", "hints", "hints_g8",
-           "hints_serp", "hints_a_half",
+           "hints_serp", "hints_a_half", "hints_g32", "hints_serp_g32",
            "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp")  # compute C
 
 
