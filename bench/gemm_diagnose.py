@@ -23,6 +23,9 @@ variants take one part of the kernel away at a time, so the difference in kernel
                real kernels: the template's l2_hints (c_first_a_last_b_first as an option), with group_m 8, with
                K walked backwards on alternate tiles, with half of A's loads evict_last, with group_m 32 (without
                and with the backward walk)
+  spread2, spread4, spread8
+               real kernels: the reference with its deferred slabs stored under every 2nd / 4th / 8th k-block of
+               the next tile instead of its first four
   pf6, pf12, pf24, pf12_b
                real kernels: the producer also prefetches into L2 the A and B boxes 6 / 12 / 24 k-blocks ahead
                (pf12_b: B alone), into the next tile past a tile's end
@@ -160,6 +163,19 @@ SERP = [(
     ("            const int kx = k * BK + kc * 64;",
      "            const int kx = (rev ? k_iters - 1 - k : k) * BK + kc * 64;  // diagnose: serp")]
 
+
+
+def spread(every: int) -> list:
+    """The deferred slabs under every `every`-th k-block of the next tile (k = 0, every, 2 every, ...) instead of its
+    first BN / 64: the staging writes and the TMA stores' reads of shared memory spread over more of the loads."""
+    return [("        if (pm0 >= 0 && k < BN / 64)  // defer: the previous tile's slab k, under this k-block's wgmmas\n"
+             "          store_slab_deferred(pk, k, ",
+             f"        if (pm0 >= 0 && k % {every} == 0 && k < {every} * (BN / 64))  // diagnose: spread\n"
+             f"          store_slab_deferred(pk, k / {every}, "),
+            ("      for (int s = k_iters; pm0 >= 0 && s < BN / 64; ++s)",
+             f"      for (int s = (k_iters + {every - 1}) / {every}; pm0 >= 0 && s < BN / 64; ++s)  // diagnose: spread")]
+
+
 G32 = [("constexpr int GROUP_M = 16;", "constexpr int GROUP_M = 32;  // diagnose: g32")]
 
 
@@ -198,10 +214,13 @@ VARIANTS = {**{n: (e, _base(e)) for n, e in EDITS.items()}, "ref_nohints": ([], 
             "hints_serp": (SERP, {"l2_hints": True}), "hints_a_half": (A_HALF, {"l2_hints": True}),
             # group_m 32 (outside the template's space, so an edit): B's strips read twice instead of 4 times, A's
             # 42 MB of strips a wave held evict_last
-            "hints_g32": (G32, {"l2_hints": True}), "hints_serp_g32": (SERP + G32, {"l2_hints": True})}
+            "hints_g32": (G32, {"l2_hints": True}), "hints_serp_g32": (SERP + G32, {"l2_hints": True}),
+            # the reference's deferred slabs under every 2nd / 4th / 8th k-block
+            "spread2": (spread(2), {}), "spread4": (spread(4), {}), "spread8": (spread(8), {})}
 CHECKED = ("ref", "ref_nohints", "ref_132", "c_first", "b_last", "c_first_b_last", "c_first_a_first", "a_last", "b_first",
            "a_last_b_first", "c_first_a_last_b_first", "c_first_a_last", "c_first_b_first", "hints", "hints_g8",
            "hints_serp", "hints_a_half", "hints_g32", "hints_serp_g32",
+           "spread2", "spread4", "spread8",
            "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp")  # compute C
 
 
