@@ -164,7 +164,6 @@ SERP = [(
      "            const int kx = (rev ? k_iters - 1 - k : k) * BK + kc * 64;  // diagnose: serp")]
 
 
-
 def spread(every: int) -> list:
     """The deferred slabs under every `every`-th k-block of the next tile (k = 0, every, 2 every, ...) instead of its
     first BN / 64: the staging writes and the TMA stores' reads of shared memory spread over more of the loads."""
