@@ -211,9 +211,9 @@ VARIANTS = {**{n: (e, _base(e)) for n, e in EDITS.items()}, "ref_nohints": ([], 
             # its neighbours
             "hints": ([], {"l2_hints": True}), "hints_g8": ([], {"l2_hints": True, "group_m": 8}),
             "hints_serp": (SERP, {"l2_hints": True}), "hints_a_half": (A_HALF, {"l2_hints": True}),
-            # group_m 32 (outside the template's space, so an edit): B's strips read twice instead of 4 times, A's
-            # 42 MB of strips a wave held evict_last
-            "hints_g32": (G32, {"l2_hints": True}), "hints_serp_g32": (SERP + G32, {"l2_hints": True}),
+            # group_m 32 on the (hinted) reference, outside the template's space, so an edit: B's strips read twice
+            # instead of 4 times, A's 42 MB of strips a wave held evict_last
+            "hints_g32": (G32, {}), "hints_serp_g32": (SERP + G32, {}),
             # the reference's deferred slabs under every 2nd / 4th / 8th k-block
             "spread2": (spread(2), {}), "spread4": (spread(4), {}), "spread8": (spread(8), {})}
 CHECKED = ("ref", "ref_nohints", "ref_132", "c_first", "b_last", "c_first_b_last", "c_first_a_first", "a_last", "b_first",
