@@ -15,7 +15,8 @@ def streamk_body(body: str) -> str:
                  "             float* ws, int* tickets) {")
     body = swap(body, "  const int step = PERSISTENT ? gridDim.x / CLUSTER_M : cluster_tiles;  // grid: a multiple of CLUSTER_M\n",
                  "  const int step = PERSISTENT ? gridDim.x / CLUSTER_M : cluster_tiles;  // grid: a multiple of CLUSTER_M\n"
-                 "  const StreamK sk(cluster_tiles, k_iters, gridDim.x);  // the full waves' tiles, then a k-range of the tail\n")
+                 "  const StreamK sk(cluster_tiles, k_iters, gridDim.x);  // the full waves' tiles, then a k-range of the tail\n"
+                 "  if (!sk.fits()) __trap();  // a K of over 12 million: the split's 32-bit arithmetic would wrap\n")
     body = swap(body, "for (int ct = first; ct < cluster_tiles; ct += step) {",
                  "for (int ct = first, it = sk.begin(blockIdx.x), end = sk.begin(blockIdx.x + 1), tile = 0, kb = 0, "
                  "ke = 0, r = -1; sk.next(ct, it, end, step, tile, kb, ke, r);) {", count=2)
@@ -49,13 +50,19 @@ struct StreamK {
   int total;     // k-blocks of the tail tiles (fewer than ctas x k_iters)
   __device__ __forceinline__ StreamK(int tiles, int k_iters_, int ctas_)
       : dp_tiles(tiles - tiles % ctas_), k_iters(k_iters_), ctas(ctas_), total(tiles % ctas_ * k_iters_) {}
-  // the first k-block (of the tail's) of CTA c's range; begin(ctas) = total
+  // the first k-block (of the tail's) of CTA c's range; begin(ctas) = total. 32-bit unsigned: total x ctas < 2^32
+  // (checked by fits(); a 64-bit division is a call, and ptxas spills registers around it)
   __device__ __forceinline__ int begin(int c) const {
-    return static_cast<int>(static_cast<long long>(total) * c / ctas);
+    return static_cast<int>(static_cast<unsigned>(total) * static_cast<unsigned>(c) / static_cast<unsigned>(ctas));
   }
   // the CTA whose range holds k-block x < total: the largest c with begin(c) <= x
   __device__ __forceinline__ int cta_of(int x) const {
-    return static_cast<int>((static_cast<long long>(x + 1) * ctas - 1) / total);
+    return static_cast<int>((static_cast<unsigned>(x + 1) * static_cast<unsigned>(ctas) - 1u) /
+                            static_cast<unsigned>(total));
+  }
+  // begin() and cta_of() stay below 2^32: tail tiles x k_iters x ctas < 2^32 (K under 12 million at 148 CTAs)
+  __device__ __forceinline__ bool fits() const {
+    return static_cast<unsigned long long>(total) * static_cast<unsigned>(ctas) < (1ull << 32);
   }
   // This CTA's next unit of work: a whole tile of the full waves (r = -1), then k-blocks [kb, ke) of tail tile
   // r (tile dp_tiles + r) while its range [it, end) lasts. False when none is left.
@@ -155,4 +162,85 @@ __device__ __forceinline__ bool streamk_fixup(float (&acc)[MSUB][BN / 2], float*
   return true;
 }
 
+"""
+
+
+def lead_body(body: str) -> str:
+    """tail="lead" (on the deferred kernel, after defer_body): the k-blocks of the tiles past the full waves split
+    evenly over all the CTAs *first*, then the full waves' tiles one CTA each. The split parts run while every CTA
+    starts, so a part's partial sums are long published when the tile's last contributor (usually the CTA whose
+    range ends in the tile's first k-blocks) adds them, and its result is stored under its next tile's wgmmas like
+    any other (defer). Every CTA then runs the same number of k-blocks (+-1), on all the SMs."""
+    body = swap(body, "const __grid_constant__ CUtensorMap tmC, __nv_bfloat16* C, int M, int N, int K) {",
+                "const __grid_constant__ CUtensorMap tmC, __nv_bfloat16* C, int M, int N, int K,\n"
+                "             float* ws, int* tickets) {")
+    body = swap(body, "  const int step = PERSISTENT ? gridDim.x / CLUSTER_M : cluster_tiles;  // grid: a multiple of CLUSTER_M\n",
+                "  const int step = PERSISTENT ? gridDim.x / CLUSTER_M : cluster_tiles;  // grid: a multiple of CLUSTER_M\n"
+                "  const StreamK sk(cluster_tiles, k_iters, gridDim.x);  // a k-range of the split tiles, then whole tiles\n"
+                "  if (!sk.fits()) __trap();  // a K of over 12 million: the split's 32-bit arithmetic would wrap\n")
+    # The consumers read the range's ends and first tile from lane 0: the divisions behind them run in vector
+    # registers, and ptxas would keep the whole walk (stage, descriptors) there too (17 -> 139 R2UR).
+    walk = "for (int ct = first; ct < cluster_tiles; ct += step) {"
+    mark = "for (int ct = first; ct < cluster_tiles; ct += step) {  // the producer's"
+    body = swap(body, walk, mark, count=2)
+    body = body.replace(mark, (  # the producer's walk comes first in the body; one thread, no shuffles
+        "for (int ct = first, it = sk.begin(blockIdx.x), end = sk.begin(blockIdx.x + 1), tile = 0, kb = 0, ke = 0,\n"
+        "             r = -1, nr = it / k_iters, nkb = it - nr * k_iters;\n"
+        "             sk.next_lead(ct, it, end, step, tile, kb, ke, r, nr, nkb);) {"), 1)
+    body = swap(body, mark, (
+        "for (int ct = first, it = lane0(sk.begin(blockIdx.x)), end = lane0(sk.begin(blockIdx.x + 1)), tile = 0,\n"
+        "           kb = 0, ke = 0, r = -1, nr = lane0(it / k_iters), nkb = it - nr * k_iters;\n"
+        "           sk.next_lead(ct, it, end, step, tile, kb, ke, r, nr, nkb);) {"))
+    body = swap(body, "tile_coords(ct, cluster_rows, tiles_n, tm, tn);", "tile_coords(tile, cluster_rows, tiles_n, tm, tn);",
+                count=2)
+    body = swap(body, "for (int k = 0; k < k_iters; ++k) {", "for (int k = kb; k < ke; ++k) {", count=2)
+    body = swap(body, "wgmma_m64k16_bf16<BN>(acc[ms], da + 2 * kk, db + 2 * kk, (k | kc | kk) != 0);",
+                "wgmma_m64k16_bf16<BN>(acc[ms], da + 2 * kk, db + 2 * kk, ((k - kb) | kc | kk) != 0);")
+    body = swap(body, """        if (pm0 >= 0 && k < BN / 64)  // defer: the previous tile's slab k, under this k-block's wgmmas
+          store_slab_deferred(pk, k, """, """        if (pm0 >= 0 && k - kb < BN / 64)  // defer: the previous tile's slab k - kb, under this k-block's wgmmas
+          store_slab_deferred(pk, k - kb, """)
+    body = swap(body, """      for (int s = k_iters; pm0 >= 0 && s < BN / 64; ++s)
+        store_slab_deferred(pk, s, epi + consumer * 2 * WM * 128, &tmC, pm0, pn0, consumer, slab_count);
+""", """      for (int s = ke - kb; pm0 >= 0 && s < BN / 64; ++s)
+        store_slab_deferred(pk, s, epi + consumer * 2 * WM * 128, &tmC, pm0, pn0, consumer, slab_count);
+      // a split tile's part: publish it (nothing to store after it), or, the tile's last contributor, add the
+      // others'; the verdict through a shuffle, so ptxas keeps the walk's state warp-uniform (uniform registers)
+      if (r >= 0 && !__shfl_sync(0xffffffffu, static_cast<int>(streamk_fixup(acc, ws, tickets, sk, r, consumer)), 0)) {
+        pm0 = -1;
+        continue;
+      }
+""")
+    helpers = swap(STREAMK_HELPERS, "  __device__ __forceinline__ bool next(",
+                   LEAD_NEXT + "  __device__ __forceinline__ bool next(")
+    helpers = swap(helpers, "__device__ __forceinline__ int ld_acquire_gpu(", LANE0 + "__device__ __forceinline__ int ld_acquire_gpu(")
+    body = swap(body, 'extern "C" __global__ void __launch_bounds__(NTHREADS, 1)\ngemm_bf16_tn(',
+                helpers + 'extern "C" __global__ void __launch_bounds__(NTHREADS, 1)\ngemm_bf16_tn(')
+    return body
+
+
+# tail="lead": the same units as next(), the split range first. No division inside the walk: (nr, nkb), the tile and
+# k-block where `it` stands, are divided out once before it, and the next split unit starts a tile (a division in the
+# walk moves ptxas's consumers' loop from uniform registers to vector ones: 17 -> 139 R2UR).
+LEAD_NEXT = r"""  // tail="lead": this CTA's k-blocks [kb, ke) of split tile r while its range [it, end) lasts (unit `it` is
+  // k-block nkb of split tile nr), then the whole tiles (r = -1) of the full waves. False when none is left.
+  __device__ __forceinline__ bool next_lead(int& ct, int& it, int end, int step, int& tile, int& kb, int& ke,
+                                            int& r, int& nr, int& nkb) const {
+    if (it < end) {
+      r = nr;
+      kb = nkb;
+      ke = min(k_iters, kb + (end - it));
+      it += ke - kb;
+      tile = dp_tiles + r;
+      nr = r + 1;
+      nkb = 0;
+      return true;
+    }
+    if (ct >= dp_tiles) return false;
+    tile = ct; kb = 0; ke = k_iters; r = -1; ct += step;
+    return true;
+  }
+"""
+
+LANE0 = r"""// The value of lane 0, which ptxas then knows to be warp-uniform.
+__device__ __forceinline__ int lane0(int v) { return __shfl_sync(0xffffffffu, v, 0); }
 """
