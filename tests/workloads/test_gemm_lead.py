@@ -176,7 +176,7 @@ def test_lead_assembles_with_the_loop_in_uniform_registers(compiled, name):
     assert all("spilled" in w.message for w in result.warnings), [str(w) for w in result.warnings]  # below
     kernel = result.kernels[gt.KERNEL]
     ops = kernel.sass_opcodes
-    assert ops.get("HGMMA", 0) > 0 and ops.get("USETMAXREG", 0) == 2 and ops.get("ATOMG", 0) == 1
+    assert ops.get("HGMMA", 0) > 0 and ops.get("USETMAXREG", 0) == 2 and ops.get("ATOMG", 0) == 2  # ticket, barrier
     assert ops.get("UTMASTG", 0) >= 4
     # ptxas keeps a few words of the walk in local memory outside the loop (at most 16 bytes); the loop has none
     assert kernel.spill_stores <= 16 and kernel.spill_loads <= 16
@@ -216,4 +216,11 @@ def test_lead_matches_torch(compiled, name, shape):
         torch.cuda.synchronize()
         verdict = bench.check(c, ref)
         assert verdict["ok"] and verdict["rel_fro"] < 5e-3, (trial, verdict)
-        assert int(runner.scratch["sk_tickets"].abs().sum()) == 0, "tickets left non-zero"
+        tickets = runner.scratch["sk_tickets"].flatten().tolist()
+        ctas, consumers = runner.scratch["sk_tickets"].shape
+        barrier = tickets.pop(consumers * (ctas - 1))  # lead_sync's counter: only grows, by the arrivals a call
+        assert tickets == [0] * len(tickets), "tickets left non-zero"
+        p = gt.GemmParams(**VARIANTS[name])
+        tiles = -(-m // p.bm) * -(-n // p.bn)
+        arrivals = consumers * min(tiles % ctas * -(-k // p.bk), ctas)
+        assert barrier == (0 if tiles % ctas == 0 else arrivals * (2 if trial == 2 else 1)), barrier  # 2: no zero fill

@@ -205,14 +205,19 @@ def lead_body(body: str) -> str:
         store_slab_deferred(pk, s, epi + consumer * 2 * WM * 128, &tmC, pm0, pn0, consumer, slab_count);
       // a split tile's part: publish it (nothing to store after it), or, the tile's last contributor, add the
       // others'; the verdict through a shuffle, so ptxas keeps the walk's state warp-uniform (uniform registers)
-      if (r >= 0 && !__shfl_sync(0xffffffffu, static_cast<int>(streamk_fixup(acc, ws, tickets, sk, r, consumer)), 0)) {
+      const bool published = r >= 0 && !lane0(streamk_fixup(acc, ws, tickets, sk, r, consumer));
+      // after its split range, every CTA waits for the others: the full waves then start together, and the CTAs
+      // of a wave read each A and B line from L2 within a few k-blocks of each other, as without the split
+      if (r >= 0 && it >= end) lead_sync(tickets + CONSUMERS * (gridDim.x - 1), CONSUMERS * min(sk.total, sk.ctas),
+                                         consumer);
+      if (published) {
         pm0 = -1;
         continue;
       }
 """)
     helpers = swap(STREAMK_HELPERS, "  __device__ __forceinline__ bool next(",
                    LEAD_NEXT + "  __device__ __forceinline__ bool next(")
-    helpers = swap(helpers, "__device__ __forceinline__ int ld_acquire_gpu(", LANE0 + "__device__ __forceinline__ int ld_acquire_gpu(")
+    helpers = swap(helpers, "// The 128 threads of consumer warpgroup c meet", LANE0 + "\n// The 128 threads of consumer warpgroup c meet")
     body = swap(body, 'extern "C" __global__ void __launch_bounds__(NTHREADS, 1)\ngemm_bf16_tn(',
                 helpers + 'extern "C" __global__ void __launch_bounds__(NTHREADS, 1)\ngemm_bf16_tn(')
     return body
@@ -243,4 +248,19 @@ LEAD_NEXT = r"""  // tail="lead": this CTA's k-blocks [kb, ke) of split tile r w
 
 LANE0 = r"""// The value of lane 0, which ptxas then knows to be warp-uniform.
 __device__ __forceinline__ int lane0(int v) { return __shfl_sync(0xffffffffu, v, 0); }
+
+// tail="lead": a barrier of `arrivals` consumer warpgroups over the grid (every CTA with a split range; the persistent
+// grid is resident, one CTA an SM). The counter only grows (a call adds `arrivals`), so it needs no reset; the wait
+// gives up after 50 us (a CTA not resident: the kernel stays correct, only unsynchronised).
+__device__ __forceinline__ void lead_sync(int* counter, int arrivals, int consumer) {
+  if (threadIdx.x % 128 == 0) {
+    const int target = (atom_add_acq_rel_gpu(counter, 1) / arrivals + 1) * arrivals;
+    uint64_t t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (ld_acquire_gpu(counter) < target && t - t0 < 50000);
+  }
+  named_barrier_sync(1 + consumer, 128);
+}
 """
