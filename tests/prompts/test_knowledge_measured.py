@@ -60,6 +60,7 @@ def _paired_kernel_ms(pattern: str, points: tuple[str, str]) -> tuple[dict[str, 
 
 def test_its_figures_are_the_recorded_ones():
     """Each figure of the section is in the results file that measured it."""
+    import json
     import re
     from pathlib import Path
 
@@ -129,6 +130,13 @@ def test_its_figures_are_the_recorded_ones():
     assert "made it pay: -0.4 to -1.2%" in SECTION and "q_ahead -0.4 to -1.2% against TUNED" in fwd
     assert "within its registers): -0.2 to -1.2%." in SECTION and "producer_fn -0.2 to -1.2% at all five points" in fwd
     assert "sink every exponential of the loop" in SECTION and "ptxas sank every exponential of the key-tile loop" in fwd
+    # the GEMM's last wave split over every SM first (gemm_sweep.md rounds 16 and 16b): DRAM bytes under ncu
+    split = json.loads((results / "gemm_sweep" / "r16_bisect_2026-12-04" / "lead_prof.json").read_text())
+    plain = json.loads((results / "gemm_sweep" / "r16_bisect_2026-12-04" / "ref1_prof.json").read_text())
+    ratio = split["profile"]["kernels"][0]["dram_bytes"] / plain["profile"]["kernels"][0]["dram_bytes"]
+    assert f"{ratio:.1f}x the DRAM bytes, +13-16%, +3-5% behind a grid barrier" in SECTION
+    assert "**+16.4%**" in gemm and "**+13.0%**" in gemm
+    assert "the loss from +13-16%\n  to +3%" in gemm and "**+5.1%** (ncu +3.0%)" in gemm and "+2.9% (ncu +3.1%)" in gemm
 
 
 def test_the_grouped_orders_traffic_figures_are_the_recorded_ones():

@@ -46,7 +46,7 @@ SHAPES = [(8192, 7168, 5120), (256, 256, 512), (200, 296, 328), (64, 7168, 5120)
 # ---- the option: render, validate, plan -----------------------------------------------------------------
 
 def test_tail_is_an_option_left_out_of_default_dumps():
-    assert gt.OPTION_SPACE["tail"] == ["none", "streamk", "lead"] and "tail" not in gt.PARAM_SPACE
+    assert gt.OPTION_SPACE["tail"] == ["none", "streamk"] and "tail" not in gt.PARAM_SPACE
     assert gt.default_params().tail == "none" and "tail" not in gt.default_params().model_dump()
     default = gt.render(gt.default_params())
     assert "StreamK" not in default and "scratch" not in default

@@ -18,7 +18,7 @@ from .gemm_chunk32 import chunk32_body
 from .gemm_epilogues import STMATRIX_STORE_TILE, defer_body
 from .gemm_l2_hints import l2_hints_body
 from .gemm_pingpong import PINGPONG_BARRIERS, pingpong_body  # noqa: F401  (PINGPONG_BARRIERS: read by tests)
-from .gemm_streamk import STREAMK_HELPERS, lead_body, streamk_body  # noqa: F401  (STREAMK_HELPERS: read by tests)
+from .gemm_streamk import STREAMK_HELPERS, streamk_body  # noqa: F401  (STREAMK_HELPERS: read by tests)
 from .gemm_tile_order import HILBERT_TILE_COORDS
 from .register_split import consumer_regs
 from .template_text import uniform_index_edit, without_default_options
@@ -60,11 +60,10 @@ class GemmParams(BaseModel):
                           "or 'pingpong' (two consumers each own whole BM x BN tiles, alternate tiles of the "
                           "persistent schedule, and take turns to run their mainloops: one's epilogue overlaps the "
                           "other's wgmmas)")
-    tail: str = Field("none", description="'none' (the last partial wave of tiles runs as it falls), 'streamk' "
+    tail: str = Field("none", description="'none' (the last partial wave of tiles runs as it falls) or 'streamk' "
                       "(the tiles of the full waves one CTA each as before, then the k-blocks of the remaining tiles "
                       "split evenly over all the CTAs; partial fp32 tiles in a workspace, the last contributor of a "
-                      "tile adds them and stores it) or 'lead' (the same split run first, while every CTA starts, "
-                      "then the full waves; with defer, on every SM)")
+                      "tile adds them and stores it)")
     defer: bool = Field(False, description="TMA epilogue, cooperative: a tile's result packed to bf16 in registers "
                         "and stored one 64-column slab per k-block of the consumer's next tile, under its wgmmas, "
                         "instead of between the tiles with the tensor pipe idle (the last tile's after the loop)")
@@ -97,8 +96,7 @@ class GemmParams(BaseModel):
 
     @property
     def streamk(self) -> bool:
-        """A split tail of either kind (a workspace, tickets, every SM)."""
-        return self.tail in ("streamk", "lead")
+        return self.tail == "streamk"
 
     @property
     def wm(self) -> int:
@@ -141,7 +139,7 @@ OPTION_SPACE: dict[str, list] = {
     "order": ["grouped", "hilbert"],
     "stmatrix": [False, True],
     "schedule": ["cooperative", "pingpong"],
-    "tail": ["none", "streamk", "lead"],
+    "tail": ["none", "streamk"],
     "uniform": [False, True],
     "defer": [False, True],  # -1.1% / -1.2% on the main GEMM (gemm_sweep.md rounds 4-5): default_params() sets it
     "l2_hints": [False, True],  # -0.63% on the main GEMM (gemm_sweep.md round 14): default_params() sets it
@@ -253,22 +251,19 @@ def validate(params: GemmParams | dict, shape: tuple[int, int, int] | None = Non
         bad.append(f"bm={p.bm} must be a multiple of 64 x consumers ({64 * p.consumers}): each consumer runs m64 wgmmas")
     if p.streamk:
         if p.pingpong:
-            bad.append(f"tail={p.tail!r} splits the tail tiles' k-blocks between the consumers' common tiles: it "
-                       "needs schedule='cooperative'")
+            bad.append("tail='streamk' splits the tail tiles' k-blocks between the consumers' common tiles: it needs "
+                       "schedule='cooperative'")
         if not p.persistent:
-            bad.append(f"tail={p.tail!r} gives every CTA a share of the last tiles' k-blocks: it needs persistent=True")
+            bad.append("tail='streamk' gives every CTA a share of the last tiles' k-blocks: it needs persistent=True")
         if p.cluster_m != 1:
-            bad.append(f"tail={p.tail!r} gives each CTA its own k-range: cluster_m={p.cluster_m} must be 1 (a "
+            bad.append(f"tail='streamk' gives each CTA its own k-range: cluster_m={p.cluster_m} must be 1 (a "
                        "multicast pair would need the same ranges)")
-        if p.tail == "lead" and not p.defer:
-            bad.append("tail='lead' is built on the deferred epilogue (a split tile's result is stored under the next "
-                       "tile): it needs defer=True")
     if p.defer:
         if p.epilogue != "tma":
             bad.append("defer=True stores the packed tile through the TMA epilogue's staging: it needs epilogue='tma'")
-        if p.pingpong or p.tail == "streamk":
+        if p.pingpong or p.streamk:
             bad.append("defer=True stores a tile under the same consumer's next tile: it needs schedule='cooperative' "
-                       "and tail='none' or 'lead'")
+                       "and tail='none'")
         if p.acc_regs * 3 // 2 > p.consumer_regs - 40:
             bad.append(f"defer=True keeps the packed tile ({p.acc_regs // 2} registers) beside the accumulators "
                        f"({p.acc_regs}): more than the consumers' {p.consumer_regs} allow (about 40 spare)")
@@ -375,12 +370,10 @@ def body_text(p: GemmParams) -> str:
         body = replace_function(body, "void store_tile_tma(", STMATRIX_STORE_TILE)
     if p.pingpong:
         body = pingpong_body(body)
-    if p.tail == "streamk":
+    if p.streamk:
         body = streamk_body(body)
     if p.defer:
         body = defer_body(body, stmatrix=p.stmatrix)
-    if p.tail == "lead":
-        body = lead_body(body)  # edits the deferred kernel
     if p.bn % 16:  # a tile of 8-multiple width (bn = 56: its own wgmma shape in the wrapper header)
         body = swap(body, 'static_assert(BN % 16 == 0 && BN <= 256, "wgmma N");',
                     'static_assert(BN % 8 == 0 && BN <= 256, "wgmma N");')
