@@ -427,3 +427,28 @@ def test_streamk_matches_torch(compiled, name, shape):
         assert verdict["ok"], (trial, verdict)
         assert verdict["rel_fro"] < 5e-3
         assert int(runner.scratch["sk_tickets"].abs().sum()) == 0, "tickets left non-zero"
+
+
+@pytest.mark.skipif(HOST_CXX is None, reason="needs a host C++ compiler (g++ or c++) to build the device code for the host")
+def test_the_32_bit_split_is_guarded(tmp_path):
+    """begin() and cta_of() divide in 32 bits (a 64-bit division is a call, around which ptxas spills); fits() is
+    false exactly where total x ctas reaches 2^32, and the kernel traps there instead of splitting wrongly."""
+    helpers = gt.STREAMK_HELPERS
+    struct = helpers[helpers.index("struct StreamK {"):helpers.index("\n};\n") + 4]
+    (tmp_path / "fits.cpp").write_text("#include <cstdio>\n#include <cstdint>\n#include <algorithm>\nusing std::min;\n"
+                                       "#define __device__\n#define __forceinline__ inline\n" + struct + r"""
+int main() {
+  int tiles, k_iters, ctas;
+  while (scanf("%d %d %d", &tiles, &k_iters, &ctas) == 3) printf("%d\n", StreamK(tiles, k_iters, ctas).fits() ? 1 : 0);
+  return 0;
+}
+""")
+    exe = tmp_path / "fits"
+    subprocess.run([HOST_CXX, "-O1", "-o", str(exe), str(tmp_path / "fits.cpp")], check=True, capture_output=True,
+                   timeout=120)
+    cases = [(1792, 80, 132), (1792, 80, 128), (1791, 450_000, 132), (147, 200_000, 148), (147, 197_000, 148)]
+    out = subprocess.run([str(exe)], input="".join(f"{t} {k} {c}\n" for t, k, c in cases), capture_output=True,
+                         text=True, timeout=60)
+    want = [int((t % c) * k * c < 2 ** 32) for t, k, c in cases]
+    assert out.stdout.split() == [str(w) for w in want] and want == [1, 1, 0, 0, 1]
+    assert "if (!sk.fits()) __trap();" in gt.render(gt.GemmParams(tail="streamk", max_ctas=0))
