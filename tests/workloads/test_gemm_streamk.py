@@ -200,15 +200,23 @@ def test_every_k_block_of_every_tile_is_computed_once_and_every_tile_stored_once
         assert max(lengths) - min(lengths) <= 1 and sum(lengths) == sk.total
 
 
+def host_streamk(tmp_path, main: str, stdin: str) -> str:
+    """struct StreamK of the kernel compiled for the host with `main`, run on `stdin`; its output."""
+    helpers = gt.STREAMK_HELPERS
+    struct = helpers[helpers.index("struct StreamK {"):helpers.index("\n};\n") + 4]
+    src, exe = tmp_path / "sk.cpp", tmp_path / "sk"
+    src.write_text("#include <cstdio>\n#include <algorithm>\nusing std::min;\n#define __device__\n"
+                   "#define __forceinline__ inline\n" + struct + main)
+    subprocess.run([HOST_CXX, "-O1", "-o", str(exe), str(src)], check=True, capture_output=True, timeout=120)
+    out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0
+    return out.stdout
+
+
 @pytest.mark.skipif(HOST_CXX is None, reason="needs a host C++ compiler (g++ or c++) to build the device code for the host")
 def test_the_device_streamk_computes_what_the_model_does(tmp_path):
     """struct StreamK of the rendered kernel, compiled for the host, walks the same units for every CTA."""
-    cxx = HOST_CXX
-    helpers = gt.STREAMK_HELPERS
-    struct = helpers[helpers.index("struct StreamK {"):helpers.index("\n};\n") + 4]
-    src = tmp_path / "sk.cpp"
-    src.write_text("#include <cstdio>\n#include <algorithm>\nusing std::min;\n#define __device__\n"
-                   "#define __forceinline__ inline\n" + struct + r"""
+    stdout = host_streamk(tmp_path, r"""
 int main(int argc, char** argv) {
   int tiles, k_iters;
   while (scanf("%d %d", &tiles, &k_iters) == 2) {
@@ -226,12 +234,7 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
-""")
-    exe = tmp_path / "sk"
-    subprocess.run([cxx, "-O1", "-o", str(exe), str(src)], check=True, capture_output=True, timeout=120)
-    stdin = "".join(f"{t} {k}\n" for t, k in ASSIGNMENTS)
-    out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0
+""", "".join(f"{t} {k}\n" for t, k in ASSIGNMENTS))
     want = []
     for tiles, k_iters in ASSIGNMENTS:
         for ctas in range(1, 133):
@@ -239,7 +242,7 @@ int main(int argc, char** argv) {
             for c in range(ctas):
                 units = "".join(f" {t},{kb},{ke},{r}" for t, kb, ke, r in sk.units(c) if r >= 0)
                 want.append(f"{ctas} {c}:{units}")
-    assert out.stdout.splitlines() == want
+    assert stdout.splitlines() == want
 
 
 # ---- the ticket protocol of streamk_fixup ---------------------------------------------------------------
@@ -433,22 +436,14 @@ def test_streamk_matches_torch(compiled, name, shape):
 def test_the_32_bit_split_is_guarded(tmp_path):
     """begin() and cta_of() divide in 32 bits (a 64-bit division is a call, around which ptxas spills); fits() is
     false exactly where total x ctas reaches 2^32, and the kernel traps there instead of splitting wrongly."""
-    helpers = gt.STREAMK_HELPERS
-    struct = helpers[helpers.index("struct StreamK {"):helpers.index("\n};\n") + 4]
-    (tmp_path / "fits.cpp").write_text("#include <cstdio>\n#include <cstdint>\n#include <algorithm>\nusing std::min;\n"
-                                       "#define __device__\n#define __forceinline__ inline\n" + struct + r"""
+    cases = [(1792, 80, 132), (1792, 80, 128), (1791, 450_000, 132), (147, 200_000, 148), (147, 197_000, 148)]
+    stdout = host_streamk(tmp_path, r"""
 int main() {
   int tiles, k_iters, ctas;
   while (scanf("%d %d %d", &tiles, &k_iters, &ctas) == 3) printf("%d\n", StreamK(tiles, k_iters, ctas).fits() ? 1 : 0);
   return 0;
 }
-""")
-    exe = tmp_path / "fits"
-    subprocess.run([HOST_CXX, "-O1", "-o", str(exe), str(tmp_path / "fits.cpp")], check=True, capture_output=True,
-                   timeout=120)
-    cases = [(1792, 80, 132), (1792, 80, 128), (1791, 450_000, 132), (147, 200_000, 148), (147, 197_000, 148)]
-    out = subprocess.run([str(exe)], input="".join(f"{t} {k} {c}\n" for t, k, c in cases), capture_output=True,
-                         text=True, timeout=60)
+""", "".join(f"{t} {k} {c}\n" for t, k, c in cases))
     want = [int((t % c) * k * c < 2 ** 32) for t, k, c in cases]
-    assert out.stdout.split() == [str(w) for w in want] and want == [1, 1, 0, 0, 1]
+    assert stdout.split() == [str(w) for w in want] and want == [1, 1, 0, 0, 1]
     assert "if (!sk.fits()) __trap();" in gt.render(gt.GemmParams(tail="streamk", max_ctas=0))

@@ -50,8 +50,8 @@ struct StreamK {
   int total;     // k-blocks of the tail tiles (fewer than ctas x k_iters)
   __device__ __forceinline__ StreamK(int tiles, int k_iters_, int ctas_)
       : dp_tiles(tiles - tiles % ctas_), k_iters(k_iters_), ctas(ctas_), total(tiles % ctas_ * k_iters_) {}
-  // the first k-block (of the tail's) of CTA c's range; begin(ctas) = total. 32-bit unsigned: total x ctas < 2^32
-  // (checked by fits(); a 64-bit division is a call, and ptxas spills registers around it)
+  // the first k-block (of the tail's) of CTA c's range; begin(ctas) = total. Divided in 32 bits (see fits()): a
+  // 64-bit division is a call, and ptxas spills registers around it
   __device__ __forceinline__ int begin(int c) const {
     return static_cast<int>(static_cast<unsigned>(total) * static_cast<unsigned>(c) / static_cast<unsigned>(ctas));
   }
@@ -60,7 +60,8 @@ struct StreamK {
     return static_cast<int>((static_cast<unsigned>(x + 1) * static_cast<unsigned>(ctas) - 1u) /
                             static_cast<unsigned>(total));
   }
-  // begin() and cta_of() stay below 2^32: tail tiles x k_iters x ctas < 2^32 (K under 12 million at 148 CTAs)
+  // begin()'s and cta_of()'s products stay below 2^32: tail tiles x k_iters x ctas < 2^32 (K under 12 million at
+  // 148 CTAs); the kernel traps otherwise
   __device__ __forceinline__ bool fits() const {
     return static_cast<unsigned long long>(total) * static_cast<unsigned>(ctas) < (1ull << 32);
   }
@@ -163,4 +164,3 @@ __device__ __forceinline__ bool streamk_fixup(float (&acc)[MSUB][BN / 2], float*
 }
 
 """
-
