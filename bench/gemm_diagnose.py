@@ -35,6 +35,9 @@ variants take one part of the kernel away at a time, so the difference in kernel
   bk32, bk32_6, bk32_serp
                real kernels: the template's bk = 32 (64-byte rows, 64B swizzle) in 8 stages (bk32_6: 6), the same
                192 KB ring in finer slots, so the producer runs 7 slots (2.0 us) ahead instead of 3 (1.7 us)
+  promo128, promo64, promo_none, promo_a128, promo_b128
+               real kernels: the reference with its A and B tensor maps' L2 promotion at 128B / 64B / none instead of
+               256B (promo_a128, promo_b128: one map at 128B)
 
 The taken-out variants compute garbage on purpose; the reference and the hinted kernels are checked against torch. Timing as
 bench/gemm_reference_bench.py: interleaved with cuBLAS, L2 flushed before each call, CUDA events, medians and IQR.
@@ -178,6 +181,15 @@ def spread(every: int) -> list:
 G32 = [("constexpr int GROUP_M = 16;", "constexpr int GROUP_M = 32;  // diagnose: g32")]
 
 
+def promotion(a: str, b: str) -> list:
+    """Real kernels: the L2 promotion of A's and B's tensor maps (the size of the L2 request a TMA miss makes: none,
+    64B, 128B or the reference's 256B), a setting of the launch plan, not of the kernel's code."""
+    def one(tensor: str, rows: int, value: str) -> tuple:
+        head = f'tensor = "{tensor}"\nbox = [64, {rows}]\nswizzle = "128B"\nl2_promotion = '
+        return (head + '"256B"\n', head + f'"{value}"  # diagnose: promotion\n')
+    return [one(t, rows, v) for t, rows, v in (("A", 128, a), ("B", 256, b)) if v != "256B"]
+
+
 EDITS: dict[str, list] = {
     "ref": [], "no_store": NO_STORE, "no_tma": NO_TMA, "tma_hot": TMA_HOT, "bare": NO_TMA + NO_STORE,
     "feed_only": FEED_ONLY, "c_first": C_FIRST, "b_last": HINT_HELPERS + B_LAST, "c_first_b_last": C_FIRST + B_LAST,
@@ -188,6 +200,8 @@ EDITS: dict[str, list] = {
     "bare_long_nowait": NO_TMA + NO_STORE + LONG + NO_FULL_WAIT,
     "pf6": prefetch(6), "pf12": prefetch(12), "pf24": prefetch(24), "pf12_b": prefetch(12, a=False),
     "serp": SERP,
+    "promo128": promotion("128B", "128B"), "promo64": promotion("64B", "64B"), "promo_none": promotion("none", "none"),
+    "promo_a128": promotion("128B", "256B"), "promo_b128": promotion("256B", "128B"),
 }
 
 
@@ -220,7 +234,8 @@ CHECKED = ("ref", "ref_nohints", "ref_132", "c_first", "b_last", "c_first_b_last
            "a_last_b_first", "c_first_a_last_b_first", "c_first_a_last", "c_first_b_first", "hints", "hints_g8",
            "hints_serp", "hints_a_half", "hints_g32", "hints_serp_g32",
            "spread2", "spread4", "spread8",
-           "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp")  # compute C
+           "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp",
+           "promo128", "promo64", "promo_none", "promo_a128", "promo_b128")  # compute C
 
 
 def edited(source: str, edits: list) -> str:

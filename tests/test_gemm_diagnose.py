@@ -142,3 +142,19 @@ def test_library_kernels_reads_the_kernel_events_of_a_trace():
                                      "grid": [132, 1, 1], "block": [384, 1, 1], "registers per thread": 168,
                                      "shared memory": 215040, "blocks per SM": None,
                                      "est. achieved occupancy %": None}]
+
+
+@pytest.mark.parametrize("name,a,b", [("promo128", "128B", "128B"), ("promo64", "64B", "64B"),
+                                      ("promo_none", "none", "none"), ("promo_a128", "128B", "256B"),
+                                      ("promo_b128", "256B", "128B")])
+def test_the_promotion_variants_change_only_the_plans_l2_promotion(name, a, b):
+    from gemm_reference_bench import read_plan
+
+    base = render(default_params())
+    text = gd.edited(base, gd.VARIANTS[name][0])
+    plan, ref_plan = read_plan(text), read_plan(base)
+    assert (plan["tmap"]["A_map"]["l2_promotion"], plan["tmap"]["B_map"]["l2_promotion"]) == (a, b)
+    for m in ("A_map", "B_map"):
+        plan["tmap"][m].pop("l2_promotion"), ref_plan["tmap"][m].pop("l2_promotion")
+    assert plan == ref_plan
+    assert text.split("*/", 1)[1] == base.split("*/", 1)[1]  # the kernel's code is the reference's
