@@ -38,6 +38,9 @@ variants take one part of the kernel away at a time, so the difference in kernel
   promo128, promo64, promo_none, promo_a128, promo_b128
                real kernels: the reference with its A and B tensor maps' L2 promotion at 128B / 64B / none instead of
                256B (promo_a128, promo_b128: one map at 128B)
+  lpf6, lpf10, lpf16, lpf10_b
+               real kernels: the producer thread also prefetches (prefetch.L2, the load/store path, not the TMA unit)
+               this CTA's share of the lines of the k-block 6 / 10 / 16 ahead (lpf10_b: B's lines only)
 
 The taken-out variants compute garbage on purpose; the reference and the hinted kernels are checked against torch. Timing as
 bench/gemm_reference_bench.py: interleaved with cuBLAS, L2 flushed before each call, CUDA events, medians and IQR.
@@ -181,6 +184,48 @@ def spread(every: int) -> list:
 G32 = [("constexpr int GROUP_M = 16;", "constexpr int GROUP_M = 32;  // diagnose: g32")]
 
 
+def lsu_prefetch(pf: int, a: bool = True) -> list:
+    """Real kernels: the producer thread also prefetches into L2, with the SM's load/store path (prefetch.L2) rather
+    than the TMA unit (round 8's cp.async.bulk.prefetch queued in front of the loads), the k-block `pf` ahead of the
+    one it loads, past a tile's end into its next tile. Only this CTA's share of the lines: in the grouped order the
+    CTAs in flight that read one A strip have distinct tile columns mod 8, and those that read one B strip distinct
+    tile rows mod 16, so each prefetches 16 of the strip's 128 A rows (by its tile column) and 16 of the 256 B rows
+    (by its tile row): 32 lines a k-block, each line of the wave once (a share that overhangs M or N is skipped
+    whole, so the loop has no per-line branch). `a` False: B's lines only."""
+    def lines(op: str, rows: str, lim: str) -> str:  # 16 lines, K elements apart, from row `rows` of op
+        return (f"              if (const int r = {rows}; r + 16 <= {lim}) {{\n"
+                f"                const __nv_bfloat16* p = {op} + static_cast<size_t>(r) * K + kof;\n"
+                "#pragma unroll\n"
+                "                for (int i = 0; i < 16; ++i, p += K) asm volatile(\"prefetch.L2 [%0];\" :: \"l\"(p));\n"
+                "              }\n")
+    share = ((lines("Ag", "pm * BM + (pn % (BM / 16)) * 16", "M") if a else "")
+             + lines("Bg", "pn * BN + (pm % (BN / 16)) * 16", "N"))
+    return [
+        ('args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"]',
+         'args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "A", "B", "i32:M", "i32:N", "i32:K"]  # diagnose: lsu'),
+        ("const __grid_constant__ CUtensorMap tmC, __nv_bfloat16* C, int M, int N, int K) {",
+         "const __grid_constant__ CUtensorMap tmC, __nv_bfloat16* C,\n"
+         "             const __nv_bfloat16* __restrict__ Ag, const __nv_bfloat16* __restrict__ Bg,  // diagnose: lsu\n"
+         "             int M, int N, int K) {"),
+        ("        const int n0 = tn * BN;\n"
+         "        for (int k = 0; k < k_iters; ++k) {\n"
+         "          mbar_wait(&empty[stage], phase ^ 1);\n",
+         "        const int n0 = tn * BN;\n"
+         "        int ntm = -1, ntn = 0;  // diagnose: lsu prefetch into the next tile\n"
+         "        if (ct + step < cluster_tiles) tile_coords(ct + step, cluster_rows, tiles_n, ntm, ntn);\n"
+         "        for (int k = 0; k < k_iters; ++k) {\n"
+         "          mbar_wait(&empty[stage], phase ^ 1);\n"),
+        ("          if (++stage == STAGES) { stage = 0; phase ^= 1; }\n",
+         f"          if (int pk = k + {pf}, pm = tm, pn = tn; true) {{  // diagnose: lsu prefetch, k-block k + {pf}\n"
+         "            if (pk >= k_iters) { pk -= k_iters; pm = ntm; pn = ntn; }\n"
+         "            if (pm >= 0 && pk < k_iters) {\n"
+         "              const size_t kof = static_cast<size_t>(pk) * BK;\n"
+         + share +
+         "            }\n"
+         "          }\n"
+         "          if (++stage == STAGES) { stage = 0; phase ^= 1; }\n")]
+
+
 def promotion(a: str, b: str) -> list:
     """Real kernels: the L2 promotion of A's and B's tensor maps (the size of the L2 request a TMA miss makes: none,
     64B, 128B or the reference's 256B), a setting of the launch plan, not of the kernel's code."""
@@ -202,6 +247,7 @@ EDITS: dict[str, list] = {
     "serp": SERP,
     "promo128": promotion("128B", "128B"), "promo64": promotion("64B", "64B"), "promo_none": promotion("none", "none"),
     "promo_a128": promotion("128B", "256B"), "promo_b128": promotion("256B", "128B"),
+    "lpf6": lsu_prefetch(6), "lpf10": lsu_prefetch(10), "lpf16": lsu_prefetch(16), "lpf10_b": lsu_prefetch(10, a=False),
 }
 
 
@@ -235,7 +281,8 @@ CHECKED = ("ref", "ref_nohints", "ref_132", "c_first", "b_last", "c_first_b_last
            "hints_serp", "hints_a_half", "hints_g32", "hints_serp_g32",
            "spread2", "spread4", "spread8",
            "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp",
-           "promo128", "promo64", "promo_none", "promo_a128", "promo_b128")  # compute C
+           "promo128", "promo64", "promo_none", "promo_a128", "promo_b128",
+           "lpf6", "lpf10", "lpf16", "lpf10_b")  # compute C
 
 
 def edited(source: str, edits: list) -> str:

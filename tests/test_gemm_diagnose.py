@@ -158,3 +158,21 @@ def test_the_promotion_variants_change_only_the_plans_l2_promotion(name, a, b):
         plan["tmap"][m].pop("l2_promotion"), ref_plan["tmap"][m].pop("l2_promotion")
     assert plan == ref_plan
     assert text.split("*/", 1)[1] == base.split("*/", 1)[1]  # the kernel's code is the reference's
+
+
+@pytest.mark.parametrize("name,lines", [("lpf6", 32), ("lpf10", 32), ("lpf16", 32), ("lpf10_b", 16)])
+def test_the_lsu_prefetch_variants_pass_a_and_b_and_prefetch_their_share(name, lines):
+    """The plan passes A and B where the kernel takes them (one argument per parameter, in order), and the producer
+    prefetches 16 rows of each operand a k-block (unrolled: one prefetch.L2 per line in the render's loop body)."""
+    from gemm_reference_bench import read_plan
+
+    text = gd.edited(render(default_params()), gd.VARIANTS[name][0])
+    args = read_plan(text)["launch"][0]["args"]
+    assert args[3:6] == ["C", "A", "B"]
+    params = text.split("gemm_bf16_tn(", 1)[1].split(") {", 1)[0]
+    assert params.count(",") + 1 == len(args)
+    assert "Ag," in params and "Bg," in params
+    producer = text.split("setmaxnreg_dec<PRODUCER_REGS>();", 1)[1].split("setmaxnreg_inc<CONSUMER_REGS>();", 1)[0]
+    assert producer.count('prefetch.L2 [%0];') == lines // 16
+    assert producer.count("for (int i = 0; i < 16; ++i, p += K)") == lines // 16
+    assert "cp.async.bulk.prefetch" not in producer  # not the TMA unit's prefetch (round 8)
