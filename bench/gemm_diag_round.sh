@@ -10,6 +10,9 @@ set -u
 source bench/gpu_env.sh || exit 1
 W=gemm_bf16_m8192_n7168_k5120
 V=$1 P=${2:-2} E=${3:-3} PAIRS=${4:-3}
+for v in ref ${V//,/ }; do  # built here and carried: a missing one would fail every process of the round
+  [ -f bench/build_gemm_diag/$v.cubin ] || { echo "bench/build_gemm_diag/$v.cubin is missing: python3 bench/gemm_diagnose.py build --variants $V"; exit 1; }
+done
 R=$OUT/round && mkdir -p $R
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader

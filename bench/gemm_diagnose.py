@@ -41,6 +41,9 @@ variants take one part of the kernel away at a time, so the difference in kernel
   lpf6, lpf10, lpf16, lpf10_b
                real kernels: the producer thread also prefetches (prefetch.L2, the load/store path, not the TMA unit)
                this CTA's share of the lines of the k-block 6 / 10 / 16 ahead (lpf10_b: B's lines only)
+  pw6, pw10, pw16, pw10_b
+               real kernels: the same prefetches by the producer warpgroup's second warp, one line a lane, paced by a
+               shared-memory counter of the k-blocks loaded
 
 The taken-out variants compute garbage on purpose; the reference and the hinted kernels are checked against torch. Timing as
 bench/gemm_reference_bench.py: interleaved with cuBLAS, L2 flushed before each call, CUDA events, medians and IQR.
@@ -235,6 +238,53 @@ def promotion(a: str, b: str) -> list:
     return [one(t, rows, v) for t, rows, v in (("A", 128, a), ("B", 256, b)) if v != "256B"]
 
 
+def prefetch_warp(pf: int, a: bool = True) -> list:
+    """Real kernels: lsu_prefetch's share of lines, prefetched by the producer warpgroup's second warp instead of the
+    thread that issues the TMA loads (round 18: that thread's prefetches cost +2.0 to +2.7%, about as much for B's 16
+    lines as for all 32, so the time they keep it from its next load is the suspect). Each lane prefetches one line
+    (lanes 0-15 A's rows, 16-31 B's), paced by a shared-memory counter of the k-blocks the producer has loaded, which
+    only grows, so the warp never waits on a barrier phase and cannot hang the kernel."""
+    rows = ("        const bool is_a = lane < 16;  // diagnose: prefetch warp\n"
+            "        const int r = is_a ? pm * BM + (pn % (BM / 16)) * 16 + lane : pn * BN + (pm % (BN / 16)) * 16 + lane - 16;\n"
+            + ("        if (r < (is_a ? M : N))\n" if a else "        if (!is_a && r < N)\n")
+            + "          asm volatile(\"prefetch.L2 [%0];\" :: \"l\"((is_a ? Ag : Bg) + static_cast<size_t>(r) * K + static_cast<size_t>(pk) * BK));\n")
+    warp = ("    } else if (t >= 32 && t < 64) {  // diagnose: prefetch warp\n"
+            "      const int lane = t - 32;\n"
+            "      int g = 0;\n"
+            "      for (int ct = first; ct < cluster_tiles; ct += step) {\n"
+            "        int tm, tn, ntm = -1, ntn = 0;\n"
+            "        tile_coords(ct, cluster_rows, tiles_n, tm, tn);\n"
+            "        if (ct + step < cluster_tiles) tile_coords(ct + step, cluster_rows, tiles_n, ntm, ntn);\n"
+            "        for (int k = 0; k < k_iters; ++k, ++g) {\n"
+            "          while (*loaded < g) __nanosleep(64);  // the producer has issued k-block g's loads\n"
+            f"          int pk = k + {pf}, pm = tm, pn = tn;\n"
+            "          if (pk >= k_iters) { pk -= k_iters; pm = ntm; pn = ntn; }\n"
+            "          if (pm < 0 || pk >= k_iters) continue;\n"
+            + rows.replace("\n        ", "\n          ").replace("        const bool", "          const bool", 1) +
+            "        }\n"
+            "      }\n"
+            "    }\n"
+            "  } else {\n"
+            "    setmaxnreg_inc<CONSUMER_REGS>();")
+    return [
+        ('args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"]',
+         'args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "A", "B", "i32:M", "i32:N", "i32:K"]  # diagnose: pw'),
+        ("smem = 230464\n", "smem = 230480  # diagnose: the prefetch warp's counter\n"),
+        ("const __grid_constant__ CUtensorMap tmC, __nv_bfloat16* C, int M, int N, int K) {",
+         "const __grid_constant__ CUtensorMap tmC, __nv_bfloat16* C,\n"
+         "             const __nv_bfloat16* __restrict__ Ag, const __nv_bfloat16* __restrict__ Bg,  // diagnose: pw\n"
+         "             int M, int N, int K) {"),
+        ("  uint64_t* empty = full + STAGES;\n",
+         "  uint64_t* empty = full + STAGES;\n"
+         "  volatile int* loaded = reinterpret_cast<volatile int*>(empty + STAGES);  // diagnose: k-blocks loaded - 1\n"),
+        ("    mbar_fence_init();\n", "    mbar_fence_init();\n    *loaded = -1;  // diagnose: prefetch warp\n"),
+        ("      int stage = 0;\n", "      int stage = 0, g = 0;  // diagnose: g, the k-blocks loaded\n"),
+        ("          if (++stage == STAGES) { stage = 0; phase ^= 1; }\n",
+         "          *loaded = g++;  // diagnose: prefetch warp\n"
+         "          if (++stage == STAGES) { stage = 0; phase ^= 1; }\n"),
+        ("    }\n  } else {\n    setmaxnreg_inc<CONSUMER_REGS>();", warp)]
+
+
 EDITS: dict[str, list] = {
     "ref": [], "no_store": NO_STORE, "no_tma": NO_TMA, "tma_hot": TMA_HOT, "bare": NO_TMA + NO_STORE,
     "feed_only": FEED_ONLY, "c_first": C_FIRST, "b_last": HINT_HELPERS + B_LAST, "c_first_b_last": C_FIRST + B_LAST,
@@ -248,6 +298,7 @@ EDITS: dict[str, list] = {
     "promo128": promotion("128B", "128B"), "promo64": promotion("64B", "64B"), "promo_none": promotion("none", "none"),
     "promo_a128": promotion("128B", "256B"), "promo_b128": promotion("256B", "128B"),
     "lpf6": lsu_prefetch(6), "lpf10": lsu_prefetch(10), "lpf16": lsu_prefetch(16), "lpf10_b": lsu_prefetch(10, a=False),
+    "pw6": prefetch_warp(6), "pw10": prefetch_warp(10), "pw16": prefetch_warp(16), "pw10_b": prefetch_warp(10, a=False),
 }
 
 
@@ -282,7 +333,7 @@ CHECKED = ("ref", "ref_nohints", "ref_132", "c_first", "b_last", "c_first_b_last
            "spread2", "spread4", "spread8",
            "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp",
            "promo128", "promo64", "promo_none", "promo_a128", "promo_b128",
-           "lpf6", "lpf10", "lpf16", "lpf10_b")  # compute C
+           "lpf6", "lpf10", "lpf16", "lpf10_b", "pw6", "pw10", "pw16", "pw10_b")  # compute C
 
 
 def edited(source: str, edits: list) -> str:

@@ -176,3 +176,21 @@ def test_the_lsu_prefetch_variants_pass_a_and_b_and_prefetch_their_share(name, l
     assert producer.count('prefetch.L2 [%0];') == lines // 16
     assert producer.count("for (int i = 0; i < 16; ++i, p += K)") == lines // 16
     assert "cp.async.bulk.prefetch" not in producer  # not the TMA unit's prefetch (round 8)
+
+
+@pytest.mark.parametrize("name", ["pw6", "pw10", "pw16", "pw10_b"])
+def test_the_prefetch_warp_variants_pace_a_second_warp_by_a_counter_in_their_shared_memory(name):
+    from gemm_reference_bench import read_plan
+    from ptxbench.workloads.solutions.gemm_template import SMEM_LIMIT
+
+    base = render(default_params())
+    text = gd.edited(base, gd.VARIANTS[name][0])
+    plan, ref_plan = read_plan(text)["launch"][0], read_plan(base)["launch"][0]
+    assert plan["args"][3:6] == ["C", "A", "B"]
+    assert plan["smem"] == ref_plan["smem"] + 16 <= SMEM_LIMIT  # the counter after the barriers, in the plan's bytes
+    producer = text.split("setmaxnreg_dec<PRODUCER_REGS>();", 1)[1].split("setmaxnreg_inc<CONSUMER_REGS>();", 1)[0]
+    loader, warp = producer.split("} else if (t >= 32 && t < 64) {", 1)
+    assert "*loaded = g++;" in loader and "prefetch.L2" not in loader  # the TMA thread only counts
+    assert warp.count("prefetch.L2 [%0];") == 1 and "while (*loaded < g)" in warp
+    assert "mbar_wait" not in warp  # no barrier phase to fall behind on
+    assert "*loaded = -1;" in text.split("__syncthreads();", 1)[0]  # set before any thread reads it
