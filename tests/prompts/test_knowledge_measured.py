@@ -111,6 +111,12 @@ def test_its_figures_are_the_recorded_ones():
     assert "+40% for B alone, +77-85% for A and B" in epilogue
     assert "| pf12_b | +40.1% | +39.8% |" in gemm and "| pf6 | **+77.8%** |" in gemm and "| pf24 | +84.6% | +83.7% |" in gemm
     assert "A\n  evict_first +1.1%" in epilogue and "| c_first_a_first | +1.1% | +1.1% |" in gemm
+    # the load/store path's prefetch (rounds 18 and 18b, 2026-12-04): every lpf / pw reading of both rounds
+    cost = [json.loads(f.read_text())["timing"][v]["vs_ref_pct"]
+            for r in ("r18_lsu_prefetch_2026-12-04", "r18b_prefetch_warp_2026-12-04")
+            for f in sorted((results / "gemm_sweep" / r).glob("diag_*.json"))
+            for v in json.loads(f.read_text())["timing"] if v.startswith(("lpf", "pw"))]
+    assert len(cost) == 2 * (4 + 5) and f"cost +{min(cost):.1f}-{max(cost):.1f}%" in epilogue
     # the feeder CTAs and the eviction priorities as a set (round 14)
     assert "feeder CTAs that kept ahead of the producers cost 0.6-1.3%" in epilogue
     assert "| feed4_box | +0.6% | +0.6% |" in gemm and "B's boxes alone, 2 or 8 k-steps ahead, cost +0.6% and +1.2-1.3%" in gemm
