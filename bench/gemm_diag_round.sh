@@ -19,7 +19,7 @@ R=$OUT/round && mkdir -p $R
   for i in $(seq 1 $P); do
     timeout 200 python3 bench/gemm_diagnose.py run --clock-s 0 --iters 60 --variants $V --json $R/diag_$i.json \
       > $R/diag_$i.log 2>&1
-    echo "diagnosis $i (rc $?):"; grep -v "^timed loop" $R/diag_$i.log | tail -18
+    echo "diagnosis $i (rc $?):"; grep -v "^timed loop" $R/diag_$i.log | tail -30
   done
   for i in $(seq 1 $E); do
     timeout 120 python3 -m ptxbench.agent eval $W workloads/solutions/$W.cu --json > $R/eval_${i}_ref.json 2> $R/eval_${i}_ref.err

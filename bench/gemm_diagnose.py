@@ -44,6 +44,9 @@ variants take one part of the kernel away at a time, so the difference in kernel
   pw6, pw10, pw16, pw10_b
                real kernels: the same prefetches by the producer warpgroup's second warp, one line a lane, paced by a
                shared-memory counter of the k-blocks loaded
+  dyn, dyn_132
+               real kernels: tiles handed out at run time (a global counter the producer reads a tile ahead; the
+               consumers learn each tile from a word beside its first stage), on 128 CTAs and on all 132
 
 The taken-out variants compute garbage on purpose; the reference and the hinted kernels are checked against torch. Timing as
 bench/gemm_reference_bench.py: interleaved with cuBLAS, L2 flushed before each call, CUDA events, medians and IQR.
@@ -302,6 +305,41 @@ EDITS: dict[str, list] = {
 }
 
 
+# Real kernels: tiles handed out at run time. Each CTA starts on tile blockIdx.x as before; its producer then takes the
+# next tile from a counter in the module's globals (atomicAdd, a tile ahead, so its latency hides under 80 k-blocks)
+# and tells the consumers through a word beside each ring stage, written before the stage's first arrival (release)
+# and read after their wait (acquire); a tile of -1 ends them. The tiles still go out in the grouped order, so the
+# CTAs in flight cover about one wave of neighbouring tiles, but an SM that runs faster (a less crowded GPC, a nearer
+# L2 partition) takes more of them. The last CTA to finish sets the counters back to 0 for the next launch.
+DYN = [
+    ("using namespace ptxbench;\n",
+     "using namespace ptxbench;\n\n__device__ int dyn_next = 0, dyn_done = 0;  // diagnose: dyn (tiles handed out, CTAs done)\n"),
+    ("smem = 230464\n", "smem = 230480  # diagnose: dyn's tile words\n"),
+    ("  uint64_t* empty = full + STAGES;\n",
+     "  uint64_t* empty = full + STAGES;\n"
+     "  volatile int* tile_at = reinterpret_cast<volatile int*>(empty + STAGES);  // diagnose: dyn (each stage's tile)\n"),
+    ("      for (int ct = first; ct < cluster_tiles; ct += step) {\n        int tm, tn;\n",
+     "      for (int ct = first, nxt; ct < cluster_tiles; ct = nxt) {\n"
+     "        nxt = atomicAdd(&dyn_next, 1) + step;  // diagnose: dyn (the tile after this one)\n"
+     "        int tm, tn;\n"),
+    ("          mbar_arrive_expect_tx(&full[stage], STAGES_BYTES_PLACEHOLDER);\n".replace("STAGES_BYTES_PLACEHOLDER", "STAGE_BYTES"),
+     "          if (k == 0) tile_at[stage] = ct;  // diagnose: dyn\n"
+     "          mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);\n"),
+    ("          if (++stage == STAGES) { stage = 0; phase ^= 1; }\n        }\n      }\n    }\n  } else {\n",
+     "          if (++stage == STAGES) { stage = 0; phase ^= 1; }\n        }\n      }\n"
+     "      mbar_wait(&empty[stage], phase ^ 1);  // diagnose: dyn (no tile left: a stage that says so)\n"
+     "      tile_at[stage] = -1;\n"
+     "      mbar_arrive(&full[stage]);\n"
+     "      if (atomicAdd(&dyn_done, 1) == gridDim.x - 1) { atomicExch(&dyn_next, 0); atomicExch(&dyn_done, 0); }\n"
+     "    }\n  } else {\n"),
+    ("    for (int ct = first; ct < cluster_tiles; ct += step) {\n      int tm, tn;\n",
+     "    for (;;) {\n"
+     "      mbar_wait(&full[stage], phase);  // diagnose: dyn (k-block 0's stage names the tile)\n"
+     "      const int ct = tile_at[stage];\n"
+     "      if (ct < 0) break;\n"
+     "      int tm, tn;\n")]
+
+
 UNHINTED = {"l2_hints": False}  # the reference's point before round 14 of gemm_sweep.md (ref_nohints)
 
 
@@ -326,14 +364,16 @@ VARIANTS = {**{n: (e, _base(e)) for n, e in EDITS.items()}, "ref_nohints": ([], 
             # instead of 4 times, A's 42 MB of strips a wave held evict_last
             "hints_g32": (G32, {}), "hints_serp_g32": (SERP + G32, {}),
             # the reference's deferred slabs under every 2nd / 4th / 8th k-block
-            "spread2": (spread(2), {}), "spread4": (spread(4), {}), "spread8": (spread(8), {})}
+            "spread2": (spread(2), {}), "spread4": (spread(4), {}), "spread8": (spread(8), {}),
+            # tiles handed out at run time, on 128 CTAs and on every SM
+            "dyn": (DYN, {}), "dyn_132": (DYN, {"max_ctas": 0})}
 CHECKED = ("ref", "ref_nohints", "ref_132", "c_first", "b_last", "c_first_b_last", "c_first_a_first", "a_last", "b_first",
            "a_last_b_first", "c_first_a_last_b_first", "c_first_a_last", "c_first_b_first", "hints", "hints_g8",
            "hints_serp", "hints_a_half", "hints_g32", "hints_serp_g32",
            "spread2", "spread4", "spread8",
            "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp",
            "promo128", "promo64", "promo_none", "promo_a128", "promo_b128",
-           "lpf6", "lpf10", "lpf16", "lpf10_b", "pw6", "pw10", "pw16", "pw10_b")  # compute C
+           "lpf6", "lpf10", "lpf16", "lpf10_b", "pw6", "pw10", "pw16", "pw10_b", "dyn", "dyn_132")  # compute C
 
 
 def edited(source: str, edits: list) -> str:
@@ -411,6 +451,15 @@ def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap
         times = interleaved_times(fns, iters, flush, gap_s=gap_ms / 1000)
         result["timed_loop"] = {"gap_ms": gap_ms, **loop_clock(sampler, t0, time.time())}
     print("timed loop:", result["timed_loop"], flush=True)
+    for name in names:  # checked again after hundreds of launches: state a kernel keeps between launches shows here
+        if name in CHECKED:
+            C.fill_(float("nan"))
+            fns[name]()
+            torch.cuda.synchronize()
+            after = check(C, ref)
+            result["correct"][name] = {**result["correct"][name], "ok": result["correct"][name]["ok"] and after["ok"],
+                                       "after_timing": after}
+            print(name, "after timing", after, flush=True)
     if clock_s > 0:
         result["clock"] = sustained_clocks(fns, clock_s)
     ref_ms = statistics.median(times["ref"])

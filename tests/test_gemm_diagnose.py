@@ -194,3 +194,26 @@ def test_the_prefetch_warp_variants_pace_a_second_warp_by_a_counter_in_their_sha
     assert warp.count("prefetch.L2 [%0];") == 1 and "while (*loaded < g)" in warp
     assert "mbar_wait" not in warp  # no barrier phase to fall behind on
     assert "*loaded = -1;" in text.split("__syncthreads();", 1)[0]  # set before any thread reads it
+
+
+@pytest.mark.parametrize("name,grid", [("dyn", "min(min(num_sms, 128), cdiv(M, 128) * cdiv(N, 256))"),
+                                       ("dyn_132", "min(num_sms, cdiv(M, 128) * cdiv(N, 256))")])
+def test_the_run_time_tile_variants_hand_tiles_through_the_ring_and_reset_their_counters(name, grid):
+    from gemm_reference_bench import read_plan
+
+    base = render(default_params().model_copy(update=gd.VARIANTS[name][1]))
+    text = gd.edited(base, gd.VARIANTS[name][0])
+    plan = read_plan(text)["launch"][0]
+    assert plan["grid"][0] == grid and plan["smem"] == read_plan(base)["launch"][0]["smem"] + 16
+    producer = text.split("setmaxnreg_dec<PRODUCER_REGS>();", 1)[1].split("setmaxnreg_inc<CONSUMER_REGS>();", 1)[0]
+    consumer = text.split("setmaxnreg_inc<CONSUMER_REGS>();", 1)[1]
+    # the producer names each tile in its first stage before that stage's arrival, and ends with a stage of -1
+    assert producer.index("if (k == 0) tile_at[stage] = ct;") < producer.index("mbar_arrive_expect_tx(&full[stage]")
+    assert "tile_at[stage] = -1;\n      mbar_arrive(&full[stage]);" in producer
+    # the last CTA out resets both counters, so the next launch starts from tile blockIdx.x + gridDim.x again
+    assert "atomicAdd(&dyn_done, 1) == gridDim.x - 1) { atomicExch(&dyn_next, 0); atomicExch(&dyn_done, 0); }" in producer
+    # the consumers read the tile after their wait on the stage, and stop at -1
+    loop = consumer.split("for (;;) {", 1)[1]
+    assert loop.index("mbar_wait(&full[stage], phase);") < loop.index("const int ct = tile_at[stage];") < \
+        loop.index("if (ct < 0) break;") < loop.index("tile_coords(ct,")
+    assert "ct += step" not in consumer and "ct += step" not in producer
