@@ -142,6 +142,10 @@ def test_its_figures_are_the_recorded_ones():
     ratio = split / plain
     assert f"{ratio:.1f}x the DRAM bytes, +13-16%, +3-5% behind a grid barrier" in SECTION
     assert "**+16.4%**" in gemm and "**+13.0%**" in gemm
+    # tiles handed out at run time (round 19): both processes' diagnoses
+    dyn = [json.loads(f.read_text())["timing"]["dyn"]["vs_ref_pct"]
+           for f in sorted((results / "gemm_sweep" / "r19_dyn_2026-12-04").glob("diag_*.json"))]
+    assert len(dyn) == 2 and f"{min(dyn):.1f}" == "1.5" and "tiles handed out at run time (an atomic counter)\n  +1.5%" in SECTION
     assert "the loss from +13-16%\n  to +3%" in gemm and "**+5.1%** (ncu +3.0%)" in gemm and "+2.9% (ncu +3.1%)" in gemm
 
 
