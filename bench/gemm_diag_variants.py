@@ -49,6 +49,8 @@ variants take one part of the kernel away at a time, so the difference in kernel
   dyn, dyn_132
                real kernels: tiles handed out at run time (a global counter the producer reads a tile ahead; the
                consumers learn each tile from a word beside its first stage), on 128 CTAs and on all 132
+  trace        a real kernel: the reference with each CTA's SM and a timestamp after each of its tiles, read back by
+               `run` (result "trace": how evenly the SMs run their tiles, and how far the wave drifts)
 """
 from __future__ import annotations
 
@@ -324,6 +326,35 @@ DYN = [
      "      int tm, tn;\n")]
 
 
+# A real kernel that also records when each CTA's tiles end: per CTA, its SM (%smid), the time it started and, after
+# each tile's last wgmma, the time (%globaltimer, ns), in a scratch buffer of TRACE_SLOTS int64 a CTA. Whether some SMs
+# run their 14 tiles slower than others (a crowded GPC, a far L2 partition), and how far the wave drifts out of step.
+TRACE_SLOTS = 32
+TRACE = [
+    ('args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K"]',
+     'args = ["tmap:A_map", "tmap:B_map", "tmap:C_map", "C", "i32:M", "i32:N", "i32:K", "scratch:trace"]  # diagnose: trace\n\n'
+     f'[scratch.trace]\ndtype = "int64"\nshape = ["min(min(num_sms, 128), cdiv(M, 128) * cdiv(N, 256))", {TRACE_SLOTS}]\nzero = false'),
+    ("__nv_bfloat16* C, int M, int N, int K) {",
+     "__nv_bfloat16* C, int M, int N, int K,\n             long long* __restrict__ trace) {  // diagnose: trace"),
+    ("  const int wg = threadIdx.x / 128;\n",
+     "  const int wg = threadIdx.x / 128;\n"
+     "  long long* my_trace = trace + static_cast<size_t>(blockIdx.x) * " + str(TRACE_SLOTS) + ";  // diagnose: trace\n"
+     "  int traced = 0;\n"
+     "  if (threadIdx.x == 0) {\n"
+     "    unsigned sm; long long now;\n"
+     "    asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(sm));\n"
+     "    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(now));\n"
+     "    my_trace[0] = sm; my_trace[1] = now;\n"
+     "  }\n"),
+    ("      wgmma_wait<0>();\n",
+     "      wgmma_wait<0>();\n"
+     "      if (threadIdx.x == 128 && 2 + traced < " + str(TRACE_SLOTS) + ") {  // diagnose: trace (consumer 0's first thread)\n"
+     "        long long now;\n"
+     "        asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(now));\n"
+     "        my_trace[2 + traced++] = now;\n"
+     "      }\n")]
+
+
 UNHINTED = {"l2_hints": False}  # the reference's point before round 14 of gemm_sweep.md (ref_nohints)
 
 
@@ -350,14 +381,16 @@ VARIANTS = {**{n: (e, _base(e)) for n, e in EDITS.items()}, "ref_nohints": ([], 
             # the reference's deferred slabs under every 2nd / 4th / 8th k-block
             "spread2": (spread(2), {}), "spread4": (spread(4), {}), "spread8": (spread(8), {}),
             # tiles handed out at run time, on 128 CTAs and on every SM
-            "dyn": (DYN, {}), "dyn_132": (DYN, {"max_ctas": 0})}
+            "dyn": (DYN, {}), "dyn_132": (DYN, {"max_ctas": 0}),
+            # the reference with a timestamp after each tile (trace_132: on every SM)
+            "trace": (TRACE, {})}
 CHECKED = ("ref", "ref_nohints", "ref_132", "c_first", "b_last", "c_first_b_last", "c_first_a_first", "a_last", "b_first",
            "a_last_b_first", "c_first_a_last_b_first", "c_first_a_last", "c_first_b_first", "hints", "hints_g8",
            "hints_serp", "hints_a_half", "hints_g32", "hints_serp_g32",
            "spread2", "spread4", "spread8",
            "pf6", "pf12", "pf24", "pf12_b", "serp", "g16", "serp_g16", "bk32", "bk32_6", "bk32_serp",
            "promo128", "promo64", "promo_none", "promo_a128", "promo_b128",
-           "lpf6", "lpf10", "lpf16", "lpf10_b", "pw6", "pw10", "pw16", "pw10_b", "dyn", "dyn_132")  # compute C
+           "lpf6", "lpf10", "lpf16", "lpf10_b", "pw6", "pw10", "pw16", "pw10_b", "dyn", "dyn_132", "trace")  # compute C
 
 
 def edited(source: str, edits: list) -> str:

@@ -75,9 +75,10 @@ def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap
     C = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
     fns = {"cublas": lambda: torch.matmul(A, B.T, out=C)}
     result: dict = {"device": dev.name, "iters": iters, "correct": {}, "timing": {}}
+    runners = {}
     for name in names:
-        r = Runner(name, (BUILD / f"{name}.cu").read_text(), (BUILD / f"{name}.cubin").read_bytes(),
-                   dev.multi_processor_count)
+        r = runners[name] = Runner(name, (BUILD / f"{name}.cu").read_text(), (BUILD / f"{name}.cubin").read_bytes(),
+                                   dev.multi_processor_count)
         fns[name] = r.prepare({"A": A, "B": B, "C": C}, {"M": M, "N": N, "K": K})
         if name in CHECKED:
             C.fill_(float("nan"))
@@ -100,6 +101,15 @@ def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap
             result["correct"][name] = {**result["correct"][name], "ok": result["correct"][name]["ok"] and after["ok"],
                                        "after_timing": after}
             print(name, "after timing", after, flush=True)
+    if "trace" in runners:  # a few more launches of the traced kernel, each one's timestamps read back
+        result["trace"] = []
+        for _ in range(5):
+            l2_flush(flush)
+            fns["trace"]()
+            torch.cuda.synchronize()
+            poison = int.from_bytes(b"\x5a" * 8, "little")  # the Runner's fill of slots a CTA never wrote
+            result["trace"].append([[x for x in r if x != poison] for r in runners["trace"].scratch["trace"].cpu().tolist()])
+        print("trace:", trace_summary(result["trace"]), flush=True)
     if clock_s > 0:
         result["clock"] = sustained_clocks(fns, clock_s)
     ref_ms = statistics.median(times["ref"])
@@ -120,11 +130,34 @@ def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap
               f"| {t['tflops']:.0f} | {held} |")
 
 
+def l2_flush(flush) -> None:
+    flush.add_(1)  # rewrites 512 MB: nothing of the last launch stays in the 50 MB L2
+
+
+def trace_summary(runs: list) -> dict:
+    """The traced launches (per CTA: SM, start ns, then each tile's end ns; slots never written hold the scratch
+    poison) summarised by the median launch: when the CTAs finish (from the first CTA's start), their first tile,
+    and every later tile (the time between two of a CTA's tile ends), as 0 / 10 / 50 / 90 / 100th percentiles in us."""
+    def pct(xs: list) -> list:
+        xs = sorted(xs)
+        return [round(xs[min(len(xs) - 1, int(q * len(xs)))], 2) for q in (0, .1, .5, .9, 1)]
+
+    out = []
+    for run in runs:
+        t0 = min(r[1] for r in run)
+        ends = [[x for x in r[2:] if 0 < x - r[1] < 10**9] for r in run]
+        out.append({"ctas": len(run), "tiles": sum(map(len, ends)),
+                    "finish_us": pct([(e[-1] - t0) / 1e3 for e in ends if e]),
+                    "first_tile_us": pct([(e[0] - r[1]) / 1e3 for e, r in zip(ends, run) if e]),
+                    "tile_us": pct([(b - a) / 1e3 for e in ends for a, b in zip(e[:-1], e[1:])])})
+    return sorted(out, key=lambda o: o["finish_us"][-1])[len(out) // 2]
+
+
 def best(paths: list[str]) -> str:
     """The real kernel (CHECKED, not the reference) fastest on average over these `run --json` results, among those
     correct in every one; "" when none is faster than the reference."""
     results = [json.loads(Path(f).read_text()) for f in paths]
-    names = [n for n in results[0]["timing"] if n in CHECKED and not n.startswith("ref")
+    names = [n for n in results[0]["timing"] if n in CHECKED and not n.startswith(("ref", "trace"))  # trace: a probe
              and all(r["correct"].get(n, {}).get("ok") and n in r["timing"] for r in results)]
     mean = {n: statistics.mean(r["timing"][n]["vs_ref_pct"] for r in results) for n in names}
     faster = sorted((v, n) for n, v in mean.items() if v < 0)

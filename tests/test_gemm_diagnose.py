@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
+import gemm_diag_variants  # noqa: E402
 import gemm_diagnose as gd  # noqa: E402
 from ptxbench.workloads.solutions.gemm_template import default_params, render  # noqa: E402
 
@@ -217,3 +218,21 @@ def test_the_run_time_tile_variants_hand_tiles_through_the_ring_and_reset_their_
     assert loop.index("mbar_wait(&full[stage], phase);") < loop.index("const int ct = tile_at[stage];") < \
         loop.index("if (ct < 0) break;") < loop.index("tile_coords(ct,")
     assert "ct += step" not in consumer and "ct += step" not in producer
+
+
+def test_the_traced_kernel_takes_its_scratch_buffer_and_the_summary_reads_its_slots():
+    from gemm_reference_bench import read_plan
+
+    text = gd.edited(render(default_params()), gd.VARIANTS["trace"][0])
+    plan = read_plan(text)
+    args = plan["launch"][0]["args"]
+    assert args[-1] == "scratch:trace" and plan["scratch"]["trace"]["dtype"] == "int64"
+    assert plan["scratch"]["trace"]["shape"] == [plan["launch"][0]["grid"][0], gemm_diag_variants.TRACE_SLOTS]
+    params = text.split("gemm_bf16_tn(", 1)[1].split(") {", 1)[0]
+    assert params.count(",") + 1 == len(args) and params.rstrip().endswith("trace")
+    # two CTAs, two tiles each (the rest of their slots the scratch poison): times in ns, the summary in us
+    poison = int.from_bytes(b"\x5a" * 8, "little")
+    run = [[5, 1000, 60000, 112000] + [poison] * 28, [7, 2000, 62000, 115000] + [poison] * 28]
+    summary = gd.trace_summary([run])
+    assert summary["tiles"] == 4 and summary["finish_us"][-1] == 114.0 and summary["finish_us"][0] == 111.0
+    assert summary["first_tile_us"][0] == 59.0 and summary["tile_us"][0] == 52.0 and summary["tile_us"][-1] == 53.0
