@@ -1,8 +1,10 @@
 """Where the reference GEMM's time goes: the reference timed beside copies of itself with one part taken out, and
 beside candidate changes (the variants and what each measures: bench/gemm_diag_variants.py).
 
-The taken-out variants compute garbage on purpose; the reference and the hinted kernels are checked against torch. Timing as
-bench/gemm_reference_bench.py: interleaved with cuBLAS, L2 flushed before each call, CUDA events, medians and IQR.
+The taken-out variants compute garbage on purpose; the reference and the real variants (CHECKED) are checked against
+torch before and after their timed launches. Timing as bench/gemm_reference_bench.py: interleaved with cuBLAS, L2
+flushed before each call, CUDA events, medians and IQR. The traced reference (`trace`) is launched 5 more times and its
+per-CTA timestamps kept.
 
     python3 bench/gemm_diagnose.py build               # here: render, edit, nvcc + ptxas -> bench/build_gemm_diag/
     source bench/gpu_env.sh && python3 bench/gemm_diagnose.py run --json $OUT/diag.json   # GPU (carry the folder)
