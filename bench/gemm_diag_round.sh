@@ -26,12 +26,7 @@ R=$OUT/round && mkdir -p $R
     python3 bench/eval_line.py $R/eval_${i}_ref.json "eval $i, reference"
   done
   B=$(python3 bench/gemm_diagnose.py best $R/diag_*.json)
-  if [ -n "$B" ] && python3 - "$B" $R/diag_*.json <<'PY'
-import json, sys
-name, files = sys.argv[1], sys.argv[2:]
-sys.exit(0 if all(json.load(open(f))["timing"][name]["vs_ref_pct"] <= -0.2 for f in files) else 1)
-PY
-  then
+  if [ -n "$(python3 bench/gemm_diagnose.py best --min-gain 0.2 $R/diag_*.json)" ]; then
     echo "paired: $B against the reference"
     timeout 420 python3 bench/paired_eval.py $W workloads/solutions/$W.cu bench/build_gemm_diag/$B.cu --pairs $PAIRS \
       --out $R/pairs > $R/pairs.log 2>&1

@@ -77,16 +77,19 @@ def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap
     C = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
     fns = {"cublas": lambda: torch.matmul(A, B.T, out=C)}
     result: dict = {"device": dev.name, "iters": iters, "correct": {}, "timing": {}}
+    def checked(name: str) -> dict:  # one launch into a NaN-filled C, against torch
+        C.fill_(float("nan"))
+        fns[name]()
+        torch.cuda.synchronize()
+        return check(C, ref)
+
     runners = {}
     for name in names:
         r = runners[name] = Runner(name, (BUILD / f"{name}.cu").read_text(), (BUILD / f"{name}.cubin").read_bytes(),
                                    dev.multi_processor_count)
         fns[name] = r.prepare({"A": A, "B": B, "C": C}, {"M": M, "N": N, "K": K})
         if name in CHECKED:
-            C.fill_(float("nan"))
-            fns[name]()
-            torch.cuda.synchronize()
-            result["correct"][name] = check(C, ref)
+            result["correct"][name] = checked(name)
             print(name, result["correct"][name], flush=True)
     flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
     with GpuSampler(period_ms=50, extra=("clocks.sm", "power.draw")) as sampler:
@@ -96,20 +99,17 @@ def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap
     print("timed loop:", result["timed_loop"], flush=True)
     for name in names:  # checked again after hundreds of launches: state a kernel keeps between launches shows here
         if name in CHECKED:
-            C.fill_(float("nan"))
-            fns[name]()
-            torch.cuda.synchronize()
-            after = check(C, ref)
+            after = checked(name)
             result["correct"][name] = {**result["correct"][name], "ok": result["correct"][name]["ok"] and after["ok"],
                                        "after_timing": after}
             print(name, "after timing", after, flush=True)
     if "trace" in runners:  # a few more launches of the traced kernel, each one's timestamps read back
         result["trace"] = []
+        poison = int.from_bytes(b"\x5a" * 8, "little")  # the Runner's fill of slots a CTA never wrote
         for _ in range(5):
-            l2_flush(flush)
+            flush.zero_()  # a cold L2, as before every timed call (interleaved_times)
             fns["trace"]()
             torch.cuda.synchronize()
-            poison = int.from_bytes(b"\x5a" * 8, "little")  # the Runner's fill of slots a CTA never wrote
             result["trace"].append([[x for x in r if x != poison] for r in runners["trace"].scratch["trace"].cpu().tolist()])
         print("trace:", trace_summary(result["trace"]), flush=True)
     if clock_s > 0:
@@ -132,10 +132,6 @@ def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap
               f"| {t['tflops']:.0f} | {held} |")
 
 
-def l2_flush(flush) -> None:
-    flush.add_(1)  # rewrites 512 MB: nothing of the last launch stays in the 50 MB L2
-
-
 def trace_summary(runs: list) -> dict:
     """The traced launches (per CTA: SM, start ns, then each tile's end ns; slots never written hold the scratch
     poison) summarised by the median launch: when the CTAs finish (from the first CTA's start), their first tile,
@@ -155,15 +151,21 @@ def trace_summary(runs: list) -> dict:
     return sorted(out, key=lambda o: o["finish_us"][-1])[len(out) // 2]
 
 
-def best(paths: list[str]) -> str:
+def best(paths: list[str], min_gain: float | None = None) -> str:
     """The real kernel (CHECKED, not the reference) fastest on average over these `run --json` results, among those
-    correct in every one; "" when none is faster than the reference."""
+    correct in every one; "" when none is faster than the reference. With `min_gain` (percent), "" too unless that
+    kernel is at least that much faster in every result: the rule for a paired evaluation (gemm_diag_round.sh)."""
     results = [json.loads(Path(f).read_text()) for f in paths]
     names = [n for n in results[0]["timing"] if n in CHECKED and not n.startswith(("ref", "trace"))  # trace: a probe
              and all(r["correct"].get(n, {}).get("ok") and n in r["timing"] for r in results)]
     mean = {n: statistics.mean(r["timing"][n]["vs_ref_pct"] for r in results) for n in names}
     faster = sorted((v, n) for n, v in mean.items() if v < 0)
-    return faster[0][1] if faster else ""
+    if not faster:
+        return ""
+    name = faster[0][1]
+    if min_gain is not None and any(r["timing"][name]["vs_ref_pct"] > -min_gain for r in results):
+        return ""
+    return name
 
 
 def main() -> None:
@@ -177,14 +179,15 @@ def main() -> None:
     ap.add_argument("--clock-s", type=float, default=1.0,
                     help="seconds each variant then runs back to back while nvidia-smi reads the SM clock (0: skip)")
     ap.add_argument("--json")
+    ap.add_argument("--min-gain", type=float, help="best: only a kernel at least this many percent faster in every run")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="which to build or time (ref always)")
-    a = ap.parse_args()
+    a = ap.parse_intermixed_args()  # options after the step, before or among its result files
     names = ["ref"] + [n for n in a.variants.split(",") if n != "ref"]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         ap.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
     if a.step == "best":
-        print(best(a.results))
+        print(best(a.results, a.min_gain))
     elif a.step == "build":
         build(names)
     else:

@@ -236,3 +236,13 @@ def test_the_traced_kernel_takes_its_scratch_buffer_and_the_summary_reads_its_sl
     summary = gd.trace_summary([run])
     assert summary["tiles"] == 4 and summary["finish_us"][-1] == 114.0 and summary["finish_us"][0] == 111.0
     assert summary["first_tile_us"][0] == 59.0 and summary["tile_us"][0] == 52.0 and summary["tile_us"][-1] == 53.0
+
+
+def test_best_with_a_minimum_gain_is_the_paired_evaluations_rule(tmp_path):
+    def result(path, serp):
+        path.write_text(gd.json.dumps({"timing": {"ref": {"vs_ref_pct": 0.0}, "serp": {"vs_ref_pct": serp}},
+                                       "correct": {"ref": {"ok": True}, "serp": {"ok": True}}}))
+        return str(path)
+
+    one, two = result(tmp_path / "1.json", -0.3), result(tmp_path / "2.json", -0.1)
+    assert gd.best([one, two]) == "serp" and gd.best([one, two], 0.2) == "" and gd.best([one], 0.2) == "serp"
