@@ -2,7 +2,7 @@
 
     python3 bench/climb_table.py docs/examples/tuner-climb-mha_fwd_d128/run1 [run2 ...]
 
-Reads each run folder's trajectories/*/trajectory.jsonl (the replies and evaluation results as recorded); the move
+Reads each run folder's trajectory log (the replies and evaluation results as recorded, live or sealed); the move
 is the difference between the `params = {...}` lines of consecutive replies (of the turn the reply went back to, when
 the tuner returned to an earlier best), so it shows what was submitted, not what the reply said; an option a dump
 leaves out at its default reads "name (default) -> value".
@@ -51,10 +51,10 @@ def _move(base: dict, params: dict) -> str:
 
 
 def rows(run: Path) -> list[dict]:
-    from ptxbench.agent.records.rundir import read_events
+    from ptxbench.agent.records.rundir import read_events, trajectory_folders, trajectory_log
 
     replies, results = {}, {}
-    for e in read_events(next(run.glob("trajectories/*/trajectory.jsonl"))):
+    for e in read_events(trajectory_log(trajectory_folders(run)[0])):
         if e.type == "model_call":
             replies[e.turn] = e.response["content"]
         elif e.type == "eval_result":

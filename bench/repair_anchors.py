@@ -32,16 +32,13 @@ SKIP_IN_PACK = {"checkpoints.sqlite", "checkpoints.sqlite-wal", "checkpoints.sql
 
 def turn0_statuses(run_dir: Path) -> dict[tuple[str, str], str]:
     """(repair task, model) -> the status of turn 0 (the broken kernel) in each trajectory of the run."""
-    from ptxbench.agent.records.events import EvalEvent, TrajectoryStart, parse_event
+    from ptxbench.agent.records.events import EvalEvent, TrajectoryStart
+    from ptxbench.agent.records.rundir import read_events, trajectory_folders, trajectory_log
 
     starts: dict[str, tuple[str, str]] = {}
     out: dict[tuple[str, str], str] = {}
-    for path in sorted(run_dir.rglob("trajectory.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                ev = parse_event(line)
-            except Exception:  # a torn line (the bench was stopped mid-write): not this script's business
-                continue
+    for folder in trajectory_folders(run_dir):
+        for ev in read_events(trajectory_log(folder)):  # a torn line (a bench stopped mid-write) is dropped there
             if isinstance(ev, TrajectoryStart):
                 starts[ev.trajectory_id] = (str(ev.config.get("repair_task", "")), ev.model)
             elif isinstance(ev, EvalEvent) and ev.turn == 0 and ev.trajectory_id in starts:

@@ -98,7 +98,10 @@ def bench(
     if backend not in (None, "local", "ray"):
         raise inputs.BadInput(f"--backend {backend!r}: expected local or ray")
     if run_dir is not None:
-        inputs.run_folder(run_dir, "bench run") if resume else inputs.new_folder(run_dir, "--run-dir")
+        if resume:
+            inputs.unsealed(inputs.run_folder(run_dir, "bench run"), "--resume")
+        else:
+            inputs.new_folder(run_dir, "--run-dir")
     config = None
     overrides = {"backend": backend, "ray_address": ray_address, "gpus": gpus, "parallel": parallel,
                  "provider_limits": _limits(provider_limit) or None, "api_base": api_base, "infra_retries": infra_retries}

@@ -116,12 +116,12 @@ class LiveView:
 
 def recorded_turns(outcome) -> int:
     """Turns as the score tables count them: a turn an infra failure cut short is a turn there too."""
-    from ..records.rundir import TrajectoryRecord, read_events
+    from ..records.rundir import TrajectoryRecord, read_events, trajectory_log
     from ..scoring.turns import score_trajectory
 
     folder = Path(outcome.folder)
-    log = folder / "trajectory.jsonl"
-    return len(score_trajectory(TrajectoryRecord(folder, read_events(log))).turns) if log.exists() else outcome.turns
+    log = trajectory_log(folder)
+    return len(score_trajectory(TrajectoryRecord(folder, read_events(log))).turns) if log is not None else outcome.turns
 
 
 @app.command()
@@ -162,6 +162,7 @@ def optimize(
     from ..loop.profile_policy import POLICIES
     from ..loop.start_kernel import start_file
     from ..loop.state import OptimizeConfig
+    from ..records.rundir import SealedTrajectory
 
     config = None
     if resume is not None:
@@ -169,6 +170,7 @@ def optimize(
             resume = str(find_run(resume))
         except FileNotFoundError as exc:
             raise inputs.BadInput(f"--resume: {exc}") from None
+        inputs.unsealed(Path(resume), "--resume")
     else:
         if workload is None:
             raise inputs.BadInput("give a WORKLOAD (see `ptxbench workloads`), or --resume RUN")
@@ -193,7 +195,7 @@ def optimize(
             with view:
                 outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[view], restart=restart_trajectory)
             view.console.line()
-    except RunFolderInUse as exc:
+    except (RunFolderInUse, SealedTrajectory) as exc:
         raise inputs.BadInput(str(exc)) from None
     best = f"{outcome.best_speedup:.3f}x (turn {outcome.best_turn})" if outcome.best_speedup is not None else "none"
     typer.echo(f"stop: {outcome.stop_reason} ({outcome.stop_detail}); turns {recorded_turns(outcome)}; best speedup {best}; "

@@ -4,6 +4,7 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
     workload(name), arch(name), prompt(name), model(name), mutations(names)   the name, or BadInput
     credentials(model, api_base, api_key_env, report)   a missing key or an unreachable endpoint
     run_folder(path, what)                               an existing run folder (manifest or trajectories)
+    unsealed(path, flag)                                 a run folder that may be continued (no sealed log)
     new_folder(path, flag)                               a path a run may be written to
     config(cls, **fields)                                a pydantic config, its errors as one line
 """
@@ -130,6 +131,16 @@ def run_folder(path: Path, what: str = "run") -> Path:
     if not path.is_dir() or not ((path / "manifest.json").is_file() or (path / "trajectories").is_dir()):
         raise BadInput(f"{path} is not a run folder: expected manifest.json or trajectories/ in it")
     return path
+
+
+def unsealed(path: Path, flag: str) -> Path:
+    """A run folder to continue: none of its trajectories sealed (agent/records/sealing.py), since a sealed log takes
+    no more events."""
+    from ..records.rundir import SEALED_LOG_NAME
+
+    if any(Path(path).glob(f"trajectories/*/{SEALED_LOG_NAME}")):
+        raise BadInput(f"{flag} {path}: the run is sealed; `ptxbench seal {path} --undo` first, then continue it")
+    return Path(path)
 
 
 def new_folder(path: Path, flag: str) -> Path:

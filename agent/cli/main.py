@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "cmd_bench",
     "cmd_score",
     "cmd_report",
+    "cmd_seal",
     "cmd_repairs",
 ]
 

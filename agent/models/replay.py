@@ -1,14 +1,14 @@
 """`replay/<path>`: answer with the model messages of a recorded trajectory, in order.
 
 Re-scores a recorded trajectory on new hardware or with a new evaluator: the n-th model call gets
-the n-th recorded reply, whatever the feedback says now. <path> is a trajectory.jsonl, a trajectory
-folder or a run folder (then the trajectory of the same workload, else the first one).
+the n-th recorded reply, whatever the feedback says now. <path> is a trajectory.jsonl (or a sealed
+trajectory.jsonl.gz), a trajectory folder or a run folder (then the trajectory of the same workload, else the first one).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..records.rundir import read_events, trajectory_folders
+from ..records.rundir import read_events, trajectory_folders, trajectory_log
 from .base import ModelExhausted, ModelReply, ModelRequest
 
 
@@ -16,16 +16,16 @@ def find_trajectory(path: str | Path, workload: str | None = None) -> Path:
     path = Path(path)
     if path.is_file():
         return path
-    if (path / "trajectory.jsonl").exists():
-        return path / "trajectory.jsonl"
+    if (log := trajectory_log(path)) is not None:
+        return log
     folders = trajectory_folders(path)
     if not folders:
         raise FileNotFoundError(f"no trajectory.jsonl at or under {path}")
     for folder in folders:
-        start = next((e for e in read_events(folder / "trajectory.jsonl") if e.type == "trajectory_start"), None)
+        start = next((e for e in read_events(trajectory_log(folder)) if e.type == "trajectory_start"), None)
         if workload and start is not None and start.workload == workload:
-            return folder / "trajectory.jsonl"
-    return folders[0] / "trajectory.jsonl"
+            return trajectory_log(folder)
+    return trajectory_log(folders[0])
 
 
 class ReplayModel:

@@ -20,7 +20,7 @@ import sqlite3
 from pathlib import Path
 
 from ..cli.inputs import RunFailed
-from .rundir import read_events, side_path
+from .rundir import read_events, side_path, trajectory_log
 
 DB_NAME = "checkpoints.sqlite"
 RESTART_FLAG = "--restart-trajectory"
@@ -76,8 +76,8 @@ def _forget_thread(db: Path, tid: str) -> None:
 
 def _logged(folder: Path) -> tuple[bool, int]:
     """(whether the log holds progress, its model calls)."""
-    path = folder / "trajectory.jsonl"
-    events = read_events(path) if path.exists() else []
+    path = trajectory_log(folder)
+    events = read_events(path) if path is not None else []
     return any(e.type not in NO_PROGRESS for e in events), sum(e.type == "model_call" for e in events)
 
 
@@ -113,7 +113,7 @@ def check_run(run_dir: Path, trajectory_ids: list[str], restart: bool = False) -
     lost: list[tuple[Path, str]] = []
     for tid in trajectory_ids:
         folder = run_dir / "trajectories" / tid
-        if not (folder / "trajectory.jsonl").exists():
+        if trajectory_log(folder) is None:
             continue
         progress, calls = _logged(folder)
         checkpointed = _model_calls_checkpointed(db, tid) if db.exists() else None

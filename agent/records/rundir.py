@@ -2,11 +2,13 @@
 
     runs/<run>/manifest.json                       config, git revision, package versions, GPU, driver
     runs/<run>/checkpoints.sqlite                  LangGraph checkpointer (thread id = trajectory id)
-    runs/<run>/trajectories/<traj>/trajectory.jsonl  append-only events (agent/records/events.py)
+    runs/<run>/trajectories/<traj>/trajectory.jsonl  append-only events (agent/records/events.py); once the run is
+                                                   sealed (agent/records/sealing.py), trajectory.jsonl.gz instead
     runs/<run>/trajectories/<traj>/kernels/turn_NN.<cu|ptx>  the kernel of every turn
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -30,13 +32,32 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+LOG_NAME = "trajectory.jsonl"
+SEALED_LOG_NAME = LOG_NAME + ".gz"
+
+
+class SealedTrajectory(ValueError):
+    """A trajectory whose log was sealed (gzipped) is finished: nothing may be appended to it."""
+
+
+def trajectory_log(folder: Path) -> Path | None:
+    """A trajectory folder's event log: the live trajectory.jsonl, else the sealed trajectory.jsonl.gz, else None."""
+    for name in (LOG_NAME, SEALED_LOG_NAME):
+        if (path := Path(folder) / name).exists():
+            return path
+    return None
+
+
 class TrajectoryWriter:
     """Appends events to trajectory.jsonl, flushing and fsyncing each, so a kill loses at most one."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
+        if (self.folder / SEALED_LOG_NAME).exists():
+            raise SealedTrajectory(f"{self.folder} is sealed ({SEALED_LOG_NAME}): unseal its run "
+                                   "(`ptxbench seal RUN --undo`) before continuing it")
         (self.folder / "kernels").mkdir(parents=True, exist_ok=True)
-        self.path = self.folder / "trajectory.jsonl"
+        self.path = self.folder / LOG_NAME
         self.torn = repair_torn_tail(self.path)  # a kill mid-write: the partial line moved aside, never appended onto
         self._seq = sum(1 for _ in _lines(self.path)) if self.path.exists() else 0
 
@@ -84,10 +105,15 @@ def repair_torn_tail(path: Path) -> Path | None:
 
 
 def _lines(path: Path) -> Iterator[str]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield line
+    """The non-blank lines of a log; a sealed (.gz) log cut short ends where its readable part ends."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        try:
+            for line in f:
+                if line.strip():
+                    yield line
+        except (EOFError, gzip.BadGzipFile):
+            return
 
 
 def read_events(path: Path) -> list[Event]:
@@ -154,11 +180,11 @@ class TrajectoryRecord:
 
 def trajectory_folders(run_dir: Path) -> list[Path]:
     root = Path(run_dir) / "trajectories"
-    return sorted(p for p in root.iterdir() if (p / "trajectory.jsonl").exists()) if root.exists() else []
+    return sorted(p for p in root.iterdir() if trajectory_log(p) is not None) if root.exists() else []
 
 
 def load_run(run_dir: Path) -> list[TrajectoryRecord]:
-    return [TrajectoryRecord(p, read_events(p / "trajectory.jsonl")) for p in trajectory_folders(run_dir)]
+    return [TrajectoryRecord(p, read_events(trajectory_log(p))) for p in trajectory_folders(run_dir)]
 
 
 def _read_json(run_dir: Path, name: str) -> dict:
