@@ -35,7 +35,9 @@ def ex2_under_pending_product(ops: list[str]) -> int:
 def loop_exponentials_under_product(source: str, kernel: str, products: int) -> int:
     """MUFU.EX2 of the key-tile loop (the shortest backward branch holding one step's `products` HGMMA) issued between
     the wait that leaves the P V product pending and the wait for it."""
-    ins = disassemble(compile_source(source, "cuda", "sm_90a").cubin_path)[kernel]
+    built = compile_source(source, "cuda", "sm_90a")
+    assert built.cubin_path, f"{kernel} did not compile: {[e.message for e in built.errors]}"
+    ins = disassemble(built.cubin_path)[kernel]
     ops = [i.opcode for i in ins]
     spans = []
     for k, i in enumerate(ins):

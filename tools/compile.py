@@ -1,8 +1,9 @@
 """Compile a solution: CUDA -> PTX with nvcc (for `cuda`), PTX -> cubin with ptxas, then a SASS scan.
 
 A kernel that does not compile is a CompileResult with status "error" and (line, message) issues
-in the solution file's own line numbers. Exceptions are kept for a missing toolchain
-(ToolchainError). The compilers only compile: nothing the model wrote runs on the host.
+in the solution file's own line numbers. Exceptions are kept for a missing toolchain (ToolchainError) and for a
+compiler killed from outside twice (CompilerKilled: a shutdown or supervisor's signal, compiled once more first and
+never cached). The compilers only compile: nothing the model wrote runs on the host.
 """
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ from .toolchain import ProcResult, Toolchain, ToolchainError, find_toolchain, wh
 PTX_NAME = "solution.ptx"
 CU_NAME = "solution.cu"
 # Bumped when what a compile records changes (the cache key carries it): 2 = per-line SASS, SASS features;
-# 3 = ptxas's performance-loss advisories as warnings.
-RECORD_VERSION = 3
+# 3 = ptxas's performance-loss advisories as warnings; 4 = a compiler killed from outside is no result (no longer
+# recorded as the source's compile error).
+RECORD_VERSION = 4
 # Wall-clock backstops; the jail's CPU limit per process (tools/jail.py Limits) usually ends a runaway first.
 PTXAS_TIMEOUT_S = 60.0
 NVCC_TIMEOUT_S = 120.0
@@ -84,6 +86,23 @@ def _error(arch: str, language: str, log: str, errors: list[CompileIssue], tc: T
                          jail=jail_mode(), **kw)
 
 
+# Signals that only come from outside the jail (a shutdown, a terminal, a supervisor), never from its limits (CPU time:
+# SIGXCPU / SIGKILL, file size: SIGXFSZ) nor from a compiler crashing on its input (SIGSEGV, SIGABRT).
+OUTSIDE_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 15: "SIGTERM"}
+
+
+class CompilerKilled(ToolchainError):
+    """A compiler was killed by a signal from outside the jail: the machine's event, not the source's verdict."""
+
+
+def _killed_from_outside(tool: str, res: ProcResult) -> None:
+    """Raise CompilerKilled when `tool` died of an OUTSIDE_SIGNALS signal (Python's -N, or a wrapper's 128 + N)."""
+    code = res.returncode
+    signum = -code if code < 0 else code - 128 if code > 128 else 0
+    if not res.timed_out and signum in OUTSIDE_SIGNALS:
+        raise CompilerKilled(f"{tool} was killed by {OUTSIDE_SIGNALS[signum]} from outside the compiler's jail")
+
+
 def _limit_hit(tool: str, res: ProcResult, timeout_s: float) -> str:
     """Why the jail stopped a tool ("" when it did not): wall time, CPU time, memory or output size."""
     limits, out = Limits(), res.output
@@ -123,6 +142,7 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     res = _ptxas(annotated, arch, tc, workdir, timeout_s)
     if annotated != ptx_text and (res.returncode != 0 or not cubin_path.is_file()) and not res.timed_out:
         res = _ptxas(ptx_text, arch, tc, workdir, timeout_s)
+    _killed_from_outside("ptxas", res)
     log = _workdir_free(res.output, workdir)
     errors, warnings, kernels = parse_ptxas_log(log, line_map)
     sha = hashlib.sha256(ptx_text.encode()).hexdigest()
@@ -168,6 +188,7 @@ def _cuda_to_ptx(source: str, arch: str, tc: Toolchain, workdir: Path, timeout_s
     out = workdir / "from_cuda.ptx"
     res = run_in_jail(tc, [tc.nvcc.path, *nvcc_flags(arch), CU_NAME, "-o", str(out)], workdir, timeout_s,
                       extra_roots=(include_dir(),), max_chars=LOG_CHARS)
+    _killed_from_outside("nvcc", res)
     log = _workdir_free(res.output, workdir)
     if limit := _limit_hit("nvcc", res, timeout_s):
         return None, _error(arch, "cuda", log, [CompileIssue(message=limit)], tc), True
@@ -181,6 +202,20 @@ def _cuda_to_ptx(source: str, arch: str, tc: Toolchain, workdir: Path, timeout_s
         errors = errors or [CompileIssue(message=f"nvcc exited with status {res.returncode}: {log[-2000:] or 'no output'}")]
         return None, _error(arch, "cuda", log, errors, tc, warnings=warnings), True
     return out.read_text(), None, True
+
+
+def _build(source: str, language: str, arch: str, tc: Toolchain, timeout_s: float | None):
+    """(result, cubin bytes or None, cacheable, the PTX assembled) of one compile in a fresh workspace."""
+    with Workspace() as workdir:  # removed afterwards, a timed-out compiler's temporary files included
+        ptx_text, line_map, failed, cacheable = source, None, None, True
+        if language == "cuda":
+            ptx_text, failed, cacheable = _cuda_to_ptx(source, arch, tc, workdir, timeout_s or NVCC_TIMEOUT_S)
+            line_map = loc_line_map(ptx_text, CU_NAME) if ptx_text is not None else None
+        if failed is not None:
+            return failed, None, cacheable, ptx_text
+        result, cubin, cacheable = _assemble(ptx_text, arch, language, tc, workdir, line_map, timeout_s or PTXAS_TIMEOUT_S,
+                                             source=source)
+        return result, cubin, cacheable, ptx_text
 
 
 def compile_source(
@@ -210,16 +245,10 @@ def compile_source(
     if use_cache and (hit := cache.get(key)) is not None:
         return _select_targets(hit, families)
     start = time.perf_counter()
-    with Workspace() as workdir:  # removed afterwards, a timed-out compiler's temporary files included
-        ptx_text, line_map, failed = source, None, None
-        if language == "cuda":
-            ptx_text, failed, cacheable = _cuda_to_ptx(source, arch, tc, workdir, timeout_s or NVCC_TIMEOUT_S)
-            line_map = loc_line_map(ptx_text, CU_NAME) if ptx_text is not None else None
-        if failed is not None:
-            result, cubin = failed, None
-        else:
-            result, cubin, cacheable = _assemble(ptx_text, arch, language, tc, workdir, line_map, timeout_s or PTXAS_TIMEOUT_S,
-                                                 source=source)
+    try:
+        result, cubin, cacheable, ptx_text = _build(source, language, arch, tc, timeout_s)
+    except CompilerKilled:  # once more: a kill from outside says nothing about the source; a second one is INFRA_ERROR
+        result, cubin, cacheable, ptx_text = _build(source, language, arch, tc, timeout_s)
     result.seconds = round(time.perf_counter() - start, 4)
     if cacheable:
         result = cache.put(key, result, cubin, ptx_text if language == "cuda" else None)

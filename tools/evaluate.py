@@ -174,7 +174,7 @@ class LocalEvaluator:
         t0 = time.perf_counter()
         try:
             comp = compile_source(solution.source, solution.language, options.arch, wl)
-        except ToolchainError as e:  # the machine lacks ptxas / nvcc / a host compiler: the harness's failure, not the model's
+        except ToolchainError as e:  # no ptxas / nvcc / host compiler, or one killed from outside twice: not the model's doing
             return EvalResult(workload=wl.id, status="INFRA_ERROR", message=f"cannot compile here: {e}", seconds=seconds)
         seconds["compile"] = time.perf_counter() - t0
         base = dict(workload=wl.id, compile=comp, targets_static=comp.targets, seconds=seconds,
