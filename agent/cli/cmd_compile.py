@@ -96,7 +96,7 @@ def compile_cmd(
     sass: bool = typer.Option(False, "--sass", help="Also print the full SASS listing."),
 ) -> None:
     """Assemble FILE with ptxas for --arch; report errors by line, resources, SASS opcodes and target instructions."""
-    from ptxbench.tools.compile import compile_source
+    from ptxbench.tools.compile import CompilerKilled, compile_source
     from ptxbench.tools.toolchain import ToolchainError, toolchain_report
 
     from . import inputs
@@ -116,12 +116,14 @@ def compile_cmd(
             from ptxbench.tools.sass import sass_listing
 
             listing = sass_listing(result.cubin_path)
-    except ToolchainError as e:
+    except ToolchainError as e:  # a missing tool (exit 2), or a compiler killed from outside twice (exit 1: run again)
+        killed = isinstance(e, CompilerKilled)
         if as_json:
-            print(json.dumps({"status": "toolchain_missing", "message": str(e), "toolchain": toolchain_report(arch.value)}, indent=1))
+            status = "compiler_killed" if killed else "toolchain_missing"
+            print(json.dumps({"status": status, "message": str(e), "toolchain": toolchain_report(arch.value)}, indent=1))
         else:
-            typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+            typer.echo(f"error: {e}" + ("; nothing was cached: compile again" if killed else ""), err=True)
+        raise typer.Exit(1 if killed else 2) from None
     if as_json:
         record = compile_record(result, file) if result is not None else {"file": str(file), "status": "error", "arch": arch.value}
         record["plan_errors"] = plan_errors

@@ -72,3 +72,14 @@ def test_a_compiler_that_crashes_on_its_input_is_a_cached_compile_error(monkeypa
     assert result.status == "error" and "status -11" in result.errors[0].message
     monkeypatch.setattr(compile_module, "run_in_jail", REAL_JAIL)
     assert compile_source(KERNEL, "ptx").cached  # SIGSEGV is the input's doing: the same text fails the same way
+
+
+def test_ptxbench_compile_says_the_compiler_was_killed_and_exits_1(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli import app
+
+    kill(monkeypatch, "ptxas", 99, -15)
+    (tmp_path / "k.ptx").write_text(KERNEL)
+    out = CliRunner().invoke(app, ["compile", str(tmp_path / "k.ptx"), "--json"])
+    assert out.exit_code == 1 and '"status": "compiler_killed"' in out.output and "SIGTERM" in out.output
