@@ -18,7 +18,7 @@
 # each new best). GEMM: about 2 min a run, under 7 min in all (RUN_LIMIT caps each run, default 200 s). Attention:
 # about 2 min a run (8 x 6 s + ~5 profiles + start), about 6-7 min in all (RUN_LIMIT default 170 s).
 # Afterwards, on the CPU machine: copy $D/run* to docs/examples/tuner-climb/ (the GEMM) or
-# docs/examples/tuner-climb-mha_fwd_d128/ (without checkpoints.*).
+# docs/examples/tuner-climb-mha_fwd_d128/ (without checkpoints.*; the runs that reached their stop event come sealed).
 set -uo pipefail
 W=${1:-gemm_bf16_m8192_n7168_k5120}
 case "$W" in
@@ -55,3 +55,5 @@ EOF
 )
   echo "| run$i | ${best:-none} | $turns |" | tee -a "$D/summary.md"
 done
+# The finished trajectories' logs gzipped for keeping (`ptxbench seal`: every reader takes them as they are).
+for i in 1 2 3; do "${PB[@]}" seal "$D/run$i" >>"$D/times.txt" 2>&1; done
