@@ -13,6 +13,7 @@ from pathlib import Path
 from ptxbench.agent.repairs.build import build_suite, precompile, summary_table
 from ptxbench.agent.repairs.candidates import all_candidates
 from ptxbench.agent.repairs.suite import write_suite
+from ptxbench.agent.records.rundir import LOG_NAME, SEALED_LOG_NAME
 from ptxbench.tools.evaluate import LocalEvaluator
 from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
 
@@ -27,7 +28,7 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.monotonic()
     roots = sorted({p.parent.parent for p in Path(args.trajectories).glob("**/trajectories/*/trajectory.jsonl*")
-                    if p.name in ("trajectory.jsonl", "trajectory.jsonl.gz")})
+                    if p.name in (LOG_NAME, SEALED_LOG_NAME)})
     candidates = all_candidates(roots)
     print(f"{len(candidates)} candidates; compiling ...", flush=True)
     precompile(candidates, "sm_90a")

@@ -95,12 +95,15 @@ class CompilerKilled(ToolchainError):
     """A compiler was killed by a signal from outside the jail: the machine's event, not the source's verdict."""
 
 
-def _killed_from_outside(tool: str, res: ProcResult) -> None:
-    """Raise CompilerKilled when `tool` died of an OUTSIDE_SIGNALS signal (Python's -N, or a wrapper's 128 + N)."""
+def _jailed(tool: str, tc: Toolchain, argv: list[str], workdir: Path, timeout_s: float, **kw) -> ProcResult:
+    """One compiler run in the jail; CompilerKilled when it died of an OUTSIDE_SIGNALS signal (Python's -N, or a
+    wrapper's 128 + N), so no run's verdict, fallback or cache entry ever rests on such a kill."""
+    res = run_in_jail(tc, argv, workdir, timeout_s, **kw)
     code = res.returncode
     signum = -code if code < 0 else code - 128 if code > 128 else 0
     if not res.timed_out and signum in OUTSIDE_SIGNALS:
         raise CompilerKilled(f"{tool} was killed by {OUTSIDE_SIGNALS[signum]} from outside the compiler's jail")
+    return res
 
 
 def _limit_hit(tool: str, res: ProcResult, timeout_s: float) -> str:
@@ -124,8 +127,8 @@ def _workdir_free(log: str, workdir: Path) -> str:
 
 def _ptxas(ptx_text: str, arch: str, tc: Toolchain, workdir: Path, timeout_s: float) -> ProcResult:
     (workdir / PTX_NAME).write_text(ptx_text)
-    return run_in_jail(tc, [tc.ptxas.path, *ptxas_flags(arch), PTX_NAME, "-o", "kernel.cubin"], workdir, timeout_s,
-                       max_chars=LOG_CHARS)
+    return _jailed("ptxas", tc, [tc.ptxas.path, *ptxas_flags(arch), PTX_NAME, "-o", "kernel.cubin"], workdir, timeout_s,
+                   max_chars=LOG_CHARS)
 
 
 def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: Path, line_map=None,
@@ -142,7 +145,6 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     res = _ptxas(annotated, arch, tc, workdir, timeout_s)
     if annotated != ptx_text and (res.returncode != 0 or not cubin_path.is_file()) and not res.timed_out:
         res = _ptxas(ptx_text, arch, tc, workdir, timeout_s)
-    _killed_from_outside("ptxas", res)
     log = _workdir_free(res.output, workdir)
     errors, warnings, kernels = parse_ptxas_log(log, line_map)
     sha = hashlib.sha256(ptx_text.encode()).hexdigest()
@@ -186,9 +188,8 @@ def _cuda_to_ptx(source: str, arch: str, tc: Toolchain, workdir: Path, timeout_s
         if refused is not None:
             return None, _error(arch, "cuda", "", [refused], tc), True
     out = workdir / "from_cuda.ptx"
-    res = run_in_jail(tc, [tc.nvcc.path, *nvcc_flags(arch), CU_NAME, "-o", str(out)], workdir, timeout_s,
-                      extra_roots=(include_dir(),), max_chars=LOG_CHARS)
-    _killed_from_outside("nvcc", res)
+    res = _jailed("nvcc", tc, [tc.nvcc.path, *nvcc_flags(arch), CU_NAME, "-o", str(out)], workdir, timeout_s,
+                  extra_roots=(include_dir(),), max_chars=LOG_CHARS)
     log = _workdir_free(res.output, workdir)
     if limit := _limit_hit("nvcc", res, timeout_s):
         return None, _error(arch, "cuda", log, [CompileIssue(message=limit)], tc), True

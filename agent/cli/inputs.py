@@ -136,9 +136,9 @@ def run_folder(path: Path, what: str = "run") -> Path:
 def unsealed(path: Path, flag: str) -> Path:
     """A run folder to continue: none of its trajectories sealed (agent/records/sealing.py), since a sealed log takes
     no more events."""
-    from ..records.rundir import SEALED_LOG_NAME
+    from ..records.rundir import SEALED_LOG_NAME, trajectory_folders
 
-    if any(Path(path).glob(f"trajectories/*/{SEALED_LOG_NAME}")):
+    if any((folder / SEALED_LOG_NAME).exists() for folder in trajectory_folders(path)):
         raise BadInput(f"{flag} {path}: the run is sealed; `ptxbench seal {path} --undo` first, then continue it")
     return Path(path)
 

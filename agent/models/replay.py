@@ -21,11 +21,12 @@ def find_trajectory(path: str | Path, workload: str | None = None) -> Path:
     folders = trajectory_folders(path)
     if not folders:
         raise FileNotFoundError(f"no trajectory.jsonl at or under {path}")
-    for folder in folders:
-        start = next((e for e in read_events(trajectory_log(folder)) if e.type == "trajectory_start"), None)
+    logs = [trajectory_log(folder) for folder in folders]
+    for log in logs:
+        start = next((e for e in read_events(log) if e.type == "trajectory_start"), None)
         if workload and start is not None and start.workload == workload:
-            return trajectory_log(folder)
-    return trajectory_log(folders[0])
+            return log
+    return logs[0]
 
 
 class ReplayModel:

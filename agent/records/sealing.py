@@ -28,10 +28,6 @@ def _replace(src: Path, dst: Path, read, write) -> None:
     src.unlink()
 
 
-def _plain(path: Path, mode: str = "rb"):
-    return open(path, mode)
-
-
 def _gzip_writer(path: Path):
     return gzip.GzipFile(path, "wb", compresslevel=9, mtime=0)  # mtime 0: the same log seals to the same bytes
 
@@ -47,7 +43,7 @@ def seal_run(run_dir: Path) -> tuple[list[Path], list[Path]]:
         if not events or events[-1].type != "stop":
             live.append(folder)
             continue
-        _replace(log, folder / SEALED_LOG_NAME, _plain, _gzip_writer)
+        _replace(log, folder / SEALED_LOG_NAME, lambda path: open(path, "rb"), _gzip_writer)
         sealed.append(folder)
     return sealed, live
 
@@ -59,6 +55,6 @@ def unseal_run(run_dir: Path) -> list[Path]:
         packed = folder / SEALED_LOG_NAME
         if not packed.exists():
             continue
-        _replace(packed, folder / LOG_NAME, gzip.open, lambda path: _plain(path, "wb"))
+        _replace(packed, folder / LOG_NAME, gzip.open, lambda path: open(path, "wb"))
         done.append(folder)
     return done
