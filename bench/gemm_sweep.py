@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 
 MAIN = "gemm_bf16_m8192_n7168_k5120"
@@ -202,7 +203,8 @@ POINTS_6: list[tuple[str, dict, float, str]] = [
 # slower. So: deeper rings than PARAM_SPACE's 8 (the 64 x 64 tile's stage is 16 KB: up to 13 stages with the TMA
 # epilogue, 14 without), and wide tiles split over every SM by the stream-K path (bn 224 / 256: B is 78-80% of each
 # stage). Points are params_for's (defer, group_m 16 and l2_hints off) with the changes shown.
-DEEP_STAGES = [9, 10, 11, 12, 13, 14]  # round 21's rings past PARAM_SPACE["stages"], allowed in its process (main())
+# values past PARAM_SPACE that rounds 21-22 measure (deep rings, deep k-blocks), allowed in their process (main())
+WIDER_SPACE = {"stages": [9, 10, 11, 12, 13, 14], "bk": [192, 256]}
 P64 = {"bm": 64, "bn": 64, "consumers": 1, "stages": 8}
 P128 = {"bm": 128, "bn": 64, "consumers": 2, "stages": 8}
 DIRECT = {"epilogue": "direct"}
@@ -226,6 +228,25 @@ POINTS_21: list[tuple[str, dict, float, str]] = [
     (M64, P64, 0.98, "control again"),
     (M128, P128, 1.03, "control again"),
 ]
+# Round 22 (written before its run, gemm_sweep.md round 22): round 21 measured the decode GEMMs level with 10-14
+# stages (0.0290-0.0292 ms against 0.0294) and slower split over every SM: not the bytes in flight. What each CTA reads
+# of B is 128 bytes of 64 rows 10 KB apart per box (promoted to 256-byte L2 fills); the next guess is the DRAM's access
+# pattern, so: deeper k-blocks (bk 128 / 192 / 256: 2-4 boxes of one row's consecutive bytes per stage), and B's L2
+# promotion at 128B / none (a control for what the promotion adds now).
+POINTS_22: list[tuple[str, dict, float, str]] = [
+    (M64, P64, 0.98, "params_for(M=64), control"),
+    (M64, P64 | {"bk": 128, "stages": 6}, 1.1, "bk 128, 6 stages (192 KB ring): 256 contiguous bytes a row a stage"),
+    (M64, P64 | {"bk": 192, "stages": 4}, 1.2, "bk 192, 4 stages: 384 bytes"),
+    (M64, P64 | {"bk": 256, "stages": 3}, 1.25, "bk 256, 3 stages: 512 bytes"),
+    (M64, P64 | {"promo_b": "128B"}, 0.95, "B's L2 promotion 128B (the fill is the box's row piece)"),
+    (M64, P64 | {"promo_b": "none"}, 0.95, "B's L2 promotion none"),
+    (M64, P64 | {"bk": 256, "stages": 3, "promo_b": "none"}, 1.2, "bk 256 without B's promotion"),
+    (M128, P128, 1.03, "params_for(M=128), control"),
+    (M128, P128 | {"bk": 128, "stages": 4, "epilogue": "direct"}, 1.1, "bk 128, 4 stages: 256 bytes"),
+    (M128, P128 | {"bk": 256, "stages": 2, "epilogue": "direct"}, 1.1, "bk 256, 2 stages: 512 bytes, a short ring"),
+    (M64, P64, 0.98, "control again"),
+    (M128, P128, 1.03, "control again"),
+]
 # Round 7 (tail="launch": the full waves on every SM, the rest split by k-blocks in a second launch) measured +1.8% on
 # the main GEMM and +11.6% square and was deleted with the option (gemm_sweep.md, "Round 7 measured"); its points ran
 # at commit 2f2ac3e.
@@ -236,11 +257,11 @@ _BEFORE_13 = {"group_m": 8, "l2_hints": False}
 AS_RUN = {r: _BEFORE_13 | changes for r, changes in {
     1: {"uniform": False, "max_ctas": 0, "defer": False}, 2: {"uniform": False, "max_ctas": 0, "defer": False},
     3: {"max_ctas": 0, "defer": False}, 4: {"defer": False}, 5: {"defer": False}, 6: {},
-    21: {"defer": False}}.items()}
+    21: {"defer": False}, 22: {"defer": False}}.items()}
 ROUNDS = {r: [(w, AS_RUN[r] | ch, *rest) for w, ch, *rest in pts] for r, pts in ((1, POINTS), (2, POINTS_2),
                                                                                   (3, POINTS_3), (4, POINTS_4),
                                                                                   (5, POINTS_5), (6, POINTS_6),
-                                                                                  (21, POINTS_21))}
+                                                                                  (21, POINTS_21), (22, POINTS_22))}
 OPTIONS = ("cluster_m", "order", "stmatrix", "max_ctas", "schedule", "tail", "uniform", "defer", "l2_hints")  # code paths whose hang skips the points that share them
 
 
@@ -250,7 +271,30 @@ def features(changes: dict) -> set[tuple]:
 
 def params_of(changes: dict):
     from ptxbench.workloads.solutions import gemm_template as gt
-    return gt.default_params().model_copy(update=changes)
+    return gt.default_params().model_copy(update={k: v for k, v in changes.items() if k not in TEXT_CHANGES})
+
+
+# Changes a point may name that are not GemmParams: edits of the rendered text, for what the template has no option
+# for yet (round 22: B's tensor map's L2 promotion, "256B" in every render). name -> f(source, value) -> source.
+def _promo_b(src: str, value: str) -> str:
+    edited, n = re.subn(r'(\[tmap\.B_map\]\ntensor = "B"\nbox = \[\d+, \d+\]\nswizzle = "\d+B"\nl2_promotion = )"256B"',
+                        rf'\1"{value}"', src)
+    if n != 1:
+        raise ValueError(f"promo_b: B's tensor map found {n} times in the render")
+    return edited
+
+
+TEXT_CHANGES = {"promo_b": _promo_b}
+
+
+def source_of(changes: dict) -> str:
+    """The rendered point, with its text changes (TEXT_CHANGES) applied."""
+    from ptxbench.workloads.solutions import gemm_template as gt
+    src = gt.render(params_of(changes))
+    for name, value in changes.items():
+        if name in TEXT_CHANGES:
+            src = TEXT_CHANGES[name](src, value)
+    return src
 
 
 def shape_notes(wid: str, p, num_sms: int = 132) -> str:
@@ -289,7 +333,7 @@ def compile_all(points, ev) -> dict[int, object]:
         if problems:
             out[i] = "; ".join(problems)
         else:
-            jobs.append((i, wid, gt.render(p)))
+            jobs.append((i, wid, source_of(changes)))
     for (i, _, _), result in zip(jobs, compile_first(ev, [(wid, src) for _, wid, src in jobs], "points")):
         out[i] = result
     return dict(sorted(out.items()))
@@ -338,8 +382,9 @@ def main() -> None:
 
     t0 = time.time()
     points = [pt for pt in ROUNDS[args.round] if args.only in pt[0]]
-    if args.round == 21:  # rings past the searched space, in this process only; validate()'s other checks stand
-        gt.PARAM_SPACE["stages"] = sorted(set(gt.PARAM_SPACE["stages"]) | set(DEEP_STAGES))
+    if args.round in (21, 22):  # values past the searched space, in this process only; validate()'s other checks stand
+        for name, extra in WIDER_SPACE.items():
+            gt.PARAM_SPACE[name] = sorted(set(gt.PARAM_SPACE[name]) | set(extra))
     ev = LocalEvaluator()
     compiled = compile_all(points, ev)
     print(f"compiled {len(points)} points in {time.time() - t0:.0f} s", flush=True)
@@ -365,7 +410,7 @@ def main() -> None:
             row |= {"status": "SKIPPED", "message": "shares the options of a point that timed out"}
         else:
             t1 = time.time()
-            r = ev.evaluate(wid, gt.render(p), EvalOptions(timeout_s=40, profile_on_pass=False))
+            r = ev.evaluate(wid, source_of(changes), EvalOptions(timeout_s=40, profile_on_pass=False))
             t = r.timing
             row |= {"status": r.status, "message": (r.message or "")[:300], "wall_s": round(time.time() - t1, 1),
                     "speedup": t.speedup if t else None, "ci": list(t.speedup_ci) if t and t.speedup_ci else None,

@@ -1,0 +1,104 @@
+"""Where the decode GEMMs' time goes (M = 64 and 128, N = 7168, K = 5120: 73 MB of B read once): params_for's kernel
+timed beside copies of itself with one part taken out, interleaved with cuBLAS (bench/gemm_reference_bench.py's timing:
+L2 flushed before each call, CUDA events, medians and IQR, 3 ms idle after each call so the clock stays at its top).
+
+    ref      params_for(workload): the checked-in decode point (checked against torch before it is timed)
+    no_a     the producer loads B alone (A's box skipped, the barrier told B's bytes): A's L2 reads taken out
+    no_b     the producer loads A alone: B's DRAM reads taken out
+    no_mma   the consumers issue no wgmma (they wait for each stage and free it): the data feed alone
+    no_load  no TMA loads (the full barrier arrived on): the wgmmas, barriers and epilogue alone
+    empty    no loads and no wgmma: launch, set-up, the ring's barriers and the epilogue
+
+Only ref computes C; the others compute garbage on purpose. Round 23 of bench/results/gemm_sweep.md.
+
+    python3 bench/decode_diagnose.py build                                  # here: -> bench/build_decode_diag/
+    source bench/gpu_env.sh && python3 bench/decode_diagnose.py run --json $OUT/decode.json   # GPU (carry the folder)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "bench" / "build_decode_diag"
+sys.path.insert(0, str(ROOT / "bench"))
+
+from gemm_diag_variants import FEED_ONLY, NO_TMA, edited  # noqa: E402  (the main GEMM's edits fit this render too)
+
+WORKLOADS = {"m64": ("gemm_bf16_m64_n7168_k5120", (64, 7168, 5120)),
+             "m128": ("gemm_bf16_m128_n7168_k5120", (128, 7168, 5120))}
+_A_LOAD = "            tma_load_2d(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0);\n"
+_B_LOAD = "              tma_load_2d(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0);\n"
+_EXPECT = "          mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);\n"
+NO_A = [(_A_LOAD, "            // diagnose: no_a\n"),
+        (_EXPECT, "          mbar_arrive_expect_tx(&full[stage], STAGE_BYTES - A_STAGE);  // diagnose: no_a\n")]
+NO_B = [(_B_LOAD, "              // diagnose: no_b\n"),
+        (_EXPECT, "          mbar_arrive_expect_tx(&full[stage], A_STAGE);  // diagnose: no_b\n")]
+VARIANTS = {"ref": [], "no_a": NO_A, "no_b": NO_B, "no_mma": FEED_ONLY, "no_load": NO_TMA, "empty": NO_TMA + FEED_ONLY}
+
+
+def build() -> None:
+    from gemm_reference_bench import compile_cu
+    from ptxbench.workloads.solutions.gemm_template import params_for, render
+
+    BUILD.mkdir(parents=True, exist_ok=True)
+    for key, (wid, _) in WORKLOADS.items():
+        for name, edits in VARIANTS.items():
+            compile_cu(BUILD / f"{key}_{name}.cu", edited(render(params_for(wid)), edits))
+
+
+def run(iters: int, out: str | None, gap_ms: float) -> None:
+    import torch
+    from gemm_reference_bench import Runner, check, interleaved_times
+
+    torch.manual_seed(0)
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+    results: dict = {"device": torch.cuda.get_device_name(0), "gap_ms": gap_ms, "iters": iters, "workloads": {}}
+    for key, (wid, (M, N, K)) in WORKLOADS.items():
+        A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        B = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
+        C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        syms = {"M": M, "N": N, "K": K}
+        fns = {"cublas": lambda: torch.matmul(A, B.T, out=C)}
+        for name in VARIANTS:
+            cu = BUILD / f"{key}_{name}.cu"
+            r = Runner(f"{key}_{name}", cu.read_text(), cu.with_suffix(".cubin").read_bytes(), num_sms)
+            fns[name] = r.prepare({"A": A, "B": B, "C": C}, syms)
+        fns["ref"]()
+        torch.cuda.synchronize()
+        correct = check(C, A.float() @ B.float().T)
+        times = interleaved_times(fns, iters, flush, gap_s=gap_ms / 1000)
+        ref_ms = statistics.median(times["ref"])
+        rows = {}
+        for name, ts in times.items():
+            med, q = statistics.median(ts), statistics.quantiles(ts, n=4)
+            rows[name] = {"median_ms": med, "q1_ms": q[0], "q3_ms": q[2], "vs_ref_pct": 100 * (med / ref_ms - 1),
+                          "b_tb_s": N * K * 2 / med / 1e9}
+        results["workloads"][wid] = {"ref_correct": correct, "timing": rows}
+        print(f"\n{wid}: ref correct {correct}\n| variant | median ms | IQR ms | vs ref | B's bytes / time |\n|---|---|---|---|---|")
+        for name, t in rows.items():
+            print(f"| {name} | {t['median_ms']:.4f} | {t['q1_ms']:.4f}-{t['q3_ms']:.4f} | {t['vs_ref_pct']:+.1f}% "
+                  f"| {t['b_tb_s']:.2f} TB/s |", flush=True)
+    if out:
+        Path(out).write_text(json.dumps(results, indent=1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("step", choices=["build", "run"])
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--gap-ms", type=float, default=3.0)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    t0 = time.time()
+    build() if a.step == "build" else run(a.iters, a.json, a.gap_ms)
+    print(f"{a.step} done in {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
