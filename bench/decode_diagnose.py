@@ -9,7 +9,10 @@ L2 flushed before each call, CUDA events, medians and IQR, 3 ms idle after each 
     no_load  no TMA loads (the full barrier arrived on): the wgmmas, barriers and epilogue alone
     empty    no loads and no wgmma: launch, set-up, the ring's barriers and the epilogue
 
-Only ref computes C; the others compute garbage on purpose. Round 23 of bench/results/gemm_sweep.md.
+Only ref computes C; the others compute garbage on purpose. Beside them, what the GPU reads 73 MB in at all (`--roof`):
+torch's own kernels over the same B, timed the same way: B.sum() and a GEMV (torch.mv, the M = 1 decode GEMM) read it
+once, a copy reads and writes it, and a one-element add is the timing's floor (launch and events). Rounds 23-24 of
+bench/results/gemm_sweep.md.
 
     python3 bench/decode_diagnose.py build                                  # here: -> bench/build_decode_diag/
     source bench/gpu_env.sh && python3 bench/decode_diagnose.py run --json $OUT/decode.json   # GPU (carry the folder)
@@ -51,7 +54,18 @@ def build() -> None:
             compile_cu(BUILD / f"{key}_{name}.cu", edited(render(params_for(wid)), edits))
 
 
-def run(iters: int, out: str | None, gap_ms: float) -> None:
+def roof_launchers(B, torch) -> dict:
+    """Launchers of torch's own memory-bound kernels over B (N x K bf16), for the read rate a single kernel of this
+    size reaches, and the timing's floor."""
+    x = torch.randn(B.shape[1], device="cuda", dtype=torch.bfloat16)
+    y = torch.empty(B.shape[0], device="cuda", dtype=torch.bfloat16)
+    copy = torch.empty_like(B)
+    one = torch.zeros(1, device="cuda")
+    return {"torch_sum": lambda: torch.sum(B), "torch_gemv": lambda: torch.mv(B, x, out=y),
+            "torch_copy": lambda: copy.copy_(B), "floor_add1": lambda: one.add_(1.0)}
+
+
+def run(iters: int, out: str | None, gap_ms: float, roof: bool = False) -> None:
     import torch
     from gemm_reference_bench import Runner, check, interleaved_times
 
@@ -69,6 +83,8 @@ def run(iters: int, out: str | None, gap_ms: float) -> None:
             cu = BUILD / f"{key}_{name}.cu"
             r = Runner(f"{key}_{name}", cu.read_text(), cu.with_suffix(".cubin").read_bytes(), num_sms)
             fns[name] = r.prepare({"A": A, "B": B, "C": C}, syms)
+        if roof:
+            fns.update(roof_launchers(B, torch))
         fns["ref"]()
         torch.cuda.synchronize()
         correct = check(C, A.float() @ B.float().T)
@@ -94,9 +110,10 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--gap-ms", type=float, default=3.0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--roof", action="store_true", help="also time torch's sum, GEMV, copy over B and a one-element add")
     a = ap.parse_args()
     t0 = time.time()
-    build() if a.step == "build" else run(a.iters, a.json, a.gap_ms)
+    build() if a.step == "build" else run(a.iters, a.json, a.gap_ms, a.roof)
     print(f"{a.step} done in {time.time() - t0:.0f} s")
 
 
