@@ -11,7 +11,7 @@ L2 flushed before each call, CUDA events, medians and IQR, 3 ms idle after each 
 
 Only ref computes C; the others compute garbage on purpose. Beside them, what the GPU reads 73 MB in at all (`--roof`):
 torch's own kernels over the same B, timed the same way: B.sum() and a GEMV (torch.mv, the M = 1 decode GEMM) read it
-once, a copy reads and writes it, and a one-element add is the timing's floor (launch and events). Rounds 23-24 of
+once, a copy reads and writes it, and a one-element add is the timing's floor (launch and events). Round 23 of
 bench/results/gemm_sweep.md.
 
     python3 bench/decode_diagnose.py build                                  # here: -> bench/build_decode_diag/
