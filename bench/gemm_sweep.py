@@ -19,6 +19,7 @@ CTAs; with fewer tiles than SMs, as in the decode shapes, every tile is split). 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import time
@@ -203,8 +204,9 @@ POINTS_6: list[tuple[str, dict, float, str]] = [
 # slower. So: deeper rings than PARAM_SPACE's 8 (the 64 x 64 tile's stage is 16 KB: up to 13 stages with the TMA
 # epilogue, 14 without), and wide tiles split over every SM by the stream-K path (bn 224 / 256: B is 78-80% of each
 # stage). Points are params_for's (defer, group_m 16 and l2_hints off) with the changes shown.
-# values past PARAM_SPACE that rounds 21-22 measure (deep rings, deep k-blocks), allowed in their process (main())
+# values past PARAM_SPACE that rounds 21-22 measure (deep rings, deep k-blocks), allowed in their process (space_of)
 WIDER_SPACE = {"stages": [9, 10, 11, 12, 13, 14], "bk": [192, 256]}
+WIDER_ROUNDS = (21, 22)
 P64 = {"bm": 64, "bn": 64, "consumers": 1, "stages": 8}
 P128 = {"bm": 128, "bn": 64, "consumers": 2, "stages": 8}
 DIRECT = {"epilogue": "direct"}
@@ -263,6 +265,21 @@ ROUNDS = {r: [(w, AS_RUN[r] | ch, *rest) for w, ch, *rest in pts] for r, pts in 
                                                                                   (5, POINTS_5), (6, POINTS_6),
                                                                                   (21, POINTS_21), (22, POINTS_22))}
 OPTIONS = ("cluster_m", "order", "stmatrix", "max_ctas", "schedule", "tail", "uniform", "defer", "l2_hints")  # code paths whose hang skips the points that share them
+
+
+@contextlib.contextmanager
+def space_of(round_: int):
+    """gemm_template.PARAM_SPACE as round `round_` ran: with WIDER_SPACE's values added for WIDER_ROUNDS (validate()'s
+    other checks stand), put back on exit."""
+    from ptxbench.workloads.solutions import gemm_template as gt
+    saved = {name: gt.PARAM_SPACE[name] for name in WIDER_SPACE}
+    if round_ in WIDER_ROUNDS:
+        for name, extra in WIDER_SPACE.items():
+            gt.PARAM_SPACE[name] = sorted(set(saved[name]) | set(extra))
+    try:
+        yield
+    finally:
+        gt.PARAM_SPACE.update(saved)
 
 
 def features(changes: dict) -> set[tuple]:
@@ -382,9 +399,7 @@ def main() -> None:
 
     t0 = time.time()
     points = [pt for pt in ROUNDS[args.round] if args.only in pt[0]]
-    if args.round in (21, 22):  # values past the searched space, in this process only; validate()'s other checks stand
-        for name, extra in WIDER_SPACE.items():
-            gt.PARAM_SPACE[name] = sorted(set(gt.PARAM_SPACE[name]) | set(extra))
+    contextlib.ExitStack().enter_context(space_of(args.round))  # for this process's life
     ev = LocalEvaluator()
     compiled = compile_all(points, ev)
     print(f"compiled {len(points)} points in {time.time() - t0:.0f} s", flush=True)

@@ -152,12 +152,35 @@ def test_gemm_sweep_points_render_and_validate():
     spec.loader.exec_module(sweep)
     assert {w for w, *_ in sweep.POINTS} == {MAIN, "gemm_bf16_m64_n7168_k5120", "gemm_bf16_m128_n7168_k5120",
                                               "gemm_bf16_m4096_n4096_k4096"}
-    for wid, changes, predicted, why in [pt for points in sweep.ROUNDS.values() for pt in points]:  # each as it ran
-        p = sweep.params_of(changes)
-        s = get_workload(wid).symbols
-        assert gt.validate(p, shape=(s["M"], s["N"], s["K"])) == [], (wid, changes)
-        assert isinstance(parse_solution(gt.render(p), get_workload(wid)), Solution)
-        assert 0 < predicted < 2 and why
+    space = {name: list(values) for name, values in gt.PARAM_SPACE.items()}
+    for round_, points in sweep.ROUNDS.items():
+        with sweep.space_of(round_):  # rounds 21-22: rings and k-blocks past the searched space
+            for wid, changes, predicted, why in points:  # each as it ran
+                p = sweep.params_of(changes)
+                s = get_workload(wid).symbols
+                assert gt.validate(p, shape=(s["M"], s["N"], s["K"])) == [], (wid, changes)
+                assert isinstance(parse_solution(sweep.source_of(changes), get_workload(wid)), Solution)
+                assert 0 < predicted < 2 and why
+    assert gt.PARAM_SPACE == space  # put back: the tuner's space is untouched
+    with pytest.raises(ValueError):
+        gt.render(sweep.params_of({"stages": 12}))  # outside a wider round, a deep ring is refused as before
+
+
+def test_gemm_sweep_promotion_edit_changes_only_bs_tensor_map():
+    """Round 22's `promo_b` text change: B's tensor map's L2 promotion, nothing else of the render."""
+    spec = importlib.util.spec_from_file_location("gemm_sweep", ROOT / "bench" / "gemm_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    base = sweep.P64 | {"defer": False, "group_m": 8, "l2_hints": False}
+    plain = sweep.source_of(base)
+    for value in ("none", "128B"):
+        edited = sweep.source_of(base | {"promo_b": value})
+        diff = [(a, b) for a, b in zip(plain.splitlines(), edited.splitlines()) if a != b]
+        assert diff == [('l2_promotion = "256B"', f'l2_promotion = "{value}"')]
+        plan = parse_solution(edited, get_workload("gemm_bf16_m64_n7168_k5120")).plan
+        assert {m.name: m.l2_promotion for m in plan.tmaps} == {"A_map": "256B", "B_map": value, "C_map": "none"}
+    with pytest.raises(ValueError, match="B's tensor map"):
+        sweep.TEXT_CHANGES["promo_b"]("no plan here", "none")
 
 
 @pytest.mark.parametrize("wid", [MAIN, SMOKE, "gemm_bf16_m64_n7168_k5120"])
