@@ -278,6 +278,35 @@ def prefetch_warp(pf: int, a: bool = True) -> list:
         ("    }\n  } else {\n    setmaxnreg_inc<CONSUMER_REGS>();", warp)]
 
 
+# A's share of the shared-memory traffic taken out (round 24 of gemm_sweep.md): per k16 step a CTA's TMA writes A
+# (4 KB) and B (8 KB) and its two consumers' wgmmas read A (2 x 2 KB) and B (2 x 8 KB), 32 KB in all. no_a_tma skips
+# A's TMA loads (the wgmmas read whatever the ring's A slots hold): A's writes and its L2 traffic out. rs_a_tma keeps
+# them, but the wgmmas take A from four constant registers (the RS form, as the forward's P): A's reads out. rs_no_a
+# both: a quarter of the shared-memory bytes. A ceiling for any design that feeds A around shared memory.
+def _rs_wgmma(n: int = 256) -> str:
+    acc = ", ".join(f"%{i}" for i in range(n // 2))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(n // 2))
+    k = n // 2
+    return (f"__device__ __forceinline__ void wgmma_rs_m64n{n}k16(float (&d)[{k}], const uint32_t (&a)[4], uint64_t desc_b,"
+            f" int scale_d) {{  // diagnose: rs\n"
+            f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{k + 5}, 0;\\n"\n'
+            f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{acc}}}, {{%{k}, %{k + 1}, %{k + 2}, %{k + 3}}}, '
+            f'%{k + 4}, p, 1, 1, 0;\\n}}\\n"\n'
+            f'      : {outs}\n      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));\n}}\n')
+
+
+NO_A_TMA = [("            tma_load_2d_hint(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0, keep);\n",
+             "            (void)keep;  // diagnose: no_a_tma (A not loaded)\n"),
+            ("          mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);\n",
+             "          mbar_arrive_expect_tx(&full[stage], STAGE_BYTES - A_STAGE);  // diagnose: no_a_tma\n")]
+RS_A = [("using namespace ptxbench;\n", "using namespace ptxbench;\n\n" + _rs_wgmma()),
+        ("    const int consumer = __shfl_sync(0xffffffffu, wg - 1, 0);",
+         "    const int consumer = __shfl_sync(0xffffffffu, wg - 1, 0);\n"
+         "    const uint32_t ra[4] = {0x3c003c00u ^ t, 0x3c003c00u + t, 0x3c00bc00u ^ t, 0xbc003c00u + t};  // diagnose: rs"),
+        ("              wgmma_m64k16_bf16<BN>(acc[ms], da + 2 * kk, db + 2 * kk, (k | kc | kk) != 0);",
+         "              (void)da; wgmma_rs_m64n256k16(acc[ms], ra, db + 2 * kk, (k | kc | kk) != 0);  // diagnose: rs")]
+
+
 EDITS: dict[str, list] = {
     "ref": [], "no_store": NO_STORE, "no_tma": NO_TMA, "tma_hot": TMA_HOT, "bare": NO_TMA + NO_STORE,
     "feed_only": FEED_ONLY, "c_first": C_FIRST, "b_last": HINT_HELPERS + B_LAST, "c_first_b_last": C_FIRST + B_LAST,
@@ -292,6 +321,7 @@ EDITS: dict[str, list] = {
     "promo_a128": promotion("128B", "256B"), "promo_b128": promotion("256B", "128B"),
     "lpf6": lsu_prefetch(6), "lpf10": lsu_prefetch(10), "lpf16": lsu_prefetch(16), "lpf10_b": lsu_prefetch(10, a=False),
     "pw6": prefetch_warp(6), "pw10": prefetch_warp(10), "pw16": prefetch_warp(16), "pw10_b": prefetch_warp(10, a=False),
+    "no_a_tma": NO_A_TMA, "rs_a_tma": RS_A, "rs_no_a": NO_A_TMA + RS_A,
 }
 
 
@@ -388,7 +418,8 @@ VARIANTS = {**{n: (e, _base(e)) for n, e in EDITS.items()}, "ref_nohints": ([], 
             # the reference with a timestamp after each tile
             "trace": (TRACE, {})}
 # The variants with a part of the kernel taken out compute garbage; every other one computes C and is checked.
-TAKEN_OUT = ("no_store", "no_tma", "tma_hot", "bare", "feed_only", "bare_long", "bare_nowait", "bare_long_nowait")
+TAKEN_OUT = ("no_store", "no_tma", "tma_hot", "bare", "feed_only", "bare_long", "bare_nowait", "bare_long_nowait",
+             "no_a_tma", "rs_a_tma", "rs_no_a")
 CHECKED = tuple(n for n in VARIANTS if n.removesuffix("_132") not in TAKEN_OUT)
 
 
