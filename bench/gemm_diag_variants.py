@@ -307,6 +307,39 @@ RS_A = [("using namespace ptxbench;\n", "using namespace ptxbench;\n\n" + _rs_wg
          "              (void)da; wgmma_rs_m64n256k16(acc[ms], ra, db + 2 * kk, (k | kc | kk) != 0);  // diagnose: rs")]
 
 
+# Real kernels (round 25 of gemm_sweep.md): A shared by a 2-CTA cluster along N. Round 24 measured A's loads at 7.6%
+# of the time and B's at about 3%, with A the L2-resident third of the bytes, read by the 8 CTAs of a wave's tile row
+# at about the same time. The template's cluster_m = 2 pairs two M tiles and multicasts B (c2, its control here);
+# a_mc pairs two N tiles of one tile row instead: each CTA loads half of A's box and multicasts it to both, and loads
+# its own B. A's L2 reads halve; every SM still receives the whole A into its shared memory.
+A_MC = [
+    ('[tmap.A_map]\ntensor = "A"\nbox = [64, 128]', '[tmap.A_map]\ntensor = "A"\nbox = [64, 64]'),
+    ('[tmap.B_map]\ntensor = "B"\nbox = [64, 128]', '[tmap.B_map]\ntensor = "B"\nbox = [64, 256]'),
+    ("constexpr int B_SLICE = B_CHUNK / CLUSTER_M;",
+     "constexpr int A_SLICE = A_CHUNK / CLUSTER_M;  // diagnose: a_mc (the part of A each CTA loads and multicasts)\n"
+     "constexpr int B_SLICE = B_CHUNK / CLUSTER_M;"),
+    ("  const int cluster_rows = (tiles_m + CLUSTER_M - 1) / CLUSTER_M;\n  const int cluster_tiles = cluster_rows * tiles_n;\n",
+     "  const int cluster_rows = tiles_m;  // diagnose: a_mc (a cluster is two N tiles of one tile row)\n"
+     "  const int cluster_tiles = cluster_rows * (tiles_n / CLUSTER_M);\n"),
+    ("        tile_coords(ct, cluster_rows, tiles_n, tm, tn);\n        const int m0 = (tm * CLUSTER_M + cta_rank) * BM;\n"
+     "        const int n0 = tn * BN;\n",
+     "        tile_coords(ct, cluster_rows, tiles_n / CLUSTER_M, tm, tn);  // diagnose: a_mc\n"
+     "        const int m0 = tm * BM;\n        const int n0 = (tn * CLUSTER_M + cta_rank) * BN;\n"),
+    ("      tile_coords(ct, cluster_rows, tiles_n, tm, tn);\n      const int m0 = (tm * CLUSTER_M + cta_rank) * BM;\n"
+     "      const int n0 = tn * BN;\n",
+     "      tile_coords(ct, cluster_rows, tiles_n / CLUSTER_M, tm, tn);  // diagnose: a_mc\n"
+     "      const int m0 = tm * BM;\n      const int n0 = (tn * CLUSTER_M + cta_rank) * BN;\n"),
+    ("            tma_load_2d_hint(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0, keep);\n"
+     "            if constexpr (CLUSTER_M > 1) {\n"
+     "              tma_load_2d_multicast(sB + kc * B_CHUNK + cta_rank * B_SLICE, &tmB, &full[stage], kx,\n"
+     "                                    n0 + cta_rank * (BN / CLUSTER_M), (1 << CLUSTER_M) - 1);\n"
+     "            } else {\n",
+     "            (void)keep;  // diagnose: a_mc (A's half multicast to both CTAs, B loaded alone)\n"
+     "            tma_load_2d_multicast(sA + kc * A_CHUNK + cta_rank * A_SLICE, &tmA, &full[stage], kx,\n"
+     "                                  m0 + cta_rank * (BM / CLUSTER_M), (1 << CLUSTER_M) - 1);\n"
+     "            {\n")]
+
+
 EDITS: dict[str, list] = {
     "ref": [], "no_store": NO_STORE, "no_tma": NO_TMA, "tma_hot": TMA_HOT, "bare": NO_TMA + NO_STORE,
     "feed_only": FEED_ONLY, "c_first": C_FIRST, "b_last": HINT_HELPERS + B_LAST, "c_first_b_last": C_FIRST + B_LAST,
@@ -416,7 +449,9 @@ VARIANTS = {**{n: (e, _base(e)) for n, e in EDITS.items()}, "ref_nohints": ([], 
             # tiles handed out at run time, on 128 CTAs and on every SM
             "dyn": (DYN, {}), "dyn_132": (DYN, {"max_ctas": 0}),
             # the reference with a timestamp after each tile
-            "trace": (TRACE, {})}
+            "trace": (TRACE, {}),
+            # 2-CTA clusters: the template's (two M tiles, B multicast), and two N tiles with A multicast
+            "c2": ([], {"cluster_m": 2}), "a_mc": (A_MC, {"cluster_m": 2})}
 # The variants with a part of the kernel taken out compute garbage; every other one computes C and is checked.
 TAKEN_OUT = ("no_store", "no_tma", "tma_hot", "bare", "feed_only", "bare_long", "bare_nowait", "bare_long_nowait",
              "no_a_tma", "rs_a_tma", "rs_no_a")

@@ -3,6 +3,7 @@ change that moves an edited line fails here, not on the GPU), each variant chang
 among them (checked against torch on the GPU) keep every wgmma and TMA load of the reference."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -46,7 +47,8 @@ def test_the_real_kernels_keep_the_references_loads_and_products(name):
     text = gd.edited(render(default_params().model_copy(update=changes)), edits)
     kernel = text.split('extern "C" __global__')[1]
     assert kernel.count("wgmma_m64k16_bf16<BN>(") == 1
-    assert kernel.count("tma_load_2d") - kernel.count("tma_load_2d_multicast") >= 2
+    loads = re.findall(r"tma_load_2d\w*\((s[AB]) [^;]*&tm([AB]),", kernel)
+    assert {("sA", "A"), ("sB", "B")} <= set(loads), loads  # A and B each loaded into their slots (perhaps multicast)
     assert "mbar_arrive_expect_tx(&full[stage], STAGE_BYTES);" in kernel
 
 
@@ -246,3 +248,20 @@ def test_best_with_a_minimum_gain_is_the_paired_evaluations_rule(tmp_path):
 
     one, two = result(tmp_path / "1.json", -0.3), result(tmp_path / "2.json", -0.1)
     assert gd.best([one, two]) == "serp" and gd.best([one, two], 0.2) == "" and gd.best([one], 0.2) == "serp"
+
+
+def test_a_mc_pairs_two_n_tiles_and_multicasts_halves_of_a():
+    """Round 25's a_mc: a 2-CTA cluster on two N tiles of one tile row; each CTA loads half of A's box (64 of 128 rows)
+    and multicasts it to both, and its own whole B box; the plan's boxes say so."""
+    from gemm_reference_bench import read_plan
+
+    edits, changes = gd.VARIANTS["a_mc"]
+    assert changes == {"cluster_m": 2}
+    text = gd.edited(render(default_params().model_copy(update=changes)), edits)
+    plan = read_plan(text)
+    assert plan["launch"][0]["cluster"] == [2, 1, 1]
+    assert plan["tmap"]["A_map"]["box"] == [64, 64] and plan["tmap"]["B_map"]["box"] == [64, 256]
+    kernel = text.split('extern "C" __global__')[1]
+    assert "tma_load_2d_multicast(sA + kc * A_CHUNK + cta_rank * A_SLICE, &tmA" in kernel
+    assert "tma_load_2d_multicast(sB" not in kernel and "tma_load_2d_hint(sB + kc * B_CHUNK, &tmB" in kernel
+    assert kernel.count("const int n0 = (tn * CLUSTER_M + cta_rank) * BN;") == 2  # producer and consumers alike
