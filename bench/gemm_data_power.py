@@ -3,10 +3,12 @@ shape with inputs that differ only in their values: A and B from randn (what `pt
 zeros, both zeros, A a constant 1.0, and randn rounded to 2 mantissa bits (fewer toggling bits, the same magnitudes).
 At a fixed clock a tensor core's throughput does not depend on its data, but its power does; a kernel near the power
 or current limit that runs faster on zeros is held back by its energy, not by its schedule. Also times the diagnosis
-variants named with --variants on randn inputs, beside the reference (round 26 of bench/results/gemm_sweep.md).
+variants named with --variants on randn inputs, beside the reference, and with --trace launches the reference with a
+timestamp and the SM's cycle count after each tile (trace_clk) on each input: the clock the SMs actually ran at inside
+the kernel, by %clock64 over %globaltimer (rounds 26-27 of bench/results/gemm_sweep.md).
 
-    python3 bench/gemm_diagnose.py build --variants no_a_tma          # here (bench/build_gemm_diag, carried)
-    source bench/gpu_env.sh && python3 bench/gemm_data_power.py --json $OUT/data.json [--variants no_a_tma]
+    python3 bench/gemm_diagnose.py build --variants no_a_tma,trace_clk     # here (bench/build_gemm_diag, carried)
+    source bench/gpu_env.sh && python3 bench/gemm_data_power.py --json $OUT/data.json [--variants no_a_tma] [--trace]
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +39,25 @@ def inputs(torch) -> dict:
             "coarse": (coarse(a), coarse(b))}
 
 
+def clock_summary(slots: list[list[int]], poison: int) -> dict:
+    """One traced launch (per CTA: SM, start ns, start cycles, then (ns, cycles) after each tile) -> the SMs' clock:
+    per tile interval and per CTA over its whole run (MHz = cycles / ns x 1000), and the launch's span."""
+    per_tile, per_cta, starts, ends = [], [], [], []
+    for row in slots:
+        row = [x for x in row if x != poison]
+        if len(row) < 5:
+            continue
+        pts = [(row[1], row[2])] + [(row[i], row[i + 1]) for i in range(3, len(row) - 1, 2)]
+        per_tile += [1000.0 * (c1 - c0) / (t1 - t0) for (t0, c0), (t1, c1) in zip(pts, pts[1:]) if t1 > t0]
+        per_cta.append(1000.0 * (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]))
+        starts.append(pts[0][0])
+        ends.append(pts[-1][0])
+    q = statistics.quantiles(per_tile, n=10)
+    return {"tile_mhz_median": statistics.median(per_tile), "tile_mhz_p10": q[0], "tile_mhz_p90": q[-1],
+            "cta_mhz_median": statistics.median(per_cta), "cta_mhz_min": min(per_cta), "cta_mhz_max": max(per_cta),
+            "span_ms": (max(ends) - min(starts)) / 1e6, "ctas": len(per_cta)}
+
+
 def main() -> None:
     import torch
     from gemm_reference_bench import Runner, interleaved_times
@@ -44,6 +66,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--gap-ms", type=float, default=3.0)
     ap.add_argument("--variants", default="", help="diagnosis variants (bench/build_gemm_diag) timed on randn too")
+    ap.add_argument("--trace", action="store_true", help="also launch trace_clk on every input: the SMs' clock inside")
     ap.add_argument("--json")
     a = ap.parse_args()
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -67,9 +90,30 @@ def main() -> None:
         kernel = k.split("/")[0]
         base = rows[f"{kernel}/randn" if kernel in ("ref", "cublas") else "ref/randn"]["median_ms"]
         print(f"| {k} | {r['median_ms']:.4f} | {r['q1_ms']:.4f}-{r['q3_ms']:.4f} | {100 * (r['median_ms'] / base - 1):+.1f}% |")
+    clocks = {}
+    if a.trace:
+        tracer = Runner("trace_clk", (BUILD / "trace_clk.cu").read_text(), (BUILD / "trace_clk.cubin").read_bytes(),
+                        num_sms)
+        poison = int.from_bytes(b"\x5a" * 8, "little")  # the Runner's fill of slots a CTA never wrote
+        print("\n| inputs | launch | span ms | clock per tile, median [p10, p90] MHz | per CTA, median [min, max] MHz |\n"
+              "|---|---|---|---|---|")
+        for data, (A, B) in inputs(torch).items():
+            launch = tracer.prepare({"A": A, "B": B, "C": C}, syms)
+            clocks[data] = []
+            for i in range(5):
+                flush.zero_()
+                torch.cuda._sleep(200_000)
+                launch()
+                torch.cuda.synchronize()
+                c = clock_summary(tracer.scratch["trace"].cpu().tolist(), poison)
+                clocks[data].append(c)
+                print(f"| {data} | {i} | {c['span_ms']:.4f} | {c['tile_mhz_median']:.0f} [{c['tile_mhz_p10']:.0f}, "
+                      f"{c['tile_mhz_p90']:.0f}] | {c['cta_mhz_median']:.0f} [{c['cta_mhz_min']:.0f}, "
+                      f"{c['cta_mhz_max']:.0f}] |", flush=True)
+                time.sleep(a.gap_ms / 1000)
     if a.json:
         Path(a.json).write_text(json.dumps({"device": torch.cuda.get_device_name(0), "gap_ms": a.gap_ms,
-                                            "iters": a.iters, "timing": rows}, indent=1))
+                                            "iters": a.iters, "timing": rows, "clocks": clocks}, indent=1))
 
 
 if __name__ == "__main__":

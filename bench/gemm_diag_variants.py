@@ -421,6 +421,32 @@ TRACE = [
      "      }\n")]
 
 
+# The traced kernel with the SM's cycle counter beside the time (round 26 of gemm_sweep.md): per CTA its SM, the start
+# (%globaltimer ns, %clock64), then after each tile's last wgmma the pair again, so the clock a CTA ran at between two
+# tile ends is the cycles over the nanoseconds, whatever nvidia-smi's 20-ms samples say.
+TRACE_CLK = [
+    TRACE[0], TRACE[1],
+    ("  const int wg = threadIdx.x / 128;\n",
+     "  const int wg = threadIdx.x / 128;\n"
+     "  long long* my_trace = trace + static_cast<size_t>(blockIdx.x) * " + str(TRACE_SLOTS) + ";  // diagnose: trace_clk\n"
+     "  int traced = 0;\n"
+     "  if (threadIdx.x == 0) {\n"
+     "    unsigned sm; long long now, clk;\n"
+     "    asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(sm));\n"
+     "    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(now));\n"
+     "    asm volatile(\"mov.u64 %0, %%clock64;\" : \"=l\"(clk));\n"
+     "    my_trace[0] = sm; my_trace[1] = now; my_trace[2] = clk;\n"
+     "  }\n"),
+    ("      wgmma_wait<0>();\n",
+     "      wgmma_wait<0>();\n"
+     "      if (threadIdx.x == 128 && 4 + 2 * traced < " + str(TRACE_SLOTS) + ") {  // diagnose: trace_clk\n"
+     "        long long now, clk;\n"
+     "        asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(now));\n"
+     "        asm volatile(\"mov.u64 %0, %%clock64;\" : \"=l\"(clk));\n"
+     "        my_trace[3 + 2 * traced] = now; my_trace[4 + 2 * traced] = clk; ++traced;\n"
+     "      }\n")]
+
+
 UNHINTED = {"l2_hints": False}  # the reference's point before round 14 of gemm_sweep.md (ref_nohints)
 
 
@@ -451,7 +477,9 @@ VARIANTS = {**{n: (e, _base(e)) for n, e in EDITS.items()}, "ref_nohints": ([], 
             # the reference with a timestamp after each tile
             "trace": (TRACE, {}),
             # 2-CTA clusters: the template's (two M tiles, B multicast), and two N tiles with A multicast
-            "c2": ([], {"cluster_m": 2}), "a_mc": (A_MC, {"cluster_m": 2})}
+            "c2": ([], {"cluster_m": 2}), "a_mc": (A_MC, {"cluster_m": 2}),
+            # the reference with the time and the SM's cycle count after each tile
+            "trace_clk": (TRACE_CLK, {})}
 # The variants with a part of the kernel taken out compute garbage; every other one computes C and is checked.
 TAKEN_OUT = ("no_store", "no_tma", "tma_hot", "bare", "feed_only", "bare_long", "bare_nowait", "bare_long_nowait",
              "no_a_tma", "rs_a_tma", "rs_no_a")
