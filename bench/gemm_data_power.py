@@ -42,7 +42,7 @@ def inputs(torch) -> dict:
 def clock_summary(slots: list[list[int]], poison: int) -> dict:
     """One traced launch (per CTA: SM, start ns, start cycles, then (ns, cycles) after each tile) -> the SMs' clock:
     per tile interval and per CTA over its whole run (MHz = cycles / ns x 1000), and the launch's span."""
-    per_tile, per_cta, starts, ends = [], [], [], []
+    per_tile, per_cta, cycles, starts, ends = [], [], [], [], []
     for row in slots:
         row = [x for x in row if x != poison]
         if len(row) < 5:
@@ -50,12 +50,14 @@ def clock_summary(slots: list[list[int]], poison: int) -> dict:
         pts = [(row[1], row[2])] + [(row[i], row[i + 1]) for i in range(3, len(row) - 1, 2)]
         per_tile += [1000.0 * (c1 - c0) / (t1 - t0) for (t0, c0), (t1, c1) in zip(pts, pts[1:]) if t1 > t0]
         per_cta.append(1000.0 * (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]))
+        cycles.append(pts[-1][1] - pts[0][1])
         starts.append(pts[0][0])
         ends.append(pts[-1][0])
     q = statistics.quantiles(per_tile, n=10)
     return {"tile_mhz_median": statistics.median(per_tile), "tile_mhz_p10": q[0], "tile_mhz_p90": q[-1],
             "cta_mhz_median": statistics.median(per_cta), "cta_mhz_min": min(per_cta), "cta_mhz_max": max(per_cta),
-            "span_ms": (max(ends) - min(starts)) / 1e6, "ctas": len(per_cta)}
+            "cta_cycles_median": statistics.median(cycles), "span_ms": (max(ends) - min(starts)) / 1e6,
+            "ctas": len(per_cta)}
 
 
 def main() -> None:
@@ -67,6 +69,8 @@ def main() -> None:
     ap.add_argument("--gap-ms", type=float, default=3.0)
     ap.add_argument("--variants", default="", help="diagnosis variants (bench/build_gemm_diag) timed on randn too")
     ap.add_argument("--trace", action="store_true", help="also launch trace_clk on every input: the SMs' clock inside")
+    ap.add_argument("--trace-variants", default="", help="traced neighbours (trace_clk_132, trace_clk_c2, ...) launched "
+                                                         "on randn and on both_zero beside trace_clk")
     ap.add_argument("--json")
     a = ap.parse_args()
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -92,24 +96,32 @@ def main() -> None:
         print(f"| {k} | {r['median_ms']:.4f} | {r['q1_ms']:.4f}-{r['q3_ms']:.4f} | {100 * (r['median_ms'] / base - 1):+.1f}% |")
     clocks = {}
     if a.trace:
-        tracer = Runner("trace_clk", (BUILD / "trace_clk.cu").read_text(), (BUILD / "trace_clk.cubin").read_bytes(),
-                        num_sms)
         poison = int.from_bytes(b"\x5a" * 8, "little")  # the Runner's fill of slots a CTA never wrote
-        print("\n| inputs | launch | span ms | clock per tile, median [p10, p90] MHz | per CTA, median [min, max] MHz |\n"
-              "|---|---|---|---|---|")
-        for data, (A, B) in inputs(torch).items():
+        print("\n| kernel | inputs | launch | span ms | clock per tile, median [p10, p90] MHz | per CTA, median [min, max] "
+              "MHz | CTA cycles, median (M) |\n|---|---|---|---|---|---|---|")
+        data_sets = inputs(torch)
+        plan = [("trace_clk", d) for d in data_sets]
+        plan += [(v, d) for v in a.trace_variants.split(",") if v for d in ("randn", "both_zero")]
+        tracers = {}
+        for name, data in plan:
+            if name not in tracers:
+                tracers[name] = Runner(name, (BUILD / f"{name}.cu").read_text(), (BUILD / f"{name}.cubin").read_bytes(),
+                                       num_sms)
+            tracer = tracers[name]
+            A, B = data_sets[data]
             launch = tracer.prepare({"A": A, "B": B, "C": C}, syms)
-            clocks[data] = []
+            clocks[f"{name}/{data}"] = []
             for i in range(5):
+                tracer.scratch["trace"].view(torch.uint8).fill_(0x5A)  # rows of CTAs that did not run stay poison
                 flush.zero_()
                 torch.cuda._sleep(200_000)
                 launch()
                 torch.cuda.synchronize()
                 c = clock_summary(tracer.scratch["trace"].cpu().tolist(), poison)
-                clocks[data].append(c)
-                print(f"| {data} | {i} | {c['span_ms']:.4f} | {c['tile_mhz_median']:.0f} [{c['tile_mhz_p10']:.0f}, "
+                clocks[f"{name}/{data}"].append(c)
+                print(f"| {name} | {data} | {i} | {c['span_ms']:.4f} | {c['tile_mhz_median']:.0f} [{c['tile_mhz_p10']:.0f}, "
                       f"{c['tile_mhz_p90']:.0f}] | {c['cta_mhz_median']:.0f} [{c['cta_mhz_min']:.0f}, "
-                      f"{c['cta_mhz_max']:.0f}] |", flush=True)
+                      f"{c['cta_mhz_max']:.0f}] | {c['cta_cycles_median'] / 1e6:.4f} |", flush=True)
                 time.sleep(a.gap_ms / 1000)
     if a.json:
         Path(a.json).write_text(json.dumps({"device": torch.cuda.get_device_name(0), "gap_ms": a.gap_ms,

@@ -425,7 +425,9 @@ TRACE = [
 # (%globaltimer ns, %clock64), then after each tile's last wgmma the pair again, so the clock a CTA ran at between two
 # tile ends is the cycles over the nanoseconds, whatever nvidia-smi's 20-ms samples say.
 TRACE_CLK = [
-    TRACE[0], TRACE[1],
+    (TRACE[0][0], TRACE[0][1].replace('shape = ["min(min(num_sms, 128), cdiv(M, 128) * cdiv(N, 256))", ',
+                                      'shape = ["num_sms", ')),  # a row for every SM: any grid of these variants fits
+    TRACE[1],
     ("  const int wg = threadIdx.x / 128;\n",
      "  const int wg = threadIdx.x / 128;\n"
      "  long long* my_trace = trace + static_cast<size_t>(blockIdx.x) * " + str(TRACE_SLOTS) + ";  // diagnose: trace_clk\n"
@@ -478,8 +480,10 @@ VARIANTS = {**{n: (e, _base(e)) for n, e in EDITS.items()}, "ref_nohints": ([], 
             "trace": (TRACE, {}),
             # 2-CTA clusters: the template's (two M tiles, B multicast), and two N tiles with A multicast
             "c2": ([], {"cluster_m": 2}), "a_mc": (A_MC, {"cluster_m": 2}),
-            # the reference with the time and the SM's cycle count after each tile
-            "trace_clk": (TRACE_CLK, {})}
+            # the reference with the time and the SM's cycle count after each tile, and so its neighbours
+            "trace_clk": (TRACE_CLK, {}), "trace_clk_132": (TRACE_CLK, {"max_ctas": 0}),
+            "trace_clk_c2": (TRACE_CLK, {"cluster_m": 2}), "trace_clk_g8": (TRACE_CLK, {"group_m": 8}),
+            "trace_clk_nohints": (TRACE_CLK, {"l2_hints": False}), "trace_clk_nodefer": (TRACE_CLK, {"defer": False})}
 # The variants with a part of the kernel taken out compute garbage; every other one computes C and is checked.
 TAKEN_OUT = ("no_store", "no_tma", "tma_hot", "bare", "feed_only", "bare_long", "bare_nowait", "bare_long_nowait",
              "no_a_tma", "rs_a_tma", "rs_no_a")
