@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from ptxbench.tools.profile.feedback import count_tokens, profile_feedback, template
+from ptxbench.tools.profile.feedback import DEFAULT_BUDGET, count_tokens, headline, profile_feedback, template
 from ptxbench.tools.profile.runner import summarize
-from ptxbench.tools.profile.summary import ProfileSummary
+from ptxbench.tools.profile.summary import KernelProfile, ProfileSummary
 from ptxbench.tools.profile.verdict import runtime_verdicts
 from ptxbench.tools.results import CompileResult, KernelResources
 from ptxbench.workloads.arch import SM90A
@@ -101,7 +101,6 @@ def test_a_warp_specialised_kernel_with_two_consumers_is_not_told_to_add_a_secon
     """The attention backward's profile (H200): tensor pipe 38% busy, a TMA ring, a producer and two consumer
     warpgroups (384 threads, setmaxnreg). The advice names alternating the consumers, not adding one."""
     from ptxbench.tools.profile.feedback import traits
-    from ptxbench.tools.profile.summary import KernelProfile
 
     cr = CompileResult(status="ok", arch="sm_90a", kernels={"k": KernelResources(
         name="k", sass_features=["tma_load", "mbarrier_wait", "setmaxnreg", "wgmma"])})
@@ -212,3 +211,32 @@ def test_the_live_evaluation_printed_the_traffic_under_the_math_finding():
     again = next(ln for ln in profile_feedback(s, runtime_verdicts(SM90A, s), GEMM, token_budget=600).splitlines()
                  if "DRAM traffic was" in ln)
     assert again.split(". ", 1)[1].split(" [worth")[0] in live  # the same finding (its rank follows the hot lines)
+
+
+def _gemm_profile(gpu: str = "NVIDIA H200", **changes) -> ProfileSummary:
+    """The H200's main GEMM as its full profile reads (compute-bound, tensor pipe busy), at the clock given."""
+    fields = dict(name="gemm_bf16_tn", duration_us=725.0, compute_sol_pct=93.0, memory_sol_pct=41.0,
+                  tensor_pipe_pct=97.0, sm_mhz=1612.0, elapsed_cycles=1.17e6) | changes
+    return ProfileSummary(ok=True, gpu=gpu, kernels=[KernelProfile(**fields)])
+
+
+def test_a_compute_bound_kernel_under_its_top_clock_is_told_the_power_limit_sets_it():
+    text = headline(_gemm_profile(), None)
+    assert "The SMs ran at 1,612 of 1,980 MHz over it (1,170,000 cycles)" in text
+    assert "the power limit sets the clock" in text and "fewer cycles or by less energy a cycle" in text
+
+
+@pytest.mark.parametrize("gpu,changes", [
+    ("NVIDIA H200", {"sm_mhz": 1900.0}),  # near its top clock: nothing to say
+    ("NVIDIA H200", {"compute_sol_pct": 30.0, "memory_sol_pct": 85.0}),  # memory-bound: the clock is not its limit
+    ("NVIDIA H200", {"sm_mhz": None}),  # no speed-of-light section
+    ("NVIDIA H200", {"elapsed_cycles": None}),
+    ("NVIDIA A100-SXM4-80GB", {}),  # no top clock known for this GPU
+])
+def test_no_clock_sentence_where_it_would_not_hold(gpu, changes):
+    assert "MHz" not in headline(_gemm_profile(gpu, **changes), None)
+
+
+def test_the_clock_sentence_fits_the_feedback_with_its_items():
+    text = profile_feedback(_gemm_profile(), {}, None)
+    assert "The SMs ran at 1,612 of 1,980 MHz" in text and count_tokens(text) <= DEFAULT_BUDGET

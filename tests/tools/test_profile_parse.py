@@ -98,6 +98,14 @@ def test_summary_of_the_fma_kernel_is_compute_bound_on_the_fma_pipe():
     assert "FMA" in k.top_pipes and k.opcodes["FFMA"] == 33685504
 
 
+def test_summary_reads_the_sms_clock_and_cycles_of_the_profiled_pass():
+    """ncu runs with --clock-control none, so the speed-of-light section's SM Frequency is the clock the kernel got."""
+    k = summary("fma").main_kernel()
+    assert k.sm_mhz == pytest.approx(1970.0) and k.elapsed_cycles == 85635
+    s = summary("stream").main_kernel()
+    assert s.sm_mhz is not None and 1000 < s.sm_mhz <= 1980 and s.elapsed_cycles > 0
+
+
 def test_summary_of_an_empty_report_is_a_failure_with_a_reason():
     s = summarize("", "", "", COUNTERS)
     assert not s.ok and "no profiled kernel" in s.error

@@ -16,6 +16,14 @@ LIBRARY_OVERHEAD_SOL_PCT = 5.0
 ABOVE_ROOFLINE_MARGIN = 1.3
 # Dense bf16 TFLOP/s and HBM GB/s from the datasheets (SXM parts).
 DATASHEET = {"H100": (989.0, 3350.0), "H200": (989.0, 4800.0), "B200": (2250.0, 8000.0)}
+# The SMs' top clock (MHz; nvidia-smi's clocks.max.sm on the H200, the SXM parts' boost), against which a profiled
+# kernel's own clock shows the power limit at work (the H200's main GEMM: 1,600-1,640 MHz on randn values,
+# bench/results/gemm_sweep.md rounds 27-28).
+MAX_SM_MHZ = {"H100": 1980.0, "H200": 1980.0}
+
+
+def max_sm_mhz(gpu_name: str) -> float | None:
+    return next((mhz for key, mhz in MAX_SM_MHZ.items() if key in gpu_name), None)
 
 
 def datasheet_peak(gpu_name: str) -> tuple[float, float] | None:

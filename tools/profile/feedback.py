@@ -94,6 +94,7 @@ def headline(s: ProfileSummary, wl: Workload | None) -> str:
                 "so warps mostly wait (see the stalls).")
     else:
         text = "the speed-of-light section is missing."
+    text += power_clock(s, k)
     total = s.duration_us
     if total and wl is not None and wl.flops > 0:
         tflops = wl.flops / (total * 1e-6) / 1e12
@@ -105,6 +106,23 @@ def headline(s: ProfileSummary, wl: Workload | None) -> str:
     elif total:
         text += f" {total:,.1f} us."
     return text
+
+
+POWER_CLOCK_PCT = 90.0  # a compute-bound kernel's clock under this share of the SMs' top clock is the power limit's
+
+
+def power_clock(s: ProfileSummary, k: KernelProfile) -> str:
+    """' The SMs ran at ... MHz ...' when a compute-bound kernel ran well under the SMs' top clock: on the H200 the
+    main GEMM runs 1.17 M cycles whatever its values, at 1,600-1,640 MHz on randn and 1,800 on zeros, so its time is
+    set by the power its data draws, and changes compare by cycles and by energy (bench/results/gemm_sweep.md rounds
+    26-28). Empty otherwise."""
+    from ptxbench.tools.gpu.ceilings import max_sm_mhz
+
+    top = max_sm_mhz(s.gpu)
+    if k.bottleneck != "compute" or not k.sm_mhz or not top or not k.elapsed_cycles or \
+            k.sm_mhz >= POWER_CLOCK_PCT / 100 * top:
+        return ""
+    return " " + template()["other"]["power_clock"].format(mhz=k.sm_mhz, top=top, cycles=k.elapsed_cycles)
 
 
 class Standing(BaseModel):

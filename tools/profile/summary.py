@@ -47,6 +47,9 @@ class KernelProfile(BaseModel):
     dram_bytes: float | None = Field(None, description="DRAM bytes read + written")
     top_pipes: dict[str, float] = Field(default_factory=dict, description="pipe -> % of peak over active cycles, top 3")
     tensor_pipe_pct: float | None = Field(None, description="tensor pipe busy, % of elapsed cycles (wgmma at full rate ~ 100)")
+    sm_mhz: float | None = Field(None, description="the SMs' clock over the profiled pass (elapsed cycles over its duration; "
+                                 "ncu runs with --clock-control none, so it is what the power limit allowed)")
+    elapsed_cycles: float | None = Field(None, description="SM cycles the profiled pass took")
     registers: int | None = None
     smem_per_block: float | None = None
     theoretical_occupancy_pct: float | None = None
@@ -178,6 +181,9 @@ def _fill_from_details(k: KernelProfile, d: DetailKernel) -> None:
     k.l2_sol_pct = sol.get("L2 Cache Throughput")
     if k.duration_us is None and sol.get("Duration") is not None:
         k.duration_us = sol["Duration"] * 1e6
+    if sol.get("SM Frequency"):  # Hz once the unit (Ghz, cycle/nsecond) is applied
+        k.sm_mhz = sol["SM Frequency"] / 1e6
+    k.elapsed_cycles = sol.get("Elapsed Cycles")
     pipes = d.section(COMPUTE, label="Pipe Utilization (% of active cycles)")
     if "Tensor (All)" in pipes:  # the shared FP64+Tensor pipe is the tensor pipe while FP64 is idle
         pipes.pop("Shared (FP64+Tensor)", None)
