@@ -392,14 +392,17 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true", help="CPU only: render, validate, compile; print resources")
     ap.add_argument("--round", type=int, default=1, choices=sorted(ROUNDS), help="which list of points")
     args = ap.parse_args()
+    with space_of(args.round):  # rounds 21-22: values past the searched space, for the whole run
+        sweep(args)
 
+
+def sweep(args: argparse.Namespace) -> None:
+    """The run main() parses arguments for: compile every point, then evaluate each (or, with --dry-run, print)."""
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.evaluator import EvalOptions
-    from ptxbench.workloads.solutions import gemm_template as gt
 
     t0 = time.time()
     points = [pt for pt in ROUNDS[args.round] if args.only in pt[0]]
-    contextlib.ExitStack().enter_context(space_of(args.round))  # for this process's life
     ev = LocalEvaluator()
     compiled = compile_all(points, ev)
     print(f"compiled {len(points)} points in {time.time() - t0:.0f} s", flush=True)

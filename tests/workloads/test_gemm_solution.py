@@ -166,6 +166,35 @@ def test_gemm_sweep_points_render_and_validate():
         gt.render(sweep.params_of({"stages": 12}))  # outside a wider round, a deep ring is refused as before
 
 
+def test_gemm_sweep_holds_a_wider_rounds_space_through_its_whole_run(monkeypatch, capsys):
+    """main() keeps rounds 21-22's deep rings and k-blocks valid until every point is built: the space is held by a
+    `with` around the run, not by a context object the next statement may drop (which puts the space back at once)."""
+    import sys
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("gemm_sweep", ROOT / "bench" / "gemm_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    import ptxbench.tools.evaluate as evaluate
+
+    def validate_only(points, ev):  # compile_all without the compiler: each point's problems, else a compiled stand-in
+        out = {}
+        for i, (wid, changes, *_) in enumerate(points):
+            s = get_workload(wid).symbols
+            problems = gt.validate(sweep.params_of(changes), shape=(s["M"], s["N"], s["K"]))
+            out[i] = "; ".join(problems) if problems else SimpleNamespace(status="COMPILED", compile=None)
+        return out
+
+    monkeypatch.setattr(sweep, "compile_all", validate_only)
+    monkeypatch.setattr(evaluate, "LocalEvaluator", lambda: SimpleNamespace(close=lambda: None))
+    for round_ in (21, 22):
+        monkeypatch.setattr(sys, "argv", ["gemm_sweep.py", "--dry-run", "--round", str(round_)])
+        sweep.main()
+        out = capsys.readouterr().out
+        assert "INVALID" not in out and out.count("COMPILED") >= len(sweep.ROUNDS[round_]), out[-2000:]
+    assert 14 not in gt.PARAM_SPACE["stages"] and 256 not in gt.PARAM_SPACE["bk"]  # put back after the run
+
+
 def test_gemm_sweep_promotion_edit_changes_only_bs_tensor_map():
     """Round 22's `promo_b` text change: B's tensor map's L2 promotion, nothing else of the render."""
     spec = importlib.util.spec_from_file_location("gemm_sweep", ROOT / "bench" / "gemm_sweep.py")
