@@ -181,8 +181,8 @@ def _fill_from_details(k: KernelProfile, d: DetailKernel) -> None:
     k.l2_sol_pct = sol.get("L2 Cache Throughput")
     if k.duration_us is None and sol.get("Duration") is not None:
         k.duration_us = sol["Duration"] * 1e6
-    if sol.get("SM Frequency"):  # Hz once the unit (Ghz, cycle/nsecond) is applied
-        k.sm_mhz = sol["SM Frequency"] / 1e6
+    mhz = (sol.get("SM Frequency") or 0.0) / 1e6  # Hz once its unit (ncu's "Ghz") is applied
+    k.sm_mhz = mhz if 100.0 < mhz < 10_000.0 else None  # an unscaled unit would read as a fraction of a hertz
     k.elapsed_cycles = sol.get("Elapsed Cycles")
     pipes = d.section(COMPUTE, label="Pipe Utilization (% of active cycles)")
     if "Tensor (All)" in pipes:  # the shared FP64+Tensor pipe is the tensor pipe while FP64 is idle
