@@ -62,7 +62,7 @@ def clock_summary(slots: list[list[int]], poison: int) -> dict:
 
 def main() -> None:
     import torch
-    from gemm_reference_bench import Runner, interleaved_times
+    from gemm_reference_bench import POISON_WORD, Runner, interleaved_times
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=30)
@@ -87,8 +87,8 @@ def main() -> None:
             for n in names[1:]:
                 fns[f"{n}/randn"] = runners[n].prepare({"A": A, "B": B, "C": C}, syms)
     times = interleaved_times(fns, a.iters, flush, gap_s=a.gap_ms / 1000)
-    rows = {k: {"median_ms": statistics.median(v), "q1_ms": statistics.quantiles(v, n=4)[0],
-                "q3_ms": statistics.quantiles(v, n=4)[2]} for k, v in times.items()}
+    quartiles = {k: statistics.quantiles(v, n=4) for k, v in times.items()}
+    rows = {k: {"median_ms": statistics.median(times[k]), "q1_ms": q[0], "q3_ms": q[2]} for k, q in quartiles.items()}
     print("| kernel / inputs | median ms | IQR ms | vs the same kernel on randn |\n|---|---|---|---|")
     for k, r in rows.items():
         kernel = k.split("/")[0]
@@ -96,7 +96,6 @@ def main() -> None:
         print(f"| {k} | {r['median_ms']:.4f} | {r['q1_ms']:.4f}-{r['q3_ms']:.4f} | {100 * (r['median_ms'] / base - 1):+.1f}% |")
     clocks = {}
     if a.trace:
-        poison = int.from_bytes(b"\x5a" * 8, "little")  # the Runner's fill of slots a CTA never wrote
         print("\n| kernel | inputs | launch | span ms | clock per tile, median [p10, p90] MHz | per CTA, median [min, max] "
               "MHz | CTA cycles, median (M) |\n|---|---|---|---|---|---|---|")
         data_sets = inputs(torch)
@@ -112,12 +111,11 @@ def main() -> None:
             launch = tracer.prepare({"A": A, "B": B, "C": C}, syms)
             clocks[f"{name}/{data}"] = []
             for i in range(5):
-                tracer.scratch["trace"].view(torch.uint8).fill_(0x5A)  # rows of CTAs that did not run stay poison
                 flush.zero_()
                 torch.cuda._sleep(200_000)
                 launch()
                 torch.cuda.synchronize()
-                c = clock_summary(tracer.scratch["trace"].cpu().tolist(), poison)
+                c = clock_summary(tracer.scratch["trace"].cpu().tolist(), POISON_WORD)
                 clocks[f"{name}/{data}"].append(c)
                 print(f"| {name} | {data} | {i} | {c['span_ms']:.4f} | {c['tile_mhz_median']:.0f} [{c['tile_mhz_p10']:.0f}, "
                       f"{c['tile_mhz_p90']:.0f}] | {c['cta_mhz_median']:.0f} [{c['cta_mhz_min']:.0f}, "

@@ -65,7 +65,7 @@ def loop_clock(sampler, t0: float, t1: float) -> dict:
 
 def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap_ms: float = 3.0) -> None:
     import torch
-    from gemm_reference_bench import Runner, check, interleaved_times
+    from gemm_reference_bench import POISON_WORD, Runner, check, interleaved_times
     from gpu_sampler import GpuSampler
 
     torch.manual_seed(0)
@@ -105,12 +105,11 @@ def run(iters: int, out: str | None, names: list[str], clock_s: float = 1.0, gap
             print(name, "after timing", after, flush=True)
     if "trace" in runners:  # a few more launches of the traced kernel, each one's timestamps read back
         result["trace"] = []
-        poison = int.from_bytes(b"\x5a" * 8, "little")  # the Runner's fill of slots a CTA never wrote
         for _ in range(5):
             flush.zero_()  # a cold L2, as before every timed call (interleaved_times)
             fns["trace"]()
             torch.cuda.synchronize()
-            result["trace"].append([[x for x in r if x != poison] for r in runners["trace"].scratch["trace"].cpu().tolist()])
+            result["trace"].append([[x for x in r if x != POISON_WORD] for r in runners["trace"].scratch["trace"].cpu().tolist()])
         print("trace:", trace_summary(result["trace"]), flush=True)
     if clock_s > 0:
         result["clock"] = sustained_clocks(fns, clock_s)

@@ -25,6 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "bench" / "build_gemm"
 
+POISON_BYTE = 0x5A  # the fill of an integer scratch buffer until the kernel writes it
+POISON_WORD = int.from_bytes(bytes([POISON_BYTE]) * 8, "little")  # an int64 slot never written
+
 # name -> template parameters (differences from default_params())
 VARIANTS: dict[str, dict] = {
     "default": {},
@@ -124,7 +127,7 @@ class Runner:
         if buf is None or list(buf.shape) != shape:
             dtype = getattr(torch, spec["dtype"])
             buf = torch.empty(shape, dtype=dtype, device="cuda")
-            buf.fill_(float("nan")) if dtype.is_floating_point else buf.view(torch.uint8).fill_(0x5A)
+            buf.fill_(float("nan")) if dtype.is_floating_point else buf.view(torch.uint8).fill_(POISON_BYTE)
             self.scratch[name] = buf
         return buf
 

@@ -204,9 +204,6 @@ POINTS_6: list[tuple[str, dict, float, str]] = [
 # slower. So: deeper rings than PARAM_SPACE's 8 (the 64 x 64 tile's stage is 16 KB: up to 13 stages with the TMA
 # epilogue, 14 without), and wide tiles split over every SM by the stream-K path (bn 224 / 256: B is 78-80% of each
 # stage). Points are params_for's (defer, group_m 16 and l2_hints off) with the changes shown.
-# values past PARAM_SPACE that rounds 21-22 measure (deep rings, deep k-blocks), allowed in their process (space_of)
-WIDER_SPACE = {"stages": [9, 10, 11, 12, 13, 14], "bk": [192, 256]}
-WIDER_ROUNDS = (21, 22)
 P64 = {"bm": 64, "bn": 64, "consumers": 1, "stages": 8}
 P128 = {"bm": 128, "bn": 64, "consumers": 2, "stages": 8}
 DIRECT = {"epilogue": "direct"}
@@ -249,6 +246,9 @@ POINTS_22: list[tuple[str, dict, float, str]] = [
     (M64, P64, 0.98, "control again"),
     (M128, P128, 1.03, "control again"),
 ]
+# Values past PARAM_SPACE that rounds 21-22 measure (deep rings, deep k-blocks), allowed for their run (space_of).
+WIDER_SPACE = {"stages": [9, 10, 11, 12, 13, 14], "bk": [192, 256]}
+WIDER_ROUNDS = (21, 22)
 # Round 7 (tail="launch": the full waves on every SM, the rest split by k-blocks in a second launch) measured +1.8% on
 # the main GEMM and +11.6% square and was deleted with the option (gemm_sweep.md, "Round 7 measured"); its points ran
 # at commit 2f2ac3e.

@@ -22,15 +22,17 @@ DATASHEET = {"H100": (989.0, 3350.0), "H200": (989.0, 4800.0), "B200": (2250.0, 
 MAX_SM_MHZ = {"H100": 1980.0, "H200": 1980.0}
 
 
+def _row(table: dict, gpu_name: str):
+    """The value of the first key of `table` that the device name contains ('NVIDIA H200' -> 'H200'), or None."""
+    return next((value for key, value in table.items() if key in gpu_name), None)
+
+
 def max_sm_mhz(gpu_name: str) -> float | None:
-    return next((mhz for key, mhz in MAX_SM_MHZ.items() if key in gpu_name), None)
+    return _row(MAX_SM_MHZ, gpu_name)
 
 
 def datasheet_peak(gpu_name: str) -> tuple[float, float] | None:
-    for key, value in DATASHEET.items():
-        if key in gpu_name:
-            return value
-    return None
+    return _row(DATASHEET, gpu_name)
 
 
 def measure(matmul_n: int = 8192, copy_bytes: int = 1 << 30, reps: int = 10) -> dict[str, float]:
