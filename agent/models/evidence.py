@@ -40,6 +40,9 @@ class Evidence(BaseModel):
     dram_sol_pct: float | None = Field(None, description="DRAM throughput, % of its peak (a busy DRAM makes excess "
                                                          "bytes cost time; an idle one serves them under the math)")
     tensor_pipe_pct: float | None = None
+    sm_mhz: float | None = Field(None, description="the SMs' clock over the profiled pass (ncu, clocks not pinned)")
+    top_mhz: float | None = Field(None, description="the GPU's top SM clock (tools/gpu/ceilings.MAX_SM_MHZ), None "
+                                                    "when the GPU is not in that table")
     l2_hit_pct: float | None = None
     dram_over_min: float | None = Field(None, description="DRAM bytes moved / the workload's minimum bytes")
     stall_shares: dict[str, float] = Field(default_factory=dict, description="stall reason -> share of all "
@@ -51,6 +54,13 @@ class Evidence(BaseModel):
     occupancy_limiter: str = ""
     targets: dict[str, str] = Field(default_factory=dict, description="target family -> runtime verdict")
     problems: list[str] = Field(default_factory=list, description="compile, plan and runtime errors (first few)")
+
+    @property
+    def power_limited(self) -> bool:
+        """Compute-bound at a clock the power limit set (tools/profile/summary.power_limited)."""
+        from ptxbench.tools.profile.summary import power_limited
+
+        return power_limited(self.bottleneck, self.sm_mhz, self.top_mhz)
 
     def share_of(self, patterns: tuple[str, ...]) -> float:
         """Summed stall share (percent) of the hot lines whose text contains any of `patterns`."""
@@ -95,6 +105,7 @@ def evidence_from(result) -> Evidence:
 def _profile_figures(ev: Evidence, result) -> None:
     if not result.profile:
         return
+    from ptxbench.tools.gpu.ceilings import max_sm_mhz
     from ptxbench.tools.profile.summary import ProfileSummary
 
     summary = ProfileSummary.model_validate(result.profile)
@@ -105,6 +116,7 @@ def _profile_figures(ev: Evidence, result) -> None:
     ev.bottleneck = k.bottleneck
     ev.compute_sol_pct, ev.memory_sol_pct, ev.dram_sol_pct = k.compute_sol_pct, k.memory_sol_pct, k.dram_sol_pct
     ev.tensor_pipe_pct, ev.l2_hit_pct = k.tensor_pipe_pct, k.l2_hit_pct
+    ev.sm_mhz, ev.top_mhz = k.sm_mhz, max_sm_mhz(summary.gpu)
     ev.registers = k.registers if k.registers is not None else ev.registers
     ev.smem_bytes, ev.occupancy_limiter = k.smem_per_block, k.occupancy_limiter
     if k.local_spill_requests:

@@ -5,7 +5,7 @@ The template (GEMM workloads: workloads/solutions/gemm_template.py; the attentio
 attention_template.py; the attention backward, mha_bwd: attention_bwd_template.py, over its built versions) is any module with PARAM_SPACE, default_params(), render(params), validate(params[, shape]),
 and, for `builtin/tuner:weak`, weak_params(); default_params / weak_params may take the workload (the attention
 template's points carry the problem: head dim, causal, GQA, which are never searched); optionally TUNER_LEVERS,
-TUNER_LINES, TUNER_PRIORS and TUNER_WORDS (agent/models/tuner_rules.py). Every point is validated against the
+TUNER_LINES, TUNER_ENERGY, TUNER_PRIORS and TUNER_WORDS (agent/models/tuner_rules.py). Every point is validated against the
 workload (the GEMM's M, N, K; the attention workload itself). Each turn:
 
 1. the base point: the last passing point when it is within noise of the best (a neutral move is kept,

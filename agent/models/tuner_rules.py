@@ -15,6 +15,9 @@ evidence multiplies:
         epilogue deferred under the next tile's k-loop (overlap)
     tensor pipe idle with one consumer warpgroup, or latency-bound -> more consumers, persistence, ring
     spills -> narrower tile or more consumers;  a resource failure -> shrink ring, then tiles
+    compute-bound at a clock the power limit set (the profile's SM clock under 90% of the GPU's top) -> the moves the
+        template's TUNER_ENERGY measured to raise that clock at the same cycles (less energy a cycle: the GEMM's L2
+        eviction priorities) up, those measured to lower it (the GEMM's 2-CTA cluster) ranked down
     within 5% of the roof -> small, safe moves first (structural ones ranked down)
 The attention forward's roles (workloads/solutions/attention_template.py):
     the softmax lines hot while the tensor pipe is not saturated -> ping-pong schedule (schedule; worth nothing
@@ -28,7 +31,8 @@ The attention forward's roles (workloads/solutions/attention_template.py):
 The attention backward's (workloads/solutions/attention_bwd_template.py):
     the dQ reduction lines hot -> dQ by bulk reduce-adds from shared memory (dq_reduce)
     the exponentials or the consumers' barrier hot -> decoupled consumers (schedule, as the forward's ping-pong)
-A template may declare TUNER_PRIORS (role -> worth, or worth(old, new, params)) and TUNER_WORDS (role -> what the move
+A template may declare TUNER_ENERGY (role -> (the SM clock's measured change under the power limit, as a fraction,
+and what was measured)), TUNER_PRIORS (role -> worth, or worth(old, new, params)) and TUNER_WORDS (role -> what the move
 is, or a function of the point moved to that says it) to replace the GEMM's numbers and words for its roles.
 TUNER_BUNDLES (role -> {parameter: value}): a change that measured faster only as a whole, one move setting every value
 (repaired as a lever move is; a loss is kept for the bundle, not its values); OPTION_DEFAULTS (option -> default):
@@ -68,6 +72,10 @@ POW2_FIRST = {"key_tile"}  # the next power of two first: it divides S, so no ma
 KEY_TILE_FULL = 128     # key tiles shorter than this leave each wgmma short against its barrier round-trips
 TENSOR_BUSY = 75.0      # below this tensor-pipe share a short key tile is the suspect
 HIDDEN_TRAFFIC_WEIGHT = 0.25  # what DRAM bytes over the minimum still count for when the traffic is hidden
+# Under the power limit a move's measured clock change is evidence for or against it: the one that raised the clock
+# at the same cycles gains this weight, the one that lowered it keeps this share of its score.
+ENERGY_WEIGHT = 1.0
+ENERGY_DISCOUNT = 0.25
 SOFTMAX_HOT = 8.0       # stall share (percent) of the softmax lines from which ping-pong is worth trying
 MMA_ISSUE_HOT = 10.0    # stall share (percent) of the wgmma issue lines from which their descriptors' cost is the suspect
 WORDS = {
@@ -109,6 +117,16 @@ class Candidate:
 # boost: it stays a choice (another base may suit it, and timing noise is about 1%) but no longer leads on evidence
 # the measurement contradicted.
 LOST_DISCOUNT = 0.2
+
+
+def energy_of(template: ModuleType | None) -> dict[str, tuple[float, str]]:
+    """The template's TUNER_ENERGY: role -> (the SM clock's change the move measured under the power limit, at the
+    same cycles, as a fraction; what was measured)."""
+    return dict(getattr(template, "TUNER_ENERGY", {})) if template is not None else {}
+
+
+def clock_words(ev: Evidence) -> str:
+    return f"the SMs ran at {ev.sm_mhz:,.0f} of {ev.top_mhz:,.0f} MHz, a clock the power limit sets"
 
 
 def levers_of(template: ModuleType) -> dict[str, tuple[str, Any]]:
@@ -167,8 +185,8 @@ def prior(role: str, kind: str, old: Any, new: Any, table: dict[str, Any] | None
 
 
 def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
-         levers: dict[str, tuple[str, Any]], bundles: dict[str, dict[str, Any]] | None = None
-         ) -> dict[tuple[str, str], list[tuple[float, str]]]:
+         levers: dict[str, tuple[str, Any]], bundles: dict[str, dict[str, Any]] | None = None,
+         energy: dict[str, tuple[float, str]] | None = None) -> dict[tuple[str, str], list[tuple[float, str]]]:
     """Evidence -> {(role, kind): [(weight, why)]}: which moves the evaluation points at (a bundle's role, as the
     persistent walk, is read as the lever of that role would be)."""
     boosts: dict[tuple[str, str], list[tuple[float, str]]] = {}
@@ -263,6 +281,10 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
     if tensor is not None and tensor < TENSOR_BUSY and isinstance(bn, int) and bn < KEY_TILE_FULL:
         add("key_tile", "up", 1 + (TENSOR_BUSY - tensor) / 15,
             f"the tensor pipe is busy {tensor:.0f}% of the time with {bn}-key tiles")
+    if ev.power_limited:
+        for role, (change, measured) in (energy or {}).items():
+            if change > 0:
+                add(role, "goal", ENERGY_WEIGHT, f"{clock_words(ev)}: {measured}")
     if ev.spills:
         why = f"ptxas spilled ({ev.spills} spill instructions)"
         add("tile_n", "down", 3.0, why)
@@ -298,7 +320,9 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
     lines = getattr(template, "TUNER_LINES", DEFAULT_LINES)
     table = getattr(template, "TUNER_PRIORS", None)
     space = template.PARAM_SPACE
-    boosts = read(ev, lines, params, levers, bundles)
+    energy = energy_of(template)
+    boosts = read(ev, lines, params, levers, bundles, energy)
+    powered = ev is not None and ev.power_limited
     starved = ev is not None and ev.bottleneck == "memory" and (ev.dram_over_min or 0) >= TRAFFIC_BOUND
     ring = levers.get("ring", (None,))[0]
     goals = {name: goal for name, goal in levers.values() if goal is not None}
@@ -324,6 +348,9 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
             if starved and role not in TRAFFIC:
                 score *= 0.25
                 reasons.append(f"ranked down while DRAM is saturated ({ev.dram_over_min:.0f}x the minimum bytes)")
+            if powered and kind == "goal" and energy.get(role, (0.0, ""))[0] < 0:
+                score *= ENERGY_DISCOUNT
+                reasons.append(f"ranked down: {clock_words(ev)}, and {energy[role][1]}")
             if near_roof and (role in STRUCTURAL or kind == "down"):
                 score *= 0.1
                 where = f"within {headroom:.0f}% of the roof" if headroom >= 0.5 else "at the roof"

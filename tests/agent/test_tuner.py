@@ -225,3 +225,45 @@ def test_after_the_deferred_epilogue_the_l2_priorities_come_before_the_cluster()
     assert {**rec["params"], **ranked[0].params} == default_params().model_dump()
     assert "they move under the math" in ranked[0].reasons[0]
     assert ranked[1].role == "multicast"
+
+
+def _with_clock_profile() -> EvalResult:
+    """The recorded evaluation with the profile `ptxbench profile` took of the same reference on an H200 on 2026-12-04,
+    which read the SMs' clock (bench/results/profile_clock_2026-12-04: 1,654 of 1,980 MHz, 1.20 M cycles)."""
+    import gzip
+
+    path = ROOT / "bench/results/profile_clock_2026-12-04/profile_gemm_bf16_m8192_n7168_k5120.json.gz"
+    result = recorded()
+    result.profile = json.loads(gzip.open(path).read())["summary"]
+    return result
+
+
+def test_evidence_reads_the_profiled_clock():
+    ev = evidence_from(_with_clock_profile())
+    assert ev.sm_mhz == pytest.approx(1654.4, abs=0.1) and ev.top_mhz == 1980.0 and ev.power_limited
+    old = evidence_from(recorded())  # profiled before the clock was read: no claim either way
+    assert old.sm_mhz is None and not old.power_limited
+    assert not ev.model_copy(update=dict(sm_mhz=1900.0)).power_limited  # near the top clock
+    assert not ev.model_copy(update=dict(bottleneck="memory")).power_limited  # the clock of a memory-bound kernel
+    assert not ev.model_copy(update=dict(top_mhz=None)).power_limited  # a GPU whose top clock is not known
+
+
+def test_under_the_power_limit_the_measured_clock_ranks_energy_moves():
+    """Turn 7 of the H200's GEMM climb (defer, group_m 16) with the clock the reference's profile read: the L2 eviction
+    priorities (0.6% higher clock at the same cycles, gemm_sweep.md round 28) lead on that evidence too, the 2-CTA
+    cluster (2.1% lower clock) is ranked down; the same figures near the top clock leave both as they were."""
+    rec = json.loads((ROOT / "bench/results/tuner_evidence/gemm_defer_turn7_2026-12-03.json").read_text())
+    base = evidence_from(EvalResult.model_validate(rec["result"]))
+    valid = TunerModel(MAIN)._valid
+    hot = base.model_copy(update=dict(sm_mhz=1652.0, top_mhz=1980.0))
+    cool = base.model_copy(update=dict(sm_mhz=1900.0, top_mhz=1980.0))
+    ranked = {c.role: c for c in rank(gt, rec["params"], hot, valid, headroom=base.headroom_pct)}
+    plain = {c.role: c for c in rank(gt, rec["params"], cool, valid, headroom=base.headroom_pct)}
+    first = rank(gt, rec["params"], hot, valid, headroom=base.headroom_pct)[0]
+    assert first.role == "cache" and any(r.startswith("the SMs ran at 1,652 of 1,980 MHz") for r in first.reasons)
+    assert ranked["cache"].score > plain["cache"].score * 1.5
+    assert ranked["multicast"].score == pytest.approx(plain["multicast"].score * 0.25)
+    assert ranked["multicast"].reasons[-1].startswith("ranked down: the SMs ran at 1,652 of 1,980 MHz")
+    assert "2.1% lower clock" in ranked["multicast"].reasons[-1]
+    assert not any("MHz" in r for c in plain.values() for r in c.reasons)
+    assert ranked["multicast"].score < ranked["cache"].score / 4

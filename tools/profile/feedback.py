@@ -21,7 +21,7 @@ from ptxbench.tools.results import CompileResult, RuntimeTarget, Timing
 from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 from ptxbench.workloads.schema import Workload
 
-from .summary import KernelProfile, ProfileSummary, traffic_hidden
+from .summary import KernelProfile, ProfileSummary, power_limited, traffic_hidden
 
 DEFAULT_BUDGET = 450
 AT_ROOF_PCT = 95.0  # from this share of the roofline on, the kernel is told it is at its roof
@@ -108,9 +108,6 @@ def headline(s: ProfileSummary, wl: Workload | None) -> str:
     return text
 
 
-POWER_CLOCK_PCT = 90.0  # a compute-bound kernel's clock under this share of the SMs' top clock is the power limit's
-
-
 def power_clock(s: ProfileSummary, k: KernelProfile) -> str:
     """' The SMs ran at ... MHz ...' when a compute-bound kernel ran well under the SMs' top clock: on the H200 the
     main GEMM runs 1.17 M cycles whatever its values, at 1,600-1,640 MHz on randn and 1,800 on zeros, so its time is
@@ -119,8 +116,7 @@ def power_clock(s: ProfileSummary, k: KernelProfile) -> str:
     from ptxbench.tools.gpu.ceilings import max_sm_mhz
 
     top = max_sm_mhz(s.gpu)
-    if k.bottleneck != "compute" or not k.sm_mhz or not top or not k.elapsed_cycles or \
-            k.sm_mhz >= POWER_CLOCK_PCT / 100 * top:
+    if not k.elapsed_cycles or not power_limited(k.bottleneck, k.sm_mhz, top):
         return ""
     return " " + template()["other"]["power_clock"].format(mhz=k.sm_mhz, top=top, cycles=k.elapsed_cycles)
 

@@ -126,6 +126,17 @@ def traffic_hidden(bottleneck_: str, dram_sol_pct: float | None) -> bool:
     return bottleneck_ == "compute" and dram_sol_pct is not None and dram_sol_pct < DRAM_BUSY_PCT
 
 
+POWER_CLOCK_PCT = 90.0  # a compute-bound kernel's clock under this share of the SMs' top clock is the power limit's
+
+
+def power_limited(bottleneck_: str, sm_mhz: float | None, top_mhz: float | None) -> bool:
+    """A compute-bound kernel whose SMs ran under POWER_CLOCK_PCT of their top clock: the power limit set the clock,
+    so its time is its cycles over that clock, and a change that spends less energy a cycle raises it (the H200's main
+    GEMM: 1,600-1,650 of 1,980 MHz on randn, bench/results/gemm_sweep.md rounds 27-28). The feedback's and
+    builtin/tuner's reading of the profiled clock."""
+    return bottleneck_ == "compute" and bool(sm_mhz) and bool(top_mhz) and sm_mhz < POWER_CLOCK_PCT / 100 * top_mhz
+
+
 def _stall_name(metric: str) -> str:
     """'Stall Long Scoreboard' -> 'long_scoreboard' (the keys of prompts/feedback_profile.md)."""
     return re.sub(r"^Stall ", "", metric).strip().lower().replace(" ", "_")

@@ -212,6 +212,17 @@ def _order_worth(old: int, new: int, params: dict) -> float:
     return 0.05 if old <= 1 else 0.003
 
 
+# Under the power limit (the profiled SM clock under 90% of the top: the main GEMM on randn runs 1,600-1,650 of 1,980
+# MHz), what a move did to the clock at the same cycles, traced on the H200 by %clock64 over %globaltimer against the
+# reference (bench/results/gemm_sweep.md round 28): builtin/tuner ranks the move up or down by it.
+TUNER_ENERGY: dict[str, tuple[float, str]] = {
+    "cache": (+0.006, "without L2 eviction priorities the main GEMM ran the same cycles at a 0.6% lower clock "
+                      "(more energy a cycle)"),
+    "multicast": (-0.021, "a 2-CTA cluster multicasting B ran the main GEMM's cycles at a 2.1% lower clock (more "
+                          "energy a cycle)"),
+}
+
+
 # Prior worths (fractions of the time) where the generic Hopper figures of tuner_rules.prior do not fit this template.
 TUNER_PRIORS: dict[str, object] = {"order": _order_worth}
 
