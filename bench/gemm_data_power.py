@@ -9,6 +9,16 @@ the kernel, by %clock64 over %globaltimer (rounds 26-27 of bench/results/gemm_sw
 
     python3 bench/gemm_diagnose.py build --variants no_a_tma,trace_clk     # here (bench/build_gemm_diag, carried)
     source bench/gpu_env.sh && python3 bench/gemm_data_power.py --json $OUT/data.json [--variants no_a_tma] [--trace]
+
+cuBLAS's kernel cannot carry a trace, so `--ncu-launches N` launches the reference and cuBLAS on randn and on zeros, N
+rounds alternating, each call alone in an NVTX range `clk` after a cold L2 and an idle gap, for Nsight Compute to read
+each kernel's elapsed cycles and duration with the clocks left free (`--clock-control none`); `--ncu-read` turns the
+report's raw page into each kernel's clock and cycles (the split of rounds 28-29: schedule against energy):
+
+    ncu --clock-control none --nvtx --nvtx-include clk/ --metrics gpc__cycles_elapsed.max,gpu__time_duration.sum,\
+      sm__cycles_active.avg -f -o $OUT/clk python3 bench/gemm_data_power.py --ncu-launches 5 --ncu-plan $OUT/plan.json
+    ncu --import $OUT/clk.ncu-rep --csv --page raw > $OUT/clk.csv
+    python3 bench/gemm_data_power.py --ncu-read $OUT/clk.csv --ncu-plan $OUT/plan.json --json $OUT/clk.json
 """
 from __future__ import annotations
 
@@ -60,10 +70,83 @@ def clock_summary(slots: list[list[int]], poison: int) -> dict:
             "ctas": len(per_cta)}
 
 
-def main() -> None:
-    import torch
-    from gemm_reference_bench import POISON_WORD, Runner, interleaved_times
+NCU_METRICS = ("gpc__cycles_elapsed.max", "gpu__time_duration.sum", "sm__cycles_active.avg")
+NCU_INPUTS = ("randn", "both_zero")
 
+
+def ncu_plan(rounds: int) -> list[str]:
+    """The launches' order under Nsight Compute: cuBLAS and the reference alternating on each input, `rounds` times."""
+    return [f"{kernel}/{data}" for _ in range(rounds) for data in NCU_INPUTS for kernel in ("cublas", "ref")]
+
+
+def ncu_clocks(raw_csv: str, plan: list[str]) -> dict[str, list[dict]]:
+    """ncu's raw page of the `clk` launches -> plan entry -> one dict per launch: its kernel's name, duration (ms),
+    elapsed cycles (the busiest GPC's), the SMs' clock over it (cycles over duration, MHz) and the mean SM's active
+    cycles. The kernels must be one per planned launch, in order (each side launches one kernel at this shape)."""
+    from ptxbench.tools.profile.ncu_csv import parse_raw
+
+    kernels = parse_raw(raw_csv)
+    if len(kernels) != len(plan):
+        raise ValueError(f"{len(kernels)} profiled kernels for {len(plan)} planned launches: "
+                         f"{[k.name[:40] for k in kernels[:8]]}")
+    out: dict[str, list[dict]] = {}
+    for entry, k in zip(plan, kernels):
+        seconds, cycles = k.number("gpu__time_duration.sum"), k.number("gpc__cycles_elapsed.max")
+        if not seconds or not cycles:
+            raise ValueError(f"kernel {k.id} ({k.name[:40]}) has no duration or cycles")
+        out.setdefault(entry, []).append({"kernel": k.name, "ms": seconds * 1e3, "cycles": cycles,
+                                          "mhz": cycles / seconds / 1e6, "active": k.number("sm__cycles_active.avg")})
+    return out
+
+
+def ncu_table(clocks: dict[str, list[dict]]) -> list[str]:
+    """Markdown rows: each launch kind's medians, and cuBLAS against the reference on each input (cycles, clock)."""
+    med = {e: {f: statistics.median(r[f] for r in rows) for f in ("ms", "cycles", "mhz")} for e, rows in clocks.items()}
+    lines = ["| kernel / inputs | launches | ms | cycles (M) | clock MHz | kernel name |", "|---|---|---|---|---|---|"]
+    for e, rows in clocks.items():
+        m = med[e]
+        lines.append(f"| {e} | {len(rows)} | {m['ms']:.4f} | {m['cycles'] / 1e6:.4f} | {m['mhz']:,.0f} | "
+                     f"{rows[0]['kernel'][:48]} |")
+    for data in NCU_INPUTS:
+        c, r = med.get(f"cublas/{data}"), med.get(f"ref/{data}")
+        if c and r:
+            lines.append(f"| cuBLAS / reference, {data} | | {c['ms'] / r['ms']:.4f} | {c['cycles'] / r['cycles']:.4f} | "
+                         f"{c['mhz'] / r['mhz']:.4f} | time = cycles / clock |")
+    return lines
+
+
+def ncu_launch(rounds: int, plan_path: str) -> None:
+    """The launches Nsight Compute reads (see the module's docstring): each alone in an NVTX range after a cold L2
+    and 3 ms idle, as the timed loops of rounds 26-28 run them; two warm calls of each first, outside the range."""
+    import torch
+    from gemm_reference_bench import Runner
+
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+    C = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    ref = Runner("ref", (BUILD / "ref.cu").read_text(), (BUILD / "ref.cubin").read_bytes(), num_sms)
+    data_sets = inputs(torch)
+    fns = {}
+    for data in NCU_INPUTS:
+        A, B = data_sets[data]
+        fns[f"cublas/{data}"] = (lambda A=A, B=B: torch.matmul(A, B.T, out=C))
+        fns[f"ref/{data}"] = ref.prepare({"A": A, "B": B, "C": C}, {"M": M, "N": N, "K": K})
+    for fn in list(fns.values()) * 2:
+        fn()
+    torch.cuda.synchronize()
+    plan = ncu_plan(rounds)
+    for entry in plan:
+        flush.zero_()
+        torch.cuda.synchronize()
+        time.sleep(0.003)
+        torch.cuda.nvtx.range_push("clk")
+        fns[entry]()
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.synchronize()
+    Path(plan_path).write_text(json.dumps(plan))
+
+
+def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--gap-ms", type=float, default=3.0)
@@ -72,7 +155,21 @@ def main() -> None:
     ap.add_argument("--trace-variants", default="", help="traced neighbours (trace_clk_132, trace_clk_c2, ...) launched "
                                                          "on randn and on both_zero beside trace_clk")
     ap.add_argument("--json")
+    ap.add_argument("--ncu-launches", type=int, default=0, help="only launch each side this many rounds for ncu")
+    ap.add_argument("--ncu-read", help="ncu's raw page (CSV) of an --ncu-launches run: print clocks and cycles")
+    ap.add_argument("--ncu-plan", default="ncu_plan.json", help="the launches' order, written by --ncu-launches")
     a = ap.parse_args()
+    if a.ncu_read:
+        clocks = ncu_clocks(Path(a.ncu_read).read_text(), json.loads(Path(a.ncu_plan).read_text()))
+        print("\n".join(ncu_table(clocks)))
+        if a.json:
+            Path(a.json).write_text(json.dumps({"metrics": NCU_METRICS, "clocks": clocks}, indent=1))
+        return
+    if a.ncu_launches:
+        return ncu_launch(a.ncu_launches, a.ncu_plan)
+    import torch
+    from gemm_reference_bench import POISON_WORD, Runner, interleaved_times
+
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
     C = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)

@@ -51,3 +51,35 @@ def test_the_traced_variant_records_time_and_cycles_after_each_tile():
     for name in ("trace_clk_132", "trace_clk_c2", "trace_clk_nodefer"):  # the neighbours build on their own points
         e, ch = gd.VARIANTS[name]
         assert e is edits and gd.edited(render(default_params().model_copy(update=ch)), e).count("%%clock64") == 2
+
+
+def _raw_page(launches: list[tuple[str, float, float]]) -> str:
+    """ncu's raw page (--csv --page raw) for launches of (kernel name, elapsed cycles, duration in us)."""
+    head = ['"ID"', '"Process ID"', '"Kernel Name"', '"Grid Size"', '"Block Size"',
+            '"gpc__cycles_elapsed.max"', '"gpu__time_duration.sum"', '"sm__cycles_active.avg"']
+    units = ['""', '""', '""', '""', '""', '"cycle"', '"usecond"', '"cycle"']
+    rows = [",".join(head), ",".join(units)]
+    for i, (name, cycles, us) in enumerate(launches):
+        rows.append(f'"{i}","77","{name}","(128, 1, 1)","(384, 1, 1)","{cycles:,.0f}","{us:,.2f}","{0.98 * cycles:,.1f}"')
+    return "==PROF== Connected to process 77\n" + "\n".join(rows) + "\n"
+
+
+def test_ncu_clocks_are_cycles_over_duration_in_the_planned_order():
+    plan = gdp.ncu_plan(2)
+    assert plan[:4] == ["cublas/randn", "ref/randn", "cublas/both_zero", "ref/both_zero"] and len(plan) == 8
+    # the reference: 1.17 M cycles on either input, 1,600 MHz on randn, 1,800 on zeros; cuBLAS 1.5% more cycles
+    launches = []
+    for _ in range(2):
+        launches += [("nvjet_tst_256x128", 1.1875e6, 1.1875e6 / 1580), ("gemm_bf16_tn", 1.17e6, 1.17e6 / 1600),
+                     ("nvjet_tst_256x128", 1.1875e6, 1.1875e6 / 1800), ("gemm_bf16_tn", 1.17e6, 1.17e6 / 1800)]
+    clocks = gdp.ncu_clocks(_raw_page(launches), plan)
+    assert [r["kernel"] for r in clocks["ref/randn"]] == ["gemm_bf16_tn"] * 2
+    ref = clocks["ref/randn"][0]
+    assert ref["mhz"] == pytest.approx(1600, rel=1e-4) and ref["cycles"] == 1.17e6
+    assert ref["ms"] == pytest.approx(1.17e6 / 1600 / 1000, rel=1e-4)
+    assert clocks["cublas/both_zero"][1]["mhz"] == pytest.approx(1800, rel=1e-4)
+    rows = gdp.ncu_table(clocks)
+    randn = next(r for r in rows if r.startswith("| cuBLAS / reference, randn"))
+    assert "| 1.0150 | 0.9875 |" in randn  # cycles 1.5% more, clock 1.25% lower
+    with pytest.raises(ValueError, match="3 profiled kernels for 8 planned launches"):
+        gdp.ncu_clocks(_raw_page(launches[:3]), plan)
