@@ -67,11 +67,13 @@ def test_the_gemm_climbs_defer_the_epilogue_when_the_traffic_moves_under_the_mat
         assert r[6]["move"] == "persistent False -> True" and float(r[6]["speedup"].split()[0]) >= 1.0
         assert r[7]["move"] == "defer (default) -> True"
         assert r[7]["evidence"].startswith("compute-bound") and "tensor pipe's idle" in r[7]["evidence"]
-        assert float(r[7]["ours_ms"]) < 0.99 * float(r[6]["ours_ms"])       # the deferred epilogue paid, > 1%
+        assert float(r[7]["ours_ms"]) < 0.992 * float(r[6]["ours_ms"])      # the deferred epilogue paid, > 0.8%
         assert r[8]["move"] == "l2_hints (default) -> True"                   # turn 8: default_params(), the reference
         assert "they move under the math" in r[8]["evidence"]
         assert float(r[8]["ours_ms"]) < 0.996 * float(r[7]["ours_ms"])      # the L2 priorities paid, > 0.4%
-        assert max(float(x["speedup"].split()[0]) for x in r.values()) >= 1.029, run
+        assert "a clock the power limit sets" in r[8]["evidence"]            # the tuner read the SMs' clock
+        assert "2.1% lower clock" not in r[8]["evidence"]                    # (the cluster's rank-down is not the move's)
+        assert max(float(x["speedup"].split()[0]) for x in r.values()) >= 1.028, run
         assert min(r, key=lambda t: float(r[t]["ours_ms"])) == 8, run             # the reference point is the fastest
         turn8 = next((d / run / "trajectories").glob("*/kernels/turn_08.cu")).read_text()
         assert turn8 == gt.render(gt.default_params()), run                       # and it is the reference's render
