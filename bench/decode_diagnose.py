@@ -16,6 +16,9 @@ bench/results/gemm_sweep.md.
 
     python3 bench/decode_diagnose.py build                                  # here: -> bench/build_decode_diag/
     source bench/gpu_env.sh && python3 bench/decode_diagnose.py run --json $OUT/decode.json   # GPU (carry the folder)
+
+`--flush read` makes L2 cold by reading a buffer twice its size instead of zeroing it: the same cold L2 with clean
+lines, so a timed call does not pay the write-back of the flush's dirty lines (round 30).
 """
 from __future__ import annotations
 
@@ -65,14 +68,15 @@ def roof_launchers(B, torch) -> dict:
             "torch_copy": lambda: copy.copy_(B), "floor_add1": lambda: one.add_(1.0)}
 
 
-def run(iters: int, out: str | None, gap_ms: float, roof: bool = False) -> None:
+def run(iters: int, out: str | None, gap_ms: float, roof: bool = False, flush_mode: str = "write") -> None:
     import torch
     from gemm_reference_bench import Runner, check, interleaved_times
 
     torch.manual_seed(0)
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
-    results: dict = {"device": torch.cuda.get_device_name(0), "gap_ms": gap_ms, "iters": iters, "workloads": {}}
+    results: dict = {"device": torch.cuda.get_device_name(0), "gap_ms": gap_ms, "iters": iters, "flush": flush_mode,
+                     "workloads": {}}
     for key, (wid, (M, N, K)) in WORKLOADS.items():
         A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         B = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
@@ -88,7 +92,7 @@ def run(iters: int, out: str | None, gap_ms: float, roof: bool = False) -> None:
         fns["ref"]()
         torch.cuda.synchronize()
         correct = check(C, A.float() @ B.float().T)
-        times = interleaved_times(fns, iters, flush, gap_s=gap_ms / 1000)
+        times = interleaved_times(fns, iters, flush, gap_s=gap_ms / 1000, flush_mode=flush_mode)
         ref_ms = statistics.median(times["ref"])
         rows = {}
         for name, ts in times.items():
@@ -111,9 +115,11 @@ def main() -> None:
     ap.add_argument("--gap-ms", type=float, default=3.0)
     ap.add_argument("--json", default=None)
     ap.add_argument("--roof", action="store_true", help="also time torch's sum, GEMV, copy over B and a one-element add")
+    ap.add_argument("--flush", choices=["write", "read"], default="write",
+                    help="how L2 is made cold before each call: zeroed (dirty lines, as `ptxbench eval`) or read (clean)")
     a = ap.parse_args()
     t0 = time.time()
-    build() if a.step == "build" else run(a.iters, a.json, a.gap_ms, a.roof)
+    build() if a.step == "build" else run(a.iters, a.json, a.gap_ms, a.roof, a.flush)
     print(f"{a.step} done in {time.time() - t0:.0f} s")
 
 

@@ -155,6 +155,8 @@ def main() -> None:
     ap.add_argument("--trace-variants", default="", help="traced neighbours (trace_clk_132, trace_clk_c2, ...) launched "
                                                          "on randn and on both_zero beside trace_clk")
     ap.add_argument("--json")
+    ap.add_argument("--flush", choices=["write", "read"], default="write",
+                    help="how L2 is made cold before each timed call: zeroed (dirty lines, as `ptxbench eval`) or read")
     ap.add_argument("--ncu-launches", type=int, default=0, help="only launch each side this many rounds for ncu")
     ap.add_argument("--ncu-read", help="ncu's raw page (CSV) of an --ncu-launches run: print clocks and cycles")
     ap.add_argument("--ncu-plan", default="ncu_plan.json", help="the launches' order, written by --ncu-launches")
@@ -183,7 +185,7 @@ def main() -> None:
         if data == "randn":
             for n in names[1:]:
                 fns[f"{n}/randn"] = runners[n].prepare({"A": A, "B": B, "C": C}, syms)
-    times = interleaved_times(fns, a.iters, flush, gap_s=a.gap_ms / 1000)
+    times = interleaved_times(fns, a.iters, flush, gap_s=a.gap_ms / 1000, flush_mode=a.flush)
     quartiles = {k: statistics.quantiles(v, n=4) for k, v in times.items()}
     rows = {k: {"median_ms": statistics.median(times[k]), "q1_ms": q[0], "q3_ms": q[2]} for k, q in quartiles.items()}
     print("| kernel / inputs | median ms | IQR ms | vs the same kernel on randn |\n|---|---|---|---|")

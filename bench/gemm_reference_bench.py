@@ -255,18 +255,31 @@ def run(names: list[str], iters: int, shapes: list[str]) -> None:
         print(f"| {n} | {t['median_ms']:.3f} | {t['q1_ms']:.3f}-{t['q3_ms']:.3f} | {t['tflops']:.0f} | {t['speedup_vs_cublas']:.3f} |")
 
 
-def interleaved_times(fns: dict, iters: int, flush, warmup: int = 5, gap_s: float = 0.0) -> dict[str, list[float]]:
+FLUSH_MODES = ("write", "read")
+
+
+def interleaved_times(fns: dict, iters: int, flush, warmup: int = 5, gap_s: float = 0.0,
+                      flush_mode: str = "write") -> dict[str, list[float]]:
     """name -> `iters` times in ms (CUDA events) of each zero-argument launcher, interleaved: every round times each
     once, after zeroing `flush` (a buffer larger than L2, so every call starts with a cold L2); `warmup` rounds first.
+    `flush_mode` "read" sums the buffer instead: L2 is as cold, but holds clean lines, so the timed call evicts
+    without writing back (zeroing leaves L2 full of dirty lines, whose write-back the call pays: `ptxbench eval`'s
+    protocol writes its flush buffer, tools/gpu/timing.py).
     `gap_s`: the GPU left idle that long after each call. Back to back, the main GEMM's kernels hold the H200 at its
     700 W limit and about 1,490 MHz, and a variant that draws less power gets a higher clock (gemm_sweep.md rounds
     9-10); with gaps the clock stays at 1,980 MHz, as in `ptxbench eval`."""
     import torch
 
     times: dict[str, list[float]] = {n: [] for n in fns}
+    if flush_mode not in FLUSH_MODES:
+        raise ValueError(f"flush_mode {flush_mode!r}: expected one of {FLUSH_MODES}")
+    words = flush.view(torch.int32)
     for it in range(iters + warmup):
         for n, fn in fns.items():
-            flush.zero_()
+            if flush_mode == "read":
+                words.sum()
+            else:
+                flush.zero_()
             if gap_s:  # after an idle gap, keep the GPU busy (~100 us) while the host dispatches the launcher, so
                 torch.cuda._sleep(200_000)  # its dispatch (torch.matmul's is the longest) is not inside the events
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
