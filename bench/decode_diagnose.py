@@ -45,16 +45,43 @@ NO_A = [(_A_LOAD, "            // diagnose: no_a\n"),
 NO_B = [(_B_LOAD, "              // diagnose: no_b\n"),
         (_EXPECT, "          mbar_arrive_expect_tx(&full[stage], A_STAGE);  // diagnose: no_b\n")]
 VARIANTS = {"ref": [], "no_a": NO_A, "no_b": NO_B, "no_mma": FEED_ONLY, "no_load": NO_TMA, "empty": NO_TMA + FEED_ONLY}
+# Other template points on the decode shapes (params_for's with these changes), real kernels timed beside ref with
+# `run --points`: rounds 21-22 measured deeper rings, deeper k-blocks and more SMs streaming level under the dirty flush
+# that ptxbench eval's protocol leaves; round 31 asks them again under a clean cold L2 (`--flush read`).
+POINTS = {
+    "m64": {"s12": {"stages": 12}, "bk128": {"bk": 128, "stages": 6}, "bn56": {"bn": 56, "epilogue": "direct"},
+            "bn56_s12": {"bn": 56, "stages": 12, "epilogue": "direct"}, "sk13": {"stages": 13, "tail": "streamk", "max_ctas": 0}},
+    "m128": {"s9": {"stages": 9, "epilogue": "direct"}, "bn56": {"bn": 56, "epilogue": "direct"},
+             "sk128": {"bn": 128, "stages": 7, "tail": "streamk", "max_ctas": 0, "epilogue": "direct"}},
+}
+
+
+def point_params(key: str, name: str):
+    """The GemmParams of POINTS[key][name], validated against its workload (deep rings allowed, as rounds 21-22)."""
+    from gemm_sweep import space_of
+    from ptxbench.workloads.solutions.gemm_template import params_for, validate
+
+    wid, shape = WORKLOADS[key]
+    p = params_for(wid, **POINTS[key][name])
+    with space_of(21):
+        bad = validate(p, shape)
+    if bad:
+        raise ValueError(f"{key}_{name}: {bad}")
+    return p
 
 
 def build() -> None:
     from gemm_reference_bench import compile_cu
+    from gemm_sweep import space_of
     from ptxbench.workloads.solutions.gemm_template import params_for, render
 
     BUILD.mkdir(parents=True, exist_ok=True)
     for key, (wid, _) in WORKLOADS.items():
         for name, edits in VARIANTS.items():
             compile_cu(BUILD / f"{key}_{name}.cu", edited(render(params_for(wid)), edits))
+        for name in POINTS[key]:
+            with space_of(21):  # render() validates too
+                compile_cu(BUILD / f"{key}_pt_{name}.cu", render(point_params(key, name)))
 
 
 def roof_launchers(B, torch) -> dict:
@@ -68,7 +95,8 @@ def roof_launchers(B, torch) -> dict:
             "torch_copy": lambda: copy.copy_(B), "floor_add1": lambda: one.add_(1.0)}
 
 
-def run(iters: int, out: str | None, gap_ms: float, roof: bool = False, flush_mode: str = "write") -> None:
+def run(iters: int, out: str | None, gap_ms: float, roof: bool = False, flush_mode: str = "write",
+        points: bool = False) -> None:
     import torch
     from gemm_reference_bench import Runner, check, interleaved_times
 
@@ -87,11 +115,25 @@ def run(iters: int, out: str | None, gap_ms: float, roof: bool = False, flush_mo
             cu = BUILD / f"{key}_{name}.cu"
             r = Runner(f"{key}_{name}", cu.read_text(), cu.with_suffix(".cubin").read_bytes(), num_sms)
             fns[name] = r.prepare({"A": A, "B": B, "C": C}, syms)
+        expected = A.float() @ B.float().T
+        checks = {}
+        if points:  # each point must compute C before it is timed; a wrong one is reported and left out
+            for name in POINTS[key]:
+                cu = BUILD / f"{key}_pt_{name}.cu"
+                r = Runner(f"{key}_pt_{name}", cu.read_text(), cu.with_suffix(".cubin").read_bytes(), num_sms)
+                fn = r.prepare({"A": A, "B": B, "C": C}, syms)
+                C.fill_(float("nan"))
+                fn()
+                torch.cuda.synchronize()
+                checks[f"pt_{name}"] = check(C, expected)
+                if checks[f"pt_{name}"]["ok"]:
+                    fns[f"pt_{name}"] = fn
         if roof:
             fns.update(roof_launchers(B, torch))
+        C.fill_(float("nan"))
         fns["ref"]()
         torch.cuda.synchronize()
-        correct = check(C, A.float() @ B.float().T)
+        correct = check(C, expected)
         times = interleaved_times(fns, iters, flush, gap_s=gap_ms / 1000, flush_mode=flush_mode)
         ref_ms = statistics.median(times["ref"])
         rows = {}
@@ -99,8 +141,9 @@ def run(iters: int, out: str | None, gap_ms: float, roof: bool = False, flush_mo
             med, q = statistics.median(ts), statistics.quantiles(ts, n=4)
             rows[name] = {"median_ms": med, "q1_ms": q[0], "q3_ms": q[2], "vs_ref_pct": 100 * (med / ref_ms - 1),
                           "b_tb_s": N * K * 2 / med / 1e9}
-        results["workloads"][wid] = {"ref_correct": correct, "timing": rows}
-        print(f"\n{wid}: ref correct {correct}\n| variant | median ms | IQR ms | vs ref | B's bytes / time |\n|---|---|---|---|---|")
+        results["workloads"][wid] = {"ref_correct": correct, "points_correct": checks, "timing": rows}
+        print(f"\n{wid}: ref correct {correct}; points correct {[n for n, c in checks.items() if c['ok']]}, wrong "
+              f"{[n for n, c in checks.items() if not c['ok']]}\n| variant | median ms | IQR ms | vs ref | B's bytes / time |\n|---|---|---|---|---|")
         for name, t in rows.items():
             print(f"| {name} | {t['median_ms']:.4f} | {t['q1_ms']:.4f}-{t['q3_ms']:.4f} | {t['vs_ref_pct']:+.1f}% "
                   f"| {t['b_tb_s']:.2f} TB/s |", flush=True)
@@ -117,9 +160,10 @@ def main() -> None:
     ap.add_argument("--roof", action="store_true", help="also time torch's sum, GEMV, copy over B and a one-element add")
     ap.add_argument("--flush", choices=["write", "read"], default="write",
                     help="how L2 is made cold before each call: zeroed (dirty lines, as `ptxbench eval`) or read (clean)")
+    ap.add_argument("--points", action="store_true", help="also time POINTS (other template points), each checked first")
     a = ap.parse_args()
     t0 = time.time()
-    build() if a.step == "build" else run(a.iters, a.json, a.gap_ms, a.roof, a.flush)
+    build() if a.step == "build" else run(a.iters, a.json, a.gap_ms, a.roof, a.flush, a.points)
     print(f"{a.step} done in {time.time() - t0:.0f} s")
 
 

@@ -50,3 +50,16 @@ def test_the_workloads_are_the_registered_decode_shapes():
     for wid, (m, n, k) in dd.WORKLOADS.values():
         s = get_workload(wid).symbols
         assert (s["M"], s["N"], s["K"]) == (m, n, k)
+
+
+def test_every_point_builds_for_its_workload():
+    """POINTS are real template points: each validates against its decode shape (deep rings allowed as rounds 21-22
+    ran), and the ones with 56-column tiles store directly (the TMA epilogue needs 64-column slabs)."""
+    for key, points in dd.POINTS.items():
+        for name, changes in points.items():
+            p = dd.point_params(key, name)
+            assert all(getattr(p, k) == v for k, v in changes.items()), (key, name)
+            if p.bn % 64:
+                assert p.epilogue == "direct", (key, name)
+    from ptxbench.workloads.solutions import gemm_template as gt
+    assert 12 not in gt.PARAM_SPACE["stages"]  # the wider space is put back
