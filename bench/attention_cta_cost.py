@@ -149,7 +149,7 @@ def run(out: str, trials: int, calls: int) -> None:
                 for sh in shapes:
                     names = list(sh["fns"])
                     t1 = time.time()
-                    got = time_sides([Side(call=sh["fns"][n]) for n in names], flush_bytes=flush_bytes, warmup=2,
+                    got = time_sides([Side(call=sh["fns"][n]) for n in names], flush=flush_bytes, warmup=2,
                                      iters=calls, trials=1)
                     sh.setdefault("windows", []).append((t1, time.time()))
                     for n, ts in zip(names, got):

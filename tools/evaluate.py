@@ -112,6 +112,14 @@ def _with_pool_notes(comp, plan):
                                                                  for n in notes]})
 
 
+def gpu_job(workload_id: str, cubin: bytes, plan: dict, options: EvalOptions) -> GpuJob:
+    """What the GPU worker is asked: the evaluation's options that the GPU side carries out."""
+    return GpuJob(workload=workload_id, cubin=cubin, plan=plan, trials=options.trials, dist=options.dist,
+                  seed=options.seed, time=options.time, timeout_s=options.timeout_s, l2_flush=options.l2_flush,
+                  **{k: getattr(options, k) for k in ("warmup", "iters", "timing_trials")
+                     if getattr(options, k, None) is not None})
+
+
 class LocalEvaluator:
     """Evaluate solutions on the local GPUs (one worker process per GPU, started on first use)."""
 
@@ -207,10 +215,7 @@ class LocalEvaluator:
         base.update(compile=comp)
         with open(comp.cubin_path, "rb") as f:
             cubin = f.read()
-        job = GpuJob(workload=wl.id, cubin=cubin, plan=plan.model_dump(), trials=options.trials, dist=options.dist,
-                     seed=options.seed, time=options.time, timeout_s=options.timeout_s,
-                     **{k: getattr(options, k) for k in ("warmup", "iters", "timing_trials")
-                        if getattr(options, k, None) is not None})
+        job = gpu_job(wl.id, cubin, plan.model_dump(), options)
         cubin_sha = hashlib.sha256(cubin).hexdigest()
         priority = self._priority.of(wl.id, options.turns_left)
         early = self._early_profile(pool, options, wl.id, solution.source, comp, cubin_sha, priority)

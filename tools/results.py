@@ -145,6 +145,8 @@ class Timing(BaseModel):
     recheck_speedup: float | None = Field(None, description="speedup measured again under a changed schedule, when the "
                                                             "first one was physically implausible")
     recheck_speedup_ci: tuple[float, float] | None = None
+    l2_flush: str = Field("write", description="how each call found L2 cold: its flush buffer written (dirty lines) or "
+                                               "read (clean lines): EvalOptions.l2_flush")
 
 
 TargetVerdict = Literal["executed", "present_not_executed", "absent", "unknown"]

@@ -22,7 +22,8 @@ def _options(record: TrajectoryRecord, no_gpu: bool) -> EvalOptions:
     start = record.start
     config = start.config if start else {}
     return EvalOptions(arch=start.arch if start else DEFAULT_ARCH, trials=config.get("trials"), no_gpu=no_gpu,
-                       profile="full" if config.get("profile") in (True, "full") else "none", seed=config.get("seed"))
+                       profile="full" if config.get("profile") in (True, "full") else "none", seed=config.get("seed"),
+                       l2_flush=config.get("l2_flush", "write"))
 
 
 def _copy_trajectory(record: TrajectoryRecord, folder: Path, evaluator, no_gpu: bool, cache: dict) -> None:

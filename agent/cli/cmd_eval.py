@@ -78,22 +78,27 @@ def eval_cmd(
     timeout: float = typer.Option(60.0, "--timeout", help="Watchdog limit in seconds for the kernel's GPU work."),
     arch: str = typer.Option(DEFAULT_ARCH, "--arch"),
     profile: bool = typer.Option(False, "--profile", help="Also take an Nsight Compute profile (where supported)."),
+    l2_flush: str = typer.Option("write", "--l2-flush", help="How each timed call finds L2 cold: write (a buffer twice "
+                                 "its size written, the usual practice: the call pays its dirty lines' write-back) or "
+                                 "read (the same cold L2, clean lines)."),
     sanitize: list[str] = typer.Option([], "--sanitize", help="compute-sanitizer tools: memcheck, racecheck, ..."),
     as_json: bool = typer.Option(False, "--json", help="Print the EvalResult as JSON."),
 ) -> None:
     """Compile FILE, check it on fresh inputs against the reference, time it against the library."""
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.tools.gpu.timing import L2_FLUSH_MODES
     from ptxbench.tools.sanitize import TOOLS
 
     from . import inputs
 
     inputs.workload(workload), inputs.arch(arch), inputs.one_of(dist, DISTS, "--dist")
+    inputs.one_of(l2_flush, L2_FLUSH_MODES, "--l2-flush")
     for tool in sanitize:
         inputs.one_of(tool, TOOLS, "--sanitize")
     inputs.positive(trials, "--trials"), inputs.positive(timeout, "--timeout")
     options = EvalOptions(arch=arch, trials=trials, dist=dist, seed=seed, time=not no_time, no_gpu=no_gpu,
-                          timeout_s=timeout, profile=profile, sanitize=sanitize)
+                          timeout_s=timeout, profile=profile, sanitize=sanitize, l2_flush=l2_flush)
     evaluator = LocalEvaluator()
     try:
         result = evaluator.evaluate(workload, file.read_text(errors="replace"), options)

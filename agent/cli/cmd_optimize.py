@@ -151,6 +151,9 @@ def optimize(
     profile: str = typer.Option("auto", "--profile", help="Nsight Compute policy: auto (the target verdict on every pass, "
                                 "the full per-line profile on the first pass and each new best), full (every "
                                 "submission), verdict (never unasked)"),
+    l2_flush: str = typer.Option("write", "--l2-flush", help="how each timed call finds L2 cold: write (a buffer twice "
+                                 "its size written, the usual practice: the call pays its dirty lines' write-back) or "
+                                 "read (the same cold L2, clean lines)"),
     quiet: bool = typer.Option(False, help="no live view"),
     restart_trajectory: bool = typer.Option(False, "--restart-trajectory", help="with --resume: when the checkpoints "
                                             "cannot continue the trajectory, set it aside (abandoned/) and start over"),
@@ -163,6 +166,7 @@ def optimize(
     from ..loop.start_kernel import start_file
     from ..loop.state import OptimizeConfig
     from ..records.rundir import SealedTrajectory
+    from ptxbench.tools.gpu.timing import L2_FLUSH_MODES
 
     config = None
     if resume is not None:
@@ -175,7 +179,7 @@ def optimize(
         if workload is None:
             raise inputs.BadInput("give a WORKLOAD (see `ptxbench workloads`), or --resume RUN")
         inputs.workload(workload), inputs.arch(arch), inputs.prompt(prompt), inputs.model(model)
-        inputs.one_of(profile, POLICIES, "--profile")
+        inputs.one_of(profile, POLICIES, "--profile"), inputs.one_of(l2_flush, L2_FLUSH_MODES, "--l2-flush")
         if run_dir is not None:
             inputs.new_folder(run_dir, "--run-dir")
         inputs.credentials(model, api_base, api_key_env, report=lambda line: typer.echo(line, err=True))
@@ -184,7 +188,7 @@ def optimize(
             turns=turns, target_speedup=target_speedup, prompt=prompt, context=context.value, no_gpu=no_gpu,
             trials=trials, max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall,
             max_tool_calls=max_tool_calls, arch=arch, temperature=temperature, retry_wait_s=retry_wait, start_from=start_file(start_from),
-            profile=profile)
+            profile=profile, l2_flush=l2_flush)
     title = f"ptxbench optimize {workload or resume}" + ("  (no GPU: compile + SASS only)" if no_gpu else "")
     view = LiveView(title)
     try:

@@ -58,7 +58,7 @@ class TrajectoryOutcome(BaseModel):
 def eval_options(config: OptimizeConfig) -> EvalOptions:
     """The trajectory's base options; each scored evaluation adds its turn's part (profile_policy.turn_options)."""
     return EvalOptions(arch=config.arch, trials=config.trials, no_gpu=config.no_gpu, seed=config.seed,
-                       **base_options(config.profile))
+                       l2_flush=config.l2_flush, **base_options(config.profile))
 
 
 def make_model(config: OptimizeConfig, on_retry=None) -> Model:

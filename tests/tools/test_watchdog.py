@@ -16,6 +16,7 @@ from ptxbench.tools.gpu import pool as pool_module
 from ptxbench.tools.gpu import watchdog
 from ptxbench.tools.gpu.hangs import HangMemo, job_key
 from ptxbench.tools.gpu.messages import GpuJob, GpuOutcome
+from ptxbench.tools.gpu.timing import L2Flush
 from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
 from ptxbench.tools.gpu.watchdog import (CandidateWatch, call_limit, probe_limit, timing_limit,
                                          workload_roofline_ms)
@@ -108,7 +109,7 @@ class FakeCalls:
         self.verified, self.calls, self.key = {}, 0, 1
         self.order = None
 
-    def checked_call(self, k, flush_bytes):
+    def checked_call(self, k, flush):
         self.clock[0] += self.call_s
         return self.call_s * 1000, "sketch"
 
@@ -149,10 +150,11 @@ def test_correctness_gives_the_first_call_the_probe_limit_and_later_calls_ten_ti
 @pytest.mark.parametrize("first_run_s, expect_chunk", [(0.015, watchdog.FLOOR_S), (0.2, 60.0)])
 def test_timing_phases_scale_from_the_measured_pair_time_and_end_in_a_harness_phase(runner, monkeypatch, first_run_s,
                                                                                        expect_chunk):
-    clock, sent, chunks = [0.0], [], []
+    clock, sent, chunks, flushes = [0.0], [], [], []
 
-    def fake_time_sides(sides, *, flush_bytes, warmup=10, iters=50, trials=3, on_trial=None):
+    def fake_time_sides(sides, *, flush, warmup=10, iters=50, trials=3, on_trial=None):
         chunks.append((warmup, iters, trials))
+        flushes.append(flush)
         for t in range(trials):
             if on_trial:
                 on_trial(t)
@@ -166,7 +168,10 @@ def test_timing_phases_scale_from_the_measured_pair_time_and_end_in_a_harness_ph
     watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: clock[0])
     watch.probe_s = first_run_s + 0.01
     job = GpuJob(workload=BWD, timeout_s=60.0)
-    runner.time_candidate(FakeCalls(clock, first_run_s), state, get_workload(BWD), job, phase, first_run_s, 0, watch)
+    flush = L2Flush(1 << 26, "read")
+    record = runner.time_candidate(FakeCalls(clock, first_run_s), state, get_workload(BWD), job, phase, first_run_s,
+                                   flush, watch)
+    assert flushes == [flush, flush] and record["l2_flush"] == "read"  # the probe and the timing: one flush, recorded
     names = [m[0] for m in sent]
     assert names == ["prepare", "timing", "timing", "timing", "timing", "check"]  # probe, trial 1 (+ warm-up), 2, 3
     probe, first, second, third = [m for m in sent if m[0] == "timing"]

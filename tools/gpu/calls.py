@@ -204,14 +204,15 @@ class CandidateCalls:
         values = self._read_and_check_state(sketch_tensors(outputs, self.key))
         return to_sketch(list(outputs), values)
 
-    def checked_call(self, k: int, flush_bytes: int) -> tuple[float, Sketch]:
-        """The first call on set k: the same preparation, flush and events as a timed call; returns (ms, sketch)."""
+    def checked_call(self, k: int, flush) -> tuple[float, Sketch]:
+        """The first call on set k: the same preparation, flush (timing.L2Flush) and events as a timed call; returns
+        (ms, sketch)."""
         from .timing import Side, time_sides
 
         self.current = k
         out: dict = {}
         side = Side(self.call, self.restore, lambda _o: out.setdefault("sketch", self.observe(k)))
-        ms = time_sides([side], flush_bytes=flush_bytes, warmup=0, iters=1, trials=1)[0][0]
+        ms = time_sides([side], flush=flush, warmup=0, iters=1, trials=1)[0][0]
         return ms, out["sketch"]
 
 

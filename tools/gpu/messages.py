@@ -36,6 +36,8 @@ class GpuJob(BaseModel):
     warmup: int = DEFAULT_WARMUP
     iters: int = DEFAULT_ITERS
     timing_trials: int = DEFAULT_TIMING_TRIALS
+    l2_flush: Literal["write", "read"] = Field("write", description="how each call finds L2 cold: its flush buffer "
+                                               "written (dirty lines, the usual practice) or read (clean lines)")
     ceilings: dict[str, float] = Field(default_factory=dict, description="ceilings the pool measured on this GPU before")
 
 

@@ -38,7 +38,7 @@ from .module_state import ModuleState
 from .referee import RefereeClient, RefereeError, input_digest
 from .state import WorkerState
 from .tensormap import encode
-from .timing import SLOW_FACTOR, Side, plan_iterations, speedup, summarize, time_interleaved, time_sides
+from .timing import SLOW_FACTOR, L2Flush, Side, plan_iterations, speedup, summarize, time_interleaved, time_sides
 from .verdict import Failed, status_of
 from .watchdog import CandidateWatch, Phase, workload_roofline_ms
 
@@ -142,12 +142,12 @@ def make_sets(wl: Workload, plan: ResolvedPlan, seeds: list[int], dist: str) -> 
 
 
 def judged_call(calls: CandidateCalls, referee: RefereeClient, wl: Workload, k: int, trial: int, dist: str,
-                job: GpuJob, phase: Phase, flush_bytes: int, watch: CandidateWatch) -> tuple[float, list]:
+                job: GpuJob, phase: Phase, flush: L2Flush, watch: CandidateWatch) -> tuple[float, list]:
     """A checked call on set k: the protocol's call, then the referee judges the outputs it left (and the inputs
     the kernel saw). Returns (kernel ms, TrialStats)."""
     s = calls.sets[k]
     watch.before_checked_call()  # the candidate's limit (watchdog.py) covers the call and its protocol only
-    ms, sketch = calls.checked_call(k, flush_bytes)
+    ms, sketch = calls.checked_call(k, flush)
     watch.after_checked_call()
     phase("check", job.prepare_timeout_s)
     raw = referee.judge(wl.id, s.seed, dist, trial, {n: s.bufs.tensors[n].data for n in s.bufs.outputs},
@@ -166,13 +166,13 @@ def outputs_digest(s) -> tuple:
 
 
 def correctness(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: GpuJob, phase: Phase,
-                seconds: dict, flush_bytes: int, watch: CandidateWatch) -> tuple[list, dict]:
+                seconds: dict, flush: L2Flush, watch: CandidateWatch) -> tuple[list, dict]:
     """The checked call of every input set, in order; stops at the first failing one. Also returns each checked set's
     output digest (new_inputs_check compares against them)."""
     dist = job.dist
     all_stats, digests = [], {}
     for k, s in enumerate(calls.sets):
-        ms, stats = judged_call(calls, referee, wl, k, k, dist, job, phase, flush_bytes, watch)
+        ms, stats = judged_call(calls, referee, wl, k, k, dist, job, phase, flush, watch)
         seconds.setdefault("first_run", ms / 1000)
         if k + 1 < len(calls.sets):
             referee.prepare_async(wl.id, calls.sets[k + 1].seed, dist)  # the next reference, while this set is checked
@@ -189,7 +189,7 @@ def correctness(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job
 
 
 def new_inputs_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: GpuJob, phase: Phase,
-                     flush_bytes: int, watch: CandidateWatch, earlier: dict) -> list:
+                     flush: L2Flush, watch: CandidateWatch, earlier: dict) -> list:
     """Last: set 0's buffers get inputs no call has seen (a kernel that keyed a cache on pointers would replay). The
     replay is named only when it happened (the output bit-identical to an earlier set's, `earlier`: their digests);
     any other failure here is judged and worded as on the other sets."""
@@ -199,7 +199,7 @@ def new_inputs_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload
     s.seed = s.seed + CHECK_SEED_OFFSET
     calls.set_pristine(0, make_inputs(wl, s.seed, dist, "cuda"))
     calls.verified.pop(0, None)
-    _, stats = judged_call(calls, referee, wl, 0, len(calls.sets), dist, job, phase, flush_bytes, watch)
+    _, stats = judged_call(calls, referee, wl, 0, len(calls.sets), dist, job, phase, flush, watch)
     note = replay_note(outputs_digest(s), earlier)
     if note:
         for st in stats:
@@ -218,7 +218,7 @@ def pristine_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload, 
 
 
 def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job: GpuJob, phase: Phase, first_run_s: float,
-                   flush_bytes: int, watch: CandidateWatch) -> dict:
+                   flush: L2Flush, watch: CandidateWatch) -> dict:
     dist = job.dist
     primary = wl.primary_baseline.name
     phase("prepare", job.prepare_timeout_s)
@@ -229,7 +229,7 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
         if b.name != primary:
             entry = state.baseline(wl, b.name, dist)
             if not entry.stats:
-                entry.stats = summarize(time_interleaved([entry.fn], flush_bytes=flush_bytes, warmup=3, iters=20,
+                entry.stats = summarize(time_interleaved([entry.fn], flush=flush, warmup=3, iters=20,
                                                          trials=1)[0]).model_dump()
             others[b.name] = entry.stats
     torch.cuda.empty_cache()  # no freed block of the harness's stays mapped for a kernel to hide a result in
@@ -239,7 +239,7 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
     base_side = Side(calls.library_call, calls.library_prepare, calls.library_check)
     watch.before_timing("the timing probe", 2, None)
     t0 = time.perf_counter()
-    cand_probe, base_probe = time_sides([cand_side, base_side], flush_bytes=flush_bytes, warmup=0, iters=2, trials=1)
+    cand_probe, base_probe = time_sides([cand_side, base_side], flush=flush, warmup=0, iters=2, trials=1)
     cycle_ms = (time.perf_counter() - t0) * 1000 / 4
     slow = float(np.median(cand_probe)) > SLOW_FACTOR * float(np.median(base_probe))
     per_pair_ms = max(first_run_s * 1000, 2 * cycle_ms)
@@ -256,7 +256,7 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
 
     first_chunk("timing")
 
-    cand_ms, base_ms = time_sides([cand_side, base_side], flush_bytes=flush_bytes, warmup=warmup, iters=iters,
+    cand_ms, base_ms = time_sides([cand_side, base_side], flush=flush, warmup=warmup, iters=iters,
                                   trials=trials, on_trial=keep_alive)
     record = timing_record(wl, cand_ms, base_ms, primary, others, ceil, state.limits.name, reduced, slow)
     if suspicious(record["flags"]):
@@ -264,7 +264,7 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
         # not a kernel this device can run that fast, whatever the checks said.
         calls.order = np.random.default_rng(calls.key + 1)
         first_chunk("the re-check's timing")
-        base_ms2, cand_ms2 = time_sides([base_side, cand_side], flush_bytes=flush_bytes, warmup=warmup, iters=iters,
+        base_ms2, cand_ms2 = time_sides([base_side, cand_side], flush=flush, warmup=warmup, iters=iters,
                                         trials=trials, on_trial=keep_alive)
         again = timing_record(wl, cand_ms2, base_ms2, primary, others, ceil, state.limits.name, reduced, slow)
         record["recheck_speedup"], record["recheck_speedup_ci"] = again["speedup"], again["speedup_ci"]
@@ -274,6 +274,7 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
             record = again
     record["input_sets"] = len(calls.sets)
     record["verified_calls"] = calls.calls
+    record["l2_flush"] = flush.mode
     return record
 
 
@@ -324,7 +325,7 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
     cand = sets = calls = None
     watch = CandidateWatch(phase, job.timeout_s, workload_roofline_ms(wl.flops, wl.min_bytes, state.ceilings,
                                                                       state.limits.name))
-    flush_bytes = max(2 * state.limits.l2_bytes, 64 * 2**20)
+    flush = L2Flush(max(2 * state.limits.l2_bytes, 64 * 2**20), job.l2_flush)
     try:
         sizes = {t.name: math.prod(wl.shape(t.name)) * torch.empty((), dtype=getattr(torch, t.dtype)).element_size()
                  for t in wl.tensors}
@@ -347,19 +348,19 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
                                       f"scratch buffers"]) from None
         calls = CandidateCalls(cand, sets, secrets.randbits(62))
         t0 = time.perf_counter()
-        stats, digests = correctness(calls, referee, wl, job, phase, seconds, flush_bytes, watch)
+        stats, digests = correctness(calls, referee, wl, job, phase, seconds, flush, watch)
         out.correctness = list(stats)
         out.status = status_of(stats)
         seconds["correctness"] = time.perf_counter() - t0
         if out.status == "PASSED" and job.time:
             t0 = time.perf_counter()
             out.timing = Timing.model_validate(time_candidate(calls, state, wl, job, phase, seconds.get("first_run", 0.0),
-                                                              flush_bytes, watch))
+                                                              flush, watch))
             seconds["timing"] = time.perf_counter() - t0
         if out.status == "PASSED":
             t0 = time.perf_counter()
             pristine_check(calls, referee, wl, dist)
-            extra = new_inputs_check(calls, referee, wl, job, phase, flush_bytes, watch, digests)
+            extra = new_inputs_check(calls, referee, wl, job, phase, flush, watch, digests)
             out.correctness += extra
             out.status = status_of(extra)
             seconds["final_checks"] = time.perf_counter() - t0
@@ -405,7 +406,7 @@ def aa_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutcome, b
     twin = make_baseline(wl, primary, base.inputs)  # an independent instance, same data
     ceil = state.get_ceilings()
     phase("timing", job.timeout_s)
-    flush_bytes = max(2 * state.limits.l2_bytes, 64 * 2**20)
+    flush = L2Flush(max(2 * state.limits.l2_bytes, 64 * 2**20), job.l2_flush)
     key = secrets.randbits(62)
 
     def restore() -> None:  # what the protocol does before every call: the inputs copied back from pristine
@@ -415,7 +416,8 @@ def aa_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutcome, b
     def check(out) -> None:  # and the sketch after each call, on both sides
         torch.stack(sketch_tensors(out, key)).tolist()
 
-    a_ms, b_ms = time_sides([Side(twin, restore, check), Side(base.fn, restore, check)], flush_bytes=flush_bytes,
+    a_ms, b_ms = time_sides([Side(twin, restore, check), Side(base.fn, restore, check)], flush=flush,
                             warmup=job.warmup, iters=job.iters, trials=job.timing_trials)
-    timing = Timing.model_validate(timing_record(wl, a_ms, b_ms, primary, {}, ceil, state.limits.name, False))
+    timing = Timing.model_validate(timing_record(wl, a_ms, b_ms, primary, {}, ceil, state.limits.name, False)
+                                   | {"l2_flush": flush.mode})
     return GpuOutcome(status="PASSED", timing=timing), False

@@ -1,7 +1,7 @@
 """Timing: CUDA events around each call, a cold L2 before each call, candidate and baseline interleaved.
 
 Each call is a `Side`: a preparation and a check outside the measured interval (for the candidate: every buffer
-put back to the state a checked call sees, and the output verified; docs/timing-integrity.md). Each iteration flushes L2 (writes a buffer of at least twice its size), then times one call of each
+put back to the state a checked call sees, and the output verified; docs/timing-integrity.md). Each iteration flushes L2 (writes a buffer of at least twice its size, or reads it: `L2Flush`), then times one call of each
 function, alternating the order every iteration (ABBA...) so neither side always follows the
 flush; clock drift and thermal state therefore hit both sides alike. Statistics: the median and a
 bootstrap 95% interval; the speedup's interval resamples the iterations as pairs.
@@ -26,6 +26,21 @@ SLOW_ITERS = 15
 # microseconds for a library call through Python) lands inside the measured interval whenever the preparation
 # finishes first (measured: bench/results/timing_integrity.md, the variants table).
 SPIN_CYCLES = 200_000
+L2_FLUSH_MODES = ("write", "read")
+
+
+@dataclass(frozen=True)
+class L2Flush:
+    """How every call finds L2 cold: a buffer of `bytes` (at least twice the L2) written ("write": the field's usual
+    fill, which leaves the L2 full of dirty lines whose write-back the next call pays, about 50 MB on the H200: 19-26%
+    of a decode GEMM's time, bench/results/gemm_sweep.md round 30) or read ("read": as cold, with clean lines)."""
+
+    bytes: int
+    mode: str = "write"
+
+    def __post_init__(self) -> None:
+        if self.mode not in L2_FLUSH_MODES:
+            raise ValueError(f"L2 flush mode {self.mode!r}: expected one of {', '.join(L2_FLUSH_MODES)}")
 
 
 def bootstrap_median_ci(samples, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
@@ -88,20 +103,25 @@ class Side:
     check: Callable[[object], None] = lambda _out: None
 
 
-def time_sides(sides: list[Side], *, flush_bytes: int, warmup: int = 10, iters: int = 50, trials: int = 3,
+def time_sides(sides: list[Side], *, flush: L2Flush | int, warmup: int = 10, iters: int = 50, trials: int = 3,
                on_trial: Callable[[int], None] | None = None) -> list[list[float]]:
     """Milliseconds per call of each side: `trials` rounds of `iters` interleaved (ABBA), cold-L2 iterations.
 
     Each call: prepare -> flush L2 -> start event -> call -> end event -> wait for it -> check. Waiting for each
-    call before the next lets `check` verify its output before anything else runs; the events time the GPU only."""
+    call before the next lets `check` verify its output before anything else runs; the events time the GPU only.
+    `flush`: an L2Flush, or its size in bytes (written)."""
     import torch
 
-    flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+    flush = flush if isinstance(flush, L2Flush) else L2Flush(int(flush))
+    buffer = torch.empty(flush.bytes // 4, dtype=torch.int32, device="cuda")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     def one(side: Side, fill: int) -> float:
         side.prepare()
-        flush.fill_(fill)
+        if flush.mode == "read":
+            buffer.sum()  # every line read: L2 as cold, its lines clean
+        else:
+            buffer.fill_(fill)
         torch.cuda._sleep(SPIN_CYCLES)
         start.record()
         out = side.call()
@@ -124,10 +144,10 @@ def time_sides(sides: list[Side], *, flush_bytes: int, warmup: int = 10, iters: 
     return times
 
 
-def time_interleaved(fns: list[Callable[[], object]], *, flush_bytes: int, warmup: int = 10, iters: int = 50,
+def time_interleaved(fns: list[Callable[[], object]], *, flush: L2Flush | int, warmup: int = 10, iters: int = 50,
                      trials: int = 3, on_trial: Callable[[int], None] | None = None) -> list[list[float]]:
     """time_sides for plain functions (library baselines timed on their own)."""
-    return time_sides([Side(fn) for fn in fns], flush_bytes=flush_bytes, warmup=warmup, iters=iters, trials=trials,
+    return time_sides([Side(fn) for fn in fns], flush=flush, warmup=warmup, iters=iters, trials=trials,
                       on_trial=on_trial)
 
 
