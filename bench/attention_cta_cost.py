@@ -90,7 +90,7 @@ def run(out: str, trials: int, calls: int) -> None:
 
     from ptxbench.tools.gpu.inprocess import in_process_worker
     from ptxbench.tools.gpu.runner import Candidate, new_buffers
-    from ptxbench.tools.gpu.timing import Side, time_sides
+    from ptxbench.tools.gpu.timing import L2Flush, Side, time_sides
     from ptxbench.tools.solution.parse import resolve_plan
     from ptxbench.workloads.registry import mha_fwd
     from ptxbench.workloads.solutions import attention_template as at
@@ -141,7 +141,7 @@ def run(out: str, trials: int, calls: int) -> None:
                 for fn in sh["fns"].values():
                     fn()
             torch.cuda.synchronize()
-        flush_bytes = max(2 * state.limits.l2_bytes, 64 * 2**20)  # the evaluator's L2 flush
+        flush = L2Flush(max(2 * state.limits.l2_bytes, 64 * 2**20))  # the evaluator's L2 flush
         # SM clock, power and temperature beside each shape's timings (nvidia-smi every 100 ms): the absolute times
         # are comparable with the evaluator's only at the same clock
         with GpuSampler(period_ms=100, extra=CLOCK_FIELDS) as sampler:
@@ -149,7 +149,7 @@ def run(out: str, trials: int, calls: int) -> None:
                 for sh in shapes:
                     names = list(sh["fns"])
                     t1 = time.time()
-                    got = time_sides([Side(call=sh["fns"][n]) for n in names], flush=flush_bytes, warmup=2,
+                    got = time_sides([Side(call=sh["fns"][n]) for n in names], flush=flush, warmup=2,
                                      iters=calls, trials=1)
                     sh.setdefault("windows", []).append((t1, time.time()))
                     for n, ts in zip(names, got):

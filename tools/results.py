@@ -5,7 +5,7 @@ Plain data (pydantic v2, JSON on disk); no torch or CUDA import, so scoring and 
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -120,6 +120,11 @@ class TrialStats(BaseModel):
     library_rel_fro_err: float | None = Field(None, description="the primary library's relative Frobenius error, likewise")
 
 
+# How each call finds L2 cold (tools/gpu/timing.L2Flush): its flush buffer written (dirty lines) or read (clean lines).
+L2FlushMode = Literal["write", "read"]
+L2_FLUSH_MODES: tuple[str, ...] = get_args(L2FlushMode)
+
+
 class TimingStat(BaseModel):
     median_ms: float
     ci_low_ms: float
@@ -145,7 +150,7 @@ class Timing(BaseModel):
     recheck_speedup: float | None = Field(None, description="speedup measured again under a changed schedule, when the "
                                                             "first one was physically implausible")
     recheck_speedup_ci: tuple[float, float] | None = None
-    l2_flush: str = Field("write", description="how each call found L2 cold: its flush buffer written (dirty lines) or "
+    l2_flush: L2FlushMode = Field("write", description="how each call found L2 cold: its flush buffer written (dirty lines) or "
                                                "read (clean lines): EvalOptions.l2_flush")
 
 

@@ -87,7 +87,7 @@ def eval_cmd(
     """Compile FILE, check it on fresh inputs against the reference, time it against the library."""
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.evaluator import EvalOptions
-    from ptxbench.tools.gpu.timing import L2_FLUSH_MODES
+    from ptxbench.tools.results import L2_FLUSH_MODES
     from ptxbench.tools.sanitize import TOOLS
 
     from . import inputs

@@ -166,7 +166,7 @@ def optimize(
     from ..loop.start_kernel import start_file
     from ..loop.state import OptimizeConfig
     from ..records.rundir import SealedTrajectory
-    from ptxbench.tools.gpu.timing import L2_FLUSH_MODES
+    from ptxbench.tools.results import L2_FLUSH_MODES
 
     config = None
     if resume is not None:

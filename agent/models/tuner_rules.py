@@ -119,10 +119,10 @@ class Candidate:
 LOST_DISCOUNT = 0.2
 
 
-def energy_of(template: ModuleType | None) -> dict[str, tuple[float, str]]:
+def energy_of(template: ModuleType) -> dict[str, tuple[float, str]]:
     """The template's TUNER_ENERGY: role -> (the SM clock's change the move measured under the power limit, at the
     same cycles, as a fraction; what was measured)."""
-    return dict(getattr(template, "TUNER_ENERGY", {})) if template is not None else {}
+    return getattr(template, "TUNER_ENERGY", {})
 
 
 def clock_words(ev: Evidence) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .buffers import BufferSet, bits
+from .timing import L2Flush, Side, time_sides
 from .verdict import Failed, check_guards
 
 # A timed output's projections may differ from the verified output's by this share of its L2 norm. Honest
@@ -204,11 +205,8 @@ class CandidateCalls:
         values = self._read_and_check_state(sketch_tensors(outputs, self.key))
         return to_sketch(list(outputs), values)
 
-    def checked_call(self, k: int, flush) -> tuple[float, Sketch]:
-        """The first call on set k: the same preparation, flush (timing.L2Flush) and events as a timed call; returns
-        (ms, sketch)."""
-        from .timing import Side, time_sides
-
+    def checked_call(self, k: int, flush: L2Flush) -> tuple[float, Sketch]:
+        """The first call on set k: the same preparation, flush and events as a timed call; returns (ms, sketch)."""
         self.current = k
         out: dict = {}
         side = Side(self.call, self.restore, lambda _o: out.setdefault("sketch", self.observe(k)))

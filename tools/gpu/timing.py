@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..results import TimingStat
+from ..results import L2_FLUSH_MODES, TimingStat
 
 BOOTSTRAP_RESAMPLES = 2000
 # A candidate this many times slower than the library gets a short timing (SLOW_ITERS paired calls, 1 trial)
@@ -26,7 +26,6 @@ SLOW_ITERS = 15
 # microseconds for a library call through Python) lands inside the measured interval whenever the preparation
 # finishes first (measured: bench/results/timing_integrity.md, the variants table).
 SPIN_CYCLES = 200_000
-L2_FLUSH_MODES = ("write", "read")
 
 
 @dataclass(frozen=True)
@@ -103,16 +102,14 @@ class Side:
     check: Callable[[object], None] = lambda _out: None
 
 
-def time_sides(sides: list[Side], *, flush: L2Flush | int, warmup: int = 10, iters: int = 50, trials: int = 3,
+def time_sides(sides: list[Side], *, flush: L2Flush, warmup: int = 10, iters: int = 50, trials: int = 3,
                on_trial: Callable[[int], None] | None = None) -> list[list[float]]:
     """Milliseconds per call of each side: `trials` rounds of `iters` interleaved (ABBA), cold-L2 iterations.
 
     Each call: prepare -> flush L2 -> start event -> call -> end event -> wait for it -> check. Waiting for each
-    call before the next lets `check` verify its output before anything else runs; the events time the GPU only.
-    `flush`: an L2Flush, or its size in bytes (written)."""
+    call before the next lets `check` verify its output before anything else runs; the events time the GPU only."""
     import torch
 
-    flush = flush if isinstance(flush, L2Flush) else L2Flush(int(flush))
     buffer = torch.empty(flush.bytes // 4, dtype=torch.int32, device="cuda")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
@@ -144,7 +141,7 @@ def time_sides(sides: list[Side], *, flush: L2Flush | int, warmup: int = 10, ite
     return times
 
 
-def time_interleaved(fns: list[Callable[[], object]], *, flush: L2Flush | int, warmup: int = 10, iters: int = 50,
+def time_interleaved(fns: list[Callable[[], object]], *, flush: L2Flush, warmup: int = 10, iters: int = 50,
                      trials: int = 3, on_trial: Callable[[int], None] | None = None) -> list[list[float]]:
     """time_sides for plain functions (library baselines timed on their own)."""
     return time_sides([Side(fn) for fn in fns], flush=flush, warmup=warmup, iters=iters, trials=trials,
