@@ -115,6 +115,18 @@ def ncu_table(clocks: dict[str, list[dict]]) -> list[str]:
     return lines
 
 
+SYMS = {"M": M, "N": N, "K": K}
+
+
+def pair_launchers(torch, ref, data_sets: dict, C) -> dict:
+    """'cublas/INPUT' and 'ref/INPUT' -> a launcher of cuBLAS and of the reference (a Runner) on each input."""
+    fns = {}
+    for data, (A, B) in data_sets.items():
+        fns[f"cublas/{data}"] = (lambda A=A, B=B: torch.matmul(A, B.T, out=C))
+        fns[f"ref/{data}"] = ref.prepare({"A": A, "B": B, "C": C}, SYMS)
+    return fns
+
+
 def ncu_launch(rounds: int, plan_path: str) -> None:
     """The launches Nsight Compute reads (see the module's docstring): each alone in an NVTX range after a cold L2
     and 3 ms idle, as the timed loops of rounds 26-28 run them; two warm calls of each first, outside the range."""
@@ -126,11 +138,7 @@ def ncu_launch(rounds: int, plan_path: str) -> None:
     C = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     ref = Runner("ref", (BUILD / "ref.cu").read_text(), (BUILD / "ref.cubin").read_bytes(), num_sms)
     data_sets = inputs(torch)
-    fns = {}
-    for data in NCU_INPUTS:
-        A, B = data_sets[data]
-        fns[f"cublas/{data}"] = (lambda A=A, B=B: torch.matmul(A, B.T, out=C))
-        fns[f"ref/{data}"] = ref.prepare({"A": A, "B": B, "C": C}, {"M": M, "N": N, "K": K})
+    fns = pair_launchers(torch, ref, {d: data_sets[d] for d in NCU_INPUTS}, C)
     for fn in list(fns.values()) * 2:
         fn()
     torch.cuda.synchronize()
@@ -175,16 +183,15 @@ def main() -> None:
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
     C = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-    syms = {"M": M, "N": N, "K": K}
+    syms = SYMS
     names = ["ref"] + [v for v in a.variants.split(",") if v and v != "ref"]
     runners = {n: Runner(n, (BUILD / f"{n}.cu").read_text(), (BUILD / f"{n}.cubin").read_bytes(), num_sms) for n in names}
-    fns = {}
-    for data, (A, B) in inputs(torch).items():
-        fns[f"cublas/{data}"] = (lambda A=A, B=B: torch.matmul(A, B.T, out=C))
-        fns[f"ref/{data}"] = runners["ref"].prepare({"A": A, "B": B, "C": C}, syms)
-        if data == "randn":
-            for n in names[1:]:
-                fns[f"{n}/randn"] = runners[n].prepare({"A": A, "B": B, "C": C}, syms)
+    data_sets = inputs(torch)
+    fns = pair_launchers(torch, runners["ref"], {"randn": data_sets["randn"]}, C)
+    A, B = data_sets["randn"]
+    for n in names[1:]:  # the variants beside the reference on randn, then the other inputs
+        fns[f"{n}/randn"] = runners[n].prepare({"A": A, "B": B, "C": C}, syms)
+    fns.update(pair_launchers(torch, runners["ref"], {d: v for d, v in data_sets.items() if d != "randn"}, C))
     times = interleaved_times(fns, a.iters, flush, gap_s=a.gap_ms / 1000, flush_mode=a.flush)
     quartiles = {k: statistics.quantiles(v, n=4) for k, v in times.items()}
     rows = {k: {"median_ms": statistics.median(times[k]), "q1_ms": q[0], "q3_ms": q[2]} for k, q in quartiles.items()}
@@ -197,7 +204,6 @@ def main() -> None:
     if a.trace:
         print("\n| kernel | inputs | launch | span ms | clock per tile, median [p10, p90] MHz | per CTA, median [min, max] "
               "MHz | CTA cycles, median (M) |\n|---|---|---|---|---|---|---|")
-        data_sets = inputs(torch)
         plan = [("trace_clk", d) for d in data_sets]
         plan += [(v, d) for v in a.trace_variants.split(",") if v for d in ("randn", "both_zero")]
         tracers = {}
