@@ -50,10 +50,60 @@ VARIANTS = {"ref": [], "no_a": NO_A, "no_b": NO_B, "no_mma": FEED_ONLY, "no_load
 # that ptxbench eval's protocol leaves; round 31 asks them again under a clean cold L2 (`--flush read`).
 POINTS = {
     "m64": {"s12": {"stages": 12}, "bk128": {"bk": 128, "stages": 6}, "bn56": {"bn": 56, "epilogue": "direct"},
-            "bn56_s12": {"bn": 56, "stages": 12, "epilogue": "direct"}, "sk13": {"stages": 13, "tail": "streamk", "max_ctas": 0}},
+            "bn56_s12": {"bn": 56, "stages": 12, "epilogue": "direct"}, "sk13": {"stages": 13, "tail": "streamk", "max_ctas": 0},
+            "bn128": {"bn": 128}},
     "m128": {"s9": {"stages": 9, "epilogue": "direct"}, "bn56": {"bn": 56, "epilogue": "direct"},
              "sk128": {"bn": 128, "stages": 7, "tail": "streamk", "max_ctas": 0, "epilogue": "direct"}},
 }
+
+
+# A shared by a cluster of CM neighbouring N tiles (round 32): every one of the 112 CTAs of the M = 64 kernel reads
+# the same A (655 KB) from L2 while B streams from DRAM, so L2 serves A's 73 MB beside B's 73 MB. These points render
+# params_for's kernel with cluster_m = CM and turn the cluster around: each CTA loads 1/CM of A's box and multicasts
+# it to the cluster, and loads its own B whole. A's L2 reads fall by CM; every SM still receives all of A.
+A_MC = {"m64": {"a_mc2": 2, "a_mc4": 4}, "m128": {"a_mc2": 2, "a_mc4": 4}}
+
+
+def a_multicast_edits(bm: int, bn: int, cm: int) -> list:
+    """Edits of render(params_for(w, cluster_m=2)) (no L2 hints, one tile row) that multicast A along N over clusters
+    of `cm` CTAs (the template's space stops at 2; the cluster size is a constant and the launch's cluster shape)."""
+    return [
+        (f"grid = [\"min(min(num_sms, 128) // 2 * 2, cdiv(cdiv(M, {bm}), 2) * 2 * cdiv(N, {bn}))\"",
+         f"grid = [\"min(min(num_sms, 128) // {cm} * {cm}, cdiv(M, {bm}) * cdiv(N, {bn}))\""),
+        ("cluster = [2, 1, 1]", f"cluster = [{cm}, 1, 1]"),
+        ("constexpr int CLUSTER_M = 2;", f"constexpr int CLUSTER_M = {cm};  // diagnose: a_mc"),
+        (f'[tmap.A_map]\ntensor = "A"\nbox = [64, {bm}]', f'[tmap.A_map]\ntensor = "A"\nbox = [64, {bm // cm}]'),
+        (f'[tmap.B_map]\ntensor = "B"\nbox = [64, {bn // 2}]', f'[tmap.B_map]\ntensor = "B"\nbox = [64, {bn}]'),
+        ("constexpr int B_SLICE = B_CHUNK / CLUSTER_M;",
+         "constexpr int A_SLICE = A_CHUNK / CLUSTER_M;  // diagnose: a_mc (the part of A each CTA loads and multicasts)\n"
+         "constexpr int B_SLICE = B_CHUNK / CLUSTER_M;"),
+        ("  const int cluster_rows = (tiles_m + CLUSTER_M - 1) / CLUSTER_M;\n  const int cluster_tiles = cluster_rows * tiles_n;\n",
+         "  const int cluster_rows = tiles_m;  // diagnose: a_mc (a cluster is CLUSTER_M N tiles of one tile row)\n"
+         "  const int cluster_tiles = cluster_rows * (tiles_n / CLUSTER_M);\n"),
+        ("        tile_coords(ct, cluster_rows, tiles_n, tm, tn);\n        const int m0 = (tm * CLUSTER_M + cta_rank) * BM;\n"
+         "        const int n0 = tn * BN;\n",
+         "        tile_coords(ct, cluster_rows, tiles_n / CLUSTER_M, tm, tn);  // diagnose: a_mc\n"
+         "        const int m0 = tm * BM;\n        const int n0 = (tn * CLUSTER_M + cta_rank) * BN;\n"),
+        ("      tile_coords(ct, cluster_rows, tiles_n, tm, tn);\n      const int m0 = (tm * CLUSTER_M + cta_rank) * BM;\n"
+         "      const int n0 = tn * BN;\n",
+         "      tile_coords(ct, cluster_rows, tiles_n / CLUSTER_M, tm, tn);  // diagnose: a_mc\n"
+         "      const int m0 = tm * BM;\n      const int n0 = (tn * CLUSTER_M + cta_rank) * BN;\n"),
+        ("            tma_load_2d(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0);\n"
+         "            if constexpr (CLUSTER_M > 1) {\n"
+         "              tma_load_2d_multicast(sB + kc * B_CHUNK + cta_rank * B_SLICE, &tmB, &full[stage], kx,\n"
+         "                                    n0 + cta_rank * (BN / CLUSTER_M), (1 << CLUSTER_M) - 1);\n"
+         "            } else {\n",
+         "            // diagnose: a_mc (A's 1/CLUSTER_M multicast to the cluster, B loaded alone)\n"
+         "            tma_load_2d_multicast(sA + kc * A_CHUNK + cta_rank * A_SLICE, &tmA, &full[stage], kx,\n"
+         "                                  m0 + cta_rank * (BM / CLUSTER_M), (1 << CLUSTER_M) - 1);\n"
+         "            {\n")]
+
+
+def a_multicast_source(key: str, name: str) -> str:
+    from ptxbench.workloads.solutions.gemm_template import params_for, render
+
+    p = params_for(WORKLOADS[key][0], cluster_m=2)
+    return edited(render(p), a_multicast_edits(p.bm, p.bn, A_MC[key][name]))
 
 
 def point_params(key: str, name: str):
@@ -82,6 +132,8 @@ def build() -> None:
         for name in POINTS[key]:
             with space_of(21):  # render() validates too
                 compile_cu(BUILD / f"{key}_pt_{name}.cu", render(point_params(key, name)))
+        for name in A_MC[key]:
+            compile_cu(BUILD / f"{key}_pt_{name}.cu", a_multicast_source(key, name))
 
 
 def roof_launchers(B, torch) -> dict:
@@ -93,6 +145,17 @@ def roof_launchers(B, torch) -> dict:
     one = torch.zeros(1, device="cuda")
     return {"torch_sum": lambda: torch.sum(B), "torch_gemv": lambda: torch.mv(B, x, out=y),
             "torch_copy": lambda: copy.copy_(B), "floor_add1": lambda: one.add_(1.0)}
+
+
+def kernel_names(fn) -> list[str]:
+    """The CUDA kernels one call of `fn` launches, by torch's profiler (which kernel cuBLAS picks for a shape)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sorted({e.key for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA})
 
 
 def run(iters: int, out: str | None, gap_ms: float, roof: bool = False, flush_mode: str = "write",
@@ -118,7 +181,7 @@ def run(iters: int, out: str | None, gap_ms: float, roof: bool = False, flush_mo
         expected = A.float() @ B.float().T
         checks = {}
         if points:  # each point must compute C before it is timed; a wrong one is reported and left out
-            for name in POINTS[key]:
+            for name in [*POINTS[key], *A_MC[key]]:
                 cu = BUILD / f"{key}_pt_{name}.cu"
                 r = Runner(f"{key}_pt_{name}", cu.read_text(), cu.with_suffix(".cubin").read_bytes(), num_sms)
                 fn = r.prepare({"A": A, "B": B, "C": C}, syms)
@@ -141,7 +204,10 @@ def run(iters: int, out: str | None, gap_ms: float, roof: bool = False, flush_mo
             med, q = statistics.median(ts), statistics.quantiles(ts, n=4)
             rows[name] = {"median_ms": med, "q1_ms": q[0], "q3_ms": q[2], "vs_ref_pct": 100 * (med / ref_ms - 1),
                           "b_tb_s": N * K * 2 / med / 1e9}
-        results["workloads"][wid] = {"ref_correct": correct, "points_correct": checks, "timing": rows}
+        library = kernel_names(fns["cublas"])
+        results["workloads"][wid] = {"ref_correct": correct, "points_correct": checks, "timing": rows,
+                                     "cublas_kernels": library}
+        print(f"\n{wid}: cuBLAS runs {library}")
         print(f"\n{wid}: ref correct {correct}; points correct {[n for n, c in checks.items() if c['ok']]}, wrong "
               f"{[n for n, c in checks.items() if not c['ok']]}\n| variant | median ms | IQR ms | vs ref | B's bytes / time |\n|---|---|---|---|---|")
         for name, t in rows.items():
