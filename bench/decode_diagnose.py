@@ -27,6 +27,7 @@ import json
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +52,8 @@ VARIANTS = {"ref": [], "no_a": NO_A, "no_b": NO_B, "no_mma": FEED_ONLY, "no_load
 POINTS = {
     "m64": {"s12": {"stages": 12}, "bk128": {"bk": 128, "stages": 6}, "bn56": {"bn": 56, "epilogue": "direct"},
             "bn56_s12": {"bn": 56, "stages": 12, "epilogue": "direct"}, "sk13": {"stages": 13, "tail": "streamk", "max_ctas": 0},
-            "bn128": {"bn": 128}},
+            "bn128": {"bn": 128}, "s4": {"stages": 4}, "s6": {"stages": 6}, "bn96": {"bn": 96, "epilogue": "direct"},
+            "bn80": {"bn": 80, "epilogue": "direct"}, "bn80_s11": {"bn": 80, "stages": 11, "epilogue": "direct"}},
     "m128": {"s9": {"stages": 9, "epilogue": "direct"}, "bn56": {"bn": 56, "epilogue": "direct"},
              "sk128": {"bn": 128, "stages": 7, "tail": "streamk", "max_ctas": 0, "epilogue": "direct"}},
 }
@@ -61,7 +63,10 @@ POINTS = {
 # the same A (655 KB) from L2 while B streams from DRAM, so L2 serves A's 73 MB beside B's 73 MB. These points render
 # params_for's kernel with cluster_m = CM and turn the cluster around: each CTA loads 1/CM of A's box and multicasts
 # it to the cluster, and loads its own B whole. A's L2 reads fall by CM; every SM still receives all of A.
-A_MC = {"m64": {"a_mc2": 2, "a_mc4": 4}, "m128": {"a_mc2": 2, "a_mc4": 4}}
+# name -> (cluster size, other changes of params_for's point); round 32b adds cuBLAS's 11-deep ring (its M = 64 kernel,
+# nvjet_sm90_tst_80x64_64x11_4x1, runs 11 stages in clusters of 4).
+A_MC = {"m64": {"a_mc2": (2, {}), "a_mc4": (4, {}), "a_mc2_s11": (2, {"stages": 11}), "a_mc4_s11": (4, {"stages": 11})},
+        "m128": {"a_mc2": (2, {}), "a_mc4": (4, {})}}
 
 
 def a_multicast_edits(bm: int, bn: int, cm: int) -> list:
@@ -102,8 +107,26 @@ def a_multicast_edits(bm: int, bn: int, cm: int) -> list:
 def a_multicast_source(key: str, name: str) -> str:
     from ptxbench.workloads.solutions.gemm_template import params_for, render
 
-    p = params_for(WORKLOADS[key][0], cluster_m=2)
-    return edited(render(p), a_multicast_edits(p.bm, p.bn, A_MC[key][name]))
+    cm, changes = A_MC[key][name]
+    p = params_for(WORKLOADS[key][0], cluster_m=2, **changes)
+    with decode_space():
+        return edited(render(p), a_multicast_edits(p.bm, p.bn, cm))
+
+
+@contextmanager
+def decode_space():
+    """The template's space as rounds 21-22 widened it (rings to 14, k-blocks to 256), plus 80-column tiles (round
+    32b: 90 CTAs over N = 7168, cuBLAS's width at M = 64; the direct epilogue stores the last, 48-column tile)."""
+    from gemm_sweep import space_of
+    from ptxbench.workloads.solutions import gemm_template as gt
+
+    saved = gt.PARAM_SPACE["bn"]
+    with space_of(21):
+        gt.PARAM_SPACE["bn"] = sorted(set(saved) | {80})
+        try:
+            yield
+        finally:
+            gt.PARAM_SPACE["bn"] = saved
 
 
 def point_params(key: str, name: str):
@@ -113,7 +136,7 @@ def point_params(key: str, name: str):
 
     wid, shape = WORKLOADS[key]
     p = params_for(wid, **POINTS[key][name])
-    with space_of(21):
+    with decode_space():
         bad = validate(p, shape)
     if bad:
         raise ValueError(f"{key}_{name}: {bad}")
@@ -130,7 +153,7 @@ def build() -> None:
         for name, edits in VARIANTS.items():
             compile_cu(BUILD / f"{key}_{name}.cu", edited(render(params_for(wid)), edits))
         for name in POINTS[key]:
-            with space_of(21):  # render() validates too
+            with decode_space():  # render() validates too
                 compile_cu(BUILD / f"{key}_pt_{name}.cu", render(point_params(key, name)))
         for name in A_MC[key]:
             compile_cu(BUILD / f"{key}_pt_{name}.cu", a_multicast_source(key, name))

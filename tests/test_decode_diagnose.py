@@ -65,20 +65,19 @@ def test_every_point_builds_for_its_workload():
     assert 12 not in gt.PARAM_SPACE["stages"]  # the wider space is put back
 
 
-@pytest.mark.parametrize("key", sorted(dd.A_MC))
-@pytest.mark.parametrize("name", ["a_mc2", "a_mc4"])
+@pytest.mark.parametrize("key, name", [(k, n) for k in sorted(dd.A_MC) for n in dd.A_MC[k]])
 def test_a_multicast_points_share_a_and_load_b_whole(key, name):
     """The a_mc points turn the template's cluster around: the launch's cluster and the kernel's CLUSTER_M are the
     point's size, A's box is 1/cm of the tile's rows (each CTA multicasts its slice to the cluster), B's box is the
     whole tile loaded by its own CTA, and the grid covers every tile (one tile row) in whole clusters."""
-    cm = dd.A_MC[key][name]
-    p = params_for(dd.WORKLOADS[key][0])
+    cm, changes = dd.A_MC[key][name]
+    p = params_for(dd.WORKLOADS[key][0], **changes)
     text = dd.a_multicast_source(key, name)
     assert f"cluster = [{cm}, 1, 1]" in text and f"constexpr int CLUSTER_M = {cm};" in text
     assert f'tensor = "A"\nbox = [64, {p.bm // cm}]' in text and f'tensor = "B"\nbox = [64, {p.bn}]' in text
     assert f"min(min(num_sms, 128) // {cm} * {cm}, cdiv(M, {p.bm}) * cdiv(N, {p.bn}))" in text
     assert "tma_load_2d_multicast(sA + kc * A_CHUNK + cta_rank * A_SLICE" in text
-    assert B_LOAD in text and A_LOAD not in text
+    assert B_LOAD in text and A_LOAD not in text and f"constexpr int STAGES = {p.stages};" in text
     assert text.count("tile_coords(ct, cluster_rows, tiles_n / CLUSTER_M, tm, tn);") == 2
     # the grid's CTAs are whole clusters and each takes one tile of the single tile row (N = 7168)
     assert (7168 // p.bn) % cm == 0 and min(128, 7168 // p.bn) % cm == 0
