@@ -226,6 +226,42 @@ def test_the_decode_figures_are_the_recorded_ones():
     assert f"{min(losses):.0f}-{max(losses):.0f}%" == "17-49%" and "split over every SM cost 17-49%" in bullet
 
 
+def test_the_clean_l2_decode_figures_are_the_recorded_ones():
+    """The decode bullet's clean-L2 sentences, from gemm_sweep.md rounds 31-32b's raw records (`decode_diagnose.py run
+    --points --flush read`: every point checked against torch, then timed against params_for's kernel): each figure
+    is the range over the rounds that timed that point, rounded as the bullet writes it."""
+    import json
+
+    raw = Path(__file__).resolve().parents[2] / "bench" / "results" / "gemm_sweep"
+    runs = [json.loads((raw / d / f).read_text())["workloads"] for d, f in (
+        ("r31_decode_points_2026-12-04", "points_read.json"), ("r32_decode_amc_2026-12-04", "r32_read.json"),
+        ("r32b_decode_cublas_shape_2026-12-04", "r32b_read.json"))]
+    bullet = " ".join(next(b for b in SECTION.split("\n- ") if b.startswith("Decode GEMMs")).split())
+    m64, m128 = "gemm_bf16_m64_n7168_k5120", "gemm_bf16_m128_n7168_k5120"
+
+    def pct(wid, names):  # every reading of these points on this workload, % against params_for's kernel
+        return [r[wid]["timing"][n]["vs_ref_pct"] for r in runs for n in names if n in r[wid]["timing"]]
+
+    def span(values):
+        lo, hi = round(min(values)), round(max(values))
+        return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+    for r in runs:  # every point timed was a correct kernel
+        assert all(c["ok"] for w in r.values() for c in w["points_correct"].values())
+    refs = [r[w]["timing"]["ref"]["median_ms"] for r in runs for w in (m64, m128)]
+    assert f"{min(refs):.3f}-{max(refs):.3f} ms" == "0.023-0.024 ms" and "(0.023-0.024 ms)" in bullet
+    others = [v for w in (m64, m128) for v in pct(w, [n for r in runs for n in r[w]["timing"] if n.startswith("pt_")])]
+    assert min(others) > 0  # no point beat params_for's
+    assert f"6: +{span(pct(m64, ['pt_s6']))}%, 4: +{span(pct(m64, ['pt_s4']))}%, 12: +{span(pct(m64, ['pt_s12']))}%" \
+        == "6: +5%, 4: +20%, 12: +2%" and "8 stages are the fastest (6: +5%, 4: +20%, 12: +2%)" in bullet
+    tiles = pct(m64, ["pt_bn56", "pt_bn80", "pt_bn96", "pt_bn128"])
+    assert span(tiles) == "2-4" and "(56-128 columns +2-4%)" in bullet
+    assert span([-v for v in pct(m64, ["no_a"])]) == "2" and span([-v for v in pct(m128, ["no_a"])]) == "4-5"
+    assert "2% of the time at M = 64, 4-5% at 128" in bullet
+    mc = pct(m64, ["pt_a_mc2", "pt_a_mc4", "pt_a_mc2_s11", "pt_a_mc4_s11"]) + pct(m128, ["pt_a_mc2", "pt_a_mc4"])
+    assert span(mc) == "4-8" and "clusters of 2-4 N tiles cost 4-8%" in bullet
+
+
 def test_the_clock_figures_are_the_traced_ones():
     """The GEMM's cycles and clock, from gemm_sweep.md rounds 27-28's traced launches (trace_clk: %clock64 and
     %globaltimer after each tile): 1.17 M cycles on any values, 98% of 2,048 MACs a cycle on 128 SMs, 1,600-1,640 MHz
