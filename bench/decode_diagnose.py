@@ -18,7 +18,9 @@ bench/results/gemm_sweep.md.
     source bench/gpu_env.sh && python3 bench/decode_diagnose.py run --json $OUT/decode.json   # GPU (carry the folder)
 
 `--flush read` makes L2 cold by reading a buffer twice its size instead of zeroing it: the same cold L2 with clean
-lines, so a timed call does not pay the write-back of the flush's dirty lines (round 30).
+lines, so a timed call does not pay the write-back of the flush's dirty lines (round 30). `--points` also times other
+template points (POINTS) and A multicast over clusters of N tiles (A_MC), each checked against torch first, and names
+the kernel cuBLAS picks for each shape (rounds 31-32b).
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "bench" / "build_decode_diag"
 sys.path.insert(0, str(ROOT / "bench"))
 
-from gemm_diag_variants import FEED_ONLY, NO_TMA, edited  # noqa: E402  (the main GEMM's edits fit this render too)
+from gemm_diag_variants import A_MC_WALK, FEED_ONLY, NO_TMA, edited  # noqa: E402  (the main GEMM's edits fit this render too)
 
 WORKLOADS = {"m64": ("gemm_bf16_m64_n7168_k5120", (64, 7168, 5120)),
              "m128": ("gemm_bf16_m128_n7168_k5120", (128, 7168, 5120))}
@@ -79,20 +81,7 @@ def a_multicast_edits(bm: int, bn: int, cm: int) -> list:
         ("constexpr int CLUSTER_M = 2;", f"constexpr int CLUSTER_M = {cm};  // diagnose: a_mc"),
         (f'[tmap.A_map]\ntensor = "A"\nbox = [64, {bm}]', f'[tmap.A_map]\ntensor = "A"\nbox = [64, {bm // cm}]'),
         (f'[tmap.B_map]\ntensor = "B"\nbox = [64, {bn // 2}]', f'[tmap.B_map]\ntensor = "B"\nbox = [64, {bn}]'),
-        ("constexpr int B_SLICE = B_CHUNK / CLUSTER_M;",
-         "constexpr int A_SLICE = A_CHUNK / CLUSTER_M;  // diagnose: a_mc (the part of A each CTA loads and multicasts)\n"
-         "constexpr int B_SLICE = B_CHUNK / CLUSTER_M;"),
-        ("  const int cluster_rows = (tiles_m + CLUSTER_M - 1) / CLUSTER_M;\n  const int cluster_tiles = cluster_rows * tiles_n;\n",
-         "  const int cluster_rows = tiles_m;  // diagnose: a_mc (a cluster is CLUSTER_M N tiles of one tile row)\n"
-         "  const int cluster_tiles = cluster_rows * (tiles_n / CLUSTER_M);\n"),
-        ("        tile_coords(ct, cluster_rows, tiles_n, tm, tn);\n        const int m0 = (tm * CLUSTER_M + cta_rank) * BM;\n"
-         "        const int n0 = tn * BN;\n",
-         "        tile_coords(ct, cluster_rows, tiles_n / CLUSTER_M, tm, tn);  // diagnose: a_mc\n"
-         "        const int m0 = tm * BM;\n        const int n0 = (tn * CLUSTER_M + cta_rank) * BN;\n"),
-        ("      tile_coords(ct, cluster_rows, tiles_n, tm, tn);\n      const int m0 = (tm * CLUSTER_M + cta_rank) * BM;\n"
-         "      const int n0 = tn * BN;\n",
-         "      tile_coords(ct, cluster_rows, tiles_n / CLUSTER_M, tm, tn);  // diagnose: a_mc\n"
-         "      const int m0 = tm * BM;\n      const int n0 = (tn * CLUSTER_M + cta_rank) * BN;\n"),
+        *A_MC_WALK,
         ("            tma_load_2d(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0);\n"
          "            if constexpr (CLUSTER_M > 1) {\n"
          "              tma_load_2d_multicast(sB + kc * B_CHUNK + cta_rank * B_SLICE, &tmB, &full[stage], kx,\n"

@@ -312,14 +312,14 @@ RS_A = [("using namespace ptxbench;\n", "using namespace ptxbench;\n\n" + _rs_wg
 # at about the same time. The template's cluster_m = 2 pairs two M tiles and multicasts B (c2, its control here);
 # a_mc pairs two N tiles of one tile row instead: each CTA loads half of A's box and multicasts it to both, and loads
 # its own B. A's L2 reads halve; every SM still receives the whole A into its shared memory.
-A_MC = [
-    ('[tmap.A_map]\ntensor = "A"\nbox = [64, 128]', '[tmap.A_map]\ntensor = "A"\nbox = [64, 64]'),
-    ('[tmap.B_map]\ntensor = "B"\nbox = [64, 128]', '[tmap.B_map]\ntensor = "B"\nbox = [64, 256]'),
+# The cluster turned around (shared with bench/decode_diagnose.py's a_mc points): A's slice per CTA, and the walk over
+# clusters of CLUSTER_M N tiles of one tile row, in the producer and in the consumers.
+A_MC_WALK = [
     ("constexpr int B_SLICE = B_CHUNK / CLUSTER_M;",
      "constexpr int A_SLICE = A_CHUNK / CLUSTER_M;  // diagnose: a_mc (the part of A each CTA loads and multicasts)\n"
      "constexpr int B_SLICE = B_CHUNK / CLUSTER_M;"),
     ("  const int cluster_rows = (tiles_m + CLUSTER_M - 1) / CLUSTER_M;\n  const int cluster_tiles = cluster_rows * tiles_n;\n",
-     "  const int cluster_rows = tiles_m;  // diagnose: a_mc (a cluster is two N tiles of one tile row)\n"
+     "  const int cluster_rows = tiles_m;  // diagnose: a_mc (a cluster is CLUSTER_M N tiles of one tile row)\n"
      "  const int cluster_tiles = cluster_rows * (tiles_n / CLUSTER_M);\n"),
     ("        tile_coords(ct, cluster_rows, tiles_n, tm, tn);\n        const int m0 = (tm * CLUSTER_M + cta_rank) * BM;\n"
      "        const int n0 = tn * BN;\n",
@@ -328,7 +328,11 @@ A_MC = [
     ("      tile_coords(ct, cluster_rows, tiles_n, tm, tn);\n      const int m0 = (tm * CLUSTER_M + cta_rank) * BM;\n"
      "      const int n0 = tn * BN;\n",
      "      tile_coords(ct, cluster_rows, tiles_n / CLUSTER_M, tm, tn);  // diagnose: a_mc\n"
-     "      const int m0 = tm * BM;\n      const int n0 = (tn * CLUSTER_M + cta_rank) * BN;\n"),
+     "      const int m0 = tm * BM;\n      const int n0 = (tn * CLUSTER_M + cta_rank) * BN;\n")]
+A_MC = [
+    ('[tmap.A_map]\ntensor = "A"\nbox = [64, 128]', '[tmap.A_map]\ntensor = "A"\nbox = [64, 64]'),
+    ('[tmap.B_map]\ntensor = "B"\nbox = [64, 128]', '[tmap.B_map]\ntensor = "B"\nbox = [64, 256]'),
+    *A_MC_WALK,
     ("            tma_load_2d_hint(sA + kc * A_CHUNK, &tmA, &full[stage], kx, m0, keep);\n"
      "            if constexpr (CLUSTER_M > 1) {\n"
      "              tma_load_2d_multicast(sB + kc * B_CHUNK + cta_rank * B_SLICE, &tmB, &full[stage], kx,\n"
