@@ -123,7 +123,9 @@ def run(out: str, trials: int, calls: int) -> None:
                     o = bufs.tensors["O"].data.view(wl.shape("O"))
                     errs[name] = float((o.float() - ref.float()).abs().max())
                     regs[name] = {n: (kr.registers, kr.spill_stores) for n, kr in comp.kernels.items()}
-                    fns[name] = (lambda c=cand, bd=binding: c.launch(bd))
+                    # each call zeroes the plan's zeroed scratch first, as the evaluator's timed call does: the
+                    # persistent walk's tile counter starts every launch at 0 (else later launches skip their tiles)
+                    fns[name] = (lambda c=cand, bd=binding, b=bufs: (b.zero_scratch_(), c.launch(bd)))
                     cands.append((cand, bufs))
                 library_out = torch.empty_like(ref)
 
