@@ -85,17 +85,6 @@ def plan_of(rounds: int, names: list[str]) -> list[str]:
     return [f"{name}/{data}" for _ in range(rounds) for data in INPUTS for name in names]
 
 
-def launched(fn) -> list[str]:
-    """The kernels one call of `fn` launches, in order, by torch's profiler (cuDNN's SDPA may add helpers of its own)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-
-
 def launch(rounds: int, plan_path: str) -> None:
     import torch
     import torch.nn.functional as F
@@ -148,7 +137,6 @@ def launch(rounds: int, plan_path: str) -> None:
         for tag, inputs in data.items():
             q, k, v = (inputs[n] for n in "QKV")
             calls[f"{LIBRARY}/{tag}"] = (lambda: None, lambda q=q, k=k, v=v: library(q, k, v))
-        lib_kernels = launched(calls[f"{LIBRARY}/randn"][1])
         names.append(LIBRARY)
         for prepare, call in calls.values():  # two warm calls of each, outside the ranges
             for _ in range(2):
@@ -167,8 +155,8 @@ def launch(rounds: int, plan_path: str) -> None:
             call()
             torch.cuda.nvtx.range_pop()
             torch.cuda.synchronize()
-    Path(plan_path).write_text(json.dumps({"plan": plan, "checks": checks, "library_kernels": lib_kernels,
-                                           "device": torch.cuda.get_device_name(0)}, indent=1))
+    Path(plan_path).write_text(json.dumps({"plan": plan, "checks": checks, "device": torch.cuda.get_device_name(0)},
+                                          indent=1))
 
 
 def table(clocks: dict[str, list[dict]]) -> tuple[list[str], dict]:
@@ -189,16 +177,20 @@ def table(clocks: dict[str, list[dict]]) -> tuple[list[str], dict]:
     return lines, split
 
 
-def clocks_of(raw_csv: str, plan: list[str], per_library_call: int) -> dict[str, list[dict]]:
+def clocks_of(raw_csv: str, plan: list[str]) -> dict[str, list[dict]]:
     """ncu's raw page of the `clk` launches -> plan entry -> one dict per launch (kernel, ms, elapsed cycles of the
     busiest GPC, clock = cycles over duration, the mean SM's active cycles). A point's call is one kernel; the library's
-    is `per_library_call` kernels, of which its longest is read. The count must match the plan."""
+    may be a few (cuDNN's SDPA can add helpers; torch's profiler cannot count them under ncu, which holds the counters),
+    as many in every call: the page's count must split that way, and the longest kernel of each call is read."""
     from ptxbench.tools.profile.ncu_csv import parse_raw
 
     kernels = parse_raw(raw_csv)
-    want = sum(per_library_call if e.startswith(f"{LIBRARY}/") else 1 for e in plan)
-    if len(kernels) != want:
-        raise ValueError(f"{len(kernels)} profiled kernels, the plan launches {want}")
+    n_lib = sum(e.startswith(f"{LIBRARY}/") for e in plan)
+    extra = len(kernels) - (len(plan) - n_lib)
+    if n_lib == 0 or extra < n_lib or extra % n_lib:
+        raise ValueError(f"{len(kernels)} profiled kernels do not split into the plan's {len(plan) - n_lib} point calls "
+                         f"and {n_lib} library calls of the same kernel count")
+    per_library_call = extra // n_lib
     out: dict[str, list[dict]] = {}
     it = iter(kernels)
     for entry in plan:
@@ -214,7 +206,7 @@ def clocks_of(raw_csv: str, plan: list[str], per_library_call: int) -> dict[str,
 
 def read(csv_path: str, plan_path: str, out: str | None) -> None:
     meta = json.loads(Path(plan_path).read_text())
-    clocks = clocks_of(Path(csv_path).read_text(), meta["plan"], len(meta["library_kernels"]))
+    clocks = clocks_of(Path(csv_path).read_text(), meta["plan"])
     lines, split = table(clocks)
     print("\n".join(lines))
     if out:
