@@ -262,6 +262,25 @@ def test_the_clean_l2_decode_figures_are_the_recorded_ones():
     assert span(mc) == "4-8" and "clusters of 2-4 N tiles cost 4-8%" in bullet
 
 
+def test_the_attention_clock_figures_are_the_recorded_ones():
+    """The power-limit bullet's attention sentences, from attention_template.md round 28's record (Nsight Compute,
+    clocks free): the reference's clock on randn and zeros, and each tuner move's time change as a share of its cycle
+    change on randn (the moves that changed cycles by more than 1%)."""
+    import json
+
+    raw = Path(__file__).resolve().parents[2] / "bench" / "results" / "attention_template"
+    split = json.loads((raw / "r28_energy_2026-12-04" / "attn.json").read_text())["split"]
+    bullet = " ".join(next(b for b in SECTION.split("\n- ") if b.startswith("A tensor-bound kernel")).split())
+    mhz = {data: f"{split[f'ref/{data}']['mhz']:,.0f}" for data in ("randn", "zeros")}
+    assert f"{mhz['randn']} MHz on randn, {mhz['zeros']} on zeros" == "1,683 MHz on randn, 1,815 on zeros"
+    assert "The D = 128 attention forward too: 1,683 MHz on randn, 1,815 on zeros." in bullet
+    shares = [(v["vs_ref"]["ms"] - 1) / (v["vs_ref"]["cycles"] - 1) for e, v in split.items()
+              if e.endswith("/randn") and e.startswith("no_") and abs(v["vs_ref"]["cycles"] - 1) > 0.01]
+    assert len(shares) == 6 and all(v["vs_ref"]["mhz"] > 1 for e, v in split.items()
+                                    if e.endswith("/randn") and e.startswith("no_") and v["vs_ref"]["cycles"] > 1.01)
+    assert f"{100 * min(shares):.0f}-{100 * max(shares):.0f}%" == "62-86%" and "it keeps 62-86%" in bullet
+
+
 def test_the_clock_figures_are_the_traced_ones():
     """The GEMM's cycles and clock, from gemm_sweep.md rounds 27-28's traced launches (trace_clk: %clock64 and
     %globaltimer after each tile): 1.17 M cycles on any values, 98% of 2,048 MACs a cycle on 128 SMs, 1,600-1,640 MHz

@@ -197,6 +197,9 @@ TUNER_LEVERS: dict[str, tuple[str, Any]] = {
     "early_pack": ("early_pack", True), "split_rows": ("split_rows", True), "split_max": ("split_max", True),
     "q_regs": ("q_regs", True), "stagger": ("stagger", True),
 }
+# No TUNER_ENERGY (builtin/tuner's energy rule): under Nsight Compute on randn, each move taken back from the D = 128
+# reference moved the SM clock only with its cycles (0.15-0.36 of them, the same sign), none at the same cycles
+# (bench/results/attention_template.md round 28, bench/attention_energy.py).
 # Regions of the rendered file the profile's hot lines are matched to (substrings of the source lines).
 TUNER_LINES: dict[str, tuple[str, ...]] = {
     "stage_wait": ("mbar_wait(&w.fullK", "mbar_wait(&w.fullV", "mbar_wait(&fullK", "mbar_wait(&fullV"),
