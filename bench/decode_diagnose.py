@@ -55,9 +55,11 @@ POINTS = {
     "m64": {"s12": {"stages": 12}, "bk128": {"bk": 128, "stages": 6}, "bn56": {"bn": 56, "epilogue": "direct"},
             "bn56_s12": {"bn": 56, "stages": 12, "epilogue": "direct"}, "sk13": {"stages": 13, "tail": "streamk", "max_ctas": 0},
             "bn128": {"bn": 128}, "s4": {"stages": 4}, "s6": {"stages": 6}, "bn96": {"bn": 96, "epilogue": "direct"},
-            "bn80": {"bn": 80, "epilogue": "direct"}, "bn80_s11": {"bn": 80, "stages": 11, "epilogue": "direct"}},
+            "bn80": {"bn": 80, "epilogue": "direct"}, "bn80_s11": {"bn": 80, "stages": 11, "epilogue": "direct"},
+            "hints": {"l2_hints": True}},
     "m128": {"s9": {"stages": 9, "epilogue": "direct"}, "bn56": {"bn": 56, "epilogue": "direct"},
-             "sk128": {"bn": 128, "stages": 7, "tail": "streamk", "max_ctas": 0, "epilogue": "direct"}},
+             "sk128": {"bn": 128, "stages": 7, "tail": "streamk", "max_ctas": 0, "epilogue": "direct"},
+             "hints": {"l2_hints": True}},
 }
 
 
