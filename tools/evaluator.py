@@ -13,7 +13,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field, field_validator
 
-from .results import EvalResult, L2FlushMode
+from .results import DEFAULT_L2_FLUSH, EvalResult, L2FlushMode
 
 
 # What Nsight Compute takes of a candidate, cheapest first: nothing; `verdict`: one ncu run with the counters
@@ -56,10 +56,10 @@ class EvalOptions(BaseModel):
     warmup: int | None = Field(None, description="timing warm-up calls; None = 10")
     iters: int | None = Field(None, description="timed iterations per timing trial; None = 50")
     timing_trials: int | None = Field(None, description="timing trials; None = 3")
-    l2_flush: L2FlushMode = Field("write", description="how each timed and checked call finds L2 cold: a "
-                                               "buffer twice its size written (the usual practice; the call pays the "
-                                               "write-back of its dirty lines, 19-26% of a decode GEMM's time on the "
-                                               "H200) or read (clean lines)")
+    l2_flush: L2FlushMode = Field(DEFAULT_L2_FLUSH, description="how each timed and checked call finds L2 cold: a "
+                                  "buffer twice its size read (clean lines, the default) or written (the field's usual "
+                                  "practice: the call pays the write-back of its dirty lines, 19-26% of a decode GEMM's "
+                                  "time on the H200, less for a kernel whose cache hints spare them)")
     turn: int | None = Field(None, description="the caller's turn (0: a start kernel), named in messages only (a "
                              "remembered TIMEOUT says when the binary hung); never part of a cache key")
     turns_left: int | None = Field(None, description="the trajectory's turns after this one: a queue priority only "

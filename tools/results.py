@@ -123,6 +123,13 @@ class TrialStats(BaseModel):
 # How each call finds L2 cold (tools/gpu/timing.L2Flush): its flush buffer written (dirty lines) or read (clean lines).
 L2FlushMode = Literal["write", "read"]
 L2_FLUSH_MODES: tuple[str, ...] = get_args(L2FlushMode)
+# A new evaluation's flush: read. After a written flush a memory-bound call pays the write-back of the flush's dirty
+# lines (19-26% of a decode GEMM's time on the H200), and how much of it depends on the kernel's own cache hints: B's
+# loads marked evict_first took 11-12% off the decode GEMMs that way and nothing from clean lines
+# (bench/results/gemm_sweep.md rounds 30 and 33), a score a hint could move without less work.
+DEFAULT_L2_FLUSH: L2FlushMode = "read"
+# What a record, or a run's config, written before the mode existed (2026-12-04) was measured under.
+LEGACY_L2_FLUSH: L2FlushMode = "write"
 
 
 class TimingStat(BaseModel):
@@ -150,8 +157,9 @@ class Timing(BaseModel):
     recheck_speedup: float | None = Field(None, description="speedup measured again under a changed schedule, when the "
                                                             "first one was physically implausible")
     recheck_speedup_ci: tuple[float, float] | None = None
-    l2_flush: L2FlushMode = Field("write", description="how each call found L2 cold: its flush buffer written (dirty lines) or "
-                                               "read (clean lines): EvalOptions.l2_flush")
+    l2_flush: L2FlushMode = Field(LEGACY_L2_FLUSH, description="how each call found L2 cold: its flush buffer written "
+                                  "(dirty lines) or read (clean lines): EvalOptions.l2_flush; absent in records written "
+                                  "before the mode existed, which were all written")
 
 
 TargetVerdict = Literal["executed", "present_not_executed", "absent", "unknown"]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from ptxbench.tools.evaluator import EvalOptions
+from ptxbench.tools.results import LEGACY_L2_FLUSH
 
 from ..records.events import EvalEvent, TurnEnd
 from ..records.manifest import build_manifest
@@ -23,7 +24,7 @@ def _options(record: TrajectoryRecord, no_gpu: bool) -> EvalOptions:
     config = start.config if start else {}
     return EvalOptions(arch=start.arch if start else DEFAULT_ARCH, trials=config.get("trials"), no_gpu=no_gpu,
                        profile="full" if config.get("profile") in (True, "full") else "none", seed=config.get("seed"),
-                       l2_flush=config.get("l2_flush", "write"))
+                       l2_flush=config.get("l2_flush", LEGACY_L2_FLUSH))
 
 
 def _copy_trajectory(record: TrajectoryRecord, folder: Path, evaluator, no_gpu: bool, cache: dict) -> None:

@@ -31,6 +31,7 @@ from ..loop.optimize import make_model, open_checkpointer, run_trajectory
 from ..records.rundir import (TrajectoryWriter, read_manifest, trajectory_folders, write_evaluator_start, write_gpu_timeline,
                               write_manifest)
 from ..loop.state import OptimizeConfig
+from ptxbench.tools.results import DEFAULT_L2_FLUSH, LEGACY_L2_FLUSH
 
 
 class TrajectoryReport(BaseModel):
@@ -61,6 +62,13 @@ class BenchOutcome(BaseModel):
 RUNTIME_FIELDS = ("backend", "ray_address", "gpus", "parallel", "provider_limits", "api_base", "infra_retries")
 
 
+def with_flush(config: BenchConfig, mode: str) -> BenchConfig:
+    """`config` with its trajectories' L2 flush mode set to `mode` where its `optimize` table leaves it out."""
+    if "l2_flush" in config.optimize:
+        return config
+    return config.model_copy(update={"optimize": {**config.optimize, "l2_flush": mode}})
+
+
 def open_run(config: BenchConfig | None, run_dir: Path, resume: bool, overrides: dict | None = None) -> BenchConfig:
     """The matrix to run: a new run's, or the recorded one when resuming
     (where only the runtime knobs of RUNTIME_FIELDS may change, through `overrides`)."""
@@ -69,9 +77,12 @@ def open_run(config: BenchConfig | None, run_dir: Path, resume: bool, overrides:
         if manifest.get("command") != "bench":
             raise BenchError(f"{run_dir} is not a bench run to resume (no bench manifest.json)")
         recorded = BenchConfig.model_validate(manifest["config"])
+        # a run recorded before the flush mode existed was timed under the written flush: it goes on as it started
+        recorded = with_flush(recorded, LEGACY_L2_FLUSH)
         return recorded.model_copy(update={k: v for k, v in (overrides or {}).items() if k in RUNTIME_FIELDS and v is not None})
     if config is None:
         raise BenchError("give a bench config, or resume=True")
+    config = with_flush(config, DEFAULT_L2_FLUSH)  # recorded in the manifest, whatever a later default becomes
     if manifest or trajectory_folders(run_dir):
         raise BenchError(f"{run_dir} already holds a run: pass --resume to continue it, or choose another --run-dir")
     try:

@@ -7,6 +7,7 @@ could not (no GPU, a missing package), with a message that says what is missing,
 """
 from __future__ import annotations
 
+from ptxbench.tools.results import DEFAULT_L2_FLUSH
 from ptxbench.workloads.arch import DEFAULT_ARCH
 import json
 from pathlib import Path
@@ -78,9 +79,9 @@ def eval_cmd(
     timeout: float = typer.Option(60.0, "--timeout", help="Watchdog limit in seconds for the kernel's GPU work."),
     arch: str = typer.Option(DEFAULT_ARCH, "--arch"),
     profile: bool = typer.Option(False, "--profile", help="Also take an Nsight Compute profile (where supported)."),
-    l2_flush: str = typer.Option("write", "--l2-flush", help="How each timed call finds L2 cold: write (a buffer twice "
-                                 "its size written, the usual practice: the call pays its dirty lines' write-back) or "
-                                 "read (the same cold L2, clean lines)."),
+    l2_flush: str = typer.Option(DEFAULT_L2_FLUSH, "--l2-flush", help="How each timed call finds L2 cold: read (a "
+                                 "buffer twice its size read: clean lines) or write (written, the field's usual "
+                                 "practice: the call pays the dirty lines' write-back, docs/timing-integrity.md)."),
     sanitize: list[str] = typer.Option([], "--sanitize", help="compute-sanitizer tools: memcheck, racecheck, ..."),
     as_json: bool = typer.Option(False, "--json", help="Print the EvalResult as JSON."),
 ) -> None:

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+from ptxbench.tools.results import DEFAULT_L2_FLUSH
 from ptxbench.workloads.arch import DEFAULT_ARCH
 from enum import Enum
 from pathlib import Path
@@ -151,9 +152,9 @@ def optimize(
     profile: str = typer.Option("auto", "--profile", help="Nsight Compute policy: auto (the target verdict on every pass, "
                                 "the full per-line profile on the first pass and each new best), full (every "
                                 "submission), verdict (never unasked)"),
-    l2_flush: str = typer.Option("write", "--l2-flush", help="how each timed call finds L2 cold: write (a buffer twice "
-                                 "its size written, the usual practice: the call pays its dirty lines' write-back) or "
-                                 "read (the same cold L2, clean lines)"),
+    l2_flush: str = typer.Option(DEFAULT_L2_FLUSH, "--l2-flush", help="how each timed call finds L2 cold: read (a "
+                                 "buffer twice its size read: clean lines) or write (written, the field's usual "
+                                 "practice: the call pays the dirty lines' write-back, docs/timing-integrity.md)"),
     quiet: bool = typer.Option(False, help="no live view"),
     restart_trajectory: bool = typer.Option(False, "--restart-trajectory", help="with --resume: when the checkpoints "
                                             "cannot continue the trajectory, set it aside (abandoned/) and start over"),

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ptxbench.tools.evaluator import EvalOptions, Evaluator
+from ptxbench.tools.results import LEGACY_L2_FLUSH
 from ptxbench.workloads.registry import get_workload
 
 from ..bench.retry import FORKED, fork_before_infra_stop
@@ -178,7 +179,9 @@ def add_to_manifest(run_path: Path, config: OptimizeConfig) -> tuple[OptimizeCon
 def config_to_resume(manifest: dict) -> tuple[OptimizeConfig, str]:
     """The newest trajectory of an optimize run folder and its config."""
     tid = manifest["trajectories"][-1]
-    return OptimizeConfig.model_validate((manifest.get("configs") or {}).get(tid) or manifest["config"]), tid
+    saved = (manifest.get("configs") or {}).get(tid) or manifest["config"]
+    # a run saved before the flush mode existed was timed under the written flush: it goes on as it started
+    return OptimizeConfig.model_validate({"l2_flush": LEGACY_L2_FLUSH, **saved}), tid
 
 
 def default_evaluator(config: OptimizeConfig) -> Evaluator:

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import BaseModel, Field, field_validator
 
-from ptxbench.tools.results import EvalResult, L2FlushMode
+from ptxbench.tools.results import DEFAULT_L2_FLUSH, EvalResult, L2FlushMode
 
 from .profile_policy import ProfilePolicy
 
@@ -57,7 +57,8 @@ class OptimizeConfig(BaseModel):
                                    "target verdict on every pass, the full per-line profile on the first pass and each "
                                    "new best; full = the full profile on every submission; verdict = never unasked")
     seed: int | None = None
-    l2_flush: L2FlushMode = Field("write", description="how each timed call finds L2 cold (EvalOptions.l2_flush)")
+    l2_flush: L2FlushMode = Field(DEFAULT_L2_FLUSH, description="how each timed call finds L2 cold (EvalOptions.l2_flush); "
+                                  "a config saved before the mode existed resumes with its legacy write")
     index: int = Field(0, description="trajectory number within its (model, workload, prompt) cell")
     start_from: str | None = Field(None, description="a solution file evaluated as turn 0 and shown in the first prompt")
     repair_task: str | None = Field(None, description="the repair-suite task this trajectory runs (bench --track repair)")

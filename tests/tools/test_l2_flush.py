@@ -1,7 +1,8 @@
-"""The L2 flush each timed call starts from (tools/gpu/timing.L2Flush): written, as the field usually does it, or read,
-which leaves the same cold L2 with clean lines. The mode travels from the command line and the trajectory's config
-through EvalOptions to the GPU worker's job, and comes back in the timing record. The GPU test at the end measures
-what the mode changes."""
+"""The L2 flush each timed call starts from (tools/gpu/timing.L2Flush): read (the default: a cold L2 with clean lines) or
+written, as the field usually does it. The mode travels from the command line and the trajectory's config through
+EvalOptions to the GPU worker's job, and comes back in the timing record; records and runs from before the mode
+existed keep the written flush they were measured under. The GPU tests at the end measure what the mode changes, and
+that under the default a kernel's cache hints no longer decide how much of the flush's write-back it pays."""
 from __future__ import annotations
 
 import pytest
@@ -12,15 +13,54 @@ from ptxbench.tools.evaluate import gpu_job
 from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.gpu.messages import GpuJob
 from ptxbench.tools.gpu.timing import L2_FLUSH_MODES, L2Flush
-from ptxbench.tools.results import Timing
+from ptxbench.tools.results import DEFAULT_L2_FLUSH, LEGACY_L2_FLUSH, Timing
 
 
-def test_the_default_is_the_written_flush_everywhere():
-    assert L2_FLUSH_MODES == ("write", "read")
-    assert EvalOptions().l2_flush == GpuJob(workload="w").l2_flush == OptimizeConfig(workload="w").l2_flush == "write"
-    assert L2Flush(1 << 20).mode == "write"
+def test_a_new_evaluation_reads_and_an_old_record_was_written():
+    assert L2_FLUSH_MODES == ("write", "read") and (DEFAULT_L2_FLUSH, LEGACY_L2_FLUSH) == ("read", "write")
+    assert EvalOptions().l2_flush == GpuJob(workload="w").l2_flush == OptimizeConfig(workload="w").l2_flush == "read"
+    assert L2Flush(1 << 20).mode == "read"
     assert Timing.model_validate({"candidate": {"median_ms": 1.0, "ci_low_ms": 1.0, "ci_high_ms": 1.0, "n": 1}}
                                  ).l2_flush == "write"  # records written before the option read as they were measured
+
+
+def test_both_commands_default_to_the_read_flush():
+    import inspect
+
+    from ptxbench.agent.cli.cmd_eval import eval_cmd
+    from ptxbench.agent.cli.cmd_optimize import optimize
+
+    for command in (eval_cmd, optimize):
+        assert inspect.signature(command).parameters["l2_flush"].default.default == "read", command
+
+
+def test_a_run_saved_before_the_mode_resumes_under_the_written_flush():
+    """An optimize run's manifest without the mode goes on under the flush its first turns were timed with; one that
+    names it keeps it."""
+    from ptxbench.agent.loop.optimize import config_to_resume
+
+    saved = {"workload": "gemm_bf16_m64_n7168_k5120", "model": "builtin/tuner"}
+    assert config_to_resume({"trajectories": ["t"], "config": saved})[0].l2_flush == "write"
+    assert config_to_resume({"trajectories": ["t"], "config": {**saved, "l2_flush": "read"}})[0].l2_flush == "read"
+    assert config_to_resume({"trajectories": ["t"], "configs": {"t": {**saved, "l2_flush": "read"}},
+                             "config": saved})[0].l2_flush == "read"
+
+
+def test_a_bench_run_records_its_flush_and_an_old_one_resumes_written(tmp_path):
+    from ptxbench.agent.bench.matrix import BenchConfig
+    from ptxbench.agent.bench.runner import open_run
+    from ptxbench.agent.records.manifest import build_manifest
+    from ptxbench.agent.records.rundir import write_manifest
+
+    matrix = BenchConfig(models=["builtin/tuner"], workloads=["gemm_bf16_m64_n7168_k5120"], trajectories=1)
+    fresh = open_run(matrix, tmp_path / "new", resume=False)
+    assert fresh.optimize["l2_flush"] == "read"
+    assert open_run(matrix.model_copy(update={"optimize": {"l2_flush": "write"}}), tmp_path / "w",
+                    resume=False).optimize["l2_flush"] == "write"  # a chosen mode is kept
+    old = tmp_path / "old"
+    old.mkdir()
+    write_manifest(old, build_manifest(matrix.model_dump(mode="json"), "bench", ["t"], "sm_90a"))
+    assert open_run(None, old, resume=True).optimize["l2_flush"] == "write"
 
 
 def test_a_read_flush_travels_from_the_config_to_the_gpu_job():
@@ -57,3 +97,51 @@ def test_a_read_flush_spares_a_memory_bound_call_the_write_back():
     med = {mode: [sorted(t)[len(t) // 2] for t in ts] for mode, ts in times.items()}
     assert med["read"][0] < 0.9 * med["write"][0], med
     assert med["read"][1] == pytest.approx(med["write"][1], rel=0.25, abs=0.002), med
+
+
+@pytest.mark.gpu
+def test_under_the_default_flush_a_cache_hint_does_not_dodge_the_write_back():
+    """The M = 64 decode GEMM's reference with and without the L2 eviction priorities (B's loads evict_first): after a
+    written flush the hinted kernel spares the flush's dirty lines and skips part of their write-back (11-12% faster on
+    the H200, bench/results/gemm_sweep.md round 33), the same work timed cheaper; after the default read flush there
+    is nothing to spare and the two read level."""
+    import torch
+
+    from ptxbench.tools.compile import compile_source
+    from ptxbench.tools.gpu.inprocess import in_process_worker
+    from ptxbench.tools.gpu.runner import Candidate, new_buffers
+    from ptxbench.tools.gpu.timing import Side, time_sides
+    from ptxbench.tools.solution.parse import parse_solution, resolve_plan
+    from ptxbench.workloads.registry import get_workload
+    from ptxbench.workloads.solutions.gemm_template import params_for, render
+
+    wid = "gemm_bf16_m64_n7168_k5120"
+    wl = get_workload(wid)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    inputs = {n: torch.randn(wl.shape(n), device="cuda", dtype=torch.bfloat16, generator=g) for n in ("A", "B")}
+    expected = inputs["A"].float() @ inputs["B"].float().T
+    with in_process_worker() as state:
+        sides, keep = [], []
+        for hints in (False, True):
+            sol = parse_solution(render(params_for(wid, l2_hints=hints)), wl, "sm_90a")
+            comp = compile_source(sol.source, sol.language, "sm_90a", wl)
+            plan = resolve_plan(sol.plan, wl, state.limits.sm_count, "sm_90a")
+            cand = Candidate(open(comp.cubin_path, "rb").read(), plan, state, wl)
+            bufs = new_buffers(wl, plan)
+            bufs.load_inputs(inputs)
+            bufs.reset()
+            binding = cand.bind(bufs)
+            cand.launch(binding)
+            torch.cuda.synchronize()
+            out = bufs.tensors["C"].data.view(wl.shape("C")).float()
+            assert float((out - expected).norm() / expected.norm()) < 1e-2, hints  # both compute C
+            sides.append(Side(call=lambda c=cand, b=binding: c.launch(b)))
+            keep.append((cand, bufs))
+        size = max(2 * state.limits.l2_bytes, 64 << 20)
+        ratio = {}
+        for mode in ("write", "read"):
+            times = time_sides(sides, flush=L2Flush(size, mode), warmup=3, iters=40, trials=1)
+            plain, hinted = (sorted(t)[len(t) // 2] for t in times)
+            ratio[mode] = hinted / plain
+    assert ratio["write"] < 0.95, ratio  # the artefact the written flush leaves
+    assert ratio["read"] == pytest.approx(1.0, abs=0.03), ratio  # the default leaves nothing to dodge

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..results import L2FlushMode, Status, Timing, TrialStats
+from ..results import DEFAULT_L2_FLUSH, L2FlushMode, Status, Timing, TrialStats
 
 DEFAULT_WARMUP = 10
 DEFAULT_ITERS = 50
@@ -36,8 +36,8 @@ class GpuJob(BaseModel):
     warmup: int = DEFAULT_WARMUP
     iters: int = DEFAULT_ITERS
     timing_trials: int = DEFAULT_TIMING_TRIALS
-    l2_flush: L2FlushMode = Field("write", description="how each call finds L2 cold: its flush buffer "
-                                               "written (dirty lines, the usual practice) or read (clean lines)")
+    l2_flush: L2FlushMode = Field(DEFAULT_L2_FLUSH, description="how each call finds L2 cold: its flush buffer read "
+                                  "(clean lines) or written (dirty lines, the field's usual practice)")
     ceilings: dict[str, float] = Field(default_factory=dict, description="ceilings the pool measured on this GPU before")
 
 

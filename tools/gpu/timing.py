@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..results import L2_FLUSH_MODES, TimingStat
+from ..results import DEFAULT_L2_FLUSH, L2_FLUSH_MODES, TimingStat
 
 BOOTSTRAP_RESAMPLES = 2000
 # A candidate this many times slower than the library gets a short timing (SLOW_ITERS paired calls, 1 trial)
@@ -30,12 +30,13 @@ SPIN_CYCLES = 200_000
 
 @dataclass(frozen=True)
 class L2Flush:
-    """How every call finds L2 cold: a buffer of `bytes` (at least twice the L2) written ("write": the field's usual
-    fill, which leaves the L2 full of dirty lines whose write-back the next call pays, about 50 MB on the H200: 19-26%
-    of a decode GEMM's time, bench/results/gemm_sweep.md round 30) or read ("read": as cold, with clean lines)."""
+    """How every call finds L2 cold: a buffer of `bytes` (at least twice the L2) read ("read", the default: cold, with
+    clean lines) or written ("write": the field's usual fill, which leaves the L2 full of dirty lines whose write-back
+    the next call pays, about 50 MB on the H200: 19-26% of a decode GEMM's time, and less for a kernel whose eviction
+    hints spare those lines: bench/results/gemm_sweep.md rounds 30 and 33)."""
 
     bytes: int
-    mode: str = "write"
+    mode: str = DEFAULT_L2_FLUSH
 
     def __post_init__(self) -> None:
         if self.mode not in L2_FLUSH_MODES:
