@@ -38,13 +38,13 @@ def eval_result(workload: str, status: str, speedup: float | None = None, target
 
 class TrajectoryBuilder:
     def __init__(self, run_dir: Path, tid: str, model: str, workload: str, prompt: str = "default",
-                 gpu: str = "NVIDIA H200", index: int = 0, mode: str = "pipeline"):
+                 gpu: str = "NVIDIA H200", index: int = 0, mode: str = "pipeline", config: dict | None = None):
         self.workload = workload
         self.model = model
         self.tid = tid
         self.writer = TrajectoryWriter(Path(run_dir) / "trajectories" / tid)
         self.writer.append(TrajectoryStart(trajectory_id=tid, workload=workload, model=model, prompt=prompt,
-                                           mode=mode, index=index, gpu=gpu))
+                                           mode=mode, index=index, gpu=gpu, config=config or {}))
         self.source = "// turn 0\n"
 
     def _model_call(self, turn: int, source: str) -> None:

@@ -122,10 +122,11 @@ def fix_table(score: RunScore) -> Table:
 
 
 def cells_table(score: RunScore) -> Table:
-    table = Table("Cells by prompt and GPU", ["model", "workload", "prompt", "gpu", "trajectories", "turns",
+    table = Table("Cells by prompt and GPU", ["model", "workload", "prompt", "gpu", "L2 flush", "trajectories", "turns",
                                               "best speedup", "fast_1 (traj.)", "target-fast_1 (traj.)", "infra-failed"])
     for c in score.cells:
-        table.rows.append([c.model, c.workload, c.prompt, c.gpu or "–", str(c.n_trajectories), str(c.n_turns),
+        table.rows.append([c.model, c.workload, c.prompt, c.gpu or "–", c.l2_flush or "–", str(c.n_trajectories),
+                           str(c.n_turns),
                            c.best_speedup.fmt(3), c.fast_p_trajectories["1"].fmt(0, pct=True),
                            c.target_fast_p_trajectories["1"].fmt(0, pct=True), str(c.n_infra_failed)])
     return table

@@ -38,6 +38,7 @@ class CellScore(BaseModel):
     workload: str = ANY
     prompt: str = ANY
     gpu: str = ANY
+    l2_flush: str = ANY
     n_trajectories: int = Field(0, description="trajectories scored (infra-failed ones excluded)")
     n_infra_failed: int = 0
     n_turns: int = Field(0, description="scored turns (infra turns excluded)")

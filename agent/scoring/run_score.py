@@ -1,7 +1,7 @@
 """Score one or more run directories: trajectories -> cells -> RunScore (JSON-ready).
 
 Reads runs/ only (agent/records/rundir.py), so runs recorded on other machines merge here: trajectories of
-several runs with the same (model, workload, prompt, gpu) pool into one cell.
+several runs with the same (model, workload, prompt, gpu, L2 flush) pool into one cell.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from .repair import RepairStats
 from .turns import TrajectoryScore, score_trajectory
 
 # 2: COMPILED turns are not correct (version 1 counted a no-GPU PASSED as correct); repair.episodes_unverified
-SCORE_VERSION = 2
+# 3: cells keyed by the L2 flush too (trajectories timed from a written and a read flush no longer pool)
+SCORE_VERSION = 3
 
 
 class RunScore(BaseModel):
@@ -29,7 +30,8 @@ class RunScore(BaseModel):
     n_infra_turns: int = 0
     n_target_unknown: int = 0
     n_compile_only: int = Field(0, description="COMPILED turns, never run on a GPU (--no-gpu runs): not counted as correct")
-    cells: list[CellScore] = Field(default_factory=list, description="one per (model, workload, prompt, gpu)")
+    cells: list[CellScore] = Field(default_factory=list, description="one per (model, workload, prompt, gpu, L2 flush): "
+                                   "runs timed from the two flushes do not pool (docs/timing-integrity.md)")
     model_workload: list[CellScore] = Field(default_factory=list, description="one per (model, workload), prompts and GPUs pooled")
     models: list[CellScore] = Field(default_factory=list, description="one per model, all workloads pooled")
     trajectories: list[TrajectoryScore] = Field(default_factory=list)
@@ -61,7 +63,7 @@ def score_trajectories(trajs: list[TrajectoryScore]) -> RunScore:
     score = RunScore(trajectories=trajs, n_trajectories=len(trajs))
     score.n_infra_failed = sum(t.infra_failed for t in trajs)
     score.n_infra_turns = sum(len(t.turns) - len(t.scored_turns) for t in trajs)
-    score.cells = _group(trajs, ("model", "workload", "prompt", "gpu"))
+    score.cells = _group(trajs, ("model", "workload", "prompt", "gpu", "l2_flush"))
     score.model_workload = _group(trajs, ("model", "workload"))
     score.models = _group(trajs, ("model",))
     score.n_target_unknown = sum(c.n_target_unknown for c in score.models)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from ptxbench.tools.results import LEGACY_L2_FLUSH
+
 from ..records.rundir import TrajectoryRecord
 
 INFRA = "INFRA_ERROR"
@@ -51,6 +53,8 @@ class TrajectoryScore(BaseModel):
     workload: str = ""
     prompt: str = ""
     gpu: str = ""
+    l2_flush: str = Field("", description="the L2 flush its evaluations started from (read / write; write for runs "
+                          "recorded before the mode existed): speedups of the two modes do not pool")
     mode: str = ""
     index: int = 0
     stop_reason: str = Field("", description="the last stop event's reason; empty while unfinished")
@@ -171,6 +175,7 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
         workload=start.workload if start else "",
         prompt=start.prompt if start else "",
         gpu=(start.gpu if start else "") or evaluated_gpu(record.events),
+        l2_flush=start.config.get("l2_flush", LEGACY_L2_FLUSH) if start else "",
         mode=start.mode if start else "",
         index=start.index if start else 0,
         stop_reason=stop_reason,

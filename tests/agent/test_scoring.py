@@ -241,3 +241,21 @@ def test_an_infra_failure_reproduced_on_the_same_submission_is_scored(tmp_path):
     assert not crashed.infra_failed and [t.status for t in crashed.scored_turns] == ["COMPILE_ERROR", "INFRA_ERROR"]
     assert crashed.scored_turns[-1].failed and crashed.scored_turns[-1].reproduced
     assert unlucky.infra_failed and len(unlucky.scored_turns) == 1
+
+
+def test_runs_timed_from_the_two_l2_flushes_do_not_pool_into_one_cell(tmp_path):
+    """The same model, workload, prompt and GPU, timed from a written flush (a run recorded before the mode existed:
+    no l2_flush in its config) and from a read one: two cells, whose speedups differ by the flush's write-back on a
+    memory-bound workload (docs/timing-integrity.md); the (model, workload) line still pools them, as it pools GPUs."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    TrajectoryBuilder(old, "t-old", "m/a", "gemm_m64").turn(1, "PASSED", 0.98, True).stop()
+    TrajectoryBuilder(new, "t-new", "m/a", "gemm_m64", config={"l2_flush": "read"}).turn(1, "PASSED", 0.97, True).stop()
+    TrajectoryBuilder(new, "t-new2", "m/a", "gemm_m64", index=1, config={"l2_flush": "read"}).turn(
+        1, "PASSED", 0.99, True).stop()
+    score = score_runs([old, new])
+    assert {t.id: t.l2_flush for t in score.trajectories} == {"t-old": "write", "t-new": "read", "t-new2": "read"}
+    cells = {c.l2_flush: c for c in score.cells}
+    assert set(cells) == {"write", "read"} and len(score.cells) == 2
+    assert cells["write"].n_trajectories == 1 and cells["read"].n_trajectories == 2
+    assert cells["read"].best_speedup.value == approx((0.97 + 0.99) / 2)
+    assert [c.n_trajectories for c in score.model_workload] == [3]
