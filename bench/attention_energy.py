@@ -182,6 +182,7 @@ def clocks_of(raw_csv: str, plan: list[str]) -> dict[str, list[dict]]:
     busiest GPC, clock = cycles over duration, the mean SM's active cycles). A point's call is one kernel; the library's
     may be a few (cuDNN's SDPA can add helpers; torch's profiler cannot count them under ncu, which holds the counters),
     as many in every call: the page's count must split that way, and the longest kernel of each call is read."""
+    from gemm_data_power import kernel_clock
     from ptxbench.tools.profile.ncu_csv import parse_raw
 
     kernels = parse_raw(raw_csv)
@@ -195,12 +196,7 @@ def clocks_of(raw_csv: str, plan: list[str]) -> dict[str, list[dict]]:
     it = iter(kernels)
     for entry in plan:
         group = [next(it) for _ in range(per_library_call if entry.startswith(f"{LIBRARY}/") else 1)]
-        k = max(group, key=lambda x: x.number("gpu__time_duration.sum") or 0.0)
-        seconds, cycles = k.number("gpu__time_duration.sum"), k.number("gpc__cycles_elapsed.max")
-        if not seconds or not cycles:
-            raise ValueError(f"kernel {k.id} ({k.name[:40]}) has no duration or cycles")
-        out.setdefault(entry, []).append({"kernel": k.name, "ms": seconds * 1e3, "cycles": cycles,
-                                          "mhz": cycles / seconds / 1e6, "active": k.number("sm__cycles_active.avg")})
+        out.setdefault(entry, []).append(kernel_clock(max(group, key=lambda x: x.number("gpu__time_duration.sum") or 0.0)))
     return out
 
 

@@ -91,12 +91,18 @@ def ncu_clocks(raw_csv: str, plan: list[str]) -> dict[str, list[dict]]:
                          f"{[k.name[:40] for k in kernels[:8]]}")
     out: dict[str, list[dict]] = {}
     for entry, k in zip(plan, kernels):
-        seconds, cycles = k.number("gpu__time_duration.sum"), k.number("gpc__cycles_elapsed.max")
-        if not seconds or not cycles:
-            raise ValueError(f"kernel {k.id} ({k.name[:40]}) has no duration or cycles")
-        out.setdefault(entry, []).append({"kernel": k.name, "ms": seconds * 1e3, "cycles": cycles,
-                                          "mhz": cycles / seconds / 1e6, "active": k.number("sm__cycles_active.avg")})
+        out.setdefault(entry, []).append(kernel_clock(k))
     return out
+
+
+def kernel_clock(k) -> dict:
+    """One profiled kernel (ncu_csv.RawKernel) -> its name, duration (ms), elapsed cycles of the busiest GPC, the SMs'
+    clock over it (cycles over duration, MHz) and the mean SM's active cycles."""
+    seconds, cycles = k.number("gpu__time_duration.sum"), k.number("gpc__cycles_elapsed.max")
+    if not seconds or not cycles:
+        raise ValueError(f"kernel {k.id} ({k.name[:40]}) has no duration or cycles")
+    return {"kernel": k.name, "ms": seconds * 1e3, "cycles": cycles, "mhz": cycles / seconds / 1e6,
+            "active": k.number("sm__cycles_active.avg")}
 
 
 def ncu_table(clocks: dict[str, list[dict]]) -> list[str]:
