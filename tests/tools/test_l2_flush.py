@@ -99,49 +99,91 @@ def test_a_read_flush_spares_a_memory_bound_call_the_write_back():
     assert med["read"][1] == pytest.approx(med["write"][1], rel=0.25, abs=0.002), med
 
 
+DECODE = "gemm_bf16_m64_n7168_k5120"
+# the hinted decode render's B load, and the same load kept in L2 (evict_last) instead of streamed
+B_STREAMED = "tma_load_2d_hint(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0, stream);"
+B_KEPT = "tma_load_2d_hint(sB + kc * B_CHUNK, &tmB, &full[stage], kx, n0, keep);"
+
+
+def test_the_decode_variants_differ_in_b_s_eviction_priority_only():
+    from ptxbench.workloads.solutions.gemm_template import params_for, render
+
+    plain, hinted = render(params_for(DECODE)), render(params_for(DECODE, l2_hints=True))
+    assert B_STREAMED not in plain and hinted.count(B_STREAMED) == 1
+    kept = hinted.replace(B_STREAMED, B_KEPT)
+    assert kept.count(B_KEPT) == 1 and "const uint64_t keep = l2_policy<true>()" in kept
+
+
+def _decode_sides(state, sources: list[str]) -> tuple[list, list]:
+    """Each source (a decode GEMM render) built through the harness's own path, checked to compute C, and a timed
+    side that launches it on the same inputs every call."""
+    import torch
+
+    from ptxbench.tools.compile import compile_source
+    from ptxbench.tools.gpu.runner import Candidate, new_buffers
+    from ptxbench.tools.gpu.timing import Side
+    from ptxbench.tools.solution.parse import parse_solution, resolve_plan
+    from ptxbench.workloads.registry import get_workload
+
+    wl = get_workload(DECODE)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    inputs = {n: torch.randn(wl.shape(n), device="cuda", dtype=torch.bfloat16, generator=g) for n in ("A", "B")}
+    expected = inputs["A"].float() @ inputs["B"].float().T
+    sides, keep = [], []
+    for source in sources:
+        sol = parse_solution(source, wl, "sm_90a")
+        comp = compile_source(sol.source, sol.language, "sm_90a", wl)
+        plan = resolve_plan(sol.plan, wl, state.limits.sm_count, "sm_90a")
+        cand = Candidate(open(comp.cubin_path, "rb").read(), plan, state, wl)
+        bufs = new_buffers(wl, plan)
+        bufs.load_inputs(inputs)
+        bufs.reset()
+        binding = cand.bind(bufs)
+        cand.launch(binding)
+        torch.cuda.synchronize()
+        out = bufs.tensors["C"].data.view(wl.shape("C")).float()
+        assert float((out - expected).norm() / expected.norm()) < 1e-2  # every variant computes C
+        sides.append(Side(call=lambda c=cand, b=binding: c.launch(b)))
+        keep.append((cand, bufs))
+    return sides, keep
+
+
+def _median_ratios(sides, flush) -> list[float]:
+    from ptxbench.tools.gpu.timing import time_sides
+
+    times = time_sides(sides, flush=flush, warmup=3, iters=40, trials=1)
+    med = [sorted(t)[len(t) // 2] for t in times]
+    return [m / med[0] for m in med]
+
+
 @pytest.mark.gpu
 def test_under_the_default_flush_a_cache_hint_does_not_dodge_the_write_back():
     """The M = 64 decode GEMM's reference with and without the L2 eviction priorities (B's loads evict_first): after a
     written flush the hinted kernel spares the flush's dirty lines and skips part of their write-back (11-12% faster on
     the H200, bench/results/gemm_sweep.md round 33), the same work timed cheaper; after the default read flush there
     is nothing to spare and the two read level."""
-    import torch
-
-    from ptxbench.tools.compile import compile_source
     from ptxbench.tools.gpu.inprocess import in_process_worker
-    from ptxbench.tools.gpu.runner import Candidate, new_buffers
-    from ptxbench.tools.gpu.timing import Side, time_sides
-    from ptxbench.tools.solution.parse import parse_solution, resolve_plan
-    from ptxbench.workloads.registry import get_workload
     from ptxbench.workloads.solutions.gemm_template import params_for, render
 
-    wid = "gemm_bf16_m64_n7168_k5120"
-    wl = get_workload(wid)
-    g = torch.Generator(device="cuda").manual_seed(0)
-    inputs = {n: torch.randn(wl.shape(n), device="cuda", dtype=torch.bfloat16, generator=g) for n in ("A", "B")}
-    expected = inputs["A"].float() @ inputs["B"].float().T
     with in_process_worker() as state:
-        sides, keep = [], []
-        for hints in (False, True):
-            sol = parse_solution(render(params_for(wid, l2_hints=hints)), wl, "sm_90a")
-            comp = compile_source(sol.source, sol.language, "sm_90a", wl)
-            plan = resolve_plan(sol.plan, wl, state.limits.sm_count, "sm_90a")
-            cand = Candidate(open(comp.cubin_path, "rb").read(), plan, state, wl)
-            bufs = new_buffers(wl, plan)
-            bufs.load_inputs(inputs)
-            bufs.reset()
-            binding = cand.bind(bufs)
-            cand.launch(binding)
-            torch.cuda.synchronize()
-            out = bufs.tensors["C"].data.view(wl.shape("C")).float()
-            assert float((out - expected).norm() / expected.norm()) < 1e-2, hints  # both compute C
-            sides.append(Side(call=lambda c=cand, b=binding: c.launch(b)))
-            keep.append((cand, bufs))
+        sides, _keep = _decode_sides(state, [render(params_for(DECODE)), render(params_for(DECODE, l2_hints=True))])
         size = max(2 * state.limits.l2_bytes, 64 << 20)
-        ratio = {}
-        for mode in ("write", "read"):
-            times = time_sides(sides, flush=L2Flush(size, mode), warmup=3, iters=40, trials=1)
-            plain, hinted = (sorted(t)[len(t) // 2] for t in times)
-            ratio[mode] = hinted / plain
+        ratio = {mode: _median_ratios(sides, L2Flush(size, mode))[1] for mode in ("write", "read")}
     assert ratio["write"] < 0.95, ratio  # the artefact the written flush leaves
     assert ratio["read"] == pytest.approx(1.0, abs=0.03), ratio  # the default leaves nothing to dodge
+
+
+@pytest.mark.gpu
+def test_lines_kept_evict_last_do_not_survive_the_default_flush():
+    """A kernel that marks its inputs evict_last asks L2 to give them up last: if the flush's plain reads could not
+    displace them, the next call on the same inputs would find them warm. The decode GEMM with B's 73 MB loaded
+    evict_last (the most L2 can hold of it kept) against the plain kernel, the same inputs every call, under the
+    default flush: level, or the flush leaves a warm cache a kernel can ask for."""
+    from ptxbench.tools.gpu.inprocess import in_process_worker
+    from ptxbench.workloads.solutions.gemm_template import params_for, render
+
+    kept = render(params_for(DECODE, l2_hints=True)).replace(B_STREAMED, B_KEPT)
+    with in_process_worker() as state:
+        sides, _keep = _decode_sides(state, [render(params_for(DECODE)), kept])
+        ratio = _median_ratios(sides, L2Flush(max(2 * state.limits.l2_bytes, 64 << 20)))[1]
+    assert ratio > 0.97, ratio
