@@ -1,4 +1,5 @@
-"""One line from a `ptxbench eval --json` result: status, speedup [interval], kernel and library medians.
+"""One line from a `ptxbench eval --json` result: status, speedup [interval], kernel and library medians, and the L2
+flush the calls started from (a result recorded before the mode existed was timed under the written one).
 
     python3 bench/eval_line.py RESULT.json [LABEL]
 """
@@ -14,4 +15,4 @@ else:
     lib = t["baselines"][t["primary_baseline"]]["median_ms"]
     lo, hi = t["speedup_ci"]
     print(f"{label}: {r['status']} {t['speedup']:.4f}x [{lo:.4f}, {hi:.4f}] kernel {t['candidate']['median_ms']:.4f} ms, "
-          f"{t['primary_baseline']} {lib:.4f} ms")
+          f"{t['primary_baseline']} {lib:.4f} ms, {t.get('l2_flush', 'write')} flush")
