@@ -67,7 +67,7 @@ def per_cta(fit: dict, rounds: float) -> dict:
     return {"u_us": u_us, "F_us": f_us, "F_in_tiles": f_us / u_us}
 
 
-def _build(workload, source: str):
+def build_solution(workload, source: str):
     """(compiled, cubin bytes, parsed solution) of a source for this Workload, through the harness's own steps."""
     from pathlib import Path
 
@@ -111,7 +111,7 @@ def run(out: str, trials: int, calls: int) -> None:
                 fns, cands, errs, regs = {}, [], {}, {}
                 for name, change in VARIANTS.items():
                     point = at.default_params(wl).model_copy(update=change)
-                    comp, cubin, sol = _build(wl, at.render(point))
+                    comp, cubin, sol = build_solution(wl, at.render(point))
                     plan = resolve_plan(sol.plan, wl, sms, "sm_90a")
                     cand = Candidate(cubin, plan, state, wl)
                     bufs = new_buffers(wl, plan)

@@ -65,7 +65,7 @@ def points() -> dict:
 
 def build() -> None:
     """Each point rendered and compiled through the harness's own path (parse_solution, compile_source)."""
-    from attention_cta_cost import _build
+    from attention_cta_cost import build_solution
     from ptxbench.workloads.registry import get_workload
     from ptxbench.workloads.solutions import attention_template as at
 
@@ -73,7 +73,7 @@ def build() -> None:
     BUILD.mkdir(parents=True, exist_ok=True)
     for name, p in points().items():
         source = at.render(p)
-        comp, cubin, _ = _build(wl, source)
+        comp, cubin, _ = build_solution(wl, source)
         (BUILD / f"{name}.cu").write_text(source)
         (BUILD / f"{name}.cubin").write_bytes(cubin)
         regs = {k: (kr.registers, kr.spill_stores) for k, kr in comp.kernels.items()}
