@@ -187,3 +187,42 @@ def test_lines_kept_evict_last_do_not_survive_the_default_flush():
         sides, _keep = _decode_sides(state, [render(params_for(DECODE)), kept])
         ratio = _median_ratios(sides, L2Flush(max(2 * state.limits.l2_bytes, 64 << 20)))[1]
     assert ratio > 0.97, ratio
+
+
+class _Driver:
+    """The four driver calls no_persisting_l2 makes, recorded; `fixed` is a share the context cannot change (MPS)."""
+
+    class CUresult:
+        CUDA_SUCCESS, CUDA_ERROR_NOT_SUPPORTED = "ok", "not supported"
+
+    class CUlimit:
+        CU_LIMIT_PERSISTING_L2_CACHE_SIZE = "persisting"
+
+    def __init__(self, share: int = 0, fixed: bool = False, reset_ok: bool = True):
+        self.share, self.fixed, self.reset_ok, self.calls = share, fixed, reset_ok, []
+
+    def cuCtxSetLimit(self, limit, value):
+        self.calls.append(("set", limit, value))
+        if self.fixed:
+            return (self.CUresult.CUDA_ERROR_NOT_SUPPORTED,)
+        self.share = value
+        return (self.CUresult.CUDA_SUCCESS,)
+
+    def cuCtxGetLimit(self, limit):
+        self.calls.append(("get", limit))
+        return self.CUresult.CUDA_SUCCESS, self.share
+
+    def cuCtxResetPersistingL2Cache(self):
+        self.calls.append(("reset",))
+        return (self.CUresult.CUDA_SUCCESS if self.reset_ok else self.CUresult.CUDA_ERROR_NOT_SUPPORTED,)
+
+
+def test_every_timing_run_starts_with_no_l2_set_aside_for_persisting_lines():
+    from ptxbench.tools.gpu.timing import no_persisting_l2
+
+    cu = _Driver(share=8 << 20)  # a library left 8 MB set aside
+    no_persisting_l2(cu)
+    assert cu.share == 0 and cu.calls == [("set", "persisting", 0), ("get", "persisting"), ("reset",)]
+    no_persisting_l2(_Driver(fixed=True, reset_ok=False))  # MIG: the share cannot be set and is off: fine
+    with pytest.raises(RuntimeError, match="set aside for persisting accesses"):
+        no_persisting_l2(_Driver(share=4 << 20, fixed=True))  # MPS with a share: timing would not be cold

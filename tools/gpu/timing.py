@@ -43,6 +43,25 @@ class L2Flush:
             raise ValueError(f"L2 flush mode {self.mode!r}: expected one of {', '.join(L2_FLUSH_MODES)}")
 
 
+def no_persisting_l2(cu=None) -> None:
+    """No part of L2 set aside for persisting accesses, and no line held as one. A kernel's evict_last loads are
+    persisting accesses, which keep the set-aside share of L2 from ordinary traffic (the CUDA programming guide, L2
+    cache control): with no share, the flush's reads reach every line. Only host code sets the share, never a kernel;
+    a library might, so every timing run starts here. Where the share cannot be set (MPS, MIG) it must read 0."""
+    if cu is None:
+        from cuda.bindings import driver as cu
+
+    limit = cu.CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+    cu.cuCtxSetLimit(limit, 0)  # refused where the share is fixed: what it reads is what counts
+    err, share = cu.cuCtxGetLimit(limit)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuCtxGetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE) failed: {err}")
+    if share:
+        raise RuntimeError(f"{share} bytes of L2 are set aside for persisting accesses and cannot be released: lines a "
+                           "kernel loads evict_last could outlast the L2 flush between timed calls")
+    cu.cuCtxResetPersistingL2Cache()  # with no share there are none to reset: its result does not matter
+
+
 def bootstrap_median_ci(samples, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
     x = np.asarray(samples, dtype=np.float64)
     rng = np.random.default_rng(seed)
@@ -111,6 +130,7 @@ def time_sides(sides: list[Side], *, flush: L2Flush, warmup: int = 10, iters: in
     call before the next lets `check` verify its output before anything else runs; the events time the GPU only."""
     import torch
 
+    no_persisting_l2()
     buffer = torch.empty(flush.bytes // 4, dtype=torch.int32, device="cuda")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
