@@ -90,7 +90,7 @@ def run(out: str, trials: int, calls: int) -> None:
 
     from ptxbench.tools.gpu.inprocess import in_process_worker
     from ptxbench.tools.gpu.runner import Candidate, new_buffers
-    from ptxbench.tools.gpu.timing import L2Flush, Side, time_sides
+    from ptxbench.tools.gpu.timing import Side, evaluation_flush, time_sides
     from ptxbench.tools.solution.parse import resolve_plan
     from ptxbench.workloads.registry import mha_fwd
     from ptxbench.workloads.solutions import attention_template as at
@@ -143,7 +143,7 @@ def run(out: str, trials: int, calls: int) -> None:
                 for fn in sh["fns"].values():
                     fn()
             torch.cuda.synchronize()
-        flush = L2Flush(max(2 * state.limits.l2_bytes, 64 * 2**20))  # the evaluator's L2 flush
+        flush = evaluation_flush(state.limits.l2_bytes)  # the evaluator's L2 flush
         # SM clock, power and temperature beside each shape's timings (nvidia-smi every 100 ms): the absolute times
         # are comparable with the evaluator's only at the same clock
         with GpuSampler(period_ms=100, extra=CLOCK_FIELDS) as sampler:

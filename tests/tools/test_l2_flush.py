@@ -86,13 +86,13 @@ def test_a_read_flush_spares_a_memory_bound_call_the_write_back():
     bench/results/gemm_sweep.md); a call that touches no memory is level."""
     import torch
 
-    from ptxbench.tools.gpu.timing import Side, time_sides
+    from ptxbench.tools.gpu.timing import Side, evaluation_flush, time_sides
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     big = torch.randn(7168, 5120, device="cuda", dtype=torch.bfloat16)
     one = torch.zeros(1, device="cuda")
     sides = [Side(lambda: big.sum()), Side(lambda: one.add_(1.0))]
-    times = {mode: time_sides(sides, flush=L2Flush(max(2 * l2, 64 << 20), mode), warmup=3, iters=30, trials=1)
+    times = {mode: time_sides(sides, flush=evaluation_flush(l2, mode), warmup=3, iters=30, trials=1)
              for mode in L2_FLUSH_MODES}
     med = {mode: [sorted(t)[len(t) // 2] for t in ts] for mode, ts in times.items()}
     assert med["read"][0] < 0.9 * med["write"][0], med
@@ -163,12 +163,13 @@ def test_under_the_default_flush_a_cache_hint_does_not_dodge_the_write_back():
     the H200, bench/results/gemm_sweep.md round 33), the same work timed cheaper; after the default read flush there
     is nothing to spare and the two read level."""
     from ptxbench.tools.gpu.inprocess import in_process_worker
+    from ptxbench.tools.gpu.timing import evaluation_flush
     from ptxbench.workloads.solutions.gemm_template import params_for, render
 
     with in_process_worker() as state:
         sides, _keep = _decode_sides(state, [render(params_for(DECODE)), render(params_for(DECODE, l2_hints=True))])
-        size = max(2 * state.limits.l2_bytes, 64 << 20)
-        ratio = {mode: _median_ratios(sides, L2Flush(size, mode))[1] for mode in ("write", "read")}
+        ratio = {mode: _median_ratios(sides, evaluation_flush(state.limits.l2_bytes, mode))[1]
+                 for mode in ("write", "read")}
     assert ratio["write"] < 0.95, ratio  # the artefact the written flush leaves
     assert ratio["read"] == pytest.approx(1.0, abs=0.03), ratio  # the default leaves nothing to dodge
 
@@ -180,12 +181,13 @@ def test_lines_kept_evict_last_do_not_survive_the_default_flush():
     evict_last (the most L2 can hold of it kept) against the plain kernel, the same inputs every call, under the
     default flush: level, or the flush leaves a warm cache a kernel can ask for."""
     from ptxbench.tools.gpu.inprocess import in_process_worker
+    from ptxbench.tools.gpu.timing import evaluation_flush
     from ptxbench.workloads.solutions.gemm_template import params_for, render
 
     kept = render(params_for(DECODE, l2_hints=True)).replace(B_STREAMED, B_KEPT)
     with in_process_worker() as state:
         sides, _keep = _decode_sides(state, [render(params_for(DECODE)), kept])
-        ratio = _median_ratios(sides, L2Flush(max(2 * state.limits.l2_bytes, 64 << 20)))[1]
+        ratio = _median_ratios(sides, evaluation_flush(state.limits.l2_bytes))[1]
     assert ratio > 0.97, ratio
 
 

@@ -38,7 +38,8 @@ from .module_state import ModuleState
 from .referee import RefereeClient, RefereeError, input_digest
 from .state import WorkerState
 from .tensormap import encode
-from .timing import SLOW_FACTOR, L2Flush, Side, plan_iterations, speedup, summarize, time_interleaved, time_sides
+from .timing import (SLOW_FACTOR, L2Flush, Side, evaluation_flush, plan_iterations, speedup, summarize, time_interleaved,
+                     time_sides)
 from .verdict import Failed, status_of
 from .watchdog import CandidateWatch, Phase, workload_roofline_ms
 
@@ -325,7 +326,7 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
     cand = sets = calls = None
     watch = CandidateWatch(phase, job.timeout_s, workload_roofline_ms(wl.flops, wl.min_bytes, state.ceilings,
                                                                       state.limits.name))
-    flush = L2Flush(max(2 * state.limits.l2_bytes, 64 * 2**20), job.l2_flush)
+    flush = evaluation_flush(state.limits.l2_bytes, job.l2_flush)
     try:
         sizes = {t.name: math.prod(wl.shape(t.name)) * torch.empty((), dtype=getattr(torch, t.dtype)).element_size()
                  for t in wl.tensors}
@@ -406,7 +407,7 @@ def aa_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutcome, b
     twin = make_baseline(wl, primary, base.inputs)  # an independent instance, same data
     ceil = state.get_ceilings()
     phase("timing", job.timeout_s)
-    flush = L2Flush(max(2 * state.limits.l2_bytes, 64 * 2**20), job.l2_flush)
+    flush = evaluation_flush(state.limits.l2_bytes, job.l2_flush)
     key = secrets.randbits(62)
 
     def restore() -> None:  # what the protocol does before every call: the inputs copied back from pristine

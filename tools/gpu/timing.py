@@ -47,7 +47,8 @@ def no_persisting_l2(cu=None) -> None:
     """No part of L2 set aside for persisting accesses, and no line held as one. A kernel's evict_last loads are
     persisting accesses, which keep the set-aside share of L2 from ordinary traffic (the CUDA programming guide, L2
     cache control): with no share, the flush's reads reach every line. Only host code sets the share, never a kernel;
-    a library might, so every timing run starts here. Where the share cannot be set (MPS, MIG) it must read 0."""
+    a library might, so every evaluation starts here (evaluation_flush). Where the share cannot be set (MPS, MIG) it
+    must read 0."""
     if cu is None:
         from cuda.bindings import driver as cu
 
@@ -60,6 +61,17 @@ def no_persisting_l2(cu=None) -> None:
         raise RuntimeError(f"{share} bytes of L2 are set aside for persisting accesses and cannot be released: lines a "
                            "kernel loads evict_last could outlast the L2 flush between timed calls")
     cu.cuCtxResetPersistingL2Cache()  # with no share there are none to reset: its result does not matter
+
+
+MIN_FLUSH_BYTES = 64 * 2**20
+
+
+def evaluation_flush(l2_bytes: int, mode: str = DEFAULT_L2_FLUSH) -> L2Flush:
+    """The flush every call of an evaluation starts from: a buffer twice the L2 (at least MIN_FLUSH_BYTES), once the
+    L2 set aside for persisting accesses is released (no_persisting_l2: driver calls made once per evaluation, not
+    per call)."""
+    no_persisting_l2()
+    return L2Flush(max(2 * l2_bytes, MIN_FLUSH_BYTES), mode)
 
 
 def bootstrap_median_ci(samples, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
@@ -130,7 +142,6 @@ def time_sides(sides: list[Side], *, flush: L2Flush, warmup: int = 10, iters: in
     call before the next lets `check` verify its output before anything else runs; the events time the GPU only."""
     import torch
 
-    no_persisting_l2()
     buffer = torch.empty(flush.bytes // 4, dtype=torch.int32, device="cuda")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
