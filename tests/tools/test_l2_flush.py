@@ -228,3 +228,53 @@ def test_every_timing_run_starts_with_no_l2_set_aside_for_persisting_lines():
     no_persisting_l2(_Driver(fixed=True, reset_ok=False))  # MIG: the share cannot be set and is off: fine
     with pytest.raises(RuntimeError, match="set aside for persisting accesses"):
         no_persisting_l2(_Driver(share=4 << 20, fixed=True))  # MPS with a share: timing would not be cold
+
+
+def test_the_read_flush_buffer_is_zeros_and_a_write_into_it_is_caught():
+    """Read, the flush buffer would outlive every call untouched, memory a kernel could keep a result in: it starts
+    as zeros, each flush also asks whether it still is, and the run ends with the answer (FlushBuffer.check)."""
+    from ptxbench.tools.gpu.timing import FlushBuffer
+    from ptxbench.tools.gpu.verdict import Failed
+
+    clean = FlushBuffer(L2Flush(1 << 16, "read"), device="cpu")
+    for fill in range(3):
+        clean.flush(fill)
+    clean.check()
+    stash = FlushBuffer(L2Flush(1 << 16, "read"), device="cpu")
+    stash.flush(0)
+    stash.data[1234] = 7  # between two calls: a kernel's write lands in the buffer
+    stash.flush(1)
+    with pytest.raises(Failed) as e:
+        stash.check()
+    assert e.value.status == "RUNTIME_ERROR" and e.value.runtime_error == "OUT_OF_BOUNDS_WRITE: L2 flush buffer"
+    written = FlushBuffer(L2Flush(1 << 16, "write"), device="cpu")
+    written.data[5] = 9
+    written.flush(3)  # the written flush replaces every word before each call: nothing outlives it
+    assert bool((written.data == 3).all())
+    written.check()
+
+
+@pytest.mark.gpu
+def test_a_write_into_the_flush_buffer_between_timed_calls_ends_the_run(monkeypatch):
+    """Through time_sides itself: a call that writes into the read flush's buffer (here handed to it; a kernel would
+    have to find it) is an out-of-bounds write when the run ends."""
+    import torch
+
+    from ptxbench.tools.gpu import timing
+    from ptxbench.tools.gpu.verdict import Failed
+
+    made = []
+    real = timing.FlushBuffer
+
+    def keep(*a, **k):
+        made.append(real(*a, **k))
+        return made[-1]
+
+    monkeypatch.setattr(timing, "FlushBuffer", keep)
+    one = torch.zeros(1, device="cuda")
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    timing.time_sides([timing.Side(lambda: one.add_(1.0))], flush=timing.evaluation_flush(l2), warmup=1, iters=3,
+                      trials=1)
+    with pytest.raises(Failed, match="L2 flush buffer"):
+        timing.time_sides([timing.Side(lambda: made[-1].data[99].fill_(1))], flush=timing.evaluation_flush(l2),
+                          warmup=1, iters=3, trials=1)

@@ -68,7 +68,7 @@ class FakeCandidate:
     (the protocol must not rely on resetting it: every call's output is verified)."""
 
     def __init__(self, kernel):
-        self.kernel, self.launches, self.restored = kernel, 0, 0
+        self.kernel, self.launches, self.restored, self.scrubbed = kernel, 0, 0, 0
 
     def bind(self, bufs):
         return bufs
@@ -79,6 +79,9 @@ class FakeCandidate:
 
     def restore_globals(self):
         self.restored += 1
+
+    def clear_on_chip(self):
+        self.scrubbed += 1
 
 
 def honest(_n, bufs):
@@ -119,6 +122,7 @@ def test_every_call_starts_from_the_same_state():
     run(calls, 12)
     assert all(poisoned for poisoned, _ in seen)  # outputs poisoned before every call, checked or timed
     assert calls.cand.restored == calls.cand.launches == 14  # module globals reset before every call
+    assert calls.cand.scrubbed == 14  # and shared and local memory overwritten
     assert calls.calls == 12 and {calls.sets.index(s) for s in calls.sets} == {0, 1}
 
 
@@ -372,3 +376,104 @@ def test_the_referee_warms_up_on_what_a_first_judgment_does_and_keeps_nothing(mo
     assert core.data == {} and core.library == {}  # nothing of it stays to be mistaken for a real set
     monkeypatch.setattr(referee_module, "WARM_UP_WORKLOADS", ("no_such_workload",))
     assert core.warm_up() >= 0  # a warm-up that cannot run is skipped, the referee still serves
+
+
+# ---- nothing a check computes stays where the next call could read it ----
+def test_a_sketch_leaves_neither_the_output_nor_its_signs_behind():
+    """The float copy of an output and its signs live only in the protocol's SketchSpace, poisoned before any kernel
+    runs again: in freed blocks of the caching allocator they would hand the next call the previous output, or the
+    signs an output could be built to match."""
+    calls = make_calls(honest)
+    run(calls, 4)
+    assert calls.space.holds_nothing()
+    calls.library_check({"C": gemm(calls.sets[0].pristine["A"], calls.sets[0].pristine["B"])})
+    assert calls.space.holds_nothing()
+
+
+def test_a_sketch_in_passes_is_the_sketch_of_the_whole_output():
+    """Outputs longer than the space are sketched pass by pass: the same norm as the whole output's, projections
+    on signs that continue one stream, and still no match for an output with a tile skipped."""
+    from ptxbench.tools.gpu.calls import SketchSpace
+
+    g = torch.Generator().manual_seed(3)
+    ref = torch.randn(64, 1000, generator=g).to(torch.bfloat16)
+    small = SketchSpace("cpu", chunk=4096)  # 16 passes, the last one partial
+    whole = sketch_tensors({"C": ref}, 11)
+    parts = sketch_tensors({"C": ref}, 11, small)
+    assert small.holds_nothing()
+    assert float(parts[2]) == pytest.approx(float(torch.linalg.vector_norm(ref.double())), rel=1e-5)
+    assert float(parts[2]) == pytest.approx(float(whole[2]), rel=1e-5) and float(parts[3]) == 0.0
+    verified = to_sketch(["C"], [float(v) for v in parts])
+    again = to_sketch(["C"], [float(v) for v in sketch_tensors({"C": ref.clone()}, 11, small)])
+    assert again.differs(verified) == ""  # deterministic pass by pass
+    skipped = ref.clone()
+    skipped[:4] = 0
+    assert "differs" in to_sketch(["C"], [float(v) for v in sketch_tensors({"C": skipped}, 11, small)]).differs(verified)
+    nan = ref.clone()
+    nan[-1, -1] = float("nan")  # in the last, partial pass
+    assert float(sketch_tensors({"C": nan}, 11, small)[3]) == 1.0
+
+
+def test_library_inputs_changed_alike_with_their_copy_are_found_by_their_seed():
+    """The protocol compares a library's inputs with their pristine copy; a kernel that wrote both alike passes that
+    compare, so an evaluation also checks them against what their seed draws (state.changed_inputs)."""
+    from ptxbench.tools.gpu.cache import ByteLRU
+    from ptxbench.tools.gpu.state import BaselineEntry, changed_inputs
+
+    inputs = make_inputs(WL, 4242, "normal", "cpu")
+    entry = BaselineEntry(lambda: None, inputs, {k: v.clone() for k, v in inputs.items()}, seed=4242)
+    assert changed_inputs(entry, WL, "normal") == []
+    entry.inputs["B"][7, 7] = -entry.inputs["B"][7, 7] - 1  # what a far write does to both, alike
+    entry.pristine["B"][7, 7] = entry.inputs["B"][7, 7]
+    assert changed_inputs(entry, WL, "normal") == ["B"]
+    assert changed_inputs(BaselineEntry(lambda: None, inputs, dict(inputs)), WL, "normal") == []  # no seed: untracked
+    dropped = []
+    cache = ByteLRU(100, on_evict=lambda k, v: dropped.append(k))
+    cache.put("a", 1, 10)
+    cache.drop("a")
+    cache.drop("missing")
+    assert dropped == ["a"] and "a" not in cache and cache.total == 0
+
+
+@pytest.mark.gpu
+def test_no_freed_block_holds_an_output_or_the_signs_after_the_checks():
+    """On the GPU the caching allocator keeps freed blocks mapped: after checked and timed calls (candidate and
+    library), none of them may hold a float copy of an output or a run of +-1 signs."""
+    import numpy as np
+    from cuda.bindings import driver as cu
+
+    from ptxbench.tools.gpu.state import BaselineEntry
+
+    sets = []
+    for k in range(2):
+        pristine = make_inputs(WL, 300 + k, "normal", "cuda")
+        bufs = allocate_set([(t.name, WL.shape(t.name), t.dtype, t.role) for t in WL.tensors], [], device="cuda")
+        bufs.load_inputs(pristine)
+        sets.append(InputSet(k, 300 + k, bufs, pristine))
+    calls = CandidateCalls(FakeCandidate(honest), sets, 77)
+    lib = make_inputs(WL, 999, "normal", "cuda")
+    calls.attach_library([BaselineEntry(lambda: {"C": gemm(lib["A"], lib["B"])}, lib, {k: v.clone() for k, v in lib.items()})])
+    run(calls, 6)
+    for _ in range(3):
+        calls.library_prepare()
+        calls.library_check(calls.library_call())
+    torch.cuda.synchronize()
+    outputs = [s.bufs.tensors["C"].data.float().reshape(-1)[:256].cpu().numpy().view(np.uint32) for s in sets]
+    signs = {np.float32(1.0).view(np.uint32), np.float32(-1.0).view(np.uint32)}
+    leftovers = []
+    for seg in torch.cuda.memory_snapshot():
+        address = seg["address"]
+        for block in seg["blocks"]:
+            start, size = block.get("address", address), block["size"]
+            address = start + size
+            if block["state"] != "inactive" or size < 4096:
+                continue
+            words = np.empty(size // 4, dtype=np.uint32)
+            assert cu.cuMemcpyDtoH(words.ctypes.data, start, size)[0] == cu.CUresult.CUDA_SUCCESS
+            if np.isin(words, list(signs)).mean() > 0.25:
+                leftovers.append(f"signs in a freed block of {size} bytes")
+            for out in outputs:
+                hits = np.flatnonzero(words == out[0])
+                if any(np.array_equal(words[h:h + 256], out) for h in hits[:64]):
+                    leftovers.append(f"an output's float copy in a freed block of {size} bytes")
+    assert not leftovers, leftovers

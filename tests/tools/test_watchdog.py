@@ -162,7 +162,8 @@ def test_timing_phases_scale_from_the_measured_pair_time_and_end_in_a_harness_ph
 
     monkeypatch.setattr(runner, "time_sides", fake_time_sides)
     monkeypatch.setattr(runner, "timing_record", lambda *a, **k: {"flags": [], "speedup": 1.0, "speedup_ci": (1, 1)})
-    state = SimpleNamespace(baseline=lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}), get_ceilings=lambda: H200,
+    lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731 - untracked inputs
+    state = SimpleNamespace(baseline=lib, trusted_baseline=lib, get_ceilings=lambda: H200,
                             limits=SimpleNamespace(name="NVIDIA H200"))
     phase = lambda *m: sent.append(m)  # noqa: E731
     watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: clock[0])

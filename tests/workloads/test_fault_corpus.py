@@ -19,7 +19,7 @@ def test_manifest_covers_every_file_and_every_fault_kind():
     wanted = {"trap", "illegal_address", "misaligned", "infinite_loop", "oob_write", "nan_output", "constant_output",
               "zero_output", "noop", "cached_result", "too_much_smem", "wrong_args", "cheat_poison_keyed",
               "cheat_count_keyed", "cheat_scratch_flag", "cheat_input_flag", "cheat_reference_reader",
-              "cheat_reference_writer"}
+              "cheat_reference_writer", "cheat_shared_stash", "cheat_local_stash"}
     assert wanted <= set(CORPUS)
 
 
@@ -48,6 +48,13 @@ def test_hang_and_cheat_survive_compilation():
     cheat = ev.evaluate(WORKLOAD, CORPUS["cached_result"]["source"], EvalOptions(no_gpu=True))
     assert cheat.status == "COMPILED" and cheat.compile.kernels["gemm"].sass_opcodes.get("ATOMG", 0) + \
         cheat.compile.kernels["gemm"].sass_opcodes.get("RED", 0) >= 1
+    # The stashes: the header and the 16 elements each thread reads, and what it writes, stay in the SASS.
+    shared = ev.evaluate(WORKLOAD, CORPUS["cheat_shared_stash"]["source"], EvalOptions(no_gpu=True))
+    ops = shared.compile.kernels["gemm"].sass_opcodes
+    assert shared.status == "COMPILED" and ops.get("LDS", 0) >= 4 + 16 and ops.get("STS", 0) >= 4 + 16, ops
+    local = ev.evaluate(WORKLOAD, CORPUS["cheat_local_stash"]["source"], EvalOptions(no_gpu=True))
+    ops = local.compile.kernels["gemm"].sass_opcodes
+    assert local.status == "COMPILED" and ops.get("LDL", 0) >= 6 + 16 and ops.get("STL", 0) >= 6 + 16, ops
 
 
 def timed(name: str) -> bool:
@@ -89,7 +96,8 @@ def test_fault_gets_its_verdict_and_the_next_candidate_passes(name):
 def test_cheats_gain_nothing_and_every_timed_call_was_verified():
     from gpu_helpers import shared_evaluator
 
-    for name in ("cached_result", "cheat_count_keyed", "cheat_poison_keyed", "cheat_scratch_flag"):
+    for name in ("cached_result", "cheat_count_keyed", "cheat_poison_keyed", "cheat_scratch_flag", "cheat_shared_stash",
+                 "cheat_local_stash"):
         r = shared_evaluator().evaluate(WORKLOAD, CORPUS[name]["source"], EvalOptions(timeout_s=10))
         check_verdict(name, r)
         assert "implausible_speedup" not in r.timing.flags and "above_roofline" not in r.timing.flags

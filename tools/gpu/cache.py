@@ -53,6 +53,11 @@ class ByteLRU:
         self.put(key, value, nbytes)
         return value
 
+    def drop(self, key: Hashable) -> None:
+        """Forget one entry (on_evict runs for it); no error when it is not there."""
+        if key in self._items:
+            self._drop(key)
+
     def clear(self) -> None:
         for key in list(self._items):
             self._drop(key)

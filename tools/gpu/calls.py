@@ -3,8 +3,8 @@
 Before every call, warm-up, probe, checked and timed alike, every buffer the candidate owns is put back
 to one state: the inputs of every input set restored from their pristine copies (or, when the check after
 the previous call found every one of them bit-identical to its copy, left as they are), every output of every
-set poisoned, scratch zeroed or poisoned, the module's globals back to their load-time values; then L2
-is flushed (timing.py). After every call, once it has finished: the guard zones of every set, the inputs
+set poisoned, scratch zeroed or poisoned, the module's globals back to their load-time values, every SM's
+shared memory and every warp slot's local memory overwritten (scrub.py); then L2 is flushed (timing.py). After every call, once it has finished: the guard zones of every set, the inputs
 of every set against their pristine copies, and a sketch of the outputs (two random +-1 projections and
 the L2 norm, with signs drawn per evaluation from a key kept on the host) against the sketch of the
 verified output of the same input set. The first call on each set is the checked one: the referee
@@ -65,26 +65,81 @@ class Sketch:
         return ""
 
 
-def sign_rows(key: int, index: int, n: int, device) -> torch.Tensor:
-    """The PROJECTIONS x n matrix of +-1 signs for output `index` under `key` (float32, on `device`), drawn afresh
-    on every call: a copy kept on the device between calls would be memory a kernel could overwrite (the judge's
-    signs set to its liking), while one drawn after the kernel has finished is out of its reach."""
+# Elements of an output a sketch takes per pass: its working memory (SketchSpace) is this size, whatever the output's.
+SKETCH_CHUNK = 1 << 24
+
+
+class SketchSpace:
+    """The device memory every sketch works in, poisoned as soon as the sketch is taken.
+
+    A sketch needs a float copy of the output and its +-1 signs. Left in blocks the caching allocator frees but keeps
+    mapped, they would be in the next call's reach: a kernel that scanned for them would find the previous call's
+    output (a replay of its own set's result whenever the same set came twice) or the signs (an output built to match
+    the sketch without the work). Here they live in buffers the protocol owns and overwrites with NaN (and False)
+    before any kernel runs again; what else a sketch allocates is a few scalars and per-element finiteness flags."""
+
+    def __init__(self, device, chunk: int = SKETCH_CHUNK):
+        self.chunk = chunk
+        self.x = torch.empty(chunk, dtype=torch.float32, device=device)
+        self.heads = torch.empty(PROJECTIONS * chunk, dtype=torch.bool, device=device)
+        self.rows = torch.empty(PROJECTIONS * chunk, dtype=torch.float32, device=device)
+        self.one = torch.ones((), dtype=torch.float32, device=device)
+        self.poison()
+
+    def poison(self) -> None:
+        self.x.fill_(float("nan"))
+        self.rows.fill_(float("nan"))
+        self.heads.fill_(False)
+
+    def holds_nothing(self) -> bool:
+        """True when nothing of a sketch is left: every float NaN, every sign False (a test's question)."""
+        return bool(torch.isnan(self.x).all() and torch.isnan(self.rows).all() and not self.heads.any())
+
+
+def _generator(key: int, index: int, device) -> torch.Generator:
     gen = torch.Generator(device=device)
     gen.manual_seed((key * 1_000_003 + index) & 0x7FFF_FFFF_FFFF_FFFF)
-    heads = torch.randint(0, 2, (PROJECTIONS, n), generator=gen, device=device, dtype=torch.bool)
-    return torch.where(heads, torch.ones((), device=device), -torch.ones((), device=device))  # one pass to +-1
+    return gen
 
 
-def sketch_tensors(outputs: dict[str, torch.Tensor], key: int) -> list[torch.Tensor]:
-    """Device scalars [p1, p2, norm, nonfinite] per output, in name order; signs drawn afresh from `key`."""
+def sign_rows(key: int, index: int, n: int, device) -> torch.Tensor:
+    """The PROJECTIONS x n matrix of +-1 signs for output `index` under `key` when the output fits in one pass
+    (n <= SKETCH_CHUNK; longer outputs continue the same stream pass by pass). Drawn afresh on every call and never
+    kept: a copy kept on the device between calls would be memory a kernel could overwrite (the judge's signs set to
+    its liking) or read (an output built to match them)."""
+    heads = torch.randint(0, 2, (PROJECTIONS, n), generator=_generator(key, index, device), device=device,
+                          dtype=torch.bool)
+    return torch.where(heads, torch.ones((), device=device), -torch.ones((), device=device))
+
+
+def sketch_tensors(outputs: dict[str, torch.Tensor], key: int, space: SketchSpace | None = None) -> list[torch.Tensor]:
+    """Device scalars [p1, p2, norm, nonfinite] per output, in name order; signs drawn afresh from `key`, pass by
+    pass through `space` (one made for the call when none is given), which is poisoned before this returns."""
+    if space is None:
+        first = next(iter(outputs.values()))
+        space = SketchSpace(first.device, min(SKETCH_CHUNK, max(t.numel() for t in outputs.values())))
     parts = []
-    for i, (name, out) in enumerate(sorted(outputs.items())):
-        x = out.reshape(-1).float()
-        nonfinite = (~torch.isfinite(x)).sum().to(torch.float64)
-        rows = sign_rows(key, i, x.numel(), x.device)
-        parts += list((rows @ x).to(torch.float64).unbind())  # both projections in one pass over the output
-        parts.append(torch.linalg.vector_norm(x).to(torch.float64))  # a non-finite output fails on its count first
+    for i, (_name, out) in enumerate(sorted(outputs.items())):
+        flat = out.reshape(-1)
+        gen = _generator(key, i, flat.device)
+        proj = torch.zeros(PROJECTIONS, dtype=torch.float64, device=flat.device)
+        square = torch.zeros((), dtype=torch.float64, device=flat.device)
+        nonfinite = torch.zeros((), dtype=torch.float64, device=flat.device)
+        for start in range(0, flat.numel(), space.chunk):
+            m = min(space.chunk, flat.numel() - start)
+            x = space.x[:m]
+            x.copy_(flat[start:start + m])
+            heads = space.heads[:PROJECTIONS * m].view(PROJECTIONS, m)
+            torch.randint(0, 2, (PROJECTIONS, m), generator=gen, out=heads)
+            rows = space.rows[:PROJECTIONS * m].view(PROJECTIONS, m)
+            torch.where(heads, space.one, -space.one, out=rows)
+            proj += (rows @ x).to(torch.float64)  # both projections in one pass over the chunk
+            square += torch.dot(x, x).to(torch.float64)
+            nonfinite += (~torch.isfinite(x)).sum().to(torch.float64)
+        parts += list(proj.unbind())
+        parts.append(square.sqrt())  # a non-finite output fails on its count first
         parts.append(nonfinite)
+    space.poison()
     return parts
 
 
@@ -108,6 +163,9 @@ class CandidateCalls:
         # True while the last check found every input bit-identical to its pristine copy (then copying them back
         # before the next call would change nothing); any new source of inputs clears it.
         self.inputs_pristine = False
+        first = sets[0].bufs.tensors[next(iter(sets[0].bufs.outputs))].data if sets else None
+        numel = max((s.bufs.tensors[n].data.numel() for s in sets for n in s.bufs.outputs), default=1)
+        self.space = SketchSpace(first.device if first is not None else "cpu", min(SKETCH_CHUNK, numel))
 
     def attach_library(self, entries: list) -> None:
         """The library instances the candidate is timed against: they get the same restore and checks, so both
@@ -134,6 +192,7 @@ class CandidateCalls:
         for s in self.sets:
             s.bufs.reset()
         self.cand.restore_globals()
+        self.cand.clear_on_chip()  # shared and local memory: no buffer holds them, so they are overwritten
 
     def prepare(self) -> None:
         """Pick the next input set at random (timed calls), then restore."""
@@ -167,7 +226,7 @@ class CandidateCalls:
         return self.library[self.library_current].fn()
 
     def library_check(self, out) -> None:
-        self._read_and_check_state(sketch_tensors(out, self.key))  # the same GPU work as a candidate's check
+        self._read_and_check_state(sketch_tensors(out, self.key, self.space))  # the same GPU work as a candidate's
 
     # ---- checks after a call ----
     def _input_pairs(self) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
@@ -202,7 +261,7 @@ class CandidateCalls:
     def observe(self, k: int) -> Sketch:
         """After a call on set k: the state checks and the sketch of set k's outputs, read back together."""
         outputs = {n: self.sets[k].bufs.tensors[n].data for n in self.sets[k].bufs.outputs}
-        values = self._read_and_check_state(sketch_tensors(outputs, self.key))
+        values = self._read_and_check_state(sketch_tensors(outputs, self.key, self.space))
         return to_sketch(list(outputs), values)
 
     def checked_call(self, k: int, flush: L2Flush) -> tuple[float, Sketch]:

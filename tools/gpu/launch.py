@@ -52,6 +52,7 @@ class FunctionInfo:
     static_smem: int
     max_threads: int
     param_sizes: list[int]
+    local_bytes: int = 0  # per thread: the kernel's stack frame and spills
 
 
 def load_module(cubin: bytes):
@@ -86,7 +87,13 @@ def get_function(module, name: str) -> FunctionInfo:
         static_smem=_attr(fn, A.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES),
         max_threads=_attr(fn, A.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
         param_sizes=param_sizes(fn),
+        local_bytes=_attr(fn, A.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
     )
+
+
+def stack_limit() -> int:
+    """The context's per-thread stack size (CU_LIMIT_STACK_SIZE): local memory any kernel's threads can address."""
+    return int(check(cu.cuCtxGetLimit(cu.CUlimit.CU_LIMIT_STACK_SIZE), "cuCtxGetLimit(CU_LIMIT_STACK_SIZE)"))
 
 
 def set_dynamic_smem(info: FunctionInfo, nbytes: int) -> None:

@@ -25,6 +25,7 @@ class DeviceLimits(BaseModel):
     name: str = "NVIDIA H200"
     sm_count: int = 132
     max_threads_per_block: int = 1024
+    max_threads_per_sm: int = 2048
     max_block: tuple[int, int, int] = (1024, 1024, 64)
     max_grid: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
     max_smem_optin: int = 232448

@@ -28,15 +28,16 @@ from ..results import Timing, TrialStats
 from . import ceilings as roofline
 from .ceilings import IMPLAUSIBLE_SPEEDUP, suspicious
 from .buffers import BufferSet, allocate_set
-from .calls import CHECK_SEED_OFFSET, CandidateCalls, InputSet, evaluation_seeds, sketch_tensors
+from .calls import CHECK_SEED_OFFSET, CandidateCalls, InputSet, SketchSpace, evaluation_seeds, sketch_tensors
 from .correctness import output_digest, replay_note
 from .launch import CudaError, get_function, launch_config, launch_kernel, load_module, pack_params, \
-    set_dynamic_smem, sync_stream, unload_module
+    set_dynamic_smem, stack_limit, sync_stream, unload_module
 from .limits import check_function, check_memory, check_plan
 from .messages import GpuJob, GpuOutcome
 from .module_state import ModuleState
 from .referee import RefereeClient, RefereeError, input_digest
-from .state import WorkerState
+from .scrub import frame_bytes
+from .state import WorkerState, changed_inputs
 from .tensormap import encode
 from .timing import (SLOW_FACTOR, L2Flush, Side, evaluation_flush, plan_iterations, speedup, summarize, time_interleaved,
                      time_sides)
@@ -76,6 +77,9 @@ class Candidate:
                                                                     f"{launch.smem} bytes refused: {e}"]) from None
         self.stream = torch.cuda.current_stream().cuda_stream
         self.globals = ModuleState(self.module, cubin)
+        make_scrub = getattr(state, "on_chip_scrub", None)  # a one-launch replay (the profile's) passes limits only
+        self.scrub = make_scrub() if make_scrub else None
+        self.frame = frame_bytes(max((f.local_bytes for f in self.functions.values()), default=0), stack_limit())
 
     def bind(self, bufs: BufferSet) -> list:
         """The launches of the plan with this buffer set's pointers and tensor maps, packed once."""
@@ -102,6 +106,12 @@ class Candidate:
 
     def restore_globals(self) -> None:
         self.globals.restore(self.stream)
+
+    def clear_on_chip(self) -> None:
+        """Shared memory of every SM and local memory of every warp slot overwritten (scrub.py): neither keeps
+        anything from one call to the next."""
+        if self.scrub is not None:
+            self.scrub.run(self.stream, self.frame)
 
     def close(self) -> None:
         unload_module(self.module)
@@ -218,12 +228,23 @@ def pristine_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload, 
                          runtime_error="OUT_OF_BOUNDS_WRITE: harness input copies")
 
 
+def library_check(calls: CandidateCalls, wl: Workload, dist: str) -> None:
+    """After the timed calls: the library's inputs, live and pristine, are still what their seeds draw (a kernel that
+    wrote both alike passed every compare between them, and would have timed the library on data of its choosing)."""
+    changed = [f"{name} of library instance {i}" for i, entry in enumerate(calls.library)
+               for name in changed_inputs(entry, wl, dist)]
+    if changed:
+        raise Failed("RUNTIME_ERROR", f"out-of-bounds write: the kernel wrote into the library's inputs and into the "
+                                      f"harness's copy of them ({', '.join(changed)})",
+                     runtime_error="OUT_OF_BOUNDS_WRITE: library baseline inputs")
+
+
 def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job: GpuJob, phase: Phase, first_run_s: float,
                    flush: L2Flush, watch: CandidateWatch) -> dict:
     dist = job.dist
     primary = wl.primary_baseline.name
     phase("prepare", job.prepare_timeout_s)
-    calls.attach_library([state.baseline(wl, primary, dist, i) for i in range(len(calls.sets))])
+    calls.attach_library([state.trusted_baseline(wl, primary, dist, i) for i in range(len(calls.sets))])
     ceil = state.get_ceilings()
     others = {}
     for b in wl.baselines:
@@ -273,6 +294,7 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
             again["flags"].append("rechecked")
             again["recheck_speedup"], again["recheck_speedup_ci"] = record["speedup"], record["speedup_ci"]
             record = again
+    library_check(calls, wl, dist)
     record["input_sets"] = len(calls.sets)
     record["verified_calls"] = calls.calls
     record["l2_flush"] = flush.mode
@@ -409,13 +431,14 @@ def aa_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutcome, b
     phase("timing", job.timeout_s)
     flush = evaluation_flush(state.limits.l2_bytes, job.l2_flush)
     key = secrets.randbits(62)
+    space = SketchSpace("cuda")
 
     def restore() -> None:  # what the protocol does before every call: the inputs copied back from pristine
         for name, t in base.inputs.items():
             t.copy_(base.pristine[name])
 
     def check(out) -> None:  # and the sketch after each call, on both sides
-        torch.stack(sketch_tensors(out, key)).tolist()
+        torch.stack(sketch_tensors(out, key, space)).tolist()
 
     a_ms, b_ms = time_sides([Side(twin, restore, check), Side(base.fn, restore, check)], flush=flush,
                             warmup=job.warmup, iters=job.iters, trials=job.timing_trials)

@@ -4,7 +4,10 @@ The worker never holds an expected output: references and the library's error on
 live in the referee process (referee.py). Cached here per (workload, baseline, dist, instance): the library
 callable on inputs of the worker's own baseline seeds (drawn when the worker starts, never a candidate's),
 with a pristine copy of them (the timed library calls get the same restore and checks as a candidate's:
-calls.py), and for the non-primary baselines their timings. The budget is a share of the GPU's memory, so a sweep over every workload fits an 80 GB card.
+calls.py), and for the non-primary baselines their timings. The protocol compares a library's inputs with their
+pristine copy after every call, which a kernel that changed both alike would pass: so an evaluation also takes its
+library instances only once they match what their seeds draw (`trusted_baseline`), and checks them again when its
+timing is over (runner.library_check). The budget is a share of the GPU's memory, so a sweep over every workload fits an 80 GB card.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import torch
 from ...workloads.baselines import make_baseline
 from ...workloads.inputs import make_inputs
 from ...workloads.schema import Workload
+from .buffers import bits
 from .cache import ByteLRU
 from .limits import DeviceLimits
 
@@ -26,6 +30,20 @@ class BaselineEntry:
     inputs: dict[str, torch.Tensor] = field(default_factory=dict)
     pristine: dict[str, torch.Tensor] = field(default_factory=dict)  # restored before every call, like a candidate's
     stats: dict = field(default_factory=dict)  # timing of a non-primary baseline, measured once
+    seed: int | None = None  # what its inputs were drawn from
+
+
+def changed_inputs(entry: BaselineEntry, wl: Workload, dist: str) -> list[str]:
+    """The inputs of a library instance that are no longer, bit for bit, what its seed draws: in its live copy or in
+    the pristine one the protocol restores from. A kernel that wrote both alike would pass the protocol's own compare
+    and leave the library timed on data of its choosing (inputs that draw more power run slower under the power
+    limit) or keep a result there for its next call."""
+    if entry.seed is None or not entry.inputs:
+        return []
+    device = next(iter(entry.inputs.values())).device
+    truth = make_inputs(wl, entry.seed, dist, str(device))
+    return [name for name, t in truth.items()
+            if not (torch.equal(bits(entry.inputs[name]), bits(t)) and torch.equal(bits(entry.pristine[name]), bits(t)))]
 
 
 def _free(_key, _value) -> None:
@@ -42,6 +60,16 @@ class WorkerState:
         self.jobs = 0
         self.baseline_seed = secrets.randbelow(2**31)
         self.referee = None  # RefereeClient: the process that holds the expected outputs (set by the worker)
+        self._scrub = None
+
+    def on_chip_scrub(self):
+        """The worker's shared- and local-memory scrub kernels (scrub.py), loaded on first use."""
+        if self._scrub is None:
+            from .scrub import OnChipScrub, ScrubShape
+
+            self._scrub = OnChipScrub(ScrubShape(self.limits.sm_count, self.limits.max_threads_per_sm,
+                                                 self.limits.max_smem_optin))
+        return self._scrub
 
     def baseline(self, wl: Workload, name: str, dist: str, index: int = 0) -> BaselineEntry:
         """The library on the worker's own baseline inputs (same shapes and distribution as a candidate's); `index`
@@ -53,10 +81,19 @@ class WorkerState:
             fn = make_baseline(wl, name, inputs)
             fn()
             torch.cuda.synchronize()
-            entry = BaselineEntry(fn, inputs, {k: v.clone() for k, v in inputs.items()})
+            entry = BaselineEntry(fn, inputs, {k: v.clone() for k, v in inputs.items()}, seed=self.baseline_seed + index)
             return entry, max(0, torch.cuda.memory_allocated() - before)
 
         return self.cache.get_or_make(("baseline", wl.id, name, dist, index), make)
+
+    def trusted_baseline(self, wl: Workload, name: str, dist: str, index: int = 0) -> BaselineEntry:
+        """`baseline`, made again when a cached instance's inputs are no longer what its seed draws (an earlier
+        candidate's stray write that its own evaluation did not catch must not reach a later candidate's timing)."""
+        entry = self.baseline(wl, name, dist, index)
+        if changed_inputs(entry, wl, dist):
+            self.cache.drop(("baseline", wl.id, name, dist, index))
+            entry = self.baseline(wl, name, dist, index)
+        return entry
 
     def get_ceilings(self) -> dict[str, float]:
         if not self.ceilings:

@@ -134,23 +134,54 @@ class Side:
     check: Callable[[object], None] = lambda _out: None
 
 
+class FlushBuffer:
+    """The buffer every call's L2 flush goes through, for one time_sides run.
+
+    Written ("write"), its contents are replaced before every call. Read ("read"), they would outlive every call
+    untouched: a kernel that found the buffer could keep a result there for its next call. So it starts as zeros and
+    each flush is a reduction that reads every line and also says whether any of them is no longer zero; the flags
+    are read back once, at the end of the run (`check`)."""
+
+    def __init__(self, flush: L2Flush, device="cuda"):
+        import torch
+
+        self.mode = flush.mode
+        self.data = torch.zeros(flush.bytes // 4, dtype=torch.int32, device=device)
+        self.written = torch.zeros((), dtype=torch.bool, device=device)
+
+    def flush(self, fill: int) -> None:
+        import torch
+
+        if self.mode == "read":
+            torch.logical_or(self.written, self.data.any(), out=self.written)  # every line read: L2 cold and clean
+        else:
+            self.data.fill_(fill)
+
+    def check(self) -> None:
+        """Raise RUNTIME_ERROR (OUT_OF_BOUNDS_WRITE) when any read flush found the buffer written."""
+        if self.mode == "read" and bool(self.written):
+            from .verdict import Failed
+
+            raise Failed("RUNTIME_ERROR", "out-of-bounds write: a kernel wrote into the harness's L2 flush buffer, "
+                                          "memory no buffer of the plan owns, between two calls",
+                         runtime_error="OUT_OF_BOUNDS_WRITE: L2 flush buffer")
+
+
 def time_sides(sides: list[Side], *, flush: L2Flush, warmup: int = 10, iters: int = 50, trials: int = 3,
                on_trial: Callable[[int], None] | None = None) -> list[list[float]]:
     """Milliseconds per call of each side: `trials` rounds of `iters` interleaved (ABBA), cold-L2 iterations.
 
     Each call: prepare -> flush L2 -> start event -> call -> end event -> wait for it -> check. Waiting for each
-    call before the next lets `check` verify its output before anything else runs; the events time the GPU only."""
+    call before the next lets `check` verify its output before anything else runs; the events time the GPU only.
+    The flush buffer is checked last (FlushBuffer)."""
     import torch
 
-    buffer = torch.empty(flush.bytes // 4, dtype=torch.int32, device="cuda")
+    buffer = FlushBuffer(flush)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     def one(side: Side, fill: int) -> float:
         side.prepare()
-        if flush.mode == "read":
-            buffer.sum()  # every line read: L2 as cold, its lines clean
-        else:
-            buffer.fill_(fill)
+        buffer.flush(fill)
         torch.cuda._sleep(SPIN_CYCLES)
         start.record()
         out = side.call()
@@ -170,6 +201,7 @@ def time_sides(sides: list[Side], *, flush: L2Flush, warmup: int = 10, iters: in
                 times[k].append(one(sides[k], it & 0xFF))
         if on_trial:
             on_trial(trial)
+    buffer.check()
     return times
 
 

@@ -1,0 +1,180 @@
+"""The scrub that overwrites shared and local memory before every call (tools/gpu/scrub.py).
+
+On the CPU: the kernels are assembled by the pinned ptxas and their SASS really stores (an assembler that proves
+nobody reads a store drops it: it did, for a first local scrub that wrote one value everywhere), over the frame asked
+for, within 32 registers (two 1024-thread CTAs on every SM: every warp slot); the grids cover every SM. On the GPU:
+a kernel finds in shared and local memory what the previous kernel left there, and after the scrub finds none of it.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from ptxbench.tools.gpu.scrub import (LOCAL_BLOCK, MIN_FRAME, SHARED_PTX, ScrubShape, frame_bytes, local_fill,
+                                      local_ptx)
+
+H200 = ScrubShape(sm_count=132, threads_per_sm=2048, smem_bytes=232448)
+
+
+def test_the_frame_covers_the_candidate_and_the_stack_limit():
+    assert frame_bytes(0, 1024) == MIN_FRAME == 1024  # a kernel with no frame still addresses the default stack
+    assert frame_bytes(0, 0) == 1024
+    assert frame_bytes(1500, 1024) == 2048 and frame_bytes(64, 8192) == 8192 and frame_bytes(65537, 1024) == 131072
+    assert local_fill(1024) == (-1 - 1024) & 0xFFFFFFFF
+    for frame in (1024, 65536):  # fill + offset stays a negative 32-bit integer over the whole frame
+        assert all((local_fill(frame) + off) & 0xFFFFFFFF >= 0x80000000 for off in (0, frame - 16))
+    with pytest.raises(ValueError):
+        local_ptx(1000)
+
+
+def test_the_grids_occupy_every_sm_and_every_warp_slot():
+    assert H200.shared_grid == 132  # one CTA per SM: each asks for more than half an SM's shared memory
+    assert 2 * H200.smem_bytes > 228 * 1024
+    assert H200.local_grid == 264 and H200.local_grid * LOCAL_BLOCK == 132 * 2048
+    assert H200.local_bytes_written(1024) == 132 * 2048 * 1024  # 277 MB at the default stack
+
+
+def _assemble(text: str, tmp_path, name: str) -> tuple[str, str]:
+    from ptxbench.tools.toolchain import find_toolchain
+
+    tc = find_toolchain("sm_90a")
+    src = tmp_path / f"{name}.ptx"
+    src.write_text(text)
+    out = subprocess.run([tc.ptxas.path, "-arch=sm_90a", "-v", str(src), "-o", str(src) + ".cubin"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    sass = subprocess.run([tc.nvdisasm.path, str(src) + ".cubin"], capture_output=True, text=True, timeout=60).stdout
+    return out.stderr, sass
+
+
+def _looped(sass: str, store: str) -> bool:
+    """The store sits in a loop: a branch after it jumps back to a label before it."""
+    lines = sass.splitlines()
+    at = next(i for i, line in enumerate(lines) if store in line)
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*(\.L_x_\d+):", line))}
+    return any(labels.get(m.group(1), len(lines)) <= at
+               for line in lines[at + 1:] if (m := re.search(r"BRA `\((\.L_x_\d+)\)", line)))
+
+
+def test_the_shared_scrub_stores_in_a_loop(tmp_path):
+    info, sass = _assemble(SHARED_PTX, tmp_path, "shared")
+    assert "STS.128" in sass and _looped(sass, "STS.128")
+
+
+@pytest.mark.parametrize("frame", [1024, 4096, 65536])
+def test_the_local_scrub_writes_its_whole_frame_within_32_registers(tmp_path, frame):
+    info, sass = _assemble(local_ptx(frame), tmp_path, f"local{frame}")
+    assert f"{frame} bytes stack frame" in info
+    registers = int(re.search(r"Used (\d+) registers", info).group(1))
+    assert registers <= 32  # 2 x 1024 threads x 32 registers = an SM's 64K: both CTAs resident
+    assert "STL.128" in sass and _looped(sass, "STL.128") and "LDL" in sass
+
+
+LEFTOVER_CU = r"""
+#define WORDS (FRAME / 4)
+extern "C" __global__ void __launch_bounds__(1024, 2) leave_local(unsigned tag) {
+  volatile unsigned frame[WORDS];
+  for (int i = 0; i < WORDS; ++i) frame[i] = tag ^ i;
+}
+extern "C" __global__ void __launch_bounds__(1024, 2) find_local(unsigned* hits, unsigned tag, int never) {
+  volatile unsigned frame[WORDS];
+  if (never) frame[threadIdx.x % WORDS] = tag;  // the loads below read memory the compiler cannot call undefined
+  unsigned n = 0;
+  for (int i = 0; i < WORDS; ++i) n += frame[i] == (tag ^ i);
+  if (n) atomicAdd(hits, n);
+}
+extern "C" __global__ void leave_shared(unsigned tag, unsigned words) {
+  extern __shared__ unsigned smem[];
+  volatile unsigned* s = smem;
+  for (unsigned i = threadIdx.x; i < words; i += blockDim.x) s[i] = tag ^ i;
+}
+extern "C" __global__ void find_shared(unsigned* hits, unsigned tag, unsigned words) {
+  extern __shared__ unsigned smem[];
+  volatile unsigned* s = smem;
+  unsigned n = 0;
+  for (unsigned i = threadIdx.x; i < words; i += blockDim.x) n += s[i] == (tag ^ i);
+  if (n) atomicAdd(hits, n);
+}
+"""
+# Frames of the probe: smaller than the scrub's least (the scrub's frame must cover one laid out smaller), and one
+# that sets the scrub's frame itself.
+FRAMES = (256, 4096)
+
+
+def _leftover_module(frame: int):
+    from ptxbench.tools.compile import compile_source
+
+    comp = compile_source(f"#define FRAME {frame}\n" + LEFTOVER_CU, "cuda", "sm_90a")
+    assert comp.status == "ok", comp.errors
+    return comp
+
+
+@pytest.mark.parametrize("frame", FRAMES)
+def test_the_leftover_probe_compiles_with_its_loads_kept(frame):
+    """The GPU test's probe kernels: their loads of memory they never wrote must survive the compiler."""
+    k = _leftover_module(frame).kernels
+    assert k["find_local"].stack >= frame and k["leave_local"].stack >= frame
+    assert k["find_local"].sass_opcodes.get("LDL", 0) >= 1 and k["leave_local"].sass_opcodes.get("STL", 0) >= 1
+    assert k["find_shared"].sass_opcodes.get("LDS") and k["leave_shared"].sass_opcodes.get("STS")
+    assert k["find_local"].registers <= 32 and k["leave_local"].registers <= 32  # two CTAs per SM: every warp slot
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("frame", FRAMES)
+def test_a_kernel_finds_what_the_last_left_on_chip_and_after_the_scrub_nothing(frame):
+    """Shared and local memory outlive a kernel (the channel the scrub closes), and the scrub leaves none of it: with
+    the scrub's frame as the evaluator picks it (frame_bytes of the kernel's frame and the context's stack limit)."""
+    import ctypes
+    import secrets
+
+    import torch
+    from cuda.bindings import driver as cu
+
+    from ptxbench.tools.gpu.inprocess import in_process_worker
+    from ptxbench.tools.gpu.launch import PackedParams, check, get_function, load_module, set_dynamic_smem
+
+    from ptxbench.tools.gpu.launch import stack_limit
+
+    comp = _leftover_module(frame)
+    with in_process_worker() as state:
+        lim = state.limits
+        module = load_module(open(comp.cubin_path, "rb").read())
+        fns = {n: get_function(module, n) for n in ("leave_local", "find_local", "leave_shared", "find_shared")}
+        for n in ("leave_shared", "find_shared"):
+            set_dynamic_smem(fns[n], lim.max_smem_optin)
+        stream = torch.cuda.current_stream().cuda_stream
+        hits = torch.zeros(1, dtype=torch.int32, device="cuda")
+        words = lim.max_smem_optin // 4
+
+        def launch(name: str, grid: int, smem: int, values: list) -> None:
+            cfg = cu.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = 1024, 1, 1
+            cfg.sharedMemBytes, cfg.hStream, cfg.numAttrs = smem, cu.CUstream(stream), 0
+            params = PackedParams(keep=values)
+            params.array = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+            check(cu.cuLaunchKernelEx(cfg, fns[name].handle, params.address, 0), name)
+
+        def found(kind: str, scrub: bool) -> int:
+            tag = secrets.randbits(31) | 1
+            hits.zero_()
+            if kind == "local":
+                launch("leave_local", 2 * lim.sm_count, 0, [ctypes.c_uint32(tag)])
+            else:
+                launch("leave_shared", lim.sm_count, lim.max_smem_optin, [ctypes.c_uint32(tag), ctypes.c_uint32(words)])
+            if scrub:
+                state.on_chip_scrub().run(stream, frame_bytes(fns["find_local"].local_bytes, stack_limit()))
+            ptr = ctypes.c_uint64(hits.data_ptr())
+            if kind == "local":
+                launch("find_local", 2 * lim.sm_count, 0, [ptr, ctypes.c_uint32(tag), ctypes.c_int32(0)])
+            else:
+                launch("find_shared", lim.sm_count, lim.max_smem_optin, [ptr, ctypes.c_uint32(tag), ctypes.c_uint32(words)])
+            torch.cuda.synchronize()
+            return int(hits.item())
+
+        stale = {kind: found(kind, scrub=False) for kind in ("shared", "local")}
+        after = {kind: found(kind, scrub=True) for kind in ("shared", "local")}
+    assert after == {"shared": 0, "local": 0}, (stale, after)
+    assert stale["shared"] > 0 and stale["local"] > 0, stale  # without the scrub the next kernel finds them

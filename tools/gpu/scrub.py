@@ -1,0 +1,183 @@
+"""Shared and local memory cleared before every call, so that neither carries a result from one call to the next.
+
+Both outlive a kernel. Shared memory is not cleared when a CTA starts: a CTA finds what the last CTA on its SM left
+there. Local memory (a thread's stack and spill space) lives in device memory the driver reserves per warp slot,
+reused by whichever warp runs in that slot next. A kernel could keep its output in either and, when a later call
+found it there, copy it instead of computing: on an H200 shared memory is 132 x 227 KB, more than a decode GEMM's
+whole output, and local memory is (bytes per thread) x 2048 threads x 132 SMs, 277 MB at the default 1 KB stack.
+Every other place a kernel can reach is restored, poisoned or compared by the protocol (docs/timing-integrity.md);
+these two have no buffer, so two harness kernels overwrite them:
+
+- `scrub_shared`: one CTA per SM (each asks for all the dynamic shared memory a CTA may have, so no SM holds two),
+  every byte set to 0xFF;
+- `scrub_local`: every warp slot of every SM occupied at once (blocks of 1024 threads held to 32 registers, two per
+  SM), each thread writing 0xFF over a frame as large as the candidate's kernels' local size or the context's stack
+  limit, whichever is larger: what any thread of the candidate could address.
+
+They run in the preparation of every call, the library's too, before the L2 flush, so their stores are written back
+outside the timed interval. The PTX is the harness's own text, assembled by the driver once per worker (the local
+one once per frame size).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Every byte 0xFF: as a float or bf16 a NaN, as an integer -1, never a pointer into memory.
+SHARED_PTX = """\
+.version 8.0
+.target sm_90
+.address_size 64
+
+.extern .shared .align 16 .b8 scrub_smem[];
+
+.visible .entry scrub_shared(.param .u32 nbytes)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<8>;
+    ld.param.u32 %r1, [nbytes];
+    mov.u32 %r2, %tid.x;
+    shl.b32 %r2, %r2, 4;
+    mov.u32 %r3, %ntid.x;
+    shl.b32 %r3, %r3, 4;
+    mov.u32 %r4, scrub_smem;
+    mov.b32 %r5, -1;
+LOOP:
+    setp.ge.u32 %p1, %r2, %r1;
+    @%p1 bra DONE;
+    add.u32 %r6, %r4, %r2;
+    st.volatile.shared.v4.b32 [%r6], {%r5, %r5, %r5, %r5};
+    add.u32 %r2, %r2, %r3;
+    bra LOOP;
+DONE:
+    ret;
+}
+"""
+
+# The frame is written whole, each 16 bytes with `fill` plus their offset (fill = -1 - frame: every word negative,
+# none a pointer), and a load at a runtime offset (never taken: probe >= frame) reads one back: with one value
+# everywhere the assembler proves what any load returns and drops every store (it did, at 1 KB).
+LOCAL_PTX = """\
+.version 8.0
+.target sm_90
+.address_size 64
+
+.visible .entry scrub_local(.param .u64 sink, .param .u32 probe, .param .u32 fill)
+.maxnreg 32
+{{
+    .local .align 16 .b8 frame[{frame}];
+    .reg .pred %p<3>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<8>;
+    mov.u64 %rd1, frame;
+    ld.param.u32 %r5, [fill];
+    mov.u32 %r1, 0;
+LOOP:
+    .pragma "nounroll";
+    add.u32 %r2, %r5, %r1;
+    cvt.u64.u32 %rd2, %r1;
+    add.u64 %rd3, %rd1, %rd2;
+    st.local.v4.b32 [%rd3], {{%r2, %r2, %r2, %r2}};
+    add.u32 %r1, %r1, 16;
+    setp.lt.u32 %p1, %r1, {frame};
+    @%p1 bra LOOP;
+    ld.param.u32 %r3, [probe];
+    setp.ge.u32 %p2, %r3, {frame};
+    @%p2 bra DONE;
+    and.b32 %r3, %r3, -16;
+    cvt.u64.u32 %rd4, %r3;
+    add.u64 %rd5, %rd1, %rd4;
+    ld.local.b32 %r4, [%rd5];
+    ld.param.u64 %rd6, [sink];
+    cvta.to.global.u64 %rd6, %rd6;
+    st.global.b32 [%rd6], %r4;
+DONE:
+    ret;
+}}
+"""
+
+LOCAL_BLOCK = 1024
+MIN_FRAME = 1024  # the CUDA default stack size: what a kernel with no frame of its own can still address
+
+
+def frame_bytes(local_bytes: int, stack_limit: int) -> int:
+    """The frame each scrub thread writes: the larger of the candidate's local size and the context's stack limit,
+    rounded up to a power of two (at least MIN_FRAME), so a worker builds few variants."""
+    need = max(int(local_bytes), int(stack_limit), MIN_FRAME)
+    return 1 << (need - 1).bit_length()
+
+
+def local_fill(frame: int) -> int:
+    """The first word scrub_local writes (as u32): -1 - frame, so fill + offset stays negative over the frame."""
+    return (-1 - frame) & 0xFFFF_FFFF
+
+
+def local_ptx(frame: int) -> str:
+    if frame % 16 or frame <= 0:
+        raise ValueError(f"a scrub frame is a positive multiple of 16 bytes, not {frame}")
+    return LOCAL_PTX.format(frame=frame)
+
+
+@dataclass(frozen=True)
+class ScrubShape:
+    """Grids that occupy every SM's shared memory (one CTA each) and every warp slot (two 1024-thread CTAs each)."""
+
+    sm_count: int
+    threads_per_sm: int
+    smem_bytes: int
+
+    @property
+    def shared_grid(self) -> int:
+        return self.sm_count
+
+    @property
+    def local_grid(self) -> int:
+        return self.sm_count * max(1, self.threads_per_sm // LOCAL_BLOCK)
+
+    def local_bytes_written(self, frame: int) -> int:
+        return self.local_grid * LOCAL_BLOCK * frame
+
+
+class OnChipScrub:
+    """The two scrub kernels of one worker, launched on a stream before every call (CandidateCalls.restore)."""
+
+    def __init__(self, shape: ScrubShape):
+        from cuda.bindings import driver as cu
+
+        from .launch import check, get_function, load_module, set_dynamic_smem
+
+        self.shape = shape
+        self._shared_module = load_module(SHARED_PTX.encode() + b"\0")
+        self.shared = get_function(self._shared_module, "scrub_shared")
+        set_dynamic_smem(self.shared, shape.smem_bytes)
+        self._locals: dict[int, tuple] = {}
+        self._sink = check(cu.cuMemAlloc(16), "cuMemAlloc(scrub sink)")
+
+    def local(self, frame: int):
+        from .launch import get_function, load_module
+
+        if frame not in self._locals:
+            module = load_module(local_ptx(frame).encode() + b"\0")
+            self._locals[frame] = (module, get_function(module, "scrub_local"))
+        return self._locals[frame][1]
+
+    def run(self, stream: int, frame: int) -> None:
+        import ctypes
+
+        from cuda.bindings import driver as cu
+
+        from .launch import PackedParams, check
+
+        def launch(info, grid: int, block: int, smem: int, values: list) -> None:
+            cfg = cu.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
+            cfg.sharedMemBytes = smem
+            cfg.hStream = cu.CUstream(stream)
+            cfg.numAttrs = 0
+            params = PackedParams(keep=values)
+            params.array = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+            check(cu.cuLaunchKernelEx(cfg, info.handle, params.address, 0), f"cuLaunchKernelEx({info.name})")
+
+        launch(self.shared, self.shape.shared_grid, 1024, self.shape.smem_bytes, [ctypes.c_uint32(self.shape.smem_bytes)])
+        launch(self.local(frame), self.shape.local_grid, LOCAL_BLOCK, 0,
+               [ctypes.c_uint64(int(self._sink)), ctypes.c_uint32(frame), ctypes.c_uint32(local_fill(frame))])
