@@ -162,7 +162,7 @@ class Timing(BaseModel):
                                   "before the mode existed, which were all written")
 
 
-TargetVerdict = Literal["executed", "present_not_executed", "absent", "unknown"]
+TargetVerdict = Literal["executed", "token", "present_not_executed", "absent", "unknown"]
 
 
 class RuntimeTarget(BaseModel):
@@ -170,6 +170,8 @@ class RuntimeTarget(BaseModel):
     executed_warp_insts: int | None = None
     executed_thread_insts_true: int | None = None
     counter_values: dict[str, float] = Field(default_factory=dict)
+    work_share: float | None = Field(None, description="the family's counted work over the workload's (FLOPs on the "
+                                     "tensor path, bytes loaded by TMA over the inputs' bytes); None: not measured")
     reason: str = ""
 
 

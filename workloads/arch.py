@@ -5,6 +5,8 @@ appears in the disassembly, and executed when the hardware counted it (tools/pro
 """
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 
@@ -17,6 +19,9 @@ class TargetFamily(BaseModel):
         default_factory=dict,
         description="instruction counters among `counters` -> the SASS opcodes they count: the runtime verdict "
         "(tools/profile/verdict.py) checks that a counter is non-zero exactly when those opcodes executed")
+    work_counter: str = Field("", description="a metric among `counters` that measures the work the family did: "
+                              "compared with the workload's `work` it tells a family that did the work from a token use")
+    work: Literal["", "flops", "input_bytes"] = Field("", description="what `work_counter` is compared with")
     doc: str = ""
 
     def in_ptx(self, ptx_text: str) -> bool:
@@ -57,6 +62,10 @@ _TMA = TargetFamily(
     # FACTS.md). sm__inst_executed_pipe_tma_pred_on_any also counts other TMA-pipe work (descriptor
     # prefetch, commits: 315,656 vs 301,056 UTMA* on the reference GEMM), so it does not cross-check.
     counter_opcodes={"smsp__sass_inst_executed_op_tma.sum": ["UTMALDG", "UTMASTG", "UTMAREDG", "UBLKCP", "UBLKRED"]},
+    # bytes TMA brought in from global memory: at least the inputs' once a kernel loads them with it (tiles re-read
+    # make it more); a kernel with one token TMA load and its inputs read by plain loads brings in a few KB
+    work_counter="l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum",
+    work="input_bytes",
     doc="Tensor Memory Accelerator bulk tensor copies (loads, stores, reductions).",
 )
 
@@ -76,6 +85,9 @@ SM90A = ArchProfile(
             # gmma pipe: warp-level HGMMA executions (40 for 1 CTA x 4 warps x 10 issues, FACTS.md);
             # ops_path ... bf16_dst_fp32: the bf16 HGMMA FLOPs (2*M*N*K for a GEMM).
             counter_opcodes={"sm__inst_executed_pipe_tensor_op_gmma.sum": ["HGMMA"]},
+            # exactly 601,295,421,440 = 2 x 8192 x 7168 x 5120 on the main GEMM's reference (gemm_sweep round 13)
+            work_counter="sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum",
+            work="flops",
             doc="Warpgroup-level asynchronous matrix multiply (Hopper tensor cores).",
         ),
         _TMA,

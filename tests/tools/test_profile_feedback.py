@@ -28,7 +28,7 @@ def test_template_sections_are_loaded_from_prompts():
     t = template()
     assert "{headline}" in t["frame"] and "{items}" in t["frame"]
     assert {"long_scoreboard", "barrier", "gmma", "mio_throttle"} <= set(t["stall"])
-    assert set(t["verdict"]) == {"absent", "present_not_executed", "unknown"}
+    assert set(t["verdict"]) == {"absent", "token", "present_not_executed", "unknown"}  # every verdict but executed
 
 
 def test_memory_bound_copy_is_named_memory_bound_with_its_stall():

@@ -56,6 +56,7 @@ def test_reference_gemm_executes_wgmma_and_tma_with_the_counts_of_its_plan():
     assert wgmma.executed_warp_insts == hgmma
     assert wgmma.counter_values["sm__inst_executed_pipe_tensor_op_gmma.sum"] == hgmma
     assert wgmma.counter_values["sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum"] == 2 * M * N * K
+    assert wgmma.work_share == 1.0 and tma.work_share > 1.0  # the whole GEMM on the tensor cores; tiles re-read
     # one A box and one B box per 64-wide K chunk per tile, issued by one producer thread
     loads = (M // p.bm) * (N // p.bn) * (K // p.bk) * (p.bk // 64) * 2
     assert tma.counter_values["smsp__sass_inst_executed_op_tma_ld.sum"] == loads
@@ -75,7 +76,12 @@ def test_wgmma_behind_a_never_taken_branch_is_present_not_executed():
     assert dead.targets_runtime["wgmma"].verdict == "present_not_executed", dead.targets_runtime["wgmma"].reason
     assert dead.targets_runtime["tma"].verdict == "present_not_executed", dead.targets_runtime["tma"].reason
     live = profile(SMOKE, SOLUTIONS / "wgmma_live.ptx", full=False)
-    assert live.targets_runtime["wgmma"].verdict == "executed"
+    # the live probe runs its wgmma and its TMA loads, but as a token: 80 m64n8k16 wgmma are 2% of the smoke GEMM's
+    # FLOPs, 8 boxes of 64 x 64 an eighth of its inputs' bytes
+    assert live.targets_runtime["wgmma"].verdict == "token", live.targets_runtime["wgmma"].reason
+    assert live.targets_runtime["wgmma"].work_share == pytest.approx(80 * 64 * 8 * 16 * 2 / (2 * 256 * 256 * 512))
+    assert live.targets_runtime["tma"].verdict == "token"
+    assert live.targets_runtime["tma"].work_share == pytest.approx(8 * 64 * 64 * 2 / (2 * 2 * 256 * 512))
     assert live.targets_runtime["wgmma"].counter_values["sm__inst_executed_pipe_tensor_op_gmma.sum"] == 8 * 4 * 10
     assert live.targets_runtime["tma"].counter_values["smsp__sass_inst_executed_op_tma_ld.sum"] == 8
 

@@ -138,3 +138,66 @@ def test_the_verdict_level_never_guesses():
     k = KernelProfile(name="k", counters={"sm__inst_executed_pipe_tensor_op_gmma.sum": 40.0})
     full = runtime_verdicts(SM90A, ProfileSummary(ok=True, mode="full", kernels=[k]), ["wgmma"], {"HGMMA": 8})
     assert full["wgmma"].verdict == "unknown"
+
+
+def test_a_family_that_did_a_token_share_of_the_work_is_a_token():
+    """One wgmma (or one TMA load) beside a kernel that does its work another way: executed, but its work counter
+    holds a sliver of the workload's FLOPs (bytes), so the verdict is `token`, with the share, and the kernel does
+    not count as executing its targets."""
+    from ptxbench.tools.profile.verdict import TOKEN_SHARE, expected_work
+    from ptxbench.tools.results import EvalResult
+    from ptxbench.workloads.registry import get_workload
+
+    s = summarize(page("gated_live", "raw"), page("gated_live", "details"), page("gated_live", "source"), COUNTERS)
+    flops = runtime_verdicts(SM90A, s)["wgmma"].counter_values["sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum"]
+    tma_bytes = runtime_verdicts(SM90A, s)["tma"].counter_values["l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"]
+    assert flops > 0 and tma_bytes > 0
+    did_it = runtime_verdicts(SM90A, s, work={"flops": flops, "input_bytes": tma_bytes / 3})
+    assert did_it["wgmma"].verdict == "executed" and did_it["wgmma"].work_share == 1.0
+    assert did_it["tma"].verdict == "executed" and did_it["tma"].work_share == 3.0  # tiles re-read: more than once
+    token = runtime_verdicts(SM90A, s, work={"flops": flops * 100, "input_bytes": tma_bytes * 1000})
+    assert token["wgmma"].verdict == token["tma"].verdict == "token"
+    assert token["wgmma"].work_share == 0.01 and "1% of the workload's" in token["wgmma"].reason
+    assert token["wgmma"].work_share < TOKEN_SHARE
+    assert runtime_verdicts(SM90A, s)["wgmma"].work_share is None  # no workload given: nothing to compare with
+    result = EvalResult(workload="w", status="PASSED", gpu_evaluated=True, targets_runtime=token)
+    assert result.target_executed is False
+    # the workload's side: its FLOPs and its inputs' bytes (A and B of the main GEMM: 84 + 73 MB)
+    work = expected_work(get_workload("gemm_bf16_m8192_n7168_k5120"))
+    assert work == {"flops": 2.0 * 8192 * 7168 * 5120, "input_bytes": 2.0 * (8192 + 7168) * 5120}
+    # the main GEMM's reference on the H200 (gemm_sweep round 13): its HGMMA FLOPs are exactly the workload's
+    assert 601295421440.0 / work["flops"] == 1.0
+
+
+def test_a_token_verdict_is_told_to_the_model_and_drops_the_feature():
+    from ptxbench.tools.profile.feedback import _verdict_items, traits
+    from ptxbench.tools.results import RuntimeTarget
+
+    v = {"wgmma": RuntimeTarget(verdict="token", work_share=0.001, reason="wgmma executed, but ... 0.1% of the workload's")}
+    (weight, text), = _verdict_items(v, "sm_90a")
+    assert weight == 1000.0 and "token share" in text and "wgmma.mma_async" in text and "0.1%" in text
+    assert "wgmma" not in traits(None, v, None).has
+
+
+def test_the_recorded_reference_kernels_did_their_whole_work_on_their_targets():
+    """The threshold against H200 records: the main GEMM's reference (HGMMA FLOPs exactly 2MNK) and every profiled
+    turn of the three recorded attention-backward climbs; each far above TOKEN_SHARE."""
+    import json
+
+    from ptxbench.tools.profile.verdict import TOKEN_SHARE, expected_work
+    from ptxbench.workloads.registry import get_workload
+
+    root = Path(__file__).parents[2]
+    flops_c, tma_c = "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum", "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
+    shares = []
+    gemm = json.loads((root / "bench/results/gemm_sweep/r13_eval_8_ref_2026-12-03.json").read_text())
+    text = json.dumps(gemm)
+    work = expected_work(get_workload("gemm_bf16_m8192_n7168_k5120"))
+    assert f'"{flops_c}": {work["flops"]}' in text  # 601295421440.0: exactly the workload's FLOPs
+    for run in sorted((root / "docs/examples/tuner-climb-mha_bwd_d128").glob("run*/trajectories/*/trajectory.jsonl")):
+        work = expected_work(get_workload("mha_bwd_d128"))
+        for line in run.read_text().splitlines():
+            for fam in json.loads(line).get("result", {}).get("targets_runtime", {}).values():
+                values = fam.get("counter_values", {})
+                shares += [values[c] / work[k] for c, k in ((flops_c, "flops"), (tma_c, "input_bytes")) if values.get(c)]
+    assert len(shares) >= 6 and min(shares) >= 1.0 > TOKEN_SHARE, shares

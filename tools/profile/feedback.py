@@ -205,7 +205,7 @@ def traits(compile_result: CompileResult | None, verdicts: dict[str, RuntimeTarg
     # a path that is in the SASS but did not run is not something the kernel does
     for family, feats in (("tma", ("tma_load", "tma_multicast")), ("wgmma", ("wgmma",))):
         v = verdicts.get(family)
-        if v is not None and v.verdict in ("absent", "present_not_executed"):
+        if v is not None and v.verdict in ("absent", "present_not_executed", "token"):
             has -= set(feats)
     if k is not None and (ctas := _grid_size(k.grid)) and ctas <= 2 * num_sms:
         has.add("persistent")

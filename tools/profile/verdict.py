@@ -3,6 +3,9 @@
 Per family of the arch profile (workloads/arch.py), from one profile:
 - executed: the SASS has the family's opcodes and ncu counted predicate-true executions > 0
   (`sass__thread_inst_executed_true_per_opcode`, as PTXBench reads the source page);
+- token: executed, but the family's work counter (its FLOPs on the tensor path, the bytes TMA loaded) holds less
+  than TOKEN_SHARE of the workload's (its FLOPs, its inputs' bytes): one wgmma or one TMA load beside a kernel
+  that does its work another way is not a kernel that uses them (given the workload's work: `expected_work`);
 - present_not_executed: in the SASS, never executed (dead code, a branch never taken);
 - absent: not in the SASS at all;
 - unknown: no profile, missing/NaN counts, or the per-opcode counts and the family's pipe counters
@@ -20,10 +23,44 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
+import math
+
 from ptxbench.tools.results import RuntimeTarget
 from ptxbench.workloads.arch import ArchProfile, TargetFamily
+from ptxbench.workloads.schema import Workload
 
 from .summary import KernelProfile, ProfileSummary
+
+
+# Below this share of the workload's work the family's use is a token. An honest kernel's share is about 1 or more
+# (the main GEMM's HGMMA FLOPs are exactly its 2MNK; causal attention computes its diagonal tiles whole; TMA
+# re-reads tiles), so half leaves room for a kernel that does some of its work elsewhere, and none for one that
+# does almost all of it elsewhere.
+TOKEN_SHARE = 0.5
+ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4, "int64": 8, "uint8": 1}
+
+
+def expected_work(wl: Workload) -> dict[str, float]:
+    """The workload's work in the units of the families' work counters: its FLOPs, its inputs' bytes."""
+    return {"flops": float(wl.flops),
+            "input_bytes": float(sum(math.prod(wl.shape(t.name)) * ELEM_BYTES[t.dtype] for t in wl.inputs))}
+
+
+def _with_share(fam: TargetFamily, executed: RuntimeTarget, counters: dict[str, float],
+                work: dict[str, float] | None) -> RuntimeTarget:
+    """An executed verdict with the share of the workload's work the family did; a token when it is small."""
+    if not work or not fam.work_counter or fam.work_counter not in counters or not work.get(fam.work):
+        return executed
+    share = counters[fam.work_counter] / work[fam.work]
+    executed.work_share = share
+    if share >= TOKEN_SHARE:
+        return executed
+    unit = "FLOPs" if fam.work == "flops" else "bytes of its inputs"
+    return executed.model_copy(update={
+        "verdict": "token",
+        "reason": f"{fam.name} executed, but {fam.work_counter} = {counters[fam.work_counter]:,.0f} is {100 * share:.2g}% "
+                  f"of the workload's {work[fam.work]:,.0f} {unit} (less than {100 * TOKEN_SHARE:.0f}%): the work is done "
+                  f"another way. " + executed.reason})
 
 
 def _family_sum(counts: dict[str, float] | None, fam: TargetFamily, opcodes: list[str] | None = None) -> float | None:
@@ -51,7 +88,8 @@ def _present(fam: TargetFamily, kernels: list[KernelProfile], static_opcodes: di
     return any(seen) if seen else None
 
 
-def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: dict[str, int] | None = None) -> RuntimeTarget:
+def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: dict[str, int] | None = None,
+                   work: dict[str, float] | None = None) -> RuntimeTarget:
     if not summary.ok:
         return RuntimeTarget(verdict="unknown", reason=f"no profile: {summary.error or 'ncu gave no result'}")
     kernels = summary.kernels
@@ -65,7 +103,8 @@ def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: d
                 executed_thread_insts_true=int(thread_true) if thread_true is not None else None,
                 counter_values=counters)
     if thread_true is None and summary.mode == "verdict":
-        return _counter_verdict(fam, counters, present, base)
+        return _with_share(fam, v, counters, work) if (v := _counter_verdict(fam, counters, present, base)).verdict \
+            == "executed" else v
     if thread_true is None:
         missing = [c for c in fam.counters if c not in counters]
         return RuntimeTarget(verdict="unknown", reason="ncu returned no per-opcode predicate-true counts (missing or NaN)"
@@ -81,7 +120,8 @@ def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: d
     if disagree:
         return RuntimeTarget(verdict="unknown", reason="per-opcode counts and pipe counters disagree: " + "; ".join(disagree), **base)
     if thread_true > 0:
-        return RuntimeTarget(verdict="executed", reason=_executed_reason(fam, warp, thread_true, counters), **base)
+        return _with_share(fam, RuntimeTarget(verdict="executed", reason=_executed_reason(fam, warp, thread_true, counters),
+                                              **base), counters, work)
     return _not_executed(fam, present, base, "executed", "none executed with a true predicate")
 
 
@@ -120,12 +160,14 @@ def _executed_reason(fam: TargetFamily, warp: float | None, thread_true: float, 
 
 
 def runtime_verdicts(arch: ArchProfile, summary: ProfileSummary, families: list[str] | None = None,
-                     static_opcodes: dict[str, int] | None = None) -> dict[str, RuntimeTarget]:
+                     static_opcodes: dict[str, int] | None = None,
+                     work: dict[str, float] | None = None) -> dict[str, RuntimeTarget]:
     """family name -> verdict for `families` (default: every family of the arch profile).
 
-    `static_opcodes` is the compile's SASS histogram summed over the module's kernels (opcode -> count)."""
+    `static_opcodes` is the compile's SASS histogram summed over the module's kernels (opcode -> count); `work` the
+    workload's (expected_work), without which no verdict is a token."""
     names = families if families is not None else [f.name for f in arch.families]
-    return {name: family_verdict(arch.family(name), summary, static_opcodes) for name in names}
+    return {name: family_verdict(arch.family(name), summary, static_opcodes, work) for name in names}
 
 
 def static_histogram(kernels: dict) -> dict[str, int]:
