@@ -130,12 +130,9 @@ def test_a_kernel_finds_what_the_last_left_on_chip_and_after_the_scrub_nothing(f
     import secrets
 
     import torch
-    from cuda.bindings import driver as cu
 
     from ptxbench.tools.gpu.inprocess import in_process_worker
-    from ptxbench.tools.gpu.launch import PackedParams, check, get_function, load_module, set_dynamic_smem
-
-    from ptxbench.tools.gpu.launch import stack_limit
+    from ptxbench.tools.gpu.launch import get_function, launch_1d, load_module, set_dynamic_smem, stack_limit
 
     comp = _leftover_module(frame)
     with in_process_worker() as state:
@@ -149,13 +146,7 @@ def test_a_kernel_finds_what_the_last_left_on_chip_and_after_the_scrub_nothing(f
         words = lim.max_smem_optin // 4
 
         def launch(name: str, grid: int, smem: int, values: list) -> None:
-            cfg = cu.CUlaunchConfig()
-            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
-            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = 1024, 1, 1
-            cfg.sharedMemBytes, cfg.hStream, cfg.numAttrs = smem, cu.CUstream(stream), 0
-            params = PackedParams(keep=values)
-            params.array = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-            check(cu.cuLaunchKernelEx(cfg, fns[name].handle, params.address, 0), name)
+            launch_1d(fns[name], grid, 1024, smem, stream, values)
 
         def found(kind: str, scrub: bool) -> int:
             tag = secrets.randbits(31) | 1

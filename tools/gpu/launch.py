@@ -154,5 +154,16 @@ def launch_kernel(cfg: cu.CUlaunchConfig, info: FunctionInfo, params: PackedPara
     check(cu.cuLaunchKernelEx(cfg, info.handle, params.address, 0), f"cuLaunchKernelEx({info.name})")
 
 
+def launch_1d(info: FunctionInfo, grid: int, block: int, smem: int, stream: int, values: list) -> None:
+    """One launch of a harness kernel: a 1-D grid, `values` its arguments as ctypes scalars in order."""
+    cfg = cu.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
+    cfg.sharedMemBytes, cfg.hStream, cfg.numAttrs = smem, cu.CUstream(stream), 0
+    params = PackedParams(keep=list(values))
+    params.array = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+    launch_kernel(cfg, info, params)
+
+
 def sync_stream(stream: int) -> None:
     check(cu.cuStreamSynchronize(cu.CUstream(stream)), "kernel execution (cuStreamSynchronize)")

@@ -163,21 +163,9 @@ class OnChipScrub:
     def run(self, stream: int, frame: int) -> None:
         import ctypes
 
-        from cuda.bindings import driver as cu
+        from .launch import launch_1d
 
-        from .launch import PackedParams, check
-
-        def launch(info, grid: int, block: int, smem: int, values: list) -> None:
-            cfg = cu.CUlaunchConfig()
-            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
-            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
-            cfg.sharedMemBytes = smem
-            cfg.hStream = cu.CUstream(stream)
-            cfg.numAttrs = 0
-            params = PackedParams(keep=values)
-            params.array = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-            check(cu.cuLaunchKernelEx(cfg, info.handle, params.address, 0), f"cuLaunchKernelEx({info.name})")
-
-        launch(self.shared, self.shape.shared_grid, 1024, self.shape.smem_bytes, [ctypes.c_uint32(self.shape.smem_bytes)])
-        launch(self.local(frame), self.shape.local_grid, LOCAL_BLOCK, 0,
-               [ctypes.c_uint64(int(self._sink)), ctypes.c_uint32(frame), ctypes.c_uint32(local_fill(frame))])
+        launch_1d(self.shared, self.shape.shared_grid, 1024, self.shape.smem_bytes, stream,
+                  [ctypes.c_uint32(self.shape.smem_bytes)])
+        launch_1d(self.local(frame), self.shape.local_grid, LOCAL_BLOCK, 0, stream,
+                  [ctypes.c_uint64(int(self._sink)), ctypes.c_uint32(frame), ctypes.c_uint32(local_fill(frame))])
