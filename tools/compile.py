@@ -16,7 +16,7 @@ from pathlib import Path
 from ptxbench.workloads.schema import Workload
 
 from .cache import CompileCache, cache_key
-from .compile_log import loc_line_map, parse_nvcc_log, parse_ptxas_log, static_ptx_checks
+from .compile_log import loc_line_map, parse_nvcc_log, parse_ptxas_log, static_ptx_checks, system_calls
 from .jail import Limits, Workspace, jail_mode, run_in_jail
 from .jail_deps import outside_includes
 from .results import CompileIssue, CompileResult
@@ -32,8 +32,8 @@ PTX_NAME = "solution.ptx"
 CU_NAME = "solution.cu"
 # Bumped when what a compile records changes (the cache key carries it): 2 = per-line SASS, SASS features;
 # 3 = ptxas's performance-loss advisories as warnings; 4 = a compiler killed from outside is no result (no longer
-# recorded as the source's compile error).
-RECORD_VERSION = 4
+# recorded as the source's compile error); 5 = device system calls (.extern functions) refused.
+RECORD_VERSION = 5
 # Wall-clock backstops; the jail's CPU limit per process (tools/jail.py Limits) usually ends a runaway first.
 PTXAS_TIMEOUT_S = 60.0
 NVCC_TIMEOUT_S = 120.0
@@ -140,7 +140,7 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     model's own text is assembled instead, so line info never changes a verdict."""
     cubin_path = workdir / "kernel.cubin"
     code = strip_ptx_comments(ptx_text)
-    pre = static_ptx_checks(code, arch) if language == "ptx" else []
+    pre = (static_ptx_checks(code, arch) if language == "ptx" else []) + system_calls(code, language)
     annotated = annotate_ptx(ptx_text, PTX_NAME) if language == "ptx" and not pre else ptx_text
     res = _ptxas(annotated, arch, tc, workdir, timeout_s)
     if annotated != ptx_text and (res.returncode != 0 or not cubin_path.is_file()) and not res.timed_out:

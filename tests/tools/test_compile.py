@@ -331,3 +331,47 @@ def test_a_key_in_the_model_text_never_reaches_the_compile_cache(tmp_path, monke
     assert r.status == "ok"
     stored = "".join(p.read_text(errors="replace") for p in (tmp_path / "cache").rglob("*") if p.suffix in (".ptx", ".json"))
     assert stored and secret not in stored
+
+
+SYSCALL_PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+.extern .func (.param .b32 func_retval0) vprintf (.param .b64 vprintf_param_0, .param .b64 vprintf_param_1);
+.extern .func (.param .b64 func_retval0) malloc (.param .b64 malloc_param_0);
+.global .align 1 .b8 fmt[4] = {104, 105, 10, 0};
+.visible .entry k(.param .u64 out)
+{
+  .reg .b64 %rd<8>; .reg .b32 %r<4>;
+  mov.u64 %rd1, fmt;
+  cvta.global.u64 %rd2, %rd1;
+  mov.u64 %rd3, 0;
+  { .param .b64 p0; st.param.b64 [p0], %rd2; .param .b64 p1; st.param.b64 [p1], %rd3; .param .b32 rv;
+    call.uni (rv), vprintf, (p0, p1); ld.param.b32 %r1, [rv]; }
+  { .param .b64 q0; st.param.b64 [q0], 4096; .param .b64 rv2;
+    call.uni (rv2), malloc, (q0); ld.param.b64 %rd4, [rv2]; }
+  ld.param.u64 %rd5, [out];
+  st.global.u64 [%rd5], %rd4;
+  ret;
+}
+"""
+
+
+def test_device_system_calls_are_refused_in_ptx_and_in_cuda():
+    """ptxas assembles calls to vprintf and malloc and leaves them to the driver: printf would put the model's bytes on
+    the host's stdout, malloc's heap would keep a result from one call to the next. Refused, named, with the line."""
+    r = compile_source(SYSCALL_PTX, "ptx", "sm_90a", use_cache=False)
+    assert r.status == "error" and r.cubin_path is None
+    named = {e.line: e.message for e in r.errors}
+    assert "vprintf" in named[4] and "malloc" in named[5] and "system call" in named[4]
+    # CUDA: printf and malloc are refused by the source policy; an inline PTX call reaches the generated module
+    cu = r'''
+extern "C" __global__ void k(unsigned long long* out) {
+  unsigned long long p;
+  asm volatile("{ .extern .func (.param .b64 rv) malloc (.param .b64 n);\n"
+               "  .param .b64 n0; st.param.b64 [n0], 4096; .param .b64 r0;\n"
+               "  call.uni (r0), malloc, (n0); ld.param.b64 %0, [r0]; }" : "=l"(p));
+  *out = p;
+}
+'''
+    r = compile_source(cu, "cuda", "sm_90a", use_cache=False)
+    assert r.status == "error" and any("malloc" in e.message and e.line is None for e in r.errors), r.errors
