@@ -469,7 +469,7 @@ def test_no_freed_block_holds_an_output_or_the_signs_after_the_checks():
             if block["state"] != "inactive" or size < 4096:
                 continue
             words = np.empty(size // 4, dtype=np.uint32)
-            assert cu.cuMemcpyDtoH(words.ctypes.data, start, size)[0] == cu.CUresult.CUDA_SUCCESS
+            assert cu.cuMemcpyDtoH(words, cu.CUdeviceptr(start), size)[0] == cu.CUresult.CUDA_SUCCESS
             if np.isin(words, list(signs)).mean() > 0.25:
                 leftovers.append(f"signs in a freed block of {size} bytes")
             for out in outputs:
