@@ -11,8 +11,9 @@
 # nvidia-h200-x2 machine: one machine start and one call for two single-GPU measurements.
 #
 # Steps (default budget in seconds):
-#   gpu-tests (560)     the GPU tests of what changed most recently: what outlives a call (the scrub, the sketch's
-#                       memory, the flush buffer), the L2 flush, evaluator (watchdog), fault corpus, references, profile
+#   gpu-tests (560)     the GPU tests of what changed most recently: what outlives a call (the scrub, unowned memory,
+#                       the sketch's memory, the flush buffer), the L2 flush, evaluator (watchdog), fault corpus,
+#                       references, profile (the token verdict)
 #   pool-hang (90)      a kernel whose setmaxnreg moves outrun the CTA's register pool hangs (TIMEOUT), and within it
 #                       runs (tests/tools/test_regpool.py)
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
@@ -86,7 +87,7 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     fwd-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
                  tests/workloads/test_attention_wgmma.py -k passes_and_is_fast ;;
     gpu-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
-                 tests/tools/test_scrub.py tests/tools/test_timing_integrity.py tests/tools/test_l2_flush.py \
+                 tests/tools/test_scrub.py tests/tools/test_unowned.py tests/tools/test_timing_integrity.py tests/tools/test_l2_flush.py \
                  tests/tools/test_gpu_evaluator.py tests/workloads/test_fault_corpus.py tests/workloads/test_references.py \
                  tests/tools/test_profile_gpu.py ;;
     pool-hang) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" tests/tools/test_regpool.py ;;

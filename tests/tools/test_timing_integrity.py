@@ -80,7 +80,7 @@ class FakeCandidate:
     def restore_globals(self):
         self.restored += 1
 
-    def clear_on_chip(self):
+    def clear_unowned(self):
         self.scrubbed += 1
 
 
@@ -122,7 +122,7 @@ def test_every_call_starts_from_the_same_state():
     run(calls, 12)
     assert all(poisoned for poisoned, _ in seen)  # outputs poisoned before every call, checked or timed
     assert calls.cand.restored == calls.cand.launches == 14  # module globals reset before every call
-    assert calls.cand.scrubbed == 14  # and shared and local memory overwritten
+    assert calls.cand.scrubbed == 14  # and the memory no buffer holds overwritten (shared, local, unowned)
     assert calls.calls == 12 and {calls.sets.index(s) for s in calls.sets} == {0, 1}
 
 

@@ -37,6 +37,7 @@ from .messages import GpuJob, GpuOutcome
 from .module_state import ModuleState
 from .referee import RefereeClient, RefereeError, input_digest
 from .scrub import frame_bytes
+from .unowned import clear_unowned
 from .state import WorkerState, changed_inputs
 from .tensormap import encode
 from .timing import (SLOW_FACTOR, L2Flush, Side, evaluation_flush, plan_iterations, speedup, summarize, time_interleaved,
@@ -107,11 +108,13 @@ class Candidate:
     def restore_globals(self) -> None:
         self.globals.restore(self.stream)
 
-    def clear_on_chip(self) -> None:
-        """Shared memory of every SM and local memory of every warp slot overwritten (scrub.py): neither keeps
-        anything from one call to the next."""
+    def clear_unowned(self) -> None:
+        """What no buffer of the protocol holds, overwritten: shared memory of every SM and local memory of every warp
+        slot (scrub.py), and the device memory the allocator maps but no live tensor asked for (unowned.py). Nothing
+        of one call is there for the next."""
         if self.scrub is not None:
             self.scrub.run(self.stream, self.frame)
+            clear_unowned(self.stream)
 
     def close(self) -> None:
         unload_module(self.module)
