@@ -131,9 +131,10 @@ def _first(pattern: re.Pattern, lines: list[str]) -> tuple[int, re.Match] | None
     return None
 
 
-# A function the module declares but does not define: ptxas leaves it to the driver, which resolves only the device
-# system calls (vprintf, malloc, free, __assertfail, ...). printf's text would reach the host's stdout (the model's bytes
-# on a user's terminal), malloc's heap outlives every call (a place to keep a result no protocol resets).
+# A function the module declares but does not define: ptxas leaves it to the driver, which resolves only the
+# device system calls (vprintf, malloc, free, __assertfail, ...). printf's text would reach the host's stdout (the
+# model's bytes on a user's terminal), malloc's heap outlives every call (a place to keep a result no protocol
+# resets).
 _EXTERN_FUNC = re.compile(r"\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)")  # inline asm: mid-line
 
 
@@ -145,9 +146,9 @@ def system_calls(ptx_code: str, language: str) -> list[CompileIssue]:
         line = ptx_code.count("\n", 0, m.start()) + 1
         issues.append(CompileIssue(
             line=line if language == "ptx" else None,
-            message=f"the module calls {m.group(1)}, a function it does not define (a device system call: printf, malloc, "
-                    f"free, assert): a solution's kernels may call only their own functions, and write only to the "
-                    f"plan's buffers"))
+            message=f"the module calls {m.group(1)}, a function it does not define (a device system call: printf, "
+                    f"malloc, free, assert): a solution's kernels may call only their own functions, and write only "
+                    f"to the plan's buffers"))
     return issues
 
 

@@ -20,7 +20,7 @@ class TargetFamily(BaseModel):
         description="instruction counters among `counters` -> the SASS opcodes they count: the runtime verdict "
         "(tools/profile/verdict.py) checks that a counter is non-zero exactly when those opcodes executed")
     work_counter: str = Field("", description="a metric among `counters` that measures the work the family did: "
-                              "compared with the workload's `work` it tells a family that did the work from a token use")
+                              "against the workload's `work` it tells a family that did the work from a token use")
     work: Literal["", "flops", "input_bytes"] = Field("", description="what `work_counter` is compared with")
     doc: str = ""
 

@@ -7,7 +7,8 @@ with a pristine copy of them (the timed library calls get the same restore and c
 calls.py), and for the non-primary baselines their timings. The protocol compares a library's inputs with their
 pristine copy after every call, which a kernel that changed both alike would pass: so an evaluation also takes its
 library instances only once they match what their seeds draw (`trusted_baseline`), and checks them again when its
-timing is over (runner.library_check). The budget is a share of the GPU's memory, so a sweep over every workload fits an 80 GB card.
+timing is over (runner.library_check). The budget is a share of the GPU's memory, so a sweep over every workload
+fits an 80 GB card.
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def changed_inputs(entry: BaselineEntry, wl: Workload, dist: str) -> list[str]:
     device = next(iter(entry.inputs.values())).device
     truth = make_inputs(wl, entry.seed, dist, str(device))
     return [name for name, t in truth.items()
-            if not (torch.equal(bits(entry.inputs[name]), bits(t)) and torch.equal(bits(entry.pristine[name]), bits(t)))]
+            if not (torch.equal(bits(entry.inputs[name]), bits(t))
+                    and torch.equal(bits(entry.pristine[name]), bits(t)))]
 
 
 def _free(_key, _value) -> None:
@@ -81,7 +83,8 @@ class WorkerState:
             fn = make_baseline(wl, name, inputs)
             fn()
             torch.cuda.synchronize()
-            entry = BaselineEntry(fn, inputs, {k: v.clone() for k, v in inputs.items()}, seed=self.baseline_seed + index)
+            entry = BaselineEntry(fn, inputs, {k: v.clone() for k, v in inputs.items()},
+                                  seed=self.baseline_seed + index)
             return entry, max(0, torch.cuda.memory_allocated() - before)
 
         return self.cache.get_or_make(("baseline", wl.id, name, dist, index), make)

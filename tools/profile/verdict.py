@@ -58,9 +58,9 @@ def _with_share(fam: TargetFamily, executed: RuntimeTarget, counters: dict[str, 
     unit = "FLOPs" if fam.work == "flops" else "bytes of its inputs"
     return executed.model_copy(update={
         "verdict": "token",
-        "reason": f"{fam.name} executed, but {fam.work_counter} = {counters[fam.work_counter]:,.0f} is {100 * share:.2g}% "
-                  f"of the workload's {work[fam.work]:,.0f} {unit} (less than {100 * TOKEN_SHARE:.0f}%): the work is done "
-                  f"another way. " + executed.reason})
+        "reason": f"{fam.name} executed, but {fam.work_counter} = {counters[fam.work_counter]:,.0f} is "
+                  f"{100 * share:.2g}% of the workload's {work[fam.work]:,.0f} {unit} (less than "
+                  f"{100 * TOKEN_SHARE:.0f}%): the work is done another way. " + executed.reason})
 
 
 def _family_sum(counts: dict[str, float] | None, fam: TargetFamily, opcodes: list[str] | None = None) -> float | None:
@@ -120,8 +120,8 @@ def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: d
     if disagree:
         return RuntimeTarget(verdict="unknown", reason="per-opcode counts and pipe counters disagree: " + "; ".join(disagree), **base)
     if thread_true > 0:
-        return _with_share(fam, RuntimeTarget(verdict="executed", reason=_executed_reason(fam, warp, thread_true, counters),
-                                              **base), counters, work)
+        executed = RuntimeTarget(verdict="executed", reason=_executed_reason(fam, warp, thread_true, counters), **base)
+        return _with_share(fam, executed, counters, work)
     return _not_executed(fam, present, base, "executed", "none executed with a true predicate")
 
 
