@@ -54,7 +54,7 @@ def test_a_result_left_in_freed_memory_or_in_slack_is_gone_after_the_clear():
     gone = torch.full((MB,), 7.0, device="cuda")  # a "result" in a block that is then freed
     address = gone.data_ptr()
     del gone
-    slack_at = live.data_ptr() + live.numel() * 4
+    slack_at = live.data_ptr() + live.numel() * 4 + 256 * 1024  # well past what was asked, however it was rounded
     probe = torch.empty(16, dtype=torch.int32)
     cu.cuMemsetD32(cu.CUdeviceptr(slack_at), 0x1234, 16)  # a "result" past the live tensor, in its block's slack
     stream = torch.cuda.current_stream().cuda_stream
