@@ -458,7 +458,8 @@ def test_no_freed_block_holds_an_output_or_the_signs_after_the_checks():
         calls.library_prepare()
         calls.library_check(calls.library_call())
     torch.cuda.synchronize()
-    outputs = [s.bufs.tensors["C"].data.float().reshape(-1)[:256].cpu().numpy().view(np.uint32) for s in sets]
+    # read to the host first: a float copy made on the GPU here would be a freed block of the test's own
+    outputs = [s.bufs.tensors["C"].data.cpu().float().reshape(-1)[:256].numpy().view(np.uint32) for s in sets]
     signs = {np.float32(1.0).view(np.uint32), np.float32(-1.0).view(np.uint32)}
     leftovers = []
     for seg in torch.cuda.memory_snapshot():
