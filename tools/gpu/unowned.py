@@ -41,7 +41,8 @@ def unowned_ranges(snapshot: list[dict], min_bytes: int = MIN_BYTES) -> list[tup
 def clear_unowned(stream: int) -> int:
     """Overwrite every unowned range on `stream`; returns the bytes written. The cuBLAS workspace is left alone: run 16
     handed it back before every call, and the M = 64 decode GEMM's cuBLAS then read 50% slower (1.48x [1.06, 1.82]
-    for a kernel level with it), the one change that touched the library's side alone; not yet re-measured without."""
+    for a kernel level with it), the one change that touched the library's side alone; without it the main GEMM's
+    interval is as tight as before, and M = 64 reads 1.14x: a second cause remains (bench/results/reference_eval.md)."""
     import torch
     from cuda.bindings import driver as cu
 
