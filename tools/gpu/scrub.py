@@ -20,6 +20,7 @@ one once per frame size).
 """
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 # Every byte 0xFF: as a float or bf16 a NaN, as an integer -1, never a pointer into memory.
@@ -161,9 +162,7 @@ class OnChipScrub:
         return self._locals[frame][1]
 
     def run(self, stream: int, frame: int) -> None:
-        import ctypes
-
-        from .launch import launch_1d
+        from .launch import launch_1d  # cuda.bindings: loaded only where a GPU is
 
         launch_1d(self.shared, self.shape.shared_grid, 1024, self.shape.smem_bytes, stream,
                   [ctypes.c_uint32(self.shape.smem_bytes)])

@@ -25,6 +25,7 @@ from fnmatch import fnmatchcase
 
 import math
 
+from ptxbench.tools.gpu.limits import ELEM_BYTES
 from ptxbench.tools.results import RuntimeTarget
 from ptxbench.workloads.arch import ArchProfile, TargetFamily
 from ptxbench.workloads.schema import Workload
@@ -37,7 +38,6 @@ from .summary import KernelProfile, ProfileSummary
 # re-reads tiles), so half leaves room for a kernel that does some of its work elsewhere, and none for one that
 # does almost all of it elsewhere.
 TOKEN_SHARE = 0.5
-ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4, "int64": 8, "uint8": 1}
 
 
 def expected_work(wl: Workload) -> dict[str, float]:
