@@ -37,7 +37,7 @@ from gpu_sampler import GpuSampler  # noqa: E402
 
 GEMM = "gemm_bf16_m8192_n7168_k5120"
 VARIANTS = [{}, {"group_m": 16}, {"group_m": 4}, {"max_ctas": 128}]
-PHASES = ["compile", "gpu", "gpu.gpu_total", "profile", "profile.gpu_held", "profile.gpu_wait"]
+PHASES = ["compile", "gpu", "gpu.gpu_total", "profile", "profile.gpu_held", "profile.gpu_wait", "profile.identical_wait"]
 
 
 class NoCache(dict):
@@ -77,7 +77,7 @@ def run_mode(ev, srcs: list[str], n: int, concurrency: int, options) -> dict:
     def one(i: int):
         t0 = time.perf_counter()
         r = ev.evaluate(GEMM, srcs[i % len(srcs)], options)
-        return r, time.perf_counter() - t0
+        return r, time.perf_counter() - t0, t0 - start
 
     held0 = dict(ev.pool.held_s)
     with GpuSampler() as smi:
@@ -86,8 +86,10 @@ def run_mode(ev, srcs: list[str], n: int, concurrency: int, options) -> dict:
             results = list(pool.map(one, range(n)))
         wall = time.perf_counter() - start
     rows = []
-    for r, latency in results:
-        rows.append({"status": r.status, "latency_s": round(latency, 3), "speedup": r.speedup, "level": r.profile_level,
+    for r, latency, began in results:  # every phase the result names is kept (seconds), for the timeline
+        rows.append({"status": r.status, "began_s": round(began, 3), "latency_s": round(latency, 3),
+                     "speedup": r.speedup, "level": r.profile_level,
+                     "seconds": {k: round(v, 3) for k, v in r.seconds.items()},
                      "verdicts": {k: v.verdict for k, v in r.targets_runtime.items()},
                      "unknown_reasons": [v.reason for v in r.targets_runtime.values() if v.verdict == "unknown"],
                      **{k: round(r.seconds[k], 3) for k in PHASES if k in r.seconds}})
