@@ -16,7 +16,9 @@ from `--concurrency` threads, as `ptxbench bench` keeps trajectories in flight:
   best cost now).
 
 The per-cubin profile cache is DISABLED here (each evaluation replays under ncu), since only four cubins
-rotate: a model's resubmitted kernel would be cheaper still. Reported per mode: wall time, evaluations per
+rotate: a model's resubmitted kernel would be cheaper still. So is the sharing of one ncu run between identical
+cubins in flight (--share-identical keeps it: with the cache off, each waiter then replays after its wait, a
+serialisation distinct kernels never meet). Reported per mode: wall time, evaluations per
 GPU-hour (N / wall on one GPU), per-phase medians and sums (compile, gpu = the worker's job incl. queueing,
 gpu.gpu_total = its own GPU work, profile = the ncu run, profile.gpu_held = the GPU held for the replay,
 profile.gpu_wait = waiting for it), verdicts, and nvidia-smi busy samples.
@@ -38,6 +40,21 @@ from gpu_sampler import GpuSampler  # noqa: E402
 GEMM = "gemm_bf16_m8192_n7168_k5120"
 VARIANTS = [{}, {"group_m": 16}, {"group_m": 4}, {"max_ctas": 128}]
 PHASES = ["compile", "gpu", "gpu.gpu_total", "profile", "profile.gpu_held", "profile.gpu_wait", "profile.identical_wait"]
+
+
+class NoInFlight:
+    """The evaluator's sharing of one ncu run between identical cubins in flight (profile/inflight.py), switched off:
+    with the per-cubin cache off, a waiter would find nothing cached after the wait and replay anyway, so four
+    variants in turn with six in flight would serialise identical replays that distinct kernels never meet."""
+
+    def running(self, key, level) -> bool:
+        return False
+
+    def acquire(self, key, level, cached, wait_s=0.0):
+        return True, False
+
+    def release(self, key) -> None:
+        pass
 
 
 class NoCache(dict):
@@ -133,6 +150,9 @@ def main() -> None:
     ap.add_argument("--old-n", type=int, default=12, help="evaluations with the old path (full profile, whole-run lock)")
     ap.add_argument("--full-n", type=int, default=0, help="evaluations with the full profile, gated")
     ap.add_argument("--concurrency", type=int, default=6, help="evaluations in flight")
+    ap.add_argument("--share-identical", action="store_true",
+                    help="keep the sharing of identical cubins' profiles in flight (then, with the cache off, a waiter "
+                         "replays after its wait: the rows' profile.identical_wait)")
     ap.add_argument("--json", default="")
     ap.add_argument("--md", default="")
     args = ap.parse_args()
@@ -147,12 +167,15 @@ def main() -> None:
     pool = GpuPool(PoolConfig(devices=[0])).start()
     ev = LocalEvaluator(pool)
     ev._profiles = NoCache()
+    if not args.share_identical:  # distinct kernels: no identical cubin's profile or early run to share
+        ev._profiling, ev._early_keys = NoInFlight(), NoCache()
     warm = [ev.evaluate(GEMM, s, EvalOptions(profile_on_pass="none")) for s in srcs]  # compile cache + worker caches
     warm_s = time.perf_counter() - t0
     print(f"warm-up {warm_s:.1f} s: {[w.status for w in warm]} speedups {[round(w.speedup or 0, 3) for w in warm]}",
           flush=True)
     out = {"workload": GEMM, "variants": VARIANTS, "warmup_s": round(warm_s, 1),
-           "warmup_status": [w.status for w in warm], "profile_cache": "disabled", "modes": {}}
+           "warmup_status": [w.status for w in warm], "profile_cache": "disabled",
+           "identical_sharing": bool(args.share_identical), "modes": {}}
     if args.n:
         out["modes"]["verdict"] = run_mode(ev, srcs, args.n, args.concurrency, EvalOptions())
         print(json.dumps({k: v for k, v in out["modes"]["verdict"].items() if k != "rows"}), flush=True)

@@ -36,7 +36,7 @@
 #   tuner-climb-attn (560) the same on mha_fwd_d128 (bench/tuner_climb.sh mha_fwd_d128)
 #   tuner-climb-bwd (570) the same on mha_bwd_d128, 6 turns (from the checked-in file's point)
 #   anchors (540)       the repair track's anchors over the suite (bench/repair_anchors.py)
-#   throughput (200)    evaluations per GPU-hour on the GEMM (bench/eval_throughput.py; the old full-profile path,
+#   throughput (200)    evaluations per GPU-hour on the GEMM (bench/eval_throughput.py, THROUGHPUT_ARGS added; the old full-profile path,
 #                       341 / h twice, is not re-run: --old-n 6 to add it)
 #   mutations (150)     bug classes checked on the GPU (bench/check_mutations.py: the cluster classes; MUTATIONS_ARGS,
 #                       e.g. "--classes setmaxnreg_over_pool --workloads mha_fwd_d128", replaces --cluster)
@@ -119,7 +119,7 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     tuner-climb-attn) OUT=$d RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh mha_fwd_d128 ;;
     tuner-climb-bwd) OUT=$d TURNS=6 RUN_LIMIT=$((s / 3 - 5)) bash bench/tuner_climb.sh mha_bwd_d128 ;;
     anchors) python3 bench/repair_anchors.py --run-dir "$d/run" --out "$d" --turns 1 --max-seconds $((s - 40)) ;;
-    throughput) python3 bench/eval_throughput.py --n 40 --old-n 0 --concurrency 6 --json "$d/throughput.json" \
+    throughput) python3 bench/eval_throughput.py --n 40 --old-n 0 --concurrency 6 ${THROUGHPUT_ARGS:-} --json "$d/throughput.json" \
                   --md "$d/throughput.md" ;;
     mutations) python3 bench/check_mutations.py ${MUTATIONS_ARGS:---cluster} --json "$d/cluster.json" ;;
     mutations-bwd) python3 bench/check_mutations.py --backward --json "$d/backward.json" ;;
