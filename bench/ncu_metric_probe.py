@@ -19,11 +19,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-METRICS = ["smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
-           "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum",
+# The CUDA-core arithmetic a kernel could do its work with instead of its target family (the roofline sections'
+# per-thread counters), and the tensor paths' FLOP counters.
+METRICS = [f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in
+           ("ffma", "fadd", "fmul", "hfma", "hadd", "hmul", "dfma")] + [
            "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum",
+           "sm__ops_path_tensor_op_hmma_src_bf16_dst_fp32.sum",
+           "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
            "sm__inst_executed_pipe_tensor_op_hmma.sum",
-           "smsp__inst_executed_op_hmma.sum"]
+           "sm__inst_executed_pipe_tensor_op_gmma.sum"]
+# Query lines kept whole (name and description) when they contain one of these: what else a check could read.
+NAMES_OF_INTEREST = ("ops_path_tensor", "op_ffma", "op_hfma", "pipe_tensor", "pipe_fma")
 
 WORK = """
 import torch
@@ -36,11 +42,14 @@ torch.cuda.synchronize()
 """
 
 
-def query(ncu: str) -> dict:
-    """Which of METRICS this ncu names for the GPU's chip (a name it rejects would fail a whole profile pass)."""
+def query(ncu: str) -> tuple[dict, list[str]]:
+    """Which of METRICS this ncu names for the GPU's chip (a name it rejects would fail a whole profile pass), and
+    the query's lines of interest."""
     p = subprocess.run([ncu, "--query-metrics", "--chip", "gh100"], capture_output=True, text=True, timeout=120)
-    names = {line.split()[0] for line in p.stdout.splitlines() if line.strip()}
-    return {m: m.rsplit(".", 1)[0] in names for m in METRICS}
+    lines = [line.strip() for line in p.stdout.splitlines() if line.strip()]
+    names = {line.split()[0] for line in lines}
+    return ({m: m.rsplit(".", 1)[0] in names for m in METRICS},
+            [line for line in lines if any(k in line.split()[0] for k in NAMES_OF_INTEREST)])
 
 
 def collect(ncu: str, metrics: list[str]) -> list[dict]:
@@ -59,9 +68,9 @@ def main() -> None:
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
-    known = query(ncu)
+    known, interest = query(ncu)
     rows = collect(ncu, [m for m, ok in known.items() if ok])
-    out = {"known": known, "kernels": rows,
+    out = {"known": known, "names_of_interest": interest, "kernels": rows,
            "expected": {"gemm": "HGMMA ops 2 * 2048^3 = 17,179,869,184 (if the counter counts FLOPs); FFMA ~0",
                         "addcmul": "FFMA 16,777,216 (one per element); HGMMA 0"}}
     if args.json:
