@@ -38,6 +38,8 @@ b = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
 torch.matmul(a, b)                                   # 2 * 2048^3 = 17.18 GFLOP on the tensor cores
 x, y, z = (torch.randn(1 << 24, device="cuda") for _ in range(3))
 torch.addcmul(z, x, y)                               # 16.78 M FFMA (one per element)
+xh, yh, zh = x.half(), y.half(), z.half()
+torch.addcmul(zh, xh, yh)                            # 16.78 M half FMAs: HFMA2 packs two (8.39 M instructions?)
 torch.cuda.synchronize()
 """
 
@@ -72,7 +74,8 @@ def main() -> None:
     rows = collect(ncu, [m for m, ok in known.items() if ok])
     out = {"known": known, "names_of_interest": interest, "kernels": rows,
            "expected": {"gemm": "HGMMA ops 2 * 2048^3 = 17,179,869,184 (if the counter counts FLOPs); FFMA ~0",
-                        "addcmul": "FFMA 16,777,216 (one per element); HGMMA 0"}}
+                        "addcmul": "FFMA 16,777,216 (one per element); HGMMA 0",
+                        "addcmul half": "HFMA 16,777,216 if counted per element, 8,388,608 per HFMA2 instruction"}}
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
