@@ -27,9 +27,11 @@ METRICS = [f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in
            "sm__ops_path_tensor_op_hmma_src_bf16_dst_fp32.sum",
            "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
            "sm__inst_executed_pipe_tensor_op_hmma.sum",
-           "sm__inst_executed_pipe_tensor_op_gmma.sum"]
+           "sm__inst_executed_pipe_tensor_op_gmma.sum",
+           "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum",
+           "l1tex__t_bytes_pipe_lsu_mem_global_op_ldgsts.sum"]
 # Query lines kept whole (name and description) when they contain one of these: what else a check could read.
-NAMES_OF_INTEREST = ("ops_path_tensor", "op_ffma", "op_hfma", "pipe_tensor", "pipe_fma")
+NAMES_OF_INTEREST = ("ops_path_tensor", "op_ffma", "op_hfma", "pipe_tensor", "pipe_fma", "lsu_mem_global_op_ld")
 
 WORK = """
 import torch
@@ -54,15 +56,17 @@ def query(ncu: str) -> tuple[dict, list[str]]:
             [line for line in lines if any(k in line.split()[0] for k in NAMES_OF_INTEREST)])
 
 
-def collect(ncu: str, metrics: list[str]) -> list[dict]:
+def collect(ncu: str, metrics: list[str]) -> tuple[list[dict], list[str]]:
+    """Per kernel the metrics' values, and ncu's lines naming how many replay passes each kernel took."""
     p = subprocess.run([ncu, "--metrics", ",".join(metrics), "--csv", "--page", "raw", sys.executable, "-c", WORK],
                        capture_output=True, text=True, timeout=300)
+    passes = [line.strip() for line in (p.stdout + p.stderr).splitlines() if "pass" in line and "==PROF==" in line]
     text = p.stdout[p.stdout.find('"ID"'):] if '"ID"' in p.stdout else ""
     rows = list(csv.DictReader(io.StringIO(text)))
     out = []
     for r in rows[1:] if rows and rows[0].get("ID", "").strip() == "" else rows:  # the units row
         out.append({"kernel": r.get("Kernel Name", "")[:80], **{m: r.get(m) for m in metrics}})
-    return out if out else [{"error": (p.stderr or p.stdout)[-3000:], "raw": text[:3000]}]
+    return (out if out else [{"error": (p.stderr or p.stdout)[-3000:], "raw": text[:3000]}]), passes
 
 
 def main() -> None:
@@ -70,9 +74,15 @@ def main() -> None:
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    from ptxbench.tools.profile.runner import VERDICT_METRICS
+    from ptxbench.workloads.arch import SM90A
+
     known, interest = query(ncu)
-    rows = collect(ncu, [m for m, ok in known.items() if ok])
+    verdict = list(dict.fromkeys(VERDICT_METRICS + [c for f in SM90A.families for c in f.counters]))
+    _, verdict_passes = collect(ncu, verdict)  # what the verdict's pass costs today, in replay passes
+    rows, passes = collect(ncu, list(dict.fromkeys(verdict + [m for m, ok in known.items() if ok])))
     out = {"known": known, "names_of_interest": interest, "kernels": rows,
+           "passes": {"verdict counters": verdict_passes, "with every known counter above": passes},
            "expected": {"gemm": "HGMMA ops 2 * 2048^3 = 17,179,869,184 (if the counter counts FLOPs); FFMA ~0",
                         "addcmul": "FFMA 16,777,216 (one per element); HGMMA 0",
                         "addcmul half": "HFMA 16,777,216 if counted per element, 8,388,608 per HFMA2 instruction"}}
