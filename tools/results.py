@@ -172,6 +172,9 @@ class RuntimeTarget(BaseModel):
     counter_values: dict[str, float] = Field(default_factory=dict)
     work_share: float | None = Field(None, description="the family's counted work over the workload's (FLOPs on the "
                                      "tensor path, bytes loaded by TMA over the inputs' bytes); None: not measured")
+    elsewhere_share: float | None = Field(None, description="the same work counted another way (the family's "
+                                          "`elsewhere` counters: CUDA-core FLOPs beside wgmma) over the workload's; "
+                                          "None: not measured")
     reason: str = ""
 
 

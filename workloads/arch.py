@@ -22,6 +22,11 @@ class TargetFamily(BaseModel):
     work_counter: str = Field("", description="a metric among `counters` that measures the work the family did: "
                               "against the workload's `work` it tells a family that did the work from a token use")
     work: Literal["", "flops", "input_bytes"] = Field("", description="what `work_counter` is compared with")
+    elsewhere: dict[str, float] = Field(
+        default_factory=dict,
+        description="ncu metrics that count the same work done another way -> units of `work` per count (an FFMA "
+        "thread instruction is 2 FLOPs): collected with `counters`; when they hold a share of the workload's work, "
+        "the family ran beside the real computation (a decoy), and the runtime verdict is a token")
     doc: str = ""
 
     def in_ptx(self, ptx_text: str) -> bool:
@@ -88,6 +93,11 @@ SM90A = ArchProfile(
             # exactly 601,295,421,440 = 2 x 8192 x 7168 x 5120 on the main GEMM's reference (gemm_sweep round 13)
             work_counter="sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum",
             work="flops",
+            # the same FLOPs on the CUDA cores (the roofline section's fp32 counters, per thread instruction with a
+            # true predicate): a decoy computes its output with these while wgmma runs on anything
+            elsewhere={"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 2.0,
+                       "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum": 1.0,
+                       "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum": 1.0},
             doc="Warpgroup-level asynchronous matrix multiply (Hopper tensor cores).",
         ),
         _TMA,

@@ -86,6 +86,21 @@ def test_wgmma_behind_a_never_taken_branch_is_present_not_executed():
     assert live.targets_runtime["tma"].counter_values["smsp__sass_inst_executed_op_tma_ld.sum"] == 8
 
 
+def test_wgmma_beside_the_work_done_on_the_cuda_cores_is_a_decoy():
+    """wgmma_decoy.ptx does the smoke GEMM's FLOPs with FFMA and runs wgmma beside it, 59% of those FLOPs on one tile:
+    past the token share, so only the FFMA count tells it. Also the counters' meaning on this GPU: one FFMA thread
+    instruction per fma.rn.f32 a thread executes (a wrong name would fail the whole pass)."""
+    out = profile(SMOKE, SOLUTIONS / "wgmma_decoy.ptx", full=False)
+    wgmma = out.targets_runtime["wgmma"]
+    ffma = wgmma.counter_values["smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"]
+    assert ffma == 256 * 256 // 2 * 256 * 4  # threads x iterations x FFMA per iteration
+    assert wgmma.work_share == pytest.approx(8 * 300 * 64 * 8 * 16 * 2 / (2 * 256 * 256 * 512))
+    assert wgmma.verdict == "token" and "decoy" in wgmma.reason, wgmma.reason
+    assert wgmma.elsewhere_share >= 1.0
+    ref = profile(GEMM, ROOT / "workloads" / "solutions" / f"{GEMM}.cu", full=False)  # the honest GEMM: none elsewhere
+    assert ref.targets_runtime["wgmma"].verdict == "executed" and ref.targets_runtime["wgmma"].elsewhere_share < 0.01
+
+
 def test_plain_fma_kernel_is_absent():
     out = profile(SMOKE, SOLUTIONS / "fma_only.ptx")
     assert out.targets_runtime["wgmma"].verdict == "absent" and out.targets_runtime["tma"].verdict == "absent"

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ptxbench.tools.profile.runner import summarize
 from ptxbench.tools.profile.summary import KernelProfile, ProfileSummary
 from ptxbench.tools.profile.verdict import runtime_verdicts, static_histogram
@@ -169,13 +171,54 @@ def test_a_family_that_did_a_token_share_of_the_work_is_a_token():
     assert 601295421440.0 / work["flops"] == 1.0
 
 
+def test_wgmma_beside_the_same_work_on_the_cuda_cores_is_a_decoy():
+    """A kernel that runs enough wgmma (on anything) to pass the work share while it computes its output with FFMA:
+    the family's `elsewhere` counters hold the workload's FLOPs a second time, so the verdict is a token (a decoy),
+    with both shares. An honest kernel's few CUDA-core FLOPs (softmax, the epilogue) leave it executed."""
+    from ptxbench.tools.profile.verdict import TOKEN_SHARE
+
+    ffma = "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"
+    wgmma = SM90A.family("wgmma")
+    assert ffma in wgmma.elsewhere and wgmma.elsewhere[ffma] == 2.0  # an FFMA is two FLOPs
+    flops = 2.0 * 256 * 256 * 512
+    counters = {"sm__inst_executed_pipe_tensor_op_gmma.sum": 320.0,
+                "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum": flops}
+
+    def verdict(extra: dict[str, float]):
+        k = KernelProfile(name="k", counters={**counters, **extra})
+        return runtime_verdicts(SM90A, ProfileSummary(ok=True, mode="verdict", kernels=[k]), ["wgmma"], {"HGMMA": 8},
+                                work={"flops": flops, "input_bytes": 1.0})["wgmma"]
+
+    decoy = verdict({ffma: flops / 2})  # every multiply-add of the GEMM once more, one FFMA each
+    assert decoy.verdict == "token" and decoy.work_share == 1.0 and decoy.elsewhere_share == 1.0
+    assert "decoy" in decoy.reason and ffma in decoy.reason and "100% of the workload's" in decoy.reason
+    honest = verdict({ffma: flops / 2 * 0.02})  # 2%: a softmax's or an epilogue's arithmetic
+    assert honest.verdict == "executed" and honest.elsewhere_share == pytest.approx(0.02)
+    edge = verdict({ffma: flops / 2 * TOKEN_SHARE})  # half the work elsewhere: not a kernel that uses its targets
+    assert edge.verdict == "token"
+    unmeasured = verdict({})  # a profile without the counters (an older record): no claim either way
+    assert unmeasured.verdict == "executed" and unmeasured.elsewhere_share is None
+
+
+def test_the_decoy_counters_are_collected_with_the_familys(monkeypatch, tmp_path):
+    """The verdict pass asks ncu for the `elsewhere` counters (a counter not asked for is never in the profile)."""
+    from ptxbench.tools.profile import candidate, runner
+
+    asked = {}
+    monkeypatch.setattr(runner, "profile_command", lambda argv, counters, **kw: asked.setdefault("counters", counters))
+    monkeypatch.setattr(candidate, "replay_argv", lambda *a: ["replay"])
+    candidate.measure_candidate("gemm_bf16_m8192_n7168_k5120", "source", tmp_path / "k.cubin", full=False)
+    wgmma = SM90A.family("wgmma")
+    assert set(wgmma.counters) | set(wgmma.elsewhere) <= set(asked["counters"])
+
+
 def test_a_token_verdict_is_told_to_the_model_and_drops_the_feature():
     from ptxbench.tools.profile.feedback import _verdict_items, traits
     from ptxbench.tools.results import RuntimeTarget
 
     v = {"wgmma": RuntimeTarget(verdict="token", work_share=0.001, reason="wgmma executed, but ... 0.1% of the workload's")}
     (weight, text), = _verdict_items(v, "sm_90a")
-    assert weight == 1000.0 and "token share" in text and "wgmma.mma_async" in text and "0.1%" in text
+    assert weight == 1000.0 and "share of the work is a token" in text and "wgmma.mma_async" in text and "0.1%" in text
     assert "wgmma" not in traits(None, v, None).has
 
 

@@ -5,7 +5,10 @@ Per family of the arch profile (workloads/arch.py), from one profile:
   (`sass__thread_inst_executed_true_per_opcode`, as PTXBench reads the source page);
 - token: executed, but the family's work counter (its FLOPs on the tensor path, the bytes TMA loaded) holds less
   than TOKEN_SHARE of the workload's (its FLOPs, its inputs' bytes): one wgmma or one TMA load beside a kernel
-  that does its work another way is not a kernel that uses them (given the workload's work: `expected_work`);
+  that does its work another way is not a kernel that uses them (given the workload's work: `expected_work`); so is
+  a family that did the work beside the same work counted another way (its `elsewhere` counters, e.g. CUDA-core
+  FLOPs beside wgmma, at TOKEN_SHARE of the workload's or more): a decoy, wgmma run on anything while the output
+  is computed with FFMA;
 - present_not_executed: in the SASS, never executed (dead code, a branch never taken);
 - absent: not in the SASS at all;
 - unknown: no profile, missing/NaN counts, or the per-opcode counts and the family's pipe counters
@@ -48,19 +51,32 @@ def expected_work(wl: Workload) -> dict[str, float]:
 
 def _with_share(fam: TargetFamily, executed: RuntimeTarget, counters: dict[str, float],
                 work: dict[str, float] | None) -> RuntimeTarget:
-    """An executed verdict with the share of the workload's work the family did; a token when it is small."""
+    """An executed verdict with the share of the workload's work the family did, and the share done another way; a
+    token when the first is small or the second is not."""
     if not work or not fam.work_counter or fam.work_counter not in counters or not work.get(fam.work):
         return executed
     share = counters[fam.work_counter] / work[fam.work]
     executed.work_share = share
-    if share >= TOKEN_SHARE:
-        return executed
     unit = "FLOPs" if fam.work == "flops" else "bytes of its inputs"
+    if share < TOKEN_SHARE:
+        return executed.model_copy(update={
+            "verdict": "token",
+            "reason": f"{fam.name} executed, but {fam.work_counter} = {counters[fam.work_counter]:,.0f} is "
+                      f"{100 * share:.3g}% of the workload's {work[fam.work]:,.0f} {unit} (less than "
+                      f"{100 * TOKEN_SHARE:.0f}%): the work is done another way. " + executed.reason})
+    other = {c: counters[c] * per for c, per in fam.elsewhere.items() if c in counters}
+    if not other:
+        return executed
+    executed.elsewhere_share = sum(other.values()) / work[fam.work]
+    if executed.elsewhere_share < TOKEN_SHARE:
+        return executed
+    counted = ", ".join(f"{c} = {counters[c]:,.0f}" for c in other)
     return executed.model_copy(update={
         "verdict": "token",
-        "reason": f"{fam.name} executed, but {fam.work_counter} = {counters[fam.work_counter]:,.0f} is "
-                  f"{100 * share:.2g}% of the workload's {work[fam.work]:,.0f} {unit} (less than "
-                  f"{100 * TOKEN_SHARE:.0f}%): the work is done another way. " + executed.reason})
+        "reason": f"{fam.name} did {100 * share:.3g}% of the workload's {unit}, but the same work is counted another way "
+                  f"too: {counted}, {100 * executed.elsewhere_share:.3g}% of the workload's {work[fam.work]:,.0f} "
+                  f"{unit} (at least {100 * TOKEN_SHARE:.0f}%): the output is computed elsewhere and {fam.name} runs "
+                  "beside it (a decoy). " + executed.reason})
 
 
 def _family_sum(counts: dict[str, float] | None, fam: TargetFamily, opcodes: list[str] | None = None) -> float | None:
@@ -97,7 +113,8 @@ def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: d
         return RuntimeTarget(verdict="unknown", reason="ncu profiled no kernel in the plan's NVTX range")
     warp = _sum([_family_sum(k.opcodes, fam) for k in kernels])
     thread_true = _sum([_family_sum(k.opcodes_true, fam) for k in kernels])
-    counters = {c: v for c in fam.counters if (v := _sum([k.counters.get(c) for k in kernels])) is not None}
+    counters = {c: v for c in fam.counters + list(fam.elsewhere)
+                if (v := _sum([k.counters.get(c) for k in kernels])) is not None}
     present = _present(fam, kernels, static_opcodes)
     base = dict(executed_warp_insts=int(warp) if warp is not None else None,
                 executed_thread_insts_true=int(thread_true) if thread_true is not None else None,
