@@ -61,6 +61,8 @@ def _looped(sass: str, store: str) -> bool:
 def test_the_shared_scrub_stores_in_a_loop(tmp_path):
     info, sass = _assemble(SHARED_PTX, tmp_path, "shared")
     assert "STS.128" in sass and _looped(sass, "STS.128")
+    # and one word per thread over the CTA's reserved shared memory, from its special registers
+    assert "%reserved_smem_offset_begin" in SHARED_PTX and re.search(r"\bSTS\b(?!\.128)", sass)
 
 
 @pytest.mark.parametrize("frame", [1024, 4096, 65536])
@@ -97,6 +99,23 @@ extern "C" __global__ void find_shared(unsigned* hits, unsigned tag, unsigned wo
   for (unsigned i = threadIdx.x; i < words; i += blockDim.x) n += s[i] == (tag ^ i);
   if (n) atomicAdd(hits, n);
 }
+// The CTA's reserved shared memory, addressed through its special registers (shared-window offsets).
+__device__ unsigned reserved(unsigned i, unsigned* end) {
+  unsigned b, e;
+  asm volatile("mov.u32 %0, %%reserved_smem_offset_begin;" : "=r"(b));
+  asm volatile("mov.u32 %0, %%reserved_smem_offset_end;" : "=r"(e));
+  *end = e;
+  return b + 4 * i;
+}
+extern "C" __global__ void leave_reserved(unsigned tag) {
+  unsigned end, at = reserved(threadIdx.x, &end);
+  if (at < end) asm volatile("st.volatile.shared.b32 [%0], %1;" :: "r"(at), "r"(tag ^ threadIdx.x));
+}
+extern "C" __global__ void find_reserved(unsigned* hits, unsigned tag) {
+  unsigned end, at = reserved(threadIdx.x, &end), v = 0;
+  if (at < end) asm volatile("ld.volatile.shared.b32 %0, [%1];" : "=r"(v) : "r"(at));
+  if (at < end && v == (tag ^ threadIdx.x)) atomicAdd(hits, 1u);
+}
 """
 # Frames of the probe: smaller than the scrub's least (the scrub's frame must cover one laid out smaller), and one
 # that sets the scrub's frame itself.
@@ -118,6 +137,7 @@ def test_the_leftover_probe_compiles_with_its_loads_kept(frame):
     assert k["find_local"].stack >= frame and k["leave_local"].stack >= frame
     assert k["find_local"].sass_opcodes.get("LDL", 0) >= 1 and k["leave_local"].sass_opcodes.get("STL", 0) >= 1
     assert k["find_shared"].sass_opcodes.get("LDS") and k["leave_shared"].sass_opcodes.get("STS")
+    assert k["find_reserved"].sass_opcodes.get("LDS") and k["leave_reserved"].sass_opcodes.get("STS")
     assert k["find_local"].registers <= 32 and k["leave_local"].registers <= 32  # two CTAs per SM: every warp slot
 
 
@@ -138,8 +158,9 @@ def test_a_kernel_finds_what_the_last_left_on_chip_and_after_the_scrub_nothing(f
     with in_process_worker() as state:
         lim = state.limits
         module = load_module(open(comp.cubin_path, "rb").read())
-        fns = {n: get_function(module, n) for n in ("leave_local", "find_local", "leave_shared", "find_shared")}
-        for n in ("leave_shared", "find_shared"):
+        fns = {n: get_function(module, n) for n in ("leave_local", "find_local", "leave_shared", "find_shared",
+                                                     "leave_reserved", "find_reserved")}
+        for n in ("leave_shared", "find_shared", "leave_reserved", "find_reserved"):
             set_dynamic_smem(fns[n], lim.max_smem_optin)
         stream = torch.cuda.current_stream().cuda_stream
         hits = torch.zeros(1, dtype=torch.int32, device="cuda")
@@ -153,6 +174,8 @@ def test_a_kernel_finds_what_the_last_left_on_chip_and_after_the_scrub_nothing(f
             hits.zero_()
             if kind == "local":
                 launch("leave_local", 2 * lim.sm_count, 0, [ctypes.c_uint32(tag)])
+            elif kind == "reserved":  # one CTA per SM (all the dynamic shared memory), as the scrub's
+                launch("leave_reserved", lim.sm_count, lim.max_smem_optin, [ctypes.c_uint32(tag)])
             else:
                 launch("leave_shared", lim.sm_count, lim.max_smem_optin, [ctypes.c_uint32(tag), ctypes.c_uint32(words)])
             if scrub:
@@ -160,14 +183,18 @@ def test_a_kernel_finds_what_the_last_left_on_chip_and_after_the_scrub_nothing(f
             ptr = ctypes.c_uint64(hits.data_ptr())
             if kind == "local":
                 launch("find_local", 2 * lim.sm_count, 0, [ptr, ctypes.c_uint32(tag), ctypes.c_int32(0)])
+            elif kind == "reserved":
+                launch("find_reserved", lim.sm_count, lim.max_smem_optin, [ptr, ctypes.c_uint32(tag)])
             else:
                 launch("find_shared", lim.sm_count, lim.max_smem_optin, [ptr, ctypes.c_uint32(tag), ctypes.c_uint32(words)])
             torch.cuda.synchronize()
             return int(hits.item())
 
-        stale = {kind: found(kind, scrub=False) for kind in ("shared", "local")}
-        after = {kind: found(kind, scrub=True) for kind in ("shared", "local")}
-    assert after == {"shared": 0, "local": 0}, (stale, after)
+        kinds = ("shared", "local", "reserved")
+        stale = {kind: found(kind, scrub=False) for kind in kinds}
+        after = {kind: found(kind, scrub=True) for kind in kinds}
+    print(f"\nframe {frame}: found without the scrub {stale}, after it {after}")
+    assert after == {"shared": 0, "local": 0, "reserved": 0}, (stale, after)
     # Without the scrub the next kernel finds them: all of shared memory on every SM (run 16 on an H200: 7,670,784
     # words, 132 x 227 KB), and local memory at a 4 KB frame; at 256 bytes none was found (run 16), so only the
     # 4 KB frame asks for it.

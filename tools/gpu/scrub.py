@@ -9,7 +9,8 @@ Every other place a kernel can reach is restored, poisoned or compared by the pr
 these two have no buffer, so two harness kernels overwrite them:
 
 - `scrub_shared`: one CTA per SM (each asks for all the dynamic shared memory a CTA may have, so no SM holds two),
-  every byte set to 0xFF;
+  every byte set to 0xFF, the CTA's reserved shared memory too (1 KB per CTA on sm_90, which a kernel can address
+  through %reserved_smem_offset_begin: 1 KB per SM the dynamic area does not cover);
 - `scrub_local`: every warp slot of every SM occupied at once (blocks of 1024 threads held to 32 registers, two per
   SM), each thread writing 0xFF over a frame as large as the candidate's kernels' local size or the context's stack
   limit, whichever is larger: what any thread of the candidate could address.
@@ -50,6 +51,16 @@ LOOP:
     add.u32 %r2, %r2, %r3;
     bra LOOP;
 DONE:
+    // the CTA's reserved shared memory (1 KB on sm_90, below the dynamic area): a kernel may address its own
+    mov.u32 %r2, %reserved_smem_offset_begin;
+    mov.u32 %r3, %reserved_smem_offset_end;
+    mov.u32 %r7, %tid.x;
+    shl.b32 %r7, %r7, 2;
+    add.u32 %r2, %r2, %r7;
+    setp.ge.u32 %p1, %r2, %r3;
+    @%p1 bra END;
+    st.volatile.shared.b32 [%r2], %r5;
+END:
     ret;
 }
 """
