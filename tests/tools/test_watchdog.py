@@ -152,9 +152,13 @@ def test_timing_phases_scale_from_the_measured_pair_time_and_end_in_a_harness_ph
                                                                                        expect_chunk):
     clock, sent, chunks, flushes = [0.0], [], [], []
 
-    def fake_time_sides(sides, *, flush, warmup=10, iters=50, trials=3, on_trial=None):
+    audits = []
+
+    def fake_time_sides(sides, *, flush, warmup=10, iters=50, trials=3, on_trial=None, audit=None):
         chunks.append((warmup, iters, trials))
         flushes.append(flush)
+        if audit is not None:
+            audits.append(audit[0])
         for t in range(trials):
             if on_trial:
                 on_trial(t)
@@ -164,7 +168,7 @@ def test_timing_phases_scale_from_the_measured_pair_time_and_end_in_a_harness_ph
     monkeypatch.setattr(runner, "timing_record", lambda *a, **k: {"flags": [], "speedup": 1.0, "speedup_ci": (1, 1)})
     lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731 - untracked inputs
     state = SimpleNamespace(baseline=lib, trusted_baseline=lib, get_ceilings=lambda: H200,
-                            limits=SimpleNamespace(name="NVIDIA H200"))
+                            limits=SimpleNamespace(name="NVIDIA H200"), referee=None, tampered_baselines=lambda: [])
     phase = lambda *m: sent.append(m)  # noqa: E731
     watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: clock[0])
     watch.probe_s = first_run_s + 0.01
@@ -180,6 +184,62 @@ def test_timing_phases_scale_from_the_measured_pair_time_and_end_in_a_harness_ph
     assert "warm-up and trial 1 of 3" in first[2] and "trial 2 of 3" in second[2] and "trial 3 of 3" in third[2]
     assert first[1] == pytest.approx(expect_chunk) and all(m[1] <= job.timeout_s for m in sent if m[0] == "timing")
     assert chunks[1] == (10, 50, 3)  # the full timing: the limits fit the kernel, not the other way round
+    # the timing (not the probe) is audited once, after a call drawn among all of its calls
+    assert len(audits) == 1 and 0 <= audits[0] < 2 * (10 + 50 * 3)
+
+
+def test_the_audit_finds_a_result_kept_in_any_cached_library_instance_and_has_its_own_limit(runner, monkeypatch):
+    """A library instance cached for another workload is a live tensor no protocol compare covers while this one is
+    evaluated: the audit (once at a random call of the timing, once after) regenerates every cached instance's inputs
+    from its seed and fails the evaluation on a difference; mid-timing it runs under a harness phase, then gives the
+    timing its limit back."""
+    from ptxbench.tools.gpu.cache import ByteLRU
+    from ptxbench.tools.gpu.state import BaselineEntry, WorkerState
+    from ptxbench.tools.gpu.verdict import Failed
+    from ptxbench.workloads.inputs import make_inputs
+
+    other = get_workload("smoke_gemm_bf16_m256_n256_k512")
+    cache = ByteLRU(1 << 30)
+    for index in range(2):
+        inputs = make_inputs(other, 77 + index, "normal", "cpu")
+        cache.put(("baseline", other.id, "cublas", "normal", index),
+                  BaselineEntry(lambda: None, inputs, {k: v.clone() for k, v in inputs.items()}, seed=77 + index), 1)
+    cache.put(("other", "kind"), object(), 1)  # not a library instance: not audited
+    state = SimpleNamespace(cache=cache, referee=None)
+    state.tampered_baselines = lambda: WorkerState.tampered_baselines(state)
+    calls = SimpleNamespace(library=[])
+    runner.audit(calls, state, get_workload(BWD), "normal")  # nothing changed: passes
+    hits_before = cache.hits
+    kept = cache.peek(("baseline", other.id, "cublas", "normal", 1))
+    kept.inputs["A"][3, 3] = kept.pristine["A"][3, 3] = 12345.0  # a stash written into both copies alike
+    with pytest.raises(Failed) as failed:
+        runner.audit(calls, state, get_workload(BWD), "normal")
+    assert failed.value.runtime_error == "OUT_OF_BOUNDS_WRITE: cached library inputs" and other.id in failed.value.message
+    assert cache.hits == hits_before  # the audit reads the cache without reordering it
+
+    # mid-timing: a harness phase for the audit, then a timing limit again
+    sent, order = [], []
+
+    def fake_time_sides(sides, *, flush, warmup=10, iters=50, trials=3, on_trial=None, audit=None):
+        if audit is not None and iters > 2:
+            order.append(audit[0])
+            audit[1]()
+        return [[1.0] * iters * trials, [1.0] * iters * trials]
+
+    monkeypatch.setattr(runner, "time_sides", fake_time_sides)
+    monkeypatch.setattr(runner, "timing_record", lambda *a, **k: {"flags": [], "speedup": 1.0, "speedup_ci": (1, 1)})
+    monkeypatch.setattr(runner, "audit", lambda *a, **k: sent.append(("audit", k.get("pristine", True))))
+    lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731
+    state = SimpleNamespace(baseline=lib, trusted_baseline=lib, get_ceilings=lambda: H200,
+                            limits=SimpleNamespace(name="NVIDIA H200"))
+    phase = lambda *m: sent.append(m[:2])  # noqa: E731
+    watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: 0.0)
+    watch.probe_s = 0.01
+    runner.time_candidate(FakeCalls([0.0], 0.001), state, get_workload(BWD), GpuJob(workload=BWD, timeout_s=60.0),
+                          phase, 0.001, L2Flush(1 << 26, "read"), watch)
+    at = next(i for i, m in enumerate(sent) if m == ("audit", True))
+    assert sent[at - 1][0] == "check" and sent[at + 1][0] == "timing"  # its own phase, then the timing's limit back
+    assert sent[-1] == ("audit", False)  # and once after the timing (the caller's final checks ask the referee)
 
 
 # ---- the pool: the worker's limit, capped and floored, and named in the TIMEOUT ----

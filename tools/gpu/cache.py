@@ -38,6 +38,10 @@ class ByteLRU:
         self._items.move_to_end(key)
         return self._items[key][0]
 
+    def peek(self, key: Hashable, default: Any = None) -> Any:
+        """The value without counting a hit or changing the order (an audit reads every entry)."""
+        return self._items[key][0] if key in self._items else default
+
     def put(self, key: Hashable, value: Any, nbytes: int) -> None:
         if key in self._items:
             self._drop(key)

@@ -242,6 +242,23 @@ def library_check(calls: CandidateCalls, wl: Workload, dist: str) -> None:
                      runtime_error="OUT_OF_BOUNDS_WRITE: library baseline inputs")
 
 
+def audit(calls: CandidateCalls, state: WorkerState, wl: Workload, dist: str, pristine: bool = True) -> None:
+    """Every copy the harness keeps on the device, checked against what its seed draws: the candidate's pristine
+    inputs (by the referee), the library's inputs of this evaluation, and every cached library instance of any
+    workload. A kernel that kept a result in one between its calls, and wrote both copies alike where the protocol
+    compares two, passes every per-call check. Run once at a random call of the timing (a kernel cannot clean up
+    before it) and once after (`pristine=False` there: the caller's final checks ask the referee next)."""
+    if pristine and state.referee is not None:
+        pristine_check(calls, state.referee, wl, dist)
+    library_check(calls, wl, dist)
+    tampered = state.tampered_baselines()
+    torch.cuda.empty_cache()  # the inputs drawn again to compare with: unmapped, not left for the clear of every call
+    if tampered:
+        raise Failed("RUNTIME_ERROR", "out-of-bounds write: the kernel wrote into the harness's cached library inputs "
+                                      f"of {', '.join(sorted({k[1] for k in tampered}))}",
+                     runtime_error="OUT_OF_BOUNDS_WRITE: cached library inputs")
+
+
 def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job: GpuJob, phase: Phase, first_run_s: float,
                    flush: L2Flush, watch: CandidateWatch) -> dict:
     dist = job.dist
@@ -281,8 +298,14 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
 
     first_chunk("timing")
 
+    def mid_audit() -> None:  # its own limit, then the rest of the trial's
+        phase("check", job.prepare_timeout_s)
+        audit(calls, state, wl, dist)
+        watch.before_timing("the timing after its audit", warmup + iters, per_pair_ms)
+
+    at = secrets.randbelow(2 * (warmup + iters * trials))  # which call the audit follows: drawn here, never sent
     cand_ms, base_ms = time_sides([cand_side, base_side], flush=flush, warmup=warmup, iters=iters,
-                                  trials=trials, on_trial=keep_alive)
+                                  trials=trials, on_trial=keep_alive, audit=(at, mid_audit))
     record = timing_record(wl, cand_ms, base_ms, primary, others, ceil, state.limits.name, reduced, slow)
     if suspicious(record["flags"]):
         # Timed again under a changed schedule: the library first in each pair, new set order; if it stands, it is
@@ -297,7 +320,7 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
             again["flags"].append("rechecked")
             again["recheck_speedup"], again["recheck_speedup_ci"] = record["speedup"], record["speedup_ci"]
             record = again
-    library_check(calls, wl, dist)
+    audit(calls, state, wl, dist, pristine=False)
     record["input_sets"] = len(calls.sets)
     record["verified_calls"] = calls.calls
     record["l2_flush"] = flush.mode

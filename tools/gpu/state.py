@@ -19,6 +19,7 @@ import torch
 
 from ...workloads.baselines import make_baseline
 from ...workloads.inputs import make_inputs
+from ...workloads.registry import get_workload
 from ...workloads.schema import Workload
 from .buffers import bits
 from .cache import ByteLRU
@@ -97,6 +98,19 @@ class WorkerState:
             self.cache.drop(("baseline", wl.id, name, dist, index))
             entry = self.baseline(wl, name, dist, index)
         return entry
+
+    def tampered_baselines(self) -> list[tuple]:
+        """The keys of every cached library instance, of any workload, whose inputs (live or pristine) are no longer
+        what their seeds draw. They are live tensors no protocol compare covers while another workload is evaluated:
+        a kernel could keep a result there between its calls (runner.audit)."""
+        bad = []
+        for key in self.cache.keys():
+            if key[0] != "baseline":
+                continue
+            entry = self.cache.peek(key)
+            if changed_inputs(entry, get_workload(key[1]), key[3]):
+                bad.append(key)
+        return bad
 
     def get_ceilings(self) -> dict[str, float]:
         if not self.ceilings:

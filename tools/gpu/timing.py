@@ -168,18 +168,23 @@ class FlushBuffer:
 
 
 def time_sides(sides: list[Side], *, flush: L2Flush, warmup: int = 10, iters: int = 50, trials: int = 3,
-               on_trial: Callable[[int], None] | None = None) -> list[list[float]]:
+               on_trial: Callable[[int], None] | None = None,
+               audit: tuple[int, Callable[[], None]] | None = None) -> list[list[float]]:
     """Milliseconds per call of each side: `trials` rounds of `iters` interleaved (ABBA), cold-L2 iterations.
 
     Each call: prepare -> flush L2 -> start event -> call -> end event -> wait for it -> check. Waiting for each
     call before the next lets `check` verify its output before anything else runs; the events time the GPU only.
-    The flush buffer is checked last (FlushBuffer)."""
+    `audit` = (n, fn): fn runs after the check of call n (counting from 0 over warm-up and trials, both sides), outside
+    every timed interval; the caller draws n, so a kernel cannot tell when it comes. The flush buffer is checked last
+    (FlushBuffer)."""
     import torch
 
     buffer = FlushBuffer(flush)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    done = 0
 
     def one(side: Side, fill: int) -> float:
+        nonlocal done
         side.prepare()
         buffer.flush(fill)
         torch.cuda._sleep(SPIN_CYCLES)
@@ -188,7 +193,11 @@ def time_sides(sides: list[Side], *, flush: L2Flush, warmup: int = 10, iters: in
         end.record()
         end.synchronize()
         side.check(out)
-        return start.elapsed_time(end)
+        ms = start.elapsed_time(end)
+        if audit is not None and done == audit[0]:
+            audit[1]()
+        done += 1
+        return ms
 
     for it in range(warmup):
         for side in sides:
