@@ -93,7 +93,7 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     gpu-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
                  tests/tools/test_scrub.py tests/tools/test_unowned.py tests/tools/test_timing_integrity.py tests/tools/test_l2_flush.py \
                  tests/tools/test_gpu_evaluator.py tests/workloads/test_fault_corpus.py tests/workloads/test_references.py \
-                 tests/tools/test_profile_gpu.py ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} ;;
+                 tests/tools/test_profile_gpu.py tests/tools/test_gate.py ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} ;;
     pool-hang) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" tests/tools/test_regpool.py ;;
     bwd) python3 bench/attention_bwd_check.py --json "$d/reference.json" --profile mha_bwd_d128 ;;
     bwd-variants)  # BWD_VARIANTS: the variants to compare, each beside the others (default: the reference);

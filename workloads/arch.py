@@ -93,11 +93,15 @@ SM90A = ArchProfile(
             # exactly 601,295,421,440 = 2 x 8192 x 7168 x 5120 on the main GEMM's reference (gemm_sweep round 13)
             work_counter="sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum",
             work="flops",
-            # the same FLOPs on the CUDA cores (the roofline section's fp32 counters, per thread instruction with a
-            # true predicate): a decoy computes its output with these while wgmma runs on anything
+            # the same FLOPs done another way, which a decoy computes its output with while wgmma runs on anything:
+            # on the CUDA cores (the roofline section's fp32 counters, per thread instruction with a true predicate;
+            # an addcmul of 16,777,216 floats counts 16,777,216 FFMA on the H200) and on the tensor cores' warp-level
+            # path (mma.sync: HMMA ops, which count no HGMMA: 0 on a cuBLAS wgmma GEMM; ncu-metrics, run 17)
             elsewhere={"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 2.0,
                        "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum": 1.0,
-                       "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum": 1.0},
+                       "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum": 1.0,
+                       "sm__ops_path_tensor_op_hmma_src_bf16_dst_fp32.sum": 1.0,
+                       "sm__ops_path_tensor_op_hmma_src_fp16.sum": 1.0},
             doc="Warpgroup-level asynchronous matrix multiply (Hopper tensor cores).",
         ),
         _TMA,

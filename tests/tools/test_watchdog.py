@@ -154,7 +154,7 @@ def test_timing_phases_scale_from_the_measured_pair_time_and_end_in_a_harness_ph
 
     audits = []
 
-    def fake_time_sides(sides, *, flush, warmup=10, iters=50, trials=3, on_trial=None, audit=None):
+    def fake_time_sides(sides, *, flush, warmup=10, iters=50, trials=3, on_trial=None, audit=None, report=None):
         chunks.append((warmup, iters, trials))
         flushes.append(flush)
         if audit is not None:
@@ -220,7 +220,7 @@ def test_the_audit_finds_a_result_kept_in_any_cached_library_instance_and_has_it
     # mid-timing: a harness phase for the audit, then a timing limit again
     sent, order = [], []
 
-    def fake_time_sides(sides, *, flush, warmup=10, iters=50, trials=3, on_trial=None, audit=None):
+    def fake_time_sides(sides, *, flush, warmup=10, iters=50, trials=3, on_trial=None, audit=None, report=None):
         if audit is not None and iters > 2:
             order.append(audit[0])
             audit[1]()

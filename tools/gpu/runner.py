@@ -304,9 +304,12 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
         watch.before_timing("the timing after its audit", warmup + iters, per_pair_ms)
 
     at = secrets.randbelow(2 * (warmup + iters * trials))  # which call the audit follows: drawn here, never sent
+    gates: dict = {}
     cand_ms, base_ms = time_sides([cand_side, base_side], flush=flush, warmup=warmup, iters=iters,
-                                  trials=trials, on_trial=keep_alive, audit=(at, mid_audit))
+                                  trials=trials, on_trial=keep_alive, audit=(at, mid_audit), report=gates)
     record = timing_record(wl, cand_ms, base_ms, primary, others, ceil, state.limits.name, reduced, slow)
+    if gates.get("gate_stalls"):  # a call's gate gave up on the host: its interval may hold the host's latency
+        record["flags"].append("host_stalls")
     if suspicious(record["flags"]):
         # Timed again under a changed schedule: the library first in each pair, new set order; if it stands, it is
         # not a kernel this device can run that fast, whatever the checks said.

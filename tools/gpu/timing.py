@@ -21,11 +21,6 @@ BOOTSTRAP_RESAMPLES = 2000
 # spend half a minute per turn timing a kernel at 0.02x (the CUDA-core attention reference at full size).
 SLOW_FACTOR = 20.0
 SLOW_ITERS = 15
-# A GPU-side spin between the flush and the start event, long enough (about 100 us at boost clocks) that the host
-# has enqueued the timed call before the GPU reaches the start event: otherwise the host's launch latency (tens of
-# microseconds for a library call through Python) lands inside the measured interval whenever the preparation
-# finishes first (measured: bench/results/timing_integrity.md, the variants table).
-SPIN_CYCLES = 200_000
 
 
 @dataclass(frozen=True)
@@ -169,28 +164,37 @@ class FlushBuffer:
 
 def time_sides(sides: list[Side], *, flush: L2Flush, warmup: int = 10, iters: int = 50, trials: int = 3,
                on_trial: Callable[[int], None] | None = None,
-               audit: tuple[int, Callable[[], None]] | None = None) -> list[list[float]]:
+               audit: tuple[int, Callable[[], None]] | None = None,
+               report: dict | None = None) -> list[list[float]]:
     """Milliseconds per call of each side: `trials` rounds of `iters` interleaved (ABBA), cold-L2 iterations.
 
-    Each call: prepare -> flush L2 -> start event -> call -> end event -> wait for it -> check. Waiting for each
-    call before the next lets `check` verify its output before anything else runs; the events time the GPU only.
+    Each call: prepare -> flush L2 -> launch gate -> start event -> call -> end event -> gate opened -> wait for it ->
+    check. The gate (gate.py) holds the GPU until the host has enqueued the call, so the host's launch latency is
+    never inside the interval, however loaded the host; waiting for each call before the next lets `check` verify
+    its output before anything else runs; the events time the GPU only. `report`, when given, gets "gate_stalls":
+    the calls whose gate gave up waiting for the host (their interval may hold its latency).
     `audit` = (n, fn): fn runs after the check of call n (counting from 0 over warm-up and trials, both sides), outside
     every timed interval; the caller draws n, so a kernel cannot tell when it comes. The flush buffer is checked last
     (FlushBuffer)."""
     import torch
 
+    from .gate import launch_gate
+
     buffer = FlushBuffer(flush)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    gate, stream = launch_gate(), torch.cuda.current_stream().cuda_stream
+    stalls_before = gate.stalls()
     done = 0
 
     def one(side: Side, fill: int) -> float:
         nonlocal done
         side.prepare()
         buffer.flush(fill)
-        torch.cuda._sleep(SPIN_CYCLES)
+        ticket = gate.close(stream)
         start.record()
         out = side.call()
         end.record()
+        gate.open(ticket)
         end.synchronize()
         side.check(out)
         ms = start.elapsed_time(end)
@@ -211,6 +215,8 @@ def time_sides(sides: list[Side], *, flush: L2Flush, warmup: int = 10, iters: in
         if on_trial:
             on_trial(trial)
     buffer.check()
+    if report is not None:
+        report["gate_stalls"] = gate.stalls() - stalls_before
     return times
 
 
