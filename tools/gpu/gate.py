@@ -18,6 +18,7 @@ the timing says how many calls it measured so.
 from __future__ import annotations
 
 import ctypes
+import secrets
 
 # Far above any host's enqueue of one call; short enough that a call which waits on the device itself (an
 # allocation that must free memory first) costs this once instead of hanging.
@@ -77,7 +78,11 @@ class LaunchGate:
         """Enqueue a gate on `stream` that opens on the next ticket; returns the ticket for `open`."""
         from .launch import launch_1d
 
-        self.ticket = (self.ticket + 1) & 0xFFFF_FFFF or 1  # never 0: the word's value before any open
+        # Drawn, not counted: a kernel that found the word (it is mapped into the device's address space) could not
+        # open the next call's gate early, the library's say, and put the host's latency into its interval.
+        self.ticket = secrets.randbits(32)
+        while self.ticket in (0, self._word.value):  # never the word's value already (0 before any open)
+            self.ticket = secrets.randbits(32)
         launch_1d(self.kernel, 1, 1, 0, stream, [ctypes.c_uint64(self._device_flag), ctypes.c_uint32(self.ticket),
                                                  ctypes.c_uint64(LIMIT_NS), ctypes.c_uint64(self._stalls.data_ptr())])
         return self.ticket
