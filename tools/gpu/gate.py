@@ -65,6 +65,8 @@ class LaunchGate:
 
         from .launch import check, get_function, load_module
 
+        torch.zeros(1, device="cuda")  # torch's context current on this thread, as the timed calls use it
+        check(cu.cuInit(0), "cuInit")
         self._module = load_module(GATE_PTX.encode() + b"\0")
         self.kernel = get_function(self._module, "launch_gate")
         self._flag = torch.zeros(1, dtype=torch.int32, pin_memory=True)  # page-locked: the GPU reads it over the bus
