@@ -57,7 +57,7 @@ DONE:
 
 
 class LaunchGate:
-    """One per worker process (`launch_gate()`): the gate kernel, its pinned ticket word and a device stall counter."""
+    """One per device and process (`launch_gate()`): the gate kernel, its pinned ticket word and a device stall counter."""
 
     def __init__(self):
         import torch
@@ -97,12 +97,14 @@ class LaunchGate:
         return int(self._stalls.item())
 
 
-_GATE: LaunchGate | None = None
+_GATES: dict[int, LaunchGate] = {}
 
 
 def launch_gate() -> LaunchGate:
-    """The process's gate, made on first use (in the context current then: a worker has one)."""
-    global _GATE
-    if _GATE is None:
-        _GATE = LaunchGate()
-    return _GATE
+    """The gate of the current device, made on first use (its module lives in that device's context)."""
+    import torch
+
+    device = torch.cuda.current_device()
+    if device not in _GATES:
+        _GATES[device] = LaunchGate()
+    return _GATES[device]
