@@ -29,6 +29,11 @@ class TargetFamily(BaseModel):
         "the family ran beside the real computation (a decoy), and the runtime verdict is a token")
     doc: str = ""
 
+    @property
+    def collected(self) -> list[str]:
+        """Every metric a profile asks ncu for on this family's behalf: its counters and its `elsewhere` ones."""
+        return self.counters + list(self.elsewhere)
+
     def in_ptx(self, ptx_text: str) -> bool:
         return any(spelling in ptx_text for spelling in self.ptx)
 

@@ -168,7 +168,7 @@ def test_timing_phases_scale_from_the_measured_pair_time_and_end_in_a_harness_ph
     monkeypatch.setattr(runner, "timing_record", lambda *a, **k: {"flags": [], "speedup": 1.0, "speedup_ci": (1, 1)})
     lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731 - untracked inputs
     state = SimpleNamespace(baseline=lib, trusted_baseline=lib, get_ceilings=lambda: H200,
-                            limits=SimpleNamespace(name="NVIDIA H200"), referee=None, tampered_baselines=lambda: [])
+                            limits=SimpleNamespace(name="NVIDIA H200"), referee=None, tampered_baselines=lambda **k: [])
     phase = lambda *m: sent.append(m)  # noqa: E731
     watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: clock[0])
     watch.probe_s = first_run_s + 0.01
@@ -228,7 +228,7 @@ def test_the_audit_finds_a_result_kept_in_any_cached_library_instance_and_has_it
                   BaselineEntry(lambda: None, inputs, {k: v.clone() for k, v in inputs.items()}, seed=77 + index), 1)
     cache.put(("other", "kind"), object(), 1)  # not a library instance: not audited
     state = SimpleNamespace(cache=cache, referee=None)
-    state.tampered_baselines = lambda: WorkerState.tampered_baselines(state)
+    state.tampered_baselines = lambda **k: WorkerState.tampered_baselines(state, **k)
     calls = SimpleNamespace(library=[])
     runner.audit(calls, state, get_workload(BWD), "normal")  # nothing changed: passes
     hits_before = cache.hits

@@ -251,7 +251,7 @@ def audit(calls: CandidateCalls, state: WorkerState, wl: Workload, dist: str, pr
     if pristine and state.referee is not None:
         pristine_check(calls, state.referee, wl, dist)
     library_check(calls, wl, dist)
-    tampered = state.tampered_baselines()
+    tampered = state.tampered_baselines(checked=calls.library)  # this evaluation's instances: compared just above
     torch.cuda.empty_cache()  # the inputs drawn again to compare with: unmapped, not left for the clear of every call
     if tampered:
         raise Failed("RUNTIME_ERROR", "out-of-bounds write: the kernel wrote into the harness's cached library inputs "

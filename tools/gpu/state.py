@@ -99,16 +99,18 @@ class WorkerState:
             entry = self.baseline(wl, name, dist, index)
         return entry
 
-    def tampered_baselines(self) -> list[tuple]:
+    def tampered_baselines(self, checked: list[BaselineEntry] = ()) -> list[tuple]:
         """The keys of every cached library instance, of any workload, whose inputs (live or pristine) are no longer
-        what their seeds draw. They are live tensors no protocol compare covers while another workload is evaluated:
-        a kernel could keep a result there between its calls (runner.audit)."""
+        what their seeds draw; `checked`: instances the caller has just compared itself (not drawn again). They are
+        live tensors no protocol compare covers while another workload is evaluated: a kernel could keep a result
+        there between its calls (runner.audit)."""
+        skip = {id(entry) for entry in checked}
         bad = []
         for key in self.cache.keys():
             if key[0] != "baseline":
                 continue
             entry = self.cache.peek(key)
-            if changed_inputs(entry, get_workload(key[1]), key[3]):
+            if id(entry) not in skip and changed_inputs(entry, get_workload(key[1]), key[3]):
                 bad.append(key)
         return bad
 

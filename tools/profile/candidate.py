@@ -82,7 +82,7 @@ def measure_candidate(workload_id: str, source: str, cubin_path: str | Path, *, 
     from .runner import profile_command
 
     profile, _, families = _targets(workload_id, arch)
-    counters = [c for name in families for c in profile.family(name).counters + list(profile.family(name).elsewhere)]
+    counters = [c for name in families for c in profile.family(name).collected]
     with tempfile.TemporaryDirectory(prefix="ptxbench-profile-") as tmp:
         work = Path(workdir) if workdir is not None else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)

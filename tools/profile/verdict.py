@@ -113,8 +113,7 @@ def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: d
         return RuntimeTarget(verdict="unknown", reason="ncu profiled no kernel in the plan's NVTX range")
     warp = _sum([_family_sum(k.opcodes, fam) for k in kernels])
     thread_true = _sum([_family_sum(k.opcodes_true, fam) for k in kernels])
-    counters = {c: v for c in fam.counters + list(fam.elsewhere)
-                if (v := _sum([k.counters.get(c) for k in kernels])) is not None}
+    counters = {c: v for c in fam.collected if (v := _sum([k.counters.get(c) for k in kernels])) is not None}
     present = _present(fam, kernels, static_opcodes)
     base = dict(executed_warp_insts=int(warp) if warp is not None else None,
                 executed_thread_insts_true=int(thread_true) if thread_true is not None else None,
