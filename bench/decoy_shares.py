@@ -3,11 +3,11 @@ work (`work_share`) and the share of it counted another way (`elsewhere_share`),
 
 Run on a GPU machine (repository root, after `source bench/gpu_env.sh`):
 
-    python3 bench/decoy_shares.py [--workloads W1,W2] [--tma-lsu] [--json F]
+    python3 bench/decoy_shares.py [--workloads W1,W2] [--json F]
 
-An honest kernel must sit far below TOKEN_SHARE elsewhere (its softmax, epilogue and bookkeeping on the CUDA cores)
-and at about 1 or more on its family. --tma-lsu also counts the bytes plain loads brought in
-(l1tex__t_bytes_pipe_lsu_mem_global_op_ld) as TMA's `elsewhere`, to see whether that rule would hold for TMA too.
+An honest kernel must sit far below its op's decoy threshold elsewhere (TOKEN_SHARE plus the family's allowance for
+the op: its softmax, epilogue and bookkeeping on the CUDA cores; the backward's plain loads of O and dO beside TMA)
+and at about 1 or more on its family.
 """
 from __future__ import annotations
 
@@ -17,13 +17,11 @@ from pathlib import Path
 
 WORKLOADS = ["gemm_bf16_m8192_n7168_k5120", "gemm_bf16_m64_n7168_k5120", "mha_fwd_d128", "mha_fwd_d128_causal",
              "mha_fwd_d64", "mha_bwd_d128", "mha_bwd_d128_causal", "mha_bwd_d64"]
-LSU = "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--tma-lsu", action="store_true")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
 
@@ -31,10 +29,6 @@ def main() -> None:
     from ptxbench.tools.compile import compile_source
     from ptxbench.tools.profile import profile_candidate
     from ptxbench.tools.solution.language import detect_language
-    from ptxbench.workloads.arch import SM90A
-
-    if args.tma_lsu:
-        SM90A.family("tma").elsewhere[LSU] = 1.0
     rows = []
     for w in args.workloads.split(","):
         text = reference_source(w)

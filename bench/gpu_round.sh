@@ -63,8 +63,10 @@
 #                       ABLATE_WORKLOAD, default the M = 64 decode GEMM; each part of CandidateCalls.restore off in turn)
 #   ncu-metrics (90)    whether ncu knows the FFMA / HFMA / HMMA / HGMMA counters, and what they count on known kernels
 #                       (bench/ncu_metric_probe.py)
-#   decoy-shares (150) the decoy rule's shares on the honest references (bench/decoy_shares.py --tma-lsu): wgmma's and
+#   decoy-shares (150) the decoy rule's shares on the honest references (bench/decoy_shares.py): wgmma's and
 #                       TMA's own work share and the share counted another way, one verdict-level profile each
+#   audit-cost (120)    seconds the audit of cached library instances takes as one worker's cache fills with workloads
+#                       (bench/audit_cost.py; AUDIT_COST_ARGS, e.g. "--all --instances 2")
 #   wgmma-rates (90)    MACs per cycle per SM for each wgmma shape and operand layout (bench/wgmma_rates.py: m64n64 / n80 /
 #                       n128 / n256, K-major or MN-major A and B, A from registers)
 # A step's budget is a hard limit (SIGKILL); what it wrote by then is still packed. ROUND_ONE_TAR=1 packs all of $OUT
@@ -84,7 +86,7 @@ rm -f /tmp/gpu_round.index
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560 [tuner-climb-bwd]=570
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590
                    [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [cta-cost]=150 [fwd-tests]=150 [ref-eval]=200 [pool-hang]=90
-                   [compile-cpu]=120 [restore-ablation]=300 [ncu-metrics]=90 [decoy-shares]=150)
+                   [compile-cpu]=120 [restore-ablation]=300 [ncu-metrics]=90 [decoy-shares]=150 [audit-cost]=120)
 
 run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
   local name=${1%%.*} s=$2 d=$3 tag=
@@ -133,7 +135,8 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     restore-ablation) python3 bench/restore_ablation.py --workload "${ABLATE_WORKLOAD:-gemm_bf16_m64_n7168_k5120}" \
                         --json "$d/ablation.json" --md "$d/ablation.md" ;;
     ncu-metrics) python3 bench/ncu_metric_probe.py --json "$d/metrics.json" ;;
-    decoy-shares) python3 bench/decoy_shares.py --tma-lsu --json "$d/shares.json" ;;
+    decoy-shares) python3 bench/decoy_shares.py --json "$d/shares.json" ;;
+    audit-cost) python3 bench/audit_cost.py ${AUDIT_COST_ARGS:-} --json "$d/audit.json" ;;
     fwd-profile)  # the forward's reference (TUNED) at D = 128 and causal under Nsight Compute: per-line stalls, verdicts;
       # FWD_PROFILE_WITH='{"persistent": true, ...}' adds TUNED with those changes beside it (<workload>.with.json)
       local w

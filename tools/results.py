@@ -174,7 +174,8 @@ class RuntimeTarget(BaseModel):
     work_share: float | None = Field(None, description="the family's counted work over the workload's (FLOPs on the "
                                      "tensor path, bytes loaded by TMA over the inputs' bytes); None: not measured")
     elsewhere_share: float | None = Field(None, description="the same work counted another way (the family's "
-                                          "`elsewhere` counters: CUDA-core FLOPs beside wgmma) over the workload's; "
+                                          "`elsewhere` counters: CUDA-core FLOPs beside wgmma, bytes of plain loads "
+                                          "and cp.async beside TMA) over the workload's; "
                                           "None: not measured")
     reason: str = ""
 

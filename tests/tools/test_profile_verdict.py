@@ -200,6 +200,38 @@ def test_wgmma_beside_the_same_work_on_the_cuda_cores_is_a_decoy():
     assert unmeasured.verdict == "executed" and unmeasured.elsewhere_share is None
 
 
+def test_tma_beside_the_inputs_read_by_plain_loads_is_a_decoy_except_where_the_op_reads_them_so():
+    """TMA loading every input byte once (work share 1.0) while the kernel computes from plain loads or cp.async: the
+    bytes those brought in are TMA's `elsewhere`, a decoy past half the inputs' bytes. The attention backward's
+    reference reads O and dO with plain loads (0.81-0.82 of its inputs' bytes on the H200), so its op's threshold is
+    raised by its allowance; a backward that computes from plain loads re-reads its tiles and still passes it."""
+    lsu = "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum"
+    ldgsts = "sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts.sum"
+    tma = SM90A.family("tma")
+    assert tma.elsewhere == {lsu: 1.0, ldgsts: 32.0} and tma.elsewhere_allowance == {"mha_bwd": 1.0}
+    inputs = 524288.0  # the smoke GEMM's A and B
+    counters = {"smsp__sass_inst_executed_op_tma_ld.sum": 128.0, "smsp__sass_inst_executed_op_tma.sum": 128.0,
+                "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum": inputs}
+
+    def verdict(extra: dict[str, float], op: str | None = "gemm"):
+        k = KernelProfile(name="k", counters={**counters, **extra})
+        return runtime_verdicts(SM90A, ProfileSummary(ok=True, mode="verdict", kernels=[k]), ["tma"], {"UTMALDG": 1},
+                                work={"flops": 1.0, "input_bytes": inputs}, op=op)["tma"]
+
+    honest = verdict({lsu: 0.0, ldgsts: 0.0})
+    assert honest.verdict == "executed" and honest.work_share == 1.0 and honest.elsewhere_share == 0.0
+    plain = verdict({lsu: 256 * inputs})  # the smoke decoy (tests/data/profile/solutions/tma_decoy.cu)
+    assert plain.verdict == "token" and "decoy" in plain.reason and lsu in plain.reason
+    copied = verdict({ldgsts: inputs / 32})  # cp.async of every input byte once: 32 bytes a sector
+    assert copied.verdict == "token" and copied.elsewhere_share == 1.0
+    assert verdict({lsu: 0.82 * inputs}).verdict == "token"  # a GEMM has no business reading its inputs so
+    bwd = verdict({lsu: 0.82 * inputs}, op="mha_bwd")  # the backward's reference: its preprocessing
+    assert bwd.verdict == "executed" and bwd.elsewhere_share == pytest.approx(0.82)
+    assert verdict({lsu: 1.5 * inputs}, op="mha_bwd").verdict == "token"
+    assert "at least 150%" in verdict({lsu: 4 * inputs}, op="mha_bwd").reason
+    assert verdict({lsu: 0.82 * inputs}, op=None).verdict == "token"  # no op known: no allowance
+
+
 def test_the_decoy_counters_are_collected_with_the_familys(monkeypatch, tmp_path):
     """The verdict pass asks ncu for the `elsewhere` counters (a counter not asked for is never in the profile)."""
     from ptxbench.tools.profile import candidate, runner
@@ -208,8 +240,8 @@ def test_the_decoy_counters_are_collected_with_the_familys(monkeypatch, tmp_path
     monkeypatch.setattr(runner, "profile_command", lambda argv, counters, **kw: asked.setdefault("counters", counters))
     monkeypatch.setattr(candidate, "replay_argv", lambda *a: ["replay"])
     candidate.measure_candidate("gemm_bf16_m8192_n7168_k5120", "source", tmp_path / "k.cubin", full=False)
-    wgmma = SM90A.family("wgmma")
-    assert set(wgmma.counters) | set(wgmma.elsewhere) <= set(asked["counters"])
+    for fam in (SM90A.family("wgmma"), SM90A.family("tma")):
+        assert set(fam.counters) | set(fam.elsewhere) <= set(asked["counters"])
 
 
 def test_a_token_verdict_is_told_to_the_model_and_drops_the_feature():

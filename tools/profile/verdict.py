@@ -7,8 +7,9 @@ Per family of the arch profile (workloads/arch.py), from one profile:
   than TOKEN_SHARE of the workload's (its FLOPs, its inputs' bytes): one wgmma or one TMA load beside a kernel
   that does its work another way is not a kernel that uses them (given the workload's work: `expected_work`); so is
   a family that did the work beside the same work counted another way (its `elsewhere` counters, e.g. CUDA-core
-  FLOPs beside wgmma, at TOKEN_SHARE of the workload's or more): a decoy, wgmma run on anything while the output
-  is computed with FFMA;
+  FLOPs beside wgmma, the inputs' bytes read by plain loads or cp.async beside TMA, at TOKEN_SHARE of the
+  workload's or more, plus the op's allowance): a decoy, wgmma run on anything while the output is computed with
+  FFMA, TMA loading the inputs while the output is computed from plain loads;
 - present_not_executed: in the SASS, never executed (dead code, a branch never taken);
 - absent: not in the SASS at all;
 - unknown: no profile, missing/NaN counts, or the per-opcode counts and the family's pipe counters
@@ -50,9 +51,10 @@ def expected_work(wl: Workload) -> dict[str, float]:
 
 
 def _with_share(fam: TargetFamily, executed: RuntimeTarget, counters: dict[str, float],
-                work: dict[str, float] | None) -> RuntimeTarget:
+                work: dict[str, float] | None, op: str | None = None) -> RuntimeTarget:
     """An executed verdict with the share of the workload's work the family did, and the share done another way; a
-    token when the first is small or the second is not."""
+    token when the first is small or the second is not (past TOKEN_SHARE plus what the op's honest kernels do another
+    way by design: `fam.elsewhere_allowance`)."""
     if not work or not fam.work_counter or fam.work_counter not in counters or not work.get(fam.work):
         return executed
     share = counters[fam.work_counter] / work[fam.work]
@@ -68,14 +70,15 @@ def _with_share(fam: TargetFamily, executed: RuntimeTarget, counters: dict[str, 
     if not other:
         return executed
     executed.elsewhere_share = sum(other.values()) / work[fam.work]
-    if executed.elsewhere_share < TOKEN_SHARE:
+    limit = TOKEN_SHARE + fam.elsewhere_allowance.get(op or "", 0.0)
+    if executed.elsewhere_share < limit:
         return executed
     counted = ", ".join(f"{c} = {counters[c]:,.0f}" for c in other)
     return executed.model_copy(update={
         "verdict": "token",
         "reason": f"{fam.name} did {100 * share:.3g}% of the workload's {unit}, but the same work is counted another way "
                   f"too: {counted}, {100 * executed.elsewhere_share:.3g}% of the workload's {work[fam.work]:,.0f} "
-                  f"{unit} (at least {100 * TOKEN_SHARE:.0f}%): the output is computed elsewhere and {fam.name} runs "
+                  f"{unit} (at least {100 * limit:.0f}%): the output is computed elsewhere and {fam.name} runs "
                   "beside it (a decoy). " + executed.reason})
 
 
@@ -105,7 +108,7 @@ def _present(fam: TargetFamily, kernels: list[KernelProfile], static_opcodes: di
 
 
 def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: dict[str, int] | None = None,
-                   work: dict[str, float] | None = None) -> RuntimeTarget:
+                   work: dict[str, float] | None = None, op: str | None = None) -> RuntimeTarget:
     if not summary.ok:
         return RuntimeTarget(verdict="unknown", reason=f"no profile: {summary.error or 'ncu gave no result'}")
     kernels = summary.kernels
@@ -119,7 +122,7 @@ def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: d
                 executed_thread_insts_true=int(thread_true) if thread_true is not None else None,
                 counter_values=counters)
     if thread_true is None and summary.mode == "verdict":
-        return _with_share(fam, v, counters, work) if (v := _counter_verdict(fam, counters, present, base)).verdict \
+        return _with_share(fam, v, counters, work, op) if (v := _counter_verdict(fam, counters, present, base)).verdict \
             == "executed" else v
     if thread_true is None:
         missing = [c for c in fam.counters if c not in counters]
@@ -137,7 +140,7 @@ def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: d
         return RuntimeTarget(verdict="unknown", reason="per-opcode counts and pipe counters disagree: " + "; ".join(disagree), **base)
     if thread_true > 0:
         executed = RuntimeTarget(verdict="executed", reason=_executed_reason(fam, warp, thread_true, counters), **base)
-        return _with_share(fam, executed, counters, work)
+        return _with_share(fam, executed, counters, work, op)
     return _not_executed(fam, present, base, "executed", "none executed with a true predicate")
 
 
@@ -177,13 +180,13 @@ def _executed_reason(fam: TargetFamily, warp: float | None, thread_true: float, 
 
 def runtime_verdicts(arch: ArchProfile, summary: ProfileSummary, families: list[str] | None = None,
                      static_opcodes: dict[str, int] | None = None,
-                     work: dict[str, float] | None = None) -> dict[str, RuntimeTarget]:
+                     work: dict[str, float] | None = None, op: str | None = None) -> dict[str, RuntimeTarget]:
     """family name -> verdict for `families` (default: every family of the arch profile).
 
     `static_opcodes` is the compile's SASS histogram summed over the module's kernels (opcode -> count); `work` the
-    workload's (expected_work), without which no verdict is a token."""
+    workload's (expected_work), without which no verdict is a token; `op` the workload's op (its decoy allowance)."""
     names = families if families is not None else [f.name for f in arch.families]
-    return {name: family_verdict(arch.family(name), summary, static_opcodes, work) for name in names}
+    return {name: family_verdict(arch.family(name), summary, static_opcodes, work, op) for name in names}
 
 
 def static_histogram(kernels: dict) -> dict[str, int]:
