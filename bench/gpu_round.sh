@@ -60,7 +60,8 @@
 #   cta-cost (150)      the attention forward's per-CTA fixed cost: its TUNED D = 128 kernels at four sequence lengths with
 #                       the CTA count fixed, a line through kernel time against key tiles per CTA (bench/attention_cta_cost.py)
 #   restore-ablation (300) which part of the per-call preparation slows a short library call (bench/restore_ablation.py:
-#                       ABLATE_WORKLOAD, default the M = 64 decode GEMM; each part of CandidateCalls.restore off in turn)
+#                       ABLATE_WORKLOAD, default the M = 64 decode GEMM; each part of CandidateCalls.restore off in turn;
+#                       ABLATE_VARIANTS picks and orders them, e.g. "full,no_blas_handback,full.2,no_blas_handback.2")
 #   ncu-metrics (90)    whether ncu knows the FFMA / HFMA / HMMA / HGMMA counters, and what they count on known kernels
 #                       (bench/ncu_metric_probe.py)
 #   decoy-shares (150) the decoy rule's shares on the honest references (bench/decoy_shares.py): wgmma's and
@@ -133,7 +134,7 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     wgmma-rates) python3 bench/wgmma_rates.py --json "$d/rates.json" ;;
     compile-cpu) python3 bench/compile_cpu.py --json "$d/compile_cpu.json" ;;
     restore-ablation) python3 bench/restore_ablation.py --workload "${ABLATE_WORKLOAD:-gemm_bf16_m64_n7168_k5120}" \
-                        --json "$d/ablation.json" --md "$d/ablation.md" ;;
+                        ${ABLATE_VARIANTS:+--variants "$ABLATE_VARIANTS"} --json "$d/ablation.json" --md "$d/ablation.md" ;;
     ncu-metrics) python3 bench/ncu_metric_probe.py --json "$d/metrics.json" ;;
     decoy-shares) python3 bench/decoy_shares.py --json "$d/shares.json" ;;
     audit-cost) python3 bench/audit_cost.py ${AUDIT_COST_ARGS:-} --json "$d/audit.json" ;;

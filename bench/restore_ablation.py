@@ -4,10 +4,13 @@ process and pool, with an A/A test of the library in the same worker as a contro
 
 Run on a GPU machine (repository root, after `source bench/gpu_env.sh`):
 
-    python3 bench/restore_ablation.py [--workload gemm_bf16_m64_n7168_k5120] [--evals 3] [--json F] [--md F]
+    python3 bench/restore_ablation.py [--workload gemm_bf16_m64_n7168_k5120] [--evals 3] [--variants A,B] [--json F]
+        [--md F]
 
 Variants (PTXBENCH_ABLATE): full (as shipped), no_clear (scrub and unowned clear off), no_scrub, no_unowned,
-no_lib_restore (the library's inputs not copied back before its calls), then full again (drift across the run).
+no_lib_restore (the library's inputs not copied back before its calls), then full again (drift across the run);
+--variants picks and orders them, from those and no_blas_handback (the cuBLAS workspaces kept out of the clear),
+with a suffix after a dot for a repeat (full.2).
 Per variant: each evaluation's speedup and 95% interval, the kernel's and the library's medians, and the A/A
 test's library medians (its preparation copies inputs only).
 """
@@ -25,6 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 VARIANTS = {"full": "", "no_clear": "scrub,unowned", "no_scrub": "scrub", "no_unowned": "unowned",
             "no_lib_restore": "lib_restore", "full_again": ""}
+OPTIONAL = {"no_blas_handback": "blas_handback"}
 
 
 def one(workload: str, evals: int) -> dict:
@@ -57,6 +61,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="gemm_bf16_m64_n7168_k5120")
     ap.add_argument("--evals", type=int, default=3)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--one", action="store_true", help="(internal) one variant, in this process: JSON on stdout")
     ap.add_argument("--json", default="")
     ap.add_argument("--md", default="")
@@ -65,7 +70,9 @@ def main() -> None:
         print("RESULT " + json.dumps(one(args.workload, args.evals)))
         return
     out = {"workload": args.workload, "variants": {}}
-    for name, parts in VARIANTS.items():
+    known = {**VARIANTS, **OPTIONAL}
+    for name in args.variants.split(","):
+        parts = known[name.split(".")[0]]
         env = {**os.environ, "PTXBENCH_ABLATE": parts,
                "PYTHONPATH": f"{HERE / 'ablate'}:{os.environ.get('PYTHONPATH', '')}"}
         p = subprocess.run([sys.executable, __file__, "--one", "--workload", args.workload, "--evals", str(args.evals)],
@@ -78,12 +85,12 @@ def main() -> None:
              "|---|---|---|---|---|---|"]
     for name, v in out["variants"].items():
         if "error" in v:
-            lines.append(f"| {name} | {VARIANTS[name] or '-'} | error: {v['error'][-200:]!r} | | | |")
+            lines.append(f"| {name} | {known[name.split('.')[0]] or '-'} | error: {v['error'][-200:]!r} | | | |")
             continue
         ok = [r for r in v["rows"] if r["speedup"]]
         sp = ", ".join(f"{r['speedup']:.4f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]" for r in ok)
         med = lambda k: f"{statistics.median(r[k] for r in ok):.4f}" if ok else "-"  # noqa: E731
-        lines.append(f"| {name} | {VARIANTS[name] or '-'} | {sp} | {med('kernel_ms')} | {med('library_ms')} | "
+        lines.append(f"| {name} | {known[name.split('.')[0]] or '-'} | {sp} | {med('kernel_ms')} | {med('library_ms')} | "
                      f"{v['aa']['a_ms']:.4f} / {v['aa']['b_ms']:.4f} |")
     text = "\n".join(lines)
     if args.json:

@@ -2,7 +2,8 @@
 
 Python imports this module at start-up when its folder is on PYTHONPATH; it does nothing unless PTXBENCH_ABLATE
 names parts (comma list): scrub (the shared / local memory scrub), unowned (the clear of unowned device memory),
-lib_restore (the library's inputs copied back before each call). The pool's fork server imports it, so every
+lib_restore (the library's inputs copied back before each call), blas_handback (the cuBLAS workspaces handed back
+before the clear, so it covers them). The pool's fork server imports it, so every
 worker it forks runs with the same parts off. Never on a scoring path: the CLI does not set PTXBENCH_ABLATE.
 """
 import os
@@ -15,6 +16,10 @@ if _parts:
         scrub.OnChipScrub.run = lambda self, stream, frame: None
     if "unowned" in _parts:
         runner.clear_unowned = lambda stream: 0
+    if "blas_handback" in _parts:
+        import torch
+
+        torch._C._cuda_clearCublasWorkspaces = lambda: None  # unowned.clear_unowned looks it up at each call
     if "lib_restore" in _parts:
         _restore = calls.CandidateCalls.restore
 
