@@ -29,7 +29,9 @@ METRICS = [f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in
            "sm__inst_executed_pipe_tensor_op_hmma.sum",
            "sm__inst_executed_pipe_tensor_op_gmma.sum",
            "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum",
-           "l1tex__t_bytes_pipe_lsu_mem_global_op_ldgsts.sum"]
+           "l1tex__t_bytes_pipe_lsu_mem_global_op_ldgsts.sum",
+           # cp.async's bytes as sectors (ncu names no byte counter for LDGSTS): TMA's decoy counter, once collected
+           "sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts.sum"]
 # Query lines kept whole (name and description) when they contain one of these: what else a check could read.
 NAMES_OF_INTEREST = ("ops_path_tensor", "op_ffma", "op_hfma", "pipe_tensor", "pipe_fma", "lsu_mem_global_op_ld")
 

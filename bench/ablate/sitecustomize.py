@@ -2,8 +2,9 @@
 
 Python imports this module at start-up when its folder is on PYTHONPATH; it does nothing unless PTXBENCH_ABLATE
 names parts (comma list): scrub (the shared / local memory scrub), unowned (the clear of unowned device memory),
-lib_restore (the library's inputs copied back before each call), blas_handback (the cuBLAS workspaces handed back
-before the clear, so it covers them). The pool's fork server imports it, so every
+lib_restore (the library's inputs copied back before each call); and one part it switches on: blas_handback (the
+cuBLAS workspaces handed back to the allocator before each clear of unowned memory, so the clear covers their 32 MB:
+bench/results/run18/cublas_handback.patch, measured this way before it enters the tree). The pool's fork server imports it, so every
 worker it forks runs with the same parts off. Never on a scoring path: the CLI does not set PTXBENCH_ABLATE.
 """
 import os
@@ -19,7 +20,13 @@ if _parts:
     if "blas_handback" in _parts:
         import torch
 
-        torch._C._cuda_clearCublasWorkspaces = lambda: None  # unowned.clear_unowned looks it up at each call
+        _clear = runner.clear_unowned
+
+        def clear_with_handback(stream):
+            torch._C._cuda_clearCublasWorkspaces()
+            return _clear(stream)
+
+        runner.clear_unowned = clear_with_handback
     if "lib_restore" in _parts:
         _restore = calls.CandidateCalls.restore
 
