@@ -175,7 +175,7 @@ class RuntimeTarget(BaseModel):
                                      "tensor path, bytes loaded by TMA over the inputs' bytes); None: not measured")
     elsewhere_share: float | None = Field(None, description="the same work counted another way (the family's "
                                           "`elsewhere` counters: CUDA-core FLOPs beside wgmma, bytes of plain loads "
-                                          "beside TMA) over the workload's; "
+                                          "and cp.async beside TMA) over the workload's; "
                                           "None: not measured")
     reason: str = ""
 

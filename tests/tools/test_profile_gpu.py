@@ -104,11 +104,12 @@ def test_wgmma_beside_the_work_done_on_the_cuda_cores_is_a_decoy():
 def test_tma_beside_the_work_done_from_plain_loads_is_a_decoy():
     """tma_decoy.cu computes the smoke GEMM from plain loads and TMA-loads every box of A and B once beside it: TMA's
     work share is exactly 1 (past the token share), so only the plain loads' bytes tell it; the honest GEMM reads
-    nothing that way."""
+    nothing that way. Also that ncu collects cp.async's sector counter (a rejected name is dropped, then missing)."""
     out = profile(SMOKE, SOLUTIONS / "tma_decoy.cu", full=False)
     tma = out.targets_runtime["tma"]
     assert tma.counter_values["l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"] == 2 * 2 * 256 * 512
     assert tma.work_share == 1.0
+    assert tma.counter_values["sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts.sum"] == 0
     assert tma.verdict == "token" and "decoy" in tma.reason, tma.reason
     assert tma.elsewhere_share >= 100  # every thread reads a row of A and of B: at least 256x the inputs' bytes
     print(f"\nTMA decoy: elsewhere share {tma.elsewhere_share:.4g}; {tma.reason}")

@@ -201,13 +201,14 @@ def test_wgmma_beside_the_same_work_on_the_cuda_cores_is_a_decoy():
 
 
 def test_tma_beside_the_inputs_read_by_plain_loads_is_a_decoy_except_where_the_op_reads_them_so():
-    """TMA loading every input byte once (work share 1.0) while the kernel computes from plain loads: the bytes those
-    requested are TMA's `elsewhere`, a decoy past half the inputs' bytes. The attention backward's
+    """TMA loading every input byte once (work share 1.0) while the kernel computes from plain loads or cp.async: the
+    bytes those requested are TMA's `elsewhere`, a decoy past half the inputs' bytes. The attention backward's
     reference reads O and dO with plain loads (0.81-0.82 of its inputs' bytes on the H200), so its op's threshold is
     raised by its allowance; a backward that computes from plain loads re-reads its tiles and still passes it."""
     lsu = "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum"
+    ldgsts = "sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts.sum"
     tma = SM90A.family("tma")
-    assert tma.elsewhere == {lsu: 1.0} and tma.elsewhere_allowance == {"mha_bwd": 1.0}
+    assert tma.elsewhere == {lsu: 1.0, ldgsts: 32.0} and tma.elsewhere_allowance == {"mha_bwd": 1.0}
     inputs = 524288.0  # the smoke GEMM's A and B
     counters = {"smsp__sass_inst_executed_op_tma_ld.sum": 128.0, "smsp__sass_inst_executed_op_tma.sum": 128.0,
                 "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum": inputs}
@@ -217,12 +218,15 @@ def test_tma_beside_the_inputs_read_by_plain_loads_is_a_decoy_except_where_the_o
         return runtime_verdicts(SM90A, ProfileSummary(ok=True, mode="verdict", kernels=[k]), ["tma"], {"UTMALDG": 1},
                                 work={"flops": 1.0, "input_bytes": inputs}, op=op)["tma"]
 
-    honest = verdict({lsu: 0.0})
+    honest = verdict({lsu: 0.0, ldgsts: 0.0})
     assert honest.verdict == "executed" and honest.work_share == 1.0 and honest.elsewhere_share == 0.0
     plain = verdict({lsu: 256 * inputs})  # the smoke decoy (tests/data/profile/solutions/tma_decoy.cu)
     assert plain.verdict == "token" and "decoy" in plain.reason and lsu in plain.reason
     once = verdict({lsu: inputs})  # every input byte read once by plain loads (a decode GEMM's B is read once)
     assert once.verdict == "token" and once.elsewhere_share == 1.0
+    copied = verdict({ldgsts: inputs / 32})  # cp.async of every input byte once: 32 bytes a sector
+    assert copied.verdict == "token" and copied.elsewhere_share == 1.0 and ldgsts in copied.reason
+    assert verdict({lsu: 0.0}).elsewhere_share == 0.0  # a counter ncu dropped: the other still decides
     assert verdict({lsu: 0.82 * inputs}).verdict == "token"  # a GEMM has no business reading its inputs so
     bwd = verdict({lsu: 0.82 * inputs}, op="mha_bwd")  # the backward's reference: its preprocessing
     assert bwd.verdict == "executed" and bwd.elsewhere_share == pytest.approx(0.82)

@@ -7,7 +7,7 @@ Per family of the arch profile (workloads/arch.py), from one profile:
   than TOKEN_SHARE of the workload's (its FLOPs, its inputs' bytes): one wgmma or one TMA load beside a kernel
   that does its work another way is not a kernel that uses them (given the workload's work: `expected_work`); so is
   a family that did the work beside the same work counted another way (its `elsewhere` counters, e.g. CUDA-core
-  FLOPs beside wgmma, the inputs' bytes read by plain loads beside TMA, at TOKEN_SHARE of the
+  FLOPs beside wgmma, the inputs' bytes read by plain loads or cp.async beside TMA, at TOKEN_SHARE of the
   workload's or more, plus the op's allowance): a decoy, wgmma run on anything while the output is computed with
   FFMA, TMA loading the inputs while the output is computed from plain loads;
 - present_not_executed: in the SASS, never executed (dead code, a branch never taken);
