@@ -116,7 +116,11 @@ SM90A = ArchProfile(
             # the same FLOPs done another way, which a decoy computes its output with while wgmma runs on anything:
             # on the CUDA cores (the roofline section's fp32 counters, per thread instruction with a true predicate;
             # an addcmul of 16,777,216 floats counts 16,777,216 FFMA on the H200) and on the tensor cores' warp-level
-            # path (mma.sync: HMMA ops, which count no HGMMA: 0 on a cuBLAS wgmma GEMM; ncu-metrics, run 17)
+            # path (mma.sync: HMMA ops, which count no HGMMA: 0 on a cuBLAS wgmma GEMM; ncu-metrics, run 17). Not the
+            # half-precision HFMA / HADD counters: ptxas also emits HFMA2.MMA as a register move and HADD2.F32 as the
+            # half-to-float conversion, so torch's fp32 randn counted 0.53-0.58 HFMA per element and its fp16 addcmul
+            # 3 HADD per element (ncu-metrics, run 17) with no half arithmetic at all: an honest kernel's moves and
+            # conversions would count as work done elsewhere.
             elsewhere={"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 2.0,
                        "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum": 1.0,
                        "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum": 1.0,
