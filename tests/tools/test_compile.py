@@ -375,3 +375,22 @@ extern "C" __global__ void k(unsigned long long* out) {
 '''
     r = compile_source(cu, "cuda", "sm_90a", use_cache=False)
     assert r.status == "error" and any("malloc" in e.message and e.line is None for e in r.errors), r.errors
+
+
+def test_the_decoy_probes_build_with_their_decoy_and_their_target_in_the_sass():
+    """The GPU decoy tests' probes (tests/data/profile/solutions) stay buildable: each runs its target family in one
+    kernel and does the work another way in another (FFMA beside wgmma, plain loads beside TMA)."""
+    from ptxbench.tools.solution.language import detect_language
+
+    probes = Path(__file__).parents[1] / "data" / "profile" / "solutions"
+    expect = {"wgmma_decoy.ptx": ("wgmma", "HGMMA", "FFMA"), "tma_decoy.cu": ("tma", "UTMALDG", "LDG")}
+    for name, (family, target_op, decoy_op) in expect.items():
+        text = (probes / name).read_text()
+        r = compile_source(text, detect_language(text, probes / name), "sm_90a", "smoke_gemm_bf16_m256_n256_k512")
+        assert r.status == "ok", (name, r.errors)
+        ops = {k: set(res.sass_opcodes) for k, res in r.kernels.items()}
+        assert r.targets[family].in_sass, name
+        assert any(any(op.split(".")[0] == target_op for op in o) for o in ops.values()), (name, ops)
+        decoys = [k for k, o in ops.items() if any(op.split(".")[0] == decoy_op for op in o)]
+        targets = [k for k, o in ops.items() if any(op.split(".")[0] == target_op for op in o)]
+        assert decoys and targets and set(decoys) != set(targets), (name, ops)  # the work and the target apart
