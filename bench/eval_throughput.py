@@ -20,8 +20,8 @@ rotate: a model's resubmitted kernel would be cheaper still. So is the sharing o
 cubins in flight (--share-identical keeps it: with the cache off, each waiter then replays after its wait, a
 serialisation distinct kernels never meet). Reported per mode: wall time, evaluations per
 GPU-hour (N / wall on one GPU), per-phase medians and sums (compile, gpu = the worker's job incl. queueing,
-gpu.gpu_total = its own GPU work, profile = the ncu run, profile.gpu_held = the GPU held for the replay,
-profile.gpu_wait = waiting for it), verdicts, and nvidia-smi busy samples.
+gpu.gpu_total = its own GPU work, gpu.audit = its audits of every cached library instance, profile = the ncu run,
+profile.gpu_held = the GPU held for the replay, profile.gpu_wait = waiting for it), verdicts, and nvidia-smi busy samples.
 """
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ from gpu_sampler import GpuSampler  # noqa: E402
 
 GEMM = "gemm_bf16_m8192_n7168_k5120"
 VARIANTS = [{}, {"group_m": 16}, {"group_m": 4}, {"max_ctas": 128}]
-PHASES = ["compile", "gpu", "gpu.gpu_total", "profile", "profile.gpu_held", "profile.gpu_wait", "profile.identical_wait"]
+PHASES = ["compile", "gpu", "gpu.gpu_total", "gpu.audit", "profile", "profile.gpu_held", "profile.gpu_wait",
+          "profile.identical_wait"]
 
 
 class NoInFlight:

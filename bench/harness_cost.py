@@ -56,7 +56,8 @@ def main() -> None:
           f"cold compile {cold_compile:.2f} s")
     print("| phase (warm caches, median of %d) | seconds |" % len(rows))
     print("|---|---|")
-    for k in ("parse", "compile", "gpu.correctness", "gpu.timing", "gpu.final_checks", "gpu.gpu_total", "gpu", "wall"):
+    for k in ("parse", "compile", "gpu.correctness", "gpu.timing", "gpu.audit", "gpu.final_checks", "gpu.gpu_total", "gpu",
+              "wall"):
         if k in med:
             print(f"| {k} | {med[k]:.3f} |")
     print(f"| wall with a cold compile (wall - cached compile + cold compile) | "

@@ -250,15 +250,21 @@ def test_the_audit_finds_a_result_kept_in_any_cached_library_instance_and_has_it
 
     monkeypatch.setattr(runner, "time_sides", fake_time_sides)
     monkeypatch.setattr(runner, "timing_record", lambda *a, **k: {"flags": [], "speedup": 1.0, "speedup_ci": (1, 1)})
-    monkeypatch.setattr(runner, "audit", lambda *a, **k: sent.append(("audit", k.get("pristine", True))))
+    def fake_audit(*a, **k):
+        time.sleep(0.02)  # what checking the cached instances takes
+        sent.append(("audit", k.get("pristine", True)))
+
+    monkeypatch.setattr(runner, "audit", fake_audit)
     lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731
     state = SimpleNamespace(baseline=lib, trusted_baseline=lib, get_ceilings=lambda: H200,
                             limits=SimpleNamespace(name="NVIDIA H200"))
     phase = lambda *m: sent.append(m[:2])  # noqa: E731
     watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: 0.0)
     watch.probe_s = 0.01
+    seconds = {}
     runner.time_candidate(FakeCalls([0.0], 0.001), state, get_workload(BWD), GpuJob(workload=BWD, timeout_s=60.0),
-                          phase, 0.001, L2Flush(1 << 26, "read"), watch)
+                          phase, 0.001, L2Flush(1 << 26, "read"), watch, seconds)
+    assert 0.04 <= seconds["audit"] < 1.0  # the evaluation's phases say what its two audits took, together
     at = next(i for i, m in enumerate(sent) if m == ("audit", True))
     assert sent[at - 1][0] == "check" and sent[at + 1][0] == "timing"  # its own phase, then the timing's limit back
     assert sent[-1] == ("audit", False)  # and once after the timing (the caller's final checks ask the referee)
