@@ -12,7 +12,7 @@
 #
 # Steps (default budget in seconds):
 #   gpu-tests (560)     the GPU tests of what changed most recently: what outlives a call (the scrub, unowned memory,
-#                       the sketch's memory, the flush buffer), the L2 flush, evaluator (watchdog), fault corpus,
+#                       the sketch's memory, the flush buffer, the library's buffers), the L2 flush, evaluator (watchdog), fault corpus,
 #                       references, profile (the token and decoy verdicts); GPU_TESTS_K: a pytest -k filter
 #   pool-hang (90)      a kernel whose setmaxnreg moves outrun the CTA's register pool hangs (TIMEOUT), and within it
 #                       runs (tests/tools/test_regpool.py)
@@ -98,7 +98,8 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     gpu-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
                  tests/tools/test_scrub.py tests/tools/test_unowned.py tests/tools/test_timing_integrity.py tests/tools/test_l2_flush.py \
                  tests/tools/test_gpu_evaluator.py tests/workloads/test_fault_corpus.py tests/workloads/test_references.py \
-                 tests/tools/test_profile_gpu.py tests/tools/test_gate.py ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} ;;
+                 tests/tools/test_profile_gpu.py tests/tools/test_gate.py tests/tools/test_library_state.py \
+                 ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} ;;
     pool-hang) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" tests/tools/test_regpool.py ;;
     bwd) python3 bench/attention_bwd_check.py --json "$d/reference.json" --profile mha_bwd_d128 ;;
     bwd-variants)  # BWD_VARIANTS: the variants to compare, each beside the others (default: the reference);

@@ -167,15 +167,19 @@ def test_timing_phases_scale_from_the_measured_pair_time_and_end_in_a_harness_ph
     monkeypatch.setattr(runner, "time_sides", fake_time_sides)
     monkeypatch.setattr(runner, "timing_record", lambda *a, **k: {"flags": [], "speedup": 1.0, "speedup_ci": (1, 1)})
     lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731 - untracked inputs
+    released = []
     state = SimpleNamespace(baseline=lib, trusted_baseline=lib, get_ceilings=lambda: H200,
-                            limits=SimpleNamespace(name="NVIDIA H200"), referee=None, tampered_baselines=lambda **k: [])
+                            limits=SimpleNamespace(name="NVIDIA H200"), release_idle=lambda **k: released.append(k),
+                            referee=None, tampered_baselines=lambda **k: [])
     phase = lambda *m: sent.append(m)  # noqa: E731
     watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: clock[0])
     watch.probe_s = first_run_s + 0.01
     job = GpuJob(workload=BWD, timeout_s=60.0)
     flush = L2Flush(1 << 26, "read")
-    record = runner.time_candidate(FakeCalls(clock, first_run_s), state, get_workload(BWD), job, phase, first_run_s,
-                                   flush, watch)
+    calls = FakeCalls(clock, first_run_s)
+    record = runner.time_candidate(calls, state, get_workload(BWD), job, phase, first_run_s, flush, watch)
+    # every cached library instance but this evaluation's gives up its call (its buffers freed) before the timing
+    assert len(released) == 1 and released[0]["keep"] is calls.library
     assert flushes == [flush, flush] and record["l2_flush"] == "read"  # the probe and the timing: one flush, recorded
     names = [m[0] for m in sent]
     assert names == ["prepare", "timing", "timing", "timing", "timing", "check"]  # probe, trial 1 (+ warm-up), 2, 3
@@ -202,7 +206,7 @@ def test_a_timing_whose_launch_gate_gave_up_says_so(runner, monkeypatch):
     monkeypatch.setattr(runner, "audit", lambda *a, **k: None)
     lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731
     state = SimpleNamespace(baseline=lib, trusted_baseline=lib, get_ceilings=lambda: H200,
-                            limits=SimpleNamespace(name="NVIDIA H200"))
+                            limits=SimpleNamespace(name="NVIDIA H200"), release_idle=lambda **k: 0)
     watch = CandidateWatch(lambda *m: None, 60.0, 4.169, clock=lambda: 0.0)
     watch.probe_s = 0.01
     record = runner.time_candidate(FakeCalls([0.0], 0.001), state, get_workload(BWD), GpuJob(workload=BWD, timeout_s=60.0),
@@ -257,7 +261,7 @@ def test_the_audit_finds_a_result_kept_in_any_cached_library_instance_and_has_it
     monkeypatch.setattr(runner, "audit", fake_audit)
     lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731
     state = SimpleNamespace(baseline=lib, trusted_baseline=lib, get_ceilings=lambda: H200,
-                            limits=SimpleNamespace(name="NVIDIA H200"))
+                            limits=SimpleNamespace(name="NVIDIA H200"), release_idle=lambda **k: 0)
     phase = lambda *m: sent.append(m[:2])  # noqa: E731
     watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: 0.0)
     watch.probe_s = 0.01

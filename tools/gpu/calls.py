@@ -3,7 +3,7 @@
 Before every call, warm-up, probe, checked and timed alike, every buffer the candidate owns is put back
 to one state: the inputs of every input set restored from their pristine copies (or, when the check after
 the previous call found every one of them bit-identical to its copy, left as they are), every output of every
-set poisoned, scratch zeroed or poisoned, the module's globals back to their load-time values, every SM's
+set poisoned (and every output buffer the library instances keep), scratch zeroed or poisoned, the module's globals back to their load-time values, every SM's
 shared memory and every warp slot's local memory overwritten (scrub.py), and so is the device memory no live
 buffer holds (unowned.py); then L2 is flushed (timing.py). After every call, once it has finished: the guard
 zones of every set, the inputs of every set against their pristine copies, and a sketch of the outputs (two
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .buffers import BufferSet, bits
+from .buffers import BufferSet, bits, poison_
 from .timing import L2Flush, Side, time_sides
 from .verdict import Failed, check_guards
 
@@ -192,6 +192,9 @@ class CandidateCalls:
         self.inputs_pristine = False  # the coming call may write them: the check after it says whether it did
         for s in self.sets:
             s.bufs.reset()
+        for entry in self.library:  # the library's output buffers too: no result outlives a call there either
+            for t in getattr(entry.fn, "outputs", {}).values():
+                poison_(t)
         self.cand.restore_globals()
         self.cand.clear_unowned()  # shared and local memory, and device memory no live buffer holds: overwritten
 

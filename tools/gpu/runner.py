@@ -287,6 +287,7 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
                 entry.stats = summarize(time_interleaved([entry.fn], flush=flush, warmup=3, iters=20,
                                                          trials=1)[0]).model_dump()
             others[b.name] = entry.stats
+    state.release_idle(keep=calls.library)  # other instances' outputs and derived tensors: freed, then cleared
     torch.cuda.empty_cache()  # no freed block of the harness's stays mapped for a kernel to hide a result in
     # Both sides of a pair get the same preparation (every set of both restored), flush and checks: the library
     # rotates among as many input sets as the candidate, so neither side's call sees a different GPU history.

@@ -4,7 +4,9 @@ The worker never holds an expected output: references and the library's error on
 live in the referee process (referee.py). Cached here per (workload, baseline, dist, instance): the library
 callable on inputs of the worker's own baseline seeds (drawn when the worker starts, never a candidate's),
 with a pristine copy of them (the timed library calls get the same restore and checks as a candidate's:
-calls.py), and for the non-primary baselines their timings. The protocol compares a library's inputs with their
+calls.py), and for the non-primary baselines their timings. While another evaluation is timed an instance keeps only
+its inputs: its call, with its output buffers and derived tensors, is released (`release_idle`) and built again on
+next use. The protocol compares a library's inputs with their
 pristine copy after every call, which a kernel that changed both alike would pass: so an evaluation also takes its
 library instances only once they match what their seeds draw (`trusted_baseline`), and checks them again when its
 timing is over (runner.library_check). The budget is a share of the GPU's memory, so a sweep over every workload
@@ -28,7 +30,7 @@ from .limits import DeviceLimits
 
 @dataclass
 class BaselineEntry:
-    fn: object
+    fn: object  # the library call (baselines.LibraryCall); None while released (WorkerState.release_idle)
     inputs: dict[str, torch.Tensor] = field(default_factory=dict)
     pristine: dict[str, torch.Tensor] = field(default_factory=dict)  # restored before every call, like a candidate's
     stats: dict = field(default_factory=dict)  # timing of a non-primary baseline, measured once
@@ -88,7 +90,27 @@ class WorkerState:
                                   seed=self.baseline_seed + index)
             return entry, max(0, torch.cuda.memory_allocated() - before)
 
-        return self.cache.get_or_make(("baseline", wl.id, name, dist, index), make)
+        entry = self.cache.get_or_make(("baseline", wl.id, name, dist, index), make)
+        if entry.fn is None:  # released while other work was timed: built again on the inputs it kept
+            entry.fn = make_baseline(wl, name, entry.inputs)
+            entry.fn()
+            torch.cuda.synchronize()
+        return entry
+
+    def release_idle(self, keep: list[BaselineEntry] = ()) -> int:
+        """Drop the library call of every cached instance outside `keep` (this evaluation's): its output buffers and
+        the tensors it derived from its inputs (a backward's forward pass, dO in its layout) are freed, so the clear
+        before every call (unowned.py) overwrites that memory instead of leaving a kernel live tensors that no check
+        of this evaluation covers. The inputs stay cached (the audit compares them with their seeds); the call is
+        built again when its workload is next evaluated. Returns how many were released."""
+        skip = {id(entry) for entry in keep}
+        released = 0
+        for key in self.cache.keys():
+            entry = self.cache.peek(key) if key[0] == "baseline" else None
+            if entry is not None and id(entry) not in skip and entry.fn is not None:
+                entry.fn = None
+                released += 1
+        return released
 
     def trusted_baseline(self, wl: Workload, name: str, dist: str, index: int = 0) -> BaselineEntry:
         """`baseline`, made again when a cached instance's inputs are no longer what its seed draws (an earlier
