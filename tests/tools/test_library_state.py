@@ -86,6 +86,86 @@ def test_idle_instances_give_up_their_call_and_get_it_back_on_next_use(cpu_state
     torch.testing.assert_close(out.float(), idle.inputs["A"].float() @ idle.inputs["B"].float().T, rtol=2e-2, atol=2e-1)
 
 
+def _fake_builder(writes_derived: bool = False):
+    """A library call on the smoke GEMM that derived a tensor from its inputs (as a backward derives its forward
+    pass): B scaled, read by every call; `writes_derived`: the call also writes it (as no library here does)."""
+    def build(wl, name, x):
+        b2 = x["B"] * 2
+        c = torch.empty(x["A"].shape[0], x["B"].shape[0], dtype=x["A"].dtype)
+
+        def run():
+            if writes_derived:
+                b2.add_(1)
+            torch.matmul(x["A"], b2.T, out=c)
+            return {"C": c}
+
+        return LibraryCall(run, outputs={"C": c}, derived={"B2": b2})
+    return build
+
+
+def test_derived_tensors_get_the_restore_and_compare_of_inputs(monkeypatch):
+    from ptxbench.tools.gpu import state as state_module
+    from ptxbench.tools.gpu.state import DERIVED, changed_inputs, library_instance
+    from ptxbench.tools.gpu.verdict import Failed
+
+    monkeypatch.setattr(state_module, "make_baseline", _fake_builder())
+    entry = library_instance(SMOKE, "cublas", make_inputs(SMOKE, 5, "normal", "cpu"), seed=5)
+    live = entry.fn.derived["B2"]
+    assert entry.inputs[DERIVED + "B2"] is live and torch.equal(entry.pristine[DERIVED + "B2"], live)
+    assert set(entry.digests) == {DERIVED + "B2"} and changed_inputs(entry, SMOKE, "normal") == []
+    cand = SimpleNamespace(bind=lambda bufs: None, restore_globals=lambda: None, clear_unowned=lambda: None)
+    calls = CandidateCalls(cand, [], key=1)
+    calls.attach_library([entry])
+    live[0, 0] += 7  # a kernel's write into what the library reads: caught after the call
+    with pytest.raises(Failed) as failed:
+        calls.library_check(calls.library_call())
+    assert failed.value.runtime_error == "OUT_OF_BOUNDS_WRITE: library baseline inputs"
+    calls.library_prepare()  # and put back before the next call
+    assert torch.equal(live, entry.pristine[DERIVED + "B2"])
+    live[1, 1] += 7
+    entry.pristine[DERIVED + "B2"][1, 1] += 7  # both alike: the per-call compare passes, the digest does not
+    assert changed_inputs(entry, SMOKE, "normal") == [DERIVED + "B2"]
+
+
+def test_a_derived_tensor_the_library_writes_is_left_out_of_the_compare(monkeypatch):
+    from ptxbench.tools.gpu import state as state_module
+    from ptxbench.tools.gpu.state import library_instance
+
+    monkeypatch.setattr(state_module, "make_baseline", _fake_builder(writes_derived=True))
+    entry = library_instance(SMOKE, "cublas", make_inputs(SMOKE, 5, "normal", "cpu"), seed=5)
+    assert set(entry.inputs) == {"A", "B"} and entry.digests == {}  # no candidate is blamed for the library's write
+
+
+def test_a_released_instance_drops_its_derived_tensors_and_takes_new_ones_when_built_again(cpu_state, monkeypatch):
+    from ptxbench.tools.gpu import state as state_module
+    from ptxbench.tools.gpu.state import DERIVED, library_instance
+
+    monkeypatch.setattr(state_module, "make_baseline", _fake_builder())
+    entry = library_instance(SMOKE, "cublas", make_inputs(SMOKE, 40, "normal", "cpu"), seed=40)
+    cpu_state.cache.put(("baseline", SMOKE.id, "cublas", "normal", 0), entry, 1)
+    old = weakref.ref(entry.pristine[DERIVED + "B2"])
+    cpu_state.release_idle()
+    gc.collect()
+    assert set(entry.inputs) == set(entry.pristine) == {"A", "B"} and entry.digests == {} and old() is None
+    assert cpu_state.baseline(SMOKE, "cublas", "normal", 0) is entry
+    assert set(entry.inputs) == {"A", "B", DERIVED + "B2"} and entry.inputs[DERIVED + "B2"] is entry.fn.derived["B2"]
+
+
+def test_the_keyed_digest_is_exact_in_chunks_and_moves_with_any_element(monkeypatch):
+    from ptxbench.tools.gpu import state as state_module
+    from ptxbench.tools.gpu.state import keyed_digest
+
+    t = torch.randn(1000, dtype=torch.bfloat16)
+    whole = keyed_digest(t, 1234)
+    monkeypatch.setattr(state_module, "DIGEST_CHUNK", 64)
+    assert keyed_digest(t, 1234) == whole  # chunked or not, the same integer
+    for i in (0, 511, 999):
+        u = t.clone()
+        u[i] = -u[i] if u[i] != 0 else 1.0
+        assert keyed_digest(u, 1234) != whole
+    assert keyed_digest(t, 99) != whole  # another key, other signs
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("workload", ["smoke_gemm_bf16_m256_n256_k512", "smoke_mha_fwd_d64_gqa_h4_kv2",
                                       "smoke_mha_bwd_d64_gqa_h4_kv2", "smoke_mha_bwd_d64"])
@@ -94,16 +174,21 @@ def test_every_library_call_writes_its_output_buffers_in_full_and_names_what_it_
     library's outputs are not judged, so a buffer it wrote only in part would go unseen), and what it derived from
     its inputs is named: GQA's expanded K and V, the backward's forward pass and dO in its layout."""
     from ptxbench.tools.gpu.buffers import poison_
+    from ptxbench.tools.gpu.state import DERIVED, changed_inputs, library_instance
 
     wl = get_workload(workload)
     for name in [b.name for b in wl.baselines]:
-        call = make_baseline(wl, name, make_inputs(wl, 9, "normal", "cuda"))
+        entry = library_instance(wl, name, make_inputs(wl, 9, "normal", "cuda"), seed=9)
+        call = entry.fn
+        # every derived tensor is read, never written, by the library's call: all of them restored and compared
+        assert set(entry.digests) == {DERIVED + n for n in call.derived}, (workload, name)
         for t in call.outputs.values():
             poison_(t)
         out = call()
         torch.cuda.synchronize()
         assert all(count_poison(t) == 0 for t in call.outputs.values()), (workload, name)
         assert all(any(o is t for o in out.values()) for t in call.outputs.values())  # returned as the outputs
+        assert changed_inputs(entry, wl, "normal") == []  # and, after more calls, still what was made
         derived = set(call.derived)
         if wl.op == "gemm":
             assert not derived and set(call.outputs) == {"C"}

@@ -469,7 +469,7 @@ def aa_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutcome, b
     phase("prepare", job.prepare_timeout_s)
     primary = wl.primary_baseline.name
     base = state.baseline(wl, primary, dist)
-    twin = make_baseline(wl, primary, base.inputs)  # an independent instance, same data
+    twin = make_baseline(wl, primary, {t.name: base.inputs[t.name] for t in wl.inputs})  # independent, same data
     ceil = state.get_ceilings()
     phase("timing", job.timeout_s)
     flush = evaluation_flush(state.limits.l2_bytes, job.l2_flush)

@@ -2,15 +2,15 @@
 
 The worker never holds an expected output: references and the library's error on a candidate's inputs
 live in the referee process (referee.py). Cached here per (workload, baseline, dist, instance): the library
-callable on inputs of the worker's own baseline seeds (drawn when the worker starts, never a candidate's),
-with a pristine copy of them (the timed library calls get the same restore and checks as a candidate's:
-calls.py), and for the non-primary baselines their timings. While another evaluation is timed an instance keeps only
-its inputs: its call, with its output buffers and derived tensors, is released (`release_idle`) and built again on
-next use. The protocol compares a library's inputs with their
-pristine copy after every call, which a kernel that changed both alike would pass: so an evaluation also takes its
-library instances only once they match what their seeds draw (`trusted_baseline`), and checks them again when its
-timing is over (runner.library_check). The budget is a share of the GPU's memory, so a sweep over every workload
-fits an 80 GB card.
+callable on inputs of the worker's own baseline seeds (drawn when the worker starts, never a candidate's), with a
+pristine copy of them and of what the call derived from them (a backward's forward pass, GQA's expanded K and V: the
+timed library calls get the same restore and checks as a candidate's, calls.py), and for the non-primary baselines
+their timings. The protocol compares a library's inputs with their pristine copy after every call, which a kernel
+that changed both alike would pass: so an evaluation also takes its library instances only once they match what
+their seeds draw (derived tensors: their keyed digests, taken when they were made; `trusted_baseline`), and checks
+them again during and after its timing (runner.audit). While another evaluation is timed an instance keeps only its
+inputs: its call, with its output buffers and derived tensors, is released (`release_idle`) and built again on next
+use. The budget is a share of the GPU's memory, so a sweep over every workload fits an 80 GB card.
 """
 from __future__ import annotations
 
@@ -28,27 +28,88 @@ from .cache import ByteLRU
 from .limits import DeviceLimits
 
 
+DERIVED = "derived:"  # the prefix of a derived tensor's name among an instance's inputs
+DIGEST_CHUNK = 1 << 24  # elements a keyed digest takes at once (its int64 temporaries: 128 MB each)
+
+
 @dataclass
 class BaselineEntry:
     fn: object  # the library call (baselines.LibraryCall); None while released (WorkerState.release_idle)
-    inputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    inputs: dict[str, torch.Tensor] = field(default_factory=dict)  # the workload's, then DERIVED ones the call reads
     pristine: dict[str, torch.Tensor] = field(default_factory=dict)  # restored before every call, like a candidate's
     stats: dict = field(default_factory=dict)  # timing of a non-primary baseline, measured once
     seed: int | None = None  # what its inputs were drawn from
+    # the derived tensors have no seed to be drawn again from: a keyed digest of each, taken when the call was built,
+    # stands in for it; key and digests stay on the host
+    digest_key: int = 0
+    digests: dict[str, int] = field(default_factory=dict)
+
+
+def keyed_digest(t: torch.Tensor, key: int) -> int:
+    """The sum of the tensor's elements as integers of their width, each times a sign (+1 / -1) drawn from `key` on
+    the tensor's device and dropped at once. Exact (an integer sum does not depend on its order), and a kernel cannot
+    change the tensor and keep the sum: the signs exist only while the digest is taken, when no kernel runs."""
+    flat = bits(t.detach()).reshape(-1)
+    gen = torch.Generator(device=flat.device)
+    gen.manual_seed(key)
+    total = 0
+    for start in range(0, flat.numel(), DIGEST_CHUNK):
+        part = flat[start:start + DIGEST_CHUNK].to(torch.int64)
+        signs = torch.randint(0, 2, part.shape, generator=gen, device=part.device, dtype=torch.int64) * 2 - 1
+        total += int((part * signs).sum())
+    return total
+
+
+def library_instance(wl: Workload, name: str, inputs: dict[str, torch.Tensor], seed: int | None) -> BaselineEntry:
+    """A library instance on `inputs` with pristine copies: the workload's inputs, and the tensors its call derived
+    from them (`LibraryCall.derived`), so both get the protocol's restore before every call and compare after it.
+    A derived tensor the library's own call writes (found by its first call) is left out: restoring it is harmless,
+    but comparing it would blame a candidate for the library's write."""
+    entry = BaselineEntry(None, dict(inputs), {k: v.clone() for k, v in inputs.items()}, seed=seed)
+    attach_call(entry, wl, name)
+    return entry
+
+
+def attach_call(entry: BaselineEntry, wl: Workload, name: str) -> None:
+    """Build the instance's call on its workload inputs, run it once, and take in what it derived (see
+    library_instance), with each derived tensor's keyed digest."""
+    fn = make_baseline(wl, name, {t.name: entry.inputs[t.name] for t in wl.inputs})
+    before = {n: t.clone() for n, t in getattr(fn, "derived", {}).items()}
+    fn()
+    if any(t.is_cuda for t in entry.inputs.values()):
+        torch.cuda.synchronize()
+    entry.fn = fn
+    entry.digest_key = secrets.randbits(62)
+    entry.digests = {}
+    for n, t in getattr(fn, "derived", {}).items():
+        if torch.equal(bits(t), bits(before[n])):  # read, never written, by the library's call
+            entry.inputs[DERIVED + n], entry.pristine[DERIVED + n] = t, before[n]
+            entry.digests[DERIVED + n] = keyed_digest(before[n], entry.digest_key)
+
+
+def detach_call(entry: BaselineEntry) -> None:
+    """Drop the instance's call and its derived tensors (and their copies): only the workload's inputs stay."""
+    entry.fn = None
+    for n in [n for n in entry.inputs if n.startswith(DERIVED)]:
+        del entry.inputs[n], entry.pristine[n]
+    entry.digests = {}
 
 
 def changed_inputs(entry: BaselineEntry, wl: Workload, dist: str) -> list[str]:
-    """The inputs of a library instance that are no longer, bit for bit, what its seed draws: in its live copy or in
-    the pristine one the protocol restores from. A kernel that wrote both alike would pass the protocol's own compare
-    and leave the library timed on data of its choosing (inputs that draw more power run slower under the power
-    limit) or keep a result there for its next call."""
+    """The inputs of a library instance that are no longer, bit for bit, what its seed draws, and the derived tensors
+    whose keyed digest moved: in its live copy or in the pristine one the protocol restores from. A kernel that wrote
+    both alike would pass the protocol's own compare and leave the library timed on data of its choosing (inputs that
+    draw more power run slower under the power limit) or keep a result there for its next call."""
     if entry.seed is None or not entry.inputs:
         return []
     device = next(iter(entry.inputs.values())).device
     truth = make_inputs(wl, entry.seed, dist, str(device))
-    return [name for name, t in truth.items()
-            if not (torch.equal(bits(entry.inputs[name]), bits(t))
-                    and torch.equal(bits(entry.pristine[name]), bits(t)))]
+    changed = [name for name, t in truth.items()
+               if not (torch.equal(bits(entry.inputs[name]), bits(t))
+                       and torch.equal(bits(entry.pristine[name]), bits(t)))]
+    return changed + [name for name, digest in entry.digests.items()
+                      if keyed_digest(entry.inputs[name], entry.digest_key) != digest
+                      or keyed_digest(entry.pristine[name], entry.digest_key) != digest]
 
 
 def _free(_key, _value) -> None:
@@ -83,23 +144,18 @@ class WorkerState:
         def make():
             before = torch.cuda.memory_allocated()
             inputs = make_inputs(wl, self.baseline_seed + index, dist, "cuda")
-            fn = make_baseline(wl, name, inputs)
-            fn()
-            torch.cuda.synchronize()
-            entry = BaselineEntry(fn, inputs, {k: v.clone() for k, v in inputs.items()},
-                                  seed=self.baseline_seed + index)
+            entry = library_instance(wl, name, inputs, self.baseline_seed + index)
             return entry, max(0, torch.cuda.memory_allocated() - before)
 
         entry = self.cache.get_or_make(("baseline", wl.id, name, dist, index), make)
         if entry.fn is None:  # released while other work was timed: built again on the inputs it kept
-            entry.fn = make_baseline(wl, name, entry.inputs)
-            entry.fn()
-            torch.cuda.synchronize()
+            attach_call(entry, wl, name)
         return entry
 
     def release_idle(self, keep: list[BaselineEntry] = ()) -> int:
         """Drop the library call of every cached instance outside `keep` (this evaluation's): its output buffers and
-        the tensors it derived from its inputs (a backward's forward pass, dO in its layout) are freed, so the clear
+        the tensors it derived from its inputs (a backward's forward pass, dO in its layout), with their copies, are
+        freed, so the clear
         before every call (unowned.py) overwrites that memory instead of leaving a kernel live tensors that no check
         of this evaluation covers. The inputs stay cached (the audit compares them with their seeds); the call is
         built again when its workload is next evaluated. Returns how many were released."""
@@ -108,7 +164,7 @@ class WorkerState:
         for key in self.cache.keys():
             entry = self.cache.peek(key) if key[0] == "baseline" else None
             if entry is not None and id(entry) not in skip and entry.fn is not None:
-                entry.fn = None
+                detach_call(entry)
                 released += 1
         return released
 
