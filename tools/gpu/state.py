@@ -81,8 +81,11 @@ def attach_call(entry: BaselineEntry, wl: Workload, name: str) -> None:
     entry.fn = fn
     entry.digest_key = secrets.randbits(62)
     entry.digests = {}
+    device = next(iter(entry.inputs.values())).device
     for n, t in getattr(fn, "derived", {}).items():
-        if torch.equal(bits(t), bits(before[n])):  # read, never written, by the library's call
+        # read, never written, by the library's call; and on the inputs' device (the per-call compare reads every
+        # input in one transfer: a library's host-side scalars, such as an RNG seed it takes as a tensor, stay out)
+        if t.device == device and torch.equal(bits(t), bits(before[n])):
             entry.inputs[DERIVED + n], entry.pristine[DERIVED + n] = t, before[n]
             entry.digests[DERIVED + n] = keyed_digest(before[n], entry.digest_key)
 
