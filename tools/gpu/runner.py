@@ -264,16 +264,14 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
     """The timing record; `seconds` gets `audit`: the audits' own time (both, inside the timing's), so every evaluation
     says what checking every cached library instance cost it."""
     dist = job.dist
-    audit_s = [0.0]
+    seconds = {} if seconds is None else seconds
 
     def timed_audit(pristine: bool = True) -> None:
         start = time.perf_counter()
         try:
             audit(calls, state, wl, dist, pristine=pristine)
         finally:
-            audit_s[0] += time.perf_counter() - start
-            if seconds is not None:
-                seconds["audit"] = audit_s[0]
+            seconds["audit"] = seconds.get("audit", 0.0) + time.perf_counter() - start
 
     primary = wl.primary_baseline.name
     phase("prepare", job.prepare_timeout_s)

@@ -52,12 +52,12 @@ def keyed_digest(t: torch.Tensor, key: int) -> int:
     flat = bits(t.detach()).reshape(-1)
     gen = torch.Generator(device=flat.device)
     gen.manual_seed(key)
-    total = 0
+    total = torch.zeros((), dtype=torch.int64, device=flat.device)
     for start in range(0, flat.numel(), DIGEST_CHUNK):
         part = flat[start:start + DIGEST_CHUNK].to(torch.int64)
         signs = torch.randint(0, 2, part.shape, generator=gen, device=part.device, dtype=torch.int64) * 2 - 1
-        total += int((part * signs).sum())
-    return total
+        total += (part * signs).sum()
+    return int(total)  # the one read back
 
 
 def library_instance(wl: Workload, name: str, inputs: dict[str, torch.Tensor], seed: int | None) -> BaselineEntry:
@@ -74,15 +74,15 @@ def attach_call(entry: BaselineEntry, wl: Workload, name: str) -> None:
     """Build the instance's call on its workload inputs, run it once, and take in what it derived (see
     library_instance), with each derived tensor's keyed digest."""
     fn = make_baseline(wl, name, {t.name: entry.inputs[t.name] for t in wl.inputs})
-    before = {n: t.clone() for n, t in getattr(fn, "derived", {}).items()}
+    before = {n: t.clone() for n, t in fn.derived.items()}
     fn()
-    if any(t.is_cuda for t in entry.inputs.values()):
-        torch.cuda.synchronize()
+    device = next(iter(entry.inputs.values())).device
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     entry.fn = fn
     entry.digest_key = secrets.randbits(62)
     entry.digests = {}
-    device = next(iter(entry.inputs.values())).device
-    for n, t in getattr(fn, "derived", {}).items():
+    for n, t in fn.derived.items():
         # read, never written, by the library's call; and on the inputs' device (the per-call compare reads every
         # input in one transfer: a library's host-side scalars, such as an RNG seed it takes as a tensor, stay out)
         if t.device == device and torch.equal(bits(t), bits(before[n])):
@@ -113,6 +113,13 @@ def changed_inputs(entry: BaselineEntry, wl: Workload, dist: str) -> list[str]:
     return changed + [name for name, digest in entry.digests.items()
                       if keyed_digest(entry.inputs[name], entry.digest_key) != digest
                       or keyed_digest(entry.pristine[name], entry.digest_key) != digest]
+
+
+def cached_instances(cache: ByteLRU, besides: list[BaselineEntry] = ()) -> list[tuple[tuple, BaselineEntry]]:
+    """(key, entry) of every library instance in `cache` but those in `besides`, read without reordering the LRU."""
+    skip = {id(entry) for entry in besides}
+    found = [(key, cache.peek(key)) for key in cache.keys() if key[0] == "baseline"]
+    return [(key, entry) for key, entry in found if id(entry) not in skip]
 
 
 def _free(_key, _value) -> None:
@@ -158,18 +165,13 @@ class WorkerState:
     def release_idle(self, keep: list[BaselineEntry] = ()) -> int:
         """Drop the library call of every cached instance outside `keep` (this evaluation's): its output buffers and
         the tensors it derived from its inputs (a backward's forward pass, dO in its layout), with their copies, are
-        freed, so the clear
-        before every call (unowned.py) overwrites that memory instead of leaving a kernel live tensors that no check
-        of this evaluation covers. The inputs stay cached (the audit compares them with their seeds); the call is
+        freed, so the clear before every call (unowned.py) overwrites that memory instead of leaving a kernel live
+        tensors that no check of this evaluation covers. The inputs stay cached (the audit compares them with their seeds); the call is
         built again when its workload is next evaluated. Returns how many were released."""
-        skip = {id(entry) for entry in keep}
-        released = 0
-        for key in self.cache.keys():
-            entry = self.cache.peek(key) if key[0] == "baseline" else None
-            if entry is not None and id(entry) not in skip and entry.fn is not None:
-                detach_call(entry)
-                released += 1
-        return released
+        attached = [entry for _, entry in cached_instances(self.cache, besides=keep) if entry.fn is not None]
+        for entry in attached:
+            detach_call(entry)
+        return len(attached)
 
     def trusted_baseline(self, wl: Workload, name: str, dist: str, index: int = 0) -> BaselineEntry:
         """`baseline`, made again when a cached instance's inputs are no longer what its seed draws (an earlier
@@ -185,15 +187,8 @@ class WorkerState:
         what their seeds draw; `checked`: instances the caller has just compared itself (not drawn again). They are
         live tensors no protocol compare covers while another workload is evaluated: a kernel could keep a result
         there between its calls (runner.audit)."""
-        skip = {id(entry) for entry in checked}
-        bad = []
-        for key in self.cache.keys():
-            if key[0] != "baseline":
-                continue
-            entry = self.cache.peek(key)
-            if id(entry) not in skip and changed_inputs(entry, get_workload(key[1]), key[3]):
-                bad.append(key)
-        return bad
+        return [key for key, entry in cached_instances(self.cache, besides=checked)
+                if changed_inputs(entry, get_workload(key[1]), key[3])]
 
     def get_ceilings(self) -> dict[str, float]:
         if not self.ceilings:
