@@ -1,17 +1,17 @@
 """The one way a candidate is called: checked and timed calls are the same call (docs/timing-integrity.md).
 
-Before every call, warm-up, probe, checked and timed alike, every buffer the candidate owns is put back
-to one state: the inputs of every input set restored from their pristine copies (or, when the check after
-the previous call found every one of them bit-identical to its copy, left as they are), every output of every
-set poisoned (and every output buffer the library instances keep), scratch zeroed or poisoned, the module's globals
-back to their load-time values, every SM's shared memory and every warp slot's local memory overwritten
-(scrub.py), and so is the device memory no live buffer holds (unowned.py); then L2 is flushed (timing.py). After every call, once it has finished: the guard
-zones of every set, the inputs of every set against their pristine copies, and a sketch of the outputs (two
-random +-1 projections and the L2 norm, with signs drawn per evaluation from a key kept on the host) against the
-sketch of the verified output of the same input set. The first call on each set is the checked one: the referee
-(another process) judges its outputs in full, and its sketch becomes the verified one. So a call that
-skips, shortens or replays work fails whenever it happens, and nothing the kernel can read tells a
-checked call from a timed one.
+Before every call, warm-up, probe, checked and timed alike, every buffer the candidate owns is put back to one
+state: the inputs of every input set restored from their pristine copies (or, when the check after the previous
+call found every one of them bit-identical to its copy, left as they are), every output of every set poisoned
+(and every output buffer the library instances keep), scratch zeroed or poisoned, the module's globals back to
+their load-time values, every SM's shared memory and every warp slot's local memory overwritten (scrub.py), and
+so is the device memory no live buffer holds (unowned.py); then L2 is flushed (timing.py). After every call, once
+it has finished: the guard zones of every set, the inputs of every set against their pristine copies, and a
+sketch of the outputs (two random +-1 projections and the L2 norm, with signs drawn per evaluation from a key
+kept on the host) against the sketch of the verified output of the same input set. The first call on each set is
+the checked one: the referee (another process) judges its outputs in full, and its sketch becomes the verified
+one. So a call that skips, shortens or replays work fails whenever it happens, and nothing the kernel can read
+tells a checked call from a timed one.
 """
 from __future__ import annotations
 

@@ -166,8 +166,8 @@ class WorkerState:
         """Drop the library call of every cached instance outside `keep` (this evaluation's): its output buffers and
         the tensors it derived from its inputs (a backward's forward pass, dO in its layout), with their copies, are
         freed, so the clear before every call (unowned.py) overwrites that memory instead of leaving a kernel live
-        tensors that no check of this evaluation covers. The inputs stay cached (the audit compares them with their seeds); the call is
-        built again when its workload is next evaluated. Returns how many were released."""
+        tensors that no check of this evaluation covers. The inputs stay cached (the audit compares them with their
+        seeds); the call is built again when its workload is next evaluated. Returns how many were released."""
         attached = [entry for _, entry in cached_instances(self.cache, besides=keep) if entry.fn is not None]
         for entry in attached:
             detach_call(entry)
