@@ -68,6 +68,9 @@
 #                       TMA's own work share and the share counted another way, one verdict-level profile each
 #   audit-cost (120)    seconds the audit of cached library instances takes as one worker's cache fills with workloads
 #                       (bench/audit_cost.py; AUDIT_COST_ARGS, e.g. "--all --instances 2")
+#   context-isolation (90) whether a kernel in a CUDA context of its own reaches the primary context's memory, shared
+#                       and local memory across contexts, and what a context per candidate would cost
+#                       (bench/context_isolation.py)
 #   wgmma-rates (90)    MACs per cycle per SM for each wgmma shape and operand layout (bench/wgmma_rates.py: m64n64 / n80 /
 #                       n128 / n256, K-major or MN-major A and B, A from registers)
 # A step's budget is a hard limit (SIGKILL); what it wrote by then is still packed. ROUND_ONE_TAR=1 packs all of $OUT
@@ -87,7 +90,8 @@ rm -f /tmp/gpu_round.index
 declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 [attn-sweep]=420 [gemm-tests]=240 [gemm-sweep]=420 [tuner-climb]=560 [tuner-climb-attn]=560 [tuner-climb-bwd]=570
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590
                    [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [cta-cost]=150 [fwd-tests]=150 [ref-eval]=200 [pool-hang]=90
-                   [compile-cpu]=120 [restore-ablation]=300 [ncu-metrics]=90 [decoy-shares]=150 [audit-cost]=120)
+                   [compile-cpu]=120 [restore-ablation]=300 [ncu-metrics]=90 [decoy-shares]=150 [audit-cost]=120
+                   [context-isolation]=90)
 
 run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
   local name=${1%%.*} s=$2 d=$3 tag=
@@ -138,6 +142,7 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
                         ${ABLATE_VARIANTS:+--variants "$ABLATE_VARIANTS"} --json "$d/ablation.json" --md "$d/ablation.md" ;;
     ncu-metrics) python3 bench/ncu_metric_probe.py --json "$d/metrics.json" ;;
     decoy-shares) python3 bench/decoy_shares.py --json "$d/shares.json" ;;
+    context-isolation) python3 bench/context_isolation.py --json "$d/isolation.json" ;;
     audit-cost) python3 bench/audit_cost.py ${AUDIT_COST_ARGS:-} --json "$d/audit.json" ;;
     fwd-profile)  # the forward's reference (TUNED) at D = 128 and causal under Nsight Compute: per-line stalls, verdicts;
       # FWD_PROFILE_WITH='{"persistent": true, ...}' adds TUNED with those changes beside it (<workload>.with.json)
