@@ -6,8 +6,8 @@ Run on a GPU machine (repository root, after `source bench/gpu_env.sh`):
     python3 bench/decoy_shares.py [--workloads W1,W2] [--json F]
 
 An honest kernel must sit far below its op's decoy threshold elsewhere (TOKEN_SHARE plus the family's allowance for
-the op: its softmax, epilogue and bookkeeping on the CUDA cores; the backward's plain loads of O and dO beside TMA)
-and at about 1 or more on its family.
+the op: the backward's plain loads of O and dO and of its fp32 accumulators beside TMA, in its tensors' bytes; the
+table gives TMA's threshold per workload) and at about 1 or more on its family.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 WORKLOADS = ["gemm_bf16_m8192_n7168_k5120", "gemm_bf16_m64_n7168_k5120", "mha_fwd_d128", "mha_fwd_d128_causal",
-             "mha_fwd_d64", "mha_bwd_d128", "mha_bwd_d128_causal", "mha_bwd_d64"]
+             "mha_fwd_d64", "mha_bwd_d128", "mha_bwd_d128_causal", "mha_bwd_d64", "mha_bwd_d128_gqa_h32_kv8"]
 
 
 def main() -> None:
@@ -28,7 +28,10 @@ def main() -> None:
     from ptxbench.agent.models.builtin import reference_source
     from ptxbench.tools.compile import compile_source
     from ptxbench.tools.profile import profile_candidate
+    from ptxbench.tools.profile.verdict import TOKEN_SHARE, design_allowance, expected_work
     from ptxbench.tools.solution.language import detect_language
+    from ptxbench.workloads.arch import SM90A
+    from ptxbench.workloads.registry import get_workload
     rows = []
     for w in args.workloads.split(","):
         text = reference_source(w)
@@ -37,7 +40,9 @@ def main() -> None:
             rows.append({"workload": w, "error": f"compile: {comp.errors[:1]}"})
             continue
         out = profile_candidate(w, text, comp.cubin_path, compile_result=comp, full=False)
-        row = {"workload": w, "ok": out.ok, "error": out.error if not out.ok else ""}
+        wl = get_workload(w)
+        row = {"workload": w, "ok": out.ok, "error": out.error if not out.ok else "",
+               "tma_limit": TOKEN_SHARE + design_allowance(SM90A.family("tma"), wl, expected_work(wl)["input_bytes"])}
         for fam, v in (out.targets_runtime or {}).items():
             row[fam] = {"verdict": v.verdict, "work_share": v.work_share, "elsewhere_share": v.elsewhere_share,
                         "counters": v.counter_values}
@@ -46,14 +51,14 @@ def main() -> None:
                           for k, v in row.items()}), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    print("| workload | wgmma | work share | elsewhere | tma | work share | elsewhere |")
-    print("|---|---|---|---|---|---|---|")
+    print("| workload | wgmma | work share | elsewhere | tma | work share | elsewhere | tma's decoy threshold |")
+    print("|---|---|---|---|---|---|---|---|")
     fmt = lambda x: "-" if x is None else f"{x:.4g}"  # noqa: E731
     for r in rows:
         g, t = r.get("wgmma", {}), r.get("tma", {})
         print(f"| {r['workload']} | {g.get('verdict', r.get('error', ''))} | {fmt(g.get('work_share'))} | "
               f"{fmt(g.get('elsewhere_share'))} | {t.get('verdict', '')} | {fmt(t.get('work_share'))} | "
-              f"{fmt(t.get('elsewhere_share'))} |")
+              f"{fmt(t.get('elsewhere_share'))} | {fmt(r.get('tma_limit'))} |")
 
 
 if __name__ == "__main__":

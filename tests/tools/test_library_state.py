@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ptxbench.tools.gpu.buffers import count_poison
+from ptxbench.tools.gpu.buffers import bits, count_poison
 from ptxbench.tools.gpu.calls import CandidateCalls
 from ptxbench.tools.gpu.state import BaselineEntry, WorkerState
 from ptxbench.workloads.baselines import LibraryCall, _made, make_baseline
@@ -153,6 +153,28 @@ def test_a_released_instance_drops_its_derived_tensors_and_takes_new_ones_when_b
     assert set(entry.inputs) == {"A", "B", DERIVED + "B2"} and entry.inputs[DERIVED + "B2"] is entry.fn.derived["B2"]
 
 
+def test_a_timed_secondary_library_is_not_built_again_for_its_figure(cpu_state, monkeypatch):
+    """A non-primary library is timed once per worker; later evaluations read its figure without building its call
+    again (for a backward, a forward pass and copies of its outputs) only to release it before their timing."""
+    entry = cpu_state.cache.peek(("baseline", SMOKE.id, "cublas", "normal", 0))
+    assert cpu_state.measured_stats(SMOKE, "cublas", "normal") is None  # not timed yet: the runner builds and times
+    entry.stats = {"median_ms": 0.5}
+    cpu_state.release_idle()
+    monkeypatch.setattr(cpu_state, "baseline", lambda *a, **k: pytest.fail("built again"))
+    assert cpu_state.measured_stats(SMOKE, "cublas", "normal") == {"median_ms": 0.5} and entry.fn is None
+    assert cpu_state.measured_stats(SMOKE, "cudnn_sdpa", "normal") is None  # never made
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_a_float_tensor_of_any_shape_compares_by_its_bits(dtype):
+    """Derived tensors come 0-dim (a seed) or strided (O in the library's layout): their bits are read as integers
+    of their width, never as bytes (which raises for such views), for every float dtype, float64 included."""
+    for t in (torch.tensor(1.5, dtype=dtype), torch.randn(4, 6, dtype=dtype).t(), torch.zeros(2, dtype=dtype)):
+        b = bits(t)
+        assert b.shape == t.shape and b.element_size() == t.element_size() and not b.is_floating_point()
+    assert (bits(torch.tensor(-0.0, dtype=dtype)) != bits(torch.tensor(0.0, dtype=dtype))).item()
+
+
 def test_the_keyed_digest_is_exact_in_chunks_and_moves_with_any_element(monkeypatch):
     from ptxbench.tools.gpu import state as state_module
     from ptxbench.tools.gpu.state import keyed_digest
@@ -165,7 +187,19 @@ def test_the_keyed_digest_is_exact_in_chunks_and_moves_with_any_element(monkeypa
         u = t.clone()
         u[i] = -u[i] if u[i] != 0 else 1.0
         assert keyed_digest(u, 1234) != whole
-    assert keyed_digest(t, 99) != whole  # another key, other signs
+    assert keyed_digest(t, 99) != whole  # another key, other weights
+    # Changes that cancel under +1 / -1 signs half the time: two elements swapped, or one delta moved between two.
+    words = torch.randint(-2**15, 2**15, (4096,), dtype=torch.int16, generator=torch.Generator().manual_seed(7))
+    base = keyed_digest(words, 1234)
+    pairs = torch.randint(0, 4096, (200, 2), generator=torch.Generator().manual_seed(8))
+    for i, j in pairs.tolist():
+        if words[i] == words[j]:
+            continue
+        swapped, moved = words.clone(), words.clone()
+        swapped[i], swapped[j] = words[j], words[i]
+        moved[i] += 1
+        moved[j] -= 1
+        assert keyed_digest(swapped, 1234) != base and keyed_digest(moved, 1234) != base, (i, j)
 
 
 @pytest.mark.gpu

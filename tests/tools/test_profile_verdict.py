@@ -1,15 +1,17 @@
 """The runtime target-instruction verdict, on real H200 profiles and on edge cases built from them."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from ptxbench.tools.profile.runner import summarize
 from ptxbench.tools.profile.summary import KernelProfile, ProfileSummary
-from ptxbench.tools.profile.verdict import runtime_verdicts, static_histogram
+from ptxbench.tools.profile.verdict import design_allowance, expected_work, runtime_verdicts, static_histogram
 from ptxbench.tools.results import KernelResources
 from ptxbench.workloads.arch import SM90A, SM100A
+from ptxbench.workloads.registry import get_workload
 
 NCU = Path(__file__).parents[1] / "data" / "ncu"
 COUNTERS = [c for f in SM90A.families for c in f.counters]
@@ -146,7 +148,7 @@ def test_a_family_that_did_a_token_share_of_the_work_is_a_token():
     """One wgmma (or one TMA load) beside a kernel that does its work another way: executed, but its work counter
     holds a sliver of the workload's FLOPs (bytes), so the verdict is `token`, with the share, and the kernel does
     not count as executing its targets."""
-    from ptxbench.tools.profile.verdict import TOKEN_SHARE, expected_work
+    from ptxbench.tools.profile.verdict import TOKEN_SHARE
     from ptxbench.tools.results import EvalResult
     from ptxbench.workloads.registry import get_workload
 
@@ -203,20 +205,25 @@ def test_wgmma_beside_the_same_work_on_the_cuda_cores_is_a_decoy():
 def test_tma_beside_the_inputs_read_by_plain_loads_is_a_decoy_except_where_the_op_reads_them_so():
     """TMA loading every input byte once (work share 1.0) while the kernel computes from plain loads or cp.async: the
     bytes those requested are TMA's `elsewhere`, a decoy past half the inputs' bytes. The attention backward's
-    reference reads O and dO with plain loads (0.81-0.82 of its inputs' bytes on the H200), so its op's threshold is
-    raised by its allowance; a backward that computes from plain loads re-reads its tiles and still passes it."""
+    reference reads O and dO with plain loads, and its dQ accumulator (0.81-0.82 of its inputs' bytes on the H200), so
+    its op's threshold is raised by its allowance, in its tensors' bytes; a backward that computes from plain loads
+    re-reads its tiles and still passes it."""
     lsu = "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum"
     ldgsts = "sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts.sum"
     tma = SM90A.family("tma")
-    assert tma.elsewhere == {lsu: 1.0, ldgsts: 32.0} and tma.elsewhere_allowance == {"mha_bwd": 1.0}
-    inputs = 524288.0  # the smoke GEMM's A and B
-    counters = {"smsp__sass_inst_executed_op_tma_ld.sum": 128.0, "smsp__sass_inst_executed_op_tma.sum": 128.0,
-                "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum": inputs}
+    assert tma.elsewhere == {lsu: 1.0, ldgsts: 32.0}
+    assert tma.elsewhere_allowance == {"mha_bwd": {"O": 1.0, "dO": 1.0, "dQ": 2.0, "dK": 2.0, "dV": 2.0}}
+    gemm = get_workload("smoke_gemm_bf16_m256_n256_k512")
+    inputs = expected_work(gemm)["input_bytes"]
+    assert inputs == 524288.0  # A and B
 
-    def verdict(extra: dict[str, float], op: str | None = "gemm"):
+    def verdict(extra: dict[str, float], wl=gemm, nbytes: float = inputs):
+        counters = {"smsp__sass_inst_executed_op_tma_ld.sum": 128.0, "smsp__sass_inst_executed_op_tma.sum": 128.0,
+                    "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum": nbytes}
         k = KernelProfile(name="k", counters={**counters, **extra})
+        work = {"flops": 1.0, "input_bytes": nbytes}
         return runtime_verdicts(SM90A, ProfileSummary(ok=True, mode="verdict", kernels=[k]), ["tma"], {"UTMALDG": 1},
-                                work={"flops": 1.0, "input_bytes": inputs}, op=op)["tma"]
+                                work=work, wl=wl)["tma"]
 
     honest = verdict({lsu: 0.0, ldgsts: 0.0})
     assert honest.verdict == "executed" and honest.work_share == 1.0 and honest.elsewhere_share == 0.0
@@ -228,11 +235,24 @@ def test_tma_beside_the_inputs_read_by_plain_loads_is_a_decoy_except_where_the_o
     assert copied.verdict == "token" and copied.elsewhere_share == 1.0 and ldgsts in copied.reason
     assert verdict({lsu: 0.0}).elsewhere_share == 0.0  # a counter ncu dropped: the other still decides
     assert verdict({lsu: 0.82 * inputs}).verdict == "token"  # a GEMM has no business reading its inputs so
-    bwd = verdict({lsu: 0.82 * inputs}, op="mha_bwd")  # the backward's reference: its preprocessing
-    assert bwd.verdict == "executed" and bwd.elsewhere_share == pytest.approx(0.82)
-    assert verdict({lsu: 1.5 * inputs}, op="mha_bwd").verdict == "token"
-    assert "at least 150%" in verdict({lsu: 4 * inputs}, op="mha_bwd").reason
-    assert verdict({lsu: 0.82 * inputs}, op=None).verdict == "token"  # no op known: no allowance
+    assert verdict({lsu: 0.82 * inputs}, wl=None).verdict == "token"  # no workload known: no allowance
+
+    # The backward: O, dO and the fp32 dQ, dK, dV accumulators, in bytes of its own tensors (8 of its 10 bf16
+    # tensors' worth on MHA, 1.42 of its inputs with GQA's four query heads per KV head).
+    mha, gqa = get_workload("mha_bwd_d128"), get_workload("mha_bwd_d128_gqa_h32_kv8")
+    assert design_allowance(tma, mha, expected_work(mha)["input_bytes"]) == pytest.approx(1.595, abs=1e-3)
+    assert design_allowance(tma, gqa, expected_work(gqa)["input_bytes"]) == pytest.approx(1.422, abs=1e-3)
+    assert design_allowance(tma, gemm, inputs) == 0.0 and design_allowance(tma, None, inputs) == 0.0
+    for wl in (mha, gqa):
+        n = expected_work(wl)["input_bytes"]
+        reference = verdict({lsu: 0.82 * n}, wl, n)  # the reference: preprocessing and dQ's conversion (run 17)
+        assert reference.verdict == "executed" and reference.elsewhere_share == pytest.approx(0.82)
+        limit = 0.5 + design_allowance(tma, wl, n)
+        assert verdict({lsu: (limit - 0.01) * n}, wl, n).verdict == "executed"  # every honest design's reads
+        assert verdict({lsu: limit * n}, wl, n).verdict == "token"
+        # a backward computed from plain loads: Q and dO read once per 128-row KV block (32 times at S = 4096)
+        from_plain = verdict({lsu: 32 * 2 * math.prod(wl.shape("Q")) * 2}, wl, n)
+        assert from_plain.verdict == "token" and f"at least {100 * limit:.0f}%" in from_plain.reason
 
 
 def test_the_decoy_counters_are_collected_with_the_familys(monkeypatch, tmp_path):

@@ -168,7 +168,8 @@ def test_timing_phases_scale_from_the_measured_pair_time_and_end_in_a_harness_ph
     monkeypatch.setattr(runner, "timing_record", lambda *a, **k: {"flags": [], "speedup": 1.0, "speedup_ci": (1, 1)})
     lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731 - untracked inputs
     released = []
-    state = SimpleNamespace(baseline=lib, trusted_baseline=lib, get_ceilings=lambda: H200,
+    state = SimpleNamespace(baseline=lib, trusted_baseline=lib, measured_stats=lambda *a: {"x": 1},
+                            get_ceilings=lambda: H200,
                             limits=SimpleNamespace(name="NVIDIA H200"), release_idle=lambda **k: released.append(k),
                             referee=None, tampered_baselines=lambda **k: [])
     phase = lambda *m: sent.append(m)  # noqa: E731
@@ -205,7 +206,8 @@ def test_a_timing_whose_launch_gate_gave_up_says_so(runner, monkeypatch):
     monkeypatch.setattr(runner, "timing_record", lambda *a, **k: {"flags": [], "speedup": 1.0, "speedup_ci": (1, 1)})
     monkeypatch.setattr(runner, "audit", lambda *a, **k: None)
     lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731
-    state = SimpleNamespace(baseline=lib, trusted_baseline=lib, get_ceilings=lambda: H200,
+    state = SimpleNamespace(baseline=lib, trusted_baseline=lib, measured_stats=lambda *a: {"x": 1},
+                            get_ceilings=lambda: H200,
                             limits=SimpleNamespace(name="NVIDIA H200"), release_idle=lambda **k: 0)
     watch = CandidateWatch(lambda *m: None, 60.0, 4.169, clock=lambda: 0.0)
     watch.probe_s = 0.01
@@ -260,7 +262,8 @@ def test_the_audit_finds_a_result_kept_in_any_cached_library_instance_and_has_it
 
     monkeypatch.setattr(runner, "audit", fake_audit)
     lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731
-    state = SimpleNamespace(baseline=lib, trusted_baseline=lib, get_ceilings=lambda: H200,
+    state = SimpleNamespace(baseline=lib, trusted_baseline=lib, measured_stats=lambda *a: {"x": 1},
+                            get_ceilings=lambda: H200,
                             limits=SimpleNamespace(name="NVIDIA H200"), release_idle=lambda **k: 0)
     phase = lambda *m: sent.append(m[:2])  # noqa: E731
     watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: 0.0)

@@ -17,7 +17,10 @@ GUARD_BYTES = 64 * 1024  # multiple of 1024 so data keeps the allocation's align
 CANARY = 0xA7
 # Signalling-style NaNs with a distinctive payload (arithmetic yields 0x7FC0 / 0x7FC00000 instead).
 POISON_BITS = {torch.bfloat16: 0x7FA5, torch.float16: 0x7DA5, torch.float32: 0x7FA5A5A5}
-INT_VIEW = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
+# Every float dtype a tensor the harness compares may have (a library's derived tensors included): viewing a 0-dim
+# or strided tensor as bytes raises, as an integer of the same width does not.
+INT_VIEW = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32,
+            torch.float64: torch.int64}
 POISON_INT = 0x5A  # bytes of integer buffers that are not zeroed
 
 

@@ -280,11 +280,12 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
     others = {}
     for b in wl.baselines:
         if b.name != primary:
-            entry = state.baseline(wl, b.name, dist)
-            if not entry.stats:
-                entry.stats = summarize(time_interleaved([entry.fn], flush=flush, warmup=3, iters=20,
-                                                         trials=1)[0]).model_dump()
-            others[b.name] = entry.stats
+            stats = state.measured_stats(wl, b.name, dist)
+            if stats is None:  # timed once per worker: built (a backward's forward pass and all) only then
+                entry = state.baseline(wl, b.name, dist)
+                stats = entry.stats = summarize(time_interleaved([entry.fn], flush=flush, warmup=3, iters=20,
+                                                                 trials=1)[0]).model_dump()
+            others[b.name] = stats
     state.release_idle(keep=calls.library)  # other instances' outputs and derived tensors: freed, then cleared
     torch.cuda.empty_cache()  # no freed block of the harness's stays mapped for a kernel to hide a result in
     # Both sides of a pair get the same preparation (every set of both restored), flush and checks: the library

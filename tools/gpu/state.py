@@ -46,17 +46,19 @@ class BaselineEntry:
 
 
 def keyed_digest(t: torch.Tensor, key: int) -> int:
-    """The sum of the tensor's elements as integers of their width, each times a sign (+1 / -1) drawn from `key` on
-    the tensor's device and dropped at once. Exact (an integer sum does not depend on its order), and a kernel cannot
-    change the tensor and keep the sum: the signs exist only while the digest is taken, when no kernel runs."""
+    """The sum, modulo 2^64, of the tensor's elements as integers of their width, each times an odd 63-bit weight
+    drawn from `key` on the tensor's device and dropped at once. Exact (an integer sum does not depend on its order);
+    one changed element always moves it (an odd weight is invertible modulo 2^64), and changes that cancel (a swap,
+    the same delta added to one element and taken from another) do so only with odds of about 2^-62. A kernel cannot
+    aim for a change that keeps the sum: the weights exist only while the digest is taken, when no kernel runs."""
     flat = bits(t.detach()).reshape(-1)
     gen = torch.Generator(device=flat.device)
     gen.manual_seed(key)
     total = torch.zeros((), dtype=torch.int64, device=flat.device)
     for start in range(0, flat.numel(), DIGEST_CHUNK):
         part = flat[start:start + DIGEST_CHUNK].to(torch.int64)
-        signs = torch.randint(0, 2, part.shape, generator=gen, device=part.device, dtype=torch.int64) * 2 - 1
-        total += (part * signs).sum()
+        weights = torch.randint(-2**62, 2**62, part.shape, generator=gen, device=part.device, dtype=torch.int64) | 1
+        total += (part * weights).sum()  # int64 products and sums wrap: arithmetic modulo 2^64
     return int(total)  # the one read back
 
 
@@ -161,6 +163,12 @@ class WorkerState:
         if entry.fn is None:  # released while other work was timed: built again on the inputs it kept
             attach_call(entry, wl, name)
         return entry
+
+    def measured_stats(self, wl: Workload, name: str, dist: str) -> dict | None:
+        """A non-primary library's timing measured earlier in this worker (`BaselineEntry.stats`), without building
+        its call again: None when it has not been timed yet."""
+        entry = self.cache.get(("baseline", wl.id, name, dist, 0))
+        return entry.stats if entry is not None and entry.stats else None
 
     def release_idle(self, keep: list[BaselineEntry] = ()) -> int:
         """Drop the library call of every cached instance outside `keep` (this evaluation's): its output buffers and

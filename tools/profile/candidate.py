@@ -137,8 +137,7 @@ def profile_candidate(
         summary, before = measure_candidate(workload_id, source, cubin_path, arch=arch, full=full, timeout_s=timeout_s,
                                             seed=seed, workdir=workdir, device=device, hold=hold), 0.0
     static = static_histogram(compile_result.kernels) if compile_result is not None and compile_result.kernels else None
-    verdicts = runtime_verdicts(profile, summary, families, static, expected_work(wl) if wl is not None else None,
-                                wl.op if wl is not None else None)
+    verdicts = runtime_verdicts(profile, summary, families, static, expected_work(wl) if wl is not None else None, wl)
     if compile_result is not None and summary.ok:
         attach_lines(summary, {n: k.sass_lines for n, k in compile_result.kernels.items()}, source)
     if full:

@@ -50,11 +50,19 @@ def expected_work(wl: Workload) -> dict[str, float]:
             "input_bytes": float(sum(math.prod(wl.shape(t.name)) * ELEM_BYTES[t.dtype] for t in wl.inputs))}
 
 
+def design_allowance(fam: TargetFamily, wl: Workload | None, total: float) -> float:
+    """The share of the workload's `total` work that its op's honest kernels do another way by design
+    (`fam.elsewhere_allowance`: tensors of the workload -> multiples of their bytes); 0 without a workload."""
+    spec = fam.elsewhere_allowance.get(wl.op, {}) if wl is not None else {}
+    return sum(times * math.prod(wl.shape(name)) * ELEM_BYTES[wl.tensor(name).dtype]
+               for name, times in spec.items()) / total if spec else 0.0
+
+
 def _with_share(fam: TargetFamily, executed: RuntimeTarget, counters: dict[str, float],
-                work: dict[str, float] | None, op: str | None = None) -> RuntimeTarget:
+                work: dict[str, float] | None, wl: Workload | None = None) -> RuntimeTarget:
     """An executed verdict with the share of the workload's work the family did, and the share done another way; a
     token when the first is small or the second is not (past TOKEN_SHARE plus what the op's honest kernels do another
-    way by design: `fam.elsewhere_allowance`)."""
+    way by design: design_allowance)."""
     if not work or not fam.work_counter or fam.work_counter not in counters or not work.get(fam.work):
         return executed
     share = counters[fam.work_counter] / work[fam.work]
@@ -70,7 +78,7 @@ def _with_share(fam: TargetFamily, executed: RuntimeTarget, counters: dict[str, 
     if not other:
         return executed
     executed.elsewhere_share = sum(other.values()) / work[fam.work]
-    limit = TOKEN_SHARE + fam.elsewhere_allowance.get(op or "", 0.0)
+    limit = TOKEN_SHARE + design_allowance(fam, wl, work[fam.work])
     if executed.elsewhere_share < limit:
         return executed
     counted = ", ".join(f"{c} = {counters[c]:,.0f}" for c in other)
@@ -108,7 +116,7 @@ def _present(fam: TargetFamily, kernels: list[KernelProfile], static_opcodes: di
 
 
 def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: dict[str, int] | None = None,
-                   work: dict[str, float] | None = None, op: str | None = None) -> RuntimeTarget:
+                   work: dict[str, float] | None = None, wl: Workload | None = None) -> RuntimeTarget:
     if not summary.ok:
         return RuntimeTarget(verdict="unknown", reason=f"no profile: {summary.error or 'ncu gave no result'}")
     kernels = summary.kernels
@@ -122,7 +130,7 @@ def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: d
                 executed_thread_insts_true=int(thread_true) if thread_true is not None else None,
                 counter_values=counters)
     if thread_true is None and summary.mode == "verdict":
-        return _with_share(fam, v, counters, work, op) if (v := _counter_verdict(fam, counters, present, base)).verdict \
+        return _with_share(fam, v, counters, work, wl) if (v := _counter_verdict(fam, counters, present, base)).verdict \
             == "executed" else v
     if thread_true is None:
         missing = [c for c in fam.counters if c not in counters]
@@ -140,7 +148,7 @@ def family_verdict(fam: TargetFamily, summary: ProfileSummary, static_opcodes: d
         return RuntimeTarget(verdict="unknown", reason="per-opcode counts and pipe counters disagree: " + "; ".join(disagree), **base)
     if thread_true > 0:
         executed = RuntimeTarget(verdict="executed", reason=_executed_reason(fam, warp, thread_true, counters), **base)
-        return _with_share(fam, executed, counters, work, op)
+        return _with_share(fam, executed, counters, work, wl)
     return _not_executed(fam, present, base, "executed", "none executed with a true predicate")
 
 
@@ -180,13 +188,13 @@ def _executed_reason(fam: TargetFamily, warp: float | None, thread_true: float, 
 
 def runtime_verdicts(arch: ArchProfile, summary: ProfileSummary, families: list[str] | None = None,
                      static_opcodes: dict[str, int] | None = None,
-                     work: dict[str, float] | None = None, op: str | None = None) -> dict[str, RuntimeTarget]:
+                     work: dict[str, float] | None = None, wl: Workload | None = None) -> dict[str, RuntimeTarget]:
     """family name -> verdict for `families` (default: every family of the arch profile).
 
     `static_opcodes` is the compile's SASS histogram summed over the module's kernels (opcode -> count); `work` the
-    workload's (expected_work), without which no verdict is a token; `op` the workload's op (its decoy allowance)."""
+    workload's (expected_work), without which no verdict is a token; `wl` the workload (its op's decoy allowance)."""
     names = families if families is not None else [f.name for f in arch.families]
-    return {name: family_verdict(arch.family(name), summary, static_opcodes, work, op) for name in names}
+    return {name: family_verdict(arch.family(name), summary, static_opcodes, work, wl) for name in names}
 
 
 def static_histogram(kernels: dict) -> dict[str, int]:
