@@ -138,7 +138,7 @@ class Probe:
         import numpy as np
 
         host = np.zeros(n, dtype=np.uint32)
-        self.check(self.cu.cuMemcpyDtoH(host, ptr, n * 4), "cuMemcpyDtoH")
+        self.check(self.cu.cuMemcpyDtoH(host.ctypes.data, ptr, n * 4), "cuMemcpyDtoH")
         return host
 
 

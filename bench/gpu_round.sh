@@ -68,7 +68,7 @@
 #                       TMA's own work share and the share counted another way, one verdict-level profile each
 #   audit-cost (120)    seconds the audit of cached library instances takes as one worker's cache fills with workloads
 #                       (bench/audit_cost.py; AUDIT_COST_ARGS, e.g. "--all --instances 2")
-#   context-isolation (90) whether a kernel in a CUDA context of its own reaches the primary context's memory, shared
+#   context-isolation (120) whether a kernel in a CUDA context of its own reaches the primary context's memory, shared
 #                       and local memory across contexts, and what a context per candidate would cost
 #                       (bench/context_isolation.py)
 #   wgmma-rates (90)    MACs per cycle per SM for each wgmma shape and operand layout (bench/wgmma_rates.py: m64n64 / n80 /
@@ -91,7 +91,7 @@ declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590
                    [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [cta-cost]=150 [fwd-tests]=150 [ref-eval]=200 [pool-hang]=90
                    [compile-cpu]=120 [restore-ablation]=300 [ncu-metrics]=90 [decoy-shares]=150 [audit-cost]=120
-                   [context-isolation]=90)
+                   [context-isolation]=120)
 
 run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
   local name=${1%%.*} s=$2 d=$3 tag=
