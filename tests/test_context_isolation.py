@@ -31,6 +31,16 @@ def test_a_question_whose_process_fails_is_a_row_not_a_crash(tmp_path):
     assert row["process"].startswith("exit ") and row["process"] != "exit 0: (no output)"
 
 
+def test_an_answer_printed_before_a_failing_exit_still_stands(monkeypatch):
+    """A child that printed its answer and then died tearing down a faulted context: the answer is kept, with the
+    exit status beside it."""
+    done = subprocess.CompletedProcess([], 1, stdout='noise\n{"error": "CUDA_ERROR_ILLEGAL_ADDRESS", "words_read": null}\n',
+                                       stderr="teardown failed")
+    monkeypatch.setattr(ci.subprocess, "run", lambda *a, **k: done)
+    row = ci.run_question("far_read", "x.cubin")
+    assert row == {"question": "far_read", "error": "CUDA_ERROR_ILLEGAL_ADDRESS", "words_read": None, "exit": 1}
+
+
 def test_the_table_names_every_answer():
     text = ci.table([{"question": "far_read", "error": "CUDA_ERROR_ILLEGAL_ADDRESS", "words_read": None},
                      {"question": "costs", "process": "timed out after 120 s"}])
