@@ -2,11 +2,11 @@
 
 Python imports this module at start-up when its folder is on PYTHONPATH; it does nothing unless PTXBENCH_ABLATE names
 parts (comma list): scrub (the shared / local memory scrub), unowned (the clear of unowned device memory),
-lib_restore (the library's side of each call's restore: its inputs copied back and its output buffers poisoned); and one part it switches on: blas_handback (the
-cuBLAS workspaces handed back to the allocator before each clear of unowned memory, so the clear covers their 32 MB:
-bench/results/run18/cublas_handback.patch, measured this way before it enters the tree). The pool's fork server
-imports it, so every worker it forks runs with the same parts set. Never on a scoring path: the CLI does not set
-PTXBENCH_ABLATE.
+lib_restore (the library's side of each call's restore: its inputs copied back and its output buffers poisoned); and
+one part it switches on: blas_handback (the cuBLAS workspaces handed back to the allocator before each clear of
+unowned memory, so the clear covers their 32 MB: bench/results/run18/cublas_handback.patch, measured this way before
+it enters the tree). The pool's fork server imports it, so every worker it forks runs with the same parts set. Never
+on a scoring path: the CLI does not set PTXBENCH_ABLATE.
 """
 import os
 
