@@ -92,10 +92,14 @@ class Probe:
         self.primary = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
         self.cubin = Path(cubin).read_bytes()
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
-        self.smem = int(check(cu.cuDeviceGetAttribute(
-            cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, self.device), "attribute"))
+        self.smem = self.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
         self.fns = self.load()
         self.popped: str | None = None
+
+    def attribute(self, name: str) -> int:
+        """The device's CU_DEVICE_ATTRIBUTE_<name>."""
+        return int(self.check(self.cu.cuDeviceGetAttribute(getattr(self.cu.CUdevice_attribute,
+                                                                   f"CU_DEVICE_ATTRIBUTE_{name}"), self.device), name))
 
     def load(self) -> dict:
         """The probe's kernels in the current context (their dynamic shared memory opted in)."""
@@ -115,6 +119,23 @@ class Probe:
         except TypeError:
             ctx = self.check(cu.cuCtxCreate(0, self.device), "cuCtxCreate")
         return ctx
+
+    def second_context(self):
+        """A second context, made and left (torch's primary current again): used through `inside`."""
+        ctx = self.new_context()
+        self.back_to_primary()
+        return ctx
+
+    def read_from(self, address: int) -> tuple[str | None, int | None]:
+        """A kernel of a fresh second context copies WORDS words from `address` into its own buffer: the error it got,
+        or how many of them were MARK."""
+        with self.inside(self.second_context()):
+            fns = self.load()
+            dst = self.alloc(WORDS * 4)
+            self.check(self.cu.cuMemsetD32(dst, 0, WORDS), "cuMemsetD32")
+            self.launch(fns, "copy_words", 264, 256, 0, [_u64(address), _u64(dst), _u32(WORDS)])
+            error = self.sync()
+            return error, None if error else int((self.read_words(dst, WORDS) == MARK).sum())
 
     def back_to_primary(self) -> str | None:
         """Pop the current context and make sure torch's primary is current again (after a fault too: otherwise the
@@ -173,20 +194,12 @@ def far_access(p: Probe, write: bool) -> dict:
     torch = p.torch
     secret = torch.full((WORDS,), MARK, dtype=torch.int32, device="cuda")
     torch.cuda.synchronize()
-    ctx = p.new_context()
-    p.back_to_primary()
-    read = None
-    with p.inside(ctx):
-        fns = p.load()
-        if write:
-            p.launch(fns, "fill_words", 264, 256, 0, [_u64(secret.data_ptr()), _u32(WORDS), _u32(~MARK)])
-        else:
-            dst = p.alloc(WORDS * 4)
-            p.check(p.cu.cuMemsetD32(dst, 0, WORDS), "cuMemsetD32")
-            p.launch(fns, "copy_words", 264, 256, 0, [_u64(secret.data_ptr()), _u64(dst), _u32(WORDS)])
-        error = p.sync()
-        if error is None and not write:
-            read = int((p.read_words(dst, WORDS) == MARK).sum())
+    if write:
+        with p.inside(p.second_context()):
+            p.launch(p.load(), "fill_words", 264, 256, 0, [_u64(secret.data_ptr()), _u32(WORDS), _u32(~MARK)])
+            error = p.sync()
+    else:
+        error, read = p.read_from(secret.data_ptr())
     row = {"error": error, "words": WORDS, "pop_after": p.popped or "ok",
            # memory torch maps per device (expandable segments, cudaMallocAsync) may be reachable where cudaMalloc's
            # is not: the allocator the answer holds for
@@ -206,33 +219,20 @@ def host_read(p: Probe, pinned: bool) -> dict:
     the device can access pageable memory, HMM)."""
     import numpy as np
 
-    torch, cu = p.torch, p.cu
     if pinned:
-        held = torch.full((WORDS,), MARK, dtype=torch.int32, pin_memory=True)
+        held = p.torch.full((WORDS,), MARK, dtype=p.torch.int32, pin_memory=True)
         address = held.data_ptr()
     else:
         held = np.full(WORDS, MARK, dtype=np.uint32)
         address = held.ctypes.data
-    ctx = p.new_context()
-    p.back_to_primary()
-    with p.inside(ctx):
-        fns = p.load()
-        dst = p.alloc(WORDS * 4)
-        p.check(cu.cuMemsetD32(dst, 0, WORDS), "cuMemsetD32")
-        p.launch(fns, "copy_words", 264, 256, 0, [_u64(address), _u64(dst), _u32(WORDS)])
-        error = p.sync()
-        read = None if error else int((p.read_words(dst, WORDS) == MARK).sum())
-    attr = cu.CUdevice_attribute
-    pageable = p.check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, p.device), "attribute")
-    mps = p.check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MPS_ENABLED, p.device), "attribute")
-    return {"error": error, "words": WORDS, "words_read": read, "pageable_memory_access": int(pageable),
-            "mps_enabled": int(mps)}
+    error, read = p.read_from(address)
+    return {"error": error, "words": WORDS, "words_read": read,
+            "pageable_memory_access": p.attribute("PAGEABLE_MEMORY_ACCESS"), "mps_enabled": p.attribute("MPS_ENABLED")}
 
 
 def after_fault(p: Probe) -> dict:
     torch = p.torch
-    ctx = p.new_context()
-    p.back_to_primary()
+    ctx = p.second_context()
     with p.inside(ctx):
         fns = p.load()
         p.launch(fns, "fill_words", 1, 32, 0, [_u64(64), _u32(32), _u32(1)])  # the null page: a sure fault
@@ -278,8 +278,7 @@ def across(p: Probe, kind: str) -> dict:
 
     torch = p.torch
     words = p.smem // 4
-    ctx = p.new_context()
-    p.back_to_primary()
+    ctx = p.second_context()
     with p.inside(ctx):
         second = p.load()
         hits2 = p.alloc(4)
@@ -297,49 +296,43 @@ def across(p: Probe, kind: str) -> dict:
         else:
             p.launch(fns, "find_local", 2 * p.sms, 1024, 0, [_u64(hits), _u32(tag), ctypes.c_int32(0)])
 
-    def primary_left(found_in_second: bool) -> int:
-        tag = secrets.randbits(31) | 1
+    def left_by_primary(tag) -> None:
         leave(p.fns, tag)
         torch.cuda.synchronize()
-        if not found_in_second:
-            hits1.zero_()
-            find(p.fns, hits1.data_ptr(), tag)
-            torch.cuda.synchronize()
-            return int(hits1.item())
-        with p.inside(ctx):
-            p.check(p.cu.cuMemsetD32(hits2, 0, 1), "cuMemsetD32")
-            find(second, hits2, tag)
-            p.check(p.cu.cuCtxSynchronize(), "find in the second context")
-            return int(p.read_words(hits2, 1)[0])
 
-    def second_left() -> int:
-        tag = secrets.randbits(31) | 1
+    def left_by_second(tag) -> None:
         with p.inside(ctx):
             leave(second, tag)
             p.check(p.cu.cuCtxSynchronize(), "leave in the second context")
+
+    def found_by_primary(tag) -> int:
         hits1.zero_()
         find(p.fns, hits1.data_ptr(), tag)
         torch.cuda.synchronize()
         return int(hits1.item())
 
-    def second_kept_past_primary() -> int:
-        """What the second context left, found by it again after the primary wrote the same space over: none when a
-        scrub run from the primary reaches the second's memory, all of it when the scrub must run in the second."""
-        tag = secrets.randbits(31) | 1
-        with p.inside(ctx):
-            leave(second, tag)
-            p.check(p.cu.cuCtxSynchronize(), "leave in the second context")
-        leave(p.fns, tag ^ 0x55555555)
-        torch.cuda.synchronize()
+    def found_by_second(tag) -> int:
         with p.inside(ctx):
             p.check(p.cu.cuMemsetD32(hits2, 0, 1), "cuMemsetD32")
             find(second, hits2, tag)
             p.check(p.cu.cuCtxSynchronize(), "find in the second context")
             return int(p.read_words(hits2, 1)[0])
 
+    def found(left, by, overwrite=None) -> int:
+        """Tags `left` by one context, counted `by` one, after `overwrite` wrote the same space with other values."""
+        tag = secrets.randbits(31) | 1
+        left(tag)
+        if overwrite is not None:
+            overwrite(tag ^ 0x55555555)
+        return by(tag)
+
     possible = p.sms * words if kind == "shared" else 2 * p.sms * 1024 * 1024  # 4 KB frames of 1,024 words
-    return {"same_context": primary_left(False), "primary_to_second": primary_left(True),
-            "second_to_primary": second_left(), "second_kept_past_primary_write": second_kept_past_primary(),
+    # second_kept_past_primary_write: none when a scrub run from the primary reaches the second's memory, all of it
+    # when the scrub must run in the second
+    return {"same_context": found(left_by_primary, found_by_primary),
+            "primary_to_second": found(left_by_primary, found_by_second),
+            "second_to_primary": found(left_by_second, found_by_primary),
+            "second_kept_past_primary_write": found(left_by_second, found_by_second, overwrite=left_by_primary),
             "possible": possible}
 
 

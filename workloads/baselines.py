@@ -48,12 +48,12 @@ class LibraryCall:
         return self.run()
 
 
-
 def _made(x: dict[str, torch.Tensor], **made) -> dict[str, torch.Tensor]:
     """The tensors among `made` that are not views of an input (their own memory, kept by the instance)."""
     inputs = {t.untyped_storage().data_ptr() for t in x.values()}
     return {n: t for n, t in made.items()
             if isinstance(t, torch.Tensor) and t.numel() and t.untyped_storage().data_ptr() not in inputs}
+
 
 # Argument names of the aten ops as called below, in schema order (checked by tests/workloads/test_references.py).
 ATEN_SIGNATURES: dict[str, list[str]] = {

@@ -124,6 +124,11 @@ def cached_instances(cache: ByteLRU, besides: list[BaselineEntry] = ()) -> list[
     return [(key, entry) for key, entry in found if id(entry) not in skip]
 
 
+def _instance_key(wl: Workload, name: str, dist: str, index: int = 0) -> tuple:
+    """A library instance's key in the worker's cache (cached_instances reads its workload and dist back)."""
+    return ("baseline", wl.id, name, dist, index)
+
+
 def _free(_key, _value) -> None:
     torch.cuda.empty_cache()
 
@@ -159,7 +164,7 @@ class WorkerState:
             entry = library_instance(wl, name, inputs, self.baseline_seed + index)
             return entry, max(0, torch.cuda.memory_allocated() - before)
 
-        entry = self.cache.get_or_make(("baseline", wl.id, name, dist, index), make)
+        entry = self.cache.get_or_make(_instance_key(wl, name, dist, index), make)
         if entry.fn is None:  # released while other work was timed: built again on the inputs it kept
             attach_call(entry, wl, name)
         return entry
@@ -167,7 +172,7 @@ class WorkerState:
     def measured_stats(self, wl: Workload, name: str, dist: str) -> dict | None:
         """A non-primary library's timing measured earlier in this worker (`BaselineEntry.stats`), without building
         its call again: None when it has not been timed yet."""
-        entry = self.cache.get(("baseline", wl.id, name, dist, 0))
+        entry = self.cache.get(_instance_key(wl, name, dist))
         return entry.stats if entry is not None and entry.stats else None
 
     def release_idle(self, keep: list[BaselineEntry] = ()) -> int:
@@ -186,7 +191,7 @@ class WorkerState:
         candidate's stray write that its own evaluation did not catch must not reach a later candidate's timing)."""
         entry = self.baseline(wl, name, dist, index)
         if changed_inputs(entry, wl, dist):
-            self.cache.drop(("baseline", wl.id, name, dist, index))
+            self.cache.drop(_instance_key(wl, name, dist, index))
             entry = self.baseline(wl, name, dist, index)
         return entry
 

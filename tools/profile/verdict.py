@@ -44,18 +44,20 @@ from .summary import KernelProfile, ProfileSummary
 TOKEN_SHARE = 0.5
 
 
+def _tensor_bytes(wl: Workload, name: str) -> float:
+    return float(math.prod(wl.shape(name)) * ELEM_BYTES[wl.tensor(name).dtype])
+
+
 def expected_work(wl: Workload) -> dict[str, float]:
     """The workload's work in the units of the families' work counters: its FLOPs, its inputs' bytes."""
-    return {"flops": float(wl.flops),
-            "input_bytes": float(sum(math.prod(wl.shape(t.name)) * ELEM_BYTES[t.dtype] for t in wl.inputs))}
+    return {"flops": float(wl.flops), "input_bytes": sum(_tensor_bytes(wl, t.name) for t in wl.inputs)}
 
 
 def design_allowance(fam: TargetFamily, wl: Workload | None, total: float) -> float:
     """The share of the workload's `total` work that its op's honest kernels do another way by design
     (`fam.elsewhere_allowance`: tensors of the workload -> multiples of their bytes); 0 without a workload."""
     spec = fam.elsewhere_allowance.get(wl.op, {}) if wl is not None else {}
-    return sum(times * math.prod(wl.shape(name)) * ELEM_BYTES[wl.tensor(name).dtype]
-               for name, times in spec.items()) / total if spec else 0.0
+    return sum(times * _tensor_bytes(wl, name) for name, times in spec.items()) / total
 
 
 def _with_share(fam: TargetFamily, executed: RuntimeTarget, counters: dict[str, float],
