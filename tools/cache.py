@@ -21,7 +21,7 @@ from .results import CompileResult
 
 ENV_CACHE = "PTXBENCH_CACHE"
 # Bumped when the meaning of a stored result changes (e.g. the log parser learns new fields).
-CACHE_FORMAT = "compile-v4"  # v3: KernelResources.barriers; v4: spills_after_dec / _inc
+CACHE_FORMAT = "compile-v5"  # v3: KernelResources.barriers; v4: spills_after_dec / _inc; v5: undefined functions refused
 
 
 def install_tag() -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ptxbench.workloads.arch import DEFAULT_ARCH
 import hashlib
+import re
 import time
 from importlib import resources
 from pathlib import Path
@@ -16,7 +17,9 @@ from pathlib import Path
 from ptxbench.workloads.schema import Workload
 
 from .cache import CompileCache, cache_key
-from .compile_log import loc_line_map, parse_nvcc_log, parse_ptxas_log, static_ptx_checks, system_calls
+from .compile_log import (loc_line_map, parse_nvcc_log, parse_ptxas_log, static_ptx_checks, system_call_issue,
+                          system_calls)
+from .cubin_symbols import undefined_functions
 from .jail import Limits, Workspace, jail_mode, run_in_jail
 from .jail_deps import outside_includes
 from .results import CompileIssue, CompileResult
@@ -131,6 +134,12 @@ def _ptxas(ptx_text: str, arch: str, tc: Toolchain, workdir: Path, timeout_s: fl
                    max_chars=LOG_CHARS)
 
 
+def _declared_line(ptx_code: str, name: str) -> int | None:
+    """The line of the first `.func` that names `name` (its prototype), if the text has one."""
+    m = re.search(r"\.func\b[^;{]*?\b" + re.escape(name) + r"\s*\(", ptx_code)
+    return ptx_code.count("\n", 0, m.start()) + 1 if m else None
+
+
 def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: Path, line_map=None,
               timeout_s: float = PTXAS_TIMEOUT_S, source: str | None = None):
     """ptxas + SASS scan. Returns (result without cubin_path, cubin bytes or None, cacheable).
@@ -155,6 +164,11 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
             errors = [CompileIssue(message=f"ptxas exited with status {res.returncode}: {log[-2000:] or 'no output'}")]
         targets = target_presence(arch, code, {})
         return _error(arch, language, log, pre + errors, tc, warnings=warnings, targets=targets, ptx_sha256=sha), None, True
+    if undefined := undefined_functions(cubin_path.read_bytes()):  # a prototype the PTX check did not read as .extern
+        issues = [system_call_issue(name, _declared_line(code, name) if language == "ptx" else None)
+                  for name in undefined]
+        return _error(arch, language, log, issues, tc, warnings=warnings, targets=target_presence(arch, code, {}),
+                      ptx_sha256=sha), None, True
     listing = disassemble_lines(cubin_path, CU_NAME if language == "cuda" else PTX_NAME, source or ptx_text, tc,
                                 generated_ptx=ptx_text if language == "cuda" else None)
     functions = {name: opcode_histogram(insns) for name, insns in listing.items()}

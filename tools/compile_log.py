@@ -144,12 +144,16 @@ def system_calls(ptx_code: str, language: str) -> list[CompileIssue]:
     issues = []
     for m in _EXTERN_FUNC.finditer(ptx_code):
         line = ptx_code.count("\n", 0, m.start()) + 1
-        issues.append(CompileIssue(
-            line=line if language == "ptx" else None,
-            message=f"the module calls {m.group(1)}, a function it does not define (a device system call: printf, "
-                    f"malloc, free, assert): a solution's kernels may call only their own functions, and write only "
-                    f"to the plan's buffers"))
+        issues.append(system_call_issue(m.group(1), line if language == "ptx" else None))
     return issues
+
+
+def system_call_issue(name: str, line: int | None) -> CompileIssue:
+    return CompileIssue(
+        line=line,
+        message=f"the module calls {name}, a function it does not define (a device system call: printf, malloc, "
+                f"free, assert): a solution's kernels may call only their own functions, and write only to the plan's "
+                f"buffers")
 
 
 def static_ptx_checks(ptx_code: str, arch: str) -> list[CompileIssue]:

@@ -377,6 +377,26 @@ extern "C" __global__ void k(unsigned long long* out) {
     assert r.status == "error" and any("malloc" in e.message and e.line is None for e in r.errors), r.errors
 
 
+def test_a_system_call_declared_without_extern_is_refused_from_the_cubin():
+    """ptxas also leaves a bare `.func` prototype (no `.extern`, no body) and `.extern.func` to the driver; the
+    cubin's symbol table names every such function however the text spelled it, so both are refused too."""
+    from ptxbench.tools.cubin_symbols import undefined_functions
+
+    bare = SYSCALL_PTX.replace(".extern .func (.param .b32", ".func (.param .b32").replace(
+        ".extern .func (.param .b64", ".extern.func (.param .b64")
+    assert ".extern .func" not in bare
+    r = compile_source(bare, "ptx", "sm_90a", use_cache=False)
+    assert r.status == "error" and r.cubin_path is None
+    named = {e.line: e.message for e in r.errors}
+    assert "vprintf" in named[4] and "system call" in named[4] and "malloc" in named[5], r.errors
+    # an honest module references no function it does not define (the smoke reference, as the driver would load it)
+    from ptxbench.agent.models.builtin import reference_source
+
+    ref = reference_source("smoke_gemm_bf16_m256_n256_k512")
+    ok = compile_source(ref, detect_language(ref), "sm_90a", "smoke_gemm_bf16_m256_n256_k512")
+    assert ok.status == "ok" and undefined_functions(Path(ok.cubin_path).read_bytes()) == []
+
+
 def test_the_decoy_probes_build_with_their_decoy_and_their_target_in_the_sass():
     """The GPU decoy tests' probes (tests/data/profile/solutions) stay buildable: each runs its target family in one
     kernel and does the work another way in another (FFMA beside wgmma, plain loads beside TMA)."""

@@ -279,3 +279,20 @@ def test_a_plan_whose_buffers_exceed_the_gpu_is_a_plan_error():
     six_scratch = {**gemm, **{f"s{i}": 32 * 2**30 for i in range(6)}}
     errs = check_memory(six_scratch, 157 * 2**20, 3, lim)
     assert len(errs) == 1 and "GiB for the 3 input sets" in errs[0] and "s0 32.0 GiB" in errs[0]
+    # a module-level array the driver allocates at load (a 32 GiB `.global` assembles to a few KB) counts once
+    assert check_memory(gemm, 157 * 2**20, 3, lim, module_bytes=60 * 2**30) == []
+    errs = check_memory(gemm, 157 * 2**20, 3, lim, module_bytes=80 * 2**30)
+    assert len(errs) == 1 and "the module's globals 80.0 GiB" in errs[0]
+
+
+def test_a_module_global_of_any_size_is_counted_from_the_cubin():
+    from ptxbench.tools.compile import compile_source
+    from ptxbench.tools.gpu.module_state import module_globals
+
+    ptx = (".version 8.0\n.target sm_90a\n.address_size 64\n.global .align 8 .b8 big[34359738368];\n"
+           ".visible .entry k(.param .u64 p) {\n  .reg .b64 %rd<2>;\n  mov.u64 %rd1, big;\n"
+           "  st.global.u64 [%rd1], %rd1;\n  ret;\n}\n")
+    r = compile_source(ptx, "ptx", "sm_90a")
+    assert r.status == "ok", r.errors
+    cubin = open(r.cubin_path, "rb").read()
+    assert len(cubin) < 64 * 1024 and sum(g.size for g in module_globals(cubin)) == 2**35

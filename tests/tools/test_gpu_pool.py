@@ -340,3 +340,22 @@ def test_the_pool_records_how_long_a_worker_process_took_to_start_running():
     plain = make_pool(devices=[0], spares=0).start()  # a worker that does not say: nothing made up
     assert "process_start_s" not in plain.startup[0]
     plain.close()
+
+
+def test_a_verdict_stands_when_its_replacement_worker_cannot_start(monkeypatch):
+    """A hang is the candidate's TIMEOUT even when no replacement worker starts after it; the next job is the one
+    told that the GPU cannot be used (INFRA_ERROR), and the hang's verdict is not turned into the harness's."""
+    monkeypatch.setattr(pool_module, "MIN_CANDIDATE_LIMIT_S", 0.1)
+    started = [0]
+
+    def factory(d, c):
+        started[0] += 1
+        return FakeWorker(d, c, fail_start=started[0] > 1)  # the first worker starts, no later one does
+
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=factory)
+    try:
+        assert pool.submit(job("hang", 0.3)).status == "TIMEOUT"
+        after = pool.submit(job("ok", 5))
+        assert after.status == "INFRA_ERROR" and "no GPU here" in after.message
+    finally:
+        pool.close()

@@ -299,6 +299,19 @@ def test_undeclared_scratch_and_tmap():
     _one(parse_solution(FILE.replace('"A", "B"', '"tmap:amap", "B"'), GEMM), 8, "tmap:amap is not declared")
 
 
+def test_a_plan_of_thousands_of_objects_is_refused_before_anything_is_allocated():
+    """Each scratch buffer and tensor map costs every call its restore and checks; a plan with thousands would spend
+    the watchdog's time in harness work. 64 of each kind resolve; 65 are refused with the count."""
+    def with_scratch(n: int) -> str:
+        tables = "".join(f'[scratch.s{i}]\ndtype = "float32"\nshape = [16]\n' for i in range(n))
+        return FILE.replace("*/", tables + "*/")
+
+    assert isinstance(parse_solution(with_scratch(64), GEMM), Solution)
+    _one(parse_solution(with_scratch(65), GEMM), None, "65 [[scratch]] entries", "at most 64")
+    launch = '[[launch]]\nkernel = "k"\ngrid = [1]\nblock = [128]\nargs = ["A", "B", "C", "i32:K"]\n'
+    _one(parse_solution(FILE.replace("*/", launch * 64 + "*/"), GEMM), None, "65 [[launch]] entries")
+
+
 def test_scratch_checks_and_unused_warning():
     bad = FILE.replace("*/", '[scratch.acc]\ndtype = "float33"\nshape = ["M", "N"]\n*/')
     _one(parse_solution(bad, GEMM), 10, "dtype must be one of", "float33")

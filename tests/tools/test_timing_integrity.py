@@ -267,10 +267,12 @@ def test_module_globals_are_found_in_the_cubin():
 .address_size 64
 .global .align 4 .u32 counter = 7;
 .global .align 8 .b8 stash[4096];
+.const .align 4 .b8 kept[64];
 .visible .entry k(.param .u64 p) {
-  .reg .b32 %r<2>;
+  .reg .b32 %r<2>; .reg .b64 %rd<2>;
   ld.global.u32 %r1, [counter]; add.u32 %r1, %r1, 1; st.global.u32 [counter], %r1;
   st.global.u32 [stash], %r1;
+  cvta.const.u64 %rd1, kept; st.u32 [%rd1], %r1;
   ret;
 }
 """
@@ -279,6 +281,9 @@ def test_module_globals_are_found_in_the_cubin():
     found = {g.name: g for g in module_globals(open(result.cubin_path, "rb").read())}
     assert found["counter"].initialised and found["counter"].size == 4
     assert not found["stash"].initialised and found["stash"].size == 4096
+    # a constant written through its generic address keeps state like a global: its load-time bytes go back
+    assert found["kept"].initialised and found["kept"].size == 64
+    assert set(found) == {"counter", "stash", "kept"}
 
 
 def test_the_library_gets_the_same_restore_and_checks_and_a_write_into_it_is_caught():
@@ -478,3 +483,16 @@ def test_no_freed_block_holds_an_output_or_the_signs_after_the_checks():
                 if any(np.array_equal(words[h:h + 256], out) for h in hits[:64]):
                     leftovers.append(f"an output's float copy in a freed block of {size} bytes")
     assert not leftovers, leftovers
+
+
+def test_the_sketchs_constant_one_is_set_after_the_call_not_trusted_from_before():
+    """The +1 the signs are built from lives in device memory a kernel could reach: zeroed, every projection would
+    read 0 and a timed call would need to match only the output's norm. It is set again by every sketch."""
+    from ptxbench.tools.gpu.calls import SketchSpace
+
+    ref = torch.randn(32, 100, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    space = SketchSpace("cpu", chunk=1024)
+    honest_sketch = [float(v) for v in sketch_tensors({"C": ref}, 7, space)]
+    space.one.zero_()  # what a stray write would leave
+    assert [float(v) for v in sketch_tensors({"C": ref}, 7, space)] == honest_sketch
+    assert abs(honest_sketch[0]) > 0 and abs(honest_sketch[1]) > 0

@@ -2,11 +2,9 @@
 and the evaluator's memory of hung binaries (tools/gpu/hangs.py): all on the CPU, with fake workers and clocks."""
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from types import SimpleNamespace
-from unittest.mock import MagicMock
 
 import pytest
 import torch
@@ -77,21 +75,7 @@ def test_candidate_watch_sends_the_probe_limit_first_then_limits_scaled_from_the
     assert watch.probe_s == pytest.approx(0.8)
 
 
-# ---- the runner's phases, with CUDA stubbed out (nothing here launches anything) ----
-@pytest.fixture
-def runner(monkeypatch):
-    before = set(sys.modules)
-    for name in ("cuda", "cuda.bindings", "cuda.bindings.driver"):
-        if name not in sys.modules:
-            monkeypatch.setitem(sys.modules, name, MagicMock())
-    import ptxbench.tools.gpu.runner as runner_module
-
-    yield runner_module
-    for name in set(sys.modules) - before:  # the GPU modules bound to the stub must not serve a later test
-        if name.startswith(("ptxbench.tools.gpu.", "cuda")):
-            sys.modules.pop(name, None)
-
-
+# ---- the runner's phases, with CUDA stubbed out (nothing here launches anything; fixture `runner`: conftest.py) ----
 class FakeSet:
     def __init__(self, index: int):
         out = torch.full((4, 4), float(index + 1))

@@ -119,6 +119,7 @@ def sketch_tensors(outputs: dict[str, torch.Tensor], key: int, space: SketchSpac
     if space is None:
         first = next(iter(outputs.values()))
         space = SketchSpace(first.device, min(SKETCH_CHUNK, max(t.numel() for t in outputs.values())))
+    space.one.fill_(1.0)  # device memory a kernel could reach: set after the call, never trusted from before it
     parts = []
     for i, (_name, out) in enumerate(sorted(outputs.items())):
         flat = out.reshape(-1)

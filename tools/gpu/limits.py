@@ -166,15 +166,19 @@ def check_compiled(plan: ResolvedPlan, static_smem: dict[str, int], lim: DeviceL
 CANDIDATE_MEMORY_SHARE = 0.5
 
 
-def check_memory(buffer_bytes: dict[str, int], input_bytes: int, n_sets: int, lim: DeviceLimits) -> list[str]:
-    """The buffers of every input set (tensors + scratch + guard zones) and the pristine inputs must fit the GPU."""
+def check_memory(buffer_bytes: dict[str, int], input_bytes: int, n_sets: int, lim: DeviceLimits,
+                 module_bytes: int = 0) -> list[str]:
+    """The buffers of every input set (tensors + scratch + guard zones), the pristine inputs and the module's own
+    globals and constants (allocated by the driver when it loads the cubin, outside every allocator: a
+    `.global .b8 big[1 << 35]` assembles to a few KB) must fit the GPU."""
     guard = 2 * 64 * 1024 * len(buffer_bytes)
-    need = n_sets * (sum(buffer_bytes.values()) + guard + input_bytes)
+    need = n_sets * (sum(buffer_bytes.values()) + guard + input_bytes) + module_bytes
     allowed = int(lim.total_memory * CANDIDATE_MEMORY_SHARE)
     if need <= allowed:
         return []
-    scratch = {n: b for n, b in buffer_bytes.items() if b > 2**30}
-    big = ", ".join(f"{n} {b / 2**30:.1f} GiB" for n, b in sorted(scratch.items(), key=lambda x: -x[1])[:4])
-    return [f"the plan's buffers need {need / 2**30:.1f} GiB for the {n_sets} input sets an evaluation uses, more "
-            f"than the {allowed / 2**30:.1f} GiB a candidate may take on this GPU ({lim.total_memory / 2**30:.0f} GiB)"
-            + (f"; largest: {big}" if big else "")]
+    sized = {**{n: b for n, b in buffer_bytes.items() if b > 2**30},
+             **({"the module's globals": module_bytes} if module_bytes > 2**30 else {})}
+    big = ", ".join(f"{n} {b / 2**30:.1f} GiB" for n, b in sorted(sized.items(), key=lambda x: -x[1])[:4])
+    return [f"the plan's buffers and the module's globals need {need / 2**30:.1f} GiB for the {n_sets} input sets an "
+            f"evaluation uses, more than the {allowed / 2**30:.1f} GiB a candidate may take on this GPU "
+            f"({lim.total_memory / 2**30:.0f} GiB)" + (f"; largest: {big}" if big else "")]

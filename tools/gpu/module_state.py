@@ -6,9 +6,11 @@ inputs, a copy of the last output. Resetting them before every call makes every 
 the module as it was just loaded, so nothing a kernel remembers can tell one call from another.
 
 The globals are read from the cubin's ELF symbol table (pyelftools): objects in `.nv.global`
-(zero-filled at load) and `.nv.global.init` (initialised data). Their device addresses and sizes come
-from the driver (cuModuleGetGlobal); the initial bytes of initialised globals are kept on the host,
-where a kernel cannot write them.
+(zero-filled at load) and `.nv.global.init` (initialised data), and the module's own constants
+(`.const` / `__constant__`, in a `.nv.constant<bank>` section): a constant bank is device memory, and a
+generic store through `cvta.const` writes it, so a constant is state a kernel could keep like any
+global. Their device addresses and sizes come from the driver (cuModuleGetGlobal); the load-time bytes
+of initialised globals and of constants are kept on the host, where a kernel cannot write them.
 """
 from __future__ import annotations
 
@@ -17,17 +19,18 @@ from dataclasses import dataclass
 
 ZERO_SECTION = ".nv.global"
 INIT_SECTION = ".nv.global.init"
+CONST_PREFIX = ".nv.constant"  # .nv.constant3 holds the module's .const objects; bank 0 (the parameters) has none
 
 
 @dataclass(frozen=True)
 class GlobalSymbol:
     name: str
     size: int
-    initialised: bool  # in .nv.global.init (restore its bytes) rather than .nv.global (zero it)
+    initialised: bool  # in .nv.global.init or a constant bank (restore its bytes) rather than .nv.global (zero it)
 
 
 def module_globals(cubin: bytes) -> list[GlobalSymbol]:
-    """The writable global variables of a cubin, from its ELF symbol table (pure Python; no GPU)."""
+    """The global variables and constants of a cubin, from its ELF symbol table (pure Python; no GPU)."""
     from elftools.elf.elffile import ELFFile
 
     elf = ELFFile(io.BytesIO(cubin))
@@ -39,8 +42,8 @@ def module_globals(cubin: bytes) -> list[GlobalSymbol]:
         if sym["st_info"]["type"] != "STT_OBJECT" or not isinstance(shndx, int):
             continue
         section = sections.get(shndx, "")
-        if section in (ZERO_SECTION, INIT_SECTION) and sym.name:
-            out.append(GlobalSymbol(sym.name, int(sym["st_size"]), section == INIT_SECTION))
+        if sym.name and (section in (ZERO_SECTION, INIT_SECTION) or section.startswith(CONST_PREFIX)):
+            out.append(GlobalSymbol(sym.name, int(sym["st_size"]), section != ZERO_SECTION))
     return out
 
 

@@ -320,6 +320,16 @@ class GpuPool:
         slot.replacements += 1
         self._ensure_active(slot)
 
+    def _retire(self, slot: DeviceSlot) -> None:
+        """Replace the worker after a verdict that needs it; should no replacement start, the slot is left empty for
+        the next job to fill (that job's answer says why it cannot), and this job keeps its own verdict."""
+        try:
+            self._replace(slot)
+        except NoGpuError:
+            if slot.active is not None:
+                slot.active.kill()
+            slot.active = None
+
     def _run(self, slot: DeviceSlot, job: GpuJob) -> GpuOutcome:
         w = self._ensure_active(slot)
         with self._lock:
@@ -339,12 +349,12 @@ class GpuPool:
             if reply is None:
                 if not w.alive():
                     code = w.exitcode
-                    self._replace(slot)
+                    self._retire(slot)
                     return _result("RUNTIME_ERROR", f"the GPU worker process died while running the candidate "
                                                     f"(exit code {code}); it was replaced",
                                    runtime_error=f"WORKER_DIED: exit code {code}")
                 if now > deadline:
-                    self._replace(slot)
+                    self._retire(slot)
                     if phase in ("run", "timing"):
                         where = f"{phase} phase: {phase_why}" if phase_why else f"{phase} phase"
                         return _result("TIMEOUT", f"the kernel did not finish within {phase_limit:.3g} s ({where}); "
@@ -366,7 +376,7 @@ class GpuPool:
                 if result.timing and result.timing.ceilings:
                     self.ceilings.setdefault(slot.device, result.timing.ceilings)
                 if reply.get("replace"):
-                    self._replace(slot)
+                    self._retire(slot)
                 return result
 
     def ping(self) -> list[dict]:

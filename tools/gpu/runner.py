@@ -30,11 +30,11 @@ from .ceilings import IMPLAUSIBLE_SPEEDUP, suspicious
 from .buffers import BufferSet, allocate_set
 from .calls import CHECK_SEED_OFFSET, CandidateCalls, InputSet, SketchSpace, evaluation_seeds, sketch_tensors
 from .correctness import output_digest, replay_note
-from .launch import CudaError, get_function, launch_config, launch_kernel, load_module, pack_params, \
+from .launch import HARDWARE_FAULTS, CudaError, get_function, launch_config, launch_kernel, load_module, pack_params, \
     set_dynamic_smem, stack_limit, sync_stream, unload_module
 from .limits import check_function, check_memory, check_plan
 from .messages import GpuJob, GpuOutcome
-from .module_state import ModuleState
+from .module_state import ModuleState, module_globals
 from .referee import RefereeClient, RefereeError, input_digest
 from .scrub import frame_bytes
 from .unowned import clear_unowned
@@ -69,13 +69,16 @@ class Candidate:
             errors += check_function(launch, i, f.registers, f.static_smem, f.max_threads, f.param_sizes, state.limits)
         if errors:
             raise Failed("PLAN_ERROR", "the launch plan does not fit the kernels or the device", plan_errors=errors)
+        most: dict[str, int] = {}  # the attribute is per kernel: the largest of its launches, so none is refused
         for launch in plan.launches:
-            if launch.smem > 0:
+            most[launch.kernel] = max(most.get(launch.kernel, 0), launch.smem)
+        for kernel, smem in most.items():
+            if smem > 0:
                 try:
-                    set_dynamic_smem(self.functions[launch.kernel], launch.smem)
+                    set_dynamic_smem(self.functions[kernel], smem)
                 except CudaError as e:
-                    raise Failed("PLAN_ERROR", str(e), plan_errors=[f"{launch.kernel}: dynamic shared memory "
-                                                                    f"{launch.smem} bytes refused: {e}"]) from None
+                    raise Failed("PLAN_ERROR", str(e), plan_errors=[f"{kernel}: dynamic shared memory "
+                                                                    f"{smem} bytes refused: {e}"]) from None
         self.stream = torch.cuda.current_stream().cuda_stream
         self.globals = ModuleState(self.module, cubin)
         make_scrub = getattr(state, "on_chip_scrub", None)  # a one-launch replay (the profile's) passes limits only
@@ -96,12 +99,18 @@ class Candidate:
                 for launch in self.plan.launches]
 
     def launch(self, binding: list) -> None:
-        """Enqueue the plan's launches; a launch the driver refuses is PLAN_ERROR (the context is fine)."""
+        """Enqueue the plan's launches; a launch the driver refuses is PLAN_ERROR (the context is fine). The launches
+        enqueued before it are waited for first, under the caller's watchdog, so none of them is still running (or
+        hung) when the next job comes to this worker: a hang there is the candidate's TIMEOUT, a fault its error."""
+        enqueued = 0
         try:
             for cfg, fn, params in binding:
                 launch_kernel(cfg, fn, params)
+                enqueued += 1
         except CudaError as e:
             if not e.sticky and e.what.startswith("cuLaunchKernelEx"):
+                if enqueued:
+                    sync_stream(self.stream)
                 raise Failed("PLAN_ERROR", f"the driver refused the launch: {e}", plan_errors=[str(e)]) from None
             raise
 
@@ -376,6 +385,32 @@ def driver_error(cand: Candidate | None) -> str:
     return ""
 
 
+def fault_verdict(name: str, text: str) -> tuple[str, str, str]:
+    """(status, message, runtime_error) of a CUDA error after a launch: the kernel's RUNTIME_ERROR, unless the GPU
+    itself reports a hardware fault (an uncorrectable ECC or NVLink error), which no kernel causes: INFRA_ERROR."""
+    detail = text if text.startswith(name) else f"{name}: {text}"
+    if name in HARDWARE_FAULTS:
+        return "INFRA_ERROR", f"the GPU reported a hardware fault during the evaluation: {detail}", detail
+    return "RUNTIME_ERROR", f"the kernel failed: {detail}", detail
+
+
+def sets_in_memory(state: WorkerState, wl: Workload, plan: ResolvedPlan, seeds: list[int], dist: str) -> list[InputSet]:
+    """The input sets, made again once with the worker's cached library instances released when the GPU runs out
+    of memory (a plan within the candidate's share must not fail for what earlier evaluations left cached); out of
+    memory then, the plan's own size is to blame: PLAN_ERROR."""
+    for attempt in range(2):
+        try:
+            return make_sets(wl, plan, seeds, dist)
+        except torch.cuda.OutOfMemoryError:
+            pass
+        if attempt == 0:  # outside the handler, so the failed attempt's tensors are no longer referenced
+            state.cache.clear()
+        torch.cuda.empty_cache()
+    raise Failed("PLAN_ERROR", "the GPU ran out of memory allocating the plan's buffers",
+                 plan_errors=[f"out of GPU memory allocating {len(seeds)} input sets of the plan's tensors and scratch "
+                              f"buffers"])
+
+
 def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutcome, bool]:
     """The worker's answer to one 'evaluate' request: (result fields, replace this worker)."""
     seconds: dict[str, float] = {}
@@ -396,7 +431,8 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
                  for t in wl.tensors}
         sizes.update({s.name: s.nbytes for s in plan.scratch})
         errors = check_plan(plan, state.limits, sizes)
-        errors += check_memory(sizes, sum(sizes[t.name] for t in wl.inputs), n_sets, state.limits)
+        errors += check_memory(sizes, sum(sizes[t.name] for t in wl.inputs), n_sets, state.limits,
+                               module_bytes=sum(g.size for g in module_globals(job.cubin)))
         if errors:
             raise Failed("PLAN_ERROR", "the launch plan exceeds the device's limits", plan_errors=errors)
         phase("prepare", job.prepare_timeout_s)
@@ -404,13 +440,7 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
         phase("load", job.prepare_timeout_s)
         cand = Candidate(job.cubin, plan, state, wl)
         phase("prepare", job.prepare_timeout_s)
-        try:
-            sets = make_sets(wl, plan, seeds, dist)
-        except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            raise Failed("PLAN_ERROR", "the GPU ran out of memory allocating the plan's buffers",
-                         plan_errors=[f"out of GPU memory allocating {n_sets} input sets of the plan's tensors and "
-                                      f"scratch buffers"]) from None
+        sets = sets_in_memory(state, wl, plan, seeds, dist)
         calls = CandidateCalls(cand, sets, secrets.randbits(62))
         t0 = time.perf_counter()
         stats, digests = correctness(calls, referee, wl, job, phase, seconds, flush, watch)
@@ -438,16 +468,18 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
         out.status, out.message, out.plan_errors, out.runtime_error = f.status, f.message, f.plan_errors, f.runtime_error
         replace = f.replace
         if f.runtime_error.startswith("OUT_OF_BOUNDS_WRITE"):
-            state.cache.clear()  # the stray write may have landed in cached baseline inputs
+            # The stray write was found in memory the protocol checks; where else it landed (the harness's scalars,
+            # a library's workspace, the scrub's code) no check covers: a fresh worker, and the cached instances go.
+            state.cache.clear()
+            replace = True
     except CudaError as e:  # a fault surfacing in the protocol's own driver calls after a launch
-        out.status, out.message = "RUNTIME_ERROR", f"the kernel failed: {e.name}: {e.text}"
-        out.runtime_error = f"{e.name}: {e.text}"
+        out.status, out.message, out.runtime_error = fault_verdict(e.name, e.text)
         replace = True
     except RuntimeError as e:  # torch saw the fault first (an event or a protocol op): ask the driver for its name
         if isinstance(e, RefereeError) or "CUDA error" not in str(e):
             raise
         text = driver_error(cand) or str(e).splitlines()[0]
-        out.status, out.message, out.runtime_error = "RUNTIME_ERROR", f"the kernel failed: {text}", text
+        out.status, out.message, out.runtime_error = fault_verdict(text.split(":")[0], text)
         replace = True
     finally:
         calls = sets = None

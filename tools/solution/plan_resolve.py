@@ -18,6 +18,9 @@ from .plan import (Arg, Launch, LaunchPlan, ResolvedArg, ResolvedLaunch, Resolve
 from .plan_toml import KeyLines
 
 MAX_SCRATCH_BYTES = 32 * 2**30
+# Each scratch buffer and tensor map costs every call of an evaluation its restore and checks, and each launch a
+# driver call: a plan with thousands of them would spend the watchdog's time in harness work, not in its kernels.
+MAX_PLAN_OBJECTS = {"scratch": 64, "tmap": 64, "launch": 64}
 MAX_CLUSTERS = "max_clusters"  # the per-launch symbol: clusters of this launch's shape resident at once
 SWIZZLE_BYTES = {"none": None, "32B": 32, "64B": 64, "128B": 128}
 SCALAR_RANGES = {"i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-(2**63), 2**63 - 1), "u64": (0, 2**63 - 1)}
@@ -219,6 +222,11 @@ class Resolver:
         return ResolvedLaunch(kernel=launch.kernel, grid=grid, block=block, cluster=cluster, smem=smem, args=args)
 
     def resolve(self, plan: LaunchPlan) -> ResolvedPlan | None:
+        counts = {"scratch": len(plan.scratch), "tmap": len(plan.tmaps), "launch": len(plan.launches)}
+        if over := [f"{n} [[{kind}]] entries; at most {MAX_PLAN_OBJECTS[kind]}"
+                    for kind, n in counts.items() if n > MAX_PLAN_OBJECTS[kind]]:
+            self.issues += [(None, f"the plan has {o}") for o in over]
+            return None
         scratch = {s.name: r for s in plan.scratch if (r := self._try(self.scratch, s)) is not None}
         declared_scratch = {s.name for s in plan.scratch}
         tmaps = {m.name: r for m in plan.tmaps if (r := self._try(self.tmap, m, scratch)) is not None}

@@ -1,0 +1,125 @@
+"""The worker's answers to hostile plans and kernels that no GPU is needed to check: the driver's refusals, faults
+and out-of-memory errors stubbed (fixture `runner`: conftest.py), the runner's verdict and whether the worker goes."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from unittest.mock import MagicMock
+
+import pytest
+import torch
+
+from ptxbench.tools.gpu.limits import DeviceLimits
+from ptxbench.tools.gpu.messages import GpuJob
+from ptxbench.tools.solution.plan import ResolvedPlan
+
+SMOKE = "smoke_gemm_bf16_m256_n256_k512"
+
+
+def two_launches(first_smem: int, second_smem: int) -> ResolvedPlan:
+    launch = dict(kernel="K", grid=(1, 1, 1), block=(128, 1, 1), cluster=None, args=[])
+    return ResolvedPlan(num_sms=132, launches=[{**launch, "smem": first_smem}, {**launch, "smem": second_smem}],
+                        scratch=[], tmaps=[])
+
+
+def stub_candidate(runner, monkeypatch) -> dict:
+    attribute = {}
+    info = SimpleNamespace(name="K", registers=32, static_smem=0, max_threads=1024, param_sizes=[], local_bytes=0)
+    monkeypatch.setattr(runner, "load_module", lambda cubin: object())
+    monkeypatch.setattr(runner, "get_function", lambda module, name: info)
+    monkeypatch.setattr(runner, "set_dynamic_smem", lambda f, n: attribute.__setitem__(f.name, n))
+    monkeypatch.setattr(runner, "ModuleState", lambda *a: None)
+    monkeypatch.setattr(runner, "stack_limit", lambda: 1024)
+    monkeypatch.setattr(runner.torch.cuda, "current_stream", lambda: SimpleNamespace(cuda_stream=0))
+    return attribute
+
+
+def test_a_kernel_launched_with_two_shared_memory_sizes_gets_the_larger(runner, monkeypatch):
+    """The dynamic shared memory attribute is the kernel's, not the launch's: set to the last launch's size, a larger
+    earlier launch would be refused and a valid plan called a PLAN_ERROR."""
+    attribute = stub_candidate(runner, monkeypatch)
+    runner.Candidate(b"", two_launches(200_000, 100_000), SimpleNamespace(limits=DeviceLimits()), None)
+    assert attribute == {"K": 200_000}
+
+
+def test_a_launch_refused_mid_plan_waits_for_the_launches_before_it(runner, monkeypatch):
+    """Launch 1 is enqueued (it may spin forever) when launch 2 is refused: the stream is waited for under the
+    candidate's watchdog before the PLAN_ERROR, so nothing of it runs into the next job on this worker."""
+    stub_candidate(runner, monkeypatch)
+    cand = runner.Candidate(b"", two_launches(0, 0), SimpleNamespace(limits=DeviceLimits()), None)
+    events = []
+
+    def launch_kernel(cfg, fn, params):
+        if len(events) == 1:
+            raise runner.CudaError("CUDA_ERROR_INVALID_VALUE", "invalid argument", "cuLaunchKernelEx")
+        events.append("launch")
+
+    monkeypatch.setattr(runner, "launch_kernel", launch_kernel)
+    monkeypatch.setattr(runner, "sync_stream", lambda stream: events.append("sync"))
+    with pytest.raises(runner.Failed) as failed:
+        cand.launch([(None, None, None), (None, None, None)])
+    assert failed.value.status == "PLAN_ERROR" and events == ["launch", "sync"]
+    events.clear()  # refused at the first launch: nothing to wait for
+    monkeypatch.setattr(runner, "launch_kernel", lambda *a: (_ for _ in ()).throw(
+        runner.CudaError("CUDA_ERROR_INVALID_VALUE", "invalid argument", "cuLaunchKernelEx")))
+    with pytest.raises(runner.Failed):
+        cand.launch([(None, None, None)])
+    assert events == []
+
+
+def job_state(runner, monkeypatch, fail):
+    """evaluate_job up to its correctness phase, which raises `fail`."""
+    monkeypatch.setattr(runner, "evaluation_flush", lambda *a: None)
+    monkeypatch.setattr(runner, "check_plan", lambda *a: [])
+    monkeypatch.setattr(runner, "check_memory", lambda *a, **k: [])
+    monkeypatch.setattr(runner, "module_globals", lambda cubin: [])
+    monkeypatch.setattr(runner, "Candidate", lambda *a: MagicMock())
+    monkeypatch.setattr(runner, "make_sets", lambda *a: [])
+    monkeypatch.setattr(runner, "CandidateCalls", lambda *a: MagicMock())
+
+    def correctness(*a):
+        raise fail
+
+    monkeypatch.setattr(runner, "correctness", correctness)
+    state = SimpleNamespace(referee=MagicMock(), ceilings={}, cache=MagicMock(),
+                            limits=SimpleNamespace(name="NVIDIA H200", l2_bytes=60 << 20))
+    job = GpuJob(workload=SMOKE, plan={"num_sms": 132, "launches": [], "scratch": [], "tmaps": []})
+    return state, job
+
+
+def test_an_out_of_bounds_write_replaces_the_worker(runner, monkeypatch):
+    """The guard zones found the stray write; where else it landed no check covers, so the worker is not reused."""
+    fail = runner.Failed("RUNTIME_ERROR", "wrote past C", runtime_error="OUT_OF_BOUNDS_WRITE: C's guard zone")
+    state, job = job_state(runner, monkeypatch, fail)
+    out, replace = runner.evaluate_job(state, job, lambda *a, **k: None)
+    assert out.status == "RUNTIME_ERROR" and replace and state.cache.clear.called
+
+
+@pytest.mark.parametrize("name, status", [("CUDA_ERROR_ECC_UNCORRECTABLE", "INFRA_ERROR"),
+                                          ("CUDA_ERROR_NVLINK_UNCORRECTABLE", "INFRA_ERROR"),
+                                          ("CUDA_ERROR_ILLEGAL_ADDRESS", "RUNTIME_ERROR")])
+def test_a_hardware_fault_is_the_machines_and_a_kernel_fault_the_kernels(runner, monkeypatch, name, status):
+    state, job = job_state(runner, monkeypatch, runner.CudaError(name, "text", "cuStreamSynchronize"))
+    out, replace = runner.evaluate_job(state, job, lambda *a, **k: None)
+    assert out.status == status and name in out.runtime_error and replace
+
+
+def test_out_of_memory_for_the_sets_releases_the_cache_once_then_blames_the_plan(runner, monkeypatch):
+    """A plan within the candidate's share must not fail for what earlier evaluations left cached: the sets are made
+    again after the cache is released; out of memory then, the plan is too large."""
+    state = SimpleNamespace(cache=MagicMock())
+    attempts = []
+
+    def make_sets(*a):
+        attempts.append(state.cache.clear.call_count)
+        if len(attempts) == 1 or fail_twice:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+        return ["sets"]
+
+    monkeypatch.setattr(runner, "make_sets", make_sets)
+    monkeypatch.setattr(runner.torch.cuda, "empty_cache", lambda: None)
+    fail_twice = False
+    assert runner.sets_in_memory(state, None, None, [1, 2], "normal") == ["sets"] and attempts == [0, 1]
+    fail_twice, attempts[:] = True, []
+    with pytest.raises(runner.Failed) as failed:
+        runner.sets_in_memory(state, None, None, [1, 2], "normal")
+    assert failed.value.status == "PLAN_ERROR" and len(attempts) == 2

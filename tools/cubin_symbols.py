@@ -1,0 +1,22 @@
+"""What an assembled cubin leaves to the driver: the functions it calls but does not define.
+
+The PTX-level check (compile_log.system_calls) reads `.extern .func` declarations, but ptxas also accepts a bare
+`.func` prototype (no `.extern`, no body) or `.extern.func` and leaves the name to the driver just the same, which
+resolves the device system calls (vprintf, malloc, free, __assertfail, the device runtime's launch entry points).
+The symbol table is where every such name ends up, however the source spelled it, so the cubin is read after
+ptxas and any undefined function refuses the module.
+"""
+from __future__ import annotations
+
+import io
+
+
+def undefined_functions(cubin: bytes) -> list[str]:
+    """Names of the functions the cubin references without defining them, in symbol-table order."""
+    from elftools.elf.elffile import ELFFile
+
+    symtab = ELFFile(io.BytesIO(cubin)).get_section_by_name(".symtab")
+    if symtab is None:
+        return []
+    return [s.name for s in symtab.iter_symbols()
+            if s.name and s["st_shndx"] == "SHN_UNDEF" and s["st_info"]["type"] == "STT_FUNC"]
