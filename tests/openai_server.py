@@ -6,6 +6,7 @@ exercised end to end. Script items (one per request, in order; `default` answers
     {"content": "...", "reasoning_content": "...", "tool_calls": [{"name": "compile", "arguments": {...}}]}
     {"status": 429}  or  {"status": 500}            an error reply (rate limit, server error)
     {"hang": True}                                  hold the request until the server stops (a run killed in flight)
+    {"raw": {...}}                                  this body as the 200 answer, as it is (a hostile or broken server)
 
 `requests` keeps every request body received (errors included), so tests count model calls.
 """
@@ -43,6 +44,9 @@ class ScriptedServer:
                 item = server._next(body)
                 if item.get("hang"):
                     server.stopping.wait(120)
+                    return
+                if "raw" in item:
+                    self._send(200, item["raw"])
                     return
                 if "status" in item:
                     self._send(item["status"], {"error": {"message": item.get("message", "scripted error"),

@@ -17,6 +17,7 @@ from typing import Optional
 import typer
 
 from .application import app
+from .terminal import terminal_text
 
 
 # OptimizeConfig fields whose option is spelled otherwise (for one-line validation errors)
@@ -47,7 +48,7 @@ def target_summary(result) -> str:
 
 
 def retry_line(event) -> str:
-    return (f"turn {event.turn}: model call attempt {event.attempt}/{event.max_attempts} failed ({event.reason[:160]})"
+    return (f"turn {event.turn}: model call attempt {event.attempt}/{event.max_attempts} failed ({terminal_text(event.reason[:160])})"
             + (f"; retrying in {event.wait_s:.0f} s" if event.attempt < event.max_attempts else ""))
 
 
@@ -98,7 +99,7 @@ class LiveView:
             self.note = f"turn {event.turn} done; querying the model"
             self.targets = "-"
         elif event.type == "stop":
-            self.note = f"stopped: {event.reason} ({event.detail})"
+            self.note = f"stopped: {event.reason} ({terminal_text(event.detail)})"
         elif event.type == "error":
             self.note = f"error in {event.where}: {event.message[:120]}"
         if self.live is not None:
@@ -203,7 +204,7 @@ def optimize(
     except (RunFolderInUse, SealedTrajectory) as exc:
         raise inputs.BadInput(str(exc)) from None
     best = f"{outcome.best_speedup:.3f}x (turn {outcome.best_turn})" if outcome.best_speedup is not None else "none"
-    typer.echo(f"stop: {outcome.stop_reason} ({outcome.stop_detail}); turns {recorded_turns(outcome)}; best speedup {best}; "
+    typer.echo(f"stop: {outcome.stop_reason} ({terminal_text(outcome.stop_detail)}); turns {recorded_turns(outcome)}; best speedup {best}; "
                f"trajectory {outcome.folder}")
     if outcome.stop_reason == "infra_error" and "GPU" in outcome.stop_detail and not no_gpu:
         typer.echo("No usable GPU here: add --no-gpu to evaluate up to compile + SASS only.", err=True)

@@ -118,6 +118,13 @@ class Steps:
             self.d.log.error(state["turn"], "query", str(exc))
             return {"stop": {"reason": "error", "detail": scrub_text(str(exc))[:500]}}
         self.d.log.model_call(state["turn"], self.d.model.name, messages, reply)
+        if self.cfg.mode == "tools" and len(reply.tool_calls) > self.cfg.max_tool_calls_per_turn:
+            # no reply can use more calls than a turn has: the rest are dropped from the conversation (where each
+            # would need an answer) and named once, not answered one event at a time
+            kept = self.cfg.max_tool_calls_per_turn
+            self.d.log.error(state["turn"], "query", f"the reply made {len(reply.tool_calls)} tool calls; the first "
+                                                     f"{kept} (a turn's limit) were kept, the rest ignored")
+            reply = reply.model_copy(update={"tool_calls": reply.tool_calls[:kept]})
         usage = reply.usage
         tokens = usage.get("total_tokens") or usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
         message = reply.assistant_message()

@@ -14,6 +14,7 @@ from typing import Any, Callable, Union, get_args, get_origin, get_type_hints
 from ptxbench.tools.evaluator import EvalOptions, Evaluator
 from ptxbench.tools.results import EvalResult
 
+from ..models.base import utf8_safe
 from .feedback import render_eval
 from .profile_policy import TOOL_REASON
 
@@ -152,14 +153,31 @@ class Toolbox:
         return text
 
 
+MAX_ARGUMENT_DEPTH = 32  # the tools take strings and lists of names; the record's writers recurse once per level
+
+
+def nesting_depth(value: Any) -> int:
+    """How deeply lists and objects nest in a parsed JSON value (walked without recursion)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        v, depth = todo.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, depth)
+            todo += [(x, depth + 1) for x in (v.values() if isinstance(v, dict) else v)]
+    return deepest
+
+
 def parse_arguments(raw: str | dict | None) -> dict[str, Any]:
-    """Tool-call arguments from the model (a JSON string); anything else becomes an error for the model."""
-    if isinstance(raw, dict):
-        return raw
+    """Tool-call arguments from the model (a JSON string); anything else becomes an error for the model. Nesting
+    past MAX_ARGUMENT_DEPTH is refused here: parsed, it would fail the trajectory's writer (pydantic stops at about
+    255 levels, the key masking recurses), and the turn would be lost as the harness's failure."""
     try:
-        value = json.loads(raw or "{}")
+        value = raw if isinstance(raw, dict) else json.loads(raw or "{}")
     except RecursionError:  # json recurses once per nesting level
         raise ValueError("tool arguments are nested too deeply") from None
     if not isinstance(value, dict):
         raise ValueError("tool arguments must be a JSON object")
-    return value
+    if nesting_depth(value) > MAX_ARGUMENT_DEPTH:
+        raise ValueError(f"tool arguments are nested too deeply (more than {MAX_ARGUMENT_DEPTH} levels)")
+    # "\ud800" is valid JSON but no UTF-8: every string made writable, as ModelReply does for the reply's text
+    return json.loads(utf8_safe(json.dumps(value, ensure_ascii=False)))

@@ -6,9 +6,11 @@ and returns a ModelReply. Failures the caller should record and stop on raise Mo
 """
 from __future__ import annotations
 
+import json
+import math
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from .evidence import Evidence
 
@@ -35,7 +37,37 @@ class ModelRequest(BaseModel):
     start_source: str = Field("", description="the --start-from kernel (turn 0), if any")
 
 
+# A count past 2**53 is no count a provider means (and none a float total or an SQLite integer keeps exactly).
+MAX_TOKENS_COUNT = 2**53
+
+
+def utf8_safe(text: str) -> str:
+    """`text` with anything UTF-8 cannot encode (a lone surrogate, valid JSON as "\\ud800") made a '?': such a string
+    would fail the first write of the trajectory and take the turn down with it."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _arguments_text(arguments: Any) -> str:
+    """A tool call's arguments as the JSON text the tools parse; an object some servers send is written out, and one
+    too deep to write is an empty call the tools then refuse by its missing fields."""
+    if isinstance(arguments, str):
+        return utf8_safe(arguments)
+    try:
+        return utf8_safe(json.dumps(arguments))
+    except (RecursionError, TypeError, ValueError):
+        return "{}"
+
+
 class ModelReply(BaseModel):
+    """One answer of a model, as the harness records it. Everything in it came from a model or its server, so it is
+    made safe to record here, whichever adapter built it: text that UTF-8 cannot encode repaired, tool-call arguments
+    kept as text (parsed, with their own limits, only by the tools), token counts between 0 and 2**53 (a negative
+    count would undo the budgets), a cost that is finite and not negative."""
+
     content: str = ""
     reasoning_content: str | None = None
     tool_calls: list[dict[str, Any]] = Field(default_factory=list, description="OpenAI form: id, type, function{name, arguments}")
@@ -44,6 +76,51 @@ class ModelReply(BaseModel):
     latency_s: float = 0.0
     attempts: int = 1
     tags: dict[str, Any] = Field(default_factory=dict, description="built-in models' bookkeeping (e.g. tuner params)")
+
+    @field_validator("content", "reasoning_content")
+    @classmethod
+    def _text(cls, v: str | None) -> str | None:
+        return utf8_safe(v) if isinstance(v, str) else v
+
+    @field_validator("tool_calls", mode="before")
+    @classmethod
+    def _calls(cls, v: Any) -> Any:
+        if not isinstance(v, list):
+            return v
+        calls = []
+        for call in v:
+            call = call if isinstance(call, dict) else {}
+            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+            calls.append({**{k: utf8_safe(x) if isinstance(x, str) else x for k, x in call.items() if k != "function"},
+                          "function": {"name": utf8_safe(str(fn.get("name") or "")),
+                                       "arguments": _arguments_text(fn.get("arguments") or "{}")}})
+        return calls
+
+    @field_validator("usage", mode="before")
+    @classmethod
+    def _usage(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return {}
+        counts = {}
+        for key, n in v.items():
+            try:
+                n = float(n)
+            except (TypeError, ValueError):
+                continue
+            if math.isfinite(n):
+                counts[utf8_safe(str(key))] = int(min(max(n, 0.0), MAX_TOKENS_COUNT))
+        return counts
+
+    @field_validator("cost_usd", mode="before")
+    @classmethod
+    def _cost(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            return None
+        return max(v, 0.0) if math.isfinite(v) else None
 
     def assistant_message(self) -> dict[str, Any]:
         """The reply as an OpenAI assistant message, to append to the conversation."""

@@ -115,23 +115,29 @@ class LiteLLMModel:
             raise ModelError(scrub_text(f"{type(exc).__name__}: {exc}")) from None
         latency = time.perf_counter() - start
         attempts = retrying.statistics.get("attempt_number", 1)
-        return _reply(litellm, response, latency, attempts)
+        try:
+            return _reply(litellm, response, latency, attempts)
+        except Exception as exc:  # noqa: BLE001 - an answer of a shape no reply can be read from is the server's failure
+            raise ModelError(scrub_text(f"the server's answer could not be read: {type(exc).__name__}: {exc}")) from None
 
 
 def _reply(litellm, response, latency: float, attempts: int) -> ModelReply:
-    message = response.choices[0].message
+    """The answer as a ModelReply. No choice at all (a proxy's content filter sends `"choices": []`) is an empty
+    reply: the turn is the model's, a FORMAT_ERROR with nothing to read."""
+    choices = getattr(response, "choices", None) or []
+    message = choices[0].message if choices else None
     tool_calls = [_tool_call(tc) for tc in (getattr(message, "tool_calls", None) or [])]
     usage_obj = getattr(response, "usage", None)
     usage = {}
     if usage_obj is not None:
         for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-            usage[key] = int(getattr(usage_obj, key, 0) or 0)
+            usage[key] = getattr(usage_obj, key, 0) or 0  # bounded by ModelReply
     try:
         cost = float(litellm.completion_cost(completion_response=response))
     except Exception:  # noqa: BLE001 - unknown prices (local models) mean no cost, not a failure
         cost = None
     return ModelReply(
-        content=message.content or "",
+        content=getattr(message, "content", None) or "",
         reasoning_content=getattr(message, "reasoning_content", None) or None,
         tool_calls=tool_calls,
         usage=usage,

@@ -156,3 +156,89 @@ def test_a_tools_evaluations_queue_for_a_gpu_as_their_turns_own(tmp_path, evalua
     with ScriptedServer(script) as server:
         run(server, tmp_path, recording, mode="tools", turns=2)
     assert recording.left == [1, 1, 0, 0]
+
+
+# ---- a hostile server's answers: recorded as the model's turns, never the harness's failure ----
+def _answer(message: dict, usage: dict | None = None, choices: bool = True) -> dict:
+    return {"raw": {"id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
+                    "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": "stop"}]
+                    if choices else [],
+                    "usage": usage or {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}}}
+
+
+def _no_infra(evs) -> None:
+    assert not [e for e in of_type(evs, "error") if e.infra], [e.message for e in of_type(evs, "error")]
+
+
+def test_text_utf8_cannot_encode_is_recorded_repaired_and_the_turn_is_the_models(tmp_path, evaluator):
+    """A lone surrogate ("\\ud800" is valid JSON) in a reply, its reasoning or a tool call's arguments once failed the
+    trajectory's first write: the turn was lost as an infra failure and the trajectory left out of the score."""
+    script = [{**reply(GOOD_PTX, "note \ud800"), "reasoning_content": "think \udfff"}]
+    with ScriptedServer(script) as server:
+        outcome = run(server, tmp_path / "p", evaluator, turns=1)
+    assert outcome.statuses == ["COMPILED"] and outcome.stop_reason == "turn_limit"
+    evs = events(tmp_path / "p" / "run")
+    _no_infra(evs)
+    (call,) = of_type(evs, "model_call")
+    assert "note ?" in call.response["content"] and call.response["reasoning_content"] == "think ?"
+    tools = [{"content": None, "tool_calls": [{"name": "compile", "arguments": '{"source": "\\ud800"}'},
+                                              {"name": "sub\ud800mit", "arguments": {"source": GOOD_PTX}}]}]
+    with ScriptedServer(tools) as server:
+        outcome = run(server, tmp_path / "t", evaluator, mode="tools", turns=1)
+    evs = events(tmp_path / "t" / "run")
+    _no_infra(evs)
+    assert [e.name for e in of_type(evs, "tool_call")] == ["compile", "sub?mit"]
+    assert outcome.statuses == ["FORMAT_ERROR"]
+
+
+def test_token_counts_out_of_range_neither_undo_the_budget_nor_break_the_record(tmp_path, evaluator):
+    """A negative count would lower the totals the budgets compare; one past 64 bits failed the checkpoint."""
+    negative = _answer({"content": reply(GOOD_PTX)["content"]},
+                       {"prompt_tokens": -10**6, "completion_tokens": -10**6, "total_tokens": -2 * 10**6})
+    huge = _answer({"content": reply(GOOD_PTX)["content"]},
+                   {"prompt_tokens": 2**70, "completion_tokens": 1, "total_tokens": 2**70})
+    with ScriptedServer([negative, huge], default=negative) as server:
+        outcome = run(server, tmp_path, evaluator, turns=4, max_tokens=10**9)
+    evs = events(tmp_path / "run")
+    _no_infra(evs)
+    calls = of_type(evs, "model_call")
+    assert calls[0].usage["total_tokens"] == 0 and calls[1].usage["total_tokens"] == 2**53
+    assert outcome.stop_reason == "token_budget" and len(server.requests) == 2  # the huge count spent the budget
+    assert all(e.tokens >= 0 for e in of_type(evs, "turn_end"))
+
+
+def test_an_answer_with_no_choice_is_an_empty_reply(tmp_path, evaluator):
+    """A proxy's content filter answers `"choices": []`: a FORMAT_ERROR turn, and the run goes on."""
+    with ScriptedServer([_answer({}, choices=False), reply(GOOD_PTX)]) as server:
+        outcome = run(server, tmp_path, evaluator, turns=2)
+    assert outcome.statuses == ["FORMAT_ERROR", "COMPILED"]
+    _no_infra(events(tmp_path / "run"))
+
+
+def test_tool_arguments_nested_past_the_limit_are_the_models_error(tmp_path, evaluator):
+    """300 levels parse (json stops near 1000) but fail the record's writers: refused as the model's mistake."""
+    deep = '{"source": ' + "[" * 300 + "]" * 300 + "}"
+    script = [{"content": None, "tool_calls": [{"name": "compile", "arguments": deep}]},
+              {"content": None, "tool_calls": [_tool("submit", GOOD_PTX)]}]
+    with ScriptedServer(script) as server:
+        outcome = run(server, tmp_path, evaluator, mode="tools", turns=1)
+    evs = events(tmp_path / "run")
+    _no_infra(evs)
+    assert "nested too deeply" in of_type(evs, "tool_result")[0].content and outcome.statuses == ["COMPILED"]
+
+
+def test_a_reply_of_thousands_of_tool_calls_is_cut_to_a_turns_limit(tmp_path, evaluator):
+    """Each call past the turn's limit was answered "Ignored" with two events of its own (5,000 calls: 50 s, 10,000
+    events); the calls past the limit are now dropped from the conversation and named once."""
+    flood = {"content": None, "tool_calls": [{"name": "compile", "arguments": "{}"}] * 2000}
+    with ScriptedServer([flood], default={"content": None, "tool_calls": [_tool("submit", GOOD_PTX)]}) as server:
+        outcome = run(server, tmp_path, evaluator, mode="tools", turns=2, max_tool_calls_per_turn=12)
+    evs = events(tmp_path / "run")
+    _no_infra(evs)
+    assert len(of_type(evs, "tool_call")) == 12 + 1
+    assert any("2000 tool calls" in e.message for e in of_type(evs, "error"))
+    # turn 2's request holds turn 1's assistant message with the 12 calls kept, each answered once
+    (kept,) = [m for m in server.requests[1]["messages"] if m["role"] == "assistant" and m.get("tool_calls")]
+    assert len(kept["tool_calls"]) == 12
+    assert len([m for m in server.requests[1]["messages"] if m["role"] == "tool"]) == 12
+    assert outcome.statuses == ["FORMAT_ERROR", "COMPILED"]

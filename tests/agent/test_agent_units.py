@@ -214,3 +214,25 @@ def test_timing_flags_reach_the_model_with_their_meaning():
     assert (SLOW_FACTOR, SLOW_ITERS) == (20.0, 15)
     assert "- flag: reduced_iterations (" in text
     assert "- flag: some_future_flag\n" in text + "\n"  # an unknown flag is still shown, bare
+
+
+def test_a_reply_is_made_safe_to_record_whichever_adapter_built_it():
+    from ptxbench.agent.models.base import MAX_TOKENS_COUNT, ModelReply
+
+    r = ModelReply(content="a\ud800b", usage={"prompt_tokens": -5, "completion_tokens": 2**80, "total_tokens": "x",
+                                              "cached": float("nan")}, cost_usd=-3.0,
+                   tool_calls=[{"id": "c\udfff", "function": {"name": "compile", "arguments": {"source": "k"}}}])
+    assert r.content == "a?b" and r.cost_usd == 0.0
+    assert r.usage == {"prompt_tokens": 0, "completion_tokens": MAX_TOKENS_COUNT}
+    assert r.tool_calls == [{"id": "c?", "function": {"name": "compile", "arguments": '{"source": "k"}'}}]
+    assert ModelReply(cost_usd=float("inf")).cost_usd is None and ModelReply(cost_usd=0.25).cost_usd == 0.25
+    r.model_dump_json()  # writable as it stands
+
+
+def test_text_from_a_server_shows_its_control_characters_escaped_on_a_terminal():
+    from ptxbench.agent.cli.terminal import terminal_text
+
+    hostile = "bad\x1b]0;PWNED\x07hidden\r\x9b2J"
+    shown = terminal_text(hostile)
+    assert not any(ord(c) < 32 or 0x7f <= ord(c) <= 0x9f for c in shown)
+    assert shown == "bad\\x1b]0;PWNED\\x07hidden\\r\\x9b2J" and terminal_text("a\tb\nc") == "a\tb\nc"

@@ -1,0 +1,16 @@
+"""Text from a model, its server or a run's records, made fit for a terminal.
+
+Such text can hold control sequences (an OSC that retitles the window, an ANSI erase, a carriage return that hides
+what came before); printed raw, it acts on the user's terminal. Control characters other than tab and newline are
+shown escaped instead.
+"""
+from __future__ import annotations
+
+import re
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_text(text: str) -> str:
+    """`text` with every control character except tab and newline written as its escape (`\\x1b`)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
