@@ -45,6 +45,10 @@ class FakeWorker:
         if behave == "slow_prepare":
             self.outbox.put({"type": "phase", "id": job_id, "phase": "prepare", "limit_s": 0.2})
             return
+        if behave == "die_preparing":  # e.g. the host's OOM killer while inputs are drawn: no candidate loaded yet
+            self.outbox.put({"type": "phase", "id": job_id, "phase": "prepare", "limit_s": 900})
+            self._alive = False
+            return
         self.outbox.put({"type": "phase", "id": job_id, "phase": "run", "limit_s": msg["timeout_s"]})
         if behave == "hang":
             return
@@ -144,6 +148,15 @@ def test_dead_worker_is_runtime_error_and_replaced():
     assert res.status == "RUNTIME_ERROR" and "died" in res.message
     assert pool.submit(job("ok", 5)).status == "PASSED"
     assert pool.slots[0].replacements == 1
+    pool.close()
+
+
+def test_a_worker_that_dies_before_its_candidate_is_loaded_is_the_harnesss_failure():
+    """Before the `load` phase no code of this job's candidate is in the worker: its death is not the kernel's."""
+    pool = make_pool(devices=[0], spares=0)
+    res = pool.submit(job("die_preparing", 5))
+    assert res.status == "INFRA_ERROR" and "before the candidate was loaded" in res.message
+    assert pool.submit(job("ok", 5)).status == "PASSED"
     pool.close()
 
 

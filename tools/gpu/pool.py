@@ -343,6 +343,7 @@ class GpuPool:
         slot.jobs += 1
         phase, deadline = "prepare", time.monotonic() + self.config.prepare_timeout_s
         phase_limit, phase_why = self.config.prepare_timeout_s, ""
+        candidate_in = False  # whether this job reached the loading of its candidate (a death before is not its own)
         while True:
             reply = w.recv(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
             now = time.monotonic()
@@ -350,6 +351,10 @@ class GpuPool:
                 if not w.alive():
                     code = w.exitcode
                     self._retire(slot)
+                    if not candidate_in:
+                        return _result("INFRA_ERROR", f"the GPU worker process died while preparing inputs and "
+                                                      f"references, before the candidate was loaded (exit code {code}); "
+                                                      f"it was replaced")
                     return _result("RUNTIME_ERROR", f"the GPU worker process died while running the candidate "
                                                     f"(exit code {code}); it was replaced",
                                    runtime_error=f"WORKER_DIED: exit code {code}")
@@ -367,6 +372,7 @@ class GpuPool:
                 continue
             if reply["type"] == "phase":
                 phase, phase_why = reply["phase"], str(reply.get("why") or "")
+                candidate_in = candidate_in or phase != "prepare"
                 phase_limit = float(reply["limit_s"])
                 if phase in ("run", "timing"):  # the worker's limit (watchdog.py): at most timeout_s, at least the floor
                     phase_limit = max(min(phase_limit, limit), MIN_CANDIDATE_LIMIT_S)
