@@ -247,6 +247,18 @@ def test_the_read_flush_buffer_is_zeros_and_a_write_into_it_is_caught():
     with pytest.raises(Failed) as e:
         stash.check()
     assert e.value.status == "RUNTIME_ERROR" and e.value.runtime_error == "OUT_OF_BOUNDS_WRITE: L2 flush buffer"
+    # a kernel that also found the answer cannot undo it: the flush that saw its stash added nothing, and the key it
+    # would have added was never in device memory
+    undone = FlushBuffer(L2Flush(1 << 16, "read"), device="cpu")
+    undone.flush(0)
+    before = undone.clean_keys.clone()
+    undone.data[77] = 5  # call k leaves a result
+    undone.flush(1)
+    undone.data[77] = 0  # call k+1 takes it and puts back what it saw before
+    undone.clean_keys.copy_(before)
+    undone.flush(2)
+    with pytest.raises(Failed):
+        undone.check()
     written = FlushBuffer(L2Flush(1 << 16, "write"), device="cpu")
     written.data[5] = 9
     written.flush(3)  # the written flush replaces every word before each call: nothing outlives it

@@ -8,6 +8,7 @@ bootstrap 95% interval; the speedup's interval resamples the iterations as pairs
 """
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -134,27 +135,33 @@ class FlushBuffer:
 
     Written ("write"), its contents are replaced before every call. Read ("read"), they would outlive every call
     untouched: a kernel that found the buffer could keep a result there for its next call. So it starts as zeros and
-    each flush is a reduction that reads every line and also says whether any of them is no longer zero; the flags
-    are read back once, at the end of the run (`check`)."""
+    each flush is a reduction that reads every line and also says whether any of them is no longer zero; the answers
+    are read back once, at the end of the run (`check`).
+
+    The answers are kept where a kernel cannot undo them: each flush that finds the buffer clean adds a key drawn on
+    the host for that flush alone (passed by value to the adding kernel, never stored in device memory) to a device
+    sum, and the host adds the same keys. A kernel that left a result in the buffer finds the sum short of one key
+    it never saw; a yes/no flag it could simply have reset."""
 
     def __init__(self, flush: L2Flush, device="cuda"):
         import torch
 
         self.mode = flush.mode
         self.data = torch.zeros(flush.bytes // 4, dtype=torch.int32, device=device)
-        self.written = torch.zeros((), dtype=torch.bool, device=device)
+        self.clean_keys = torch.zeros((), dtype=torch.int64, device=device)
+        self.expected = 0  # the sum of every flush's key, on the host (mod 2**64)
 
     def flush(self, fill: int) -> None:
-        import torch
-
         if self.mode == "read":
-            torch.logical_or(self.written, self.data.any(), out=self.written)  # every line read: L2 cold and clean
+            key = secrets.randbits(62) + 1
+            self.expected = (self.expected + key) % 2**64
+            self.clean_keys.add_((~self.data.any()).long() * key)  # every line read: L2 cold and clean
         else:
             self.data.fill_(fill)
 
     def check(self) -> None:
         """Raise RUNTIME_ERROR (OUT_OF_BOUNDS_WRITE) when any read flush found the buffer written."""
-        if self.mode == "read" and bool(self.written):
+        if self.mode == "read" and int(self.clean_keys) % 2**64 != self.expected:
             from .verdict import Failed
 
             raise Failed("RUNTIME_ERROR", "out-of-bounds write: a kernel wrote into the harness's L2 flush buffer, "
