@@ -19,6 +19,7 @@ from langgraph.graph import END, START, StateGraph
 from ptxbench.tools.evaluator import EvalOptions, Evaluator
 from ptxbench.tools.results import FORMAT_ERROR, EvalResult
 from ptxbench.tools.solution.language import detect_language
+from ptxbench.tools.solution.parse import MAX_REPLY_CHARS
 
 from . import budget
 from .context import build_messages
@@ -91,6 +92,17 @@ def _outcome_message(result: EvalResult | None, format_error: str) -> str:
     return " ".join([result.message, *compile_errors, *result.plan_errors[:3], result.runtime_error]).strip()
 
 
+# A reply kept in the conversation is sent again, and recorded again, with every later model call: one of 30 MB
+# grew a run folder by hundreds of MB in three turns. A reply past the reply limit is a FORMAT_ERROR whatever its
+# length (its model_call event records it once); the history keeps no more of it than the limit.
+MAX_HISTORY_REPLY_CHARS = MAX_REPLY_CHARS
+
+
+def history_copy(content: str) -> str:
+    cut = len(content) - MAX_HISTORY_REPLY_CHARS
+    return content[:MAX_HISTORY_REPLY_CHARS] + f"\n[... {cut} more characters of this reply are left out of the history]"
+
+
 class Steps:
     def __init__(self, deps: Deps):
         self.d = deps
@@ -128,6 +140,8 @@ class Steps:
         usage = reply.usage
         tokens = usage.get("total_tokens") or usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
         message = reply.assistant_message()
+        if len(message["content"] or "") > MAX_HISTORY_REPLY_CHARS:
+            message["content"] = history_copy(message["content"])
         if self.cfg.mode == "pipeline":  # no tools were offered: stray tool calls get no answers, so drop them
             message.pop("tool_calls", None)
         return {"reply": reply.model_dump(), "current": state["current"] + [message],

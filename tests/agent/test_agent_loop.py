@@ -242,3 +242,17 @@ def test_a_reply_of_thousands_of_tool_calls_is_cut_to_a_turns_limit(tmp_path, ev
     assert len(kept["tool_calls"]) == 12
     assert len([m for m in server.requests[1]["messages"] if m["role"] == "tool"]) == 12
     assert outcome.statuses == ["FORMAT_ERROR", "COMPILED"]
+
+
+def test_a_huge_reply_is_recorded_once_and_kept_short_in_the_history(tmp_path, evaluator):
+    """A 3 MB reply is over the reply limit (a FORMAT_ERROR) and recorded once; later calls resend only its head."""
+    from ptxbench.agent.loop.graph import MAX_HISTORY_REPLY_CHARS
+
+    huge = reply(GOOD_PTX, "x" * 3_000_000)
+    with ScriptedServer([huge, reply(GOOD_PTX)]) as server:
+        outcome = run(server, tmp_path, evaluator, turns=2)
+    assert outcome.statuses == ["FORMAT_ERROR", "COMPILED"]
+    (kept,) = [m for m in server.requests[1]["messages"] if m["role"] == "assistant"]
+    assert MAX_HISTORY_REPLY_CHARS < len(kept["content"]) < MAX_HISTORY_REPLY_CHARS + 200
+    assert "left out of the history" in kept["content"]
+    assert len(of_type(events(tmp_path / "run"), "model_call")[0].response["content"]) > 3_000_000
