@@ -3,11 +3,14 @@
 Every event is copied into a new run folder; each scored submission's kernel is evaluated again
 and its eval_result and turn_end carry the new verdict (the feedback text stays what the model
 saw). Identical kernels of one workload are evaluated once. The new run scores like any other.
+
+The recorded run may come from someone else: a kernel is read only from inside its trajectory folder, and written
+(the bytes read) only inside the new one (rundir.kernel_path / path_inside); a record that names a kernel elsewhere
+stops the re-evaluation before anything is written.
 """
 from __future__ import annotations
 
 from ptxbench.workloads.arch import DEFAULT_ARCH
-import shutil
 import time
 from pathlib import Path
 
@@ -16,7 +19,8 @@ from ptxbench.tools.results import LEGACY_L2_FLUSH
 
 from ..records.events import EvalEvent, TurnEnd
 from ..records.manifest import build_manifest
-from ..records.rundir import TrajectoryRecord, TrajectoryWriter, load_run, read_manifest, write_manifest
+from ..records.rundir import (DamagedRecord, TrajectoryRecord, TrajectoryWriter, load_run, path_inside, read_manifest,
+                              write_manifest)
 
 
 def _options(record: TrajectoryRecord, no_gpu: bool) -> EvalOptions:
@@ -27,20 +31,42 @@ def _options(record: TrajectoryRecord, no_gpu: bool) -> EvalOptions:
                        l2_flush=config.get("l2_flush", LEGACY_L2_FLUSH))
 
 
-def _copy_trajectory(record: TrajectoryRecord, folder: Path, evaluator, no_gpu: bool, cache: dict) -> None:
+def _scored_kernels(record: TrajectoryRecord) -> dict[str, str]:
+    """kernel_file -> its text, for every scored submission of the record; DamagedRecord for one that is not a
+    UTF-8 regular file inside the trajectory folder (missing, absolute, climbing out with ../ or through a link)."""
+    sources = {}
+    for event in record.events:
+        if isinstance(event, EvalEvent) and event.submission and event.kernel_file:
+            source = record.kernel(event.kernel_file)
+            if source is None:
+                raise DamagedRecord(record.folder, f"turn {event.turn} names kernel file {event.kernel_file!r:.120}, which is "
+                                    "not a readable file inside the trajectory folder")
+            sources[event.kernel_file] = source
+    return sources
+
+
+def _write_kernel(folder: Path, rel: str, source: str) -> None:
+    path = path_inside(folder, rel)
+    if path is None:  # _scored_kernels found it inside the recorded folder; the new folder is laid out the same
+        raise DamagedRecord(folder, f"kernel file {rel!r} would be written outside the trajectory folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(source.encode("utf-8"))
+
+
+def _copy_trajectory(record: TrajectoryRecord, sources: dict[str, str], folder: Path, evaluator, no_gpu: bool,
+                     cache: dict) -> None:
     writer = TrajectoryWriter(folder)
     options = _options(record, no_gpu)
     workload = record.start.workload if record.start else ""
     new_status: dict[int, tuple[str, float | None]] = {}
     for event in record.events:
         if isinstance(event, EvalEvent) and event.submission and event.kernel_file:
-            source = record.kernel(event.kernel_file)
+            source = sources[event.kernel_file]
             key = (workload, event.kernel_sha256 or source)
             if key not in cache:
                 cache[key] = evaluator.evaluate(workload, source, options)
             result = cache[key]
-            (folder / event.kernel_file).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(record.folder / event.kernel_file, folder / event.kernel_file)
+            _write_kernel(folder, event.kernel_file, source)
             new_status[event.turn] = (result.status, result.speedup if result.status == "PASSED" else None)
             event = event.model_copy(update={"result": result})
         elif isinstance(event, TurnEnd) and event.turn in new_status and event.status not in ("NO_SUBMISSION", "FORMAT_ERROR"):
@@ -55,6 +81,7 @@ def reevaluate_run(run_dir: Path, out_run: Path | None = None, *, no_gpu: bool =
     if (out_run / "trajectories").exists():
         raise FileExistsError(f"{out_run} already holds trajectories")
     records = [r for r in load_run(run_dir) if r.start is not None]
+    sources = [_scored_kernels(r) for r in records]  # every kernel read (or refused) before anything is written
     old = read_manifest(run_dir)
     arch = records[0].start.arch if records else DEFAULT_ARCH
     manifest = build_manifest(old.get("config", {}), "reevaluate", [r.id for r in records], arch)
@@ -67,8 +94,8 @@ def reevaluate_run(run_dir: Path, out_run: Path | None = None, *, no_gpu: bool =
         evaluator = LocalEvaluator()
     cache: dict = {}
     try:
-        for record in records:
-            _copy_trajectory(record, out_run / "trajectories" / record.id, evaluator, no_gpu, cache)
+        for record, kernels in zip(records, sources):
+            _copy_trajectory(record, kernels, out_run / "trajectories" / record.id, evaluator, no_gpu, cache)
     finally:
         if own:
             evaluator.close()

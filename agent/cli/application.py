@@ -3,8 +3,13 @@
 Every error a user can cause ends as one line on stderr and an exit status, never a traceback:
 2 for a usage error (a bad option, an unknown name: agent/inputs.BadInput), 1 for a run that
 failed (agent/inputs.RunFailed). Click's own usage errors are folded into the same one line.
+The commands that read run folders (`@reads_runs`: score, report, export, seal) also end in one line, exit
+status 1, when a damaged or odd run raises while it is read.
 """
+import functools
 import sys
+import zlib
+from pathlib import Path
 
 import typer
 from typer.core import TyperGroup
@@ -17,11 +22,59 @@ except ImportError:
     from click.exceptions import NoArgsIsHelpError
 
 from .inputs import BadInput, RunFailed
+from .terminal import terminal_text
+
+# What reading a damaged or odd run folder raises: a file that is not what its name says (OSError, gzip.BadGzipFile
+# among them), bytes that are not UTF-8 or JSON, a recorded value of the wrong type (ValueError: UnicodeDecodeError,
+# json's errors, pydantic's ValidationError, rundir.DamagedRecord), JSON nested past the parser's depth, a gzip stream
+# cut short or corrupt.
+READ_ERRORS = (OSError, ValueError, RecursionError, EOFError, zlib.error)
 
 
 def _fail(message: str, status: int) -> None:
-    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    typer.echo(f"error: {terminal_text(' '.join(message.split()))}", err=True)
     sys.exit(status)
+
+
+def _what(exc: BaseException) -> str:
+    from pydantic import ValidationError
+
+    from ..records.rundir import validation_line
+
+    if isinstance(exc, ValidationError):
+        return validation_line(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def read_failure(exc: BaseException, runs: list[Path]) -> str:
+    """`<path>: <what>` for an error met while reading runs: the file the error names (rundir.DamagedRecord says it
+    itself, an OSError carries it), else the run folders read."""
+    from ..records.rundir import DamagedRecord
+
+    if isinstance(exc, DamagedRecord):
+        return str(exc)
+    where = getattr(exc, "filename", None) or ", ".join(map(str, runs))
+    return f"{where}: {_what(exc)}"
+
+
+def reads_runs(command):
+    """For a command that reads run folders (its `runs` or `run` argument): READ_ERRORS raised while it runs end as
+    RunFailed, one line naming the file or run. Only on such commands: elsewhere these exceptions are bugs and keep
+    their tracebacks."""
+
+    @functools.wraps(command)
+    def checked(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (BadInput, RunFailed):
+            raise
+        except READ_ERRORS as exc:
+            runs = kwargs.get("runs") or [kwargs.get("run")]
+            raise RunFailed(read_failure(exc, runs)) from None
+
+    return checked
 
 
 def _usage_line(exc: ClickException) -> str:

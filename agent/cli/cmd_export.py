@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from .application import app
+from .application import app, reads_runs
 
 
 def _ops(workload_ids: set[str]) -> dict[str, str]:
@@ -22,10 +22,11 @@ def _ops(workload_ids: set[str]) -> dict[str, str]:
 
 
 @app.command()
+@reads_runs
 def export(
     runs: list[Path] = typer.Argument(..., help="run directories"),
     recipe: str = typer.Option(..., help="kernelgen | fixit"),
-    out: Path = typer.Option(..., help="output folder"),
+    out: str = typer.Option(..., help="output folder (split files an earlier export left there are replaced)"),
     format: str = typer.Option("parquet", help="parquet | jsonl"),
     min_speedup: Optional[float] = typer.Option(None, help="completion kernels at least this fast vs. the library"),
     first_k: Optional[int] = typer.Option(None, help="only turns 1..k"),
@@ -41,22 +42,29 @@ def export(
 ) -> None:
     """Export KernelGen (task -> kernel) or Fixit (wrong kernel + evaluation log -> fixed kernel) rows."""
     from rich import print as rprint
+    from rich.markup import escape
 
     from . import inputs
+    from .terminal import terminal_text
     from ..export import ExportConfig, build_rows, collect_samples
     from ..export.recipes import REJECTED
+    from ..export.tokens import TokenizerUnavailable, counter
     from ..export.writer import write_dataset
+    from ..records.rundir import distinct_runs
 
     for run in runs:
         inputs.run_folder(run)
+    runs = distinct_runs(runs)  # a run named twice is exported once
     inputs.one_of(recipe, ("kernelgen", "fixit"), "--recipe"), inputs.one_of(format, ("parquet", "jsonl"), "--format")
-    if tokenizer != "estimate" and not tokenizer.startswith(("tiktoken:", "hf:")):
-        raise inputs.BadInput(f"--tokenizer {tokenizer!r}: expected estimate, tiktoken:<encoding> or hf:<name or path>")
     for value, flag in ((first_k, "--first-k"), (max_per_group, "--max-per-group"), (max_tokens, "--max-tokens")):
         inputs.positive(value, flag)
     if min_speedup is not None and min_speedup < 0:
         raise inputs.BadInput(f"--min-speedup must be 0 or more, got {min_speedup}")
-    inputs.new_folder(out, "--out")
+    out = inputs.new_folder(out, "--out")
+    try:  # loaded now, before any run is read: a tokenizer that cannot load is a usage error, not a late traceback
+        counter(tokenizer)
+    except TokenizerUnavailable as exc:
+        raise inputs.BadInput(f"--tokenizer {exc}") from None
     if teacher:
         inputs.model(teacher), inputs.credentials(teacher, teacher_api_base, None, report=lambda line: typer.echo(line, err=True))
     cfg = ExportConfig(
@@ -76,8 +84,8 @@ def export(
 
         stats["teacher"] = add_reasoning(rows, teacher, out / ".teacher_cache", teacher_api_base)
     paths = write_dataset(rows, out, format, cfg, stats, [str(r) for r in runs])
-    rprint(f"[bold]{len(rows)}[/] {recipe} rows from {len(samples)} trajectories -> "
-           + (", ".join(f"{k}: {v}" for k, v in paths.items()) or str(out)))
+    where = ", ".join(f"{k}: {v}" for k, v in paths.items()) or str(out)  # a path may hold [ ]: not rich markup
+    rprint(f"[bold]{len(rows)}[/] {recipe} rows from {len(samples)} trajectories -> " + escape(terminal_text(where)))
     for line in dropped_lines(stats, REJECTED):
         typer.echo(line)
 

@@ -6,21 +6,26 @@ from typing import Optional
 
 import typer
 
-from .application import app
+from .application import app, reads_runs
 
 
 @app.command()
+@reads_runs
 def report(
     run: Path = typer.Argument(..., help="a run folder"),
-    out: Optional[Path] = typer.Option(None, help="output folder (default <run>/report)"),
+    out: Optional[str] = typer.Option(None, help="output folder (default <run>/report)"),
 ) -> None:
     """Write the report of a run (opens offline: plots are inlined)."""
     from ..report import write_report
+    from ..report.build import LinkedReportFolder
 
     from . import inputs
+    from .terminal import terminal_text
 
     inputs.run_folder(run)
-    if out is not None:
-        inputs.new_folder(out, "--out")
-    files = write_report(run, out)
-    typer.echo(f"{files.html}\n{files.markdown}\n{len(files.trajectories)} trajectory pages")
+    out_dir = inputs.new_folder(out, "--out") if out is not None else None
+    try:
+        files = write_report(run, out_dir)
+    except LinkedReportFolder as exc:
+        raise inputs.BadInput(str(exc)) from None
+    typer.echo(terminal_text(f"{files.html}\n{files.markdown}\n{len(files.trajectories)} trajectory pages"))

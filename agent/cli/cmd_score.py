@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from .application import app
+from .application import app, reads_runs
 
 
 def exclusion_lines(runs: list[Path]) -> list[str]:
@@ -20,11 +20,11 @@ def exclusion_lines(runs: list[Path]) -> list[str]:
     infra error's first line)."""
     from collections import Counter
 
-    from ..records.rundir import load_run
+    from ..records.rundir import distinct_runs, load_run
     from ..scoring.turns import score_trajectory
 
     reasons: Counter[str] = Counter()
-    for run in runs:
+    for run in distinct_runs(runs):
         for record in load_run(run):
             if score_trajectory(record).infra_failed:
                 errors = [e for e in record.events if e.type == "error" and e.infra]
@@ -38,6 +38,7 @@ def exclusion_lines(runs: list[Path]) -> list[str]:
 
 
 @app.command()
+@reads_runs
 def score(
     runs: list[Path] = typer.Argument(..., help="run folders (each with trajectories/)"),
     json_out: bool = typer.Option(False, "--json", help="print the full RunScore as JSON"),
@@ -47,11 +48,14 @@ def score(
 ) -> None:
     """Score recorded runs: per turn, trajectory, model x workload cell, and repair behaviour."""
     from . import inputs
+    from .terminal import terminal_text
+    from ..records.rundir import distinct_runs
     from ..report.tables import all_tables
-    from ..scoring import score_runs
+    from ..scoring import DuplicateTrajectory, score_runs
 
     for run in runs:
         inputs.run_folder(run)
+    runs = distinct_runs(runs)  # a run named twice (or by two paths) is scored once
     if re_evaluate:
         from ..bench.reevaluate import reevaluate_run
 
@@ -65,7 +69,10 @@ def score(
         raise inputs.BadInput("--out-run and --no-gpu go with --re-evaluate")
     from ..scoring.repair_track import repair_markdown, score_repair_runs
 
-    result = score_runs(runs)
+    try:
+        result = score_runs(runs)
+    except DuplicateTrajectory as exc:
+        raise inputs.BadInput(str(exc)) from None
     repair = score_repair_runs(runs)
     if json_out:  # the RunScore, plus the repair track's scores when the runs hold repair trajectories
         import json
@@ -75,12 +82,13 @@ def score(
             data["repair_track"] = json.loads(repair.model_dump_json())
         typer.echo(json.dumps(data, indent=1))
         return
+    # Names and infra messages are the records' text: control characters escaped (terminal_text) before they print.
     for table in all_tables(result):
-        typer.echo(table.markdown())
+        typer.echo(terminal_text(table.markdown()))
     if repair.trajectories:  # a repair-track run (bench --track repair)
-        typer.echo(repair_markdown(repair))
+        typer.echo(terminal_text(repair_markdown(repair)))
     for line in exclusion_lines(runs):
-        typer.echo(line)
+        typer.echo(terminal_text(line))
     typer.echo(f"{result.n_trajectories} trajectories ({result.n_infra_failed} infra-failed, left out), "
                f"{result.n_infra_turns} infra turns, {result.n_target_unknown} correct turns with unknown target verdict"
                + (f", {result.n_compile_only} COMPILED turns never run on a GPU (not counted as correct)"

@@ -11,21 +11,23 @@ from pathlib import Path
 
 import typer
 
-from .application import app
+from .application import app, reads_runs
 
 
 @app.command()
+@reads_runs
 def seal(
     runs: list[Path] = typer.Argument(..., help="run folders (each with trajectories/)"),
     undo: bool = typer.Option(False, "--undo", help="unseal: restore each trajectory.jsonl so the run can be continued"),
 ) -> None:
     """Gzip the event logs of finished trajectories (every reader keeps working); --undo restores them."""
     from . import inputs
+    from ..records.rundir import distinct_runs
     from ..records.sealing import seal_run, unseal_run
 
     for run in runs:
         inputs.run_folder(run)
-    for run in runs:
+    for run in distinct_runs(runs):
         if undo:
             typer.echo(f"{run}: {len(unseal_run(run))} trajectories unsealed")
             continue

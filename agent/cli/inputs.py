@@ -5,7 +5,8 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
     credentials(model, api_base, api_key_env, report)   a missing key or an unreachable endpoint
     run_folder(path, what)                               an existing run folder (manifest or trajectories)
     unsealed(path, flag)                                 a run folder that may be continued (no sealed log)
-    new_folder(path, flag)                               a path a run may be written to
+    resumable(path, flag)                                an optimize run folder `--resume` can continue
+    new_folder(path, flag)                               a path a run may be written to (not empty)
     config(cls, **fields)                                a pydantic config, its errors as one line
 """
 from __future__ import annotations
@@ -136,15 +137,35 @@ def run_folder(path: Path, what: str = "run") -> Path:
 def unsealed(path: Path, flag: str) -> Path:
     """A run folder to continue: none of its trajectories sealed (agent/records/sealing.py), since a sealed log takes
     no more events."""
-    from ..records.rundir import SEALED_LOG_NAME, trajectory_folders
+    from ..records.rundir import SEALED_LOG_NAME, DamagedRecord, trajectory_folders
 
-    if any((folder / SEALED_LOG_NAME).exists() for folder in trajectory_folders(path)):
+    try:
+        folders = trajectory_folders(path)
+    except DamagedRecord as exc:  # `trajectories` is a file: nothing there to continue
+        raise BadInput(f"{flag} {exc}") from None
+    if any((folder / SEALED_LOG_NAME).exists() for folder in folders):
         raise BadInput(f"{flag} {path}: the run is sealed; `ptxbench seal {path} --undo` first, then continue it")
     return Path(path)
 
 
-def new_folder(path: Path, flag: str) -> Path:
-    """A folder a command may create or add to: not a file, and its parent not a file either."""
+def resumable(path: Path, flag: str) -> Path:
+    """A run folder `optimize --resume` can continue: an optimize run whose manifest holds a config to go on with
+    (loop/optimize.resume_config). Checked before anything starts, so a bench run is one line, not a live view."""
+    from ..loop.optimize import RunFolderInUse, resume_config
+    from ..records.rundir import DamagedRecord
+
+    try:
+        resume_config(Path(path))
+    except (RunFolderInUse, DamagedRecord) as exc:
+        raise BadInput(f"{flag} {exc}") from None
+    return Path(path)
+
+
+def new_folder(path: str | Path, flag: str) -> Path:
+    """A folder a command may create or add to: not empty, not a file, and its parent not a file either. Give the
+    text as typed: an empty one made into a Path reads as '.', the working directory."""
+    if not str(path).strip():
+        raise BadInput(f"{flag} is empty: name the folder to write to")
     path = Path(path)
     for p in (path, *path.parents):
         if p.exists() and not p.is_dir():

@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...workloads.registry import get_workload
 from ..repairs.suite import held_out_bug
-from ..records.rundir import load_run, read_manifest, sha256_text
+from ..records.rundir import distinct_runs, load_run, read_manifest, sha256_text
 from ..scoring.turns import evaluated_gpu
 
 
@@ -53,9 +54,17 @@ def _gpu_name(manifest: dict) -> str:
     return str(gpu.get("name", "")) if isinstance(gpu, dict) else str(gpu or "")
 
 
+def _registry_held_out(workload: str) -> bool:
+    """Whether this machine's registry holds the workload out (a record may lack the flag, or be edited)."""
+    try:
+        return get_workload(workload).held_out
+    except KeyError:  # a workload recorded elsewhere and unknown here: the record's word stands
+        return False
+
+
 def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
     samples: list[TrajectorySample] = []
-    for run_dir in map(Path, run_dirs):
+    for run_dir in distinct_runs(run_dirs):
         gpu = _gpu_name(read_manifest(run_dir))
         for rec in load_run(run_dir):
             start = rec.start
@@ -64,16 +73,16 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
             system, task = _first_prompts(rec.events, start)
             sample = TrajectorySample(
                 run=run_dir.name, trajectory=rec.id, workload=start.workload, model=start.model, prompt=start.prompt,
-                gpu=start.gpu or evaluated_gpu(rec.events) or gpu, held_out=start.held_out or held_out_bug(start.config), system=system, task=task,
+                gpu=start.gpu or evaluated_gpu(rec.events) or gpu, system=system, task=task,
+                held_out=start.held_out or held_out_bug(start.config) or _registry_held_out(start.workload),
                 synthetic=start.config.get("synthetic_bug"),
             )
             for e in rec.events:
                 if e.type != "eval_result" or not e.submission or not e.kernel_file:
                     continue
-                kernel_path = rec.folder / e.kernel_file
-                if not kernel_path.exists():
+                kernel = rec.kernel(e.kernel_file)
+                if kernel is None:  # missing, unreadable, or outside the trajectory folder (rundir.read_kernel)
                     continue
-                kernel = kernel_path.read_text(encoding="utf-8")
                 status = e.result.status
                 sample.turns.append(Turn(
                     turn=e.turn, status=status, language=e.language or "cuda", kernel=kernel,

@@ -3,6 +3,7 @@ real evaluation log -> fixed kernel), with the filters, balance, de-duplication 
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter, defaultdict
 
 from ...tools.results import MODEL_FAILURES
@@ -15,8 +16,17 @@ from .tokens import count_messages
 FENCE = {"ptx": "ptx", "cuda": "cuda"}
 
 
+def _fence(kernel: str) -> str:
+    """A backtick fence one longer than the longest run of backticks in the kernel (three at least): a ``` line
+    inside the kernel (a comment showing an example) then cannot close the block early."""
+    return "`" * max(3, max(map(len, re.findall(r"`+", kernel)), default=0) + 1)
+
+
 def kernel_message(turn: Turn) -> str:
-    return f"```{FENCE.get(turn.language, '')}\n{turn.kernel.rstrip()}\n```"
+    """The kernel as a reply: one fenced block that tools/solution/parse.py's extract_solution reads back whole."""
+    kernel = turn.kernel.rstrip()
+    fence = _fence(kernel)
+    return f"{fence}{FENCE.get(turn.language, '')}\n{kernel}\n{fence}"
 
 
 # Why a turn's kernel cannot be a completion: the filter's name, and what keeps such kernels (for `export`'s report).

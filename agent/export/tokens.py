@@ -10,23 +10,41 @@ def _estimate(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-@lru_cache(maxsize=8)
-def counter(spec: str) -> Callable[[str], int]:
-    """'estimate', 'tiktoken:<encoding>' (e.g. tiktoken:o200k_base) or 'hf:<name or local path>'."""
-    if spec == "estimate":
-        return _estimate
-    kind, _, name = spec.partition(":")
+SPECS = "'tiktoken:<encoding>' or 'hf:<name or path>'"
+
+
+class TokenizerUnavailable(ValueError):
+    """A --tokenizer spec that names no tokenizer, or one that cannot be loaded here."""
+
+
+def _load(kind: str, name: str) -> Callable[[str], int]:
     if kind == "tiktoken":
         import tiktoken
 
-        enc = tiktoken.get_encoding(name or "o200k_base")
+        enc = tiktoken.get_encoding(name)
         return lambda text: len(enc.encode(text, disallowed_special=()))
-    if kind == "hf":
-        from transformers import AutoTokenizer
+    from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(name)
-        return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
-    raise ValueError(f"unknown tokenizer {spec!r}: use 'estimate', 'tiktoken:<encoding>' or 'hf:<name or path>'")
+    tok = AutoTokenizer.from_pretrained(name)
+    return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
+
+
+@lru_cache(maxsize=8)
+def counter(spec: str) -> Callable[[str], int]:
+    """'estimate', 'tiktoken:<encoding>' (e.g. tiktoken:o200k_base) or 'hf:<name or local path>'. A spec that names
+    nothing, or a tokenizer that fails to load, raises TokenizerUnavailable (the CLI asks before reading any run)."""
+    if spec == "estimate":
+        return _estimate
+    kind, _, name = spec.partition(":")
+    if kind not in ("tiktoken", "hf"):
+        raise TokenizerUnavailable(f"unknown tokenizer {spec!r}: use 'estimate', {SPECS}")
+    if not name.strip():  # no default: an encoding chosen for the user may be fetched from the network
+        raise TokenizerUnavailable(f"{spec!r} names no tokenizer: write {SPECS}, e.g. tiktoken:o200k_base")
+    try:
+        return _load(kind, name)
+    except Exception as exc:  # noqa: BLE001 - tiktoken, transformers and the hub raise many types: any means unusable
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise TokenizerUnavailable(f"{spec!r} cannot be loaded: {detail[:200]}") from None
 
 
 def count_messages(messages: list[dict], spec: str) -> int:

@@ -8,8 +8,21 @@ from ...tools.redact import mask_strings
 from .schema import ExportConfig, Row
 
 
+SPLIT_FILES = ("train.jsonl", "test.jsonl", "train.parquet", "test.parquet")
+
+
+def _remove_old_splits(out: Path) -> None:
+    """Remove the split files an earlier export left in `out`, in either format. The folder is one dataset:
+    `datasets.load_dataset(..., data_dir=out)` loads every split file in it, so a split this export does not write
+    (a test split of an earlier --test-workloads, the other format) would load as part of it. Nothing else in the
+    folder is touched (.teacher_cache stays)."""
+    for name in SPLIT_FILES:
+        (out / name).unlink(missing_ok=True)
+
+
 def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats: dict, runs: list[str]) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
+    _remove_old_splits(out)
     paths: dict[str, Path] = {}
     for split in ("train", "test"):
         part = [mask_strings(r.model_dump(mode="json")) for r in rows if r.split == split]  # keys never leave

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from ptxbench.tools.evaluator import EvalOptions, Evaluator
 from ptxbench.tools.results import LEGACY_L2_FLUSH
@@ -29,7 +29,7 @@ from .profile_policy import base_options
 from ..records.manifest import build_manifest
 from ..models import Model, load_model
 from ...tools.redact import register_secret_env
-from ..records.rundir import TrajectoryWriter, read_manifest, runs_root, write_manifest
+from ..records.rundir import TrajectoryWriter, read_manifest, runs_root, validation_line, write_manifest
 from .start_kernel import read_start
 from .state import AgentState, OptimizeConfig, initial_state
 from .task import system_prompt, task_prompt
@@ -153,7 +153,8 @@ def find_run(run: str | Path) -> Path:
 
 
 class RunFolderInUse(ValueError):
-    """The run folder holds a run of another command (a bench): optimize does not add to it."""
+    """The run folder holds a run of another command (a bench), or one without a config to go on with: optimize
+    does not add to it or continue it."""
 
 
 def add_to_manifest(run_path: Path, config: OptimizeConfig) -> tuple[OptimizeConfig, str]:
@@ -184,6 +185,21 @@ def config_to_resume(manifest: dict) -> tuple[OptimizeConfig, str]:
     return OptimizeConfig.model_validate({"l2_flush": LEGACY_L2_FLUSH, **saved}), tid
 
 
+def resume_config(run_path: Path) -> tuple[OptimizeConfig, str]:
+    """config_to_resume for the run folder `--resume` names; RunFolderInUse when it is not an optimize run (a bench
+    continues with `ptxbench bench --resume`) or its manifest holds no config an optimize trajectory can go on with."""
+    manifest = read_manifest(run_path)
+    command = manifest.get("command")
+    if command != "optimize":
+        hint = f" (continue a bench with `ptxbench bench --resume --run-dir {run_path}`)" if command == "bench" else ""
+        raise RunFolderInUse(f"{run_path} holds a {command or 'foreign'} run: --resume continues optimize runs{hint}")
+    try:
+        return config_to_resume(manifest)
+    except (LookupError, TypeError, ValueError) as exc:  # no trajectories or config, or a config of another shape
+        what = validation_line(exc) if isinstance(exc, ValidationError) else f"{type(exc).__name__}: {exc}"
+        raise RunFolderInUse(f"{run_path}: its manifest holds no config to continue ({what})") from None
+
+
 def default_evaluator(config: OptimizeConfig) -> Evaluator:
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.gpu.pool import visible_devices
@@ -209,7 +225,7 @@ def optimize(
     trajectory raises CheckpointLost, unless `restart` (agent/records/checkpoint_guard.py)."""
     if resume is not None:
         run_path = find_run(resume)
-        config, tid = config_to_resume(read_manifest(run_path))
+        config, tid = resume_config(run_path)
         set_aside = check_run(run_path, [tid], restart)
     else:
         assert config is not None, "give a config or a run to resume"

@@ -12,9 +12,14 @@ import gzip
 import hashlib
 import json
 import os
+import tempfile
+import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ptxbench.tools.results import OLD_TURN_STATUSES
 
@@ -40,10 +45,27 @@ class SealedTrajectory(ValueError):
     """A trajectory whose log was sealed (gzipped) is finished: nothing may be appended to it."""
 
 
+class DamagedRecord(ValueError):
+    """A file of a run folder that cannot be what its name says (a manifest that is not a JSON object, a recorded value
+    of the wrong type, `trajectories` that is not a folder): the message is `<path>: <what>`."""
+
+    def __init__(self, path: Path, what: str):
+        super().__init__(f"{path}: {what}")
+
+
+def validation_line(exc: ValidationError) -> str:
+    """A pydantic error as one short line: where, and what was expected (the first error; the count if more)."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {first['msg']}, got {first.get('input')!r:.80}{more}"
+
+
 def trajectory_log(folder: Path) -> Path | None:
-    """A trajectory folder's event log: the live trajectory.jsonl, else the sealed trajectory.jsonl.gz, else None."""
+    """A trajectory folder's event log: the live trajectory.jsonl, else the sealed trajectory.jsonl.gz, else None
+    (a folder or other non-file under that name is no log)."""
     for name in (LOG_NAME, SEALED_LOG_NAME):
-        if (path := Path(folder) / name).exists():
+        if (path := Path(folder) / name).is_file():
             return path
     return None
 
@@ -104,26 +126,28 @@ def repair_torn_tail(path: Path) -> Path | None:
     return side
 
 
-def _lines(path: Path) -> Iterator[str]:
-    """The non-blank lines of a log; a sealed (.gz) log cut short ends where its readable part ends."""
+def _lines(path: Path) -> Iterator[bytes]:
+    """The non-blank lines of a log, as bytes (each decoded on its own, so one line that is not UTF-8 spoils only
+    itself); a sealed (.gz) log cut short or corrupt ends where its readable part ends."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
+    with opener(path, "rb") as f:
         try:
             for line in f:
                 if line.strip():
                     yield line
-        except (EOFError, gzip.BadGzipFile):
+        except (EOFError, gzip.BadGzipFile, zlib.error):
             return
 
 
 def read_events(path: Path) -> list[Event]:
-    """Events of one trajectory; a torn last line (a kill mid-write) is dropped, not fatal. Older records are
-    brought to today's words first (migrate_old_records), then validated into typed events."""
+    """Events of one trajectory; a torn last line (a kill mid-write), or any line that is not a JSON object (not
+    UTF-8, nested past the parser's depth), is dropped, not fatal. Older records are brought to today's words first
+    (migrate_old_records), then validated into typed events."""
     raws: list[dict] = []
     for line in _lines(Path(path)):
         try:
             raw = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # ValueError: not JSON, or not UTF-8 (UnicodeDecodeError)
             continue
         if isinstance(raw, dict):
             raws.append(raw)
@@ -161,6 +185,30 @@ def migrate_old_records(raws: list[dict]) -> list[dict]:
     return raws
 
 
+def path_inside(folder: Path, rel: str) -> Path | None:
+    """`folder / rel` with every link and `..` resolved, or None when that leaves `folder`: a path read from a record
+    (an absolute one, one that climbs out with ../, or goes through a link) must not reach the reader's own files."""
+    root = Path(folder).resolve()
+    path = (root / rel).resolve()
+    return path if path.is_relative_to(root) else None
+
+
+def kernel_path(folder: Path, rel: str) -> Path | None:
+    """The kernel file an eval_result's `kernel_file` names: a regular file inside its trajectory folder, else None."""
+    path = path_inside(folder, rel) if rel else None
+    return path if path is not None and path.is_file() else None
+
+
+def read_kernel(folder: Path, rel: str) -> str | None:
+    """The text of a kernel file a record names (kernel_path), byte for byte; None when there is none to read: missing,
+    outside the trajectory folder, not a regular file, or not UTF-8 (the harness writes every kernel as UTF-8)."""
+    path = kernel_path(folder, rel)
+    try:
+        return path.read_bytes().decode("utf-8") if path is not None else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 @dataclass
 class TrajectoryRecord:
     folder: Path
@@ -174,23 +222,90 @@ class TrajectoryRecord:
     def id(self) -> str:
         return self.folder.name
 
-    def kernel(self, rel: str) -> str:
-        return (self.folder / rel).read_text(encoding="utf-8")
+    def kernel(self, rel: str) -> str | None:
+        """The kernel file `rel` of this trajectory (read_kernel), or None."""
+        return read_kernel(self.folder, rel)
+
+
+class RecordedConfig(BaseModel):
+    """The keys of a trajectory's recorded config that scoring, report, export and re-evaluation read, with the
+    types they must have (None: not set); other keys are not looked at. Strict: a number is no text."""
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    l2_flush: str | None = None
+    synthetic_bug: str | None = None
+    repair_task: str | None = None
+    start_from: str | None = None
+    system_prompt: str | None = None
+    task_prompt: str | None = None
+    trials: int | None = None
+    seed: int | None = None
+    profile: bool | str | None = None
+
+
+def _checked(record: TrajectoryRecord, log: Path) -> TrajectoryRecord:
+    """The record, once its start event's config holds the types its readers expect (else DamagedRecord)."""
+    if record.start is not None:
+        try:
+            RecordedConfig.model_validate(record.start.config)
+        except ValidationError as exc:
+            raise DamagedRecord(log, f"trajectory_start config {validation_line(exc)}") from None
+    return record
 
 
 def trajectory_folders(run_dir: Path) -> list[Path]:
     root = Path(run_dir) / "trajectories"
-    return sorted(p for p in root.iterdir() if trajectory_log(p) is not None) if root.exists() else []
+    if not root.exists():
+        return []
+    if not root.is_dir():
+        raise DamagedRecord(root, "not a folder (a run keeps one folder per trajectory in it)")
+    return sorted(p for p in root.iterdir() if trajectory_log(p) is not None)
 
 
 def load_run(run_dir: Path) -> list[TrajectoryRecord]:
-    return [TrajectoryRecord(p, read_events(trajectory_log(p))) for p in trajectory_folders(run_dir)]
+    records = []
+    for folder in trajectory_folders(run_dir):
+        log = trajectory_log(folder)
+        records.append(_checked(TrajectoryRecord(folder, read_events(log)), log))
+    return records
+
+
+def distinct_runs(run_dirs: Iterable[Path]) -> list[Path]:
+    """The run folders, each once (a folder named twice, or by two paths, would be read, and counted, twice)."""
+    seen: set[Path] = set()
+    out = []
+    for run in map(Path, run_dirs):
+        if run.resolve() not in seen:
+            seen.add(run.resolve())
+            out.append(run)
+    return out
+
+
+class _ManifestShape(BaseModel):
+    """The types of the manifest fields that readers use (a gpu is a string in older manifests); others are kept."""
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    command: str | None = None
+    created: str | None = None
+    config: dict[str, Any] | None = None
+    configs: dict[str, Any] | None = None
+    trajectories: list[str] | None = None
+    gpu: dict[str, Any] | str | None = None
+    git: dict[str, Any] | None = None
 
 
 def _read_json(run_dir: Path, name: str) -> dict:
-    """A JSON file of the run folder, {} when it is not there."""
+    """A JSON object file of the run folder, {} when it is not there; DamagedRecord when it is no JSON object."""
     path = Path(run_dir) / name
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:  # a folder, not UTF-8, not JSON, nested too deep
+        raise DamagedRecord(path, f"not readable as JSON ({exc.strerror if isinstance(exc, OSError) else exc})") from None
+    if not isinstance(data, dict):
+        raise DamagedRecord(path, f"a JSON {type(data).__name__}, expected an object")
+    return data
 
 
 def _write_json(run_dir: Path, name: str, data: dict, indent: int | None = None) -> Path:
@@ -205,7 +320,46 @@ def write_manifest(run_dir: Path, manifest: dict) -> Path:
 
 
 def read_manifest(run_dir: Path) -> dict:
-    return _read_json(run_dir, "manifest.json")
+    """The run's manifest as written, {} when there is none; DamagedRecord when it is no JSON object or a field its
+    readers use has another type."""
+    manifest = _read_json(run_dir, "manifest.json")
+    try:
+        _ManifestShape.model_validate(manifest)
+    except ValidationError as exc:
+        raise DamagedRecord(Path(run_dir) / "manifest.json", validation_line(exc)) from None
+    return manifest
+
+
+@contextmanager
+def replacing(path: Path) -> Iterator[BinaryIO]:
+    """A binary file to write `path` through: a new file beside it under a fresh name, fsynced, then renamed over
+    `path`. The rename replaces whatever is at `path`, a symbolic link included, and never writes through it (a link
+    planted in a shared run folder reaches none of the reader's files); a failure leaves `path` as it was."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600 files; the file gets what open() would have given it
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # read by setting it, then put back at once
+    os.umask(mask)
+    return mask
+
+
+def write_text_replacing(path: Path, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` through `replacing`."""
+    with replacing(path) as f:
+        f.write(text.encode("utf-8"))
+    return Path(path)
 
 
 def write_evaluator_start(run_dir: Path, setup_s: float, workers: list[dict]) -> Path:

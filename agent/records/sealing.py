@@ -5,40 +5,52 @@ writes about 1.8 MB); gzip keeps a fifth of that. Everything that reads runs (sc
 sealed log as it reads a live one (rundir.trajectory_log); nothing appends to one (rundir.TrajectoryWriter refuses),
 so a run is unsealed before it is continued. Only logs that end in a `stop` event are sealed: a trajectory still
 being written, or killed mid-run, keeps its live log.
+
+A run folder may come from someone else: sealing rewrites only regular files in real folders of the run. A
+trajectory folder or log that is a symbolic link is left alone (it may point at the reader's own files), and the
+new file is written under a fresh name and renamed into place (rundir.replacing), so a link planted under the
+new name is replaced, never written through.
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
-import os
 import shutil
+import zlib
 from pathlib import Path
 
-from .rundir import LOG_NAME, SEALED_LOG_NAME, read_events, trajectory_folders
+from .rundir import LOG_NAME, SEALED_LOG_NAME, DamagedRecord, read_events, replacing, trajectory_folders
 
 
 def _replace(src: Path, dst: Path, read, write) -> None:
-    """Copy src to dst (opened by `read` / `write`) through a temporary file, fsynced and renamed, then remove src:
-    a kill at any point leaves src whole."""
-    tmp = dst.with_name(dst.name + ".tmp")
-    with read(src) as fin, write(tmp) as fout:
+    """Copy src to dst (`read` opens src, `write` wraps the binary file written) through `replacing`, then remove
+    src: a kill at any point leaves src whole."""
+    with read(src) as fin, replacing(dst) as raw, write(raw) as fout:
         shutil.copyfileobj(fin, fout)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, dst)
     src.unlink()
 
 
-def _gzip_writer(path: Path):
-    return gzip.GzipFile(path, "wb", compresslevel=9, mtime=0)  # mtime 0: the same log seals to the same bytes
+def _gzip_writer(raw):
+    # mtime 0 and no file name in the header: the same log seals to the same bytes
+    return gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=raw, mtime=0)
+
+
+def _own_folders(run_dir: Path) -> list[Path]:
+    """The trajectory folders of run_dir that are real folders (a link may lead out of the run)."""
+    return [folder for folder in trajectory_folders(run_dir) if not folder.is_symlink()]
+
+
+def _own_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
 
 
 def seal_run(run_dir: Path) -> tuple[list[Path], list[Path]]:
     """Gzip the log of every finished trajectory of run_dir. Returns (folders sealed now, folders left live)."""
     sealed, live = [], []
-    for folder in trajectory_folders(run_dir):
+    for folder in _own_folders(run_dir):
         log = folder / LOG_NAME
-        if not log.exists():
-            continue  # sealed before
+        if not _own_file(log):
+            continue  # sealed before, or a link
         events = read_events(log)
         if not events or events[-1].type != "stop":
             live.append(folder)
@@ -51,10 +63,13 @@ def seal_run(run_dir: Path) -> tuple[list[Path], list[Path]]:
 def unseal_run(run_dir: Path) -> list[Path]:
     """Turn every sealed log of run_dir back into a live trajectory.jsonl. Returns the folders unsealed."""
     done = []
-    for folder in trajectory_folders(run_dir):
+    for folder in _own_folders(run_dir):
         packed = folder / SEALED_LOG_NAME
-        if not packed.exists():
+        if not _own_file(packed):
             continue
-        _replace(packed, folder / LOG_NAME, gzip.open, lambda path: open(path, "wb"))
+        try:
+            _replace(packed, folder / LOG_NAME, gzip.open, contextlib.nullcontext)
+        except (gzip.BadGzipFile, EOFError, zlib.error) as exc:  # left sealed: only a whole log is unsealed
+            raise DamagedRecord(packed, f"not a whole gzip file ({exc or type(exc).__name__}); left as it is") from None
         done.append(folder)
     return done

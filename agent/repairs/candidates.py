@@ -95,7 +95,9 @@ def from_trajectories(roots: list[Path]) -> list[Candidate]:
                 status = e.result.status if e.type == "eval_result" else ""
                 if not status or status in FAILED or not e.submission:
                     continue
-                source = (record.folder / e.kernel_file).read_text(encoding="utf-8")
+                source = record.kernel(e.kernel_file)
+                if source is None:  # missing, unreadable, or outside the trajectory folder (rundir.read_kernel)
+                    continue
                 out.append(Candidate(start.workload, bug or f"recorded_{status.lower()}", (start.config or {}).get(
                     "description", f"a failing submission ({status}) of a recorded trajectory"), "trajectory", source,
                     [f"{record.folder.as_posix()}/{e.kernel_file} (turn {e.turn}, recorded {status})"]))

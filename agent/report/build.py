@@ -1,7 +1,12 @@
 """`write_report(run_dir, out_dir)`: score the run, then write summary.md, index.html (plots inlined as
-base64 PNG, no network needed) and trajectories/<id>.html, plus score.json for re-checking."""
+base64 PNG, no network needed) and trajectories/<id>-<hash>.html (page_name), plus score.json for re-checking.
+
+The run may come from someone else, and the default out folder is inside it: each file is written under a fresh
+name and renamed into place (rundir.write_text_replacing), so a link planted at a report file's name is replaced,
+never written through, and an out folder (or its trajectories/) that is a link is refused."""
 from __future__ import annotations
 
+import hashlib
 import html
 import importlib.util
 import re
@@ -9,12 +14,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ..records.rundir import load_run, read_manifest
+from ..records.rundir import load_run, read_manifest, write_text_replacing
 from ..scoring import RunScore, score_trajectories
 from ..scoring.turns import score_trajectory
 from .plots import all_plots
 from .style import page
-from .tables import all_tables
+from .tables import Recorded, all_tables, md_cell, md_text
 from .trajectory_page import trajectory_html
 
 E = html.escape
@@ -27,12 +32,24 @@ class ReportFiles(BaseModel):
     trajectories: list[Path]
 
 
+class LinkedReportFolder(ValueError):
+    """The report's out folder, or its trajectories/, is a symbolic link: the report would land wherever it points."""
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
+def page_name(trajectory_id: str) -> str:
+    """The file name of a trajectory's page: its id made safe for a file name, plus a short hash of the id itself,
+    since ids that differ only in characters _safe folds (model strings hold @ + :) would share one page."""
+    return f"{_safe(trajectory_id)}-{hashlib.sha256(trajectory_id.encode()).hexdigest()[:12]}.html"
+
+
 def _overview(run_dir: Path, manifest: dict, score: RunScore) -> list[tuple[str, str]]:
-    facts = [("run", str(run_dir)), ("models", ", ".join(score.model_names)), ("workloads", ", ".join(score.workload_names)),
+    """(what, value) facts about the run; a value read from the run's records or manifest is Recorded."""
+    facts = [("run", Recorded(run_dir)), ("models", Recorded(", ".join(score.model_names))),
+             ("workloads", Recorded(", ".join(score.workload_names))),
              ("trajectories", f"{score.n_trajectories} ({score.n_infra_failed} infra-failed, left out of trajectory scores)"),
              ("infra turns", f"{score.n_infra_turns} (left out of model scores)"),
              ("correct turns with unknown target verdict", f"{score.n_target_unknown} (counted as not executed)")]
@@ -40,26 +57,30 @@ def _overview(run_dir: Path, manifest: dict, score: RunScore) -> list[tuple[str,
         facts.append(("COMPILED turns (not run on a GPU)",
                       f"{score.n_compile_only} (--no-gpu: compiled cleanly, correctness unknown, not counted as correct)"))
     config = manifest.get("config") or {}
+    gpu = manifest.get("gpu") or {}
+    gpu = gpu if isinstance(gpu, dict) else {"gpus": gpu}  # older manifests name the GPU in a string
     for key, value in (("created", manifest.get("created")), ("command", manifest.get("command")),
-                       ("GPU", (manifest.get("gpu") or {}).get("gpus")), ("driver", (manifest.get("gpu") or {}).get("driver")),
+                       ("GPU", gpu.get("gpus")), ("driver", gpu.get("driver")),
                        ("git revision", (manifest.get("git") or {}).get("revision")), ("turns", config.get("turns")),
                        ("trajectories per cell", config.get("trajectories")), ("prompts", config.get("prompts")),
                        ("mode", config.get("mode")), ("backend", config.get("backend")), ("no GPU", config.get("no_gpu"))):
         if value not in (None, "", []):
-            facts.append((key, ", ".join(map(str, value)) if isinstance(value, list) else str(value)))
+            facts.append((key, Recorded(", ".join(map(str, value)) if isinstance(value, list) else value)))
     return facts
 
 
 def markdown_summary(run_dir: Path, manifest: dict, score: RunScore) -> str:
-    lines = [f"# ptxbench report: {Path(run_dir).name}", ""]
-    lines += [f"- **{k}**: {v}" for k, v in _overview(run_dir, manifest, score)]
+    """summary.md; every text that comes from the run (names, ids, statuses, manifest facts) goes through md_cell."""
+    lines = [f"# ptxbench report: {md_cell(Path(run_dir).name)}", ""]
+    lines += [f"- **{k}**: {md_text(v)}" for k, v in _overview(run_dir, manifest, score)]
     lines += ["", "Open index.html next to this file for the plots and a page per trajectory.", ""]
     lines += [t.markdown() for t in all_tables(score)]
     lines += ["### Trajectories", "", "| trajectory | model | workload | prompt | turns | statuses | best speedup |", "|---|---|---|---|---|---|---|"]
     for t in score.trajectories:
         statuses = " ".join(x.status for x in t.turns)
         best = f"{t.best_speedup:.3f}" if t.best_speedup is not None else "–"
-        lines.append(f"| [{t.id}](trajectories/{_safe(t.id)}.html) | {t.model} | {t.workload} | {t.prompt} | {len(t.turns)} | {statuses} | {best} |")
+        names = " | ".join(md_cell(text) for text in (t.model, t.workload, t.prompt))
+        lines.append(f"| [{md_cell(t.id)}](trajectories/{page_name(t.id)}) | {names} | {len(t.turns)} | {md_cell(statuses)} | {best} |")
     return "\n".join(lines) + "\n"
 
 
@@ -78,7 +99,7 @@ def index_html(run_dir: Path, manifest: dict, score: RunScore) -> str:
     for t in score.trajectories:
         chips = " ".join(f"<span class='s-{E(x.status)}'>{x.turn}:{E(x.status)}</span>" for x in t.turns)
         best = f"{t.best_speedup:.3f}" if t.best_speedup is not None else "–"
-        rows += (f"<tr><td><a href='trajectories/{E(_safe(t.id))}.html'>{E(t.id)}</a></td><td>{E(t.model)}</td><td>{E(t.workload)}</td>"
+        rows += (f"<tr><td><a href='trajectories/{E(page_name(t.id))}'>{E(t.id)}</a></td><td>{E(t.model)}</td><td>{E(t.workload)}</td>"
                  f"<td>{E(t.prompt)}</td><td>{chips}</td><td>{best}</td><td>{E(t.stop_reason)}</td></tr>")
     body = (f"<h1>ptxbench report: {E(Path(run_dir).name)}</h1><table>{facts}</table>"
             f"<h2>Leaderboard</h2>{tables[0].html()}{tables[1].html()}"
@@ -92,10 +113,19 @@ def index_html(run_dir: Path, manifest: dict, score: RunScore) -> str:
     return page(f"ptxbench report: {Path(run_dir).name}", body)
 
 
+def _out_folders(out_dir: Path) -> None:
+    """Make out_dir and out_dir/trajectories, refusing either when it is a symbolic link (LinkedReportFolder)."""
+    for folder in (out_dir, out_dir / "trajectories"):
+        if folder.is_symlink():
+            raise LinkedReportFolder(f"{folder} is a symbolic link: a report is written only into a real folder "
+                                     "(remove the link, or name another folder with --out)")
+        folder.mkdir(parents=True, exist_ok=True)
+
+
 def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir else run_dir / "report"
-    (out_dir / "trajectories").mkdir(parents=True, exist_ok=True)
+    _out_folders(out_dir)
     records = [r for r in load_run(run_dir) if r.start is not None]
     trajs = [score_trajectory(r, run=run_dir.name) for r in records]
     score = score_trajectories(trajs)
@@ -103,17 +133,16 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     manifest = read_manifest(run_dir)
     score.manifests = {str(run_dir): manifest}
     files = ReportFiles(markdown=out_dir / "summary.md", html=out_dir / "index.html", score_json=out_dir / "score.json", trajectories=[])
-    files.markdown.write_text(markdown_summary(run_dir, manifest, score), encoding="utf-8")
-    files.html.write_text(index_html(run_dir, manifest, score), encoding="utf-8")
-    files.score_json.write_text(score.model_dump_json(indent=1), encoding="utf-8")
+    write_text_replacing(files.markdown, markdown_summary(run_dir, manifest, score))
+    write_text_replacing(files.html, index_html(run_dir, manifest, score))
+    write_text_replacing(files.score_json, score.model_dump_json(indent=1))
     from ..scoring.repair_track import repair_markdown, score_repair_runs
 
     repair = score_repair_runs([run_dir])
     if repair.trajectories:  # the repair page beside the leaderboard
-        (out_dir / "repair.md").write_text(repair_markdown(repair), encoding="utf-8")
-        (out_dir / "repair.json").write_text(repair.model_dump_json(indent=1), encoding="utf-8")
+        write_text_replacing(out_dir / "repair.md", repair_markdown(repair))
+        write_text_replacing(out_dir / "repair.json", repair.model_dump_json(indent=1))
     for record, traj in zip(records, trajs):
-        path = out_dir / "trajectories" / f"{_safe(traj.id)}.html"
-        path.write_text(trajectory_html(record, traj), encoding="utf-8")
+        path = write_text_replacing(out_dir / "trajectories" / page_name(traj.id), trajectory_html(record, traj))
         files.trajectories.append(path)
     return files

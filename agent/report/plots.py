@@ -21,6 +21,12 @@ def _plt():
     return plt
 
 
+def _plain(text: str) -> str:
+    """Text from a run's records as matplotlib shows it literally: a pair of `$` would start mathtext, and a name such
+    as `m/$\\foo{$` would stop the report with a parse error."""
+    return text.replace("$", r"\$")
+
+
 def _legend(ax, size: int) -> None:
     if ax.get_legend_handles_labels()[0]:  # an empty run has nothing to label
         ax.legend(fontsize=size)
@@ -47,7 +53,7 @@ def fast_p_curves(score: RunScore) -> str:
                 continue
             share = [np.mean([any(is_fast(x, p, target) for x in t.scored_turns) for t in mine]) for p in grid]
             marks = [np.mean([any(is_fast(x, p, target) for x in t.scored_turns) for t in mine]) for p in P_VALUES]
-            ax.plot(grid, share, color=COLORS[i % len(COLORS)], label=f"{model} (n={len(mine)})")
+            ax.plot(grid, share, color=COLORS[i % len(COLORS)], label=f"{_plain(model)} (n={len(mine)})")
             ax.plot(P_VALUES, marks, "o", color=COLORS[i % len(COLORS)], markersize=4)
         ax.axvline(1.0, color="grey", lw=0.8, ls=":")
         ax.set_xlabel("speedup threshold p (vs. library)")
@@ -64,7 +70,7 @@ def _by_turn_lines(ax, score: RunScore, key: str, style: str = "-", suffix: str 
         ys = cell.by_turn.get(key, [])
         xs = [k + 1 for k, y in enumerate(ys) if y is not None]
         ax.plot(xs, [y for y in ys if y is not None], style, marker="o", markersize=3,
-                color=COLORS[i % len(COLORS)], label=f"{cell.model}{suffix}")
+                color=COLORS[i % len(COLORS)], label=f"{_plain(cell.model)}{suffix}")
 
 
 def _turn_axis(ax) -> None:
@@ -113,7 +119,8 @@ def repair_heatmaps(score: RunScore) -> str:
         r = cell.repair
         mat = np.array([[r.next_class.get(a, {}).get(b, 0.0) for b in names] for a in names])
         ax.imshow(mat, cmap="Blues", vmin=0, vmax=1)
-        short = [n.replace("INCORRECT_", "INC_").replace("_ERROR", "_ERR").replace("NO_SUBMISSION", "NO_SUB") for n in names]
+        short = [_plain(n.replace("INCORRECT_", "INC_").replace("_ERROR", "_ERR").replace("NO_SUBMISSION", "NO_SUB"))
+                 for n in names]
         ax.set_xticks(range(len(names)), short, rotation=45, ha="right", fontsize=7)
         ax.set_yticks(range(len(names)), short, fontsize=7)
         for i, a in enumerate(names):
@@ -124,7 +131,7 @@ def repair_heatmaps(score: RunScore) -> str:
                             color="white" if mat[i, j] > 0.6 else "black")
         ax.set_xlabel("class at turn t+1")
         ax.set_ylabel("class at turn t")
-        ax.set_title(f"{cell.model}: repair transitions", fontsize=9)
+        ax.set_title(f"{_plain(cell.model)}: repair transitions", fontsize=9)
     fig.tight_layout()
     return _png(fig)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 
 from ..scoring import P_VALUES, WITHIN_TURNS, CellScore, Estimate, RunScore
@@ -10,6 +11,29 @@ from ..scoring.repair import order_classes
 
 # Shown only for runs with COMPILED turns, so reports of GPU runs read as before.
 UNKNOWN_NOTE = "; a next turn that is COMPILED (never run, verdict unknown) is left out"
+
+
+_LINE_BREAKS = re.compile(r"[\r\n]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_MARKUP = re.compile(r"([\\\[\]()!<>*_`|])")
+
+
+def md_cell(text: object) -> str:
+    """Text from a run's records, fit for one Markdown table cell or line: line breaks become spaces (a record must
+    not end a table row or start a block), control characters go, and every character Markdown reads as a link,
+    image, HTML tag, emphasis, code span or cell border is escaped."""
+    one_line = _CONTROL.sub("", _LINE_BREAKS.sub(" ", str(text)))
+    return _MARKUP.sub(r"\\\1", one_line)
+
+
+class Recorded(str):
+    """A table cell or header read from a run's records (a model, workload, prompt, GPU or status name): escaped in
+    Markdown by md_cell. The table's own words and numbers are written as they are, so `[CI]` stays readable."""
+
+
+def md_text(text: str) -> str:
+    """Text for a Markdown line or table cell: md_cell for Recorded text; the table's own text only with `|` escaped."""
+    return md_cell(text) if isinstance(text, Recorded) else text.replace("|", "\\|")
 
 
 @dataclass
@@ -23,9 +47,9 @@ class Table:
         lines = [f"### {self.title}", ""]
         if self.note:
             lines += [self.note, ""]
-        lines.append("| " + " | ".join(self.headers) + " |")
+        lines.append("| " + " | ".join(map(md_text, self.headers)) + " |")
         lines.append("|" + "|".join("---" for _ in self.headers) + "|")
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in self.rows]
+        lines += ["| " + " | ".join(map(md_text, row)) + " |" for row in self.rows]
         return "\n".join(lines) + "\n"
 
     def html(self) -> str:
@@ -50,9 +74,9 @@ def leaderboard(score: RunScore, target: bool = False) -> Table:
     if score.n_compile_only:
         note += (f" {score.n_compile_only} turns were only compiled (COMPILED, --no-gpu): never run on a GPU, so "
                  "correctness and speed are unknown and they count 0 here; evaluate on a GPU for speedups.")
-    table = Table(title, ["model", *workloads], note=note)
+    table = Table(title, ["model", *map(Recorded, workloads)], note=note)
     for model in score.model_names:
-        row = [model]
+        row = [Recorded(model)]
         for wl in workloads:
             cell = score.cell(model, wl)
             if cell is None:
@@ -66,7 +90,7 @@ def leaderboard(score: RunScore, target: bool = False) -> Table:
 
 
 def _label(cell: CellScore) -> list[str]:
-    return [cell.model, cell.workload]
+    return [Recorded(cell.model), Recorded(cell.workload)]
 
 
 def fast_p_table(cells: list[CellScore], over: str, target: bool) -> Table:
@@ -104,7 +128,7 @@ def repair_table(score: RunScore) -> Table:
         runs = f"{r.episodes_repaired} / {r.episodes_unrepaired}"
         if r.episodes_unverified:  # ended by a COMPILED turn: never run, so neither repaired nor open
             runs += f" (+{r.episodes_unverified} ended COMPILED, unverified)"
-        table.rows.append([cell.model, runs, tt.fmt(2),
+        table.rows.append([Recorded(cell.model), runs, tt.fmt(2),
                            f"{r.regressions} ({r.regression_rate.fmt(0, pct=True)})", r.speedup_gain_per_turn.fmt(3),
                            f"{r.target_slower_count} ({r.target_slower.fmt(0, pct=True)})"])
     return table
@@ -112,12 +136,12 @@ def repair_table(score: RunScore) -> Table:
 
 def fix_table(score: RunScore) -> Table:
     classes = order_classes({c for cell in score.models for c in cell.repair.fix_probability})
-    table = Table("Next-turn fix probability by failure class", ["model", *classes],
+    table = Table("Next-turn fix probability by failure class", ["model", *map(Recorded, classes)],
                   note="P(the next turn is PASSED | this turn failed with the class), [95% CI] (n transitions)"
                        + UNKNOWN_NOTE * bool(score.n_compile_only))
     for cell in score.models:
         fix = cell.repair.fix_probability
-        table.rows.append([cell.model] + [f"{fix[c].fmt(0, pct=True)} (n={fix[c].denom:g})" if c in fix else "" for c in classes])
+        table.rows.append([Recorded(cell.model)] + [f"{fix[c].fmt(0, pct=True)} (n={fix[c].denom:g})" if c in fix else "" for c in classes])
     return table
 
 
@@ -125,8 +149,8 @@ def cells_table(score: RunScore) -> Table:
     table = Table("Cells by prompt and GPU", ["model", "workload", "prompt", "gpu", "L2 flush", "trajectories", "turns",
                                               "best speedup", "fast_1 (traj.)", "target-fast_1 (traj.)", "infra-failed"])
     for c in score.cells:
-        table.rows.append([c.model, c.workload, c.prompt, c.gpu or "–", c.l2_flush or "–", str(c.n_trajectories),
-                           str(c.n_turns),
+        names = (c.model, c.workload, c.prompt, c.gpu or "–", c.l2_flush or "–")
+        table.rows.append([*map(Recorded, names), str(c.n_trajectories), str(c.n_turns),
                            c.best_speedup.fmt(3), c.fast_p_trajectories["1"].fmt(0, pct=True),
                            c.target_fast_p_trajectories["1"].fmt(0, pct=True), str(c.n_infra_failed)])
     return table

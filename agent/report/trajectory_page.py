@@ -82,10 +82,7 @@ def _turn_html(turn: int, events: list, record: TrajectoryRecord, previous: str,
             parts.append(f"<p class='note'>tool call <code>{E(ev.name)}</code> {E(str(ev.arguments)[:300])}</p>")
         elif ev.type == "eval_result":
             result = ev.result.model_dump(mode="json")  # the page renders the record as written
-            try:
-                source = record.kernel(ev.kernel_file) if ev.kernel_file else ""
-            except OSError:
-                source = ""
+            source = record.kernel(ev.kernel_file) or ""  # none readable inside the trajectory folder: shown empty
             label = "submission" if ev.submission else "test (not scored)"
             parts.append(f"<h4>{label}: <span class='s-{E(result.get('status', ''))}'>{E(result.get('status', ''))}</span></h4>")
             parts.append(_diff(kernel, source, ev.kernel_file))

@@ -9,16 +9,23 @@ model turns. Per trajectory:
 - regression: a PASSED turn followed by a failing one (the fix broke again).
 Each is a mean over trajectories with a bootstrap 95% interval, overall, per model, by bug class and by
 failure class (the broken kernel's recorded status).
+
+A task's record (bug class, unbroken speedup, held out) comes from this machine's suite, looked up by the recorded
+`repair_task` id, so a run scores the same wherever it is scored. Only for an id the local suite lacks is the
+task.json read beside the recorded `start_from` (a path on the machine that ran it), and only where that is a task
+folder of a repairs suite (a suite.json above it).
 """
 from __future__ import annotations
 
-import json
 from collections import defaultdict
+from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
-from ..records.rundir import load_run
+from ..records.rundir import DamagedRecord, distinct_runs, load_run, path_inside, validation_line
+from ..repairs.suite import RepairTask, SuiteMissing, load_suite
+from ..report.tables import md_cell
 from .stats import Estimate, mean_estimate
 from .turns import TrajectoryScore, score_trajectory
 
@@ -56,13 +63,39 @@ class RepairScore(BaseModel):
     by_model_failure_class: dict[str, dict[str, RepairCell]] = Field(default_factory=dict)
 
 
-def _task_record(start_from: str) -> dict:
-    path = Path(start_from).parent / "task.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+@lru_cache(maxsize=1)
+def _local_tasks() -> dict[str, RepairTask]:
+    """The tasks of this machine's repair suite (workloads/repairs) by id; none where it is not built."""
+    try:
+        return {task.id: task for task in load_suite().tasks}
+    except SuiteMissing:
+        return {}
+
+
+def _recorded_task(task_id: str, start_from: str) -> RepairTask | None:
+    """The task.json of a suite folder the recorded start_from points into (<suite>/<task id>/<solution>), read only
+    when it is a regular file of that task's folder in a repairs suite; None otherwise."""
+    task_dir = Path(start_from).parent
+    suite = task_dir.parent
+    path = path_inside(suite, f"{task_id}/task.json") if start_from else None
+    if path is None or path.parent != task_dir.resolve() or not path.is_file() or not (suite / "suite.json").is_file():
+        return None
+    try:
+        return RepairTask.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        raise DamagedRecord(path, validation_line(exc)) from None
+
+
+def task_record(config: dict) -> dict:
+    """The suite's record of a repair trajectory's task, as a dict ({} when neither the local suite nor the recorded
+    path has it)."""
+    task_id = config["repair_task"]
+    task = _local_tasks().get(task_id) or _recorded_task(task_id, config.get("start_from") or "")
+    return task.model_dump(mode="json") if task else {}
 
 
 def repair_trajectory(score: TrajectoryScore, config: dict) -> RepairTrajectory:
-    task = _task_record(config.get("start_from") or "")
+    task = task_record(config)
     unbroken = task.get("unbroken_speedup")
     turns = score.scored_turns
     passed = [t for t in turns if t.correct]
@@ -96,8 +129,8 @@ def _grouped(rows: list[RepairTrajectory], key) -> dict[str, RepairCell]:
 def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
     """Every repair-track trajectory of the runs (others are ignored); infra-failed ones are left out."""
     rows = []
-    for run in run_dirs:
-        for record in load_run(Path(run)):
+    for run in distinct_runs(run_dirs):
+        for record in load_run(run):
             config = (record.start.config or {}) if record.start else {}
             if not config.get("repair_task"):
                 continue
@@ -116,15 +149,15 @@ def repair_markdown(score: RepairScore) -> str:
     """The repair page: per model, then by bug class and failure class (95% bootstrap intervals)."""
     head = "| {} | n | fixed@1 | fixed@k | fixed, speed kept | turns to fix | regressions |\n| --- | --- | --- | --- | --- | --- | --- |"
 
-    def row(name: str, c: RepairCell) -> str:
-        return (f"| {name} | {c.n} | {c.fixed_at_1.fmt(1, pct=True)} | {c.fixed_at_k.fmt(1, pct=True)} | "
+    def row(name: str, c: RepairCell) -> str:  # names come from the records: md_cell
+        return (f"| {md_cell(name)} | {c.n} | {c.fixed_at_1.fmt(1, pct=True)} | {c.fixed_at_k.fmt(1, pct=True)} | "
                 f"{c.speed_kept.fmt(1, pct=True)} | {c.turns_to_fix.fmt(2)} | {c.regression_rate.fmt(1, pct=True)} |")
 
     parts = ["## Repair track", f"fixed with the speed kept: PASSED, targets executed when measured, >= {SPEED_KEPT}x "
              "the unbroken kernel's speedup", "", head.format("model"), *[row(m, c) for m, c in score.by_model.items()]]
     for model in score.by_model:
-        parts += ["", f"### {model} by bug class", "", head.format("bug class"),
+        parts += ["", f"### {md_cell(model)} by bug class", "", head.format("bug class"),
                   *[row(k, c) for k, c in score.by_model_bug_class[model].items()],
-                  "", f"### {model} by failure class", "", head.format("failure class"),
+                  "", f"### {md_cell(model)} by failure class", "", head.format("failure class"),
                   *[row(k, c) for k, c in score.by_model_failure_class[model].items()]]
     return "\n".join(parts) + "\n"

@@ -11,7 +11,7 @@ from typing import Iterable
 
 from pydantic import BaseModel, Field
 
-from ..records.rundir import load_run, read_manifest
+from ..records.rundir import distinct_runs, load_run, read_manifest
 from .cells import ANY, CellScore, score_cell
 from .repair import RepairStats
 from .turns import TrajectoryScore, score_trajectory
@@ -71,20 +71,33 @@ def score_trajectories(trajs: list[TrajectoryScore]) -> RunScore:
     return score
 
 
+class DuplicateTrajectory(ValueError):
+    """Two run folders of one name hold a trajectory of one id (a run and its copy): scoring both counts it twice."""
+
+
 def load_trajectory_scores(run_dirs: Iterable[Path]) -> list[TrajectoryScore]:
+    """The trajectories of the runs, each run folder read once however often it is named; DuplicateTrajectory when
+    two folders give the same (run name, trajectory id), which would count one trajectory twice."""
     trajs: list[TrajectoryScore] = []
-    for run_dir in run_dirs:
-        run_dir = Path(run_dir)
-        trajs += [score_trajectory(rec, run=run_dir.name) for rec in load_run(run_dir) if rec.start is not None]
+    where: dict[tuple[str, str], Path] = {}
+    for run_dir in distinct_runs(run_dirs):
+        for rec in load_run(run_dir):
+            if rec.start is None:
+                continue
+            if (key := (run_dir.name, rec.id)) in where:
+                raise DuplicateTrajectory(f"{where[key]} and {run_dir} both hold trajectory {rec.id} of a run named "
+                                          f"{run_dir.name}: score one of them")
+            where[key] = run_dir
+            trajs.append(score_trajectory(rec, run=run_dir.name))
     return trajs
 
 
 def score_runs(run_dirs: Iterable[Path]) -> RunScore:
-    run_dirs = [Path(r) for r in run_dirs]
+    run_dirs = distinct_runs(run_dirs)
     score = score_trajectories(load_trajectory_scores(run_dirs))
     score.runs = [str(r) for r in run_dirs]
     score.manifests = {str(r): read_manifest(r) for r in run_dirs}
     return score
 
 
-__all__ = ["ANY", "RunScore", "score_runs", "score_trajectories", "load_trajectory_scores"]
+__all__ = ["ANY", "DuplicateTrajectory", "RunScore", "score_runs", "score_trajectories", "load_trajectory_scores"]

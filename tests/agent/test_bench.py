@@ -169,7 +169,9 @@ def test_cpu_bench_two_scripted_models(tmp_path):
             "--turns", "2", "--prompts", "basic", "--run-dir", str(run), "--no-gpu", "--api-base", server.base_url])
         assert result.exit_code == 0, result.output
         assert len(server.requests) == 8  # 2 models x 2 trajectories x 2 turns
-    assert "| model | " + WL + " |" in result.output
+    from ptxbench.agent.report.tables import md_cell
+
+    assert "| model | " + md_cell(WL) + " |" in result.output
     score = score_runs([run])
     good, bad = score.cell("openai/scripted-good", WL), score.cell("openai/scripted-bad", WL)
     assert good.n_trajectories == bad.n_trajectories == 2
@@ -352,3 +354,33 @@ def test_optimize_starts_the_workers_beside_its_first_model_call(monkeypatch):
     monkeypatch.setattr("ptxbench.tools.gpu.pool.visible_devices", lambda: None)
     default_evaluator(OptimizeConfig(workload=WL))  # no GPU in sight: the first evaluation starts them (or says why not)
     assert started == [ev]
+
+
+def test_re_evaluation_reads_and_writes_kernels_only_inside_their_trajectory_folders(tmp_path):
+    """A shared run whose trajectory folder is a link into the run and whose kernel_file climbs with ../ to a file of
+    the run: read there, the kernel would have been copied to the same ../ below the new run, outside it."""
+
+    from trajectory_builder import TrajectoryBuilder
+
+    from ptxbench.agent.bench.reevaluate import reevaluate_run
+    from ptxbench.agent.records.rundir import DamagedRecord
+
+    shared, out, victim = tmp_path / "shared", tmp_path / "out", tmp_path / "payload.txt"
+    victim.write_text("the user's own file\n")
+    (shared / "payload.txt").parent.mkdir(parents=True)
+    (shared / "payload.txt").write_text("// the run's bytes\n")
+    TrajectoryBuilder(shared, "deep", "m/a", WL).turn(1, "COMPILE_ERROR").stop()
+    (shared / "trajectories" / "a").mkdir()
+    (shared / "trajectories" / "deep").rename(shared / "trajectories" / "a" / "b")
+    os.symlink("a/b", shared / "trajectories" / "t0")  # shared/trajectories/a/b/../../../ is shared/
+    log = shared / "trajectories" / "a" / "b" / "trajectory.jsonl"
+    log.write_text(log.read_text().replace('"kernel_file":"kernels/turn_01.ptx"', '"kernel_file":"../../../payload.txt"'))
+    assert "../../../payload.txt" in log.read_text()
+
+    class Unused:
+        def evaluate(self, workload, source, options):
+            return EvalResult(workload=workload, status="COMPILED")
+
+    with pytest.raises(DamagedRecord, match="outside|not a readable file inside"):
+        reevaluate_run(shared, out, no_gpu=True, evaluator=Unused())
+    assert victim.read_text() == "the user's own file\n" and not out.exists()

@@ -2,7 +2,9 @@
 run), no traceback, and nothing written (no run folder, no output folder) for input rejected up front."""
 from __future__ import annotations
 
+import gzip
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -80,11 +82,18 @@ CASES = [
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--tokenizer", "gpt2"], 2, "--tokenizer"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--test-workloads", "nope"], 2, "--test-workloads"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit"], 2, "--out"),
+    (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", ""], 2, "--out is empty"),
+    (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--tokenizer", "tiktoken:nope"], 2,
+     "--tokenizer 'tiktoken:nope' cannot be loaded"),
+    (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--tokenizer", "tiktoken:"], 2, "names no tokenizer"),
+    (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--tokenizer", "hf:/nonexistent/tok"], 2,
+     "--tokenizer 'hf:/nonexistent/tok' cannot be loaded"),
     (["score", "/nonexistent"], 2, "no run folder"),
     (["score", "."], 2, "not a run folder"),
     (["score", EXAMPLE_RUN, "--out-run", "x"], 2, "--re-evaluate"),
     (["report", "/nonexistent"], 2, "no run folder"),
     (["report", EXAMPLE_RUN, "--out", "f"], 2, "is a file"),
+    (["report", EXAMPLE_RUN, "--out", ""], 2, "--out is empty"),
     (["synth-repairs", "nope"], 2, "unknown workload"),
     (["synth-repairs", "--mutations", "nope"], 2, "unknown bug class"),
     (["synth-repairs"], 1, "GPU"),  # this machine has none: said up front, nothing written
@@ -150,3 +159,84 @@ def test_unreachable_endpoint_shows_its_attempts_and_gives_up_in_one_line(workdi
     assert "refused" in lines[0].lower()
     assert lines[-1].startswith("error: cannot reach http://127.0.0.1:9/v1")
     assert not (workdir / "runs").exists()
+
+
+def test_resume_refuses_a_bench_run_before_anything_starts(tmp_path):
+    from ptxbench.agent.cli import inputs
+    from ptxbench.agent.loop.optimize import RunFolderInUse, optimize
+    from ptxbench.agent.records.rundir import write_manifest
+
+    bench = tmp_path / "bench"
+    write_manifest(bench, {"command": "bench", "config": {"models": ["builtin/tuner"]}, "trajectories": ["t"]})
+    with pytest.raises(inputs.BadInput, match="holds a bench run.*ptxbench bench --resume"):
+        inputs.resumable(bench, "--resume")
+    with pytest.raises(RunFolderInUse, match="holds a bench run"):
+        optimize(resume=bench)
+    write_manifest(bench, {"command": "optimize", "trajectories": []})
+    with pytest.raises(inputs.BadInput, match="no config to continue"):
+        inputs.resumable(bench, "--resume")
+    assert sorted(p.name for p in bench.iterdir()) == ["manifest.json"]
+
+
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def _to_folder(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def _corrupt_gzip(log: Path) -> None:
+    import gzip
+
+    packed = bytearray(gzip.compress(log.read_bytes()))
+    for i in range(40, len(packed) - 20, 7):
+        packed[i] ^= 0x55
+    log.with_name(log.name + ".gz").write_bytes(bytes(packed))
+    log.unlink()
+
+
+# A small run damaged in one way: a recorded config field of the wrong type, or a file that is not what its name says.
+CONFIG_DAMAGE = {"l2_flush int": {"l2_flush": 7}, "l2_flush list": {"l2_flush": ["a"]}, "synthetic_bug int": {"synthetic_bug": 5},
+                 "repair_task int": {"repair_task": 5}, "start_from int": {"repair_task": "x__y", "start_from": 5}}
+DISK_DAMAGE = {
+    "manifest not JSON": lambda run, t: (run / "manifest.json").write_text("{oops"),
+    "manifest a list": lambda run, t: (run / "manifest.json").write_text("[1, 2]"),
+    "manifest fields": lambda run, t: (run / "manifest.json").write_text('{"gpu": "H100", "config": [1]}'),
+    "manifest a folder": lambda run, t: _to_folder(run / "manifest.json"),
+    "manifest binary": lambda run, t: (run / "manifest.json").write_bytes(bytes(range(200, 256))),
+    "trajectories a file": lambda run, t: (shutil.rmtree(t.parent), t.parent.write_text("x")),
+    "log not UTF-8": lambda run, t: _append(t / "trajectory.jsonl", b"\xff\xfe\n"),
+    "log gzipped": lambda run, t: (t / "trajectory.jsonl").write_bytes(gzip.compress((t / "trajectory.jsonl").read_bytes())),
+    "sealed log corrupt": lambda run, t: _corrupt_gzip(t / "trajectory.jsonl"),
+    "sealed log plain": lambda run, t: (t / "trajectory.jsonl").rename(t / "trajectory.jsonl.gz"),
+    "log a folder": lambda run, t: _to_folder(t / "trajectory.jsonl"),
+    "kernel a folder": lambda run, t: _to_folder(t / "kernels" / "turn_02.ptx"),
+    "kernel not UTF-8": lambda run, t: (t / "kernels" / "turn_02.ptx").write_bytes(b"\xff\xfe"),
+    "log nested deep": lambda run, t: _append(t / "trajectory.jsonl", b"[" * 200_000 + b"]" * 200_000 + b"\n"),
+}
+READERS = [["score"], ["score", "--json"], ["report", "--out", "{out}/report"],
+           ["export", "--recipe", "kernelgen", "--out", "{out}/data", "--format", "jsonl"], ["seal"], ["seal", "--undo"]]
+
+
+@pytest.mark.parametrize("kind", [*CONFIG_DAMAGE, *DISK_DAMAGE])
+def test_a_damaged_run_ends_every_reader_in_one_line(tmp_path, kind):
+    from trajectory_builder import TrajectoryBuilder
+
+    from ptxbench.agent.records.rundir import write_manifest
+
+    run = tmp_path / "run"
+    write_manifest(run, {"command": "bench"})
+    TrajectoryBuilder(run, "t0", "m/a", "gemm", config=CONFIG_DAMAGE.get(kind, {})).turn(1, "COMPILE_ERROR") \
+        .turn(2, "PASSED", 1.5, True).stop()
+    DISK_DAMAGE.get(kind, lambda run, t: None)(run, run / "trajectories" / "t0")
+    for argv in READERS:
+        argv = [argv[0], str(run), *(a.format(out=tmp_path / "out") for a in argv[1:])]
+        result = CliRunner().invoke(app, argv)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (argv, repr(result.exception))
+        assert "Traceback" not in result.output, (argv, result.output)
+        if result.exit_code:
+            lines = [line for line in result.output.splitlines() if line.strip()]
+            assert result.exit_code == 1 and lines[-1].startswith("error: ") and str(run) in lines[-1], (argv, result.output)

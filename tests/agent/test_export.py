@@ -123,3 +123,64 @@ def test_a_key_in_the_recorded_text_never_reaches_the_exported_files(run, tmp_pa
     paths = write_dataset(rows, tmp_path / "out", "jsonl", cfg, {**stats, "note": secret}, [str(run)])
     written = "".join(p.read_text() for p in [*paths.values(), tmp_path / "out" / "export_manifest.json"])
     assert secret not in written and "***" in written
+
+
+def test_no_kernel_file_from_outside_its_trajectory_folder_reaches_the_dataset(run, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("AWS_SECRET=hunter2\n")
+    log = run / "trajectories" / "t1" / "trajectory.jsonl"
+    log.write_text(log.read_text().replace("kernels/turn_01.cu", "../../../secret.txt")
+                   .replace("kernels/turn_02.cu", str(secret)))
+    (t1,) = [s for s in collect_samples([run]) if s.trajectory == "t1"]
+    assert [t.turn for t in t1.turns] == [3] and "hunter2" not in t1.turns[0].kernel
+
+
+def test_a_workload_the_registry_holds_out_never_reaches_the_train_split(tmp_path):
+    from export_runs import result, write_trajectory
+
+    run = tmp_path / "run"
+    write_trajectory(run, "t0", "mha_fwd_d64", [("f", result("RUNTIME_ERROR"), "fault"),
+                                                ("g", result("PASSED", 0.7, True), "passed")])  # no held_out flag
+    (sample,) = collect_samples([run])
+    assert sample.held_out
+    rows, _ = build_rows([sample], ExportConfig(recipe="kernelgen", include_held_out=True))
+    assert rows and {r.split for r in rows} == {"test"}
+
+
+def test_exporting_again_into_a_folder_leaves_no_split_of_the_earlier_export(run, tmp_path):
+    out = tmp_path / "out"
+    with_test = ExportConfig(recipe="fixit", require_target_executed=False, test_workloads=["mha_fwd_d128"])
+    rows, stats = build_rows(collect_samples([run]), with_test)
+    write_dataset(rows, out, "parquet", with_test, stats, [str(run)])
+    assert {p.name for p in out.glob("t*")} == {"train.parquet", "test.parquet"}
+    train_only = ExportConfig(recipe="fixit", require_target_executed=False)
+    rows, stats = build_rows(collect_samples([run]), train_only)
+    paths = write_dataset(rows, out, "jsonl", train_only, stats, [str(run)])
+    assert set(paths) == {"train"} and sorted(p.name for p in out.glob("t*")) == ["train.jsonl"]
+
+
+def test_a_fence_inside_the_kernel_does_not_cut_the_completion(tmp_path):
+    from pathlib import Path
+
+    from ptxbench.agent.export.collect import Turn
+    from ptxbench.agent.export.recipes import kernel_message
+    from ptxbench.tools.solution.parse import extract_solution
+
+    lines = (Path(__file__).resolve().parents[1] / "data" / "agent" / "good.ptx").read_text().splitlines()
+    for fence in ("```", "````", "``` ptx", "~~~"):
+        kernel = "\n".join(lines[:3] + ["// an example:", fence, "// end of the example"] + lines[3:]) + "\n"
+        done = Turn(turn=1, status="PASSED", language="ptx", kernel=kernel, kernel_sha256="", feedback="",
+                    speedup=1.0, target_executed=True)
+        got = extract_solution(kernel_message(done))
+        assert got.source == kernel and got.language == "ptx", fence
+
+
+def test_cli_export_into_a_folder_whose_name_looks_like_rich_markup(run, tmp_path):
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    out = tmp_path / "rich[/v2]"
+    res = CliRunner().invoke(app, ["export", str(run), "--recipe", "fixit", "--out", str(out), "--format", "jsonl"])
+    assert res.exit_code == 0, res.output
+    assert str(out / "train.jsonl") in res.output.replace("\n", "")

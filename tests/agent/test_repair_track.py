@@ -97,3 +97,33 @@ def test_fixit_export_keeps_held_out_bug_classes_out_of_training(tmp_path):
     assert len(rows) == 4 and all(r.provenance.source_turn == 0 and r.provenance.turn == 1 for r in rows)
     assert {r.failure_class for r in rows} == {"RUNTIME_ERROR", "COMPILE_ERROR", "INCORRECT_NAN"}
     assert all(r.split == "test" for r in rows)
+
+
+def test_a_task_is_looked_up_by_its_id_in_this_machines_suite_not_at_the_recorded_path(tmp_path):
+    """A repair run scored on another machine: the recorded start_from is a path there. The local suite's record of
+    the task decides (not a task.json that happens to sit at that path here), and a task.json outside a repairs
+    suite is never read."""
+    import json
+    import shutil
+
+    from trajectory_builder import TrajectoryBuilder
+
+    from ptxbench.agent.repairs.suite import default_suite_dir
+
+    known = "gemm_bf16_m8192_n7168_k5120__off_by_one_k_tiles"
+    local = json.loads((default_suite_dir() / known / "task.json").read_text())
+    elsewhere = tmp_path / "their_suite"  # the path recorded on the machine that ran it, with other numbers here
+    shutil.copytree(default_suite_dir() / known, elsewhere / known)
+    (elsewhere / "suite.json").write_text("{}")
+    (elsewhere / known / "task.json").write_text(json.dumps({**local, "unbroken_speedup": 50.0, "bug_class": "x"}))
+    loose = tmp_path / "loose" / "x__y"  # a task.json with no suite.json above it
+    loose.mkdir(parents=True)
+    (loose / "task.json").write_text(json.dumps({**local, "id": "x__y", "unbroken_speedup": 0.01}))
+    run = tmp_path / "run"
+    for tid, task, start in (("t0", known, elsewhere / known / "solution.cu"), ("t1", "x__y", loose / "solution.cu")):
+        TrajectoryBuilder(run, tid, "m/a", local["workload"], config={"repair_task": task, "start_from": str(start)}) \
+            .turn(1, "PASSED", 1.0, True).stop()
+    rows = {r.id: r for r in score_repair_runs([run]).trajectories}
+    assert rows["t0"].unbroken_speedup == local["unbroken_speedup"] and rows["t0"].bug_class == "off_by_one_k_tiles"
+    assert rows["t0"].speed_kept
+    assert rows["t1"].unbroken_speedup is None and rows["t1"].bug_class == "" and not rows["t1"].speed_kept

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from ptxbench.agent.report import write_report
+from ptxbench.agent.report.build import page_name
 from ptxbench.agent.scoring import score_runs
 from trajectory_builder import build_sample_run
 
@@ -43,22 +44,21 @@ def test_html_is_self_contained_with_plots(report):
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     for title in ("fast_p curves per model", "speedup by turn", "repair transition heatmap", "correct vs. target executed by turn"):
         assert title in page
-    assert "href='trajectories/a-gemm-1.html'" in page
+    assert f"href='trajectories/{page_name('a-gemm-1')}'" in page
 
 
 def test_trajectory_pages(report):
     _, files = report
-    assert sorted(p.name for p in files.trajectories) == sorted(
-        ["a-gemm-0.html", "a-gemm-1.html", "a-gemm-2.html", "a-gemm-3.html", "a-gemm-4.html",
-         "b-attn-0.html", "b-gemm-0.html", "b-gemm-terse-0.html"])
-    page = next(p for p in files.trajectories if p.name == "a-gemm-1.html").read_text()
+    ids = ["a-gemm-0", "a-gemm-1", "a-gemm-2", "a-gemm-3", "a-gemm-4", "b-attn-0", "b-gemm-0", "b-gemm-terse-0"]
+    assert sorted(p.name for p in files.trajectories) == sorted(map(page_name, ids))
+    page = next(p for p in files.trajectories if p.name == page_name("a-gemm-1")).read_text()
     for turn in range(1, 6):
         assert f"id='turn-{turn}'" in page
     # Turn 2's kernel is shown as a diff against turn 1's: one added line.
     assert "<span class='add'>+.reg .b32 r2; // RUNTIME_ERROR</span>" in page
     assert "feedback the model saw" in page and "Turn 2: RUNTIME_ERROR: see the log." in page
     assert "<td class='v-executed'>executed</td>" in page and "candidate" in page
-    infra = next(p for p in files.trajectories if p.name == "a-gemm-4.html").read_text()
+    infra = next(p for p in files.trajectories if p.name == page_name("a-gemm-4")).read_text()
     assert "infra error in evaluate: GPU worker lost" in infra
     assert "present_not_executed" in infra
 
@@ -74,3 +74,86 @@ def test_without_matplotlib_the_report_is_written_without_plots(tmp_path, monkey
     page = (out / "index.html").read_text()
     assert "No plots: matplotlib is not installed" in page and "data:image/png" not in page
     assert (out / "summary.md").read_text().count("|") > 20  # the tables are all there
+
+
+def test_a_link_planted_at_a_report_file_is_replaced_and_a_linked_folder_refused(tmp_path):
+    run = build_sample_run(tmp_path / "shared")
+    victim, victim_dir = tmp_path / "bashrc", tmp_path / "victim_dir"
+    victim.write_text("the user's own file\n")
+    victim_dir.mkdir()
+    (run / "report").mkdir()
+    (run / "report" / "index.html").symlink_to(victim)  # the default out folder is inside the run
+    files = write_report(run)
+    assert victim.read_text() == "the user's own file\n"
+    assert not files.html.is_symlink() and "ptxbench report" in files.html.read_text()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "trajectories").symlink_to(victim_dir)
+    from ptxbench.agent.report.build import LinkedReportFolder
+
+    with pytest.raises(LinkedReportFolder):
+        write_report(run, tmp_path / "out")
+    assert not any(victim_dir.iterdir())
+
+
+HOSTILE = "[click](javascript:alert(1)) ![pix](http://evil.example/p.png) <b>bold</b> `code` *em* _u_ \\"
+
+
+def test_record_text_cannot_add_markdown_links_images_html_or_rows(tmp_path):
+    from ptxbench.agent.scoring.repair_track import repair_markdown, score_repair_runs
+    from trajectory_builder import TrajectoryBuilder
+
+    from ptxbench.agent.records.rundir import write_manifest
+
+    run = tmp_path / "run"
+    write_manifest(run, {"command": "bench " + HOSTILE, "gpu": {"gpus": HOSTILE}, "config": {"prompts": [HOSTILE]}})
+    TrajectoryBuilder(run, "t](javascript:x)<svg onload=alert(1)>", "m/" + HOSTILE + " | col\n<script>x</script>",
+                      "wl_" + HOSTILE, prompt=HOSTILE + "\n\n# heading", config={"repair_task": "wl__" + HOSTILE}) \
+        .turn(1, "COMPILE_ERROR").turn(2, "PASSED", 1.5, True).stop()
+    summary = write_report(run, tmp_path / "out").markdown.read_text()
+    repair = repair_markdown(score_repair_runs([run]))
+    for md in (summary, repair):
+        unescaped = re.sub(r"\\.", "", md)  # what a Markdown renderer reads as markup once the escapes are gone
+        assert "](" not in unescaped.replace("](trajectories/", "") and "![" not in unescaped
+        assert not re.search(r"<[a-z/]", unescaped) and "`" not in unescaped
+    assert not any(line.startswith(("<script", "# heading", " col")) for line in summary.splitlines())
+    row = next(line for line in summary.splitlines() if line.startswith("| [t"))
+    assert re.sub(r"\\.", "", row).count("|") == 8  # seven cells, no border added by the records
+
+
+def test_a_dollar_in_a_model_name_is_plain_text_in_the_plots(tmp_path):
+    from trajectory_builder import TrajectoryBuilder
+
+    run = tmp_path / "run"
+    for i, model in enumerate((r"m/$\foo{$", r"m/$x^{$", "m/$5 and $6")):
+        TrajectoryBuilder(run, f"t{i}", model, "gemm").turn(1, "COMPILE_ERROR").turn(2, "PASSED", 1.5, True).stop()
+    files = write_report(run, tmp_path / "out")
+    assert len(re.findall(r"src='data:image/png;base64,", files.html.read_text())) == 4
+
+
+def test_ids_that_fold_to_the_same_file_name_keep_their_own_pages(tmp_path):
+    from trajectory_builder import TrajectoryBuilder
+
+    run = tmp_path / "run"
+    ids = ["gemm__hosted_vllm-qwen@v1__basic__00", "gemm__hosted_vllm-qwen+v1__basic__00"]
+    TrajectoryBuilder(run, ids[0], "hosted_vllm/qwen@v1", "gemm").turn(1, "PASSED", 3.0, True).stop()
+    TrajectoryBuilder(run, ids[1], "hosted_vllm/qwen+v1", "gemm").turn(1, "COMPILE_ERROR").stop()
+    files = write_report(run, tmp_path / "out")
+    assert len({p.name for p in files.trajectories}) == 2
+    links = dict((text, href) for href, text in re.findall(r"href='(trajectories/[^']+)'>([^<]+)<", files.html.read_text()))
+    assert set(links) == set(ids) and len(set(links.values())) == 2
+    for tid in ids:
+        assert f"<h1>{tid}</h1>" in (tmp_path / "out" / links[tid]).read_text()
+
+
+def test_a_page_shows_no_kernel_file_from_outside_its_trajectory_folder(tmp_path):
+    from trajectory_builder import TrajectoryBuilder
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("AWS_SECRET=hunter2\n")
+    run = tmp_path / "run"
+    TrajectoryBuilder(run, "t0", "m/a", "gemm").turn(1, "COMPILE_ERROR").turn(2, "PASSED", 1.2, True).stop()
+    log = run / "trajectories" / "t0" / "trajectory.jsonl"
+    text = log.read_text().replace("kernels/turn_01.ptx", "../../../secret.txt").replace("kernels/turn_02.ptx", str(secret))
+    log.write_text(text)
+    files = write_report(run, tmp_path / "out")
+    assert "hunter2" not in files.trajectories[0].read_text()

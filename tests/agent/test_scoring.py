@@ -259,3 +259,51 @@ def test_runs_timed_from_the_two_l2_flushes_do_not_pool_into_one_cell(tmp_path):
     assert cells["write"].n_trajectories == 1 and cells["read"].n_trajectories == 2
     assert cells["read"].best_speedup.value == approx((0.97 + 0.99) / 2)
     assert [c.n_trajectories for c in score.model_workload] == [3]
+
+
+def test_a_run_named_twice_is_scored_once_and_a_copy_under_the_same_name_is_refused(run_dir, score, tmp_path):
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    twice = score_runs([run_dir, run_dir / ".", str(run_dir) + "/"])
+    assert twice.n_trajectories == score.n_trajectories == 8 and twice.runs == [str(run_dir)]
+    out = CliRunner().invoke(app, ["score", str(run_dir), str(run_dir) + "/"]).output
+    assert out.splitlines()[-1].startswith("8 trajectories")
+    copy = tmp_path / "elsewhere" / run_dir.name
+    shutil.copytree(run_dir, copy)
+    from ptxbench.agent.scoring import DuplicateTrajectory
+
+    with pytest.raises(DuplicateTrajectory, match="a-gemm-0"):
+        score_runs([run_dir, copy])
+    refused = CliRunner().invoke(app, ["score", str(run_dir), str(copy)])
+    assert refused.exit_code == 2 and refused.output.startswith("error: ") and "score one of them" in refused.output
+
+
+def test_score_prints_no_control_character_from_the_records(tmp_path):
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    osc = "\x1b]0;owned\x07\x9b2J\r"
+    TrajectoryBuilder(tmp_path, "t", "m/a" + osc, "gemm" + osc).turn(1, "PASSED", 1.2, True).infra(2, "lost" + osc)
+    out = CliRunner().invoke(app, ["score", str(tmp_path)]).output
+    assert "m/a" in out and "lost" in out and "owned" in out
+    assert not any(c in out for c in "\x1b\x07\x9b\r")
+
+
+def test_lines_a_reader_cannot_parse_are_dropped_like_a_torn_line(tmp_path):
+    import gzip
+
+    from ptxbench.agent.records.rundir import read_events
+
+    b = TrajectoryBuilder(tmp_path, "t", "m/c", "gemm").turn(1, "PASSED", 1.0, True).stop()
+    whole = b.writer.path.read_bytes()
+    b.writer.path.write_bytes(whole + b'{"type": "\xff\xfe"}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    assert len(read_events(b.writer.path)) == len(whole.splitlines())  # not UTF-8, nested past the parser: dropped
+    packed = bytearray(gzip.compress(whole))
+    for i in range(40, len(packed) - 20, 7):  # a corrupt deflate stream (zlib.error): read up to where it breaks
+        packed[i] ^= 0x55
+    sealed = tmp_path / "trajectory.jsonl.gz"
+    sealed.write_bytes(bytes(packed))
+    assert len(read_events(sealed)) < len(whole.splitlines())

@@ -118,3 +118,25 @@ def test_the_cli_seals_refuses_to_resume_a_sealed_run_and_unseals(example_run):
     undone = runner.invoke(app, ["seal", str(run), "--undo"])
     assert undone.exit_code == 0 and (folder / LOG_NAME).read_bytes() == plain
     assert runner.invoke(app, ["seal", str(run.parent / "nowhere")]).exit_code == 2
+
+
+def test_links_planted_in_a_shared_run_are_replaced_or_left_alone_never_written_through(example_run, tmp_path):
+    """The temporary names sealing and unsealing once used, and a trajectory folder that is a link to a folder
+    outside the run: the files they point at keep their bytes."""
+    run, folder, plain = example_run
+    victims = {name: tmp_path / name for name in ("seal_target", "unseal_target")}
+    for victim in victims.values():
+        victim.write_text("the user's own file\n")
+    (folder / (SEALED_LOG_NAME + ".tmp")).symlink_to(victims["seal_target"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / LOG_NAME).write_bytes(plain)
+    (run / "trajectories" / "t1").symlink_to(elsewhere)
+
+    assert seal_run(run) == ([folder], [])  # the linked folder is neither sealed nor counted live
+    assert (elsewhere / LOG_NAME).read_bytes() == plain and not (elsewhere / SEALED_LOG_NAME).exists()
+    (folder / (LOG_NAME + ".tmp")).symlink_to(victims["unseal_target"])
+    (elsewhere / SEALED_LOG_NAME).write_bytes(gzip.compress(plain))
+    assert unseal_run(run) == [folder]
+    assert (folder / LOG_NAME).read_bytes() == plain and (elsewhere / SEALED_LOG_NAME).exists()
+    assert all(v.read_text() == "the user's own file\n" for v in victims.values())
