@@ -177,6 +177,7 @@ def optimize(
         except FileNotFoundError as exc:
             raise inputs.BadInput(f"--resume: {exc}") from None
         inputs.unsealed(Path(resume), "--resume")
+        inputs.resumable(Path(resume), "--resume")
     else:
         if workload is None:
             raise inputs.BadInput("give a WORKLOAD (see `ptxbench workloads`), or --resume RUN")

@@ -172,6 +172,9 @@ def test_resume_refuses_a_bench_run_before_anything_starts(tmp_path):
         inputs.resumable(bench, "--resume")
     with pytest.raises(RunFolderInUse, match="holds a bench run"):
         optimize(resume=bench)
+    result = CliRunner().invoke(app, ["optimize", "--resume", str(bench)])
+    assert result.exit_code == 2 and "holds a bench run" in result.output and "Traceback" not in result.output
+    assert "turn" not in result.output.lower()  # refused before the live view drew anything
     write_manifest(bench, {"command": "optimize", "trajectories": []})
     with pytest.raises(inputs.BadInput, match="no config to continue"):
         inputs.resumable(bench, "--resume")
