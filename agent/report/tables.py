@@ -15,7 +15,9 @@ UNKNOWN_NOTE = "; a next turn that is COMPILED (never run, verdict unknown) is l
 
 _LINE_BREAKS = re.compile(r"[\r\n]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_MARKUP = re.compile(r"([\\\[\]()!<>*_`|])")
+# `_` stays: CommonMark reads no emphasis inside a word (gemm_bf16_m8192 stays as it is), and emphasis elsewhere adds
+# nothing a record could use; links, images, HTML, code spans and cell borders are what must not come from a record.
+_MARKUP = re.compile(r"([\\\[\]()!<>*`|])")
 
 
 def md_cell(text: object) -> str:
