@@ -17,12 +17,13 @@ from pathlib import Path
 from ptxbench.workloads.schema import Workload
 
 from .cache import CompileCache, cache_key
-from .compile_log import (loc_line_map, parse_nvcc_log, parse_ptxas_log, static_ptx_checks, system_call_issue,
-                          system_calls)
+from .compile_log import (loc_line_map, nvcc_failure, parse_nvcc_log, parse_ptxas_log, static_ptx_checks,
+                          system_call_issue, system_calls)
 from .cubin_symbols import undefined_functions
 from .jail import Limits, Workspace, jail_mode, run_in_jail
 from .jail_deps import outside_includes
 from .results import CompileIssue, CompileResult
+from .solution.source_scan import unencodable
 from .profile.lineinfo import annotate_ptx
 from .sass import disassemble_lines, opcode_histogram, strip_ptx_comments, target_presence
 from .sass_features import sass_features
@@ -49,8 +50,11 @@ def ptxas_flags(arch: str) -> list[str]:
 
 def nvcc_flags(arch: str) -> list[str]:
     virt = arch.replace("sm_", "compute_")
-    # Exact math (no --use_fast_math): the kernel must match the reference as written.
-    return ["-ptx", f"-gencode=arch={virt},code={arch}", "-std=c++17", "-O3", "-lineinfo", "-I", str(include_dir())]
+    # Exact math (no --use_fast_math): the kernel must match the reference as written. No caret: the host compiler
+    # would print the line a diagnostic names, read from whatever file a `#line` named. The -I pair stays last (the
+    # cache key drops its path).
+    return ["-ptx", f"-gencode=arch={virt},code={arch}", "-std=c++17", "-O3", "-lineinfo",
+            "-Xcompiler", "-fno-diagnostics-show-caret", "-I", str(include_dir())]
 
 
 def include_dir() -> Path:
@@ -214,7 +218,7 @@ def _cuda_to_ptx(source: str, arch: str, tc: Toolchain, workdir: Path, timeout_s
             ptx_errors, ptx_warnings, _ = parse_ptxas_log(log, loc_line_map(out.read_text(), CU_NAME))
             errors = [e for e in errors if "ptxas" not in e.message] + ptx_errors
             warnings += ptx_warnings
-        errors = errors or [CompileIssue(message=f"nvcc exited with status {res.returncode}: {log[-2000:] or 'no output'}")]
+        errors = errors or [nvcc_failure(res.returncode)]
         return None, _error(arch, "cuda", log, errors, tc, warnings=warnings), True
     return out.read_text(), None, True
 
@@ -231,6 +235,21 @@ def _build(source: str, language: str, arch: str, tc: Toolchain, timeout_s: floa
         result, cubin, cacheable = _assemble(ptx_text, arch, language, tc, workdir, line_map, timeout_s or PTXAS_TIMEOUT_S,
                                              source=source)
         return result, cubin, cacheable, ptx_text
+
+
+def _build_verdict(source: str, language: str, arch: str, tc: Toolchain, timeout_s: float | None):
+    """_build, once more after a kill from outside (a second one is INFRA_ERROR). A compiler output the parsers
+    cannot read (ValueError: a 5,000-digit number the model wrote) is the source's error, not an exception; it is
+    not cached."""
+    try:
+        try:
+            return _build(source, language, arch, tc, timeout_s)
+        except CompilerKilled:  # a kill from outside says nothing about the source
+            return _build(source, language, arch, tc, timeout_s)
+    except ValueError as exc:  # UnicodeError included; ToolchainError is not one
+        issue = CompileIssue(message=f"the compiler's output for this file could not be read ({type(exc).__name__}: "
+                                     f"{str(exc)[:200]})")
+        return _error(arch, language, "", [issue], tc), None, False, None
 
 
 def compile_source(
@@ -259,11 +278,11 @@ def compile_source(
     key = cache_key(source, language, arch, options, tc.tools())
     if use_cache and (hit := cache.get(key)) is not None:
         return _select_targets(hit, families)
+    if found := unencodable(source):  # no file can hold it: the source's error, before any compiler runs
+        return _error(arch, language, "", [CompileIssue(line=found[0], message=f"the file holds a character UTF-8 "
+                                                        f"cannot encode ({found[1]}, a lone surrogate)")], tc)
     start = time.perf_counter()
-    try:
-        result, cubin, cacheable, ptx_text = _build(source, language, arch, tc, timeout_s)
-    except CompilerKilled:  # once more: a kill from outside says nothing about the source; a second one is INFRA_ERROR
-        result, cubin, cacheable, ptx_text = _build(source, language, arch, tc, timeout_s)
+    result, cubin, cacheable, ptx_text = _build_verdict(source, language, arch, tc, timeout_s)
     result.seconds = round(time.perf_counter() - start, 4)
     if cacheable:
         result = cache.put(key, result, cubin, ptx_text if language == "cuda" else None)

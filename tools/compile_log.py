@@ -11,7 +11,7 @@ from ptxbench.workloads.arch import get_arch
 
 from .results import CompileIssue, KernelResources
 
-_PTXAS_AT_LINE = re.compile(r"^ptxas\s+(?P<file>.+?), line (?P<line>\d+); (?P<sev>error|warning|fatal)\s*:\s*(?P<msg>.*)$")
+_PTXAS_AT_LINE = re.compile(r"^ptxas\s+(?P<file>.+?), line (?P<line>\d{1,9}); (?P<sev>error|warning|fatal)\s*:\s*(?P<msg>.*)$")
 _PTXAS_NO_LINE = re.compile(r"^ptxas\s+(?P<sev>error|warning|fatal)\s*:\s*(?P<msg>.*)$")
 _ABORTED = "Ptx assembly aborted due to errors"
 # ptxas's advisories at info level that cost speed, e.g. (C7512) wgmma serialised for want of registers: every wgmma
@@ -71,28 +71,37 @@ def parse_ptxas_log(log: str, line_map: LineMap | None = None) -> tuple[list[Com
     return errors, warnings, kernels
 
 
-_NVCC = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?P<sev>catastrophic error|error|warning)(?: #[\w-]+)?: (?P<msg>.*)$")
+# Line numbers are bounded (int() refuses past 4,300 digits, and no file has a billion lines).
+_NVCC = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d{1,9})\): (?P<sev>catastrophic error|error|warning)(?: #[\w-]+)?: "
+                   r"(?P<msg>.*)$")
+# The host compiler's preprocessing pass (gcc -E, run by nvcc): `file:line:col: error: ...`.
+_HOST = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d{1,9}):(?:\d{1,9}:)? (?P<sev>fatal error|error|warning): (?P<msg>.*)$")
 
 
 def parse_nvcc_log(log: str, source_name: str) -> tuple[list[CompileIssue], list[CompileIssue]]:
-    """nvcc's `file.cu(12): error: ...` lines; issues in other files (headers) keep their file name."""
+    """The diagnostics nvcc (`file.cu(12): error: ...`) and its host compiler (`file.cu:12:3: error: ...`) locate
+    in the solution file, nothing else: a diagnostic in another file (a `#line` can name any host file) may quote
+    that file, so neither it nor the raw log is ever an issue (see nvcc_failure)."""
     errors: list[CompileIssue] = []
     warnings: list[CompileIssue] = []
     for raw in log.splitlines():
-        m = _NVCC.match(raw.strip())
-        if not m:
+        m = _NVCC.match(raw.strip()) or _HOST.match(raw.strip())
+        if not m or m["file"] != source_name:
             continue
-        ours = m["file"].rsplit("/", 1)[-1] == source_name
-        msg = m["msg"].strip() if ours else f"{m['file'].rsplit('/', 1)[-1]}({m['line']}): {m['msg'].strip()}"
-        issue = CompileIssue(line=int(m["line"]) if ours else None, message=msg, severity="warning" if m["sev"] == "warning" else "error")
-        (warnings if issue.severity == "warning" else errors).append(issue)
-    if not errors and ("error" in log.lower()):
-        errors.append(CompileIssue(message=log.strip()[-2000:]))
+        warning = m["sev"] == "warning"
+        issue = CompileIssue(line=int(m["line"]), message=m["msg"].strip(), severity="warning" if warning else "error")
+        (warnings if warning else errors).append(issue)
     return errors, warnings
 
 
+def nvcc_failure(status: int) -> CompileIssue:
+    """The error of an nvcc run that failed without an error located in the solution file."""
+    return CompileIssue(message=f"nvcc failed (status {status}) in a file other than the solution; its messages are "
+                                "not shown (another file's text is never quoted)")
+
+
 _FILE = re.compile(r"^\s*\.file\s+(\d+)\s+\"([^\"]+)\"")
-_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)")
+_LOC = re.compile(r"^\s*\.loc\s+(\d{1,9})\s+(\d{1,9})\b")
 
 
 def loc_line_map(ptx_text: str, source_name: str) -> LineMap:
@@ -121,7 +130,7 @@ _ARCH_SPECIFIC = {
     "tcgen05": (re.compile(r"\btcgen05\."), "sm_100a"),
 }
 _TARGET = re.compile(r"^\s*\.target\s+(sm_\w+)")
-_VERSION = re.compile(r"^\s*\.version\s+(\d+)\.(\d+)")
+_VERSION = re.compile(r"^\s*\.version\s+(\d{1,9})\.(\d{1,9})\b")
 
 
 def _first(pattern: re.Pattern, lines: list[str]) -> tuple[int, re.Match] | None:

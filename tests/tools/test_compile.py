@@ -13,7 +13,7 @@ from ptxbench.agent.cli.main import app
 from ptxbench.tools.solution.language import detect_language
 from ptxbench.tools.cache import CompileCache, cache_key
 from ptxbench.tools.compile import compile_source, include_dir
-from ptxbench.tools.compile_log import loc_line_map, parse_nvcc_log, parse_ptxas_log, static_ptx_checks
+from ptxbench.tools.compile_log import loc_line_map, nvcc_failure, parse_nvcc_log, parse_ptxas_log, static_ptx_checks
 from ptxbench.tools.results import CompileResult
 from ptxbench.tools.sass import strip_ptx_comments
 from ptxbench.workloads.registry import get_workload
@@ -216,15 +216,27 @@ def test_ptxas_resources_per_entry():
     assert kernels["k2"].registers == 40 and kernels["k2"].smem_static == 0
 
 
-def test_nvcc_log_keeps_header_issues_unlined():
+def test_nvcc_log_keeps_only_the_solution_files_diagnostics():
     log = (
         'solution.cu(3): error: expected a ";"\n'
         "solution.cu(9): warning #177-D: variable \"x\" was declared but never referenced\n"
+        "solution.cu:12:2: error: #error from the host compiler\n"
         "ptxbench/wgmma.cuh(12): error: bad thing\n"
+        "/proc/1/environ:1:2: error: #error x\n"
+        "    1 | OPENAI_API_KEY=sk-secret\n"
     )
     errors, warnings = parse_nvcc_log(log, "solution.cu")
-    assert [(e.line, e.message) for e in errors] == [(3, 'expected a ";"'), (None, "wgmma.cuh(12): bad thing")]
+    assert [(e.line, e.message) for e in errors] == [(3, 'expected a ";"'), (12, "#error from the host compiler")]
     assert warnings[0].line == 9 and warnings[0].severity == "warning"
+    assert parse_nvcc_log(log.split("ptxbench/", 1)[1], "solution.cu") == ([], [])  # never the raw log
+    assert "sk-secret" not in nvcc_failure(1).message and "status 1" in nvcc_failure(1).message
+
+
+def test_numbers_past_int_limits_in_logs_and_ptx_are_not_read():
+    huge = "9" * 5000
+    assert parse_nvcc_log(f"solution.cu({huge}): error: x\n", "solution.cu") == ([], [])
+    assert static_ptx_checks(f".version 8{huge}.0\n.target sm_100a\n", "sm_100a") == []
+    assert loc_line_map(f'.file 1 "solution.cu"\n.loc 1 {huge} 0\nadd.f32 a;', "solution.cu")(3)[0] is None
 
 
 def test_loc_map_uses_the_solution_file_only():
@@ -395,6 +407,23 @@ def test_a_system_call_declared_without_extern_is_refused_from_the_cubin():
     ref = reference_source("smoke_gemm_bf16_m256_n256_k512")
     ok = compile_source(ref, detect_language(ref), "sm_90a", "smoke_gemm_bf16_m256_n256_k512")
     assert ok.status == "ok" and undefined_functions(Path(ok.cubin_path).read_bytes()) == []
+
+
+def test_text_the_parsers_cannot_read_is_a_compile_error_not_an_exception(monkeypatch):
+    """compile_source is a library entry point: what parse_solution refuses may still reach it."""
+    fma = kernel("fma_sm90a.ptx")
+    lone = compile_source(fma + "// \ud800\n", "ptx", "sm_90a", use_cache=False)  # a JSON "\\ud800"
+    assert lone.status == "error" and "UTF-8" in lone.errors[0].message and lone.errors[0].line == fma.count("\n") + 1
+    version = fma.replace(".version ", ".version 8" + "0" * 5000, 1)  # past int()'s 4,300 digits
+    assert compile_source(version, "ptx", "sm_90a", use_cache=False).status == "error"
+    from ptxbench.tools import compile as compile_module
+
+    def unreadable(*args):
+        raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
+
+    monkeypatch.setattr(compile_module, "static_ptx_checks", unreadable)
+    r = compile_source(fma, "ptx", "sm_90a", use_cache=False)
+    assert r.status == "error" and "could not be read" in r.errors[0].message and r.cubin_path is None
 
 
 def test_the_decoy_probes_build_with_their_decoy_and_their_target_in_the_sass():

@@ -1,6 +1,8 @@
 """The source policy: `cuda` solutions are device-only, `ptx` solutions are whole modules."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ptxbench.tools.solution.cuda_policy import ALLOWED_INCLUDES, check_cuda_source, check_ptx_source
@@ -74,6 +76,28 @@ def test_refusals_name_line_and_reason(code, line, words):
     assert any(i.line == line and all(w in i.message for w in words) for i in issues), [str(i) for i in issues]
 
 
+@pytest.mark.parametrize("line, words", [
+    ('#line 1 "/proc/1/environ"', ["#line", "line markers"]),
+    ('# 1 "/etc/passwd"', ["#line", "line markers"]),
+    ('%:line 7', ["#line"]),
+    ('#li\\\nne 1 "/etc/passwd"', ["#line"]),  # spliced by the compiler before it reads the directive
+    ("#error stop", ["#error", "static_assert"]),
+    ("#warning look", ["#warning"]),
+    ('#ident "x"', ["#ident", "allowed directives"]),
+])
+def test_directives_that_rename_the_file_or_print_a_line_are_refused(line, words):
+    # `#line N "host file"` + `#error`: the host compiler prints that file's line N under the message
+    issues = check_cuda_source("// header\n" + line + "\n")
+    assert len(issues) == 1 and issues[0].line == 2 and all(w in issues[0].message for w in words), issues
+
+
+def test_a_directive_behind_a_digit_separator_is_still_seen():
+    # 1'2 is a number: the `'` after it opens a character literal to the end of the line, not the `/*` a scanner
+    # reading `'2'` as a literal would take for a comment hiding the lines below
+    issues = check_cuda_source("int a = 1'2'/*\n#line 1 \"/etc/passwd\"\n#error x\n*/\n")
+    assert [i.line for i in issues] == [2, 3], issues
+
+
 def test_allowed_pragmas_and_cuda_types():
     code = ("#pragma once\n#pragma unroll 4\n#pragma nounroll\n"
             "extern \"C\" __global__ void k(const __grid_constant__ CUtensorMap m, cudaError_t* e, CUdeviceptr p) {}\n")
@@ -109,3 +133,36 @@ def test_ptx_module_sanity():
 def test_ptx_checks_ignore_comments():
     commented = "// .version 8.0\n/* .target sm_90a */\n.visible .entry k()\n{\n\tret;\n}\n"
     assert len(check_ptx_source(commented)) == 2
+
+
+def _timed(fn, *args):
+    start = time.perf_counter()
+    result = fn(*args)
+    return result, time.perf_counter() - start
+
+
+def test_a_macro_that_expands_to_copies_of_itself_costs_no_memory():
+    # four rounds of substitution wrote X's 200**4 copies out (3 GB, 13 s); each macro's answer is now found once
+    bomb = "#define X " + " ".join(["X"] * 200) + "\nX f() { }\n"
+    issues, took = _timed(check_cuda_source, bomb)
+    assert took < 2 and [(i.line, "f() is host code" in i.message) for i in issues] == [(2, True)]
+    chain = "#define A B\n#define B C\n#define C __device__\nA int f() { return 1; }\n"
+    assert check_cuda_source(chain) == []  # macros of macros still count
+    assert check_cuda_source("#define __device__\n__device__ int f() { return 1; }\n")  # a name defined away
+
+
+@pytest.mark.parametrize("code", [
+    "struct{" * 55_000,  # every brace asked whether any open scope is code
+    "void f(" + "a" * 380_000 + ") {}",  # the function's name searched from every letter of a long one
+    "namespace " * 38_000 + "( {",  # `namespace [names]$` tried from every `namespace`
+])
+def test_long_heads_and_deep_scopes_are_read_in_linear_time(code):
+    _, took = _timed(check_cuda_source, code)
+    assert took < 2, took
+
+
+def test_blank_lines_before_a_missing_version_are_read_in_linear_time():
+    # `^\s*` crosses lines: from every line start of a blank run it read the rest of the run
+    issues, took = _timed(check_ptx_source, "\n" * 380_000)
+    assert took < 2 and len(issues) == 2, took
+    assert check_ptx_source("\n\n" + PTX.replace("sm_90a", "sm_100a"))[0].line == 4  # the .target's own line

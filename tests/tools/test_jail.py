@@ -70,6 +70,21 @@ def test_host_files_never_reach_a_result_log_or_cache(mode, secret_file, tmp_pat
         assert elapsed < 10, (name, elapsed)
 
 
+@pytest.mark.parametrize("marker", ["#line 1", "# 1", "%:line 1"])
+def test_a_line_directive_never_shows_the_host_file_it_names(marker, secret_file, tmp_path, monkeypatch):
+    # the host compiler (gcc -E under nvcc) would print line 2 of the named file under its #error; `limits` has no
+    # filesystem view to hide it, so nvcc's log must quote nothing outside the solution
+    path, token = secret_file
+    monkeypatch.setenv("PTXBENCH_JAIL", "limits")
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    code = f'{KERNEL}{marker} "{path}"\n#ifdef __CUDACC_VER_MAJOR__\n#error x\n#endif\n'
+    direct = compile_source(code, "cuda", "sm_90a", use_cache=False)  # past the source policy, straight to nvcc
+    evaluated = LocalEvaluator().evaluate(WORKLOAD, PLAN + code, EvalOptions(no_gpu=True))
+    assert token not in _everything_written(tmp_path / "cache", direct, evaluated)
+    assert direct.status == "error" and evaluated.status == "COMPILE_ERROR", (direct.errors, evaluated.message)
+    assert "nvcc failed (status" in direct.errors[0].message and "#line and" in evaluated.message
+
+
 def test_verdicts_do_not_depend_on_whether_a_host_path_exists(secret_file, tmp_path, monkeypatch):
     path, _ = secret_file
     monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))

@@ -1,6 +1,8 @@
 """Solution files: pulling the kernel out of a reply, parsing its plan, checking it, resolving it."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ptxbench.tools.solution.plan import FormatIssue, Solution
@@ -492,3 +494,68 @@ def test_a_capped_list_keeps_the_plan_kind_of_what_it_cut():
     issues = _issues(parse_solution(clash + host, GEMM))
     assert len(issues) == 31 and {i.kind for i in issues[:30]} == {"source"}
     assert issues[-1].kind == "plan" and "21 more" in issues[-1].message
+
+
+# ---------- hostile text: a verdict, quickly ----------
+# Each shape below took seconds to minutes (a scan per bracket, per mention or per unclosed comment over the rest
+# of a file up to MAX_SOLUTION_CHARS); the bounds leave a slow 2-core machine room.
+
+GOOD_CUDA = CUDA_PLAN + 'extern "C" __global__ void k(const __nv_bfloat16* a, __nv_bfloat16* c, int k) {}\n'
+
+
+def _timed(fn, *args):
+    start = time.perf_counter()
+    result = fn(*args)
+    return result, time.perf_counter() - start
+
+
+def test_a_line_of_brackets_in_a_multiline_string_is_read_in_linear_time():
+    from ptxbench.tools.solution.plan_toml import PlanBlock, _scan_lines
+
+    # `\"` inside a """ string is an escape, so the `[` line is string content, not a table header
+    plan = GOOD_CUDA.replace('language = "cuda"\n', 'language = "cuda"\nx = """\\"""\n[' + " " * 3000 + '\n"""\n', 1)
+    issues, took = _timed(parse_solution, plan, GEMM)
+    assert took < 2 and [(i.line, i.kind) for i in _issues(issues)] == [(3, "plan")], issues  # unknown key 'x'
+    lines, took = _timed(_scan_lines, PlanBlock("[[launch]]\nkernel = 1\n[" + " " * 3000, 1))
+    assert took < 2 and lines.headers == [(1, "launch")] and lines.keys == {(1, "kernel"): 2}
+
+
+@pytest.mark.parametrize("shape, count", [
+    ('extern"C"{', 10_000),  # each `extern "C" {` walked to its closing brace
+    ("__maxnreg__(", 33_000),  # each attribute searched from the start and matched to the end
+    ("{" + " k" * 190_000, 1),  # the braces before every mention of the kernel's name counted
+])
+def test_unclosed_scopes_and_many_mentions_are_scanned_in_linear_time(shape, count):
+    issues, took = _timed(parse_solution, CUDA_PLAN + shape * count + "\n", GEMM)
+    assert took < 2 and "is not defined" in _issues(issues)[0].message, took
+
+
+@pytest.mark.parametrize("language, declaration", [("ptx", ".entry k{}("), ("cuda", 'extern "C" __global__ void k{}(')])
+def test_many_unclosed_parameter_lists_are_read_once(language, declaration):
+    head = (PLAN + HEAD if language == "ptx" else CUDA_PLAN).replace('"k"', '"k0"')
+    source = head + "".join(declaration.format(i) for i in range(256)) + "x" * 350_000
+    result, took = _timed(parse_solution, source, GEMM)
+    assert took < 2, took
+    # each list ends where the next declaration begins: k0's holds what lies before k1, not the rest of the file
+    assert "kernel k0 has 0 parameters" in _issues(result)[0].message if language == "ptx" else \
+        "kernel k0 has 1 parameters" in _issues(result)[0].message, result
+
+
+def test_a_reply_of_unclosed_plan_comments_is_read_in_linear_time():
+    reply = "/* ptxbench " * 80_000
+    extracted, took = _timed(extract_solution, reply)
+    assert took < 2 and extracted.source.startswith("/* ptxbench")
+    assert extract_solution("```\n/* ptxbench\nx = 1\nlanguage = 'ptx'\n*/\n```\n/* ptxbench\nlanguage = 'cuda'").language == "ptx"
+
+
+def test_text_utf8_cannot_encode_is_an_issue_on_its_line():
+    lone = "\ud800"  # what a JSON "\\ud800" decodes to
+    issue = _one(parse_solution(FILE.replace("\tret;", "\tret; // " + lone), GEMM), 20, "UTF-8", "\\ud800")
+    assert issue.kind == "source"
+    _one(extract_solution(f"```ptx\n{FILE.replace('ret;', 'ret; // ' + lone)}```\n"), 20, "UTF-8")
+    assert isinstance(extract_solution(f"prose {lone}\n```ptx\n{FILE}```\n"), tuple)  # outside the file: no matter
+
+
+def test_a_toml_number_past_4300_digits_is_a_plan_issue_in_plain_words():
+    issue = _one(parse_solution(FILE.replace("block = [128]", "block = [1" + "0" * 5000 + "]"), GEMM), 1, "too long")
+    assert issue.kind == "plan" and "set_int_max_str_digits" not in issue.message

@@ -18,6 +18,10 @@ from .source_scan import LineIndex, blank_comments, line_of
 ALLOWED_INCLUDES = ("<cuda.h>", "<cuda_bf16.h>", "<cuda_fp16.h>", "<cstdint>", "<stdint.h>",
                     '"ptxbench/wgmma.cuh"', '"ptxbench/tma.cuh"', '"ptxbench/mbarrier.cuh"')
 ALLOWED_PRAGMAS = ("unroll", "nounroll", "once")
+# Every other directive is refused: `#line` / `# N "file"` rename the file the compiler reports (a host compiler
+# then prints that host file's line N under the message), `#error` / `#warning` print such a line on demand.
+ALLOWED_DIRECTIVES = ("define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else", "endif",
+                      "include", "pragma")
 _HOST_CALLS = ("printf", "fprintf", "puts", "malloc", "calloc", "realloc", "free", "exit", "abort", "system",
                "fopen", "getenv")
 _REFUSED = [
@@ -33,30 +37,50 @@ _REFUSED = [
 ]
 # One alternative per character class, no nested quantifiers: linear over a head of 40 KB of spaces.
 _FUNCTION_HEAD = re.compile(r"\)(?:\s|const\b|noexcept\b)*(?:->[^{]*)?$")
-_TRANSPARENT = re.compile(r'(\bnamespace\b[\w\s:]*|\bextern\s*"[^"]*"\s*)$')
+_NAMESPACE = re.compile(r"\bnamespace\b")
+_NAME_CHARS = re.compile(r"[\w\s:]*")
+_FUNCTION_NAME = re.compile(r"(?<![~\w])([~\w]+)\s*\(")  # from the start of a name only: linear on a long one
 _TYPE = re.compile(r"\b(struct|class|union|enum)\b")
+_RUN = re.compile(r"\w+")
+MACRO_DEPTH = 4  # macros such as `#define DEVICE __device__ __forceinline__`, through macros of macros
 
 
 # `#`, its digraph `%:` and its trigraph `??=` all start a directive.
 _DIRECTIVE = re.compile(r"\s*(?:#|%:|\?\?=)\s*(\w+)\s*(.*)")
 
 
+def _refused_directive(word: str) -> str | None:
+    """Why directive `word` is refused, or None for an allowed one (#include / #pragma are checked after)."""
+    if word == "line" or word.isdigit():
+        return ('#line and `# N "file"` line markers are not allowed: they rename the file the compiler reports, '
+                "and its messages must name the solution's own lines")
+    if word in ("error", "warning"):
+        return f"#{word} is not allowed: write static_assert(...) for a compile-time check"
+    if word in ALLOWED_DIRECTIVES or word.startswith("include") or word == "import":
+        return None
+    return f"#{word} is not allowed; the allowed directives are #{', #'.join(ALLOWED_DIRECTIVES)}"
+
+
 def _preprocessor(text: str) -> tuple[str, list[FormatIssue], dict[str, str]]:
-    """Check #include / #pragma lines, collect simple macros, and blank all directive lines."""
+    """Check the directives (allow list; #include / #pragma arguments), collect simple macros, and blank all
+    directive lines."""
     issues: list[FormatIssue] = []
     macros: dict[str, str] = {}
     lines = text.split("\n")
     k = 0
     while k < len(lines):
         start = k
-        directive = lines[k]
-        while directive.rstrip().endswith("\\") and k + 1 < len(lines):
+        parts = [lines[k]]
+        while parts[-1].rstrip().endswith("\\") and k + 1 < len(lines):
+            parts[-1] = parts[-1].rstrip()[:-1]  # spliced as the compiler does: `#li\` + `ne` is #line
             k += 1
-            directive = directive.rstrip()[:-1] + " " + lines[k]
-        m = _DIRECTIVE.match(directive)
+            parts.append(lines[k])
+        m = _DIRECTIVE.match("".join(parts))
         if m:
             word, rest = m.group(1), m.group(2).strip()
-            if word.startswith("include") or word == "import":
+            if refused := _refused_directive(word):
+                issues.append(FormatIssue(line=start + 1, kind="source", message=refused))
+            elif word.startswith("include") or word == "import":
                 target = re.match(r'(<[^>]*>|"[^"]*")', rest)
                 name = target.group(1) if target else rest
                 if word != "include" or name not in ALLOWED_INCLUDES:
@@ -76,43 +100,74 @@ def _preprocessor(text: str) -> tuple[str, list[FormatIssue], dict[str, str]]:
     return "\n".join(lines), issues, macros
 
 
-def _expand(head: str, macros: dict[str, str]) -> str:
-    for _ in range(4):  # macros such as `#define DEVICE __device__ __forceinline__`
-        head = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: macros.get(m.group(0), m.group(0)), head)
-    return head
+class _DeviceMarks:
+    """Whether a declaration head says __device__ or __global__ once its macros are expanded MACRO_DEPTH levels deep,
+    as rounds of substitution would find it, without writing the expansion out (`#define X X X ...` x200 grows
+    to gigabytes in four rounds): each macro's answer at each depth is found once and kept."""
+
+    def __init__(self, macros: dict[str, str]):
+        self.macros = macros
+        self.known: dict[tuple[str, int], bool] = {}
+
+    def __call__(self, text: str, depth: int = MACRO_DEPTH) -> bool:
+        for run in set(_RUN.findall(text)):
+            if depth > 0 and run in self.macros:  # replaced by its body: the name itself does not count
+                if self._macro(run, depth):
+                    return True
+            elif "__device__" in run or "__global__" in run:
+                return True
+        return False
+
+    def _macro(self, name: str, depth: int) -> bool:
+        if (name, depth) not in self.known:
+            self.known[(name, depth)] = self(self.macros[name], depth - 1)
+        return self.known[(name, depth)]
+
+
+def _opens_scope(head: str) -> bool:
+    """`namespace a::b {` or `extern "C" {`: definitions inside sit at file scope. Read back from the head's end
+    (a search for `namespace [names]$` from every `namespace` is quadratic)."""
+    if head.endswith('"'):
+        quote = head.rfind('"', 0, len(head) - 1)
+        before = head[:quote].rstrip()
+        return quote >= 0 and before.endswith("extern") and not _RUN.match(before[-7:-6])
+    trailing_names = _NAME_CHARS.match(head[::-1]).end()
+    return _NAMESPACE.search(head, len(head) - trailing_names) is not None
 
 
 def _function_definitions(code: str, macros: dict[str, str]) -> list[FormatIssue]:
     """Function bodies opened at file, namespace, extern "C" or struct scope must be __device__ or __global__."""
     issues: list[FormatIssue] = []
     stack: list[str] = []  # scope kinds of the open braces
+    in_code = 0  # how many of them are "code": a count, not a scan of the stack at every brace
     last = 0  # where the current declaration began
+    device = _DeviceMarks(macros)
+    line_at = LineIndex(code)
     for pos, ch in enumerate(code):
         if ch in ";}":
             if ch == "}" and stack:
-                stack.pop()
+                in_code -= stack.pop() == "code"
             last = pos + 1
         elif ch == "{":
-            opened_in_code = any(kind == "code" for kind in stack)
             head = code[last:pos]
-            if opened_in_code:
+            if in_code:
                 kind = "code"
-            elif _TRANSPARENT.search(head.rstrip()):
+            elif _opens_scope(head.rstrip()):
                 kind = "scope"
             elif _FUNCTION_HEAD.search(head.rstrip()) and "(" in head and "=" not in head.split("(")[0]:
                 kind = "code"
-                full = _expand(head, macros)
-                if "__global__" not in full and "__device__" not in full:
-                    name = re.findall(r"([~\w]+)\s*\(", head)
+                if not device(head):
+                    name = _FUNCTION_NAME.search(head)
                     issues.append(FormatIssue(
-                        line=line_of(code, last + len(head) - len(head.lstrip())), kind="source",
-                        message=f"function {name[0] if name else ''}() is host code: mark it __device__ "
+                        line=line_at(last + len(head) - len(head.lstrip())), kind="source",
+                        message=f"function {name.group(1) if name else ''}() is host code: mark it __device__ "
                                 "(or __global__ for a kernel); the harness owns the host"))
             elif _TYPE.search(head) and "=" not in head:
                 kind = "scope"  # member functions are checked like free functions
             else:
                 kind = "code"  # an initializer list or similar: no definitions inside
             stack.append(kind)
+            in_code += kind == "code"
             last = pos + 1
     return issues
 
@@ -134,9 +189,10 @@ def check_ptx_source(source: str, arch: str = DEFAULT_ARCH) -> list[FormatIssue]
     """A `ptx` solution must be a whole module: .version and .target present, for this architecture."""
     text = blank_comments(source)
     issues: list[FormatIssue] = []
-    if not re.search(r"^\s*\.version\s+\d+\.\d+", text, re.M):
+    # [^\S\n]: a `\s*` after `^` crosses lines, and from every line start of a long blank run it is quadratic
+    if not re.search(r"^[^\S\n]*\.version\s+\d+\.\d+", text, re.M):
         issues.append(FormatIssue(line=1, kind="source", message="the PTX module has no .version line (e.g. .version 8.5)"))
-    target = re.search(r"^\s*\.target\s+([\w, ]+)", text, re.M)
+    target = re.search(r"^[^\S\n]*\.target\s+([\w, ]+)", text, re.M)
     if not target:
         issues.append(FormatIssue(line=1, kind="source", message=f"the PTX module has no .target line (expected .target {arch})"))
     else:

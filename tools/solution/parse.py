@@ -10,6 +10,7 @@ line of the kernel file (the code block), not of the reply. Nothing here runs mo
 """
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Mapping
 
@@ -21,7 +22,7 @@ from .cuda_policy import check_cuda_source, check_ptx_source
 from .plan import Arg, FormatIssue, LaunchPlan, ResolvedPlan, Solution
 from .plan_resolve import Resolver
 from .plan_toml import PLAN_START, KeyLines, parse_plan_block
-from .source_scan import Entry, Param, blank_comments, cuda_kernels, ptx_entries
+from .source_scan import Entry, Param, Ranges, blank_comments, cuda_kernels, ptx_entries, unencodable
 
 MAX_ISSUES = 30
 # Bounds on model text: the largest project solution is 23 KB; a reply may hold prose around it.
@@ -89,7 +90,7 @@ def extract_solution(reply_text: str) -> ExtractedSource | list[FormatIssue]:
     if not blocks:
         if PLAN_START.search(reply_text):
             source = reply_text.strip("\n") + "\n"
-            return ExtractedSource(source, detect_language(source, default=None))
+            return _not_utf8(source) or ExtractedSource(source, detect_language(source, default=None))
         return [FormatIssue(line=None, kind="format", message="no code block found: put the whole kernel file, with its "
                                                               "/* ptxbench ... */ plan, in one ```ptx or ```cuda fenced block")]
     with_plan = [b for b in blocks if PLAN_START.search(b[1])]
@@ -105,6 +106,8 @@ def extract_solution(reply_text: str) -> ExtractedSource | list[FormatIssue]:
         if any(b[0] == "toml" for b in blocks):
             warnings.append("the plan was in a separate ```toml block; it must be inside the kernel file as a "
                             "/* ptxbench ... */ comment")
+    if bad_text := _not_utf8(body):
+        return bad_text
     if not closed:
         warnings.append("the code block is not closed with ``` (was the reply cut off?)")
     language = FENCE_LANGUAGES.get(tag)
@@ -180,9 +183,13 @@ def _check_entries(plan: LaunchPlan, language: str, source: str, warnings: list[
 def _named_at_file_scope(name: str, code: str, kernels: dict[str, Entry]) -> bool:
     """Whether `name` appears outside function bodies and outside the recognised kernels' parameter
     lists, as when a macro such as KERNEL(name) declares the kernel."""
+    opens = [m.start() for m in re.finditer(r"\{", code)]
+    closes = [m.start() for m in re.finditer(r"\}", code)]
+    in_kernel = Ranges((a, b + 1) for a, b in (k.span for k in kernels.values()))
     for m in re.finditer(rf"\b{re.escape(name)}\b", code):
-        at_file_scope = code.count("{", 0, m.start()) == code.count("}", 0, m.start())
-        if at_file_scope and not any(a <= m.start() <= b for a, b in (k.span for k in kernels.values())):
+        # as many braces opened as closed before it (bisect: a count of the text before every mention is quadratic)
+        at_file_scope = bisect.bisect_left(opens, m.start()) == bisect.bisect_left(closes, m.start())
+        if at_file_scope and m.start() not in in_kernel:
             return True
     return False
 
@@ -194,6 +201,14 @@ def _spell(a: Arg) -> str:
 def _plan_issues(pairs: list[tuple[int | None, str]]) -> list[FormatIssue]:
     """The plan's issues, as plan_toml.py and plan_resolve.py collect them: (line, message)."""
     return [FormatIssue(line=line, message=msg, kind="plan") for line, msg in pairs]
+
+
+def _not_utf8(source: str) -> list[FormatIssue]:
+    if (found := unencodable(source)) is None:
+        return []
+    line, char = found
+    return [FormatIssue(line=line, kind="source", message=f"the file holds a character UTF-8 cannot encode ({char}, "
+                                                          "a lone surrogate): write the file as UTF-8 text")]
 
 
 def _too_big(source: str) -> list[FormatIssue]:
@@ -210,8 +225,8 @@ def parse_solution(source: str, workload: Workload | None = None, arch: str = DE
     """Parse and check a solution file: its plan, the plan against the workload (when given) and the
     kernels' signatures, and the language policy. Returns the Solution, or every issue found.
     Never raises on model text: a file the checks cannot read is an issue of the file."""
-    if too_big := _too_big(source):
-        return too_big
+    if refused := _too_big(source) or _not_utf8(source):
+        return refused
     try:
         found = _parse_solution(source, workload, arch)
     except (RecursionError, MemoryError, ArithmeticError, LookupError, TypeError, ValueError) as exc:

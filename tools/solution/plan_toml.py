@@ -31,6 +31,9 @@ _KIND_HINTS = {k: f" (did you mean {v}?)" for k, v in {
     "ptr": "the bare tensor name", "tensor": "the bare tensor name", "tensormap": "tmap", "buf": "scratch"}.items()}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PLAN_START = re.compile(r"/\*\s*ptxbench\b")
+# One unbounded run, then the closing bracket: linear on a line of `[` and spaces (a lazy group between two `\s*`
+# was cubic on it).
+_HEADER = re.compile(r"\s*\[\[?([^\]]+)\]\]?")
 
 
 @dataclass
@@ -76,10 +79,10 @@ def _scan_lines(block: PlanBlock) -> KeyLines:
         line = block.first_line + offset
         i = 0
         if depth == 0 and not quote:
-            header = re.match(r"\s*\[\[?\s*([^\]]+?)\s*\]\]?", raw)
+            header = _HEADER.match(raw)
             if header:
                 owner = line
-                kl.headers.append((line, header.group(1).replace('"', "").replace(" ", "")))
+                kl.headers.append((line, header.group(1).strip().replace('"', "").replace(" ", "")))
                 continue
             k = re.match(r"\s*([A-Za-z0-9_\-\.\"']+)\s*=", raw)
             if k:
@@ -89,7 +92,7 @@ def _scan_lines(block: PlanBlock) -> KeyLines:
         while i < len(raw):
             c = raw[i]
             if quote:
-                if c == "\\" and quote == '"':
+                if c == "\\" and quote[0] == '"':  # basic strings, multi-line ones too, have escapes: `\"` ends none
                     i += 1
                 elif raw.startswith(quote, i):
                     i += len(quote) - 1
@@ -300,6 +303,9 @@ def parse_plan_block(source: str) -> ParsedPlan:
         doc = tomllib.loads(block.text)
     except tomllib.TOMLDecodeError as e:
         return ParsedPlan(None, None, KeyLines(block_line=block.first_line), [_toml_error(e, block)])
+    except ValueError:  # int() of a number past 4,300 digits: tomllib's only error not a TOMLDecodeError
+        return ParsedPlan(None, None, KeyLines(block_line=block.first_line),
+                          [(block.first_line, "the plan is not valid TOML: a number in it is too long (at most 4300 digits)")])
     except (RecursionError, MemoryError):  # tomllib recurses once per nesting level
         return ParsedPlan(None, None, KeyLines(block_line=block.first_line),
                           [(block.first_line, "the plan is not valid TOML: a value is nested too deeply")])

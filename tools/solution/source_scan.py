@@ -13,6 +13,9 @@ ParamKind = Literal["pointer", "tmap", "int", "float", "unknown"]
 
 
 _RAW_PREFIX = re.compile(r'(?<![A-Za-z0-9_])(?:u8|u|U|L)?R"')
+# A number with C++14 digit separators (1'000): its `'` opens no character literal. Read as one, `1'2'/*` would
+# hide the lines after it in a comment the compiler never sees.
+_PP_NUMBER = re.compile(r"\.?\d(?:[\w.]|'(?=\w)|[eEpP][+-])*")
 
 
 def blank_comments(text: str, strings: bool = False) -> str:
@@ -45,6 +48,9 @@ def blank_comments(text: str, strings: bool = False) -> str:
             if strings:
                 out[open_paren + 1:j] = [ch if ch == "\n" else " " for ch in text[open_paren + 1:j]]
             i = j + 1
+        elif (c.isdigit() or c == ".") and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_.")) and \
+                (number := _PP_NUMBER.match(text, i)):
+            i = number.end()
         elif c in "\"'":
             j = i + 1
             while j < n and text[j] != c and text[j] != "\n":
@@ -62,6 +68,16 @@ def line_of(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
 
+def unencodable(text: str) -> tuple[int, str] | None:
+    """(line, the character escaped) of the first character UTF-8 cannot encode, or None. A lone surrogate (what a
+    JSON "\\ud800" decodes to) is a Python string but no file, compiler or log can hold it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return line_of(text, e.start), ascii(text[e.start])[1:-1]
+    return None
+
+
 class LineIndex:
     """line_of for many positions in one text (bisect over newline offsets)."""
 
@@ -72,17 +88,45 @@ class LineIndex:
         return bisect.bisect_left(self.newlines, pos) + 1
 
 
-def matching_paren(text: str, open_pos: int) -> int:
-    """Position of the ')' closing the '(' at open_pos, or -1."""
-    depth = 0
-    for k in range(open_pos, len(text)):
-        if text[k] == "(":
-            depth += 1
-        elif text[k] == ")":
-            depth -= 1
-            if depth == 0:
-                return k
-    return -1
+def matching_closes(text: str, opening: str = "(", closing: str = ")") -> dict[int, int]:
+    """The position of the bracket closing each opening one, found in one pass with a stack (an opening bracket
+    never closed has no entry): a scan from each bracket to its close is quadratic over many unclosed ones."""
+    closes: dict[int, int] = {}
+    stack: list[int] = []
+    for m in re.finditer(re.escape(opening) + "|" + re.escape(closing), text):
+        if m.group() == opening:
+            stack.append(m.start())
+        elif stack:
+            closes[stack.pop()] = m.start()
+    return closes
+
+
+class Ranges:
+    """Whether a position lies in any of many [start, end) ranges: merged once, then a bisect per question."""
+
+    def __init__(self, ranges):
+        merged: list[list[int]] = []
+        for a, b in sorted(ranges):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        self.starts = [a for a, _ in merged]
+        self.ends = [b for _, b in merged]
+
+    def __contains__(self, pos: int) -> bool:
+        k = bisect.bisect_right(self.starts, pos) - 1
+        return k >= 0 and pos < self.ends[k]
+
+
+def _list_ends(found: list[re.Match], closes: dict[int, int], text_end: int) -> list[int]:
+    """Where each declaration's parameter list (its match ends at the '(') ends: at its ')', but never past the next
+    declaration, so each character is read once however many lists are left open."""
+    ends = []
+    for k, m in enumerate(found):
+        limit = found[k + 1].start() if k + 1 < len(found) else text_end
+        ends.append(min(closes.get(m.end() - 1, limit), limit))
+    return ends
 
 
 def split_top_level(text: str) -> list[tuple[int, str]]:
@@ -127,9 +171,9 @@ def _ptx_param(piece: str, line: int) -> Param:
     if not m:
         return Param(piece, line, "unknown", None)
     bits, letter = int(m.group(2)), m.group(1)
-    count = re.search(r"\[\s*(\d+)\s*\]", piece)
+    count = re.search(r"\[\s*(\d{1,9})\s*\]", piece)  # bounded: int() refuses past 4,300 digits
     size = bits // 8 * (int(count.group(1)) if count else 1)
-    align = re.search(r"\.align\s+(\d+)", piece)
+    align = re.search(r"\.align\s+(\d{1,9})\b", piece)
     kind: ParamKind = "tmap" if size == 128 and count else "float" if letter == "f" else "int"
     if size == 8 and letter in "ub" and not count:
         kind = "int"  # a .u64 may be a pointer or a 64-bit integer: checked by size only
@@ -140,13 +184,13 @@ def ptx_entries(source: str) -> dict[str, Entry]:
     """The .entry kernels of a PTX module with their parameters."""
     text = blank_comments(source)
     line_of = LineIndex(text)
+    found = list(_PTX_ENTRY.finditer(text))
+    ends = _list_ends(found, matching_closes(text), len(text))
     entries: dict[str, Entry] = {}
-    for m in _PTX_ENTRY.finditer(text):
+    for m, end in zip(found, ends):
         entry = Entry(m.group(1), line_of(m.start()))
         if m.group(2):
-            close = matching_paren(text, m.end() - 1)
-            body = text[m.end():close if close > 0 else len(text)]
-            for off, piece in split_top_level(body):
+            for off, piece in split_top_level(text[m.end():end]):
                 entry.params.append(_ptx_param(piece, line_of(m.end() + off)))
         entries[entry.name] = entry
     return entries
@@ -162,12 +206,18 @@ _INT_TYPES = {"int": 4, "unsigned": 4, "int32_t": 4, "uint32_t": 4, "long long":
 
 
 def _strip_attributes(text: str) -> str:
-    """Blank __launch_bounds__(...) and friends (their parentheses would look like a parameter list)."""
-    while (m := _ATTRS.search(text)) is not None:
-        close = matching_paren(text, m.end() - 1)
-        end = close + 1 if close > 0 else m.end()
-        text = text[:m.start()] + re.sub(r"[^\n]", " ", text[m.start():end]) + text[end:]
-    return text
+    """Blank __launch_bounds__(...) and friends (their parentheses would look like a parameter list), left to
+    right in one pass."""
+    closes = matching_closes(text)
+    out, pos = [], 0
+    for m in _ATTRS.finditer(text):
+        if m.start() < pos:
+            continue  # inside an attribute blanked already
+        end = closes[m.end() - 1] + 1 if m.end() - 1 in closes else m.end()
+        out += [text[pos:m.start()], re.sub(r"[^\n]", " ", text[m.start():end])]
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _cuda_param(piece: str, line: int) -> Param:
@@ -184,16 +234,9 @@ def _cuda_param(piece: str, line: int) -> Param:
     return Param(piece, line, "unknown", None)
 
 
-def _extern_c_ranges(text: str) -> list[tuple[int, int]]:
-    ranges = []
-    for m in re.finditer(r'extern\s*"C"\s*\{', text):
-        depth = 0
-        for k in range(m.end() - 1, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[k], 0)
-            if depth == 0:
-                ranges.append((m.end(), k))
-                break
-    return ranges
+def _extern_c_ranges(text: str) -> Ranges:
+    closes = matching_closes(text, "{", "}")
+    return Ranges((m.end(), closes[m.end() - 1]) for m in re.finditer(r'extern\s*"C"\s*\{', text) if m.end() - 1 in closes)
 
 
 def cuda_kernels(source: str) -> dict[str, Entry]:
@@ -201,17 +244,18 @@ def cuda_kernels(source: str) -> dict[str, Entry]:
     text = _strip_attributes(blank_comments(source))
     blocks = _extern_c_ranges(text)
     line_of = LineIndex(text)
+    found = list(_CUDA_KERNEL.finditer(text))
+    ends = _list_ends(found, matching_closes(text), len(text))
     kernels: dict[str, Entry] = {}
-    for m in _CUDA_KERNEL.finditer(text):
+    for m, end in zip(found, ends):
         name, open_pos = m.group(2), m.end() - 1
         window = max(0, m.start() - 2000)  # a bounded look back keeps many kernels linear
         before = text[max(window, text.rfind(";", window, m.start()), text.rfind("}", window, m.start()),
                           text.rfind("{", window, m.start())):m.start()]
-        extern_c = bool(re.search(r'extern\s*"C"', before)) or any(a <= m.start() < b for a, b in blocks)
+        extern_c = bool(re.search(r'extern\s*"C"', before)) or m.start() in blocks
         entry = Entry(name, line_of(m.start()), extern_c=extern_c)
-        close = matching_paren(text, open_pos)
-        body = text[open_pos + 1:close if close > 0 else len(text)]
-        entry.span = (m.start(), close if close > 0 else len(text))
+        body = text[open_pos + 1:end]
+        entry.span = (m.start(), end)
         if body.strip() not in ("", "void"):
             for off, piece in split_top_level(body):
                 entry.params.append(_cuda_param(piece, line_of(open_pos + 1 + off)))
