@@ -62,6 +62,12 @@ def include_dir() -> Path:
     return Path(str(resources.files("ptxbench.prompts") / "include"))
 
 
+def project_headers() -> frozenset[str]:
+    """The headers a solution may include, by their name under the include folder (`ptxbench/wgmma.cuh`)."""
+    root = include_dir()
+    return frozenset(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
 def _include_digest() -> str:
     """Hash of the wrapper headers: a changed header must not be served from the cache."""
     h = hashlib.sha256()
@@ -212,7 +218,7 @@ def _cuda_to_ptx(source: str, arch: str, tc: Toolchain, workdir: Path, timeout_s
     if limit := _limit_hit("nvcc", res, timeout_s):
         return None, _error(arch, "cuda", log, [CompileIssue(message=limit)], tc), True
     if res.returncode != 0 or not out.is_file():
-        errors, warnings = parse_nvcc_log(log, CU_NAME)
+        errors, warnings = parse_nvcc_log(log, CU_NAME, project_headers())
         if out.is_file() and "ptxas" in log:
             # nvcc checks its PTX with ptxas; map those errors (inline asm) back through `.loc`.
             ptx_errors, ptx_warnings, _ = parse_ptxas_log(log, loc_line_map(out.read_text(), CU_NAME))

@@ -78,18 +78,27 @@ _NVCC = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d{1,9})\): (?P<sev>catast
 _HOST = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d{1,9}):(?:\d{1,9}:)? (?P<sev>fatal error|error|warning): (?P<msg>.*)$")
 
 
-def parse_nvcc_log(log: str, source_name: str) -> tuple[list[CompileIssue], list[CompileIssue]]:
+def parse_nvcc_log(log: str, source_name: str, headers: frozenset[str] = frozenset()
+                   ) -> tuple[list[CompileIssue], list[CompileIssue]]:
     """The diagnostics nvcc (`file.cu(12): error: ...`) and its host compiler (`file.cu:12:3: error: ...`) locate
     in the solution file, nothing else: a diagnostic in another file (a `#line` can name any host file) may quote
-    that file, so neither it nor the raw log is ever an issue (see nvcc_failure)."""
+    that file, so neither it nor the raw log is ever an issue (see nvcc_failure). The one exception is the
+    project's own headers (`headers`: their names under the include folder, e.g. `ptxbench/wgmma.cuh`), public text
+    a solution may include: a helper called wrongly fails inside it, and the model is told where, with no line of the
+    solution. The policy refuses `#line` and line markers, so no other file can take such a name."""
     errors: list[CompileIssue] = []
     warnings: list[CompileIssue] = []
     for raw in log.splitlines():
         m = _NVCC.match(raw.strip()) or _HOST.match(raw.strip())
-        if not m or m["file"] != source_name:
+        if not m:
+            continue
+        header = next((h for h in headers if m["file"].endswith("/" + h) or m["file"] == h), None)
+        if m["file"] != source_name and header is None:
             continue
         warning = m["sev"] == "warning"
-        issue = CompileIssue(line=int(m["line"]), message=m["msg"].strip(), severity="warning" if warning else "error")
+        line, message = (int(m["line"]), m["msg"].strip()) if header is None else \
+            (None, f"{header}({m['line']}): {m['msg'].strip()}")
+        issue = CompileIssue(line=line, message=message, severity="warning" if warning else "error")
         (warnings if warning else errors).append(issue)
     return errors, warnings
 

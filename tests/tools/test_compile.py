@@ -230,6 +230,15 @@ def test_nvcc_log_keeps_only_the_solution_files_diagnostics():
     assert warnings[0].line == 9 and warnings[0].severity == "warning"
     assert parse_nvcc_log(log.split("ptxbench/", 1)[1], "solution.cu") == ([], [])  # never the raw log
     assert "sk-secret" not in nvcc_failure(1).message and "status 1" in nvcc_failure(1).message
+    # the project's own headers are public text: a helper called wrongly is named, with no line of the solution
+    from ptxbench.tools.compile import project_headers
+
+    headers = project_headers()
+    assert "ptxbench/wgmma.cuh" in headers
+    errors, _ = parse_nvcc_log(log.replace("ptxbench/wgmma.cuh", "/opt/x/include/ptxbench/wgmma.cuh"), "solution.cu",
+                               headers)
+    assert (None, "ptxbench/wgmma.cuh(12): bad thing") in [(e.line, e.message) for e in errors]
+    assert not any("sk-secret" in e.message or "environ" in e.message for e in errors)
 
 
 def test_numbers_past_int_limits_in_logs_and_ptx_are_not_read():
