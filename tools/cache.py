@@ -13,9 +13,9 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
+from .atomic import atomic_write
 from .redact import scrub_text
 from .results import CompileResult
 
@@ -41,18 +41,6 @@ def cache_key(source: str, language: str, arch: str, options: list[str] | dict, 
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class CompileCache:

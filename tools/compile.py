@@ -8,6 +8,7 @@ never cached). The compilers only compile: nothing the model wrote runs on the h
 from __future__ import annotations
 
 from ptxbench.workloads.arch import DEFAULT_ARCH
+import functools
 import hashlib
 import re
 import time
@@ -62,6 +63,7 @@ def include_dir() -> Path:
     return Path(str(resources.files("ptxbench.prompts") / "include"))
 
 
+@functools.cache
 def project_headers() -> frozenset[str]:
     """The headers a solution may include, by their name under the include folder (`ptxbench/wgmma.cuh`)."""
     root = include_dir()

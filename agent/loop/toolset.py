@@ -180,4 +180,6 @@ def parse_arguments(raw: str | dict | None) -> dict[str, Any]:
     if nesting_depth(value) > MAX_ARGUMENT_DEPTH:
         raise ValueError(f"tool arguments are nested too deeply (more than {MAX_ARGUMENT_DEPTH} levels)")
     # "\ud800" is valid JSON but no UTF-8: every string made writable, as ModelReply does for the reply's text
-    return json.loads(utf8_safe(json.dumps(value, ensure_ascii=False)))
+    text = json.dumps(value, ensure_ascii=False)
+    safe = utf8_safe(text)
+    return value if safe is text else json.loads(safe)  # parsed again only when a string had to be repaired

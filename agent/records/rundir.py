@@ -12,12 +12,10 @@ import gzip
 import hashlib
 import json
 import os
-import tempfile
 import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -328,38 +326,6 @@ def read_manifest(run_dir: Path) -> dict:
     except ValidationError as exc:
         raise DamagedRecord(Path(run_dir) / "manifest.json", validation_line(exc)) from None
     return manifest
-
-
-@contextmanager
-def replacing(path: Path) -> Iterator[BinaryIO]:
-    """A binary file to write `path` through: a new file beside it under a fresh name, fsynced, then renamed over
-    `path`. The rename replaces whatever is at `path`, a symbolic link included, and never writes through it (a link
-    planted in a shared run folder reaches none of the reader's files); a failure leaves `path` as it was."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600 files; the file gets what open() would have given it
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)  # read by setting it, then put back at once
-    os.umask(mask)
-    return mask
-
-
-def write_text_replacing(path: Path, text: str) -> Path:
-    """Write `text` (UTF-8) to `path` through `replacing`."""
-    with replacing(path) as f:
-        f.write(text.encode("utf-8"))
-    return Path(path)
 
 
 def write_evaluator_start(run_dir: Path, setup_s: float, workers: list[dict]) -> Path:

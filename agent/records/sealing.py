@@ -8,7 +8,7 @@ being written, or killed mid-run, keeps its live log.
 
 A run folder may come from someone else: sealing rewrites only regular files in real folders of the run. A
 trajectory folder or log that is a symbolic link is left alone (it may point at the reader's own files), and the
-new file is written under a fresh name and renamed into place (rundir.replacing), so a link planted under the
+new file is written under a fresh name and renamed into place (tools/atomic.replacing), so a link planted under the
 new name is replaced, never written through.
 """
 from __future__ import annotations
@@ -19,7 +19,9 @@ import shutil
 import zlib
 from pathlib import Path
 
-from .rundir import LOG_NAME, SEALED_LOG_NAME, DamagedRecord, read_events, replacing, trajectory_folders
+from ptxbench.tools.atomic import replacing
+
+from .rundir import LOG_NAME, SEALED_LOG_NAME, DamagedRecord, read_events, trajectory_folders
 
 
 def _replace(src: Path, dst: Path, read, write) -> None:

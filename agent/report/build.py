@@ -2,7 +2,7 @@
 base64 PNG, no network needed) and trajectories/<id>-<hash>.html (page_name), plus score.json for re-checking.
 
 The run may come from someone else, and the default out folder is inside it: each file is written under a fresh
-name and renamed into place (rundir.write_text_replacing), so a link planted at a report file's name is replaced,
+name and renamed into place (tools/atomic.atomic_write), so a link planted at a report file's name is replaced,
 never written through, and an out folder (or its trajectories/) that is a link is refused."""
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ..records.rundir import load_run, read_manifest, write_text_replacing
+from ptxbench.tools.atomic import atomic_write
+
+from ..records.rundir import load_run, read_manifest
 from ..scoring import RunScore, score_trajectories
 from ..scoring.turns import score_trajectory
 from .plots import all_plots
@@ -122,6 +124,10 @@ def _out_folders(out_dir: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
 
 
+def _write(path: Path, text: str) -> Path:
+    return atomic_write(path, text.encode("utf-8"))
+
+
 def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir else run_dir / "report"
@@ -133,16 +139,16 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     manifest = read_manifest(run_dir)
     score.manifests = {str(run_dir): manifest}
     files = ReportFiles(markdown=out_dir / "summary.md", html=out_dir / "index.html", score_json=out_dir / "score.json", trajectories=[])
-    write_text_replacing(files.markdown, markdown_summary(run_dir, manifest, score))
-    write_text_replacing(files.html, index_html(run_dir, manifest, score))
-    write_text_replacing(files.score_json, score.model_dump_json(indent=1))
+    _write(files.markdown, markdown_summary(run_dir, manifest, score))
+    _write(files.html, index_html(run_dir, manifest, score))
+    _write(files.score_json, score.model_dump_json(indent=1))
     from ..scoring.repair_track import repair_markdown, score_repair_runs
 
     repair = score_repair_runs([run_dir])
     if repair.trajectories:  # the repair page beside the leaderboard
-        write_text_replacing(out_dir / "repair.md", repair_markdown(repair))
-        write_text_replacing(out_dir / "repair.json", repair.model_dump_json(indent=1))
+        _write(out_dir / "repair.md", repair_markdown(repair))
+        _write(out_dir / "repair.json", repair.model_dump_json(indent=1))
     for record, traj in zip(records, trajs):
-        path = write_text_replacing(out_dir / "trajectories" / page_name(traj.id), trajectory_html(record, traj))
+        path = _write(out_dir / "trajectories" / page_name(traj.id), trajectory_html(record, traj))
         files.trajectories.append(path)
     return files

@@ -14,6 +14,7 @@ of initialised globals and of constants are kept on the host, where a kernel can
 """
 from __future__ import annotations
 
+import functools
 import io
 from dataclasses import dataclass
 
@@ -29,8 +30,10 @@ class GlobalSymbol:
     initialised: bool  # in .nv.global.init or a constant bank (restore its bytes) rather than .nv.global (zero it)
 
 
-def module_globals(cubin: bytes) -> list[GlobalSymbol]:
-    """The global variables and constants of a cubin, from its ELF symbol table (pure Python; no GPU)."""
+@functools.lru_cache(maxsize=4)
+def module_globals(cubin: bytes) -> tuple[GlobalSymbol, ...]:
+    """The global variables and constants of a cubin, from its ELF symbol table (pure Python; no GPU). Read once per
+    cubin: the memory check and the module's restore both ask."""
     from elftools.elf.elffile import ELFFile
 
     elf = ELFFile(io.BytesIO(cubin))
@@ -44,7 +47,7 @@ def module_globals(cubin: bytes) -> list[GlobalSymbol]:
         section = sections.get(shndx, "")
         if sym.name and (section in (ZERO_SECTION, INIT_SECTION) or section.startswith(CONST_PREFIX)):
             out.append(GlobalSymbol(sym.name, int(sym["st_size"]), section != ZERO_SECTION))
-    return out
+    return tuple(out)
 
 
 class ModuleState:
