@@ -75,6 +75,19 @@ def test_annotate_ptx_puts_a_loc_on_each_instruction_line_and_keeps_the_line_cou
     assert sum(ln.count('.file 1 "solution.ptx"') for ln in lines) == 1
 
 
+def test_annotate_ptx_breaks_lines_where_ptxas_does():
+    # ptxas ends a line at \n only: what follows a form feed (or \r, \x85, \u2028) in a // comment is still comment,
+    # and must stay so in the module the harness assembles, on the same line number
+    for sep in ("\x0c", "\r", "\x0b", "\x1c", "\x85", "\u2028"):
+        src = (".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{\n    .reg .b32 %r<2>;\n"
+               f"    mov.u32 %r1, 1;\n    // stays 1{sep}    mov.u32 %r1, 2;\n    ret;\n}}\n")
+        out = annotate_ptx(src)
+        assert out.count("\n") == src.count("\n"), repr(sep)
+        hidden = out.split("\n")[7]
+        assert hidden.lstrip().startswith("// stays 1" + sep) and ".loc" not in hidden, repr(sep)
+        assert out.split("\n")[8].replace(" ", "") == ".loc190ret;"
+
+
 def test_annotated_ptx_assembles_with_lineinfo(tmp_path):
     from ptxbench.tools.sanitize import lineinfo_cubin
     # ptxas is a dependency (the nvidia-cuda-nvcc wheel): a missing one is a broken install, not a reason to skip.

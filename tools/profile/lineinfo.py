@@ -36,7 +36,9 @@ def annotate_ptx(ptx: str, filename: str = "solution.ptx", first_line: int = 1) 
     """
     if has_line_info(ptx):
         return ptx
-    lines = ptx.splitlines()
+    # Lines as ptxas counts them, at \n only: splitlines() also breaks at \r, \f, \v, \x1c-\x1e, \x85, \u2028, so
+    # the join would turn what follows a form feed in a // comment into code, and move every later line by one.
+    lines = ptx.split("\n")
     anchor = next((i for i, l in enumerate(lines) if _ADDRESS_SIZE.match(l)), None)
     if anchor is None:
         anchor = next((i for i, l in enumerate(lines) if _TARGET.match(l)), None)
@@ -70,7 +72,7 @@ def annotate_ptx(ptx: str, filename: str = "solution.ptx", first_line: int = 1) 
         if i == anchor:
             line = _before_comment(line, f' .file 1 "{filename}"')
         out.append(line)
-    return "\n".join(out) + ("\n" if ptx.endswith("\n") else "")
+    return "\n".join(out)
 
 
 def _before_comment(line: str, text: str) -> str:
