@@ -33,6 +33,16 @@ def test_real_h200_source_counters_fold_onto_the_lines_of_the_ptx():
     assert hot_instructions(page, lines[:-1]) == []
 
 
+def test_hot_lines_are_numbered_as_the_compilers_number_them():
+    # a form feed (or \x85, \u2028) in a comment ends no line for ptxas, nvcc or line_of: the hot line is still the
+    # store's line, quoted with the store's text, not with the text of the line above it
+    src = (DATA / "profile" / "stream_copy.ptx").read_text().replace("// i\n", "// i\x0c next\n")
+    lines = compile_source(src, "ptx").kernels["stream_copy"].sass_lines
+    page = parse_source((DATA / "ncu" / "stream.source.csv").read_text())[0]
+    hot = fold_lines(page, lines, src)
+    assert hot[0].text.startswith("st.global.v4.f32") and src.split("\n")[hot[0].line - 1].strip() == hot[0].text
+
+
 def _gemm_summary(hot_line: int, hot_text: str) -> ProfileSummary:
     """The reference GEMM's profile as recorded on the H200 on 2026-11-30 (issue 12): 93% SM throughput,
     tensor pipe 97%, DRAM 3.4x the minimum, ncu's occupancy rule 'up to 81%'."""

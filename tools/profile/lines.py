@@ -49,7 +49,7 @@ def fold_lines(source: SourceKernel, sass_lines: list[int | None], solution: str
     total = _joined_total(source, sass_lines)
     if not total:
         return []
-    text = solution.splitlines()
+    text = solution.split("\n")  # numbered as the compilers and line_of number them: splitlines() also breaks at \f, \x85
     samples: Counter = Counter()
     reasons: dict[int, Counter] = {}
     executed: Counter = Counter()
