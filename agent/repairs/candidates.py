@@ -18,7 +18,7 @@ from ..export.mutations import MUTATIONS, Mutation
 from ..models.builtin import reference_source
 from ..records.rundir import load_run
 from .extra_mutations import EXTRA_MUTATIONS
-from .suite import HELD_OUT_CLASSES, Origin
+from .suite import HELD_OUT_CLASSES, Origin, plain_name
 
 # The backward's two main workloads too: its bug classes (BACKWARD_CLASSES) apply to the wgmma backward, which
 # builtin/reference submits for them (the suite's next build on a GPU gives them tasks).
@@ -84,13 +84,27 @@ def from_fault_corpus() -> list[Candidate]:
     return out
 
 
+def _known(workload_id: str) -> bool:
+    from ptxbench.workloads.registry import get_workload
+
+    try:
+        get_workload(workload_id)
+        return True
+    except KeyError:
+        return False
+
+
 def from_trajectories(roots: list[Path]) -> list[Candidate]:
     """Failing scored submissions of recorded runs (each folder holding a manifest or trajectories/)."""
     out = []
     for root in roots:
         for record in load_run(root):
             start = record.start
-            bug = (start.config or {}).get("synthetic_bug") if start else None
+            if start is None or not _known(start.workload):  # a workload unknown here cannot be evaluated
+                continue
+            bug = (start.config or {}).get("synthetic_bug")
+            if bug and not plain_name(bug):  # the class names the task's folder: a recorded "../x" must not climb out
+                bug = None
             for e in record.events:
                 status = e.result.status if e.type == "eval_result" else ""
                 if not status or status in FAILED or not e.submission:

@@ -11,6 +11,7 @@ on an H200 by bench/build_repair_suite.py; tests/data/repair_suite/ is a small C
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Literal
@@ -31,6 +32,15 @@ def held_out_bug(config: dict) -> bool:
 
 
 Origin = Literal["mutation", "repair_mutation", "fault_corpus", "trajectory"]
+# A task id is its folder's name: one plain path component (`<workload>__<bug class>`), never "..", a slash or a
+# leading dot. The id and the bug class of a recorded run are anyone's text, and a suite folder may be someone else's.
+TASK_ID = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+SOLUTION_FILES = ("solution.cu", "solution.ptx")
+
+
+def plain_name(name: str) -> bool:
+    """Whether `name` may be a task id, or the bug class in one: a folder name that stays inside the suite."""
+    return re.fullmatch(TASK_ID, name) is not None
 
 
 class Verdict(BaseModel):
@@ -42,13 +52,13 @@ class Verdict(BaseModel):
 
 
 class RepairTask(BaseModel):
-    id: str
+    id: str = Field(pattern=TASK_ID)
     workload: str
     bug_class: str
     description: str = ""
     origin: Origin
     provenance: list[str] = Field(default_factory=list, description="where the broken kernel came from (recipe, file, trajectory)")
-    solution_file: str = Field(description="the broken file's name inside the task folder")
+    solution_file: Literal["solution.cu", "solution.ptx"] = Field(description="the broken file's name inside the task folder")
     unbroken_speedup: float | None = Field(None, description="speedup of the unbroken kernel (the reference) on the build GPU")
     held_out: bool = False
     verdict: Verdict
@@ -97,9 +107,23 @@ def load_suite(folder: str | Path | None = None) -> RepairSuite:
     meta = json.loads(index.read_text(encoding="utf-8"))
     if meta.get("version") != SUITE_VERSION:
         raise ValueError(f"{index}: suite version {meta.get('version')}, this ptxbench reads {SUITE_VERSION}")
-    tasks = [RepairTask.model_validate_json((folder / tid / "task.json").read_text(encoding="utf-8"))
-             for tid in meta.pop("tasks")]
+    tasks = [_load_task(folder, tid) for tid in meta.pop("tasks")]
     return RepairSuite(**meta, tasks=tasks, folder=str(folder))
+
+
+def _load_task(folder: Path, tid) -> RepairTask:
+    """One task of a suite folder; its id, its folder and its solution file must stay inside the suite (the repair
+    track reads that file and shows it to the model: a task, or a link, naming a host file must not reach it)."""
+    from ..records.rundir import kernel_path, path_inside
+
+    if not isinstance(tid, str) or not plain_name(tid) or path_inside(folder, tid) is None:
+        raise ValueError(f"{folder / 'suite.json'}: task id {tid!r} is no folder name of the suite")
+    task = RepairTask.model_validate_json((folder / tid / "task.json").read_text(encoding="utf-8"))
+    if task.id != tid:
+        raise ValueError(f"{folder / tid / 'task.json'}: its id {task.id!r} is not its folder's name")
+    if kernel_path(folder / tid, task.solution_file) is None:
+        raise ValueError(f"{folder / tid / task.solution_file}: not a file inside the task folder")
+    return task
 
 
 def write_suite(folder: str | Path, suite: RepairSuite, sources: dict[str, str]) -> Path:

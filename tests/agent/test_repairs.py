@@ -103,3 +103,69 @@ def test_verdicts_decided_before_the_gpu_are_what_the_cpu_checks_give_today():
     for task in before_gpu:
         result = evaluator.evaluate(task.workload, suite.solution_path(task).read_text(), EvalOptions(no_gpu=True))
         assert (task.id, result.status) == (task.id, task.verdict.status), result.message
+
+
+def _hostile_suite(tmp_path, how: str):
+    import os
+    import shutil
+
+    suite, secret = tmp_path / "suite", tmp_path / "host" / "secret.txt"
+    shutil.copytree(FIXTURE, suite)
+    secret.parent.mkdir()
+    secret.write_text("a host file")
+    tid = json.loads((suite / "suite.json").read_text())["tasks"][0]
+    task = json.loads((suite / tid / "task.json").read_text())
+    if how == "link":
+        (suite / tid / task["solution_file"]).unlink()
+        os.symlink(secret, suite / tid / task["solution_file"])
+    elif how == "solution_file":
+        task["solution_file"] = "../../host/secret.txt"
+    elif how == "task_id":
+        task.update(id="../host", solution_file="secret.txt")
+    elif how == "index":
+        index = json.loads((suite / "suite.json").read_text())
+        index["tasks"][0] = "../host"
+        (suite / "suite.json").write_text(json.dumps(index))
+        (tmp_path / "host" / "task.json").write_text(json.dumps({**task, "id": "../host"}))
+    (suite / tid / "task.json").write_text(json.dumps(task))
+    return suite
+
+
+def test_a_suite_from_elsewhere_never_points_the_repair_track_at_a_host_file(tmp_path):
+    """The repair track reads a task's solution file and shows it to the model: a task.json, an index or a link
+    naming a file outside the task's folder is refused when the suite is read."""
+    import pytest
+
+    for how in ("solution_file", "task_id", "index", "link"):
+        case = tmp_path / how
+        case.mkdir()
+        with pytest.raises(ValueError):
+            load_suite(_hostile_suite(case, how))
+
+
+def test_a_recorded_bug_class_never_names_a_folder_outside_the_suite(tmp_path):
+    """A recorded run's synthetic_bug is anyone's text: "aaa/../../x" as a task id wrote the task outside the
+    suite folder; such a class is left out (the failure's status names the task), and a workload unknown here is
+    no candidate (the build would fail on its reference)."""
+    from export_runs import kernel, result
+    from ptxbench.agent.records.events import EvalEvent, TrajectoryStart
+    from ptxbench.agent.records.rundir import TrajectoryWriter, sha256_text
+    from ptxbench.agent.repairs.candidates import from_trajectories, merge
+
+    run = tmp_path / "run"
+    for tid, workload, bug in (("t1", WL, "aaa"), ("t2", WL, "aaa/../../escaped"), ("t3", "no_such_workload", "bbb")):
+        w = TrajectoryWriter(run / "trajectories" / tid)
+        w.append(TrajectoryStart(trajectory_id=tid, workload=workload, model="m", prompt="p", mode="pipeline",
+                                 config={"synthetic_bug": bug}))
+        src = kernel(tid)
+        w.append(EvalEvent(trajectory_id=tid, turn=1, kernel_file=w.save_kernel(1, "cuda", src),
+                           kernel_sha256=sha256_text(src), language="cuda", result=result("COMPILE_ERROR"), feedback="x"))
+    cands = merge(from_trajectories([run]))
+    assert sorted(c.id for c in cands) == [f"{WL}__aaa", f"{WL}__recorded_compile_error"]
+    from repair_fixture import FakeGpu
+    from ptxbench.agent.models.builtin import reference_source
+
+    report = build_suite(cands, FakeGpu({c.source: "COMPILE_ERROR" for c in cands}, reference_source(WL)))
+    write_suite(tmp_path / "suites" / "s", report.suite, report.sources)
+    assert sorted(p.name for p in (tmp_path / "suites").iterdir()) == ["s"]
+    assert len(load_suite(tmp_path / "suites" / "s").tasks) == 2
