@@ -5,16 +5,25 @@ import hashlib
 import re
 
 _PLAN = re.compile(r"/\*\s*ptxbench.*?\*/", re.S)
-_LINE_COMMENT = re.compile(r"//[^\n]*")
-_BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+# Strings, character literals and comments in one left-to-right scan: a "/*" inside a // comment opens nothing
+# (stripping block comments first ate the code up to the next */), and a "//" inside a string (an inline-asm
+# comment) is no comment.
+_TOKEN = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/', re.S)
 _SPACE = re.compile(r"\s+")
 
 
 def normalized_kernel(source: str) -> str:
-    plans = _PLAN.findall(source)  # kept whole: `M // 128` inside it is an expression, not a comment
-    code = _PLAN.sub(" ", source)
-    code = _BLOCK_COMMENT.sub(" ", code)
-    code = _LINE_COMMENT.sub(" ", code)
+    plans: list[str] = []
+
+    def drop(m: re.Match) -> str:
+        text = m.group(0)
+        if not text.startswith(("//", "/*")):
+            return text
+        if _PLAN.fullmatch(text):  # kept whole: `M // 128` inside it is an expression, not a comment
+            plans.append(text)
+        return " "
+
+    code = _TOKEN.sub(drop, source)
     return _SPACE.sub(" ", " ".join(plans) + " " + code).strip()
 
 

@@ -87,6 +87,18 @@ def test_normalised_hash_ignores_comments_but_not_the_plan():
     assert kernel_hash(a) == kernel_hash(b) != kernel_hash(c)
 
 
+def test_normalised_hash_keeps_code_after_a_comment_opener_inside_a_comment_or_a_string():
+    """Block comments stripped before line comments: a "/*" inside a // comment swallowed the code up to the next
+    "*/", and a "//" inside a string (an inline-asm comment) cut its line, so different kernels were duplicates."""
+    head = "/* ptxbench\nlanguage = \"cuda\"\n*/\n"
+    a = head + "void k(float* C) {\n  // tile loop, see /* notes\n  C[0] = 1.0f;\n  /* done */\n}\n"
+    assert kernel_hash(a) != kernel_hash(a.replace("1.0f", "2.0f"))
+    assert kernel_hash(a) == kernel_hash(a.replace("see /* notes", "see notes"))
+    b = head + 'void f() { asm volatile("mov.u32 %0, 1; // x" : "=r"(x)); y = 1; }\n'
+    assert kernel_hash(b) != kernel_hash(b.replace("y = 1", "y = 2"))
+    assert kernel_hash(b + "// a '\"' quote\n") == kernel_hash(b)
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_written_files_load_with_datasets(run, tmp_path, fmt):
     import datasets
