@@ -40,7 +40,7 @@ def expand(config: BenchConfig) -> list[OptimizeConfig]:
     if config.track == "repair":
         from ..repairs.track import expand_repair
 
-        return expand_repair(config)
+        return _distinct(expand_repair(config))
     out = []
     for index in range(config.trajectories):
         for model in config.models:
@@ -52,10 +52,16 @@ def expand(config: BenchConfig) -> list[OptimizeConfig]:
                            "turns": config.turns, "mode": config.mode, "arch": config.arch, "no_gpu": config.no_gpu,
                            "api_base": config.api_base, "target_speedup": config.target_speedup if config.target_speedup is not None else 0,  # 0: all turns
                            "seed": seed, "profile": config.optimize.get("profile", config.profile)}))
-    ids = [c.trajectory_id() for c in out]
+    return _distinct(out)
+
+
+def _distinct(configs: list[OptimizeConfig]) -> list[OptimizeConfig]:
+    """The matrix, refused when two trajectories share an id (one folder, one checkpoint thread: run twice, counted
+    twice); on both tracks."""
+    ids = [c.trajectory_id() for c in configs]
     if len(set(ids)) != len(ids):
         raise ValueError("two trajectories of the matrix share an id: repeated models, workloads or prompts?")
-    return out
+    return configs
 
 
 def provider(model: str) -> str:

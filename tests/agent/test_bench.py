@@ -49,6 +49,19 @@ def test_matrix_expansion():
         expand(BenchConfig(models=["m", "m"], workloads=["w"]))
 
 
+def test_a_repair_matrix_with_repeated_ids_is_refused(tmp_path):
+    """Two trajectories of one id would run into one folder and one checkpoint thread (turns counted twice): the
+    repair track is checked like the optimize track, before the run folder is made."""
+    repair = BenchConfig(models=["builtin/reference"], workloads=["gemm_bf16_m8192_n7168_k5120"], track="repair")
+    assert len({c.trajectory_id() for c in expand(repair)}) == len(expand(repair))
+    twice = repair.model_copy(update={"models": ["builtin/reference", "builtin/reference"]})
+    with pytest.raises(ValueError, match="share an id"):
+        expand(twice)
+    with pytest.raises(BenchError, match="share an id"):
+        run_bench(twice, tmp_path / "run", evaluator=FlakyEvaluator("none"))
+    assert not (tmp_path / "run").exists()
+
+
 def test_provider_limit_bounds_model_calls_in_flight():
     class Slow:
         name = "openai/slow"
