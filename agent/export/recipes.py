@@ -38,6 +38,7 @@ REJECTED = {
     "after_first_k": "after --first-k turns",
     "no_repair_pair": "no failed turn followed by another turn (fixit)",
     "no_submission": "no evaluated submission",
+    "unchanged_fix": "the next turn's kernel is the failed one again (up to comments and white space): its verdict changed, not its code",
 }
 
 
@@ -97,6 +98,9 @@ def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", wh
     for wrong, fixed in pairs:
         if reason := _rejected(fixed, cfg):
             why[reason] += 1
+            continue
+        if kernel_hash(wrong.kernel) == kernel_hash(fixed.kernel):  # a flaky verdict (a timeout, a race) is no fix
+            why["unchanged_fix"] += 1
             continue
         prompt = head + [
             Message(role="assistant", content=kernel_message(wrong)),

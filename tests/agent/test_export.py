@@ -196,3 +196,22 @@ def test_cli_export_into_a_folder_whose_name_looks_like_rich_markup(run, tmp_pat
     res = CliRunner().invoke(app, ["export", str(run), "--recipe", "fixit", "--out", str(out), "--format", "jsonl"])
     assert res.exit_code == 0, res.output
     assert str(out / "train.jsonl") in res.output.replace("\n", "")
+
+
+def test_a_failed_kernel_passing_unchanged_on_the_next_turn_is_no_fixit_row(tmp_path):
+    """The verdict flipped (a timeout, a race), not the kernel: as a Fixit row it taught that the answer to a failure
+    log is the same kernel again. Left out, counted as unchanged_fix."""
+    from export_runs import kernel, result, write_trajectory
+
+    run = tmp_path / "run"
+    write_trajectory(run, "t", "gemm_bf16_m8192_n7168_k5120", [
+        ("a", result("TIMEOUT"), "the kernel did not finish within 60 s"),
+        ("a", result("PASSED", 1.0, True), "passed, 1.00x"),
+        ("b", result("INCORRECT_NUMERICAL"), "max abs error 3.1"),
+        ("c", result("PASSED", 1.0, True), "passed, 1.00x"),
+    ])
+    rows, stats = build_rows(collect_samples([run]), ExportConfig(recipe="fixit"))
+    assert [(r.provenance.source_turn, r.provenance.turn) for r in rows] == [(3, 4)]
+    assert kernel("a") != kernel("b")
+    only, stats = build_rows(collect_samples([run]), ExportConfig(recipe="fixit", first_k_turns=2))
+    assert only == [] and stats == {"trajectories_without_rows.unchanged_fix": 1, "rows": 0}
