@@ -1,6 +1,7 @@
 """Read run directories into per-trajectory samples: the prompts the model saw and each turn's scored kernel."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,10 +85,13 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
                 if kernel is None:  # missing, unreadable, or outside the trajectory folder (rundir.read_kernel)
                     continue
                 status = e.result.status
+                speedup = e.result.speedup
+                if speedup is not None and not math.isfinite(speedup):  # a NaN passed --min-speedup and is no JSON
+                    speedup = None
                 sample.turns.append(Turn(
                     turn=e.turn, status=status, language=e.language or "cuda", kernel=kernel,
                     kernel_sha256=e.kernel_sha256 or sha256_text(kernel), feedback=e.feedback,
-                    speedup=e.result.speedup, target_executed=e.result.target_executed, infra=status == "INFRA_ERROR",
+                    speedup=speedup, target_executed=e.result.target_executed, infra=status == "INFRA_ERROR",
                 ))
             samples.append(sample)
     return samples

@@ -215,3 +215,27 @@ def test_a_failed_kernel_passing_unchanged_on_the_next_turn_is_no_fixit_row(tmp_
     assert kernel("a") != kernel("b")
     only, stats = build_rows(collect_samples([run]), ExportConfig(recipe="fixit", first_k_turns=2))
     assert only == [] and stats == {"trajectories_without_rows.unchanged_fix": 1, "rows": 0}
+
+
+def test_a_recorded_speedup_that_is_no_number_passes_no_speed_filter_and_stays_json(tmp_path):
+    """A log is JSON anyone may write: NaN / Infinity as a speedup read back as floats; NaN passed --min-speedup
+    (every comparison is false) and both were written as bare tokens that strict JSON readers refuse."""
+    from export_runs import result, write_trajectory
+
+    run = tmp_path / "run"
+    write_trajectory(run, "t", "gemm_bf16_m8192_n7168_k5120", [("a", result("PASSED", 9.0, True), "ok"),
+                                                              ("b", result("PASSED", 7.0, True), "ok")])
+    log = run / "trajectories" / "t" / "trajectory.jsonl"
+    log.write_text(log.read_text().replace('"speedup":9.0', '"speedup":NaN').replace('"speedup":7.0', '"speedup":Infinity'))
+    samples = collect_samples([run])
+    assert [t.speedup for t in samples[0].turns] == [None, None]
+    fast, _ = build_rows(samples, ExportConfig(recipe="kernelgen", min_speedup=2.0))
+    assert fast == []
+    cfg = ExportConfig(recipe="kernelgen")
+    rows, stats = build_rows(samples, cfg)
+    paths = write_dataset(rows, tmp_path / "out", "jsonl", cfg, stats, [])
+
+    def refuse(token):
+        raise ValueError(token)
+
+    assert [json.loads(line, parse_constant=refuse)["speedup"] for line in paths["train"].read_text().splitlines()] == [None, None]
