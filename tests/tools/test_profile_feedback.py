@@ -77,6 +77,17 @@ def test_spills_are_reported_for_the_kernels_that_ran_only():
     assert "spilled registers in gated_mma (8 bytes stored" in text and "other_entry" not in text
 
 
+def test_a_long_kernel_name_pushes_no_finding_out():
+    # the kernel's name is the model's (any length ptxas accepts): quoted whole, it filled the budget before item 1
+    name = "gated_mma" + "_" * 6000
+    pages = [(NCU / f"gated_dead.{k}.csv").read_text().replace("gated_mma", name) for k in ("raw", "details", "source")]
+    s = summarize(*pages, COUNTERS)
+    cr = CompileResult(status="ok", arch="sm_90a", kernels={name: KernelResources(name=name, spill_stores=8, spill_loads=8)})
+    text = profile_feedback(s, runtime_verdicts(SM90A, s), GEMM, cr)
+    assert "1. wgmma is in your SASS but never executed" in text and "spilled registers in gated_mma" in text
+    assert count_tokens(text) <= DEFAULT_BUDGET and "_" * 100 not in text
+
+
 @pytest.mark.parametrize("budget", [60, 120, 250, 450])
 def test_feedback_stays_within_its_token_budget(budget):
     for case in ("stream", "gated_dead", "gated_live", "fma"):

@@ -249,7 +249,7 @@ def _spill_items(compile_result: CompileResult | None, launched: set[str] | None
         if k.spill_stores or k.spill_loads:
             # where the spills sit (tools/regpool.py): the warpgroup that gave registers back needs the other move
             key = "spills_released" if spills_mostly_released(k) else "spills"
-            out.append((500.0, template()["other"][key].format(kernel=k.name, stores=k.spill_stores, loads=k.spill_loads)))
+            out.append((500.0, template()["other"][key].format(kernel=short_name(k.name), stores=k.spill_stores, loads=k.spill_loads)))
     return out
 
 
@@ -396,8 +396,9 @@ def profile_feedback(summary: ProfileSummary, verdicts: dict[str, RuntimeTarget]
                 text += " " + template()["other"]["worth"].format(worth=_fmt_us(worth), pct=100 * worth / now)
             items.append((0.0, worth, text))
     items.sort(key=lambda x: (-x[0], -x[1]))
-    where = f"{len(summary.kernels)} launch(es)" + (f", the longest is {k.name}" if k is not None and len(summary.kernels) > 1 else
-                                                    f": {k.name}" if k is not None else "")
+    name = short_name(k.name) if k is not None else ""
+    where = f"{len(summary.kernels)} launch(es)" + (f", the longest is {name}" if k is not None and len(summary.kernels) > 1 else
+                                                    f": {name}" if k is not None else "")
     frame = template()["frame"]
     fill = dict(gpu=summary.gpu or "the GPU", where=where, headline=headline(summary, wl), standing=standing_text(st))
     text = frame.format(**fill, items="")
@@ -411,6 +412,15 @@ def profile_feedback(summary: ProfileSummary, verdicts: dict[str, RuntimeTarget]
     if not chosen:
         chosen = ["nothing stands out: the kernel is close to what its bottleneck allows."] if not items else []
     return frame.format(**fill, items=_numbered(chosen)).strip()
+
+
+NAME_CHARS = 80  # a kernel name as the feedback quotes it
+
+
+def short_name(name: str, limit: int = NAME_CHARS) -> str:
+    """A kernel name cut to `limit` characters: the model picks it, at any length (a PTX identifier, a demangled C++
+    name), and one longer than the token budget would push the verdicts and every other finding out of the text."""
+    return name if len(name) <= limit else name[:limit - 1] + "…"
 
 
 def _sentences(text: str, limit: int) -> str:
