@@ -53,6 +53,17 @@ def test_feedback_lists_findings_with_kernel_and_line():
     assert "racecheck in kernel smem_race: shared-memory race: write at smem_race.ptx:22" in text
 
 
+def test_a_long_kernel_name_is_quoted_short():
+    # the model names its kernels at any length; a report without lines quoted the name twice per finding, uncapped
+    name = "oob_write" + "_" * 100_000
+    text = (NCU / "san_memcheck_oob.txt").read_text().replace("oob_write+", name + "+").replace(" in oob_write.ptx:23", "")
+    findings, _ = parse_sanitizer(text, "memcheck")
+    race, _ = parse_sanitizer((NCU / "san_racecheck_race.txt").read_text().replace("smem_race+", name + "+"), "racecheck")
+    feedback = sanitize_feedback(findings + race, {"memcheck": 25, "racecheck": 1})
+    assert findings[0].kernel.startswith("oob_write") and race[0].kernel.startswith("oob_write")
+    assert len(feedback) < 1000 and "24 reports" in feedback
+
+
 def test_unknown_tool_is_refused_as_a_result():
     out = sanitize_candidate("smoke_gemm_bf16_m256_n256_k512", "", tools=["leakcheck"])
     assert not out.ok and "leakcheck" in out.error
