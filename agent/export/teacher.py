@@ -25,17 +25,22 @@ def _leaks(reasoning: str, row: Row) -> bool:
     return any(ln in reasoning for ln in new_lines)
 
 
-def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | None = None) -> dict:
+def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | None = None,
+                  max_tokens: int | None = None) -> dict:
     """Prepend teacher reasoning to each fixit row's completion in place; returns cost and counts.
 
     The teacher is called like any agent model (agent/models/litellm_model.py: retries, keys from the
-    environment only, usage and cost recorded)."""
+    environment only, usage and cost recorded). A row's n_tokens is counted again with its reasoning, and
+    reasoning that would take a row past `max_tokens` (the export's --max-tokens) is left out."""
+    from .tokens import count_messages
+
     from ..models.base import ModelRequest
     from ..models.litellm_model import LiteLLMModel
 
     teacher = LiteLLMModel(model, api_base=api_base, retry_wait_s=1.0)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    totals = {"teacher": model, "calls": 0, "cached": 0, "cost_usd": 0.0, "rejected_leaks": 0, "tokens": 0}
+    totals = {"teacher": model, "calls": 0, "cached": 0, "cost_usd": 0.0, "rejected_leaks": 0, "tokens": 0,
+              "over_token_cap": 0}
     for row in rows:
         if row.recipe != "fixit":
             continue
@@ -64,7 +69,12 @@ def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | 
         if not reasoning or _leaks(reasoning, row):
             totals["rejected_leaks"] += int(bool(reasoning))
             continue
-        done = row.completion[-1]
-        done.content = f"<think>\n{reasoning}\n</think>\n\n{done.content}"
-        row.messages[-1] = done
+        done = row.completion[-1].model_copy(update={"content": f"<think>\n{reasoning}\n</think>\n\n{row.completion[-1].content}"})
+        # the cap was applied before the reasoning existed: count again, so n_tokens and the cap hold for what is written
+        n_tokens = count_messages([m.model_dump() for m in [*row.prompt, done]], row.tokenizer)
+        if max_tokens is not None and n_tokens > max_tokens:
+            totals["over_token_cap"] += 1
+            continue
+        row.completion[-1] = row.messages[-1] = done
+        row.n_tokens = n_tokens
     return totals

@@ -35,3 +35,22 @@ def test_teacher_reasoning_is_prepended_cached_and_never_quotes_the_fix(tmp_path
     with ScriptedServer([{"content": f"Just write:\n{fixed_line.strip()}"}]) as server:
         totals = add_reasoning(leaky, "openai/teacher-2", tmp_path / "cache2", api_base=server.base_url)
     assert totals["rejected_leaks"] == 1 and not leaky[0].completion[0].content.startswith("<think>")
+
+
+def test_reasoning_is_counted_in_n_tokens_and_kept_under_the_token_cap(tmp_path):
+    """--max-tokens was applied before the reasoning was written and n_tokens never counted again: a row longer than
+    the cap was written with the count of its shorter self."""
+    from ptxbench.agent.export.tokens import count_messages
+
+    long = "The log says ptxas rejected an unknown symbol on line 3. " * 60
+    cfg = ExportConfig(recipe="fixit", max_tokens=400)
+    for cap, with_reasoning in ((None, True), (cfg.max_tokens, False)):
+        rows, _ = build_rows(collect_samples([build_run(tmp_path / str(cap))]), cfg)
+        before = rows[0].n_tokens
+        with ScriptedServer([{"content": long}]) as server:
+            totals = add_reasoning(rows, "openai/teacher", tmp_path / f"cache-{cap}", api_base=server.base_url, max_tokens=cap)
+        row = rows[0]
+        assert row.completion[0].content.startswith("<think>") == with_reasoning and row.messages[-1] == row.completion[0]
+        assert row.n_tokens == count_messages([m.model_dump() for m in row.messages], row.tokenizer)
+        assert (row.n_tokens > cfg.max_tokens) == with_reasoning and (row.n_tokens == before) != with_reasoning
+        assert totals["over_token_cap"] == (not with_reasoning)
