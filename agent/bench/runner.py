@@ -13,6 +13,9 @@ marked infra-failed and left out of model scores.
 from __future__ import annotations
 
 import asyncio
+import errno
+import fcntl
+import os
 import sys
 import time
 from pathlib import Path
@@ -92,6 +95,28 @@ def open_run(config: BenchConfig | None, run_dir: Path, resume: bool, overrides:
     return config
 
 
+def hold_run(run_dir: Path) -> int | None:
+    """An exclusive lock on the run folder (flock on the folder itself: no file left behind, released when the process
+    dies however it dies), or BenchError when another bench holds it: two benches in one folder would run the same
+    unfinished trajectories, pay for their model calls twice and interleave their events. None when the file system
+    has no such locks."""
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise BenchError(f"{run_dir} is in use by another bench process: wait for it to end (or stop it), "
+                             "then --resume") from None
+        return None
+    return fd
+
+
+def _release(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
+
+
 def _write_manifest(config: BenchConfig, run_dir: Path) -> None:
     ids = [c.trajectory_id() for c in expand(config)]
     write_manifest(run_dir, build_manifest(config.model_dump(mode="json"), "bench", ids, config.arch))
@@ -159,22 +184,31 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
     start = time.monotonic()
     run_dir = Path(run_dir)
     own_evaluator = evaluator is None if own_evaluator is None else own_evaluator
+    lock = None
     try:
+        if resume and run_dir.is_dir():  # held before check_run sets anything aside
+            lock = hold_run(run_dir)
         config = open_run(config, run_dir, resume, overrides)
         if resume:
             for line in check_run(run_dir, [c.trajectory_id() for c in expand(config)], restart):
                 print(f"note: {line}", file=sys.stderr)
+        t0 = time.monotonic()
+        if evaluator is None:  # no GPU for a GPU run: fails before the run folder is made
+            evaluator, own_evaluator = make_evaluator(config), True
+        setup_s = time.monotonic() - t0
+        if not resume:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            lock = hold_run(run_dir)
+            if read_manifest(run_dir) or trajectory_folders(run_dir):  # another new bench took the folder meanwhile
+                raise BenchError(f"{run_dir} already holds a run: pass --resume to continue it, or choose another --run-dir")
+            _write_manifest(config, run_dir)
     except BaseException:
         if own_evaluator and evaluator is not None:  # started for a run that cannot begin: its workers stop here
             evaluator.close()
+        _release(lock)
         raise
-    t0 = time.monotonic()
-    evaluator = evaluator or make_evaluator(config)  # no GPU for a GPU run: fails before the run folder is made
-    setup_s = time.monotonic() - t0
     close_s = 0.0
     worker_start: list[dict] = []
-    if not resume:
-        _write_manifest(config, run_dir)
     checkpointer = open_checkpointer(run_dir / "checkpoints.sqlite")
     runner = _Runner(config, run_dir, evaluator, checkpointer, model_factory or make_model)
     configs = expand(config)
@@ -195,6 +229,7 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
             setup_s, worker_start, gpu_use = _record_gpu_use(run_dir, pool, gpus, setup_s)
         except Exception as exc:  # noqa: BLE001 - a record that cannot be written must not hide the run's outcome
             print(f"warning: the GPU start / use records were not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+        _release(lock)
     reports = [r if isinstance(r, TrajectoryReport) else _report(c, infra_failed=True, error=f"{type(r).__name__}: {r}")
                for c, r in zip(configs, results)]
     return BenchOutcome(run_dir=str(run_dir), config=config, trajectories=reports, elapsed_s=time.monotonic() - start,

@@ -397,3 +397,33 @@ def test_re_evaluation_reads_and_writes_kernels_only_inside_their_trajectory_fol
     with pytest.raises(DamagedRecord, match="outside|not a readable file inside"):
         reevaluate_run(shared, out, no_gpu=True, evaluator=Unused())
     assert victim.read_text() == "the user's own file\n" and not out.exists()
+
+
+def test_a_run_folder_takes_one_bench_at_a_time(tmp_path):
+    """A second bench on a folder in use (a --resume while the first still runs) would run its unfinished trajectories
+    again beside the first: model calls paid twice, the two's events interleaved in one log. It is refused at once."""
+    import os
+
+    from ptxbench.agent.bench.runner import hold_run
+
+    run, calls = tmp_path / "run", []
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=1, turns=1, no_gpu=True)
+    run.mkdir()
+    other = hold_run(run)  # another process's bench, as far as the lock can tell (a new open file description)
+    try:
+        with pytest.raises(BenchError, match="in use by another bench"):
+            run_bench(cfg, run, evaluator=FlakyEvaluator("none"), model_factory=lambda c: CountingModel(calls))
+        assert not (run / "manifest.json").exists()
+    finally:
+        os.close(other)
+    run_bench(cfg, run, evaluator=FlakyEvaluator("none"), model_factory=lambda c: CountingModel(calls))
+    other = hold_run(run)  # released when the bench ended
+    try:
+        with pytest.raises(BenchError, match="in use by another bench"):
+            run_bench(None, run, resume=True, evaluator=FlakyEvaluator("none"), model_factory=lambda c: CountingModel(calls))
+    finally:
+        os.close(other)
+    assert calls == [1]
+    assert run_bench(None, run, resume=True, evaluator=FlakyEvaluator("none"),
+                     model_factory=lambda c: CountingModel(calls)).trajectories[0].statuses == ["PASSED"]
+    assert calls == [1]
