@@ -5,6 +5,7 @@ workload's reference, `extra_sources` may name further correct kernels of it (ba
 render, broken only by the cluster / multicast classes); the pair's fixed kernel is then that base."""
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -40,7 +41,10 @@ class SynthReport:
 
 def _record(run_dir: Path, tid: str, workload_id: str, held_out: bool, mutation, prompts: tuple[str, str],
             turns: list[tuple[str, EvalResult, str]], base: str = "reference") -> None:
-    w = TrajectoryWriter(run_dir / "trajectories" / tid)
+    folder = run_dir / "trajectories" / tid
+    if folder.exists():  # made again (synth-repairs into its own run): the new pair replaces the old, never appends to
+        shutil.rmtree(folder)  # it (a second start and turns 1, 2 over kernel files the new run had overwritten)
+    w = TrajectoryWriter(folder)
     w.append(TrajectoryStart(
         trajectory_id=tid, workload=workload_id, model=f"synthetic/{mutation.name}", prompt="synthetic", mode="pipeline",
         held_out=held_out, config={"synthetic_bug": mutation.name, "description": mutation.description,

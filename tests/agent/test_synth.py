@@ -124,3 +124,18 @@ def test_synth_repairs_leaves_the_held_out_bug_classes_out_unless_named():
     assert held  # the attention forward's softmax_max_not_reduced at least
     first_line = out.output.splitlines()[0]
     assert not any(c in first_line for c in held)  # what would be run by default: none of them
+
+
+def test_synthesizing_again_into_the_run_replaces_each_pair(tmp_path):
+    """synth-repairs may run again into its own run folder: each pair it makes again replaced the old one's kernel
+    files but appended its events, one trajectory of two starts and four turns (the Fixit pair twice)."""
+    from ptxbench.agent.records.rundir import load_run
+
+    source = render(default_params())
+    for _ in range(2):
+        synthesize([GEMM], ScriptedEvaluator(source), tmp_path / "run", sources=lambda w: source,
+                   prompts=lambda w: ("SYS", "TASK"), feedback=lambda r, t: f"log: {r.status}", mutations=["mbarrier_phase_error"])
+    (record,) = load_run(tmp_path / "run")
+    assert [e.type for e in record.events].count("trajectory_start") == 1
+    rows, _ = build_rows(collect_samples([tmp_path / "run"]), ExportConfig(recipe="fixit", require_target_executed=False, dedup=False))
+    assert len(rows) == 1
