@@ -2,7 +2,9 @@
 
 Every event is copied into a new run folder; each scored submission's kernel is evaluated again
 and its eval_result and turn_end carry the new verdict (the feedback text stays what the model
-saw). Identical kernels of one workload are evaluated once. The new run scores like any other.
+saw). Identical kernels of one workload are evaluated once. An INFRA_ERROR is evaluated again (INFRA_ATTEMPTS) and
+never reused; one that stays gets an infra error event, as in the loop, so its trajectory is left out of trajectory
+scores, not blamed on the model. The new run scores like any other.
 
 The recorded run may come from someone else: a kernel is read only from inside its trajectory folder, and written
 (the bytes read) only inside the new one (rundir.kernel_path / path_inside); a record that names a kernel elsewhere
@@ -17,7 +19,7 @@ from pathlib import Path
 from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.results import LEGACY_L2_FLUSH
 
-from ..records.events import EvalEvent, TurnEnd
+from ..records.events import ErrorEvent, EvalEvent, TurnEnd
 from ..records.manifest import build_manifest
 from ..records.rundir import (DamagedRecord, TrajectoryRecord, TrajectoryWriter, load_run, path_inside, read_manifest,
                               write_manifest)
@@ -53,6 +55,20 @@ def _write_kernel(folder: Path, rel: str, source: str) -> None:
     path.write_bytes(source.encode("utf-8"))
 
 
+INFRA_ATTEMPTS = 3  # evaluations of one kernel while the harness fails (INFRA_ERROR), as a bench retries its step
+
+
+def _evaluate(evaluator, workload: str, source: str, options: EvalOptions, cache: dict, key: tuple):
+    if key in cache:
+        return cache[key]
+    for _ in range(INFRA_ATTEMPTS):
+        result = evaluator.evaluate(workload, source, options)
+        if result.status != "INFRA_ERROR":
+            cache[key] = result  # a harness failure is no verdict on the kernel: never reused for its copies
+            break
+    return result
+
+
 def _copy_trajectory(record: TrajectoryRecord, sources: dict[str, str], folder: Path, evaluator, no_gpu: bool,
                      cache: dict) -> None:
     writer = TrajectoryWriter(folder)
@@ -60,19 +76,27 @@ def _copy_trajectory(record: TrajectoryRecord, sources: dict[str, str], folder: 
     workload = record.start.workload if record.start else ""
     new_status: dict[int, tuple[str, float | None]] = {}
     for event in record.events:
+        infra = None
         if isinstance(event, EvalEvent) and event.submission and event.kernel_file:
             source = sources[event.kernel_file]
-            key = (workload, event.kernel_sha256 or source)
-            if key not in cache:
-                cache[key] = evaluator.evaluate(workload, source, options)
-            result = cache[key]
+            result = _evaluate(evaluator, workload, source, options, cache, (workload, event.kernel_sha256 or source))
             _write_kernel(folder, event.kernel_file, source)
             new_status[event.turn] = (result.status, result.speedup if result.status == "PASSED" else None)
             event = event.model_copy(update={"result": result})
+            if result.status == "INFRA_ERROR":  # recorded as the loop records one: the turn is not the model's
+                infra = ErrorEvent(trajectory_id=event.trajectory_id, turn=event.turn, where="reevaluate", infra=True,
+                                   message=f"re-evaluation: {result.message or result.runtime_error or 'infrastructure error'}")
         elif isinstance(event, TurnEnd) and event.turn in new_status and event.status not in ("NO_SUBMISSION", "FORMAT_ERROR"):
             status, speedup = new_status[event.turn]
             event = event.model_copy(update={"status": status, "speedup": speedup})
         writer.append(event)
+        if infra is not None:
+            writer.append(infra)
+    lost = sorted(t for t, (status, _) in new_status.items() if status == "INFRA_ERROR")
+    if lost:  # its best is unknown: the trajectory ends on an infra failure, left out of trajectory scores, not a 0
+        writer.append(ErrorEvent(trajectory_id=record.start.trajectory_id, where="reevaluate", infra=True,
+                                 message=f"re-evaluation: turns {', '.join(map(str, lost))} could not be evaluated "
+                                         f"after {INFRA_ATTEMPTS} attempts (INFRA_ERROR)"))
 
 
 def reevaluate_run(run_dir: Path, out_run: Path | None = None, *, no_gpu: bool = False, evaluator=None) -> Path:

@@ -427,3 +427,33 @@ def test_a_run_folder_takes_one_bench_at_a_time(tmp_path):
     assert run_bench(None, run, resume=True, evaluator=FlakyEvaluator("none"),
                      model_factory=lambda c: CountingModel(calls)).trajectories[0].statuses == ["PASSED"]
     assert calls == [1]
+
+
+def test_re_evaluation_retries_a_harness_failure_and_never_blames_it_on_the_model(tmp_path):
+    """An INFRA_ERROR is no verdict on a kernel: it is evaluated again (not reused for the kernel's copies in other turns
+    and trajectories), and one that stays is recorded as the loop records it, so its trajectory is left out of the
+    trajectory scores rather than counted as a model that never got a kernel right."""
+    from ptxbench.agent.bench.reevaluate import INFRA_ATTEMPTS, reevaluate_run
+
+    class Ok:
+        def __init__(self, down: int = 0):
+            self.n, self.down = 0, down
+
+        def evaluate(self, workload, source, options):
+            self.n += 1
+            if self.n <= self.down:
+                return EvalResult(workload=workload, status="INFRA_ERROR", message="GPU worker lost")
+            return EvalResult(workload=workload, status="COMPILED")
+
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=2, turns=2, no_gpu=True)
+    run_bench(cfg, tmp_path / "run", evaluator=Ok(), model_factory=lambda c: CountingModel([]))  # one kernel text, 4 turns
+    once = Ok(down=1)
+    reevaluate_run(tmp_path / "run", tmp_path / "re", no_gpu=True, evaluator=once)
+    score = score_runs([tmp_path / "re"])
+    assert once.n == 2 and [t.status for tr in score.trajectories for t in tr.turns] == ["COMPILED"] * 4
+    assert score.n_infra_failed == 0 and score.model_workload[0].n_trajectories == 2
+    down = Ok(down=10 ** 6)
+    reevaluate_run(tmp_path / "run", tmp_path / "down", no_gpu=True, evaluator=down)
+    score = score_runs([tmp_path / "down"])
+    assert down.n == 4 * INFRA_ATTEMPTS  # every copy tried afresh
+    assert score.n_infra_failed == 2 and score.model_workload[0].n_trajectories == 0 and score.n_infra_turns == 4
