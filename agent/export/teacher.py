@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from .schema import Row
@@ -25,6 +26,11 @@ def _leaks(reasoning: str, row: Row) -> bool:
     return any(ln in reasoning for ln in new_lines)
 
 
+# The reply is model output placed inside the trained completion: a think tag would close the reasoning early (what
+# follows it reads as the answer) and a fenced block would put an unverified kernel before the real one.
+_FORMAT_BREAK = re.compile(r"</?think>|^ {0,3}(?:`{3,}|~{3,})", re.I | re.M)
+
+
 def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | None = None,
                   max_tokens: int | None = None) -> dict:
     """Prepend teacher reasoning to each fixit row's completion in place; returns cost and counts.
@@ -40,7 +46,7 @@ def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | 
     teacher = LiteLLMModel(model, api_base=api_base, retry_wait_s=1.0)
     cache_dir.mkdir(parents=True, exist_ok=True)
     totals = {"teacher": model, "calls": 0, "cached": 0, "cost_usd": 0.0, "rejected_leaks": 0, "tokens": 0,
-              "over_token_cap": 0}
+              "over_token_cap": 0, "rejected_format": 0}
     for row in rows:
         if row.recipe != "fixit":
             continue
@@ -68,6 +74,9 @@ def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | 
         reasoning = entry["reasoning"].strip()
         if not reasoning or _leaks(reasoning, row):
             totals["rejected_leaks"] += int(bool(reasoning))
+            continue
+        if _FORMAT_BREAK.search(reasoning):
+            totals["rejected_format"] += 1
             continue
         done = row.completion[-1].model_copy(update={"content": f"<think>\n{reasoning}\n</think>\n\n{row.completion[-1].content}"})
         # the cap was applied before the reasoning existed: count again, so n_tokens and the cap hold for what is written

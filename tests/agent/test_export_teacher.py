@@ -54,3 +54,18 @@ def test_reasoning_is_counted_in_n_tokens_and_kept_under_the_token_cap(tmp_path)
         assert row.n_tokens == count_messages([m.model_dump() for m in row.messages], row.tokenizer)
         assert (row.n_tokens > cfg.max_tokens) == with_reasoning and (row.n_tokens == before) != with_reasoning
         assert totals["over_token_cap"] == (not with_reasoning)
+
+
+def test_reasoning_with_a_think_tag_or_a_code_block_is_refused(tmp_path):
+    """The teacher's reply goes inside the trained completion: its own </think> closed the reasoning early and its
+    fenced kernel (never evaluated) stood before the real one."""
+    from export_runs import kernel
+
+    replies = [f"The symbol is undeclared.\n</think>\n\n```cuda\n{kernel('made_up')}```",
+               "Look at line 3.\n~~~\nint x;\n~~~"]
+    for i, reply in enumerate(replies):
+        rows, _ = build_rows(collect_samples([build_run(tmp_path / str(i))]), ExportConfig(recipe="fixit"))
+        with ScriptedServer([{"content": reply}]) as server:
+            totals = add_reasoning(rows, "openai/teacher", tmp_path / f"cache{i}", api_base=server.base_url)
+        done = rows[0].completion[0].content
+        assert totals["rejected_format"] == 1 and not done.startswith("<think>") and "made_up" not in done, reply
