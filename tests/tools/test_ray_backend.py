@@ -56,3 +56,30 @@ def test_bench_on_ray(local_ray, tmp_path):
     assert sorted(calls) == [1, 1, 2, 2]  # every model call ran here, in the driver
     score = score_runs([tmp_path / "run"])
     assert score.n_trajectories == 2 and score.model_workload[0].n_compile_only == 4
+
+
+def test_an_evaluation_that_raises_in_a_live_actor_raises_as_it_would_locally(local_ray, monkeypatch, tmp_path):
+    """Not INFRA_ERROR with the actor killed and restarted: a harness exception some kernel text triggers is raised in
+    the driver as the local evaluator raises it, so the loop records its traceback and retries, and the same crash
+    again on the same kernel is scored as the model's turn (scoring/turns.py 'reproduced'), not left out of the
+    scores as infra; the healthy actor stays."""
+    import ptxbench.tools.ray_evaluator as ray_evaluator
+
+    class Crashing(ray_evaluator.GpuEvaluatorActor):
+        def evaluate(self, workload_id, source, options_json):
+            raise ValueError("the evaluator cannot handle this kernel")
+
+    monkeypatch.setattr(ray_evaluator, "GpuEvaluatorActor", Crashing)
+    evaluator = RayEvaluator(workers=1)
+    try:
+        (actor,) = evaluator.actors
+        with pytest.raises(ValueError, match="cannot handle this kernel"):
+            evaluator.evaluate(WL, NOOP, EvalOptions(no_gpu=True))
+        assert evaluator.actors == [actor] and evaluator.where()[0]["gpu_ids"] == ["0"]
+        cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=1, turns=2, no_gpu=True)
+        run_bench(cfg, tmp_path / "run", evaluator=evaluator, model_factory=lambda c: CountingModel([]))
+        score = score_runs([tmp_path / "run"])
+        assert score.n_infra_failed == 0 and score.model_workload[0].n_trajectories == 1
+        assert evaluator.actors == [actor]
+    finally:
+        evaluator.close()
