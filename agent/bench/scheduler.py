@@ -7,6 +7,8 @@ default one has only cpu+4 threads), while GPU evaluations queue in the evaluato
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable
@@ -64,7 +66,11 @@ async def run_all(jobs: Iterable[Any], work: Callable[[Any], Any], parallel: int
                 except Exception as exc:  # noqa: BLE001 - one trajectory's harness failure must not stop the others
                     result = exc
             if on_done is not None:
-                on_done(job, result)
+                try:
+                    on_done(job, result)
+                except Exception as exc:  # noqa: BLE001 - a progress line that cannot be shown must not stop the bench
+                    with contextlib.suppress(OSError):  # stderr may be the broken pipe itself
+                        print(f"warning: on_done failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             return result
 
         return await asyncio.gather(*(one(j) for j in jobs))

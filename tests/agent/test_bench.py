@@ -457,3 +457,16 @@ def test_re_evaluation_retries_a_harness_failure_and_never_blames_it_on_the_mode
     score = score_runs([tmp_path / "down"])
     assert down.n == 4 * INFRA_ATTEMPTS  # every copy tried afresh
     assert score.n_infra_failed == 2 and score.model_workload[0].n_trajectories == 0 and score.n_infra_turns == 4
+
+
+def test_a_progress_callback_that_raises_does_not_stop_the_bench(tmp_path, capsys):
+    """The CLI prints a line per finished trajectory; one that cannot be printed (a closed pipe) must not end the run
+    with the trajectories not yet started never run."""
+    def on_done(report):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=3, turns=1, no_gpu=True, parallel=1)
+    out = run_bench(cfg, tmp_path / "run", evaluator=FlakyEvaluator("status"), model_factory=lambda c: CountingModel([]),
+                    on_done=on_done)
+    assert len(out.trajectories) == 3 and len(load_run(tmp_path / "run")) == 3
+    assert "on_done failed: BrokenPipeError" in capsys.readouterr().err
