@@ -17,6 +17,7 @@ import errno
 import fcntl
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -26,7 +27,7 @@ from pydantic import BaseModel
 from .evaluators import BenchError, make_evaluator
 from .matrix import BenchConfig, expand
 from .retry import NOTHING_TO_RETRY
-from .scheduler import LimitedModel, ProviderGates, run_all
+from .scheduler import BenchInterrupted, LimitedModel, ProviderGates, run_all
 from ..records.checkpoint_guard import check_run
 from ..records.manifest import build_manifest
 from ..models import Model
@@ -150,18 +151,24 @@ class _Runner:
         self.config, self.run_dir, self.evaluator, self.checkpointer = config, run_dir, evaluator, checkpointer
         self.model_factory = model_factory
         self.gates = ProviderGates(config.provider_limits)
+        self.stopping = threading.Event()  # set on Ctrl-C: trajectories in flight end at their next model call
+
+    def stop(self) -> None:
+        self.stopping.set()
 
     def __call__(self, cfg: OptimizeConfig) -> TrajectoryReport:
         tid = cfg.trajectory_id()
         error = ""
         for attempt in range(1, self.config.infra_retries + 2):
             writer = TrajectoryWriter(self.run_dir / "trajectories" / tid)
-            model = LimitedModel(self.model_factory(cfg), self.gates.gate(cfg.model))
+            model = LimitedModel(self.model_factory(cfg), self.gates.gate(cfg.model), self.stopping)
             try:
                 # attempts after the first fork a thread that stopped on an infra error and evaluate again
                 out = run_trajectory(cfg, self.evaluator, writer, model=model, checkpointer=self.checkpointer,
                                      trajectory_id=tid, retry_infra_stop=attempt > 1)
             except Exception as exc:  # noqa: BLE001 - a harness failure (logged as an infra error event); resume retries it
+                if isinstance(exc, BenchInterrupted) or self.stopping.is_set():
+                    raise  # stopping: no retry
                 error = f"{type(exc).__name__}: {exc}"
                 continue
             tried = attempt - 1 if out.infra_retry == NOTHING_TO_RETRY else attempt  # that attempt ran nothing
@@ -215,7 +222,7 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
     callback = (lambda job, result: on_done(result if isinstance(result, TrajectoryReport)
                                              else _report(job, infra_failed=True, error=str(result)))) if on_done else None
     try:
-        results = asyncio.run(run_all(configs, runner, config.parallel, on_done=callback))
+        results = asyncio.run(run_all(configs, runner, config.parallel, on_done=callback, on_cancel=runner.stop))
     finally:
         checkpointer.conn.close()
         pool = getattr(evaluator, "_pool", None)  # a local evaluator's pool, once started: its workers' start times

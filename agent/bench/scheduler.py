@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
@@ -36,16 +37,25 @@ class ProviderGates:
             return self._gates[key]
 
 
-class LimitedModel:
-    """A Model whose calls wait for a slot of their provider's semaphore."""
+class BenchInterrupted(RuntimeError):
+    """The bench is stopping (Ctrl-C): raised instead of a new model call; `--resume` makes that call."""
 
-    def __init__(self, inner: Model, gate: threading.BoundedSemaphore):
+
+class LimitedModel:
+    """A Model whose calls wait for a slot of their provider's semaphore, and are not made once `stopping` is set."""
+
+    def __init__(self, inner: Model, gate: threading.BoundedSemaphore, stopping: threading.Event | None = None):
         self.inner = inner
         self.gate = gate
+        self.stopping = stopping
         self.name = inner.name
 
     def query(self, request: ModelRequest) -> ModelReply:
         with self.gate:
+            if self.stopping is not None and self.stopping.is_set():
+                # the time makes each interruption's message its own (scoring reads a crash repeated alike as the model's)
+                raise BenchInterrupted(f"the bench was stopped at {time.strftime('%H:%M:%S')} before this model call; "
+                                       "--resume makes it")
             return self.inner.query(request)
 
     def __getattr__(self, item: str) -> Any:
@@ -53,8 +63,10 @@ class LimitedModel:
 
 
 async def run_all(jobs: Iterable[Any], work: Callable[[Any], Any], parallel: int,
-                  on_done: Callable[[Any, Any], None] | None = None) -> list[Any]:
-    """Run work(job) for every job, at most `parallel` at once; results (or exceptions) in job order."""
+                  on_done: Callable[[Any, Any], None] | None = None,
+                  on_cancel: Callable[[], None] | None = None) -> list[Any]:
+    """Run work(job) for every job, at most `parallel` at once; results (or exceptions) in job order. Cancelled
+    (Ctrl-C), no job starts any more and `on_cancel` tells those in flight to stop before the pool waits for them."""
     jobs = list(jobs)
     slots = asyncio.Semaphore(parallel)
     loop = asyncio.get_running_loop()
@@ -73,4 +85,9 @@ async def run_all(jobs: Iterable[Any], work: Callable[[Any], Any], parallel: int
                         print(f"warning: on_done failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             return result
 
-        return await asyncio.gather(*(one(j) for j in jobs))
+        try:
+            return await asyncio.gather(*(one(j) for j in jobs))
+        except BaseException:
+            if on_cancel is not None:  # else the pool's exit waits for every job in flight to run to its end
+                on_cancel()
+            raise

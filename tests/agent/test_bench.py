@@ -470,3 +470,28 @@ def test_a_progress_callback_that_raises_does_not_stop_the_bench(tmp_path, capsy
                     on_done=on_done)
     assert len(out.trajectories) == 3 and len(load_run(tmp_path / "run")) == 3
     assert "on_done failed: BrokenPipeError" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_the_trajectories_in_flight_at_their_next_model_call(tmp_path):
+    """Ctrl-C cancels the scheduler; the trajectories in flight ran on to their last turn before the bench ended (every
+    model call paid). Now each ends at its next model call, and --resume goes on from there: each call made once."""
+    calls: list[int] = []
+
+    class Interrupting(CountingModel):
+        def query(self, request):
+            if len(calls) == 3:
+                os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, with this call in flight
+            return super().query(request)
+
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=2, turns=10, no_gpu=True, parallel=2)
+    evaluator = FlakyEvaluator("status")
+    evaluator.n = 10  # no infra failure here
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(cfg, tmp_path / "run", evaluator=evaluator, model_factory=lambda c: Interrupting(calls))
+    assert len(calls) <= 5  # the calls in flight finished; none started after
+    run_bench(None, tmp_path / "run", resume=True, evaluator=evaluator, model_factory=lambda c: CountingModel(calls))
+    assert len(calls) == 20
+    for record in load_run(tmp_path / "run"):
+        assert [e.turn for e in record.events if e.type == "model_call"] == list(range(1, 11))
+    score = score_runs([tmp_path / "run"])
+    assert score.n_infra_failed == 0 and [len(t.scored_turns) for t in score.trajectories] == [10, 10]
