@@ -2,8 +2,8 @@
 
 Every event is copied into a new run folder; each scored submission's kernel is evaluated again
 and its eval_result and turn_end carry the new verdict (the feedback text stays what the model
-saw). Identical kernels of one workload are evaluated once. An INFRA_ERROR is evaluated again (INFRA_ATTEMPTS) and
-never reused; one that stays gets an infra error event, as in the loop, so its trajectory is left out of trajectory
+saw). Identical kernels of one workload are evaluated once. An INFRA_ERROR (or an exception from the evaluator) is
+evaluated again (INFRA_ATTEMPTS) and never reused; one that stays gets an infra error event, as in the loop, so its trajectory is left out of trajectory
 scores, not blamed on the model. The new run scores like any other.
 
 The recorded run may come from someone else: a kernel is read only from inside its trajectory folder, and written
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ptxbench.tools.evaluator import EvalOptions
-from ptxbench.tools.results import LEGACY_L2_FLUSH
+from ptxbench.tools.results import LEGACY_L2_FLUSH, EvalResult
 
 from ..records.events import ErrorEvent, EvalEvent, TurnEnd
 from ..records.manifest import build_manifest
@@ -62,7 +62,11 @@ def _evaluate(evaluator, workload: str, source: str, options: EvalOptions, cache
     if key in cache:
         return cache[key]
     for _ in range(INFRA_ATTEMPTS):
-        result = evaluator.evaluate(workload, source, options)
+        try:
+            result = evaluator.evaluate(workload, source, options)
+        except Exception as exc:  # noqa: BLE001 - a harness failure on one kernel must not end the whole re-evaluation
+            result = EvalResult(workload=workload, status="INFRA_ERROR",
+                                message=f"the evaluation raised {type(exc).__name__}: {exc}"[:2000])
         if result.status != "INFRA_ERROR":
             cache[key] = result  # a harness failure is no verdict on the kernel: never reused for its copies
             break

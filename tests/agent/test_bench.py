@@ -495,3 +495,28 @@ def test_ctrl_c_stops_the_trajectories_in_flight_at_their_next_model_call(tmp_pa
         assert [e.turn for e in record.events if e.type == "model_call"] == list(range(1, 11))
     score = score_runs([tmp_path / "run"])
     assert score.n_infra_failed == 0 and [len(t.scored_turns) for t in score.trajectories] == [10, 10]
+
+
+def test_re_evaluation_goes_on_past_an_evaluation_that_raises(tmp_path):
+    """One recorded kernel whose evaluation raises ended the whole re-evaluation, its new run half written (and a second
+    try refused: 'already holds trajectories'). It is a harness failure of that kernel's evaluation: tried again, and
+    when it stays, that trajectory is left out as infra; every other trajectory is re-evaluated."""
+    from ptxbench.agent.bench.reevaluate import reevaluate_run
+
+    class Raises:
+        def __init__(self, times: int):
+            self.n, self.times = 0, times
+
+        def evaluate(self, workload, source, options):
+            self.n += 1
+            if self.n <= self.times:
+                raise ValueError("the evaluator cannot handle this kernel")
+            return EvalResult(workload=workload, status="COMPILED")
+
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=3, turns=1, no_gpu=True)
+    run_bench(cfg, tmp_path / "run", evaluator=FlakyEvaluator("status"), model_factory=lambda c: CountingModel([]))
+    reevaluate_run(tmp_path / "run", tmp_path / "once", no_gpu=True, evaluator=Raises(1))
+    assert [t.status for tr in score_runs([tmp_path / "once"]).trajectories for t in tr.turns] == ["COMPILED"] * 3
+    reevaluate_run(tmp_path / "run", tmp_path / "stays", no_gpu=True, evaluator=Raises(3))
+    score = score_runs([tmp_path / "stays"])
+    assert len(score.trajectories) == 3 and score.n_infra_failed == 1 and score.model_workload[0].n_trajectories == 2
