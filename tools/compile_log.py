@@ -115,7 +115,7 @@ _LOC = re.compile(r"^\s*\.loc\s+(\d{1,9})\s+(\d{1,9})\b")
 
 def loc_line_map(ptx_text: str, source_name: str) -> LineMap:
     """Map a generated PTX line to the CUDA source line of the closest `.loc` before it."""
-    lines = ptx_text.splitlines()
+    lines = ptx_text.split("\n")  # numbered as ptxas numbers them: splitlines() also breaks at \f, \r, \x85
     files = {m.group(1) for ln in lines if (m := _FILE.match(ln)) and m.group(2).rsplit("/", 1)[-1] == source_name}
     nearest: list[int | None] = []
     last: int | None = None
@@ -176,7 +176,7 @@ def system_call_issue(name: str, line: int | None) -> CompileIssue:
 
 def static_ptx_checks(ptx_code: str, arch: str) -> list[CompileIssue]:
     """Target and version mistakes, each named with its line. `ptx_code` has its comments blanked."""
-    lines = ptx_code.splitlines()
+    lines = ptx_code.split("\n")  # numbered as ptxas numbers them (at \n only)
     issues: list[CompileIssue] = []
     target = _first(_TARGET, lines)
     version = _first(_VERSION, lines)

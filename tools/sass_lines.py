@@ -93,12 +93,12 @@ def spelled_lines(source: str, generated_ptx: str | None = None, solution: str =
 
     out: dict[str, set[int]] = {}
     if generated_ptx is None:
-        for n, text in enumerate(strip_ptx_comments(source).splitlines(), 1):
+        for n, text in enumerate(strip_ptx_comments(source).split("\n"), 1):
             for base, words in PTX_OF_SASS.items():
                 if any(w in text for w in words):
                     out.setdefault(base, set()).add(n)
     else:
-        ptx_lines = generated_ptx.splitlines()  # nvcc puts the .file table at the end
+        ptx_lines = generated_ptx.split("\n")  # nvcc puts the .file table at the end
         ours = {m[1] for t in ptx_lines if (m := _PTX_FILE.match(t)) and m[2].rsplit("/", 1)[-1] == solution}
         line: int | None = None
         for text in ptx_lines:
@@ -124,7 +124,7 @@ def refine_lines(functions: dict[str, list[SassInstruction]], source: str, spell
     `source` as PTX)."""
     from .sass import strip_ptx_comments
 
-    lines = strip_ptx_comments(source).splitlines()
+    lines = strip_ptx_comments(source).split("\n")  # at \n only, as the compilers number lines
     spelled = spelled if spelled is not None else spelled_lines(source)
     spans: dict[int, int] = {}
 

@@ -262,6 +262,11 @@ def test_static_checks():
     setmaxnreg = ".version 8.0\n.target sm_90\n.address_size 64\n.entry k() {\n setmaxnreg.inc.sync.aligned.u32 240;\n}"
     (issue,) = static_ptx_checks(setmaxnreg, "sm_90a")
     assert issue.line == 2 and issue.message.startswith("setmaxnreg needs `.target sm_90a`; the file declares sm_90")
+    # lines counted at \n only, as ptxas counts them: a form feed is whitespace there
+    (issue,) = static_ptx_checks(setmaxnreg.replace(".version 8.0", ".version 8.0\f\u2028"), "sm_90a")
+    assert issue.line == 2
+    to_source = loc_line_map('.file 1 "solution.cu"\f\n.loc 1 7 0\nadd.f32 a;', "solution.cu")
+    assert to_source(3)[0] == 7 and "add.f32 a;" in to_source(3)[1]
     # a plain kernel may declare the family target: only arch-specific instructions need the 'a'
     assert static_ptx_checks(kernel("fma_sm90a.ptx").replace("sm_90a", "sm_90"), "sm_90a") == []
 

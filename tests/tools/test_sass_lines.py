@@ -74,3 +74,9 @@ def test_listing_lines_are_the_innermost_solution_location_and_rows_carry_over()
     source = "\n".join(f"line {n}" for n in range(1, 60)).replace("line 30", "wgmma.mma_async.sync.aligned")
     refine_lines({"k": insns}, source, spelled_lines(source))
     assert insns[4].line == 30 and insns[3].line == 20  # only the row-less HGMMA moves to the wgmma line
+
+
+def test_lines_are_counted_at_newlines_only_as_ptxas_counts_them():
+    # A form feed or \u2028 is whitespace to ptxas, a line break to str.splitlines(): every later line moved by one.
+    src = "// plan\n.version 8.0\f\u2028\n.target sm_90a\nwgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 x;\n"
+    assert spelled_lines(src)["HGMMA"] == [4]
