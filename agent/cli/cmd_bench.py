@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
+from .terminal import rich_safe
 
 from .application import app
 
@@ -137,8 +137,8 @@ def bench(
         done.append(r)
         best = f"{r.best_speedup:.3f}x" if r.best_speedup is not None else "-"
         flag = " [red]infra-failed[/red]" if r.infra_failed else ""
-        retried = f", attempts {r.attempts}: {escape(r.error[:160])}" if r.attempts > 1 else ""  # why it was retried
-        console.print(f"[{len(done)}] {r.trajectory_id}: {' '.join(r.statuses) or '-'} best {best} "
+        retried = f", attempts {r.attempts}: {rich_safe(r.error[:160])}" if r.attempts > 1 else ""  # why it was retried
+        console.print(f"[{len(done)}] {rich_safe(r.trajectory_id)}: {' '.join(r.statuses) or '-'} best {best} "
                       f"({r.stop_reason}{retried}){flag}")
 
     try:

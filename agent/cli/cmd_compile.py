@@ -61,18 +61,20 @@ def _print_rich(result, path: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from .terminal import rich_safe as safe
+
     console = Console()
     colour = "green" if result.status == "ok" else "red"
     cached = " (cached)" if result.cached else ""
-    console.print(f"[bold]{path}[/bold]  {result.language} -> {result.arch}: [{colour}]{result.status}[/{colour}]{cached}")
+    console.print(f"[bold]{safe(path)}[/bold]  {result.language} -> {result.arch}: [{colour}]{result.status}[/{colour}]{cached}")
     for issue in result.errors + result.warnings:
         where = f"line {issue.line}" if issue.line else "-"
-        console.print(f"  [{'red' if issue.severity == 'error' else 'yellow'}]{issue.severity}[/] {where}: {issue.message}", markup=True, highlight=False)
+        console.print(f"  [{'red' if issue.severity == 'error' else 'yellow'}]{issue.severity}[/] {where}: {safe(issue.message)}", markup=True, highlight=False)
     if result.kernels:
         table = Table("kernel", "regs", "spill st/ld", "smem", "stack", "top SASS opcodes")
         for name, k in result.kernels.items():
             top = ", ".join(f"{op} {n}" for op, n in list(k.sass_opcodes.items())[:8])
-            table.add_row(name, str(k.registers), f"{k.spill_stores}/{k.spill_loads}", str(k.smem_static), str(k.stack), top)
+            table.add_row(safe(name), str(k.registers), f"{k.spill_stores}/{k.spill_loads}", str(k.smem_static), str(k.stack), top)
         console.print(table)
     if result.targets:
         table = Table("target family", "in PTX", "in SASS", "SASS count")
@@ -80,7 +82,7 @@ def _print_rich(result, path: Path) -> None:
             table.add_row(fam, "yes" if t.in_ptx else "no", "yes" if t.in_sass else "no", str(t.sass_count))
         console.print(table)
     for tool, desc in result.tools.items():
-        console.print(f"  [dim]{tool}: {desc}[/dim]", highlight=False, soft_wrap=True)
+        console.print(f"  [dim]{tool}: {safe(desc)}[/dim]", highlight=False, soft_wrap=True)
 
 
 @app.command("compile")

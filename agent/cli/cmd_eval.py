@@ -24,20 +24,22 @@ def _print_rich(result) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from .terminal import rich_safe as safe
+
     console = Console()
     colour = {"PASSED": "green", "COMPILED": "yellow"}.get(result.status, "red")  # COMPILED: never run, not a pass
     console.print(f"[bold]{result.workload}[/bold]: [{colour}]{result.status}[/{colour}]"
                   + ("" if result.gpu_evaluated else "  (not run on a GPU)"))
-    console.print(result.message, highlight=False, soft_wrap=True)
+    console.print(safe(result.message), highlight=False, soft_wrap=True)
     for err in result.plan_errors:
-        console.print(f"  [red]plan[/red] {err}", highlight=False)
+        console.print(f"  [red]plan[/red] {safe(err)}", highlight=False)
     if result.runtime_error:
-        console.print(f"  [red]runtime[/red] {result.runtime_error}", highlight=False)
+        console.print(f"  [red]runtime[/red] {safe(result.runtime_error)}", highlight=False)
     if result.compile and result.compile.kernels:
         table = Table("kernel", "regs", "spills", "smem", "top SASS opcodes")
         for name, k in result.compile.kernels.items():
             top = ", ".join(f"{op} {n}" for op, n in list(k.sass_opcodes.items())[:6])
-            table.add_row(name, str(k.registers), str(k.spill_stores + k.spill_loads), str(k.smem_static), top)
+            table.add_row(safe(name), str(k.registers), str(k.spill_stores + k.spill_loads), str(k.smem_static), top)
         console.print(table)
     if result.targets_static:
         console.print("targets (static): " + ", ".join(f"{f}: {'SASS' if t.in_sass else 'PTX' if t.in_ptx else 'absent'}"
@@ -45,9 +47,9 @@ def _print_rich(result) -> None:
     if result.correctness:
         table = Table("run", "tensor", "ok", "max abs", "max rel", "rel fro", "matched", "NaN", "note")
         for s in result.correctness:
-            table.add_row(str(s.trial), s.tensor, "yes" if s.passed else "NO", f"{s.max_abs_err or 0:.3g}",
+            table.add_row(str(s.trial), safe(s.tensor), "yes" if s.passed else "NO", f"{s.max_abs_err or 0:.3g}",
                           f"{s.max_rel_err or 0:.3g}", f"{s.rel_fro_err or 0:.3g}", f"{(s.frac_matched or 0) * 100:.3f}%",
-                          str(s.n_nan), s.note[:60])
+                          str(s.n_nan), safe(s.note[:60]))
         console.print(table)
     t = result.timing
     if t:
@@ -55,15 +57,15 @@ def _print_rich(result) -> None:
         table.add_row("candidate", f"{t.candidate.median_ms:.4f}", f"[{t.candidate.ci_low_ms:.4f}, {t.candidate.ci_high_ms:.4f}]",
                       str(t.candidate.n))
         for name, b in t.baselines.items():
-            table.add_row(name, f"{b.median_ms:.4f}", f"[{b.ci_low_ms:.4f}, {b.ci_high_ms:.4f}]", str(b.n))
+            table.add_row(safe(name), f"{b.median_ms:.4f}", f"[{b.ci_low_ms:.4f}, {b.ci_high_ms:.4f}]", str(b.n))
         console.print(table)
         lo, hi = t.speedup_ci or (float("nan"), float("nan"))
         console.print(f"speedup vs {t.primary_baseline}: {t.speedup:.3f}x [{lo:.3f}, {hi:.3f}]   {t.tflops:.1f} TFLOP/s   "
                       f"{t.sol_pct:.1f}% SOL" + (f"   flags: {', '.join(t.flags)}" if t.flags else ""))
     fp = result.fingerprint
     if fp.gpu:
-        console.print(f"[dim]{fp.gpu} ({fp.sm_count} SMs), driver {fp.driver}, CUDA {fp.cuda_runtime}, torch {fp.torch}, "
-                      f"cuDNN {fp.cudnn}, ptxas {fp.ptxas}[/dim]", highlight=False)
+        console.print("[dim]" + safe(f"{fp.gpu} ({fp.sm_count} SMs), driver {fp.driver}, CUDA {fp.cuda_runtime}, torch {fp.torch}, "
+                                     f"cuDNN {fp.cudnn}, ptxas {fp.ptxas}") + "[/dim]", highlight=False)
 
 
 @app.command("eval")

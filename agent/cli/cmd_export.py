@@ -82,7 +82,8 @@ def export(
     if teacher:
         from ..export.teacher import add_reasoning
 
-        stats["teacher"] = add_reasoning(rows, teacher, out / ".teacher_cache", teacher_api_base)
+        stats["teacher"] = add_reasoning(rows, teacher, out / ".teacher_cache", teacher_api_base,
+                                         max_tokens=cfg.max_tokens)  # --max-tokens holds with the reasoning too
     paths = write_dataset(rows, out, format, cfg, stats, [str(r) for r in runs])
     where = ", ".join(f"{k}: {v}" for k, v in paths.items()) or str(out)  # a path may hold [ ]: not rich markup
     rprint(f"[bold]{len(rows)}[/] {recipe} rows from {len(samples)} trajectories -> " + escape(terminal_text(where)))

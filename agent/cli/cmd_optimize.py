@@ -74,11 +74,13 @@ class LiveView:
     def render(self):
         from rich.table import Table
 
-        table = Table(title=self.title, caption=self.note)
+        from .terminal import rich_safe
+
+        table = Table(title=rich_safe(self.title), caption=rich_safe(self.note))  # the note quotes errors: model text
         for col in ("turn", "status", "speedup", "targets", "tokens", "cost $", "elapsed s"):
             table.add_column(col, justify="left" if col in ("status", "targets") else "right")
         for row in self.rows:
-            table.add_row(*row)
+            table.add_row(*(rich_safe(c) for c in row))
         return table
 
     def __call__(self, event) -> None:

@@ -53,6 +53,7 @@ def profile_cmd(
     from ptxbench.tools.toolchain import ToolchainError
 
     from . import inputs
+    from .terminal import terminal_text
 
     inputs.workload(workload), inputs.positive(timeout, "--timeout"), inputs.positive(budget, "--budget")
     if keep is not None:
@@ -65,7 +66,7 @@ def profile_cmd(
         raise typer.Exit(3)
     if compiled.status != "ok" or not compiled.cubin_path:
         for issue in compiled.errors:
-            typer.echo(f"{file}:{issue.line or '?'}: {issue.message}", err=True)
+            typer.echo(terminal_text(f"{file}:{issue.line or '?'}: {issue.message}"), err=True)
         raise typer.Exit(1)
     with tempfile.TemporaryDirectory(prefix="ptxbench-profile-") as tmp:
         work = keep or Path(tmp)
@@ -81,9 +82,9 @@ def profile_cmd(
         typer.echo(json.dumps(record, indent=1, default=str))
     else:
         if outcome.feedback:
-            typer.echo(outcome.feedback + "\n")
+            typer.echo(terminal_text(outcome.feedback) + "\n")  # quotes the solution's lines: its control characters
         for family, v in outcome.targets_runtime.items():
             counts = f" ({v.executed_thread_insts_true:,} predicate-true thread executions)" if v.executed_thread_insts_true else ""
-            typer.echo(f"{family}: {v.verdict}{counts} - {v.reason}")
-        typer.echo(f"profile took {outcome.seconds:.1f} s" + ("" if outcome.ok else f"; no profile: {outcome.error}"))
+            typer.echo(terminal_text(f"{family}: {v.verdict}{counts} - {v.reason}"))
+        typer.echo(terminal_text(f"profile took {outcome.seconds:.1f} s" + ("" if outcome.ok else f"; no profile: {outcome.error}")))
     raise typer.Exit(0 if outcome.ok else 2)

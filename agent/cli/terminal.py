@@ -14,3 +14,11 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def terminal_text(text: str) -> str:
     """`text` with every control character except tab and newline written as its escape (`\\x1b`)."""
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def rich_safe(text: object) -> str:
+    """`text` for a rich console with markup on: control characters escaped and `[` no longer opens a tag (a plan
+    argument "[/x]" raised MarkupError, "[name]" vanished as an unknown style)."""
+    from rich.markup import escape
+
+    return escape(terminal_text(str(text)))

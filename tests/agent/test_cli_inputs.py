@@ -243,3 +243,30 @@ def test_a_damaged_run_ends_every_reader_in_one_line(tmp_path, kind):
         if result.exit_code:
             lines = [line for line in result.output.splitlines() if line.strip()]
             assert result.exit_code == 1 and lines[-1].startswith("error: ") and str(run) in lines[-1], (argv, result.output)
+
+
+def test_model_text_is_printed_as_text_not_as_rich_markup(tmp_path):
+    """A plan's text is quoted by the plan errors: an argument "[/x]" raised rich's MarkupError from `ptxbench eval`
+    (a traceback where the verdict belongs) and "[name]" vanished as an unknown style."""
+    src = (ROOT / "workloads/solutions/faults/control_correct.cu").read_text()
+    bad = tmp_path / "a[b]x.cu"  # the user's own file name is printed too
+    bad.write_text(src.replace('"i32:K"]', '"i32:K", "[/x]", "[bold]"]', 1))
+    r = CliRunner().invoke(app, ["eval", W, str(bad), "--no-gpu"])
+    assert r.exit_code == 0 and "PLAN_ERROR" in r.output and '"[/x]"' in r.output, r.output
+    r = CliRunner().invoke(app, ["compile", str(bad), "--workload", W])
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert '"[/x]"' in r.output, r.output
+
+
+def test_the_live_view_shows_an_error_that_looks_like_markup():
+    from rich.console import Console
+
+    from ptxbench.agent.cli.cmd_optimize import LiveView
+
+    view = LiveView("run [/t]")
+    view.note = "error in tool: [/x] \x1b]0;title\x07"
+    view.rows.append(("1", "PLAN_ERROR [/y]", "-", "-", "0", "0", "1"))
+    console = Console(record=True, width=200)
+    console.print(view.render())
+    shown = console.export_text()
+    assert "[/x]" in shown and "[/y]" in shown and "\x1b]0" not in shown
