@@ -27,7 +27,8 @@ def main() -> int:
     ap.add_argument("--trajectories", default="docs/examples", help="recorded runs whose failing submissions are candidates")
     args = ap.parse_args()
     t0 = time.monotonic()
-    roots = sorted({p.parent.parent for p in Path(args.trajectories).glob("**/trajectories/*/trajectory.jsonl*")
+    # the run folders (above trajectories/<id>/), as load_run reads them
+    roots = sorted({p.parent.parent.parent for p in Path(args.trajectories).glob("**/trajectories/*/trajectory.jsonl*")
                     if p.name in (LOG_NAME, SEALED_LOG_NAME)})
     candidates = all_candidates(roots)
     print(f"{len(candidates)} candidates; compiling ...", flush=True)

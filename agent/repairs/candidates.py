@@ -97,6 +97,7 @@ def _known(workload_id: str) -> bool:
 def from_trajectories(roots: list[Path]) -> list[Candidate]:
     """Failing scored submissions of recorded runs (each folder holding a manifest or trajectories/)."""
     out = []
+    recorded: dict[tuple[str, str], dict[str, int]] = {}  # (workload, recorded_<status>) -> text hash -> its number
     for root in roots:
         for record in load_run(root):
             start = record.start
@@ -112,7 +113,12 @@ def from_trajectories(roots: list[Path]) -> list[Candidate]:
                 source = record.kernel(e.kernel_file)
                 if source is None:  # missing, unreadable, or outside the trajectory folder (rundir.read_kernel)
                     continue
-                out.append(Candidate(start.workload, bug or f"recorded_{status.lower()}", (start.config or {}).get(
+                cls = bug
+                if not cls:  # one id per distinct failing text: a second recorded_<status> was dropped by merge()
+                    texts = recorded.setdefault((start.workload, f"recorded_{status.lower()}"), {})
+                    n = texts.setdefault(hashlib.sha256(source.encode()).hexdigest(), len(texts) + 1)
+                    cls = f"recorded_{status.lower()}" + (f"_{n}" if n > 1 else "")
+                out.append(Candidate(start.workload, cls, (start.config or {}).get(
                     "description", f"a failing submission ({status}) of a recorded trajectory"), "trajectory", source,
                     [f"{record.folder.as_posix()}/{e.kernel_file} (turn {e.turn}, recorded {status})"]))
     return out

@@ -169,3 +169,25 @@ def test_a_recorded_bug_class_never_names_a_folder_outside_the_suite(tmp_path):
     write_suite(tmp_path / "suites" / "s", report.suite, report.sources)
     assert sorted(p.name for p in (tmp_path / "suites").iterdir()) == ["s"]
     assert len(load_suite(tmp_path / "suites" / "s").tasks) == 2
+
+
+def test_every_distinct_recorded_failure_of_a_workload_is_a_candidate(tmp_path):
+    """Two failing kernels of one workload and status both named recorded_<status>: merge() kept the first and
+    dropped the second uncounted. Each distinct text gets its own number; the same text again is one candidate."""
+    from export_runs import kernel, result
+    from ptxbench.agent.records.events import EvalEvent, TrajectoryStart
+    from ptxbench.agent.records.rundir import TrajectoryWriter, sha256_text
+    from ptxbench.agent.repairs.candidates import from_trajectories, merge
+
+    run = tmp_path / "run"
+    for tid, text in (("t1", "a"), ("t2", "b"), ("t3", "a")):
+        w = TrajectoryWriter(run / "trajectories" / tid)
+        w.append(TrajectoryStart(trajectory_id=tid, workload=WL, model="m", prompt="p", mode="pipeline", config={}))
+        src = kernel(text)
+        w.append(EvalEvent(trajectory_id=tid, turn=1, kernel_file=w.save_kernel(1, "cuda", src),
+                           kernel_sha256=sha256_text(src), language="cuda", result=result("COMPILE_ERROR"), feedback="x"))
+    cands = merge(from_trajectories([run]))
+    assert sorted(c.id for c in cands) == [f"{WL}__recorded_compile_error", f"{WL}__recorded_compile_error_2"]
+    assert len({c.source for c in cands}) == 2
+    first = next(c for c in cands if c.id.endswith("error"))
+    assert len(first.provenance) == 2  # t1 and t3, the same text
