@@ -22,7 +22,11 @@ from pathlib import Path
 # The CUDA-core arithmetic a kernel could do its work with instead of its target family (the roofline sections'
 # per-thread counters), and the tensor paths' FLOP counters.
 METRICS = [f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum" for op in
-           ("ffma", "fadd", "fmul", "hfma", "hadd", "hmul", "dfma")] + [
+           ("ffma", "fadd", "fmul", "hfma", "hadd", "hmul", "dfma", "dadd", "dmul")] + [
+           "sm__ops_path_tensor_src_fp64.sum",
+           "sm__ops_path_tensor_op_hmma_src_tf32_dst_fp32.sum",
+           "sm__ops_path_tensor_op_imma_src_int8.sum",
+           "l1tex__t_bytes_pipe_lsu_mem_global_op_atom.sum",
            "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum",
            "sm__ops_path_tensor_op_hmma_src_bf16_dst_fp32.sum",
            "sm__ops_path_tensor_src_bf16_dst_fp32.sum",

@@ -131,7 +131,17 @@ SM90A = ArchProfile(
                        "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum": 1.0,
                        "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum": 1.0,
                        "sm__ops_path_tensor_op_hmma_src_bf16_dst_fp32.sum": 1.0,
-                       "sm__ops_path_tensor_op_hmma_src_fp16.sum": 1.0},
+                       "sm__ops_path_tensor_op_hmma_src_fp16.sum": 1.0,
+                       # and in the other precisions a bf16 product is exact in: fp64 on the CUDA cores (DFMA / DADD /
+                       # DMUL, the double roofline's counters) and on the tensor cores (DMMA), tf32 mma.sync (8 of
+                       # bf16's 8 mantissa bits fit), int8 mma.sync (a product split into its bytes); without them a
+                       # GEMM done in doubles beside a token wgmma read as wgmma that did the work
+                       "smsp__sass_thread_inst_executed_op_dfma_pred_on.sum": 2.0,
+                       "smsp__sass_thread_inst_executed_op_dadd_pred_on.sum": 1.0,
+                       "smsp__sass_thread_inst_executed_op_dmul_pred_on.sum": 1.0,
+                       "sm__ops_path_tensor_src_fp64.sum": 1.0,
+                       "sm__ops_path_tensor_op_hmma_src_tf32_dst_fp32.sum": 1.0,
+                       "sm__ops_path_tensor_op_imma_src_int8.sum": 1.0},
             doc="Warpgroup-level asynchronous matrix multiply (Hopper tensor cores).",
         ),
         _TMA,

@@ -200,6 +200,13 @@ def test_wgmma_beside_the_same_work_on_the_cuda_cores_is_a_decoy():
     assert edge.verdict == "token"
     unmeasured = verdict({})  # a profile without the counters (an older record): no claim either way
     assert unmeasured.verdict == "executed" and unmeasured.elsewhere_share is None
+    # the same GEMM in doubles (the CUDA cores' DFMA, the tensor cores' DMMA), in tf32 or from int8 products
+    for name, per in (("smsp__sass_thread_inst_executed_op_dfma_pred_on.sum", 2.0),
+                      ("sm__ops_path_tensor_src_fp64.sum", 1.0),
+                      ("sm__ops_path_tensor_op_hmma_src_tf32_dst_fp32.sum", 1.0),
+                      ("sm__ops_path_tensor_op_imma_src_int8.sum", 1.0)):
+        other = verdict({name: flops / per})
+        assert other.verdict == "token" and other.elsewhere_share == 1.0 and name in other.reason, name
 
 
 def test_tma_beside_the_inputs_read_by_plain_loads_is_a_decoy_except_where_the_op_reads_them_so():
