@@ -62,6 +62,8 @@ class OptimizeConfig(BaseModel):
     index: int = Field(0, description="trajectory number within its (model, workload, prompt) cell")
     start_from: str | None = Field(None, description="a solution file evaluated as turn 0 and shown in the first prompt")
     repair_task: str | None = Field(None, description="the repair-suite task this trajectory runs (bench --track repair)")
+    repair_held_out: bool = Field(False, description="its suite holds the task out of training data (the task's own mark "
+                                  "or the suite's held-out classes): export puts it in the test split")
 
     @field_validator("profile", mode="before")
     @classmethod

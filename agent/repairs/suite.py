@@ -27,6 +27,8 @@ HELD_OUT_CLASSES = frozenset({"lse_log2_units", "smem_over_limit", "grid_too_sma
 
 def held_out_bug(config: dict) -> bool:
     """A trajectory (its recorded config) whose bug class is held out: a repair task's or a synth-repairs pair's."""
+    if config.get("repair_held_out") is True:  # the suite it ran from held the task out
+        return True
     bug = config.get("synthetic_bug") or (config.get("repair_task") or "").rpartition("__")[2]
     return bug in HELD_OUT_CLASSES
 

@@ -27,5 +27,8 @@ def expand_repair(config) -> list[OptimizeConfig]:
                         **{**config.optimize, "workload": task.workload, "model": model, "prompt": prompt, "index": index,
                            "turns": config.turns, "mode": config.mode, "arch": config.arch, "no_gpu": config.no_gpu,
                            "api_base": config.api_base, "target_speedup": None, "seed": seed,
-                           "start_from": str(suite.solution_path(task).resolve()), "repair_task": task.id}))
+                           "start_from": str(suite.solution_path(task).resolve()), "repair_task": task.id,
+                           # the suite's own marks travel with the trajectory: export on another machine knows only
+                           # its own HELD_OUT_CLASSES
+                           "repair_held_out": task.held_out or task.bug_class in suite.held_out_classes}))
     return out

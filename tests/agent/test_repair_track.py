@@ -127,3 +127,26 @@ def test_a_task_is_looked_up_by_its_id_in_this_machines_suite_not_at_the_recorde
     assert rows["t0"].unbroken_speedup == local["unbroken_speedup"] and rows["t0"].bug_class == "off_by_one_k_tiles"
     assert rows["t0"].speed_kept
     assert rows["t1"].unbroken_speedup is None and rows["t1"].bug_class == "" and not rows["t1"].speed_kept
+
+
+def test_a_suites_own_held_out_marks_reach_the_trajectory_and_export(tmp_path):
+    """A suite built elsewhere may hold out a task this machine's HELD_OUT_CLASSES do not name (its task.held_out,
+    its held_out_classes): export decided by the local classes only and trained on it."""
+    import json
+    import shutil
+
+    from ptxbench.agent.repairs.suite import HELD_OUT_CLASSES, held_out_bug, load_suite
+
+    suite = tmp_path / "suite"
+    shutil.copytree(FIXTURE, suite)
+    index = json.loads((suite / "suite.json").read_text())
+    tasks = load_suite(suite).tasks
+    by_mark, by_class = [t for t in tasks if t.bug_class not in HELD_OUT_CLASSES][:2]
+    index["held_out_classes"].append(by_class.bug_class)
+    (suite / "suite.json").write_text(json.dumps(index))
+    task = json.loads((suite / by_mark.id / "task.json").read_text())
+    (suite / by_mark.id / "task.json").write_text(json.dumps({**task, "held_out": True}))
+    configs = {c.repair_task: c for c in expand(config(suite=str(suite), models=["builtin/reference"]))}
+    held = {tid for tid, c in configs.items() if held_out_bug(c.model_dump(mode="json"))}
+    local = {t.id for t in tasks if t.bug_class in HELD_OUT_CLASSES}
+    assert held == local | {by_mark.id, by_class.id}, held
