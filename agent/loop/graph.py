@@ -26,7 +26,7 @@ from .context import build_messages
 from .extract import extract_solution
 from .feedback import render_eval, render_format_error
 from .profile_policy import turn_options
-from ..models.base import Model, ModelError, ModelExhausted, ModelReply, ModelRequest, TurnOutcome
+from ..models.base import Model, ModelError, ModelExhausted, ModelReply, ModelRequest, ModelUnavailable, TurnOutcome
 from ..models.evidence import evidence_from
 from ...tools.redact import mask_strings, scrub_text
 from .start_kernel import evaluate_start
@@ -126,6 +126,9 @@ class Steps:
             reply = ModelReply.model_validate(mask_strings(self.d.model.query(request).model_dump()))
         except ModelExhausted as exc:
             return {"stop": {"reason": "turn_limit", "detail": str(exc)}}
+        except ModelUnavailable as exc:  # an outage: left out of the scores, and bench asks again from this step
+            self.d.log.error(state["turn"], "query", str(exc), infra=True)
+            return {"stop": {"reason": "infra_error", "detail": scrub_text(str(exc))[:500]}}
         except ModelError as exc:
             self.d.log.error(state["turn"], "query", str(exc))
             return {"stop": {"reason": "error", "detail": scrub_text(str(exc))[:500]}}

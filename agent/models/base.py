@@ -134,6 +134,12 @@ class ModelError(RuntimeError):
     """The model could not answer (after retries): bad key, unknown model, provider down."""
 
 
+class ModelUnavailable(ModelError):
+    """The provider stayed unavailable through every retry (rate limit, timeout, server error, lost connection): an
+    outage on the harness's side of the line, not the model's answer. The trajectory stops as an infra failure, so
+    it is left out of the scores and `bench` tries the same call again, instead of scoring the outage as the model's."""
+
+
 class ModelExhausted(ModelError):
     """A scripted model (replay) has nothing more to say: the trajectory ends normally."""
 

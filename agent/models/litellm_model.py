@@ -1,7 +1,8 @@
 """Any litellm model string (API providers, or a local vLLM / ollama / OpenAI-compatible server via api_base).
 
 Transient failures (rate limits, timeouts, 5xx, dropped connections) are retried with tenacity and
-exponential back-off; anything else becomes a ModelError. Keys come from the environment only
+exponential back-off; one that outlasts every retry is a ModelUnavailable (an infra failure: the trajectory is left
+out of the scores and bench asks again), anything else a ModelError (the trajectory stops on it). Keys come from the environment only
 (litellm reads the provider's variable; `api_key_env` names another one) and never reach a log.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Callable
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from ...tools.redact import scrub_text
-from .base import ModelError, ModelReply, ModelRequest
+from .base import ModelError, ModelReply, ModelRequest, ModelUnavailable
 
 # The bundled price table: no network fetch at import time (and no 10 s stall offline).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -112,6 +113,8 @@ class LiteLLMModel:
         try:
             response = retrying(litellm.completion, **kwargs)
         except Exception as exc:  # noqa: BLE001 - every provider failure becomes one recorded error
+            if is_transient(exc):  # still down after every retry: the provider's outage, not the model's answer
+                raise ModelUnavailable(scrub_text(f"{type(exc).__name__} after {self.max_attempts} attempts: {exc}")) from None
             raise ModelError(scrub_text(f"{type(exc).__name__}: {exc}")) from None
         latency = time.perf_counter() - start
         attempts = retrying.statistics.get("attempt_number", 1)

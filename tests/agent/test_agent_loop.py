@@ -256,3 +256,18 @@ def test_a_huge_reply_is_recorded_once_and_kept_short_in_the_history(tmp_path, e
     assert MAX_HISTORY_REPLY_CHARS < len(kept["content"]) < MAX_HISTORY_REPLY_CHARS + 200
     assert "left out of the history" in kept["content"]
     assert len(of_type(events(tmp_path / "run"), "model_call")[0].response["content"]) > 3_000_000
+
+
+def test_a_provider_outage_past_every_retry_is_an_infra_stop_not_the_models_failure(tmp_path, evaluator):
+    """Rate limits and server errors through every retry: the provider's outage. The trajectory stopped as the
+    model's error and was scored as its 0; it is an infra stop now (an infra error event), left out of the scores."""
+    from ptxbench.agent.records.rundir import load_run
+    from ptxbench.agent.scoring.turns import score_trajectory
+
+    with ScriptedServer([{"status": 503}, {"status": 429}], default={"status": 500}) as server:
+        outcome = run(server, tmp_path, evaluator, turns=2, retry_attempts=3)
+    assert outcome.stop_reason == "infra_error" and len(server.requests) == 3
+    (error,) = of_type(events(tmp_path / "run"), "error")
+    assert error.infra and "after 3 attempts" in error.message
+    (record,) = load_run(tmp_path / "run")
+    assert score_trajectory(record).infra_failed
