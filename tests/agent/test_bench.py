@@ -175,16 +175,16 @@ def test_infra_failure_that_persists_is_marked(tmp_path):
 
 
 def test_a_provider_outage_is_asked_again_and_the_trajectory_scored_on_its_answers(tmp_path):
-    """The server down past the model's retries on turn 2: an infra stop, so bench forks before the failed call and
+    """The server down past the model's retries on turns 1 and 2: an infra stop, so bench forks before the failed call and
     asks again (it was the model's error, the trajectory stopped and scored as such)."""
-    script = [GOOD, {"status": 503}, {"status": 503}, GOOD]
+    script = [{"status": 503}, {"status": 503}, GOOD, {"status": 503}, {"status": 503}, GOOD]
     with ScriptedServer(script=script, default=GOOD) as server:
         cfg = BenchConfig(models=["openai/scripted"], workloads=[WL], trajectories=1, turns=2, no_gpu=True,
-                          api_base=server.base_url, infra_retries=1, optimize={"retry_attempts": 2, "retry_wait_s": 0.01})
+                          api_base=server.base_url, infra_retries=2, optimize={"retry_attempts": 2, "retry_wait_s": 0.01})
         out = run_bench(cfg, tmp_path / "run")
-        assert len(server.requests) == 4
+        assert len(server.requests) == 6
     (report,) = out.trajectories
-    assert report.attempts == 2 and not report.infra_failed and report.stop_reason == "turn_limit"
+    assert report.attempts == 3 and not report.infra_failed and report.stop_reason == "turn_limit"
     (traj,) = score_runs([tmp_path / "run"]).trajectories
     assert not traj.infra_failed and [t.turn for t in traj.scored_turns] == [1, 2]
 
