@@ -100,6 +100,7 @@ def dropped_lines(stats: dict, reasons: dict[str, str]) -> list[str]:
             lines.append(f"{n} trajectories gave no row: {reasons.get(reason, reason)}")
     words = {"held_out_trajectories_skipped": "held-out trajectories skipped (--include-held-out keeps them)",
              "duplicates_dropped": "duplicate rows dropped (--no-dedup keeps them)",
-             "over_token_cap_dropped": "rows over --max-tokens dropped", "balance_dropped": "rows dropped by --max-per-group"}
+             "over_token_cap_dropped": "rows over --max-tokens dropped", "balance_dropped": "rows dropped by --max-per-group",
+             "train_copies_of_test_dropped": "train rows dropped: the same kernel stands in the test split"}
     lines += [f"{stats[k]} {text}" for k, text in words.items() if stats.get(k)]
     return lines

@@ -125,18 +125,24 @@ def build_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str
         if not found:  # the trajectory gave nothing: charged to the filter that turned most of it away
             stats[f"trajectories_without_rows.{why.most_common(1)[0][0] if why else 'no_submission'}"] += 1
         for row in found:
-            if cfg.dedup and row.id in seen:
+            # a held-out row (its workload, or its bug class) is exported only on request, and never to train on
+            row.split = "test" if row.held_out or row.workload in cfg.test_workloads else "train"
+            if cfg.dedup and (row.split, row.id) in seen:
                 stats["duplicates_dropped"] += 1
                 continue
             if cfg.max_tokens is not None and row.n_tokens > cfg.max_tokens:
                 stats["over_token_cap_dropped"] += 1
                 continue
-            seen.add(row.id)
+            seen.add((row.split, row.id))
             rows.append(row)
+    # A kernel (a pair, for fixit) in the test split never also stands in train, deduplicated or not: the reference
+    # kernels do not depend on the shape, so one GEMM kernel answers a train and a test workload alike. With one
+    # `seen` for both splits, whichever split was read first kept it, by run order.
+    tested = {row.id for row in rows if row.split == "test"}
+    if leaked := sum(row.split == "train" and row.id in tested for row in rows):
+        stats["train_copies_of_test_dropped"] += leaked
+        rows = [row for row in rows if row.split == "test" or row.id not in tested]
     rows = _balance(rows, cfg, stats)
-    for row in rows:
-        # a held-out row (its workload, or its bug class) is exported only on request, and never to train on
-        row.split = "test" if row.held_out or row.workload in cfg.test_workloads else "train"
     stats["rows"] = len(rows)
     return rows, dict(stats)
 

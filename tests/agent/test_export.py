@@ -239,3 +239,21 @@ def test_a_recorded_speedup_that_is_no_number_passes_no_speed_filter_and_stays_j
         raise ValueError(token)
 
     assert [json.loads(line, parse_constant=refuse)["speedup"] for line in paths["train"].read_text().splitlines()] == [None, None]
+
+
+@pytest.mark.parametrize("dedup", [True, False])
+@pytest.mark.parametrize("test_first", [True, False])
+def test_a_kernel_in_the_test_split_never_also_stands_in_train(tmp_path, dedup, test_first):
+    """The reference kernels do not depend on the shape: the same GEMM kernel passed on a train workload and on a
+    test one. With dedup, the split read first kept it (by run order, so it landed in train when that came first);
+    without, it stood in both splits."""
+    from export_runs import result, write_trajectory
+
+    run = tmp_path / "run"
+    order = ["gemm_bf16_m4096_n4096_k4096", "gemm_bf16_m8192_n7168_k5120"]
+    for n, workload in enumerate(order if test_first else order[::-1]):
+        write_trajectory(run, f"t{n}", workload, [("same", result("PASSED", 0.9, True), "passed")])
+    # the square GEMM is held out by the registry: exported on request, to the test split
+    rows, stats = build_rows(collect_samples([run]), ExportConfig(recipe="kernelgen", dedup=dedup, include_held_out=True))
+    assert [(r.workload, r.split) for r in rows] == [("gemm_bf16_m4096_n4096_k4096", "test")]
+    assert stats.get("train_copies_of_test_dropped", 0) + stats.get("duplicates_dropped", 0) == 1
