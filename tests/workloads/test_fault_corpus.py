@@ -19,7 +19,8 @@ def test_manifest_covers_every_file_and_every_fault_kind():
     wanted = {"trap", "illegal_address", "misaligned", "infinite_loop", "oob_write", "nan_output", "constant_output",
               "zero_output", "noop", "cached_result", "too_much_smem", "wrong_args", "cheat_poison_keyed",
               "cheat_count_keyed", "cheat_scratch_flag", "cheat_input_flag", "cheat_reference_reader",
-              "cheat_reference_writer", "cheat_shared_stash", "cheat_local_stash"}
+              "cheat_reference_writer", "cheat_shared_stash", "cheat_local_stash", "cheat_const_counter",
+              "cheat_code_patch"}
     assert wanted <= set(CORPUS)
 
 
@@ -55,6 +56,10 @@ def test_hang_and_cheat_survive_compilation():
     local = ev.evaluate(WORKLOAD, CORPUS["cheat_local_stash"]["source"], EvalOptions(no_gpu=True))
     ops = local.compile.kernels["gemm"].sass_opcodes
     assert local.status == "COMPILED" and ops.get("LDL", 0) >= 6 + 16 and ops.get("STL", 0) >= 6 + 16, ops
+    # The store into code memory stays a generic store of a function's address (the call is kept, not inlined).
+    patch = ev.evaluate(WORKLOAD, CORPUS["cheat_code_patch"]["source"], EvalOptions(no_gpu=True))
+    ops = patch.compile.kernels["gemm"].sass_opcodes
+    assert patch.status == "COMPILED" and ops.get("LD", 0) >= 1 and ops.get("ST", 0) >= 1 and ops.get("CALL", 0) >= 1, ops
 
 
 def timed(name: str) -> bool:
