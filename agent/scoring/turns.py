@@ -9,6 +9,8 @@ its correctness is unknown. Runs recorded before that status are read as new one
 """
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, Field
 
 from ptxbench.tools.results import LEGACY_L2_FLUSH
@@ -94,6 +96,12 @@ def _max(values) -> float | None:
     return max(present) if present else None
 
 
+def _measured(value: float | None) -> float | None:
+    """A recorded speedup or %SOL, None (unmeasured) unless a positive finite number: an Infinity topped the
+    leaderboard, and a NaN made every mean NaN and a trajectory's best depend on the order of its turns."""
+    return value if value is not None and math.isfinite(value) and value > 0 else None
+
+
 def _turn_from_eval(turn: int, event) -> TurnScore:
     result = event.result
     timing = result.timing
@@ -102,8 +110,8 @@ def _turn_from_eval(turn: int, event) -> TurnScore:
         status=result.status,
         correct=result.status == PASSED,
         target_executed=result.target_executed,
-        speedup=timing.speedup if timing else None,
-        sol_pct=timing.sol_pct if timing else None,
+        speedup=_measured(timing.speedup) if timing else None,
+        sol_pct=_measured(timing.sol_pct) if timing else None,
         kernel_file=event.kernel_file,
         gpu_evaluated=result.gpu_evaluated,
     )

@@ -307,3 +307,18 @@ def test_lines_a_reader_cannot_parse_are_dropped_like_a_torn_line(tmp_path):
     sealed = tmp_path / "trajectory.jsonl.gz"
     sealed.write_bytes(bytes(packed))
     assert len(read_events(sealed)) < len(whole.splitlines())
+
+
+def test_a_speedup_recorded_as_infinity_or_nan_reads_as_unmeasured(tmp_path):
+    """json.loads reads the bare tokens Infinity and NaN: an infinite speedup topped the leaderboard, a NaN made the
+    cell's mean NaN (and a trajectory's best depended on which turn came first)."""
+    TrajectoryBuilder(tmp_path, "t0", "m/a", "gemm").turn(1, "PASSED", 1.1, True).turn(2, "PASSED", 7.0, True).stop()
+    TrajectoryBuilder(tmp_path, "t1", "m/a", "gemm", index=1).turn(1, "PASSED", 8.0, True).turn(2, "PASSED", 1.2, True).stop()
+    for tid, old, new in (("t0", "7.0", "Infinity"), ("t1", "8.0", "NaN")):
+        log = tmp_path / "trajectories" / tid / "trajectory.jsonl"
+        log.write_text(log.read_text().replace(f'"speedup":{old}', f'"speedup":{new}'))
+    cell = score_runs([tmp_path]).cell("m/a", "gemm")
+    assert cell.best_speedup.value == approx((1.1 + 1.2) / 2) and cell.best_speedup_max == 1.2
+    assert cell.geomean_speedup.value == approx(math.sqrt(1.1 * 1.2))
+    assert cell.fast_p_turns["0"].value == 1.0 and cell.fast_p_trajectories["1.2"].value == 0.0  # correct, untimed
+    assert cell.by_turn["best_so_far"] == [approx(0.55), approx(1.15)]
