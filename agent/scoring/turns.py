@@ -131,6 +131,17 @@ def _first_line(text: str) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
+def _crash(event) -> str:
+    """What an infra error event says the harness raised ('' for an infra status): the first line of an exception
+    logged with its traceback, or the exception line that ends a traceback the GPU worker sent back as its
+    INFRA_ERROR message (tools/gpu/worker.py: a harness bug the kernel triggers there has no traceback field)."""
+    if event.traceback:
+        return _first_line(event.message)
+    if "Traceback (most recent call last):" in (event.message or ""):
+        return event.message.strip().splitlines()[-1].strip()
+    return ""
+
+
 def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore:
     start = record.start
     turns: dict[int, TurnScore] = {}
@@ -138,12 +149,13 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     infra_open: set[int] = set()  # turns whose attempt hit an infra failure and has not been retried yet
     stop_reason = ""
     infra_last = False  # the latest thing that happened was an infra failure (no progress since)
-    # turn -> first line of each harness crash it hit: an exception raised while handling the model's text (an error
-    # event with a traceback), not an infra status the evaluator reported (no GPU, a lost worker)
+    # turn -> each harness crash it hit (_crash): an exception raised while handling the model's text (an error event
+    # with a traceback, or the GPU worker's traceback in the message), not an infra status the evaluator reported (no
+    # GPU, a lost worker)
     infra_seen: dict[int, list[str]] = {}
     for event in record.events:
-        if event.type == "error" and event.infra and event.turn > 0 and event.traceback:
-            infra_seen.setdefault(event.turn, []).append(_first_line(event.message))
+        if event.type == "error" and event.infra and event.turn > 0 and (crash := _crash(event)):
+            infra_seen.setdefault(event.turn, []).append(crash)
         if event.type in ("model_call", "eval_result"):
             infra_open.discard(event.turn)  # a new attempt at the turn
             infra_last = False

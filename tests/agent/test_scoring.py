@@ -322,3 +322,24 @@ def test_a_speedup_recorded_as_infinity_or_nan_reads_as_unmeasured(tmp_path):
     assert cell.geomean_speedup.value == approx(math.sqrt(1.1 * 1.2))
     assert cell.fast_p_turns["0"].value == 1.0 and cell.fast_p_trajectories["1.2"].value == 0.0  # correct, untimed
     assert cell.by_turn["best_so_far"] == [approx(0.55), approx(1.15)]
+
+
+def test_a_gpu_worker_crash_the_same_kernel_hits_on_every_retry_is_scored(tmp_path):
+    """A harness bug the kernel triggers inside the GPU worker comes back as INFRA_ERROR with the traceback as its
+    message (tools/gpu/worker.py) and is logged with no traceback field: hit again on both retries of the same
+    submission, it left the trajectory out of the scores (the model escaped its 0 by crashing the harness)."""
+    def crash(exc: str) -> str:
+        return f"the GPU worker failed:\nTraceback (most recent call last):\n  File \"runner.py\", line 9, in run\n{exc}\n"
+
+    zero = crash("ZeroDivisionError: integer division or modulo by zero")
+    TrajectoryBuilder(tmp_path, "crasher", "m/a", "gemm").turn(1, "COMPILE_ERROR").infra(2, zero).infra(2, zero) \
+        .infra(2, zero)
+    TrajectoryBuilder(tmp_path, "unlucky", "m/a", "gemm", index=1).turn(1, "COMPILE_ERROR") \
+        .infra(2, zero).infra(2, crash("OSError: [Errno 28] No space left on device"))
+    TrajectoryBuilder(tmp_path, "honest", "m/a", "gemm", index=2).turn(1, "PASSED", 0.9, True).stop()
+    score = score_runs([tmp_path])
+    scores = {t.id: t for t in score.trajectories}
+    assert not scores["crasher"].infra_failed and scores["crasher"].scored_turns[-1].failed
+    assert scores["unlucky"].infra_failed  # two different crashes: bad luck, still left out
+    cell = score.cell("m/a", "gemm")
+    assert cell.n_trajectories == 2 and cell.fast_p_trajectories["0"].value == 0.5
