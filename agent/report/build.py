@@ -42,10 +42,16 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
+# A trajectory folder's name may be up to 255 bytes, but its page adds `-<hash>.html` and atomic_write's temporary
+# name `.<page>.<8 random>.tmp` around that: the id's part is cut (it is ASCII after _safe) so both fit a file name.
+_PAGE_ID_CHARS = 200
+
+
 def page_name(trajectory_id: str) -> str:
-    """The file name of a trajectory's page: its id made safe for a file name, plus a short hash of the id itself,
-    since ids that differ only in characters _safe folds (model strings hold @ + :) would share one page."""
-    return f"{_safe(trajectory_id)}-{hashlib.sha256(trajectory_id.encode()).hexdigest()[:12]}.html"
+    """The file name of a trajectory's page: its id made safe for a file name (at most _PAGE_ID_CHARS of it), plus a
+    short hash of the whole id itself, since ids that differ only in characters _safe folds (model strings hold @ + :)
+    or past the cut would share one page."""
+    return f"{_safe(trajectory_id)[:_PAGE_ID_CHARS]}-{hashlib.sha256(trajectory_id.encode()).hexdigest()[:12]}.html"
 
 
 def _overview(run_dir: Path, manifest: dict, score: RunScore) -> list[tuple[str, str]]:

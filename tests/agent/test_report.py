@@ -157,3 +157,17 @@ def test_a_page_shows_no_kernel_file_from_outside_its_trajectory_folder(tmp_path
     log.write_text(text)
     files = write_report(run, tmp_path / "out")
     assert "hunter2" not in files.trajectories[0].read_text()
+
+
+def test_an_id_at_the_file_name_limit_gets_its_own_page(tmp_path):
+    from trajectory_builder import TrajectoryBuilder
+
+    run = tmp_path / "run"
+    ids = ["t" * 240 + "a", "t" * 240 + "b"]  # legal folder names (255 bytes at most), alike for their first 200
+    for tid in ids:
+        TrajectoryBuilder(run, tid, "m/a", "gemm").turn(1, "PASSED", 1.5, True).stop()
+    files = write_report(run, tmp_path / "out")
+    # The page and atomic_write's temporary name for it (`.<page>.<8>.tmp`) both fit a file name.
+    assert len({p.name for p in files.trajectories}) == 2 and all(len(p.name) + 14 <= 255 for p in files.trajectories)
+    for tid in ids:
+        assert f"<h1>{tid}</h1>" in (tmp_path / "out" / "trajectories" / page_name(tid)).read_text()
