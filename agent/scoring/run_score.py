@@ -72,14 +72,16 @@ def score_trajectories(trajs: list[TrajectoryScore]) -> RunScore:
 
 
 class DuplicateTrajectory(ValueError):
-    """Two run folders of one name hold a trajectory of one id (a run and its copy): scoring both counts it twice."""
+    """Two run folders hold one trajectory (a run and its copy, under its name or another, or a run and its
+    re-evaluation): scoring both counts it twice."""
 
 
 def load_trajectory_scores(run_dirs: Iterable[Path]) -> list[TrajectoryScore]:
     """The trajectories of the runs, each run folder read once however often it is named; DuplicateTrajectory when
-    two folders give the same (run name, trajectory id), which would count one trajectory twice."""
+    two folders give the same (run name, trajectory id), or the same trajectory_start (its id and time: a copy keeps
+    them whatever its folder is called), which would count one trajectory twice."""
     trajs: list[TrajectoryScore] = []
-    where: dict[tuple[str, str], Path] = {}
+    where: dict[tuple, Path] = {}
     for run_dir in distinct_runs(run_dirs):
         for rec in load_run(run_dir):
             if rec.start is None:
@@ -87,7 +89,10 @@ def load_trajectory_scores(run_dirs: Iterable[Path]) -> list[TrajectoryScore]:
             if (key := (run_dir.name, rec.id)) in where:
                 raise DuplicateTrajectory(f"{where[key]} and {run_dir} both hold trajectory {rec.id} of a run named "
                                           f"{run_dir.name}: score one of them")
-            where[key] = run_dir
+            if (started := ("start", rec.start.trajectory_id, rec.start.ts)) in where:
+                raise DuplicateTrajectory(f"{where[started]} and {run_dir} both hold trajectory {rec.id}, started at the "
+                                          f"same moment (one is a copy or a re-evaluation of the other): score one of them")
+            where[key] = where[started] = run_dir
             trajs.append(score_trajectory(rec, run=run_dir.name))
     return trajs
 

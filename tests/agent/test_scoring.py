@@ -167,8 +167,7 @@ def test_confidence_intervals(score, cell_a):
 def test_deterministic_and_merges_runs(run_dir, score, tmp_path):
     again = score_runs([run_dir])
     assert json.dumps(again.model_dump(mode="json")["cells"]) == json.dumps(score.model_dump(mode="json")["cells"])
-    other = tmp_path / "other"
-    shutil.copytree(run_dir, other)
+    other = build_sample_run(tmp_path / "other")  # another run of the same matrix (a copy is refused: below)
     merged = score_runs([run_dir, other])
     assert merged.n_trajectories == 16
     cell = merged.cell("m/a", "gemm")
@@ -261,7 +260,7 @@ def test_runs_timed_from_the_two_l2_flushes_do_not_pool_into_one_cell(tmp_path):
     assert [c.n_trajectories for c in score.model_workload] == [3]
 
 
-def test_a_run_named_twice_is_scored_once_and_a_copy_under_the_same_name_is_refused(run_dir, score, tmp_path):
+def test_a_run_named_twice_is_scored_once_and_a_copy_is_refused(run_dir, score, tmp_path):
     from typer.testing import CliRunner
 
     from ptxbench.agent.cli.main import app
@@ -276,6 +275,10 @@ def test_a_run_named_twice_is_scored_once_and_a_copy_under_the_same_name_is_refu
 
     with pytest.raises(DuplicateTrajectory, match="a-gemm-0"):
         score_runs([run_dir, copy])
+    renamed = tmp_path / "elsewhere" / "sample-reeval"  # a copy (or a re-evaluation) under another name
+    shutil.copytree(run_dir, renamed)
+    with pytest.raises(DuplicateTrajectory, match="a-gemm-0, started at the same moment"):
+        score_runs([run_dir, renamed])
     refused = CliRunner().invoke(app, ["score", str(run_dir), str(copy)])
     assert refused.exit_code == 2 and refused.output.startswith("error: ") and "score one of them" in refused.output
 
