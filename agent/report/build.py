@@ -12,6 +12,7 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pydantic_core
 from pydantic import BaseModel
 
 from ptxbench.tools.atomic import atomic_write
@@ -51,7 +52,9 @@ def page_name(trajectory_id: str) -> str:
     """The file name of a trajectory's page: its id made safe for a file name (at most _PAGE_ID_CHARS of it), plus a
     short hash of the whole id itself, since ids that differ only in characters _safe folds (model strings hold @ + :)
     or past the cut would share one page."""
-    return f"{_safe(trajectory_id)[:_PAGE_ID_CHARS]}-{hashlib.sha256(trajectory_id.encode()).hexdigest()[:12]}.html"
+    # surrogatepass: a folder name that is not UTF-8 reads as lone surrogates (surrogateescape), which .encode() refuses
+    digest = hashlib.sha256(trajectory_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{_safe(trajectory_id)[:_PAGE_ID_CHARS]}-{digest}.html"
 
 
 def _overview(run_dir: Path, manifest: dict, score: RunScore) -> list[tuple[str, str]]:
@@ -130,8 +133,26 @@ def _out_folders(out_dir: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
 
 
+# Record text may hold lone surrogates, which UTF-8 cannot write: a JSON escape such as "\ud800" in someone else's
+# records reads as one, and so does a trajectory folder name that is not UTF-8. Each is written as its escape.
 def _write(path: Path, text: str) -> Path:
-    return atomic_write(path, text.encode("utf-8"))
+    return atomic_write(path, text.encode("utf-8", "backslashreplace"))
+
+
+def _escaped(value):
+    """A model_dump with every lone surrogate in its text (keys included) turned into its escape, as _write does."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escaped(v) for v in value]
+    return value
+
+
+def _json(model: BaseModel) -> str:
+    """model_dump_json(indent=1), byte for byte, for a model whose text may hold lone surrogates (it refuses them)."""
+    return pydantic_core.to_json(_escaped(model.model_dump()), indent=1).decode("utf-8")
 
 
 def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
@@ -147,13 +168,13 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     files = ReportFiles(markdown=out_dir / "summary.md", html=out_dir / "index.html", score_json=out_dir / "score.json", trajectories=[])
     _write(files.markdown, markdown_summary(run_dir, manifest, score))
     _write(files.html, index_html(run_dir, manifest, score))
-    _write(files.score_json, score.model_dump_json(indent=1))
+    _write(files.score_json, _json(score))
     from ..scoring.repair_track import repair_markdown, score_repair_runs
 
     repair = score_repair_runs([run_dir])
     if repair.trajectories:  # the repair page beside the leaderboard
         _write(out_dir / "repair.md", repair_markdown(repair))
-        _write(out_dir / "repair.json", repair.model_dump_json(indent=1))
+        _write(out_dir / "repair.json", _json(repair))
     for record, traj in zip(records, trajs):
         path = _write(out_dir / "trajectories" / page_name(traj.id), trajectory_html(record, traj))
         files.trajectories.append(path)

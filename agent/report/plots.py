@@ -23,8 +23,9 @@ def _plt():
 
 def _plain(text: str) -> str:
     """Text from a run's records as matplotlib shows it literally: a pair of `$` would start mathtext, and a name such
-    as `m/$\\foo{$` would stop the report with a parse error."""
-    return text.replace("$", r"\$")
+    as `m/$\\foo{$` would stop the report with a parse error; a lone surrogate (a record's JSON escape "\\ud800"), which
+    the font code refuses with a TypeError, is shown as its escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("$", r"\$")
 
 
 def _legend(ax, size: int) -> None:

@@ -171,3 +171,32 @@ def test_an_id_at_the_file_name_limit_gets_its_own_page(tmp_path):
     assert len({p.name for p in files.trajectories}) == 2 and all(len(p.name) + 14 <= 255 for p in files.trajectories)
     for tid in ids:
         assert f"<h1>{tid}</h1>" in (tmp_path / "out" / "trajectories" / page_name(tid)).read_text()
+
+
+def test_lone_surrogates_in_records_and_folder_names_are_written_as_escapes(tmp_path):
+    import os
+
+    from trajectory_builder import TrajectoryBuilder
+
+    from ptxbench.agent.records.events import ToolCall
+
+    run = tmp_path / "run"
+    b = TrajectoryBuilder(run, "t0", "m/a-SURR", "gemm", config={"repair_task": "gemm__x-SURR"})
+    b.turn(1, "COMPILE_ERROR").turn(2, "PASSED", 1.5, True)
+    b.writer.append(ToolCall(trajectory_id="t0", turn=2, name="compile", arguments={"source": "x-SURR"}))
+    b.stop()
+    TrajectoryBuilder(run, "t1", "m/b", "gemm").turn(1, "PASSED", 1.2, True).stop()
+    log = run / "trajectories" / "t0" / "trajectory.jsonl"
+    log.write_text(log.read_text().replace("-SURR", "\\ud800"))  # the JSON escape json reads as a lone surrogate
+    os.rename(run / "trajectories" / "t1", os.fsencode(run / "trajectories") + b"/t\xff1")  # a folder name not UTF-8
+    files = write_report(run, tmp_path / "out")
+    assert len(files.trajectories) == 2 and len(re.findall(r"data:image/png", files.html.read_text())) == 4
+    written = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert {p.name for p in written} >= {"summary.md", "score.json", "repair.md", "repair.json"}
+    for path in written:
+        text = path.read_bytes().decode("utf-8")  # every file is UTF-8, each JSON file JSON
+        if path.suffix == ".json":
+            json.loads(text)
+    assert "m/a\\ud800" in files.html.read_text() and "t\\udcff1" in files.html.read_text()
+    assert "x\\ud800" in files.trajectories[0].read_text()
+    assert page_name("t\udcff1") != page_name("t\udcfe1")
