@@ -2,7 +2,8 @@
 
 A repair trajectory starts from a suite task's broken kernel (turn 0, `TrajectoryScore.start`) and has k
 model turns. Per trajectory:
-- fixed@1: turn 1 PASSED; fixed@k: some turn PASSED;
+- fixed@1: turn 1 PASSED; fixed@k: some turn PASSED (a PASSED turn that hands back the broken kernel byte for
+  byte is no fix: its bug is still there, whatever one run said);
 - turns to fix: the first PASSED turn (over fixed trajectories);
 - fixed with the speed kept: some turn PASSED, its target instructions executed (or not measured), and its
   speedup >= SPEED_KEPT x the unbroken kernel's speedup recorded in the task (a slow swap is no repair);
@@ -98,7 +99,10 @@ def repair_trajectory(score: TrajectoryScore, config: dict) -> RepairTrajectory:
     task = task_record(config)
     unbroken = task.get("unbroken_speedup")
     turns = score.scored_turns
-    passed = [t for t in turns if t.correct]
+    # the broken kernel handed back byte for byte is no repair, even when it passes this time (a race the suite
+    # caught failing once): fixed only by a kernel the model changed
+    broken = score.start.kernel_sha256 if score.start else ""
+    passed = [t for t in turns if t.correct and not (broken and t.kernel_sha256 == broken)]
     kept = [t for t in passed if t.target_executed is not False and t.speedup is not None and unbroken is not None
             and t.speedup >= SPEED_KEPT * unbroken]
     first = passed[0].turn if passed else None
@@ -106,7 +110,7 @@ def repair_trajectory(score: TrajectoryScore, config: dict) -> RepairTrajectory:
     failure = score.start.status if score.start else (task.get("verdict") or {}).get("status", "")
     return RepairTrajectory(id=score.id, model=score.model, task=config["repair_task"], bug_class=task.get("bug_class", ""),
                             failure_class=failure, held_out=bool(task.get("held_out")), unbroken_speedup=unbroken,
-                            fixed_at_1=bool(turns) and turns[0].turn == 1 and turns[0].correct, fixed=bool(passed),
+                            fixed_at_1=first == 1, fixed=bool(passed),
                             turns_to_fix=first, speed_kept=bool(kept), regression=regression)
 
 

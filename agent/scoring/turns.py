@@ -30,6 +30,7 @@ class TurnScore(BaseModel):
     speedup: float | None = None
     sol_pct: float | None = None
     kernel_file: str = ""
+    kernel_sha256: str = ""
     gpu_evaluated: bool = False
     reproduced: bool = Field(False, description="an infra failure that a retry of the same submission hit again the "
                                                 "same way: the model's text crashes the harness, so it is scored")
@@ -113,6 +114,7 @@ def _turn_from_eval(turn: int, event) -> TurnScore:
         speedup=_measured(timing.speedup) if timing else None,
         sol_pct=_measured(timing.sol_pct) if timing else None,
         kernel_file=event.kernel_file,
+        kernel_sha256=event.kernel_sha256,
         gpu_evaluated=result.gpu_evaluated,
     )
 

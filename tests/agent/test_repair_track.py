@@ -150,3 +150,24 @@ def test_a_suites_own_held_out_marks_reach_the_trajectory_and_export(tmp_path):
     held = {tid for tid, c in configs.items() if held_out_bug(c.model_dump(mode="json"))}
     local = {t.id for t in tasks if t.bug_class in HELD_OUT_CLASSES}
     assert held == local | {by_mark.id, by_class.id}, held
+
+
+def test_the_broken_kernel_handed_back_unchanged_is_no_fix_even_when_it_passes(tmp_path):
+    """A race the suite caught failing once may pass the next run: builtin/unchanged, which repairs nothing, was
+    scored fixed@1 100% on such tasks."""
+    gpu = fake_gpu()
+    seen: set[str] = set()
+    judge = gpu.evaluate
+
+    def flaky(workload_id, source, options):  # every broken kernel fails its first run (turn 0), then passes
+        result = judge(workload_id, source, options)
+        if source in seen and result.status != "PASSED":
+            result = result.model_copy(update={"status": "PASSED"})
+        seen.add(source)
+        return result
+
+    gpu.evaluate = flaky
+    run_bench(config(models=["builtin/unchanged"], turns=1), tmp_path / "run", evaluator=gpu)
+    rows = score_repair_runs([tmp_path / "run"]).trajectories
+    assert rows and all(r.failure_class != "PASSED" for r in rows)
+    assert not any(r.fixed or r.fixed_at_1 for r in rows)
