@@ -54,7 +54,8 @@ class RunScore(BaseModel):
 
 def _group(trajs: list[TrajectoryScore], fields: tuple[str, ...]) -> list[CellScore]:
     groups: dict[tuple, list[TrajectoryScore]] = defaultdict(list)
-    for t in trajs:
+    # members in (run, id) order: the bootstrap draws by position, so runs named in another order gave other intervals
+    for t in sorted(trajs, key=lambda t: (t.run, t.id)):
         groups[tuple(getattr(t, f) for f in fields)].append(t)
     return [score_cell(members, **dict(zip(fields, key))) for key, members in sorted(groups.items())]
 

@@ -346,3 +346,21 @@ def test_a_gpu_worker_crash_the_same_kernel_hits_on_every_retry_is_scored(tmp_pa
     assert scores["unlucky"].infra_failed  # two different crashes: bad luck, still left out
     cell = score.cell("m/a", "gemm")
     assert cell.n_trajectories == 2 and cell.fast_p_trajectories["0"].value == 0.5
+
+
+def test_runs_named_in_another_order_score_the_same_intervals(tmp_path):
+    """The bootstrap draws trajectories by position: runs named in the other order drew other resamples (the
+    repair track's fixed@1 interval here: [0, 57%] one way, [0, 71%] the other)."""
+    from ptxbench.agent.scoring.repair_track import score_repair_runs
+
+    a, b = tmp_path / "bench-a", tmp_path / "bench-b"
+    for run, speedups in ((a, (0.5, 1.4, 0.9)), (b, (2.0, 0.7, 1.1, None))):
+        for i, sp in enumerate(speedups):
+            t = TrajectoryBuilder(run, f"{run.name}-{i}", "m/a", "gemm", index=i, config={"repair_task": f"gemm__bug{i}"})
+            for turn in range(1, 1 + i % 3):  # fixed at turn 1, 2 or 3
+                t.turn(turn, "COMPILE_ERROR")
+            (t.turn(1 + i % 3, "PASSED", sp, True) if sp else t.turn(4, "COMPILE_ERROR")).stop()
+    one, other = score_runs([a, b]), score_runs([b, a])
+    assert json.dumps(one.model_dump(mode="json")["cells"]) == json.dumps(other.model_dump(mode="json")["cells"])
+    repair = [score_repair_runs(runs).by_model["m/a"].model_dump() for runs in ([a, b], [b, a])]
+    assert repair[0] == repair[1]
