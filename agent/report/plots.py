@@ -21,10 +21,17 @@ def _plt():
     return plt
 
 
+# A record's name is cut to this many characters in a figure: a legend or title is as wide as its text, and a
+# 2M-character model name made a figure wider than Agg's 2^23 pixels (a ValueError; gigabytes of canvas well before).
+_LABEL_CHARS = 60
+
+
 def _plain(text: str) -> str:
-    """Text from a run's records as matplotlib shows it literally: a pair of `$` would start mathtext, and a name such
-    as `m/$\\foo{$` would stop the report with a parse error; a lone surrogate (a record's JSON escape "\\ud800"), which
-    the font code refuses with a TypeError, is shown as its escape."""
+    """Text from a run's records as matplotlib shows it literally, at most _LABEL_CHARS of it: a pair of `$` would
+    start mathtext, and a name such as `m/$\\foo{$` would stop the report with a parse error; a lone surrogate (a
+    record's JSON escape "\\ud800"), which the font code refuses with a TypeError, is shown as its escape."""
+    if len(text) > _LABEL_CHARS:
+        text = text[:_LABEL_CHARS - 1] + "…"
     return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("$", r"\$")
 
 

@@ -200,3 +200,16 @@ def test_lone_surrogates_in_records_and_folder_names_are_written_as_escapes(tmp_
     assert "m/a\\ud800" in files.html.read_text() and "t\\udcff1" in files.html.read_text()
     assert "x\\ud800" in files.trajectories[0].read_text()
     assert page_name("t\udcff1") != page_name("t\udcfe1")
+
+
+def test_a_long_model_name_is_cut_in_the_plots(tmp_path):
+    import struct
+
+    from trajectory_builder import TrajectoryBuilder
+
+    run = tmp_path / "run"
+    # A legend is as wide as its text: at 2M characters the figure passed Agg's 2^23-pixel limit and stopped the report.
+    TrajectoryBuilder(run, "t0", "m/" + "x" * 20000, "gemm").turn(1, "COMPILE_ERROR").turn(2, "PASSED", 1.5, True).stop()
+    images = re.findall(r"base64,([A-Za-z0-9+/=]+)", write_report(run, tmp_path / "out").html.read_text())
+    widths = [struct.unpack(">I", base64.b64decode(data)[16:20])[0] for data in images]
+    assert len(widths) == 4 and max(widths) < 2000
