@@ -12,12 +12,16 @@ from .schema import DTYPE_BYTES, Baseline, TensorSpec, Tolerance, Workload
 # Every kernel is expected to use the arch's tensor-core family and TMA (names from workloads/arch.py).
 TARGETS: dict[str, list[str]] = {"sm_90a": ["wgmma", "tma"], "sm_100a": ["tcgen05", "tma"]}
 
-# PTXBench's element rule (atol = rtol = 1e-2) plus a relative Frobenius bound per op. The backward
-# goes through dS = P * (dP - rowsum(dO * O)), a cancellation, so its bound is looser. Where the library
+# PTXBench's element rule (atol = rtol = 1e-2) plus a relative Frobenius bound per op. Where the library
 # itself misses or nearly misses the element rule (cuDNN's backward), Tolerance.library_factor calibrates it.
+# The attention outputs are small (about 0.026 RMS at S = 4096 on normal inputs, so atol is 40% of a typical
+# element): there the Frobenius bound is what judges. The backward's was 3e-2, 10x what honest backwards get
+# (every recorded H200 evaluation: at most 2.9e-3, cuDNN at most 2.5e-3; CPU mirrors with bf16 or fp32 P and dS,
+# D 64 / 128, causal or not, normal or spiky: at most 2.5e-3), loose enough for dQ = dS K and dK = dS^T Q in
+# scaled fp8 over half the tiles (2.6e-2); 1e-2 keeps 3.4x over the worst honest error.
 GEMM_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)
 FWD_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)
-BWD_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=3e-2)
+BWD_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)
 
 GEMM_BASELINES = [Baseline(name="cublas", primary=True, doc="torch.matmul(A, B.T, out=C): cuBLAS(Lt)")]
 ATTENTION_BASELINES = [
