@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from ..loop.profile_policy import ProfilePolicy
 from ..loop.state import Mode, OptimizeConfig
+from ..records.events import MAX_TURNS
 
 
 class BenchConfig(BaseModel):
@@ -16,7 +17,7 @@ class BenchConfig(BaseModel):
     workloads: list[str]
     prompts: list[str] = Field(default_factory=lambda: ["knowledge"], description="prompt variants")
     trajectories: int = Field(12, ge=1, description="trajectories per (model, workload, prompt) cell")
-    turns: int = Field(8, ge=1)
+    turns: int = Field(8, ge=1, le=MAX_TURNS)
     mode: Mode = "pipeline"
     arch: str = DEFAULT_ARCH
     target_speedup: float | None = Field(None, ge=0, description="stop a trajectory early at this speedup (None: run all turns)")

@@ -17,6 +17,7 @@ import typer
 from .terminal import rich_safe
 
 from .application import app
+from ..records.events import MAX_TURNS
 
 
 def _split(text: str | None) -> list[str]:
@@ -58,7 +59,7 @@ def bench(
     models: Optional[str] = typer.Option(None, help="comma-separated model strings (builtin/..., litellm names)"),
     workloads: Optional[str] = typer.Option(None, help="comma-separated workload ids (see `ptxbench workloads`)"),
     trajectories: int = typer.Option(12, min=1, help="trajectories per (model, workload, prompt) cell"),
-    turns: Optional[int] = typer.Option(None, min=1, help="turns per trajectory (default 8; repair track 4)"),
+    turns: Optional[int] = typer.Option(None, min=1, max=MAX_TURNS, help="turns per trajectory (default 8; repair track 4)"),
     track: str = typer.Option("optimize", help="optimize | repair (the repair suite: each trajectory starts from a broken kernel)"),
     suite: Optional[Path] = typer.Option(None, help="repair track: the suite folder (default workloads/repairs)"),
     prompts: str = typer.Option("knowledge", help="comma-separated prompt variants: basic, knowledge, expert"),

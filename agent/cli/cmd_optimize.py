@@ -18,6 +18,7 @@ import typer
 
 from .application import app
 from .terminal import terminal_text
+from ..records.events import MAX_TURNS
 
 
 # OptimizeConfig fields whose option is spelled otherwise (for one-line validation errors)
@@ -135,7 +136,7 @@ def optimize(
     api_base: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint (vLLM, ollama, ...)"),
     api_key_env: Optional[str] = typer.Option(None, help="environment variable holding the key (default: the provider's own)"),
     mode: ModeChoice = typer.Option(ModeChoice.pipeline, help="pipeline: each reply is a submission; tools: function calling"),
-    turns: int = typer.Option(8, min=1, help="turn limit"),
+    turns: int = typer.Option(8, min=1, max=MAX_TURNS, help="turn limit"),
     target_speedup: Optional[float] = typer.Option(None, help="stop when a passing kernel reaches this speedup (0: never; "
                                                    "default: the workload's target, from the library's share of the roof)"),
     prompt: str = typer.Option("knowledge", help="prompt variant: basic | knowledge | expert"),

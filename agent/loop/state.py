@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, field_validator
 from ptxbench.tools.results import DEFAULT_L2_FLUSH, EvalResult, L2FlushMode
 
 from .profile_policy import ProfilePolicy
+from ..records.events import MAX_TURNS
 
 Mode = Literal["pipeline", "tools"]
 ContextPolicy = Literal["full", "last", "summary"]
@@ -29,7 +30,7 @@ class OptimizeConfig(BaseModel):
     prompt: str = Field("knowledge", description="prompt variant: basic | knowledge | expert")
     context: ContextPolicy = "full"
     arch: str = DEFAULT_ARCH
-    turns: int = Field(8, ge=1, description="turn limit: scored submissions (pipeline: model replies)")
+    turns: int = Field(8, ge=1, le=MAX_TURNS, description="turn limit: scored submissions (pipeline: model replies)")
     target_speedup: float | None = Field(None, ge=0, description="stop once a passing kernel reaches this speedup; None: "
                                          "the workload's default target (workloads/targets.py); 0: never stop early")
 

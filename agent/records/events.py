@@ -14,13 +14,16 @@ from pydantic import BaseModel, Field, TypeAdapter
 from ptxbench.tools.results import EvalResult
 
 SCHEMA_VERSION = 1
+# The most turns a trajectory may have: a record naming a turn past it (or before 0) is no event of ours, and is
+# dropped when read (a turn number of 10^9 made scoring walk every turn up to it).
+MAX_TURNS = 10_000
 
 
 class _Event(BaseModel):
     schema_version: int = SCHEMA_VERSION
     trajectory_id: str
     seq: int = Field(0, description="position in the file, assigned by the writer")
-    turn: int = Field(0, description="1-based turn; 0 before the first turn")
+    turn: int = Field(0, ge=0, le=MAX_TURNS, description="1-based turn; 0 before the first turn")
     ts: float = Field(default_factory=time.time)
 
 

@@ -65,16 +65,21 @@ class CellScore(BaseModel):
 
 
 def _by_turn(trajs: list[TrajectoryScore]) -> dict[str, list[float | None]]:
-    last = max((t.turn for tr in trajs for t in tr.scored_turns), default=0)
+    # one pass over each trajectory's turns per k, not a scan of its turns for every k (turn numbers are a record's
+    # text: bounded by MAX_TURNS when read, but a run of many trajectories still made this quadratic)
+    by_number = [{t.turn: t for t in tr.scored_turns} for tr in trajs]
+    last = max((k for turns in by_number for k in turns), default=0)
     out: dict[str, list[float | None]] = {"correct": [], "target_correct": [], "best_so_far": [], "reached": []}
+    best = [0.0] * len(trajs)
     for k in range(1, last + 1):
-        at_k = [next((t for t in tr.scored_turns if t.turn == k), None) for tr in trajs]
-        at_k = [t for t in at_k if t is not None]
+        at_k = [turns[k] for turns in by_number if k in turns]
         out["reached"].append(float(len(at_k)))
         out["correct"].append(sum(t.correct for t in at_k) / len(at_k) if at_k else None)
         out["target_correct"].append(sum(bool(t.correct and t.target_executed) for t in at_k) / len(at_k) if at_k else None)
-        best = [max([t.speedup for t in tr.scored_turns if t.turn <= k and t.correct and t.speedup is not None], default=0.0)
-                for tr in trajs]
+        for i, turns in enumerate(by_number):
+            t = turns.get(k)
+            if t is not None and t.correct and t.speedup is not None:
+                best[i] = max(best[i], t.speedup)
         out["best_so_far"].append(sum(best) / len(best) if best else None)
     return out
 

@@ -33,6 +33,7 @@ CASES = [
     (["optimize", W, "--mode", "nope"], 2, "--mode"),
     (["optimize", W, "--context", "nope"], 2, "--context"),
     (["optimize", W, "--turns", "0"], 2, "--turns"),
+    (["optimize", W, "--turns", "10001"], 2, "--turns"),
     (["optimize", W, "--trials", "0"], 2, "--trials"),
     (["optimize", W, "--l2-flush", "reed"], 2, "did you mean read?"),
     (["optimize", W, "--max-cost", "-1"], 2, "--max-cost"),

@@ -184,6 +184,23 @@ def test_torn_and_unfinished_trajectory(tmp_path):
     assert traj.stop_reason == "" and not traj.infra_failed and [t.status for t in traj.turns] == ["PASSED"]
 
 
+def test_a_turn_number_no_trajectory_can_reach_is_dropped_when_read(tmp_path):
+    """A record's turn numbers are its text: turn 10^9 made every cell's by-turn curve walk a billion turns (20,000
+    took a second and 20,000-entry lists). Past MAX_TURNS (or below 0) an event is no event of ours."""
+    import time
+
+    from ptxbench.agent.records.events import MAX_TURNS
+
+    b = TrajectoryBuilder(tmp_path, "t", "m/c", "gemm").turn(1, "PASSED", 1.0, True)
+    with open(b.writer.path, "a") as f:
+        for turn in (10**9, MAX_TURNS + 1, -1):
+            f.write(json.dumps({"type": "turn_end", "trajectory_id": "t", "turn": turn, "status": "PASSED"}) + "\n")
+    started = time.perf_counter()
+    score = score_runs([tmp_path])
+    assert time.perf_counter() - started < 5
+    assert [t.turn for t in score.trajectories[0].turns] == [1] and len(score.cell("m/c", "gemm").by_turn["reached"]) == 1
+
+
 def test_harness_failure_before_any_turn(tmp_path):
     from ptxbench.agent.records.events import ErrorEvent
 
