@@ -4,7 +4,9 @@ Every event is copied into a new run folder; each scored submission's kernel is 
 and its eval_result and turn_end carry the new verdict (the feedback text stays what the model
 saw). Identical kernels of one workload are evaluated once. An INFRA_ERROR (or an exception from the evaluator) is
 evaluated again (INFRA_ATTEMPTS) and never reused; one that stays gets an infra error event, as in the loop, so its trajectory is left out of trajectory
-scores, not blamed on the model. The new run scores like any other.
+scores, not blamed on the model, except an exception raised alike on every attempt: each is logged with its traceback,
+as the loop logs a harness crash, and scoring reads a crash the kernel brings on every time as the model's failed turn.
+The new run scores like any other.
 
 The recorded run may come from someone else: a kernel is read only from inside its trajectory folder, and written
 (the bytes read) only inside the new one (rundir.kernel_path / path_inside); a record that names a kernel elsewhere
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from ptxbench.workloads.arch import DEFAULT_ARCH
 import time
+import traceback
 from pathlib import Path
 
 from ptxbench.tools.evaluator import EvalOptions
@@ -59,18 +62,26 @@ INFRA_ATTEMPTS = 3  # evaluations of one kernel while the harness fails (INFRA_E
 
 
 def _evaluate(evaluator, workload: str, source: str, options: EvalOptions, cache: dict, key: tuple):
+    """The kernel's result, and the exceptions its evaluation raised on the way (one per failed attempt)."""
     if key in cache:
-        return cache[key]
+        return cache[key], []
+    raised: list[BaseException] = []
     for _ in range(INFRA_ATTEMPTS):
         try:
             result = evaluator.evaluate(workload, source, options)
         except Exception as exc:  # noqa: BLE001 - a harness failure on one kernel must not end the whole re-evaluation
+            raised.append(exc)
             result = EvalResult(workload=workload, status="INFRA_ERROR",
                                 message=f"the evaluation raised {type(exc).__name__}: {exc}"[:2000])
         if result.status != "INFRA_ERROR":
             cache[key] = result  # a harness failure is no verdict on the kernel: never reused for its copies
             break
-    return result
+    return result, raised
+
+
+def _reproduced(raised: list[BaseException]) -> bool:
+    """Every attempt raised, and alike: the kernel's doing, as scoring reads a crash a retry hits again the same way."""
+    return len(raised) == INFRA_ATTEMPTS and len({f"{type(e).__name__}: {e}" for e in raised}) == 1
 
 
 def _copy_trajectory(record: TrajectoryRecord, sources: dict[str, str], folder: Path, evaluator, no_gpu: bool,
@@ -79,24 +90,32 @@ def _copy_trajectory(record: TrajectoryRecord, sources: dict[str, str], folder: 
     options = _options(record, no_gpu)
     workload = record.start.workload if record.start else ""
     new_status: dict[int, tuple[str, float | None]] = {}
+    crashed: set[int] = set()  # turns whose kernel made every evaluation raise alike
     for event in record.events:
         infra = None
         if isinstance(event, EvalEvent) and event.submission and event.kernel_file:
             source = sources[event.kernel_file]
-            result = _evaluate(evaluator, workload, source, options, cache, (workload, event.kernel_sha256 or source))
+            result, raised = _evaluate(evaluator, workload, source, options, cache, (workload, event.kernel_sha256 or source))
             _write_kernel(folder, event.kernel_file, source)
             new_status[event.turn] = (result.status, result.speedup if result.status == "PASSED" else None)
             event = event.model_copy(update={"result": result})
-            if result.status == "INFRA_ERROR":  # recorded as the loop records one: the turn is not the model's
-                infra = ErrorEvent(trajectory_id=event.trajectory_id, turn=event.turn, where="reevaluate", infra=True,
-                                   message=f"re-evaluation: {result.message or result.runtime_error or 'infrastructure error'}")
+            if result.status == "INFRA_ERROR" and _reproduced(raised):
+                # each crash with its traceback, as the loop logs a harness crash: scoring reads the same crash on
+                # every attempt as the model's failed turn (else a kernel escapes its score by crashing the harness)
+                infra = [ErrorEvent(trajectory_id=event.trajectory_id, turn=event.turn, where="reevaluate", infra=True,
+                                    message=f"{type(exc).__name__}: {exc}",
+                                    traceback="".join(traceback.format_exception(exc))) for exc in raised]
+                crashed.add(event.turn)
+            elif result.status == "INFRA_ERROR":  # recorded as the loop records one: the turn is not the model's
+                infra = [ErrorEvent(trajectory_id=event.trajectory_id, turn=event.turn, where="reevaluate", infra=True,
+                                    message=f"re-evaluation: {result.message or result.runtime_error or 'infrastructure error'}")]
         elif isinstance(event, TurnEnd) and event.turn in new_status and event.status not in ("NO_SUBMISSION", "FORMAT_ERROR"):
             status, speedup = new_status[event.turn]
             event = event.model_copy(update={"status": status, "speedup": speedup})
         writer.append(event)
-        if infra is not None:
-            writer.append(infra)
-    lost = sorted(t for t, (status, _) in new_status.items() if status == "INFRA_ERROR")
+        for error in infra or []:
+            writer.append(error)
+    lost = sorted(t for t, (status, _) in new_status.items() if status == "INFRA_ERROR" and t not in crashed)
     if lost:  # its best is unknown: the trajectory ends on an infra failure, left out of trajectory scores, not a 0
         writer.append(ErrorEvent(trajectory_id=record.start.trajectory_id, where="reevaluate", infra=True,
                                  message=f"re-evaluation: turns {', '.join(map(str, lost))} could not be evaluated "

@@ -519,19 +519,27 @@ def test_re_evaluation_goes_on_past_an_evaluation_that_raises(tmp_path):
     from ptxbench.agent.bench.reevaluate import reevaluate_run
 
     class Raises:
-        def __init__(self, times: int):
-            self.n, self.times = 0, times
+        def __init__(self, times: int, alike: bool = True):
+            self.n, self.times, self.alike = 0, times, alike
 
         def evaluate(self, workload, source, options):
             self.n += 1
             if self.n <= self.times:
-                raise ValueError("the evaluator cannot handle this kernel")
+                raise ValueError("the evaluator cannot handle this kernel" + ("" if self.alike else f" ({self.n})"))
             return EvalResult(workload=workload, status="COMPILED")
 
     cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=3, turns=1, no_gpu=True)
-    run_bench(cfg, tmp_path / "run", evaluator=FlakyEvaluator("status"), model_factory=lambda c: CountingModel([]))
+    # recorded without an infra failure: a retried turn (two evaluations) would rescue whichever trajectory it fell on
+    run_bench(cfg, tmp_path / "run", evaluator=Raises(0), model_factory=lambda c: CountingModel([]))
     reevaluate_run(tmp_path / "run", tmp_path / "once", no_gpu=True, evaluator=Raises(1))
     assert [t.status for tr in score_runs([tmp_path / "once"]).trajectories for t in tr.turns] == ["COMPILED"] * 3
-    reevaluate_run(tmp_path / "run", tmp_path / "stays", no_gpu=True, evaluator=Raises(3))
+    reevaluate_run(tmp_path / "run", tmp_path / "stays", no_gpu=True, evaluator=Raises(3, alike=False))
     score = score_runs([tmp_path / "stays"])
     assert len(score.trajectories) == 3 and score.n_infra_failed == 1 and score.model_workload[0].n_trajectories == 2
+    # The same crash on every attempt at one kernel: the kernel's doing, scored as the model's failed turn (left out
+    # as infra, a kernel that crashes the harness escaped its score), as scoring reads a crash a live run repeats.
+    reevaluate_run(tmp_path / "run", tmp_path / "crash", no_gpu=True, evaluator=Raises(3))
+    score = score_runs([tmp_path / "crash"])
+    assert score.n_infra_failed == 0 and score.model_workload[0].n_trajectories == 3
+    crashed = [t for tr in score.trajectories for t in tr.turns if t.reproduced]
+    assert len(crashed) == 1 and not crashed[0].correct
