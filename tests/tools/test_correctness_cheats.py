@@ -35,7 +35,10 @@ def _bwd(wl, inp, fp8_rows: float = 0.0) -> dict[str, torch.Tensor]:
     `fp8_rows` of their rows (a per-tile switch: 2 of the 5 GEMMs at twice the wgmma rate there)."""
     q, k, v, o, do, lse = (inp[n].float() for n in ("Q", "K", "V", "O", "dO", "LSE"))
     scale = wl.symbols["scale"]
-    p = torch.exp(q @ k.transpose(-1, -2) * scale - lse[..., None])
+    s = q @ k.transpose(-1, -2) * scale
+    if wl.causal:
+        s = s.masked_fill(torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).triu(1), float("-inf"))
+    p = torch.exp(s - lse[..., None])
     dv = p.to(BF).float().transpose(-1, -2) @ do
     ds = p * (do @ v.transpose(-1, -2) - (do * o).sum(-1, keepdim=True))
     dq, dk = (ds.to(BF).float() @ k) * scale, (ds.to(BF).float().transpose(-1, -2) @ q) * scale
@@ -60,3 +63,83 @@ def test_backward_with_half_its_dq_dk_tiles_in_fp8_fails():
     for n in ("dQ", "dK"):
         assert cheat[n].frac_matched == 1.0  # the element rule alone lets it through
         assert 1e-2 < cheat[n].rel_fro_err < 3e-2 and not cheat[n].passed, cheat[n]
+
+
+def _fwd_case(s: int = 2048, d: int = 64, causal: bool = True, seed: int = 5):
+    wl = get_workload("mha_fwd_d64_causal" if causal else "mha_fwd_d64")
+    wl.symbols.update({"B": 1, "H": 1, "S": s, "D": d, "scale": 1 / math.sqrt(d)})
+    inp = make_inputs(wl, seed, "normal", "cpu")
+    return wl, inp, run_reference(wl, inp)
+
+
+def _fwd(wl, inp, fp8_from: int | None = None) -> dict[str, torch.Tensor]:
+    """The forward in the kernel's precisions (P rounded to bf16 for P V); query rows from `fp8_from` on take P and V
+    through scaled fp8 e4m3 (P V at twice the wgmma rate on those tiles)."""
+    q, k, v = (inp[n].float() for n in ("Q", "K", "V"))
+    s = q @ k.transpose(-1, -2) * wl.symbols["scale"]
+    if wl.causal:
+        n = s.shape[-1]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    p = torch.exp(s - m)
+    l = p.sum(-1, keepdim=True)
+    o = (p.to(BF).float() @ v) / l
+    if fp8_from is not None:
+        o[..., fp8_from:, :] = ((_fp8(p, -1) @ _fp8(v, -2)) / l)[..., fp8_from:, :]
+    return {"O": o.to(BF), "LSE": (m + l.log()).squeeze(-1)}
+
+
+def test_causal_forward_with_its_late_rows_in_fp8_fails_on_their_blocks():
+    """A causal output's norm is its first rows' (|O| ~ 1 there, ~0.03 at the end), so the whole tensor's bound let the
+    last quarter of the rows (44% of the causal work) take P V in fp8: 7.8e-3 < 1e-2 at S = 4096. Their blocks' own
+    errors (3.7e-2) fail it."""
+    wl, inp, ref = _fwd_case()
+    honest = _verdicts(_fwd(wl, inp), ref, wl.tolerance)
+    assert all(s.passed for s in honest.values()), honest
+    cheat = _verdicts(_fwd(wl, inp, fp8_from=3 * 2048 // 4), ref, wl.tolerance)["O"]
+    assert cheat.frac_matched == 1.0 and cheat.rel_fro_err < wl.tolerance.max_rel_fro  # the old rule passed it
+    assert not cheat.passed and "every block of 8192 elements" in cheat.note, cheat
+
+
+def test_non_causal_forward_with_a_few_tiles_in_fp8_fails():
+    """Without causality too: 1 query tile in 32 through fp8 stays under the whole tensor's bound (the error spreads
+    over the other 31), not under its own block's."""
+    wl, inp, ref = _fwd_case(causal=False)
+    cheat = _verdicts(_fwd(wl, inp, fp8_from=2048 - 64), ref, wl.tolerance)["O"]
+    assert cheat.rel_fro_err < wl.tolerance.max_rel_fro and not cheat.passed, cheat
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_honest_backward_passes_the_block_rule_with_margin(causal):
+    from ptxbench.tools.gpu.correctness import block_errors
+
+    wl = get_workload("mha_bwd_d64_causal" if causal else "mha_bwd_d64")
+    wl.symbols.update({"B": 1, "H": 2, "S": 1024})
+    inp = make_inputs(wl, 9, "normal", "cpu")
+    ref = run_reference(wl, inp)
+    out = _bwd(wl, inp)
+    for n, r in ref.items():
+        s = compare(out[n], r, wl.tolerance, trial=0, tensor=n)
+        worst, _ = block_errors(out[n].float() - r, r)
+        assert s.passed and worst < wl.tolerance.max_rel_fro / 2.5, (n, worst, s)
+
+
+def test_block_rule_calibrated_by_the_library():
+    """Where the library calibrates, a block is held to max(max_rel_fro, 2 x the library's worst block)."""
+    from ptxbench.tools.gpu.correctness import BLOCK_ELEMENTS, library_error
+    from ptxbench.workloads.schema import Tolerance
+
+    tol = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(4 * BLOCK_ELEMENTS, generator=g)
+    lib_out = ref * (1 + 0.002 * torch.randn(ref.shape, generator=g))
+    lib_out[5] = ref[5] + 0.05  # misses the element rule: the library calibrates
+    lib_out[BLOCK_ELEMENTS:2 * BLOCK_ELEMENTS] *= 1.015  # and its own block 1 is 1.5e-2 off
+    lib = library_error(lib_out, ref, tol, "cudnn_sdpa")
+    assert not lib.passes_element_rule and 0.014 < lib.worst_block_rel_fro < 0.016
+    same = lib_out.clone()
+    assert compare(same, ref, tol, trial=0, tensor="dQ", library=lib).passed  # as accurate as the library
+    worse = ref.clone()
+    worse[3 * BLOCK_ELEMENTS:] *= 1.04  # 4e-2 > 2 x 1.5e-2 on block 3 (2e-2 over the tensor)
+    s = compare(worse, ref, tol, trial=0, tensor="dQ", library=lib)
+    assert not s.passed and s.rule == "library_x2" and "block 3" in s.note, s
