@@ -18,14 +18,17 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # `_` stays: CommonMark reads no emphasis inside a word (gemm_bf16_m8192 stays as it is), and emphasis elsewhere adds
 # nothing a record could use; links, images, HTML, code spans and cell borders are what must not come from a record.
 _MARKUP = re.compile(r"([\\\[\]()!<>*`|])")
+# GitHub's Markdown also links bare text: a URL (`https://...`, `ftp://...`) and `www.` (GFM autolinks). An escaped `:`
+# or `.` reads the same and links nothing. (A bare e-mail address is still linked, as mailto:; escapes cannot stop it.)
+_AUTOLINK = re.compile(r":(?=//)|(?<=www)\.", re.IGNORECASE)
 
 
 def md_cell(text: object) -> str:
     """Text from a run's records, fit for one Markdown table cell or line: line breaks become spaces (a record must
     not end a table row or start a block), control characters go, and every character Markdown reads as a link,
-    image, HTML tag, emphasis, code span or cell border is escaped."""
+    image, HTML tag, emphasis, code span or cell border is escaped, as is what GitHub would link bare (_AUTOLINK)."""
     one_line = _CONTROL.sub("", _LINE_BREAKS.sub(" ", str(text)))
-    return _MARKUP.sub(r"\\\1", one_line)
+    return _AUTOLINK.sub(r"\\\g<0>", _MARKUP.sub(r"\\\1", one_line))
 
 
 class Recorded(str):

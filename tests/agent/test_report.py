@@ -213,3 +213,18 @@ def test_a_long_model_name_is_cut_in_the_plots(tmp_path):
     images = re.findall(r"base64,([A-Za-z0-9+/=]+)", write_report(run, tmp_path / "out").html.read_text())
     widths = [struct.unpack(">I", base64.b64decode(data)[16:20])[0] for data in images]
     assert len(widths) == 4 and max(widths) < 2000
+
+
+def test_record_text_cannot_add_bare_links_github_would_make(tmp_path):
+    from ptxbench.agent.report.tables import md_cell
+    from ptxbench.agent.scoring.repair_track import repair_markdown, score_repair_runs
+    from trajectory_builder import TrajectoryBuilder
+
+    run = tmp_path / "run"
+    TrajectoryBuilder(run, "t0", "https://evil.example/login", "WWW.evil.example", prompt="ftp://evil.example/x",
+                      config={"repair_task": "gemm__www.evil.example"}).turn(1, "COMPILE_ERROR").turn(2, "PASSED", 1.5, True).stop()
+    summary = write_report(run, tmp_path / "out").markdown.read_text()
+    for md in (summary, repair_markdown(score_repair_runs([run]))):
+        assert "evil.example" in md  # shown, but as text: GFM links a bare scheme:// URL and www. (autolinks)
+        assert not re.search(r"(?<!\\)://", md) and not re.search(r"(?i)www(?!\\\.)", md)
+    assert md_cell("qwen@v1:7b a:b") == "qwen@v1:7b a:b"  # a colon elsewhere stays as it is
