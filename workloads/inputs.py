@@ -3,7 +3,8 @@
 Only inputs are made (outputs are the harness's to allocate). Random tensors are drawn in the
 workload's tensor order from one generator seeded with `seed`, so a (workload, seed, dist) triple
 always gives the same tensors on a given device. For mha_bwd, O and LSE are not random: they come
-from the float32 reference forward of the drawn Q, K, V, so they are consistent with them.
+from the float32 reference forward of the drawn Q, K, V, so they are consistent with them. For mha_fwd, a quarter of
+the heads are sharp (Q x SHARP_SCALE, below), so a softmax without its running max overflows.
 """
 from __future__ import annotations
 
@@ -15,6 +16,14 @@ from .schema import Workload
 DISTS = ("normal", "spiky")
 SPIKE_PROB = 1e-3  # share of elements that become outliers under 'spiky'
 SPIKE_SCALE = 10.0  # how much larger an outlier is
+# The attention forward's sharp heads: standard normal Q and K give scores scale * q . k ~ N(0, 1), whose row
+# maximum is about 5, so a softmax that never subtracts its running max (or takes it from the first key tile and
+# never rescales) was exact on every input drawn. A quarter of the (batch, head) pairs, at least one, chosen by the
+# seed, have Q scaled by SHARP_SCALE: scores ~ N(0, 32^2), row maxima past 100, where exp overflows float32 (88.7)
+# without the max; those rows are near one-hot, as trained models' sharp heads are. The backward keeps plain
+# heads: it is given LSE and needs no running max.
+SHARP_HEADS = 0.25
+SHARP_SCALE = 32.0
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -30,6 +39,16 @@ def _draw(shape: tuple[int, ...], dist: str, gen: torch.Generator, device: str) 
     return x
 
 
+def sharpen(q: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Q [B, H, S, D] with SHARP_HEADS of its (batch, head) pairs (at least one), drawn from `gen`, scaled by SHARP_SCALE."""
+    b, h = q.shape[0], q.shape[1]
+    n_sharp = max(1, round(SHARP_HEADS * b * h))
+    pick = torch.randperm(b * h, generator=gen, device=gen.device)[:n_sharp].to(q.device)
+    factor = torch.ones(b * h, device=q.device, dtype=torch.float32)
+    factor[pick] = SHARP_SCALE
+    return (q.float() * factor.reshape(b, h, 1, 1)).to(q.dtype)  # a power of two: exact in bf16
+
+
 @torch.no_grad()
 def make_inputs(workload: Workload, seed: int, dist: str = "normal", device: str = "cuda") -> dict[str, torch.Tensor]:
     """Every input tensor of the workload, contiguous, in its declared dtype, on `device`."""
@@ -43,6 +62,8 @@ def make_inputs(workload: Workload, seed: int, dist: str = "normal", device: str
         if spec.name in derived:
             continue
         out[spec.name] = _draw(workload.shape(spec.name), dist, gen, device).to(_dtype(spec.dtype))
+    if workload.op == "mha_fwd":
+        out["Q"] = sharpen(out["Q"], gen)
     if derived:
         with full_precision():
             fwd = mha_fwd(out["Q"], out["K"], out["V"], scale=float(workload.symbols["scale"]), causal=workload.causal)

@@ -67,14 +67,14 @@ def test_backward_with_half_its_dq_dk_tiles_in_fp8_fails():
 
 def _fwd_case(s: int = 2048, d: int = 64, causal: bool = True, seed: int = 5):
     wl = get_workload("mha_fwd_d64_causal" if causal else "mha_fwd_d64")
-    wl.symbols.update({"B": 1, "H": 1, "S": s, "D": d, "scale": 1 / math.sqrt(d)})
+    wl.symbols.update({"B": 1, "H": 4, "S": s, "D": d, "scale": 1 / math.sqrt(d)})  # one sharp head, three plain
     inp = make_inputs(wl, seed, "normal", "cpu")
     return wl, inp, run_reference(wl, inp)
 
 
 def _fwd(wl, inp, fp8_from: int | None = None) -> dict[str, torch.Tensor]:
-    """The forward in the kernel's precisions (P rounded to bf16 for P V); query rows from `fp8_from` on take P and V
-    through scaled fp8 e4m3 (P V at twice the wgmma rate on those tiles)."""
+    """The forward in the kernel's precisions (P rounded to bf16 for P V); query rows from `fp8_from` on of the plain
+    heads take P and V through scaled fp8 e4m3 (P V at twice the wgmma rate on those tiles)."""
     q, k, v = (inp[n].float() for n in ("Q", "K", "V"))
     s = q @ k.transpose(-1, -2) * wl.symbols["scale"]
     if wl.causal:
@@ -84,8 +84,10 @@ def _fwd(wl, inp, fp8_from: int | None = None) -> dict[str, torch.Tensor]:
     p = torch.exp(s - m)
     l = p.sum(-1, keepdim=True)
     o = (p.to(BF).float() @ v) / l
-    if fp8_from is not None:
-        o[..., fp8_from:, :] = ((_fp8(p, -1) @ _fp8(v, -2)) / l)[..., fp8_from:, :]
+    if fp8_from is not None:  # on the plain heads (the sharp heads' |O| ~ 1 puts fp8 outside the element rule)
+        plain = inp["Q"].float().abs().amax(dim=(-1, -2)) < 16
+        o8 = (_fp8(p, -1) @ _fp8(v, -2)) / l
+        o[plain, fp8_from:, :] = o8[plain, fp8_from:, :]
     return {"O": o.to(BF), "LSE": (m + l.log()).squeeze(-1)}
 
 
@@ -143,3 +145,33 @@ def test_block_rule_calibrated_by_the_library():
     worse[3 * BLOCK_ELEMENTS:] *= 1.04  # 4e-2 > 2 x 1.5e-2 on block 3 (2e-2 over the tensor)
     s = compare(worse, ref, tol, trial=0, tensor="dQ", library=lib)
     assert not s.passed and s.rule == "library_x2" and "block 3" in s.note, s
+
+
+def _softmax_forward(wl, inp, mode: str) -> dict[str, torch.Tensor]:
+    q, k, v = (inp[n].float() for n in ("Q", "K", "V"))
+    s = q @ k.transpose(-1, -2) * wl.symbols["scale"]
+    if wl.causal:
+        s = s.masked_fill(torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).triu(1), float("-inf"))
+    m = {"honest": s.amax(-1, keepdim=True), "no max": torch.zeros_like(s[..., :1]),
+         "first tile": s[..., :64].amax(-1, keepdim=True)}[mode]
+    p = torch.exp(s - m)
+    l = p.sum(-1, keepdim=True)
+    return {"O": ((p.to(BF).float() @ v) / l).to(BF), "LSE": (m + l.log()).squeeze(-1)}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("mode", ["no max", "first tile"])
+def test_forward_without_its_running_max_fails(causal, mode):
+    """Scores ~N(0, 1) (row maxima ~5) let a softmax with no max, or the first key tile's max and no rescale, be exact;
+    make_inputs' sharp heads (Q x 32: maxima past 100) overflow it, while the honest forward passes them."""
+    wl = get_workload("mha_fwd_d64_causal" if causal else "mha_fwd_d64")
+    wl.symbols.update({"B": 1, "H": 2, "S": 1024})
+    inp = make_inputs(wl, 4, "normal", "cpu")
+    ref = run_reference(wl, inp)
+    scores = [float((inp["Q"][0, h].float() @ inp["K"][0, h].float().T).abs().max()) * wl.symbols["scale"]
+              for h in range(2)]
+    assert max(scores) > 100 and min(scores) < 10, scores  # one sharp head, one plain
+    honest = _verdicts(_softmax_forward(wl, inp, "honest"), ref, wl.tolerance)
+    assert all(s.passed for s in honest.values()), honest
+    cheat = _verdicts(_softmax_forward(wl, inp, mode), ref, wl.tolerance)
+    assert not cheat["O"].passed and cheat["O"].n_nan + cheat["O"].n_inf > 0, cheat["O"]
