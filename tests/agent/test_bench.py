@@ -491,10 +491,13 @@ def test_ctrl_c_stops_the_trajectories_in_flight_at_their_next_model_call(tmp_pa
     """Ctrl-C cancels the scheduler; the trajectories in flight ran on to their last turn before the bench ended (every
     model call paid). Now each ends at its next model call, and --resume goes on from there: each call made once."""
     calls: list[int] = []
+    sent = threading.Event()
 
     class Interrupting(CountingModel):
         def query(self, request):
-            if len(calls) == 3:
+            # once, at the first call to see 3 made: two threads checking `== 3` could both see 2, then 4, and never send
+            if len(calls) >= 3 and not sent.is_set():
+                sent.set()
                 os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, with this call in flight
             return super().query(request)
 
@@ -503,7 +506,7 @@ def test_ctrl_c_stops_the_trajectories_in_flight_at_their_next_model_call(tmp_pa
     evaluator.n = 10  # no infra failure here
     with pytest.raises(KeyboardInterrupt):
         run_bench(cfg, tmp_path / "run", evaluator=evaluator, model_factory=lambda c: Interrupting(calls))
-    assert len(calls) <= 5  # the calls in flight finished; none started after
+    assert sent.is_set() and len(calls) <= 6  # the calls in flight finished; none started after
     run_bench(None, tmp_path / "run", resume=True, evaluator=evaluator, model_factory=lambda c: CountingModel(calls))
     assert len(calls) == 20
     for record in load_run(tmp_path / "run"):
