@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field, field_validator
@@ -62,6 +63,23 @@ def _arguments_text(arguments: Any) -> str:
         return "{}"
 
 
+# Provider ids are short ("call_" + 24 characters); a longer one is no id a provider made, and it is sent again with
+# every later call
+MAX_TOOL_CALL_ID = 128
+
+
+def _call_ids(calls: list[dict[str, Any]]) -> None:
+    """Every tool call an id of its own: the next request answers each by its id, and providers refuse a conversation
+    whose ids repeat or are no strings (a number or an object as id also failed the trajectory's first write). A
+    missing, empty, repeated, overlong or non-string id gets a fresh one."""
+    seen = set()
+    for call in calls:
+        cid = call.get("id")
+        if not isinstance(cid, str) or not cid or len(cid) > MAX_TOOL_CALL_ID or cid in seen:
+            call["id"] = cid = f"call_{uuid.uuid4().hex[:24]}"
+        seen.add(cid)
+
+
 class ModelReply(BaseModel):
     """One answer of a model, as the harness records it. Everything in it came from a model or its server, so it is
     made safe to record here, whichever adapter built it: text that UTF-8 cannot encode repaired, tool-call arguments
@@ -94,6 +112,7 @@ class ModelReply(BaseModel):
             calls.append({**{k: utf8_safe(x) if isinstance(x, str) else x for k, x in call.items() if k != "function"},
                           "function": {"name": utf8_safe(str(fn.get("name") or "")),
                                        "arguments": _arguments_text(fn.get("arguments") or "{}")}})
+        _call_ids(calls)
         return calls
 
     @field_validator("usage", mode="before")

@@ -271,3 +271,21 @@ def test_a_provider_outage_past_every_retry_is_an_infra_stop_not_the_models_fail
     assert error.infra and "after 3 attempts" in error.message
     (record,) = load_run(tmp_path / "run")
     assert score_trajectory(record).infra_failed
+
+
+def test_tool_call_ids_that_are_no_strings_or_repeat_get_ids_of_their_own(tmp_path, evaluator):
+    """An id that was a number or an object failed the trajectory's first write (the run crashed); one id on two
+    calls went back as two answers to one id, which providers refuse. Each call now has a string id of its own."""
+    calls = [{"id": cid, "type": "function", "function": {"name": "compile", "arguments": json.dumps({"source": GOOD_PTX})}}
+             for cid in (123, ["x"], "same", "same", "i" * 10_000)]
+    hostile = _answer({"content": None, "tool_calls": calls})
+    with ScriptedServer([hostile], default={"content": None, "tool_calls": [_tool("submit", GOOD_PTX)]}) as server:
+        outcome = run(server, tmp_path, evaluator, mode="tools", turns=1)
+    assert outcome.statuses == ["COMPILED"]
+    evs = events(tmp_path / "run")
+    _no_infra(evs)
+    messages = server.requests[1]["messages"]
+    (asked,) = [[c["id"] for c in m["tool_calls"]] for m in messages if m.get("tool_calls")]
+    assert asked[2] == "same" and all(isinstance(i, str) and 0 < len(i) <= 128 for i in asked)
+    assert len(set(asked)) == 5 and [m["tool_call_id"] for m in messages if m["role"] == "tool"] == asked
+    assert [e.call_id for e in of_type(evs, "tool_call")][:5] == asked
