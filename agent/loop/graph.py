@@ -192,6 +192,8 @@ class Steps:
                 ok, content = False, "Ignored: you already submitted in this reply."
             elif ok and in_turn >= self.cfg.max_tool_calls_per_turn:
                 ok, content = False, "Ignored: this turn's tool calls are used up."
+            elif ok and used >= self.cfg.max_tool_calls:  # check_limits runs between replies: one reply could overrun it
+                ok, content = False, "Ignored: the trajectory's tool calls are used up."
             elif ok:
                 content, ok = self._one_tool(turn, in_turn, name, args, box, update)
             used, in_turn = used + 1, in_turn + 1

@@ -125,6 +125,32 @@ def test_tools_budget_ends_a_model_that_never_stops(tmp_path, evaluator):
     assert [e.status for e in of_type(evs, "turn_end")] == ["FORMAT_ERROR"]
 
 
+def test_the_tool_budget_holds_inside_one_reply(tmp_path, evaluator):
+    """The trajectory's budget was checked only between replies: a reply of 12 calls ran all 12 against a budget of 5."""
+    class Counting:
+        def __init__(self):
+            self.n = 0
+
+        def evaluate(self, workload_id, source, options):
+            self.n += 1
+            return evaluator.evaluate(workload_id, source, options)
+
+        def close(self):
+            """The shared evaluator is the fixture's to close."""
+
+    burst = {"content": None, "tool_calls": [_tool("compile", GOOD_PTX)] * 3 + [_tool("submit", GOOD_PTX)]}
+    counting = Counting()
+    with ScriptedServer([{"content": None, "tool_calls": [_tool("compile", GOOD_PTX)] * 3}], default=burst) as server:
+        outcome = run(server, tmp_path, counting, mode="tools", turns=3, max_tool_calls=5, max_tool_calls_per_turn=12)
+    assert outcome.stop_reason == "tool_budget" and counting.n == 5 and len(server.requests) == 2
+    evs = events(tmp_path / "run")
+    results = of_type(evs, "tool_result")
+    assert [r.ok for r in results] == [True] * 5 + [False] * 2
+    assert "trajectory's tool calls are used up" in results[-1].content
+    # the submit past the budget was not evaluated
+    assert [e.status for e in of_type(evs, "turn_end")] == ["FORMAT_ERROR"] and not any(e.submission for e in of_type(evs, "eval_result"))
+
+
 def test_cost_is_recorded_and_budgeted(tmp_path, evaluator):
     with ScriptedServer([reply(GOOD_PTX)], default=reply(GOOD_PTX)) as server:
         config = OptimizeConfig(workload=WORKLOAD, model="openai/gpt-4o", api_base=server.base_url, no_gpu=True,
