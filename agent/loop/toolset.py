@@ -13,6 +13,7 @@ from typing import Any, Callable, Union, get_args, get_origin, get_type_hints
 
 from ptxbench.tools.evaluator import EvalOptions, Evaluator
 from ptxbench.tools.results import EvalResult
+from ptxbench.tools.sanitize import TOOLS as SANITIZER_TOOLS
 
 from ..models.base import utf8_safe
 from .feedback import render_eval
@@ -142,6 +143,12 @@ class Toolbox:
         tools = arguments.get("tools")
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
             raise ValueError(f"{name}: `tools` must be a list of names such as [\"memcheck\"]")
+        if name == "sanitize" and tools:
+            # each name is one compute-sanitizer run holding a GPU: a name repeated 1000 times was 1000 runs
+            unknown = [t for t in tools if t not in SANITIZER_TOOLS]
+            if unknown:
+                raise ValueError(f"sanitize: unknown tools {[t[:40] for t in unknown[:4]]}; known: {', '.join(SANITIZER_TOOLS)}")
+            arguments = {**arguments, "tools": list(dict.fromkeys(tools))}
         kwargs = {k: v for k, v in arguments.items() if k in inspect.signature(getattr(self, name)).parameters}
         return getattr(self, name)(**kwargs)
 

@@ -74,6 +74,23 @@ def test_tool_schemas_come_from_signatures_and_docstrings():
     assert "Ends the turn" in schemas["submit"]["description"]
 
 
+def test_sanitize_runs_each_named_tool_once_and_refuses_unknown_ones():
+    """Each name is one compute-sanitizer run holding a GPU: "memcheck" 1000 times was 1000 runs in one tool call."""
+    asked = []
+
+    class Recording:
+        def evaluate(self, workload_id, source, options):
+            asked.append(options.sanitize)
+            return EvalResult(workload=workload_id, status="PASSED")
+
+    box = Toolbox(Recording(), WORKLOAD, EvalOptions())
+    box.call("sanitize", {"source": "x", "tools": ["memcheck"] * 1000 + ["racecheck", "memcheck"]})
+    assert asked == [["memcheck", "racecheck"]]
+    with pytest.raises(ValueError, match="unknown tools") as refused:
+        box.call("sanitize", {"source": "x", "tools": ["memcheck", "--log-file=/tmp/x" * 1000]})
+    assert len(asked) == 1 and len(str(refused.value)) < 200
+
+
 def test_tuner_follows_feedback():
     tuner = TunerModel("gemm_bf16_m8192_n7168_k5120")
     first = tuner.query(ModelRequest(messages=[], turn=1))
