@@ -9,6 +9,7 @@ before anything acts on it, so a resumed run never repeats a model call that com
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -103,6 +104,19 @@ def history_copy(content: str) -> str:
     return content[:MAX_HISTORY_REPLY_CHARS] + f"\n[... {cut} more characters of this reply are left out of the history]"
 
 
+def history_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The reply's tool calls as the history keeps them: arguments past the limit (over twice the longest solution
+    file the evaluator takes) are replaced by a note, still a JSON object, so providers take the message back."""
+    kept = []
+    for call in calls:
+        arguments = call["function"]["arguments"]
+        if len(arguments) > MAX_HISTORY_REPLY_CHARS:
+            note = json.dumps({"left_out": f"{len(arguments)} characters of arguments are left out of the history"})
+            call = {**call, "function": {**call["function"], "arguments": note}}
+        kept.append(call)
+    return kept
+
+
 class Steps:
     def __init__(self, deps: Deps):
         self.d = deps
@@ -145,6 +159,8 @@ class Steps:
         message = reply.assistant_message()
         if len(message["content"] or "") > MAX_HISTORY_REPLY_CHARS:
             message["content"] = history_copy(message["content"])
+        if message.get("tool_calls"):  # a tool call's arguments are sent again with every later call too
+            message["tool_calls"] = history_calls(message["tool_calls"])
         if self.cfg.mode == "pipeline":  # no tools were offered: stray tool calls get no answers, so drop them
             message.pop("tool_calls", None)
         return {"reply": reply.model_dump(), "current": state["current"] + [message],

@@ -315,3 +315,22 @@ def test_tool_call_ids_that_are_no_strings_or_repeat_get_ids_of_their_own(tmp_pa
     assert asked[2] == "same" and all(isinstance(i, str) and 0 < len(i) <= 128 for i in asked)
     assert len(set(asked)) == 5 and [m["tool_call_id"] for m in messages if m["role"] == "tool"] == asked
     assert [e.call_id for e in of_type(evs, "tool_call")][:5] == asked
+
+
+def test_huge_tool_arguments_are_kept_short_in_the_history(tmp_path, evaluator):
+    """A 3 MB `source` in a tool call was kept whole in the conversation: every later request carried it again (and
+    every model_call event recorded it again), as a huge reply's text did before it was cut."""
+    from ptxbench.agent.loop.graph import MAX_HISTORY_REPLY_CHARS
+
+    huge = {"content": None, "tool_calls": [_tool("compile", GOOD_PTX + "//" + "x" * 3_000_000), _tool("compile", GOOD_PTX)]}
+    with ScriptedServer([huge], default={"content": None, "tool_calls": [_tool("submit", GOOD_PTX)]}) as server:
+        outcome = run(server, tmp_path, evaluator, mode="tools", turns=2)
+    assert outcome.statuses == ["COMPILED", "COMPILED"]
+    assert all(len(json.dumps(r)) < MAX_HISTORY_REPLY_CHARS for r in server.requests[1:])
+    (cut, whole) = [c for m in server.requests[1]["messages"] if m.get("tool_calls") for c in m["tool_calls"]]
+    assert "left out of the history" in json.loads(cut["function"]["arguments"])["left_out"]
+    assert json.loads(whole["function"]["arguments"])["source"] == GOOD_PTX
+    # the model's answer itself is recorded whole, once
+    evs = events(tmp_path / "run")
+    assert len(of_type(evs, "model_call")[0].response["tool_calls"][0]["function"]["arguments"]) > 3_000_000
+    assert "characters long (at most" in of_type(evs, "tool_result")[0].content
