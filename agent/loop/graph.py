@@ -204,7 +204,9 @@ class Steps:
             except ValueError as exc:
                 ok, content = False, f"Error: the arguments are not a JSON object ({exc})."
             self.d.log.tool_call(turn, call_id, name, args)
-            if ok and "submission" in update:
+            if ok and "stop" in update:  # the evaluator failed on the harness's side: the turn is retried, not scored
+                ok, content = False, "Not run: an evaluation before it in this reply failed on the harness's side."
+            elif ok and "submission" in update:
                 ok, content = False, "Ignored: you already submitted in this reply."
             elif ok and in_turn >= self.cfg.max_tool_calls_per_turn:
                 ok, content = False, "Ignored: this turn's tool calls are used up."

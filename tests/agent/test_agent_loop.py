@@ -334,3 +334,29 @@ def test_huge_tool_arguments_are_kept_short_in_the_history(tmp_path, evaluator):
     evs = events(tmp_path / "run")
     assert len(of_type(evs, "model_call")[0].response["tool_calls"][0]["function"]["arguments"]) > 3_000_000
     assert "characters long (at most" in of_type(evs, "tool_result")[0].content
+
+
+def test_a_replys_calls_after_an_infra_failure_are_not_run(tmp_path, evaluator):
+    """After one evaluation failed on the harness's side (a lost GPU worker) the reply's other calls, the submit
+    included, still ran on the broken evaluator, for a turn that is an infra stop and is retried anyway."""
+    from ptxbench.tools.results import EvalResult
+
+    class Flaky:
+        def __init__(self):
+            self.n = 0
+
+        def evaluate(self, workload_id, source, options):
+            self.n += 1
+            return EvalResult(workload=workload_id, status="INFRA_ERROR", message="GPU worker lost")
+
+        def close(self):
+            """Nothing to release."""
+
+    flaky = Flaky()
+    calls = [_tool("benchmark", GOOD_PTX), _tool("profile", GOOD_PTX), _tool("submit", GOOD_PTX)]
+    with ScriptedServer([{"content": None, "tool_calls": calls}]) as server:
+        outcome = run(server, tmp_path, flaky, mode="tools", turns=1)
+    assert outcome.stop_reason == "infra_error" and flaky.n == 1
+    evs = events(tmp_path / "run")
+    assert [r.ok for r in of_type(evs, "tool_result")] == [False] * 3
+    assert "Not run" in of_type(evs, "tool_result")[2].content and not any(e.submission for e in of_type(evs, "eval_result"))
