@@ -65,3 +65,36 @@ def test_a_result_left_in_freed_memory_or_in_slack_is_gone_after_the_clear():
         cu.cuMemcpyDtoH(probe.numpy(), cu.CUdeviceptr(where), 64)
         assert (probe == -1).all(), (hex(where), probe)  # every byte 0xFF
     assert torch.equal(live, keep)  # live tensors keep every bit
+
+
+@pytest.mark.gpu
+def test_a_result_left_in_the_cublas_workspace_is_gone_after_the_clear():
+    """The cuBLAS workspace (32 MB on Hopper) is a live allocation beside the library: the clear hands it back first, so
+    what a kernel left there is overwritten with the free blocks."""
+    import torch
+    from cuda.bindings import driver as cu
+
+    from ptxbench.tools.gpu.unowned import clear_unowned
+
+    def active() -> set[tuple[int, int]]:
+        return {(int(b.get("address", seg["address"])), int(b["size"])) for seg in torch.cuda.memory_snapshot()
+                for b in seg["blocks"] if b["state"] == "active_allocated"}
+
+    a = torch.randn(512, 512, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+    torch._C._cuda_clearCublasWorkspaces()  # none held: the next call takes a new one
+    torch.cuda.synchronize()
+    before = active()
+    torch.matmul(a, a, out=c)
+    torch.cuda.synchronize()
+    new = sorted(active() - before, key=lambda r: -r[1])
+    address, size = new[0] if new else (None, 0)
+    assert address is not None and size >= 4 * MB, new  # the workspace: the largest new live block
+    cu.cuMemsetD32(cu.CUdeviceptr(address), 0x1234, size // 4)  # a "result" in it
+    clear_unowned(torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    probe = torch.empty(16, dtype=torch.int32)
+    for where in (address, address + size - 64):
+        cu.cuMemcpyDtoH(probe.numpy(), cu.CUdeviceptr(where), 64)
+        assert (probe == -1).all(), (hex(where), probe)
+    assert torch.equal(torch.matmul(a, a), c)  # and cuBLAS takes a workspace again and computes the same

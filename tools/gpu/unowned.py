@@ -4,8 +4,9 @@ The caching allocator keeps freed blocks mapped, and rounds every block up (a la
 protocol's buffers the process maps: free blocks (what the last checks computed), the slack past each live tensor's
 requested size (beside every input set's buffers). A kernel that found such a range could keep part of its output
 there and copy it on a later call of the same input set. Before every call, the library's too, every range of at
-least MIN_BYTES that no live tensor asked for is set to 0xFF (NaN as a float, -1 as an integer). The cuBLAS workspace
-(a live allocation, 32 MB on Hopper) is not: see clear_unowned.
+least MIN_BYTES that no live tensor asked for is set to 0xFF (NaN as a float, -1 as an integer). First the cuBLAS
+workspaces (32 MB on Hopper, room for a decode GEMM's whole output) are handed back to the allocator, so they are
+cleared with the rest; the library's next call takes one again, in its own dispatch.
 
 The ranges come from the allocator's own snapshot (`torch.cuda.memory_snapshot()`): pure bookkeeping, tested on the
 CPU with snapshots written out by hand.
@@ -39,15 +40,18 @@ def unowned_ranges(snapshot: list[dict], min_bytes: int = MIN_BYTES) -> list[tup
 
 
 def clear_unowned(stream: int) -> int:
-    """Overwrite every unowned range on `stream`; returns the bytes written. The cuBLAS workspace is left alone: run 16
-    handed it back before every call, and the M = 64 decode GEMM's cuBLAS then read 50% slower (1.48x [1.06, 1.82]
-    for a kernel level with it), the one change that touched the library's side alone; without it the main GEMM's
-    interval is as tight as before, and M = 64 reads 1.14x: a second cause remains (bench/results/reference_eval.md)."""
+    """Hand back the cuBLAS workspaces, then overwrite every unowned range on `stream`; returns the bytes written.
+    Run 16 handed them back too, and cuBLAS's M = 64 calls read slow: the new workspace's allocation, host work in the
+    library's dispatch, was timed in its interval, which the launch gate (gate.py) now keeps out (run 17). Run 18's A/B
+    on the H200 read it level: cuBLAS 0.0224-0.0226 ms without, 0.0226 ms with (bench/results/gpu_evaluator.md)."""
     import torch
     from cuda.bindings import driver as cu
 
     from .launch import check
 
+    clear_blas = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear_blas is not None:
+        clear_blas()
     written = 0
     for address, size in unowned_ranges(torch.cuda.memory_snapshot()):
         check(cu.cuMemsetD8Async(cu.CUdeviceptr(address), FILL, size, cu.CUstream(stream)), "cuMemsetD8Async(unowned)")
