@@ -61,7 +61,8 @@
 #                       the CTA count fixed, a line through kernel time against key tiles per CTA (bench/attention_cta_cost.py)
 #   restore-ablation (300) which part of the per-call preparation slows a short library call (bench/restore_ablation.py:
 #                       ABLATE_WORKLOAD, default the M = 64 decode GEMM; each part of CandidateCalls.restore off in turn;
-#                       ABLATE_VARIANTS picks and orders them, e.g. "full,blas_handback,full.2,blas_handback.2")
+#                       ABLATE_VARIANTS picks and orders them, e.g. "full,plain_heads,full.2,plain_heads.2"
+#                       with ABLATE_WORKLOAD=mha_fwd_d128)
 #   ncu-metrics (90)    whether ncu knows the FFMA / HFMA / HMMA / HGMMA counters, and what they count on known kernels
 #                       (bench/ncu_metric_probe.py)
 #   decoy-shares (150) the decoy rule's shares on the honest references (bench/decoy_shares.py): wgmma's and

@@ -3,31 +3,21 @@
 Python imports this module at start-up when its folder is on PYTHONPATH; it does nothing unless PTXBENCH_ABLATE names
 parts (comma list): scrub (the shared / local memory scrub), unowned (the clear of unowned device memory),
 lib_restore (the library's side of each call's restore: its inputs copied back and its output buffers poisoned); and
-one part it switches on: blas_handback (the cuBLAS workspaces handed back to the allocator before each clear of
-unowned memory, so the clear covers their 32 MB: bench/results/run18/cublas_handback.patch, measured this way before
-it enters the tree). The pool's fork server imports it, so every worker it forks runs with the same parts set. Never
-on a scoring path: the CLI does not set PTXBENCH_ABLATE.
+one that is no part of the preparation: plain_heads (the attention forward's inputs drawn without their sharp heads,
+workloads/inputs.py, in every process that draws them: the workers and the referee alike). The pool's fork server
+imports it, so every worker it forks runs with the same parts set. Never on a scoring path: the CLI does not set
+PTXBENCH_ABLATE.
 """
 import os
 
 _parts = {p for p in os.environ.get("PTXBENCH_ABLATE", "").split(",") if p}
-if _parts:
+if _parts & {"scrub", "unowned", "lib_restore"}:
     from ptxbench.tools.gpu import calls, runner, scrub
 
     if "scrub" in _parts:
         scrub.OnChipScrub.run = lambda self, stream, frame: None
     if "unowned" in _parts:
         runner.clear_unowned = lambda stream: 0
-    if "blas_handback" in _parts:
-        import torch
-
-        _clear = runner.clear_unowned
-
-        def clear_with_handback(stream):
-            torch._C._cuda_clearCublasWorkspaces()
-            return _clear(stream)
-
-        runner.clear_unowned = clear_with_handback
     if "lib_restore" in _parts:
         _restore = calls.CandidateCalls.restore
 
@@ -39,3 +29,7 @@ if _parts:
                 self.library = library
 
         calls.CandidateCalls.restore = restore
+if "plain_heads" in _parts:
+    from ptxbench.workloads import inputs
+
+    inputs.SHARP_SCALE = 1.0  # sharpen() reads it at each draw: every head plain, as before run 18
