@@ -5,7 +5,9 @@
     any stop rule, model error or infrastructure failure -> finish -> END
 
 The state is checkpointed after every node, and query stores the model's reply in the state
-before anything acts on it, so a resumed run never repeats a model call that completed.
+before anything acts on it, so a resumed run never repeats a model call that completed. A node cut
+short by a kill runs again on resume; run_tools and evaluate first take the answers its reply already
+has in trajectory.jsonl, so no finished evaluation runs or is recorded twice.
 """
 from __future__ import annotations
 
@@ -29,10 +31,11 @@ from .feedback import render_eval, render_format_error
 from .profile_policy import turn_options
 from ..models.base import Model, ModelError, ModelExhausted, ModelReply, ModelRequest, ModelUnavailable, TurnOutcome
 from ..models.evidence import evidence_from
-from ...tools.redact import mask_strings, scrub_text
+from ...tools.redact import mask_strings, scrub, scrub_text
 from .start_kernel import evaluate_start
 from .state import AgentState, OptimizeConfig
 from .toolset import Toolbox, parse_arguments
+from ..records.rundir import read_events, sha256_text
 from ..records.trajectory import TrajectoryLog
 
 
@@ -43,6 +46,7 @@ class Deps:
     evaluator: Evaluator
     log: TrajectoryLog
     options: EvalOptions
+    resumed: bool = False  # set by run_trajectory: the first evaluating step looks for what it recorded before a kill
 
     @cached_property
     def toolbox(self) -> Toolbox:
@@ -117,10 +121,57 @@ def history_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return kept
 
 
+@dataclass
+class RecordedCall:
+    """One tool call of the reply as trajectory.jsonl holds it: its tool_call, and the eval_result and tool_result
+    written after it, when they were."""
+    call: Any
+    eval: Any = None
+    result: Any = None
+
+    def answer(self) -> tuple[bool, str] | None:
+        """(ok, content) the model was given, or was about to be (a kill between eval_result and tool_result);
+        None for a call still in flight."""
+        if self.result is not None:
+            return self.result.ok, self.result.content
+        return (True, self.eval.feedback) if self.eval is not None else None
+
+
+def recorded_calls(events: list) -> list[RecordedCall]:
+    """The reply's tool calls recorded before a kill, in order, up to its first infrastructure failure (that one and
+    the calls after it, answered Not run, are what a retry runs again)."""
+    calls: list[RecordedCall] = []
+    for event in events:
+        if event.type == "tool_call":
+            calls.append(RecordedCall(event))
+        elif event.type == "eval_result" and calls:
+            if event.result.status == "INFRA_ERROR":
+                return calls[:-1]
+            calls[-1].eval = event
+        elif event.type == "tool_result" and calls:
+            if event.ok and event.name == "submit" and calls[-1].eval is None:
+                return calls[:-1]  # a submission without its recorded result has nothing to be scored on
+            calls[-1].result = event
+    return calls
+
+
 class Steps:
     def __init__(self, deps: Deps):
         self.d = deps
         self.cfg = deps.config
+
+    def _recorded(self, turn: int) -> list:
+        """On resume, the events this turn's reply left after its model_call: the node cut short by the kill wrote
+        them before its checkpoint, and they are reused, not run (GPU time) and recorded again. Only the first
+        evaluating step after a resume reads the log: a later one's events are all written after its checkpoint."""
+        if not self.d.resumed:
+            return []
+        self.d.resumed = False
+        events = read_events(self.d.log.writer.path) if self.d.log.writer.path.exists() else []
+        last = max((i for i, e in enumerate(events) if e.type == "model_call"), default=None)
+        if last is None or events[last].turn != turn:
+            return []
+        return [e for e in events[last + 1:] if e.turn == turn]
 
     def start(self, state: AgentState) -> dict:
         return evaluate_start(state, self.d)
@@ -138,6 +189,7 @@ class Steps:
         try:
             # masked before it enters the state: checkpoints, events and kernel files never hold a key it echoes
             reply = ModelReply.model_validate(mask_strings(self.d.model.query(request).model_dump()))
+            self.d.resumed = False  # a new reply: nothing of it was recorded before a kill
         except ModelExhausted as exc:
             return {"stop": {"reason": "turn_limit", "detail": str(exc)}}
         except ModelUnavailable as exc:  # an outage: left out of the scores, and bench asks again from this step
@@ -176,12 +228,18 @@ class Steps:
 
     def evaluate(self, state: AgentState) -> dict:
         sub, turn = state["submission"], state["turn"]
+        sha = sha256_text(sub["source"])
+        done = next((e for e in self._recorded(turn) if e.type == "eval_result" and e.submission
+                     and e.kernel_sha256 == sha and e.result.status != "INFRA_ERROR"), None)
         kernel_file = self.d.log.save_kernel(turn, sub["language"], sub["source"])
-        result = self.d.evaluator.evaluate(self.cfg.workload, sub["source"], self.d.turn_options(state))
-        feedback = render_eval(result, turn, self.cfg.no_gpu, _progress(self.cfg, state, result))
-        if sub.get("warnings"):
-            feedback += "About your reply:\n" + "\n".join(f"- {w}" for w in sub["warnings"]) + "\n"
-        self.d.log.eval_result(turn, result, feedback, kernel_file, sub["source"], sub["language"])
+        if done is not None:  # evaluated and recorded before a kill: the recorded result and feedback stand
+            result, feedback = done.result, done.feedback
+        else:
+            result = self.d.evaluator.evaluate(self.cfg.workload, sub["source"], self.d.turn_options(state))
+            feedback = render_eval(result, turn, self.cfg.no_gpu, _progress(self.cfg, state, result))
+            if sub.get("warnings"):
+                feedback += "About your reply:\n" + "\n".join(f"- {w}" for w in sub["warnings"]) + "\n"
+            self.d.log.eval_result(turn, result, feedback, kernel_file, sub["source"], sub["language"])
         update: dict[str, Any] = {"eval": result, "feedback": feedback,
                                   "submission": {**sub, "kernel_file": kernel_file}}
         if result.status == "INFRA_ERROR":
@@ -196,15 +254,29 @@ class Steps:
         box.options = box.options.model_copy(update={"turns_left": box.submit_options.turns_left})
         used, in_turn = state["tool_calls"], state["turn_tool_calls"]
         messages, update = [], {}
-        for call in state["reply"]["tool_calls"]:
+        recorded = recorded_calls(self._recorded(turn))  # [] unless resumed into this node
+        for index, call in enumerate(state["reply"]["tool_calls"]):
             name, call_id = call["function"]["name"], call.get("id", "")
             ok, content, args = True, "", {}
             try:
                 args = parse_arguments(call["function"].get("arguments"))
             except ValueError as exc:
                 ok, content = False, f"Error: the arguments are not a JSON object ({exc})."
-            self.d.log.tool_call(turn, call_id, name, args)
-            if ok and "stop" in update:  # the evaluator failed on the harness's side: the turn is retried, not scored
+            # the same call, in the same place of the same reply (the log holds the arguments masked); after the
+            # first that differs, nothing recorded is taken
+            rec = recorded[index] if index < len(recorded) else None
+            if rec is not None and (rec.call.call_id, rec.call.name, rec.call.arguments) != (call_id, name, scrub(args)):
+                rec, recorded = None, []
+            answer = rec.answer() if rec is not None else None
+            if rec is None:  # a recorded call that was in flight at the kill keeps its tool_call
+                self.d.log.tool_call(turn, call_id, name, args)
+            if answer is not None:  # answered before the kill: that answer, not a second run (GPU time) and record
+                ok, content = answer
+                if ok and name == "submit":
+                    update.update(submission={"source": args["source"], "language": rec.eval.language,
+                                              "kernel_file": rec.eval.kernel_file},
+                                  eval=rec.eval.result.model_dump(mode="json"), feedback=rec.eval.feedback, format_error="")
+            elif ok and "stop" in update:  # the evaluator failed on the harness's side: the turn is retried, not scored
                 ok, content = False, "Not run: an evaluation before it in this reply failed on the harness's side."
             elif ok and "submission" in update:
                 ok, content = False, "Ignored: you already submitted in this reply."
@@ -215,7 +287,8 @@ class Steps:
             elif ok:
                 content, ok = self._one_tool(turn, in_turn, name, args, box, update)
             used, in_turn = used + 1, in_turn + 1
-            self.d.log.tool_result(turn, call_id, name, content, ok)
+            if rec is None or rec.result is None:
+                self.d.log.tool_result(turn, call_id, name, content, ok)
             messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
         update.update(current=state["current"] + messages, tool_calls=used, turn_tool_calls=in_turn)
         if "submission" not in update and in_turn >= self.cfg.max_tool_calls_per_turn:

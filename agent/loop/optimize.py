@@ -108,10 +108,11 @@ def run_trajectory(
     tid = trajectory_id or writer.folder.name
     log = TrajectoryLog(writer, tid, listeners)
     model = model or make_model(config, on_retry=log.model_retry)
-    graph = build_graph(Deps(config, model, evaluator, log, eval_options(config)), checkpointer or InMemorySaver())
+    deps = Deps(config, model, evaluator, log, eval_options(config))
+    graph = build_graph(deps, checkpointer or InMemorySaver())
     run_config = {"configurable": {"thread_id": tid}, "recursion_limit": RECURSION_LIMIT}
     snapshot = graph.get_state(run_config)
-    resumed = bool(snapshot.values)
+    resumed = deps.resumed = bool(snapshot.values)
     retry = fork_before_infra_stop(graph, tid) if resumed and retry_infra_stop else ""
     if retry == FORKED:
         snapshot = graph.get_state(run_config)

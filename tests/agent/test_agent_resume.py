@@ -78,3 +78,76 @@ def test_killed_process_resumes(tmp_path, evaluator):
     assert [e.turn for e in of_type(evs, "model_call")] == [1, 2]
     assert [e.status for e in of_type(evs, "turn_end")] == ["COMPILE_ERROR", "COMPILED"]
     assert len(of_type(evs, "trajectory_start")) == 1 and len(of_type(evs, "stop")) == 1
+
+
+class Counting:
+    """Counts evaluations; the `die_at`-th raises KeyboardInterrupt, as a kill in the middle of it would."""
+
+    def __init__(self, inner, die_at: int = 0):
+        self.inner, self.calls, self.die_at = inner, 0, die_at
+
+    def evaluate(self, workload_id, source, options):
+        self.calls += 1
+        if self.calls == self.die_at:
+            raise KeyboardInterrupt("killed")
+        return self.inner.evaluate(workload_id, source, options)
+
+    def close(self):
+        """Nothing to release."""
+
+
+def _killed_at(kind: str, name: str = ""):
+    """A listener that kills the run once an event of `kind` (of tool `name`) is on disk, before the checkpoint."""
+    def listener(event):
+        if event.type == kind and getattr(event, "name", name) == name:
+            raise KeyboardInterrupt("killed")
+    return listener
+
+
+def _tool(name: str, source: str = GOOD_PTX) -> dict:
+    return {"name": name, "arguments": {"source": source}}
+
+
+def _tools_config(server, turns: int = 2) -> OptimizeConfig:
+    return OptimizeConfig(workload=WORKLOAD, model="openai/scripted", api_base=server.base_url, no_gpu=True,
+                          mode="tools", turns=turns, retry_wait_s=0.01)
+
+
+@pytest.mark.parametrize("kill", ["third_evaluation", "after_submit_recorded"])
+def test_resume_mid_reply_reuses_the_recorded_tool_calls(tmp_path, evaluator, kill):
+    """A kill inside one reply's [benchmark, profile, submit]: on resume the calls answered before it are not run or
+    recorded again, the model gets the recorded answers, and the scored submission stays the one recorded."""
+    run_dir = tmp_path / "run"
+    first = [_tool("benchmark"), _tool("profile", BROKEN_PTX), _tool("submit")]
+    with ScriptedServer([{"content": None, "tool_calls": first}, reply(GOOD_PTX)]) as server:
+        dying = Counting(evaluator, die_at=3 if kill == "third_evaluation" else 0)
+        listeners = [_killed_at("tool_result", "submit")] if kill == "after_submit_recorded" else None
+        with pytest.raises(KeyboardInterrupt):
+            optimize(_tools_config(server), run_dir=run_dir, evaluator=dying, listeners=listeners)
+        resumed = Counting(evaluator)
+        outcome = optimize(resume=run_dir, evaluator=resumed)
+        assert len(server.requests) == 2
+        answers = [m for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    # the submit left to run (or none), then turn 2's reply
+    assert resumed.calls == (2 if kill == "third_evaluation" else 1)
+    assert outcome.statuses == ["COMPILED", "COMPILED"]
+    evs = events(run_dir)
+    calls, results = of_type(evs, "tool_call"), of_type(evs, "tool_result")
+    assert [(e.call_id, e.name) for e in calls] == [(e.call_id, e.name) for e in results]
+    assert [e.name for e in calls] == ["benchmark", "profile", "submit"] and len({e.call_id for e in calls}) == 3
+    assert [e.content for e in results] == [m["content"] for m in answers]  # what the model got is what was recorded
+    assert [e.submission for e in of_type(evs, "eval_result")] == [False, False, True, True]
+    assert [e.turn for e in of_type(evs, "turn_end")] == [1, 2]
+
+
+def test_resume_after_the_evaluation_was_recorded_does_not_evaluate_again(tmp_path, evaluator):
+    run_dir = tmp_path / "run"
+    with ScriptedServer([reply(BROKEN_PTX)]) as server:
+        config = OptimizeConfig(workload=WORKLOAD, model="openai/scripted", api_base=server.base_url, no_gpu=True, turns=1)
+        with pytest.raises(KeyboardInterrupt):
+            optimize(config, run_dir=run_dir, evaluator=evaluator, listeners=[_killed_at("eval_result")])
+        resumed = Counting(evaluator)
+        outcome = optimize(resume=run_dir, evaluator=resumed)
+    assert resumed.calls == 0 and outcome.statuses == ["COMPILE_ERROR"]
+    evs = events(run_dir)
+    assert len(of_type(evs, "eval_result")) == 1 and [e.status for e in of_type(evs, "turn_end")] == ["COMPILE_ERROR"]
