@@ -85,9 +85,19 @@ async def run_all(jobs: Iterable[Any], work: Callable[[Any], Any], parallel: int
                         print(f"warning: on_done failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             return result
 
+        async def tick():
+            # A Ctrl-C that the kernel hands to a trajectory thread only flags the main thread, which runs the handler
+            # (asyncio's: cancel this task) when it next runs Python: blocked in the loop's select with nothing due,
+            # that waited for a trajectory to end. A short timer keeps the handler's wait under a quarter second.
+            while True:
+                await asyncio.sleep(0.25)
+
+        ticker = asyncio.ensure_future(tick())
         try:
             return await asyncio.gather(*(one(j) for j in jobs))
         except BaseException:
             if on_cancel is not None:  # else the pool's exit waits for every job in flight to run to its end
                 on_cancel()
             raise
+        finally:
+            ticker.cancel()

@@ -498,7 +498,10 @@ def test_ctrl_c_stops_the_trajectories_in_flight_at_their_next_model_call(tmp_pa
             # once, at the first call to see 3 made: two threads checking `== 3` could both see 2, then 4, and never send
             if len(calls) >= 3 and not sent.is_set():
                 sent.set()
-                os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, with this call in flight
+                # Ctrl-C, with this call in flight, as the kernel may deliver it: to this trajectory thread, not the
+                # main one (blocked in the event loop's select, it ran the handler only once a trajectory had ended)
+                signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+            time.sleep(0.3)  # a model's latency: a trajectory lasts seconds, the handler must not wait for its end
             return super().query(request)
 
     cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=2, turns=10, no_gpu=True, parallel=2)
