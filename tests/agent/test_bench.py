@@ -507,8 +507,14 @@ def test_ctrl_c_stops_the_trajectories_in_flight_at_their_next_model_call(tmp_pa
     cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=2, turns=10, no_gpu=True, parallel=2)
     evaluator = FlakyEvaluator("status")
     evaluator.n = 10  # no infra failure here
-    with pytest.raises(KeyboardInterrupt):
-        run_bench(cfg, tmp_path / "run", evaluator=evaluator, model_factory=lambda c: Interrupting(calls))
+    # asyncio.run turns Ctrl-C into a cancel only over Python's default handler; a test run started in the background
+    # by a non-interactive shell inherits SIGINT ignored (Python keeps it so), and the interrupt never came
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_bench(cfg, tmp_path / "run", evaluator=evaluator, model_factory=lambda c: Interrupting(calls))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert sent.is_set() and len(calls) <= 6  # the calls in flight finished; none started after
     run_bench(None, tmp_path / "run", resume=True, evaluator=evaluator, model_factory=lambda c: CountingModel(calls))
     assert len(calls) == 20
