@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from .results import EvalResult, SanitizerFinding
+from .textcap import short_name
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 SOLUTION_PTX = "solution.ptx"
@@ -113,7 +114,7 @@ def _finding(tool: str, block: list[str]) -> tuple[SanitizerFinding, str]:
     race = _RACE.search(head)
     if race:
         sev, a_kind, kernel, file_, line = race.groups()
-        kernel = _short(kernel)
+        kernel = short_name(kernel)
         msg = f"shared-memory race: {a_kind.lower()} at {_loc(file_, line)}"
         for ln in block[1:] + [head]:
             if m := _RACE2.search(ln):
@@ -130,7 +131,7 @@ def _finding(tool: str, block: list[str]) -> tuple[SanitizerFinding, str]:
     kernel, line, where, details = "", None, "", []
     for ln in block[1:]:
         if (m := _AT.search(ln)) and not kernel:
-            kernel, line = _short(m.group(1)), int(m.group(3)) if m.group(3) else None
+            kernel, line = short_name(m.group(1)), int(m.group(3)) if m.group(3) else None
             file_ = m.group(2)
             details.insert(0, f"at {_loc(file_, m.group(3))}" if file_ else f"in {kernel}")
         elif m := _THREAD.search(ln):
@@ -139,12 +140,6 @@ def _finding(tool: str, block: list[str]) -> tuple[SanitizerFinding, str]:
             details.append(re.sub(r"0x[0-9a-fA-F]+", "0x…", ln))
     message = head + (": " + ", ".join(details) if details else "")
     return SanitizerFinding(tool=tool, kind=kind, kernel=kernel, message=message, ptx_line=line), where
-
-
-def _short(kernel: str, limit: int = 80) -> str:
-    """A kernel name cut to `limit` characters: the model names its kernels at any length, and each finding quotes the
-    name (twice in the feedback of a report without lines), which has no token budget."""
-    return kernel if len(kernel) <= limit else kernel[:limit - 1] + "…"
 
 
 def _loc(file_: str | None, line: str | None) -> str:

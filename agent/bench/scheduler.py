@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
@@ -53,9 +52,7 @@ class LimitedModel:
     def query(self, request: ModelRequest) -> ModelReply:
         with self.gate:
             if self.stopping is not None and self.stopping.is_set():
-                # the time makes each interruption's message its own (scoring reads a crash repeated alike as the model's)
-                raise BenchInterrupted(f"the bench was stopped at {time.strftime('%H:%M:%S')} before this model call; "
-                                       "--resume makes it")
+                raise BenchInterrupted("the bench was stopped before this model call; --resume makes it")
             return self.inner.query(request)
 
     def __getattr__(self, item: str) -> Any:

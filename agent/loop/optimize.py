@@ -131,7 +131,10 @@ def run_trajectory(
             graph.invoke(state, run_config, durability="sync")
     except BaseException as exc:
         turn = (graph.get_state(run_config).values or {}).get("turn", 0)
-        log.error(turn, "graph", exc, infra=True)
+        # a stop asked for (Ctrl-C, the bench stopping) is no crash: logged without its traceback, so two at one turn
+        # are never read as a crash the kernel brings on (scoring/turns.py, 'reproduced')
+        stopped = isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "BenchInterrupted"
+        log.error(turn, "graph", f"{type(exc).__name__}: {exc}" if stopped else exc, infra=True)
         raise
     return _outcome(tid, writer.folder, graph.get_state(run_config).values, resumed, retry)
 

@@ -13,6 +13,8 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ptxbench.workloads.registry import WORKLOADS
+
 from ..export.bases import REFERENCE, base_source, extra_bases
 from ..export.mutations import MUTATIONS, Mutation
 from ..models.builtin import reference_source
@@ -84,16 +86,6 @@ def from_fault_corpus() -> list[Candidate]:
     return out
 
 
-def _known(workload_id: str) -> bool:
-    from ptxbench.workloads.registry import get_workload
-
-    try:
-        get_workload(workload_id)
-        return True
-    except KeyError:
-        return False
-
-
 def from_trajectories(roots: list[Path]) -> list[Candidate]:
     """Failing scored submissions of recorded runs (each folder holding a manifest or trajectories/)."""
     out = []
@@ -101,7 +93,7 @@ def from_trajectories(roots: list[Path]) -> list[Candidate]:
     for root in roots:
         for record in load_run(root):
             start = record.start
-            if start is None or not _known(start.workload):  # a workload unknown here cannot be evaluated
+            if start is None or start.workload not in WORKLOADS:  # a workload unknown here cannot be evaluated
                 continue
             bug = (start.config or {}).get("synthetic_bug")
             if bug and not plain_name(bug):  # the class names the task's folder: a recorded "../x" must not climb out

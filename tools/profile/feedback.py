@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from ptxbench.tools.regpool import spills_mostly_released
 from ptxbench.tools.results import CompileResult, RuntimeTarget, Timing
+from ptxbench.tools.textcap import short_name
 from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 from ptxbench.workloads.schema import Workload
 
@@ -412,15 +413,6 @@ def profile_feedback(summary: ProfileSummary, verdicts: dict[str, RuntimeTarget]
     if not chosen:
         chosen = ["nothing stands out: the kernel is close to what its bottleneck allows."] if not items else []
     return frame.format(**fill, items=_numbered(chosen)).strip()
-
-
-NAME_CHARS = 80  # a kernel name as the feedback quotes it
-
-
-def short_name(name: str, limit: int = NAME_CHARS) -> str:
-    """A kernel name cut to `limit` characters: the model picks it, at any length (a PTX identifier, a demangled C++
-    name), and one longer than the token budget would push the verdicts and every other finding out of the text."""
-    return name if len(name) <= limit else name[:limit - 1] + "…"
 
 
 def _sentences(text: str, limit: int) -> str:
