@@ -22,6 +22,7 @@ from ptxbench.tools.results import LEGACY_L2_FLUSH
 from ptxbench.workloads.registry import get_workload
 
 from ..bench.retry import FORKED, fork_before_infra_stop
+from ..bench.scheduler import BenchInterrupted
 from ..records.checkpoint_guard import check_run
 from ..records.checkpoint_store import open_checkpointer
 from .graph import Deps, build_graph
@@ -133,7 +134,7 @@ def run_trajectory(
         turn = (graph.get_state(run_config).values or {}).get("turn", 0)
         # a stop asked for (Ctrl-C, the bench stopping) is no crash: logged without its traceback, so two at one turn
         # are never read as a crash the kernel brings on (scoring/turns.py, 'reproduced')
-        stopped = isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "BenchInterrupted"
+        stopped = isinstance(exc, (KeyboardInterrupt, BenchInterrupted))
         log.error(turn, "graph", f"{type(exc).__name__}: {exc}" if stopped else exc, infra=True)
         raise
     return _outcome(tid, writer.folder, graph.get_state(run_config).values, resumed, retry)
