@@ -72,6 +72,8 @@
 #   context-isolation (120) whether a kernel in a CUDA context of its own reaches the primary context's memory, shared
 #                       and local memory across contexts, and what a context per candidate would cost
 #                       (bench/context_isolation.py)
+#   pytest-gpu (300)    the GPU tests PYTEST_GPU named (files and -k, as pytest takes them), e.g.
+#                       PYTEST_GPU="tests/workloads/test_attention_solutions.py -k spiky"
 #   lazy-threshold (240) the attention forward's reference with its lazy-rescale threshold at other values, in
 #                       alternating rounds of one evaluator (bench/lazy_threshold.py: LAZY_WORKLOADS, default
 #                       mha_fwd_d128 mha_fwd_d128_causal; LAZY_THRESHOLDS, default 8,32,64; LAZY_ROUNDS, default 4)
@@ -95,7 +97,7 @@ declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590
                    [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [cta-cost]=150 [fwd-tests]=150 [ref-eval]=200 [pool-hang]=90
                    [compile-cpu]=120 [restore-ablation]=300 [ncu-metrics]=90 [decoy-shares]=150 [audit-cost]=120
-                   [context-isolation]=120 [lazy-threshold]=240)
+                   [context-isolation]=120 [lazy-threshold]=240 [pytest-gpu]=300)
 
 run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
   local name=${1%%.*} s=$2 d=$3 tag=
@@ -108,6 +110,7 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
                  tests/tools/test_gpu_evaluator.py tests/workloads/test_fault_corpus.py tests/workloads/test_references.py \
                  tests/tools/test_profile_gpu.py tests/tools/test_gate.py tests/tools/test_library_state.py \
                  ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} ;;
+    pytest-gpu) eval "set -- ${PYTEST_GPU:?PYTEST_GPU names the tests}" && python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" "$@" ;;
     pool-hang) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" tests/tools/test_regpool.py ;;
     bwd) python3 bench/attention_bwd_check.py --json "$d/reference.json" --profile mha_bwd_d128 ;;
     bwd-variants)  # BWD_VARIANTS: the variants to compare, each beside the others (default: the reference);

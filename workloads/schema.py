@@ -66,7 +66,9 @@ class Workload(BaseModel):
     causal: bool = False
     tags: list[str] = Field(default_factory=list, description="e.g. 'main', 'held_out', 'smoke' (small shapes for tests)")
     trials: int = Field(3, description="correctness trials by default (fresh inputs each)")
-    input_dist: list[Literal["normal", "spiky"]] = Field(default_factory=lambda: ["normal"])
+    input_dist: list[Literal["normal", "spiky"]] = Field(
+        default_factory=lambda: ["normal"], description="input distributions a kernel must be correct on: every "
+        "evaluation checks its own (normal by default; it is also the timed one) and one more call on each other")
     doc: str = ""
 
     def tensor(self, name: str) -> TensorSpec:

@@ -45,9 +45,9 @@ def _print_rich(result) -> None:
         console.print("targets (static): " + ", ".join(f"{f}: {'SASS' if t.in_sass else 'PTX' if t.in_ptx else 'absent'}"
                                                       for f, t in result.targets_static.items()))
     if result.correctness:
-        table = Table("run", "tensor", "ok", "max abs", "max rel", "rel fro", "matched", "NaN", "note")
+        table = Table("run", "inputs", "tensor", "ok", "max abs", "max rel", "rel fro", "matched", "NaN", "note")
         for s in result.correctness:
-            table.add_row(str(s.trial), safe(s.tensor), "yes" if s.passed else "NO", f"{s.max_abs_err or 0:.3g}",
+            table.add_row(str(s.trial), safe(s.dist), safe(s.tensor), "yes" if s.passed else "NO", f"{s.max_abs_err or 0:.3g}",
                           f"{s.max_rel_err or 0:.3g}", f"{s.rel_fro_err or 0:.3g}", f"{(s.frac_matched or 0) * 100:.3f}%",
                           str(s.n_nan), safe(s.note[:60]))
         console.print(table)

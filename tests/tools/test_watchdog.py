@@ -110,7 +110,7 @@ class FakeReferee:
         self.prepared: list[tuple[str, int]] = []  # (workload, seed) asked ahead, in order
 
     def judge(self, wid, seed, dist, trial, outputs, inputs):
-        return [{"trial": trial, "tensor": "C", "passed": True}]
+        return [{"trial": trial, "tensor": "C", "dist": dist, "passed": True}]
 
     def prepare_async(self, wid, seed, dist):
         self.prepared.append((wid, seed))
@@ -455,6 +455,44 @@ def test_the_new_inputs_check_names_a_replay_only_when_the_output_is_an_earlier_
     assert len(stats) == 1 and not stats[0].passed
     assert ("bit-identical to trial 0" in stats[0].note) == replayed and "0.029" in stats[0].note
     assert "not recomputed" not in stats[0].note
+
+
+@pytest.mark.parametrize("wid,job_dist,expect", [(BWD, "normal", ["spiky"]), (BWD, "spiky", ["normal"]),
+                                                  (GEMM, "normal", []), (GEMM, "spiky", ["normal"])])
+def test_the_declared_distributions_get_a_checked_call_each_on_fresh_inputs(runner, monkeypatch, wid, job_dist, expect):
+    """After the new-inputs check, set 0 gets fresh inputs of each distribution the workload declares besides the
+    evaluation's, drawn from a seed no call used, and the referee judges them under that distribution."""
+    clock, drawn, judged = [0.0], [], []
+    calls = FakeCalls(clock, 1.5)
+    calls.set_pristine = lambda k, inputs: None
+    calls.verified = {0: "old", 1: "old"}
+    monkeypatch.setattr(runner, "make_inputs", lambda wl, seed, dist, dev: drawn.append((seed, dist)) or {})
+    referee = FakeReferee()
+    referee.judge = lambda wid_, seed, dist, trial, *a: judged.append((seed, dist, trial)) or [
+        {"trial": trial, "tensor": "C", "dist": dist, "passed": True}]
+    watch = CandidateWatch(lambda *m: None, 60.0, 4.169, clock=lambda: clock[0])
+    job = GpuJob(workload=wid, timeout_s=60.0, dist=job_dist)
+    calls.sets[0].seed = 10 + runner.CHECK_SEED_OFFSET  # as the new-inputs check left it
+    stats = runner.declared_dists_check(calls, referee, get_workload(wid), job, lambda *m: None, 0, watch)
+    seed = 10 + 2 * runner.CHECK_SEED_OFFSET
+    assert drawn == [(seed, d) for d in expect] and judged == [(seed, d, 4) for d in expect]
+    assert [s.trial for s in stats] == [4] * len(expect) and all(s.passed for s in stats)
+    assert calls.verified == {0: "sketch" if expect else "old", 1: "old"}  # set 0's record is its latest inputs'
+
+
+def test_a_kernel_wrong_only_on_the_declared_tails_fails_and_the_note_says_on_which(runner, monkeypatch):
+    clock = [0.0]
+    calls = FakeCalls(clock, 1.5)
+    calls.set_pristine = lambda k, inputs: None
+    monkeypatch.setattr(runner, "make_inputs", lambda *a: {})
+    referee = FakeReferee()
+    referee.judge = lambda wid_, seed, dist, trial, *a: [
+        {"trial": trial, "tensor": "dQ", "dist": dist, "passed": dist != "spiky", "note": "max abs error 0.5 > 0.01"}]
+    watch = CandidateWatch(lambda *m: None, 60.0, 4.169, clock=lambda: clock[0])
+    stats = runner.declared_dists_check(calls, referee, get_workload(BWD), GpuJob(workload=BWD, timeout_s=60.0),
+                                        lambda *m: None, 0, watch)
+    assert len(stats) == 1 and not stats[0].passed and runner.status_of(stats) == "INCORRECT_NUMERICAL"
+    assert stats[0].note == "on 'spiky' inputs, which this workload declares; max abs error 0.5 > 0.01"
 
 
 def test_a_suspect_timing_says_which_check_it_failed(runner):

@@ -81,7 +81,8 @@ def test_backward_passes_on_spiky_inputs():
     w = next(w for w in ATTENTION if w.id == "smoke_mha_bwd_d64")
     r = shared_evaluator().evaluate(w.id, attention_solution(w), EvalOptions(dist="spiky", time=False))
     assert r.status == "PASSED", r.message
-    assert all(s.dist == "spiky" for s in r.correctness)
+    # every set spiky; the last call has the workload's other declared distribution (runner.declared_dists_check)
+    assert [s.dist for s in r.correctness] == ["spiky"] * (len(r.correctness) - 3) + ["normal"] * 3
     for s in r.correctness:  # where the calibrated rule decided, the library's own error is recorded and respected
         assert s.rule in ("element", "library_x2"), s.rule
         if s.rule == "library_x2":

@@ -24,6 +24,7 @@ import torch
 from .buffers import BufferSet, bits, poison_
 from .timing import L2Flush, Side, time_sides
 from .verdict import Failed, check_guards
+from ...workloads.inputs import DISTS
 
 # A timed output's projections may differ from the verified output's by this share of its L2 norm. Honest
 # run-to-run differences (atomics reordering fp32 sums, then rounding to bf16) move an element by about one
@@ -278,7 +279,8 @@ class CandidateCalls:
         return ms, out["sketch"]
 
 
-CHECK_SEED_OFFSET = 1000  # the final new-inputs check draws inputs no set used: seed + this
+CHECK_SEED_OFFSET = 1000  # the final checks draw inputs no set used: seed + this (new inputs), + 2x (each declared
+# distribution besides the evaluation's: the workload's input_dist, at most len(DISTS) - 1 of them)
 
 
 def evaluation_seeds(job, n_sets: int) -> list[int]:
@@ -288,6 +290,6 @@ def evaluation_seeds(job, n_sets: int) -> list[int]:
 
     base = job.seed  # a messages.GpuJob
     if base is None:
-        base = secrets.randbelow(2**31 - CHECK_SEED_OFFSET - n_sets)
+        base = secrets.randbelow(2**31 - len(DISTS) * CHECK_SEED_OFFSET - n_sets)
     return [int(base) + k for k in range(n_sets)]
 

@@ -31,7 +31,7 @@ from .correctness import library_error, output_digest
 from .verdict import judge_outputs
 
 WARM_UP_WORKLOADS = ("smoke_gemm_bf16_m256_n256_k512", "smoke_mha_fwd_d64")  # what RefereeCore.warm_up runs
-KEEP_DATA_SETS = 8  # prepared (workload, seed, dist) triples kept; an evaluation needs at most trials + 1
+KEEP_DATA_SETS = 8  # prepared (workload, seed, dist) triples kept; an evaluation needs at most trials + 1 + its other declared distributions
 
 
 class RefereeError(RuntimeError):
