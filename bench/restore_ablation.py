@@ -9,7 +9,7 @@ Run on a GPU machine (repository root, after `source bench/gpu_env.sh`):
 
 Variants (PTXBENCH_ABLATE): full (as shipped), no_clear (scrub and unowned clear off), no_scrub, no_unowned,
 no_lib_restore (the library's inputs not copied back before its calls), then full again (drift across the run);
---variants picks and orders them, from those and plain_heads (the attention forward's inputs without their sharp heads:
+--variants picks and orders them, from those and plain_heads (the attention forward's inputs without their offset heads:
 the forward's reference timed on the inputs before and after they changed, on one machine), with a suffix after a dot
 for a repeat (full.2).
 Per variant: each evaluation's speedup and 95% interval, the kernel's and the library's medians, and the A/A
@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 VARIANTS = {"full": "", "no_clear": "scrub,unowned", "no_scrub": "scrub", "no_unowned": "unowned",
             "no_lib_restore": "lib_restore", "full_again": ""}
-# not parts of the preparation: the attention forward's inputs without their sharp heads (workloads/inputs.py), to time
+# not parts of the preparation: the attention forward's inputs without their offset heads (workloads/inputs.py), to time
 # a forward reference on the inputs before and after they changed, on one machine
 OPTIONAL = {"plain_heads": "plain_heads"}
 

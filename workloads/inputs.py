@@ -4,9 +4,12 @@ Only inputs are made (outputs are the harness's to allocate). Random tensors are
 workload's tensor order from one generator seeded with `seed`, so a (workload, seed, dist) triple
 always gives the same tensors on a given device. For mha_bwd, O and LSE are not random: they come
 from the float32 reference forward of the drawn Q, K, V, so they are consistent with them. For mha_fwd, a quarter of
-the heads are sharp (Q x SHARP_SCALE, below), so a softmax without its running max overflows.
+the heads have their scores offset past exp's range and one late key spiked (below), so a softmax without its running
+max overflows.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -16,14 +19,22 @@ from .schema import Workload
 DISTS = ("normal", "spiky")
 SPIKE_PROB = 1e-3  # share of elements that become outliers under 'spiky'
 SPIKE_SCALE = 10.0  # how much larger an outlier is
-# The attention forward's sharp heads: standard normal Q and K give scores scale * q . k ~ N(0, 1), whose row
-# maximum is about 5, so a softmax that never subtracts its running max (or takes it from the first key tile and
-# never rescales) was exact on every input drawn. A quarter of the (batch, head) pairs, at least one, chosen by the
-# seed, have Q scaled by SHARP_SCALE: scores ~ N(0, 32^2), row maxima past 100, where exp overflows float32 (88.7)
-# without the max; those rows are near one-hot, as trained models' sharp heads are. The backward keeps plain
-# heads: it is given LSE and needs no running max.
-SHARP_HEADS = 0.25
-SHARP_SCALE = 32.0
+# The attention forward's offset heads: standard normal Q and K give scores scale * q . k ~ N(0, 1), whose row maximum
+# is about 5, so a softmax that never subtracts its running max (or takes it from the first key tile and never
+# rescales) was exact on every input drawn. A quarter of the (batch, head) pairs, at least one, chosen by the seed,
+# get every score raised by SCORE_OFFSET (query and key coordinate 0 set to g with g^2 scale >= SCORE_OFFSET: a
+# constant per row, so the softmax is the plain one), past float32's exp limit (88.7): a softmax without its max
+# overflows. A quarter of those heads' rows also score one key, drawn from the second quarter of the keys, SPIKE above
+# the rest (coordinate 1: set for that key and those rows, zero elsewhere): a max taken before that key and never
+# moved overflows there. Run 18's sharp heads (Q x 32, rows near one-hot among a few keys) put an honest bf16-P kernel
+# with a lazy rescale at the edge of the element rule (its dominant P is not 1 while the max lags: bf16 rounding
+# on it, up to 0.39%, turned a 1-ulp output into a miss on about 6% of checked calls on the H100, cuDNN at 67-76%
+# of the allowance): these heads test the max without a near-tie among a few keys. The backward keeps plain heads:
+# it is given LSE and needs no running max.
+OFFSET_HEADS = 0.25
+SCORE_OFFSET = 100.0
+SPIKE = 100.0
+SPIKE_ROWS = 0.25
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -39,14 +50,35 @@ def _draw(shape: tuple[int, ...], dist: str, gen: torch.Generator, device: str) 
     return x
 
 
-def sharpen(q: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """Q [B, H, S, D] with SHARP_HEADS of its (batch, head) pairs (at least one), drawn from `gen`, scaled by SHARP_SCALE."""
-    b, h = q.shape[0], q.shape[1]
-    n_sharp = max(1, round(SHARP_HEADS * b * h))
-    pick = torch.randperm(b * h, generator=gen, device=gen.device)[:n_sharp].to(q.device)
-    factor = torch.ones(b * h, device=q.device, dtype=torch.float32)
-    factor[pick] = SHARP_SCALE
-    return (q.float() * factor.reshape(b, h, 1, 1)).to(q.dtype)  # a power of two: exact in bf16
+def _coordinate(score: float, scale: float) -> float:
+    """An integer g (exact in bf16 up to 256) with g * g * scale >= score."""
+    return float(math.ceil(math.sqrt(score / scale)))
+
+
+def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q [B, H, S, D] and K [B, HKV, S, D] with OFFSET_HEADS of the (batch, head) pairs (at least one; none when it is
+    0) offset and spiked as described above, drawn from `gen`. Other query heads of a GQA group see a constant
+    coordinate 0 (a row constant again) and one key raised by q1 * g * scale on their random coordinate 1."""
+    b, h, s, d = q.shape
+    group = h // k.shape[1]
+    n = max(1, round(OFFSET_HEADS * b * h)) if OFFSET_HEADS > 0 else 0
+    pick = torch.randperm(b * h, generator=gen, device=gen.device)[:n].tolist()
+    spike_key = torch.randint(s // 4, s // 2, (max(n, 1),), generator=gen, device=gen.device).tolist()
+    spike_rows = torch.rand(max(n, 1), s, generator=gen, device=gen.device) < SPIKE_ROWS
+    if not n:
+        return q, k
+    q, k = q.float().clone(), k.float().clone()
+    g, g_spike = _coordinate(SCORE_OFFSET, scale), _coordinate(SPIKE, scale)
+    for i, pair in enumerate(pick):
+        bi, hi = divmod(pair, h)
+        kv = hi // group
+        q[bi, hi, :, 0] = g
+        k[bi, kv, :, 0] = g
+        rows = spike_rows[i].to(q.device)
+        q[bi, hi, :, 1] = torch.where(rows, g_spike, 0.0)
+        k[bi, kv, :, 1] = 0.0
+        k[bi, kv, spike_key[i], 1] = g_spike
+    return q, k
 
 
 @torch.no_grad()
@@ -63,7 +95,8 @@ def make_inputs(workload: Workload, seed: int, dist: str = "normal", device: str
             continue
         out[spec.name] = _draw(workload.shape(spec.name), dist, gen, device).to(_dtype(spec.dtype))
     if workload.op == "mha_fwd":
-        out["Q"] = sharpen(out["Q"], gen)
+        q, k = offset_heads(out["Q"], out["K"], float(workload.symbols["scale"]), gen)
+        out["Q"], out["K"] = q.to(out["Q"].dtype), k.to(out["K"].dtype)  # integers below 256: exact in bf16
     if derived:
         with full_precision():
             fwd = mha_fwd(out["Q"], out["K"], out["V"], scale=float(workload.symbols["scale"]), causal=workload.causal)

@@ -3,7 +3,7 @@
 Python imports this module at start-up when its folder is on PYTHONPATH; it does nothing unless PTXBENCH_ABLATE names
 parts (comma list): scrub (the shared / local memory scrub), unowned (the clear of unowned device memory),
 lib_restore (the library's side of each call's restore: its inputs copied back and its output buffers poisoned); and
-one that is no part of the preparation: plain_heads (the attention forward's inputs drawn without their sharp heads,
+one that is no part of the preparation: plain_heads (the attention forward's inputs drawn without their offset heads,
 workloads/inputs.py, in every process that draws them: the workers and the referee alike). The pool's fork server
 imports it, so every worker it forks runs with the same parts set. Never on a scoring path: the CLI does not set
 PTXBENCH_ABLATE.
@@ -32,4 +32,4 @@ if _parts & {"scrub", "unowned", "lib_restore"}:
 if "plain_heads" in _parts:
     from ptxbench.workloads import inputs
 
-    inputs.SHARP_SCALE = 1.0  # sharpen() reads it at each draw: every head plain, as before run 18
+    inputs.OFFSET_HEADS = 0.0  # offset_heads() reads it at each draw: every head plain, as before run 18

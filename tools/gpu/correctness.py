@@ -105,7 +105,7 @@ def block_errors(err: torch.Tensor, ref: torch.Tensor, size: int = BLOCK_ELEMENT
     if full < n:
         e_norm = torch.cat([e_norm, torch.linalg.vector_norm(e[full:]).reshape(1)])
         r_norm = torch.cat([r_norm, torch.linalg.vector_norm(r[full:]).reshape(1)])
-    typical = float(r_norm.median())  # robust to a few large blocks (the forward's sharp heads, a causal start)
+    typical = float(r_norm.median())  # robust to a few large blocks (a causal start)
     if typical == 0:
         typical = float(torch.linalg.vector_norm(r)) * math.sqrt(size / n)
     denom = torch.clamp(r_norm, min=BLOCK_FLOOR * typical)
