@@ -51,8 +51,10 @@ WORKLOADS = ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_bwd_d128")
 # columns the fastest, A's L2 reads 2-5% of the time, A multicast over clusters 4-8% slower) by +130 (+86 / 4, expert +86);
 # the attention forward under the power limit too (a cycle saving keeps 62-86% of itself in time on randn) by +70
 # (+62 / 4, expert +61); the solution format's one line on device system calls (an `.extern .func`, vprintf or malloc,
-# refused in either language) by +22 (+18 / 4, expert +22, +19 / 4).
-BUDGETS = {"basic": (3200, 2700), "knowledge": (13062, 10443), "expert": (13675, 10968)}
+# refused in either language) by +22 (+18 / 4, expert +22, +19 / 4); the task's correctness line naming the per-block
+# Frobenius bound, each tensor's own bounds (the forward's LSE) and the declared distributions checked (the backward's
+# spiky) by +16 (+18 / 4) on the GEMM.
+BUDGETS = {"basic": (3200, 2700), "knowledge": (13078, 10461), "expert": (13691, 10986)}
 
 
 @contextmanager

@@ -20,7 +20,13 @@ TARGETS: dict[str, list[str]] = {"sm_90a": ["wgmma", "tma"], "sm_100a": ["tcgen0
 # D 64 / 128, causal or not, normal or spiky: at most 2.5e-3), loose enough for dQ = dS K and dK = dS^T Q in
 # scaled fp8 over half the tiles (2.6e-2); 1e-2 keeps 3.4x over the worst honest error.
 GEMM_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)
-FWD_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)
+# LSE is an fp32 output computed in fp32 (m + log l): under the forward's bf16 rule (an element fails only past 1e-2
+# AND 1e-2 x |ref|) an offset head's LSE (about 110, 210 on a spiked row) could be off by 1-2, a factor e to e^2 in
+# every P a backward recomputes from it. Honest kernels' LSE is within about 1e-4 (the reference on every recorded
+# H200 evaluation: at most 1.1e-4 absolute on scores past 100, relative Frobenius 1.4e-7), so LSE is held to
+# 1e-3 / 1e-4 and a Frobenius bound of 1e-4.
+FWD_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2,
+                          tensors={"LSE": {"atol": 1e-3, "rtol": 1e-4, "max_rel_fro": 1e-4}})
 BWD_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)
 
 GEMM_BASELINES = [Baseline(name="cublas", primary=True, doc="torch.matmul(A, B.T, out=C): cuBLAS(Lt)")]

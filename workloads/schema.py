@@ -40,6 +40,14 @@ class Tolerance(BaseModel):
     rtol: float = 1e-2
     max_rel_fro: float = 2e-2
     library_factor: float = Field(2.0, description="calibrated rule: at most this many times the library's own error")
+    tensors: dict[str, dict[Literal["atol", "rtol", "max_rel_fro"], float]] = Field(
+        default_factory=dict, description="per output tensor, the bounds that differ from the ones above (an fp32 "
+        "output computed in fp32, such as the attention forward's LSE, is held to its own precision)")
+
+    def for_tensor(self, name: str) -> "Tolerance":
+        """The rule for one output tensor: these bounds with the tensor's own in place."""
+        own = self.tensors.get(name)
+        return self.model_copy(update={**own, "tensors": {}}) if own else self
 
 
 class Baseline(BaseModel):

@@ -34,6 +34,10 @@ def target_reason(config: OptimizeConfig, workload: Workload) -> str:
     return "the target this run was given" if config.target_speedup else "no target was set: as fast as you can"
 
 
+TOLERANCE_WORDS = {"atol": "atol", "rtol": "rtol", "max_rel_fro": "relative Frobenius error"}
+DIST_WORDS = {"normal": "standard normal", "spiky": "heavy tails: one element in a thousand ten times larger"}
+
+
 def task_prompt(config: OptimizeConfig, workload: Workload) -> str:
     arch = get_arch(config.arch)
     variant = prompts.variant(config.prompt)
@@ -53,6 +57,9 @@ def task_prompt(config: OptimizeConfig, workload: Workload) -> str:
         "atol": workload.tolerance.atol,
         "rtol": workload.tolerance.rtol,
         "max_rel_fro": workload.tolerance.max_rel_fro,
+        "tensor_rules": "".join(f" {name} is held to its own bounds: " + ", ".join(
+            f"{TOLERANCE_WORDS[k]} {v:g}" for k, v in own.items()) + "." for name, own in workload.tolerance.tensors.items()),
+        "other_dists": "".join(f", then one more on `{d}` inputs ({DIST_WORDS[d]})" for d in workload.input_dist[1:]),
         "baseline": workload.primary_baseline.name,
         "gflop": f"{workload.flops / 1e9:.1f}",
         "targets": " and ".join(workload.targets.get(arch.name, [])) or "the arch's tensor-core instructions",

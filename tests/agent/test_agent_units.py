@@ -253,3 +253,17 @@ def test_text_from_a_server_shows_its_control_characters_escaped_on_a_terminal()
     shown = terminal_text(hostile)
     assert not any(ord(c) < 32 or 0x7f <= ord(c) <= 0x9f for c in shown)
     assert shown == "bad\\x1b]0;PWNED\\x07hidden\\r\\x9b2J" and terminal_text("a\tb\nc") == "a\tb\nc"
+
+
+def test_the_task_states_each_tensors_own_bounds_and_the_declared_distributions():
+    from ptxbench.agent.loop.state import OptimizeConfig
+    from ptxbench.agent.loop.task import task_prompt
+    from ptxbench.workloads.registry import get_workload
+
+    def text(wid):
+        return task_prompt(OptimizeConfig(workload=wid), get_workload(wid))
+
+    fwd, bwd, gemm = text("mha_fwd_d128"), text("mha_bwd_d128"), text("gemm_bf16_m8192_n7168_k5120")
+    assert "LSE is held to its own bounds: atol 0.001, rtol 0.0001, relative Frobenius error 0.0001." in fwd
+    assert "held to its own bounds" not in bwd + gemm
+    assert "then one more on `spiky` inputs (heavy tails" in bwd and "`spiky`" not in fwd + gemm

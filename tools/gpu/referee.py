@@ -78,7 +78,7 @@ class RefereeCore:
             outputs = make_baseline(wl, primary, data.inputs)()
             if self.device == "cuda":
                 torch.cuda.synchronize()
-            self.library[key] = {n: library_error(outputs[n], ref, wl.tolerance, primary) for n, ref in data.reference.items()}
+            self.library[key] = {n: library_error(outputs[n], ref, wl.tolerance.for_tensor(n), primary) for n, ref in data.reference.items()}
         return self.library[key]
 
     def judge(self, workload: str, seed: int, dist: str, trial: int, outputs: dict, inputs: dict) -> list[dict]:
