@@ -472,9 +472,9 @@ def test_the_declared_distributions_get_a_checked_call_each_on_fresh_inputs(runn
         {"trial": trial, "tensor": "C", "dist": dist, "passed": True}]
     watch = CandidateWatch(lambda *m: None, 60.0, 4.169, clock=lambda: clock[0])
     job = GpuJob(workload=wid, timeout_s=60.0, dist=job_dist)
-    calls.sets[0].seed = 10 + runner.CHECK_SEED_OFFSET  # as the new-inputs check left it
+    calls.sets[0].seed = 10 + 1000  # as the new-inputs check left it
     stats = runner.declared_dists_check(calls, referee, get_workload(wid), job, lambda *m: None, 0, watch)
-    seed = 10 + 2 * runner.CHECK_SEED_OFFSET
+    seed = 10 + 2 * 1000
     assert drawn == [(seed, d) for d in expect] and judged == [(seed, d, 4) for d in expect]
     assert [s.trial for s in stats] == [4] * len(expect) and all(s.passed for s in stats)
     assert calls.verified == {0: "sketch" if expect else "old", 1: "old"}  # set 0's record is its latest inputs'
@@ -493,6 +493,84 @@ def test_a_kernel_wrong_only_on_the_declared_tails_fails_and_the_note_says_on_wh
                                         lambda *m: None, 0, watch)
     assert len(stats) == 1 and not stats[0].passed and runner.status_of(stats) == "INCORRECT_NUMERICAL"
     assert stats[0].note == "on 'spiky' inputs, which this workload declares; max abs error 0.5 > 0.01"
+
+
+@pytest.mark.parametrize("n_sets", [3, 1001, 2001])
+def test_the_final_checks_draw_inputs_no_set_had_however_many_sets(runner, monkeypatch, n_sets):
+    """--trials has no upper bound: past 1000 sets (CHECK_SEED_OFFSET), set 0's seed + the offset was set 1000's own, so the
+    new-inputs check redrew its inputs and an honest kernel's output, bit-identical to set 1000's, read as a replay.
+    Up to that many sets the seeds are as before (recorded runs replay with the inputs they had)."""
+    clock, drawn = [0.0], []
+    calls = FakeCalls(clock, 1.5, sets=n_sets)
+    honest = lambda seed, dist: torch.full((4, 4), seed + (0.5 if dist == "spiky" else 0.0))  # noqa: E731
+    for s in calls.sets:  # an honest kernel: the output depends on the inputs only
+        s.bufs.tensors["C"].data = honest(s.seed, "normal")
+    monkeypatch.setattr(runner, "make_inputs", lambda wl, seed, dist, dev: drawn.append((seed, dist)) or
+                        {"seed": seed, "dist": dist})
+    calls.set_pristine = lambda k, inputs: calls.sets[k].bufs.tensors["C"].__setattr__(
+        "data", honest(inputs["seed"], inputs["dist"]))
+    referee, wl, job = FakeReferee(), get_workload(BWD), GpuJob(workload=BWD, timeout_s=60.0)
+    watch = CandidateWatch(lambda *m: None, 60.0, 4.169, clock=lambda: clock[0])
+    earlier = {k: runner.outputs_digest(s) for k, s in enumerate(calls.sets)}
+    used = {(s.seed, "normal") for s in calls.sets}
+    stats = runner.new_inputs_check(calls, referee, wl, job, lambda *m: None, 0, watch, earlier)
+    stats += runner.declared_dists_check(calls, referee, wl, job, lambda *m: None, 0, watch)
+    assert all(s.passed for s in stats), [s.note for s in stats]
+    assert len(drawn) == 2 and not set(drawn) & used
+    if n_sets <= 1000:
+        assert drawn == [(10 + 1000, "normal"), (10 + 2000, "spiky")]
+    monkeypatch.setattr("secrets.randbelow", lambda n: n - 1)  # the highest base drawn: every seed below 2**31
+    assert runner.evaluation_seeds(GpuJob(workload=BWD), n_sets)[0] + 2 * runner.check_seed_offset(n_sets) < 2**31
+
+
+def _declared_call_fails(runner, monkeypatch, fail):
+    """evaluate_job of the smoke backward on fakes, every call passing but the one on the declared spiky inputs, which
+    raises `fail`; returns (outcome, replace, the phases sent)."""
+    clock, sent = [0.0], []
+    calls = FakeCalls(clock, 0.01)
+    dists = []
+    monkeypatch.setattr(runner, "make_inputs", lambda wl, seed, dist, dev: dists.append(dist) or {})
+    calls.set_pristine = lambda k, inputs: calls.sets[k].bufs.tensors["C"].__setattr__(  # new inputs, a new output
+        "data", torch.full((4, 4), 100.0 + len(dists)))
+
+    def checked_call(k, flush):
+        if fail is not None and dists and dists[-1] == "spiky":
+            raise fail
+        return 10.0, "sketch"
+
+    calls.checked_call = checked_call
+    referee = FakeReferee()
+    referee.changed_inputs = lambda *a: []
+    for name, value in (("evaluation_flush", lambda *a: None), ("check_plan", lambda *a: []),
+                        ("check_memory", lambda *a, **k: []), ("module_globals", lambda cubin: []),
+                        ("Candidate", lambda *a: SimpleNamespace(close=lambda: None)),
+                        ("sets_in_memory", lambda *a: calls.sets), ("CandidateCalls", lambda *a: calls),
+                        ("driver_error", lambda cand: "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access")):
+        monkeypatch.setattr(runner, name, value)
+    state = SimpleNamespace(referee=referee, ceilings={}, cache=SimpleNamespace(clear=lambda: None),
+                            limits=SimpleNamespace(name="NVIDIA H200", l2_bytes=60 << 20))
+    job = GpuJob(workload="smoke_mha_bwd_d64", time=False, plan={"num_sms": 132, "launches": [], "scratch": [], "tmaps": []})
+    out, replace = runner.evaluate_job(state, job, lambda *m: sent.append(m))
+    return out, replace, sent
+
+
+@pytest.mark.parametrize("fail", [
+    lambda r: r.Failed("RUNTIME_ERROR", "out-of-bounds write: the kernel wrote past dQ",
+                       runtime_error="OUT_OF_BOUNDS_WRITE: dQ's guard zone"),
+    lambda r: r.Failed("INCORRECT_NUMERICAL", "the kernel modified its input(s): K"),
+    lambda r: r.CudaError("CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access", "cuEventSynchronize"),
+    lambda r: RuntimeError("CUDA error: an illegal memory access was encountered")])
+def test_a_kernel_that_breaks_only_on_the_declared_tails_is_told_on_which_inputs(runner, monkeypatch, fail):
+    """A fault, a stray write or a hang on the declared distribution's call only: its verdict as on any call, and the
+    message (or, for a hang, the phase the pool's TIMEOUT message quotes) says it was on those inputs, which the
+    evaluation's own never showed."""
+    out, replace, sent = _declared_call_fails(runner, monkeypatch, fail(runner))
+    assert out.status in ("RUNTIME_ERROR", "INCORRECT_NUMERICAL") and out.status != "PASSED"
+    assert out.message.endswith("(on 'spiky' inputs, which this workload declares)"), out.message
+    runs = [why for name, _, *why in sent if name == "run"]
+    assert len(runs) == 5 and "'spiky' inputs" in runs[-1][0] and not any("spiky" in w[0] for w in runs[:-1])
+    passing, _, _ = _declared_call_fails(runner, monkeypatch, None)  # nothing raised: the message is untouched
+    assert passing.status == "PASSED" and not passing.message
 
 
 def test_a_suspect_timing_says_which_check_it_failed(runner):

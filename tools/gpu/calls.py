@@ -283,6 +283,13 @@ CHECK_SEED_OFFSET = 1000  # the final checks draw inputs no set used: seed + thi
 # distribution besides the evaluation's: the workload's input_dist, at most len(DISTS) - 1 of them)
 
 
+def check_seed_offset(n_sets: int) -> int:
+    """How far each final check moves set 0's seed: past every set's own (--trials has no bound; at 1001 sets the new
+    inputs were set 1000's and an honest output read as a replay), CHECK_SEED_OFFSET up to that many sets (recorded
+    runs replay with the inputs they had)."""
+    return max(CHECK_SEED_OFFSET, n_sets)
+
+
 def evaluation_seeds(job, n_sets: int) -> list[int]:
     """The input seeds of one evaluation: from the job's seed when given (a replay), else drawn now, leaving room
     above them for the final new-inputs check's seeds."""
@@ -290,6 +297,6 @@ def evaluation_seeds(job, n_sets: int) -> list[int]:
 
     base = job.seed  # a messages.GpuJob
     if base is None:
-        base = secrets.randbelow(2**31 - len(DISTS) * CHECK_SEED_OFFSET - n_sets)
+        base = secrets.randbelow(2**31 - len(DISTS) * check_seed_offset(n_sets) - n_sets)
     return [int(base) + k for k in range(n_sets)]
 

@@ -28,7 +28,7 @@ from ..results import Timing, TrialStats
 from . import ceilings as roofline
 from .ceilings import IMPLAUSIBLE_SPEEDUP, suspicious
 from .buffers import BufferSet, allocate_set
-from .calls import CHECK_SEED_OFFSET, CandidateCalls, InputSet, SketchSpace, evaluation_seeds, sketch_tensors
+from .calls import CandidateCalls, InputSet, SketchSpace, check_seed_offset, evaluation_seeds, sketch_tensors
 from .correctness import output_digest, replay_note
 from .launch import HARDWARE_FAULTS, CudaError, get_function, launch_config, launch_kernel, load_module, pack_params, \
     set_dynamic_smem, stack_limit, sync_stream, unload_module
@@ -219,7 +219,7 @@ def new_inputs_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload
     dist = job.dist
     s = calls.sets[0]
     phase("prepare", job.prepare_timeout_s)
-    s.seed = s.seed + CHECK_SEED_OFFSET
+    s.seed = s.seed + check_seed_offset(len(calls.sets))
     calls.set_pristine(0, make_inputs(wl, s.seed, dist, "cuda"))
     calls.verified.pop(0, None)
     _, stats = judged_call(calls, referee, wl, 0, len(calls.sets), dist, job, phase, flush, watch)
@@ -239,14 +239,25 @@ def declared_dists_check(calls: CandidateCalls, referee: RefereeClient, wl: Work
     s, stats = calls.sets[0], []
     others = [d for d in wl.input_dist if d != job.dist]
     for i, dist in enumerate(others):
+        where = f"on {dist!r} inputs, which this workload declares"
         phase("prepare", job.prepare_timeout_s)
-        s.seed = s.seed + CHECK_SEED_OFFSET  # past the new-inputs check's seed: inputs no call has seen
+        s.seed = s.seed + check_seed_offset(len(calls.sets))  # past the new-inputs check's seed: inputs no call has seen
         calls.set_pristine(0, make_inputs(wl, s.seed, dist, "cuda"))
         calls.verified.pop(0, None)
-        _, found = judged_call(calls, referee, wl, 0, len(calls.sets) + 1 + i, dist, job, phase, flush, watch)
+        # A fault, stray write or hang here only: its message says on which inputs (the evaluation's never showed it);
+        # a hang's through the phase the pool's TIMEOUT message quotes, the rest through evaluate_job's note_inputs.
+        own_phase = watch.phase
+        watch.phase = lambda name, limit_s, why="": own_phase(name, limit_s, f"{why}; {where}")
+        try:
+            _, found = judged_call(calls, referee, wl, 0, len(calls.sets) + 1 + i, dist, job, phase, flush, watch)
+        except Exception as e:
+            e.inputs_note = where
+            raise
+        finally:
+            watch.phase = own_phase
         for st in found:
             if not st.passed:
-                st.note = "; ".join(filter(None, [f"on {dist!r} inputs, which this workload declares", st.note]))
+                st.note = "; ".join(filter(None, [where, st.note]))
         stats += found
         if status_of(found) != "PASSED":
             break
@@ -408,6 +419,13 @@ def driver_error(cand: Candidate | None) -> str:
     return ""
 
 
+def note_inputs(out: GpuOutcome, e: Exception) -> None:
+    """The message of a verdict `e` raised says on which inputs, when they were not the evaluation's own."""
+    where = getattr(e, "inputs_note", "")
+    if where and out.status != "INFRA_ERROR":  # a hardware fault is the machine's, whatever the inputs
+        out.message = f"{out.message} ({where})"
+
+
 def fault_verdict(name: str, text: str) -> tuple[str, str, str]:
     """(status, message, runtime_error) of a CUDA error after a launch: the kernel's RUNTIME_ERROR, unless the GPU
     itself reports a hardware fault (an uncorrectable ECC or NVLink error), which no kernel causes: INFRA_ERROR."""
@@ -491,6 +509,7 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
         replace = False
     except Failed as f:
         out.status, out.message, out.plan_errors, out.runtime_error = f.status, f.message, f.plan_errors, f.runtime_error
+        note_inputs(out, f)
         replace = f.replace
         if f.runtime_error.startswith("OUT_OF_BOUNDS_WRITE"):
             # The stray write was found in memory the protocol checks; where else it landed (the harness's scalars,
@@ -499,12 +518,14 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
             replace = True
     except CudaError as e:  # a fault surfacing in the protocol's own driver calls after a launch
         out.status, out.message, out.runtime_error = fault_verdict(e.name, e.text)
+        note_inputs(out, e)
         replace = True
     except RuntimeError as e:  # torch saw the fault first (an event or a protocol op): ask the driver for its name
         if isinstance(e, RefereeError) or "CUDA error" not in str(e):
             raise
         text = driver_error(cand) or str(e).splitlines()[0]
         out.status, out.message, out.runtime_error = fault_verdict(text.split(":")[0], text)
+        note_inputs(out, e)
         replace = True
     finally:
         calls = sets = None
