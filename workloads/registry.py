@@ -21,7 +21,7 @@ TARGETS: dict[str, list[str]] = {"sm_90a": ["wgmma", "tma"], "sm_100a": ["tcgen0
 # scaled fp8 over half the tiles (2.6e-2); 1e-2 keeps 3.4x over the worst honest error.
 GEMM_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)
 # LSE is an fp32 output computed in fp32 (m + log l): under the forward's bf16 rule (an element fails only past 1e-2
-# AND 1e-2 x |ref|) an offset head's LSE (about 110, 210 on a spiked row) could be off by 1-2, a factor e to e^2 in
+# AND 1e-2 x |ref|) an offset head's LSE (about 110, 310 on a spiked row) could be off by 1-3, a factor e to e^3 in
 # every P a backward recomputes from it. Honest kernels' LSE is far inside 1e-3 / 1e-4 x |LSE|: the reference at most
 # 1.1e-4 absolute on run 18's sharp heads (H200), 3.7e-4 on the offset heads (an H100, LSE 110-210, where its allowance
 # is 1.1e-2 or more: 3%), relative Frobenius 1.4e-7 to 3.6e-7; cuDNN and FlashAttention within it on the smoke shapes.

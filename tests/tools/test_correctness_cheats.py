@@ -147,13 +147,13 @@ def test_block_rule_calibrated_by_the_library():
     assert not s.passed and s.rule == "library_x2" and "block 3" in s.note, s
 
 
-def _softmax_forward(wl, inp, mode: str) -> dict[str, torch.Tensor]:
+def _softmax_forward(wl, inp, mode: str, headroom: float = 0.0) -> dict[str, torch.Tensor]:
     q, k, v = (inp[n].float() for n in ("Q", "K", "V"))
     s = q @ k.transpose(-1, -2) * wl.symbols["scale"]
     if wl.causal:
         s = s.masked_fill(torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).triu(1), float("-inf"))
     m = {"honest": s.amax(-1, keepdim=True), "no max": torch.zeros_like(s[..., :1]),
-         "first tile": s[..., :64].amax(-1, keepdim=True)}[mode]
+         "first tile": s[..., :64].amax(-1, keepdim=True)}[mode] + headroom
     p = torch.exp(s - m)
     l = p.sum(-1, keepdim=True)
     return {"O": ((p.to(BF).float() @ v) / l).to(BF), "LSE": (m + l.log()).squeeze(-1)}
@@ -175,6 +175,20 @@ def test_forward_without_its_running_max_fails(causal, mode):
     honest = _verdicts(_softmax_forward(wl, inp, "honest"), ref, wl.tolerance)
     assert all(s.passed for s in honest.values()), honest
     cheat = _verdicts(_softmax_forward(wl, inp, mode), ref, wl.tolerance)
+    assert not cheat["O"].passed and cheat["O"].n_nan + cheat["O"].n_inf > 0, cheat["O"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("headroom", [20.0, 50.0, 80.0])
+def test_a_never_moved_max_with_headroom_fails(causal, headroom):
+    """The first key tile's max plus a headroom C, never moved (exp(s - m - C), no rescale: no running max to keep)
+    passed every check with the spike at 100 for C from 20 to 84. At 200 the spiked rows overflow for every C below
+    where the plain heads' P underflows (about 85)."""
+    wl = get_workload("mha_fwd_d64_causal" if causal else "mha_fwd_d64")
+    wl.symbols.update({"B": 1, "H": 2, "S": 1024})
+    inp = make_inputs(wl, 4, "normal", "cpu")
+    ref = run_reference(wl, inp)
+    cheat = _verdicts(_softmax_forward(wl, inp, "first tile", headroom), ref, wl.tolerance)
     assert not cheat["O"].passed and cheat["O"].n_nan + cheat["O"].n_inf > 0, cheat["O"]
 
 
@@ -245,7 +259,8 @@ def test_offset_heads_raise_every_score_of_a_row_and_spike_one_late_key():
         assert 0.1 < float(rows.float().mean()) < 0.45
         rest = torch.cat([s[:, :spike], s[:, spike + 1:]], 1)
         assert float(rest.min()) > 88.7 and float(rest.std(-1).max()) < 2.0  # every score past exp's range, spread ~1
-        assert float((s[rows, spike] - rest[rows].amax(-1)).min()) > 88.7  # the spiked rows' key: far above the rest
+        # the spiked rows' key: past exp's range (88.7) above the rest, past any headroom the plain heads leave (85)
+        assert float((s[rows, spike] - rest[rows].amax(-1)).min()) > 88.7 + 85
         assert float((s[~rows, spike] - rest[~rows].amax(-1)).max()) < 5.0
     exact = make_inputs(wl, 7, "normal", "cpu")
     assert all(torch.equal(exact[n], inp[n]) for n in inp)  # the seed draws the same heads
