@@ -25,9 +25,13 @@ GEMM_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)
 # every P a backward recomputes from it. Honest kernels' LSE is far inside 1e-3 / 1e-4 x |LSE|: the reference at most
 # 1.1e-4 absolute on run 18's sharp heads (H200), 3.7e-4 on the offset heads (an H100, LSE 110-210, where its allowance
 # is 1.1e-2 or more: 3%), relative Frobenius 1.4e-7 to 3.6e-7; cuDNN and FlashAttention within it on the smoke shapes.
-# So LSE is held to atol 1e-3, rtol 1e-4 and a Frobenius bound of 1e-4.
+# A kernel that sums the bf16 P it multiplies into V (a column of ones in the P V product) has l off by up to 2^-8,
+# log l by up to 3.9e-3 on the causal first rows' few keys (1.4-1.8e-3 measured on the CPU), a P factor the backward's
+# own bf16 rounding already exceeds: atol 4e-3 keeps it, while an LSE rounded through bf16 or fp16, or m or the scale
+# in fp16, still misses by 0.06-0.09 on the offset heads (allowance 0.011 there). So atol 4e-3, rtol 1e-4 and a
+# Frobenius bound of 1e-4.
 FWD_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2,
-                          tensors={"LSE": {"atol": 1e-3, "rtol": 1e-4, "max_rel_fro": 1e-4}})
+                          tensors={"LSE": {"atol": 4e-3, "rtol": 1e-4, "max_rel_fro": 1e-4}})
 BWD_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_fro=1e-2)
 
 GEMM_BASELINES = [Baseline(name="cublas", primary=True, doc="torch.matmul(A, B.T, out=C): cuBLAS(Lt)")]

@@ -264,6 +264,6 @@ def test_the_task_states_each_tensors_own_bounds_and_the_declared_distributions(
         return task_prompt(OptimizeConfig(workload=wid), get_workload(wid))
 
     fwd, bwd, gemm = text("mha_fwd_d128"), text("mha_bwd_d128"), text("gemm_bf16_m8192_n7168_k5120")
-    assert "LSE is held to its own bounds: atol 0.001, rtol 0.0001, relative Frobenius error 0.0001." in fwd
+    assert "LSE is held to its own bounds: atol 0.004, rtol 0.0001, relative Frobenius error 0.0001." in fwd
     assert "held to its own bounds" not in bwd + gemm
     assert "then one more on `spiky` inputs (heavy tails" in bwd and "`spiky`" not in fwd + gemm

@@ -119,9 +119,9 @@ def test_every_workload_is_complete():
         assert w.input_dist == (["normal", "spiky"] if w.op == "mha_bwd" else ["normal"])
         assert w.tolerance.atol == w.tolerance.rtol == 1e-2
         assert w.tolerance.max_rel_fro == 1e-2
-        assert w.tolerance.tensors == ({"LSE": {"atol": 1e-3, "rtol": 1e-4, "max_rel_fro": 1e-4}} if w.op == "mha_fwd" else {})
+        assert w.tolerance.tensors == ({"LSE": {"atol": 4e-3, "rtol": 1e-4, "max_rel_fro": 1e-4}} if w.op == "mha_fwd" else {})
         lse = w.tolerance.for_tensor("LSE")
-        assert (lse.atol, lse.max_rel_fro, lse.tensors) == ((1e-3, 1e-4, {}) if w.op == "mha_fwd" else (1e-2, 1e-2, {}))
+        assert (lse.atol, lse.max_rel_fro, lse.tensors) == ((4e-3, 1e-4, {}) if w.op == "mha_fwd" else (1e-2, 1e-2, {}))
         assert w.tolerance.for_tensor("O") is w.tolerance and lse.library_factor == w.tolerance.library_factor
         assert w.targets == {"sm_90a": ["wgmma", "tma"], "sm_100a": ["tcgen05", "tma"]}
         for arch, families in w.targets.items():
