@@ -66,11 +66,11 @@ def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Gene
     b, h, s, d = q.shape
     group = h // k.shape[1]
     n = max(1, round(OFFSET_HEADS * b * h)) if OFFSET_HEADS > 0 else 0
-    pick = torch.randperm(b * h, generator=gen, device=gen.device)[:n].tolist()
-    spike_key = torch.randint(s // 4, s // 2, (max(n, 1),), generator=gen, device=gen.device).tolist()
-    spike_rows = torch.rand(max(n, 1), s, generator=gen, device=gen.device) < SPIKE_ROWS
     if not n:
         return q, k
+    pick = torch.randperm(b * h, generator=gen, device=gen.device)[:n].tolist()
+    spike_key = torch.randint(s // 4, s // 2, (n,), generator=gen, device=gen.device).tolist()
+    spike_rows = torch.rand(n, s, generator=gen, device=gen.device) < SPIKE_ROWS
     q, k = q.float().clone(), k.float().clone()
     g, g_spike = _coordinate(SCORE_OFFSET, scale), _coordinate(SPIKE, scale)
     for pair in pick:  # first, so that a second pick in a group cannot clear the first one's spiked rows
@@ -81,8 +81,7 @@ def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Gene
         kv = hi // group
         q[bi, hi, :, 0] = g
         k[bi, kv, :, 0] = g
-        rows = spike_rows[i].to(q.device)
-        q[bi, hi, :, 1] = torch.where(rows, g_spike, 0.0)
+        q[bi, hi, :, 1] = torch.where(spike_rows[i], g_spike, 0.0)
         k[bi, kv, :, 1] = 0.0
         k[bi, kv, spike_key[i], 1] = g_spike
     return q, k

@@ -35,6 +35,7 @@ def target_reason(config: OptimizeConfig, workload: Workload) -> str:
 
 
 TOLERANCE_WORDS = {"atol": "atol", "rtol": "rtol", "max_rel_fro": "relative Frobenius error"}
+# workloads/inputs.py's SPIKE_PROB and SPIKE_SCALE in words (importing it would bring torch into the agent's process)
 DIST_WORDS = {"normal": "standard normal", "spiky": "heavy tails: one element in a thousand ten times larger"}
 
 

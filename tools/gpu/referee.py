@@ -31,7 +31,8 @@ from .correctness import library_error, output_digest
 from .verdict import judge_outputs
 
 WARM_UP_WORKLOADS = ("smoke_gemm_bf16_m256_n256_k512", "smoke_mha_fwd_d64")  # what RefereeCore.warm_up runs
-KEEP_DATA_SETS = 8  # prepared (workload, seed, dist) triples kept; an evaluation needs at most trials + 1 + its other declared distributions
+# prepared (workload, seed, dist) triples kept; an evaluation needs trials + 1 + its other declared distributions
+KEEP_DATA_SETS = 8
 
 
 class RefereeError(RuntimeError):
@@ -78,7 +79,8 @@ class RefereeCore:
             outputs = make_baseline(wl, primary, data.inputs)()
             if self.device == "cuda":
                 torch.cuda.synchronize()
-            self.library[key] = {n: library_error(outputs[n], ref, wl.tolerance.for_tensor(n), primary) for n, ref in data.reference.items()}
+            self.library[key] = {n: library_error(outputs[n], ref, wl.tolerance.for_tensor(n), primary)
+                                 for n, ref in data.reference.items()}
         return self.library[key]
 
     def judge(self, workload: str, seed: int, dist: str, trial: int, outputs: dict, inputs: dict) -> list[dict]:

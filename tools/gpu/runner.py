@@ -211,19 +211,25 @@ def correctness(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job
     return all_stats, digests
 
 
-def new_inputs_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: GpuJob, phase: Phase,
-                     flush: L2Flush, watch: CandidateWatch, earlier: dict) -> list:
-    """Last: set 0's buffers get inputs no call has seen (a kernel that keyed a cache on pointers would replay). The
-    replay is named only when it happened (the output bit-identical to an earlier set's, `earlier`: their digests);
-    any other failure here is judged and worded as on the other sets."""
-    dist = job.dist
+def fresh_inputs_call(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: GpuJob, phase: Phase,
+                      flush: L2Flush, watch: CandidateWatch, dist: str, trial: int) -> list:
+    """Set 0's buffers refilled with inputs of `dist` that no call has seen (its seed moved past every set's), and
+    one checked call on them, judged: the final checks' common step. Returns its TrialStats."""
     s = calls.sets[0]
     phase("prepare", job.prepare_timeout_s)
     s.seed = s.seed + check_seed_offset(len(calls.sets))
     calls.set_pristine(0, make_inputs(wl, s.seed, dist, "cuda"))
     calls.verified.pop(0, None)
-    _, stats = judged_call(calls, referee, wl, 0, len(calls.sets), dist, job, phase, flush, watch)
-    note = replay_note(outputs_digest(s), earlier)
+    return judged_call(calls, referee, wl, 0, trial, dist, job, phase, flush, watch)[1]
+
+
+def new_inputs_check(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: GpuJob, phase: Phase,
+                     flush: L2Flush, watch: CandidateWatch, earlier: dict) -> list:
+    """Last: set 0's buffers get inputs no call has seen (a kernel that keyed a cache on pointers would replay). The
+    replay is named only when it happened (the output bit-identical to an earlier set's, `earlier`: their digests);
+    any other failure here is judged and worded as on the other sets."""
+    stats = fresh_inputs_call(calls, referee, wl, job, phase, flush, watch, job.dist, len(calls.sets))
+    note = replay_note(outputs_digest(calls.sets[0]), earlier)
     if note:
         for st in stats:
             st.passed, st.note = False, "; ".join(filter(None, [f"new inputs in buffers used before: {note}", st.note]))
@@ -236,25 +242,19 @@ def declared_dists_check(calls: CandidateCalls, referee: RefereeClient, wl: Work
     evaluation's own (the backward's `spiky`: one element in a thousand ten times larger). Every set and the timing
     stay on the evaluation's distribution; a kernel exact on it that breaks on the heavy tails its workload says it
     must take (a quantization scaled for normal inputs) fails here instead of passing every default evaluation."""
-    s, stats = calls.sets[0], []
-    others = [d for d in wl.input_dist if d != job.dist]
-    for i, dist in enumerate(others):
-        where = f"on {dist!r} inputs, which this workload declares"
-        phase("prepare", job.prepare_timeout_s)
-        s.seed = s.seed + check_seed_offset(len(calls.sets))  # past the new-inputs check's seed: inputs no call has seen
-        calls.set_pristine(0, make_inputs(wl, s.seed, dist, "cuda"))
-        calls.verified.pop(0, None)
+    stats = []
+    for i, dist in enumerate(d for d in wl.input_dist if d != job.dist):
         # A fault, stray write or hang here only: its message says on which inputs (the evaluation's never showed it);
-        # a hang's through the phase the pool's TIMEOUT message quotes, the rest through evaluate_job's note_inputs.
-        own_phase = watch.phase
-        watch.phase = lambda name, limit_s, why="": own_phase(name, limit_s, f"{why}; {where}")
+        # a hang's through the watchdog's phase text, which the pool's TIMEOUT message quotes, the rest through
+        # evaluate_job's note_inputs.
+        where = watch.inputs = f"on {dist!r} inputs, which this workload declares"
         try:
-            _, found = judged_call(calls, referee, wl, 0, len(calls.sets) + 1 + i, dist, job, phase, flush, watch)
+            found = fresh_inputs_call(calls, referee, wl, job, phase, flush, watch, dist, len(calls.sets) + 1 + i)
         except Exception as e:
             e.inputs_note = where
             raise
         finally:
-            watch.phase = own_phase
+            watch.inputs = ""
         for st in found:
             if not st.passed:
                 st.note = "; ".join(filter(None, [where, st.note]))

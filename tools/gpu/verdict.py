@@ -42,8 +42,8 @@ def judge_outputs(outputs: dict[str, torch.Tensor], inputs_seen: dict[str, torch
     for name, ref in data.reference.items():
         out = outputs[name]
         library = (lambda name=name: library_errors().get(name)) if library_errors else None
-        stats.append(compare(out, ref, wl.tolerance.for_tensor(name), trial=trial, tensor=name, dist=dist, unwritten=count_poison(out),
-                             library=library))
+        stats.append(compare(out, ref, wl.tolerance.for_tensor(name), trial=trial, tensor=name, dist=dist,
+                             unwritten=count_poison(out), library=library))
     changed = [n for n, x in data.inputs.items() if not torch.equal(inputs_seen[n], x)]
     if changed:
         for s in stats:

@@ -86,6 +86,7 @@ class CandidateWatch:
         self.probe_s: float | None = None  # wall time of the first checked call, harness work around it included
         self.checked = 0
         self._started: float | None = None
+        self.inputs = ""  # set while a checked call runs on inputs not the evaluation's own: said in the phase text
 
     def before_checked_call(self) -> Limit:
         self.checked += 1
@@ -93,7 +94,7 @@ class CandidateWatch:
             lim, what = probe_limit(self.roofline, self.cap_s), "the first call"
         else:
             lim, what = call_limit(self.probe_s, self.cap_s), f"checked call {self.checked}"
-        self.phase("run", lim.seconds, f"{what}; its limit: {lim.why}")
+        self.phase("run", lim.seconds, f"{what}; its limit: {lim.why}" + (f"; {self.inputs}" if self.inputs else ""))
         self._started = self.clock()
         return lim
 
