@@ -17,7 +17,8 @@
 # Compute profile (~12 s GEMM, ~11 s attention) on the turns the loop's profile policy takes one (the first pass and
 # each new best). GEMM: about 2 min a run, under 7 min in all (RUN_LIMIT caps each run, default 200 s). Attention:
 # about 2 min a run (8 x 6 s + ~5 profiles + start), about 6-7 min in all (RUN_LIMIT default 170 s).
-# Afterwards, on the CPU machine: copy $D/run* to docs/examples/tuner-climb/ (the GEMM) or
+# The folder comes back packed as $OUT/$SUB.tar.gz (CLIMB_ONE_TAR=0 leaves it unpacked). Afterwards, on the CPU
+# machine: unpack it and copy $SUB/run* to docs/examples/tuner-climb/ (the GEMM) or
 # docs/examples/tuner-climb-mha_fwd_d128/ (without checkpoints.*; the runs that reached their stop event come sealed).
 set -uo pipefail
 W=${1:-gemm_bf16_m8192_n7168_k5120}
@@ -57,3 +58,8 @@ EOF
 done
 # The finished trajectories' logs gzipped for keeping (`ptxbench seal`: every reader takes them as they are).
 for i in 1 2 3; do "${PB[@]}" seal "$D/run$i" >>"$D/times.txt" 2>&1; done
+# Everything in one file: a device call brings back only a few files, and none below a deep folder (the run folders'
+# kernels/ are); `tar xzf $SUB.tar.gz` on the CPU machine gives $SUB/ back.
+if [ "${CLIMB_ONE_TAR:-1}" != 0 ]; then
+  tar czf "$OUT/$SUB.tar.gz" -C "$OUT" "$SUB" && rm -rf "${D:?}"
+fi
