@@ -10,11 +10,11 @@ from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
 
 
 class AnswerWorker:
-    """Answers every evaluation with `status` after `delay_s`."""
+    """Answers every evaluation with `status` after `delay_s`; `spans` holds each job's (start, end) in monotonic time."""
 
     def __init__(self, device: int, status: str, delay_s: float = 0.0):
         self.device = device
-        self.status, self.delay_s, self.jobs, self.hello = status, delay_s, [], None
+        self.status, self.delay_s, self.jobs, self.hello, self.spans = status, delay_s, [], None, []
         self.replies = [{"type": "hello", "device_count": 1, "fingerprint": {"gpu": "NVIDIA H200", "sm_count": 132},
                          "limits": {"sm_count": 132, "name": "NVIDIA H200"}}]
 
@@ -22,7 +22,9 @@ class AnswerWorker:
         if msg.get("type") != "evaluate":
             return
         self.jobs.append(msg)
+        start = time.monotonic()
         time.sleep(self.delay_s)
+        self.spans.append((start, time.monotonic()))
         message = "the kernel did not finish within 5 s (run phase: the first call)" if self.status == "TIMEOUT" else ""
         self.replies.append({"type": "result", "id": msg["id"], "replace": False,
                              "result": {"status": self.status, "message": message}})
