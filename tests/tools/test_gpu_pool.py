@@ -331,7 +331,9 @@ def test_closing_during_a_background_start_leaves_nothing_running():
     pool = GpuPool(PoolConfig(devices=[0, 1], spares=1), factory=lambda d, c: SlowHello(d, c))
     starter = threading.Thread(target=pool.start)
     starter.start()
-    time.sleep(0.05)
+    deadline = time.monotonic() + 5
+    while not FakeWorker.started and time.monotonic() < deadline:  # the start is in progress: its first worker spawned
+        time.sleep(0.005)
     pool.close()  # waits for the start in progress, then stops every worker it made
     starter.join(5)
     assert len(FakeWorker.started) == 4 and all(not w.alive() for w in FakeWorker.started) and pool.slots == []

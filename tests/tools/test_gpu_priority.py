@@ -27,6 +27,13 @@ class Slot:
         self.device = device
 
 
+def _until_waiting(q: SlotQueue, n: int) -> None:
+    """Until `n` threads wait in the queue (a thread started is not yet a waiter on a loaded machine)."""
+    deadline = time.monotonic() + 5
+    while len(q._waiters) < n and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
 def test_waiters_are_served_highest_priority_first_then_in_arrival_order():
     q, gpu = SlotQueue(), Slot(0)
     served: list[str] = []
@@ -40,7 +47,7 @@ def test_waiters_are_served_highest_priority_first_then_in_arrival_order():
     for name, priority in (("light", 1.0), ("heavy", 9.0), ("middle", 4.0), ("heavy-later", 9.0), ("none", 0.0)):
         threads.append(threading.Thread(target=wait, args=(name, priority)))
         threads[-1].start()
-        time.sleep(0.03)  # arrival order
+        _until_waiting(q, len(threads))  # arrival order
     q.put(gpu)
     for t in threads:
         t.join(2)
@@ -86,9 +93,9 @@ def test_a_freed_gpu_goes_to_the_request_that_named_it_before_any_gpu_jobs():
     replay = threading.Thread(target=lambda: (q.get(1, priority=1.0), served.append("replay")))
     job = threading.Thread(target=lambda: (q.get(priority=2.0), served.append("job")))
     replay.start()
-    time.sleep(0.03)
+    _until_waiting(q, 1)
     job.start()
-    time.sleep(0.03)
+    _until_waiting(q, 2)
     q.put(one)
     replay.join(2)
     assert served == ["replay"]

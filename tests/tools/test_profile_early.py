@@ -22,7 +22,11 @@ def start_fake(tmp_path):
 def test_the_wanted_level_runs_once_decided_and_its_start_up_overlapped_the_timing(fake_ncu, tmp_path):
     hold = Recorder()
     early = EarlyProfile(start_fake(tmp_path), "verdict", hold=hold, device=0)
-    time.sleep(0.8)  # the candidate's timing: the replay gets ready meanwhile (0.4 s of start-up)
+    # the candidate's timing: the replay gets ready meanwhile (0.4 s of start-up); a run that waited for the decision
+    # to start would never be ready here
+    deadline = time.monotonic() + 10
+    while not list((tmp_path / "w").rglob("ready")) and time.monotonic() < deadline:
+        time.sleep(0.01)
     decided = time.time()
     summary, seconds = early.claim("verdict")
     stamps = fake_ncu()
@@ -31,7 +35,7 @@ def test_the_wanted_level_runs_once_decided_and_its_start_up_overlapped_the_timi
     (taken, given), = hold.spans
     assert decided <= taken <= stamps["go"] and given < stamps["exit"]  # ... and the GPU was taken only after it
     assert summary.gpu_wait_s < 0.3  # the wait for the decision is not counted as a wait for the GPU
-    assert seconds >= 0.8 + 0.2 and summary.gpu_held_s < 0.5
+    assert seconds >= 0.4 + 0.2 + 0.4 and summary.gpu_held_s < 0.5  # from the early start: start-up, replay, report
 
 
 def test_another_level_kills_the_early_run_without_taking_the_gpu(fake_ncu, tmp_path):

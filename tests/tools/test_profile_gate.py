@@ -118,7 +118,9 @@ def test_a_replay_names_the_free_gpu_else_the_one_fewest_replays_wait_for():
     waiters = [threading.Thread(target=lambda: q.get(0)) for _ in range(2)]
     for t in waiters:
         t.start()
-    time.sleep(0.05)
+    deadline = time.monotonic() + 5
+    while len(q._waiters) < 2 and time.monotonic() < deadline:  # both waiting
+        time.sleep(0.005)
     assert q.least_loaded([0, 1], first=0) == 1 and q.least_loaded([0, 1], first=1) == 1
     q.put(zero)
     q.put(Slot(0))

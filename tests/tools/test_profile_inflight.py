@@ -34,7 +34,7 @@ def test_a_weaker_profile_in_flight_is_not_waited_for():
     assert not runs.running(KEY, "full")
     start = time.monotonic()
     assert runs.acquire(KEY, "full", lambda: False) == (True, False)  # profiles itself, at once
-    assert time.monotonic() - start < 0.05
+    assert time.monotonic() - start < 1.0  # not a wait for the verdict run, which never ends here
 
 
 def test_when_the_run_waited_for_leaves_nothing_the_waiter_profiles_itself():
