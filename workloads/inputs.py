@@ -31,7 +31,11 @@ SPIKE_SCALE = 10.0  # how much larger an outlier is
 # passed every check). Run 18's sharp heads (Q x 32, rows near one-hot among a few keys) put an honest bf16-P kernel
 # with a lazy rescale at the edge of the element rule (its dominant P is not 1 while the max lags: bf16 rounding
 # on it, up to 0.39%, turned a 1-ulp output into a miss on about 6% of checked calls on the H100, cuDNN at 67-76%
-# of the allowance): these heads test the max without a near-tie among a few keys. The backward keeps plain heads:
+# of the allowance): these heads test the max without a near-tie among a few keys. Last, each touched (batch, KV
+# head) has its K and its group's Q turned by one random orthogonal matrix: every score stays what it was (up to
+# bf16's rounding of the turned values), and no coordinate is constant any more, so a kernel cannot tell an offset
+# head by one of its elements and take the careful path only there (what remains to see is a large norm, and
+# branching on |q| |k| scale, a bound on every score, is a sound way to skip a max). The backward keeps plain heads:
 # it is given LSE and needs no running max.
 OFFSET_HEADS = 0.25
 SCORE_OFFSET = 100.0
@@ -53,8 +57,17 @@ def _draw(shape: tuple[int, ...], dist: str, gen: torch.Generator, device: str) 
 
 
 def _coordinate(score: float, scale: float) -> float:
-    """An integer g (exact in bf16 up to 256) with g * g * scale >= score."""
+    """The smallest integer g with g * g * scale >= score."""
     return float(math.ceil(math.sqrt(score / scale)))
+
+
+def _rotation(d: int, gen: torch.Generator) -> torch.Tensor:
+    """A random d x d orthogonal matrix drawn from `gen`, on gen's device: the QR of a Gaussian, signs fixed so that
+    the draw decides it (Haar-distributed). The factorisation runs in float64 on the CPU, so a worker and the referee
+    get the same matrix from the same seed whatever their GPU's solver does."""
+    g = torch.randn(d, d, generator=gen, device=gen.device, dtype=torch.float32).cpu().double()
+    qm, r = torch.linalg.qr(g)
+    return (qm * torch.sign(torch.diagonal(r))).float().to(gen.device)
 
 
 def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,7 +75,8 @@ def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Gene
     0) offset and spiked as described above, drawn from `gen`. The other query heads of a GQA group see coordinate 0
     as a row constant again, and their coordinate 1 is zeroed: on it the spike key would rise by q1 * g * scale,
     N(0, 9) at D = 128, enough for rows near one-hot between it and the rest (the CPU mirror of the lazy kernel at 75%
-    of the element rule's allowance on such rows, against 10% on plain ones)."""
+    of the element rule's allowance on such rows, against 10% on plain ones). Then each touched (batch, KV head) is
+    turned by its own random orthogonal matrix, its K and every query head of its group alike (Q K^T unchanged)."""
     b, h, s, d = q.shape
     group = h // k.shape[1]
     n = max(1, round(OFFSET_HEADS * b * h)) if OFFSET_HEADS > 0 else 0
@@ -84,6 +98,10 @@ def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Gene
         q[bi, hi, :, 1] = torch.where(spike_rows[i], g_spike, 0.0)
         k[bi, kv, :, 1] = 0.0
         k[bi, kv, spike_key[i], 1] = g_spike
+    for bi, kv in sorted({(pair // h, pair % h // group) for pair in pick}):
+        turn = _rotation(d, gen)
+        q[bi, kv * group:(kv + 1) * group] = q[bi, kv * group:(kv + 1) * group] @ turn
+        k[bi, kv] = k[bi, kv] @ turn
     return q, k
 
 
@@ -102,7 +120,7 @@ def make_inputs(workload: Workload, seed: int, dist: str = "normal", device: str
         out[spec.name] = _draw(workload.shape(spec.name), dist, gen, device).to(_dtype(spec.dtype))
     if workload.op == "mha_fwd":
         q, k = offset_heads(out["Q"], out["K"], float(workload.symbols["scale"]), gen)
-        out["Q"], out["K"] = q.to(out["Q"].dtype), k.to(out["K"].dtype)  # integers below 256: exact in bf16
+        out["Q"], out["K"] = q.to(out["Q"].dtype), k.to(out["K"].dtype)  # the reference reads these rounded values
     if derived:
         with full_precision():
             fwd = mha_fwd(out["Q"], out["K"], out["V"], scale=float(workload.symbols["scale"]), causal=workload.causal)

@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ptxbench.tools.gpu.correctness import compare  # noqa: E402
+from ptxbench.workloads import inputs as inputs_mod  # noqa: E402
 from ptxbench.workloads.inputs import make_inputs  # noqa: E402
 from ptxbench.workloads.references import run_reference  # noqa: E402
 from ptxbench.workloads.registry import get_workload  # noqa: E402
@@ -85,7 +86,7 @@ def _fwd(wl, inp, fp8_from: int | None = None) -> dict[str, torch.Tensor]:
     l = p.sum(-1, keepdim=True)
     o = (p.to(BF).float() @ v) / l
     if fp8_from is not None:  # on the plain heads (the offset heads: their scores' offset and spike take fp8's range)
-        plain = inp["Q"].float().abs().amax(dim=(-1, -2)) < 16
+        plain = ~_offset(inp["Q"])
         o8 = (_fp8(p, -1) @ _fp8(v, -2)) / l
         o[plain, fp8_from:, :] = o8[plain, fp8_from:, :]
     return {"O": o.to(BF), "LSE": (m + l.log()).squeeze(-1)}
@@ -158,6 +159,12 @@ def _scores(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bool) -> tor
 def _allowance_used(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     """Per head ([B, H, S, D] -> [H]), the worst element's error over the element rule's allowance max(1e-2, 1e-2 |ref|)."""
     return ((out.float() - ref).abs() / torch.clamp(1e-2 * ref.abs(), min=1e-2)).amax(dim=(0, 2, 3))
+
+
+def _offset(q: torch.Tensor) -> torch.Tensor:
+    """[B, H] (or [H]): which query heads make_inputs offset, by their rows' norms (g >= 29 along one direction against
+    sqrt(D) <= 11.3 of a plain row): the heads are turned, so no single coordinate tells them."""
+    return q.float().norm(dim=-1).amin(-1) > 20
 
 
 def _softmax_forward(wl, inp, mode: str, headroom: float = 0.0) -> dict[str, torch.Tensor]:
@@ -233,7 +240,7 @@ def test_the_lazy_rescale_keeps_its_margin_on_the_offset_heads(causal):
     ref = run_reference(wl, inp)["O"].float()
     q, k, v = (inp[n].float() for n in ("Q", "K", "V"))
     used = _allowance_used(_lazy_forward(q, k, v, wl.symbols["scale"], causal), ref)
-    offset = inp["Q"][0, :, :, 0].float().abs().amax(-1) > 16
+    offset = _offset(inp["Q"][0])
     assert int(offset.sum()) == 1
     assert float(used[offset].max()) < 1.5 * float(used[~offset].max()) + 0.05, used
     assert float(used.max()) < 0.6, used
@@ -242,7 +249,8 @@ def test_the_lazy_rescale_keeps_its_margin_on_the_offset_heads(causal):
     sharp_q[0, 0] = torch.randn(q.shape[-2:], generator=torch.Generator().manual_seed(1)).to(BF).float() * 32
     sharp_ref = run_reference(wl, {**inp, "Q": sharp_q.to(BF)})["O"].float()  # Q x 32 of bf16 values: exact in bf16
     sharp_used = float(_allowance_used(_lazy_forward(sharp_q, k, v, wl.symbols["scale"], causal), sharp_ref)[0])
-    assert sharp_used > 2 * float(used[offset].max()), (sharp_used, used)
+    # (causal: every head's worst element is on the first rows' few keys, 0.40-0.42 of the allowance, offset or not)
+    assert sharp_used > (1.75 if causal else 4) * float(used[offset].max()), (sharp_used, used)
 
 
 def test_offset_heads_raise_every_score_of_a_row_and_spike_one_late_key():
@@ -251,14 +259,16 @@ def test_offset_heads_raise_every_score_of_a_row_and_spike_one_late_key():
     inp = make_inputs(wl, 7, "normal", "cpu")
     q, k = inp["Q"].float(), inp["K"].float()
     scale = wl.symbols["scale"]
-    offset = [(b, h) for b in range(2) for h in range(8) if float(q[b, h, :, 0].abs().min()) > 16]
+    offset = _offset(q).nonzero().tolist()
     assert len(offset) == 4  # a quarter of 16 pairs
     for b, h in offset:
         kv = h // 4
         s = q[b, h] @ k[b, kv].T * scale
-        spike = int(k[b, kv, :, 1].abs().argmax())
-        assert 512 // 4 <= spike < 512 // 2 and int((k[b, kv, :, 1] != 0).sum()) == 1
-        rows = q[b, h, :, 1] != 0
+        over = s - s.median(-1, keepdim=True).values  # each score over its row's middle: the spike far over it
+        spiked = (over > 150).any(0).nonzero().flatten().tolist()
+        assert len(spiked) == 1 and 512 // 4 <= spiked[0] < 512 // 2, spiked  # one key, in the second quarter
+        spike = spiked[0]
+        rows = over[:, spike] > 150
         assert 0.1 < float(rows.float().mean()) < 0.45
         rest = torch.cat([s[:, :spike], s[:, spike + 1:]], 1)
         assert float(rest.min()) > 88.7 and float(rest.std(-1).max()) < 2.0  # every score past exp's range, spread ~1
@@ -266,7 +276,34 @@ def test_offset_heads_raise_every_score_of_a_row_and_spike_one_late_key():
         assert float((s[rows, spike] - rest[rows].amax(-1)).min()) > 88.7 + 85
         assert float((s[~rows, spike] - rest[~rows].amax(-1)).max()) < 5.0
     exact = make_inputs(wl, 7, "normal", "cpu")
-    assert all(torch.equal(exact[n], inp[n]) for n in inp)  # the seed draws the same heads
+    assert all(torch.equal(exact[n], inp[n]) for n in inp)  # the seed draws the same heads (and turns)
+
+
+def test_no_coordinate_gives_an_offset_head_away(monkeypatch):
+    """Set as they were built (coordinate 0 the integer g on every row, coordinate 1 zero but on the spike), an offset
+    head was told by one element, and a kernel could take the careful path there alone. Turned, each coordinate of its
+    Q and K varies over the rows as a plain head's does, and the scores are the built ones up to bf16's rounding."""
+    wl = get_workload("smoke_mha_fwd_d64_gqa_h4_kv2")
+    wl.symbols.update({"B": 2, "H": 8, "HKV": 2, "S": 512})
+    inp = make_inputs(wl, 7, "normal", "cpu")
+    q, k = inp["Q"].float(), inp["K"].float()
+    assert int(_offset(q).sum()) == 4
+    for b in range(2):
+        for kv in range(2):
+            group = q[b, kv * 4:(kv + 1) * 4]
+            # no coordinate constant over the rows, none zero: a turned head's spread is a plain head's
+            assert float(group.std(-2).min()) > 0.5 and float(k[b, kv].std(-2).min()) > 0.5
+            assert float(group.abs().amax(-2).min()) > 1.0 and float(k[b, kv].abs().amax(-2).min()) > 1.0
+    # the same draws without the turn (the matrix still drawn, then not applied): the heads as built
+    turn = inputs_mod._rotation
+    monkeypatch.setattr(inputs_mod, "_rotation", lambda d, gen: (turn(d, gen), torch.eye(d, device=gen.device))[1])
+    built = make_inputs(wl, 7, "normal", "cpu")
+    qb, kb = built["Q"].float(), built["K"].float()
+    assert int((qb[..., 0].abs().amin(-1) >= 28).sum()) == 4  # coordinate 0 the integer g on each offset head
+    assert torch.equal(built["V"], inp["V"])
+    s_built = qb @ kb.repeat_interleave(4, 1).transpose(-1, -2)
+    s_turned = q @ k.repeat_interleave(4, 1).transpose(-1, -2)
+    assert float((s_built - s_turned).abs().max() * wl.symbols["scale"]) < 0.5
 
 
 def test_an_lse_from_the_bf16_row_sum_passes_on_the_causal_first_rows():
@@ -311,8 +348,12 @@ def test_the_other_heads_of_an_offset_gqa_group_stay_plain():
     q = inp["Q"].float()
     k, v = (inp[n].float().repeat_interleave(4, 1) for n in ("K", "V"))
     used = _allowance_used(_lazy_forward(q, k, v, wl.symbols["scale"], False), ref)
-    offset = (q[0, :, :, 0].abs().amin(-1) > 16).nonzero().flatten().tolist()
+    offset = _offset(q[0]).nonzero().flatten().tolist()
     assert len(offset) == 2 and float(used.max()) < 0.2, (offset, used)
     for h in offset:  # the group's other heads: coordinate 1 zero, so the spike key is an ordinary one for them
-        group = range((h // 4) * 4, (h // 4 + 1) * 4)
-        assert all(float(q[0, o, :, 1].abs().max()) == 0 for o in group if o not in offset)
+        s = q[0, h] @ k[0, h].T * wl.symbols["scale"]
+        spike = int((s - s.median(-1, keepdim=True).values).amax(0).argmax())
+        for o in range((h // 4) * 4, (h // 4 + 1) * 4):
+            if o not in offset:
+                so = q[0, o] @ k[0, o].T * wl.symbols["scale"]
+                assert float((so[:, spike] - so.median(-1).values).max()) < 10.0
