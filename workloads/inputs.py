@@ -32,7 +32,7 @@ SPIKE_SCALE = 10.0  # how much larger an outlier is
 # with a lazy rescale at the edge of the element rule (its dominant P is not 1 while the max lags: bf16 rounding
 # on it, up to 0.39%, turned a 1-ulp output into a miss on about 6% of checked calls on the H100, cuDNN at 67-76%
 # of the allowance): these heads test the max without a near-tie among a few keys. Last, each touched (batch, KV
-# head) has its K and its group's Q turned by one random orthogonal matrix: every score stays what it was (up to
+# head) has its K and its group's Q turned by one random orthogonal map: every score stays what it was (up to
 # bf16's rounding of the turned values), and no coordinate is constant any more, so a kernel cannot tell an offset
 # head by one of its elements and take the careful path only there (what remains to see is a large norm, and
 # branching on |q| |k| scale, a bound on every score, is a sound way to skip a max). The backward keeps plain heads:
@@ -61,13 +61,21 @@ def _coordinate(score: float, scale: float) -> float:
     return float(math.ceil(math.sqrt(score / scale)))
 
 
-def _rotation(d: int, gen: torch.Generator) -> torch.Tensor:
-    """A random d x d orthogonal matrix drawn from `gen`, on gen's device: the QR of a Gaussian, signs fixed so that
-    the draw decides it (Haar-distributed). The factorisation runs in float64 on the CPU, so a worker and the referee
-    get the same matrix from the same seed whatever their GPU's solver does."""
-    g = torch.randn(d, d, generator=gen, device=gen.device, dtype=torch.float32).cpu().double()
-    qm, r = torch.linalg.qr(g)
-    return (qm * torch.sign(torch.diagonal(r))).float().to(gen.device)
+def _turn(x: torch.Tensor, gen: torch.Generator) -> None:
+    """Turn the last dimension of x (in place) by a random orthogonal map drawn from `gen`: 2 ceil(log2 D) stages, each
+    a random pairing of the coordinates and a random angle per pair (Givens rotations; after them a unit vector's
+    weight is spread over the coordinates as a uniformly random direction's is). Elementwise only: a worker and the
+    referee drawing from the same seed must get the same bits, which a matmul would not promise (its algorithm, or a
+    TF32 setting, may differ between processes) and which their input digests check."""
+    d = x.shape[-1]
+    for _ in range(2 * math.ceil(math.log2(d))):
+        perm = torch.randperm(d, generator=gen, device=gen.device)
+        angle = torch.rand(d // 2, generator=gen, device=gen.device) * (2 * math.pi)
+        c, s = torch.cos(angle), torch.sin(angle)
+        i, j = perm[0:d // 2 * 2:2], perm[1:d // 2 * 2:2]
+        xi, xj = x[..., i], x[..., j]
+        x[..., i] = c * xi - s * xj
+        x[..., j] = s * xi + c * xj
 
 
 def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,8 +83,8 @@ def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Gene
     0) offset and spiked as described above, drawn from `gen`. The other query heads of a GQA group see coordinate 0
     as a row constant again, and their coordinate 1 is zeroed: on it the spike key would rise by q1 * g * scale,
     N(0, 9) at D = 128, enough for rows near one-hot between it and the rest (the CPU mirror of the lazy kernel at 75%
-    of the element rule's allowance on such rows, against 10% on plain ones). Then each touched (batch, KV head) is
-    turned by its own random orthogonal matrix, its K and every query head of its group alike (Q K^T unchanged)."""
+    of the element rule's allowance on such rows, against 10% on plain ones). Then every touched (batch, KV head) is
+    turned by one random orthogonal map, its K and every query head of its group alike (Q K^T unchanged)."""
     b, h, s, d = q.shape
     group = h // k.shape[1]
     n = max(1, round(OFFSET_HEADS * b * h)) if OFFSET_HEADS > 0 else 0
@@ -98,10 +106,13 @@ def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Gene
         q[bi, hi, :, 1] = torch.where(spike_rows[i], g_spike, 0.0)
         k[bi, kv, :, 1] = 0.0
         k[bi, kv, spike_key[i], 1] = g_spike
-    for bi, kv in sorted({(pair // h, pair % h // group) for pair in pick}):
-        turn = _rotation(d, gen)
-        q[bi, kv * group:(kv + 1) * group] = q[bi, kv * group:(kv + 1) * group] @ turn
-        k[bi, kv] = k[bi, kv] @ turn
+    touched = sorted({(pair // h, pair % h // group) for pair in pick})
+    qi = torch.tensor([bi * h + hq for bi, kv in touched for hq in range(kv * group, (kv + 1) * group)], device=q.device)
+    ki = torch.tensor([bi * k.shape[1] + kv for bi, kv in touched], device=k.device)
+    qf, kf = q.view(b * h, s, d), k.view(-1, s, d)
+    both = torch.cat([qf[qi], kf[ki]])
+    _turn(both, gen)
+    qf[qi], kf[ki] = both[:len(qi)], both[len(qi):]
     return q, k
 
 

@@ -249,8 +249,10 @@ def test_the_lazy_rescale_keeps_its_margin_on_the_offset_heads(causal):
     sharp_q[0, 0] = torch.randn(q.shape[-2:], generator=torch.Generator().manual_seed(1)).to(BF).float() * 32
     sharp_ref = run_reference(wl, {**inp, "Q": sharp_q.to(BF)})["O"].float()  # Q x 32 of bf16 values: exact in bf16
     sharp_used = float(_allowance_used(_lazy_forward(sharp_q, k, v, wl.symbols["scale"], causal), sharp_ref)[0])
-    # (causal: every head's worst element is on the first rows' few keys, 0.40-0.42 of the allowance, offset or not)
-    assert sharp_used > (1.75 if causal else 4) * float(used[offset].max()), (sharp_used, used)
+    if causal:  # every head's worst element is on the first rows' few keys (0.37-0.54 over eight seeds, offset or not)
+        assert sharp_used > float(used.max()) + 0.2, (sharp_used, used)
+    else:
+        assert sharp_used > 4 * float(used[offset].max()), (sharp_used, used)
 
 
 def test_offset_heads_raise_every_score_of_a_row_and_spike_one_late_key():
@@ -294,9 +296,9 @@ def test_no_coordinate_gives_an_offset_head_away(monkeypatch):
             # no coordinate constant over the rows, none zero: a turned head's spread is a plain head's
             assert float(group.std(-2).min()) > 0.5 and float(k[b, kv].std(-2).min()) > 0.5
             assert float(group.abs().amax(-2).min()) > 1.0 and float(k[b, kv].abs().amax(-2).min()) > 1.0
-    # the same draws without the turn (the matrix still drawn, then not applied): the heads as built
-    turn = inputs_mod._rotation
-    monkeypatch.setattr(inputs_mod, "_rotation", lambda d, gen: (turn(d, gen), torch.eye(d, device=gen.device))[1])
+    # the same draws without the turn (its angles still drawn, on a copy): the heads as built
+    turn = inputs_mod._turn
+    monkeypatch.setattr(inputs_mod, "_turn", lambda x, gen: turn(x.clone(), gen))
     built = make_inputs(wl, 7, "normal", "cpu")
     qb, kb = built["Q"].float(), built["K"].float()
     assert int((qb[..., 0].abs().amin(-1) >= 28).sum()) == 4  # coordinate 0 the integer g on each offset head
