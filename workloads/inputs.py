@@ -62,13 +62,13 @@ def _coordinate(score: float, scale: float) -> float:
 
 
 def _turn(x: torch.Tensor, gen: torch.Generator) -> None:
-    """Turn the last dimension of x (in place) by a random orthogonal map drawn from `gen`: 2 ceil(log2 D) stages, each
+    """Turn the last dimension of x (in place) by a random orthogonal map drawn from `gen`: 4 ceil(log2 D) stages, each
     a random pairing of the coordinates and a random angle per pair (Givens rotations; after them a unit vector's
-    weight is spread over the coordinates as a uniformly random direction's is). Elementwise only: a worker and the
+    largest coordinate is a uniformly random direction's, which at half the stages it is not yet). Elementwise only: a worker and the
     referee drawing from the same seed must get the same bits, which a matmul would not promise (its algorithm, or a
     TF32 setting, may differ between processes) and which their input digests check."""
     d = x.shape[-1]
-    for _ in range(2 * math.ceil(math.log2(d))):
+    for _ in range(4 * math.ceil(math.log2(d))):
         perm = torch.randperm(d, generator=gen, device=gen.device)
         angle = torch.rand(d // 2, generator=gen, device=gen.device) * (2 * math.pi)
         c, s = torch.cos(angle), torch.sin(angle)
@@ -83,8 +83,8 @@ def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Gene
     0) offset and spiked as described above, drawn from `gen`. The other query heads of a GQA group see coordinate 0
     as a row constant again, and their coordinate 1 is zeroed: on it the spike key would rise by q1 * g * scale,
     N(0, 9) at D = 128, enough for rows near one-hot between it and the rest (the CPU mirror of the lazy kernel at 75%
-    of the element rule's allowance on such rows, against 10% on plain ones). Then every touched (batch, KV head) is
-    turned by one random orthogonal map, its K and every query head of its group alike (Q K^T unchanged)."""
+    of the element rule's allowance on such rows, against 10% on plain ones). Then the touched (batch, KV head)s are
+    turned by one random orthogonal map of the draw, each K and every query head of its group alike (Q K^T unchanged)."""
     b, h, s, d = q.shape
     group = h // k.shape[1]
     n = max(1, round(OFFSET_HEADS * b * h)) if OFFSET_HEADS > 0 else 0

@@ -305,7 +305,9 @@ def test_no_coordinate_gives_an_offset_head_away(monkeypatch):
     assert torch.equal(built["V"], inp["V"])
     s_built = qb @ kb.repeat_interleave(4, 1).transpose(-1, -2)
     s_turned = q @ k.repeat_interleave(4, 1).transpose(-1, -2)
-    assert float((s_built - s_turned).abs().max() * wl.symbols["scale"]) < 0.5
+    # bf16's rounding of the turned values moves a scaled score by up to about 0.7 (D = 64; any mismatch of the turn
+    # between Q and K moves them by tens)
+    assert float((s_built - s_turned).abs().max() * wl.symbols["scale"]) < 1.0
 
 
 def test_an_lse_from_the_bf16_row_sum_passes_on_the_causal_first_rows():
