@@ -64,9 +64,9 @@ def _coordinate(score: float, scale: float) -> float:
 def _turn(x: torch.Tensor, gen: torch.Generator) -> None:
     """Turn the last dimension of x (in place) by a random orthogonal map drawn from `gen`: 4 ceil(log2 D) stages, each
     a random pairing of the coordinates and a random angle per pair (Givens rotations; after them a unit vector's
-    largest coordinate is a uniformly random direction's, which at half the stages it is not yet). Elementwise only: a worker and the
-    referee drawing from the same seed must get the same bits, which a matmul would not promise (its algorithm, or a
-    TF32 setting, may differ between processes) and which their input digests check."""
+    largest coordinate is a uniformly random direction's, which at half the stages it is not yet). Elementwise only:
+    a worker and the referee drawing from the same seed must get the same bits, which a matmul would not promise (its
+    algorithm, or a TF32 setting, may differ between processes) and which their input digests check."""
     d = x.shape[-1]
     for _ in range(4 * math.ceil(math.log2(d))):
         perm = torch.randperm(d, generator=gen, device=gen.device)

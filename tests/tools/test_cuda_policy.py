@@ -1,11 +1,10 @@
 """The source policy: `cuda` solutions are device-only, `ptx` solutions are whole modules."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from ptxbench.tools.solution.cuda_policy import ALLOWED_INCLUDES, check_cuda_source, check_ptx_source
+from waits import cpu_timed
 
 GOOD = r'''
 #include <cuda.h>
@@ -135,18 +134,10 @@ def test_ptx_checks_ignore_comments():
     assert len(check_ptx_source(commented)) == 2
 
 
-def _timed(fn, *args):
-    """The call's result and the CPU seconds this thread spent in it: what a scan costs, not how long a loaded
-    machine's other processes kept it waiting (the scans are single-threaded Python, no child process)."""
-    start = time.thread_time()
-    result = fn(*args)
-    return result, time.thread_time() - start
-
-
 def test_a_macro_that_expands_to_copies_of_itself_costs_no_memory():
     # four rounds of substitution wrote X's 200**4 copies out (3 GB, 13 s); each macro's answer is now found once
     bomb = "#define X " + " ".join(["X"] * 200) + "\nX f() { }\n"
-    issues, took = _timed(check_cuda_source, bomb)
+    issues, took = cpu_timed(check_cuda_source, bomb)
     assert took < 2 and [(i.line, "f() is host code" in i.message) for i in issues] == [(2, True)]
     chain = "#define A B\n#define B C\n#define C __device__\nA int f() { return 1; }\n"
     assert check_cuda_source(chain) == []  # macros of macros still count
@@ -159,12 +150,12 @@ def test_a_macro_that_expands_to_copies_of_itself_costs_no_memory():
     "namespace " * 38_000 + "( {",  # `namespace [names]$` tried from every `namespace`
 ])
 def test_long_heads_and_deep_scopes_are_read_in_linear_time(code):
-    _, took = _timed(check_cuda_source, code)
+    _, took = cpu_timed(check_cuda_source, code)
     assert took < 2, took
 
 
 def test_blank_lines_before_a_missing_version_are_read_in_linear_time():
     # `^\s*` crosses lines: from every line start of a blank run it read the rest of the run
-    issues, took = _timed(check_ptx_source, "\n" * 380_000)
+    issues, took = cpu_timed(check_ptx_source, "\n" * 380_000)
     assert took < 2 and len(issues) == 2, took
     assert check_ptx_source("\n\n" + PTX.replace("sm_90a", "sm_100a"))[0].line == 4  # the .target's own line

@@ -10,6 +10,7 @@ import time
 from ptxbench.tools.gpu import pool as pool_module
 from ptxbench.tools.gpu.messages import GpuJob
 from ptxbench.tools.gpu.pool import GpuPool, NoGpuError, PoolConfig
+from waits import wait_until
 
 HELLO = {"type": "hello", "limits": {"sm_count": 132, "name": "fake"}, "fingerprint": {"gpu": "fake"}, "device_count": 2,
          "startup_s": 2.5, "startup_phases": {"imports": 0.1, "context": 1.2, "limits": 0.1, "warm_up": 0.9,
@@ -331,9 +332,7 @@ def test_closing_during_a_background_start_leaves_nothing_running():
     pool = GpuPool(PoolConfig(devices=[0, 1], spares=1), factory=lambda d, c: SlowHello(d, c))
     starter = threading.Thread(target=pool.start)
     starter.start()
-    deadline = time.monotonic() + 5
-    while not FakeWorker.started and time.monotonic() < deadline:  # the start is in progress: its first worker spawned
-        time.sleep(0.005)
+    wait_until(lambda: FakeWorker.started)  # the start is in progress: its first worker spawned
     pool.close()  # waits for the start in progress, then stops every worker it made
     starter.join(5)
     assert len(FakeWorker.started) == 4 and all(not w.alive() for w in FakeWorker.started) and pool.slots == []

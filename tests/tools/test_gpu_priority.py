@@ -3,7 +3,6 @@ first, equal priorities in arrival order; and the evaluator passing each evaluat
 from __future__ import annotations
 
 import threading
-import time
 
 from ptxbench.tools.evaluate import LocalEvaluator
 from ptxbench.tools.evaluator import EvalOptions
@@ -11,6 +10,7 @@ from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
 from ptxbench.tools.gpu.priority import QueuePriority
 from ptxbench.tools.gpu.slots import SlotQueue
 from tests.tools.test_evaluate_local import CORPUS, WORKLOAD, AnsweringWorker
+from waits import wait_until
 
 
 class TimedWorker(AnsweringWorker):
@@ -29,9 +29,7 @@ class Slot:
 
 def _until_waiting(q: SlotQueue, n: int) -> None:
     """Until `n` threads wait in the queue (a thread started is not yet a waiter on a loaded machine)."""
-    deadline = time.monotonic() + 5
-    while len(q._waiters) < n and time.monotonic() < deadline:
-        time.sleep(0.002)
+    wait_until(lambda: len(q._waiters) >= n)
 
 
 def test_waiters_are_served_highest_priority_first_then_in_arrival_order():

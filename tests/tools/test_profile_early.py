@@ -12,6 +12,7 @@ from ptxbench.tools.profile import runner
 from ptxbench.tools.profile.early import EarlyChoice, EarlyProfile
 
 from ncu_fake import Recorder, fake_ncu  # noqa: F401 - the fixture
+from waits import wait_until
 
 
 def start_fake(tmp_path):
@@ -24,9 +25,7 @@ def test_the_wanted_level_runs_once_decided_and_its_start_up_overlapped_the_timi
     early = EarlyProfile(start_fake(tmp_path), "verdict", hold=hold, device=0)
     # the candidate's timing: the replay gets ready meanwhile (0.4 s of start-up); a run that waited for the decision
     # to start would never be ready here
-    deadline = time.monotonic() + 10
-    while not list((tmp_path / "w").rglob("ready")) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: list((tmp_path / "w").rglob("ready")), timeout=10)
     decided = time.time()
     summary, seconds = early.claim("verdict")
     stamps = fake_ncu()

@@ -17,6 +17,7 @@ from ptxbench.tools.profile.gated import run_gated
 from ptxbench.tools.profile.handshake import Handshake
 
 from ncu_fake import Recorder, fake_ncu  # noqa: F401 - the fixture
+from waits import wait_until
 
 
 def test_the_gpu_is_held_from_go_to_done_only(fake_ncu, tmp_path):
@@ -118,9 +119,7 @@ def test_a_replay_names_the_free_gpu_else_the_one_fewest_replays_wait_for():
     waiters = [threading.Thread(target=lambda: q.get(0)) for _ in range(2)]
     for t in waiters:
         t.start()
-    deadline = time.monotonic() + 5
-    while len(q._waiters) < 2 and time.monotonic() < deadline:  # both waiting
-        time.sleep(0.005)
+    wait_until(lambda: len(q._waiters) >= 2)  # both waiting
     assert q.least_loaded([0, 1], first=0) == 1 and q.least_loaded([0, 1], first=1) == 1
     q.put(zero)
     q.put(Slot(0))

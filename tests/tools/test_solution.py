@@ -1,13 +1,12 @@
 """Solution files: pulling the kernel out of a reply, parsing its plan, checking it, resolving it."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from ptxbench.tools.solution.plan import FormatIssue, Solution
 from ptxbench.tools.solution.parse import PlanError, extract_solution, parse_solution, read_reply, resolve_plan
 from ptxbench.workloads.schema import Baseline, TensorSpec, Workload
+from waits import cpu_timed
 
 
 def _workload(**symbols) -> Workload:
@@ -503,22 +502,14 @@ def test_a_capped_list_keeps_the_plan_kind_of_what_it_cut():
 GOOD_CUDA = CUDA_PLAN + 'extern "C" __global__ void k(const __nv_bfloat16* a, __nv_bfloat16* c, int k) {}\n'
 
 
-def _timed(fn, *args):
-    """The call's result and the CPU seconds this thread spent in it: what a scan costs, not how long a loaded
-    machine's other processes kept it waiting (the scans are single-threaded Python, no child process)."""
-    start = time.thread_time()
-    result = fn(*args)
-    return result, time.thread_time() - start
-
-
 def test_a_line_of_brackets_in_a_multiline_string_is_read_in_linear_time():
     from ptxbench.tools.solution.plan_toml import PlanBlock, _scan_lines
 
     # `\"` inside a """ string is an escape, so the `[` line is string content, not a table header
     plan = GOOD_CUDA.replace('language = "cuda"\n', 'language = "cuda"\nx = """\\"""\n[' + " " * 3000 + '\n"""\n', 1)
-    issues, took = _timed(parse_solution, plan, GEMM)
+    issues, took = cpu_timed(parse_solution, plan, GEMM)
     assert took < 2 and [(i.line, i.kind) for i in _issues(issues)] == [(3, "plan")], issues  # unknown key 'x'
-    lines, took = _timed(_scan_lines, PlanBlock("[[launch]]\nkernel = 1\n[" + " " * 3000, 1))
+    lines, took = cpu_timed(_scan_lines, PlanBlock("[[launch]]\nkernel = 1\n[" + " " * 3000, 1))
     assert took < 2 and lines.headers == [(1, "launch")] and lines.keys == {(1, "kernel"): 2}
 
 
@@ -528,7 +519,7 @@ def test_a_line_of_brackets_in_a_multiline_string_is_read_in_linear_time():
     ("{" + " k" * 190_000, 1),  # the braces before every mention of the kernel's name counted
 ])
 def test_unclosed_scopes_and_many_mentions_are_scanned_in_linear_time(shape, count):
-    issues, took = _timed(parse_solution, CUDA_PLAN + shape * count + "\n", GEMM)
+    issues, took = cpu_timed(parse_solution, CUDA_PLAN + shape * count + "\n", GEMM)
     assert took < 2 and "is not defined" in _issues(issues)[0].message, took
 
 
@@ -536,7 +527,7 @@ def test_unclosed_scopes_and_many_mentions_are_scanned_in_linear_time(shape, cou
 def test_many_unclosed_parameter_lists_are_read_once(language, declaration):
     head = (PLAN + HEAD if language == "ptx" else CUDA_PLAN).replace('"k"', '"k0"')
     source = head + "".join(declaration.format(i) for i in range(256)) + "x" * 350_000
-    result, took = _timed(parse_solution, source, GEMM)
+    result, took = cpu_timed(parse_solution, source, GEMM)
     assert took < 2, took
     # each list ends where the next declaration begins: k0's holds what lies before k1, not the rest of the file
     assert "kernel k0 has 0 parameters" in _issues(result)[0].message if language == "ptx" else \
@@ -545,7 +536,7 @@ def test_many_unclosed_parameter_lists_are_read_once(language, declaration):
 
 def test_a_reply_of_unclosed_plan_comments_is_read_in_linear_time():
     reply = "/* ptxbench " * 80_000
-    extracted, took = _timed(extract_solution, reply)
+    extracted, took = cpu_timed(extract_solution, reply)
     assert took < 2 and extracted.source.startswith("/* ptxbench")
     assert extract_solution("```\n/* ptxbench\nx = 1\nlanguage = 'ptx'\n*/\n```\n/* ptxbench\nlanguage = 'cuda'").language == "ptx"
 

@@ -22,6 +22,7 @@ from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions.faults import load_corpus
 
 from fake_workers import evaluator
+from waits import wait_until
 
 GEMM, BWD = "gemm_bf16_m8192_n7168_k5120", "mha_bwd_d128"
 H200 = {"tflops_bf16": 989.0, "hbm_gbps": 4800.0}
@@ -373,9 +374,7 @@ def _two_at_once(ev, workers, source: str, options: EvalOptions) -> list:
     results = []
     threads = [threading.Thread(target=lambda: results.append(ev.evaluate(WORKLOAD, source, options))) for _ in range(2)]
     threads[0].start()
-    deadline = time.monotonic() + 30
-    while not any(w.jobs for w in workers) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: any(w.jobs for w in workers), timeout=30)
     threads[1].start()
     for th in threads:
         th.join()
