@@ -22,21 +22,21 @@ SPIKE_SCALE = 10.0  # how much larger an outlier is
 # The attention forward's offset heads: standard normal Q and K give scores scale * q . k ~ N(0, 1), whose row maximum
 # is about 5, so a softmax that never subtracts its running max (or takes it from the first key tile and never
 # rescales) was exact on every input drawn. A quarter of the (batch, head) pairs, at least one, chosen by the seed,
-# get every score raised by SCORE_OFFSET (query and key coordinate 0 set to g with g^2 scale >= SCORE_OFFSET: a
-# constant per row, so the softmax is the plain one), past float32's exp limit (88.7): a softmax without its max
-# overflows. A quarter of those heads' rows also score one key, drawn from the second quarter of the keys, SPIKE above
-# the rest (coordinate 1: set for that key and those rows, zero elsewhere): a max taken before that key and never
-# moved overflows there, even with a headroom C added to it (exp(s - m - C), no rescale): SPIKE > 88.7 + the largest C
-# the plain heads survive (about 85, where their P underflows), so no C passes both (at SPIKE 100, C from 20 to 84
-# passed every check). Run 18's sharp heads (Q x 32, rows near one-hot among a few keys) put an honest bf16-P kernel
-# with a lazy rescale at the edge of the element rule (its dominant P is not 1 while the max lags: bf16 rounding
-# on it, up to 0.39%, turned a 1-ulp output into a miss on about 6% of checked calls on the H100, cuDNN at 67-76%
-# of the allowance): these heads test the max without a near-tie among a few keys. Last, each touched (batch, KV
-# head) has its K and its group's Q turned by one random orthogonal map: every score stays what it was (up to
-# bf16's rounding of the turned values), and no coordinate is constant any more, so a kernel cannot tell an offset
-# head by one of its elements and take the careful path only there (what remains to see is a large norm, and
-# branching on |q| |k| scale, a bound on every score, is a sound way to skip a max). The backward keeps plain heads:
-# it is given LSE and needs no running max.
+# get every score raised by SCORE_OFFSET (query and key set to g along one random direction r0 of the draw, with
+# g^2 scale >= SCORE_OFFSET: a constant per row, so the softmax is the plain one), past float32's exp limit (88.7): a
+# softmax without its max overflows. A quarter of those heads' rows also score one key, drawn from the second quarter
+# of the keys, SPIKE above the rest (along a second direction r1: set for that key and those rows, zero elsewhere): a
+# max taken before that key and never moved overflows there, even with a headroom C added to it (exp(s - m - C), no
+# rescale): SPIKE > 88.7 + the largest C the plain heads survive (about 85, where their P underflows), so no C passes
+# both (at SPIKE 100, C from 20 to 84 passed every check). Run 18's sharp heads (Q x 32, rows near one-hot among a few
+# keys) put an honest bf16-P kernel with a lazy rescale at the edge of the element rule (its dominant P is not 1 while
+# the max lags: bf16 rounding on it, up to 0.39%, turned a 1-ulp output into a miss on about 6% of checked calls on
+# the H100, cuDNN at 67-76% of the allowance): these heads test the max without a near-tie among a few keys. The
+# directions are random, not coordinates 0 and 1 (as they first were): there, coordinate 0 was the integer g on every
+# row, so a kernel could tell an offset head by one element and take the careful path only there; along random
+# directions every coordinate varies over the rows (what remains to see is a large norm, and branching on |q| |k|
+# scale, a bound on every score, is a sound way to skip a max). The backward keeps plain heads: it is given LSE and
+# needs no running max.
 OFFSET_HEADS = 0.25
 SCORE_OFFSET = 100.0
 SPIKE = 200.0
@@ -61,58 +61,56 @@ def _coordinate(score: float, scale: float) -> float:
     return float(math.ceil(math.sqrt(score / scale)))
 
 
-def _turn(x: torch.Tensor, gen: torch.Generator) -> None:
-    """Turn the last dimension of x (in place) by a random orthogonal map drawn from `gen`: 4 ceil(log2 D) stages, each
-    a random pairing of the coordinates and a random angle per pair (Givens rotations; after them a unit vector's
-    largest coordinate is a uniformly random direction's, which at half the stages it is not yet). Elementwise only:
-    a worker and the referee drawing from the same seed must get the same bits, which a matmul would not promise (its
-    algorithm, or a TF32 setting, may differ between processes) and which their input digests check."""
-    d = x.shape[-1]
-    for _ in range(4 * math.ceil(math.log2(d))):
-        perm = torch.randperm(d, generator=gen, device=gen.device)
-        angle = torch.rand(d // 2, generator=gen, device=gen.device) * (2 * math.pi)
-        c, s = torch.cos(angle), torch.sin(angle)
-        i, j = perm[0:d // 2 * 2:2], perm[1:d // 2 * 2:2]
-        xi, xj = x[..., i], x[..., j]
-        x[..., i] = c * xi - s * xj
-        x[..., j] = s * xi + c * xj
+def _directions(d: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two orthonormal directions of R^d, uniformly random, drawn from `gen` (Gram-Schmidt in float64)."""
+    r = torch.randn(2, d, generator=gen, device=gen.device, dtype=torch.float64)
+    r0 = r[0] / (r[0] * r[0]).sum().sqrt()
+    r1 = r[1] - (r[1] * r0).sum() * r0
+    return r0.float(), (r1 / (r1 * r1).sum().sqrt()).float()
+
+
+def _without(x: torch.Tensor, *dirs: torch.Tensor) -> torch.Tensor:
+    """x with each row's component along each of the orthonormal `dirs` removed. Elementwise products and a row sum,
+    no matmul: a worker and the referee drawing from the same seed must get the same bits (their input digests check
+    it), which a matmul's algorithm or a TF32 setting would not promise."""
+    for r in dirs:
+        x = x - (x * r).sum(-1, keepdim=True) * r
+    return x
 
 
 def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Q [B, H, S, D] and K [B, HKV, S, D] with OFFSET_HEADS of the (batch, head) pairs (at least one; none when it is
-    0) offset and spiked as described above, drawn from `gen`. The other query heads of a GQA group see coordinate 0
-    as a row constant again, and their coordinate 1 is zeroed: on it the spike key would rise by q1 * g * scale,
-    N(0, 9) at D = 128, enough for rows near one-hot between it and the rest (the CPU mirror of the lazy kernel at 75%
-    of the element rule's allowance on such rows, against 10% on plain ones). Then the touched (batch, KV head)s are
-    turned by one random orthogonal map of the draw, each K and every query head of its group alike (Q K^T unchanged)."""
+    0) offset and spiked as described above, drawn from `gen`, along two random orthonormal directions r0 and r1 of
+    the draw: the offset is g r0 on every row of the head's Q and of its group's K, the spike g' r1 on the spiked rows
+    and the spike key, and the random parts have no component along either (so the scores are the plain ones plus
+    those). The other query heads of a GQA group have their r1 component removed: the spike key would raise their
+    scores by (q . r1) g' scale, N(0, 9) at D = 128, enough for rows near one-hot between it and the rest (the CPU
+    mirror of the lazy kernel at 75% of the element rule's allowance on such rows, against 10% on plain ones); along
+    r0 they see a row constant. Where two picks share a KV head, its spike key is the later pick's."""
     b, h, s, d = q.shape
-    group = h // k.shape[1]
+    hkv = k.shape[1]
+    group = h // hkv
     n = max(1, round(OFFSET_HEADS * b * h)) if OFFSET_HEADS > 0 else 0
     if not n:
         return q, k
     pick = torch.randperm(b * h, generator=gen, device=gen.device)[:n].tolist()
     spike_key = torch.randint(s // 4, s // 2, (n,), generator=gen, device=gen.device).tolist()
     spike_rows = torch.rand(n, s, generator=gen, device=gen.device) < SPIKE_ROWS
-    q, k = q.float().clone(), k.float().clone()
+    r0, r1 = _directions(d, gen)
     g, g_spike = _coordinate(SCORE_OFFSET, scale), _coordinate(SPIKE, scale)
-    for pair in pick:  # first, so that a second pick in a group cannot clear the first one's spiked rows
-        bi, hi = divmod(pair, h)
-        q[bi, (hi // group) * group:(hi // group + 1) * group, :, 1] = 0.0
-    for i, pair in enumerate(pick):
-        bi, hi = divmod(pair, h)
-        kv = hi // group
-        q[bi, hi, :, 0] = g
-        k[bi, kv, :, 0] = g
-        q[bi, hi, :, 1] = torch.where(spike_rows[i], g_spike, 0.0)
-        k[bi, kv, :, 1] = 0.0
-        k[bi, kv, spike_key[i], 1] = g_spike
-    touched = sorted({(pair // h, pair % h // group) for pair in pick})
-    qi = torch.tensor([bi * h + hq for bi, kv in touched for hq in range(kv * group, (kv + 1) * group)], device=q.device)
-    ki = torch.tensor([bi * k.shape[1] + kv for bi, kv in touched], device=k.device)
-    qf, kf = q.view(b * h, s, d), k.view(-1, s, d)
-    both = torch.cat([qf[qi], kf[ki]])
-    _turn(both, gen)
-    qf[qi], kf[ki] = both[:len(qi)], both[len(qi):]
+    q, k = q.float().clone(), k.float().clone()
+    qf, kf = q.view(b * h, s, d), k.view(b * hkv, s, d)
+    spike_of = {pair // h * hkv + pair % h // group: key for pair, key in zip(pick, spike_key)}  # KV head -> the later pick's key
+    kv_heads = torch.tensor(sorted(spike_of), device=q.device)
+    group_heads = torch.tensor([kv // hkv * h + kv % hkv * group + i for kv in sorted(spike_of) for i in range(group)],
+                               device=q.device)
+    qf[group_heads] = _without(qf[group_heads], r1)
+    picked = torch.tensor(pick, device=q.device)
+    spike = torch.where(spike_rows, g_spike, 0.0).to(q.device)
+    qf[picked] = _without(qf[picked], r0) + g * r0 + spike[..., None] * r1
+    kf[kv_heads] = _without(kf[kv_heads], r0, r1) + g * r0
+    keys = torch.tensor([spike_of[kv] for kv in sorted(spike_of)], device=k.device)
+    kf[kv_heads, keys] += g_spike * r1
     return q, k
 
 

@@ -163,7 +163,7 @@ def _allowance_used(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
 
 def _offset(q: torch.Tensor) -> torch.Tensor:
     """[B, H] (or [H]): which query heads make_inputs offset, by their rows' norms (g >= 29 along one direction against
-    sqrt(D) <= 11.3 of a plain row): the heads are turned, so no single coordinate tells them."""
+    sqrt(D) <= 11.3 of a plain row): the offset lies along a random direction, so no single coordinate tells them."""
     return q.float().norm(dim=-1).amin(-1) > 20
 
 
@@ -282,32 +282,47 @@ def test_offset_heads_raise_every_score_of_a_row_and_spike_one_late_key():
 
 
 def test_no_coordinate_gives_an_offset_head_away(monkeypatch):
-    """Set as they were built (coordinate 0 the integer g on every row, coordinate 1 zero but on the spike), an offset
-    head was told by one element, and a kernel could take the careful path there alone. Turned, each coordinate of its
-    Q and K varies over the rows as a plain head's does, and the scores are the built ones up to bf16's rounding."""
+    """Built along coordinates 0 and 1 (coordinate 0 the integer g on every row, coordinate 1 zero but on the spike), an
+    offset head was told by one element, and a kernel could take the careful path there alone. Built along two random
+    directions of the draw, each coordinate of its Q and K varies over the rows as a plain head's does, and its scores
+    are the plain draw's with those directions removed, plus g^2 scale, plus the spike (up to bf16's rounding)."""
     wl = get_workload("smoke_mha_fwd_d64_gqa_h4_kv2")
     wl.symbols.update({"B": 2, "H": 8, "HKV": 2, "S": 512})
+    scale = wl.symbols["scale"]
+    drawn = []
+    directions = inputs_mod._directions
+    monkeypatch.setattr(inputs_mod, "_directions", lambda d, gen: drawn.append(directions(d, gen)) or drawn[-1])
     inp = make_inputs(wl, 7, "normal", "cpu")
     q, k = inp["Q"].float(), inp["K"].float()
-    assert int(_offset(q).sum()) == 4
+    offset = _offset(q)
+    assert int(offset.sum()) == 4 and len(drawn) == 1
+    r0, r1 = drawn[0]
+    assert abs(float(r0 @ r1)) < 1e-6 and abs(float(r0.norm()) - 1) < 1e-6 and abs(float(r1.norm()) - 1) < 1e-6
+    assert float(r0.abs().max()) < 0.6 and float(r1.abs().max()) < 0.6  # not a coordinate
     for b in range(2):
         for kv in range(2):
             group = q[b, kv * 4:(kv + 1) * 4]
-            # no coordinate constant over the rows, none zero: a turned head's spread is a plain head's
+            # no coordinate constant over the rows, none zero: an offset head's spread is a plain head's
             assert float(group.std(-2).min()) > 0.5 and float(k[b, kv].std(-2).min()) > 0.5
             assert float(group.abs().amax(-2).min()) > 1.0 and float(k[b, kv].abs().amax(-2).min()) > 1.0
-    # the same draws without the turn (its angles still drawn, on a copy): the heads as built
-    turn = inputs_mod._turn
-    monkeypatch.setattr(inputs_mod, "_turn", lambda x, gen: turn(x.clone(), gen))
-    built = make_inputs(wl, 7, "normal", "cpu")
-    qb, kb = built["Q"].float(), built["K"].float()
-    assert int((qb[..., 0].abs().amin(-1) >= 28).sum()) == 4  # coordinate 0 the integer g on each offset head
-    assert torch.equal(built["V"], inp["V"])
-    s_built = qb @ kb.repeat_interleave(4, 1).transpose(-1, -2)
-    s_turned = q @ k.repeat_interleave(4, 1).transpose(-1, -2)
-    # bf16's rounding of the turned values moves a scaled score by up to about 0.7 (D = 64; any mismatch of the turn
-    # between Q and K moves them by tens)
-    assert float((s_built - s_turned).abs().max() * wl.symbols["scale"]) < 1.0
+    monkeypatch.setattr(inputs_mod, "OFFSET_HEADS", 0.0)
+    plain = make_inputs(wl, 7, "normal", "cpu")
+    assert torch.equal(plain["V"], inp["V"])
+    g = inputs_mod._coordinate(inputs_mod.SCORE_OFFSET, scale)
+    spike = inputs_mod._coordinate(inputs_mod.SPIKE, scale) ** 2 * scale
+    qp, kp = (inputs_mod._without(plain[n].float(), r0, r1) for n in ("Q", "K"))
+    for b, h in offset.nonzero().tolist():
+        kv = h // 4
+        assert float((q[b, h] @ r0 - g).abs().max()) < 0.2 and float((k[b, kv] @ r0 - g).abs().max()) < 0.2
+        built = (qp[b, h] @ kp[b, kv].T + g * g) * scale
+        over = q[b, h] @ k[b, kv].T * scale - built  # 0 up to bf16's rounding, the spike on the spiked rows' key
+        assert float(over.abs().median()) < 0.05
+        key = int(over.amax(0).argmax())
+        rest = torch.cat([over[:, :key], over[:, key + 1:]], 1)
+        rows = over[:, key] > spike / 2
+        # bf16's rounding moves a scaled score by well under 1 (a direction mismatched between Q and K, by tens)
+        assert float(rest.abs().max()) < 1.0 and float((over[rows, key] - spike).abs().max()) < 1.0
+        assert float(over[~rows, key].abs().max()) < 1.0 and 0.1 < float(rows.float().mean()) < 0.45
 
 
 def test_an_lse_from_the_bf16_row_sum_passes_on_the_causal_first_rows():
