@@ -77,6 +77,8 @@
 #   lazy-threshold (240) the attention forward's reference with its lazy-rescale threshold at other values, in
 #                       alternating rounds of one evaluator (bench/lazy_threshold.py: LAZY_WORKLOADS, default
 #                       mha_fwd_d128 mha_fwd_d128_causal; LAZY_THRESHOLDS, default 8,32,64; LAZY_ROUNDS, default 4)
+#   input-draw (60)     milliseconds per fresh input set with the forward's offset heads and without, and whether one
+#                       seed draws the same bits twice (bench/input_draw_cost.py; INPUT_DRAW_ARGS, e.g. "mha_fwd_d64")
 #   wgmma-rates (90)    MACs per cycle per SM for each wgmma shape and operand layout (bench/wgmma_rates.py: m64n64 / n80 /
 #                       n128 / n256, K-major or MN-major A and B, A from registers)
 # A step's budget is a hard limit (SIGKILL); what it wrote by then is still packed. ROUND_ONE_TAR=1 packs all of $OUT
@@ -97,7 +99,7 @@ declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590
                    [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [cta-cost]=150 [fwd-tests]=150 [ref-eval]=200 [pool-hang]=90
                    [compile-cpu]=120 [restore-ablation]=300 [ncu-metrics]=90 [decoy-shares]=150 [audit-cost]=120
-                   [context-isolation]=120 [lazy-threshold]=240 [pytest-gpu]=300)
+                   [context-isolation]=120 [lazy-threshold]=240 [pytest-gpu]=300 [input-draw]=60)
 
 run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
   local name=${1%%.*} s=$2 d=$3 tag=
@@ -154,6 +156,7 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
           --rounds "${LAZY_ROUNDS:-4}" --json "$d/$w.json" --md "$d/$w.md"
       done ;;
     ncu-metrics) python3 bench/ncu_metric_probe.py --json "$d/metrics.json" ;;
+    input-draw) python3 bench/input_draw_cost.py ${INPUT_DRAW_ARGS:-} > "$d/draw.md"; cat "$d/draw.md" ;;
     decoy-shares) python3 bench/decoy_shares.py --json "$d/shares.json" ;;
     context-isolation) python3 bench/context_isolation.py --json "$d/isolation.json" ;;
     audit-cost) python3 bench/audit_cost.py ${AUDIT_COST_ARGS:-} --json "$d/audit.json" ;;
