@@ -98,19 +98,20 @@ def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Gene
     spike_rows = torch.rand(n, s, generator=gen, device=gen.device) < SPIKE_ROWS
     r0, r1 = _directions(d, gen)
     g, g_spike = _coordinate(SCORE_OFFSET, scale), _coordinate(SPIKE, scale)
-    q, k = q.float().clone(), k.float().clone()
+    kvs = sorted({pair // h * hkv + pair % h // group for pair in pick})  # touched (batch, KV head)s, flat
+    spike_of = {pair // h * hkv + pair % h // group: key for pair, key in zip(pick, spike_key)}  # the later pick's key
+    heads = [kv // hkv * h + kv % hkv * group + i for kv in kvs for i in range(group)]  # their groups' query heads
+    # Only the touched heads go through float32 (the rest stay as drawn), each rounded back once.
+    q, k = q.clone(), k.clone()
     qf, kf = q.view(b * h, s, d), k.view(b * hkv, s, d)
-    spike_of = {pair // h * hkv + pair % h // group: key for pair, key in zip(pick, spike_key)}  # KV head -> the later pick's key
-    kv_heads = torch.tensor(sorted(spike_of), device=q.device)
-    group_heads = torch.tensor([kv // hkv * h + kv % hkv * group + i for kv in sorted(spike_of) for i in range(group)],
-                               device=q.device)
-    qf[group_heads] = _without(qf[group_heads], r1)
-    picked = torch.tensor(pick, device=q.device)
+    qi, ki = torch.tensor(heads, device=q.device), torch.tensor(kvs, device=k.device)
+    qg = _without(qf[qi].float(), r1)
+    mine = torch.tensor([heads.index(pair) for pair in pick], device=q.device)
     spike = torch.where(spike_rows, g_spike, 0.0).to(q.device)
-    qf[picked] = _without(qf[picked], r0) + g * r0 + spike[..., None] * r1
-    kf[kv_heads] = _without(kf[kv_heads], r0, r1) + g * r0
-    keys = torch.tensor([spike_of[kv] for kv in sorted(spike_of)], device=k.device)
-    kf[kv_heads, keys] += g_spike * r1
+    qg[mine] = _without(qg[mine], r0) + g * r0 + spike[..., None] * r1
+    kg = _without(kf[ki].float(), r0, r1) + g * r0
+    kg[torch.arange(len(kvs), device=k.device), torch.tensor([spike_of[kv] for kv in kvs], device=k.device)] += g_spike * r1
+    qf[qi], kf[ki] = qg.to(q.dtype), kg.to(k.dtype)
     return q, k
 
 

@@ -308,6 +308,11 @@ def test_no_coordinate_gives_an_offset_head_away(monkeypatch):
     monkeypatch.setattr(inputs_mod, "OFFSET_HEADS", 0.0)
     plain = make_inputs(wl, 7, "normal", "cpu")
     assert torch.equal(plain["V"], inp["V"])
+    groups = offset.view(2, 2, 4).any(-1)  # [B, HKV]: the KV heads an offset head touches
+    assert 0 < int(groups.sum()) < 4  # seed 7 leaves a group untouched
+    for b, kv in (~groups).nonzero().tolist():  # untouched groups: the plain draw's bits
+        assert torch.equal(inp["K"][b, kv], plain["K"][b, kv])
+        assert torch.equal(inp["Q"][b, kv * 4:(kv + 1) * 4], plain["Q"][b, kv * 4:(kv + 1) * 4])
     g = inputs_mod._coordinate(inputs_mod.SCORE_OFFSET, scale)
     spike = inputs_mod._coordinate(inputs_mod.SPIKE, scale) ** 2 * scale
     qp, kp = (inputs_mod._without(plain[n].float(), r0, r1) for n in ("Q", "K"))
