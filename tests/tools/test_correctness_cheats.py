@@ -362,9 +362,9 @@ def test_an_lse_rounded_to_bf16_fails_its_own_rule():
 
 
 def test_the_other_heads_of_an_offset_gqa_group_stay_plain():
-    """The spike key's coordinate 1 would reach every query head of its GQA group (q1 * g * scale, N(0, 9) at D =
+    """The spike key's r1 component would reach every query head of its GQA group ((q . r1) g' scale, N(0, 9) at D =
     128), making their rows near one-hot between it and the rest: the lazy kernel's mirror used 40-61% of the
-    allowance on those heads. Their coordinate 1 is zeroed, and every head keeps the plain margin."""
+    allowance on those heads. Their r1 component is removed, and every head keeps the plain margin."""
     wl = get_workload("mha_fwd_d128_gqa_h32_kv8")
     wl.symbols.update({"B": 1, "H": 8, "HKV": 2, "S": 1024})
     inp = make_inputs(wl, 0, "normal", "cpu")
@@ -374,7 +374,7 @@ def test_the_other_heads_of_an_offset_gqa_group_stay_plain():
     used = _allowance_used(_lazy_forward(q, k, v, wl.symbols["scale"], False), ref)
     offset = _offset(q[0]).nonzero().flatten().tolist()
     assert len(offset) == 2 and float(used.max()) < 0.2, (offset, used)
-    for h in offset:  # the group's other heads: coordinate 1 zero, so the spike key is an ordinary one for them
+    for h in offset:  # the group's other heads: no r1 component, so the spike key is an ordinary one for them
         s = q[0, h] @ k[0, h].T * wl.symbols["scale"]
         spike = int((s - s.median(-1, keepdim=True).values).amax(0).argmax())
         for o in range((h // 4) * 4, (h // 4 + 1) * 4):
