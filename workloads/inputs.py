@@ -22,9 +22,10 @@ SPIKE_SCALE = 10.0  # how much larger an outlier is
 # The attention forward's offset heads: standard normal Q and K give scores scale * q . k ~ N(0, 1), whose row maximum
 # is about 5, so a softmax that never subtracts its running max (or takes it from the first key tile and never
 # rescales) was exact on every input drawn. A quarter of the (batch, head) pairs, at least one, chosen by the seed,
-# get every score raised by SCORE_OFFSET (query and key set to g along one random direction r0 of the draw, with
-# g^2 scale >= SCORE_OFFSET: a constant per row, so the softmax is the plain one), past float32's exp limit (88.7): a
-# softmax without its max overflows. A quarter of those heads' rows also score one key, drawn from the second quarter
+# have every score of a random half of their query rows (OFFSET_ROWS, each row drawn on its own) raised by SCORE_OFFSET
+# (those query rows and every key set to g along one random direction r0 of the draw, with g^2 scale >= SCORE_OFFSET:
+# a constant per row, so the softmax is the plain one), past float32's exp limit (88.7): a softmax without its max
+# overflows. A quarter of those heads' rows also score one key, drawn from the second quarter
 # of the keys, SPIKE above the rest (along a second direction r1: set for that key and those rows, zero elsewhere): a
 # max taken before that key and never moved overflows there, even with a headroom C added to it (exp(s - m - C), no
 # rescale): SPIKE > 88.7 + the largest C the plain heads survive (about 85, where their P underflows), so no C passes
@@ -34,13 +35,15 @@ SPIKE_SCALE = 10.0  # how much larger an outlier is
 # the H100, cuDNN at 67-76% of the allowance): these heads test the max without a near-tie among a few keys. The
 # directions are random, not coordinates 0 and 1 (as they first were): there, coordinate 0 was the integer g on every
 # row, so a kernel could tell an offset head by one element and take the careful path only there; along random
-# directions every coordinate varies over the rows (what remains to see is a large norm, and branching on |q| |k|
-# scale, a bound on every score, is a sound way to skip a max). The backward keeps plain heads: it is given LSE and
-# needs no running max.
+# directions every coordinate varies over the rows. What remains to see is a row's large norm: branching on a bound
+# from each row's own |q| and the keys' |k| is a sound way to skip a max, while a kernel that reads one row (or one
+# element) and decides for its whole head or tile is wrong on the rows it did not read, since only some rows carry the
+# offset. The backward keeps plain heads: it is given LSE and needs no running max.
 OFFSET_HEADS = 0.25
 SCORE_OFFSET = 100.0
 SPIKE = 200.0
 SPIKE_ROWS = 0.25
+OFFSET_ROWS = 0.5  # share of an offset head's query rows that carry the offset (each row drawn on its own)
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -81,9 +84,9 @@ def _without(x: torch.Tensor, *dirs: torch.Tensor) -> torch.Tensor:
 def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Q [B, H, S, D] and K [B, HKV, S, D] with OFFSET_HEADS of the (batch, head) pairs (at least one; none when it is
     0) offset and spiked as described above, drawn from `gen`, along two random orthonormal directions r0 and r1 of
-    the draw: the offset is g r0 on every row of the head's Q and of its group's K, the spike g' r1 on the spiked rows
-    and the spike key, and the random parts have no component along either (so the scores are the plain ones plus
-    those). The other query heads of a GQA group have their r1 component removed: the spike key would raise their
+    the draw: the offset is g r0 on the offset rows of the head's Q and every row of its group's K, the spike g' r1 on
+    the spiked rows and the spike key, and the random parts have no component along either (so the scores are the
+    plain ones plus those). The other query heads of a GQA group have their r1 component removed: the spike key would raise their
     scores by (q . r1) g' scale, N(0, 9) at D = 128, enough for rows near one-hot between it and the rest (the CPU
     mirror of the lazy kernel at 75% of the element rule's allowance on such rows, against 10% on plain ones); along
     r0 they see a row constant. Where two picks share a KV head, its spike key is the later pick's."""
@@ -96,6 +99,7 @@ def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Gene
     pick = torch.randperm(b * h, generator=gen, device=gen.device)[:n].tolist()
     spike_key = torch.randint(s // 4, s // 2, (n,), generator=gen, device=gen.device).tolist()
     spike_rows = torch.rand(n, s, generator=gen, device=gen.device) < SPIKE_ROWS
+    offset_rows = torch.rand(n, s, generator=gen, device=gen.device) < OFFSET_ROWS
     r0, r1 = _directions(d, gen)
     g, g_spike = _coordinate(SCORE_OFFSET, scale), _coordinate(SPIKE, scale)
     kvs = sorted({pair // h * hkv + pair % h // group for pair in pick})  # touched (batch, KV head)s, flat
@@ -108,7 +112,8 @@ def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Gene
     qg = _without(qf[qi].float(), r1)
     mine = torch.tensor([heads.index(pair) for pair in pick], device=q.device)
     spike = torch.where(spike_rows, g_spike, 0.0).to(q.device)
-    qg[mine] = _without(qg[mine], r0) + g * r0 + spike[..., None] * r1
+    lift = torch.where(offset_rows, g, 0.0).to(q.device)
+    qg[mine] = _without(qg[mine], r0) + lift[..., None] * r0 + spike[..., None] * r1
     kg = _without(kf[ki].float(), r0, r1) + g * r0
     kg[torch.arange(len(kvs), device=k.device), torch.tensor([spike_of[kv] for kv in kvs], device=k.device)] += g_spike * r1
     qf[qi], kf[ki] = qg.to(q.dtype), kg.to(k.dtype)
