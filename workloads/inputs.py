@@ -3,13 +3,11 @@
 Only inputs are made (outputs are the harness's to allocate). Random tensors are drawn in the
 workload's tensor order from one generator seeded with `seed`, so a (workload, seed, dist) triple
 always gives the same tensors on a given device. For mha_bwd, O and LSE are not random: they come
-from the float32 reference forward of the drawn Q, K, V, so they are consistent with them. For mha_fwd, a quarter of
-the heads have their scores offset past exp's range and one late key spiked (below), so a softmax without its running
-max overflows.
+from the float32 reference forward of the drawn Q, K, V, so they are consistent with them. For mha_fwd, about half the
+rows of a quarter of the heads score past exp's range, and a quarter of the rows of another quarter score one late key
+far above the rest (below), so a softmax without a running max that moves overflows.
 """
 from __future__ import annotations
-
-import math
 
 import torch
 
@@ -19,31 +17,38 @@ from .schema import Workload
 DISTS = ("normal", "spiky")
 SPIKE_PROB = 1e-3  # share of elements that become outliers under 'spiky'
 SPIKE_SCALE = 10.0  # how much larger an outlier is
-# The attention forward's offset heads: standard normal Q and K give scores scale * q . k ~ N(0, 1), whose row maximum
-# is about 5, so a softmax that never subtracts its running max (or takes it from the first key tile and never
-# rescales) was exact on every input drawn. A quarter of the (batch, head) pairs, at least one, chosen by the seed,
-# have every score of a random half of their query rows (OFFSET_ROWS, each row drawn on its own) raised by SCORE_OFFSET
-# (those query rows and every key set to g along one random direction r0 of the draw, with g^2 scale >= SCORE_OFFSET:
-# a constant per row, so the softmax is the plain one), past float32's exp limit (88.7): a softmax without its max
-# overflows. A quarter of those heads' rows also score one key, drawn from the second quarter
-# of the keys, SPIKE above the rest (along a second direction r1: set for that key and those rows, zero elsewhere): a
-# max taken before that key and never moved overflows there, even with a headroom C added to it (exp(s - m - C), no
-# rescale): SPIKE > 88.7 + the largest C the plain heads survive (about 85, where their P underflows), so no C passes
-# both (at SPIKE 100, C from 20 to 84 passed every check). Run 18's sharp heads (Q x 32, rows near one-hot among a few
-# keys) put an honest bf16-P kernel with a lazy rescale at the edge of the element rule (its dominant P is not 1 while
-# the max lags: bf16 rounding on it, up to 0.39%, turned a 1-ulp output into a miss on about 6% of checked calls on
-# the H100, cuDNN at 67-76% of the allowance): these heads test the max without a near-tie among a few keys. The
-# directions are random, not coordinates 0 and 1 (as they first were): there, coordinate 0 was the integer g on every
-# row, so a kernel could tell an offset head by one element and take the careful path only there; along random
-# directions every coordinate varies over the rows. What remains to see is a row's large norm: branching on a bound
-# from each row's own |q| and the keys' |k| is a sound way to skip a max, while a kernel that reads one row (or one
-# element) and decides for its whole head or tile is wrong on the rows it did not read, since only some rows carry the
-# offset. The backward keeps plain heads: it is given LSE and needs no running max.
+# The attention forward's offset and spiked heads: standard normal Q and K give scores scale * q . k ~ N(0, 1), whose
+# row maximum is about 5, so a softmax that never subtracts its running max (or takes it from the first key tile and
+# never rescales) was exact on every input drawn. So, in a quarter of the (batch, KV head)s (OFFSET_HEADS, at least one,
+# chosen by the seed), with all their query heads, about half the query rows from a row drawn in each head's first half
+# on (OFFSET_ROWS, each row drawn on its own) have every score raised by SCORE_OFFSET, past float32's exp limit (88.7):
+# a softmax without its max overflows there, while the softmax itself is the plain one (a constant per row). In another
+# quarter (SPIKED_HEADS), a quarter of the rows (SPIKE_ROWS) score one key, drawn from the second quarter of the keys,
+# SPIKE above the rest: a max taken before that key and never moved overflows there, even with a headroom C added to it
+# (exp(s - m - C), no rescale): SPIKE > 88.7 + the largest C the plain heads survive (about 85, where their P
+# underflows), so no C passes both (at SPIKE 100, C from 20 to 84 passed every check). Both lie along random
+# orthonormal directions r0 and r1 of the draw (the random parts' components along them removed), so no coordinate
+# tells them (built along coordinates 0 and 1, coordinate 0 was the integer g on every row). The length sits on one side
+# of each product: an offset row is long along r0 while every key of its KV head carries only KEY_LIFT along it (inside
+# a plain key's spread); a spiked row carries only SPIKE_QUERY along r1 while the spike key is long. So neither a key's
+# norm nor a spiked row's tells them; a spiked head's first key tile scores as a plain head's, and an offset head's first
+# rows may be plain. What stays visible is an offset row's own norm and the spike key's: a bound from each row's own |q|
+# (or its tile's largest) and the largest |k| of the keys it reads is a sound way to skip a max, while a kernel that
+# reads one row, one key or one tile and decides for more is wrong somewhere (tests/workloads/test_offset_heads.py). Run
+# 18's sharp heads (Q x 32, rows near one-hot among a few keys) put an honest bf16-P kernel with a lazy rescale at the
+# edge of the element rule (bf16 rounding on its lagging dominant P turned a 1-ulp output into a miss on about 6% of
+# checked calls on the H100): these heads test the max without a near-tie among a few keys. The backward keeps plain
+# heads: it is given LSE and needs no running max.
 OFFSET_HEADS = 0.25
+SPIKED_HEADS = 0.25
 SCORE_OFFSET = 100.0
 SPIKE = 200.0
 SPIKE_ROWS = 0.25
-OFFSET_ROWS = 0.5  # share of an offset head's query rows that carry the offset (each row drawn on its own)
+OFFSET_ROWS = 0.5  # share of an offset head's query rows from its first offset row on (drawn in the first half) that
+#                   carry the offset, each row drawn on its own
+KEY_LIFT = 1.0  # every key's component along r0 in an offset head's KV head: |k|^2 = D + 1, against D +- sqrt(2 D)
+SPIKE_QUERY = 2.0  # a spiked row's component along r1: |q|^2 = D + 4
+OFFSET_FLOOR = 90.0  # below every offset row's score (SCORE_OFFSET less six spreads of the plain part and bf16's noise)
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -57,11 +62,6 @@ def _draw(shape: tuple[int, ...], dist: str, gen: torch.Generator, device: str) 
         spikes = torch.rand(shape, generator=gen, device=device) < SPIKE_PROB
         x = torch.where(spikes, x * SPIKE_SCALE, x)
     return x
-
-
-def _coordinate(score: float, scale: float) -> float:
-    """The smallest integer g with g * g * scale >= score."""
-    return float(math.ceil(math.sqrt(score / scale)))
 
 
 def _directions(d: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,41 +82,41 @@ def _without(x: torch.Tensor, *dirs: torch.Tensor) -> torch.Tensor:
 
 
 def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Q [B, H, S, D] and K [B, HKV, S, D] with OFFSET_HEADS of the (batch, head) pairs (at least one; none when it is
-    0) offset and spiked as described above, drawn from `gen`, along two random orthonormal directions r0 and r1 of
-    the draw: the offset is g r0 on the offset rows of the head's Q and every row of its group's K, the spike g' r1 on
-    the spiked rows and the spike key, and the random parts have no component along either (so the scores are the
-    plain ones plus those). The other query heads of a GQA group have their r1 component removed: the spike key would raise their
-    scores by (q . r1) g' scale, N(0, 9) at D = 128, enough for rows near one-hot between it and the rest (the CPU
-    mirror of the lazy kernel at 75% of the element rule's allowance on such rows, against 10% on plain ones); along
-    r0 they see a row constant. Where two picks share a KV head, its spike key is the later pick's."""
+    """Q [B, H, S, D] and K [B, HKV, S, D] with the offset and spiked heads described above, drawn from `gen` (none when
+    OFFSET_HEADS is 0). Heads are drawn as (batch, KV head)s, each with its whole group of query heads: a quarter offset,
+    another quarter spiked, none both (an offset row and a spike key, both long, would meet with bf16's rounding of
+    each moving their score by tens). An offset group's offset rows get SCORE_OFFSET / (KEY_LIFT scale) along r0 and
+    its other rows none; every key of its KV head gets KEY_LIFT along r0. A spiked group's spiked rows get SPIKE_QUERY
+    along r1 and its other rows none; its KV head's spike key gets SPIKE / (SPIKE_QUERY scale) along r1. Only the
+    touched heads go through float32, each rounded back once."""
     b, h, s, d = q.shape
     hkv = k.shape[1]
     group = h // hkv
-    n = max(1, round(OFFSET_HEADS * b * h)) if OFFSET_HEADS > 0 else 0
+    n = max(1, round(OFFSET_HEADS * b * hkv)) if OFFSET_HEADS > 0 else 0
     if not n:
         return q, k
-    pick = torch.randperm(b * h, generator=gen, device=gen.device)[:n].tolist()
-    spike_key = torch.randint(s // 4, s // 2, (n,), generator=gen, device=gen.device).tolist()
-    spike_rows = torch.rand(n, s, generator=gen, device=gen.device) < SPIKE_ROWS
-    offset_rows = torch.rand(n, s, generator=gen, device=gen.device) < OFFSET_ROWS
+    order = torch.randperm(b * hkv, generator=gen, device=gen.device).tolist()
+    lift_kvs, spike_kvs = order[:n], order[n:n + max(1, round(SPIKED_HEADS * b * hkv))]
+    spike_key = torch.randint(s // 4, s // 2, (len(spike_kvs),), generator=gen, device=gen.device)
+    lift_heads, spike_heads = ([kv // hkv * h + kv % hkv * group + i for kv in kvs for i in range(group)]
+                               for kvs in (lift_kvs, spike_kvs))  # each KV head's query heads, flat
+    spike_rows = torch.rand(len(spike_heads), s, generator=gen, device=gen.device) < SPIKE_ROWS
+    offset_rows = torch.rand(len(lift_heads), s, generator=gen, device=gen.device) < OFFSET_ROWS
+    first_row = torch.randint(0, s // 2, (len(lift_heads), 1), generator=gen, device=gen.device)
+    offset_rows &= torch.arange(s, device=gen.device) >= first_row  # none before a head's own first offset row
     r0, r1 = _directions(d, gen)
-    g, g_spike = _coordinate(SCORE_OFFSET, scale), _coordinate(SPIKE, scale)
-    kvs = sorted({pair // h * hkv + pair % h // group for pair in pick})  # touched (batch, KV head)s, flat
-    spike_of = {pair // h * hkv + pair % h // group: key for pair, key in zip(pick, spike_key)}  # the later pick's key
-    heads = [kv // hkv * h + kv % hkv * group + i for kv in kvs for i in range(group)]  # their groups' query heads
-    # Only the touched heads go through float32 (the rest stay as drawn), each rounded back once.
     q, k = q.clone(), k.clone()
     qf, kf = q.view(b * h, s, d), k.view(b * hkv, s, d)
-    qi, ki = torch.tensor(heads, device=q.device), torch.tensor(kvs, device=k.device)
-    qg = _without(qf[qi].float(), r1)
-    mine = torch.tensor([heads.index(pair) for pair in pick], device=q.device)
-    spike = torch.where(spike_rows, g_spike, 0.0).to(q.device)
-    lift = torch.where(offset_rows, g, 0.0).to(q.device)
-    qg[mine] = _without(qg[mine], r0) + lift[..., None] * r0 + spike[..., None] * r1
-    kg = _without(kf[ki].float(), r0, r1) + g * r0
-    kg[torch.arange(len(kvs), device=k.device), torch.tensor([spike_of[kv] for kv in kvs], device=k.device)] += g_spike * r1
-    qf[qi], kf[ki] = qg.to(q.dtype), kg.to(k.dtype)
+    index = lambda rows: torch.tensor(rows, device=q.device, dtype=torch.long)  # noqa: E731
+    lift = torch.where(offset_rows, SCORE_OFFSET / (KEY_LIFT * scale), 0.0).to(q.device)
+    qf[index(lift_heads)] = (_without(qf[index(lift_heads)].float(), r0) + lift[..., None] * r0).to(q.dtype)
+    kf[index(lift_kvs)] = (_without(kf[index(lift_kvs)].float(), r0) + KEY_LIFT * r0).to(k.dtype)
+    if spike_kvs:
+        spike = torch.where(spike_rows, SPIKE_QUERY, 0.0).to(q.device)
+        qf[index(spike_heads)] = (_without(qf[index(spike_heads)].float(), r1) + spike[..., None] * r1).to(q.dtype)
+        kg = _without(kf[index(spike_kvs)].float(), r1)
+        kg[torch.arange(len(spike_kvs), device=k.device), spike_key.to(k.device)] += SPIKE / (SPIKE_QUERY * scale) * r1
+        kf[index(spike_kvs)] = kg.to(k.dtype)
     return q, k
 
 

@@ -146,9 +146,9 @@ def mha_fwd(b: int, h: int, s: int, d: int, *, causal: bool, held_out: bool, hkv
         tags=_tags(held_out, smoke),
         doc="O = softmax(scale * Q K^T, masked) V; also write LSE. " + _attention_statement(d, causal, h, hkv)
         + (" The cuDNN/flash baselines see K and V already expanded to H heads." if hkv else "")
-        + " The checked inputs include query rows whose scaled scores all exceed 100 (past exp's float32 range),"
-          " beside plain rows in the same heads, and rows where one later key scores 200 above the rest: the softmax"
-          " must subtract a running max that moves when a larger score arrives.",
+        + " The checked inputs include query rows whose scaled scores all exceed 90 (past exp's float32 range),"
+          " beside plain rows in the same heads, and rows where one later key scores about 200 above the rest: the"
+          " softmax must subtract a running max that moves when a larger score arrives.",
     )
 
 

@@ -216,12 +216,13 @@ def test_attention_tasks_state_mask_scale_gqa_and_lse_and_the_reference_agrees()
 
 
 def test_the_forward_task_states_the_scores_its_check_inputs_reach():
-    """The forward's check draws offset rows (every score past exp's range) and a spiked key (workloads/inputs.py);
-    the task says so with the same numbers, so a kernel without a running max fails on what it was told."""
+    """The forward's check draws offset rows (every score past exp's range, above inputs.OFFSET_FLOOR: tested in
+    tests/tools/test_correctness_cheats.py) and a spiked key (workloads/inputs.py); the task says so with the same
+    numbers, so a kernel without a running max fails on what it was told."""
     inputs = pytest.importorskip("ptxbench.workloads.inputs")
     forwards = [w for w in WORKLOADS.values() if w.op == "mha_fwd"]
     assert len(forwards) >= 11
     for w in forwards:
-        assert f"scores all exceed {inputs.SCORE_OFFSET:g}" in w.doc and "beside plain rows" in w.doc, w.id
-        assert f"scores {inputs.SPIKE:g} above the rest" in w.doc and "running max" in w.doc, w.id
+        assert f"scores all exceed {inputs.OFFSET_FLOOR:g}" in w.doc and "beside plain rows" in w.doc, w.id
+        assert f"scores about {inputs.SPIKE:g} above the rest" in w.doc and "running max" in w.doc, w.id
     assert all("running max" not in w.doc for w in WORKLOADS.values() if w.op != "mha_fwd")
