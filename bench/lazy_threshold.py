@@ -5,8 +5,8 @@ and a warp skips the O rescale when none of its 16 rows moved. On plain heads (s
 after its first tile at any threshold; on run 18's sharp heads (a quarter of the heads with Q x 32) about half of the
 warp-tiles rescaled at 8, a third at 32, 11% at 64 (the CPU model `rescaled_share` below, for Q x any scale). bf16 P
 holds 2^T and fp32 O holds 2^(T + 12) |V| for 4,096 keys at any T up to about 100, so the threshold trades range for
-work. (Since round 29 the forward's inputs have offset heads instead, workloads/inputs.py: a row rescales at most
-once more, at its spiked key.)
+work. (Since round 29 the forward's inputs have offset and spiked heads instead, workloads/inputs.py: a row rescales at
+most once more, at its spiked key.)
 
 Each variant is the reference's own source with the one constant changed; all are evaluated by one LocalEvaluator
 (`ptxbench eval`'s path: compile, correctness on every input set, timing interleaved with the library), in rounds

@@ -9,9 +9,9 @@ Run on a GPU machine (repository root, after `source bench/gpu_env.sh`):
 
 Variants (PTXBENCH_ABLATE): full (as shipped), no_clear (scrub and unowned clear off), no_scrub, no_unowned,
 no_lib_restore (the library's inputs not copied back before its calls), then full again (drift across the run);
---variants picks and orders them, from those and plain_heads (the attention forward's inputs without their offset heads:
-the forward's reference timed on the inputs before and after they changed, on one machine), with a suffix after a dot
-for a repeat (full.2).
+--variants picks and orders them, from those and plain_heads (the attention forward's inputs without their offset and
+spiked heads: the forward's reference timed on the inputs before and after they changed, on one machine), with a suffix
+after a dot for a repeat (full.2).
 Per variant: each evaluation's speedup and 95% interval, the kernel's and the library's medians, and the A/A
 test's library medians (its preparation copies inputs only).
 """

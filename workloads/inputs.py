@@ -26,19 +26,19 @@ SPIKE_SCALE = 10.0  # how much larger an outlier is
 # quarter (SPIKED_HEADS), a quarter of the rows (SPIKE_ROWS) score one key, drawn from the second quarter of the keys,
 # SPIKE above the rest: a max taken before that key and never moved overflows there, even with a headroom C added to it
 # (exp(s - m - C), no rescale): SPIKE > 88.7 + the largest C the plain heads survive (about 85, where their P
-# underflows), so no C passes both (at SPIKE 100, C from 20 to 84 passed every check). Both lie along random
-# orthonormal directions r0 and r1 of the draw (the random parts' components along them removed), so no coordinate
-# tells them (built along coordinates 0 and 1, coordinate 0 was the integer g on every row). The length sits on one side
-# of each product: an offset row is long along r0 while every key of its KV head carries only KEY_LIFT along it (inside
-# a plain key's spread); a spiked row carries only SPIKE_QUERY along r1 while the spike key is long. So neither a key's
-# norm nor a spiked row's tells them; a spiked head's first key tile scores as a plain head's, and an offset head's first
-# rows may be plain. What stays visible is an offset row's own norm and the spike key's: a bound from each row's own |q|
-# (or its tile's largest) and the largest |k| of the keys it reads is a sound way to skip a max, while a kernel that
-# reads one row, one key or one tile and decides for more is wrong somewhere (tests/workloads/test_offset_heads.py). Run
-# 18's sharp heads (Q x 32, rows near one-hot among a few keys) put an honest bf16-P kernel with a lazy rescale at the
-# edge of the element rule (bf16 rounding on its lagging dominant P turned a 1-ulp output into a miss on about 6% of
-# checked calls on the H100): these heads test the max without a near-tie among a few keys. The backward keeps plain
-# heads: it is given LSE and needs no running max.
+# underflows), so no C passes both (at SPIKE 100, C from 20 to 84 passed every check). Both lie along random orthonormal
+# directions r0 and r1 of the draw (the random parts' components along them removed), so no coordinate tells them (built
+# along coordinates 0 and 1, coordinate 0 was the integer g on every row). The length sits on one side of each product:
+# an offset row is long along r0 while every key of its KV head carries only KEY_LIFT along it (inside a plain key's
+# spread); a spiked row carries only SPIKE_QUERY along r1 while the spike key is long. So neither a key's norm nor a
+# spiked row's tells them; a spiked head's first key tile scores as a plain head's, and an offset head's first rows may
+# be plain. What stays visible is an offset row's own norm and the spike key's: a bound from each row's own |q| (or its
+# tile's largest) and the largest |k| of the keys it reads is a sound way to skip a max, while a kernel that reads one
+# row, one key or one tile and decides for more is wrong somewhere (tests/workloads/test_offset_heads.py). Run 18's
+# sharp heads (Q x 32, rows near one-hot among a few keys) put an honest bf16-P kernel with a lazy rescale at the edge
+# of the element rule (bf16 rounding on its lagging dominant P turned a 1-ulp output into a miss on about 6% of checked
+# calls on the H100): these heads test the max without a near-tie among a few keys. The backward keeps plain heads: it
+# is given LSE and needs no running max.
 OFFSET_HEADS = 0.25
 SPIKED_HEADS = 0.25
 SCORE_OFFSET = 100.0
@@ -81,10 +81,11 @@ def _without(x: torch.Tensor, *dirs: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Q [B, H, S, D] and K [B, HKV, S, D] with the offset and spiked heads described above, drawn from `gen` (none when
-    OFFSET_HEADS is 0). Heads are drawn as (batch, KV head)s, each with its whole group of query heads: a quarter offset,
-    another quarter spiked, none both (an offset row and a spike key, both long, would meet with bf16's rounding of
+def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float,
+                 gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q [B, H, S, D] and K [B, HKV, S, D] with the offset and spiked heads described above, drawn from `gen` (none
+    when OFFSET_HEADS is 0). Heads are drawn as (batch, KV head)s, each with its whole group of query heads: a quarter
+    offset, another quarter spiked, none both (an offset row and a spike key, both long, would meet with bf16's rounding of
     each moving their score by tens). An offset group's offset rows get SCORE_OFFSET / (KEY_LIFT scale) along r0 and
     its other rows none; every key of its KV head gets KEY_LIFT along r0. A spiked group's spiked rows get SPIKE_QUERY
     along r1 and its other rows none; its KV head's spike key gets SPIKE / (SPIKE_QUERY scale) along r1. Only the

@@ -73,7 +73,8 @@ def test_offset_and_spiked_heads_are_their_stated_construction(monkeypatch, b, g
                     assert _close(ka, along(kp, r0) + inputs_mod.KEY_LIFT * r0)
                     for j, hq in enumerate(heads):
                         qp = plain["Q"][bi, hq].double()
-                        assert _close(inp["Q"][bi, hq].double(), along(qp, r0) + long_q * lifted[i + j].double()[:, None] * r0)
+                        qe = along(qp, r0) + long_q * lifted[i + j].double()[:, None] * r0
+                        assert _close(inp["Q"][bi, hq].double(), qe)
                 elif kv in spike:
                     i = spike.index(kv) * group
                     ke = along(kp, r1)
