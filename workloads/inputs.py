@@ -34,7 +34,9 @@ SPIKE_SCALE = 10.0  # how much larger an outlier is
 # spiked row's tells them; a spiked head's first key tile scores as a plain head's, and an offset head's first rows may
 # be plain. What stays visible is an offset row's own norm and the spike key's: a bound from each row's own |q| (or its
 # tile's largest) and the largest |k| of the keys it reads is a sound way to skip a max, while a kernel that reads one
-# row, one key or one tile and decides for more is wrong somewhere (tests/workloads/test_offset_heads.py). Run 18's
+# row, one key or one tile and decides for more is wrong somewhere (tests/workloads/test_offset_heads.py,
+# test_offset_heads_sampled_tells.py). What still sees a spiked or offset head costs what the max costs: a row's mean
+# score on a key tile is a row reduction like the max, and K's mean over a head is a pass over K first. Run 18's
 # sharp heads (Q x 32, rows near one-hot among a few keys) put an honest bf16-P kernel with a lazy rescale at the edge
 # of the element rule (bf16 rounding on its lagging dominant P turned a 1-ulp output into a miss on about 6% of checked
 # calls on the H100): these heads test the max without a near-tie among a few keys. The backward keeps plain heads: it
