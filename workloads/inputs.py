@@ -85,10 +85,10 @@ def _without(x: torch.Tensor, *dirs: torch.Tensor) -> torch.Tensor:
 
 def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float,
                  gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Q [B, H, S, D] and K [B, HKV, S, D] with the offset and spiked heads described above, drawn from `gen` (none
-    when OFFSET_HEADS is 0). Heads are drawn as (batch, KV head)s, each with its whole group of query heads: a quarter
-    offset, another quarter spiked, none both (an offset row and a spike key, both long, would meet with bf16's rounding of
-    each moving their score by tens). An offset group's offset rows get SCORE_OFFSET / (KEY_LIFT scale) along r0 and
+    """Q [B, H, S, D] and K [B, HKV, S, D] with the offset and spiked heads described above, drawn from `gen` (none when
+    OFFSET_HEADS is 0). Heads are drawn as (batch, KV head)s, each with its whole group of query heads: a quarter
+    offset, another quarter spiked, none both (an offset row and a spike key, both long, would meet with bf16's rounding
+    of each moving their score by tens). An offset group's offset rows get SCORE_OFFSET / (KEY_LIFT scale) along r0 and
     its other rows none; every key of its KV head gets KEY_LIFT along r0. A spiked group's spiked rows get SPIKE_QUERY
     along r1 and its other rows none; its KV head's spike key gets SPIKE / (SPIKE_QUERY scale) along r1. Only the
     touched heads go through float32, each rounded back once."""
