@@ -4,7 +4,7 @@
 
 Prints a Markdown table: median and range over `--reps` draws after two warm-up draws, each timed to its device's
 completion, for the workloads as registered; the same with `OFFSET_HEADS = 0` (plain heads) beside it; and whether two
-draws of one seed are bit-identical (the worker and the referee rely on it: their input digests must match).
+draws of one seed give the same input digest (tools/gpu/referee.py: the worker's and the referee's must match).
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from ptxbench.tools.gpu.referee import input_digest
 from ptxbench.workloads import inputs
 from ptxbench.workloads.registry import get_workload
 
@@ -32,9 +33,9 @@ def _timed(workload, device: str, reps: int) -> list[float]:
 
 
 def _same_bits(workload, device: str) -> bool:
+    """Two draws of one seed under the referee's own input digest (what the worker's and the referee's must match)."""
     a, b = (inputs.make_inputs(workload, 11, "normal", device) for _ in range(2))
-    return all(torch.equal(a[n].view(torch.int16) if a[n].dtype == torch.bfloat16 else a[n],
-                           b[n].view(torch.int16) if b[n].dtype == torch.bfloat16 else b[n]) for n in a)
+    return input_digest(a) == input_digest(b)
 
 
 def main() -> None:

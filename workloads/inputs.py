@@ -110,16 +110,17 @@ def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float,
     r0, r1 = _directions(d, gen)
     q, k = q.clone(), k.clone()
     qf, kf = q.view(b * h, s, d), k.view(b * hkv, s, d)
-    index = lambda rows: torch.tensor(rows, device=q.device, dtype=torch.long)  # noqa: E731
+    qi_lift, ki_lift, qi_spike, ki_spike = (torch.tensor(rows, device=q.device, dtype=torch.long)
+                                            for rows in (lift_heads, lift_kvs, spike_heads, spike_kvs))
     lift = torch.where(offset_rows, SCORE_OFFSET / (KEY_LIFT * scale), 0.0).to(q.device)
-    qf[index(lift_heads)] = (_without(qf[index(lift_heads)].float(), r0) + lift[..., None] * r0).to(q.dtype)
-    kf[index(lift_kvs)] = (_without(kf[index(lift_kvs)].float(), r0) + KEY_LIFT * r0).to(k.dtype)
+    qf[qi_lift] = (_without(qf[qi_lift].float(), r0) + lift[..., None] * r0).to(q.dtype)
+    kf[ki_lift] = (_without(kf[ki_lift].float(), r0) + KEY_LIFT * r0).to(k.dtype)
     if spike_kvs:
         spike = torch.where(spike_rows, SPIKE_QUERY, 0.0).to(q.device)
-        qf[index(spike_heads)] = (_without(qf[index(spike_heads)].float(), r1) + spike[..., None] * r1).to(q.dtype)
-        kg = _without(kf[index(spike_kvs)].float(), r1)
+        qf[qi_spike] = (_without(qf[qi_spike].float(), r1) + spike[..., None] * r1).to(q.dtype)
+        kg = _without(kf[ki_spike].float(), r1)
         kg[torch.arange(len(spike_kvs), device=k.device), spike_key.to(k.device)] += SPIKE / (SPIKE_QUERY * scale) * r1
-        kf[index(spike_kvs)] = kg.to(k.dtype)
+        kf[ki_spike] = kg.to(k.dtype)
     return q, k
 
 
@@ -137,8 +138,7 @@ def make_inputs(workload: Workload, seed: int, dist: str = "normal", device: str
             continue
         out[spec.name] = _draw(workload.shape(spec.name), dist, gen, device).to(_dtype(spec.dtype))
     if workload.op == "mha_fwd":
-        q, k = offset_heads(out["Q"], out["K"], float(workload.symbols["scale"]), gen)
-        out["Q"], out["K"] = q.to(out["Q"].dtype), k.to(out["K"].dtype)  # the reference reads these rounded values
+        out["Q"], out["K"] = offset_heads(out["Q"], out["K"], float(workload.symbols["scale"]), gen)  # in their dtype
     if derived:
         with full_precision():
             fwd = mha_fwd(out["Q"], out["K"], out["V"], scale=float(workload.symbols["scale"]), causal=workload.causal)

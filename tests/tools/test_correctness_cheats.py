@@ -14,6 +14,7 @@ from ptxbench.workloads import inputs as inputs_mod  # noqa: E402
 from ptxbench.workloads.inputs import make_inputs  # noqa: E402
 from ptxbench.workloads.references import run_reference  # noqa: E402
 from ptxbench.workloads.registry import get_workload  # noqa: E402
+from softmax_mirror import masked_scores, softmax_from, verdicts  # noqa: E402
 
 BF = torch.bfloat16
 
@@ -50,17 +51,13 @@ def _bwd(wl, inp, fp8_rows: float = 0.0) -> dict[str, torch.Tensor]:
     return {"dQ": dq.to(BF), "dK": dk.to(BF), "dV": dv.to(BF)}
 
 
-def _verdicts(out, ref, tol):
-    return {n: compare(out[n], r, tol.for_tensor(n), trial=0, tensor=n) for n, r in ref.items()}
-
-
 def test_backward_with_half_its_dq_dk_tiles_in_fp8_fails():
     """The backward's relative Frobenius bound was 3e-2, 10x the honest error: dQ and dK half in fp8 (2.6e-2 at
     S = 4096, every element inside the element rule since the gradients are ~0.03) passed."""
     wl, inp, ref = _bwd_case()
-    honest = _verdicts(_bwd(wl, inp), ref, wl.tolerance)
+    honest = verdicts(_bwd(wl, inp), ref, wl.tolerance)
     assert all(s.passed and s.rel_fro_err < 3e-3 for s in honest.values()), honest
-    cheat = _verdicts(_bwd(wl, inp, fp8_rows=0.5), ref, wl.tolerance)
+    cheat = verdicts(_bwd(wl, inp, fp8_rows=0.5), ref, wl.tolerance)
     for n in ("dQ", "dK"):
         assert cheat[n].frac_matched == 1.0  # the element rule alone lets it through
         assert 1e-2 < cheat[n].rel_fro_err < 3e-2 and not cheat[n].passed, cheat[n]
@@ -97,9 +94,9 @@ def test_causal_forward_with_its_late_rows_in_fp8_fails_on_their_blocks():
     last quarter of the rows (44% of the causal work) take P V in fp8: 7.8e-3 < 1e-2 at S = 4096. Their blocks' own
     errors (3.7e-2) fail it."""
     wl, inp, ref = _fwd_case()
-    honest = _verdicts(_fwd(wl, inp), ref, wl.tolerance)
+    honest = verdicts(_fwd(wl, inp), ref, wl.tolerance)
     assert all(s.passed for s in honest.values()), honest
-    cheat = _verdicts(_fwd(wl, inp, fp8_from=3 * 2048 // 4), ref, wl.tolerance)["O"]
+    cheat = verdicts(_fwd(wl, inp, fp8_from=3 * 2048 // 4), ref, wl.tolerance)["O"]
     assert cheat.frac_matched == 1.0 and cheat.rel_fro_err < wl.tolerance.max_rel_fro  # the old rule passed it
     assert not cheat.passed and "every block of 8192 elements" in cheat.note, cheat
 
@@ -108,7 +105,7 @@ def test_non_causal_forward_with_a_few_tiles_in_fp8_fails():
     """Without causality too: 1 query tile in 32 through fp8 stays under the whole tensor's bound (the error spreads
     over the other 31), not under its own block's."""
     wl, inp, ref = _fwd_case(causal=False)
-    cheat = _verdicts(_fwd(wl, inp, fp8_from=2048 - 64), ref, wl.tolerance)["O"]
+    cheat = verdicts(_fwd(wl, inp, fp8_from=2048 - 64), ref, wl.tolerance)["O"]
     assert cheat.rel_fro_err < wl.tolerance.max_rel_fro and not cheat.passed, cheat
 
 
@@ -148,14 +145,6 @@ def test_block_rule_calibrated_by_the_library():
     assert not s.passed and s.rule == "library_x2" and "block 3" in s.note, s
 
 
-def _scores(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bool) -> torch.Tensor:
-    """scale * Q K^T, masked (-inf) above the diagonal when causal."""
-    s = q @ k.transpose(-1, -2) * scale
-    if causal:
-        s = s.masked_fill(torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).triu(1), float("-inf"))
-    return s
-
-
 def _allowance_used(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     """Per head ([B, H, S, D] -> [H]), the worst element's error over the element rule's allowance max(1e-2, 1e-2 |ref|)."""
     return ((out.float() - ref).abs() / torch.clamp(1e-2 * ref.abs(), min=1e-2)).amax(dim=(0, 2, 3))
@@ -175,12 +164,10 @@ def _spiked(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 def _softmax_forward(wl, inp, mode: str, headroom: float = 0.0) -> dict[str, torch.Tensor]:
     q, k, v = (inp[n].float() for n in ("Q", "K", "V"))
-    s = _scores(q, k, wl.symbols["scale"], wl.causal)
+    s = masked_scores(q, k, wl.symbols["scale"], wl.causal)
     m = {"honest": s.amax(-1, keepdim=True), "no max": torch.zeros_like(s[..., :1]),
          "first tile": s[..., :64].amax(-1, keepdim=True)}[mode] + headroom
-    p = torch.exp(s - m)
-    l = p.sum(-1, keepdim=True)
-    return {"O": ((p.to(BF).float() @ v) / l).to(BF), "LSE": (m + l.log()).squeeze(-1)}
+    return softmax_from(s, m, v)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -196,9 +183,9 @@ def test_forward_without_its_running_max_fails(causal, mode):
     scores = sorted(float((inp["Q"][0, h].float() @ inp["K"][0, h].float().T).abs().max()) * wl.symbols["scale"]
                     for h in range(4))
     assert scores[0] < 10 and scores[1] < 10 and 100 < scores[2] < 150 < scores[3], scores  # plain x2, offset, spiked
-    honest = _verdicts(_softmax_forward(wl, inp, "honest"), ref, wl.tolerance)
+    honest = verdicts(_softmax_forward(wl, inp, "honest"), ref, wl.tolerance)
     assert all(s.passed for s in honest.values()), honest
-    cheat = _verdicts(_softmax_forward(wl, inp, mode), ref, wl.tolerance)
+    cheat = verdicts(_softmax_forward(wl, inp, mode), ref, wl.tolerance)
     assert not cheat["O"].passed and cheat["O"].n_nan + cheat["O"].n_inf > 0, cheat["O"]
 
 
@@ -212,7 +199,7 @@ def test_a_never_moved_max_with_headroom_fails(causal, headroom):
     wl.symbols.update({"B": 1, "H": 2, "S": 1024})
     inp = make_inputs(wl, 4, "normal", "cpu")
     ref = run_reference(wl, inp)
-    cheat = _verdicts(_softmax_forward(wl, inp, "first tile", headroom), ref, wl.tolerance)
+    cheat = verdicts(_softmax_forward(wl, inp, "first tile", headroom), ref, wl.tolerance)
     assert not cheat["O"].passed and cheat["O"].n_nan + cheat["O"].n_inf > 0, cheat["O"]
 
 
@@ -221,15 +208,12 @@ def _bounded_forward(wl, inp, rows: str) -> dict[str, torch.Tensor]:
     own |q| (`rows="own"`: a bound on every score of the row), or from the first row of each 64-row query tile taken for
     the whole tile (`rows="tile's first"`)."""
     q, k, v = (inp[n].float() for n in ("Q", "K", "V"))
-    s = _scores(q, k, wl.symbols["scale"], wl.causal)
+    s = masked_scores(q, k, wl.symbols["scale"], wl.causal)
     qn = q.norm(dim=-1)
     if rows != "own":
         qn = qn.unflatten(-1, (-1, 64))[..., :1].expand(*qn.shape[:-1], qn.shape[-1] // 64, 64).flatten(-2)
     bound = qn * k.norm(dim=-1).amax(-1, keepdim=True) * wl.symbols["scale"]
-    m = torch.where(bound[..., None] < 80, 0.0, s.amax(-1, keepdim=True))
-    p = torch.exp(s - m)
-    l = p.sum(-1, keepdim=True)
-    return {"O": ((p.to(BF).float() @ v) / l).to(BF), "LSE": (m + l.log()).squeeze(-1)}
+    return softmax_from(s, torch.where(bound[..., None] < 80, 0.0, s.amax(-1, keepdim=True)), v)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -241,9 +225,9 @@ def test_a_max_skipped_by_each_rows_own_bound_passes_and_by_a_tiles_first_row_fa
     wl.symbols.update({"B": 1, "H": 4, "S": 1024})
     inp = make_inputs(wl, 4, "normal", "cpu")
     ref = run_reference(wl, inp)
-    sound = _verdicts(_bounded_forward(wl, inp, "own"), ref, wl.tolerance)
+    sound = verdicts(_bounded_forward(wl, inp, "own"), ref, wl.tolerance)
     assert all(st.passed for st in sound.values()), sound
-    cheat = _verdicts(_bounded_forward(wl, inp, "tile's first"), ref, wl.tolerance)["O"]
+    cheat = verdicts(_bounded_forward(wl, inp, "tile's first"), ref, wl.tolerance)["O"]
     assert not cheat.passed and cheat.n_nan + cheat.n_inf > 0, cheat
 
 
@@ -251,7 +235,7 @@ def _lazy_forward(q, k, v, scale: float, causal: bool, threshold: float = 8.0, b
     """The reference kernel's softmax (attention_softmax.py rescale="lazy"): the running max moves only when a key
     tile's exceeds it by more than `threshold` (log2 units), P rounded to bf16 for P V, the row sum from fp32 P."""
     n = q.shape[-2]
-    s = _scores(q, k, scale, causal)
+    s = masked_scores(q, k, scale, causal)
     m = torch.full(q.shape[:-1], float("-inf"))
     l, o = torch.zeros(q.shape[:-1]), torch.zeros(q.shape)
     for j in range(0, n, bn):
@@ -362,7 +346,7 @@ def test_an_lse_from_the_bf16_row_sum_passes_on_the_causal_first_rows():
     wl.symbols.update({"B": 1, "H": 4, "S": 1024})
     inp = make_inputs(wl, 6, "normal", "cpu")
     ref = run_reference(wl, inp)
-    s = _scores(inp["Q"].float(), inp["K"].float(), wl.symbols["scale"], True)
+    s = masked_scores(inp["Q"].float(), inp["K"].float(), wl.symbols["scale"], True)
     m = s.amax(-1, keepdim=True)
     lse = (m + torch.exp(s - m).to(BF).float().sum(-1, keepdim=True).log()).squeeze(-1)
     st = compare(lse, ref["LSE"], wl.tolerance.for_tensor("LSE"), trial=0, tensor="LSE")

@@ -16,10 +16,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ptxbench.tools.gpu.correctness import compare  # noqa: E402
 from ptxbench.workloads import inputs as inputs_mod  # noqa: E402
 from ptxbench.workloads.references import run_reference  # noqa: E402
 from ptxbench.workloads.registry import get_workload  # noqa: E402
+from softmax_mirror import forward_tensors, passes, softmax_from  # noqa: E402
 
 
 def _case(monkeypatch, b, h, hkv, d, seed, s=128):
@@ -89,23 +89,6 @@ def test_offset_and_spiked_heads_are_their_stated_construction(monkeypatch, b, g
                     assert torch.equal(inp["Q"][bi, heads.start:heads.stop], plain["Q"][bi, heads.start:heads.stop])
 
 
-def _scores(inp, wl):
-    q, k = inp["Q"].float(), inp["K"].float().repeat_interleave(inp["Q"].shape[1] // inp["K"].shape[1], 1)
-    s = q @ k.transpose(-1, -2) * wl.symbols["scale"]
-    if wl.causal:
-        n = s.shape[-1]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
-    return q, k, s
-
-
-def _passes(wl, inp, ref, m, s) -> bool:
-    v = inp["V"].float().repeat_interleave(inp["Q"].shape[1] // inp["V"].shape[1], 1)
-    p = torch.exp(s - m)
-    l = p.sum(-1, keepdim=True)
-    out = {"O": ((p.to(torch.bfloat16).float() @ v) / l).to(torch.bfloat16), "LSE": (m + l.log()).squeeze(-1)}
-    return all(compare(out[n], r, wl.tolerance.for_tensor(n), trial=0, tensor=n).passed for n, r in ref.items())
-
-
 def _tiles(x: torch.Tensor, reduce) -> torch.Tensor:
     """A per-row value reduced over each 64-row tile and spread back over the tile's rows."""
     t = reduce(x.unflatten(-1, (-1, 64)), -1, keepdim=True)
@@ -138,10 +121,11 @@ def test_a_cheap_tell_fails_on_every_seed(tell, causal):
     for seed in range(3):
         inp = inputs_mod.make_inputs(wl, seed, "normal", "cpu")
         ref = run_reference(wl, inp)
-        q, k, s = _scores(inp, wl)
+        q, k, v, s = forward_tensors(wl, inp)
         careful = TELLS[tell](q, k, s, wl.symbols["scale"])
         m = torch.where(careful[..., None], s.amax(-1, keepdim=True), torch.zeros(()))
-        assert not _passes(wl, inp, ref, m, s), (tell, seed)
+        assert not passes(wl, softmax_from(s, m, v), ref), (tell, seed)
         # the sound bound: each row's own |q| times the largest |k| of every key it reads
         sound = q.norm(dim=-1) * k.norm(dim=-1).amax(-1, keepdim=True) * wl.symbols["scale"] > 80
-        assert _passes(wl, inp, ref, torch.where(sound[..., None], s.amax(-1, keepdim=True), torch.zeros(())), s)
+        m = torch.where(sound[..., None], s.amax(-1, keepdim=True), torch.zeros(()))
+        assert passes(wl, softmax_from(s, m, v), ref)
