@@ -80,8 +80,9 @@ class LiveView:
         table = Table(title=rich_safe(self.title), caption=rich_safe(self.note))  # the note quotes errors: model text
         for col in ("turn", "status", "speedup", "targets", "tokens", "cost $", "elapsed s"):
             table.add_column(col, justify="left" if col in ("status", "targets") else "right")
-        for row in self.rows:
-            table.add_row(*(rich_safe(c) for c in row))
+        for turn, status, *rest in self.rows:  # every cell is escaped; only the status gets our colour around it
+            style = STATUS_STYLES.get(status, "red")
+            table.add_row(rich_safe(turn), f"[{style}]{rich_safe(status)}[/{style}]", *(rich_safe(c) for c in rest))
         return table
 
     def __call__(self, event) -> None:
@@ -96,8 +97,7 @@ class LiveView:
             self.targets = target_summary(event.result)
         elif event.type == "turn_end":
             speed = f"{event.speedup:.3f}x" if event.speedup is not None else "-"
-            style = STATUS_STYLES.get(event.status, "red")
-            self.rows.append((str(event.turn), f"[{style}]{event.status}[/]", speed, self.targets, str(event.tokens),
+            self.rows.append((str(event.turn), event.status, speed, self.targets, str(event.tokens),
                               f"{event.cost_usd:.4f}", f"{event.elapsed_s:.1f}"))
             self.note = f"turn {event.turn} done; querying the model"
             self.targets = "-"
