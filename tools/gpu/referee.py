@@ -142,8 +142,12 @@ def serve(conn, device_index: int) -> None:
 
     device = "cpu" if device_index < 0 else "cuda"
     if device == "cuda":
-        torch.cuda.set_device(device_index)
-        torch.zeros(1, device="cuda")
+        try:
+            torch.cuda.set_device(device_index)
+            torch.zeros(1, device="cuda")
+        except Exception as exc:  # noqa: BLE001 - no usable GPU (a CPU-only torch, no driver): said to the worker,
+            # whose evaluations report it (INFRA_ERROR), instead of a traceback on the user's terminal
+            return _refuse(conn, f"the referee could not start on GPU {device_index}: {type(exc).__name__}: {exc}")
     core = RefereeCore(device)
     core.warm_up()
     while True:
@@ -163,6 +167,22 @@ def serve(conn, device_index: int) -> None:
         try:
             conn.send(reply)
         except (BrokenPipeError, OSError):  # the worker is gone (replaced after a fault): so is this referee's job
+            return
+
+
+def _refuse(conn, error: str) -> None:
+    """Answer every request with `error` until the worker says exit or goes away."""
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg.get("op") == "exit":
+            return
+        msg = None
+        try:
+            conn.send({"ok": False, "error": error})
+        except (BrokenPipeError, OSError):
             return
 
 
