@@ -20,7 +20,7 @@ def make_evaluator(config: BenchConfig):
     if config.backend != "local":
         raise BenchError(f"unknown backend {config.backend!r}: local or ray")
     from ptxbench.tools.evaluate import LocalEvaluator
-    from ptxbench.tools.gpu.pool import NoGpuError, PoolConfig, visible_devices
+    from ptxbench.tools.gpu.pool import NoGpuError, PoolConfig, missing_gpu, visible_devices
 
     evaluator = LocalEvaluator(pool_config=PoolConfig(devices=list(range(config.gpus))) if config.gpus else None)
     if config.no_gpu:
@@ -31,6 +31,8 @@ def make_evaluator(config: BenchConfig):
     if seen:  # GPUs are there: their workers start while the first turns ask their models and compile
         evaluator.start_in_background()
         return evaluator
+    if reason := missing_gpu():  # the machine shows it has none: said without starting a worker
+        raise BenchError(f"no GPU to evaluate on ({reason}); pass --no-gpu to compile only")
     try:  # no sign of a GPU: find out now, before a run folder is made
         evaluator.pool
     except NoGpuError as exc:

@@ -126,6 +126,9 @@ def bench(
             infra_retries=2 if infra_retries is None else infra_retries, seed=seed, track=track,
             suite=str(suite) if suite else None, **({"profile": profile} if profile else {}))
     run_dir = run_dir or runs_root() / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    from .preflight import writable
+
+    writable(run_dir)  # a run folder that cannot be made: said before any worker starts
     try:  # a new run's GPU workers start now, while the agent loop's modules (LangGraph) import below
         evaluator = make_evaluator(config) if config is not None else None
     except BenchError as exc:  # no GPU for a GPU run: said before a run folder is made

@@ -100,6 +100,10 @@ def eval_cmd(
     for tool in sanitize:
         inputs.one_of(tool, TOOLS, "--sanitize")
     inputs.positive(trials, "--trials"), inputs.positive(timeout, "--timeout")
+    if not no_gpu:
+        from .preflight import gpu
+
+        gpu()  # no usable GPU here: said without starting a worker
     options = EvalOptions(arch=arch, trials=trials, dist=dist, seed=seed, time=not no_time, no_gpu=no_gpu,
                           timeout_s=timeout, profile=profile, sanitize=sanitize, l2_flush=l2_flush)
     evaluator = LocalEvaluator()

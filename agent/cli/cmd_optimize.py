@@ -164,8 +164,8 @@ def optimize(
                                             "cannot continue the trajectory, set it aside (abandoned/) and start over"),
 ) -> None:
     """Run the agent on WORKLOAD: write, evaluate and revise a kernel, logging the trajectory under runs/."""
-    from . import inputs
-    from ..loop.optimize import RunFolderInUse, find_run
+    from . import inputs, preflight
+    from ..loop.optimize import RunFolderInUse, find_run, resume_config
     from ..loop.optimize import optimize as run_optimize
     from ..loop.profile_policy import POLICIES
     from ..loop.start_kernel import start_file
@@ -195,6 +195,11 @@ def optimize(
             trials=trials, max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall,
             max_tool_calls=max_tool_calls, arch=arch, temperature=temperature, retry_wait_s=retry_wait, start_from=start_file(start_from),
             profile=profile, l2_flush=l2_flush)
+    from ..records.rundir import runs_root
+
+    preflight.writable(resume or run_dir or runs_root())  # a run folder that cannot be made: said before any work
+    if not (config or resume_config(Path(resume))[0]).no_gpu:
+        preflight.gpu()  # no usable GPU here: said before a run folder is made or a worker started
     title = f"ptxbench optimize {workload or resume}" + ("  (no GPU: compile + SASS only)" if no_gpu else "")
     view = LiveView(title)
     try:

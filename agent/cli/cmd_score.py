@@ -63,6 +63,12 @@ def score(
             raise inputs.BadInput("--out-run takes one run: re-evaluate several runs without it")
         if out_run is not None and out_run.exists():
             raise inputs.BadInput(f"--out-run {out_run} exists: name a new folder")
+        from . import preflight
+
+        if out_run is not None:
+            preflight.writable(inputs.new_folder(out_run, "--out-run"))
+        if not no_gpu:  # no usable GPU here: said before a new run is written or a worker started
+            preflight.gpu("pass --no-gpu to re-evaluate up to compile + SASS only")
         runs = [reevaluate_run(run, out_run, no_gpu=no_gpu) for run in runs]
         typer.echo(f"re-evaluated into: {', '.join(map(str, runs))}", err=True)
     elif out_run is not None or no_gpu:

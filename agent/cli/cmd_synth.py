@@ -34,7 +34,7 @@ def synth_repairs(
     from ..loop.task import system_prompt, task_prompt
     from ...workloads.registry import get_workload
 
-    from . import inputs
+    from . import inputs, preflight
     from ..records.rundir import runs_root
     from ..records.rundir import read_manifest
 
@@ -47,6 +47,8 @@ def synth_repairs(
         names = [m.name for m in MUTATIONS if m.name not in HELD_OUT_CLASSES]
     inputs.positive(trials, "--trials"), inputs.positive(timeout_s, "--timeout-s")
     run_dir = inputs.new_folder(run_dir or runs_root() / "synth-repairs", "--run-dir")
+    if not list_only:
+        preflight.writable(run_dir)
     if read_manifest(run_dir).get("command") not in (None, "synth-repairs"):
         raise inputs.BadInput(f"--run-dir {run_dir} holds a {read_manifest(run_dir)['command']} run; choose another folder")
     if list_only:
@@ -71,13 +73,15 @@ def synth_repairs(
 
     from ...tools.gpu.pool import NoGpuError
 
+    no_gpu = "synth-repairs evaluates every variant on a GPU and found none ({}); `--list` shows the bug classes without one"
+    if reason := preflight.no_gpu_reason():  # the machine shows it has none: said without starting a worker
+        raise inputs.BadInput(no_gpu.format(reason))
     evaluator = LocalEvaluator()
     try:
         evaluator.pool  # every variant runs on a GPU: find out before anything is written
     except NoGpuError as exc:
         evaluator.close()
-        raise inputs.RunFailed(f"synth-repairs evaluates every variant on a GPU and found none ({exc}); "
-                               "`--list` shows the bug classes without one") from None
+        raise inputs.BadInput(no_gpu.format(exc)) from None
     write_manifest(run_dir, {"command": "synth-repairs", "workloads": ids, "mutations": names or "all"})
     table = Table("workload", "bug class", "status", "expected", "kept")
     try:

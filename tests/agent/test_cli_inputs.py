@@ -97,7 +97,7 @@ CASES = [
     (["report", EXAMPLE_RUN, "--out", ""], 2, "--out is empty"),
     (["synth-repairs", "nope"], 2, "unknown workload"),
     (["synth-repairs", "--mutations", "nope"], 2, "unknown bug class"),
-    (["synth-repairs"], 1, "GPU"),  # this machine has none: said up front, nothing written
+    (["synth-repairs"], 2, "GPU"),  # this machine has none: said up front, nothing written
     (["workloads", "--bogus"], 2, "No such option"),
     (["nope"], 2, "No such command"),
 ]

@@ -49,3 +49,121 @@ def test_the_live_view_escapes_a_status_that_looks_like_markup():
     console = Console(record=True, width=200)
     console.print(view.render())
     assert "PLAN_ERROR [/y] [bold]z[/bold]" in console.export_text()
+
+
+def _files(root):
+    return {p.relative_to(root) for p in root.rglob("*")}
+
+
+def _one_error_line(result, status: int, words: str) -> None:
+    text = result.output
+    assert "Traceback" not in text, text
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code == status, text
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], text
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PTXBENCH_RUNS", str(tmp_path / "runs"))
+    return tmp_path
+
+
+def _unwritable(tmp_path):
+    """A folder nothing can be created in: a read-only folder, or (as root, who writes there anyway) a path in sysfs."""
+    import os
+    from pathlib import Path
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        (locked / "probe").mkdir()
+    except OSError:
+        return locked / "run"
+    (locked / "probe").rmdir()
+    sysfs = Path("/sys/ptxbench-no-such-folder")
+    if os.path.isdir("/sys"):
+        try:
+            sysfs.mkdir()
+        except OSError:
+            return sysfs
+        sysfs.rmdir()
+    pytest.skip("no folder here refuses a new folder")
+
+
+@pytest.mark.parametrize("command", ["optimize", "bench"])
+@pytest.mark.parametrize("how", ["--run-dir", "PTXBENCH_RUNS"])
+def test_a_run_folder_that_cannot_be_made_is_one_line_before_any_work(workdir, monkeypatch, command, how):
+    from ptxbench.tools.evaluate import LocalEvaluator
+
+    target = _unwritable(workdir)
+    monkeypatch.setattr(LocalEvaluator, "pool", property(lambda self: pytest.fail("a GPU worker was started")))
+    argv = {"optimize": ["optimize", W, "--no-gpu", "--turns", "1", "--quiet"],
+            "bench": ["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--trajectories", "1",
+                      "--turns", "1", "--no-report"]}[command]
+    if how == "--run-dir":
+        argv += ["--run-dir", str(target)]
+    else:
+        monkeypatch.setenv("PTXBENCH_RUNS", str(target))
+    before = _files(workdir)
+    result = CliRunner().invoke(app, argv)
+    shown = target if how == "--run-dir" or command == "optimize" else target / "bench-"
+    _one_error_line(result, 2, f"cannot create run folder {shown}")
+    assert _files(workdir) == before
+
+
+@pytest.fixture
+def no_usable_gpu(monkeypatch):
+    """This machine as one without a usable GPU, also on a GPU machine: nothing in sight, no driver; a GPU worker
+    started anyway fails the test (the refusal must come without one)."""
+    from ptxbench.tools.evaluate import LocalEvaluator
+
+    monkeypatch.setattr("ptxbench.tools.gpu.pool.visible_devices", lambda: None)
+    monkeypatch.setattr("ptxbench.tools.gpu.pool.missing_gpu", lambda: "no NVIDIA driver on this machine (test)")
+    monkeypatch.setattr(LocalEvaluator, "pool", property(lambda self: pytest.fail("a GPU worker was started")))
+
+
+def _example_run(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    run = tmp_path / "example"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "docs/examples/optimize-gemm-tuner", run)
+    return run
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["optimize", W, "--turns", "1", "--run-dir", "run"], "pass --no-gpu"),
+    (["optimize", W, "--turns", "1"], "pass --no-gpu"),
+    (["synth-repairs", "--run-dir", "run"], "`--list` shows the bug classes"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--trajectories", "1", "--run-dir", "run"], "pass --no-gpu"),
+    (["eval", W, "GOOD"], "pass --no-gpu"),
+    (["score", "EXAMPLE", "--re-evaluate"], "pass --no-gpu to re-evaluate"),
+    (["score", "EXAMPLE", "--re-evaluate", "--out-run", "run"], "pass --no-gpu to re-evaluate"),
+], ids=lambda a: " ".join(a)[:40] if isinstance(a, list) else None)
+def test_a_gpu_run_without_a_usable_gpu_is_refused_up_front(workdir, no_usable_gpu, argv, words):
+    from pathlib import Path
+
+    good = str(Path(__file__).resolve().parents[2] / "tests/data/agent/good.ptx")
+    example = str(_example_run(workdir)) if "EXAMPLE" in argv else ""
+    argv = [good if a == "GOOD" else example if a == "EXAMPLE" else a for a in argv]
+    before = _files(workdir)
+    result = CliRunner().invoke(app, argv)
+    _one_error_line(result, 2, "GPU")
+    assert "no NVIDIA driver on this machine (test)" in result.output and words in result.output, result.output
+    assert _files(workdir) == before, "a refused run left files behind"
+
+
+def test_a_resumed_no_gpu_run_goes_on_where_there_is_no_gpu(workdir, monkeypatch):
+    from ptxbench.tools.evaluate import LocalEvaluator
+
+    monkeypatch.setattr("ptxbench.tools.gpu.pool.visible_devices", lambda: None)
+    monkeypatch.setattr("ptxbench.tools.gpu.pool.missing_gpu", lambda: "no NVIDIA driver on this machine (test)")
+    monkeypatch.setattr(LocalEvaluator, "pool", property(lambda self: pytest.fail("a GPU worker was started")))
+    result = CliRunner().invoke(app, ["optimize", W, "--no-gpu", "--turns", "2", "--run-dir", "run", "--quiet"])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(app, ["optimize", "--resume", "run", "--quiet"])
+    assert result.exit_code == 0 and "turn_limit" in result.output, result.output

@@ -69,6 +69,28 @@ def visible_devices() -> list[int] | None:
     return list(range(count)) or None
 
 
+def missing_gpu() -> str | None:
+    """Why no GPU worker can start on this machine, known without starting one (the parent never imports torch): no
+    NVIDIA driver (on Linux: no /dev/nvidiactl, no /proc/driver/nvidia, no WSL /dev/dxg; macOS has none), or the
+    workers' CUDA bindings (cuda-python) not installed. None when a worker may start: only it can tell for sure."""
+    import importlib.util
+    import os
+    import sys
+
+    if sys.platform == "darwin":
+        return "macOS has no NVIDIA GPU"
+    if sys.platform.startswith("linux") and not any(
+            os.path.exists(p) for p in ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg")):
+        return "no NVIDIA driver on this machine: no /dev/nvidiactl"
+    try:
+        found = importlib.util.find_spec("cuda.bindings") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return "the GPU workers' CUDA bindings are not installed: no module cuda.bindings (pip install cuda-python)"
+    return None
+
+
 class PoolConfig(BaseModel):
     devices: list[int] | None = Field(None, description="GPU indices; None = every visible GPU")
     start_method: str = Field("forkserver", description="'forkserver' (fast replacement) or 'spawn'")

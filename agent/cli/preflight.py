@@ -1,0 +1,59 @@
+"""Checks that this machine can do what a command asks, made after its input is checked and before a run folder is
+written or a GPU worker started: each failure is one BadInput line (agent/cli/application.py prints it, exit status 2).
+
+    writable(path)     a run folder that can be created and written here ("cannot create run folder PATH: why")
+    no_gpu_reason()    why there is no usable GPU, where the machine shows it without a GPU worker started
+    gpu(hint)          BadInput when there is such a reason: "no GPU to evaluate on (why); hint"
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from .inputs import BadInput
+
+NO_GPU_HINT = "pass --no-gpu to compile only"
+
+
+def writable(path: str | Path) -> Path:
+    """`path` made (with its missing parents) and a file written into it, then all of that removed again: a folder
+    that cannot be (a read-only or virtual file system, no permission) is said in one line before any work starts,
+    not as the traceback of the first record written into it."""
+    path = Path(path)
+    made: list[Path] = []
+    try:
+        for p in reversed([p for p in (path, *path.parents) if not p.exists()]):
+            try:
+                p.mkdir()
+            except FileExistsError:  # made meanwhile by someone else: theirs, not ours to remove
+                continue
+            made.append(p)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".ptxbench-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise BadInput(f"cannot create run folder {path}: {exc.strerror or exc}") from None
+    finally:
+        for p in reversed(made):
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+    return path
+
+
+def no_gpu_reason() -> str | None:
+    """Why this machine has no usable GPU, where it shows that without a worker started (no NVIDIA driver, no CUDA
+    bindings for the workers): the finding `bench` makes before its run folder (agent/bench/evaluators.py). None with
+    GPUs in sight, or where only a worker can tell: one that cannot start reports why through the evaluation
+    (INFRA_ERROR)."""
+    from ptxbench.tools.gpu import pool
+
+    return None if pool.visible_devices() else pool.missing_gpu()
+
+
+def gpu(hint: str = NO_GPU_HINT) -> None:
+    """BadInput when no_gpu_reason() finds one: 'no GPU to evaluate on (why); hint'."""
+    if reason := no_gpu_reason():
+        raise BadInput(f"no GPU to evaluate on ({reason}); {hint}")
