@@ -16,7 +16,9 @@ from ...tools.redact import scrub
 MANIFEST_VERSION = 1
 PACKAGES = ("ptxbench", "langgraph", "langgraph-checkpoint-sqlite", "litellm", "pydantic", "tenacity", "torch",
             "cupy-cuda13x", "cuda-python", "numpy", "nvidia-cuda-nvcc", "nvidia-cuda-nvdisasm", "nvidia-cuda-cuobjdump")
-REPO = Path(__file__).resolve().parents[1]
+# The folder the package is built from: agent/records/manifest.py sits two folders below it (the checkout's root, or
+# site-packages/ptxbench when installed from a wheel).
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(argv: list[str], cwd: Path | None = None) -> str:
@@ -27,11 +29,23 @@ def _run(argv: list[str], cwd: Path | None = None) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
+def checkout_root() -> Path | None:
+    """PACKAGE_ROOT when it is the top of a git checkout, else None. Asked of git rather than looked up as a .git
+    folder: a worktree's .git is a file, and a wheel installed in a virtual environment inside some other repository
+    sits below that repository's .git, whose revision says nothing of this code."""
+    if not shutil.which("git"):
+        return None
+    top = _run(["git", "rev-parse", "--show-toplevel"], PACKAGE_ROOT)
+    return PACKAGE_ROOT if top and Path(top).resolve() == PACKAGE_ROOT else None
+
+
 def git_info() -> dict[str, Any]:
-    if not shutil.which("git") or not (REPO / ".git").exists():
+    """The revision and whether tracked files differ from it; {} when the code does not run from a checkout."""
+    root = checkout_root()
+    if root is None:
         return {}
-    return {"revision": _run(["git", "rev-parse", "HEAD"], REPO),
-            "dirty": bool(_run(["git", "status", "--porcelain", "--untracked-files=no"], REPO))}
+    return {"revision": _run(["git", "rev-parse", "HEAD"], root),
+            "dirty": bool(_run(["git", "status", "--porcelain", "--untracked-files=no"], root))}
 
 
 def package_versions() -> dict[str, str]:
