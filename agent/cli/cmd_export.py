@@ -26,7 +26,8 @@ def _ops(workload_ids: set[str]) -> dict[str, str]:
 def export(
     runs: list[Path] = typer.Argument(..., help="run directories"),
     recipe: str = typer.Option(..., help="kernelgen | fixit"),
-    out: str = typer.Option(..., help="output folder (split files an earlier export left there are replaced)"),
+    out: str = typer.Option(..., help="output folder: new, or one an earlier export wrote (its split files are "
+                                      "replaced); a folder holding other data files is refused"),
     format: str = typer.Option("parquet", help="parquet | jsonl"),
     min_speedup: Optional[float] = typer.Option(None, help="completion kernels at least this fast vs. the library"),
     first_k: Optional[int] = typer.Option(None, help="only turns 1..k"),
@@ -49,7 +50,7 @@ def export(
     from ..export import ExportConfig, build_rows, collect_samples
     from ..export.recipes import REJECTED
     from ..export.tokens import TokenizerUnavailable, counter
-    from ..export.writer import write_dataset
+    from ..export.writer import foreign_files, write_dataset
     from ..records.rundir import distinct_runs
 
     for run in runs:
@@ -61,6 +62,11 @@ def export(
     if min_speedup is not None and min_speedup < 0:
         raise inputs.BadInput(f"--min-speedup must be 0 or more, got {min_speedup}")
     out = inputs.new_folder(out, "--out")
+    if foreign := foreign_files(out):  # datasets.load_dataset(data_dir=out) would read them as rows of this export
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise inputs.BadInput(f"--out {out} holds {foreign[0].relative_to(out)}{more}: data files no export wrote, which "
+                              "datasets.load_dataset would read with this export's rows; name a new folder, or one an "
+                              "earlier export wrote")
     try:  # loaded now, before any run is read: a tokenizer that cannot load is a usage error, not a late traceback
         counter(tokenizer)
     except TokenizerUnavailable as exc:
@@ -78,6 +84,7 @@ def export(
         if w not in {s.workload for s in samples}:
             raise inputs.BadInput(f"--test-workloads {w}: no trajectory of the runs is of that workload "
                                   f"(they have: {', '.join(sorted({s.workload for s in samples})) or 'none'})")
+    inputs.create_folder(out, "--out")  # now that every check passed: a refused command leaves no folder behind
     rows, stats = build_rows(samples, cfg, _ops({s.workload for s in samples}))
     if teacher:
         from ..export.teacher import add_reasoning
@@ -94,13 +101,20 @@ def export(
 def dropped_lines(stats: dict, reasons: dict[str, str]) -> list[str]:
     """What each filter removed, in words: trajectories that gave no row, then rows dropped later."""
     lines = []
-    for key, n in sorted(stats.items()):
-        if key.startswith("trajectories_without_rows.") and n:
-            reason = key.split(".", 1)[1]
-            lines.append(f"{n} trajectories gave no row: {reasons.get(reason, reason)}")
+    for reason, n in _with_prefix(stats, "trajectories_without_rows."):
+        lines.append(f"{n} trajectories gave no row: {reasons.get(reason, reason)}")
     words = {"held_out_trajectories_skipped": "held-out trajectories skipped (--include-held-out keeps them)",
              "duplicates_dropped": "duplicate rows dropped (--no-dedup keeps them)",
              "over_token_cap_dropped": "rows over --max-tokens dropped", "balance_dropped": "rows dropped by --max-per-group",
              "train_copies_of_test_dropped": "train rows dropped: the same kernel stands in the test split"}
-    lines += [f"{stats[k]} {text}" for k, text in words.items() if stats.get(k)]
+    for key, text in words.items():
+        if stats.get(key):
+            lines.append(f"{stats[key]} {text}")
+        if key == "held_out_trajectories_skipped":  # what keeping them would not change, said at once
+            lines += [f"  {n} of them would give no row even so: {reasons.get(reason, reason)}"
+                      for reason, n in _with_prefix(stats, "held_out_without_rows.")]
     return lines
+
+
+def _with_prefix(stats: dict, prefix: str) -> list[tuple[str, int]]:
+    return [(key.removeprefix(prefix), n) for key, n in sorted(stats.items()) if key.startswith(prefix) and n]

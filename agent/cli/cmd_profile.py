@@ -3,7 +3,8 @@
 Compiles the file, replays its plan once under ncu on this machine's GPU, prints the ranked
 feedback and the runtime target-instruction verdicts; `--json` prints the verdicts, the profile
 summary and every raw metric ncu collected. Exit status: 0 profiled, 1 the file did not compile,
-2 no profile could be taken (the reason is printed) or bad input (one line), 3 the CUDA tools are missing.
+2 no profile could be taken (the reason is printed on stderr; --json still prints its record on stdout) or bad
+input (one line), 3 the CUDA tools are missing.
 """
 from __future__ import annotations
 
@@ -81,10 +82,12 @@ def profile_cmd(
                   "feedback": outcome.feedback, "raw_metrics": metrics}
         typer.echo(json.dumps(record, indent=1, default=str))
     else:
+        err = not outcome.ok  # no profile: what is printed says why, so it goes to stderr like every error
         if outcome.feedback:
-            typer.echo(terminal_text(outcome.feedback) + "\n")  # quotes the solution's lines: its control characters
+            typer.echo(terminal_text(outcome.feedback) + "\n", err=err)  # quotes the solution's lines: its control characters
         for family, v in outcome.targets_runtime.items():
             counts = f" ({v.executed_thread_insts_true:,} predicate-true thread executions)" if v.executed_thread_insts_true else ""
-            typer.echo(terminal_text(f"{family}: {v.verdict}{counts} - {v.reason}"))
-        typer.echo(terminal_text(f"profile took {outcome.seconds:.1f} s" + ("" if outcome.ok else f"; no profile: {outcome.error}")))
+            typer.echo(terminal_text(f"{family}: {v.verdict}{counts} - {v.reason}"), err=err)
+        typer.echo(terminal_text(f"profile took {outcome.seconds:.1f} s" + ("" if outcome.ok else f"; no profile: {outcome.error}")),
+                   err=err)
     raise typer.Exit(0 if outcome.ok else 2)

@@ -23,7 +23,7 @@ def report(
     from .terminal import terminal_text
 
     inputs.run_folder(run)
-    out_dir = inputs.new_folder(out, "--out") if out is not None else None
+    out_dir = inputs.create_folder(out, "--out") if out is not None else None
     try:
         files = write_report(run, out_dir)
     except LinkedReportFolder as exc:

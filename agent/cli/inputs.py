@@ -6,13 +6,16 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
     run_folder(path, what)                               an existing run folder (manifest or trajectories)
     unsealed(path, flag)                                 a run folder that may be continued (no sealed log)
     resumable(path, flag)                                an optimize run folder `--resume` can continue
-    new_folder(path, flag)                               a path a run may be written to (not empty)
+    new_folder(path, flag)                               a path a run may be written to (its text not empty, no file in the way)
+    create_folder(path, flag)                            new_folder, then made: one that cannot be is BadInput
     config(cls, **fields)                                a pydantic config, its errors as one line
 """
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
@@ -170,6 +173,23 @@ def new_folder(path: str | Path, flag: str) -> Path:
     for p in (path, *path.parents):
         if p.exists() and not p.is_dir():
             raise BadInput(f"{flag} {path}: {p} is a file, not a folder")
+    return path
+
+
+def create_folder(path: str | Path, flag: str) -> Path:
+    """new_folder(path, flag), made now (with its parents) and written to once: the reason it cannot be (a read-only
+    or virtual file system, no permission) said as such, rather than as whatever error the first file written into it
+    meets (for /proc/x: "No such file or directory")."""
+    path = new_folder(path, flag)
+    if path.is_symlink():  # the writer's to judge: a report refuses a linked folder with its own message
+        return path
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".ptxbench-probe-")  # a folder that exists may still be read-only
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise BadInput(f"cannot create {flag} folder {path}: {exc.strerror or exc}") from None
     return path
 
 

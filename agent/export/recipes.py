@@ -117,13 +117,17 @@ def build_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str
     rows: list[Row] = []
     seen: set[str] = set()
     for sample in samples:
-        if sample.held_out and not cfg.include_held_out:
-            stats["held_out_trajectories_skipped"] += 1
-            continue
         why: Counter = Counter()
         found = candidate_rows(sample, cfg, ops.get(sample.workload, ""), why)
-        if not found:  # the trajectory gave nothing: charged to the filter that turned most of it away
-            stats[f"trajectories_without_rows.{why.most_common(1)[0][0] if why else 'no_submission'}"] += 1
+        # the trajectory gave nothing: charged to the filter that turned most of it away
+        empty = (why.most_common(1)[0][0] if why else "no_submission") if not found else None
+        if sample.held_out and not cfg.include_held_out:
+            stats["held_out_trajectories_skipped"] += 1
+            if empty:  # said beside the skip, so that --include-held-out is not tried in vain
+                stats[f"held_out_without_rows.{empty}"] += 1
+            continue
+        if empty:
+            stats[f"trajectories_without_rows.{empty}"] += 1
         for row in found:
             # a held-out row (its workload, or its bug class) is exported only on request, and never to train on
             row.split = "test" if row.held_out or row.workload in cfg.test_workloads else "train"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from ...tools.redact import mask_strings
@@ -9,6 +10,26 @@ from .schema import ExportConfig, Row
 
 
 SPLIT_FILES = ("train.jsonl", "test.jsonl", "train.parquet", "test.parquet")
+MANIFEST_NAME = "export_manifest.json"
+# What `datasets.load_dataset(..., data_dir=out)` may read as rows (its packaged formats, text and media aside).
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow", ".csv", ".tsv")
+
+
+def foreign_files(out: Path) -> list[Path]:
+    """The data files in `out` that no earlier export wrote: everything there, at any depth, with a DATA_SUFFIXES
+    suffix, but for the manifest and, beside it, the split files it replaces. Hidden files and folders are left out,
+    as datasets leaves them out (.teacher_cache). Other files (notes, a README) are no data and may stay."""
+    if not out.is_dir():
+        return []
+    ours = {MANIFEST_NAME, *(SPLIT_FILES if (out / MANIFEST_NAME).is_file() else ())}
+    found = []
+    for folder, dirs, files in os.walk(out):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))  # not walked: .git, .teacher_cache
+        for name in sorted(files):
+            rel = (Path(folder) / name).relative_to(out)
+            if not name.startswith((".", "__")) and rel.suffix.lower() in DATA_SUFFIXES and str(rel) not in ours:
+                found.append(out / rel)
+    return found
 
 
 def _remove_old_splits(out: Path) -> None:
@@ -44,5 +65,5 @@ def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats
         by_group[key] = by_group.get(key, 0) + 1
     manifest = {"config": cfg.model_dump(), "runs": runs, "stats": stats, "counts": by_group,
                 "files": {k: v.name for k, v in paths.items()}, "schema": "docs/dataset-schema.md"}
-    (out / "export_manifest.json").write_text(json.dumps(mask_strings(manifest), indent=2))
+    (out / MANIFEST_NAME).write_text(json.dumps(mask_strings(manifest), indent=2))
     return paths

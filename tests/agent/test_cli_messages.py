@@ -1,0 +1,106 @@
+"""What the CLI says where a user would otherwise be misled: an --out that cannot be made, an export folder holding
+another dataset, every filter that kept a trajectory out, and a profile that could not be taken (on stderr)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from export_runs import build_run, write_trajectory
+from ptxbench.agent.cli.main import app
+
+ROOT = Path(__file__).resolve().parents[2]
+W = "smoke_gemm_bf16_m256_n256_k512"
+UNMAKEABLE = "/proc/ptxbench-nope"  # /proc takes no new folders, not even root's
+
+
+def _runner() -> CliRunner:
+    try:
+        return CliRunner(mix_stderr=False)
+    except TypeError:  # click >= 8.2 keeps stderr apart by itself
+        return CliRunner()
+
+
+@pytest.fixture
+def run(tmp_path):
+    return build_run(tmp_path)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc")
+@pytest.mark.parametrize("argv", [["export", "{run}", "--recipe", "kernelgen", "--out", UNMAKEABLE],
+                                  ["report", "{run}", "--out", UNMAKEABLE + "/sub"]])
+def test_an_out_folder_that_cannot_be_made_says_so(run, argv):
+    result = CliRunner().invoke(app, [a.format(run=run) for a in argv])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: cannot create --out folder /proc/"), lines[0]
+
+
+def _export(run: Path, out: Path, *extra: str):
+    return CliRunner().invoke(app, ["export", str(run), "--recipe", "kernelgen", "--out", str(out), "--format", "jsonl",
+                                    *extra])
+
+
+def test_export_adds_to_a_folder_of_notes_or_an_earlier_export_but_not_to_other_data(run, tmp_path):
+    out = tmp_path / "data"
+    out.mkdir()
+    (out / "notes.txt").write_text("not data\n")
+    assert _export(run, out).exit_code == 0
+    assert (out / "notes.txt").read_text() == "not data\n" and (out / "train.jsonl").is_file()
+    again = _export(run, out, "--format", "parquet")  # an earlier export's splits are replaced, not mixed
+    assert again.exit_code == 0, again.output
+    assert not (out / "train.jsonl").exists() and (out / "train.parquet").is_file()
+
+    other = tmp_path / "other"
+    (other / "old").mkdir(parents=True)
+    (other / "old" / "train-0.jsonl").write_text('{"text": "another dataset"}\n')
+    refused = _export(run, other)
+    lines = [line for line in refused.output.splitlines() if line.strip()]
+    assert refused.exit_code == 2 and len(lines) == 1 and "old/train-0.jsonl" in lines[0], refused.output
+    assert sorted(p.name for p in other.rglob("*")) == ["old", "train-0.jsonl"]  # nothing written or removed
+
+    bare = tmp_path / "bare"  # split files with no export manifest: someone else's, never removed
+    bare.mkdir()
+    (bare / "train.jsonl").write_text('{"text": "mine"}\n')
+    assert _export(run, bare).exit_code == 2 and (bare / "train.jsonl").read_text() == '{"text": "mine"}\n'
+
+
+def test_a_held_out_skip_also_says_what_keeping_it_would_not_change(run):
+    write_trajectory(run, "h", W, [("h", {"workload": W, "status": "COMPILED"}, "compiled, never ran")], held_out=True)
+    out = run.parent / "kg"
+    shown = _export(run, out)
+    assert shown.exit_code == 0, shown.output
+    assert "2 held-out trajectories skipped (--include-held-out keeps them)" in shown.output
+    assert "1 of them would give no row even so: the kernel only compiled (--no-gpu), never ran" in shown.output
+    kept = json.loads((out / "export_manifest.json").read_text())["counts"]
+    assert sum(kept.values()) == 2  # the message changed, the rows did not (t1's turns 2 and 3)
+    included = _export(run, run.parent / "kg2", "--include-held-out")
+    assert "1 trajectories gave no row: the kernel only compiled (--no-gpu), never ran" in included.output
+
+
+def test_a_profile_that_cannot_be_taken_prints_its_reason_on_stderr(monkeypatch):
+    import ptxbench.tools.profile.runner as runner
+
+    monkeypatch.setattr(runner, "find_ncu", lambda: None)
+    result = _runner().invoke(app, ["profile", W, str(ROOT / "tests/data/agent/good.ptx")])
+    if result.exit_code == 3:
+        pytest.skip("no CUDA tools here to compile the kernel")
+    assert result.exit_code == 2, result.output
+    assert result.stdout == "" and "no profile: Nsight Compute (ncu) was not found" in result.stderr
+
+
+def test_a_read_only_out_folder_is_said_up_front(run, tmp_path):
+    import os
+
+    out = tmp_path / "ro"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        if os.access(out, os.W_OK) and os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder")
+        result = CliRunner().invoke(app, ["report", str(run), "--out", str(out)])
+    finally:
+        out.chmod(0o755)
+    assert result.exit_code == 2 and result.output.startswith(f"error: cannot create --out folder {out}: "), result.output
