@@ -39,6 +39,15 @@ def list_tasks(suite: Optional[Path] = typer.Option(None, help=SUITE_HELP),
         typer.echo(f"{r['id']:<58} {r['bug_class']:<28} {r['status']:<20} {'held-out' if r['held_out'] else ''}")
 
 
+def _judged_on(verdict) -> str:
+    """Where the recorded verdict came from: a compile or plan error is found before anything runs, with no GPU."""
+    from ..repairs.suite import judged_without_gpu
+
+    if verdict.gpu:
+        return f"on {verdict.gpu}"
+    return "with no GPU needed" if judged_without_gpu(verdict.status) else "on an unrecorded GPU"
+
+
 @repairs_app.command("show")
 def show_task(task_id: str = typer.Argument(..., help="task id (see `ptxbench repairs list`)"),
               suite: Optional[Path] = typer.Option(None, help=SUITE_HELP),
@@ -55,6 +64,6 @@ def show_task(task_id: str = typer.Argument(..., help="task id (see `ptxbench re
     speed = f"{task.unbroken_speedup:.3f}x" if task.unbroken_speedup is not None else "unknown"
     typer.echo(f"{task.id}\n  workload {task.workload}; bug class {task.bug_class}{' (held out)' if task.held_out else ''}; "
                f"origin {task.origin}\n  {task.description}\n  from: {'; '.join(task.provenance)}\n"
-               f"  unbroken kernel's speedup: {speed}\n  verdict on {task.verdict.gpu or '?'} ({task.verdict.date}): "
+               f"  unbroken kernel's speedup: {speed}\n  verdict {_judged_on(task.verdict)} ({task.verdict.date}): "
                f"{task.verdict.status}: {task.verdict.message}\n  file: {s.solution_path(task)}\n")
     typer.echo(task.verdict.feedback)

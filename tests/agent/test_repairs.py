@@ -191,3 +191,13 @@ def test_every_distinct_recorded_failure_of_a_workload_is_a_candidate(tmp_path):
     assert len({c.source for c in cands}) == 2
     first = next(c for c in cands if c.id.endswith("error"))
     assert len(first.provenance) == 2  # t1 and t3, the same text
+
+
+def test_show_says_a_plan_or_compile_verdict_needed_no_gpu():
+    """A PLAN_ERROR / COMPILE_ERROR is recorded with no GPU (`verdict.gpu` ""): shown as such, not as `on ?`."""
+    task = next(t for t in load_suite().tasks if not t.verdict.gpu)
+    assert task.verdict.status in {"PLAN_ERROR", "COMPILE_ERROR"}
+    shown = CliRunner().invoke(app, ["repairs", "show", task.id])
+    assert shown.exit_code == 0, shown.output
+    assert f"verdict with no GPU needed ({task.verdict.date}): {task.verdict.status}" in shown.output
+    assert "on ?" not in shown.output
