@@ -40,3 +40,11 @@ def test_the_synth_example_says_why_rows_are_dropped_without_the_lifted_filter(t
     assert result.exit_code == 0, result.output
     assert "0 fixit rows from 8 trajectories" in result.output
     assert "8 trajectories gave no row: the target instructions were not seen executing" in result.output
+
+
+def test_the_usage_line_names_the_option_that_lists_the_no_gpu_examples_workload():
+    """The README's no-GPU example runs a smoke workload, which `ptxbench workloads` lists only with --all."""
+    assert "ptxbench workloads [--all] [--json]" in (ROOT / "README.md").read_text()
+    smoke = "smoke_gemm_bf16_m256_n256_k512"
+    assert smoke in CliRunner().invoke(app, ["workloads", "--all"]).output
+    assert smoke not in CliRunner().invoke(app, ["workloads"]).output
