@@ -34,6 +34,10 @@ class BenchConfig(BaseModel):
     optimize: dict = Field(default_factory=dict, description="other OptimizeConfig fields, applied to every trajectory")
     track: str = Field("optimize", description="optimize | repair (the repair suite's tasks, each from its broken kernel)")
     suite: str | None = Field(None, description="repair track: the suite folder (None: workloads/repairs)")
+    no_gpu_judged_only: bool = Field(True, description="repair track with no_gpu: only the tasks whose recorded verdict "
+                                     "needs no GPU (COMPILE_ERROR, PLAN_ERROR); False: every task (runs recorded before)")
+    builtin_trajectories: int | None = Field(None, ge=1, description="repair track: trajectories per cell of a builtin/ "
+                                             "model, which answers the same input the same way (None: `trajectories`)")
 
 
 def expand(config: BenchConfig) -> list[OptimizeConfig]:

@@ -83,6 +83,8 @@ def open_run(config: BenchConfig | None, run_dir: Path, resume: bool, overrides:
         recorded = BenchConfig.model_validate(manifest["config"])
         # a run recorded before the flush mode existed was timed under the written flush: it goes on as it started
         recorded = with_flush(recorded, LEGACY_L2_FLUSH)
+        if "no_gpu_judged_only" not in manifest["config"]:  # recorded before --no-gpu left runtime repair tasks out
+            recorded = recorded.model_copy(update={"no_gpu_judged_only": False})
         return recorded.model_copy(update={k: v for k, v in (overrides or {}).items() if k in RUNTIME_FIELDS and v is not None})
     if config is None:
         raise BenchError("give a bench config, or resume=True")

@@ -54,11 +54,32 @@ def check_matrix(models: list[str], workloads: list[str], prompts: list[str], ar
         checked_base = checked_base or bool(api_base and not m.startswith(("builtin/", "replay/")))
 
 
+def _repair_matrix(config, one_builtin: bool, console):
+    """The repair track's matrix, said in a line or two: builtin/ models at one trajectory per task (unless
+    --trajectories was given), and the tasks --no-gpu leaves out (a runtime failure's repair is not judged)."""
+    from . import inputs
+    from ..repairs.track import deterministic, left_out_line
+
+    builtin = [m for m in config.models if deterministic(m)]
+    if one_builtin and builtin and config.trajectories > 1:
+        config = config.model_copy(update={"builtin_trajectories": 1})
+        console.print(f"{', '.join(builtin)}: 1 trajectory per task, not {config.trajectories} (a builtin model answers "
+                      "the same input the same way; --trajectories N runs N)", markup=False, highlight=False)
+    try:
+        line = left_out_line(config)
+    except ValueError as exc:  # no suite, no task of the workloads, none judged without a GPU
+        raise inputs.BadInput(str(exc)) from None
+    if line:
+        console.print(line, markup=False, highlight=False)
+    return config
+
+
 @app.command()
 def bench(
     models: Optional[str] = typer.Option(None, help="comma-separated model strings (builtin/..., litellm names)"),
     workloads: Optional[str] = typer.Option(None, help="comma-separated workload ids (see `ptxbench workloads`)"),
-    trajectories: int = typer.Option(12, min=1, help="trajectories per (model, workload, prompt) cell"),
+    trajectories: Optional[int] = typer.Option(None, min=1, help="trajectories per (model, workload, prompt) cell (default 12; "
+                                               "repair track: 1 for a builtin/ model, which answers the same input the same way)"),
     turns: Optional[int] = typer.Option(None, min=1, max=MAX_TURNS, help="turns per trajectory (default 8; repair track 4)"),
     track: str = typer.Option("optimize", help="optimize | repair (the repair suite: each trajectory starts from a broken kernel)"),
     suite: Optional[Path] = typer.Option(None, help="repair track: the suite folder (default workloads/repairs)"),
@@ -109,6 +130,8 @@ def bench(
     if track not in ("optimize", "repair"):
         raise inputs.BadInput(f"--track {track!r}: expected optimize or repair")
     turns = turns or (4 if track == "repair" else 8)
+    one_builtin = track == "repair" and trajectories is None  # repair track: a builtin/ model's copies are left out
+    trajectories = trajectories or 12
     if not resume:
         if not _split(models) or not (_split(workloads) or track == "repair"):
             raise inputs.BadInput("give --models and --workloads (comma-separated), or --resume with --run-dir")
@@ -125,6 +148,8 @@ def bench(
             ray_address=ray_address, gpus=gpus, parallel=parallel or 16, provider_limits=_limits(provider_limit),
             infra_retries=2 if infra_retries is None else infra_retries, seed=seed, track=track,
             suite=str(suite) if suite else None, **({"profile": profile} if profile else {}))
+    if config is not None and config.track == "repair":
+        config = _repair_matrix(config, one_builtin, console)
     run_dir = run_dir or runs_root() / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     from .preflight import writable
 

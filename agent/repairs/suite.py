@@ -25,6 +25,18 @@ HELD_OUT_CLASSES = frozenset({"lse_log2_units", "smem_over_limit", "grid_too_sma
                               "softmax_max_not_reduced", "misaligned", "infinite_loop"})
 
 
+# The verdicts the evaluator gives before anything runs on a GPU (the source does not compile or assemble, or its
+# launch plan is refused); the suite records them with no GPU (`verdict.gpu` ""). A repair of such a kernel can be
+# judged with --no-gpu (it compiles, or it still fails); one of a runtime failure (a wrong result, a fault, a hang)
+# cannot: without a GPU its fix compiles as the broken kernel did (COMPILED), fixed or not.
+NO_GPU_VERDICTS = frozenset({"COMPILE_ERROR", "PLAN_ERROR"})
+
+
+def judged_without_gpu(status: str) -> bool:
+    """Whether a broken kernel with this recorded verdict can have its repair judged without a GPU."""
+    return status in NO_GPU_VERDICTS
+
+
 def held_out_bug(config: dict) -> bool:
     """A trajectory (its recorded config) whose bug class is held out: a repair task's or a synth-repairs pair's."""
     if config.get("repair_held_out") is True:  # the suite it ran from held the task out

@@ -7,9 +7,13 @@ model turns. Per trajectory:
 - turns to fix: the first PASSED turn (over fixed trajectories);
 - fixed with the speed kept: some turn PASSED, its target instructions executed (or not measured), and its
   speedup >= SPEED_KEPT x the unbroken kernel's speedup recorded in the task (a slow swap is no repair);
-- regression: a PASSED turn followed by a failing one (the fix broke again).
-Each is a mean over trajectories with a bootstrap 95% interval, overall, per model, by bug class and by
-failure class (the broken kernel's recorded status).
+- regression: a PASSED turn followed by a failing one (the fix broke again);
+- not judged: no turn PASSED, and a turn compiled a changed kernel without a GPU (COMPILED, --no-gpu): fixed or
+  not is unknown, so the trajectory is left out of every rate above (counted apart, never as not fixed). The
+  broken kernel handed back byte for byte is judged (not fixed) even then.
+Each is a mean over the judged trajectories with a bootstrap 95% interval, overall, per model, by bug class and by
+failure class (the broken kernel's status at turn 0; where turn 0 was not run on a GPU (COMPILED), the verdict
+the suite recorded for it).
 
 A task's record (bug class, unbroken speedup, held out) comes from this machine's suite, looked up by the recorded
 `repair_task` id, so a run scores the same wherever it is scored. Only for an id the local suite lacks is the
@@ -28,7 +32,7 @@ from ..records.rundir import DamagedRecord, distinct_runs, load_run, path_inside
 from ..repairs.suite import RepairTask, SuiteMissing, load_suite
 from ..report.tables import md_cell
 from .stats import Estimate, mean_estimate
-from .turns import TrajectoryScore, score_trajectory
+from .turns import COMPILED, TrajectoryScore, score_trajectory
 
 SPEED_KEPT = 0.95
 
@@ -46,10 +50,12 @@ class RepairTrajectory(BaseModel):
     turns_to_fix: int | None = None
     speed_kept: bool = False
     regression: bool = False
+    judged: bool = Field(True, description="False: compiled without a GPU and never PASSED, fixed or not unknown")
 
 
 class RepairCell(BaseModel):
     n: int = 0
+    not_judged: int = Field(0, description="trajectories of the n whose fix cannot be judged (compiled without a GPU)")
     fixed_at_1: Estimate = Estimate()
     fixed_at_k: Estimate = Estimate()
     turns_to_fix: Estimate = Estimate()
@@ -107,20 +113,28 @@ def repair_trajectory(score: TrajectoryScore, config: dict) -> RepairTrajectory:
             and t.speedup >= SPEED_KEPT * unbroken]
     first = passed[0].turn if passed else None
     regression = any(a.correct and b.failed for a, b in zip(turns, turns[1:]))
-    failure = score.start.status if score.start else (task.get("verdict") or {}).get("status", "")
+    # a kernel compiled and never run (--no-gpu) may be the fix: unknown, unless it is the broken kernel again
+    unverified = any(t.compile_only and not (broken and t.kernel_sha256 == broken) for t in turns)
+    recorded = (task.get("verdict") or {}).get("status", "")
+    failure = score.start.status if score.start else recorded
+    if failure in ("", COMPILED):  # turn 0 not run on a GPU: the broken kernel's class is what the suite recorded
+        failure = recorded or "unknown"
     return RepairTrajectory(id=score.id, model=score.model, task=config["repair_task"], bug_class=task.get("bug_class", ""),
                             failure_class=failure, held_out=bool(task.get("held_out")), unbroken_speedup=unbroken,
                             fixed_at_1=first == 1, fixed=bool(passed),
-                            turns_to_fix=first, speed_kept=bool(kept), regression=regression)
+                            turns_to_fix=first, speed_kept=bool(kept), regression=regression,
+                            judged=bool(passed) or not unverified)
 
 
 def cell(rows: list[RepairTrajectory]) -> RepairCell:
-    fixed = [r for r in rows if r.fixed]
-    return RepairCell(n=len(rows), fixed_at_1=mean_estimate([float(r.fixed_at_1) for r in rows]),
-                      fixed_at_k=mean_estimate([float(r.fixed) for r in rows]),
+    judged = [r for r in rows if r.judged]
+    fixed = [r for r in judged if r.fixed]
+    return RepairCell(n=len(rows), not_judged=len(rows) - len(judged),
+                      fixed_at_1=mean_estimate([float(r.fixed_at_1) for r in judged]),
+                      fixed_at_k=mean_estimate([float(r.fixed) for r in judged]),
                       turns_to_fix=mean_estimate([float(r.turns_to_fix) for r in fixed]),
-                      speed_kept=mean_estimate([float(r.speed_kept) for r in rows]),
-                      regression_rate=mean_estimate([float(r.regression) for r in rows]))
+                      speed_kept=mean_estimate([float(r.speed_kept) for r in judged]),
+                      regression_rate=mean_estimate([float(r.regression) for r in judged]))
 
 
 def _grouped(rows: list[RepairTrajectory], key) -> dict[str, RepairCell]:
@@ -152,15 +166,23 @@ def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
 
 
 def repair_markdown(score: RepairScore) -> str:
-    """The repair page: per model, then by bug class and failure class (95% bootstrap intervals)."""
-    head = "| {} | n | fixed@1 | fixed@k | fixed, speed kept | turns to fix | regressions |\n| --- | --- | --- | --- | --- | --- | --- |"
+    """The repair page: per model, then by bug class and failure class (95% bootstrap intervals over the judged
+    trajectories; those compiled without a GPU and never passed are counted apart, as not judged)."""
+    head = ("| {} | n | fixed@1 | fixed@k | fixed, speed kept | turns to fix | regressions | not judged |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |")
 
     def row(name: str, c: RepairCell) -> str:  # names come from the records: md_cell
         return (f"| {md_cell(name)} | {c.n} | {c.fixed_at_1.fmt(1, pct=True)} | {c.fixed_at_k.fmt(1, pct=True)} | "
-                f"{c.speed_kept.fmt(1, pct=True)} | {c.turns_to_fix.fmt(2)} | {c.regression_rate.fmt(1, pct=True)} |")
+                f"{c.speed_kept.fmt(1, pct=True)} | {c.turns_to_fix.fmt(2)} | {c.regression_rate.fmt(1, pct=True)} | "
+                f"{c.not_judged} |")
 
     parts = ["## Repair track", f"fixed with the speed kept: PASSED, targets executed when measured, >= {SPEED_KEPT}x "
-             "the unbroken kernel's speedup", "", head.format("model"), *[row(m, c) for m, c in score.by_model.items()]]
+             "the unbroken kernel's speedup"]
+    unjudged = sum(not r.judged for r in score.trajectories)
+    if unjudged:
+        parts.append(f"not judged: {unjudged} of {len(score.trajectories)} trajectories compiled a changed kernel without "
+                     "a GPU (COMPILED) and never passed: fixed or not is unknown, so they are left out of every rate")
+    parts += ["", head.format("model"), *[row(m, c) for m, c in score.by_model.items()]]
     for model in score.by_model:
         parts += ["", f"### {md_cell(model)} by bug class", "", head.format("bug class"),
                   *[row(k, c) for k, c in score.by_model_bug_class[model].items()],

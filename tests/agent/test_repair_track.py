@@ -67,9 +67,10 @@ def test_cli_repair_track_no_gpu(tmp_path):
     out = CliRunner().invoke(app, ["bench", "--track", "repair", "--suite", str(FIXTURE), "--models", "builtin/unchanged",
                                    "--trajectories", "1", "--no-gpu", "--run-dir", str(run), "--no-report"])
     assert out.exit_code == 0, out.output
-    assert "## Repair track" in out.output and "| builtin/unchanged | 4 | 0.0%" in out.output
+    # --no-gpu runs the one task judged without a GPU (missing_header: COMPILE_ERROR), still failing when unchanged
+    assert "## Repair track" in out.output and "| builtin/unchanged | 1 | 0.0%" in out.output
     records = load_run(run)
-    assert len(records) == 4 and all(r.start.config["turns"] == 4 for r in records)
+    assert len(records) == 1 and all(r.start.config["turns"] == 4 for r in records)
     bad = CliRunner().invoke(app, ["bench", "--track", "repair", "--suite", str(tmp_path / "none"), "--models",
                                    "builtin/unchanged", "--no-gpu", "--run-dir", str(tmp_path / "b2")])
     assert bad.exit_code == 2 and "no repair suite" in bad.output
@@ -171,3 +172,56 @@ def test_the_broken_kernel_handed_back_unchanged_is_no_fix_even_when_it_passes(t
     rows = score_repair_runs([tmp_path / "run"]).trajectories
     assert rows and all(r.failure_class != "PASSED" for r in rows)
     assert not any(r.fixed or r.fixed_at_1 for r in rows)
+
+
+def test_cli_repair_track_no_gpu_judges_only_compile_class_tasks(tmp_path):
+    """--no-gpu: a runtime failure's repair cannot be judged (its fix compiles as the broken kernel did), so those
+    tasks are left out, with one line saying how many and why; the failure-class table shows the recorded verdict,
+    never COMPILED, and a fix compiled without a GPU is not judged rather than scored 0% fixed."""
+    run = tmp_path / "bench"
+    out = CliRunner().invoke(app, ["bench", "--track", "repair", "--suite", str(FIXTURE), "--models", "builtin/reference",
+                                   "--turns", "1", "--no-gpu", "--run-dir", str(run), "--no-report"])
+    assert out.exit_code == 0, out.output
+    assert ("--no-gpu: 3 of 4 repair tasks left out: their broken kernels fail only when run (RUNTIME_ERROR 2, "
+            "INCORRECT_NAN 1)") in out.output
+    records = load_run(run)
+    assert [r.start.config["repair_task"] for r in records] == [f"{WL}__missing_header"]
+    assert "| COMPILED |" not in out.output and "| COMPILE_ERROR | 1 | – | – | – | – | – | 1 |" in out.output
+    assert "| builtin/reference | 1 | – | – |" in out.output and "not judged: 1 of 1 trajectories" in out.output
+
+
+def test_builtin_models_run_one_trajectory_per_repair_task_unless_asked(tmp_path):
+    """A builtin model answers the same input the same way: by default the repair track runs it once per task (and
+    says so); an LLM keeps its 12; --trajectories N is obeyed for every model."""
+    run = tmp_path / "bench"
+    out = CliRunner().invoke(app, ["bench", "--track", "repair", "--suite", str(FIXTURE), "--models", "builtin/unchanged",
+                                   "--turns", "1", "--no-gpu", "--run-dir", str(run), "--no-report"])
+    assert out.exit_code == 0, out.output
+    assert "builtin/unchanged: 1 trajectory per task, not 12" in out.output
+    assert len(load_run(run)) == 1
+    mixed = expand(config(models=["builtin/reference", "openai/gpt-5"], trajectories=12, builtin_trajectories=1))
+    counts = {m: sum(c.model == m for c in mixed) for m in ("builtin/reference", "openai/gpt-5")}
+    assert counts == {"builtin/reference": 4, "openai/gpt-5": 48}
+    asked = CliRunner().invoke(app, ["bench", "--track", "repair", "--suite", str(FIXTURE), "--models", "builtin/unchanged",
+                                     "--turns", "1", "--trajectories", "2", "--no-gpu", "--run-dir", str(tmp_path / "b2"),
+                                     "--no-report"])
+    assert asked.exit_code == 0 and "trajectory per task" not in asked.output and len(load_run(tmp_path / "b2")) == 2
+
+
+def test_a_no_gpu_run_of_runtime_tasks_scores_them_not_judged_under_their_recorded_class(tmp_path):
+    """A repair run recorded before --no-gpu left the runtime tasks out (or a library caller's): its turn 0 and its
+    fixes are COMPILED. The table keys them by the suite's recorded verdict and counts them not judged, never
+    0% fixed; the broken kernel handed back unchanged is still judged not fixed."""
+    from ptxbench.tools.evaluate import LocalEvaluator
+
+    run = tmp_path / "run"
+    cfg = config(models=["builtin/reference", "builtin/unchanged"], turns=1, no_gpu=True, no_gpu_judged_only=False)
+    run_bench(cfg, run, evaluator=LocalEvaluator())
+    score = score_repair_runs([run])
+    ref = score.by_model_failure_class["builtin/reference"]
+    assert set(ref) == {"RUNTIME_ERROR", "INCORRECT_NAN", "COMPILE_ERROR"}
+    assert ref["RUNTIME_ERROR"].n == ref["RUNTIME_ERROR"].not_judged == 2 and ref["RUNTIME_ERROR"].fixed_at_1.value is None
+    floor = score.by_model["builtin/unchanged"]
+    assert floor.not_judged == 0 and floor.fixed_at_k.value == 0.0
+    page = repair_markdown(score)
+    assert "| COMPILED |" not in page and "| RUNTIME_ERROR | 2 | – | – | – | – | – | 2 |" in page
