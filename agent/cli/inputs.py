@@ -176,6 +176,14 @@ def new_folder(path: str | Path, flag: str) -> Path:
     return path
 
 
+def write_probe(path: Path) -> None:
+    """A file made in `path` and removed again: OSError where the folder, though it exists, cannot be written (a
+    read-only or virtual file system, no permission)."""
+    fd, probe = tempfile.mkstemp(dir=path, prefix=".ptxbench-probe-")
+    os.close(fd)
+    os.unlink(probe)
+
+
 def create_folder(path: str | Path, flag: str) -> Path:
     """new_folder(path, flag), made now (with its parents) and written to once: the reason it cannot be (a read-only
     or virtual file system, no permission) said as such, rather than as whatever error the first file written into it
@@ -185,9 +193,7 @@ def create_folder(path: str | Path, flag: str) -> Path:
         return path
     try:
         path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path, prefix=".ptxbench-probe-")  # a folder that exists may still be read-only
-        os.close(fd)
-        os.unlink(probe)
+        write_probe(path)
     except OSError as exc:
         raise BadInput(f"cannot create {flag} folder {path}: {exc.strerror or exc}") from None
     return path

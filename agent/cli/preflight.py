@@ -7,11 +7,9 @@ written or a GPU worker started: each failure is one BadInput line (agent/cli/ap
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
-from .inputs import BadInput
+from .inputs import BadInput, write_probe
 
 NO_GPU_HINT = "pass --no-gpu to compile only"
 
@@ -29,9 +27,7 @@ def writable(path: str | Path) -> Path:
             except FileExistsError:  # made meanwhile by someone else: theirs, not ours to remove
                 continue
             made.append(p)
-        fd, probe = tempfile.mkstemp(dir=path, prefix=".ptxbench-probe-")
-        os.close(fd)
-        os.unlink(probe)
+        write_probe(path)
     except OSError as exc:
         raise BadInput(f"cannot create run folder {path}: {exc.strerror or exc}") from None
     finally:
