@@ -147,9 +147,15 @@ def serve(conn, device_index: int) -> None:
             torch.zeros(1, device="cuda")
         except Exception as exc:  # noqa: BLE001 - no usable GPU (a CPU-only torch, no driver): said to the worker,
             # whose evaluations report it (INFRA_ERROR), instead of a traceback on the user's terminal
-            return _refuse(conn, f"the referee could not start on GPU {device_index}: {type(exc).__name__}: {exc}")
+            reason = f"the referee could not start on GPU {device_index}: {type(exc).__name__}: {exc}"
+            return _answer(conn, lambda msg: {"ok": False, "error": reason})
     core = RefereeCore(device)
     core.warm_up()
+    _answer(conn, core.handle, synchronize=device == "cuda")
+
+
+def _answer(conn, handle, synchronize: bool = False) -> None:
+    """Each request answered in order by `handle`, until the worker says exit or goes away."""
     while True:
         try:
             msg = conn.recv()
@@ -158,31 +164,15 @@ def serve(conn, device_index: int) -> None:
         if msg.get("op") == "exit":
             return
         try:
-            reply = core.handle(msg)
+            reply = handle(msg)
         except Exception:  # noqa: BLE001 - reported to the worker as a harness fault
             reply = {"ok": False, "error": traceback.format_exc(limit=8)}
         msg = None  # drop the mapped tensors before answering, so the worker may reuse its buffers at once
-        if device == "cuda":
+        if synchronize:
             torch.cuda.synchronize()
         try:
             conn.send(reply)
         except (BrokenPipeError, OSError):  # the worker is gone (replaced after a fault): so is this referee's job
-            return
-
-
-def _refuse(conn, error: str) -> None:
-    """Answer every request with `error` until the worker says exit or goes away."""
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg.get("op") == "exit":
-            return
-        msg = None
-        try:
-            conn.send({"ok": False, "error": error})
-        except (BrokenPipeError, OSError):
             return
 
 
