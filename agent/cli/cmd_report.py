@@ -23,7 +23,8 @@ def report(
     from .terminal import terminal_text
 
     inputs.run_folder(run)
-    out_dir = inputs.create_folder(out, "--out") if out is not None else None
+    # the default folder (<run>/report) goes through the same check: a read-only run folder said up front, in one line
+    out_dir = inputs.create_folder(out, "--out") if out is not None else inputs.create_folder(run / "report", "report")
     try:
         files = write_report(run, out_dir)
     except LinkedReportFolder as exc:

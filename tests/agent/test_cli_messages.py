@@ -104,3 +104,17 @@ def test_a_read_only_out_folder_is_said_up_front(run, tmp_path):
     finally:
         out.chmod(0o755)
     assert result.exit_code == 2 and result.output.startswith(f"error: cannot create --out folder {out}: "), result.output
+
+
+def test_a_default_report_folder_that_cannot_be_written_is_said_up_front(run, monkeypatch):
+    """No --out: RUN/report goes through the same check (a read-only run folder), not a Permission denied exit 1 on
+    the first file written; as root too (the probe is made to fail)."""
+    def refuse(path):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("ptxbench.agent.cli.inputs.write_probe", refuse)
+    result = CliRunner().invoke(app, ["report", str(run)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0] == f"error: cannot create report folder {run / 'report'}: Permission denied", lines[0]
+    assert not (run / "report" / "summary.md").exists()
