@@ -56,6 +56,8 @@ def start_file(path: Path | None) -> str | None:
 
     if path is None:
         return None
+    if path.is_dir():
+        raise typer.BadParameter(f"--start-from {path}: is a folder, not a kernel file")
     if not path.is_file():
         raise typer.BadParameter(f"--start-from {path}: no such file")
     try:

@@ -107,3 +107,10 @@ def test_unchanged_model_resubmits_the_start_kernel(tmp_path, evaluator, start_f
     assert outcome.statuses == ["COMPILE_ERROR", "COMPILE_ERROR"]
     kernels = [e for e in of_type(events(tmp_path / "run"), "eval_result")]
     assert {e.kernel_sha256 for e in kernels} == {kernels[0].kernel_sha256} and len(kernels) == 3
+
+
+def test_cli_start_from_a_folder_says_it_is_a_folder(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    result = CliRunner().invoke(app, ["optimize", WORKLOAD, "--start-from", str(folder), "--no-gpu"])
+    assert result.exit_code == 2 and "is a folder" in result.output and "no such file" not in result.output, result.output
