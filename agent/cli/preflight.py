@@ -1,7 +1,8 @@
 """Checks that this machine can do what a command asks, made after its input is checked and before a run folder is
 written or a GPU worker started: each failure is one BadInput line (agent/cli/application.py prints it, exit status 2).
 
-    writable(path)     a run folder that can be created and written here ("cannot create run folder PATH: why")
+    writable(path)     a run folder that can be created and written here ("cannot create run folder PATH: why";
+                       "cannot write into run folder PATH: why" for one already there)
     no_gpu_reason()    why there is no usable GPU, where the machine shows it without a GPU worker started
     gpu(hint)          BadInput when there is such a reason: "no GPU to evaluate on (why); hint"
 """
@@ -19,6 +20,7 @@ def writable(path: str | Path) -> Path:
     that cannot be (a read-only or virtual file system, no permission) is said in one line before any work starts,
     not as the traceback of the first record written into it."""
     path = Path(path)
+    existed = path.is_dir()
     made: list[Path] = []
     try:
         for p in reversed([p for p in (path, *path.parents) if not p.exists()]):
@@ -29,7 +31,8 @@ def writable(path: str | Path) -> Path:
             made.append(p)
         write_probe(path)
     except OSError as exc:
-        raise BadInput(f"cannot create run folder {path}: {exc.strerror or exc}") from None
+        verb = "write into" if existed else "create"  # one already there is not to be made, only written into
+        raise BadInput(f"cannot {verb} run folder {path}: {exc.strerror or exc}") from None
     finally:
         for p in reversed(made):
             try:

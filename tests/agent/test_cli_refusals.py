@@ -115,6 +115,20 @@ def test_a_run_folder_that_cannot_be_made_is_one_line_before_any_work(workdir, m
     assert _files(workdir) == before
 
 
+def test_a_run_folder_already_there_but_unwritable_is_not_said_to_be_uncreatable(workdir, monkeypatch):
+    """A folder already there cannot be "created": the line says it cannot be written into (as root too: the probe is
+    made to fail)."""
+    def refuse(path):
+        raise PermissionError(13, "Permission denied")
+
+    target = workdir / "ro"
+    target.mkdir()
+    monkeypatch.setattr("ptxbench.agent.cli.preflight.write_probe", refuse)
+    result = CliRunner().invoke(app, ["optimize", W, "--no-gpu", "--turns", "1", "--quiet", "--run-dir", str(target)])
+    _one_error_line(result, 2, f"cannot write into run folder {target}: Permission denied")
+    assert target.is_dir() and list(target.iterdir()) == []
+
+
 @pytest.fixture
 def no_usable_gpu(monkeypatch):
     """This machine as one without a usable GPU, also on a GPU machine: nothing in sight, no driver; a GPU worker
