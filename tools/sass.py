@@ -138,26 +138,29 @@ def sass_listing(cubin_path: str | Path, kernel: str | None = None, toolchain: T
 
 
 def strip_ptx_comments(ptx_text: str) -> str:
-    r"""PTX without comments, newlines kept so that line numbers stay put. A linear scan: the regex
-    `/\*.*?\*/` rescans to the end from every unclosed `/*` (quadratic on model text)."""
+    r"""PTX without comments, newlines kept so that line numbers stay put. Linear in the text: the regex
+    `/\*.*?\*/` rescans to the end from every unclosed `/*`, and so would a search for the next `/*` (or `//`)
+    from every comment of the other kind when none is left; each next position is searched again only once passed."""
     out: list[str] = []
     i, n = 0, len(ptx_text)
-    closed = True  # False once no `*/` is left: an unclosed `/*` stays text, as the regex left it
+    block, line = ptx_text.find("/*"), ptx_text.find("//")  # the next of each at or after i; -1: none left
     while i < n:
-        starts = (ptx_text.find("/*", i) if closed else -1, ptx_text.find("//", i))
-        j = min((k for k in starts if k >= 0), default=n)
+        if 0 <= block < i:
+            block = ptx_text.find("/*", i)
+        if 0 <= line < i:
+            line = ptx_text.find("//", i)
+        j = min((k for k in (block, line) if k >= 0), default=n)
         out.append(ptx_text[i:j])
         if j == n:
             break
-        if ptx_text.startswith("//", j) and (j == starts[1]):
+        if j == line:
             end = ptx_text.find("\n", j)
             i = n if end < 0 else end
             continue
         end = ptx_text.find("*/", j + 2)
-        if end < 0:
-            closed = False
+        if end < 0:  # no `*/` is left: this `/*` and every later one stay text, as the regex left them
             out.append("/*")
-            i = j + 2
+            i, block = j + 2, -1
             continue
         i = end + 2
         out.append("\n" * ptx_text.count("\n", j, i))

@@ -2,6 +2,8 @@
 source policy. Whatever the text, the answer is a value or a located issue, never an exception."""
 from __future__ import annotations
 
+import pytest
+
 import re
 
 from hypothesis import example, HealthCheck, given, settings
@@ -129,6 +131,19 @@ _OLD_COMMENTS = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 @given(st.lists(st.sampled_from(["/*", "*/", "//", "\n", "a", " ", "/", "*"]), max_size=40).map("".join))
 def test_linear_comment_stripping_matches_the_regex_it_replaced(text):
     assert strip_ptx_comments(text) == _OLD_COMMENTS.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+
+
+@pytest.mark.parametrize("comment", ["// a line comment\n", "/* a block comment */\n", "x /* unclosed\n"])
+def test_comment_stripping_is_linear_in_a_long_text(comment):
+    """4 MB of one kind of comment and none of the other: a search for the other kind from every comment took
+    19 s at 1.8 MB (quadratic); linear, it is a small fraction of a second."""
+    import time
+
+    text = comment * (4_000_000 // len(comment))
+    start = time.perf_counter()
+    stripped = strip_ptx_comments(text)
+    assert time.perf_counter() - start < 2.0
+    assert stripped.count("\n") == text.count("\n")
 
 
 def test_tools_mode_malformed_calls_are_errors_for_the_model():
