@@ -31,6 +31,7 @@ def compile_record(result, path: Path | None = None) -> dict:
         "status": result.status,
         "arch": result.arch,
         "language": result.language,
+        "jail": result.jail,
         "errors": [{"line": e.line, "message": e.message} for e in result.errors],
         "warnings": [{"line": w.line, "message": w.message} for w in result.warnings],
         "kernels": {
