@@ -457,3 +457,23 @@ def test_the_decoy_probes_build_with_their_decoy_and_their_target_in_the_sass():
         decoys = [k for k, o in ops.items() if any(op.split(".")[0] == decoy_op for op in o)]
         targets = [k for k, o in ops.items() if any(op.split(".")[0] == target_op for op in o)]
         assert decoys and targets and set(decoys) != set(targets), (name, ops)  # the work and the target apart
+
+
+def test_cli_json_records_the_jail_mode():
+    from ptxbench.tools.jail import jail_mode
+
+    res = runner.invoke(app, ["compile", str(KERNELS / "fma_sm90a.ptx"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["jail"] == jail_mode() != ""
+
+
+@pytest.mark.parametrize("text", ["", " \n\t\n"])
+def test_an_empty_cuda_file_is_an_error_as_an_empty_ptx_is(tmp_path, text):
+    for name in ("e.ptx", "e.cu"):
+        (tmp_path / name).write_text(text)
+        res = runner.invoke(app, ["compile", str(tmp_path / name), "--json"])
+        assert res.exit_code == 1, (name, res.output)
+        d = json.loads(res.output)
+        assert d["status"] == "error" and d["errors"][0]["line"], (name, d["errors"])
+    assert d["errors"][0]["line"] == 1 and "empty" in d["errors"][0]["message"] and d["kernels"] == {}
+    assert compile_source(text, "cuda").status == "error"
