@@ -175,6 +175,11 @@ def bench(
                             restart=restart_trajectory, evaluator=evaluator, own_evaluator=True)
     except BenchError as exc:  # a run folder in the way, no GPU, a matrix with repeated ids: nothing was written
         raise inputs.BadInput(str(exc)) from None
+    except KeyboardInterrupt:  # Ctrl-C: the trajectories in flight stopped at their next step; all of them resumable
+        where = f"{len(done)} trajectories finished" if done else "no trajectory finished"
+        typer.echo(f"interrupted ({where}); " + (f"resume with: ptxbench bench --resume --run-dir {run_dir}"
+                                                 if (Path(run_dir) / "manifest.json").exists() else "no run was recorded"), err=True)
+        raise typer.Exit(130) from None
     failed = sum(r.infra_failed for r in outcome.trajectories)
     console.print(f"{len(outcome.trajectories)} trajectories in {outcome.elapsed_s:.0f} s (evaluator start {outcome.setup_s:.1f} s, "
                   f"close {outcome.close_s:.1f} s), {failed} infra-failed; run: {run_dir}")

@@ -103,8 +103,9 @@ class LiveView:
             self.targets = "-"
         elif event.type == "stop":
             self.note = f"stopped: {event.reason} ({terminal_text(event.detail)})"
-        elif event.type == "error":
-            self.note = f"error in {event.where}: {event.message[:120]}"
+        elif event.type == "error":  # a Ctrl-C is no error: its message says so (loop/optimize.py, INTERRUPTED)
+            interrupted = event.message.startswith("interrupted by the user")
+            self.note = event.message if interrupted else f"error in {event.where}: {event.message[:120]}"
         if self.live is not None:
             self.live.update(self.render())
 
@@ -117,6 +118,24 @@ class LiveView:
 
     def __exit__(self, *exc):
         self.live.__exit__(*exc)
+
+
+class TurnSeen:
+    """A listener that keeps the turn of the latest trajectory event (the turn a Ctrl-C cut short)."""
+
+    def __init__(self):
+        self.turn = 0
+
+    def __call__(self, event) -> None:
+        self.turn = max(self.turn, event.turn)
+
+
+def interrupted_line(folder: Path, turn: int, turns: int) -> str:
+    """What a Ctrl-C leaves on stderr: where the run stopped and how to go on (a folder with no run yet: nothing to)."""
+    where = f"at turn {turn} of {turns}" if turn else "before the first turn"
+    if not (folder / "manifest.json").exists():
+        return f"interrupted {where}; no run was recorded"
+    return f"interrupted {where}; resume with: ptxbench optimize --resume {folder}"
 
 
 def recorded_turns(outcome) -> int:
@@ -165,7 +184,7 @@ def optimize(
 ) -> None:
     """Run the agent on WORKLOAD: write, evaluate and revise a kernel, logging the trajectory under runs/."""
     from . import inputs, preflight
-    from ..loop.optimize import RunFolderInUse, find_run, resume_config
+    from ..loop.optimize import RunFolderInUse, find_run, new_run_dir, resume_config
     from ..loop.optimize import optimize as run_optimize
     from ..loop.profile_policy import POLICIES
     from ..loop.start_kernel import start_file
@@ -202,16 +221,26 @@ def optimize(
         preflight.gpu()  # no usable GPU here: said before a run folder is made or a worker started
     title = f"ptxbench optimize {workload or resume}" + ("  (no GPU: compile + SASS only)" if no_gpu else "")
     view = LiveView(title)
+    if resume is None and run_dir is None:
+        run_dir = new_run_dir(config)  # named here, so that a Ctrl-C can say what --resume continues
+    turn = TurnSeen()
     try:
         if quiet:
-            outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[print_retries],
+            outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[print_retries, turn],
                                    restart=restart_trajectory)
         else:
             with view:
-                outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[view], restart=restart_trajectory)
+                outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[turn, view],
+                                       restart=restart_trajectory)
             view.console.line()
     except (RunFolderInUse, SealedTrajectory) as exc:
         raise inputs.BadInput(str(exc)) from None
+    except KeyboardInterrupt:
+        if not quiet:
+            view.console.line()  # below the table the live view left
+        typer.echo(interrupted_line(Path(resume or run_dir), turn.turn, (config or resume_config(Path(resume))[0]).turns),
+                   err=True)
+        raise typer.Exit(130) from None
     best = f"{outcome.best_speedup:.3f}x (turn {outcome.best_turn})" if outcome.best_speedup is not None else "none"
     typer.echo(f"stop: {outcome.stop_reason} ({terminal_text(outcome.stop_detail)}); turns {recorded_turns(outcome)}; best speedup {best}; "
                f"trajectory {outcome.folder}")

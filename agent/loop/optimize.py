@@ -36,6 +36,7 @@ from .state import AgentState, OptimizeConfig, initial_state
 from .task import system_prompt, task_prompt
 from ..records.trajectory import Listener, TrajectoryLog
 
+INTERRUPTED = "interrupted by the user"  # the error event a Ctrl-C leaves in the trajectory log
 RECURSION_LIMIT = 100_000  # budgets end a trajectory, not LangGraph's step counter
 # Checkpoints are written with durability="sync": each node's result is on disk before the next node
 # starts, so a kill loses at most the node in flight (never a completed model call).
@@ -134,8 +135,13 @@ def run_trajectory(
         turn = (graph.get_state(run_config).values or {}).get("turn", 0)
         # a stop asked for (Ctrl-C, the bench stopping) is no crash: logged without its traceback, so two at one turn
         # are never read as a crash the kernel brings on (scoring/turns.py, 'reproduced')
-        stopped = isinstance(exc, (KeyboardInterrupt, BenchInterrupted))
-        log.error(turn, "graph", f"{type(exc).__name__}: {exc}" if stopped else exc, infra=True)
+        # Ctrl-C: infra=True keeps the cut-short turn out of the model's scores (and the trajectory out of trajectory
+        # scores until --resume finishes it: scoring/turns.py); the message says what happened, not an empty exception
+        if isinstance(exc, KeyboardInterrupt):
+            message = f"{INTERRUPTED} (Ctrl-C): --resume continues this turn"
+        else:
+            message = f"{type(exc).__name__}: {exc}" if isinstance(exc, BenchInterrupted) else exc
+        log.error(turn, "graph", message, infra=True)
         raise
     return _outcome(tid, writer.folder, graph.get_state(run_config).values, resumed, retry)
 

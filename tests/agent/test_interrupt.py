@@ -1,0 +1,78 @@
+"""Ctrl-C on `optimize` and `bench`: one line on stderr saying how to go on, exit status 130, the interrupt logged as
+'interrupted by the user' (kept out of the model's scores), and the run folder continued by --resume."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+WORKLOAD = "smoke_gemm_bf16_m256_n256_k512"
+CLI = [sys.executable, "-m", "ptxbench.agent"]
+
+
+def _interrupt(argv, cwd: Path, log_glob: str) -> subprocess.CompletedProcess:
+    """Run argv, send SIGINT to its process group once a turn is logged under cwd, and wait for it."""
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any('"turn_end"' in p.read_text() for p in cwd.glob(log_glob)):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    return subprocess.CompletedProcess(argv, proc.returncode, out.decode(), err.decode())
+
+
+def _events(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def test_ctrl_c_on_optimize_says_how_to_resume(tmp_path):
+    argv = [*CLI, "optimize", WORKLOAD, "--no-gpu", "--turns", "60", "--run-dir", "ci4", "--quiet"]
+    done = _interrupt(argv, tmp_path, "ci4/trajectories/*/trajectory.jsonl")
+    assert done.returncode == 130, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("interrupted at turn ") and " of 60; " in lines[0]
+    assert lines[0].endswith("resume with: ptxbench optimize --resume ci4")
+    log = next((tmp_path / "ci4" / "trajectories").glob("*/trajectory.jsonl"))
+    last = _events(log)[-1]
+    assert last["type"] == "error" and last["message"].startswith("interrupted by the user") and last["infra"]
+    assert f"turn {last['turn']} of 60" in lines[0]
+
+    from ptxbench.agent.records.rundir import TrajectoryRecord, read_events
+    from ptxbench.agent.scoring.turns import score_trajectory
+
+    cut = score_trajectory(TrajectoryRecord(log.parent, read_events(log)))
+    assert all(t.status != "INFRA_ERROR" or t.turn == last["turn"] for t in cut.turns)  # only the cut-short turn
+
+    again = subprocess.run([*CLI, "optimize", "--resume", "ci4", "--quiet"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "stop: turn_limit" in again.stdout
+    scored = score_trajectory(TrajectoryRecord(log.parent, read_events(log)))
+    assert not scored.infra_failed and len(scored.turns) == 60
+    assert all(t.status != "INFRA_ERROR" for t in scored.turns)
+
+
+def test_ctrl_c_on_bench_says_how_to_resume(tmp_path):
+    argv = [*CLI, "bench", "--models", "builtin/tuner", "--workloads", WORKLOAD, "--trajectories", "1", "--turns", "60",
+            "--no-gpu", "--run-dir", "b1"]
+    done = _interrupt(argv, tmp_path, "b1/trajectories/*/trajectory.jsonl")
+    assert done.returncode == 130, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("interrupted")]
+    assert lines and lines[-1].endswith("resume with: ptxbench bench --resume --run-dir b1"), done.stderr
+    again = subprocess.run([*CLI, "bench", "--resume", "--run-dir", "b1"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
