@@ -148,6 +148,55 @@ def recorded_turns(outcome) -> int:
     return len(score_trajectory(TrajectoryRecord(folder, read_events(log))).turns) if log is not None else outcome.turns
 
 
+def current_context():
+    try:  # typer >= 0.29 carries its own copy of click
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click import get_current_context
+    return get_current_context()
+
+
+# the options a resumed run fixes: its recorded config holds them (option -> OptimizeConfig field)
+RESUME_FIXED = {"workload": "workload", "model": "model", "api_base": "api_base", "api_key_env": "api_key_env",
+                "mode": "mode", "turns": "turns", "target_speedup": "target_speedup", "prompt": "prompt",
+                "context": "context", "no_gpu": "no_gpu", "trials": "trials", "max_tokens": "max_tokens",
+                "max_cost": "max_cost_usd", "max_wall": "max_wall_s", "max_tool_calls": "max_tool_calls", "arch": "arch",
+                "temperature": "temperature", "retry_wait": "retry_wait_s", "start_from": "start_from",
+                "profile": "profile", "l2_flush": "l2_flush"}
+
+
+def resume_conflict(ctx, given: dict, recorded, folder: Path) -> Optional[str]:
+    """The refusal for an option given with --resume that the resumed run fixes, with a value other than recorded
+    (None when every such option is absent or equal). --run-dir cannot name another folder; --turns cannot extend the
+    run: its turn limit is part of the checkpointed trajectory (a finished run stays finished)."""
+    def spelled(name: str) -> str:
+        param = next(p for p in ctx.command.params if p.name == name)
+        return param.opts[0] if param.opts and param.opts[0].startswith("-") else name.upper()
+
+    def given_here(name: str) -> bool:
+        source = ctx.get_parameter_source(name)  # click's ParameterSource (typer may carry its own click)
+        return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+    if given_here("run_dir") and given["run_dir"] is not None and Path(given["run_dir"]).resolve() != folder.resolve():
+        return f"--resume continues {folder}'s run: --run-dir {given['run_dir']} names another folder; drop it"
+    for name, field in RESUME_FIXED.items():
+        if not given_here(name) or given[name] is None and name == "workload":
+            continue
+        value = given[name]
+        value = value.value if isinstance(value, Enum) else value
+        if name == "start_from" and value is not None:
+            value = str(Path(value).resolve())
+        if value != getattr(recorded, field):
+            shown = "" if isinstance(value, bool) else f" {value}"
+            why = ("; the turn limit is part of the checkpointed run and cannot change (a run that reached it stays "
+                   "finished): drop it, or start a new run with --start-from its best kernel") if name == "turns" else \
+                "; drop it or start a new run"
+            theirs = getattr(recorded, field)
+            theirs = "unset" if theirs is None else ("on" if theirs else "off") if isinstance(theirs, bool) else theirs
+            return f"--resume continues {folder}'s run: {spelled(name)}{shown} differs from its {theirs}{why}"
+    return None
+
+
 @app.command()
 def optimize(
     workload: Optional[str] = typer.Argument(None, help="workload id (see `ptxbench workloads`); not needed with --resume"),
@@ -161,7 +210,10 @@ def optimize(
     prompt: str = typer.Option("knowledge", help="prompt variant: basic | knowledge | expert"),
     context: ContextChoice = typer.Option(ContextChoice.full, help="context policy"),
     run_dir: Optional[Path] = typer.Option(None, help="run folder (default runs/<time>_<workload>_<model>)"),
-    resume: Optional[str] = typer.Option(None, help="continue the run in this folder (or runs/<name>) where it stopped"),
+    resume: Optional[str] = typer.Option(None, help="continue the run in this folder (or runs/<name>) "
+                                          "where it stopped, with the options it recorded: one given with another "
+                                          "value is refused (--turns cannot extend a run); a folder of several runs "
+                                          "continues its newest trajectory"),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="evaluate up to compile + SASS only"),
     trials: Optional[int] = typer.Option(None, help="correctness trials per evaluation (default: the workload's)"),
     max_tokens: Optional[int] = typer.Option(None, help="token budget of the trajectory"),
@@ -189,7 +241,7 @@ def optimize(
     from ..loop.profile_policy import POLICIES
     from ..loop.start_kernel import start_file
     from ..loop.state import OptimizeConfig
-    from ..records.rundir import SealedTrajectory
+    from ..records.rundir import SealedTrajectory, read_manifest
     from ptxbench.tools.results import L2_FLUSH_MODES
 
     config = None
@@ -200,6 +252,19 @@ def optimize(
             raise inputs.BadInput(f"--resume: {exc}") from None
         inputs.unsealed(Path(resume), "--resume")
         inputs.resumable(Path(resume), "--resume")
+        try:
+            recorded, tid = resume_config(Path(resume))
+        except RunFolderInUse as exc:
+            raise inputs.BadInput(str(exc)) from None
+        ctx = current_context()
+        conflict = resume_conflict(ctx, dict(ctx.params), recorded, Path(resume))
+        if conflict:
+            raise inputs.BadInput(conflict)
+        run_dir, no_gpu = None, recorded.no_gpu
+        others = [t for t in read_manifest(Path(resume)).get("trajectories", []) if t != tid]
+        if others:  # a folder that several --run-dir runs share: --resume goes on with its newest trajectory
+            typer.echo(f"note: {resume} holds {len(others) + 1} trajectories; --resume continues the newest, {tid}",
+                       err=True)
     else:
         if workload is None:
             raise inputs.BadInput("give a WORKLOAD (see `ptxbench workloads`), or --resume RUN")
