@@ -16,7 +16,10 @@ CLI = [sys.executable, "-m", "ptxbench.agent"]
 
 def _interrupt(argv, cwd: Path, log_glob: str) -> subprocess.CompletedProcess:
     """Run argv, send SIGINT to its process group once a turn is logged under cwd, and wait for it."""
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    # SIGINT as a terminal leaves it: a shell's background job (a CI script's `&`) starts its children with SIGINT
+    # ignored, and a Python started so never raises KeyboardInterrupt
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     try:
         while time.monotonic() < deadline and proc.poll() is None:
