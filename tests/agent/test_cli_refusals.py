@@ -71,8 +71,13 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _unwritable(tmp_path):
-    """A folder nothing can be created in: a read-only folder, or (as root, who writes there anyway) a path in sysfs."""
+def _refuse(path):
+    raise PermissionError(13, "Permission denied")
+
+
+def _unwritable(tmp_path, monkeypatch):
+    """A folder nothing can be created in: a read-only folder, or (as root, who writes there anyway) a path in sysfs;
+    where neither refuses, a folder whose write probe is made to fail."""
     import os
     from pathlib import Path
 
@@ -91,7 +96,8 @@ def _unwritable(tmp_path):
         except OSError:
             return sysfs
         sysfs.rmdir()
-    pytest.skip("no folder here refuses a new folder")
+    monkeypatch.setattr("ptxbench.agent.cli.preflight.write_probe", _refuse)
+    return tmp_path / "refused" / "run"
 
 
 @pytest.mark.parametrize("command", ["optimize", "bench"])
@@ -99,7 +105,7 @@ def _unwritable(tmp_path):
 def test_a_run_folder_that_cannot_be_made_is_one_line_before_any_work(workdir, monkeypatch, command, how):
     from ptxbench.tools.evaluate import LocalEvaluator
 
-    target = _unwritable(workdir)
+    target = _unwritable(workdir, monkeypatch)
     monkeypatch.setattr(LocalEvaluator, "pool", property(lambda self: pytest.fail("a GPU worker was started")))
     argv = {"optimize": ["optimize", W, "--no-gpu", "--turns", "1", "--quiet"],
             "bench": ["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--trajectories", "1",
@@ -118,12 +124,9 @@ def test_a_run_folder_that_cannot_be_made_is_one_line_before_any_work(workdir, m
 def test_a_run_folder_already_there_but_unwritable_is_not_said_to_be_uncreatable(workdir, monkeypatch):
     """A folder already there cannot be "created": the line says it cannot be written into (as root too: the probe is
     made to fail)."""
-    def refuse(path):
-        raise PermissionError(13, "Permission denied")
-
     target = workdir / "ro"
     target.mkdir()
-    monkeypatch.setattr("ptxbench.agent.cli.preflight.write_probe", refuse)
+    monkeypatch.setattr("ptxbench.agent.cli.preflight.write_probe", _refuse)
     result = CliRunner().invoke(app, ["optimize", W, "--no-gpu", "--turns", "1", "--quiet", "--run-dir", str(target)])
     _one_error_line(result, 2, f"cannot write into run folder {target}: Permission denied")
     assert target.is_dir() and list(target.iterdir()) == []

@@ -14,11 +14,9 @@ def _git(*args: str, cwd: Path) -> str:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
 
 
+@pytest.mark.skipif(not shutil.which("git") or not (CHECKOUT / ".git").exists() or manifest.PACKAGE_ROOT != CHECKOUT,
+                    reason="needs the tests run from a git checkout whose own package is the one imported")
 def test_manifest_in_the_checkout_records_its_revision():
-    if not shutil.which("git") or not (CHECKOUT / ".git").exists():
-        pytest.skip("not a git checkout")
-    if manifest.PACKAGE_ROOT != CHECKOUT:
-        pytest.skip("the package is imported from elsewhere than this checkout")
     built = manifest.build_manifest({}, "test", [])
     assert built["git"]["revision"] == _git("rev-parse", "HEAD", cwd=CHECKOUT)
     assert isinstance(built["git"]["dirty"], bool)
