@@ -103,8 +103,10 @@ class LiveView:
             self.targets = "-"
         elif event.type == "stop":
             self.note = f"stopped: {event.reason} ({terminal_text(event.detail)})"
-        elif event.type == "error":  # a Ctrl-C is no error: its message says so (loop/optimize.py, INTERRUPTED)
-            interrupted = event.message.startswith("interrupted by the user")
+        elif event.type == "error":  # a Ctrl-C is no error: its message says so
+            from ..loop.optimize import INTERRUPTED
+
+            interrupted = event.message.startswith(INTERRUPTED)
             self.note = event.message if interrupted else f"error in {event.where}: {event.message[:120]}"
         if self.live is not None:
             self.live.update(self.render())
@@ -244,7 +246,7 @@ def optimize(
     from ..records.rundir import SealedTrajectory, read_manifest
     from ptxbench.tools.results import L2_FLUSH_MODES
 
-    config = None
+    config = recorded = None
     if resume is not None:
         try:
             resume = str(find_run(resume))
@@ -282,7 +284,7 @@ def optimize(
     from ..records.rundir import runs_root
 
     preflight.writable(resume or run_dir or runs_root())  # a run folder that cannot be made: said before any work
-    if not (config or resume_config(Path(resume))[0]).no_gpu:
+    if not no_gpu:  # a resumed run's own setting (above)
         preflight.gpu()  # no usable GPU here: said before a run folder is made or a worker started
     title = f"ptxbench optimize {workload or resume}" + ("  (no GPU: compile + SASS only)" if no_gpu else "")
     view = LiveView(title)
@@ -303,8 +305,7 @@ def optimize(
     except KeyboardInterrupt:
         if not quiet:
             view.console.line()  # below the table the live view left
-        typer.echo(interrupted_line(Path(resume or run_dir), turn.turn, (config or resume_config(Path(resume))[0]).turns),
-                   err=True)
+        typer.echo(interrupted_line(Path(resume or run_dir), turn.turn, (config or recorded).turns), err=True)
         raise typer.Exit(130) from None
     best = f"{outcome.best_speedup:.3f}x (turn {outcome.best_turn})" if outcome.best_speedup is not None else "none"
     typer.echo(f"stop: {outcome.stop_reason} ({terminal_text(outcome.stop_detail)}); turns {recorded_turns(outcome)}; best speedup {best}; "
