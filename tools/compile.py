@@ -280,12 +280,12 @@ def compile_source(
     tc = find_toolchain(arch)
     cache = cache or CompileCache()
     families = _families_for(workload, arch)
-    options: dict = {"ptxas": ptxas_flags(arch), "jail": jail_mode(), "record": RECORD_VERSION}
-    if language == "cuda":
-        options |= {"nvcc": nvcc_flags(arch)[:-2], "include": _include_digest()}
     if language == "cuda" and not source.strip():  # nvcc makes an empty module of it: refused as ptxas refuses an empty .ptx
         # (before the cache, which may hold an earlier "ok" for it)
         return _error(arch, language, "", [CompileIssue(line=1, message="the file is empty: no CUDA source to compile")], tc)
+    options: dict = {"ptxas": ptxas_flags(arch), "jail": jail_mode(), "record": RECORD_VERSION}
+    if language == "cuda":
+        options |= {"nvcc": nvcc_flags(arch)[:-2], "include": _include_digest()}
     key = cache_key(source, language, arch, options, tc.tools())
     if use_cache and (hit := cache.get(key)) is not None:
         return _select_targets(hit, families)
