@@ -50,7 +50,7 @@ def check_matrix(models: list[str], workloads: list[str], prompts: list[str], ar
         inputs.model(m)
     checked_base = False
     for m in models:
-        inputs.credentials(m, None if checked_base else api_base, None, report=report)
+        inputs.credentials(m, api_base, None, report=report, probe=not checked_base)
         checked_base = checked_base or bool(api_base and not m.startswith(("builtin/", "replay/")))
 
 

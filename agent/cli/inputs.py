@@ -90,8 +90,9 @@ def model(name: str) -> str:
 
 
 def credentials(name: str, api_base: str | None, api_key_env: str | None,
-                report: Callable[[str], None] | None = None) -> None:
-    """For an LLM: the key is there and the endpoint answers (BadInput / RunFailed otherwise)."""
+                report: Callable[[str], None] | None = None, probe: bool = True) -> None:
+    """For an LLM: the key is there and the endpoint answers (BadInput / RunFailed otherwise); probe=False when the
+    same endpoint was reached already (the key check still needs it: a local server needs no key)."""
     from ..models.endpoint import bad_url, unreachable
     from ..models.keys import key_problem
 
@@ -101,7 +102,7 @@ def credentials(name: str, api_base: str | None, api_key_env: str | None,
         return
     if problem := key_problem(name, api_base, api_key_env):
         raise BadInput(problem)
-    if api_base and (problem := unreachable(api_base, report=report)):
+    if api_base and probe and (problem := unreachable(api_base, report=report)):
         raise RunFailed(problem)
     if not api_base and "/" not in name:
         _provider_known(name)

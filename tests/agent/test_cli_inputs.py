@@ -271,3 +271,13 @@ def test_the_live_view_shows_an_error_that_looks_like_markup():
     console.print(view.render())
     shown = console.export_text()
     assert "[/x]" in shown and "[/y]" in shown and "\x1b]0" not in shown
+
+
+def test_a_bench_of_several_models_on_one_local_server_needs_no_key(workdir):
+    """--api-base serves every model of the matrix: the second openai/ model is as keyless as the first (it was checked
+    as if no --api-base were given, and the bench refused to start for a missing OPENAI_API_KEY)."""
+    from openai_server import ScriptedServer
+    from ptxbench.agent.cli.cmd_bench import check_matrix
+
+    with ScriptedServer() as server:
+        check_matrix(["openai/first", "openai/second"], [W], ["knowledge"], "sm_90a", server.base_url, report=print)
