@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from .application import app
+from .terminal import terminal_text
 
 repairs_app = typer.Typer(help="The repair suite: broken kernels with the verdict the GPU gave them.", no_args_is_help=True)
 app.add_typer(repairs_app, name="repairs")
@@ -34,9 +35,11 @@ def list_tasks(suite: Optional[Path] = typer.Option(None, help=SUITE_HELP),
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    typer.echo(f"repair suite v{s.version} ({s.folder}): {len(rows)} tasks, built {s.built} on {s.gpu or '?'}")
+    # A suite folder may be anyone's, and a task built from a recorded trajectory holds model text: control
+    # characters are printed escaped (terminal_text), as every command prints records.
+    typer.echo(terminal_text(f"repair suite v{s.version} ({s.folder}): {len(rows)} tasks, built {s.built} on {s.gpu or '?'}"))
     for r in rows:
-        typer.echo(f"{r['id']:<58} {r['bug_class']:<28} {r['status']:<20} {'held-out' if r['held_out'] else ''}")
+        typer.echo(terminal_text(f"{r['id']:<58} {r['bug_class']:<28} {r['status']:<20} {'held-out' if r['held_out'] else ''}"))
 
 
 def _judged_on(verdict) -> str:
@@ -62,8 +65,9 @@ def show_task(task_id: str = typer.Argument(..., help="task id (see `ptxbench re
         typer.echo(json.dumps(task.model_dump(mode="json"), indent=2))
         return
     speed = f"{task.unbroken_speedup:.3f}x" if task.unbroken_speedup is not None else "unknown"
-    typer.echo(f"{task.id}\n  workload {task.workload}; bug class {task.bug_class}{' (held out)' if task.held_out else ''}; "
-               f"origin {task.origin}\n  {task.description}\n  from: {'; '.join(task.provenance)}\n"
-               f"  unbroken kernel's speedup: {speed}\n  verdict {_judged_on(task.verdict)} ({task.verdict.date}): "
-               f"{task.verdict.status}: {task.verdict.message}\n  file: {s.solution_path(task)}\n")
-    typer.echo(task.verdict.feedback)
+    typer.echo(terminal_text(
+        f"{task.id}\n  workload {task.workload}; bug class {task.bug_class}{' (held out)' if task.held_out else ''}; "
+        f"origin {task.origin}\n  {task.description}\n  from: {'; '.join(task.provenance)}\n"
+        f"  unbroken kernel's speedup: {speed}\n  verdict {_judged_on(task.verdict)} ({task.verdict.date}): "
+        f"{task.verdict.status}: {task.verdict.message}\n  file: {s.solution_path(task)}\n"))
+    typer.echo(terminal_text(task.verdict.feedback))  # quotes the broken kernel's plan and compiler messages

@@ -201,3 +201,27 @@ def test_show_says_a_plan_or_compile_verdict_needed_no_gpu():
     assert shown.exit_code == 0, shown.output
     assert f"verdict with no GPU needed ({task.verdict.date}): {task.verdict.status}" in shown.output
     assert "on ?" not in shown.output
+
+
+def test_show_and_list_print_a_recorded_verdicts_control_characters_escaped(tmp_path):
+    """A task built from a recorded trajectory carries the model's text (its feedback quotes the plan and the
+    compiler); a suite folder may be anyone's. Printed raw, an OSC retitled the terminal and an erase cleared it."""
+    import shutil
+
+    suite = tmp_path / "suite"
+    shutil.copytree(FIXTURE, suite)
+    hostile = "\x1b]0;owned\x07\x1b[2J"
+    tid = json.loads((suite / "suite.json").read_text())["tasks"][0]
+    task = json.loads((suite / tid / "task.json").read_text())
+    task["description"] = f"desc {hostile}"
+    task["provenance"] = [f"run/t/{hostile}"]
+    task["verdict"].update(message=f"msg {hostile}", feedback=f"feedback {hostile}", gpu=f"gpu {hostile}",
+                           date=f"d {hostile}")
+    (suite / tid / "task.json").write_text(json.dumps(task))
+    index = json.loads((suite / "suite.json").read_text())
+    (suite / "suite.json").write_text(json.dumps({**index, "gpu": f"G {hostile}", "built": f"b {hostile}"}))
+    for argv in (["repairs", "show", tid], ["repairs", "list"]):
+        out = CliRunner().invoke(app, [*argv, "--suite", str(suite)])
+        assert out.exit_code == 0, out.output
+        assert "\x1b" not in out.output and "\x07" not in out.output
+    assert "feedback \\x1b]0;owned\\x07\\x1b[2J" in CliRunner().invoke(app, ["repairs", "show", tid, "--suite", str(suite)]).output
