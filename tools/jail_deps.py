@@ -4,8 +4,9 @@ it would read lies outside the allowed roots.
 
 `-MG` lists a missing header like an existing one, so the verdict never depends on whether a host
 path exists, and the refusal names the path the model wrote, never text of the file. Existence
-tests that leave no dependency (`__has_include`, also built by token pasting) are refused by
-spelling. Both the host and the device pass of nvcc are preprocessed (with and without __CUDA_ARCH__).
+tests that leave no dependency (`__has_include`, `_Pragma("GCC dependency ...")`, and token pasting,
+which builds either name) are refused by spelling. Both the host and the device pass of nvcc are
+preprocessed (with and without __CUDA_ARCH__).
 """
 from __future__ import annotations
 
@@ -18,7 +19,20 @@ from .results import CompileIssue
 from .solution.source_scan import LineIndex
 from .toolchain import TOOL_NAMES, Toolchain, which_host_compiler
 
-_EXISTENCE_TEST = re.compile(r"has_include|^\s*(?:#|%:|\?\?=)\s*define\b.*##.*include", re.M | re.I)
+# No spelling check sees a name built by token pasting (CAT(__has_in, clude) is __has_include), so pasting is refused
+# here too, as are `_Pragma` (its `GCC dependency` stats a path: a missing one stops the compiler) and C23's
+# `__has_embed`. `##` may also be spelled `%:%:` or `??=??=`.
+_EXISTENCE_TEST = re.compile(r"has_include|has_embed|_Pragma|(?:#|%:|\?\?=)[^\S\n]*(?:#|%:|\?\?=)", re.I)
+_SPLICE = re.compile(r"\\\r?\n")
+
+
+def _unspliced(source: str, pos: int) -> int:
+    """The position in `source` of position `pos` of its spliced text."""
+    for m in _SPLICE.finditer(source):
+        if m.start() >= pos:
+            break
+        pos += m.end() - m.start()
+    return pos
 
 
 def _deps(text: str) -> list[str]:
@@ -37,9 +51,11 @@ def outside_includes(tc: Toolchain, workdir: Path, name: str, arch: str, extra_r
                      timeout_s: float) -> CompileIssue | None:
     """None when every file the preprocessor would read lies in the allowed roots, else the refusal."""
     source = (workdir / name).read_text()
-    if m := _EXISTENCE_TEST.search(source):
-        return CompileIssue(line=LineIndex(source)(m.start()), message="__has_include and include names built by "
-                            "token pasting are not allowed in a solution")
+    # read as the compiler does, backslash-newlines spliced first (`__has_inc\` + `lude` is one name)
+    if m := _EXISTENCE_TEST.search(_SPLICE.sub("", source)):
+        return CompileIssue(line=LineIndex(source)(_unspliced(source, m.start())), message="__has_include, _Pragma and token pasting "
+                            "(##) are not allowed in a solution here: this compiler has no filesystem view to hide "
+                            "host paths from them")
     host = which_host_compiler()
     paths = [t.path for n in TOOL_NAMES if (t := getattr(tc, n)) is not None]
     roots = allowed_roots(paths, extra_roots) + [Path(os.path.realpath(r)) for r in SYSTEM_ROOTS if os.path.isdir(r)]

@@ -94,6 +94,25 @@ def test_verdicts_do_not_depend_on_whether_a_host_path_exists(secret_file, tmp_p
     assert [e.message.replace("host_secreX", "host_secret") for e in missing.errors] == [e.message for e in there.errors]
 
 
+@pytest.mark.parametrize("probe", [
+    '#define CAT(a, b) a##b\n#if CAT(__has_in, clude)("{path}")\n#error found\n#endif\n',  # the name pasted
+    '#define CAT(a, b) a %:%: b\n#if CAT(__has_in, clude)("{path}")\n#error found\n#endif\n',  # by the digraph
+    '_Pragma("GCC dependency \\"{path}\\"")\n',  # stats the path: a missing one is a fatal error
+    '#if __has_inc\\\nlude("{path}")\n#error found\n#endif\n',  # spliced by the compiler before it reads names
+    '#define S(x) #x\n#define P(x) _Pragma(S(x))\nP(GCC dependency "{path}")\n',
+])
+def test_limits_mode_verdicts_do_not_depend_on_whether_a_host_path_exists(probe, secret_file, tmp_path, monkeypatch):
+    """`limits` has no filesystem view: a test of a host path that leaves no dependency (a pasted __has_include,
+    _Pragma's GCC dependency) must be refused before the compiler answers it, whether the path is there or not."""
+    path, _ = secret_file
+    monkeypatch.setenv("PTXBENCH_JAIL", "limits")
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    there = compile_source(probe.format(path=path) + KERNEL, "cuda", use_cache=False)
+    missing = compile_source(probe.format(path=path.with_name("host_secreX.h")) + KERNEL, "cuda", use_cache=False)
+    assert there.status == missing.status == "error", (there.errors, missing.errors)
+    assert [e.message for e in missing.errors] == [e.message for e in there.errors]
+
+
 def test_the_jail_hides_the_harness_environment(tmp_path, monkeypatch):
     from ptxbench.tools.toolchain import find_toolchain
 
