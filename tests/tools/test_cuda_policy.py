@@ -103,6 +103,24 @@ def test_allowed_pragmas_and_cuda_types():
     assert check_cuda_source(code) == []
 
 
+@pytest.mark.parametrize("code", [
+    '_Pragma("GCC dependency \\"/etc/passwd\\"")',  # the #pragma refused above, as an operator
+    '_Pragma("GCC error \\"x\\"")',
+    '#define S(x) #x\n#define P(x) _Pragma(S(x))',  # the pragma's text is not known before expansion
+    "_Pragma ( L\"comment(lib)\" )",
+])
+def test_the_pragma_operator_goes_through_the_pragma_allow_list(code):
+    issues = check_cuda_source(code + "\n")
+    assert issues and all("_Pragma" in i.message for i in issues), [str(i) for i in issues]
+
+
+def test_the_pragma_operator_with_an_allowed_pragma_passes():
+    code = ('#define UNROLL _Pragma("unroll")\n'
+            'extern "C" __global__ void k(int* p) { _Pragma("unroll 4") for (int i = 0; i < 8; ++i) p[i] = i; UNROLL '
+            'for (int i = 0; i < 8; ++i) p[i] += i; }\n')
+    assert check_cuda_source(code) == []
+
+
 def test_macro_that_hides_host_code_is_still_host_code():
     issues = check_cuda_source("#define INLINE inline\nINLINE int f() { return 1; }\n")
     assert [i.line for i in issues] == [2]

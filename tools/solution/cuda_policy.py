@@ -172,9 +172,30 @@ def _function_definitions(code: str, macros: dict[str, str]) -> list[FormatIssue
     return issues
 
 
+_PRAGMA_OPERATOR = re.compile(r"\b_Pragma\b")
+_PRAGMA_TEXT = re.compile(r'[^\S\n]*\([^\S\n]*(?:u8|u|U|L)?"([^"\\\n]*)"[^\S\n]*\)')  # one line: linear
+
+
+def _pragma_operators(text: str) -> list[FormatIssue]:
+    """`_Pragma("...")` is a #pragma written as an operator (in code or in a macro): its text goes through the same
+    allow list, and one whose text is not a plain string literal (built by a macro) is refused."""
+    code = blank_comments(text, strings=True)  # `_Pragma` itself outside strings; its text read from `text`
+    line_at = LineIndex(code)
+    issues = []
+    for m in _PRAGMA_OPERATOR.finditer(code):
+        literal = _PRAGMA_TEXT.match(text, m.end())
+        words = literal.group(1).split() if literal else []
+        if not words or words[0] not in ALLOWED_PRAGMAS:
+            issues.append(FormatIssue(line=line_at(m.start()), kind="source", message="_Pragma is allowed only with a "
+                                      f"string literal naming an allowed pragma ({', '.join(ALLOWED_PRAGMAS)}), "
+                                      'e.g. _Pragma("unroll")'))
+    return issues
+
+
 def check_cuda_source(source: str) -> list[FormatIssue]:
     """Refusals for a `cuda` solution: host code, libraries, includes outside the allow list."""
     text, issues, macros = _preprocessor(blank_comments(source))
+    issues += _pragma_operators(blank_comments(source))  # directives too: a macro may hold the operator
     code = blank_comments(text, strings=True)
     line_at = LineIndex(code)
     for pattern, reason in _REFUSED:
