@@ -312,5 +312,8 @@ def optimize(
                f"trajectory {outcome.folder}")
     if outcome.stop_reason == "infra_error" and "GPU" in outcome.stop_detail and not no_gpu:
         typer.echo("No usable GPU here: add --no-gpu to evaluate up to compile + SASS only.", err=True)
+    elif outcome.stop_reason == "infra_error":  # the provider's or the harness's failure: the run is not over
+        typer.echo(f"not the model's failure: once that is fixed, resume with: ptxbench optimize --resume "
+                   f"{Path(resume or run_dir)} (it tries the failed step again)", err=True)
     if outcome.stop_reason in ("error", "infra_error"):
         raise typer.Exit(1)

@@ -250,8 +250,10 @@ def optimize(
     own_evaluator = evaluator is None
     evaluator = evaluator or default_evaluator(config)
     try:
+        # --resume retries a trajectory an infra failure stopped (a provider outage, a lost GPU worker) from the step
+        # that failed: that stop is the harness's, not the run's end
         return run_trajectory(config, evaluator, writer, model=model, checkpointer=checkpointer, listeners=listeners,
-                              trajectory_id=tid)
+                              trajectory_id=tid, retry_infra_stop=resume is not None)
     finally:
         checkpointer.conn.close()
         if own_evaluator:

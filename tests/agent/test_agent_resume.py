@@ -151,3 +151,38 @@ def test_resume_after_the_evaluation_was_recorded_does_not_evaluate_again(tmp_pa
     assert resumed.calls == 0 and outcome.statuses == ["COMPILE_ERROR"]
     evs = events(run_dir)
     assert len(of_type(evs, "eval_result")) == 1 and [e.status for e in of_type(evs, "turn_end")] == ["COMPILE_ERROR"]
+
+
+def test_resume_after_a_provider_outage_asks_again_and_finishes(tmp_path, evaluator):
+    """An outage past every retry stops the run as an infra failure; --resume, once the provider is back, asks the
+    model again from the step that failed (it returned the infra stop as a finished run, so no optimize run an
+    outage ended could ever be finished)."""
+    from ptxbench.agent.records.rundir import load_run
+    from ptxbench.agent.scoring.turns import score_trajectory
+
+    run_dir = tmp_path / "run"
+    with ScriptedServer([{"status": 503}, {"status": 503}], default=reply(GOOD_PTX)) as server:
+        config = OptimizeConfig(workload=WORKLOAD, model="openai/scripted", api_base=server.base_url, no_gpu=True,
+                                turns=2, retry_attempts=2, retry_wait_s=0.01)
+        first = optimize(config, run_dir=run_dir, evaluator=evaluator)
+        assert first.stop_reason == "infra_error" and first.statuses == []
+        outcome = optimize(resume=run_dir, evaluator=evaluator)
+    assert outcome.stop_reason == "turn_limit" and outcome.statuses == ["COMPILED", "COMPILED"]
+    assert len(server.requests) == 4  # two failed attempts, then one call per turn
+    (record,) = load_run(run_dir)
+    score = score_trajectory(record)
+    assert not score.infra_failed and [t.status for t in score.turns] == ["COMPILED", "COMPILED"]
+
+
+def test_the_cli_says_how_to_go_on_after_an_outage(tmp_path):
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    run_dir = tmp_path / "run"
+    with ScriptedServer([], default={"status": 503}) as server:
+        result = CliRunner().invoke(app, ["optimize", WORKLOAD, "--model", "openai/scripted", "--api-base",
+                                          server.base_url, "--no-gpu", "--quiet", "--retry-wait", "0.01",
+                                          "--run-dir", str(run_dir)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"resume with: ptxbench optimize --resume {run_dir}" in result.output
