@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ...workloads.registry import get_workload
@@ -63,6 +63,16 @@ def _registry_held_out(workload: str) -> bool:
         return False
 
 
+def _writable(obj):
+    """`obj` (a Turn or TrajectorySample) with each text field as UTF-8 can write it: a lone surrogate (a record's JSON
+    escape "\\ud800", a folder name that is not UTF-8) becomes its escape, as the report writes it; the row hashes,
+    the tokenizers, JSONL and Parquet all refuse one."""
+    for f in fields(obj):
+        if isinstance(value := getattr(obj, f.name), str):
+            setattr(obj, f.name, value.encode("utf-8", "backslashreplace").decode("utf-8"))
+    return obj
+
+
 def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
     samples: list[TrajectorySample] = []
     for run_dir in distinct_runs(run_dirs):
@@ -88,10 +98,10 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
                 speedup = e.result.speedup
                 if speedup is not None and not math.isfinite(speedup):  # a NaN passed --min-speedup and is no JSON
                     speedup = None
-                sample.turns.append(Turn(
+                sample.turns.append(_writable(Turn(
                     turn=e.turn, status=status, language=e.language or "cuda", kernel=kernel,
                     kernel_sha256=e.kernel_sha256 or sha256_text(kernel), feedback=e.feedback,
                     speedup=speedup, target_executed=e.result.target_executed, infra=status == "INFRA_ERROR",
-                ))
-            samples.append(sample)
+                )))
+            samples.append(_writable(sample))
     return samples

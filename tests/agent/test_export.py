@@ -257,3 +257,28 @@ def test_a_kernel_in_the_test_split_never_also_stands_in_train(tmp_path, dedup, 
     rows, stats = build_rows(collect_samples([run]), ExportConfig(recipe="kernelgen", dedup=dedup, include_held_out=True))
     assert [(r.workload, r.split) for r in rows] == [("gemm_bf16_m4096_n4096_k4096", "test")]
     assert stats.get("train_copies_of_test_dropped", 0) + stats.get("duplicates_dropped", 0) == 1
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_lone_surrogate_in_the_records_is_exported_as_its_escape(run, tmp_path, fmt):
+    """A JSON escape such as "\\ud800" in a run recorded elsewhere reads as a lone surrogate, which UTF-8, the hashes
+    and both formats refuse: the export stopped with a UnicodeEncodeError; it writes the escape, as the report does."""
+    import datasets
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    log = run / "trajectories" / "t1" / "trajectory.jsonl"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    for r in records:
+        if r["type"] == "eval_result" and r["turn"] == 1:
+            r["feedback"] = "line 3: \ud800 unknown symbol"
+        if r["type"] == "model_call" and r["turn"] == 1:
+            r["messages"][0]["content"] = SYSTEM + " \udfff"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))  # ensure_ascii: the escapes, as such a run holds them
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["export", str(run), "--recipe", "fixit", "--out", str(out), "--format", fmt])
+    assert res.exit_code == 0, res.output
+    (row,) = datasets.load_dataset("json" if fmt == "jsonl" else fmt, data_files=str(out / f"train.{fmt}"))["train"]
+    text = json.dumps(row, ensure_ascii=False)
+    assert "line 3: \\\\ud800 unknown symbol" in text and "\\\\udfff" in text
