@@ -159,6 +159,12 @@ class ModelUnavailable(ModelError):
     it is left out of the scores and `bench` tries the same call again, instead of scoring the outage as the model's."""
 
 
+class ModelRefused(ModelUnavailable):
+    """The provider refused the harness's set-up (a bad or missing key, no access, a model name it does not know): the
+    model never answered, so, like an outage, the trajectory stops as an infra failure, left out of the scores and
+    resumable once the set-up is fixed. Not retried: no back-off mends it."""
+
+
 class ModelExhausted(ModelError):
     """A scripted model (replay) has nothing more to say: the trajectory ends normally."""
 

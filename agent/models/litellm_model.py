@@ -2,7 +2,8 @@
 
 Transient failures (rate limits, timeouts, 5xx, dropped connections) are retried with tenacity and
 exponential back-off; one that outlasts every retry is a ModelUnavailable (an infra failure: the trajectory is left
-out of the scores and bench asks again), anything else a ModelError (the trajectory stops on it). Keys come from the environment only
+out of the scores and bench asks again), a refused key or unknown model a ModelRefused (infra too, not retried),
+anything else a ModelError (the trajectory stops on it). Keys come from the environment only
 (litellm reads the provider's variable; `api_key_env` names another one) and never reach a log.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Callable
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from ...tools.redact import scrub_text
-from .base import ModelError, ModelReply, ModelRequest, ModelUnavailable
+from .base import ModelError, ModelRefused, ModelReply, ModelRequest, ModelUnavailable
 
 # The bundled price table: no network fetch at import time (and no 10 s stall offline).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -42,6 +43,15 @@ def is_transient(exc: BaseException) -> bool:
         return True
     status = getattr(exc, "status_code", None)
     return isinstance(status, int) and (status == 429 or status >= 500)
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """The provider refused the set-up, not the request's content: a bad key (401), no access (403), an unknown model
+    (404)."""
+    litellm = _litellm()
+    if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError)):
+        return True
+    return getattr(exc, "status_code", None) in (401, 403, 404)
 
 
 class LiteLLMModel:
@@ -99,7 +109,7 @@ class LiteLLMModel:
         from .keys import key_problem
 
         if problem := key_problem(self.name, self.api_base, self.api_key_env):
-            raise ModelError(problem)  # no call, no retries: a keyless request would look like a server error
+            raise ModelRefused(problem)  # no call, no retries: a keyless request would look like a server error
         litellm = _litellm()
         kwargs = self._kwargs(request)
         retrying = Retrying(
@@ -115,6 +125,8 @@ class LiteLLMModel:
         except Exception as exc:  # noqa: BLE001 - every provider failure becomes one recorded error
             if is_transient(exc):  # still down after every retry: the provider's outage, not the model's answer
                 raise ModelUnavailable(scrub_text(f"{type(exc).__name__} after {self.max_attempts} attempts: {exc}")) from None
+            if is_refusal(exc):  # the model never answered: not its failure either
+                raise ModelRefused(scrub_text(f"{type(exc).__name__}: {exc}")) from None
             raise ModelError(scrub_text(f"{type(exc).__name__}: {exc}")) from None
         latency = time.perf_counter() - start
         attempts = retrying.statistics.get("attempt_number", 1)

@@ -82,7 +82,7 @@ def test_model_error_stops_and_key_never_logged(tmp_path, evaluator, monkeypatch
     script = [{"status": 401, "message": f"invalid api key {secret}"}]
     with ScriptedServer(script) as server:
         outcome = run(server, tmp_path, evaluator, turns=2, api_key_env="PTXBENCH_TEST_API_KEY")
-    assert outcome.stop_reason == "error" and len(server.requests) == 1  # a 401 is not retried
+    assert outcome.stop_reason == "infra_error" and len(server.requests) == 1  # a 401 is not retried
     for path in (tmp_path / "run").rglob("*"):
         if path.is_file() and path.suffix in (".jsonl", ".json"):
             assert secret not in path.read_text(), path
@@ -295,6 +295,23 @@ def test_a_provider_outage_past_every_retry_is_an_infra_stop_not_the_models_fail
     assert outcome.stop_reason == "infra_error" and len(server.requests) == 3
     (error,) = of_type(events(tmp_path / "run"), "error")
     assert error.infra and "after 3 attempts" in error.message
+    (record,) = load_run(tmp_path / "run")
+    assert score_trajectory(record).infra_failed
+
+
+@pytest.mark.parametrize("status", [401, 403, 404])
+def test_a_refused_key_or_unknown_model_is_the_set_ups_failure_not_the_models(tmp_path, evaluator, status):
+    """A bad key, a key without access, a model name the provider does not know: the model never answered. The
+    trajectory stopped as the model's error and was scored as its 0 (a bench with one revoked key ranked that model
+    last); it is an infra stop now, left out of the scores and resumable once the set-up is fixed. Not retried."""
+    from ptxbench.agent.records.rundir import load_run
+    from ptxbench.agent.scoring.turns import score_trajectory
+
+    with ScriptedServer([], default={"status": status, "message": "no access"}) as server:
+        outcome = run(server, tmp_path, evaluator, turns=2)
+    assert outcome.stop_reason == "infra_error" and len(server.requests) == 1
+    (error,) = of_type(events(tmp_path / "run"), "error")
+    assert error.infra and "no access" in error.message
     (record,) = load_run(tmp_path / "run")
     assert score_trajectory(record).infra_failed
 
