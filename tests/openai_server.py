@@ -4,6 +4,7 @@ It answers POST /v1/chat/completions (non-streaming) from a script, so the real 
 exercised end to end. Script items (one per request, in order; `default` answers once it runs out):
 
     {"content": "...", "reasoning_content": "...", "tool_calls": [{"name": "compile", "arguments": {...}}]}
+    {"content": "...", "finish_reason": "length"}    a reply the server cut (max_tokens reached)
     {"status": 429}  or  {"status": 500}            an error reply (rate limit, server error)
     {"hang": True}                                  hold the request until the server stops (a run killed in flight)
     {"raw": {...}}                                  this body as the 200 answer, as it is (a hostile or broken server)
@@ -21,7 +22,8 @@ from typing import Any, Callable
 
 class ScriptedServer:
     def __init__(self, script: list[dict[str, Any]] | None = None,
-                 default: dict[str, Any] | Callable[[dict], dict[str, Any]] | None = None):
+                 default: dict[str, Any] | Callable[[dict], dict[str, Any]] | None = None, port: int = 0):
+        self.port = port  # 0: any free port; a fixed one plays a provider coming back where it was
         self.script = list(script or [])
         self.default = default
         self.requests: list[dict[str, Any]] = []
@@ -62,7 +64,7 @@ class ScriptedServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._httpd.daemon_threads = True
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
         return self
@@ -116,7 +118,7 @@ class ScriptedServer:
         return {
             "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", "scripted"),
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": item.get("finish_reason") or ("tool_calls" if calls else "stop")}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
         }

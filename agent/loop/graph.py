@@ -121,6 +121,15 @@ def history_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return kept
 
 
+def cut_note(reply: dict) -> str:
+    """What the model is told when the server cut its reply (finish_reason "length"): without it a cut reply reads
+    as a malformed one, and the model cannot tell that writing less is the fix."""
+    if reply.get("finish_reason") != "length":
+        return ""
+    return ("Your reply was cut at the output token limit (finish_reason: length): keep reasoning and prose short "
+            "so that the whole solution fits.")
+
+
 @dataclass
 class RecordedCall:
     """One tool call of the reply as trajectory.jsonl holds it: its tool_call, and the eval_result and tool_result
@@ -221,9 +230,11 @@ class Steps:
 
     def extract(self, state: AgentState) -> dict:
         found = extract_solution(state["reply"]["content"], tools=self.cfg.mode == "tools")
+        cut = cut_note(state["reply"])
         if not found.ok:
-            return {"submission": None, "eval": None, "format_error": found.error}
-        return {"submission": {"source": found.source, "language": found.language, "warnings": found.warnings},
+            return {"submission": None, "eval": None, "format_error": f"{found.error} {cut}".strip()}
+        return {"submission": {"source": found.source, "language": found.language,
+                               "warnings": found.warnings + ([cut] if cut else [])},
                 "format_error": ""}
 
     def evaluate(self, state: AgentState) -> dict:
@@ -261,7 +272,7 @@ class Steps:
             try:
                 args = parse_arguments(call["function"].get("arguments"))
             except ValueError as exc:
-                ok, content = False, f"Error: the arguments are not a JSON object ({exc})."
+                ok, content = False, f"Error: the arguments are not a JSON object ({exc}). {cut_note(state['reply'])}".strip()
             # the same call, in the same place of the same reply (the log holds the arguments masked); after the
             # first that differs, nothing recorded is taken
             rec = recorded[index] if index < len(recorded) else None

@@ -93,9 +93,11 @@ class ModelReply(BaseModel):
     cost_usd: float | None = None
     latency_s: float = 0.0
     attempts: int = 1
+    finish_reason: str | None = Field(None, description="why the server ended the reply: stop, length (cut at the "
+                                      "output token limit), tool_calls, content_filter; None when it did not say")
     tags: dict[str, Any] = Field(default_factory=dict, description="built-in models' bookkeeping (e.g. tuner params)")
 
-    @field_validator("content", "reasoning_content")
+    @field_validator("content", "reasoning_content", "finish_reason")
     @classmethod
     def _text(cls, v: str | None) -> str | None:
         return utf8_safe(v) if isinstance(v, str) else v

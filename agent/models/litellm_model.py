@@ -141,6 +141,7 @@ def _reply(litellm, response, latency: float, attempts: int) -> ModelReply:
     reply: the turn is the model's, a FORMAT_ERROR with nothing to read."""
     choices = getattr(response, "choices", None) or []
     message = choices[0].message if choices else None
+    finish = getattr(choices[0], "finish_reason", None) if choices else None
     tool_calls = [_tool_call(tc) for tc in (getattr(message, "tool_calls", None) or [])]
     usage_obj = getattr(response, "usage", None)
     usage = {}
@@ -159,6 +160,7 @@ def _reply(litellm, response, latency: float, attempts: int) -> ModelReply:
         cost_usd=cost,
         latency_s=latency,
         attempts=attempts,
+        finish_reason=str(finish) if finish else None,
     )
 
 

@@ -44,6 +44,7 @@ class ReplayModel:
             content=response.get("content") or "",
             reasoning_content=response.get("reasoning_content"),
             tool_calls=response.get("tool_calls") or [],
+            finish_reason=response.get("finish_reason") if isinstance(response.get("finish_reason"), str) else None,
             usage=dict(recorded.usage),
             cost_usd=0.0,
             tags={"replayed_from": str(self.source), "recorded_seq": recorded.seq},

@@ -41,6 +41,8 @@ class TrajectoryLog:
     def model_call(self, turn: int, model: str, messages: list[dict], reply: ModelReply) -> _Event:
         response = {"role": "assistant", "content": reply.content, "reasoning_content": reply.reasoning_content,
                     "tool_calls": reply.tool_calls}
+        if reply.finish_reason:  # "length": the server cut the reply, which then reads as malformed
+            response["finish_reason"] = reply.finish_reason
         if reply.tags:
             response["tags"] = reply.tags
         return self._emit(ModelCall(trajectory_id=self.trajectory_id, turn=turn, model=model, messages=messages,

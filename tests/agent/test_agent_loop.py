@@ -241,6 +241,21 @@ def test_an_answer_with_no_choice_is_an_empty_reply(tmp_path, evaluator):
     _no_infra(events(tmp_path / "run"))
 
 
+def test_a_reply_cut_at_the_output_token_limit_is_recorded_and_the_model_told(tmp_path, evaluator):
+    """finish_reason "length": the server cut the reply (max_tokens reached; a reasoning model can spend all of it on
+    reasoning and send no text). The trajectory did not record it, so a cut reply could not be told from a malformed
+    one, and the model read "empty reply" or a compile error with no word of why."""
+    cut_code = {"content": f"Here.\n\n```ptx\n{GOOD_PTX[:300]}", "finish_reason": "length"}
+    all_reasoning = {"content": "", "reasoning_content": "thinking " * 50, "finish_reason": "length"}
+    with ScriptedServer([cut_code, all_reasoning, reply(GOOD_PTX)]) as server:
+        outcome = run(server, tmp_path, evaluator, turns=3)
+    assert outcome.statuses[1:] == ["FORMAT_ERROR", "COMPILED"]
+    calls = of_type(events(tmp_path / "run"), "model_call")
+    assert [c.response.get("finish_reason") for c in calls] == ["length", "length", "stop"]
+    for later in server.requests[1:]:  # each cut turn's feedback says why
+        assert "output token limit" in later["messages"][-1]["content"]
+
+
 def test_tool_arguments_nested_past_the_limit_are_the_models_error(tmp_path, evaluator):
     """300 levels parse (json stops near 1000) but fail the record's writers: refused as the model's mistake."""
     deep = '{"source": ' + "[" * 300 + "]" * 300 + "}"
