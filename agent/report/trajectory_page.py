@@ -11,12 +11,17 @@ from ..scoring import TrajectoryScore
 from .style import page
 
 E = html.escape
+# difflib's matcher grows about as the cube of the line count on kernels of repeated short lines (8,000 lines took 7 s,
+# a 400 KB kernel of them hours); the project's longest kernel has about 700 lines. Past this many lines a side, the
+# kernel is shown whole instead of as a diff.
+MAX_DIFF_LINES = 3000
 
 
 def _diff(previous: str, current: str, name: str) -> str:
-    if not previous:
+    too_long = max(previous.count("\n"), current.count("\n")) > MAX_DIFF_LINES
+    if not previous or too_long:
         lines = [f"+{line}" for line in current.splitlines()]
-        header = f"new file {name}"
+        header = f"{name} shown whole (over {MAX_DIFF_LINES} lines: no diff)" if previous else f"new file {name}"
     else:
         lines = list(difflib.unified_diff(previous.splitlines(), current.splitlines(), "previous", name, lineterm="", n=3))[2:]
         header = f"diff against the previous turn's kernel ({name})"

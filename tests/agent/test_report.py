@@ -228,3 +228,19 @@ def test_record_text_cannot_add_bare_links_github_would_make(tmp_path):
         assert "evil.example" in md  # shown, but as text: GFM links a bare scheme:// URL and www. (autolinks)
         assert not re.search(r"(?<!\\)://", md) and not re.search(r"(?i)www(?!\\\.)", md)
     assert md_cell("qwen@v1:7b a:b") == "qwen@v1:7b a:b"  # a colon elsewhere stays as it is
+
+
+def test_two_long_kernels_of_repeated_lines_are_shown_without_a_quadratic_diff():
+    """difflib's matcher grows about as the cube of the line count on kernels of repeated short lines (8,000 lines took
+    7 s, a 400 KB kernel hours): a hostile model held its report up. Past a bound the kernel is shown whole."""
+    from ptxbench.agent.report.trajectory_page import _diff
+    from waits import cpu_timed
+
+    n = 12_000
+    previous = "".join(f"x{i % 150};\n" for i in range(n))
+    current = "".join(f"x{i * 7 % 150};\n" for i in range(n))
+    html, took = cpu_timed(_diff, previous, current, "kernels/turn_02.ptx")
+    assert took < 3, took
+    assert html.count("class='add'") == n and "x7;" in html  # every line of the new kernel is on the page
+    small, _ = cpu_timed(_diff, "a;\nb;\n", "a;\nc;\n", "kernels/turn_02.ptx")
+    assert "diff against the previous turn" in small and small.count("class='add'") == 1
