@@ -6,6 +6,7 @@ exercised end to end. Script items (one per request, in order; `default` answers
     {"content": "...", "reasoning_content": "...", "tool_calls": [{"name": "compile", "arguments": {...}}]}
     {"content": "...", "finish_reason": "length"}    a reply the server cut (max_tokens reached)
     {"status": 429}  or  {"status": 500}            an error reply (rate limit, server error)
+    {"status": 429, "retry_after": 3}               the same with a Retry-After header (seconds)
     {"hang": True}                                  hold the request until the server stops (a run killed in flight)
     {"raw": {...}}                                  this body as the 200 answer, as it is (a hostile or broken server)
 
@@ -51,14 +52,18 @@ class ScriptedServer:
                     self._send(200, item["raw"])
                     return
                 if "status" in item:
+                    headers = {"Retry-After": str(item["retry_after"])} if "retry_after" in item else {}
                     self._send(item["status"], {"error": {"message": item.get("message", "scripted error"),
-                                                          "type": "rate_limit_error" if item["status"] == 429 else "server_error"}})
+                                                          "type": "rate_limit_error" if item["status"] == 429 else "server_error"}},
+                               headers)
                     return
                 self._send(200, server._completion(body, item))
 
-            def _send(self, status: int, payload: dict):
+            def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None):
                 data = json.dumps(payload).encode()
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

@@ -54,6 +54,26 @@ def is_refusal(exc: BaseException) -> bool:
     return getattr(exc, "status_code", None) in (401, 403, 404)
 
 
+# A Retry-After longer than this (a daily quota spent) is waited only this long: the attempts then run out as an outage
+MAX_RETRY_AFTER_S = 120.0
+
+
+def retry_after_s(exc: BaseException | None) -> float:
+    """The wait a refusal asks for in its Retry-After (or OpenAI's retry-after-ms) header, capped; 0 when it asks none
+    (or gives an HTTP date)."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or getattr(exc, "litellm_response_headers", None)
+    if not headers:
+        return 0.0
+    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
+        try:
+            seconds = float(headers.get(name)) * scale
+        except (TypeError, ValueError):
+            continue
+        if seconds == seconds:  # not NaN
+            return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+    return 0.0
+
+
 class LiteLLMModel:
     def __init__(
         self,
@@ -112,10 +132,12 @@ class LiteLLMModel:
             raise ModelRefused(problem)  # no call, no retries: a keyless request would look like a server error
         litellm = _litellm()
         kwargs = self._kwargs(request)
+        backoff = wait_exponential(multiplier=self.retry_wait_s, max=60.0) + wait_random(0, self.retry_wait_s)
         retrying = Retrying(
             before_sleep=lambda state: self._before_sleep(request.turn, state),
             stop=stop_after_attempt(self.max_attempts),
-            wait=wait_exponential(multiplier=self.retry_wait_s, max=60.0) + wait_random(0, self.retry_wait_s),
+            # a provider's Retry-After is a floor: an attempt sooner lands in the same rate-limit window
+            wait=lambda state: max(backoff(state), retry_after_s(state.outcome.exception())),
             retry=retry_if_exception(is_transient),
             reraise=True,
         )

@@ -331,6 +331,35 @@ def test_a_refused_key_or_unknown_model_is_the_set_ups_failure_not_the_models(tm
     assert score_trajectory(record).infra_failed
 
 
+def test_a_rate_limit_retry_waits_as_long_as_retry_after_says(tmp_path, evaluator):
+    """A 429 with Retry-After: the back-off waits at least that long. It waited only its own short back-off, so every
+    attempt landed inside the provider's window and the turn was lost to an infra stop a wait would have avoided."""
+    import time
+
+    first: list[float] = []
+
+    def limited(body):  # rate-limited for 1.5 s from the first request
+        first[:] = first or [time.monotonic()]
+        return {"status": 429, "retry_after": 1} if time.monotonic() < first[0] + 1.5 else reply(GOOD_PTX)
+
+    with ScriptedServer([], default=limited) as server:
+        outcome = run(server, tmp_path, evaluator, turns=1, retry_attempts=3)
+    assert outcome.statuses == ["COMPILED"] and len(server.requests) == 3
+    retries = of_type(events(tmp_path / "run"), "model_retry")
+    assert [r.wait_s >= 1.0 for r in retries] == [True, True]
+
+
+def test_a_retry_after_of_hours_is_capped(monkeypatch):
+    from ptxbench.agent.models import litellm_model
+
+    class Limited(Exception):
+        status_code = 429
+        response = type("R", (), {"headers": {"retry-after": "86400"}})()
+
+    assert litellm_model.retry_after_s(Limited()) == litellm_model.MAX_RETRY_AFTER_S
+    assert litellm_model.retry_after_s(ValueError("no response")) == 0.0
+
+
 def test_tool_call_ids_that_are_no_strings_or_repeat_get_ids_of_their_own(tmp_path, evaluator):
     """An id that was a number or an object failed the trajectory's first write (the run crashed); one id on two
     calls went back as two answers to one id, which providers refuse. Each call now has a string id of its own."""
