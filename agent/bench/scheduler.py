@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
@@ -48,6 +49,15 @@ class LimitedModel:
         self.gate = gate
         self.stopping = stopping
         self.name = inner.name
+        if hasattr(inner, "sleep"):  # a back-off makes no call: its slot goes to the provider's other calls meanwhile
+            inner.sleep = self._sleep_without_slot
+
+    def _sleep_without_slot(self, seconds: float) -> None:
+        self.gate.release()
+        try:
+            time.sleep(seconds)
+        finally:
+            self.gate.acquire()
 
     def query(self, request: ModelRequest) -> ModelReply:
         with self.gate:

@@ -98,6 +98,7 @@ class LiteLLMModel:
         self.retry_wait_s = retry_wait_s
         self.extra = dict(extra or {})
         self.on_retry = on_retry  # (turn, attempt, max_attempts, reason, wait_s) before each back-off: shown on screen
+        self.sleep: Callable[[float], None] = time.sleep  # a back-off's wait (the bench frees its provider slot meanwhile)
 
     def _before_sleep(self, turn: int, state) -> None:
         if self.on_retry is not None:
@@ -139,6 +140,7 @@ class LiteLLMModel:
             # a provider's Retry-After is a floor: an attempt sooner lands in the same rate-limit window
             wait=lambda state: max(backoff(state), retry_after_s(state.outcome.exception())),
             retry=retry_if_exception(is_transient),
+            sleep=lambda seconds: self.sleep(seconds),
             reraise=True,
         )
         start = time.perf_counter()

@@ -88,6 +88,31 @@ def test_provider_limit_bounds_model_calls_in_flight():
     assert gates.gate("openai/other") is gates.gate("openai/slow")  # one gate per provider
 
 
+def test_a_model_backing_off_leaves_its_providers_slot_to_others():
+    """A rate-limited model waiting out its back-off (up to a minute, or a Retry-After) makes no call: it held its
+    provider's slot all the while, so one rate-limited model stalled every other model of that provider."""
+    from ptxbench.agent.models.litellm_model import LiteLLMModel
+
+    def answer(body):
+        limited = body["model"] == "limited" and sum(b["model"] == "limited" for b in server.requests) <= 2
+        return {"status": 429, "retry_after": 1} if limited else {"content": "ok"}
+
+    gates = ProviderGates({"openai": 1})
+    with ScriptedServer(default=answer) as server:
+        def model(name):
+            return LimitedModel(LiteLLMModel(f"openai/{name}", api_base=server.base_url, max_attempts=3, retry_wait_s=0.01),
+                                gates.gate("openai/any"))
+        limited = threading.Thread(target=model("limited").query, args=(ModelRequest(messages=[]),))
+        limited.start()
+        assert server.wait_for_requests(1)
+        start = time.monotonic()
+        assert model("fine").query(ModelRequest(messages=[{"role": "user", "content": "hi"}])).content == "ok"
+        took = time.monotonic() - start
+        limited.join()
+    assert took < 0.9, took  # answered during the other's first 1 s wait, not after its retries
+    assert [b["model"] for b in server.requests].count("limited") == 3
+
+
 class FlakyEvaluator:
     """Evaluation #2 fails as infrastructure (INFRA_ERROR, or an exception: a harness bug)."""
 
