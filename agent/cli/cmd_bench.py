@@ -48,6 +48,13 @@ def check_matrix(models: list[str], workloads: list[str], prompts: list[str], ar
     inputs.arch(arch)
     for m in models:
         inputs.model(m)
+    check_models(models, api_base, report)
+
+
+def check_models(models: list[str], api_base: str | None, report) -> None:
+    """Every LLM's key and endpoint (the endpoint probed once): a new matrix's, or the one a --resume goes on with."""
+    from . import inputs
+
     checked_base = False
     for m in models:
         inputs.credentials(m, api_base, None, report=report, probe=not checked_base)
@@ -127,6 +134,15 @@ def bench(
     config = None
     overrides = {"backend": backend, "ray_address": ray_address, "gpus": gpus, "parallel": parallel,
                  "provider_limits": _limits(provider_limit) or None, "api_base": api_base, "infra_retries": infra_retries}
+    if resume:  # the recorded models' keys and endpoint, said in one line before any trajectory tries them
+        from ..records.rundir import read_manifest
+
+        recorded = read_manifest(run_dir).get("config")
+        recorded = recorded if isinstance(recorded, dict) else {}  # a damaged one is said by run_bench, as before
+        models = recorded.get("models") if isinstance(recorded.get("models"), list) else []
+        base = api_base or recorded.get("api_base")
+        check_models([m for m in models if isinstance(m, str)], base if isinstance(base, str) else None,
+                     report=lambda line: console.print(line, markup=False, highlight=False))
     if track not in ("optimize", "repair"):
         raise inputs.BadInput(f"--track {track!r}: expected optimize or repair")
     turns = turns or (4 if track == "repair" else 8)

@@ -263,6 +263,10 @@ def optimize(
         if conflict:
             raise inputs.BadInput(conflict)
         run_dir, no_gpu = None, recorded.no_gpu
+        # the recorded model's key and endpoint: one line now, not a trajectory stopped on them (the endpoint after
+        # its retries)
+        inputs.credentials(recorded.model, recorded.api_base, recorded.api_key_env,
+                           report=lambda line: typer.echo(line, err=True))
         others = [t for t in read_manifest(Path(resume)).get("trajectories", []) if t != tid]
         if others:  # a folder that several --run-dir runs share: --resume goes on with its newest trajectory
             typer.echo(f"note: {resume} holds {len(others) + 1} trajectories; --resume continues the newest, {tid}",

@@ -281,3 +281,33 @@ def test_a_bench_of_several_models_on_one_local_server_needs_no_key(workdir):
 
     with ScriptedServer() as server:
         check_matrix(["openai/first", "openai/second"], [W], ["knowledge"], "sm_90a", server.base_url, report=print)
+
+
+def test_bench_resume_checks_the_recorded_models_key_before_anything_runs(workdir):
+    """A resumed bench in a shell without the key: one line, as a new bench says it. Every trajectory went on to fail
+    on its own (a line each, after its retries), and a bench of a local server that is down retried for minutes."""
+    from ptxbench.agent.bench.matrix import BenchConfig, expand
+    from ptxbench.agent.records.rundir import write_manifest
+
+    config = BenchConfig(models=["openai/gpt-5"], workloads=[W], trajectories=2, turns=1, no_gpu=True)
+    write_manifest(workdir / "b", {"command": "bench", "config": config.model_dump(mode="json"),
+                                   "trajectories": [c.trajectory_id() for c in expand(config)]})
+    before = _files(workdir)
+    result = CliRunner().invoke(app, ["bench", "--resume", "--run-dir", "b"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "OPENAI_API_KEY" in lines[0], result.output
+    assert _files(workdir) == before
+
+
+def test_optimize_resume_checks_the_recorded_models_key_before_anything_runs(workdir):
+    from ptxbench.agent.loop.state import OptimizeConfig
+    from ptxbench.agent.records.rundir import write_manifest
+
+    config = OptimizeConfig(workload=W, model="openai/gpt-5", no_gpu=True, turns=1)
+    write_manifest(workdir / "r", {"command": "optimize", "config": config.model_dump(mode="json"),
+                                   "trajectories": [config.trajectory_id()]})
+    before = _files(workdir)
+    result = CliRunner().invoke(app, ["optimize", "--resume", "r", "--quiet"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "OPENAI_API_KEY" in lines[0], result.output
+    assert _files(workdir) == before
