@@ -7,8 +7,9 @@ import re
 _PLAN = re.compile(r"/\*\s*ptxbench.*?\*/", re.S)
 # Strings, character literals and comments in one left-to-right scan: a "/*" inside a // comment opens nothing
 # (stripping block comments first ate the code up to the next */), and a "//" inside a string (an inline-asm
-# comment) is no comment.
-_TOKEN = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/', re.S)
+# comment) is no comment. An unclosed "/*" runs to the end, as the compilers read it (searched again from every
+# unclosed opener for a "*/", a kernel of them was quadratic).
+_TOKEN = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?(?:\*/|\Z)', re.S)
 _SPACE = re.compile(r"\s+")
 
 

@@ -99,6 +99,16 @@ def test_normalised_hash_keeps_code_after_a_comment_opener_inside_a_comment_or_a
     assert kernel_hash(b + "// a '\"' quote\n") == kernel_hash(b)
 
 
+def test_normalised_hash_is_linear_in_a_kernel_of_unclosed_comments():
+    """Each unclosed "/*" scanned to the end of the text for its "*/": a 400 KB failing kernel of them took minutes a
+    hash, and a Fixit export hashes each pair three times. An unclosed comment runs to the end, as the compilers read it."""
+    from waits import cpu_timed
+
+    _, took = cpu_timed(kernel_hash, "/* " * 130_000)
+    assert took < 2, took
+    assert kernel_hash("int x; /* a") == kernel_hash("int x; /* b") != kernel_hash("int y; /* a")
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_written_files_load_with_datasets(run, tmp_path, fmt):
     import datasets
