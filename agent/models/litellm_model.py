@@ -54,6 +54,13 @@ def is_refusal(exc: BaseException) -> bool:
     return getattr(exc, "status_code", None) in (401, 403, 404)
 
 
+def said(exc: BaseException) -> str:
+    """A provider failure in one line: litellm's text for an answer it cannot read carries its own traceback (not
+    ours, and on screen it reads as a crash), cut here; line breaks become spaces."""
+    text = f"{type(exc).__name__}: {exc}".split("Traceback (most recent call last):")[0]
+    return scrub_text(" ".join(text.split()))
+
+
 # A Retry-After longer than this (a daily quota spent) is waited only this long: the attempts then run out as an outage
 MAX_RETRY_AFTER_S = 120.0
 
@@ -103,7 +110,7 @@ class LiteLLMModel:
     def _before_sleep(self, turn: int, state) -> None:
         if self.on_retry is not None:
             exc = state.outcome.exception()
-            reason = scrub_text(f"{type(exc).__name__}: {exc}".splitlines()[0])
+            reason = said(exc)
             self.on_retry(turn, state.attempt_number, self.max_attempts, reason, state.next_action.sleep if state.next_action else 0.0)
 
     def _kwargs(self, request: ModelRequest) -> dict[str, Any]:
@@ -148,10 +155,10 @@ class LiteLLMModel:
             response = retrying(litellm.completion, **kwargs)
         except Exception as exc:  # noqa: BLE001 - every provider failure becomes one recorded error
             if is_transient(exc):  # still down after every retry: the provider's outage, not the model's answer
-                raise ModelUnavailable(scrub_text(f"{type(exc).__name__} after {self.max_attempts} attempts: {exc}")) from None
+                raise ModelUnavailable(said(exc).replace(":", f" after {self.max_attempts} attempts:", 1)) from None
             if is_refusal(exc):  # the model never answered: not its failure either
-                raise ModelRefused(scrub_text(f"{type(exc).__name__}: {exc}")) from None
-            raise ModelError(scrub_text(f"{type(exc).__name__}: {exc}")) from None
+                raise ModelRefused(said(exc)) from None
+            raise ModelError(said(exc)) from None
         latency = time.perf_counter() - start
         attempts = retrying.statistics.get("attempt_number", 1)
         try:

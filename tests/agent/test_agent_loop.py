@@ -360,6 +360,19 @@ def test_a_retry_after_of_hours_is_capped(monkeypatch):
     assert litellm_model.retry_after_s(ValueError("no response")) == 0.0
 
 
+def test_an_answer_the_client_cannot_read_is_said_without_the_clients_traceback(tmp_path, evaluator):
+    """A proxy answering `"message": null`: litellm's error text carries its own traceback, which reached the retry
+    lines, the error event and the one-line stop message on screen (and read as a harness crash to scoring)."""
+    broken = {"raw": {"id": "x", "object": "chat.completion", "model": "m",
+                      "choices": [{"index": 0, "message": None, "finish_reason": "stop"}]}}
+    with ScriptedServer([], default=broken) as server:
+        outcome = run(server, tmp_path, evaluator, turns=1, retry_attempts=2)
+    assert outcome.stop_reason == "infra_error" and "Invalid response object" in outcome.stop_detail
+    evs = events(tmp_path / "run")
+    for text in [outcome.stop_detail, *(e.message for e in of_type(evs, "error")), *(e.reason for e in of_type(evs, "model_retry"))]:
+        assert "Traceback" not in text and "\n" not in text.strip(), text
+
+
 def test_tool_call_ids_that_are_no_strings_or_repeat_get_ids_of_their_own(tmp_path, evaluator):
     """An id that was a number or an object failed the trajectory's first write (the run crashed); one id on two
     calls went back as two answers to one id, which providers refuse. Each call now has a string id of its own."""
