@@ -541,6 +541,16 @@ def test_a_reply_of_unclosed_plan_comments_is_read_in_linear_time():
     assert extract_solution("```\n/* ptxbench\nx = 1\nlanguage = 'ptx'\n*/\n```\n/* ptxbench\nlanguage = 'cuda'").language == "ptx"
 
 
+@pytest.mark.parametrize("table", ["[[launch]]\n", "[tmap.t{}]\n", "[scratch.s{}]\n"])
+def test_a_plan_of_thousands_of_tables_is_read_in_linear_time(table):
+    # each table's line was looked up in a scan over every header of the plan: 36,000 [[launch]] headers in a 400 KB
+    # file took about a minute of the host's CPU per evaluation
+    plan = '/* ptxbench\nlanguage = "ptx"\n' + "".join(table.format(i) for i in range(20_000)) + "*/\n" + HEAD
+    issues, took = cpu_timed(parse_solution, plan, GEMM)
+    assert took < 3, took
+    assert 3 in [i.line for i in _issues(issues)], issues[:2]  # the first table, named on its own line
+
+
 def test_text_utf8_cannot_encode_is_an_issue_on_its_line():
     lone = "\ud800"  # what a JSON "\\ud800" decodes to
     issue = _one(parse_solution(FILE.replace("\tret;", "\tret; // " + lone), GEMM), 20, "UTF-8", "\\ud800")

@@ -135,22 +135,24 @@ class _Builder:
     def __init__(self, kl: KeyLines):
         self.kl = kl
         self.issues: list[tuple[int, str]] = []
+        # header text -> its lines, in file order: one scan of the headers per table was quadratic in a plan of
+        # thousands of tables
+        self.header_lines: dict[str, list[int]] = {}
+        for ln, h in kl.headers:
+            self.header_lines.setdefault(h, []).append(ln)
 
     def issue(self, line: int, message: str) -> None:
         self.issues.append((line, message))
 
     def header_line(self, prefix: str, index_or_name: int | str, fallback_key: str) -> int:
+        found = self.header_lines.get(prefix, [])
         if isinstance(index_or_name, int):
-            found = [ln for ln, h in self.kl.headers if h == prefix]
             if index_or_name < len(found):
                 return found[index_or_name]
-        else:
-            for ln, h in self.kl.headers:
-                if h == f"{prefix}.{index_or_name}":
-                    return ln
-            for ln, h in self.kl.headers:
-                if h == prefix:
-                    return self.kl.of(ln, index_or_name)
+        elif named := self.header_lines.get(f"{prefix}.{index_or_name}"):
+            return named[0]
+        elif found:
+            return self.kl.of(found[0], index_or_name)
         return self.kl.of(self.kl.block_line, fallback_key)
 
     def unknown_keys(self, table: dict, allowed: tuple[str, ...], line: int, what: str) -> None:
