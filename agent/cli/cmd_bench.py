@@ -199,6 +199,9 @@ def bench(
     failed = sum(r.infra_failed for r in outcome.trajectories)
     console.print(f"{len(outcome.trajectories)} trajectories in {outcome.elapsed_s:.0f} s (evaluator start {outcome.setup_s:.1f} s, "
                   f"close {outcome.close_s:.1f} s), {failed} infra-failed; run: {run_dir}")
+    if failed:  # an outage, a refused key, a lost GPU: not the models' results, and not the run's end
+        console.print(f"the infra-failed trajectories are left out of the scores; once the cause is fixed, resume with: "
+                      f"ptxbench bench --resume --run-dir {run_dir}", markup=False, highlight=False)
     for w in outcome.worker_start:  # where the evaluator's start went (also in the run folder: evaluator_start.json)
         phases = ", ".join(f"{k} {v:.1f} s" for k, v in w.get("phases", {}).items() if v >= 0.05)
         if "process_start_s" in w:  # before its code ran: the forkserver, the preload, the fork

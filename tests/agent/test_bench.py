@@ -580,3 +580,13 @@ def test_re_evaluation_goes_on_past_an_evaluation_that_raises(tmp_path):
     assert score.n_infra_failed == 0 and score.model_workload[0].n_trajectories == 3
     crashed = [t for tr in score.trajectories for t in tr.turns if t.reproduced]
     assert len(crashed) == 1 and not crashed[0].correct
+
+
+def test_a_bench_with_infra_failed_trajectories_says_how_to_retry_them(tmp_path):
+    run = tmp_path / "bench"
+    with ScriptedServer(default={"status": 401, "message": "key revoked"}) as server:
+        result = CliRunner().invoke(app, ["bench", "--models", "openai/revoked", "--workloads", WL, "--trajectories", "1",
+                                          "--turns", "1", "--run-dir", str(run), "--no-gpu", "--api-base", server.base_url,
+                                          "--infra-retries", "0", "--no-report"])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert "1 infra-failed" in result.output and f"ptxbench bench --resume --run-dir {run}" in result.output
