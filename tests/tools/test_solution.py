@@ -548,7 +548,17 @@ def test_a_plan_of_thousands_of_tables_is_read_in_linear_time(table):
     plan = '/* ptxbench\nlanguage = "ptx"\n' + "".join(table.format(i) for i in range(20_000)) + "*/\n" + HEAD
     issues, took = cpu_timed(parse_solution, plan, GEMM)
     assert took < 3, took
-    assert 3 in [i.line for i in _issues(issues)], issues[:2]  # the first table, named on its own line
+    _one(issues, None, "20000 [[", "at most 64")
+
+
+def test_a_plan_of_thousands_of_launches_is_refused_before_its_kernels_are_looked_up():
+    # each launch's kernel was looked up in the whole file (its braces and mentions counted again per launch): 4,000
+    # launches of a `cuda` file took 50 s of the host's CPU per evaluation; past the limit nothing is looked up
+    launches = "".join(f'[[launch]]\nkernel = "k{i}"\ngrid = [1]\nblock = [1]\n' for i in range(4000))
+    issues, took = cpu_timed(parse_solution, CUDA_PLAN.replace("[[launch]]", launches + "[[launch]]", 1) + "{}\n" * 20_000,
+                             GEMM)
+    assert took < 2, took
+    _one(issues, None, "4001 [[launch]] entries", "at most 64")
 
 
 def test_text_utf8_cannot_encode_is_an_issue_on_its_line():

@@ -15,12 +15,9 @@ from ptxbench.workloads.schema import DTYPE_BYTES, Workload
 from .expr import ExprError, Number, evaluate, evaluate_int
 from .plan import (Arg, Launch, LaunchPlan, ResolvedArg, ResolvedLaunch, ResolvedPlan, ResolvedScratch,
                    ResolvedTensorMap, Scratch, TensorMap)
-from .plan_toml import KeyLines
+from .plan_toml import MAX_PLAN_OBJECTS, KeyLines
 
 MAX_SCRATCH_BYTES = 32 * 2**30
-# Each scratch buffer and tensor map costs every call of an evaluation its restore and checks, and each launch a
-# driver call: a plan with thousands of them would spend the watchdog's time in harness work, not in its kernels.
-MAX_PLAN_OBJECTS = {"scratch": 64, "tmap": 64, "launch": 64}
 MAX_CLUSTERS = "max_clusters"  # the per-launch symbol: clusters of this launch's shape resident at once
 SWIZZLE_BYTES = {"none": None, "32B": 32, "64B": 64, "128B": 128}
 SCALAR_RANGES = {"i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-(2**63), 2**63 - 1), "u64": (0, 2**63 - 1)}

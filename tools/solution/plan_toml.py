@@ -25,6 +25,10 @@ LAUNCH_KEYS = ("kernel", "grid", "block", "cluster", "smem", "args")
 TMAP_KEYS = ("tensor", "box", "dims", "strides", "elem_strides", "swizzle", "l2_promotion", "oob_fill")
 SCRATCH_KEYS = ("dtype", "shape", "zero")
 TOP_KEYS = ("language", "launch", "tmap", "scratch")
+# Each scratch buffer and tensor map costs every call of an evaluation its restore and checks, and each launch a
+# driver call: a plan with thousands of them would spend the watchdog's time in harness work, not in its kernels.
+# Refused here, before each launch's kernel is looked up in the file (thousands of lookups took minutes).
+MAX_PLAN_OBJECTS = {"scratch": 64, "tmap": 64, "launch": 64}
 _KIND_HINTS = {k: f" (did you mean {v}?)" for k, v in {
     "int": "i32", "int32": "i32", "s32": "i32", "uint": "u32", "uint32": "u32", "unsigned": "u32", "int64": "i64",
     "s64": "i64", "uint64": "u64", "float": "f32", "float32": "f32", "double": "f64", "float64": "f64",
@@ -324,6 +328,11 @@ def parse_plan_block(source: str) -> ParsedPlan:
     if not isinstance(raw_launches, list) or not raw_launches:
         b.issue(kl.of(root, "launch"), "the plan needs at least one [[launch]] table (kernel, grid, block, args)")
         raw_launches = []
+    raws = {"launch": raw_launches, "tmap": doc.get("tmap"), "scratch": doc.get("scratch")}
+    over = [f"{len(raw)} [[{kind}]] entries; at most {MAX_PLAN_OBJECTS[kind]}" for kind, raw in raws.items()
+            if isinstance(raw, (list, dict)) and len(raw) > MAX_PLAN_OBJECTS[kind]]
+    if over:
+        return ParsedPlan(language, None, kl, b.issues + [(None, f"the plan has {o}") for o in over])
     launches = [b.launch(t, i) for i, t in enumerate(raw_launches)]
     groups = {}
     for key, build in (("tmap", b.tmap), ("scratch", b.scratch)):
