@@ -165,9 +165,10 @@ class _Runner:
             writer = TrajectoryWriter(self.run_dir / "trajectories" / tid)
             model = LimitedModel(self.model_factory(cfg), self.gates.gate(cfg.model), self.stopping)
             try:
-                # attempts after the first fork a thread that stopped on an infra error and evaluate again
+                # a thread that stopped on an infra error (an earlier attempt, or a run this one resumes) is forked
+                # before the failed step and goes on from there
                 out = run_trajectory(cfg, self.evaluator, writer, model=model, checkpointer=self.checkpointer,
-                                     trajectory_id=tid, retry_infra_stop=attempt > 1)
+                                     trajectory_id=tid, retry_infra_stop=True)
             except Exception as exc:  # noqa: BLE001 - a harness failure (logged as an infra error event); resume retries it
                 if isinstance(exc, BenchInterrupted) or self.stopping.is_set():
                     raise  # stopping: no retry

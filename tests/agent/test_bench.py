@@ -590,3 +590,17 @@ def test_a_bench_with_infra_failed_trajectories_says_how_to_retry_them(tmp_path)
                                           "--infra-retries", "0", "--no-report"])
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
     assert "1 infra-failed" in result.output and f"ptxbench bench --resume --run-dir {run}" in result.output
+
+
+def test_resume_retries_an_infra_failed_trajectory_even_with_no_retries_left(tmp_path):
+    """--resume's first attempt at a trajectory that stopped on an infra failure returned that stop unchanged (only
+    later attempts forked it): with --infra-retries 0 no resume could ever finish it."""
+    cfg = BenchConfig(models=["openai/scripted"], workloads=[WL], trajectories=1, turns=1, no_gpu=True, infra_retries=0)
+    with ScriptedServer(default={"status": 401}) as server:
+        cfg = cfg.model_copy(update={"api_base": server.base_url})
+        first = run_bench(cfg, tmp_path / "run", evaluator=FlakyEvaluator("none"))
+        assert first.trajectories[0].infra_failed
+        server.default = GOOD  # the key is fixed
+        again = run_bench(None, tmp_path / "run", resume=True, evaluator=FlakyEvaluator("none"))
+    (report,) = again.trajectories
+    assert not report.infra_failed and report.stop_reason == "turn_limit" and len(report.statuses) == 1
