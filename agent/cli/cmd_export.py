@@ -88,9 +88,15 @@ def export(
     rows, stats = build_rows(samples, cfg, _ops({s.workload for s in samples}))
     if teacher:
         from ..export.teacher import add_reasoning
+        from ..models.base import ModelError
 
-        stats["teacher"] = add_reasoning(rows, teacher, out / ".teacher_cache", teacher_api_base,
-                                         max_tokens=cfg.max_tokens)  # --max-tokens holds with the reasoning too
+        cache = out / ".teacher_cache"
+        try:
+            stats["teacher"] = add_reasoning(rows, teacher, cache, teacher_api_base,
+                                             max_tokens=cfg.max_tokens)  # --max-tokens holds with the reasoning too
+        except ModelError as exc:  # the teacher's provider, not the export: the answers so far stay in the cache
+            raise inputs.RunFailed(f"--teacher {teacher}: {exc}; nothing was written. Its answers so far are kept in "
+                                   f"{cache}: run the same export again to go on from them") from None
     paths = write_dataset(rows, out, format, cfg, stats, [str(r) for r in runs])
     where = ", ".join(f"{k}: {v}" for k, v in paths.items()) or str(out)  # a path may hold [ ]: not rich markup
     rprint(f"[bold]{len(rows)}[/] {recipe} rows from {len(samples)} trajectories -> " + escape(terminal_text(where)))

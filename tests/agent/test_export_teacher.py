@@ -69,3 +69,19 @@ def test_reasoning_with_a_think_tag_or_a_code_block_is_refused(tmp_path):
             totals = add_reasoning(rows, "openai/teacher", tmp_path / f"cache{i}", api_base=server.base_url)
         done = rows[0].completion[0].content
         assert totals["rejected_format"] == 1 and not done.startswith("<think>") and "made_up" not in done, reply
+
+
+def test_a_teacher_that_fails_is_one_line_and_its_answers_so_far_are_kept(tmp_path):
+    """The teacher's provider refusing or down past its retries: a traceback, exit 1, before; now one line saying
+    that running the export again goes on from the cached answers."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    run = build_run(tmp_path)
+    with ScriptedServer([], default={"status": 401, "message": "key revoked"}) as server:
+        result = CliRunner().invoke(app, ["export", str(run), "--recipe", "fixit", "--out", str(tmp_path / "out"),
+                                          "--teacher", "openai/teacher", "--teacher-api-base", server.base_url])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert lines[0].startswith("error: ") and "key revoked" in lines[0] and "again" in lines[0]
