@@ -46,7 +46,7 @@ def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | 
     teacher = LiteLLMModel(model, api_base=api_base, retry_wait_s=1.0)
     cache_dir.mkdir(parents=True, exist_ok=True)
     totals = {"teacher": model, "calls": 0, "cached": 0, "cost_usd": 0.0, "rejected_leaks": 0, "tokens": 0,
-              "over_token_cap": 0, "rejected_format": 0}
+              "over_token_cap": 0, "rejected_format": 0, "rejected_cut": 0}
     for row in rows:
         if row.recipe != "fixit":
             continue
@@ -66,12 +66,15 @@ def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | 
                                                          {"role": "user", "content": user}]))
             cost = reply.cost_usd or 0.0  # None: the provider's price is unknown (local servers)
             entry = {"reasoning": reply.content or "", "cost_usd": cost, "usage": reply.usage,
-                     "latency_s": reply.latency_s}
+                     "latency_s": reply.latency_s, "cut": reply.finish_reason == "length"}
             path.write_text(json.dumps(entry))
             totals["calls"] += 1
             totals["cost_usd"] += cost
             totals["tokens"] += int(entry["usage"].get("total_tokens", 0) or 0)
         reasoning = entry["reasoning"].strip()
+        if entry.get("cut"):  # stopped at the teacher's token limit: reasoning that breaks off mid-thought
+            totals["rejected_cut"] += 1
+            continue
         if not reasoning or _leaks(reasoning, row):
             totals["rejected_leaks"] += int(bool(reasoning))
             continue

@@ -85,3 +85,13 @@ def test_a_teacher_that_fails_is_one_line_and_its_answers_so_far_are_kept(tmp_pa
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 1 and len(lines) == 1 and "Traceback" not in result.output, result.output
     assert lines[0].startswith("error: ") and "key revoked" in lines[0] and "again" in lines[0]
+
+
+def test_a_teacher_reply_cut_at_its_token_limit_is_not_trained_on(tmp_path):
+    """finish_reason "length": the reasoning stops mid-sentence. It went into the trained completion as it was."""
+    rows, _ = build_rows(collect_samples([build_run(tmp_path)]), ExportConfig(recipe="fixit"))
+    before = rows[0].completion[0].content
+    with ScriptedServer([{"content": "The log says ptxas rejected an unknown symbol on line 3, so the",
+                          "finish_reason": "length"}]) as server:
+        totals = add_reasoning(rows, "openai/teacher", tmp_path / "cache", api_base=server.base_url)
+    assert totals["rejected_cut"] == 1 and rows[0].completion[0].content == before
