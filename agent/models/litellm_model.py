@@ -158,6 +158,9 @@ class LiteLLMModel:
                 raise ModelUnavailable(said(exc).replace(":", f" after {self.max_attempts} attempts:", 1)) from None
             if is_refusal(exc):  # the model never answered: not its failure either
                 raise ModelRefused(said(exc)) from None
+            if isinstance(exc, litellm.ContextWindowExceededError):  # said first: the stop line keeps 500 characters
+                raise ModelError(f"the conversation outgrew the model's context window (the context policy last or "
+                                 f"summary, optimize --context, keeps it shorter): {said(exc)}") from None
             raise ModelError(said(exc)) from None
         latency = time.perf_counter() - start
         attempts = retrying.statistics.get("attempt_number", 1)

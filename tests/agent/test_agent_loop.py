@@ -373,6 +373,17 @@ def test_an_answer_the_client_cannot_read_is_said_without_the_clients_traceback(
         assert "Traceback" not in text and "\n" not in text.strip(), text
 
 
+def test_a_conversation_past_the_context_window_ends_the_run_and_says_what_helps(tmp_path, evaluator):
+    """The model's context is full: the turns so far stand (the model's run, not an outage) and the stop says how to
+    keep the conversation shorter, instead of the provider's error alone."""
+    full = {"status": 400, "message": "This model's maximum context length is 8192 tokens. However, your messages "
+                                      "resulted in 9000 tokens. Please reduce the length of the messages."}
+    with ScriptedServer([reply(GOOD_PTX)], default=full) as server:
+        outcome = run(server, tmp_path, evaluator, turns=3)
+    assert outcome.stop_reason == "error" and outcome.statuses == ["COMPILED"] and len(server.requests) == 2
+    assert "context window" in outcome.stop_detail and "--context" in outcome.stop_detail
+
+
 def test_tool_call_ids_that_are_no_strings_or_repeat_get_ids_of_their_own(tmp_path, evaluator):
     """An id that was a number or an object failed the trajectory's first write (the run crashed); one id on two
     calls went back as two answers to one id, which providers refuse. Each call now has a string id of its own."""
