@@ -561,6 +561,14 @@ def test_a_plan_of_thousands_of_launches_is_refused_before_its_kernels_are_looke
     _one(issues, None, "4001 [[launch]] entries", "at most 64")
 
 
+def test_a_dotted_key_of_thousands_of_parts_is_refused_before_toml_reads_it():
+    # tomllib's work on one dotted key grows as the square of its parts: `x.k0.k1...k49999 = 1` took a minute
+    plan = '/* ptxbench\nlanguage = "ptx"\nx.' + ".".join(f"k{i}" for i in range(50_000)) + " = 1\n*/\n" + HEAD
+    issues, took = cpu_timed(parse_solution, plan, GEMM)
+    assert took < 2, took
+    _one(issues, 3, "50000 dots")
+
+
 def test_text_utf8_cannot_encode_is_an_issue_on_its_line():
     lone = "\ud800"  # what a JSON "\\ud800" decodes to
     issue = _one(parse_solution(FILE.replace("\tret;", "\tret; // " + lone), GEMM), 20, "UTF-8", "\\ud800")

@@ -34,6 +34,9 @@ _KIND_HINTS = {k: f" (did you mean {v}?)" for k, v in {
     "s64": "i64", "uint64": "u64", "float": "f32", "float32": "f32", "double": "f64", "float64": "f64",
     "ptr": "the bare tensor name", "tensor": "the bare tensor name", "tensormap": "tmap", "buf": "scratch"}.items()}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# tomllib's work on one dotted key grows as the square of its parts (`x.k0.k1...k49999 = 1` took a minute); a plan's
+# keys have at most three, and a line of 256 dots (in strings or numbers too) leaves any honest line room.
+MAX_LINE_DOTS = 256
 PLAN_START = re.compile(r"/\*\s*ptxbench\b")
 # One unbounded run, then the closing bracket: linear on a line of `[` and spaces (a lazy group between two `\s*`
 # was cubic on it).
@@ -305,6 +308,11 @@ def parse_plan_block(source: str) -> ParsedPlan:
                                                      f"comment block holding the TOML plan{hint}")])
     if isinstance(block, tuple):
         return ParsedPlan(None, None, empty, [block])
+    for offset, line in enumerate(block.text.split("\n")):
+        if (dots := line.count(".")) > MAX_LINE_DOTS:  # a key's parts share its line: this bounds every key
+            return ParsedPlan(None, None, KeyLines(block_line=block.first_line), [(
+                block.first_line + offset, f"this line of the plan holds {dots} dots (at most {MAX_LINE_DOTS}): no key "
+                                           "of a plan has that many parts")])
     try:
         doc = tomllib.loads(block.text)
     except tomllib.TOMLDecodeError as e:
