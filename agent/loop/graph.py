@@ -311,7 +311,8 @@ class Steps:
         try:
             result = box.call(name, args)
         except (KeyError, ValueError, TypeError) as exc:  # the model's call was malformed: its answer, not a crash
-            return f"Error: {exc}", False
+            said = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # str(KeyError) is a quoted repr
+            return f"Error: {said}", False
         source = args["source"]
         language = detect_language(source)
         kernel_file = self.d.log.save_kernel(turn, language, source, tag=f"{index + 1:02d}_{name}")

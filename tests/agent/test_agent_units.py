@@ -191,6 +191,7 @@ def test_tools_mode_turn_ends_when_its_tool_calls_are_used_up(tmp_path):
     assert outcome.statuses == ["FORMAT_ERROR", "FORMAT_ERROR"] and outcome.stop_reason == "turn_limit"
     results = [e for e in writer_events(writer) if e.type == "tool_result"]
     assert "unknown tool 'foo'" in results[0].content and not results[0].ok
+    assert results[0].content.startswith("Error: unknown tool")  # the message, not a KeyError's quoted repr
     assert "needs `source`" in results[1].content and results[2].ok
     # the second turn starts with a reminder to submit
     assert "submit" in model.requests[3].messages[-1]["content"] and model.requests[3].messages[-1]["role"] == "user"
