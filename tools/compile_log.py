@@ -26,6 +26,14 @@ _BARRIERS = re.compile(r"used (\d+) barriers")
 _CMEM = re.compile(r"(\d+) bytes cmem\[(\d+)\]")
 
 LineMap = Callable[[int], "tuple[int | None, str]"]
+# A compiler quotes an undefined name whole: one of 200,000 characters was a 100 KB feedback. A message is cut as a
+# plan issue's is (tools/solution/parse.py MAX_MESSAGE_CHARS); the whole log stays in CompileResult.log.
+MESSAGE_CHARS = 600
+
+
+def _cut(issues: list[CompileIssue]) -> list[CompileIssue]:
+    return [i if len(i.message) <= MESSAGE_CHARS else i.model_copy(update={"message": i.message[:MESSAGE_CHARS] + " ..."})
+            for i in issues]
 
 
 def parse_ptxas_log(log: str, line_map: LineMap | None = None) -> tuple[list[CompileIssue], list[CompileIssue], dict[str, KernelResources]]:
@@ -68,7 +76,7 @@ def parse_ptxas_log(log: str, line_map: LineMap | None = None) -> tuple[list[Com
             if b := _BARRIERS.search(line):
                 current.barriers = int(b.group(1))
             current.cmem = {f"cmem[{bank}]": int(n) for n, bank in _CMEM.findall(line)}
-    return errors, warnings, kernels
+    return _cut(errors), _cut(warnings), kernels
 
 
 # Line numbers are bounded (int() refuses past 4,300 digits, and no file has a billion lines).
@@ -100,7 +108,7 @@ def parse_nvcc_log(log: str, source_name: str, headers: frozenset[str] = frozens
             (None, f"{header}({m['line']}): {m['msg'].strip()}")
         issue = CompileIssue(line=line, message=message, severity="warning" if warning else "error")
         (warnings if warning else errors).append(issue)
-    return errors, warnings
+    return _cut(errors), _cut(warnings)
 
 
 def nvcc_failure(status: int) -> CompileIssue:

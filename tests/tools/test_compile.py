@@ -477,3 +477,16 @@ def test_an_empty_cuda_file_is_an_error_as_an_empty_ptx_is(tmp_path, text):
         assert d["status"] == "error" and d["errors"][0]["line"], (name, d["errors"])
     assert d["errors"][0]["line"] == 1 and "empty" in d["errors"][0]["message"] and d["kernels"] == {}
     assert compile_source(text, "cuda").status == "error"
+
+
+@pytest.mark.parametrize("language, line", [
+    ("ptx", ".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{\n  mov.u32 %r1, {t};\n  ret;\n}\n"),
+    ("cuda", 'extern "C" __global__ void k() { int x = {t}; }\n'),
+])
+def test_a_compiler_message_quoting_a_huge_token_is_cut(language, line):
+    """ptxas and nvcc quote an undefined name whole: one of 200,000 characters made a 100 KB feedback, each message
+    of it twice the 64 KB log's worth, sent back with every later prompt; a message is cut as a plan issue's is."""
+    result = compile_source(line.replace("{t}", "z" * 200_000), language, use_cache=False)
+    assert result.status == "error" and result.errors
+    assert all(len(e.message) <= 700 for e in result.errors + result.warnings), [len(e.message) for e in result.errors]
+    assert any("zzz" in e.message for e in result.errors)
