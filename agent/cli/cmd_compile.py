@@ -136,8 +136,10 @@ def compile_cmd(
             record["sass"] = listing
         print(json.dumps(record, indent=1))
     else:
-        for err in plan_errors:
-            typer.echo(f"{file}: {err}", err=True)
+        from .terminal import terminal_text
+
+        for err in plan_errors:  # they quote the plan: a TOML "\\u001b" is an ESC
+            typer.echo(terminal_text(f"{file}: {err}"), err=True)
         if result is not None:
             _print_rich(result, file)
         if listing:

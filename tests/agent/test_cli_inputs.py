@@ -259,6 +259,17 @@ def test_model_text_is_printed_as_text_not_as_rich_markup(tmp_path):
     assert '"[/x]"' in r.output, r.output
 
 
+def test_compile_with_a_workload_prints_a_plans_control_characters_escaped(tmp_path):
+    """TOML's "\\u001b" puts an ESC into a plan argument, and the plan errors quote it: `compile --workload` printed
+    them raw (a kernel file from a recorded run retitled or cleared the terminal), where eval escapes them."""
+    src = (ROOT / "workloads/solutions/faults/control_correct.cu").read_text()
+    bad = tmp_path / "k.cu"
+    bad.write_text(src.replace('"i32:K"]', '"i32:K", "\\u001b]0;owned\\u0007\\u001b[2J"]', 1))
+    r = CliRunner().invoke(app, ["compile", str(bad), "--workload", W])
+    assert r.exit_code == 1 and "is not a tensor name" in r.output, r.output
+    assert "\x1b" not in r.output and "\x07" not in r.output and "\\x1b]0;owned" in r.output, r.output
+
+
 def test_the_live_view_shows_an_error_that_looks_like_markup():
     from rich.console import Console
 
