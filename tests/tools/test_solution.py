@@ -350,6 +350,10 @@ def test_value_ranges(edit, line, words):
     ('box = [64, 64]\nstrides = ["K", 1]', 12, ["strides needs a list of 1 to 1 entries"]),
     ('box = [64, 64]\ndims = [512, 256]\nstrides = [100]', 13, ["200 bytes", "multiple of 16"]),
     ('box = [64, 64]\nswizzle = "256B"', 12, ["swizzle must be one of"]),
+    # dims of 1 reach no element past the first row whatever the stride, but the driver takes strides below 2**40
+    # bytes, and a cuuint64 none of 2**64 or more (an OverflowError in the worker: INFRA_ERROR, not the plan's error)
+    ('box = [64, 1]\ndims = [64, 1]\nstrides = ["2**62"]', 13, ["2**40"]),
+    ('box = [64, 1]\ndims = [64, 1]\nstrides = ["2**39"]', 13, ["2**40"]),
 ])
 def test_tmap_checks(tmap, line, words):
     source = FILE.replace('args = ["A"', 'args = ["tmap:a"').replace(".param .u64 a,", ".param .align 64 .b8 a[128],")

@@ -22,6 +22,7 @@ MAX_CLUSTERS = "max_clusters"  # the per-launch symbol: clusters of this launch'
 SWIZZLE_BYTES = {"none": None, "32B": 32, "64B": 64, "128B": 128}
 SCALAR_RANGES = {"i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-(2**63), 2**63 - 1), "u64": (0, 2**63 - 1)}
 GRID_MAX = (2**31 - 1, 65535, 65535)
+TMA_STRIDE_BYTES = 2**40  # cuTensorMapEncodeTiled: every global stride below it (one of 2**64 is no cuuint64 at all)
 BLOCK_MAX = (1024, 1024, 64)
 
 
@@ -141,6 +142,10 @@ class Resolver:
                 raise self.fail(at("strides") if m.strides else at("tensor"),
                                 f"{what}: stride {i + 1} is {s} elements = {s * esize} bytes; TMA needs every outer "
                                 "stride to be a multiple of 16 bytes")
+            if s * esize >= TMA_STRIDE_BYTES:  # a dimension of extent 1 leaves any stride inside the tensor
+                raise self.fail(at("strides") if m.strides else at("tensor"),
+                                f"{what}: stride {i + 1} is {s} elements = {s * esize} bytes; TMA takes strides "
+                                "below 2**40 bytes")
         if (box[0] * esize) % 16:
             raise self.fail(at("box"), f"{what}.box[0] = {box[0]} is {box[0] * esize} bytes; the inner box must be "
                                        "a multiple of 16 bytes")
