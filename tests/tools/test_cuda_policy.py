@@ -104,6 +104,16 @@ def test_allowed_pragmas_and_cuda_types():
 
 
 @pytest.mark.parametrize("code", [
+    "int x;\r#include <stdio.h>\n",  # a lone carriage return ends a line for the compiler, not for a \n split
+    '// a note\r#line 1 "/etc/passwd"\n',  # nor does it end the // comment the scan blanked
+])
+def test_a_lone_carriage_return_cannot_hide_a_directive(code):
+    issues = check_cuda_source(code)
+    assert issues and issues[0].line == 1 and "carriage return" in issues[0].message, [str(i) for i in issues]
+    assert check_cuda_source('#include <cuda.h>\r\n__device__ int x;\r\n') == []  # CRLF line endings stay fine
+
+
+@pytest.mark.parametrize("code", [
     '_Pragma("GCC dependency \\"/etc/passwd\\"")',  # the #pragma refused above, as an operator
     '_Pragma("GCC error \\"x\\"")',
     '#define S(x) #x\n#define P(x) _Pragma(S(x))',  # the pragma's text is not known before expansion

@@ -192,8 +192,15 @@ def _pragma_operators(text: str) -> list[FormatIssue]:
     return issues
 
 
+_LONE_CR = re.compile(r"\r(?!\n)")
+
+
 def check_cuda_source(source: str) -> list[FormatIssue]:
     """Refusals for a `cuda` solution: host code, libraries, includes outside the allow list."""
+    if cr := _LONE_CR.search(source):  # the compiler ends a line (and a // comment) there; these scans split at \n
+        return [FormatIssue(line=line_of(source, cr.start()), kind="source", message="the file holds a lone carriage "
+                            "return (\\r not followed by \\n), which the compiler reads as a line break: end lines "
+                            "with \\n")]
     text, issues, macros = _preprocessor(blank_comments(source))
     issues += _pragma_operators(blank_comments(source))  # directives too: a macro may hold the operator
     code = blank_comments(text, strings=True)
