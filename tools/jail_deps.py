@@ -23,7 +23,7 @@ from .toolchain import TOOL_NAMES, Toolchain, which_host_compiler
 # here too, as are `_Pragma` (its `GCC dependency` stats a path: a missing one stops the compiler) and C23's
 # `__has_embed`. `##` may also be spelled `%:%:` or `??=??=`.
 _EXISTENCE_TEST = re.compile(r"has_include|has_embed|_Pragma|(?:#|%:|\?\?=)[^\S\n]*(?:#|%:|\?\?=)", re.I)
-_SPLICE = re.compile(r"\\\r?\n")
+_SPLICE = re.compile(r"\\[ \t]*(?:\r\n|\r|\n)")  # gcc splices across white space after the backslash too
 
 
 def _unspliced(source: str, pos: int) -> int:
