@@ -106,10 +106,12 @@ def test_allowed_pragmas_and_cuda_types():
 @pytest.mark.parametrize("code", [
     "int x;\r#include <stdio.h>\n",  # a lone carriage return ends a line for the compiler, not for a \n split
     '// a note\r#line 1 "/etc/passwd"\n',  # nor does it end the // comment the scan blanked
+    '#\x00include "/etc/hostname"\n',  # a NUL is white space to the compiler: an #include the scan did not see
 ])
-def test_a_lone_carriage_return_cannot_hide_a_directive(code):
+def test_a_lone_carriage_return_or_a_nul_cannot_hide_a_directive(code):
     issues = check_cuda_source(code)
-    assert issues and issues[0].line == 1 and "carriage return" in issues[0].message, [str(i) for i in issues]
+    assert issues and issues[0].line == 1 and ("carriage return" in issues[0].message or "NUL" in issues[0].message), \
+        [str(i) for i in issues]
     assert check_cuda_source('#include <cuda.h>\r\n__device__ int x;\r\n') == []  # CRLF line endings stay fine
 
 

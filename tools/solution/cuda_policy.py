@@ -192,15 +192,18 @@ def _pragma_operators(text: str) -> list[FormatIssue]:
     return issues
 
 
-_LONE_CR = re.compile(r"\r(?!\n)")
+# Characters the compiler reads otherwise than these scans (which split lines at \n and take \s for white space): a
+# lone carriage return ends a line, and a // comment; a NUL is white space, so `#\0include` is an #include.
+_MISREAD = re.compile(r"\r(?!\n)|\x00")
+_MISREAD_WHY = {"\r": "a lone carriage return (\\r not followed by \\n), which the compiler reads as a line break: "
+                      "end lines with \\n",
+                "\x00": "a NUL character, which the compiler reads as white space: remove it"}
 
 
 def check_cuda_source(source: str) -> list[FormatIssue]:
     """Refusals for a `cuda` solution: host code, libraries, includes outside the allow list."""
-    if cr := _LONE_CR.search(source):  # the compiler ends a line (and a // comment) there; these scans split at \n
-        return [FormatIssue(line=line_of(source, cr.start()), kind="source", message="the file holds a lone carriage "
-                            "return (\\r not followed by \\n), which the compiler reads as a line break: end lines "
-                            "with \\n")]
+    if m := _MISREAD.search(source):
+        return [FormatIssue(line=line_of(source, m.start()), kind="source", message=f"the file holds {_MISREAD_WHY[m.group()]}")]
     text, issues, macros = _preprocessor(blank_comments(source))
     issues += _pragma_operators(blank_comments(source))  # directives too: a macro may hold the operator
     code = blank_comments(text, strings=True)
