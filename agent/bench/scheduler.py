@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
 from .matrix import provider
-from ..models.base import Model, ModelReply, ModelRequest
+from ..models.base import CallStopped, Model, ModelReply, ModelRequest
 
 DEFAULT_PROVIDER_LIMIT = 8
 
@@ -37,7 +37,7 @@ class ProviderGates:
             return self._gates[key]
 
 
-class BenchInterrupted(RuntimeError):
+class BenchInterrupted(CallStopped):
     """The bench is stopping (Ctrl-C): raised instead of a new model call; `--resume` makes that call."""
 
 
@@ -55,7 +55,10 @@ class LimitedModel:
     def _sleep_without_slot(self, seconds: float) -> None:
         self.gate.release()
         try:
-            time.sleep(seconds)
+            if self.stopping is None:
+                time.sleep(seconds)
+            elif self.stopping.wait(seconds):  # stopping: no further attempt, and no wait for it
+                raise BenchInterrupted("the bench was stopped during a model call's back-off; --resume makes the call")
         finally:
             self.gate.acquire()
 

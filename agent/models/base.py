@@ -167,6 +167,11 @@ class ModelRefused(ModelUnavailable):
     resumable once the set-up is fixed. Not retried: no back-off mends it."""
 
 
+class CallStopped(RuntimeError):
+    """Raised by a model's back-off wait when its caller is stopping (the bench's Ctrl-C): the call ends there, with
+    no further attempt, and passes through the model as it is (it is no provider failure)."""
+
+
 class ModelExhausted(ModelError):
     """A scripted model (replay) has nothing more to say: the trajectory ends normally."""
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from ...tools.redact import scrub_text
-from .base import ModelError, ModelRefused, ModelReply, ModelRequest, ModelUnavailable
+from .base import CallStopped, ModelError, ModelRefused, ModelReply, ModelRequest, ModelUnavailable
 
 # The bundled price table: no network fetch at import time (and no 10 s stall offline).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -105,7 +105,8 @@ class LiteLLMModel:
         self.retry_wait_s = retry_wait_s
         self.extra = dict(extra or {})
         self.on_retry = on_retry  # (turn, attempt, max_attempts, reason, wait_s) before each back-off: shown on screen
-        self.sleep: Callable[[float], None] = time.sleep  # a back-off's wait (the bench frees its provider slot meanwhile)
+        # a back-off's wait: the bench frees its provider slot meanwhile, and raises CallStopped in it when stopping
+        self.sleep: Callable[[float], None] = time.sleep
 
     def _before_sleep(self, turn: int, state) -> None:
         if self.on_retry is not None:
@@ -153,6 +154,8 @@ class LiteLLMModel:
         start = time.perf_counter()
         try:
             response = retrying(litellm.completion, **kwargs)
+        except CallStopped:
+            raise
         except Exception as exc:  # noqa: BLE001 - every provider failure becomes one recorded error
             if is_transient(exc):  # still down after every retry: the provider's outage, not the model's answer
                 raise ModelUnavailable(said(exc).replace(":", f" after {self.max_attempts} attempts:", 1)) from None

@@ -604,3 +604,30 @@ def test_resume_retries_an_infra_failed_trajectory_even_with_no_retries_left(tmp
         again = run_bench(None, tmp_path / "run", resume=True, evaluator=FlakyEvaluator("none"))
     (report,) = again.trajectories
     assert not report.infra_failed and report.stop_reason == "turn_limit" and len(report.statuses) == 1
+
+
+def test_a_stopping_bench_does_not_wait_out_a_back_off():
+    """Ctrl-C while a model waits out its back-off: the trajectory stops there (resumable), not after every remaining
+    retry (minutes under a long Retry-After), and no further call is made."""
+    from ptxbench.agent.bench.scheduler import BenchInterrupted
+    from ptxbench.agent.models.litellm_model import LiteLLMModel
+
+    stopping, raised = threading.Event(), []
+    with ScriptedServer(default={"status": 503}) as server:
+        model = LimitedModel(LiteLLMModel("openai/down", api_base=server.base_url, max_attempts=6, retry_wait_s=30),
+                             ProviderGates().gate("openai/down"), stopping)
+
+        def ask():
+            try:
+                model.query(ModelRequest(messages=[{"role": "user", "content": "hi"}]))
+            except Exception as exc:  # noqa: BLE001 - what the trajectory would see
+                raised.append(exc)
+
+        thread = threading.Thread(target=ask, daemon=True)
+        thread.start()
+        assert server.wait_for_requests(1)
+        stopped = time.monotonic()
+        stopping.set()
+        thread.join(10)
+        assert not thread.is_alive() and time.monotonic() - stopped < 5
+    assert len(server.requests) == 1 and len(raised) == 1 and isinstance(raised[0], BenchInterrupted)
