@@ -168,9 +168,25 @@ class LiteLLMModel:
         latency = time.perf_counter() - start
         attempts = retrying.statistics.get("attempt_number", 1)
         try:
-            return _reply(litellm, response, latency, attempts)
+            reply = _reply(litellm, response, latency, attempts)
         except Exception as exc:  # noqa: BLE001 - an answer of a shape no reply can be read from is the server's failure
             raise ModelError(scrub_text(f"the server's answer could not be read: {type(exc).__name__}: {exc}")) from None
+        if not any(reply.usage.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")):
+            # a server that counts nothing (litellm reads its missing usage as zeros): a token budget must still hold
+            reply = reply.model_copy(update={"usage": estimated_usage(request.messages, reply)})
+        return reply
+
+
+CHARS_PER_TOKEN = 4  # the usual rule of thumb for English and code
+
+
+def estimated_usage(messages: list[dict[str, Any]], reply: ModelReply) -> dict[str, int]:
+    """Token counts from the text, marked estimated=1, for an answer that reported none."""
+    prompt = sum(len(str(m.get("content") or "")) for m in messages) // CHARS_PER_TOKEN
+    written = len(reply.content) + len(reply.reasoning_content or "") + sum(len(c["function"]["arguments"])
+                                                                            for c in reply.tool_calls)
+    completion = written // CHARS_PER_TOKEN
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion, "estimated": 1}
 
 
 def _reply(litellm, response, latency: float, attempts: int) -> ModelReply:

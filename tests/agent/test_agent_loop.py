@@ -228,7 +228,9 @@ def test_token_counts_out_of_range_neither_undo_the_budget_nor_break_the_record(
     evs = events(tmp_path / "run")
     _no_infra(evs)
     calls = of_type(evs, "model_call")
-    assert calls[0].usage["total_tokens"] == 0 and calls[1].usage["total_tokens"] == 2**53
+    # negative counts are no counts: estimated from the text, as for a server that reports none
+    assert calls[0].usage["estimated"] == 1 and calls[0].usage["total_tokens"] > 0
+    assert calls[1].usage["total_tokens"] == 2**53
     assert outcome.stop_reason == "token_budget" and len(server.requests) == 2  # the huge count spent the budget
     assert all(e.tokens >= 0 for e in of_type(evs, "turn_end"))
 
@@ -382,6 +384,20 @@ def test_a_conversation_past_the_context_window_ends_the_run_and_says_what_helps
         outcome = run(server, tmp_path, evaluator, turns=3)
     assert outcome.stop_reason == "error" and outcome.statuses == ["COMPILED"] and len(server.requests) == 2
     assert "context window" in outcome.stop_detail and "--context" in outcome.stop_detail
+
+
+def test_a_server_that_reports_no_usage_still_has_its_token_budget_held(tmp_path, evaluator):
+    """No `usage` in the answers (some local servers and proxies): every call counted 0 tokens, so --max-tokens never
+    fired and the run went on as if unbudgeted. The counts are estimated from the text now, and marked so."""
+    source = reply(GOOD_PTX)["content"]
+    bare = _answer({"content": source})
+    del bare["raw"]["usage"]
+    with ScriptedServer([], default=bare) as server:
+        outcome = run(server, tmp_path, evaluator, turns=3, max_tokens=2000)
+    assert outcome.stop_reason == "token_budget" and len(server.requests) == 1
+    (call,) = of_type(events(tmp_path / "run"), "model_call")
+    assert call.usage["estimated"] == 1 and call.usage["completion_tokens"] >= len(source) // 5
+    assert call.usage["total_tokens"] == call.usage["prompt_tokens"] + call.usage["completion_tokens"] > 2000
 
 
 def test_tool_call_ids_that_are_no_strings_or_repeat_get_ids_of_their_own(tmp_path, evaluator):
