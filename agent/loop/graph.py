@@ -205,8 +205,11 @@ class Steps:
             self.d.log.error(state["turn"], "query", str(exc), infra=True)
             return {"stop": {"reason": "infra_error", "detail": scrub_text(str(exc))[:500]}}
         except ModelError as exc:
-            self.d.log.error(state["turn"], "query", str(exc))
-            return {"stop": {"reason": "error", "detail": scrub_text(str(exc))[:500]}}
+            # the first call holds nothing the model wrote (a server without tool calling, a parameter it refuses, a
+            # builtin model without this workload): the set-up's failure, left out of the scores like an outage
+            setup = state["model_calls"] == 0
+            self.d.log.error(state["turn"], "query", str(exc), infra=setup)
+            return {"stop": {"reason": "infra_error" if setup else "error", "detail": scrub_text(str(exc))[:500]}}
         self.d.log.model_call(state["turn"], self.d.model.name, messages, reply)
         if self.cfg.mode == "tools" and len(reply.tool_calls) > self.cfg.max_tool_calls_per_turn:
             # no reply can use more calls than a turn has: the rest are dropped from the conversation (where each

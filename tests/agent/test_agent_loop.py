@@ -400,6 +400,24 @@ def test_a_server_that_reports_no_usage_still_has_its_token_budget_held(tmp_path
     assert call.usage["total_tokens"] == call.usage["prompt_tokens"] + call.usage["completion_tokens"] > 2000
 
 
+def test_a_first_call_the_server_rejects_is_the_set_ups_failure_a_later_one_the_models(tmp_path, evaluator):
+    """vLLM started without tool calling answers tools mode's first request with a 400: the model never answered and
+    nothing it wrote was in the request, yet the trajectory was scored as the model's 0. A later 400 may come of what
+    the model wrote (its reply is in the request): that one stays the model's."""
+    from ptxbench.agent.records.rundir import load_run
+    from ptxbench.agent.scoring.turns import score_trajectory
+
+    no_tools = {"status": 400, "message": '"auto" tool choice requires --enable-auto-tool-choice to be set'}
+    with ScriptedServer([], default=no_tools) as server:
+        outcome = run(server, tmp_path, evaluator, turns=2, mode="tools")
+    assert outcome.stop_reason == "infra_error" and len(server.requests) == 1
+    (record,) = load_run(tmp_path / "run")
+    assert score_trajectory(record).infra_failed
+    with ScriptedServer([reply(GOOD_PTX)], default={"status": 400, "message": "invalid content"}) as server:
+        later = run(server, tmp_path / "later", evaluator, turns=2)
+    assert later.stop_reason == "error" and later.statuses == ["COMPILED"]
+
+
 def test_tool_call_ids_that_are_no_strings_or_repeat_get_ids_of_their_own(tmp_path, evaluator):
     """An id that was a number or an object failed the trajectory's first write (the run crashed); one id on two
     calls went back as two answers to one id, which providers refuse. Each call now has a string id of its own."""
