@@ -10,6 +10,7 @@ exercised end to end. Script items (one per request, in order; `default` answers
     {"hang": True}                                  hold the request until the server stops (a run killed in flight)
     {"raw": {...}}                                  this body as the 200 answer, as it is (a hostile or broken server)
 
+`port` fixes the port (0: any free one), so a provider can go down and come back where a recorded run expects it.
 `requests` keeps every request body received (errors included), so tests count model calls.
 """
 from __future__ import annotations
