@@ -168,3 +168,12 @@ def _fill(turn: int, status: str, speedup_text: str, no_gpu: bool, body: str, pr
         turn=turn, status=status, speedup_text=speedup_text, no_gpu_note=NO_GPU_NOTE if no_gpu else "",
         body=body, progress=progress)
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
+
+
+def cut_note(reply: dict) -> str:
+    """What the model is told when the server cut its reply (finish_reason "length"): without it a cut reply reads
+    as a malformed one, and the model cannot tell that writing less is the fix."""
+    if reply.get("finish_reason") != "length":
+        return ""
+    return ("Your reply was cut at the output token limit (finish_reason: length): keep reasoning and prose short "
+            "so that the whole solution fits.")

@@ -27,7 +27,7 @@ from ptxbench.tools.solution.parse import MAX_REPLY_CHARS
 from . import budget
 from .context import build_messages
 from .extract import extract_solution
-from .feedback import render_eval, render_format_error
+from .feedback import cut_note, render_eval, render_format_error
 from .profile_policy import turn_options
 from ..models.base import Model, ModelError, ModelExhausted, ModelReply, ModelRequest, ModelUnavailable, TurnOutcome
 from ..models.evidence import evidence_from
@@ -119,15 +119,6 @@ def history_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
             call = {**call, "function": {**call["function"], "arguments": note}}
         kept.append(call)
     return kept
-
-
-def cut_note(reply: dict) -> str:
-    """What the model is told when the server cut its reply (finish_reason "length"): without it a cut reply reads
-    as a malformed one, and the model cannot tell that writing less is the fix."""
-    if reply.get("finish_reason") != "length":
-        return ""
-    return ("Your reply was cut at the output token limit (finish_reason: length): keep reasoning and prose short "
-            "so that the whole solution fits.")
 
 
 @dataclass
