@@ -28,6 +28,8 @@ class BenchConfig(BaseModel):
     gpus: int | None = Field(None, ge=1, description="GPU workers (ray: actors); None = every visible GPU")
     parallel: int = Field(16, ge=1, description="trajectories in flight at once")
     provider_limits: dict[str, int] = Field(default_factory=dict, description="provider -> model calls in flight (default 8)")
+    model_timeout_s: float = Field(600.0, gt=0, description="seconds one model call may take before it is retried as a "
+                                   "timeout (OptimizeConfig.model_timeout_s of every trajectory; a resume may change it)")
     infra_retries: int = Field(2, ge=0, description="times an infra-failed trajectory is retried from its last good step")
     seed: int | None = None
     profile: ProfilePolicy = Field("auto", description="Nsight Compute policy of every trajectory (agent/loop/profile_policy.py)")
@@ -56,7 +58,8 @@ def expand(config: BenchConfig) -> list[OptimizeConfig]:
                         **{**config.optimize, "workload": workload, "model": model, "prompt": prompt, "index": index,
                            "turns": config.turns, "mode": config.mode, "arch": config.arch, "no_gpu": config.no_gpu,
                            "api_base": config.api_base, "target_speedup": config.target_speedup if config.target_speedup is not None else 0,  # 0: all turns
-                           "seed": seed, "profile": config.optimize.get("profile", config.profile)}))
+                           "seed": seed, "profile": config.optimize.get("profile", config.profile),
+                           "model_timeout_s": config.model_timeout_s}))
     return _distinct(out)
 
 

@@ -63,7 +63,8 @@ class BenchOutcome(BaseModel):
     gpu_use: dict = {}  # a local GPU run: GpuTimeline's summary (held share per GPU, waits, idle while pinned)
 
 
-RUNTIME_FIELDS = ("backend", "ray_address", "gpus", "parallel", "provider_limits", "api_base", "infra_retries")
+RUNTIME_FIELDS = ("backend", "ray_address", "gpus", "parallel", "provider_limits", "api_base", "infra_retries",
+                  "model_timeout_s")
 
 
 def with_flush(config: BenchConfig, mode: str) -> BenchConfig:

@@ -106,6 +106,9 @@ def bench(
     provider_limit: Optional[str] = typer.Option(None, help="model calls in flight per provider, e.g. openai=4,anthropic=2 (default 8)"),
     infra_retries: Optional[int] = typer.Option(None, min=0, help="retries of an infra-failed trajectory from its last good step (default 2)"),
     seed: Optional[int] = typer.Option(None, help="base seed (trajectory i gets seed + i)"),
+    model_timeout: Optional[float] = typer.Option(None, "--model-timeout", min=1.0, help="seconds one model call may "
+                                                  "take before it is retried as a timeout (default 600; 6 calls at "
+                                                  "most); with --resume it replaces the run's"),
     profile: Optional[str] = typer.Option(None, "--profile", help="Nsight Compute policy of every trajectory: auto | full | verdict "
                                 "(see `ptxbench optimize --help`)"),
     report: bool = typer.Option(True, help="write the report into <run>/report when done"),
@@ -133,7 +136,8 @@ def bench(
             inputs.new_folder(run_dir, "--run-dir")
     config = None
     overrides = {"backend": backend, "ray_address": ray_address, "gpus": gpus, "parallel": parallel,
-                 "provider_limits": _limits(provider_limit) or None, "api_base": api_base, "infra_retries": infra_retries}
+                 "provider_limits": _limits(provider_limit) or None, "api_base": api_base, "infra_retries": infra_retries,
+                 "model_timeout_s": model_timeout}
     if resume:  # the recorded models' keys and endpoint, said in one line before any trajectory tries them
         from ..records.rundir import read_manifest
 
@@ -163,6 +167,7 @@ def bench(
             target_speedup=target_speedup, no_gpu=no_gpu, api_base=api_base, backend=backend or "local",
             ray_address=ray_address, gpus=gpus, parallel=parallel or 16, provider_limits=_limits(provider_limit),
             infra_retries=2 if infra_retries is None else infra_retries, seed=seed, track=track,
+            **({"model_timeout_s": model_timeout} if model_timeout is not None else {}),
             suite=str(suite) if suite else None, **({"profile": profile} if profile else {}))
     if config is not None and config.track == "repair":
         config = _repair_matrix(config, one_builtin, console)

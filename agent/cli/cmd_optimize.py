@@ -22,7 +22,8 @@ from ..records.events import MAX_TURNS
 
 
 # OptimizeConfig fields whose option is spelled otherwise (for one-line validation errors)
-FLAGS = {"max_cost_usd": "--max-cost", "max_wall_s": "--max-wall", "retry_wait_s": "--retry-wait"}
+FLAGS = {"max_cost_usd": "--max-cost", "max_wall_s": "--max-wall", "retry_wait_s": "--retry-wait",
+         "model_timeout_s": "--model-timeout"}
 
 
 class ModeChoice(str, Enum):
@@ -167,6 +168,12 @@ RESUME_FIXED = {"workload": "workload", "model": "model", "api_base": "api_base"
                 "profile": "profile", "l2_flush": "l2_flush"}
 
 
+def given_here(ctx, name: str) -> bool:
+    """Whether the command line gave option `name` (not left at its default)."""
+    source = ctx.get_parameter_source(name)  # click's ParameterSource (typer may carry its own click)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
 def resume_conflict(ctx, given: dict, recorded, folder: Path) -> Optional[str]:
     """The refusal for an option given with --resume that the resumed run fixes, with a value other than recorded
     (None when every such option is absent or equal). --run-dir cannot name another folder; --turns cannot extend the
@@ -175,14 +182,10 @@ def resume_conflict(ctx, given: dict, recorded, folder: Path) -> Optional[str]:
         param = next(p for p in ctx.command.params if p.name == name)
         return param.opts[0] if param.opts and param.opts[0].startswith("-") else name.upper()
 
-    def given_here(name: str) -> bool:
-        source = ctx.get_parameter_source(name)  # click's ParameterSource (typer may carry its own click)
-        return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
-
-    if given_here("run_dir") and given["run_dir"] is not None and Path(given["run_dir"]).resolve() != folder.resolve():
+    if given_here(ctx, "run_dir") and given["run_dir"] is not None and Path(given["run_dir"]).resolve() != folder.resolve():
         return f"--resume continues {folder}'s run: --run-dir {given['run_dir']} names another folder; drop it"
     for name, field in RESUME_FIXED.items():
-        if not given_here(name) or given[name] is None and name == "workload":
+        if not given_here(ctx, name) or given[name] is None and name == "workload":
             continue
         value = given[name]
         value = value.value if isinstance(value, Enum) else value
@@ -225,6 +228,8 @@ def optimize(
     arch: str = typer.Option(DEFAULT_ARCH, help="sm_90a | sm_100a"),
     temperature: Optional[float] = typer.Option(None, help="sampling temperature"),
     retry_wait: float = typer.Option(2.0, help="first back-off (s) after a rate limit or server error"),
+    model_timeout: float = typer.Option(600.0, "--model-timeout", min=1.0, help="seconds one model call may take before it is "
+                                        "retried as a timeout (6 calls at most); with --resume it replaces the run's"),
     start_from: Optional[Path] = typer.Option(None, "--start-from", help="a solution file to start from: evaluated as turn 0 and shown to the model with its verdict"),
     profile: str = typer.Option("auto", "--profile", help="Nsight Compute policy: auto (the target verdict on every pass, "
                                 "the full per-line profile on the first pass and each new best), full (every "
@@ -284,6 +289,7 @@ def optimize(
             turns=turns, target_speedup=target_speedup, prompt=prompt, context=context.value, no_gpu=no_gpu,
             trials=trials, max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall,
             max_tool_calls=max_tool_calls, arch=arch, temperature=temperature, retry_wait_s=retry_wait, start_from=start_file(start_from),
+            model_timeout_s=model_timeout,
             profile=profile, l2_flush=l2_flush)
     from ..records.rundir import runs_root
 
@@ -295,14 +301,17 @@ def optimize(
     if resume is None and run_dir is None:
         run_dir = new_run_dir(config)  # named here, so that a Ctrl-C can say what --resume continues
     turn = TurnSeen()
+    runtime = None
+    if resume is not None and given_here(current_context(), "model_timeout"):
+        runtime = {"model_timeout_s": model_timeout}
     try:
         if quiet:
             outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[print_retries, turn],
-                                   restart=restart_trajectory)
+                                   restart=restart_trajectory, runtime=runtime)
         else:
             with view:
                 outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[turn, view],
-                                       restart=restart_trajectory)
+                                       restart=restart_trajectory, runtime=runtime)
             view.console.line()
     except (RunFolderInUse, SealedTrajectory) as exc:
         raise inputs.BadInput(str(exc)) from None

@@ -196,6 +196,11 @@ def config_to_resume(manifest: dict) -> tuple[OptimizeConfig, str]:
     return OptimizeConfig.model_validate({"l2_flush": LEGACY_L2_FLUSH, **saved}), tid
 
 
+# what a resumed run may change: how long to wait on the provider is the run's circumstance, not its task
+# (a server that went silent is resumed with a shorter wait); every other field is the trajectory's own
+RESUME_RUNTIME = ("model_timeout_s",)
+
+
 def resume_config(run_path: Path) -> tuple[OptimizeConfig, str]:
     """config_to_resume for the run folder `--resume` names; RunFolderInUse when it is not an optimize run (a bench
     continues with `ptxbench bench --resume`) or its manifest holds no config an optimize trajectory can go on with."""
@@ -230,13 +235,16 @@ def optimize(
     model: Model | None = None,
     listeners: list[Listener] | None = None,
     restart: bool = False,
+    runtime: dict[str, Any] | None = None,
 ) -> TrajectoryOutcome:
     """Start a trajectory for `config` in a new run folder (or add it to `run_dir`), or continue the
-    newest trajectory of the run `resume` where it stopped. A run whose checkpoints cannot continue its
-    trajectory raises CheckpointLost, unless `restart` (agent/records/checkpoint_guard.py)."""
+    newest trajectory of the run `resume` where it stopped, with the RESUME_RUNTIME fields of `runtime` in place of
+    the recorded ones. A run whose checkpoints cannot continue its trajectory raises CheckpointLost, unless `restart`
+    (agent/records/checkpoint_guard.py)."""
     if resume is not None:
         run_path = find_run(resume)
         config, tid = resume_config(run_path)
+        config = config.model_copy(update={k: v for k, v in (runtime or {}).items() if k in RESUME_RUNTIME})
         set_aside = check_run(run_path, [tid], restart)
     else:
         assert config is not None, "give a config or a run to resume"

@@ -49,7 +49,8 @@ class OptimizeConfig(BaseModel):
     max_tool_calls_per_turn: int = Field(12, description="tools mode: tool calls before a submission is required")
     temperature: float | None = Field(None, ge=0)
     max_output_tokens: int | None = Field(None, description="max_tokens of each model call")
-    model_timeout_s: float = 600.0
+    model_timeout_s: float = Field(600.0, gt=0, description="seconds one model call may take before it is a timeout "
+                                   "(retried like a rate limit, up to retry_attempts calls)")
     retry_attempts: int = 6
     retry_wait_s: float = Field(2.0, ge=0)
     trials: int | None = Field(None, ge=1, description="correctness trials per evaluation (None: the workload's)")

@@ -74,6 +74,7 @@ def expand_repair(config) -> list[OptimizeConfig]:
                         **{**config.optimize, "workload": task.workload, "model": model, "prompt": prompt, "index": index,
                            "turns": config.turns, "mode": config.mode, "arch": config.arch, "no_gpu": config.no_gpu,
                            "api_base": config.api_base, "target_speedup": None, "seed": seed,
+                           "model_timeout_s": config.model_timeout_s,
                            "start_from": str(suite.solution_path(task).resolve()), "repair_task": task.id,
                            # the suite's own marks travel with the trajectory: export on another machine knows only
                            # its own HELD_OUT_CLASSES

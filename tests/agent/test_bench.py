@@ -49,6 +49,24 @@ def test_matrix_expansion():
         expand(BenchConfig(models=["m", "m"], workloads=["w"]))
 
 
+def test_the_model_timeout_reaches_every_trajectory_and_a_resume_may_change_it(tmp_path):
+    """--model-timeout is a BenchConfig field every trajectory's config takes (both tracks), and one of the runtime
+    knobs a resumed bench may change: a silent provider is resumed with a shorter wait, not a new run."""
+    from ptxbench.agent.bench.runner import open_run
+    from ptxbench.agent.records.rundir import write_manifest
+
+    cfg = BenchConfig(models=["openai/a"], workloads=[WL], trajectories=2, model_timeout_s=30)
+    assert {c.model_timeout_s for c in expand(cfg)} == {30}
+    repair = BenchConfig(models=["builtin/reference"], workloads=["gemm_bf16_m8192_n7168_k5120"], track="repair",
+                         model_timeout_s=45)
+    assert {c.model_timeout_s for c in expand(repair)} == {45}
+    write_manifest(tmp_path, {"command": "bench", "config": cfg.model_dump(mode="json"),
+                              "trajectories": [c.trajectory_id() for c in expand(cfg)]})
+    resumed = open_run(None, tmp_path, True, {"model_timeout_s": 5, "turns": 99})
+    assert resumed.model_timeout_s == 5 and resumed.turns == cfg.turns  # the matrix itself stays the recorded one
+    assert [c.trajectory_id() for c in expand(resumed)] == [c.trajectory_id() for c in expand(cfg)]
+
+
 def test_a_repair_matrix_with_repeated_ids_is_refused(tmp_path):
     """Two trajectories of one id would run into one folder and one checkpoint thread (turns counted twice): the
     repair track is checked like the optimize track, before the run folder is made."""

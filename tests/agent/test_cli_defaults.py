@@ -7,7 +7,8 @@ from ptxbench.agent.bench.matrix import BenchConfig
 from ptxbench.agent.cli import cmd_bench, cmd_optimize
 from ptxbench.agent.loop.state import OptimizeConfig
 
-OPTIMIZE = {"max_cost": "max_cost_usd", "max_wall": "max_wall_s", "retry_wait": "retry_wait_s"}
+OPTIMIZE = {"max_cost": "max_cost_usd", "max_wall": "max_wall_s", "retry_wait": "retry_wait_s",
+            "model_timeout": "model_timeout_s"}
 CLI_ONLY = {"workload", "run_dir", "resume", "quiet", "restart_trajectory", "report", "suite", "provider_limit", "models",
             "workloads", "start_from"}
 
@@ -26,7 +27,7 @@ def _model_default(model, field: str):
 
 
 @pytest.mark.parametrize("command, model, rename", [(cmd_optimize.optimize, OptimizeConfig, OPTIMIZE),
-                                                    (cmd_bench.bench, BenchConfig, {})])
+                                                    (cmd_bench.bench, BenchConfig, {"model_timeout": "model_timeout_s"})])
 def test_cli_defaults_are_the_config_defaults(command, model, rename):
     checked = 0
     for name, default in _cli_defaults(command).items():

@@ -37,6 +37,7 @@ CASES = [
     (["optimize", W, "--trials", "0"], 2, "--trials"),
     (["optimize", W, "--l2-flush", "reed"], 2, "did you mean read?"),
     (["optimize", W, "--max-cost", "-1"], 2, "--max-cost"),
+    (["optimize", W, "--model-timeout", "0"], 2, "--model-timeout"),
     (["optimize", W, "--bogus"], 2, "No such option"),
     (["optimize"], 2, "give a WORKLOAD"),
     (["optimize", "--resume", "/nonexistent/run"], 2, "no run at"),
@@ -51,6 +52,7 @@ CASES = [
     (["bench", "--models", "builtin/tunr", "--workloads", W, "--no-gpu"], 2, "did you mean builtin/tuner"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--prompts", "basic,nope", "--no-gpu"], 2, "prompt"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--arch", "sm_80", "--no-gpu"], 2, "unknown arch"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--model-timeout", "0.5", "--no-gpu"], 2, "--model-timeout"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--mode", "x", "--no-gpu"], 2, "--mode"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--backend", "x", "--no-gpu"], 2, "--backend"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--provider-limit", "openai", "--no-gpu"], 2, "provider=N"),
@@ -322,3 +324,35 @@ def test_optimize_resume_checks_the_recorded_models_key_before_anything_runs(wor
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1 and "OPENAI_API_KEY" in lines[0], result.output
     assert _files(workdir) == before
+
+
+def test_model_timeout_bounds_a_silent_server_and_a_resume_may_shorten_it(workdir, monkeypatch):
+    """A server that never answers: --model-timeout bounds each call (the fixed 600 s held a turn for up to an hour
+    over six attempts). The run stops as an infra failure after its attempts; --resume may give another timeout (the
+    run's circumstance, not its task) and is not refused for it."""
+    from openai_server import ScriptedServer
+
+    from ptxbench.agent.loop import optimize as loop
+
+    seen = []
+    real = loop.make_model
+
+    def spy(config, on_retry=None):
+        seen.append(config.model_timeout_s)
+        return real(config, on_retry=on_retry)
+
+    monkeypatch.setattr(loop, "make_model", spy)
+    with ScriptedServer([], default={"hang": True}) as server:
+        t0 = time.monotonic()
+        first = CliRunner().invoke(app, ["optimize", W, "--model", "openai/m", "--api-base", server.base_url, "--no-gpu",
+                                         "--turns", "1", "--model-timeout", "1", "--retry-wait", "0", "--quiet",
+                                         "--run-dir", "r"])
+        took = time.monotonic() - t0
+        assert first.exit_code == 1 and "infra_error" in first.output, first.output
+        assert took < 60 and len(server.requests) == 6, (took, len(server.requests))
+        again = CliRunner().invoke(app, ["optimize", "--resume", "r", "--model-timeout", "2", "--quiet"])
+        assert again.exit_code == 1 and "differs" not in again.output, again.output
+    assert seen == [1.0, 2.0]
+    retries = [line for line in (workdir / "r").rglob("trajectory.jsonl") for line in line.read_text().splitlines()
+               if '"model_retry"' in line]
+    assert len(retries) >= 5 and all("imeout" in r or "timed out" in r for r in retries), retries[:2]
