@@ -160,7 +160,7 @@ def current_context():
 
 
 # the options a resumed run fixes: its recorded config holds them (option -> OptimizeConfig field)
-RESUME_FIXED = {"workload": "workload", "model": "model", "api_base": "api_base", "api_key_env": "api_key_env",
+RESUME_FIXED = {"workload": "workload", "model": "model", "api_key_env": "api_key_env",
                 "mode": "mode", "turns": "turns", "target_speedup": "target_speedup", "prompt": "prompt",
                 "context": "context", "no_gpu": "no_gpu", "trials": "trials", "max_tokens": "max_tokens",
                 "max_cost": "max_cost_usd", "max_wall": "max_wall_s", "max_tool_calls": "max_tool_calls", "arch": "arch",
@@ -251,7 +251,7 @@ def optimize(
     from ..records.rundir import SealedTrajectory, read_manifest
     from ptxbench.tools.results import L2_FLUSH_MODES
 
-    config = recorded = None
+    config = recorded = runtime = None
     if resume is not None:
         try:
             resume = str(find_run(resume))
@@ -270,7 +270,9 @@ def optimize(
         run_dir, no_gpu = None, recorded.no_gpu
         # the recorded model's key and endpoint: one line now, not a trajectory stopped on them (the endpoint after
         # its retries)
-        inputs.credentials(recorded.model, recorded.api_base, recorded.api_key_env,
+        anew = {"model_timeout": ("model_timeout_s", model_timeout), "api_base": ("api_base", api_base)}
+        runtime = dict(v for name, v in anew.items() if given_here(ctx, name))  # RESUME_RUNTIME's, given again
+        inputs.credentials(recorded.model, runtime.get("api_base", recorded.api_base), recorded.api_key_env,
                            report=lambda line: typer.echo(line, err=True))
         others = [t for t in read_manifest(Path(resume)).get("trajectories", []) if t != tid]
         if others:  # a folder that several --run-dir runs share: --resume goes on with its newest trajectory
@@ -301,9 +303,6 @@ def optimize(
     if resume is None and run_dir is None:
         run_dir = new_run_dir(config)  # named here, so that a Ctrl-C can say what --resume continues
     turn = TurnSeen()
-    runtime = None
-    if resume is not None and given_here(current_context(), "model_timeout"):
-        runtime = {"model_timeout_s": model_timeout}
     try:
         if quiet:
             outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[print_retries, turn],

@@ -196,9 +196,10 @@ def config_to_resume(manifest: dict) -> tuple[OptimizeConfig, str]:
     return OptimizeConfig.model_validate({"l2_flush": LEGACY_L2_FLUSH, **saved}), tid
 
 
-# what a resumed run may change: how long to wait on the provider is the run's circumstance, not its task
-# (a server that went silent is resumed with a shorter wait); every other field is the trajectory's own
-RESUME_RUNTIME = ("model_timeout_s",)
+# what a resumed run may change, as a bench resume may: where the model is served and how long to wait on it are the
+# run's circumstances, not its task (a local server restarted on another port, one gone silent resumed with a shorter
+# wait); every other field is the trajectory's own
+RESUME_RUNTIME = ("model_timeout_s", "api_base")
 
 
 def resume_config(run_path: Path) -> tuple[OptimizeConfig, str]:

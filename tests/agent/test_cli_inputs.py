@@ -326,10 +326,12 @@ def test_optimize_resume_checks_the_recorded_models_key_before_anything_runs(wor
     assert _files(workdir) == before
 
 
-def test_model_timeout_bounds_a_silent_server_and_a_resume_may_shorten_it(workdir, monkeypatch):
+def test_model_timeout_bounds_a_silent_server_and_a_resume_may_change_it_and_the_endpoint(workdir, monkeypatch):
     """A server that never answers: --model-timeout bounds each call (the fixed 600 s held a turn for up to an hour
-    over six attempts). The run stops as an infra failure after its attempts; --resume may give another timeout (the
-    run's circumstance, not its task) and is not refused for it."""
+    over six attempts). The run stops as an infra failure after its attempts. --resume may give another timeout and
+    another --api-base (a local server restarted elsewhere: the run's circumstances, not its task, as a bench resume
+    takes them), and the run finishes there."""
+    from agent_helpers import reply
     from openai_server import ScriptedServer
 
     from ptxbench.agent.loop import optimize as loop
@@ -338,21 +340,24 @@ def test_model_timeout_bounds_a_silent_server_and_a_resume_may_shorten_it(workdi
     real = loop.make_model
 
     def spy(config, on_retry=None):
-        seen.append(config.model_timeout_s)
+        seen.append((config.model_timeout_s, config.api_base))
         return real(config, on_retry=on_retry)
 
     monkeypatch.setattr(loop, "make_model", spy)
-    with ScriptedServer([], default={"hang": True}) as server:
+    with ScriptedServer([], default={"hang": True}) as silent:
         t0 = time.monotonic()
-        first = CliRunner().invoke(app, ["optimize", W, "--model", "openai/m", "--api-base", server.base_url, "--no-gpu",
+        first = CliRunner().invoke(app, ["optimize", W, "--model", "openai/m", "--api-base", silent.base_url, "--no-gpu",
                                          "--turns", "1", "--model-timeout", "1", "--retry-wait", "0", "--quiet",
                                          "--run-dir", "r"])
         took = time.monotonic() - t0
         assert first.exit_code == 1 and "infra_error" in first.output, first.output
-        assert took < 60 and len(server.requests) == 6, (took, len(server.requests))
-        again = CliRunner().invoke(app, ["optimize", "--resume", "r", "--model-timeout", "2", "--quiet"])
-        assert again.exit_code == 1 and "differs" not in again.output, again.output
-    assert seen == [1.0, 2.0]
-    retries = [line for line in (workdir / "r").rglob("trajectory.jsonl") for line in line.read_text().splitlines()
+        assert took < 60 and len(silent.requests) == 6, (took, len(silent.requests))
+    retries = [line for log in (workdir / "r").rglob("trajectory.jsonl") for line in log.read_text().splitlines()
                if '"model_retry"' in line]
-    assert len(retries) >= 5 and all("imeout" in r or "timed out" in r for r in retries), retries[:2]
+    assert len(retries) == 5 and all("imeout" in r or "timed out" in r for r in retries), retries[:2]
+    with ScriptedServer([], default=reply(Path(GOOD).read_text())) as back:
+        again = CliRunner().invoke(app, ["optimize", "--resume", "r", "--model-timeout", "2", "--api-base",
+                                         back.base_url, "--quiet"])
+        assert again.exit_code == 0 and "stop: turn_limit" in again.output, again.output
+        assert len(back.requests) == 1
+    assert seen == [(1.0, silent.base_url), (2.0, back.base_url)]
