@@ -16,13 +16,20 @@ from pathlib import Path
 
 from .jail import SYSTEM_ROOTS, Limits, allowed_roots, run_in_jail
 from .results import CompileIssue
-from .solution.source_scan import LineIndex
+from .solution.cuda_policy import ALLOWED_PRAGMAS
+from .solution.source_scan import LineIndex, blank_comments
 from .toolchain import TOOL_NAMES, Toolchain, which_host_compiler
 
 # No spelling check sees a name built by token pasting (CAT(__has_in, clude) is __has_include), so pasting is refused
-# here too, as are `_Pragma` (its `GCC dependency` stats a path: a missing one stops the compiler) and C23's
-# `__has_embed`. `##` may also be spelled `%:%:` or `??=??=`.
-_EXISTENCE_TEST = re.compile(r"has_include|has_embed|_Pragma|(?:#|%:|\?\?=)[^\S\n]*(?:#|%:|\?\?=)", re.I)
+# here too, as is C23's `__has_embed`. `##` may also be spelled `%:%:` or `??=??=`. Read with comments blanked (a
+# `// ## stage 1` pastes nothing).
+_EXISTENCE_TEST = re.compile(r"has_include|has_embed|(?:#|%:|\?\?=)[^\S\n]*(?:#|%:|\?\?=)", re.I)
+# `_Pragma("GCC dependency ...")` stats a path (a missing one stops the compiler): an operator is let through only as
+# the source policy allows it (tools/solution/cuda_policy.py), a plain literal naming an allowed pragma, such as
+# `_Pragma("unroll")`
+_PRAGMA_OPERATOR = re.compile(r"_pragma", re.I)
+_ALLOWED_PRAGMA_OPERATOR = re.compile(r'_Pragma\s*\(\s*(?:u8|u|U|L)?"(?:%s)(?:[^\S\n][^"\\\n]*)?"\s*\)'
+                                      % "|".join(ALLOWED_PRAGMAS))
 _SPLICE = re.compile(r"\\[ \t]*(?:\r\n|\r|\n)")  # gcc splices across white space after the backslash too
 
 
@@ -33,6 +40,13 @@ def _unspliced(source: str, pos: int) -> int:
             break
         pos += m.end() - m.start()
     return pos
+
+
+def _existence_test(code: str) -> int | None:
+    """Where `code` (spliced, comments blanked) first tests a host path's existence, or builds a name that might."""
+    found = [m.start()] if (m := _EXISTENCE_TEST.search(code)) else []
+    found += [m.start() for m in _PRAGMA_OPERATOR.finditer(code) if not _ALLOWED_PRAGMA_OPERATOR.match(code, m.start())][:1]
+    return min(found, default=None)
 
 
 def _deps(text: str) -> list[str]:
@@ -52,10 +66,10 @@ def outside_includes(tc: Toolchain, workdir: Path, name: str, arch: str, extra_r
     """None when every file the preprocessor would read lies in the allowed roots, else the refusal."""
     source = (workdir / name).read_text()
     # read as the compiler does, backslash-newlines spliced first (`__has_inc\` + `lude` is one name)
-    if m := _EXISTENCE_TEST.search(_SPLICE.sub("", source)):
-        return CompileIssue(line=LineIndex(source)(_unspliced(source, m.start())), message="__has_include, _Pragma and token pasting "
-                            "(##) are not allowed in a solution here: this compiler has no filesystem view to hide "
-                            "host paths from them")
+    if (at := _existence_test(blank_comments(_SPLICE.sub("", source)))) is not None:
+        return CompileIssue(line=LineIndex(source)(_unspliced(source, at)), message="__has_include, token pasting (##) "
+                            f"and _Pragma other than _Pragma(\"{'/'.join(ALLOWED_PRAGMAS)}\") are not allowed in a "
+                            "solution here: this compiler has no filesystem view to hide host paths from them")
     host = which_host_compiler()
     paths = [t.path for n in TOOL_NAMES if (t := getattr(tc, n)) is not None]
     roots = allowed_roots(paths, extra_roots) + [Path(os.path.realpath(r)) for r in SYSTEM_ROOTS if os.path.isdir(r)]

@@ -114,6 +114,24 @@ def test_limits_mode_verdicts_do_not_depend_on_whether_a_host_path_exists(probe,
     assert [e.message for e in missing.errors] == [e.message for e in there.errors]
 
 
+@pytest.mark.parametrize("allowed", [
+    '__device__ void f(float* x) {\n  _Pragma("unroll")\n  for (int i = 0; i < 4; ++i) x[i] = i;\n}\n',
+    '#define UNROLL(n) _Pragma("unroll") for (int i = 0; i < n; ++i)\n__device__ void f(float* x) { UNROLL(4) x[i] = i; }\n',
+    '// ## stage 1: load ##\n/* a ## in a comment pastes nothing; nor does _Pragma("GCC dependency") here */\n',
+])
+def test_limits_mode_compiles_what_the_source_policy_allows(allowed, tmp_path, monkeypatch):
+    """The existence-test check refuses what could test a host path, not a kernel the source policy lets through:
+    `_Pragma("unroll")` (its allow list) and a `##` or `_Pragma` inside a comment compile in `limits` as elsewhere."""
+    from ptxbench.tools.solution.cuda_policy import check_cuda_source
+
+    monkeypatch.setenv("PTXBENCH_JAIL", "limits")
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    source = "#include <cuda_bf16.h>\n" + allowed + KERNEL
+    assert check_cuda_source(source) == []
+    result = compile_source(source, "cuda", use_cache=False)
+    assert result.status == "ok", result.errors
+
+
 def test_the_jail_hides_the_harness_environment(tmp_path, monkeypatch):
     from ptxbench.tools.toolchain import find_toolchain
 
