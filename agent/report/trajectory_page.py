@@ -18,12 +18,14 @@ MAX_DIFF_LINES = 3000
 
 
 def _diff(previous: str, current: str, name: str) -> str:
-    too_long = max(previous.count("\n"), current.count("\n")) > MAX_DIFF_LINES
+    # counted as difflib gets them: splitlines() also breaks at a form feed, \x1c-\x1e, \x85, \u2028...
+    old_lines, new_lines = previous.splitlines(), current.splitlines()
+    too_long = max(len(old_lines), len(new_lines)) > MAX_DIFF_LINES
     if not previous or too_long:
-        lines = [f"+{line}" for line in current.splitlines()]
+        lines = [f"+{line}" for line in new_lines]
         header = f"{name} shown whole (over {MAX_DIFF_LINES} lines: no diff)" if previous else f"new file {name}"
     else:
-        lines = list(difflib.unified_diff(previous.splitlines(), current.splitlines(), "previous", name, lineterm="", n=3))[2:]
+        lines = list(difflib.unified_diff(old_lines, new_lines, "previous", name, lineterm="", n=3))[2:]
         header = f"diff against the previous turn's kernel ({name})"
         if not lines:
             return f"<p class='note'>kernel unchanged from the previous turn ({E(name)})</p>"
@@ -31,7 +33,7 @@ def _diff(previous: str, current: str, name: str) -> str:
     body = "".join(f"<span class='{css.get(line[:1], 'ctx')}'>{E(line)}</span>" for line in lines)
     # The first kernel is long and unchanged context for what follows: folded; later turns' diffs open.
     fold = "" if not previous else " open"
-    return f"<details{fold}><summary>{E(header)}, {len(current.splitlines())} lines</summary><pre class='diff'>{body}</pre></details>"
+    return f"<details{fold}><summary>{E(header)}, {len(new_lines)} lines</summary><pre class='diff'>{body}</pre></details>"
 
 
 def _timing(result: dict) -> str:

@@ -244,3 +244,17 @@ def test_two_long_kernels_of_repeated_lines_are_shown_without_a_quadratic_diff()
     assert html.count("class='add'") == n and "x7;" in html  # every line of the new kernel is on the page
     small, _ = cpu_timed(_diff, "a;\nb;\n", "a;\nc;\n", "kernels/turn_02.ptx")
     assert "diff against the previous turn" in small and small.count("class='add'") == 1
+
+
+def test_the_diff_bound_counts_lines_as_the_diff_splits_them():
+    """The bound counted "\\n" while difflib works on splitlines(), which also breaks at a form feed (white space to
+    the compilers) or \\u2028: a kernel of 8,000 form-feed lines passed as one line and took 6 s, 400 KB hours."""
+    from ptxbench.agent.report.trajectory_page import _diff
+    from waits import cpu_timed
+
+    n = 12_000
+    previous = "".join(f"x{i % 150};\x0c" for i in range(n))
+    current = "".join(f"x{i * 7 % 150};\u2028" for i in range(n))
+    html, took = cpu_timed(_diff, previous, current, "kernels/turn_02.cu")
+    assert took < 3, took
+    assert "shown whole" in html and html.count("class='add'") == n
