@@ -7,9 +7,11 @@ import re
 _PLAN = re.compile(r"/\*\s*ptxbench.*?\*/", re.S)
 # Strings, character literals and comments in one left-to-right scan: a "/*" inside a // comment opens nothing
 # (stripping block comments first ate the code up to the next */), and a "//" inside a string (an inline-asm
-# comment) is no comment. An unclosed "/*" runs to the end, as the compilers read it (searched again from every
-# unclosed opener for a "*/", a kernel of them was quadratic).
-_TOKEN = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?(?:\*/|\Z)', re.S)
+# comment) is no comment. An unclosed "/*" runs to the end, as the compilers read it, and an unclosed quote to the end
+# of its line (each searched again from every unclosed opener for its close, a kernel of them was quadratic). A number
+# is read first, so that a C++14 digit separator (1'000) opens no character literal.
+_TOKEN = re.compile(r'(?<![\w.])\.?\d(?:[\w.]|\'(?=\w)|[eEpP][+-])*'
+                    r'|"(?:\\.|[^"\\\n])*"?|\'(?:\\.|[^\'\\\n])*\'?|//[^\n]*|/\*.*?(?:\*/|\Z)', re.S)
 _SPACE = re.compile(r"\s+")
 
 

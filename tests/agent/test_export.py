@@ -109,6 +109,20 @@ def test_normalised_hash_is_linear_in_a_kernel_of_unclosed_comments():
     assert kernel_hash("int x; /* a") == kernel_hash("int x; /* b") != kernel_hash("int y; /* a")
 
 
+@pytest.mark.parametrize("line", ['\\"' * 130_000, "\\'" * 130_000])
+def test_normalised_hash_is_linear_in_a_line_of_unclosed_quotes(line):
+    """Each unclosed quote was searched for its close to the end of its line, again from every opener: a 390 KB line
+    of escaped quotes took minutes a hash. An unclosed quote runs to the end of its line; a digit separator opens
+    none, so a comment after one still does not count."""
+    from waits import cpu_timed
+
+    _, took = cpu_timed(kernel_hash, line)
+    assert took < 2, took
+    assert kernel_hash('int x = "a; // b\n') != kernel_hash('int x = "a; // c\n')  # inside the unclosed literal
+    assert kernel_hash("int x = 1'000; // count\n") == kernel_hash("int x = 1'000;\n")
+    assert kernel_hash("char c = 'a'; // x\n") == kernel_hash("char c = 'a';\n") != kernel_hash("char c = 'b';\n")
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_written_files_load_with_datasets(run, tmp_path, fmt):
     import datasets
