@@ -61,6 +61,11 @@ def said(exc: BaseException) -> str:
     return scrub_text(" ".join(text.split()))
 
 
+# A 403 once the model has answered may refuse what it wrote, not the set-up (OpenRouter answers input its moderation
+# flags with 403, and every later request holds the model's replies): the model's error then, as a later 400 is; an
+# infra stop would let a model take its own trajectory out of the scores
+MODERATED = 403
+
 # A Retry-After longer than this (a daily quota spent) is waited only this long: the attempts then run out as an outage
 MAX_RETRY_AFTER_S = 120.0
 
@@ -159,8 +164,8 @@ class LiteLLMModel:
         except Exception as exc:  # noqa: BLE001 - every provider failure becomes one recorded error
             if is_transient(exc):  # still down after every retry: the provider's outage, not the model's answer
                 raise ModelUnavailable(said(exc).replace(":", f" after {self.max_attempts} attempts:", 1)) from None
-            if is_refusal(exc):  # the model never answered: not its failure either
-                raise ModelRefused(said(exc)) from None
+            if is_refusal(exc) and not (request.call_index and getattr(exc, "status_code", None) == MODERATED):
+                raise ModelRefused(said(exc)) from None  # the set-up refused: the model never answered
             if isinstance(exc, litellm.ContextWindowExceededError):  # said first: the stop line keeps 500 characters
                 raise ModelError(f"the conversation outgrew the model's context window (the context policy last or "
                                  f"summary, optimize --context, keeps it shorter): {said(exc)}") from None

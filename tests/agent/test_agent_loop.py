@@ -333,6 +333,21 @@ def test_a_refused_key_or_unknown_model_is_the_set_ups_failure_not_the_models(tm
     assert score_trajectory(record).infra_failed
 
 
+def test_a_403_after_the_model_answered_stays_the_models_error(tmp_path, evaluator):
+    """A gateway's moderation refuses flagged input with 403 (OpenRouter), and every request after the first holds the
+    model's replies: taken as a refused set-up, a model could write its way out of the scores (an infra stop, resumed
+    from the same request into the same 403). The first call's 403 holds nothing the model wrote: still infra."""
+    flagged = {"status": 403, "message": "Your chosen model requires moderation and your input was flagged"}
+    with ScriptedServer([reply(GOOD_PTX)], default=flagged) as server:
+        outcome = run(server, tmp_path, evaluator, turns=3)
+    assert outcome.stop_reason == "error" and outcome.statuses == ["COMPILED"] and len(server.requests) == 2
+    (error,) = of_type(events(tmp_path / "run"), "error")
+    assert not error.infra and "flagged" in error.message
+    with ScriptedServer([], default=flagged) as server:
+        first = run(server, tmp_path / "first", evaluator, turns=3)
+    assert first.stop_reason == "infra_error" and len(server.requests) == 1
+
+
 def test_a_rate_limit_retry_waits_as_long_as_retry_after_says(tmp_path, evaluator):
     """A 429 with Retry-After: the back-off waits at least that long. It waited only its own short back-off, so every
     attempt landed inside the provider's window and the turn was lost to an infra stop a wait would have avoided."""
