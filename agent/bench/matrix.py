@@ -28,8 +28,9 @@ class BenchConfig(BaseModel):
     gpus: int | None = Field(None, ge=1, description="GPU workers (ray: actors); None = every visible GPU")
     parallel: int = Field(16, ge=1, description="trajectories in flight at once")
     provider_limits: dict[str, int] = Field(default_factory=dict, description="provider -> model calls in flight (default 8)")
-    model_timeout_s: float = Field(600.0, gt=0, description="seconds one model call may take before it is retried as a "
-                                   "timeout (OptimizeConfig.model_timeout_s of every trajectory; a resume may change it)")
+    model_timeout_s: float | None = Field(None, gt=0, description="seconds one model call may take before it is retried "
+                                          "as a timeout (OptimizeConfig.model_timeout_s of every trajectory; a resume "
+                                          "may change it); None: an `optimize` entry's, else OptimizeConfig's")
     infra_retries: int = Field(2, ge=0, description="times an infra-failed trajectory is retried from its last good step")
     seed: int | None = None
     profile: ProfilePolicy = Field("auto", description="Nsight Compute policy of every trajectory (agent/loop/profile_policy.py)")
@@ -40,6 +41,12 @@ class BenchConfig(BaseModel):
                                      "needs no GPU (COMPILE_ERROR, PLAN_ERROR); False: every task (runs recorded before)")
     builtin_trajectories: int | None = Field(None, ge=1, description="repair track: trajectories per cell of a builtin/ "
                                              "model, which answers the same input the same way (None: `trajectories`)")
+
+
+def model_timeout(config) -> dict:
+    """The bench's model_timeout_s for each trajectory's config, or nothing when it sets none: then the `optimize`
+    entry (how a bench gave one before --model-timeout, recorded runs too) or OptimizeConfig's default holds."""
+    return {"model_timeout_s": config.model_timeout_s} if config.model_timeout_s is not None else {}
 
 
 def expand(config: BenchConfig) -> list[OptimizeConfig]:
@@ -59,7 +66,7 @@ def expand(config: BenchConfig) -> list[OptimizeConfig]:
                            "turns": config.turns, "mode": config.mode, "arch": config.arch, "no_gpu": config.no_gpu,
                            "api_base": config.api_base, "target_speedup": config.target_speedup if config.target_speedup is not None else 0,  # 0: all turns
                            "seed": seed, "profile": config.optimize.get("profile", config.profile),
-                           "model_timeout_s": config.model_timeout_s}))
+                           **model_timeout(config)}))
     return _distinct(out)
 
 

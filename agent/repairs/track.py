@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..bench.matrix import model_timeout
 from ..loop.state import OptimizeConfig
 from .suite import RepairSuite, RepairTask, SuiteMissing, judged_without_gpu, load_suite
 
@@ -74,7 +75,7 @@ def expand_repair(config) -> list[OptimizeConfig]:
                         **{**config.optimize, "workload": task.workload, "model": model, "prompt": prompt, "index": index,
                            "turns": config.turns, "mode": config.mode, "arch": config.arch, "no_gpu": config.no_gpu,
                            "api_base": config.api_base, "target_speedup": None, "seed": seed,
-                           "model_timeout_s": config.model_timeout_s,
+                           **model_timeout(config),
                            "start_from": str(suite.solution_path(task).resolve()), "repair_task": task.id,
                            # the suite's own marks travel with the trajectory: export on another machine knows only
                            # its own HELD_OUT_CLASSES

@@ -18,6 +18,7 @@ from ptxbench.agent.bench.runner import BenchError, run_bench
 from ptxbench.agent.bench.matrix import BenchConfig, expand, provider
 from ptxbench.agent.bench.scheduler import LimitedModel, ProviderGates
 from ptxbench.agent.cli.main import app
+from ptxbench.agent.loop.state import OptimizeConfig
 from ptxbench.agent.models.base import ModelReply, ModelRequest
 from ptxbench.agent.records.rundir import load_run
 from ptxbench.agent.scoring import score_runs
@@ -65,6 +66,27 @@ def test_the_model_timeout_reaches_every_trajectory_and_a_resume_may_change_it(t
     resumed = open_run(None, tmp_path, True, {"model_timeout_s": 5, "turns": 99})
     assert resumed.model_timeout_s == 5 and resumed.turns == cfg.turns  # the matrix itself stays the recorded one
     assert [c.trajectory_id() for c in expand(resumed)] == [c.trajectory_id() for c in expand(cfg)]
+
+
+def test_a_model_timeout_given_through_optimize_still_holds(tmp_path):
+    """Before --model-timeout a bench set the wait through its `optimize` fields (the way any OptimizeConfig field
+    reaches every trajectory); the new field's default overwrote it with 600 s, in a new bench and in a recorded
+    one resumed. The field, when set, wins; unset, the `optimize` entry (or OptimizeConfig's default) holds."""
+    from ptxbench.agent.bench.runner import open_run
+    from ptxbench.agent.records.rundir import write_manifest
+
+    old = BenchConfig(models=["openai/a"], workloads=[WL], optimize={"model_timeout_s": 1800})
+    assert {c.model_timeout_s for c in expand(old)} == {1800}
+    repair = BenchConfig(models=["builtin/reference"], workloads=["gemm_bf16_m8192_n7168_k5120"], track="repair",
+                         optimize={"model_timeout_s": 1800})
+    assert {c.model_timeout_s for c in expand(repair)} == {1800}
+    assert {c.model_timeout_s for c in expand(BenchConfig(models=["openai/a"], workloads=[WL]))} == \
+        {OptimizeConfig.model_fields["model_timeout_s"].default}
+    recorded = old.model_dump(mode="json")
+    recorded.pop("model_timeout_s")  # a manifest written before the field existed
+    write_manifest(tmp_path, {"command": "bench", "config": recorded, "trajectories": [c.trajectory_id() for c in expand(old)]})
+    assert {c.model_timeout_s for c in expand(open_run(None, tmp_path, True, {}))} == {1800}
+    assert {c.model_timeout_s for c in expand(open_run(None, tmp_path, True, {"model_timeout_s": 60}))} == {60}
 
 
 def test_a_repair_matrix_with_repeated_ids_is_refused(tmp_path):
