@@ -28,8 +28,18 @@ def _litellm():
     return litellm
 
 
+def too_large(exc: BaseException) -> bool:
+    """A request bigger than the account's per-minute token limit. OpenAI answers it as a 429 ("Request too large for
+    ... on tokens per min"), but no wait lets it through: retried as a rate limit it ended as an outage, an infra stop,
+    and the request grows with the model's own replies, so a long-winded model could take its trajectory out of the
+    scores. It is the conversation's size, as a full context window is."""
+    return getattr(exc, "status_code", None) in (413, 429) and "request too large" in str(exc).lower()
+
+
 def is_transient(exc: BaseException) -> bool:
     """Worth retrying: rate limit, timeout, server error, connection trouble."""
+    if too_large(exc):
+        return False
     litellm = _litellm()
     transient = (
         litellm.RateLimitError,
@@ -166,9 +176,11 @@ class LiteLLMModel:
                 raise ModelUnavailable(said(exc).replace(":", f" after {self.max_attempts} attempts:", 1)) from None
             if is_refusal(exc) and not (request.call_index and getattr(exc, "status_code", None) == MODERATED):
                 raise ModelRefused(said(exc)) from None  # the set-up refused: the model never answered
-            if isinstance(exc, litellm.ContextWindowExceededError):  # said first: the stop line keeps 500 characters
-                raise ModelError(f"the conversation outgrew the model's context window (the context policy last or "
-                                 f"summary, optimize --context, keeps it shorter): {said(exc)}") from None
+            if isinstance(exc, litellm.ContextWindowExceededError) or too_large(exc):  # said first: the stop line
+                # keeps 500 characters; on a trajectory's first call the loop makes it the set-up's failure
+                what = "the provider's per-request token limit" if too_large(exc) else "the model's context window"
+                raise ModelError(f"the conversation outgrew {what} (the context policy last or summary, optimize "
+                                 f"--context, keeps it shorter): {said(exc)}") from None
             raise ModelError(said(exc)) from None
         latency = time.perf_counter() - start
         attempts = retrying.statistics.get("attempt_number", 1)

@@ -433,6 +433,23 @@ def test_a_first_call_the_server_rejects_is_the_set_ups_failure_a_later_one_the_
     assert later.stop_reason == "error" and later.statuses == ["COMPILED"]
 
 
+def test_a_request_too_large_for_the_accounts_token_rate_is_the_conversations_size_not_an_outage(tmp_path, evaluator):
+    """OpenAI answers a request above the account's tokens-per-minute limit with a 429, which was retried as a rate
+    limit and ended as an outage (an infra stop, left out of the scores): the request grows with the model's replies,
+    so a model could write its way out of being scored. It is not retried; after the first call it is the model's
+    error, said as the conversation's size; on the first call (the task alone too large) the set-up's."""
+    too_big = {"status": 429, "message": "Request too large for gpt-4o in organization org-x on tokens per min (TPM): "
+                                         "Limit 30000, Requested 45000."}
+    with ScriptedServer([reply(GOOD_PTX)], default=too_big) as server:
+        outcome = run(server, tmp_path, evaluator, turns=3)
+    assert outcome.stop_reason == "error" and outcome.statuses == ["COMPILED"] and len(server.requests) == 2
+    assert "per-request token limit" in outcome.stop_detail and "--context" in outcome.stop_detail
+    assert not of_type(events(tmp_path / "run"), "model_retry")
+    with ScriptedServer([], default=too_big) as server:
+        first = run(server, tmp_path / "first", evaluator, turns=3)
+    assert first.stop_reason == "infra_error" and len(server.requests) == 1
+
+
 def test_tool_call_ids_that_are_no_strings_or_repeat_get_ids_of_their_own(tmp_path, evaluator):
     """An id that was a number or an object failed the trajectory's first write (the run crashed); one id on two
     calls went back as two answers to one id, which providers refuse. Each call now has a string id of its own."""
