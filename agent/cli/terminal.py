@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import re
 
+from ptxbench.tools.visible import bidi_escaped
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def terminal_text(text: str) -> str:
-    """`text` with every control character except tab and newline written as its escape (`\\x1b`)."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    """`text` with every control character except tab and newline written as its escape (`\\x1b`), the bidirectional
+    controls too (tools/visible.py: they reorder what the terminal shows)."""
+    return bidi_escaped(_CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text))
 
 
 def rich_safe(text: object) -> str:

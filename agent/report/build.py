@@ -7,7 +7,6 @@ never written through, and an out folder (or its trajectories/) that is a link i
 from __future__ import annotations
 
 import hashlib
-import html
 import importlib.util
 import re
 from pathlib import Path
@@ -21,11 +20,11 @@ from ..records.rundir import load_run, read_manifest
 from ..scoring import RunScore, score_trajectories
 from ..scoring.turns import score_trajectory
 from .plots import all_plots
-from .style import page
+from .style import escape, page
 from .tables import Recorded, all_tables, md_cell, md_text
 from .trajectory_page import trajectory_html
 
-E = html.escape
+E = escape
 
 
 class ReportFiles(BaseModel):

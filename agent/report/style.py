@@ -1,5 +1,7 @@
-"""The one stylesheet, inlined into every page so each opens offline on its own."""
+"""The one stylesheet, inlined into every page so each opens offline on its own; `escape`, how every page writes text."""
 import html
+
+from ptxbench.tools.visible import bidi_escaped
 
 CSS = """
 body{font:14px/1.45 -apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px auto;max-width:1300px;color:#222;padding:0 16px}
@@ -16,6 +18,12 @@ section.turn{border:1px solid #e3e3e3;border-radius:6px;padding:4px 14px;margin:
 """
 
 
+def escape(text: str) -> str:
+    """`text` for HTML, its bidirectional controls shown as escapes (tools/visible.py): a kernel's line in a report
+    reads as the compiler reads it."""
+    return html.escape(bidi_escaped(text))
+
+
 def page(title: str, body: str) -> str:
-    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
             f"<style>{CSS}</style></head><body>{body}</body></html>\n")

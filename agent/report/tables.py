@@ -1,13 +1,15 @@
 """The report's tables, built once from a RunScore and rendered as Markdown or HTML."""
 from __future__ import annotations
 
-import html
 import re
 from dataclasses import dataclass, field
 
 from ..scoring import P_VALUES, WITHIN_TURNS, CellScore, Estimate, RunScore
 from ..scoring.cells import p_key
 from ..scoring.repair import order_classes
+from ptxbench.tools.visible import bidi_escaped
+
+from .style import escape
 
 # Shown only for runs with COMPILED turns, so reports of GPU runs read as before.
 UNKNOWN_NOTE = "; a next turn that is COMPILED (never run, verdict unknown) is left out"
@@ -26,8 +28,9 @@ _AUTOLINK = re.compile(r":(?=//)|(?<=www)\.", re.IGNORECASE)
 def md_cell(text: object) -> str:
     """Text from a run's records, fit for one Markdown table cell or line: line breaks become spaces (a record must
     not end a table row or start a block), control characters go, and every character Markdown reads as a link,
-    image, HTML tag, emphasis, code span or cell border is escaped, as is what GitHub would link bare (_AUTOLINK)."""
-    one_line = _CONTROL.sub("", _LINE_BREAKS.sub(" ", str(text)))
+    image, HTML tag, emphasis, code span or cell border is escaped, as is what GitHub would link bare (_AUTOLINK); the
+    bidirectional controls are shown as escapes (tools/visible.py)."""
+    one_line = bidi_escaped(_CONTROL.sub("", _LINE_BREAKS.sub(" ", str(text))))
     return _AUTOLINK.sub(r"\\\g<0>", _MARKUP.sub(r"\\\1", one_line))
 
 
@@ -58,10 +61,10 @@ class Table:
         return "\n".join(lines) + "\n"
 
     def html(self) -> str:
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows)
-        note = f"<p class='note'>{html.escape(self.note)}</p>" if self.note else ""
-        return f"<h3>{html.escape(self.title)}</h3>{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        head = "".join(f"<th>{escape(h)}</th>" for h in self.headers)
+        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in self.rows)
+        note = f"<p class='note'>{escape(self.note)}</p>" if self.note else ""
+        return f"<h3>{escape(self.title)}</h3>{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _speedup_cell(est: Estimate, best: float | None = None) -> str:

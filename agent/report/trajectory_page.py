@@ -3,14 +3,13 @@ the verdict, the feedback the model saw, timings and the target-instruction verd
 from __future__ import annotations
 
 import difflib
-import html
 from collections import defaultdict
 
 from ..records.rundir import TrajectoryRecord
 from ..scoring import TrajectoryScore
-from .style import page
+from .style import escape, page
 
-E = html.escape
+E = escape
 # difflib's matcher grows about as the cube of the line count on kernels of repeated short lines (8,000 lines took 7 s,
 # a 400 KB kernel of them hours); the project's longest kernel has about 700 lines. Past this many lines a side, the
 # kernel is shown whole instead of as a diff.

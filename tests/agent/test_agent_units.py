@@ -254,6 +254,9 @@ def test_text_from_a_server_shows_its_control_characters_escaped_on_a_terminal()
     shown = terminal_text(hostile)
     assert not any(ord(c) < 32 or 0x7f <= ord(c) <= 0x9f for c in shown)
     assert shown == "bad\\x1b]0;PWNED\\x07hidden\\r\\x9b2J" and terminal_text("a\tb\nc") == "a\tb\nc"
+    # bidirectional controls reorder what a terminal shows (Trojan Source): shown as escapes too, other text kept
+    trojan = 'if (lane == 0) { /*\u202e } \u2066if (ok)\u2069 \u2067*/ return; }  // \u00e9\u4e2d'
+    assert terminal_text(trojan) == 'if (lane == 0) { /*\\u202e } \\u2066if (ok)\\u2069 \\u2067*/ return; }  // \u00e9\u4e2d'
 
 
 def test_the_task_states_each_tensors_own_bounds_and_the_declared_distributions():

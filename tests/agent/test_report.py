@@ -120,6 +120,25 @@ def test_record_text_cannot_add_markdown_links_images_html_or_rows(tmp_path):
     assert re.sub(r"\\.", "", row).count("|") == 8  # seven cells, no border added by the records
 
 
+def test_bidirectional_controls_in_a_kernel_or_record_show_as_escapes_in_every_page(tmp_path):
+    """A kernel line with an RLO / isolates reads in a browser as another line than the compiler reads (Trojan Source,
+    CVE-2021-42574): the pages and summary.md write each such control as its escape."""
+    from trajectory_builder import TrajectoryBuilder
+
+    run = tmp_path / "run"
+    b = TrajectoryBuilder(run, "t\u202e1", "m/\u2066x\u2069", "gemm")
+    b.source = "/* \u202e } \u2066if (admin)\u2069 \u2067 */ // turn 0\n"
+    b.turn(1, "COMPILE_ERROR").turn(2, "PASSED", 1.5, True).stop()
+    files = write_report(run, tmp_path / "out")
+    pages = [files.html, files.markdown, *sorted((tmp_path / "out" / "trajectories").glob("*.html"))]
+    assert len(pages) == 3
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert not re.search("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]", text), page.name
+    kernel_page = pages[2].read_text(encoding="utf-8")
+    assert "\\u202e } \\u2066if (admin)\\u2069" in kernel_page and "\\u2066x\\u2069" in kernel_page
+
+
 def test_a_dollar_in_a_model_name_is_plain_text_in_the_plots(tmp_path):
     from trajectory_builder import TrajectoryBuilder
 
