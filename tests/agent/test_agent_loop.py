@@ -390,15 +390,29 @@ def test_an_answer_the_client_cannot_read_is_said_without_the_clients_traceback(
         assert "Traceback" not in text and "\n" not in text.strip(), text
 
 
-def test_a_conversation_past_the_context_window_ends_the_run_and_says_what_helps(tmp_path, evaluator):
-    """The model's context is full: the turns so far stand (the model's run, not an outage) and the stop says how to
-    keep the conversation shorter, instead of the provider's error alone."""
-    full = {"status": 400, "message": "This model's maximum context length is 8192 tokens. However, your messages "
-                                      "resulted in 9000 tokens. Please reduce the length of the messages."}
-    with ScriptedServer([reply(GOOD_PTX)], default=full) as server:
+FULL_CONTEXT = {"status": 400, "message": "This model's maximum context length is 8192 tokens. However, your messages "
+                                         "resulted in 9000 tokens. Please reduce the length of the messages."}
+# OpenAI answers a request above the account's tokens-per-minute limit with a 429 that no wait lets through
+TOO_LARGE = {"status": 429, "message": "Request too large for gpt-4o in organization org-x on tokens per min (TPM): "
+                                      "Limit 30000, Requested 45000."}
+
+
+@pytest.mark.parametrize("answer, said", [(FULL_CONTEXT, "context window"), (TOO_LARGE, "per-request token limit")])
+def test_a_conversation_the_provider_finds_too_long_ends_the_run_as_the_models_and_says_what_helps(
+        tmp_path, evaluator, answer, said):
+    """The model's context is full, or one request is above the account's token rate: the turns so far stand (the
+    model's run, not an outage) and the stop says how to keep the conversation shorter, instead of the provider's
+    error alone. The rate refusal was retried as a rate limit and ended as an outage (an infra stop, left out of the
+    scores): the request grows with the model's replies, so a model could write its way out of being scored. Neither
+    is retried; on the first call (the task alone too large) it is the set-up's failure."""
+    with ScriptedServer([reply(GOOD_PTX)], default=answer) as server:
         outcome = run(server, tmp_path, evaluator, turns=3)
     assert outcome.stop_reason == "error" and outcome.statuses == ["COMPILED"] and len(server.requests) == 2
-    assert "context window" in outcome.stop_detail and "--context" in outcome.stop_detail
+    assert said in outcome.stop_detail and "--context" in outcome.stop_detail
+    assert not of_type(events(tmp_path / "run"), "model_retry")
+    with ScriptedServer([], default=answer) as server:
+        first = run(server, tmp_path / "first", evaluator, turns=3)
+    assert first.stop_reason == "infra_error" and len(server.requests) == 1
 
 
 def test_a_server_that_reports_no_usage_still_has_its_token_budget_held(tmp_path, evaluator):
@@ -431,23 +445,6 @@ def test_a_first_call_the_server_rejects_is_the_set_ups_failure_a_later_one_the_
     with ScriptedServer([reply(GOOD_PTX)], default={"status": 400, "message": "invalid content"}) as server:
         later = run(server, tmp_path / "later", evaluator, turns=2)
     assert later.stop_reason == "error" and later.statuses == ["COMPILED"]
-
-
-def test_a_request_too_large_for_the_accounts_token_rate_is_the_conversations_size_not_an_outage(tmp_path, evaluator):
-    """OpenAI answers a request above the account's tokens-per-minute limit with a 429, which was retried as a rate
-    limit and ended as an outage (an infra stop, left out of the scores): the request grows with the model's replies,
-    so a model could write its way out of being scored. It is not retried; after the first call it is the model's
-    error, said as the conversation's size; on the first call (the task alone too large) the set-up's."""
-    too_big = {"status": 429, "message": "Request too large for gpt-4o in organization org-x on tokens per min (TPM): "
-                                         "Limit 30000, Requested 45000."}
-    with ScriptedServer([reply(GOOD_PTX)], default=too_big) as server:
-        outcome = run(server, tmp_path, evaluator, turns=3)
-    assert outcome.stop_reason == "error" and outcome.statuses == ["COMPILED"] and len(server.requests) == 2
-    assert "per-request token limit" in outcome.stop_detail and "--context" in outcome.stop_detail
-    assert not of_type(events(tmp_path / "run"), "model_retry")
-    with ScriptedServer([], default=too_big) as server:
-        first = run(server, tmp_path / "first", evaluator, turns=3)
-    assert first.stop_reason == "infra_error" and len(server.requests) == 1
 
 
 def test_tool_call_ids_that_are_no_strings_or_repeat_get_ids_of_their_own(tmp_path, evaluator):
