@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .jail import SYSTEM_ROOTS, Limits, allowed_roots, run_in_jail
 from .results import CompileIssue
-from .solution.cuda_policy import ALLOWED_PRAGMAS
+from .solution.cuda_policy import ALLOWED_PRAGMAS, PRAGMA_OPERATOR, pragma_operator_allowed
 from .solution.source_scan import LineIndex, blank_comments
 from .toolchain import TOOL_NAMES, Toolchain, which_host_compiler
 
@@ -25,11 +25,8 @@ from .toolchain import TOOL_NAMES, Toolchain, which_host_compiler
 # `// ## stage 1` pastes nothing).
 _EXISTENCE_TEST = re.compile(r"has_include|has_embed|(?:#|%:|\?\?=)[^\S\n]*(?:#|%:|\?\?=)", re.I)
 # `_Pragma("GCC dependency ...")` stats a path (a missing one stops the compiler): an operator is let through only as
-# the source policy allows it (tools/solution/cuda_policy.py), a plain literal naming an allowed pragma, such as
-# `_Pragma("unroll")`
-_PRAGMA_OPERATOR = re.compile(r"_pragma", re.I)
-_ALLOWED_PRAGMA_OPERATOR = re.compile(r'_Pragma\s*\(\s*(?:u8|u|U|L)?"(?:%s)(?:[^\S\n][^"\\\n]*)?"\s*\)'
-                                      % "|".join(ALLOWED_PRAGMAS))
+# the source policy allows it (cuda_policy.pragma_operator_allowed: a plain literal naming an allowed pragma, such as
+# `_Pragma("unroll")`)
 _SPLICE = re.compile(r"\\[ \t]*(?:\r\n|\r|\n)")  # gcc splices across white space after the backslash too
 
 
@@ -45,7 +42,7 @@ def _unspliced(source: str, pos: int) -> int:
 def _existence_test(code: str) -> int | None:
     """Where `code` (spliced, comments blanked) first tests a host path's existence, or builds a name that might."""
     found = [m.start()] if (m := _EXISTENCE_TEST.search(code)) else []
-    found += [m.start() for m in _PRAGMA_OPERATOR.finditer(code) if not _ALLOWED_PRAGMA_OPERATOR.match(code, m.start())][:1]
+    found += [m.start() for m in PRAGMA_OPERATOR.finditer(code) if not pragma_operator_allowed(code, m.end())][:1]
     return min(found, default=None)
 
 

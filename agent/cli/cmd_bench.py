@@ -138,15 +138,16 @@ def bench(
     overrides = {"backend": backend, "ray_address": ray_address, "gpus": gpus, "parallel": parallel,
                  "provider_limits": _limits(provider_limit) or None, "api_base": api_base, "infra_retries": infra_retries,
                  "model_timeout_s": model_timeout}
-    if resume:  # the recorded models' keys and endpoint, said in one line before any trajectory tries them
-        from ..records.rundir import read_manifest
+    if resume:  # the recorded models' keys and endpoint (--api-base applied), said in one line before any trajectory
+        from ..bench.runner import open_run
 
-        recorded = read_manifest(run_dir).get("config")
-        recorded = recorded if isinstance(recorded, dict) else {}  # a damaged one is said by run_bench, as before
-        models = recorded.get("models") if isinstance(recorded.get("models"), list) else []
-        base = api_base or recorded.get("api_base")
-        check_models([m for m in models if isinstance(m, str)], base if isinstance(base, str) else None,
-                     report=lambda line: console.print(line, markup=False, highlight=False))
+        try:
+            recorded = open_run(None, run_dir, True, overrides)
+        except (BenchError, KeyError, ValueError):  # not a bench run, a damaged config: said by run_bench, as before
+            recorded = None
+        if recorded is not None:
+            check_models(recorded.models, recorded.api_base,
+                         report=lambda line: console.print(line, markup=False, highlight=False))
     if track not in ("optimize", "repair"):
         raise inputs.BadInput(f"--track {track!r}: expected optimize or repair")
     turns = turns or (4 if track == "repair" else 8)
@@ -167,7 +168,7 @@ def bench(
             target_speedup=target_speedup, no_gpu=no_gpu, api_base=api_base, backend=backend or "local",
             ray_address=ray_address, gpus=gpus, parallel=parallel or 16, provider_limits=_limits(provider_limit),
             infra_retries=2 if infra_retries is None else infra_retries, seed=seed, track=track,
-            **({"model_timeout_s": model_timeout} if model_timeout is not None else {}),
+            model_timeout_s=model_timeout,
             suite=str(suite) if suite else None, **({"profile": profile} if profile else {}))
     if config is not None and config.track == "repair":
         config = _repair_matrix(config, one_builtin, console)

@@ -166,6 +166,8 @@ RESUME_FIXED = {"workload": "workload", "model": "model", "api_key_env": "api_ke
                 "max_cost": "max_cost_usd", "max_wall": "max_wall_s", "max_tool_calls": "max_tool_calls", "arch": "arch",
                 "temperature": "temperature", "retry_wait": "retry_wait_s", "start_from": "start_from",
                 "profile": "profile", "l2_flush": "l2_flush"}
+# the options a resumed run takes anew (option -> field of loop.optimize.RESUME_RUNTIME)
+RESUME_RUNTIME_OPTIONS = {"model_timeout": "model_timeout_s", "api_base": "api_base"}
 
 
 def given_here(ctx, name: str) -> bool:
@@ -268,10 +270,9 @@ def optimize(
         if conflict:
             raise inputs.BadInput(conflict)
         run_dir, no_gpu = None, recorded.no_gpu
-        # the recorded model's key and endpoint: one line now, not a trajectory stopped on them (the endpoint after
-        # its retries)
-        anew = {"model_timeout": ("model_timeout_s", model_timeout), "api_base": ("api_base", api_base)}
-        runtime = dict(v for name, v in anew.items() if given_here(ctx, name))  # RESUME_RUNTIME's, given again
+        runtime = {field: ctx.params[option] for option, field in RESUME_RUNTIME_OPTIONS.items() if given_here(ctx, option)}
+        # the recorded model's key and endpoint (or the one given again): one line now, not a trajectory stopped on
+        # them (the endpoint after its retries)
         inputs.credentials(recorded.model, runtime.get("api_base", recorded.api_base), recorded.api_key_env,
                            report=lambda line: typer.echo(line, err=True))
         others = [t for t in read_manifest(Path(resume)).get("trajectories", []) if t != tid]

@@ -176,9 +176,10 @@ class LiteLLMModel:
                 raise ModelUnavailable(said(exc).replace(":", f" after {self.max_attempts} attempts:", 1)) from None
             if is_refusal(exc) and not (request.call_index and getattr(exc, "status_code", None) == MODERATED):
                 raise ModelRefused(said(exc)) from None  # the set-up refused: the model never answered
-            if isinstance(exc, litellm.ContextWindowExceededError) or too_large(exc):  # said first: the stop line
-                # keeps 500 characters; on a trajectory's first call the loop makes it the set-up's failure
-                what = "the provider's per-request token limit" if too_large(exc) else "the model's context window"
+            large = too_large(exc)
+            if large or isinstance(exc, litellm.ContextWindowExceededError):  # said first: the stop line keeps 500
+                # characters; on a trajectory's first call the loop makes it the set-up's failure
+                what = "the provider's per-request token limit" if large else "the model's context window"
                 raise ModelError(f"the conversation outgrew {what} (the context policy last or summary, optimize "
                                  f"--context, keeps it shorter): {said(exc)}") from None
             raise ModelError(said(exc)) from None

@@ -37,9 +37,13 @@ def repair_tasks(config) -> tuple[list[RepairTask], list[RepairTask], RepairSuit
     tasks = [t for t in suite.tasks if not config.workloads or t.workload in config.workloads]
     if not tasks:
         raise ValueError(f"no repair task in {suite.folder} for workloads {', '.join(config.workloads) or '(any)'}")
-    judged_here = not (config.no_gpu and config.no_gpu_judged_only)  # with a GPU (or a run recorded before): all
-    kept = [t for t in tasks if judged_here or judged_without_gpu(t.verdict.status)]
-    left_out = [t for t in tasks if not (judged_here or judged_without_gpu(t.verdict.status))]
+    every = not (config.no_gpu and config.no_gpu_judged_only)  # with a GPU (or a run recorded before): all
+
+    def judged(t: RepairTask) -> bool:
+        return every or judged_without_gpu(t.verdict.status)
+
+    kept = [t for t in tasks if judged(t)]
+    left_out = [t for t in tasks if not judged(t)]
     if not kept:
         raise ValueError(f"--no-gpu: none of the {len(tasks)} repair tasks can be judged without a GPU (their recorded "
                          f"verdicts: {_counts(left_out)}); run them on a GPU")

@@ -172,8 +172,16 @@ def _function_definitions(code: str, macros: dict[str, str]) -> list[FormatIssue
     return issues
 
 
-_PRAGMA_OPERATOR = re.compile(r"\b_Pragma\b")
+PRAGMA_OPERATOR = re.compile(r"\b_Pragma\b")
 _PRAGMA_TEXT = re.compile(r'[^\S\n]*\([^\S\n]*(?:u8|u|U|L)?"([^"\\\n]*)"[^\S\n]*\)')  # one line: linear
+
+
+def pragma_operator_allowed(text: str, end: int) -> bool:
+    """Whether the `_Pragma` that ends at `end` of `text` takes a plain string literal naming an allowed pragma
+    (`_Pragma("unroll")`); one built by a macro, or naming another pragma, is not."""
+    literal = _PRAGMA_TEXT.match(text, end)
+    words = literal.group(1).split() if literal else []
+    return bool(words) and words[0] in ALLOWED_PRAGMAS
 
 
 def _pragma_operators(text: str) -> list[FormatIssue]:
@@ -182,10 +190,8 @@ def _pragma_operators(text: str) -> list[FormatIssue]:
     code = blank_comments(text, strings=True)  # `_Pragma` itself outside strings; its text read from `text`
     line_at = LineIndex(code)
     issues = []
-    for m in _PRAGMA_OPERATOR.finditer(code):
-        literal = _PRAGMA_TEXT.match(text, m.end())
-        words = literal.group(1).split() if literal else []
-        if not words or words[0] not in ALLOWED_PRAGMAS:
+    for m in PRAGMA_OPERATOR.finditer(code):
+        if not pragma_operator_allowed(text, m.end()):
             issues.append(FormatIssue(line=line_at(m.start()), kind="source", message="_Pragma is allowed only with a "
                                       f"string literal naming an allowed pragma ({', '.join(ALLOWED_PRAGMAS)}), "
                                       'e.g. _Pragma("unroll")'))
