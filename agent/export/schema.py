@@ -50,6 +50,25 @@ class Row(BaseModel):
     provenance: Provenance
 
 
+def dataset_features():
+    """The rows' types as `datasets.Features`: Parquet files are written with them and the manifest holds them for
+    JSONL, so that a column null in every row of one split (target_executed of unprofiled runs, failure_class in
+    KernelGen rows) is still typed, and the splits, or a KernelGen and a Fixit export, load and concatenate together."""
+    import datasets
+
+    string, message = datasets.Value("string"), {"role": datasets.Value("string"), "content": datasets.Value("string")}
+    return datasets.Features({
+        "id": string, "recipe": string, "workload": string, "op": string, "held_out": datasets.Value("bool"),
+        "split": string, "failure_class": string, "speedup": datasets.Value("float64"),
+        "target_executed": datasets.Value("bool"), "prompt": [message], "completion": [message], "messages": [message],
+        "loss_mask": [datasets.Value("int64")], "n_tokens": datasets.Value("int64"), "tokenizer": string,
+        "provenance": {"run": string, "trajectory": string, "turn": datasets.Value("int64"),
+                       "source_turn": datasets.Value("int64"), "model": string, "gpu": string, "prompt": string,
+                       "kernel_sha256": string, "wrong_kernel_sha256": string, "feedback_sha256": string,
+                       "synthetic": string},
+    })
+
+
 class ExportConfig(BaseModel):
     recipe: Literal["kernelgen", "fixit"]
     require_passed: bool = True

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from ...tools.redact import mask_strings
-from .schema import ExportConfig, Row
+from .schema import ExportConfig, Row, dataset_features
 
 
 SPLIT_FILES = ("train.jsonl", "test.jsonl", "train.parquet", "test.parquet")
@@ -57,7 +57,8 @@ def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats
         else:
             import datasets
 
-            datasets.Dataset.from_list(part).to_parquet(str(path))
+            # typed by the schema, not by this split's rows: a column null in all of them would be typed null
+            datasets.Dataset.from_list(part, features=dataset_features()).to_parquet(str(path))
         paths[split] = path
     by_group: dict[str, int] = {}
     for r in rows:
@@ -65,5 +66,9 @@ def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats
         by_group[key] = by_group.get(key, 0) + 1
     manifest = {"config": cfg.model_dump(), "runs": runs, "stats": stats, "counts": by_group,
                 "files": {k: v.name for k, v in paths.items()}, "schema": "docs/dataset-schema.md"}
+    try:  # JSONL carries no types: load_dataset("json", ..., features=datasets.Features.from_dict(this))
+        manifest["features"] = dataset_features().to_dict()
+    except ImportError:  # a JSONL export needs no datasets package
+        pass
     (out / MANIFEST_NAME).write_text(json.dumps(mask_strings(manifest), indent=2))
     return paths

@@ -306,3 +306,34 @@ def test_a_lone_surrogate_in_the_records_is_exported_as_its_escape(run, tmp_path
     (row,) = datasets.load_dataset("json" if fmt == "jsonl" else fmt, data_files=str(out / f"train.{fmt}"))["train"]
     text = json.dumps(row, ensure_ascii=False)
     assert "line 3: \\\\ud800 unknown symbol" in text and "\\\\udfff" in text
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_splits_load_together_when_a_column_is_null_in_every_train_row(tmp_path, fmt):
+    """Unprofiled training runs (target_executed null in every train row) with a profiled test workload: the splits
+    were typed each by its own rows, a null column in train and a bool one in test, and load_dataset failed on them
+    ("Couldn't cast array of type bool to null"). Parquet carries the schema; JSONL loads with the manifest's."""
+    import datasets
+
+    from export_runs import result, write_trajectory
+    from ptxbench.agent.records.rundir import write_manifest
+
+    run = tmp_path / "run"
+    write_manifest(run, {"gpu": {"name": "NVIDIA H200"}})
+    write_trajectory(run, "a", "gemm_bf16_m8192_n7168_k5120", [("a", result("COMPILE_ERROR"), "err"),
+                                                               ("b", result("PASSED", 0.8), "ok")])
+    write_trajectory(run, "b", "mha_fwd_d128", [("c", result("COMPILE_ERROR"), "err"),
+                                                ("d", result("PASSED", 0.8, True), "ok")])
+    cfg = ExportConfig(recipe="fixit", require_target_executed=False, test_workloads=["mha_fwd_d128"])
+    rows, stats = build_rows(collect_samples([run]), cfg)
+    out = tmp_path / "out"
+    paths = write_dataset(rows, out, fmt, cfg, stats, [str(run)])
+    if fmt == "jsonl":
+        features = datasets.Features.from_dict(json.loads((out / "export_manifest.json").read_text())["features"])
+        ds = datasets.load_dataset("json", data_files={k: str(v) for k, v in paths.items()}, features=features)
+    else:
+        ds = datasets.load_dataset("parquet", data_dir=str(out))
+    assert ds["train"]["target_executed"] == [None] and ds["test"]["target_executed"] == [True]
+    assert ds["train"].features == ds["test"].features
+    assert ds["train"].features["failure_class"] == datasets.Value("string")
+    assert ds["test"][0]["provenance"]["synthetic"] is None and ds["test"][0]["prompt"][0]["role"] == "system"
