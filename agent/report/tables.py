@@ -105,7 +105,9 @@ def fast_p_table(cells: list[CellScore], over: str, target: bool) -> Table:
     name = "target-fast_p" if target else "fast_p"
     attr = f"{'target_' if target else ''}fast_p_{over}"
     table = Table(f"{name} over {over}", ["model", "workload", "n", *[f"p={p_key(p)}" for p in P_VALUES]],
-                  note="share correct AND speedup > p" + (" AND target instructions executed" if target else ""))
+                  note="share correct AND speedup > p" + (" AND target instructions executed" if target else "")
+                  + (", [Wilson 95% CI]" if over == "trajectories" else
+                     ", [95% CI: bootstrap over trajectories; Wilson over trajectories where every resample agrees]"))
     for cell in cells:
         ests = getattr(cell, attr)
         n = cell.n_turns if over == "turns" else cell.n_trajectories

@@ -6,14 +6,15 @@ Two views, as in KernelBench and PTXBench:
 fast_p = share that is correct AND speedup > p (fast_0 = correct, timing or not); target-fast_p
 also needs every target instruction family to have executed (unknown counts as not executed).
 Only PASSED is correct: COMPILED turns (never run) count in the denominators and in n_compile_only.
-Every figure is an Estimate with a bootstrap 95% interval over trajectories.
+Every figure is an Estimate with a 95% interval (stats.py): shares of trajectories Wilson's, the rest a bootstrap
+over trajectories.
 """
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
 from .repair import RepairStats, repair_stats
-from .stats import Estimate, geomean_estimate, mean_estimate, ratio_estimate
+from .stats import Estimate, geomean_estimate, mean_estimate, ratio_estimate, share_estimate
 from .turns import TrajectoryScore, TurnScore
 
 P_VALUES = (0.0, 0.5, 0.8, 1.0, 1.2)
@@ -97,19 +98,19 @@ def score_cell(trajectories: list[TrajectoryScore], **key) -> CellScore:
         k = p_key(p)
         # Over turns: every trajectory (infra-failed ones too) contributes its scored turns.
         cell.fast_p_turns[k] = ratio_estimate([sum(is_fast(t, p) for t in tr.scored_turns) for tr in trajectories],
-                                              [len(tr.scored_turns) for tr in trajectories])
+                                              [len(tr.scored_turns) for tr in trajectories], share=True)
         cell.target_fast_p_turns[k] = ratio_estimate([sum(is_fast(t, p, True) for t in tr.scored_turns) for tr in trajectories],
-                                                     [len(tr.scored_turns) for tr in trajectories])
-        cell.fast_p_trajectories[k] = mean_estimate([float(any(is_fast(t, p) for t in tr.scored_turns)) for tr in kept])
-        cell.target_fast_p_trajectories[k] = mean_estimate([float(any(is_fast(t, p, True) for t in tr.scored_turns)) for tr in kept])
+                                                     [len(tr.scored_turns) for tr in trajectories], share=True)
+        cell.fast_p_trajectories[k] = share_estimate([float(any(is_fast(t, p) for t in tr.scored_turns)) for tr in kept])
+        cell.target_fast_p_trajectories[k] = share_estimate([float(any(is_fast(t, p, True) for t in tr.scored_turns)) for tr in kept])
     cell.best_speedup = mean_estimate([tr.best_speedup or 0.0 for tr in kept])
     cell.best_speedup_max = max((tr.best_speedup for tr in kept if tr.best_speedup is not None), default=None)
     cell.best_target_speedup = mean_estimate([tr.best_target_speedup or 0.0 for tr in kept])
     cell.geomean_speedup = geomean_estimate([tr.best_speedup for tr in kept])
     for k in WITHIN_TURNS:
-        cell.success_within[str(k)] = mean_estimate(
+        cell.success_within[str(k)] = share_estimate(
             [float(tr.first_correct_turn is not None and tr.first_correct_turn <= k) for tr in kept])
-        cell.target_success_within[str(k)] = mean_estimate(
+        cell.target_success_within[str(k)] = share_estimate(
             [float(tr.first_target_correct_turn is not None and tr.first_target_correct_turn <= k) for tr in kept])
     cell.turns_to_first_correct = mean_estimate([float(tr.first_correct_turn) for tr in kept if tr.first_correct_turn])
     cell.mean_best_sol_pct = mean_estimate([tr.best_sol_pct for tr in kept if tr.best_sol_pct is not None])

@@ -129,11 +129,11 @@ def repair_stats(trajectories: list[TrajectoryScore]) -> RepairStats:
     stats.transitions = {a: {b: counts[a][b] for b in stats.classes if counts[a][b]} for a in stats.classes if a in counts}
     stats.next_class = {a: {b: n / sum(row.values()) for b, n in row.items()} for a, row in stats.transitions.items()}
     stats.fix_probability = {
-        cls: ratio_estimate([f for f, _ in rows], [t for _, t in rows]) for cls, rows in per_traj_fix.items()
+        cls: ratio_estimate([f for f, _ in rows], [t for _, t in rows], share=True) for cls, rows in per_traj_fix.items()
     }
     stats.fix_probability = {c: stats.fix_probability[c] for c in order_classes(stats.fix_probability)}
     stats.turns_to_repair = {c: mean_estimate(lengths[c]) for c in order_classes(set(lengths) - {"all"}) + ["all"] if c in lengths}
-    stats.regression_rate = ratio_estimate(reg_num, reg_den)
+    stats.regression_rate = ratio_estimate(reg_num, reg_den, share=True)
     stats.speedup_gain_per_turn = mean_estimate(gains)
-    stats.target_slower = ratio_estimate(slow_num, slow_den)
+    stats.target_slower = ratio_estimate(slow_num, slow_den, share=True)
     return stats

@@ -11,7 +11,8 @@ model turns. Per trajectory:
 - not judged: no turn PASSED, and a turn compiled a changed kernel without a GPU (COMPILED, --no-gpu): fixed or
   not is unknown, so the trajectory is left out of every rate above (counted apart, never as not fixed). The
   broken kernel handed back byte for byte is judged (not fixed) even then.
-Each is a mean over the judged trajectories with a bootstrap 95% interval, overall, per model, by bug class and by
+Each is a share of (turns to fix: a mean over) the judged trajectories with a 95% interval (Wilson's for the
+shares, a bootstrap for the mean: stats.py), overall, per model, by bug class and by
 failure class (the broken kernel's status at turn 0; where turn 0 was not run on a GPU (COMPILED), the verdict
 the suite recorded for it).
 
@@ -31,7 +32,7 @@ from pydantic import BaseModel, Field, ValidationError
 from ..records.rundir import DamagedRecord, distinct_runs, load_run, path_inside, validation_line
 from ..repairs.suite import RepairTask, SuiteMissing, load_suite
 from ..report.tables import md_cell
-from .stats import Estimate, mean_estimate
+from .stats import Estimate, mean_estimate, share_estimate
 from .turns import COMPILED, TrajectoryScore, score_trajectory
 
 SPEED_KEPT = 0.95
@@ -130,11 +131,11 @@ def cell(rows: list[RepairTrajectory]) -> RepairCell:
     judged = [r for r in rows if r.judged]
     fixed = [r for r in judged if r.fixed]
     return RepairCell(n=len(rows), not_judged=len(rows) - len(judged),
-                      fixed_at_1=mean_estimate([float(r.fixed_at_1) for r in judged]),
-                      fixed_at_k=mean_estimate([float(r.fixed) for r in judged]),
+                      fixed_at_1=share_estimate([float(r.fixed_at_1) for r in judged]),
+                      fixed_at_k=share_estimate([float(r.fixed) for r in judged]),
                       turns_to_fix=mean_estimate([float(r.turns_to_fix) for r in fixed]),
-                      speed_kept=mean_estimate([float(r.speed_kept) for r in judged]),
-                      regression_rate=mean_estimate([float(r.regression) for r in judged]))
+                      speed_kept=share_estimate([float(r.speed_kept) for r in judged]),
+                      regression_rate=share_estimate([float(r.regression) for r in judged]))
 
 
 def _grouped(rows: list[RepairTrajectory], key) -> dict[str, RepairCell]:
@@ -166,8 +167,8 @@ def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
 
 
 def repair_markdown(score: RepairScore) -> str:
-    """The repair page: per model, then by bug class and failure class (95% bootstrap intervals over the judged
-    trajectories; those compiled without a GPU and never passed are counted apart, as not judged)."""
+    """The repair page: per model, then by bug class and failure class (95% intervals over the judged trajectories:
+    Wilson's for the shares, a bootstrap for turns to fix; those compiled without a GPU and never passed are counted apart, as not judged)."""
     head = ("| {} | n | fixed@1 | fixed@k | fixed, speed kept | turns to fix | regressions | not judged |\n"
             "| --- | --- | --- | --- | --- | --- | --- | --- |")
 

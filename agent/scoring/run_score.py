@@ -18,7 +18,9 @@ from .turns import TrajectoryScore, score_trajectory
 
 # 2: COMPILED turns are not correct (version 1 counted a no-GPU PASSED as correct); repair.episodes_unverified
 # 3: cells keyed by the L2 flush too (trajectories timed from a written and a read flush no longer pool)
-SCORE_VERSION = 3
+# 4: shares of trajectories take Wilson intervals (never of zero width at 0/n or n/n); no interval from one trajectory;
+#    Estimate.ci_method
+SCORE_VERSION = 4
 
 
 class RunScore(BaseModel):

@@ -1,9 +1,17 @@
-"""Point estimates with bootstrap 95% intervals.
+"""Point estimates with 95% intervals.
 
 Every metric here is a ratio of per-trajectory sums (a mean is num/1, a pooled per-turn rate is
 passes/turns, a geometric mean is exp(sum log / count)), so one resampling routine serves all:
 trajectories are drawn with replacement (turns of one trajectory are not independent, so they are
 resampled together), with a fixed seed so the same run always scores the same.
+
+Shares (a value between 0 and 1) need more than that: where every resample gives the same share (all or none,
+or one trajectory) the percentile interval has no width, and ten of ten read as exactly 100%. So:
+- a share of trajectories (`share_estimate`: one 0/1 outcome each) takes the Wilson score interval over them;
+- a share pooled over turns (`ratio_estimate(..., share=True)`) keeps the bootstrap over trajectories, and
+  where that interval has no width, takes the Wilson interval over the trajectories it rests on (the
+  trajectories, not the turns: turns of one trajectory are not independent, so this errs wide).
+Any other estimate from fewer than two trajectories has no interval (ci_low, ci_high None).
 """
 from __future__ import annotations
 
@@ -15,12 +23,15 @@ from pydantic import BaseModel, Field
 
 BOOTSTRAP_SAMPLES = 2000
 SEED = 0
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
 
 
 class Estimate(BaseModel):
     value: float | None = Field(None, description="the point estimate; None when there is nothing to estimate from")
     ci_low: float | None = None
     ci_high: float | None = None
+    ci_method: str = Field("", description="how the interval was made: bootstrap (percentile, over trajectories), "
+                                           "wilson (score interval); empty when there is none")
     n: int = Field(0, description="trajectories the estimate rests on")
     denom: float = Field(0.0, description="total of the denominator (turns, trajectories, correct trajectories)")
 
@@ -29,16 +40,29 @@ class Estimate(BaseModel):
             return "–"
         scale, unit = (100.0, "%") if pct else (1.0, "")
         text = f"{self.value * scale:.{digits}f}{unit}"
-        if self.ci_low is not None and self.ci_high is not None and self.n > 1:
+        if self.ci_low is not None and self.ci_high is not None:
             text += f" [{self.ci_low * scale:.{digits}f}, {self.ci_high * scale:.{digits}f}]"
         return text
 
 
+def wilson_interval(share: float, n: float) -> tuple[float, float]:
+    """The Wilson score 95% interval of a share seen over n independent units (n > 0): never of zero width, and
+    inside [0, 1], at 0 and 1 too (Brown, Cai and DasGupta 2001)."""
+    z2 = Z95 * Z95
+    centre = (share + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z95 / (1 + z2 / n) * math.sqrt(max(share * (1 - share), 0.0) / n + z2 / (4 * n * n))
+    low, high = max(0.0, centre - half), min(1.0, centre + half)
+    # exactly 0 and 1 at the ends (the formula's own values there, less the rounding)
+    return (0.0 if share <= 0 else low), (1.0 if share >= 1 else high)
+
+
 def ratio_estimate(num: Sequence[float], den: Sequence[float], transform=None,
-                   samples: int = BOOTSTRAP_SAMPLES, seed: int = SEED) -> Estimate:
+                   samples: int = BOOTSTRAP_SAMPLES, seed: int = SEED, share: bool = False) -> Estimate:
     """sum(num) / sum(den) over trajectories, with a percentile bootstrap 95% interval.
 
-    `transform` maps the ratio afterwards (math.exp for a geometric mean)."""
+    `transform` maps the ratio afterwards (math.exp for a geometric mean). `share`: the ratio is a share (0 <= num
+    <= den per trajectory); where the bootstrap interval has no width, the Wilson interval over the trajectories
+    with a non-zero denominator stands in. Otherwise no interval from fewer than two such trajectories."""
     num_a = np.asarray(num, dtype=float)
     den_a = np.asarray(den, dtype=float)
     n = len(num_a)
@@ -46,15 +70,34 @@ def ratio_estimate(num: Sequence[float], den: Sequence[float], transform=None,
     if n == 0 or total == 0:
         return Estimate(n=n, denom=total)
     value = float(num_a.sum() / total)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(samples, n))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratios = num_a[idx].sum(axis=1) / den_a[idx].sum(axis=1)
-    ratios = ratios[np.isfinite(ratios)]
-    low, high = (float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))) if len(ratios) else (value, value)
+    units = int((den_a != 0).sum())  # the trajectories the ratio rests on
+    low = high = None
+    method = ""
+    if units >= 2:
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, n, size=(samples, n))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratios = num_a[idx].sum(axis=1) / den_a[idx].sum(axis=1)
+        ratios = ratios[np.isfinite(ratios)]
+        if len(ratios):
+            low, high, method = float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5)), "bootstrap"
+    if share and (low is None or low == high):
+        (low, high), method = wilson_interval(value, units), "wilson"
     if transform is not None:
-        value, low, high = transform(value), transform(low), transform(high)
-    return Estimate(value=value, ci_low=low, ci_high=high, n=n, denom=total)
+        value = transform(value)
+        low, high = (transform(low), transform(high)) if low is not None else (None, None)
+    return Estimate(value=value, ci_low=low, ci_high=high, ci_method=method, n=n, denom=total)
+
+
+def share_estimate(outcomes: Sequence[float]) -> Estimate:
+    """The share of trajectories with an outcome (each 0 or 1), with the Wilson score 95% interval: trajectories
+    are independent units, and unlike a percentile bootstrap it has width when all or none have it."""
+    n = len(outcomes)
+    if n == 0:
+        return Estimate()
+    value = float(sum(outcomes)) / n
+    low, high = wilson_interval(value, n)
+    return Estimate(value=value, ci_low=low, ci_high=high, ci_method="wilson", n=n, denom=float(n))
 
 
 def mean_estimate(values: Sequence[float], **kw) -> Estimate:

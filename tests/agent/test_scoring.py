@@ -154,11 +154,11 @@ def test_grouping_by_prompt_and_pooling(score):
 
 
 def test_confidence_intervals(score, cell_a):
-    # One trajectory: the interval collapses onto the value.
+    # One trajectory: no interval (resampling one value says nothing about its spread).
     one = score.cell("m/b", "attn").turns_to_first_correct
     assert one.value is None and one.n == 0
     single = next(c for c in score.cells if c.prompt == "terse").best_speedup
-    assert (single.value, single.ci_low, single.ci_high) == (1.5, 1.5, 1.5)
+    assert (single.value, single.ci_low, single.ci_high) == (1.5, None, None)
     for est in [cell_a.best_speedup, *cell_a.fast_p_turns.values(), *cell_a.success_within.values()]:
         assert est.ci_low <= est.value <= est.ci_high
     assert cell_a.best_speedup.ci_low < cell_a.best_speedup.ci_high
@@ -381,3 +381,52 @@ def test_runs_named_in_another_order_score_the_same_intervals(tmp_path):
     assert json.dumps(one.model_dump(mode="json")["cells"]) == json.dumps(other.model_dump(mode="json")["cells"])
     repair = [score_repair_runs(runs).by_model["m/a"].model_dump() for runs in ([a, b], [b, a])]
     assert repair[0] == repair[1]
+
+
+def _wilson(share: float, n: int) -> tuple[float, float]:
+    """The Wilson score 95% interval, written out here independently of stats.py."""
+    z = 1.959963984540054
+    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def test_a_share_every_trajectory_met_is_not_reported_as_certain(tmp_path):
+    """Ten of ten trajectories correct printed as '100% [100, 100]': every bootstrap resample of ten ones is one, so
+    the percentile interval had no width, as if ten tries proved the rate is exactly 100%. A share of trajectories
+    takes the Wilson score interval (10/10: [72%, 100%]; 0/10: [0%, 28%])."""
+    for i in range(10):
+        TrajectoryBuilder(tmp_path, f"t{i}", "m/a", "gemm", index=i).turn(1, "PASSED", 1.5, True).stop()
+        TrajectoryBuilder(tmp_path, f"u{i}", "m/a", "attn", index=i).turn(1, "COMPILE_ERROR").stop()
+    score = score_runs([tmp_path])
+    good, bad = score.cell("m/a", "gemm"), score.cell("m/a", "attn")
+    for est in (good.fast_p_trajectories["1"], good.target_fast_p_trajectories["1"], good.success_within["1"]):
+        assert (est.value, est.n) == (1.0, 10)
+        assert (est.ci_low, est.ci_high) == (approx(_wilson(1.0, 10)[0]), 1.0) and est.ci_low < 0.73
+    for est in (bad.fast_p_trajectories["0"], bad.success_within["8"]):
+        assert (est.value, est.ci_low, est.ci_high) == (0.0, 0.0, approx(_wilson(0.0, 10)[1]))
+    # over turns (turns of a trajectory move together): all or none is no certainty either; the Wilson interval
+    # over the trajectories, the fewer independent units, where every resample gives the same share
+    assert good.fast_p_turns["1"].ci_low == approx(_wilson(1.0, 10)[0])
+    assert bad.fast_p_turns["0"].ci_high == approx(_wilson(0.0, 10)[1])
+    assert "100% [72, 100]" in good.fast_p_trajectories["1"].fmt(0, pct=True)
+
+
+def test_one_trajectory_gives_no_bootstrap_interval(tmp_path):
+    """One trajectory's speedup came back with the interval [1.5, 1.5] in --json: resampling one value gives that
+    value, which reads as a measured zero-width interval. No interval from one trajectory; its share still gets
+    Wilson's (1/1: [21%, 100%]), which the tables show."""
+    TrajectoryBuilder(tmp_path, "t0", "m/a", "gemm").turn(1, "PASSED", 1.5, True).stop()
+    cell = score_runs([tmp_path]).cell("m/a", "gemm")
+    assert (cell.best_speedup.value, cell.best_speedup.ci_low, cell.best_speedup.ci_high) == (1.5, None, None)
+    assert cell.geomean_speedup.ci_low is None and cell.best_speedup.fmt(3) == "1.500"
+    share = cell.fast_p_trajectories["1"]
+    assert (share.ci_low, share.ci_high) == (approx(_wilson(1.0, 1)[0]), 1.0)
+    assert share.fmt(0, pct=True) == "100% [21, 100]"
+
+
+def test_a_share_equal_in_every_trajectory_keeps_an_interval():
+    """Every trajectory half fast over turns: each resample's share is one half, so the bootstrap interval had no
+    width; the Wilson interval over the trajectories stands in."""
+    est = ratio_estimate([1, 1, 1], [2, 2, 2], share=True)
+    assert est.value == 0.5 and (est.ci_low, est.ci_high) == tuple(map(approx, _wilson(0.5, 3)))
