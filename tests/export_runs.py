@@ -24,12 +24,12 @@ def result(status: str, speedup: float | None = None, executed: bool | None = No
 
 
 def write_trajectory(run: Path, tid: str, workload: str, turns: list[tuple[str, dict, str]], held_out: bool = False,
-                     model: str = "m1") -> None:
-    """turns: (kernel tag, result dict, feedback text) per turn."""
+                     model: str = "m1", mode: str = "pipeline", system: str = SYSTEM) -> None:
+    """turns: (kernel tag, result dict, feedback text) per turn; `system`: the system prompt the model saw."""
     w = TrajectoryWriter(run / "trajectories" / tid)
-    w.append(TrajectoryStart(trajectory_id=tid, workload=workload, model=model, prompt="basic", mode="pipeline",
+    w.append(TrajectoryStart(trajectory_id=tid, workload=workload, model=model, prompt="basic", mode=mode,
                              held_out=held_out))
-    history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Write {workload}."}]
+    history = [{"role": "system", "content": system}, {"role": "user", "content": f"Write {workload}."}]
     for i, (tag, res, feedback) in enumerate(turns, start=1):
         src = kernel(tag)
         w.append(ModelCall(trajectory_id=tid, turn=i, model=model, messages=list(history),

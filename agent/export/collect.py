@@ -50,6 +50,16 @@ def _first_prompts(events, start) -> tuple[str, str]:
     return cfg.get("system_prompt", ""), cfg.get("task_prompt", "")
 
 
+TOOLS_HEADING = "\n## Tools\n"  # prompts/system_tools.md, the last part of a --mode tools system prompt (loop/task.py)
+
+
+def _without_tools(system: str) -> str:
+    """A --mode tools system prompt less its tools part: rows hold no tools, their completion is a fenced kernel, and
+    an instruction to call `submit` that a fenced reply answers would be trained on. What is left is the pipeline's."""
+    at = system.rfind(TOOLS_HEADING)
+    return system[:at].rstrip("\n") + "\n" if at >= 0 else system
+
+
 def _gpu_name(manifest: dict) -> str:
     gpu = manifest.get("gpu", "")
     return str(gpu.get("name", "")) if isinstance(gpu, dict) else str(gpu or "")
@@ -82,6 +92,8 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
             if start is None:
                 continue
             system, task = _first_prompts(rec.events, start)
+            if start.mode == "tools":
+                system = _without_tools(system)
             sample = TrajectorySample(
                 run=run_dir.name, trajectory=rec.id, workload=start.workload, model=start.model, prompt=start.prompt,
                 gpu=start.gpu or evaluated_gpu(rec.events) or gpu, system=system, task=task,

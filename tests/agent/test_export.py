@@ -337,3 +337,26 @@ def test_splits_load_together_when_a_column_is_null_in_every_train_row(tmp_path,
     assert ds["train"].features == ds["test"].features
     assert ds["train"].features["failure_class"] == datasets.Value("string")
     assert ds["test"][0]["provenance"]["synthetic"] is None and ds["test"][0]["prompt"][0]["role"] == "system"
+
+
+@pytest.mark.parametrize("recipe", ["kernelgen", "fixit"])
+def test_a_tools_mode_run_exports_the_system_prompt_without_its_tools_part(tmp_path, recipe):
+    """Rows have no tools: the completion is the kernel in a fenced block. A --mode tools run's system prompt tells the
+    model to call `submit` with its file; exported as it was, it taught that a fenced reply answers that instruction,
+    and the same task came with two system prompts. Rows of both modes carry the pipeline's system prompt."""
+    from export_runs import result, write_trajectory
+    from ptxbench.agent.loop.state import OptimizeConfig
+    from ptxbench.agent.loop.task import system_prompt
+    from ptxbench.agent.records.rundir import write_manifest
+
+    wid = "gemm_bf16_m8192_n7168_k5120"
+    run = tmp_path / "run"
+    write_manifest(run, {"gpu": {"name": "NVIDIA H200"}})
+    for mode, tags in (("tools", "ab"), ("pipeline", "cd")):
+        write_trajectory(run, mode, wid, [(tags[0], result("COMPILE_ERROR"), "err"), (tags[1], result("PASSED", 0.8, True), "ok")],
+                         mode=mode, system=system_prompt(OptimizeConfig(workload=wid, mode=mode)))
+    rows, _ = build_rows(collect_samples([run]), ExportConfig(recipe=recipe))
+    assert len({r.provenance.trajectory for r in rows}) == 2
+    pipeline = system_prompt(OptimizeConfig(workload=wid))
+    assert "## Tools" not in pipeline
+    assert [r.prompt[0].content for r in rows] == [pipeline] * len(rows)
