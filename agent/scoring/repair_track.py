@@ -155,9 +155,9 @@ def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
                 continue
             score = score_trajectory(record, str(run))
             if not score.infra_failed:
-                rows.append((run.name, record.id, repair_trajectory(score, config)))
-    # in (run, id) order: the bootstrap draws by position, so runs named in another order gave other intervals
-    rows = [row for *_, row in sorted(rows, key=lambda r: r[:2])]
+                rows.append((run.name, record.id, record.start.ts, repair_trajectory(score, config)))
+    # in (run, id, start) order: the bootstrap draws by position, so runs named in another order gave other intervals
+    rows = [row for *_, row in sorted(rows, key=lambda r: r[:3])]
     out = RepairScore(trajectories=rows, by_model=_grouped(rows, lambda r: r.model))
     for model in out.by_model:
         mine = [r for r in rows if r.model == model]

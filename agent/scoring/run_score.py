@@ -56,8 +56,9 @@ class RunScore(BaseModel):
 
 def _group(trajs: list[TrajectoryScore], fields: tuple[str, ...]) -> list[CellScore]:
     groups: dict[tuple, list[TrajectoryScore]] = defaultdict(list)
-    # members in (run, id) order: the bootstrap draws by position, so runs named in another order gave other intervals
-    for t in sorted(trajs, key=lambda t: (t.run, t.id)):
+    # members in (run, id, start) order: the bootstrap draws by position, so runs named in another order gave other
+    # intervals (the start tells apart two runs of one folder name)
+    for t in sorted(trajs, key=lambda t: (t.run, t.id, t.started)):
         groups[tuple(getattr(t, f) for f in fields)].append(t)
     return [score_cell(members, **dict(zip(fields, key))) for key, members in sorted(groups.items())]
 
@@ -75,27 +76,26 @@ def score_trajectories(trajs: list[TrajectoryScore]) -> RunScore:
 
 
 class DuplicateTrajectory(ValueError):
-    """Two run folders hold one trajectory (a run and its copy, under its name or another, or a run and its
-    re-evaluation): scoring both counts it twice."""
+    """Two run folders hold one trajectory (one trajectory_start: a run and its copy, under its name or another, or a
+    run and its re-evaluation): scoring both counts it twice."""
 
 
 def load_trajectory_scores(run_dirs: Iterable[Path]) -> list[TrajectoryScore]:
     """The trajectories of the runs, each run folder read once however often it is named; DuplicateTrajectory when
-    two folders give the same (run name, trajectory id), or the same trajectory_start (its id and time: a copy keeps
-    them whatever its folder is called), which would count one trajectory twice."""
+    two folders give the same trajectory_start (its id and time: a copy keeps them whatever its folder is called),
+    which would count one trajectory twice. Two runs of one folder name are two runs."""
     trajs: list[TrajectoryScore] = []
     where: dict[tuple, Path] = {}
     for run_dir in distinct_runs(run_dirs):
         for rec in load_run(run_dir):
             if rec.start is None:
                 continue
-            if (key := (run_dir.name, rec.id)) in where:
-                raise DuplicateTrajectory(f"{where[key]} and {run_dir} both hold trajectory {rec.id} of a run named "
-                                          f"{run_dir.name}: score one of them")
+            # one trajectory is one trajectory_start (its id and time, which a copy keeps); two runs saved under one
+            # folder name on two machines hold the matrix's ids too, yet are other trajectories
             if (started := ("start", rec.start.trajectory_id, rec.start.ts)) in where:
                 raise DuplicateTrajectory(f"{where[started]} and {run_dir} both hold trajectory {rec.id}, started at the "
                                           f"same moment (one is a copy or a re-evaluation of the other): score one of them")
-            where[key] = where[started] = run_dir
+            where[started] = run_dir
             trajs.append(score_trajectory(rec, run=run_dir.name))
     return trajs
 

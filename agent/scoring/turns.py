@@ -60,6 +60,8 @@ class TrajectoryScore(BaseModel):
                           "recorded before the mode existed): speedups of the two modes do not pool")
     mode: str = ""
     index: int = 0
+    started: float = Field(0.0, description="its trajectory_start's time: tells apart trajectories of one id in two "
+                                            "runs saved under one folder name")
     stop_reason: str = Field("", description="the last stop event's reason; empty while unfinished")
     turns: list[TurnScore] = Field(default_factory=list, description="every recorded turn, infra ones included, by turn number")
     start: TurnScore | None = Field(None, description="turn 0: the --start-from kernel's verdict (not the model's, so not in turns)")
@@ -200,6 +202,7 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
         l2_flush=start.config.get("l2_flush", LEGACY_L2_FLUSH) if start else "",
         mode=start.mode if start else "",
         index=start.index if start else 0,
+        started=start.ts if start else 0.0,
         stop_reason=stop_reason,
         infra_failed=infra_last,
         turns=[turns[k] for k in sorted(turns)],

@@ -430,3 +430,28 @@ def test_a_share_equal_in_every_trajectory_keeps_an_interval():
     width; the Wilson interval over the trajectories stands in."""
     est = ratio_estimate([1, 1, 1], [2, 2, 2], share=True)
     assert est.value == 0.5 and (est.ci_low, est.ci_high) == tuple(map(approx, _wilson(0.5, 3)))
+
+
+def test_two_runs_that_share_a_folder_name_are_two_runs(tmp_path):
+    """Two benches saved under one name on two machines (bench/h200_bench.sh names every run h200-bench), with the
+    matrix's trajectory ids: refused as 'one trajectory twice', though each trajectory started on its own and got its
+    own verdicts. They are told apart by their trajectory_start, which a copy keeps; runs named in either order
+    score the same."""
+    import time
+
+    runs = [tmp_path / machine / "h200-bench" for machine in ("a", "b")]
+    for run, speedups in zip(runs, ((1.5, 0.5), (0.9, None))):
+        for i, sp in enumerate(speedups):
+            t = TrajectoryBuilder(run, f"gemm__m-a__default__{i:02d}", "m/a", "gemm", index=i)
+            (t.turn(1, "PASSED", sp, True) if sp else t.turn(1, "COMPILE_ERROR")).stop()
+        time.sleep(0.01)  # started at other moments
+    one, other = score_runs(runs), score_runs(runs[::-1])
+    cell = one.cell("m/a", "gemm")
+    assert cell.n_trajectories == 4 and cell.best_speedup.value == approx((1.5 + 0.5 + 0.9 + 0.0) / 4)
+    assert json.dumps(one.model_dump(mode="json")["cells"]) == json.dumps(other.model_dump(mode="json")["cells"])
+    from ptxbench.agent.scoring import DuplicateTrajectory
+
+    copy = tmp_path / "c" / "h200-bench"
+    shutil.copytree(runs[0], copy)
+    with pytest.raises(DuplicateTrajectory, match="started at the same moment"):
+        score_runs([runs[0], copy])
