@@ -50,9 +50,6 @@ def _first_prompts(events, start) -> tuple[str, str]:
     return cfg.get("system_prompt", ""), cfg.get("task_prompt", "")
 
 
-# --start-from's kernel, evaluated as turn 0 (loop/start_kernel.py's START_TURN) and shown in the task with its verdict
-# and log: handed in, not written by the model, so it is no completion and no Fixit wrong kernel (scoring keeps it apart).
-HANDED_IN_TURN = 0
 TOOLS_HEADING = "\n## Tools\n"  # prompts/system_tools.md, the last part of a --mode tools system prompt (loop/task.py)
 
 
@@ -105,8 +102,6 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
             )
             for e in rec.events:
                 if e.type != "eval_result" or not e.submission or not e.kernel_file:
-                    continue
-                if e.turn == HANDED_IN_TURN:  # not the model's kernel; its verdict and log stand in the task
                     continue
                 kernel = rec.kernel(e.kernel_file)
                 if kernel is None:  # missing, unreadable, or outside the trajectory folder (rundir.read_kernel)

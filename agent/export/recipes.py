@@ -31,6 +31,7 @@ def kernel_message(turn: Turn) -> str:
 
 # Why a turn's kernel cannot be a completion: the filter's name, and what keeps such kernels (for `export`'s report).
 REJECTED = {
+    "handed_in": "the --start-from kernel (turn 0): handed in, not written by the model",
     "compiled_only": "the kernel only compiled (--no-gpu), never ran",
     "not_passed": "the kernel did not pass",
     "target_not_executed": "the target instructions were not seen executing (--no-require-target keeps them)",
@@ -42,8 +43,15 @@ REJECTED = {
 }
 
 
+# --start-from's kernel, evaluated as turn 0 (loop/start_kernel.py's START_TURN) and shown in the task with its verdict
+# and log: handed in, so never a completion; as a Fixit wrong kernel it stays where the model read it, in the task.
+HANDED_IN_TURN = 0
+
+
 def _rejected(turn: Turn, cfg: ExportConfig) -> str | None:
     """Why a turn's kernel may not be a completion (a REJECTED key), or None when it may."""
+    if turn.turn == HANDED_IN_TURN:
+        return "handed_in"
     if turn.status == "COMPILED":  # never run on a GPU: nothing vouches for it, whatever the filters say
         return "compiled_only"
     if cfg.require_passed and turn.status != "PASSED":
@@ -102,7 +110,8 @@ def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", wh
         if kernel_hash(wrong.kernel) == kernel_hash(fixed.kernel):  # a flaky verdict (a timeout, a race) is no fix
             why["unchanged_fix"] += 1
             continue
-        prompt = head + [
+        # a handed-in wrong kernel is in the task already, with its verdict and log: the prompt is what the model read
+        prompt = head if wrong.turn == HANDED_IN_TURN else head + [
             Message(role="assistant", content=kernel_message(wrong)),
             Message(role="user", content=wrong.feedback),
         ]

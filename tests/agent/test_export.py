@@ -365,8 +365,9 @@ def test_a_tools_mode_run_exports_the_system_prompt_without_its_tools_part(tmp_p
 @pytest.mark.parametrize("start_status", ["PASSED", "COMPILE_ERROR"])
 def test_a_start_from_kernel_is_never_a_rows_kernel(tmp_path, start_status):
     """--start-from records the handed-in kernel as turn 0, shown in the task with its verdict and log. It is not the
-    model's (scoring keeps it apart): as a KernelGen completion it was a copy of the prompt credited to the model, and
-    as a Fixit wrong kernel an assistant message the model never wrote, with the task above it holding it again."""
+    model's (scoring keeps it apart): as a KernelGen completion it was a copy of the prompt credited to the model. As
+    a Fixit wrong kernel (the repair track's rows) it stays in the task, where the model read it: not an assistant
+    message the model never wrote, shown twice."""
     from export_runs import kernel, result
     from ptxbench.agent.records.events import EvalEvent, ModelCall, TrajectoryStart, TurnEnd
     from ptxbench.agent.records.rundir import TrajectoryWriter, sha256_text, write_manifest
@@ -389,4 +390,10 @@ def test_a_start_from_kernel_is_never_a_rows_kernel(tmp_path, start_status):
     rows, _ = build_rows(samples, ExportConfig(recipe="kernelgen"))
     assert [r.provenance.turn for r in rows] == [1] and "variant_fixed" in rows[0].completion[0].content
     rows, stats = build_rows(samples, ExportConfig(recipe="fixit"))
-    assert rows == [] and stats["trajectories_without_rows.no_repair_pair"] == 1
+    if start_status == "PASSED":
+        assert rows == [] and stats["trajectories_without_rows.no_repair_pair"] == 1
+    else:
+        [row] = rows
+        assert (row.provenance.source_turn, row.provenance.turn, row.failure_class) == (0, 1, "COMPILE_ERROR")
+        assert [m.role for m in row.prompt] == ["system", "user"] and row.prompt[1].content == task
+        assert "variant_fixed" in row.completion[0].content and row.loss_mask == [0, 0, 1]
