@@ -7,6 +7,7 @@ import io
 import numpy as np
 
 from ..scoring import P_VALUES, RunScore, is_fast
+from ..scoring.cells import balance_weights
 from ..scoring.repair import order_classes
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
@@ -48,7 +49,8 @@ def _png(fig) -> str:
 
 
 def fast_p_curves(score: RunScore) -> str:
-    """fast_p and target-fast_p over trajectories as continuous curves in p, one colour per model."""
+    """fast_p and target-fast_p over trajectories as continuous curves in p, one colour per model (its workloads
+    weighing alike)."""
     plt = _plt()
     trajs = [t for t in score.trajectories if not t.infra_failed]
     top = max([t.best_speedup or 0 for t in trajs] + [1.3]) * 1.05
@@ -59,8 +61,10 @@ def fast_p_curves(score: RunScore) -> str:
             mine = [t for t in trajs if t.model == model]
             if not mine:
                 continue
-            share = [np.mean([any(is_fast(x, p, target) for x in t.scored_turns) for t in mine]) for p in grid]
-            marks = [np.mean([any(is_fast(x, p, target) for x in t.scored_turns) for t in mine]) for p in P_VALUES]
+            # each workload weighs alike, as in the model's row of the score (cells.balance_weights)
+            weights = balance_weights(mine, "workload")[0]
+            share = [np.average([any(is_fast(x, p, target) for x in t.scored_turns) for t in mine], weights=weights) for p in grid]
+            marks = [np.average([any(is_fast(x, p, target) for x in t.scored_turns) for t in mine], weights=weights) for p in P_VALUES]
             ax.plot(grid, share, color=COLORS[i % len(COLORS)], label=f"{_plain(model)} (n={len(mine)})")
             ax.plot(P_VALUES, marks, "o", color=COLORS[i % len(COLORS)], markersize=4)
         ax.axvline(1.0, color="grey", lw=0.8, ls=":")

@@ -8,8 +8,14 @@ also needs every target instruction family to have executed (unknown counts as n
 Only PASSED is correct: COMPILED turns (never run) count in the denominators and in n_compile_only.
 Every figure is an Estimate with a 95% interval (stats.py): shares of trajectories Wilson's, the rest a bootstrap
 over trajectories.
+A group of several workloads (a model's row) scored with `balance="workload"` weighs each workload alike in the
+figures over trajectories (a mean over workloads of each one's share or mean, as KernelBench's fast_p is a share
+of tasks): pooled, a workload whose trajectories failed infra and were left out, or that ran more trajectories,
+tilted the model's figure towards the others. Figures over turns and the repair statistics stay pooled.
 """
 from __future__ import annotations
+
+from collections import Counter
 
 from pydantic import BaseModel, Field
 
@@ -65,28 +71,55 @@ class CellScore(BaseModel):
     repair: RepairStats = RepairStats()
 
 
-def _by_turn(trajs: list[TrajectoryScore]) -> dict[str, list[float | None]]:
+def balance_weights(trajs: list[TrajectoryScore], by: str | None) -> tuple[list[float] | None, list[int] | None]:
+    """Per trajectory, 1 / (the trajectories of its `by` group) and the group's index (the bootstrap's stratum): each
+    group weighs alike. (None, None) without `by`: every trajectory weighs alike."""
+    if by is None:
+        return None, None
+    keys = [getattr(t, by) for t in trajs]
+    counts = Counter(keys)
+    index = {k: i for i, k in enumerate(sorted(counts))}
+    return [1.0 / counts[k] for k in keys], [index[k] for k in keys]
+
+
+def _weighted_mean(values: list[float], weights: list[float]) -> float | None:
+    total = sum(weights)
+    return sum(v * w for v, w in zip(values, weights)) / total if total else None
+
+
+def _by_turn(trajs: list[TrajectoryScore], weights: list[float] | None = None) -> dict[str, list[float | None]]:
     # one pass over each trajectory's turns per k, not a scan of its turns for every k (turn numbers are a record's
     # text: bounded by MAX_TURNS when read, but a run of many trajectories still made this quadratic)
     by_number = [{t.turn: t for t in tr.scored_turns} for tr in trajs]
+    weights = weights or [1.0] * len(trajs)
     last = max((k for turns in by_number for k in turns), default=0)
     out: dict[str, list[float | None]] = {"correct": [], "target_correct": [], "best_so_far": [], "reached": []}
     best = [0.0] * len(trajs)
     for k in range(1, last + 1):
-        at_k = [turns[k] for turns in by_number if k in turns]
+        at_k = [(turns[k], w) for turns, w in zip(by_number, weights) if k in turns]
         out["reached"].append(float(len(at_k)))
-        out["correct"].append(sum(t.correct for t in at_k) / len(at_k) if at_k else None)
-        out["target_correct"].append(sum(bool(t.correct and t.target_executed) for t in at_k) / len(at_k) if at_k else None)
+        w_k = [w for _, w in at_k]
+        out["correct"].append(_weighted_mean([float(t.correct) for t, _ in at_k], w_k))
+        out["target_correct"].append(_weighted_mean([float(bool(t.correct and t.target_executed)) for t, _ in at_k], w_k))
         for i, turns in enumerate(by_number):
             t = turns.get(k)
             if t is not None and t.correct and t.speedup is not None:
                 best[i] = max(best[i], t.speedup)
-        out["best_so_far"].append(sum(best) / len(best) if best else None)
+        out["best_so_far"].append(_weighted_mean(best, weights))
     return out
 
 
-def score_cell(trajectories: list[TrajectoryScore], **key) -> CellScore:
+def score_cell(trajectories: list[TrajectoryScore], balance: str | None = None, **key) -> CellScore:
+    """The cell's figures; `balance` ("workload"): the figures over trajectories weigh each workload alike."""
     kept = [t for t in trajectories if not t.infra_failed]
+
+    def over(trajs: list[TrajectoryScore]) -> dict:
+        # the weights of a subset are its own: a mean over the trajectories that got one weighs those of each workload
+        weights, strata = balance_weights(trajs, balance)
+        return {} if weights is None else {"weights": weights, "strata": strata}
+
+    def share(outcomes: list[float]) -> Estimate:
+        return share_estimate(outcomes, balance_weights(kept, balance)[0])
     cell = CellScore(**key)
     cell.n_trajectories = len(kept)
     cell.n_infra_failed = len(trajectories) - len(kept)
@@ -101,19 +134,23 @@ def score_cell(trajectories: list[TrajectoryScore], **key) -> CellScore:
                                               [len(tr.scored_turns) for tr in trajectories], share=True)
         cell.target_fast_p_turns[k] = ratio_estimate([sum(is_fast(t, p, True) for t in tr.scored_turns) for tr in trajectories],
                                                      [len(tr.scored_turns) for tr in trajectories], share=True)
-        cell.fast_p_trajectories[k] = share_estimate([float(any(is_fast(t, p) for t in tr.scored_turns)) for tr in kept])
-        cell.target_fast_p_trajectories[k] = share_estimate([float(any(is_fast(t, p, True) for t in tr.scored_turns)) for tr in kept])
-    cell.best_speedup = mean_estimate([tr.best_speedup or 0.0 for tr in kept])
+        cell.fast_p_trajectories[k] = share([float(any(is_fast(t, p) for t in tr.scored_turns)) for tr in kept])
+        cell.target_fast_p_trajectories[k] = share([float(any(is_fast(t, p, True) for t in tr.scored_turns)) for tr in kept])
+    cell.best_speedup = mean_estimate([tr.best_speedup or 0.0 for tr in kept], **over(kept))
     cell.best_speedup_max = max((tr.best_speedup for tr in kept if tr.best_speedup is not None), default=None)
-    cell.best_target_speedup = mean_estimate([tr.best_target_speedup or 0.0 for tr in kept])
-    cell.geomean_speedup = geomean_estimate([tr.best_speedup for tr in kept])
+    cell.best_target_speedup = mean_estimate([tr.best_target_speedup or 0.0 for tr in kept], **over(kept))
+    # balanced, over the trajectories that have a speedup: a workload's weight must not hang on how many of its own failed
+    have = [tr for tr in kept if tr.best_speedup is not None and tr.best_speedup > 0] if balance else kept
+    cell.geomean_speedup = geomean_estimate([tr.best_speedup for tr in have], **over(have))
     for k in WITHIN_TURNS:
-        cell.success_within[str(k)] = share_estimate(
+        cell.success_within[str(k)] = share(
             [float(tr.first_correct_turn is not None and tr.first_correct_turn <= k) for tr in kept])
-        cell.target_success_within[str(k)] = share_estimate(
+        cell.target_success_within[str(k)] = share(
             [float(tr.first_target_correct_turn is not None and tr.first_target_correct_turn <= k) for tr in kept])
-    cell.turns_to_first_correct = mean_estimate([float(tr.first_correct_turn) for tr in kept if tr.first_correct_turn])
-    cell.mean_best_sol_pct = mean_estimate([tr.best_sol_pct for tr in kept if tr.best_sol_pct is not None])
-    cell.by_turn = _by_turn(kept)
+    got_one = [tr for tr in kept if tr.first_correct_turn]
+    cell.turns_to_first_correct = mean_estimate([float(tr.first_correct_turn) for tr in got_one], **over(got_one))
+    with_sol = [tr for tr in kept if tr.best_sol_pct is not None]
+    cell.mean_best_sol_pct = mean_estimate([tr.best_sol_pct for tr in with_sol], **over(with_sol))
+    cell.by_turn = _by_turn(kept, balance_weights(kept, balance)[0])
     cell.repair = repair_stats(trajectories)
     return cell

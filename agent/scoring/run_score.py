@@ -20,7 +20,8 @@ from .turns import TrajectoryScore, score_trajectory
 # 3: cells keyed by the L2 flush too (trajectories timed from a written and a read flush no longer pool)
 # 4: shares of trajectories take Wilson intervals (never of zero width at 0/n or n/n); no interval from one trajectory;
 #    Estimate.ci_method
-SCORE_VERSION = 4
+# 5: a model's row weighs each workload alike in its figures over trajectories (pooled, infra exclusions tilted it)
+SCORE_VERSION = 5
 
 
 class RunScore(BaseModel):
@@ -35,7 +36,8 @@ class RunScore(BaseModel):
     cells: list[CellScore] = Field(default_factory=list, description="one per (model, workload, prompt, gpu, L2 flush): "
                                    "runs timed from the two flushes do not pool (docs/timing-integrity.md)")
     model_workload: list[CellScore] = Field(default_factory=list, description="one per (model, workload), prompts and GPUs pooled")
-    models: list[CellScore] = Field(default_factory=list, description="one per model, all workloads pooled")
+    models: list[CellScore] = Field(default_factory=list, description="one per model over all its workloads: figures over "
+                                    "trajectories weigh each workload alike, figures over turns and repair statistics pool")
     trajectories: list[TrajectoryScore] = Field(default_factory=list)
 
     @property
@@ -54,13 +56,13 @@ class RunScore(BaseModel):
         return found.repair if found else RepairStats()
 
 
-def _group(trajs: list[TrajectoryScore], fields: tuple[str, ...]) -> list[CellScore]:
+def _group(trajs: list[TrajectoryScore], fields: tuple[str, ...], balance: str | None = None) -> list[CellScore]:
     groups: dict[tuple, list[TrajectoryScore]] = defaultdict(list)
     # members in (run, id, start) order: the bootstrap draws by position, so runs named in another order gave other
     # intervals (the start tells apart two runs of one folder name)
     for t in sorted(trajs, key=lambda t: (t.run, t.id, t.started)):
         groups[tuple(getattr(t, f) for f in fields)].append(t)
-    return [score_cell(members, **dict(zip(fields, key))) for key, members in sorted(groups.items())]
+    return [score_cell(members, balance=balance, **dict(zip(fields, key))) for key, members in sorted(groups.items())]
 
 
 def score_trajectories(trajs: list[TrajectoryScore]) -> RunScore:
@@ -69,7 +71,7 @@ def score_trajectories(trajs: list[TrajectoryScore]) -> RunScore:
     score.n_infra_turns = sum(len(t.turns) - len(t.scored_turns) for t in trajs)
     score.cells = _group(trajs, ("model", "workload", "prompt", "gpu", "l2_flush"))
     score.model_workload = _group(trajs, ("model", "workload"))
-    score.models = _group(trajs, ("model",))
+    score.models = _group(trajs, ("model",), balance="workload")
     score.n_target_unknown = sum(c.n_target_unknown for c in score.models)
     score.n_compile_only = sum(c.n_compile_only for c in score.models)
     return score

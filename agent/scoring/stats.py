@@ -12,6 +12,10 @@ or one trajectory) the percentile interval has no width, and ten of ten read as 
   where that interval has no width, takes the Wilson interval over the trajectories it rests on (the
   trajectories, not the turns: turns of one trajectory are not independent, so this errs wide).
 Any other estimate from fewer than two trajectories has no interval (ci_low, ci_high None).
+
+A model's figures over several workloads weigh each workload alike (KernelBench's fast_p is a share of tasks): each
+trajectory carries the weight 1 / (its workload's trajectories), the bootstrap resamples within each workload
+(`strata`), and a weighted share's Wilson interval is taken at Kish's effective count (sum w)^2 / sum w^2.
 """
 from __future__ import annotations
 
@@ -56,13 +60,23 @@ def wilson_interval(share: float, n: float) -> tuple[float, float]:
     return (0.0 if share <= 0 else low), (1.0 if share >= 1 else high)
 
 
+def _resample_indices(rng, n: int, samples: int, strata: Sequence[int] | None) -> np.ndarray:
+    """samples x n positions drawn with replacement: over all n, or within each stratum (each keeps its size)."""
+    if strata is None:
+        return rng.integers(0, n, size=(samples, n))
+    groups = [np.flatnonzero(np.asarray(strata) == s) for s in sorted(set(strata))]
+    return np.concatenate([g[rng.integers(0, len(g), size=(samples, len(g)))] for g in groups], axis=1)
+
+
 def ratio_estimate(num: Sequence[float], den: Sequence[float], transform=None,
-                   samples: int = BOOTSTRAP_SAMPLES, seed: int = SEED, share: bool = False) -> Estimate:
+                   samples: int = BOOTSTRAP_SAMPLES, seed: int = SEED, share: bool = False,
+                   strata: Sequence[int] | None = None) -> Estimate:
     """sum(num) / sum(den) over trajectories, with a percentile bootstrap 95% interval.
 
     `transform` maps the ratio afterwards (math.exp for a geometric mean). `share`: the ratio is a share (0 <= num
     <= den per trajectory); where the bootstrap interval has no width, the Wilson interval over the trajectories
-    with a non-zero denominator stands in. Otherwise no interval from fewer than two such trajectories."""
+    with a non-zero denominator stands in. Otherwise no interval from fewer than
+    two such trajectories. `strata`: one label per trajectory; resampling stays within each."""
     num_a = np.asarray(num, dtype=float)
     den_a = np.asarray(den, dtype=float)
     n = len(num_a)
@@ -70,42 +84,57 @@ def ratio_estimate(num: Sequence[float], den: Sequence[float], transform=None,
     if n == 0 or total == 0:
         return Estimate(n=n, denom=total)
     value = float(num_a.sum() / total)
-    units = int((den_a != 0).sum())  # the trajectories the ratio rests on
+    resting = int((den_a != 0).sum())  # the trajectories the ratio rests on
     low = high = None
     method = ""
-    if units >= 2:
+    if resting >= 2:
         rng = np.random.default_rng(seed)
-        idx = rng.integers(0, n, size=(samples, n))
+        idx = _resample_indices(rng, n, samples, strata)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratios = num_a[idx].sum(axis=1) / den_a[idx].sum(axis=1)
         ratios = ratios[np.isfinite(ratios)]
         if len(ratios):
             low, high, method = float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5)), "bootstrap"
     if share and (low is None or low == high):
-        (low, high), method = wilson_interval(value, units), "wilson"
+        (low, high), method = wilson_interval(value, resting), "wilson"
     if transform is not None:
         value = transform(value)
         low, high = (transform(low), transform(high)) if low is not None else (None, None)
     return Estimate(value=value, ci_low=low, ci_high=high, ci_method=method, n=n, denom=total)
 
 
-def share_estimate(outcomes: Sequence[float]) -> Estimate:
+def effective_count(weights: Sequence[float]) -> float:
+    """Kish's effective sample size of weighted units: n when the weights are equal, less when they differ."""
+    total, squares = float(sum(weights)), float(sum(w * w for w in weights))
+    return total * total / squares if squares else 0.0
+
+
+def share_estimate(outcomes: Sequence[float], weights: Sequence[float] | None = None) -> Estimate:
     """The share of trajectories with an outcome (each 0 or 1), with the Wilson score 95% interval: trajectories
-    are independent units, and unlike a percentile bootstrap it has width when all or none have it."""
+    are independent units, and unlike a percentile bootstrap it has width when all or none have it. With `weights`
+    (one per trajectory), the weighted share, its interval at the effective count (`effective_count`)."""
     n = len(outcomes)
     if n == 0:
         return Estimate()
-    value = float(sum(outcomes)) / n
-    low, high = wilson_interval(value, n)
+    w = [1.0] * n if weights is None else [float(x) for x in weights]
+    value = sum(o * x for o, x in zip(outcomes, w)) / sum(w)
+    low, high = wilson_interval(value, effective_count(w))
     return Estimate(value=value, ci_low=low, ci_high=high, ci_method="wilson", n=n, denom=float(n))
 
 
-def mean_estimate(values: Sequence[float], **kw) -> Estimate:
-    return ratio_estimate(values, [1.0] * len(values), **kw)
+def mean_estimate(values: Sequence[float], weights: Sequence[float] | None = None, **kw) -> Estimate:
+    """The (weighted) mean over trajectories, with its bootstrap interval."""
+    if weights is None:
+        return ratio_estimate(values, [1.0] * len(values), **kw)
+    est = ratio_estimate([v * w for v, w in zip(values, weights)], list(weights), **kw)
+    return est.model_copy(update={"denom": float(len(values))})
 
 
-def geomean_estimate(values: Sequence[float | None], **kw) -> Estimate:
-    """Geometric mean of the positive values; None or non-positive entries count as absent."""
-    logs = [math.log(v) if v is not None and v > 0 else 0.0 for v in values]
-    present = [1.0 if v is not None and v > 0 else 0.0 for v in values]
-    return ratio_estimate(logs, present, transform=math.exp, **kw)
+def geomean_estimate(values: Sequence[float | None], weights: Sequence[float] | None = None, **kw) -> Estimate:
+    """Geometric mean of the positive values (weighted, with `weights`); None or non-positive entries count as
+    absent."""
+    w = [1.0] * len(values) if weights is None else weights
+    logs = [x * math.log(v) if v is not None and v > 0 else 0.0 for v, x in zip(values, w)]
+    present = [x if v is not None and v > 0 else 0.0 for v, x in zip(values, w)]
+    est = ratio_estimate(logs, present, transform=math.exp, **kw)
+    return est if weights is None else est.model_copy(update={"denom": float(sum(p > 0 for p in present))})

@@ -150,7 +150,37 @@ def test_grouping_by_prompt_and_pooling(score):
     assert score.cell("m/b", "attn").best_speedup.value == 0.0
     assert score.cell("m/b", "attn").fast_p_trajectories["0"].value == 0.0
     model_b = next(c for c in score.models if c.model == "m/b")
-    assert model_b.n_trajectories == 3 and model_b.success_within["1"].value == approx(2 / 3)
+    # a model's row weighs its workloads alike: gemm 2 of 2 within one turn, attn 0 of 1 -> (1 + 0) / 2, not 2 / 3
+    assert model_b.n_trajectories == 3 and model_b.success_within["1"].value == approx(0.5)
+
+
+def test_a_models_row_weighs_each_workload_alike(tmp_path):
+    """Model-level figures over trajectories are a mean over workloads (KernelBench's fast_p is a share of tasks):
+    pooled, a workload whose trajectories mostly failed infra (left out) counted for less, and 4 fast of 4 on "easy"
+    with 0 of 1 scored on "hard" read 0.8 where the workloads read 1.0 and 0.0."""
+    for i in range(4):
+        TrajectoryBuilder(tmp_path, f"e{i}", "m", "easy").turn(1, "PASSED", 1.5, True).stop()
+    TrajectoryBuilder(tmp_path, "h0", "m", "hard").turn(1, "PASSED", 0.5, True).stop()
+    for i in range(1, 4):
+        TrajectoryBuilder(tmp_path, f"h{i}", "m", "hard").infra(1)
+    score = score_runs([tmp_path])
+    assert score.cell("m", "easy").fast_p_trajectories["1"].value == 1.0
+    assert score.cell("m", "hard").fast_p_trajectories["1"].value == 0.0
+    [model] = score.models
+    assert model.n_trajectories == 5 and model.n_infra_failed == 3
+    fast_1 = model.fast_p_trajectories["1"]
+    assert fast_1.value == approx(0.5)
+    # Wilson at Kish's effective count: weights 1/4 x 4 and 1 -> (2)^2 / (4/16 + 1) = 3.2 trajectories, not 5
+    from ptxbench.agent.scoring import wilson_interval
+
+    assert (fast_1.ci_low, fast_1.ci_high) == (approx(wilson_interval(0.5, 3.2)[0]), approx(wilson_interval(0.5, 3.2)[1]))
+    assert model.best_speedup.value == approx((1.5 + 0.5) / 2)
+    assert model.geomean_speedup.value == approx(math.sqrt(1.5 * 0.5))
+    assert model.success_within["1"].value == approx(1.0) and model.by_turn["best_so_far"] == [approx(1.0)]
+    # the bootstrap draws within each workload: "hard" has one scored trajectory, so every draw keeps its 0.5
+    assert model.best_speedup.ci_low == approx((1.5 + 0.5) / 2) == model.best_speedup.ci_high
+    # over turns the figures stay pooled (every scored turn one kernel): 4 fast of 5 scored turns
+    assert model.fast_p_turns["1"].value == approx(4 / 5)
 
 
 def test_confidence_intervals(score, cell_a):
