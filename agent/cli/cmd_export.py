@@ -28,7 +28,8 @@ def export(
     recipe: str = typer.Option(..., help="kernelgen | fixit"),
     out: str = typer.Option(..., help="output folder: new, or one an earlier export wrote (its split files are "
                                       "replaced); a folder holding other data files is refused"),
-    format: str = typer.Option("parquet", help="parquet | jsonl"),
+    format: str = typer.Option("parquet", help="parquet | jsonl | openai (OpenAI's chat fine-tuning files: messages "
+                                               "only, the wrong kernel of a Fixit row at weight 0)"),
     min_speedup: Optional[float] = typer.Option(None, help="completion kernels at least this fast vs. the library"),
     first_k: Optional[int] = typer.Option(None, help="only turns 1..k"),
     max_per_group: Optional[int] = typer.Option(None, help="balance: at most n rows per (workload, failure class)"),
@@ -50,13 +51,13 @@ def export(
     from ..export import ExportConfig, build_rows, collect_samples
     from ..export.recipes import REJECTED
     from ..export.tokens import TokenizerUnavailable, counter
-    from ..export.writer import foreign_files, write_dataset
+    from ..export.writer import FORMATS, foreign_files, write_dataset
     from ..records.rundir import distinct_runs
 
     for run in runs:
         inputs.run_folder(run)
     runs = distinct_runs(runs)  # a run named twice is exported once
-    inputs.one_of(recipe, ("kernelgen", "fixit"), "--recipe"), inputs.one_of(format, ("parquet", "jsonl"), "--format")
+    inputs.one_of(recipe, ("kernelgen", "fixit"), "--recipe"), inputs.one_of(format, FORMATS, "--format")
     for value, flag in ((first_k, "--first-k"), (max_per_group, "--max-per-group"), (max_tokens, "--max-tokens")):
         inputs.positive(value, flag)
     if min_speedup is not None and min_speedup < 0:

@@ -1,4 +1,5 @@
-"""Write rows as JSONL or Parquet splits (loadable with datasets.load_dataset) plus a manifest of what was kept."""
+"""Write rows as JSONL or Parquet splits (loadable with datasets.load_dataset), or as OpenAI chat fine-tuning files,
+plus a manifest of what was kept."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,9 @@ from ...tools.redact import mask_strings
 from .schema import ExportConfig, Row, dataset_features
 
 
-SPLIT_FILES = ("train.jsonl", "test.jsonl", "train.parquet", "test.parquet")
+FORMATS = ("parquet", "jsonl", "openai")
+SPLIT_SUFFIX = {"parquet": "parquet", "jsonl": "jsonl", "openai": "openai.jsonl"}
+SPLIT_FILES = tuple(f"{split}.{suffix}" for suffix in SPLIT_SUFFIX.values() for split in ("train", "test"))
 MANIFEST_NAME = "export_manifest.json"
 # What `datasets.load_dataset(..., data_dir=out)` may read as rows (its packaged formats, text and media aside).
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow", ".csv", ".tsv")
@@ -41,6 +44,16 @@ def _remove_old_splits(out: Path) -> None:
         (out / name).unlink(missing_ok=True)
 
 
+def openai_example(row: dict) -> dict:
+    """One line of OpenAI's chat fine-tuning file: the row's messages alone, each assistant message with its `weight`
+    (0 for a prompt's wrong kernel, 1 for the completion): OpenAI trains on every assistant message that has no weight
+    of 0, so without it a Fixit row taught the wrong kernel too."""
+    n_prompt = len(row["prompt"])
+    return {"messages": [{"role": m["role"], "content": m["content"]}
+                         | ({"weight": int(i >= n_prompt)} if m["role"] == "assistant" else {})
+                         for i, m in enumerate(row["messages"])]}
+
+
 def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats: dict, runs: list[str]) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     _remove_old_splits(out)
@@ -49,11 +62,11 @@ def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats
         part = [mask_strings(r.model_dump(mode="json")) for r in rows if r.split == split]  # keys never leave
         if not part:
             continue
-        path = out / f"{split}.{ 'jsonl' if fmt == 'jsonl' else 'parquet'}"
-        if fmt == "jsonl":
+        path = out / f"{split}.{SPLIT_SUFFIX[fmt]}"
+        if fmt in ("jsonl", "openai"):
             with open(path, "w", encoding="utf-8") as f:
                 for r in part:
-                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
+                    f.write(json.dumps(openai_example(r) if fmt == "openai" else r, ensure_ascii=False) + "\n")
         else:
             import datasets
 

@@ -397,3 +397,38 @@ def test_a_start_from_kernel_is_never_a_rows_kernel(tmp_path, start_status):
         assert (row.provenance.source_turn, row.provenance.turn, row.failure_class) == (0, 1, "COMPILE_ERROR")
         assert [m.role for m in row.prompt] == ["system", "user"] and row.prompt[1].content == task
         assert "variant_fixed" in row.completion[0].content and row.loss_mask == [0, 0, 1]
+
+
+def test_openai_format_weighs_only_the_completion(tmp_path):
+    """`--format openai`: OpenAI's chat fine-tuning trains on every assistant message not weighted 0, so a Fixit row's
+    messages handed over as they are taught the wrong kernel as well. Each line is {"messages": [...]} with role and
+    content only, and a weight on assistant messages alone: 0 on the wrong kernel, 1 on the completion."""
+    import datasets
+
+    from export_runs import result, write_trajectory
+    from ptxbench.agent.records.rundir import write_manifest
+
+    run = tmp_path / "run"
+    write_manifest(run, {"gpu": {"name": "NVIDIA H200"}})
+    write_trajectory(run, "a", "gemm_bf16_m8192_n7168_k5120", [("a", result("COMPILE_ERROR"), "err"),
+                                                               ("b", result("PASSED", 1.1, True), "ok")])
+    for recipe, wrong in (("fixit", 1), ("kernelgen", 0)):
+        cfg = ExportConfig(recipe=recipe)
+        rows, stats = build_rows(collect_samples([run]), cfg)
+        out = tmp_path / recipe
+        paths = write_dataset(rows, out, "openai", cfg, stats, [str(run)])
+        assert paths == {"train": out / "train.openai.jsonl"} and len(rows) == 1
+        [line] = paths["train"].read_text(encoding="utf-8").splitlines()
+        example = json.loads(line)
+        assert list(example) == ["messages"]
+        messages = example["messages"]
+        assert [m["role"] for m in messages] == [m.role for m in rows[0].messages]
+        assert [m["content"] for m in messages] == [m.content for m in rows[0].messages]
+        assert [m.get("weight") for m in messages if m["role"] == "assistant"] == [0] * wrong + [1]
+        assert all(set(m) == {"role", "content"} for m in messages if m["role"] != "assistant")
+        assert datasets.load_dataset("json", data_dir=str(out))["train"].num_rows == 1
+    # a later export in another format replaces these split files: the folder stays one dataset
+    cfg = ExportConfig(recipe="fixit")
+    rows, stats = build_rows(collect_samples([run]), cfg)
+    write_dataset(rows, tmp_path / "fixit", "jsonl", cfg, stats, [str(run)])
+    assert sorted(p.name for p in (tmp_path / "fixit").iterdir()) == ["export_manifest.json", "train.jsonl"]
