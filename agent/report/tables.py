@@ -74,6 +74,15 @@ def _speedup_cell(est: Estimate, best: float | None = None) -> str:
     return text + (f" (max {best:.3f})" if best is not None else "")
 
 
+def mixed_flush_cells(score: RunScore) -> list[tuple[str, str]]:
+    """The (model, workload) cells whose trajectories were timed from more than one L2 flush."""
+    flushes: dict[tuple[str, str], set[str]] = {}
+    for t in score.trajectories:
+        if not t.infra_failed:
+            flushes.setdefault((t.model, t.workload), set()).add(t.l2_flush)
+    return sorted(key for key, seen in flushes.items() if len(seen) > 1)
+
+
 def leaderboard(score: RunScore, target: bool = False) -> Table:
     workloads = score.workload_names
     title = "Leaderboard: best speedup over the library" + (", target instructions executed" if target else "")
@@ -82,6 +91,10 @@ def leaderboard(score: RunScore, target: bool = False) -> Table:
     if score.n_compile_only:
         note += (f" {score.n_compile_only} turns were only compiled (COMPILED, --no-gpu): never run on a GPU, so "
                  "correctness and speed are unknown and they count 0 here; evaluate on a GPU for speedups.")
+    if mixed := mixed_flush_cells(score):
+        names = ", ".join(f"{m} x {w}" for m, w in mixed[:3]) + (f" and {len(mixed) - 3} more" if len(mixed) > 3 else "")
+        note += (f" {names} pool trajectories timed from a read and from a written L2 flush, whose speedups do not "
+                 "compare (docs/timing-integrity.md): the cells by prompt and GPU keep them apart.")
     table = Table(title, ["model", *map(Recorded, workloads)], note=note)
     for model in score.model_names:
         row = [Recorded(model)]

@@ -277,3 +277,18 @@ def test_the_diff_bound_counts_lines_as_the_diff_splits_them():
     html, took = cpu_timed(_diff, previous, current, "kernels/turn_02.cu")
     assert took < 3, took
     assert "shown whole" in html and html.count("class='add'") == n
+
+
+def test_the_leaderboard_says_when_a_cell_pools_both_l2_flushes(tmp_path):
+    """A (model, workload) cell pools prompts and GPUs, and so trajectories timed from a read and from a written L2
+    flush, whose speedups do not compare (docs/timing-integrity.md): the leaderboard's note names such cells."""
+    from ptxbench.agent.report.tables import leaderboard
+    from trajectory_builder import TrajectoryBuilder
+
+    for i, flush in enumerate(("read", "write", "read")):
+        TrajectoryBuilder(tmp_path, f"g{i}", "m", "gemm", config={"l2_flush": flush}).turn(1, "PASSED", 1.1, True).stop()
+    TrajectoryBuilder(tmp_path, "a0", "m", "attn", config={"l2_flush": "read"}).turn(1, "PASSED", 1.0, True).stop()
+    note = leaderboard(score_runs([tmp_path])).note
+    assert "m x gemm pool trajectories timed from a read and from a written L2 flush" in note
+    assert "attn" not in note
+    assert "L2 flush" not in leaderboard(score_runs([build_sample_run(tmp_path / "sample")])).note
