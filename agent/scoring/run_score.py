@@ -21,7 +21,8 @@ from .turns import TrajectoryScore, score_trajectory
 # 4: shares of trajectories take Wilson intervals (never of zero width at 0/n or n/n); no interval from one trajectory;
 #    Estimate.ci_method
 # 5: a model's row weighs each workload alike in its figures over trajectories (pooled, infra exclusions tilted it)
-SCORE_VERSION = 5
+# 6: a model's row resamples its workloads of one trajectory together (each alone drew itself: no interval width)
+SCORE_VERSION = 6
 
 
 class RunScore(BaseModel):

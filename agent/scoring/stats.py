@@ -15,7 +15,8 @@ Any other estimate from fewer than two trajectories has no interval (ci_low, ci_
 
 A model's figures over several workloads weigh each workload alike (KernelBench's fast_p is a share of tasks): each
 trajectory carries the weight 1 / (its workload's trajectories), the bootstrap resamples within each workload
-(`strata`), and a weighted share's Wilson interval is taken at Kish's effective count (sum w)^2 / sum w^2.
+(`strata`; the workloads of one trajectory together, as one stratum), and a weighted share's Wilson interval is
+taken at Kish's effective count (sum w)^2 / sum w^2.
 """
 from __future__ import annotations
 
@@ -61,10 +62,14 @@ def wilson_interval(share: float, n: float) -> tuple[float, float]:
 
 
 def _resample_indices(rng, n: int, samples: int, strata: Sequence[int] | None) -> np.ndarray:
-    """samples x n positions drawn with replacement: over all n, or within each stratum (each keeps its size)."""
+    """samples x n positions drawn with replacement: over all n, or within each stratum (each keeps its size). The
+    strata of one trajectory are drawn together, as one stratum (collapsed strata): alone, each would draw itself in
+    every resample, and a model that ran one trajectory per workload had an interval of no width."""
     if strata is None:
         return rng.integers(0, n, size=(samples, n))
     groups = [np.flatnonzero(np.asarray(strata) == s) for s in sorted(set(strata))]
+    if len(singles := [g for g in groups if len(g) == 1]) > 1:
+        groups = [g for g in groups if len(g) > 1] + [np.concatenate(singles)]
     return np.concatenate([g[rng.integers(0, len(g), size=(samples, len(g)))] for g in groups], axis=1)
 
 

@@ -485,3 +485,20 @@ def test_two_runs_that_share_a_folder_name_are_two_runs(tmp_path):
     shutil.copytree(runs[0], copy)
     with pytest.raises(DuplicateTrajectory, match="started at the same moment"):
         score_runs([runs[0], copy])
+
+
+def test_a_model_with_one_trajectory_per_workload_keeps_its_interval(tmp_path):
+    """A model's row resamples within each workload; a workload of one trajectory always draws that trajectory, so a
+    bench of one trajectory per workload read its best speedup as 1.120 [1.120, 1.120], as if certain (pooled, before
+    the workloads were weighed alike, the same trajectories gave [0.30, 2.10]). One-trajectory workloads are drawn
+    together, as one stratum."""
+    for wl, sp in zip(("a", "b", "c", "d", "e"), (0.2, 1.5, None, 3.0, 0.9)):
+        t = TrajectoryBuilder(tmp_path, f"{wl}-0", "m", wl)
+        (t.turn(1, "PASSED", sp, True) if sp else t.turn(1, "COMPILE_ERROR")).stop()
+    [model] = score_runs([tmp_path]).models
+    for est in (model.best_speedup, model.geomean_speedup):
+        assert est.ci_method == "bootstrap" and est.ci_low < est.value < est.ci_high
+    assert model.best_speedup.value == approx((0.2 + 1.5 + 3.0 + 0.9) / 5)
+    # a stratum of several trajectories still resamples on its own: with one of them the figures stay as they were
+    strata = ratio_estimate([1.0, 3.0, 5.0, 7.0, 2.0], [1.0] * 5, strata=[0, 0, 1, 2, 3])
+    assert strata.ci_low < strata.value < strata.ci_high
