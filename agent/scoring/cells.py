@@ -87,18 +87,20 @@ def _weighted_mean(values: list[float], weights: list[float]) -> float | None:
     return sum(v * w for v, w in zip(values, weights)) / total if total else None
 
 
-def _by_turn(trajs: list[TrajectoryScore], weights: list[float] | None = None) -> dict[str, list[float | None]]:
+def _by_turn(trajs: list[TrajectoryScore], balance: str | None = None) -> dict[str, list[float | None]]:
     # one pass over each trajectory's turns per k, not a scan of its turns for every k (turn numbers are a record's
     # text: bounded by MAX_TURNS when read, but a run of many trajectories still made this quadratic)
     by_number = [{t.turn: t for t in tr.scored_turns} for tr in trajs]
-    weights = weights or [1.0] * len(trajs)
+    weights = balance_weights(trajs, balance)[0] or [1.0] * len(trajs)
     last = max((k for turns in by_number for k in turns), default=0)
     out: dict[str, list[float | None]] = {"correct": [], "target_correct": [], "best_so_far": [], "reached": []}
     best = [0.0] * len(trajs)
     for k in range(1, last + 1):
-        at_k = [(turns[k], w) for turns, w in zip(by_number, weights) if k in turns]
+        at_k = [(turns[k], tr) for turns, tr in zip(by_number, trajs) if k in turns]
         out["reached"].append(float(len(at_k)))
-        w_k = [w for _, w in at_k]
+        # the trajectories at turn k weigh each of their workloads alike (not by the workload's trajectories overall:
+        # those that stopped at their target before turn k would shrink its weight)
+        w_k = balance_weights([tr for _, tr in at_k], balance)[0] or [1.0] * len(at_k)
         out["correct"].append(_weighted_mean([float(t.correct) for t, _ in at_k], w_k))
         out["target_correct"].append(_weighted_mean([float(bool(t.correct and t.target_executed)) for t, _ in at_k], w_k))
         for i, turns in enumerate(by_number):
@@ -151,6 +153,6 @@ def score_cell(trajectories: list[TrajectoryScore], balance: str | None = None, 
     cell.turns_to_first_correct = mean_estimate([float(tr.first_correct_turn) for tr in got_one], **over(got_one))
     with_sol = [tr for tr in kept if tr.best_sol_pct is not None]
     cell.mean_best_sol_pct = mean_estimate([tr.best_sol_pct for tr in with_sol], **over(with_sol))
-    cell.by_turn = _by_turn(kept, balance_weights(kept, balance)[0])
+    cell.by_turn = _by_turn(kept, balance)
     cell.repair = repair_stats(trajectories)
     return cell

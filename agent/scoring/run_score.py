@@ -22,6 +22,7 @@ from .turns import TrajectoryScore, score_trajectory
 #    Estimate.ci_method
 # 5: a model's row weighs each workload alike in its figures over trajectories (pooled, infra exclusions tilted it)
 # 6: a model's row resamples its workloads of one trajectory together (each alone drew itself: no interval width)
+#    and its by-turn curves weigh alike the workloads that reached each turn
 SCORE_VERSION = 6
 
 

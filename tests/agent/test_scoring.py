@@ -502,3 +502,19 @@ def test_a_model_with_one_trajectory_per_workload_keeps_its_interval(tmp_path):
     # a stratum of several trajectories still resamples on its own: with one of them the figures stay as they were
     strata = ratio_estimate([1.0, 3.0, 5.0, 7.0, 2.0], [1.0] * 5, strata=[0, 0, 1, 2, 3])
     assert strata.ci_low < strata.value < strata.ci_high
+
+
+def test_a_models_by_turn_curve_weighs_the_workloads_that_reached_the_turn_alike(tmp_path):
+    """The model's correct-by-turn curve weighed each trajectory by 1 / (its workload's trajectories over all turns):
+    at turn 2, reached by one of four "easy" trajectories (the others stopped at their target) and by the one "hard"
+    trajectory, it read 0.2 (1/4 against 1), where each workload alike, as the figures over trajectories, is 0.5."""
+    for i in range(3):
+        TrajectoryBuilder(tmp_path, f"e{i}", "m", "easy").turn(1, "PASSED", 1.5, True).stop()
+    TrajectoryBuilder(tmp_path, "e3", "m", "easy").turn(1, "COMPILE_ERROR").turn(2, "PASSED", 1.5, True).stop()
+    TrajectoryBuilder(tmp_path, "h0", "m", "hard").turn(1, "COMPILE_ERROR").turn(2, "COMPILE_ERROR").stop()
+    [model] = score_runs([tmp_path]).models
+    assert model.by_turn["reached"] == [5.0, 2.0]
+    assert model.by_turn["correct"] == [approx((3 / 4 + 0) / 2), approx((1 + 0) / 2)]
+    assert model.by_turn["target_correct"] == model.by_turn["correct"]
+    # the best speedup so far is over every trajectory at every turn: their own workload's weights
+    assert model.by_turn["best_so_far"] == [approx((3 * 1.5 / 4 + 0) / 2), approx((1.5 + 0) / 2)]
