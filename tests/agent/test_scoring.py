@@ -470,14 +470,14 @@ def test_two_runs_that_share_a_folder_name_are_two_runs(tmp_path):
     import time
 
     runs = [tmp_path / machine / "h200-bench" for machine in ("a", "b")]
-    for run, speedups in zip(runs, ((1.5, 0.5), (0.9, None))):
+    for run, speedups in zip(runs, ((1.5, 0.5, 2.7), (0.9, None, 1.3))):
         for i, sp in enumerate(speedups):
             t = TrajectoryBuilder(run, f"gemm__m-a__default__{i:02d}", "m/a", "gemm", index=i)
             (t.turn(1, "PASSED", sp, True) if sp else t.turn(1, "COMPILE_ERROR")).stop()
         time.sleep(0.01)  # started at other moments
     one, other = score_runs(runs), score_runs(runs[::-1])
     cell = one.cell("m/a", "gemm")
-    assert cell.n_trajectories == 4 and cell.best_speedup.value == approx((1.5 + 0.5 + 0.9 + 0.0) / 4)
+    assert cell.n_trajectories == 6 and cell.best_speedup.value == approx((1.5 + 0.5 + 2.7 + 0.9 + 0.0 + 1.3) / 6)
     assert json.dumps(one.model_dump(mode="json")["cells"]) == json.dumps(other.model_dump(mode="json")["cells"])
     from ptxbench.agent.scoring import DuplicateTrajectory
 
