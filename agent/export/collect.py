@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
 from pathlib import Path
 
 from ...workloads.registry import get_workload
@@ -36,7 +37,13 @@ class TrajectorySample:
     system: str
     task: str
     synthetic: str | None = None
+    started: str = ""  # the trajectory_start's time: a run folder's name alone is not unique (run1 of two examples)
     turns: list[Turn] = field(default_factory=list)
+
+
+def _utc(ts: float | None) -> str:
+    """An event's time as ISO 8601 in UTC, to the microsecond ("" without one)."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="microseconds") if ts else ""
 
 
 def _first_prompts(events, start) -> tuple[str, str]:
@@ -98,7 +105,7 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
                 run=run_dir.name, trajectory=rec.id, workload=start.workload, model=start.model, prompt=start.prompt,
                 gpu=start.gpu or evaluated_gpu(rec.events) or gpu, system=system, task=task,
                 held_out=start.held_out or held_out_bug(start.config) or _registry_held_out(start.workload),
-                synthetic=start.config.get("synthetic_bug"),
+                synthetic=start.config.get("synthetic_bug"), started=_utc(start.ts),
             )
             for e in rec.events:
                 if e.type != "eval_result" or not e.submission or not e.kernel_file:

@@ -81,7 +81,7 @@ def _row(sample: TrajectorySample, cfg: ExportConfig, prompt: list[Message], don
         loss_mask=[0] * len(prompt) + [1], n_tokens=count_messages([m.model_dump() for m in messages], cfg.tokenizer),
         tokenizer=cfg.tokenizer,
         provenance=Provenance(
-            run=sample.run, trajectory=sample.trajectory, turn=done.turn, source_turn=wrong.turn if wrong else None,
+            run=sample.run, trajectory=sample.trajectory, trajectory_started=sample.started, turn=done.turn, source_turn=wrong.turn if wrong else None,
             model=sample.model, gpu=sample.gpu, prompt=sample.prompt, kernel_sha256=done.kernel_sha256,
             wrong_kernel_sha256=wrong.kernel_sha256 if wrong else None,
             feedback_sha256=sha256_text(wrong.feedback) if wrong else None, synthetic=sample.synthetic,

@@ -20,6 +20,8 @@ class Message(BaseModel):
 class Provenance(BaseModel):
     run: str
     trajectory: str
+    trajectory_started: str = Field("", description="the trajectory's start time (its trajectory_start): with run and "
+                                    "trajectory it names the source, where two runs share a folder name")
     turn: int = Field(description="turn of the completion's kernel")
     source_turn: int | None = Field(None, description="fixit: turn of the wrong kernel")
     model: str
@@ -62,7 +64,7 @@ def dataset_features():
         "split": string, "failure_class": string, "speedup": datasets.Value("float64"),
         "target_executed": datasets.Value("bool"), "prompt": [message], "completion": [message], "messages": [message],
         "loss_mask": [datasets.Value("int64")], "n_tokens": datasets.Value("int64"), "tokenizer": string,
-        "provenance": {"run": string, "trajectory": string, "turn": datasets.Value("int64"),
+        "provenance": {"run": string, "trajectory": string, "trajectory_started": string, "turn": datasets.Value("int64"),
                        "source_turn": datasets.Value("int64"), "model": string, "gpu": string, "prompt": string,
                        "kernel_sha256": string, "wrong_kernel_sha256": string, "feedback_sha256": string,
                        "synthetic": string},

@@ -432,3 +432,19 @@ def test_openai_format_weighs_only_the_completion(tmp_path):
     rows, stats = build_rows(collect_samples([run]), cfg)
     write_dataset(rows, tmp_path / "fixit", "jsonl", cfg, stats, [str(run)])
     assert sorted(p.name for p in (tmp_path / "fixit").iterdir()) == ["export_manifest.json", "train.jsonl"]
+
+
+def test_rows_of_two_runs_saved_under_one_folder_name_name_their_own_trajectory(tmp_path):
+    """docs/examples/*/run1: a run folder's name is not unique, and the provenance's (run, trajectory, turn) was the
+    same for rows of two runs. The trajectory's start time tells them apart, as scoring tells such runs apart."""
+    from export_runs import result, write_trajectory
+    from ptxbench.agent.records.rundir import write_manifest
+
+    runs = [tmp_path / name / "run1" for name in ("a", "b")]
+    for i, run in enumerate(runs):
+        write_manifest(run, {"gpu": {"name": "NVIDIA H200"}})
+        write_trajectory(run, "t", "gemm_bf16_m8192_n7168_k5120", [(f"k{i}", result("PASSED", 1.1, True), "ok")])
+    rows, _ = build_rows(collect_samples(runs), ExportConfig(recipe="kernelgen"))
+    assert len(rows) == 2 and {r.provenance.run for r in rows} == {"run1"}
+    started = [r.provenance.trajectory_started for r in rows]
+    assert len(set(started)) == 2 and all(s.endswith("+00:00") for s in started)
