@@ -29,9 +29,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from ..records.rundir import DamagedRecord, distinct_runs, load_run, path_inside, validation_line
+from ..records.rundir import DamagedRecord, path_inside, validation_line
 from ..repairs.suite import RepairTask, SuiteMissing, load_suite
 from ..report.tables import md_cell
+from .run_score import unique_records
 from .stats import Estimate, mean_estimate, share_estimate
 from .turns import COMPILED, TrajectoryScore, score_trajectory
 
@@ -148,14 +149,13 @@ def _grouped(rows: list[RepairTrajectory], key) -> dict[str, RepairCell]:
 def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
     """Every repair-track trajectory of the runs (others are ignored); infra-failed ones are left out."""
     rows = []
-    for run in distinct_runs(run_dirs):
-        for record in load_run(run):
-            config = (record.start.config or {}) if record.start else {}
-            if not config.get("repair_task"):
-                continue
-            score = score_trajectory(record, str(run))
-            if not score.infra_failed:
-                rows.append((run.name, record.id, record.start.ts, repair_trajectory(score, config)))
+    for run, record in unique_records(run_dirs):  # a run and its copy: DuplicateTrajectory, as for `score`
+        config = record.start.config or {}
+        if not config.get("repair_task"):
+            continue
+        score = score_trajectory(record, str(run))
+        if not score.infra_failed:
+            rows.append((run.name, record.id, record.start.ts, repair_trajectory(score, config)))
     # in (run, id, start) order: the bootstrap draws by position, so runs named in another order gave other intervals
     rows = [row for *_, row in sorted(rows, key=lambda r: r[:3])]
     out = RepairScore(trajectories=rows, by_model=_grouped(rows, lambda r: r.model))

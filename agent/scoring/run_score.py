@@ -84,11 +84,10 @@ class DuplicateTrajectory(ValueError):
     run and its re-evaluation): scoring both counts it twice."""
 
 
-def load_trajectory_scores(run_dirs: Iterable[Path]) -> list[TrajectoryScore]:
-    """The trajectories of the runs, each run folder read once however often it is named; DuplicateTrajectory when
-    two folders give the same trajectory_start (its id and time: a copy keeps them whatever its folder is called),
-    which would count one trajectory twice. Two runs of one folder name are two runs."""
-    trajs: list[TrajectoryScore] = []
+def unique_records(run_dirs: Iterable[Path]):
+    """(run folder, record) of every started trajectory of the runs, each run folder read once however often it is
+    named; DuplicateTrajectory when two folders give the same trajectory_start (its id and time: a copy keeps them
+    whatever its folder is called), which would count one trajectory twice. Two runs of one folder name are two runs."""
     where: dict[tuple, Path] = {}
     for run_dir in distinct_runs(run_dirs):
         for rec in load_run(run_dir):
@@ -100,8 +99,12 @@ def load_trajectory_scores(run_dirs: Iterable[Path]) -> list[TrajectoryScore]:
                 raise DuplicateTrajectory(f"{where[started]} and {run_dir} both hold trajectory {rec.id}, started at the "
                                           f"same moment (one is a copy or a re-evaluation of the other): score one of them")
             where[started] = run_dir
-            trajs.append(score_trajectory(rec, run=run_dir.name))
-    return trajs
+            yield run_dir, rec
+
+
+def load_trajectory_scores(run_dirs: Iterable[Path]) -> list[TrajectoryScore]:
+    """The trajectories of the runs (unique_records: a copied trajectory raises DuplicateTrajectory)."""
+    return [score_trajectory(rec, run=run_dir.name) for run_dir, rec in unique_records(run_dirs)]
 
 
 def score_runs(run_dirs: Iterable[Path]) -> RunScore:
@@ -112,4 +115,5 @@ def score_runs(run_dirs: Iterable[Path]) -> RunScore:
     return score
 
 
-__all__ = ["ANY", "DuplicateTrajectory", "RunScore", "score_runs", "score_trajectories", "load_trajectory_scores"]
+__all__ = ["ANY", "DuplicateTrajectory", "RunScore", "score_runs", "score_trajectories", "load_trajectory_scores",
+           "unique_records"]

@@ -63,6 +63,23 @@ def test_slow_fix_is_not_a_repair(tmp_path):
     assert ref.fixed_at_1.value == 1.0 and ref.speed_kept.value == 0.0
 
 
+def test_a_copied_repair_run_is_refused_not_counted_twice(tmp_path):
+    """score_repair_runs reads trajectories as score_runs does: a run and its copy (one trajectory_start each) would
+    count every repair twice and narrow the intervals, so DuplicateTrajectory; the same folder named twice is one."""
+    import shutil
+
+    import pytest
+
+    from ptxbench.agent.scoring import DuplicateTrajectory
+
+    cfg = BenchConfig(models=["builtin/reference"], workloads=[WL], trajectories=1, turns=1, track="repair", suite=str(FIXTURE))
+    run_bench(cfg, tmp_path / "run", evaluator=fake_gpu())
+    shutil.copytree(tmp_path / "run", tmp_path / "copy")
+    assert score_repair_runs([tmp_path / "run", tmp_path / "run"]).by_model["builtin/reference"].n == 4  # its 4 tasks
+    with pytest.raises(DuplicateTrajectory):
+        score_repair_runs([tmp_path / "run", tmp_path / "copy"])
+
+
 def test_cli_repair_track_no_gpu(tmp_path):
     run = tmp_path / "bench"
     out = CliRunner().invoke(app, ["bench", "--track", "repair", "--suite", str(FIXTURE), "--models", "builtin/unchanged",
