@@ -14,9 +14,7 @@ class BenchError(RuntimeError):
 
 def make_evaluator(config: BenchConfig):
     if config.backend == "ray":
-        from ...tools.ray_evaluator import RayEvaluator
-
-        return RayEvaluator(address=config.ray_address, workers=config.gpus, fake_gpus=config.no_gpu and not config.ray_address)
+        return _ray_evaluator(config)
     if config.backend != "local":
         raise BenchError(f"unknown backend {config.backend!r}: local or ray")
     from ptxbench.tools.evaluate import LocalEvaluator
@@ -38,3 +36,41 @@ def make_evaluator(config: BenchConfig):
     except NoGpuError as exc:
         raise BenchError(f"no GPU to evaluate on ({exc}); pass --no-gpu to compile only") from exc
     return evaluator
+
+
+def _ray_evaluator(config: BenchConfig):
+    """The Ray actors, or BenchError in one line: Ray missing, a cluster that cannot be reached, too few GPUs in it."""
+    try:
+        import ray
+        from ...tools.ray_evaluator import RayEvaluator
+    except ImportError as exc:
+        raise BenchError(f"--backend ray needs Ray ({exc}): pip install 'ptxbench[bench]'") from None
+    if config.ray_address and not ray.is_initialized():
+        _reachable(config.ray_address)
+    started = not ray.is_initialized()
+    try:
+        return RayEvaluator(address=config.ray_address, workers=config.gpus, fake_gpus=config.no_gpu and not config.ray_address)
+    except Exception as exc:  # noqa: BLE001 - ConnectionError, a Ray client's own errors, too few GPUs
+        if started:  # the Ray instance this call started (or joined) is left
+            try:
+                ray.shutdown()
+            except Exception:  # noqa: BLE001 - leaving is best effort
+                pass
+        where = f"at {config.ray_address}" if config.ray_address else "(a local Ray instance)"
+        text = " ".join(str(exc).split())[:300]
+        raise BenchError(f"--backend ray: no usable Ray cluster {where}: {type(exc).__name__}: {text}") from None
+
+
+def _reachable(address: str, timeout_s: float = 10.0) -> None:
+    """BenchError when a host:port (or ray://host:port) address takes no connection: ray.init would wait minutes for
+    its GCS before it says so. 'auto', 'local' and the like are left to Ray."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise BenchError(f"--backend ray: no usable Ray cluster at {address}: nothing answers there "
+                         f"({type(exc).__name__}: {exc})") from None

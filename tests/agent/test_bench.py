@@ -671,3 +671,23 @@ def test_a_stopping_bench_does_not_wait_out_a_back_off():
         thread.join(10)
         assert not thread.is_alive() and time.monotonic() - stopped < 5
     assert len(server.requests) == 1 and len(raised) == 1 and isinstance(raised[0], BenchInterrupted)
+
+
+def test_a_ray_cluster_that_cannot_be_used_is_one_line_and_exit_2(tmp_path):
+    """--backend ray with a cluster address nobody answers at, or a cluster without the GPUs asked for: the bench
+    says so in one line (exit 2, no traceback), makes no run folder and leaves no Ray instance behind."""
+    ray = pytest.importorskip("ray", reason="the 'bench' extra (ray) is not installed")
+    if ray.is_initialized():
+        pytest.skip("a Ray instance of another test is up")
+    base = ["bench", "--models", "builtin/reference", "--workloads", WL, "--trajectories", "1", "--turns", "1",
+            "--backend", "ray"]
+    for extra, said in ((["--no-gpu", "--ray-address", "127.0.0.1:1"], "at 127.0.0.1:1"),
+                        ([], "0 GPU")):  # a local Ray instance on this machine, which shows no GPU
+        if extra == [] and os.environ.get("CUDA_VISIBLE_DEVICES", "") not in ("", "-1"):
+            continue
+        run = tmp_path / f"run{len(extra)}"
+        result = CliRunner().invoke(app, [*base, *extra, "--run-dir", str(run)])
+        assert result.exit_code == 2, result.output
+        assert "no usable Ray cluster" in result.output and said in result.output, result.output
+        assert "Traceback" not in result.output and not isinstance(result.exception, (RuntimeError, ConnectionError))
+        assert not run.exists() and not ray.is_initialized()
