@@ -2,8 +2,11 @@
 
 The driver keeps the model calls and the trajectories; RayEvaluator.evaluate (the Evaluator protocol
 of tools/evaluator.py) hands a solution to a free actor and blocks its trajectory's thread until the
-result comes back, so each GPU runs one candidate at a time. A lost actor (node gone, worker
-crash outside the candidate) comes back as INFRA_ERROR and is replaced; the bench retries the step.
+result comes back, so each GPU runs one candidate at a time. An actor takes evaluations only once Ray has
+placed and started it: one waiting for a GPU (a node lost, the cluster's GPUs or CPUs held by other jobs) holds
+none back. A lost actor (node gone, worker crash outside the candidate) comes back as INFRA_ERROR and is replaced;
+the bench retries the step. With no actor running, an evaluation waits `placement_wait_s` for one, then comes back
+INFRA_ERROR (at once when every actor failed in its start, e.g. ptxbench missing on the node).
 An exception raised by the evaluation inside a live actor is raised here, as the local evaluator would raise it.
 Every node needs ptxbench installed (`pip install ptxbench[gpu]`), as Ray ships no code here.
 
@@ -16,6 +19,7 @@ import os
 import queue
 import socket
 import threading
+import time
 
 from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.results import EvalResult
@@ -44,11 +48,14 @@ class GpuEvaluatorActor:
         self.evaluator.close()
 
 
+PLACEMENT_WAIT_S = 600.0  # no actor running this long: an evaluation comes back INFRA_ERROR
+
+
 class RayEvaluator:
     """The Evaluator protocol over a set of Ray GPU actors (blocking; safe to call from many threads)."""
 
     def __init__(self, address: str | None = None, workers: int | None = None, fake_gpus: bool = False,
-                 init_kwargs: dict | None = None):
+                 init_kwargs: dict | None = None, placement_wait_s: float = PLACEMENT_WAIT_S):
         import ray
 
         if not ray.is_initialized():
@@ -65,29 +72,82 @@ class RayEvaluator:
         self.workers = workers or gpus
         if self.workers < 1 or gpus < self.workers:
             raise RuntimeError(f"the Ray cluster has {gpus} GPU(s); {self.workers or 1} needed for the evaluator actors")
+        self.placement_wait_s = placement_wait_s
         self._actor_class = ray.remote(num_gpus=1, max_restarts=0)(GpuEvaluatorActor)
-        self._idle: queue.Queue = queue.Queue()
+        self._idle: queue.Queue = queue.Queue()  # actors running and free
         self._lock = threading.Lock()
-        self.actors = [self._actor_class.remote() for _ in range(self.workers)]
-        for actor in self.actors:
-            self._idle.put(actor)
+        self._running: set = set()  # actors placed and started (free or evaluating); the rest of self.actors wait
+        self._closed = False
+        self.start_error = ""  # the last actor start that failed in the actor's own code
+        self.actors: list = []
+        for _ in range(self.workers):
+            self._start()
 
-    def where(self) -> list[dict]:
-        return self._ray.get([a.where.remote() for a in self.actors])
-
-    def _replace(self, actor) -> object:
+    def _start(self) -> None:
+        actor = self._actor_class.remote()
         with self._lock:
-            fresh = self._actor_class.remote()
-            self.actors = [fresh if a is actor else a for a in self.actors]
+            self.actors.append(actor)
+        threading.Thread(target=self._admit, args=(actor,), daemon=True, name="ray-evaluator-start").start()
+
+    def _admit(self, actor) -> None:
+        """The actor joins the free ones once Ray has placed and started it (however long that takes)."""
+        try:
+            self._ray.get(actor.where.remote())
+        except Exception as exc:  # noqa: BLE001 - it died before it ran: its node lost, or its own start failed
+            init_failed = getattr(exc, "actor_init_failed", False)
+            if init_failed:
+                self.start_error = str(exc)[:2000]
+            self._drop(actor, replace=not init_failed)  # a start that fails in its code would fail again
+            return
+        with self._lock:
+            if self._closed or not any(a is actor for a in self.actors):
+                return
+            self._running.add(actor)
+        self._idle.put(actor)
+
+    def _drop(self, actor, replace: bool) -> None:
+        with self._lock:
+            self.actors = [a for a in self.actors if a is not actor]
+            self._running.discard(actor)
+            replace = replace and not self._closed
         try:
             self._ray.kill(actor)
         except Exception:  # noqa: BLE001 - it may be gone already
             pass
-        return fresh
+        if replace:
+            self._start()
+
+    def where(self) -> list[dict]:
+        """Where each actor runs (waits for those not started yet)."""
+        with self._lock:
+            actors = list(self.actors)
+        return self._ray.get([a.where.remote() for a in actors])
+
+    def _take(self):
+        """A free running actor, or None once none has run for placement_wait_s (at once when none is left to start)."""
+        deadline = time.monotonic() + self.placement_wait_s
+        while True:
+            try:
+                return self._idle.get(timeout=0.5)
+            except queue.Empty:
+                with self._lock:
+                    running, waiting = len(self._running), len(self.actors) - len(self._running)
+                if not running and (not waiting or time.monotonic() > deadline):
+                    return None
+                if running:  # the actors are busy: evaluations queue as long as they must
+                    deadline = time.monotonic() + self.placement_wait_s
 
     def evaluate(self, workload_id: str, source: str, options: EvalOptions | None = None) -> EvalResult:
         options = options or EvalOptions()
-        actor = self._idle.get()
+        actor = self._take()
+        if actor is None:
+            with self._lock:
+                waiting = len(self.actors)
+            cause = (f"{waiting} waiting to be placed for {self.placement_wait_s:.0f} s (no free GPU in the cluster?)"
+                     if waiting else f"every one failed to start: {self.start_error or 'unknown cause'}")
+            return EvalResult(workload=workload_id, status="INFRA_ERROR",
+                              message=f"no Ray GPU worker is running ({cause})"[:2000])
+        lost = False
         try:
             ref = actor.evaluate.remote(workload_id, source, options.model_dump_json())
             return EvalResult.model_validate_json(self._ray.get(ref))
@@ -97,19 +157,28 @@ class RayEvaluator:
             # model's (scoring/turns.py 'reproduced'); the actor is kept, not restarted once per such kernel
             raise (exc.cause if isinstance(exc.cause, Exception) else RuntimeError(str(exc))) from exc
         except self._ray.exceptions.RayError as exc:
-            actor = self._replace(actor)
+            lost = True
             return EvalResult(workload=workload_id, status="INFRA_ERROR",
                               message=f"the Ray GPU worker failed ({type(exc).__name__}); the evaluation is retried",
                               runtime_error=str(exc)[:2000])
         finally:
-            self._idle.put(actor)
+            if lost:  # its replacement takes evaluations once placed (never a pending actor in the free queue)
+                self._drop(actor, replace=True)
+            else:
+                self._idle.put(actor)
 
     def close(self) -> None:
-        refs = [a.close.remote() for a in self.actors]
+        with self._lock:
+            self._closed = True
+            actors, running = list(self.actors), set(self._running)
+        refs = [a.close.remote() for a in actors if a in running]
         try:
             self._ray.get(refs, timeout=60)
         except Exception:  # noqa: BLE001 - closing is best effort
             pass
-        for actor in self.actors:
-            self._ray.kill(actor)
+        for actor in actors:
+            try:
+                self._ray.kill(actor)
+            except Exception:  # noqa: BLE001 - it may be gone already
+                pass
         self.actors = []

@@ -83,3 +83,38 @@ def test_an_evaluation_that_raises_in_a_live_actor_raises_as_it_would_locally(lo
         assert evaluator.actors == [actor]
     finally:
         evaluator.close()
+
+
+def test_a_replacement_waiting_for_a_gpu_takes_no_evaluation(local_ray):
+    """A lost actor's replacement that Ray cannot place (its node gone, the GPU taken by another job) is not handed
+    evaluations meanwhile, where each would wait for ever: with no actor running an evaluation comes back INFRA_ERROR
+    after placement_wait_s, and the replacement takes evaluations once it is placed."""
+    import threading
+
+    evaluator = RayEvaluator(workers=1)
+    blocker_class = ray.remote(num_gpus=1)(type("GpuHolder", (), {"ping": lambda self: 1}))
+    blocker = None
+    try:
+        evaluator.placement_wait_s = 2.0
+        options = EvalOptions(no_gpu=True)
+        assert evaluator.evaluate(WL, NOOP, options).status == "COMPILED"
+        blocker = blocker_class.remote()  # waits for the GPU the actor holds, and takes it when the actor dies
+        (dead,) = evaluator.actors
+        ray.kill(dead)
+        ray.get(blocker.ping.remote(), timeout=60)  # the GPU is the other job's now
+        results = []
+        runs = [threading.Thread(target=lambda: results.append(evaluator.evaluate(WL, NOOP, options)), daemon=True)
+                for _ in range(2)]  # the lost actor's INFRA_ERROR, then one with no actor running
+        for run in runs:
+            run.start()
+            run.join(timeout=60)
+        assert not any(run.is_alive() for run in runs), "an evaluation waits on an actor that was never placed"
+        assert [r.status for r in results] == ["INFRA_ERROR", "INFRA_ERROR"]
+        assert "no Ray GPU worker is running" in results[1].message
+        ray.kill(blocker)
+        blocker = None
+        assert evaluator.evaluate(WL, NOOP, options).status == "COMPILED"  # the replacement, placed at last
+    finally:
+        if blocker is not None:
+            ray.kill(blocker)
+        evaluator.close()
