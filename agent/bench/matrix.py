@@ -70,6 +70,14 @@ def expand(config: BenchConfig) -> list[OptimizeConfig]:
     return _distinct(out)
 
 
+def check_startable(config: BenchConfig) -> None:
+    """ValueError for a model no trajectory of the matrix can run: builtin/unchanged resubmits the kernel a trajectory
+    starts from, which the optimize track gives none of (unless its `optimize` table names a start_from)."""
+    if config.track != "repair" and "builtin/unchanged" in config.models and not config.optimize.get("start_from"):
+        raise ValueError("builtin/unchanged resubmits the kernel a trajectory starts from, and the optimize track starts "
+                         "from none: run it with --track repair")
+
+
 def _distinct(configs: list[OptimizeConfig]) -> list[OptimizeConfig]:
     """The matrix, refused when two trajectories share an id (one folder, one checkpoint thread: run twice, counted
     twice); on both tracks."""

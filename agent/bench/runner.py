@@ -25,7 +25,7 @@ from typing import Callable
 from pydantic import BaseModel
 
 from .evaluators import BenchError, make_evaluator
-from .matrix import BenchConfig, expand
+from .matrix import BenchConfig, check_startable, expand
 from .retry import NOTHING_TO_RETRY
 from .scheduler import BenchInterrupted, LimitedModel, ProviderGates, run_all
 from ..records.checkpoint_guard import check_run
@@ -94,6 +94,7 @@ def open_run(config: BenchConfig | None, run_dir: Path, resume: bool, overrides:
         raise BenchError(f"{run_dir} already holds a run: pass --resume to continue it, or choose another --run-dir")
     try:
         expand(config)  # a bad matrix fails here, before anything is written
+        check_startable(config)
     except ValueError as exc:
         raise BenchError(str(exc)) from None
     return config

@@ -691,3 +691,16 @@ def test_a_ray_cluster_that_cannot_be_used_is_one_line_and_exit_2(tmp_path):
         assert "no usable Ray cluster" in result.output and said in result.output, result.output
         assert "Traceback" not in result.output and not isinstance(result.exception, (RuntimeError, ConnectionError))
         assert not run.exists() and not ray.is_initialized()
+
+
+def test_builtin_unchanged_on_the_optimize_track_is_refused_before_the_run(tmp_path):
+    """builtin/unchanged resubmits the kernel a trajectory starts from; an optimize-track trajectory starts from none,
+    so each would fail every attempt as 'infra' and ask for a --resume that can never help: refused up front."""
+    cfg = BenchConfig(models=["builtin/reference", "builtin/unchanged"], workloads=[WL], trajectories=1, turns=1,
+                      no_gpu=True)
+    with pytest.raises(BenchError, match="--track repair"):
+        run_bench(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    result = CliRunner().invoke(app, ["bench", "--models", "builtin/unchanged", "--workloads", WL, "--trajectories", "1",
+                                      "--turns", "1", "--no-gpu", "--run-dir", str(tmp_path / "cli")])
+    assert result.exit_code == 2 and "--track repair" in result.output, result.output
