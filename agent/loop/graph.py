@@ -47,6 +47,7 @@ class Deps:
     log: TrajectoryLog
     options: EvalOptions
     resumed: bool = False  # set by run_trajectory: the first evaluating step looks for what it recorded before a kill
+    resumed_into: str = ""  # set by run_trajectory: the node a resume runs first (the one a kill cut short)
 
     @cached_property
     def toolbox(self) -> Toolbox:
@@ -172,6 +173,21 @@ class Steps:
         if last is None or events[last].turn != turn:
             return []
         return [e for e in events[last + 1:] if e.turn == turn]
+
+    def entering(self, name: str) -> Callable[[AgentState], dict]:
+        def node(state: AgentState) -> dict:
+            self.rerun, self.d.resumed_into = self.d.resumed_into == name, ""
+            return getattr(self, name)(state)
+        return node
+
+    def _logged_last(self, kind: str, turn: int, **fields: Any) -> bool:
+        """Whether this node, run again on resume, logged `kind` for `turn` (with `fields`) as the log's last event
+        before the kill cut off its checkpoint: then it is not logged twice (a second turn_end or stop)."""
+        if not getattr(self, "rerun", False) or not self.d.log.writer.path.exists():
+            return False
+        last = (read_events(self.d.log.writer.path) or [None])[-1]
+        return (last is not None and last.type == kind and last.turn == turn
+                and all(getattr(last, k) == v for k, v in fields.items()))
 
     def start(self, state: AgentState) -> dict:
         return evaluate_start(state, self.d)
@@ -348,7 +364,8 @@ class Steps:
                               source=(state.get("submission") or {}).get("source", ""),
                               evidence=evidence_from(result) if result is not None else None,
                               tags=ModelReply.model_validate(state["reply"]).tags if state.get("reply") else {})
-        self.d.log.turn_end(turn, status, speedup, state["tokens"], state["cost_usd"], state["elapsed_s"])
+        if not self._logged_last("turn_end", turn, status=status):
+            self.d.log.turn_end(turn, status, speedup, state["tokens"], state["cost_usd"], state["elapsed_s"])
         return {"done_turns": [{"turn": turn, "messages": current, "outcome": outcome.model_dump()}],  # appended
                 "current": [], "turn": turn + 1, "reply": None, "submission": None, "eval": None, "format_error": "",
                 "feedback": "", "turn_tool_calls": 0, "best_speedup": best, "best_turn": best_turn,
@@ -361,11 +378,14 @@ class Steps:
 
     def finish(self, state: AgentState) -> dict:
         stop = state["stop"] or {"reason": "error", "detail": "stopped without a reason"}
-        if state.get("current"):  # a turn cut short (budgets, an infrastructure failure): close it for scoring
+        stopped = self._logged_last("stop", len(state["done_turns"]), reason=stop["reason"])  # before a kill
+        if state.get("current") and not stopped:  # a turn cut short (budgets, an infrastructure failure): close it
             result = state_eval(state)
             status = result.status if result is not None else FORMAT_ERROR
-            self.d.log.turn_end(state["turn"], status, None, state["tokens"], state["cost_usd"], state["elapsed_s"])
-        self.d.log.stop(len(state["done_turns"]), stop["reason"], stop.get("detail", ""))
+            if not self._logged_last("turn_end", state["turn"], status=status):
+                self.d.log.turn_end(state["turn"], status, None, state["tokens"], state["cost_usd"], state["elapsed_s"])
+        if not stopped:
+            self.d.log.stop(len(state["done_turns"]), stop["reason"], stop.get("detail", ""))
         return {}
 
 
@@ -381,7 +401,7 @@ def build_graph(deps: Deps, checkpointer=None):
     steps = Steps(deps)
     graph = StateGraph(AgentState)
     for name in ("start", "check_limits", "query", "extract", "evaluate", "run_tools", "feedback", "finish"):
-        graph.add_node(name, timed(getattr(steps, name)))
+        graph.add_node(name, timed(steps.entering(name)))
     graph.add_edge(START, "start")  # a --start-from kernel is evaluated as turn 0; otherwise a no-op
     graph.add_conditional_edges("start", lambda s: "finish" if s.get("stop") else "check_limits", ["finish", "check_limits"])
     graph.add_conditional_edges("check_limits", lambda s: "finish" if s.get("stop") else "query", ["finish", "query"])

@@ -30,7 +30,7 @@ from .profile_policy import base_options
 from ..records.manifest import build_manifest
 from ..models import Model, load_model
 from ...tools.redact import register_secret_env
-from ..records.rundir import TrajectoryWriter, read_manifest, runs_root, validation_line, write_manifest
+from ..records.rundir import TrajectoryWriter, read_events, read_manifest, runs_root, validation_line, write_manifest
 from .start_kernel import read_start
 from .state import AgentState, OptimizeConfig, initial_state
 from .task import system_prompt, task_prompt
@@ -86,6 +86,11 @@ def _outcome(tid: str, folder: Path, state: AgentState, resumed: bool, infra_ret
         infra_retry=infra_retry)
 
 
+def _started(writer: TrajectoryWriter) -> bool:
+    """Whether the writer's log holds its trajectory_start already."""
+    return writer.path.exists() and any(e.type == "trajectory_start" for e in read_events(writer.path))
+
+
 def run_trajectory(
     config: OptimizeConfig,
     evaluator: Evaluator,
@@ -118,15 +123,19 @@ def run_trajectory(
     retry = fork_before_infra_stop(graph, tid) if resumed and retry_infra_stop else ""
     if retry == FORKED:
         snapshot = graph.get_state(run_config)
+    deps.resumed_into = snapshot.next[0] if resumed and snapshot.next else ""
     try:
-        if resumed and not snapshot.next:
-            return _outcome(tid, writer.folder, snapshot.values, resumed, retry)  # finished before
+        # finished before: past its finish node, which every stop rule leads to. A thread without a stop and nothing
+        # next is the input a kill cut off before the first node's checkpoint: invoked again, it goes on from there
+        if resumed and not snapshot.next and snapshot.values.get("stop"):
+            return _outcome(tid, writer.folder, snapshot.values, resumed, retry)
         if resumed:
             graph.invoke(None, run_config, durability="sync")
         else:
             workload = get_workload(config.workload)
-            log.start(config.model_dump(mode="json"), workload=config.workload, model=config.model, prompt=config.prompt,
-                      mode=config.mode, arch=config.arch, index=config.index, held_out=workload.held_out)
+            if not _started(writer):  # else a kill came before the first checkpoint: the trajectory starts once
+                log.start(config.model_dump(mode="json"), workload=config.workload, model=config.model, prompt=config.prompt,
+                          mode=config.mode, arch=config.arch, index=config.index, held_out=workload.held_out)
             state = initial_state(system_prompt(config), task_prompt(config, workload))
             if config.start_from:
                 state["start"] = read_start(config.start_from)

@@ -186,3 +186,71 @@ def test_the_cli_says_how_to_go_on_after_an_outage(tmp_path):
                                           "--run-dir", str(run_dir)])
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert f"resume with: ptxbench optimize --resume {run_dir}" in result.output
+
+
+# A child that runs a trajectory (builtin/reference, answers without compiling) and dies as a SIGKILL leaves it, with
+# no handler run, right after the NTH event of a kind is on disk: before the node that wrote it is checkpointed.
+DIES_AFTER = """
+import os, sys
+from agent_helpers import StubEvaluator, WORKLOAD
+from ptxbench.agent.loop.optimize import optimize
+from ptxbench.agent.loop.state import OptimizeConfig
+run, kind, nth = sys.argv[1], sys.argv[2], int(sys.argv[3])
+seen = []
+def die(event):
+    if event.type == kind:
+        seen.append(event)
+        if len(seen) == nth:
+            os._exit(9)
+config = OptimizeConfig(workload=WORKLOAD, model="builtin/reference", no_gpu=True, turns=3, target_speedup=0)
+optimize(config, run_dir=run, evaluator=StubEvaluator([1.0, 1.1, 1.2]), listeners=[die])
+"""
+
+
+def _killed_after(run_dir, kind: str, nth: int) -> None:
+    import os
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", DIES_AFTER, str(run_dir), kind, str(nth)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 9, done.stderr
+
+
+@pytest.mark.parametrize("kind, nth", [("turn_end", 2), ("turn_end", 3), ("stop", 1)])
+def test_a_kill_after_a_turn_end_or_stop_is_not_logged_twice(tmp_path, kind, nth):
+    """The feedback node logs turn_end, the finish node stop; a kill before their checkpoints runs them again on
+    resume, which logged a second turn_end (turn 2 twice) or a second stop."""
+    from agent_helpers import StubEvaluator
+
+    run_dir = tmp_path / "run"
+    _killed_after(run_dir, kind, nth)
+    outcome = optimize(resume=run_dir, evaluator=StubEvaluator([1.0, 1.1, 1.2][nth:] if kind == "turn_end" else []))
+    assert outcome.stop_reason == "turn_limit" and outcome.turns == 3
+    evs = events(run_dir)
+    assert [e.turn for e in of_type(evs, "turn_end")] == [1, 2, 3]
+    assert len(of_type(evs, "stop")) == 1 and evs[-1].type == "stop"
+    assert len(of_type(evs, "trajectory_start")) == 1 and [e.seq for e in evs] == list(range(len(evs)))
+
+
+def test_a_kill_before_the_first_node_is_checkpointed_resumes_the_trajectory(tmp_path):
+    """A kill after the input's checkpoint and its writes, before the first node's checkpoint, left a thread with a
+    state and nothing next: --resume called that trajectory finished (stop reason '', exit status 0) with no turn run."""
+    import sqlite3
+
+    from agent_helpers import StubEvaluator
+
+    run_dir = tmp_path / "run"
+    _killed_after(run_dir, "stop", 1)
+    db = sqlite3.connect(run_dir / "checkpoints.sqlite")  # back to what the kill would have left: the input's checkpoint
+    with db:
+        db.execute("DELETE FROM checkpoints WHERE json_extract(CAST(metadata AS TEXT), '$.step') >= 0")
+        db.execute("DELETE FROM writes WHERE checkpoint_id NOT IN (SELECT checkpoint_id FROM checkpoints)")
+    db.close()
+    log = next((run_dir / "trajectories").iterdir()) / "trajectory.jsonl"
+    log.write_text(log.read_text().splitlines(keepends=True)[0])  # the trajectory_start alone
+    outcome = optimize(resume=run_dir, evaluator=StubEvaluator([1.0, 1.1, 1.2]))
+    assert outcome.stop_reason == "turn_limit" and outcome.turns == 3
+    evs = events(run_dir)
+    assert len(of_type(evs, "trajectory_start")) == 1 and [e.turn for e in of_type(evs, "turn_end")] == [1, 2, 3]
