@@ -10,6 +10,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import os
 import sys
 import time
 from pathlib import Path
@@ -179,7 +182,22 @@ class RunFolderInUse(ValueError):
 
 def add_to_manifest(run_path: Path, config: OptimizeConfig) -> tuple[OptimizeConfig, str]:
     """Record a new trajectory in the run folder's manifest, keeping the trajectories already there. A
-    trajectory of the same cell gets the next free index. Returns the config it runs with and its id."""
+    trajectory of the same cell gets the next free index. Returns the config it runs with and its id.
+    Several `optimize --run-dir` may share a folder: its manifest is read, given the new trajectory and written back
+    under an exclusive lock (flock on its trajectories folder), or two started together took the same index and wrote
+    one trajectory's log and checkpoints both."""
+    folder = Path(run_path) / "trajectories"
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with contextlib.suppress(OSError):  # a file system without such locks: unguarded, as before
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        return _add_to_manifest(run_path, config)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _add_to_manifest(run_path: Path, config: OptimizeConfig) -> tuple[OptimizeConfig, str]:
     manifest = read_manifest(run_path)
     if manifest and manifest.get("command") != "optimize":
         raise RunFolderInUse(f"{run_path} holds a {manifest.get('command') or 'foreign'} run; choose another --run-dir")

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Iterator
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ptxbench.tools.atomic import atomic_write
 from ptxbench.tools.results import OLD_TURN_STATUSES
 
 from .events import EVENT_ADAPTER, Event, TrajectoryStart, _Event
@@ -309,8 +310,8 @@ def _read_json(run_dir: Path, name: str) -> dict:
 def _write_json(run_dir: Path, name: str, data: dict, indent: int | None = None) -> Path:
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     path = Path(run_dir) / name
-    path.write_text(json.dumps(data, indent=indent, default=str), encoding="utf-8")
-    return path
+    # whole or not at all (tools/atomic.py): a kill or a full disk mid-write left a cut manifest no reader could read
+    return atomic_write(path, json.dumps(data, indent=indent, default=str).encode("utf-8"))
 
 
 def write_manifest(run_dir: Path, manifest: dict) -> Path:

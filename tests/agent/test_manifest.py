@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from ptxbench.agent.records import manifest
+from ptxbench.agent.records.rundir import read_manifest, write_manifest
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -37,3 +38,49 @@ def test_package_outside_any_repository_records_no_revision(tmp_path, monkeypatc
     monkeypatch.setattr(manifest, "PACKAGE_ROOT", tmp_path.resolve())
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
     assert manifest.git_info() == {}
+
+
+def test_two_optimize_runs_started_together_in_one_folder_take_two_trajectories(tmp_path, monkeypatch):
+    """add_to_manifest reads the manifest, picks a free index and writes it back: two `optimize --run-dir DIR` started
+    together both read it before either wrote, took index 00, and wrote one trajectory's log and checkpoints both."""
+    import threading
+    import time
+
+    from ptxbench.agent.loop import optimize as loop
+    from ptxbench.agent.loop.state import OptimizeConfig
+
+    built = loop.build_manifest
+
+    def slow(*args, **kwargs):  # the git, package and toolchain look-ups take this long on a loaded machine
+        time.sleep(0.5)
+        return built(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "build_manifest", slow)
+    config = OptimizeConfig(workload="smoke_gemm_bf16_m256_n256_k512", model="builtin/reference", no_gpu=True)
+    ids = []
+    threads = [threading.Thread(target=lambda: ids.append(loop.add_to_manifest(tmp_path, config)[1])) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(ids) == [config.trajectory_id(), config.model_copy(update={"index": 1}).trajectory_id()]
+    recorded = read_manifest(tmp_path)
+    assert sorted(recorded["trajectories"]) == sorted(ids) and sorted(recorded["configs"]) == sorted(ids)
+
+
+def test_a_manifest_write_that_fails_leaves_the_old_one_whole(tmp_path):
+    """A full disk (or a kill) mid-write left a cut manifest.json, and every reader (score, report, --resume) refused
+    the run as damaged. The disk fills here through a file size limit on a child process."""
+    import sys
+
+    write_manifest(tmp_path, {"command": "optimize", "trajectories": ["a"]})
+    child = (
+        "import resource, signal, sys\n"
+        "from ptxbench.agent.records.rundir import write_manifest\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))\n"
+        "write_manifest(sys.argv[1], {'command': 'optimize', 'trajectories': ['a', 'b'], 'pad': 'x' * 100_000})\n")
+    done = subprocess.run([sys.executable, "-c", child, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "File too large" in done.stderr
+    assert read_manifest(tmp_path) == {"command": "optimize", "trajectories": ["a"]}
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]  # nothing half-written left beside it
