@@ -17,6 +17,7 @@ import typer
 from .terminal import rich_safe
 
 from .application import app
+from .sigterm import Terminated, on_sigterm, stop_exit
 from ..records.events import MAX_TURNS
 
 
@@ -193,15 +194,17 @@ def bench(
                       f"({r.stop_reason}{retried}){flag}")
 
     try:
-        outcome = run_bench(config, run_dir, resume=resume, overrides=overrides, on_done=on_done,
-                            restart=restart_trajectory, evaluator=evaluator, own_evaluator=True)
+        with on_sigterm():  # a scheduler's stop or `kill` ends the bench as Ctrl-C does: recorded, resumable
+            outcome = run_bench(config, run_dir, resume=resume, overrides=overrides, on_done=on_done,
+                                restart=restart_trajectory, evaluator=evaluator, own_evaluator=True)
     except BenchError as exc:  # a run folder in the way, no GPU, a matrix with repeated ids: nothing was written
         raise inputs.BadInput(str(exc)) from None
-    except KeyboardInterrupt:  # Ctrl-C: the trajectories in flight stopped at their next step; all of them resumable
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the trajectories in flight stopped at their next step
         where = f"{len(done)} trajectories finished" if done else "no trajectory finished"
-        typer.echo(f"interrupted ({where}); " + (f"resume with: ptxbench bench --resume --run-dir {run_dir}"
-                                                 if (Path(run_dir) / "manifest.json").exists() else "no run was recorded"), err=True)
-        raise typer.Exit(130) from None
+        by = " by SIGTERM" if isinstance(exc, Terminated) else ""
+        typer.echo(f"interrupted{by} ({where}); " + (f"resume with: ptxbench bench --resume --run-dir {run_dir}"
+                                                     if (Path(run_dir) / "manifest.json").exists() else "no run was recorded"), err=True)
+        raise typer.Exit(stop_exit(exc)) from None
     failed = sum(r.infra_failed for r in outcome.trajectories)
     console.print(f"{len(outcome.trajectories)} trajectories in {outcome.elapsed_s:.0f} s (evaluator start {outcome.setup_s:.1f} s, "
                   f"close {outcome.close_s:.1f} s), {failed} infra-failed; run: {run_dir}")

@@ -17,6 +17,7 @@ from typing import Optional
 import typer
 
 from .application import app
+from .sigterm import Terminated, on_sigterm, stop_exit
 from .terminal import terminal_text
 from ..records.events import MAX_TURNS
 
@@ -133,9 +134,12 @@ class TurnSeen:
         self.turn = max(self.turn, event.turn)
 
 
-def interrupted_line(folder: Path, turn: int, turns: int) -> str:
-    """What a Ctrl-C leaves on stderr: where the run stopped and how to go on (a folder with no run yet: nothing to)."""
+def interrupted_line(folder: Path, turn: int, turns: int, exc: BaseException | None = None) -> str:
+    """What a Ctrl-C (or SIGTERM) leaves on stderr: where the run stopped and how to go on (a folder with no run yet:
+    nothing to)."""
     where = f"at turn {turn} of {turns}" if turn else "before the first turn"
+    if isinstance(exc, Terminated):
+        where += " by SIGTERM"
     if not (folder / "manifest.json").exists():
         return f"interrupted {where}; no run was recorded"
     return f"interrupted {where}; resume with: ptxbench optimize --resume {folder}"
@@ -305,21 +309,22 @@ def optimize(
         run_dir = new_run_dir(config)  # named here, so that a Ctrl-C can say what --resume continues
     turn = TurnSeen()
     try:
-        if quiet:
-            outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[print_retries, turn],
-                                   restart=restart_trajectory, runtime=runtime)
-        else:
-            with view:
-                outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[turn, view],
+        with on_sigterm():  # a scheduler's stop or `kill` ends the run as Ctrl-C does: recorded, resumable
+            if quiet:
+                outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[print_retries, turn],
                                        restart=restart_trajectory, runtime=runtime)
-            view.console.line()
+            else:
+                with view:
+                    outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[turn, view],
+                                           restart=restart_trajectory, runtime=runtime)
+                view.console.line()
     except (RunFolderInUse, SealedTrajectory) as exc:
         raise inputs.BadInput(str(exc)) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (sigterm.Terminated)
         if not quiet:
             view.console.line()  # below the table the live view left
-        typer.echo(interrupted_line(Path(resume or run_dir), turn.turn, (config or recorded).turns), err=True)
-        raise typer.Exit(130) from None
+        typer.echo(interrupted_line(Path(resume or run_dir), turn.turn, (config or recorded).turns, exc), err=True)
+        raise typer.Exit(stop_exit(exc)) from None
     best = f"{outcome.best_speedup:.3f}x (turn {outcome.best_turn})" if outcome.best_speedup is not None else "none"
     typer.echo(f"stop: {outcome.stop_reason} ({terminal_text(outcome.stop_detail)}); turns {recorded_turns(outcome)}; best speedup {best}; "
                f"trajectory {outcome.folder}")

@@ -150,7 +150,7 @@ def run_trajectory(
         # Ctrl-C: infra=True keeps the cut-short turn out of the model's scores (and the trajectory out of trajectory
         # scores until --resume finishes it: scoring/turns.py); the message says what happened, not an empty exception
         if isinstance(exc, KeyboardInterrupt):
-            message = f"{INTERRUPTED} (Ctrl-C): --resume continues this turn"
+            message = f"{INTERRUPTED} ({getattr(exc, 'how', 'Ctrl-C')}): --resume continues this turn"  # or SIGTERM
         else:
             message = f"{type(exc).__name__}: {exc}" if isinstance(exc, BenchInterrupted) else exc
         log.error(turn, "graph", message, infra=True)

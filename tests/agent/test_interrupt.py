@@ -1,5 +1,7 @@
 """Ctrl-C on `optimize` and `bench`: one line on stderr saying how to go on, exit status 130, the interrupt logged as
-'interrupted by the user' (kept out of the model's scores), and the run folder continued by --resume."""
+'interrupted by the user' (kept out of the model's scores), and the run folder continued by --resume. SIGTERM (a
+scheduler's stop, sent to the whole process group as Slurm does, or `kill`) takes the same path, with exit status
+143: it used to end the process at once, with no line and no error event in the log."""
 import json
 import os
 import signal
@@ -14,8 +16,11 @@ WORKLOAD = "smoke_gemm_bf16_m256_n256_k512"
 CLI = [sys.executable, "-m", "ptxbench.agent"]
 
 
-def _interrupt(argv, cwd: Path, log_glob: str) -> subprocess.CompletedProcess:
-    """Run argv, send SIGINT to its process group once a turn is logged under cwd, and wait for it."""
+STOPS = {"SIGINT": (signal.SIGINT, 130, ""), "SIGTERM": (signal.SIGTERM, 143, " by SIGTERM")}
+
+
+def _interrupt(argv, cwd: Path, log_glob: str, sig=signal.SIGINT) -> subprocess.CompletedProcess:
+    """Run argv, send `sig` to its process group once a turn is logged under cwd, and wait for it."""
     # SIGINT as a terminal leaves it: a shell's background job (a CI script's `&`) starts its children with SIGINT
     # ignored, and a Python started so never raises KeyboardInterrupt
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
@@ -27,7 +32,7 @@ def _interrupt(argv, cwd: Path, log_glob: str) -> subprocess.CompletedProcess:
                 break
             time.sleep(0.05)
         assert proc.poll() is None, "the run ended before it could be interrupted"
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, sig)
         out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
@@ -40,18 +45,21 @@ def _events(log: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
-def test_ctrl_c_on_optimize_says_how_to_resume(tmp_path):
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_ctrl_c_on_optimize_says_how_to_resume(tmp_path, stop):
+    sig, status, by = STOPS[stop]
     argv = [*CLI, "optimize", WORKLOAD, "--no-gpu", "--turns", "60", "--run-dir", "ci4", "--quiet"]
-    done = _interrupt(argv, tmp_path, "ci4/trajectories/*/trajectory.jsonl")
-    assert done.returncode == 130, done.stderr
+    done = _interrupt(argv, tmp_path, "ci4/trajectories/*/trajectory.jsonl", sig)
+    assert done.returncode == status, done.stderr
     assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("interrupted at turn ") and " of 60; " in lines[0]
+    assert lines[0].startswith("interrupted at turn ") and f" of 60{by}; " in lines[0]
     assert lines[0].endswith("resume with: ptxbench optimize --resume ci4")
     log = next((tmp_path / "ci4" / "trajectories").glob("*/trajectory.jsonl"))
     last = _events(log)[-1]
     assert last["type"] == "error" and last["message"].startswith("interrupted by the user") and last["infra"]
+    assert ("(SIGTERM)" in last["message"]) == (stop == "SIGTERM")
     assert f"turn {last['turn']} of 60" in lines[0]
 
     from ptxbench.agent.records.rundir import TrajectoryRecord, read_events
@@ -69,12 +77,14 @@ def test_ctrl_c_on_optimize_says_how_to_resume(tmp_path):
     assert all(t.status != "INFRA_ERROR" for t in scored.turns)
 
 
-def test_ctrl_c_on_bench_says_how_to_resume(tmp_path):
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_ctrl_c_on_bench_says_how_to_resume(tmp_path, stop):
+    sig, status, by = STOPS[stop]
     argv = [*CLI, "bench", "--models", "builtin/tuner", "--workloads", WORKLOAD, "--trajectories", "1", "--turns", "60",
             "--no-gpu", "--run-dir", "b1"]
-    done = _interrupt(argv, tmp_path, "b1/trajectories/*/trajectory.jsonl")
-    assert done.returncode == 130, done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.startswith("interrupted")]
+    done = _interrupt(argv, tmp_path, "b1/trajectories/*/trajectory.jsonl", sig)
+    assert done.returncode == status, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith(f"interrupted{by} (")]
     assert lines and lines[-1].endswith("resume with: ptxbench bench --resume --run-dir b1"), done.stderr
     again = subprocess.run([*CLI, "bench", "--resume", "--run-dir", "b1"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=600)
