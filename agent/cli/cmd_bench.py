@@ -174,6 +174,7 @@ def bench(
     if config is not None and config.track == "repair":
         config = _repair_matrix(config, one_builtin, console)
     run_dir = run_dir or runs_root() / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    from . import preflight
     from .preflight import writable
 
     writable(run_dir)  # a run folder that cannot be made: said before any worker starts
@@ -199,6 +200,11 @@ def bench(
                                 restart=restart_trajectory, evaluator=evaluator, own_evaluator=True)
     except BenchError as exc:  # a run folder in the way, no GPU, a matrix with repeated ids: nothing was written
         raise inputs.BadInput(str(exc)) from None
+    except Exception as exc:
+        if (what := preflight.storage_failure(exc)) is None:
+            raise
+        raise inputs.RunFailed(f"cannot write the run any more: {what}; what was recorded is kept: once there is room, "
+                               f"resume with: ptxbench bench --resume --run-dir {run_dir}") from None
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the trajectories in flight stopped at their next step
         where = f"{len(done)} trajectories finished" if done else "no trajectory finished"
         by = " by SIGTERM" if isinstance(exc, Terminated) else ""
@@ -233,5 +239,11 @@ def bench(
     if report:
         from ..report import write_report
 
-        files = write_report(run_dir)
+        try:
+            files = write_report(run_dir)
+        except Exception as exc:  # the run is whole; only its report found no room
+            if (what := preflight.storage_failure(exc)) is None:
+                raise
+            raise inputs.RunFailed(f"the run is recorded, but its report could not be written: {what}; once there "
+                                   f"is room: ptxbench report {run_dir}") from None
         console.print(f"report: {files.html}")

@@ -5,14 +5,34 @@ written or a GPU worker started: each failure is one BadInput line (agent/cli/ap
                        "cannot write into run folder PATH: why" for one already there)
     no_gpu_reason()    why there is no usable GPU, where the machine shows it without a GPU worker started
     gpu(hint)          BadInput when there is such a reason: "no GPU to evaluate on (why); hint"
+
+and, once a run is under way, `storage_failure(exc)`: whether an exception is the run folder's storage giving out
+(a full disk or quota, a file-size limit, a file system gone read-only or failing), said in one line with the
+--resume that continues the run once there is room, not as SQLite's or the OS's traceback.
 """
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 from .inputs import BadInput, write_probe
 
 NO_GPU_HINT = "pass --no-gpu to compile only"
+# The OS's words for storage that gave out, and SQLite's (the checkpoints): a run cut by them is no bug of ptxbench's
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
+SQLITE_STORAGE = ("disk i/o error", "database or disk is full", "readonly database", "unable to open database file")
+
+
+def storage_failure(exc: BaseException) -> str | None:
+    """What gave out, in words, when `exc` is the run folder's storage failing mid-run; None for anything else."""
+    import sqlite3
+
+    if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror or errno.errorcode.get(exc.errno, exc)}{where}"
+    if isinstance(exc, sqlite3.OperationalError) and any(m in str(exc).lower() for m in SQLITE_STORAGE):
+        return f"the checkpoint database: {exc}"
+    return None
 
 
 def writable(path: str | Path) -> Path:

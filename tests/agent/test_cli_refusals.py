@@ -184,3 +184,50 @@ def test_a_resumed_no_gpu_run_goes_on_where_there_is_no_gpu(workdir, monkeypatch
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(app, ["optimize", "--resume", "run", "--quiet"])
     assert result.exit_code == 0 and "turn_limit" in result.output, result.output
+
+
+def _under_file_size_limit(argv: list[str], cwd, limit: int):
+    """argv as a child process whose files may not grow past `limit` bytes (as a full disk: writes fail with EFBIG,
+    SQLite says 'disk I/O error')."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process being killed
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run([sys.executable, "-m", "ptxbench.agent", *argv], cwd=cwd, preexec_fn=limited,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("limit", [20_000, 200_000])  # the checkpoint database's first write; a later turn's
+def test_storage_that_gives_out_mid_run_is_one_line_naming_the_resume(tmp_path, limit):
+    """A full disk (here a file-size limit) under a running optimize: SQLite's 'disk I/O error' or the OS's EFBIG came
+    out as a traceback. One line says what gave out and the --resume that continues the run; exit status 1."""
+    done = _under_file_size_limit(["optimize", W, "--no-gpu", "--turns", "30", "--run-dir", "r", "--quiet"], tmp_path, limit)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: cannot write the run any more: ") and line.endswith("resume with: ptxbench optimize --resume r")
+
+
+def test_a_bench_whose_report_finds_no_room_says_so_in_one_line(tmp_path):
+    done = _under_file_size_limit(["bench", "--models", "builtin/tuner", "--workloads", W, "--turns", "2",
+                                   "--trajectories", "1", "--run-dir", "b", "--no-gpu"], tmp_path, 20_000)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1].startswith("error: the run is recorded, but its report could not be written: ")
+
+
+def test_only_storage_failures_are_said_as_such():
+    import errno
+    import sqlite3
+
+    from ptxbench.agent.cli.preflight import storage_failure
+
+    assert storage_failure(OSError(errno.ENOSPC, "No space left on device", "/runs/r/manifest.json")) == \
+        "No space left on device (/runs/r/manifest.json)"
+    assert "disk I/O error" in storage_failure(sqlite3.OperationalError("disk I/O error"))
+    assert storage_failure(OSError(errno.ENOENT, "No such file or directory")) is None  # a bug keeps its traceback
+    assert storage_failure(sqlite3.OperationalError("no such table: checkpoints")) is None
+    assert storage_failure(ValueError("x")) is None
