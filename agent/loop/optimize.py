@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import os
 import sys
@@ -180,6 +181,24 @@ class RunFolderInUse(ValueError):
     does not add to it or continue it."""
 
 
+def hold_trajectory(folder: Path) -> int | None:
+    """An exclusive lock on a trajectory's folder for as long as this process runs it (flock on the folder: no file
+    left behind, released however the process ends), or RunFolderInUse when another process holds it: a --resume
+    while the first run still goes (or two at once) repaired the log under the running one, ran the same turns twice,
+    paid for their model calls twice and interleaved both runs' events. None where the file system has no such locks."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise RunFolderInUse(f"{folder} is being run by another process: wait for it to end (or stop it), then "
+                                 "--resume") from None
+        return None
+    return fd
+
+
 def add_to_manifest(run_path: Path, config: OptimizeConfig) -> tuple[OptimizeConfig, str]:
     """Record a new trajectory in the run folder's manifest, keeping the trajectories already there. A
     trajectory of the same cell gets the next free index. Returns the config it runs with and its id.
@@ -273,24 +292,38 @@ def optimize(
         run_path = find_run(resume)
         config, tid = resume_config(run_path)
         config = config.model_copy(update={k: v for k, v in (runtime or {}).items() if k in RESUME_RUNTIME})
-        set_aside = check_run(run_path, [tid], restart)
+        held = hold_trajectory(run_path / "trajectories" / tid)  # before its log is checked or repaired
+        try:
+            set_aside = check_run(run_path, [tid], restart)
+        except BaseException:
+            _release(held)
+            raise
     else:
         assert config is not None, "give a config or a run to resume"
         run_path = Path(run_dir) if run_dir else new_run_dir(config)
         set_aside = check_run(run_path, [], restart)
         config, tid = add_to_manifest(run_path, config)
-    for line in set_aside:
-        print(f"note: {line}", file=sys.stderr)
-    writer = TrajectoryWriter(run_path / "trajectories" / tid)
-    checkpointer = open_checkpointer(run_path / "checkpoints.sqlite")
-    own_evaluator = evaluator is None
-    evaluator = evaluator or default_evaluator(config)
+        held = hold_trajectory(run_path / "trajectories" / tid)
     try:
-        # --resume retries a trajectory an infra failure stopped (a provider outage, a lost GPU worker) from the step
-        # that failed: that stop is the harness's, not the run's end
-        return run_trajectory(config, evaluator, writer, model=model, checkpointer=checkpointer, listeners=listeners,
-                              trajectory_id=tid, retry_infra_stop=resume is not None)
+        for line in set_aside:
+            print(f"note: {line}", file=sys.stderr)
+        writer = TrajectoryWriter(run_path / "trajectories" / tid)
+        checkpointer = open_checkpointer(run_path / "checkpoints.sqlite")
+        own_evaluator = evaluator is None
+        evaluator = evaluator or default_evaluator(config)
+        try:
+            # --resume retries a trajectory an infra failure stopped (a provider outage, a lost GPU worker) from the
+            # step that failed: that stop is the harness's, not the run's end
+            return run_trajectory(config, evaluator, writer, model=model, checkpointer=checkpointer, listeners=listeners,
+                                  trajectory_id=tid, retry_infra_stop=resume is not None)
+        finally:
+            checkpointer.conn.close()
+            if own_evaluator:
+                evaluator.close()
     finally:
-        checkpointer.conn.close()
-        if own_evaluator:
-            evaluator.close()
+        _release(held)
+
+
+def _release(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)

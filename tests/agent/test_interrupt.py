@@ -89,3 +89,37 @@ def test_ctrl_c_on_bench_says_how_to_resume(tmp_path, stop):
     again = subprocess.run([*CLI, "bench", "--resume", "--run-dir", "b1"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=600)
     assert again.returncode == 0, again.stderr
+
+
+def test_a_resume_while_the_run_still_goes_is_refused(tmp_path):
+    """`optimize --resume` of a trajectory another process is running repaired the log under it, ran the same turns
+    again (model calls paid twice) and interleaved both runs' events. The running process holds its trajectory's
+    folder: the second is one line, exit status 2, and nothing of the first run changes; once it stopped, the resume
+    goes on."""
+    argv = [*CLI, "optimize", WORKLOAD, "--no-gpu", "--turns", "60", "--run-dir", "r", "--quiet"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not any('"turn_end"' in p.read_text()
+                                                      for p in tmp_path.glob("r/trajectories/*/trajectory.jsonl")):
+            assert proc.poll() is None, "the run ended before the resume"
+            time.sleep(0.05)
+        second = subprocess.run([*CLI, "optimize", "--resume", "r", "--quiet"], cwd=tmp_path, capture_output=True,
+                                text=True, timeout=300)
+        assert proc.poll() is None, "the run ended before the resume was refused"
+        assert second.returncode == 2, second.stderr
+        assert "is being run by another process" in second.stderr and "Traceback" not in second.stderr
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(300) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    log = next((tmp_path / "r" / "trajectories").glob("*/trajectory.jsonl"))
+    events = _events(log)
+    assert [e["type"] for e in events].count("trajectory_start") == 1
+    assert [e["seq"] for e in events] == list(range(len(events)))  # one writer: no event of a second run in between
+    again = subprocess.run([*CLI, "optimize", "--resume", "r", "--quiet"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0 and "stop: turn_limit" in again.stdout, again.stderr
