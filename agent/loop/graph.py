@@ -196,16 +196,38 @@ class Steps:
         decision = budget.check_limits(self.cfg, state)
         return {"stop": decision.model_dump()} if decision else {}
 
+    def _recorded_reply(self, turn: int, messages: list[dict]) -> tuple[ModelReply, list] | None:
+        """On resume into `query`: the reply this very request got before a kill cut off the node's checkpoint (the
+        log's last model_call, of this turn, with these messages as recorded, nothing but its own notes after it),
+        with the events after it; else None. Taken instead of asking again: a paid model was billed twice."""
+        if not getattr(self, "rerun", False) or not self.d.log.writer.path.exists():
+            return None
+        events = read_events(self.d.log.writer.path)
+        last = max((i for i, e in enumerate(events) if e.type == "model_call"), default=None)
+        if last is None:
+            return None
+        call, after = events[last], events[last + 1:]
+        if call.turn != turn or any(e.type != "error" or e.where != "query" for e in after):
+            return None
+        if json.dumps(scrub(messages), sort_keys=True, default=str) != json.dumps(call.messages, sort_keys=True, default=str):
+            return None  # another request (its context changed): the recorded answer is not this one's
+        r = call.response
+        return ModelReply(content=r.get("content") or "", reasoning_content=r.get("reasoning_content"),
+                          tool_calls=r.get("tool_calls") or [], usage=call.usage, cost_usd=call.cost_usd,
+                          latency_s=call.latency_s, attempts=call.attempts, finish_reason=r.get("finish_reason"),
+                          tags=r.get("tags") or {}), after
+
     def query(self, state: AgentState) -> dict:
         messages = build_messages(state, self.cfg.context)
         request = ModelRequest(messages=messages, turn=state["turn"], call_index=state["model_calls"],
                                tools=self.d.toolbox.schemas() if self.cfg.mode == "tools" else None,
                                history=[TurnOutcome(**t["outcome"]) for t in state["done_turns"]],
                                start_source=(state.get("start") or {}).get("source", ""))
+        recorded = self._recorded_reply(state["turn"], messages)
         try:
             # masked before it enters the state: checkpoints, events and kernel files never hold a key it echoes
-            reply = ModelReply.model_validate(mask_strings(self.d.model.query(request).model_dump()))
-            self.d.resumed = False  # a new reply: nothing of it was recorded before a kill
+            reply = recorded[0] if recorded else ModelReply.model_validate(mask_strings(self.d.model.query(request).model_dump()))
+            self.d.resumed = False  # a new reply (or one recorded, with nothing after it): no later step to reuse
         except ModelExhausted as exc:
             return {"stop": {"reason": "turn_limit", "detail": str(exc)}}
         except ModelUnavailable as exc:  # an outage: left out of the scores, and bench asks again from this step
@@ -217,13 +239,15 @@ class Steps:
             setup = state["model_calls"] == 0
             self.d.log.error(state["turn"], "query", str(exc), infra=setup)
             return {"stop": {"reason": "infra_error" if setup else "error", "detail": scrub_text(str(exc))[:500]}}
-        self.d.log.model_call(state["turn"], self.d.model.name, messages, reply)
+        if recorded is None:  # a recorded reply is in the log already, with the notes below
+            self.d.log.model_call(state["turn"], self.d.model.name, messages, reply)
         if self.cfg.mode == "tools" and len(reply.tool_calls) > self.cfg.max_tool_calls_per_turn:
             # no reply can use more calls than a turn has: the rest are dropped from the conversation (where each
             # would need an answer) and named once, not answered one event at a time
             kept = self.cfg.max_tool_calls_per_turn
-            self.d.log.error(state["turn"], "query", f"the reply made {len(reply.tool_calls)} tool calls; the first "
-                                                     f"{kept} (a turn's limit) were kept, the rest ignored")
+            if recorded is None or not recorded[1]:
+                self.d.log.error(state["turn"], "query", f"the reply made {len(reply.tool_calls)} tool calls; the "
+                                                         f"first {kept} (a turn's limit) were kept, the rest ignored")
             reply = reply.model_copy(update={"tool_calls": reply.tool_calls[:kept]})
         usage = reply.usage
         tokens = usage.get("total_tokens") or usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)

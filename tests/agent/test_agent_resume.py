@@ -254,3 +254,23 @@ def test_a_kill_before_the_first_node_is_checkpointed_resumes_the_trajectory(tmp
     assert outcome.stop_reason == "turn_limit" and outcome.turns == 3
     evs = events(run_dir)
     assert len(of_type(evs, "trajectory_start")) == 1 and [e.turn for e in of_type(evs, "turn_end")] == [1, 2, 3]
+
+
+def test_a_kill_after_a_model_call_is_recorded_takes_the_recorded_reply(tmp_path):
+    """The query node logs the model's reply before its checkpoint: a kill between them asked the model again on
+    resume (a paid model billed twice, two model_call events for the turn). The recorded reply to the same request is
+    taken instead; the next turn's call is a new one."""
+    from agent_helpers import StubEvaluator
+    from ptxbench.agent.models import load_model
+
+    run_dir = tmp_path / "run"
+    _killed_after(run_dir, "model_call", 2)
+    model, asked = load_model("builtin/reference", WORKLOAD), []
+    query = model.query
+    model.query = lambda request: asked.append(request.turn) or query(request)
+    outcome = optimize(resume=run_dir, model=model, evaluator=StubEvaluator([1.1, 1.2]))
+    assert outcome.stop_reason == "turn_limit" and outcome.turns == 3
+    evs = events(run_dir)
+    assert [e.turn for e in of_type(evs, "model_call")] == [1, 2, 3]
+    assert asked == [3]  # turn 2's reply came from the log
+    assert [e.turn for e in of_type(evs, "turn_end")] == [1, 2, 3] and [e.seq for e in evs] == list(range(len(evs)))
