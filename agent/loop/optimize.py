@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -199,24 +199,27 @@ def hold_trajectory(folder: Path) -> int | None:
     return fd
 
 
-def add_to_manifest(run_path: Path, config: OptimizeConfig) -> tuple[OptimizeConfig, str]:
+def add_to_manifest(run_path: Path, config: OptimizeConfig,
+                    before_write: Callable[[str], None] | None = None) -> tuple[OptimizeConfig, str]:
     """Record a new trajectory in the run folder's manifest, keeping the trajectories already there. A
     trajectory of the same cell gets the next free index. Returns the config it runs with and its id.
     Several `optimize --run-dir` may share a folder: its manifest is read, given the new trajectory and written back
     under an exclusive lock (flock on its trajectories folder), or two started together took the same index and wrote
-    one trajectory's log and checkpoints both."""
+    one trajectory's log and checkpoints both. `before_write(id)` runs once the id is chosen, before the manifest
+    names it (optimize holds the trajectory there: a --resume reading the new manifest finds it held)."""
     folder = Path(run_path) / "trajectories"
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         with contextlib.suppress(OSError):  # a file system without such locks: unguarded, as before
             fcntl.flock(fd, fcntl.LOCK_EX)
-        return _add_to_manifest(run_path, config)
+        return _add_to_manifest(run_path, config, before_write)
     finally:
         os.close(fd)  # releases the lock
 
 
-def _add_to_manifest(run_path: Path, config: OptimizeConfig) -> tuple[OptimizeConfig, str]:
+def _add_to_manifest(run_path: Path, config: OptimizeConfig,
+                     before_write: Callable[[str], None] | None) -> tuple[OptimizeConfig, str]:
     manifest = read_manifest(run_path)
     if manifest and manifest.get("command") != "optimize":
         raise RunFolderInUse(f"{run_path} holds a {manifest.get('command') or 'foreign'} run; choose another --run-dir")
@@ -224,6 +227,8 @@ def _add_to_manifest(run_path: Path, config: OptimizeConfig) -> tuple[OptimizeCo
     while config.trajectory_id() in taken:
         config = config.model_copy(update={"index": config.index + 1})
     tid = config.trajectory_id()
+    if before_write is not None:
+        before_write(tid)
     configs = dict(manifest.get("configs") or {t: manifest["config"] for t in taken if "config" in manifest})
     configs[tid] = config.model_dump(mode="json")
     record = build_manifest(config.model_dump(mode="json"), "optimize", [*manifest.get("trajectories", []), tid], config.arch)
@@ -292,9 +297,11 @@ def optimize(
         run_path = find_run(resume)
         config, tid = resume_config(run_path)
         config = config.model_copy(update={k: v for k, v in (runtime or {}).items() if k in RESUME_RUNTIME})
-        held = hold_trajectory(run_path / "trajectories" / tid)  # before its log is checked or repaired
+        folder = run_path / "trajectories" / tid
+        held = hold_trajectory(folder)  # before its log is checked or repaired
         try:
             set_aside = check_run(run_path, [tid], restart)
+            held = _hold_again(held, folder)  # a log check_run set aside took the hold with its folder
         except BaseException:
             _release(held)
             raise
@@ -302,8 +309,15 @@ def optimize(
         assert config is not None, "give a config or a run to resume"
         run_path = Path(run_dir) if run_dir else new_run_dir(config)
         set_aside = check_run(run_path, [], restart)
-        config, tid = add_to_manifest(run_path, config)
-        held = hold_trajectory(run_path / "trajectories" / tid)
+        holds: list[int | None] = []
+        try:  # held before the manifest names it: a --resume that reads the new manifest finds it taken
+            config, tid = add_to_manifest(run_path, config,
+                                          lambda tid: holds.append(hold_trajectory(run_path / "trajectories" / tid)))
+        except BaseException:
+            for fd in holds:
+                _release(fd)
+            raise
+        held = holds[0]
     try:
         for line in set_aside:
             print(f"note: {line}", file=sys.stderr)
@@ -320,6 +334,20 @@ def optimize(
             checkpointer.conn.close()
             if own_evaluator:
                 evaluator.close()
+    finally:
+        _release(held)
+
+
+def _hold_again(held: int | None, folder: Path) -> int | None:
+    """The hold on `folder` once check_run is done: a folder it moved aside (abandoned/) took the flock with it, and
+    the trajectory starts over in a new folder, held here before the old hold is let go."""
+    if held is None:
+        return None
+    with contextlib.suppress(FileNotFoundError):
+        if os.path.samestat(os.fstat(held), os.stat(folder)):
+            return held
+    try:
+        return hold_trajectory(folder)
     finally:
         _release(held)
 

@@ -274,3 +274,36 @@ def test_a_kill_after_a_model_call_is_recorded_takes_the_recorded_reply(tmp_path
     assert [e.turn for e in of_type(evs, "model_call")] == [1, 2, 3]
     assert asked == [3]  # turn 2's reply came from the log
     assert [e.turn for e in of_type(evs, "turn_end")] == [1, 2, 3] and [e.seq for e in evs] == list(range(len(evs)))
+
+
+def test_a_resume_that_sets_an_empty_log_aside_keeps_holding_the_trajectory(tmp_path):
+    """A kill before anything was checkpointed leaves a log of its trajectory_start alone, which --resume moves to
+    abandoned/ before starting the trajectory over. The hold (a flock on the trajectory's folder) went with the moved
+    folder: the run went on in a new folder nobody held, and a second --resume ran the same trajectory beside it."""
+    from agent_helpers import StubEvaluator
+    from ptxbench.agent.loop.optimize import RunFolderInUse, hold_trajectory
+    from ptxbench.agent.models import load_model
+
+    run_dir = tmp_path / "run"
+    _killed_after(run_dir, "trajectory_start", 1)
+    folder = next((run_dir / "trajectories").iterdir())
+    model, second = load_model("builtin/reference", WORKLOAD), []
+    query = model.query
+
+    def query_with_a_second_resume(request):
+        try:
+            fd = hold_trajectory(folder)
+        except RunFolderInUse:
+            second.append("refused")
+        else:
+            second.append("held")
+            if fd is not None:
+                import os
+
+                os.close(fd)
+        return query(request)
+
+    model.query = query_with_a_second_resume
+    outcome = optimize(resume=run_dir, model=model, evaluator=StubEvaluator([1.0, 1.1, 1.2]))
+    assert outcome.stop_reason == "turn_limit" and (run_dir / "abandoned").is_dir()
+    assert second == ["refused"] * 3

@@ -1,4 +1,5 @@
 """agent/records/manifest.py: the git revision a run's manifest records."""
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -84,3 +85,39 @@ def test_a_manifest_write_that_fails_leaves_the_old_one_whole(tmp_path):
     assert done.returncode != 0 and "File too large" in done.stderr
     assert read_manifest(tmp_path) == {"command": "optimize", "trajectories": ["a"]}
     assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]  # nothing half-written left beside it
+
+
+def test_a_new_trajectory_is_held_before_the_manifest_names_it(tmp_path, monkeypatch):
+    """optimize --run-dir wrote the new trajectory into the manifest, then took its hold: a --resume that read the
+    manifest in between took the trajectory and ran it, and the run that had just added it was refused."""
+    from ptxbench.agent.loop import optimize as loop
+    from ptxbench.agent.loop.state import OptimizeConfig
+
+    written, seen = loop.write_manifest, []
+
+    def then_a_resume(run_path, record):  # what a --resume started right after this write finds
+        path = written(run_path, record)
+        try:
+            fd = loop.hold_trajectory(Path(run_path) / "trajectories" / record["trajectories"][-1])
+        except loop.RunFolderInUse:
+            seen.append("refused")
+        else:
+            seen.append("held")
+            if fd is not None:
+                os.close(fd)
+        return path
+
+    monkeypatch.setattr(loop, "write_manifest", then_a_resume)
+    config = OptimizeConfig(workload="smoke_gemm_bf16_m256_n256_k512", model="builtin/reference", no_gpu=True,
+                            turns=1)
+
+    class Stub:
+        def evaluate(self, workload_id, source, options):
+            raise AssertionError("no evaluation")
+
+        def close(self):
+            """Nothing to release."""
+
+    monkeypatch.setattr(loop, "run_trajectory", lambda *args, **kwargs: "ran")
+    assert loop.optimize(config, run_dir=tmp_path, evaluator=Stub()) == "ran"
+    assert seen == ["refused"]
