@@ -301,10 +301,10 @@ def optimize(
         held = hold_trajectory(folder)  # before its log is checked or repaired
         try:
             set_aside = check_run(run_path, [tid], restart)
-            held = _hold_again(held, folder)  # a log check_run set aside took the hold with its folder
         except BaseException:
             _release(held)
             raise
+        held = _hold_again(held, folder)  # a log check_run set aside took the hold with its folder
     else:
         assert config is not None, "give a config or a run to resume"
         run_path = Path(run_dir) if run_dir else new_run_dir(config)
@@ -340,7 +340,7 @@ def optimize(
 
 def _hold_again(held: int | None, folder: Path) -> int | None:
     """The hold on `folder` once check_run is done: a folder it moved aside (abandoned/) took the flock with it, and
-    the trajectory starts over in a new folder, held here before the old hold is let go."""
+    the trajectory starts over in a new folder, held here before the old hold is let go (let go however it ends)."""
     if held is None:
         return None
     with contextlib.suppress(FileNotFoundError):

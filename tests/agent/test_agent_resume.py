@@ -307,3 +307,33 @@ def test_a_resume_that_sets_an_empty_log_aside_keeps_holding_the_trajectory(tmp_
     outcome = optimize(resume=run_dir, model=model, evaluator=StubEvaluator([1.0, 1.1, 1.2]))
     assert outcome.stop_reason == "turn_limit" and (run_dir / "abandoned").is_dir()
     assert second == ["refused"] * 3
+
+
+def test_a_resume_that_loses_the_new_folder_to_another_is_refused_once(tmp_path, monkeypatch):
+    """Another --resume that takes the trajectory's new folder between check_run setting the old one aside and this
+    one holding it again: this one is refused in one line (RunFolderInUse), its old hold let go once."""
+    import fcntl
+    import os
+
+    from agent_helpers import StubEvaluator
+    from ptxbench.agent.loop import optimize as loop
+
+    run_dir = tmp_path / "run"
+    _killed_after(run_dir, "trajectory_start", 1)
+    folder = next((run_dir / "trajectories").iterdir())
+    checked, other = loop.check_run, []
+
+    def then_another_resume(*args, **kwargs):
+        moved = checked(*args, **kwargs)
+        folder.mkdir()
+        other.append(os.open(folder, os.O_RDONLY | os.O_DIRECTORY))
+        fcntl.flock(other[0], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return moved
+
+    monkeypatch.setattr(loop, "check_run", then_another_resume)
+    try:
+        with pytest.raises(loop.RunFolderInUse):
+            loop.optimize(resume=run_dir, evaluator=StubEvaluator([1.0]))
+    finally:
+        for fd in other:
+            os.close(fd)
