@@ -13,9 +13,6 @@ marked infra-failed and left out of model scores.
 from __future__ import annotations
 
 import asyncio
-import errno
-import fcntl
-import os
 import sys
 import threading
 import time
@@ -29,6 +26,7 @@ from .matrix import BenchConfig, check_startable, expand
 from .retry import NOTHING_TO_RETRY
 from .scheduler import BenchInterrupted, LimitedModel, ProviderGates, run_all
 from ..records.checkpoint_guard import check_run
+from ..records.folder_lock import FolderHeld, hold_folder, release
 from ..records.manifest import build_manifest
 from ..models import Model
 from ..loop.optimize import make_model, open_checkpointer, run_trajectory
@@ -105,21 +103,14 @@ def hold_run(run_dir: Path) -> int | None:
     dies however it dies), or BenchError when another bench holds it: two benches in one folder would run the same
     unfinished trajectories, pay for their model calls twice and interleave their events. None when the file system
     has no such locks."""
-    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise BenchError(f"{run_dir} is in use by another bench process: wait for it to end (or stop it), "
-                             "then --resume") from None
-        return None
-    return fd
+        return hold_folder(run_dir)
+    except FolderHeld:
+        raise BenchError(f"{run_dir} is in use by another bench process: wait for it to end (or stop it), "
+                         "then --resume") from None
 
 
-def _release(fd: int | None) -> None:
-    if fd is not None:
-        os.close(fd)
+_release = release
 
 
 def _write_manifest(config: BenchConfig, run_dir: Path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import fcntl
 import os
 import sys
@@ -29,6 +28,7 @@ from ..bench.retry import FORKED, fork_before_infra_stop
 from ..bench.scheduler import BenchInterrupted
 from ..records.checkpoint_guard import check_run
 from ..records.checkpoint_store import open_checkpointer
+from ..records.folder_lock import FolderHeld, hold_folder, release
 from .graph import Deps, build_graph
 from .profile_policy import base_options
 from ..records.manifest import build_manifest
@@ -187,16 +187,11 @@ def hold_trajectory(folder: Path) -> int | None:
     while the first run still goes (or two at once) repaired the log under the running one, ran the same turns twice,
     paid for their model calls twice and interleaved both runs' events. None where the file system has no such locks."""
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise RunFolderInUse(f"{folder} is being run by another process: wait for it to end (or stop it), then "
-                                 "--resume") from None
-        return None
-    return fd
+        return hold_folder(folder)
+    except FolderHeld:
+        raise RunFolderInUse(f"{folder} is being run by another process: wait for it to end (or stop it), then "
+                             "--resume") from None
 
 
 def add_to_manifest(run_path: Path, config: OptimizeConfig,
@@ -352,6 +347,4 @@ def _hold_again(held: int | None, folder: Path) -> int | None:
         _release(held)
 
 
-def _release(fd: int | None) -> None:
-    if fd is not None:
-        os.close(fd)
+_release = release
