@@ -203,8 +203,8 @@ def bench(
     except Exception as exc:
         if (what := preflight.storage_failure(exc)) is None:
             raise
-        raise inputs.RunFailed(f"cannot write the run any more: {what}; what was recorded is kept: once there is room, "
-                               f"resume with: ptxbench bench --resume --run-dir {run_dir}") from None
+        raise inputs.RunFailed(f"cannot write the run any more: {what}; what was recorded is kept: once that is mended (room, "
+                               f"permissions), resume with: ptxbench bench --resume --run-dir {run_dir}") from None
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the trajectories in flight stopped at their next step
         where = f"{len(done)} trajectories finished" if done else "no trajectory finished"
         by = " by SIGTERM" if isinstance(exc, Terminated) else ""

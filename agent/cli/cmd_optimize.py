@@ -323,8 +323,8 @@ def optimize(
     except Exception as exc:
         if (what := preflight.storage_failure(exc)) is None:
             raise
-        raise inputs.RunFailed(f"cannot write the run any more: {what}; what was recorded is kept: once there is room, "
-                               f"resume with: ptxbench optimize --resume {Path(resume or run_dir)}") from None
+        raise inputs.RunFailed(f"cannot write the run any more: {what}; what was recorded is kept: once that is mended (room, "
+                               f"permissions), resume with: ptxbench optimize --resume {Path(resume or run_dir)}") from None
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (sigterm.Terminated)
         if not quiet:
             view.console.line()  # below the table the live view left

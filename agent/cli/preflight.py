@@ -27,7 +27,8 @@ def storage_failure(exc: BaseException) -> str | None:
     """What gave out, in words, when `exc` is the run folder's storage failing mid-run; None for anything else."""
     import sqlite3
 
-    if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+    # EIO only with a file named: a terminal gone away fails writes to stdout with EIO too, and is no storage
+    if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS and (exc.errno != errno.EIO or exc.filename):
         where = f" ({exc.filename})" if exc.filename else ""
         return f"{exc.strerror or errno.errorcode.get(exc.errno, exc)}{where}"
     if isinstance(exc, sqlite3.OperationalError) and any(m in str(exc).lower() for m in SQLITE_STORAGE):

@@ -229,5 +229,7 @@ def test_only_storage_failures_are_said_as_such():
         "No space left on device (/runs/r/manifest.json)"
     assert "disk I/O error" in storage_failure(sqlite3.OperationalError("disk I/O error"))
     assert storage_failure(OSError(errno.ENOENT, "No such file or directory")) is None  # a bug keeps its traceback
+    assert storage_failure(OSError(errno.EIO, "Input/output error")) is None  # a terminal gone away, not the disk
+    assert storage_failure(OSError(errno.EIO, "Input/output error", "/runs/r/x.jsonl")) is not None
     assert storage_failure(sqlite3.OperationalError("no such table: checkpoints")) is None
     assert storage_failure(ValueError("x")) is None
