@@ -2,14 +2,16 @@
 
 Re-scores a recorded trajectory on new hardware or with a new evaluator: the n-th model call gets
 the n-th recorded reply, whatever the feedback says now. <path> is a trajectory.jsonl (or a sealed
-trajectory.jsonl.gz), a trajectory folder or a run folder (then the trajectory of the same workload, else the first one).
+trajectory.jsonl.gz), a trajectory folder or a run folder (then the trajectory of the same workload). A log of
+another workload or mode, or a file that is no trajectory log, is refused at the first call (a set-up failure,
+left out of the scores). Each replayed reply's tags name the log, its event and the model that wrote it.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..records.rundir import read_events, trajectory_folders, trajectory_log
-from .base import ModelExhausted, ModelReply, ModelRequest
+from .base import ModelError, ModelExhausted, ModelReply, ModelRequest
 
 
 def find_trajectory(path: str | Path, workload: str | None = None) -> Path:
@@ -33,9 +35,28 @@ class ReplayModel:
     def __init__(self, path: str | Path, workload: str | None = None):
         self.source = find_trajectory(path, workload)
         self.name = f"replay/{path}"
-        self.calls = [e for e in read_events(self.source) if e.type == "model_call"]
+        self.workload = workload
+        events = read_events(self.source)
+        self.start = next((e for e in events if e.type == "trajectory_start"), None)
+        self.calls = [e for e in events if e.type == "model_call"]
+
+    def _refusal(self, request: ModelRequest) -> str | None:
+        """Why these recorded replies cannot answer this trajectory: they were written for another task (workload) or
+        protocol (mode), or the file is no trajectory log at all. Said at the first call, a set-up failure."""
+        if self.start is None or not self.calls:
+            return f"{self.source} is no recorded trajectory with model calls (no trajectory_start or no model_call)"
+        if self.workload and self.start.workload != self.workload:
+            return (f"{self.source} recorded workload {self.start.workload}, not {self.workload}: its replies answer "
+                    f"another task; replay it on {self.start.workload}")
+        mode = "tools" if request.tools is not None else "pipeline"
+        if self.start.mode != mode:
+            return (f"{self.source} was recorded in {self.start.mode} mode, this run is in {mode} mode: its replies "
+                    f"follow the other protocol; replay it with --mode {self.start.mode}")
+        return None
 
     def query(self, request: ModelRequest) -> ModelReply:
+        if request.call_index == 0 and (problem := self._refusal(request)):
+            raise ModelError(problem)
         if request.call_index >= len(self.calls):
             raise ModelExhausted(f"the recorded trajectory {self.source} has only {len(self.calls)} model calls")
         recorded = self.calls[request.call_index]
@@ -47,5 +68,7 @@ class ReplayModel:
             finish_reason=response.get("finish_reason") if isinstance(response.get("finish_reason"), str) else None,
             usage=dict(recorded.usage),
             cost_usd=0.0,
-            tags={"replayed_from": str(self.source), "recorded_seq": recorded.seq},
+            # the model that wrote the reply (through a replay of a replay, the first one)
+            tags={"replayed_from": str(self.source), "recorded_seq": recorded.seq,
+                  "recorded_model": (response.get("tags") or {}).get("recorded_model") or recorded.model},
         )

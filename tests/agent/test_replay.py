@@ -1,0 +1,58 @@
+"""`replay/<log>`: a recorded trajectory's replies are replayed only where they answer the same task in the same
+protocol, and every replayed reply names the model that wrote it."""
+from __future__ import annotations
+
+from agent_helpers import WORKLOAD, StubEvaluator, events, of_type
+from ptxbench.agent.loop.optimize import optimize
+from ptxbench.agent.loop.state import OptimizeConfig
+
+
+def _recorded(tmp_path):
+    optimize(OptimizeConfig(workload=WORKLOAD, turns=2), run_dir=tmp_path / "rec", evaluator=StubEvaluator([0.8, 0.9]))
+    return tmp_path / "rec"
+
+
+def _replay(tmp_path, name, source, **config):
+    evaluator = StubEvaluator([1.0, 1.0])
+    cfg = OptimizeConfig(**{"workload": WORKLOAD, "model": f"replay/{source}", "turns": 2, **config})
+    return optimize(cfg, run_dir=tmp_path / name, evaluator=evaluator), evaluator
+
+
+def test_a_log_of_another_workload_is_refused_not_scored(tmp_path):
+    rec = _recorded(tmp_path)
+    log = next((rec / "trajectories").iterdir()) / "trajectory.jsonl"
+    outcome, evaluator = _replay(tmp_path, "other", log, workload="gemm_bf16_m8192_n7168_k5120")
+    assert outcome.stop_reason == "infra_error" and outcome.turns == 0 and not evaluator.sources
+    assert f"recorded workload {WORKLOAD}" in outcome.stop_detail
+
+
+def test_a_run_folder_without_the_workload_is_refused(tmp_path):
+    rec = _recorded(tmp_path)
+    outcome, evaluator = _replay(tmp_path, "other", rec, workload="gemm_bf16_m8192_n7168_k5120")
+    assert outcome.stop_reason == "infra_error" and not evaluator.sources
+
+
+def test_a_pipeline_log_is_refused_in_tools_mode(tmp_path):
+    rec = _recorded(tmp_path)
+    outcome, evaluator = _replay(tmp_path, "tools", rec, mode="tools")
+    assert outcome.stop_reason == "infra_error" and not evaluator.sources
+    assert "--mode pipeline" in outcome.stop_detail
+
+
+def test_a_file_that_is_no_log_is_refused(tmp_path):
+    other = tmp_path / "notes.txt"
+    other.write_text("not a trajectory\n")
+    outcome, evaluator = _replay(tmp_path, "notes", other)
+    assert outcome.stop_reason == "infra_error" and outcome.turns == 0
+    assert "no recorded trajectory" in outcome.stop_detail
+
+
+def test_replayed_replies_name_their_author_through_a_replay_of_a_replay(tmp_path):
+    rec = _recorded(tmp_path)
+    first, _ = _replay(tmp_path, "once", rec)
+    assert first.turns == 2
+    twice, evaluator = _replay(tmp_path, "twice", tmp_path / "once")
+    assert twice.turns == 2 and len(evaluator.sources) == 2
+    for call in of_type(events(tmp_path / "twice"), "model_call"):
+        assert call.response["tags"]["recorded_model"] == "builtin/tuner"
+        assert "once" in call.response["tags"]["replayed_from"]
