@@ -99,5 +99,6 @@ def synth_repairs(
     for o in report.outcomes:
         table.add_row(o.workload, o.mutation, o.status, "yes" if o.as_expected else "no", "yes" if o.kept else "no")
     console.print(table)
+    # the fixed kernels are evaluated unprofiled: no runtime target evidence, which export requires by default
     console.print(f"{len(report.kept)} repair pairs in {run_dir}; export them with "
-                  f"`ptxbench export {run_dir} --recipe fixit --out DIR`")
+                  f"`ptxbench export {run_dir} --recipe fixit --out DIR --no-require-target`")

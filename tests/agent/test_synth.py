@@ -139,3 +139,27 @@ def test_synthesizing_again_into_the_run_replaces_each_pair(tmp_path):
     assert [e.type for e in record.events].count("trajectory_start") == 1
     rows, _ = build_rows(collect_samples([tmp_path / "run"]), ExportConfig(recipe="fixit", require_target_executed=False, dedup=False))
     assert len(rows) == 1
+
+
+def test_synth_repairs_names_the_export_command_that_keeps_its_pairs(tmp_path, monkeypatch):
+    """The pairs' fixed kernels are evaluated without a profile (no runtime target evidence): the export command it
+    prints must keep them, or it exports 0 rows."""
+    from typer.testing import CliRunner
+
+    import ptxbench.tools.evaluate as evaluate
+    from ptxbench.agent.cli import preflight
+    from ptxbench.agent.cli.main import app
+    from ptxbench.agent.export import synth
+
+    class NoEvaluator:
+        pool = None
+
+        def close(self):
+            """Nothing to release."""
+
+    monkeypatch.setattr(preflight, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(evaluate, "LocalEvaluator", NoEvaluator)
+    monkeypatch.setattr(synth, "synthesize", lambda *a, **k: synth.SynthReport())
+    out = CliRunner().invoke(app, ["synth-repairs", "--run-dir", str(tmp_path / "synth")])
+    assert out.exit_code == 0, out.output
+    assert "--no-require-target" in " ".join(out.output.split())
