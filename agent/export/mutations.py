@@ -44,6 +44,11 @@ def _clustered(replacement: str | Callable[[re.Match], str]) -> Callable[[re.Mat
         return m.expand(replacement) if isinstance(replacement, str) else replacement(m)
     return sub
 
+def _causal_off(m: re.Match) -> str:
+    """The causal flag off: the plan's argument of the plain attention kernels, or the wgmma forward's constant."""
+    return f'"i32:0"]{m.group(1)}' if m.group(1) is not None else f"{m.group(2)}false;"
+
+
 # Where a backward's float2 dQ atomics run: a file without the bulk reduction (the vector-dQ base, agent/export/bases.py);
 # the reference reduces dQ in bulk in every kernel.
 VECTOR_DQ_LIVE = r'\A(?![\s\S]*cp\.reduce\.async\.bulk)'
@@ -87,9 +92,10 @@ MUTATIONS: list[Mutation] = [
              "softmax scale applied as 1/D instead of 1/sqrt(D)",
              WRONG, r'"f32:scale"', '"f32:scale * scale"'),
     Mutation("missing_causal_mask",
-             "the causal mask is never applied: the plan's last argument, the causal flag of the reference attention "
-             "kernels, is passed as 0",
-             WRONG, r'"i32:1"\]([ \t]*)$', r'"i32:0"]\1'),
+             "the causal mask is never applied: the plan's last argument, the causal flag of the plain attention "
+             "kernels, is passed as 0, or the wgmma forward's compiled-in CAUSAL is false (every key tile visited, "
+             "none masked)",
+             WRONG, r'"i32:1"\]([ \t]*)$|^([ \t]*constexpr bool CAUSAL = )true;', _causal_off),
     # The wgmma attention forward's own bug classes (register-sourced P, N-major V, quad-owned softmax rows).
     Mutation("pv_operand_not_transposed",
              "O += P V reads V (stored [keys, d], N-major) without imm-trans-b, so the wgmma takes it as K-major",

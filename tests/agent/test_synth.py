@@ -87,6 +87,23 @@ def test_attention_mutations_touch_only_the_plan_flags():
     assert "missing_causal_mask" not in {m.name for m, _ in applicable(attention_solution(get_workload("mha_fwd_d128")))}
 
 
+def test_the_causal_mask_class_reaches_the_wgmma_causal_forwards():
+    """missing_causal_mask matched only the plain kernels' plan flag: the references synth-repairs mutates (the wgmma
+    forwards, whose causality is compiled in) never had it. There it turns CAUSAL off, one line, and still builds."""
+    from ptxbench.agent.models.builtin import reference_source
+    from ptxbench.tools.compile import compile_source
+
+    for wid in ("mha_fwd_d128_causal", "mha_fwd_d64_causal"):
+        source = reference_source(wid)
+        found = {m.name: broken for m, broken in applicable(source)}
+        assert "missing_causal_mask" in found, wid
+        changed = [(a, b) for a, b in zip(source.splitlines(), found["missing_causal_mask"].splitlines()) if a != b]
+        assert changed == [("constexpr bool CAUSAL = true;", "constexpr bool CAUSAL = false;")]
+    assert "missing_causal_mask" not in {m.name for m, _ in applicable(reference_source("mha_fwd_d128"))}
+    r = compile_source(found["missing_causal_mask"], "cuda", "sm_90a", "mha_fwd_d64_causal")
+    assert r.status == "ok", r.errors
+
+
 def test_wgmma_attention_mutations_change_exactly_their_lines():
     from pathlib import Path
 
