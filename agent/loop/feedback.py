@@ -40,8 +40,9 @@ HOPPER_WARNINGS = {
              "(wgmma.wait_group) before issuing the next product's accumulators, keep fewer live, or raise the "
              "consumers' setmaxnreg",
     "C7508": "setmaxnreg was ignored: the kernel needs __launch_bounds__ / .maxntid so ptxas knows the block size",
-    "C7511": "the register count asked for cannot be met: ptxas used more registers (or spilled); check the "
-             "resource line below",
+    "C7511": "ptxas serialised the wgmma instructions for want of registers for the wgmma pipeline: a wgmma into "
+             "part of a larger accumulator array does that (give each product an array of its own), as do more "
+             "accumulators live than the registers hold; check the resource line below",
 }
 # ptxas reserves every named barrier when a bar.sync / bar.arrive id is a register, not an immediate.
 ALL_BARRIERS = 16

@@ -27,6 +27,18 @@ def test_warnings_are_verbatim_and_hopper_ones_explained():
     assert "- no compiler warnings" not in lines
 
 
+def test_c7511_is_explained_as_the_wgmma_serialisation_ptxas_reports():
+    """ptxas 13 words C7511 as wgmma serialised for want of registers for the wgmma pipeline (a wgmma into part of a
+    larger accumulator, as the knowledge pack says); it was glossed as a register count that cannot be met."""
+    message = ("potential performance loss (C7511): wgmma.mma_async instructions are serialized due to insufficient "
+               "register resources for the wgmma pipeline in the function 'k' in line 52")
+    comp = CompileResult(status="ok", arch="sm_90a", warnings=[CompileIssue(line=None, severity="warning", message=message)])
+    gloss = [line.strip() for line in _compile_lines(EvalResult(workload="w", status="COMPILED", compile=comp))
+             if line.strip().startswith("(C7511:")]
+    assert len(gloss) == 1 and gloss[0].startswith("(C7511: ptxas serialised the wgmma"), gloss
+    assert "part of a larger accumulator" in gloss[0] and "cannot be met" not in gloss[0]
+
+
 def test_an_undefined_helper_name_gets_its_declaration():
     errs = [CompileIssue(line=40, message='identifier "mbar_init" is undefined'),
             CompileIssue(line=41, message='identifier "mbar_init" is undefined'),
