@@ -324,3 +324,18 @@ def test_the_packs_wgmma_serialisation_cases_and_their_fixes(body, code):
         assert not serialised, serialised
     else:
         assert serialised and code in serialised[0], [w.message for w in r.warnings]
+
+
+def test_wgmma_n_rule_is_what_ptxas_accepts():
+    """The pack said N is a multiple of 8 "(16 for these shapes)": ptxas assembles every multiple of 8 for
+    bf16 (wgmma.cuh itself defines N = 56), so a model held to 16 lost tile shapes such as n24 or n40."""
+    assert "N is a multiple of 8 up to 256" in PACK and "16 for these shapes" not in PACK
+    regs = lambda n: "{" + ", ".join(f"%f{i}" for i in range(n // 2)) + "}"  # noqa: E731
+    body = [f"  wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {regs(n)}, %rd1, %rd2, p, 1, 1, 0, 0;"
+            for n in (8, 24, 40, 56)]
+    ptx = "\n".join(PTX_HEAD + [".visible .entry k()", "{", "  .reg .pred p;", "  .reg .f32 %f<32>;",
+                                 "  .reg .b64 %rd<3>;", "  mov.u64 %rd1, 0;", "  mov.u64 %rd2, 0;",
+                                 "  setp.ne.b64 p, %rd1, 0;", "  wgmma.fence.sync.aligned;", *body,
+                                 "  wgmma.commit_group.sync.aligned;", "  wgmma.wait_group.sync.aligned 0;",
+                                 "  ret;", "}", ""])
+    _ok(compile_source(ptx, "ptx", "sm_90a"))
