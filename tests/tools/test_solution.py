@@ -420,6 +420,12 @@ def test_the_prompt_reference_example_parses():
     solution = parse_solution("/* ptxbench" + plan + "\n" + kernel)
     assert isinstance(solution, Solution), solution
     assert [m.name for m in solution.plan.tmaps] == ["A_map", "B_map"] and solution.plan.scratch[0].zero
+    # and resolves on the GEMM it is written for: its scratch shape once named B, H, S, D, no GEMM's symbols
+    from ptxbench.workloads.registry import get_workload
+
+    gemm = get_workload("gemm_bf16_m8192_n7168_k5120")
+    resolved = resolve_plan(parse_solution("/* ptxbench" + plan + "\n" + kernel, gemm).plan, gemm, 132)
+    assert resolved.scratch[0].shape == [8192, 7168] and resolved.launches[0].grid == (56, 64, 1)
 
 
 def test_extracted_pickles_with_its_warnings():
