@@ -13,7 +13,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field, field_validator
 
-from .results import DEFAULT_L2_FLUSH, EvalResult, L2FlushMode
+from .results import DEFAULT_L2_FLUSH, MAX_TRIALS, EvalResult, L2FlushMode
 
 
 # What Nsight Compute takes of a candidate, cheapest first: nothing; `verdict`: one ncu run with the counters
@@ -38,7 +38,7 @@ def serves(have: str, want: str) -> bool:
 
 class EvalOptions(BaseModel):
     arch: str = DEFAULT_ARCH
-    trials: int | None = Field(None, description="correctness trials; None = the workload's default")
+    trials: int | None = Field(None, ge=1, le=MAX_TRIALS, description="correctness trials; None = the workload's default")
     dist: str = "normal"
     time: bool = True
     profile: ProfileLevel = Field("none", description="profile taken whatever the status (true = full, as before)")

@@ -130,6 +130,9 @@ L2_FLUSH_MODES: tuple[str, ...] = get_args(L2FlushMode)
 DEFAULT_L2_FLUSH: L2FlushMode = "read"
 # What a record, or a run's config, written before the mode existed (2026-12-04) was measured under.
 LEGACY_L2_FLUSH: L2FlushMode = "write"
+# Correctness trials of one evaluation: each is a fresh input set held on the GPU for the timed calls to rotate among,
+# so a mistyped 100000 asked for 100000 sets (a PLAN_ERROR from the memory check, blamed on the kernel) or hours.
+MAX_TRIALS = 32
 
 
 class TimingStat(BaseModel):

@@ -90,7 +90,7 @@ def eval_cmd(
     """Compile FILE, check it on fresh inputs against the reference, time it against the library."""
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.evaluator import EvalOptions
-    from ptxbench.tools.results import L2_FLUSH_MODES
+    from ptxbench.tools.results import L2_FLUSH_MODES, MAX_TRIALS
     from ptxbench.tools.sanitize import TOOLS
 
     from . import inputs
@@ -100,6 +100,8 @@ def eval_cmd(
     for tool in sanitize:
         inputs.one_of(tool, TOOLS, "--sanitize")
     inputs.positive(trials, "--trials"), inputs.positive(timeout, "--timeout")
+    if trials is not None and trials > MAX_TRIALS:  # each a fresh input set held on the GPU
+        raise inputs.BadInput(f"--trials must be at most {MAX_TRIALS} (each is an input set held on the GPU), got {trials}")
     if not no_gpu:
         from .preflight import gpu
 

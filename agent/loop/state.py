@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import BaseModel, Field, field_validator
 
-from ptxbench.tools.results import DEFAULT_L2_FLUSH, EvalResult, L2FlushMode
+from ptxbench.tools.results import DEFAULT_L2_FLUSH, MAX_TRIALS, EvalResult, L2FlushMode
 
 from .profile_policy import ProfilePolicy
 from ..records.events import MAX_TURNS
@@ -53,7 +53,8 @@ class OptimizeConfig(BaseModel):
                                    "(retried like a rate limit, up to retry_attempts calls)")
     retry_attempts: int = 6
     retry_wait_s: float = Field(2.0, ge=0)
-    trials: int | None = Field(None, ge=1, description="correctness trials per evaluation (None: the workload's)")
+    trials: int | None = Field(None, ge=1, le=MAX_TRIALS, description="correctness trials per evaluation (None: the "
+                               "workload's; at most MAX_TRIALS, each a fresh input set held on the GPU)")
     no_gpu: bool = Field(False, description="evaluate up to compile + SASS only")
     profile: ProfilePolicy = Field("auto", description="Nsight Compute policy (agent/loop/profile_policy.py): auto = the "
                                    "target verdict on every pass, the full per-line profile on the first pass and each "

@@ -35,6 +35,8 @@ CASES = [
     (["optimize", W, "--turns", "0"], 2, "--turns"),
     (["optimize", W, "--turns", "10001"], 2, "--turns"),
     (["optimize", W, "--trials", "0"], 2, "--trials"),
+    # each trial is an input set held on the GPU: 100000 was a PLAN_ERROR blamed on the kernel, or hours of checks
+    (["optimize", W, "--trials", "100000"], 2, "less than or equal to 32"),
     (["optimize", W, "--l2-flush", "reed"], 2, "did you mean read?"),
     (["optimize", W, "--max-cost", "-1"], 2, "--max-cost"),
     (["optimize", W, "--model-timeout", "0"], 2, "--model-timeout"),
@@ -75,6 +77,7 @@ CASES = [
     (["eval", W, GOOD, "--l2-flush", "clean"], 2, "--l2-flush 'clean': expected one of write, read"),
     (["eval", W, GOOD, "--sanitize", "leakcheck"], 2, "--sanitize"),
     (["eval", W, GOOD, "--trials", "0"], 2, "--trials"),
+    (["eval", W, GOOD, "--trials", "100000"], 2, "--trials must be at most 32"),
     (["profile", "nope", GOOD], 2, "unknown workload"),
     (["profile", W, "missing.ptx"], 2, "does not exist"),
     (["profile", W, GOOD, "--arch", "sm_80"], 2, "--arch"),
