@@ -17,7 +17,8 @@ workload (the GEMM's M, N, K; the attention workload itself). Each turn:
 3. tuner_rules.rank: every buildable one-lever move, ranked by prior worth x evidence, a move that sets a value
    this run already measured slower ranked down (the lesson is said in its reasons); the first point not tried yet
    is submitted, with the evidence -> move reasoning in the reply (content and reasoning);
-4. nothing left: the one-step neighbours of the best point, then random buildable points.
+4. nothing left: the one-step neighbours of the best point, then random buildable points; when none is left the
+   run ends (ModelExhausted: the trajectory stops as its turn limit would) rather than resubmit a tried kernel.
 For workloads no template covers (or whose template point does not fit the workload) it submits the reference
 solution.
 """
@@ -29,7 +30,7 @@ import random
 from types import ModuleType
 from typing import Any, Callable, NamedTuple
 
-from .base import ModelReply, ModelRequest, TurnOutcome
+from .base import ModelExhausted, ModelReply, ModelRequest, TurnOutcome
 from .evidence import Evidence
 from .tuner_rules import Candidate, bundle_lesson, bundles_of, canonical, completed, levers_of, rank
 from .tuner_space import Params, as_dict, is_valid, key, ordered
@@ -167,7 +168,9 @@ class TunerModel:
                                                            self.template.PARAM_SPACE.items()}}, params)
             if key(point) not in seen and self._valid(point):
                 return Choice(point, "neighbourhood exhausted: a random buildable point", None)
-        return Choice(params, "search space exhausted: resubmit the base point", None)
+        raise ModelExhausted(f"{self.name}: every lever move and one-step neighbour of the base was tried and random draws found no untried "
+                             f"buildable point ({len(seen)} points tried): the search ends here instead of resubmitting a "
+                             f"kernel it has already evaluated")
 
 
 class WeakTunerModel(TunerModel):

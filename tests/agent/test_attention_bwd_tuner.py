@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ptxbench.agent.loop.extract import extract_solution
-from ptxbench.agent.models import ModelRequest, TurnOutcome, load_model
+from ptxbench.agent.models import ModelExhausted, ModelRequest, TurnOutcome, load_model
 from ptxbench.agent.models.evidence import Evidence, HotSpot
 from ptxbench.agent.models.tuner import TunerModel
 from ptxbench.agent.models.tuner_rules import rank
@@ -76,15 +76,17 @@ def test_a_search_submits_only_built_points_and_visits_each_once(wid):
     tuner = TunerModel(wid)
     history: list[TurnOutcome] = []
     seen = []
-    for turn in range(1, len(buildable) + 2):
+    for turn in range(1, len(buildable) + 1):
         reply = tuner.query(ModelRequest(messages=[], turn=turn, history=history))
         params = reply.tags["params"]
         assert bt.validate(params, workload) == []
         seen.append(tuple(params[k] for k in bt.SEARCHED))
         history.append(TurnOutcome(turn=turn, status="PASSED", speedup=0.50 + 0.01 * turn, message="",
                                    tags=reply.tags, evidence=Evidence(status="PASSED", speedup=0.50 + 0.01 * turn)))
-    assert set(seen[:len(buildable)]) == buildable  # every buildable point, the reference first, none twice
+    assert set(seen) == buildable  # every buildable point, the reference first, none twice
     assert seen[0] == ("bulk", 3, "cooperative", "head_groups")
+    with pytest.raises(ModelExhausted, match="search ends here"):  # then the run ends: no build is resubmitted
+        tuner.query(ModelRequest(messages=[], turn=len(buildable) + 1, history=history))
 
 
 def test_dram_over_the_minimum_points_at_the_head_order_first():

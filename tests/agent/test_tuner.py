@@ -267,3 +267,32 @@ def test_under_the_power_limit_the_measured_clock_ranks_energy_moves():
     assert "2.1% lower clock" in ranked["multicast"].reasons[-1]
     assert not any("MHz" in r for c in plain.values() for r in c.reasons)
     assert ranked["multicast"].score < ranked["cache"].score / 4
+
+
+def _tiny_template():
+    """A template of four points (stages 2 or 4, bk 32 or 64): small enough that a run tries every one."""
+    import types
+
+    t = types.ModuleType("tiny_template")
+    t.PARAM_SPACE = {"stages": [2, 4], "bk": [32, 64]}
+    t.default_params = lambda: {"stages": 2, "bk": 32}
+    t.weak_params = t.default_params
+    t.render = lambda p: f"// tiny {p['stages']} {p['bk']}\n__global__ void k() {{}}\n"
+    t.validate = lambda p, shape=None: []
+    return t
+
+
+def test_a_search_with_every_point_tried_ends_instead_of_resubmitting():
+    """Once every buildable point was evaluated the tuner says so and the trajectory ends (as a turn limit would),
+    instead of sending the base point again each remaining turn."""
+    from ptxbench.agent.models import ModelExhausted
+
+    tuner, history, sent = TunerModel(MAIN, template=_tiny_template()), [], []
+    for turn in range(1, 5):
+        reply = tuner.query(ModelRequest(messages=[], turn=turn, history=history))
+        sent.append(json.dumps(reply.tags["params"], sort_keys=True))
+        history.append(TurnOutcome(turn=turn, status="PASSED", speedup=1.0 - 0.01 * turn, tags=reply.tags))
+    assert len(set(sent)) == 4
+    with pytest.raises(ModelExhausted, match="4 points tried"):
+        tuner.query(ModelRequest(messages=[], turn=5, history=history))
+
