@@ -201,11 +201,20 @@ def _base(tried: list[TurnOutcome], pace: Callable[[TurnOutcome], float]) -> tup
     if not passing:
         last = tried[-1]
         return None, f"no point has passed yet (turn {last.turn}: {last.status})"
-    best = max(passing, key=pace)
     last = tried[-1]
+    if all(h.speedup is None for h in passing):  # nothing timed (--no-gpu: COMPILED only): no best to speak of
+        walk = passing[-1]
+        if last is walk:
+            return walk, f"turn {walk.turn} {walk.status.lower()} (not timed: no speed to compare), so the walk goes on from it"
+        return walk, (f"turn {last.turn} ({last.status}) failed: back to turn {walk.turn}, the last point that "
+                      f"{walk.status.lower()} (not timed)")
+    best = max(passing, key=pace)
     if last is best:
         return best, f"turn {best.turn} is the best so far ({_fmt(best)})"
-    if last.status in SEARCH_FROM and (last.speedup is None or pace(last) >= pace(best) * (1 - NOISE)):
+    if last.status in SEARCH_FROM and last.speedup is None:
+        return last, (f"turn {last.turn} ({last.status}, not timed) is kept: no timing says it is slower than the best "
+                      f"(turn {best.turn}, {_fmt(best)})")
+    if last.status in SEARCH_FROM and pace(last) >= pace(best) * (1 - NOISE):
         return last, f"turn {last.turn} ({_fmt(last)}) is within noise of the best (turn {best.turn}, {_fmt(best)}): kept"
     what = _fmt(last) if last.status in SEARCH_FROM else last.status
     return best, f"turn {last.turn} ({what}) did not pay: back to turn {best.turn} ({_fmt(best)})"

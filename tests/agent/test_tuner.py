@@ -296,3 +296,23 @@ def test_a_search_with_every_point_tried_ends_instead_of_resubmitting():
     with pytest.raises(ModelExhausted, match="4 points tried"):
         tuner.query(ModelRequest(messages=[], turn=5, history=history))
 
+
+def test_untimed_turns_are_not_called_best_or_within_noise():
+    """--no-gpu (COMPILED, no timing): the reply does not rank turns it never timed, and a failure goes back to the
+    last point that compiled, not to the first."""
+    tuner, history = TunerModel(MAIN), []
+    for turn in range(1, 4):
+        reply = tuner.query(ModelRequest(messages=[], turn=turn, history=history))
+        history.append(TurnOutcome(turn=turn, status="COMPILED", tags=reply.tags))
+    third = tuner.query(ModelRequest(messages=[], turn=4, history=history))
+    assert "turn 3 compiled (not timed" in third.content
+    assert "best" not in third.content.split("Evidence")[0] and "noise" not in third.content
+    failed = TurnOutcome(turn=4, status="COMPILE_ERROR", message="ptxas error", tags=third.tags)
+    after = tuner.query(ModelRequest(messages=[], turn=5, history=[*history, failed]))
+    assert "back to turn 3, the last point that compiled" in after.content
+    # a timed best and an untimed last turn: kept, without claiming it measured within noise
+    h1 = TurnOutcome(turn=1, status="PASSED", speedup=0.99, tags=history[0].tags, evidence=evidence_from(recorded()))
+    h2 = TurnOutcome(turn=2, status="COMPILED", tags=history[1].tags)
+    kept = tuner.query(ModelRequest(messages=[], turn=3, history=[h1, h2]))
+    assert "turn 2 (COMPILED, not timed) is kept" in kept.content and "within noise" not in kept.content
+
