@@ -265,6 +265,8 @@ def _why(pick: Candidate, base_why: str, ev_why: str, template: ModuleType | Non
     because = "; ".join(pick.reasons) if pick.reasons else "nothing in it points elsewhere, so the move worth most leads"
     words = words_of(template).get(pick.role, pick.role)
     what = words(pick.params) if callable(words) else words  # a template may word a move by the value it sets
+    if pick.kind == "down" and not callable(words):  # the role's words say what its upward move does
+        what = f"the opposite of {what}"
     return f"{base_why}. Evidence ({ev_why}): {because} -> {pick.label}: {what}."
 
 

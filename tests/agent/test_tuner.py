@@ -316,3 +316,16 @@ def test_untimed_turns_are_not_called_best_or_within_noise():
     kept = tuner.query(ModelRequest(messages=[], turn=3, history=[h1, h2]))
     assert "turn 2 (COMPILED, not timed) is kept" in kept.content and "within noise" not in kept.content
 
+
+def test_a_move_down_is_not_worded_as_the_move_up():
+    """After an out-of-resources failure the ring shrinks; the reply must not call stages 4 -> 3 'a deeper ring'."""
+    tuner = TunerModel(MAIN)
+    first = tuner.query(ModelRequest(messages=[], turn=1))
+    h1 = TurnOutcome(turn=1, status="PASSED", speedup=0.99, tags=first.tags, evidence=evidence_from(recorded()))
+    second = tuner.query(ModelRequest(messages=[], turn=2, history=[h1]))
+    msg = "ptxas error: too many resources requested for launch"
+    h2 = TurnOutcome(turn=2, status="COMPILE_ERROR", message=msg, tags=second.tags,
+                     evidence=Evidence(status="COMPILE_ERROR", problems=[msg]))
+    third = tuner.query(ModelRequest(messages=[], turn=3, history=[h1, h2]))
+    assert third.tags["move"] == ["ring", "down"] and "stages 4 -> 3" in third.content
+    assert "stages 4 -> 3: a deeper ring" not in third.content and "opposite of a deeper ring" in third.content
