@@ -110,9 +110,6 @@ def hold_run(run_dir: Path) -> int | None:
                          "then --resume") from None
 
 
-_release = release
-
-
 def _write_manifest(config: BenchConfig, run_dir: Path) -> None:
     ids = [c.trajectory_id() for c in expand(config)]
     write_manifest(run_dir, build_manifest(config.model_dump(mode="json"), "bench", ids, config.arch))
@@ -208,7 +205,7 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
     except BaseException:
         if own_evaluator and evaluator is not None:  # started for a run that cannot begin: its workers stop here
             evaluator.close()
-        _release(lock)
+        release(lock)
         raise
     close_s = 0.0
     worker_start: list[dict] = []
@@ -232,7 +229,7 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
             setup_s, worker_start, gpu_use = _record_gpu_use(run_dir, pool, gpus, setup_s)
         except Exception as exc:  # noqa: BLE001 - a record that cannot be written must not hide the run's outcome
             print(f"warning: the GPU start / use records were not written: {type(exc).__name__}: {exc}", file=sys.stderr)
-        _release(lock)
+        release(lock)
     reports = [r if isinstance(r, TrajectoryReport) else _report(c, infra_failed=True, error=f"{type(r).__name__}: {r}")
                for c, r in zip(configs, results)]
     return BenchOutcome(run_dir=str(run_dir), config=config, trajectories=reports, elapsed_s=time.monotonic() - start,

@@ -200,11 +200,8 @@ def bench(
                                 restart=restart_trajectory, evaluator=evaluator, own_evaluator=True)
     except BenchError as exc:  # a run folder in the way, no GPU, a matrix with repeated ids: nothing was written
         raise inputs.BadInput(str(exc)) from None
-    except Exception as exc:
-        if (what := preflight.storage_failure(exc)) is None:
-            raise
-        raise inputs.RunFailed(f"cannot write the run any more: {what}; what was recorded is kept: once that is mended (room, "
-                               f"permissions), resume with: ptxbench bench --resume --run-dir {run_dir}") from None
+    except Exception as exc:  # storage that gave out mid-run: one line; anything else as it is
+        raise preflight.storage_stop(exc, f"ptxbench bench --resume --run-dir {run_dir}") from None
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the trajectories in flight stopped at their next step
         where = f"{len(done)} trajectories finished" if done else "no trajectory finished"
         by = " by SIGTERM" if isinstance(exc, Terminated) else ""

@@ -320,11 +320,8 @@ def optimize(
                 view.console.line()
     except (RunFolderInUse, SealedTrajectory) as exc:
         raise inputs.BadInput(str(exc)) from None
-    except Exception as exc:
-        if (what := preflight.storage_failure(exc)) is None:
-            raise
-        raise inputs.RunFailed(f"cannot write the run any more: {what}; what was recorded is kept: once that is mended (room, "
-                               f"permissions), resume with: ptxbench optimize --resume {Path(resume or run_dir)}") from None
+    except Exception as exc:  # storage that gave out mid-run: one line; anything else as it is
+        raise preflight.storage_stop(exc, f"ptxbench optimize --resume {Path(resume or run_dir)}") from None
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (sigterm.Terminated)
         if not quiet:
             view.console.line()  # below the table the live view left

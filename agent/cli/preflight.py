@@ -15,12 +15,21 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from .inputs import BadInput, write_probe
+from .inputs import BadInput, RunFailed, write_probe
 
 NO_GPU_HINT = "pass --no-gpu to compile only"
 # The OS's words for storage that gave out, and SQLite's (the checkpoints): a run cut by them is no bug of ptxbench's
 STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
 SQLITE_STORAGE = ("disk i/o error", "database or disk is full", "readonly database", "unable to open database file")
+
+
+def storage_stop(exc: Exception, resume: str) -> RunFailed:
+    """The one line for storage that gave out mid-run (`storage_failure`), naming the `resume` command; anything
+    else is re-raised as it is."""
+    if (what := storage_failure(exc)) is None:
+        raise exc
+    return RunFailed(f"cannot write the run any more: {what}; what was recorded is kept: once that is mended (room, "
+                     f"permissions), resume with: {resume}")
 
 
 def storage_failure(exc: BaseException) -> str | None:

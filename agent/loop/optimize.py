@@ -297,7 +297,7 @@ def optimize(
         try:
             set_aside = check_run(run_path, [tid], restart)
         except BaseException:
-            _release(held)
+            release(held)
             raise
         held = _hold_again(held, folder)  # a log check_run set aside took the hold with its folder
     else:
@@ -310,7 +310,7 @@ def optimize(
                                           lambda tid: holds.append(hold_trajectory(run_path / "trajectories" / tid)))
         except BaseException:
             for fd in holds:
-                _release(fd)
+                release(fd)
             raise
         held = holds[0]
     try:
@@ -330,7 +330,7 @@ def optimize(
             if own_evaluator:
                 evaluator.close()
     finally:
-        _release(held)
+        release(held)
 
 
 def _hold_again(held: int | None, folder: Path) -> int | None:
@@ -344,7 +344,6 @@ def _hold_again(held: int | None, folder: Path) -> int | None:
     try:
         return hold_trajectory(folder)
     finally:
-        _release(held)
+        release(held)
 
 
-_release = release
