@@ -13,7 +13,7 @@ from ptxbench.workloads.arch import DEFAULT_ARCH
 import re
 
 from .plan import FormatIssue
-from .source_scan import LineIndex, blank_comments, line_of
+from .source_scan import LineIndex, blank_comments, line_of, spliced
 
 ALLOWED_INCLUDES = ("<cuda.h>", "<cuda_bf16.h>", "<cuda_fp16.h>", "<cstdint>", "<stdint.h>",
                     '"ptxbench/wgmma.cuh"', '"ptxbench/tma.cuh"', '"ptxbench/mbarrier.cuh"')
@@ -210,6 +210,9 @@ def check_cuda_source(source: str) -> list[FormatIssue]:
     """Refusals for a `cuda` solution: host code, libraries, includes outside the allow list."""
     if m := _MISREAD.search(source):
         return [FormatIssue(line=line_of(source, m.start()), kind="source", message=f"the file holds {_MISREAD_WHY[m.group()]}")]
+    # read as the compiler reads it, backslash-newlines joined first: `// x \` + `/*` on the next line opens no block
+    # comment for the compiler, so a scan that blanks comments before joining hid the lines after it
+    source = spliced(source)
     text, issues, macros = _preprocessor(blank_comments(source))
     issues += _pragma_operators(blank_comments(source))  # directives too: a macro may hold the operator
     code = blank_comments(text, strings=True)

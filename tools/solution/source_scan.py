@@ -63,6 +63,26 @@ def blank_comments(text: str, strings: bool = False) -> str:
     return "".join(out)
 
 
+def spliced(text: str) -> str:
+    """`text` with every backslash-newline joined, as the compiler joins them before it reads a comment or a directive
+    (`// x \\` continues the comment onto the next line, `*\\` + newline + `/` ends a block comment), each joined
+    newline moved to the end of its logical line, so every line after it keeps its number."""
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    logical: list[str] = []
+    for line in text.split("\n"):
+        body = line.rstrip(" \t\f\v\r")  # gcc splices across white space after the backslash too
+        if body.endswith("\\"):
+            logical.append(body[:-1])
+            continue
+        out.append("".join(logical) + line + "\n" * len(logical))
+        logical = []
+    if logical:  # the file ends in a backslash
+        out.append("".join(logical) + "\n" * (len(logical) - 1))
+    return "\n".join(out)
+
+
 def line_of(text: str, pos: int) -> int:
     """1-based line number of a character position."""
     return text.count("\n", 0, pos) + 1
