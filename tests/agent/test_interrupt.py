@@ -16,6 +16,12 @@ WORKLOAD = "smoke_gemm_bf16_m256_n256_k512"
 CLI = [sys.executable, "-m", "ptxbench.agent"]
 
 
+# Long enough that the run is still going when its first turn has ended (a no-GPU turn is one compile, seconds), short
+# enough that each resume to the end stays cheap on a CI machine; the resume-while-running test needs the first run
+# to outlast a second process's start-up
+TURNS = 12
+TURNS_WHILE_RUNNING = 30
+
 STOPS = {"SIGINT": (signal.SIGINT, 130, ""), "SIGTERM": (signal.SIGTERM, 143, " by SIGTERM")}
 
 
@@ -48,19 +54,19 @@ def _events(log: Path) -> list[dict]:
 @pytest.mark.parametrize("stop", list(STOPS))
 def test_ctrl_c_on_optimize_says_how_to_resume(tmp_path, stop):
     sig, status, by = STOPS[stop]
-    argv = [*CLI, "optimize", WORKLOAD, "--no-gpu", "--turns", "60", "--run-dir", "ci4", "--quiet"]
+    argv = [*CLI, "optimize", WORKLOAD, "--no-gpu", "--turns", str(TURNS), "--run-dir", "ci4", "--quiet"]
     done = _interrupt(argv, tmp_path, "ci4/trajectories/*/trajectory.jsonl", sig)
     assert done.returncode == status, done.stderr
     assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("interrupted at turn ") and f" of 60{by}; " in lines[0]
+    assert lines[0].startswith("interrupted at turn ") and f" of {TURNS}{by}; " in lines[0]
     assert lines[0].endswith("resume with: ptxbench optimize --resume ci4")
     log = next((tmp_path / "ci4" / "trajectories").glob("*/trajectory.jsonl"))
     last = _events(log)[-1]
     assert last["type"] == "error" and last["message"].startswith("interrupted by the user") and last["infra"]
     assert ("(SIGTERM)" in last["message"]) == (stop == "SIGTERM")
-    assert f"turn {last['turn']} of 60" in lines[0]
+    assert f"turn {last['turn']} of {TURNS}" in lines[0]
 
     from ptxbench.agent.records.rundir import TrajectoryRecord, read_events
     from ptxbench.agent.scoring.turns import score_trajectory
@@ -73,14 +79,14 @@ def test_ctrl_c_on_optimize_says_how_to_resume(tmp_path, stop):
     assert again.returncode == 0, again.stderr
     assert "stop: turn_limit" in again.stdout
     scored = score_trajectory(TrajectoryRecord(log.parent, read_events(log)))
-    assert not scored.infra_failed and len(scored.turns) == 60
+    assert not scored.infra_failed and len(scored.turns) == TURNS
     assert all(t.status != "INFRA_ERROR" for t in scored.turns)
 
 
 @pytest.mark.parametrize("stop", list(STOPS))
 def test_ctrl_c_on_bench_says_how_to_resume(tmp_path, stop):
     sig, status, by = STOPS[stop]
-    argv = [*CLI, "bench", "--models", "builtin/tuner", "--workloads", WORKLOAD, "--trajectories", "1", "--turns", "60",
+    argv = [*CLI, "bench", "--models", "builtin/tuner", "--workloads", WORKLOAD, "--trajectories", "1", "--turns", str(TURNS),
             "--no-gpu", "--run-dir", "b1"]
     done = _interrupt(argv, tmp_path, "b1/trajectories/*/trajectory.jsonl", sig)
     assert done.returncode == status, done.stderr
@@ -96,7 +102,8 @@ def test_a_resume_while_the_run_still_goes_is_refused(tmp_path):
     again (model calls paid twice) and interleaved both runs' events. The running process holds its trajectory's
     folder: the second is one line, exit status 2, and nothing of the first run changes; once it stopped, the resume
     goes on."""
-    argv = [*CLI, "optimize", WORKLOAD, "--no-gpu", "--turns", "60", "--run-dir", "r", "--quiet"]
+    argv = [*CLI, "optimize", WORKLOAD, "--no-gpu", "--turns", str(TURNS_WHILE_RUNNING), "--run-dir", "r",
+            "--quiet"]
     proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
