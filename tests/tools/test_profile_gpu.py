@@ -172,12 +172,13 @@ def test_the_verdict_holds_the_gpu_only_while_the_replay_runs():
     print(f"\nverdict: ncu run {whole:.2f} s, GPU held {held:.2f} s, waited {r.seconds['profile.gpu_wait']:.2f} s")
 
 
+@pytest.mark.xfail(reason="open: the profile's replay neither scrubs on-chip memory nor judges its output", strict=False)
 def test_a_kernel_that_keys_on_the_missing_scrub_gets_no_target_credit():
     """profile_keyed_tma.cu computes the smoke GEMM from plain loads whenever its shared memory holds the scrub's 0xFF
     (every evaluated call) and runs a TMA sweep of A and B instead, computing nothing, when it does not (the profile's
     replay: no scrub, and no one judges its output). Its evaluated calls never execute TMA, so the runtime verdict must
     not say `executed`. Open as of 2026-12-06: the replay neither prepares its call as the worker does nor checks what
-    the call wrote, so this is expected to fail until it does."""
+    the call wrote (xfail until it does)."""
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.evaluator import EvalOptions
     from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
