@@ -26,6 +26,9 @@ def check_limits(config: OptimizeConfig, state: AgentState) -> StopDecision | No
     cost = state.get("cost_usd", 0.0)
     if config.max_cost_usd is not None and cost >= config.max_cost_usd:
         return StopDecision(reason="cost_budget", detail=f"${cost:.4f} spent, budget ${config.max_cost_usd}")
+    if config.max_cost_usd is not None and state.get("cost_unknown"):  # else it would run on as if it cost nothing
+        return StopDecision(reason="cost_budget", detail=f"{config.model} has no known price (litellm's table), so the "
+                            f"cost budget ${config.max_cost_usd} cannot be counted; a token budget (--max-tokens) can")
     elapsed = state.get("elapsed_s", 0.0)
     if config.max_wall_s is not None and elapsed >= config.max_wall_s:
         return StopDecision(reason="time_budget", detail=f"{elapsed:.1f} s used, budget {config.max_wall_s} s")

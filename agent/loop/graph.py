@@ -258,9 +258,12 @@ class Steps:
             message["tool_calls"] = history_calls(message["tool_calls"])
         if self.cfg.mode == "pipeline":  # no tools were offered: stray tool calls get no answers, so drop them
             message.pop("tool_calls", None)
+        # no price known (None) counts $0, which a cost budget must not take for free; built-ins cost nothing
+        unpriced = reply.cost_usd is None and not self.cfg.model.startswith("builtin/")
         return {"reply": reply.model_dump(), "current": state["current"] + [message],
                 "model_calls": state["model_calls"] + 1, "tokens": state["tokens"] + tokens,
-                "cost_usd": state["cost_usd"] + (reply.cost_usd or 0.0)}
+                "cost_usd": state["cost_usd"] + (reply.cost_usd or 0.0),
+                "cost_unknown": state.get("cost_unknown", False) or unpriced}
 
     def extract(self, state: AgentState) -> dict:
         found = extract_solution(state["reply"]["content"], tools=self.cfg.mode == "tools")

@@ -101,6 +101,7 @@ class AgentState(TypedDict, total=False):
     turn_tool_calls: int             # in the turn in progress
     tokens: int
     cost_usd: float
+    cost_unknown: bool                # a model call came back with no price: a cost budget cannot be counted
     elapsed_s: float                 # wall time spent in nodes, summed (survives resume)
     best_speedup: float | None
     best_turn: int

@@ -190,8 +190,10 @@ class LiteLLMModel:
         except Exception as exc:  # noqa: BLE001 - an answer of a shape no reply can be read from is the server's failure
             raise ModelError(scrub_text(f"the server's answer could not be read: {type(exc).__name__}: {exc}")) from None
         if not any(reply.usage.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")):
-            # a server that counts nothing (litellm reads its missing usage as zeros): a token budget must still hold
-            reply = reply.model_copy(update={"usage": estimated_usage(request.messages, reply)})
+            # a server that counts nothing (litellm reads its missing usage as zeros): a token budget must still hold,
+            # and a cost budget too (litellm priced the zeros at $0): the estimate is priced, None when no price is known
+            usage = estimated_usage(request.messages, reply)
+            reply = reply.model_copy(update={"usage": usage, "cost_usd": estimated_cost(litellm, self.name, usage)})
         return reply
 
 
@@ -205,6 +207,16 @@ def estimated_usage(messages: list[dict[str, Any]], reply: ModelReply) -> dict[s
                                                                             for c in reply.tool_calls)
     completion = written // CHARS_PER_TOKEN
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion, "estimated": 1}
+
+
+def estimated_cost(litellm, model: str, usage: dict[str, int]) -> float | None:
+    """The price of estimated token counts, or None when litellm knows no price for the model."""
+    try:
+        prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=usage["prompt_tokens"],
+                                                    completion_tokens=usage["completion_tokens"])
+        return ModelReply(cost_usd=prompt + completion).cost_usd  # bounded as any reply's cost
+    except Exception:  # noqa: BLE001 - an unmapped model: no cost, as completion_cost says for one
+        return None
 
 
 def _reply(litellm, response, latency: float, attempts: int) -> ModelReply:

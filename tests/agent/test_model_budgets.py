@@ -1,0 +1,55 @@
+"""The cost budget against what a provider reports (a real OpenAI-compatible server through the real litellm path,
+the real LocalEvaluator in no-GPU mode): a budget the harness cannot count must not be a budget it silently ignores."""
+from __future__ import annotations
+
+import pytest
+
+from agent_helpers import GOOD_PTX, WORKLOAD, events, of_type, reply
+from openai_server import ScriptedServer
+from ptxbench.agent.loop.optimize import optimize
+from ptxbench.agent.loop.state import OptimizeConfig
+from ptxbench.tools.evaluate import LocalEvaluator
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    ev = LocalEvaluator()
+    yield ev
+    ev.close()
+
+
+def run(server: ScriptedServer, tmp_path, evaluator, model: str, **overrides):
+    config = OptimizeConfig(workload=WORKLOAD, model=model, api_base=server.base_url, no_gpu=True,
+                            retry_wait_s=0.01, **overrides)
+    return optimize(config, run_dir=tmp_path / "run", evaluator=evaluator)
+
+
+def test_a_cost_budget_for_a_model_with_no_known_price_stops_and_says_so(tmp_path, evaluator):
+    """litellm has no price for the model (a local server, a model newer than its bundled table): every call cost
+    None, counted as $0, so --max-cost never fired and the run spent without a limit, with no word said. The first
+    unpriced reply's turn is finished; then the run stops on the cost budget, saying it cannot be counted."""
+    with ScriptedServer([], default=reply(GOOD_PTX)) as server:
+        outcome = run(server, tmp_path, evaluator, "openai/no-such-priced-model", turns=4, max_cost_usd=1e-6)
+    assert len(server.requests) == 1 and outcome.statuses == ["COMPILED"]
+    assert outcome.stop_reason == "cost_budget" and "price" in outcome.stop_detail
+    (stop,) = of_type(events(tmp_path / "run"), "stop")
+    assert stop.reason == "cost_budget" and "--max-tokens" in stop.detail
+
+
+def test_an_unpriced_model_without_a_cost_budget_runs_on(tmp_path, evaluator):
+    with ScriptedServer([], default=reply(GOOD_PTX)) as server:
+        outcome = run(server, tmp_path, evaluator, "openai/no-such-priced-model", turns=2)
+    assert outcome.stop_reason == "turn_limit" and len(server.requests) == 2
+
+
+def test_a_priced_model_whose_server_reports_no_usage_is_charged_for_the_estimate(tmp_path, evaluator):
+    """No `usage` in the answer: the tokens were estimated from the text, but the cost was priced from litellm's zero
+    counts, $0, so the cost budget of a priced model never fired either. The estimate is priced now."""
+    bare = {"raw": {"id": "x", "object": "chat.completion", "created": 0, "model": "gpt-4o",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": reply(GOOD_PTX)["content"]},
+                                 "finish_reason": "stop"}]}}
+    with ScriptedServer([], default=bare) as server:
+        outcome = run(server, tmp_path, evaluator, "openai/gpt-4o", turns=3, max_cost_usd=0.01)
+    (call,) = of_type(events(tmp_path / "run"), "model_call")
+    assert call.usage["estimated"] == 1 and call.cost_usd and call.cost_usd > 0.01
+    assert outcome.stop_reason == "cost_budget" and len(server.requests) == 1
