@@ -215,7 +215,8 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
     callback = (lambda job, result: on_done(result if isinstance(result, TrajectoryReport)
                                              else _report(job, infra_failed=True, error=str(result)))) if on_done else None
     try:
-        results = asyncio.run(run_all(configs, runner, config.parallel, on_done=callback, on_cancel=runner.stop))
+        results = asyncio.run(run_all(configs, runner, config.parallel, on_done=callback, on_cancel=runner.stop,
+                                      share=lambda c: c.model))
     finally:
         checkpointer.conn.close()
         pool = getattr(evaluator, "_pool", None)  # a local evaluator's pool, once started: its workers' start times

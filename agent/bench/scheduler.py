@@ -1,4 +1,5 @@
-"""Run many blocking jobs concurrently from asyncio: a global limit on jobs in flight, and per-provider
+"""Run many blocking jobs concurrently from asyncio: a global limit on jobs in flight (a free slot goes to the model
+with the fewest trajectories running), and per-provider
 limits on model calls in flight (a model wrapped in LimitedModel waits for its provider's slot).
 
 Trajectories are blocking (LangGraph invoke); each runs on a thread of our own executor (asyncio's
@@ -11,6 +12,7 @@ import contextlib
 import sys
 import threading
 import time
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
@@ -74,26 +76,46 @@ class LimitedModel:
 
 async def run_all(jobs: Iterable[Any], work: Callable[[Any], Any], parallel: int,
                   on_done: Callable[[Any, Any], None] | None = None,
-                  on_cancel: Callable[[], None] | None = None) -> list[Any]:
+                  on_cancel: Callable[[], None] | None = None,
+                  share: Callable[[Any], Any] | None = None) -> list[Any]:
     """Run work(job) for every job, at most `parallel` at once; results (or exceptions) in job order. Cancelled
-    (Ctrl-C), no job starts any more and `on_cancel` tells those in flight to stop before the pool waits for them."""
+    (Ctrl-C), no job starts any more and `on_cancel` tells those in flight to stop before the pool waits for them.
+
+    `share(job)` names the party a job belongs to (the bench: its model): a free slot goes to the party with the
+    fewest jobs in flight (then the fewest started), so one model's many cells (or slow trajectories) do not hold
+    every slot while another model waits behind them in the list, and a stopped run has made like progress on each;
+    slots no other party can use still go to it."""
     jobs = list(jobs)
-    slots = asyncio.Semaphore(parallel)
+    share = share or (lambda job: None)
+    queues: dict[Any, deque[int]] = {}  # in order of first appearance: ties go to the party listed first
+    for i, job in enumerate(jobs):
+        queues.setdefault(share(job), deque()).append(i)
+    running: Counter = Counter()
+    started: Counter = Counter()
+    results: list[Any] = [None] * len(jobs)
     loop = asyncio.get_running_loop()
+
+    def next_job() -> int:
+        party = min((p for p, q in queues.items() if q), key=lambda p: (running[p], started[p]))
+        running[party] += 1
+        started[party] += 1
+        return queues[party].popleft()
+
     with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="trajectory") as pool:
-        async def one(job):
-            async with slots:
-                try:
-                    result = await loop.run_in_executor(pool, work, job)
-                except Exception as exc:  # noqa: BLE001 - one trajectory's harness failure must not stop the others
-                    result = exc
+        async def one(i: int) -> None:
+            job = jobs[i]
+            try:
+                result = await loop.run_in_executor(pool, work, job)
+            except Exception as exc:  # noqa: BLE001 - one trajectory's harness failure must not stop the others
+                result = exc
+            results[i] = result
+            running[share(job)] -= 1
             if on_done is not None:
                 try:
                     on_done(job, result)
                 except Exception as exc:  # noqa: BLE001 - a progress line that cannot be shown must not stop the bench
                     with contextlib.suppress(OSError):  # stderr may be the broken pipe itself
                         print(f"warning: on_done failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return result
 
         async def tick():
             # A Ctrl-C that the kernel hands to a trajectory thread only flags the main thread, which runs the handler
@@ -103,9 +125,18 @@ async def run_all(jobs: Iterable[Any], work: Callable[[Any], Any], parallel: int
                 await asyncio.sleep(0.25)
 
         ticker = asyncio.ensure_future(tick())
+        in_flight: set[asyncio.Task] = set()
         try:
-            return await asyncio.gather(*(one(j) for j in jobs))
+            while in_flight or any(queues.values()):
+                while len(in_flight) < parallel and any(queues.values()):
+                    in_flight.add(asyncio.ensure_future(one(next_job())))
+                done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # one() keeps its job's exception as the result: what is raised here is the harness's
+            return results
         except BaseException:
+            for task in in_flight:
+                task.cancel()
             if on_cancel is not None:  # else the pool's exit waits for every job in flight to run to its end
                 on_cancel()
             raise

@@ -704,3 +704,53 @@ def test_builtin_unchanged_on_the_optimize_track_is_refused_before_the_run(tmp_p
     result = CliRunner().invoke(app, ["bench", "--models", "builtin/unchanged", "--workloads", WL, "--trajectories", "1",
                                       "--turns", "1", "--no-gpu", "--run-dir", str(tmp_path / "cli")])
     assert result.exit_code == 2 and "--track repair" in result.output, result.output
+
+
+def test_a_free_slot_goes_to_the_model_with_the_fewest_trajectories_running():
+    """The matrix lists a model's cells together: with a global limit taken in list order, 2 slots ran model a's
+    four trajectories (slow ones) before model b's first started. Slots now go to the model with the fewest running
+    (then the fewest started); results stay in job order and a job's exception is its result."""
+    import asyncio
+
+    from ptxbench.agent.bench.scheduler import run_all
+
+    starts, lock = [], threading.Lock()
+
+    def work(job):
+        model, seconds, fails = job
+        with lock:
+            starts.append(model)
+        time.sleep(seconds)
+        if fails:
+            raise RuntimeError(f"{model} failed")
+        return model
+
+    jobs = [("a", 0.2, False)] * 3 + [("a", 0.2, True)] + [("b", 0.02, False)] * 2
+    results = asyncio.run(run_all(jobs, work, parallel=2, share=lambda job: job[0]))
+    assert starts[:2] == ["a", "b"] and starts[2] == "b", starts  # b's second takes b's freed slot, not a's queue
+    assert results[:3] == ["a"] * 3 and isinstance(results[3], RuntimeError) and results[4:] == ["b", "b"]
+
+    starts.clear()  # one slot: the models take turns
+    asyncio.run(run_all([("a", 0, False)] * 3 + [("b", 0, False)] * 3, work, parallel=1, share=lambda job: job[0]))
+    assert starts == ["a", "b", "a", "b", "a", "b"]
+    starts.clear()  # no share given: list order, as before
+    asyncio.run(run_all([("a", 0, False)] * 2 + [("b", 0, False)] * 2, work, parallel=1))
+    assert starts == ["a", "a", "b", "b"]
+
+
+def test_the_bench_interleaves_its_models(tmp_path):
+    calls = []
+
+    class Named(CountingModel):
+        def __init__(self, name):
+            super().__init__(calls)
+            self.name = name
+
+        def query(self, request):
+            calls.append(self.name)
+            return ModelReply(content=GOOD["content"], usage={"total_tokens": 10})
+
+    config = BenchConfig(models=["scripted/a", "scripted/b"], workloads=[WL], prompts=["basic", "knowledge"],
+                         trajectories=1, turns=1, parallel=1, no_gpu=True)
+    run_bench(config, tmp_path / "run", evaluator=FlakyEvaluator("none"), model_factory=lambda cfg: Named(cfg.model))
+    assert calls == ["scripted/a", "scripted/b", "scripted/a", "scripted/b"]  # was a, a, b, b
