@@ -38,6 +38,7 @@ class TrajectorySample:
     task: str
     synthetic: str | None = None
     started: str = ""  # the trajectory_start's time: a run folder's name alone is not unique (run1 of two examples)
+    replayed_from: str | None = None  # the replay/<log> model that resubmitted the replies; `model` is their author
     turns: list[Turn] = field(default_factory=list)
 
 
@@ -55,6 +56,17 @@ def _first_prompts(events, start) -> tuple[str, str]:
             return system, task
     cfg = start.config if start else {}
     return cfg.get("system_prompt", ""), cfg.get("task_prompt", "")
+
+
+def _author(events, model: str) -> tuple[str, str | None]:
+    """(the model that wrote the trajectory's replies, the replay model that resubmitted them or None): a replay's rows
+    were attributed to `replay/<path>`, their author named only in each model call's tags."""
+    if not model.startswith("replay/"):
+        return model, None
+    for e in events:
+        if e.type == "model_call" and (author := (e.response.get("tags") or {}).get("recorded_model")):
+            return str(author), model
+    return model, None
 
 
 TOOLS_HEADING = "\n## Tools\n"  # prompts/system_tools.md, the last part of a --mode tools system prompt (loop/task.py)
@@ -101,11 +113,12 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
             system, task = _first_prompts(rec.events, start)
             if start.mode == "tools":
                 system = _without_tools(system)
+            author, replayed_from = _author(rec.events, start.model)
             sample = TrajectorySample(
-                run=run_dir.name, trajectory=rec.id, workload=start.workload, model=start.model, prompt=start.prompt,
+                run=run_dir.name, trajectory=rec.id, workload=start.workload, model=author, prompt=start.prompt,
                 gpu=start.gpu or evaluated_gpu(rec.events) or gpu, system=system, task=task,
                 held_out=start.held_out or held_out_bug(start.config) or _registry_held_out(start.workload),
-                synthetic=start.config.get("synthetic_bug"), started=_utc(start.ts),
+                synthetic=start.config.get("synthetic_bug"), started=_utc(start.ts), replayed_from=replayed_from,
             )
             for e in rec.events:
                 if e.type != "eval_result" or not e.submission or not e.kernel_file:

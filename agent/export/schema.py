@@ -31,6 +31,8 @@ class Provenance(BaseModel):
     wrong_kernel_sha256: str | None = None
     feedback_sha256: str | None = None
     synthetic: str | None = Field(None, description="bug class when the wrong kernel was injected, not written by a model")
+    replayed_from: str | None = Field(None, description="the replay/<log> model whose run resubmitted the recorded "
+                                      "replies; `model` then names the model that wrote them")
 
 
 class Row(BaseModel):
@@ -67,7 +69,7 @@ def dataset_features():
         "provenance": {"run": string, "trajectory": string, "trajectory_started": string, "turn": datasets.Value("int64"),
                        "source_turn": datasets.Value("int64"), "model": string, "gpu": string, "prompt": string,
                        "kernel_sha256": string, "wrong_kernel_sha256": string, "feedback_sha256": string,
-                       "synthetic": string},
+                       "synthetic": string, "replayed_from": string},
     })
 
 

@@ -56,3 +56,25 @@ def test_replayed_replies_name_their_author_through_a_replay_of_a_replay(tmp_pat
     for call in of_type(events(tmp_path / "twice"), "model_call"):
         assert call.response["tags"]["recorded_model"] == "builtin/tuner"
         assert "once" in call.response["tags"]["replayed_from"]
+
+
+def test_an_export_of_a_replayed_run_names_the_replies_author(tmp_path):
+    """Rows of a replay's run were attributed to `replay/<path>`: training data credited to a log file, the model
+    that wrote the kernels named only in the model calls' tags. Now `model` is the author and `replayed_from` the
+    replay; a run of the model itself names no replay."""
+    from ptxbench.agent.export.collect import collect_samples
+    from ptxbench.agent.export.recipes import candidate_rows
+    from ptxbench.agent.export.schema import ExportConfig
+
+    rec = _recorded(tmp_path)
+    _replay(tmp_path, "once", rec)
+    _replay(tmp_path, "twice", tmp_path / "once")
+    cfg = ExportConfig(recipe="kernelgen", require_target_executed=False)
+    for run, source in (("rec", None), ("once", "rec"), ("twice", "once")):
+        (sample,) = collect_samples([tmp_path / run])
+        rows = candidate_rows(sample, cfg)
+        assert rows, run
+        for row in rows:
+            assert row.provenance.model == "builtin/tuner"
+            assert (row.provenance.replayed_from or "").startswith("replay/") == replayed
+            assert (run in row.provenance.replayed_from) if replayed and run == "once" else True
