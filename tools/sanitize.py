@@ -156,16 +156,22 @@ def find_sanitizer() -> str | None:
 
 
 def lineinfo_cubin(source: str, arch: str, workdir: Path) -> Path | None:
-    """Assemble a `ptx` solution with a `.loc` per line and -lineinfo; None when that fails."""
+    """Assemble a `ptx` solution with a `.loc` per line and -lineinfo; None when that fails. ptxas reads model text
+    here as in every compile, so it runs in the compiler's jail (limits, no keys in its environment, its own folder)."""
+    from .jail import Workspace, run_in_jail
     from .profile.lineinfo import annotate_ptx
-    from .toolchain import find_toolchain, run_tool
+    from .toolchain import find_toolchain
 
-    ptx = workdir / SOLUTION_PTX
-    ptx.write_text(annotate_ptx(source, SOLUTION_PTX))
+    tc = find_toolchain(arch)
     out = workdir / "lineinfo.cubin"
-    res = run_tool([find_toolchain(arch).ptxas.path, f"-arch={arch}", "-lineinfo", str(ptx), "-o", str(out)],
-                   timeout_s=120, cwd=workdir)
-    return out if res.returncode == 0 and out.is_file() else None
+    with Workspace(prefix="ptxbench-lineinfo-") as jailed:
+        (jailed / SOLUTION_PTX).write_text(annotate_ptx(source, SOLUTION_PTX))
+        res = run_in_jail(tc, [tc.ptxas.path, f"-arch={arch}", "-lineinfo", SOLUTION_PTX, "-o", out.name], jailed,
+                          timeout_s=120)
+        if res.returncode != 0 or not (jailed / out.name).is_file():
+            return None
+        shutil.copyfile(jailed / out.name, out)
+    return out
 
 
 def sanitize_feedback(findings: list[SanitizerFinding], errors: dict[str, int], limit: int = 8) -> str:

@@ -106,6 +106,28 @@ def test_annotated_ptx_assembles_with_lineinfo(tmp_path):
     assert cubin is not None and cubin.stat().st_size > 0
 
 
+def test_the_sanitizers_ptxas_runs_in_the_compiler_jail(tmp_path, monkeypatch):
+    """The sanitizer re-assembles a `ptx` solution with line info: model text read by ptxas, so ptxas runs as every
+    compile runs it, in the jail (its limits, a stripped environment), not on the host with the harness's keys."""
+    from ptxbench.tools import toolchain
+    from ptxbench.tools.sanitize import lineinfo_cubin
+
+    monkeypatch.setenv("SOME_PROVIDER_API_KEY", "sk-test-" + "x" * 24)
+    real, seen = toolchain.run_tool, []
+
+    def recording(argv, *args, **kwargs):
+        seen.append((list(argv), kwargs.get("env")))
+        return real(argv, *args, **kwargs)
+
+    monkeypatch.setattr(toolchain, "run_tool", recording)
+    cubin = lineinfo_cubin((KERNELS / "solutions" / "smem_race.ptx").read_text(), "sm_90a", tmp_path)
+    assert cubin is not None and cubin.stat().st_size > 0
+    runs = [(argv, env) for argv, env in seen if "--version" not in argv and any(a.endswith("ptxas") for a in argv)]
+    assert runs, seen
+    for argv, env in runs:
+        assert env is not None and "SOME_PROVIDER_API_KEY" not in env, argv
+        assert "ulimit" in " ".join(argv), argv  # the jail's limits wrap the tool
+
 def test_driver_probes_are_not_findings_but_kernel_faults_are():
     # shape of the memcheck output for the fault corpus's oob_write.cu on the H200 (cuda solution, nvcc -lineinfo)
     findings, errors = san("memcheck_api_noise", "memcheck")
