@@ -216,8 +216,12 @@ def _base(tried: list[TurnOutcome], pace: Callable[[TurnOutcome], float]) -> tup
                       f"(turn {best.turn}, {_fmt(best)})")
     if last.status in SEARCH_FROM and pace(last) >= pace(best) * (1 - NOISE):
         return last, f"turn {last.turn} ({_fmt(last)}) is within noise of the best (turn {best.turn}, {_fmt(best)}): kept"
-    what = _fmt(last) if last.status in SEARCH_FROM else last.status
-    return best, f"turn {last.turn} ({what}) did not pay: back to turn {best.turn} ({_fmt(best)})"
+    if last.status in SEARCH_FROM:
+        return best, f"turn {last.turn} ({_fmt(last)}) did not pay: back to turn {best.turn} ({_fmt(best)})"
+    if last.status == "TIMING_SUSPECT":  # correct when checked, timed faster than the device can go: not a speed
+        return best, (f"turn {last.turn} was timed faster than the GPU can go (TIMING_SUSPECT), so its time is not "
+                      f"trusted: back to turn {best.turn} ({_fmt(best)})")
+    return best, f"turn {last.turn} failed ({last.status}): back to turn {best.turn} ({_fmt(best)})"
 
 
 def _lessons(tried: list[TurnOutcome], levers: dict[str, tuple[str, Any]],

@@ -329,3 +329,19 @@ def test_a_move_down_is_not_worded_as_the_move_up():
     third = tuner.query(ModelRequest(messages=[], turn=3, history=[h1, h2]))
     assert third.tags["move"] == ["ring", "down"] and "stages 4 -> 3" in third.content
     assert "stages 4 -> 3: a deeper ring" not in third.content and "opposite of a deeper ring" in third.content
+
+
+def test_a_failed_or_suspect_turn_is_not_said_to_have_not_paid():
+    """'did not pay' is for a move that ran slower; a failure says it failed, and a TIMING_SUSPECT turn (correct when
+    checked, timed faster than the device can go) says its time is not trusted rather than that it was slow."""
+    tuner = TunerModel(MAIN)
+    first = tuner.query(ModelRequest(messages=[], turn=1))
+    h1 = TurnOutcome(turn=1, status="PASSED", speedup=0.99, tags=first.tags, evidence=evidence_from(recorded()))
+    second = tuner.query(ModelRequest(messages=[], turn=2, history=[h1]))
+    suspect = TurnOutcome(turn=2, status="TIMING_SUSPECT", speedup=4.0, tags=second.tags)
+    third = tuner.query(ModelRequest(messages=[], turn=3, history=[h1, suspect]))
+    assert "turn 2 was timed faster than the GPU can go (TIMING_SUSPECT)" in third.content
+    assert "back to turn 1" in third.content and "did not pay" not in third.content
+    wrong = TurnOutcome(turn=2, status="INCORRECT_NUMERICAL", tags=second.tags)
+    third = tuner.query(ModelRequest(messages=[], turn=3, history=[h1, wrong]))
+    assert "turn 2 failed (INCORRECT_NUMERICAL): back to turn 1" in third.content and "did not pay" not in third.content
