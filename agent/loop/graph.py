@@ -29,7 +29,8 @@ from .context import build_messages
 from .extract import extract_solution
 from .feedback import cut_note, render_eval, render_format_error
 from .profile_policy import turn_options
-from ..models.base import Model, ModelError, ModelExhausted, ModelReply, ModelRequest, ModelUnavailable, TurnOutcome
+from ..models.base import (Model, ModelError, ModelExhausted, ModelReply, ModelRequest, ModelUnavailable, OutOfTime,
+                           TurnOutcome)
 from ..models.evidence import evidence_from
 from ...tools.redact import mask_strings, scrub, scrub_text
 from .start_kernel import evaluate_start
@@ -222,7 +223,9 @@ class Steps:
         request = ModelRequest(messages=messages, turn=state["turn"], call_index=state["model_calls"],
                                tools=self.d.toolbox.schemas() if self.cfg.mode == "tools" else None,
                                history=[TurnOutcome(**t["outcome"]) for t in state["done_turns"]],
-                               start_source=(state.get("start") or {}).get("source", ""))
+                               start_source=(state.get("start") or {}).get("source", ""),
+                               time_left_s=None if self.cfg.max_wall_s is None
+                               else self.cfg.max_wall_s - state.get("elapsed_s", 0.0))
         recorded = self._recorded_reply(state["turn"], messages)
         try:
             # masked before it enters the state: checkpoints, events and kernel files never hold a key it echoes
@@ -230,6 +233,8 @@ class Steps:
             self.d.resumed = False  # a new reply (or one recorded, with nothing after it): no later step to reuse
         except ModelExhausted as exc:
             return {"stop": {"reason": "turn_limit", "detail": str(exc)}}
+        except OutOfTime as exc:  # the budget's stop, as check_limits would have made it at the next step
+            return {"stop": {"reason": "time_budget", "detail": scrub_text(str(exc))[:500]}}
         except ModelUnavailable as exc:  # an outage: left out of the scores, and bench asks again from this step
             self.d.log.error(state["turn"], "query", str(exc), infra=True)
             return {"stop": {"reason": "infra_error", "detail": scrub_text(str(exc))[:500]}}

@@ -36,6 +36,8 @@ class ModelRequest(BaseModel):
     call_index: int = Field(0, description="model calls already made in this trajectory (replay uses it)")
     history: list[TurnOutcome] = Field(default_factory=list)
     start_source: str = Field("", description="the --start-from kernel (turn 0), if any")
+    time_left_s: float | None = Field(None, description="the trajectory's wall-time budget left (None: no budget): "
+                                      "a call, its retries included, ends by then (OutOfTime)")
 
 
 # A count past 2**53 is no count a provider means (and none a float total or an SQLite integer keeps exactly).
@@ -165,6 +167,11 @@ class ModelRefused(ModelUnavailable):
     """The provider refused the harness's set-up (a bad or missing key, no access, a model name it does not know): the
     model never answered, so, like an outage, the trajectory stops as an infra failure, left out of the scores and
     resumable once the set-up is fixed. Not retried: no back-off mends it."""
+
+
+class OutOfTime(ModelError):
+    """The call was still unanswered, or still being retried, when the trajectory's wall-time budget ran out: the
+    budget's stop, neither the model's error nor an outage (a 600 s timeout, six times, overran a budget by an hour)."""
 
 
 class CallStopped(RuntimeError):

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from ...tools.redact import scrub_text
-from .base import CallStopped, ModelError, ModelRefused, ModelReply, ModelRequest, ModelUnavailable
+from .base import CallStopped, ModelError, ModelRefused, ModelReply, ModelRequest, ModelUnavailable, OutOfTime
 
 # The bundled price table: no network fetch at import time (and no 10 s stall offline).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -157,21 +157,27 @@ class LiteLLMModel:
         litellm = _litellm()
         kwargs = self._kwargs(request)
         backoff = wait_exponential(multiplier=self.retry_wait_s, max=60.0) + wait_random(0, self.retry_wait_s)
+        # the wall-time budget left bounds the whole call: each attempt's timeout, each back-off, the retries
+        deadline = None if request.time_left_s is None else time.monotonic() + max(request.time_left_s, 0.0)
+        left = (lambda: float("inf")) if deadline is None else (lambda: deadline - time.monotonic())
         retrying = Retrying(
             before_sleep=lambda state: self._before_sleep(request.turn, state),
-            stop=stop_after_attempt(self.max_attempts),
+            stop=stop_after_attempt(self.max_attempts) | (lambda state: left() <= 0),
             # a provider's Retry-After is a floor: an attempt sooner lands in the same rate-limit window
-            wait=lambda state: max(backoff(state), retry_after_s(state.outcome.exception())),
+            wait=lambda state: min(max(backoff(state), retry_after_s(state.outcome.exception())), max(left(), 0.0)),
             retry=retry_if_exception(is_transient),
             sleep=lambda seconds: self.sleep(seconds),
             reraise=True,
         )
         start = time.perf_counter()
         try:
-            response = retrying(litellm.completion, **kwargs)
+            response = retrying(lambda: litellm.completion(**{**kwargs, "timeout": max(min(self.timeout_s, left()), 1.0)}))
         except CallStopped:
             raise
         except Exception as exc:  # noqa: BLE001 - every provider failure becomes one recorded error
+            if is_transient(exc) and left() <= 0:  # cut by the budget, not given up on
+                raise OutOfTime(f"the wall-time budget ran out during the model call (attempt "
+                                f"{retrying.statistics.get('attempt_number', 1)}): {said(exc)}") from None
             if is_transient(exc):  # still down after every retry: the provider's outage, not the model's answer
                 raise ModelUnavailable(said(exc).replace(":", f" after {self.max_attempts} attempts:", 1)) from None
             if is_refusal(exc) and not (request.call_index and getattr(exc, "status_code", None) == MODERATED):

@@ -53,3 +53,33 @@ def test_a_priced_model_whose_server_reports_no_usage_is_charged_for_the_estimat
     (call,) = of_type(events(tmp_path / "run"), "model_call")
     assert call.usage["estimated"] == 1 and call.cost_usd and call.cost_usd > 0.01
     assert outcome.stop_reason == "cost_budget" and len(server.requests) == 1
+
+
+def test_a_hung_provider_is_cut_at_the_wall_time_budget(tmp_path, evaluator):
+    """A model call ignored --max-wall: the rules are checked between calls, so a provider that never answers held a
+    2 s budget for the call's 600 s timeout, six times over (an hour). The budget left bounds the call now, and the
+    run stops on it, said as the time budget, not an outage."""
+    import time
+
+    with ScriptedServer([], default={"hang": True}) as server:
+        start = time.monotonic()
+        outcome = run(server, tmp_path, evaluator, "openai/x", turns=2, max_wall_s=2.0)
+        took = time.monotonic() - start
+    assert took < 60 and outcome.stop_reason == "time_budget" and "wall-time budget" in outcome.stop_detail
+    evs = events(tmp_path / "run")
+    assert not [e for e in of_type(evs, "error") if e.infra] and of_type(evs, "stop")[0].reason == "time_budget"
+
+
+def test_back_offs_end_at_the_budget_left():
+    """Retries of a failing provider stop when the wall-time budget left is spent, however long the back-off."""
+    import time
+
+    from ptxbench.agent.models.base import ModelRequest, OutOfTime
+    from ptxbench.agent.models.litellm_model import LiteLLMModel
+
+    with ScriptedServer([], default={"status": 500}) as server:
+        model = LiteLLMModel("openai/x", api_base=server.base_url, retry_wait_s=30.0)
+        start = time.monotonic()
+        with pytest.raises(OutOfTime, match="wall-time budget"):
+            model.query(ModelRequest(messages=[{"role": "user", "content": "hi"}], time_left_s=1.5))
+        assert time.monotonic() - start < 10 and len(server.requests) >= 1
