@@ -6,7 +6,7 @@ project's include folder and the work folder exist.
 
 Modes (`jail_mode()`, recorded in every CompileResult and run manifest):
     bwrap    bubblewrap builds the view (Debian package `bubblewrap`)
-    unshare  no bwrap, but user + mount namespaces work (`unshare -U -r -m`): a tmpfs root with
+    unshare  no bwrap, but user + mount + network namespaces work (`unshare -U -r -m -n`): a tmpfs root with
              bind mounts of the same folders, entered with chroot
     limits   neither: the tools run on the real filesystem under the same limits; compile.py
              then runs a dependency pass first and refuses any include outside the allowed roots
@@ -65,7 +65,7 @@ def _unshare_works() -> bool:
     if not (shutil.which("unshare") and shutil.which("chroot")):
         return False
     with tempfile.TemporaryDirectory(prefix="ptxbench-jailprobe-") as d:
-        return _probe(["unshare", "-U", "-r", "-m", "-p", "-f", "sh", "-c", f"mount -t tmpfs none {d} && mount --bind /usr/bin {d}"])
+        return _probe(["unshare", "-U", "-r", "-m", "-n", "-p", "-f", "sh", "-c", f"mount -t tmpfs none {d} && mount --bind /usr/bin {d}"])
 
 
 @functools.lru_cache(maxsize=1)
@@ -174,8 +174,10 @@ def wrap(argv: list[str], workdir: Path, roots: list[Path], mode: str | None = N
         for kind, path, target in binds:
             spec += ["ln", path, target] if kind == "ln" else ["ro", path]
         spec += ["dev", "/dev/null", "rw", str(workdir), "--"]
-        # -p -f: a pid namespace of its own, so the /proc mounted inside shows no harness process
-        cmd = ["unshare", "-U", "-r", "-m", "-p", "-f", "/bin/sh", "-c", _UNSHARE_SCRIPT, "ptxbench-jail", str(jail_root), str(workdir)]
+        # -p -f: a pid namespace of its own, so the /proc mounted inside shows no harness process; -n: a network
+        # namespace of its own (loopback only), as bwrap's --unshare-all gives
+        cmd = ["unshare", "-U", "-r", "-m", "-n", "-p", "-f", "/bin/sh", "-c", _UNSHARE_SCRIPT, "ptxbench-jail", str(jail_root),
+               str(workdir)]
         return _ulimit(limits) + cmd + spec + list(argv), env
     if mode == "limits":
         return _ulimit(limits) + list(argv), env

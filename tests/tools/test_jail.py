@@ -142,6 +142,18 @@ def test_the_jail_hides_the_harness_environment(tmp_path, monkeypatch):
     assert res.returncode == 0 and "SOME_PROVIDER_KEY" not in res.output and "PATH=" in res.output
 
 
+@pytest.mark.parametrize("mode", [m for m in jail.available_modes() if m != "limits"])
+def test_a_jail_with_a_filesystem_view_has_no_network(mode, monkeypatch):
+    """bwrap unshares the network with everything else; the unshare mode (the GPU machines') kept the host's, so a
+    compiler that model text took over could reach the network there."""
+    from ptxbench.tools.toolchain import find_toolchain
+
+    monkeypatch.setenv("PTXBENCH_JAIL", mode)
+    tc = find_toolchain("sm_90a")
+    with jail.Workspace() as wd:
+        res = jail.run_in_jail(tc, ["/bin/sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1"], wd, 10)
+    assert res.returncode == 0 and res.output.split() == ["lo"], res.output
+
 def test_a_macro_bomb_is_stopped_by_the_limits_and_the_verdict_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
     # this test's workspaces in a folder of its own: other compiles on the machine leave theirs in /tmp meanwhile
