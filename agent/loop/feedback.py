@@ -171,10 +171,15 @@ def _fill(turn: int, status: str, speedup_text: str, no_gpu: bool, body: str, pr
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
 
+CUT_NOTES = {
+    "length": "Your reply was cut at the output token limit (finish_reason: length): keep reasoning and prose short "
+              "so that the whole solution fits.",
+    "content_filter": "The provider's content filter withheld your reply, or the rest of it (finish_reason: "
+                      "content_filter): what it held did not reach the harness.",
+}
+
+
 def cut_note(reply: dict) -> str:
-    """What the model is told when the server cut its reply (finish_reason "length"): without it a cut reply reads
-    as a malformed one, and the model cannot tell that writing less is the fix."""
-    if reply.get("finish_reason") != "length":
-        return ""
-    return ("Your reply was cut at the output token limit (finish_reason: length): keep reasoning and prose short "
-            "so that the whole solution fits.")
+    """What the model is told when the server cut its reply (finish_reason "length" or "content_filter"): without it
+    a cut reply reads as a malformed or empty one, and the model cannot tell what happened to its text."""
+    return CUT_NOTES.get(reply.get("finish_reason") or "", "")
