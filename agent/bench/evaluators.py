@@ -49,7 +49,8 @@ def _ray_evaluator(config: BenchConfig):
         _reachable(config.ray_address)
     started = not ray.is_initialized()
     try:
-        return RayEvaluator(address=config.ray_address, workers=config.gpus, fake_gpus=config.no_gpu and not config.ray_address)
+        return RayEvaluator(address=config.ray_address, workers=config.gpus, fake_gpus=config.no_gpu and not config.ray_address,
+                            placement_wait_s=config.ray_placement_wait_s)
     except Exception as exc:  # noqa: BLE001 - ConnectionError, a Ray client's own errors, too few GPUs
         if started:  # the Ray instance this call started (or joined) is left
             try:

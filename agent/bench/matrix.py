@@ -26,6 +26,8 @@ class BenchConfig(BaseModel):
     backend: str = Field("local", description="local | ray")
     ray_address: str | None = None
     gpus: int | None = Field(None, ge=1, description="GPU workers (ray: actors); None = every visible GPU")
+    ray_placement_wait_s: float = Field(600.0, gt=0, description="ray: seconds an evaluation waits for a running actor "
+                                        "(none placed: a lost node, GPUs held elsewhere) before it is INFRA_ERROR")
     parallel: int = Field(16, ge=1, description="trajectories in flight at once")
     provider_limits: dict[str, int] = Field(default_factory=dict, description="provider -> model calls in flight (default 8)")
     model_timeout_s: float | None = Field(None, gt=0, description="seconds one model call may take before it is retried "

@@ -62,7 +62,7 @@ class BenchOutcome(BaseModel):
 
 
 RUNTIME_FIELDS = ("backend", "ray_address", "gpus", "parallel", "provider_limits", "api_base", "infra_retries",
-                  "model_timeout_s")
+                  "model_timeout_s", "ray_placement_wait_s")
 
 
 def with_flush(config: BenchConfig, mode: str) -> BenchConfig:

@@ -97,12 +97,15 @@ def bench(
     backend: Optional[str] = typer.Option(None, help="local (this machine's GPUs; the default) | ray (GPU actors on a Ray cluster)"),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address ('auto', ray://host:10001); default: a local Ray"),
     resume: bool = typer.Option(False, "--resume", help="continue the run in --run-dir: its recorded matrix is used; "
-                                "only runtime options (backend, ray address, gpus, parallel, provider limits, api base) apply"),
+                                "only runtime options (backend, ray address and placement wait, gpus, parallel, provider limits, api base) apply"),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="evaluate up to compile + SASS only"),
     api_base: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint for the models (vLLM, ollama, ...)"),
     mode: str = typer.Option("pipeline", help="pipeline | tools"),
     target_speedup: Optional[float] = typer.Option(None, help="end a trajectory early once a kernel reaches this speedup"),
     gpus: Optional[int] = typer.Option(None, help="GPU workers to use (default: all visible / all in the Ray cluster)"),
+    ray_placement_wait: Optional[float] = typer.Option(None, "--ray-placement-wait", min=1.0, help="--backend ray: "
+                                                       "seconds an evaluation waits for a placed GPU actor before it is "
+                                                       "an infra error, retried (default 600)"),
     parallel: Optional[int] = typer.Option(None, min=1, help="trajectories in flight at once (default 16)"),
     provider_limit: Optional[str] = typer.Option(None, help="model calls in flight per provider, e.g. openai=4,anthropic=2 (default 8)"),
     infra_retries: Optional[int] = typer.Option(None, min=0, help="retries of an infra-failed trajectory from its last good step (default 2)"),
@@ -138,7 +141,7 @@ def bench(
     config = None
     overrides = {"backend": backend, "ray_address": ray_address, "gpus": gpus, "parallel": parallel,
                  "provider_limits": _limits(provider_limit) or None, "api_base": api_base, "infra_retries": infra_retries,
-                 "model_timeout_s": model_timeout}
+                 "model_timeout_s": model_timeout, "ray_placement_wait_s": ray_placement_wait}
     if resume:  # the recorded models' keys and endpoint (--api-base applied), said in one line before any trajectory
         from ..bench.runner import open_run
 
@@ -169,7 +172,7 @@ def bench(
             target_speedup=target_speedup, no_gpu=no_gpu, api_base=api_base, backend=backend or "local",
             ray_address=ray_address, gpus=gpus, parallel=parallel or 16, provider_limits=_limits(provider_limit),
             infra_retries=2 if infra_retries is None else infra_retries, seed=seed, track=track,
-            model_timeout_s=model_timeout,
+            model_timeout_s=model_timeout, **({"ray_placement_wait_s": ray_placement_wait} if ray_placement_wait else {}),
             suite=str(suite) if suite else None, **({"profile": profile} if profile else {}))
     if config is not None and config.track == "repair":
         config = _repair_matrix(config, one_builtin, console)

@@ -118,3 +118,29 @@ def test_a_replacement_waiting_for_a_gpu_takes_no_evaluation(local_ray):
         if blocker is not None:
             ray.kill(blocker)
         evaluator.close()
+
+
+def test_the_placement_wait_is_the_benchs_to_set(local_ray, tmp_path):
+    """A fully lost cluster cost 600 s per evaluation, fixed; `--ray-placement-wait` sets it, and a resume may change
+    it (a runtime option, like the Ray address)."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.bench.evaluators import make_evaluator
+    from ptxbench.agent.bench.runner import open_run
+    from ptxbench.agent.cli.main import app
+
+    for config, wait in ((BenchConfig(models=["scripted/py"], workloads=[WL], no_gpu=True, backend="ray"), 600.0),
+                         (BenchConfig(models=["scripted/py"], workloads=[WL], no_gpu=True, backend="ray",
+                                      ray_placement_wait_s=2.5), 2.5)):
+        evaluator = make_evaluator(config)
+        try:
+            assert evaluator.placement_wait_s == wait
+        finally:
+            evaluator.close()
+    out = CliRunner().invoke(app, ["bench", "--models", "builtin/tuner", "--workloads", WL, "--trajectories", "1",
+                                   "--turns", "1", "--no-gpu", "--backend", "ray", "--ray-placement-wait", "30",
+                                   "--run-dir", str(tmp_path / "b"), "--no-report"])
+    assert out.exit_code == 0, out.output
+    recorded = open_run(None, tmp_path / "b", True)
+    assert recorded.ray_placement_wait_s == 30
+    assert open_run(None, tmp_path / "b", True, {"ray_placement_wait_s": 90.0}).ray_placement_wait_s == 90
