@@ -256,9 +256,10 @@ class Steps:
             reply = reply.model_copy(update={"tool_calls": reply.tool_calls[:kept]})
         usage = reply.usage
         tokens = usage.get("total_tokens") or usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
-        message = reply.assistant_message()
-        if len(message["content"] or "") > MAX_HISTORY_REPLY_CHARS:
-            message["content"] = history_copy(message["content"])
+        message = reply.assistant_message(with_reasoning=getattr(self.d.model, "passes_reasoning_back", False))
+        for text in ("content", "reasoning_content"):
+            if len(message.get(text) or "") > MAX_HISTORY_REPLY_CHARS:
+                message[text] = history_copy(message[text])
         if message.get("tool_calls"):  # a tool call's arguments are sent again with every later call too
             message["tool_calls"] = history_calls(message["tool_calls"])
         if self.cfg.mode == "pipeline":  # no tools were offered: stray tool calls get no answers, so drop them

@@ -145,11 +145,14 @@ class ModelReply(BaseModel):
             return None
         return max(v, 0.0) if math.isfinite(v) else None
 
-    def assistant_message(self) -> dict[str, Any]:
-        """The reply as an OpenAI assistant message, to append to the conversation."""
+    def assistant_message(self, with_reasoning: bool = False) -> dict[str, Any]:
+        """The reply as an OpenAI assistant message, to append to the conversation; `with_reasoning` keeps the
+        reasoning of a reply that made tool calls (a model whose `passes_reasoning_back` is set needs it)."""
         msg: dict[str, Any] = {"role": "assistant", "content": self.content}
         if self.tool_calls:
             msg["tool_calls"] = self.tool_calls
+            if with_reasoning and self.reasoning_content:
+                msg["reasoning_content"] = self.reasoning_content
         return msg
 
 

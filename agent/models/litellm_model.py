@@ -120,6 +120,9 @@ class LiteLLMModel:
         self.retry_wait_s = retry_wait_s
         self.extra = dict(extra or {})
         self.on_retry = on_retry  # (turn, attempt, max_attempts, reason, wait_s) before each back-off: shown on screen
+        # DeepSeek's thinking mode (V4's default, direct or through a router) refuses, with a 400, a conversation whose
+        # tool-call messages come back without their reasoning_content; other providers are not sent it
+        self.passes_reasoning_back = "deepseek" in name.lower()
         # a back-off's wait: the bench frees its provider slot meanwhile, and raises CallStopped in it when stopping
         self.sleep: Callable[[float], None] = time.sleep
 

@@ -35,3 +35,28 @@ def test_a_reply_the_content_filter_withheld_is_named_to_the_model(tmp_path, eva
     assert "content filter" in server.requests[1]["messages"][-1]["content"]
     (first, _) = of_type(events(tmp_path / "run"), "model_call")
     assert first.response.get("finish_reason") == "content_filter"
+
+
+def _deepseek(body: dict) -> dict:
+    """DeepSeek in thinking mode (V4's default): every assistant message that made tool calls must come back with its
+    reasoning_content, or the request is refused with a 400."""
+    for m in body["messages"]:
+        if m["role"] == "assistant" and m.get("tool_calls") and not m.get("reasoning_content"):
+            return {"status": 400, "message": "The reasoning_content in the thinking mode must be passed back to the API."}
+    calls = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    tool = "compile" if calls < 2 else "submit"
+    return {"content": None, "reasoning_content": f"thinking {calls}",
+            "tool_calls": [{"name": tool, "arguments": {"source": GOOD_PTX}}]}
+
+
+def test_a_thinking_models_reasoning_goes_back_with_its_tool_calls(tmp_path, evaluator, monkeypatch):
+    """DeepSeek's thinking mode refuses a conversation whose tool-call messages lack their reasoning_content; the
+    history kept only content and tool calls, so every tools-mode trajectory of it ended at its second call, as the
+    model's error."""
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-test-deepseek-000000")
+    with ScriptedServer([], default=_deepseek) as server:
+        config = OptimizeConfig(workload=WORKLOAD, model="deepseek/deepseek-v4-pro", api_base=server.base_url,
+                                no_gpu=True, retry_wait_s=0.01, mode="tools", turns=2)
+        outcome = optimize(config, run_dir=tmp_path / "run", evaluator=evaluator)
+    assert outcome.stop_reason == "turn_limit" and outcome.statuses == ["COMPILED", "COMPILED"]
+    assert not of_type(events(tmp_path / "run"), "error")
