@@ -124,11 +124,27 @@ def test_buffer_set_reset_and_damage_report():
                               [("acc", [16], "float32", True), ("tmp", [8], "int32", False)], device="cpu")
     bs.load_inputs({"A": torch.ones(4, 4, dtype=torch.bfloat16)})
     assert torch.isnan(bs.tensors["C"].data).all() and (bs.scratch["acc"].data == 0).all()
-    assert (bs.scratch["tmp"].data.view(torch.uint8) == buffers.POISON_INT).all()
+    assert not (bs.scratch["tmp"].data.view(torch.uint8) == buffers.POISON_INT).all()  # garbage, not a pattern
     assert bs.damaged_guards() == []
     bs.tensors["C"].raw[-1] = 1
     assert bs.damaged_guards() and "C" in bs.damaged_guards()[0]
 
+
+
+def test_scratch_not_asked_zeroed_holds_nothing_a_kernel_can_count_on():
+    """Scratch the plan does not ask to be zeroed is refilled outside the measured interval before every call. Filled
+    with one known pattern (0x5A bytes, a fixed NaN), it was a free initialisation: a kernel could take the pattern
+    for zero (a split-K workspace accumulated in integers from 0x5A5A5A5A..., tile counters starting there) and skip
+    the zeroing that `zero = true` would have timed. Every refill is fresh random bytes instead."""
+    bs = buffers.allocate_set([("C", (4, 4), "float32", "output")],
+                              [("ws", [4096], "int64", False), ("acc", [4096], "float32", False)], device="cpu")
+    first = {n: g.data.view(torch.uint8).clone() for n, g in bs.scratch.items()}
+    bs.reset()
+    for name, g in bs.scratch.items():
+        now = g.data.view(torch.uint8)
+        assert (now != first[name]).float().mean() > 0.9, name  # drawn afresh, not the last call's bytes
+        assert len(torch.unique(now)) > 200, name  # and no one value a kernel could take for 'empty'
+    assert torch.isnan(bs.tensors["C"].data).all() and buffers.count_poison(bs.tensors["C"].data) == 16
 
 # ---- timing statistics ----
 def test_bootstrap_median_ci_contains_the_median_and_narrows_with_n():

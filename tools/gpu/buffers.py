@@ -3,8 +3,9 @@
 Every tensor and scratch buffer gets its own allocation: [guard | data | guard]. The guards hold a
 canary byte pattern that is checked after the run, so a write past either end of a buffer is
 caught even without compute-sanitizer (torch's caching allocator would otherwise hide it in
-slack). Outputs and non-zeroed scratch are poisoned with a NaN whose payload no arithmetic
-produces, so an element the kernel never wrote is told apart from a NaN it computed.
+slack). Outputs are poisoned with a NaN whose payload no arithmetic produces, so an element the
+kernel never wrote is told apart from a NaN it computed; non-zeroed scratch is refilled with fresh
+random bytes, so it holds no value a kernel could count on.
 """
 from __future__ import annotations
 
@@ -33,6 +34,14 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
         t.view(INT_VIEW[t.dtype]).fill_(_signed(POISON_BITS[t.dtype], t.element_size()))
     else:
         t.view(torch.uint8).fill_(POISON_INT)
+    return t
+
+
+def garbage_(t: torch.Tensor) -> torch.Tensor:
+    """Fresh random bytes. Scratch not asked to be zeroed is refilled outside the measured interval: with one known
+    pattern there, a kernel could take the pattern for zero (an integer split-K workspace, counters) and get the
+    zeroing `zero = true` would have timed for free."""
+    t.view(torch.uint8).random_(0, 256)
     return t
 
 
@@ -110,14 +119,14 @@ class BufferSet:
             self.tensors[name].data.copy_(value)
 
     def reset(self) -> None:
-        """Before a checked run: outputs and non-zeroed scratch poisoned, zeroed scratch zeroed."""
+        """Before every call: outputs poisoned, zeroed scratch zeroed, other scratch refilled with random bytes."""
         for name in self.outputs:
             poison_(self.tensors[name].data)
         for name, g in self.scratch.items():
             if name in self.zero_scratch:
                 g.data.zero_()
             else:
-                poison_(g.data)
+                garbage_(g.data)
 
     def zero_scratch_(self) -> None:
         for name in self.zero_scratch:
