@@ -15,7 +15,7 @@ from typing import Any, Callable
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from ...tools.redact import scrub_text
-from .base import CallStopped, ModelError, ModelRefused, ModelReply, ModelRequest, ModelUnavailable, OutOfTime
+from .base import CallStopped, ModelError, ModelRefused, ModelReply, ModelRequest, ModelUnavailable, OutOfTime, utf8_safe
 
 # The bundled price table: no network fetch at import time (and no 10 s stall offline).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -258,4 +258,11 @@ def _reply(litellm, response, latency: float, attempts: int) -> ModelReply:
 
 def _tool_call(tc) -> dict[str, Any]:
     fn = tc.function
-    return {"id": tc.id or "", "type": "function", "function": {"name": fn.name or "", "arguments": fn.arguments or "{}"}}
+    call = {"id": tc.id or "", "type": "function", "function": {"name": fn.name or "", "arguments": fn.arguments or "{}"}}
+    # Gemini's thought signature: litellm sends it back from here (the id that also carries it may be replaced). Only
+    # that string is kept: any server can fill these fields, and the record takes no nesting or text it cannot write
+    fields = getattr(tc, "provider_specific_fields", None)
+    signature = fields.get("thought_signature") if isinstance(fields, dict) else None
+    if isinstance(signature, str) and signature:
+        call["provider_specific_fields"] = {"thought_signature": utf8_safe(signature)}
+    return call

@@ -60,3 +60,40 @@ def test_a_thinking_models_reasoning_goes_back_with_its_tool_calls(tmp_path, eva
         outcome = optimize(config, run_dir=tmp_path / "run", evaluator=evaluator)
     assert outcome.stop_reason == "turn_limit" and outcome.statuses == ["COMPILED", "COMPILED"]
     assert not of_type(events(tmp_path / "run"), "error")
+
+
+def test_a_tool_calls_thought_signature_goes_back_to_gemini():
+    """Gemini 3 signs its function calls (a thought signature, in the call's provider_specific_fields and appended to
+    its id); the signature must come back with the call. The adapter kept only id, name and arguments, and the id
+    with the signature appended is past the id limit, so it was replaced: litellm sent a placeholder signature
+    instead, and the model lost its reasoning between tool calls."""
+    from ptxbench.agent.models.litellm_model import _litellm, _reply  # first: it keeps litellm off the network
+
+    from litellm.litellm_core_utils.prompt_templates.factory import convert_to_gemini_tool_call_invoke
+    from litellm.types.utils import ChatCompletionMessageToolCall, Choices, Function, Message, ModelResponse
+
+    signature = "c2lnbmF0dXJl" * 60
+    call = ChatCompletionMessageToolCall(id=f"call_1__thought__{signature}", type="function",
+                                         function=Function(name="compile", arguments='{"source": "x"}'),
+                                         provider_specific_fields={"thought_signature": signature})
+    response = ModelResponse(choices=[Choices(index=0, finish_reason="tool_calls",
+                                              message=Message(role="assistant", content=None, tool_calls=[call]))])
+    message = _reply(_litellm(), response, 0.1, 1).assistant_message()
+    (part,) = convert_to_gemini_tool_call_invoke(message, model="gemini-3-pro-preview")
+    assert part.get("thoughtSignature") == signature
+
+
+def test_provider_fields_a_server_invents_are_not_kept(tmp_path, evaluator):
+    """Only the signature is taken from a call's provider_specific_fields (any server can fill them), and as text the
+    record can write: the turn is the model's and the run goes on."""
+    call = {"id": "c1", "type": "function", "function": {"name": "submit", "arguments": __import__("json").dumps(
+        {"source": GOOD_PTX})}, "provider_specific_fields": {"thought_signature": "sig \ud800", "deep": [[[[{}]]]]}}
+    hostile = {"raw": {"id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
+                       "choices": [{"index": 0, "finish_reason": "tool_calls",
+                                    "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
+                       "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}}}
+    with ScriptedServer([hostile]) as server:
+        outcome = run(server, tmp_path, evaluator, turns=1, mode="tools")
+    assert outcome.statuses == ["COMPILED"] and outcome.stop_reason == "turn_limit"
+    (recorded,) = of_type(events(tmp_path / "run"), "model_call")[0].response["tool_calls"]
+    assert recorded["provider_specific_fields"] == {"thought_signature": "sig ?"}
