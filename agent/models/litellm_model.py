@@ -210,8 +210,11 @@ CHARS_PER_TOKEN = 4  # the usual rule of thumb for English and code
 
 
 def estimated_usage(messages: list[dict[str, Any]], reply: ModelReply) -> dict[str, int]:
-    """Token counts from the text, marked estimated=1, for an answer that reported none."""
-    prompt = sum(len(str(m.get("content") or "")) for m in messages) // CHARS_PER_TOKEN
+    """Token counts from the text, marked estimated=1, for an answer that reported none. The prompt's tool calls
+    count too: in tools mode they carry every kernel sent back."""
+    prompt = sum(len(str(m.get("content") or "")) + sum(len(str((c.get("function") or {}).get("arguments") or ""))
+                                                         for c in m.get("tool_calls") or [] if isinstance(c, dict))
+                 for m in messages) // CHARS_PER_TOKEN
     written = len(reply.content) + len(reply.reasoning_content or "") + sum(len(c["function"]["arguments"])
                                                                             for c in reply.tool_calls)
     completion = written // CHARS_PER_TOKEN

@@ -83,3 +83,15 @@ def test_back_offs_end_at_the_budget_left():
         with pytest.raises(OutOfTime, match="wall-time budget"):
             model.query(ModelRequest(messages=[{"role": "user", "content": "hi"}], time_left_s=1.5))
         assert time.monotonic() - start < 10 and len(server.requests) >= 1
+
+
+def test_an_estimated_prompt_counts_the_tool_calls_it_sends_back():
+    """Tools mode sends each kernel back as a tool call's arguments (the message's content is empty): the estimate of
+    a server that reports no usage counted only contents, so a tools conversation read as a fraction of its size."""
+    from ptxbench.agent.models.base import ModelReply
+    from ptxbench.agent.models.litellm_model import estimated_usage
+
+    call = {"id": "c1", "type": "function", "function": {"name": "compile", "arguments": "x" * 40_000}}
+    messages = [{"role": "user", "content": "task"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    assert estimated_usage(messages, ModelReply())["prompt_tokens"] >= 10_000
