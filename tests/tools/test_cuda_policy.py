@@ -191,16 +191,33 @@ def test_blank_lines_before_a_missing_version_are_read_in_linear_time():
     assert check_ptx_source("\n\n" + PTX.replace("sm_90a", "sm_100a"))[0].line == 4  # the .target's own line
 
 
-@pytest.mark.parametrize("hide", [
+HIDES = [
     "// a note \\\n/*\n",  # the // comment goes on past the backslash-newline, so `/*` opens nothing
     "// a note \\   \n/*\n",  # white space after the backslash splices too
     "/* a note *\\\n/\n",  # `*\` + newline + `/` is `*/`: the comment ends before the directive
-])
-def test_a_backslash_newline_cannot_hide_a_directive_in_a_comment(hide):
-    """The compiler joins backslash-newlines before it reads comments; a scan that blanked comments first read the
-    directive after these as comment text and passed an include of any host header in the compiler's view."""
+    'const char* s = R""(" /* )"";\n',  # `"` may be a raw string's delimiter: no comment opens in it
+]
+
+
+@pytest.mark.parametrize("hide", HIDES)
+def test_a_directive_the_compiler_reads_is_never_read_as_comment_text(hide):
+    """The compiler joins backslash-newlines before it reads comments, and takes `"` in a raw string's delimiter; a
+    scan that blanked comments first, or refused that delimiter, read the directive after these as comment text and
+    passed an include of any host header in the compiler's view."""
     code = hide + '#include "/usr/include/stdio.h"\n/* */\nextern "C" __global__ void k(int* p) { p[0] = EOF; }\n'
     issues = check_cuda_source(code)
-    assert [i.line for i in issues] == [3] and "/usr/include/stdio.h" in issues[0].message, [str(i) for i in issues]
+    line = hide.count("\n") + 1
+    assert [i.line for i in issues] == [line] and "/usr/include/stdio.h" in issues[0].message, [str(i) for i in issues]
     assert check_cuda_source('#define TWO(x) \\\n  ((x) * 2)  // a macro on two lines\n'
                              'extern "C" __global__ void k(int* p) {\n  p[0] = TWO(1);\n}\n') == []
+
+
+@pytest.mark.parametrize("hide", HIDES)
+def test_nvcc_reads_the_line_after_each_hiding_place(hide):
+    """What the test above protects: for nvcc the line after each of these is code (its #define takes effect)."""
+    from ptxbench.tools.compile import compile_source
+
+    code = hide + ('#define SEEN 1\n// */\n#ifndef SEEN\n#error the line was a comment\n#endif\n'
+                   'extern "C" __global__ void k(int* p) { p[0] = SEEN; }\n')
+    result = compile_source(code, "cuda", use_cache=False)
+    assert result.status == "ok", result.errors

@@ -40,7 +40,9 @@ def blank_comments(text: str, strings: bool = False) -> str:
             # take `R"x(" /* )x"` for a string followed by a comment, or it blanks the lines after it)
             open_paren = text.find("(", i + 1, i + 18)
             delim = text[i + 1:open_paren] if open_paren > 0 else None
-            if delim is None or not re.fullmatch(r'[^\s()\\"]{0,16}', delim):
+            # a `"` is a valid delimiter character (R""(...)"" compiles): refused here, the scanner read `R""(" /*` as
+            # two strings and a comment the compiler never sees, hiding the lines after it
+            if delim is None or not re.fullmatch(r'[^\s()\\]{0,16}', delim):
                 i += 1  # not a valid raw string: the compiler will say so
                 continue
             close = text.find(")" + delim + '"', open_paren + 1)
