@@ -70,6 +70,8 @@ def reads_runs(command):
             return command(*args, **kwargs)
         except (BadInput, RunFailed):
             raise
+        except BrokenPipeError:  # stdout closed (`| head`): click's quiet exit, not a damaged run
+            raise
         except READ_ERRORS as exc:
             runs = kwargs.get("runs") or [kwargs.get("run")]
             raise RunFailed(read_failure(exc, runs)) from None
