@@ -59,6 +59,10 @@ def profile_cmd(
     inputs.workload(workload), inputs.positive(timeout, "--timeout"), inputs.positive(budget, "--budget")
     if keep is not None:
         inputs.new_folder(keep, "--keep")
+    from . import preflight
+
+    # ncu replays the kernel on a GPU: without one, say so and what runs here, not "ncu was not found" after a compile
+    preflight.gpu(f"Nsight Compute profiles on a GPU; `ptxbench compile {file} --workload {workload}` checks the file here")
     text = file.read_text(errors="replace")
     try:
         compiled = compile_source(text, detect_language(text, file), arch.value, workload)

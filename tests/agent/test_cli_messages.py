@@ -84,6 +84,7 @@ def test_a_profile_that_cannot_be_taken_prints_its_reason_on_stderr(monkeypatch)
     import ptxbench.tools.profile.runner as runner
 
     monkeypatch.setattr(runner, "find_ncu", lambda: None)
+    monkeypatch.setattr("ptxbench.agent.cli.preflight.no_gpu_reason", lambda: None)  # a GPU machine without ncu
     result = _runner().invoke(app, ["profile", W, str(ROOT / "tests/data/agent/good.ptx")])
     assert result.exit_code == 2, result.output
     assert result.stdout == "" and "no profile: Nsight Compute (ncu) was not found" in result.stderr
@@ -117,3 +118,16 @@ def test_a_default_report_folder_that_cannot_be_written_is_said_up_front(run, mo
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert lines[0] == f"error: cannot create report folder {run / 'report'}: Permission denied", lines[0]
     assert not (run / "report" / "summary.md").exists()
+
+
+def test_profile_on_a_machine_without_a_gpu_says_so_and_what_runs_here(tmp_path, monkeypatch):
+    """Not "ncu was not found (set PTXBENCH_NCU)" after a compile, where setting it would change nothing."""
+    monkeypatch.setattr("ptxbench.agent.cli.preflight.no_gpu_reason", lambda: "no NVIDIA driver on this machine")
+    monkeypatch.chdir(tmp_path)
+    good = str(ROOT / "tests/data/agent/good.ptx")
+    result = CliRunner().invoke(app, ["profile", W, good, "--keep", "kept"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0] == (f"error: no GPU to evaluate on (no NVIDIA driver on this machine); Nsight Compute profiles on a "
+                        f"GPU; `ptxbench compile {good} --workload {W}` checks the file here"), lines[0]
+    assert list(tmp_path.iterdir()) == []
