@@ -65,6 +65,9 @@ def _arguments_text(arguments: Any) -> str:
         return "{}"
 
 
+# OpenAI's limit on a function name: a longer one names no tool, and the history would send it back with every call
+MAX_TOOL_NAME = 64
+
 # Provider ids are short ("call_" + 24 characters); a longer one is no id a provider made, and it is sent again with
 # every later call
 MAX_TOOL_CALL_ID = 128
@@ -114,7 +117,7 @@ class ModelReply(BaseModel):
             call = call if isinstance(call, dict) else {}
             fn = call.get("function") if isinstance(call.get("function"), dict) else {}
             calls.append({**{k: utf8_safe(x) if isinstance(x, str) else x for k, x in call.items() if k != "function"},
-                          "function": {"name": utf8_safe(str(fn.get("name") or "")),
+                          "function": {"name": utf8_safe(str(fn.get("name") or ""))[:MAX_TOOL_NAME],
                                        "arguments": _arguments_text(fn.get("arguments") or "{}")}})
         _call_ids(calls)
         return calls

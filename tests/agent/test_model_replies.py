@@ -97,3 +97,20 @@ def test_provider_fields_a_server_invents_are_not_kept(tmp_path, evaluator):
     assert outcome.statuses == ["COMPILED"] and outcome.stop_reason == "turn_limit"
     (recorded,) = of_type(events(tmp_path / "run"), "model_call")[0].response["tool_calls"]
     assert recorded["provider_specific_fields"] == {"thought_signature": "sig ?"}
+
+
+def test_a_huge_tool_name_is_cut_not_sent_back_with_every_call(tmp_path, evaluator):
+    """A degenerate model (a local server's tool parser reads the name from its text) named a tool with a megabyte:
+    the name went back in the history with every later request, and in the error answering it, and into every
+    model_call event, as a huge argument once did. No tool name is longer than 64 characters (OpenAI's limit)."""
+    import json
+
+    name = "compile" + "x" * 1_000_000
+    huge = {"content": None, "tool_calls": [{"name": name, "arguments": {"source": GOOD_PTX}}]}
+    with ScriptedServer([huge], default={"content": None, "tool_calls": [{"name": "submit",
+                                                                          "arguments": {"source": GOOD_PTX}}]}) as server:
+        outcome = run(server, tmp_path, evaluator, turns=1, mode="tools")
+    assert outcome.statuses == ["COMPILED"]
+    assert len(json.dumps(server.requests[1])) < 200_000
+    (answer,) = [e for e in of_type(events(tmp_path / "run"), "tool_result") if not e.ok]
+    assert "unknown tool" in answer.content and len(answer.content) < 1000
