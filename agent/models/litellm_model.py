@@ -32,8 +32,10 @@ def too_large(exc: BaseException) -> bool:
     """A request bigger than the account's per-minute token limit. OpenAI answers it as a 429 ("Request too large for
     ... on tokens per min"), but no wait lets it through: retried as a rate limit it ended as an outage, an infra stop,
     and the request grows with the model's own replies, so a long-winded model could take its trajectory out of the
-    scores. It is the conversation's size, as a full context window is."""
-    return getattr(exc, "status_code", None) in (413, 429) and "request too large" in str(exc).lower()
+    scores. It is the conversation's size, as a full context window is; so is any 413 (a proxy's body limit: nginx
+    takes 1 MB by default, which a long tools conversation outgrows)."""
+    status = getattr(exc, "status_code", None)
+    return status == 413 or (status == 429 and "request too large" in str(exc).lower())
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -188,7 +190,8 @@ class LiteLLMModel:
             large = too_large(exc)
             if large or isinstance(exc, litellm.ContextWindowExceededError):  # said first: the stop line keeps 500
                 # characters; on a trajectory's first call the loop makes it the set-up's failure
-                what = "the provider's per-request token limit" if large else "the model's context window"
+                what = ("the model's context window" if not large else "the server's request size limit"
+                        if getattr(exc, "status_code", None) == 413 else "the provider's per-request token limit")
                 raise ModelError(f"the conversation outgrew {what} (the context policy last or summary, optimize "
                                  f"--context, keeps it shorter): {said(exc)}") from None
             raise ModelError(said(exc)) from None

@@ -95,3 +95,13 @@ def test_an_estimated_prompt_counts_the_tool_calls_it_sends_back():
     messages = [{"role": "user", "content": "task"}, {"role": "assistant", "content": None, "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
     assert estimated_usage(messages, ModelReply())["prompt_tokens"] >= 10_000
+
+
+def test_a_request_a_proxy_finds_too_large_says_what_helps(tmp_path, evaluator):
+    """A 413 from a proxy in front of the server (nginx takes 1 MB by default; a long tools conversation outgrows it)
+    carries no "request too large" text: the stop gave the proxy's page alone, not that a shorter context helps."""
+    page = {"status": 413, "message": "<html><center><h1>413 Request Entity Too Large</h1></center></html>"}
+    with ScriptedServer([reply(GOOD_PTX)], default=page) as server:
+        outcome = run(server, tmp_path, evaluator, "openai/x", turns=3)
+    assert outcome.stop_reason == "error" and outcome.statuses == ["COMPILED"] and len(server.requests) == 2
+    assert "--context" in outcome.stop_detail
