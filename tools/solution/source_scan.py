@@ -12,7 +12,9 @@ from typing import Literal
 ParamKind = Literal["pointer", "tmap", "int", "float", "unknown"]
 
 
-_RAW_PREFIX = re.compile(r'(?<![A-Za-z0-9_])(?:u8|u|U|L)?R"')
+# Not after a literal's closing quote either: there `R` (`u8R`, ...) is the literal's ud-suffix and the `"` opens a plain
+# string (`"x"R"/* "` holds no comment and no raw string for the compiler).
+_RAW_PREFIX = re.compile(r'(?<![A-Za-z0-9_"\'])(?:u8|u|U|L)?R"')
 # A number with C++14 digit separators (1'000): its `'` opens no character literal. Read as one, `1'2'/*` would
 # hide the lines after it in a comment the compiler never sees.
 _PP_NUMBER = re.compile(r"\.?\d(?:[\w.]|'(?=\w)|[eEpP][+-])*")
