@@ -48,7 +48,7 @@ def check_matrix(models: list[str], workloads: list[str], prompts: list[str], ar
         inputs.prompt(p)
     inputs.arch(arch)
     for m in models:
-        inputs.model(m)
+        inputs.model(m, "--models")
     check_models(models, api_base, report)
 
 
@@ -58,7 +58,7 @@ def check_models(models: list[str], api_base: str | None, report) -> None:
 
     checked_base = False
     for m in models:
-        inputs.credentials(m, api_base, None, report=report, probe=not checked_base)
+        inputs.credentials(m, api_base, None, report=report, probe=not checked_base, flag="--models")
         checked_base = checked_base or bool(api_base and not m.startswith(("builtin/", "replay/")))
 
 

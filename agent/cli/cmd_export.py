@@ -73,7 +73,11 @@ def export(
     except TokenizerUnavailable as exc:
         raise inputs.BadInput(f"--tokenizer {exc}") from None
     if teacher:
-        inputs.model(teacher), inputs.credentials(teacher, teacher_api_base, None, report=lambda line: typer.echo(line, err=True))
+        if teacher.startswith(("builtin/", "replay/")):  # they hand in kernels, never prose: litellm would refuse it late
+            raise inputs.BadInput(f"--teacher {teacher}: the teacher writes reasoning, so it is a litellm model string "
+                                  "such as openai/gpt-5, not a builtin/ or replay/ model")
+        inputs.model(teacher, "--teacher")
+        inputs.credentials(teacher, teacher_api_base, None, report=lambda line: typer.echo(line, err=True), flag="--teacher")
     cfg = ExportConfig(
         recipe=recipe, min_speedup=min_speedup, first_k_turns=first_k, max_per_group=max_per_group,
         require_target_executed=require_target, include_held_out=include_held_out, dedup=dedup,

@@ -65,12 +65,13 @@ def prompt(name: str) -> str:
     return name
 
 
-def model(name: str) -> str:
-    """A model string that can be built: a known builtin, a replay of a recorded run, or a litellm string."""
+def model(name: str, flag: str = "--model") -> str:
+    """A model string that can be built: a known builtin, a replay of a recorded run, or a litellm string (`flag`: the
+    option that named it, for the message)."""
     from ..models.registry import BUILTINS
 
     if not name.strip():
-        raise BadInput("--model is empty: give builtin/tuner, builtin/reference, replay/<run> or a litellm "
+        raise BadInput(f"{flag} is empty: give builtin/tuner, builtin/reference, replay/<run> or a litellm "
                        "model string such as openai/gpt-5")
     if name.startswith("builtin/"):
         if name not in BUILTINS:
@@ -82,15 +83,15 @@ def model(name: str) -> str:
         try:
             find_trajectory(name.removeprefix("replay/"))
         except (FileNotFoundError, OSError) as exc:
-            raise BadInput(f"--model {name}: {exc}; expected replay/<trajectory.jsonl, trajectory or run folder>") from None
+            raise BadInput(f"{flag} {name}: {exc}; expected replay/<trajectory.jsonl, trajectory or run folder>") from None
         return name
     if not _MODEL_TEXT.match(name) or ".." in name.split("/"):
-        raise BadInput(f"--model {name!r} is not a model string: expected provider/name, e.g. openai/gpt-5")
+        raise BadInput(f"{flag} {name!r} is not a model string: expected provider/name, e.g. openai/gpt-5")
     return name
 
 
 def credentials(name: str, api_base: str | None, api_key_env: str | None,
-                report: Callable[[str], None] | None = None, probe: bool = True) -> None:
+                report: Callable[[str], None] | None = None, probe: bool = True, flag: str = "--model") -> None:
     """For an LLM: the key is there and the endpoint answers (BadInput / RunFailed otherwise); probe=False when the
     same endpoint was reached already (the key check still needs it: a local server needs no key)."""
     from ..models.endpoint import bad_url, unreachable
@@ -105,16 +106,16 @@ def credentials(name: str, api_base: str | None, api_key_env: str | None,
     if api_base and probe and (problem := unreachable(api_base, report=report)):
         raise RunFailed(problem)
     if not api_base and "/" not in name:
-        _provider_known(name)
+        _provider_known(name, flag)
 
 
-def _provider_known(name: str) -> None:
+def _provider_known(name: str, flag: str) -> None:
     from ..models.litellm_model import _litellm
 
     try:
         _litellm().get_llm_provider(name)
     except Exception:  # noqa: BLE001 - litellm raises its BadRequestError; any failure means no provider
-        raise BadInput(f"--model {name!r} names no provider: write provider/name, e.g. openai/{name} or "
+        raise BadInput(f"{flag} {name!r} names no provider: write provider/name, e.g. openai/{name} or "
                        f"hosted_vllm/{name} with --api-base") from None
 
 

@@ -94,6 +94,9 @@ CASES = [
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--tokenizer", "tiktoken:"], 2, "names no tokenizer"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--tokenizer", "hf:/nonexistent/tok"], 2,
      "--tokenizer 'hf:/nonexistent/tok' cannot be loaded"),
+    # the teacher writes prose: a builtin/ or replay/ model was litellm's late error after --out was made, exit 1
+    (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--teacher", "builtin/tuner"], 2,
+     "--teacher builtin/tuner: the teacher writes reasoning"),
     (["score", "/nonexistent"], 2, "no run folder"),
     (["score", "."], 2, "not a run folder"),
     (["score", EXAMPLE_RUN, "--out-run", "x"], 2, "--re-evaluate"),
@@ -153,6 +156,18 @@ def test_bad_input_is_one_line(workdir, argv, status, words):
         assert len(lines) == 1 and lines[0].startswith("error: "), text
         assert words in lines[0], text
     assert _files(workdir) == before, "rejected input left files behind"
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["bench", "--models", "gpt5", "--workloads", W, "--no-gpu"], "error: --models 'gpt5' names no provider"),
+    (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--teacher", "gpt5"], "error: --teacher 'gpt5' names no provider"),
+], ids=["bench", "export"])
+def test_a_bare_model_name_is_refused_naming_the_option_that_gave_it(workdir, argv, words):
+    """As test_bad_input_is_one_line, with no time bound: litellm is imported to look the provider up. The line named
+    --model, an option neither command has."""
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2 and result.output.startswith(words) and len(result.output.splitlines()) == 1, result.output
+    assert _files(workdir) == {Path("f"), Path("bad.ptx"), Path("seven.ptx")}
 
 
 def test_unreachable_endpoint_shows_its_attempts_and_gives_up_in_one_line(workdir):
