@@ -180,6 +180,8 @@ def parse_arguments(raw: str | dict | None) -> dict[str, Any]:
     255 levels, the key masking recurses), and the turn would be lost as the harness's failure."""
     try:
         value = raw if isinstance(raw, dict) else json.loads(raw or "{}")
+        if isinstance(value, str) and value.lstrip().startswith("{"):  # the object encoded twice (some tool parsers)
+            value = json.loads(value)
     except RecursionError:  # json recurses once per nesting level
         raise ValueError("tool arguments are nested too deeply") from None
     if not isinstance(value, dict):

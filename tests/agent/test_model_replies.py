@@ -114,3 +114,17 @@ def test_a_huge_tool_name_is_cut_not_sent_back_with_every_call(tmp_path, evaluat
     assert len(json.dumps(server.requests[1])) < 200_000
     (answer,) = [e for e in of_type(events(tmp_path / "run"), "tool_result") if not e.ok]
     assert "unknown tool" in answer.content and len(answer.content) < 1000
+
+
+def test_tool_arguments_encoded_twice_are_read():
+    """Some servers' tool parsers send the arguments object as a JSON string inside the JSON string: every call was
+    answered "must be a JSON object", though the model wrote the object right, and no kernel of it was evaluated."""
+    import json
+
+    from ptxbench.agent.loop.toolset import parse_arguments
+
+    assert parse_arguments(json.dumps(json.dumps({"source": "x"}))) == {"source": "x"}
+    with pytest.raises(ValueError, match="JSON object"):
+        parse_arguments(json.dumps("not an object"))
+    with pytest.raises(ValueError, match="JSON object"):
+        parse_arguments(json.dumps(json.dumps(json.dumps({"source": "x"}))))  # once unwrapped, no more
