@@ -1,4 +1,4 @@
 """`python -m ptxbench.agent ...` runs the `ptxbench` command (for machines without the console script)."""
-from .cli import app
+from .cli import main
 
-app()
+main()

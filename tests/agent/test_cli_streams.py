@@ -1,5 +1,6 @@
-"""The command's output stream closed early (`ptxbench score RUN | head`): the command ends quietly, as click ends
-any command whose reader went away, and never blames the run it was reading."""
+"""The process's edges: its output stream closed early (`ptxbench score RUN | head`) ends the command quietly, as click
+ends any command whose reader went away, never blaming the run it was reading; a Ctrl-C while the command's modules
+still load ends with exit status 130, as one during a command does, not with an import's traceback."""
 from __future__ import annotations
 
 import os
@@ -33,3 +34,30 @@ def test_a_reader_that_goes_away_is_no_damaged_run(argv, tmp_path):
     result = _closed_stdout([a.format(run=run) for a in argv], tmp_path)
     assert "Broken pipe" not in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert result.stderr == "" and result.returncode == 1, (result.returncode, result.stderr)
+
+
+# Ctrl-C as `import typer` runs (the first thing the command loads), then the command run as `python -m` runs it
+_INTERRUPTED_IMPORT = """
+import runpy, sys
+class Interrupt:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "typer":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Interrupt)
+sys.argv = ["ptxbench", "workloads"]
+runpy.run_module("ptxbench.agent", run_name="__main__")
+"""
+
+
+def test_ctrl_c_while_the_command_loads_is_no_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-c", _INTERRUPTED_IMPORT], cwd=tmp_path, capture_output=True, text=True,
+                            stdin=subprocess.DEVNULL, env=os.environ, timeout=120)
+    assert "Traceback" not in result.stderr and result.returncode == 130, (result.returncode, result.stderr)
+
+
+def test_the_console_script_is_the_function_that_says_so():
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["ptxbench"] == "ptxbench.agent.cli:main"
