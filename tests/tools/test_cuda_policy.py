@@ -197,6 +197,7 @@ HIDES = [
     "/* a note *\\\n/\n",  # `*\` + newline + `/` is `*/`: the comment ends before the directive
     'const char* s = R""(" /* )"";\n',  # `"` may be a raw string's delimiter: no comment opens in it
     '#define UNUSED "x"R"/* "\n',  # after a literal, R is its ud-suffix and `"/* "` a plain string, not a raw one
+    "#define UNUSED \\// a backslash before a comment joins no lines (comments go after the splicing)\n",
 ]
 
 

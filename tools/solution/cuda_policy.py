@@ -63,19 +63,15 @@ def _refused_directive(word: str) -> str | None:
 
 def _preprocessor(text: str) -> tuple[str, list[FormatIssue], dict[str, str]]:
     """Check the directives (allow list; #include / #pragma arguments), collect simple macros, and blank all
-    directive lines."""
+    directive lines. `text` is spliced already (source_scan.spliced) and its comments blanked: a backslash left at a
+    line's end here stood before a comment (`x \\// note`), which joins nothing for the compiler."""
     issues: list[FormatIssue] = []
     macros: dict[str, str] = {}
     lines = text.split("\n")
     k = 0
     while k < len(lines):
         start = k
-        parts = [lines[k]]
-        while parts[-1].rstrip().endswith("\\") and k + 1 < len(lines):
-            parts[-1] = parts[-1].rstrip()[:-1]  # spliced as the compiler does: `#li\` + `ne` is #line
-            k += 1
-            parts.append(lines[k])
-        m = _DIRECTIVE.match("".join(parts))
+        m = _DIRECTIVE.match(lines[k])
         if m:
             word, rest = m.group(1), m.group(2).strip()
             if refused := _refused_directive(word):
