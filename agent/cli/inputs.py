@@ -210,8 +210,9 @@ def one_of(value: str, valid: Iterable[str], flag: str) -> str:
 
 
 def positive(value: float | None, flag: str) -> None:
-    if value is not None and value <= 0:
-        raise BadInput(f"{flag} must be positive, got {value}")
+    # `not 0 < value` for nan too (every comparison with it is false); inf is no limit a watchdog can keep either
+    if value is not None and not 0 < value < float("inf"):
+        raise BadInput(f"{flag} must be positive{'' if value <= 0 else ' and finite'}, got {value}")
 
 
 def config(cls: type[T], flags: dict[str, str] | None = None, **fields) -> T:

@@ -78,6 +78,10 @@ CASES = [
     (["eval", W, GOOD, "--sanitize", "leakcheck"], 2, "--sanitize"),
     (["eval", W, GOOD, "--trials", "0"], 2, "--trials"),
     (["eval", W, GOOD, "--trials", "100000"], 2, "--trials must be at most 32"),
+    # nan passed `value <= 0` (a watchdog of nan seconds); inf is none
+    (["eval", W, GOOD, "--no-gpu", "--timeout", "nan"], 2, "--timeout must be positive and finite, got nan"),
+    (["profile", W, GOOD, "--timeout", "inf"], 2, "--timeout must be positive and finite, got inf"),
+    (["synth-repairs", "--list", "--timeout-s", "nan"], 2, "--timeout-s must be positive and finite, got nan"),
     (["profile", "nope", GOOD], 2, "unknown workload"),
     (["profile", W, "missing.ptx"], 2, "does not exist"),
     (["profile", W, GOOD, "--arch", "sm_80"], 2, "--arch"),
