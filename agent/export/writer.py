@@ -70,8 +70,13 @@ def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats
         else:
             import datasets
 
-            # typed by the schema, not by this split's rows: a column null in all of them would be typed null
-            datasets.Dataset.from_list(part, features=dataset_features()).to_parquet(str(path))
+            bars = datasets.is_progress_bar_enabled()
+            datasets.disable_progress_bars()  # its bar, drawn with carriage returns, is noise in the command's output
+            try:  # typed by the schema, not by this split's rows: a column null in all of them would be typed null
+                datasets.Dataset.from_list(part, features=dataset_features()).to_parquet(str(path))
+            finally:
+                if bars:
+                    datasets.enable_progress_bars()
         paths[split] = path
     by_group: dict[str, int] = {}
     for r in rows:

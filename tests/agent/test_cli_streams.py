@@ -61,3 +61,16 @@ def test_the_console_script_is_the_function_that_says_so():
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["ptxbench"] == "ptxbench.agent.cli:main"
+
+
+def test_a_parquet_export_says_what_it_wrote_with_no_progress_bar(tmp_path):
+    """datasets drew a bar per split, with carriage returns, into the command's output (a log file of \\r lines)."""
+    from typer.testing import CliRunner
+
+    from export_runs import build_run
+    from ptxbench.agent.cli.main import app
+
+    run = build_run(tmp_path)
+    result = CliRunner().invoke(app, ["export", str(run), "--recipe", "kernelgen", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0 and (tmp_path / "out" / "train.parquet").is_file(), result.output
+    assert "\r" not in result.output and "Creating parquet" not in result.output, result.output
