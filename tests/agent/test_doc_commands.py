@@ -48,3 +48,30 @@ def test_the_usage_line_names_the_option_that_lists_the_no_gpu_examples_workload
     smoke = "smoke_gemm_bf16_m256_n256_k512"
     assert smoke in CliRunner().invoke(app, ["workloads", "--all"]).output
     assert smoke not in CliRunner().invoke(app, ["workloads"]).output
+
+
+def _commands(command, path=()):
+    """(command path, command) for every leaf command of the app (click's or typer's own copy of click alike)."""
+    if hasattr(command, "commands"):
+        for name, sub in command.commands.items():
+            yield from _commands(sub, (*path, name))
+    else:
+        yield " ".join(path), command
+
+
+def test_every_option_of_every_command_is_named_in_the_docs():
+    """The README's usage lines, docs/ and the folder READMEs name every option (either form of a --x/--no-x flag):
+    --gpus, --parallel, --no-report, --temperature, --no-dedup ... were in --help alone."""
+    import re
+
+    import typer
+
+    docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("*/README.md"),
+                                             *ROOT.glob("*/*/README.md")])
+    missing = [f"{path} {'/'.join(param.opts + param.secondary_opts)}"
+               for path, command in _commands(typer.main.get_command(app))
+               for param in command.params
+               if getattr(param, "param_type_name", "") == "option" and "--help" not in param.opts
+               and not any(re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", docs)
+                           for name in param.opts + param.secondary_opts)]
+    assert not missing, f"options no doc names: {missing}"
