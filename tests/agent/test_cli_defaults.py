@@ -27,7 +27,9 @@ def _model_default(model, field: str):
 
 
 @pytest.mark.parametrize("command, model, rename", [(cmd_optimize.optimize, OptimizeConfig, OPTIMIZE),
-                                                    (cmd_bench.bench, BenchConfig, {"model_timeout": "model_timeout_s"})])
+                                                    (cmd_bench.bench, BenchConfig,
+                                                     {"model_timeout": "model_timeout_s",
+                                                      "ray_placement_wait": "ray_placement_wait_s"})])
 def test_cli_defaults_are_the_config_defaults(command, model, rename):
     checked = 0
     for name, default in _cli_defaults(command).items():
