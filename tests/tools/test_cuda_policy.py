@@ -198,6 +198,10 @@ HIDES = [
     'const char* s = R""(" /* )"";\n',  # `"` may be a raw string's delimiter: no comment opens in it
     '#define UNUSED "x"R"/* "\n',  # after a literal, R is its ud-suffix and `"/* "` a plain string, not a raw one
     "#define UNUSED \\// a backslash before a comment joins no lines (comments go after the splicing)\n",
+    '#define UNUSED 0x1e+R"/* "\n',  # 0x1e+R is one pp-number (e+ is part of it): then a plain string
+    '#define UNUSED a$R"/* "\n',  # a$R is one identifier for gcc
+    '#define UNUSED \u00e9R"/* "\n',  # so is \u00e9R
+    '#define UNUSED 1.e-R"x(" \n',  # a plain string again (the pp-number took the R): no raw string runs on
 ]
 
 

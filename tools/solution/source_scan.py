@@ -14,10 +14,21 @@ ParamKind = Literal["pointer", "tmap", "int", "float", "unknown"]
 
 # Not after a literal's closing quote either: there `R` (`u8R`, ...) is the literal's ud-suffix and the `"` opens a plain
 # string (`"x"R"/* "` holds no comment and no raw string for the compiler).
-_RAW_PREFIX = re.compile(r'(?<![A-Za-z0-9_"\'])(?:u8|u|U|L)?R"')
+_RAW_PREFIX = re.compile(r'(?<![\w$"\'])(?:u8|u|U|L)?R"')  # nor after any identifier character (gcc: `$`, `é`)
 # A number with C++14 digit separators (1'000): its `'` opens no character literal. Read as one, `1'2'/*` would
 # hide the lines after it in a comment the compiler never sees.
-_PP_NUMBER = re.compile(r"\.?\d(?:[\w.]|'(?=\w)|[eEpP][+-])*")
+# `e+` is tried before `e` alone: `0x1e+R` is one pp-number, so the `"` after it opens a plain string, not a raw one.
+_PP_NUMBER = re.compile(r"\.?\d(?:[eEpP][+-]|[\w.$]|'(?=\w))*")
+
+
+def _raw_string_open(text: str, i: int) -> int | None:
+    """Where the `(` of a raw string whose `"` is at `i` stands, or None when no raw string opens there: an `R"` the
+    compiler reads otherwise (its `"` then opens a plain string, which the caller reads so: skipping that `"`, the
+    scanner took a `/*` right after it for a comment the compiler never sees). A `"` is a valid delimiter character."""
+    if not any(m.end() == i + 1 for m in _RAW_PREFIX.finditer(text, max(0, i - 3), i + 1)):
+        return None
+    open_paren = text.find("(", i + 1, i + 18)
+    return open_paren if open_paren > 0 and re.fullmatch(r'[^\s()\\]{0,16}', text[i + 1:open_paren]) else None
 
 
 def blank_comments(text: str, strings: bool = False) -> str:
@@ -25,6 +36,7 @@ def blank_comments(text: str, strings: bool = False) -> str:
     spaces, keeping every newline so positions and line numbers stay the same."""
     out = list(text)
     i, n = 0, len(text)
+    number_end = -1  # where the last pp-number ended: an `R` it took in (`0x1e+R`) starts no raw string
     while i < n:
         c = text[i]
         if c == "/" and text.startswith("//", i):
@@ -37,24 +49,18 @@ def blank_comments(text: str, strings: bool = False) -> str:
             j = n if j < 0 else j + 2
             out[i:j] = [ch if ch == "\n" else " " for ch in text[i:j]]
             i = j
-        elif c == '"' and any(m.end() == i + 1 for m in _RAW_PREFIX.finditer(text, max(0, i - 3), i + 1)):
+        elif c == '"' and i > number_end and (open_paren := _raw_string_open(text, i)) is not None:
             # R"delim( ... )delim": no escapes, may span lines, may hold `"` and `/*` (the scanner must not
             # take `R"x(" /* )x"` for a string followed by a comment, or it blanks the lines after it)
-            open_paren = text.find("(", i + 1, i + 18)
-            delim = text[i + 1:open_paren] if open_paren > 0 else None
-            # a `"` is a valid delimiter character (R""(...)"" compiles): refused here, the scanner read `R""(" /*` as
-            # two strings and a comment the compiler never sees, hiding the lines after it
-            if delim is None or not re.fullmatch(r'[^\s()\\]{0,16}', delim):
-                i += 1  # not a valid raw string: the compiler will say so
-                continue
+            delim = text[i + 1:open_paren]
             close = text.find(")" + delim + '"', open_paren + 1)
             j = n if close < 0 else close + len(delim) + 1
             if strings:
                 out[open_paren + 1:j] = [ch if ch == "\n" else " " for ch in text[open_paren + 1:j]]
             i = j + 1
-        elif (c.isdigit() or c == ".") and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_.")) and \
+        elif (c.isdigit() or c == ".") and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_.$")) and \
                 (number := _PP_NUMBER.match(text, i)):
-            i = number.end()
+            i = number_end = number.end()
         elif c in "\"'":
             j = i + 1
             while j < n and text[j] != c and text[j] != "\n":
