@@ -154,6 +154,13 @@ def bench(
                          report=lambda line: console.print(line, markup=False, highlight=False))
     if track not in ("optimize", "repair"):
         raise inputs.BadInput(f"--track {track!r}: expected optimize or repair")
+    # options the run would ignore are refused, as score's --no-gpu without --re-evaluate is (a resume's record
+    # holds its track and backend)
+    if suite is not None and track != "repair" and not resume:
+        raise inputs.BadInput(f"--suite {suite}: the repair suite's folder goes with --track repair")
+    if (ray_address or ray_placement_wait) and backend != "ray" and not resume:
+        raise inputs.BadInput(f"--{'ray-address' if ray_address else 'ray-placement-wait'} goes with --backend ray: "
+                              "a local run evaluates on this machine's GPUs")
     turns = turns or (4 if track == "repair" else 8)
     one_builtin = track == "repair" and trajectories is None  # repair track: a builtin/ model's copies are left out
     trajectories = trajectories or 12

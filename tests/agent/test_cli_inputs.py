@@ -61,6 +61,11 @@ CASES = [
     (["bench", "--models", "builtin/tuner,builtin/tuner", "--workloads", W, "--no-gpu"], 2, "share an id"),
     (["bench", "--models", "openai/gpt-5", "--workloads", W, "--no-gpu"], 2, "OPENAI_API_KEY"),
     (["bench", "--workloads", W], 2, "--models"),
+    # options the run ignored without a word
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--suite", "workloads/repairs", "--no-gpu"], 2,
+     "goes with --track repair"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--ray-address", "auto", "--no-gpu"], 2,
+     "--ray-address goes with --backend ray"),
     (["bench", "--resume"], 2, "--run-dir"),
     (["bench", "--resume", "--run-dir", "nowhere"], 2, "no bench run folder"),
     # compile, eval, profile
