@@ -201,7 +201,7 @@ HIDES = [
     '#define UNUSED 0x1e+R"/* "\n',  # 0x1e+R is one pp-number (e+ is part of it): then a plain string
     '#define UNUSED a$R"/* "\n',  # a$R is one identifier for gcc
     '#define UNUSED \u00e9R"/* "\n',  # so is \u00e9R
-    '#define UNUSED 1.e-R"x(" \n',  # a plain string again (the pp-number took the R): no raw string runs on
+    '#define UNUSED 1.e-R"/* "\n',  # 1.e-R too
 ]
 
 
