@@ -8,6 +8,23 @@ import typer
 
 from .application import app, reads_runs
 
+# What a report writes at the top of its folder: in a folder no report wrote, each would replace someone's own file
+REPORT_FILES = ("index.html", "summary.md", "score.json", "repair.md", "repair.json")
+
+
+def foreign_report_file(folder: Path) -> str | None:
+    """The first of REPORT_FILES in `folder` when no earlier report wrote it (an earlier report's index.html names itself
+    in its title, and is replaced as a new report replaces it); None when there is none to lose."""
+    there = [name for name in REPORT_FILES if (folder / name).exists()]
+    if not there:
+        return None
+    try:
+        with open(folder / "index.html", "rb") as f:
+            head = f.read(300)
+    except OSError:
+        head = b""
+    return None if b"<title>ptxbench report: " in head else there[0]
+
 
 @app.command()
 @reads_runs
@@ -23,6 +40,9 @@ def report(
     from .terminal import terminal_text
 
     inputs.run_folder(run)
+    if out is not None and (mine := foreign_report_file(inputs.new_folder(out, "--out"))):
+        raise inputs.BadInput(f"--out {out} holds {mine}, which no report wrote: a report would replace it; name a new "
+                              "folder, or an earlier report's")
     # the default folder (<run>/report) goes through the same check: a read-only run folder said up front, in one line
     out_dir = inputs.create_folder(out, "--out") if out is not None else inputs.create_folder(run / "report", "report")
     try:

@@ -131,3 +131,21 @@ def test_profile_on_a_machine_without_a_gpu_says_so_and_what_runs_here(tmp_path,
     assert lines[0] == (f"error: no GPU to evaluate on (no NVIDIA driver on this machine); Nsight Compute profiles on a "
                         f"GPU; `ptxbench compile {good} --workload {W}` checks the file here"), lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_report_out_refuses_a_folder_whose_index_or_summary_no_report_wrote(run, tmp_path):
+    """`report RUN --out .` in a site or notes folder replaced its index.html / summary.md without a word; an earlier
+    report's folder is written again."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "summary.md").write_text("my notes\n")
+    refused = CliRunner().invoke(app, ["report", str(run), "--out", str(site)])
+    lines = [line for line in refused.output.splitlines() if line.strip()]
+    assert refused.exit_code == 2 and len(lines) == 1, refused.output
+    assert lines[0].startswith(f"error: --out {site} holds summary.md, which no report wrote"), lines[0]
+    assert sorted(p.name for p in site.iterdir()) == ["summary.md"] and (site / "summary.md").read_text() == "my notes\n"
+
+    earlier = tmp_path / "earlier"
+    for attempt in range(2):
+        result = CliRunner().invoke(app, ["report", str(run), "--out", str(earlier)])
+        assert result.exit_code == 0, (attempt, result.output)
