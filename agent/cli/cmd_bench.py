@@ -138,6 +138,7 @@ def bench(
             inputs.unsealed(inputs.run_folder(run_dir, "bench run"), "--resume")
         else:
             inputs.new_folder(run_dir, "--run-dir")
+        inputs.run_manifest(run_dir, "--run-dir")  # a damaged one: one line, not run_bench's traceback
     config = None
     overrides = {"backend": backend, "ray_address": ray_address, "gpus": gpus, "parallel": parallel,
                  "provider_limits": _limits(provider_limit) or None, "api_base": api_base, "infra_retries": infra_retries,

@@ -290,6 +290,10 @@ def optimize(
         inputs.one_of(profile, POLICIES, "--profile"), inputs.one_of(l2_flush, L2_FLUSH_MODES, "--l2-flush")
         if run_dir is not None:
             inputs.new_folder(run_dir, "--run-dir")
+            manifest = inputs.run_manifest(run_dir, "--run-dir")
+            if manifest and manifest.get("command") != "optimize":  # said before trajectories/ is made in the folder
+                raise inputs.BadInput(f"{run_dir} holds a {manifest.get('command') or 'foreign'} run; choose another "
+                                      "--run-dir")
         inputs.credentials(model, api_base, api_key_env, report=lambda line: typer.echo(line, err=True))
         config = inputs.config(
             OptimizeConfig, FLAGS, workload=workload, model=model, api_base=api_base, api_key_env=api_key_env, mode=mode.value,

@@ -7,6 +7,7 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
     unsealed(path, flag)                                 a run folder that may be continued (no sealed log)
     resumable(path, flag)                                an optimize run folder `--resume` can continue
     new_folder(path, flag)                               a path a run may be written to (its text not empty, no file in the way)
+    run_manifest(path, flag)                             the manifest of a --run-dir, {} if none (a damaged one is BadInput)
     create_folder(path, flag)                            new_folder, then made: one that cannot be is BadInput
     config(cls, **fields)                                a pydantic config, its errors as one line
 """
@@ -164,6 +165,17 @@ def resumable(path: Path, flag: str) -> Path:
     except (RunFolderInUse, DamagedRecord) as exc:
         raise BadInput(f"{flag} {exc}") from None
     return Path(path)
+
+
+def run_manifest(path: Path, flag: str) -> dict:
+    """The manifest of a folder a run will be written into (--run-dir), {} where there is none: a damaged one (no JSON
+    object, a field of the wrong type) is one line naming the file, before anything is made in the folder."""
+    from ..records.rundir import DamagedRecord, read_manifest
+
+    try:
+        return read_manifest(Path(path)) if Path(path).is_dir() else {}
+    except DamagedRecord as exc:
+        raise BadInput(f"{flag} {exc}") from None
 
 
 def new_folder(path: str | Path, flag: str) -> Path:

@@ -233,3 +233,25 @@ def test_only_storage_failures_are_said_as_such():
     assert storage_failure(OSError(errno.EIO, "Input/output error", "/runs/r/x.jsonl")) is not None
     assert storage_failure(sqlite3.OperationalError("no such table: checkpoints")) is None
     assert storage_failure(ValueError("x")) is None
+
+
+@pytest.mark.parametrize("manifest,words", [("not json\n", "manifest.json: not readable as JSON"),
+                                            ("[1, 2]\n", "manifest.json: a JSON list, expected an object"),
+                                            ('{"name": "my app", "icons": []}\n', "holds a foreign run")],
+                         ids=["not json", "a list", "a web app's manifest"])
+@pytest.mark.parametrize("argv", [["optimize", W, "--no-gpu", "--quiet", "--run-dir", "d"],
+                                  ["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--run-dir", "d"],
+                                  ["bench", "--resume", "--run-dir", "d"]], ids=["optimize", "bench", "bench --resume"])
+def test_a_run_dir_whose_manifest_is_damaged_or_foreign_is_one_line_and_left_as_it_was(tmp_path, monkeypatch, argv,
+                                                                                       manifest, words):
+    """A damaged manifest.json was a DamagedRecord traceback, and optimize made trajectories/ in the folder before it
+    refused a foreign one."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "manifest.json").write_text(manifest)
+    result = CliRunner().invoke(app, argv)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.output
+    if argv[0] == "optimize" or "foreign" not in words:  # bench's own words for a foreign one: "already holds a run"
+        assert words in lines[0], lines[0]
+    assert [p.name for p in (tmp_path / "d").iterdir()] == ["manifest.json"]
