@@ -169,11 +169,12 @@ def resumable(path: Path, flag: str) -> Path:
 
 def run_manifest(path: Path, flag: str) -> dict:
     """The manifest of a folder a run will be written into (--run-dir), {} where there is none: a damaged one (no JSON
-    object, a field of the wrong type) is one line naming the file, before anything is made in the folder."""
-    from ..records.rundir import DamagedRecord, read_manifest
+    object, a field of the wrong type, `trajectories` a file) is one line naming the file, before anything is made in
+    the folder."""
+    from ..records.rundir import DamagedRecord, read_manifest, trajectory_folders
 
     try:
-        return read_manifest(Path(path)) if Path(path).is_dir() else {}
+        return read_manifest(Path(path)) if Path(path).is_dir() and trajectory_folders(path) is not None else {}
     except DamagedRecord as exc:
         raise BadInput(f"{flag} {exc}") from None
 

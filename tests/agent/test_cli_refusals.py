@@ -237,8 +237,9 @@ def test_only_storage_failures_are_said_as_such():
 
 @pytest.mark.parametrize("manifest,words", [("not json\n", "manifest.json: not readable as JSON"),
                                             ("[1, 2]\n", "manifest.json: a JSON list, expected an object"),
-                                            ('{"name": "my app", "icons": []}\n', "holds a foreign run")],
-                         ids=["not json", "a list", "a web app's manifest"])
+                                            ('{"name": "my app", "icons": []}\n', "holds a foreign run"),
+                                            ("{}\n", "trajectories: not a folder")],
+                         ids=["not json", "a list", "a web app's manifest", "trajectories a file"])
 @pytest.mark.parametrize("argv", [["optimize", W, "--no-gpu", "--quiet", "--run-dir", "d"],
                                   ["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--run-dir", "d"],
                                   ["bench", "--resume", "--run-dir", "d"]], ids=["optimize", "bench", "bench --resume"])
@@ -249,9 +250,12 @@ def test_a_run_dir_whose_manifest_is_damaged_or_foreign_is_one_line_and_left_as_
     monkeypatch.chdir(tmp_path)
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "manifest.json").write_text(manifest)
+    if manifest == "{}\n":  # no manifest to read: `trajectories` a file (FileExistsError or DamagedRecord, both traced)
+        (tmp_path / "d" / "manifest.json").unlink()
+        (tmp_path / "d" / "trajectories").write_text("a file\n")
     result = CliRunner().invoke(app, argv)
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.output
-    if argv[0] == "optimize" or "foreign" not in words:  # bench's own words for a foreign one: "already holds a run"
+    if argv[0] == "optimize" or words.startswith("manifest"):  # bench's own words otherwise ("already holds a run")
         assert words in lines[0], lines[0]
-    assert [p.name for p in (tmp_path / "d").iterdir()] == ["manifest.json"]
+    assert [p.name for p in (tmp_path / "d").iterdir()] == ["trajectories" if manifest == "{}\n" else "manifest.json"]
