@@ -220,8 +220,9 @@ def optimize(
                                                    "default: the workload's target, from the library's share of the roof)"),
     prompt: str = typer.Option("knowledge", help="prompt variant: basic | knowledge | expert"),
     context: ContextChoice = typer.Option(ContextChoice.full, help="context policy"),
-    run_dir: Optional[Path] = typer.Option(None, help="run folder (default runs/<time>_<workload>_<model>)"),
-    resume: Optional[str] = typer.Option(None, help="continue the run in this folder (or runs/<name>) "
+    run_dir: Optional[Path] = typer.Option(None, help="run folder (default <runs root>/<time>_<workload>_<model>; the "
+                                           "root is $PTXBENCH_RUNS or runs/)"),
+    resume: Optional[str] = typer.Option(None, help="continue the run in this folder (or <runs root>/<name>) "
                                           "where it stopped, with the options it recorded: one given with another "
                                           "value is refused (--turns cannot extend a run); a folder of several runs "
                                           "continues its newest trajectory"),

@@ -75,3 +75,14 @@ def test_every_option_of_every_command_is_named_in_the_docs():
                and not any(re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", docs)
                            for name in param.opts + param.secondary_opts)]
     assert not missing, f"options no doc names: {missing}"
+
+
+def test_the_help_of_each_run_folder_default_names_the_runs_root():
+    """optimize's --run-dir said `runs/<time>_...` while the folder goes under $PTXBENCH_RUNS when that is set."""
+    import typer
+
+    commands = dict(_commands(typer.main.get_command(app)))
+    for name in ("optimize", "bench", "synth-repairs"):
+        (run_dir,) = [p for p in commands[name].params if "--run-dir" in getattr(p, "opts", [])]
+        assert "<runs root>" in run_dir.help, (name, run_dir.help)
+    assert "$PTXBENCH_RUNS" in " ".join(p.help or "" for p in commands["optimize"].params)
