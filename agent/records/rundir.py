@@ -27,7 +27,8 @@ from .events import EVENT_ADAPTER, Event, TrajectoryStart, _Event
 
 def runs_root() -> Path:
     """Where new run folders go: $PTXBENCH_RUNS, else runs/ under the working directory."""
-    return Path(os.environ.get("PTXBENCH_RUNS", "runs"))
+    # set but empty (`PTXBENCH_RUNS= ptxbench ...`) is unset, not Path(""): the working directory itself
+    return Path(os.environ.get("PTXBENCH_RUNS") or "runs")
 
 KERNEL_SUFFIX = {"ptx": "ptx", "cuda": "cu"}
 

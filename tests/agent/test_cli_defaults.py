@@ -45,3 +45,16 @@ def test_cli_defaults_are_the_config_defaults(command, model, rename):
         assert default == expected, f"--{name} defaults to {default!r}, {model.__name__}.{field} to {expected!r}"
         checked += 1
     assert checked >= 8
+
+
+def test_an_empty_runs_root_variable_is_the_default_runs_folder(tmp_path, monkeypatch):
+    """PTXBENCH_RUNS set but empty put every run folder straight into the working directory."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PTXBENCH_RUNS", "")
+    result = CliRunner().invoke(app, ["optimize", "smoke_gemm_bf16_m256_n256_k512", "--no-gpu", "--turns", "1", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in tmp_path.iterdir()] == ["runs"], sorted(p.name for p in tmp_path.iterdir())
