@@ -210,7 +210,7 @@ def _cuda_to_ptx(source: str, arch: str, tc: Toolchain, workdir: Path, timeout_s
         raise ToolchainError("nvcc needs a host C++ compiler (g++) to compile `cuda` solutions, and none is installed")
     (workdir / CU_NAME).write_text(source)
     if jail_mode() == "limits":  # no filesystem view here: refuse includes outside the allowed roots first
-        refused = outside_includes(tc, workdir, CU_NAME, arch, [include_dir()], timeout_s)
+        refused = outside_includes(tc, workdir, CU_NAME, arch, [include_dir()], timeout_s, nvcc_flags(arch))
         if refused is not None:
             return None, _error(arch, "cuda", "", [refused], tc), True
     out = workdir / "from_cuda.ptx"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from pathlib import Path
 
 from .jail import SYSTEM_ROOTS, Limits, allowed_roots, run_in_jail
@@ -58,9 +59,31 @@ def _inside(path: str, workdir: Path, roots: list[Path]) -> bool:
     return any(real == str(r) or real.startswith(str(r).rstrip("/") + "/") for r in roots)
 
 
+def _nvcc_passes(tc: Toolchain, workdir: Path, name: str, nvcc_flags: list[str], extra_roots: list[Path],
+                 timeout_s: float) -> list[list[str]]:
+    """nvcc's own preprocessing commands for `name` (its -dryrun), each writing its dependencies instead of its output,
+    and each also without the __CUDA_ARCH__ family (the host's view). A pass of the host compiler alone lacks what nvcc
+    adds: its macros (__CUDACC_VER_MAJOR__, __CUDA_ARCH_LIST__...) and its forced include of cuda_runtime.h, so an
+    #include behind `#ifdef __CUDACC_VER_MAJOR__` left no dependency there while nvcc read the file."""
+    if tc.nvcc is None:
+        return []
+    res = run_in_jail(tc, [tc.nvcc.path, "-dryrun", *nvcc_flags, name, "-o", "dryrun.ptx"], workdir, timeout_s,
+                      extra_roots=tuple(extra_roots))
+    passes = []
+    for line in res.output.splitlines():
+        if line.startswith("#$ ") and " -E " in line:
+            argv = shlex.split(line[3:])
+            if "-o" in argv:
+                del argv[argv.index("-o"):argv.index("-o") + 2]
+            device = argv[:1] + ["-M", "-MG", "-MF", "deps.d"] + argv[1:]
+            passes += [device, [a for a in device if not a.startswith("-D__CUDA_ARCH")]]
+    return passes
+
+
 def outside_includes(tc: Toolchain, workdir: Path, name: str, arch: str, extra_roots: list[Path],
-                     timeout_s: float) -> CompileIssue | None:
-    """None when every file the preprocessor would read lies in the allowed roots, else the refusal."""
+                     timeout_s: float, nvcc_flags: list[str] = ()) -> CompileIssue | None:
+    """None when every file the preprocessor would read lies in the allowed roots, else the refusal. With
+    `nvcc_flags` (what compile.py runs nvcc with), nvcc's own preprocessing commands are checked too."""
     source = (workdir / name).read_text()
     # read as the compiler does, backslash-newlines spliced first (`__has_inc\` + `lude` is one name)
     if (at := _existence_test(blank_comments(_SPLICE.sub("", source)))) is not None:
@@ -74,9 +97,11 @@ def outside_includes(tc: Toolchain, workdir: Path, name: str, arch: str, extra_r
     cuda_include = [f"-I{r / 'cu13' / 'include'}" for r in roots if r.name == "nvidia"]
     cuda_include += [f"-I{Path(p).parent.parent / 'include'}" for p in paths]
     arch_num = re.sub(r"\D", "", arch) + "0"
-    for device in ("", f"-D__CUDA_ARCH__={arch_num}"):
-        argv = [host, "-M", "-MG", "-MF", "deps.d", "-x", "c++", "-std=c++17", "-D__CUDACC__", "-D__NVCC__",
-                *([device] if device else []), *cuda_include, *[f"-I{r}" for r in extra_roots], name]
+    passes = [[host, "-M", "-MG", "-MF", "deps.d", "-x", "c++", "-std=c++17", "-D__CUDACC__", "-D__NVCC__",
+               *([device] if device else []), *cuda_include, *[f"-I{r}" for r in extra_roots], name]
+              for device in ("", f"-D__CUDA_ARCH__={arch_num}")]
+    passes += _nvcc_passes(tc, workdir, name, list(nvcc_flags), extra_roots, timeout_s) if nvcc_flags else []
+    for argv in passes:
         (workdir / "deps.d").unlink(missing_ok=True)
         res = run_in_jail(tc, argv, workdir, timeout_s, extra_roots=tuple(extra_roots), max_chars=2000)
         deps = workdir / "deps.d"

@@ -36,6 +36,8 @@ def _include_attacks(path: Path) -> dict[str, str]:
         "raw_string": f'#include <cuda_bf16.h>\nconst char* s = R"x(" /* )x";\n#include "{path}"\n// */\n{KERNEL}',
         "macro_name": f'#define P "{path}"\n#include <cuda_bf16.h>\n#include P\n{KERNEL}',
         "has_include": f'#include <cuda_bf16.h>\n#if __has_include("{path}")\nint found;\n#endif\n{KERNEL}',
+        # behind a macro only nvcc defines: a dependency pass of the host compiler alone never took this branch
+        "nvcc_macro": f'#include <cuda_bf16.h>\n#ifdef __CUDACC_VER_MAJOR__\n#include "{path}"\n#endif\n{KERNEL}',
         "dev_zero": f'%:include "/dev/zero"\n#include <cuda_bf16.h>\n{KERNEL}',
         "dev_stdin": f'%:include "/dev/stdin"\n#include <cuda_bf16.h>\n{KERNEL}',
     }
