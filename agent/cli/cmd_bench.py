@@ -92,7 +92,7 @@ def bench(
     track: str = typer.Option("optimize", help="optimize | repair (the repair suite: each trajectory starts from a broken kernel)"),
     suite: Optional[Path] = typer.Option(None, help="repair track: the suite folder (default workloads/repairs)"),
     prompts: str = typer.Option("knowledge", help="comma-separated prompt variants: basic, knowledge, expert"),
-    run_dir: Optional[Path] = typer.Option(None, help="run folder (default <runs root>/bench-<time>; the root is $PTXBENCH_RUNS or runs/)"),
+    run_dir: Optional[str] = typer.Option(None, help="run folder (default <runs root>/bench-<time>; the root is $PTXBENCH_RUNS or runs/)"),
     arch: str = typer.Option(DEFAULT_ARCH, help="target architecture: sm_90a | sm_100a"),
     backend: Optional[str] = typer.Option(None, help="local (this machine's GPUs; the default) | ray (GPU actors on a Ray cluster)"),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address ('auto', ray://host:10001); default: a local Ray"),
@@ -134,10 +134,9 @@ def bench(
     if backend not in (None, "local", "ray"):
         raise inputs.BadInput(f"--backend {backend!r}: expected local or ray")
     if run_dir is not None:
+        run_dir = inputs.new_folder(run_dir, "--run-dir")  # taken as text: typer's Path made an empty one '.'
         if resume:
             inputs.unsealed(inputs.run_folder(run_dir, "bench run"), "--resume")
-        else:
-            inputs.new_folder(run_dir, "--run-dir")
         inputs.run_manifest(run_dir, "--run-dir")  # a damaged one: one line, not run_bench's traceback
     config = None
     overrides = {"backend": backend, "ray_address": ray_address, "gpus": gpus, "parallel": parallel,

@@ -220,7 +220,7 @@ def optimize(
                                                    "default: the workload's target, from the library's share of the roof)"),
     prompt: str = typer.Option("knowledge", help="prompt variant: basic | knowledge | expert"),
     context: ContextChoice = typer.Option(ContextChoice.full, help="context policy"),
-    run_dir: Optional[Path] = typer.Option(None, help="run folder (default <runs root>/<time>_<workload>_<model>; the "
+    run_dir: Optional[str] = typer.Option(None, help="run folder (default <runs root>/<time>_<workload>_<model>; the "
                                            "root is $PTXBENCH_RUNS or runs/)"),
     resume: Optional[str] = typer.Option(None, help="continue the run in this folder (or <runs root>/<name>) "
                                           "where it stopped, with the options it recorded: one given with another "
@@ -289,8 +289,8 @@ def optimize(
             raise inputs.BadInput("give a WORKLOAD (see `ptxbench workloads`), or --resume RUN")
         inputs.workload(workload), inputs.arch(arch), inputs.prompt(prompt), inputs.model(model)
         inputs.one_of(profile, POLICIES, "--profile"), inputs.one_of(l2_flush, L2_FLUSH_MODES, "--l2-flush")
-        if run_dir is not None:
-            inputs.new_folder(run_dir, "--run-dir")
+        if run_dir is not None:  # taken as text: typer's Path made an empty one '.', the working directory
+            run_dir = inputs.new_folder(run_dir, "--run-dir")
             manifest = inputs.run_manifest(run_dir, "--run-dir")
             if manifest and manifest.get("command") != "optimize":  # said before trajectories/ is made in the folder
                 raise inputs.BadInput(f"{run_dir} holds a {manifest.get('command') or 'foreign'} run; choose another "

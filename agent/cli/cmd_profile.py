@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -45,7 +46,7 @@ def profile_cmd(
     verdict_only: bool = typer.Option(False, "--verdict-only", help="only the executed-instruction counters (fast)"),
     timeout: float = typer.Option(120.0, "--timeout", help="seconds ncu may take"),
     budget: int = typer.Option(450, "--budget", help="token budget of the feedback text"),
-    keep: Path = typer.Option(None, "--keep", help="keep ncu's report and CSV pages in this folder"),
+    keep: Optional[str] = typer.Option(None, "--keep", help="keep ncu's report and CSV pages in this folder"),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Profile one solution with Nsight Compute and print feedback a model can act on."""
@@ -57,8 +58,8 @@ def profile_cmd(
     from .terminal import terminal_text
 
     inputs.workload(workload), inputs.positive(timeout, "--timeout"), inputs.positive(budget, "--budget")
-    if keep is not None:
-        inputs.new_folder(keep, "--keep")
+    if keep is not None:  # taken as text: typer's Path made an empty one '.', the working directory
+        keep = inputs.new_folder(keep, "--keep")
     from . import preflight
 
     # ncu replays the kernel on a GPU: without one, say so and what runs here, not "ncu was not found" after a compile

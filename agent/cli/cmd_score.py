@@ -44,7 +44,7 @@ def score(
     json_out: bool = typer.Option(False, "--json", help="print the full RunScore as JSON"),
     re_evaluate: bool = typer.Option(False, "--re-evaluate", help="evaluate the recorded kernels again (no model calls) into a new run, and score that"),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="with --re-evaluate: compile + SASS only"),
-    out_run: Optional[Path] = typer.Option(None, help="with --re-evaluate: the new run folder (default <run>-reeval-<time>)"),
+    out_run: Optional[str] = typer.Option(None, help="with --re-evaluate: the new run folder (default <run>-reeval-<time>)"),
 ) -> None:
     """Score recorded runs: per turn, trajectory, model x workload cell, and repair behaviour."""
     from . import inputs
@@ -59,6 +59,8 @@ def score(
     if re_evaluate:
         from ..bench.reevaluate import reevaluate_run
 
+        if out_run is not None:  # taken as text: typer's Path made an empty one '.', which exists
+            out_run = inputs.new_folder(out_run, "--out-run")
         if len(runs) > 1 and out_run is not None:
             raise inputs.BadInput("--out-run takes one run: re-evaluate several runs without it")
         if out_run is not None and out_run.exists():
@@ -66,7 +68,7 @@ def score(
         from . import preflight
 
         if out_run is not None:
-            preflight.writable(inputs.new_folder(out_run, "--out-run"))
+            preflight.writable(out_run)
         if not no_gpu:  # no usable GPU here: said before a new run is written or a worker started
             preflight.gpu("pass --no-gpu to re-evaluate up to compile + SASS only")
         runs = [reevaluate_run(run, out_run, no_gpu=no_gpu) for run in runs]

@@ -12,7 +12,7 @@ from .application import app
 @app.command("synth-repairs")
 def synth_repairs(
     workloads: list[str] = typer.Argument(None, help="workloads whose reference kernels are broken (default: the GEMM task)"),
-    run_dir: Optional[Path] = typer.Option(None, help="run directory the repair pairs are written to (default <runs root>/synth-repairs)"),
+    run_dir: Optional[str] = typer.Option(None, help="run directory the repair pairs are written to (default <runs root>/synth-repairs)"),
     mutations: str = typer.Option("", help="comma-separated bug classes (default: every class that applies, except "
                                   "the repair suite's held-out classes)"),
     trials: Optional[int] = typer.Option(None, help="correctness trials per evaluation"),
@@ -46,7 +46,8 @@ def synth_repairs(
 
         names = [m.name for m in MUTATIONS if m.name not in HELD_OUT_CLASSES]
     inputs.positive(trials, "--trials"), inputs.positive(timeout_s, "--timeout-s")
-    run_dir = inputs.new_folder(run_dir or runs_root() / "synth-repairs", "--run-dir")
+    # taken as text: typer's Path made an empty one '.', the working directory
+    run_dir = inputs.new_folder(runs_root() / "synth-repairs" if run_dir is None else run_dir, "--run-dir")
     if not list_only:
         preflight.writable(run_dir)
     if read_manifest(run_dir).get("command") not in (None, "synth-repairs"):

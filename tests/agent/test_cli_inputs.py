@@ -49,6 +49,12 @@ CASES = [
      "MY_VLLM_KEY is not set"),
     (["optimize", W, "--model", "openai/m", "--api-base", "localhost:8000"], 2, "not an http(s) URL"),
     (["optimize", W, "--run-dir", "f/run"], 2, "is a file"),
+    # an empty folder option is no '.': typer's Path made it the working directory, where the run was written
+    (["optimize", W, "--no-gpu", "--run-dir", ""], 2, "--run-dir is empty"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--run-dir", ""], 2, "--run-dir is empty"),
+    (["synth-repairs", "--list", "--run-dir", ""], 2, "--run-dir is empty"),
+    (["score", EXAMPLE_RUN, "--re-evaluate", "--no-gpu", "--out-run", ""], 2, "--out-run is empty"),
+    (["profile", W, GOOD, "--keep", ""], 2, "--keep is empty"),
     # bench
     (["bench", "--models", "builtin/tuner", "--workloads", "nope", "--no-gpu"], 2, "unknown workload"),
     (["bench", "--models", "builtin/tunr", "--workloads", W, "--no-gpu"], 2, "did you mean builtin/tuner"),
