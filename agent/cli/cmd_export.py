@@ -60,8 +60,8 @@ def export(
     inputs.one_of(recipe, ("kernelgen", "fixit"), "--recipe"), inputs.one_of(format, FORMATS, "--format")
     for value, flag in ((first_k, "--first-k"), (max_per_group, "--max-per-group"), (max_tokens, "--max-tokens")):
         inputs.positive(value, flag)
-    if min_speedup is not None and min_speedup < 0:
-        raise inputs.BadInput(f"--min-speedup must be 0 or more, got {min_speedup}")
+    if min_speedup is not None and not 0 <= min_speedup < float("inf"):  # nan: no speedup passes, and no word of it
+        raise inputs.BadInput(f"--min-speedup must be a finite number, 0 or more, got {min_speedup}")
     out = inputs.new_folder(out, "--out")
     if foreign := foreign_files(out):  # datasets.load_dataset(data_dir=out) would read them as rows of this export
         more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""

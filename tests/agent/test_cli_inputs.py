@@ -102,6 +102,8 @@ CASES = [
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--format", "csv"], 2, "--format"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--tokenizer", "gpt2"], 2, "--tokenizer"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--test-workloads", "nope"], 2, "--test-workloads"),
+    (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--min-speedup", "nan"], 2,
+     "--min-speedup must be a finite number, 0 or more, got nan"),  # nan passed `< 0`, and kept no row without a word
     (["export", EXAMPLE_RUN, "--recipe", "fixit"], 2, "--out"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", ""], 2, "--out is empty"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--tokenizer", "tiktoken:nope"], 2,
