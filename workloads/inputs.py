@@ -39,8 +39,15 @@ SPIKE_SCALE = 10.0  # how much larger an outlier is
 # score on a key tile is a row reduction like the max, and K's mean over a head is a pass over K first. Run 18's
 # sharp heads (Q x 32, rows near one-hot among a few keys) put an honest bf16-P kernel with a lazy rescale at the edge
 # of the element rule (bf16 rounding on its lagging dominant P turned a 1-ulp output into a miss on about 6% of checked
-# calls on the H100): these heads test the max without a near-tie among a few keys. The backward keeps plain heads: it
-# is given LSE and needs no running max.
+# calls on the H100): these heads test the max without a near-tie among a few keys. The backward is given LSE and needs
+# no running max, but it gets the offset heads: with plain heads every score stayed below 7, so a backward computing
+# P = exp(s) exp(-LSE), or the softmax again without LSE's max, was exact; on an offset row exp(s) overflows. There an
+# honest backward's dS, rounded to bf16 as a wgmma operand, meets an offset row's |q| of about 1100 in dK = dS^T Q, and
+# its rounding outgrew the element rule on dK (0.3% of it); so those rows' dO is scaled by DO_DAMP (a power of two:
+# exact in bf16), which scales their dS and keeps dK's products of a plain row's size, while the overflow a wrong
+# exponent meets does not move. No spiked heads: the spike key's |k| of about 1100 enters dQ = dS K of every plain row
+# of its head, undamped (their LSE is plain), and an honest bf16-dS reference missed 2x cuDNN's error there (dQ off
+# by 0.8 at 0.99 on a spiky mha_bwd_d96_causal draw; an H100, 2026-12-06).
 OFFSET_HEADS = 0.25
 SPIKED_HEADS = 0.25
 SCORE_OFFSET = 100.0
@@ -51,6 +58,8 @@ OFFSET_ROWS = 0.5  # share of an offset head's query rows from its first offset 
 KEY_LIFT = 1.0  # every key's component along r0 in an offset head's KV head: |k|^2 = D + 1, against D +- sqrt(2 D)
 SPIKE_QUERY = 2.0  # a spiked row's component along r1: |q|^2 = D + 4
 OFFSET_FLOOR = 90.0  # below every offset row's score (SCORE_OFFSET less six spreads of the plain part and bf16's noise)
+DO_DAMP = 2.0 ** -10  # the backward's dO on rows whose LSE exceeds DAMP_LSE (its offset rows)
+DAMP_LSE = 50.0  # far above a plain row's LSE (at most ln S + 6, about 15) and below every offset row's (about 100)
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -83,15 +92,15 @@ def _without(x: torch.Tensor, *dirs: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float,
-                 gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float, gen: torch.Generator,
+                 spiked: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Q [B, H, S, D] and K [B, HKV, S, D] with the offset and spiked heads described above, drawn from `gen` (none when
     OFFSET_HEADS is 0). Heads are drawn as (batch, KV head)s, each with its whole group of query heads: a quarter
     offset, another quarter spiked, none both (an offset row and a spike key, both long, would meet with bf16's rounding
     of each moving their score by tens). An offset group's offset rows get SCORE_OFFSET / (KEY_LIFT scale) along r0 and
     its other rows none; every key of its KV head gets KEY_LIFT along r0. A spiked group's spiked rows get SPIKE_QUERY
     along r1 and its other rows none; its KV head's spike key gets SPIKE / (SPIKE_QUERY scale) along r1. Only the
-    touched heads go through float32, each rounded back once."""
+    touched heads go through float32, each rounded back once. spiked=False: the offset heads only (the backward's)."""
     b, h, s, d = q.shape
     hkv = k.shape[1]
     group = h // hkv
@@ -99,7 +108,7 @@ def offset_heads(q: torch.Tensor, k: torch.Tensor, scale: float,
     if not n:
         return q, k
     order = torch.randperm(b * hkv, generator=gen, device=gen.device).tolist()
-    lift_kvs, spike_kvs = order[:n], order[n:n + max(1, round(SPIKED_HEADS * b * hkv))]
+    lift_kvs, spike_kvs = order[:n], order[n:n + max(1, round(SPIKED_HEADS * b * hkv))] if spiked else []
     spike_key = torch.randint(s // 4, s // 2, (len(spike_kvs),), generator=gen, device=gen.device)
     lift_heads, spike_heads = ([kv // hkv * h + kv % hkv * group + i for kv in kvs for i in range(group)]
                                for kvs in (lift_kvs, spike_kvs))  # each KV head's query heads, flat
@@ -137,11 +146,14 @@ def make_inputs(workload: Workload, seed: int, dist: str = "normal", device: str
         if spec.name in derived:
             continue
         out[spec.name] = _draw(workload.shape(spec.name), dist, gen, device).to(_dtype(spec.dtype))
-    if workload.op == "mha_fwd":
-        out["Q"], out["K"] = offset_heads(out["Q"], out["K"], float(workload.symbols["scale"]), gen)  # in their dtype
+    if workload.op in ("mha_fwd", "mha_bwd"):  # in their dtype; the backward's without the spike key (see above)
+        out["Q"], out["K"] = offset_heads(out["Q"], out["K"], float(workload.symbols["scale"]), gen,
+                                          spiked=workload.op == "mha_fwd")
     if derived:
         with full_precision():
             fwd = mha_fwd(out["Q"], out["K"], out["V"], scale=float(workload.symbols["scale"]), causal=workload.causal)
         out["O"] = fwd["O"].to(_dtype(workload.tensor("O").dtype))
         out["LSE"] = fwd["LSE"].to(_dtype(workload.tensor("LSE").dtype))
+        damped = (out["LSE"] > DAMP_LSE)[..., None]
+        out["dO"] = torch.where(damped, out["dO"] * DO_DAMP, out["dO"])  # exact: a power of two
     return {spec.name: out[spec.name].contiguous() for spec in workload.inputs}

@@ -254,8 +254,13 @@ def _passes(out: torch.Tensor, ref: torch.Tensor, tol) -> bool:
 # the element rule, an output is held to Tolerance.library_factor (2) x the library's own error (rule "library_x2",
 # tools/gpu/correctness.py; checked by test_library_passes_its_own_calibrated_rule_on_spiky_backward below).
 # Kept as a strict xfail: it documents the library fact and fails loudly if a library or torch update changes it.
+# Since the backward's inputs carry the forward's offset heads with those rows' dO damped (workloads/inputs.py),
+# cuDNN meets the strict rule on smoke_mha_bwd_d64_causal's spiky draw (seed 11; an H100, 2026-12-06) and still misses
+# it on the other two (dV on smoke_mha_bwd_d64): the miss is a property of the draw, so the xfail names the draws that
+# miss.
+_SPIKY_BWD_MISSES = ("smoke_mha_bwd_d64", "smoke_mha_bwd_d64_gqa_h4_kv2")
 _SPIKY_BWD = pytest.mark.xfail(strict=True, reason="cuDNN bwd misses the 1e-2 element rule on spiky inputs (H200)")
-_CASES = [pytest.param(w.id, dist, marks=_SPIKY_BWD if (dist == "spiky" and w.op == "mha_bwd") else ())
+_CASES = [pytest.param(w.id, dist, marks=_SPIKY_BWD if (dist == "spiky" and w.id in _SPIKY_BWD_MISSES) else ())
           for w in list_workloads(tags=["smoke"]) for dist in w.input_dist]
 
 
@@ -280,7 +285,8 @@ _SPIKY_BWD_SMOKE = [w.id for w in list_workloads(tags=["smoke"]) if w.op == "mha
 @pytest.mark.parametrize("wid", _SPIKY_BWD_SMOKE)
 def test_library_passes_its_own_calibrated_rule_on_spiky_backward(wid):
     """cuDNN's output judged as a candidate, with its own error as the library error: the calibrated rule is used
-    where the strict rule fails (dQ), it passes, and the verdict records the library's errors."""
+    where the strict rule fails (on the draws of _SPIKY_BWD_MISSES), it passes, and the verdict records the library's
+    errors."""
     w = get_workload(wid)
     x = make_inputs(w, 11, dist="spiky", device="cuda")
     ref = {n: t.float() for n, t in run_reference(w, x).items()}
@@ -297,7 +303,7 @@ def test_library_passes_its_own_calibrated_rule_on_spiky_backward(wid):
             assert s.library_max_abs_err == lib.max_abs_err and s.library_rel_fro_err == lib.rel_fro_err
             assert s.max_abs_err == pytest.approx(lib.max_abs_err) and s.frac_matched < 1.0
             calibrated.append(t.name)
-    assert calibrated, "the strict rule passed every tensor: see the strict xfail above"
+    assert bool(calibrated) == (wid in _SPIKY_BWD_MISSES), "the strict rule's verdict differs from the xfail above"
 
 
 @pytest.mark.gpu
