@@ -18,7 +18,8 @@ _RAW_PREFIX = re.compile(r'(?<![\w$"\'])(?:u8|u|U|L)?R"')  # nor after any ident
 # A number with C++14 digit separators (1'000): its `'` opens no character literal. Read as one, `1'2'/*` would
 # hide the lines after it in a comment the compiler never sees.
 # `e+` is tried before `e` alone: `0x1e+R` is one pp-number, so the `"` after it opens a plain string, not a raw one.
-_PP_NUMBER = re.compile(r"\.?\d(?:[eEpP][+-]|[\w.$]|'(?=\w))*")
+# A separator `'` goes on only before an ASCII digit, letter or _ (`1'é` is 1 and a char literal for gcc).
+_PP_NUMBER = re.compile(r"\.?\d(?:[eEpP][+-]|[\w.$]|'(?=[0-9A-Za-z_]))*")
 
 
 def _raw_string_open(text: str, i: int) -> int | None:
