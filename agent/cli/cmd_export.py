@@ -107,6 +107,9 @@ def export(
     rprint(f"[bold]{len(rows)}[/] {recipe} rows from {len(samples)} trajectories -> " + escape(terminal_text(where)))
     for line in dropped_lines(stats, REJECTED):
         typer.echo(line)
+    if failed := (stats.get("teacher") or {}).get("teacher_errors"):  # kept, without reasoning: said, not hidden
+        typer.echo(f"{failed} fixit rows without teacher reasoning: the teacher's request for them failed (its answer "
+                   f"is cached in {out / '.teacher_cache'}; delete it there to ask again)")
 
 
 def dropped_lines(stats: dict, reasons: dict[str, str]) -> list[str]:

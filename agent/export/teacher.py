@@ -40,13 +40,13 @@ def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | 
     reasoning that would take a row past `max_tokens` (the export's --max-tokens) is left out."""
     from .tokens import count_messages
 
-    from ..models.base import ModelRequest
+    from ..models.base import ModelError, ModelRequest, ModelUnavailable
     from ..models.litellm_model import LiteLLMModel
 
     teacher = LiteLLMModel(model, api_base=api_base, retry_wait_s=1.0)
     cache_dir.mkdir(parents=True, exist_ok=True)
     totals = {"teacher": model, "calls": 0, "cached": 0, "cost_usd": 0.0, "rejected_leaks": 0, "tokens": 0,
-              "over_token_cap": 0, "rejected_format": 0, "rejected_cut": 0}
+              "over_token_cap": 0, "rejected_format": 0, "rejected_cut": 0, "teacher_errors": 0}
     for row in rows:
         if row.recipe != "fixit":
             continue
@@ -62,16 +62,24 @@ def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | 
             entry = json.loads(path.read_text())
             totals["cached"] += 1
         else:
-            reply = teacher.query(ModelRequest(messages=[{"role": "system", "content": INSTRUCTIONS},
-                                                         {"role": "user", "content": user}]))
-            cost = reply.cost_usd or 0.0  # None: the provider's price is unknown (local servers)
-            entry = {"reasoning": reply.content or "", "cost_usd": cost, "usage": reply.usage,
-                     "latency_s": reply.latency_s, "cut": reply.finish_reason == "length"}
+            try:
+                reply = teacher.query(ModelRequest(messages=[{"role": "system", "content": INSTRUCTIONS},
+                                                             {"role": "user", "content": user}]))
+                entry = {"reasoning": reply.content or "", "cost_usd": reply.cost_usd or 0.0,  # None: no known price
+                         "usage": reply.usage, "latency_s": reply.latency_s, "cut": reply.finish_reason == "length"}
+            except ModelUnavailable:  # an outage or a refused set-up: the whole pass stops (export says so)
+                raise
+            except ModelError as exc:  # this request's own failure (past the teacher's context window, a 400): the
+                # row goes without reasoning, and the answer is cached, so a rerun neither stops on it nor pays again
+                entry = {"reasoning": "", "error": str(exc)[:500], "cost_usd": 0.0, "usage": {}, "latency_s": 0.0}
             path.write_text(json.dumps(entry))
             totals["calls"] += 1
-            totals["cost_usd"] += cost
+            totals["cost_usd"] += entry["cost_usd"]
             totals["tokens"] += int(entry["usage"].get("total_tokens", 0) or 0)
         reasoning = entry["reasoning"].strip()
+        if entry.get("error"):
+            totals["teacher_errors"] += 1
+            continue
         if entry.get("cut"):  # stopped at the teacher's token limit: reasoning that breaks off mid-thought
             totals["rejected_cut"] += 1
             continue

@@ -95,3 +95,37 @@ def test_a_teacher_reply_cut_at_its_token_limit_is_not_trained_on(tmp_path):
                           "finish_reason": "length"}]) as server:
         totals = add_reasoning(rows, "openai/teacher", tmp_path / "cache", api_base=server.base_url)
     assert totals["rejected_cut"] == 1 and rows[0].completion[0].content == before
+
+
+def test_a_row_the_teacher_cannot_answer_goes_without_reasoning_and_the_pass_goes_on(tmp_path):
+    """A request of its own that fails (a row past the teacher's context window: a 400) stopped the whole pass, and
+    a rerun stopped on the same row again, so an export with --teacher could never finish. The row now goes without
+    reasoning, counted, and its failure is cached (a rerun neither stops nor pays for it again); an outage or a
+    refused key still stops the pass (the test above)."""
+    rows, _ = build_rows(collect_samples([build_run(tmp_path)]), ExportConfig(recipe="fixit"))
+    before = rows[0].completion[0].content
+    too_long = {"status": 400, "message": "This model's maximum context length is 8192 tokens. However, your messages "
+                                          "resulted in 9000 tokens. Please reduce the length of the messages."}
+    with ScriptedServer([too_long]) as server:
+        totals = add_reasoning(rows, "openai/teacher", tmp_path / "cache", api_base=server.base_url)
+        assert len(server.requests) == 1
+    assert totals["teacher_errors"] == 1 and totals["calls"] == 1 and rows[0].completion[0].content == before
+    again, _ = build_rows(collect_samples([tmp_path / "run1"]), ExportConfig(recipe="fixit"))
+    with ScriptedServer([]) as server:
+        totals = add_reasoning(again, "openai/teacher", tmp_path / "cache", api_base=server.base_url)
+        assert server.requests == []
+    assert totals["teacher_errors"] == 1 and totals["cached"] == 1 and again[0].completion[0].content == before
+
+
+def test_the_export_says_how_many_rows_went_without_reasoning(tmp_path):
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    run = build_run(tmp_path)
+    with ScriptedServer([], default={"status": 400, "message": "This model's maximum context length is 8192 tokens. "
+                                                              "However, your messages resulted in 9000 tokens."}) as server:
+        result = CliRunner().invoke(app, ["export", str(run), "--recipe", "fixit", "--out", str(tmp_path / "out"),
+                                          "--teacher", "openai/teacher", "--teacher-api-base", server.base_url])
+    assert result.exit_code == 0, result.output
+    assert "1 fixit rows without teacher reasoning: the teacher's request for them failed" in result.output
