@@ -149,3 +149,21 @@ def test_report_out_refuses_a_folder_whose_index_or_summary_no_report_wrote(run,
     for attempt in range(2):
         result = CliRunner().invoke(app, ["report", str(run), "--out", str(earlier)])
         assert result.exit_code == 0, (attempt, result.output)
+
+
+@pytest.mark.parametrize("argv", [["score", "{tid}"], ["report", "{run}/manifest.json"], ["seal", "{tid}/kernels"],
+                                  ["optimize", "--resume", "{tid}"], ["optimize", "--resume", "{tid}/trajectory.jsonl"]],
+                         ids=["score a trajectory", "report a manifest", "seal a kernels folder", "resume a trajectory",
+                              "resume a log"])
+def test_a_path_inside_a_run_names_the_run_to_give(tmp_path, argv):
+    """A trajectory folder, its log or the manifest is what a newcomer names for the run: the line says which run."""
+    import shutil
+
+    example = ROOT / "docs/examples/optimize-gemm-tuner"
+    run = tmp_path / "run"
+    shutil.copytree(example, run)
+    tid = next((run / "trajectories").iterdir())
+    result = CliRunner().invoke(app, [a.format(run=run, tid=tid) for a in argv])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].endswith(f"; it is in the run {run}: give {run}"), lines[0]
