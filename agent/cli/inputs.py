@@ -104,10 +104,27 @@ def credentials(name: str, api_base: str | None, api_key_env: str | None,
         return
     if problem := key_problem(name, api_base, api_key_env):
         raise BadInput(problem)
+    if report is not None and (note := _key_goes_elsewhere(name, api_base, api_key_env)):
+        report(note)
     if api_base and probe and (problem := unreachable(api_base, report=report)):
         raise RunFailed(problem)
     if not api_base and "/" not in name:
         _provider_known(name, flag)
+
+
+def _key_goes_elsewhere(name: str, api_base: str | None, api_key_env: str | None) -> str | None:
+    """A note when the user's OpenAI key is about to go to another server: litellm sends OPENAI_API_KEY to whatever
+    --api-base names (a proxy may need it; a local vLLM does not, and an http:// one sends it in the clear)."""
+    from urllib.parse import urlparse
+
+    if not api_base or api_key_env or not name.startswith("openai/") or not os.environ.get("OPENAI_API_KEY"):
+        return None
+    url = urlparse(api_base)
+    if (url.hostname or "").endswith("openai.com"):
+        return None
+    clear = " in the clear (http)" if url.scheme == "http" and url.hostname not in ("127.0.0.1", "localhost", "::1") else ""
+    return (f"note: OPENAI_API_KEY is sent to {url.scheme}://{url.netloc}{clear} with every call; unset it for a "
+            "server that needs no key, or name another variable with --api-key-env")
 
 
 def _provider_known(name: str, flag: str) -> None:

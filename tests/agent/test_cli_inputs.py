@@ -396,3 +396,24 @@ def test_model_timeout_bounds_a_silent_server_and_a_resume_may_change_it_and_the
         assert again.exit_code == 0 and "stop: turn_limit" in again.output, again.output
         assert len(back.requests) == 1
     assert seen == [(1.0, silent.base_url), (2.0, back.base_url)]
+
+
+def test_the_openai_key_going_to_another_server_is_said(monkeypatch):
+    """openai/<model> with --api-base sends OPENAI_API_KEY to that server (litellm's way; a proxy may need it), over
+    plain HTTP too, without a word: a note now says where it goes and how not to send it."""
+    from ptxbench.agent.cli import inputs
+
+    lines: list[str] = []
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    inputs.credentials("openai/m", "http://10.0.0.7:8000/v1", None, report=lines.append, probe=False)
+    assert lines == ["note: OPENAI_API_KEY is sent to http://10.0.0.7:8000 in the clear (http) with every call; unset it "
+                     "for a server that needs no key, or name another variable with --api-key-env"]
+    lines.clear()
+    inputs.credentials("openai/m", "http://127.0.0.1:8000/v1", None, report=lines.append, probe=False)
+    assert len(lines) == 1 and "in the clear" not in lines[0]  # the loopback never leaves the machine
+    lines.clear()
+    for api_base, env in (("https://api.openai.com/v1", None), ("http://10.0.0.7:8000/v1", "OPENAI_API_KEY")):
+        inputs.credentials("openai/m", api_base, env, report=lines.append, probe=False)
+    monkeypatch.delenv("OPENAI_API_KEY")
+    inputs.credentials("openai/m", "http://10.0.0.7:8000/v1", None, report=lines.append, probe=False)
+    assert lines == []  # OpenAI itself, a key the user named, or no key at all: nothing to say
