@@ -102,6 +102,18 @@ def test_no_block_and_empty_reply_are_issues():
     assert "empty" in _issues(extract_solution(""))[0].message
 
 
+def test_a_draft_in_inline_reasoning_is_not_the_answer():
+    """A reasoning model served without a reasoning parser sends its thinking inline, `<think>...</think>` (R1-style
+    replies often without the opening tag). A draft kernel there was taken as the submission when the answer after it
+    had no code block, or a block without the plan; only what follows the last </think> counts now."""
+    draft = f"<think>\nFirst try:\n```ptx\n{FILE}```\nbut the tile is wrong.\n</think>\n"
+    assert "no code block" in _issues(extract_solution(draft + "The kernel should tile by 128."))[0].message
+    final = extract_solution(draft + f"```ptx\n{HEAD}{ENTRY}```")  # the answer's block, though the draft has the plan
+    assert final.source == f"{HEAD}{ENTRY}" and not any("last one" in w for w in final.warnings)
+    assert "all reasoning" in _issues(extract_solution(f"```ptx\n{FILE}```\n</think>\n  "))[0].message
+    assert extract_solution(f"Thought it over.\n</think>\n```ptx\n{FILE}```").source == FILE  # no opening tag
+
+
 def test_blocks_without_plan_take_the_last_code_block_and_parse_reports_the_plan():
     reply = f"```ptx\n{HEAD}{ENTRY}```\n```python\nprint(1)\n```"
     extracted = extract_solution(reply)

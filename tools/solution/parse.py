@@ -76,15 +76,25 @@ def _blocks(reply: str) -> list[tuple[str, str, bool]]:
     return blocks
 
 
+THINK_END = "</think>"  # where a reasoning model's inline thinking ends (R1-style replies may omit the opening tag)
+
+
 def extract_solution(reply_text: str) -> ExtractedSource | list[FormatIssue]:
     """The kernel file in a model reply: the fenced block holding the `/* ptxbench` plan (the last one
-    if several do), else the last ptx/cuda block; a reply with no fences is taken whole if it has a plan."""
+    if several do), else the last ptx/cuda block; a reply with no fences is taken whole if it has a plan. Only what
+    follows a `</think>` counts: a draft in the reasoning was taken when the answer had no block, or no plan."""
     if len(reply_text or "") > MAX_REPLY_CHARS:
         return [FormatIssue(line=None, kind="format", message=f"the reply is {len(reply_text)} characters long (at most "
                                                               f"{MAX_REPLY_CHARS}): send one kernel file, not the whole history")]
     if not reply_text or not reply_text.strip():
         return [FormatIssue(line=None, kind="format", message="the reply is empty; expected one ```ptx or ```cuda code block "
                                                               "holding the kernel file with its /* ptxbench ... */ plan")]
+    if THINK_END in reply_text:  # reasoning sent inline (a server without a reasoning parser): its drafts are no answer
+        reply_text = reply_text.rsplit(THINK_END, 1)[1]
+        if not reply_text.strip():
+            return [FormatIssue(line=None, kind="format", message="the reply is all reasoning (nothing after </think>); "
+                                                                  "expected the kernel file in a ```ptx or ```cuda code block "
+                                                                  "after it")]
     blocks = [b for b in _blocks(reply_text) if b[1].strip()]
     warnings: list[str] = []
     if not blocks:
