@@ -137,6 +137,8 @@ def bench(
         run_dir = inputs.new_folder(run_dir, "--run-dir")  # taken as text: typer's Path made an empty one '.'
         if resume:
             inputs.unsealed(inputs.run_folder(run_dir, "bench run"), "--resume")
+        else:
+            inputs.no_other_files(run_dir, "--run-dir")
         inputs.run_manifest(run_dir, "--run-dir")  # a damaged one: one line, not run_bench's traceback
     config = None
     overrides = {"backend": backend, "ray_address": ray_address, "gpus": gpus, "parallel": parallel,

@@ -291,6 +291,7 @@ def optimize(
         inputs.one_of(profile, POLICIES, "--profile"), inputs.one_of(l2_flush, L2_FLUSH_MODES, "--l2-flush")
         if run_dir is not None:  # taken as text: typer's Path made an empty one '.', the working directory
             run_dir = inputs.new_folder(run_dir, "--run-dir")
+            inputs.no_other_files(run_dir, "--run-dir")
             manifest = inputs.run_manifest(run_dir, "--run-dir")
             if manifest and manifest.get("command") != "optimize":  # said before trajectories/ is made in the folder
                 raise inputs.BadInput(f"{run_dir} holds a {manifest.get('command') or 'foreign'} run; choose another "

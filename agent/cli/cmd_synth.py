@@ -48,6 +48,7 @@ def synth_repairs(
     inputs.positive(trials, "--trials"), inputs.positive(timeout_s, "--timeout-s")
     # taken as text: typer's Path made an empty one '.', the working directory
     run_dir = inputs.new_folder(runs_root() / "synth-repairs" if run_dir is None else run_dir, "--run-dir")
+    inputs.no_other_files(run_dir, "--run-dir")
     if not list_only:
         preflight.writable(run_dir)
     if read_manifest(run_dir).get("command") not in (None, "synth-repairs"):

@@ -217,6 +217,20 @@ def new_folder(path: str | Path, flag: str) -> Path:
     return path
 
 
+RUN_ENTRIES = ("manifest.json", "trajectories", "checkpoints.sqlite")  # what a run folder holds at its top
+
+
+def no_other_files(path: Path, flag: str) -> None:
+    """A --run-dir that exists holds a run or nothing (hidden files aside): `--run-dir .` or a home folder put a run's
+    manifest.json, checkpoints.sqlite and trajectories/ among the user's own files."""
+    if not path.is_dir() or any((path / name).exists() for name in RUN_ENTRIES):
+        return
+    others = sorted(p.name for p in path.iterdir() if not p.name.startswith("."))
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise BadInput(f"{flag} {path} holds other files ({shown}) and no run: name a new or empty folder for the run")
+
+
 def write_probe(path: Path) -> None:
     """A file made in `path` and removed again: OSError where the folder, though it exists, cannot be written (a
     read-only or virtual file system, no permission)."""

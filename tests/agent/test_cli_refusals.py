@@ -259,3 +259,39 @@ def test_a_run_dir_whose_manifest_is_damaged_or_foreign_is_one_line_and_left_as_
     if argv[0] == "optimize" or words.startswith("manifest"):  # bench's own words otherwise ("already holds a run")
         assert words in lines[0], lines[0]
     assert [p.name for p in (tmp_path / "d").iterdir()] == ["trajectories" if manifest == "{}\n" else "manifest.json"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["optimize", "smoke_gemm_bf16_m256_n256_k512", "--no-gpu", "--turns", "1", "--run-dir"],
+    ["bench", "--models", "builtin/tuner", "--workloads", "smoke_gemm_bf16_m256_n256_k512", "--no-gpu", "--turns", "1",
+     "--trajectories", "1", "--run-dir"],
+    ["synth-repairs", "smoke_gemm_bf16_m256_n256_k512", "--run-dir"],
+])
+def test_a_run_is_not_written_among_other_files(tmp_path, argv):
+    """`--run-dir .` (or a home folder) put manifest.json, checkpoints.sqlite and trajectories/ among the user's own
+    files; a folder that holds other files and no run is refused before anything is written."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    mine = tmp_path / "home"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    (mine / "thesis").mkdir()
+    out = CliRunner().invoke(app, [*argv, str(mine)])
+    assert out.exit_code == 2, out.output
+    assert f"--run-dir {mine} holds other files (notes.txt, thesis) and no run" in out.output
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt", "thesis"]
+
+
+def test_a_run_folder_an_empty_one_or_one_of_hidden_files_takes_a_run(tmp_path):
+    from ptxbench.agent.cli import inputs
+
+    (tmp_path / "hidden").mkdir()
+    (tmp_path / "hidden" / ".DS_Store").write_text("")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "trajectories").mkdir()
+    (tmp_path / "run" / "notes.txt").write_text("")
+    (tmp_path / "empty").mkdir()
+    for name in ("hidden", "run", "empty", "new"):
+        inputs.no_other_files(tmp_path / name, "--run-dir")  # no refusal
