@@ -202,6 +202,7 @@ HIDES = [
     '#define UNUSED a$R"/* "\n',  # a$R is one identifier for gcc
     '#define UNUSED \u00e9R"/* "\n',  # so is \u00e9R
     '#define UNUSED 1.e-R"/* "\n',  # 1.e-R too
+    "#define UNUSED a.5'L' /*\n",  # `.5'L` is a number after an identifier too, then `' /*` a char literal
     "#define UNUSED 1'\u00e9 /*\n",  # a digit separator only before an ASCII digit, letter or _: `'\u00e9 /*` is a char literal
 ]
 

@@ -59,8 +59,10 @@ def blank_comments(text: str, strings: bool = False) -> str:
             if strings:
                 out[open_paren + 1:j] = [ch if ch == "\n" else " " for ch in text[open_paren + 1:j]]
             i = j + 1
-        elif (c.isdigit() or c == ".") and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_.$")) and \
-                (number := _PP_NUMBER.match(text, i)):
+        # a number starts at a digit no identifier character precedes, or at a `.` before a digit whatever precedes
+        # it (`a.5'L'` is a, .5'L and a char literal for gcc)
+        elif ((c.isdigit() and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_.$")))
+              or (c == "." and text[i + 1:i + 2].isdigit())) and (number := _PP_NUMBER.match(text, i)):
             i = number_end = number.end()
         elif c in "\"'":
             j = i + 1
