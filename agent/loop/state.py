@@ -42,9 +42,10 @@ class OptimizeConfig(BaseModel):
 
             return default_target(get_workload(self.workload), self.arch).speedup
         return self.target_speedup or None
-    max_tokens: int | None = Field(None, ge=0, description="total token budget of the trajectory")
-    max_cost_usd: float | None = Field(None, ge=0)
-    max_wall_s: float | None = Field(None, ge=0)
+    # budgets above 0: a budget of 0 ran no turn and ended as a finished run (None is no budget)
+    max_tokens: int | None = Field(None, gt=0, description="total token budget of the trajectory")
+    max_cost_usd: float | None = Field(None, gt=0)
+    max_wall_s: float | None = Field(None, gt=0)
     max_tool_calls: int = Field(40, ge=1, description="tools mode: tool calls in the whole trajectory")
     max_tool_calls_per_turn: int = Field(12, description="tools mode: tool calls before a submission is required")
     temperature: float | None = Field(None, ge=0)

@@ -154,7 +154,7 @@ def test_target_speedup_stops_and_replay_repeats(tmp_path):
 
 
 def test_time_budget_stops_before_any_call(tmp_path):
-    config = OptimizeConfig(workload=WORKLOAD, max_wall_s=0.0)
+    config = OptimizeConfig(workload=WORKLOAD, max_wall_s=1e-9)  # spent before the first call
     outcome = optimize(config, run_dir=tmp_path / "run", evaluator=StubEvaluator([]))
     assert outcome.stop_reason == "time_budget" and outcome.turns == 0
     assert not of_type(events(tmp_path / "run"), "model_call")

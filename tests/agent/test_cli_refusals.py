@@ -295,3 +295,12 @@ def test_a_run_folder_an_empty_one_or_one_of_hidden_files_takes_a_run(tmp_path):
     (tmp_path / "empty").mkdir()
     for name in ("hidden", "run", "empty", "new"):
         inputs.no_other_files(tmp_path / name, "--run-dir")  # no refusal
+
+
+@pytest.mark.parametrize("flag", ["--max-wall", "--max-tokens", "--max-cost"])
+def test_a_budget_of_zero_is_refused(tmp_path, flag):
+    """A budget of 0 ran no turn and ended as a finished run with exit 0, while --turns 0 was refused."""
+    out = CliRunner().invoke(app, ["optimize", "smoke_gemm_bf16_m256_n256_k512", "--no-gpu", flag, "0",
+                                   "--run-dir", str(tmp_path / "r")])
+    assert out.exit_code == 2 and f"{flag} 0" in out.output and "greater than 0" in out.output, out.output
+    assert not (tmp_path / "r").exists()
