@@ -40,7 +40,7 @@ def too_large(exc: BaseException) -> bool:
 
 def is_transient(exc: BaseException) -> bool:
     """Worth retrying: rate limit, timeout, server error, connection trouble."""
-    if too_large(exc):
+    if too_large(exc) or getattr(exc, "status_code", None) in NOT_SERVED:
         return False
     litellm = _litellm()
     transient = (
@@ -57,13 +57,18 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(status, int) and (status == 429 or status >= 500)
 
 
+# A server that does not serve chat completions at --api-base (405 Method Not Allowed, 501 Not Implemented, 505): no
+# retry mends it (six attempts took about 70 s before the stop), so it is the set-up's refusal, not an outage.
+NOT_SERVED = (405, 501, 505)
+
+
 def is_refusal(exc: BaseException) -> bool:
     """The provider refused the set-up, not the request's content: a bad key (401), no access (403), an unknown model
-    (404)."""
+    (404), an endpoint that serves no chat completions (NOT_SERVED)."""
     litellm = _litellm()
     if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError)):
         return True
-    return getattr(exc, "status_code", None) in (401, 403, 404)
+    return getattr(exc, "status_code", None) in (401, 403, 404, *NOT_SERVED)
 
 
 def said(exc: BaseException) -> str:

@@ -316,11 +316,12 @@ def test_a_provider_outage_past_every_retry_is_an_infra_stop_not_the_models_fail
     assert score_trajectory(record).infra_failed
 
 
-@pytest.mark.parametrize("status", [401, 403, 404])
+@pytest.mark.parametrize("status", [401, 403, 404, 405, 501])
 def test_a_refused_key_or_unknown_model_is_the_set_ups_failure_not_the_models(tmp_path, evaluator, status):
-    """A bad key, a key without access, a model name the provider does not know: the model never answered. The
-    trajectory stopped as the model's error and was scored as its 0 (a bench with one revoked key ranked that model
-    last); it is an infra stop now, left out of the scores and resumable once the set-up is fixed. Not retried."""
+    """A bad key, a key without access, a model name the provider does not know, an --api-base that serves no chat
+    completions (405, 501: six retries took about 70 s): the model never answered. The trajectory stopped as the
+    model's error and was scored as its 0 (a bench with one revoked key ranked that model last); it is an infra stop
+    now, left out of the scores and resumable once the set-up is fixed. Not retried."""
     from ptxbench.agent.records.rundir import load_run
     from ptxbench.agent.scoring.turns import score_trajectory
 
