@@ -201,6 +201,10 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
             lock = hold_run(run_dir)
             if read_manifest(run_dir) or trajectory_folders(run_dir):  # another new bench took the folder meanwhile
                 raise BenchError(f"{run_dir} already holds a run: pass --resume to continue it, or choose another --run-dir")
+            if (run_dir / "checkpoints.sqlite").exists():  # left by another run: every trajectory would meet it (garbage
+                # there infra-failed each one, "file is not a database", and the bench still exited 0)
+                raise BenchError(f"{run_dir} holds a checkpoints.sqlite of no run (no manifest.json): remove it, or "
+                                 "choose another --run-dir")
             _write_manifest(config, run_dir)
     except BaseException:
         if own_evaluator and evaluator is not None:  # started for a run that cannot begin: its workers stop here

@@ -754,3 +754,14 @@ def test_the_bench_interleaves_its_models(tmp_path):
                          trajectories=1, turns=1, parallel=1, no_gpu=True)
     run_bench(config, tmp_path / "run", evaluator=FlakyEvaluator("none"), model_factory=lambda cfg: Named(cfg.model))
     assert calls == ["scripted/a", "scripted/b", "scripted/a", "scripted/b"]  # was a, a, b, b
+
+
+def test_a_checkpoint_file_left_in_a_new_bench_folder_is_refused(tmp_path):
+    """A checkpoints.sqlite with no run beside it (another tool's, a half-deleted run): each trajectory met it, garbage
+    infra-failed every one ("file is not a database") and the bench exited 0. Now the bench refuses the folder."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoints.sqlite").write_bytes(b"not a database")
+    out = CliRunner().invoke(app, ["bench", "--models", "builtin/tuner", "--workloads", WL, "--trajectories", "1",
+                                   "--turns", "1", "--no-gpu", "--run-dir", str(tmp_path / "run"), "--no-report"])
+    assert out.exit_code != 0 and "holds a checkpoints.sqlite of no run" in out.output, out.output
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoints.sqlite"]
