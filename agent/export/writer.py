@@ -54,9 +54,17 @@ def openai_example(row: dict) -> dict:
                          for i, m in enumerate(row["messages"])]}
 
 
+def _staged(path: Path) -> Path:
+    """Where `path` is written first: hidden (load_dataset and foreign_files pass it by), put in place once every file
+    of the export is written. A Ctrl-C mid-export left split files without a manifest, which the next export into the
+    same --out refused as data no export wrote."""
+    return path.with_name(f".{path.name}.partial")
+
+
 def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats: dict, runs: list[str]) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
-    _remove_old_splits(out)
+    for left in out.glob(".*.partial"):  # an export stopped before its files were put in place
+        left.unlink(missing_ok=True)
     paths: dict[str, Path] = {}
     for split in ("train", "test"):
         part = [mask_strings(r.model_dump(mode="json")) for r in rows if r.split == split]  # keys never leave
@@ -64,7 +72,7 @@ def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats
             continue
         path = out / f"{split}.{SPLIT_SUFFIX[fmt]}"
         if fmt in ("jsonl", "openai"):
-            with open(path, "w", encoding="utf-8") as f:
+            with open(_staged(path), "w", encoding="utf-8") as f:
                 for r in part:
                     f.write(json.dumps(openai_example(r) if fmt == "openai" else r, ensure_ascii=False) + "\n")
         else:
@@ -73,7 +81,7 @@ def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats
             bars = datasets.is_progress_bar_enabled()
             datasets.disable_progress_bars()  # its bar, drawn with carriage returns, is noise in the command's output
             try:  # typed by the schema, not by this split's rows: a column null in all of them would be typed null
-                datasets.Dataset.from_list(part, features=dataset_features()).to_parquet(str(path))
+                datasets.Dataset.from_list(part, features=dataset_features()).to_parquet(str(_staged(path)))
             finally:
                 if bars:
                     datasets.enable_progress_bars()
@@ -88,5 +96,8 @@ def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats
         manifest["features"] = dataset_features().to_dict()
     except ImportError:  # a JSONL export needs no datasets package
         pass
-    (out / MANIFEST_NAME).write_text(json.dumps(mask_strings(manifest), indent=2))
+    _staged(out / MANIFEST_NAME).write_text(json.dumps(mask_strings(manifest), indent=2))
+    _remove_old_splits(out)  # the earlier export's, now that this one's are all written
+    for path in [*paths.values(), out / MANIFEST_NAME]:  # the manifest last: the splits beside it are its own
+        os.replace(_staged(path), path)
     return paths

@@ -448,3 +448,34 @@ def test_rows_of_two_runs_saved_under_one_folder_name_name_their_own_trajectory(
     assert len(rows) == 2 and {r.provenance.run for r in rows} == {"run1"}
     started = [r.provenance.trajectory_started for r in rows]
     assert len(set(started)) == 2 and all(s.endswith("+00:00") for s in started)
+
+
+def test_an_export_stopped_midway_leaves_the_last_one_whole_and_the_next_goes_on(run, tmp_path, monkeypatch):
+    """A Ctrl-C mid-export left split files without a manifest (or an earlier export's manifest beside new splits),
+    and the next export into the same --out refused them as data no export wrote. Files are written hidden and put in
+    place once all are written."""
+    from ptxbench.agent.export import writer
+    from ptxbench.agent.export.writer import foreign_files
+
+    cfg = ExportConfig(recipe="fixit", require_target_executed=False, test_workloads=["mha_fwd_d128"])
+    rows, stats = build_rows(collect_samples([run]), cfg)
+    out = tmp_path / "out"
+    write_dataset(rows, out, "jsonl", cfg, stats, [str(run)])
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    calls = []
+
+    def stopped(value):
+        calls.append(1)
+        if len(calls) == 2:  # while writing the second split
+            raise KeyboardInterrupt
+        return value
+
+    monkeypatch.setattr(writer, "mask_strings", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        write_dataset(rows, out, "parquet", cfg, stats, [str(run)])
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in out.iterdir() if not p.name.startswith(".")} == before
+    assert foreign_files(out) == []
+    paths = write_dataset(rows, out, "parquet", cfg, stats, [str(run)])
+    assert sorted(p.name for p in out.iterdir()) == ["export_manifest.json", "test.parquet", "train.parquet"]
+    assert set(paths) == {"train", "test"}
