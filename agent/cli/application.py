@@ -114,10 +114,23 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     cls=OneLineErrors,
+    context_settings={"help_option_names": ["-h", "--help"]},  # -h was an unknown option
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"ptxbench {version('ptxbench')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            typer.echo("ptxbench (not installed: no version recorded)")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                            help="print the installed version and exit")) -> None:
     # A callback keeps `ptxbench <command>` a command group even while only one command is registered.
     pass

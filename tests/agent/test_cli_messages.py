@@ -167,3 +167,18 @@ def test_a_path_inside_a_run_names_the_run_to_give(tmp_path, argv):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert lines[0].endswith(f"; it is in the run {run}: give {run}"), lines[0]
+
+
+def test_version_and_the_short_help_option():
+    """`ptxbench --version` and `-h` were unknown options (one line each, pointing at --help)."""
+    from importlib.metadata import version
+
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    out = CliRunner().invoke(app, ["--version"])
+    assert out.exit_code == 0 and out.output.strip() == f"ptxbench {version('ptxbench')}"
+    for argv in (["-h"], ["eval", "-h"], ["optimize", "-h"]):
+        out = CliRunner().invoke(app, argv)
+        assert out.exit_code == 0 and "Usage:" in out.output, argv
