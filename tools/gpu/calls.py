@@ -33,6 +33,12 @@ from ...workloads.inputs import DISTS
 # moves it by ~3% of the norm, and skipping work altogether leaves the NaN poison.
 SKETCH_TOLERANCE = 2.0 ** -5
 PROJECTIONS = 2
+# The same projections of the output squashed elementwise, x / (|x| + c) with c the verified output's mean |x|: on
+# raw values a few large elements hold the norm (the attention forward's spiked rows, one-hot on a long key: 96-99.6%
+# of O's norm), so a timed call that wrote the other rows a third wrong stayed within 2^-5 of it. Squashed, each
+# element counts for at most 1 and small ones count as x / c; an honest element's ulp moves its squashed value by at
+# most 2^-7 of it (less where |x| > c), so the same tolerance holds.
+SKETCH_FIELDS = 2 * PROJECTIONS + 4  # raw projections, norm, non-finite count, squashed projections, squashed norm, c
 
 
 @dataclass
@@ -47,24 +53,34 @@ class InputSet:
 
 @dataclass(frozen=True)
 class Sketch:
-    """Per output tensor: (projection 1, projection 2, L2 norm, non-finite count)."""
+    """Per output tensor: (projection 1, projection 2, L2 norm, non-finite count, the squashed output's projections
+    and L2 norm, the squashing scale c)."""
 
     values: dict[str, tuple[float, ...]]
 
     def differs(self, verified: Sketch) -> str:
         """'' when this output matches the verified one within SKETCH_TOLERANCE, else what differs."""
-        for name, (*proj, norm, nonfinite) in self.values.items():
-            *vproj, vnorm, vnonfinite = verified.values[name]
+        k = PROJECTIONS
+        for name, mine in self.values.items():
+            theirs = verified.values[name]
+            nonfinite, vnonfinite = mine[k + 1], theirs[k + 1]
             if nonfinite:
                 return f"{name} holds {int(nonfinite)} NaN/Inf values (unwritten elements keep the NaN poison)"
-            if vnonfinite or not all(map(math.isfinite, (*vproj, vnorm))):  # would make every comparison below pass
+            if vnonfinite or not all(map(math.isfinite, theirs)):  # would make every comparison below pass
                 return f"{name}: the verified output of these inputs is not finite, so no timed call can match it"
-            bound = SKETCH_TOLERANCE * vnorm
-            if abs(norm - vnorm) > bound or any(abs(p - v) > bound for p, v in zip(proj, vproj)):
-                return (f"{name} differs from the verified output of the same inputs (L2 norm {norm:.6g} vs "
-                        f"{vnorm:.6g}; random projections {', '.join(f'{p:.6g}' for p in proj)} vs "
-                        f"{', '.join(f'{v:.6g}' for v in vproj)}; allowed difference {bound:.3g})")
+            for what, lo in (("", 0), ("squashed ", k + 2)):  # [projections..., norm] of the raw, then the squashed
+                proj, norm = mine[lo:lo + k], mine[lo + k]
+                vproj, vnorm = theirs[lo:lo + k], theirs[lo + k]
+                bound = SKETCH_TOLERANCE * vnorm
+                if abs(norm - vnorm) > bound or any(abs(p - v) > bound for p, v in zip(proj, vproj)):
+                    return (f"{name} differs from the verified output of the same inputs ({what}L2 norm {norm:.6g} vs "
+                            f"{vnorm:.6g}; {what}random projections {', '.join(f'{p:.6g}' for p in proj)} vs "
+                            f"{', '.join(f'{v:.6g}' for v in vproj)}; allowed difference {bound:.3g})")
         return ""
+
+    def scales(self) -> dict[str, float]:
+        """Each output's squashing scale c: a timed call's output is squashed with its verified output's."""
+        return {name: values[-1] for name, values in self.values.items()}
 
 
 # Elements of an output a sketch takes per pass: its working memory (SketchSpace) is this size, whatever the output's.
@@ -83,6 +99,8 @@ class SketchSpace:
     def __init__(self, device, chunk: int = SKETCH_CHUNK):
         self.chunk = chunk
         self.x = torch.empty(chunk, dtype=torch.float32, device=device)
+        self.y = torch.empty(chunk, dtype=torch.float32, device=device)  # the squashed copy
+        self.c = torch.ones((), dtype=torch.float32, device=device)
         self.heads = torch.empty(PROJECTIONS * chunk, dtype=torch.bool, device=device)
         self.rows = torch.empty(PROJECTIONS * chunk, dtype=torch.float32, device=device)
         self.one = torch.ones((), dtype=torch.float32, device=device)
@@ -90,12 +108,14 @@ class SketchSpace:
 
     def poison(self) -> None:
         self.x.fill_(float("nan"))
+        self.y.fill_(float("nan"))
         self.rows.fill_(float("nan"))
         self.heads.fill_(False)
 
     def holds_nothing(self) -> bool:
         """True when nothing of a sketch is left: every float NaN, every sign False (a test's question)."""
-        return bool(torch.isnan(self.x).all() and torch.isnan(self.rows).all() and not self.heads.any())
+        return bool(torch.isnan(self.x).all() and torch.isnan(self.y).all() and torch.isnan(self.rows).all()
+                    and not self.heads.any())
 
 
 def _generator(key: int, index: int, device) -> torch.Generator:
@@ -114,40 +134,64 @@ def sign_rows(key: int, index: int, n: int, device) -> torch.Tensor:
     return torch.where(heads, torch.ones((), device=device), -torch.ones((), device=device))
 
 
-def sketch_tensors(outputs: dict[str, torch.Tensor], key: int, space: SketchSpace | None = None) -> list[torch.Tensor]:
-    """Device scalars [p1, p2, norm, nonfinite] per output, in name order; signs drawn afresh from `key`, pass by
-    pass through `space` (one made for the call when none is given), which is poisoned before this returns."""
+def sketch_tensors(outputs: dict[str, torch.Tensor], key: int, space: SketchSpace | None = None,
+                   scales: dict[str, float] | None = None) -> list[torch.Tensor]:
+    """Device scalars per output, in name order: [p1, p2, norm, nonfinite, s1, s2, squashed norm, c] (SKETCH_FIELDS);
+    signs drawn afresh from `key`, pass by pass through `space` (one made for the call when none is given), which is
+    poisoned before this returns. `scales`: each output's squashing scale c (a timed call: its verified output's);
+    without one, c is the output's own mean |x|, taken in a first pass (the checked call's, and the library's)."""
     if space is None:
         first = next(iter(outputs.values()))
         space = SketchSpace(first.device, min(SKETCH_CHUNK, max(t.numel() for t in outputs.values())))
     space.one.fill_(1.0)  # device memory a kernel could reach: set after the call, never trusted from before it
     parts = []
-    for i, (_name, out) in enumerate(sorted(outputs.items())):
+    for i, (name, out) in enumerate(sorted(outputs.items())):
         flat = out.reshape(-1)
-        gen = _generator(key, i, flat.device)
-        proj = torch.zeros(PROJECTIONS, dtype=torch.float64, device=flat.device)
         square = torch.zeros((), dtype=torch.float64, device=flat.device)
         nonfinite = torch.zeros((), dtype=torch.float64, device=flat.device)
-        for start in range(0, flat.numel(), space.chunk):
+        magnitude = torch.zeros((), dtype=torch.float64, device=flat.device)
+        for start in range(0, flat.numel(), space.chunk):  # the first pass: norm, non-finite count, mean |x|
             m = min(space.chunk, flat.numel() - start)
-            x = space.x[:m]
+            x, y = space.x[:m], space.y[:m]
             x.copy_(flat[start:start + m])
+            square += torch.dot(x, x).to(torch.float64)
+            nonfinite += (~torch.isfinite(x)).sum().to(torch.float64)
+            magnitude += torch.abs(x, out=y).sum().to(torch.float64)
+        if scales is not None and name in scales:
+            space.c.fill_(scales[name])
+        else:
+            space.c.copy_(magnitude / max(flat.numel(), 1))
+        space.c.clamp_(min=torch.finfo(torch.float32).tiny)  # an all-zero output: still a scale to divide by
+        gen = _generator(key, i, flat.device)
+        proj = torch.zeros(PROJECTIONS, dtype=torch.float64, device=flat.device)
+        squashed = torch.zeros(PROJECTIONS, dtype=torch.float64, device=flat.device)
+        ssquare = torch.zeros((), dtype=torch.float64, device=flat.device)
+        for start in range(0, flat.numel(), space.chunk):  # the second: both projections of the raw and the squashed
+            m = min(space.chunk, flat.numel() - start)
+            x, y = space.x[:m], space.y[:m]
+            x.copy_(flat[start:start + m])
+            torch.abs(x, out=y)
+            y.add_(space.c)
+            torch.div(x, y, out=y)
             heads = space.heads[:PROJECTIONS * m].view(PROJECTIONS, m)
             torch.randint(0, 2, (PROJECTIONS, m), generator=gen, out=heads)
             rows = space.rows[:PROJECTIONS * m].view(PROJECTIONS, m)
             torch.where(heads, space.one, -space.one, out=rows)
-            proj += (rows @ x).to(torch.float64)  # both projections in one pass over the chunk
-            square += torch.dot(x, x).to(torch.float64)
-            nonfinite += (~torch.isfinite(x)).sum().to(torch.float64)
+            proj += (rows @ x).to(torch.float64)
+            squashed += (rows @ y).to(torch.float64)
+            ssquare += torch.dot(y, y).to(torch.float64)
         parts += list(proj.unbind())
         parts.append(square.sqrt())  # a non-finite output fails on its count first
         parts.append(nonfinite)
+        parts += list(squashed.unbind())
+        parts.append(ssquare.sqrt())
+        parts.append(space.c.to(torch.float64))
     space.poison()
     return parts
 
 
 def to_sketch(names: list[str], values: list[float]) -> Sketch:
-    width = PROJECTIONS + 2
+    width = SKETCH_FIELDS
     return Sketch({n: tuple(values[i * width:(i + 1) * width]) for i, n in enumerate(sorted(names))})
 
 
@@ -267,7 +311,9 @@ class CandidateCalls:
     def observe(self, k: int) -> Sketch:
         """After a call on set k: the state checks and the sketch of set k's outputs, read back together."""
         outputs = {n: self.sets[k].bufs.tensors[n].data for n in self.sets[k].bufs.outputs}
-        values = self._read_and_check_state(sketch_tensors(outputs, self.key, self.space))
+        verified = self.verified.get(k)  # a timed call is squashed as its verified output was
+        values = self._read_and_check_state(sketch_tensors(outputs, self.key, self.space,
+                                                           verified.scales() if verified else None))
         return to_sketch(list(outputs), values)
 
     def checked_call(self, k: int, flush: L2Flush) -> tuple[float, Sketch]:
