@@ -117,3 +117,14 @@ def test_attach_skips_what_was_not_asked_or_did_not_run():
     assert attach(failed, EvalOptions(), "", comp).targets_runtime == {}  # verdicts only for passing kernels
     cpu_only = EvalResult(workload="w", status="COMPILED", gpu_evaluated=False)
     assert attach(cpu_only, EvalOptions(profile=True), "", comp).profile is None
+
+
+def test_the_profiled_call_gets_the_evaluations_own_inputs():
+    """A fixed seed 0 gave the profiled call inputs no evaluated call had, which a kernel could know by their values."""
+    from types import SimpleNamespace
+
+    from ptxbench.tools.profile.attach import _replay_seed
+
+    assert _replay_seed(SimpleNamespace(seed=None), SimpleNamespace(input_seed=123456)) == 123456
+    assert _replay_seed(SimpleNamespace(seed=7), SimpleNamespace(input_seed=123456)) == 7
+    assert _replay_seed(SimpleNamespace(seed=None), SimpleNamespace(input_seed=None)) == 0

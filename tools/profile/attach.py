@@ -23,6 +23,14 @@ from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.results import CompileResult, EvalResult
 
 
+def _replay_seed(options, result: EvalResult) -> int:
+    """The profiled call's inputs: the evaluation's own first set (a fixed seed 0 was inputs no evaluated call had,
+    which a kernel could know by their values)."""
+    if options.seed is not None:
+        return options.seed
+    return result.input_seed if result.input_seed is not None else 0
+
+
 def attach(result: EvalResult, options: EvalOptions, source: str, compile_result: CompileResult, language: str = "ptx",
            *, device: int | None = None, level: str | None = None, why: str = "", hold=None,
            sanitize_hold=None, measured=None) -> EvalResult:
@@ -35,7 +43,7 @@ def attach(result: EvalResult, options: EvalOptions, source: str, compile_result
         from .candidate import profile_candidate
 
         outcome = profile_candidate(result.workload, source, compile_result.cubin_path, arch=options.arch,
-                                    compile_result=compile_result, full=level == "full", seed=options.seed or 0,
+                                    compile_result=compile_result, full=level == "full", seed=_replay_seed(options, result),
                                     device=device, timing=result.timing, hold=hold, note=why, measured=measured)
         outcome.apply_to(result)
         result.profile_reason = why

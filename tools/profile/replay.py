@@ -82,7 +82,7 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_A
         return 3
     push, pop = _nvtx() if nvtx else (lambda _n: None, lambda: None)
     try:
-        cand = Candidate(cubin, plan, SimpleNamespace(limits=limits), wl)
+        cand = Candidate(cubin, plan, SimpleNamespace(limits=limits, on_chip_scrub=_scrub(limits)), wl)
         # Up to here no kernel ran; from here on (buffers, inputs, the launch) the GPU must be ours alone.
         if gate is not None:
             gate.signal(READY)
@@ -92,10 +92,13 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_A
         bufs = exact_buffers(wl, plan) if exact else new_buffers(wl, plan)
         bufs.load_inputs(make_inputs(wl, seed, dist, "cuda"))
         binding = cand.bind(bufs)
-        # Zero the scratch buffers and set the module's globals now, outside the range, so ncu profiles the plan's
-        # kernels only, from the state every evaluated call starts from.
-        bufs.zero_scratch_()
+        # The state every evaluated call starts from (calls.CandidateCalls.restore), set outside the range so ncu
+        # profiles the plan's kernels only: globals back, shared and local memory scrubbed, scratch zeroed. Without
+        # the scrub a kernel told the profiled call from the evaluated ones (its shared memory held no scrub pattern)
+        # and ran the target instructions only here.
         cand.restore_globals()
+        cand.clear_unowned()
+        bufs.zero_scratch_()
         torch.cuda.synchronize()
         push(NVTX_RANGE)
         try:
@@ -114,6 +117,13 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_A
             gate.signal(DONE)
     print(f"replayed {len(plan.launches)} launch(es) of {workload_id}")
     return 0
+
+
+def _scrub(limits):
+    """The evaluator's shared- and local-memory scrub (scrub.py), made for this GPU."""
+    from ..gpu.scrub import OnChipScrub, ScrubShape
+
+    return lambda: OnChipScrub(ScrubShape(limits.sm_count, limits.max_threads_per_sm, limits.max_smem_optin))
 
 
 def main(argv: list[str] | None = None) -> int:
