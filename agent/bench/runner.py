@@ -77,7 +77,11 @@ def open_run(config: BenchConfig | None, run_dir: Path, resume: bool, overrides:
     (where only the runtime knobs of RUNTIME_FIELDS may change, through `overrides`)."""
     manifest = read_manifest(run_dir)
     if resume:
-        if manifest.get("command") != "bench":
+        if (command := manifest.get("command")) != "bench":
+            if command:  # a run of another command: say which, and how that one goes on
+                hint = f": continue it with ptxbench {command} --resume {run_dir}" if command == "optimize" else ""
+                article = "an" if str(command)[:1] in "aeiou" else "a"
+                raise BenchError(f"{run_dir} holds {article} {command} run, not a bench run{hint}")
             raise BenchError(f"{run_dir} is not a bench run to resume (no bench manifest.json)")
         recorded = BenchConfig.model_validate(manifest["config"])
         # a run recorded before the flush mode existed was timed under the written flush: it goes on as it started

@@ -765,3 +765,12 @@ def test_a_checkpoint_file_left_in_a_new_bench_folder_is_refused(tmp_path):
                                    "--turns", "1", "--no-gpu", "--run-dir", str(tmp_path / "run"), "--no-report"])
     assert out.exit_code != 0 and "holds a checkpoints.sqlite of no run" in out.output, out.output
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoints.sqlite"]
+
+
+def test_bench_resume_of_an_optimize_run_names_it(tmp_path):
+    """`bench --resume` on an optimize run said 'no bench manifest.json', though the folder has a manifest."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps({"command": "optimize", "config": {}}))
+    with pytest.raises(BenchError, match=r"holds an optimize run, not a bench run: continue it with ptxbench optimize "
+                                         r"--resume"):
+        run_bench(None, tmp_path / "run", resume=True)
