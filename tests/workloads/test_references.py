@@ -192,10 +192,11 @@ def test_inputs_are_seeded_fresh_and_typed():
 def test_spiky_inputs_have_heavy_tails():
     w = get_workload("smoke_mha_bwd_d64")
     normal, spiky = make_inputs(w, 3, device="cpu"), make_inputs(w, 3, dist="spiky", device="cpu")
-    assert normal["Q"].abs().max() < 6.5
-    assert max(spiky[n].abs().max() for n in ("Q", "K", "V", "dO")) > 10
+    # V as drawn (Q carries the offset heads' long rows, dO their damping: workloads/inputs.py)
+    assert normal["V"].abs().max() < 6.5
+    assert spiky["V"].abs().max() > 10
     kurtosis = lambda t: float((t.float() ** 4).mean() / (t.float() ** 2).mean() ** 2)  # noqa: E731
-    assert kurtosis(spiky["dO"]) > 2 * kurtosis(normal["dO"])
+    assert kurtosis(spiky["V"]) > 2 * kurtosis(normal["V"])
 
 
 @pytest.mark.parametrize("dist", ["normal", "spiky"])
