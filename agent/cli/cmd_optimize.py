@@ -263,7 +263,7 @@ def optimize(
         try:
             resume = str(find_run(resume))
         except FileNotFoundError as exc:
-            raise inputs.BadInput(f"--resume: {exc}{inputs._run_above(Path(resume))}") from None
+            raise inputs.BadInput(f"--resume: {exc}{inputs.run_above(Path(resume))}") from None
         inputs.unsealed(Path(resume), "--resume")
         inputs.resumable(Path(resume), "--resume")
         try:

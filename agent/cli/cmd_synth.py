@@ -1,7 +1,6 @@
 """`ptxbench synth-repairs`: broken variants of correct kernels, evaluated on the GPU, recorded as a run."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 import typer

@@ -153,11 +153,11 @@ def run_folder(path: Path, what: str = "run") -> Path:
     if not path.exists():
         raise BadInput(f"no {what} folder at {path}")
     if not path.is_dir() or not ((path / "manifest.json").is_file() or (path / "trajectories").is_dir()):
-        raise BadInput(f"{path} is not a run folder: expected manifest.json or trajectories/ in it{_run_above(path)}")
+        raise BadInput(f"{path} is not a run folder: expected manifest.json or trajectories/ in it{run_above(path)}")
     return path
 
 
-def _run_above(path: Path) -> str:
+def run_above(path: Path) -> str:
     """'; it is in the run R: give R' when `path` is a trajectory folder, its log or the manifest of a run R (what a
     newcomer names for the run), else ''."""
     for run in (path.parent, path.parent.parent, path.parent.parent.parent):

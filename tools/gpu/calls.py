@@ -138,8 +138,9 @@ def sketch_tensors(outputs: dict[str, torch.Tensor], key: int, space: SketchSpac
                    scales: dict[str, float] | None = None) -> list[torch.Tensor]:
     """Device scalars per output, in name order: [p1, p2, norm, nonfinite, s1, s2, squashed norm, c] (SKETCH_FIELDS);
     signs drawn afresh from `key`, pass by pass through `space` (one made for the call when none is given), which is
-    poisoned before this returns. `scales`: each output's squashing scale c (a timed call: its verified output's);
-    without one, c is the output's own mean |x|, taken in a first pass (the checked call's, and the library's)."""
+    poisoned before this returns. `scales`: each output's squashing scale c (a timed call: its verified output's), so
+    the sketch takes one pass; without one, c is the output's own mean |x|, taken in a pass of its own first (the
+    checked call's)."""
     if space is None:
         first = next(iter(outputs.values()))
         space = SketchSpace(first.device, min(SKETCH_CHUNK, max(t.numel() for t in outputs.values())))
@@ -147,27 +148,22 @@ def sketch_tensors(outputs: dict[str, torch.Tensor], key: int, space: SketchSpac
     parts = []
     for i, (name, out) in enumerate(sorted(outputs.items())):
         flat = out.reshape(-1)
-        square = torch.zeros((), dtype=torch.float64, device=flat.device)
-        nonfinite = torch.zeros((), dtype=torch.float64, device=flat.device)
-        magnitude = torch.zeros((), dtype=torch.float64, device=flat.device)
-        for start in range(0, flat.numel(), space.chunk):  # the first pass: norm, non-finite count, mean |x|
-            m = min(space.chunk, flat.numel() - start)
-            x, y = space.x[:m], space.y[:m]
-            x.copy_(flat[start:start + m])
-            square += torch.dot(x, x).to(torch.float64)
-            nonfinite += (~torch.isfinite(x)).sum().to(torch.float64)
-            magnitude += torch.abs(x, out=y).sum().to(torch.float64)
+        chunks = [(start, min(space.chunk, flat.numel() - start)) for start in range(0, flat.numel(), space.chunk)]
         if scales is not None and name in scales:
             space.c.fill_(scales[name])
         else:
+            magnitude = torch.zeros((), dtype=torch.float64, device=flat.device)
+            for start, m in chunks:
+                magnitude += space.x[:m].copy_(flat[start:start + m]).abs_().sum().to(torch.float64)
             space.c.copy_(magnitude / max(flat.numel(), 1))
         space.c.clamp_(min=torch.finfo(torch.float32).tiny)  # an all-zero output: still a scale to divide by
         gen = _generator(key, i, flat.device)
         proj = torch.zeros(PROJECTIONS, dtype=torch.float64, device=flat.device)
         squashed = torch.zeros(PROJECTIONS, dtype=torch.float64, device=flat.device)
+        square = torch.zeros((), dtype=torch.float64, device=flat.device)
         ssquare = torch.zeros((), dtype=torch.float64, device=flat.device)
-        for start in range(0, flat.numel(), space.chunk):  # the second: both projections of the raw and the squashed
-            m = min(space.chunk, flat.numel() - start)
+        nonfinite = torch.zeros((), dtype=torch.float64, device=flat.device)
+        for start, m in chunks:  # both projections of the raw and the squashed output, their norms, non-finite count
             x, y = space.x[:m], space.y[:m]
             x.copy_(flat[start:start + m])
             torch.abs(x, out=y)
@@ -179,7 +175,9 @@ def sketch_tensors(outputs: dict[str, torch.Tensor], key: int, space: SketchSpac
             torch.where(heads, space.one, -space.one, out=rows)
             proj += (rows @ x).to(torch.float64)
             squashed += (rows @ y).to(torch.float64)
+            square += torch.dot(x, x).to(torch.float64)
             ssquare += torch.dot(y, y).to(torch.float64)
+            nonfinite += (~torch.isfinite(x)).sum().to(torch.float64)
         parts += list(proj.unbind())
         parts.append(square.sqrt())  # a non-finite output fails on its count first
         parts.append(nonfinite)
@@ -276,7 +274,8 @@ class CandidateCalls:
         return self.library[self.library_current].fn()
 
     def library_check(self, out) -> None:
-        self._read_and_check_state(sketch_tensors(out, self.key, self.space))  # the same GPU work as a candidate's
+        # the same GPU work as a candidate's timed check (one pass: a scale given; the values are not compared)
+        self._read_and_check_state(sketch_tensors(out, self.key, self.space, dict.fromkeys(out, 1.0)))
 
     # ---- checks after a call ----
     def _input_pairs(self) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
