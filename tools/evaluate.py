@@ -27,6 +27,7 @@ from .gpu.limits import DeviceLimits, check_compiled
 from .gpu.messages import GpuJob, GpuOutcome
 from .gpu.pool import GpuPool, NoGpuError, PoolConfig
 from .gpu.priority import QueuePriority
+from .gpu.seeds import draw_base_seed, input_sets
 from .solution.plan import FormatIssue
 from .profile import attach
 from .profile.early import EarlyChoice, EarlyProfile
@@ -113,9 +114,13 @@ def _with_pool_notes(comp, plan):
 
 
 def gpu_job(workload_id: str, cubin: bytes, plan: dict, options: EvalOptions) -> GpuJob:
-    """What the GPU worker is asked: the evaluation's options that the GPU side carries out."""
+    """What the GPU worker is asked: the evaluation's options that the GPU side carries out. Without a seed in the
+    options the first set's seed is drawn here, so the profile started beside the timing replays the same inputs."""
+    seed, drawn = options.seed, options.seed is None
+    if drawn:
+        seed = draw_base_seed(input_sets(options.trials, get_workload(workload_id).trials))
     return GpuJob(workload=workload_id, cubin=cubin, plan=plan, trials=options.trials, dist=options.dist,
-                  seed=options.seed, time=options.time, timeout_s=options.timeout_s, l2_flush=options.l2_flush,
+                  seed=seed, seed_drawn=drawn, time=options.time, timeout_s=options.timeout_s, l2_flush=options.l2_flush,
                   **{k: getattr(options, k) for k in ("warmup", "iters", "timing_trials")
                      if getattr(options, k, None) is not None})
 
@@ -218,7 +223,7 @@ class LocalEvaluator:
         job = gpu_job(wl.id, cubin, plan.model_dump(), options)
         cubin_sha = hashlib.sha256(cubin).hexdigest()
         priority = self._priority.of(wl.id, options.turns_left)
-        early = self._early_profile(pool, options, wl.id, solution.source, comp, cubin_sha, priority)
+        early = self._early_profile(pool, options, wl.id, solution.source, comp, cubin_sha, job.seed, priority)
         try:
             result = self._run_and_profile(pool, job, options, solution, comp, cubin_sha, base, seconds, early, priority)
         finally:
@@ -257,7 +262,7 @@ class LocalEvaluator:
         return cached if cached is not None and serves(cached["level"], level) else None
 
     def _early_profile(self, pool: GpuPool, options: EvalOptions, workload: str, source: str, comp,
-                       cubin_sha: str, priority: float = 0.0) -> EarlyProfile | EarlyChoice | None:
+                       cubin_sha: str, seed: int, priority: float = 0.0) -> EarlyProfile | EarlyChoice | None:
         """Start the profile a passing kernel would get, beside its timing (tools/profile/early.py); None when a
         pass would take none, the profile cache already holds it, an identical cubin's profile is being taken (or
         started early: on several GPUs identical kernels pass at once, and one ncu run serves both), or early starts
@@ -268,10 +273,10 @@ class LocalEvaluator:
             return None
         device = functools.cache(pool.pick_device)  # one device for both runs, picked when the first starts
         runs = [run for run in (self._start_early(pool, options, workload, source, comp, cubin_sha, level, device,
-                                                  priority),) if run is not None]
+                                                  seed, priority),) if run is not None]
         best_level, _ = options.profile_level(True, math.inf, 0.0)  # what a new best would get
         if best_level != level and (not runs or self._early_spare(pool) >= 2):  # one left for another evaluation
-            extra = self._start_early(pool, options, workload, source, comp, cubin_sha, best_level, device, priority)
+            extra = self._start_early(pool, options, workload, source, comp, cubin_sha, best_level, device, seed, priority)
             runs += [extra] if extra is not None else []
         return runs[0] if len(runs) == 1 else EarlyChoice(runs) if runs else None
 
@@ -280,8 +285,9 @@ class LocalEvaluator:
             return self.early_per_gpu * max(1, len(pool.slots)) - self._early_running
 
     def _start_early(self, pool: GpuPool, options: EvalOptions, workload: str, source: str, comp, cubin_sha: str,
-                     level: str, device_for: Callable[[], int], priority: float) -> EarlyProfile | None:
-        """One early run at `level`, unless its profile is cached, being taken or started early, or no slot is free."""
+                     level: str, device_for: Callable[[], int], seed: int, priority: float) -> EarlyProfile | None:
+        """One early run at `level` on the evaluation's first inputs (`seed`), unless its profile is cached, being taken
+        or started early, or no slot is free."""
         key = (cubin_sha, workload, options.arch)
         if self._cached_profile(cubin_sha, workload, options.arch, level) or self._profiling.running(key, level):
             return None
@@ -306,7 +312,7 @@ class LocalEvaluator:
             self._early_slots.release()
 
         return EarlyProfile(lambda hold: measure_candidate(workload, source, comp.cubin_path, arch=options.arch,
-                                                           full=level == "full", seed=options.seed or 0, device=device,
+                                                           full=level == "full", seed=seed, device=device,
                                                            hold=hold),
                             level, hold=lambda: pool.exclusive(device, priority, workload), device=device, on_end=ended)
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 import torch
 
 from .references import full_precision, mha_fwd
-from .schema import Workload
+from .schema import DISTS, Workload
 
-DISTS = ("normal", "spiky")
 SPIKE_PROB = 1e-3  # share of elements that become outliers under 'spiky'
 SPIKE_SCALE = 10.0  # how much larger an outlier is
 # The attention forward's offset and spiked heads: standard normal Q and K give scores scale * q . k ~ N(0, 1), whose

@@ -12,6 +12,8 @@ DType = Literal["bfloat16", "float16", "float32", "int32", "int64", "uint8"]
 Role = Literal["input", "output"]
 Op = Literal["gemm", "mha_fwd", "mha_bwd"]
 
+DISTS = ("normal", "spiky")  # the input distributions (workloads/inputs.py draws them)
+
 DTYPE_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4, "int64": 8, "uint8": 1}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ptxbench.tools.results import DEFAULT_L2_FLUSH
 from ptxbench.workloads.arch import DEFAULT_ARCH
+from ptxbench.workloads.schema import DISTS
 import json
 from pathlib import Path
 from typing import Optional
@@ -17,7 +18,6 @@ import typer
 
 from .application import app
 
-DISTS = ("normal", "spiky")  # workloads/inputs.py (which imports torch: not loaded to check a name)
 
 
 def _print_rich(result) -> None:

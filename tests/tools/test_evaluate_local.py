@@ -189,7 +189,8 @@ def _fake_measure(calls: list):
     from ptxbench.tools.profile.summary import ProfileSummary
 
     def measure(workload, source, cubin_path, *, full=True, hold=None, **kwargs):
-        call = {"full": full, "started": time.monotonic()}  # its own record: early runs may be in flight side by side
+        call = {"full": full, "started": time.monotonic(), "seed": kwargs.get("seed")}  # its own record: early runs
+        # may be in flight side by side
         calls.append(call)
         try:
             with hold():
@@ -214,6 +215,30 @@ def test_the_profile_started_beside_the_timing_serves_the_level_the_pass_asks_fo
     assert len(calls) == 1 and not calls[0]["full"]  # one ncu run, started before the timing, not a second one after
     assert calls[0]["held"] >= done[0] and "refused" not in calls[0]  # the GPU taken once the timing was done
     assert r.targets_runtime and all(t.verdict == "unknown" for t in r.targets_runtime.values())
+
+
+def test_the_early_profile_replays_the_inputs_the_evaluation_drew(monkeypatch):
+    """The profile started beside the timing replayed seed 0 when no --seed was given: inputs no evaluated call had and
+    every kernel could know by their values, so a kernel could run its target instructions there only. The evaluator
+    now draws the first seed itself and both get it; a fresh draw each evaluation, which the hang memo ignores."""
+    from ptxbench.tools.gpu.hangs import job_key
+    from ptxbench.tools.gpu.messages import GpuJob
+
+    calls: list = []
+    monkeypatch.setattr("ptxbench.tools.profile.candidate.measure_candidate", _fake_measure(calls))
+    workers = []
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: workers.append(AnsweringWorker(d, c)) or workers[-1])
+    ev = LocalEvaluator(pool)
+    for _ in range(2):
+        ev.evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(trials=1))
+    jobs = workers[0].jobs
+    assert [c["seed"] for c in calls] == [j["seed"] for j in jobs] and all(j["seed_drawn"] for j in jobs)
+    assert jobs[0]["seed"] != jobs[1]["seed"]  # drawn per evaluation (one chance in 2**31 of a tie)
+    same = [GpuJob.model_validate(j) for j in jobs]
+    assert job_key(same[0]) == job_key(same[1])  # a hang is remembered whatever seed was drawn
+    given = [GpuJob.model_validate({**j, "seed_drawn": False}) for j in jobs]
+    assert job_key(given[0]) != job_key(given[1])  # a --seed the user gave is part of the job
+    ev.close()
 
 
 def test_a_kernel_that_fails_kills_its_early_profile_without_the_gpu(monkeypatch):
@@ -285,12 +310,12 @@ def test_an_identical_cubin_starts_no_second_early_profile_while_one_runs(monkey
     pool = GpuPool(PoolConfig(devices=[0, 1], spares=0), factory=lambda d, c: AnsweringWorker(d, c)).start()
     ev = LocalEvaluator(pool)
     comp = SimpleNamespace(cubin_path="/nonexistent.cubin")
-    first = ev._early_profile(pool, EvalOptions(), WORKLOAD, "src", comp, "sha")
+    first = ev._early_profile(pool, EvalOptions(), WORKLOAD, "src", comp, "sha", 5)
     assert first is not None
-    assert ev._early_profile(pool, EvalOptions(), WORKLOAD, "src", comp, "sha") is None  # the same cubin: none
-    other = ev._early_profile(pool, EvalOptions(), WORKLOAD, "src", comp, "another sha")  # another kernel: its own
+    assert ev._early_profile(pool, EvalOptions(), WORKLOAD, "src", comp, "sha", 5) is None  # the same cubin: none
+    other = ev._early_profile(pool, EvalOptions(), WORKLOAD, "src", comp, "another sha", 5)  # another kernel: its own
     assert other is not None
-    full = ev._early_profile(pool, EvalOptions(profile_on_pass="new_best"), WORKLOAD, "src", comp, "sha")
+    full = ev._early_profile(pool, EvalOptions(profile_on_pass="new_best"), WORKLOAD, "src", comp, "sha", 5)
     assert full is not None  # a stronger level than the verdict run in flight: it starts its own
     for early in (first, other, full):
         early.drop()
@@ -299,7 +324,7 @@ def test_an_identical_cubin_starts_no_second_early_profile_while_one_runs(monkey
             break
         time.sleep(0.01)
     assert not ev._early_keys
-    again = ev._early_profile(pool, EvalOptions(), WORKLOAD, "src", comp, "sha")
+    again = ev._early_profile(pool, EvalOptions(), WORKLOAD, "src", comp, "sha", 5)
     assert again is not None
     again.drop()
     ev.close()

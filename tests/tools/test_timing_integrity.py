@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ptxbench.tools.gpu.buffers import allocate_set, poison_
-from ptxbench.tools.gpu.calls import CandidateCalls, InputSet, SKETCH_TOLERANCE, evaluation_seeds, sign_rows, \
+from ptxbench.tools.gpu.calls import CandidateCalls, InputSet, SKETCH_TOLERANCE, sign_rows, \
     sketch_tensors, to_sketch
 from ptxbench.tools.gpu.ceilings import suspicious
 from ptxbench.tools.gpu.referee import RefereeClient, RefereeCore, RefereeError, input_digest, serve
@@ -262,11 +262,11 @@ def test_referee_gone_is_a_harness_fault():
 
 # ---- seeds and the suspicious-timing rule ----
 def test_seeds_are_drawn_per_evaluation_unless_given():
-    from ptxbench.tools.gpu.messages import GpuJob
+    from ptxbench.tools.gpu.seeds import evaluation_seeds
 
-    drawn = {tuple(evaluation_seeds(GpuJob(workload=WL.id), 3)) for _ in range(20)}
+    drawn = {tuple(evaluation_seeds(None, 3)) for _ in range(20)}
     assert len(drawn) > 15 and all(s[1] == s[0] + 1 for s in drawn)
-    assert evaluation_seeds(GpuJob(workload=WL.id, seed=77), 3) == [77, 78, 79]
+    assert evaluation_seeds(77, 3) == [77, 78, 79]
 
 
 def test_physically_impossible_timings_are_suspicious():

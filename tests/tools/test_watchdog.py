@@ -519,7 +519,7 @@ def test_the_final_checks_draw_inputs_no_set_had_however_many_sets(runner, monke
     if n_sets <= 1000:
         assert drawn == [(10 + 1000, "normal"), (10 + 2000, "spiky")]
     monkeypatch.setattr("secrets.randbelow", lambda n: n - 1)  # the highest base drawn: every seed below 2**31
-    assert runner.evaluation_seeds(GpuJob(workload=BWD), n_sets)[0] + 2 * runner.check_seed_offset(n_sets) < 2**31
+    assert runner.evaluation_seeds(None, n_sets)[0] + 2 * runner.check_seed_offset(n_sets) < 2**31
 
 
 def _declared_call_fails(runner, monkeypatch, fail):

@@ -24,7 +24,6 @@ import torch
 from .buffers import BufferSet, bits, poison_
 from .timing import L2Flush, Side, time_sides
 from .verdict import Failed, check_guards
-from ...workloads.inputs import DISTS
 
 # A timed output's projections may differ from the verified output's by this share of its L2 norm. Honest
 # run-to-run differences (atomics reordering fp32 sums, then rounding to bf16) move an element by about one
@@ -322,26 +321,3 @@ class CandidateCalls:
         side = Side(self.call, self.restore, lambda _o: out.setdefault("sketch", self.observe(k)))
         ms = time_sides([side], flush=flush, warmup=0, iters=1, trials=1)[0][0]
         return ms, out["sketch"]
-
-
-CHECK_SEED_OFFSET = 1000  # the final checks draw inputs no set used: seed + this (new inputs), + 2x (each declared
-# distribution besides the evaluation's: the workload's input_dist, at most len(DISTS) - 1 of them)
-
-
-def check_seed_offset(n_sets: int) -> int:
-    """How far each final check moves set 0's seed: past every set's own (--trials has no bound; at 1001 sets the new
-    inputs were set 1000's and an honest output read as a replay), CHECK_SEED_OFFSET up to that many sets (recorded
-    runs replay with the inputs they had)."""
-    return max(CHECK_SEED_OFFSET, n_sets)
-
-
-def evaluation_seeds(job, n_sets: int) -> list[int]:
-    """The input seeds of one evaluation: from the job's seed when given (a replay), else drawn now, leaving room
-    above them for the final new-inputs check's seeds."""
-    import secrets
-
-    base = job.seed  # a messages.GpuJob
-    if base is None:
-        base = secrets.randbelow(2**31 - len(DISTS) * check_seed_offset(n_sets) - n_sets)
-    return [int(base) + k for k in range(n_sets)]
-

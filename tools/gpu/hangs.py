@@ -44,7 +44,8 @@ class Hang:
 
 def job_key(job: GpuJob) -> str:
     """What decides a hang: the cubin, the plan, the workload and the job's options (not the pool's own fields)."""
-    fields = job.model_dump(mode="json", exclude={"id", "cubin", "ceilings", "prepare_timeout_s"})
+    drawn = {"seed", "seed_drawn"} if job.seed_drawn else set()  # a fresh draw per evaluation is not an option
+    fields = job.model_dump(mode="json", exclude={"id", "cubin", "ceilings", "prepare_timeout_s"} | drawn)
     text = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(job.cubin).hexdigest() + ":" + hashlib.sha256(text.encode()).hexdigest()
 

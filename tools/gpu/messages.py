@@ -30,6 +30,8 @@ class GpuJob(BaseModel):
     trials: int | None = Field(None, description="input sets checked in full; None = the workload's (at least 2 are used)")
     dist: str = "normal"
     seed: int | None = Field(None, description="seed of the first input set; None = drawn by the worker")
+    seed_drawn: bool = Field(False, description="`seed` is the evaluator's fresh draw (tools/gpu/seeds.py), not one the "
+                             "user gave: the hang memo ignores it")
     time: bool = True
     timeout_s: float = Field(60.0, description="watchdog limit for the candidate's own GPU work")
     prepare_timeout_s: float = Field(900.0, description="watchdog limit for the harness's preparation")

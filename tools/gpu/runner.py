@@ -28,7 +28,8 @@ from ..results import Timing, TrialStats
 from . import ceilings as roofline
 from .ceilings import IMPLAUSIBLE_SPEEDUP, suspicious
 from .buffers import BufferSet, allocate_set
-from .calls import CandidateCalls, InputSet, SketchSpace, check_seed_offset, evaluation_seeds, sketch_tensors
+from .calls import CandidateCalls, InputSet, SketchSpace, sketch_tensors
+from .seeds import check_seed_offset, evaluation_seeds, input_sets
 from .correctness import output_digest, replay_note
 from .launch import HARDWARE_FAULTS, CudaError, get_function, launch_config, launch_kernel, load_module, pack_params, \
     set_dynamic_smem, stack_limit, sync_stream, unload_module
@@ -459,8 +460,8 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
     wl = get_workload(job.workload)
     plan = ResolvedPlan.model_validate(job.plan)
     dist = job.dist
-    n_sets = max(2, int(job.trials or wl.trials))  # timed calls rotate among at least two verified sets
-    seeds = evaluation_seeds(job, n_sets)
+    n_sets = input_sets(job.trials, wl.trials)
+    seeds = evaluation_seeds(job.seed, n_sets)
     out = GpuOutcome(status="PASSED", input_seed=seeds[0])
     referee = state.referee
     cand = sets = calls = None

@@ -53,7 +53,7 @@ def attach(result: EvalResult, options: EvalOptions, source: str, compile_result
         with (sanitize_hold() if sanitize_hold is not None else nullcontext(device)) as held:
             sanitized = sanitize_candidate(result.workload, source, language=language,
                                            cubin_path=compile_result.cubin_path, arch=options.arch,
-                                           tools=options.sanitize, seed=options.seed or 0, device=held)
+                                           tools=options.sanitize, seed=_replay_seed(options, result), device=held)
         sanitized.apply_to(result)
         if sanitized.error:
             result.message = (result.message + f" (sanitizer: {sanitized.error})").strip()
