@@ -154,7 +154,9 @@ class Timing(BaseModel):
     sol_pct: float | None = Field(None, description="percent of the roofline from FLOPs and min bytes at measured ceilings")
     ceilings: dict[str, float] = Field(default_factory=dict, description="tflops_bf16, hbm_gbps measured on the device")
     flags: list[str] = Field(default_factory=list, description="e.g. 'implausible_speedup', 'above_roofline', 'slow_candidate', 'reduced_iterations', "
-                             "'host_stalls' (a call's launch gate gave up waiting for the host: tools/gpu/gate.py)")
+                             "'host_stalls' (a call's launch gate gave up waiting for the host: tools/gpu/gate.py), "
+                             "'profile_output_wrong' (the profiled call's output failed the rule the evaluated calls "
+                             "passed: tools/profile/candidate.py)")
     input_sets: int = Field(0, description="input sets the timed calls rotated among (each verified on the GPU first)")
     verified_calls: int = Field(0, description="timed and warm-up calls whose outputs were checked against the verified "
                                                "output of the same inputs")

@@ -93,6 +93,10 @@ def profile_cmd(
         for family, v in outcome.targets_runtime.items():
             counts = f" ({v.executed_thread_insts_true:,} predicate-true thread executions)" if v.executed_thread_insts_true else ""
             typer.echo(terminal_text(f"{family}: {v.verdict}{counts} - {v.reason}"), err=err)
+        summary = outcome.summary
+        if summary is not None and summary.output_passed is not None:  # this call's own output, by the evaluation's rule
+            judged = "passed" if summary.output_passed else f"wrong ({summary.output_status}: {summary.output_note})"
+            typer.echo(terminal_text(f"the profiled call's output: {judged}"), err=err)
         typer.echo(terminal_text(f"profile took {outcome.seconds:.1f} s" + ("" if outcome.ok else f"; no profile: {outcome.error}")),
                    err=err)
     raise typer.Exit(0 if outcome.ok else 2)

@@ -172,23 +172,37 @@ def test_the_verdict_holds_the_gpu_only_while_the_replay_runs():
     print(f"\nverdict: ncu run {whole:.2f} s, GPU held {held:.2f} s, waited {r.seconds['profile.gpu_wait']:.2f} s")
 
 
-@pytest.mark.xfail(reason="open: the profile's replay scrubs on-chip memory and takes the evaluation's inputs (since "
-                   "2026-12-06) but does not judge its output; and this kernel itself fails its evaluation (C never "
-                   "written on an H100, 2026-12-06), so the verdict assertion is not reached", strict=False)
-def test_a_kernel_that_keys_on_the_missing_scrub_gets_no_target_credit():
-    """profile_keyed_tma.cu computes the smoke GEMM from plain loads whenever its shared memory holds the scrub's 0xFF
-    (every evaluated call) and runs a TMA sweep of A and B instead, computing nothing, when it does not (the profile's
-    replay: no scrub, and no one judges its output). Its evaluated calls never execute TMA, so the runtime verdict must
-    not say `executed`. Open as of 2026-12-06: the replay neither prepares its call as the worker does nor checks what
-    the call wrote (xfail until it does)."""
+def test_a_kernel_that_behaves_otherwise_under_the_profiler_gets_no_target_credit():
+    """profile_gap_tma.cu tells the profiled call by the time between its two launches (ncu profiles each on its own,
+    milliseconds apart; no replay can hide that): evaluated, it computes the smoke GEMM from plain loads and never runs
+    TMA; profiled, it sweeps A and B through TMA and leaves C unwritten. The replay judges its own output by the
+    evaluation's rule, so the sweep's counters are not credited: the evaluation passes, TMA is not `executed`."""
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.evaluator import EvalOptions
     from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
 
     ev = LocalEvaluator(GpuPool(PoolConfig(devices=[0], spares=0)))
     try:
-        r = ev.evaluate(SMOKE, (SOLUTIONS / "profile_keyed_tma.cu").read_text(), EvalOptions())
+        r = ev.evaluate(SMOKE, (SOLUTIONS / "profile_gap_tma.cu").read_text(), EvalOptions())
     finally:
         ev.close()
     assert r.status == "PASSED" and r.profile_level == "verdict", r.message
-    assert r.targets_runtime["tma"].verdict != "executed", r.targets_runtime["tma"]
+    assert r.profile["output_passed"] is False, r.profile
+    assert r.targets_runtime["tma"].verdict == "unknown" and "not credited" in r.targets_runtime["tma"].reason
+    assert r.target_executed is False and "profile_output_wrong" in r.timing.flags
+    # the counters themselves show what the profiled call did: the sweep's TMA loads
+    assert r.targets_runtime["tma"].counter_values.get("smsp__sass_inst_executed_op_tma_ld.sum", 0) > 0, r.targets_runtime
+
+
+def test_the_profiled_calls_output_is_judged(tmp_path):
+    """The reference GEMM's profiled call computes the GEMM (passed); a probe that computes nothing does not (and keeps
+    the verdict its counters give: only a passing evaluation loses its credit)."""
+    from ptxbench.agent.models.builtin import reference_source
+
+    reference = tmp_path / "reference.cu"
+    reference.write_text(reference_source(SMOKE))
+    good = profile(SMOKE, reference, full=False)
+    assert good.summary.output_passed is True and good.summary.output_status == "PASSED", good.summary.output_note
+    probe = profile(SMOKE, SOLUTIONS / "wgmma_live.ptx", full=False)
+    assert probe.summary.output_passed is False and probe.summary.output_status.startswith("INCORRECT"), probe.summary
+    assert probe.targets_runtime["wgmma"].verdict == "token"

@@ -128,3 +128,83 @@ def test_the_profiled_call_gets_the_evaluations_own_inputs():
     assert _replay_seed(SimpleNamespace(seed=None), SimpleNamespace(input_seed=123456)) == 123456
     assert _replay_seed(SimpleNamespace(seed=7), SimpleNamespace(input_seed=123456)) == 7
     assert _replay_seed(SimpleNamespace(seed=None), SimpleNamespace(input_seed=None)) == 0
+
+
+# ---- the profiled call's own output (replay.py --judge) ----
+def _smoke_buffers(seed: int):
+    from ptxbench.tools.gpu.buffers import allocate_set
+    from ptxbench.workloads.inputs import make_inputs
+    from ptxbench.workloads.registry import get_workload
+
+    wl = get_workload("smoke_gemm_bf16_m256_n256_k512")
+    bufs = allocate_set([(t.name, wl.shape(t.name), t.dtype, t.role) for t in wl.tensors], [], device="cpu")
+    inputs = make_inputs(wl, seed, "normal", "cpu")
+    bufs.load_inputs(inputs)
+    return wl, bufs, inputs
+
+
+def test_the_replay_judges_the_profiled_calls_output_by_the_evaluations_rule():
+    import torch
+
+    from ptxbench.tools.profile.replay import judged_output
+    from ptxbench.workloads.references import run_reference
+
+    wl, bufs, inputs = _smoke_buffers(11)
+    bufs.tensors["C"].data.copy_(run_reference(wl, inputs)["C"].to(torch.bfloat16))
+    assert judged_output(wl, 11, "normal", bufs, device="cpu") == {"passed": True, "status": "PASSED", "note": ""}
+    wrong = judged_output(wl, 12, "normal", bufs, device="cpu")  # another seed's inputs: these outputs are wrong
+    assert wrong["passed"] is False and wrong["status"] == "INCORRECT_NUMERICAL" and "C: relative Frobenius" in wrong["note"]
+    bufs.tensors["C"].raw[-1] = 0  # a byte past the output's end: the guard zone
+    assert judged_output(wl, 11, "normal", bufs, device="cpu")["status"] == "RUNTIME_ERROR"
+    assert judged_output(wl, 11, "normal", object(), device="cpu")["passed"] is None  # the harness's own failure: null
+
+
+def test_a_passing_kernel_whose_profiled_output_is_wrong_is_not_credited(tmp_path):
+    """A kernel that told the profiled call apart could run its target instructions there only (a token wgmma whose
+    result it dropped): the counters of a call that computed something else say nothing of the evaluated calls."""
+    import json as _json
+
+    from ptxbench.tools.profile.candidate import PROFILE_OUTPUT_WRONG, with_judgment
+    from ptxbench.tools.profile.summary import ProfileSummary
+    from ptxbench.tools.results import RuntimeTarget, Timing
+
+    judged = tmp_path / "judged.json"
+    judged.write_text(_json.dumps({"passed": False, "status": "INCORRECT_NUMERICAL", "note": "C: relative Frobenius error 1"}))
+    summary = with_judgment(ProfileSummary(ok=True), judged)
+    assert summary.output_passed is False and summary.output_status == "INCORRECT_NUMERICAL"
+    targets = {"wgmma": RuntimeTarget(verdict="executed", executed_warp_insts=4)}
+    out = ProfileOutcome(ok=True, targets_runtime=targets, summary=summary, feedback="compute-bound")
+    timing = Timing.model_construct(flags=[])
+    r = out.apply_to(EvalResult(workload="w", status="PASSED", timing=timing, message="passed"))
+    assert r.target_executed is False and r.targets_runtime["wgmma"].verdict == "unknown"
+    assert "not credited" in r.targets_runtime["wgmma"].reason and r.targets_runtime["wgmma"].executed_warp_insts == 4
+    assert r.feedback.startswith("The profiled call's output was wrong") and "compute-bound" in r.feedback
+    assert "not credited" in r.message and PROFILE_OUTPUT_WRONG in r.timing.flags
+    assert out.targets_runtime["wgmma"].verdict == "executed"  # the outcome itself is left as measured
+    # A failing kernel's profile (a probe that computes nothing, on purpose) keeps its verdicts: it scores nothing anyway.
+    failed = out.apply_to(EvalResult(workload="w", status="INCORRECT_NUMERICAL"))
+    assert failed.targets_runtime["wgmma"].verdict == "executed"
+    # A right output, or none judged (an old replay, a missing file), changes nothing.
+    judged.write_text(_json.dumps({"passed": True, "status": "PASSED", "note": ""}))
+    ok = ProfileOutcome(ok=True, targets_runtime=targets, summary=with_judgment(ProfileSummary(ok=True), judged))
+    assert ok.apply_to(EvalResult(workload="w", status="PASSED")).target_executed is True
+    assert with_judgment(ProfileSummary(ok=True), tmp_path / "absent.json").output_passed is None
+    judged.write_text("not json")
+    assert with_judgment(ProfileSummary(ok=True), judged).output_passed is None
+
+
+def test_the_profile_asks_the_replay_to_judge_its_output(monkeypatch, tmp_path):
+    from ptxbench.tools.profile import candidate
+    from ptxbench.tools.profile.summary import ProfileSummary
+
+    seen = {}
+
+    def fake_command(argv, **kwargs):
+        seen["argv"] = argv
+        Path(argv[argv.index("--judge") + 1]).write_text('{"passed": false, "status": "INCORRECT_NAN", "note": "C: 3 NaN"}')
+        return ProfileSummary(ok=True, mode="verdict")
+
+    monkeypatch.setattr(runner, "profile_command", fake_command)
+    s = candidate.measure_candidate("smoke_gemm_bf16_m256_n256_k512", "src", "k.cubin", full=False, seed=9, workdir=tmp_path)
+    assert s.output_passed is False and s.output_status == "INCORRECT_NAN" and s.output_note == "C: 3 NaN"
+    assert seen["argv"][seen["argv"].index("--seed") + 1] == "9"

@@ -6,6 +6,7 @@ kernel or profiler failure: the outcome then carries ok=False, the reason, and "
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -34,11 +35,19 @@ class ProfileOutcome(BaseModel):
 
     def apply_to(self, result: EvalResult) -> EvalResult:
         """Fill targets_runtime, profile, feedback, profile_level and seconds['profile'] (+ the GPU held and waited
-        for, when the replay was gated) of `result` (in place; returned)."""
-        result.targets_runtime = self.targets_runtime
+        for, when the replay was gated) of `result` (in place; returned). A passing kernel whose profiled call computed
+        a wrong output behaved otherwise under the profiler: its counters are not credited (uncredited())."""
+        wrong = self.summary is not None and self.summary.output_passed is False and result.passed
+        result.targets_runtime = uncredited(self.targets_runtime, self.summary) if wrong else self.targets_runtime
         result.profile = self.summary.model_dump() if self.summary is not None else {"ok": False, "error": self.error}
         if self.feedback:
             result.feedback = self.feedback
+        if wrong:
+            line = not_credited_line(self.summary)
+            result.feedback = line + ("\n" + result.feedback if result.feedback else "")
+            result.message = (result.message + " " + line).strip()
+            if result.timing is not None and PROFILE_OUTPUT_WRONG not in result.timing.flags:
+                result.timing.flags.append(PROFILE_OUTPUT_WRONG)
         if self.summary is not None:
             result.profile_level = self.summary.mode
         result.seconds["profile"] = round(self.seconds, 3)
@@ -47,6 +56,21 @@ class ProfileOutcome(BaseModel):
             if value is not None:
                 result.seconds[f"profile.{key[:-2]}"] = value
         return result
+
+
+PROFILE_OUTPUT_WRONG = "profile_output_wrong"  # Timing.flags: the profiled call's output failed the rule
+
+
+def not_credited_line(summary: ProfileSummary) -> str:
+    return (f"The profiled call's output was wrong ({summary.output_status}: {summary.output_note or 'no detail'}) "
+            "although every evaluated call passed: its instruction counts are not credited.")
+
+
+def uncredited(targets: dict[str, RuntimeTarget], summary: ProfileSummary) -> dict[str, RuntimeTarget]:
+    """Each target's verdict made `unknown` (its counters kept for the record): whether the evaluated calls ran those
+    instructions, a call that computed something else cannot say."""
+    reason = f"not credited: the profiled call's output was wrong ({summary.output_status})"
+    return {name: t.model_copy(update={"verdict": "unknown", "reason": reason}) for name, t in targets.items()}
 
 
 def device_env(device: int | None, **extra: str) -> dict[str, str]:
@@ -89,8 +113,22 @@ def measure_candidate(workload_id: str, source: str, cubin_path: str | Path, *, 
         source_path = work / "solution.txt"
         source_path.write_text(source)
         env = device_env(device)
-        return profile_command(replay_argv(workload_id, source_path, cubin_path, arch, seed), counters=counters,
-                               full=full, timeout_s=timeout_s, workdir=work, env=env, hold=hold)
+        judged = work / "judged.json"
+        summary = profile_command(replay_argv(workload_id, source_path, cubin_path, arch, seed) + ["--judge", str(judged)],
+                                  counters=counters, full=full, timeout_s=timeout_s, workdir=work, env=env, hold=hold)
+        return with_judgment(summary, judged)
+
+
+def with_judgment(summary: ProfileSummary, judged: Path) -> ProfileSummary:
+    """The summary with the replay's verdict on its output (replay.py --judge), when it wrote one."""
+    try:
+        verdict = json.loads(judged.read_text())
+    except (OSError, ValueError):
+        return summary
+    passed = verdict.get("passed")
+    return summary.model_copy(update={"output_passed": passed if isinstance(passed, bool) else None,
+                                      "output_status": str(verdict.get("status") or ""),
+                                      "output_note": str(verdict.get("note") or "")[:500]})
 
 
 def profile_candidate(

@@ -1,6 +1,7 @@
 """The replay program that Nsight Compute and compute-sanitizer run: one candidate, its plan, ONCE.
 
     python -m ptxbench.tools.profile.replay --workload W --source FILE --cubin CUBIN [--seed N] [--exact] [--handshake DIR]
+                                            [--judge FILE]
 
 It loads the cubin, builds the workload's inputs, and launches the plan's kernels once inside the
 NVTX range `ptxbench` (so ncu profiles exactly those launches). Loading, plan checks, buffers and
@@ -9,13 +10,17 @@ was timed. `--exact` gives every buffer its own exact-size allocation instead of
 guard zones, so compute-sanitizer's memcheck sees a write one element past the end (run it with
 PYTORCH_NO_CUDA_MEMORY_CACHING=1). `--handshake DIR` (handshake.py): everything that runs no kernel
 (imports, plan, context, cubin load) first, then `ready`, wait for `go`, then inputs and the launch,
-then `done`; the evaluator holds the GPU only between go and done. Exit status: 0 ran, 2 the
+then `done`; the evaluator holds the GPU only between go and done. `--judge FILE`: after the launch (before `done`),
+the output is judged by the evaluation's own rule, its reference computed only then, and the verdict written to FILE
+as JSON ({"passed": true | false | null, "status", "note"}): a profiled call that computed something else than the
+evaluated ones is not credited with their target instructions (candidate.py). Exit status: 0 ran, 2 the
 candidate failed (message on stderr), 3 the solution or plan was refused, 4 no `go` came.
 """
 from __future__ import annotations
 
 from ptxbench.workloads.arch import DEFAULT_ARCH
 import argparse
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -51,8 +56,35 @@ def exact_buffers(wl, plan):
     return bufs
 
 
+def judged_output(wl, seed: int, dist: str, bufs, device: str = "cuda") -> dict:
+    """The profiled call's output by the evaluation's rule (guards, outputs, untouched inputs). The reference is drawn
+    only now, after the call, so the kernel never had it within reach. Never raises: a harness failure is null."""
+    try:
+        from ..gpu.referee import RefereeCore
+        from ..gpu.verdict import Failed, check_guards, status_of
+        from ..results import TrialStats
+
+        try:
+            check_guards(bufs)
+        except Failed as f:
+            return {"passed": False, "status": f.status, "note": f.message}
+        core = RefereeCore(device)
+        core.prepare(wl.id, seed, dist)
+        inputs = core.data[(wl.id, seed, dist)].inputs
+        stats = [TrialStats.model_validate(s) for s in core.judge(
+            wl.id, seed, dist, 0, {n: bufs.tensors[n].data for n in bufs.outputs}, {n: bufs.tensors[n].data for n in inputs})]
+        status = status_of(stats)
+        wrong = [f"{s.tensor}: relative Frobenius error {s.rel_fro_err:.3g}" if s.rel_fro_err is not None else s.tensor
+                 for s in stats if not s.passed]
+        notes = [s.note for s in stats if not s.passed and s.note]
+        return {"passed": status == "PASSED", "status": status, "note": "; ".join(wrong + notes)}
+    except Exception as e:  # noqa: BLE001 - the judgment is the profile's extra, never its failure
+        return {"passed": None, "status": "", "note": f"not judged: {type(e).__name__}: {e}"}
+
+
 def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_ARCH, seed: int = 0, dist: str = "normal",
-           exact: bool = False, nvtx: bool = True, handshake: str | Path | None = None) -> int:
+           exact: bool = False, nvtx: bool = True, handshake: str | Path | None = None,
+           judge: str | Path | None = None) -> int:
     import torch
     from cuda.bindings import driver as cu
 
@@ -106,6 +138,8 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_A
             sync_stream(cand.stream)
         finally:
             pop()
+        if judge is not None:
+            Path(judge).write_text(json.dumps(judged_output(wl, seed, dist, bufs)))
     except Failed as f:
         print(f"{f.status}: {f.message}" + (f" ({'; '.join(f.plan_errors)})" if f.plan_errors else ""), file=sys.stderr)
         return 2
@@ -137,9 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exact", action="store_true", help="exact-size allocations (for compute-sanitizer)")
     p.add_argument("--no-nvtx", action="store_true")
     p.add_argument("--handshake", default=None, help="folder of the ready/go/done files (handshake.py)")
+    p.add_argument("--judge", default=None, help="write the output's verdict to this JSON file")
     a = p.parse_args(argv)
     return replay(a.workload, Path(a.source).read_text(), Path(a.cubin).read_bytes(), arch=a.arch, seed=a.seed,
-                  dist=a.dist, exact=a.exact, nvtx=not a.no_nvtx, handshake=a.handshake)
+                  dist=a.dist, exact=a.exact, nvtx=not a.no_nvtx, handshake=a.handshake, judge=a.judge)
 
 
 if __name__ == "__main__":

@@ -90,6 +90,10 @@ class ProfileSummary(BaseModel):
                                                        "CUDA context, cubin; gated runs only)")
     gpu_held_s: float | None = Field(None, description="seconds the GPU was held for the replay (gated runs only)")
     gpu_wait_s: float | None = Field(None, description="seconds the ready replay waited for the GPU (gated runs only)")
+    output_passed: bool | None = Field(None, description="whether the profiled call's output passed the evaluation's rule "
+                                       "(replay.py --judge); None: not judged")
+    output_status: str = Field("", description="its status when judged (PASSED, INCORRECT_NUMERICAL, ...)")
+    output_note: str = Field("", description="what was wrong with it, or why it was not judged")
 
     @property
     def duration_us(self) -> float | None:
