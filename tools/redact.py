@@ -23,14 +23,23 @@ _KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{20,}|hf_
 _REGISTERED: set[str] = set()
 
 
+# The registered names travel to the processes started later (the GPU workers' fork server erases those variables too).
+REGISTERED_ENV = "PTXBENCH_KEY_ENVS"  # (a name that is no secret itself: its value is names, not keys)
+
+
 def register_secret_env(name: str | None) -> None:
     """Mask the value of environment variable `name` from now on (the --api-key-env variable)."""
     if name:
         _REGISTERED.add(name)
+        os.environ[REGISTERED_ENV] = ",".join(sorted(_registered() | {name}))
+
+
+def _registered() -> set[str]:
+    return _REGISTERED | {n for n in os.environ.get(REGISTERED_ENV, "").split(",") if n}
 
 
 def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name)) or name in _REGISTERED
+    return bool(_SECRET_NAME.search(name)) or name in _registered()
 
 
 def without_secrets(env: dict[str, str]) -> dict[str, str]:
@@ -41,7 +50,7 @@ def without_secrets(env: dict[str, str]) -> dict[str, str]:
 
 
 def secret_values() -> list[str]:
-    values = {v for k, v in os.environ.items() if (_SECRET_NAME.search(k) or k in _REGISTERED) and v and len(v) >= 8}
+    values = {v for k, v in os.environ.items() if is_secret_name(k) and v and len(v) >= 8}
     return sorted(values, key=len, reverse=True)
 
 

@@ -203,6 +203,8 @@ class Fingerprint(BaseModel):
     ptxas: str = ""
     host: str = ""
     jail: str = Field("", description="how the compilers were confined for this result: bwrap | unshare | limits")
+    pageable_memory_access: bool | None = Field(None, description="the GPU reaches its process's pageable host memory "
+                                                "by address (HMM / ATS; DeviceLimits.pageable_memory_access)")
 
 
 class EvalResult(BaseModel):

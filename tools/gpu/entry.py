@@ -4,15 +4,13 @@ Both processes run candidates' binaries (or judge their buffers) and need no API
 environment before anything else happens."""
 from __future__ import annotations
 
-import os
-
 
 def _drop_keys() -> None:
-    from ptxbench.tools.redact import without_secrets
+    """The keys erased from this process's memory, not only from os.environ (keyless.py): a kernel on a GPU with
+    pageable memory access reads host memory by address."""
+    from ptxbench.tools.gpu.keyless import erase_secrets
 
-    keep = without_secrets(dict(os.environ))
-    for name in [n for n in os.environ if n not in keep]:
-        del os.environ[name]
+    erase_secrets()
 
 
 def main(conn, device_index: int, config: dict, referee_conn=None) -> None:

@@ -35,6 +35,9 @@ class DeviceLimits(BaseModel):
     cluster_capacity: dict[int, int] = Field(
         default_factory=dict, description="cluster size -> clusters resident at once, one CTA per SM "
         "(tools/gpu/occupancy.py); empty: plans get plan_resolve.guaranteed_clusters")
+    pageable_memory_access: bool = Field(False, description="the GPU reads and writes its process's pageable host memory "
+                                         "by address (HMM, or ATS on Grace Hopper): a candidate's kernel reaches the "
+                                         "worker's host memory (tools/gpu/keyless.py erases the keys from it)")
 
 
 def arg_bytes(kind: str, scalar_type: str | None) -> int:

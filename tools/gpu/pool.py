@@ -38,7 +38,8 @@ from .timeline import GpuTimeline
 # The H200 reports some faults (misaligned address, trap) only 0.5-1 s after the kernel starts; a
 # watchdog shorter than this would call them hangs (measured: bench/results/gpu_evaluator.md).
 MIN_CANDIDATE_LIMIT_S = 2.0
-PRELOAD = ["numpy", "torch", "cuda.bindings.driver", "ptxbench.tools.gpu.worker", "ptxbench.tools.gpu.runner",
+# keyless_server first: the fork server erases the API keys from its memory before anything else runs there
+PRELOAD = ["ptxbench.tools.gpu.keyless_server", "numpy", "torch", "cuda.bindings.driver", "ptxbench.tools.gpu.worker", "ptxbench.tools.gpu.runner",
            "ptxbench.tools.gpu.referee"]
 
 

@@ -52,7 +52,19 @@ def read_limits(device_index: int) -> DeviceLimits:
         l2_bytes=attr(A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
         total_memory=props.total_memory,
         cluster_capacity=capacity,
+        pageable_memory_access=bool(_optional_attr(attr, "CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS")),
     )
+
+
+def _optional_attr(attr, name: str) -> int:
+    """An attribute an older driver binding may lack: 0 then."""
+    from cuda.bindings import driver as cu
+
+    a = getattr(cu.CUdevice_attribute, name, None)
+    try:
+        return attr(a) if a is not None else 0
+    except Exception:  # noqa: BLE001 - a driver that refuses the attribute does not have the feature
+        return 0
 
 
 def _start(device_index: int, config: dict, referee_conn):
@@ -89,7 +101,7 @@ def _start(device_index: int, config: dict, referee_conn):
         raise RuntimeError("the GPU worker was started without its referee process")
     state.referee = RefereeClient(referee_conn, config.get("referee_timeout_s", 900.0))
     done("state")
-    identity = fingerprint.read(device_index)
+    identity = fingerprint.read(device_index) | {"pageable_memory_access": limits.pageable_memory_access}
     done("fingerprint")
     hello = {"type": "hello", "limits": limits.model_dump(), "fingerprint": identity,
              "device_count": torch.cuda.device_count(), "startup_s": time.perf_counter() - t_start,
