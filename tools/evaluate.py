@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import os
+import shutil
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 from ..workloads.registry import get_workload
@@ -229,6 +233,7 @@ class LocalEvaluator:
         finally:
             if early is not None:
                 early.drop()  # whatever happened, an early run nobody claimed is killed at its gate
+                shutil.rmtree(early.expect_path.parent, ignore_errors=True)
         if options.time and result.status != "TIMEOUT":  # a scored turn's cost (a tool's quick test or a hang is not)
             self._priority.learn(wl.id, result.seconds.get("gpu.gpu_total", 0.0) + result.seconds.get("profile.gpu_held", 0.0))
         return result
@@ -239,6 +244,8 @@ class LocalEvaluator:
         t0 = time.perf_counter()
         result = self._submit(pool, job, options.turn, priority)
         seconds["gpu"] = time.perf_counter() - t0
+        if early is not None and result.verified_sketch is not None:  # before the claim: its replay reads it after `go`
+            early.expect_path.write_text(json.dumps(result.verified_sketch))
         seconds.update({f"gpu.{k}": v for k, v in result.seconds.items()})
         fp = Fingerprint.model_validate({**pool.fingerprint, "ptxas": comp.tools.get("ptxas", ""), "jail": comp.jail})
         message = _message(result)
@@ -253,7 +260,8 @@ class LocalEvaluator:
         if evaluated.status == "TIMEOUT" and level != "none":  # ncu would replay the hang until its own time limit
             level, evaluated.profile_reason = "none", f"not profiled: the kernel hung ({why or 'profile asked for'})"
         if level != "none" or options.sanitize:
-            evaluated = self._attach_profile(evaluated, options, level, why, solution, comp, cubin_sha, early, priority)
+            evaluated = self._attach_profile(evaluated, options, level, why, solution, comp, cubin_sha, early, priority,
+                                             expected=result.verified_sketch)
         return evaluated
 
     def _cached_profile(self, cubin_sha: str, workload: str, arch: str, level: str) -> dict | None:
@@ -272,20 +280,29 @@ class LocalEvaluator:
         if level == "none" or not self.early_profiles or not comp.cubin_path:
             return None
         device = functools.cache(pool.pick_device)  # one device for both runs, picked when the first starts
+        # where the evaluation's verified sketch goes once the timing is in: the replay checks its output against it
+        expect = Path(tempfile.mkdtemp(prefix="ptxbench-expect-")) / "expected.json"
         runs = [run for run in (self._start_early(pool, options, workload, source, comp, cubin_sha, level, device,
-                                                  seed, priority),) if run is not None]
+                                                  seed, expect, priority),) if run is not None]
         best_level, _ = options.profile_level(True, math.inf, 0.0)  # what a new best would get
         if best_level != level and (not runs or self._early_spare(pool) >= 2):  # one left for another evaluation
-            extra = self._start_early(pool, options, workload, source, comp, cubin_sha, best_level, device, seed, priority)
+            extra = self._start_early(pool, options, workload, source, comp, cubin_sha, best_level, device, seed, expect,
+                                      priority)
             runs += [extra] if extra is not None else []
-        return runs[0] if len(runs) == 1 else EarlyChoice(runs) if runs else None
+        if not runs:
+            shutil.rmtree(expect.parent, ignore_errors=True)
+            return None
+        early = runs[0] if len(runs) == 1 else EarlyChoice(runs)
+        early.expect_path = expect
+        return early
 
     def _early_spare(self, pool: GpuPool) -> int:
         with self._early_lock:
             return self.early_per_gpu * max(1, len(pool.slots)) - self._early_running
 
     def _start_early(self, pool: GpuPool, options: EvalOptions, workload: str, source: str, comp, cubin_sha: str,
-                     level: str, device_for: Callable[[], int], seed: int, priority: float) -> EarlyProfile | None:
+                     level: str, device_for: Callable[[], int], seed: int, expect: Path,
+                     priority: float) -> EarlyProfile | None:
         """One early run at `level` on the evaluation's first inputs (`seed`), unless its profile is cached, being taken
         or started early, or no slot is free."""
         key = (cubin_sha, workload, options.arch)
@@ -313,7 +330,7 @@ class LocalEvaluator:
 
         return EarlyProfile(lambda hold: measure_candidate(workload, source, comp.cubin_path, arch=options.arch,
                                                            full=level == "full", seed=seed, device=device,
-                                                           hold=hold),
+                                                           hold=hold, expected=expect),
                             level, hold=lambda: pool.exclusive(device, priority, workload), device=device, on_end=ended)
 
     def _submit(self, pool: GpuPool, job: GpuJob, turn: int | None, priority: float = 0.0) -> GpuOutcome:
@@ -331,7 +348,8 @@ class LocalEvaluator:
                 self._hangs.release(key, result, turn)
 
     def _attach_profile(self, result: EvalResult, options: EvalOptions, level: str, why: str, solution, comp,
-                        cubin_sha: str, early: EarlyProfile | EarlyChoice | None = None, priority: float = 0.0) -> EvalResult:
+                        cubin_sha: str, early: EarlyProfile | EarlyChoice | None = None, priority: float = 0.0,
+                        expected: dict | None = None) -> EvalResult:
         """Profile / sanitize the candidate. The counts of one binary on one GPU do not change between submissions, so
         a profile of the same cubin (a model resubmitting a kernel) at the level asked for or above is reused instead
         of replayed under ncu again, and one being taken for an identical cubin is waited for (profile/inflight.py).
@@ -344,13 +362,14 @@ class LocalEvaluator:
         if not registered and level != "none":  # it waited (or found the cache filled meanwhile): the time says which
             result.seconds["profile.identical_wait"] = time.perf_counter() - t0
         try:
-            return self._profile_or_reuse(result, options, level, why, solution, comp, key, early, priority)
+            return self._profile_or_reuse(result, options, level, why, solution, comp, key, early, priority, expected)
         finally:
             if registered:
                 self._profiling.release(key)
 
     def _profile_or_reuse(self, result: EvalResult, options: EvalOptions, level: str, why: str, solution, comp,
-                          key: tuple, early: EarlyProfile | EarlyChoice | None, priority: float = 0.0) -> EvalResult:
+                          key: tuple, early: EarlyProfile | EarlyChoice | None, priority: float = 0.0,
+                          expected: dict | None = None) -> EvalResult:
         cached = self._cached_profile(*key, level)
         if cached is not None:
             result.targets_runtime = {k: RuntimeTarget.model_validate(v) for k, v in cached["targets_runtime"].items()}
@@ -372,7 +391,7 @@ class LocalEvaluator:
         device = (early.device if measured is not None else pool.pick_device()) if level != "none" else None
         result = attach(result, options, solution.source, comp, solution.language, device=device, level=level, why=why,
                         hold=lambda: pool.exclusive(device, priority, result.workload), sanitize_hold=pool.exclusive,
-                        measured=measured)
+                        measured=measured, expected=expected)
         if level != "none" and result.targets_runtime and all(t.verdict != "unknown" for t in result.targets_runtime.values()):
             self._profiles[key] = {"targets_runtime": {k: v.model_dump() for k, v in result.targets_runtime.items()},
                                    "profile": result.profile, "feedback": result.feedback, "level": level}

@@ -2,6 +2,8 @@
 receives and the EvalResult built from its answer are checked on the CPU."""
 from __future__ import annotations
 
+import json
+
 import time
 
 from ptxbench.tools.evaluate import LocalEvaluator, _format_status, _message
@@ -21,6 +23,9 @@ STATS = {"trial": 0, "tensor": "C", "passed": True, "max_abs_err": 0.01, "max_re
          "frac_matched": 1.0, "n_nan": 0, "n_inf": 0, "worst_index": [1, 2], "worst_value": 1.0, "worst_expected": 1.01}
 
 
+SKETCH = {"key": 2**61 + 5, "values": {"C": [1.0, -2.0, 3.0, 0.0, 0.5, -0.5, 0.9, 0.01]}}
+
+
 class AnsweringWorker(AnswerWorker):
     """Answers every evaluation as a worker that ran it: a phase message, then PASSED with STATS and TIMING."""
 
@@ -34,7 +39,7 @@ class AnsweringWorker(AnswerWorker):
         self.replies.append({"type": "phase", "id": msg["id"], "phase": "run", "limit_s": 5})
         self.replies.append({"type": "result", "id": msg["id"], "replace": False, "result": {
             "status": "PASSED", "correctness": [STATS], "timing": TIMING, "plan_errors": [], "runtime_error": "",
-            "seconds": {"correctness": 0.1, "timing": 0.3}}})
+            "seconds": {"correctness": 0.1, "timing": 0.3}, "verified_sketch": SKETCH}})
 
 
 def test_evaluate_sends_a_complete_job_and_builds_the_result():
@@ -195,6 +200,8 @@ def _fake_measure(calls: list):
         try:
             with hold():
                 call["held"] = time.monotonic()
+                expected = kwargs.get("expected")  # what its replay reads after the call: there once the GPU is held
+                call["expected"] = expected.read_text() if expected is not None and expected.exists() else None
         except Exception as exc:  # noqa: BLE001 - what gated.py does: a hold that fails ends the run
             call["refused"] = type(exc).__name__
             return ProfileSummary(ok=False, mode="full" if full else "verdict", error=str(exc))
@@ -214,6 +221,7 @@ def test_the_profile_started_beside_the_timing_serves_the_level_the_pass_asks_fo
     assert r.status == "PASSED" and r.profile_level == "verdict"
     assert len(calls) == 1 and not calls[0]["full"]  # one ncu run, started before the timing, not a second one after
     assert calls[0]["held"] >= done[0] and "refused" not in calls[0]  # the GPU taken once the timing was done
+    assert json.loads(calls[0]["expected"]) == SKETCH  # the verified sketch, written before the replay's `go`
     assert r.targets_runtime and all(t.verdict == "unknown" for t in r.targets_runtime.values())
 
 

@@ -168,6 +168,9 @@ def test_the_verdict_holds_the_gpu_only_while_the_replay_runs():
     assert all(t.verdict == "executed" for t in r.targets_runtime.values()), r.targets_runtime
     held, whole = r.seconds["profile.gpu_held"], r.seconds["profile"]
     assert held < whole / 2, r.seconds
+    # the profiled call's output checked against the evaluation's verified sketch: no reference computed meanwhile
+    assert r.profile["output_passed"] is True and r.profile["output_method"] == "sketch", r.profile
+    assert r.profile["output_judge_s"] < 1.0, r.profile["output_judge_s"]
     assert "not taken this turn" in r.feedback
     print(f"\nverdict: ncu run {whole:.2f} s, GPU held {held:.2f} s, waited {r.seconds['profile.gpu_wait']:.2f} s")
 
@@ -187,7 +190,7 @@ def test_a_kernel_that_behaves_otherwise_under_the_profiler_gets_no_target_credi
     finally:
         ev.close()
     assert r.status == "PASSED" and r.profile_level == "verdict", r.message
-    assert r.profile["output_passed"] is False, r.profile
+    assert r.profile["output_passed"] is False and r.profile["output_method"] == "sketch", r.profile
     assert r.targets_runtime["tma"].verdict == "unknown" and "not credited" in r.targets_runtime["tma"].reason
     assert r.target_executed is False and "profile_output_wrong" in r.timing.flags
     # the counters themselves show what the profiled call did: the sweep's TMA loads

@@ -151,11 +151,13 @@ def test_the_replay_judges_the_profiled_calls_output_by_the_evaluations_rule():
 
     wl, bufs, inputs = _smoke_buffers(11)
     bufs.tensors["C"].data.copy_(run_reference(wl, inputs)["C"].to(torch.bfloat16))
-    assert judged_output(wl, 11, "normal", bufs, device="cpu") == {"passed": True, "status": "PASSED", "note": ""}
+    right = judged_output(wl, 11, "normal", bufs, device="cpu")
+    assert (right["passed"], right["status"], right["note"], right["method"]) == (True, "PASSED", "", "referee")
     wrong = judged_output(wl, 12, "normal", bufs, device="cpu")  # another seed's inputs: these outputs are wrong
     assert wrong["passed"] is False and wrong["status"] == "INCORRECT_NUMERICAL" and "C: relative Frobenius" in wrong["note"]
     bufs.tensors["C"].raw[-1] = 0  # a byte past the output's end: the guard zone
-    assert judged_output(wl, 11, "normal", bufs, device="cpu")["status"] == "RUNTIME_ERROR"
+    guarded = judged_output(wl, 11, "normal", bufs, device="cpu")
+    assert (guarded["status"], guarded["method"]) == ("RUNTIME_ERROR", "guards")
     assert judged_output(wl, 11, "normal", object(), device="cpu")["passed"] is None  # the harness's own failure: null
 
 
@@ -208,3 +210,33 @@ def test_the_profile_asks_the_replay_to_judge_its_output(monkeypatch, tmp_path):
     s = candidate.measure_candidate("smoke_gemm_bf16_m256_n256_k512", "src", "k.cubin", full=False, seed=9, workdir=tmp_path)
     assert s.output_passed is False and s.output_status == "INCORRECT_NAN" and s.output_note == "C: 3 NaN"
     assert seen["argv"][seen["argv"].index("--seed") + 1] == "9"
+
+
+def test_the_replay_checks_its_output_against_the_evaluations_verified_sketch():
+    """With the evaluation's verified sketch (GpuOutcome.verified_sketch) the replay checks its output as a timed call is
+    checked: the same secret signs, the verified scales, a few passes; no reference computed in the GPU-held window."""
+    import torch
+
+    from ptxbench.tools.gpu.calls import sketch_tensors, to_sketch
+    from ptxbench.tools.profile.replay import judged_output, read_expected
+    from ptxbench.workloads.references import run_reference
+
+    wl, bufs, inputs = _smoke_buffers(21)
+    right = run_reference(wl, inputs)["C"].to(torch.bfloat16)
+    key = 2**61 + 12345
+    verified = to_sketch(["C"], [float(p) for p in sketch_tensors({"C": right}, key)])
+    expected = {"key": key, "values": {n: list(v) for n, v in verified.values.items()}}
+    bufs.tensors["C"].data.copy_(right)
+    ok = judged_output(wl, 21, "normal", bufs, device="cpu", expected=expected)
+    assert (ok["passed"], ok["status"], ok["method"]) == (True, "PASSED", "sketch") and ok["seconds"] >= 0
+    bufs.tensors["C"].data[:64].mul_(0.5)  # a quarter of the rows a half short
+    short = judged_output(wl, 21, "normal", bufs, device="cpu", expected=expected)
+    assert (short["passed"], short["status"]) == (False, "INCORRECT_NUMERICAL") and "differs from the verified" in short["note"]
+    bufs.tensors["C"].data[0, 0] = float("nan")
+    assert judged_output(wl, 21, "normal", bufs, device="cpu", expected=expected)["status"] == "INCORRECT_NAN"
+    wrong_key = dict(expected, key=key + 1)  # other signs: the honest output no longer matches the projections
+    bufs.tensors["C"].data.copy_(right)
+    assert judged_output(wl, 21, "normal", bufs, device="cpu", expected=wrong_key)["passed"] is False
+    renamed = {"key": key, "values": {"D": expected["values"]["C"]}}
+    assert judged_output(wl, 21, "normal", bufs, device="cpu", expected=renamed)["passed"] is None
+    assert read_expected(None) is None and read_expected("/nonexistent/expected.json") is None

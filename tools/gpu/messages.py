@@ -54,3 +54,6 @@ class GpuOutcome(BaseModel):
     runtime_error: str = ""
     seconds: dict[str, float] = Field(default_factory=dict)
     input_seed: int | None = None
+    verified_sketch: dict | None = Field(None, description="the first input set's verified output sketch and the "
+                                         "evaluation's sign key, {'key', 'values': {output: [SKETCH_FIELDS floats]}}: "
+                                         "the profile's replay checks its own output against it (tools/profile/replay.py)")

@@ -28,7 +28,7 @@ from ..results import Timing, TrialStats
 from . import ceilings as roofline
 from .ceilings import IMPLAUSIBLE_SPEEDUP, suspicious
 from .buffers import BufferSet, allocate_set
-from .calls import CandidateCalls, InputSet, SketchSpace, sketch_tensors
+from .calls import CandidateCalls, InputSet, Sketch, SketchSpace, sketch_tensors
 from .seeds import check_seed_offset, evaluation_seeds, input_sets
 from .correctness import output_digest, replay_note
 from .launch import HARDWARE_FAULTS, CudaError, get_function, launch_config, launch_kernel, load_module, pack_params, \
@@ -486,6 +486,8 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
         calls = CandidateCalls(cand, sets, secrets.randbits(62))
         t0 = time.perf_counter()
         stats, digests = correctness(calls, referee, wl, job, phase, seconds, flush, watch)
+        if isinstance(first := calls.verified.get(0), Sketch):  # the profile replays set 0's inputs (input_seed) and
+            out.verified_sketch = {"key": calls.key, "values": {n: list(v) for n, v in first.values.items()}}  # checks them
         out.correctness = list(stats)
         out.status = status_of(stats)
         seconds["correctness"] = time.perf_counter() - t0

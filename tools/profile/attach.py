@@ -33,8 +33,9 @@ def _replay_seed(options, result: EvalResult) -> int:
 
 def attach(result: EvalResult, options: EvalOptions, source: str, compile_result: CompileResult, language: str = "ptx",
            *, device: int | None = None, level: str | None = None, why: str = "", hold=None,
-           sanitize_hold=None, measured=None) -> EvalResult:
-    """`measured`: (summary, seconds) of the ncu run at `level` already made (early.py), judged here instead of a new run."""
+           sanitize_hold=None, measured=None, expected: dict | None = None) -> EvalResult:
+    """`measured`: (summary, seconds) of the ncu run at `level` already made (early.py), judged here instead of a new run.
+    `expected`: the evaluation's verified sketch of the profiled inputs (GpuOutcome.verified_sketch)."""
     if not result.gpu_evaluated or compile_result.status != "ok" or not compile_result.cubin_path:
         return result
     if level is None:
@@ -44,7 +45,8 @@ def attach(result: EvalResult, options: EvalOptions, source: str, compile_result
 
         outcome = profile_candidate(result.workload, source, compile_result.cubin_path, arch=options.arch,
                                     compile_result=compile_result, full=level == "full", seed=_replay_seed(options, result),
-                                    device=device, timing=result.timing, hold=hold, note=why, measured=measured)
+                                    device=device, timing=result.timing, hold=hold, note=why, measured=measured,
+                                    expected=expected)
         outcome.apply_to(result)
         result.profile_reason = why
     if options.sanitize:

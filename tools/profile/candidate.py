@@ -100,9 +100,12 @@ def _targets(workload_id: str, arch: str):
 
 def measure_candidate(workload_id: str, source: str, cubin_path: str | Path, *, arch: str = DEFAULT_ARCH, full: bool = True,
                       timeout_s: float = 120.0, seed: int = 0, workdir: str | Path | None = None, device: int | None = None,
-                      hold=None) -> ProfileSummary:
-    """The ncu run of profile_candidate alone (its arguments mean the same): the parsed summary, nothing judged yet.
-    Split out so that an evaluator can start it before the timing result is in (tools/profile/early.py)."""
+                      hold=None, expected: dict | Path | None = None) -> ProfileSummary:
+    """The ncu run of profile_candidate alone (its arguments mean the same): the parsed summary, with the replay's
+    verdict on its own output (nothing else judged yet). `expected`: the evaluation's verified sketch of these inputs
+    (GpuOutcome.verified_sketch), or the file the evaluator writes it to before the replay's `go` (an early start);
+    without one the replay judges by the referee's rule. Split out so that an evaluator can start it before the timing
+    result is in (tools/profile/early.py)."""
     from .runner import profile_command
 
     profile, _, families = _targets(workload_id, arch)
@@ -114,8 +117,13 @@ def measure_candidate(workload_id: str, source: str, cubin_path: str | Path, *, 
         source_path.write_text(source)
         env = device_env(device)
         judged = work / "judged.json"
-        summary = profile_command(replay_argv(workload_id, source_path, cubin_path, arch, seed) + ["--judge", str(judged)],
-                                  counters=counters, full=full, timeout_s=timeout_s, workdir=work, env=env, hold=hold)
+        argv = replay_argv(workload_id, source_path, cubin_path, arch, seed) + ["--judge", str(judged)]
+        if isinstance(expected, dict):
+            (work / "expected.json").write_text(json.dumps(expected))
+            expected = work / "expected.json"
+        if expected is not None:
+            argv += ["--expect", str(expected)]
+        summary = profile_command(argv, counters=counters, full=full, timeout_s=timeout_s, workdir=work, env=env, hold=hold)
         return with_judgment(summary, judged)
 
 
@@ -128,7 +136,10 @@ def with_judgment(summary: ProfileSummary, judged: Path) -> ProfileSummary:
     passed = verdict.get("passed")
     return summary.model_copy(update={"output_passed": passed if isinstance(passed, bool) else None,
                                       "output_status": str(verdict.get("status") or ""),
-                                      "output_note": str(verdict.get("note") or "")[:500]})
+                                      "output_note": str(verdict.get("note") or "")[:500],
+                                      "output_method": str(verdict.get("method") or ""),
+                                      "output_judge_s": seconds if isinstance(seconds := verdict.get("seconds"), (int, float))
+                                      else None})
 
 
 def profile_candidate(
@@ -148,6 +159,7 @@ def profile_candidate(
     hold=None,
     note: str = "",
     measured: tuple[ProfileSummary, float] | None = None,
+    expected: dict | Path | None = None,
 ) -> ProfileOutcome:
     """Profile one candidate (the solution file `source`, assembled to `cubin_path`) on this machine's GPU.
 
@@ -163,7 +175,8 @@ def profile_candidate(
     held only while the launches are replayed (runner.py, gated.py). With full=False the feedback is
     the short one of brief.py: where the kernel stands, the target verdicts, and `note` (why the
     per-line profile was not taken). `measured`: (summary, seconds) of a measure_candidate run made
-    already at this level (an early start); then only the judging and the feedback happen here.
+    already at this level (an early start); then only the judging and the feedback happen here. `expected`: the
+    evaluation's verified sketch, which the replay checks its own output against (measure_candidate).
     """
     from .feedback import profile_feedback
 
@@ -173,7 +186,7 @@ def profile_candidate(
         summary, before = measured
     else:
         summary, before = measure_candidate(workload_id, source, cubin_path, arch=arch, full=full, timeout_s=timeout_s,
-                                            seed=seed, workdir=workdir, device=device, hold=hold), 0.0
+                                            seed=seed, workdir=workdir, device=device, hold=hold, expected=expected), 0.0
     static = static_histogram(compile_result.kernels) if compile_result is not None and compile_result.kernels else None
     verdicts = runtime_verdicts(profile, summary, families, static, expected_work(wl) if wl is not None else None, wl)
     if compile_result is not None and summary.ok:

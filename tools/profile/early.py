@@ -35,6 +35,8 @@ class ProfileNotWanted(RuntimeError):
 
 
 class EarlyProfile:
+    expect_path = None  # the file the evaluator writes its verified sketch to before the claim (tools/evaluate.py)
+
     def __init__(self, start: Callable[[Callable], ProfileSummary], level: str, hold: Callable, device: int | None = None,
                  on_end: Callable[[], None] | None = None):
         self.level, self.device = level, device
@@ -97,6 +99,8 @@ class EarlyProfile:
 class EarlyChoice:
     """Early runs of one evaluation at different levels, on one device: `claim(level)` kills every other run at its
     gate first, then claims the run at that level (None when there is none); the same interface as EarlyProfile."""
+
+    expect_path = None
 
     def __init__(self, runs: list[EarlyProfile]):
         if not runs or len({run.device for run in runs}) != 1 or len({run.level for run in runs}) != len(runs):

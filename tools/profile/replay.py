@@ -1,7 +1,7 @@
 """The replay program that Nsight Compute and compute-sanitizer run: one candidate, its plan, ONCE.
 
     python -m ptxbench.tools.profile.replay --workload W --source FILE --cubin CUBIN [--seed N] [--exact] [--handshake DIR]
-                                            [--judge FILE]
+                                            [--judge FILE [--expect SKETCH]]
 
 It loads the cubin, builds the workload's inputs, and launches the plan's kernels once inside the
 NVTX range `ptxbench` (so ncu profiles exactly those launches). Loading, plan checks, buffers and
@@ -11,9 +11,12 @@ guard zones, so compute-sanitizer's memcheck sees a write one element past the e
 PYTORCH_NO_CUDA_MEMORY_CACHING=1). `--handshake DIR` (handshake.py): everything that runs no kernel
 (imports, plan, context, cubin load) first, then `ready`, wait for `go`, then inputs and the launch,
 then `done`; the evaluator holds the GPU only between go and done. `--judge FILE`: after the launch (before `done`),
-the output is judged by the evaluation's own rule, its reference computed only then, and the verdict written to FILE
-as JSON ({"passed": true | false | null, "status", "note"}): a profiled call that computed something else than the
-evaluated ones is not credited with their target instructions (candidate.py). Exit status: 0 ran, 2 the
+the output is judged and the verdict written to FILE as JSON ({"passed": true | false | null, "status", "note",
+"method", "seconds"}): a profiled call that computed something else than the evaluated ones is not credited with their
+target instructions (candidate.py). With `--expect SKETCH` (the evaluation's verified sketch of these inputs and its
+sign key, read only after the call: the evaluator may write it while the replay waits at `ready`) the output is
+compared as a timed call's is (tools/gpu/calls.py: a few passes over it); without it, or when it never came, the
+referee's rule judges it against a reference computed then (seconds of GPU time for the large workloads). Exit status: 0 ran, 2 the
 candidate failed (message on stderr), 3 the solution or plan was refused, 4 no `go` came.
 """
 from __future__ import annotations
@@ -22,6 +25,7 @@ from ptxbench.workloads.arch import DEFAULT_ARCH
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -56,35 +60,74 @@ def exact_buffers(wl, plan):
     return bufs
 
 
-def judged_output(wl, seed: int, dist: str, bufs, device: str = "cuda") -> dict:
-    """The profiled call's output by the evaluation's rule (guards, outputs, untouched inputs). The reference is drawn
-    only now, after the call, so the kernel never had it within reach. Never raises: a harness failure is null."""
+def sketched_output(bufs, expected: dict) -> dict:
+    """The output against the evaluation's verified sketch of the same inputs (`expected`: {'key', 'values'}), as the
+    protocol checks a timed call: the same signs, the verified output's squashing scales, SKETCH_TOLERANCE."""
+    from ..gpu.calls import Sketch, sketch_tensors, to_sketch
+
+    verified = Sketch({str(n): tuple(float(x) for x in v) for n, v in expected["values"].items()})
+    outputs = {n: bufs.tensors[n].data for n in bufs.outputs}
+    if set(outputs) != set(verified.values):
+        raise ValueError(f"the sketch names {sorted(verified.values)}, the workload's outputs are {sorted(outputs)}")
+    parts = sketch_tensors(outputs, int(expected["key"]), scales=verified.scales())
+    differs = to_sketch(list(outputs), [float(p) for p in parts]).differs(verified)
+    status = "PASSED" if not differs else "INCORRECT_NAN" if "NaN/Inf" in differs else "INCORRECT_NUMERICAL"
+    return {"passed": not differs, "status": status, "note": differs, "method": "sketch"}
+
+
+def refereed_output(wl, seed: int, dist: str, bufs, device: str) -> dict:
+    """The output by the referee's rule against a reference drawn only now, after the call (so the kernel never had it
+    within reach): outputs, and the inputs left untouched."""
+    from ..gpu.referee import RefereeCore
+    from ..gpu.verdict import status_of
+    from ..results import TrialStats
+
+    core = RefereeCore(device)
+    core.prepare(wl.id, seed, dist)
+    inputs = core.data[(wl.id, seed, dist)].inputs
+    stats = [TrialStats.model_validate(s) for s in core.judge(
+        wl.id, seed, dist, 0, {n: bufs.tensors[n].data for n in bufs.outputs}, {n: bufs.tensors[n].data for n in inputs})]
+    status = status_of(stats)
+    wrong = [f"{s.tensor}: relative Frobenius error {s.rel_fro_err:.3g}" if s.rel_fro_err is not None else s.tensor
+             for s in stats if not s.passed]
+    notes = [s.note for s in stats if not s.passed and s.note]
+    return {"passed": status == "PASSED", "status": status, "note": "; ".join(wrong + notes), "method": "referee"}
+
+
+def read_expected(path: str | Path | None) -> dict | None:
+    """The verified sketch the evaluator wrote for this replay, or None (no file, or not one it wrote whole)."""
+    if path is None:
+        return None
     try:
-        from ..gpu.referee import RefereeCore
-        from ..gpu.verdict import Failed, check_guards, status_of
-        from ..results import TrialStats
+        expected = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return expected if isinstance(expected, dict) and "key" in expected and isinstance(expected.get("values"), dict) else None
+
+
+def judged_output(wl, seed: int, dist: str, bufs, device: str = "cuda", expected: dict | None = None) -> dict:
+    """The profiled call's output, judged after the call: guards first, then against `expected` (the verified
+    sketch) when given, else by the referee's rule. Never raises: a harness failure is `passed: null`. `seconds`: the
+    time it took, inside the GPU-held window."""
+    start = time.perf_counter()
+    verdict: dict
+    try:
+        from ..gpu.verdict import Failed, check_guards
 
         try:
             check_guards(bufs)
+            verdict = sketched_output(bufs, expected) if expected is not None else refereed_output(wl, seed, dist, bufs,
+                                                                                                    device)
         except Failed as f:
-            return {"passed": False, "status": f.status, "note": f.message}
-        core = RefereeCore(device)
-        core.prepare(wl.id, seed, dist)
-        inputs = core.data[(wl.id, seed, dist)].inputs
-        stats = [TrialStats.model_validate(s) for s in core.judge(
-            wl.id, seed, dist, 0, {n: bufs.tensors[n].data for n in bufs.outputs}, {n: bufs.tensors[n].data for n in inputs})]
-        status = status_of(stats)
-        wrong = [f"{s.tensor}: relative Frobenius error {s.rel_fro_err:.3g}" if s.rel_fro_err is not None else s.tensor
-                 for s in stats if not s.passed]
-        notes = [s.note for s in stats if not s.passed and s.note]
-        return {"passed": status == "PASSED", "status": status, "note": "; ".join(wrong + notes)}
+            verdict = {"passed": False, "status": f.status, "note": f.message, "method": "guards"}
     except Exception as e:  # noqa: BLE001 - the judgment is the profile's extra, never its failure
-        return {"passed": None, "status": "", "note": f"not judged: {type(e).__name__}: {e}"}
+        verdict = {"passed": None, "status": "", "note": f"not judged: {type(e).__name__}: {e}", "method": ""}
+    return verdict | {"seconds": round(time.perf_counter() - start, 3)}
 
 
 def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_ARCH, seed: int = 0, dist: str = "normal",
            exact: bool = False, nvtx: bool = True, handshake: str | Path | None = None,
-           judge: str | Path | None = None) -> int:
+           judge: str | Path | None = None, expect: str | Path | None = None) -> int:
     import torch
     from cuda.bindings import driver as cu
 
@@ -113,6 +156,10 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_A
         print(f"plan refused: {e}", file=sys.stderr)
         return 3
     push, pop = _nvtx() if nvtx else (lambda _n: None, lambda: None)
+    if judge is not None:  # the judgment's imports and the cuBLAS handle, before the GPU is ours (no kernel runs)
+        from ..gpu import calls, referee  # noqa: F401
+
+        torch.cuda.current_blas_handle()
     try:
         cand = Candidate(cubin, plan, SimpleNamespace(limits=limits, on_chip_scrub=_scrub(limits)), wl)
         # Up to here no kernel ran; from here on (buffers, inputs, the launch) the GPU must be ours alone.
@@ -138,8 +185,8 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_A
             sync_stream(cand.stream)
         finally:
             pop()
-        if judge is not None:
-            Path(judge).write_text(json.dumps(judged_output(wl, seed, dist, bufs)))
+        if judge is not None:  # the expected sketch is read only now, after the call
+            Path(judge).write_text(json.dumps(judged_output(wl, seed, dist, bufs, expected=read_expected(expect))))
     except Failed as f:
         print(f"{f.status}: {f.message}" + (f" ({'; '.join(f.plan_errors)})" if f.plan_errors else ""), file=sys.stderr)
         return 2
@@ -172,9 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-nvtx", action="store_true")
     p.add_argument("--handshake", default=None, help="folder of the ready/go/done files (handshake.py)")
     p.add_argument("--judge", default=None, help="write the output's verdict to this JSON file")
+    p.add_argument("--expect", default=None, help="the evaluation's verified sketch (JSON), read after the call")
     a = p.parse_args(argv)
     return replay(a.workload, Path(a.source).read_text(), Path(a.cubin).read_bytes(), arch=a.arch, seed=a.seed,
-                  dist=a.dist, exact=a.exact, nvtx=not a.no_nvtx, handshake=a.handshake, judge=a.judge)
+                  dist=a.dist, exact=a.exact, nvtx=not a.no_nvtx, handshake=a.handshake, judge=a.judge, expect=a.expect)
 
 
 if __name__ == "__main__":

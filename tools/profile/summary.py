@@ -94,6 +94,9 @@ class ProfileSummary(BaseModel):
                                        "(replay.py --judge); None: not judged")
     output_status: str = Field("", description="its status when judged (PASSED, INCORRECT_NUMERICAL, ...)")
     output_note: str = Field("", description="what was wrong with it, or why it was not judged")
+    output_method: str = Field("", description="how it was judged: sketch (against the evaluation's verified sketch), "
+                               "referee (against a reference computed after the call), guards (a write outside a buffer)")
+    output_judge_s: float | None = Field(None, description="seconds that judgment took, inside the GPU-held window")
 
     @property
     def duration_us(self) -> float | None:
