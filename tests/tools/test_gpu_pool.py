@@ -7,6 +7,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from ptxbench.tools.gpu import pool as pool_module
 from ptxbench.tools.gpu.messages import GpuJob
 from ptxbench.tools.gpu.pool import GpuPool, NoGpuError, PoolConfig
@@ -99,6 +101,20 @@ def test_pool_starts_one_worker_per_device_plus_spares():
     assert pool.limits["sm_count"] == 132
     pool.close()
     assert all(w.killed for w in FakeWorker.started)
+
+
+def test_a_gpu_that_reaches_host_memory_is_named_when_the_pool_starts(monkeypatch):
+    """HMM / ATS: a candidate's kernel can read and write the worker's host memory. The pool says so once, naming the
+    way out; a GPU without it starts silently."""
+    import warnings
+
+    monkeypatch.setitem(HELLO, "limits", {**HELLO["limits"], "pageable_memory_access": True})
+    with pytest.warns(pool_module.PageableMemoryWarning, match="uvm_disable_hmm=1"):
+        make_pool(spares=0).start().close()
+    monkeypatch.setitem(HELLO, "limits", {**HELLO["limits"], "pageable_memory_access": False})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pool_module.PageableMemoryWarning)
+        make_pool(spares=0).start().close()
 
 
 def test_the_pool_records_each_active_workers_start_and_its_phases():

@@ -26,6 +26,7 @@ import itertools
 import multiprocessing as mp
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 
@@ -41,6 +42,17 @@ MIN_CANDIDATE_LIMIT_S = 2.0
 # keyless_server first: the fork server erases the API keys from its memory before anything else runs there
 PRELOAD = ["ptxbench.tools.gpu.keyless_server", "numpy", "torch", "cuda.bindings.driver", "ptxbench.tools.gpu.worker", "ptxbench.tools.gpu.runner",
            "ptxbench.tools.gpu.referee"]
+
+
+class PageableMemoryWarning(RuntimeWarning):
+    """The GPU reaches its process's pageable host memory by address (DeviceLimits.pageable_memory_access)."""
+
+
+PAGEABLE_WARNING = ("this GPU reads and writes its process's ordinary host memory by address (HMM, or ATS on Grace "
+                    "Hopper: CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS): a candidate's kernel can reach the GPU "
+                    "worker's host memory. The workers hold no API key (tools/gpu/keyless.py), but a kernel could still "
+                    "read or corrupt the worker's own state; for untrusted models switch HMM off (load nvidia_uvm with "
+                    "uvm_disable_hmm=1) or run on a machine without it. Recorded in every result's fingerprint.")
 
 
 class NoGpuError(RuntimeError):
@@ -256,6 +268,8 @@ class GpuPool:
         first = next(iter(actives.values()))
         hello = self._await_hello(first)
         self.info = hello
+        if (hello.get("limits") or {}).get("pageable_memory_access"):
+            warnings.warn(PAGEABLE_WARNING, PageableMemoryWarning, stacklevel=2)
         count = int(hello.get("device_count", 1))
         devices = self.config.devices if self.config.devices is not None else list(range(count))
         for d, w in actives.items():
