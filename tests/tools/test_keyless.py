@@ -26,7 +26,8 @@ SCANNER = textwrap.dedent('''
         skip = [(ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf)), len(buf))]
         needles = []
         for r in reversed_values:
-            needle = bytearray(r.encode()[::-1])
+            needle = bytearray(r.encode())
+            needle.reverse()  # in place: a reversed bytes object, freed, would leave the key in the heap itself
             skip.append((ctypes.addressof((ctypes.c_char * len(needle)).from_buffer(needle)), len(needle)))
             needles.append(needle)
         found = []
@@ -95,6 +96,22 @@ def test_erase_secrets_leaves_no_copy_in_memory(tmp_path):
         print(names, "OPENAI_API_KEY" in os.environ, len(hits({ARGS})))
     """, ENV)
     assert out == "['LLM_ENDPOINT_CRED', 'OPENAI_API_KEY'] False 0"
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs /proc/self/mem (Linux)")
+def test_erase_secrets_copies_no_long_value_into_the_heap(tmp_path):
+    """Walking the C environment copies only each entry's name into Python: a copy of a whole NAME=value entry (and of
+    its value), freed, stays in the heap where nothing reuses it soon (a long bearer token: malloc'd, not pymalloc'd)."""
+    keys = {f"SERVICE_{n}_TOKEN": f"tok{n}-" + ("Lq4w" * 1000)[:n] for n in (300, 700, 2000, 5000)}
+    args = "[" + ", ".join(repr(v[::-1]) for v in keys.values()) + "]"
+    out = run(tmp_path, f"""
+        import os
+        from ptxbench.tools.gpu.keyless import erase_secrets
+        names = erase_secrets()
+        from scanner import hits
+        print(len(names), len(hits({args})))
+    """, keys)
+    assert out == f"{len(keys)} 0"
 
 
 @pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs /proc/self/mem (Linux)")

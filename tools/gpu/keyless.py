@@ -26,16 +26,19 @@ def _secret_names(data: dict[bytes, bytes]) -> set[bytes]:
 
 
 def _erase_c_environment(names: set[bytes]) -> int:
-    """Zero the value of each NAME=value string of the C `environ` array, in place. Returns how many were erased."""
+    """Zero the value of each NAME=value string of the C `environ` array, in place. Returns how many were erased. Only
+    each entry's name is copied into Python (a copy of the whole entry, freed, would leave the value in the heap)."""
     libc = ctypes.CDLL(None)
+    libc.strlen.restype, libc.strlen.argtypes = ctypes.c_size_t, [ctypes.c_void_p]
+    libc.memchr.restype, libc.memchr.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
     environ = ctypes.POINTER(ctypes.c_void_p).in_dll(libc, "environ")
     erased, i = 0, 0
     while environ[i]:
         address = environ[i]
-        entry = ctypes.string_at(address)
-        name, sep, value = entry.partition(b"=")
-        if sep and name in names and value:
-            ctypes.memset(address + len(name) + 1, 0, len(value))
+        size = libc.strlen(address)
+        sep = libc.memchr(address, ord("="), size)
+        if sep and sep + 1 < address + size and ctypes.string_at(address, sep - address) in names:
+            ctypes.memset(sep + 1, 0, address + size - sep - 1)
             erased += 1
         i += 1
     return erased
