@@ -330,7 +330,7 @@ class LocalEvaluator:
 
         return EarlyProfile(lambda hold: measure_candidate(workload, source, comp.cubin_path, arch=options.arch,
                                                            full=level == "full", seed=seed, device=device,
-                                                           hold=hold, expected=expect),
+                                                           hold=hold, expected=expect, dist=options.dist),
                             level, hold=lambda: pool.exclusive(device, priority, workload), device=device, on_end=ended)
 
     def _submit(self, pool: GpuPool, job: GpuJob, turn: int | None, priority: float = 0.0) -> GpuOutcome:

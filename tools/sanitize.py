@@ -199,6 +199,7 @@ def sanitize_candidate(
     seed: int = 0,
     workdir: str | Path | None = None,
     device: int | None = None,
+    dist: str = "normal",
 ) -> SanitizeOutcome:
     """Run each compute-sanitizer tool in `tools` on one replay of the candidate (this machine's GPU).
 
@@ -232,7 +233,7 @@ def sanitize_candidate(
             # cuGetProcAddress) and those failures are expected; kernel errors are reported regardless.
             argv = [san, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--show-backtrace", "device",
                     "--report-api-errors", "no",
-                    *replay_argv(workload_id, work / "solution.txt", cubin, arch, seed, exact=True), "--no-nvtx"]
+                    *replay_argv(workload_id, work / "solution.txt", cubin, arch, seed, exact=True, dist=dist), "--no-nvtx"]
             rc, out = _run(argv, timeout_s, env)
             (work / f"{tool}.txt").write_text(out or "")
             found, count = parse_sanitizer(out or "", tool)

@@ -194,8 +194,8 @@ def _fake_measure(calls: list):
     from ptxbench.tools.profile.summary import ProfileSummary
 
     def measure(workload, source, cubin_path, *, full=True, hold=None, **kwargs):
-        call = {"full": full, "started": time.monotonic(), "seed": kwargs.get("seed")}  # its own record: early runs
-        # may be in flight side by side
+        call = {"full": full, "started": time.monotonic(), "seed": kwargs.get("seed"),  # its own record: early runs
+                "dist": kwargs.get("dist")}  # may be in flight side by side
         calls.append(call)
         try:
             with hold():
@@ -246,6 +246,19 @@ def test_the_early_profile_replays_the_inputs_the_evaluation_drew(monkeypatch):
     assert job_key(same[0]) == job_key(same[1])  # a hang is remembered whatever seed was drawn
     given = [GpuJob.model_validate({**j, "seed_drawn": False}) for j in jobs]
     assert job_key(given[0]) != job_key(given[1])  # a --seed the user gave is part of the job
+    ev.close()
+
+
+def test_the_early_profile_replays_the_evaluations_input_distribution(monkeypatch):
+    """--dist spiky: set 0's inputs (and its verified sketch) are spiky, so the profile started beside the timing must
+    draw spiky ones too (it drew normal ones: an honest kernel's profiled output was 'wrong' and not credited)."""
+    calls: list = []
+    monkeypatch.setattr("ptxbench.tools.profile.candidate.measure_candidate", _fake_measure(calls))
+    workers = []
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: workers.append(AnsweringWorker(d, c)) or workers[-1])
+    ev = LocalEvaluator(pool)
+    ev.evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(trials=1, dist="spiky"))
+    assert workers[0].jobs[0]["dist"] == "spiky" and [c["dist"] for c in calls] == ["spiky"]
     ev.close()
 
 

@@ -240,3 +240,38 @@ def test_the_replay_checks_its_output_against_the_evaluations_verified_sketch():
     renamed = {"key": key, "values": {"D": expected["values"]["C"]}}
     assert judged_output(wl, 21, "normal", bufs, device="cpu", expected=renamed)["passed"] is None
     assert read_expected(None) is None and read_expected("/nonexistent/expected.json") is None
+
+
+def test_the_profiled_call_gets_the_evaluations_input_distribution(monkeypatch, tmp_path):
+    """The replay drew its inputs from the default distribution whatever the evaluation's (--dist spiky): inputs no
+    evaluated call had, so an honest kernel's output failed the verified sketch of the evaluation's set 0 and lost its
+    target credit (and the profiled call was known by its inputs' values)."""
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.tools.profile import candidate
+    from ptxbench.tools.profile.attach import attach
+    from ptxbench.tools.profile.summary import ProfileSummary
+    from ptxbench.tools.results import CompileResult
+
+    seen = {}
+
+    def fake_command(argv, **kwargs):
+        seen["argv"] = argv
+        return ProfileSummary(ok=True, mode="verdict")
+
+    monkeypatch.setattr(runner, "profile_command", fake_command)
+    candidate.measure_candidate("smoke_gemm_bf16_m256_n256_k512", "src", "k.cubin", full=False, seed=9, dist="spiky",
+                                workdir=tmp_path)
+    assert seen["argv"][seen["argv"].index("--dist") + 1] == "spiky"
+    assert replay_argv("w", tmp_path / "s.ptx", "k.cubin", "sm_90a", 3)[-2:] == ["--dist", "normal"]
+
+    asked = {}
+
+    def fake_profile(*args, **kwargs):
+        asked.update(kwargs)
+        return ProfileOutcome(ok=False, error="stand-in")
+
+    monkeypatch.setattr(candidate, "profile_candidate", fake_profile)
+    comp = CompileResult(status="ok", arch="sm_90a", cubin_path=str(tmp_path / "k.cubin"))
+    result = EvalResult(workload="smoke_gemm_bf16_m256_n256_k512", status="PASSED", gpu_evaluated=True, input_seed=42)
+    attach(result, EvalOptions(dist="spiky"), "src", comp, level="verdict")
+    assert (asked["seed"], asked["dist"]) == (42, "spiky")

@@ -268,7 +268,7 @@ def test_the_decoy_counters_are_collected_with_the_familys(monkeypatch, tmp_path
 
     asked = {}
     monkeypatch.setattr(runner, "profile_command", lambda argv, counters, **kw: asked.setdefault("counters", counters))
-    monkeypatch.setattr(candidate, "replay_argv", lambda *a: ["replay"])
+    monkeypatch.setattr(candidate, "replay_argv", lambda *a, **k: ["replay"])
     candidate.measure_candidate("gemm_bf16_m8192_n7168_k5120", "source", tmp_path / "k.cubin", full=False)
     for fam in (SM90A.family("wgmma"), SM90A.family("tma")):
         assert set(fam.counters) | set(fam.elsewhere) <= set(asked["counters"])

@@ -46,7 +46,7 @@ def attach(result: EvalResult, options: EvalOptions, source: str, compile_result
         outcome = profile_candidate(result.workload, source, compile_result.cubin_path, arch=options.arch,
                                     compile_result=compile_result, full=level == "full", seed=_replay_seed(options, result),
                                     device=device, timing=result.timing, hold=hold, note=why, measured=measured,
-                                    expected=expected)
+                                    expected=expected, dist=options.dist)
         outcome.apply_to(result)
         result.profile_reason = why
     if options.sanitize:
@@ -55,7 +55,8 @@ def attach(result: EvalResult, options: EvalOptions, source: str, compile_result
         with (sanitize_hold() if sanitize_hold is not None else nullcontext(device)) as held:
             sanitized = sanitize_candidate(result.workload, source, language=language,
                                            cubin_path=compile_result.cubin_path, arch=options.arch,
-                                           tools=options.sanitize, seed=_replay_seed(options, result), device=held)
+                                           tools=options.sanitize, seed=_replay_seed(options, result), device=held,
+                                           dist=options.dist)
         sanitized.apply_to(result)
         if sanitized.error:
             result.message = (result.message + f" (sanitizer: {sanitized.error})").strip()

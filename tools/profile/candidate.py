@@ -83,9 +83,10 @@ def device_env(device: int | None, **extra: str) -> dict[str, str]:
     return env
 
 
-def replay_argv(workload_id: str, source_path: Path, cubin_path: str | Path, arch: str, seed: int, exact: bool = False) -> list[str]:
+def replay_argv(workload_id: str, source_path: Path, cubin_path: str | Path, arch: str, seed: int, exact: bool = False,
+                dist: str = "normal") -> list[str]:
     argv = [sys.executable, "-m", "ptxbench.tools.profile.replay", "--workload", workload_id, "--source", str(source_path),
-            "--cubin", str(cubin_path), "--arch", arch, "--seed", str(seed)]
+            "--cubin", str(cubin_path), "--arch", arch, "--seed", str(seed), "--dist", dist]
     return argv + (["--exact"] if exact else [])
 
 
@@ -100,12 +101,13 @@ def _targets(workload_id: str, arch: str):
 
 def measure_candidate(workload_id: str, source: str, cubin_path: str | Path, *, arch: str = DEFAULT_ARCH, full: bool = True,
                       timeout_s: float = 120.0, seed: int = 0, workdir: str | Path | None = None, device: int | None = None,
-                      hold=None, expected: dict | Path | None = None) -> ProfileSummary:
+                      hold=None, expected: dict | Path | None = None, dist: str = "normal") -> ProfileSummary:
     """The ncu run of profile_candidate alone (its arguments mean the same): the parsed summary, with the replay's
     verdict on its own output (nothing else judged yet). `expected`: the evaluation's verified sketch of these inputs
     (GpuOutcome.verified_sketch), or the file the evaluator writes it to before the replay's `go` (an early start);
     without one the replay judges by the referee's rule. Split out so that an evaluator can start it before the timing
-    result is in (tools/profile/early.py)."""
+    result is in (tools/profile/early.py). `dist`: the evaluation's input distribution (with `seed`, its first set's
+    inputs: the verified sketch is of those)."""
     from .runner import profile_command
 
     profile, _, families = _targets(workload_id, arch)
@@ -117,7 +119,7 @@ def measure_candidate(workload_id: str, source: str, cubin_path: str | Path, *, 
         source_path.write_text(source)
         env = device_env(device)
         judged = work / "judged.json"
-        argv = replay_argv(workload_id, source_path, cubin_path, arch, seed) + ["--judge", str(judged)]
+        argv = replay_argv(workload_id, source_path, cubin_path, arch, seed, dist=dist) + ["--judge", str(judged)]
         if isinstance(expected, dict):
             (work / "expected.json").write_text(json.dumps(expected))
             expected = work / "expected.json"
@@ -160,6 +162,7 @@ def profile_candidate(
     note: str = "",
     measured: tuple[ProfileSummary, float] | None = None,
     expected: dict | Path | None = None,
+    dist: str = "normal",
 ) -> ProfileOutcome:
     """Profile one candidate (the solution file `source`, assembled to `cubin_path`) on this machine's GPU.
 
@@ -176,7 +179,8 @@ def profile_candidate(
     the short one of brief.py: where the kernel stands, the target verdicts, and `note` (why the
     per-line profile was not taken). `measured`: (summary, seconds) of a measure_candidate run made
     already at this level (an early start); then only the judging and the feedback happen here. `expected`: the
-    evaluation's verified sketch, which the replay checks its own output against (measure_candidate).
+    evaluation's verified sketch, which the replay checks its own output against (measure_candidate); `dist`: the
+    evaluation's input distribution.
     """
     from .feedback import profile_feedback
 
@@ -186,7 +190,8 @@ def profile_candidate(
         summary, before = measured
     else:
         summary, before = measure_candidate(workload_id, source, cubin_path, arch=arch, full=full, timeout_s=timeout_s,
-                                            seed=seed, workdir=workdir, device=device, hold=hold, expected=expected), 0.0
+                                            seed=seed, workdir=workdir, device=device, hold=hold, expected=expected,
+                                            dist=dist), 0.0
     static = static_histogram(compile_result.kernels) if compile_result is not None and compile_result.kernels else None
     verdicts = runtime_verdicts(profile, summary, families, static, expected_work(wl) if wl is not None else None, wl)
     if compile_result is not None and summary.ok:
