@@ -392,7 +392,10 @@ class LocalEvaluator:
         result = attach(result, options, solution.source, comp, solution.language, device=device, level=level, why=why,
                         hold=lambda: pool.exclusive(device, priority, result.workload), sanitize_hold=pool.exclusive,
                         measured=measured, expected=expected)
-        if level != "none" and result.targets_runtime and all(t.verdict != "unknown" for t in result.targets_runtime.values()):
+        # Never kept: a profile whose call computed something else (a failing kernel keeps those verdicts, scoring
+        # nothing; reused, they would credit the same binary's next pass without a profiled call of its own)
+        if (level != "none" and result.targets_runtime and all(t.verdict != "unknown" for t in result.targets_runtime.values())
+                and (result.profile or {}).get("output_passed") is not False):
             self._profiles[key] = {"targets_runtime": {k: v.model_dump() for k, v in result.targets_runtime.items()},
                                    "profile": result.profile, "feedback": result.feedback, "level": level}
         return result

@@ -289,6 +289,52 @@ def test_early_profiles_are_bounded_per_gpu_and_their_slots_come_back(monkeypatc
     ev._early_slots.release()
 
 
+class ScriptedWorker(AnsweringWorker):
+    """Answers its evaluations with the statuses of `script` in turn (then PASSED)."""
+
+    def __init__(self, device, config, script):
+        super().__init__(device, config)
+        self.script = list(script)
+
+    def send(self, msg):
+        super().send(msg)
+        if msg.get("type") == "evaluate" and self.script:
+            self.replies[-1]["result"]["status"] = self.script.pop(0)
+
+
+def test_a_profile_whose_call_computed_something_else_is_never_reused(monkeypatch):
+    """A failing kernel keeps the verdicts its profiled call's counters give, even when that call's output was wrong
+    (it scores nothing). Cached for its cubin, they were handed to the same binary's next submission when that one
+    passed, without a profiled call of its own: a kernel that fails now and then (a clock bit) and runs its target
+    instructions only under the profiler was credited with them."""
+    import ptxbench.tools.evaluate as evaluate_module
+    from ptxbench.tools.profile.candidate import ProfileOutcome
+    from ptxbench.tools.profile.summary import ProfileSummary
+    from ptxbench.tools.results import RuntimeTarget
+
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: ScriptedWorker(d, c, ["INCORRECT_NUMERICAL"]))
+    calls = []
+
+    def wrong_output_attach(result, options, source, comp, language, device=None, level="none", **kwargs):
+        calls.append(level)
+        summary = ProfileSummary(ok=True, mode=level, output_passed=False, output_status="INCORRECT_NUMERICAL",
+                                 output_method="sketch")
+        targets = {"wgmma": RuntimeTarget(verdict="executed", executed_warp_insts=320)}
+        return ProfileOutcome(ok=True, targets_runtime=targets, summary=summary, feedback="compute-bound").apply_to(result)
+
+    monkeypatch.setattr(evaluate_module, "attach", wrong_output_attach)
+    ev = LocalEvaluator(pool)
+    ev.early_profiles = False
+    source = CORPUS["control_correct"]["source"]
+    failed = ev.evaluate(WORKLOAD, source, EvalOptions(trials=1, profile=True))
+    assert failed.status == "INCORRECT_NUMERICAL" and failed.targets_runtime["wgmma"].verdict == "executed"
+    passed = ev.evaluate(WORKLOAD, source, EvalOptions(trials=1))
+    assert passed.status == "PASSED" and calls == ["full", "verdict"]  # profiled afresh, not reused
+    assert not passed.profile.get("reused_from_identical_cubin") and not passed.target_executed
+    assert passed.targets_runtime["wgmma"].verdict == "unknown" and "profile_output_wrong" in passed.timing.flags
+    ev.close()
+
+
 def test_identical_cubins_passing_at_once_take_one_profile(monkeypatch):
     """Two trajectories pass the same binary on two GPUs at once: one ncu run, the other waits and reuses it."""
     import threading
