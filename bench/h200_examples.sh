@@ -28,7 +28,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee
 step optimize "${OPT_LIMIT:-130}" "${PB[@]}" optimize gemm_bf16_m8192_n7168_k5120 --model builtin/tuner --turns 4 \
   --run-dir "$R/optimize"
 
-step synth "${SYNTH_LIMIT:-110}" "${PB[@]}" synth-repairs gemm_bf16_m8192_n7168_k5120 --run-dir "$R/synth" --timeout-s 5
+step synth "${SYNTH_LIMIT:-110}" "${PB[@]}" synth-repairs gemm_bf16_m8192_n7168_k5120 --run-dir "$R/synth" --timeout 5
 step export "${EXPORT_LIMIT:-30}" "${PB[@]}" export "$R/synth" --recipe fixit --out "$R/synth-fixit" --format jsonl \
   --no-require-target --include-held-out
 

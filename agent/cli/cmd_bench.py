@@ -98,7 +98,8 @@ def bench(
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address ('auto', ray://host:10001); default: a local Ray"),
     resume: bool = typer.Option(False, "--resume", help="continue the run in --run-dir: its recorded matrix is used; "
                                 "only runtime options (backend, ray address and placement wait, gpus, parallel, provider limits, api base) apply"),
-    no_gpu: bool = typer.Option(False, "--no-gpu", help="evaluate up to compile + SASS only"),
+    no_gpu: bool = typer.Option(False, "--no-gpu", help="evaluate up to compile + SASS only (--profile is refused "
+                                "with it)"),
     api_base: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint for the models (vLLM, ollama, ...)"),
     mode: str = typer.Option("pipeline", help="pipeline | tools"),
     target_speedup: Optional[float] = typer.Option(None, help="end a trajectory early once a kernel reaches this speedup"),
@@ -173,6 +174,8 @@ def bench(
 
         if profile is not None:
             inputs.one_of(profile, POLICIES, "--profile")
+            if no_gpu:  # as eval's and optimize's: the Nsight policy of a run that never reaches the GPU is refused
+                inputs.gpu_only(["--profile"])
         check_matrix(_split(models), _split(workloads), _split(prompts) or ["knowledge"], arch, api_base,
                      report=lambda line: console.print(line, markup=False, highlight=False))
         config = inputs.config(

@@ -1,5 +1,8 @@
 """`ptxbench eval WORKLOAD FILE`: the full evaluation of one solution file on the local GPU.
 
+With --no-gpu, an option that only the GPU run uses (--trials, --dist, --seed, --no-time, --timeout, --profile,
+--l2-flush, --sanitize) is refused in one line rather than dropped without a word.
+
 Exit status 0 whenever the file could be evaluated, whatever the verdict (a wrong or crashing
 kernel is a result, and so is COMPILED: with --no-gpu it compiled and was not run); 2 when it
 could not (no GPU, a missing package), with a message that says what is missing, and for bad input
@@ -19,10 +22,13 @@ import typer
 from .application import app
 
 
+# the options only the GPU run uses (correctness, timing, profile, sanitizer): --no-gpu refuses them
+GPU_RUN_OPTIONS = ("trials", "dist", "seed", "no_time", "timeout", "profile", "l2_flush", "sanitize")
+
 
 def _print_rich(result) -> None:
     from rich.console import Console
-    from rich.table import Table
+    from rich.table import Column, Table
 
     from .terminal import rich_safe as safe
 
@@ -36,7 +42,9 @@ def _print_rich(result) -> None:
     if result.runtime_error:
         console.print(f"  [red]runtime[/red] {safe(result.runtime_error)}", highlight=False)
     if result.compile and result.compile.kernels:
-        table = Table("kernel", "regs", "spills", "smem", "top SASS opcodes")
+        # on a narrow terminal a name is folded onto more lines, not cut short ("gemm…" for every kernel)
+        table = Table(Column("kernel", overflow="fold"), "regs", "spills", "smem",
+                      Column("top SASS opcodes", overflow="fold"))
         for name, k in result.compile.kernels.items():
             top = ", ".join(f"{op} {n}" for op, n in list(k.sass_opcodes.items())[:6])
             table.add_row(safe(name), str(k.registers), str(k.spill_stores + k.spill_loads), str(k.smem_static), top)
@@ -45,7 +53,7 @@ def _print_rich(result) -> None:
         console.print("targets (static): " + ", ".join(f"{f}: {'SASS' if t.in_sass else 'PTX' if t.in_ptx else 'absent'}"
                                                       for f, t in result.targets_static.items()))
     if result.correctness:
-        table = Table("run", "inputs", "tensor", "ok", "max abs", "max rel", "rel fro", "matched", "NaN", "note")
+        table = Table("run", "inputs", Column("tensor", overflow="fold"), "ok", "max abs", "max rel", "rel fro", "matched", "NaN", "note")
         for s in result.correctness:
             table.add_row(str(s.trial), safe(s.dist), safe(s.tensor), "yes" if s.passed else "NO", f"{s.max_abs_err or 0:.3g}",
                           f"{s.max_rel_err or 0:.3g}", f"{s.rel_fro_err or 0:.3g}", f"{(s.frac_matched or 0) * 100:.3f}%",
@@ -70,6 +78,7 @@ def _print_rich(result) -> None:
 
 @app.command("eval")
 def eval_cmd(
+    ctx: typer.Context,
     workload: str = typer.Argument(..., help="Workload id (see `ptxbench workloads`)."),
     file: Path = typer.Argument(..., exists=True, dir_okay=False, readable=True, help="The solution file."),
     trials: int = typer.Option(None, "--trials", help="Correctness runs with fresh inputs (default: the workload's)."),
@@ -77,9 +86,10 @@ def eval_cmd(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the first input set; drawn per evaluation when "
                                        "not given (a result's input_seed replays its verdict)."),
     no_time: bool = typer.Option(False, "--no-time", help="Check correctness only."),
-    no_gpu: bool = typer.Option(False, "--no-gpu", help="Stop after compile + SASS."),
+    no_gpu: bool = typer.Option(False, "--no-gpu", help="Stop after compile + SASS (the options of the GPU run are "
+                                "refused with it)."),
     timeout: float = typer.Option(60.0, "--timeout", help="Watchdog limit in seconds for the kernel's GPU work."),
-    arch: str = typer.Option(DEFAULT_ARCH, "--arch"),
+    arch: str = typer.Option(DEFAULT_ARCH, "--arch", help="Target architecture: sm_90a | sm_100a."),
     profile: bool = typer.Option(False, "--profile", help="Also take an Nsight Compute profile (where supported)."),
     l2_flush: str = typer.Option(DEFAULT_L2_FLUSH, "--l2-flush", help="How each timed call finds L2 cold: read (a "
                                  "buffer twice its size read: clean lines) or write (written, the field's usual "
@@ -102,7 +112,9 @@ def eval_cmd(
     inputs.positive(trials, "--trials"), inputs.positive(timeout, "--timeout")
     if trials is not None and trials > MAX_TRIALS:  # each a fresh input set held on the GPU
         raise inputs.BadInput(f"--trials must be at most {MAX_TRIALS} (each is an input set held on the GPU), got {trials}")
-    if not no_gpu:
+    if no_gpu:
+        inputs.gpu_only(inputs.given_options(ctx, GPU_RUN_OPTIONS))
+    else:
         from .preflight import gpu
 
         gpu()  # no usable GPU here: said without starting a worker

@@ -226,7 +226,8 @@ def optimize(
                                           "where it stopped, with the options it recorded: one given with another "
                                           "value is refused (--turns cannot extend a run); a folder of several runs "
                                           "continues its newest trajectory"),
-    no_gpu: bool = typer.Option(False, "--no-gpu", help="evaluate up to compile + SASS only"),
+    no_gpu: bool = typer.Option(False, "--no-gpu", help="evaluate up to compile + SASS only (--trials, --profile and "
+                                "--l2-flush are refused with it)"),
     trials: Optional[int] = typer.Option(None, help="correctness trials per evaluation (default: the workload's)"),
     max_tokens: Optional[int] = typer.Option(None, help="token budget of the trajectory"),
     max_cost: Optional[float] = typer.Option(None, help="cost budget in USD"),
@@ -289,6 +290,8 @@ def optimize(
             raise inputs.BadInput("give a WORKLOAD (see `ptxbench workloads`), or --resume RUN")
         inputs.workload(workload), inputs.arch(arch), inputs.prompt(prompt), inputs.model(model)
         inputs.one_of(profile, POLICIES, "--profile"), inputs.one_of(l2_flush, L2_FLUSH_MODES, "--l2-flush")
+        if no_gpu:  # as eval's: options of the GPU run, given with --no-gpu, are refused rather than dropped
+            inputs.gpu_only(inputs.given_options(current_context(), ("trials", "profile", "l2_flush")))
         if run_dir is not None:  # taken as text: typer's Path made an empty one '.', the working directory
             run_dir = inputs.new_folder(run_dir, "--run-dir")
             inputs.no_other_files(run_dir, "--run-dir")

@@ -47,7 +47,7 @@ def profile_cmd(
     timeout: float = typer.Option(120.0, "--timeout", help="seconds ncu may take"),
     budget: int = typer.Option(450, "--budget", help="token budget of the feedback text"),
     keep: Optional[str] = typer.Option(None, "--keep", help="keep ncu's report and CSV pages in this folder"),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="seed of the input set the profiled call runs on"),
 ) -> None:
     """Profile one solution with Nsight Compute and print feedback a model can act on."""
     from ptxbench.tools.compile import compile_source

@@ -26,11 +26,41 @@ def foreign_report_file(folder: Path) -> str | None:
     return None if b"<title>ptxbench report: " in head else there[0]
 
 
+def _earlier_report(folder: Path) -> bool:
+    """A folder an earlier report wrote: its index.html names itself (as foreign_report_file reads it)."""
+    try:
+        with open(folder / "index.html", "rb") as f:
+            return b"<title>ptxbench report: " in f.read(300)
+    except OSError:
+        return False
+
+
+def out_in_run(out: Path, run: Path) -> str | None:
+    """Why --out would write among the run's own records, or None. The report writes index.html, summary.md,
+    score.json and a trajectories/ folder of pages: into the run folder itself its pages went into the run's
+    trajectories/, beside the trajectory folders; into a folder that holds the run, a trajectories/ beside it made
+    that folder read as a run. Inside the run, --out may be a new folder or an earlier report's (the default
+    <run>/report), not one of the run's own entries (trajectories/, abandoned/, ...)."""
+    o, r = out.resolve(), run.resolve()
+    if o == r:
+        return (f"--out {out} is the run folder itself: the report's pages would go among its records; leave --out "
+                f"out (the report goes to {run / 'report'}) or name a folder outside the run")
+    if r.is_relative_to(o):
+        return (f"--out {out} holds the run {run}: the report's trajectories/ folder would go beside it, and the "
+                "folder would read as a run; name a folder of its own")
+    if o.is_relative_to(r):
+        top = r / o.relative_to(r).parts[0]
+        if top.exists() and not (top.is_dir() and (top.name == "report" or _earlier_report(top))):
+            return (f"--out {out} is inside the run's {top.name}{'/' if top.is_dir() else ''}, which no report wrote; "
+                    f"leave --out out (the report goes to {run / 'report'}) or name a new folder")
+    return None
+
+
 @app.command()
 @reads_runs
 def report(
     run: Path = typer.Argument(..., help="a run folder"),
-    out: Optional[str] = typer.Option(None, help="output folder (default <run>/report)"),
+    out: Optional[str] = typer.Option(None, help="output folder (default <run>/report); not the run folder, a folder holding it, or one of its own entries"),
 ) -> None:
     """Write the report of a run (opens offline: plots are inlined)."""
     from ..report import write_report
@@ -40,6 +70,8 @@ def report(
     from .terminal import terminal_text
 
     inputs.run_folder(run)
+    if out is not None and (inside := out_in_run(inputs.new_folder(out, "--out"), run)):
+        raise inputs.BadInput(inside)
     if out is not None and (mine := foreign_report_file(inputs.new_folder(out, "--out"))):
         raise inputs.BadInput(f"--out {out} holds {mine}, which no report wrote: a report would replace it; name a new "
                               "folder, or an earlier report's")

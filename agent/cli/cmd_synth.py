@@ -10,12 +10,16 @@ from .application import app
 
 @app.command("synth-repairs")
 def synth_repairs(
+    ctx: typer.Context,
     workloads: list[str] = typer.Argument(None, help="workloads whose reference kernels are broken (default: the GEMM task)"),
     run_dir: Optional[str] = typer.Option(None, help="run directory the repair pairs are written to (default <runs root>/synth-repairs)"),
     mutations: str = typer.Option("", help="comma-separated bug classes (default: every class that applies, except "
                                   "the repair suite's held-out classes)"),
     trials: Optional[int] = typer.Option(None, help="correctness trials per evaluation"),
-    timeout_s: float = typer.Option(60.0, help="watchdog limit per candidate"),
+    timeout: float = typer.Option(60.0, "--timeout", help="watchdog limit in seconds per candidate's GPU work (as "
+                                  "eval's --timeout)"),
+    timeout_s: Optional[float] = typer.Option(None, "--timeout-s", hidden=True,
+                                              help="the former spelling of --timeout"),
     list_only: bool = typer.Option(False, "--list", help="list the bug classes that apply, evaluate nothing"),
 ) -> None:
     """Inject named Hopper bugs into correct kernels; keep each variant the evaluator really rejects."""
@@ -44,7 +48,12 @@ def synth_repairs(
         from ..repairs.suite import HELD_OUT_CLASSES
 
         names = [m.name for m in MUTATIONS if m.name not in HELD_OUT_CLASSES]
-    inputs.positive(trials, "--trials"), inputs.positive(timeout_s, "--timeout-s")
+    if timeout_s is not None:  # the former spelling: still taken, never beside the new one
+        if inputs.given_options(ctx, ["timeout"]):
+            raise inputs.BadInput("--timeout-s is the former spelling of --timeout: give one of them")
+        inputs.positive(timeout_s, "--timeout-s")
+        timeout = timeout_s
+    inputs.positive(trials, "--trials"), inputs.positive(timeout, "--timeout")
     # taken as text: typer's Path made an empty one '.', the working directory
     run_dir = inputs.new_folder(runs_root() / "synth-repairs" if run_dir is None else run_dir, "--run-dir")
     inputs.no_other_files(run_dir, "--run-dir")
@@ -89,7 +98,7 @@ def synth_repairs(
         report = synthesize(
             ids, evaluator, run_dir, sources=reference_source, prompts=prompts,
             feedback=lambda result, turn: render_eval(result, turn, no_gpu=False),
-            mutations=names, options=EvalOptions(trials=trials, timeout_s=timeout_s, profile_on_pass=False),
+            mutations=names, options=EvalOptions(trials=trials, timeout_s=timeout, profile_on_pass=False),
             on_outcome=lambda o: console.print(f"  {o.workload} {o.mutation}: {o.status}"),
             extra_sources=lambda w: [(b.name, base_source(w, b.name), b.classes) for b in extra_bases(w)],
         )

@@ -67,14 +67,32 @@ def workloads(
     table.add_column("min MB", justify="right")
     table.add_column("baseline")
     table.add_column("set")
-    for w in list_workloads():
-        if "smoke" in w.tags and not show_all:
-            continue
-        group = "main" if not w.held_out else ("smoke" if "smoke" in w.tags else "[yellow]held-out[/yellow]")
-        table.add_row(w.id, _sizes_text(w), f"{w.flops / 1e9:.4g}", f"{w.min_bytes / 1e6:.4g}", w.primary_baseline.name, group)
+    shown = [w for w in list_workloads() if show_all or "smoke" not in w.tags]
+    for w in shown:
+        table.add_row(w.id, _sizes_text(w), f"{w.flops / 1e9:.4g}", f"{w.min_bytes / 1e6:.4g}", w.primary_baseline.name,
+                      _group(w, markup=True))
     console = Console()
     if not console.is_terminal:  # piped or captured: do not squeeze to 80 columns
         console = Console(width=120)
-    console.print(table)
+    from rich.measure import Measurement
+
+    if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
+        # a narrow terminal: the table dropped its last columns (the held-out flag among them) and cut ids short
+        # into look-alikes; one workload per line pair instead, its id whole
+        for w in shown:
+            typer.echo(w.id)
+            typer.echo(f"    {_sizes_text(w)}, {w.flops / 1e9:.4g} GFLOP, {w.min_bytes / 1e6:.4g} MB min, "
+                       f"{w.primary_baseline.name}, {_group(w, markup=False)}")
+    else:
+        console.print(table)
     console.print("baseline: the primary one (attention also records flash_sdpa). Targets: sm_90a wgmma + tma, "
                   "sm_100a tcgen05 + tma. Tensors, dtypes, shapes: --json.")
+
+
+def _group(w, markup: bool) -> str:
+    """main, held-out or smoke: the set a workload belongs to."""
+    if not w.held_out:
+        return "main"
+    if "smoke" in w.tags:
+        return "smoke"
+    return "[yellow]held-out[/yellow]" if markup else "held-out"

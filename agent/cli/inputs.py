@@ -10,6 +10,8 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
     run_manifest(path, flag)                             the manifest of a --run-dir, {} if none (a damaged one is BadInput)
     create_folder(path, flag)                            new_folder, then made: one that cannot be is BadInput
     config(cls, **fields)                                a pydantic config, its errors as one line
+    given_options(ctx, names)                            the options of `names` the command line gave (not defaults)
+    gpu_only(given)                                      options given with --no-gpu that only a GPU run uses: BadInput
 """
 from __future__ import annotations
 
@@ -278,3 +280,24 @@ def config(cls: type[T], flags: dict[str, str] | None = None, **fields) -> T:
         field = ".".join(str(p) for p in first["loc"])
         option = (flags or {}).get(field) or "--" + field.replace("_", "-")
         raise BadInput(f"{option} {first.get('input')!r}: {first['msg'].lower()}") from None
+
+
+def given_options(ctx, names: Iterable[str]) -> list[str]:
+    """The options among `names` (parameter names) that the command line gave, whatever the value (not left at their
+    default), spelled as typed on it (`--l2-flush`)."""
+    given = []
+    for name in names:
+        source = ctx.get_parameter_source(name)  # click's ParameterSource (typer may carry its own click)
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            param = next(p for p in ctx.command.params if p.name == name)
+            given.append(param.opts[0])
+    return given
+
+
+def gpu_only(given: list[str]) -> None:
+    """--no-gpu stops after compile + SASS: an option that only the GPU run uses would be dropped without a word, so it
+    is refused, naming each one given."""
+    if given:
+        one = len(given) == 1
+        raise BadInput(f"{', '.join(given)} {'acts' if one else 'act'} on the GPU run, which --no-gpu skips (it stops "
+                       f"after compile + SASS): drop {'it' if one else 'them'}, or --no-gpu")
