@@ -13,6 +13,11 @@ class BenchError(RuntimeError):
 
 
 def make_evaluator(config: BenchConfig):
+    from ptxbench.tools.redact import register_secret_env
+
+    # Before any worker starts (the trajectories register it only later): the GPU workers' fork server erases the
+    # variables registered by then from its memory (tools/gpu/keyless.py), a name like any other's among them
+    register_secret_env(config.optimize.get("api_key_env"))
     if config.backend == "ray":
         return _ray_evaluator(config)
     if config.backend != "local":

@@ -267,6 +267,8 @@ def default_evaluator(config: OptimizeConfig) -> Evaluator:
     from ptxbench.tools.evaluate import LocalEvaluator
     from ptxbench.tools.gpu.pool import visible_devices
 
+    # Before any worker starts: the GPU workers' fork server erases the variables registered by then (keyless.py)
+    register_secret_env(config.api_key_env)
     evaluator = LocalEvaluator()  # options.no_gpu (from the config) keeps it off the GPU
     if not config.no_gpu and visible_devices():  # the workers start while the first turn asks its model
         evaluator.start_in_background()

@@ -774,3 +774,23 @@ def test_bench_resume_of_an_optimize_run_names_it(tmp_path):
     with pytest.raises(BenchError, match=r"holds an optimize run, not a bench run: continue it with ptxbench optimize "
                                          r"--resume"):
         run_bench(None, tmp_path / "run", resume=True)
+
+
+def test_the_key_variable_is_registered_before_the_gpu_workers_start(monkeypatch):
+    """The workers' fork server erases the variables registered when it starts (tools/gpu/keyless.py); the bench and
+    `ptxbench optimize` start it (start_in_background) before a trajectory's model registers its --api-key-env, so a
+    key under a name that looks like nothing stayed in the memory of every process that runs candidates."""
+    from ptxbench.agent.bench.evaluators import make_evaluator
+    from ptxbench.agent.loop.optimize import default_evaluator
+    from ptxbench.tools import redact
+    from ptxbench.tools.evaluate import LocalEvaluator
+
+    seen = []
+    monkeypatch.setattr(redact, "_REGISTERED", set())
+    monkeypatch.delenv(redact.REGISTERED_ENV, raising=False)
+    monkeypatch.setattr(LocalEvaluator, "start_in_background",
+                        lambda self: seen.append(os.environ.get(redact.REGISTERED_ENV, "")))
+    monkeypatch.setattr("ptxbench.tools.gpu.pool.visible_devices", lambda: [0])
+    make_evaluator(BenchConfig(models=["scripted/py"], workloads=[WL], optimize={"api_key_env": "LLM_ENDPOINT_CRED"}))
+    default_evaluator(OptimizeConfig(workload=WL, model="openai/x", api_key_env="GATEWAY_PASS"))
+    assert seen == ["LLM_ENDPOINT_CRED", "GATEWAY_PASS,LLM_ENDPOINT_CRED"]
