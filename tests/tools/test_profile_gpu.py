@@ -209,3 +209,21 @@ def test_the_profiled_calls_output_is_judged(tmp_path):
     probe = profile(SMOKE, SOLUTIONS / "wgmma_live.ptx", full=False)
     assert probe.summary.output_passed is False and probe.summary.output_status.startswith("INCORRECT"), probe.summary
     assert probe.targets_runtime["wgmma"].verdict == "token"
+
+
+def test_the_profiled_call_draws_the_evaluations_input_distribution():
+    """Under --dist spiky the replay drew normal inputs, so an honest kernel's profiled output missed set 0's verified
+    sketch (of spiky inputs) and lost its target credit."""
+    from ptxbench.agent.models.builtin import reference_source
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
+
+    ev = LocalEvaluator(GpuPool(PoolConfig(devices=[0], spares=0)))
+    try:
+        r = ev.evaluate(SMOKE, reference_source(SMOKE), EvalOptions(dist="spiky"))
+    finally:
+        ev.close()
+    assert r.status == "PASSED" and r.profile_level == "verdict", r.message
+    assert r.profile["output_passed"] is True and r.profile["output_method"] == "sketch", r.profile
+    assert r.target_executed is True, r.targets_runtime
