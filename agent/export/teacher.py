@@ -18,9 +18,18 @@ INSTRUCTIONS = (
 )
 
 
+def _read(row: Row) -> str:
+    """What the model read before the fix: the wrong kernel and its log, or, for a handed-in wrong kernel (--start-from,
+    the repair track: prompt = system and task only), the task, which shows that kernel with its verdict and log."""
+    if len(row.prompt) >= 4:
+        return "\n\n".join(["## Task\n" + row.prompt[1].content, "## Wrong kernel\n" + row.prompt[2].content,
+                            "## Evaluation log\n" + row.prompt[3].content])
+    return "## Task (the wrong kernel and its evaluation log are in it)\n" + row.prompt[-1].content
+
+
 def _leaks(reasoning: str, row: Row) -> bool:
     """True when the reasoning copies a line that only the fixed kernel has (the fix must not be quoted)."""
-    wrong = row.prompt[2].content if len(row.prompt) > 2 else ""
+    wrong = row.prompt[2].content if len(row.prompt) > 2 else row.prompt[-1].content
     fixed_lines = {ln.strip() for ln in row.completion[-1].content.splitlines() if len(ln.strip()) >= 30}
     new_lines = {ln for ln in fixed_lines if ln not in wrong}
     return any(ln in reasoning for ln in new_lines)
@@ -50,12 +59,7 @@ def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | 
     for row in rows:
         if row.recipe != "fixit":
             continue
-        user = "\n\n".join([
-            "## Task\n" + row.prompt[1].content,
-            "## Wrong kernel\n" + row.prompt[2].content,
-            "## Evaluation log\n" + row.prompt[3].content,
-            "## Fixed kernel (do not quote)\n" + row.completion[-1].content,
-        ])
+        user = _read(row) + "\n\n## Fixed kernel (do not quote)\n" + row.completion[-1].content
         key = hashlib.sha256(json.dumps([model, INSTRUCTIONS, user]).encode()).hexdigest()
         path = cache_dir / f"{key}.json"
         if path.exists():

@@ -129,3 +129,35 @@ def test_the_export_says_how_many_rows_went_without_reasoning(tmp_path):
                                           "--teacher", "openai/teacher", "--teacher-api-base", server.base_url])
     assert result.exit_code == 0, result.output
     assert "1 fixit rows without teacher reasoning: the teacher's request for them failed" in result.output
+
+
+def test_a_repair_row_whose_wrong_kernel_was_handed_in_gets_reasoning(tmp_path):
+    """A --start-from (repair track) Fixit row has no assistant wrong kernel nor log message: both stand in the task.
+    The teacher read prompt[2] and prompt[3] of every row, so such a row stopped the whole export with an IndexError;
+    its request is the task (kernel and log) and the fix, and reasoning that quotes the fix is still refused."""
+    from export_runs import SYSTEM, kernel, result
+    from ptxbench.agent.records.events import EvalEvent, ModelCall, TrajectoryStart, TurnEnd
+    from ptxbench.agent.records.rundir import TrajectoryWriter, sha256_text, write_manifest
+
+    run, wid = tmp_path / "run", "gemm_bf16_m8192_n7168_k5120"
+    write_manifest(run, {"gpu": {"name": "NVIDIA H200"}})
+    w = TrajectoryWriter(run / "trajectories" / "s")
+    w.append(TrajectoryStart(trajectory_id="s", workload=wid, model="m1", prompt="basic", mode="pipeline"))
+    start, fixed = kernel("start"), kernel("fixed")
+    w.append(EvalEvent(trajectory_id="s", turn=0, kernel_file=w.save_kernel(0, "cuda", start), language="cuda",
+                       kernel_sha256=sha256_text(start), result=result("COMPILE_ERROR"), feedback="line 3: bad symbol"))
+    task = f"Write {wid}.\n## The kernel you start from\n```cuda\n{start}```\n### Its evaluation (turn 0)\nline 3: bad symbol"
+    w.append(ModelCall(trajectory_id="s", turn=1, model="m1", response={"content": f"```cuda\n{fixed}```"},
+                       messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]))
+    w.append(EvalEvent(trajectory_id="s", turn=1, kernel_file=w.save_kernel(1, "cuda", fixed), language="cuda",
+                       kernel_sha256=sha256_text(fixed), result=result("PASSED", 0.9, True), feedback="passed"))
+    w.append(TurnEnd(trajectory_id="s", turn=1, status="PASSED"))
+    [row], _ = build_rows(collect_samples([run]), ExportConfig(recipe="fixit"))
+    assert len(row.prompt) == 2
+    for reasoning, kept in ((REASONING, True), (f"Write {next(ln for ln in fixed.splitlines() if 'variant_fixed' in ln)}", False)):
+        rows, _ = build_rows(collect_samples([run]), ExportConfig(recipe="fixit"))
+        with ScriptedServer([{"content": reasoning}]) as server:
+            totals = add_reasoning(rows, "openai/teacher", tmp_path / f"cache-{len(reasoning)}", api_base=server.base_url)
+            sent = server.requests[0]["messages"][1]["content"]
+        assert task in sent and "variant_fixed" in sent
+        assert rows[0].completion[0].content.startswith("<think>") == kept and totals["rejected_leaks"] == (not kept)
