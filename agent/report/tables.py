@@ -44,17 +44,30 @@ def md_text(text: str) -> str:
     return md_cell(text) if isinstance(text, Recorded) else text.replace("|", "\\|")
 
 
+class Note(str):
+    """A table's note that quotes the records: the text of its pieces joined (as HTML shows it, escaped), while
+    markdown() writes each Recorded piece through md_cell, the table's own words as they are."""
+
+    def __new__(cls, pieces: list[str]):
+        note = super().__new__(cls, "".join(pieces))
+        note.pieces = list(pieces)
+        return note
+
+    def markdown(self) -> str:
+        return "".join(md_cell(p) if isinstance(p, Recorded) else p for p in self.pieces)
+
+
 @dataclass
 class Table:
     title: str
     headers: list[str]
     rows: list[list[str]] = field(default_factory=list)
-    note: str = ""
+    note: str = ""  # the table's own words; a Note where it quotes the records
 
     def markdown(self) -> str:
         lines = [f"### {self.title}", ""]
         if self.note:
-            lines += [self.note, ""]
+            lines += [self.note.markdown() if isinstance(self.note, Note) else self.note, ""]
         lines.append("| " + " | ".join(map(md_text, self.headers)) + " |")
         lines.append("|" + "|".join("---" for _ in self.headers) + "|")
         lines += ["| " + " | ".join(map(md_text, row)) + " |" for row in self.rows]
@@ -91,11 +104,15 @@ def leaderboard(score: RunScore, target: bool = False) -> Table:
     if score.n_compile_only:
         note += (f" {score.n_compile_only} turns were only compiled (COMPILED, --no-gpu): never run on a GPU, so "
                  "correctness and speed are unknown and they count 0 here; evaluate on a GPU for speedups.")
+    parts = [note]
     if mixed := mixed_flush_cells(score):
-        names = ", ".join(f"{m} x {w}" for m, w in mixed[:3]) + (f" and {len(mixed) - 3} more" if len(mixed) > 3 else "")
-        note += (f" {names} pool trajectories timed from a read and from a written L2 flush, whose speedups do not "
-                 "compare (docs/timing-integrity.md): the cells by prompt and GPU keep them apart.")
-    table = Table(title, ["model", *map(Recorded, workloads)], note=note)
+        # model and workload names are the records' text: Recorded, so summary.md writes them through md_cell
+        for i, (m, w) in enumerate(mixed[:3]):
+            parts += [", " if i else " ", Recorded(m), " x ", Recorded(w)]
+        parts.append((f" and {len(mixed) - 3} more" if len(mixed) > 3 else "")
+                     + " pool trajectories timed from a read and from a written L2 flush, whose speedups do not "
+                     "compare (docs/timing-integrity.md): the cells by prompt and GPU keep them apart.")
+    table = Table(title, ["model", *map(Recorded, workloads)], note=Note(parts))
     for model in score.model_names:
         row = [Recorded(model)]
         for wl in workloads:

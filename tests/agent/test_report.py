@@ -292,3 +292,20 @@ def test_the_leaderboard_says_when_a_cell_pools_both_l2_flushes(tmp_path):
     assert "m x gemm pool trajectories timed from a read and from a written L2 flush" in note
     assert "attn" not in note
     assert "L2 flush" not in leaderboard(score_runs([build_sample_run(tmp_path / "sample")])).note
+
+
+def test_the_leaderboard_note_writes_record_names_through_md_cell(tmp_path):
+    """The note naming cells that pool both L2 flushes quoted model and workload names raw in summary.md (and in
+    `ptxbench score`'s tables): a name made a link, raw HTML, or with a line break a heading of its own."""
+    from trajectory_builder import TrajectoryBuilder
+
+    evil = "m/[x](javascript:alert(1))<img src=x onerror=alert(1)>\n# head"
+    for i, flush in enumerate(("read", "write")):
+        TrajectoryBuilder(tmp_path / "run", f"g{i}", evil, "gemm", config={"l2_flush": flush}).turn(1, "PASSED", 1.1, True).stop()
+    files = write_report(tmp_path / "run", tmp_path / "out")
+    md = files.markdown.read_text()
+    assert "pool trajectories timed from a read and from a written L2 flush" in md
+    assert not re.search(r"(?<!\\)\]\(javascript|(?<!\\)<img", md) and "\n# head" not in md
+    assert "m/\\[x\\]\\(javascript:alert\\(1\\)\\)\\<img src=x onerror=alert\\(1\\)\\> # head x gemm pool" in md
+    # the page shows the names as they are, escaped for HTML once
+    assert "m/[x](javascript:alert(1))&lt;img src=x onerror=alert(1)&gt;\n# head x gemm pool" in files.html.read_text()
