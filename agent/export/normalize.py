@@ -1,4 +1,5 @@
-"""Normalised kernel hash for de-duplication: comments and white space do not count; the plan block does."""
+"""Normalised kernel hash for de-duplication: comments and white space between tokens do not count; the plan block
+does."""
 from __future__ import annotations
 
 import hashlib
@@ -13,6 +14,11 @@ _PLAN = re.compile(r"/\*\s*ptxbench.*?\*/", re.S)
 _TOKEN = re.compile(r'(?<![\w.])\.?\d(?:[\w.]|\'(?=\w)|[eEpP][+-])*'
                     r'|"(?:\\.|[^"\\\n])*"?|\'(?:\\.|[^\'\\\n])*\'?|//[^\n]*|/\*.*?(?:\*/|\Z)', re.S)
 _SPACE = re.compile(r"\s+")
+# The code's tokens, left to right, each punctuator the longest that C, C++ and PTX have (maximal munch, as the
+# compilers read them): joined with one space, `x=a+b` and `x = a + b` are one kernel, while `--b` and `- -b`, or
+# `&&` and `& &`, stay two. A string or character literal is one token (its white space collapsed, as before).
+_LEX = re.compile(r'(?<![\w.])\.?\d(?:[\w.]|\'(?=\w)|[eEpP][+-])*|"(?:\\.|[^"\\\n])*"?|\'(?:\\.|[^\'\\\n])*\'?'
+                  r'|\w+|>>=|<<=|->\*?|\.\.\.|\.\*|::|##|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^]=|\S')
 
 
 def normalized_kernel(source: str) -> str:
@@ -27,7 +33,7 @@ def normalized_kernel(source: str) -> str:
         return " "
 
     code = _TOKEN.sub(drop, source)
-    return _SPACE.sub(" ", " ".join(plans) + " " + code).strip()
+    return " ".join(_SPACE.sub(" ", t) for t in [*plans, *_LEX.findall(code)])
 
 
 def kernel_hash(*sources: str) -> str:

@@ -87,6 +87,22 @@ def test_normalised_hash_ignores_comments_but_not_the_plan():
     assert kernel_hash(a) == kernel_hash(b) != kernel_hash(c)
 
 
+def test_normalised_hash_ignores_white_space_between_tokens_but_not_inside_one():
+    """White space was collapsed, not removed: `x = a + b` and `x=a+b` (a reformatted copy of one kernel) were two
+    kernels, so dedup kept both and a test kernel's reformatted copy stayed in train. Space that parts two tokens
+    still counts: `- -b` is not `--b`, `a & &b` not `a && b`, `int x` not `intx`."""
+    head = "/* ptxbench\nlanguage = \"cuda\"\n*/\n"
+    a = head + "__global__ void k(float* C, int n) {\n  int x = a + b * (n - 1);\n  C[x] = -1.0f;\n}\n"
+    b = head + "__global__ void k(float *C,int n){int x=a+b*(n-1);\n\tC[ x ]=-1.0f;}"
+    assert kernel_hash(a) == kernel_hash(b)
+    assert kernel_hash(head + "y = - -b;") != kernel_hash(head + "y = --b;")
+    assert kernel_hash(head + "y = a & &b;") != kernel_hash(head + "y = a && b;")
+    assert kernel_hash(head + "int x;") != kernel_hash(head + "intx;")
+    assert kernel_hash(head + "y = x >>= 1;") != kernel_hash(head + "y = x > >= 1;")
+    asm = head + 'asm volatile("mov.u32 %0, 1;" : "=r"(x));'
+    assert kernel_hash(asm) == kernel_hash(asm.replace(" : ", ":")) != kernel_hash(asm.replace("mov.u32 %0", "mov.u32%0"))
+
+
 def test_normalised_hash_keeps_code_after_a_comment_opener_inside_a_comment_or_a_string():
     """Block comments stripped before line comments: a "/*" inside a // comment swallowed the code up to the next
     "*/", and a "//" inside a string (an inline-asm comment) cut its line, so different kernels were duplicates."""
