@@ -65,6 +65,7 @@ def report(
     """Write the report of a run (opens offline: plots are inlined)."""
     from ..report import write_report
     from ..report.build import LinkedReportFolder
+    from ..scoring import DuplicateTrajectory
 
     from . import inputs
     from .terminal import terminal_text
@@ -79,6 +80,6 @@ def report(
     out_dir = inputs.create_folder(out, "--out") if out is not None else inputs.create_folder(run / "report", "report")
     try:
         files = write_report(run, out_dir)
-    except LinkedReportFolder as exc:
+    except (LinkedReportFolder, DuplicateTrajectory) as exc:  # as `score` says the second
         raise inputs.BadInput(str(exc)) from None
     typer.echo(terminal_text(f"{files.html}\n{files.markdown}\n{len(files.trajectories)} trajectory pages"))

@@ -16,8 +16,9 @@ from pydantic import BaseModel
 
 from ptxbench.tools.atomic import atomic_write
 
-from ..records.rundir import load_run, read_manifest
+from ..records.rundir import read_manifest
 from ..scoring import RunScore, score_trajectories
+from ..scoring.run_score import unique_records
 from ..scoring.turns import score_trajectory
 from .plots import all_plots
 from .style import escape, page
@@ -158,7 +159,9 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir else run_dir / "report"
     _out_folders(out_dir)
-    records = [r for r in load_run(run_dir) if r.start is not None]
+    # unique_records, as `score` reads runs: a trajectory folder copied inside the run (one trajectory_start twice) is
+    # DuplicateTrajectory before any file is written, not counted twice in the pages and then refused by the repair page
+    records = [rec for _, rec in unique_records([run_dir])]
     trajs = [score_trajectory(r, run=run_dir.name) for r in records]
     score = score_trajectories(trajs)
     score.runs = [str(run_dir)]

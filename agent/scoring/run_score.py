@@ -95,10 +95,11 @@ def unique_records(run_dirs: Iterable[Path]):
                 continue
             # one trajectory is one trajectory_start (its id and time, which a copy keeps); two runs saved under one
             # folder name on two machines hold the matrix's ids too, yet are other trajectories
+            # named by their trajectory folders: a copy inside one run read "RUN and RUN both hold ..."
             if (started := ("start", rec.start.trajectory_id, rec.start.ts)) in where:
-                raise DuplicateTrajectory(f"{where[started]} and {run_dir} both hold trajectory {rec.id}, started at the "
-                                          f"same moment (one is a copy or a re-evaluation of the other): score one of them")
-            where[started] = run_dir
+                raise DuplicateTrajectory(f"{where[started]} and {rec.folder} both hold trajectory {rec.id}, started at "
+                                          f"the same moment (one is a copy or a re-evaluation of the other): score one of them")
+            where[started] = rec.folder
             yield run_dir, rec
 
 

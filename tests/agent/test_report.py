@@ -309,3 +309,27 @@ def test_the_leaderboard_note_writes_record_names_through_md_cell(tmp_path):
     assert "m/\\[x\\]\\(javascript:alert\\(1\\)\\)\\<img src=x onerror=alert\\(1\\)\\> # head x gemm pool" in md
     # the page shows the names as they are, escaped for HTML once
     assert "m/[x](javascript:alert(1))&lt;img src=x onerror=alert(1)&gt;\n# head x gemm pool" in files.html.read_text()
+
+
+def test_a_trajectory_copied_inside_the_run_stops_the_report_before_any_file(tmp_path):
+    """A trajectory folder copied inside the run (one trajectory_start twice) was counted twice in summary.md,
+    index.html and score.json, and only then refused by the repair page's reading, leaving that report behind; the
+    message named the run twice ("RUN and RUN both hold ..."). Now DuplicateTrajectory comes first, naming both folders,
+    and the CLI says it in one line as `score` does."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+    from ptxbench.agent.scoring import DuplicateTrajectory
+    from trajectory_builder import TrajectoryBuilder
+
+    run = tmp_path / "run"
+    TrajectoryBuilder(run, "t0", "m", "gemm").turn(1, "PASSED", 1.2, True).stop()
+    shutil.copytree(run / "trajectories" / "t0", run / "trajectories" / "t0-copy")
+    with pytest.raises(DuplicateTrajectory, match="t0 and .*t0-copy both hold"):
+        write_report(run, tmp_path / "out")
+    assert not (tmp_path / "out" / "index.html").exists() and not (tmp_path / "out" / "score.json").exists()
+    refused = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "out2")])
+    assert refused.exit_code == 2 and refused.output.startswith("error: ") and "score one of them" in refused.output
+    assert not (tmp_path / "out2" / "summary.md").exists()
