@@ -120,7 +120,8 @@ def dropped_lines(stats: dict, reasons: dict[str, str]) -> list[str]:
     words = {"held_out_trajectories_skipped": "held-out trajectories skipped (--include-held-out keeps them)",
              "duplicates_dropped": "duplicate rows dropped (--no-dedup keeps them)",
              "over_token_cap_dropped": "rows over --max-tokens dropped", "balance_dropped": "rows dropped by --max-per-group",
-             "train_copies_of_test_dropped": "train rows dropped: the same kernel stands in the test split"}
+             "train_copies_of_test_dropped": "train rows dropped: the same kernel stands in the test split",
+             "train_copies_of_held_out_dropped": "train rows dropped: the same kernel is a held-out workload's row"}
     for key, text in words.items():
         if stats.get(key):
             lines.append(f"{stats[key]} {text}")

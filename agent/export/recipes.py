@@ -126,6 +126,7 @@ def build_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str
     stats: dict[str, int] = defaultdict(int)
     rows: list[Row] = []
     seen: set[str] = set()
+    withheld: set[str] = set()  # the ids of the held-out rows left out: still the held-out workloads' answers
     for sample in samples:
         why: Counter = Counter()
         found = candidate_rows(sample, cfg, ops.get(sample.workload, ""), why)
@@ -133,6 +134,7 @@ def build_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str
         empty = (why.most_common(1)[0][0] if why else "no_submission") if not found else None
         if sample.held_out and not cfg.include_held_out:
             stats["held_out_trajectories_skipped"] += 1
+            withheld.update(row.id for row in found)
             if empty:  # said beside the skip, so that --include-held-out is not tried in vain
                 stats[f"held_out_without_rows.{empty}"] += 1
             continue
@@ -156,6 +158,11 @@ def build_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str
     if leaked := sum(row.split == "train" and row.id in tested for row in rows):
         stats["train_copies_of_test_dropped"] += leaked
         rows = [row for row in rows if row.split == "test" or row.id not in tested]
+    # The same for a held-out row left out (no --include-held-out): its kernel still answers the held-out workload, and
+    # the train split was otherwise the same whether or not the held-out rows were asked for.
+    if leaked := sum(row.split == "train" and row.id in withheld for row in rows):
+        stats["train_copies_of_held_out_dropped"] += leaked
+        rows = [row for row in rows if row.split == "test" or row.id not in withheld]
     rows = _balance(rows, cfg, stats)
     stats["rows"] = len(rows)
     return rows, dict(stats)

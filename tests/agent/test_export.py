@@ -297,6 +297,10 @@ def test_a_kernel_in_the_test_split_never_also_stands_in_train(tmp_path, dedup, 
     rows, stats = build_rows(collect_samples([run]), ExportConfig(recipe="kernelgen", dedup=dedup, include_held_out=True))
     assert [(r.workload, r.split) for r in rows] == [("gemm_bf16_m4096_n4096_k4096", "test")]
     assert stats.get("train_copies_of_test_dropped", 0) + stats.get("duplicates_dropped", 0) == 1
+    # held out and not exported (the default): its kernel is still the held-out workload's answer, so train keeps
+    # no copy of it either; the train split was the same whether or not the held-out rows were asked for
+    rows, stats = build_rows(collect_samples([run]), ExportConfig(recipe="kernelgen", dedup=dedup))
+    assert rows == [] and stats["train_copies_of_held_out_dropped"] == 1 and stats["held_out_trajectories_skipped"] == 1
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
