@@ -173,7 +173,7 @@ def test_a_profile_after_the_timing_holds_its_gpu_at_the_evaluations_queue_prior
             held.append((device, priority, what))
             yield device
 
-    def fake_attach(result, options, source, comp, language, *, device, level, why, hold, sanitize_hold, measured):
+    def fake_attach(result, options, source, comp, language, *, device, level, why, hold, sanitize_hold, measured, **kwargs):
         with hold() as d:
             result.profile_reason = f"replayed on {d}"
         return result
