@@ -85,9 +85,11 @@ def score(
     if json_out:  # the RunScore, plus the repair track's scores when the runs hold repair trajectories
         import json
 
-        data = json.loads(result.model_dump_json())
+        from ..report.build import _json  # a lone surrogate in the records (model_dump_json refuses it) as its escape
+
+        data = json.loads(_json(result))
         if repair.trajectories:
-            data["repair_track"] = json.loads(repair.model_dump_json())
+            data["repair_track"] = json.loads(_json(repair))
         typer.echo(json.dumps(data, indent=1))
         return
     # Names and infra messages are the records' text: control characters escaped (terminal_text) before they print.

@@ -15,7 +15,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 def terminal_text(text: str) -> str:
     """`text` with every control character except tab and newline written as its escape (`\\x1b`), the bidirectional
-    controls too (tools/visible.py: they reorder what the terminal shows)."""
+    controls too (tools/visible.py: they reorder what the terminal shows), and a lone surrogate (a record's JSON escape
+    "\\ud800", a folder name that is not UTF-8), which no terminal encoding takes, as its escape."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return bidi_escaped(_CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text))
 
 

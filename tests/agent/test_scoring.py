@@ -518,3 +518,22 @@ def test_a_models_by_turn_curve_weighs_the_workloads_that_reached_the_turn_alike
     assert model.by_turn["target_correct"] == model.by_turn["correct"]
     # the best speedup so far is over every trajectory at every turn: their own workload's weights
     assert model.by_turn["best_so_far"] == [approx((3 * 1.5 / 4 + 0) / 2), approx((1.5 + 0) / 2)]
+
+
+def test_score_prints_a_run_whose_records_hold_a_lone_surrogate(tmp_path):
+    """A record's JSON escape "\\ud800" reads as a lone surrogate, which UTF-8 cannot write: `report` writes it as its
+    escape, but `score` stopped on the run ("surrogates not allowed"), as tables and as --json."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    run = tmp_path / "run"
+    TrajectoryBuilder(run, "t0", "m-SURR", "gemm").turn(1, "PASSED", 1.2, True).stop()
+    log = run / "trajectories" / "t0" / "trajectory.jsonl"
+    log.write_text(log.read_text().replace("-SURR", "\\ud800"))
+    tables = CliRunner().invoke(app, ["score", str(run)])
+    assert tables.exit_code == 0, tables.output
+    assert "| m\\ud800 | 1.200 |" in tables.output
+    as_json = CliRunner().invoke(app, ["score", str(run), "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.output)["model_workload"][0]["model"] == "m\\ud800"
