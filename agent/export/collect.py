@@ -126,6 +126,10 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
                 kernel = rec.kernel(e.kernel_file)
                 if kernel is None:  # missing, unreadable, or outside the trajectory folder (rundir.read_kernel)
                     continue
+                if e.kernel_sha256 and sha256_text(kernel) != e.kernel_sha256:
+                    # not the kernel this result scored: the file is named by its turn, and a turn done again (a
+                    # retry from the last good turn) wrote its new kernel over it; the verdict is not this text's
+                    continue
                 status = e.result.status
                 speedup = e.result.speedup
                 if speedup is not None and not math.isfinite(speedup):  # a NaN passed --min-speedup and is no JSON

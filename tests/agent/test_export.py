@@ -499,3 +499,26 @@ def test_an_export_stopped_midway_leaves_the_last_one_whole_and_the_next_goes_on
     paths = write_dataset(rows, out, "parquet", cfg, stats, [str(run)])
     assert sorted(p.name for p in out.iterdir()) == ["export_manifest.json", "test.parquet", "train.parquet"]
     assert set(paths) == {"train", "test"}
+
+
+def test_a_kernel_file_written_over_after_its_evaluation_takes_no_label_of_it(tmp_path):
+    """A turn's kernel file is named by its turn (kernels/turn_01.cu): a turn done again (bench retries a trajectory
+    from its last good turn) writes the new kernel over the one evaluated first, and the first eval_result then named
+    a kernel it never scored. The export read the file and labelled the new kernel with the old verdict (a failing
+    kernel exported as PASSED); a file whose sha256 is not the record's is no turn of that record."""
+    from export_runs import kernel, result, write_trajectory
+    from ptxbench.agent.records.events import EvalEvent, TurnEnd
+    from ptxbench.agent.records.rundir import TrajectoryWriter, sha256_text
+
+    run, wid = tmp_path / "run", "gemm_bf16_m8192_n7168_k5120"
+    write_trajectory(run, "t", wid, [("good", result("PASSED", 0.9, True), "passed")])
+    w = TrajectoryWriter(run / "trajectories" / "t")
+    again = kernel("again")
+    rel = w.save_kernel(1, "cuda", again)
+    w.append(EvalEvent(trajectory_id="t", turn=1, kernel_file=rel, kernel_sha256=sha256_text(again), language="cuda",
+                       result=result("INCORRECT_NUMERICAL"), feedback="max abs error 2.0"))
+    w.append(TurnEnd(trajectory_id="t", turn=1, status="INCORRECT_NUMERICAL"))
+    (sample,) = collect_samples([run])
+    assert [(t.status, "variant_again" in t.kernel) for t in sample.turns] == [("INCORRECT_NUMERICAL", True)]
+    rows, _ = build_rows([sample], ExportConfig(recipe="kernelgen"))
+    assert rows == []
