@@ -18,6 +18,18 @@ MANIFEST_NAME = "export_manifest.json"
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow", ".csv", ".tsv")
 
 
+# Line separators a JSON string may hold raw but that str.splitlines() (and some JSONL readers) break a line at.
+_LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"}
+
+
+def jsonl_line(row) -> str:
+    """One row of a JSONL file: UTF-8 kept, but the characters that other readers take for a line break escaped."""
+    text = json.dumps(row, ensure_ascii=False)
+    for raw, escaped in _LINE_BREAKS.items():
+        text = text.replace(raw, escaped)
+    return text + "\n"
+
+
 def foreign_files(out: Path) -> list[Path]:
     """The data files in `out` that no earlier export wrote: everything there, at any depth, with a DATA_SUFFIXES
     suffix, but for the manifest and, beside it, the split files it replaces. Hidden files and folders are left out,
@@ -74,7 +86,7 @@ def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats
         if fmt in ("jsonl", "openai"):
             with open(_staged(path), "w", encoding="utf-8") as f:
                 for r in part:
-                    f.write(json.dumps(openai_example(r) if fmt == "openai" else r, ensure_ascii=False) + "\n")
+                    f.write(jsonl_line(openai_example(r) if fmt == "openai" else r))
         else:
             import datasets
 
