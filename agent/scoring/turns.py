@@ -3,7 +3,8 @@
 A turn's verdict is its submission (the eval_result with submission=True); a turn without one takes
 its status from turn_end (FORMAT_ERROR). Events for a turn number that was already
 recorded replace it, so a trajectory retried from its last good turn after an infra failure scores
-the retried turn. INFRA_ERROR turns (status, or an ErrorEvent with infra=True) are kept apart from
+the retried turn; a turn whose infra failure came after its submission's evaluation, and which a retry went on
+from (reusing that evaluation), keeps the evaluation. INFRA_ERROR turns (status, or an ErrorEvent with infra=True) are kept apart from
 the model's own results. A COMPILED turn (compiled, never run on a GPU) is neither correct nor failed:
 its correctness is unknown. Runs recorded before that status are read as new ones by agent/records/rundir.py.
 """
@@ -157,12 +158,25 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     # with a traceback, or the GPU worker's traceback in the message), not an infra status the evaluator reported (no
     # GPU, a lost worker)
     infra_seen: dict[int, list[str]] = {}
+    # turn -> its submission's evaluation (not an INFRA_ERROR one) that an infra failure later in the turn (a step after
+    # the evaluation: the feedback, a checkpoint) cut off. A retry goes on from that step with the recorded evaluation
+    # (the graph reuses it, writing no new eval_result): once the trajectory goes on past the infra stop without a new
+    # attempt at the turn, that evaluation is the turn's, not an INFRA turn that drops it from the score.
+    evaluated: dict[int, TurnScore] = {}
+    retried = False  # an infra stop was recorded: what follows is a retry
     for event in record.events:
         if event.type == "error" and event.infra and event.turn > 0 and (crash := _crash(event)):
             infra_seen.setdefault(event.turn, []).append(crash)
         if event.type in ("model_call", "eval_result"):
             infra_open.discard(event.turn)  # a new attempt at the turn
+            evaluated.pop(event.turn, None)
             infra_last = False
+        # progress after the infra stop (a new failure, or a second infra stop, is none; a new attempt at the turn
+        # discarded its evaluation above)
+        if retried and event.type != "error" and not (event.type == "stop" and event.reason == "infra_error"):
+            for number in [n for n in evaluated if event.type != "model_call" or event.turn > n]:
+                turns[number] = pending[number] = evaluated.pop(number)  # the retry's turn_end closes it, if it comes
+                infra_open.discard(number)
         if event.type == "eval_result" and event.submission:
             pending[event.turn] = _turn_from_eval(event.turn, event)
         elif event.type == "turn_end":
@@ -172,7 +186,10 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
                 turn = TurnScore(turn=event.turn, status=INFRA, kernel_file=turn.kernel_file)
             turns[event.turn] = turn
         elif event.type == "error" and event.infra:
-            pending.pop(event.turn, None)
+            cut = pending.pop(event.turn, None)
+            retried = False  # a new failure: what follows it until its stop is no retry
+            if cut is not None and cut.status != INFRA and event.turn > 0:
+                evaluated[event.turn] = cut
             infra_last = True
             if event.turn > 0:
                 turns[event.turn] = TurnScore(turn=event.turn, status=INFRA)
@@ -180,6 +197,7 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
         elif event.type == "stop":
             stop_reason = event.reason
             infra_last = event.reason == "infra_error"
+            retried = retried or infra_last
     # A submission whose turn_end never came (a kill or stop right after it) still counts.
     for number, turn in pending.items():
         turns.setdefault(number, turn)

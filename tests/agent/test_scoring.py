@@ -537,3 +537,32 @@ def test_score_prints_a_run_whose_records_hold_a_lone_surrogate(tmp_path):
     as_json = CliRunner().invoke(app, ["score", str(run), "--json"])
     assert as_json.exit_code == 0, as_json.output
     assert json.loads(as_json.output)["model_workload"][0]["model"] == "m\\ud800"
+
+
+def test_a_turn_retried_past_an_infra_failure_after_its_evaluation_keeps_that_evaluation(tmp_path):
+    """An infra failure in a step after the submission's evaluation (the feedback node, a checkpoint) stops the
+    trajectory; the retry goes on from that step with the recorded evaluation (the graph reuses it: no new
+    eval_result), and the model goes on from its feedback. Scoring dropped that evaluation: the turn stayed
+    INFRA_ERROR, so its PASSED (or failure) never counted. Without a retry the turn stays an infra one."""
+    from ptxbench.agent.records.events import ErrorEvent, Stop, TurnEnd
+
+    def cut_off(tid: str, retried: bool):
+        b = TrajectoryBuilder(tmp_path, tid, "m", "gemm").turn(1, "COMPILE_ERROR").turn(2, "PASSED", 1.5, True)
+        w = b.writer
+        events = w.path.read_text().splitlines()
+        w.path.write_text("\n".join(events[:-1]) + "\n")  # turn 2's turn_end: not written before the failure
+        w._seq -= 1
+        w.append(ErrorEvent(trajectory_id=tid, turn=2, where="graph", message="OperationalError: disk I/O error",
+                            traceback="Traceback ...", infra=True))
+        w.append(TurnEnd(trajectory_id=tid, turn=2, status="PASSED"))  # finish closes the cut turn
+        w.append(Stop(trajectory_id=tid, turn=1, reason="infra_error"))
+        if retried:  # the retry: the feedback node again (its turn_end), then turn 3
+            w.append(TurnEnd(trajectory_id=tid, turn=2, status="PASSED", speedup=1.5))
+            b.turn(3, "INCORRECT_NUMERICAL").stop()
+        return score_trajectory(load_run(tmp_path)[[r.id for r in load_run(tmp_path)].index(tid)])
+
+    done = cut_off("retried", True)
+    assert [t.status for t in done.turns] == ["COMPILE_ERROR", "PASSED", "INCORRECT_NUMERICAL"]
+    assert done.best_speedup == 1.5 and not done.infra_failed and done.turns[1].correct
+    left = cut_off("not-retried", False)
+    assert [t.status for t in left.turns] == ["COMPILE_ERROR", "INFRA_ERROR"] and left.infra_failed
