@@ -250,7 +250,15 @@ class EvalResult(BaseModel):
 
     @property
     def target_executed(self) -> bool | None:
-        """True when every target family executed; None when it was not measured."""
+        """True when every target family executed; False when one did not (token, present but not executed, absent)
+        or the profiled call computed a wrong output (flag profile_output_wrong: its counters are not credited);
+        None when it was not measured: no profile, or one that could not tell (ncu missing, counters refused: every
+        family not `executed` is `unknown`), which is the harness's gap, not a verdict on the kernel."""
         if not self.targets_runtime:
             return None
-        return all(t.verdict == "executed" for t in self.targets_runtime.values())
+        if self.timing is not None and "profile_output_wrong" in self.timing.flags:
+            return False
+        verdicts = [t.verdict for t in self.targets_runtime.values()]
+        if all(v == "executed" for v in verdicts):
+            return True
+        return False if any(v not in ("executed", "unknown") for v in verdicts) else None

@@ -275,3 +275,21 @@ def test_the_profiled_call_gets_the_evaluations_input_distribution(monkeypatch, 
     result = EvalResult(workload="smoke_gemm_bf16_m256_n256_k512", status="PASSED", gpu_evaluated=True, input_seed=42)
     attach(result, EvalOptions(dist="spiky"), "src", comp, level="verdict")
     assert (asked["seed"], asked["dist"]) == (42, "spiky")
+
+
+def test_a_profile_that_could_not_tell_leaves_the_target_unmeasured_not_failed():
+    """ncu missing or its counters refused: every verdict `unknown`. That is the harness's gap, so the turn's target is
+    not measured (None), where it read as not executed (False) and cost the model its target credit like a real miss."""
+    from ptxbench.tools.results import RuntimeTarget, Timing
+
+    def result(*verdicts, flags=()):
+        return EvalResult(workload="w", status="PASSED", timing=Timing.model_construct(flags=list(flags)),
+                          targets_runtime={f"f{i}": RuntimeTarget(verdict=v) for i, v in enumerate(verdicts)})
+
+    assert result("executed", "executed").target_executed is True
+    assert result("unknown", "unknown").target_executed is None
+    assert result("executed", "unknown").target_executed is None
+    assert result("token", "unknown").target_executed is False  # one family known not to have run
+    assert result("absent").target_executed is False and result("present_not_executed").target_executed is False
+    assert result("unknown", flags=["profile_output_wrong"]).target_executed is False  # not credited: a known miss
+    assert EvalResult(workload="w", status="PASSED").target_executed is None
