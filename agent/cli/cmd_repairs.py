@@ -20,7 +20,7 @@ def _load(suite: Optional[Path]):
 
     try:
         return load_suite(suite)
-    except SuiteMissing as exc:
+    except (SuiteMissing, ValueError) as exc:  # no suite; a damaged or hand-edited one (load_suite: one line)
         raise typer.BadParameter(str(exc)) from None
 
 

@@ -76,6 +76,8 @@ class RepairTask(BaseModel):
     unbroken_speedup: float | None = Field(None, description="speedup of the unbroken kernel (the reference) on the build GPU")
     held_out: bool = False
     verdict: Verdict
+    solution_sha256: str = Field("", description="sha256 of the broken file's text as it was evaluated (write_suite sets "
+                                 "it); load_suite refuses a solution file that no longer has it (edited by hand)")
 
 
 class UnbrokenKernel(BaseModel):
@@ -112,17 +114,60 @@ class SuiteMissing(FileNotFoundError):
     """No suite.json where a suite was expected (the committed one is built on a GPU)."""
 
 
+def _damaged(path: Path, what: str) -> ValueError:
+    """A suite file that is not what a build writes (damaged, or edited by hand): one line `<path>: <what>`, a
+    rundir.DamagedRecord (a ValueError), which every command prints as one line."""
+    from ..records.rundir import DamagedRecord
+
+    return DamagedRecord(path, what)
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise _damaged(path, "missing") from None
+    except OSError as exc:
+        raise _damaged(path, exc.strerror or type(exc).__name__) from None
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON
+        raise _damaged(path, f"not JSON ({' '.join(str(exc).split())})") from None
+
+
 def load_suite(folder: str | Path | None = None) -> RepairSuite:
+    """The suite in `folder`; SuiteMissing without a suite.json, else a one-line ValueError (rundir.DamagedRecord)
+    for anything a build does not write: a file that is no JSON object, a task listed twice, a task folder the index
+    does not list, a task whose solution file is not the text its task.json records (solution_sha256)."""
+    from pydantic import ValidationError
+
+    from ..records.rundir import validation_line
+
     folder = Path(folder) if folder else default_suite_dir()
     index = folder / "suite.json"
     if not index.exists():
         raise SuiteMissing(f"no repair suite at {folder} (no suite.json): build it on a GPU with "
                            "`source bench/gpu_env.sh && python3 bench/build_repair_suite.py --out workloads/repairs`")
-    meta = json.loads(index.read_text(encoding="utf-8"))
+    meta = _read_json(index)
+    if not isinstance(meta, dict):
+        raise _damaged(index, "not a JSON object")
     if meta.get("version") != SUITE_VERSION:
-        raise ValueError(f"{index}: suite version {meta.get('version')}, this ptxbench reads {SUITE_VERSION}")
-    tasks = [_load_task(folder, tid) for tid in meta.pop("tasks")]
-    return RepairSuite(**meta, tasks=tasks, folder=str(folder))
+        raise ValueError(f"{index}: suite version {meta.get('version')!r}, this ptxbench reads {SUITE_VERSION}")
+    ids = meta.pop("tasks", None)
+    if not isinstance(ids, list):
+        raise _damaged(index, "'tasks' is not a list of task ids")
+    twice = sorted({str(t) for t in ids if ids.count(t) > 1})
+    if twice:  # a task listed twice ran twice for every model and weighed double in every rate
+        raise _damaged(index, f"task {twice[0]!r} is listed more than once")
+    tasks = [_load_task(folder, tid) for tid in ids]
+    unlisted = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name not in ids and (p / "task.json").exists())
+    if unlisted:  # a task folder added by hand (or an index cut short) was skipped without a word
+        raise _damaged(index, f"task folder {unlisted[0]!r} is not in its task list "
+                              f"({len(unlisted)} unlisted): the suite is not as it was built")
+    try:
+        return RepairSuite(**meta, tasks=tasks, folder=str(folder))
+    except ValidationError as exc:
+        raise _damaged(index, validation_line(exc)) from None
+    except TypeError as exc:  # a key that is not a string
+        raise _damaged(index, str(exc)) from None
 
 
 def _load_task(folder: Path, tid) -> RepairTask:
@@ -132,11 +177,28 @@ def _load_task(folder: Path, tid) -> RepairTask:
 
     if not isinstance(tid, str) or not plain_name(tid) or path_inside(folder, tid) is None:
         raise ValueError(f"{folder / 'suite.json'}: task id {tid!r} is no folder name of the suite")
-    task = RepairTask.model_validate_json((folder / tid / "task.json").read_text(encoding="utf-8"))
+    from pydantic import ValidationError
+
+    from ..records.rundir import sha256_text, validation_line
+
+    path = folder / tid / "task.json"
+    try:
+        task = RepairTask.model_validate(_read_json(path))
+    except ValidationError as exc:
+        raise _damaged(path, validation_line(exc)) from None
     if task.id != tid:
-        raise ValueError(f"{folder / tid / 'task.json'}: its id {task.id!r} is not its folder's name")
-    if kernel_path(folder / tid, task.solution_file) is None:
+        raise ValueError(f"{path}: its id {task.id!r} is not its folder's name")
+    solution = kernel_path(folder / tid, task.solution_file)
+    if solution is None:
         raise ValueError(f"{folder / tid / task.solution_file}: not a file inside the task folder")
+    if task.solution_sha256:  # the broken kernel is handed to every model as it was evaluated, or not at all
+        try:
+            text = solution.read_text(encoding="utf-8")
+        except (OSError, ValueError) as exc:
+            raise _damaged(solution, f"cannot be read as text ({type(exc).__name__})") from None
+        if sha256_text(text) != task.solution_sha256:
+            raise _damaged(solution, f"sha256 {sha256_text(text)[:12]}… is not the {task.solution_sha256[:12]}… its "
+                                     "task.json records: the broken kernel was edited after the suite was built")
     return task
 
 
@@ -148,7 +210,10 @@ def write_suite(folder: str | Path, suite: RepairSuite, sources: dict[str, str])
     for old in folder.iterdir():
         if old.is_dir() and (old / "task.json").exists():
             shutil.rmtree(old)
-    tasks = sorted(suite.tasks, key=lambda t: t.id)
+    from ..records.rundir import sha256_text
+
+    tasks = [t.model_copy(update={"solution_sha256": sha256_text(sources[t.id])})
+             for t in sorted(suite.tasks, key=lambda t: t.id)]
     for task in tasks:
         (folder / task.id).mkdir()
         (folder / task.id / task.solution_file).write_text(sources[task.id], encoding="utf-8")

@@ -11,6 +11,10 @@ model turns. Per trajectory:
 - not judged: no turn PASSED, and a turn compiled a changed kernel without a GPU (COMPILED, --no-gpu): fixed or
   not is unknown, so the trajectory is left out of every rate above (counted apart, never as not fixed). The
   broken kernel handed back byte for byte is judged (not fixed) even then.
+Only the model's turns within the recorded budget (`turns`) count, and a trajectory whose workload is not its task's,
+or whose turn 0 is not the broken kernel the suite records (`solution_sha256`), is left out and counted apart with the
+infra-failed ones (`RepairScore.left_out`), neither for nor against its model; the page says how many of the local
+suite's tasks each model ran.
 Each is a share of (turns to fix: a mean over) the judged trajectories with a 95% interval (Wilson's for the
 shares, a bootstrap for the mean: stats.py), overall, per model, by bug class and by
 failure class (the broken kernel's status at turn 0; where turn 0 was not run on a GPU (COMPILED), the verdict
@@ -70,6 +74,12 @@ class RepairScore(BaseModel):
     by_model: dict[str, RepairCell] = Field(default_factory=dict)
     by_model_bug_class: dict[str, dict[str, RepairCell]] = Field(default_factory=dict)
     by_model_failure_class: dict[str, dict[str, RepairCell]] = Field(default_factory=dict)
+    left_out: dict[str, int] = Field(default_factory=dict, description="why -> trajectories left out of every rate "
+                                     "(an infra failure no retry repaired, a record of another task), neither for "
+                                     "nor against their model")
+    suite_tasks: int = Field(0, description="tasks in this machine's suite (0: none built here)")
+    tasks_by_model: dict[str, int] = Field(default_factory=dict, description="model -> distinct tasks its scored "
+                                           "trajectories ran (of suite_tasks)")
 
 
 @lru_cache(maxsize=1)
@@ -103,20 +113,36 @@ def task_record(config: dict) -> dict:
     return task.model_dump(mode="json") if task else {}
 
 
-def repair_trajectory(score: TrajectoryScore, config: dict) -> RepairTrajectory:
-    task = task_record(config)
+def left_out_reason(score: TrajectoryScore, config: dict, task: dict) -> str:
+    """Why a repair trajectory is no evidence on its task ("" when it is): left out of every rate and counted apart,
+    neither for nor against the model. A record whose workload is not the task's, or whose turn 0 is not the broken
+    kernel the suite records (solution_sha256: a suite edited after the run, or before it), ran some other task."""
+    if task.get("workload") and score.workload != task["workload"]:
+        return "another workload than its task's"
+    recorded = task.get("solution_sha256")
+    if recorded and score.start and score.start.kernel_sha256 and score.start.kernel_sha256 != recorded:
+        return "started from another kernel than the suite's"
+    return ""
+
+
+def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = None) -> RepairTrajectory:
+    task = task_record(config) if task is None else task
     unbroken = task.get("unbroken_speedup")
-    turns = score.scored_turns
+    # the model's turns within the budget the trajectory was given (turn 0 is not the model's): a turn past it (a
+    # resume that raised --turns) is no repair within the track's budget
+    budget = config.get("turns")
+    turns = [t for t in score.scored_turns if not isinstance(budget, int) or t.turn <= budget]
     # the broken kernel handed back byte for byte is no repair, even when it passes this time (a race the suite
-    # caught failing once): fixed only by a kernel the model changed
-    broken = score.start.kernel_sha256 if score.start else ""
-    passed = [t for t in turns if t.correct and not (broken and t.kernel_sha256 == broken)]
+    # caught failing once): fixed only by a kernel the model changed. Known from turn 0, else from the suite's record
+    # (a run folder missing its turn 0 credited the broken kernel handed back)
+    broken = {sha for sha in ((score.start.kernel_sha256 if score.start else ""), task.get("solution_sha256") or "") if sha}
+    passed = [t for t in turns if t.correct and t.kernel_sha256 not in broken]
     kept = [t for t in passed if t.target_executed is not False and t.speedup is not None and unbroken is not None
             and t.speedup >= SPEED_KEPT * unbroken]
     first = passed[0].turn if passed else None
     regression = any(a.correct and b.failed for a, b in zip(turns, turns[1:]))
     # a kernel compiled and never run (--no-gpu) may be the fix: unknown, unless it is the broken kernel again
-    unverified = any(t.compile_only and not (broken and t.kernel_sha256 == broken) for t in turns)
+    unverified = any(t.compile_only and t.kernel_sha256 not in broken for t in turns)
     recorded = (task.get("verdict") or {}).get("status", "")
     failure = score.start.status if score.start else recorded
     if failure in ("", COMPILED):  # turn 0 not run on a GPU: the broken kernel's class is what the suite recorded
@@ -149,16 +175,25 @@ def _grouped(rows: list[RepairTrajectory], key) -> dict[str, RepairCell]:
 def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
     """Every repair-track trajectory of the runs (others are ignored); infra-failed ones are left out."""
     rows = []
+    left_out: dict[str, int] = defaultdict(int)
     for run, record in unique_records(run_dirs):  # a run and its copy: DuplicateTrajectory, as for `score`
         config = record.start.config or {}
         if not config.get("repair_task"):
             continue
         score = score_trajectory(record, str(run))
-        if not score.infra_failed:
-            rows.append((run.name, record.id, record.start.ts, repair_trajectory(score, config)))
+        if score.infra_failed:
+            left_out["an infra failure no retry repaired"] += 1
+            continue
+        task = task_record(config)
+        if why := left_out_reason(score, config, task):
+            left_out[why] += 1
+            continue
+        rows.append((run.name, record.id, record.start.ts, repair_trajectory(score, config, task)))
     # in (run, id, start) order: the bootstrap draws by position, so runs named in another order gave other intervals
     rows = [row for *_, row in sorted(rows, key=lambda r: r[:3])]
-    out = RepairScore(trajectories=rows, by_model=_grouped(rows, lambda r: r.model))
+    out = RepairScore(trajectories=rows, by_model=_grouped(rows, lambda r: r.model), left_out=dict(sorted(left_out.items())),
+                      suite_tasks=len(_local_tasks()),
+                      tasks_by_model={m: len({r.task for r in rows if r.model == m}) for m in sorted({r.model for r in rows})})
     for model in out.by_model:
         mine = [r for r in rows if r.model == model]
         out.by_model_bug_class[model] = _grouped(mine, lambda r: r.bug_class)
@@ -183,6 +218,12 @@ def repair_markdown(score: RepairScore) -> str:
     if unjudged:
         parts.append(f"not judged: {unjudged} of {len(score.trajectories)} trajectories compiled a changed kernel without "
                      "a GPU (COMPILED) and never passed: fixed or not is unknown, so they are left out of every rate")
+    if score.left_out:
+        parts.append("left out of every rate (neither for nor against the model): " + ", ".join(
+            f"{n} trajector{'y' if n == 1 else 'ies'}: {why}" for why, n in score.left_out.items()))
+    if score.suite_tasks:
+        parts.append(f"tasks run, of the {score.suite_tasks} in this machine's suite: " + ", ".join(
+            f"{md_cell(m)} {n}" for m, n in score.tasks_by_model.items()))
     parts += ["", head.format("model"), *[row(m, c) for m, c in score.by_model.items()]]
     for model in score.by_model:
         parts += ["", f"### {md_cell(model)} by bug class", "", head.format("bug class"),
