@@ -165,3 +165,14 @@ def test_infra_failed_trajectories_and_the_suite_coverage_are_said(tmp_path):
     page = repair_markdown(score)
     assert "1 trajectory: an infra failure no retry repaired" in page
     assert f"tasks run, of the {score.suite_tasks} in this machine's suite: m/a 1" in page
+
+
+def test_an_unfinished_trajectory_is_left_out_not_scored_unrepaired(tmp_path):
+    """A run killed mid-way (a partial run folder, resumable): a trajectory with turn 0 and no stop is not a model
+    that failed to repair; it is left out and said."""
+    task, broken = _local_task()
+    run = tmp_path / "run"
+    b = _builder(run, "t0")
+    _submit(b, 0, broken, "RUNTIME_ERROR")
+    score = score_repair_runs([run])
+    assert score.trajectories == [] and score.left_out == {"unfinished (no stop recorded; resume the run)": 1}
