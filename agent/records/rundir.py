@@ -85,11 +85,19 @@ class TrajectoryWriter:
 
     def append(self, event: _Event) -> _Event:
         event.seq = self._seq
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(event.model_dump_json() + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        self._seq += 1
+        line = (event.model_dump_json() + "\n").encode("utf-8")
+        try:
+            with open(self.path, "ab") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            # A Ctrl-C lands here as well, most often as fsync returns: the line is in the file, and the next event
+            # (the interrupted run's stop) must not take its seq again; a line cut short is moved aside instead.
+            if _ends_with(self.path, line):
+                self._seq += 1
+            else:
+                repair_torn_tail(self.path)
         return event
 
     def save_kernel(self, turn: int, language: str, source: str, tag: str = "") -> str:
@@ -98,6 +106,19 @@ class TrajectoryWriter:
         rel = f"kernels/{name}"
         (self.folder / rel).write_text(source, encoding="utf-8")
         return rel
+
+
+def _ends_with(path: Path, data: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            if size < len(data):
+                return False
+            f.seek(size - len(data))
+            return f.read() == data
+    except OSError:
+        return False
 
 
 def side_path(path: Path, tag: str) -> Path:

@@ -1,0 +1,58 @@
+"""The trajectory log's writer under Ctrl-C: every event keeps its own seq, and no line is glued onto a cut one."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ptxbench.agent.records.events import Stop
+from ptxbench.agent.records.rundir import TrajectoryWriter, read_events
+
+
+def test_a_ctrl_c_as_an_event_is_synced_leaves_the_next_event_its_own_seq(tmp_path, monkeypatch):
+    """SIGINT mostly lands as fsync returns: the line was in the file, but the seq was not counted, so the interrupted
+    run's stop event took the same seq (a resume-while-running test read 44 twice)."""
+    writer = TrajectoryWriter(tmp_path / "t")
+    writer.append(Stop(trajectory_id="t", reason="turn_limit"))
+    real = os.fsync
+
+    def interrupted(fd):
+        real(fd)
+        monkeypatch.setattr(os, "fsync", real)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        writer.append(Stop(trajectory_id="t", reason="turn_limit"))
+    writer.append(Stop(trajectory_id="t", reason="error", detail="interrupted"))
+    assert [e.seq for e in read_events(writer.path)] == [0, 1, 2]
+
+
+def test_a_line_cut_short_is_moved_aside_before_the_next_event(tmp_path, monkeypatch):
+    writer = TrajectoryWriter(tmp_path / "t")
+    writer.append(Stop(trajectory_id="t", reason="turn_limit"))
+
+    class Cut:  # the write itself interrupted half way
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(data[: len(data) // 2])
+            self.f.flush()
+            raise KeyboardInterrupt
+
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda p, mode="r", *a, **k: Cut(real_open(p, mode, *a, **k))
+                        if mode == "ab" else real_open(p, mode, *a, **k))
+    with pytest.raises(KeyboardInterrupt):
+        writer.append(Stop(trajectory_id="t", reason="turn_limit"))
+    monkeypatch.setattr("builtins.open", real_open)
+    writer.append(Stop(trajectory_id="t", reason="error", detail="interrupted"))
+    assert [e.seq for e in read_events(writer.path)] == [0, 1]
+    assert list(writer.folder.glob("trajectory.jsonl.torn-*"))
