@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 from types import UnionType
 from typing import Any, Callable, Union, get_args, get_origin, get_type_hints
 
@@ -174,14 +175,29 @@ def nesting_depth(value: Any) -> int:
     return deepest
 
 
+def _no_json_number(text: str) -> float:
+    raise ValueError(f"{text[:40]} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    return value if math.isfinite(value) else _no_json_number(text)
+
+
+def _loads(text: str) -> Any:
+    """json.loads without NaN, Infinity and overflowing numbers such as 1e999: Python takes them, JSON has none, and
+    the record writes each as null, so a resumed run found the call unlike its record and ran it again."""
+    return json.loads(text, parse_constant=_no_json_number, parse_float=_finite)
+
+
 def parse_arguments(raw: str | dict | None) -> dict[str, Any]:
     """Tool-call arguments from the model (a JSON string); anything else becomes an error for the model. Nesting
     past MAX_ARGUMENT_DEPTH is refused here: parsed, it would fail the trajectory's writer (pydantic stops at about
     255 levels, the key masking recurses), and the turn would be lost as the harness's failure."""
     try:
-        value = raw if isinstance(raw, dict) else json.loads(raw or "{}")
+        value = _loads(json.dumps(raw)) if isinstance(raw, dict) else _loads(raw or "{}")
         if isinstance(value, str) and value.lstrip().startswith("{"):  # the object encoded twice (some tool parsers)
-            value = json.loads(value)
+            value = _loads(value)
     except RecursionError:  # json recurses once per nesting level
         raise ValueError("tool arguments are nested too deeply") from None
     if not isinstance(value, dict):

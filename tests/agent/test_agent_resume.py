@@ -1,6 +1,7 @@
 """A trajectory killed mid-run resumes from its last completed step without repeating a model call."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -337,3 +338,26 @@ def test_a_resume_that_loses_the_new_folder_to_another_is_refused_once(tmp_path,
     finally:
         for fd in other:
             os.close(fd)
+
+
+def test_a_tool_argument_json_cannot_record_is_refused_so_a_resume_reuses_its_answer(tmp_path, evaluator):
+    """NaN, Infinity and 1e999 parse (Python's json takes them) but are no JSON: the record wrote them as null, so on
+    resume the call no longer matched its record, and every recorded call of the reply was run (GPU time) and recorded
+    again. They are now the model's malformed arguments, answered as such, and the resume reuses that answer."""
+    run_dir = tmp_path / "run"
+    source = json.dumps(GOOD_PTX)
+    odd = [{"name": "benchmark", "arguments": '{"source": %s, "n": %s}' % (source, v)} for v in ("NaN", "Infinity", "1e999")]
+    first = [*odd, _tool("test"), _tool("submit")]
+    with ScriptedServer([{"content": None, "tool_calls": first}, reply(GOOD_PTX)]) as server:
+        with pytest.raises(KeyboardInterrupt):
+            optimize(_tools_config(server), run_dir=run_dir, evaluator=Counting(evaluator),
+                     listeners=[_killed_at("tool_result", "submit")])
+        resumed = Counting(evaluator)
+        outcome = optimize(resume=run_dir, evaluator=resumed)
+        answers = [m["content"] for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    assert resumed.calls == 1 and outcome.statuses == ["COMPILED", "COMPILED"]  # turn 2's reply only
+    evs = events(run_dir)
+    results = of_type(evs, "tool_result")
+    assert [e.name for e in of_type(evs, "tool_call")] == ["benchmark"] * 3 + ["test", "submit"]
+    assert [e.ok for e in results] == [False, False, False, True, True]
+    assert all("not a JSON number" in a for a in answers[:3]) and answers == [e.content for e in results]
