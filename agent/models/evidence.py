@@ -31,8 +31,8 @@ class Evidence(BaseModel):
     speedup: float | None = None
     sol_pct: float | None = Field(None, description="percent of the workload's roofline the timing reached")
     kernel_ms: float | None = Field(None, description="the candidate's median time in the timing (ms)")
-    headroom_pct: float | None = Field(None, description="how far from its roof: the feedback's 'within N%' "
-                                                         "figure, else 100 - sol_pct")
+    headroom_pct: float | None = Field(None, description="how far from its roof: 100 - sol_pct; without a timing, "
+                                                         "the feedback's 'within N%' figure")
     profiled: bool = Field(False, description="a full Nsight Compute profile was taken on this turn")
     bottleneck: str = Field("unknown", description="compute | memory | latency | unknown (speed-of-light shares)")
     compute_sol_pct: float | None = None
@@ -91,13 +91,16 @@ def evidence_from(result) -> Evidence:
     if result.timing is not None:
         ev.sol_pct = result.timing.sol_pct
         ev.kernel_ms = result.timing.candidate.median_ms if result.passed else None
-    within = WITHIN_ROOF.search(result.feedback or "")
-    if within:
+    # From the timing's own figure: the feedback's "within N%" line is the same number, but the feedback also quotes
+    # the kernel's hot source lines, so a comment there ("// within 1% of its roof") could set it. The text is read
+    # only for a result without a timing.
+    within = WITHIN_ROOF.search(result.feedback or "") if ev.sol_pct is None else None
+    if ev.sol_pct is not None:
+        ev.headroom_pct = max(0.0, 100.0 - ev.sol_pct)
+    elif within:
         ev.headroom_pct = float(within.group(1))
     elif PAST_ROOF in (result.feedback or ""):
         ev.headroom_pct = 0.0
-    elif ev.sol_pct is not None:
-        ev.headroom_pct = max(0.0, 100.0 - ev.sol_pct)
     _profile_figures(ev, result)
     return ev
 
