@@ -2,15 +2,16 @@
 
 A repair trajectory starts from a suite task's broken kernel (turn 0, `TrajectoryScore.start`) and has k
 model turns. Per trajectory:
-- fixed@1: turn 1 PASSED; fixed@k: some turn PASSED (a PASSED turn that hands back the broken kernel byte for
-  byte is no fix: its bug is still there, whatever one run said);
+- fixed@1: turn 1 PASSED; fixed@k: some turn PASSED (a PASSED turn that hands back the broken kernel, byte for
+  byte or with only comments and spacing changed (export/normalize.py), is no fix: its bug is still there, whatever
+  one run said);
 - turns to fix: the first PASSED turn (over fixed trajectories);
 - fixed with the speed kept: some turn PASSED, its target instructions executed (or not measured), and its
   speedup >= SPEED_KEPT x the unbroken kernel's speedup recorded in the task (a slow swap is no repair);
 - regression: a PASSED turn followed by a failing one (the fix broke again);
 - not judged: no turn PASSED, and a turn compiled a changed kernel without a GPU (COMPILED, --no-gpu): fixed or
   not is unknown, so the trajectory is left out of every rate above (counted apart, never as not fixed). The
-  broken kernel handed back byte for byte is judged (not fixed) even then.
+  broken kernel handed back (as above) is judged (not fixed) even then.
 Only the model's turns within the recorded budget (`turns`) count, and a trajectory whose workload is not its task's,
 or whose turn 0 is not the broken kernel the suite records (`solution_sha256`), is left out and counted apart with the
 infra-failed ones (`RepairScore.left_out`), neither for nor against its model; the page says how many of the local
@@ -34,7 +35,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from ..records.rundir import DamagedRecord, path_inside, validation_line
-from ..repairs.suite import RepairTask, SuiteMissing, load_suite
+from ..repairs.suite import RepairTask, SuiteMissing, default_suite_dir, load_suite
 from ..report.tables import md_cell
 from .run_score import unique_records
 from .stats import Estimate, mean_estimate, share_estimate
@@ -105,6 +106,17 @@ def _recorded_task(task_id: str, start_from: str) -> RepairTask | None:
         raise DamagedRecord(path, validation_line(exc)) from None
 
 
+def _suite_solution(config: dict) -> str | None:
+    """The broken kernel's text in this machine's suite (None when it has no such task)."""
+    task = _local_tasks().get(config["repair_task"])
+    if task is None:
+        return None
+    try:
+        return (default_suite_dir() / task.id / task.solution_file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def task_record(config: dict) -> dict:
     """The suite's record of a repair trajectory's task, as a dict ({} when neither the local suite nor the recorded
     path has it)."""
@@ -125,7 +137,25 @@ def left_out_reason(score: TrajectoryScore, config: dict, task: dict) -> str:
     return ""
 
 
-def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = None) -> RepairTrajectory:
+def resubmitted_turns(record, score: TrajectoryScore, task_solution: str | None = None) -> frozenset[int]:
+    """The model's turns whose kernel is the broken one again up to comments and white space between tokens (the
+    export's normalisation, export/normalize.py): a comment changed is no repair, even when a race lets it pass once.
+    The broken kernel is turn 0's file, else the suite's solution text."""
+    from ..export.normalize import normalized_kernel
+
+    broken = [text for text in ((record.kernel(score.start.kernel_file) if score.start and score.start.kernel_file
+                                 else None), task_solution) if text]
+    if not broken:
+        return frozenset()
+    forms = {normalized_kernel(text) for text in broken}
+    return frozenset(t.turn for t in score.scored_turns
+                     if t.kernel_file and (text := record.kernel(t.kernel_file)) is not None
+                     and normalized_kernel(text) in forms)
+
+
+def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = None,
+                      resubmitted: frozenset[int] = frozenset()) -> RepairTrajectory:
+    """`resubmitted`: turns whose kernel is the broken one with only comments or spacing changed (resubmitted_turns)."""
     task = task_record(config) if task is None else task
     unbroken = task.get("unbroken_speedup")
     # the model's turns within the budget the trajectory was given (turn 0 is not the model's): a turn past it (a
@@ -136,13 +166,13 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
     # caught failing once): fixed only by a kernel the model changed. Known from turn 0, else from the suite's record
     # (a run folder missing its turn 0 credited the broken kernel handed back)
     broken = {sha for sha in ((score.start.kernel_sha256 if score.start else ""), task.get("solution_sha256") or "") if sha}
-    passed = [t for t in turns if t.correct and t.kernel_sha256 not in broken]
+    passed = [t for t in turns if t.correct and t.kernel_sha256 not in broken and t.turn not in resubmitted]
     kept = [t for t in passed if t.target_executed is not False and t.speedup is not None and unbroken is not None
             and t.speedup >= SPEED_KEPT * unbroken]
     first = passed[0].turn if passed else None
     regression = any(a.correct and b.failed for a, b in zip(turns, turns[1:]))
     # a kernel compiled and never run (--no-gpu) may be the fix: unknown, unless it is the broken kernel again
-    unverified = any(t.compile_only and t.kernel_sha256 not in broken for t in turns)
+    unverified = any(t.compile_only and t.kernel_sha256 not in broken and t.turn not in resubmitted for t in turns)
     recorded = (task.get("verdict") or {}).get("status", "")
     failure = score.start.status if score.start else recorded
     if failure in ("", COMPILED):  # turn 0 not run on a GPU: the broken kernel's class is what the suite recorded
@@ -191,7 +221,8 @@ def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
         if why := left_out_reason(score, config, task):
             left_out[why] += 1
             continue
-        rows.append((run.name, record.id, record.start.ts, repair_trajectory(score, config, task)))
+        again = resubmitted_turns(record, score, _suite_solution(config))
+        rows.append((run.name, record.id, record.start.ts, repair_trajectory(score, config, task, again)))
     # in (run, id, start) order: the bootstrap draws by position, so runs named in another order gave other intervals
     rows = [row for *_, row in sorted(rows, key=lambda r: r[:3])]
     out = RepairScore(trajectories=rows, by_model=_grouped(rows, lambda r: r.model), left_out=dict(sorted(left_out.items())),

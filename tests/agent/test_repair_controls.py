@@ -156,7 +156,7 @@ def test_infra_failed_trajectories_and_the_suite_coverage_are_said(tmp_path):
     b.infra(1)
     ok = _builder(run, "t1")
     _submit(ok, 0, broken, "RUNTIME_ERROR")
-    _submit(ok, 1, broken + "// fix\n", "PASSED", task["unbroken_speedup"])
+    _submit(ok, 1, broken + "\n__device__ int repaired_here;  // fix\n", "PASSED", task["unbroken_speedup"])
     ok.stop()
     score = score_repair_runs([run])
     assert [r.id for r in score.trajectories] == ["t1"] and score.trajectories[0].fixed
@@ -176,3 +176,23 @@ def test_an_unfinished_trajectory_is_left_out_not_scored_unrepaired(tmp_path):
     _submit(b, 0, broken, "RUNTIME_ERROR")
     score = score_repair_runs([run])
     assert score.trajectories == [] and score.left_out == {"unfinished (no stop recorded; resume the run)": 1}
+
+
+def test_the_broken_kernel_with_only_comments_or_spacing_changed_is_no_fix(tmp_path):
+    """A comment added or the spacing changed leaves the broken kernel as it was; passing once (a race the suite caught
+    failing) is no repair. A kernel changed in its code is one."""
+    task, broken = _local_task()
+    run = tmp_path / "run"
+    b = _builder(run, "t0", turns=3)
+    _submit(b, 0, broken, "RUNTIME_ERROR")
+    _submit(b, 1, "// fixed the race, honestly\n" + broken.replace("\n", "  \n"), "PASSED", task["unbroken_speedup"])
+    b.stop()
+    (row,) = score_repair_runs([run]).trajectories
+    assert not row.fixed and not row.fixed_at_1 and not row.speed_kept
+    run2 = tmp_path / "run2"
+    b = _builder(run2, "t1", turns=3)
+    _submit(b, 0, broken, "RUNTIME_ERROR")
+    _submit(b, 1, broken + "\n__device__ int changed_code;\n", "PASSED", task["unbroken_speedup"])
+    b.stop()
+    (row,) = score_repair_runs([run2]).trajectories
+    assert row.fixed and row.fixed_at_1
