@@ -282,13 +282,21 @@ class LocalEvaluator:
         device = functools.cache(pool.pick_device)  # one device for both runs, picked when the first starts
         # where the evaluation's verified sketch goes once the timing is in: the replay checks its output against it
         expect = Path(tempfile.mkdtemp(prefix="ptxbench-expect-")) / "expected.json"
-        runs = [run for run in (self._start_early(pool, options, workload, source, comp, cubin_sha, level, device,
-                                                  seed, expect, priority),) if run is not None]
-        best_level, _ = options.profile_level(True, math.inf, 0.0)  # what a new best would get
-        if best_level != level and (not runs or self._early_spare(pool) >= 2):  # one left for another evaluation
-            extra = self._start_early(pool, options, workload, source, comp, cubin_sha, best_level, device, seed, expect,
+        runs: list[EarlyProfile] = []
+        try:
+            first = self._start_early(pool, options, workload, source, comp, cubin_sha, level, device, seed, expect,
                                       priority)
-            runs += [extra] if extra is not None else []
+            runs += [first] if first is not None else []
+            best_level, _ = options.profile_level(True, math.inf, 0.0)  # what a new best would get
+            if best_level != level and (not runs or self._early_spare(pool) >= 2):  # one left for another evaluation
+                extra = self._start_early(pool, options, workload, source, comp, cubin_sha, best_level, device, seed,
+                                          expect, priority)
+                runs += [extra] if extra is not None else []
+        except BaseException:  # no run left waiting at its gate, no folder left behind
+            for run in runs:
+                run.drop()
+            shutil.rmtree(expect.parent, ignore_errors=True)
+            raise
         if not runs:
             shutil.rmtree(expect.parent, ignore_errors=True)
             return None

@@ -6,6 +6,8 @@ import json
 
 import time
 
+import pytest
+
 from ptxbench.tools.evaluate import LocalEvaluator, _format_status, _message
 from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
@@ -470,3 +472,35 @@ def test_without_two_slots_to_spare_only_the_likely_level_starts_early(monkeypat
     assert r.status == "PASSED" and r.profile_level == "full"
     assert [c["full"] for c in calls] == [False, True]  # the verdict started early, the full one after the timing
     assert calls[0].get("refused") == "ProfileNotWanted" and "held" in calls[1]
+
+
+def test_an_early_start_that_fails_leaves_no_run_waiting_and_no_folder(monkeypatch, tmp_path):
+    """The second early run failing to start (the full profile beside the verdict) left the first waiting at its gate
+    and the folder of the expected sketch behind."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pool = GpuPool(PoolConfig(devices=[0, 1], spares=0), factory=lambda d, c: AnsweringWorker(d, c)).start()
+    ev = LocalEvaluator(pool)
+    dropped, calls = [], []
+
+    class Run:
+        def drop(self):
+            dropped.append(self)
+
+    def start(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise RuntimeError("ncu would not start")
+        return Run()
+
+    monkeypatch.setattr(ev, "_start_early", start)
+    monkeypatch.setattr(ev, "_early_spare", lambda pool: 2)
+    # a pass gets the verdict, a new best the full profile: both start early
+    monkeypatch.setattr(EvalOptions, "profile_level", lambda self, passed, speedup, *a: ("verdict" if speedup is None
+                                                                                        else "full", ""))
+    comp = type("Comp", (), {"cubin_path": "/nonexistent.cubin"})()
+    with pytest.raises(RuntimeError, match="ncu would not start"):
+        ev._early_profile(pool, EvalOptions(), WORKLOAD, "src", comp, "sha", 5)
+    assert len(calls) == 2 and len(dropped) == 1 and not list(tmp_path.glob("ptxbench-expect-*"))
+    ev.close()
