@@ -65,3 +65,24 @@ def build_run(root: Path) -> Path:
         ("g", result("PASSED", 0.7, True), "passed"),
     ], held_out=True)
     return run
+
+
+def write_start_from_run(run: Path, workload: str, start_result: dict, log: str,
+                         start_turn_end: bool = True) -> tuple[str, str, str]:
+    """A --start-from trajectory `s`: turn 0 the handed-in kernel (`start_result`, its log `log`, shown in the task),
+    turn 1 the model's fix (PASSED, executed). Returns (the start kernel, the fix, the task text)."""
+    write_manifest(run, {"gpu": {"name": "NVIDIA H200"}})
+    w = TrajectoryWriter(run / "trajectories" / "s")
+    w.append(TrajectoryStart(trajectory_id="s", workload=workload, model="m1", prompt="basic", mode="pipeline"))
+    start, fixed = kernel("start"), kernel("fixed")
+    w.append(EvalEvent(trajectory_id="s", turn=0, kernel_file=w.save_kernel(0, "cuda", start), language="cuda",
+                       kernel_sha256=sha256_text(start), result=start_result, feedback=log))
+    if start_turn_end:
+        w.append(TurnEnd(trajectory_id="s", turn=0, status=start_result["status"]))
+    task = f"Write {workload}.\n## The kernel you start from\n```cuda\n{start}```\n### Its evaluation (turn 0)\n{log}"
+    w.append(ModelCall(trajectory_id="s", turn=1, model="m1", response={"content": f"```cuda\n{fixed}```"},
+                       messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]))
+    w.append(EvalEvent(trajectory_id="s", turn=1, kernel_file=w.save_kernel(1, "cuda", fixed), language="cuda",
+                       kernel_sha256=sha256_text(fixed), result=result("PASSED", 0.9, True), feedback="passed"))
+    w.append(TurnEnd(trajectory_id="s", turn=1, status="PASSED"))
+    return start, fixed, task

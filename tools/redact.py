@@ -31,26 +31,31 @@ def register_secret_env(name: str | None) -> None:
     """Mask the value of environment variable `name` from now on (the --api-key-env variable)."""
     if name:
         _REGISTERED.add(name)
-        os.environ[REGISTERED_ENV] = ",".join(sorted(_registered() | {name}))
+        os.environ[REGISTERED_ENV] = ",".join(sorted(registered_names() | {name}))
 
 
-def _registered() -> set[str]:
+def registered_names() -> set[str]:
+    """The --api-key-env names registered here or by the process that started this one (REGISTERED_ENV)."""
     return _REGISTERED | {n for n in os.environ.get(REGISTERED_ENV, "").split(",") if n}
 
 
-def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name)) or name in _registered()
+def is_secret_name(name: str, registered: set[str] | None = None) -> bool:
+    """`registered`: registered_names() once for a loop over many names (it parses the environment)."""
+    return bool(_SECRET_NAME.search(name)) or name in (registered_names() if registered is None else registered)
 
 
 def without_secrets(env: dict[str, str]) -> dict[str, str]:
     """`env` without the variables that hold keys: secret-looking or registered names, and any variable whose
     value is one of those keys (for the processes that run a candidate: the GPU workers, ncu, the sanitizer)."""
-    keys = {v for k, v in env.items() if is_secret_name(k) and v}
-    return {k: v for k, v in env.items() if not is_secret_name(k) and v not in keys}
+    registered = registered_names()
+    secret = {k for k in env if is_secret_name(k, registered)}
+    keys = {env[k] for k in secret if env[k]}
+    return {k: v for k, v in env.items() if k not in secret and v not in keys}
 
 
 def secret_values() -> list[str]:
-    values = {v for k, v in os.environ.items() if is_secret_name(k) and v and len(v) >= 8}
+    registered = registered_names()
+    values = {v for k, v in os.environ.items() if is_secret_name(k, registered) and v and len(v) >= 8}
     return sorted(values, key=len, reverse=True)
 
 

@@ -168,6 +168,8 @@ class Timing(BaseModel):
                                   "before the mode existed, which were all written")
 
 
+PROFILE_OUTPUT_WRONG = "profile_output_wrong"  # Timing.flags: the profiled call's output failed the rule (not credited)
+
 TargetVerdict = Literal["executed", "token", "present_not_executed", "absent", "unknown"]
 
 
@@ -256,7 +258,7 @@ class EvalResult(BaseModel):
         family not `executed` is `unknown`), which is the harness's gap, not a verdict on the kernel."""
         if not self.targets_runtime:
             return None
-        if self.timing is not None and "profile_output_wrong" in self.timing.flags:
+        if self.timing is not None and PROFILE_OUTPUT_WRONG in self.timing.flags:
             return False
         verdicts = [t.verdict for t in self.targets_runtime.values()]
         if all(v == "executed" for v in verdicts):

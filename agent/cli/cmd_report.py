@@ -16,18 +16,11 @@ def foreign_report_file(folder: Path) -> str | None:
     """The first of REPORT_FILES in `folder` when no earlier report wrote it (an earlier report's index.html names itself
     in its title, and is replaced as a new report replaces it); None when there is none to lose."""
     there = [name for name in REPORT_FILES if (folder / name).exists()]
-    if not there:
-        return None
-    try:
-        with open(folder / "index.html", "rb") as f:
-            head = f.read(300)
-    except OSError:
-        head = b""
-    return None if b"<title>ptxbench report: " in head else there[0]
+    return None if not there or _earlier_report(folder) else there[0]
 
 
 def _earlier_report(folder: Path) -> bool:
-    """A folder an earlier report wrote: its index.html names itself (as foreign_report_file reads it)."""
+    """A folder an earlier report wrote: its index.html names itself in its title."""
     try:
         with open(folder / "index.html", "rb") as f:
             return b"<title>ptxbench report: " in f.read(300)

@@ -94,12 +94,12 @@ def evidence_from(result) -> Evidence:
     # From the timing's own figure: the feedback's "within N%" line is the same number, but the feedback also quotes
     # the kernel's hot source lines, so a comment there ("// within 1% of its roof") could set it. The text is read
     # only for a result without a timing.
-    within = WITHIN_ROOF.search(result.feedback or "") if ev.sol_pct is None else None
+    feedback = result.feedback or ""
     if ev.sol_pct is not None:
         ev.headroom_pct = max(0.0, 100.0 - ev.sol_pct)
-    elif within:
+    elif within := WITHIN_ROOF.search(feedback):
         ev.headroom_pct = float(within.group(1))
-    elif PAST_ROOF in (result.feedback or ""):
+    elif PAST_ROOF in feedback:
         ev.headroom_pct = 0.0
     _profile_figures(ev, result)
     return ev

@@ -91,13 +91,15 @@ class TrajectoryWriter:
                 f.write(line)
                 f.flush()
                 os.fsync(f.fileno())
-        finally:
-            # A Ctrl-C lands here as well, most often as fsync returns: the line is in the file, and the next event
-            # (the interrupted run's stop) must not take its seq again; a line cut short is moved aside instead.
+        except BaseException:
+            # A Ctrl-C, most often as fsync returns: the line is in the file, and the next event (the interrupted
+            # run's stop) must not take its seq again; a line cut short is moved aside instead.
             if _ends_with(self.path, line):
                 self._seq += 1
             else:
                 repair_torn_tail(self.path)
+            raise
+        self._seq += 1
         return event
 
     def save_kernel(self, turn: int, language: str, source: str, tag: str = "") -> str:

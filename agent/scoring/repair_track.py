@@ -35,7 +35,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from ..records.rundir import DamagedRecord, path_inside, validation_line
-from ..repairs.suite import RepairTask, SuiteMissing, default_suite_dir, load_suite
+from ..repairs.suite import RepairSuite, RepairTask, SuiteMissing, load_suite
 from ..report.tables import md_cell
 from .run_score import unique_records
 from .stats import Estimate, mean_estimate, share_estimate
@@ -84,12 +84,19 @@ class RepairScore(BaseModel):
 
 
 @lru_cache(maxsize=1)
-def _local_tasks() -> dict[str, RepairTask]:
-    """The tasks of this machine's repair suite (workloads/repairs) by id; none where it is not built."""
+def _local_suite() -> RepairSuite | None:
+    """This machine's repair suite (workloads/repairs); None where it is not built."""
     try:
-        return {task.id: task for task in load_suite().tasks}
+        return load_suite()
     except SuiteMissing:
-        return {}
+        return None
+
+
+@lru_cache(maxsize=1)
+def _local_tasks() -> dict[str, RepairTask]:
+    """The tasks of this machine's repair suite by id."""
+    suite = _local_suite()
+    return {task.id: task for task in suite.tasks} if suite is not None else {}
 
 
 def _recorded_task(task_id: str, start_from: str) -> RepairTask | None:
@@ -108,11 +115,12 @@ def _recorded_task(task_id: str, start_from: str) -> RepairTask | None:
 
 def _suite_solution(config: dict) -> str | None:
     """The broken kernel's text in this machine's suite (None when it has no such task)."""
+    suite = _local_suite()
     task = _local_tasks().get(config["repair_task"])
-    if task is None:
+    if suite is None or task is None:
         return None
     try:
-        return (default_suite_dir() / task.id / task.solution_file).read_text(encoding="utf-8")
+        return suite.solution_path(task).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
 

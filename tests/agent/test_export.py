@@ -388,24 +388,10 @@ def test_a_start_from_kernel_is_never_a_rows_kernel(tmp_path, start_status):
     model's (scoring keeps it apart): as a KernelGen completion it was a copy of the prompt credited to the model. As
     a Fixit wrong kernel (the repair track's rows) it stays in the task, where the model read it: not an assistant
     message the model never wrote, shown twice."""
-    from export_runs import kernel, result
-    from ptxbench.agent.records.events import EvalEvent, ModelCall, TrajectoryStart, TurnEnd
-    from ptxbench.agent.records.rundir import TrajectoryWriter, sha256_text, write_manifest
+    from export_runs import result, write_start_from_run
 
     run, wid = tmp_path / "run", "gemm_bf16_m8192_n7168_k5120"
-    write_manifest(run, {"gpu": {"name": "NVIDIA H200"}})
-    w = TrajectoryWriter(run / "trajectories" / "s")
-    w.append(TrajectoryStart(trajectory_id="s", workload=wid, model="m1", prompt="basic", mode="pipeline"))
-    start, fixed = kernel("start"), kernel("fixed")
-    w.append(EvalEvent(trajectory_id="s", turn=0, kernel_file=w.save_kernel(0, "cuda", start), language="cuda",
-                       kernel_sha256=sha256_text(start), result=result(start_status, 0.5, True), feedback="turn 0 log"))
-    w.append(TurnEnd(trajectory_id="s", turn=0, status=start_status))
-    task = f"Write {wid}.\n## The kernel you start from\n```cuda\n{start}```\n### Its evaluation (turn 0)\nturn 0 log"
-    w.append(ModelCall(trajectory_id="s", turn=1, model="m1", response={"content": f"```cuda\n{fixed}```"},
-                       messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]))
-    w.append(EvalEvent(trajectory_id="s", turn=1, kernel_file=w.save_kernel(1, "cuda", fixed), language="cuda",
-                       kernel_sha256=sha256_text(fixed), result=result("PASSED", 0.9, True), feedback="passed"))
-    w.append(TurnEnd(trajectory_id="s", turn=1, status="PASSED"))
+    _, _, task = write_start_from_run(run, wid, result(start_status, 0.5, True), "turn 0 log")
     samples = collect_samples([run])
     rows, _ = build_rows(samples, ExportConfig(recipe="kernelgen"))
     assert [r.provenance.turn for r in rows] == [1] and "variant_fixed" in rows[0].completion[0].content

@@ -135,23 +135,10 @@ def test_a_repair_row_whose_wrong_kernel_was_handed_in_gets_reasoning(tmp_path):
     """A --start-from (repair track) Fixit row has no assistant wrong kernel nor log message: both stand in the task.
     The teacher read prompt[2] and prompt[3] of every row, so such a row stopped the whole export with an IndexError;
     its request is the task (kernel and log) and the fix, and reasoning that quotes the fix is still refused."""
-    from export_runs import SYSTEM, kernel, result
-    from ptxbench.agent.records.events import EvalEvent, ModelCall, TrajectoryStart, TurnEnd
-    from ptxbench.agent.records.rundir import TrajectoryWriter, sha256_text, write_manifest
+    from export_runs import result, write_start_from_run
 
     run, wid = tmp_path / "run", "gemm_bf16_m8192_n7168_k5120"
-    write_manifest(run, {"gpu": {"name": "NVIDIA H200"}})
-    w = TrajectoryWriter(run / "trajectories" / "s")
-    w.append(TrajectoryStart(trajectory_id="s", workload=wid, model="m1", prompt="basic", mode="pipeline"))
-    start, fixed = kernel("start"), kernel("fixed")
-    w.append(EvalEvent(trajectory_id="s", turn=0, kernel_file=w.save_kernel(0, "cuda", start), language="cuda",
-                       kernel_sha256=sha256_text(start), result=result("COMPILE_ERROR"), feedback="line 3: bad symbol"))
-    task = f"Write {wid}.\n## The kernel you start from\n```cuda\n{start}```\n### Its evaluation (turn 0)\nline 3: bad symbol"
-    w.append(ModelCall(trajectory_id="s", turn=1, model="m1", response={"content": f"```cuda\n{fixed}```"},
-                       messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}]))
-    w.append(EvalEvent(trajectory_id="s", turn=1, kernel_file=w.save_kernel(1, "cuda", fixed), language="cuda",
-                       kernel_sha256=sha256_text(fixed), result=result("PASSED", 0.9, True), feedback="passed"))
-    w.append(TurnEnd(trajectory_id="s", turn=1, status="PASSED"))
+    _, fixed, task = write_start_from_run(run, wid, result("COMPILE_ERROR"), "line 3: bad symbol", start_turn_end=False)
     [row], _ = build_rows(collect_samples([run]), ExportConfig(recipe="fixit"))
     assert len(row.prompt) == 2
     for reasoning, kept in ((REASONING, True), (f"Write {next(ln for ln in fixed.splitlines() if 'variant_fixed' in ln)}", False)):

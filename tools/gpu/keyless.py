@@ -13,14 +13,15 @@ from __future__ import annotations
 import ctypes
 import os
 
-from ..redact import is_secret_name
+from ..redact import is_secret_name, registered_names
 
 _BYTES_DATA = bytes.__basicsize__ - 1  # offset of a bytes object's data in CPython (ob_sval)
 
 
 def _secret_names(data: dict[bytes, bytes]) -> set[bytes]:
     """Names that look like secrets or were registered (--api-key-env), and any variable holding one of their values."""
-    named = {k for k in data if is_secret_name(os.fsdecode(k))}
+    registered = registered_names()
+    named = {k for k in data if is_secret_name(os.fsdecode(k), registered)}
     values = {data[k] for k in named if data[k]}
     return named | {k for k, v in data.items() if v in values}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ptxbench.tools.redact import without_secrets
-from ptxbench.tools.results import CompileResult, EvalResult, RuntimeTarget, Timing
+from ptxbench.tools.results import PROFILE_OUTPUT_WRONG, CompileResult, EvalResult, RuntimeTarget, Timing
 from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 
 from .summary import ProfileSummary, attach_lines
@@ -56,9 +56,6 @@ class ProfileOutcome(BaseModel):
             if value is not None:
                 result.seconds[f"profile.{key[:-2]}"] = value
         return result
-
-
-PROFILE_OUTPUT_WRONG = "profile_output_wrong"  # Timing.flags: the profiled call's output failed the rule
 
 
 def not_credited_line(summary: ProfileSummary) -> str:

@@ -109,17 +109,14 @@ def judged_output(wl, seed: int, dist: str, bufs, device: str = "cuda", expected
     """The profiled call's output, judged after the call: guards first, then against `expected` (the verified
     sketch) when given, else by the referee's rule. Never raises: a harness failure is `passed: null`. `seconds`: the
     time it took, inside the GPU-held window."""
-    start = time.perf_counter()
-    verdict: dict
-    try:
-        from ..gpu.verdict import Failed, check_guards
+    from ..gpu.verdict import Failed, check_guards
 
-        try:
-            check_guards(bufs)
-            verdict = sketched_output(bufs, expected) if expected is not None else refereed_output(wl, seed, dist, bufs,
-                                                                                                    device)
-        except Failed as f:
-            verdict = {"passed": False, "status": f.status, "note": f.message, "method": "guards"}
+    start = time.perf_counter()
+    try:
+        check_guards(bufs)
+        verdict = sketched_output(bufs, expected) if expected is not None else refereed_output(wl, seed, dist, bufs, device)
+    except Failed as f:
+        verdict = {"passed": False, "status": f.status, "note": f.message, "method": "guards"}
     except Exception as e:  # noqa: BLE001 - the judgment is the profile's extra, never its failure
         verdict = {"passed": None, "status": "", "note": f"not judged: {type(e).__name__}: {e}", "method": ""}
     return verdict | {"seconds": round(time.perf_counter() - start, 3)}
