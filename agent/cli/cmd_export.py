@@ -37,6 +37,9 @@ def export(
     include_held_out: bool = typer.Option(False, help="include held-out workloads"),
     dedup: bool = typer.Option(True, help="drop rows whose kernels are the same up to comments and white space"),
     test_workloads: str = typer.Option("", help="comma-separated workloads that form the test split"),
+    separate_by: str = typer.Option("pair", help="fixit: what a train row may not share with a test or left-out "
+                                                 "held-out row: pair (wrong kernel and fix) | completion (the fix "
+                                                 "alone, whatever the wrong kernel)"),
     tokenizer: str = typer.Option("estimate", help="estimate | tiktoken:<encoding> | hf:<name or path>"),
     max_tokens: Optional[int] = typer.Option(None, help="drop rows longer than this"),
     teacher: Optional[str] = typer.Option(None, help="litellm model that writes <think> reasoning for fixit rows"),
@@ -58,6 +61,7 @@ def export(
         inputs.run_folder(run)
     runs = distinct_runs(runs)  # a run named twice is exported once
     inputs.one_of(recipe, ("kernelgen", "fixit"), "--recipe"), inputs.one_of(format, FORMATS, "--format")
+    inputs.one_of(separate_by, ("pair", "completion"), "--separate-by")
     for value, flag in ((first_k, "--first-k"), (max_per_group, "--max-per-group"), (max_tokens, "--max-tokens")):
         inputs.positive(value, flag)
     if min_speedup is not None and not 0 <= min_speedup < float("inf"):  # nan: no speedup passes, and no word of it
@@ -81,8 +85,8 @@ def export(
     cfg = ExportConfig(
         recipe=recipe, min_speedup=min_speedup, first_k_turns=first_k, max_per_group=max_per_group,
         require_target_executed=require_target, include_held_out=include_held_out, dedup=dedup,
-        test_workloads=[w for w in test_workloads.split(",") if w], tokenizer=tokenizer, max_tokens=max_tokens,
-        teacher=teacher, teacher_api_base=teacher_api_base,
+        test_workloads=[w for w in test_workloads.split(",") if w], separate_by=separate_by, tokenizer=tokenizer,
+        max_tokens=max_tokens, teacher=teacher, teacher_api_base=teacher_api_base,
     )
     samples = collect_samples(runs)
     for w in cfg.test_workloads:
@@ -121,7 +125,9 @@ def dropped_lines(stats: dict, reasons: dict[str, str]) -> list[str]:
              "duplicates_dropped": "duplicate rows dropped (--no-dedup keeps them)",
              "over_token_cap_dropped": "rows over --max-tokens dropped", "balance_dropped": "rows dropped by --max-per-group",
              "train_copies_of_test_dropped": "train rows dropped: the same kernel stands in the test split",
-             "train_copies_of_held_out_dropped": "train rows dropped: the same kernel is a held-out workload's row"}
+             "train_copies_of_held_out_dropped": "train rows dropped: the same kernel is a held-out workload's row",
+             "train_rows_sharing_a_test_fix": "train rows kept whose fix is a test row's fix after another wrong "
+                                              "kernel (--separate-by completion drops them)"}
     for key, text in words.items():
         if stats.get(key):
             lines.append(f"{stats[key]} {text}")

@@ -74,7 +74,7 @@ def _row(sample: TrajectorySample, cfg: ExportConfig, prompt: list[Message], don
     completion = [Message(role="assistant", content=kernel_message(done))]
     messages = prompt + completion
     ident = kernel_hash(*( [wrong.kernel] if wrong else []), done.kernel)
-    return Row(
+    row = Row(
         id=f"{cfg.recipe}-{ident[:16]}", recipe=cfg.recipe, workload=sample.workload, op=op,
         held_out=sample.held_out, failure_class=wrong.status if wrong else None, speedup=done.speedup,
         target_executed=done.target_executed, prompt=prompt, completion=completion, messages=messages,
@@ -88,6 +88,8 @@ def _row(sample: TrajectorySample, cfg: ExportConfig, prompt: list[Message], don
             replayed_from=sample.replayed_from,
         ),
     )
+    row._fix_key = kernel_hash(done.kernel) if wrong else ident
+    return row
 
 
 def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", why: Counter | None = None) -> list[Row]:
@@ -126,7 +128,7 @@ def build_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str
     stats: dict[str, int] = defaultdict(int)
     rows: list[Row] = []
     seen: set[str] = set()
-    withheld: set[str] = set()  # the ids of the held-out rows left out: still the held-out workloads' answers
+    withheld: list[Row] = []  # the held-out rows left out: still the held-out workloads' answers
     for sample in samples:
         why: Counter = Counter()
         found = candidate_rows(sample, cfg, ops.get(sample.workload, ""), why)
@@ -134,7 +136,7 @@ def build_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str
         empty = (why.most_common(1)[0][0] if why else "no_submission") if not found else None
         if sample.held_out and not cfg.include_held_out:
             stats["held_out_trajectories_skipped"] += 1
-            withheld.update(row.id for row in found)
+            withheld.extend(found)
             if empty:  # said beside the skip, so that --include-held-out is not tried in vain
                 stats[f"held_out_without_rows.{empty}"] += 1
             continue
@@ -154,18 +156,34 @@ def build_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str
     # A kernel (a pair, for fixit) in the test split never also stands in train, deduplicated or not: the reference
     # kernels do not depend on the shape, so one GEMM kernel answers a train and a test workload alike. With one
     # `seen` for both splits, whichever split was read first kept it, by run order.
-    tested = {row.id for row in rows if row.split == "test"}
-    if leaked := sum(row.split == "train" and row.id in tested for row in rows):
-        stats["train_copies_of_test_dropped"] += leaked
-        rows = [row for row in rows if row.split == "test" or row.id not in tested]
-    # The same for a held-out row left out (no --include-held-out): its kernel still answers the held-out workload, and
-    # the train split was otherwise the same whether or not the held-out rows were asked for.
-    if leaked := sum(row.split == "train" and row.id in withheld for row in rows):
-        stats["train_copies_of_held_out_dropped"] += leaked
-        rows = [row for row in rows if row.split == "test" or row.id not in withheld]
+    rows = _keep_out_of_train(rows, withheld, cfg, stats)
     rows = _balance(rows, cfg, stats)
     stats["rows"] = len(rows)
     return rows, dict(stats)
+
+
+def _keep_out_of_train(rows: list[Row], withheld: list[Row], cfg: ExportConfig, stats: dict) -> list[Row]:
+    """Train rows that repeat a test row, or a held-out row left out (no --include-held-out: its kernel still answers
+    the held-out workload, and train was otherwise the same whether or not they were asked for), are dropped. For
+    fixit "repeat" means the same (wrong kernel, fix) pair, or with separate_by="completion" the same fix after any
+    wrong kernel: a synthetic repair's fix is the reference kernel whatever the bug, so a test row's answer can stand
+    in train beside another wrong kernel. Under "pair" such rows are kept and counted (train_rows_sharing_a_test_fix)."""
+    by_fix = cfg.recipe == "fixit" and cfg.separate_by == "completion"
+    key = (lambda r: r._fix_key) if by_fix else (lambda r: r.id)
+    tested = {key(r) for r in rows if r.split == "test"}
+    held = {key(r) for r in withheld}
+    test_fixes = {r._fix_key for r in rows if r.split == "test"}
+    kept = []
+    for row in rows:
+        if row.split == "train" and key(row) in tested:
+            stats["train_copies_of_test_dropped"] += 1
+        elif row.split == "train" and key(row) in held:
+            stats["train_copies_of_held_out_dropped"] += 1
+        else:
+            if row.split == "train" and cfg.recipe == "fixit" and row._fix_key in test_fixes:
+                stats["train_rows_sharing_a_test_fix"] += 1  # kept under "pair": said, so the choice is seen
+            kept.append(row)
+    return kept
 
 
 def _balance(rows: list[Row], cfg: ExportConfig, stats: dict) -> list[Row]:

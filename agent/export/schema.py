@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 
 class Message(BaseModel):
@@ -52,6 +52,8 @@ class Row(BaseModel):
     n_tokens: int
     tokenizer: str
     provenance: Provenance
+    # the completion's kernel, normalised (normalize.kernel_hash): what --separate-by completion keeps out of train
+    _fix_key: str = PrivateAttr("")
 
 
 def dataset_features():
@@ -83,6 +85,9 @@ class ExportConfig(BaseModel):
     dedup: bool = True
     include_held_out: bool = False
     test_workloads: list[str] = Field(default_factory=list, description="workloads whose rows form the test split")
+    separate_by: Literal["pair", "completion"] = Field(
+        "pair", description="fixit: what a train row may not share with a test row (or a held-out row left out): its "
+        "(wrong kernel, fix) pair, or its fix alone, so that no test answer is ever a train completion")
     tokenizer: str = Field("estimate", description="'estimate' (chars/4), 'tiktoken:<encoding>' or 'hf:<name or path>'")
     max_tokens: int | None = None
     teacher: str | None = Field(None, description="litellm model that writes the reasoning before each fixit completion")

@@ -164,6 +164,13 @@ def test_cli_export(run, tmp_path):
     assert res.exit_code == 0, res.output
     lines = (out / "train.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["recipe"] == "fixit"
+    res = CliRunner().invoke(app, ["export", str(run), "--recipe", "fixit", "--out", str(tmp_path / "by_fix"),
+                                   "--separate-by", "completion"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "by_fix" / "export_manifest.json").read_text())["config"]["separate_by"] == "completion"
+    res = CliRunner().invoke(app, ["export", str(run), "--recipe", "fixit", "--out", str(tmp_path / "bad"),
+                                   "--separate-by", "fix"])
+    assert res.exit_code != 0 and "--separate-by" in res.output and "Traceback" not in res.output
 
 
 def test_a_key_in_the_recorded_text_never_reaches_the_exported_files(run, tmp_path, monkeypatch):
@@ -301,6 +308,47 @@ def test_a_kernel_in_the_test_split_never_also_stands_in_train(tmp_path, dedup, 
     # no copy of it either; the train split was the same whether or not the held-out rows were asked for
     rows, stats = build_rows(collect_samples([run]), ExportConfig(recipe="kernelgen", dedup=dedup))
     assert rows == [] and stats["train_copies_of_held_out_dropped"] == 1 and stats["held_out_trajectories_skipped"] == 1
+
+
+@pytest.mark.parametrize("separate_by", ["pair", "completion"])
+def test_a_test_rows_fix_after_another_wrong_kernel_stays_in_train_only_by_pair(tmp_path, separate_by):
+    """Two bugs, one fix (a synthetic repair's fix is the reference kernel, whatever the bug): the test workload's
+    row and a train workload's row have different pairs but the same completion. By pair both stay (counted as
+    sharing a test fix); by completion the train copy is dropped, so no test answer is ever a train completion."""
+    from export_runs import result, write_trajectory
+
+    run = tmp_path / "run"
+    for n, (workload, bug) in enumerate([("gemm_bf16_m8192_n7168_k5120", "bug_a"), ("mha_fwd_d128", "bug_b"),
+                                         ("mha_fwd_d128_causal", "bug_c")]):
+        write_trajectory(run, f"t{n}", workload, [(bug, result("INCORRECT_NUMERICAL"), "wrong at [0, 1]"),
+                                                  ("the fix", result("PASSED", 1.0, True), "passed")])
+    cfg = ExportConfig(recipe="fixit", test_workloads=["mha_fwd_d128"], separate_by=separate_by)
+    rows, stats = build_rows(collect_samples([run]), cfg)
+    splits = sorted((r.workload, r.split) for r in rows)
+    if separate_by == "pair":
+        assert splits == [("gemm_bf16_m8192_n7168_k5120", "train"), ("mha_fwd_d128", "test"), ("mha_fwd_d128_causal", "train")]
+        assert stats["train_rows_sharing_a_test_fix"] == 2 and "train_copies_of_test_dropped" not in stats
+    else:
+        assert splits == [("mha_fwd_d128", "test")]
+        assert stats["train_copies_of_test_dropped"] == 2 and "train_rows_sharing_a_test_fix" not in stats
+    # a KernelGen export of the same runs is unaffected: its row is the completion alone either way
+    kg, kg_stats = build_rows(collect_samples([run]), ExportConfig(recipe="kernelgen", test_workloads=["mha_fwd_d128"],
+                                                                   separate_by=separate_by, dedup=False))
+    assert [(r.workload, r.split) for r in kg] == [("mha_fwd_d128", "test")] and kg_stats["train_copies_of_test_dropped"] == 2
+
+
+def test_a_held_out_rows_fix_is_kept_out_of_train_by_completion(tmp_path):
+    """The held-out square GEMM left out (the default): by completion, a train row whose fix is its fix goes too."""
+    from export_runs import result, write_trajectory
+
+    run = tmp_path / "run"
+    for n, (workload, bug) in enumerate([("gemm_bf16_m4096_n4096_k4096", "bug_a"), ("gemm_bf16_m8192_n7168_k5120", "bug_b")]):
+        write_trajectory(run, f"t{n}", workload, [(bug, result("INCORRECT_NUMERICAL"), "wrong"),
+                                                  ("the fix", result("PASSED", 1.0, True), "passed")])
+    rows, _ = build_rows(collect_samples([run]), ExportConfig(recipe="fixit"))
+    assert [r.workload for r in rows] == ["gemm_bf16_m8192_n7168_k5120"]
+    rows, stats = build_rows(collect_samples([run]), ExportConfig(recipe="fixit", separate_by="completion"))
+    assert rows == [] and stats["train_copies_of_held_out_dropped"] == 1
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
