@@ -191,7 +191,7 @@ class Steps:
                 and all(getattr(last, k) == v for k, v in fields.items()))
 
     def start(self, state: AgentState) -> dict:
-        return evaluate_start(state, self.d)
+        return evaluate_start(state, self.d, rerun=self.rerun)
 
     def check_limits(self, state: AgentState) -> dict:
         decision = budget.check_limits(self.cfg, state)

@@ -15,6 +15,7 @@ import ptxbench.prompts as prompts
 
 from .extract import extract_solution
 from .feedback import render_eval
+from ..records.rundir import read_events, sha256_text
 
 START_TURN = 0
 
@@ -32,17 +33,36 @@ def start_section(start: dict[str, Any], status: str, speedup: float | None, fee
         language=start["language"], source=start["source"].rstrip("\n"), feedback=feedback.strip())
 
 
-def evaluate_start(state: dict, deps) -> dict:
-    """The `start` node: evaluate the start kernel as turn 0 and show it in the task. No start kernel: nothing."""
+def recorded_start(log, source: str) -> tuple[Any, bool]:
+    """The start kernel's eval_result a kill left without its checkpoint (not an INFRA_ERROR, which a retry evaluates
+    again), and whether its turn_end followed; (None, False) when there is none."""
+    events = read_events(log.writer.path) if log.writer.path.exists() else []
+    sha = sha256_text(source)
+    for i, event in enumerate(events):
+        if (event.type == "eval_result" and event.turn == START_TURN and event.kernel_sha256 == sha
+                and event.result.status != "INFRA_ERROR"):
+            return event, any(e.type == "turn_end" and e.turn == START_TURN for e in events[i + 1:])
+    return None, False
+
+
+def evaluate_start(state: dict, deps, rerun: bool = False) -> dict:
+    """The `start` node: evaluate the start kernel as turn 0 and show it in the task. No start kernel: nothing.
+    `rerun` (the node a kill cut short, run again on resume): what it recorded before the kill stands, so the kernel
+    is not evaluated (GPU time) and turn 0 not recorded twice."""
     start = state.get("start")
     if not start or start.get("status"):
         return {}
     log, config = deps.log, deps.config
-    kernel_file = log.save_kernel(START_TURN, start["language"], start["source"])
-    result = deps.evaluator.evaluate(config.workload, start["source"], deps.turn_options(state, START_TURN))
-    feedback = render_eval(result, START_TURN, config.no_gpu)
-    log.eval_result(START_TURN, result, feedback, kernel_file, start["source"], start["language"])
-    log.turn_end(START_TURN, result.status, result.speedup if result.passed else None, 0, 0.0, 0.0)
+    done, ended = recorded_start(log, start["source"]) if rerun else (None, False)
+    if done is not None:
+        kernel_file, result, feedback = done.kernel_file, done.result, done.feedback
+    else:
+        kernel_file = log.save_kernel(START_TURN, start["language"], start["source"])
+        result = deps.evaluator.evaluate(config.workload, start["source"], deps.turn_options(state, START_TURN))
+        feedback = render_eval(result, START_TURN, config.no_gpu)
+        log.eval_result(START_TURN, result, feedback, kernel_file, start["source"], start["language"])
+    if not ended:
+        log.turn_end(START_TURN, result.status, result.speedup if result.passed else None, 0, 0.0, 0.0)
     if result.status == "INFRA_ERROR":  # not the kernel's verdict: a retry evaluates it again
         log.error(START_TURN, "start", result.message or "infrastructure error", infra=True)
         return {"stop": {"reason": "infra_error", "detail": result.message[:500]}}

@@ -1,0 +1,54 @@
+"""Resume edges of the agent loop: a kill in a step after it recorded its work but before its checkpoint."""
+from __future__ import annotations
+
+import pytest
+
+from agent_helpers import GOOD_PTX, WORKLOAD, BROKEN_PTX, events, of_type, reply
+from openai_server import ScriptedServer
+from ptxbench.agent.loop.optimize import optimize
+from ptxbench.agent.loop.state import OptimizeConfig
+from ptxbench.tools.evaluate import LocalEvaluator
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    ev = LocalEvaluator()
+    yield ev
+    ev.close()
+
+
+class Counting:
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def evaluate(self, workload_id, source, options):
+        self.calls += 1
+        return self.inner.evaluate(workload_id, source, options)
+
+    def close(self):
+        """Nothing to release."""
+
+
+def _killed_at(kind: str, turn: int):
+    def listener(event):
+        if event.type == kind and event.turn == turn:
+            raise KeyboardInterrupt("killed")
+    return listener
+
+
+@pytest.mark.parametrize("kind", ["eval_result", "turn_end"])
+def test_a_kill_after_the_start_kernel_was_recorded_does_not_evaluate_it_again(tmp_path, evaluator, kind):
+    start = tmp_path / "start.ptx"
+    start.write_text(BROKEN_PTX)
+    run_dir = tmp_path / "run"
+    with ScriptedServer([reply(GOOD_PTX)]) as server:
+        config = OptimizeConfig(workload=WORKLOAD, model="openai/scripted", api_base=server.base_url, no_gpu=True,
+                                turns=1, start_from=str(start))
+        with pytest.raises(KeyboardInterrupt):
+            optimize(config, run_dir=run_dir, evaluator=evaluator, listeners=[_killed_at(kind, 0)])
+        resumed = Counting(evaluator)
+        outcome = optimize(resume=run_dir, evaluator=resumed)
+    assert resumed.calls == 1 and outcome.statuses == ["COMPILED"]  # turn 1 only
+    evs = events(run_dir)
+    assert [e.turn for e in of_type(evs, "eval_result")] == [0, 1]
+    assert [e.turn for e in of_type(evs, "turn_end")] == [0, 1]
