@@ -2,7 +2,7 @@
 
 Every event is copied into a new run folder; each scored submission's kernel is evaluated again
 and its eval_result and turn_end carry the new verdict (the feedback text stays what the model
-saw). Identical kernels of one workload are evaluated once. An INFRA_ERROR (or an exception from the evaluator) is
+saw). Identical kernels of one workload are evaluated once (under the same options). An INFRA_ERROR (or an exception from the evaluator) is
 evaluated again (INFRA_ATTEMPTS) and never reused; one that stays gets an infra error event, as in the loop, so its trajectory is left out of trajectory
 scores, not blamed on the model, except an exception raised alike on every attempt: each is logged with its traceback,
 as the loop logs a harness crash, and scoring reads a crash the kernel brings on every time as the model's failed turn.
@@ -25,7 +25,7 @@ from ptxbench.tools.results import LEGACY_L2_FLUSH, EvalResult
 from ..records.events import ErrorEvent, EvalEvent, TurnEnd
 from ..records.manifest import build_manifest
 from ..records.rundir import (DamagedRecord, TrajectoryRecord, TrajectoryWriter, load_run, path_inside, read_manifest,
-                              write_manifest)
+                              sha256_text, write_manifest)
 
 
 def _options(record: TrajectoryRecord, no_gpu: bool) -> EvalOptions:
@@ -56,6 +56,13 @@ def _write_kernel(folder: Path, rel: str, source: str) -> None:
         raise DamagedRecord(folder, f"kernel file {rel!r} would be written outside the trajectory folder")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(source.encode("utf-8"))
+
+
+def _judged_under(options: EvalOptions) -> str:
+    """What a verdict depends on besides the kernel (arch, trials, flush, profile...): trajectories of one run folder
+    may differ in it (optimize keeps a config per trajectory). The seed is left out: it draws the inputs, and a
+    bench gives each trajectory its own, which would evaluate every copy of a kernel again."""
+    return options.model_copy(update={"seed": None}).model_dump_json()
 
 
 INFRA_ATTEMPTS = 3  # evaluations of one kernel while the harness fails (INFRA_ERROR), as a bench retries its step
@@ -95,10 +102,13 @@ def _copy_trajectory(record: TrajectoryRecord, sources: dict[str, str], folder: 
         infra = None
         if isinstance(event, EvalEvent) and event.submission and event.kernel_file:
             source = sources[event.kernel_file]
-            result, raised = _evaluate(evaluator, workload, source, options, cache, (workload, event.kernel_sha256 or source))
+            # identical kernels found by the text read, not by the hash the record names (a foreign record's failing
+            # kernel could name a passing one's and take its verdict unevaluated)
+            sha = sha256_text(source)
+            result, raised = _evaluate(evaluator, workload, source, options, cache, (workload, sha, _judged_under(options)))
             _write_kernel(folder, event.kernel_file, source)
             new_status[event.turn] = (result.status, result.speedup if result.status == "PASSED" else None)
-            event = event.model_copy(update={"result": result})
+            event = event.model_copy(update={"result": result, "kernel_sha256": sha})
             if result.status == "INFRA_ERROR" and _reproduced(raised):
                 # each crash with its traceback, as the loop logs a harness crash: scoring reads the same crash on
                 # every attempt as the model's failed turn (else a kernel escapes its score by crashing the harness)

@@ -1,0 +1,68 @@
+"""The bench's records under faults and foreign hands: re-evaluation of a run someone else recorded, and what a
+bench leaves for its resume."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench_fixtures import BAD, GOOD, NOOP, WL, CountingModel
+from ptxbench.agent.bench.matrix import BenchConfig
+from ptxbench.agent.bench.runner import run_bench
+from ptxbench.agent.models.base import ModelReply
+from ptxbench.agent.records.rundir import load_run, sha256_text
+from ptxbench.tools.results import EvalResult
+
+
+class CompilesNoop:
+    """COMPILED for the no-op kernel, COMPILE_ERROR for anything else; counts its evaluations."""
+
+    def __init__(self):
+        self.sources: list[str] = []
+
+    def evaluate(self, workload, source, options):
+        self.sources.append(source)
+        return EvalResult(workload=workload, status="COMPILED" if "bogus" not in source else "COMPILE_ERROR")
+
+
+def _eval_statuses(run: Path) -> dict[str, list[str]]:
+    return {r.id: [e.result.status for e in r.events if e.type == "eval_result"] for r in load_run(run)}
+
+
+def test_re_evaluation_judges_each_kernel_by_its_own_text_not_the_hash_its_record_names(tmp_path):
+    """Identical kernels are evaluated once, found by the recorded kernel_sha256: a record from someone else whose
+    failing kernel names the hash of a passing one was given that one's verdict without being evaluated."""
+    from ptxbench.agent.bench.reevaluate import reevaluate_run
+
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=2, turns=1, no_gpu=True)
+    run_bench(cfg, tmp_path / "run", evaluator=CompilesNoop(), model_factory=lambda c: CountingModel([]))
+    second = sorted(load_run(tmp_path / "run"), key=lambda r: r.id)[1]
+    (kernel,) = (second.folder / "kernels").iterdir()
+    kernel.write_text(NOOP.replace("ret;", "bogus;"))  # the record's text no longer hashes to its kernel_sha256
+    evaluator = CompilesNoop()
+    reevaluate_run(tmp_path / "run", tmp_path / "again", no_gpu=True, evaluator=evaluator)
+    statuses = _eval_statuses(tmp_path / "again")
+    assert statuses[second.id] == ["COMPILE_ERROR"] and len(evaluator.sources) == 2
+    copied = next(r for r in load_run(tmp_path / "again") if r.id == second.id)
+    (event,) = [e for e in copied.events if e.type == "eval_result"]
+    assert event.kernel_sha256 == sha256_text(kernel.read_text())  # the new record names the kernel it judged
+
+
+def test_re_evaluation_evaluates_a_kernel_again_for_a_trajectory_of_other_options(tmp_path):
+    """An optimize run folder holds trajectories of several configs: the same kernel recorded for sm_90a and for
+    sm_100a was evaluated once, for the first, and the second trajectory took that verdict as its own."""
+    from ptxbench.agent.bench.reevaluate import reevaluate_run
+
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=2, turns=1, no_gpu=True)
+    run_bench(cfg, tmp_path / "run", evaluator=CompilesNoop(), model_factory=lambda c: CountingModel([]))
+    second = sorted(load_run(tmp_path / "run"), key=lambda r: r.id)[1]
+    log = second.folder / "trajectory.jsonl"
+    assert '"arch":"sm_90a"' in log.read_text()
+    log.write_text(log.read_text().replace('"arch":"sm_90a"', '"arch":"sm_100a"'))
+    archs = []
+
+    class Archs(CompilesNoop):
+        def evaluate(self, workload, source, options):
+            archs.append(options.arch)
+            return super().evaluate(workload, source, options)
+
+    reevaluate_run(tmp_path / "run", tmp_path / "again", no_gpu=True, evaluator=Archs())
+    assert sorted(archs) == ["sm_100a", "sm_90a"]
