@@ -157,6 +157,15 @@ def recorded_calls(events: list) -> list[RecordedCall]:
     return calls
 
 
+def before_interruption(events: list) -> list:
+    """The log as the node a kill cut short left it: without the error events run_trajectory wrote after the kill (a
+    Ctrl-C, the bench stopping, a crash: where="graph"), which otherwise hid the node's own last events from it."""
+    end = len(events)
+    while end and events[end - 1].type == "error" and events[end - 1].where == "graph":
+        end -= 1
+    return events[:end]
+
+
 class Steps:
     def __init__(self, deps: Deps):
         self.d = deps
@@ -186,7 +195,7 @@ class Steps:
         before the kill cut off its checkpoint: then it is not logged twice (a second turn_end or stop)."""
         if not getattr(self, "rerun", False) or not self.d.log.writer.path.exists():
             return False
-        last = (read_events(self.d.log.writer.path) or [None])[-1]
+        last = (before_interruption(read_events(self.d.log.writer.path)) or [None])[-1]
         return (last is not None and last.type == kind and last.turn == turn
                 and all(getattr(last, k) == v for k, v in fields.items()))
 
@@ -203,7 +212,7 @@ class Steps:
         with the events after it; else None. Taken instead of asking again: a paid model was billed twice."""
         if not getattr(self, "rerun", False) or not self.d.log.writer.path.exists():
             return None
-        events = read_events(self.d.log.writer.path)
+        events = before_interruption(read_events(self.d.log.writer.path))
         last = max((i for i, e in enumerate(events) if e.type == "model_call"), default=None)
         if last is None:
             return None

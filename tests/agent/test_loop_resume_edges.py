@@ -52,3 +52,46 @@ def test_a_kill_after_the_start_kernel_was_recorded_does_not_evaluate_it_again(t
     evs = events(run_dir)
     assert [e.turn for e in of_type(evs, "eval_result")] == [0, 1]
     assert [e.turn for e in of_type(evs, "turn_end")] == [0, 1]
+
+
+def _interrupted_at(kind: str, nth: int):
+    """Ctrl-C once the nth event of `kind` is on disk: run_trajectory then logs the interruption after it."""
+    seen = []
+
+    def listener(event):
+        if event.type == kind:
+            seen.append(event)
+            if len(seen) == nth:
+                raise KeyboardInterrupt
+    return listener
+
+
+def test_ctrl_c_after_a_model_call_was_recorded_takes_the_recorded_reply(tmp_path):
+    from agent_helpers import StubEvaluator
+    from ptxbench.agent.models import load_model
+
+    run_dir = tmp_path / "run"
+    config = OptimizeConfig(workload=WORKLOAD, model="builtin/reference", no_gpu=True, turns=3, target_speedup=0)
+    with pytest.raises(KeyboardInterrupt):
+        optimize(config, run_dir=run_dir, evaluator=StubEvaluator([1.0]), listeners=[_interrupted_at("model_call", 2)])
+    model, asked = load_model("builtin/reference", WORKLOAD), []
+    query = model.query
+    model.query = lambda request: asked.append(request.turn) or query(request)
+    outcome = optimize(resume=run_dir, model=model, evaluator=StubEvaluator([1.1, 1.2]))
+    assert outcome.stop_reason == "turn_limit" and outcome.turns == 3
+    assert asked == [3]  # turn 2's reply came from the log, not a second (billed) call
+    assert [e.turn for e in of_type(events(run_dir), "model_call")] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("kind, nth", [("turn_end", 2), ("stop", 1)])
+def test_ctrl_c_after_a_turn_end_or_stop_is_not_logged_twice(tmp_path, kind, nth):
+    from agent_helpers import StubEvaluator
+
+    run_dir = tmp_path / "run"
+    config = OptimizeConfig(workload=WORKLOAD, model="builtin/reference", no_gpu=True, turns=3, target_speedup=0)
+    with pytest.raises(KeyboardInterrupt):
+        optimize(config, run_dir=run_dir, evaluator=StubEvaluator([1.0, 1.1, 1.2]), listeners=[_interrupted_at(kind, nth)])
+    optimize(resume=run_dir, evaluator=StubEvaluator([1.2]))
+    evs = events(run_dir)
+    assert [e.turn for e in of_type(evs, "turn_end")] == [1, 2, 3]
+    assert len(of_type(evs, "stop")) == 1
