@@ -4,9 +4,10 @@ The driver keeps the model calls and the trajectories; RayEvaluator.evaluate (th
 of tools/evaluator.py) hands a solution to a free actor and blocks its trajectory's thread until the
 result comes back, so each GPU runs one candidate at a time. An actor takes evaluations only once Ray has
 placed and started it: one waiting for a GPU (a node lost, the cluster's GPUs or CPUs held by other jobs) holds
-none back. A lost actor (node gone, worker crash outside the candidate) comes back as INFRA_ERROR and is replaced;
-the bench retries the step. With no actor running, an evaluation waits `placement_wait_s` for one, then comes back
-INFRA_ERROR (at once when every actor failed in its start, e.g. ptxbench missing on the node).
+none back. A lost actor (node gone, worker crash outside the candidate), a Ray client cut off from its cluster or an
+answer that cannot be read comes back as INFRA_ERROR and the actor is replaced; the bench retries the step. With no
+actor running, an evaluation waits `placement_wait_s` for one, then comes back INFRA_ERROR (at once when every actor
+failed in its start, e.g. ptxbench missing on the node).
 An exception raised by the evaluation inside a live actor is raised here, as the local evaluator would raise it.
 Every node needs ptxbench installed (`pip install ptxbench[gpu]`), as Ray ships no code here.
 
@@ -115,7 +116,10 @@ class RayEvaluator:
         except Exception:  # noqa: BLE001 - it may be gone already
             pass
         if replace:
-            self._start()
+            try:
+                self._start()
+            except Exception as exc:  # noqa: BLE001 - the cluster cannot be asked (a Ray client cut off): none to wait for
+                self.start_error = f"{type(exc).__name__}: {exc}"[:2000]
 
     def where(self) -> list[dict]:
         """Where each actor runs (waits for those not started yet)."""
@@ -156,11 +160,13 @@ class RayEvaluator:
             # so the loop records it with its traceback and retries, and a repeat on the same kernel is scored as the
             # model's (scoring/turns.py 'reproduced'); the actor is kept, not restarted once per such kernel
             raise (exc.cause if isinstance(exc.cause, Exception) else RuntimeError(str(exc))) from exc
-        except self._ray.exceptions.RayError as exc:
+        except Exception as exc:  # noqa: BLE001 - Ray's own failure (a lost actor or node: RayError; a Ray client cut
+            # off: ConnectionError; an answer this version cannot read): the infrastructure's, never the kernel's, which
+            # a retry that raised alike again would have made (scoring/turns.py 'reproduced')
             lost = True
             return EvalResult(workload=workload_id, status="INFRA_ERROR",
                               message=f"the Ray GPU worker failed ({type(exc).__name__}); the evaluation is retried",
-                              runtime_error=str(exc)[:2000])
+                              runtime_error=f"{type(exc).__name__}: {exc}"[:2000])
         finally:
             if lost:  # its replacement takes evaluations once placed (never a pending actor in the free queue)
                 self._drop(actor, replace=True)

@@ -1,0 +1,154 @@
+"""RayEvaluator's handling of a cluster that fails under it, without Ray: a fake `ray` module whose calls fail the way
+Ray's do. Only an exception the evaluation raised inside a live actor (RayTaskError) is the evaluation's; anything
+else Ray's calls raise is the infrastructure's: INFRA_ERROR, retried by the bench, never a verdict on the kernel."""
+from __future__ import annotations
+
+import sys
+import threading
+import types
+
+import pytest
+
+from ptxbench.tools.evaluator import EvalOptions
+from ptxbench.tools.results import EvalResult
+
+WL = "smoke_gemm_bf16_m256_n256_k512"
+
+
+class RayError(Exception):
+    pass
+
+
+class RayTaskError(RayError):
+    def __init__(self, cause):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class _Ref:
+    def __init__(self, call):
+        self.call = call
+
+
+class _Method:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args):
+        return _Ref(lambda: self.fn(*args))
+
+
+class FakeRay(types.ModuleType):
+    """Actors run in the calling thread; `fail_get` (an exception) is what every ray.get raises meanwhile."""
+
+    def __init__(self, gpus: int = 1):
+        super().__init__("ray")
+        self.exceptions = types.SimpleNamespace(RayError=RayError, RayTaskError=RayTaskError)
+        self.gpus, self.fail_get, self.fail_remote = gpus, None, None
+        self.started = 0
+        self.lock = threading.Lock()
+
+    def is_initialized(self):
+        return True
+
+    def cluster_resources(self):
+        return {"GPU": self.gpus}
+
+    def remote(self, **_):
+        fake = self
+
+        def wrap(cls):
+            class Handle:
+                def __init__(self):
+                    self.obj = cls()
+                    self.evaluate, self.where, self.close = (_Method(self.obj.evaluate), _Method(lambda: {}),
+                                                             _Method(lambda: None))
+
+            class ActorClass:
+                @staticmethod
+                def remote():
+                    if fake.fail_remote is not None:
+                        raise fake.fail_remote
+                    with fake.lock:
+                        fake.started += 1
+                    return Handle()
+
+            return ActorClass
+        return wrap
+
+    def get(self, refs, timeout=None):
+        if self.fail_get is not None:
+            raise self.fail_get
+        if isinstance(refs, list):
+            return [r.call() for r in refs]
+        return refs.call()
+
+    def kill(self, actor):
+        pass
+
+
+class Compiles:
+    def evaluate(self, workload_id, source, options_json):
+        return EvalResult(workload=workload_id, status="COMPILED").model_dump_json()
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    import ptxbench.tools.ray_evaluator as ray_evaluator
+
+    fake = FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setattr(ray_evaluator, "GpuEvaluatorActor", Compiles)
+    return fake
+
+
+def _evaluator(**kw):
+    from ptxbench.tools.ray_evaluator import RayEvaluator
+
+    evaluator = RayEvaluator(workers=1, **kw)
+    for _ in range(200):  # admitted on its own thread
+        if evaluator._running:
+            break
+        threading.Event().wait(0.01)
+    return evaluator
+
+
+def test_a_ray_client_cut_off_is_an_infra_error_not_the_kernels_exception(fake_ray):
+    """A Ray client (ray://) whose connection is gone raises ConnectionError from ray.get and from every .remote():
+    that was raised through the loop as the evaluation's own exception, logged alike on each retry of the turn, which
+    scoring reads as a crash the kernel brings on (the model's failed turn)."""
+    evaluator = _evaluator(placement_wait_s=1.0)
+    assert evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True)).status == "COMPILED"
+    fake_ray.fail_get = fake_ray.fail_remote = ConnectionError("GRPC connection failed: Socket closed")
+    lost = evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))
+    assert lost.status == "INFRA_ERROR" and "ConnectionError" in lost.message + lost.runtime_error
+    again = evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))  # no actor left to ask, and none can be started
+    assert again.status == "INFRA_ERROR"
+
+
+def test_an_actor_whose_answer_cannot_be_read_is_infra(fake_ray):
+    """An actor on a node with another ptxbench version answers with a result this one cannot read: the harness's
+    fault, the same for every kernel, not an exception of this kernel's evaluation."""
+    class Skewed:
+        def evaluate(self, workload_id, source, options_json):
+            return '{"workload": 1}'
+
+    import ptxbench.tools.ray_evaluator as ray_evaluator
+
+    ray_evaluator.GpuEvaluatorActor = Skewed  # the fixture's monkeypatch restores it
+    evaluator = _evaluator()
+    assert evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True)).status == "INFRA_ERROR"
+
+
+def test_an_exception_raised_inside_a_live_actor_is_still_the_evaluations(fake_ray):
+    import ptxbench.tools.ray_evaluator as ray_evaluator
+
+    class Raises:
+        def evaluate(self, workload_id, source, options_json):
+            raise RayTaskError(ValueError("the evaluator cannot handle this kernel"))
+
+    ray_evaluator.GpuEvaluatorActor = Raises
+    evaluator = _evaluator()
+    with pytest.raises(ValueError, match="cannot handle"):
+        evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))
+    assert fake_ray.started == 1  # the actor is kept
