@@ -110,15 +110,27 @@ def history_copy(content: str) -> str:
     return content[:MAX_HISTORY_REPLY_CHARS] + f"\n[... {cut} more characters of this reply are left out of the history]"
 
 
+def history_arguments(arguments: str) -> str:
+    """A tool call's arguments as the history sends them back: always a JSON object, since litellm's converters for
+    Anthropic and Gemini parse each one (malformed, the model's mistake the tools answered, failed every later
+    request: a 400, or for Gemini a 500 retried into an outage); arguments past the limit (over twice the longest
+    solution file the evaluator takes) or no JSON object become a note; an object encoded twice is sent once."""
+    if len(arguments) > MAX_HISTORY_REPLY_CHARS:
+        return json.dumps({"left_out": f"{len(arguments)} characters of arguments are left out of the history"})
+    try:
+        value = parse_arguments(arguments)
+    except ValueError:
+        return json.dumps({"left_out": f"{len(arguments)} characters of arguments that are no JSON object"})
+    return arguments if arguments.lstrip().startswith("{") else json.dumps(value, ensure_ascii=False)
+
+
 def history_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The reply's tool calls as the history keeps them: arguments past the limit (over twice the longest solution
-    file the evaluator takes) are replaced by a note, still a JSON object, so providers take the message back."""
+    """The reply's tool calls as the history keeps them (history_arguments), so providers take the message back."""
     kept = []
     for call in calls:
         arguments = call["function"]["arguments"]
-        if len(arguments) > MAX_HISTORY_REPLY_CHARS:
-            note = json.dumps({"left_out": f"{len(arguments)} characters of arguments are left out of the history"})
-            call = {**call, "function": {**call["function"], "arguments": note}}
+        if (sent := history_arguments(arguments)) is not arguments:
+            call = {**call, "function": {**call["function"], "arguments": sent}}
         kept.append(call)
     return kept
 
