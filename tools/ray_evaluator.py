@@ -84,10 +84,12 @@ class RayEvaluator:
         for _ in range(self.workers):
             self._start()
 
-    def _start(self) -> None:
+    def _start(self, instead_of=None) -> None:
+        """A new actor, admitted once placed; `instead_of` leaves the list as it joins, so an evaluation waiting
+        meanwhile never sees none at all (and gives up at once, as when every start failed)."""
         actor = self._actor_class.remote()
         with self._lock:
-            self.actors.append(actor)
+            self.actors = [a for a in self.actors if a is not instead_of] + [actor]
         threading.Thread(target=self._admit, args=(actor,), daemon=True, name="ray-evaluator-start").start()
 
     def _admit(self, actor) -> None:
@@ -108,18 +110,19 @@ class RayEvaluator:
 
     def _drop(self, actor, replace: bool) -> None:
         with self._lock:
-            self.actors = [a for a in self.actors if a is not actor]
             self._running.discard(actor)
             replace = replace and not self._closed
+        if replace:
+            try:
+                self._start(instead_of=actor)
+            except Exception as exc:  # noqa: BLE001 - the cluster cannot be asked (a Ray client cut off): none to wait for
+                self.start_error = f"{type(exc).__name__}: {exc}"[:2000]
+        with self._lock:
+            self.actors = [a for a in self.actors if a is not actor]
         try:
             self._ray.kill(actor)
         except Exception:  # noqa: BLE001 - it may be gone already
             pass
-        if replace:
-            try:
-                self._start()
-            except Exception as exc:  # noqa: BLE001 - the cluster cannot be asked (a Ray client cut off): none to wait for
-                self.start_error = f"{type(exc).__name__}: {exc}"[:2000]
 
     def where(self) -> list[dict]:
         """Where each actor runs (waits for those not started yet)."""

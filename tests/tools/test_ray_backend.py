@@ -95,6 +95,7 @@ def test_a_replacement_waiting_for_a_gpu_takes_no_evaluation(local_ray):
     blocker_class = ray.remote(num_gpus=1)(type("GpuHolder", (), {"ping": lambda self: 1}))
     blocker = None
     try:
+        evaluator.where()  # started: a busy machine takes longer than the short wait below to start the first actor
         evaluator.placement_wait_s = 2.0
         options = EvalOptions(no_gpu=True)
         assert evaluator.evaluate(WL, NOOP, options).status == "COMPILED"

@@ -152,3 +152,29 @@ def test_an_exception_raised_inside_a_live_actor_is_still_the_evaluations(fake_r
     with pytest.raises(ValueError, match="cannot handle"):
         evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))
     assert fake_ray.started == 1  # the actor is kept
+
+
+def test_an_evaluation_waiting_while_the_last_actor_is_replaced_waits_for_the_replacement(fake_ray):
+    """The lost actor left the list before its replacement joined it (the kill between them takes a round trip): an
+    evaluation waiting then saw no actor at all and came back INFRA_ERROR at once ('every one failed to start')."""
+    import time
+
+    evaluator = _evaluator(placement_wait_s=30.0)
+    killed = threading.Event()
+
+    def slow_kill(actor):
+        killed.set()
+        time.sleep(1.5)
+
+    fake_ray.kill = slow_kill
+    fake_ray.fail_get = RayError("the actor died")
+    results = []
+    first = threading.Thread(target=lambda: results.append(evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))))
+    first.start()
+    assert killed.wait(5)
+    fake_ray.fail_get = None
+    waiting = threading.Thread(target=lambda: results.append(evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))))
+    waiting.start()
+    first.join(10)
+    waiting.join(10)
+    assert sorted(r.status for r in results) == ["COMPILED", "INFRA_ERROR"]
