@@ -17,6 +17,7 @@ _SECRET_NAME = re.compile(r"(API_?KEY|TOKEN$|SECRET|PASSWORD|CREDENTIAL)", re.IG
 _SECRET_FIELD = re.compile(r"(api_?key|secret|password|credential|authorization|(^|_)token$)", re.IGNORECASE)
 # Provider key shapes, in case a key arrives through something other than the environment.
 _KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{20,}|hf_[A-Za-z0-9]{20,}|xai-[A-Za-z0-9]{20,})\b")
+_KEY_PREFIXES = ("sk-", "AIza", "hf_", "xai-")  # searched first: a substring test is many times faster than the regex
 
 
 # Variables named by --api-key-env: masked whatever their name looks like (LLM_KEY, MY_VAR ...).
@@ -62,31 +63,40 @@ def secret_values() -> list[str]:
 def mask_strings(obj: Any) -> Any:
     """`obj` with secrets masked in every string, containers keeping their types (for checkpoint state,
     whose tuples and objects must come back as they were); other objects are returned as they are."""
+    return _mask(obj, secret_values())  # the environment read once per object, not once per string in it
+
+
+def _mask(obj: Any, values: list[str]) -> Any:
     if isinstance(obj, str):
-        return scrub_text(obj)
+        return scrub_text(obj, values)
     if isinstance(obj, dict):
-        return type(obj)((k, mask_strings(v)) for k, v in obj.items()) if type(obj) is dict else obj
+        return type(obj)((k, _mask(v, values)) for k, v in obj.items()) if type(obj) is dict else obj
     if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
-        return type(obj)(mask_strings(v) for v in obj)
+        return type(obj)(_mask(v, values) for v in obj)
     if isinstance(obj, BaseModel):  # typed state (an EvalResult): masked through its fields, type kept
-        return type(obj).model_validate(mask_strings(obj.model_dump()))
+        return type(obj).model_validate(_mask(obj.model_dump(), values))
     return obj
 
 
-def scrub_text(text: str) -> str:
-    for value in secret_values():
+def scrub_text(text: str, values: list[str] | None = None) -> str:
+    """`values`: secret_values() once for many strings (it walks the environment)."""
+    for value in secret_values() if values is None else values:
         if value in text:
             text = text.replace(value, "***")
-    return _KEY_SHAPES.sub("***", text)
+    return _KEY_SHAPES.sub("***", text) if any(p in text for p in _KEY_PREFIXES) else text
 
 
 def scrub(obj: Any) -> Any:
     """A copy of a JSON-like object with secrets masked in every string (and keys named like secrets)."""
+    return _scrub(obj, secret_values())
+
+
+def _scrub(obj: Any, values: list[str]) -> Any:
     if isinstance(obj, str):
-        return scrub_text(obj)
+        return scrub_text(obj, values)
     if isinstance(obj, dict):
-        return {k: ("***" if isinstance(k, str) and isinstance(v, str) and v and _SECRET_FIELD.search(k) else scrub(v))
+        return {k: ("***" if isinstance(k, str) and isinstance(v, str) and v and _SECRET_FIELD.search(k) else _scrub(v, values))
                 for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [scrub(v) for v in obj]
+        return [_scrub(v, values) for v in obj]
     return obj
