@@ -244,7 +244,7 @@ def bench(
     from ..scoring import score_runs
 
     typer.echo(leaderboard(score_runs([run_dir])).markdown())
-    if track == "repair" or (config and config.track == "repair"):
+    if outcome.config.track == "repair":  # the run's track: a --resume's is its record's, whatever --track says
         from ..scoring.repair_track import repair_markdown, score_repair_runs
 
         typer.echo(repair_markdown(score_repair_runs([run_dir])))

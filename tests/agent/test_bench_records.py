@@ -66,3 +66,20 @@ def test_re_evaluation_evaluates_a_kernel_again_for_a_trajectory_of_other_option
 
     reevaluate_run(tmp_path / "run", tmp_path / "again", no_gpu=True, evaluator=Archs())
     assert sorted(archs) == ["sm_100a", "sm_90a"]
+
+
+def test_a_resumed_repair_run_prints_its_repair_table(tmp_path):
+    """--resume takes the track from the run's record, not from --track (which it ignores): a repair run resumed
+    printed the leaderboard alone, without the repair track's table."""
+    from typer.testing import CliRunner
+
+    from repair_fixture import FIXTURE
+    from ptxbench.agent.cli.main import app
+
+    run = tmp_path / "bench"
+    first = CliRunner().invoke(app, ["bench", "--track", "repair", "--suite", str(FIXTURE), "--models", "builtin/unchanged",
+                                     "--trajectories", "1", "--no-gpu", "--run-dir", str(run), "--no-report"])
+    assert first.exit_code == 0 and "## Repair track" in first.output, first.output
+    again = CliRunner().invoke(app, ["bench", "--resume", "--run-dir", str(run), "--no-report"])
+    assert again.exit_code == 0, again.output
+    assert "## Repair track" in again.output
