@@ -83,3 +83,32 @@ def test_a_resumed_repair_run_prints_its_repair_table(tmp_path):
     again = CliRunner().invoke(app, ["bench", "--resume", "--run-dir", str(run), "--no-report"])
     assert again.exit_code == 0, again.output
     assert "## Repair track" in again.output
+
+
+def test_a_run_a_bench_is_running_is_not_sealed_under_it(tmp_path):
+    """`ptxbench seal` while a bench runs: a trajectory whose log ends in an infra stop is one the bench is about to
+    retry, and sealing it under the bench made every retry fail (the log is sealed: nothing may be appended), left the
+    trajectory infra-failed and the run unresumable until unsealed; an event appended as the seal copied the log was
+    lost. The seal waits for the bench to end (its folder lock), and a trajectory optimize runs (its lock) stays live."""
+    import pytest
+
+    from ptxbench.agent.records.folder_lock import hold_folder, release
+    from ptxbench.agent.records.rundir import LOG_NAME
+    from ptxbench.agent.records.sealing import seal_run
+
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=2, turns=1, no_gpu=True)
+    run_bench(cfg, tmp_path / "run", evaluator=CompilesNoop(), model_factory=lambda c: CountingModel([]))
+    first, second = sorted(r.folder for r in load_run(tmp_path / "run"))
+    lock = hold_folder(tmp_path / "run")  # the bench's hold on its run folder
+    try:
+        with pytest.raises(OSError, match="in use"):
+            seal_run(tmp_path / "run")
+    finally:
+        release(lock)
+    assert (first / LOG_NAME).exists() and (second / LOG_NAME).exists()
+    lock = hold_folder(first)  # optimize's hold on the trajectory it runs
+    try:
+        sealed, live = seal_run(tmp_path / "run")
+    finally:
+        release(lock)
+    assert sealed == [second] and live == [first] and (first / LOG_NAME).exists()
