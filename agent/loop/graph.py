@@ -373,10 +373,11 @@ class Steps:
 
     def _one_tool(self, turn: int, index: int, name: str, args: dict, box: Toolbox, update: dict) -> tuple[str, bool]:
         try:
-            result = box.call(name, args)
+            kwargs = box.checked(name, args)
         except (KeyError, ValueError, TypeError) as exc:  # the model's call was malformed: its answer, not a crash
             said = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # str(KeyError) is a quoted repr
             return f"Error: {said}", False
+        result = getattr(box, name)(**kwargs)  # a failure here is the harness's: it ends the run, --resume retries
         source = args["source"]
         language = detect_language(source)
         kernel_file = self.d.log.save_kernel(turn, language, source, tag=f"{index + 1:02d}_{name}")

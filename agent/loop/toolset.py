@@ -137,6 +137,12 @@ class Toolbox:
         return self.evaluator.evaluate(self.workload_id, source, self.submit_options)
 
     def call(self, name: str, arguments: dict[str, Any]) -> EvalResult:
+        return getattr(self, name)(**self.checked(name, arguments))
+
+    def checked(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments of the model's call to tool `name`; KeyError or ValueError when the call is malformed
+        (the model's error, answered as such). Checked apart from the run: an error out of the evaluator is the
+        harness's, never the model's call."""
         if name not in self.NAMES:
             raise KeyError(f"unknown tool {name!r}; tools: {', '.join(self.NAMES)}")
         if not isinstance(arguments.get("source"), str) or not arguments["source"].strip():
@@ -150,8 +156,7 @@ class Toolbox:
             if unknown:
                 raise ValueError(f"sanitize: unknown tools {[t[:40] for t in unknown[:4]]}; known: {', '.join(SANITIZER_TOOLS)}")
             arguments = {**arguments, "tools": list(dict.fromkeys(tools))}
-        kwargs = {k: v for k, v in arguments.items() if k in inspect.signature(getattr(self, name)).parameters}
-        return getattr(self, name)(**kwargs)
+        return {k: v for k, v in arguments.items() if k in inspect.signature(getattr(self, name)).parameters}
 
     def result_text(self, name: str, result: EvalResult, turn: int) -> str:
         text = self._text(result, turn)

@@ -95,3 +95,39 @@ def test_ctrl_c_after_a_turn_end_or_stop_is_not_logged_twice(tmp_path, kind, nth
     evs = events(run_dir)
     assert [e.turn for e in of_type(evs, "turn_end")] == [1, 2, 3]
     assert len(of_type(evs, "stop")) == 1
+
+
+class BrokenEvaluator:
+    """The harness's own failure inside an evaluation: a ValueError that no argument of the model's brought on."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def evaluate(self, workload_id, source, options):
+        self.calls += 1
+        if self.calls == 1:
+            raise ValueError("the pool's bookkeeping broke")
+        return self.inner.evaluate(workload_id, source, options)
+
+    def close(self):
+        """Nothing to release."""
+
+
+def test_a_harness_failure_inside_a_tool_is_not_answered_as_the_models_malformed_call(tmp_path, evaluator):
+    """Tools mode answered any ValueError, TypeError or KeyError out of a tool as the model's malformed call ("Error:
+    ...", the turn going on), also one the evaluator raised: a harness failure scored as the model's. It is a harness
+    failure, as in pipeline mode: recorded as one, and --resume runs the call again."""
+    run_dir = tmp_path / "run"
+    calls = [{"name": "test", "arguments": {"source": GOOD_PTX}}, {"name": "submit", "arguments": {"source": GOOD_PTX}}]
+    with ScriptedServer([{"content": None, "tool_calls": calls}]) as server:
+        config = OptimizeConfig(workload=WORKLOAD, model="openai/scripted", api_base=server.base_url, no_gpu=True,
+                                mode="tools", turns=1, retry_wait_s=0.01)
+        with pytest.raises(ValueError, match="bookkeeping"):
+            optimize(config, run_dir=run_dir, evaluator=BrokenEvaluator(evaluator))
+        assert not [e for e in events(run_dir) if e.type == "tool_result" and not e.ok]
+        outcome = optimize(resume=run_dir, evaluator=evaluator)
+        assert len(server.requests) == 1
+    assert outcome.statuses == ["COMPILED"]
+    evs = events(run_dir)
+    assert [(e.name, e.ok) for e in of_type(evs, "tool_result")] == [("test", True), ("submit", True)]
+    assert of_type(evs, "error")[0].infra
