@@ -47,12 +47,12 @@ class OptimizeConfig(BaseModel):
     max_cost_usd: float | None = Field(None, gt=0)
     max_wall_s: float | None = Field(None, gt=0)
     max_tool_calls: int = Field(40, ge=1, description="tools mode: tool calls in the whole trajectory")
-    max_tool_calls_per_turn: int = Field(12, description="tools mode: tool calls before a submission is required")
+    max_tool_calls_per_turn: int = Field(12, ge=1, description="tools mode: tool calls before a submission is required")
     temperature: float | None = Field(None, ge=0)
-    max_output_tokens: int | None = Field(None, description="max_tokens of each model call")
+    max_output_tokens: int | None = Field(None, gt=0, description="max_tokens of each model call")
     model_timeout_s: float = Field(600.0, gt=0, description="seconds one model call may take before it is a timeout "
                                    "(retried like a rate limit, up to retry_attempts calls)")
-    retry_attempts: int = 6
+    retry_attempts: int = Field(6, ge=1, description="model call attempts, the first one included")
     retry_wait_s: float = Field(2.0, ge=0)
     trials: int | None = Field(None, ge=1, le=MAX_TRIALS, description="correctness trials per evaluation (None: the "
                                "workload's; at most MAX_TRIALS, each a fresh input set held on the GPU)")

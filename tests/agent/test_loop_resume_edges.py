@@ -131,3 +131,14 @@ def test_a_harness_failure_inside_a_tool_is_not_answered_as_the_models_malformed
     evs = events(run_dir)
     assert [(e.name, e.ok) for e in of_type(evs, "tool_result")] == [("test", True), ("submit", True)]
     assert of_type(evs, "error")[0].infra
+
+
+@pytest.mark.parametrize("field", ["max_tool_calls_per_turn", "retry_attempts", "max_output_tokens"])
+@pytest.mark.parametrize("value", [0, -1])
+def test_a_per_turn_tool_limit_or_attempt_count_below_one_is_refused(field, value):
+    """A bench's `optimize` table took max_tool_calls_per_turn 0 (every reply's calls dropped: each turn a FORMAT_ERROR
+    scored as the model's) or -1 (the reply's last call silently dropped, the rest answered "Ignored")."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        OptimizeConfig(workload=WORKLOAD, **{field: value})
