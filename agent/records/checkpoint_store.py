@@ -39,12 +39,14 @@ class CompactSqliteSaver(SqliteSaver):
         # of its own, since the parent calls setup while holding `self.lock`.
         self._setup_lock = threading.Lock()
 
-    def _dump(self, thread: str, ns: str, ch: str, ver: str, value) -> tuple[str, bytes]:
+    def _dump(self, thread: str, ns: str, ch: str, ver: str, value, stored: dict) -> tuple[str, bytes]:
         """A list channel that only grew since its last stored version (the completed turns) is stored as the new
-        items and a reference to that version, so a run's file grows with its turns, not with their square."""
+        items and a reference to that version, so a run's file grows with its turns, not with their square. The list
+        goes into `stored`, which put makes the last stored once its rows are written: a failed write (a locked
+        database) left later versions stored as tails on a version that was never there, and the thread unreadable."""
         key, last = (thread, ns, ch), self._last.get((thread, ns, ch))
         if isinstance(value, list):
-            self._last[key] = (ver, list(value))
+            stored[key] = (ver, list(value))
             if last and last[0] != ver and len(last[1]) <= len(value) and value[:len(last[1])] == last[1]:
                 kind, blob = self.serde.dumps_typed(value[len(last[1]):])
                 return f"{DELTA}:{last[0]}:{kind}", blob
@@ -77,10 +79,12 @@ class CompactSqliteSaver(SqliteSaver):
         thread, ns = str(config["configurable"]["thread_id"]), config["configurable"].get("checkpoint_ns", "")
         values = checkpoint.get("channel_values") or {}
         versions = checkpoint.get("channel_versions") or {}
-        rows = [(thread, ns, ch, str(versions[ch]), *self._dump(thread, ns, ch, str(versions[ch]), v))
+        stored: dict[tuple[str, str, str], tuple[str, list]] = {}
+        rows = [(thread, ns, ch, str(versions[ch]), *self._dump(thread, ns, ch, str(versions[ch]), v, stored))
                 for ch, v in values.items() if ch in versions]
         with self.cursor() as cur:  # an unchanged channel's (channel, version) is stored already: ignored
             cur.executemany("INSERT OR IGNORE INTO channel_values VALUES (?, ?, ?, ?, ?, ?)", rows)
+        self._last.update(stored)
         kept = {ch: v for ch, v in values.items() if ch not in versions}  # values without a version stay inline
         return super().put(config, {**checkpoint, "channel_values": kept}, metadata, new_versions)
 
