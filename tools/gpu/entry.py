@@ -13,7 +13,17 @@ def _drop_keys() -> None:
     erase_secrets()
 
 
+def _deaf_to_the_terminal() -> None:
+    """Ctrl-C at the terminal reaches every process of its group, this one too. Stopping is the parent's to do (a bench
+    lets the evaluations in flight finish and stops at the next model call, then ends its workers): a worker killed by
+    it in the middle of a candidate read as the candidate's RUNTIME_ERROR."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def main(conn, device_index: int, config: dict, referee_conn=None) -> None:
+    _deaf_to_the_terminal()
     _drop_keys()
     from .worker import serve
 
@@ -21,6 +31,7 @@ def main(conn, device_index: int, config: dict, referee_conn=None) -> None:
 
 
 def referee_main(conn, device_index: int) -> None:
+    _deaf_to_the_terminal()
     _drop_keys()
     from .referee import serve
 

@@ -386,12 +386,18 @@ class GpuPool:
             now = time.monotonic()
             if reply is None:
                 if not w.alive():
+                    from ..compile import OUTSIDE_SIGNALS
+
                     code = w.exitcode
                     self._retire(slot)
                     if not candidate_in:
                         return _result("INFRA_ERROR", f"the GPU worker process died while preparing inputs and "
                                                       f"references, before the candidate was loaded (exit code {code}); "
                                                       f"it was replaced")
+                    if code is not None and -code in OUTSIDE_SIGNALS:  # a stop from outside (a scheduler, a shutdown,
+                        # the terminal): no candidate sends its worker a signal, so no verdict on it
+                        return _result("INFRA_ERROR", f"the GPU worker process was killed by {OUTSIDE_SIGNALS[-code]} "
+                                                      f"from outside while running the candidate; it was replaced")
                     return _result("RUNTIME_ERROR", f"the GPU worker process died while running the candidate "
                                                     f"(exit code {code}); it was replaced",
                                    runtime_error=f"WORKER_DIED: exit code {code}")
