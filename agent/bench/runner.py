@@ -170,6 +170,10 @@ class _Runner:
                 continue
             tried = attempt - 1 if out.infra_retry == NOTHING_TO_RETRY else attempt  # that attempt ran nothing
             if out.stop_reason == "infra_error" and attempt <= self.config.infra_retries and tried == attempt:
+                if self.stopping.is_set():  # a stop kills the GPU workers too: their INFRA_ERROR is no cause to
+                    # evaluate again (on a worker started for it) while the bench stops; the infra stop stays for --resume
+                    raise BenchInterrupted("the bench was stopped before this trajectory's failed step was retried; "
+                                           "--resume retries it")
                 error = out.stop_detail
                 continue
             return _report(cfg, stop_reason=out.stop_reason, statuses=out.statuses, best_speedup=out.best_speedup,

@@ -112,3 +112,35 @@ def test_a_run_a_bench_is_running_is_not_sealed_under_it(tmp_path):
     finally:
         release(lock)
     assert sealed == [second] and live == [first] and (first / LOG_NAME).exists()
+
+
+def test_a_stopping_bench_starts_no_retry_of_an_infra_failed_step(tmp_path):
+    """Ctrl-C or SIGTERM (a scheduler's stop, which reaches the GPU workers too: their evaluations come back
+    INFRA_ERROR): a trajectory whose step failed then was retried at once, another GPU evaluation (a new worker started
+    for it) while the bench was stopping. It stops there; --resume retries the step."""
+    import pytest
+
+    from ptxbench.agent.bench.runner import _Runner
+    from ptxbench.agent.bench.scheduler import BenchInterrupted
+    from ptxbench.agent.bench.matrix import expand
+    from ptxbench.agent.loop.optimize import open_checkpointer
+
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=1, turns=2, no_gpu=True)
+    calls = []
+
+    class DownAsTheBenchStops:
+        def evaluate(self, workload, source, options):
+            calls.append(source)
+            runner.stop()  # the stop arrives as the workers are killed
+            return EvalResult(workload=workload, status="INFRA_ERROR", message="the GPU worker was killed by SIGTERM")
+
+    checkpointer = open_checkpointer(tmp_path / "checkpoints.sqlite")
+    runner = _Runner(cfg, tmp_path, DownAsTheBenchStops(), checkpointer, lambda c: CountingModel([]))
+    try:
+        with pytest.raises(BenchInterrupted):
+            runner(expand(cfg)[0])
+        assert len(calls) == 1
+        resumed = _Runner(cfg, tmp_path, CompilesNoop(), checkpointer, lambda c: CountingModel([]))(expand(cfg)[0])
+    finally:
+        checkpointer.conn.close()
+    assert resumed.statuses == ["COMPILED", "COMPILED"] and not resumed.infra_failed  # the resume retried the step
