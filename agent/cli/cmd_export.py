@@ -51,7 +51,8 @@ def export(
 
     from . import inputs
     from .terminal import terminal_text
-    from ..export import ExportConfig, build_rows, collect_samples
+    from ..export import ExportConfig, collect_samples
+    from ..export.recipes import materialize, plan_rows
     from ..export.recipes import REJECTED
     from ..export.tokens import TokenizerUnavailable, counter
     from ..export.writer import FORMATS, foreign_files, write_dataset
@@ -94,21 +95,25 @@ def export(
             raise inputs.BadInput(f"--test-workloads {w}: no trajectory of the runs is of that workload "
                                   f"(they have: {', '.join(sorted({s.workload for s in samples})) or 'none'})")
     inputs.create_folder(out, "--out")  # now that every check passed: a refused command leaves no folder behind
-    rows, stats = build_rows(samples, cfg, _ops({s.workload for s in samples}))
+    ops = _ops({s.workload for s in samples})
+    plan, stats = plan_rows(samples, cfg, ops)  # chosen without their text; built again one trajectory at a time
+    rows = materialize(plan, samples, cfg, ops)
     if teacher:
-        from ..export.teacher import add_reasoning
-        from ..models.base import ModelError
+        from ..export.teacher import with_reasoning
 
-        cache = out / ".teacher_cache"
-        try:
-            stats["teacher"] = add_reasoning(rows, teacher, cache, teacher_api_base,
-                                             max_tokens=cfg.max_tokens)  # --max-tokens holds with the reasoning too
-        except ModelError as exc:  # the teacher's provider, not the export: the answers so far stay in the cache
-            raise inputs.RunFailed(f"--teacher {teacher}: {exc}; nothing was written. Its answers so far are kept in "
-                                   f"{cache}: run the same export again to go on from them") from None
-    paths = write_dataset(rows, out, format, cfg, stats, [str(r) for r in runs])
+        stats["teacher"] = {}
+        rows = with_reasoning(rows, teacher, out / ".teacher_cache", teacher_api_base,
+                              max_tokens=cfg.max_tokens, totals=stats["teacher"])  # --max-tokens holds with the reasoning too
+    from ..models.base import ModelError
+
+    try:
+        paths = write_dataset(rows, out, format, cfg, stats, [str(r) for r in runs])
+    except ModelError as exc:  # the teacher's provider (no other part asks a model), not the export: its staged
+        # files are gone, and the answers so far stay in the cache
+        raise inputs.RunFailed(f"--teacher {teacher}: {exc}; nothing was written. Its answers so far are kept in "
+                               f"{out / '.teacher_cache'}: run the same export again to go on from them") from None
     where = ", ".join(f"{k}: {v}" for k, v in paths.items()) or str(out)  # a path may hold [ ]: not rich markup
-    rprint(f"[bold]{len(rows)}[/] {recipe} rows from {len(samples)} trajectories -> " + escape(terminal_text(where)))
+    rprint(f"[bold]{stats['rows']}[/] {recipe} rows from {len(samples)} trajectories -> " + escape(terminal_text(where)))
     for line in dropped_lines(stats, REJECTED):
         typer.echo(line)
     if failed := (stats.get("teacher") or {}).get("teacher_errors"):  # kept, without reasoning: said, not hidden

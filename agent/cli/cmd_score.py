@@ -20,12 +20,12 @@ def exclusion_lines(runs: list[Path]) -> list[str]:
     infra error's first line)."""
     from collections import Counter
 
-    from ..records.rundir import distinct_runs, load_run
+    from ..records.rundir import distinct_runs, iter_run
     from ..scoring.turns import score_trajectory
 
     reasons: Counter[str] = Counter()
     for run in distinct_runs(runs):
-        for record in load_run(run):
+        for record in iter_run(run):
             if score_trajectory(record).infra_failed:
                 errors = [e for e in record.events if e.type == "error" and e.infra]
                 first = (errors[-1].message.strip().splitlines() or [""])[0] if errors else ""

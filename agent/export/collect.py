@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ...workloads.registry import get_workload
 from ..repairs.suite import held_out_bug
-from ..records.rundir import distinct_runs, load_run, read_manifest, sha256_text
+from ..records.rundir import distinct_runs, iter_run, read_manifest, sha256_text
 from ..scoring.turns import evaluated_gpu
 
 
@@ -106,7 +106,7 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
     samples: list[TrajectorySample] = []
     for run_dir in distinct_runs(run_dirs):
         gpu = _gpu_name(read_manifest(run_dir))
-        for rec in load_run(run_dir):
+        for rec in iter_run(run_dir):
             start = rec.start
             if start is None:
                 continue

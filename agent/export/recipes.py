@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 
 from ...tools.results import MODEL_FAILURES
 from ..records.rundir import sha256_text
@@ -70,7 +71,8 @@ def _good(turn: Turn, cfg: ExportConfig) -> bool:
     return _rejected(turn, cfg) is None
 
 
-def _row(sample: TrajectorySample, cfg: ExportConfig, prompt: list[Message], done: Turn, wrong: Turn | None, op: str) -> Row:
+def _row(sample: TrajectorySample, cfg: ExportConfig, prompt: list[Message], done: Turn, wrong: Turn | None, op: str,
+         count: bool = True) -> Row:
     completion = [Message(role="assistant", content=kernel_message(done))]
     messages = prompt + completion
     ident = kernel_hash(*( [wrong.kernel] if wrong else []), done.kernel)
@@ -78,7 +80,8 @@ def _row(sample: TrajectorySample, cfg: ExportConfig, prompt: list[Message], don
         id=f"{cfg.recipe}-{ident[:16]}", recipe=cfg.recipe, workload=sample.workload, op=op,
         held_out=sample.held_out, failure_class=wrong.status if wrong else None, speedup=done.speedup,
         target_executed=done.target_executed, prompt=prompt, completion=completion, messages=messages,
-        loss_mask=[0] * len(prompt) + [1], n_tokens=count_messages([m.model_dump() for m in messages], cfg.tokenizer),
+        loss_mask=[0] * len(prompt) + [1],
+        n_tokens=count_messages([m.model_dump() for m in messages], cfg.tokenizer) if count else 0,
         tokenizer=cfg.tokenizer,
         provenance=Provenance(
             run=sample.run, trajectory=sample.trajectory, trajectory_started=sample.started, turn=done.turn, source_turn=wrong.turn if wrong else None,
@@ -92,8 +95,10 @@ def _row(sample: TrajectorySample, cfg: ExportConfig, prompt: list[Message], don
     return row
 
 
-def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", why: Counter | None = None) -> list[Row]:
-    """The rows of one trajectory; `why` counts the REJECTED reason of each candidate completion turned away."""
+def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", why: Counter | None = None,
+                   count: bool = True) -> list[Row]:
+    """The rows of one trajectory; `why` counts the REJECTED reason of each candidate completion turned away;
+    count=False leaves n_tokens 0 (a row built again for writing keeps the count its plan made)."""
     why = why if why is not None else Counter()
     head = [Message(role="system", content=sample.system), Message(role="user", content=sample.task)]
     turns = [t for t in sample.turns if not t.infra]
@@ -101,7 +106,7 @@ def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", wh
         why["no_submission"] += 1
     if cfg.recipe == "kernelgen":
         why.update(r for t in turns if (r := _rejected(t, cfg)))
-        return [_row(sample, cfg, head, t, None, op) for t in turns if _good(t, cfg)]
+        return [_row(sample, cfg, head, t, None, op, count) for t in turns if _good(t, cfg)]
     rows = []
     pairs = [(w, f) for w, f in zip(turns, turns[1:]) if w.status in MODEL_FAILURES and w.feedback]
     if turns and not pairs:
@@ -118,20 +123,33 @@ def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", wh
             Message(role="assistant", content=kernel_message(wrong)),
             Message(role="user", content=wrong.feedback),
         ]
-        rows.append(_row(sample, cfg, prompt, fixed, wrong, op))
+        rows.append(_row(sample, cfg, prompt, fixed, wrong, op, count))
     return rows
 
 
 def build_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str, str] | None = None) -> tuple[list[Row], dict]:
-    """All rows that pass the filters, plus counts of what each step removed."""
+    """All rows that pass the filters, plus counts of what each step removed (plan_rows, then every row built)."""
+    plan, stats = plan_rows(samples, cfg, ops)
+    built = {row._origin: row for row in materialize(plan, samples, cfg, ops)}
+    return [built[row._origin] for row in plan], stats
+
+
+def plan_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str, str] | None = None) -> tuple[list[Row], dict]:
+    """The rows that pass the filters, without their text, plus counts of what each step removed. A row of a large
+    run holds the system prompt and the kernels again (about 100 kB): holding every row at once took 2 GB for 300
+    trajectories, so rows are chosen here by their ids, splits and counts alone, and built again one trajectory at a
+    time by materialize() as they are written."""
     ops = ops or {}
     stats: dict[str, int] = defaultdict(int)
     rows: list[Row] = []
     seen: set[str] = set()
     withheld: list[Row] = []  # the held-out rows left out: still the held-out workloads' answers
-    for sample in samples:
+    for index, sample in enumerate(samples):
         why: Counter = Counter()
         found = candidate_rows(sample, cfg, ops.get(sample.workload, ""), why)
+        for place, row in enumerate(found):
+            row._origin = (index, place)
+            row.prompt, row.completion, row.messages = [], [], []
         # the trajectory gave nothing: charged to the filter that turned most of it away
         empty = (why.most_common(1)[0][0] if why else "no_submission") if not found else None
         if sample.held_out and not cfg.include_held_out:
@@ -153,13 +171,30 @@ def build_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str
                 continue
             seen.add((row.split, row.id))
             rows.append(row)
-    # A kernel (a pair, for fixit) in the test split never also stands in train, deduplicated or not: the reference
-    # kernels do not depend on the shape, so one GEMM kernel answers a train and a test workload alike. With one
-    # `seen` for both splits, whichever split was read first kept it, by run order.
+    # With one `seen` for both splits, whichever split was read first kept a kernel, by run order: test wins here.
     rows = _keep_out_of_train(rows, withheld, cfg, stats)
     rows = _balance(rows, cfg, stats)
     stats["rows"] = len(rows)
     return rows, dict(stats)
+
+
+def materialize(plan: list[Row], samples: list[TrajectorySample], cfg: ExportConfig,
+                ops: dict[str, str] | None = None) -> Iterator[Row]:
+    """The planned rows with their text, one trajectory's at a time, in the order of the samples (not the plan's:
+    balance groups it by workload); each keeps its plan's split and token count."""
+    ops = ops or {}
+    wanted: dict[int, dict[int, Row]] = defaultdict(dict)
+    for row in plan:
+        wanted[row._origin[0]][row._origin[1]] = row
+    for index in sorted(wanted):
+        sample = samples[index]
+        found = candidate_rows(sample, cfg, ops.get(sample.workload, ""), count=False)
+        for place, planned in sorted(wanted[index].items()):
+            row = found[place]
+            if row.id != planned.id:  # the samples changed between plan and build: a bug, never a silent mix-up
+                raise RuntimeError(f"export: row {planned.id} of {sample.trajectory} was built again as {row.id}")
+            row.split, row.n_tokens, row._origin, row._fix_key = planned.split, planned.n_tokens, planned._origin, planned._fix_key
+            yield row
 
 
 def _keep_out_of_train(rows: list[Row], withheld: list[Row], cfg: ExportConfig, stats: dict) -> list[Row]:

@@ -54,6 +54,9 @@ class Row(BaseModel):
     provenance: Provenance
     # the completion's kernel, normalised (normalize.kernel_hash): what --separate-by completion keeps out of train
     _fix_key: str = PrivateAttr("")
+    # where the row comes from, (sample index, place among its candidate rows): a planned row (recipes.plan_rows)
+    # holds no text, and recipes.materialize builds it again from there when it is written
+    _origin: tuple[int, int] = PrivateAttr((0, 0))
 
 
 def dataset_features():

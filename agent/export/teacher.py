@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .schema import Row
@@ -42,63 +43,83 @@ _FORMAT_BREAK = re.compile(r"</?think>|^ {0,3}(?:`{3,}|~{3,})", re.I | re.M)
 
 def add_reasoning(rows: list[Row], model: str, cache_dir: Path, api_base: str | None = None,
                   max_tokens: int | None = None) -> dict:
-    """Prepend teacher reasoning to each fixit row's completion in place; returns cost and counts.
+    """Prepend teacher reasoning to each fixit row's completion in place; returns cost and counts."""
+    totals: dict = {}
+    for _ in with_reasoning(rows, model, cache_dir, api_base, max_tokens, totals):
+        pass
+    return totals
+
+
+def with_reasoning(rows: Iterable[Row], model: str, cache_dir: Path, api_base: str | None = None,
+                   max_tokens: int | None = None, totals: dict | None = None) -> Iterator[Row]:
+    """Each row as it comes, a fixit row with the teacher's reasoning before its completion; cost and counts are
+    kept in `totals` as they grow (the export's manifest, written after the last row, reads them complete).
 
     The teacher is called like any agent model (agent/models/litellm_model.py: retries, keys from the
     environment only, usage and cost recorded). A row's n_tokens is counted again with its reasoning, and
     reasoning that would take a row past `max_tokens` (the export's --max-tokens) is left out."""
-    from .tokens import count_messages
-
-    from ..models.base import ModelError, ModelRequest, ModelUnavailable
     from ..models.litellm_model import LiteLLMModel
 
     teacher = LiteLLMModel(model, api_base=api_base, retry_wait_s=1.0)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    totals = {"teacher": model, "calls": 0, "cached": 0, "cost_usd": 0.0, "rejected_leaks": 0, "tokens": 0,
-              "over_token_cap": 0, "rejected_format": 0, "rejected_cut": 0, "teacher_errors": 0}
+    totals = {} if totals is None else totals
+    totals.update({"teacher": model, "calls": 0, "cached": 0, "cost_usd": 0.0, "rejected_leaks": 0, "tokens": 0,
+                   "over_token_cap": 0, "rejected_format": 0, "rejected_cut": 0, "teacher_errors": 0})
     for row in rows:
-        if row.recipe != "fixit":
-            continue
-        user = _read(row) + "\n\n## Fixed kernel (do not quote)\n" + row.completion[-1].content
-        key = hashlib.sha256(json.dumps([model, INSTRUCTIONS, user]).encode()).hexdigest()
-        path = cache_dir / f"{key}.json"
-        if path.exists():
-            entry = json.loads(path.read_text())
-            totals["cached"] += 1
-        else:
-            try:
-                reply = teacher.query(ModelRequest(messages=[{"role": "system", "content": INSTRUCTIONS},
-                                                             {"role": "user", "content": user}]))
-                entry = {"reasoning": reply.content or "", "cost_usd": reply.cost_usd or 0.0,  # None: no known price
-                         "usage": reply.usage, "latency_s": reply.latency_s, "cut": reply.finish_reason == "length"}
-            except ModelUnavailable:  # an outage or a refused set-up: the whole pass stops (export says so)
-                raise
-            except ModelError as exc:  # this request's own failure (past the teacher's context window, a 400): the
-                # row goes without reasoning, and the answer is cached, so a rerun neither stops on it nor pays again
-                entry = {"reasoning": "", "error": str(exc)[:500], "cost_usd": 0.0, "usage": {}, "latency_s": 0.0}
-            path.write_text(json.dumps(entry))
-            totals["calls"] += 1
-            totals["cost_usd"] += entry["cost_usd"]
-            totals["tokens"] += int(entry["usage"].get("total_tokens", 0) or 0)
-        reasoning = entry["reasoning"].strip()
-        if entry.get("error"):
-            totals["teacher_errors"] += 1
-            continue
-        if entry.get("cut"):  # stopped at the teacher's token limit: reasoning that breaks off mid-thought
-            totals["rejected_cut"] += 1
-            continue
-        if not reasoning or _leaks(reasoning, row):
-            totals["rejected_leaks"] += int(bool(reasoning))
-            continue
-        if _FORMAT_BREAK.search(reasoning):
-            totals["rejected_format"] += 1
-            continue
-        done = row.completion[-1].model_copy(update={"content": f"<think>\n{reasoning}\n</think>\n\n{row.completion[-1].content}"})
-        # the cap was applied before the reasoning existed: count again, so n_tokens and the cap hold for what is written
-        n_tokens = count_messages([m.model_dump() for m in [*row.prompt, done]], row.tokenizer)
-        if max_tokens is not None and n_tokens > max_tokens:
-            totals["over_token_cap"] += 1
-            continue
-        row.completion[-1] = row.messages[-1] = done
-        row.n_tokens = n_tokens
-    return totals
+        if row.recipe == "fixit":
+            _reason(row, teacher, model, cache_dir, max_tokens, totals)
+        yield row
+
+
+def _entry(user: str, teacher, model: str, cache_dir: Path, totals: dict) -> dict:
+    """The teacher's answer to `user`, from the cache or asked for (and cached, a request's own failure too)."""
+    from ..models.base import ModelError, ModelRequest, ModelUnavailable
+
+    path = cache_dir / f"{hashlib.sha256(json.dumps([model, INSTRUCTIONS, user]).encode()).hexdigest()}.json"
+    if path.exists():
+        totals["cached"] += 1
+        return json.loads(path.read_text())
+    try:
+        reply = teacher.query(ModelRequest(messages=[{"role": "system", "content": INSTRUCTIONS},
+                                                     {"role": "user", "content": user}]))
+        entry = {"reasoning": reply.content or "", "cost_usd": reply.cost_usd or 0.0,  # None: no known price
+                 "usage": reply.usage, "latency_s": reply.latency_s, "cut": reply.finish_reason == "length"}
+    except ModelUnavailable:  # an outage or a refused set-up: the whole pass stops (export says so)
+        raise
+    except ModelError as exc:  # this request's own failure (past the teacher's context window, a 400): the
+        # row goes without reasoning, and the answer is cached, so a rerun neither stops on it nor pays again
+        entry = {"reasoning": "", "error": str(exc)[:500], "cost_usd": 0.0, "usage": {}, "latency_s": 0.0}
+    path.write_text(json.dumps(entry))
+    totals["calls"] += 1
+    totals["cost_usd"] += entry["cost_usd"]
+    totals["tokens"] += int(entry["usage"].get("total_tokens", 0) or 0)
+    return entry
+
+
+def _reason(row: Row, teacher, model: str, cache_dir: Path, max_tokens: int | None, totals: dict) -> None:
+    """One fixit row's reasoning put before its completion, unless it fails a check (counted in `totals`)."""
+    from .tokens import count_messages
+
+    entry = _entry(_read(row) + "\n\n## Fixed kernel (do not quote)\n" + row.completion[-1].content, teacher, model,
+                   cache_dir, totals)
+    reasoning = entry["reasoning"].strip()
+    if entry.get("error"):
+        totals["teacher_errors"] += 1
+        return
+    if entry.get("cut"):  # stopped at the teacher's token limit: reasoning that breaks off mid-thought
+        totals["rejected_cut"] += 1
+        return
+    if not reasoning or _leaks(reasoning, row):
+        totals["rejected_leaks"] += int(bool(reasoning))
+        return
+    if _FORMAT_BREAK.search(reasoning):
+        totals["rejected_format"] += 1
+        return
+    done = row.completion[-1].model_copy(update={"content": f"<think>\n{reasoning}\n</think>\n\n{row.completion[-1].content}"})
+    # the cap was applied before the reasoning existed: count again, so n_tokens and the cap hold for what is written
+    n_tokens = count_messages([m.model_dump() for m in [*row.prompt, done]], row.tokenizer)
+    if max_tokens is not None and n_tokens > max_tokens:
+        totals["over_token_cap"] += 1
+        return
+    row.completion[-1] = row.messages[-1] = done
+    row.n_tokens = n_tokens

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from ...tools.redact import mask_strings
@@ -73,36 +74,73 @@ def _staged(path: Path) -> Path:
     return path.with_name(f".{path.name}.partial")
 
 
-def write_dataset(rows: list[Row], out: Path, fmt: str, cfg: ExportConfig, stats: dict, runs: list[str]) -> dict[str, Path]:
+PARQUET_BATCH = 256  # rows per Parquet row group: a batch's rows are all the text held at once
+
+
+class _SplitFile:
+    """One split's staged file, written row by row: JSONL lines, or Parquet row groups of PARQUET_BATCH rows typed by
+    the schema (not by the rows: a column null in all of them would be typed null)."""
+
+    def __init__(self, path: Path, fmt: str):
+        self.path, self.fmt, self.batch, self.writer = path, fmt, [], None
+        self.file = open(_staged(path), "w", encoding="utf-8") if fmt in ("jsonl", "openai") else None
+
+    def write(self, row: dict) -> None:
+        if self.file:
+            self.file.write(jsonl_line(openai_example(row) if self.fmt == "openai" else row))
+            return
+        self.batch.append(row)
+        if len(self.batch) >= PARQUET_BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        features = dataset_features()
+        if self.writer is None:  # the schema carries the features, as datasets writes them: load_dataset reads them back
+            self.writer = pq.ParquetWriter(str(_staged(self.path)), features.arrow_schema)
+        rows = [features.encode_example(r) for r in self.batch]
+        self.writer.write_table(pa.Table.from_pylist(rows, schema=features.arrow_schema))
+        self.batch = []
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()
+            return
+        if self.batch:
+            self._flush()
+        self.writer.close()
+
+
+def write_dataset(rows: Iterable[Row], out: Path, fmt: str, cfg: ExportConfig, stats: dict, runs: list[str]) -> dict[str, Path]:
+    """Write the rows as they come (an iterator keeps one trajectory's rows in memory, not the export's), then the
+    manifest. Everything is staged under hidden names and put in place at the end; an error on the way (a teacher's
+    outage) removes the staged files and leaves the folder as it was."""
     out.mkdir(parents=True, exist_ok=True)
     for left in out.glob(".*.partial"):  # an export stopped before its files were put in place
         left.unlink(missing_ok=True)
-    paths: dict[str, Path] = {}
-    for split in ("train", "test"):
-        part = [mask_strings(r.model_dump(mode="json")) for r in rows if r.split == split]  # keys never leave
-        if not part:
-            continue
-        path = out / f"{split}.{SPLIT_SUFFIX[fmt]}"
-        if fmt in ("jsonl", "openai"):
-            with open(_staged(path), "w", encoding="utf-8") as f:
-                for r in part:
-                    f.write(jsonl_line(openai_example(r) if fmt == "openai" else r))
-        else:
-            import datasets
-
-            bars = datasets.is_progress_bar_enabled()
-            datasets.disable_progress_bars()  # its bar, drawn with carriage returns, is noise in the command's output
-            try:  # typed by the schema, not by this split's rows: a column null in all of them would be typed null
-                datasets.Dataset.from_list(part, features=dataset_features()).to_parquet(str(_staged(path)))
-            finally:
-                if bars:
-                    datasets.enable_progress_bars()
-        paths[split] = path
+    files: dict[str, _SplitFile] = {}
     by_group: dict[str, int] = {}
-    for r in rows:
-        key = f"{r.split}/{r.workload}/{r.failure_class or 'ok'}"
-        by_group[key] = by_group.get(key, 0) + 1
-    manifest = {"config": cfg.model_dump(), "runs": runs, "stats": stats, "counts": by_group,
+    try:
+        for r in rows:
+            if r.split not in files:
+                files[r.split] = _SplitFile(out / f"{r.split}.{SPLIT_SUFFIX[fmt]}", fmt)
+            files[r.split].write(mask_strings(r.model_dump(mode="json")))  # keys never leave
+            key = f"{r.split}/{r.workload}/{r.failure_class or 'ok'}"
+            by_group[key] = by_group.get(key, 0) + 1
+        for f in files.values():
+            f.close()
+    except BaseException:
+        for f in files.values():
+            try:
+                f.close()
+            except Exception:  # the cause is the error already on its way
+                pass
+            _staged(f.path).unlink(missing_ok=True)
+        raise
+    paths = {split: files[split].path for split in ("train", "test") if split in files}
+    manifest = {"config": cfg.model_dump(), "runs": runs, "stats": stats, "counts": dict(sorted(by_group.items())),
                 "files": {k: v.name for k, v in paths.items()}, "schema": "docs/dataset-schema.md"}
     try:  # JSONL carries no types: load_dataset("json", ..., features=datasets.Features.from_dict(this))
         manifest["features"] = dataset_features().to_dict()

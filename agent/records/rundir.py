@@ -286,11 +286,15 @@ def trajectory_folders(run_dir: Path) -> list[Path]:
 
 
 def load_run(run_dir: Path) -> list[TrajectoryRecord]:
-    records = []
+    return list(iter_run(run_dir))
+
+
+def iter_run(run_dir: Path) -> Iterator[TrajectoryRecord]:
+    """The run's trajectory records one at a time: a record holds every model call's whole conversation, so a large
+    run read at once took most of an export's memory (600 MB for 300 trajectories of eight turns)."""
     for folder in trajectory_folders(run_dir):
         log = trajectory_log(folder)
-        records.append(_checked(TrajectoryRecord(folder, read_events(log)), log))
-    return records
+        yield _checked(TrajectoryRecord(folder, read_events(log)), log)
 
 
 def distinct_runs(run_dirs: Iterable[Path]) -> list[Path]:

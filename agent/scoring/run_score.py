@@ -11,7 +11,7 @@ from typing import Iterable
 
 from pydantic import BaseModel, Field
 
-from ..records.rundir import distinct_runs, load_run, read_manifest
+from ..records.rundir import distinct_runs, iter_run, read_manifest
 from .cells import ANY, CellScore, score_cell
 from .repair import RepairStats
 from .turns import TrajectoryScore, score_trajectory
@@ -90,7 +90,7 @@ def unique_records(run_dirs: Iterable[Path]):
     whatever its folder is called), which would count one trajectory twice. Two runs of one folder name are two runs."""
     where: dict[tuple, Path] = {}
     for run_dir in distinct_runs(run_dirs):
-        for rec in load_run(run_dir):
+        for rec in iter_run(run_dir):
             if rec.start is None:
                 continue
             # one trajectory is one trajectory_start (its id and time, which a copy keeps); two runs saved under one
