@@ -2,7 +2,8 @@
 
 The driver keeps the model calls and the trajectories; RayEvaluator.evaluate (the Evaluator protocol
 of tools/evaluator.py) hands a solution to a free actor and blocks its trajectory's thread until the
-result comes back, so each GPU runs one candidate at a time. An actor takes evaluations only once Ray has
+result comes back. An actor takes EVALUATIONS_PER_ACTOR at once, so one compiles while another runs on its GPU; its
+pool gives the GPU one candidate at a time. An actor takes evaluations only once Ray has
 placed and started it: one waiting for a GPU (a node lost, the cluster's GPUs or CPUs held by other jobs) holds
 none back. A lost actor (node gone, worker crash outside the candidate), a Ray client cut off from its cluster or an
 answer that cannot be read comes back as INFRA_ERROR and the actor is replaced; the bench retries the step. With no
@@ -50,6 +51,9 @@ class GpuEvaluatorActor:
 
 
 PLACEMENT_WAIT_S = 600.0  # no actor running this long: an evaluation comes back INFRA_ERROR
+# Evaluations an actor takes at once: its LocalEvaluator compiles one (CPU work; a tools-mode compile or sass call never
+# needs the GPU) while its pool runs another on the GPU, one job at a time, as the local evaluator does
+EVALUATIONS_PER_ACTOR = 2
 
 
 class RayEvaluator:
@@ -74,10 +78,11 @@ class RayEvaluator:
         if self.workers < 1 or gpus < self.workers:
             raise RuntimeError(f"the Ray cluster has {gpus} GPU(s); {self.workers or 1} needed for the evaluator actors")
         self.placement_wait_s = placement_wait_s
-        self._actor_class = ray.remote(num_gpus=1, max_restarts=0)(GpuEvaluatorActor)
-        self._idle: queue.Queue = queue.Queue()  # actors running and free
+        self._actor_class = ray.remote(num_gpus=1, max_restarts=0, max_concurrency=EVALUATIONS_PER_ACTOR)(GpuEvaluatorActor)
+        self._idle: queue.Queue = queue.Queue()  # a free evaluation slot of a running actor, once per slot
         self._lock = threading.Lock()
         self._running: set = set()  # actors placed and started (free or evaluating); the rest of self.actors wait
+        self._dropped: set = set()  # actors lost (their free slots still queued are passed over)
         self._closed = False
         self.start_error = ""  # the last actor start that failed in the actor's own code
         self.actors: list = []
@@ -106,10 +111,14 @@ class RayEvaluator:
             if self._closed or not any(a is actor for a in self.actors):
                 return
             self._running.add(actor)
-        self._idle.put(actor)
+        for _ in range(EVALUATIONS_PER_ACTOR):
+            self._idle.put(actor)
 
     def _drop(self, actor, replace: bool) -> None:
         with self._lock:
+            if actor in self._dropped:  # another of its evaluations found it lost first: replaced once
+                return
+            self._dropped.add(actor)
             self._running.discard(actor)
             replace = replace and not self._closed
         if replace:
@@ -131,11 +140,16 @@ class RayEvaluator:
         return self._ray.get([a.where.remote() for a in actors])
 
     def _take(self):
-        """A free running actor, or None once none has run for placement_wait_s (at once when none is left to start)."""
+        """A free slot of a running actor, or None once none has run for placement_wait_s (at once when none is left to
+        start)."""
         deadline = time.monotonic() + self.placement_wait_s
         while True:
             try:
-                return self._idle.get(timeout=0.5)
+                actor = self._idle.get(timeout=0.5)
+                with self._lock:
+                    if actor in self._running:  # else a slot of an actor lost meanwhile: passed over
+                        return actor
+                continue
             except queue.Empty:
                 with self._lock:
                     running, waiting = len(self._running), len(self.actors) - len(self._running)

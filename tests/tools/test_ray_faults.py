@@ -178,3 +178,54 @@ def test_an_evaluation_waiting_while_the_last_actor_is_replaced_waits_for_the_re
     first.join(10)
     waiting.join(10)
     assert sorted(r.status for r in results) == ["COMPILED", "INFRA_ERROR"]
+
+
+def test_an_actor_compiles_one_evaluation_while_its_gpu_runs_another(fake_ray):
+    """Each actor took one evaluation at a time, compile included: its GPU sat idle while a kernel compiled (a tools-mode
+    compile or sass call never needs the GPU at all) and every other evaluation waited. Its evaluator compiles beside
+    the GPU job and gives the GPU one job at a time, as the local one does."""
+    import time
+
+    import ptxbench.tools.ray_evaluator as ray_evaluator
+
+    class Slow(Compiles):
+        def evaluate(self, workload_id, source, options_json):
+            time.sleep(0.6)
+            return super().evaluate(workload_id, source, options_json)
+
+    ray_evaluator.GpuEvaluatorActor = Slow
+    evaluator = _evaluator()
+    results = []
+    runs = [threading.Thread(target=lambda: results.append(evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))))
+            for _ in range(2)]
+    start = time.monotonic()
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(10)
+    assert [r.status for r in results] == ["COMPILED", "COMPILED"] and time.monotonic() - start < 1.1
+
+
+def test_a_lost_actor_is_replaced_once_however_many_evaluations_it_held(fake_ray):
+    """Two evaluations on an actor that dies both come back INFRA_ERROR; one replacement is started, and no later
+    evaluation is handed to the lost actor."""
+    import time
+
+    import ptxbench.tools.ray_evaluator as ray_evaluator
+
+    class Dies(Compiles):
+        def evaluate(self, workload_id, source, options_json):
+            time.sleep(0.3)
+            raise RayError("the actor died")
+
+    ray_evaluator.GpuEvaluatorActor = Dies
+    evaluator = _evaluator(placement_wait_s=5.0)
+    results = []
+    runs = [threading.Thread(target=lambda: results.append(evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))))
+            for _ in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(10)
+    assert [r.status for r in results] == ["INFRA_ERROR", "INFRA_ERROR"]
+    assert fake_ray.started == 2 and len(evaluator.actors) == 1  # the first actor, and one replacement
