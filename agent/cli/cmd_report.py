@@ -1,6 +1,7 @@
 """`ptxbench report RUN [--out DIR]`: summary.md, a self-contained index.html with plots, a page per trajectory."""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Optional
 
@@ -70,9 +71,14 @@ def report(
         raise inputs.BadInput(f"--out {out} holds {mine}, which no report wrote: a report would replace it; name a new "
                               "folder, or an earlier report's")
     # the default folder (<run>/report) goes through the same check: a read-only run folder said up front, in one line
+    target = Path(out) if out is not None else run / "report"
+    fresh = not target.exists()
     out_dir = inputs.create_folder(out, "--out") if out is not None else inputs.create_folder(run / "report", "report")
     try:
         files = write_report(run, out_dir)
     except (LinkedReportFolder, DuplicateTrajectory) as exc:  # as `score` says the second
+        if fresh:  # a refused report leaves no folder behind (rmdir: only while nothing is in it)
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
         raise inputs.BadInput(str(exc)) from None
     typer.echo(terminal_text(f"{files.html}\n{files.markdown}\n{len(files.trajectories)} trajectory pages"))

@@ -158,11 +158,12 @@ def _json(model: BaseModel) -> str:
 def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir else run_dir / "report"
-    _out_folders(out_dir)
     # unique_records, as `score` reads runs: a trajectory folder copied inside the run (one trajectory_start twice) is
-    # DuplicateTrajectory before any file is written, not counted twice in the pages and then refused by the repair page
-    records = [rec for _, rec in unique_records([run_dir])]
-    trajs = [score_trajectory(r, run=run_dir.name) for r in records]
+    # DuplicateTrajectory before any folder or file is made, not counted twice in the pages and then refused by the
+    # repair page. The records are read once for the scores and again, one at a time, for the pages: a record holds
+    # every model call's conversation, and a run's records all at once took 670 MB for 300 trajectories.
+    trajs = [score_trajectory(r, run=run_dir.name) for _, r in unique_records([run_dir])]
+    _out_folders(out_dir)
     score = score_trajectories(trajs)
     score.runs = [str(run_dir)]
     manifest = read_manifest(run_dir)
@@ -177,7 +178,9 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     if repair.trajectories:  # the repair page beside the leaderboard
         _write(out_dir / "repair.md", repair_markdown(repair))
         _write(out_dir / "repair.json", _json(repair))
-    for record, traj in zip(records, trajs):
+    for (_, record), traj in zip(unique_records([run_dir]), trajs, strict=True):
+        if record.id != traj.id:  # the run changed while the report was written: no page under another's name
+            raise RuntimeError(f"{run_dir} changed while its report was written ({record.id} read where {traj.id} was)")
         path = _write(out_dir / "trajectories" / page_name(traj.id), trajectory_html(record, traj))
         files.trajectories.append(path)
     return files

@@ -329,7 +329,10 @@ def test_a_trajectory_copied_inside_the_run_stops_the_report_before_any_file(tmp
     shutil.copytree(run / "trajectories" / "t0", run / "trajectories" / "t0-copy")
     with pytest.raises(DuplicateTrajectory, match="t0 and .*t0-copy both hold"):
         write_report(run, tmp_path / "out")
-    assert not (tmp_path / "out" / "index.html").exists() and not (tmp_path / "out" / "score.json").exists()
+    assert not (tmp_path / "out").exists()  # not even its folders
     refused = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "out2")])
     assert refused.exit_code == 2 and refused.output.startswith("error: ") and "score one of them" in refused.output
-    assert not (tmp_path / "out2" / "summary.md").exists()
+    assert not (tmp_path / "out2").exists()  # a refused report leaves no folder behind (an empty trajectories/ stayed)
+    (tmp_path / "mine").mkdir()  # a folder that was there before stays
+    CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "mine")])
+    assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
