@@ -18,7 +18,6 @@ Every node needs ptxbench installed (`pip install ptxbench[gpu]`), as Ray ships 
 from __future__ import annotations
 
 import os
-import queue
 import socket
 import threading
 import time
@@ -79,10 +78,10 @@ class RayEvaluator:
             raise RuntimeError(f"the Ray cluster has {gpus} GPU(s); {self.workers or 1} needed for the evaluator actors")
         self.placement_wait_s = placement_wait_s
         self._actor_class = ray.remote(num_gpus=1, max_restarts=0, max_concurrency=EVALUATIONS_PER_ACTOR)(GpuEvaluatorActor)
-        self._idle: queue.Queue = queue.Queue()  # a free evaluation slot of a running actor, once per slot
         self._lock = threading.Lock()
-        self._running: set = set()  # actors placed and started (free or evaluating); the rest of self.actors wait
-        self._dropped: set = set()  # actors lost (their free slots still queued are passed over)
+        self._freed = threading.Condition(self._lock)  # notified when an actor starts or an evaluation ends
+        self._running: dict = {}  # actors placed and started -> their evaluations in flight; the rest of self.actors wait
+        self._dropped: set = set()  # actors lost
         self._closed = False
         self.start_error = ""  # the last actor start that failed in the actor's own code
         self.actors: list = []
@@ -110,16 +109,15 @@ class RayEvaluator:
         with self._lock:
             if self._closed or not any(a is actor for a in self.actors):
                 return
-            self._running.add(actor)
-        for _ in range(EVALUATIONS_PER_ACTOR):
-            self._idle.put(actor)
+            self._running[actor] = 0
+            self._freed.notify_all()
 
     def _drop(self, actor, replace: bool) -> None:
         with self._lock:
             if actor in self._dropped:  # another of its evaluations found it lost first: replaced once
                 return
             self._dropped.add(actor)
-            self._running.discard(actor)
+            self._running.pop(actor, None)
             replace = replace and not self._closed
         if replace:
             try:
@@ -140,23 +138,28 @@ class RayEvaluator:
         return self._ray.get([a.where.remote() for a in actors])
 
     def _take(self):
-        """A free slot of a running actor, or None once none has run for placement_wait_s (at once when none is left to
-        start)."""
+        """The running actor with the fewest evaluations in flight (below EVALUATIONS_PER_ACTOR: a second GPU is not left
+        idle while one holds two), or None once none has run for placement_wait_s (at once when none is left to start)."""
         deadline = time.monotonic() + self.placement_wait_s
-        while True:
-            try:
-                actor = self._idle.get(timeout=0.5)
-                with self._lock:
-                    if actor in self._running:  # else a slot of an actor lost meanwhile: passed over
-                        return actor
-                continue
-            except queue.Empty:
-                with self._lock:
-                    running, waiting = len(self._running), len(self.actors) - len(self._running)
+        with self._freed:
+            while True:
+                free = [a for a, n in self._running.items() if n < EVALUATIONS_PER_ACTOR]
+                if free:
+                    actor = min(free, key=self._running.__getitem__)
+                    self._running[actor] += 1
+                    return actor
+                running, waiting = len(self._running), len(self.actors) - len(self._running)
                 if not running and (not waiting or time.monotonic() > deadline):
                     return None
                 if running:  # the actors are busy: evaluations queue as long as they must
                     deadline = time.monotonic() + self.placement_wait_s
+                self._freed.wait(0.5)
+
+    def _give_back(self, actor) -> None:
+        with self._freed:
+            if actor in self._running:
+                self._running[actor] -= 1
+                self._freed.notify()
 
     def evaluate(self, workload_id: str, source: str, options: EvalOptions | None = None) -> EvalResult:
         options = options or EvalOptions()
@@ -185,15 +188,16 @@ class RayEvaluator:
                               message=f"the Ray GPU worker failed ({type(exc).__name__}); the evaluation is retried",
                               runtime_error=f"{type(exc).__name__}: {exc}"[:2000])
         finally:
-            if lost:  # its replacement takes evaluations once placed (never a pending actor in the free queue)
+            if lost:  # its replacement takes evaluations once placed (never a pending actor)
                 self._drop(actor, replace=True)
             else:
-                self._idle.put(actor)
+                self._give_back(actor)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             actors, running = list(self.actors), set(self._running)
+            self._freed.notify_all()
         refs = [a.close.remote() for a in actors if a in running]
         try:
             self._ray.get(refs, timeout=60)

@@ -229,3 +229,35 @@ def test_a_lost_actor_is_replaced_once_however_many_evaluations_it_held(fake_ray
         run.join(10)
     assert [r.status for r in results] == ["INFRA_ERROR", "INFRA_ERROR"]
     assert fake_ray.started == 2 and len(evaluator.actors) == 1  # the first actor, and one replacement
+
+
+def test_evaluations_go_to_the_least_busy_actor(fake_ray):
+    """Two evaluations with two actors idle: one each, not both to the first actor (one on its GPU, one waiting for
+    it) while the other GPU sits idle."""
+    import time
+
+    import ptxbench.tools.ray_evaluator as ray_evaluator
+
+    used = []
+
+    class Slow(Compiles):
+        def evaluate(self, workload_id, source, options_json):
+            used.append(id(self))
+            time.sleep(0.3)
+            return super().evaluate(workload_id, source, options_json)
+
+    ray_evaluator.GpuEvaluatorActor = Slow
+    fake_ray.gpus = 2
+    from ptxbench.tools.ray_evaluator import RayEvaluator
+
+    evaluator = RayEvaluator(workers=2)
+    for _ in range(200):
+        if len(evaluator._running) == 2:
+            break
+        time.sleep(0.01)
+    runs = [threading.Thread(target=lambda: evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))) for _ in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(10)
+    assert len(set(used)) == 2
