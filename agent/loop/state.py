@@ -68,15 +68,24 @@ class OptimizeConfig(BaseModel):
     repair_task: str | None = Field(None, description="the repair-suite task this trajectory runs (bench --track repair)")
     repair_held_out: bool = Field(False, description="its suite holds the task out of training data (the task's own mark "
                                   "or the suite's held-out classes): export puts it in the test split")
+    slug: str | None = Field(None, exclude=True, description="the model's part of the trajectory id, when the cut model "
+                             "string would repeat another model's (bench/matrix.py); None: the cut string. Not recorded")
 
     @field_validator("profile", mode="before")
     @classmethod
     def _profile_bool(cls, v):  # older configs: true = profile every submission, false = the default
         return ("full" if v else "auto") if isinstance(v, bool) else v
 
+    @field_validator("slug")
+    @classmethod
+    def _one_folder_name(cls, v):  # a folder's name inside trajectories/, whoever gave it (a bench's optimize table)
+        if v is not None and (v in ("", ".", "..") or len(v) > 48 or any(c in v for c in "/\\\0")):
+            raise ValueError(f"slug {v!r:.60} is not one folder name of at most 48 characters")
+        return v
+
     def model_slug(self) -> str:
         """The model string as a folder-name part (run folders and trajectory ids use the same one)."""
-        return self.model.replace("/", "-").replace(":", "-")[:48]
+        return self.slug or self.model.replace("/", "-").replace(":", "-")[:48]
 
     def trajectory_id(self) -> str:
         if self.repair_task:  # several repair tasks share a workload

@@ -144,3 +144,31 @@ def test_a_stopping_bench_starts_no_retry_of_an_infra_failed_step(tmp_path):
     finally:
         checkpointer.conn.close()
     assert resumed.statuses == ["COMPILED", "COMPILED"] and not resumed.infra_failed  # the resume retried the step
+
+
+def test_two_models_whose_names_share_their_first_48_characters_are_two_models(tmp_path):
+    """A trajectory id cuts the model string to 48 characters: fireworks_ai/accounts/fireworks/models/deepseek-v3 and
+    .../deepseek-r1 made the same ids, and the matrix was refused as repeating a model. Each gets its own ids (the cut
+    name with a hash of the whole one); a model no other one clashes with keeps the ids it always had, so runs recorded
+    before resume as they were."""
+    from ptxbench.agent.bench.matrix import expand
+
+    v3, r1 = "fireworks_ai/accounts/fireworks/models/deepseek-v3", "fireworks_ai/accounts/fireworks/models/deepseek-r1"
+    configs = expand(BenchConfig(models=[v3, r1], workloads=[WL], trajectories=2))
+    ids = [c.trajectory_id() for c in configs]
+    assert len(set(ids)) == 4 and all(len(i.split("__")[1]) <= 48 for i in ids)
+    assert {c.model for c in configs if c.trajectory_id() == ids[0]} == {configs[0].model}
+    assert ids == [c.trajectory_id() for c in expand(BenchConfig(models=[v3, r1], workloads=[WL], trajectories=2))]
+    (alone,) = expand(BenchConfig(models=[v3], workloads=[WL], trajectories=1))
+    assert alone.trajectory_id() == f"{WL}__{v3.replace('/', '-')[:48]}__knowledge__00"
+    assert "slug" not in str(configs[0].model_dump())  # the recorded config is what it was
+
+    class Named(CountingModel):
+        def __init__(self, name):
+            super().__init__([])
+            self.name = name
+
+    out = run_bench(BenchConfig(models=[v3, r1], workloads=[WL], trajectories=1, turns=1, no_gpu=True),
+                    tmp_path / "run", evaluator=CompilesNoop(), model_factory=lambda c: Named(c.model))
+    assert sorted(r.start.model for r in load_run(tmp_path / "run")) == sorted([v3, r1])
+    assert len(out.trajectories) == 2
