@@ -141,7 +141,7 @@ def bench(
         else:
             inputs.no_other_files(run_dir, "--run-dir")
         inputs.run_manifest(run_dir, "--run-dir")  # a damaged one: one line, not run_bench's traceback
-    config = None
+    config = recorded = None
     overrides = {"backend": backend, "ray_address": ray_address, "gpus": gpus, "parallel": parallel,
                  "provider_limits": _limits(provider_limit) or None, "api_base": api_base, "infra_retries": infra_retries,
                  "model_timeout_s": model_timeout, "ray_placement_wait_s": ray_placement_wait}
@@ -169,7 +169,9 @@ def bench(
     trajectories = trajectories or 12
     if not resume:
         if not _split(models) or not (_split(workloads) or track == "repair"):
-            raise inputs.BadInput("give --models and --workloads (comma-separated), or --resume with --run-dir")
+            raise inputs.BadInput("give --models (comma-separated; the repair track's tasks are its workloads), or "
+                                  "--resume with --run-dir" if track == "repair" else
+                                  "give --models and --workloads (comma-separated), or --resume with --run-dir")
         from ..loop.profile_policy import POLICIES
 
         if profile is not None:
@@ -193,6 +195,8 @@ def bench(
     from .preflight import writable
 
     writable(run_dir)  # a run folder that cannot be made: said before any worker starts
+    if (matrix := config or recorded) is not None and matrix.backend == "local":  # Ray's actors compile on their nodes
+        preflight.toolchain(matrix.arch)  # no ptxas here: every trajectory would end infra-failed
     try:  # a new run's GPU workers start now, while the agent loop's modules (LangGraph) import below
         evaluator = make_evaluator(config) if config is not None else None
     except BenchError as exc:  # no GPU for a GPU run: said before a run folder is made

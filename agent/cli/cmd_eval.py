@@ -112,12 +112,13 @@ def eval_cmd(
     inputs.positive(trials, "--trials"), inputs.positive(timeout, "--timeout")
     if trials is not None and trials > MAX_TRIALS:  # each a fresh input set held on the GPU
         raise inputs.BadInput(f"--trials must be at most {MAX_TRIALS} (each is an input set held on the GPU), got {trials}")
+    from . import preflight
+
     if no_gpu:
         inputs.gpu_only(inputs.given_options(ctx, GPU_RUN_OPTIONS))
     else:
-        from .preflight import gpu
-
-        gpu()  # no usable GPU here: said without starting a worker
+        preflight.gpu()  # no usable GPU here: said without starting a worker
+    preflight.toolchain(arch)  # no ptxas here: one line, not an INFRA_ERROR verdict
     options = EvalOptions(arch=arch, trials=trials, dist=dist, seed=seed, time=not no_time, no_gpu=no_gpu,
                           timeout_s=timeout, profile=profile, sanitize=sanitize, l2_flush=l2_flush)
     evaluator = LocalEvaluator()

@@ -312,6 +312,7 @@ def optimize(
     preflight.writable(resume or run_dir or runs_root())  # a run folder that cannot be made: said before any work
     if not no_gpu:  # a resumed run's own setting (above)
         preflight.gpu()  # no usable GPU here: said before a run folder is made or a worker started
+    preflight.toolchain((config or recorded).arch)  # no ptxas here: every turn would be an INFRA_ERROR
     title = f"ptxbench optimize {workload or resume}" + ("  (no GPU: compile + SASS only)" if no_gpu else "")
     view = LiveView(title)
     if resume is None and run_dir is None:

@@ -86,6 +86,7 @@ def synth_repairs(
     no_gpu = "synth-repairs evaluates every variant on a GPU and found none ({}); `--list` shows the bug classes without one"
     if reason := preflight.no_gpu_reason():  # the machine shows it has none: said without starting a worker
         raise inputs.BadInput(no_gpu.format(reason))
+    preflight.toolchain(EvalOptions().arch)  # no ptxas here: every variant would be an INFRA_ERROR
     evaluator = LocalEvaluator()
     try:
         evaluator.pool  # every variant runs on a GPU: find out before anything is written

@@ -104,14 +104,13 @@ def credentials(name: str, api_base: str | None, api_key_env: str | None,
         raise BadInput(problem)
     if name.startswith(("builtin/", "replay/")):
         return
+    _provider_known(name, api_base, flag)  # a misspelt provider: one line now, not an infra stop after the run began
     if problem := key_problem(name, api_base, api_key_env):
         raise BadInput(problem)
     if report is not None and (note := _key_goes_elsewhere(name, api_base, api_key_env)):
         report(note)
     if api_base and probe and (problem := unreachable(api_base, report=report)):
         raise RunFailed(problem)
-    if not api_base and "/" not in name:
-        _provider_known(name, flag)
 
 
 def _key_goes_elsewhere(name: str, api_base: str | None, api_key_env: str | None) -> str | None:
@@ -129,14 +128,48 @@ def _key_goes_elsewhere(name: str, api_base: str | None, api_key_env: str | None
             "server that needs no key, or name another variable with --api-key-env")
 
 
-def _provider_known(name: str, flag: str) -> None:
+def _provider_known(name: str, api_base: str | None, flag: str) -> None:
+    """The provider litellm would send `name` to: one it knows (a misspelt one, `opnai/gpt-5`, failed the first call
+    and stopped the run as an outage), and for `hosted_vllm/` a server to send it to (--api-base, or litellm's
+    HOSTED_VLLM_API_BASE): without one every call went nowhere, retried as a connection error. The usual providers are
+    answered without importing litellm (seconds)."""
+    from ..models.keys import KEYLESS, KNOWN_KEYS
+
+    provider = name.split("/", 1)[0] if "/" in name else ""
+    if provider == "hosted_vllm" and not api_base and not os.environ.get("HOSTED_VLLM_API_BASE"):
+        raise BadInput(f"{flag} {name}: a hosted_vllm model is served by a vLLM server of your own: give its URL with "
+                       "--api-base, e.g. --api-base http://localhost:8000/v1")
+    if _absent("litellm"):  # the `llm` extra: without it the run would be made, then stop at its first call
+        raise BadInput(f"{flag} {name}: LLM models are called through litellm, which is not installed in this Python: "
+                       "pip install -e '.[llm]' (builtin/tuner and builtin/reference need no litellm)")
+    if provider in KNOWN_KEYS or provider in KEYLESS:
+        return
     from ..models.litellm_model import _litellm
 
+    litellm = _litellm()
     try:
-        _litellm().get_llm_provider(name)
+        litellm.get_llm_provider(name, api_base=api_base)
     except Exception:  # noqa: BLE001 - litellm raises its BadRequestError; any failure means no provider
-        raise BadInput(f"{flag} {name!r} names no provider: write provider/name, e.g. openai/{name} or "
-                       f"hosted_vllm/{name} with --api-base") from None
+        if not provider:
+            bare = name.strip("/") or "gpt-5"
+            raise BadInput(f"{flag} {name!r} names no provider: write provider/name, e.g. openai/{bare} or "
+                           f"hosted_vllm/{bare} with --api-base") from None
+        known = [str(getattr(p, "value", p)) for p in getattr(litellm, "provider_list", [])]
+        close = difflib.get_close_matches(provider, known, n=1)
+        guess = f"did you mean {close[0]}/{name.split('/', 1)[1]}? " if close else ""
+        raise BadInput(f"{flag} {name!r}: litellm knows no provider {provider!r}: {guess}write provider/name, e.g. "
+                       f"openai/gpt-5, or hosted_vllm/<model> with --api-base for a server of your own "
+                       "(https://docs.litellm.ai/docs/providers)") from None
+
+
+def _absent(module: str) -> bool:
+    """Whether `module` cannot be imported here, found out without importing it (litellm takes seconds)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):
+        return True
 
 
 def mutations(names: list[str]) -> list[str]:

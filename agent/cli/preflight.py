@@ -5,6 +5,8 @@ written or a GPU worker started: each failure is one BadInput line (agent/cli/ap
                        "cannot write into run folder PATH: why" for one already there)
     no_gpu_reason()    why there is no usable GPU, where the machine shows it without a GPU worker started
     gpu(hint)          BadInput when there is such a reason: "no GPU to evaluate on (why); hint"
+    toolchain(arch)    BadInput when no ptxas here assembles for `arch` ("cannot compile here: why; how to install it"),
+                       --no-gpu runs included: every turn would be an INFRA_ERROR, after its model call
 
 and, once a run is under way, `storage_failure(exc)`: whether an exception is the run folder's storage giving out
 (a full disk or quota, a file-size limit, a file system gone read-only or failing), said in one line with the
@@ -86,3 +88,15 @@ def gpu(hint: str = NO_GPU_HINT) -> None:
     """BadInput when no_gpu_reason() finds one: 'no GPU to evaluate on (why); hint'."""
     if reason := no_gpu_reason():
         raise BadInput(f"no GPU to evaluate on ({reason}); {hint}")
+
+
+def toolchain(arch: str) -> None:
+    """BadInput when this machine has no CUDA compiler for `arch` (tools/toolchain.find_toolchain: the pip wheels,
+    $PTXBENCH_CUDA_BIN, PATH, /usr/local/cuda/bin): said before a run folder is made, a model called or a worker
+    started, not as the INFRA_ERROR of every evaluation."""
+    from ptxbench.tools.toolchain import ToolchainError, find_toolchain
+
+    try:
+        find_toolchain(arch)
+    except ToolchainError as exc:
+        raise BadInput(f"cannot compile here: {exc}") from None

@@ -57,6 +57,8 @@ CASES = [
     (["profile", W, GOOD, "--keep", ""], 2, "--keep is empty"),
     # bench
     (["bench", "--models", "builtin/tuner", "--workloads", "nope", "--no-gpu"], 2, "unknown workload"),
+    (["bench", "--workloads", W, "--no-gpu"], 2, "give --models and --workloads"),
+    (["bench", "--track", "repair", "--no-gpu"], 2, "give --models (comma-separated; the repair track's tasks are"),
     (["bench", "--models", "builtin/tunr", "--workloads", W, "--no-gpu"], 2, "did you mean builtin/tuner"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--prompts", "basic,nope", "--no-gpu"], 2, "prompt"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--arch", "sm_80", "--no-gpu"], 2, "unknown arch"),
