@@ -176,8 +176,8 @@ def bench(
 
         if profile is not None:
             inputs.one_of(profile, POLICIES, "--profile")
-            if no_gpu:  # as eval's and optimize's: the Nsight policy of a run that never reaches the GPU is refused
-                inputs.gpu_only(["--profile"])
+        if no_gpu:  # as eval's and optimize's: the Nsight policy, or the GPU count, of a run that never reaches a GPU
+            inputs.gpu_only([flag for flag, value in (("--profile", profile), ("--gpus", gpus)) if value is not None])
         check_matrix(_split(models), _split(workloads), _split(prompts) or ["knowledge"], arch, api_base,
                      report=lambda line: console.print(line, markup=False, highlight=False))
         config = inputs.config(

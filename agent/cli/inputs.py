@@ -188,8 +188,21 @@ def run_folder(path: Path, what: str = "run") -> Path:
     if not path.exists():
         raise BadInput(f"no {what} folder at {path}")
     if not path.is_dir() or not ((path / "manifest.json").is_file() or (path / "trajectories").is_dir()):
-        raise BadInput(f"{path} is not a run folder: expected manifest.json or trajectories/ in it{run_above(path)}")
+        raise BadInput(f"{path} is not a run folder: expected manifest.json or trajectories/ in it"
+                       f"{run_above(path) or runs_below(path)}")
     return path
+
+
+def runs_below(path: Path) -> str:
+    """'; it holds N runs: name one, e.g. R' when `path` is a folder of runs (runs/, $PTXBENCH_RUNS: what a
+    newcomer names for "my runs"), else ''."""
+    try:
+        runs = sorted(p for p in Path(path).iterdir() if p.is_dir() and (p / "manifest.json").is_file())
+    except OSError:
+        return ""
+    if not runs:
+        return ""
+    return f"; it holds {len(runs)} run{'s' if len(runs) > 1 else ''}: name one, e.g. {runs[-1]}"
 
 
 def run_above(path: Path) -> str:

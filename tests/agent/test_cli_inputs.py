@@ -58,6 +58,8 @@ CASES = [
     # bench
     (["bench", "--models", "builtin/tuner", "--workloads", "nope", "--no-gpu"], 2, "unknown workload"),
     (["bench", "--workloads", W, "--no-gpu"], 2, "give --models and --workloads"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--gpus", "2"], 2,
+     "--gpus acts on the GPU run, which --no-gpu skips"),
     (["bench", "--track", "repair", "--no-gpu"], 2, "give --models (comma-separated; the repair track's tasks are"),
     (["bench", "--models", "builtin/tunr", "--workloads", W, "--no-gpu"], 2, "did you mean builtin/tuner"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--prompts", "basic,nope", "--no-gpu"], 2, "prompt"),

@@ -169,6 +169,26 @@ def test_a_path_inside_a_run_names_the_run_to_give(tmp_path, argv):
     assert lines[0].endswith(f"; it is in the run {run}: give {run}"), lines[0]
 
 
+@pytest.mark.parametrize("argv", [["score", "{runs}"], ["report", "{runs}"], ["seal", "{runs}"],
+                                  ["export", "{runs}", "--recipe", "kernelgen", "--out", "{out}"],
+                                  ["bench", "--resume", "--run-dir", "{runs}"]],
+                         ids=["score", "report", "seal", "export", "bench resume"])
+def test_the_folder_of_runs_itself_names_a_run_to_give(tmp_path, argv):
+    """`ptxbench score runs` (the folder the runs go into, not a run) is what a newcomer types first: the line names
+    one of the runs in it."""
+    import shutil
+
+    runs = tmp_path / "runs"
+    for name in ("20261201-000000_a", "20261202-000000_b"):
+        shutil.copytree(ROOT / "docs/examples/optimize-gemm-tuner", runs / name)
+    result = CliRunner().invoke(app, [a.format(runs=runs, out=tmp_path / "out") for a in argv])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].endswith(f"is not a run folder: expected manifest.json or trajectories/ in it; it holds 2 runs: "
+                             f"name one, e.g. {runs / '20261202-000000_b'}"), lines[0]
+    assert not (tmp_path / "out").exists()
+
+
 def test_version_and_the_short_help_option():
     """`ptxbench --version` and `-h` were unknown options (one line each, pointing at --help)."""
     from importlib.metadata import version
