@@ -21,7 +21,13 @@ def _load(kind: str, name: str) -> Callable[[str], int]:
     if kind == "tiktoken":
         import tiktoken
 
-        enc = tiktoken.get_encoding(name)
+        try:
+            enc = tiktoken.get_encoding(name)
+        except Exception:  # noqa: BLE001 - offline, the download fails: litellm's bundled copy, as prompts/size.py reads
+            from ptxbench.prompts.size import _bundled_cache
+
+            with _bundled_cache():
+                enc = tiktoken.get_encoding(name)
         return lambda text: len(enc.encode(text, disallowed_special=()))
     from transformers import AutoTokenizer
 
@@ -44,7 +50,17 @@ def counter(spec: str) -> Callable[[str], int]:
         return _load(kind, name)
     except Exception as exc:  # noqa: BLE001 - tiktoken, transformers and the hub raise many types: any means unusable
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise TokenizerUnavailable(f"{spec!r} cannot be loaded: {detail[:200]}") from None
+        offline = ("; offline, a tokenizer loads only from a local copy (tiktoken: TIKTOKEN_CACHE_DIR; hf: a local "
+                   "folder or the hub's cache), else use --tokenizer estimate") if _network_error(exc) else ""
+        raise TokenizerUnavailable(f"{spec!r} cannot be loaded: {detail[:200]}{offline}") from None
+
+
+def _network_error(exc: BaseException) -> bool:
+    """Whether loading failed for want of a network: a download refused or unresolved (requests', urllib3's and the
+    hub's words for it)."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(w in text for w in ("connection", "name resolution", "nameresolution", "max retries", "couldn't connect",
+                                   "offline", "temporary failure"))
 
 
 def count_messages(messages: list[dict], spec: str) -> int:

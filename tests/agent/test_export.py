@@ -80,6 +80,51 @@ def test_token_cap_and_a_named_tokenizer(run, tmp_path):
     assert hf[0].n_tokens == expected and hf[0].tokenizer == spec
 
 
+def _offline_tiktoken(monkeypatch, tmp_path, name):
+    """tiktoken with an empty download cache and no network: every fetch of an encoding file fails as offline."""
+    tiktoken = pytest.importorskip("tiktoken")
+    import tiktoken.load
+    import tiktoken.registry
+
+    from ptxbench.agent.export.tokens import counter
+
+    def no_network(url):
+        raise ConnectionError(f"Max retries exceeded with url: {url} (Caused by NameResolutionError)")
+
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("DATA_GYM_CACHE_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(tiktoken.load, "read_file", no_network)
+    monkeypatch.delitem(tiktoken.registry.ENCODINGS, name, raising=False)
+    counter.cache_clear()
+    return counter
+
+
+def test_a_tiktoken_encoding_loads_offline_from_litellms_bundled_copy(monkeypatch, tmp_path):
+    """prompts/size.py counted o200k_base offline from litellm's copy, but `export --tokenizer tiktoken:o200k_base`
+    failed there with a truncated connection error."""
+    pytest.importorskip("litellm")
+    counter = _offline_tiktoken(monkeypatch, tmp_path, "o200k_base")
+    try:
+        assert counter("tiktoken:o200k_base")("hello world") == 2
+    finally:
+        counter.cache_clear()
+
+
+def test_a_tokenizer_that_cannot_load_offline_says_what_to_do(monkeypatch, tmp_path):
+    from contextlib import nullcontext
+
+    from ptxbench.agent.export.tokens import TokenizerUnavailable
+
+    counter = _offline_tiktoken(monkeypatch, tmp_path, "cl100k_base")
+    monkeypatch.setattr("ptxbench.prompts.size._bundled_cache", nullcontext)  # no bundled copy either
+    try:
+        with pytest.raises(TokenizerUnavailable, match="offline, a tokenizer loads only from a local copy .*"
+                                                       "--tokenizer estimate"):
+            counter("tiktoken:cl100k_base")
+    finally:
+        counter.cache_clear()
+
+
 def test_normalised_hash_ignores_comments_but_not_the_plan():
     a = "/* ptxbench\ngrid = [\"M // 128\"]\n*/\n// hello\nint x;  /* note */\n"
     b = "/* ptxbench\ngrid = [\"M // 128\"]\n*/\nint   x;\n"
