@@ -166,6 +166,18 @@ def test_example_ptx_solution_parses_and_resolves(data_dir):
     assert plan.scratch[0].shape == [256, 256] and plan.scratch[0].nbytes == 256 * 256 * 4
 
 
+def test_a_workload_may_be_given_by_its_id(data_dir):
+    """The id `ptxbench workloads` lists (as LocalEvaluator.evaluate takes it) was read as a Workload: an
+    AttributeError traceback from the plan checks."""
+    source = (data_dir / "solutions" / "gemm_naive_sm90a.ptx").read_text()
+    wid = "smoke_gemm_bf16_m256_n256_k512"
+    solution = read_reply(f"```ptx\n{source}```", wid)
+    assert isinstance(solution, Solution) and parse_solution(source, wid) == parse_solution(source, GEMM), solution
+    assert resolve_plan(solution.plan, wid, num_sms=132) == resolve_plan(solution.plan, GEMM, num_sms=132)
+    with pytest.raises(KeyError, match="unknown workload 'gemm'; known: "):
+        parse_solution(source, "gemm")
+
+
 def test_example_cuda_solution_parses(data_dir):
     source = (data_dir / "solutions" / "gemm_naive_sm90a.cu").read_text()
     solution = parse_solution(source, GEMM)

@@ -231,10 +231,22 @@ def _too_big(source: str) -> list[FormatIssue]:
     return []
 
 
-def parse_solution(source: str, workload: Workload | None = None, arch: str = DEFAULT_ARCH) -> Solution | list[FormatIssue]:
-    """Parse and check a solution file: its plan, the plan against the workload (when given) and the
-    kernels' signatures, and the language policy. Returns the Solution, or every issue found.
+def _as_workload(workload: Workload | str | None) -> Workload | None:
+    """A workload given by its id (`ptxbench workloads`), as LocalEvaluator.evaluate takes it, is looked up: the plan
+    checks read its symbols and tensors (an unknown id raises KeyError, listing the known ones)."""
+    if isinstance(workload, str):
+        from ptxbench.workloads.registry import get_workload
+
+        return get_workload(workload)
+    return workload
+
+
+def parse_solution(source: str, workload: Workload | str | None = None,
+                   arch: str = DEFAULT_ARCH) -> Solution | list[FormatIssue]:
+    """Parse and check a solution file: its plan, the plan against the workload (when given: a Workload or its id) and
+    the kernels' signatures, and the language policy. Returns the Solution, or every issue found.
     Never raises on model text: a file the checks cannot read is an issue of the file."""
+    workload = _as_workload(workload)
     if refused := _too_big(source) or _not_utf8(source):
         return refused
     try:
@@ -278,7 +290,8 @@ def _parse_solution(source: str, workload: Workload | None, arch: str) -> Soluti
     return Solution(language=language, source=source, plan=parsed.plan, arch=arch, warnings=warnings)
 
 
-def read_reply(reply_text: str, workload: Workload | None = None, arch: str = DEFAULT_ARCH) -> Solution | list[FormatIssue]:
+def read_reply(reply_text: str, workload: Workload | str | None = None,
+               arch: str = DEFAULT_ARCH) -> Solution | list[FormatIssue]:
     """extract_solution then parse_solution; the extraction's warnings are kept on the Solution."""
     extracted = extract_solution(reply_text)
     if isinstance(extracted, list):
@@ -289,7 +302,7 @@ def read_reply(reply_text: str, workload: Workload | None = None, arch: str = DE
     return solution
 
 
-def resolve_plan(plan: LaunchPlan, workload: Workload, num_sms: int, arch: str | ArchProfile = DEFAULT_ARCH,
+def resolve_plan(plan: LaunchPlan, workload: Workload | str, num_sms: int, arch: str | ArchProfile = DEFAULT_ARCH,
                  lines: KeyLines | None = None, cluster_capacity: Mapping[int, int] | None = None) -> ResolvedPlan:
     """Evaluate every expression of the plan for this workload and SM count. Raises PlanError (with
     line-numbered issues) when a value is out of range; a plan that parse_solution accepted only
@@ -297,7 +310,7 @@ def resolve_plan(plan: LaunchPlan, workload: Workload, num_sms: int, arch: str |
     size -> clusters resident at once, measured by tools/gpu/occupancy.py) sets the `max_clusters`
     symbol; without it the symbol is the bound plan_resolve.guaranteed_clusters proves."""
     profile = get_arch(arch) if isinstance(arch, str) else arch
-    resolver = Resolver(workload, num_sms, profile, lines, cluster_capacity)
+    resolver = Resolver(_as_workload(workload), num_sms, profile, lines, cluster_capacity)
     try:
         resolved = resolver.resolve(plan)
     except (RecursionError, MemoryError, ArithmeticError, LookupError, TypeError, ValueError) as exc:
