@@ -89,7 +89,12 @@ def export(
         test_workloads=[w for w in test_workloads.split(",") if w], separate_by=separate_by, tokenizer=tokenizer,
         max_tokens=max_tokens, teacher=teacher, teacher_api_base=teacher_api_base,
     )
-    samples = collect_samples(runs)
+    from ..scoring import DuplicateTrajectory
+
+    try:
+        samples = collect_samples(runs)
+    except DuplicateTrajectory as exc:  # as `score` and `report` say it
+        raise inputs.BadInput(str(exc)) from None
     for w in cfg.test_workloads:
         if w not in {s.workload for s in samples}:
             raise inputs.BadInput(f"--test-workloads {w}: no trajectory of the runs is of that workload "

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ...workloads.registry import get_workload
 from ..repairs.suite import held_out_bug
-from ..records.rundir import distinct_runs, iter_run, read_manifest, sha256_text
+from ..records.rundir import read_manifest, sha256_text
+from ..scoring.run_score import unique_records
 from ..scoring.turns import evaluated_gpu
 
 
@@ -104,40 +105,41 @@ def _writable(obj):
 
 def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
     samples: list[TrajectorySample] = []
-    for run_dir in distinct_runs(run_dirs):
-        gpu = _gpu_name(read_manifest(run_dir))
-        for rec in iter_run(run_dir):
-            start = rec.start
-            if start is None:
+    gpus: dict[Path, str] = {}
+    # unique_records, as `score` and `report` read runs: a trajectory folder copied inside a run (one trajectory_start
+    # twice) is DuplicateTrajectory, not its rows twice (--no-dedup kept both, and the copy's rows weighed double)
+    for run_dir, rec in unique_records(run_dirs):
+        if run_dir not in gpus:
+            gpus[run_dir] = _gpu_name(read_manifest(run_dir))
+        start = rec.start
+        system, task = _first_prompts(rec.events, start)
+        if start.mode == "tools":
+            system = _without_tools(system)
+        author, replayed_from = _author(rec.events, start.model)
+        sample = TrajectorySample(
+            run=run_dir.name, trajectory=rec.id, workload=start.workload, model=author, prompt=start.prompt,
+            gpu=start.gpu or evaluated_gpu(rec.events) or gpus[run_dir], system=system, task=task,
+            held_out=start.held_out or held_out_bug(start.config) or _registry_held_out(start.workload),
+            synthetic=start.config.get("synthetic_bug"), started=_utc(start.ts), replayed_from=replayed_from,
+        )
+        for e in rec.events:
+            if e.type != "eval_result" or not e.submission or not e.kernel_file:
                 continue
-            system, task = _first_prompts(rec.events, start)
-            if start.mode == "tools":
-                system = _without_tools(system)
-            author, replayed_from = _author(rec.events, start.model)
-            sample = TrajectorySample(
-                run=run_dir.name, trajectory=rec.id, workload=start.workload, model=author, prompt=start.prompt,
-                gpu=start.gpu or evaluated_gpu(rec.events) or gpu, system=system, task=task,
-                held_out=start.held_out or held_out_bug(start.config) or _registry_held_out(start.workload),
-                synthetic=start.config.get("synthetic_bug"), started=_utc(start.ts), replayed_from=replayed_from,
-            )
-            for e in rec.events:
-                if e.type != "eval_result" or not e.submission or not e.kernel_file:
-                    continue
-                kernel = rec.kernel(e.kernel_file)
-                if kernel is None:  # missing, unreadable, or outside the trajectory folder (rundir.read_kernel)
-                    continue
-                if e.kernel_sha256 and sha256_text(kernel) != e.kernel_sha256:
-                    # not the kernel this result scored: the file is named by its turn, and a turn done again (a
-                    # retry from the last good turn) wrote its new kernel over it; the verdict is not this text's
-                    continue
-                status = e.result.status
-                speedup = e.result.speedup
-                if speedup is not None and not math.isfinite(speedup):  # a NaN passed --min-speedup and is no JSON
-                    speedup = None
-                sample.turns.append(_writable(Turn(
-                    turn=e.turn, status=status, language=e.language or "cuda", kernel=kernel,
-                    kernel_sha256=e.kernel_sha256 or sha256_text(kernel), feedback=e.feedback,
-                    speedup=speedup, target_executed=e.result.target_executed, infra=status == "INFRA_ERROR",
-                )))
-            samples.append(_writable(sample))
+            kernel = rec.kernel(e.kernel_file)
+            if kernel is None:  # missing, unreadable, or outside the trajectory folder (rundir.read_kernel)
+                continue
+            if e.kernel_sha256 and sha256_text(kernel) != e.kernel_sha256:
+                # not the kernel this result scored: the file is named by its turn, and a turn done again (a
+                # retry from the last good turn) wrote its new kernel over it; the verdict is not this text's
+                continue
+            status = e.result.status
+            speedup = e.result.speedup
+            if speedup is not None and not math.isfinite(speedup):  # a NaN passed --min-speedup and is no JSON
+                speedup = None
+            sample.turns.append(_writable(Turn(
+                turn=e.turn, status=status, language=e.language or "cuda", kernel=kernel,
+                kernel_sha256=e.kernel_sha256 or sha256_text(kernel), feedback=e.feedback,
+                speedup=speedup, target_executed=e.result.target_executed, infra=status == "INFRA_ERROR",
+            )))
+        samples.append(_writable(sample))
     return samples

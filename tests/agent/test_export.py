@@ -601,3 +601,22 @@ def test_a_kernel_file_written_over_after_its_evaluation_takes_no_label_of_it(tm
     assert [(t.status, "variant_again" in t.kernel) for t in sample.turns] == [("INCORRECT_NUMERICAL", True)]
     rows, _ = build_rows([sample], ExportConfig(recipe="kernelgen"))
     assert rows == []
+
+
+def test_a_trajectory_copied_inside_a_run_is_refused_as_score_refuses_it(run, tmp_path):
+    """A trajectory folder copied inside the run (one trajectory_start twice) gave its rows twice under --no-dedup,
+    the copy's kernels weighing double; score and report refuse such a run, and export now says the same."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+    from ptxbench.agent.scoring import DuplicateTrajectory
+
+    first = sorted((run / "trajectories").iterdir())[0]
+    shutil.copytree(first, run / "trajectories" / (first.name + "-copy"))
+    with pytest.raises(DuplicateTrajectory, match="both hold"):
+        collect_samples([run])
+    res = CliRunner().invoke(app, ["export", str(run), "--recipe", "kernelgen", "--no-dedup", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and res.output.startswith("error: ") and "both hold" in res.output
+    assert not (tmp_path / "o").exists()
