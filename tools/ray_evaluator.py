@@ -35,9 +35,11 @@ class GpuEvaluatorActor:
 
         self.evaluator = LocalEvaluator(pool_config=PoolConfig(devices=[0]))
 
-    def evaluate(self, workload_id: str, source: str, options_json: str) -> str:
+    def evaluate(self, workload_id: str, source: str, options_json: str) -> dict:
         options = EvalOptions.model_validate_json(options_json)
-        return self.evaluator.evaluate(workload_id, source, options).model_dump_json()
+        # plain Python values, as pickled by Ray: JSON would write a NaN or infinite float (a counter, a ceiling) as
+        # null, which the driver's EvalResult then refused as a number
+        return self.evaluator.evaluate(workload_id, source, options).model_dump()
 
     def where(self) -> dict:
         import ray
@@ -174,7 +176,7 @@ class RayEvaluator:
         lost = False
         try:
             ref = actor.evaluate.remote(workload_id, source, options.model_dump_json())
-            return EvalResult.model_validate_json(self._ray.get(ref))
+            return EvalResult.model_validate(self._ray.get(ref))
         except self._ray.exceptions.RayTaskError as exc:
             # the evaluation raised in a live actor (a harness bug some text triggers): the local evaluator's exception,
             # so the loop records it with its traceback and retries, and a repeat on the same kernel is scored as the

@@ -10,6 +10,7 @@ import types
 import pytest
 
 from ptxbench.tools.evaluator import EvalOptions
+from ptxbench.tools.ray_evaluator import GpuEvaluatorActor as REAL_ACTOR
 from ptxbench.tools.results import EvalResult
 
 WL = "smoke_gemm_bf16_m256_n256_k512"
@@ -89,7 +90,7 @@ class FakeRay(types.ModuleType):
 
 class Compiles:
     def evaluate(self, workload_id, source, options_json):
-        return EvalResult(workload=workload_id, status="COMPILED").model_dump_json()
+        return EvalResult(workload=workload_id, status="COMPILED").model_dump()
 
 
 @pytest.fixture
@@ -131,7 +132,7 @@ def test_an_actor_whose_answer_cannot_be_read_is_infra(fake_ray):
     fault, the same for every kernel, not an exception of this kernel's evaluation."""
     class Skewed:
         def evaluate(self, workload_id, source, options_json):
-            return '{"workload": 1}'
+            return {"workload": 1}
 
     import ptxbench.tools.ray_evaluator as ray_evaluator
 
@@ -261,3 +262,23 @@ def test_evaluations_go_to_the_least_busy_actor(fake_ray):
     for run in runs:
         run.join(10)
     assert len(set(used)) == 2
+
+
+def test_an_actors_result_reaches_the_driver_as_the_local_evaluator_returns_it(fake_ray, monkeypatch):
+    """The result crossed as JSON, where a float that is NaN or infinite (a profile counter, a measured ceiling) is
+    written null, which a field that must be a number then refused: the kernel's verdict became the Ray worker's
+    failure (INFRA_ERROR, its actor replaced, the turn retried and left out of the scores)."""
+    import math
+
+    import ptxbench.tools.ray_evaluator as ray_evaluator
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.results import Timing, TimingStat
+
+    stat = TimingStat(median_ms=1.0, ci_low_ms=0.9, ci_high_ms=1.1, n=10)
+    verdict = EvalResult(workload=WL, status="INCORRECT_NUMERICAL",
+                         timing=Timing(candidate=stat, ceilings={"hbm_gbps": float("nan")}))
+    monkeypatch.setattr(LocalEvaluator, "evaluate", lambda self, workload, source, options: verdict)
+    monkeypatch.setattr(ray_evaluator, "GpuEvaluatorActor", REAL_ACTOR)
+    evaluator = _evaluator()
+    result = evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))
+    assert result.status == "INCORRECT_NUMERICAL" and math.isnan(result.timing.ceilings["hbm_gbps"])
