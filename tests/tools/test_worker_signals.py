@@ -73,3 +73,23 @@ def test_a_worker_that_dies_of_its_candidate_is_still_its_runtime_error():
         assert pool.submit(job("die", 5)).status == "RUNTIME_ERROR"
     finally:
         pool.close()
+
+
+def test_a_referee_killed_from_outside_first_is_infra_too():
+    """A scheduler's SIGTERM reaches the worker and its referee together; the referee seen dead first (the worker still
+    alive, no exit code yet) was the candidate's RUNTIME_ERROR ('exit code None')."""
+    from types import SimpleNamespace
+
+    class RefereeKilled(FakeWorker):
+        referee = SimpleNamespace(exitcode=-signal.SIGTERM)
+
+        @property
+        def exitcode(self):
+            return None
+
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: RefereeKilled(d, c))
+    try:
+        res = pool.submit(job("die", 5))
+    finally:
+        pool.close()
+    assert res.status == "INFRA_ERROR" and "SIGTERM" in res.message

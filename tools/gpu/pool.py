@@ -394,10 +394,13 @@ class GpuPool:
                         return _result("INFRA_ERROR", f"the GPU worker process died while preparing inputs and "
                                                       f"references, before the candidate was loaded (exit code {code}); "
                                                       f"it was replaced")
-                    if code is not None and -code in OUTSIDE_SIGNALS:  # a stop from outside (a scheduler, a shutdown,
-                        # the terminal): no candidate sends its worker a signal, so no verdict on it
-                        return _result("INFRA_ERROR", f"the GPU worker process was killed by {OUTSIDE_SIGNALS[-code]} "
-                                                      f"from outside while running the candidate; it was replaced")
+                    # a stop from outside (a scheduler, a shutdown) kills the worker and its referee alike, either seen
+                    # first; no candidate sends its worker a signal, so no verdict on it
+                    codes = (code, getattr(getattr(w, "referee", None), "exitcode", None))
+                    outside = next((OUTSIDE_SIGNALS[-c] for c in codes if c is not None and -c in OUTSIDE_SIGNALS), "")
+                    if outside:
+                        return _result("INFRA_ERROR", f"the GPU worker process was killed by {outside} from outside "
+                                                      f"while running the candidate; it was replaced")
                     return _result("RUNTIME_ERROR", f"the GPU worker process died while running the candidate "
                                                     f"(exit code {code}); it was replaced",
                                    runtime_error=f"WORKER_DIED: exit code {code}")
