@@ -108,6 +108,9 @@ def compile_cmd(
         inputs.workload(workload)
     if language not in (None, "ptx", "cuda"):
         raise inputs.BadInput(f"--language {language!r}: expected ptx or cuda")
+    from .preflight import compile_cache
+
+    compile_cache()  # where the cubin goes: one that cannot be written is one line, not a traceback
     text = file.read_text(errors="replace")
     try:
         if workload is not None:

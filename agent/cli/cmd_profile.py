@@ -64,6 +64,7 @@ def profile_cmd(
 
     # ncu replays the kernel on a GPU: without one, say so and what runs here, not "ncu was not found" after a compile
     preflight.gpu(f"Nsight Compute profiles on a GPU; `ptxbench compile {file} --workload {workload}` checks the file here")
+    preflight.compile_cache()  # where the cubin goes: one that cannot be written is one line, not a traceback
     text = file.read_text(errors="replace")
     try:
         compiled = compile_source(text, detect_language(text, file), arch.value, workload)

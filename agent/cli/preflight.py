@@ -6,7 +6,8 @@ written or a GPU worker started: each failure is one BadInput line (agent/cli/ap
     no_gpu_reason()    why there is no usable GPU, where the machine shows it without a GPU worker started
     gpu(hint)          BadInput when there is such a reason: "no GPU to evaluate on (why); hint"
     toolchain(arch)    BadInput when no ptxas here assembles for `arch` ("cannot compile here: why; how to install it"),
-                       --no-gpu runs included: every turn would be an INFRA_ERROR, after its model call
+                       --no-gpu runs included: every turn would be an INFRA_ERROR, after its model call; and
+                       compile_cache(): the compile cache, which holds every cubin the GPU loads, cannot be written
 
 and, once a run is under way, `storage_failure(exc)`: whether an exception is the run folder's storage giving out
 (a full disk or quota, a file-size limit, a file system gone read-only or failing), said in one line with the
@@ -100,3 +101,24 @@ def toolchain(arch: str) -> None:
         find_toolchain(arch)
     except ToolchainError as exc:
         raise BadInput(f"cannot compile here: {exc}") from None
+    compile_cache()
+
+
+def compile_cache() -> Path:
+    """The compile cache's folder ($PTXBENCH_CACHE, default ~/.cache/ptxbench/<install>: tools/cache.py), made and
+    written to once: every cubin lands there (the GPU worker loads it from there), so one that cannot be written (a
+    read-only home, a $PTXBENCH_CACHE on a virtual file system) is one line naming the variable, not the traceback of
+    the first compile."""
+    import os
+
+    from ptxbench.tools.cache import ENV_CACHE, cache_root
+
+    root = cache_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        write_probe(root)
+    except OSError as exc:
+        given = f" (${ENV_CACHE})" if os.environ.get(ENV_CACHE) else ""
+        raise BadInput(f"cannot write the compile cache {root}{given}: {exc.strerror or exc}; point ${ENV_CACHE} at a "
+                       "folder you can write") from None
+    return root

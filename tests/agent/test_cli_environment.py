@@ -131,3 +131,22 @@ def test_an_llm_model_without_litellm_installed_is_one_line(workdir, monkeypatch
     result = CliRunner().invoke(app, ["optimize", W, "--no-gpu", "--turns", "1", "--model", "openai/gpt-5"])
     _one_line(result, "litellm, which is not installed in this Python: pip install -e '.[llm]'")
     assert _files(workdir) == before
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc")
+@pytest.mark.parametrize("argv", [
+    ["compile", GOOD],
+    ["eval", W, GOOD, "--no-gpu"],
+    ["optimize", W, "--no-gpu", "--turns", "1", "--run-dir", "runs/r"],
+    ["bench", "--models", "builtin/tuner", "--workloads", W, "--trajectories", "1", "--turns", "1", "--no-gpu",
+     "--run-dir", "runs/r"],
+], ids=lambda a: " ".join(a[:2]))
+def test_a_compile_cache_that_cannot_be_written_is_one_line_naming_the_variable(workdir, monkeypatch, argv):
+    """Every cubin lands in the compile cache: one that cannot be made (a read-only home, $PTXBENCH_CACHE on a virtual
+    file system) ended every command that compiles in the traceback of its first compile."""
+    monkeypatch.setenv("PTXBENCH_CACHE", "/proc/ptxbench-no-cache")  # /proc takes no new folders, not even root's
+    before = _files(workdir)
+    line = _one_line(CliRunner().invoke(app, argv), "cannot write the compile cache /proc/ptxbench-no-cache "
+                                                    "($PTXBENCH_CACHE): ")
+    assert line.endswith("point $PTXBENCH_CACHE at a folder you can write"), line
+    assert _files(workdir) == before
