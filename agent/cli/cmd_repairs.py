@@ -59,8 +59,15 @@ def show_task(task_id: str = typer.Argument(..., help="task id (see `ptxbench re
     s = _load(suite)
     try:
         task = s.task(task_id)
-    except KeyError as exc:
-        raise typer.BadParameter(str(exc.args[0])) from None
+    except KeyError as exc:  # a misspelt id: the nearest one, and where the ids are listed
+        import difflib
+
+        from .inputs import BadInput
+
+        close = difflib.get_close_matches(task_id, [t.id for t in s.tasks], n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        listing = "`ptxbench repairs list" + (f" --suite {suite}`" if suite is not None else "`")
+        raise BadInput(f"{exc.args[0]}: {hint}the ids are listed by {listing}") from None
     if as_json:
         typer.echo(json.dumps(task.model_dump(mode="json"), indent=2))
         return

@@ -63,6 +63,16 @@ def test_repairs_list_json_and_show():
     assert shown.exit_code == 0 and "fake verdict RUNTIME_ERROR" in shown.output and "solution.cu" in shown.output
     missing = CliRunner().invoke(app, ["repairs", "show", "nope", "--suite", str(FIXTURE)])
     assert missing.exit_code == 2 and "no repair task 'nope'" in missing.output
+    assert f"the ids are listed by `ptxbench repairs list --suite {FIXTURE}`" in missing.output
+
+
+def test_a_misspelt_repair_task_id_is_answered_with_the_nearest_one():
+    """The id of `repairs show` was the one name the CLI took without a 'did you mean'."""
+    typo = f"{WL}__trapp"
+    missing = CliRunner().invoke(app, ["repairs", "show", typo, "--suite", str(FIXTURE)])
+    lines = [line for line in missing.output.splitlines() if line.strip()]
+    assert missing.exit_code == 2 and len(lines) == 1, missing.output
+    assert lines[0].startswith(f"error: no repair task '{typo}'") and f"did you mean {WL}__trap? " in lines[0], lines[0]
 
 
 def test_repairs_list_without_a_suite_says_how_to_build_one(tmp_path):
