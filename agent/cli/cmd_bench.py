@@ -37,6 +37,22 @@ def _limits(text: str | None) -> dict[str, int]:
     return out
 
 
+def check_limits(limits: dict[str, int], models: list[str]) -> None:
+    """Each --provider-limit names a provider a model of the matrix calls: a misspelt one (opnai=4) was kept and never
+    applied, the real provider's calls going at the default concurrency."""
+    from ..bench.matrix import provider
+    from .inputs import BadInput
+    import difflib
+
+    providers = sorted({provider(m) for m in models})
+    for name in limits:
+        if name not in providers:
+            close = difflib.get_close_matches(name, providers, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise BadInput(f"--provider-limit {name}={limits[name]}: no model of the matrix calls {name!r}: {hint}"
+                           f"its providers are {', '.join(providers)}")
+
+
 def check_matrix(models: list[str], workloads: list[str], prompts: list[str], arch: str, api_base: str | None,
                  report) -> None:
     """Every name of the matrix, and every LLM's key and endpoint, before anything starts (BadInput on the first miss)."""
@@ -153,6 +169,7 @@ def bench(
         except (BenchError, KeyError, ValueError):  # not a bench run, a damaged config: said by run_bench, as before
             recorded = None
         if recorded is not None:
+            check_limits(_limits(provider_limit), recorded.models)
             check_models(recorded.models, recorded.api_base,
                          report=lambda line: console.print(line, markup=False, highlight=False))
     if track not in ("optimize", "repair"):
@@ -180,6 +197,7 @@ def bench(
             inputs.gpu_only([flag for flag, value in (("--profile", profile), ("--gpus", gpus)) if value is not None])
         check_matrix(_split(models), _split(workloads), _split(prompts) or ["knowledge"], arch, api_base,
                      report=lambda line: console.print(line, markup=False, highlight=False))
+        check_limits(_limits(provider_limit), _split(models))
         config = inputs.config(
             BenchConfig, {"provider_limits": "--provider-limit"}, models=_split(models), workloads=_split(workloads),
             prompts=_split(prompts) or ["knowledge"], trajectories=trajectories, turns=turns, mode=mode, arch=arch,

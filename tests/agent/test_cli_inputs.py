@@ -68,6 +68,8 @@ CASES = [
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--mode", "x", "--no-gpu"], 2, "--mode"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--backend", "x", "--no-gpu"], 2, "--backend"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--provider-limit", "openai", "--no-gpu"], 2, "provider=N"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--provider-limit", "bultin=4", "--no-gpu"], 2,
+     "--provider-limit bultin=4: no model of the matrix calls 'bultin': did you mean builtin?"),
     (["bench", "--models", "builtin/tuner,builtin/tuner", "--workloads", W, "--no-gpu"], 2, "share an id"),
     (["bench", "--models", "openai/gpt-5", "--workloads", W, "--no-gpu"], 2, "OPENAI_API_KEY"),
     (["bench", "--workloads", W], 2, "--models"),
