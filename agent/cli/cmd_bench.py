@@ -198,6 +198,8 @@ def bench(
         check_matrix(_split(models), _split(workloads), _split(prompts) or ["knowledge"], arch, api_base,
                      report=lambda line: console.print(line, markup=False, highlight=False))
         check_limits(_limits(provider_limit), _split(models))
+        inputs.llm_only(_split(models), [flag for flag, value in (("--api-base", api_base), ("--model-timeout", model_timeout))
+                                         if value is not None], "--models")
         config = inputs.config(
             BenchConfig, {"provider_limits": "--provider-limit"}, models=_split(models), workloads=_split(workloads),
             prompts=_split(prompts) or ["knowledge"], trajectories=trajectories, turns=turns, mode=mode, arch=arch,
@@ -215,11 +217,21 @@ def bench(
     writable(run_dir)  # a run folder that cannot be made: said before any worker starts
     if (matrix := config or recorded) is not None and matrix.backend == "local":  # Ray's actors compile on their nodes
         preflight.toolchain(matrix.arch)  # no ptxas here: every trajectory would end infra-failed
-    try:  # a new run's GPU workers start now, while the agent loop's modules (LangGraph) import below
-        evaluator = make_evaluator(config) if config is not None else None
+    evaluator = None
+    try:
+        with on_sigterm():  # a stop while the workers start: one line, and the workers that started end
+            # a new run's GPU workers start now, while the agent loop's modules (LangGraph) import below
+            evaluator = make_evaluator(config) if config is not None else None
+            from ..bench.runner import TrajectoryReport, run_bench
     except BenchError as exc:  # no GPU for a GPU run: said before a run folder is made
         raise inputs.BadInput(str(exc)) from None
-    from ..bench.runner import TrajectoryReport, run_bench
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM before the bench began: a traceback out of the pool's start
+        if evaluator is not None:
+            evaluator.close()
+        typer.echo(f"interrupted{' by SIGTERM' if isinstance(exc, Terminated) else ''} while the GPU workers started; "
+                   + (f"resume with: ptxbench bench --resume --run-dir {run_dir}" if resume else "no run was recorded"),
+                   err=True)
+        raise typer.Exit(stop_exit(exc)) from None
 
     done = []
 

@@ -171,6 +171,8 @@ RESUME_FIXED = {"workload": "workload", "model": "model", "api_key_env": "api_ke
                 "temperature": "temperature", "retry_wait": "retry_wait_s", "start_from": "start_from",
                 "profile": "profile", "l2_flush": "l2_flush"}
 # the options a resumed run takes anew (option -> field of loop.optimize.RESUME_RUNTIME)
+# the options only an LLM's calls use: given beside a builtin/ or replay/ model, refused rather than dropped
+LLM_OPTIONS = ("api_base", "api_key_env", "temperature", "retry_wait", "model_timeout")
 RESUME_RUNTIME_OPTIONS = {"model_timeout": "model_timeout_s", "api_base": "api_base"}
 
 
@@ -292,6 +294,7 @@ def optimize(
         inputs.one_of(profile, POLICIES, "--profile"), inputs.one_of(l2_flush, L2_FLUSH_MODES, "--l2-flush")
         if no_gpu:  # as eval's: options of the GPU run, given with --no-gpu, are refused rather than dropped
             inputs.gpu_only(inputs.given_options(current_context(), ("trials", "profile", "l2_flush")))
+        inputs.llm_only([model], inputs.given_options(current_context(), LLM_OPTIONS))  # and an LLM's, beside none
         if run_dir is not None:  # taken as text: typer's Path made an empty one '.', the working directory
             run_dir = inputs.new_folder(run_dir, "--run-dir")
             inputs.no_other_files(run_dir, "--run-dir")

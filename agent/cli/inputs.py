@@ -340,6 +340,18 @@ def given_options(ctx, names: Iterable[str]) -> list[str]:
     return given
 
 
+def llm_only(models: list[str], given: list[str], flag: str = "--model") -> None:
+    """Options that act on an LLM's calls (its server, key, sampling, timeouts) beside models that make none (builtin/,
+    replay/): `optimize W --api-base http://localhost:8000/v1` without --model ran builtin/tuner and left the server
+    alone without a word, so such an option is refused, naming each one given."""
+    if given and all(m.startswith(("builtin/", "replay/")) for m in models):
+        one = len(given) == 1
+        raise BadInput(f"{', '.join(given)} {'acts' if one else 'act'} on an LLM's calls, and {', '.join(models)} "
+                       f"{'makes' if len(models) == 1 else 'make'} none: name the LLM with {flag} (e.g. openai/gpt-5, "
+                       f"or hosted_vllm/<name> with --api-base for "
+                       f"a server of your own), or drop {'it' if one else 'them'}")
+
+
 def gpu_only(given: list[str]) -> None:
     """--no-gpu stops after compile + SASS: an option that only the GPU run uses would be dropped without a word, so it
     is refused, naming each one given."""

@@ -58,6 +58,13 @@ CASES = [
     # bench
     (["bench", "--models", "builtin/tuner", "--workloads", "nope", "--no-gpu"], 2, "unknown workload"),
     (["bench", "--workloads", W, "--no-gpu"], 2, "give --models and --workloads"),
+    # an LLM's options beside models that call none: the --model forgotten, the server left alone without a word
+    (["optimize", W, "--no-gpu", "--api-base", "http://localhost:8000/v1"], 2,
+     "--api-base acts on an LLM's calls, and builtin/tuner makes none: name the LLM with --model"),
+    (["optimize", W, "--no-gpu", "--model", "builtin/reference", "--temperature", "0.2", "--api-key-env", "K"], 2,
+     "--api-key-env, --temperature act on an LLM's calls, and builtin/reference makes none"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--api-base", "http://localhost:8000/v1"], 2,
+     "--api-base acts on an LLM's calls, and builtin/tuner makes none: name the LLM with --models"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--gpus", "2"], 2,
      "--gpus acts on the GPU run, which --no-gpu skips"),
     (["bench", "--track", "repair", "--no-gpu"], 2, "give --models (comma-separated; the repair track's tasks are"),
