@@ -130,3 +130,24 @@ def test_a_resume_while_the_run_still_goes_is_refused(tmp_path):
     again = subprocess.run([*CLI, "optimize", "--resume", "r", "--quiet"], cwd=tmp_path, capture_output=True, text=True,
                            timeout=600)
     assert again.returncode == 0 and "stop: turn_limit" in again.stdout, again.stderr
+
+
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_a_stop_while_the_bench_starts_its_workers_is_one_line(tmp_path, monkeypatch, stop):
+    """Ctrl-C (or SIGTERM) while the CLI was still starting the GPU workers, before the bench began, ended in a
+    traceback out of the pool's start; now the interrupt line, its exit status and no run folder."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.bench import evaluators
+    from ptxbench.agent.cli.main import app
+    from ptxbench.agent.cli.sigterm import Terminated
+
+    def stopped(config):
+        raise KeyboardInterrupt() if stop == "SIGINT" else Terminated()
+
+    monkeypatch.setattr(evaluators, "make_evaluator", stopped)
+    res = CliRunner().invoke(app, ["bench", "--models", "builtin/reference", "--workloads", WORKLOAD, "--trajectories",
+                                   "1", "--turns", "1", "--no-gpu", "--run-dir", str(tmp_path / "run")])
+    assert res.exit_code == STOPS[stop][1] and "Traceback" not in res.output, res.output
+    assert f"interrupted{STOPS[stop][2]} while the GPU workers started; no run was recorded" in res.output
+    assert not (tmp_path / "run" / "manifest.json").exists()
