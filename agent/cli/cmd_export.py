@@ -77,6 +77,11 @@ def export(
         counter(tokenizer)
     except TokenizerUnavailable as exc:
         raise inputs.BadInput(f"--tokenizer {exc}") from None
+    if teacher_api_base and not teacher:  # the teacher's server, with no teacher to send to it: dropped without a word
+        raise inputs.BadInput("--teacher-api-base goes with --teacher: the model that writes the reasoning on that server")
+    if teacher and recipe != "fixit":  # only a Fixit row's completion gets reasoning: a kernelgen export ignored it
+        raise inputs.BadInput(f"--teacher writes reasoning before the fix of each Fixit row: it goes with --recipe fixit, "
+                              f"and --recipe {recipe} rows get none; drop it, or export --recipe fixit")
     if teacher:
         if teacher.startswith(("builtin/", "replay/")):  # they hand in kernels, never prose: litellm would refuse it late
             raise inputs.BadInput(f"--teacher {teacher}: the teacher writes reasoning, so it is a litellm model string "

@@ -125,6 +125,10 @@ CASES = [
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--tokenizer", "hf:/nonexistent/tok"], 2,
      "--tokenizer 'hf:/nonexistent/tok' cannot be loaded"),
     # the teacher writes prose: a builtin/ or replay/ model was litellm's late error after --out was made, exit 1
+    (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--teacher-api-base", "http://localhost:8000/v1"], 2,
+     "--teacher-api-base goes with --teacher"),
+    (["export", EXAMPLE_RUN, "--recipe", "kernelgen", "--out", "out", "--teacher", "openai/gpt-5"], 2,
+     "--teacher writes reasoning before the fix of each Fixit row: it goes with --recipe fixit"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--teacher", "builtin/tuner"], 2,
      "--teacher builtin/tuner: the teacher writes reasoning"),
     (["score", "/nonexistent"], 2, "no run folder"),
