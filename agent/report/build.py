@@ -162,7 +162,10 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     # DuplicateTrajectory before any folder or file is made, not counted twice in the pages and then refused by the
     # repair page. The records are read once for the scores and again, one at a time, for the pages: a record holds
     # every model call's conversation, and a run's records all at once took 670 MB for 300 trajectories.
-    trajs = [score_trajectory(r, run=run_dir.name) for _, r in unique_records([run_dir])]
+    trajs, repairs = [], False
+    for _, record in unique_records([run_dir]):
+        trajs.append(score_trajectory(record, run=run_dir.name))
+        repairs = repairs or bool((record.start.config or {}).get("repair_task"))  # a repair page to write
     _out_folders(out_dir)
     score = score_trajectories(trajs)
     score.runs = [str(run_dir)]
@@ -174,8 +177,8 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     _write(files.score_json, _json(score))
     from ..scoring.repair_track import repair_markdown, score_repair_runs
 
-    repair = score_repair_runs([run_dir])
-    if repair.trajectories:  # the repair page beside the leaderboard
+    repair = score_repair_runs([run_dir]) if repairs else None  # (its own pass over the records, only when needed)
+    if repair is not None and repair.trajectories:  # the repair page beside the leaderboard
         _write(out_dir / "repair.md", repair_markdown(repair))
         _write(out_dir / "repair.json", _json(repair))
     for (_, record), traj in zip(unique_records([run_dir]), trajs, strict=True):
