@@ -295,6 +295,9 @@ def optimize(
         if no_gpu:  # as eval's: options of the GPU run, given with --no-gpu, are refused rather than dropped
             inputs.gpu_only(inputs.given_options(current_context(), ("trials", "profile", "l2_flush")))
         inputs.llm_only([model], inputs.given_options(current_context(), LLM_OPTIONS))  # and an LLM's, beside none
+        if mode.value == "pipeline" and inputs.given_options(current_context(), ("max_tool_calls",)):
+            raise inputs.BadInput("--max-tool-calls bounds the tool calls of --mode tools, and the pipeline mode (the "
+                                  "default) makes none: add --mode tools, or drop it")
         if run_dir is not None:  # taken as text: typer's Path made an empty one '.', the working directory
             run_dir = inputs.new_folder(run_dir, "--run-dir")
             inputs.no_other_files(run_dir, "--run-dir")

@@ -63,6 +63,7 @@ CASES = [
      "--api-base acts on an LLM's calls, and builtin/tuner makes none: name the LLM with --model"),
     (["optimize", W, "--no-gpu", "--model", "builtin/reference", "--temperature", "0.2", "--api-key-env", "K"], 2,
      "--api-key-env, --temperature act on an LLM's calls, and builtin/reference makes none"),
+    (["optimize", W, "--no-gpu", "--max-tool-calls", "10"], 2, "--max-tool-calls bounds the tool calls of --mode tools"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--api-base", "http://localhost:8000/v1"], 2,
      "--api-base acts on an LLM's calls, and builtin/tuner makes none: name the LLM with --models"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--gpus", "2"], 2,
