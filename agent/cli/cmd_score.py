@@ -71,6 +71,9 @@ def score(
             preflight.writable(out_run)
         if not no_gpu:  # no usable GPU here: said before a new run is written or a worker started
             preflight.gpu("pass --no-gpu to re-evaluate up to compile + SASS only")
+        from ptxbench.workloads.arch import DEFAULT_ARCH
+
+        preflight.toolchain(DEFAULT_ARCH)  # no ptxas here: every kernel would be re-evaluated to an INFRA_ERROR
         runs = [reevaluate_run(run, out_run, no_gpu=no_gpu) for run in runs]
         typer.echo(f"re-evaluated into: {', '.join(map(str, runs))}", err=True)
     elif out_run is not None or no_gpu:

@@ -81,6 +81,7 @@ def test_a_missing_module_of_ptxbench_itself_keeps_its_traceback(tmp_path):
     ["eval", W, GOOD, "--no-gpu"],
     ["eval", W, GOOD],
     ["synth-repairs", "--run-dir", "runs/r"],
+    ["score", str(ROOT / "docs/examples/optimize-gemm-tuner"), "--re-evaluate", "--no-gpu", "--out-run", "runs/r"],
 ], ids=lambda a: " ".join(a[:4]))
 def test_no_ptxas_is_one_line_before_a_run_is_made(workdir, monkeypatch, argv):
     """Without a toolchain every evaluation was an INFRA_ERROR: optimize made its run and stopped after the first
