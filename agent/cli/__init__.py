@@ -43,9 +43,14 @@ def _missing_dependency(exc: ModuleNotFoundError) -> None:
     top = (exc.name or "").split(".")[0]
     if not top or top == "ptxbench":
         raise exc
+    extras = "all,gpu" if top in GPU_PACKAGES else "all"  # pyproject.toml's `gpu` extra is not in `all`
     _fail_env(f"the package {top!r} that ptxbench needs is not installed in this Python ({sys.executable}): install "
-              "ptxbench with its dependencies, `pip install -e '.[all]'` in its repository (README.md, Set-up), or put "
-              "the folder of their wheels on PYTHONPATH (docs/agent.md)")
+              f"ptxbench with its dependencies, `pip install -e '.[{extras}]'` in its repository (README.md, Set-up), or "
+              "put the folder of their wheels on PYTHONPATH (docs/agent.md)")
+
+
+# the modules of pyproject.toml's `gpu` extra (cupy-cuda13x, cuda-python, nvtx): a GPU machine's own
+GPU_PACKAGES = ("cupy", "cuda", "nvtx")
 
 
 def _fail_env(message: str) -> None:

@@ -41,7 +41,8 @@ def _main(tmp_path, setup: str, *argv: str):
     """`ptxbench ARGV` in a fresh interpreter, `setup` run first (the console script's `main`, as installed)."""
     import subprocess
 
-    code = f"import sys\n{setup}\nfrom ptxbench.agent.cli import main\nsys.argv[0] = 'ptxbench'\nmain()"
+    # the entry point taken first, as the console script does (importing cli.main later shadows the name `main`)
+    code = f"import sys\nfrom ptxbench.agent.cli import main as entry\n{setup}\nsys.argv[0] = 'ptxbench'\nentry()"
     done = subprocess.run([sys.executable, "-c", code, *argv], cwd=tmp_path, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=120)
     return done.returncode, [line for line in done.stderr.splitlines() if line.strip()], done.stdout
@@ -71,6 +72,16 @@ def test_a_missing_module_of_ptxbench_itself_keeps_its_traceback(tmp_path):
              "m.app = run")
     code, err, _ = _main(tmp_path, setup, "workloads")
     assert code == 1 and "Traceback" in "\n".join(err), err  # a bug of ptxbench's, not the machine's
+    assert err[-1] == "ModuleNotFoundError: No module named ptxbench.agent.nope", err
+
+
+def test_a_gpu_package_missing_names_the_gpu_extra(tmp_path):
+    setup = ("import ptxbench.agent.cli.main as m\n"
+             "def run(): raise ModuleNotFoundError('No module named cuda', name='cuda.bindings')\n"
+             "m.app = run")
+    code, err, _ = _main(tmp_path, setup, "eval")
+    assert code == 2 and len(err) == 1 and "the package 'cuda' that ptxbench needs" in err[0], err
+    assert "pip install -e '.[all,gpu]'" in err[0], err
 
 
 @pytest.mark.parametrize("argv", [
