@@ -295,6 +295,11 @@ def optimize(
         if no_gpu:  # as eval's: options of the GPU run, given with --no-gpu, are refused rather than dropped
             inputs.gpu_only(inputs.given_options(current_context(), ("trials", "profile", "l2_flush")))
         inputs.llm_only([model], inputs.given_options(current_context(), LLM_OPTIONS))  # and an LLM's, beside none
+        if model.startswith("replay/"):  # a run folder of several such trajectories: which one is replayed
+            from ..models.replay import replay_choice
+
+            if note := replay_choice(model.removeprefix("replay/"), workload):
+                typer.echo(note, err=True)
         if mode.value == "pipeline" and inputs.given_options(current_context(), ("max_tool_calls",)):
             raise inputs.BadInput("--max-tool-calls bounds the tool calls of --mode tools, and the pipeline mode (the "
                                   "default) makes none: add --mode tools, or drop it")

@@ -31,6 +31,25 @@ def find_trajectory(path: str | Path, workload: str | None = None) -> Path:
     return logs[0]
 
 
+def replay_choice(path: str | Path, workload: str) -> str | None:
+    """A note when `path` is a run folder holding several trajectories of `workload`: find_trajectory replays the
+    first, which the user may not have meant (a bench's twelve trajectories of one cell look alike by name)."""
+    path = Path(path)
+    if path.is_file() or trajectory_log(path) is not None:
+        return None
+    try:
+        folders = trajectory_folders(path)
+    except (OSError, ValueError):
+        return None
+    same = [f for f in folders if (start := next((e for e in read_events(trajectory_log(f))
+                                                 if e.type == "trajectory_start"), None)) is not None
+            and start.workload == workload]
+    if len(same) < 2:
+        return None
+    return (f"note: {path} holds {len(same)} trajectories of {workload}; replaying the first, {same[0].name} (give its "
+            f"folder, replay/{same[0]}, or another's to choose)")
+
+
 class ReplayModel:
     def __init__(self, path: str | Path, workload: str | None = None):
         self.source = find_trajectory(path, workload)

@@ -80,3 +80,30 @@ def test_an_export_of_a_replayed_run_names_the_replies_author(tmp_path):
                 assert row.provenance.replayed_from is None
             else:
                 assert row.provenance.replayed_from == f"replay/{tmp_path / source}"
+
+
+def test_a_run_of_several_trajectories_of_the_workload_says_which_one_is_replayed(tmp_path):
+    """replay/<run folder> takes the run's first trajectory of the workload: a bench's cell holds many alike, and the
+    choice was made without a word."""
+    import shutil
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+    from ptxbench.agent.models.replay import replay_choice
+
+    climb = Path(__file__).resolve().parents[2] / "docs/examples/tuner-climb"
+    run = tmp_path / "run"
+    for i in (1, 2):
+        (src,) = (climb / f"run{i}" / "trajectories").iterdir()
+        shutil.copytree(src, run / "trajectories" / f"{src.name}-{i}")
+    first = run / "trajectories" / f"{src.name}-1"
+    gemm = "gemm_bf16_m8192_n7168_k5120"
+    note = replay_choice(run, gemm)
+    assert note == (f"note: {run} holds 2 trajectories of {gemm}; replaying the first, {first.name} (give its folder, "
+                    f"replay/{first}, or another's to choose)")
+    assert replay_choice(first, gemm) is None and replay_choice(run, "mha_fwd_d128") is None
+    result = CliRunner().invoke(app, ["optimize", gemm, "--no-gpu", "--turns", "1", "--quiet", "--model", f"replay/{run}",
+                                      "--run-dir", str(tmp_path / "out")])
+    assert result.exit_code == 0 and note in result.output, result.output
