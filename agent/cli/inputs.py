@@ -186,7 +186,11 @@ def run_folder(path: Path, what: str = "run") -> Path:
     """An existing run folder: one with manifest.json or trajectories/."""
     path = Path(path)
     if not path.exists():
-        raise BadInput(f"no {what} folder at {path}")
+        from ..records.rundir import runs_root
+
+        under = runs_root() / path  # a run named as `optimize --resume` takes it: by its name under the runs root
+        hint = f"; there is one under the runs root: give {under}" if not path.is_absolute() and under.is_dir() else ""
+        raise BadInput(f"no {what} folder at {path}{hint}")
     if not path.is_dir() or not ((path / "manifest.json").is_file() or (path / "trajectories").is_dir()):
         raise BadInput(f"{path} is not a run folder: expected manifest.json or trajectories/ in it"
                        f"{run_above(path) or runs_below(path)}")

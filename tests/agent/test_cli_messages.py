@@ -189,6 +189,23 @@ def test_the_folder_of_runs_itself_names_a_run_to_give(tmp_path, argv):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_run_named_as_resume_takes_it_names_its_path_under_the_runs_root(tmp_path, monkeypatch):
+    """`optimize --resume NAME` finds NAME under $PTXBENCH_RUNS; score, report, export and seal took NAME as a path and
+    said only that there was no run folder there."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PTXBENCH_RUNS", str(tmp_path / "elsewhere"))
+    shutil.copytree(ROOT / "docs/examples/optimize-gemm-tuner", tmp_path / "elsewhere" / "r1")
+    for argv in (["score", "r1"], ["report", "r1"], ["seal", "r1"], ["export", "r1", "--recipe", "fixit", "--out", "o"]):
+        result = CliRunner().invoke(app, argv)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 2 and len(lines) == 1, result.output
+        assert lines[0] == f"error: no run folder at r1; there is one under the runs root: give {tmp_path}/elsewhere/r1"
+    missing = CliRunner().invoke(app, ["score", "r2"])
+    assert missing.output.strip() == "error: no run folder at r2"
+
+
 def test_version_and_the_short_help_option():
     """`ptxbench --version` and `-h` were unknown options (one line each, pointing at --help)."""
     from importlib.metadata import version
