@@ -16,11 +16,13 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from .textcap import cap_text
+from .textcap import CappedText
 
 TOOL_NAMES = ("ptxas", "nvcc", "nvdisasm", "cuobjdump")
 ENV_BIN = "PTXBENCH_CUDA_BIN"
@@ -78,22 +80,51 @@ def run_tool(argv: list[str], timeout_s: float = 60.0, cwd: str | Path | None = 
              env: dict[str, str] | None = None, max_chars: int | None = None) -> ProcResult:
     """Run a compiler in its own process group, stdin from /dev/null (a tool must never wait on the
     harness's terminal); on timeout the whole group is killed. `env` None keeps the harness's
-    environment: only for trusted input (version probes); tools/jail.py wraps the rest."""
+    environment: only for trusted input (version probes); tools/jail.py wraps the rest. With `max_chars`, each
+    stream is cut as it is read (textcap.CappedText), never held whole."""
     proc = subprocess.Popen(
         argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         errors="replace", start_new_session=True, env=env,
     )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-        return ProcResult(returncode=proc.returncode, stdout=cap_text(out, max_chars), stderr=cap_text(err, max_chars))
-    except subprocess.TimeoutExpired:
+    out, err = CappedText(max_chars), CappedText(max_chars)
+    readers = [threading.Thread(target=_drain, args=(stream, capped), daemon=True)
+               for stream, capped in ((proc.stdout, out), (proc.stderr, err))]
+    for reader in readers:
+        reader.start()
+    finished = _finished(proc, readers, timeout_s)
+    if not finished:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        out, err = proc.communicate()
-        return ProcResult(returncode=-9, stdout=cap_text(out or "", max_chars),
-                          stderr=cap_text(err or "", max_chars) + f"\n{argv[0]} timed out after {timeout_s:g} s", timed_out=True)
+        proc.wait()
+    for reader in readers:
+        reader.join()
+    if finished:
+        return ProcResult(returncode=proc.returncode, stdout=out.text(), stderr=err.text())
+    return ProcResult(returncode=-9, stdout=out.text(), stderr=err.text() + f"\n{argv[0]} timed out after {timeout_s:g} s",
+                      timed_out=True)
+
+
+READ_CHARS = 1 << 16
+
+
+def _drain(stream, capped: CappedText) -> None:
+    with stream:
+        for piece in iter(lambda: stream.read(READ_CHARS), ""):
+            capped.add(piece)
+
+
+def _finished(proc: subprocess.Popen, readers: list[threading.Thread], timeout_s: float) -> bool:
+    """Whether the tool exited and closed its output within `timeout_s` (what communicate(timeout) waited for)."""
+    deadline = time.monotonic() + timeout_s
+    for reader in readers:
+        reader.join(max(0.0, deadline - time.monotonic()))
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return False
+    return not any(reader.is_alive() for reader in readers)
 
 
 def _wheel_bin_dirs() -> list[Path]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -88,3 +89,27 @@ def test_timeout_kills_the_whole_process_group():
     assert res.timed_out and res.returncode != 0
     assert "timed out" in res.stderr
     assert time.monotonic() - start < 10
+
+
+def test_a_capped_run_keeps_only_the_head_and_tail_of_a_flood_in_memory():
+    """Model text makes nvcc print gigabytes (a warning per template instantiation, each quoting a long name): one
+    source held 3.4 GB in the harness, which read the whole output before cutting it to max_chars."""
+    import tracemalloc
+
+    from ptxbench.tools.textcap import cap_text
+
+    flood = "yes 'warning: a line of a long compiler log' | head -c 100000000"
+    tracemalloc.start()
+    try:
+        res = run_tool(["sh", "-c", f"{flood}; {flood} >&2"], timeout_s=60, max_chars=10_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20_000_000, peak
+    whole = subprocess.run(["sh", "-c", flood], capture_output=True, text=True).stdout
+    assert res.returncode == 0 and res.stdout == res.stderr == cap_text(whole, 10_000)
+
+
+def test_a_capped_run_keeps_short_output_whole_with_its_line_ends():
+    res = run_tool(["sh", "-c", r"printf 'a\r\nb\rc\n\303\251\377'; printf 'err' >&2"], timeout_s=10, max_chars=1000)
+    assert (res.stdout, res.stderr) == ("a\nb\nc\né\ufffd", "err")
