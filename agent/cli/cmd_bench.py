@@ -37,6 +37,30 @@ def _limits(text: str | None) -> dict[str, int]:
     return out
 
 
+# the matrix a bench run recorded: a --resume goes on with it (only the runtime knobs, RUNTIME_FIELDS, may change)
+MATRIX_OPTIONS = {"models": "--models", "workloads": "--workloads", "prompts": "--prompts", "trajectories": "--trajectories",
+                  "turns": "--turns", "arch": "--arch", "mode": "--mode", "target_speedup": "--target-speedup",
+                  "no_gpu": "--no-gpu", "seed": "--seed", "track": "--track", "suite": "--suite", "profile": "--profile"}
+
+
+def resume_conflict(ctx, given: dict, recorded, run_dir) -> str | None:
+    """The first matrix option given on the command line with a value other than the one `run_dir`'s run recorded:
+    `bench --resume --turns 12` kept the recorded turns without a word. The same value again (the first command
+    repeated with --resume) is no conflict."""
+    for name, flag in MATRIX_OPTIONS.items():
+        source = ctx.get_parameter_source(name)
+        if source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):
+            continue
+        value, before = given[name], getattr(recorded, name)
+        if value != before:
+            shown = (lambda v: ",".join(v) if isinstance(v, list) else v)
+            return (f"{flag} {shown(value)}: bench --resume goes on with the matrix {run_dir}'s run recorded ({flag} "
+                    f"{shown(before)}); drop it, or start a new --run-dir (only the runtime options, --backend, "
+                    "--ray-address, --gpus, --parallel, --provider-limit, --api-base, --infra-retries, --model-timeout, "
+                    "--ray-placement-wait, may change)")
+    return None
+
+
 def check_limits(limits: dict[str, int], models: list[str]) -> None:
     """Each --provider-limit names a provider a model of the matrix calls: a misspelt one (opnai=4) was kept and never
     applied, the real provider's calls going at the default concurrency."""
@@ -112,8 +136,10 @@ def bench(
     arch: str = typer.Option(DEFAULT_ARCH, help="target architecture: sm_90a | sm_100a"),
     backend: Optional[str] = typer.Option(None, help="local (this machine's GPUs; the default) | ray (GPU actors on a Ray cluster)"),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address ('auto', ray://host:10001); default: a local Ray"),
-    resume: bool = typer.Option(False, "--resume", help="continue the run in --run-dir: its recorded matrix is used; "
-                                "only runtime options (backend, ray address and placement wait, gpus, parallel, provider limits, api base) apply"),
+    resume: bool = typer.Option(False, "--resume", help="continue the run in --run-dir: its recorded matrix is used (a "
+                                "matrix option given with another value is refused); only runtime options (backend, ray "
+                                "address and placement wait, gpus, parallel, provider limits, api base, infra retries, "
+                                "model timeout) may change"),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="evaluate up to compile + SASS only (--profile is refused "
                                 "with it)"),
     api_base: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint for the models (vLLM, ollama, ...)"),
@@ -169,6 +195,13 @@ def bench(
         except (BenchError, KeyError, ValueError):  # not a bench run, a damaged config: said by run_bench, as before
             recorded = None
         if recorded is not None:
+            from .cmd_optimize import current_context
+
+            given = dict(models=_split(models), workloads=_split(workloads), prompts=_split(prompts),
+                         trajectories=trajectories, turns=turns, arch=arch, mode=mode, target_speedup=target_speedup,
+                         no_gpu=no_gpu, seed=seed, track=track, suite=str(suite) if suite else None, profile=profile)
+            if conflict := resume_conflict(current_context(), given, recorded, run_dir):
+                raise inputs.BadInput(conflict)
             check_limits(_limits(provider_limit), recorded.models)
             check_models(recorded.models, recorded.api_base,
                          report=lambda line: console.print(line, markup=False, highlight=False))

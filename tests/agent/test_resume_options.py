@@ -59,3 +59,38 @@ def test_resume_of_a_shared_folder_names_the_trajectory(run):
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == [f"note: r holds 2 trajectories; --resume continues the newest, "
                                         f"{WORKLOAD}__builtin-tuner__knowledge__01"]
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("bench_resume_options")
+    done = _cli(cwd, "bench", "--models", "builtin/tuner", "--workloads", WORKLOAD, "--trajectories", "1", "--turns", "1",
+                "--no-gpu", "--run-dir", "b", "--no-report")
+    assert done.returncode == 0, done.stderr
+    return cwd
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--turns", "5"], "--turns 5: bench --resume goes on with the matrix b's run recorded (--turns 1)"),
+    (["--models", "builtin/reference"], "--models builtin/reference: bench --resume goes on with the matrix b's run "
+                                        "recorded (--models builtin/tuner)"),
+    (["--workloads", "mha_fwd_d128"], "--workloads mha_fwd_d128:"),
+    (["--prompts", "basic"], "--prompts basic:"),
+    (["--trajectories", "3"], "--trajectories 3:"),
+    (["--profile", "full"], "--profile full:"),
+])
+def test_bench_resume_refuses_a_matrix_option_the_run_recorded_otherwise(bench_run, args, said):
+    """`bench --resume --turns 5` went on with the recorded turns without a word, as every matrix option given with
+    --resume was dropped; optimize --resume refuses such an option, and so does bench now."""
+    before = _snapshot(bench_run)
+    done = _cli(bench_run, "bench", "--run-dir", "b", "--resume", "--no-report", *args)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {said}"), done.stderr
+    assert "drop it, or start a new --run-dir" in lines[0]
+    assert _snapshot(bench_run) == before
+
+
+def test_bench_resume_takes_the_first_command_again_and_its_runtime_options(bench_run):
+    done = _cli(bench_run, "bench", "--models", "builtin/tuner", "--workloads", WORKLOAD, "--trajectories", "1",
+                "--turns", "1", "--no-gpu", "--run-dir", "b", "--resume", "--no-report", "--parallel", "2")
+    assert done.returncode == 0, done.stderr
