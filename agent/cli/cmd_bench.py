@@ -82,6 +82,10 @@ def check_matrix(models: list[str], workloads: list[str], prompts: list[str], ar
     """Every name of the matrix, and every LLM's key and endpoint, before anything starts (BadInput on the first miss)."""
     from . import inputs
 
+    for flag, names in (("--models", models), ("--workloads", workloads), ("--prompts", prompts)):
+        if twice := next((n for i, n in enumerate(names) if n in names[:i]), None):  # two cells of one id
+            raise inputs.BadInput(f"{flag} names {twice} twice: each is one cell of the matrix; --trajectories N runs "
+                                  "N trajectories of a cell")
     for w in workloads:
         inputs.workload(w)
     for p in prompts:

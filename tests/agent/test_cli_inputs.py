@@ -58,6 +58,8 @@ CASES = [
     # bench
     (["bench", "--models", "builtin/tuner", "--workloads", "nope", "--no-gpu"], 2, "unknown workload"),
     (["bench", "--workloads", W, "--no-gpu"], 2, "give --models and --workloads"),
+    (["bench", "--models", "builtin/tuner", "--workloads", f"{W},{W}", "--no-gpu"], 2,
+     f"--workloads names {W} twice: each is one cell of the matrix"),
     # an LLM's options beside models that call none: the --model forgotten, the server left alone without a word
     (["optimize", W, "--no-gpu", "--api-base", "http://localhost:8000/v1"], 2,
      "--api-base acts on an LLM's calls, and builtin/tuner makes none: name the LLM with --model"),
@@ -78,7 +80,7 @@ CASES = [
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--provider-limit", "openai", "--no-gpu"], 2, "provider=N"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--provider-limit", "bultin=4", "--no-gpu"], 2,
      "--provider-limit bultin=4: no model of the matrix calls 'bultin': did you mean builtin?"),
-    (["bench", "--models", "builtin/tuner,builtin/tuner", "--workloads", W, "--no-gpu"], 2, "share an id"),
+    (["bench", "--models", "builtin/tuner,builtin/tuner", "--workloads", W, "--no-gpu"], 2, "--models names builtin/tuner twice"),
     (["bench", "--models", "openai/gpt-5", "--workloads", W, "--no-gpu"], 2, "OPENAI_API_KEY"),
     (["bench", "--workloads", W], 2, "--models"),
     # options the run ignored without a word
