@@ -113,16 +113,22 @@ def _repair_matrix(config, one_builtin: bool, console):
     from ..repairs.track import deterministic, left_out_line
 
     builtin = [m for m in config.models if deterministic(m)]
+    note = None
     if one_builtin and builtin and config.trajectories > 1:
         config = config.model_copy(update={"builtin_trajectories": 1})
-        console.print(f"{', '.join(builtin)}: 1 trajectory per task, not {config.trajectories} (a builtin model answers "
-                      "the same input the same way; --trajectories N runs N)", markup=False, highlight=False)
+        note = (f"{', '.join(builtin)}: 1 trajectory per task, not {config.trajectories} (a builtin model answers "
+                "the same input the same way; --trajectories N runs N)")
     try:
         line = left_out_line(config)
     except ValueError as exc:  # no suite, no task of the workloads, none judged without a GPU
         raise inputs.BadInput(str(exc)) from None
-    if line:
-        console.print(line, markup=False, highlight=False)
+    if not config.no_gpu and config.backend == "local":  # no GPU here: one line, before the notes of a run that won't
+        from .preflight import gpu
+
+        gpu()
+    for said in (note, line):  # once the suite is read: a refused bench is one line, with no note before it
+        if said:
+            console.print(said, markup=False, highlight=False)
     return config
 
 

@@ -157,6 +157,8 @@ def _example_run(tmp_path):
     (["optimize", W, "--turns", "1"], "pass --no-gpu"),
     (["synth-repairs", "--run-dir", "run"], "`--list` shows the bug classes"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--trajectories", "1", "--run-dir", "run"], "pass --no-gpu"),
+    # the repair track's notes (builtin models at one trajectory per task) came first: two lines for one refusal
+    (["bench", "--track", "repair", "--models", "builtin/reference", "--run-dir", "run"], "pass --no-gpu"),
     (["eval", W, "GOOD"], "pass --no-gpu"),
     (["score", "EXAMPLE", "--re-evaluate"], "pass --no-gpu to re-evaluate"),
     (["score", "EXAMPLE", "--re-evaluate", "--out-run", "run"], "pass --no-gpu to re-evaluate"),
