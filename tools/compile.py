@@ -8,6 +8,7 @@ never cached). The compilers only compile: nothing the model wrote runs on the h
 from __future__ import annotations
 
 from ptxbench.workloads.arch import DEFAULT_ARCH
+import dataclasses
 import functools
 import hashlib
 import re
@@ -169,8 +170,8 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     log = _workdir_free(res.output, workdir)
     errors, warnings, kernels = parse_ptxas_log(log, line_map)
     sha = hashlib.sha256(ptx_text.encode()).hexdigest()
-    if limit := _limit_hit("ptxas", res, timeout_s):  # cached: the same file hits the same limit again
-        return _error(arch, language, log, pre + [CompileIssue(message=limit)], tc, ptx_sha256=sha), None, True
+    if limit := _limit_hit("ptxas", res, timeout_s):  # cached: the same file hits the same limit again (not the clock)
+        return _error(arch, language, log, pre + [CompileIssue(message=limit)], tc, ptx_sha256=sha), None, not res.timed_out
     if res.returncode != 0 or pre or not cubin_path.is_file():
         if not errors and not pre:
             errors = [CompileIssue(message=f"ptxas exited with status {res.returncode}: {log[-2000:] or 'no output'}")]
@@ -218,7 +219,7 @@ def _cuda_to_ptx(source: str, arch: str, tc: Toolchain, workdir: Path, timeout_s
                   extra_roots=(include_dir(),), max_chars=LOG_CHARS)
     log = _workdir_free(res.output, workdir)
     if limit := _limit_hit("nvcc", res, timeout_s):
-        return None, _error(arch, "cuda", log, [CompileIssue(message=limit)], tc), True
+        return None, _error(arch, "cuda", log, [CompileIssue(message=limit)], tc), not res.timed_out
     if res.returncode != 0 or not out.is_file():
         errors, warnings = parse_nvcc_log(log, CU_NAME, project_headers())
         if out.is_file() and "ptxas" in log:
@@ -283,7 +284,9 @@ def compile_source(
     if language == "cuda" and not source.strip():  # nvcc makes an empty module of it: refused as ptxas refuses an empty .ptx
         # (before the cache, which may hold an earlier "ok" for it)
         return _error(arch, language, "", [CompileIssue(line=1, message="the file is empty: no CUDA source to compile")], tc)
-    options: dict = {"ptxas": ptxas_flags(arch), "jail": jail_mode(), "record": RECORD_VERSION}
+    # the limits too: a limit hit is cached, and is the source's verdict only under the limits it was hit under
+    options: dict = {"ptxas": ptxas_flags(arch), "jail": jail_mode(), "limits": dataclasses.asdict(Limits()),
+                     "record": RECORD_VERSION}
     if language == "cuda":
         options |= {"nvcc": nvcc_flags(arch)[:-2], "include": _include_digest()}
     key = cache_key(source, language, arch, options, tc.tools())

@@ -20,7 +20,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,8 +43,10 @@ class Limits:
     quarter between runs and grows under load, and an 8 s limit refused a backward twice the reference's size there.
     30 s leaves honest kernels 5x, and still stops a compile bomb long before nvcc's wall-clock timeout."""
 
-    cpu_s: int = int(os.environ.get("PTXBENCH_JAIL_CPU_S", "30"))
-    address_space_mb: int = int(os.environ.get("PTXBENCH_JAIL_AS_MB", "2048"))
+    # read when a compile starts, as the cache key reads them (tools/compile.py): a value fixed at import ran every
+    # compile under one limit while the key recorded another
+    cpu_s: int = field(default_factory=lambda: int(os.environ.get("PTXBENCH_JAIL_CPU_S", "30")))
+    address_space_mb: int = field(default_factory=lambda: int(os.environ.get("PTXBENCH_JAIL_AS_MB", "2048")))
     file_size_mb: int = 128
 
 
@@ -152,10 +154,11 @@ exec chroot "$root" /bin/sh -c 'cd "$0" && exec "$@"' "$wd" "$@"
 
 
 def wrap(argv: list[str], workdir: Path, roots: list[Path], mode: str | None = None,
-         limits: Limits = Limits()) -> tuple[list[str], dict[str, str]]:
+         limits: Limits | None = None) -> tuple[list[str], dict[str, str]]:
     """(argv, env) that run `argv` in the jail; `workdir` (its files in and out) is the only writable folder.
     The caller creates workdir/tmp and removes workdir afterwards."""
     mode = mode or jail_mode()
+    limits = limits or Limits()
     workdir = Path(workdir)
     env = _env(workdir)
     binds = _system_binds() + [("ro", str(r), "") for r in roots if not str(r).startswith(tuple(SYSTEM_ROOTS))]

@@ -181,6 +181,28 @@ def test_cache_is_safe_under_concurrent_writers(tmp_path):
     assert cache.get("ab" * 32) is None  # an ok result without its cubin is a miss
 
 
+
+def test_a_wall_clock_timeout_is_not_cached():
+    """How long a compile takes on the wall clock depends on the machine's load and the caller's timeout, not on the
+    source: a timeout under load, or under a short timeout_s, was served to every later compile of the text."""
+    src = kernel("inline_ptx_sm90a.cu").replace("scale_add", "scale_add_hurried")
+    hurried = compile_source(src, "cuda", "sm_90a", timeout_s=0.05, use_cache=False)
+    assert hurried.status == "error" and "timed out" in hurried.errors[0].message, hurried.errors
+    again = compile_source(src, "cuda", "sm_90a")
+    assert again.status == "ok" and not again.cached, again.errors
+
+
+def test_a_limit_verdict_is_not_served_under_other_limits(monkeypatch):
+    """A limit hit is cached (the same text hits the same limit again), so the limits are part of the key: a refusal
+    under $PTXBENCH_JAIL_AS_MB=64 (or an old, lower default) was served after the limit was raised."""
+    src = kernel("inline_ptx_sm90a.cu").replace("scale_add", "scale_add_limits")
+    monkeypatch.setenv("PTXBENCH_JAIL_AS_MB", "64")
+    starved = compile_source(src, "cuda", "sm_90a")
+    assert starved.status == "error" and "memory limit (64 MB" in starved.errors[0].message, starved.errors
+    monkeypatch.delenv("PTXBENCH_JAIL_AS_MB")
+    again = compile_source(src, "cuda", "sm_90a")
+    assert again.status == "ok" and not again.cached, again.errors
+
 # ---- log parsing -------------------------------------------------------------------------------
 
 PTXAS_V = """ptxas info    : 0 bytes gmem
