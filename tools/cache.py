@@ -21,9 +21,9 @@ from .results import CompileResult
 
 ENV_CACHE = "PTXBENCH_CACHE"
 # Bumped when the meaning of a stored result changes (e.g. the log parser learns new fields).
-CACHE_FORMAT = "compile-v7"  # v3: KernelResources.barriers; v4: spills_after_dec / _inc; v5: undefined functions refused;
+CACHE_FORMAT = "compile-v8"  # v3: KernelResources.barriers; v4: spills_after_dec / _inc; v5: undefined functions refused;
 # v6: PTX lines counted at \n only (a form feed had turned the rest of a comment into assembled code); v7: compiler
-# messages cut at 600 characters
+# messages cut at 600 characters; v8: compiler messages name no host folder
 
 
 def install_tag() -> str:

@@ -20,7 +20,7 @@ from ptxbench.workloads.schema import Workload
 
 from .cache import CompileCache, cache_key
 from .compile_log import (loc_line_map, nvcc_failure, parse_nvcc_log, parse_ptxas_log, static_ptx_checks,
-                          system_call_issue, system_calls)
+                          system_call_issue, system_calls, without_host_paths)
 from .cubin_symbols import undefined_functions
 from .jail import Limits, Workspace, jail_mode, run_in_jail
 from .jail_deps import outside_includes
@@ -174,7 +174,8 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
         return _error(arch, language, log, pre + [CompileIssue(message=limit)], tc, ptx_sha256=sha), None, not res.timed_out
     if res.returncode != 0 or pre or not cubin_path.is_file():
         if not errors and not pre:
-            errors = [CompileIssue(message=f"ptxas exited with status {res.returncode}: {log[-2000:] or 'no output'}")]
+            errors = [CompileIssue(message=f"ptxas exited with status {res.returncode}: "
+                                           f"{without_host_paths(log[-2000:]) or 'no output'}")]
         targets = target_presence(arch, code, {})
         return _error(arch, language, log, pre + errors, tc, warnings=warnings, targets=targets, ptx_sha256=sha), None, True
     if undefined := undefined_functions(cubin_path.read_bytes()):  # a prototype the PTX check did not read as .extern

@@ -31,9 +31,27 @@ LineMap = Callable[[int], "tuple[int | None, str]"]
 MESSAGE_CHARS = 600
 
 
+# The folders of an absolute path (one that starts after no name character: `a/b/c` in a quoted expression is no
+# path). nvcc names a header by where the toolchain is installed (`previous definition at line 2912 of
+# /home/<user>/.venv/.../cuda_bf16.hpp`) and quotes its own `.file "<work folder>/solution.cu"` lines: the model
+# reads the file's name, not the host's folders.
+_HOST_FOLDERS = re.compile(r"(?<![\w.~-])/(?:[^\s/\"'()<>:,;`]+/)+")
+
+
+def without_host_paths(text: str) -> str:
+    """`text` with every absolute path cut to its file's name."""
+    return _HOST_FOLDERS.sub("", text) if "/" in text else text
+
+
 def _cut(issues: list[CompileIssue]) -> list[CompileIssue]:
-    return [i if len(i.message) <= MESSAGE_CHARS else i.model_copy(update={"message": i.message[:MESSAGE_CHARS] + " ..."})
-            for i in issues]
+    """The issues as the model reads them: no host folder, and each message cut at MESSAGE_CHARS."""
+    shown = []
+    for issue in issues:
+        message = without_host_paths(issue.message)
+        if len(message) > MESSAGE_CHARS:
+            message = message[:MESSAGE_CHARS] + " ..."
+        shown.append(issue if message == issue.message else issue.model_copy(update={"message": message}))
+    return shown
 
 
 def parse_ptxas_log(log: str, line_map: LineMap | None = None) -> tuple[list[CompileIssue], list[CompileIssue], dict[str, KernelResources]]:

@@ -512,3 +512,24 @@ def test_a_compiler_message_quoting_a_huge_token_is_cut(language, line):
     assert result.status == "error" and result.errors
     assert all(len(e.message) <= 700 for e in result.errors + result.warnings), [len(e.message) for e in result.errors]
     assert any("zzz" in e.message for e in result.errors)
+
+
+@pytest.mark.parametrize("body", [
+    # EDG names the header of a previous definition by its absolute path
+    "__device__ __nv_bfloat16 __hadd(const __nv_bfloat16 a, const __nv_bfloat16 b) { return a; }\n"
+    "__device__ int __float2bfloat16;\n"
+    'extern "C" __global__ void k(__nv_bfloat16* p) { }\n',
+    # an asm statement that ends its function makes ptxas refuse nvcc's own `.file` lines, which the message quotes
+    'extern "C" __global__ void k(__nv_bfloat16* p) { asm volatile("ret;\\n}\\n.file 2 \\"a\\"\\n.file 1 \\"b\\"\\n'
+    '.func d()\\n{\\n"); *p = __float2bfloat16(p[1]); }\n',
+])
+def test_compiler_messages_name_no_host_path(body):
+    """What the model reads names files by their base name: nvcc's messages carried the toolchain's install path
+    (a user's home, a venv) and the compile's work folder."""
+    from ptxbench.tools.toolchain import find_toolchain
+
+    result = compile_source("#include <cuda_bf16.h>\n" + body, "cuda", use_cache=False)
+    messages = " ".join(e.message for e in result.errors + result.warnings)
+    assert result.status == "error" and ("cuda_bf16.h" in messages or "solution.cu" in messages), messages
+    tool_dir = str(Path(find_toolchain().ptxas.path).parents[1])
+    assert tool_dir not in messages and "ptxbench-compile-" not in messages and "/tmp/" not in messages, messages
