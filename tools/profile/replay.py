@@ -101,8 +101,10 @@ def warm_sketch(wl, device: str = "cuda") -> bool:
     """A sketch of a few harness elements per output dtype, so that the judgment's own sketch finds its kernels loaded:
     a kernel's first launch loads it, which in a fresh process took 0.43-0.58 s of the first sketch of the main GEMM's
     output against 4-16 ms warm (bench/sketch_cost.py; in the GPU-held window it cost every verdict about 0.47 s, 12%
-    of the evaluations an hour). About twenty launches of microseconds before `ready`, on memory no candidate sees.
-    Only a saving: False when it failed, and the judgment then loads its kernels itself."""
+    of the evaluations an hour). About twenty launches of microseconds before `ready`, on memory no candidate sees:
+    beside an evaluation's timing (the early profile starts then) they can touch a timed call or two of its hundreds,
+    on both sides alike, which the median does not follow. Only a saving: False when it failed, and the judgment then
+    loads its kernels itself."""
     import torch
 
     from ..gpu.buffers import torch_dtype
