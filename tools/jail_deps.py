@@ -24,7 +24,10 @@ from .toolchain import TOOL_NAMES, Toolchain, which_host_compiler
 # No spelling check sees a name built by token pasting (CAT(__has_in, clude) is __has_include), so pasting is refused
 # here too, as is C23's `__has_embed`. `##` may also be spelled `%:%:` or `??=??=`. Read with comments blanked (a
 # `// ## stage 1` pastes nothing).
-_EXISTENCE_TEST = re.compile(r"has_include|has_embed|(?:#|%:|\?\?=)[^\S\n]*(?:#|%:|\?\?=)", re.I)
+# `#pragma GCC dependency "path"` stats the path as its operator form does (a missing one stops the compiler): the
+# source policy refuses the directive, but a compile need not have passed it (a BOM once hid a first line from it).
+_EXISTENCE_TEST = re.compile(r"has_include|has_embed|(?:#|%:|\?\?=)[^\S\n]*(?:#|%:|\?\?=)"
+                             r"|\bpragma\s+GCC\s+dependency\b", re.I)
 # `_Pragma("GCC dependency ...")` stats a path (a missing one stops the compiler): an operator is let through only as
 # the source policy allows it (cuda_policy.pragma_operator_allowed: a plain literal naming an allowed pragma, such as
 # `_Pragma("unroll")`)
@@ -87,7 +90,8 @@ def outside_includes(tc: Toolchain, workdir: Path, name: str, arch: str, extra_r
     source = (workdir / name).read_text()
     # read as the compiler does, backslash-newlines spliced first (`__has_inc\` + `lude` is one name)
     if (at := _existence_test(blank_comments(_SPLICE.sub("", source)))) is not None:
-        return CompileIssue(line=LineIndex(source)(_unspliced(source, at)), message="__has_include, token pasting (##) "
+        return CompileIssue(line=LineIndex(source)(_unspliced(source, at)), message="__has_include, token pasting (##), "
+                            "#pragma GCC dependency "
                             f"and _Pragma other than _Pragma(\"{'/'.join(ALLOWED_PRAGMAS)}\") are not allowed in a "
                             "solution here: this compiler has no filesystem view to hide host paths from them")
     host = which_host_compiler()

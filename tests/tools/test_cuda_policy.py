@@ -115,6 +115,17 @@ def test_a_lone_carriage_return_or_a_nul_cannot_hide_a_directive(code):
     assert check_cuda_source('#include <cuda.h>\r\n__device__ int x;\r\n') == []  # CRLF line endings stay fine
 
 
+
+@pytest.mark.parametrize("directive", ['#include "/etc/hostname"', '#pragma GCC dependency "/etc/hostname"',
+                                       '#line 1 "/etc/passwd"', "#error x"])
+def test_a_byte_order_mark_cannot_hide_the_first_lines_directive(directive):
+    """The compiler skips a UTF-8 byte-order mark at the start of the file, so the line after it is a directive;
+    `\\s` is no match for U+FEFF, and the scan read the line as code: every directive of the allow list passed there,
+    and in the `limits` jail `#pragma GCC dependency` told whether a host file exists."""
+    issues = check_cuda_source("\ufeff" + directive + "\n__device__ int x;\n")
+    assert [i.line for i in issues] == [1], [str(i) for i in issues]
+    assert check_cuda_source("\ufeff#include <cuda.h>\n__device__ int x;\n") == []
+
 @pytest.mark.parametrize("code", [
     '_Pragma("GCC dependency \\"/etc/passwd\\"")',  # the #pragma refused above, as an operator
     '_Pragma("GCC error \\"x\\"")',

@@ -100,6 +100,8 @@ def test_verdicts_do_not_depend_on_whether_a_host_path_exists(secret_file, tmp_p
     '#define CAT(a, b) a##b\n#if CAT(__has_in, clude)("{path}")\n#error found\n#endif\n',  # the name pasted
     '#define CAT(a, b) a %:%: b\n#if CAT(__has_in, clude)("{path}")\n#error found\n#endif\n',  # by the digraph
     '_Pragma("GCC dependency \\"{path}\\"")\n',  # stats the path: a missing one is a fatal error
+    '#pragma GCC dependency "{path}"\n',  # the directive itself, which only the source policy refused
+    '%:pragma GCC \\\n dependency "{path}"\n',
     '#if __has_inc\\\nlude("{path}")\n#error found\n#endif\n',  # spliced by the compiler before it reads names
     '#if __has_inc\\  \nlude("{path}")\n#error found\n#endif\n',  # spaces after the backslash: spliced all the same
     '#define S(x) #x\n#define P(x) _Pragma(S(x))\nP(GCC dependency "{path}")\n',

@@ -202,10 +202,17 @@ _MISREAD_WHY = {"\r": "a lone carriage return (\\r not followed by \\n), which t
                 "\x00": "a NUL character, which the compiler reads as white space: remove it"}
 
 
+# The compiler skips a UTF-8 byte-order mark that starts the file, so a directive may follow it on line 1 (`\s` is no
+# match for U+FEFF, and the scans read that line as code).
+BYTE_ORDER_MARK = "\ufeff"
+
+
 def check_cuda_source(source: str) -> list[FormatIssue]:
     """Refusals for a `cuda` solution: host code, libraries, includes outside the allow list."""
     if m := _MISREAD.search(source):
         return [FormatIssue(line=line_of(source, m.start()), kind="source", message=f"the file holds {_MISREAD_WHY[m.group()]}")]
+    if source.startswith(BYTE_ORDER_MARK):  # read as the compiler reads it: a space keeps every position
+        source = " " + source[1:]
     # read as the compiler reads it, backslash-newlines joined first: `// x \` + `/*` on the next line opens no block
     # comment for the compiler, so a scan that blanks comments before joining hid the lines after it
     source = spliced(source)
