@@ -103,8 +103,16 @@ def allowed_roots(tool_paths: list[str], extra: list[Path] = ()) -> list[Path]:
     gxx = shutil.which("g++") or shutil.which("c++")
     if gxx and not os.path.realpath(gxx).startswith("/usr/"):
         roots.add(_tool_root(gxx))
+    if any(_holds_home(r) for r in roots):  # a tool in ~/bin: its own folder, not all of home (~/.ssh, keys)
+        roots = {r for r in roots if not _holds_home(r)} | {Path(p).parent for p in tool_paths}
     roots |= {Path(p) for p in extra}
     return sorted(r for r in roots if r.is_dir() and str(r) not in ("/", "/usr"))
+
+
+def _holds_home(folder: Path) -> bool:
+    """Whether `folder` is the user's home or a folder above it."""
+    homes = {Path.home(), Path(os.path.realpath(Path.home()))}
+    return any(home == folder or home.is_relative_to(folder) for home in homes)
 
 
 def _system_binds() -> list[tuple[str, str, str]]:

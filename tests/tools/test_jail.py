@@ -192,3 +192,27 @@ def test_ptx_comment_stripping_is_linear():
     start = time.perf_counter()
     assert strip_ptx_comments(text).startswith(".version 8.0\n/*")
     assert time.perf_counter() - start < 1
+
+
+def test_a_tool_linked_from_a_bin_folder_in_home_does_not_bring_home_into_the_view(tmp_path, monkeypatch):
+    """$PTXBENCH_CUDA_BIN=~/bin holding links to the CUDA tools: the folder above a tool's (kept for a wrapper script
+    such as /usr/local/bin/nvcc) was the home folder, and every file in it (~/.ssh, ~/.config's keys) was in the
+    compiler's view. The jail still runs the tools from there (nvcc's own headers it looks for beside the link, so
+    only ptxas is run here)."""
+    from ptxbench.tools import toolchain
+
+    real = toolchain.find_toolchain("sm_90a")
+    home, bin_dir = tmp_path / "home", tmp_path / "home" / "bin"
+    bin_dir.mkdir(parents=True)
+    (home / ".netrc").write_text("machine example.com password hunter2\n")
+    for name in toolchain.TOOL_NAMES:
+        if (tool := getattr(real, name)) is not None:
+            (bin_dir / name).symlink_to(os.path.realpath(tool.path))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv(toolchain.ENV_BIN, str(bin_dir))
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    tc = toolchain.find_toolchain("sm_90a")
+    roots = jail.allowed_roots([t.path for n in toolchain.TOOL_NAMES if (t := getattr(tc, n)) is not None])
+    assert not [r for r in roots if home == r or home.is_relative_to(r)], roots
+    ptx = (Path(__file__).parents[1] / "data" / "kernels" / "fma_sm90a.ptx").read_text()
+    assert compile_source(ptx, "ptx", use_cache=False).status == "ok"
