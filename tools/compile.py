@@ -11,7 +11,9 @@ from ptxbench.workloads.arch import DEFAULT_ARCH
 import dataclasses
 import functools
 import hashlib
+import os
 import re
+import shutil
 import time
 from importlib import resources
 from pathlib import Path
@@ -22,7 +24,7 @@ from .cache import CompileCache, cache_key
 from .compile_log import (loc_line_map, nvcc_failure, parse_nvcc_log, parse_ptxas_log, static_ptx_checks,
                           system_call_issue, system_calls, without_host_paths)
 from .cubin_symbols import undefined_functions
-from .jail import Limits, Workspace, jail_mode, run_in_jail
+from .jail import JAIL_PATH, Limits, Workspace, jail_mode, run_in_jail
 from .jail_deps import outside_includes
 from .results import CompileIssue, CompileResult
 from .solution.source_scan import unencodable
@@ -79,6 +81,17 @@ def _include_digest() -> str:
         if p.is_file():
             h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
+
+
+def host_compiler_identity() -> str:
+    """The gcc nvcc runs in the jail (by name, from the jail's PATH) as its real path and modification time: a `cuda`
+    verdict is also gcc's (its preprocessing, its headers, whether this nvcc accepts its version), so another or an
+    upgraded gcc must not be served the old one's cached verdicts."""
+    gcc = shutil.which("gcc", path=JAIL_PATH)
+    if gcc is None:
+        return ""
+    real = os.path.realpath(gcc)
+    return f"{real} {os.stat(real).st_mtime_ns}"
 
 
 def _families_for(workload: Workload | str | None, arch: str) -> list[str] | None:
@@ -289,7 +302,7 @@ def compile_source(
     options: dict = {"ptxas": ptxas_flags(arch), "jail": jail_mode(), "limits": dataclasses.asdict(Limits()),
                      "record": RECORD_VERSION}
     if language == "cuda":
-        options |= {"nvcc": nvcc_flags(arch)[:-2], "include": _include_digest()}
+        options |= {"nvcc": nvcc_flags(arch)[:-2], "include": _include_digest(), "host": host_compiler_identity()}
     key = cache_key(source, language, arch, options, tc.tools())
     if use_cache and (hit := cache.get(key)) is not None:
         return _select_targets(hit, families)

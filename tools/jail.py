@@ -126,9 +126,12 @@ def _system_binds() -> list[tuple[str, str, str]]:
     return out
 
 
+JAIL_PATH = "/usr/bin:/bin"  # where nvcc finds the gcc it runs by name
+
+
 def _env(workdir: Path) -> dict[str, str]:
     """What a compiler needs and nothing else: no API keys, no proxies, no user paths."""
-    return {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir / "tmp"), "LANG": "C", "LC_ALL": "C"}
+    return {"PATH": JAIL_PATH, "HOME": str(workdir), "TMPDIR": str(workdir / "tmp"), "LANG": "C", "LC_ALL": "C"}
 
 
 def _ulimit(limits: Limits) -> list[str]:

@@ -203,6 +203,19 @@ def test_a_limit_verdict_is_not_served_under_other_limits(monkeypatch):
     again = compile_source(src, "cuda", "sm_90a")
     assert again.status == "ok" and not again.cached, again.errors
 
+
+def test_a_cuda_verdict_is_not_served_after_the_host_compiler_changed(monkeypatch):
+    """nvcc preprocesses with the jail's gcc, and refuses a gcc newer than it supports: a verdict made with one gcc (an
+    `unsupported GNU version` error for every file) was served after gcc was replaced."""
+    from ptxbench.tools import compile as compile_module
+
+    src = kernel("inline_ptx_sm90a.cu").replace("scale_add", "scale_add_host")
+    assert compile_module.host_compiler_identity()  # this machine's gcc, found as nvcc finds it
+    first = compile_source(src, "cuda", "sm_90a")
+    monkeypatch.setattr(compile_module, "host_compiler_identity", lambda: "/usr/bin/gcc-99 1")
+    again = compile_source(src, "cuda", "sm_90a")
+    assert first.status == again.status == "ok" and not again.cached
+
 # ---- log parsing -------------------------------------------------------------------------------
 
 PTXAS_V = """ptxas info    : 0 bytes gmem
