@@ -31,11 +31,11 @@ LineMap = Callable[[int], "tuple[int | None, str]"]
 MESSAGE_CHARS = 600
 
 
-# The folders of an absolute path (one that starts after no name character: `a/b/c` in a quoted expression is no
-# path). nvcc names a header by where the toolchain is installed (`previous definition at line 2912 of
+# The folders of an absolute path (one that starts after no name character, `/` or `:`: `a/b/c` in a quoted expression
+# and a URL are no paths). nvcc names a header by where the toolchain is installed (`previous definition at line 2912 of
 # /home/<user>/.venv/.../cuda_bf16.hpp`) and quotes its own `.file "<work folder>/solution.cu"` lines: the model
 # reads the file's name, not the host's folders.
-_HOST_FOLDERS = re.compile(r"(?<![\w.~-])/(?:[^\s/\"'()<>:,;`]+/)+")
+_HOST_FOLDERS = re.compile(r"(?<![\w.~/:-])/(?:[^\s/\"'()<>:,;`]+/)+")
 
 
 def without_host_paths(text: str) -> str:

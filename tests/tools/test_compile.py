@@ -546,3 +546,12 @@ def test_compiler_messages_name_no_host_path(body):
     assert result.status == "error" and ("cuda_bf16.h" in messages or "solution.cu" in messages), messages
     tool_dir = str(Path(find_toolchain().ptxas.path).parents[1])
     assert tool_dir not in messages and "ptxbench-compile-" not in messages and "/tmp/" not in messages, messages
+
+
+def test_host_paths_are_cut_to_file_names_and_nothing_else_is_touched():
+    from ptxbench.tools.compile_log import without_host_paths
+
+    assert without_host_paths("(declared at line 4 of /home/ann/.venv/nvidia/cu13/bin/../include/cuda_bf16.h)") == \
+        "(declared at line 4 of cuda_bf16.h)"
+    kept = "a/b/c and x / y, see https://docs.nvidia.com/cuda/index.html, ptxbench/wgmma.cuh(3)"
+    assert without_host_paths(kept) == kept
