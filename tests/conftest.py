@@ -33,3 +33,11 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def data_dir() -> Path:
     return DATA
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A CLI test's working folder: the current directory, with the runs root ($PTXBENCH_RUNS) inside it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PTXBENCH_RUNS", str(tmp_path / "runs"))
+    return tmp_path

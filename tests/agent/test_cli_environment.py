@@ -30,13 +30,6 @@ def _one_line(result, words: str, status: int = 2) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PTXBENCH_RUNS", str(tmp_path / "runs"))
-    return tmp_path
-
-
 def _main(tmp_path, setup: str, *argv: str):
     """`ptxbench ARGV` in a fresh interpreter, `setup` run first (the console script's `main`, as installed)."""
     import subprocess

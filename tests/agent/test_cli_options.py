@@ -24,13 +24,6 @@ def _one_line(result) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PTXBENCH_RUNS", str(tmp_path / "runs"))
-    return tmp_path
-
-
 # each option only the GPU run uses, given with --no-gpu: eval compiled the file and said nothing of it
 GPU_RUN = [["--trials", "2"], ["--dist", "spiky"], ["--seed", "7"], ["--no-time"], ["--timeout", "5"], ["--profile"],
            ["--l2-flush", "write"], ["--sanitize", "memcheck"], ["--dist", "normal"]]

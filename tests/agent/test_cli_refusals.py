@@ -64,13 +64,6 @@ def _one_error_line(result, status: int, words: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], text
 
 
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PTXBENCH_RUNS", str(tmp_path / "runs"))
-    return tmp_path
-
-
 def _refuse(path):
     raise PermissionError(13, "Permission denied")
 
