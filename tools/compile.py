@@ -178,7 +178,8 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     pre = (static_ptx_checks(code, arch) if language == "ptx" else []) + system_calls(code, language)
     annotated = annotate_ptx(ptx_text, PTX_NAME) if language == "ptx" and not pre else ptx_text
     res = _ptxas(annotated, arch, tc, workdir, timeout_s)
-    if annotated != ptx_text and (res.returncode != 0 or not cubin_path.is_file()) and not res.timed_out:
+    # not after a limit hit: the model's own text hits it again, and a CPU bomb would cost twice the limit
+    if annotated != ptx_text and (res.returncode != 0 or not cubin_path.is_file()) and not _limit_hit("ptxas", res, timeout_s):
         res = _ptxas(ptx_text, arch, tc, workdir, timeout_s)
     log = _workdir_free(res.output, workdir)
     errors, warnings, kernels = parse_ptxas_log(log, line_map)

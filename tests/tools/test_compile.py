@@ -555,3 +555,21 @@ def test_host_paths_are_cut_to_file_names_and_nothing_else_is_touched():
         "(declared at line 4 of cuda_bf16.h)"
     kept = "a/b/c and x / y, see https://docs.nvidia.com/cuda/index.html, ptxbench/wgmma.cuh(3)"
     assert without_host_paths(kept) == kept
+
+
+def test_a_ptx_file_stopped_by_a_jail_limit_is_not_assembled_again(monkeypatch):
+    """The model's own text is assembled again when the line-annotated one fails; a run the jail's CPU limit stopped
+    was run again too, and the plain text hits the same limit: a ptxas CPU bomb cost twice the limit."""
+    from ptxbench.tools import compile as compile_module
+    from ptxbench.tools.toolchain import ProcResult
+
+    runs = []
+
+    def over_the_cpu_limit(tc, argv, workdir, timeout_s, **kw):
+        runs.append(argv)
+        return ProcResult(returncode=-24)
+
+    monkeypatch.setattr(compile_module, "run_in_jail", over_the_cpu_limit)
+    result = compile_source(kernel("fma_sm90a.ptx"), "ptx", "sm_90a", use_cache=False)
+    assert result.status == "error" and "CPU-time limit" in result.errors[0].message, result.errors
+    assert len(runs) == 1, runs
