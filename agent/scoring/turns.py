@@ -164,11 +164,15 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     # attempt at the turn, that evaluation is the turn's, not an INFRA turn that drops it from the score.
     evaluated: dict[int, TurnScore] = {}
     retried = False  # an infra stop was recorded: what follows is a retry
+    # turns whose turn_end was logged: an infra error of the same turn after it (a Ctrl-C, a kill or a failed checkpoint
+    # write between the turn_end and the feedback step's checkpoint) cut the next step short, not this turn
+    closed: set[int] = set()
     for event in record.events:
         if event.type == "error" and event.infra and event.turn > 0 and (crash := _crash(event)):
             infra_seen.setdefault(event.turn, []).append(crash)
         if event.type in ("model_call", "eval_result"):
             infra_open.discard(event.turn)  # a new attempt at the turn
+            closed.discard(event.turn)
             evaluated.pop(event.turn, None)
             infra_last = False
         # progress after the infra stop (a new failure, or a second infra stop, is none; a new attempt at the turn
@@ -185,13 +189,14 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
                 # The turn_end that closes an infra-failed turn says nothing about the model.
                 turn = TurnScore(turn=event.turn, status=INFRA, kernel_file=turn.kernel_file)
             turns[event.turn] = turn
+            closed.add(event.turn)
         elif event.type == "error" and event.infra:
             cut = pending.pop(event.turn, None)
             retried = False  # a new failure: what follows it until its stop is no retry
             if cut is not None and cut.status != INFRA and event.turn > 0:
                 evaluated[event.turn] = cut
             infra_last = True
-            if event.turn > 0:
+            if event.turn > 0 and event.turn not in closed:
                 turns[event.turn] = TurnScore(turn=event.turn, status=INFRA)
                 infra_open.add(event.turn)
         elif event.type == "stop":

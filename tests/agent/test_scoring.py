@@ -566,3 +566,22 @@ def test_a_turn_retried_past_an_infra_failure_after_its_evaluation_keeps_that_ev
     assert done.best_speedup == 1.5 and not done.infra_failed and done.turns[1].correct
     left = cut_off("not-retried", False)
     assert [t.status for t in left.turns] == ["COMPILE_ERROR", "INFRA_ERROR"] and left.infra_failed
+
+
+def test_an_interruption_logged_after_a_turns_end_leaves_that_turn_its_verdict(tmp_path):
+    """A Ctrl-C (or a kill, or a failed checkpoint write) between a turn's turn_end and the feedback step's checkpoint
+    logs its infra error under that turn's number; a resume then goes on with the next turn and, since it no longer
+    logs the turn_end again, the finished turn was scored INFRA_ERROR (and dropped) for the interruption."""
+    from ptxbench.agent.records.events import ErrorEvent
+    from trajectory_builder import TrajectoryBuilder
+
+    b = TrajectoryBuilder(tmp_path, "t", "m", "gemm").turn(1, "PASSED", 1.2, True)
+    b.writer.append(ErrorEvent(trajectory_id="t", turn=1, where="graph", message="interrupted by the user (Ctrl-C)",
+                               infra=True))
+    b.turn(2, "INCORRECT_NUMERICAL").stop()
+    scored = score_trajectory(load_run(tmp_path)[0])
+    assert [(t.turn, t.status) for t in scored.turns] == [(1, "PASSED"), (2, "INCORRECT_NUMERICAL")]
+    assert not scored.infra_failed and scored.stop_reason == "turn_limit"
+    # an infra failure inside a turn (before its turn_end) still makes it an INFRA turn
+    c = TrajectoryBuilder(tmp_path / "c", "c", "m", "gemm").turn(1, "PASSED", 1.2, True).infra(2).turn(2, "PASSED", 1.1, True).stop()
+    assert [(t.turn, t.status) for t in score_trajectory(load_run(tmp_path / "c")[0]).turns] == [(1, "PASSED"), (2, "PASSED")]
