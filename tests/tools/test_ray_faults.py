@@ -17,7 +17,7 @@ WL = "smoke_gemm_bf16_m256_n256_k512"
 
 
 class RayError(Exception):
-    pass
+    """Ray's base exception (ray.exceptions.RayError): an actor that died, a lost object, a failed placement."""
 
 
 class RayTaskError(RayError):
@@ -47,6 +47,7 @@ class FakeRay(types.ModuleType):
         self.exceptions = types.SimpleNamespace(RayError=RayError, RayTaskError=RayTaskError)
         self.gpus, self.fail_get, self.fail_remote = gpus, None, None
         self.started = 0
+        self.killed: list = []  # the actor handles ray.kill was given, in order
         self.lock = threading.Lock()
 
     def is_initialized(self):
@@ -85,7 +86,7 @@ class FakeRay(types.ModuleType):
         return refs.call()
 
     def kill(self, actor):
-        pass
+        self.killed.append(actor)
 
 
 class Compiles:
@@ -123,6 +124,7 @@ def test_a_ray_client_cut_off_is_an_infra_error_not_the_kernels_exception(fake_r
     fake_ray.fail_get = fake_ray.fail_remote = ConnectionError("GRPC connection failed: Socket closed")
     lost = evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))
     assert lost.status == "INFRA_ERROR" and "ConnectionError" in lost.message + lost.runtime_error
+    assert len(fake_ray.killed) == 1  # the actor it could not reach is given up, once
     again = evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))  # no actor left to ask, and none can be started
     assert again.status == "INFRA_ERROR"
 
@@ -152,7 +154,7 @@ def test_an_exception_raised_inside_a_live_actor_is_still_the_evaluations(fake_r
     evaluator = _evaluator()
     with pytest.raises(ValueError, match="cannot handle"):
         evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))
-    assert fake_ray.started == 1  # the actor is kept
+    assert fake_ray.started == 1 and fake_ray.killed == []  # the actor is kept
 
 
 def test_an_evaluation_waiting_while_the_last_actor_is_replaced_waits_for_the_replacement(fake_ray):
