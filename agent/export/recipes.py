@@ -193,7 +193,7 @@ def materialize(plan: list[Row], samples: list[TrajectorySample], cfg: ExportCon
             row = found[place]
             if row.id != planned.id:  # the samples changed between plan and build: a bug, never a silent mix-up
                 raise RuntimeError(f"export: row {planned.id} of {sample.trajectory} was built again as {row.id}")
-            row.split, row.n_tokens, row._origin, row._fix_key = planned.split, planned.n_tokens, planned._origin, planned._fix_key
+            row.split, row.n_tokens, row._origin = planned.split, planned.n_tokens, planned._origin  # (_fix_key: _row's)
             yield row
 
 
