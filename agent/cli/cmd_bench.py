@@ -132,6 +132,14 @@ def _repair_matrix(config, one_builtin: bool, console):
     return config
 
 
+def _interrupted(exc: KeyboardInterrupt, where: str, run_dir, recorded: bool):
+    """Ctrl-C or SIGTERM: one line saying where the bench stopped and how to go on, then the stop's exit code."""
+    by = " by SIGTERM" if isinstance(exc, Terminated) else ""
+    typer.echo(f"interrupted{by} {where}; " + (f"resume with: ptxbench bench --resume --run-dir {run_dir}"
+                                               if recorded else "no run was recorded"), err=True)
+    raise typer.Exit(stop_exit(exc)) from None
+
+
 @app.command()
 def bench(
     models: Optional[str] = typer.Option(None, help="comma-separated model strings (builtin/..., litellm names)"),
@@ -271,10 +279,7 @@ def bench(
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM before the bench began: a traceback out of the pool's start
         if evaluator is not None:
             evaluator.close()
-        typer.echo(f"interrupted{' by SIGTERM' if isinstance(exc, Terminated) else ''} while the GPU workers started; "
-                   + (f"resume with: ptxbench bench --resume --run-dir {run_dir}" if resume else "no run was recorded"),
-                   err=True)
-        raise typer.Exit(stop_exit(exc)) from None
+        _interrupted(exc, "while the GPU workers started", run_dir, recorded=resume)
 
     done = []
 
@@ -295,11 +300,8 @@ def bench(
     except Exception as exc:  # storage that gave out mid-run: one line; anything else as it is
         raise preflight.storage_stop(exc, f"ptxbench bench --resume --run-dir {run_dir}") from None
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the trajectories in flight stopped at their next step
-        where = f"{len(done)} trajectories finished" if done else "no trajectory finished"
-        by = " by SIGTERM" if isinstance(exc, Terminated) else ""
-        typer.echo(f"interrupted{by} ({where}); " + (f"resume with: ptxbench bench --resume --run-dir {run_dir}"
-                                                     if (Path(run_dir) / "manifest.json").exists() else "no run was recorded"), err=True)
-        raise typer.Exit(stop_exit(exc)) from None
+        where = f"({len(done)} trajectories finished)" if done else "(no trajectory finished)"
+        _interrupted(exc, where, run_dir, recorded=(Path(run_dir) / "manifest.json").exists())
     failed = sum(r.infra_failed for r in outcome.trajectories)
     console.print(f"{len(outcome.trajectories)} trajectories in {outcome.elapsed_s:.0f} s (evaluator start {outcome.setup_s:.1f} s, "
                   f"close {outcome.close_s:.1f} s), {failed} infra-failed; run: {run_dir}")
