@@ -2,11 +2,11 @@
 static checks), cluster and TMA launches, the GEMM reference with timing, and the A/A test."""
 from __future__ import annotations
 
-
 import pytest
 
 from ptxbench.tools.compile import compile_source
 from ptxbench.tools.evaluator import EvalOptions
+from ptxbench.tools.gpu.limits import DeviceLimits
 from ptxbench.tools.solution.parse import parse_solution, resolve_plan
 from ptxbench.workloads.registry import get_workload
 from ptxbench.workloads.solutions.faults import load_corpus
@@ -121,3 +121,83 @@ def test_a_plan_asking_for_more_scratch_than_the_gpu_holds_is_a_plan_error():
     assert r.status == "PLAN_ERROR", (r.status, r.message)
     assert any("GiB" in e and "more than" in e for e in r.plan_errors), r.plan_errors
     assert _submit(_job(CONTROL)).status == "PASSED"
+
+
+def _with_local_frame(kb: int) -> str:
+    """The control GEMM with a `.local` array of `kb` KB a thread that it touches once (one byte, written then read)."""
+    source = CONTROL.replace("  float acc = 0.f;\n",
+                             f"  volatile unsigned char frame[{kb} * 1024];  // reserved whole, hardly used\n"
+                             f"  const int at = (threadIdx.x * 97) % ({kb} * 1024);\n  frame[at] = 0;\n"
+                             "  float acc = frame[at];\n", 1)
+    assert source != CONTROL
+    return source
+
+
+def test_a_local_frame_the_gpu_cannot_hold_beside_the_plan_is_a_plan_error():
+    """300 KB a thread (the scrub's frame 512 KB) is 142 GB reserved for every thread the GPU holds: refused with the
+    size before any launch, and the worker evaluates the next candidate as usual."""
+    r = shared_evaluator().evaluate(WORKLOAD, _with_local_frame(300), EvalOptions(time=False, profile_on_pass=False,
+                                                                                  timeout_s=30))
+    assert r.status == "PLAN_ERROR", (r.status, r.message)
+    assert any("local memory" in e for e in r.plan_errors), r.plan_errors
+    assert _submit(_job(CONTROL)).status == "PASSED"
+
+
+def test_the_local_memory_a_candidate_reserved_does_not_stay_with_the_next():
+    """16 KB a thread: 4.4 GB on an H200 that the driver keeps for the context's lifetime. The candidate passes, and
+    its worker is replaced, so the next evaluation starts with a fresh worker's memory."""
+    pool = shared_evaluator().pool
+    replaced = sum(slot.replacements for slot in pool.slots)
+    r = shared_evaluator().evaluate(WORKLOAD, _with_local_frame(16), EvalOptions(time=False, profile_on_pass=False,
+                                                                                 timeout_s=30))
+    assert r.status == "PASSED", (r.status, r.message)
+    assert sum(slot.replacements for slot in pool.slots) == replaced + 1, "the worker that reserved it was kept"
+    assert _submit(_job(CONTROL)).status == "PASSED"
+
+
+LOCAL_PROBE = r'''
+import ctypes, sys
+from cuda.bindings import driver as cu
+ok = lambda r: r[1:] if r[0] == cu.CUresult.CUDA_SUCCESS else sys.exit(f"{r[0]}")
+ok(cu.cuInit(0)); dev, = ok(cu.cuDeviceGet(0)); ctx, = ok(cu.cuDevicePrimaryCtxRetain(dev)); ok(cu.cuCtxSetCurrent(ctx))
+ptx = b""".version 8.0
+.target sm_90
+.address_size 64
+.visible .entry k(.param .u64 p, .param .u32 i)
+{
+  .local .align 16 .b8 frame[16384];
+  .reg .b32 %r<3>; .reg .b64 %rd<5>;
+  ld.param.u32 %r1, [i]; cvt.u64.u32 %rd1, %r1; mov.u64 %rd2, frame; add.u64 %rd3, %rd2, %rd1;
+  st.local.u8 [%rd3], %r1; ld.local.u8 %r2, [%rd3];
+  ld.param.u64 %rd4, [p]; cvta.to.global.u64 %rd4, %rd4; st.global.u32 [%rd4], %r2;
+  ret;
+}
+\0"""
+mod, = ok(cu.cuModuleLoadData(ptx)); fn, = ok(cu.cuModuleGetFunction(mod, b"k"))
+sink, = ok(cu.cuMemAlloc(16)); ok(cu.cuCtxSynchronize())
+free = lambda: ok(cu.cuMemGetInfo())[0]
+before = free()
+args = [ctypes.c_uint64(int(sink)), ctypes.c_uint32(5)]
+arr = (ctypes.c_void_p * 2)(*[ctypes.addressof(a) for a in args])
+ok(cu.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, 0, ctypes.addressof(arr), 0)); ok(cu.cuCtxSynchronize())
+after = free()
+ok(cu.cuModuleUnload(mod)); ok(cu.cuCtxSynchronize())
+print(before - after, before - free())
+'''
+
+
+def test_the_driver_keeps_a_kernels_local_frame_for_every_thread_after_it_ends():
+    """The fact limits.local_reservation rests on: one launch of one warp with a 16 KB frame takes 16 KB x every thread
+    the GPU holds, and the context keeps it after the kernel (and its module) are gone."""
+    import subprocess
+    import sys
+
+    from ptxbench.tools.gpu.limits import local_reservation
+
+    limits = shared_evaluator().pool.limits
+    lim = DeviceLimits(sm_count=limits["sm_count"], max_threads_per_sm=limits["max_threads_per_sm"])
+    done = subprocess.run([sys.executable, "-c", LOCAL_PROBE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    taken, kept = map(int, done.stdout.split())
+    assert taken >= 0.9 * local_reservation(16384, lim), (taken, local_reservation(16384, lim))
+    assert kept >= 0.9 * taken, (taken, kept)

@@ -299,6 +299,13 @@ def test_a_plan_whose_buffers_exceed_the_gpu_is_a_plan_error():
     assert check_memory(gemm, 157 * 2**20, 3, lim, module_bytes=60 * 2**30) == []
     errs = check_memory(gemm, 157 * 2**20, 3, lim, module_bytes=80 * 2**30)
     assert len(errs) == 1 and "the module's globals 80.0 GiB" in errs[0]
+    # a kernel's local frame, reserved for every thread the GPU holds (2048 x 132): 256 KB a thread is 66 GiB
+    from ptxbench.tools.gpu.limits import local_reservation
+
+    assert local_reservation(256 << 10, lim) == (256 << 10) * 2048 * 132
+    assert check_memory(gemm, 157 * 2**20, 3, lim, local_bytes=local_reservation(128 << 10, lim)) == []
+    errs = check_memory(gemm, 157 * 2**20, 3, lim, local_bytes=local_reservation(512 << 10, lim))
+    assert len(errs) == 1 and "local memory" in errs[0] and "132.0 GiB" in errs[0]
 
 
 def test_a_module_global_of_any_size_is_counted_from_the_cubin():

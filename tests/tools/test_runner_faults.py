@@ -81,7 +81,8 @@ def job_state(runner, monkeypatch, fail):
 
     monkeypatch.setattr(runner, "correctness", correctness)
     state = SimpleNamespace(referee=MagicMock(), ceilings={}, cache=MagicMock(),
-                            limits=SimpleNamespace(name="NVIDIA H200", l2_bytes=60 << 20))
+                            limits=SimpleNamespace(name="NVIDIA H200", l2_bytes=60 << 20, sm_count=132,
+                                                   max_threads_per_sm=2048))
     job = GpuJob(workload=SMOKE, plan={"num_sms": 132, "launches": [], "scratch": [], "tmaps": []})
     return state, job
 
@@ -123,3 +124,45 @@ def test_out_of_memory_for_the_sets_releases_the_cache_once_then_blames_the_plan
     with pytest.raises(runner.Failed) as failed:
         runner.sets_in_memory(state, None, None, [1, 2], "normal")
     assert failed.value.status == "PLAN_ERROR" and len(attempts) == 2
+
+
+def local_frame_job(runner, monkeypatch, frame: int):
+    """evaluate_job with a loaded candidate whose scrub frame is `frame` bytes a thread; its checked call fails."""
+    from ptxbench.tools.gpu.limits import DeviceLimits
+
+    monkeypatch.setattr(runner, "evaluation_flush", lambda *a: None)
+    monkeypatch.setattr(runner, "check_plan", lambda *a: [])
+    monkeypatch.setattr(runner, "module_globals", lambda cubin: [])
+    monkeypatch.setattr(runner, "Candidate", lambda *a: SimpleNamespace(frame=frame, close=lambda: None))
+    made = []
+    monkeypatch.setattr(runner, "make_sets", lambda *a: made.append("sets") or [])
+    monkeypatch.setattr(runner, "CandidateCalls", lambda *a: MagicMock())
+
+    def correctness(*a):
+        raise runner.Failed("INCORRECT_NUMERICAL", "C is wrong")
+
+    monkeypatch.setattr(runner, "correctness", correctness)
+    state = SimpleNamespace(referee=MagicMock(), ceilings={}, cache=MagicMock(), limits=DeviceLimits(total_memory=80 << 30))
+    job = GpuJob(workload=SMOKE, plan={"num_sms": 132, "launches": [], "scratch": [], "tmaps": []})
+    out, replace = runner.evaluate_job(state, job, lambda *a, **k: None)
+    return out, replace, made
+
+
+def test_a_kernel_whose_local_frame_takes_the_gpus_memory_is_a_plan_error(runner, monkeypatch):
+    """The driver reserves a kernel's local frame for every thread the GPU holds (2048 x 132 on an H100) and never
+    gives it back while the context lives: a `.local` array of 160 KB a thread the kernel hardly touches (the scrub
+    rounds the frame to 256 KB) is 70 GB of an 80 GB GPU. Left to the first launch, it failed in the harness's own preparation, or
+    took the memory the next candidates' buffers needed (their PLAN_ERROR, or the harness's INFRA_ERROR)."""
+    out, replace, made = local_frame_job(runner, monkeypatch, 256 << 10)
+    assert out.status == "PLAN_ERROR" and not made and not replace, out
+    assert "local memory" in out.plan_errors[0] and "GiB" in out.plan_errors[0]
+
+
+def test_a_worker_whose_local_memory_a_candidate_grew_is_replaced(runner, monkeypatch):
+    """A frame that fits the candidate's share (16 KB a thread: 4.4 GB) still stays reserved after the evaluation:
+    the worker is replaced, so the next candidate finds the GPU's memory (and the scrub's frame) as a fresh one has
+    them; the default 1 KB stack (277 MB) is kept."""
+    out, replace, made = local_frame_job(runner, monkeypatch, 16 << 10)
+    assert out.status == "INCORRECT_NUMERICAL" and made and replace, out
+    out, replace, made = local_frame_job(runner, monkeypatch, 1 << 10)
+    assert out.status == "INCORRECT_NUMERICAL" and made and not replace, out

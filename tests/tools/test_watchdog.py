@@ -542,12 +542,13 @@ def _declared_call_fails(runner, monkeypatch, fail):
     referee.changed_inputs = lambda *a: []
     for name, value in (("evaluation_flush", lambda *a: None), ("check_plan", lambda *a: []),
                         ("check_memory", lambda *a, **k: []), ("module_globals", lambda cubin: []),
-                        ("Candidate", lambda *a: SimpleNamespace(close=lambda: None)),
+                        ("Candidate", lambda *a: SimpleNamespace(close=lambda: None, frame=1024)),
                         ("sets_in_memory", lambda *a: calls.sets), ("CandidateCalls", lambda *a: calls),
                         ("driver_error", lambda cand: "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access")):
         monkeypatch.setattr(runner, name, value)
     state = SimpleNamespace(referee=referee, ceilings={}, cache=SimpleNamespace(clear=lambda: None),
-                            limits=SimpleNamespace(name="NVIDIA H200", l2_bytes=60 << 20))
+                            limits=SimpleNamespace(name="NVIDIA H200", l2_bytes=60 << 20, sm_count=132,
+                                                   max_threads_per_sm=2048))
     job = GpuJob(workload="smoke_mha_bwd_d64", time=False, plan={"num_sms": 132, "launches": [], "scratch": [], "tmaps": []})
     out, replace = runner.evaluate_job(state, job, lambda *m: sent.append(m))
     return out, replace, sent

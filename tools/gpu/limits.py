@@ -169,18 +169,35 @@ def check_compiled(plan: ResolvedPlan, static_smem: dict[str, int], lim: DeviceL
 CANDIDATE_MEMORY_SHARE = 0.5
 
 
+# What a worker keeps of a candidate's local memory: up to this much the driver's reservation stays for the next
+# candidate (the 1 KB default stack alone reserves 277 MB on an H200); above it the worker is replaced after the
+# evaluation, since a context never gives local memory back.
+LOCAL_KEEP_BYTES = 2**30
+
+
+def local_reservation(frame: int, lim: DeviceLimits) -> int:
+    """The device memory the driver reserves for a per-thread local frame of `frame` bytes: one frame for every
+    thread the GPU can hold at once (2048 per SM), taken at the first launch that needs it and kept while the
+    context lives (since CUDA 11 the driver never shrinks it). A `.local` array the kernel hardly touches costs it
+    whole: 128 KB a thread is 35 GB on an H200."""
+    return int(frame) * lim.max_threads_per_sm * lim.sm_count
+
+
 def check_memory(buffer_bytes: dict[str, int], input_bytes: int, n_sets: int, lim: DeviceLimits,
-                 module_bytes: int = 0) -> list[str]:
-    """The buffers of every input set (tensors + scratch + guard zones), the pristine inputs and the module's own
+                 module_bytes: int = 0, local_bytes: int = 0) -> list[str]:
+    """The buffers of every input set (tensors + scratch + guard zones), the pristine inputs, the module's own
     globals and constants (allocated by the driver when it loads the cubin, outside every allocator: a
-    `.global .b8 big[1 << 35]` assembles to a few KB) must fit the GPU."""
+    `.global .b8 big[1 << 35]` assembles to a few KB) and the local memory its kernels' frames make the driver
+    reserve (`local_bytes`: local_reservation) must fit the GPU."""
     guard = 2 * 64 * 1024 * len(buffer_bytes)
-    need = n_sets * (sum(buffer_bytes.values()) + guard + input_bytes) + module_bytes
+    need = n_sets * (sum(buffer_bytes.values()) + guard + input_bytes) + module_bytes + local_bytes
     allowed = int(lim.total_memory * CANDIDATE_MEMORY_SHARE)
     if need <= allowed:
         return []
     sized = {**{n: b for n, b in buffer_bytes.items() if b > 2**30},
-             **({"the module's globals": module_bytes} if module_bytes > 2**30 else {})}
+             **({"the module's globals": module_bytes} if module_bytes > 2**30 else {}),
+             **({"the kernels' local memory (per-thread frame x every thread the GPU holds)": local_bytes}
+                if local_bytes > 2**30 else {})}
     big = ", ".join(f"{n} {b / 2**30:.1f} GiB" for n, b in sorted(sized.items(), key=lambda x: -x[1])[:4])
     return [f"the plan's buffers and the module's globals need {need / 2**30:.1f} GiB for the {n_sets} input sets an "
             f"evaluation uses, more than the {allowed / 2**30:.1f} GiB a candidate may take on this GPU "

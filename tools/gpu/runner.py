@@ -33,7 +33,7 @@ from .seeds import check_seed_offset, evaluation_seeds, input_sets
 from .correctness import output_digest, replay_note
 from .launch import HARDWARE_FAULTS, CudaError, get_function, launch_config, launch_kernel, load_module, pack_params, \
     set_dynamic_smem, stack_limit, sync_stream, unload_module
-from .limits import check_function, check_memory, check_plan
+from .limits import LOCAL_KEEP_BYTES, check_function, check_memory, check_plan, local_reservation
 from .messages import GpuJob, GpuOutcome
 from .module_state import ModuleState, module_globals
 from .referee import RefereeClient, RefereeError, input_digest
@@ -465,6 +465,7 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
     out = GpuOutcome(status="PASSED", input_seed=seeds[0])
     referee = state.referee
     cand = sets = calls = None
+    grown = False  # the candidate's local frame grew the context's local memory past what a worker keeps
     watch = CandidateWatch(phase, job.timeout_s, workload_roofline_ms(wl.flops, wl.min_bytes, state.ceilings,
                                                                       state.limits.name))
     flush = evaluation_flush(state.limits.l2_bytes, job.l2_flush)
@@ -472,15 +473,25 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
         sizes = {t.name: math.prod(wl.shape(t.name)) * torch.empty((), dtype=getattr(torch, t.dtype)).element_size()
                  for t in wl.tensors}
         sizes.update({s.name: s.nbytes for s in plan.scratch})
+        input_bytes, module_bytes = sum(sizes[t.name] for t in wl.inputs), sum(g.size for g in module_globals(job.cubin))
         errors = check_plan(plan, state.limits, sizes)
-        errors += check_memory(sizes, sum(sizes[t.name] for t in wl.inputs), n_sets, state.limits,
-                               module_bytes=sum(g.size for g in module_globals(job.cubin)))
+        errors += check_memory(sizes, input_bytes, n_sets, state.limits, module_bytes=module_bytes)
         if errors:
             raise Failed("PLAN_ERROR", "the launch plan exceeds the device's limits", plan_errors=errors)
         phase("prepare", job.prepare_timeout_s)
         referee.prepare_async(wl.id, seeds[0], dist)
         phase("load", job.prepare_timeout_s)
         cand = Candidate(job.cubin, plan, state, wl)
+        # The local memory of the scrub's frame (the candidate's own, or the stack limit) is reserved for every thread
+        # the GPU holds at the first launch, before any buffer of the harness's is made, and kept while the context
+        # lives: it counts against the candidate's share, and a worker that reserved much is not kept for the next one.
+        local = local_reservation(cand.frame, state.limits)
+        if local > LOCAL_KEEP_BYTES:
+            errors = check_memory(sizes, input_bytes, n_sets, state.limits, module_bytes=module_bytes, local_bytes=local)
+            if errors:
+                raise Failed("PLAN_ERROR", "the kernels' local memory and the plan's buffers exceed the GPU's memory",
+                             plan_errors=errors)
+            grown = True
         phase("prepare", job.prepare_timeout_s)
         sets = sets_in_memory(state, wl, plan, seeds, dist)
         calls = CandidateCalls(cand, sets, secrets.randbits(62))
@@ -539,7 +550,7 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
                 pass
     seconds["gpu_total"] = time.perf_counter() - t_start
     out.seconds = seconds
-    return out, replace
+    return out, replace or grown
 
 
 def aa_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutcome, bool]:
