@@ -155,34 +155,46 @@ def test_the_local_memory_a_candidate_reserved_does_not_stay_with_the_next():
     assert _submit(_job(CONTROL)).status == "PASSED"
 
 
-LOCAL_PROBE = r'''
-import ctypes, sys
-from cuda.bindings import driver as cu
-ok = lambda r: r[1:] if r[0] == cu.CUresult.CUDA_SUCCESS else sys.exit(f"{r[0]}")
-ok(cu.cuInit(0)); dev, = ok(cu.cuDeviceGet(0)); ctx, = ok(cu.cuDevicePrimaryCtxRetain(dev)); ok(cu.cuCtxSetCurrent(ctx))
-ptx = b""".version 8.0
+LOCAL_PTX = """.version 8.0
 .target sm_90
 .address_size 64
 .visible .entry k(.param .u64 p, .param .u32 i)
 {
   .local .align 16 .b8 frame[16384];
-  .reg .b32 %r<3>; .reg .b64 %rd<5>;
-  ld.param.u32 %r1, [i]; cvt.u64.u32 %rd1, %r1; mov.u64 %rd2, frame; add.u64 %rd3, %rd2, %rd1;
-  st.local.u8 [%rd3], %r1; ld.local.u8 %r2, [%rd3];
-  ld.param.u64 %rd4, [p]; cvta.to.global.u64 %rd4, %rd4; st.global.u32 [%rd4], %r2;
+  .reg .b32 %r<3>;
+  .reg .b64 %rd<5>;
+  ld.param.u32 %r1, [i];
+  cvt.u64.u32 %rd1, %r1;
+  mov.u64 %rd2, frame;
+  add.u64 %rd3, %rd2, %rd1;
+  st.local.u8 [%rd3], %r1;
+  ld.local.u8 %r2, [%rd3];
+  ld.param.u64 %rd4, [p];
+  cvta.to.global.u64 %rd4, %rd4;
+  st.global.u32 [%rd4], %r2;
   ret;
 }
-\0"""
-mod, = ok(cu.cuModuleLoadData(ptx)); fn, = ok(cu.cuModuleGetFunction(mod, b"k"))
-sink, = ok(cu.cuMemAlloc(16)); ok(cu.cuCtxSynchronize())
-free = lambda: ok(cu.cuMemGetInfo())[0]
+"""
+
+# A fresh process (the tests' own context keeps its local memory as it is): free device memory before one launch of
+# one warp of LOCAL_PTX, after it, and after its module is unloaded.
+LOCAL_PROBE = '''
+import ctypes, sys
+import torch
+from ptxbench.tools.gpu.launch import get_function, launch_1d, load_module, unload_module
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+free = lambda: torch.cuda.mem_get_info()[0]
+sink = torch.zeros(4, dtype=torch.int32, device="cuda")
+module = load_module(sys.argv[1].encode() + b"\\0")
+fn = get_function(module, "k")
+torch.cuda.synchronize()
 before = free()
-args = [ctypes.c_uint64(int(sink)), ctypes.c_uint32(5)]
-arr = (ctypes.c_void_p * 2)(*[ctypes.addressof(a) for a in args])
-ok(cu.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, 0, ctypes.addressof(arr), 0)); ok(cu.cuCtxSynchronize())
+launch_1d(fn, 1, 32, 0, torch.cuda.current_stream().cuda_stream, [ctypes.c_uint64(sink.data_ptr()), ctypes.c_uint32(5)])
+torch.cuda.synchronize()
 after = free()
-ok(cu.cuModuleUnload(mod)); ok(cu.cuCtxSynchronize())
-print(before - after, before - free())
+unload_module(module)
+torch.cuda.synchronize()
+print(fn.local_bytes, before - after, before - free())
 '''
 
 
@@ -196,8 +208,10 @@ def test_the_driver_keeps_a_kernels_local_frame_for_every_thread_after_it_ends()
 
     limits = shared_evaluator().pool.limits
     lim = DeviceLimits(sm_count=limits["sm_count"], max_threads_per_sm=limits["max_threads_per_sm"])
-    done = subprocess.run([sys.executable, "-c", LOCAL_PROBE], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", LOCAL_PROBE, LOCAL_PTX], capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    taken, kept = map(int, done.stdout.split())
+    local_bytes, taken, kept = map(int, done.stdout.split())
+    assert local_bytes == 16384  # what Candidate.frame reads: the frame a .local array makes
     assert taken >= 0.9 * local_reservation(16384, lim), (taken, local_reservation(16384, lim))
     assert kept >= 0.9 * taken, (taken, kept)
