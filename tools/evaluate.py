@@ -222,8 +222,12 @@ class LocalEvaluator:
                               message="the launch plan cannot run on this GPU: " + "; ".join(str(i) for i in issues), **base)
         comp = _with_pool_notes(comp, plan)
         base.update(compile=comp)
-        with open(comp.cubin_path, "rb") as f:
-            cubin = f.read()
+        try:
+            with open(comp.cubin_path, "rb") as f:
+                cubin = f.read()
+        except OSError as e:  # its cache entry was cleared since the compile (tools/cache.py): not the kernel's doing
+            return EvalResult(status="INFRA_ERROR", message=f"the compiled cubin is gone from the compile cache "
+                              f"({e.strerror or e}); evaluate again to compile it anew", **base)
         job = gpu_job(wl.id, cubin, plan.model_dump(), options)
         cubin_sha = hashlib.sha256(cubin).hexdigest()
         priority = self._priority.of(wl.id, options.turns_left)

@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "cmd_report",
     "cmd_seal",
     "cmd_repairs",
+    "cmd_cache",
 ]
 
 for _name in COMMAND_MODULES:
