@@ -5,10 +5,12 @@ of tools/evaluator.py) hands a solution to a free actor and blocks its trajector
 result comes back. An actor takes EVALUATIONS_PER_ACTOR at once, so one compiles while another runs on its GPU; its
 pool gives the GPU one candidate at a time. An actor takes evaluations only once Ray has
 placed and started it: one waiting for a GPU (a node lost, the cluster's GPUs or CPUs held by other jobs) holds
-none back. A lost actor (node gone, worker crash outside the candidate), a Ray client cut off from its cluster or an
-answer that cannot be read comes back as INFRA_ERROR and the actor is replaced; the bench retries the step. With no
-actor running, an evaluation waits `placement_wait_s` for one, then comes back INFRA_ERROR (at once when every actor
-failed in its start, e.g. ptxbench missing on the node).
+none back. A lost actor (its node gone, its process dead: Ray's LOSS_ERRORS) is given up once and replaced, the actors
+on its node are checked before they take more work, and its evaluations go to the other actors: the infrastructure's
+loss costs the trajectory no retry. A Ray client cut off from its cluster or an answer that cannot be read comes back
+as INFRA_ERROR (the actor replaced); the bench retries the step. With no actor running, an evaluation waits
+`placement_wait_s` for one, then comes back INFRA_ERROR with `no_worker` set, which stops the bench (at once when no
+actor is left: every one lost with its replacements spent, or failed in its start, e.g. ptxbench missing on the node).
 An exception raised by the evaluation inside a live actor is raised here, as the local evaluator would raise it.
 Every node needs ptxbench installed (`pip install ptxbench[gpu]`), as Ray ships no code here.
 
@@ -45,7 +47,8 @@ class GpuEvaluatorActor:
         import ray
 
         return {"host": socket.gethostname(), "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                "node_id": ray.get_runtime_context().get_node_id()}
 
     def close(self) -> None:
         self.evaluator.close()
@@ -55,6 +58,18 @@ PLACEMENT_WAIT_S = 600.0  # no actor running this long: an evaluation comes back
 # Evaluations an actor takes at once: its LocalEvaluator compiles one (CPU work; a tools-mode compile or sass call never
 # needs the GPU) while its pool runs another on the GPU, one job at a time, as the local evaluator does
 EVALUATIONS_PER_ACTOR = 2
+# Ray's exceptions for an actor that is gone (its process, or its node: ActorDiedError and ActorUnavailableError are
+# RayActorErrors) or a result lost with its node: the evaluation is sent to another actor. Looked up by name, as an
+# older Ray lacks some of them.
+LOSS_ERRORS = ("RayActorError", "NodeDiedError", "WorkerCrashedError", "ObjectLostError")
+# Sends of one evaluation whose actor is lost under it each time: then INFRA_ERROR, the trajectory's own (bounded)
+# retry. Two node losses in a row are still the cluster's; a kernel that somehow takes its node down does not take
+# every node with it.
+SENDS_PER_EVALUATION = 3
+# Lost actors replaced over the evaluator's life, per actor asked for: nodes that keep dying (a preemptible pool
+# drained, a cluster torn down) end the bench once every actor is lost and none may be started, never a loop of
+# actors started and lost; a single node's loss is far within it.
+REPLACEMENTS_PER_WORKER = 8
 
 
 class RayEvaluator:
@@ -84,8 +99,14 @@ class RayEvaluator:
         self._freed = threading.Condition(self._lock)  # notified when an actor starts or an evaluation ends
         self._running: dict = {}  # actors placed and started -> their evaluations in flight; the rest of self.actors wait
         self._dropped: set = set()  # actors lost
+        self._node: dict = {}  # running actors -> their node (Ray's node id)
+        self._checking: set = set()  # running actors whose node lost an actor: no new evaluation until they answer
+        self._gave_up_at = float("-inf")  # when an evaluation last found no actor running: those waiting with it give up
         self._closed = False
+        self._lost_errors = tuple(c for c in (getattr(ray.exceptions, n, None) for n in LOSS_ERRORS) if isinstance(c, type))
+        self.replacements_left = REPLACEMENTS_PER_WORKER * self.workers
         self.start_error = ""  # the last actor start that failed in the actor's own code
+        self.no_worker = ""  # why the last evaluation found no actor to run on ('' once one runs): the bench stops
         self.actors: list = []
         for _ in range(self.workers):
             self._start()
@@ -101,7 +122,7 @@ class RayEvaluator:
     def _admit(self, actor) -> None:
         """The actor joins the free ones once Ray has placed and started it (however long that takes)."""
         try:
-            self._ray.get(actor.where.remote())
+            where = self._ray.get(actor.where.remote())
         except Exception as exc:  # noqa: BLE001 - it died before it ran: its node lost, or its own start failed
             init_failed = getattr(exc, "actor_init_failed", False)
             if init_failed:
@@ -112,6 +133,8 @@ class RayEvaluator:
             if self._closed or not any(a is actor for a in self.actors):
                 return
             self._running[actor] = 0
+            self._node[actor] = (where or {}).get("node_id") or (where or {}).get("host")
+            self.no_worker = ""
             self._freed.notify_all()
 
     def _drop(self, actor, replace: bool) -> None:
@@ -120,7 +143,11 @@ class RayEvaluator:
                 return
             self._dropped.add(actor)
             self._running.pop(actor, None)
-            replace = replace and not self._closed
+            self._node.pop(actor, None)
+            self._checking.discard(actor)
+            replace = replace and not self._closed and self.replacements_left > 0
+            if replace:
+                self.replacements_left -= 1
         if replace:
             try:
                 self._start(instead_of=actor)
@@ -133,6 +160,28 @@ class RayEvaluator:
         except Exception:  # noqa: BLE001 - it may be gone already
             pass
 
+    def _lose(self, actor) -> None:
+        """`actor` is gone: given up (once, replaced), and the others on its node checked before they take another
+        evaluation: a node that died took them all, and each idle one would fail the next evaluation sent to it."""
+        with self._lock:
+            node = self._node.get(actor)
+            mates = [a for a in self._running if a is not actor and node is not None and self._node.get(a) == node
+                     and a not in self._checking]
+            self._checking.update(mates)
+        self._drop(actor, replace=True)
+        for mate in mates:
+            threading.Thread(target=self._check, args=(mate,), daemon=True, name="ray-evaluator-check").start()
+
+    def _check(self, actor) -> None:
+        """Back to work once it answers (after the evaluations it runs), or given up as lost."""
+        try:
+            self._ray.get(actor.where.remote())
+        except Exception:  # noqa: BLE001 - gone with its node, or unreachable: lost
+            self._drop(actor, replace=True)
+        with self._freed:
+            self._checking.discard(actor)
+            self._freed.notify_all()
+
     def where(self) -> list[dict]:
         """Where each actor runs (waits for those not started yet)."""
         with self._lock:
@@ -141,17 +190,20 @@ class RayEvaluator:
 
     def _take(self):
         """The running actor with the fewest evaluations in flight (below EVALUATIONS_PER_ACTOR: a second GPU is not left
-        idle while one holds two), or None once none has run for placement_wait_s (at once when none is left to start)."""
-        deadline = time.monotonic() + self.placement_wait_s
+        idle while one holds two), or None once none has run for placement_wait_s (at once when none is left to start,
+        or when another evaluation waiting meanwhile gave up)."""
+        began = time.monotonic()
+        deadline = began + self.placement_wait_s
         with self._freed:
             while True:
-                free = [a for a, n in self._running.items() if n < EVALUATIONS_PER_ACTOR]
+                free = [a for a, n in self._running.items() if n < EVALUATIONS_PER_ACTOR and a not in self._checking]
                 if free:
                     actor = min(free, key=self._running.__getitem__)
                     self._running[actor] += 1
                     return actor
                 running, waiting = len(self._running), len(self.actors) - len(self._running)
-                if not running and (not waiting or time.monotonic() > deadline):
+                if not running and (not waiting or time.monotonic() > deadline or self._gave_up_at > began):
+                    self._gave_up_at = time.monotonic()
                     return None
                 if running:  # the actors are busy: evaluations queue as long as they must
                     deadline = time.monotonic() + self.placement_wait_s
@@ -165,15 +217,31 @@ class RayEvaluator:
 
     def evaluate(self, workload_id: str, source: str, options: EvalOptions | None = None) -> EvalResult:
         options = options or EvalOptions()
+        for _ in range(SENDS_PER_EVALUATION):
+            try:
+                return self._send(workload_id, source, options)
+            except self._lost_errors as exc:  # the actor is gone (given up): another one evaluates it
+                lost = exc
+        return EvalResult(workload=workload_id, status="INFRA_ERROR",
+                          message=f"the Ray GPU worker was lost ({type(lost).__name__}) {SENDS_PER_EVALUATION} times "
+                                  "under this evaluation; the evaluation is retried",
+                          runtime_error=f"{type(lost).__name__}: {lost}"[:2000])
+
+    def _no_worker(self, workload_id: str) -> EvalResult:
+        with self._lock:
+            waiting = len(self.actors)
+        cause = (f"{waiting} waiting to be placed for {self.placement_wait_s:.0f} s (no free GPU in the cluster?)"
+                 if waiting else "every one lost or failed to start" + (f": {self.start_error}" if self.start_error else
+                                                                         ", and no replacement left to start"))
+        self.no_worker = f"no Ray GPU worker is running ({cause})"[:2000]
+        return EvalResult(workload=workload_id, status="INFRA_ERROR", message=self.no_worker)
+
+    def _send(self, workload_id: str, source: str, options: EvalOptions) -> EvalResult:
+        """One evaluation on a free actor; a LOSS_ERRORS exception (the actor given up) when it is lost."""
         actor = self._take()
         if actor is None:
-            with self._lock:
-                waiting = len(self.actors)
-            cause = (f"{waiting} waiting to be placed for {self.placement_wait_s:.0f} s (no free GPU in the cluster?)"
-                     if waiting else f"every one failed to start: {self.start_error or 'unknown cause'}")
-            return EvalResult(workload=workload_id, status="INFRA_ERROR",
-                              message=f"no Ray GPU worker is running ({cause})"[:2000])
-        lost = False
+            return self._no_worker(workload_id)
+        lost = gone = False
         try:
             ref = actor.evaluate.remote(workload_id, source, options.model_dump_json())
             return EvalResult.model_validate(self._ray.get(ref))
@@ -182,15 +250,20 @@ class RayEvaluator:
             # so the loop records it with its traceback and retries, and a repeat on the same kernel is scored as the
             # model's (scoring/turns.py 'reproduced'); the actor is kept, not restarted once per such kernel
             raise (exc.cause if isinstance(exc.cause, Exception) else RuntimeError(str(exc))) from exc
-        except Exception as exc:  # noqa: BLE001 - Ray's own failure (a lost actor or node: RayError; a Ray client cut
-            # off: ConnectionError; an answer this version cannot read): the infrastructure's, never the kernel's, which
-            # a retry that raised alike again would have made (scoring/turns.py 'reproduced')
+        except self._lost_errors:  # checked after RayTaskError, whose instances Ray also makes of the cause's class
+            gone = True
+            raise
+        except Exception as exc:  # noqa: BLE001 - Ray's other failures (a Ray client cut off: ConnectionError; an
+            # answer this version cannot read; another RayError): the infrastructure's, never the kernel's, which a
+            # retry that raised alike again would have made (scoring/turns.py 'reproduced')
             lost = True
             return EvalResult(workload=workload_id, status="INFRA_ERROR",
                               message=f"the Ray GPU worker failed ({type(exc).__name__}); the evaluation is retried",
                               runtime_error=f"{type(exc).__name__}: {exc}"[:2000])
         finally:
-            if lost:  # its replacement takes evaluations once placed (never a pending actor)
+            if gone:
+                self._lose(actor)
+            elif lost:  # its replacement takes evaluations once placed (never a pending actor)
                 self._drop(actor, replace=True)
             else:
                 self._give_back(actor)

@@ -12,6 +12,12 @@ class BenchError(RuntimeError):
     """The bench cannot start (a run folder in the way, no GPU for a GPU run, a bad matrix)."""
 
 
+class NoWorkerLeft(BenchError):
+    """The evaluator has no GPU worker left (a Ray cluster's nodes lost): the bench stops as on Ctrl-C, what ran is
+    recorded, and --resume goes on once there are GPUs again; retrying every trajectory meanwhile would only spend
+    their retries."""
+
+
 def make_evaluator(config: BenchConfig):
     from ptxbench.tools.redact import register_secret_env
 

@@ -8,7 +8,8 @@ provider); GPU evaluations queue in the evaluator (local worker pool, or Ray act
 each). Every trajectory checkpoints into the run's SQLite file, so a resumed run repeats neither
 finished trajectories nor finished model calls. An infra failure (INFRA_ERROR, or an exception from
 the harness) is retried from the last good step, up to `infra_retries` times; what stays failed is
-marked infra-failed and left out of model scores.
+marked infra-failed and left out of model scores. An evaluator that says it has no GPU worker left (`no_worker`: a
+Ray cluster whose nodes are all lost) stops the bench instead (NoWorkerLeft), every trajectory resumable.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from typing import Callable
 
 from pydantic import BaseModel
 
-from .evaluators import BenchError, make_evaluator
+from .evaluators import BenchError, NoWorkerLeft, make_evaluator
 from .matrix import BenchConfig, check_startable, expand
 from .retry import NOTHING_TO_RETRY
 from .scheduler import BenchInterrupted, LimitedModel, ProviderGates, run_all
@@ -169,6 +170,11 @@ class _Runner:
                 error = f"{type(exc).__name__}: {exc}"
                 continue
             tried = attempt - 1 if out.infra_retry == NOTHING_TO_RETRY else attempt  # that attempt ran nothing
+            if out.stop_reason == "infra_error" and not self.stopping.is_set() and (
+                    gone := getattr(self.evaluator, "no_worker", "")):
+                self.stop()  # no retry could run: the others end at their next model call, the unstarted never start
+                raise NoWorkerLeft(f"{gone}: the bench stopped, and what ran is recorded; once the cluster has GPUs "
+                                   f"again, resume with: ptxbench bench --resume --run-dir {self.run_dir}")
             if out.stop_reason == "infra_error" and attempt <= self.config.infra_retries and tried == attempt:
                 if self.stopping.is_set():  # a stop kills the GPU workers too: their INFRA_ERROR is no cause to
                     # evaluate again (on a worker started for it) while the bench stops; the infra stop stays for --resume
@@ -228,7 +234,7 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
                                              else _report(job, infra_failed=True, error=str(result)))) if on_done else None
     try:
         results = asyncio.run(run_all(configs, runner, config.parallel, on_done=callback, on_cancel=runner.stop,
-                                      share=lambda c: c.model))
+                                      share=lambda c: c.model, fatal=(NoWorkerLeft,)))
     finally:
         checkpointer.conn.close()
         pool = getattr(evaluator, "_pool", None)  # a local evaluator's pool, once started: its workers' start times

@@ -77,14 +77,17 @@ class LimitedModel:
 async def run_all(jobs: Iterable[Any], work: Callable[[Any], Any], parallel: int,
                   on_done: Callable[[Any, Any], None] | None = None,
                   on_cancel: Callable[[], None] | None = None,
-                  share: Callable[[Any], Any] | None = None) -> list[Any]:
+                  share: Callable[[Any], Any] | None = None,
+                  fatal: tuple[type[BaseException], ...] = ()) -> list[Any]:
     """Run work(job) for every job, at most `parallel` at once; results (or exceptions) in job order. Cancelled
     (Ctrl-C), no job starts any more and `on_cancel` tells those in flight to stop before the pool waits for them.
 
     `share(job)` names the party a job belongs to (the bench: its model): a free slot goes to the party with the
     fewest jobs in flight (then the fewest started), so one model's many cells (or slow trajectories) do not hold
     every slot while another model waits behind them in the list, and a stopped run has made like progress on each;
-    slots no other party can use still go to it."""
+    slots no other party can use still go to it.
+
+    A job raising one of `fatal` ends the run as a cancel does (the bench: no GPU worker left for any job)."""
     jobs = list(jobs)
     share = share or (lambda job: None)
     queues: dict[Any, deque[int]] = {}  # in order of first appearance: ties go to the party listed first
@@ -106,6 +109,8 @@ async def run_all(jobs: Iterable[Any], work: Callable[[Any], Any], parallel: int
             job = jobs[i]
             try:
                 result = await loop.run_in_executor(pool, work, job)
+            except fatal:
+                raise
             except Exception as exc:  # noqa: BLE001 - one trajectory's harness failure must not stop the others
                 result = exc
             results[i] = result

@@ -26,28 +26,55 @@ class RayTaskError(RayError):
         self.cause = cause
 
 
+class RayActorError(RayError):
+    """Ray's actor outage (ray.exceptions.RayActorError): ActorDiedError and ActorUnavailableError are its subclasses."""
+
+
+class ActorDiedError(RayActorError):
+    """What Ray raises for a call to an actor whose process or node died, in flight or sent afterwards."""
+
+
 class _Ref:
     def __init__(self, call):
         self.call = call
 
 
+fake_ray_pending: dict = {}  # nodes that are not up yet -> the event of their coming up
+
+
 class _Method:
-    def __init__(self, fn):
-        self.fn = fn
+    """A call on an actor of a dead node fails, as does one in flight when its node dies (its answer never comes)."""
+
+    def __init__(self, fn, handle=None):
+        self.fn, self.handle = fn, handle
 
     def remote(self, *args):
-        return _Ref(lambda: self.fn(*args))
+        def call():
+            dead = self.handle is not None and self.handle.dead
+            if self.handle is not None and self.handle.node in fake_ray_pending:
+                fake_ray_pending[self.handle.node].wait(30)  # not placed yet: no answer until it is
+            if dead():
+                raise ActorDiedError(f"The actor died because its node has died. Node Id: {self.handle.node}")
+            answer = self.fn(*args)
+            if dead():
+                raise ActorDiedError(f"The actor died because its node has died. Node Id: {self.handle.node}")
+            return answer
+        return _Ref(call)
 
 
 class FakeRay(types.ModuleType):
-    """Actors run in the calling thread; `fail_get` (an exception) is what every ray.get raises meanwhile."""
+    """Actors run in the calling thread; `fail_get` (an exception) is what every ray.get raises meanwhile. The n-th
+    actor started runs on node `place(n)`; a node in `dead_nodes` fails every call on its actors."""
 
     def __init__(self, gpus: int = 1):
         super().__init__("ray")
-        self.exceptions = types.SimpleNamespace(RayError=RayError, RayTaskError=RayTaskError)
+        self.exceptions = types.SimpleNamespace(RayError=RayError, RayTaskError=RayTaskError,
+                                                RayActorError=RayActorError, ActorDiedError=ActorDiedError)
         self.gpus, self.fail_get, self.fail_remote = gpus, None, None
         self.started = 0
         self.killed: list = []  # the actor handles ray.kill was given, in order
+        self.place = lambda n: "node0"
+        self.dead_nodes: set = set()
         self.lock = threading.Lock()
 
     def is_initialized(self):
@@ -61,10 +88,16 @@ class FakeRay(types.ModuleType):
 
         def wrap(cls):
             class Handle:
-                def __init__(self):
+                def __init__(self, node):
+                    self.node = node
                     self.obj = cls()
-                    self.evaluate, self.where, self.close = (_Method(self.obj.evaluate), _Method(lambda: {}),
+                    self.obj.node = node  # an actor class of a test may read where it runs
+                    self.evaluate, self.where, self.close = (_Method(self.obj.evaluate, self),
+                                                             _Method(lambda: {"node_id": node}, self),
                                                              _Method(lambda: None))
+
+                def dead(self):
+                    return self.node in fake.dead_nodes
 
             class ActorClass:
                 @staticmethod
@@ -73,7 +106,8 @@ class FakeRay(types.ModuleType):
                         raise fake.fail_remote
                     with fake.lock:
                         fake.started += 1
-                    return Handle()
+                        n = fake.started - 1
+                    return Handle(fake.place(n))
 
             return ActorClass
         return wrap
@@ -163,6 +197,9 @@ def test_an_evaluation_waiting_while_the_last_actor_is_replaced_waits_for_the_re
     import time
 
     evaluator = _evaluator(placement_wait_s=30.0)
+    # every ray.get fails until the kill below: the replacements started meanwhile fail too, as many as a loaded
+    # machine lets run before the test lifts the failure; this test is not about their bound
+    evaluator.replacements_left = 1000
     killed = threading.Event()
 
     def slow_kill(actor):
@@ -284,3 +321,193 @@ def test_an_actors_result_reaches_the_driver_as_the_local_evaluator_returns_it(f
     evaluator = _evaluator()
     result = evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))
     assert result.status == "INCORRECT_NUMERICAL" and math.isnan(result.timing.ceilings["hbm_gbps"])
+
+
+def _cluster(fake, nodes: list[str], then: str = "spare"):
+    """An evaluator with one actor per entry of `nodes` (placed there, in order); later actors go to node `then`."""
+    import time
+
+    from ptxbench.tools.ray_evaluator import RayEvaluator
+
+    fake.gpus = len(nodes)
+    fake.place = lambda n: nodes[n] if n < len(nodes) else then
+    evaluator = RayEvaluator(workers=len(nodes), placement_wait_s=5.0)
+    for _ in range(200):
+        if len(evaluator._running) == len(nodes):
+            break
+        time.sleep(0.01)
+    return evaluator
+
+
+def test_a_node_lost_under_a_busy_actor_costs_no_evaluation_an_infra_error(fake_ray):
+    """A node with two actors dies while one runs an evaluation and the other is idle. The evaluation in flight came
+    back INFRA_ERROR, and so did the next one handed to the idle actor, each a retry of its trajectory (enough of them
+    infra-failed it). Now the one in flight is evaluated on the other node, the idle actor is checked before it takes
+    any, and each lost actor is given up (and replaced) once."""
+    import ptxbench.tools.ray_evaluator as ray_evaluator
+
+    holding, release = threading.Event(), threading.Event()
+
+    class Held(Compiles):
+        def evaluate(self, workload_id, source, options_json):
+            if source == "held":
+                holding.set()
+                release.wait(10)
+            return super().evaluate(workload_id, source, options_json)
+
+    ray_evaluator.GpuEvaluatorActor = Held
+    evaluator = _cluster(fake_ray, ["a", "a", "b", "b"])
+    results = []
+    busy = threading.Thread(target=lambda: results.append(evaluator.evaluate(WL, "held", EvalOptions(no_gpu=True))))
+    busy.start()
+    assert holding.wait(5)
+    (node,) = {a.node for a in evaluator._running if evaluator._running[a]}  # where the evaluation runs
+    lost = [a for a in evaluator.actors if a.node == node]
+    fake_ray.dead_nodes.add(node)
+    release.set()
+    busy.join(10)
+    later = [evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True)) for _ in range(6)]
+    assert [r.status for r in results + later] == ["COMPILED"] * 7
+    for _ in range(200):  # the idle actor's check runs on a thread of its own
+        if len(fake_ray.killed) == 2:
+            break
+        threading.Event().wait(0.01)
+    assert sorted(map(id, fake_ray.killed)) == sorted(map(id, lost))  # the node's two actors, each given up once
+    assert fake_ray.started == 6 and len(evaluator.actors) == 4  # and each replaced once
+    assert not {a.node for a in evaluator.actors} & fake_ray.dead_nodes
+
+
+def test_a_node_lost_mid_bench_costs_no_trajectory_a_retry(fake_ray, tmp_path):
+    """The bench over that cluster: a node dies under the first evaluation while its other actor is idle. With no
+    infra retry allowed every trajectory still ends whole, on its first attempt."""
+    from bench_fixtures import CountingModel
+    from ptxbench.agent.bench.matrix import BenchConfig
+    from ptxbench.agent.bench.runner import run_bench
+    import ptxbench.tools.ray_evaluator as ray_evaluator
+
+    first = threading.Lock()
+
+    class NodeDies(Compiles):
+        def evaluate(self, workload_id, source, options_json):
+            if first.acquire(blocking=False):  # the first evaluation's node goes while it runs; no other node does
+                fake_ray.dead_nodes.add(self.node)
+            return super().evaluate(workload_id, source, options_json)
+
+    ray_evaluator.GpuEvaluatorActor = NodeDies
+    evaluator = _cluster(fake_ray, ["a", "a", "b", "b"])
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=4, turns=2, no_gpu=True, parallel=4,
+                      infra_retries=0)
+    out = run_bench(cfg, tmp_path / "run", evaluator=evaluator, model_factory=lambda c: CountingModel([]))
+    assert [(r.attempts, r.infra_failed, r.statuses) for r in out.trajectories] == [(1, False, ["COMPILED"] * 2)] * 4
+    assert len(fake_ray.killed) == 2 and len(set(map(id, fake_ray.killed))) == 2
+
+
+def test_nodes_that_keep_dying_stop_the_bench_in_one_line_and_resume_goes_on(fake_ray, tmp_path):
+    """Every node dies, and every node a replacement is placed on too: the actors lost are replaced a bounded number of
+    times (not started and lost for ever), then the bench stops in one line naming --resume, and the resume, on a
+    cluster that works again, finishes every trajectory without spending a retry on the lost cluster."""
+    from bench_fixtures import CountingModel
+    from ptxbench.agent.bench.evaluators import NoWorkerLeft
+    from ptxbench.agent.bench.matrix import BenchConfig
+    from ptxbench.agent.bench.runner import run_bench
+    from ptxbench.agent.records.rundir import load_run
+    from ptxbench.agent.scoring import score_runs
+    from ptxbench.tools.ray_evaluator import REPLACEMENTS_PER_WORKER
+
+    evaluator = _cluster(fake_ray, ["a", "b"], then="doomed")
+    fake_ray.dead_nodes.update({"a", "b", "doomed"})
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=3, turns=2, no_gpu=True, parallel=1,
+                      infra_retries=2)
+    calls: list[int] = []
+    with pytest.raises(NoWorkerLeft) as stopped:
+        run_bench(cfg, tmp_path / "run", evaluator=evaluator, model_factory=lambda c: CountingModel(calls))
+    line = str(stopped.value)
+    assert "\n" not in line and "no Ray GPU worker is running" in line
+    assert f"ptxbench bench --resume --run-dir {tmp_path / 'run'}" in line
+    assert fake_ray.started == 2 + 2 * REPLACEMENTS_PER_WORKER and evaluator.actors == []
+    for _ in range(200):  # the last one lost leaves the list before it is killed
+        if len(fake_ray.killed) == fake_ray.started:
+            break
+        threading.Event().wait(0.01)
+    assert len(set(map(id, fake_ray.killed))) == len(fake_ray.killed) == fake_ray.started
+    assert calls == [1] and len(load_run(tmp_path / "run")) == 1  # one model call; no trajectory started after it
+
+    fake_ray.dead_nodes.clear()
+    again = _cluster(fake_ray, ["c", "d"])
+    out = run_bench(None, tmp_path / "run", resume=True, evaluator=again, model_factory=lambda c: CountingModel(calls))
+    assert [(r.attempts, r.infra_failed) for r in out.trajectories] == [(1, False)] * 3
+    assert sorted(calls) == [1, 1, 1, 2, 2, 2]  # the first model call is not made again
+    score = score_runs([tmp_path / "run"])
+    assert score.n_infra_failed == 0 and [len(t.scored_turns) for t in score.trajectories] == [2, 2, 2]
+
+
+def test_an_evaluation_whose_actor_is_lost_under_it_again_and_again_is_the_trajectorys_retry(fake_ray):
+    """Replacements come, and each dies under the same evaluation: after SENDS_PER_EVALUATION it comes back
+    INFRA_ERROR (the trajectory's own bounded retry), not sent from actor to actor for as long as there are GPUs."""
+    import ptxbench.tools.ray_evaluator as ray_evaluator
+    from ptxbench.tools.ray_evaluator import SENDS_PER_EVALUATION
+
+    class TakesItsNode(Compiles):
+        def evaluate(self, workload_id, source, options_json):
+            fake_ray.dead_nodes.add(self.node)
+            return super().evaluate(workload_id, source, options_json)
+
+    ray_evaluator.GpuEvaluatorActor = TakesItsNode
+    evaluator = _cluster(fake_ray, ["a", "b"])
+    fake_ray.place = lambda n: f"node{n}"  # each replacement on a node of its own
+    result = evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))
+    assert result.status == "INFRA_ERROR" and "ActorDiedError" in result.message
+    assert len(fake_ray.killed) == SENDS_PER_EVALUATION and evaluator.actors  # others still there for the retry
+
+
+def test_evaluations_waiting_for_a_placement_give_up_together_and_say_no_worker(fake_ray):
+    """The only node is lost and its replacement waits for a GPU that never comes: the evaluations waiting for it gave
+    up each placement_wait_s after it began, the bench stopping only once the last did. They give up together, and
+    the evaluator says that it has no worker (`no_worker`), which stops the bench."""
+    import time
+
+    up = fake_ray_pending.setdefault("pending", threading.Event())
+    try:
+        evaluator = _cluster(fake_ray, ["a"], then="pending")
+        evaluator.placement_wait_s = 3.0
+        fake_ray.dead_nodes.add("a")
+        results, start = [], time.monotonic()
+
+        def run():
+            results.append((evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True)), time.monotonic() - start))
+
+        first = threading.Thread(target=run)
+        first.start()
+        time.sleep(1.5)
+        second = threading.Thread(target=run)
+        second.start()
+        first.join(10)
+        second.join(10)
+        assert [r.status for r, _ in results] == ["INFRA_ERROR"] * 2 and max(t for _, t in results) < 4.0
+        assert evaluator.no_worker.startswith("no Ray GPU worker is running (1 waiting to be placed")
+        up.set()  # the replacement is placed at last: it takes evaluations, and the evaluator has a worker again
+        for _ in range(200):
+            if evaluator._running:
+                break
+            time.sleep(0.01)
+        assert evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True)).status == "COMPILED" and not evaluator.no_worker
+    finally:
+        up.set()
+        fake_ray_pending.clear()
+
+
+def test_the_cli_says_in_one_line_that_no_worker_is_left_and_how_to_resume(fake_ray, tmp_path):
+    """`ptxbench bench --backend ray` on a cluster whose every node is dead (and every node a replacement lands on):
+    one line naming --resume, no traceback, the run recorded for the resume."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    fake_ray.dead_nodes.add("node0")
+    run = tmp_path / "b"
+    out = CliRunner().invoke(app, ["bench", "--models", "builtin/tuner", "--workloads", WL, "--trajectories", "2",
+                                   "--turns", "1", "--no-gpu", "--backend", "ray", "--run-dir", str(run), "--no-report"])
+    assert out.exit_code != 0 and "Traceback" not in out.output, out.output
+    (line,) = [l for l in out.output.splitlines() if "no Ray GPU worker is running" in l]
+    assert f"ptxbench bench --resume --run-dir {run}" in line
+    assert (run / "manifest.json").exists()
