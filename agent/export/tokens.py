@@ -4,6 +4,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable
 
+from . import hf_tokenizer
+
 
 def _estimate(text: str) -> int:
     # About four characters a token for English and code in BPE vocabularies (stated, not measured per model).
@@ -29,9 +31,7 @@ def _load(kind: str, name: str) -> Callable[[str], int]:
             with _bundled_cache():
                 enc = tiktoken.get_encoding(name)
         return lambda text: len(enc.encode(text, disallowed_special=()))
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(name)
+    tok = hf_tokenizer.load(name)
     return lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
 
 
@@ -48,6 +48,8 @@ def counter(spec: str) -> Callable[[str], int]:
         raise TokenizerUnavailable(f"{spec!r} names no tokenizer: write {SPECS}, e.g. tiktoken:o200k_base")
     try:
         return _load(kind, name)
+    except hf_tokenizer.Missing as exc:  # already says what to do, in one line
+        raise TokenizerUnavailable(f"{spec!r} cannot be loaded: {' '.join(str(exc).split())}") from None
     except Exception as exc:  # noqa: BLE001 - tiktoken, transformers and the hub raise many types: any means unusable
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         offline = ("; offline, a tokenizer loads only from a local copy (tiktoken: TIKTOKEN_CACHE_DIR; hf: a local "

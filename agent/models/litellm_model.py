@@ -17,7 +17,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from ...tools.redact import scrub_text
 from .base import CallStopped, ModelError, ModelRefused, ModelReply, ModelRequest, ModelUnavailable, OutOfTime, utf8_safe
 
-# The bundled price table: no network fetch at import time (and no 10 s stall offline).
+# The bundled price table: no network fetch at import time (up to 5 s and a warning offline). litellm reads the
+# switch once, while importing, so it is set before the first import; a user's own value stands.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
