@@ -165,8 +165,8 @@ def bench(
     target_speedup: Optional[float] = typer.Option(None, help="end a trajectory early once a kernel reaches this speedup"),
     gpus: Optional[int] = typer.Option(None, help="GPU workers to use (default: all visible / all in the Ray cluster)"),
     ray_placement_wait: Optional[float] = typer.Option(None, "--ray-placement-wait", min=1.0, help="--backend ray: "
-                                                       "seconds an evaluation waits for a placed GPU actor before it is "
-                                                       "an infra error, retried (default 600)"),
+                                                       "seconds an evaluation waits for a placed GPU actor before the "
+                                                       "bench stops, recorded and resumable (default 600)"),
     parallel: Optional[int] = typer.Option(None, min=1, help="trajectories in flight at once (default 16)"),
     provider_limit: Optional[str] = typer.Option(None, help="model calls in flight per provider, e.g. openai=4,anthropic=2 (default 8)"),
     infra_retries: Optional[int] = typer.Option(None, min=0, help="retries of an infra-failed trajectory from its last good step (default 2)"),
@@ -183,7 +183,7 @@ def bench(
     """Run a benchmark matrix into one run folder; print the leaderboard."""
     from rich.console import Console
 
-    from ..bench.evaluators import BenchError, make_evaluator
+    from ..bench.evaluators import BenchError, NoWorkerLeft, make_evaluator
     from ..bench.matrix import BenchConfig
 
     from . import inputs
@@ -295,6 +295,8 @@ def bench(
         with on_sigterm():  # a scheduler's stop or `kill` ends the bench as Ctrl-C does: recorded, resumable
             outcome = run_bench(config, run_dir, resume=resume, overrides=overrides, on_done=on_done,
                                 restart=restart_trajectory, evaluator=evaluator, own_evaluator=True)
+    except NoWorkerLeft as exc:  # every Ray GPU worker lost mid-run: what ran is recorded, resumable; not a usage error
+        raise inputs.RunFailed(str(exc)) from None
     except BenchError as exc:  # a run folder in the way, no GPU, a matrix with repeated ids: nothing was written
         raise inputs.BadInput(str(exc)) from None
     except Exception as exc:  # storage that gave out mid-run: one line; anything else as it is
