@@ -1,8 +1,10 @@
-"""Without a network (an air-gapped cluster serving a model with vLLM): litellm takes its bundled price table, and an
-`hf:` tokenizer comes from the local cache or fails in one line, without the hub's minutes of retries. Nothing here
-reaches the network: the hub's address is a closed or silent local port."""
+"""Without a network (an air-gapped cluster serving a model with vLLM): litellm takes its bundled price table, an
+`hf:` tokenizer comes from the local cache or fails in one line, without the hub's minutes of retries, and a tiktoken
+encoding from a local copy before any download. Nothing here reaches the network: the hub's address is a closed or
+silent local port."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -142,6 +144,35 @@ def test_a_hub_that_answers_at_all_counts_as_reachable(monkeypatch):
         assert hub_unreachable(f"http://127.0.0.1:{server.server_address[1]}") is None
     finally:
         server.server_close()
+
+
+def test_a_tiktoken_encoding_litellm_carries_is_read_with_no_download_tried(monkeypatch, tmp_path):
+    """tiktoken's download has no timeout: behind a proxy that never answers, `--tokenizer tiktoken:o200k_base`
+    waited for ever before the copy litellm carries was read."""
+    if importlib.util.find_spec("litellm") is None:  # its copy is read, litellm never imported
+        pytest.skip("litellm is not installed")
+    tiktoken = pytest.importorskip("tiktoken")
+    import tiktoken.load
+    import tiktoken.registry
+
+    from ptxbench.agent.export.tokens import counter
+
+    asked = []
+
+    def silent_proxy(url):
+        asked.append(url)
+        raise ConnectionError(f"{url}: timed out")
+
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("DATA_GYM_CACHE_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(tiktoken.load, "read_file", silent_proxy)
+    monkeypatch.delitem(tiktoken.registry.ENCODINGS, "o200k_base", raising=False)
+    counter.cache_clear()
+    try:
+        assert counter("tiktoken:o200k_base")("hello world") == 2
+    finally:
+        counter.cache_clear()
+    assert asked == [] and tiktoken.load.read_file is silent_proxy
 
 
 # The real hub and transformers, the hub's address a closed port: before, each file was retried with back-off
