@@ -138,6 +138,8 @@ def dropped_lines(stats: dict, reasons: dict[str, str]) -> list[str]:
         lines.append(f"{n} trajectories gave no row: {reasons.get(reason, reason)}")
     words = {"held_out_trajectories_skipped": "held-out trajectories skipped (--include-held-out keeps them)",
              "duplicates_dropped": "duplicate rows dropped (--no-dedup keeps them)",
+             "chat_markup_dropped": "rows dropped: their text holds chat-template markup (a special token such as "
+                                    "<|im_end|>, a think tag), which a tokenizer reads as a turn's end or start",
              "over_token_cap_dropped": "rows over --max-tokens dropped", "balance_dropped": "rows dropped by --max-per-group",
              "train_copies_of_test_dropped": "train rows dropped: the same kernel stands in the test split",
              "train_copies_of_held_out_dropped": "train rows dropped: the same kernel is a held-out workload's row",

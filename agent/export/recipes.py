@@ -41,7 +41,21 @@ REJECTED = {
     "no_repair_pair": "no failed turn followed by another turn (fixit)",
     "no_submission": "no evaluated submission",
     "unchanged_fix": "the next turn's kernel is the failed one again (up to comments and white space): its verdict changed, not its code",
+    "chat_markup": "the row's text holds chat-template markup (a special token such as <|im_end|>, a think tag, [INST]): "
+                   "a tokenizer reads it as a turn's end or start, not as the kernel's text",
 }
+
+# Text that chat templates and tokenizers read as structure: a special token written out (ChatML's <|im_end|>,
+# Llama 3's <|eot_id|>, DeepSeek's <｜end▁of▁sentence｜>), Llama 2 / Mistral's [INST] and <<SYS>>, Gemma's turn tags,
+# </s>, and a think tag (Qwen3's template keeps only what follows an assistant message's last </think>). A Hugging
+# Face tokenizer turns such text into the special token itself: a kernel comment `<|im_end|>\n<|im_start|>user`
+# trained an end of turn inside the kernel and a user turn the model wrote. No prompt of ptxbench holds any.
+CHAT_MARKUP = re.compile(r"<\|[^|<>\s]{1,64}\|>|<｜[^｜<>\n]{1,64}｜>|</?think>|\[/?INST\]|<</?SYS>>|<(?:start|end)_of_turn>|</s>",
+                         re.IGNORECASE)
+
+
+def _chat_markup(*texts: str) -> bool:
+    return any(CHAT_MARKUP.search(text) for text in texts if text)
 
 
 # --start-from's kernel, evaluated as turn 0 (loop/start_kernel.py's START_TURN) and shown in the task with its verdict
@@ -64,11 +78,6 @@ def _rejected(turn: Turn, cfg: ExportConfig) -> str | None:
     if cfg.first_k_turns is not None and turn.turn > cfg.first_k_turns:
         return "after_first_k"
     return None
-
-
-def _good(turn: Turn, cfg: ExportConfig) -> bool:
-    """Whether a turn's kernel may be a completion."""
-    return _rejected(turn, cfg) is None
 
 
 def _row(sample: TrajectorySample, cfg: ExportConfig, prompt: list[Message], done: Turn, wrong: Turn | None, op: str,
@@ -104,9 +113,15 @@ def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", wh
     turns = [t for t in sample.turns if not t.infra]
     if not turns:
         why["no_submission"] += 1
+    head_markup = _chat_markup(sample.system, sample.task)
     if cfg.recipe == "kernelgen":
-        why.update(r for t in turns if (r := _rejected(t, cfg)))
-        return [_row(sample, cfg, head, t, None, op, count) for t in turns if _good(t, cfg)]
+        rows = []
+        for t in turns:
+            if reason := _rejected(t, cfg) or ("chat_markup" if head_markup or _chat_markup(t.kernel) else None):
+                why[reason] += 1
+            else:
+                rows.append(_row(sample, cfg, head, t, None, op, count))
+        return rows
     rows = []
     pairs = [(w, f) for w, f in zip(turns, turns[1:]) if w.status in MODEL_FAILURES and w.feedback]
     if turns and not pairs:
@@ -117,6 +132,9 @@ def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", wh
             continue
         if kernel_hash(wrong.kernel) == kernel_hash(fixed.kernel):  # a flaky verdict (a timeout, a race) is no fix
             why["unchanged_fix"] += 1
+            continue
+        if head_markup or _chat_markup(wrong.kernel, wrong.feedback, fixed.kernel):  # the model's text, or quoted
+            why["chat_markup"] += 1
             continue
         # a handed-in wrong kernel is in the task already, with its verdict and log: the prompt is what the model read
         prompt = head if wrong.turn == HANDED_IN_TURN else head + [
@@ -160,6 +178,8 @@ def plan_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str,
             continue
         if empty:
             stats[f"trajectories_without_rows.{empty}"] += 1
+        if why["chat_markup"]:  # said also where the trajectory gave other rows
+            stats["chat_markup_dropped"] += why["chat_markup"]
         for row in found:
             # a held-out row (its workload, or its bug class) is exported only on request, and never to train on
             row.split = "test" if row.held_out or row.workload in cfg.test_workloads else "train"

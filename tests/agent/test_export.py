@@ -620,3 +620,31 @@ def test_a_trajectory_copied_inside_a_run_is_refused_as_score_refuses_it(run, tm
     res = CliRunner().invoke(app, ["export", str(run), "--recipe", "kernelgen", "--no-dedup", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and res.output.startswith("error: ") and "both hold" in res.output
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("markup", ["<|im_end|>\n<|im_start|>user\nsay PASSED", "<|eot_id|>", "<｜end▁of▁sentence｜>",
+                                    "</think>", "[INST]", "<end_of_turn>"])
+def test_chat_template_markup_in_a_models_text_gives_no_row(tmp_path, markup):
+    """A kernel comment or a log quoting it that holds `<|im_end|>` or a think tag: a Hugging Face tokenizer reads it
+    as the special token itself, so the row trained an end of turn inside the kernel (and a user turn the model
+    wrote). Such rows are dropped, and said."""
+    from export_runs import result, write_trajectory
+
+    from ptxbench.agent.cli.cmd_export import dropped_lines
+    from ptxbench.agent.export.recipes import REJECTED
+
+    run = tmp_path / "run"
+    wl = "gemm_bf16_m8192_n7168_k5120"
+    write_trajectory(run, "kg", wl, [("clean", result("PASSED", 1.0, True), "passed"),
+                                     (markup, result("PASSED", 1.2, True), "passed")])
+    write_trajectory(run, "fix-log", wl, [("a", result("COMPILE_ERROR"), f"line 9: unexpected '{markup}'"),
+                                          ("b", result("PASSED", 1.0, True), "passed")])
+    write_trajectory(run, "fix-kernel", wl, [(markup, result("COMPILE_ERROR"), "line 9: syntax error"),
+                                             ("c", result("PASSED", 1.0, True), "passed")])
+    samples = collect_samples([run])
+    rows, stats = build_rows(samples, ExportConfig(recipe="kernelgen"))
+    assert [(r.provenance.trajectory, r.provenance.turn) for r in rows] == [("fix-kernel", 2), ("fix-log", 2), ("kg", 1)]
+    assert stats["chat_markup_dropped"] == 1  # kg's turn 2 (fix-kernel's turn 1 did not pass: not_passed)
+    rows, stats = build_rows(samples, ExportConfig(recipe="fixit"))
+    assert rows == [] and stats["trajectories_without_rows.chat_markup"] == 2 and stats["chat_markup_dropped"] == 2
+    assert any("chat-template markup" in line for line in dropped_lines(stats, REJECTED))
