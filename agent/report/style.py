@@ -24,6 +24,12 @@ def escape(text: str) -> str:
     return html.escape(bidi_escaped(text))
 
 
+# Every text from a run is escaped; should one ever slip through, the page still runs no script and fetches nothing (a
+# model's `<img src=https://...>` would tell a server who opened the report): only the inline style and data: images.
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+
+
 def page(title: str, body: str) -> str:
+    # the title first: `report` knows an earlier report's folder by its title in the first 300 bytes (cmd_report.py)
     return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
-            f"<style>{CSS}</style></head><body>{body}</body></html>\n")
+            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\"><style>{CSS}</style></head><body>{body}</body></html>\n")

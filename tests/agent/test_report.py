@@ -336,3 +336,17 @@ def test_a_trajectory_copied_inside_the_run_stops_the_report_before_any_file(tmp
     (tmp_path / "mine").mkdir()  # a folder that was there before stays
     CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "mine")])
     assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
+
+
+def test_every_page_forbids_scripts_and_fetches_in_its_head(report):
+    """Defence behind the escaping: were one text of a run ever written unescaped, a browser opening the page still
+    runs no script and fetches nothing (an <img src=https://...> would tell a server who read the report)."""
+    _, files = report
+    for path in (files.html, *files.trajectories):
+        text = path.read_text()
+        head = text[:text.index("</head>")]
+        csp = re.search(r"<meta http-equiv='Content-Security-Policy' content=\"([^\"]+)\">", head)
+        assert csp, path.name
+        rules = dict(r.strip().split(" ", 1) for r in csp.group(1).split(";"))
+        assert rules["default-src"] == "'none'" and rules["img-src"] == "data:" and "script-src" not in rules
+        assert b"<title>ptxbench report: " in path.read_bytes()[:300] or path != files.html  # cmd_report's marker
