@@ -9,12 +9,10 @@ the table prompts/README.md keeps.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
-import os
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+
+from .encodings import encoding
 
 ENCODING = "o200k_base"
 WORKLOADS = ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_bwd_d128")
@@ -57,30 +55,10 @@ WORKLOADS = ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_bwd_d128")
 BUDGETS = {"basic": (3200, 2700), "knowledge": (13078, 10461), "expert": (13691, 10986)}
 
 
-@contextmanager
-def _bundled_cache():
-    """Point tiktoken at litellm's bundled encoding files while one loads, unless the user chose a cache."""
-    spec = importlib.util.find_spec("litellm")
-    bundled = Path(spec.submodule_search_locations[0]) / "litellm_core_utils" / "tokenizers" if spec else None
-    old = os.environ.get("TIKTOKEN_CACHE_DIR")
-    if old is None and bundled is not None and bundled.is_dir():
-        os.environ["TIKTOKEN_CACHE_DIR"] = str(bundled)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("TIKTOKEN_CACHE_DIR", None)
-
-
 @functools.cache
 def encoder():
-    try:
-        import tiktoken
-
-        with _bundled_cache():
-            return tiktoken.get_encoding(ENCODING)
-    except Exception:  # not installed, or no encoding file offline
-        return None
+    """o200k_base from a local copy (prompts/encodings.py), None without one: the sizes never wait on a download."""
+    return encoding(ENCODING)
 
 
 @dataclass(frozen=True)

@@ -19,35 +19,14 @@ class TokenizerUnavailable(ValueError):
     """A --tokenizer spec that names no tokenizer, or one that cannot be loaded here."""
 
 
-class _NotLocal(Exception):
-    """tiktoken asked for a download while only local copies were to be read."""
-
-
 def _tiktoken(name: str):
-    """A local copy first (the user's TIKTOKEN_CACHE_DIR, else the o200k / cl100k / p50k files litellm carries, as
-    prompts/size.py reads them), then tiktoken's own download: it has no timeout, so behind a proxy that never
-    answers it waited for ever, even for an encoding litellm carries."""
-    import tiktoken
-    import tiktoken.load
+    """A local copy first (prompts/encodings.py), then tiktoken's own download: the user named this encoding."""
+    from ptxbench.prompts.encodings import encoding
 
-    from ptxbench.prompts.size import _bundled_cache
-
-    fetch = tiktoken.load.read_file
-
-    def local_only(path: str) -> bytes:
-        if "://" in path:
-            raise _NotLocal(path)
-        return fetch(path)
-
-    tiktoken.load.read_file = local_only
-    try:
-        with _bundled_cache():
-            return tiktoken.get_encoding(name)
-    except _NotLocal:
-        pass
-    finally:
-        tiktoken.load.read_file = fetch
-    return tiktoken.get_encoding(name)
+    enc = encoding(name, download=True)
+    if enc is None:
+        raise ModuleNotFoundError("tiktoken is not installed (pip install tiktoken)")
+    return enc
 
 
 def _load(kind: str, name: str) -> Callable[[str], int]:

@@ -116,7 +116,7 @@ def test_a_tokenizer_that_cannot_load_offline_says_what_to_do(monkeypatch, tmp_p
     from ptxbench.agent.export.tokens import TokenizerUnavailable
 
     counter = _offline_tiktoken(monkeypatch, tmp_path, "cl100k_base")
-    monkeypatch.setattr("ptxbench.prompts.size._bundled_cache", nullcontext)  # no bundled copy either
+    monkeypatch.setattr("ptxbench.prompts.encodings.bundled_cache", nullcontext)  # no bundled copy either
     try:
         with pytest.raises(TokenizerUnavailable, match="offline, a tokenizer loads only from a local copy .*"
                                                        "--tokenizer estimate"):

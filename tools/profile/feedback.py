@@ -4,8 +4,8 @@ A headline (bottleneck from speed-of-light, achieved vs. peak) and findings rank
 they should matter: target instructions not executed, ptxas spills, excess DRAM traffic over the
 workload's minimum bytes, the top warp stalls with their share, occupancy and its limiter, and
 ncu's rules with their estimated gains. Findings are added in rank order until the token budget
-is reached (tiktoken's cl100k when it is installed with its encoding cached, else 4 characters a
-token), so the text never exceeds the budget.
+is reached (tiktoken's cl100k when a local copy holds it, TIKTOKEN_CACHE_DIR or litellm's bundled files, else 4
+characters a token: never a download), so the text never exceeds the budget.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import math
 import re
 
 from ptxbench.prompts import load
+from ptxbench.prompts.encodings import encoding
 from pydantic import BaseModel, Field
 
 from ptxbench.tools.regpool import spills_mostly_released
@@ -50,11 +51,11 @@ def template() -> dict[str, dict[str, str] | str]:
 
 @functools.cache
 def _encoder():
+    """cl100k from a local copy (prompts/encodings.py), None without one: a turn's feedback never waits on a
+    download (tiktoken's has no timeout)."""
     try:
-        import tiktoken
-
-        return tiktoken.get_encoding("cl100k_base")
-    except Exception:  # not installed, or its encoding file cannot be fetched offline
+        return encoding("cl100k_base")
+    except Exception:  # a damaged local copy: the estimate below
         return None
 
 

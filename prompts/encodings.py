@@ -1,0 +1,59 @@
+"""tiktoken encodings read from local copies first: the user's TIKTOKEN_CACHE_DIR, else the o200k / cl100k / p50k
+files litellm carries. tiktoken's own download has no timeout, so behind a proxy that never answers (an air-gapped
+cluster) it waits for ever; only an explicit choice of the user (export's --tokenizer) may go on to download."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+# tiktoken reads its files through one module-level function, swapped below while an encoding loads: one load at a time
+_LOADING = threading.Lock()
+
+
+class _NotLocal(Exception):
+    """tiktoken asked for a download while only local copies were to be read."""
+
+
+@contextmanager
+def bundled_cache():
+    """Point tiktoken at litellm's bundled encoding files while one loads, unless the user chose a cache."""
+    spec = importlib.util.find_spec("litellm")
+    bundled = Path(spec.submodule_search_locations[0]) / "litellm_core_utils" / "tokenizers" if spec else None
+    old = os.environ.get("TIKTOKEN_CACHE_DIR")
+    if old is None and bundled is not None and bundled.is_dir():
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(bundled)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TIKTOKEN_CACHE_DIR", None)
+
+
+def encoding(name: str, download: bool = False):
+    """The tiktoken encoding `name` from a local copy; with download=True, tiktoken's download when there is none.
+    None when tiktoken is not installed or, without download, no local copy holds the encoding."""
+    try:
+        import tiktoken
+        import tiktoken.load
+    except ImportError:
+        return None
+    with _LOADING:
+        fetch = tiktoken.load.read_file
+
+        def local_only(path: str) -> bytes:
+            if "://" in path:
+                raise _NotLocal(path)
+            return fetch(path)
+
+        tiktoken.load.read_file = local_only
+        try:
+            with bundled_cache():
+                return tiktoken.get_encoding(name)
+        except _NotLocal:
+            pass
+        finally:
+            tiktoken.load.read_file = fetch
+    return tiktoken.get_encoding(name) if download else None
