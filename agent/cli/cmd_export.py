@@ -136,7 +136,9 @@ def dropped_lines(stats: dict, reasons: dict[str, str]) -> list[str]:
     lines = []
     for reason, n in _with_prefix(stats, "trajectories_without_rows."):
         lines.append(f"{n} trajectories gave no row: {reasons.get(reason, reason)}")
-    words = {"held_out_trajectories_skipped": "held-out trajectories skipped (--include-held-out keeps them)",
+    words = {"skipped_record_lines": "lines of the trajectory logs skipped: no readable event (cut by a kill, not "
+                                     "UTF-8, not JSON, or of another version)",
+             "held_out_trajectories_skipped": "held-out trajectories skipped (--include-held-out keeps them)",
              "duplicates_dropped": "duplicate rows dropped (--no-dedup keeps them)",
              "chat_markup_dropped": "rows dropped: their text holds chat-template markup (a special token such as "
                                     "<|im_end|>, a think tag), which a tokenizer reads as a turn's end or start",

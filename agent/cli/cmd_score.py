@@ -102,6 +102,11 @@ def score(
         typer.echo(terminal_text(repair_markdown(repair)))
     for line in exclusion_lines(runs):
         typer.echo(terminal_text(line))
+    if result.n_skipped_lines:  # a damaged log: its scores lack whatever those lines held
+        damaged = [t for t in result.trajectories if t.skipped_lines]
+        typer.echo(terminal_text(f"skipped: {result.n_skipped_lines} lines of the trajectory logs are no readable event "
+                                 f"(cut by a kill, not UTF-8, not JSON, or of another version) and are left out of every "
+                                 f"score, in {len(damaged)} trajectories, first {damaged[0].run}/{damaged[0].id}"))
     typer.echo(f"{result.n_trajectories} trajectories ({result.n_infra_failed} infra-failed, left out), "
                f"{result.n_infra_turns} infra turns, {result.n_target_unknown} correct turns with unknown target verdict"
                + (f", {result.n_compile_only} COMPILED turns never run on a GPU (not counted as correct)"

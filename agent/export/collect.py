@@ -40,6 +40,7 @@ class TrajectorySample:
     synthetic: str | None = None
     started: str = ""  # the trajectory_start's time: a run folder's name alone is not unique (run1 of two examples)
     replayed_from: str | None = None  # the replay/<log> model that resubmitted the replies; `model` is their author
+    skipped_lines: int = 0  # lines of its log that are no readable event (rundir.read_log): said by `export`
     turns: list[Turn] = field(default_factory=list)
 
 
@@ -121,6 +122,7 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
             gpu=start.gpu or evaluated_gpu(rec.events) or gpus[run_dir], system=system, task=task,
             held_out=start.held_out or held_out_bug(start.config) or _registry_held_out(start.workload),
             synthetic=start.config.get("synthetic_bug"), started=_utc(start.ts), replayed_from=replayed_from,
+            skipped_lines=rec.skipped_lines,
         )
         for e in rec.events:
             if e.type != "eval_result" or not e.submission or not e.kernel_file:

@@ -163,6 +163,8 @@ def plan_rows(samples: list[TrajectorySample], cfg: ExportConfig, ops: dict[str,
     seen: set[str] = set()
     withheld: list[Row] = []  # the held-out rows left out: still the held-out workloads' answers
     for index, sample in enumerate(samples):
+        if sample.skipped_lines:  # a damaged log: its rows stand on less than it held
+            stats["skipped_record_lines"] += sample.skipped_lines
         why: Counter = Counter()
         found = candidate_rows(sample, cfg, ops.get(sample.workload, ""), why)
         for place, row in enumerate(found):

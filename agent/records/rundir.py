@@ -163,24 +163,33 @@ def _lines(path: Path) -> Iterator[bytes]:
 
 
 def read_events(path: Path) -> list[Event]:
-    """Events of one trajectory; a torn last line (a kill mid-write), or any line that is not a JSON object (not
-    UTF-8, nested past the parser's depth), is dropped, not fatal. Older records are brought to today's words first
+    """Events of one trajectory (read_log, less the count of lines it skipped)."""
+    return read_log(path)[0]
+
+
+def read_log(path: Path) -> tuple[list[Event], int]:
+    """Events of one trajectory, and how many lines were skipped: a torn last line (a kill mid-write), or any line
+    that is not a JSON object (not UTF-8, nested past the parser's depth) or no event of this version, is dropped, not
+    fatal, and counted so that scores of a damaged log say so. Older records are brought to today's words first
     (migrate_old_records), then validated into typed events."""
     raws: list[dict] = []
+    skipped = 0
     for line in _lines(Path(path)):
         try:
             raw = json.loads(line)
         except (ValueError, RecursionError):  # ValueError: not JSON, or not UTF-8 (UnicodeDecodeError)
-            continue
+            raw = None
         if isinstance(raw, dict):
             raws.append(raw)
+        else:
+            skipped += 1
     events: list[Event] = []
     for raw in migrate_old_records(raws):
         try:
             events.append(EVENT_ADAPTER.validate_python(raw))
         except ValueError:
-            continue
-    return events
+            skipped += 1
+    return events, skipped
 
 
 def migrate_old_records(raws: list[dict]) -> list[dict]:
@@ -236,6 +245,7 @@ def read_kernel(folder: Path, rel: str) -> str | None:
 class TrajectoryRecord:
     folder: Path
     events: list[Event]
+    skipped_lines: int = 0  # lines of its log read_log could not take as events: left out of everything read from it
 
     @property
     def start(self) -> TrajectoryStart | None:
@@ -294,7 +304,7 @@ def iter_run(run_dir: Path) -> Iterator[TrajectoryRecord]:
     run read at once took most of an export's memory (600 MB for 300 trajectories of eight turns)."""
     for folder in trajectory_folders(run_dir):
         log = trajectory_log(folder)
-        yield _checked(TrajectoryRecord(folder, read_events(log)), log)
+        yield _checked(TrajectoryRecord(folder, *read_log(log)), log)
 
 
 def distinct_runs(run_dirs: Iterable[Path]) -> list[Path]:

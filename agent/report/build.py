@@ -67,6 +67,10 @@ def _overview(run_dir: Path, manifest: dict, score: RunScore) -> list[tuple[str,
     if score.n_compile_only:
         facts.append(("COMPILED turns (not run on a GPU)",
                       f"{score.n_compile_only} (--no-gpu: compiled cleanly, correctness unknown, not counted as correct)"))
+    if score.n_skipped_lines:
+        damaged = [t.id for t in score.trajectories if t.skipped_lines]
+        facts.append(("unreadable log lines", Recorded(f"{score.n_skipped_lines} left out of every score (cut by a kill, "
+                      f"not UTF-8, not JSON, or of another version) in {len(damaged)} trajectories, first {damaged[0]}")))
     config = manifest.get("config") or {}
     gpu = manifest.get("gpu") or {}
     gpu = gpu if isinstance(gpu, dict) else {"gpus": gpu}  # older manifests name the GPU in a string

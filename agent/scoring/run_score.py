@@ -35,6 +35,8 @@ class RunScore(BaseModel):
     n_infra_turns: int = 0
     n_target_unknown: int = 0
     n_compile_only: int = Field(0, description="COMPILED turns, never run on a GPU (--no-gpu runs): not counted as correct")
+    n_skipped_lines: int = Field(0, description="lines of the trajectory logs that are no readable event, left out "
+                                 "(TrajectoryScore.skipped_lines): the scores lack whatever they held")
     cells: list[CellScore] = Field(default_factory=list, description="one per (model, workload, prompt, gpu, L2 flush): "
                                    "runs timed from the two flushes do not pool (docs/timing-integrity.md)")
     model_workload: list[CellScore] = Field(default_factory=list, description="one per (model, workload), prompts and GPUs pooled")
@@ -76,6 +78,7 @@ def score_trajectories(trajs: list[TrajectoryScore]) -> RunScore:
     score.models = _group(trajs, ("model",), balance="workload")
     score.n_target_unknown = sum(c.n_target_unknown for c in score.models)
     score.n_compile_only = sum(c.n_compile_only for c in score.models)
+    score.n_skipped_lines = sum(t.skipped_lines for t in trajs)
     return score
 
 

@@ -66,6 +66,8 @@ class TrajectoryScore(BaseModel):
     stop_reason: str = Field("", description="the last stop event's reason; empty while unfinished")
     turns: list[TurnScore] = Field(default_factory=list, description="every recorded turn, infra ones included, by turn number")
     start: TurnScore | None = Field(None, description="turn 0: the --start-from kernel's verdict (not the model's, so not in turns)")
+    skipped_lines: int = Field(0, description="lines of its log that are no readable event (a line cut by a kill, not "
+                               "UTF-8, not JSON, of another version), left out: its scores lack whatever they held")
 
     @property
     def scored_turns(self) -> list[TurnScore]:
@@ -230,4 +232,5 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
         infra_failed=infra_last,
         turns=[turns[k] for k in sorted(turns)],
         start=handed_in,
+        skipped_lines=record.skipped_lines,
     )

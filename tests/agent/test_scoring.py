@@ -585,3 +585,36 @@ def test_an_interruption_logged_after_a_turns_end_leaves_that_turn_its_verdict(t
     # an infra failure inside a turn (before its turn_end) still makes it an INFRA turn
     c = TrajectoryBuilder(tmp_path / "c", "c", "m", "gemm").turn(1, "PASSED", 1.2, True).infra(2).turn(2, "PASSED", 1.1, True).stop()
     assert [(t.turn, t.status) for t in score_trajectory(load_run(tmp_path / "c")[0]).turns] == [(1, "PASSED"), (2, "PASSED")]
+
+
+def test_unreadable_log_lines_are_left_out_and_said_by_score_report_and_export(tmp_path):
+    """A log line that is no event (not UTF-8, not a JSON object, nested past the parser, of an unknown type) was
+    dropped without a word: a run whose PASSED turn's eval_result line was damaged scored that turn as no pass, and
+    nothing said the score stood on less than the log. Each is counted, and `score` and the report say so."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+    from ptxbench.agent.report import write_report
+
+    run = tmp_path / "run"
+    TrajectoryBuilder(run, "t1", "m/a", "gemm").turn(1, "PASSED", 1.2, True).stop()
+    TrajectoryBuilder(run, "t2", "m/a", "gemm").turn(1, "COMPILE_ERROR").stop()
+    log = run / "trajectories" / "t1" / "trajectory.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    bad = [b"\xff\xfe not utf-8\n", b"[1, 2]\n", b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+           b'{"type": "verdict", "trajectory_id": "t1", "status": "PASSED 9.9x"}\n']
+    log.write_bytes(b"".join(lines[:2] + bad + lines[2:]))
+    score = score_runs([run])
+    assert score.n_skipped_lines == 4 and [t.skipped_lines for t in score.trajectories] == [4, 0]
+    assert score.trajectories[0].best_speedup == approx(1.2)  # the readable lines still score
+    out = CliRunner().invoke(app, ["score", str(run)]).output
+    assert "skipped: 4 lines of the trajectory logs are no readable event" in out and "first run/t1" in out
+    summary = write_report(run, tmp_path / "report").markdown.read_text()
+    assert "**unreadable log lines**: 4 left out of every score" in summary
+    res = CliRunner().invoke(app, ["export", str(run), "--recipe", "kernelgen", "--out", str(tmp_path / "data"),
+                                   "--format", "jsonl"])
+    assert res.exit_code == 0 and "4 lines of the trajectory logs skipped: no readable event" in res.output, res.output
+    assert json.loads((tmp_path / "data" / "export_manifest.json").read_text())["stats"]["skipped_record_lines"] == 4
+    clean = tmp_path / "clean"
+    TrajectoryBuilder(clean, "t", "m/a", "gemm").turn(1, "PASSED", 1.2, True).stop()
+    assert "skipped" not in CliRunner().invoke(app, ["score", str(clean)]).output
