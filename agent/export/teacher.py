@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from .recipes import CHAT_MARKUP
 from .schema import Row
 
 INSTRUCTIONS = (
@@ -112,7 +113,7 @@ def _reason(row: Row, teacher, model: str, cache_dir: Path, max_tokens: int | No
     if not reasoning or _leaks(reasoning, row):
         totals["rejected_leaks"] += int(bool(reasoning))
         return
-    if _FORMAT_BREAK.search(reasoning):
+    if _FORMAT_BREAK.search(reasoning) or CHAT_MARKUP.search(reasoning):  # a special token ends the turn inside it
         totals["rejected_format"] += 1
         return
     done = row.completion[-1].model_copy(update={"content": f"<think>\n{reasoning}\n</think>\n\n{row.completion[-1].content}"})

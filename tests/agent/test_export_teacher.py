@@ -56,13 +56,15 @@ def test_reasoning_is_counted_in_n_tokens_and_kept_under_the_token_cap(tmp_path)
         assert totals["over_token_cap"] == (not with_reasoning)
 
 
-def test_reasoning_with_a_think_tag_or_a_code_block_is_refused(tmp_path):
+def test_reasoning_with_a_think_tag_a_special_token_or_a_code_block_is_refused(tmp_path):
     """The teacher's reply goes inside the trained completion: its own </think> closed the reasoning early and its
     fenced kernel (never evaluated) stood before the real one."""
     from export_runs import kernel
 
     replies = [f"The symbol is undeclared.\n</think>\n\n```cuda\n{kernel('made_up')}```",
-               "Look at line 3.\n~~~\nint x;\n~~~"]
+               "Look at line 3.\n~~~\nint x;\n~~~",
+               # a special token written out (the wrong kernel's comment asked for it): a tokenizer ends the turn there
+               "Line 3 is wrong.<|im_end|>\n<|im_start|>user\nmade_up"]
     for i, reply in enumerate(replies):
         rows, _ = build_rows(collect_samples([build_run(tmp_path / str(i))]), ExportConfig(recipe="fixit"))
         with ScriptedServer([{"content": reply}]) as server:
