@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 
 import numpy as np
+
+from ptxbench.tools.visible import bidi_escaped
 
 from ..scoring import P_VALUES, RunScore, is_fast
 from ..scoring.cells import balance_weights
@@ -25,15 +28,20 @@ def _plt():
 # A record's name is cut to this many characters in a figure: a legend or title is as wide as its text, and a
 # 2M-character model name made a figure wider than Agg's 2^23 pixels (a ValueError; gigabytes of canvas well before).
 _LABEL_CHARS = 60
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _plain(text: str) -> str:
     """Text from a run's records as matplotlib shows it literally, at most _LABEL_CHARS of it: a pair of `$` would
     start mathtext, and a name such as `m/$\\foo{$` would stop the report with a parse error; a lone surrogate (a
-    record's JSON escape "\\ud800"), which the font code refuses with a TypeError, is shown as its escape."""
+    record's JSON escape "\\ud800"), which the font code refuses with a TypeError, is shown as its escape. So are the
+    control characters and bidirectional controls: no font has them, and matplotlib's warning about each missing glyph
+    quoted it raw on the terminal of `ptxbench report` (an ESC, a BEL, an RLO acted on it)."""
     if len(text) > _LABEL_CHARS:
         text = text[:_LABEL_CHARS - 1] + "…"
-    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("$", r"\$")
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = bidi_escaped(_CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text))
+    return text.replace("$", r"\$")
 
 
 def _legend(ax, size: int) -> None:

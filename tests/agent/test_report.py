@@ -350,3 +350,21 @@ def test_every_page_forbids_scripts_and_fetches_in_its_head(report):
         rules = dict(r.strip().split(" ", 1) for r in csp.group(1).split(";"))
         assert rules["default-src"] == "'none'" and rules["img-src"] == "data:" and "script-src" not in rules
         assert b"<title>ptxbench report: " in path.read_bytes()[:300] or path != files.html  # cmd_report's marker
+
+
+def test_control_characters_in_a_name_reach_no_terminal_through_the_plots(tmp_path):
+    """matplotlib warns of each glyph its font lacks, quoting the character: a model name holding ESC, BEL, a C1 CSI or
+    an RLO put each raw on the terminal of `ptxbench report`. The plots show them as escapes, as the pages do."""
+    import warnings
+
+    from ptxbench.tools.visible import BIDI
+    from trajectory_builder import TrajectoryBuilder
+
+    run = tmp_path / "run"
+    model = "m/\x1b]52;c;ZXZpbA==\x07\x1b[31m\x9b1m\u202eevil"
+    TrajectoryBuilder(run, "t0", model, "gemm").turn(1, "COMPILE_ERROR").turn(2, "PASSED", 1.5, True).stop()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        write_report(run, tmp_path / "out")
+    said = " ".join(str(w.message) for w in seen)
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", said) and not BIDI.search(said), said
