@@ -49,6 +49,7 @@ def score(
     """Score recorded runs: per turn, trajectory, model x workload cell, and repair behaviour."""
     from . import inputs
     from .terminal import terminal_text
+    from ptxbench.tools.redact import mask_strings, scrub_text
     from ..records.rundir import distinct_runs
     from ..report.tables import all_tables
     from ..scoring import DuplicateTrajectory, score_runs
@@ -93,15 +94,15 @@ def score(
         data = json.loads(_json(result))
         if repair.trajectories:
             data["repair_track"] = json.loads(_json(repair))
-        typer.echo(json.dumps(data, indent=1))
+        typer.echo(json.dumps(mask_strings(data), indent=1))  # keys masked, as in the report's score.json
         return
     # Names and infra messages are the records' text: control characters escaped (terminal_text) before they print.
     for table in all_tables(result):
-        typer.echo(terminal_text(table.markdown()))
+        typer.echo(terminal_text(scrub_text(table.markdown())))
     if repair.trajectories:  # a repair-track run (bench --track repair)
-        typer.echo(terminal_text(repair_markdown(repair)))
+        typer.echo(terminal_text(scrub_text(repair_markdown(repair))))
     for line in exclusion_lines(runs):
-        typer.echo(terminal_text(line))
+        typer.echo(terminal_text(scrub_text(line)))
     if result.n_skipped_lines:  # a damaged log: its scores lack whatever those lines held
         damaged = [t for t in result.trajectories if t.skipped_lines]
         typer.echo(terminal_text(f"skipped: {result.n_skipped_lines} lines of the trajectory logs are no readable event "

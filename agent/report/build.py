@@ -15,6 +15,7 @@ import pydantic_core
 from pydantic import BaseModel
 
 from ptxbench.tools.atomic import atomic_write
+from ptxbench.tools.redact import scrub_text
 
 from ..records.rundir import read_manifest
 from ..scoring import RunScore, score_trajectories
@@ -139,7 +140,15 @@ def _out_folders(out_dir: Path) -> None:
 
 # Record text may hold lone surrogates, which UTF-8 cannot write: a JSON escape such as "\ud800" in someone else's
 # records reads as one, and so does a trajectory folder name that is not UTF-8. Each is written as its escape.
+# Keys are masked again, as the export masks them (tools/redact.py): a run recorded before a key was set, by another
+# version, or by hand, holds what this machine's environment now keeps secret. Not inside the plots' base64, where a
+# key's shape (AIza...) can occur by chance: a record's text cannot write `src='` (escape() writes ' as &#x27;).
+_PLOT_DATA = re.compile(r"(src='data:image/png;base64,[A-Za-z0-9+/=]*')")
+
+
 def _write(path: Path, text: str) -> Path:
+    parts = _PLOT_DATA.split(text)  # odd places: the plots
+    text = "".join(part if i % 2 else scrub_text(part) for i, part in enumerate(parts))
     return atomic_write(path, text.encode("utf-8", "backslashreplace"))
 
 

@@ -368,3 +368,38 @@ def test_control_characters_in_a_name_reach_no_terminal_through_the_plots(tmp_pa
         write_report(run, tmp_path / "out")
     said = " ".join(str(w.message) for w in seen)
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", said) and not BIDI.search(said), said
+
+
+def test_a_key_in_the_records_reaches_no_report_file_nor_score_output(tmp_path, monkeypatch):
+    """A run recorded before the key was set, by another version or by hand holds the key in its text: the export
+    masked it, the report and `score` wrote it out."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+    from trajectory_builder import TrajectoryBuilder
+
+    key = "k3y-0123456789abcdefXYZ"
+    run = tmp_path / "run"
+    TrajectoryBuilder(run, "t0", f"m/{key}", "gemm").turn(1, "COMPILE_ERROR").turn(2, "PASSED", 1.5, True).stop()
+    kernel = run / "trajectories" / "t0" / "kernels" / "turn_02.ptx"
+    kernel.write_text(kernel.read_text() + f"// {key}\n")
+    monkeypatch.setenv("PROVIDER_API_KEY", key)
+    files = write_report(run, tmp_path / "out")
+    for path in (files.markdown, files.html, files.score_json, *files.trajectories):
+        assert key not in path.read_text(), path.name
+    assert "***" in files.score_json.read_text()
+    for args in (["score", str(run)], ["score", str(run), "--json"]):
+        out = CliRunner().invoke(app, args).output
+        assert key not in out and "***" in out, args
+    json.loads(CliRunner().invoke(app, ["score", str(run), "--json"]).output)
+
+
+def test_masking_keys_leaves_the_plots_whole(tmp_path, monkeypatch):
+    """A key's shape (AIza + 20 characters) can occur by chance in a plot's base64: the masking passes the plots by."""
+    from ptxbench.agent.report import build
+
+    png = "+AIza" + "B" * 30 + "=="
+    written = build._write(tmp_path / "index.html", f"<p>AIza{'C' * 30}</p><img src='data:image/png;base64,{png}'>")
+    assert written.read_text() == f"<p>***</p><img src='data:image/png;base64,{png}'>"
