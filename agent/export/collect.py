@@ -45,19 +45,33 @@ class TrajectorySample:
 
 
 def _utc(ts: float | None) -> str:
-    """An event's time as ISO 8601 in UTC, to the microsecond ("" without one)."""
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="microseconds") if ts else ""
+    """An event's time as ISO 8601 in UTC, to the microsecond ("" without one, or for a recorded NaN or a time no
+    calendar holds, which stopped the export with a traceback)."""
+    try:
+        return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="microseconds") if ts else ""
+    except (ValueError, OverflowError, OSError):
+        return ""
+
+
+def _text(content) -> str:
+    """A recorded message's content as text: a string, the text parts of a list of parts (OpenAI's form), else ""
+    (a number or an object there stopped the export)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
 
 
 def _first_prompts(events, start) -> tuple[str, str]:
     """System and task text: from the first model call, else from the start event's config (synthetic runs)."""
     for e in events:
         if e.type == "model_call":
-            system = next((m.get("content") or "" for m in e.messages if m.get("role") == "system"), "")
-            task = next((m.get("content") or "" for m in e.messages if m.get("role") == "user"), "")
+            system = next((_text(m.get("content")) for m in e.messages if m.get("role") == "system"), "")
+            task = next((_text(m.get("content")) for m in e.messages if m.get("role") == "user"), "")
             return system, task
     cfg = start.config if start else {}
-    return cfg.get("system_prompt", ""), cfg.get("task_prompt", "")
+    return cfg.get("system_prompt") or "", cfg.get("task_prompt") or ""
 
 
 def _author(events, model: str) -> tuple[str, str | None]:

@@ -202,6 +202,8 @@ def migrate_old_records(raws: list[dict]) -> list[dict]:
     decided_by_old: set[int] = set()  # turns whose latest submission is such a result
     for raw in raws:
         kind, turn = raw.get("type"), raw.get("turn")
+        if not isinstance(turn, (int, type(None))) or not isinstance(raw.get("status", ""), str):
+            continue  # no event of ours (a turn or status that is a list was a TypeError here): validation drops it
         if kind == "eval_result" and isinstance(raw.get("result"), dict):
             result = raw["result"]
             old = result.get("status") == "PASSED" and result.get("gpu_evaluated") is False

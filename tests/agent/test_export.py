@@ -648,3 +648,25 @@ def test_chat_template_markup_in_a_models_text_gives_no_row(tmp_path, markup):
     rows, stats = build_rows(samples, ExportConfig(recipe="fixit"))
     assert rows == [] and stats["trajectories_without_rows.chat_markup"] == 2 and stats["chat_markup_dropped"] == 2
     assert any("chat-template markup" in line for line in dropped_lines(stats, REJECTED))
+
+
+@pytest.mark.parametrize("ts, content", [(float("nan"), 7), (float("inf"), [{"type": "text", "text": "Write w."}]),
+                                         (1e300, {"text": "x"})])
+def test_a_start_time_or_message_content_of_another_type_exports_not_a_traceback(tmp_path, ts, content):
+    """A trajectory_start time that is NaN or past any calendar, or a recorded message whose content is no string,
+    stopped the export with a traceback (or a one-line refusal of the whole run): the row is written, the time left
+    empty, the content's text parts kept."""
+    from export_runs import result, write_trajectory
+
+    run = tmp_path / "run"
+    write_trajectory(run, "t", "gemm_bf16_m8192_n7168_k5120", [("a", result("COMPILE_ERROR"), "line 3: error"),
+                                                              ("b", result("PASSED", 1.0, True), "passed")])
+    log = run / "trajectories" / "t" / "trajectory.jsonl"
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    events[0]["ts"] = ts
+    events[1]["messages"][1]["content"] = content
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    rows, _ = build_rows(collect_samples([run]), ExportConfig(recipe="fixit"))
+    assert len(rows) == 1 and rows[0].provenance.trajectory_started == ""
+    assert rows[0].prompt[1].content == ("Write w." if isinstance(content, list) else "")
+    write_dataset(rows, tmp_path / "data", "jsonl", ExportConfig(recipe="fixit"), {}, [str(run)])

@@ -618,3 +618,16 @@ def test_unreadable_log_lines_are_left_out_and_said_by_score_report_and_export(t
     clean = tmp_path / "clean"
     TrajectoryBuilder(clean, "t", "m/a", "gemm").turn(1, "PASSED", 1.2, True).stop()
     assert "skipped" not in CliRunner().invoke(app, ["score", str(clean)]).output
+
+
+def test_a_log_line_whose_turn_or_status_is_no_scalar_is_skipped_not_a_traceback(tmp_path):
+    """An eval_result whose turn is a list, or a turn_end whose status is one, stopped score, report and export with a
+    TypeError (unhashable) before validation: such a line is no event, skipped and counted."""
+    run = tmp_path / "run"
+    TrajectoryBuilder(run, "t", "m/a", "gemm").turn(1, "PASSED", 1.2, True).turn(2, "COMPILE_ERROR").stop()
+    log = run / "trajectories" / "t" / "trajectory.jsonl"
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    bad = [dict(events[2], turn=[2]), dict(events[3], status=["PASSED"]), dict(events[3], turn={"n": 1})]
+    log.write_text("".join(json.dumps(e) + "\n" for e in events + bad))
+    score = score_runs([run])
+    assert score.n_skipped_lines == 3 and [t.status for t in score.trajectories[0].turns] == ["PASSED", "COMPILE_ERROR"]
