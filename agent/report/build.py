@@ -164,8 +164,10 @@ def _escaped(value):
 
 
 def _json(model: BaseModel) -> str:
-    """model_dump_json(indent=1), byte for byte, for a model whose text may hold lone surrogates (it refuses them)."""
-    return pydantic_core.to_json(_escaped(model.model_dump()), indent=1).decode("utf-8")
+    """model_dump_json(indent=1), byte for byte, for a model whose text may hold lone surrogates (it refuses them); a
+    NaN or infinity (a manifest's, as recorded) is null there, as in model_dump_json, not `NaN`, which no strict JSON
+    reader (jq, JSON.parse) takes."""
+    return pydantic_core.to_json(_escaped(model.model_dump()), indent=1, inf_nan_mode="null").decode("utf-8")
 
 
 def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:

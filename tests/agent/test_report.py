@@ -403,3 +403,26 @@ def test_masking_keys_leaves_the_plots_whole(tmp_path, monkeypatch):
     png = "+AIza" + "B" * 30 + "=="
     written = build._write(tmp_path / "index.html", f"<p>AIza{'C' * 30}</p><img src='data:image/png;base64,{png}'>")
     assert written.read_text() == f"<p>***</p><img src='data:image/png;base64,{png}'>"
+
+
+def test_a_nan_in_the_records_is_null_in_score_json_and_score_json_output(tmp_path):
+    """A manifest value recorded as NaN or Infinity was written as `NaN` into score.json and `score --json`: JSON no
+    strict reader takes (jq, JSON.parse), and unlike the model_dump_json these files say they match."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+    from ptxbench.agent.records.rundir import write_manifest
+    from trajectory_builder import TrajectoryBuilder
+
+    run = tmp_path / "run"
+    TrajectoryBuilder(run, "t", "m/a", "gemm").turn(1, "PASSED", 1.2, True).stop()
+    write_manifest(run, {"command": "bench", "cost": float("nan"), "budget": float("inf")})
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+
+    saved = strict(write_report(run, tmp_path / "out").score_json.read_text())
+    assert saved["manifests"][str(run)]["cost"] is None and saved["manifests"][str(run)]["budget"] is None
+    strict(CliRunner().invoke(app, ["score", str(run), "--json"]).output)
