@@ -27,10 +27,11 @@ from .compile import compile_source
 from .toolchain import ToolchainError
 from .evaluator import EvalOptions, serves
 from .gpu.hangs import HangMemo, job_key, reused_message
-from .gpu.limits import DeviceLimits, check_compiled
+from .gpu.limits import CANDIDATE_MEMORY_SHARE, DeviceLimits, check_compiled, local_reservation
 from .gpu.messages import GpuJob, GpuOutcome
 from .gpu.pool import GpuPool, NoGpuError, PoolConfig
 from .gpu.priority import QueuePriority
+from .gpu.scrub import MIN_FRAME, frame_bytes
 from .gpu.seeds import draw_base_seed, input_sets
 from .solution.plan import FormatIssue
 from .profile import attach
@@ -102,7 +103,23 @@ def _plan_issues_without_gpu(plan, wl, arch: str, comp) -> tuple[list[str], obje
         resolved = resolve_plan(plan, wl, lim.sm_count, arch)
     except PlanError as e:
         return [str(i) for i in getattr(e, "issues", [])] or [str(e)], None
-    return check_compiled(resolved, {k: r.smem_static for k, r in comp.kernels.items()}, lim), resolved
+    issues = check_compiled(resolved, {k: r.smem_static for k, r in comp.kernels.items()}, lim)
+    return issues + _local_frame_issues(comp, lim), resolved
+
+
+def _local_frame_issues(comp, lim: DeviceLimits) -> list[str]:
+    """The local memory the worker would refuse before any buffer is made (tools/gpu/runner.py): the module's largest
+    stack frame, as the scrub rounds it, reserved for every thread the GPU holds. Counted alone here (the buffers
+    need the GPU's own size), so only a frame that no Hopper GPU could hold beside the harness is a PLAN_ERROR."""
+    stack = max((k.stack for k in comp.kernels.values()), default=0)
+    local = local_reservation(frame_bytes(stack, MIN_FRAME), lim)
+    allowed = int(lim.total_memory * CANDIDATE_MEMORY_SHARE)
+    if local <= allowed:
+        return []
+    return [f"the kernels' local memory: a {stack}-byte stack frame is reserved for every thread the GPU holds "
+            f"({lim.max_threads_per_sm} per SM on {lim.sm_count} SMs, rounded up to {frame_bytes(stack, MIN_FRAME)} "
+            f"bytes a thread), {local / 2**30:.1f} GiB, more than the {allowed / 2**30:.1f} GiB a candidate may take; "
+            "keep large per-thread arrays in shared memory or registers"]
 
 
 def _with_pool_notes(comp, plan):
