@@ -86,3 +86,61 @@ def test_the_help_of_each_run_folder_default_names_the_runs_root():
         (run_dir,) = [p for p in commands[name].params if "--run-dir" in getattr(p, "opts", [])]
         assert "<runs root>" in run_dir.help, (name, run_dir.help)
     assert "$PTXBENCH_RUNS" in " ".join(p.help or "" for p in commands["optimize"].params)
+
+
+DOCS = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("docs/*/README.md"), *ROOT.glob("*/README.md"),
+        *ROOT.glob("*/*/README.md")]
+
+
+def _options_by_command() -> dict[str, set[str]]:
+    """Each command's option names (both forms of a flag); a group (`repairs`) takes its subcommands' together."""
+    import typer
+
+    out: dict[str, set[str]] = {}
+    for path, command in _commands(typer.main.get_command(app)):
+        names = {n for p in command.params if getattr(p, "param_type_name", "") == "option"
+                 for n in p.opts + p.secondary_opts} | {"--help"}
+        out.setdefault(path.split()[0], set()).update(names)
+    return out
+
+
+def misnamed_options(text: str, options: dict[str, set[str]]) -> list[str]:
+    """`line N: CMD --opt` (N: the command's line) for every option a `ptxbench CMD ...` line names that CMD does not
+    take: in an inline code span up to its closing backtick, in a code block up to a `#` comment, with the indented
+    `[--x ...]` lines below it."""
+    import re
+
+    command = re.compile(r"ptxbench(?:\.agent)? (" + "|".join(sorted(options, key=len, reverse=True)) + r")(?![\w-])")
+    lines = text.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        for m in command.finditer(line):
+            inline = line[:m.start()].count("`") % 2 == 1
+            chunk = [line[m.end():].split("`")[0] if inline else line[m.end():]]
+            if not inline:
+                indent = len(line) - len(line.lstrip())
+                for below in lines[i + 1:]:
+                    if not below.lstrip().startswith(("[", "--")) or len(below) - len(below.lstrip()) <= indent:
+                        break
+                    chunk.append(below)
+            for opt in re.findall(r"(?<![\w-])--[a-z][\w-]*", " ".join(c.split(" #")[0] for c in chunk)):
+                if opt not in options[m.group(1)]:
+                    out.append(f"line {i + 1}: {m.group(1)} {opt}")
+    return out
+
+
+def test_every_option_a_doc_gives_a_command_is_one_it_takes():
+    """The other direction of the test above: a renamed or removed option left in a usage line or example fails here."""
+    options = _options_by_command()
+    wrong = {str(d.relative_to(ROOT)): found for d in DOCS if (found := misnamed_options(d.read_text(), options))}
+    assert wrong == {}
+
+
+def test_a_misnamed_option_is_caught():
+    options = _options_by_command()
+    doc = ("    ptxbench optimize W --turns 4     # --all is workloads' option, in a comment\n"
+           "    ptxbench bench --models M --workloads W [--turns 8]\n"
+           "        [--trials 3] [--no-report]\n"
+           "then `ptxbench eval W F --trial 2` and `ptxbench repairs list --json`,\n"
+           "`python3 -m ptxbench.agent seal R --undo`")
+    assert misnamed_options(doc, options) == ["line 2: bench --trials", "line 4: eval --trial"]
