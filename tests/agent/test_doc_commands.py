@@ -144,3 +144,26 @@ def test_a_misnamed_option_is_caught():
            "then `ptxbench eval W F --trial 2` and `ptxbench repairs list --json`,\n"
            "`python3 -m ptxbench.agent seal R --undo`")
     assert misnamed_options(doc, options) == ["line 2: bench --trials", "line 4: eval --trial"]
+
+
+def env_mismatch(code: str, docs: str) -> tuple[list[str], list[str]]:
+    """($PTXBENCH_* the code reads that no doc names, those a doc names that no code reads)."""
+    import re
+
+    def names(text):
+        return set(re.findall(r"\bPTXBENCH_[A-Z][A-Z0-9_]*[A-Z0-9]\b", text))
+
+    return sorted(names(code) - names(docs)), sorted(names(docs) - names(code))
+
+
+def test_every_ptxbench_environment_variable_is_documented_and_real():
+    """PTXBENCH_NCU and PTXBENCH_COMPUTE_SANITIZER were named only by the error that asks for them."""
+    code = "\n".join(p.read_text() for top in ("agent", "tools", "workloads", "prompts", "bench")
+                     for p in (ROOT / top).rglob("*") if p.suffix in (".py", ".sh"))
+    assert env_mismatch(code, "\n".join(d.read_text() for d in DOCS)) == ([], [])
+
+
+def test_an_undocumented_or_stale_variable_is_caught():
+    code = 'os.environ.get("PTXBENCH_NCU") or os.environ["PTXBENCH_CACHE"]'
+    assert env_mismatch(code, "`$PTXBENCH_CACHE` (default ...), `PTXBENCH_NCU_LOCK=shared`") == (
+        ["PTXBENCH_NCU"], ["PTXBENCH_NCU_LOCK"])
