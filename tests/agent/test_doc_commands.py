@@ -167,3 +167,21 @@ def test_an_undocumented_or_stale_variable_is_caught():
     code = 'os.environ.get("PTXBENCH_NCU") or os.environ["PTXBENCH_CACHE"]'
     assert env_mismatch(code, "`$PTXBENCH_CACHE` (default ...), `PTXBENCH_NCU_LOCK=shared`") == (
         ["PTXBENCH_NCU"], ["PTXBENCH_NCU_LOCK"])
+
+
+def unindexed(index: str, entries: list[str]) -> list[str]:
+    """The entries (file or folder names) an index's table rows do not name in their first column."""
+    named = {line.split("|")[1].strip().rstrip("/") for line in index.splitlines() if line.startswith("| ")}
+    return [e for e in entries if e not in named]
+
+
+def test_the_docs_index_names_every_document():
+    """docs/README.md left timing-integrity.md out."""
+    entries = sorted(p.name for p in (ROOT / "docs").iterdir() if p.name != "README.md" and not p.name.startswith("."))
+    assert unindexed((ROOT / "docs" / "README.md").read_text(), entries) == []
+
+
+def test_an_unindexed_document_is_caught():
+    index = ("| document | what it is |\n| --- | --- |\n"
+             "| agent.md | the loop, timing-integrity.md aside |\n| examples/ | runs |\n")
+    assert unindexed(index, ["agent.md", "examples", "timing-integrity.md"]) == ["timing-integrity.md"]
