@@ -185,3 +185,36 @@ def test_an_unindexed_document_is_caught():
     index = ("| document | what it is |\n| --- | --- |\n"
              "| agent.md | the loop, timing-integrity.md aside |\n| examples/ | runs |\n")
     assert unindexed(index, ["agent.md", "examples", "timing-integrity.md"]) == ["timing-integrity.md"]
+
+
+def missing_paths(text: str, folder: Path) -> list[str]:
+    """The files a doc names that are nowhere: a path (`a/b.py`) from the repository root, the doc's folder, a code
+    folder or tests/data; a bare `NAME.md` anywhere in the repository. Placeholders (`D/NN.json`, `<run>/`) aside."""
+    import re
+
+    out = []
+    for ref in re.findall(r"(?<![\w/.<>*$-])((?:[\w.-]+/)+[\w.-]+\.(?:md|py|sh|toml))(?![\w/]|\.\w)", text):
+        if any(part.isupper() for part in ref.split("/")[:-1]):
+            continue
+        bases = [ROOT, folder, *(ROOT / top for top in ("agent", "tools", "workloads", "prompts", "bench", "tests")),
+                 ROOT / "tests" / "data"]
+        if not any((b / ref).exists() for b in bases):
+            out.append(ref)
+    known = {p.name for p in ROOT.rglob("*.md")} | REPORT_FILES
+    out += [name for name in re.findall(r"(?<![\w/.-])([\w-]+\.md)\b", text) if name not in known]
+    return out
+
+
+REPORT_FILES = {"repair.md"}  # written by `ptxbench report`, named where the docs say what a report holds
+
+
+def test_every_file_a_doc_names_exists():
+    """tools/README.md sent readers to FACTS.md, a file no checkout holds."""
+    wrong = {str(d.relative_to(ROOT)): found for d in DOCS if (found := missing_paths(d.read_text(), d.parent))}
+    assert wrong == {}
+
+
+def test_a_missing_file_is_caught():
+    text = ("the driver (see FACTS.md); tools/gpu/pool.py and gpu/pool.py, `ncu/capture.py`, D/NN_label.json,\n"
+            "bench/results/gemm_sweep.md and bench/results/gemm_swept.md, bench/results/gemm_sweep/r14_x.py.txt")
+    assert missing_paths(text, ROOT / "tools") == ["bench/results/gemm_swept.md", "FACTS.md"]
