@@ -218,3 +218,23 @@ def test_a_missing_file_is_caught():
     text = ("the driver (see FACTS.md); tools/gpu/pool.py and gpu/pool.py, `ncu/capture.py`, D/NN_label.json,\n"
             "bench/results/gemm_sweep.md and bench/results/gemm_swept.md, bench/results/gemm_sweep/r14_x.py.txt")
     assert missing_paths(text, ROOT / "tools") == ["bench/results/gemm_swept.md", "FACTS.md"]
+
+
+def split_tables(text: str) -> list[int]:
+    """Lines where a table goes on after a blank line: Markdown ends the table at the blank, and the rows after it,
+    with no header and separator of their own, show as plain text."""
+    import re
+
+    lines = text.splitlines()
+    return [i + 1 for i in range(2, len(lines)) if lines[i].startswith("|") and not lines[i - 1].strip()
+            and lines[i - 2].startswith("|") and not re.match(r"\|[\s:|-]+\|\s*$", lines[min(i + 1, len(lines) - 1)])]
+
+
+def test_no_table_is_split_by_a_blank_line():
+    """tools/README.md's compile table lost its jail.py, jail_deps.py, textcap.py and visible.py rows that way."""
+    assert {str(d.relative_to(ROOT)): found for d in DOCS if (found := split_tables(d.read_text()))} == {}
+
+
+def test_a_split_table_is_caught():
+    table = "| module | what |\n| --- | --- |\n| `a.py` | a |\n\n| `b.py` | b |\n\n| new | table |\n|---|---|\n| c | d |\n"
+    assert split_tables(table) == [5]
