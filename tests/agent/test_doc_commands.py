@@ -238,3 +238,28 @@ def test_no_table_is_split_by_a_blank_line():
 def test_a_split_table_is_caught():
     table = "| module | what |\n| --- | --- |\n| `a.py` | a |\n\n| `b.py` | b |\n\n| new | table |\n|---|---|\n| c | d |\n"
     assert split_tables(table) == [5]
+
+
+def stale_defaults(readme: str, sources: dict[str, str]) -> list[str]:
+    """`SCRIPT --opt`: a `[--opt N]` a usage cell of bench/README.md shows that is not the script's argparse default."""
+    import re
+
+    out = []
+    for script, usage in re.findall(r"`(\w+\.py)([^`]*)`", readme):
+        for opt, shown in re.findall(r"\[(--[a-z][\w-]*) (\d+(?:\.\d+)?)\]", usage):
+            found = re.search(re.escape(f'"{opt}"') + r"[^)]*?default=([\d.]+)\b", sources.get(script, ""))
+            if not found or float(found.group(1)) != float(shown):
+                out.append(f"{script} {opt}")
+    return out
+
+
+def test_the_bench_scripts_defaults_are_the_ones_their_usage_shows():
+    """jail_overhead.py [--repeats 7] ran 5 repeats; attention_sweep.py [--trials 3] ran 1."""
+    sources = {p.name: p.read_text() for p in (ROOT / "bench").glob("*.py")}
+    assert stale_defaults((ROOT / "bench" / "README.md").read_text(), sources) == []
+
+
+def test_a_stale_default_is_caught():
+    source = 'ap.add_argument("--repeats", type=int, default=5)\nap.add_argument("--json", default=None)'
+    readme = "| `jail_overhead.py [--repeats 7] [--json F]` | ... |\n| `jail_overhead.py [--repeats 5.0]` |"
+    assert stale_defaults(readme, {"jail_overhead.py": source}) == ["jail_overhead.py --repeats"]
