@@ -263,3 +263,25 @@ def test_a_stale_default_is_caught():
     source = 'ap.add_argument("--repeats", type=int, default=5)\nap.add_argument("--json", default=None)'
     readme = "| `jail_overhead.py [--repeats 7] [--json F]` | ... |\n| `jail_overhead.py [--repeats 5.0]` |"
     assert stale_defaults(readme, {"jail_overhead.py": source}) == ["jail_overhead.py --repeats"]
+
+
+def undefined_types(text: str, modules: list) -> list[str]:
+    """The CamelCase names a doc puts in backticks that none of the modules defines (Python's own aside)."""
+    import builtins
+    import re
+
+    names = sorted(set(re.findall(r"`([A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+|[A-Z][a-z]+)`", text)))
+    return [n for n in names if not hasattr(builtins, n) and not any(hasattr(m, n) for m in modules)]
+
+
+def test_the_solution_format_names_the_types_the_parser_has():
+    """extract_solution returns an ExtractedSource; the page said `Extracted`, which is agent/loop's reply type."""
+    from ptxbench.tools.solution import expr, parse, plan
+
+    assert undefined_types((ROOT / "docs" / "solution-format.md").read_text(), [parse, plan, expr]) == []
+
+
+def test_an_undefined_type_is_caught():
+    from ptxbench.tools.solution import parse
+
+    assert undefined_types("`ExtractedSource` or `Extracted`, a `ValueError`; `None`", [parse]) == ["Extracted"]
