@@ -236,7 +236,8 @@ def test_no_table_is_split_by_a_blank_line():
 
 
 def test_a_split_table_is_caught():
-    table = "| module | what |\n| --- | --- |\n| `a.py` | a |\n\n| `b.py` | b |\n\n| new | table |\n|---|---|\n| c | d |\n"
+    table = ("| module | what |\n| --- | --- |\n| `a.py` | a |\n\n| `b.py` | b |\n"
+             "\n| new | table |\n|---|---|\n| c | d |\n")
     assert split_tables(table) == [5]
 
 
@@ -285,3 +286,26 @@ def test_an_undefined_type_is_caught():
     from ptxbench.tools.solution import parse
 
     assert undefined_types("`ExtractedSource` or `Extracted`, a `ValueError`; `None`", [parse]) == ["Extracted"]
+
+
+def unlisted_bug_classes(text: str, classes: list[str], families: dict[str, tuple[str, ...]]) -> list[str]:
+    """The bug classes a doc neither names nor covers by naming their family (`PIPELINE_CLASSES`)."""
+    covered = {c for name, members in families.items() if f"`{name}" in text for c in members}
+    return [c for c in classes if f"`{c}`" not in text and c not in covered]
+
+
+def test_the_synthetic_repairs_section_covers_every_bug_class():
+    """dataset-schema.md listed the first fifteen classes as if they were all: the pipeline and backward ones were
+    missing."""
+    from ptxbench.agent.export import mutations
+
+    families = {n: getattr(mutations, n) for n in ("PIPELINE_CLASSES", "BACKWARD_CLASSES", "CLUSTER_CLASSES")}
+    text = (ROOT / "docs" / "dataset-schema.md").read_text()
+    assert unlisted_bug_classes(text, [m.name for m in mutations.MUTATIONS], families) == []
+
+
+def test_an_unlisted_bug_class_is_caught():
+    families = {"CLUSTER_CLASSES": ("cluster_a", "cluster_b")}
+    classes = ["wrong_swizzle", "cluster_b", "bwd_dq_plain_store"]
+    text = "`wrong_swizzle` and (`CLUSTER_CLASSES` in mutations.py)"
+    assert unlisted_bug_classes(text, classes, families) == ["bwd_dq_plain_store"]
