@@ -6,6 +6,7 @@ import operator
 import sqlite3
 from typing import Annotated, TypedDict
 
+import pytest
 from langgraph.graph import END, START, StateGraph
 
 from ptxbench.agent.records.checkpoint_store import DELTA, CompactSqliteSaver
@@ -70,3 +71,22 @@ def test_threads_reading_a_fresh_store_at_once_all_succeed(tmp_path):
             t.join()
         assert errors == [], errors
         assert conn.execute("SELECT count(*) FROM channel_values").fetchone() == (0,)  # our table exists too
+
+
+def test_a_hostile_checkpoint_row_is_data_never_code(tmp_path):
+    """--resume reads checkpoints back; a row someone wrote into a run's checkpoints.sqlite (or one the serializer's
+    old json fallback made of model text) that names a constructor or carries a pickle must come back as plain data
+    or be refused, never run (langgraph-checkpoint < 3.0 built the object a json row named: CVE-2025-64439)."""
+    import json
+    import sqlite3
+
+    from ptxbench.agent.records.checkpoint_store import CompactSqliteSaver
+
+    marker = tmp_path / "ran"
+    saver = CompactSqliteSaver(sqlite3.connect(":memory:", check_same_thread=False))
+    row = json.dumps({"lc": 2, "type": "constructor", "id": ["subprocess", "check_output"],
+                      "kwargs": {"args": ["touch", str(marker)]}}).encode()
+    assert saver.serde.loads_typed(("json", row)) == json.loads(row)
+    with pytest.raises(Exception):
+        saver.serde.loads_typed(("pickle", f"cos\nsystem\n(S'touch {marker}'\ntR.".encode()))
+    assert not marker.exists()
