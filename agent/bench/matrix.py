@@ -83,11 +83,12 @@ def check_startable(config: BenchConfig) -> None:
 
 def _own_slugs(configs: list[OptimizeConfig]) -> list[OptimizeConfig]:
     """Distinct models whose ids' model part is the same (cut at 48 characters: fireworks_ai/accounts/fireworks/models/
-    deepseek-v3 and -r1) each get the cut string with a hash of the whole one; every other model keeps the part it
-    always had, so a run recorded before goes on under its ids."""
+    deepseek-v3 and -r1), or the same but for case (Org/M and org/m: one folder on a case-insensitive disk, macOS's
+    default), each get the cut string with a hash of the whole one; every other model keeps the part it always had,
+    so a run recorded before goes on under its ids."""
     models: dict[str, set[str]] = {}
     for c in configs:
-        models.setdefault(c.model_slug(), set()).add(c.model)
+        models.setdefault(c.model_slug().casefold(), set()).add(c.model)
     clash = {m for same in models.values() if len(same) > 1 for m in same}
     return [c.model_copy(update={"slug": f"{c.model_slug()[:39]}-{sha256_text(c.model)[:8]}"}) if c.model in clash
             else c for c in configs]
@@ -97,7 +98,7 @@ def _distinct(configs: list[OptimizeConfig]) -> list[OptimizeConfig]:
     """The matrix, refused when two trajectories share an id (one folder, one checkpoint thread: run twice, counted
     twice); on both tracks."""
     configs = _own_slugs(configs)
-    ids = [c.trajectory_id() for c in configs]
+    ids = [c.trajectory_id().casefold() for c in configs]
     if len(set(ids)) != len(ids):
         raise ValueError("two trajectories of the matrix share an id: repeated models, workloads or prompts?")
     return configs

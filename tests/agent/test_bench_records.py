@@ -172,3 +172,16 @@ def test_two_models_whose_names_share_their_first_48_characters_are_two_models(t
                     tmp_path / "run", evaluator=CompilesNoop(), model_factory=lambda c: Named(c.model))
     assert sorted(r.start.model for r in load_run(tmp_path / "run")) == sorted([v3, r1])
     assert len(out.trajectories) == 2
+
+
+def test_two_models_whose_names_differ_only_in_case_get_ids_that_differ_in_more():
+    """Org/M and org/m made trajectory ids that differed only in case: one folder and one checkpoint thread on a
+    case-insensitive disk (macOS's default), the second trajectory writing into the first's log."""
+    from ptxbench.agent.bench.matrix import expand
+
+    upper, lower = "openai/Org/Model-X", "openai/org/model-x"
+    configs = expand(BenchConfig(models=[upper, lower], workloads=[WL], trajectories=1))
+    ids = [c.trajectory_id() for c in configs]
+    assert len({i.casefold() for i in ids}) == 2, ids
+    (alone,) = expand(BenchConfig(models=[upper], workloads=[WL], trajectories=1))
+    assert alone.trajectory_id() == f"{WL}__{upper.replace('/', '-')}__knowledge__00"  # no clash: the id it always had
