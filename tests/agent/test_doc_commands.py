@@ -309,3 +309,26 @@ def test_an_unlisted_bug_class_is_caught():
     classes = ["wrong_swizzle", "cluster_b", "bwd_dq_plain_store"]
     text = "`wrong_swizzle` and (`CLUSTER_CLASSES` in mutations.py)"
     assert unlisted_bug_classes(text, classes, families) == ["bwd_dq_plain_store"]
+
+
+def test_the_run_layout_names_each_kernel_suffix():
+    """docs/agent.md's run layout gave every turn's kernel as turn_NN.cu; a PTX solution is kept as turn_NN.ptx."""
+    from ptxbench.agent.records.rundir import KERNEL_SUFFIX
+
+    text = (ROOT / "docs" / "agent.md").read_text()
+    layout = text[text.index("kernels/turn_NN"):].split("\n\n")[0]
+    assert [s for s in KERNEL_SUFFIX.values() if f".{s}" not in layout] == []
+
+
+def test_the_run_layout_names_every_event_and_stop_reason():
+    """A log's model_retry events and the stop reasons (turn_limit, time_budget ...) were named in no doc."""
+    import typing
+
+    from ptxbench.agent.records import events
+
+    text = (ROOT / "docs" / "agent.md").read_text()
+    layout = text[text.index("trajectory.jsonl    "):text.index("kernels/turn_NN")]
+    kinds = [c.model_fields["type"].default for c in vars(events).values()
+             if isinstance(c, type) and issubclass(c, events._Event) and "type" in c.model_fields]
+    reasons = typing.get_args(events.Stop.model_fields["reason"].annotation)
+    assert [n for n in [*kinds, *reasons] if n not in layout] == []
