@@ -332,3 +332,17 @@ def test_the_run_layout_names_every_event_and_stop_reason():
              if isinstance(c, type) and issubclass(c, events._Event) and "type" in c.model_fields]
     reasons = typing.get_args(events.Stop.model_fields["reason"].annotation)
     assert [n for n in [*kinds, *reasons] if n not in layout] == []
+
+
+def test_the_tool_budgets_the_agent_doc_gives_are_the_config_defaults():
+    """docs/agent.md named the tools mode's two tool-call budgets without their values."""
+    import re
+
+    from ptxbench.agent.loop.state import OptimizeConfig
+
+    text = (ROOT / "docs" / "agent.md").read_text()
+    shown = re.search(r"`--max-tool-calls` \(trajectory, default (\d+)\) and `max_tool_calls_per_turn` \((\d+)\)",
+                      " ".join(text.split()))
+    assert shown, "docs/agent.md no longer gives the tool-call budgets"
+    fields = OptimizeConfig.model_fields
+    assert [int(shown[1]), int(shown[2])] == [fields[n].default for n in ("max_tool_calls", "max_tool_calls_per_turn")]
