@@ -346,3 +346,19 @@ def test_the_tool_budgets_the_agent_doc_gives_are_the_config_defaults():
     assert shown, "docs/agent.md no longer gives the tool-call budgets"
     fields = OptimizeConfig.model_fields
     assert [int(shown[1]), int(shown[2])] == [fields[n].default for n in ("max_tool_calls", "max_tool_calls_per_turn")]
+
+
+def unnamed_files(readme: str, names: list[str]) -> list[str]:
+    return [n for n in names if f"`{n}`" not in readme]
+
+
+def test_the_prompts_readme_names_every_prompt_text():
+    """prompts/README.md's table left out start_from.md, the text a --start-from or repair-track trajectory opens with
+    (test_folder_readmes.py checks modules only)."""
+    texts = sorted(p.name for p in (ROOT / "prompts").glob("*.md") if p.name != "README.md")
+    assert unnamed_files((ROOT / "prompts" / "README.md").read_text(), texts) == []
+
+
+def test_an_unnamed_prompt_text_is_caught():
+    assert unnamed_files("| `task.md` | the task |\n... start_from.md ...", ["task.md", "start_from.md"]) == [
+        "start_from.md"]
