@@ -171,7 +171,7 @@ def test_an_undocumented_or_stale_variable_is_caught():
 
 def unindexed(index: str, entries: list[str]) -> list[str]:
     """The entries (file or folder names) an index's table rows do not name in their first column."""
-    named = {line.split("|")[1].strip().rstrip("/") for line in index.splitlines() if line.startswith("| ")}
+    named = {line.split("|")[1].strip().strip("`").rstrip("/") for line in index.splitlines() if line.startswith("| ")}
     return [e for e in entries if e not in named]
 
 
@@ -362,3 +362,10 @@ def test_the_prompts_readme_names_every_prompt_text():
 def test_an_unnamed_prompt_text_is_caught():
     assert unnamed_files("| `task.md` | the task |\n... start_from.md ...", ["task.md", "start_from.md"]) == [
         "start_from.md"]
+
+
+def test_the_tests_readme_names_every_data_folder():
+    """tests/README.md's tests/data table left out cheats/, prompt/ and repair_suite/."""
+    text = (ROOT / "tests" / "README.md").read_text()
+    table = text[text.index("## tests/data"):].split("\n\n")[1]
+    assert unindexed(table, sorted(p.name for p in (ROOT / "tests" / "data").iterdir() if p.is_dir())) == []
