@@ -369,3 +369,16 @@ def test_the_tests_readme_names_every_data_folder():
     text = (ROOT / "tests" / "README.md").read_text()
     table = text[text.index("## tests/data"):].split("\n\n")[1]
     assert unindexed(table, sorted(p.name for p in (ROOT / "tests" / "data").iterdir() if p.is_dir())) == []
+
+
+def test_the_docs_say_builtin_reference_submits_the_wgmma_backward():
+    """README.md and agent/models/README.md named only the forward's wgmma kernel; the backward gets its own too."""
+    import re
+
+    from ptxbench.agent.models.builtin import reference_source
+
+    assert "wgmma.mma_async" in reference_source("smoke_mha_bwd_d64")
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert re.search(r"`builtin/reference` submits[^;]*backwards? the wgmma", readme)
+    models = " ".join((ROOT / "agent" / "models" / "README.md").read_text().split())
+    assert "attention_backward.reference_backward" in models[models.index("`reference_source(workload_id)` picks"):]
