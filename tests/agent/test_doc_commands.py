@@ -105,27 +105,29 @@ def _options_by_command() -> dict[str, set[str]]:
 
 
 def misnamed_options(text: str, options: dict[str, set[str]]) -> list[str]:
-    """`line N: CMD --opt` (N: the command's line) for every option a `ptxbench CMD ...` line names that CMD does not
-    take: in an inline code span up to its closing backtick, in a code block up to a `#` comment, with the indented
-    `[--x ...]` lines below it."""
+    """`line N: CMD --opt` (N: the command's line) for every option a `ptxbench CMD ...` names that CMD does not take:
+    in an inline code span up to its closing backtick (a span may go on to the next line, never past its paragraph),
+    in a code block up to a `#` comment, with the indented `[--x ...]` lines below it."""
     import re
 
     command = re.compile(r"ptxbench(?:\.agent)? (" + "|".join(sorted(options, key=len, reverse=True)) + r")(?![\w-])")
-    lines = text.splitlines()
     out = []
-    for i, line in enumerate(lines):
-        for m in command.finditer(line):
-            inline = line[:m.start()].count("`") % 2 == 1
-            chunk = [line[m.end():].split("`")[0] if inline else line[m.end():]]
-            if not inline:
-                indent = len(line) - len(line.lstrip())
-                for below in lines[i + 1:]:
-                    if not below.lstrip().startswith(("[", "--")) or len(below) - len(below.lstrip()) <= indent:
-                        break
-                    chunk.append(below)
-            for opt in re.findall(r"(?<![\w-])--[a-z][\w-]*", " ".join(c.split(" #")[0] for c in chunk)):
-                if opt not in options[m.group(1)]:
-                    out.append(f"line {i + 1}: {m.group(1)} {opt}")
+    for m in command.finditer(text):
+        paragraph = text[text.rfind("\n\n", 0, m.start()) + 1:m.start()].replace("```", "")
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        if paragraph.count("`") % 2 == 1:  # inside an inline code span
+            chunk = [text[m.end():].split("`")[0].split("\n\n")[0]]
+        else:
+            line = text[line_start:text.find("\n", m.end()) % (len(text) + 1)]
+            chunk = [text[m.end():line_start + len(line)]]
+            indent = len(line) - len(line.lstrip())
+            for below in text[line_start + len(line) + 1:].splitlines():
+                if not below.lstrip().startswith(("[", "--")) or len(below) - len(below.lstrip()) <= indent:
+                    break
+                chunk.append(below)
+        for opt in re.findall(r"(?<![\w-])--[a-z][\w-]*", " ".join(c.split(" #")[0] for c in chunk)):
+            if opt not in options[m.group(1)]:
+                out.append(f"line {text.count(chr(10), 0, m.start()) + 1}: {m.group(1)} {opt}")
     return out
 
 
@@ -142,8 +144,11 @@ def test_a_misnamed_option_is_caught():
            "    ptxbench bench --models M --workloads W [--turns 8]\n"
            "        [--trials 3] [--no-report]\n"
            "then `ptxbench eval W F --trial 2` and `ptxbench repairs list --json`,\n"
-           "`python3 -m ptxbench.agent seal R --undo`")
-    assert misnamed_options(doc, options) == ["line 2: bench --trials", "line 4: eval --trial"]
+           "`python3 -m ptxbench.agent seal R --undo`; `eval`'s own line: `ptxbench profile W F [--json]\n"
+           "[--verdict-only] [--trials N]` and `ptxbench cache`,\n"
+           "then prose that names --resume\n\n`ptxbench seal RUN` then prose: --json")
+    assert misnamed_options(doc, options) == [
+        "line 2: bench --trials", "line 4: eval --trial", "line 5: profile --trials"]
 
 
 def env_mismatch(code: str, docs: str) -> tuple[list[str], list[str]]:
