@@ -387,3 +387,17 @@ def test_the_docs_say_builtin_reference_submits_the_wgmma_backward():
     assert re.search(r"`builtin/reference` submits[^;]*backwards? the wgmma", readme)
     models = " ".join((ROOT / "agent" / "models" / "README.md").read_text().split())
     assert "attention_backward.reference_backward" in models[models.index("`reference_source(workload_id)` picks"):]
+
+
+def test_the_cli_readme_gives_profiles_own_no_gpu_line(monkeypatch, tmp_path):
+    """agent/cli/README.md told every GPU command's user to pass --no-gpu, which profile does not take."""
+    from ptxbench.agent.cli import preflight
+
+    monkeypatch.setattr(preflight, "no_gpu_reason", lambda: "no NVIDIA driver")
+    kernel = tmp_path / "k.cu"
+    kernel.write_text("// nothing")
+    result = CliRunner().invoke(app, ["profile", "smoke_gemm_bf16_m256_n256_k512", str(kernel)])
+    assert result.exit_code == 2 and "--no-gpu" not in result.output
+    assert f"`ptxbench compile {kernel} --workload smoke_gemm_bf16_m256_n256_k512`" in result.output
+    text = " ".join((ROOT / "agent" / "cli" / "README.md").read_text().split())
+    assert "profile, which has no --no-gpu, names `ptxbench compile FILE --workload W`" in text
