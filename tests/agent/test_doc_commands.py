@@ -226,13 +226,16 @@ def test_a_missing_file_is_caught():
 
 
 def split_tables(text: str) -> list[int]:
-    """Lines where a table goes on after a blank line: Markdown ends the table at the blank, and the rows after it,
-    with no header and separator of their own, show as plain text."""
+    """Lines where a table goes on after a blank line (Markdown ends the table at the blank, and the rows after it,
+    with no header and separator of their own, show as plain text), and rows cut by a line break (no closing `|`)."""
     import re
 
     lines = text.splitlines()
-    return [i + 1 for i in range(2, len(lines)) if lines[i].startswith("|") and not lines[i - 1].strip()
-            and lines[i - 2].startswith("|") and not re.match(r"\|[\s:|-]+\|\s*$", lines[min(i + 1, len(lines) - 1)])]
+    after_blank = [i + 1 for i in range(2, len(lines)) if lines[i].startswith("|") and not lines[i - 1].strip()
+                   and lines[i - 2].startswith("|")
+                   and not re.match(r"\|[\s:|-]+\|\s*$", lines[min(i + 1, len(lines) - 1)])]
+    cut = [i + 1 for i, line in enumerate(lines) if line.startswith("|") and not line.rstrip().endswith("|")]
+    return sorted(after_blank + cut)
 
 
 def test_no_table_is_split_by_a_blank_line():
@@ -242,8 +245,8 @@ def test_no_table_is_split_by_a_blank_line():
 
 def test_a_split_table_is_caught():
     table = ("| module | what |\n| --- | --- |\n| `a.py` | a |\n\n| `b.py` | b |\n"
-             "\n| new | table |\n|---|---|\n| c | d |\n")
-    assert split_tables(table) == [5]
+             "\n| new | table |\n|---|---|\n| c | d, and\nmore |\n")
+    assert split_tables(table) == [5, 9]
 
 
 def stale_defaults(readme: str, sources: dict[str, str]) -> list[str]:
@@ -401,3 +404,16 @@ def test_the_cli_readme_gives_profiles_own_no_gpu_line(monkeypatch, tmp_path):
     assert f"`ptxbench compile {kernel} --workload smoke_gemm_bf16_m256_n256_k512`" in result.output
     text = " ".join((ROOT / "agent" / "cli" / "README.md").read_text().split())
     assert "profile, which has no --no-gpu, names `ptxbench compile FILE --workload W`" in text
+
+
+def test_replay_of_a_run_without_the_workload_is_refused_as_its_readme_says():
+    """agent/models/README.md said a run folder without the workload replays its first trajectory, which the first
+    call refuses."""
+    from ptxbench.agent.models.base import ModelError, ModelRequest
+    from ptxbench.agent.models.replay import ReplayModel
+
+    model = ReplayModel(ROOT / "docs" / "examples" / "optimize-gemm-tuner", "smoke_gemm_bf16_m256_n256_k512")
+    with pytest.raises(ModelError, match="recorded workload gemm_bf16_m8192_n7168_k5120, not smoke"):
+        model.query(ModelRequest(messages=[{"role": "user", "content": "x"}], turn=1, call_index=0))
+    assert "else the first, which the first call then refuses as another workload's" in (
+        ROOT / "agent" / "models" / "README.md").read_text()
