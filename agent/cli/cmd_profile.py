@@ -41,7 +41,7 @@ def raw_metrics(csv_path: Path) -> list[dict]:
 def profile_cmd(
     workload: str = typer.Argument(..., help="workload id (see `ptxbench workloads`)"),
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="the solution file"),
-    arch: Arch = typer.Option(Arch.sm_90a, "--arch"),
+    arch: Arch = typer.Option(Arch.sm_90a, "--arch", help="Target architecture (ptxas -arch) the file is compiled for."),
     json_out: bool = typer.Option(False, "--json", help="verdicts, summary and raw metrics as JSON"),
     verdict_only: bool = typer.Option(False, "--verdict-only", help="only the executed-instruction counters (fast)"),
     timeout: float = typer.Option(120.0, "--timeout", help="seconds ncu may take"),

@@ -161,3 +161,16 @@ def test_eval_folds_a_kernel_name_a_narrow_terminal_cannot_hold(monkeypatch, cap
     _print_rich(result)
     cells = "".join(line.split("│")[1].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("│"))
     assert all(n in cells for n in names), cells
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """`ptxbench profile --help` listed --arch with no words; every option a command takes carries its help."""
+    import click
+    import typer
+
+    from ptxbench.agent.cli.main import app
+
+    group = typer.main.get_command(app)
+    bare = [f"{name} {'/'.join(p.opts)}" for name, cmd in group.commands.items() for p in cmd.params
+            if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip() and "--help" not in p.opts]
+    assert bare == []
