@@ -246,7 +246,9 @@ class LocalEvaluator:
             return EvalResult(status="INFRA_ERROR", message=f"the compiled cubin is gone from the compile cache "
                               f"({e.strerror or e}); evaluate again to compile it anew", **base)
         job = gpu_job(wl.id, cubin, plan.model_dump(), options)
-        cubin_sha = hashlib.sha256(cubin).hexdigest()
+        # the profile cache's key: the binary and the plan it runs with (a cubin embeds its plan's text today, but a
+        # profile reused for the same binary under another grid would credit instructions the new plan never runs)
+        cubin_sha = hashlib.sha256(cubin + json.dumps(job.plan, sort_keys=True, default=str).encode()).hexdigest()
         priority = self._priority.of(wl.id, options.turns_left)
         early = self._early_profile(pool, options, wl.id, solution.source, comp, cubin_sha, job.seed, priority)
         try:

@@ -153,6 +153,38 @@ def test_a_missing_toolchain_is_an_infra_error_not_the_models(monkeypatch):
     assert r.status == "INFRA_ERROR" and "no ptxas" in r.message and not r.gpu_evaluated
 
 
+def test_one_binary_under_another_launch_plan_is_profiled_again(monkeypatch):
+    """The profile cache was keyed by the cubin alone: the same binary launched with another grid (one whose blocks
+    take another branch) would be credited with the instructions the first plan's run executed."""
+    import ptxbench.tools.evaluate as evaluate_module
+
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: AnsweringWorker(d, c))
+    calls, compiled = [], []
+    real_compile = evaluate_module.compile_source
+
+    def one_binary(source, *args, **kwargs):  # as if the cubin did not embed the plan's text
+        comp = real_compile(source, *args, **kwargs)
+        compiled.append(comp)
+        return comp.model_copy(update={"cubin_path": compiled[0].cubin_path})
+
+    def fake_attach(result, options, source, comp, language, device=None, level="none", **kwargs):
+        calls.append(device)
+        return _profiled(result, level)
+
+    monkeypatch.setattr(evaluate_module, "compile_source", one_binary)
+    monkeypatch.setattr(evaluate_module, "attach", fake_attach)
+    ev = LocalEvaluator(pool)
+    source = CORPUS["control_correct"]["source"]
+    wide = source.replace('grid = ["cdiv(N, 128)", "M"]\nblock = [128]', 'grid = ["cdiv(N, 256)", "M"]\nblock = [256]')
+    assert wide != source
+    first = ev.evaluate(WORKLOAD, source, EvalOptions(trials=1))
+    again = ev.evaluate(WORKLOAD, source, EvalOptions(trials=1))
+    other = ev.evaluate(WORKLOAD, wide, EvalOptions(trials=1))
+    assert calls == [0, 0], calls  # the resubmission reused its profile; the other plan got its own
+    assert again.profile["reused_from_identical_cubin"] and not other.profile.get("reused_from_identical_cubin")
+    assert first.status == other.status == "PASSED"
+
+
 def test_a_valid_solution_without_a_gpu_is_compiled_not_passed():
     pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: (_ for _ in ()).throw(AssertionError("no GPU use")))
     r = LocalEvaluator(pool).evaluate(WORKLOAD, CORPUS["control_correct"]["source"], EvalOptions(no_gpu=True))
