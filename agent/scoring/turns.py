@@ -11,6 +11,7 @@ its correctness is unknown. Runs recorded before that status are read as new one
 from __future__ import annotations
 
 import math
+import re
 
 from pydantic import BaseModel, Field
 
@@ -138,15 +139,24 @@ def _first_line(text: str) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
+# What differs between two runs of one crash without changing its cause: addresses, long hashes, host paths, numbers
+# (a process id, a size drawn from the evaluation's seed, a time). Compared without them, a kernel that crashes the
+# harness with a message that varies each time cannot escape its score as bad luck twice.
+_CRASH_NOISE = re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b|(?:/[\w.\-]+)+|\d+(?:\.\d+)?")
+
+
 def _crash(event) -> str:
     """What an infra error event says the harness raised ('' for an infra status): the first line of an exception
     logged with its traceback, or the exception line that ends a traceback the GPU worker sent back as its
-    INFRA_ERROR message (tools/gpu/worker.py: a harness bug the kernel triggers there has no traceback field)."""
+    INFRA_ERROR message (tools/gpu/worker.py: a harness bug the kernel triggers there has no traceback field); its
+    noise (_CRASH_NOISE) masked."""
     if event.traceback:
-        return _first_line(event.message)
-    if "Traceback (most recent call last):" in (event.message or ""):
-        return event.message.strip().splitlines()[-1].strip()
-    return ""
+        line = _first_line(event.message)
+    elif "Traceback (most recent call last):" in (event.message or ""):
+        line = event.message.strip().splitlines()[-1].strip()
+    else:
+        return ""
+    return _CRASH_NOISE.sub("#", line)
 
 
 def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore:

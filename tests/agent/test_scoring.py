@@ -395,6 +395,27 @@ def test_a_gpu_worker_crash_the_same_kernel_hits_on_every_retry_is_scored(tmp_pa
     assert cell.n_trajectories == 2 and cell.fast_p_trajectories["0"].value == 0.5
 
 
+def test_a_crash_whose_numbers_change_on_each_retry_is_still_reproduced(tmp_path):
+    """The same crash was told apart by its numbers: a kernel whose harness crash names an address, a size drawn from
+    the evaluation's seed or a temporary path differed on each retry and left its trajectory out of the scores."""
+    def crash(exc: str) -> str:
+        return f"the GPU worker failed:\nTraceback (most recent call last):\n  File \"runner.py\", line 9, in run\n{exc}\n"
+
+    TrajectoryBuilder(tmp_path, "varying", "m/a", "gemm").turn(1, "COMPILE_ERROR") \
+        .infra(2, crash("IndexError: index 70114 is out of bounds for size 65536 at 0x7f3a2c001000 (/tmp/w81x/a.bin)")) \
+        .infra(2, crash("IndexError: index 913 is out of bounds for size 4096 at 0x7f11aa000000 (/tmp/q02z/a.bin)"))
+    TrajectoryBuilder(tmp_path, "traced", "m/a", "gemm", index=1).turn(1, "COMPILE_ERROR") \
+        .infra(2, "MemoryError: 1073741824 bytes for pid 4121", "tb 1") \
+        .infra(2, "MemoryError: 2147483648 bytes for pid 4187", "tb 2")
+    TrajectoryBuilder(tmp_path, "unlucky", "m/a", "gemm", index=2).turn(1, "COMPILE_ERROR") \
+        .infra(2, crash("IndexError: index 70114 is out of bounds for size 65536")) \
+        .infra(2, crash("OSError: [Errno 28] No space left on device"))
+    scores = {t.id: t for t in score_runs([tmp_path]).trajectories}
+    for tid in ("varying", "traced"):
+        assert not scores[tid].infra_failed and scores[tid].scored_turns[-1].reproduced, tid
+    assert scores["unlucky"].infra_failed  # two crashes of different kinds: still bad luck
+
+
 def test_runs_named_in_another_order_score_the_same_intervals(tmp_path):
     """The bootstrap draws trajectories by position: runs named in the other order drew other resamples (the
     repair track's fixed@1 interval here: [0, 57%] one way, [0, 71%] the other)."""
