@@ -1,6 +1,7 @@
 """tiktoken encodings read from local copies first: the user's TIKTOKEN_CACHE_DIR, else the o200k / cl100k / p50k
 files litellm carries. tiktoken's own download has no timeout, so behind a proxy that never answers (an air-gapped
-cluster) it waits for ever; only an explicit choice of the user (export's --tokenizer) may go on to download."""
+cluster) it waits for ever; only an explicit choice of the user (export's --tokenizer) may go on to download, and then
+with a timeout."""
 from __future__ import annotations
 
 import importlib.util
@@ -11,6 +12,8 @@ from pathlib import Path
 
 # tiktoken reads its files through one module-level function, swapped below while an encoding loads: one load at a time
 _LOADING = threading.Lock()
+# (connect, read) seconds for an encoding's download: a proxy that never answers fails in seconds, not never
+DOWNLOAD_TIMEOUT_S = (10, 60)
 
 
 class _NotLocal(Exception):
@@ -48,12 +51,26 @@ def encoding(name: str, download: bool = False):
                 raise _NotLocal(path)
             return fetch(path)
 
+        def bounded(path: str) -> bytes:  # tiktoken's own download, but with a timeout
+            if not path.startswith(("http://", "https://")):
+                return fetch(path)
+            import requests
+
+            resp = requests.get(path, timeout=DOWNLOAD_TIMEOUT_S)
+            resp.raise_for_status()
+            return resp.content
+
         tiktoken.load.read_file = local_only
         try:
             with bundled_cache():
                 return tiktoken.get_encoding(name)
         except _NotLocal:
-            pass
+            if not download:
+                return None
         finally:
             tiktoken.load.read_file = fetch
-    return tiktoken.get_encoding(name) if download else None
+        tiktoken.load.read_file = bounded
+        try:
+            return tiktoken.get_encoding(name)
+        finally:
+            tiktoken.load.read_file = fetch

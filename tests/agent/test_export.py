@@ -94,6 +94,7 @@ def _offline_tiktoken(monkeypatch, tmp_path, name):
     monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
     monkeypatch.setenv("DATA_GYM_CACHE_DIR", str(tmp_path / "empty-cache"))
     monkeypatch.setattr(tiktoken.load, "read_file", no_network)
+    monkeypatch.setattr("requests.get", lambda url, **kw: no_network(url))  # prompts/encodings.py's bounded download
     monkeypatch.delitem(tiktoken.registry.ENCODINGS, name, raising=False)
     counter.cache_clear()
     return counter
