@@ -35,42 +35,53 @@ def bundled_cache():
             os.environ.pop("TIKTOKEN_CACHE_DIR", None)
 
 
+@contextmanager
+def _reading(load, read):
+    """tiktoken's file reader replaced by read(tiktoken's reader, path) while an encoding loads."""
+    fetch = load.read_file
+    load.read_file = lambda path: read(fetch, path)
+    try:
+        yield
+    finally:
+        load.read_file = fetch
+
+
+def _local_only(fetch, path: str) -> bytes:
+    if "://" in path:
+        raise _NotLocal(path)
+    return fetch(path)
+
+
+def _bounded(fetch, path: str) -> bytes:
+    """tiktoken's own download, but with a timeout."""
+    if not path.startswith(("http://", "https://")):
+        return fetch(path)
+    import requests
+
+    resp = requests.get(path, timeout=DOWNLOAD_TIMEOUT_S)
+    resp.raise_for_status()
+    return resp.content
+
+
 def encoding(name: str, download: bool = False):
-    """The tiktoken encoding `name` from a local copy; with download=True, tiktoken's download when there is none.
-    None when tiktoken is not installed or, without download, no local copy holds the encoding."""
+    """The tiktoken encoding `name` from a local copy; with download=True, a download when there is none (into
+    tiktoken's own cache, not litellm's folder). None when tiktoken is not installed or, without download, no local
+    copy holds the encoding or the one there cannot be read (with download, that raises)."""
     try:
         import tiktoken
         import tiktoken.load
     except ImportError:
         return None
     with _LOADING:
-        fetch = tiktoken.load.read_file
-
-        def local_only(path: str) -> bytes:
-            if "://" in path:
-                raise _NotLocal(path)
-            return fetch(path)
-
-        def bounded(path: str) -> bytes:  # tiktoken's own download, but with a timeout
-            if not path.startswith(("http://", "https://")):
-                return fetch(path)
-            import requests
-
-            resp = requests.get(path, timeout=DOWNLOAD_TIMEOUT_S)
-            resp.raise_for_status()
-            return resp.content
-
-        tiktoken.load.read_file = local_only
         try:
-            with bundled_cache():
+            with _reading(tiktoken.load, _local_only), bundled_cache():
                 return tiktoken.get_encoding(name)
         except _NotLocal:
             if not download:
                 return None
-        finally:
-            tiktoken.load.read_file = fetch
-        tiktoken.load.read_file = bounded
-        try:
+        except Exception:  # noqa: BLE001 - a local copy that cannot be read: the counts' estimate, or the export says why
+            if download:
+                raise
+            return None
+        with _reading(tiktoken.load, _bounded):
             return tiktoken.get_encoding(name)
-        finally:
-            tiktoken.load.read_file = fetch

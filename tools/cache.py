@@ -181,6 +181,12 @@ class CompileCache:
                     found.append(entry)
         return sorted(found, key=lambda e: e.used)
 
+    def usage(self) -> Pruned:
+        """What the cache holds now (one walk), as a prune that removed nothing reports it."""
+        entries = self.entries()
+        cutoff = time.time() - self.grace_s
+        return Pruned(0, 0, len(entries), sum(e.bytes for e in entries), sum(e.used >= cutoff for e in entries))
+
     def prune(self, target: int | None = None) -> Pruned:
         """Remove the least recently used entries not used within the grace period until the cache holds at most
         `target` bytes (default: 90% of the bound, and only once the bound is passed; 0 empties it)."""

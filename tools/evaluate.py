@@ -112,13 +112,14 @@ def _local_frame_issues(comp, lim: DeviceLimits) -> list[str]:
     stack frame, as the scrub rounds it, reserved for every thread the GPU holds. Counted alone here (the buffers
     need the GPU's own size), so only a frame that no Hopper GPU could hold beside the harness is a PLAN_ERROR."""
     stack = max((k.stack for k in comp.kernels.values()), default=0)
-    local = local_reservation(frame_bytes(stack, MIN_FRAME), lim)
+    frame = frame_bytes(stack, MIN_FRAME)
+    local = local_reservation(frame, lim)
     allowed = int(lim.total_memory * CANDIDATE_MEMORY_SHARE)
     if local <= allowed:
         return []
     return [f"the kernels' local memory: a {stack}-byte stack frame is reserved for every thread the GPU holds "
-            f"({lim.max_threads_per_sm} per SM on {lim.sm_count} SMs, rounded up to {frame_bytes(stack, MIN_FRAME)} "
-            f"bytes a thread), {local / 2**30:.1f} GiB, more than the {allowed / 2**30:.1f} GiB a candidate may take; "
+            f"({lim.max_threads_per_sm} per SM on {lim.sm_count} SMs, rounded up to {frame} bytes a thread), "
+            f"{local / 2**30:.1f} GiB, more than the {allowed / 2**30:.1f} GiB a candidate may take; "
             "keep large per-thread arrays in shared memory or registers"]
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import typer
 
@@ -34,20 +33,17 @@ def cache(
         except ValueError as exc:
             raise BadInput(str(exc)) from None
     store = CompileCache()
-    done = store.prune(target=0 if clear else None) if prune or clear else None
-    entries = store.entries()
-    in_use = sum(e.used >= time.time() - store.grace_s for e in entries)
-    figures = {"folder": str(store.root), "entries": len(entries), "bytes": sum(e.bytes for e in entries),
-               "max_bytes": store.max_bytes, "grace_s": store.grace_s, "in_use": in_use,
-               "removed": done.removed if done else 0, "freed": done.freed if done else 0}
+    now = store.prune(target=0 if clear else None) if prune or clear else store.usage()  # one walk of the entries
     if as_json:
-        typer.echo(json.dumps(figures, indent=2))
+        typer.echo(json.dumps({"folder": str(store.root), "entries": now.entries, "bytes": now.bytes,
+                               "max_bytes": store.max_bytes, "grace_s": store.grace_s, "in_use": now.in_use,
+                               "removed": now.removed, "freed": now.freed}, indent=2))
         return
     bound_text = f"bound {_size(store.max_bytes)}" if store.max_bytes is not None else "unbounded"
-    if done is not None:
-        typer.echo(f"removed {done.removed} {'entry' if done.removed == 1 else 'entries'} ({_size(done.freed)})")
-    typer.echo(f"compile cache {store.root}: {len(entries)} entries, {_size(figures['bytes'])} ({bound_text}, "
-               f"${ENV_MAX_BYTES}); {in_use} used in the last {store.grace_s / 60:g} min (never removed)")
+    if prune or clear:
+        typer.echo(f"removed {now.removed} {'entry' if now.removed == 1 else 'entries'} ({_size(now.freed)})")
+    typer.echo(f"compile cache {store.root}: {now.entries} entries, {_size(now.bytes)} ({bound_text}, "
+               f"${ENV_MAX_BYTES}); {now.in_use} used in the last {store.grace_s / 60:g} min (never removed)")
 
 
 def _size(n: int) -> str:

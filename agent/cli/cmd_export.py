@@ -133,11 +133,12 @@ def export(
 
 def dropped_lines(stats: dict, reasons: dict[str, str]) -> list[str]:
     """What each filter removed, in words: trajectories that gave no row, then rows dropped later."""
+    from ..records.rundir import UNREADABLE
+
     lines = []
     for reason, n in _with_prefix(stats, "trajectories_without_rows."):
         lines.append(f"{n} trajectories gave no row: {reasons.get(reason, reason)}")
-    words = {"skipped_record_lines": "lines of the trajectory logs skipped: no readable event (cut by a kill, not "
-                                     "UTF-8, not JSON, or of another version)",
+    words = {"skipped_record_lines": f"lines of the trajectory logs skipped: no readable event ({UNREADABLE})",
              "held_out_trajectories_skipped": "held-out trajectories skipped (--include-held-out keeps them)",
              "duplicates_dropped": "duplicate rows dropped (--no-dedup keeps them)",
              "chat_markup_dropped": "rows dropped: their text holds chat-template markup (a special token such as "

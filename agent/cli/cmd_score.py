@@ -104,9 +104,11 @@ def score(
     for line in exclusion_lines(runs):
         typer.echo(terminal_text(scrub_text(line)))
     if result.n_skipped_lines:  # a damaged log: its scores lack whatever those lines held
+        from ..records.rundir import UNREADABLE
+
         damaged = [t for t in result.trajectories if t.skipped_lines]
         typer.echo(terminal_text(f"skipped: {result.n_skipped_lines} lines of the trajectory logs are no readable event "
-                                 f"(cut by a kill, not UTF-8, not JSON, or of another version) and are left out of every "
+                                 f"({UNREADABLE}) and are left out of every "
                                  f"score, in {len(damaged)} trajectories, first {damaged[0].run}/{damaged[0].id}"))
     typer.echo(f"{result.n_trajectories} trajectories ({result.n_infra_failed} infra-failed, left out), "
                f"{result.n_infra_turns} infra turns, {result.n_target_unknown} correct turns with unknown target verdict"

@@ -167,6 +167,10 @@ def read_events(path: Path) -> list[Event]:
     return read_log(path)[0]
 
 
+# Why a log line is no readable event, as score, report and export say it
+UNREADABLE = "cut by a kill, not UTF-8, not JSON, or of another version"
+
+
 def read_log(path: Path) -> tuple[list[Event], int]:
     """Events of one trajectory, and how many lines were skipped: a torn last line (a kill mid-write), or any line
     that is not a JSON object (not UTF-8, nested past the parser's depth) or no event of this version, is dropped, not

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from ptxbench.tools.atomic import atomic_write
 from ptxbench.tools.redact import scrub_text
 
-from ..records.rundir import read_manifest
+from ..records.rundir import UNREADABLE, read_manifest
 from ..scoring import RunScore, score_trajectories
 from ..scoring.run_score import unique_records
 from ..scoring.turns import score_trajectory
@@ -70,8 +70,8 @@ def _overview(run_dir: Path, manifest: dict, score: RunScore) -> list[tuple[str,
                       f"{score.n_compile_only} (--no-gpu: compiled cleanly, correctness unknown, not counted as correct)"))
     if score.n_skipped_lines:
         damaged = [t.id for t in score.trajectories if t.skipped_lines]
-        facts.append(("unreadable log lines", Recorded(f"{score.n_skipped_lines} left out of every score (cut by a kill, "
-                      f"not UTF-8, not JSON, or of another version) in {len(damaged)} trajectories, first {damaged[0]}")))
+        facts.append(("unreadable log lines", Recorded(f"{score.n_skipped_lines} left out of every score ({UNREADABLE}) "
+                      f"in {len(damaged)} trajectories, first {damaged[0]}")))
     config = manifest.get("config") or {}
     gpu = manifest.get("gpu") or {}
     gpu = gpu if isinstance(gpu, dict) else {"gpus": gpu}  # older manifests name the GPU in a string

@@ -53,10 +53,7 @@ def template() -> dict[str, dict[str, str] | str]:
 def _encoder():
     """cl100k from a local copy (prompts/encodings.py), None without one: a turn's feedback never waits on a
     download (tiktoken's has no timeout)."""
-    try:
-        return encoding("cl100k_base")
-    except Exception:  # a damaged local copy: the estimate below
-        return None
+    return encoding("cl100k_base")
 
 
 def count_tokens(text: str, exact: bool = True) -> int:
