@@ -112,12 +112,16 @@ def test_a_resume_while_the_run_still_goes_is_refused(tmp_path):
                                                       for p in tmp_path.glob("r/trajectories/*/trajectory.jsonl")):
             assert proc.poll() is None, "the run ended before the resume"
             time.sleep(0.05)
+        # held still (its folder's lock kept) while the second process starts: with a warm compile cache its 30 turns
+        # could end before the second one's imports did, and the resume then ran instead of being refused
+        os.killpg(proc.pid, signal.SIGSTOP)
         second = subprocess.run([*CLI, "optimize", "--resume", "r", "--quiet"], cwd=tmp_path, capture_output=True,
                                 text=True, timeout=300)
         assert proc.poll() is None, "the run ended before the resume was refused"
         assert second.returncode == 2, second.stderr
         assert "is being run by another process" in second.stderr and "Traceback" not in second.stderr
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGINT)  # delivered as it goes on
+        os.killpg(proc.pid, signal.SIGCONT)
         assert proc.wait(300) == 130
     finally:
         if proc.poll() is None:
