@@ -222,13 +222,13 @@ def test_a_local_frame_no_hopper_gpu_holds_is_a_plan_error_without_a_gpu():
     share (tools/gpu/runner.py); without a GPU the same source was COMPILED, so a --no-gpu run scored it clean."""
     pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: (_ for _ in ()).throw(AssertionError("no GPU use")))
     src = CORPUS["control_correct"]["source"].replace(
-        "  float acc = 0.f;\n", "  volatile float big[40960];\n  big[threadIdx.x % 7] = 1.f;\n"
+        "  float acc = 0.f;\n", "  volatile float big[61440];\n  big[threadIdx.x % 7] = 1.f;\n"
         "  float acc = big[(threadIdx.x + 3) % 7] - 1.f;\n", 1)
-    assert "big[40960]" in src
+    assert "big[61440]" in src
     r = LocalEvaluator(pool).evaluate(WORKLOAD, src, EvalOptions(no_gpu=True))
-    assert r.compile.kernels["gemm"].stack >= 40960 * 4, r.compile.kernels
+    assert r.compile.kernels["gemm"].stack >= 61440 * 4, r.compile.kernels
     assert r.status == "PLAN_ERROR" and not r.gpu_evaluated, r.message
-    assert len(r.plan_errors) == 1 and "local memory" in r.plan_errors[0] and "262144 bytes a thread" in r.plan_errors[0]
+    assert len(r.plan_errors) == 1 and "local memory" in r.plan_errors[0] and "245760 bytes a thread" in r.plan_errors[0]
 
 
 class FailingWorker(AnsweringWorker):

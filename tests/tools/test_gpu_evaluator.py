@@ -134,9 +134,9 @@ def _with_local_frame(kb: int) -> str:
 
 
 def test_a_local_frame_the_gpu_cannot_hold_beside_the_plan_is_a_plan_error():
-    """300 KB a thread (the scrub's frame 512 KB) is 142 GB reserved for every thread the GPU holds: refused with the
+    """500 KB a thread (the scrub's frame 512 KB) is 142 GB reserved for every thread the GPU holds: refused with the
     size before any launch, and the worker evaluates the next candidate as usual."""
-    r = shared_evaluator().evaluate(WORKLOAD, _with_local_frame(300), EvalOptions(time=False, profile_on_pass=False,
+    r = shared_evaluator().evaluate(WORKLOAD, _with_local_frame(500), EvalOptions(time=False, profile_on_pass=False,
                                                                                   timeout_s=30))
     assert r.status == "PLAN_ERROR", (r.status, r.message)
     assert any("local memory" in e for e in r.plan_errors), r.plan_errors
@@ -215,3 +215,37 @@ def test_the_driver_keeps_a_kernels_local_frame_for_every_thread_after_it_ends()
     assert local_bytes == 16384  # what Candidate.frame reads: the frame a .local array makes
     assert taken >= 0.9 * local_reservation(16384, lim), (taken, local_reservation(16384, lim))
     assert kept >= 0.9 * taken, (taken, kept)
+
+
+# A fresh process: torch's allocator caches a block of all but 8 GiB of the free memory, then a 64 KB frame (17 GB
+# reserved on 132 SMs) is launched; again after the cache is released.
+CACHED_PROBE = '''
+import ctypes, sys
+import torch
+from ptxbench.tools.gpu.launch import CudaError, get_function, launch_1d, load_module
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+sink = torch.zeros(4, dtype=torch.int32, device="cuda")
+fn = get_function(load_module(sys.argv[1].encode() + b"\\0"), "k")
+block = torch.empty(torch.cuda.mem_get_info()[0] - (8 << 30), dtype=torch.uint8, device="cuda")
+del block  # freed, and kept mapped by the allocator
+stream = torch.cuda.current_stream().cuda_stream
+args = [ctypes.c_uint64(sink.data_ptr()), ctypes.c_uint32(5)]
+try:
+    launch_1d(fn, 1, 32, 0, stream, args); torch.cuda.synchronize(); print("launched")
+except CudaError as e:
+    print(e.name, e.sticky)
+torch.cuda.empty_cache()
+launch_1d(fn, 1, 32, 0, stream, args); torch.cuda.synchronize(); print("launched")
+'''
+
+
+def test_the_driver_cannot_take_what_the_allocator_caches_for_a_local_frame():
+    """The fact runner.reserve_local_frame rests on: the memory torch's allocator keeps cached is not the driver's to
+    reserve a frame from; the launch fails out of memory, not stickily, and succeeds once the cache is released."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", CACHED_PROBE, LOCAL_PTX.replace("frame[16384]", "frame[65536]")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["CUDA_ERROR_OUT_OF_MEMORY False", "launched"], done.stdout

@@ -126,14 +126,31 @@ def test_out_of_memory_for_the_sets_releases_the_cache_once_then_blames_the_plan
     assert failed.value.status == "PLAN_ERROR" and len(attempts) == 2
 
 
-def local_frame_job(runner, monkeypatch, frame: int):
+class FrameScrub:
+    """The scrub's launches, whose first with a grown frame makes the driver reserve it: `refusals` of them fail out
+    of memory (or with `error`), the rest succeed."""
+
+    def __init__(self, refusals: int = 0, error: str = "CUDA_ERROR_OUT_OF_MEMORY"):
+        self.refusals, self.error, self.frames = refusals, error, []
+
+    def run(self, stream, frame):
+        self.frames.append(frame)
+        if len(self.frames) <= self.refusals:
+            from ptxbench.tools.gpu.launch import CudaError
+            raise CudaError(self.error, "out of memory", "cuLaunchKernelEx")
+
+
+def local_frame_job(runner, monkeypatch, frame: int, scrub: FrameScrub | None = None):
     """evaluate_job with a loaded candidate whose scrub frame is `frame` bytes a thread; its checked call fails."""
     from ptxbench.tools.gpu.limits import DeviceLimits
 
     monkeypatch.setattr(runner, "evaluation_flush", lambda *a: None)
     monkeypatch.setattr(runner, "check_plan", lambda *a: [])
     monkeypatch.setattr(runner, "module_globals", lambda cubin: [])
-    monkeypatch.setattr(runner, "Candidate", lambda *a: SimpleNamespace(frame=frame, close=lambda: None))
+    monkeypatch.setattr(runner, "sync_stream", lambda stream: None)
+    monkeypatch.setattr(runner.torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(runner, "Candidate", lambda *a: SimpleNamespace(frame=frame, close=lambda: None, stream=0,
+                                                                         scrub=scrub or FrameScrub()))
     made = []
     monkeypatch.setattr(runner, "make_sets", lambda *a: made.append("sets") or [])
     monkeypatch.setattr(runner, "CandidateCalls", lambda *a: MagicMock())
@@ -166,3 +183,27 @@ def test_a_worker_whose_local_memory_a_candidate_grew_is_replaced(runner, monkey
     assert out.status == "INCORRECT_NUMERICAL" and made and replace, out
     out, replace, made = local_frame_job(runner, monkeypatch, 1 << 10)
     assert out.status == "INCORRECT_NUMERICAL" and made and not replace, out
+
+
+def test_a_grown_frame_is_reserved_after_the_allocators_cache_is_released(runner, monkeypatch):
+    """torch's allocator keeps freed blocks mapped, which the driver cannot take for local memory: the frame is
+    reserved (the scrub's launch) before the sets are made, and a refusal releases the worker's cached instances
+    once; the evaluation goes on."""
+    scrub = FrameScrub(refusals=1)
+    out, replace, made = local_frame_job(runner, monkeypatch, 16 << 10, scrub)
+    assert out.status == "INCORRECT_NUMERICAL" and made and replace, out
+    assert scrub.frames == [16 << 10, 16 << 10]
+
+
+def test_a_frame_the_worker_cannot_reserve_is_the_workers_failure_not_the_kernels(runner, monkeypatch):
+    """The plan's memory, frame included, fits the candidate's share: a worker that still cannot reserve it is
+    replaced and the verdict is INFRA_ERROR (it was the kernel's RUNTIME_ERROR, 'out of memory' at a launch of the
+    harness's own scrub), before any input set is made."""
+    out, replace, made = local_frame_job(runner, monkeypatch, 16 << 10, FrameScrub(refusals=2))
+    assert out.status == "INFRA_ERROR" and replace and not made, out
+    assert "CUDA_ERROR_OUT_OF_MEMORY" in out.runtime_error and "local memory" in out.message
+    out, replace, made = local_frame_job(runner, monkeypatch, 16 << 10, FrameScrub(1, "CUDA_ERROR_ILLEGAL_ADDRESS"))
+    assert out.status == "RUNTIME_ERROR" and replace and not made, out  # not the reservation's: as any fault
+    scrub = FrameScrub(refusals=5)  # the default stack: nothing to reserve, the first call's scrub reserves it
+    out, replace, made = local_frame_job(runner, monkeypatch, 1 << 10, scrub)
+    assert out.status == "INCORRECT_NUMERICAL" and made and scrub.frames == [], out

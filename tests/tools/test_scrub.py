@@ -22,12 +22,25 @@ H200 = ScrubShape(sm_count=132, threads_per_sm=2048, smem_bytes=232448)
 def test_the_frame_covers_the_candidate_and_the_stack_limit():
     assert frame_bytes(0, 1024) == MIN_FRAME == 1024  # a kernel with no frame still addresses the default stack
     assert frame_bytes(0, 0) == 1024
-    assert frame_bytes(1500, 1024) == 2048 and frame_bytes(64, 8192) == 8192 and frame_bytes(65537, 1024) == 131072
+    assert frame_bytes(1500, 1024) == 1536 and frame_bytes(64, 8192) == 8192 and frame_bytes(65537, 1024) == 73728
     assert local_fill(1024) == (-1 - 1024) & 0xFFFFFFFF
     for frame in (1024, 65536):  # fill + offset stays a negative 32-bit integer over the whole frame
         assert all((local_fill(frame) + off) & 0xFFFFFFFF >= 0x80000000 for off in (0, frame - 16))
     with pytest.raises(ValueError):
         local_ptx(1000)
+
+
+def test_the_frame_reserves_at_most_an_eighth_more_than_the_candidates_own():
+    """The driver reserves the scrub's frame for every thread the GPU holds: a power of two nearly doubled a 130 KB
+    frame (69 GB on an H100, refused though the candidate's own 35 GB fits). Still few variants: eight an octave."""
+    frames = {}
+    for need in range(1024, 512 * 1024 + 1, 16):
+        frame = frame_bytes(need, 1024)
+        assert need <= frame <= need * 9 // 8 and frame % 16 == 0, (need, frame)
+        local_ptx(frame)
+        frames.setdefault(frame.bit_length(), set()).add(frame)
+    assert frame_bytes(130 * 1024, 1024) * 2048 * 132 < 40e9
+    assert max(len(v) for v in frames.values()) <= 8
 
 
 def test_the_grids_occupy_every_sm_and_every_warp_slot():

@@ -436,6 +436,31 @@ def fault_verdict(name: str, text: str) -> tuple[str, str, str]:
     return "RUNTIME_ERROR", f"the kernel failed: {detail}", detail
 
 
+def reserve_local_frame(state: WorkerState, cand: Candidate) -> None:
+    """The driver reserves a grown frame's local memory at the first launch that needs it (the scrub's, before the
+    first call), outside torch's allocator, whose cached free blocks it cannot take: they are released first, and
+    the worker's cached library instances once if that was not enough. The plan's memory, frame included, was found
+    to fit the candidate's share, so a reservation that still fails is this worker's: INFRA_ERROR and a fresh one
+    (it was the kernel's RUNTIME_ERROR, 'out of memory' at the scrub's launch)."""
+    if cand.scrub is None:  # a one-launch replay (the profile's) runs no scrub
+        return
+    for attempt in range(2):
+        if attempt:
+            state.cache.clear()
+        torch.cuda.empty_cache()
+        try:
+            cand.scrub.run(cand.stream, cand.frame)
+            sync_stream(cand.stream)
+            return
+        except CudaError as e:
+            if e.name != "CUDA_ERROR_OUT_OF_MEMORY":
+                raise
+            error = e
+    raise Failed("INFRA_ERROR", f"the worker could not reserve the kernels' local memory ({cand.frame} bytes a thread "
+                 f"for every thread the GPU holds) that the plan was found to have room for: {error}",
+                 runtime_error=f"{error.name}: {error.text}", replace=True)
+
+
 def sets_in_memory(state: WorkerState, wl: Workload, plan: ResolvedPlan, seeds: list[int], dist: str) -> list[InputSet]:
     """The input sets, made again once with the worker's cached library instances released when the GPU runs out
     of memory (a plan within the candidate's share must not fail for what earlier evaluations left cached); out of
@@ -492,6 +517,7 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
                 raise Failed("PLAN_ERROR", "the kernels' local memory and the plan's buffers exceed the GPU's memory",
                              plan_errors=errors)
             grown = True
+            reserve_local_frame(state, cand)
         phase("prepare", job.prepare_timeout_s)
         sets = sets_in_memory(state, wl, plan, seeds, dist)
         calls = CandidateCalls(cand, sets, secrets.randbits(62))
