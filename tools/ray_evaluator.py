@@ -11,6 +11,8 @@ loss costs the trajectory no retry. A Ray client cut off from its cluster or an 
 as INFRA_ERROR (the actor replaced); the bench retries the step. With no actor running, an evaluation waits
 `placement_wait_s` for one, then comes back INFRA_ERROR with `no_worker` set, which stops the bench (at once when no
 actor is left: every one lost with its replacements spent, or failed in its start, e.g. ptxbench missing on the node).
+An actor slot's replacements are counted from its last completed evaluation: a week on preemptible nodes may replace
+it any number of times, while replacements that keep dying before they finish one give the slot up.
 An exception raised by the evaluation inside a live actor is raised here, as the local evaluator would raise it.
 Every node needs ptxbench installed (`pip install ptxbench[gpu]`), as Ray ships no code here.
 
@@ -66,9 +68,11 @@ LOSS_ERRORS = ("RayActorError", "NodeDiedError", "WorkerCrashedError", "ObjectLo
 # retry. Two node losses in a row are still the cluster's; a kernel that somehow takes its node down does not take
 # every node with it.
 SENDS_PER_EVALUATION = 3
-# Lost actors replaced over the evaluator's life, per actor asked for: nodes that keep dying (a preemptible pool
-# drained, a cluster torn down) end the bench once every actor is lost and none may be started, never a loop of
-# actors started and lost; a single node's loss is far within it.
+# Lost actors replaced in a row per actor slot, none of them finishing an evaluation: nodes that keep dying (a preemptible
+# pool drained, a cluster torn down, a node whose actors crash) end the bench once every slot is given up, never a loop
+# of actors started and lost. The count starts again at the slot's next completed evaluation, not over a time window:
+# spot preemptions come at the cloud's pace, in bursts, and a replacement that then evaluates for hours has shown the
+# slot works, which no window length tuned to one pool's preemption rate would tell.
 REPLACEMENTS_PER_WORKER = 8
 
 
@@ -104,19 +108,22 @@ class RayEvaluator:
         self._gave_up_at = float("-inf")  # when an evaluation last found no actor running: those waiting with it give up
         self._closed = False
         self._lost_errors = tuple(c for c in (getattr(ray.exceptions, n, None) for n in LOSS_ERRORS) if isinstance(c, type))
-        self.replacements_left = REPLACEMENTS_PER_WORKER * self.workers
+        self.replacement_limit = REPLACEMENTS_PER_WORKER  # per slot, in a row without a completed evaluation
+        self._slot: dict = {}  # actors -> their slot (0 .. workers-1); a replacement takes the lost actor's
+        self._replaced = [0] * self.workers  # per slot: replacements since its last completed evaluation
         self.start_error = ""  # the last actor start that failed in the actor's own code
         self.no_worker = ""  # why the last evaluation found no actor to run on ('' once one runs): the bench stops
         self.actors: list = []
-        for _ in range(self.workers):
-            self._start()
+        for slot in range(self.workers):
+            self._start(slot)
 
-    def _start(self, instead_of=None) -> None:
-        """A new actor, admitted once placed; `instead_of` leaves the list as it joins, so an evaluation waiting
-        meanwhile never sees none at all (and gives up at once, as when every start failed)."""
+    def _start(self, slot: int, instead_of=None) -> None:
+        """A new actor in `slot`, admitted once placed; `instead_of` leaves the list as it joins, so an evaluation
+        waiting meanwhile never sees none at all (and gives up at once, as when every start failed)."""
         actor = self._actor_class.remote()
         with self._lock:
             self.actors = [a for a in self.actors if a is not instead_of] + [actor]
+            self._slot[actor] = slot
         threading.Thread(target=self._admit, args=(actor,), daemon=True, name="ray-evaluator-start").start()
 
     def _admit(self, actor) -> None:
@@ -145,12 +152,14 @@ class RayEvaluator:
             self._running.pop(actor, None)
             self._node.pop(actor, None)
             self._checking.discard(actor)
-            replace = replace and not self._closed and self.replacements_left > 0
+            slot = self._slot.pop(actor, None)
+            replace = (replace and not self._closed and slot is not None
+                       and self._replaced[slot] < self.replacement_limit)
             if replace:
-                self.replacements_left -= 1
+                self._replaced[slot] += 1
         if replace:
             try:
-                self._start(instead_of=actor)
+                self._start(slot, instead_of=actor)
             except Exception as exc:  # noqa: BLE001 - the cluster cannot be asked (a Ray client cut off): none to wait for
                 self.start_error = f"{type(exc).__name__}: {exc}"[:2000]
         with self._lock:
@@ -209,8 +218,10 @@ class RayEvaluator:
                     deadline = time.monotonic() + self.placement_wait_s
                 self._freed.wait(0.5)
 
-    def _give_back(self, actor) -> None:
+    def _give_back(self, actor, completed: bool) -> None:
         with self._freed:
+            if completed and actor in self._slot:  # the slot works: its replacements are counted afresh
+                self._replaced[self._slot[actor]] = 0
             if actor in self._running:
                 self._running[actor] -= 1
                 self._freed.notify()
@@ -232,7 +243,8 @@ class RayEvaluator:
             waiting = len(self.actors)
         cause = (f"{waiting} waiting to be placed for {self.placement_wait_s:.0f} s (no free GPU in the cluster?)"
                  if waiting else "every one lost or failed to start" + (f": {self.start_error}" if self.start_error else
-                                                                         ", and no replacement left to start"))
+                                                                         f", each slot's last {self.replacement_limit} "
+                                                                         "replacements lost before finishing an evaluation"))
         self.no_worker = f"no Ray GPU worker is running ({cause})"[:2000]
         return EvalResult(workload=workload_id, status="INFRA_ERROR", message=self.no_worker)
 
@@ -241,10 +253,12 @@ class RayEvaluator:
         actor = self._take()
         if actor is None:
             return self._no_worker(workload_id)
-        lost = gone = False
+        lost = gone = completed = False
         try:
             ref = actor.evaluate.remote(workload_id, source, options.model_dump_json())
-            return EvalResult.model_validate(self._ray.get(ref))
+            result = EvalResult.model_validate(self._ray.get(ref))
+            completed = True
+            return result
         except self._ray.exceptions.RayTaskError as exc:
             # the evaluation raised in a live actor (a harness bug some text triggers): the local evaluator's exception,
             # so the loop records it with its traceback and retries, and a repeat on the same kernel is scored as the
@@ -266,7 +280,7 @@ class RayEvaluator:
             elif lost:  # its replacement takes evaluations once placed (never a pending actor)
                 self._drop(actor, replace=True)
             else:
-                self._give_back(actor)
+                self._give_back(actor, completed)
 
     def close(self) -> None:
         with self._lock:

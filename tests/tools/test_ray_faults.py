@@ -199,7 +199,7 @@ def test_an_evaluation_waiting_while_the_last_actor_is_replaced_waits_for_the_re
     evaluator = _evaluator(placement_wait_s=30.0)
     # every ray.get fails until the kill below: the replacements started meanwhile fail too, as many as a loaded
     # machine lets run before the test lifts the failure; this test is not about their bound
-    evaluator.replacements_left = 1000
+    evaluator.replacement_limit = 1000
     killed = threading.Event()
 
     def slow_kill(actor):
@@ -439,6 +439,50 @@ def test_nodes_that_keep_dying_stop_the_bench_in_one_line_and_resume_goes_on(fak
     assert sorted(calls) == [1, 1, 1, 2, 2, 2]  # the first model call is not made again
     score = score_runs([tmp_path / "run"])
     assert score.n_infra_failed == 0 and [len(t.scored_turns) for t in score.trajectories] == [2, 2, 2]
+
+
+def _lose_the_actor(fake, evaluator):
+    """The node of the slot's actor dies (preempted): its next evaluation finds it lost."""
+    fake.dead_nodes.update(actor.node for actor in evaluator.actors)
+
+
+def test_a_slot_replaced_more_times_than_the_limit_lives_on_while_each_replacement_evaluates(fake_ray):
+    """A week on spot nodes: the slot's actor is preempted twenty times, and each replacement then completes an
+    evaluation. The limit counted every replacement over the bench, so the ninth loss gave the slot up for good (the
+    bench stopped with no worker) although every replacement had worked."""
+    from ptxbench.tools.ray_evaluator import REPLACEMENTS_PER_WORKER
+
+    evaluator = _cluster(fake_ray, ["node0"])
+    fake_ray.place = lambda n: f"node{n}"  # each replacement on a node of its own
+    losses = 20
+    assert losses > REPLACEMENTS_PER_WORKER + 1
+    statuses = []
+    for _ in range(losses):
+        _lose_the_actor(fake_ray, evaluator)
+        statuses.append(evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True)).status)  # sent on to the replacement
+    assert statuses == ["COMPILED"] * losses and not evaluator.no_worker
+    assert fake_ray.started == 1 + losses and len(evaluator.actors) == 1
+
+
+def test_a_slot_whose_replacements_keep_dying_before_evaluating_is_given_up_after_the_limit(fake_ray):
+    """The slot worked for a while (losses each followed by a completed evaluation), then its node and every node a
+    replacement lands on dies before the replacement finishes anything: nine losses in a row give the slot up after
+    REPLACEMENTS_PER_WORKER replacements, as before, never a loop of actors started and lost."""
+    from ptxbench.tools.ray_evaluator import REPLACEMENTS_PER_WORKER
+
+    evaluator = _cluster(fake_ray, ["node0"])
+    fake_ray.place = lambda n: f"node{n}"
+    for _ in range(3):
+        _lose_the_actor(fake_ray, evaluator)
+        assert evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True)).status == "COMPILED"
+    started = fake_ray.started
+    fake_ray.place = lambda n: "doomed"
+    fake_ray.dead_nodes.add("doomed")
+    _lose_the_actor(fake_ray, evaluator)
+    result = evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))
+    assert result.status == "INFRA_ERROR" and evaluator.no_worker
+    assert f"last {REPLACEMENTS_PER_WORKER} replacements lost" in evaluator.no_worker
+    assert fake_ray.started == started + REPLACEMENTS_PER_WORKER and evaluator.actors == []  # 1 + 8 lost: 9 losses
 
 
 def test_an_evaluation_whose_actor_is_lost_under_it_again_and_again_is_the_trajectorys_retry(fake_ray):
