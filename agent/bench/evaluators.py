@@ -12,10 +12,20 @@ class BenchError(RuntimeError):
     """The bench cannot start (a run folder in the way, no GPU for a GPU run, a bad matrix)."""
 
 
-class NoWorkerLeft(BenchError):
+class RunStopped(BenchError):
+    """A cause no trajectory's retry can mend stopped the bench mid-run, as Ctrl-C does: what ran is recorded, and
+    --resume goes on once the cause is mended (the message says which)."""
+
+
+class NoWorkerLeft(RunStopped):
     """The evaluator has no GPU worker left (a Ray cluster's nodes lost): the bench stops as on Ctrl-C, what ran is
     recorded, and --resume goes on once there are GPUs again; retrying every trajectory meanwhile would only spend
     their retries."""
+
+
+class StorageGaveOut(RunStopped):
+    """The run folder's storage gave out (a full disk or quota, a file system gone read-only): every trajectory would
+    fail its retries on it, and a model reply made meanwhile could not be recorded, so the bench stops."""
 
 
 def make_evaluator(config: BenchConfig):

@@ -9,7 +9,9 @@ each). Every trajectory checkpoints into the run's SQLite file, so a resumed run
 finished trajectories nor finished model calls. An infra failure (INFRA_ERROR, or an exception from
 the harness) is retried from the last good step, up to `infra_retries` times; what stays failed is
 marked infra-failed and left out of model scores. An evaluator that says it has no GPU worker left (`no_worker`: a
-Ray cluster whose nodes are all lost) stops the bench instead (NoWorkerLeft), every trajectory resumable.
+Ray cluster whose nodes are all lost) stops the bench instead (NoWorkerLeft), every trajectory resumable, and so does
+the run folder's storage giving out (StorageGaveOut: a full disk or quota, a file system gone read-only), which every
+retry would meet again while the model replies made meanwhile went unrecorded.
 """
 from __future__ import annotations
 
@@ -22,13 +24,14 @@ from typing import Callable
 
 from pydantic import BaseModel
 
-from .evaluators import BenchError, NoWorkerLeft, make_evaluator
+from .evaluators import BenchError, NoWorkerLeft, StorageGaveOut, make_evaluator
 from .matrix import BenchConfig, check_startable, expand
 from .retry import NOTHING_TO_RETRY
 from .scheduler import BenchInterrupted, LimitedModel, ProviderGates, run_all
 from ..records.checkpoint_guard import check_run
 from ..records.folder_lock import FolderHeld, hold_folder, release
 from ..records.manifest import build_manifest
+from ..records.storage import storage_failure
 from ..models import Model
 from ..loop.optimize import make_model, open_checkpointer, run_trajectory
 from ..records.rundir import (TrajectoryWriter, read_manifest, trajectory_folders, write_evaluator_start, write_gpu_timeline,
@@ -167,6 +170,11 @@ class _Runner:
             except Exception as exc:  # noqa: BLE001 - a harness failure (logged as an infra error event); resume retries it
                 if isinstance(exc, BenchInterrupted) or self.stopping.is_set():
                     raise  # stopping: no retry
+                if (what := storage_failure(exc)) is not None:
+                    self.stop()  # the others end at their next model call, whose reply could not be recorded either
+                    raise StorageGaveOut(f"cannot write the run any more: {what}; the bench stopped, and what was "
+                                         f"recorded is kept: once that is mended (room, permissions), resume with: "
+                                         f"ptxbench bench --resume --run-dir {self.run_dir}") from exc
                 error = f"{type(exc).__name__}: {exc}"
                 continue
             tried = attempt - 1 if out.infra_retry == NOTHING_TO_RETRY else attempt  # that attempt ran nothing
@@ -234,7 +242,7 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
                                              else _report(job, infra_failed=True, error=str(result)))) if on_done else None
     try:
         results = asyncio.run(run_all(configs, runner, config.parallel, on_done=callback, on_cancel=runner.stop,
-                                      share=lambda c: c.model, fatal=(NoWorkerLeft,)))
+                                      share=lambda c: c.model, fatal=(NoWorkerLeft, StorageGaveOut)))
     finally:
         checkpointer.conn.close()
         pool = getattr(evaluator, "_pool", None)  # a local evaluator's pool, once started: its workers' start times

@@ -183,7 +183,7 @@ def bench(
     """Run a benchmark matrix into one run folder; print the leaderboard."""
     from rich.console import Console
 
-    from ..bench.evaluators import BenchError, NoWorkerLeft, make_evaluator
+    from ..bench.evaluators import BenchError, RunStopped, make_evaluator
     from ..bench.matrix import BenchConfig
 
     from . import inputs
@@ -295,7 +295,8 @@ def bench(
         with on_sigterm():  # a scheduler's stop or `kill` ends the bench as Ctrl-C does: recorded, resumable
             outcome = run_bench(config, run_dir, resume=resume, overrides=overrides, on_done=on_done,
                                 restart=restart_trajectory, evaluator=evaluator, own_evaluator=True)
-    except NoWorkerLeft as exc:  # every Ray GPU worker lost mid-run: what ran is recorded, resumable; not a usage error
+    except RunStopped as exc:  # every Ray GPU worker lost, or the storage gave out, mid-run: what ran is recorded,
+        # resumable; not a usage error
         raise inputs.RunFailed(str(exc)) from None
     except BenchError as exc:  # a run folder in the way, no GPU, a matrix with repeated ids: nothing was written
         raise inputs.BadInput(str(exc)) from None

@@ -15,15 +15,12 @@ and, once a run is under way, `storage_failure(exc)`: whether an exception is th
 """
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 
+from ..records.storage import storage_failure  # noqa: F401 - said here by the commands
 from .inputs import BadInput, RunFailed, write_probe
 
 NO_GPU_HINT = "pass --no-gpu to compile only"
-# The OS's words for storage that gave out, and SQLite's (the checkpoints): a run cut by them is no bug of ptxbench's
-STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
-SQLITE_STORAGE = ("disk i/o error", "database or disk is full", "readonly database", "unable to open database file")
 
 
 def storage_stop(exc: Exception, resume: str) -> RunFailed:
@@ -33,19 +30,6 @@ def storage_stop(exc: Exception, resume: str) -> RunFailed:
         raise exc
     return RunFailed(f"cannot write the run any more: {what}; what was recorded is kept: once that is mended (room, "
                      f"permissions), resume with: {resume}")
-
-
-def storage_failure(exc: BaseException) -> str | None:
-    """What gave out, in words, when `exc` is the run folder's storage failing mid-run; None for anything else."""
-    import sqlite3
-
-    # EIO only with a file named: a terminal gone away fails writes to stdout with EIO too, and is no storage
-    if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS and (exc.errno != errno.EIO or exc.filename):
-        where = f" ({exc.filename})" if exc.filename else ""
-        return f"{exc.strerror or errno.errorcode.get(exc.errno, exc)}{where}"
-    if isinstance(exc, sqlite3.OperationalError) and any(m in str(exc).lower() for m in SQLITE_STORAGE):
-        return f"the checkpoint database: {exc}"
-    return None
 
 
 def writable(path: str | Path) -> Path:

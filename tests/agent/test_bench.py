@@ -794,3 +794,59 @@ def test_the_key_variable_is_registered_before_the_gpu_workers_start(monkeypatch
     make_evaluator(BenchConfig(models=["scripted/py"], workloads=[WL], optimize={"api_key_env": "LLM_ENDPOINT_CRED"}))
     default_evaluator(OptimizeConfig(workload=WL, model="openai/x", api_key_env="GATEWAY_PASS"))
     assert seen == ["LLM_ENDPOINT_CRED", "GATEWAY_PASS,LLM_ENDPOINT_CRED"]
+
+
+def test_storage_that_gives_out_stops_the_bench_and_a_resume_finishes_it(tmp_path, monkeypatch):
+    """A full disk mid-run: every trajectory's retries met it again (each an infra failure, the cause said only in
+    its line) while the model replies made meanwhile went unrecorded. The bench now stops at the first such failure,
+    as on Ctrl-C (StorageGaveOut, one line naming --resume); once there is room the resume finishes the matrix."""
+    import errno
+
+    from ptxbench.agent.bench.evaluators import StorageGaveOut
+    from ptxbench.agent.records import rundir
+
+    append, written, full = rundir.TrajectoryWriter.append, [0], threading.Event()
+    lock = threading.Lock()
+
+    def filling(self, event):
+        with lock:
+            written[0] += 1
+            if written[0] > 10 and full.is_set():
+                raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+        return append(self, event)
+
+    monkeypatch.setattr(rundir.TrajectoryWriter, "append", filling)
+    calls: list[int] = []
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=8, turns=3, no_gpu=True, parallel=2)
+    full.set()
+    with pytest.raises(StorageGaveOut) as stopped:
+        run_bench(cfg, tmp_path / "run", evaluator=FlakyEvaluator("none"), model_factory=lambda c: CountingModel(calls))
+    assert "No space left on device" in str(stopped.value) and "--resume --run-dir" in str(stopped.value)
+    assert len(calls) <= 6, calls  # not 8 trajectories x 3 attempts of model calls into a full disk
+    assert len(trajectory_folders_of(tmp_path / "run")) <= 3  # the rest never started
+    full.clear()
+    out = run_bench(None, tmp_path / "run", resume=True, evaluator=FlakyEvaluator("none"),
+                    model_factory=lambda c: CountingModel(calls))
+    assert len(out.trajectories) == 8 and not any(r.infra_failed for r in out.trajectories)
+    assert all(r.stop_reason == "turn_limit" for r in out.trajectories)
+
+
+def trajectory_folders_of(run: Path) -> list[Path]:
+    return sorted(p for p in (run / "trajectories").iterdir() if p.is_dir())
+
+
+def test_the_cli_says_storage_that_gave_out_in_one_line(tmp_path, monkeypatch):
+    import errno
+
+    from ptxbench.agent.records import rundir
+
+    def full(self, event):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+
+    monkeypatch.setattr(rundir.TrajectoryWriter, "append", full)
+    run = tmp_path / "run"
+    result = CliRunner().invoke(app, ["bench", "--models", "builtin/reference", "--workloads", WL, "--trajectories",
+                                      "2", "--turns", "1", "--no-gpu", "--run-dir", str(run)])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output and "No space left on device" in result.output
+    assert f"ptxbench bench --resume --run-dir {run}" in result.output.replace("\n", "")

@@ -3,6 +3,7 @@ and a GPU run on a machine with no usable GPU are each one line on stderr, exit 
 written or any GPU worker starts (agent/cli/README.md)."""
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -207,11 +208,32 @@ def test_storage_that_gives_out_mid_run_is_one_line_naming_the_resume(tmp_path, 
     assert line.startswith("error: cannot write the run any more: ") and line.endswith("resume with: ptxbench optimize --resume r")
 
 
-def test_a_bench_whose_report_finds_no_room_says_so_in_one_line(tmp_path):
+@pytest.mark.parametrize("limit", [20_000, 200_000])
+def test_a_bench_whose_storage_gives_out_stops_in_one_line_naming_the_resume(tmp_path, limit):
+    """Under a bench the trajectories met the full disk one by one, each an infra failure after its retries, and the
+    bench went on to the report (whose failure was then the only line said). It stops at the first one now."""
     done = _under_file_size_limit(["bench", "--models", "builtin/tuner", "--workloads", W, "--turns", "2",
-                                   "--trajectories", "1", "--run-dir", "b", "--no-gpu"], tmp_path, 20_000)
+                                   "--trajectories", "2", "--run-dir", "b", "--no-gpu"], tmp_path, limit)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.splitlines()[-1].startswith("error: the run is recorded, but its report could not be written: ")
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("error: cannot write the run any more: ") and "(room, permissions)" in last, last
+    assert last.endswith("resume with: ptxbench bench --resume --run-dir b"), last
+
+
+def test_a_bench_whose_report_finds_no_room_says_so_in_one_line(tmp_path, monkeypatch):
+    import errno
+
+    import ptxbench.agent.report as report
+
+    def no_room(run_dir, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(Path(run_dir) / "report" / "index.html"))
+
+    monkeypatch.setattr(report, "write_report", no_room)
+    result = CliRunner().invoke(app, ["bench", "--models", "builtin/tuner", "--workloads", W, "--turns", "1",
+                                      "--trajectories", "1", "--run-dir", str(tmp_path / "b"), "--no-gpu"])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert "the run is recorded, but its report could not be written: No space left on device" in result.output
+    assert f"ptxbench report {tmp_path / 'b'}" in result.output.replace("\n", "")
 
 
 def test_only_storage_failures_are_said_as_such():
