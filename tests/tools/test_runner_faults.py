@@ -80,7 +80,7 @@ def job_state(runner, monkeypatch, fail):
         raise fail
 
     monkeypatch.setattr(runner, "correctness", correctness)
-    state = SimpleNamespace(referee=MagicMock(), ceilings={}, cache=MagicMock(),
+    state = SimpleNamespace(referee=MagicMock(), ceilings={}, cache=MagicMock(), reserved_frame=1 << 20,
                             limits=SimpleNamespace(name="NVIDIA H200", l2_bytes=60 << 20, sm_count=132,
                                                    max_threads_per_sm=2048))
     job = GpuJob(workload=SMOKE, plan={"num_sms": 132, "launches": [], "scratch": [], "tmaps": []})
@@ -140,7 +140,7 @@ class FrameScrub:
             raise CudaError(self.error, "out of memory", "cuLaunchKernelEx")
 
 
-def local_frame_job(runner, monkeypatch, frame: int, scrub: FrameScrub | None = None):
+def local_frame_job(runner, monkeypatch, frame: int, scrub: FrameScrub | None = None, reserved: int = 1024):
     """evaluate_job with a loaded candidate whose scrub frame is `frame` bytes a thread; its checked call fails."""
     from ptxbench.tools.gpu.limits import DeviceLimits
 
@@ -159,9 +159,11 @@ def local_frame_job(runner, monkeypatch, frame: int, scrub: FrameScrub | None = 
         raise runner.Failed("INCORRECT_NUMERICAL", "C is wrong")
 
     monkeypatch.setattr(runner, "correctness", correctness)
-    state = SimpleNamespace(referee=MagicMock(), ceilings={}, cache=MagicMock(), limits=DeviceLimits(total_memory=80 << 30))
+    state = SimpleNamespace(referee=MagicMock(), ceilings={}, cache=MagicMock(), reserved_frame=reserved,
+                            limits=DeviceLimits(total_memory=80 << 30))
     job = GpuJob(workload=SMOKE, plan={"num_sms": 132, "launches": [], "scratch": [], "tmaps": []})
     out, replace = runner.evaluate_job(state, job, lambda *a, **k: None)
+    local_frame_job.state = state
     return out, replace, made
 
 
@@ -204,6 +206,17 @@ def test_a_frame_the_worker_cannot_reserve_is_the_workers_failure_not_the_kernel
     assert "CUDA_ERROR_OUT_OF_MEMORY" in out.runtime_error and "local memory" in out.message
     out, replace, made = local_frame_job(runner, monkeypatch, 16 << 10, FrameScrub(1, "CUDA_ERROR_ILLEGAL_ADDRESS"))
     assert out.status == "RUNTIME_ERROR" and replace and not made, out  # not the reservation's: as any fault
-    scrub = FrameScrub(refusals=5)  # the default stack: nothing to reserve, the first call's scrub reserves it
-    out, replace, made = local_frame_job(runner, monkeypatch, 1 << 10, scrub)
+    scrub = FrameScrub(refusals=5)  # a frame the worker has reserved already: nothing to reserve
+    out, replace, made = local_frame_job(runner, monkeypatch, 1 << 10, scrub, reserved=1 << 10)
     assert out.status == "INCORRECT_NUMERICAL" and made and scrub.frames == [], out
+
+
+def test_a_frame_past_the_workers_reserved_one_is_reserved_first_even_when_small(runner, monkeypatch):
+    """2 KB a thread (553 MB on an H200) is kept by the worker, not replaced for: still reserved before the sets with
+    the allocator's cache released, and the worker remembers it, so the next candidate of that frame skips it."""
+    scrub = FrameScrub(refusals=1)
+    out, replace, made = local_frame_job(runner, monkeypatch, 2 << 10, scrub, reserved=1 << 10)
+    assert out.status == "INCORRECT_NUMERICAL" and made and not replace, out
+    assert scrub.frames == [2 << 10, 2 << 10] and local_frame_job.state.reserved_frame == 2 << 10
+    out, replace, made = local_frame_job(runner, monkeypatch, 1 << 10, FrameScrub(refusals=9), reserved=2 << 10)
+    assert out.status == "INCORRECT_NUMERICAL" and made and not replace, out

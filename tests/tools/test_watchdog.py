@@ -546,7 +546,7 @@ def _declared_call_fails(runner, monkeypatch, fail):
                         ("sets_in_memory", lambda *a: calls.sets), ("CandidateCalls", lambda *a: calls),
                         ("driver_error", lambda cand: "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access")):
         monkeypatch.setattr(runner, name, value)
-    state = SimpleNamespace(referee=referee, ceilings={}, cache=SimpleNamespace(clear=lambda: None),
+    state = SimpleNamespace(referee=referee, ceilings={}, cache=SimpleNamespace(clear=lambda: None), reserved_frame=1024,
                             limits=SimpleNamespace(name="NVIDIA H200", l2_bytes=60 << 20, sm_count=132,
                                                    max_threads_per_sm=2048))
     job = GpuJob(workload="smoke_mha_bwd_d64", time=False, plan={"num_sms": 132, "launches": [], "scratch": [], "tmaps": []})

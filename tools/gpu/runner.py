@@ -437,26 +437,29 @@ def fault_verdict(name: str, text: str) -> tuple[str, str, str]:
 
 
 def reserve_local_frame(state: WorkerState, cand: Candidate) -> None:
-    """The driver reserves a grown frame's local memory at the first launch that needs it (the scrub's, before the
-    first call), outside torch's allocator, whose cached free blocks it cannot take: they are released first, and
-    the worker's cached library instances once if that was not enough. The plan's memory, frame included, was found
+    """The driver reserves a frame larger than the worker's so far (WorkerState.reserved_frame) at the first launch
+    that needs it (the scrub's, before the first call), outside torch's allocator, whose cached free blocks it cannot
+    take (earlier evaluations' sets leave many): they are released first, and the worker's cached library instances
+    once if that was not enough. The plan's memory, frame included, was found
     to fit the candidate's share, so a reservation that still fails is this worker's: INFRA_ERROR and a fresh one
     (it was the kernel's RUNTIME_ERROR, 'out of memory' at the scrub's launch)."""
     if cand.scrub is None:  # a one-launch replay (the profile's) runs no scrub
         return
+    frame = int(cand.frame)
     for attempt in range(2):
         if attempt:
             state.cache.clear()
         torch.cuda.empty_cache()
         try:
-            cand.scrub.run(cand.stream, cand.frame)
+            cand.scrub.run(cand.stream, frame)
             sync_stream(cand.stream)
+            state.reserved_frame = frame
             return
         except CudaError as e:
             if e.name != "CUDA_ERROR_OUT_OF_MEMORY":
                 raise
             error = e
-    raise Failed("INFRA_ERROR", f"the worker could not reserve the kernels' local memory ({cand.frame} bytes a thread "
+    raise Failed("INFRA_ERROR", f"the worker could not reserve the kernels' local memory ({frame} bytes a thread "
                  f"for every thread the GPU holds) that the plan was found to have room for: {error}",
                  runtime_error=f"{error.name}: {error.text}", replace=True)
 
@@ -517,6 +520,7 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
                 raise Failed("PLAN_ERROR", "the kernels' local memory and the plan's buffers exceed the GPU's memory",
                              plan_errors=errors)
             grown = True
+        if int(cand.frame) > state.reserved_frame:
             reserve_local_frame(state, cand)
         phase("prepare", job.prepare_timeout_s)
         sets = sets_in_memory(state, wl, plan, seeds, dist)

@@ -144,6 +144,7 @@ class WorkerState:
         self.baseline_seed = secrets.randbelow(2**31)
         self.referee = None  # RefereeClient: the process that holds the expected outputs (set by the worker)
         self._scrub = None
+        self.reserved_frame = 0  # the largest local frame the driver has reserved for this context (runner.py)
 
     def on_chip_scrub(self):
         """The worker's shared- and local-memory scrub kernels (scrub.py), loaded on first use."""
