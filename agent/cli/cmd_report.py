@@ -22,11 +22,9 @@ def foreign_report_file(folder: Path) -> str | None:
 
 def _earlier_report(folder: Path) -> bool:
     """A folder an earlier report wrote: its index.html names itself in its title."""
-    try:
-        with open(folder / "index.html", "rb") as f:
-            return b"<title>ptxbench report: " in f.read(300)
-    except OSError:
-        return False
+    from .inputs import written_by_report
+
+    return written_by_report(folder)
 
 
 def out_in_run(out: Path, run: Path) -> str | None:

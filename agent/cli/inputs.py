@@ -3,7 +3,7 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
 
     workload(name), arch(name), prompt(name), model(name), mutations(names)   the name, or BadInput
     credentials(model, api_base, api_key_env, report)   a missing key or an unreachable endpoint
-    run_folder(path, what)                               an existing run folder (manifest or trajectories)
+    run_folder(path, what)                               an existing run folder (manifest or a trajectory; no report's)
     unsealed(path, flag)                                 a run folder that may be continued (no sealed log)
     resumable(path, flag)                                an optimize run folder `--resume` can continue
     new_folder(path, flag)                               a path a run may be written to (its text not empty, no file in the way)
@@ -183,7 +183,8 @@ def mutations(names: list[str]) -> list[str]:
 
 
 def run_folder(path: Path, what: str = "run") -> Path:
-    """An existing run folder: one with manifest.json or trajectories/."""
+    """An existing run folder: one with manifest.json, or with a trajectories/ that holds a trajectory (a report's
+    folder has a trajectories/ of pages: taken for a run, it was scored and exported as one of no trajectory)."""
     path = Path(path)
     if not path.exists():
         from ..records.rundir import runs_root
@@ -191,10 +192,33 @@ def run_folder(path: Path, what: str = "run") -> Path:
         under = runs_root() / path  # a run named as `optimize --resume` takes it: by its name under the runs root
         hint = f"; there is one under the runs root: give {under}" if not path.is_absolute() and under.is_dir() else ""
         raise BadInput(f"no {what} folder at {path}{hint}")
-    if not path.is_dir() or not ((path / "manifest.json").is_file() or (path / "trajectories").is_dir()):
-        raise BadInput(f"{path} is not a run folder: expected manifest.json or trajectories/ in it"
-                       f"{run_above(path) or runs_below(path)}")
+    if path.is_dir() and not (path / "manifest.json").is_file() and written_by_report(path):
+        raise BadInput(f"{path} is a report (ptxbench report wrote it), not a run: give the run folder it was made "
+                       f"from{run_above(path)}")
+    if not path.is_dir() or not ((path / "manifest.json").is_file() or _holds_trajectory(path)):
+        raise BadInput(f"{path} is not a run folder: expected manifest.json, or trajectories/ holding a trajectory, "
+                       f"in it{run_above(path) or runs_below(path)}")
     return path
+
+
+def _holds_trajectory(path: Path) -> bool:
+    from ..records.rundir import DamagedRecord, trajectory_folders
+
+    if not (path / "trajectories").is_dir():
+        return False
+    try:
+        return bool(trajectory_folders(path))
+    except (DamagedRecord, OSError):  # one the readers will name
+        return True
+
+
+def written_by_report(folder: Path) -> bool:
+    """A folder `ptxbench report` wrote: its index.html names itself in its title."""
+    try:
+        with open(Path(folder) / "index.html", "rb") as f:
+            return b"<title>ptxbench report: " in f.read(300)
+    except OSError:
+        return False
 
 
 def runs_below(path: Path) -> str:

@@ -184,8 +184,8 @@ def test_the_folder_of_runs_itself_names_a_run_to_give(tmp_path, argv):
     result = CliRunner().invoke(app, [a.format(runs=runs, out=tmp_path / "out") for a in argv])
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
-    assert lines[0].endswith(f"is not a run folder: expected manifest.json or trajectories/ in it; it holds 2 runs: "
-                             f"name one, e.g. {runs / '20261202-000000_b'}"), lines[0]
+    assert lines[0].endswith(f"is not a run folder: expected manifest.json, or trajectories/ holding a trajectory, in "
+                             f"it; it holds 2 runs: name one, e.g. {runs / '20261202-000000_b'}"), lines[0]
     assert not (tmp_path / "out").exists()
 
 
@@ -219,3 +219,34 @@ def test_version_and_the_short_help_option():
     for argv in (["-h"], ["eval", "-h"], ["optimize", "-h"]):
         out = CliRunner().invoke(app, argv)
         assert out.exit_code == 0 and "Usage:" in out.output, argv
+
+
+@pytest.mark.parametrize("argv", [["score", "{rep}"], ["report", "{rep}", "--out", "{out}"], ["seal", "{rep}"],
+                                  ["export", "{rep}", "--recipe", "kernelgen", "--out", "{out}"]],
+                         ids=["score", "report", "seal", "export"])
+@pytest.mark.parametrize("where", ["inside", "outside"])
+def test_a_report_folder_is_no_run(tmp_path, argv, where):
+    """A report's folder holds a trajectories/ of pages: taken for a run it scored, reported, sealed and exported
+    nothing, exit status 0, as if the run had no trajectory. It is refused, naming the run where the report sits in one."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "docs/examples/optimize-gemm-tuner", run)
+    rep = run / "report" if where == "inside" else tmp_path / "rep"
+    assert CliRunner().invoke(app, ["report", str(run), "--out", str(rep)]).exit_code == 0
+    result = CliRunner().invoke(app, [a.format(rep=rep, out=tmp_path / "out") for a in argv])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0] == (f"error: {rep} is a report (ptxbench report wrote it), not a run: give the run folder it was "
+                        f"made from" + (f"; it is in the run {run}: give {run}" if where == "inside" else "")), lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_trajectories_folder_with_no_trajectory_and_no_manifest_is_no_run(tmp_path):
+    folder = tmp_path / "pages"
+    (folder / "trajectories").mkdir(parents=True)
+    (folder / "trajectories" / "a.html").write_text("<p>")
+    result = CliRunner().invoke(app, ["score", str(folder)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and lines == [f"error: {folder} is not a run folder: expected manifest.json, or "
+                                               "trajectories/ holding a trajectory, in it"], result.output
