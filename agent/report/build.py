@@ -62,7 +62,9 @@ def _overview(run_dir: Path, manifest: dict, score: RunScore) -> list[tuple[str,
     """(what, value) facts about the run; a value read from the run's records or manifest is Recorded."""
     facts = [("run", Recorded(run_dir)), ("models", Recorded(", ".join(score.model_names))),
              ("workloads", Recorded(", ".join(score.workload_names))),
-             ("trajectories", f"{score.n_trajectories} ({score.n_infra_failed} infra-failed, left out of trajectory scores)"),
+             ("trajectories", f"{score.n_trajectories} ({score.n_infra_failed} infra-failed"
+                              + (f", {score.n_unfinished} unfinished" if score.n_unfinished else "")
+                              + ", left out of trajectory scores)"),
              ("infra turns", f"{score.n_infra_turns} (left out of model scores)"),
              ("correct turns with unknown target verdict", f"{score.n_target_unknown} (counted as not executed)")]
     if score.n_compile_only:

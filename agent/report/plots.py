@@ -60,7 +60,7 @@ def fast_p_curves(score: RunScore) -> str:
     """fast_p and target-fast_p over trajectories as continuous curves in p, one colour per model (its workloads
     weighing alike)."""
     plt = _plt()
-    trajs = [t for t in score.trajectories if not t.infra_failed]
+    trajs = [t for t in score.trajectories if not t.left_out]  # as the score's figures over trajectories
     top = max([t.best_speedup or 0 for t in trajs] + [1.3]) * 1.05
     grid = np.linspace(0, top, 200)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)

@@ -91,7 +91,7 @@ def mixed_flush_cells(score: RunScore) -> list[tuple[str, str]]:
     """The (model, workload) cells whose trajectories were timed from more than one L2 flush."""
     flushes: dict[tuple[str, str], set[str]] = {}
     for t in score.trajectories:
-        if not t.infra_failed:
+        if not t.left_out:
             flushes.setdefault((t.model, t.workload), set()).add(t.l2_flush)
     return sorted(key for key, seen in flushes.items() if len(seen) > 1)
 
@@ -104,6 +104,10 @@ def leaderboard(score: RunScore, target: bool = False) -> Table:
     if score.n_compile_only:
         note += (f" {score.n_compile_only} turns were only compiled (COMPILED, --no-gpu): never run on a GPU, so "
                  "correctness and speed are unknown and they count 0 here; evaluate on a GPU for speedups.")
+    if score.n_unfinished:  # said where `ptxbench score` prints it too, not only in the report's overview
+        note += (f" {score.n_unfinished} trajector{'y is' if score.n_unfinished == 1 else 'ies are'} unfinished (no stop "
+                 "recorded: killed, or still running; resume the run) and left out of every figure over trajectories, "
+                 "as infra-failed ones are.")
     parts = [note]
     if mixed := mixed_flush_cells(score):
         # model and workload names are the records' text: Recorded, so summary.md writes them through md_cell

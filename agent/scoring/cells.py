@@ -2,7 +2,7 @@
 
 Two views, as in KernelBench and PTXBench:
 - over turns: every scored turn of every trajectory is one kernel (pooled; infra turns dropped);
-- over trajectories: a trajectory counts once, by its best turn (infra-failed trajectories dropped).
+- over trajectories: a trajectory counts once, by its best turn (infra-failed and unfinished trajectories dropped).
 fast_p = share that is correct AND speedup > p (fast_0 = correct, timing or not); target-fast_p
 also needs every target instruction family to have executed (unknown counts as not executed).
 Only PASSED is correct: COMPILED turns (never run) count in the denominators and in n_compile_only.
@@ -46,8 +46,10 @@ class CellScore(BaseModel):
     prompt: str = ANY
     gpu: str = ANY
     l2_flush: str = ANY
-    n_trajectories: int = Field(0, description="trajectories scored (infra-failed ones excluded)")
+    n_trajectories: int = Field(0, description="trajectories scored (infra-failed and unfinished ones excluded)")
     n_infra_failed: int = 0
+    n_unfinished: int = Field(0, description="trajectories with no stop recorded (killed or still running), left out "
+                              "of the figures over trajectories as the infra-failed ones are")
     n_turns: int = Field(0, description="scored turns (infra turns excluded)")
     n_infra_turns: int = 0
     n_target_unknown: int = Field(0, description="correct turns whose target verdict was not measured")
@@ -113,7 +115,7 @@ def _by_turn(trajs: list[TrajectoryScore], balance: str | None = None) -> dict[s
 
 def score_cell(trajectories: list[TrajectoryScore], balance: str | None = None, **key) -> CellScore:
     """The cell's figures; `balance` ("workload"): the figures over trajectories weigh each workload alike."""
-    kept = [t for t in trajectories if not t.infra_failed]
+    kept = [t for t in trajectories if not t.left_out]
 
     def over(trajs: list[TrajectoryScore]) -> dict:
         # the weights of a subset are its own: a mean over the trajectories that got one weighs those of each workload
@@ -124,14 +126,15 @@ def score_cell(trajectories: list[TrajectoryScore], balance: str | None = None, 
         return share_estimate(outcomes, balance_weights(kept, balance)[0])
     cell = CellScore(**key)
     cell.n_trajectories = len(kept)
-    cell.n_infra_failed = len(trajectories) - len(kept)
+    cell.n_infra_failed = sum(t.infra_failed for t in trajectories)
+    cell.n_unfinished = sum(t.unfinished for t in trajectories)
     cell.n_turns = sum(len(t.scored_turns) for t in trajectories)
     cell.n_infra_turns = sum(len(t.turns) - len(t.scored_turns) for t in trajectories)
     cell.n_target_unknown = sum(1 for tr in trajectories for t in tr.scored_turns if t.correct and t.target_executed is None)
     cell.n_compile_only = sum(1 for tr in trajectories for t in tr.scored_turns if t.compile_only)
     for p in P_VALUES:
         k = p_key(p)
-        # Over turns: every trajectory (infra-failed ones too) contributes its scored turns.
+        # Over turns: every trajectory (infra-failed and unfinished ones too) contributes its scored turns.
         cell.fast_p_turns[k] = ratio_estimate([sum(is_fast(t, p) for t in tr.scored_turns) for tr in trajectories],
                                               [len(tr.scored_turns) for tr in trajectories], share=True)
         cell.target_fast_p_turns[k] = ratio_estimate([sum(is_fast(t, p, True) for t in tr.scored_turns) for tr in trajectories],

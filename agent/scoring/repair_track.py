@@ -222,7 +222,7 @@ def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
         if score.infra_failed:
             left_out["an infra failure no retry repaired"] += 1
             continue
-        if not score.stop_reason:  # killed or cut mid-run (resumable): its missing turns are no failures of the model
+        if score.unfinished:  # killed or cut mid-run (resumable): its missing turns are no failures of the model
             left_out["unfinished (no stop recorded; resume the run)"] += 1
             continue
         task = task_record(config)

@@ -23,7 +23,9 @@ from .turns import TrajectoryScore, score_trajectory
 # 5: a model's row weighs each workload alike in its figures over trajectories (pooled, infra exclusions tilted it)
 # 6: a model's row resamples its workloads of one trajectory together (each alone drew itself: no interval width)
 #    and its by-turn curves weigh alike the workloads that reached each turn
-SCORE_VERSION = 6
+# 7: an unfinished trajectory (no stop after its last step: killed, or still running) is left out of the figures over
+#    trajectories, as an infra-failed one is (its missing turns scored it as a model that never got there); n_unfinished
+SCORE_VERSION = 7
 
 
 class RunScore(BaseModel):
@@ -32,6 +34,8 @@ class RunScore(BaseModel):
     manifests: dict[str, dict] = Field(default_factory=dict, description="run dir -> its manifest, as recorded")
     n_trajectories: int = 0
     n_infra_failed: int = 0
+    n_unfinished: int = Field(0, description="trajectories with no stop recorded (killed or still running: resume the "
+                              "run), left out of the figures over trajectories")
     n_infra_turns: int = 0
     n_target_unknown: int = 0
     n_compile_only: int = Field(0, description="COMPILED turns, never run on a GPU (--no-gpu runs): not counted as correct")
@@ -72,6 +76,7 @@ def _group(trajs: list[TrajectoryScore], fields: tuple[str, ...], balance: str |
 def score_trajectories(trajs: list[TrajectoryScore]) -> RunScore:
     score = RunScore(trajectories=trajs, n_trajectories=len(trajs))
     score.n_infra_failed = sum(t.infra_failed for t in trajs)
+    score.n_unfinished = sum(t.unfinished for t in trajs)
     score.n_infra_turns = sum(len(t.turns) - len(t.scored_turns) for t in trajs)
     score.cells = _group(trajs, ("model", "workload", "prompt", "gpu", "l2_flush"))
     score.model_workload = _group(trajs, ("model", "workload"))

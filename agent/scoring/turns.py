@@ -75,6 +75,14 @@ class TrajectoryScore(BaseModel):
         return [t for t in self.turns if not t.infra]
 
     infra_failed: bool = Field(False, description="ended on an infra failure that no retry repaired: left out of trajectory-level scores")
+    unfinished: bool = Field(False, description="no stop recorded after its last step (killed, or still running: "
+                             "resumable), infra failures apart: left out of trajectory-level scores, since its missing "
+                             "turns are no failures of the model")
+
+    @property
+    def left_out(self) -> bool:
+        """Left out of the figures over trajectories (infra-failed or unfinished); its turns still count over turns."""
+        return self.infra_failed or self.unfinished
 
     @property
     def first_correct_turn(self) -> int | None:
@@ -179,7 +187,12 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     # turns whose turn_end was logged: an infra error of the same turn after it (a Ctrl-C, a kill or a failed checkpoint
     # write between the turn_end and the feedback step's checkpoint) cut the next step short, not this turn
     closed: set[int] = set()
+    stopped = False  # a stop came after the trajectory's last step: it finished (a resume that went on reopens it)
     for event in record.events:
+        if event.type == "stop":
+            stopped = True
+        elif event.type != "error":  # an error is logged before its stop, and after a kill (where none follows)
+            stopped = False
         if event.type == "error" and event.infra and event.turn > 0 and (crash := _crash(event)):
             infra_seen.setdefault(event.turn, []).append(crash)
         if event.type in ("model_call", "eval_result"):
@@ -224,6 +237,8 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     for number in reproduced & set(turns):
         if turns[number].status == INFRA:
             turns[number] = turns[number].model_copy(update={"reproduced": True})
+    # ended by an infra failure (a stop or not: a harness crash logs none, and the bench gives up after its retries)
+    ended_on_infra = infra_last
     if infra_last and turns and max(turns) in reproduced:
         infra_last = False
     handed_in = turns.pop(0, None)  # a handed-in kernel (--start-from): kept apart from the model's turns
@@ -240,6 +255,7 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
         started=start.ts if start else 0.0,
         stop_reason=stop_reason,
         infra_failed=infra_last,
+        unfinished=not stopped and not ended_on_infra,
         turns=[turns[k] for k in sorted(turns)],
         start=handed_in,
         skipped_lines=record.skipped_lines,

@@ -221,7 +221,7 @@ def test_a_turn_number_no_trajectory_can_reach_is_dropped_when_read(tmp_path):
 
     from ptxbench.agent.records.events import MAX_TURNS
 
-    b = TrajectoryBuilder(tmp_path, "t", "m/c", "gemm").turn(1, "PASSED", 1.0, True)
+    b = TrajectoryBuilder(tmp_path, "t", "m/c", "gemm").turn(1, "PASSED", 1.0, True).stop()  # finished: a cell's curve
     with open(b.writer.path, "a") as f:
         for turn in (10**9, MAX_TURNS + 1, -1):
             f.write(json.dumps({"type": "turn_end", "trajectory_id": "t", "turn": turn, "status": "PASSED"}) + "\n")
@@ -652,3 +652,41 @@ def test_a_log_line_whose_turn_or_status_is_no_scalar_is_skipped_not_a_traceback
     log.write_text("".join(json.dumps(e) + "\n" for e in events + bad))
     score = score_runs([run])
     assert score.n_skipped_lines == 3 and [t.status for t in score.trajectories[0].turns] == ["PASSED", "COMPILE_ERROR"]
+
+
+def test_an_unfinished_trajectory_is_left_out_of_the_figures_over_trajectories(tmp_path):
+    """A trajectory with no stop after its last step (a bench killed mid-way, or one still running: resumable) was
+    scored as a finished one: cut at turn 1 of 8 before its first correct turn, it read as a model that never got a
+    correct kernel (fast_p and success over trajectories, best speedup 0). It is left out of the figures over
+    trajectories, as an infra-failed one is, and said; its turns still count over turns. So is a retry after an infra
+    stop that was killed before its own stop."""
+    from ptxbench.agent.records.events import ErrorEvent
+    from ptxbench.agent.report.tables import leaderboard
+
+    TrajectoryBuilder(tmp_path, "done", "m", "gemm", index=0).turn(1, "COMPILE_ERROR").turn(2, "PASSED", 1.5, True).stop()
+    killed = TrajectoryBuilder(tmp_path, "killed", "m", "gemm", index=1).turn(1, "COMPILE_ERROR")  # no stop: killed
+    retry = TrajectoryBuilder(tmp_path, "retry-killed", "m", "gemm", index=2).turn(1, "COMPILE_ERROR").infra(2)
+    retry.turn(2, "RUNTIME_ERROR")  # the retry's turn 2, then killed: the infra stop is no longer its last word
+    score = score_runs([tmp_path])
+    by_id = {t.id: t for t in score.trajectories}
+    assert by_id["killed"].unfinished and by_id["retry-killed"].unfinished and not by_id["done"].unfinished
+    assert not by_id["retry-killed"].infra_failed
+    cell = score.cell("m", "gemm")
+    assert cell.n_trajectories == 1 and cell.n_unfinished == 2 and cell.n_infra_failed == 0
+    assert cell.fast_p_trajectories["1"].value == 1.0 and cell.best_speedup.value == 1.5
+    assert cell.success_within["4"].value == 1.0 and cell.by_turn["reached"] == [1.0, 1.0]
+    assert cell.n_turns == 5 and cell.fast_p_turns["1"].value == approx(1 / 5)  # over turns: every scored turn
+    assert score.n_unfinished == 2 and score.models[0].n_unfinished == 2
+    assert "2 trajectories are unfinished" in leaderboard(score).note
+    # its stop written (the resumed run finished it): scored again
+    killed.stop("turn_limit", 1)
+    assert score_runs([tmp_path]).cell("m", "gemm").n_trajectories == 2
+    # a harness crash logs no stop, and the bench gives up after its retries: the same crash on every retry is the
+    # model's turn (reproduced), a finished trajectory scored as such, not an unfinished one left out
+    crash = TrajectoryBuilder(tmp_path, "crash", "m", "gemm", index=3).turn(1, "COMPILE_ERROR")
+    crash._model_call(2, crash.source)
+    for _ in range(2):
+        crash.writer.append(ErrorEvent(trajectory_id="crash", turn=2, where="graph", message="RecursionError: deep",
+                                       traceback="Traceback ...", infra=True))
+    crashed = next(t for t in score_runs([tmp_path]).trajectories if t.id == "crash")
+    assert not crashed.unfinished and not crashed.infra_failed and crashed.scored_turns[-1].reproduced
