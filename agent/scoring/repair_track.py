@@ -7,7 +7,9 @@ model turns. Per trajectory:
   one run said);
 - turns to fix: the first PASSED turn (over fixed trajectories);
 - fixed with the speed kept: some turn PASSED, its target instructions executed (or not measured), and its
-  speedup >= SPEED_KEPT x the unbroken kernel's speedup recorded in the task (a slow swap is no repair);
+  speedup >= SPEED_KEPT x the unbroken kernel's speedup recorded in the task (a slow swap is no repair); unknown
+  (None) for a fixed trajectory with no speed to compare (the task records no unbroken speedup, or the fix was not
+  timed), left out of that share and counted apart (`speed_unknown`), never read as a slow fix;
 - regression: a PASSED turn followed by a failing one (the fix broke again);
 - not judged: no turn PASSED, and a turn compiled a changed kernel without a GPU (COMPILED, --no-gpu): fixed or
   not is unknown, so the trajectory is left out of every rate above (counted apart, never as not fixed). The
@@ -55,7 +57,8 @@ class RepairTrajectory(BaseModel):
     fixed_at_1: bool = False
     fixed: bool = False
     turns_to_fix: int | None = None
-    speed_kept: bool = False
+    speed_kept: bool | None = Field(False, description="None: fixed, but no speed to compare (no unbroken speedup "
+                                    "recorded, or the fix untimed)")
     regression: bool = False
     judged: bool = Field(True, description="False: compiled without a GPU and never PASSED, fixed or not unknown")
 
@@ -66,7 +69,8 @@ class RepairCell(BaseModel):
     fixed_at_1: Estimate = Estimate()
     fixed_at_k: Estimate = Estimate()
     turns_to_fix: Estimate = Estimate()
-    speed_kept: Estimate = Estimate()
+    speed_kept: Estimate = Field(Estimate(), description="over the judged trajectories whose speed is known")
+    speed_unknown: int = Field(0, description="judged trajectories fixed with no speed to compare, left out of speed_kept")
     regression_rate: Estimate = Estimate()
 
 
@@ -175,8 +179,10 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
     # (a run folder missing its turn 0 credited the broken kernel handed back)
     broken = {sha for sha in ((score.start.kernel_sha256 if score.start else ""), task.get("solution_sha256") or "") if sha}
     passed = [t for t in turns if t.correct and t.kernel_sha256 not in broken and t.turn not in resubmitted]
-    kept = [t for t in passed if t.target_executed is not False and t.speedup is not None and unbroken is not None
-            and t.speedup >= SPEED_KEPT * unbroken]
+    timed_fix = [t for t in passed if t.target_executed is not False]
+    kept = [t for t in timed_fix if t.speedup is not None and unbroken is not None and t.speedup >= SPEED_KEPT * unbroken]
+    # a fix with no speed to compare (no unbroken speedup in the task, or the fix not timed): unknown, not a slow fix
+    speed_unknown = not kept and any(unbroken is None or t.speedup is None for t in timed_fix)
     first = passed[0].turn if passed else None
     regression = any(a.correct and b.failed for a, b in zip(turns, turns[1:]))
     # a kernel compiled and never run (--no-gpu) may be the fix: unknown, unless it is the broken kernel again
@@ -188,18 +194,19 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
     return RepairTrajectory(id=score.id, model=score.model, task=config["repair_task"], bug_class=task.get("bug_class", ""),
                             failure_class=failure, held_out=bool(task.get("held_out")), unbroken_speedup=unbroken,
                             fixed_at_1=first == 1, fixed=bool(passed),
-                            turns_to_fix=first, speed_kept=bool(kept), regression=regression,
+                            turns_to_fix=first, speed_kept=None if speed_unknown else bool(kept), regression=regression,
                             judged=bool(passed) or not unverified)
 
 
 def cell(rows: list[RepairTrajectory]) -> RepairCell:
     judged = [r for r in rows if r.judged]
     fixed = [r for r in judged if r.fixed]
-    return RepairCell(n=len(rows), not_judged=len(rows) - len(judged),
+    speed_known = [r for r in judged if r.speed_kept is not None]
+    return RepairCell(n=len(rows), not_judged=len(rows) - len(judged), speed_unknown=len(judged) - len(speed_known),
                       fixed_at_1=share_estimate([float(r.fixed_at_1) for r in judged]),
                       fixed_at_k=share_estimate([float(r.fixed) for r in judged]),
                       turns_to_fix=mean_estimate([float(r.turns_to_fix) for r in fixed]),
-                      speed_kept=share_estimate([float(r.speed_kept) for r in judged]),
+                      speed_kept=share_estimate([float(r.speed_kept) for r in speed_known]),
                       regression_rate=share_estimate([float(r.regression) for r in judged]))
 
 
@@ -260,6 +267,9 @@ def repair_markdown(score: RepairScore) -> str:
     if unjudged:
         parts.append(f"not judged: {unjudged} of {len(score.trajectories)} trajectories compiled a changed kernel without "
                      "a GPU (COMPILED) and never passed: fixed or not is unknown, so they are left out of every rate")
+    if unknown := sum(r.judged and r.speed_kept is None for r in score.trajectories):
+        parts.append(f"speed unknown: {unknown} fixed trajector{'y' if unknown == 1 else 'ies'} had no speed to compare "
+                     "(no unbroken speedup recorded for the task, or the fix not timed): left out of 'fixed, speed kept'")
     if score.left_out:
         parts.append("left out of every rate (neither for nor against the model): " + ", ".join(
             f"{n} trajector{'y' if n == 1 else 'ies'}: {why}" for why, n in score.left_out.items()))

@@ -9,7 +9,7 @@ from ptxbench.agent.bench.runner import run_bench
 from ptxbench.agent.bench.matrix import BenchConfig, expand
 from ptxbench.agent.cli.main import app
 from ptxbench.agent.records.rundir import load_run
-from ptxbench.agent.scoring.repair_track import repair_markdown, score_repair_runs
+from ptxbench.agent.scoring.repair_track import RepairScore, repair_markdown, score_repair_runs
 
 
 def config(**kw) -> BenchConfig:
@@ -243,3 +243,28 @@ def test_a_no_gpu_run_of_runtime_tasks_scores_them_not_judged_under_their_record
     assert floor.not_judged == 0 and floor.fixed_at_k.value == 0.0
     page = repair_markdown(score)
     assert "| COMPILED |" not in page and "| RUNTIME_ERROR | 2 | – | – | – | – | – | 2 |" in page
+
+
+def test_a_fix_with_no_speed_to_compare_is_not_counted_as_a_slow_fix():
+    """A fixed trajectory whose task records no unbroken speedup (its base was not timed when the suite was built), or
+    whose fix was not timed, read as a fix that lost the speed: 'fixed, speed kept' said 0% of what it could not
+    judge. It is unknown: left out of that share and counted apart; a fix timed and too slow is still not kept."""
+    from ptxbench.agent.scoring.repair_track import cell, repair_trajectory
+    from ptxbench.agent.scoring.turns import TrajectoryScore, TurnScore
+
+    def fixed_at(speedup: float | None, unbroken: float | None, tid: str):
+        score = TrajectoryScore(id=tid, model="m", workload=WL, stop_reason="turn_limit", turns=[
+            TurnScore(turn=1, status="PASSED", correct=True, target_executed=True, speedup=speedup, kernel_sha256=tid)])
+        return repair_trajectory(score, {"repair_task": "t"}, {"workload": WL, "unbroken_speedup": unbroken})
+
+    untimed_base, untimed_fix = fixed_at(1.0, None, "a"), fixed_at(None, 1.0, "b")
+    kept, slow = fixed_at(1.0, 1.0, "c"), fixed_at(0.5, 1.0, "d")
+    assert untimed_base.speed_kept is None and untimed_fix.speed_kept is None
+    assert kept.speed_kept is True and slow.speed_kept is False
+    scored = cell([untimed_base, untimed_fix, kept, slow])
+    assert scored.fixed_at_k.value == 1.0 and scored.speed_kept.value == 0.5 and scored.speed_kept.n == 2
+    assert scored.speed_unknown == 2
+    assert cell([untimed_base]).speed_kept.value is None  # nothing to judge: no share, not 0%
+    page = repair_markdown(RepairScore(trajectories=[untimed_base, kept], by_model={"m": cell([untimed_base, kept])},
+                                       by_model_bug_class={"m": {}}, by_model_failure_class={"m": {}}))
+    assert "speed unknown: 1 fixed trajectory had no speed to compare" in page
