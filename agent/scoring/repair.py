@@ -4,7 +4,8 @@ Works on each trajectory's scored turns (infra turns dropped) in order:
 - transitions: class at turn t -> class at the next scored turn; fix probability of a failure class =
   the share of its transitions that land on PASSED (bootstrapped over trajectories);
 - repair episodes: a maximal run of failing turns; repaired when a PASSED turn ends it, and its
-  length is the turns it took (fail at 1, pass at 2 -> 1 turn); keyed by the run's first class;
+  length is the turns it took (fail at 1, pass at 2 -> 1 turn); keyed by the run's first class; turns to repair
+  is the mean over repaired runs, its interval a bootstrap over trajectories (the runs of one move together);
 - regressions: PASSED followed by a failure;
 - COMPILED (compiled, never run) is a class of its own in the transitions, but neither a pass nor a
   failure: a transition into it is left out of fix probabilities and regression rates, and a failing
@@ -84,7 +85,9 @@ def _target_slower(turns: list[TurnScore]) -> tuple[int, int]:
 def repair_stats(trajectories: list[TrajectoryScore]) -> RepairStats:
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     per_traj_fix: dict[str, list[tuple[int, int]]] = defaultdict(list)  # class -> [(fixed, total)] per trajectory
-    lengths: dict[str, list[float]] = defaultdict(list)
+    # class -> per trajectory (turns summed over its repaired runs, runs): the bootstrap draws trajectories, so the
+    # runs of one trajectory move together (drawn one by one, three runs of one trajectory had an interval)
+    lengths: dict[str, list[tuple[int, int]]] = defaultdict(list)
     stats = RepairStats()
     reg_num, reg_den, gains, slow_num, slow_den = [], [], [], [], []
     for traj in trajectories:
@@ -103,15 +106,19 @@ def repair_stats(trajectories: list[TrajectoryScore]) -> RepairStats:
                 regress += b.failed
         for cls, (f, t) in fixed.items():
             per_traj_fix[cls].append((f, t))
+        repaired: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for cls, length, ended_by in _episodes(turns):
             if ended_by is None:
                 stats.episodes_unrepaired += 1
             elif ended_by.compile_only:
                 stats.episodes_unverified += 1
             else:
-                lengths[cls].append(length)
-                lengths["all"].append(length)
+                for key in (cls, "all"):
+                    repaired[key][0] += length
+                    repaired[key][1] += 1
                 stats.episodes_repaired += 1
+        for key, (total, runs) in repaired.items():
+            lengths[key].append((total, runs))
         stats.regressions += regress
         stats.trajectories_with_regression += regress > 0
         reg_num.append(regress)
@@ -132,7 +139,8 @@ def repair_stats(trajectories: list[TrajectoryScore]) -> RepairStats:
         cls: ratio_estimate([f for f, _ in rows], [t for _, t in rows], share=True) for cls, rows in per_traj_fix.items()
     }
     stats.fix_probability = {c: stats.fix_probability[c] for c in order_classes(stats.fix_probability)}
-    stats.turns_to_repair = {c: mean_estimate(lengths[c]) for c in order_classes(set(lengths) - {"all"}) + ["all"] if c in lengths}
+    stats.turns_to_repair = {c: ratio_estimate([t for t, _ in lengths[c]], [r for _, r in lengths[c]])
+                             for c in order_classes(set(lengths) - {"all"}) + ["all"] if c in lengths}
     stats.regression_rate = ratio_estimate(reg_num, reg_den, share=True)
     stats.speedup_gain_per_turn = mean_estimate(gains)
     stats.target_slower = ratio_estimate(slow_num, slow_den, share=True)

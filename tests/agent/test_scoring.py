@@ -690,3 +690,23 @@ def test_an_unfinished_trajectory_is_left_out_of_the_figures_over_trajectories(t
                                        traceback="Traceback ...", infra=True))
     crashed = next(t for t in score_runs([tmp_path]).trajectories if t.id == "crash")
     assert not crashed.unfinished and not crashed.infra_failed and crashed.scored_turns[-1].reproduced
+
+
+def test_turns_to_repair_resamples_trajectories_not_the_runs_inside_one():
+    """Turns to repair was a bootstrap over repaired runs, as if each were independent: three runs of one trajectory
+    gave an interval, and runs of one trajectory did not move together as every other figure's turns do. It is the
+    mean over the runs with a bootstrap over trajectories: from one trajectory, no interval."""
+    from ptxbench.agent.scoring import repair_stats
+    from ptxbench.agent.scoring.turns import TrajectoryScore, TurnScore
+
+    def traj(tid: str, statuses: list[str]) -> TrajectoryScore:
+        return TrajectoryScore(id=tid, stop_reason="turn_limit", turns=[
+            TurnScore(turn=i, status=s, correct=s == "PASSED") for i, s in enumerate(statuses, 1)])
+
+    one = traj("a", ["COMPILE_ERROR", "PASSED", "RUNTIME_ERROR", "RUNTIME_ERROR", "PASSED", "COMPILE_ERROR",
+                     "COMPILE_ERROR", "COMPILE_ERROR", "PASSED"])  # runs repaired in 1, 2 and 3 turns
+    alone = repair_stats([one]).turns_to_repair["all"]
+    assert alone.value == approx(2.0) and alone.ci_low is None and alone.n == 1 and alone.denom == 3
+    two = repair_stats([one, traj("b", ["COMPILE_ERROR", "PASSED"])]).turns_to_repair
+    assert two["all"].value == approx(7 / 4) and two["all"].n == 2 and two["all"].ci_low is not None
+    assert two["COMPILE_ERROR"].value == approx(5 / 3) and two["RUNTIME_ERROR"].value == approx(2.0)
