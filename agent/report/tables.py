@@ -153,7 +153,9 @@ def success_table(cells: list[CellScore]) -> Table:
     headers = ["model", "workload", *[f"correct ≤{k}" for k in WITHIN_TURNS], *[f"target ≤{k}" for k in WITHIN_TURNS],
                "geomean speedup", "turns to 1st correct", "best %SOL"]
     table = Table("Success within k turns and speedups", headers,
-                  note="share of trajectories with a correct (and target-executed) turn by turn k; geometric mean of best speedups")
+                  note="share of trajectories with a correct (and target-executed) turn by turn k; geometric mean of the best "
+                       "speedups of the trajectories that got one (those with no correct timed turn are left out, not "
+                       "counted as 0: read it beside correct ≤k); turns to 1st correct and best %SOL over those that got one")
     for c in cells:
         table.rows.append(_label(c) + [c.success_within[str(k)].fmt(0, pct=True) for k in WITHIN_TURNS]
                           + [c.target_success_within[str(k)].fmt(0, pct=True) for k in WITHIN_TURNS]

@@ -61,7 +61,8 @@ class CellScore(BaseModel):
     best_speedup: Estimate = Field(Estimate(), description="mean over trajectories of the best correct speedup (0 when none)")
     best_speedup_max: float | None = Field(None, description="the best correct speedup of any trajectory")
     best_target_speedup: Estimate = Field(Estimate(), description="as best_speedup, counting only target-executed turns")
-    geomean_speedup: Estimate = Field(Estimate(), description="geometric mean of the best speedups of trajectories that have one")
+    geomean_speedup: Estimate = Field(Estimate(), description="geometric mean of the best speedups of trajectories that "
+                                      "have one (n of them); those without a correct timed turn are left out, not 0")
     success_within: dict[str, Estimate] = Field(default_factory=dict, description="k -> share with a correct turn at turn <= k")
     target_success_within: dict[str, Estimate] = Field(default_factory=dict)
     turns_to_first_correct: Estimate = Field(Estimate(), description="mean over trajectories that got one")
@@ -144,8 +145,9 @@ def score_cell(trajectories: list[TrajectoryScore], balance: str | None = None, 
     cell.best_speedup = mean_estimate([tr.best_speedup or 0.0 for tr in kept], **over(kept))
     cell.best_speedup_max = max((tr.best_speedup for tr in kept if tr.best_speedup is not None), default=None)
     cell.best_target_speedup = mean_estimate([tr.best_target_speedup or 0.0 for tr in kept], **over(kept))
-    # balanced, over the trajectories that have a speedup: a workload's weight must not hang on how many of its own failed
-    have = [tr for tr in kept if tr.best_speedup is not None and tr.best_speedup > 0] if balance else kept
+    # over the trajectories that have a speedup (those with none are left out, not counted as 0: a log has no 0), so
+    # its n is theirs, balanced or not; balanced, a workload's weight must not hang on how many of its own failed
+    have = [tr for tr in kept if tr.best_speedup is not None and tr.best_speedup > 0]
     cell.geomean_speedup = geomean_estimate([tr.best_speedup for tr in have], **over(have))
     for k in WITHIN_TURNS:
         cell.success_within[str(k)] = share(

@@ -95,7 +95,7 @@ def test_speedups_and_success(cell_a):
     assert cell_a.best_speedup_max == 1.3
     assert cell_a.best_target_speedup.value == approx((0.9 + 1.25 + 0.0 + 0.7) / 4)  # 0.7125
     assert cell_a.geomean_speedup.value == approx((0.9 * 1.3 * 0.8) ** (1 / 3))   # A4 has no speedup
-    assert cell_a.geomean_speedup.denom == 3
+    assert cell_a.geomean_speedup.denom == 3 and cell_a.geomean_speedup.n == 3  # it rests on 3, as the model's row
     # First correct: A1 2, A2 1, A4 never, A5 1. First target-executed correct: A1 3, A2 1, A5 2.
     assert values(cell_a.success_within) == {"1": 0.5, "4": 0.75, "8": 0.75}
     assert values(cell_a.target_success_within) == {"1": 0.25, "4": 0.75, "8": 0.75}
