@@ -10,7 +10,8 @@ model turns. Per trajectory:
   speedup >= SPEED_KEPT x the unbroken kernel's speedup recorded in the task (a slow swap is no repair); unknown
   (None) for a fixed trajectory with no speed to compare (the task records no unbroken speedup, or the fix was not
   timed), left out of that share and counted apart (`speed_unknown`), never read as a slow fix;
-- regression: a PASSED turn followed by a failing one (the fix broke again);
+- regression: a PASSED turn that is a fix (not the broken kernel handed back) followed by a failing one (the fix
+  broke again);
 - not judged: no turn PASSED, and a turn compiled a changed kernel without a GPU (COMPILED, --no-gpu): fixed or
   not is unknown, so the trajectory is left out of every rate above (counted apart, never as not fixed). The
   broken kernel handed back (as above) is judged (not fixed) even then.
@@ -184,7 +185,9 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
     # a fix with no speed to compare (no unbroken speedup in the task, or the fix not timed): unknown, not a slow fix
     speed_unknown = not kept and any(unbroken is None or t.speedup is None for t in timed_fix)
     first = passed[0].turn if passed else None
-    regression = any(a.correct and b.failed for a, b in zip(turns, turns[1:]))
+    # a fix that broke again: the broken kernel handed back and passing (no fix, above) cannot regress
+    fixes = {t.turn for t in passed}
+    regression = any(a.turn in fixes and b.failed for a, b in zip(turns, turns[1:]))
     # a kernel compiled and never run (--no-gpu) may be the fix: unknown, unless it is the broken kernel again
     unverified = any(t.compile_only and t.kernel_sha256 not in broken and t.turn not in resubmitted for t in turns)
     recorded = (task.get("verdict") or {}).get("status", "")

@@ -268,3 +268,23 @@ def test_a_fix_with_no_speed_to_compare_is_not_counted_as_a_slow_fix():
     page = repair_markdown(RepairScore(trajectories=[untimed_base, kept], by_model={"m": cell([untimed_base, kept])},
                                        by_model_bug_class={"m": {}}, by_model_failure_class={"m": {}}))
     assert "speed unknown: 1 fixed trajectory had no speed to compare" in page
+
+
+def test_the_broken_kernel_handed_back_and_passing_then_failing_is_no_regression():
+    """The broken kernel handed back unchanged is no fix even when a race lets it pass once; its next turn failing
+    was scored a regression (a fix that broke again), though nothing was ever fixed. A real fix that breaks again
+    still is one."""
+    from ptxbench.agent.scoring.repair_track import repair_trajectory
+    from ptxbench.agent.scoring.turns import TrajectoryScore, TurnScore
+
+    def run(first_sha: str):
+        score = TrajectoryScore(id="t", model="m", workload=WL, stop_reason="turn_limit",
+                                start=TurnScore(turn=0, status="RUNTIME_ERROR", kernel_sha256="broken"), turns=[
+                                    TurnScore(turn=1, status="PASSED", correct=True, speedup=1.0, kernel_sha256=first_sha),
+                                    TurnScore(turn=2, status="RUNTIME_ERROR", kernel_sha256="other")])
+        return repair_trajectory(score, {"repair_task": "t"}, {"workload": WL, "unbroken_speedup": 1.0})
+
+    handed_back = run("broken")
+    assert not handed_back.fixed and not handed_back.regression
+    fixed = run("changed")
+    assert fixed.fixed and fixed.regression
