@@ -16,6 +16,7 @@ retry would meet again while the model replies made meanwhile went unrecorded.
 from __future__ import annotations
 
 import asyncio
+import shlex
 import sys
 import threading
 import time
@@ -83,7 +84,8 @@ def open_run(config: BenchConfig | None, run_dir: Path, resume: bool, overrides:
     if resume:
         if (command := manifest.get("command")) != "bench":
             if command:  # a run of another command: say which, and how that one goes on
-                hint = f": continue it with ptxbench {command} --resume {run_dir}" if command == "optimize" else ""
+                hint = (f": continue it with ptxbench {command} --resume {shlex.quote(str(run_dir))}"
+                        if command == "optimize" else "")
                 article = "an" if str(command)[:1] in "aeiou" else "a"
                 raise BenchError(f"{run_dir} holds {article} {command} run, not a bench run{hint}")
             raise BenchError(f"{run_dir} is not a bench run to resume (no bench manifest.json)")
@@ -174,7 +176,7 @@ class _Runner:
                     self.stop()  # the others end at their next model call, whose reply could not be recorded either
                     raise StorageGaveOut(f"cannot write the run any more: {what}; the bench stopped, and what was "
                                          f"recorded is kept: once that is mended (room, permissions), resume with: "
-                                         f"ptxbench bench --resume --run-dir {self.run_dir}") from exc
+                                         f"ptxbench bench --resume --run-dir {shlex.quote(str(self.run_dir))}") from exc
                 error = f"{type(exc).__name__}: {exc}"
                 continue
             tried = attempt - 1 if out.infra_retry == NOTHING_TO_RETRY else attempt  # that attempt ran nothing
@@ -182,7 +184,8 @@ class _Runner:
                     gone := getattr(self.evaluator, "no_worker", "")):
                 self.stop()  # no retry could run: the others end at their next model call, the unstarted never start
                 raise NoWorkerLeft(f"{gone}: the bench stopped, and what ran is recorded; once the cluster has GPUs "
-                                   f"again, resume with: ptxbench bench --resume --run-dir {self.run_dir}")
+                                   f"again, resume with: ptxbench bench --resume --run-dir "
+                                   f"{shlex.quote(str(self.run_dir))}")
             if out.stop_reason == "infra_error" and attempt <= self.config.infra_retries and tried == attempt:
                 if self.stopping.is_set():  # a stop kills the GPU workers too: their INFRA_ERROR is no cause to
                     # evaluate again (on a worker started for it) while the bench stops; the infra stop stays for --resume

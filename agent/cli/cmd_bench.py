@@ -11,6 +11,7 @@ from __future__ import annotations
 from ptxbench.workloads.arch import DEFAULT_ARCH
 import time
 from pathlib import Path
+from shlex import quote  # a path in a command the user is to run: a folder with a space is one word
 from typing import Optional
 
 import typer
@@ -135,7 +136,7 @@ def _repair_matrix(config, one_builtin: bool, console):
 def _interrupted(exc: KeyboardInterrupt, where: str, run_dir, recorded: bool):
     """Ctrl-C or SIGTERM: one line saying where the bench stopped and how to go on, then the stop's exit code."""
     by = " by SIGTERM" if isinstance(exc, Terminated) else ""
-    typer.echo(f"interrupted{by} {where}; " + (f"resume with: ptxbench bench --resume --run-dir {run_dir}"
+    typer.echo(f"interrupted{by} {where}; " + (f"resume with: ptxbench bench --resume --run-dir {quote(str(run_dir))}"
                                                if recorded else "no run was recorded"), err=True)
     raise typer.Exit(stop_exit(exc)) from None
 
@@ -301,7 +302,7 @@ def bench(
     except BenchError as exc:  # a run folder in the way, no GPU, a matrix with repeated ids: nothing was written
         raise inputs.BadInput(str(exc)) from None
     except Exception as exc:  # storage that gave out mid-run: one line; anything else as it is
-        raise preflight.storage_stop(exc, f"ptxbench bench --resume --run-dir {run_dir}") from None
+        raise preflight.storage_stop(exc, f"ptxbench bench --resume --run-dir {quote(str(run_dir))}") from None
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the trajectories in flight stopped at their next step
         where = f"({len(done)} trajectories finished)" if done else "(no trajectory finished)"
         _interrupted(exc, where, run_dir, recorded=(Path(run_dir) / "manifest.json").exists())
@@ -310,7 +311,7 @@ def bench(
                   f"close {outcome.close_s:.1f} s), {failed} infra-failed; run: {run_dir}")
     if failed:  # an outage, a refused key, a lost GPU: not the models' results, and not the run's end
         console.print(f"the infra-failed trajectories are left out of the scores; once the cause is fixed, resume with: "
-                      f"ptxbench bench --resume --run-dir {run_dir}", markup=False, highlight=False)
+                      f"ptxbench bench --resume --run-dir {quote(str(run_dir))}", markup=False, highlight=False)
     for w in outcome.worker_start:  # where the evaluator's start went (also in the run folder: evaluator_start.json)
         phases = ", ".join(f"{k} {v:.1f} s" for k, v in w.get("phases", {}).items() if v >= 0.05)
         if "process_start_s" in w:  # before its code ran: the forkserver, the preload, the fork
@@ -339,5 +340,5 @@ def bench(
             if (what := preflight.storage_failure(exc)) is None:
                 raise
             raise inputs.RunFailed(f"the run is recorded, but its report could not be written: {what}; once there "
-                                   f"is room: ptxbench report {run_dir}") from None
+                                   f"is room: ptxbench report {quote(str(run_dir))}") from None
         console.print(f"report: {files.html}")

@@ -12,6 +12,7 @@ from ptxbench.tools.results import DEFAULT_L2_FLUSH
 from ptxbench.workloads.arch import DEFAULT_ARCH
 from enum import Enum
 from pathlib import Path
+from shlex import quote  # a path in a command the user is to run: a folder with a space is one word
 from typing import Optional
 
 import typer
@@ -142,7 +143,7 @@ def interrupted_line(folder: Path, turn: int, turns: int, exc: BaseException | N
         where += " by SIGTERM"
     if not (folder / "manifest.json").exists():
         return f"interrupted {where}; no run was recorded"
-    return f"interrupted {where}; resume with: ptxbench optimize --resume {folder}"
+    return f"interrupted {where}; resume with: ptxbench optimize --resume {quote(str(folder))}"
 
 
 def recorded_turns(outcome) -> int:
@@ -342,7 +343,7 @@ def optimize(
     except (RunFolderInUse, SealedTrajectory) as exc:
         raise inputs.BadInput(str(exc)) from None
     except Exception as exc:  # storage that gave out mid-run: one line; anything else as it is
-        raise preflight.storage_stop(exc, f"ptxbench optimize --resume {Path(resume or run_dir)}") from None
+        raise preflight.storage_stop(exc, f"ptxbench optimize --resume {quote(str(Path(resume or run_dir)))}") from None
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (sigterm.Terminated)
         if not quiet:
             view.console.line()  # below the table the live view left
@@ -355,6 +356,6 @@ def optimize(
         typer.echo("No usable GPU here: add --no-gpu to evaluate up to compile + SASS only.", err=True)
     elif outcome.stop_reason == "infra_error":  # the provider's or the harness's failure: the run is not over
         typer.echo(f"not the model's failure: once that is fixed, resume with: ptxbench optimize --resume "
-                   f"{Path(resume or run_dir)} (it tries the failed step again)", err=True)
+                   f"{quote(str(Path(resume or run_dir)))} (it tries the failed step again)", err=True)
     if outcome.stop_reason in ("error", "infra_error"):
         raise typer.Exit(1)

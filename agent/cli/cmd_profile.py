@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from shlex import quote
 from typing import Optional
 
 import typer
@@ -63,7 +64,8 @@ def profile_cmd(
     from . import preflight
 
     # ncu replays the kernel on a GPU: without one, say so and what runs here, not "ncu was not found" after a compile
-    preflight.gpu(f"Nsight Compute profiles on a GPU; `ptxbench compile {file} --workload {workload}` checks the file here")
+    preflight.gpu(f"Nsight Compute profiles on a GPU; `ptxbench compile {quote(str(file))} --workload {workload}` checks "
+                  "the file here")
     preflight.compile_cache()  # where the cubin goes: one that cannot be written is one line, not a traceback
     text = file.read_text(errors="replace")
     try:

@@ -1,6 +1,7 @@
 """`ptxbench synth-repairs`: broken variants of correct kernels, evaluated on the GPU, recorded as a run."""
 from __future__ import annotations
 
+from shlex import quote
 from typing import Optional
 
 import typer
@@ -112,4 +113,4 @@ def synth_repairs(
     console.print(table)
     # the fixed kernels are evaluated unprofiled: no runtime target evidence, which export requires by default
     console.print(f"{len(report.kept)} repair pairs in {run_dir}; export them with "
-                  f"`ptxbench export {run_dir} --recipe fixit --out DIR --no-require-target`")
+                  f"`ptxbench export {quote(str(run_dir))} --recipe fixit --out DIR --no-require-target`")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import shlex
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, TypeVar
@@ -252,7 +253,8 @@ def unsealed(path: Path, flag: str) -> Path:
     except DamagedRecord as exc:  # `trajectories` is a file: nothing there to continue
         raise BadInput(f"{flag} {exc}") from None
     if any((folder / SEALED_LOG_NAME).exists() for folder in folders):
-        raise BadInput(f"{flag} {path}: the run is sealed; `ptxbench seal {path} --undo` first, then continue it")
+        raise BadInput(f"{flag} {path}: the run is sealed; `ptxbench seal {shlex.quote(str(path))} --undo` first, then "
+                       "continue it")
     return Path(path)
 
 

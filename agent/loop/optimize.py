@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -254,7 +255,8 @@ def resume_config(run_path: Path) -> tuple[OptimizeConfig, str]:
     manifest = read_manifest(run_path)
     command = manifest.get("command")
     if command != "optimize":
-        hint = f" (continue a bench with `ptxbench bench --resume --run-dir {run_path}`)" if command == "bench" else ""
+        hint = (f" (continue a bench with `ptxbench bench --resume --run-dir {shlex.quote(str(run_path))}`)"
+                if command == "bench" else "")
         raise RunFolderInUse(f"{run_path} holds a {command or 'foreign'} run: --resume continues optimize runs{hint}")
     try:
         return config_to_resume(manifest)
