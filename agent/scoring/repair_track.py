@@ -9,7 +9,7 @@ model turns. Per trajectory:
 - fixed with the speed kept: some turn PASSED, its target instructions executed (or not measured), and its
   speedup >= SPEED_KEPT x the unbroken kernel's speedup recorded in the task (a slow swap is no repair); unknown
   (None) for a fixed trajectory with no speed to compare (the task records no unbroken speedup, or the fix was not
-  timed), left out of that share and counted apart (`speed_unknown`), never read as a slow fix;
+  timed; a recorded unbroken speedup that is NaN, infinite or not positive is none), left out of that share and counted apart (`speed_unknown`), never read as a slow fix;
 - regression: a PASSED turn that is a fix (not the broken kernel handed back) followed by a failing one (the fix
   broke again);
 - not judged: no turn PASSED, and a turn compiled a changed kernel without a GPU (COMPILED, --no-gpu): fixed or
@@ -42,7 +42,7 @@ from ..repairs.suite import RepairSuite, RepairTask, SuiteMissing, load_suite
 from ..report.tables import md_cell
 from .run_score import unique_records
 from .stats import Estimate, mean_estimate, share_estimate
-from .turns import COMPILED, TrajectoryScore, score_trajectory
+from .turns import COMPILED, TrajectoryScore, _measured, score_trajectory
 
 SPEED_KEPT = 0.95
 
@@ -170,7 +170,10 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
                       resubmitted: frozenset[int] = frozenset()) -> RepairTrajectory:
     """`resubmitted`: turns whose kernel is the broken one with only comments or spacing changed (resubmitted_turns)."""
     task = task_record(config) if task is None else task
-    unbroken = task.get("unbroken_speedup")
+    # as a turn's speedup (turns._measured): a NaN, infinite or not positive record is unmeasured, not a bar no fix
+    # (or every fix) clears
+    recorded_speed = task.get("unbroken_speedup")
+    unbroken = _measured(float(recorded_speed)) if isinstance(recorded_speed, (int, float)) else None
     # the model's turns within the budget the trajectory was given (turn 0 is not the model's): a turn past it (a
     # resume that raised --turns) is no repair within the track's budget
     budget = config.get("turns")

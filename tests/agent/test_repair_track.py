@@ -288,3 +288,16 @@ def test_the_broken_kernel_handed_back_and_passing_then_failing_is_no_regression
     assert not handed_back.fixed and not handed_back.regression
     fixed = run("changed")
     assert fixed.fixed and fixed.regression
+
+
+def test_an_unbroken_speedup_recorded_as_nan_infinity_or_zero_is_no_speed_to_compare():
+    """A task.json from another machine may record the unbroken speedup as NaN, Infinity or 0: NaN and Infinity made
+    every fix slow, 0 made every fix keep the speed. Each reads as unmeasured, as a turn's speedup does: unknown."""
+    from ptxbench.agent.scoring.repair_track import repair_trajectory
+    from ptxbench.agent.scoring.turns import TrajectoryScore, TurnScore
+
+    score = TrajectoryScore(id="t", model="m", workload=WL, stop_reason="turn_limit", turns=[
+        TurnScore(turn=1, status="PASSED", correct=True, target_executed=True, speedup=1.0, kernel_sha256="fix")])
+    for recorded in (float("nan"), float("inf"), 0.0, -1.0):
+        row = repair_trajectory(score, {"repair_task": "t"}, {"workload": WL, "unbroken_speedup": recorded})
+        assert row.fixed and row.speed_kept is None and row.unbroken_speedup is None, recorded
