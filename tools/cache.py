@@ -13,7 +13,10 @@ entries only now and then (its process wrote a twentieth of the bound since its 
 process walked for PRUNE_EVERY_S), and then removes the oldest until the cache is under 90% of the
 bound. An entry used in the last GRACE_S is never removed (a process may be about to load its cubin by
 path), so a busy cache may stand over the bound for a while. A removal renames the folder aside and
-then deletes it: a reader finds a whole entry or a miss, never half of one.
+then deletes it: a reader finds a whole entry or a miss, never half of one. Just before the rename it
+checks the entry again: one used since the walk stays where it is. A use between that check and the
+rename is seen after it, and the entry renamed back; its cubin's path is gone for those microseconds
+only (tools/evaluate.py compiles once more should its read of the cubin fall there).
 """
 from __future__ import annotations
 
@@ -255,7 +258,13 @@ def _entry(d: Path) -> Entry | None:
 
 
 def _remove(d: Path, cutoff: float) -> bool:
-    """Rename the entry aside, then delete it; one used since the walk (a hit's touch, a put) is put back."""
+    """Rename the entry aside, then delete it; one used since the walk (a hit's touch, a put) is kept.
+
+    Used before the rename, it is never moved: a walk of many entries may be seconds old by the time its removals
+    reach this one, and a hit meanwhile would otherwise see its cubin's path vanish until the entry is put back.
+    The check after the rename catches the use that falls between the two (microseconds: the entry is put back)."""
+    if (now := _entry(d)) is None or now.used >= cutoff:
+        return False
     aside = d.with_name(f"{ASIDE}{d.name}-{os.getpid()}-{next(_aside)}")
     try:
         os.rename(d, aside)

@@ -143,6 +143,29 @@ def test_an_entry_used_between_the_walk_and_the_removal_is_put_back(tmp_path):
     assert present(cache, 2) == [0]
 
 
+def test_a_hit_after_the_walk_keeps_its_cubin_in_place_through_the_removals(tmp_path, monkeypatch):
+    """A prune's walk may be seconds old when its removals reach an entry (hundreds of rmtrees before it). An entry
+    hit meanwhile was renamed aside and only then seen in use and put back: its cubin's path, which the hit had just
+    handed to the evaluator for its GPU run, was gone in between. Now it is checked before the rename, and stays."""
+    cache = filled(tmp_path, 2)
+    stale = cache.entries()  # the walk sees both old
+    hit = cache.get(key(0))  # a reader uses one before the removals reach it
+    readable = []
+    real_entry = cache_module._entry
+
+    def looked_at(d):  # every look the removals take, before and after a rename: can the hit's cubin be read then?
+        try:
+            readable.append(Path(hit.cubin_path).read_bytes() == KB)
+        except FileNotFoundError:
+            readable.append(False)
+        return real_entry(d)
+
+    monkeypatch.setattr(cache_module, "_entry", looked_at)
+    cache.max_bytes, cache.entries, cache.grace_s = 1, lambda: stale, 3600
+    assert cache.prune().removed == 1 and present(cache, 2) == [0]
+    assert readable and all(readable)
+
+
 def test_two_pruners_and_vanished_entries_are_no_error(tmp_path):
     cache = filled(tmp_path, 6)
     stale = cache.entries()
@@ -177,7 +200,9 @@ def test_readers_racing_removals_get_a_whole_entry_or_a_miss(tmp_path):
                for s in (write_and_remove, read, read, read)]
     for t in threads:
         t.start()
-    time.sleep(1.0)
+    start = time.monotonic()  # a second at least; on a loaded machine, until readers have met both (20 s at most)
+    while (ran := time.monotonic() - start) < 1 or (ran < 20 and not (True in seen and False in seen)):
+        time.sleep(0.05)
     stop.set()
     for t in threads:
         t.join()
@@ -264,3 +289,41 @@ def test_a_cubin_cleared_after_the_compile_is_an_infra_error_not_the_kernels(tmp
     ev.close()
     assert r.status == "INFRA_ERROR" and "gone from the compile cache" in r.message and str(tmp_path) not in r.message
     assert r.compile.status == "ok" and not workers[0].jobs
+
+
+def test_a_cubin_read_while_a_prune_puts_its_entry_back_is_compiled_again_not_an_infra_error(tmp_path, monkeypatch):
+    """A hit between a prune's last check and its rename: the entry goes aside, is seen in use and is renamed back,
+    and the evaluator's read of the cubin fell in those microseconds. That was INFRA_ERROR (the step retried); now the
+    evaluator compiles once more, a hit on the entry put back, and the kernel runs."""
+    import ptxbench.tools.evaluate as evaluate_module
+    from fake_workers import AnswerWorker
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
+    from ptxbench.workloads.solutions.faults import load_corpus
+
+    workload, corpus = load_corpus()
+    real, compiles = evaluate_module.compile_source, []
+
+    def hit_then_renamed_aside(*args, **kwargs):
+        if compiles:  # the prune has seen the use meanwhile: the entry is back when the evaluator compiles again
+            os.rename(aside_of(compiles[0]), Path(compiles[0].cubin_path).parent)
+        comp = real(*args, cache=CompileCache(tmp_path), **kwargs)
+        if not compiles:  # the prune's rename lands between this compile's hit and the evaluator's read
+            os.rename(Path(comp.cubin_path).parent, aside_of(comp))
+        compiles.append(comp)
+        return comp
+
+    def aside_of(comp):
+        return Path(comp.cubin_path).parent.with_name(".evict-under-way")
+
+    monkeypatch.setattr(evaluate_module, "compile_source", hit_then_renamed_aside)
+    workers = []
+    pool = GpuPool(PoolConfig(devices=[0], spares=0),
+                   factory=lambda d, c: workers.append(AnswerWorker(d, "PASSED")) or workers[-1])
+    ev = LocalEvaluator(pool)
+    r = ev.evaluate(workload, corpus["control_correct"]["source"], EvalOptions(trials=1))
+    ev.close()
+    assert r.status == "PASSED", r.message
+    assert len(compiles) == 2 and compiles[1].cached and len(workers[0].jobs) == 1
+    assert Path(r.compile.cubin_path).is_file() and not list(tmp_path.rglob(".evict-*"))
