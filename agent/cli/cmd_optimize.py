@@ -325,8 +325,10 @@ def optimize(
     if not no_gpu:  # a resumed run's own setting (above)
         preflight.gpu()  # no usable GPU here: said before a run folder is made or a worker started
     preflight.toolchain((config or recorded).arch)  # no ptxas here: every turn would be an INFRA_ERROR
-    title = f"ptxbench optimize {workload or resume}" + ("  (no GPU: compile + SASS only)" if no_gpu else "")
+    title = f"ptxbench optimize {(config or recorded).workload}" + ("  (no GPU: compile + SASS only)" if no_gpu else "")
     view = LiveView(title)
+    if resume is not None:  # a run with no turn left shows no event: its caption says what was done, not "starting"
+        view.note = f"resuming {resume}"
     if resume is None and run_dir is None:
         run_dir = new_run_dir(config)  # named here, so that a Ctrl-C can say what --resume continues
     turn = TurnSeen()

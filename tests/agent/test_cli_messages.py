@@ -250,3 +250,15 @@ def test_a_trajectories_folder_with_no_trajectory_and_no_manifest_is_no_run(tmp_
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and lines == [f"error: {folder} is not a run folder: expected manifest.json, or "
                                                "trajectories/ holding a trajectory, in it"], result.output
+
+
+def test_a_resumed_optimize_shows_its_workload_and_that_it_resumes(tmp_path, monkeypatch):
+    """The live view of `optimize --resume RUN` was titled with the run's path where the workload goes, and its
+    caption said "starting" to the end when the run had no turn left."""
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(app, ["optimize", W, "--no-gpu", "--turns", "1", "--run-dir", "myrun",
+                                    "--quiet"]).exit_code == 0
+    result = CliRunner().invoke(app, ["optimize", "--resume", "myrun"])
+    assert result.exit_code == 0, result.output
+    assert f"ptxbench optimize {W}" in result.output and "ptxbench optimize myrun" not in result.output, result.output
+    assert "resuming myrun" in result.output and "starting" not in result.output, result.output
