@@ -297,8 +297,10 @@ def optimize(
             inputs.gpu_only(inputs.given_options(current_context(), ("trials", "profile", "l2_flush")))
         inputs.llm_only([model], inputs.given_options(current_context(), LLM_OPTIONS))  # and an LLM's, beside none
         if model.startswith("replay/"):  # a run folder of several such trajectories: which one is replayed
-            from ..models.replay import replay_choice
+            from ..models.replay import replay_choice, replay_mismatch
 
+            if why := replay_mismatch(model.removeprefix("replay/"), workload, mode.value):
+                raise inputs.BadInput(f"--model {model}: {why}")
             if note := replay_choice(model.removeprefix("replay/"), workload):
                 typer.echo(note, err=True)
         if mode.value == "pipeline" and inputs.given_options(current_context(), ("max_tool_calls",)):

@@ -4,7 +4,7 @@ Re-scores a recorded trajectory on new hardware or with a new evaluator: the n-t
 the n-th recorded reply, whatever the feedback says now. <path> is a trajectory.jsonl (or a sealed
 trajectory.jsonl.gz), a trajectory folder or a run folder (then the trajectory of the same workload). A log of
 another workload or mode, or a file that is no trajectory log, is refused at the first call (a set-up failure,
-left out of the scores). Each replayed reply's tags name the log, its event and the model that wrote it.
+left out of the scores), and by `ptxbench optimize` before a run is made (replay_mismatch). Each replayed reply's tags name the log, its event and the model that wrote it.
 """
 from __future__ import annotations
 
@@ -50,6 +50,12 @@ def replay_choice(path: str | Path, workload: str) -> str | None:
             f"folder, replay/{same[0]}, or another's to choose)")
 
 
+def replay_mismatch(path: str | Path, workload: str, mode: str) -> str | None:
+    """Why replay/<path> cannot answer `workload` in `mode`, or None: the first call would refuse it as an infra stop,
+    after a run was made whose --resume can only fail the same way."""
+    return ReplayModel(path, workload).refusal(mode)
+
+
 class ReplayModel:
     def __init__(self, path: str | Path, workload: str | None = None):
         self.source = find_trajectory(path, workload)
@@ -59,22 +65,22 @@ class ReplayModel:
         self.start = next((e for e in events if e.type == "trajectory_start"), None)
         self.calls = [e for e in events if e.type == "model_call"]
 
-    def _refusal(self, request: ModelRequest) -> str | None:
-        """Why these recorded replies cannot answer this trajectory: they were written for another task (workload) or
-        protocol (mode), or the file is no trajectory log at all. Said at the first call, a set-up failure."""
+    def refusal(self, mode: str) -> str | None:
+        """Why these recorded replies cannot answer this trajectory, in `mode` (pipeline | tools): they were written for
+        another task (workload) or protocol (mode), or the file is no trajectory log at all. Said at the first call, a
+        set-up failure; `ptxbench optimize` asks before a run is made (replay_mismatch)."""
         if self.start is None or not self.calls:
             return f"{self.source} is no recorded trajectory with model calls (no trajectory_start or no model_call)"
         if self.workload and self.start.workload != self.workload:
             return (f"{self.source} recorded workload {self.start.workload}, not {self.workload}: its replies answer "
                     f"another task; replay it on {self.start.workload}")
-        mode = "tools" if request.tools is not None else "pipeline"
         if self.start.mode != mode:
             return (f"{self.source} was recorded in {self.start.mode} mode, this run is in {mode} mode: its replies "
                     f"follow the other protocol; replay it with --mode {self.start.mode}")
         return None
 
     def query(self, request: ModelRequest) -> ModelReply:
-        if request.call_index == 0 and (problem := self._refusal(request)):
+        if request.call_index == 0 and (problem := self.refusal("tools" if request.tools is not None else "pipeline")):
             raise ModelError(problem)
         if request.call_index >= len(self.calls):
             raise ModelExhausted(f"the recorded trajectory {self.source} has only {len(self.calls)} model calls")

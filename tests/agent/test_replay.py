@@ -107,3 +107,23 @@ def test_a_run_of_several_trajectories_of_the_workload_says_which_one_is_replaye
     result = CliRunner().invoke(app, ["optimize", gemm, "--no-gpu", "--turns", "1", "--quiet", "--model", f"replay/{run}",
                                       "--run-dir", str(tmp_path / "out")])
     assert result.exit_code == 0 and note in result.output, result.output
+
+
+def test_the_cli_refuses_a_replay_of_another_task_before_a_run_is_made(tmp_path):
+    """`optimize W --model replay/<log of another workload or mode>` made a run, stopped it at the first call as an infra
+    failure and named a --resume that could only fail the same way: the recorded log says so before anything starts."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    example = Path(__file__).resolve().parents[2] / "docs/examples/optimize-gemm-tuner"
+    for argv, words in (([WORKLOAD], "recorded workload gemm_bf16_m8192_n7168_k5120, not"),
+                        (["gemm_bf16_m8192_n7168_k5120", "--mode", "tools"], "replay it with --mode pipeline")):
+        result = CliRunner().invoke(app, ["optimize", *argv, "--no-gpu", "--turns", "1", "--quiet", "--model",
+                                          f"replay/{example}", "--run-dir", str(tmp_path / "out")])
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 2 and len(lines) == 1, result.output
+        assert lines[0].startswith(f"error: --model replay/{example}: ") and words in lines[0], lines[0]
+        assert not (tmp_path / "out").exists()
