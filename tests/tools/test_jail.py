@@ -69,7 +69,9 @@ def test_host_files_never_reach_a_result_log_or_cache(mode, secret_file, tmp_pat
             assert direct.status == "error", name
             assert evaluated.status == "COMPILE_ERROR", (name, evaluated.message)
         assert token not in _everything_written(tmp_path / "cache", direct, evaluated), name
-        assert elapsed < 10, (name, elapsed)
+        # /dev/zero and /dev/stdin end at once, not at the jail's 30 s CPU limit; two compiles of a small file take
+        # 2-4 s, past 10 s on a loaded 2-core machine
+        assert elapsed < 25, (name, elapsed)
 
 
 @pytest.mark.parametrize("marker", ["#line 1", "# 1", "%:line 1"])
