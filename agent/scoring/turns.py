@@ -193,6 +193,11 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
             stopped = True
         elif event.type != "error":  # an error is logged before its stop, and after a kill (where none follows)
             stopped = False
+        if event.type == "error" and event.where == "graph" and stopped and stop_reason != "infra_error":
+            # the loop's interruption after the trajectory's own stop (a Ctrl-C before the finish step's checkpoint; its
+            # resume logs nothing more): it ended as that stop says, no turn of it was cut short. (A re-evaluation's
+            # infra error after the stop, where="reevaluate", does leave it out: a turn of it could not be evaluated.)
+            continue
         if event.type == "error" and event.infra and event.turn > 0 and (crash := _crash(event)):
             infra_seen.setdefault(event.turn, []).append(crash)
         if event.type in ("model_call", "eval_result"):

@@ -710,3 +710,22 @@ def test_turns_to_repair_resamples_trajectories_not_the_runs_inside_one():
     two = repair_stats([one, traj("b", ["COMPILE_ERROR", "PASSED"])]).turns_to_repair
     assert two["all"].value == approx(7 / 4) and two["all"].n == 2 and two["all"].ci_low is not None
     assert two["COMPILE_ERROR"].value == approx(5 / 3) and two["RUNTIME_ERROR"].value == approx(2.0)
+
+
+def test_an_interruption_logged_after_the_trajectorys_stop_leaves_it_finished(tmp_path):
+    """A Ctrl-C (or the bench stopping) between the finish step's stop and its checkpoint logs an infra error after the
+    stop, and the resume logs nothing more (the stop is there): the finished trajectory read as infra-failed, left
+    out of every figure over trajectories, with an INFRA turn past its last. It ended as its stop says. After an
+    infra stop an infra error keeps its meaning (the retry's failure)."""
+    from ptxbench.agent.records.events import ErrorEvent
+
+    b = TrajectoryBuilder(tmp_path, "t", "m", "gemm").turn(1, "PASSED", 1.5, True).turn(2, "COMPILE_ERROR").stop("turn_limit", 2)
+    b.writer.append(ErrorEvent(trajectory_id="t", turn=3, where="graph", infra=True,
+                               message="interrupted by the user (Ctrl-C): --resume continues this turn"))
+    scored = score_trajectory(load_run(tmp_path)[0])
+    assert not scored.infra_failed and not scored.unfinished and scored.stop_reason == "turn_limit"
+    assert [(t.turn, t.status) for t in scored.turns] == [(1, "PASSED"), (2, "COMPILE_ERROR")]
+    assert score_runs([tmp_path]).cell("m", "gemm").n_trajectories == 1
+    c = TrajectoryBuilder(tmp_path / "c", "c", "m", "gemm").turn(1, "COMPILE_ERROR").infra(2)
+    c.writer.append(ErrorEvent(trajectory_id="c", turn=2, where="graph", infra=True, message="interrupted"))
+    assert score_trajectory(load_run(tmp_path / "c")[0]).infra_failed
