@@ -98,7 +98,7 @@ def credentials(name: str, api_base: str | None, api_key_env: str | None,
                 report: Callable[[str], None] | None = None, probe: bool = True, flag: str = "--model") -> None:
     """For an LLM: the key is there and the endpoint answers (BadInput / RunFailed otherwise); probe=False when the
     same endpoint was reached already (the key check still needs it: a local server needs no key)."""
-    from ..models.endpoint import bad_url, unreachable
+    from ..models.endpoint import bad_url, local_server, unreachable
     from ..models.keys import key_problem
 
     if api_base and (problem := bad_url(api_base)):
@@ -112,6 +112,12 @@ def credentials(name: str, api_base: str | None, api_key_env: str | None,
         report(note)
     if api_base and probe and (problem := unreachable(api_base, report=report)):
         raise RunFailed(problem)
+    # ollama/... with no --api-base goes where litellm's default points: probed as well, or a run was made whose first
+    # turn spent a minute of back-off on refused connections
+    if not api_base and probe and (local := local_server(name)):
+        url, source = local
+        if problem := unreachable(url, report=report):
+            raise RunFailed(f"{problem} ({source}; --api-base names another server)")
 
 
 def _key_goes_elsewhere(name: str, api_base: str | None, api_key_env: str | None) -> str | None:

@@ -2,15 +2,36 @@
 unreachable server costs a few seconds and one line instead of a model call's minute of back-off.
 
     unreachable(api_base, attempts=3, wait_s=1.0, timeout_s=3.0, report=print)  None, or why it is not
+    local_server(model)   (url, where it comes from) for a local server's model given no --api-base, or None
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
 from typing import Callable
 from urllib.parse import urlparse
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# Providers served by a server of the user's own: the variable litellm reads its address from, and the address it calls
+# when that is unset too (litellm/main.py, llms/*/transformation.py); None where it has no default (lm_studio).
+LOCAL_SERVERS = {"ollama": ("OLLAMA_API_BASE", "http://localhost:11434"),
+                 "ollama_chat": ("OLLAMA_API_BASE", "http://localhost:11434"),
+                 "llamafile": ("LLAMAFILE_API_BASE", "http://127.0.0.1:8080/v1"),
+                 "lm_studio": ("LM_STUDIO_API_BASE", None),
+                 "hosted_vllm": ("HOSTED_VLLM_API_BASE", None)}
+
+
+def local_server(model: str) -> tuple[str, str] | None:
+    """The address litellm sends `model` to when no --api-base is given, for a local server's provider (ollama/...),
+    with where that address comes from; None for a hosted provider or where there is none to call."""
+    provider = model.split("/", 1)[0] if "/" in model else ""
+    if provider not in LOCAL_SERVERS:
+        return None
+    env, default = LOCAL_SERVERS[provider]
+    if url := os.environ.get(env):
+        return url, f"${env}"
+    return (default, f"litellm's default for {provider}/ models") if default else None
 
 
 def _address(api_base: str) -> tuple[str, int] | str:

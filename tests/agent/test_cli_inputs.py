@@ -219,6 +219,32 @@ def test_unreachable_endpoint_shows_its_attempts_and_gives_up_in_one_line(workdi
     assert not (workdir / "runs").exists()
 
 
+@pytest.mark.parametrize("model,env", [("ollama/qwen3", "OLLAMA_API_BASE"), ("ollama_chat/qwen3", "OLLAMA_API_BASE"),
+                                       ("llamafile/m", "LLAMAFILE_API_BASE"), ("lm_studio/m", "LM_STUDIO_API_BASE")])
+def test_a_local_servers_model_without_api_base_probes_the_address_litellm_would_call(workdir, monkeypatch, model, env):
+    """`--model ollama/qwen3` with no --api-base goes to litellm's default (OLLAMA_API_BASE, else localhost:11434):
+    with no server there, a run was made and its first turn spent a minute of back-off on six refused calls, then
+    stopped as an infra failure. That address is probed before a run is made, as an --api-base is."""
+    monkeypatch.setenv(env, "http://127.0.0.1:9/v1")
+    start = time.monotonic()
+    result = CliRunner().invoke(app, ["optimize", W, "--no-gpu", "--model", model, "--quiet"])
+    assert time.monotonic() - start < 15
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1, result.output
+    assert [line.split(": attempt ")[1][:3] for line in lines[:-1]] == ["1/3", "2/3", "3/3"], result.output
+    assert lines[-1].startswith("error: cannot reach http://127.0.0.1:9/v1") and env in lines[-1], lines[-1]
+    assert not (workdir / "runs").exists()
+
+
+def test_ollamas_default_address_is_the_one_litellm_calls(monkeypatch):
+    from ptxbench.agent.models.endpoint import local_server
+
+    monkeypatch.delenv("OLLAMA_API_BASE", raising=False)
+    monkeypatch.delenv("LM_STUDIO_API_BASE", raising=False)
+    assert local_server("ollama/qwen3") == ("http://localhost:11434", "litellm's default for ollama/ models")
+    assert local_server("lm_studio/m") is None and local_server("openai/gpt-5") is None  # no default: not probed
+
+
 def test_resume_refuses_a_bench_run_before_anything_starts(tmp_path):
     from ptxbench.agent.cli import inputs
     from ptxbench.agent.loop.optimize import RunFolderInUse, optimize
