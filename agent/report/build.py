@@ -74,6 +74,9 @@ def _overview(run_dir: Path, manifest: dict, score: RunScore) -> list[tuple[str,
         damaged = [t.id for t in score.trajectories if t.skipped_lines]
         facts.append(("unreadable log lines", Recorded(f"{score.n_skipped_lines} left out of every score ({UNREADABLE}) "
                       f"in {len(damaged)} trajectories, first {damaged[0]}")))
+    if score.n_unstarted:
+        facts.append(("trajectory logs with no readable start", f"{score.n_unstarted} (empty, or their trajectory_start "
+                      "line unreadable: left out of every score, model and workload unknown)"))
     config = manifest.get("config") or {}
     gpu = manifest.get("gpu") or {}
     gpu = gpu if isinstance(gpu, dict) else {"gpus": gpu}  # older manifests name the GPU in a string
@@ -179,12 +182,13 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     # DuplicateTrajectory before any folder or file is made, not counted twice in the pages and then refused by the
     # repair page. The records are read once for the scores and again, one at a time, for the pages: a record holds
     # every model call's conversation, and a run's records all at once took 670 MB for 300 trajectories.
-    trajs, repairs = [], False
-    for _, record in unique_records([run_dir]):
+    trajs, repairs, unstarted = [], False, []
+    for _, record in unique_records([run_dir], unstarted):
         trajs.append(score_trajectory(record, run=run_dir.name))
         repairs = repairs or bool((record.start.config or {}).get("repair_task"))  # a repair page to write
     _out_folders(out_dir)
     score = score_trajectories(trajs)
+    score.n_unstarted = len(unstarted)
     score.runs = [str(run_dir)]
     manifest = read_manifest(run_dir)
     score.manifests = {str(run_dir): manifest}

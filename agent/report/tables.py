@@ -108,6 +108,10 @@ def leaderboard(score: RunScore, target: bool = False) -> Table:
         note += (f" {score.n_unfinished} trajector{'y is' if score.n_unfinished == 1 else 'ies are'} unfinished (no stop "
                  "recorded: killed, or still running; resume the run) and left out of every figure over trajectories, "
                  "as infra-failed ones are.")
+    if score.n_unstarted:
+        note += (f" {score.n_unstarted} trajectory log{' has' if score.n_unstarted == 1 else 's have'} no readable "
+                 "trajectory_start (empty, or that line unreadable): left out of every figure, model and workload "
+                 "unknown.")
     parts = [note]
     if mixed := mixed_flush_cells(score):
         # model and workload names are the records' text: Recorded, so summary.md writes them through md_cell

@@ -36,6 +36,8 @@ class RunScore(BaseModel):
     n_infra_failed: int = 0
     n_unfinished: int = Field(0, description="trajectories with no stop recorded (killed or still running: resume the "
                               "run), left out of the figures over trajectories")
+    n_unstarted: int = Field(0, description="trajectory logs with no readable trajectory_start (empty: killed before "
+                             "its first line; or that line unreadable): left out of every score, model and workload unknown")
     n_infra_turns: int = 0
     n_target_unknown: int = 0
     n_compile_only: int = Field(0, description="COMPILED turns, never run on a GPU (--no-gpu runs): not counted as correct")
@@ -92,14 +94,17 @@ class DuplicateTrajectory(ValueError):
     run and its re-evaluation): scoring both counts it twice."""
 
 
-def unique_records(run_dirs: Iterable[Path]):
+def unique_records(run_dirs: Iterable[Path], unstarted: list[Path] | None = None):
     """(run folder, record) of every started trajectory of the runs, each run folder read once however often it is
     named; DuplicateTrajectory when two folders give the same trajectory_start (its id and time: a copy keeps them
-    whatever its folder is called), which would count one trajectory twice. Two runs of one folder name are two runs."""
+    whatever its folder is called), which would count one trajectory twice. Two runs of one folder name are two runs.
+    `unstarted` (a list) gets the folders of the logs left out for want of a readable trajectory_start."""
     where: dict[tuple, Path] = {}
     for run_dir in distinct_runs(run_dirs):
         for rec in iter_run(run_dir):
-            if rec.start is None:
+            if rec.start is None:  # no model or workload to score it under: left out, and counted where asked
+                if unstarted is not None:
+                    unstarted.append(rec.folder)
                 continue
             # one trajectory is one trajectory_start (its id and time, which a copy keeps); two runs saved under one
             # folder name on two machines hold the matrix's ids too, yet are other trajectories
@@ -111,14 +116,16 @@ def unique_records(run_dirs: Iterable[Path]):
             yield run_dir, rec
 
 
-def load_trajectory_scores(run_dirs: Iterable[Path]) -> list[TrajectoryScore]:
+def load_trajectory_scores(run_dirs: Iterable[Path], unstarted: list[Path] | None = None) -> list[TrajectoryScore]:
     """The trajectories of the runs (unique_records: a copied trajectory raises DuplicateTrajectory)."""
-    return [score_trajectory(rec, run=run_dir.name) for run_dir, rec in unique_records(run_dirs)]
+    return [score_trajectory(rec, run=run_dir.name) for run_dir, rec in unique_records(run_dirs, unstarted)]
 
 
 def score_runs(run_dirs: Iterable[Path]) -> RunScore:
     run_dirs = distinct_runs(run_dirs)
-    score = score_trajectories(load_trajectory_scores(run_dirs))
+    unstarted: list[Path] = []
+    score = score_trajectories(load_trajectory_scores(run_dirs, unstarted))
+    score.n_unstarted = len(unstarted)
     score.runs = [str(r) for r in run_dirs]
     score.manifests = {str(r): read_manifest(r) for r in run_dirs}
     return score

@@ -729,3 +729,25 @@ def test_an_interruption_logged_after_the_trajectorys_stop_leaves_it_finished(tm
     c = TrajectoryBuilder(tmp_path / "c", "c", "m", "gemm").turn(1, "COMPILE_ERROR").infra(2)
     c.writer.append(ErrorEvent(trajectory_id="c", turn=2, where="graph", infra=True, message="interrupted"))
     assert score_trajectory(load_run(tmp_path / "c")[0]).infra_failed
+
+
+def test_a_log_with_no_readable_trajectory_start_is_counted_and_said_not_dropped_silently(tmp_path):
+    """A trajectory log whose first line (its trajectory_start) cannot be read, or that is empty (a kill before the
+    first line), has no model or workload to score it under: it vanished from every count, its skipped lines too, and
+    neither `score` nor the report said so. It is counted (n_unstarted) and said, alike in score.json and `score`."""
+    from ptxbench.agent.report import write_report
+    from ptxbench.agent.report.tables import leaderboard
+
+    TrajectoryBuilder(tmp_path, "ok", "m", "gemm").turn(1, "PASSED", 1.5, True).stop()
+    torn = TrajectoryBuilder(tmp_path, "torn", "m", "gemm").turn(1, "COMPILE_ERROR").stop()
+    lines = torn.writer.path.read_text().splitlines()
+    torn.writer.path.write_text("\n".join(['{"type": "trajectory_start", "traj'] + lines[1:]) + "\n")
+    empty = tmp_path / "trajectories" / "empty"
+    empty.mkdir()
+    (empty / torn.writer.path.name).write_text("")
+    score = score_runs([tmp_path])
+    assert score.n_trajectories == 1 and score.n_unstarted == 2
+    assert "2 trajectory logs have no readable trajectory_start" in leaderboard(score).note
+    files = write_report(tmp_path, tmp_path / "report")
+    assert json.loads(files.score_json.read_text())["n_unstarted"] == 2
+    assert "trajectory logs with no readable start**: 2" in files.markdown.read_text()
