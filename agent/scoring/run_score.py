@@ -24,7 +24,9 @@ from .turns import TrajectoryScore, score_trajectory
 # 6: a model's row resamples its workloads of one trajectory together (each alone drew itself: no interval width)
 #    and its by-turn curves weigh alike the workloads that reached each turn
 # 7: an unfinished trajectory (no stop after its last step: killed, or still running) is left out of the figures over
-#    trajectories, as an infra-failed one is (its missing turns scored it as a model that never got there); n_unfinished
+#    trajectories, as an infra-failed one is (its missing turns scored it as a model that never got there); n_unfinished;
+#    the loop's error after a trajectory's own stop leaves it finished; turns to repair bootstraps trajectories, not
+#    runs; a cell's geomean n counts the trajectories with a speedup; n_unstarted
 SCORE_VERSION = 7
 
 
