@@ -31,6 +31,7 @@ def test_files_and_leaderboard(report):
     saved = json.loads(files.score_json.read_text())
     again = json.loads(score_runs([run_dir]).model_dump_json())
     assert saved["model_workload"] == again["model_workload"]
+    assert saved == again  # every figure, count and cell: the report and `score` read the run alike
 
 
 def test_html_is_self_contained_with_plots(report):
