@@ -9,7 +9,8 @@ model turns. Per trajectory:
 - fixed with the speed kept: some turn PASSED, its target instructions executed (or not measured), and its
   speedup >= SPEED_KEPT x the unbroken kernel's speedup recorded in the task (a slow swap is no repair); unknown
   (None) for a fixed trajectory with no speed to compare (the task records no unbroken speedup, or the fix was not
-  timed; a recorded unbroken speedup that is NaN, infinite or not positive is none), left out of that share and counted apart (`speed_unknown`), never read as a slow fix;
+  timed; a recorded unbroken speedup that is NaN, infinite or not positive is none), left out of that share and
+  counted apart (`speed_unknown`), never read as a slow fix;
 - regression: a PASSED turn that is a fix (not the broken kernel handed back) followed by a failing one (the fix
   broke again);
 - not judged: no turn PASSED, and a turn compiled a changed kernel without a GPU (COMPILED, --no-gpu): fixed or
@@ -183,14 +184,14 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
     # (a run folder missing its turn 0 credited the broken kernel handed back)
     broken = {sha for sha in ((score.start.kernel_sha256 if score.start else ""), task.get("solution_sha256") or "") if sha}
     passed = [t for t in turns if t.correct and t.kernel_sha256 not in broken and t.turn not in resubmitted]
-    timed_fix = [t for t in passed if t.target_executed is not False]
-    kept = [t for t in timed_fix if t.speedup is not None and unbroken is not None and t.speedup >= SPEED_KEPT * unbroken]
+    target_fixes = [t for t in passed if t.target_executed is not False]
+    kept = [t for t in target_fixes if t.speedup is not None and unbroken is not None and t.speedup >= SPEED_KEPT * unbroken]
     # a fix with no speed to compare (no unbroken speedup in the task, or the fix not timed): unknown, not a slow fix
-    speed_unknown = not kept and any(unbroken is None or t.speedup is None for t in timed_fix)
+    speed_unknown = not kept and any(unbroken is None or t.speedup is None for t in target_fixes)
     first = passed[0].turn if passed else None
     # a fix that broke again: the broken kernel handed back and passing (no fix, above) cannot regress
-    fixes = {t.turn for t in passed}
-    regression = any(a.turn in fixes and b.failed for a, b in zip(turns, turns[1:]))
+    fixed_turns = {t.turn for t in passed}
+    regression = any(a.turn in fixed_turns and b.failed for a, b in zip(turns, turns[1:]))
     # a kernel compiled and never run (--no-gpu) may be the fix: unknown, unless it is the broken kernel again
     unverified = any(t.compile_only and t.kernel_sha256 not in broken and t.turn not in resubmitted for t in turns)
     recorded = (task.get("verdict") or {}).get("status", "")
