@@ -170,7 +170,7 @@ def success_table(cells: list[CellScore]) -> Table:
 def repair_table(score: RunScore) -> Table:
     table = Table("Repair behaviour", ["model", "repaired / open runs", "mean turns to repair", "regressions",
                                        "speedup gained per turn after 1st correct", "target executed but slower"],
-                  note="a run is a streak of failing turns; regressions = PASSED then a failure (share of turns leaving PASSED)"
+                  note="a run is a streak of failing turns (open: still failing when its trajectory finished); regressions = PASSED then a failure (share of turns leaving PASSED)"
                        + UNKNOWN_NOTE * bool(score.n_compile_only))
     for cell in score.models:
         r = cell.repair
@@ -178,6 +178,8 @@ def repair_table(score: RunScore) -> Table:
         runs = f"{r.episodes_repaired} / {r.episodes_unrepaired}"
         if r.episodes_unverified:  # ended by a COMPILED turn: never run, so neither repaired nor open
             runs += f" (+{r.episodes_unverified} ended COMPILED, unverified)"
+        if r.episodes_cut:  # its trajectory left out (an unrepaired infra failure, unfinished): not the model's
+            runs += f" (+{r.episodes_cut} cut short by an infra failure or unfinished)"
         table.rows.append([Recorded(cell.model), runs, tt.fmt(2),
                            f"{r.regressions} ({r.regression_rate.fmt(0, pct=True)})", r.speedup_gain_per_turn.fmt(3),
                            f"{r.target_slower_count} ({r.target_slower.fmt(0, pct=True)})"])

@@ -4,7 +4,8 @@ Works on each trajectory's scored turns (infra turns dropped) in order:
 - transitions: class at turn t -> class at the next scored turn; fix probability of a failure class =
   the share of its transitions that land on PASSED (bootstrapped over trajectories);
 - repair episodes: a maximal run of failing turns; repaired when a PASSED turn ends it, and its
-  length is the turns it took (fail at 1, pass at 2 -> 1 turn); keyed by the run's first class; turns to repair
+  length is the turns it took (fail at 1, pass at 2 -> 1 turn); keyed by the run's first class; open when its
+  trajectory finished failing, cut when its trajectory was left out (infra-failed or unfinished: not the model's); turns to repair
   is the mean over repaired runs, its interval a bootstrap over trajectories (the runs of one move together);
 - regressions: PASSED followed by a failure;
 - COMPILED (compiled, never run) is a class of its own in the transitions, but neither a pass nor a
@@ -40,7 +41,10 @@ class RepairStats(BaseModel):
     fix_probability: dict[str, Estimate] = Field(default_factory=dict, description="failure class -> P(next turn PASSED)")
     turns_to_repair: dict[str, Estimate] = Field(default_factory=dict, description="first class of the failing run (and 'all') -> mean turns")
     episodes_repaired: int = 0
-    episodes_unrepaired: int = 0
+    episodes_unrepaired: int = Field(0, description="failing runs still open when their trajectory finished (the turn "
+                                     "limit, a budget): not repaired within its turns")
+    episodes_cut: int = Field(0, description="failing runs still open when their trajectory was left out (an unrepaired "
+                              "infra failure, unfinished): cut short by no fault of the model, repaired or not unknown")
     episodes_unverified: int = Field(0, description="failing runs ended by a COMPILED turn: fixed or not is unknown")
     regressions: int = 0
     regression_rate: Estimate = Estimate()
@@ -108,7 +112,9 @@ def repair_stats(trajectories: list[TrajectoryScore]) -> RepairStats:
             per_traj_fix[cls].append((f, t))
         repaired: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for cls, length, ended_by in _episodes(turns):
-            if ended_by is None:
+            if ended_by is None and traj.left_out:  # the harness cut it short (or it is still running)
+                stats.episodes_cut += 1
+            elif ended_by is None:
                 stats.episodes_unrepaired += 1
             elif ended_by.compile_only:
                 stats.episodes_unverified += 1

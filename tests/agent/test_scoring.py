@@ -127,8 +127,9 @@ def test_repair(cell_a):
     assert r.classes == ["PASSED", "COMPILE_ERROR", "RUNTIME_ERROR", "INCORRECT_NUMERICAL", "FORMAT_ERROR"]
     assert r.next_class["COMPILE_ERROR"] == {"PASSED": 0.5, "COMPILE_ERROR": 0.25, "FORMAT_ERROR": 0.25}
     assert values(r.fix_probability) == {"COMPILE_ERROR": 0.5, "RUNTIME_ERROR": 0.0, "FORMAT_ERROR": 0.0}
-    # Failing runs: A1 [CE] fixed in 1, [IN] open; A2 [RE, CE] fixed in 2; A3 [CE] open; A4 [NS..FE] open.
-    assert (r.episodes_repaired, r.episodes_unrepaired) == (2, 3)
+    # Failing runs: A1 [CE] fixed in 1, [IN] open; A2 [RE, CE] fixed in 2; A3 [CE] cut short by its unrepaired infra
+    # failure (neither repaired nor the model's open run); A4 [NS..FE] open.
+    assert (r.episodes_repaired, r.episodes_unrepaired, r.episodes_cut) == (2, 2, 1)
     assert values(r.turns_to_repair) == {"COMPILE_ERROR": 1.0, "RUNTIME_ERROR": 2.0, "all": 1.5}
     # Regressions: A1 P>IN, A2 P>RE, out of 5 transitions leaving PASSED.
     assert r.regressions == 2 and r.trajectories_with_regression == 2
