@@ -26,7 +26,8 @@ from .turns import TrajectoryScore, score_trajectory
 # 7: an unfinished trajectory (no stop after its last step: killed, or still running) is left out of the figures over
 #    trajectories, as an infra-failed one is (its missing turns scored it as a model that never got there); n_unfinished;
 #    the loop's error after a trajectory's own stop leaves it finished; turns to repair bootstraps trajectories, not
-#    runs; a cell's geomean n counts the trajectories with a speedup; n_unstarted
+#    runs; a cell's geomean n counts the trajectories with a speedup; n_unstarted; repair.episodes_cut (a failing run its
+#    left-out trajectory ended on, no longer counted open)
 SCORE_VERSION = 7
 
 
