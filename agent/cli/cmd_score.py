@@ -68,14 +68,19 @@ def score(
             raise inputs.BadInput(f"--out-run {out_run} exists: name a new folder")
         from . import preflight
 
-        if out_run is not None:
-            preflight.writable(out_run)
+        import time
+
+        # the new runs: --out-run, else each beside its source, where a run on a read-only mount cannot take one
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        targets = [out_run] if out_run is not None else [run.with_name(f"{run.name}-reeval-{stamp}") for run in runs]
+        for target in targets:
+            preflight.writable(target, "" if out_run is not None else "name a folder you can write with --out-run")
         if not no_gpu:  # no usable GPU here: said before a new run is written or a worker started
             preflight.gpu("pass --no-gpu to re-evaluate up to compile + SASS only")
         from ptxbench.workloads.arch import DEFAULT_ARCH
 
         preflight.toolchain(DEFAULT_ARCH)  # no ptxas here: every kernel would be re-evaluated to an INFRA_ERROR
-        runs = [reevaluate_run(run, out_run, no_gpu=no_gpu) for run in runs]
+        runs = [reevaluate_run(run, target, no_gpu=no_gpu) for run, target in zip(runs, targets)]
         typer.echo(f"re-evaluated into: {', '.join(map(str, runs))}", err=True)
     elif out_run is not None or no_gpu:
         raise inputs.BadInput("--out-run and --no-gpu go with --re-evaluate")

@@ -21,12 +21,13 @@ def seal(
     undo: bool = typer.Option(False, "--undo", help="unseal: restore each trajectory.jsonl so the run can be continued"),
 ) -> None:
     """Gzip the event logs of finished trajectories (every reader keeps working); --undo restores them."""
-    from . import inputs
+    from . import inputs, preflight
     from ..records.rundir import distinct_runs
     from ..records.sealing import seal_run, unseal_run
 
     for run in runs:
         inputs.run_folder(run)
+        preflight.writable(run)  # a read-only run: one line naming it, not a temporary file's error read as damage
     for run in distinct_runs(runs):
         if undo:
             typer.echo(f"{run}: {len(unseal_run(run))} trajectories unsealed")

@@ -32,10 +32,10 @@ def storage_stop(exc: Exception, resume: str) -> RunFailed:
                      f"permissions), resume with: {resume}")
 
 
-def writable(path: str | Path) -> Path:
+def writable(path: str | Path, hint: str = "") -> Path:
     """`path` made (with its missing parents) and a file written into it, then all of that removed again: a folder
     that cannot be (a read-only or virtual file system, no permission) is said in one line before any work starts,
-    not as the traceback of the first record written into it."""
+    not as the traceback of the first record written into it (`hint`: what to do instead, after a '; ')."""
     path = Path(path)
     existed = path.is_dir()
     made: list[Path] = []
@@ -49,7 +49,7 @@ def writable(path: str | Path) -> Path:
         write_probe(path)
     except OSError as exc:
         verb = "write into" if existed else "create"  # one already there is not to be made, only written into
-        raise BadInput(f"cannot {verb} run folder {path}: {exc.strerror or exc}") from None
+        raise BadInput(f"cannot {verb} run folder {path}: {exc.strerror or exc}{'; ' + hint if hint else ''}") from None
     finally:
         for p in reversed(made):
             try:

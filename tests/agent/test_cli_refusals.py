@@ -321,3 +321,32 @@ def test_a_budget_of_zero_is_refused(tmp_path, flag):
                                    "--run-dir", str(tmp_path / "r")])
     assert out.exit_code == 2 and f"{flag} 0" in out.output and "greater than 0" in out.output, out.output
     assert not (tmp_path / "r").exists()
+
+
+def test_a_re_evaluation_beside_a_run_that_cannot_be_written_names_out_run(workdir, monkeypatch):
+    """`score RUN --re-evaluate` writes its new run beside RUN: where that cannot be (a run on a read-only mount, one
+    shipped with a package) the line was the OSError of the manifest, exit status 1, with no word of --out-run."""
+    from ptxbench.agent.cli.inputs import write_probe
+
+    run = _example_run(workdir)
+    monkeypatch.setattr("ptxbench.agent.cli.preflight.write_probe",  # the compile cache stays writable
+                        lambda path: _refuse(path) if "-reeval-" in str(path) else write_probe(path))
+    before = _files(workdir)
+    result = CliRunner().invoke(app, ["score", str(run), "--re-evaluate", "--no-gpu"])
+    _one_error_line(result, 2, f"cannot create run folder {run}-reeval-")
+    assert result.output.rstrip().endswith("Permission denied; name a folder you can write with --out-run"), \
+        result.output
+    assert _files(workdir) == before
+
+
+@pytest.mark.parametrize("undo", [False, True])
+def test_sealing_a_run_that_cannot_be_written_is_one_line_and_leaves_it_as_it_was(workdir, monkeypatch, undo):
+    """The line named a temporary file inside a trajectory folder and read as a damaged run, exit status 1."""
+    run = _example_run(workdir)
+    if undo:
+        assert CliRunner().invoke(app, ["seal", str(run)]).exit_code == 0
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    monkeypatch.setattr("ptxbench.agent.cli.preflight.write_probe", _refuse)
+    result = CliRunner().invoke(app, ["seal", str(run), *(["--undo"] if undo else [])])
+    _one_error_line(result, 2, f"cannot write into run folder {run}: Permission denied")
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
