@@ -330,11 +330,18 @@ def create_folder(path: str | Path, flag: str) -> Path:
     path = new_folder(path, flag)
     if path.is_symlink():  # the writer's to judge: a report refuses a linked folder with its own message
         return path
+    missing = [p for p in (path, *path.parents) if not p.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
         write_probe(path)
     except OSError as exc:
-        raise BadInput(f"cannot create {flag} folder {path}: {exc.strerror or exc}") from None
+        for made in missing:  # a refused command leaves no empty folder behind (innermost first)
+            try:
+                made.rmdir()
+            except OSError:
+                pass
+        verb = "write into" if not missing else "create"  # one already there is not to be made, only written into
+        raise BadInput(f"cannot {verb} {flag} folder {path}: {exc.strerror or exc}") from None
     return path
 
 

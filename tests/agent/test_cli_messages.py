@@ -106,7 +106,9 @@ def test_a_read_only_out_folder_is_said_up_front(run, tmp_path, monkeypatch):
         result = CliRunner().invoke(app, ["report", str(run), "--out", str(out)])
     finally:
         out.chmod(0o755)
-    assert result.exit_code == 2 and result.output.startswith(f"error: cannot create --out folder {out}: "), result.output
+    # a folder already there is not to be created, only written into (the default report folder of a read-only run too)
+    assert result.exit_code == 2 and result.output.startswith(f"error: cannot write into --out folder {out}: "), \
+        result.output
 
 
 def test_a_default_report_folder_that_cannot_be_written_is_said_up_front(run, monkeypatch):
@@ -117,7 +119,10 @@ def test_a_default_report_folder_that_cannot_be_written_is_said_up_front(run, mo
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert lines[0] == f"error: cannot create report folder {run / 'report'}: Permission denied", lines[0]
-    assert not (run / "report" / "summary.md").exists()
+    assert not (run / "report").exists()  # the folder made for the probe is not left behind
+    (run / "report").mkdir()
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.output.strip() == f"error: cannot write into report folder {run / 'report'}: Permission denied"
 
 
 def test_profile_on_a_machine_without_a_gpu_says_so_and_what_runs_here(tmp_path, monkeypatch):
