@@ -139,7 +139,10 @@ def dropped_lines(stats: dict, reasons: dict[str, str]) -> list[str]:
     for reason, n in _with_prefix(stats, "trajectories_without_rows."):
         lines.append(f"{n} trajectories gave no row: {reasons.get(reason, reason)}")
     words = {"skipped_record_lines": f"lines of the trajectory logs skipped: no readable event ({UNREADABLE})",
-             "held_out_trajectories_skipped": "held-out trajectories skipped (--include-held-out keeps them)",
+             # a run of smoke workloads (a machine with no GPU) met this line with no held-out workload in sight
+             "held_out_trajectories_skipped": "held-out trajectories skipped: of the held-out and smoke workloads "
+                                              "(`ptxbench workloads --all`) and held-out bug classes; "
+                                              "--include-held-out keeps them",
              "duplicates_dropped": "duplicate rows dropped (--no-dedup keeps them)",
              "chat_markup_dropped": "rows dropped: their text holds chat-template markup (a special token such as "
                                     "<|im_end|>, a think tag), which a tokenizer reads as a turn's end or start",
