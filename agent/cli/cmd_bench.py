@@ -308,7 +308,8 @@ def bench(
         _interrupted(exc, where, run_dir, recorded=(Path(run_dir) / "manifest.json").exists())
     failed = sum(r.infra_failed for r in outcome.trajectories)
     console.print(f"{len(outcome.trajectories)} trajectories in {outcome.elapsed_s:.0f} s (evaluator start {outcome.setup_s:.1f} s, "
-                  f"close {outcome.close_s:.1f} s), {failed} infra-failed; run: {run_dir}")
+                  f"close {outcome.close_s:.1f} s), {failed} infra-failed; run: {run_dir}",
+                  markup=False, highlight=False)  # a folder named [b]x[/b] is printed as it is, not as markup
     if failed:  # an outage, a refused key, a lost GPU: not the models' results, and not the run's end
         console.print(f"the infra-failed trajectories are left out of the scores; once the cause is fixed, resume with: "
                       f"ptxbench bench --resume --run-dir {quote(str(run_dir))}", markup=False, highlight=False)
@@ -341,4 +342,4 @@ def bench(
                 raise
             raise inputs.RunFailed(f"the run is recorded, but its report could not be written: {what}; once there "
                                    f"is room: ptxbench report {quote(str(run_dir))}") from None
-        console.print(f"report: {files.html}")
+        console.print(f"report: {files.html}", markup=False, highlight=False)

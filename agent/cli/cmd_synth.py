@@ -113,4 +113,5 @@ def synth_repairs(
     console.print(table)
     # the fixed kernels are evaluated unprofiled: no runtime target evidence, which export requires by default
     console.print(f"{len(report.kept)} repair pairs in {run_dir}; export them with "
-                  f"`ptxbench export {quote(str(run_dir))} --recipe fixit --out DIR --no-require-target`")
+                  f"`ptxbench export {quote(str(run_dir))} --recipe fixit --out DIR --no-require-target`",
+                  markup=False, highlight=False)

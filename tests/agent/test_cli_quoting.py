@@ -81,3 +81,14 @@ def test_profile_without_a_gpu_names_the_compile_quoted(tmp_path, monkeypatch):
     assert result.exit_code == 2, result.output
     assert _words_after(re.sub(r"\s*\n\s*", " ", result.output), "ptxbench compile") == \
         ["ptxbench", "compile", str(kernel), "--workload", W], result.output
+
+
+def test_the_bench_names_a_run_folder_that_looks_like_markup_as_it_is(tmp_path):
+    """The bench's closing lines went through rich with markup on: a run folder named `[b]x[/b]` was printed as `x`,
+    its run and report paths not the ones on disk."""
+    run = tmp_path / "[bold]run[/bold] 1"
+    result = CliRunner().invoke(app, ["bench", "--models", "builtin/reference", "--workloads", W, "--trajectories", "1",
+                                      "--turns", "1", "--no-gpu", "--run-dir", str(run)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # rich wraps long lines
+    assert f"run: {run}" in text and f"report: {run / 'report' / 'index.html'}" in text, result.output
