@@ -115,7 +115,11 @@ def score(
         typer.echo(terminal_text(f"skipped: {result.n_skipped_lines} lines of the trajectory logs are no readable event "
                                  f"({UNREADABLE}) and are left out of every "
                                  f"score, in {len(damaged)} trajectories, first {damaged[0].run}/{damaged[0].id}"))
-    typer.echo(f"{result.n_trajectories} trajectories ({result.n_infra_failed} infra-failed, left out), "
+    # what the figures over trajectories leave out: infra failures no retry repaired, trajectories with no stop yet
+    unfinished = f", {result.n_unfinished} unfinished" if result.n_unfinished else ""
+    unstarted = (f", {result.n_unstarted} trajectory logs with no readable start (not scored)"
+                 if result.n_unstarted else "")
+    typer.echo(f"{result.n_trajectories} trajectories ({result.n_infra_failed} infra-failed{unfinished}, left out){unstarted}, "
                f"{result.n_infra_turns} infra turns, {result.n_target_unknown} correct turns with unknown target verdict"
                + (f", {result.n_compile_only} COMPILED turns never run on a GPU (not counted as correct)"
                   if result.n_compile_only else ""))

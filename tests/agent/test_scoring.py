@@ -752,3 +752,22 @@ def test_a_log_with_no_readable_trajectory_start_is_counted_and_said_not_dropped
     files = write_report(tmp_path, tmp_path / "report")
     assert json.loads(files.score_json.read_text())["n_unstarted"] == 2
     assert "trajectory logs with no readable start**: 2" in files.markdown.read_text()
+
+
+def test_scores_last_line_names_every_kind_of_trajectory_left_out(tmp_path):
+    """`score` closed on '(N infra-failed, left out)' while unfinished trajectories and unreadable logs were left out
+    of the same figures: its last line names them too."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    TrajectoryBuilder(tmp_path, "done", "m", "gemm", index=0).turn(1, "PASSED", 1.5, True).stop()
+    TrajectoryBuilder(tmp_path, "killed", "m", "gemm", index=1).turn(1, "COMPILE_ERROR")  # no stop: killed
+    empty = tmp_path / "trajectories" / "empty"
+    empty.mkdir()
+    (empty / "trajectory.jsonl").write_text("")
+    result = CliRunner().invoke(app, ["score", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("2 trajectories (0 infra-failed, 1 unfinished, left out), 1 trajectory logs with no "
+                           "readable start (not scored), "), last
