@@ -266,10 +266,6 @@ def test_a_cubin_cleared_after_the_compile_is_an_infra_error_not_the_kernels(tmp
     import shutil
 
     import ptxbench.tools.evaluate as evaluate_module
-    from fake_workers import AnswerWorker
-    from ptxbench.tools.evaluate import LocalEvaluator
-    from ptxbench.tools.evaluator import EvalOptions
-    from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
     from ptxbench.workloads.solutions.faults import load_corpus
 
     workload, corpus = load_corpus()
@@ -281,12 +277,7 @@ def test_a_cubin_cleared_after_the_compile_is_an_infra_error_not_the_kernels(tmp
         return comp
 
     monkeypatch.setattr(evaluate_module, "compile_source", compiled_then_cleared)
-    workers = []
-    pool = GpuPool(PoolConfig(devices=[0], spares=0),
-                   factory=lambda d, c: workers.append(AnswerWorker(d, "PASSED")) or workers[-1])
-    ev = LocalEvaluator(pool)
-    r = ev.evaluate(workload, corpus["control_correct"]["source"], EvalOptions(trials=1))
-    ev.close()
+    r, workers = _evaluate_on_a_passing_fake_worker(workload, corpus["control_correct"]["source"])
     assert r.status == "INFRA_ERROR" and "gone from the compile cache" in r.message and str(tmp_path) not in r.message
     assert r.compile.status == "ok" and not workers[0].jobs
 
@@ -296,10 +287,6 @@ def test_a_cubin_read_while_a_prune_puts_its_entry_back_is_compiled_again_not_an
     and the evaluator's read of the cubin fell in those microseconds. That was INFRA_ERROR (the step retried); now the
     evaluator compiles once more, a hit on the entry put back, and the kernel runs."""
     import ptxbench.tools.evaluate as evaluate_module
-    from fake_workers import AnswerWorker
-    from ptxbench.tools.evaluate import LocalEvaluator
-    from ptxbench.tools.evaluator import EvalOptions
-    from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
     from ptxbench.workloads.solutions.faults import load_corpus
 
     workload, corpus = load_corpus()
@@ -318,12 +305,24 @@ def test_a_cubin_read_while_a_prune_puts_its_entry_back_is_compiled_again_not_an
         return Path(comp.cubin_path).parent.with_name(".evict-under-way")
 
     monkeypatch.setattr(evaluate_module, "compile_source", hit_then_renamed_aside)
+    r, workers = _evaluate_on_a_passing_fake_worker(workload, corpus["control_correct"]["source"])
+    assert r.status == "PASSED", r.message
+    assert len(compiles) == 2 and compiles[1].cached and len(workers[0].jobs) == 1
+    assert Path(r.compile.cubin_path).is_file() and not list(tmp_path.rglob(".evict-*"))
+
+
+def _evaluate_on_a_passing_fake_worker(workload: str, source: str):
+    """The source evaluated by a LocalEvaluator whose one GPU worker answers PASSED: (result, the workers made)."""
+    from fake_workers import AnswerWorker
+    from ptxbench.tools.evaluate import LocalEvaluator
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
+
     workers = []
     pool = GpuPool(PoolConfig(devices=[0], spares=0),
                    factory=lambda d, c: workers.append(AnswerWorker(d, "PASSED")) or workers[-1])
     ev = LocalEvaluator(pool)
-    r = ev.evaluate(workload, corpus["control_correct"]["source"], EvalOptions(trials=1))
-    ev.close()
-    assert r.status == "PASSED", r.message
-    assert len(compiles) == 2 and compiles[1].cached and len(workers[0].jobs) == 1
-    assert Path(r.compile.cubin_path).is_file() and not list(tmp_path.rglob(".evict-*"))
+    try:
+        return ev.evaluate(workload, source, EvalOptions(trials=1)), workers
+    finally:
+        ev.close()
