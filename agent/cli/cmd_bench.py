@@ -324,11 +324,24 @@ def bench(
                       f"{u['jobs']} jobs, {u['holds']} profiler / sanitizer holds")
     if use.get("idle_while_pinned_waited_s"):
         console.print(f"GPU idle while a profiler replay waited for another GPU: {use['idle_while_pinned_waited_s']:.1f} s")
+    try:
+        with on_sigterm():  # a stop now cuts short only the tables and the report: the run is whole
+            _tables_and_report(run_dir, outcome.config.track, report, console)
+    except KeyboardInterrupt as exc:
+        by = " by SIGTERM" if isinstance(exc, Terminated) else ""
+        typer.echo(f"interrupted{by} while the finished run was scored and reported (every trajectory is recorded): "
+                   f"ptxbench report {quote(str(run_dir))} writes its report", err=True)
+        raise typer.Exit(stop_exit(exc)) from None
+
+
+def _tables_and_report(run_dir, track: str, report: bool, console) -> None:
+    """What a finished bench prints and writes: the leaderboard (and the repair track's tables), then its report."""
+    from . import inputs, preflight
     from ..report.tables import leaderboard
     from ..scoring import score_runs
 
     typer.echo(leaderboard(score_runs([run_dir])).markdown())
-    if outcome.config.track == "repair":  # the run's track: a --resume's is its record's, whatever --track says
+    if track == "repair":  # the run's track: a --resume's is its record's, whatever --track says
         from ..scoring.repair_track import repair_markdown, score_repair_runs
 
         typer.echo(repair_markdown(score_repair_runs([run_dir])))

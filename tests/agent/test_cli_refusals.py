@@ -236,6 +236,26 @@ def test_a_bench_whose_report_finds_no_room_says_so_in_one_line(tmp_path, monkey
     assert f"ptxbench report {tmp_path / 'b'}" in result.output.replace("\n", "")
 
 
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_a_stop_while_the_finished_bench_writes_its_report_says_the_run_is_whole(tmp_path, monkeypatch, stop):
+    """Ctrl-C (or SIGTERM) after the last trajectory, while the tables and the report were made, ended with no line at
+    all (a half-written report folder, no index.html): the run is whole, and the line names the report to write."""
+    import ptxbench.agent.report as report
+    from ptxbench.agent.cli.sigterm import Terminated
+
+    def stopped(run_dir, *a, **k):
+        raise Terminated() if stop == "sigterm" else KeyboardInterrupt()
+
+    monkeypatch.setattr(report, "write_report", stopped)
+    run = tmp_path / "b"
+    result = CliRunner().invoke(app, ["bench", "--models", "builtin/tuner", "--workloads", W, "--turns", "1",
+                                      "--trajectories", "1", "--run-dir", str(run), "--no-gpu"])
+    assert result.exit_code == (143 if stop == "sigterm" else 130), result.output
+    last = [line for line in result.output.splitlines() if line.strip()][-1]
+    assert last == (f"interrupted{' by SIGTERM' if stop == 'sigterm' else ''} while the finished run was scored and "
+                    f"reported (every trajectory is recorded): ptxbench report {run} writes its report"), last
+
+
 def test_only_storage_failures_are_said_as_such():
     import errno
     import sqlite3
