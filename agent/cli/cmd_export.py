@@ -63,6 +63,13 @@ def export(
     runs = distinct_runs(runs)  # a run named twice is exported once
     inputs.one_of(recipe, ("kernelgen", "fixit"), "--recipe"), inputs.one_of(format, FORMATS, "--format")
     inputs.one_of(separate_by, ("pair", "completion"), "--separate-by")
+    if recipe != "fixit":  # a kernelgen row is its kernel alone, kept apart from the test rows by it either way
+        from .cmd_optimize import current_context
+
+        if inputs.given_options(current_context(), ("separate_by",)):
+            raise inputs.BadInput("--separate-by chooses what a Fixit train row may not share with a test row (its pair "
+                                  "or its fix); a kernelgen row is its kernel alone, kept apart by it either way: drop "
+                                  "it, or export --recipe fixit")
     for value, flag in ((first_k, "--first-k"), (max_per_group, "--max-per-group"), (max_tokens, "--max-tokens")):
         inputs.positive(value, flag)
     if min_speedup is not None and not 0 <= min_speedup < float("inf"):  # nan: no speedup passes, and no word of it

@@ -269,3 +269,14 @@ def test_a_resumed_optimize_shows_its_workload_and_that_it_resumes(tmp_path, mon
     assert result.exit_code == 0, result.output
     assert f"ptxbench optimize {W}" in result.output and "ptxbench optimize myrun" not in result.output, result.output
     assert "resuming myrun" in result.output and "starting" not in result.output, result.output
+
+
+def test_separate_by_with_a_kernelgen_export_is_refused_not_dropped(tmp_path):
+    """--separate-by chooses what a Fixit train row may not share with a test row; beside --recipe kernelgen it was
+    dropped without a word, as --teacher was before it was refused."""
+    out = tmp_path / "kg"
+    result = CliRunner().invoke(app, ["export", str(ROOT / "docs/examples/optimize-gemm-tuner"), "--recipe", "kernelgen",
+                                      "--out", str(out), "--separate-by", "completion"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: --separate-by "), result.output
+    assert "--recipe fixit" in lines[0] and not out.exists()
