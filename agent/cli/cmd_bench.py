@@ -228,6 +228,8 @@ def bench(
         raise inputs.BadInput(f"--track {track!r}: expected optimize or repair")
     # options the run would ignore are refused, as score's --no-gpu without --re-evaluate is (a resume's record
     # holds its track and backend)
+    if restart_trajectory and not resume:
+        raise inputs.BadInput("--restart-trajectory goes with --resume: a new run has no trajectory to set aside; drop it")
     if suite is not None and track != "repair" and not resume:
         raise inputs.BadInput(f"--suite {suite}: the repair suite's folder goes with --track repair")
     if (ray_address or ray_placement_wait) and backend != "ray" and not resume:

@@ -291,6 +291,8 @@ def optimize(
     else:
         if workload is None:
             raise inputs.BadInput("give a WORKLOAD (see `ptxbench workloads`), or --resume RUN")
+        if restart_trajectory:  # it acts on what a --resume cannot continue: a new run went on without a word
+            raise inputs.BadInput("--restart-trajectory goes with --resume: a new run has no trajectory to set aside; drop it")
         inputs.workload(workload), inputs.arch(arch), inputs.prompt(prompt), inputs.model(model)
         inputs.one_of(profile, POLICIES, "--profile"), inputs.one_of(l2_flush, L2_FLUSH_MODES, "--l2-flush")
         if no_gpu:  # as eval's: options of the GPU run, given with --no-gpu, are refused rather than dropped

@@ -280,3 +280,16 @@ def test_separate_by_with_a_kernelgen_export_is_refused_not_dropped(tmp_path):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: --separate-by "), result.output
     assert "--recipe fixit" in lines[0] and not out.exists()
+
+
+@pytest.mark.parametrize("argv", [["optimize", W, "--no-gpu", "--turns", "1", "--quiet", "--run-dir", "{out}"],
+                                  ["bench", "--models", "builtin/tuner", "--workloads", W, "--trajectories", "1",
+                                   "--turns", "1", "--no-gpu", "--run-dir", "{out}"]], ids=["optimize", "bench"])
+def test_restart_trajectory_without_resume_is_refused_not_dropped(tmp_path, argv):
+    """--restart-trajectory acts on the trajectories a --resume cannot continue: a new run went on without a word."""
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [a.format(out=out) for a in argv] + ["--restart-trajectory"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and lines == ["error: --restart-trajectory goes with --resume: a new run has no "
+                                               "trajectory to set aside; drop it"], result.output
+    assert not out.exists()
