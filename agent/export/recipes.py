@@ -40,6 +40,8 @@ REJECTED = {
     "after_first_k": "after --first-k turns",
     "no_repair_pair": "no failed turn followed by another turn (fixit)",
     "no_submission": "no evaluated submission",
+    "turn_between": "a turn with no evaluated kernel (a reply without a code block) came between the failed turn and "
+                    "the next kernel, which answered that turn's feedback, not the failure's",
     "unchanged_fix": "the next turn's kernel is the failed one again (up to comments and white space): its verdict changed, not its code",
     "chat_markup": "the row's text holds chat-template markup (a special token such as <|im_end|>, a think tag, [INST]): "
                    "a tokenizer reads it as a turn's end or start, not as the kernel's text",
@@ -127,6 +129,11 @@ def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", wh
     if turns and not pairs:
         why["no_repair_pair"] += 1
     for wrong, fixed in pairs:
+        if fixed.turn != wrong.turn + 1:
+            # the reply between them (no kernel: FORMAT_ERROR) and its feedback were what the fix answered; under
+            # context "last" the model no longer saw the failed turn at all
+            why["turn_between"] += 1
+            continue
         if reason := _rejected(fixed, cfg):
             why[reason] += 1
             continue

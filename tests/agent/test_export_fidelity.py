@@ -1,0 +1,92 @@
+"""Export rows against what the model really read and wrote: trajectories made by the real agent loop (a scripted
+OpenAI-compatible server through litellm, a stub evaluator giving the verdicts), each row compared with the
+trajectory log's model_call events."""
+from __future__ import annotations
+
+import pytest
+
+from agent_helpers import GOOD_PTX, events, of_type
+from openai_server import ScriptedServer
+from ptxbench.agent.export import ExportConfig, build_rows, collect_samples
+from ptxbench.agent.loop.optimize import optimize
+from ptxbench.agent.loop.state import OptimizeConfig
+from ptxbench.tools.results import EvalResult, RuntimeTarget, Timing, TimingStat
+
+WORKLOAD = "gemm_bf16_m8192_n7168_k5120"  # not held out: its rows go to train
+
+
+def source(value: int) -> str:
+    """A solution file that differs in code (not only a comment: the dedup hash ignores comments)."""
+    return GOOD_PTX.replace("    ret;\n", f"    mov.b32 %r1, {value};\n    ret;\n", 1)
+
+
+def reply(value: int, note: str = "Here is my kernel.") -> dict:
+    return {"content": f"{note}\n\n```ptx\n{source(value)}```\n"}
+
+
+class VerdictEvaluator:
+    """The verdicts in turn: a status, and for PASSED a speedup with the target executed."""
+
+    def __init__(self, verdicts: list[tuple[str, float | None]]):
+        self.verdicts = list(verdicts)
+
+    def evaluate(self, workload_id, source, options):
+        status, speedup = self.verdicts.pop(0)
+        timing, targets = None, {}
+        if speedup is not None:
+            stat = TimingStat(median_ms=1 / speedup, ci_low_ms=1 / speedup, ci_high_ms=1 / speedup, n=10)
+            timing = Timing(candidate=stat, primary_baseline="cublas", speedup=speedup,
+                            baselines={"cublas": TimingStat(median_ms=1.0, ci_low_ms=1.0, ci_high_ms=1.0, n=10)})
+            targets = {"wgmma": RuntimeTarget(verdict="executed", executed_warp_insts=8)}
+        return EvalResult(workload=workload_id, status=status, message=f"{status}.", timing=timing,
+                          targets_runtime=targets, gpu_evaluated=True)
+
+    def close(self):
+        """Nothing to release."""
+
+
+def run_loop(tmp_path, script: list[dict], verdicts: list[tuple[str, float | None]], **overrides):
+    with ScriptedServer(script) as server:
+        config = OptimizeConfig(workload=WORKLOAD, model="openai/scripted", api_base=server.base_url,
+                                retry_wait_s=0.01, target_speedup=0, turns=len(script), **overrides)
+        optimize(config, run_dir=tmp_path / "run", evaluator=VerdictEvaluator(verdicts))
+    return tmp_path / "run"
+
+
+def calls_by_turn(run) -> dict[int, object]:
+    """The last model call of each turn: the one whose reply the turn's verdict scored."""
+    return {call.turn: call for call in of_type(events(run), "model_call")}
+
+
+def assert_prompt_was_read(row, calls) -> None:
+    """The row's prompt is what the completion's model call read: its system prompt and task, the wrong kernel just
+    before the feedback, and that feedback exactly (a tool result in tools mode, a user message otherwise)."""
+    seen = calls[row.provenance.turn].messages
+    assert [m.content for m in row.prompt[:2]] == [seen[0]["content"], seen[1]["content"]]
+    if row.recipe == "fixit":
+        assert row.prompt[-1].content == seen[-1]["content"]
+        wrong = seen[-2]
+        said = wrong["content"] + "".join(c["function"]["arguments"] for c in wrong.get("tool_calls") or [])
+        assert source(row.provenance.source_turn).splitlines()[-3].strip() in said
+
+
+@pytest.mark.parametrize("context", ["full", "last"])
+def test_a_fixit_row_pairs_a_failed_turn_with_the_reply_that_read_its_feedback(tmp_path, context):
+    """Turn 1 failed, turn 2 held no code block (FORMAT_ERROR), turn 3 passed: turn 3's reply answered the format
+    error's feedback (under context "last" the model no longer saw turn 1 at all). A row of turn 1's kernel and log
+    -> turn 3's kernel put a prompt before the completion that its model call never read. Turns 4 -> 5 do pair."""
+    script = [reply(1), {"content": "I will think about the tiling first."}, reply(3), reply(4), reply(5)]
+    verdicts = [("INCORRECT_NUMERICAL", None), ("PASSED", 1.2), ("INCORRECT_NUMERICAL", None), ("PASSED", 1.5)]
+    run = run_loop(tmp_path, script, verdicts, context=context)
+    rows, _ = build_rows(collect_samples([run]), ExportConfig(recipe="fixit"))
+    assert [(r.provenance.source_turn, r.provenance.turn) for r in rows] == [(4, 5)]
+    calls = calls_by_turn(run)
+    for row in rows:
+        assert_prompt_was_read(row, calls)
+
+
+def test_a_failure_whose_next_turn_held_no_kernel_gives_no_fixit_row_and_says_why(tmp_path):
+    script = [reply(1), {"content": "Let me reconsider."}, reply(3)]
+    run = run_loop(tmp_path, script, [("COMPILE_ERROR", None), ("PASSED", 1.1)])
+    rows, stats = build_rows(collect_samples([run]), ExportConfig(recipe="fixit"))
+    assert rows == [] and stats == {"trajectories_without_rows.turn_between": 1, "rows": 0}
