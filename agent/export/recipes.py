@@ -42,6 +42,9 @@ REJECTED = {
     "no_submission": "no evaluated submission",
     "turn_between": "a turn with no evaluated kernel (a reply without a code block) came between the failed turn and "
                     "the next kernel, which answered that turn's feedback, not the failure's",
+    "feedback_of_another_verdict": "the failed turn's feedback, as the model read it, tells another verdict than its "
+                                   "recorded evaluation (a run re-evaluated by score --re-evaluate): the row's log "
+                                   "and failure class would disagree",
     "unchanged_fix": "the next turn's kernel is the failed one again (up to comments and white space): its verdict changed, not its code",
     "chat_markup": "the row's text holds chat-template markup (a special token such as <|im_end|>, a think tag, [INST]): "
                    "a tokenizer reads it as a turn's end or start, not as the kernel's text",
@@ -54,6 +57,17 @@ REJECTED = {
 # trained an end of turn inside the kernel and a user turn the model wrote. No prompt of ptxbench holds any.
 CHAT_MARKUP = re.compile(r"<\|[^|<>\s]{1,64}\|>|<｜[^｜<>\n]{1,64}｜>|</?think>|\[/?INST\]|<</?SYS>>|<(?:start|end)_of_turn>|</s>",
                          re.IGNORECASE)
+
+
+# The verdict a feedback text opens with (prompts/feedback.md: "## Turn N: STATUS ..."), as the model read it.
+_TOLD_VERDICT = re.compile(r"\A\s*## Turn \d+: ([A-Z_]+)")
+
+
+def _told_another_verdict(turn: Turn) -> bool:
+    """Whether the turn's feedback names a verdict other than its evaluation's: `score --re-evaluate` records the new
+    verdict and keeps the text the model read. A feedback of another form (not the loop's) tells nothing here."""
+    told = _TOLD_VERDICT.match(turn.feedback)
+    return told is not None and told.group(1) != turn.status
 
 
 def _chat_markup(*texts: str) -> bool:
@@ -133,6 +147,9 @@ def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", wh
             # the reply between them (no kernel: FORMAT_ERROR) and its feedback were what the fix answered; under
             # context "last" the model no longer saw the failed turn at all
             why["turn_between"] += 1
+            continue
+        if _told_another_verdict(wrong):  # the prompt's log and the failure class are two evaluations'
+            why["feedback_of_another_verdict"] += 1
             continue
         if reason := _rejected(fixed, cfg):
             why[reason] += 1

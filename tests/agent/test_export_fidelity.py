@@ -90,3 +90,25 @@ def test_a_failure_whose_next_turn_held_no_kernel_gives_no_fixit_row_and_says_wh
     run = run_loop(tmp_path, script, [("COMPILE_ERROR", None), ("PASSED", 1.1)])
     rows, stats = build_rows(collect_samples([run]), ExportConfig(recipe="fixit"))
     assert rows == [] and stats == {"trajectories_without_rows.turn_between": 1, "rows": 0}
+
+
+@pytest.mark.parametrize("regressed", [True, False])
+def test_a_re_evaluated_run_pairs_a_failure_only_with_the_log_that_told_it(tmp_path, regressed):
+    """`score --re-evaluate` records each kernel's new verdict and keeps the feedback the model read. A kernel that
+    passed when the model ran (its log: "## Turn 1: PASSED") and failed on the re-evaluation made a Fixit row whose
+    failure_class said INCORRECT_NUMERICAL beside a log saying it passed: the completion was the model's next attempt
+    at speed, taught as the fix of a failure it was never told of. Where the verdicts agree the row stays."""
+    from ptxbench.agent.bench.reevaluate import reevaluate_run
+
+    first = ("PASSED", 1.0) if regressed else ("INCORRECT_NUMERICAL", None)
+    run = run_loop(tmp_path, [reply(1), reply(2)], [first, ("PASSED", 1.3)])
+    again = reevaluate_run(run, tmp_path / "again", evaluator=VerdictEvaluator([("INCORRECT_NUMERICAL", None),
+                                                                                ("PASSED", 1.3)]))
+    rows, stats = build_rows(collect_samples([again]), ExportConfig(recipe="fixit"))
+    told = collect_samples([again])[0].turns[0].feedback
+    assert told.startswith("## Turn 1: PASSED" if regressed else "## Turn 1: INCORRECT_NUMERICAL")
+    if regressed:
+        assert rows == [] and stats == {"trajectories_without_rows.feedback_of_another_verdict": 1, "rows": 0}
+    else:
+        assert [(r.failure_class, r.prompt[-1].content) for r in rows] == [("INCORRECT_NUMERICAL", told)]
+        assert_prompt_was_read(rows[0], calls_by_turn(again))
