@@ -11,6 +11,7 @@ from ..repairs.suite import held_out_bug
 from ..records.rundir import read_manifest, sha256_text
 from ..scoring.run_score import unique_records
 from ..scoring.turns import evaluated_gpu
+from .replayed import authored_events, feedback_read
 
 
 @dataclass
@@ -127,10 +128,14 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
         if run_dir not in gpus:
             gpus[run_dir] = _gpu_name(read_manifest(run_dir))
         start = rec.start
-        system, task = _first_prompts(rec.events, start)
+        author, replayed_from = _author(rec.events, start.model)
+        # a replay's replies answered the recorded run's prompts and feedback: those are the rows' (replayed.py); when
+        # that log cannot be read, no feedback is known (no Fixit row) and the prompts are this run's
+        authored = authored_events(rec.events) if replayed_from else rec.events
+        system, task = _first_prompts(authored or rec.events, start)
+        told = feedback_read(authored) if replayed_from and authored else None
         if start.mode == "tools":
             system = _without_tools(system)
-        author, replayed_from = _author(rec.events, start.model)
         sample = TrajectorySample(
             run=run_dir.name, trajectory=rec.id, workload=start.workload, model=author, prompt=start.prompt,
             gpu=start.gpu or evaluated_gpu(rec.events) or gpus[run_dir], system=system, task=task,
@@ -154,7 +159,8 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
                 speedup = None
             sample.turns.append(_writable(Turn(
                 turn=e.turn, status=status, language=e.language or "cuda", kernel=kernel,
-                kernel_sha256=e.kernel_sha256 or sha256_text(kernel), feedback=e.feedback,
+                kernel_sha256=e.kernel_sha256 or sha256_text(kernel),
+                feedback=e.feedback if not replayed_from else (told or {}).get((e.turn, sha256_text(kernel)), ""),
                 speedup=speedup, target_executed=e.result.target_executed, infra=status == "INFRA_ERROR",
             )))
         samples.append(_writable(sample))

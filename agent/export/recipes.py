@@ -42,6 +42,8 @@ REJECTED = {
     "no_submission": "no evaluated submission",
     "turn_between": "a turn with no evaluated kernel (a reply without a code block) came between the failed turn and "
                     "the next kernel, which answered that turn's feedback, not the failure's",
+    "feedback_unknown": "the failed turn's feedback, as the model read it, is not known (a replay/<log> run whose "
+                        "recorded log cannot be read: its replies answered that log's feedback, not this run's)",
     "feedback_of_another_verdict": "the failed turn's feedback, as the model read it, tells another verdict than its "
                                    "recorded evaluation (a run re-evaluated by score --re-evaluate): the row's log "
                                    "and failure class would disagree",
@@ -139,7 +141,7 @@ def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", wh
                 rows.append(_row(sample, cfg, head, t, None, op, count))
         return rows
     rows = []
-    pairs = [(w, f) for w, f in zip(turns, turns[1:]) if w.status in MODEL_FAILURES and w.feedback]
+    pairs = [(w, f) for w, f in zip(turns, turns[1:]) if w.status in MODEL_FAILURES]
     if turns and not pairs:
         why["no_repair_pair"] += 1
     for wrong, fixed in pairs:
@@ -147,6 +149,9 @@ def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", wh
             # the reply between them (no kernel: FORMAT_ERROR) and its feedback were what the fix answered; under
             # context "last" the model no longer saw the failed turn at all
             why["turn_between"] += 1
+            continue
+        if not wrong.feedback:  # a replay whose recorded log is gone: what its next reply answered is unknown
+            why["feedback_unknown"] += 1
             continue
         if _told_another_verdict(wrong):  # the prompt's log and the failure class are two evaluations'
             why["feedback_of_another_verdict"] += 1

@@ -27,8 +27,8 @@ def reply(value: int, note: str = "Here is my kernel.") -> dict:
 class VerdictEvaluator:
     """The verdicts in turn: a status, and for PASSED a speedup with the target executed."""
 
-    def __init__(self, verdicts: list[tuple[str, float | None]]):
-        self.verdicts = list(verdicts)
+    def __init__(self, verdicts: list[tuple[str, float | None]], note: str = ""):
+        self.verdicts, self.note = list(verdicts), note  # the note: what this evaluation's log says besides
 
     def evaluate(self, workload_id, source, options):
         status, speedup = self.verdicts.pop(0)
@@ -38,7 +38,7 @@ class VerdictEvaluator:
             timing = Timing(candidate=stat, primary_baseline="cublas", speedup=speedup,
                             baselines={"cublas": TimingStat(median_ms=1.0, ci_low_ms=1.0, ci_high_ms=1.0, n=10)})
             targets = {"wgmma": RuntimeTarget(verdict="executed", executed_warp_insts=8)}
-        return EvalResult(workload=workload_id, status=status, message=f"{status}.", timing=timing,
+        return EvalResult(workload=workload_id, status=status, message=f"{status}.{self.note}", timing=timing,
                           targets_runtime=targets, gpu_evaluated=True)
 
     def close(self):
@@ -112,3 +112,40 @@ def test_a_re_evaluated_run_pairs_a_failure_only_with_the_log_that_told_it(tmp_p
     else:
         assert [(r.failure_class, r.prompt[-1].content) for r in rows] == [("INCORRECT_NUMERICAL", told)]
         assert_prompt_was_read(rows[0], calls_by_turn(again))
+
+
+def replay(tmp_path, name: str, source, verdicts, note: str):
+    config = OptimizeConfig(workload=WORKLOAD, model=f"replay/{source}", target_speedup=0, turns=2)
+    optimize(config, run_dir=tmp_path / name, evaluator=VerdictEvaluator(verdicts, note))
+    return tmp_path / name
+
+
+def eval_feedback(run, turn: int) -> str:
+    return next(e.feedback for e in of_type(events(run), "eval_result") if e.turn == turn)
+
+
+def test_a_replayed_run_exports_the_feedback_its_replies_answered(tmp_path):
+    """replay/<log> resubmits the recorded replies whatever this run's evaluations say: the reply of turn 2 answered
+    the recorded run's log of turn 1, not the replay's (another GPU: other numbers, or another verdict). A Fixit row
+    of the replay put the replay's log before it; it now holds the log the replies' author read (through a replay of
+    a replay too), and a replay whose recorded log cannot be read gives no Fixit row (feedback_unknown)."""
+    run = run_loop(tmp_path, [reply(1), reply(2)], [("INCORRECT_NUMERICAL", None), ("PASSED", 1.3)])
+    told = eval_feedback(run, 1)
+    once = replay(tmp_path, "once", run, [("INCORRECT_NUMERICAL", None), ("PASSED", 1.1)], " max abs err 4.5 on the H100")
+    twice = replay(tmp_path, "twice", once, [("INCORRECT_NUMERICAL", None), ("PASSED", 1.2)], " max abs err 7 elsewhere")
+    assert told != eval_feedback(once, 1) != eval_feedback(twice, 1)
+    authored = calls_by_turn(run)
+    for again, speedup in ((once, 1.1), (twice, 1.2)):
+        (row,) = build_rows(collect_samples([again]), ExportConfig(recipe="fixit"))[0]
+        assert row.prompt[-1].content == told and row.speedup == speedup  # the author's log; this run's verdict
+        assert_prompt_was_read(row, authored)
+    # a replay's verdict unlike the one its author was told: the row's log and failure class would disagree
+    other = replay(tmp_path, "other", run, [("RUNTIME_ERROR", None), ("PASSED", 1.0)], "")
+    rows, stats = build_rows(collect_samples([other]), ExportConfig(recipe="fixit"))
+    assert rows == [] and stats["trajectories_without_rows.feedback_of_another_verdict"] == 1
+    # the recorded log gone: what the replies answered is unknown
+    import shutil
+
+    shutil.rmtree(run)
+    rows, stats = build_rows(collect_samples([once]), ExportConfig(recipe="fixit"))
+    assert rows == [] and stats["trajectories_without_rows.feedback_unknown"] == 1
