@@ -97,6 +97,18 @@ def check_matrix(models: list[str], workloads: list[str], prompts: list[str], ar
     check_models(models, api_base, report)
 
 
+def replays_fit(models: list[str], workloads: list[str], mode: str) -> None:
+    """Each replay/ model answers each workload in `mode`: a cell of another task was an infra failure at its first
+    call, retried, left out of the scores, with a --resume that could only fail the same way."""
+    from . import inputs
+    from ..models.replay import replay_mismatch
+
+    for m in models:
+        for w in workloads if m.startswith("replay/") else ():
+            if why := replay_mismatch(m.removeprefix("replay/"), w, mode):
+                raise inputs.BadInput(f"--models {m} on {w}: {why}")
+
+
 def check_models(models: list[str], api_base: str | None, report) -> None:
     """Every LLM's key and endpoint (the endpoint probed once): a new matrix's, or the one a --resume goes on with."""
     from . import inputs
@@ -262,6 +274,8 @@ def bench(
             infra_retries=2 if infra_retries is None else infra_retries, seed=seed, track=track,
             model_timeout_s=model_timeout, **({"ray_placement_wait_s": ray_placement_wait} if ray_placement_wait else {}),
             suite=str(suite) if suite else None, **({"profile": profile} if profile else {}))
+        if config.track == "optimize":  # (the mode checked by now); the repair track's cells are its suite's tasks
+            replays_fit(config.models, config.workloads, config.mode)
     if config is not None and config.track == "repair":
         config = _repair_matrix(config, one_builtin, console)
     run_dir = run_dir or runs_root() / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -4,7 +4,8 @@ Re-scores a recorded trajectory on new hardware or with a new evaluator: the n-t
 the n-th recorded reply, whatever the feedback says now. <path> is a trajectory.jsonl (or a sealed
 trajectory.jsonl.gz), a trajectory folder or a run folder (then the trajectory of the same workload). A log of
 another workload or mode, or a file that is no trajectory log, is refused at the first call (a set-up failure,
-left out of the scores), and by `ptxbench optimize` before a run is made (replay_mismatch). Each replayed reply's tags name the log, its event and the model that wrote it.
+left out of the scores), and by `ptxbench optimize` and `bench` before a run is made (replay_mismatch). Each
+replayed reply's tags name the log, its event and the model that wrote it.
 """
 from __future__ import annotations
 

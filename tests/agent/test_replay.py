@@ -127,3 +127,21 @@ def test_the_cli_refuses_a_replay_of_another_task_before_a_run_is_made(tmp_path)
         assert result.exit_code == 2 and len(lines) == 1, result.output
         assert lines[0].startswith(f"error: --model replay/{example}: ") and words in lines[0], lines[0]
         assert not (tmp_path / "out").exists()
+
+
+def test_a_bench_refuses_a_replay_cell_of_another_task_before_a_run_is_made(tmp_path):
+    """bench --models replay/<run of the GEMM> --workloads <another>: each such cell infra-failed at its first call,
+    left out of the scores, with a --resume that could only fail the same way."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    example = Path(__file__).resolve().parents[2] / "docs/examples/optimize-gemm-tuner"
+    result = CliRunner().invoke(app, ["bench", "--models", f"builtin/tuner,replay/{example}", "--workloads", WORKLOAD,
+                                      "--trajectories", "1", "--turns", "1", "--no-gpu", "--run-dir", str(tmp_path / "b")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith(f"error: --models replay/{example} on {WORKLOAD}: ") and "recorded workload" in lines[0]
+    assert not (tmp_path / "b").exists()
