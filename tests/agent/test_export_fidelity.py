@@ -8,6 +8,7 @@ import pytest
 from agent_helpers import GOOD_PTX, events, of_type
 from openai_server import ScriptedServer
 from ptxbench.agent.export import ExportConfig, build_rows, collect_samples
+from ptxbench.agent.export.collect import TOOLS_HEADING
 from ptxbench.agent.loop.optimize import optimize
 from ptxbench.agent.loop.state import OptimizeConfig
 from ptxbench.tools.results import EvalResult, RuntimeTarget, Timing, TimingStat
@@ -62,7 +63,10 @@ def assert_prompt_was_read(row, calls) -> None:
     """The row's prompt is what the completion's model call read: its system prompt and task, the wrong kernel just
     before the feedback, and that feedback exactly (a tool result in tools mode, a user message otherwise)."""
     seen = calls[row.provenance.turn].messages
-    assert [m.content for m in row.prompt[:2]] == [seen[0]["content"], seen[1]["content"]]
+    system = seen[0]["content"]
+    if TOOLS_HEADING in system:  # a tools-mode system prompt is exported without its tools part (dataset-schema.md)
+        system = system[:system.rfind(TOOLS_HEADING)].rstrip("\n") + "\n"
+    assert [m.content for m in row.prompt[:2]] == [system, seen[1]["content"]]
     if row.recipe == "fixit":
         assert row.prompt[-1].content == seen[-1]["content"]
         wrong = seen[-2]
@@ -149,3 +153,35 @@ def test_a_replayed_run_exports_the_feedback_its_replies_answered(tmp_path):
     shutil.rmtree(run)
     rows, stats = build_rows(collect_samples([once]), ExportConfig(recipe="fixit"))
     assert rows == [] and stats["trajectories_without_rows.feedback_unknown"] == 1
+
+
+def submit(value: int, note: str = "") -> dict:
+    return {"content": note, "tool_calls": [{"name": "submit", "arguments": {"source": source(value)}}]}
+
+
+@pytest.mark.parametrize("mode", ["pipeline", "tools"])
+def test_every_row_is_its_turns_reply_and_verdict_and_holds_no_reasoning(tmp_path, mode):
+    """Each completion is the kernel its turn's model call replied (its reasoning, and a tools-mode reply's tool calls,
+    left out), labelled with that turn's verdict, not a neighbour's; a Fixit row's log is the one the fix's call read
+    last (a tool result in tools mode)."""
+    answer = reply if mode == "pipeline" else submit
+    script = [{**answer(1), "reasoning_content": "SECRET-THOUGHT-1"}, answer(2), answer(3),
+              {**answer(4), "reasoning_content": "SECRET-THOUGHT-4"}]
+    verdicts = [("INCORRECT_NUMERICAL", None), ("PASSED", 1.2), ("RUNTIME_ERROR", None), ("PASSED", 1.7)]
+    run = run_loop(tmp_path, script, verdicts, mode=mode)
+    calls = calls_by_turn(run)
+    evaluated = {e.turn: e for e in of_type(events(run), "eval_result")}
+    for recipe, expected in (("kernelgen", [2, 4]), ("fixit", [2, 4])):
+        rows, _ = build_rows(collect_samples([run]), ExportConfig(recipe=recipe))
+        assert [r.provenance.turn for r in rows] == expected
+        for row in rows:
+            turn = row.provenance.turn
+            assert_prompt_was_read(row, calls)
+            said = calls[turn].response
+            written = said["content"] + "".join(c["function"]["arguments"] for c in said.get("tool_calls") or [])
+            assert f"mov.b32 %r1, {turn};" in row.completion[0].content and f"%r1, {turn};" in written
+            assert row.speedup == evaluated[turn].result.speedup and row.target_executed is True
+            assert "SECRET-THOUGHT" not in str(row.model_dump())
+            if recipe == "fixit":
+                assert row.failure_class == evaluated[turn - 1].result.status
+                assert row.prompt[-1].content == evaluated[turn - 1].feedback
