@@ -65,6 +65,10 @@ def report(
     inputs.run_folder(run)
     if out is not None and (inside := out_in_run(inputs.new_folder(out, "--out"), run)):
         raise inputs.BadInput(inside)
+    if out is not None and (inputs.new_folder(out, "--out") / "export_manifest.json").exists():
+        # its score.json and pages among the dataset's files: the next export there was refused as foreign data
+        raise inputs.BadInput(f"--out {out} holds an export (export_manifest.json): a report there would go among its "
+                              "data files; name a new folder")
     if out is not None and (mine := foreign_report_file(inputs.new_folder(out, "--out"))):
         raise inputs.BadInput(f"--out {out} holds {mine}, which no report wrote: a report would replace it; name a new "
                               "folder, or an earlier report's")

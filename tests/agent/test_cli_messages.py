@@ -293,3 +293,18 @@ def test_restart_trajectory_without_resume_is_refused_not_dropped(tmp_path, argv
     assert result.exit_code == 2 and lines == ["error: --restart-trajectory goes with --resume: a new run has no "
                                                "trajectory to set aside; drop it"], result.output
     assert not out.exists()
+
+
+def test_a_report_is_not_written_into_an_export_folder(tmp_path):
+    """An export's folder took a report: its score.json and pages went among the dataset's files, and the next export
+    into that folder was refused as one holding data files no export wrote."""
+    out = tmp_path / "data"
+    example = str(ROOT / "docs/examples/optimize-gemm-tuner")
+    assert CliRunner().invoke(app, ["export", example, "--recipe", "kernelgen", "--out", str(out)]).exit_code == 0
+    before = sorted(p.name for p in out.iterdir())
+    result = CliRunner().invoke(app, ["report", example, "--out", str(out)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and lines == [f"error: --out {out} holds an export (export_manifest.json): a report "
+                                               "there would go among its data files; name a new folder"], result.output
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert CliRunner().invoke(app, ["export", example, "--recipe", "kernelgen", "--out", str(out)]).exit_code == 0
