@@ -42,8 +42,8 @@ REJECTED = {
     "no_submission": "no evaluated submission",
     "turn_between": "a turn with no evaluated kernel (a reply without a code block) came between the failed turn and "
                     "the next kernel, which answered that turn's feedback, not the failure's",
-    "feedback_unknown": "the failed turn's feedback, as the model read it, is not known (a replay/<log> run whose "
-                        "recorded log cannot be read: its replies answered that log's feedback, not this run's)",
+    "feedback_unknown": "the failed turn's feedback, as the model read it, is not known: none recorded, or a replay/<log> "
+                        "run whose recorded log cannot be read (its replies answered that log's feedback, not this run's)",
     "feedback_of_another_verdict": "the failed turn's feedback, as the model read it, tells another verdict than its "
                                    "recorded evaluation (a run re-evaluated by score --re-evaluate): the row's log "
                                    "and failure class would disagree",
