@@ -185,3 +185,19 @@ def test_every_row_is_its_turns_reply_and_verdict_and_holds_no_reasoning(tmp_pat
             if recipe == "fixit":
                 assert row.failure_class == evaluated[turn - 1].result.status
                 assert row.prompt[-1].content == evaluated[turn - 1].feedback
+
+
+def test_a_no_gpu_run_re_evaluated_on_a_gpu_gives_no_fixit_row_of_a_failure_the_model_was_not_told(tmp_path):
+    """The usual re-evaluation: a --no-gpu run (every turn told "COMPILED (not run on a GPU: correctness and speed
+    unknown)"), then `score --re-evaluate` on a GPU. A kernel that now fails was never a failure the model read about:
+    no Fixit row pairs it with the next turn; its passing kernels stay KernelGen rows, labelled by the new verdicts."""
+    from ptxbench.agent.bench.reevaluate import reevaluate_run
+
+    run = run_loop(tmp_path, [reply(1), reply(2)], [("COMPILED", None), ("COMPILED", None)], no_gpu=True)
+    again = reevaluate_run(run, tmp_path / "again", evaluator=VerdictEvaluator([("INCORRECT_NUMERICAL", None),
+                                                                                ("PASSED", 1.3)]))
+    assert collect_samples([again])[0].turns[0].feedback.startswith("## Turn 1: COMPILED (not run on a GPU")
+    rows, stats = build_rows(collect_samples([again]), ExportConfig(recipe="fixit"))
+    assert rows == [] and stats == {"trajectories_without_rows.feedback_of_another_verdict": 1, "rows": 0}
+    (row,), _ = build_rows(collect_samples([again]), ExportConfig(recipe="kernelgen"))
+    assert (row.provenance.turn, row.speedup) == (2, 1.3)
