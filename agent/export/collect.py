@@ -131,7 +131,7 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
         author, replayed_from = _author(rec.events, start.model)
         # a replay's replies answered the recorded run's prompts and feedback: those are the rows' (replayed.py); when
         # that log cannot be read, no feedback is known (no Fixit row) and the prompts are this run's
-        authored = authored_events(rec.events) if replayed_from else rec.events
+        authored = authored_events(rec.events, rec.folder / "trajectory.jsonl") if replayed_from else rec.events
         system, task = _first_prompts(authored or rec.events, start)
         told = feedback_read(authored) if replayed_from and authored else None
         if start.mode == "tools":

@@ -201,3 +201,40 @@ def test_a_no_gpu_run_re_evaluated_on_a_gpu_gives_no_fixit_row_of_a_failure_the_
     assert rows == [] and stats == {"trajectories_without_rows.feedback_of_another_verdict": 1, "rows": 0}
     (row,), _ = build_rows(collect_samples([again]), ExportConfig(recipe="kernelgen"))
     assert (row.provenance.turn, row.speedup) == (2, 1.3)
+
+
+def test_a_replay_finds_its_recorded_log_as_the_replay_named_it_and_takes_only_the_one_holding_its_replies(
+        tmp_path, monkeypatch):
+    """The replay named its log relative to the folder it ran in (replay/runs/rec); the export runs elsewhere, after the
+    recorded run was sealed (trajectory.jsonl.gz). A log at that path holding other replies (a run made again there,
+    or a foreign record naming someone's log) lends nothing: the feedback is unknown."""
+    import shutil
+
+    from ptxbench.agent.records.sealing import seal_run
+
+    (tmp_path / "runs").mkdir()
+    rec = run_loop(tmp_path / "runs", [reply(1), reply(2)], [("INCORRECT_NUMERICAL", None), ("PASSED", 1.3)])
+    told = eval_feedback(rec, 1)
+    monkeypatch.chdir(tmp_path)
+    once = replay(tmp_path / "runs", "once", "runs/run", [("INCORRECT_NUMERICAL", None), ("PASSED", 1.1)], " new GPU")
+    seal_run(rec)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    (row,) = build_rows(collect_samples([once]), ExportConfig(recipe="fixit"))[0]
+    assert row.prompt[-1].content == told
+    (folder,) = (rec / "trajectories").iterdir()
+    shutil.rmtree(rec)
+    other = run_loop(tmp_path / "runs", [reply(1, "Other words."), reply(2, "Other words.")],
+                     [("INCORRECT_NUMERICAL", None), ("PASSED", 1.3)], prompt="basic")
+    (made,) = (other / "trajectories").iterdir()
+    made.rename(folder)  # another run's log where the recorded one was: its task is another prompt variant's
+    rows, stats = build_rows(collect_samples([once]), ExportConfig(recipe="fixit"))
+    assert rows == [] and stats["trajectories_without_rows.feedback_unknown"] == 1
+    (row,), _ = build_rows(collect_samples([once]), ExportConfig(recipe="kernelgen"))
+    assert row.prompt[1].content == calls_by_turn(once)[1].messages[1]["content"] != made_task(folder)
+
+
+def made_task(folder) -> str:
+    from ptxbench.agent.records.rundir import read_events, trajectory_log
+
+    return next(e for e in read_events(trajectory_log(folder)) if e.type == "model_call").messages[1]["content"]
