@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 PROBE_TIMEOUT_S = 5.0
+# What a saved tokenizer's folder holds, one of them at least (fast, sentencepiece, BPE)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
@@ -68,6 +70,10 @@ def load(name: str):
     from transformers import AutoTokenizer
 
     folder = Path(name).expanduser()
+    if folder.exists() and not (folder.is_dir() and any((folder / f).is_file() for f in TOKENIZER_FILES)):
+        # transformers' own words for it ("Couldn't instantiate the backend tokenizer from one of:") said nothing of it
+        raise Missing(f"{name} holds no tokenizer files ({', '.join(TOKENIZER_FILES)}): give the folder a tokenizer "
+                      "was saved to (tokenizer.save_pretrained(DIR)), a hub name, or use --tokenizer estimate")
     if folder.exists():
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     if name.startswith(("/", ".", "~")):

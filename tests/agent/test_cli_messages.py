@@ -308,3 +308,18 @@ def test_a_report_is_not_written_into_an_export_folder(tmp_path):
                                                "there would go among its data files; name a new folder"], result.output
     assert sorted(p.name for p in out.iterdir()) == before
     assert CliRunner().invoke(app, ["export", example, "--recipe", "kernelgen", "--out", str(out)]).exit_code == 0
+
+
+@pytest.mark.parametrize("what", ["empty folder", "file"])
+def test_an_hf_tokenizer_path_that_holds_no_tokenizer_says_so(tmp_path, what):
+    """hf:<folder> of no tokenizer ended on transformers' first line, "Couldn't instantiate the backend tokenizer
+    from one of:", cut at its colon."""
+    path = tmp_path / "tok"
+    path.mkdir() if what == "empty folder" else path.write_text("{}")
+    result = CliRunner().invoke(app, ["export", str(ROOT / "docs/examples/optimize-gemm-tuner"), "--recipe",
+                                      "kernelgen", "--out", str(tmp_path / "out"), "--tokenizer", f"hf:{path}"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith(f"error: --tokenizer 'hf:{path}' cannot be loaded: {path} holds no tokenizer files "
+                               "(tokenizer.json, tokenizer_config.json"), lines[0]
+    assert "save_pretrained" in lines[0] and not (tmp_path / "out").exists()
