@@ -101,12 +101,15 @@ def credentials(name: str, api_base: str | None, api_key_env: str | None,
     from ..models.endpoint import bad_url, local_server, unreachable
     from ..models.keys import key_problem
 
-    if api_base and (problem := bad_url(api_base)):
+    teacher = flag == "--teacher"  # export's: it writes prose, so no builtin/ stands in, and its server has its own option
+    base_flag = "--teacher-api-base" if teacher else "--api-base"
+    if api_base and (problem := bad_url(api_base, base_flag)):
         raise BadInput(problem)
     if name.startswith(("builtin/", "replay/")):
         return
     _provider_known(name, api_base, flag)  # a misspelt provider: one line now, not an infra stop after the run began
-    if problem := key_problem(name, api_base, api_key_env):
+    fix = "export it, or give a --teacher that needs no key (a server of your own, with --teacher-api-base)"
+    if problem := key_problem(name, api_base, api_key_env, **({"fix": fix} if teacher else {})):
         raise BadInput(problem)
     if report is not None and (note := _key_goes_elsewhere(name, api_base, api_key_env)):
         report(note)
@@ -116,8 +119,10 @@ def credentials(name: str, api_base: str | None, api_key_env: str | None,
     # turn spent a minute of back-off on refused connections
     if not api_base and probe and (local := local_server(name)):
         url, source = local
+        if problem := bad_url(url, source):  # OLLAMA_API_BASE=localhost:11434
+            raise BadInput(problem)
         if problem := unreachable(url, report=report):
-            raise RunFailed(f"{problem} ({source}; --api-base names another server)")
+            raise RunFailed(f"{problem} ({source}; {base_flag} names another server)")
 
 
 def _key_goes_elsewhere(name: str, api_base: str | None, api_key_env: str | None) -> str | None:

@@ -34,19 +34,19 @@ def local_server(model: str) -> tuple[str, str] | None:
     return (default, f"litellm's default for {provider}/ models") if default else None
 
 
-def _address(api_base: str) -> tuple[str, int] | str:
+def _address(api_base: str, flag: str = "--api-base") -> tuple[str, int] | str:
     url = urlparse(api_base)
     if url.scheme not in DEFAULT_PORTS or not url.hostname:
-        return f"--api-base {api_base!r} is not an http(s) URL; expected e.g. http://localhost:8000/v1"
+        return f"{flag} {api_base!r} is not an http(s) URL; expected e.g. http://localhost:8000/v1"
     try:
         return url.hostname, url.port or DEFAULT_PORTS[url.scheme]
     except ValueError as exc:  # a port that is not a number
-        return f"--api-base {api_base!r}: {exc}"
+        return f"{flag} {api_base!r}: {exc}"
 
 
-def bad_url(api_base: str) -> str | None:
-    """Why api_base is not a usable URL (no network), or None."""
-    address = _address(api_base)
+def bad_url(api_base: str, flag: str = "--api-base") -> str | None:
+    """Why api_base is not a usable URL (no network), or None; `flag`: where it was given (an option, a variable)."""
+    address = _address(api_base, flag)
     return address if isinstance(address, str) else None
 
 

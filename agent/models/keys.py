@@ -23,8 +23,9 @@ def _litellm_missing(model: str, api_base: str | None) -> list[str]:
     return [k for k in missing if "KEY" in k or "TOKEN" in k]  # base URLs and versions have defaults or fail clearly
 
 
-def key_problem(model: str, api_base: str | None = None, api_key_env: str | None = None) -> str | None:
-    """Why a call to `model` cannot be authorised here, or None when it can (as far as can be told)."""
+def key_problem(model: str, api_base: str | None = None, api_key_env: str | None = None, fix: str = FIX) -> str | None:
+    """Why a call to `model` cannot be authorised here, or None when it can (as far as can be told); `fix`: what to do,
+    after the missing variable's name."""
     if api_key_env:
         if os.environ.get(api_key_env):
             return None
@@ -42,4 +43,4 @@ def key_problem(model: str, api_base: str | None = None, api_key_env: str | None
         missing = _litellm_missing(model, api_base)
     if not missing:
         return None
-    return f"{model} needs {' or '.join(missing)}, which is not set: {FIX}"
+    return f"{model} needs {' or '.join(missing)}, which is not set: {fix}"

@@ -323,3 +323,25 @@ def test_an_hf_tokenizer_path_that_holds_no_tokenizer_says_so(tmp_path, what):
     assert lines[0].startswith(f"error: --tokenizer 'hf:{path}' cannot be loaded: {path} holds no tokenizer files "
                                "(tokenizer.json, tokenizer_config.json"), lines[0]
     assert "save_pretrained" in lines[0] and not (tmp_path / "out").exists()
+
+
+def test_a_teachers_missing_key_or_server_names_the_teachers_options(tmp_path, monkeypatch):
+    """The lines were optimize's: a teacher with no key was told to use builtin/tuner (which writes no reasoning, and
+    --teacher refuses), and one whose local server did not answer to give --api-base, an option export has not."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OLLAMA_API_BASE", "http://127.0.0.1:9")
+    argv = ["export", str(ROOT / "docs/examples/synth-repairs/run"), "--recipe", "fixit", "--no-require-target",
+            "--out", str(tmp_path / "out"), "--teacher"]
+    keyless = CliRunner().invoke(app, [*argv, "openai/gpt-5"])
+    assert keyless.exit_code == 2 and "builtin/" not in keyless.output, keyless.output
+    assert keyless.output.strip().endswith("needs OPENAI_API_KEY, which is not set: export it, or give a --teacher "
+                                           "that needs no key (a server of your own, with --teacher-api-base)"), \
+        keyless.output
+    unreached = CliRunner().invoke(app, [*argv, "ollama/qwen3"])
+    assert unreached.exit_code == 1, unreached.output
+    assert unreached.output.strip().endswith("($OLLAMA_API_BASE; --teacher-api-base names another server)"), \
+        unreached.output
+    no_url = CliRunner().invoke(app, [*argv, "openai/m", "--teacher-api-base", "localhost:8000"])
+    assert no_url.exit_code == 2 and no_url.output.startswith("error: --teacher-api-base 'localhost:8000' is not an "
+                                                              "http(s) URL"), no_url.output
+    assert not (tmp_path / "out").exists()
