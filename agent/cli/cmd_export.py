@@ -112,6 +112,7 @@ def export(
             raise inputs.BadInput(f"--test-workloads {w}: no trajectory of the runs is of that workload "
                                   f"(they have: {', '.join(sorted({s.workload for s in samples})) or 'none'})")
     inputs.create_folder(out, "--out")  # now that every check passed: a refused command leaves no folder behind
+    _hold(out)
     ops = _ops({s.workload for s in samples})
     plan, stats = plan_rows(samples, cfg, ops)  # chosen without their text; built again one trajectory at a time
     rows = materialize(plan, samples, cfg, ops)
@@ -136,6 +137,21 @@ def export(
     if failed := (stats.get("teacher") or {}).get("teacher_errors"):  # kept, without reasoning: said, not hidden
         typer.echo(f"{failed} fixit rows without teacher reasoning: the teacher's request for them failed (its answer "
                    f"is cached in {out / '.teacher_cache'}; delete it there to ask again)")
+
+
+def _hold(out) -> None:
+    """The --out folder held by this export until the command ends: a second export into it removed the split and
+    staged files of the first, which then said it wrote a train file no longer there."""
+    from . import inputs
+    from .cmd_optimize import current_context
+    from ..records.folder_lock import FolderHeld, hold_folder, release
+
+    try:
+        held = hold_folder(out)
+    except FolderHeld:
+        raise inputs.BadInput(f"--out {out} is being written by another export: wait for it to end, or name another "
+                              "folder") from None
+    current_context().call_on_close(lambda: release(held))
 
 
 def dropped_lines(stats: dict, reasons: dict[str, str]) -> list[str]:

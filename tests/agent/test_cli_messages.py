@@ -345,3 +345,24 @@ def test_a_teachers_missing_key_or_server_names_the_teachers_options(tmp_path, m
     assert no_url.exit_code == 2 and no_url.output.startswith("error: --teacher-api-base 'localhost:8000' is not an "
                                                               "http(s) URL"), no_url.output
     assert not (tmp_path / "out").exists()
+
+
+def test_an_export_into_a_folder_another_export_writes_is_refused(tmp_path):
+    """Two exports into one --out at once: each removes the split files and staged .partial files it finds there, so
+    one said it wrote train.jsonl, which the other had removed, and the others ended on a missing .partial file."""
+    from ptxbench.agent.records.folder_lock import hold_folder, release
+
+    out = tmp_path / "data"
+    example = str(ROOT / "docs/examples/optimize-gemm-tuner")
+    assert CliRunner().invoke(app, ["export", example, "--recipe", "kernelgen", "--out", str(out)]).exit_code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    held = hold_folder(out)  # as a running export holds it
+    try:
+        result = CliRunner().invoke(app, ["export", example, "--recipe", "kernelgen", "--out", str(out),
+                                          "--format", "jsonl"])
+    finally:
+        release(held)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and lines == [f"error: --out {out} is being written by another export: wait for it "
+                                               "to end, or name another folder"], result.output
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
