@@ -311,7 +311,12 @@ RUN_ENTRIES = ("manifest.json", "trajectories", "checkpoints.sqlite")  # what a 
 
 def no_other_files(path: Path, flag: str) -> None:
     """A --run-dir that exists holds a run or nothing (hidden files aside): `--run-dir .` or a home folder put a run's
-    manifest.json, checkpoints.sqlite and trajectories/ among the user's own files."""
+    manifest.json, checkpoints.sqlite and trajectories/ among the user's own files. Nor is it inside another run (a run
+    of its own among that run's records) or a report's folder (whose trajectories/ of pages read as a run's)."""
+    if path.is_dir() and not (path / "manifest.json").is_file() and written_by_report(path):
+        raise BadInput(f"{flag} {path} is a report (ptxbench report wrote it): name a new or empty folder for the run")
+    if run := next((p for p in Path(path).parents if (p / "manifest.json").is_file()), None):
+        raise BadInput(f"{flag} {path} is inside the run {run}: name a folder outside it")
     if not path.is_dir() or any((path / name).exists() for name in RUN_ENTRIES):
         return
     others = sorted(p.name for p in path.iterdir() if not p.name.startswith("."))

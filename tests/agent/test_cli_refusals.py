@@ -321,6 +321,32 @@ def test_a_run_is_not_written_among_other_files(tmp_path, argv):
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt", "thesis"]
 
 
+@pytest.mark.parametrize("argv", [
+    ["optimize", "smoke_gemm_bf16_m256_n256_k512", "--no-gpu", "--turns", "1", "--quiet", "--run-dir"],
+    ["bench", "--models", "builtin/tuner", "--workloads", "smoke_gemm_bf16_m256_n256_k512", "--no-gpu", "--turns", "1",
+     "--trajectories", "1", "--run-dir"],
+], ids=["optimize", "bench"])
+@pytest.mark.parametrize("where", ["report", "trajectories/new", "report/deeper"])
+def test_a_run_is_not_written_into_a_report_or_inside_another_run(tmp_path, argv, where):
+    """A report's folder holds a trajectories/ and was taken for a run (manifest.json and trajectories went among its
+    pages), and a folder inside a run took a run of its own among that run's records."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    run = _example_run(tmp_path)
+    assert CliRunner().invoke(app, ["report", str(run)]).exit_code == 0
+    before = _files(run)
+    target = run / where
+    out = CliRunner().invoke(app, [*argv, str(target)])
+    lines = [line for line in out.output.splitlines() if line.strip()]
+    assert out.exit_code == 2 and len(lines) == 1, out.output
+    assert lines[0] == (f"error: --run-dir {target} is a report (ptxbench report wrote it): name a new or empty folder "
+                        "for the run" if where == "report" else
+                        f"error: --run-dir {target} is inside the run {run}: name a folder outside it"), lines[0]
+    assert _files(run) == before
+
+
 def test_a_run_folder_an_empty_one_or_one_of_hidden_files_takes_a_run(tmp_path):
     from ptxbench.agent.cli import inputs
 
