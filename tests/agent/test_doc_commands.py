@@ -50,6 +50,16 @@ def test_the_usage_line_names_the_option_that_lists_the_no_gpu_examples_workload
     assert smoke not in CliRunner().invoke(app, ["workloads"]).output
 
 
+@pytest.mark.parametrize("command", ["eval", "score"])
+def test_the_usage_lines_name_no_gpu_where_the_command_takes_it(command):
+    """A machine with no GPU needs `eval --no-gpu` (and `score --re-evaluate --no-gpu`): the README's usage lines left
+    it out, and `eval` there refused to run without it."""
+    line = next(line for line in (ROOT / "README.md").read_text().splitlines()
+                if line.lstrip().startswith(f"ptxbench {command} "))
+    assert "[--no-gpu]" in line, line
+    assert "--no-gpu" in " ".join(CliRunner().invoke(app, [command, "--help"], terminal_width=200).output.split())
+
+
 def _commands(command, path=()):
     """(command path, command) for every leaf command of the app (click's or typer's own copy of click alike)."""
     if hasattr(command, "commands"):
