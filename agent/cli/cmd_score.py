@@ -44,7 +44,8 @@ def score(
     json_out: bool = typer.Option(False, "--json", help="print the full RunScore as JSON"),
     re_evaluate: bool = typer.Option(False, "--re-evaluate", help="evaluate the recorded kernels again (no model calls) into a new run, and score that"),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="with --re-evaluate: compile + SASS only"),
-    out_run: Optional[str] = typer.Option(None, help="with --re-evaluate: the new run folder (default <run>-reeval-<time>)"),
+    out_run: Optional[str] = typer.Option(None, help="with --re-evaluate: the new run folder (default <runs root>/<run name>-reeval-<time>; the root is "
+                                           "$PTXBENCH_RUNS or runs/)"),
 ) -> None:
     """Score recorded runs: per turn, trajectory, model x workload cell, and repair behaviour."""
     from . import inputs
@@ -70,9 +71,14 @@ def score(
 
         import time
 
-        # the new runs: --out-run, else each beside its source, where a run on a read-only mount cannot take one
+        from ..records.rundir import runs_root
+
+        # the new runs: --out-run, else under the runs root as every run (beside its source they went into the
+        # repository's docs/examples/ for the shipped example, and nowhere for a run on a read-only mount)
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        targets = [out_run] if out_run is not None else [run.with_name(f"{run.name}-reeval-{stamp}") for run in runs]
+        names = [f"{run.name}-reeval-{stamp}" for run in runs]
+        names = [f"{n}-{names[:i].count(n) + 1}" if n in names[:i] else n for i, n in enumerate(names)]  # a/r, b/r
+        targets = [out_run] if out_run is not None else [runs_root() / name for name in names]
         for target in targets:
             preflight.writable(target, "" if out_run is not None else "name a folder you can write with --out-run")
         if not no_gpu:  # no usable GPU here: said before a new run is written or a worker started

@@ -369,20 +369,40 @@ def test_a_budget_of_zero_is_refused(tmp_path, flag):
     assert not (tmp_path / "r").exists()
 
 
-def test_a_re_evaluation_beside_a_run_that_cannot_be_written_names_out_run(workdir, monkeypatch):
-    """`score RUN --re-evaluate` writes its new run beside RUN: where that cannot be (a run on a read-only mount, one
-    shipped with a package) the line was the OSError of the manifest, exit status 1, with no word of --out-run."""
+def test_a_re_evaluation_goes_under_the_runs_root_and_names_out_run_where_it_cannot(workdir, monkeypatch):
+    """`score RUN --re-evaluate` wrote its new run beside RUN, not under $PTXBENCH_RUNS as every other run (the
+    README's word): into docs/examples/ for the shipped example, and, for a run on a read-only mount, the line was the
+    OSError of the manifest, exit status 1, with no word of --out-run."""
+    import shutil
+
     from ptxbench.agent.cli.inputs import write_probe
 
     run = _example_run(workdir)
+    done = CliRunner().invoke(app, ["score", str(run), "--re-evaluate", "--no-gpu"])
+    assert done.exit_code == 0, done.output
+    (new,) = (workdir / "runs").iterdir()
+    assert new.name.startswith(f"{run.name}-reeval-") and (new / "manifest.json").is_file()
+    assert not list(workdir.glob(f"{run.name}-reeval-*"))
+    shutil.rmtree(new)  # a second re-evaluation within the same second would name the same folder
     monkeypatch.setattr("ptxbench.agent.cli.preflight.write_probe",  # the compile cache stays writable
                         lambda path: _refuse(path) if "-reeval-" in str(path) else write_probe(path))
     before = _files(workdir)
     result = CliRunner().invoke(app, ["score", str(run), "--re-evaluate", "--no-gpu"])
-    _one_error_line(result, 2, f"cannot create run folder {run}-reeval-")
+    _one_error_line(result, 2, f"cannot create run folder {workdir / 'runs' / run.name}-reeval-")
     assert result.output.rstrip().endswith("Permission denied; name a folder you can write with --out-run"), \
         result.output
     assert _files(workdir) == before
+
+
+def test_re_evaluations_of_two_runs_of_one_name_go_to_two_folders(workdir):
+    import shutil
+
+    example = _example_run(workdir)
+    for parent in ("a", "b"):
+        shutil.copytree(example, workdir / parent / "run")
+    CliRunner().invoke(app, ["score", "a/run", "b/run", "--re-evaluate", "--no-gpu"])  # then scored: copies, refused
+    names = sorted(p.name for p in (workdir / "runs").iterdir())
+    assert len(names) == 2 and names[1] == names[0] + "-2", names
 
 
 @pytest.mark.parametrize("undo", [False, True])
