@@ -299,7 +299,7 @@ def new_folder(path: str | Path, flag: str) -> Path:
     text as typed: an empty one made into a Path reads as '.', the working directory."""
     if not str(path).strip():
         raise BadInput(f"{flag} is empty: name the folder to write to")
-    path = Path(path)
+    path = Path(path).expanduser()  # '~/x' quoted, or from a config file: the home folder, not a folder named '~'
     for p in (path, *path.parents):
         if p.exists() and not p.is_dir():
             raise BadInput(f"{flag} {path}: {p} is a file, not a folder")

@@ -27,8 +27,9 @@ from .events import EVENT_ADAPTER, Event, TrajectoryStart, _Event
 
 def runs_root() -> Path:
     """Where new run folders go: $PTXBENCH_RUNS, else runs/ under the working directory."""
-    # set but empty (`PTXBENCH_RUNS= ptxbench ...`) is unset, not Path(""): the working directory itself
-    return Path(os.environ.get("PTXBENCH_RUNS") or "runs")
+    # set but empty (`PTXBENCH_RUNS= ptxbench ...`) is unset, not Path(""): the working directory itself; a `~` no shell
+    # expanded (a unit file, a .env) is the home folder, not a folder named `~` in the working directory
+    return Path(os.environ.get("PTXBENCH_RUNS") or "runs").expanduser()
 
 KERNEL_SUFFIX = {"ptx": "ptx", "cuda": "cu"}
 

@@ -416,3 +416,21 @@ def test_sealing_a_run_that_cannot_be_written_is_one_line_and_leaves_it_as_it_wa
     result = CliRunner().invoke(app, ["seal", str(run), *(["--undo"] if undo else [])])
     _one_error_line(result, 2, f"cannot write into run folder {run}: Permission denied")
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("how", ["--run-dir", "PTXBENCH_RUNS"])
+def test_a_tilde_left_unexpanded_is_the_home_folder_not_a_folder_named_tilde(workdir, monkeypatch, how):
+    """`--run-dir '~/runs/x'` (quoted, or from a config file) and `PTXBENCH_RUNS=~/runs` in a unit file or .env, where
+    no shell expands it, made a folder named `~` in the working directory (which `rm -rf ~` then "cleans up")."""
+    home = workdir / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    argv = ["optimize", W, "--no-gpu", "--turns", "1", "--quiet"]
+    if how == "--run-dir":
+        argv += ["--run-dir", "~/runs/x"]
+    else:
+        monkeypatch.setenv("PTXBENCH_RUNS", "~/runs")
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    assert not (workdir / "~").exists()
+    assert [p.name for p in (home / "runs").iterdir()] != []
