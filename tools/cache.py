@@ -64,7 +64,10 @@ def install_tag() -> str:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "ptxbench" / install_tag())
+    """$PTXBENCH_CACHE, a '~' in it the home folder (a unit file or .env hands it over unexpanded: it made a folder
+    named '~' in the working directory), else the per-install folder under ~/.cache/ptxbench."""
+    given = os.environ.get(ENV_CACHE)
+    return Path(given).expanduser() if given else Path.home() / ".cache" / "ptxbench" / install_tag()
 
 
 def parse_size(text: str) -> int | None:

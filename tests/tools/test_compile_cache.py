@@ -326,3 +326,13 @@ def _evaluate_on_a_passing_fake_worker(workload: str, source: str):
         return ev.evaluate(workload, source, EvalOptions(trials=1)), workers
     finally:
         ev.close()
+
+
+def test_a_cache_folder_given_with_an_unexpanded_tilde_is_under_home(tmp_path, monkeypatch):
+    """PTXBENCH_CACHE='~/c' from a unit file or .env (no shell expanded it) made a folder named '~' in the working
+    directory; it is the home folder's c, as the runs root's '~' is."""
+    from ptxbench.tools.cache import cache_root
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PTXBENCH_CACHE", "~/c")
+    assert cache_root() == tmp_path / "home" / "c"
