@@ -119,6 +119,28 @@ def check_models(models: list[str], api_base: str | None, report) -> None:
         checked_base = checked_base or bool(api_base and not m.startswith(("builtin/", "replay/")))
 
 
+def models_left_to_run(run_dir: Path, config) -> list[str]:
+    """The recorded models that a --resume still calls: those with a trajectory not finished (no stop yet, or an
+    infra stop it retries). A finished run's resume only writes its report: its key and server were asked for, and
+    a server gone since refused it."""
+    from ..bench.matrix import expand
+    from ..records.rundir import TrajectoryRecord, read_events, trajectory_log
+    from ..scoring.turns import score_trajectory
+
+    left: set[str] = set()
+    for cfg in expand(config):
+        if cfg.model in left:
+            continue
+        log = trajectory_log(Path(run_dir) / "trajectories" / cfg.trajectory_id())
+        try:
+            done = log is not None and not score_trajectory(TrajectoryRecord(log.parent, read_events(log))).left_out
+        except Exception:  # noqa: BLE001 - a log that cannot be read or scored: the resume may call the model
+            done = False
+        if not done:
+            left.add(cfg.model)
+    return [m for m in config.models if m in left]
+
+
 def _repair_matrix(config, one_builtin: bool, console):
     """The repair track's matrix, said in a line or two: builtin/ models at one trajectory per task (unless
     --trajectories was given), and the tasks --no-gpu leaves out (a runtime failure's repair is not judged)."""
@@ -234,7 +256,7 @@ def bench(
             if conflict := resume_conflict(current_context(), given, recorded, run_dir):
                 raise inputs.BadInput(conflict)
             check_limits(_limits(provider_limit), recorded.models)
-            check_models(recorded.models, recorded.api_base,
+            check_models(models_left_to_run(run_dir, recorded), recorded.api_base,
                          report=lambda line: console.print(line, markup=False, highlight=False))
     if track not in ("optimize", "repair"):
         raise inputs.BadInput(f"--track {track!r}: expected optimize or repair")

@@ -850,3 +850,21 @@ def test_the_cli_says_storage_that_gave_out_in_one_line(tmp_path, monkeypatch):
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output and "No space left on device" in result.output
     assert f"ptxbench bench --resume --run-dir {run}" in result.output.replace("\n", "")
+
+
+def test_a_finished_runs_resume_does_not_ask_for_a_server_it_no_longer_calls(tmp_path):
+    """A --resume of a finished bench only writes its report; it probed the recorded models' server first and was
+    refused once that server was gone. The models with a trajectory left are still probed."""
+    run = tmp_path / "bench"
+    with ScriptedServer(default=scripted) as server:
+        argv = ["bench", "--models", "openai/scripted", "--workloads", WL, "--trajectories", "1", "--turns", "1",
+                "--run-dir", str(run), "--no-gpu", "--api-base", server.base_url]
+        assert CliRunner().invoke(app, argv).exit_code == 0
+    # the server is gone now
+    again = CliRunner().invoke(app, ["bench", "--resume", "--run-dir", str(run)])
+    assert again.exit_code == 0, again.output
+    assert (run / "report" / "index.html").exists()
+    log = next((run / "trajectories").glob("*/trajectory.jsonl"))
+    log.write_text("\n".join(log.read_text().splitlines()[:-1]) + "\n")  # its stop gone: unfinished, the model needed
+    refused = CliRunner().invoke(app, ["bench", "--resume", "--run-dir", str(run)])
+    assert refused.exit_code == 1 and "error: cannot reach http://127.0.0.1:" in refused.output, refused.output
