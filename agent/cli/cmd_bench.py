@@ -225,6 +225,12 @@ def bench(
     from ..records.rundir import runs_root
 
     console = Console(stderr=True, soft_wrap=True)
+    # a list option given empty (an unset shell variable) names nothing: refused, not read as the option left out
+    inputs.listed(models, "--models", "give comma-separated model strings (builtin/tuner, replay/<run>, openai/gpt-5)")
+    inputs.listed(workloads, "--workloads", "give comma-separated workload ids (see `ptxbench workloads`); the repair "
+                  "track runs its suite's every task when it is left out")
+    inputs.listed(prompts, "--prompts", "give comma-separated prompt variants (basic, knowledge, expert), or leave it "
+                  "out for knowledge")
     if resume and run_dir is None:
         raise inputs.BadInput("--resume needs --run-dir: the bench run folder to continue")
     if backend not in (None, "local", "ray"):
@@ -283,14 +289,14 @@ def bench(
             inputs.one_of(profile, POLICIES, "--profile")
         if no_gpu:  # as eval's and optimize's: the Nsight policy, or the GPU count, of a run that never reaches a GPU
             inputs.gpu_only([flag for flag, value in (("--profile", profile), ("--gpus", gpus)) if value is not None])
-        check_matrix(_split(models), _split(workloads), _split(prompts) or ["knowledge"], arch, api_base,
+        check_matrix(_split(models), _split(workloads), _split(prompts), arch, api_base,
                      report=lambda line: console.print(line, markup=False, highlight=False))
         check_limits(_limits(provider_limit), _split(models))
         inputs.llm_only(_split(models), [flag for flag, value in (("--api-base", api_base), ("--model-timeout", model_timeout))
                                          if value is not None], "--models")
         config = inputs.config(
             BenchConfig, {"provider_limits": "--provider-limit"}, models=_split(models), workloads=_split(workloads),
-            prompts=_split(prompts) or ["knowledge"], trajectories=trajectories, turns=turns, mode=mode, arch=arch,
+            prompts=_split(prompts), trajectories=trajectories, turns=turns, mode=mode, arch=arch,
             target_speedup=target_speedup, no_gpu=no_gpu, api_base=api_base, backend=backend or "local",
             ray_address=ray_address, gpus=gpus, parallel=parallel or 16, provider_limits=_limits(provider_limit),
             infra_retries=2 if infra_retries is None else infra_retries, seed=seed, track=track,

@@ -10,6 +10,8 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
     run_manifest(path, flag)                             the manifest of a --run-dir, {} if none (a damaged one is BadInput)
     create_folder(path, flag)                            new_folder, then made: one that cannot be is BadInput
     config(cls, **fields)                                a pydantic config, its errors as one line
+    listed(text, flag, expected)                         the names of a comma-separated option ([] if not given; given
+                                                         with none, `--prompts ""`, is BadInput)
     given_options(ctx, names)                            the options of `names` the command line gave (not defaults)
     gpu_only(given)                                      options given with --no-gpu that only a GPU run uses: BadInput
 """
@@ -361,6 +363,18 @@ def one_of(value: str, valid: Iterable[str], flag: str) -> str:
         close = difflib.get_close_matches(value, valid, n=1)
         raise BadInput(f"{flag} {value!r}: {'did you mean ' + close[0] + '? ' if close else ''}expected one of {', '.join(valid)}")
     return value
+
+
+def listed(text: str | None, flag: str, expected: str) -> list[str]:
+    """The names of a comma-separated option, [] when it was not given (None). Given with none (`--prompts ""`,
+    `--prompts ,`: an unset shell variable) is BadInput: an empty --prompts ran the default prompt without a word, and
+    the repair track's empty --workloads its suite's every task. `expected`: what to give instead, for the message."""
+    if text is None:
+        return []
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise BadInput(f"{flag} {text!r} names nothing: {expected}")
+    return names
 
 
 def positive(value: float | None, flag: str) -> None:

@@ -83,6 +83,15 @@ CASES = [
     (["bench", "--models", "builtin/tuner,builtin/tuner", "--workloads", W, "--no-gpu"], 2, "--models names builtin/tuner twice"),
     (["bench", "--models", "openai/gpt-5", "--workloads", W, "--no-gpu"], 2, "OPENAI_API_KEY"),
     (["bench", "--workloads", W], 2, "--models"),
+    # a list given empty (an unset shell variable) names nothing: --prompts "" ran the knowledge prompt without a word,
+    # and the repair track's --workloads "" its suite's every task, where --models "" was refused
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--prompts", "", "--no-gpu"], 2,
+     "--prompts '' names nothing: give comma-separated prompt variants"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--prompts", " , ", "--no-gpu"], 2,
+     "--prompts ' , ' names nothing"),
+    (["bench", "--models", "builtin/tuner", "--track", "repair", "--workloads", "", "--no-gpu"], 2,
+     "--workloads '' names nothing: give comma-separated workload ids"),
+    (["bench", "--models", "", "--workloads", W, "--no-gpu"], 2, "--models '' names nothing"),
     # options the run ignored without a word
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--suite", "workloads/repairs", "--no-gpu"], 2,
      "goes with --track repair"),
