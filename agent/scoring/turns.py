@@ -3,8 +3,9 @@
 A turn's verdict is its submission (the eval_result with submission=True); a turn without one takes
 its status from turn_end (FORMAT_ERROR). Events for a turn number that was already
 recorded replace it, so a trajectory retried from its last good turn after an infra failure scores
-the retried turn; a turn whose infra failure came after its submission's evaluation, and which a retry went on
-from (reusing that evaluation), keeps the evaluation. INFRA_ERROR turns (status, or an ErrorEvent with infra=True) are kept apart from
+the retried turn; a turn whose infra failure came after its submission's evaluation (a Ctrl-C before the evaluate
+step's checkpoint included), and which a retry or --resume went on from (reusing that evaluation), keeps the
+evaluation. INFRA_ERROR turns (status, or an ErrorEvent with infra=True) are kept apart from
 the model's own results. A COMPILED turn (compiled, never run on a GPU) is neither correct nor failed:
 its correctness is unknown. Runs recorded before that status are read as new ones by agent/records/rundir.py.
 """
@@ -167,6 +168,17 @@ def _crash(event) -> str:
     return _CRASH_NOISE.sub("#", line)
 
 
+def _goes_on_after(events: list, index: int) -> bool:
+    """Whether the events after the loop's error at `index` (where="graph": a Ctrl-C, SIGTERM, the bench stopping, a
+    crash, logged by run_trajectory as its run gives up) are a retry or --resume going on from the step it cut short.
+    They are, unless they are the failed attempt's own finish step: its turn_end closing the cut turn and its infra
+    stop. A resume into a cut-short evaluate step takes the evaluation recorded before the interruption from the log
+    and writes no new eval_result, so that evaluation is the turn's."""
+    after = [e for e in events[index + 1:] if e.type != "error"][:2]
+    return not (len(after) == 2 and after[0].type == "turn_end" and after[0].turn == events[index].turn
+                and after[1].type == "stop" and after[1].reason == "infra_error")
+
+
 def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore:
     start = record.start
     turns: dict[int, TurnScore] = {}
@@ -183,12 +195,14 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     # (the graph reuses it, writing no new eval_result): once the trajectory goes on past the infra stop without a new
     # attempt at the turn, that evaluation is the turn's, not an INFRA turn that drops it from the score.
     evaluated: dict[int, TurnScore] = {}
-    retried = False  # an infra stop was recorded: what follows is a retry
+    # an infra stop was recorded, or the loop's error that a retry or --resume goes on after (_goes_on_after): what
+    # follows is a retry
+    retried = False
     # turns whose turn_end was logged: an infra error of the same turn after it (a Ctrl-C, a kill or a failed checkpoint
     # write between the turn_end and the feedback step's checkpoint) cut the next step short, not this turn
     closed: set[int] = set()
     stopped = False  # a stop came after the trajectory's last step: it finished (a resume that went on reopens it)
-    for event in record.events:
+    for index, event in enumerate(record.events):
         if event.type == "stop":
             stopped = True
         elif event.type != "error":  # an error is logged before its stop, and after a kill (where none follows)
@@ -222,7 +236,9 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
             closed.add(event.turn)
         elif event.type == "error" and event.infra:
             cut = pending.pop(event.turn, None)
-            retried = False  # a new failure: what follows it until its stop is no retry
+            # a new failure: what follows it until its stop is no retry; but the loop's error ends its process, so
+            # what follows it is a retry or --resume at once (_goes_on_after)
+            retried = event.where == "graph" and _goes_on_after(record.events, index)
             if cut is not None and cut.status != INFRA and event.turn > 0:
                 evaluated[event.turn] = cut
             infra_last = True

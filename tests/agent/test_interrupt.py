@@ -83,6 +83,44 @@ def test_ctrl_c_on_optimize_says_how_to_resume(tmp_path, stop):
     assert all(t.status != "INFRA_ERROR" for t in scored.turns)
 
 
+
+@pytest.mark.parametrize("cut", ["evaluate", "feedback"])
+def test_a_ctrl_c_after_the_evaluation_is_recorded_scores_the_resumed_turn(tmp_path, monkeypatch, cut):
+    """A Ctrl-C after a turn's eval_result and before its turn_end (the evaluate step's checkpoint, the feedback step):
+    --resume runs the step cut short again, takes the recorded evaluation from the log (nothing evaluated or recorded
+    twice) and ends the turn, but the turn was scored INFRA_ERROR, as if the interruption had cut it short (seen as a
+    rare failure of the Ctrl-C test above on a loaded machine, which widens that window). It keeps its evaluation."""
+    from ptxbench.agent.loop.optimize import optimize
+    from ptxbench.agent.loop.state import OptimizeConfig
+    from ptxbench.agent.records.rundir import TrajectoryRecord, read_events
+    from ptxbench.agent.records.trajectory import TrajectoryLog
+    from ptxbench.agent.scoring.turns import score_trajectory
+
+    method = {"evaluate": "eval_result", "feedback": "turn_end"}[cut]
+    logged = getattr(TrajectoryLog, method)
+
+    def interrupted(self, turn, *args, **kwargs):
+        if turn == 2 and cut == "feedback":
+            raise KeyboardInterrupt()  # in the feedback step, before its turn_end
+        event = logged(self, turn, *args, **kwargs)
+        if turn == 2:
+            raise KeyboardInterrupt()  # in the evaluate step, once its result is in the log
+        return event
+
+    monkeypatch.setattr(TrajectoryLog, method, interrupted)
+    config = OptimizeConfig(workload=WORKLOAD, model="builtin/tuner", no_gpu=True, turns=3)
+    with pytest.raises(KeyboardInterrupt):
+        optimize(config, run_dir=tmp_path / "run")
+    monkeypatch.setattr(TrajectoryLog, method, logged)
+    assert optimize(resume=tmp_path / "run").stop_reason == "turn_limit"
+    log = next((tmp_path / "run" / "trajectories").glob("*/trajectory.jsonl"))
+    events = read_events(log)
+    assert [e.turn for e in events if e.type == "eval_result"] == [1, 2, 3]  # the resume reused turn 2's
+    assert any(e.type == "error" and e.turn == 2 and e.message.startswith("interrupted by the user") for e in events)
+    scored = score_trajectory(TrajectoryRecord(log.parent, events))
+    assert [(t.turn, t.status) for t in scored.turns] == [(1, "COMPILED"), (2, "COMPILED"), (3, "COMPILED")]
+    assert not scored.infra_failed and not scored.unfinished
+
 @pytest.mark.parametrize("stop", list(STOPS))
 def test_ctrl_c_on_bench_says_how_to_resume(tmp_path, stop):
     sig, status, by = STOPS[stop]
