@@ -231,6 +231,11 @@ def bench(
                   "track runs its suite's every task when it is left out")
     inputs.listed(prompts, "--prompts", "give comma-separated prompt variants (basic, knowledge, expert), or leave it "
                   "out for knowledge")
+    # inf (meant as no limit) was kept, on --resume too (its runtime options replace the recorded config's unchecked)
+    inputs.positive(model_timeout, "--model-timeout", "seconds one model call may take (default 600)")
+    inputs.positive(ray_placement_wait, "--ray-placement-wait", "seconds an evaluation waits for a GPU actor "
+                    "(default 600)")
+    inputs.not_negative(target_speedup, "--target-speedup", "leave it out to run every turn")
     if resume and run_dir is None:
         raise inputs.BadInput("--resume needs --run-dir: the bench run folder to continue")
     if backend not in (None, "local", "ray"):

@@ -211,6 +211,19 @@ def resume_conflict(ctx, given: dict, recorded, folder: Path) -> Optional[str]:
     return None
 
 
+def check_numbers(max_wall, max_cost, model_timeout, target_speedup, retry_wait, temperature) -> None:
+    """The number options, before a run is looked up or made: `--max-wall inf` (meant as no budget) was kept, as was
+    a --resume's --model-timeout inf (runtime options replace the recorded config's unchecked); each is refused in
+    one line naming its option."""
+    from . import inputs
+
+    inputs.positive(max_wall, "--max-wall", "a wall-clock budget in seconds; leave it out for none")
+    inputs.positive(max_cost, "--max-cost", "a budget in USD; leave it out for none")
+    inputs.positive(model_timeout, "--model-timeout", "seconds one model call may take (default 600)")
+    inputs.not_negative(target_speedup, "--target-speedup", "0 never stops early")
+    inputs.not_negative(retry_wait, "--retry-wait"), inputs.not_negative(temperature, "--temperature")
+
+
 @app.command()
 def optimize(
     workload: Optional[str] = typer.Argument(None, help="workload id (see `ptxbench workloads`); not needed with --resume"),
@@ -263,6 +276,8 @@ def optimize(
     from ptxbench.tools.results import L2_FLUSH_MODES
 
     config = recorded = runtime = None
+    check_numbers(max_wall=max_wall, max_cost=max_cost, model_timeout=model_timeout, target_speedup=target_speedup,
+                  retry_wait=retry_wait, temperature=temperature)
     if resume is not None:
         try:
             resume = str(find_run(resume))

@@ -14,6 +14,7 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
                                                          with none, `--prompts ""`, is BadInput)
     given_options(ctx, names)                            the options of `names` the command line gave (not defaults)
     gpu_only(given)                                      options given with --no-gpu that only a GPU run uses: BadInput
+    positive(value, flag), not_negative(value, flag)     a finite number above 0 / 0 or more (None: not given)
 """
 from __future__ import annotations
 
@@ -377,10 +378,19 @@ def listed(text: str | None, flag: str, expected: str) -> list[str]:
     return names
 
 
-def positive(value: float | None, flag: str) -> None:
-    # `not 0 < value` for nan too (every comparison with it is false); inf is no limit a watchdog can keep either
+def positive(value: float | None, flag: str, unset: str = "") -> None:
+    # `not 0 < value` for nan too (every comparison with it is false); inf is no limit a watchdog can keep either.
+    # `unset`: what leaving the option out does, for the message ("leave it out for no budget")
     if value is not None and not 0 < value < float("inf"):
-        raise BadInput(f"{flag} must be positive{'' if value <= 0 else ' and finite'}, got {value}")
+        raise BadInput(f"{flag} must be positive{'' if value <= 0 else ' and finite'}, got {value}"
+                       + (f"; {unset}" if unset else ""))
+
+
+def not_negative(value: float | None, flag: str, unset: str = "") -> None:
+    """A finite number, 0 or more (`not 0 <= value` for nan too): inf passed the configs' `>= 0`, a value no run can
+    reach, that a run's JSON records write as null (another value on --resume) or as Infinity."""
+    if value is not None and not 0 <= value < float("inf"):
+        raise BadInput(f"{flag} must be a finite number, 0 or more, got {value}" + (f"; {unset}" if unset else ""))
 
 
 def config(cls: type[T], flags: dict[str, str] | None = None, **fields) -> T:

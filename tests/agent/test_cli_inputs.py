@@ -204,6 +204,35 @@ def test_bad_input_is_one_line(workdir, argv, status, words):
     assert _files(workdir) == before, "rejected input left files behind"
 
 
+_OPTIMIZE = ["optimize", W, "--no-gpu"]
+_BENCH = ["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu"]
+
+
+@pytest.mark.parametrize("argv,option,value", [
+    # a budget meant as none (inf) was kept, on a --resume too (its runtime options replace the recorded config's
+    # unchecked); nan and budgets of 0 or less were refused by the config, in a line of its own wording
+    *[(_OPTIMIZE, "--max-wall", v) for v in ("inf", "nan", "-1", "0")],
+    *[(_OPTIMIZE, "--max-cost", v) for v in ("inf", "0")],
+    (_OPTIMIZE, "--model-timeout", "inf"),
+    *[(_OPTIMIZE, "--target-speedup", v) for v in ("inf", "nan", "-1")],
+    (_OPTIMIZE, "--retry-wait", "inf"), (_OPTIMIZE, "--temperature", "inf"),
+    (["optimize", "--resume", "/nonexistent/run"], "--model-timeout", "inf"),
+    (_BENCH, "--model-timeout", "inf"),
+    *[(_BENCH, "--target-speedup", v) for v in ("inf", "nan")],
+    (_BENCH + ["--backend", "ray"], "--ray-placement-wait", "inf"),
+    (["bench", "--resume", "--run-dir", "nowhere"], "--model-timeout", "inf"),
+])
+def test_number_options_are_finite(workdir, argv, option, value):
+    """A number option of optimize or bench that no run can keep (inf, nan, a budget of 0 or less) is one line naming
+    the option, exit 2, before anything is written."""
+    before = _files(workdir)
+    result = CliRunner().invoke(app, argv + [option, value])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith(f"error: {option} must be "), result.output
+    assert _files(workdir) == before
+
+
 @pytest.mark.parametrize("argv,words", [
     (["bench", "--models", "gpt5", "--workloads", W, "--no-gpu"], "error: --models 'gpt5' names no provider"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--teacher", "gpt5"], "error: --teacher 'gpt5' names no provider"),
