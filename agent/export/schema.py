@@ -32,7 +32,8 @@ class Provenance(BaseModel):
     feedback_sha256: str | None = None
     synthetic: str | None = Field(None, description="bug class when the wrong kernel was injected, not written by a model")
     replayed_from: str | None = Field(None, description="the replay/<log> model whose run resubmitted the recorded "
-                                      "replies; `model` then names the model that wrote them")
+                                      "replies, its path from the run folder's name on (no host path: host_paths.py); "
+                                      "`model` then names the model that wrote them")
 
 
 class Row(BaseModel):

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ...tools.redact import mask_strings
+from .host_paths import run_name, tokenizer_name
 from .schema import ExportConfig, Row, dataset_features
 
 
@@ -126,7 +127,9 @@ def write_dataset(rows: Iterable[Row], out: Path, fmt: str, cfg: ExportConfig, s
         for r in rows:
             if r.split not in files:
                 files[r.split] = _SplitFile(out / f"{r.split}.{SPLIT_SUFFIX[fmt]}", fmt)
-            files[r.split].write(mask_strings(r.model_dump(mode="json")))  # keys never leave
+            row = r.model_dump(mode="json")
+            row["tokenizer"] = tokenizer_name(row["tokenizer"])  # an hf:<folder> as its name: no host path leaves
+            files[r.split].write(mask_strings(row))  # keys never leave
             key = f"{r.split}/{r.workload}/{r.failure_class or 'ok'}"
             by_group[key] = by_group.get(key, 0) + 1
         for f in files.values():
@@ -140,7 +143,11 @@ def write_dataset(rows: Iterable[Row], out: Path, fmt: str, cfg: ExportConfig, s
             _staged(f.path).unlink(missing_ok=True)
         raise
     paths = {split: files[split].path for split in ("train", "test") if split in files}
-    manifest = {"config": cfg.model_dump(), "runs": runs, "stats": stats, "counts": dict(sorted(by_group.items())),
+    # the runs and an hf:<folder> tokenizer by their names, as the rows name a run: the paths as given told the
+    # exporting host's username and folders (host_paths.py)
+    config = cfg.model_dump() | {"tokenizer": tokenizer_name(cfg.tokenizer)}
+    manifest = {"config": config, "runs": [run_name(r) for r in runs], "stats": stats,
+                "counts": dict(sorted(by_group.items())),
                 "files": {k: v.name for k, v in paths.items()}, "schema": "docs/dataset-schema.md"}
     try:  # JSONL carries no types: load_dataset("json", ..., features=datasets.Features.from_dict(this))
         manifest["features"] = dataset_features().to_dict()

@@ -200,6 +200,33 @@ def test_written_files_load_with_datasets(run, tmp_path, fmt):
     assert manifest["stats"]["rows"] == 2
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_no_host_path_reaches_the_dataset_folder(run, tmp_path, fmt):
+    """export_manifest.json's runs were the paths as given, and an hf:<folder> tokenizer stood in it and in every row
+    as typed: a published dataset told the exporting host's username and folders. Runs are named as provenance.run
+    names them; a local tokenizer folder by its name, a hub name as it is."""
+    spec = f"hf:{tmp_path / 'models' / 'tok'}"  # a folder: an absolute path, here or on the host that made the rows
+    cfg = ExportConfig(recipe="fixit", require_target_executed=False, test_workloads=["mha_fwd_d128"])
+    rows, stats = build_rows(collect_samples([run]), cfg)
+    rows = [r.model_copy(update={"tokenizer": spec}) for r in rows]
+    out = tmp_path / "out"
+    paths = write_dataset(rows, out, fmt, cfg.model_copy(update={"tokenizer": spec}), stats, [str(run)])
+    manifest = json.loads((out / "export_manifest.json").read_text())
+    assert manifest["runs"] == [run.name] and manifest["config"]["tokenizer"] == "hf:tok"
+    assert str(tmp_path) not in json.dumps(manifest)
+    if fmt == "jsonl":
+        written = [json.loads(line) for p in paths.values() for line in p.read_text().splitlines()]
+    else:
+        import pyarrow.parquet as pq
+
+        written = [r for p in paths.values() for r in pq.read_table(p).to_pylist()]
+    assert written and {r["tokenizer"] for r in written} == {"hf:tok"}
+    assert str(tmp_path) not in json.dumps(written, default=str)
+    from ptxbench.agent.export.host_paths import tokenizer_name
+
+    assert tokenizer_name("hf:Qwen/Qwen3-8B") == "hf:Qwen/Qwen3-8B" and tokenizer_name("estimate") == "estimate"
+
+
 def test_cli_export(run, tmp_path):
     from typer.testing import CliRunner
 

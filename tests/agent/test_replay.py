@@ -79,7 +79,22 @@ def test_an_export_of_a_replayed_run_names_the_replies_author(tmp_path):
             if source is None:
                 assert row.provenance.replayed_from is None
             else:
-                assert row.provenance.replayed_from == f"replay/{tmp_path / source}"
+                # the replay named its source by an absolute path (the host's username and folders, in a published
+                # dataset): a row keeps it from the run folder's name on, as provenance.run names a run
+                assert row.provenance.replayed_from == f"replay/{source}"
+
+
+def test_a_replayed_log_is_named_from_its_run_folder_on(tmp_path):
+    """replay/<absolute path of a trajectory's log>: the rows keep <run>/trajectories/<id>/trajectory.jsonl, not the
+    path before the run (export_manifest.json's runs, likewise, are the folders' names)."""
+    from ptxbench.agent.export.collect import collect_samples
+
+    rec = _recorded(tmp_path)
+    (folder,) = (rec / "trajectories").iterdir()
+    _replay(tmp_path, "once", folder / "trajectory.jsonl")
+    (sample,) = collect_samples([tmp_path / "once"])
+    assert sample.replayed_from == f"replay/rec/trajectories/{folder.name}/trajectory.jsonl"
+    assert str(tmp_path) not in sample.replayed_from
 
 
 def test_a_run_of_several_trajectories_of_the_workload_says_which_one_is_replayed(tmp_path):

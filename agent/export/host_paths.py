@@ -1,0 +1,44 @@
+"""What a published dataset keeps of a path on the exporting host: the part that names the record, not the host.
+
+A replay's model string (`replay//home/alice/runs/x/trajectories/<id>/trajectory.jsonl`), the run folders given to
+`export` and an `hf:<folder>` tokenizer were written into rows and export_manifest.json as typed: a published dataset
+told a username and a directory layout. Each is cut to the names a reader can match against `provenance.run`.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import PurePath
+
+
+def from_run(path: str) -> str:
+    """`path` from its run folder's name on: `<run>/trajectories/<id>/<file>` for a trajectory's log or folder, else
+    its last name (a run folder, or a log outside any run). Always this trailing part, not a path relative to some
+    root: a row names its run by the folder's name (`provenance.run`), and a replay's source is then the same string
+    wherever the replay or the export ran ("." or ".." with no name is kept as it is: it tells nothing either)."""
+    pure = PurePath(path)
+    parts = pure.parts[1:] if pure.anchor else pure.parts
+    at = max((i for i, part in enumerate(parts) if part == "trajectories" and i >= 1), default=None)
+    if at is not None:
+        return "/".join(parts[at - 1:])
+    return parts[-1] if parts else path
+
+
+def replay_model(model: str) -> str:
+    """A `replay/<path>` model string with its path cut by from_run (another model string as it is)."""
+    return "replay/" + from_run(model.removeprefix("replay/")) if model.startswith("replay/") else model
+
+
+def run_name(path: str) -> str:
+    """A run folder given to `export`, as its name (as `provenance.run` names it; "." is the folder's own name)."""
+    return os.path.basename(os.path.abspath(os.path.expanduser(path)))
+
+
+def tokenizer_name(spec: str) -> str:
+    """An `hf:<folder>` tokenizer as `hf:<folder's name>` (a hub name such as `hf:Qwen/Qwen3-8B` as it is: a name that
+    is no folder here, as hf_tokenizer.load reads it); `estimate` and `tiktoken:<encoding>` as they are."""
+    if not spec.startswith("hf:"):
+        return spec
+    name = spec.removeprefix("hf:")
+    folder = os.path.expanduser(name)
+    local = os.path.isabs(folder) or os.path.exists(folder)
+    return f"hf:{os.path.basename(os.path.normpath(os.path.abspath(folder)))}" if local else spec
