@@ -226,10 +226,10 @@ def bench(
 
     console = Console(stderr=True, soft_wrap=True)
     # a list option given empty (an unset shell variable) names nothing: refused, not read as the option left out
-    inputs.listed(models, "--models", "give comma-separated model strings (builtin/tuner, replay/<run>, openai/gpt-5)")
-    inputs.listed(workloads, "--workloads", "give comma-separated workload ids (see `ptxbench workloads`); the repair "
+    model_names = inputs.listed(models, "--models", "give comma-separated model strings (builtin/tuner, replay/<run>, openai/gpt-5)")
+    workload_names = inputs.listed(workloads, "--workloads", "give comma-separated workload ids (see `ptxbench workloads`); the repair "
                   "track runs its suite's every task when it is left out")
-    inputs.listed(prompts, "--prompts", "give comma-separated prompt variants (basic, knowledge, expert), or leave it "
+    prompt_names = inputs.listed(prompts, "--prompts", "give comma-separated prompt variants (basic, knowledge, expert), or leave it "
                   "out for knowledge")
     # inf (meant as no limit) was kept, on --resume too (its runtime options replace the recorded config's unchecked)
     inputs.positive(model_timeout, "--model-timeout", "seconds one model call may take (default 600)")
@@ -261,7 +261,7 @@ def bench(
         if recorded is not None:
             from .cmd_optimize import current_context
 
-            given = dict(models=_split(models), workloads=_split(workloads), prompts=_split(prompts),
+            given = dict(models=model_names, workloads=workload_names, prompts=prompt_names,
                          trajectories=trajectories, turns=turns, arch=arch, mode=mode, target_speedup=target_speedup,
                          no_gpu=no_gpu, seed=seed, track=track, suite=str(suite) if suite else None, profile=profile)
             if conflict := resume_conflict(current_context(), given, recorded, run_dir):
@@ -284,7 +284,7 @@ def bench(
     one_builtin = track == "repair" and trajectories is None  # repair track: a builtin/ model's copies are left out
     trajectories = trajectories or 12
     if not resume:
-        if not _split(models) or not (_split(workloads) or track == "repair"):
+        if not model_names or not (workload_names or track == "repair"):
             raise inputs.BadInput("give --models (comma-separated; the repair track's tasks are its workloads), or "
                                   "--resume with --run-dir" if track == "repair" else
                                   "give --models and --workloads (comma-separated), or --resume with --run-dir")
@@ -294,14 +294,14 @@ def bench(
             inputs.one_of(profile, POLICIES, "--profile")
         if no_gpu:  # as eval's and optimize's: the Nsight policy, or the GPU count, of a run that never reaches a GPU
             inputs.gpu_only([flag for flag, value in (("--profile", profile), ("--gpus", gpus)) if value is not None])
-        check_matrix(_split(models), _split(workloads), _split(prompts), arch, api_base,
+        check_matrix(model_names, workload_names, prompt_names, arch, api_base,
                      report=lambda line: console.print(line, markup=False, highlight=False))
-        check_limits(_limits(provider_limit), _split(models))
-        inputs.llm_only(_split(models), [flag for flag, value in (("--api-base", api_base), ("--model-timeout", model_timeout))
+        check_limits(_limits(provider_limit), model_names)
+        inputs.llm_only(model_names, [flag for flag, value in (("--api-base", api_base), ("--model-timeout", model_timeout))
                                          if value is not None], "--models")
         config = inputs.config(
-            BenchConfig, {"provider_limits": "--provider-limit"}, models=_split(models), workloads=_split(workloads),
-            prompts=_split(prompts), trajectories=trajectories, turns=turns, mode=mode, arch=arch,
+            BenchConfig, {"provider_limits": "--provider-limit"}, models=model_names, workloads=workload_names,
+            prompts=prompt_names, trajectories=trajectories, turns=turns, mode=mode, arch=arch,
             target_speedup=target_speedup, no_gpu=no_gpu, api_base=api_base, backend=backend or "local",
             ray_address=ray_address, gpus=gpus, parallel=parallel or 16, provider_limits=_limits(provider_limit),
             infra_retries=2 if infra_retries is None else infra_retries, seed=seed, track=track,

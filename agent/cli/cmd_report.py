@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from .application import app, reads_runs
+from .inputs import written_by_report  # an earlier report's folder: its index.html names itself
 
 # What a report writes at the top of its folder: in a folder no report wrote, each would replace someone's own file
 REPORT_FILES = ("index.html", "summary.md", "score.json", "repair.md", "repair.json")
@@ -17,14 +18,7 @@ def foreign_report_file(folder: Path) -> str | None:
     """The first of REPORT_FILES in `folder` when no earlier report wrote it (an earlier report's index.html names itself
     in its title, and is replaced as a new report replaces it); None when there is none to lose."""
     there = [name for name in REPORT_FILES if (folder / name).exists()]
-    return None if not there or _earlier_report(folder) else there[0]
-
-
-def _earlier_report(folder: Path) -> bool:
-    """A folder an earlier report wrote: its index.html names itself in its title."""
-    from .inputs import written_by_report
-
-    return written_by_report(folder)
+    return None if not there or written_by_report(folder) else there[0]
 
 
 def out_in_run(out: Path, run: Path) -> str | None:
@@ -42,7 +36,7 @@ def out_in_run(out: Path, run: Path) -> str | None:
                 "folder would read as a run; name a folder of its own")
     if o.is_relative_to(r):
         top = r / o.relative_to(r).parts[0]
-        if top.exists() and not (top.is_dir() and (top.name == "report" or _earlier_report(top))):
+        if top.exists() and not (top.is_dir() and (top.name == "report" or written_by_report(top))):
             return (f"--out {out} is inside the run's {top.name}{'/' if top.is_dir() else ''}, which no report wrote; "
                     f"leave --out out (the report goes to {run / 'report'}) or name a new folder")
     return None

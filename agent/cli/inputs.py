@@ -207,7 +207,7 @@ def run_folder(path: Path, what: str = "run") -> Path:
         under = runs_root() / path  # a run named as `optimize --resume` takes it: by its name under the runs root
         hint = f"; there is one under the runs root: give {under}" if not path.is_absolute() and under.is_dir() else ""
         raise BadInput(f"no {what} folder at {path}{hint}")
-    if path.is_dir() and not (path / "manifest.json").is_file() and written_by_report(path):
+    if is_report(path):
         raise BadInput(f"{path} is a report (ptxbench report wrote it), not a run: give the run folder it was made "
                        f"from{run_above(path)}")
     if not path.is_dir() or not ((path / "manifest.json").is_file() or _holds_trajectory(path)):
@@ -225,6 +225,11 @@ def _holds_trajectory(path: Path) -> bool:
         return bool(trajectory_folders(path))
     except (DamagedRecord, OSError):  # one the readers will name
         return True
+
+
+def is_report(path: Path) -> bool:
+    """A folder a report was written into, and no run's (a run holds its manifest.json)."""
+    return path.is_dir() and not (path / "manifest.json").is_file() and written_by_report(path)
 
 
 def written_by_report(folder: Path) -> bool:
@@ -316,7 +321,7 @@ def no_other_files(path: Path, flag: str) -> None:
     """A --run-dir that exists holds a run or nothing (hidden files aside): `--run-dir .` or a home folder put a run's
     manifest.json, checkpoints.sqlite and trajectories/ among the user's own files. Nor is it inside another run (a run
     of its own among that run's records) or a report's folder (whose trajectories/ of pages read as a run's)."""
-    if path.is_dir() and not (path / "manifest.json").is_file() and written_by_report(path):
+    if is_report(path):
         raise BadInput(f"{flag} {path} is a report (ptxbench report wrote it): name a new or empty folder for the run")
     if run := next((p for p in Path(path).parents if (p / "manifest.json").is_file()), None):
         raise BadInput(f"{flag} {path} is inside the run {run}: name a folder outside it")
