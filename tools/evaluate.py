@@ -135,7 +135,7 @@ def _with_pool_notes(comp, plan):
                                                                  for n in notes]})
 
 
-def _read_cubin(comp: CompileResult, compile_again: Callable[[], CompileResult]
+def read_cubin(comp: CompileResult, compile_again: Callable[[], CompileResult]
                 ) -> tuple[bytes | None, CompileResult, str]:
     """(the cubin's bytes or None, the compile they come from, why they could not be read). A cubin gone from the
     compile cache since the compile (a prune renaming its entry aside for the microseconds it takes to see the entry
@@ -269,7 +269,7 @@ class LocalEvaluator:
             seconds["compile"] += time.perf_counter() - t0
             return _with_pool_notes(again, plan)
 
-        cubin, comp, gone = _read_cubin(comp, compile_again)
+        cubin, comp, gone = read_cubin(comp, compile_again)
         base.update(compile=comp)
         if cubin is None:  # its cache entry was cleared since the compile, twice (tools/cache.py): not the kernel's doing
             return EvalResult(status="INFRA_ERROR", message=f"the compiled cubin is gone from the compile cache "

@@ -311,6 +311,58 @@ def test_a_cubin_read_while_a_prune_puts_its_entry_back_is_compiled_again_not_an
     assert Path(r.compile.cubin_path).is_file() and not list(tmp_path.rglob(".evict-*"))
 
 
+def test_a_measurement_scripts_job_compiles_a_cubin_cleared_after_the_compile_again(tmp_path, monkeypatch):
+    """inprocess.job_for (bench/timing_*.py) read the cubin's path straight after the compile: a prune or
+    `ptxbench cache --clear` in between was a FileNotFoundError. It keeps the evaluator's rule: compile once more."""
+    import shutil
+
+    import ptxbench.tools.compile as compile_module
+    from ptxbench.tools.gpu.inprocess import job_for
+    from ptxbench.workloads.solutions.faults import load_corpus
+
+    workload, corpus = load_corpus()
+    real, compiles = compile_module.compile_source, []
+
+    def compiled_then_cleared_once(*args, **kwargs):
+        comp = real(*args, cache=CompileCache(tmp_path), **kwargs)
+        if not compiles:
+            shutil.rmtree(Path(comp.cubin_path).parent)
+        compiles.append(comp)
+        return comp
+
+    monkeypatch.setattr(compile_module, "compile_source", compiled_then_cleared_once)
+    job = job_for(corpus["control_correct"]["source"], workload, _h200_worker_state(), timeout_s=30)
+    assert len(compiles) == 2 and not compiles[1].cached
+    assert job.cubin == Path(compiles[1].cubin_path).read_bytes() and job.timeout_s == 30
+
+
+def test_a_measurement_scripts_job_whose_cubin_is_cleared_twice_names_the_cache(tmp_path, monkeypatch):
+    import shutil
+
+    import ptxbench.tools.compile as compile_module
+    from ptxbench.tools.gpu.inprocess import job_for
+    from ptxbench.workloads.solutions.faults import load_corpus
+
+    workload, corpus = load_corpus()
+    real = compile_module.compile_source
+
+    def compiled_then_cleared(*args, **kwargs):
+        comp = real(*args, cache=CompileCache(tmp_path), **kwargs)
+        shutil.rmtree(Path(comp.cubin_path).parent)
+        return comp
+
+    monkeypatch.setattr(compile_module, "compile_source", compiled_then_cleared)
+    with pytest.raises(RuntimeError, match="gone from the compile cache"):
+        job_for(corpus["control_correct"]["source"], workload, _h200_worker_state())
+
+
+def _h200_worker_state():
+    """What job_for reads of an in-process WorkerState: the device limits an H200 reports."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(limits=SimpleNamespace(sm_count=132, cluster_capacity={}))
+
+
 def _evaluate_on_a_passing_fake_worker(workload: str, source: str):
     """The source evaluated by a LocalEvaluator whose one GPU worker answers PASSED: (result, the workers made)."""
     from fake_workers import AnswerWorker

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator
 
 from .messages import GpuJob
@@ -44,12 +43,23 @@ def job_for(source: str, workload: str, state, arch: str = "sm_90a", **fields) -
     """The evaluate job for a solution file, compiled and resolved for this worker's GPU."""
     from ...workloads.registry import get_workload
     from ..compile import compile_source
+    from ..evaluate import error_summary, read_cubin
     from ..solution.parse import parse_solution, resolve_plan
 
     wl = get_workload(workload)
     sol = parse_solution(source, wl, arch)
     if isinstance(sol, list):
         raise ValueError("solution refused: " + "; ".join(str(i) for i in sol))
-    comp = compile_source(sol.source, sol.language, arch, wl)
+
+    def compile_it():
+        return compile_source(sol.source, sol.language, arch, wl)
+
+    comp = compile_it()
+    if comp.status != "ok" or not comp.cubin_path:
+        raise ValueError("solution does not compile: " + error_summary(comp.errors))
     plan = resolve_plan(sol.plan, wl, state.limits.sm_count, arch, cluster_capacity=state.limits.cluster_capacity)
-    return GpuJob(workload=workload, cubin=Path(comp.cubin_path).read_bytes(), plan=plan.model_dump(), **fields)
+    # the evaluator's rule: a cubin a prune or `ptxbench cache --clear` took from the cache is compiled once more
+    cubin, comp, gone = read_cubin(comp, compile_it)
+    if cubin is None:
+        raise RuntimeError(f"the compiled cubin is gone from the compile cache ({gone})")
+    return GpuJob(workload=workload, cubin=cubin, plan=plan.model_dump(), **fields)
