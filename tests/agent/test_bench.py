@@ -154,7 +154,7 @@ def test_a_model_backing_off_leaves_its_providers_slot_to_others():
 
 
 class FlakyEvaluator:
-    """Evaluation #2 fails as infrastructure (INFRA_ERROR, or an exception: a harness bug)."""
+    """Evaluation #2 fails as infrastructure (INFRA_ERROR, or an exception: a harness bug), unless how is "never"."""
 
     def __init__(self, how: str):
         self.n, self.how, self.lock = 0, how, threading.Lock()
@@ -165,7 +165,7 @@ class FlakyEvaluator:
             n = self.n
         if n == 2 and self.how == "status":
             return EvalResult(workload=workload, status="INFRA_ERROR", message="GPU worker lost")
-        if n == 2:
+        if n == 2 and self.how != "never":
             raise ConnectionError("GPU pool went away")
         speedup = 0.5 + 0.1 * n
         stat = TimingStat(median_ms=1 / speedup, ci_low_ms=1 / speedup, ci_high_ms=1 / speedup, n=3)
@@ -223,6 +223,43 @@ def test_infra_failure_retried_from_last_good_step(tmp_path, how):
     assert [(t.turn, t.status, t.speedup) for t in traj.turns] == [(1, "PASSED", 0.6), (2, "PASSED", 0.8), (3, "PASSED", 0.9)]
     events = [e.type for e in load_run(tmp_path / "run")[0].events]
     assert "error" in events  # the failure stays on record
+
+
+@pytest.mark.parametrize("cut", ["evaluate", "feedback"])
+def test_a_crash_after_the_evaluation_is_recorded_is_retried_and_the_turn_keeps_its_evaluation(tmp_path, monkeypatch,
+                                                                                                 cut):
+    """A harness crash after turn 2's eval_result and before its turn_end (the evaluate step's checkpoint, the feedback
+    step): the bench retries in-process from the step cut short, which takes the recorded evaluation from the log.
+    The turn is scored by that evaluation, not INFRA_ERROR (the rule a --resume after a Ctrl-C there follows)."""
+    from ptxbench.agent.records.trajectory import TrajectoryLog
+
+    method = {"evaluate": "eval_result", "feedback": "turn_end"}[cut]
+    logged, crashed = getattr(TrajectoryLog, method), []
+
+    def crashing_once(self, turn, *args, **kwargs):
+        if turn == 2 and not crashed and cut == "feedback":
+            crashed.append(turn)
+            raise RuntimeError("the worker process died")  # in the feedback step, before its turn_end
+        event = logged(self, turn, *args, **kwargs)
+        if turn == 2 and not crashed:
+            crashed.append(turn)
+            raise RuntimeError("the worker process died")  # in the evaluate step, once its result is in the log
+        return event
+
+    monkeypatch.setattr(TrajectoryLog, method, crashing_once)
+    calls: list[int] = []
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=1, turns=3, no_gpu=True)
+    out = run_bench(cfg, tmp_path / "run", evaluator=FlakyEvaluator("never"), model_factory=lambda c: CountingModel(calls))
+    (report,) = out.trajectories
+    assert crashed and report.attempts == 2 and not report.infra_failed and report.stop_reason == "turn_limit"
+    assert calls == [1, 2, 3]  # nothing the model was asked is asked again
+    events = load_run(tmp_path / "run")[0].events
+    assert [e.turn for e in events if e.type == "eval_result"] == [1, 2, 3]  # the retry reused turn 2's
+    assert any(e.type == "error" and e.where == "graph" and e.turn == 2 for e in events)
+    (traj,) = score_runs([tmp_path / "run"]).trajectories
+    assert [(t.turn, t.status, t.speedup) for t in traj.turns] == [(1, "PASSED", 0.6), (2, "PASSED", 0.7),
+                                                                   (3, "PASSED", 0.8)]
+    assert not traj.infra_failed and not traj.unfinished
 
 
 def test_infra_failure_that_persists_is_marked(tmp_path):
