@@ -40,11 +40,17 @@ PTX_NAME = "solution.ptx"
 CU_NAME = "solution.cu"
 # Bumped when what a compile records changes (the cache key carries it): 2 = per-line SASS, SASS features;
 # 3 = ptxas's performance-loss advisories as warnings; 4 = a compiler killed from outside is no result (no longer
-# recorded as the source's compile error); 5 = device system calls (.extern functions) refused.
-RECORD_VERSION = 5
+# recorded as the source's compile error); 5 = device system calls (.extern functions) refused; 6 = a cubin or an nvcc
+# PTX past MAX_CUBIN_BYTES / MAX_GENERATED_PTX_BYTES refused.
+RECORD_VERSION = 6
 # Wall-clock backstops; the jail's CPU limit per process (tools/jail.py Limits) usually ends a runaway first.
 PTXAS_TIMEOUT_S = 60.0
 NVCC_TIMEOUT_S = 120.0
+# A short file can ask for a huge output: `.global .b8 x[127000000] = {1};` (130 characters) is a 127 MB cubin, all of
+# it read, cached and sent to a GPU worker, and each such turn pushes honest entries out of the bounded cache. The
+# largest reference cubin is 1.4 MB and nvcc's PTX of it a few MB.
+MAX_CUBIN_BYTES = 16 * 2**20
+MAX_GENERATED_PTX_BYTES = 32 * 2**20
 
 
 def ptxas_flags(arch: str) -> list[str]:
@@ -192,6 +198,9 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
                                            f"{without_host_paths(log[-2000:]) or 'no output'}")]
         targets = target_presence(arch, code, {})
         return _error(arch, language, log, pre + errors, tc, warnings=warnings, targets=targets, ptx_sha256=sha), None, True
+    if (size := cubin_path.stat().st_size) > MAX_CUBIN_BYTES:
+        issue = CompileIssue(message=_too_large("the cubin ptxas made", size, MAX_CUBIN_BYTES))
+        return _error(arch, language, log, [issue], tc, warnings=warnings, ptx_sha256=sha), None, True
     if undefined := undefined_functions(cubin_path.read_bytes()):  # a prototype the PTX check did not read as .extern
         issues = [system_call_issue(name, _declared_line(code, name) if language == "ptx" else None)
                   for name in undefined]
@@ -216,6 +225,11 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
         tools=tc.tools(), jail=jail_mode(),
     )
     return result, cubin_path.read_bytes(), True
+
+
+def _too_large(what: str, size: int, limit: int) -> str:
+    return (f"{what} is {size / 2**20:.1f} MB, past the limit of {limit / 2**20:g} MB: initialised .global or .const "
+            "arrays are written out in full (fill a large table in the kernel, or ask the plan for a scratch buffer)")
 
 
 def _cuda_to_ptx(source: str, arch: str, tc: Toolchain, workdir: Path, timeout_s: float) -> tuple[str | None, CompileResult | None, bool]:
@@ -244,6 +258,9 @@ def _cuda_to_ptx(source: str, arch: str, tc: Toolchain, workdir: Path, timeout_s
             warnings += ptx_warnings
         errors = errors or [nvcc_failure(res.returncode)]
         return None, _error(arch, "cuda", log, errors, tc, warnings=warnings), True
+    if (size := out.stat().st_size) > MAX_GENERATED_PTX_BYTES:  # never read in, assembled or cached
+        return None, _error(arch, "cuda", log, [CompileIssue(message=_too_large("the PTX nvcc made", size,
+                                                                                  MAX_GENERATED_PTX_BYTES))], tc), True
     return out.read_text(), None, True
 
 
