@@ -7,6 +7,7 @@ compiled is shown as COMPILED, never as a pass.
 """
 from __future__ import annotations
 
+import math
 import re
 from string import Template
 
@@ -14,6 +15,7 @@ from ptxbench import prompts
 from ptxbench.tools.gpu.ceilings import IMPLAUSIBLE_SPEEDUP
 from ptxbench.tools.gpu.timing import SLOW_FACTOR, SLOW_ITERS
 from ptxbench.tools.results import FORMAT_ERROR, EvalResult
+from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 
 NO_GPU_NOTE = ("NOTE: no GPU ran for this evaluation (--no-gpu mode): only parsing, compilation and the SASS scan "
                "were done, so correctness and speed are unknown.")
@@ -70,11 +72,34 @@ def _helper_hints(errors) -> list[str]:
             for n in undefined if n in known]
 
 
+MAX_LINES_NAMED = 6  # lines named for one error message that recurs
+
+
+def _error_lines(errors) -> list[str]:
+    """Each distinct error message once, with the lines it occurs on, in the compiler's order: thirty lines of the
+    same mistake filled the list and pushed every other error out (the first errors shown, the rest unsaid)."""
+    grouped: dict[str, list[int | None]] = {}
+    for e in errors:
+        grouped.setdefault(e.message, []).append(e.line)
+    out = []
+    for message, lines in list(grouped.items())[:MAX_ISSUES]:
+        named = list(dict.fromkeys(n for n in lines if n))
+        if not named:
+            out.append(f"- {message}")
+            continue
+        where = ", ".join(str(n) for n in named[:MAX_LINES_NAMED])
+        more = f" and {len(named) - MAX_LINES_NAMED} more" if len(named) > MAX_LINES_NAMED else ""
+        out.append(f"- line{'s' * (len(named) > 1)} {where}{more}: {message}")
+    if len(grouped) > MAX_ISSUES:
+        out.append(f"- ... and {len(grouped) - MAX_ISSUES} more distinct errors")
+    return out
+
+
 def _compile_lines(result: EvalResult) -> list[str]:
     comp = result.compile
     if comp is None:
         return []
-    lines = [f"- line {e.line}: {e.message}" if e.line else f"- {e.message}" for e in comp.errors[:MAX_ISSUES]]
+    lines = _error_lines(comp.errors)
     lines += _helper_hints(comp.errors)
     if comp.status == "error" and not comp.errors and comp.log:
         lines.append("```\n" + comp.log.strip()[-3000:] + "\n```")
@@ -98,7 +123,8 @@ def _compile_lines(result: EvalResult) -> list[str]:
     if idle:
         shown = ", ".join(idle[:MAX_IDLE_KERNELS]) + (f" and {len(idle) - MAX_IDLE_KERNELS} more" if len(idle) > MAX_IDLE_KERNELS else "")
         lines.append(f"- not launched by the plan: {shown}")
-    for name, t in comp.targets.items():
+    # a module that did not assemble has no SASS: "ABSENT" would tell the model its kernel lacks the instructions
+    for name, t in (comp.targets.items() if comp.status == "ok" else ()):
         where = "in SASS" if t.in_sass else ("in PTX only, not in SASS" if t.in_ptx else "ABSENT")
         lines.append(f"- target {name}: {where}" + (f" ({t.sass_count} instructions)" if t.in_sass else ""))
     return (["Compile:"] + lines) if lines else []
@@ -112,18 +138,37 @@ def _correctness_lines(result: EvalResult) -> list[str]:
         bits = [f"trial {t.trial} {t.tensor}: {'pass' if t.passed else 'FAIL'}"]
         if t.max_abs_err is not None:
             bits.append(f"max abs err {t.max_abs_err:.3g}")
-        if t.max_rel_err is not None:
-            bits.append(f"max rel err {t.max_rel_err:.3g}")
+        # the relative Frobenius error, which the rule bounds; the largest element-wise relative error is not shown:
+        # over elements whose expected value is near zero it read 9.73e+25 on kernels that passed
+        if t.rel_fro_err is not None:
+            bits.append(f"relative Frobenius err {t.rel_fro_err:.3g}")
         if t.frac_matched is not None:
-            bits.append(f"{100 * t.frac_matched:.2f}% elements match")
+            bits.append(f"{matched_percent(t.frac_matched)} elements match")
         if t.n_nan or t.n_inf:
             bits.append(f"{t.n_nan} NaN, {t.n_inf} inf")
         if t.worst_index is not None:
-            bits.append(f"worst at {t.worst_index}: got {t.worst_value}, expected {t.worst_expected}")
+            bits.append(f"worst at {t.worst_index}: got {_value(t.worst_value)}, expected {_value(t.worst_expected)}")
         if t.note:
             bits.append(t.note)
         lines.append("- " + ", ".join(bits))
     return (["Correctness:"] + lines) if lines else []
+
+
+def matched_percent(frac: float) -> str:
+    """The share of matching elements, never rounded up to 100% while one element fails (99.996% read 100.00% on a
+    FAIL line) nor down to 0% while one matches."""
+    if frac >= 1.0 or frac <= 0.0:
+        return f"{100 * max(frac, 0.0):.0f}%"
+    for digits in range(2, 7):
+        shown = math.floor(100.0 * frac * 10**digits) / 10**digits
+        if shown > 0.0:
+            return f"{shown:.{digits}f}%"
+    return "under 0.000001%"
+
+
+def _value(x: float | None) -> str:
+    """An element's value in six significant digits (a float32's repr gave 17: -0.12752722203731537)."""
+    return "None" if x is None else f"{x:.6g}"
 
 
 def _timing_lines(result: EvalResult) -> list[str]:
@@ -142,16 +187,53 @@ def _timing_lines(result: EvalResult) -> list[str]:
     return ["Timing:"] + lines
 
 
+WORK_UNITS = {"flops": "FLOPs", "input_bytes": "inputs' bytes"}
+
+
+def _runtime_target_line(name: str, t, arch: str) -> str:
+    """A family that ran is said to have run, with the share of the workload's work it did: the raw counters behind
+    the verdict (sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum = 1,649,267,441,664, ...) were 600 characters a
+    turn the model can do nothing with. Any other verdict keeps its reason: that is what to fix."""
+    if t.verdict != "executed":
+        return f"- target {name} at runtime: {t.verdict}" + (f" ({t.reason})" if t.reason else "")
+    share = ""
+    if t.work_share is not None:
+        try:
+            unit = WORK_UNITS.get(get_arch(arch).family(name).work, "")
+        except (KeyError, ValueError):
+            unit = ""
+        share = f" ({t.work_share:.2f}x the workload's {unit})" if unit else ""
+    return f"- target {name} at runtime: executed{share}"
+
+
+def _lead(message: str, items: list[str]) -> str:
+    """The message without its list of `items` when it ends with them (the list follows, one a line)."""
+    joined = "; ".join(items)
+    return message[: -len(joined)].strip() if items and message.endswith(joined) else message
+
+
+def _said_by_compile_lines(result: EvalResult) -> bool:
+    """A compile error's message is its errors in one line: the Compile section lists them, with their lines."""
+    errors = result.compile.errors if result.compile is not None else []
+    if result.status != "COMPILE_ERROR" or not errors:
+        return False
+    first = f"line {errors[0].line}: {errors[0].message}" if errors[0].line else errors[0].message
+    return result.message.strip().startswith(first)
+
+
 def render_eval(result: EvalResult, turn: int, no_gpu: bool, progress: str = "") -> str:
     body: list[str] = []
-    if result.message:
-        body.append(result.message.strip())
-    body += [f"- plan: {e}" for e in result.plan_errors[:MAX_ISSUES]]
-    if result.runtime_error:
+    message = _lead(result.message.strip(), result.plan_errors)
+    if message and not _said_by_compile_lines(result):
+        body.append(message)
+    body += [f"- {e}" for e in result.plan_errors[:MAX_ISSUES]]
+    if len(result.plan_errors) > MAX_ISSUES:
+        body.append(f"- ... and {len(result.plan_errors) - MAX_ISSUES} more")
+    if result.runtime_error and not message:  # the message says it in words otherwise
         body.append(f"Runtime error: {result.runtime_error}")
     body += _compile_lines(result) + _correctness_lines(result) + _timing_lines(result)
-    for name, t in result.targets_runtime.items():
-        body.append(f"- target {name} at runtime: {t.verdict}" + (f" ({t.reason})" if t.reason else ""))
+    arch = result.compile.arch if result.compile is not None else DEFAULT_ARCH
+    body += [_runtime_target_line(name, t, arch) for name, t in result.targets_runtime.items()]
     body += [f"- sanitizer {s.tool}: {s.kind} {s.message}" for s in result.sanitizer[:MAX_ISSUES]]
     if result.feedback:
         body.append("Profile:\n" + result.feedback.strip())

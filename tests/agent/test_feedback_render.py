@@ -1,0 +1,88 @@
+"""The turn feedback as the model reads it, for each kind of verdict: every fact once, no number that misleads, no
+counter dump, and the compile errors the model must fix all named."""
+from __future__ import annotations
+
+from ptxbench.agent.loop.feedback import render_eval
+from ptxbench.tools.results import CompileIssue, CompileResult, EvalResult, RuntimeTarget, TrialStats
+
+WL = "gemm_bf16_m8192_n7168_k5120"
+
+
+def test_a_failing_trial_never_reads_as_all_elements_matching():
+    """The synthetic missing-fence GEMM (H200): 99.996% of C matched, and its FAIL line said '100.00% elements match'."""
+    from ptxbench.agent.loop.feedback import matched_percent
+
+    assert matched_percent(0.99996) == "99.99%" and matched_percent(1.0) == "100%" and matched_percent(0.5) == "50.00%"
+    assert matched_percent(0.0) == "0%" and matched_percent(1e-7).startswith("0.0000") and matched_percent(1e-7) != "0%"
+    bad = TrialStats(trial=0, tensor="C", passed=False, max_abs_err=338.0, max_rel_err=9.73e25, rel_fro_err=0.00886,
+                     frac_matched=0.99996, worst_index=[2562, 3642], worst_value=-216.0, worst_expected=122.17402648925781)
+    text = render_eval(EvalResult(workload=WL, status="INCORRECT_NUMERICAL", correctness=[bad]), 1, False)
+    line = next(ln for ln in text.splitlines() if ln.startswith("- trial 0 C: FAIL"))
+    assert "100.00%" not in line and "99.99% elements match" in line
+
+
+def test_the_trial_line_shows_the_bounded_error_not_the_elementwise_relative_one():
+    """Every passing GEMM turn of the recorded climbs read 'max rel err 9.73e+25' (an element expected near zero):
+    the relative Frobenius error, which the rule bounds, is shown instead, and values in six digits."""
+    ok = TrialStats(trial=0, tensor="O", passed=True, max_abs_err=0.000574, max_rel_err=2.97e5, rel_fro_err=0.00227,
+                    frac_matched=1.0, worst_index=[2, 25, 451, 124], worst_value=-0.126953125,
+                    worst_expected=-0.12752722203731537)
+    text = render_eval(EvalResult(workload=WL, status="PASSED", correctness=[ok]), 1, False)
+    assert "max rel err" not in text and "2.97e+05" not in text
+    assert "relative Frobenius err 0.00227" in text and "got -0.126953, expected -0.127527" in text
+
+
+def test_a_compile_error_lists_each_error_once_and_no_target_verdict():
+    """A PTX file whose 30 added lines each failed twice: the message repeated the first 12 errors, the list showed 15
+    of 60 (one mistake's repeats) and said nothing of the rest, and 'target wgmma: ABSENT' was added for a module
+    that never assembled."""
+    errors = []
+    for i in range(30):
+        errors += [CompileIssue(line=79 + i, message="Arguments mismatch for instruction 'add'"),
+                   CompileIssue(line=79 + i, message=f"Unknown symbol '%q{i}'")]
+    errors.append(CompileIssue(line=200, message="Not a name of any known instruction: 'movv'"))
+    comp = CompileResult(status="error", arch="sm_90a", errors=errors, targets={
+        "wgmma": {"in_ptx": False, "in_sass": False}, "tma": {"in_ptx": True, "in_sass": False}})
+    summary = "; ".join(f"line {e.line}: {e.message}" for e in errors[:12]) + "; and 49 more"
+    text = render_eval(EvalResult(workload=WL, status="COMPILE_ERROR", compile=comp, message=summary), 2, False)
+    assert text.count("Unknown symbol '%q0'") == 1
+    assert "- lines 79, 80, 81, 82, 83, 84 and 24 more: Arguments mismatch for instruction 'add'" in text
+    assert "- ... and 17 more distinct errors" in text
+    assert "target wgmma" not in text and "target tma" not in text and "ABSENT" not in text
+
+
+def test_a_plan_error_is_listed_once():
+    """The synthetic wrong-swizzle GEMM: the plan issue came twice, in the message and again as '- plan: ...'."""
+    issue = ("line 13: tmap.A_map.box[0] = 64 is 128 bytes; with swizzle 64B the inner box is at most 64 bytes "
+             "(32 bfloat16 elements)")
+    r = EvalResult(workload=WL, status="PLAN_ERROR", plan_errors=[issue],
+                   message="the solution file has problems: " + issue)
+    text = render_eval(r, 1, False)
+    assert text.count("tmap.A_map.box[0]") == 1
+    assert "the solution file has problems:\n- line 13: tmap.A_map.box[0]" in text
+
+
+def test_a_runtime_error_is_said_once():
+    """The synthetic phase-error GEMM: 'the kernel failed: CUDA_ERROR_LAUNCH_FAILED: ...' and again 'Runtime error:
+    CUDA_ERROR_LAUNCH_FAILED: ...'; a hang's 'TIMEOUT after 5 s' beside its sentence."""
+    r = EvalResult(workload=WL, status="RUNTIME_ERROR", runtime_error="CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure",
+                   message="the kernel failed: CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure")
+    assert render_eval(r, 1, False).count("unspecified launch failure") == 1
+    bare = EvalResult(workload=WL, status="RUNTIME_ERROR", runtime_error="WORKER_DIED: exit code -11")
+    assert "Runtime error: WORKER_DIED: exit code -11" in render_eval(bare, 1, False)
+
+
+def test_an_executed_target_is_said_without_its_counter_dump():
+    """Every passing turn of the recorded climbs listed the ncu counters behind 'executed' (about 600 characters);
+    the share of the workload's work it did is what tells an honest use from a token one."""
+    reason = ("wgmma: 1,207,959,552 predicate-true thread executions, 37,748,736 warp-level, "
+              "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum = 1,649,267,441,664")
+    r = EvalResult(workload=WL, status="PASSED", targets_runtime={
+        "wgmma": RuntimeTarget(verdict="executed", reason=reason, work_share=1.0),
+        "tma": RuntimeTarget(verdict="executed", reason="tma: 8 predicate-true thread executions", work_share=12.6),
+        "tcgen05": RuntimeTarget(verdict="absent", reason="no UTCHMMA instruction in the SASS")})
+    text = render_eval(r, 1, False)
+    assert "sm__ops_path" not in text and "predicate-true" not in text
+    assert "- target wgmma at runtime: executed (1.00x the workload's FLOPs)" in text
+    assert "- target tma at runtime: executed (12.60x the workload's inputs' bytes)" in text
+    assert "- target tcgen05 at runtime: absent (no UTCHMMA instruction in the SASS)" in text
