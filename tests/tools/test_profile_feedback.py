@@ -251,3 +251,79 @@ def test_no_clock_sentence_where_it_would_not_hold(gpu, changes):
 def test_the_clock_sentence_fits_the_feedback_with_its_items():
     text = profile_feedback(_gemm_profile(), {}, None)
     assert "The SMs ran at 1,612 of 1,980 MHz" in text and count_tokens(text) <= DEFAULT_BUDGET
+
+
+def _stalled_gemm(now_ms: float, roof_ms: float):
+    """A GEMM-sized profile with three stall findings (45%, 25% and 20% of the samples) and an ncu rule, timed at `now_ms`
+    against ceilings that put its roof at `roof_ms`."""
+    from ptxbench.tools.profile.summary import Rule
+    from ptxbench.tools.results import Timing, TimingStat
+
+    k = KernelProfile(name="gemm", duration_us=now_ms * 1e3, compute_sol_pct=55.0, memory_sol_pct=50.0,
+                      stalls={"barrier": 4.5, "wait": 2.5, "mio_throttle": 2.0, "selected": 1.0},
+                      rules=[Rule(section="x", name="FPInstructions", type="OPT", speedup_pct=5.0,
+                                  message="This kernel executes 10 fused and 30 non-fused FP32 instructions.")])
+    s = ProfileSummary(ok=True, kernels=[k], gpu="NVIDIA H200")
+    tflops = GEMM.flops / (roof_ms * 1e-3) / 1e12
+    timing = Timing(candidate=TimingStat(median_ms=now_ms, ci_low_ms=now_ms, ci_high_ms=now_ms, n=150),
+                    ceilings={"tflops_bf16": tflops, "hbm_gbps": 1e9})
+    return profile_feedback(s, {}, GEMM, timing=timing, token_budget=900)
+
+
+def test_past_its_roof_no_finding_is_said_to_be_worth_nothing():
+    """The GEMM climb (H200) read "[worth up to ~0 us, 0% of the time]" on every finding from the turn it passed the
+    measured roof (a median, beatable), and gained 8 us more the next turn; near the roof every finding tied at the
+    headroom and lost its order. The findings keep their own order; the figure shown is bounded, or left out."""
+    past = _stalled_gemm(0.73, 0.75)
+    items = [ln for ln in past.splitlines() if ln[:2] in ("1.", "2.", "3.")]
+    assert "It runs at or past its roof" in past and "~0 us" not in past and "worth up to" not in past
+    assert "'barrier'" in items[0] and "'wait'" in items[1] and "'mio_throttle'" in items[2]
+    near = _stalled_gemm(0.76, 0.75)
+    items = [ln for ln in near.splitlines() if ln[:2] in ("1.", "2.", "3.")]
+    assert "'barrier'" in items[0] and "'wait'" in items[1] and "'mio_throttle'" in items[2]
+    assert all(ln.endswith("[worth up to ~10 us, 1% of the time]") for ln in items), items
+
+
+def test_an_ncu_rule_keeps_its_facts_and_advice_not_its_pointers():
+    """ncu's rules were cut to their first sentences: the tail-effect rule said only what a wave is, the fused-FMA
+    rule counted instructions without its advice, and the access-pattern rules sent the model to ncu's tables."""
+    from ptxbench.tools.profile.feedback import RULE_CHARS, rule_text
+
+    wave = ("A wave of thread blocks is defined as the maximum number of blocks that can be executed in parallel on the "
+            "target GPU. The number of blocks in a wave depends on the number of multiprocessors and the theoretical "
+            "occupancy of the kernel. This kernel launch results in 3 full waves and a partial wave of 929 thread "
+            "blocks. Under the assumption of a uniform execution duration of all thread blocks, this partial wave may "
+            "account for up to 25.0% of the total runtime of this kernel. Try launching a grid with no partial wave. "
+            "The overall impact of this tail effect also lessens with the number of full waves executed for a grid. "
+            "See the Hardware Model (https://docs.nvidia.com/nsight-compute/ProfilingGuide/index.html#metrics-hw-model) "
+            "description for more details on launch configurations.")
+    text = rule_text(wave, RULE_CHARS)
+    assert text.startswith("This kernel launch results in 3 full waves") and "Try launching a grid with no partial" in text
+    assert "is defined as" not in text and "Hardware Model" not in text and len(text) <= RULE_CHARS
+    fused = ("This kernel executes 55787520 fused and 160382976 non-fused FP32 instructions. By converting pairs of "
+             "non-fused instructions to their fused (https://docs.nvidia.com/cuda/floating-point/#cuda-and-floating-point),"
+             " higher-throughput equivalent, the achieved FP32 performance could be increased by up to 37% (relative to "
+             "its current performance).")
+    text = rule_text(fused, RULE_CHARS)
+    assert "By converting pairs of non-fused instructions to their fused, higher-throughput" in text and "http" not in text
+    coalesce = ("This kernel has uncoalesced global accesses resulting in a total of 6291456 excessive sectors (50% of "
+                "the total 12681216 sectors). Check the L2 Theoretical Sectors Global Excessive table for the primary "
+                "source locations. The CUDA Programming Guide (https://docs.nvidia.com/cuda/cuda-c-programming-guide/"
+                "index.html#device-memory-accesses) has additional information on reducing uncoalesced device memory "
+                "accesses.")
+    assert rule_text(coalesce, RULE_CHARS) == ("This kernel has uncoalesced global accesses resulting in a total of "
+                                               "6291456 excessive sectors (50% of the total 12681216 sectors).")
+
+
+def test_a_rule_bounded_by_its_own_counts_does_not_quote_ncus_gain():
+    """"[ncu UncoalescedGlobalAccess, est. gain up to 49%] ... [worth up to ~47.2 us, 2% of the time]" (the attention
+    forward, H200): ncu's figure is the excess share of the accesses, which the counts bound far lower."""
+    from ptxbench.tools.profile.summary import Rule
+
+    glob = ("This kernel has uncoalesced global accesses resulting in a total of 6291456 excessive sectors (50% of the "
+            "total 12681216 sectors).")
+    k = KernelProfile(name="attn", duration_us=2400.0, compute_sol_pct=76.0, memory_sol_pct=51.0,
+                      rules=[Rule(section="x", name="UncoalescedGlobalAccess", type="OPT", message=glob, speedup_pct=49.4)])
+    text = profile_feedback(ProfileSummary(ok=True, kernels=[k], gpu="NVIDIA H200"), {}, get_workload("mha_fwd_d128"))
+    item = next(ln for ln in text.splitlines() if "UncoalescedGlobalAccess" in ln)
+    assert item.startswith("1. [ncu UncoalescedGlobalAccess] This kernel") and "est. gain" not in item, item
