@@ -27,7 +27,7 @@ from ptxbench.tools.solution.parse import MAX_REPLY_CHARS
 from . import budget
 from .context import build_messages
 from .extract import extract_solution
-from .feedback import cut_note, render_eval, render_format_error
+from .feedback import cut_note, progress_text, render_eval, render_format_error
 from .profile_policy import turn_options
 from ..models.base import (Model, ModelError, ModelExhausted, ModelReply, ModelRequest, ModelUnavailable, OutOfTime,
                            TurnOutcome)
@@ -84,12 +84,8 @@ def state_eval(state) -> EvalResult | None:
 
 
 def _progress(config: OptimizeConfig, state: AgentState, result: EvalResult | None = None) -> str:
-    best = state.get("best_speedup")
-    if result is not None and result.passed and result.speedup is not None and (best is None or result.speedup > best):
-        best = result.speedup
     left = config.turns - len(state.get("done_turns", [])) - 1
-    best_text = f"Best passing speedup so far: {best:.3f}x." if best is not None else "No passing kernel with a speedup yet."
-    return f"{best_text} Turns left: {left}."
+    return progress_text(state.get("best_speedup"), state.get("best_kernel_ms"), result, left)
 
 
 def _outcome_message(result: EvalResult | None, format_error: str) -> str:

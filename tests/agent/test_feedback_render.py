@@ -86,3 +86,31 @@ def test_an_executed_target_is_said_without_its_counter_dump():
     assert "- target wgmma at runtime: executed (1.00x the workload's FLOPs)" in text
     assert "- target tma at runtime: executed (12.60x the workload's inputs' bytes)" in text
     assert "- target tcgen05 at runtime: absent (no UTCHMMA instruction in the SASS)" in text
+
+
+def _timed(ms: float, speedup: float) -> EvalResult:
+    from ptxbench.tools.results import Timing, TimingStat
+
+    return EvalResult(workload=WL, status="PASSED", timing=Timing(
+        candidate=TimingStat(median_ms=ms, ci_low_ms=ms, ci_high_ms=ms, n=150), speedup=speedup))
+
+
+def test_the_progress_line_compares_the_kernel_with_the_fastest_before_it():
+    """The attention climb's turn 6 (H200) read only "Best passing speedup so far: 1.117x" -- its own speedup, up
+    from 1.102x because the library timed slower, while the kernel was slower than turn 5's (2.2544 ms against
+    2.2477 ms) and the profile said "not a new best". The turn's own time against the fastest before it is said."""
+    from types import SimpleNamespace
+
+    from ptxbench.agent.loop.graph import _progress
+
+    config = SimpleNamespace(turns=8)
+    state = {"best_speedup": 1.102, "best_kernel_ms": 2.2477, "done_turns": [{}] * 5}
+    text = _progress(config, state, _timed(2.2544, 1.117))
+    assert text.startswith("This kernel (2.2544 ms) is 0.3% slower than your fastest so far (2.2477 ms).")
+    assert text.endswith("Best passing speedup so far: 1.117x. Turns left: 2.")
+    text = _progress(config, state, _timed(2.2366, 1.084))
+    assert text.startswith("This kernel is your fastest so far: 2.2366 ms, 0.5% faster than your best before (2.2477 ms).")
+    first = _progress(config, {"done_turns": []}, _timed(3.7072, 0.665))
+    assert first == "Best passing speedup so far: 0.665x. Turns left: 7."
+    failed = _progress(config, state, EvalResult(workload=WL, status="TIMEOUT"))
+    assert failed == "Best passing speedup so far: 1.102x. Turns left: 2."
