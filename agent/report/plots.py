@@ -9,9 +9,10 @@ import numpy as np
 
 from ptxbench.tools.visible import bidi_escaped
 
-from ..scoring import P_VALUES, RunScore, is_fast
+from ..scoring import P_VALUES, CellScore, RunScore, is_fast
 from ..scoring.cells import balance_weights
 from ..scoring.repair import order_classes
+from .tables import split_by_budget
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 
@@ -44,6 +45,13 @@ def _plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
+def _name(cell: CellScore, split: bool) -> str:
+    """A model's row as a figure names it: with its turn budget where the run has several (tables.split_by_budget)."""
+    k = cell.turn_budget
+    budget = "" if not split else f", {k} turn{'s' * (k != 1)}" if k else ", turns unrecorded"
+    return _plain(cell.model) + budget
+
+
 def _legend(ax, size: int) -> None:
     if ax.get_legend_handles_labels()[0]:  # an empty run has nothing to label
         ax.legend(fontsize=size)
@@ -58,22 +66,23 @@ def _png(fig) -> str:
 
 def fast_p_curves(score: RunScore) -> str:
     """fast_p and target-fast_p over trajectories as continuous curves in p, one colour per model (its workloads
-    weighing alike)."""
+    weighing alike), and per turn budget where the run has several (never pooled: score.models' rows)."""
     plt = _plt()
     trajs = [t for t in score.trajectories if not t.left_out]  # as the score's figures over trajectories
     top = max([t.best_speedup or 0 for t in trajs] + [1.3]) * 1.05
     grid = np.linspace(0, top, 200)
+    split = split_by_budget(score)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
     for ax, target in zip(axes, (False, True)):
-        for i, model in enumerate(score.model_names):
-            mine = [t for t in trajs if t.model == model]
+        for i, row in enumerate(score.models):
+            mine = [t for t in trajs if t.model == row.model and t.turn_budget == row.turn_budget]
             if not mine:
                 continue
             # each workload weighs alike, as in the model's row of the score (cells.balance_weights)
             weights = balance_weights(mine, "workload")[0]
             share = [np.average([any(is_fast(x, p, target) for x in t.scored_turns) for t in mine], weights=weights) for p in grid]
             marks = [np.average([any(is_fast(x, p, target) for x in t.scored_turns) for t in mine], weights=weights) for p in P_VALUES]
-            ax.plot(grid, share, color=COLORS[i % len(COLORS)], label=f"{_plain(model)} (n={len(mine)})")
+            ax.plot(grid, share, color=COLORS[i % len(COLORS)], label=f"{_name(row, split)} (n={len(mine)})")
             ax.plot(P_VALUES, marks, "o", color=COLORS[i % len(COLORS)], markersize=4)
         ax.axvline(1.0, color="grey", lw=0.8, ls=":")
         ax.set_xlabel("speedup threshold p (vs. library)")
@@ -86,11 +95,12 @@ def fast_p_curves(score: RunScore) -> str:
 
 
 def _by_turn_lines(ax, score: RunScore, key: str, style: str = "-", suffix: str = "") -> None:
+    split = split_by_budget(score)
     for i, cell in enumerate(score.models):
         ys = cell.by_turn.get(key, [])
         xs = [k + 1 for k, y in enumerate(ys) if y is not None]
         ax.plot(xs, [y for y in ys if y is not None], style, marker="o", markersize=3,
-                color=COLORS[i % len(COLORS)], label=f"{_plain(cell.model)}{suffix}")
+                color=COLORS[i % len(COLORS)], label=f"{_name(cell, split)}{suffix}")
 
 
 def _turn_axis(ax) -> None:
@@ -135,6 +145,7 @@ def repair_heatmaps(score: RunScore) -> str:
         return ""
     fig, axes = plt.subplots(1, len(cells), figsize=(5.2 * len(cells), 4.6), squeeze=False)
     names = order_classes({c for cell in cells for c in cell.repair.classes})  # one axis order for every model
+    split = split_by_budget(score)
     for ax, cell in zip(axes[0], cells):
         r = cell.repair
         mat = np.array([[r.next_class.get(a, {}).get(b, 0.0) for b in names] for a in names])
@@ -151,7 +162,7 @@ def repair_heatmaps(score: RunScore) -> str:
                             color="white" if mat[i, j] > 0.6 else "black")
         ax.set_xlabel("class at turn t+1")
         ax.set_ylabel("class at turn t")
-        ax.set_title(f"{_plain(cell.model)}: repair transitions", fontsize=9)
+        ax.set_title(f"{_name(cell, split)}: repair transitions", fontsize=9)
     fig.tight_layout()
     return _png(fig)
 

@@ -80,6 +80,20 @@ class Table:
         return f"<h3>{escape(self.title)}</h3>{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+# Said wherever a run's trajectories ran under more than one turn budget: the tables then show each budget's rows apart.
+BUDGET_NOTE = (" Rows are split by turn budget (the turn budget column, --turns): a trajectory given 4 turns and one given 16 "
+               "ran different trials, so their figures are neither pooled nor to be compared as like.")
+
+
+def budget_text(budget: int | None) -> str:
+    return "–" if budget is None else str(budget)
+
+
+def split_by_budget(score: RunScore) -> bool:
+    """Whether the tables show a turns column: the trajectories ran under more than one turn budget."""
+    return len(score.turn_budgets) > 1
+
+
 def _speedup_cell(est: Estimate, best: float | None = None) -> str:
     if est.value is None:
         return "–"
@@ -112,7 +126,8 @@ def leaderboard(score: RunScore, target: bool = False) -> Table:
         note += (f" {score.n_unstarted} trajectory log{' has' if score.n_unstarted == 1 else 's have'} no readable "
                  "trajectory_start (empty, or that line unreadable): left out of every figure, model and workload "
                  "unknown.")
-    parts = [note]
+    split = split_by_budget(score)
+    parts = [note + BUDGET_NOTE * split]
     if mixed := mixed_flush_cells(score):
         # model and workload names are the records' text: Recorded, so summary.md writes them through md_cell
         for i, (m, w) in enumerate(mixed[:3]):
@@ -120,11 +135,11 @@ def leaderboard(score: RunScore, target: bool = False) -> Table:
         parts.append((f" and {len(mixed) - 3} more" if len(mixed) > 3 else "")
                      + " pool trajectories timed from a read and from a written L2 flush, whose speedups do not "
                      "compare (docs/timing-integrity.md): the cells by prompt and GPU keep them apart.")
-    table = Table(title, ["model", *map(Recorded, workloads)], note=Note(parts))
-    for model in score.model_names:
-        row = [Recorded(model)]
+    table = Table(title, _heads(split, *map(Recorded, workloads)), note=Note(parts))
+    for row_cell in score.models:  # a row per model, and per turn budget where there are several
+        row = _label(row_cell, split, workload=False)
         for wl in workloads:
-            cell = score.cell(model, wl)
+            cell = score.cell(row_cell.model, wl, row_cell.turn_budget)
             if cell is None:
                 row.append("–")
             elif target:
@@ -135,40 +150,46 @@ def leaderboard(score: RunScore, target: bool = False) -> Table:
     return table
 
 
-def _label(cell: CellScore) -> list[str]:
-    return [Recorded(cell.model), Recorded(cell.workload)]
+def _label(cell: CellScore, split: bool = False, workload: bool = True) -> list[str]:
+    """The row's name: its model (and workload), and its turn budget where the tables split by budget."""
+    return [Recorded(cell.model), *[budget_text(cell.turn_budget)] * split, *[Recorded(cell.workload)] * workload]
 
 
-def fast_p_table(cells: list[CellScore], over: str, target: bool) -> Table:
+def _heads(split: bool, *rest: str) -> list[str]:
+    return ["model", *["turn budget"] * split, *rest]
+
+
+def fast_p_table(cells: list[CellScore], over: str, target: bool, split: bool = False) -> Table:
     name = "target-fast_p" if target else "fast_p"
     attr = f"{'target_' if target else ''}fast_p_{over}"
-    table = Table(f"{name} over {over}", ["model", "workload", "n", *[f"p={p_key(p)}" for p in P_VALUES]],
+    table = Table(f"{name} over {over}", _heads(split, "workload", "n", *[f"p={p_key(p)}" for p in P_VALUES]),
                   note="share correct AND speedup > p" + (" AND target instructions executed" if target else "")
                   + (", [Wilson 95% CI]" if over == "trajectories" else
                      ", [95% CI: bootstrap over trajectories; Wilson over trajectories where every resample agrees]"))
     for cell in cells:
         ests = getattr(cell, attr)
         n = cell.n_turns if over == "turns" else cell.n_trajectories
-        table.rows.append(_label(cell) + [str(n)] + [ests[p_key(p)].fmt(0, pct=True) for p in P_VALUES])
+        table.rows.append(_label(cell, split) + [str(n)] + [ests[p_key(p)].fmt(0, pct=True) for p in P_VALUES])
     return table
 
 
-def success_table(cells: list[CellScore]) -> Table:
-    headers = ["model", "workload", *[f"correct ≤{k}" for k in WITHIN_TURNS], *[f"target ≤{k}" for k in WITHIN_TURNS],
-               "geomean speedup", "turns to 1st correct", "best %SOL"]
+def success_table(cells: list[CellScore], split: bool = False) -> Table:
+    headers = _heads(split, "workload", *[f"correct ≤{k}" for k in WITHIN_TURNS], *[f"target ≤{k}" for k in WITHIN_TURNS],
+                     "geomean speedup", "turns to 1st correct", "best %SOL")
     table = Table("Success within k turns and speedups", headers,
                   note="share of trajectories with a correct (and target-executed) turn by turn k; geometric mean of the best "
                        "speedups of the trajectories that got one (those with no correct timed turn are left out, not "
                        "counted as 0: read it beside correct ≤k); turns to 1st correct and best %SOL over those that got one")
     for c in cells:
-        table.rows.append(_label(c) + [c.success_within[str(k)].fmt(0, pct=True) for k in WITHIN_TURNS]
+        table.rows.append(_label(c, split) + [c.success_within[str(k)].fmt(0, pct=True) for k in WITHIN_TURNS]
                           + [c.target_success_within[str(k)].fmt(0, pct=True) for k in WITHIN_TURNS]
                           + [c.geomean_speedup.fmt(3), c.turns_to_first_correct.fmt(2), c.mean_best_sol_pct.fmt(1)])
     return table
 
 
 def repair_table(score: RunScore) -> Table:
-    table = Table("Repair behaviour", ["model", "repaired / open runs", "mean turns to repair", "regressions",
+    split = split_by_budget(score)
+    table = Table("Repair behaviour", [*_heads(split), "repaired / open runs", "mean turns to repair", "regressions",
                                        "speedup gained per turn after 1st correct", "target executed but slower"],
                   note="a run is a streak of failing turns (open: still failing when its trajectory finished); regressions = PASSED then a failure (share of turns leaving PASSED)"
                        + UNKNOWN_NOTE * bool(score.n_compile_only))
@@ -180,7 +201,7 @@ def repair_table(score: RunScore) -> Table:
             runs += f" (+{r.episodes_unverified} ended COMPILED, unverified)"
         if r.episodes_cut:  # its trajectory left out (an unrepaired infra failure, unfinished): not the model's
             runs += f" (+{r.episodes_cut} cut short by an infra failure or unfinished)"
-        table.rows.append([Recorded(cell.model), runs, tt.fmt(2),
+        table.rows.append([*_label(cell, split, workload=False), runs, tt.fmt(2),
                            f"{r.regressions} ({r.regression_rate.fmt(0, pct=True)})", r.speedup_gain_per_turn.fmt(3),
                            f"{r.target_slower_count} ({r.target_slower.fmt(0, pct=True)})"])
     return table
@@ -188,28 +209,32 @@ def repair_table(score: RunScore) -> Table:
 
 def fix_table(score: RunScore) -> Table:
     classes = order_classes({c for cell in score.models for c in cell.repair.fix_probability})
-    table = Table("Next-turn fix probability by failure class", ["model", *map(Recorded, classes)],
+    split = split_by_budget(score)
+    table = Table("Next-turn fix probability by failure class", _heads(split, *map(Recorded, classes)),
                   note="P(the next turn is PASSED | this turn failed with the class), [95% CI] (n transitions)"
                        + UNKNOWN_NOTE * bool(score.n_compile_only))
     for cell in score.models:
         fix = cell.repair.fix_probability
-        table.rows.append([Recorded(cell.model)] + [f"{fix[c].fmt(0, pct=True)} (n={fix[c].denom:g})" if c in fix else "" for c in classes])
+        table.rows.append(_label(cell, split, workload=False) + [f"{fix[c].fmt(0, pct=True)} (n={fix[c].denom:g})" if c in fix else "" for c in classes])
     return table
 
 
 def cells_table(score: RunScore) -> Table:
-    table = Table("Cells by prompt and GPU", ["model", "workload", "prompt", "gpu", "L2 flush", "trajectories", "turns",
-                                              "best speedup", "fast_1 (traj.)", "target-fast_1 (traj.)", "infra-failed"])
+    split = split_by_budget(score)
+    table = Table("Cells by prompt and GPU", [*_heads(split, "workload", "prompt", "gpu", "L2 flush", "trajectories"),
+                                              "turns", "best speedup", "fast_1 (traj.)",
+                                              "target-fast_1 (traj.)", "infra-failed"])
     for c in score.cells:
-        names = (c.model, c.workload, c.prompt, c.gpu or "–", c.l2_flush or "–")
-        table.rows.append([*map(Recorded, names), str(c.n_trajectories), str(c.n_turns),
+        names = (c.workload, c.prompt, c.gpu or "–", c.l2_flush or "–")
+        table.rows.append([*_label(c, split, workload=False), *map(Recorded, names), str(c.n_trajectories), str(c.n_turns),
                            c.best_speedup.fmt(3), c.fast_p_trajectories["1"].fmt(0, pct=True),
                            c.target_fast_p_trajectories["1"].fmt(0, pct=True), str(c.n_infra_failed)])
     return table
 
 
 def all_tables(score: RunScore) -> list[Table]:
-    cells = score.model_workload
-    return [leaderboard(score), leaderboard(score, target=True), fast_p_table(cells, "trajectories", False),
-            fast_p_table(cells, "trajectories", True), fast_p_table(cells, "turns", False), fast_p_table(cells, "turns", True),
-            success_table(cells), repair_table(score), fix_table(score), cells_table(score)]
+    cells, split = score.model_workload, split_by_budget(score)
+    return [leaderboard(score), leaderboard(score, target=True), fast_p_table(cells, "trajectories", False, split),
+            fast_p_table(cells, "trajectories", True, split), fast_p_table(cells, "turns", False, split),
+            fast_p_table(cells, "turns", True, split), success_table(cells, split), repair_table(score), fix_table(score),
+            cells_table(score)]

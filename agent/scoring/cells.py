@@ -12,6 +12,7 @@ A group of several workloads (a model's row) scored with `balance="workload"` we
 figures over trajectories (a mean over workloads of each one's share or mean, as KernelBench's fast_p is a share
 of tasks): pooled, a workload whose trajectories failed infra and were left out, or that ran more trajectories,
 tilted the model's figure towards the others. Figures over turns and the repair statistics stay pooled.
+Every group holds trajectories of one turn budget (`turn_budget`, run_score.py keys each group by it).
 """
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ class CellScore(BaseModel):
     prompt: str = ANY
     gpu: str = ANY
     l2_flush: str = ANY
+    turn_budget: int | None = Field(None, description="the turn limit (--turns) its trajectories ran under, None where "
+                                    "none is recorded: a cell never pools two budgets (best of 4 turns and best of 16 "
+                                    "are different trials)")
     n_trajectories: int = Field(0, description="trajectories scored (infra-failed and unfinished ones excluded)")
     n_infra_failed: int = 0
     n_unfinished: int = Field(0, description="trajectories with no stop recorded (killed or still running), left out "

@@ -20,9 +20,11 @@ Only the model's turns within the recorded budget (`turns`) count, and a traject
 or whose turn 0 is not the broken kernel the suite records (`solution_sha256`), is left out and counted apart with the
 infra-failed ones (`RepairScore.left_out`), neither for nor against its model; the page says how many of the local
 suite's tasks each model ran.
-Each is a share of (turns to fix: a mean over) the judged trajectories with a 95% interval (Wilson's for the
-shares, a bootstrap for the mean: stats.py), overall, per model, by bug class and by
-failure class (the broken kernel's status at turn 0; where turn 0 was not run on a GPU (COMPILED), the verdict
+Each is a share of (turns to fix: a mean over) the judged trajectories, each task weighing alike (a mean over tasks,
+as a model's row of the score is over workloads: a task that lost trajectories to infra, or ran more of them, tilted
+it), with a 95% interval (Wilson's at the effective count for the shares, a bootstrap within each task for the mean:
+stats.py), overall, per model (and turn budget, where the trajectories ran
+under several: fixed@k of two k never pool), by bug class and by failure class (the broken kernel's status at turn 0; where turn 0 was not run on a GPU (COMPILED), the verdict
 the suite recorded for it).
 
 A task's record (bug class, unbroken speedup, held out) comes from this machine's suite, looked up by the recorded
@@ -41,7 +43,8 @@ from pydantic import BaseModel, Field, ValidationError
 from ..records.rundir import DamagedRecord, path_inside, validation_line
 from ..repairs.suite import RepairSuite, RepairTask, SuiteMissing, load_suite
 from ..report.tables import md_cell
-from .run_score import unique_records
+from .cells import balance_weights
+from .run_score import budget_order, unique_records
 from .stats import Estimate, mean_estimate, share_estimate
 from .turns import COMPILED, TrajectoryScore, _measured, score_trajectory
 
@@ -63,6 +66,8 @@ class RepairTrajectory(BaseModel):
                                     "recorded, or the fix untimed)")
     regression: bool = False
     judged: bool = Field(True, description="False: compiled without a GPU and never PASSED, fixed or not unknown")
+    turn_budget: int | None = Field(None, description="the turns it was given (its config's 'turns'; None: not "
+                                    "recorded): the k of fixed@k")
 
 
 class RepairCell(BaseModel):
@@ -78,15 +83,17 @@ class RepairCell(BaseModel):
 
 class RepairScore(BaseModel):
     trajectories: list[RepairTrajectory] = Field(default_factory=list)
-    by_model: dict[str, RepairCell] = Field(default_factory=dict)
+    by_model: dict[str, RepairCell] = Field(default_factory=dict, description="model -> its cell; where the trajectories "
+                                            "ran under several turn budgets, one per model and budget, named "
+                                            "'<model> (<k> turns)' (row_name): fixed@k of two k never pool")
     by_model_bug_class: dict[str, dict[str, RepairCell]] = Field(default_factory=dict)
     by_model_failure_class: dict[str, dict[str, RepairCell]] = Field(default_factory=dict)
     left_out: dict[str, int] = Field(default_factory=dict, description="why -> trajectories left out of every rate "
                                      "(an infra failure no retry repaired, a record of another task), neither for "
                                      "nor against their model")
     suite_tasks: int = Field(0, description="tasks in this machine's suite (0: none built here)")
-    tasks_by_model: dict[str, int] = Field(default_factory=dict, description="model -> distinct tasks its scored "
-                                           "trajectories ran (of suite_tasks)")
+    tasks_by_model: dict[str, int] = Field(default_factory=dict, description="model (as by_model names it) -> distinct "
+                                           "tasks its scored trajectories ran (of suite_tasks)")
 
 
 @lru_cache(maxsize=1)
@@ -198,7 +205,7 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
     failure = score.start.status if score.start else recorded
     if failure in ("", COMPILED):  # turn 0 not run on a GPU: the broken kernel's class is what the suite recorded
         failure = recorded or "unknown"
-    return RepairTrajectory(id=score.id, model=score.model, task=config["repair_task"], bug_class=task.get("bug_class", ""),
+    return RepairTrajectory(id=score.id, model=score.model, task=config["repair_task"], turn_budget=score.turn_budget, bug_class=task.get("bug_class", ""),
                             failure_class=failure, held_out=bool(task.get("held_out")), unbroken_speedup=unbroken,
                             fixed_at_1=first == 1, fixed=bool(passed),
                             turns_to_fix=first, speed_kept=None if speed_unknown else bool(kept), regression=regression,
@@ -206,15 +213,23 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
 
 
 def cell(rows: list[RepairTrajectory]) -> RepairCell:
+    """The rates of a group of trajectories, each task weighing alike (as a model's row weighs its workloads:
+    cells.balance_weights): pooled, a task whose trajectories failed infra or were left out, or that ran more of them
+    (several runs merged, the anchors' one per task), tilted the rate towards the other tasks."""
     judged = [r for r in rows if r.judged]
     fixed = [r for r in judged if r.fixed]
     speed_known = [r for r in judged if r.speed_kept is not None]
+
+    def share(group: list[RepairTrajectory], outcome) -> Estimate:
+        return share_estimate([float(outcome(r)) for r in group], balance_weights(group, "task")[0])
+
+    weights, strata = balance_weights(fixed, "task")
     return RepairCell(n=len(rows), not_judged=len(rows) - len(judged), speed_unknown=len(judged) - len(speed_known),
-                      fixed_at_1=share_estimate([float(r.fixed_at_1) for r in judged]),
-                      fixed_at_k=share_estimate([float(r.fixed) for r in judged]),
-                      turns_to_fix=mean_estimate([float(r.turns_to_fix) for r in fixed]),
-                      speed_kept=share_estimate([float(r.speed_kept) for r in speed_known]),
-                      regression_rate=share_estimate([float(r.regression) for r in judged]))
+                      fixed_at_1=share(judged, lambda r: r.fixed_at_1),
+                      fixed_at_k=share(judged, lambda r: r.fixed),
+                      turns_to_fix=mean_estimate([float(r.turns_to_fix) for r in fixed], weights, strata=strata),
+                      speed_kept=share(speed_known, lambda r: r.speed_kept),
+                      regression_rate=share(judged, lambda r: r.regression))
 
 
 def _grouped(rows: list[RepairTrajectory], key) -> dict[str, RepairCell]:
@@ -222,6 +237,16 @@ def _grouped(rows: list[RepairTrajectory], key) -> dict[str, RepairCell]:
     for r in rows:
         groups[key(r)].append(r)
     return {k: cell(v) for k, v in sorted(groups.items())}
+
+
+def row_name(row: RepairTrajectory, split: bool) -> str:
+    """The name of a row's model on the page and in by_model: with its turn budget where the rows ran under several
+    (fixed@k over 1 turn and over 4 are different measures, as a score's cells of two budgets are)."""
+    if not split:
+        return row.model
+    if not row.turn_budget:
+        return f"{row.model} (turns unrecorded)"
+    return f"{row.model} ({row.turn_budget} turn{'s' * (row.turn_budget != 1)})"
 
 
 def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
@@ -247,11 +272,17 @@ def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
         rows.append((run.name, record.id, record.start.ts, repair_trajectory(score, config, task, again)))
     # in (run, id, start) order: the bootstrap draws by position, so runs named in another order gave other intervals
     rows = [row for *_, row in sorted(rows, key=lambda r: r[:3])]
-    out = RepairScore(trajectories=rows, by_model=_grouped(rows, lambda r: r.model), left_out=dict(sorted(left_out.items())),
-                      suite_tasks=len(_local_tasks()),
-                      tasks_by_model={m: len({r.task for r in rows if r.model == m}) for m in sorted({r.model for r in rows})})
+    split = len({r.turn_budget for r in rows}) > 1
+
+    def name(r: RepairTrajectory) -> str:
+        return row_name(r, split)
+    # rows in (model, turn budget) order, the budget as a number (a name sorts "16 turns" before "4 turns")
+    order = sorted({(r.model, budget_order(r.turn_budget), name(r)) for r in rows})
+    out = RepairScore(trajectories=rows, by_model={n: cell([r for r in rows if name(r) == n]) for *_, n in order},
+                      left_out=dict(sorted(left_out.items())), suite_tasks=len(_local_tasks()),
+                      tasks_by_model={n: len({r.task for r in rows if name(r) == n}) for *_, n in order})
     for model in out.by_model:
-        mine = [r for r in rows if r.model == model]
+        mine = [r for r in rows if name(r) == model]
         out.by_model_bug_class[model] = _grouped(mine, lambda r: r.bug_class)
         out.by_model_failure_class[model] = _grouped(mine, lambda r: r.failure_class)
     return out
@@ -270,6 +301,9 @@ def repair_markdown(score: RepairScore) -> str:
 
     parts = ["## Repair track", f"fixed with the speed kept: PASSED, targets executed when measured, >= {SPEED_KEPT}x "
              "the unbroken kernel's speedup"]
+    if len({r.turn_budget for r in score.trajectories}) > 1:
+        parts.append("rows are split by turn budget (the k of fixed@k, --turns): fixed within 1 turn and within 4 are "
+                     "different measures, never pooled")
     unjudged = sum(not r.judged for r in score.trajectories)
     if unjudged:
         parts.append(f"not judged: {unjudged} of {len(score.trajectories)} trajectories compiled a changed kernel without "

@@ -1,7 +1,9 @@
 """Score one or more run directories: trajectories -> cells -> RunScore (JSON-ready).
 
 Reads runs/ only (agent/records/rundir.py), so runs recorded on other machines merge here: trajectories of
-several runs with the same (model, workload, prompt, gpu, L2 flush) pool into one cell.
+several runs with the same (model, workload, prompt, gpu, L2 flush, turn budget) pool into one cell. Every group
+(the cells, a model's workloads, a model's row) is keyed by the turn budget (--turns) too: a trajectory given 4 turns
+and one given 16 ran different trials, so their best speedups, fast_p and by-turn curves are never averaged together.
 """
 from __future__ import annotations
 
@@ -28,7 +30,11 @@ from .turns import TrajectoryScore, score_trajectory
 #    the loop's error after a trajectory's own stop leaves it finished; turns to repair bootstraps trajectories, not
 #    runs; a cell's geomean n counts the trajectories with a speedup; n_unstarted; repair.episodes_cut (a failing run its
 #    left-out trajectory ended on, no longer counted open)
-SCORE_VERSION = 7
+# 8: every group keyed by the turn budget too (cells, model_workload, models: CellScore.turn_budget,
+#    TrajectoryScore.turn_budget); runs of --turns 4 and 16 pooled into one cell's curves and best speedups
+#    Estimate.ci_fixed_strata: a model's interval that holds a workload of one trajectory fixed says so
+#    the repair track (score --json's repair_track): a row per turn budget too, each task weighing alike in its rates
+SCORE_VERSION = 8
 
 
 class RunScore(BaseModel):
@@ -46,11 +52,13 @@ class RunScore(BaseModel):
     n_compile_only: int = Field(0, description="COMPILED turns, never run on a GPU (--no-gpu runs): not counted as correct")
     n_skipped_lines: int = Field(0, description="lines of the trajectory logs that are no readable event, left out "
                                  "(TrajectoryScore.skipped_lines): the scores lack whatever they held")
-    cells: list[CellScore] = Field(default_factory=list, description="one per (model, workload, prompt, gpu, L2 flush): "
-                                   "runs timed from the two flushes do not pool (docs/timing-integrity.md)")
-    model_workload: list[CellScore] = Field(default_factory=list, description="one per (model, workload), prompts and GPUs pooled")
-    models: list[CellScore] = Field(default_factory=list, description="one per model over all its workloads: figures over "
-                                    "trajectories weigh each workload alike, figures over turns and repair statistics pool")
+    cells: list[CellScore] = Field(default_factory=list, description="one per (model, workload, prompt, gpu, L2 flush, turn "
+                                   "budget): runs timed from the two flushes do not pool (docs/timing-integrity.md)")
+    model_workload: list[CellScore] = Field(default_factory=list, description="one per (model, workload, turn budget), "
+                                            "prompts and GPUs pooled")
+    models: list[CellScore] = Field(default_factory=list, description="one per (model, turn budget) over all its workloads: "
+                                    "figures over trajectories weigh each workload alike, figures over turns and repair "
+                                    "statistics pool")
     trajectories: list[TrajectoryScore] = Field(default_factory=list)
 
     @property
@@ -61,12 +69,37 @@ class RunScore(BaseModel):
     def workload_names(self) -> list[str]:
         return sorted({t.workload for t in self.trajectories})
 
-    def cell(self, model: str, workload: str) -> CellScore | None:
-        return next((c for c in self.model_workload if c.model == model and c.workload == workload), None)
+    @property
+    def turn_budgets(self) -> list[int | None]:
+        """The turn budgets its trajectories ran under (None: not recorded), in the groups' order."""
+        return sorted({t.turn_budget for t in self.trajectories}, key=budget_order)
 
-    def repair(self, model: str) -> RepairStats:
-        found = next((c for c in self.models if c.model == model), None)
+    def cell(self, model: str, workload: str, turn_budget: int | None | str = ANY) -> CellScore | None:
+        """The (model, workload) cell of `turn_budget`; ANY: the only one (MixedTurnBudgets when there are several)."""
+        return _one([c for c in self.model_workload if c.model == model and c.workload == workload], turn_budget,
+                    f"{model} x {workload}")
+
+    def repair(self, model: str, turn_budget: int | None | str = ANY) -> RepairStats:
+        found = _one([c for c in self.models if c.model == model], turn_budget, model)
         return found.repair if found else RepairStats()
+
+
+class MixedTurnBudgets(ValueError):
+    """A cell asked for without its turn budget, where trajectories ran under several: name the budget."""
+
+
+def budget_order(budget: int | None) -> tuple:
+    """Sort key of turn budgets: ascending, the unrecorded one (None) last."""
+    return (budget is None, budget or 0)
+
+
+def _one(cells: list[CellScore], turn_budget, what: str) -> CellScore | None:
+    if turn_budget != ANY:
+        return next((c for c in cells if c.turn_budget == turn_budget), None)
+    if len(cells) > 1:
+        raise MixedTurnBudgets(f"{what} ran under several turn budgets "
+                               f"({', '.join(str(c.turn_budget) for c in cells)}): name one")
+    return cells[0] if cells else None
 
 
 def _group(trajs: list[TrajectoryScore], fields: tuple[str, ...], balance: str | None = None) -> list[CellScore]:
@@ -75,7 +108,10 @@ def _group(trajs: list[TrajectoryScore], fields: tuple[str, ...], balance: str |
     # intervals (the start tells apart two runs of one folder name)
     for t in sorted(trajs, key=lambda t: (t.run, t.id, t.started)):
         groups[tuple(getattr(t, f) for f in fields)].append(t)
-    return [score_cell(members, balance=balance, **dict(zip(fields, key))) for key, members in sorted(groups.items())]
+    # a key may hold None (a turn budget not recorded), which does not sort beside a number
+    ordered = sorted(groups.items(), key=lambda kv: tuple(budget_order(v) if f == "turn_budget" else v
+                                                         for f, v in zip(fields, kv[0])))
+    return [score_cell(members, balance=balance, **dict(zip(fields, key))) for key, members in ordered]
 
 
 def score_trajectories(trajs: list[TrajectoryScore]) -> RunScore:
@@ -83,9 +119,10 @@ def score_trajectories(trajs: list[TrajectoryScore]) -> RunScore:
     score.n_infra_failed = sum(t.infra_failed for t in trajs)
     score.n_unfinished = sum(t.unfinished for t in trajs)
     score.n_infra_turns = sum(len(t.turns) - len(t.scored_turns) for t in trajs)
-    score.cells = _group(trajs, ("model", "workload", "prompt", "gpu", "l2_flush"))
-    score.model_workload = _group(trajs, ("model", "workload"))
-    score.models = _group(trajs, ("model",), balance="workload")
+    # each group of one turn budget: a trajectory of 4 turns and one of 16 ran different trials
+    score.cells = _group(trajs, ("model", "workload", "prompt", "gpu", "l2_flush", "turn_budget"))
+    score.model_workload = _group(trajs, ("model", "workload", "turn_budget"))
+    score.models = _group(trajs, ("model", "turn_budget"), balance="workload")
     score.n_target_unknown = sum(c.n_target_unknown for c in score.models)
     score.n_compile_only = sum(c.n_compile_only for c in score.models)
     score.n_skipped_lines = sum(t.skipped_lines for t in trajs)
@@ -134,5 +171,5 @@ def score_runs(run_dirs: Iterable[Path]) -> RunScore:
     return score
 
 
-__all__ = ["ANY", "DuplicateTrajectory", "RunScore", "score_runs", "score_trajectories", "load_trajectory_scores",
+__all__ = ["ANY", "DuplicateTrajectory", "MixedTurnBudgets", "budget_order", "RunScore", "score_runs", "score_trajectories", "load_trajectory_scores",
            "unique_records"]

@@ -16,7 +16,10 @@ Any other estimate from fewer than two trajectories has no interval (ci_low, ci_
 A model's figures over several workloads weigh each workload alike (KernelBench's fast_p is a share of tasks): each
 trajectory carries the weight 1 / (its workload's trajectories), the bootstrap resamples within each workload
 (`strata`; the workloads of one trajectory together, as one stratum), and a weighted share's Wilson interval is
-taken at Kish's effective count (sum w)^2 / sum w^2.
+taken at Kish's effective count (sum w)^2 / sum w^2. A workload of one trajectory that is the only one (beside workloads
+of several) has nothing to be drawn with: every resample keeps its value, so the interval lacks that workload's
+trajectory-to-trajectory spread. No data says how wide that is, so the interval is kept and marked
+(`Estimate.ci_fixed_strata`, a dagger after it in fmt()), never passed off as covering it.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from pydantic import BaseModel, Field
 BOOTSTRAP_SAMPLES = 2000
 SEED = 0
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+FIXED_MARK = "†"  # after an interval that holds a stratum of one trajectory fixed (Estimate.ci_fixed_strata)
 
 
 class Estimate(BaseModel):
@@ -37,7 +41,12 @@ class Estimate(BaseModel):
     ci_high: float | None = None
     ci_method: str = Field("", description="how the interval was made: bootstrap (percentile, over trajectories), "
                                            "wilson (score interval); empty when there is none")
-    n: int = Field(0, description="trajectories the estimate rests on")
+    ci_fixed_strata: int = Field(0, description="strata (a model's row: workloads) of a single trajectory that the "
+                                 "bootstrap drew alone, so held at their value in every resample: the interval leaves "
+                                 "out their trajectory-to-trajectory spread (narrower than it should be), and fmt() "
+                                 "marks it with a dagger")
+    n: int = Field(0, description="trajectories the estimate rests on (a ratio's: those with something in its "
+                                  "denominator, so a regression rate's n is the trajectories that had a PASSED turn)")
     denom: float = Field(0.0, description="total of the denominator (turns, trajectories, correct trajectories)")
 
     def fmt(self, digits: int = 2, pct: bool = False) -> str:
@@ -46,7 +55,7 @@ class Estimate(BaseModel):
         scale, unit = (100.0, "%") if pct else (1.0, "")
         text = f"{self.value * scale:.{digits}f}{unit}"
         if self.ci_low is not None and self.ci_high is not None:
-            text += f" [{self.ci_low * scale:.{digits}f}, {self.ci_high * scale:.{digits}f}]"
+            text += f" [{self.ci_low * scale:.{digits}f}, {self.ci_high * scale:.{digits}f}]" + FIXED_MARK * bool(self.ci_fixed_strata)
         return text
 
 
@@ -61,15 +70,30 @@ def wilson_interval(share: float, n: float) -> tuple[float, float]:
     return (0.0 if share <= 0 else low), (1.0 if share >= 1 else high)
 
 
+def _strata_groups(strata: Sequence[int]) -> list[np.ndarray]:
+    """The positions of each stratum, the strata of one trajectory collapsed into one group when there are several."""
+    groups = [np.flatnonzero(np.asarray(strata) == s) for s in sorted(set(strata))]
+    if len(singles := [g for g in groups if len(g) == 1]) > 1:
+        groups = [g for g in groups if len(g) > 1] + [np.concatenate(singles)]
+    return groups
+
+
+def fixed_strata(strata: Sequence[int] | None) -> int:
+    """Strata the bootstrap cannot vary: a stratum of one trajectory left alone (the only such one, beside strata of
+    several), which every resample draws as itself."""
+    if strata is None:
+        return 0
+    groups = _strata_groups(strata)
+    return sum(len(g) == 1 for g in groups) if len(groups) > 1 else 0
+
+
 def _resample_indices(rng, n: int, samples: int, strata: Sequence[int] | None) -> np.ndarray:
     """samples x n positions drawn with replacement: over all n, or within each stratum (each keeps its size). The
     strata of one trajectory are drawn together, as one stratum (collapsed strata): alone, each would draw itself in
     every resample, and a model that ran one trajectory per workload had an interval of no width."""
     if strata is None:
         return rng.integers(0, n, size=(samples, n))
-    groups = [np.flatnonzero(np.asarray(strata) == s) for s in sorted(set(strata))]
-    if len(singles := [g for g in groups if len(g) == 1]) > 1:
-        groups = [g for g in groups if len(g) > 1] + [np.concatenate(singles)]
+    groups = _strata_groups(strata)
     return np.concatenate([g[rng.integers(0, len(g), size=(samples, len(g)))] for g in groups], axis=1)
 
 
@@ -87,7 +111,7 @@ def ratio_estimate(num: Sequence[float], den: Sequence[float], transform=None,
     n = len(num_a)
     total = float(den_a.sum()) if n else 0.0
     if n == 0 or total == 0:
-        return Estimate(n=n, denom=total)
+        return Estimate(denom=total)  # rests on no trajectory
     value = float(num_a.sum() / total)
     resting = int((den_a != 0).sum())  # the trajectories the ratio rests on
     low = high = None
@@ -100,12 +124,14 @@ def ratio_estimate(num: Sequence[float], den: Sequence[float], transform=None,
         ratios = ratios[np.isfinite(ratios)]
         if len(ratios):
             low, high, method = float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5)), "bootstrap"
+    fixed = fixed_strata(strata) if method == "bootstrap" else 0
     if share and (low is None or low == high):
-        (low, high), method = wilson_interval(value, resting), "wilson"
+        (low, high), method, fixed = wilson_interval(value, resting), "wilson", 0
     if transform is not None:
         value = transform(value)
         low, high = (transform(low), transform(high)) if low is not None else (None, None)
-    return Estimate(value=value, ci_low=low, ci_high=high, ci_method=method, n=n, denom=total)
+    return Estimate(value=value, ci_low=low, ci_high=high, ci_method=method, ci_fixed_strata=fixed,
+                    n=resting, denom=total)  # n: not the trajectories with nothing in the denominator (no turn left PASSED)
 
 
 def effective_count(weights: Sequence[float]) -> float:

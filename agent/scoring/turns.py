@@ -62,6 +62,8 @@ class TrajectoryScore(BaseModel):
     l2_flush: str = Field("", description="the L2 flush its evaluations started from (read / write; write for runs "
                           "recorded before the mode existed): speedups of the two modes do not pool")
     mode: str = ""
+    turn_budget: int | None = Field(None, description="the turn limit it ran under (its trajectory_start's config "
+                                    "'turns', which a --resume cannot change); None where none is recorded")
     index: int = 0
     started: float = Field(0.0, description="its trajectory_start's time: tells apart trajectories of one id in two "
                                             "runs saved under one folder name")
@@ -116,6 +118,13 @@ def _measured(value: float | None) -> float | None:
     """A recorded speedup or %SOL, None (unmeasured) unless a positive finite number: an Infinity topped the
     leaderboard, and a NaN made every mean NaN and a trajectory's best depend on the order of its turns."""
     return value if value is not None and math.isfinite(value) and value > 0 else None
+
+
+def _turn_budget(config: dict) -> int | None:
+    """The recorded turn limit (config 'turns'), None unless a whole number above 0 (a record by hand or of another
+    version may hold anything there)."""
+    turns = (config or {}).get("turns")
+    return turns if isinstance(turns, int) and not isinstance(turns, bool) and turns > 0 else None
 
 
 def _turn_from_eval(turn: int, event) -> TurnScore:
@@ -272,6 +281,7 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
         gpu=(start.gpu if start else "") or evaluated_gpu(record.events),
         l2_flush=start.config.get("l2_flush", LEGACY_L2_FLUSH) if start else "",
         mode=start.mode if start else "",
+        turn_budget=_turn_budget(start.config if start else {}),
         index=start.index if start else 0,
         started=start.ts if start else 0.0,
         stop_reason=stop_reason,

@@ -301,3 +301,38 @@ def test_an_unbroken_speedup_recorded_as_nan_infinity_or_zero_is_no_speed_to_com
     for recorded in (float("nan"), float("inf"), 0.0, -1.0):
         row = repair_trajectory(score, {"repair_task": "t"}, {"workload": WL, "unbroken_speedup": recorded})
         assert row.fixed and row.speed_kept is None and row.unbroken_speedup is None, recorded
+
+
+def test_repairs_of_two_turn_budgets_are_rows_apart(tmp_path):
+    """fixed@k pooled trajectories given 1 turn with trajectories given 4 into one model's row: the k of fixed@k is the
+    turn budget, so each budget is a row of its own, named with it."""
+    for turns in (1, 2):
+        cfg = BenchConfig(models=["builtin/reference"], workloads=[WL], trajectories=1, turns=turns, track="repair",
+                          suite=str(FIXTURE))
+        run_bench(cfg, tmp_path / f"run{turns}", evaluator=fake_gpu())
+    score = score_repair_runs([tmp_path / "run1", tmp_path / "run2"])
+    assert list(score.by_model) == ["builtin/reference (1 turn)", "builtin/reference (2 turns)"]
+    assert [c.n for c in score.by_model.values()] == [4, 4]
+    assert {r.turn_budget for r in score.trajectories} == {1, 2}
+    assert "rows are split by turn budget" in repair_markdown(score)
+    assert list(score_repair_runs([tmp_path / "run2"]).by_model) == ["builtin/reference"]  # one budget: as before
+
+
+def test_each_task_weighs_alike_in_a_models_repair_rates():
+    """The rates pooled trajectories: a task that ran three (two runs merged) against one that ran one (or lost two to
+    infra) read 3 fixed of 4 = 75%, where the tasks read 100% and 0%. A mean over tasks, as a model's row of the score
+    weighs its workloads; Wilson's interval at the effective count."""
+    from ptxbench.agent.scoring.repair_track import RepairTrajectory, cell
+    from ptxbench.agent.scoring import wilson_interval
+
+    rows = [RepairTrajectory(id=f"a{i}", model="m", task="a", fixed=True, fixed_at_1=True, turns_to_fix=1 + i)
+            for i in range(3)] + [RepairTrajectory(id="b0", model="m", task="b")]
+    c = cell(rows)
+    assert c.fixed_at_k.value == 0.5 and c.fixed_at_1.value == 0.5 and c.n == 4
+    low, high = wilson_interval(0.5, (1 + 1) ** 2 / (3 / 9 + 1))  # Kish: weights 1/3 x 3 and 1
+    assert (c.fixed_at_k.ci_low, c.fixed_at_k.ci_high) == (low, high)
+    assert c.turns_to_fix.value == 2.0  # fixed only in task a: the mean of its 1, 2, 3
+    # one trajectory per task (the anchors): as before, every trajectory alike
+    even = cell([RepairTrajectory(id=f"t{i}", model="m", task=f"t{i}", fixed=i < 3, turns_to_fix=1 if i < 3 else None)
+                 for i in range(4)])
+    assert even.fixed_at_k.value == 0.75 and (even.fixed_at_k.ci_low, even.fixed_at_k.ci_high) == wilson_interval(0.75, 4)

@@ -427,3 +427,25 @@ def test_a_nan_in_the_records_is_null_in_score_json_and_score_json_output(tmp_pa
     saved = strict(write_report(run, tmp_path / "out").score_json.read_text())
     assert saved["manifests"][str(run)]["cost"] is None and saved["manifests"][str(run)]["budget"] is None
     strict(CliRunner().invoke(app, ["score", str(run), "--json"]).output)
+
+
+def test_a_run_of_two_turn_budgets_shows_each_budgets_rows_apart(tmp_path):
+    """The leaderboard had one row per model, pooling a trajectory of 4 turns with one of 16; with several budgets in
+    the run, every table keyed by model shows a turn budget column and a row per budget, and says why."""
+    from trajectory_builder import TrajectoryBuilder
+
+    run = tmp_path / "run"
+    TrajectoryBuilder(run, "short", "m/a", "gemm", index=0, config={"turns": 4}).turn(1, "PASSED", 1.0, True).stop()
+    TrajectoryBuilder(run, "long", "m/a", "gemm", index=1, config={"turns": 16}).turn(1, "PASSED", 3.0, True).stop()
+    md = write_report(run, tmp_path / "out").markdown.read_text()
+    assert "| model | turn budget | gemm |" in md
+    assert "| m/a | 4 | 1.000 (max 1.000) |" in md and "| m/a | 16 | 3.000 (max 3.000) |" in md
+    assert "Rows are split by turn budget" in md
+    assert "| model | turn budget | workload | n |" in md  # fast_p tables
+    saved = json.loads((tmp_path / "out" / "score.json").read_text())
+    assert [c["turn_budget"] for c in saved["model_workload"]] == [4, 16]
+
+
+def test_a_run_of_one_turn_budget_keeps_its_tables_as_they_were(report):
+    md = report[1].markdown.read_text()
+    assert "turn budget" not in md and "Rows are split" not in md

@@ -180,6 +180,7 @@ def test_a_models_row_weighs_each_workload_alike(tmp_path):
     assert model.success_within["1"].value == approx(1.0) and model.by_turn["best_so_far"] == [approx(1.0)]
     # the bootstrap draws within each workload: "hard" has one scored trajectory, so every draw keeps its 0.5
     assert model.best_speedup.ci_low == approx((1.5 + 0.5) / 2) == model.best_speedup.ci_high
+    assert model.best_speedup.ci_fixed_strata == 1  # and says so: "hard"'s spread is not in it
     # over turns the figures stay pooled (every scored turn one kernel): 4 fast of 5 scored turns
     assert model.fast_p_turns["1"].value == approx(4 / 5)
 
@@ -771,3 +772,71 @@ def test_scores_last_line_names_every_kind_of_trajectory_left_out(tmp_path):
     last = result.output.strip().splitlines()[-1]
     assert last.startswith("2 trajectories (0 infra-failed, 1 unfinished, left out), 1 trajectory logs with no "
                            "readable start (not scored), "), last
+
+
+def test_runs_of_two_turn_budgets_never_pool_into_one_cell(tmp_path):
+    """Trajectories given --turns 4 and --turns 16 (same model, workload, prompt) pooled into one cell: the best speedup
+    and fast_p over trajectories averaged a best of 4 turns with a best of 16, and the by-turn curves mixed them. Every
+    group is keyed by the turn budget; a cell asked for without it, where there are several, is refused."""
+    from ptxbench.agent.scoring.run_score import SCORE_VERSION, MixedTurnBudgets
+
+    for i in range(2):
+        TrajectoryBuilder(tmp_path, f"short{i}", "m", "gemm", index=i, config={"turns": 4}) \
+            .turn(1, "COMPILE_ERROR").turn(2, "PASSED", 1.0, True).stop()
+    TrajectoryBuilder(tmp_path, "long", "m", "gemm", index=2, config={"turns": 16}) \
+        .turn(1, "COMPILE_ERROR").turn(2, "PASSED", 1.0, True).turn(3, "PASSED", 3.0, True).stop()
+    score = score_runs([tmp_path])
+    assert SCORE_VERSION >= 8 and score.turn_budgets == [4, 16]
+    assert [(c.turn_budget, c.n_trajectories) for c in score.model_workload] == [(4, 2), (16, 1)]
+    assert [(c.turn_budget, c.n_trajectories) for c in score.cells] == [(4, 2), (16, 1)]
+    assert [(c.turn_budget, c.n_trajectories) for c in score.models] == [(4, 2), (16, 1)]
+    short, long = score.cell("m", "gemm", 4), score.cell("m", "gemm", 16)
+    assert short.best_speedup.value == 1.0 and long.best_speedup.value == 3.0  # pooled: (1 + 1 + 3) / 3
+    assert short.fast_p_trajectories["1.2"].value == 0.0 and long.fast_p_trajectories["1.2"].value == 1.0
+    assert short.by_turn["reached"] == [2.0, 2.0] and long.by_turn["reached"] == [1.0, 1.0, 1.0]
+    assert {t.id: t.turn_budget for t in score.trajectories} == {"short0": 4, "short1": 4, "long": 16}
+    with pytest.raises(MixedTurnBudgets, match="several turn budgets"):
+        score.cell("m", "gemm")
+    # a record with no budget (an older run, or one written by hand) is a group of its own, sorted last
+    TrajectoryBuilder(tmp_path, "old", "m", "gemm", index=3).turn(1, "PASSED", 2.0, True).stop()
+    assert [c.turn_budget for c in score_runs([tmp_path]).model_workload] == [4, 16, None]
+
+
+def test_a_models_interval_says_when_a_workload_of_one_trajectory_is_held_fixed(tmp_path):
+    """A model's row resamples within each workload: a workload of one trajectory, the only one, draws itself in every
+    resample, so the interval covers none of that workload's trajectory-to-trajectory spread, yet read as one that
+    does. It is marked: ci_fixed_strata counts such workloads and fmt() puts a dagger after the interval."""
+    from ptxbench.agent.scoring.stats import FIXED_MARK
+
+    for i, sp in enumerate((1.0, 1.5, 2.0, 3.0)):
+        TrajectoryBuilder(tmp_path, f"e{i}", "m", "easy", index=i).turn(1, "PASSED", sp, True).stop()
+    TrajectoryBuilder(tmp_path, "h0", "m", "hard").turn(1, "PASSED", 0.5, True).stop()
+    score = score_runs([tmp_path])
+    [model] = score.models
+    for est in (model.best_speedup, model.geomean_speedup, model.mean_best_sol_pct):
+        assert est.ci_method == "bootstrap" and est.ci_fixed_strata == 1 and est.fmt(3).endswith("]" + FIXED_MARK)
+    # Wilson's share at the effective count models every trajectory's spread: nothing held fixed
+    assert model.fast_p_trajectories["1"].ci_fixed_strata == 0
+    # a cell resamples all its trajectories (no strata): nothing held fixed, no mark
+    easy = score.cell("m", "easy")
+    assert easy.best_speedup.ci_fixed_strata == 0 and not easy.best_speedup.fmt(3).endswith(FIXED_MARK)
+    # two workloads of one trajectory are drawn together: each varies with the other
+    TrajectoryBuilder(tmp_path, "x0", "m", "other").turn(1, "PASSED", 1.2, True).stop()
+    assert score_runs([tmp_path]).models[0].best_speedup.ci_fixed_strata == 0
+    assert ratio_estimate([1.0, 2.0, 3.0], [1.0] * 3, strata=[0, 0, 1]).ci_fixed_strata == 1
+    assert ratio_estimate([1.0, 2.0, 3.0], [1.0] * 3).ci_fixed_strata == 0
+
+
+def test_an_estimates_n_counts_only_the_trajectories_it_rests_on():
+    """A ratio's n counted every trajectory given, those with nothing in its denominator too: a regression rate over
+    three trajectories of which one ever passed said n=3, where it rests on one (and Wilson's interval was taken at 1)."""
+    from ptxbench.agent.scoring import TrajectoryScore, TurnScore, repair_stats
+
+    def traj(tid, statuses):
+        return TrajectoryScore(id=tid, turns=[TurnScore(turn=i, status=s, correct=s == "PASSED")
+                                              for i, s in enumerate(statuses, 1)])
+    stats = repair_stats([traj("a", ["PASSED", "COMPILE_ERROR"]), traj("b", ["COMPILE_ERROR"] * 2),
+                          traj("c", ["RUNTIME_ERROR"] * 2)])
+    assert stats.regression_rate.value == 1.0 and stats.regression_rate.n == 1 and stats.regression_rate.denom == 1
+    assert ratio_estimate([0.0, 0.0], [0.0, 0.0]).n == 0
+    assert ratio_estimate([1.0, 0.0, 2.0], [1.0, 0.0, 4.0]).n == 2
