@@ -22,7 +22,7 @@ from ptxbench.workloads.schema import Workload
 
 from .cache import CompileCache, cache_key
 from .compile_log import (loc_line_map, nvcc_failure, parse_nvcc_log, parse_ptxas_log, static_ptx_checks,
-                          system_call_issue, system_calls, without_host_paths)
+                          system_call_issue, system_calls, with_source_text, without_host_paths)
 from .cubin_symbols import undefined_functions
 from .jail import JAIL_PATH, Limits, Workspace, jail_mode, run_in_jail
 from .jail_deps import outside_includes
@@ -330,6 +330,7 @@ def compile_source(
     start = time.perf_counter()
     result, cubin, cacheable, ptx_text = _build_verdict(source, language, arch, tc, timeout_s)
     result.seconds = round(time.perf_counter() - start, 4)
+    result.errors = with_source_text(result.errors, source)
     if cacheable:
         result = cache.put(key, result, cubin, ptx_text if language == "cuda" else None)
     return _select_targets(result, families)

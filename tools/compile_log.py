@@ -54,6 +54,22 @@ def _cut(issues: list[CompileIssue]) -> list[CompileIssue]:
     return shown
 
 
+QUOTE_CHARS = 160  # of the solution's line an issue points at
+
+
+def with_source_text(issues: list[CompileIssue], source: str) -> list[CompileIssue]:
+    """The issues with the solution's line each points at (`text`), the line the model must change: ptxas and nvcc
+    name a line number only, and a model counting 400 lines of PTX lands on the wrong one."""
+    lines = source.split("\n")  # numbered as ptxas and nvcc number them (at \n only)
+    out = []
+    for issue in issues:
+        text = lines[issue.line - 1].strip() if issue.line and 0 < issue.line <= len(lines) else ""
+        if len(text) > QUOTE_CHARS:
+            text = text[:QUOTE_CHARS] + " ..."
+        out.append(issue.model_copy(update={"text": text}) if text else issue)
+    return out
+
+
 def parse_ptxas_log(log: str, line_map: LineMap | None = None) -> tuple[list[CompileIssue], list[CompileIssue], dict[str, KernelResources]]:
     """(errors, warnings, entry name -> resources) from `ptxas -v` output.
 

@@ -43,6 +43,8 @@ MODEL_FAILURES = ("COMPILE_ERROR", "PLAN_ERROR", "RUNTIME_ERROR", "TIMEOUT", "IN
 class CompileIssue(BaseModel):
     line: int | None = Field(None, description="1-based line in the solution file the model wrote")
     message: str
+    text: str = Field("", description="that line as the solution has it (stripped, cut at compile_log.QUOTE_CHARS), "
+                      "for the feedback: the model reads what the error points at instead of counting lines")
     severity: Literal["error", "warning"] = "error"
 
 

@@ -78,18 +78,21 @@ MAX_LINES_NAMED = 6  # lines named for one error message that recurs
 def _error_lines(errors) -> list[str]:
     """Each distinct error message once, with the lines it occurs on, in the compiler's order: thirty lines of the
     same mistake filled the list and pushed every other error out (the first errors shown, the rest unsaid)."""
-    grouped: dict[str, list[int | None]] = {}
+    grouped: dict[str, list] = {}
     for e in errors:
-        grouped.setdefault(e.message, []).append(e.line)
+        grouped.setdefault(e.message, []).append(e)
     out = []
-    for message, lines in list(grouped.items())[:MAX_ISSUES]:
-        named = list(dict.fromkeys(n for n in lines if n))
+    for message, issues in list(grouped.items())[:MAX_ISSUES]:
+        named = list(dict.fromkeys(e.line for e in issues if e.line))
         if not named:
             out.append(f"- {message}")
             continue
         where = ", ".join(str(n) for n in named[:MAX_LINES_NAMED])
         more = f" and {len(named) - MAX_LINES_NAMED} more" if len(named) > MAX_LINES_NAMED else ""
         out.append(f"- line{'s' * (len(named) > 1)} {where}{more}: {message}")
+        # the line it points at, as written (the first of them): the model need not count lines to find it
+        if text := next((e.text for e in issues if e.line == named[0] and e.text), ""):
+            out.append(f"  line {named[0]}: `{text}`" if len(named) > 1 else f"  `{text}`")
     if len(grouped) > MAX_ISSUES:
         out.append(f"- ... and {len(grouped) - MAX_ISSUES} more distinct errors")
     return out

@@ -88,3 +88,27 @@ def test_the_kernels_the_plan_launches_come_first_and_the_others_only_by_name():
     old = _compile_lines(EvalResult(workload="w", status="PASSED", compile=comp))
     assert sum(line.startswith("- kernel ") for line in old) == len(names)
     assert not any("not launched" in line for line in old)
+
+
+def test_a_compile_error_quotes_the_line_it_points_at(tmp_path):
+    """ptxas and nvcc name a line number only ('line 87: Unknown symbol'): the model had to count the lines of its
+    file to find it. The line is quoted as the solution has it, once for an error that recurs on many lines."""
+    from pathlib import Path
+
+    from ptxbench.tools.cache import CompileCache
+    from ptxbench.tools.compile import compile_source
+    from ptxbench.tools.compile_log import QUOTE_CHARS, with_source_text
+
+    naive = (Path(__file__).parents[1] / "data" / "solutions" / "gemm_naive_sm90a.ptx").read_text()
+    bad = naive.replace("fma.rn.f32 %f1, %f2, %f3, %f1;", "fma.rn.f32 %f1, %f2, %f3, %f99;")
+    bad = bad.replace("\tmov.f32 %f1, 0f00000000;\n", "\tmov.f32 %f1, 0f00000000;\n" + "\tadd.f32 %f1, %f1, %q;\n" * 3)
+    comp = compile_source(bad, "ptx", "sm_90a", cache=CompileCache(tmp_path))
+    text = "\n".join(_compile_lines(EvalResult(workload="w", status="COMPILE_ERROR", compile=comp)))
+    fma = next(n for n, ln in enumerate(bad.split("\n"), 1) if "%f99" in ln)
+    assert f"- line {fma}: Unknown symbol '%f99'\n  `fma.rn.f32 %f1, %f2, %f3, %f99;`" in text, text
+    # two messages on the same three lines: each quotes the first of them once, not three times
+    assert "- lines 79, 80, 81: Unknown symbol '%q'\n  line 79: `add.f32 %f1, %f1, %q;`" in text
+    assert text.count("`add.f32 %f1, %f1, %q;`") == 2, text
+    long_line = with_source_text([CompileIssue(line=2, message="m")], "a\n" + "x" * 500)[0].text
+    assert long_line == "x" * QUOTE_CHARS + " ..."
+    assert with_source_text([CompileIssue(line=9, message="m")], "a\nb")[0].text == ""  # no such line: nothing quoted
