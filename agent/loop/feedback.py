@@ -190,6 +190,36 @@ def _timing_lines(result: EvalResult) -> list[str]:
     return ["Timing:"] + lines
 
 
+# The usual causes of a failure the GPU names in one word, keyed by the runtime error's code (its first word): the
+# driver says "unspecified launch failure" or nothing at all (a hang), which alone points nowhere.
+FAILURE_HINTS = {
+    "TIMEOUT": "a kernel that never finishes usually waits for something that never happens: an mbarrier wait on the "
+               "wrong phase parity, an expect_tx byte count other than the bytes its TMA copies deliver, a bar.sync or "
+               "named barrier whose thread count not every thread reaches, or a loop whose bound or step is wrong",
+    "CUDA_ERROR_ILLEGAL_ADDRESS": "a load, store or atomic touched memory that no buffer owns: check the address "
+                                 "arithmetic (element against byte offsets, a 32-bit index that overflows) and the "
+                                 "bounds of the last tile in each dimension",
+    "CUDA_ERROR_MISALIGNED_ADDRESS": "an access is not aligned to its width: a vector load or store (.v2, .v4, .b64, "
+                                     ".b128) needs an address aligned to its size, in global and in shared memory",
+    "CUDA_ERROR_LAUNCH_FAILED": "the driver names no cause; on Hopper it is often a fault of an asynchronous unit (a "
+                                "TMA copy or a wgmma whose tensor map, shared-memory address or descriptor does not "
+                                "match the layout, an mbarrier used outside its protocol) or a trap",
+    "OUT_OF_BOUNDS_WRITE": "stores landed outside the buffers: check the bounds of the stores of the last tile in each "
+                           "dimension (a tile that does not divide the size) and the store's index arithmetic",
+}
+
+
+def failure_hint(result: EvalResult) -> str:
+    """'Common causes: ...' for a hang or a fault the GPU names in one word, or ''; a hang whose likely cause the
+    evaluation already named (the register pool's warning) gets no other."""
+    code = result.runtime_error.split(":", 1)[0].split()[0] if result.runtime_error.strip() else ""
+    if result.status == "TIMEOUT":
+        code = "" if "Likely cause" in result.message else "TIMEOUT"
+    elif result.status != "RUNTIME_ERROR":
+        code = ""
+    return f"Common causes: {FAILURE_HINTS[code]}." if code in FAILURE_HINTS else ""
+
+
 WORK_UNITS = {"flops": "FLOPs", "input_bytes": "inputs' bytes"}
 
 
@@ -234,6 +264,8 @@ def render_eval(result: EvalResult, turn: int, no_gpu: bool, progress: str = "")
         body.append(f"- ... and {len(result.plan_errors) - MAX_ISSUES} more")
     if result.runtime_error and not message:  # the message says it in words otherwise
         body.append(f"Runtime error: {result.runtime_error}")
+    if hint := failure_hint(result):
+        body.append(hint)
     body += _compile_lines(result) + _correctness_lines(result) + _timing_lines(result)
     arch = result.compile.arch if result.compile is not None else DEFAULT_ARCH
     body += [_runtime_target_line(name, t, arch) for name, t in result.targets_runtime.items()]

@@ -114,3 +114,23 @@ def test_the_progress_line_compares_the_kernel_with_the_fastest_before_it():
     assert first == "Best passing speedup so far: 0.665x. Turns left: 7."
     failed = _progress(config, state, EvalResult(workload=WL, status="TIMEOUT"))
     assert failed == "Best passing speedup so far: 1.102x. Turns left: 2."
+
+
+def test_a_hang_or_an_unnamed_fault_gets_its_usual_causes():
+    """The synthetic expect_tx and phase-parity GEMMs (H200) read "did not finish within 5 s" and "unspecified launch
+    failure" and nothing else: no lead to what to check. A hang whose likely cause the evaluation named (the register
+    pool) gets no second guess, and a wrong answer gets none."""
+    hang = EvalResult(workload=WL, status="TIMEOUT", runtime_error="TIMEOUT after 5 s (run phase)",
+                      message="the kernel did not finish within 5 s (run phase)")
+    assert "Common causes: " in render_eval(hang, 1, False) and "expect_tx byte count" in render_eval(hang, 1, False)
+    pool = hang.model_copy(update={"message": hang.message + ". Likely cause, from the compile warnings: setmaxnreg"})
+    assert "Common causes" not in render_eval(pool, 1, False)
+    fault = EvalResult(workload=WL, status="RUNTIME_ERROR", runtime_error="CUDA_ERROR_LAUNCH_FAILED: unspecified launch "
+                       "failure", message="the kernel failed: CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure")
+    assert "Common causes: the driver names no cause" in render_eval(fault, 1, False)
+    oob = EvalResult(workload=WL, status="RUNTIME_ERROR", runtime_error="OUT_OF_BOUNDS_WRITE: C: 0 bytes changed before "
+                     "the buffer, 512 bytes after it", message="out-of-bounds write: the kernel wrote outside its buffers")
+    assert "Common causes: stores landed outside the buffers" in render_eval(oob, 1, False)
+    died = EvalResult(workload=WL, status="RUNTIME_ERROR", runtime_error="WORKER_DIED: exit code -11", message="died")
+    wrong = EvalResult(workload=WL, status="INCORRECT_NUMERICAL", message="C is wrong")
+    assert "Common causes" not in render_eval(died, 1, False) + render_eval(wrong, 1, False)
