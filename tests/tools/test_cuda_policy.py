@@ -240,3 +240,34 @@ def test_nvcc_reads_the_line_after_each_hiding_place(hide):
                    'extern "C" __global__ void k(int* p) { p[0] = SEEN; }\n')
     result = compile_source(code, "cuda", use_cache=False)
     assert result.status == "ok", result.errors
+
+
+# gcc refuses each of these raw strings (an error), then reads on in a way of its own: after `LR""\"` it takes `"` to
+# end the bad literal and the next `"` to open a plain string, so the `/*` after it opens no comment. The scan took
+# `""` for a whole string and that `/*` for a comment, and passed the #include below it, which nvcc read. The others
+# hid nothing from this gcc, but the scan must not rest on each compiler's recovery: a malformed one is refused.
+MALFORMED_RAW = [
+    '$x,LR""\\""/\\\n*\n',  # found by a differential fuzz against g++ -E: `\` in the delimiter
+    'const char* s = R"$(x)$" /* ";\n',  # `$`, `@` and a backquote are no delimiter characters for gcc 12
+    'const char* s = R"\u00e9(x)\u00e9" /* ";\n',  # nor is a non-ASCII letter
+    'const char* s = R"0123456789abcdefg(x)0123456789abcdefg" /* ";\n',  # past 16 characters
+    'const char* s = R"ab\ncd(x)" /* ";\n',  # a line break in the delimiter
+]
+
+
+@pytest.mark.parametrize("raw", MALFORMED_RAW)
+def test_a_malformed_raw_string_is_refused(raw):
+    code = raw + '#include "/usr/include/stdio.h"\n/* */\nextern "C" __global__ void k(int* p) { p[0] = 1; }\n'
+    issues = check_cuda_source(code)
+    assert any("raw string" in i.message and i.line == 1 for i in issues), [str(i) for i in issues]
+
+
+def test_well_formed_raw_strings_pass():
+    code = ('const char* a = R"(x)";\nconst char* b = R"0123456789abcdef(y)0123456789abcdef";\n'
+            'const char* c = u8R"-_{}[]#<>%:;.?*(z)-_{}[]#<>%:;.?*";\n'
+            '__device__ const wchar_t* d = LR"+/^&|~!=,\'"(w)+/^&|~!=,\'"";\n'
+            'extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
+    assert check_cuda_source(code) == []
+    from ptxbench.tools.compile import compile_source  # the delimiters the scan takes are the compiler's
+
+    assert compile_source(code, "cuda", use_cache=False).status == "ok"

@@ -216,7 +216,12 @@ def check_cuda_source(source: str) -> list[FormatIssue]:
     # read as the compiler reads it, backslash-newlines joined first: `// x \` + `/*` on the next line opens no block
     # comment for the compiler, so a scan that blanks comments before joining hid the lines after it
     source = spliced(source)
-    text, issues, macros = _preprocessor(blank_comments(source))
+    malformed: list[int] = []
+    text, issues, macros = _preprocessor(blank_comments(source, malformed=malformed))
+    if malformed:  # the compiler refuses it, and where it reads the lines after it is its own recovery's choice
+        issues.append(FormatIssue(line=line_of(source, malformed[0]), kind="source", message=(
+            "a raw string's delimiter (between R\" and its opening parenthesis) is at most 16 letters, digits or "
+            "punctuation (not space, parentheses, backslash, $, @ or `): this raw string is malformed")))
     issues += _pragma_operators(blank_comments(source))  # directives too: a macro may hold the operator
     code = blank_comments(text, strings=True)
     line_at = LineIndex(code)

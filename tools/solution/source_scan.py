@@ -22,19 +22,20 @@ _RAW_PREFIX = re.compile(r'(?<![\w$"\'])(?:u8|u|U|L)?R"')  # nor after any ident
 _PP_NUMBER = re.compile(r"\.?\d(?:[eEpP][+-]|[\w.$]|'(?=[0-9A-Za-z_]))*")
 
 
-def _raw_string_open(text: str, i: int) -> int | None:
-    """Where the `(` of a raw string whose `"` is at `i` stands, or None when no raw string opens there: an `R"` the
-    compiler reads otherwise (its `"` then opens a plain string, which the caller reads so: skipping that `"`, the
-    scanner took a `/*` right after it for a comment the compiler never sees). A `"` is a valid delimiter character."""
-    if not any(m.end() == i + 1 for m in _RAW_PREFIX.finditer(text, max(0, i - 3), i + 1)):
-        return None
-    open_paren = text.find("(", i + 1, i + 18)
-    return open_paren if open_paren > 0 and re.fullmatch(r'[^\s()\\]{0,16}', text[i + 1:open_paren]) else None
+# The characters of a raw string's delimiter (C++'s basic character set but space, `(`, `)` and a backslash; gcc 12 refuses `$`,
+# `@`, a backquote and any non-ASCII character there too), at most 16 of them.
+_DELIMITER = re.compile(r"""[\w{}\[\]#<>%:;.?*+\-/^&|~!=,"']{0,16}""", re.ASCII)
 
 
-def blank_comments(text: str, strings: bool = False) -> str:
+def _raw_prefix(text: str, i: int) -> bool:
+    """Whether the `"` at `i` ends a raw string's prefix (`R"`, `u8R"`, ...) for the compiler."""
+    return any(m.end() == i + 1 for m in _RAW_PREFIX.finditer(text, max(0, i - 3), i + 1))
+
+
+def blank_comments(text: str, strings: bool = False, malformed: list[int] | None = None) -> str:
     """Replace // and /* */ comments (and, with strings=True, string and char literal contents) by
-    spaces, keeping every newline so positions and line numbers stay the same."""
+    spaces, keeping every newline so positions and line numbers stay the same. `malformed` collects where each raw
+    string the compiler refuses opens."""
     out = list(text)
     i, n = 0, len(text)
     number_end = -1  # where the last pp-number ended: an `R` it took in (`0x1e+R`) starts no raw string
@@ -50,14 +51,25 @@ def blank_comments(text: str, strings: bool = False) -> str:
             j = n if j < 0 else j + 2
             out[i:j] = [ch if ch == "\n" else " " for ch in text[i:j]]
             i = j
-        elif c == '"' and i > number_end and (open_paren := _raw_string_open(text, i)) is not None:
-            # R"delim( ... )delim": no escapes, may span lines, may hold `"` and `/*` (the scanner must not
-            # take `R"x(" /* )x"` for a string followed by a comment, or it blanks the lines after it)
-            delim = text[i + 1:open_paren]
-            close = text.find(")" + delim + '"', open_paren + 1)
-            j = n if close < 0 else close + len(delim) + 1
+        elif c == '"' and i > number_end and _raw_prefix(text, i):
+            delim_end = _DELIMITER.match(text, i + 1).end()
+            if text.startswith("(", delim_end):
+                # R"delim( ... )delim": no escapes, may span lines, may hold `"` and `/*` (the scanner must not
+                # take `R"x(" /* )x"` for a string followed by a comment, or it blanks the lines after it)
+                delim = text[i + 1:delim_end]
+                close = text.find(")" + delim + '"', delim_end + 1)
+                j, start = n if close < 0 else close + len(delim) + 1, delim_end + 1
+            else:
+                # a malformed one (a delimiter character the compiler refuses, more than 16 of them, a line break):
+                # gcc reports an error and reads on to the next `"` after the bad character, so after `LR""\\"` the
+                # `"` that follows opens a plain string; a scan that took `""` for a whole string saw a `/*` after it
+                # open a comment and hid the lines below. check_cuda_source refuses the file.
+                j, start = text.find('"', delim_end), i + 1
+                j = n if j < 0 else j
+                if malformed is not None:
+                    malformed.append(i)
             if strings:
-                out[open_paren + 1:j] = [ch if ch == "\n" else " " for ch in text[open_paren + 1:j]]
+                out[start:j] = [ch if ch == "\n" else " " for ch in text[start:j]]
             i = j + 1
         # a number starts at a digit no identifier character precedes, or at a `.` before a digit whatever precedes
         # it (`a.5'L'` is a, .5'L and a char literal for gcc)
