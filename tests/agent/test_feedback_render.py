@@ -134,3 +134,22 @@ def test_a_hang_or_an_unnamed_fault_gets_its_usual_causes():
     died = EvalResult(workload=WL, status="RUNTIME_ERROR", runtime_error="WORKER_DIED: exit code -11", message="died")
     wrong = EvalResult(workload=WL, status="INCORRECT_NUMERICAL", message="C is wrong")
     assert "Common causes" not in render_eval(died, 1, False) + render_eval(wrong, 1, False)
+
+
+def test_the_summary_context_names_the_fastest_kernel_it_no_longer_shows():
+    """With --context summary an older turn is one line: "turn 5: PASSED, speedup 1.102x" gave no time and did not
+    say that this turn's kernel, whose code the context had dropped, was still the fastest (turn 6 read 1.117x on a
+    slower kernel)."""
+    from ptxbench.agent.loop.context import build_messages
+    from ptxbench.agent.loop.state import initial_state
+
+    state = initial_state("SYS", "TASK")
+    for turn, ms, speedup in ((5, 2.2477, 1.102), (6, 2.2544, 1.117), (7, 2.26, 1.09)):
+        outcome = {"turn": turn, "status": "PASSED", "speedup": speedup, "message": "correct",
+                   "evidence": {"kernel_ms": ms, "speedup": speedup}}
+        state["done_turns"].append({"turn": turn, "messages": [{"role": "assistant", "content": f"reply {turn}"}],
+                                    "outcome": outcome})
+    summary = build_messages(state, "summary")[1]["content"]
+    assert "- turn 5: PASSED, speedup 1.102x, 2.2477 ms (your fastest passing kernel so far; its code is not shown " \
+           "here): correct" in summary
+    assert "- turn 6: PASSED, speedup 1.117x, 2.2544 ms: correct" in summary
