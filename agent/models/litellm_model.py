@@ -1,7 +1,9 @@
 """Any litellm model string (API providers, or a local vLLM / ollama / OpenAI-compatible server via api_base).
 
 Transient failures (rate limits, timeouts, 5xx, dropped connections) are retried with tenacity and
-exponential back-off; one that outlasts every retry is a ModelUnavailable (an infra failure: the trajectory is left
+exponential back-off (not a first connection that cannot open at all, to a destination that never answered in this
+process: a machine offline, a proxy out of reach; reach.py says it in one line at once); one that outlasts every retry
+is a ModelUnavailable (an infra failure: the trajectory is left
 out of the scores and bench asks again), a refused key or unknown model a ModelRefused (infra too, not retried),
 anything else a ModelError (the trajectory stops on it). Keys come from the environment only
 (litellm reads the provider's variable; `api_key_env` names another one) and never reach a log.
@@ -11,11 +13,13 @@ from __future__ import annotations
 import os
 import time
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from ...tools.redact import scrub_text
 from .base import CallStopped, ModelError, ModelRefused, ModelReply, ModelRequest, ModelUnavailable, OutOfTime, utf8_safe
+from .reach import answered, cannot_connect, has_answered
 
 # The bundled price table: no network fetch at import time (up to 5 s and a warning offline). litellm reads the
 # switch once, while importing, so it is set before the first import; a user's own value stands.
@@ -140,6 +144,18 @@ class LiteLLMModel:
             reason = said(exc)
             self.on_retry(turn, state.attempt_number, self.max_attempts, reason, state.next_action.sleep if state.next_action else 0.0)
 
+    def _offline(self, exc: BaseException | None, attempt: int) -> str | None:
+        """One line when the call's first attempt could not connect at all (reach.py) to a destination that has not
+        answered in this process: no retry soon mends a machine offline or a proxy out of reach; None otherwise (a
+        failure after an attempt that reached something, or a destination that answered before, may be a blip)."""
+        if exc is None or attempt > 1 or has_answered(self._destination):
+            return None
+        return cannot_connect(exc, urlsplit(self.api_base).hostname if self.api_base else "")
+
+    @property
+    def _destination(self) -> str:
+        return self.api_base or self.name.split("/", 1)[0]
+
     def _kwargs(self, request: ModelRequest) -> dict[str, Any]:
         # max_retries=0: the provider client must not retry on its own; tenacity does, and counts attempts.
         kwargs: dict[str, Any] = {"model": self.name, "messages": request.messages, "timeout": self.timeout_s,
@@ -176,7 +192,8 @@ class LiteLLMModel:
             stop=stop_after_attempt(self.max_attempts) | (lambda state: left() <= 0),
             # a provider's Retry-After is a floor: an attempt sooner lands in the same rate-limit window
             wait=lambda state: min(max(backoff(state), retry_after_s(state.outcome.exception())), max(left(), 0.0)),
-            retry=retry_if_exception(is_transient),
+            retry=retry_if_exception(is_transient) & (
+                lambda state: self._offline(state.outcome.exception(), state.attempt_number) is None),
             sleep=lambda seconds: self.sleep(seconds),
             reraise=True,
         )
@@ -186,6 +203,9 @@ class LiteLLMModel:
         except CallStopped:
             raise
         except Exception as exc:  # noqa: BLE001 - every provider failure becomes one recorded error
+            offline = self._offline(exc, retrying.statistics.get("attempt_number", 1))
+            if is_transient(exc) and offline:  # an infra stop in seconds, not after a minute of back-off
+                raise ModelUnavailable(scrub_text(offline)) from None
             if is_transient(exc) and left() <= 0:  # cut by the budget, not given up on
                 raise OutOfTime(f"the wall-time budget ran out during the model call (attempt "
                                 f"{retrying.statistics.get('attempt_number', 1)}): {said(exc)}") from None
@@ -202,6 +222,7 @@ class LiteLLMModel:
                                  f"--context, keeps it shorter): {said(exc)}") from None
             raise ModelError(said(exc)) from None
         latency = time.perf_counter() - start
+        answered(self._destination)  # the network reaches it: a connection failure from now on may be a blip
         attempts = retrying.statistics.get("attempt_number", 1)
         try:
             reply = _reply(litellm, response, latency, attempts)

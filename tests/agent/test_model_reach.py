@@ -1,0 +1,130 @@
+"""A model call that cannot connect at all (agent/models/reach.py): on a machine without a network a hosted model's
+first call was retried for about 75 s as a transient failure, then stopped on "Connection error.". Such a first call
+now stops in seconds, not retried, in one line naming the host, or the proxy and the variable naming it; a host that
+answered before, or an attempt after one that reached something, is still retried. Nothing here leaves this machine:
+the names end in .invalid (never resolved, RFC 6761), the ports and proxies are closed local ones."""
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from openai_server import ScriptedServer
+from ptxbench.agent.models.base import ModelRequest, ModelUnavailable
+from ptxbench.agent.models.litellm_model import LiteLLMModel, _litellm
+
+GOOD = {"content": "hello"}
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY",
+                   "no_proxy")
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy_and_a_key(monkeypatch):
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-local-test-0000")
+    _litellm()  # imported before any clock starts
+
+
+def closed_port() -> int:
+    """A local port nothing listens on: a connection to it is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop_line(model: LiteLLMModel) -> tuple[str, float, list]:
+    """(the ModelUnavailable's line, the seconds it took, the back-offs reported) for one call."""
+    retries: list = []
+    model.on_retry = lambda *args: retries.append(args)
+    start = time.monotonic()
+    with pytest.raises(ModelUnavailable) as stopped:
+        model.query(ModelRequest(messages=[{"role": "user", "content": "hi"}], turn=1))
+    return str(stopped.value), time.monotonic() - start, retries
+
+
+def test_a_host_whose_name_does_not_resolve_stops_at_once_naming_it():
+    line, seconds, retries = stop_line(LiteLLMModel("openai/m", api_base="http://x.invalid/v1"))
+    assert line.startswith("cannot reach x.invalid (its name does not resolve; no proxy set: $HTTP_PROXY or "
+                           "$ALL_PROXY unset): not retried; is this machine online"), line
+    assert not retries and seconds < 5 and "\n" not in line
+
+
+def test_a_refused_local_port_stops_at_once_naming_it():
+    line, seconds, retries = stop_line(LiteLLMModel("openai/m", api_base=f"http://127.0.0.1:{closed_port()}/v1"))
+    assert line.startswith("cannot reach 127.0.0.1 (connection refused; no proxy set"), line
+    assert "is the server running" in line and not retries and seconds < 5
+
+
+@pytest.mark.parametrize("variable", ["HTTPS_PROXY", "https_proxy"])
+def test_a_hosted_model_behind_a_proxy_out_of_reach_names_the_proxy_and_its_variable(monkeypatch, variable):
+    """No --api-base: litellm calls api.openai.com, which only the proxy could reach; the proxy refuses. Its user and
+    password stay out of the line."""
+    port = closed_port()
+    monkeypatch.setenv(variable, f"http://someone:secret@127.0.0.1:{port}")
+    line, seconds, retries = stop_line(LiteLLMModel("openai/gpt-4o"))
+    assert line.startswith(f"cannot reach the proxy 127.0.0.1:{port} that ${variable} names, to call api.openai.com "
+                           "(connection refused): not retried"), line
+    assert "secret" not in line and "someone" not in line and not retries and seconds < 5
+
+
+def test_a_proxy_whose_name_does_not_resolve_is_named(monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    line, _, retries = stop_line(LiteLLMModel("openai/m", api_base="http://x.invalid/v1"))
+    assert line.startswith("cannot reach the proxy proxy.invalid:3128 that $HTTP_PROXY names, to call x.invalid (its "
+                           "name does not resolve)"), line
+    assert not retries
+
+
+def test_a_host_no_proxy_leaves_out_is_said_to_be_called_directly(monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setenv("no_proxy", "localhost,.invalid")
+    line, _, retries = stop_line(LiteLLMModel("openai/m", api_base="http://x.invalid/v1"))
+    assert line.startswith("cannot reach x.invalid (its name does not resolve; $no_proxy leaves it out of the "
+                           "proxy)"), line
+    assert not retries
+
+
+def test_a_host_that_answered_before_is_retried_when_it_goes_away():
+    """A local server restarting mid-run (or a network blip once calls went through): retried, as any outage."""
+    with ScriptedServer(default=GOOD) as server:
+        model = LiteLLMModel("openai/m", api_base=server.base_url, max_attempts=3, retry_wait_s=0.01)
+        assert model.query(ModelRequest(messages=[{"role": "user", "content": "hi"}], turn=1)).content == "hello"
+    line, _, retries = stop_line(model)
+    assert len(retries) == 2 and "after 3 attempts" in line, line
+
+
+def test_a_host_that_went_away_after_an_attempt_reached_it_is_retried():
+    """The first attempt's 503 came from the server: a refusal on the next attempt is a restart, not a machine
+    offline."""
+    with ScriptedServer(script=[{"status": 503}], default=GOOD) as server:
+        model = LiteLLMModel("openai/m", api_base=server.base_url, max_attempts=3, retry_wait_s=0.01)
+        model.sleep = lambda seconds: server.__exit__(None, None, None)  # gone before the second attempt
+        line, _, retries = stop_line(model)
+    assert len(retries) == 2 and "after 3 attempts" in line and "not retried" not in line, line
+
+
+def test_a_server_error_on_the_first_call_is_still_retried():
+    with ScriptedServer(script=[{"status": 503}], default=GOOD) as server:
+        model = LiteLLMModel("openai/m", api_base=server.base_url, max_attempts=3, retry_wait_s=0.01)
+        reply = model.query(ModelRequest(messages=[{"role": "user", "content": "hi"}], turn=1))
+    assert reply.content == "hello" and reply.attempts == 2
+
+
+def test_optimize_with_a_hosted_model_and_its_proxy_out_of_reach_stops_in_seconds(tmp_path, monkeypatch):
+    """The whole run: an infra stop after one attempt, its line naming the proxy, and the --resume that goes on."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    port = closed_port()
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+    start = time.monotonic()
+    result = CliRunner().invoke(app, ["optimize", "smoke_gemm_bf16_m256_n256_k512", "--model", "openai/gpt-4o",
+                                      "--no-gpu", "--turns", "1", "--run-dir", str(tmp_path / "run")])
+    seconds = time.monotonic() - start
+    text = " ".join(result.output.split())
+    assert f"stop: infra_error (cannot reach the proxy 127.0.0.1:{port} that $HTTPS_PROXY names, to call " \
+           "api.openai.com (connection refused): not retried" in text, result.output
+    assert "attempt 1/6 failed" not in text and "ptxbench optimize --resume" in text and seconds < 15
