@@ -239,6 +239,14 @@ def _runtime_target_line(name: str, t, arch: str) -> str:
     return f"- target {name} at runtime: executed{share}"
 
 
+def _sanitizer_line(finding) -> str:
+    """A sanitizer finding, its kind said once (a memcheck report's message opens with it: "Invalid __global__ write
+    Invalid __global__ write of size 4 bytes: ...")."""
+    if finding.message.startswith(finding.kind):
+        return f"- sanitizer {finding.tool}: {finding.message}"
+    return f"- sanitizer {finding.tool}: {finding.kind}: {finding.message}"
+
+
 def _lead(message: str, items: list[str]) -> str:
     """The message without its list of `items` when it ends with them (the list follows, one a line)."""
     joined = "; ".join(items)
@@ -269,7 +277,7 @@ def render_eval(result: EvalResult, turn: int, no_gpu: bool, progress: str = "")
     body += _compile_lines(result) + _correctness_lines(result) + _timing_lines(result)
     arch = result.compile.arch if result.compile is not None else DEFAULT_ARCH
     body += [_runtime_target_line(name, t, arch) for name, t in result.targets_runtime.items()]
-    body += [f"- sanitizer {s.tool}: {s.kind} {s.message}" for s in result.sanitizer[:MAX_ISSUES]]
+    body += [_sanitizer_line(s) for s in result.sanitizer[:MAX_ISSUES]]
     if result.feedback:
         body.append("Profile:\n" + result.feedback.strip())
     speedup = f" (speedup {result.speedup:.3f}x)" if result.speedup is not None else ""

@@ -153,3 +153,18 @@ def test_the_summary_context_names_the_fastest_kernel_it_no_longer_shows():
     assert "- turn 5: PASSED, speedup 1.102x, 2.2477 ms (your fastest passing kernel so far; its code is not shown " \
            "here): correct" in summary
     assert "- turn 6: PASSED, speedup 1.117x, 2.2544 ms: correct" in summary
+
+
+def test_a_sanitizer_finding_names_its_kind_once():
+    """compute-sanitizer's memcheck report (H200, tests/data/ncu) read "Invalid __global__ write Invalid __global__ write
+    of size 4 bytes: at oob_write.ptx:23, ...", and an API error ran its kind into its message."""
+    from pathlib import Path
+
+    from ptxbench.tools.sanitize import parse_sanitizer
+
+    findings, _ = parse_sanitizer((Path(__file__).parents[1] / "data" / "ncu" / "san_memcheck_oob.txt").read_text(),
+                                  "memcheck")
+    text = render_eval(EvalResult(workload=WL, status="RUNTIME_ERROR", sanitizer=findings), 1, False)
+    assert "- sanitizer memcheck: Invalid __global__ write of size 4 bytes: at oob_write.ptx:23" in text
+    assert "write Invalid" not in text
+    assert "- sanitizer memcheck: CUDA API error: Program hit CUDA_ERROR_LAUNCH_FAILED" in text
