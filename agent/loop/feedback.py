@@ -14,6 +14,7 @@ from string import Template
 from ptxbench import prompts
 from ptxbench.tools.gpu.ceilings import IMPLAUSIBLE_SPEEDUP
 from ptxbench.tools.gpu.timing import SLOW_FACTOR, SLOW_ITERS
+from ptxbench.tools.profile.feedback import HARNESS_TEXT_CHARS, harness_text
 from ptxbench.tools.results import FORMAT_ERROR, EvalResult
 from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 
@@ -227,8 +228,9 @@ def _runtime_target_line(name: str, t, arch: str) -> str:
     """A family that ran is said to have run, with the share of the workload's work it did: the raw counters behind
     the verdict (sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum = 1,649,267,441,664, ...) were 600 characters a
     turn the model can do nothing with. Any other verdict keeps its reason: that is what to fix."""
-    if t.verdict != "executed":
-        return f"- target {name} at runtime: {t.verdict}" + (f" ({t.reason})" if t.reason else "")
+    if t.verdict != "executed":  # an unknown one says why the check could not be made: the profiler's words, bounded
+        reason = harness_text(t.reason, 2 * HARNESS_TEXT_CHARS) if t.verdict == "unknown" else t.reason
+        return f"- target {name} at runtime: {t.verdict}" + (f" ({reason})" if reason else "")
     share = ""
     if t.work_share is not None:
         try:

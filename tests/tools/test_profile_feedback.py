@@ -327,3 +327,20 @@ def test_a_rule_bounded_by_its_own_counts_does_not_quote_ncus_gain():
     text = profile_feedback(ProfileSummary(ok=True, kernels=[k], gpu="NVIDIA H200"), {}, get_workload("mha_fwd_d128"))
     item = next(ln for ln in text.splitlines() if "UncoalescedGlobalAccess" in ln)
     assert item.startswith("1. [ncu UncoalescedGlobalAccess] This kernel") and "est. gain" not in item, item
+
+
+def test_a_profiler_failure_quotes_no_host_folder_and_stays_short():
+    """ncu's exit reason quotes its log's last lines, a replay's traceback among them: the model read the host's
+    folders ('File "/home/alice/.venv/..."') and a line of any length, in the profile text and in every unknown
+    verdict."""
+    from ptxbench.agent.loop.feedback import render_eval
+    from ptxbench.tools.results import EvalResult, RuntimeTarget
+
+    error = ('ncu exited with status 1: File "/home/alice/.venv/lib/python3.12/site-packages/ptxbench/tools/profile/'
+             'replay.py", line 220, in main | RuntimeError: ' + "x" * 2000)
+    text = profile_feedback(ProfileSummary(ok=False, error=error), {}, GEMM)
+    assert "/home/alice" not in text and 'File "replay.py", line 220' in text and len(text) < 400
+    unknown = RuntimeTarget(verdict="unknown", reason=f"no profile: {error}")
+    shown = render_eval(EvalResult(workload=GEMM.id, status="PASSED", targets_runtime={"wgmma": unknown}), 1, False)
+    line = next(ln for ln in shown.splitlines() if ln.startswith("- target wgmma"))
+    assert "/home/alice" not in line and len(line) < 700

@@ -17,6 +17,7 @@ from ptxbench.prompts import load
 from ptxbench.prompts.encodings import encoding
 from pydantic import BaseModel, Field
 
+from ptxbench.tools.compile_log import without_host_paths
 from ptxbench.tools.regpool import spills_mostly_released
 from ptxbench.tools.results import CompileResult, RuntimeTarget, Timing
 from ptxbench.tools.textcap import short_name
@@ -221,6 +222,16 @@ def _grid_size(grid: str) -> int | None:
     return math.prod(nums) if nums else None
 
 
+HARNESS_TEXT_CHARS = 300
+
+
+def harness_text(text: str, limit: int = HARNESS_TEXT_CHARS) -> str:
+    """A failure of the profiler as the model may read it: ncu's log lines and a replay's traceback quote the host's
+    folders (`File "/home/<user>/.venv/.../replay.py"`), cut to their files' names, and the whole at `limit`."""
+    text = without_host_paths(text.strip()).rstrip(".")
+    return text if len(text) <= limit else text[:limit].rstrip() + " ..."
+
+
 def _verdict_items(verdicts: dict[str, RuntimeTarget], arch: str) -> list[tuple[float, str]]:
     t = template()
     items = []
@@ -229,8 +240,9 @@ def _verdict_items(verdicts: dict[str, RuntimeTarget], arch: str) -> list[tuple[
         if v.verdict == "executed":
             continue
         fam = profile.family(name)
+        reason = harness_text(v.reason, 2 * HARNESS_TEXT_CHARS) if v.verdict == "unknown" else v.reason
         text = t["verdict"][v.verdict].format(family=name, opcodes="/".join(fam.sass), ptx=fam.ptx[0],
-                                              what=t["what"].get(name, name), reason=v.reason)
+                                              what=t["what"].get(name, name), reason=reason)
         items.append((1000.0 if v.verdict != "unknown" else 50.0, text))
     return items
 
@@ -409,7 +421,7 @@ def profile_feedback(summary: ProfileSummary, verdicts: dict[str, RuntimeTarget]
     worth (stall share x time, excess bytes / bandwidth, ncu's estimated gain x time), each capped by the
     headroom to the roof. Nothing the kernel already does (Traits) is recommended."""
     if not summary.ok:
-        return f"No profile could be taken: {summary.error}."
+        return f"No profile could be taken: {harness_text(summary.error)}."
     k = summary.main_kernel()
     st = standing(summary, wl, timing)
     now = st.now_us
