@@ -28,8 +28,13 @@ FLAG_MEANINGS = {
     "library_overhead_bound": "the library runs far below the roofline at this size (fixed launch cost), so a "
                               "large speedup here can be honest",
     "slow_candidate": f"over {SLOW_FACTOR:g}x slower than the library, so it was timed with {SLOW_ITERS} calls only",
-    "reduced_iterations": "too slow for the full 10 + 150 timed calls within the time limit",
+    "reduced_iterations": "too slow for all the timed calls asked for within the time limit: fewer were timed (n above)",
     "result_cached_across_calls": "a repeat call on the same buffers failed the check, so this timing does not count",
+    "rechecked": "the first timing was implausibly fast, so it was timed again with the library first in each pair; "
+                 "this second timing stands",
+    "host_stalls": "a timed call waited for the host (the harness's side, not the kernel's): its time may be a little "
+                   "long",
+    "profile_output_wrong": "the profiled call's output was wrong (said above): its target instructions are not credited",
 }
 MAX_WARNINGS = 20
 MAX_IDLE_KERNELS = 6  # entry points the plan never launches, named in the compile lines

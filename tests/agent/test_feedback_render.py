@@ -168,3 +168,20 @@ def test_a_sanitizer_finding_names_its_kind_once():
     assert "- sanitizer memcheck: Invalid __global__ write of size 4 bytes: at oob_write.ptx:23" in text
     assert "write Invalid" not in text
     assert "- sanitizer memcheck: CUDA API error: Program hit CUDA_ERROR_LAUNCH_FAILED" in text
+
+
+def test_every_timing_flag_the_gpu_sets_is_explained():
+    """'- flag: rechecked' and '- flag: host_stalls' reached the model bare, and 'reduced_iterations' claimed
+    '10 + 150 timed calls' whatever the evaluation asked for."""
+    import re
+    from pathlib import Path
+
+    from ptxbench.agent.loop.feedback import FLAG_MEANINGS
+
+    root = Path(__file__).parents[2]
+    set_by_gpu = set()
+    for name in ("runner.py", "ceilings.py"):  # the timing record's flags and the roofline's
+        set_by_gpu |= set(re.findall(r'\.append\("([a-z_]+)"\)', (root / "tools" / "gpu" / name).read_text()))
+    assert {"rechecked", "host_stalls", "reduced_iterations", "slow_candidate"} <= set_by_gpu
+    assert set_by_gpu <= set(FLAG_MEANINGS), set_by_gpu - set(FLAG_MEANINGS)
+    assert "150" not in FLAG_MEANINGS["reduced_iterations"]
