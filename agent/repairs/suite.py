@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 SUITE_VERSION = 1
 # Bug classes that never appear in exported training data (synth-repairs and the Fixit export route them
@@ -85,14 +85,30 @@ class UnbrokenKernel(BaseModel):
     speedup: float | None = None
 
 
+# The evaluator's read flush became the default on this day (tools/results.py DEFAULT_L2_FLUSH); a suite built before
+# it timed its unbroken kernels from a written flush, and a suite.json of then says nothing of it.
+READ_FLUSH_SINCE = "2026-12-04"
+
+
 class RepairSuite(BaseModel):
     version: int = SUITE_VERSION
     built: str = ""
     gpu: str = ""
+    l2_flush: str = Field("", description="the L2 flush its unbroken speedups were timed from (read / write): a fix's "
+                          "speed compares with them only when timed from the same one; in a suite.json without it, "
+                          "write for a suite built before the read flush existed, else '' (unknown)")
     held_out_classes: list[str] = Field(default_factory=lambda: sorted(HELD_OUT_CLASSES))
     unbroken: dict[str, UnbrokenKernel] = Field(default_factory=dict, description="workload -> its unbroken kernel")
     tasks: list[RepairTask] = Field(default_factory=list)
     folder: str = Field("", exclude=True, description="where it was read from")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flush_of_an_older_suite(cls, data):
+        if isinstance(data, dict) and "l2_flush" not in data:
+            built = data.get("built")
+            data = {**data, "l2_flush": "write" if isinstance(built, str) and built and built < READ_FLUSH_SINCE else ""}
+        return data
 
     def task(self, task_id: str) -> RepairTask:
         for t in self.tasks:

@@ -9,8 +9,10 @@ model turns. Per trajectory:
 - fixed with the speed kept: some turn PASSED, its target instructions executed (or not measured), and its
   speedup >= SPEED_KEPT x the unbroken kernel's speedup recorded in the task (a slow swap is no repair); unknown
   (None) for a fixed trajectory with no speed to compare (the task records no unbroken speedup, or the fix was not
-  timed; a recorded unbroken speedup that is NaN, infinite or not positive is none), left out of that share and
-  counted apart (`speed_unknown`), never read as a slow fix;
+  timed; a recorded unbroken speedup that is NaN, infinite or not positive is none; or the fix was timed on another
+  GPU, or from another L2 flush, than the suite's unbroken speedups: a speedup is a ratio to the library on one GPU
+  from one flush, and the two flushes' do not compare), left out of that share and counted apart (`speed_unknown`,
+  each trajectory's `speed_unknown_why`, said on the page), never read as a slow fix;
 - regression: a PASSED turn that is a fix (not the broken kernel handed back) followed by a failing one (the fix
   broke again);
 - not judged: no turn PASSED, and a turn compiled a changed kernel without a GPU (COMPILED, --no-gpu): fixed or
@@ -34,7 +36,8 @@ folder of a repairs suite (a suite.json above it).
 """
 from __future__ import annotations
 
-from collections import defaultdict
+import json
+from collections import Counter, defaultdict
 from functools import lru_cache
 from pathlib import Path
 
@@ -46,7 +49,7 @@ from ..report.tables import md_cell
 from .cells import balance_weights
 from .run_score import budget_order, unique_records
 from .stats import Estimate, mean_estimate, share_estimate
-from .turns import COMPILED, TrajectoryScore, _measured, score_trajectory
+from .turns import COMPILED, TrajectoryScore, TurnScore, _measured, score_trajectory
 
 SPEED_KEPT = 0.95
 
@@ -66,6 +69,8 @@ class RepairTrajectory(BaseModel):
                                     "recorded, or the fix untimed)")
     regression: bool = False
     judged: bool = Field(True, description="False: compiled without a GPU and never PASSED, fixed or not unknown")
+    speed_unknown_why: str = Field("", description="why speed_kept is None: no unbroken speedup recorded, the fix not "
+                                   "timed, or timed on another GPU or from another L2 flush than the suite's unbroken one")
     turn_budget: int | None = Field(None, description="the turns it was given (its config's 'turns'; None: not "
                                     "recorded): the k of fixed@k")
 
@@ -138,12 +143,43 @@ def _suite_solution(config: dict) -> str | None:
         return None
 
 
+def _recorded_suite_timing(start_from: str) -> dict:
+    """The GPU and L2 flush of the suite folder a recorded start_from points into ({} when unreadable): only its
+    suite.json's own fields, read as load_suite reads them."""
+    index = Path(start_from).parent.parent / "suite.json"
+    try:
+        meta = json.loads(index.read_text(encoding="utf-8"))
+        suite = RepairSuite.model_validate({k: meta[k] for k in ("built", "gpu", "l2_flush") if k in meta})
+    except (OSError, ValueError, TypeError, RecursionError, AttributeError):  # not there, not JSON, not an object
+        return {}
+    return {"suite_gpu": suite.gpu, "suite_l2_flush": suite.l2_flush}
+
+
 def task_record(config: dict) -> dict:
     """The suite's record of a repair trajectory's task, as a dict ({} when neither the local suite nor the recorded
-    path has it)."""
+    path has it), with where its suite timed the unbroken speedups (suite_gpu, suite_l2_flush: '' when unknown)."""
     task_id = config["repair_task"]
-    task = _local_tasks().get(task_id) or _recorded_task(task_id, config.get("start_from") or "")
-    return task.model_dump(mode="json") if task else {}
+    if (task := _local_tasks().get(task_id)) is not None:
+        suite = _local_suite()
+        return {**task.model_dump(mode="json"), "suite_gpu": suite.gpu, "suite_l2_flush": suite.l2_flush}
+    start_from = config.get("start_from") or ""
+    task = _recorded_task(task_id, start_from)
+    return {**task.model_dump(mode="json"), **_recorded_suite_timing(start_from)} if task else {}
+
+
+def _speed_unknown_why(fix: TurnScore, unbroken: float | None, gpu: str, task: dict) -> str:
+    """Why a fix's speed does not compare with the unbroken kernel's ('' when it does): a speedup is a ratio to the
+    library on one GPU from one L2 flush, and the two flushes' speedups do not compare (docs/timing-integrity.md)."""
+    if unbroken is None:
+        return "no unbroken speedup recorded for the task"
+    if fix.speedup is None:
+        return "the fix not timed"
+    if task.get("suite_gpu") and gpu and gpu != task["suite_gpu"]:
+        return f"timed on another GPU than the suite's unbroken speedups ({task['suite_gpu']})"
+    if task.get("suite_l2_flush") and fix.l2_flush and fix.l2_flush != task["suite_l2_flush"]:
+        return (f"timed from the {fix.l2_flush} L2 flush, the suite's unbroken speedups from the {task['suite_l2_flush']} "
+                "one (rebuild the suite, or run with that l2_flush)")
+    return ""
 
 
 def left_out_reason(score: TrajectoryScore, config: dict, task: dict) -> str:
@@ -192,9 +228,11 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
     broken = {sha for sha in ((score.start.kernel_sha256 if score.start else ""), task.get("solution_sha256") or "") if sha}
     passed = [t for t in turns if t.correct and t.kernel_sha256 not in broken and t.turn not in resubmitted]
     target_fixes = [t for t in passed if t.target_executed is not False]
-    kept = [t for t in target_fixes if t.speedup is not None and unbroken is not None and t.speedup >= SPEED_KEPT * unbroken]
-    # a fix with no speed to compare (no unbroken speedup in the task, or the fix not timed): unknown, not a slow fix
-    speed_unknown = not kept and any(unbroken is None or t.speedup is None for t in target_fixes)
+    why = {t.turn: _speed_unknown_why(t, unbroken, score.gpu, task) for t in target_fixes}
+    kept = [t for t in target_fixes if not why[t.turn] and t.speedup >= SPEED_KEPT * unbroken]
+    # a fix with no speed to compare (no unbroken speedup in the task, the fix not timed, or timed on another GPU or
+    # from another L2 flush than the unbroken kernel): unknown, not a slow fix
+    unknown_why = "" if kept else next((w for w in why.values() if w), "")
     first = passed[0].turn if passed else None
     # a fix that broke again: the broken kernel handed back and passing (no fix, above) cannot regress
     fixed_turns = {t.turn for t in passed}
@@ -208,7 +246,8 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
     return RepairTrajectory(id=score.id, model=score.model, task=config["repair_task"], turn_budget=score.turn_budget, bug_class=task.get("bug_class", ""),
                             failure_class=failure, held_out=bool(task.get("held_out")), unbroken_speedup=unbroken,
                             fixed_at_1=first == 1, fixed=bool(passed),
-                            turns_to_fix=first, speed_kept=None if speed_unknown else bool(kept), regression=regression,
+                            turns_to_fix=first, speed_kept=None if unknown_why else bool(kept), regression=regression,
+                            speed_unknown_why=unknown_why,
                             judged=bool(passed) or not unverified)
 
 
@@ -309,8 +348,11 @@ def repair_markdown(score: RepairScore) -> str:
         parts.append(f"not judged: {unjudged} of {len(score.trajectories)} trajectories compiled a changed kernel without "
                      "a GPU (COMPILED) and never passed: fixed or not is unknown, so they are left out of every rate")
     if unknown := sum(r.judged and r.speed_kept is None for r in score.trajectories):
+        whys = Counter(r.speed_unknown_why or "no speed to compare" for r in score.trajectories
+                       if r.judged and r.speed_kept is None)
         parts.append(f"speed unknown: {unknown} fixed trajector{'y' if unknown == 1 else 'ies'} had no speed to compare "
-                     "(no unbroken speedup recorded for the task, or the fix not timed): left out of 'fixed, speed kept'")
+                     "(" + "; ".join(f"{n}: {md_cell(why)}" for why, n in whys.most_common())
+                     + "): left out of 'fixed, speed kept'")
     if score.left_out:
         parts.append("left out of every rate (neither for nor against the model): " + ", ".join(
             f"{n} trajector{'y' if n == 1 else 'ies'}: {why}" for why, n in score.left_out.items()))

@@ -34,7 +34,9 @@ from .turns import TrajectoryScore, score_trajectory
 #    TrajectoryScore.turn_budget); runs of --turns 4 and 16 pooled into one cell's curves and best speedups
 #    Estimate.ci_fixed_strata: a model's interval that holds a workload of one trajectory fixed says so
 #    the repair track (score --json's repair_track): a row per turn budget too, each task weighing alike in its rates
-SCORE_VERSION = 8
+# 9: TurnScore.l2_flush (its timing's); the repair track's speed kept compares a fix only with unbroken speedups timed
+#    on the same GPU from the same L2 flush (speed_unknown_why), and a suite says its flush (RepairSuite.l2_flush)
+SCORE_VERSION = 9
 
 
 class RunScore(BaseModel):

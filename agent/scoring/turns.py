@@ -32,6 +32,8 @@ class TurnScore(BaseModel):
     target_executed: bool | None = Field(None, description="every target family executed; None = not measured")
     speedup: float | None = None
     sol_pct: float | None = None
+    l2_flush: str = Field("", description="the L2 flush its timing started from (read / write; write in records from "
+                          "before the mode existed); '' when untimed")
     kernel_file: str = ""
     kernel_sha256: str = ""
     gpu_evaluated: bool = False
@@ -137,6 +139,7 @@ def _turn_from_eval(turn: int, event) -> TurnScore:
         target_executed=result.target_executed,
         speedup=_measured(timing.speedup) if timing else None,
         sol_pct=_measured(timing.sol_pct) if timing else None,
+        l2_flush=timing.l2_flush if timing else "",
         kernel_file=event.kernel_file,
         kernel_sha256=event.kernel_sha256,
         gpu_evaluated=result.gpu_evaluated,

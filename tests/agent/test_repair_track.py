@@ -336,3 +336,59 @@ def test_each_task_weighs_alike_in_a_models_repair_rates():
     even = cell([RepairTrajectory(id=f"t{i}", model="m", task=f"t{i}", fixed=i < 3, turns_to_fix=1 if i < 3 else None)
                  for i in range(4)])
     assert even.fixed_at_k.value == 0.75 and (even.fixed_at_k.ci_low, even.fixed_at_k.ci_high) == wilson_interval(0.75, 4)
+
+
+def test_a_fixs_speed_compares_only_with_an_unbroken_speedup_timed_alike():
+    """'Fixed, speed kept' compared a fix's speedup with the suite's unbroken one whatever GPU and L2 flush each was
+    timed on: the committed suite was timed from the written flush, runs since default to the read one, and a speedup
+    of one flush does not compare with the other's (docs/timing-integrity.md). Such a fix's speed is unknown, and
+    the page says why; timed alike, it is judged as before."""
+    from ptxbench.agent.repairs.suite import RepairSuite
+    from ptxbench.agent.scoring.repair_track import cell, repair_trajectory
+    from ptxbench.agent.scoring.turns import TrajectoryScore, TurnScore
+
+    def fixed(gpu: str, flush: str, speedup: float = 1.0):
+        score = TrajectoryScore(id=f"{gpu}-{flush}", model="m", workload=WL, gpu=gpu, stop_reason="turn_limit", turns=[
+            TurnScore(turn=1, status="PASSED", correct=True, target_executed=True, speedup=speedup, l2_flush=flush,
+                      kernel_sha256="fix")])
+        return repair_trajectory(score, {"repair_task": "t"}, {"workload": WL, "unbroken_speedup": 1.0,
+                                                               "suite_gpu": "NVIDIA H200", "suite_l2_flush": "write"})
+
+    assert fixed("NVIDIA H200", "write").speed_kept is True and fixed("NVIDIA H200", "write", 0.5).speed_kept is False
+    other_flush, other_gpu = fixed("NVIDIA H200", "read"), fixed("NVIDIA H100 80GB HBM3", "write")
+    assert other_flush.speed_kept is None and "read L2 flush" in other_flush.speed_unknown_why
+    assert other_gpu.speed_kept is None and "another GPU" in other_gpu.speed_unknown_why
+    page = repair_markdown(RepairScore(trajectories=[other_flush], by_model={"m": cell([other_flush])},
+                                       by_model_bug_class={"m": {}}, by_model_failure_class={"m": {}}))
+    assert "1: timed from the read L2 flush" in page
+    # a suite.json of before the read flush existed says nothing of its flush: it was the written one
+    assert RepairSuite(built="2026-11-30").l2_flush == "write" and RepairSuite(built="2026-12-05").l2_flush == ""
+    assert RepairSuite(built="2026-11-30", l2_flush="read").l2_flush == "read"
+
+
+def test_a_repair_run_timed_from_another_flush_than_its_suite_has_its_speed_unknown(tmp_path, monkeypatch):
+    """The same through a bench: the fixture suite says nothing of its flush and was built before the read flush, so
+    its unbroken speedup is the written flush's; fixes timed from the read flush are fixed, their speed unknown."""
+    from ptxbench.agent.repairs.suite import load_suite
+    from ptxbench.agent.scoring import repair_track
+
+    fixture = load_suite(FIXTURE)  # as this machine's suite (the committed one shares some of its ids)
+    monkeypatch.setattr(repair_track, "_local_suite", lambda: fixture)
+    monkeypatch.setattr(repair_track, "_local_tasks", lambda: {t.id: t for t in fixture.tasks})
+    gpu = fake_gpu()
+    evaluate = gpu.evaluate
+
+    def read_flush(workload_id, source, options):
+        result = evaluate(workload_id, source, options)
+        if result.timing is not None:
+            result.timing.l2_flush = "read"
+        return result
+    gpu.evaluate = read_flush
+    cfg = BenchConfig(models=["builtin/reference"], workloads=[WL], trajectories=1, turns=1, track="repair", suite=str(FIXTURE))
+    run_bench(cfg, tmp_path / "run", evaluator=gpu)
+    score = score_repair_runs([tmp_path / "run"])
+    ref = score.by_model["builtin/reference"]
+    assert ref.fixed_at_k.value == 1.0 and ref.speed_kept.value is None and ref.speed_unknown == 4
+    assert {r.speed_unknown_why for r in score.trajectories} == {
+        "timed from the read L2 flush, the suite's unbroken speedups from the write one (rebuild the suite, or run "
+        "with that l2_flush)"}

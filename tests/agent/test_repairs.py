@@ -28,6 +28,8 @@ def test_build_keeps_only_what_the_gpu_rejects(tmp_path):
     assert [t.id for t in again.tasks] == sorted(t.id for t in report.suite.tasks)
     assert again.solution_path(task).read_text() == report.sources[task.id]
     assert "4 tasks, 1 workloads" in summary_table(report)
+    # the flush its unbroken speedups were timed from (the fake's timing: written), kept through the suite.json
+    assert report.suite.l2_flush == again.l2_flush == "write"
 
 
 def test_build_stops_evaluating_at_its_time_limit():
