@@ -12,6 +12,7 @@ import re
 from string import Template
 
 from ptxbench import prompts
+from ptxbench.tools.compile_log import without_host_paths
 from ptxbench.tools.gpu.ceilings import IMPLAUSIBLE_SPEEDUP
 from ptxbench.tools.gpu.timing import SLOW_FACTOR, SLOW_ITERS
 from ptxbench.tools.profile.feedback import HARNESS_TEXT_CHARS, harness_text
@@ -111,7 +112,7 @@ def _compile_lines(result: EvalResult) -> list[str]:
     lines = _error_lines(comp.errors)
     lines += _helper_hints(comp.errors)
     if comp.status == "error" and not comp.errors and comp.log:
-        lines.append("```\n" + comp.log.strip()[-3000:] + "\n```")
+        lines.append("```\n" + without_host_paths(comp.log.strip()[-3000:]) + "\n```")  # the toolchain's folders
     if comp.status == "ok":
         lines += [f"- warning, line {w.line}: {w.message}" if w.line else f"- warning: {w.message}"
                   for w in comp.warnings[:MAX_WARNINGS]] or ["- no compiler warnings"]

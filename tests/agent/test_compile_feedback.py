@@ -112,3 +112,13 @@ def test_a_compile_error_quotes_the_line_it_points_at(tmp_path):
     long_line = with_source_text([CompileIssue(line=2, message="m")], "a\n" + "x" * 500)[0].text
     assert long_line == "x" * QUOTE_CHARS + " ..."
     assert with_source_text([CompileIssue(line=9, message="m")], "a\nb")[0].text == ""  # no such line: nothing quoted
+
+
+def test_a_compile_log_shown_whole_names_no_host_folder():
+    """A failed compile without a parsed error (a record from before every failure named one) is shown as its log's
+    tail, which quotes where the toolchain is installed."""
+    log = ("/home/alice/.venv/lib/python3.12/site-packages/nvidia/cuda_nvcc/bin/ptxas fatal   : Memory allocation "
+           "failure")
+    comp = CompileResult(status="error", arch="sm_90a", log=log)
+    text = "\n".join(_compile_lines(EvalResult(workload="w", status="COMPILE_ERROR", compile=comp)))
+    assert "/home/alice" not in text and "ptxas fatal   : Memory allocation failure" in text
