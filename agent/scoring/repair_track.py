@@ -359,6 +359,12 @@ def repair_markdown(score: RepairScore) -> str:
     if score.suite_tasks:
         parts.append(f"tasks run, of the {score.suite_tasks} in this machine's suite: " + ", ".join(
             f"{md_cell(m)} {n}" for m, n in score.tasks_by_model.items()))
+    split = len({r.turn_budget for r in score.trajectories}) > 1
+    ran = {name: {r.task for r in score.trajectories if row_name(r, split) == name} for name in score.by_model}
+    if len({frozenset(tasks) for tasks in ran.values()}) > 1:  # a model on the easy tasks only reads better
+        common = set.intersection(*ran.values())
+        parts.append(f"the rows ran different tasks ({len(common)} in common): their rates are over different tasks, "
+                     "so compare them by bug class and failure class, or over a run of the same tasks")
     parts += ["", head.format("model"), *[row(m, c) for m, c in score.by_model.items()]]
     for model in score.by_model:
         parts += ["", f"### {md_cell(model)} by bug class", "", head.format("bug class"),

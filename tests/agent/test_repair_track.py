@@ -392,3 +392,18 @@ def test_a_repair_run_timed_from_another_flush_than_its_suite_has_its_speed_unkn
     assert {r.speed_unknown_why for r in score.trajectories} == {
         "timed from the read L2 flush, the suite's unbroken speedups from the write one (rebuild the suite, or run "
         "with that l2_flush)"}
+
+
+def test_the_page_says_when_its_rows_ran_different_tasks():
+    """Two models' fixed@k over different tasks (one ran only the compile failures) sat side by side as if alike."""
+    from ptxbench.agent.scoring.repair_track import RepairTrajectory, cell
+
+    rows = [RepairTrajectory(id="a", model="m1", task="t1", fixed=True, turns_to_fix=1),
+            RepairTrajectory(id="b", model="m1", task="t2"), RepairTrajectory(id="c", model="m2", task="t1")]
+    by = {m: cell([r for r in rows if r.model == m]) for m in ("m1", "m2")}
+    page = repair_markdown(RepairScore(trajectories=rows, by_model=by, by_model_bug_class={m: {} for m in by},
+                                       by_model_failure_class={m: {} for m in by}))
+    assert "the rows ran different tasks (1 in common)" in page
+    alike = repair_markdown(RepairScore(trajectories=rows[:1] + rows[2:], by_model={m: by[m] for m in by},
+                                        by_model_bug_class={m: {} for m in by}, by_model_failure_class={m: {} for m in by}))
+    assert "different tasks" not in alike
