@@ -25,9 +25,10 @@ suite's tasks each model ran.
 Each is a share of (turns to fix: a mean over) the judged trajectories, each task weighing alike (a mean over tasks,
 as a model's row of the score is over workloads: a task that lost trajectories to infra, or ran more of them, tilted
 it), with a 95% interval (Wilson's at the effective count for the shares, a bootstrap within each task for the mean:
-stats.py), overall, per model (and turn budget, where the trajectories ran
-under several: fixed@k of two k never pool), by bug class and by failure class (the broken kernel's status at turn 0; where turn 0 was not run on a GPU (COMPILED), the verdict
-the suite recorded for it).
+stats.py), overall, per model (and turn budget, where the trajectories ran under several: fixed@k of two k never
+pool), by bug class, by failure class (the broken kernel's status at turn 0; where turn 0 was not run on a GPU
+(COMPILED), the verdict the suite recorded for it) and by prompt (shown where a model ran several: an ablation's arms
+apart, where the model's row pools them as the leaderboard does).
 
 A task's record (bug class, unbroken speedup, held out) comes from this machine's suite, looked up by the recorded
 `repair_task` id, so a run scores the same wherever it is scored. Only for an id the local suite lacks is the
@@ -71,6 +72,7 @@ class RepairTrajectory(BaseModel):
     judged: bool = Field(True, description="False: compiled without a GPU and never PASSED, fixed or not unknown")
     speed_unknown_why: str = Field("", description="why speed_kept is None: no unbroken speedup recorded, the fix not "
                                    "timed, or timed on another GPU or from another L2 flush than the suite's unbroken one")
+    prompt: str = Field("", description="the prompt variant it ran under")
     turn_budget: int | None = Field(None, description="the turns it was given (its config's 'turns'; None: not "
                                     "recorded): the k of fixed@k")
 
@@ -93,6 +95,9 @@ class RepairScore(BaseModel):
                                             "'<model> (<k> turns)' (row_name): fixed@k of two k never pool")
     by_model_bug_class: dict[str, dict[str, RepairCell]] = Field(default_factory=dict)
     by_model_failure_class: dict[str, dict[str, RepairCell]] = Field(default_factory=dict)
+    by_model_prompt: dict[str, dict[str, RepairCell]] = Field(default_factory=dict, description="model -> prompt "
+                                                        "variant -> its cell: a prompt ablation's arms apart (the "
+                                                        "model's row pools them, as the leaderboard does)")
     left_out: dict[str, int] = Field(default_factory=dict, description="why -> trajectories left out of every rate "
                                      "(an infra failure no retry repaired, a record of another task), neither for "
                                      "nor against their model")
@@ -243,7 +248,8 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
     failure = score.start.status if score.start else recorded
     if failure in ("", COMPILED):  # turn 0 not run on a GPU: the broken kernel's class is what the suite recorded
         failure = recorded or "unknown"
-    return RepairTrajectory(id=score.id, model=score.model, task=config["repair_task"], turn_budget=score.turn_budget, bug_class=task.get("bug_class", ""),
+    return RepairTrajectory(id=score.id, model=score.model, task=config["repair_task"], turn_budget=score.turn_budget,
+                            prompt=score.prompt, bug_class=task.get("bug_class", ""),
                             failure_class=failure, held_out=bool(task.get("held_out")), unbroken_speedup=unbroken,
                             fixed_at_1=first == 1, fixed=bool(passed),
                             turns_to_fix=first, speed_kept=None if unknown_why else bool(kept), regression=regression,
@@ -324,11 +330,12 @@ def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
         mine = [r for r in rows if name(r) == model]
         out.by_model_bug_class[model] = _grouped(mine, lambda r: r.bug_class)
         out.by_model_failure_class[model] = _grouped(mine, lambda r: r.failure_class)
+        out.by_model_prompt[model] = _grouped(mine, lambda r: r.prompt)
     return out
 
 
 def repair_markdown(score: RepairScore) -> str:
-    """The repair page: per model, then by bug class and failure class (95% intervals over the judged trajectories:
+    """The repair page: per model, then by bug class and failure class, and by prompt where there are several (95% intervals over the judged trajectories:
     Wilson's for the shares, a bootstrap for turns to fix; those compiled without a GPU and never passed are counted apart, as not judged)."""
     head = ("| {} | n | fixed@1 | fixed@k | fixed, speed kept | turns to fix | regressions | not judged |\n"
             "| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -371,4 +378,7 @@ def repair_markdown(score: RepairScore) -> str:
                   *[row(k, c) for k, c in score.by_model_bug_class[model].items()],
                   "", f"### {md_cell(model)} by failure class", "", head.format("failure class"),
                   *[row(k, c) for k, c in score.by_model_failure_class[model].items()]]
+        if len(prompts := score.by_model_prompt.get(model, {})) > 1:  # a prompt ablation: its arms side by side
+            parts += ["", f"### {md_cell(model)} by prompt", "", head.format("prompt"),
+                      *[row(k, c) for k, c in prompts.items()]]
     return "\n".join(parts) + "\n"

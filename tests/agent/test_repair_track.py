@@ -407,3 +407,18 @@ def test_the_page_says_when_its_rows_ran_different_tasks():
     alike = repair_markdown(RepairScore(trajectories=rows[:1] + rows[2:], by_model={m: by[m] for m in by},
                                         by_model_bug_class={m: {} for m in by}, by_model_failure_class={m: {} for m in by}))
     assert "different tasks" not in alike
+
+
+def test_a_prompt_ablation_shows_each_prompts_repairs_apart(tmp_path):
+    """A repair bench of two prompt variants pooled them into the model's row with no view of either arm: the page
+    now has a table by prompt where a model ran several (by_model_prompt)."""
+    cfg = BenchConfig(models=["builtin/reference"], workloads=[WL], trajectories=1, turns=1, track="repair",
+                      suite=str(FIXTURE), prompts=["basic", "expert"])
+    run_bench(cfg, tmp_path / "run", evaluator=fake_gpu())
+    score = score_repair_runs([tmp_path / "run"])
+    assert score.by_model["builtin/reference"].n == 8
+    assert {k: c.n for k, c in score.by_model_prompt["builtin/reference"].items()} == {"basic": 4, "expert": 4}
+    assert "### builtin/reference by prompt" in repair_markdown(score)
+    one = tmp_path / "one"
+    run_bench(config(models=["builtin/reference"], turns=1), one, evaluator=fake_gpu())
+    assert "by prompt" not in repair_markdown(score_repair_runs([one]))
