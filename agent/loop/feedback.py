@@ -124,7 +124,8 @@ def _compile_lines(result: EvalResult) -> list[str]:
     # entry points would otherwise open with kernels that do not matter)
     launched = [n for n in result.launched if n in comp.kernels] if result.launched else list(comp.kernels)
     for k in (comp.kernels[n] for n in launched):
-        spills = f", SPILLS {k.spill_stores} stores / {k.spill_loads} loads" if (k.spill_stores or k.spill_loads) else ""
+        spills = (f", SPILLS {k.spill_stores} bytes stored / {k.spill_loads} bytes loaded per thread"  # ptxas counts bytes
+                  if (k.spill_stores or k.spill_loads) else "")
         bars = f", {k.barriers} named barrier{'s' * (k.barriers != 1)} reserved" if k.barriers else ""
         lines.append(f"- kernel {k.name}: {k.registers} registers, {k.smem_static} B static smem, {k.stack} B stack{bars}{spills}")
         if k.barriers == ALL_BARRIERS:
