@@ -101,13 +101,35 @@ def _speedup_cell(est: Estimate, best: float | None = None) -> str:
     return text + (f" (max {best:.3f})" if best is not None else "")
 
 
-def mixed_flush_cells(score: RunScore) -> list[tuple[str, str]]:
-    """The (model, workload) cells whose trajectories were timed from more than one L2 flush."""
-    flushes: dict[tuple[str, str], set[str]] = {}
+def _mixed_cells(score: RunScore, attr: str) -> list[tuple[str, str]]:
+    """The (model, workload) cells of the leaderboard (each of one turn budget) whose scored trajectories differ in
+    `attr` ('' counted as no value: a trajectory never evaluated on a GPU has no GPU)."""
+    seen: dict[tuple, set[str]] = {}
     for t in score.trajectories:
         if not t.left_out:
-            flushes.setdefault((t.model, t.workload), set()).add(t.l2_flush)
-    return sorted(key for key, seen in flushes.items() if len(seen) > 1)
+            values = seen.setdefault((t.model, t.workload, t.turn_budget), set())
+            if getattr(t, attr):
+                values.add(getattr(t, attr))
+    return sorted({key[:2] for key, values in seen.items() if len(values) > 1})
+
+
+def mixed_flush_cells(score: RunScore) -> list[tuple[str, str]]:
+    """The (model, workload) cells whose trajectories were timed from more than one L2 flush."""
+    return _mixed_cells(score, "l2_flush")
+
+
+def mixed_gpu_cells(score: RunScore) -> list[tuple[str, str]]:
+    """The (model, workload) cells whose trajectories were evaluated on more than one GPU."""
+    return _mixed_cells(score, "gpu")
+
+
+def _naming(cells: list[tuple[str, str]], what: str) -> list[str]:
+    """Note pieces naming up to three cells, then `what`; model and workload names are the records' text: Recorded, so
+    summary.md writes them through md_cell."""
+    parts: list[str] = []
+    for i, (m, w) in enumerate(cells[:3]):
+        parts += [", " if i else " ", Recorded(m), " x ", Recorded(w)]
+    return parts + [(f" and {len(cells) - 3} more" if len(cells) > 3 else "") + what]
 
 
 def leaderboard(score: RunScore, target: bool = False) -> Table:
@@ -129,12 +151,11 @@ def leaderboard(score: RunScore, target: bool = False) -> Table:
     split = split_by_budget(score)
     parts = [note + BUDGET_NOTE * split]
     if mixed := mixed_flush_cells(score):
-        # model and workload names are the records' text: Recorded, so summary.md writes them through md_cell
-        for i, (m, w) in enumerate(mixed[:3]):
-            parts += [", " if i else " ", Recorded(m), " x ", Recorded(w)]
-        parts.append((f" and {len(mixed) - 3} more" if len(mixed) > 3 else "")
-                     + " pool trajectories timed from a read and from a written L2 flush, whose speedups do not "
-                     "compare (docs/timing-integrity.md): the cells by prompt and GPU keep them apart.")
+        parts += _naming(mixed, " pool trajectories timed from a read and from a written L2 flush, whose speedups do "
+                                "not compare (docs/timing-integrity.md): the cells by prompt and GPU keep them apart.")
+    if mixed := mixed_gpu_cells(score):  # a speedup over the library is one GPU's: another GPU's is another measure
+        parts += _naming(mixed, " pool trajectories evaluated on different GPUs, whose speedups over the library "
+                                "are each their own GPU's: the cells by prompt and GPU keep them apart.")
     table = Table(title, _heads(split, *map(Recorded, workloads)), note=Note(parts))
     for row_cell in score.models:  # a row per model, and per turn budget where there are several
         row = _label(row_cell, split, workload=False)

@@ -449,3 +449,25 @@ def test_a_run_of_two_turn_budgets_shows_each_budgets_rows_apart(tmp_path):
 def test_a_run_of_one_turn_budget_keeps_its_tables_as_they_were(report):
     md = report[1].markdown.read_text()
     assert "turn budget" not in md and "Rows are split" not in md
+
+
+def test_the_leaderboard_says_when_a_cell_pools_two_gpus_and_not_when_two_budgets_differ(tmp_path):
+    """A (model, workload) cell pools GPUs: an H100's speedup over the library and an H200's sat in one mean without a
+    word, as two flushes' did before their note. And since the cells split by turn budget, two budgets timed from
+    different flushes (or GPUs) pool nothing, so they are no mixed cell."""
+    from ptxbench.agent.report.tables import leaderboard
+    from trajectory_builder import TrajectoryBuilder
+
+    mixed = tmp_path / "mixed"
+    for i, gpu in enumerate(("NVIDIA H100 80GB HBM3", "NVIDIA H200")):
+        TrajectoryBuilder(mixed, f"g{i}", "m", "gemm", gpu=gpu).turn(1, "PASSED", 1.1, True).stop()
+    TrajectoryBuilder(mixed, "a0", "m", "attn").turn(1, "PASSED", 1.0, True).stop()
+    note = leaderboard(score_runs([mixed])).note
+    assert "m x gemm pool trajectories evaluated on different GPUs" in note and "attn" not in note
+    assert "different GPUs" not in leaderboard(score_runs([build_sample_run(tmp_path / "sample")])).note
+    budgets = tmp_path / "budgets"
+    for i, (turns, flush, gpu) in enumerate(((4, "read", "NVIDIA H200"), (16, "write", "NVIDIA H100 80GB HBM3"))):
+        TrajectoryBuilder(budgets, f"b{i}", "m", "gemm", gpu=gpu, config={"turns": turns, "l2_flush": flush}) \
+            .turn(1, "PASSED", 1.1, True).stop()
+    note = leaderboard(score_runs([budgets])).note
+    assert "L2 flush, whose" not in note and "different GPUs" not in note
