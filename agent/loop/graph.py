@@ -92,7 +92,10 @@ def _outcome_message(result: EvalResult | None, format_error: str) -> str:
     if result is None:
         return format_error
     compile_errors = [e.message for e in (result.compile.errors if result.compile else [])][:3]
-    return " ".join([result.message, *compile_errors, *result.plan_errors[:3], result.runtime_error]).strip()
+    # what the message already says is not said again: the summary context shows 200 characters of this
+    extra = [x for x in dict.fromkeys([*compile_errors, *result.plan_errors[:3], result.runtime_error])
+             if x and x not in result.message]
+    return " ".join([result.message, *extra]).strip()
 
 
 # A reply kept in the conversation is sent again, and recorded again, with every later model call: one of 30 MB

@@ -185,3 +185,20 @@ def test_every_timing_flag_the_gpu_sets_is_explained():
     assert {"rechecked", "host_stalls", "reduced_iterations", "slow_candidate"} <= set_by_gpu
     assert set_by_gpu <= set(FLAG_MEANINGS), set_by_gpu - set(FLAG_MEANINGS)
     assert "150" not in FLAG_MEANINGS["reduced_iterations"]
+
+
+def test_a_turns_outcome_says_each_error_once():
+    """The one line the summary context keeps of an older turn (200 characters) read "the kernel failed:
+    CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure", and a
+    plan error's issues twice."""
+    from ptxbench.agent.loop.graph import _outcome_message
+
+    fault = EvalResult(workload=WL, status="RUNTIME_ERROR", runtime_error="CUDA_ERROR_LAUNCH_FAILED: unspecified launch "
+                       "failure", message="the kernel failed: CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure")
+    assert _outcome_message(fault, "") == "the kernel failed: CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure"
+    plan = EvalResult(workload=WL, status="PLAN_ERROR", plan_errors=["line 13: box too wide"],
+                      message="the solution file has problems: line 13: box too wide")
+    assert _outcome_message(plan, "") == "the solution file has problems: line 13: box too wide"
+    hang = EvalResult(workload=WL, status="TIMEOUT", runtime_error="TIMEOUT after 5 s (run phase)",
+                      message="the kernel did not finish within 5 s (run phase)")
+    assert _outcome_message(hang, "").endswith("TIMEOUT after 5 s (run phase)")  # words the message lacks stay
