@@ -344,3 +344,18 @@ def test_a_profiler_failure_quotes_no_host_folder_and_stays_short():
     shown = render_eval(EvalResult(workload=GEMM.id, status="PASSED", targets_runtime={"wgmma": unknown}), 1, False)
     line = next(ln for ln in shown.splitlines() if ln.startswith("- target wgmma"))
     assert "/home/alice" not in line and len(line) < 700
+
+
+def test_a_second_hot_line_with_the_same_advice_points_to_the_first():
+    """The attention forward's turn 5 (H200): its wgmma line and its wgmma_wait line each carried the same 200
+    characters of advice, in a budget that then had no room for the next finding."""
+    from ptxbench.tools.profile.lines import HotLine
+
+    hot = [HotLine(line=284, text="wgmma(...);", share_pct=12.0, stalls={"wait": 10.0}),
+           HotLine(line=354, text="wgmma_wait<1>();", share_pct=10.0, stalls={"barrier": 8.0})]
+    k = KernelProfile(name="attn", duration_us=2240.0, compute_sol_pct=82.0, memory_sol_pct=44.0, hot_lines=hot)
+    cr = CompileResult(status="ok", arch="sm_90a", sass_by_line={284: {"HGMMA": 4}, 354: {"WARPGROUP": 1}})
+    text = profile_feedback(ProfileSummary(ok=True, kernels=[k], gpu="NVIDIA H200"), {}, get_workload("mha_fwd_d128"), cr)
+    items = [ln for ln in text.splitlines() if ln[:2] in ("1.", "2.")]
+    assert "warps wait on the wgmma pipeline here" in items[0], items
+    assert "mostly barrier: the same advice as for line 284." in items[1] and "wgmma pipeline" not in items[1], items

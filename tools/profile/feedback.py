@@ -290,11 +290,18 @@ def _line_items(k: KernelProfile, tr: Traits, compile_result: CompileResult | No
     t = template()["other"]
     by_line = compile_result.sass_by_line if compile_result is not None else {}
     items = []
+    first_with: dict[str, int] = {}  # advice -> the hotter line it was given for
     for h in k.hot_lines[:limit]:
         reason = h.dominant
         if h.share_pct < 10 or not reason or reason in ("selected", "not_selected"):
             continue
         advice = _advice(reason, tr, by_line.get(h.line))
+        # the same sentence for a second line is a pointer to the first (the attention forward's wgmma lines carried
+        # the same 200 characters twice, in a budget that then dropped a finding)
+        if advice and advice in first_with:
+            advice = t["same_advice"].format(line=first_with[advice])
+        elif advice:
+            first_with[advice] = h.line
         worth = h.share_pct / 100 * now_us if now_us else h.share_pct
         items.append((worth, t["hot_line"].format(line=h.line, text=h.text, share=h.share_pct, reason=reason, advice=advice)))
     return items
