@@ -202,3 +202,18 @@ def test_a_turns_outcome_says_each_error_once():
     hang = EvalResult(workload=WL, status="TIMEOUT", runtime_error="TIMEOUT after 5 s (run phase)",
                       message="the kernel did not finish within 5 s (run phase)")
     assert _outcome_message(hang, "").endswith("TIMEOUT after 5 s (run phase)")  # words the message lacks stay
+
+
+def test_a_wrong_output_is_described_once():
+    """The synthetic zeroed-accumulator GEMM: 'C is wrong in run 0: 5.830% of elements match, ...' and then 'trial 0
+    C: FAIL, ... 5.83% elements match, ...', the same figures twice; another failing trial is still listed."""
+    bad = TrialStats(trial=0, tensor="C", passed=False, max_abs_err=51.3, rel_fro_err=0.112, frac_matched=0.05715,
+                     worst_index=[4835, 2141], worst_value=27.125, worst_expected=78.4739)
+    message = ("C is wrong in run 0: 5.715% of elements match, max abs error 51.3, relative Frobenius error 0.112, "
+               "0 NaN, 0 Inf at index [4835, 2141]: got 27.125, expected 78.4739")
+    one = render_eval(EvalResult(workload=WL, status="INCORRECT_NUMERICAL", correctness=[bad], message=message), 1, False)
+    assert one.count("[4835, 2141]") == 1 and "Correctness:" not in one
+    other = bad.model_copy(update={"trial": 1})
+    two = render_eval(EvalResult(workload=WL, status="INCORRECT_NUMERICAL", correctness=[bad, other], message=message),
+                      1, False)
+    assert "- trial 1 C: FAIL" in two and "- trial 0 C" not in two
