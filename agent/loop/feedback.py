@@ -1,9 +1,11 @@
 """The feedback the model reads after each evaluation, rendered with prompts/feedback.md.
 
-Concise and actionable: the status and its one-paragraph message, compile errors with their lines,
-resources, the worst correctness trial, timing against the library, target-instruction verdicts,
-the profiler's text. In --no-gpu mode every message says that no GPU ran, and a kernel that only
-compiled is shown as COMPILED, never as a pass.
+Concise and actionable, each fact once: the status and its one-paragraph message, compile errors (each
+distinct one once, with its lines and the line it points at quoted), the usual causes of a hang or an
+unnamed fault, resources, the failing correctness trials, timing against the library, target-instruction
+verdicts, the profiler's text, and the progress line (this kernel's time against the fastest passing one
+before it). In --no-gpu mode every message says that no GPU ran, and a kernel that only compiled is shown
+as COMPILED, never as a pass.
 """
 from __future__ import annotations
 
