@@ -36,7 +36,9 @@ from .turns import TrajectoryScore, score_trajectory
 #    the repair track (score --json's repair_track): a row per turn budget too, each task weighing alike in its rates
 # 9: TurnScore.l2_flush (its timing's); the repair track's speed kept compares a fix only with unbroken speedups timed
 #    on the same GPU from the same L2 flush (speed_unknown_why), and a suite says its flush (RepairSuite.l2_flush)
-SCORE_VERSION = 9
+# 10: no interval where every bootstrap resample agrees (trajectories of one value: [0, 0] read as certain), as from
+#     one trajectory; the repair track's by_model_prompt
+SCORE_VERSION = 10
 
 
 class RunScore(BaseModel):

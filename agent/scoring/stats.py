@@ -11,7 +11,9 @@ or one trajectory) the percentile interval has no width, and ten of ten read as 
 - a share pooled over turns (`ratio_estimate(..., share=True)`) keeps the bootstrap over trajectories, and
   where that interval has no width, takes the Wilson interval over the trajectories it rests on (the
   trajectories, not the turns: turns of one trajectory are not independent, so this errs wide).
-Any other estimate from fewer than two trajectories has no interval (ci_low, ci_high None).
+Any other estimate from fewer than two trajectories, or whose resamples all agree (its trajectories' values are one,
+as three trajectories that never got a correct turn have a best speedup of 0 each), has no interval (ci_low, ci_high
+None): a percentile bootstrap of equal values has no width, and [0, 0] read as certain.
 
 A model's figures over several workloads weigh each workload alike (KernelBench's fast_p is a share of tasks): each
 trajectory carries the weight 1 / (its workload's trajectories), the bootstrap resamples within each workload
@@ -125,7 +127,12 @@ def ratio_estimate(num: Sequence[float], den: Sequence[float], transform=None,
         if len(ratios):
             low, high, method = float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5)), "bootstrap"
     fixed = fixed_strata(strata) if method == "bootstrap" else 0
-    if share and (low is None or low == high):
+    if low is not None and math.isclose(low, high, rel_tol=1e-9, abs_tol=1e-12):
+        # every resample agrees (the trajectories' values do, in each stratum): resampling them cannot show how far
+        # another trajectory might fall, as from one trajectory; [v, v] read as certain
+        low = high = None
+        method, fixed = "", 0
+    if share and low is None:
         (low, high), method, fixed = wilson_interval(value, resting), "wilson", 0
     if transform is not None:
         value = transform(value)

@@ -178,9 +178,9 @@ def test_a_models_row_weighs_each_workload_alike(tmp_path):
     assert model.best_speedup.value == approx((1.5 + 0.5) / 2)
     assert model.geomean_speedup.value == approx(math.sqrt(1.5 * 0.5))
     assert model.success_within["1"].value == approx(1.0) and model.by_turn["best_so_far"] == [approx(1.0)]
-    # the bootstrap draws within each workload: "hard" has one scored trajectory, so every draw keeps its 0.5
-    assert model.best_speedup.ci_low == approx((1.5 + 0.5) / 2) == model.best_speedup.ci_high
-    assert model.best_speedup.ci_fixed_strata == 1  # and says so: "hard"'s spread is not in it
+    # the bootstrap draws within each workload: "hard" has one scored trajectory, so every draw keeps its 0.5, and the
+    # four "easy" ones agree: every resample is 1.0, which is no interval (it read [1.0, 1.0], as if certain)
+    assert model.best_speedup.ci_low is None and model.best_speedup.ci_high is None and model.best_speedup.ci_method == ""
     # over turns the figures stay pooled (every scored turn one kernel): 4 fast of 5 scored turns
     assert model.fast_p_turns["1"].value == approx(4 / 5)
 
@@ -246,7 +246,7 @@ def test_harness_failure_before_any_turn(tmp_path):
 def test_estimators():
     assert ratio_estimate([], []).value is None
     e = mean_estimate([1.0, 1.0, 1.0])
-    assert (e.value, e.ci_low, e.ci_high, e.n) == (1.0, 1.0, 1.0, 3)
+    assert (e.value, e.ci_low, e.ci_high, e.n) == (1.0, None, None, 3)  # all agree: no interval, not [1, 1]
     g = geomean_estimate([2.0, 8.0, None, 0.0])
     assert g.value == approx(4.0) and g.denom == 2
     a, b = mean_estimate([0.0, 1.0, 2.0, 5.0]), mean_estimate([0.0, 1.0, 2.0, 5.0])
@@ -840,3 +840,19 @@ def test_an_estimates_n_counts_only_the_trajectories_it_rests_on():
     assert stats.regression_rate.value == 1.0 and stats.regression_rate.n == 1 and stats.regression_rate.denom == 1
     assert ratio_estimate([0.0, 0.0], [0.0, 0.0]).n == 0
     assert ratio_estimate([1.0, 0.0, 2.0], [1.0, 0.0, 4.0]).n == 2
+
+
+def test_trajectories_that_all_agree_give_no_interval_not_one_of_no_width(tmp_path):
+    """Three trajectories that never got a correct turn each have a best speedup of 0; every bootstrap resample is 0,
+    and the leaderboard read 0.000 [0.000, 0.000], as certain as a figure can be, from three tries. Like a figure from
+    one trajectory, it has no interval; a share keeps Wilson's (0 of 3 is [0, 56%])."""
+    for i in range(3):
+        TrajectoryBuilder(tmp_path, f"t{i}", "m", "gemm", index=i).turn(1, "COMPILE_ERROR").turn(2, "COMPILE_ERROR").stop()
+    cell = score_runs([tmp_path]).cell("m", "gemm")
+    assert cell.best_speedup.value == 0.0 and (cell.best_speedup.ci_low, cell.best_speedup.ci_high) == (None, None)
+    assert cell.best_speedup.fmt(3) == "0.000"
+    assert cell.fast_p_trajectories["0"].ci_method == "wilson" and cell.fast_p_trajectories["0"].ci_high > 0.5
+    assert cell.fast_p_turns["0"].ci_method == "wilson" and cell.fast_p_turns["0"].ci_high > 0.5  # over turns too
+    two = mean_estimate([2.0, 2.0])
+    assert (two.value, two.ci_low, two.ci_method) == (2.0, None, "")
+    assert mean_estimate([1.0, 3.0]).ci_low < 2.0 < mean_estimate([1.0, 3.0]).ci_high  # they differ: an interval
