@@ -444,6 +444,10 @@ def test_a_run_of_two_turn_budgets_shows_each_budgets_rows_apart(tmp_path):
     assert "| model | turn budget | workload | n |" in md  # fast_p tables
     saved = json.loads((tmp_path / "out" / "score.json").read_text())
     assert [c["turn_budget"] for c in saved["model_workload"]] == [4, 16]
+    from ptxbench.agent.report.plots import _name
+
+    # the plots' legends and titles name each row's budget too
+    assert [_name(c, True) for c in score_runs([run]).models] == ["m/a, 4 turns", "m/a, 16 turns"]
 
 
 def test_a_run_of_one_turn_budget_keeps_its_tables_as_they_were(report):
