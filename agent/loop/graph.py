@@ -359,7 +359,7 @@ class Steps:
             elif ok and used >= self.cfg.max_tool_calls:  # check_limits runs between replies: one reply could overrun it
                 ok, content = False, "Ignored: the trajectory's tool calls are used up."
             elif ok:
-                content, ok = self._one_tool(turn, in_turn, name, args, box, update)
+                content, ok = self._one_tool(turn, in_turn, name, args, box, update, state)
             used, in_turn = used + 1, in_turn + 1
             if rec is None or rec.result is None:
                 self.d.log.tool_result(turn, call_id, name, content, ok)
@@ -370,7 +370,8 @@ class Steps:
                                       "calling submit. Submit a solution with the submit tool.")
         return update
 
-    def _one_tool(self, turn: int, index: int, name: str, args: dict, box: Toolbox, update: dict) -> tuple[str, bool]:
+    def _one_tool(self, turn: int, index: int, name: str, args: dict, box: Toolbox, update: dict,
+                  state: AgentState) -> tuple[str, bool]:
         try:
             kwargs = box.checked(name, args)
         except (KeyError, ValueError, TypeError) as exc:  # the model's call was malformed: its answer, not a crash
@@ -381,6 +382,8 @@ class Steps:
         language = detect_language(source)
         kernel_file = self.d.log.save_kernel(turn, language, source, tag=f"{index + 1:02d}_{name}")
         text = box.result_text(name, result, turn)
+        if name == "submit":  # the turn's feedback: how it stands against the best before it, and the turns left
+            text = f"{text.rstrip()}\n\n{_progress(self.cfg, state, result)}\n"
         self.d.log.eval_result(turn, result, text, kernel_file, source, language,
                                submission=name == "submit")
         if name == "submit":

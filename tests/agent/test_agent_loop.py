@@ -509,3 +509,16 @@ def test_a_replys_calls_after_an_infra_failure_are_not_run(tmp_path, evaluator):
     evs = events(tmp_path / "run")
     assert [r.ok for r in of_type(evs, "tool_result")] == [False] * 3
     assert "Not run" in of_type(evs, "tool_result")[2].content and not any(e.submission for e in of_type(evs, "eval_result"))
+
+
+def test_tools_mode_submit_feedback_says_the_turns_left(tmp_path, evaluator):
+    """In tools mode the submit's answer is the turn's feedback, and it never said how many turns were left or how
+    the kernel stood against the best before it, which pipeline mode's feedback says."""
+    script = [{"content": None, "tool_calls": [_tool("submit", GOOD_PTX)]},
+              {"content": None, "tool_calls": [_tool("submit", GOOD_PTX)]}]
+    with ScriptedServer(script) as server:
+        run(server, tmp_path, evaluator, mode="tools", turns=2)
+    answer = [m for m in server.requests[1]["messages"] if m["role"] == "tool"][-1]["content"]
+    assert answer.rstrip().endswith("Turns left: 1."), answer
+    evs = events(tmp_path / "run")
+    assert of_type(evs, "eval_result")[0].feedback == answer  # the record holds what the model read
