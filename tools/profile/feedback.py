@@ -360,6 +360,8 @@ def _kernel_items(k: KernelProfile, wl: Workload | None, total_dram: float | Non
             continue  # few, large CTAs at their register budget by design
         if r.name == "UncoalescedGlobalAccess" and tr.tma_ring and "tma_store" in tr.has:
             continue  # bulk copies move the tiles; the rule has no location to act on
+        if r.name == "HighPipeUtilization" and k.bottleneck == "memory":
+            continue  # idle math pipes are what memory-bound means: "up to 92%" from more warps contradicts the headline
         msg = rule_text(r.message, RULE_CHARS)
         worth = r.speedup_pct / 100 * now_us if now_us else r.speedup_pct * 0.8
         grounded = _rule_worth(r.name, r.message, k, hbm_gbps, now_us)
