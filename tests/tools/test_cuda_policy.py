@@ -271,3 +271,28 @@ def test_well_formed_raw_strings_pass():
     from ptxbench.tools.compile import compile_source  # the delimiters the scan takes are the compiler's
 
     assert compile_source(code, "cuda", use_cache=False).status == "ok"
+
+
+# In `__has_include(<...>)` gcc reads `<...>` as a header name, in which `/*` opens no comment; the scan took it for one
+# and blanked every line up to the next `*/`, so an #include of any header in the compiler's view passed the policy.
+HEADER_NAME_HIDES = [
+    "#if __has_include(</*>)\n#endif\n",
+    "#if 0\n#elif __has_include_next(</*>)\n#endif\n",
+]
+
+
+@pytest.mark.parametrize("hide", HEADER_NAME_HIDES)
+def test_has_include_is_refused(hide):
+    code = hide + '#include "/usr/include/stdio.h"\n// */\nextern "C" __global__ void k(int* p) { p[0] = 1; }\n'
+    issues = check_cuda_source(code)
+    assert any("__has_include" in i.message for i in issues), [str(i) for i in issues]
+
+
+@pytest.mark.parametrize("hide", HEADER_NAME_HIDES)
+def test_nvcc_reads_the_lines_after_a_header_name_holding_a_comment_opener(hide):
+    from ptxbench.tools.compile import compile_source
+
+    code = hide + ('#define SEEN 1\n// */\n#ifndef SEEN\n#error the line was a comment\n#endif\n'
+                   'extern "C" __global__ void k(int* p) { p[0] = SEEN; }\n')
+    result = compile_source(code, "cuda", use_cache=False)
+    assert result.status == "ok", result.errors

@@ -168,6 +168,20 @@ def _function_definitions(code: str, macros: dict[str, str]) -> list[FormatIssue
     return issues
 
 
+# `__has_include(<...>)` (and _next, and C23's `__has_embed`) reads `<...>` as a header name, in which `/*` or `//`
+# opens no comment: the scans, which do not know that context, took `</*>` for a comment opener and blanked the lines
+# below, an #include among them. It can only test for a header that cannot be included anyway: refused by name.
+_HAS_INCLUDE = re.compile(r"__has_(?:include|embed)\w*")
+
+
+def _header_tests(text: str) -> list[FormatIssue]:
+    code = blank_comments(text, strings=True)
+    line_at = LineIndex(code)
+    return [FormatIssue(line=line_at(m.start()), kind="source", message=f"{m.group()} is not allowed: only the allowed "
+                        f"headers may be included ({', '.join(ALLOWED_INCLUDES)}), and they are always there")
+            for m in _HAS_INCLUDE.finditer(code)]
+
+
 PRAGMA_OPERATOR = re.compile(r"\b_Pragma\b")
 _PRAGMA_TEXT = re.compile(r'[^\S\n]*\([^\S\n]*(?:u8|u|U|L)?"([^"\\\n]*)"[^\S\n]*\)')  # one line: linear
 
@@ -223,6 +237,7 @@ def check_cuda_source(source: str) -> list[FormatIssue]:
             "a raw string's delimiter (between R\" and its opening parenthesis) is at most 16 letters, digits or "
             "punctuation (not space, parentheses, backslash, $, @ or `): this raw string is malformed")))
     issues += _pragma_operators(blank_comments(source))  # directives too: a macro may hold the operator
+    issues += _header_tests(source)
     code = blank_comments(text, strings=True)
     line_at = LineIndex(code)
     for pattern, reason in _REFUSED:
