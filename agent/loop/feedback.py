@@ -232,7 +232,7 @@ def failure_hint(result: EvalResult) -> str:
     return f"Common causes: {FAILURE_HINTS[code]}." if code in FAILURE_HINTS else ""
 
 
-WORK_UNITS = {"flops": "FLOPs", "input_bytes": "inputs' bytes"}
+WORK_UNITS = {"flops": "the workload's FLOPs", "input_bytes": "the bytes of the workload's inputs"}
 
 
 def _runtime_target_line(name: str, t, arch: str) -> str:
@@ -248,7 +248,7 @@ def _runtime_target_line(name: str, t, arch: str) -> str:
             unit = WORK_UNITS.get(get_arch(arch).family(name).work, "")
         except (KeyError, ValueError):
             unit = ""
-        share = f" ({t.work_share:.2f}x the workload's {unit})" if unit else ""
+        share = f" ({t.work_share:.2f}x {unit})" if unit else ""
     return f"- target {name} at runtime: executed{share}"
 
 

@@ -84,7 +84,7 @@ def test_an_executed_target_is_said_without_its_counter_dump():
     text = render_eval(r, 1, False)
     assert "sm__ops_path" not in text and "predicate-true" not in text
     assert "- target wgmma at runtime: executed (1.00x the workload's FLOPs)" in text
-    assert "- target tma at runtime: executed (12.60x the workload's inputs' bytes)" in text
+    assert "- target tma at runtime: executed (12.60x the bytes of the workload's inputs)" in text
     assert "- target tcgen05 at runtime: absent (no UTCHMMA instruction in the SASS)" in text
 
 
