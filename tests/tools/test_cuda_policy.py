@@ -252,14 +252,30 @@ MALFORMED_RAW = [
     'const char* s = R"\u00e9(x)\u00e9" /* ";\n',  # nor is a non-ASCII letter
     'const char* s = R"0123456789abcdefg(x)0123456789abcdefg" /* ";\n',  # past 16 characters
     'const char* s = R"ab\ncd(x)" /* ";\n',  # a line break in the delimiter
+    # in a directive a raw string ends with its line ("unterminated raw string"): the next line is code for gcc, where
+    # `)x"` leaves ` /*` in an unterminated plain string, so the #include below was read by nvcc and passed the scan
+    '#define X R"x(\n)x" /*\n',
+    '#pragma unroll R"x(\n)x" /*\n',
+    '/*\n*/ #define X R"x(\n)x" /*\n',  # a comment before its `#` leaves it a directive
+    '#define X /*\n*/ R"x(\n)x" /*\n',  # and one inside it does not end it
+    '#define X R"x()x" R"y(\n)y" /*\n',
 ]
+
+
+def test_a_raw_string_after_a_comment_that_ends_no_line_is_no_directive():
+    # `int y; /*` + newline + `*/ #define`: for gcc the `#` is not the first token of a line, so no directive, and the
+    # raw string may span lines as in code (the policy refuses that line's `#define` all the same)
+    code = 'const char* s = R"x(\n)x" /*\n */\nextern "C" __global__ void k(int* p) { p[0] = 1; }\n'
+    assert check_cuda_source(code) == []
+    assert not any("raw string" in i.message for i in check_cuda_source('int y; /*\n*/ #define X R"x(\n)x"\n'))
 
 
 @pytest.mark.parametrize("raw", MALFORMED_RAW)
 def test_a_malformed_raw_string_is_refused(raw):
-    code = raw + '#include "/usr/include/stdio.h"\n/* */\nextern "C" __global__ void k(int* p) { p[0] = 1; }\n'
+    code = raw + '#include "/usr/include/stdio.h"\n// */\nextern "C" __global__ void k(int* p) { p[0] = 1; }\n'
     issues = check_cuda_source(code)
-    assert any("raw string" in i.message and i.line == 1 for i in issues), [str(i) for i in issues]
+    line = raw[:raw.index('R"')].count("\n") + 1
+    assert any("raw string" in i.message and i.line == line for i in issues), [str(i) for i in issues]
 
 
 def test_well_formed_raw_strings_pass():

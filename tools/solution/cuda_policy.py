@@ -234,8 +234,9 @@ def check_cuda_source(source: str) -> list[FormatIssue]:
     text, issues, macros = _preprocessor(blank_comments(source, malformed=malformed))
     if malformed:  # the compiler refuses it, and where it reads the lines after it is its own recovery's choice
         issues.append(FormatIssue(line=line_of(source, malformed[0]), kind="source", message=(
-            "a raw string's delimiter (between R\" and its opening parenthesis) is at most 16 letters, digits or "
-            "punctuation (not space, parentheses, backslash, $, @ or `): this raw string is malformed")))
+            "this raw string is malformed: its delimiter (between R\" and the opening parenthesis) is at most 16 "
+            "letters, digits or punctuation (not space, parentheses, backslash, $, @ or `), and in a # line "
+            "(#define, #pragma) it must end on that line")))
     issues += _pragma_operators(blank_comments(source))  # directives too: a macro may hold the operator
     issues += _header_tests(source)
     code = blank_comments(text, strings=True)

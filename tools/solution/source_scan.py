@@ -32,6 +32,32 @@ def _raw_prefix(text: str, i: int) -> bool:
     return any(m.end() == i + 1 for m in _RAW_PREFIX.finditer(text, max(0, i - 3), i + 1))
 
 
+_DIRECTIVE_START = ("#", "%:", "??=")
+
+
+def _raw_string(text: str, i: int, directive: bool, line_end: int) -> tuple[int, int, bool]:
+    """(where its content starts, where it ends: its closing `"` or where gcc stops reading it, whether gcc refuses it)
+    for the raw string whose prefix's `"` is at `i`.
+
+    R"delim( ... )delim" has no escapes, may span lines, may hold `"` and `/*` (`R"x(" /* )x"` is no string followed by
+    a comment). gcc refuses a delimiter of a character outside its set, of more than 16 of them, or cut by a line
+    break, and reads on to the next `"` after it: after `LR""\\"` the next `"` opens a plain string, where a scan that
+    took `""` for a whole string saw a `/*` after it open a comment. In a directive a raw string ends with its line (an
+    "unterminated raw string") and the next line is code, where a scan that went on to `)delim"` skipped the lines
+    between. check_cuda_source refuses each such file."""
+    n = len(text)
+    delim_end = _DELIMITER.match(text, i + 1).end()
+    if text.startswith("(", delim_end):
+        closer = ")" + text[i + 1:delim_end] + '"'
+        close = text.find(closer, delim_end + 1, line_end if directive else n)
+        if close >= 0:
+            return delim_end + 1, close + len(closer) - 1, False
+        if not directive:
+            return delim_end + 1, n, False  # never closed: the rest of the file
+        return delim_end + 1, line_end, True
+    return i + 1, line_end if directive else text.find('"', delim_end) % (n + 1), True
+
+
 def blank_comments(text: str, strings: bool = False, malformed: list[int] | None = None) -> str:
     """Replace // and /* */ comments (and, with strings=True, string and char literal contents) by
     spaces, keeping every newline so positions and line numbers stay the same. `malformed` collects where each raw
@@ -39,8 +65,17 @@ def blank_comments(text: str, strings: bool = False, malformed: list[int] | None
     out = list(text)
     i, n = 0, len(text)
     number_end = -1  # where the last pp-number ended: an `R` it took in (`0x1e+R`) starts no raw string
+    # where the current line's first token starts (-1: none yet). A line, as gcc reads directives, starts after a
+    # newline outside comments and literals: `/*` + newline + `*/ #include` is a directive, `#define X /*` + newline +
+    # `*/ R"x(` a raw string in one.
+    first = -1
+    line_end = -1  # where the line of the last raw string ends
     while i < n:
         c = text[i]
+        if c == "\n":
+            first = -1
+        elif first < 0 and not c.isspace() and not text.startswith(("//", "/*"), i):
+            first = i
         if c == "/" and text.startswith("//", i):
             j = text.find("\n", i)
             j = n if j < 0 else j
@@ -52,25 +87,14 @@ def blank_comments(text: str, strings: bool = False, malformed: list[int] | None
             out[i:j] = [ch if ch == "\n" else " " for ch in text[i:j]]
             i = j
         elif c == '"' and i > number_end and _raw_prefix(text, i):
-            delim_end = _DELIMITER.match(text, i + 1).end()
-            if text.startswith("(", delim_end):
-                # R"delim( ... )delim": no escapes, may span lines, may hold `"` and `/*` (the scanner must not
-                # take `R"x(" /* )x"` for a string followed by a comment, or it blanks the lines after it)
-                delim = text[i + 1:delim_end]
-                close = text.find(")" + delim + '"', delim_end + 1)
-                j, start = n if close < 0 else close + len(delim) + 1, delim_end + 1
-            else:
-                # a malformed one (a delimiter character the compiler refuses, more than 16 of them, a line break):
-                # gcc reports an error and reads on to the next `"` after the bad character, so after `LR""\\"` the
-                # `"` that follows opens a plain string; a scan that took `""` for a whole string saw a `/*` after it
-                # open a comment and hid the lines below. check_cuda_source refuses the file.
-                j, start = text.find('"', delim_end), i + 1
-                j = n if j < 0 else j
-                if malformed is not None:
-                    malformed.append(i)
+            if line_end < i:
+                line_end = text.find("\n", i) % (n + 1)  # n when no newline is left
+            start, j, bad = _raw_string(text, i, first >= 0 and text.startswith(_DIRECTIVE_START, first), line_end)
+            if bad and malformed is not None:
+                malformed.append(i)
             if strings:
                 out[start:j] = [ch if ch == "\n" else " " for ch in text[start:j]]
-            i = j + 1
+            i = j if j == line_end else j + 1  # a newline ending it is read as one
         # a number starts at a digit no identifier character precedes, or at a `.` before a digit whatever precedes
         # it (`a.5'L'` is a, .5'L and a char literal for gcc)
         elif ((c.isdigit() and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_.$")))
@@ -82,6 +106,8 @@ def blank_comments(text: str, strings: bool = False, malformed: list[int] | None
                 j += 2 if text[j] == "\\" else 1
             if strings:  # a backslash-newline continues the literal on the next line: keep that newline
                 out[i + 1:min(j, n)] = [ch if ch == "\n" else " " for ch in text[i + 1:min(j, n)]]
+            if j < n and text[j] == "\n":  # unterminated: it ends with its line, whose newline is passed over here
+                first = -1
             i = j + 1
         else:
             i += 1
