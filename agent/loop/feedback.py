@@ -311,7 +311,9 @@ def progress_text(best_speedup: float | None, best_ms: float | None, result: Eva
             parts.append(f"This kernel is your fastest so far: {ms:.4f} ms, {-change:.1f}% faster than your best before "
                          f"({best_ms:.4f} ms).")
         else:
-            parts.append(f"This kernel ({ms:.4f} ms) is {change:.1f}% slower than your fastest so far ({best_ms:.4f} ms).")
+            parts.append(f"This kernel ({ms:.4f} ms) is {change:.1f}% slower than your fastest so far ({best_ms:.4f} ms)"
+                         + (", though its speedup is higher: the library timed slower this turn."
+                            if best_speedup is not None and (result.speedup or 0.0) > best_speedup else "."))
     best = best_speedup
     if result is not None and result.passed and result.speedup is not None and (best is None or result.speedup > best):
         best = result.speedup

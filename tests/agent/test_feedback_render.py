@@ -106,7 +106,10 @@ def test_the_progress_line_compares_the_kernel_with_the_fastest_before_it():
     config = SimpleNamespace(turns=8)
     state = {"best_speedup": 1.102, "best_kernel_ms": 2.2477, "done_turns": [{}] * 5}
     text = _progress(config, state, _timed(2.2544, 1.117))
-    assert text.startswith("This kernel (2.2544 ms) is 0.3% slower than your fastest so far (2.2477 ms).")
+    assert text.startswith("This kernel (2.2544 ms) is 0.3% slower than your fastest so far (2.2477 ms), though its "
+                           "speedup is higher: the library timed slower this turn.")
+    plain = _progress(config, state, _timed(2.30, 1.05))
+    assert plain.startswith("This kernel (2.3000 ms) is 2.3% slower than your fastest so far (2.2477 ms). Best")
     assert text.endswith("Best passing speedup so far: 1.117x. Turns left: 2.")
     text = _progress(config, state, _timed(2.2366, 1.084))
     assert text.startswith("This kernel is your fastest so far: 2.2366 ms, 0.5% faster than your best before (2.2477 ms).")
