@@ -59,6 +59,8 @@ HOPPER_WARNINGS = {
 ALL_BARRIERS = 16
 BARRIERS_NOTE = ("all 16 named barriers are reserved: a bar.sync / bar.arrive id held in a register does that; "
                  "write ids as immediates (`bar.sync 1, 256;`) unless a runtime id is meant")
+# The evaluator's message for a compile-only result, which its heading already says.
+COMPILED_MESSAGE = "compiled cleanly; not run on a GPU"
 # The heading of a compile-only result: the model must not read a kernel that never ran as correct.
 STATUS_HEADINGS = {"COMPILED": "COMPILED (not run on a GPU: correctness and speed unknown)",
                    "TIMING_SUSPECT": "TIMING_SUSPECT (correct when checked, but timed faster than this GPU can go "
@@ -278,7 +280,8 @@ def _said_by_compile_lines(result: EvalResult) -> bool:
 def render_eval(result: EvalResult, turn: int, no_gpu: bool, progress: str = "") -> str:
     body: list[str] = []
     message = _lead(result.message.strip(), result.plan_errors)
-    if message and not _said_by_compile_lines(result):
+    said_by_heading = result.status in STATUS_HEADINGS and message.startswith(COMPILED_MESSAGE)
+    if message and not _said_by_compile_lines(result) and not said_by_heading:
         body.append(message)
     body += [f"- {e}" for e in result.plan_errors[:MAX_ISSUES]]
     if len(result.plan_errors) > MAX_ISSUES:

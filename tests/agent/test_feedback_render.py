@@ -220,3 +220,12 @@ def test_a_wrong_output_is_described_once():
     two = render_eval(EvalResult(workload=WL, status="INCORRECT_NUMERICAL", correctness=[bad, other], message=message),
                       1, False)
     assert "- trial 1 C: FAIL" in two and "- trial 0 C" not in two
+
+
+def test_a_compile_only_result_says_once_that_it_did_not_run():
+    """A --no-gpu turn said it three times: the heading, the no-GPU note and the message."""
+    r = EvalResult(workload=WL, status="COMPILED", gpu_evaluated=False,
+                   message="compiled cleanly; not run on a GPU (no-GPU mode): correctness and speed unknown")
+    text = render_eval(r, 1, False)
+    assert text.startswith("## Turn 1: COMPILED (not run on a GPU: correctness and speed unknown)")
+    assert "compiled cleanly" not in text
