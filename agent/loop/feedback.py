@@ -280,7 +280,7 @@ def _said_by_compile_lines(result: EvalResult) -> bool:
 def render_eval(result: EvalResult, turn: int, no_gpu: bool, progress: str = "") -> str:
     body: list[str] = []
     message = _lead(result.message.strip(), result.plan_errors)
-    said_by_heading = result.status in STATUS_HEADINGS and message.startswith(COMPILED_MESSAGE)
+    said_by_heading = result.status == "COMPILED" and message.startswith(COMPILED_MESSAGE)
     if message and not _said_by_compile_lines(result) and not said_by_heading:
         body.append(message)
     body += [f"- {e}" for e in result.plan_errors[:MAX_ISSUES]]
