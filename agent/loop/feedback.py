@@ -19,6 +19,7 @@ from ptxbench.tools.gpu.ceilings import IMPLAUSIBLE_SPEEDUP
 from ptxbench.tools.gpu.timing import SLOW_FACTOR, SLOW_ITERS
 from ptxbench.tools.profile.feedback import HARNESS_TEXT_CHARS, harness_text
 from ptxbench.tools.results import FORMAT_ERROR, EvalResult
+from ptxbench.tools.textcap import short_name
 from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 
 NO_GPU_NOTE = ("NOTE: no GPU ran for this evaluation (--no-gpu mode): only parsing, compilation and the SASS scan "
@@ -131,12 +132,12 @@ def _compile_lines(result: EvalResult) -> list[str]:
         spills = (f", SPILLS {k.spill_stores} bytes stored / {k.spill_loads} bytes loaded per thread"  # ptxas counts bytes
                   if (k.spill_stores or k.spill_loads) else "")
         bars = f", {k.barriers} named barrier{'s' * (k.barriers != 1)} reserved" if k.barriers else ""
-        lines.append(f"- kernel {k.name}: {k.registers} registers, {k.smem_static} B static smem, {k.stack} B stack{bars}{spills}")
+        lines.append(f"- kernel {short_name(k.name)}: {k.registers} registers, {k.smem_static} B static smem, {k.stack} B stack{bars}{spills}")
         if k.barriers == ALL_BARRIERS:
             lines.append(f"  ({BARRIERS_NOTE})")
     idle = [n for n in comp.kernels if n not in launched]
     if idle:
-        shown = ", ".join(idle[:MAX_IDLE_KERNELS]) + (f" and {len(idle) - MAX_IDLE_KERNELS} more" if len(idle) > MAX_IDLE_KERNELS else "")
+        shown = ", ".join(short_name(n) for n in idle[:MAX_IDLE_KERNELS]) + (f" and {len(idle) - MAX_IDLE_KERNELS} more" if len(idle) > MAX_IDLE_KERNELS else "")
         lines.append(f"- not launched by the plan: {shown}")
     # a module that did not assemble has no SASS: "ABSENT" would tell the model its kernel lacks the instructions
     for name, t in (comp.targets.items() if comp.status == "ok" else ()):

@@ -123,3 +123,15 @@ def test_a_compile_log_shown_whole_names_no_host_folder():
     comp = CompileResult(status="error", arch="sm_90a", log=log)
     text = "\n".join(_compile_lines(EvalResult(workload="w", status="COMPILE_ERROR", compile=comp)))
     assert "/home/alice" not in text and "ptxas fatal   : Memory allocation failure" in text
+
+
+def test_a_kernel_name_of_any_length_is_quoted_short():
+    """The model names its kernels at any length ptxas takes; the profile and the sanitizer lines cut the name, the
+    compile lines quoted it whole, once per kernel and again in the list of kernels the plan does not launch."""
+    from ptxbench.tools.results import KernelResources
+
+    long = "k" + "_" * 6000
+    comp = CompileResult(status="ok", arch="sm_90a", kernels={long: KernelResources(name=long, registers=32),
+                                                             "x" + long: KernelResources(name="x" + long)})
+    text = "\n".join(_compile_lines(EvalResult(workload="w", status="COMPILED", compile=comp, launched=[long])))
+    assert len(text) < 600 and "_" * 200 not in text and "- not launched by the plan: x" in text
