@@ -30,6 +30,7 @@ from .matrix import BenchConfig, check_startable, expand
 from .retry import NOTHING_TO_RETRY
 from .scheduler import BenchInterrupted, LimitedModel, ProviderGates, run_all
 from ..records.checkpoint_guard import check_run
+from ..repairs.track import suite_flush
 from ..records.folder_lock import FolderHeld, hold_folder, release
 from ..records.manifest import build_manifest
 from ..records.storage import storage_failure
@@ -97,7 +98,9 @@ def open_run(config: BenchConfig | None, run_dir: Path, resume: bool, overrides:
         return recorded.model_copy(update={k: v for k, v in (overrides or {}).items() if k in RUNTIME_FIELDS and v is not None})
     if config is None:
         raise BenchError("give a bench config, or resume=True")
-    config = with_flush(config, DEFAULT_L2_FLUSH)  # recorded in the manifest, whatever a later default becomes
+    # recorded in the manifest, whatever a later default becomes; the repair track's is its suite's, so that a fix's
+    # speed compares with the unbroken kernel's as timed
+    config = with_flush(config, (config.track == "repair" and suite_flush(config)) or DEFAULT_L2_FLUSH)
     if manifest or trajectory_folders(run_dir):
         raise BenchError(f"{run_dir} already holds a run: pass --resume to continue it, or choose another --run-dir")
     try:

@@ -50,6 +50,16 @@ def repair_tasks(config) -> tuple[list[RepairTask], list[RepairTask], RepairSuit
     return kept, left_out, suite
 
 
+def suite_flush(config) -> str:
+    """The L2 flush a new repair run is timed from unless its `optimize` table names one: the suite's own (its
+    unbroken speedups were timed from it, and a fix's "speed kept" compares only with a speedup timed alike), or ""
+    when the suite does not record one or cannot be read (the matrix's own check reports an unreadable suite)."""
+    try:
+        return load_suite(config.suite).l2_flush
+    except (ValueError, OSError):
+        return ""
+
+
 def left_out_line(config) -> str:
     """One line on the tasks this repair matrix leaves out (--no-gpu), or "" when it runs them all."""
     kept, left_out, _ = repair_tasks(config)

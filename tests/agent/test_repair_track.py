@@ -422,3 +422,25 @@ def test_a_prompt_ablation_shows_each_prompts_repairs_apart(tmp_path):
     one = tmp_path / "one"
     run_bench(config(models=["builtin/reference"], turns=1), one, evaluator=fake_gpu())
     assert "by prompt" not in repair_markdown(score_repair_runs([one]))
+
+
+def test_a_new_repair_run_is_timed_from_its_suites_flush(tmp_path):
+    """A fix's "speed kept" compares only with an unbroken speedup timed from the same L2 flush: a new repair run
+    takes its suite's flush (the committed suite's is the written one), not the evaluator's default, unless its
+    `optimize` table names one; an optimize-track run keeps the default."""
+    import json
+    import shutil
+
+    from ptxbench.agent.bench.runner import open_run
+    from ptxbench.tools.results import DEFAULT_L2_FLUSH
+
+    assert DEFAULT_L2_FLUSH == "read"  # else the first case below proves nothing
+    assert open_run(config(), tmp_path / "a", False).optimize["l2_flush"] == "write"  # the fixture: built 2000-01-01
+    assert open_run(config(optimize={"l2_flush": "read"}), tmp_path / "b", False).optimize["l2_flush"] == "read"
+    suite = tmp_path / "suite"
+    shutil.copytree(FIXTURE, suite)
+    meta = json.loads((suite / "suite.json").read_text())
+    (suite / "suite.json").write_text(json.dumps({**meta, "built": "2026-12-06", "l2_flush": ""}))
+    assert open_run(config(suite=str(suite)), tmp_path / "c", False).optimize["l2_flush"] == DEFAULT_L2_FLUSH
+    optimize_track = BenchConfig(models=["builtin/reference"], workloads=[WL])
+    assert open_run(optimize_track, tmp_path / "d", False).optimize["l2_flush"] == DEFAULT_L2_FLUSH
