@@ -127,7 +127,11 @@ def test_buffer_set_reset_and_damage_report():
     assert not (bs.scratch["tmp"].data.view(torch.uint8) == buffers.POISON_INT).all()  # garbage, not a pattern
     assert bs.damaged_guards() == []
     bs.tensors["C"].raw[-1] = 1
-    assert bs.damaged_guards() and "C" in bs.damaged_guards()[0]
+    # only the side that was written, and that the count is of the guard zone ("0 bytes changed before the buffer,
+    # 1 bytes after it" named the untouched side too)
+    assert bs.damaged_guards() == ["C: 1 bytes in the 64 KB after its end"]
+    bs.tensors["C"].raw[0] = 1
+    assert bs.damaged_guards() == ["C: 1 bytes in the 64 KB before its start and 1 bytes in the 64 KB after its end"]
 
 
 

@@ -139,7 +139,9 @@ class BufferSet:
     def damaged_guards(self, counts: list[list[int]] | None = None) -> list[str]:
         """What was written outside each buffer; `counts` as read from guard_counts() when the caller batched it."""
         counts = self.guard_counts().tolist() if counts is None else counts
-        return [f"{name}: {int(before)} bytes changed before the buffer, {int(after)} bytes after it"
+        return [f"{name}: " + " and ".join(side for n, side in (
+                    (before, f"{int(before)} bytes in the {GUARD_BYTES // 1024} KB before its start"),
+                    (after, f"{int(after)} bytes in the {GUARD_BYTES // 1024} KB after its end")) if n)
                 for name, (before, after) in zip(self.all, counts) if before or after]
 
 
