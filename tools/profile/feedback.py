@@ -427,8 +427,8 @@ def profile_feedback(summary: ProfileSummary, verdicts: dict[str, RuntimeTarget]
 
     It opens with where the kernel stands (time against the roofline, measured when `timing` came from
     the evaluation, and against the library), then the findings ordered by what each is estimated to be
-    worth (stall share x time, excess bytes / bandwidth, ncu's estimated gain x time), each capped by the
-    headroom to the roof. Nothing the kernel already does (Traits) is recommended."""
+    worth (stall share x time, excess bytes / bandwidth, ncu's estimated gain x time); the figure each shows is
+    capped by the headroom to the roof (none past it). Nothing the kernel already does (Traits) is recommended."""
     if not summary.ok:
         return f"No profile could be taken: {harness_text(summary.error)}."
     k = summary.main_kernel()
