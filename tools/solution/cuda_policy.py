@@ -216,6 +216,22 @@ _MISREAD_WHY = {"\r": "a lone carriage return (\\r not followed by \\n), which t
                 "\x00": "a NUL character, which the compiler reads as white space: remove it"}
 
 
+# gcc's identifiers and pp-numbers take many non-ASCII characters that these scans' \\w does not (U+00B7, U+0301...)
+# and refuse some it takes (U+2E2F): `a\u00b7R"x(` is an identifier and a plain string for gcc, a raw string for the
+# scan, and `1\u00b7'2'` a pp-number for gcc but a number and a char literal for the scan. Each such misreading hid
+# lines from the policy; code (outside comments and literals) in ASCII leaves none to misread.
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _non_ascii_code(source: str) -> list[FormatIssue]:
+    code = blank_comments(source, strings=True)
+    if (m := _NON_ASCII.search(code)) is None:
+        return []
+    return [FormatIssue(line=line_of(code, m.start()), kind="source", message=(
+        f"the code holds a non-ASCII character ({ascii(m.group())[1:-1]}) outside comments and string literals: "
+        "write identifiers and code in ASCII (compilers disagree on which such characters a name may hold)"))]
+
+
 # The compiler skips a UTF-8 byte-order mark that starts the file, so a directive may follow it on line 1 (`\s` is no
 # match for U+FEFF, and the scans read that line as code).
 BYTE_ORDER_MARK = "\ufeff"
@@ -239,6 +255,7 @@ def check_cuda_source(source: str) -> list[FormatIssue]:
             "(#define, #pragma) it must end on that line")))
     issues += _pragma_operators(blank_comments(source))  # directives too: a macro may hold the operator
     issues += _header_tests(source)
+    issues += _non_ascii_code(source)
     code = blank_comments(text, strings=True)
     line_at = LineIndex(code)
     for pattern, reason in _REFUSED:
