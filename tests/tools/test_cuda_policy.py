@@ -326,6 +326,10 @@ IDENTIFIER_HIDES = [
     'int a\u0301R"x(\n)x" /*\n',
     "int x = 1\u00b7'2'/*\n",
     "int x = 1\u0301'2'/*\n",
+    # the same in ASCII: gcc takes a universal character name into a pp-number, valid in a name or not
+    "int x = 1\\u00b7'2'/*\n",
+    "int x = 1\\U000000B7'2'/*\n",
+    "int x = 1\\u2e2f'2'/*\n",
 ]
 
 
@@ -333,7 +337,7 @@ IDENTIFIER_HIDES = [
 def test_a_non_ascii_character_in_code_is_refused(hide):
     code = hide + '#include "/usr/include/stdio.h"\n// */\nextern "C" __global__ void k(int* p) { p[0] = 1; }\n'
     issues = check_cuda_source(code)
-    assert any("non-ASCII" in i.message and i.line == 1 for i in issues), [str(i) for i in issues]
+    assert any("ASCII" in i.message and i.line == 1 for i in issues), [str(i) for i in issues]
 
 
 def test_non_ascii_text_in_comments_and_strings_passes():

@@ -216,20 +216,23 @@ _MISREAD_WHY = {"\r": "a lone carriage return (\\r not followed by \\n), which t
                 "\x00": "a NUL character, which the compiler reads as white space: remove it"}
 
 
-# gcc's identifiers and pp-numbers take many non-ASCII characters that these scans' \\w does not (U+00B7, U+0301...)
+# gcc's identifiers and pp-numbers take many non-ASCII characters that these scans' \w does not (U+00B7, U+0301...)
 # and refuse some it takes (U+2E2F): `a\u00b7R"x(` is an identifier and a plain string for gcc, a raw string for the
 # scan, and `1\u00b7'2'` a pp-number for gcc but a number and a char literal for the scan. Each such misreading hid
 # lines from the policy; code (outside comments and literals) in ASCII leaves none to misread.
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+# So does a universal character name (`1\u00b7'2'`, all ASCII): gcc takes one into a name or a pp-number.
+_NON_ASCII = re.compile(r"[^\x00-\x7f]|\\[uU]")
 
 
 def _non_ascii_code(source: str) -> list[FormatIssue]:
     code = blank_comments(source, strings=True)
     if (m := _NON_ASCII.search(code)) is None:
         return []
+    what = (f"a universal character name ({m.group()}...)" if m.group().startswith("\\")
+            else f"a non-ASCII character ({ascii(m.group())[1:-1]})")
     return [FormatIssue(line=line_of(code, m.start()), kind="source", message=(
-        f"the code holds a non-ASCII character ({ascii(m.group())[1:-1]}) outside comments and string literals: "
-        "write identifiers and code in ASCII (compilers disagree on which such characters a name may hold)"))]
+        f"the code holds {what} outside comments and string literals: write identifiers and code in ASCII (compilers "
+        "disagree on which such characters a name may hold)"))]
 
 
 # The compiler skips a UTF-8 byte-order mark that starts the file, so a directive may follow it on line 1 (`\s` is no
