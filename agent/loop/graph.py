@@ -327,7 +327,7 @@ class Steps:
         # the tools' evaluations queue for a GPU as the turn's own (the trajectory waits on them too)
         box.options = box.options.model_copy(update={"turns_left": box.submit_options.turns_left})
         used, in_turn = state["tool_calls"], state["turn_tool_calls"]
-        messages, update = [], {}
+        messages, update, started = [], {}, time.monotonic()
         recorded = recorded_calls(self._recorded(turn))  # [] unless resumed into this node
         for index, call in enumerate(state["reply"]["tool_calls"]):
             name, call_id = call["function"]["name"], call.get("id", "")
@@ -358,6 +358,10 @@ class Steps:
                 ok, content = False, "Ignored: this turn's tool calls are used up."
             elif ok and used >= self.cfg.max_tool_calls:  # check_limits runs between replies: one reply could overrun it
                 ok, content = False, "Ignored: the trajectory's tool calls are used up."
+            elif ok and name != "submit" and self._out_of_time(state, started):
+                # so is the wall-time budget: twelve profiles in one reply overran it by many minutes. A submit still
+                # runs, as a pipeline reply's one evaluation does: the turn is scored, not lost
+                ok, content = False, f"Not run: the trajectory's wall-time budget ({self.cfg.max_wall_s:g} s) is used up."
             elif ok:
                 content, ok = self._one_tool(turn, in_turn, name, args, box, update, state)
             used, in_turn = used + 1, in_turn + 1
@@ -369,6 +373,11 @@ class Steps:
             update["format_error"] = (f"You used this turn's {self.cfg.max_tool_calls_per_turn} tool calls without "
                                       "calling submit. Submit a solution with the submit tool.")
         return update
+
+    def _out_of_time(self, state: AgentState, started: float) -> bool:
+        """Whether the wall-time budget is spent, this node's time so far counted (timed adds it only at its end)."""
+        budget = self.cfg.max_wall_s
+        return budget is not None and state.get("elapsed_s", 0.0) + (time.monotonic() - started) >= budget
 
     def _one_tool(self, turn: int, index: int, name: str, args: dict, box: Toolbox, update: dict,
                   state: AgentState) -> tuple[str, bool]:

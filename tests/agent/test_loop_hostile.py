@@ -1,0 +1,84 @@
+"""The loop against a model that tries every gap: replies and tool calls a model under optimisation pressure could
+send to burn budgets, bloat the conversation or speak in the harness's voice. An in-process scripted model and the
+StubEvaluator: no HTTP, no compiler, no GPU."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+from agent_helpers import GOOD_PTX, WORKLOAD, StubEvaluator, of_type
+from ptxbench.agent.loop import graph
+from ptxbench.agent.loop.optimize import arun_trajectory
+from ptxbench.agent.loop.state import OptimizeConfig
+from ptxbench.agent.models import ModelReply
+from ptxbench.agent.models.base import ModelExhausted
+from ptxbench.agent.records.rundir import TrajectoryWriter, read_events
+
+
+class ScriptedModel:
+    """Answers each request with the next reply of its script; then says it has nothing more (the run ends)."""
+
+    name = "test/scripted"
+
+    def __init__(self, replies: list[dict]):
+        self.replies = list(replies)
+        self.requests = []
+
+    def query(self, request):
+        self.requests.append(request)
+        if not self.replies:
+            raise ModelExhausted("the script is done")
+        return ModelReply(**self.replies.pop(0))
+
+
+def tool(name: str, arguments: dict | str, call_id: str | None = None) -> dict:
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+
+
+def run(tmp_path, replies: list[dict], evaluator=None, **config):
+    model = ScriptedModel(replies)
+    writer = TrajectoryWriter(tmp_path / "traj")
+    outcome = asyncio.run(arun_trajectory(OptimizeConfig(workload=WORKLOAD, **config),
+                                          evaluator or StubEvaluator([1.0] * 50), writer, model=model))
+    return outcome, read_events(writer.path), model
+
+
+class FakeClock:
+    """The loop's clock, moved on only by the evaluations: a budget test that sleeps for nothing and never flakes."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class SlowEvaluator(StubEvaluator):
+    """Each evaluation takes `seconds` of the fake clock, as a profile takes a minute of the real one."""
+
+    def __init__(self, clock: FakeClock, seconds: float):
+        super().__init__([1.0] * 50)
+        self.clock, self.seconds = clock, seconds
+
+    def evaluate(self, workload_id, source, options):
+        self.clock.now += self.seconds
+        return super().evaluate(workload_id, source, options)
+
+
+def test_one_reply_of_profiles_cannot_run_past_the_wall_time_budget(tmp_path, monkeypatch):
+    """check_limits runs between replies, so a reply of twelve profile calls ran all twelve past the budget (a
+    minute each on a GPU). A tool call starts only while the budget lasts; the reply's submit still runs and is scored,
+    as a pipeline reply's one evaluation is."""
+    clock = FakeClock()
+    monkeypatch.setattr(graph, "time", clock)
+    evaluator = SlowEvaluator(clock, 100.0)
+    calls = [tool("profile", {"source": GOOD_PTX}) for _ in range(7)] + [tool("submit", {"source": GOOD_PTX})]
+    outcome, evs, _ = run(tmp_path, [{"content": "", "tool_calls": calls}], evaluator, mode="tools", turns=3,
+                          max_wall_s=250)
+    assert len(evaluator.sources) == 3 + 1  # profiles at 0, 100 and 200 s; the submit
+    results = of_type(evs, "tool_result")
+    assert [r.ok for r in results] == [True] * 3 + [False] * 4 + [True]
+    assert all("wall-time budget (250 s) is used up" in r.content for r in results[3:7])
+    assert outcome.statuses == ["PASSED"] and outcome.stop_reason == "time_budget"
+    assert [e.type for e in evs[-2:]] == ["turn_end", "stop"]
