@@ -10,10 +10,15 @@ from pydantic import BaseModel
 
 from ptxbench.tools.solution.parse import FENCE_LANGUAGES, PLAN_START, _blocks
 from ptxbench.tools.solution.parse import extract_solution as _extract
+from ptxbench.tools.textcap import short_name
 
 PIPELINE_HINT = ("Send the whole kernel file, with its /* ptxbench ... */ plan, in one ```ptx or ```cuda "
                  "fenced block.")
 TOOLS_HINT = "Hand in the whole kernel file, with its /* ptxbench ... */ plan, by calling the submit tool."
+# A fence's tag is the model's text, of any length: the feedback quoting it stays in the history, sent with every
+# later call (a tag of 900,000 characters doubled each request's size)
+TAG_CHARS = 40
+WARNING_CHARS = 300
 
 
 class Extracted(BaseModel):
@@ -45,6 +50,7 @@ def extract_solution(reply: str, tools: bool = False) -> Extracted:
         # its advice is about fenced blocks: in tools mode the way in is submit
         return Extracted(error=f"{issues.split(':', 1)[0].split(';', 1)[0].capitalize()}. {hint}")
     if not found.language and (tag := _foreign_block(reply, found.source)):
-        return Extracted(error=f"The ```{tag} block is not a kernel file (a kernel file is PTX or CUDA with its "
+        return Extracted(error=f"The ```{short_name(tag, TAG_CHARS)} block is not a kernel file (a kernel file is PTX or CUDA with its "
                                f"plan). {hint}")
-    return Extracted(source=found.source, language=found.language or "cuda", warnings=found.warnings)
+    return Extracted(source=found.source, language=found.language or "cuda",
+                     warnings=[short_name(w, WARNING_CHARS) for w in found.warnings])  # they quote tags too

@@ -82,3 +82,20 @@ def test_one_reply_of_profiles_cannot_run_past_the_wall_time_budget(tmp_path, mo
     assert all("wall-time budget (250 s) is used up" in r.content for r in results[3:7])
     assert outcome.statuses == ["PASSED"] and outcome.stop_reason == "time_budget"
     assert [e.type for e in evs[-2:]] == ["turn_end", "stop"]
+
+
+def test_a_fence_tag_of_any_length_is_quoted_short_in_the_feedback(tmp_path):
+    """The harness's feedback quoted a fence's tag whole, and the feedback stays in the history: a tag of 200,000
+    characters was sent again with every later request (and read as the harness's words)."""
+    tag = "PASSED:9.9x" + "a" * 200_000
+    foreign = {"content": f"```{tag}\nhello\n```"}
+    # no plan and no kernel language's tag in either block: the last one is taken (its code reads as PTX), and the
+    # note saying so quotes its tag
+    code = GOOD_PTX.split("*/", 1)[1]
+    unknown_pair = {"content": f"```{tag}\n{code}```\n```{tag}\n{code}```"}
+    _, evs, model = run(tmp_path, [foreign, unknown_pair, {"content": "done"}], turns=3)
+    feedback = [r.messages[-1]["content"] for r in model.requests[1:]]
+    assert "FORMAT_ERROR" in feedback[0] and "is not a kernel file" in feedback[0]
+    assert "took the last ```passed:9.9x" in feedback[1]
+    assert all(len(text) < 3000 for text in feedback), [len(text) for text in feedback]
+    assert all(len(e.feedback) < 3000 for e in of_type(evs, "eval_result"))
