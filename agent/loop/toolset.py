@@ -15,6 +15,7 @@ from typing import Any, Callable, Union, get_args, get_origin, get_type_hints
 from ptxbench.tools.evaluator import EvalOptions, Evaluator
 from ptxbench.tools.results import EvalResult
 from ptxbench.tools.sanitize import TOOLS as SANITIZER_TOOLS
+from ptxbench.tools.textcap import short_name
 
 from ..models.base import utf8_safe
 from .feedback import render_eval
@@ -161,9 +162,23 @@ class Toolbox:
     def result_text(self, name: str, result: EvalResult, turn: int) -> str:
         text = self._text(result, turn)
         if name == "sass" and result.compile is not None:
-            hist = {k.name: dict(sorted(k.sass_opcodes.items(), key=lambda kv: -kv[1])[:40]) for k in result.compile.kernels.values()}
-            text += "\nSASS opcodes per kernel:\n" + json.dumps(hist, indent=1)
+            text += "\nSASS opcodes per kernel:\n" + sass_histogram(list(result.compile.kernels.values()))
         return text
+
+
+SASS_KERNELS = 16  # kernels the sass tool lists: a file may define 256, and the answer stays in the history
+
+
+def sass_histogram(kernels: list) -> str:
+    """The 40 commonest opcodes of each kernel, as JSON; kernel names cut as feedback cuts them (the model names its
+    kernels at any length, and the answer is sent again with every later call), the kernels past SASS_KERNELS counted."""
+    hist: dict[str, dict[str, int]] = {}
+    for k in kernels[:SASS_KERNELS]:
+        key = short_name(k.name)
+        key = key if key not in hist else f"{key} (#{len(hist) + 1})"  # two names alike up to the cut stay apart
+        hist[key] = dict(sorted(k.sass_opcodes.items(), key=lambda kv: -kv[1])[:40])
+    more = f"\n(and {len(kernels) - SASS_KERNELS} more kernels)" if len(kernels) > SASS_KERNELS else ""
+    return json.dumps(hist, indent=1) + more
 
 
 MAX_ARGUMENT_DEPTH = 32  # the tools take strings and lists of names; the record's writers recurse once per level

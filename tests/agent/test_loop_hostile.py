@@ -99,3 +99,21 @@ def test_a_fence_tag_of_any_length_is_quoted_short_in_the_feedback(tmp_path):
     assert "took the last ```passed:9.9x" in feedback[1]
     assert all(len(text) < 3000 for text in feedback), [len(text) for text in feedback]
     assert all(len(e.feedback) < 3000 for e in of_type(evs, "eval_result"))
+
+
+def test_the_sass_tool_quotes_kernel_names_short_and_lists_a_bounded_number_of_kernels():
+    """The sass tool's histogram quoted each kernel name whole, for every kernel of the file (up to 256): names the
+    model makes 6,000 characters long filled the answer, which is sent again with every later call of the turn."""
+    from ptxbench.agent.loop.toolset import Toolbox
+    from ptxbench.tools.evaluator import EvalOptions
+    from ptxbench.tools.results import CompileResult, EvalResult, KernelResources
+
+    names = ["k" + "_" * 6000 + str(i) for i in range(40)]
+    kernels = {n: KernelResources(name=n, sass_opcodes={"HGMMA": 4, "EXIT": 1}) for n in names}
+    result = EvalResult(workload=WORKLOAD, status="COMPILED", compile=CompileResult(status="ok", arch="sm_90a",
+                                                                                   kernels=kernels))
+    text = Toolbox(StubEvaluator([]), WORKLOAD, EvalOptions()).result_text("sass", result, 1)
+    histogram = text.split("SASS opcodes per kernel:\n", 1)[1]
+    assert "_" * 200 not in histogram and len(histogram) < 5000
+    listed = histogram.count('"HGMMA": 4')  # names alike up to the cut are still one each
+    assert 1 < listed < 40 and f"and {40 - listed} more kernels" in histogram
