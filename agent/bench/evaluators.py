@@ -28,6 +28,12 @@ class StorageGaveOut(RunStopped):
     fail its retries on it, and a model reply made meanwhile could not be recorded, so the bench stops."""
 
 
+class HostUnreached(RunStopped):
+    """A model of the matrix could not be reached at all (agent/bench/unreached.py: a machine offline, a proxy out of
+    reach) before any call of it answered: its trajectories wait for --resume, none counted as infra-failed, while
+    the other models ran."""
+
+
 def make_evaluator(config: BenchConfig):
     from ptxbench.tools.redact import register_secret_env
 

@@ -11,7 +11,9 @@ the harness) is retried from the last good step, up to `infra_retries` times; wh
 marked infra-failed and left out of model scores. An evaluator that says it has no GPU worker left (`no_worker`: a
 Ray cluster whose nodes are all lost) stops the bench instead (NoWorkerLeft), every trajectory resumable, and so does
 the run folder's storage giving out (StorageGaveOut: a full disk or quota, a file system gone read-only), which every
-retry would meet again while the model replies made meanwhile went unrecorded.
+retry would meet again while the model replies made meanwhile went unrecorded. A model the bench never reached (its
+calls cannot open a connection, none answered: unreached.py) has its trajectories wait for --resume while the other
+models run, then stops the bench (HostUnreached), none of them counted as infra-failed.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from .evaluators import BenchError, NoWorkerLeft, StorageGaveOut, make_evaluator
 from .matrix import BenchConfig, check_startable, expand
 from .retry import NOTHING_TO_RETRY
 from .scheduler import BenchInterrupted, LimitedModel, ProviderGates, run_all
+from .unreached import UNREACHED, ModelUnreached, ReachWatch, stopped
 from ..records.checkpoint_guard import check_run
 from ..repairs.track import suite_flush
 from ..records.folder_lock import FolderHeld, hold_folder, release
@@ -157,6 +160,7 @@ class _Runner:
         self.model_factory = model_factory
         self.gates = ProviderGates(config.provider_limits)
         self.stopping = threading.Event()  # set on Ctrl-C: trajectories in flight end at their next model call
+        self.reach = ReachWatch()  # models no call reached: their trajectories wait for --resume (unreached.py)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -165,13 +169,20 @@ class _Runner:
         tid = cfg.trajectory_id()
         error = ""
         for attempt in range(1, self.config.infra_retries + 2):
+            if (line := self.reach.line(cfg.model)) is not None:  # its model was never reached: not begun
+                return _report(cfg, stop_reason=UNREACHED, attempts=attempt - 1, error=line)
             writer = TrajectoryWriter(self.run_dir / "trajectories" / tid)
-            model = LimitedModel(self.model_factory(cfg), self.gates.gate(cfg.model), self.stopping)
+            model = self.reach.watch(LimitedModel(self.model_factory(cfg), self.gates.gate(cfg.model), self.stopping),
+                                     cfg.model)
             try:
                 # a thread that stopped on an infra error (an earlier attempt, or a run this one resumes) is forked
                 # before the failed step and goes on from there
                 out = run_trajectory(cfg, self.evaluator, writer, model=model, checkpointer=self.checkpointer,
                                      trajectory_id=tid, retry_infra_stop=True)
+            except ModelUnreached as exc:  # no infra stop recorded: --resume makes the call
+                if self.stopping.is_set():
+                    raise
+                return _report(cfg, stop_reason=UNREACHED, attempts=attempt - 1, error=str(exc))
             except Exception as exc:  # noqa: BLE001 - a harness failure (logged as an infra error event); resume retries it
                 if isinstance(exc, BenchInterrupted) or self.stopping.is_set():
                     raise  # stopping: no retry
@@ -265,5 +276,8 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
         release(lock)
     reports = [r if isinstance(r, TrajectoryReport) else _report(c, infra_failed=True, error=f"{type(r).__name__}: {r}")
                for c, r in zip(configs, results)]
+    if (stop := stopped(reports, run_dir)) is not None:  # a model never reached: the bench stops, resumable
+        stop.trajectories = reports
+        raise stop
     return BenchOutcome(run_dir=str(run_dir), config=config, trajectories=reports, elapsed_s=time.monotonic() - start,
                         setup_s=setup_s, close_s=close_s, worker_start=worker_start, gpu_use=gpu_use)

@@ -324,6 +324,7 @@ def bench(
             # a new run's GPU workers start now, while the agent loop's modules (LangGraph) import below
             evaluator = make_evaluator(config) if config is not None else None
             from ..bench.runner import TrajectoryReport, run_bench
+            from ..bench.unreached import UNREACHED, sentence
     except BenchError as exc:  # no GPU for a GPU run: said before a run folder is made
         raise inputs.BadInput(str(exc)) from None
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM before the bench began: a traceback out of the pool's start
@@ -332,8 +333,17 @@ def bench(
         _interrupted(exc, "while the GPU workers started", run_dir, recorded=resume)
 
     done = []
+    unreached: set[str] = set()  # models said to be out of reach (bench/unreached.py): their trajectories wait
+    several = len((config or recorded).models) > 1 if (config or recorded) is not None else False
 
     def on_done(r: TrajectoryReport) -> None:
+        if r.stop_reason == UNREACHED:  # not run, and no result: the bench's stop line says it in the end; where other
+            # models run on (hours, maybe), said once as it happens too
+            if several and r.model not in unreached:
+                unreached.add(r.model)
+                console.print(f"{r.model}: {sentence(r.error)} Its trajectories wait for --resume; the other models run on",
+                              markup=False, highlight=False)
+            return
         done.append(r)
         best = f"{r.best_speedup:.3f}x" if r.best_speedup is not None else "-"
         flag = " [red]infra-failed[/red]" if r.infra_failed else ""
@@ -345,8 +355,8 @@ def bench(
         with on_sigterm():  # a scheduler's stop or `kill` ends the bench as Ctrl-C does: recorded, resumable
             outcome = run_bench(config, run_dir, resume=resume, overrides=overrides, on_done=on_done,
                                 restart=restart_trajectory, evaluator=evaluator, own_evaluator=True)
-    except RunStopped as exc:  # every Ray GPU worker lost, or the storage gave out, mid-run: what ran is recorded,
-        # resumable; not a usage error
+    except RunStopped as exc:  # every Ray GPU worker lost, the storage gave out, a model's host never reached: what
+        # ran is recorded, resumable; not a usage error
         raise inputs.RunFailed(str(exc)) from None
     except BenchError as exc:  # a run folder in the way, no GPU, a matrix with repeated ids: nothing was written
         raise inputs.BadInput(str(exc)) from None

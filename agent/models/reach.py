@@ -11,6 +11,8 @@ server restarting mid-bench). Timeouts, 429 and 5xx answers (a proxy's 502 inclu
     cannot_connect(exc)   that line, or None for any other failure
     answered(key)         a destination (an --api-base, or a provider) answered in this process
     has_answered(key)
+    unreachable(exc)      the line, when `exc` (the model's ModelUnavailable) is one cannot_connect said: the bench
+                          stops calling a model it never reached on it (agent/bench/unreached.py)
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ NO_PROXY_VARIABLES = ("no_proxy", "NO_PROXY")
 REFUSED = "connection refused"
 
 _answered: set[str] = set()
+_said: set[str] = set()  # the lines cannot_connect gave, as given and as a model's error carries them (scrubbed)
 
 
 def answered(key: str) -> None:
@@ -36,6 +39,20 @@ def answered(key: str) -> None:
 
 def has_answered(key: str) -> bool:
     return key in _answered
+
+
+def unreachable(exc: BaseException) -> str | None:
+    """`exc`'s text when it is a line cannot_connect gave (a call whose connection could not open at all), else None:
+    told apart by the line itself, since the model's error carries it without its cause."""
+    text = str(exc)
+    return text if text in _said else None
+
+
+def _remember(line: str) -> str:
+    from ...tools.redact import scrub_text
+
+    _said.update((line, scrub_text(line)))
+    return line
 
 
 def _chain(exc: BaseException | None):
@@ -106,8 +123,8 @@ def cannot_connect(exc: BaseException, fallback_host: str = "") -> str | None:
     host = urlsplit(url).hostname or fallback_host or "the provider"
     proxy, how = _route(url) if url else ("", "")
     if proxy:
-        return (f"cannot reach the proxy {proxy} that ${how} names, to call {host} ({why}): not retried; check "
-                f"${how}, or add {host} to $NO_PROXY to call it directly")
+        return _remember(f"cannot reach the proxy {proxy} that ${how} names, to call {host} ({why}): not retried; "
+                         f"check ${how}, or add {host} to $NO_PROXY to call it directly")
     ask = ("is the server running, at that address?" if why == REFUSED else
            "is this machine online, or does it reach the network through a proxy ($HTTPS_PROXY)?")
-    return f"cannot reach {host} ({why}{'; ' + how if how else ''}): not retried; {ask}"
+    return _remember(f"cannot reach {host} ({why}{'; ' + how if how else ''}): not retried; {ask}")
