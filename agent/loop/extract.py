@@ -40,8 +40,23 @@ def _foreign_block(reply: str, source: str) -> str:
     return ""
 
 
-def extract_solution(reply: str, tools: bool = False) -> Extracted:
+def _no_answer(reasoning: str, tool_calls: int, tools: bool) -> str:
+    """Why a reply with no text holds no kernel file, when it is not plain emptiness: the model thought but never
+    answered (out of output tokens, mostly), or called tools a pipeline run does not offer. "The reply is empty" told
+    it that nothing had come back."""
+    if reasoning.strip():
+        return (f"The reply held only reasoning ({len(reasoning)} characters) and no answer: the kernel file must be in "
+                f"the answer, after the reasoning.")
+    if tool_calls and not tools:
+        return f"The reply made {tool_calls} tool call(s), but this run offers no tools."
+    return ""
+
+
+def extract_solution(reply: str, tools: bool = False, reasoning: str | None = None, tool_calls: int = 0) -> Extracted:
+    """The kernel file in the reply's text; `reasoning` and `tool_calls` (the reply's) only name what an empty text held."""
     hint = TOOLS_HINT if tools else PIPELINE_HINT
+    if not (reply or "").strip() and (why := _no_answer(reasoning or "", tool_calls, tools)):
+        return Extracted(error=f"{why} {hint}")
     found = _extract(reply)
     if isinstance(found, list):
         issues = "; ".join(str(issue) for issue in found)

@@ -292,8 +292,10 @@ class Steps:
                 "cost_unknown": state.get("cost_unknown", False) or unpriced}
 
     def extract(self, state: AgentState) -> dict:
-        found = extract_solution(state["reply"]["content"], tools=self.cfg.mode == "tools")
-        cut = cut_note(state["reply"])
+        reply = state["reply"]
+        found = extract_solution(reply["content"], tools=self.cfg.mode == "tools", reasoning=reply.get("reasoning_content"),
+                                 tool_calls=len(reply.get("tool_calls") or []))
+        cut = cut_note(reply)
         if not found.ok:
             return {"submission": None, "eval": None, "format_error": f"{found.error} {cut}".strip()}
         return {"submission": {"source": found.source, "language": found.language,

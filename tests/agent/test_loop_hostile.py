@@ -117,3 +117,27 @@ def test_the_sass_tool_quotes_kernel_names_short_and_lists_a_bounded_number_of_k
     assert "_" * 200 not in histogram and len(histogram) < 5000
     listed = histogram.count('"HGMMA": 4')  # names alike up to the cut are still one each
     assert 1 < listed < 40 and f"and {40 - listed} more kernels" in histogram
+
+
+def test_a_reply_of_only_reasoning_or_stray_tool_calls_is_named_not_called_empty(tmp_path):
+    """A reply whose text is empty but whose reasoning holds a draft (a thinking model out of output tokens), or one of
+    tool calls a pipeline run never offered, was answered "the reply is empty": the model learned that nothing came
+    back. Both stay FORMAT_ERROR turns, the draft in the reasoning is never taken, and the feedback says what was there."""
+    fenced = f"```ptx\n{GOOD_PTX}```"
+    script = [{"content": "", "reasoning_content": fenced, "finish_reason": "length"},
+              {"content": "", "tool_calls": [tool("submit", {"source": GOOD_PTX})]}, {"content": "done"}]
+    evaluator = StubEvaluator([1.0] * 5)
+    outcome, evs, model = run(tmp_path, script, evaluator, turns=3)
+    assert outcome.statuses == ["FORMAT_ERROR"] * 3 and not evaluator.sources
+    first, second = (r.messages[-1]["content"] for r in model.requests[1:3])
+    assert "only reasoning" in first and "empty" not in first
+    assert "1 tool call(s), but this run offers no tools" in second and "empty" not in second
+    assert [e.status for e in of_type(evs, "turn_end")] == ["FORMAT_ERROR"] * 3
+
+
+def test_tools_mode_a_reply_of_only_reasoning_is_named_and_pointed_at_submit(tmp_path):
+    outcome, _, model = run(tmp_path, [{"content": " \n", "reasoning_content": "let me think"}, {"content": "x"}],
+                            mode="tools", turns=2)
+    feedback = model.requests[1].messages[-1]["content"]
+    assert outcome.statuses == ["FORMAT_ERROR"] * 2
+    assert "only reasoning (12 characters)" in feedback and "submit tool" in feedback
