@@ -19,11 +19,12 @@ def _modules(folder: Path) -> list[str]:
 
 
 def names(readme: str, module: str) -> bool:
-    """The file name, its stem as a word, or a glob the README gives for a family (`cmd_*.py`)."""
+    """The file name, its stem as a word, or a glob the README gives for a family (`cmd_*.py`): one with a name part,
+    not a bare * (a footnote mark), which every file matches."""
     stem = re.escape(Path(module).stem)
     if re.search(rf"(?<![\w.]){stem}(?!\w)", readme):
         return True
-    return any(fnmatch.fnmatch(module, g) for g in re.findall(r"[\w.]*\*[\w.*]*", readme))
+    return any(fnmatch.fnmatch(module, g) for g in re.findall(r"[\w.]*\*[\w.*]*", readme) if re.search(r"\w", g))
 
 
 def _code_folders() -> list[Path]:
@@ -56,3 +57,6 @@ def test_a_missing_name_is_caught():
     assert not names("the pool_x module", "pool.py")
     assert names("one module per command (`cmd_*.py`)", "cmd_eval.py")
     assert names("| `pool.py` | the pool |", "pool.py") and names("tools/gpu/pool.py", "pool.py")
+    # a bare * (tests/README.md's "Files marked * hold gpu tests") is no glob of file names: it named every file
+    assert not names("Files marked * hold `gpu` tests; see test_scoring.py*", "test_new.py")
+    assert names("Files marked * hold `gpu` tests; see test_scoring.py*", "test_scoring.py")
