@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable
@@ -132,6 +133,17 @@ def history_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
             call = {**call, "function": {**call["function"], "arguments": sent}}
         kept.append(call)
     return kept
+
+
+def fresh_call_ids(reply: ModelReply, earlier: list[dict[str, Any]]) -> ModelReply:
+    """The reply with a new id on each tool call whose id an earlier message of the conversation already holds: a
+    server that numbers its calls per reply ("call_0") sends ids again, and Anthropic refuses a request whose tool_use
+    ids repeat (a 400 on every later call, the trajectory's end). ModelReply keeps the ids of one reply apart."""
+    used = {c.get("id") for m in earlier for c in m.get("tool_calls") or [] if isinstance(c, dict)}
+    if not any(c["id"] in used for c in reply.tool_calls):
+        return reply
+    calls = [{**c, "id": f"call_{uuid.uuid4().hex[:24]}"} if c["id"] in used else c for c in reply.tool_calls]
+    return reply.model_copy(update={"tool_calls": calls})
 
 
 @dataclass
@@ -264,6 +276,8 @@ class Steps:
             setup = state["model_calls"] == 0
             self.d.log.error(state["turn"], "query", str(exc), infra=setup)
             return {"stop": {"reason": "infra_error" if setup else "error", "detail": scrub_text(str(exc))[:500]}}
+        # renamed before it is recorded: a resumed run reads the same ids back, and its recorded tool calls match
+        reply = fresh_call_ids(reply, [m for t in state["done_turns"] for m in t["messages"]] + state["current"])
         if recorded is None:  # a recorded reply is in the log already, with the notes below
             self.d.log.model_call(state["turn"], self.d.model.name, messages, reply)
         if self.cfg.mode == "tools" and len(reply.tool_calls) > self.cfg.max_tool_calls_per_turn:

@@ -141,3 +141,19 @@ def test_tools_mode_a_reply_of_only_reasoning_is_named_and_pointed_at_submit(tmp
     feedback = model.requests[1].messages[-1]["content"]
     assert outcome.statuses == ["FORMAT_ERROR"] * 2
     assert "only reasoning (12 characters)" in feedback and "submit tool" in feedback
+
+
+def test_a_tool_call_id_an_earlier_reply_used_gets_one_of_its_own(tmp_path):
+    """A server that numbers its calls per reply sends "call_0" in every reply; Anthropic refuses a conversation whose
+    tool_use ids repeat, so every request after the second reply failed. Each id is one of its own in the conversation,
+    its tool message answers it, and the log records the id the conversation holds."""
+    script = [{"content": "", "tool_calls": [tool("compile", {"source": GOOD_PTX}, "call_0")]},
+              {"content": "", "tool_calls": [tool("submit", {"source": GOOD_PTX}, "call_0")]},
+              {"content": "", "tool_calls": [tool("compile", {"source": GOOD_PTX}, "call_0")]}]
+    _, evs, model = run(tmp_path, script, mode="tools", turns=2)
+    messages = model.requests[-1].messages
+    ids = [c["id"] for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assert len(ids) == 3 and len(set(ids)) == 3 and ids[0] == "call_0"
+    assert [m["tool_call_id"] for m in messages if m["role"] == "tool"] == ids
+    assert [e.call_id for e in of_type(evs, "tool_call")] == ids
+    assert [c["id"] for e in of_type(evs, "model_call") for c in e.response["tool_calls"]] == ids
