@@ -169,7 +169,8 @@ class _Runner:
         tid = cfg.trajectory_id()
         error = ""
         for attempt in range(1, self.config.infra_retries + 2):
-            if (line := self.reach.line(cfg.model)) is not None:  # its model was never reached: not begun
+            if (line := self.reach.line(cfg.model)) is not None and not (self.run_dir / "trajectories" / tid).exists():
+                # its model was never reached: not begun (one begun, maybe finished, runs: its next call is not made)
                 return _report(cfg, stop_reason=UNREACHED, attempts=attempt - 1, error=line)
             writer = TrajectoryWriter(self.run_dir / "trajectories" / tid)
             model = self.reach.watch(LimitedModel(self.model_factory(cfg), self.gates.gate(cfg.model), self.stopping),

@@ -105,7 +105,8 @@ def stopped(reports: list, run_dir: Path) -> HostUnreached | None:
     said = " ".join(f"{', '.join(models)}: {sentence(line)}" for line, models in lines.items())
     names = list(dict.fromkeys(m for models in lines.values() for m in models))
     ran = len(reports) - len(left)
-    return HostUnreached(f"{said} The bench stopped: {len(left)} trajectories of {', '.join(names)} wait, none "
-                         f"counted as infra-failed{f' (the other {ran} ran)' if ran else ''}; once "
+    count, verb = ("1 trajectory", "waits") if len(left) == 1 else (f"{len(left)} trajectories", "wait")
+    return HostUnreached(f"{said} The bench stopped: {count} of {', '.join(names)} {verb}, not counted as "
+                         f"infra-failed{f' (the other {ran} ran)' if ran else ''}; once "
                          f"{'its host' if len(lines) == 1 else 'their hosts'} can be reached, resume with: ptxbench "
                          f"bench --resume --run-dir {shlex.quote(str(run_dir))}")

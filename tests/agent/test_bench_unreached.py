@@ -94,7 +94,7 @@ def test_the_other_models_run_on_and_the_resume_runs_only_the_one_not_reached(tm
         run_bench(cfg, run, evaluator=Passing(), model_factory=factory)
     line = str(stop.value)
     assert line.startswith("openai/far: cannot reach 127.0.0.1 (connection refused"), line
-    assert "3 trajectories of openai/far wait, none counted as infra-failed (the other 3 ran)" in line, line
+    assert "3 trajectories of openai/far wait, not counted as infra-failed (the other 3 ran)" in line, line
     local = [r for r in stop.value.trajectories if r.model == "scripted/py"]
     assert [r.stop_reason for r in local] == ["turn_limit"] * 3 and len(calls) == 6
     with ScriptedServer(default=GOOD) as server:
@@ -103,6 +103,28 @@ def test_the_other_models_run_on_and_the_resume_runs_only_the_one_not_reached(tm
         assert len(server.requests) == 6  # openai/far: 3 trajectories x 2 turns
     assert len(calls) == 6 and {r.stop_reason for r in out.trajectories} == {"turn_limit"}
     assert score_runs([run]).n_infra_failed == 0
+
+
+def test_a_resume_offline_counts_only_the_trajectories_left_and_reports_the_finished_as_finished(tmp_path):
+    """A resumed run offline: its finished trajectories after the one the host stopped are finished, not waiting; the
+    stop line counts the one left."""
+    run, calls = tmp_path / "run", []
+
+    class Down:
+        name = "openai/far"
+
+        def query(self, request):
+            raise ModelUnavailable("the provider's outage after 6 attempts")
+
+    cfg = BenchConfig(models=["openai/far"], workloads=[WL], trajectories=3, turns=1, no_gpu=True, parallel=1,
+                      infra_retries=0)
+    run_bench(cfg, run, evaluator=Passing(), model_factory=lambda c: Down() if c.index == 1 else CountingModel(calls))
+    with pytest.raises(HostUnreached) as stop:
+        run_bench(None, run, resume=True, overrides={"api_base": "http://x.invalid/v1"}, evaluator=Passing())
+    assert [r.stop_reason for r in stop.value.trajectories] == ["turn_limit", "unreached", "turn_limit"]
+    assert "The bench stopped: 1 trajectory of openai/far waits, not counted as infra-failed (the other 2 ran)" \
+        in str(stop.value), str(stop.value)
+    assert len(calls) == 2
 
 
 def test_a_model_that_answered_and_then_went_away_keeps_its_retries(tmp_path):
@@ -174,3 +196,19 @@ def test_bench_offline_behind_a_proxy_out_of_reach_stops_in_one_line_and_resumes
         assert again.exit_code == 0, again.output
         assert len(server.requests) == 3
     assert "0 infra-failed" in again.output and score_runs([run]).n_infra_failed == 0
+
+
+def test_bench_says_once_that_a_model_is_out_of_reach_while_the_others_run(tmp_path, monkeypatch):
+    """A local model and a hosted one on a machine offline: the local one's trajectories run and are listed; the hosted
+    one is said once, as it happens (the others may run for hours), not once per trajectory."""
+    port = closed_port()
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+    result = CliRunner().invoke(app, ["bench", "--models", "openai/gpt-4o,builtin/reference", "--workloads", WL,
+                                      "--trajectories", "3", "--turns", "1", "--no-gpu", "--run-dir",
+                                      str(tmp_path / "run")])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert text.count("Its trajectories wait for --resume; the other models run on") == 1, result.output
+    assert text.count("builtin-reference__knowledge") == 3 and "infra-failed]" not in result.output
+    assert "The bench stopped: 3 trajectories of openai/gpt-4o wait, not counted as infra-failed (the other 3 ran)" \
+        in text, result.output
