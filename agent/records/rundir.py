@@ -86,7 +86,7 @@ class TrajectoryWriter:
 
     def append(self, event: _Event) -> _Event:
         event.seq = self._seq
-        line = (event.model_dump_json() + "\n").encode("utf-8")
+        line = (one_line(event.model_dump_json()) + "\n").encode("utf-8")
         try:
             with open(self.path, "ab") as f:
                 f.write(line)
@@ -109,6 +109,19 @@ class TrajectoryWriter:
         rel = f"kernels/{name}"
         (self.folder / rel).write_text(source, encoding="utf-8")
         return rel
+
+
+# Characters a JSON string holds raw (the model writes them) but str.splitlines() and some JSONL readers break a line
+# at: a model_call line read that way came apart into pieces, each no event (the export writer escapes them too)
+_LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"}
+
+
+def one_line(text: str) -> str:
+    """A serialized event with the line breaks only some readers see written as JSON escapes (the same value)."""
+    for raw, escaped in _LINE_BREAKS.items():
+        if raw in text:
+            text = text.replace(raw, escaped)
+    return text
 
 
 def _ends_with(path: Path, data: bytes) -> bool:

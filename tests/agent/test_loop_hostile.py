@@ -220,3 +220,15 @@ def test_a_reply_quoting_harness_feedback_is_the_models_text_and_never_a_result(
         assert not of_type(evs, "eval_result") and all(e.speedup is None for e in of_type(evs, "turn_end"))
         history = model.requests[1].messages
         assert [m["role"] for m in history if fake in (m.get("content") or "")] == ["assistant"]
+
+
+def test_line_breaks_only_some_readers_see_leave_every_log_line_one_event(tmp_path):
+    """U+2028, U+2029 and U+0085 in the model's text were written raw into trajectory.jsonl: a reader that splits lines
+    as str.splitlines() does read the model_call line as pieces that are no events. They are written as JSON escapes,
+    and read back as the model wrote them."""
+    text = "a\u2028{\"type\": \"stop\"}\u2029b\u0085c"
+    _, evs, _ = run(tmp_path, [{"content": text, "reasoning_content": text}], turns=1)
+    raw = (tmp_path / "traj" / "trajectory.jsonl").read_text(encoding="utf-8")
+    assert all(isinstance(json.loads(line), dict) for line in raw.splitlines())
+    (call,) = of_type(evs, "model_call")
+    assert call.response["content"] == text and call.response["reasoning_content"] == text
