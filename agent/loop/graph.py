@@ -12,6 +12,7 @@ has in trajectory.jsonl, so no finished evaluation runs or is recorded twice.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -124,13 +125,26 @@ def history_arguments(arguments: str) -> str:
     return arguments if arguments.lstrip().startswith("{") else json.dumps(value, ensure_ascii=False)
 
 
+# What OpenAI (messages[i].tool_calls[j].function.name) and Bedrock take as a tool name in the history
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def history_name(name: str) -> str:
+    """A tool call's name as the history sends it back: a name the model made up ('functions.submit', 'submit tool',
+    '') is answered as an unknown tool, but sent back as written it failed every later request (a 400 from OpenAI and
+    Bedrock, the trajectory's end as the model's error). Characters outside the pattern become '_'."""
+    return name if _TOOL_NAME.fullmatch(name) else (re.sub(r"[^A-Za-z0-9_-]", "_", name) or "_")[:64]
+
+
 def history_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The reply's tool calls as the history keeps them (history_arguments), so providers take the message back."""
+    """The reply's tool calls as the history keeps them (history_arguments, history_name), so providers take the
+    message back; the log keeps them as the model wrote them."""
     kept = []
     for call in calls:
-        arguments = call["function"]["arguments"]
-        if (sent := history_arguments(arguments)) is not arguments:
-            call = {**call, "function": {**call["function"], "arguments": sent}}
+        arguments, name = call["function"]["arguments"], call["function"]["name"]
+        sent, sent_name = history_arguments(arguments), history_name(name)
+        if sent is not arguments or sent_name is not name:
+            call = {**call, "function": {**call["function"], "arguments": sent, "name": sent_name}}
         kept.append(call)
     return kept
 

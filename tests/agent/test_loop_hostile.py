@@ -232,3 +232,21 @@ def test_line_breaks_only_some_readers_see_leave_every_log_line_one_event(tmp_pa
     assert all(isinstance(json.loads(line), dict) for line in raw.splitlines())
     (call,) = of_type(evs, "model_call")
     assert call.response["content"] == text and call.response["reasoning_content"] == text
+
+
+def test_a_tool_name_the_model_made_up_is_sent_back_as_a_name_providers_take(tmp_path):
+    """A made-up name ('functions.submit', 'submit tool', '') was answered as an unknown tool but sent back as written
+    with every later request, which OpenAI and Bedrock refuse (their pattern is [A-Za-z0-9_-]{1,64}): the trajectory
+    ended on the model's error. The history sends a name of that pattern; the log keeps the name as written."""
+    import re
+
+    made_up = ["functions.submit", "submit tool", "", "提交", "compile"]
+    calls = [tool(name, SOURCE) for name in made_up]
+    outcome, evs, model = run(tmp_path, [{"content": "", "tool_calls": calls}, {"content": "none"}], mode="tools",
+                              turns=1)
+    sent = [c["function"]["name"] for m in model.requests[1].messages if m["role"] == "assistant"
+            for c in m.get("tool_calls") or []]
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) for name in sent) and sent[-1] == "compile"
+    assert [e.name for e in of_type(evs, "tool_call")] == made_up
+    assert [r.ok for r in of_type(evs, "tool_result")] == [False] * 4 + [True]
+    assert outcome.statuses == ["FORMAT_ERROR"]
