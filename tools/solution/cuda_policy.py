@@ -174,8 +174,8 @@ def _function_definitions(code: str, macros: dict[str, str]) -> list[FormatIssue
 _HAS_INCLUDE = re.compile(r"__has_(?:include|embed)\w*")
 
 
-def _header_tests(text: str) -> list[FormatIssue]:
-    code = blank_comments(text, strings=True)
+def _header_tests(code: str) -> list[FormatIssue]:
+    """`code`: the source with its comments and literals blanked."""
     line_at = LineIndex(code)
     return [FormatIssue(line=line_at(m.start()), kind="source", message=f"{m.group()} is not allowed: only the allowed "
                         f"headers may be included ({', '.join(ALLOWED_INCLUDES)}), and they are always there")
@@ -224,8 +224,8 @@ _MISREAD_WHY = {"\r": "a lone carriage return (\\r not followed by \\n), which t
 _NON_ASCII = re.compile(r"[^\x00-\x7f]|\\[uU]")
 
 
-def _non_ascii_code(source: str) -> list[FormatIssue]:
-    code = blank_comments(source, strings=True)
+def _non_ascii_code(code: str) -> list[FormatIssue]:
+    """`code`: the source with its comments and literals blanked."""
     if (m := _NON_ASCII.search(code)) is None:
         return []
     what = (f"a universal character name ({m.group()}...)" if m.group().startswith("\\")
@@ -257,8 +257,8 @@ def check_cuda_source(source: str) -> list[FormatIssue]:
             "letters, digits or punctuation (not space, parentheses, backslash, $, @ or `), and in a # line "
             "(#define, #pragma) it must end on that line")))
     issues += _pragma_operators(blank_comments(source))  # directives too: a macro may hold the operator
-    issues += _header_tests(source)
-    issues += _non_ascii_code(source)
+    outside_literals = blank_comments(source, strings=True)  # directives kept
+    issues += _header_tests(outside_literals) + _non_ascii_code(outside_literals)
     code = blank_comments(text, strings=True)
     line_at = LineIndex(code)
     for pattern, reason in _REFUSED:
