@@ -4,10 +4,12 @@ has answered in this bench.
 
 Every trajectory of such a model fails the same way in seconds: each spent its infra retries at once and ended
 infra-failed, left out of the scores for a missing network, and the bench exited as if it had run. Instead the call
-ends as a stop (ModelUnreached, a BenchInterrupted: the loop records no infra stop, and --resume makes the call), the
-model's trajectories not begun are not begun, and the matrix's other models run on (a local ollama model still runs
-on a machine offline); then the bench stops with one line naming the host and --resume (HostUnreached). A model
-whose call answered once in this bench keeps the retries: its host went away after it worked (a blip, a restart).
+ends as a Ctrl-C's does (ModelUnreached, a BenchInterrupted: no infra stop is recorded and no retry spent, only the
+error event a stop leaves, and --resume makes the call), the model's trajectories not begun are not begun (one begun
+runs: a finished one returns, an unfinished one stops at its next call), and the matrix's other models run on (a
+local ollama model still runs on a machine offline); then the bench stops with one line naming the host and --resume
+(HostUnreached). A model whose call answered once in this bench keeps the retries: its host went away after it worked
+(a blip, a restart).
 
     watch = ReachWatch()
     model = watch.watch(model, cfg.model)   # the model's calls, watched
