@@ -396,6 +396,8 @@ class Steps:
                 content, ok = self._one_tool(turn, in_turn, name, args, box, update, state)
             used, in_turn = used + 1, in_turn + 1
             if rec is None or rec.result is None:
+                if not (ok and name == "submit"):  # a submission's answer is the turn's feedback, and the turn ends
+                    content = f"{content.rstrip()}\n\n{self._calls_left(used, in_turn)}\n"
                 self.d.log.tool_result(turn, call_id, name, content, ok)
             messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
         update.update(current=state["current"] + messages, tool_calls=used, turn_tool_calls=in_turn)
@@ -403,6 +405,13 @@ class Steps:
             update["format_error"] = (f"You used this turn's {self.cfg.max_tool_calls_per_turn} tool calls without "
                                       "calling submit. Submit a solution with the submit tool.")
         return update
+
+    def _calls_left(self, used: int, in_turn: int) -> str:
+        """The tool budgets left, said with each answer: the prompt says only that calls are budgeted, and a model that
+        could not count them spent the run's in three turns (the trajectory ends there) or a turn's without a submit."""
+        turn_left = max(0, min(self.cfg.max_tool_calls_per_turn - in_turn, self.cfg.max_tool_calls - used))
+        return (f"Tool calls left: {turn_left} in this turn before you must submit, "
+                f"{max(0, self.cfg.max_tool_calls - used)} in the whole run.")
 
     def _out_of_time(self, state: AgentState, started: float) -> bool:
         """Whether the wall-time budget is spent, this node's time so far counted (timed adds it only at its end)."""

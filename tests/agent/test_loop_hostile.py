@@ -250,3 +250,17 @@ def test_a_tool_name_the_model_made_up_is_sent_back_as_a_name_providers_take(tmp
     assert [e.name for e in of_type(evs, "tool_call")] == made_up
     assert [r.ok for r in of_type(evs, "tool_result")] == [False] * 4 + [True]
     assert outcome.statuses == ["FORMAT_ERROR"]
+
+
+def test_each_tool_answer_says_the_tool_calls_left(tmp_path):
+    """The prompt said only that tool calls are budgeted: a model could not plan them, spent the run's budget in a few
+    turns (the trajectory ends there, turns unused) or a turn's without a submit. Each answer but a submission's says
+    what is left, as the log records it."""
+    calls = [tool("compile", SOURCE), tool("nope", SOURCE), tool("submit", SOURCE)]
+    _, evs, model = run(tmp_path, [{"content": "", "tool_calls": calls}], mode="tools", turns=2,
+                        max_tool_calls_per_turn=5, max_tool_calls=7)
+    answers = [m["content"] for m in model.requests[1].messages if m["role"] == "tool"]
+    assert answers[0].rstrip().endswith("Tool calls left: 4 in this turn before you must submit, 6 in the whole run.")
+    assert answers[1].rstrip().endswith("Tool calls left: 3 in this turn before you must submit, 5 in the whole run.")
+    assert "Tool calls left" not in answers[2] and "Turns left: 1" in answers[2]
+    assert [r.content for r in of_type(evs, "tool_result")] == answers
