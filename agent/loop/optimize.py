@@ -40,8 +40,8 @@ from .start_kernel import read_start
 from .state import AgentState, OptimizeConfig, initial_state
 from .task import system_prompt, task_prompt
 from ..records.trajectory import Listener, TrajectoryLog
+from ..records.events import INTERRUPTED  # the error event a Ctrl-C leaves in the trajectory log
 
-INTERRUPTED = "interrupted by the user"  # the error event a Ctrl-C leaves in the trajectory log
 RECURSION_LIMIT = 100_000  # budgets end a trajectory, not LangGraph's step counter
 # Checkpoints are written with durability="sync": each node's result is on disk before the next node
 # starts, so a kill loses at most the node in flight (never a completed model call).
@@ -155,7 +155,8 @@ def run_trajectory(
             message = f"{INTERRUPTED} ({getattr(exc, 'how', 'Ctrl-C')}): --resume continues this turn"  # or SIGTERM
         else:
             message = f"{type(exc).__name__}: {exc}" if isinstance(exc, BenchInterrupted) else exc
-        log.error(turn, "graph", message, infra=True)
+        log.error(turn, "graph", message, infra=True,
+                  stop_asked=isinstance(exc, (KeyboardInterrupt, BenchInterrupted)))
         raise
     return _outcome(tid, writer.folder, graph.get_state(run_config).values, resumed, retry)
 

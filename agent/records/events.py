@@ -19,6 +19,8 @@ SCHEMA_VERSION = 1
 MAX_TURNS = 10_000
 
 
+INTERRUPTED = "interrupted by the user"  # how the error event a Ctrl-C leaves in a trajectory log begins
+
 class _Event(BaseModel):
     schema_version: int = SCHEMA_VERSION
     trajectory_id: str
@@ -105,6 +107,9 @@ class ErrorEvent(_Event):
     message: str
     traceback: str = ""
     infra: bool = Field(False, description="a failure of the harness or its services, not of the model")
+    stop_asked: bool = Field(False, description="the run was stopped, not failed: a Ctrl-C or SIGTERM, the bench "
+                             "stopping (another trajectory's storage or GPUs gave out, the model's host never reached); "
+                             "--resume goes on from here")
 
 
 Event = Annotated[

@@ -76,8 +76,9 @@ class TrajectoryLog:
     def stop(self, turn: int, reason: str, detail: str = "") -> _Event:
         return self._emit(Stop(trajectory_id=self.trajectory_id, turn=turn, reason=reason, detail=detail))
 
-    def error(self, turn: int, where: str, exc: BaseException | str, infra: bool = False) -> _Event:
+    def error(self, turn: int, where: str, exc: BaseException | str, infra: bool = False,
+              stop_asked: bool = False) -> _Event:
         message = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
         trace = "" if isinstance(exc, str) else "".join(tb.format_exception(exc))
         return self._emit(ErrorEvent(trajectory_id=self.trajectory_id, turn=turn, where=where, message=message,
-                                     traceback=trace, infra=infra))
+                                     traceback=trace, infra=infra, stop_asked=stop_asked))

@@ -38,7 +38,9 @@ from .turns import TrajectoryScore, score_trajectory
 #    on the same GPU from the same L2 flush (speed_unknown_why), and a suite says its flush (RepairSuite.l2_flush)
 # 10: no interval where every bootstrap resample agrees (trajectories of one value: [0, 0] read as certain), as from
 #     one trajectory; the repair track's by_model_prompt
-SCORE_VERSION = 10
+# 11: a trajectory a stop cut short (a Ctrl-C or SIGTERM, the bench stopping: ErrorEvent.stop_asked) is unfinished,
+#     not infra-failed
+SCORE_VERSION = 11
 
 
 class RunScore(BaseModel):

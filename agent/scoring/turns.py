@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from ptxbench.tools.results import LEGACY_L2_FLUSH
 
+from ..records.events import INTERRUPTED
 from ..records.rundir import TrajectoryRecord
 
 INFRA = "INFRA_ERROR"
@@ -191,6 +192,13 @@ def _goes_on_after(events: list, index: int) -> bool:
                 and after[1].type == "stop" and after[1].reason == "infra_error")
 
 
+def _stop_asked(event) -> bool:
+    """An error that a stop asked for left (a Ctrl-C or SIGTERM, the bench stopping), not a failure: the trajectory it
+    ends is unfinished, waiting for --resume, not infra-failed. A log written before the event said so has only the
+    Ctrl-C's message to tell it by."""
+    return event.type == "error" and (event.stop_asked or (event.where == "graph" and event.message.startswith(INTERRUPTED)))
+
+
 def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore:
     start = record.start
     turns: dict[int, TurnScore] = {}
@@ -214,7 +222,12 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     # write between the turn_end and the feedback step's checkpoint) cut the next step short, not this turn
     closed: set[int] = set()
     stopped = False  # a stop came after the trajectory's last step: it finished (a resume that went on reopens it)
+    asked = False  # the latest thing that happened was a stop asked for (_stop_asked): it waits for --resume
     for index, event in enumerate(record.events):
+        if event.type == "error":
+            asked = asked or _stop_asked(event)
+        else:
+            asked = False
         if event.type == "stop":
             stopped = True
         elif event.type != "error":  # an error is logged before its stop, and after a kill (where none follows)
@@ -270,7 +283,10 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     for number in reproduced & set(turns):
         if turns[number].status == INFRA:
             turns[number] = turns[number].model_copy(update={"reproduced": True})
-    # ended by an infra failure (a stop or not: a harness crash logs none, and the bench gives up after its retries)
+    # ended by an infra failure (a stop or not: a harness crash logs none, and the bench gives up after its retries);
+    # a stop asked for ended nothing: the trajectory is unfinished until --resume goes on
+    if asked:
+        infra_last = False
     ended_on_infra = infra_last
     if infra_last and turns and max(turns) in reproduced:
         infra_last = False

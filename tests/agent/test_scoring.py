@@ -694,6 +694,33 @@ def test_an_unfinished_trajectory_is_left_out_of_the_figures_over_trajectories(t
     assert not crashed.unfinished and not crashed.infra_failed and crashed.scored_turns[-1].reproduced
 
 
+def test_a_trajectory_a_stop_cut_short_is_unfinished_not_infra_failed(tmp_path):
+    """A Ctrl-C, a SIGTERM or the bench stopping (another trajectory's disk full, the GPUs lost, the model's host never
+    reached) leaves the loop's error event and no stop: the trajectories it cut were scored infra-failed, as if the
+    harness had failed them, until --resume finished them. They are unfinished (waiting for --resume); a crash of the
+    harness that logs the same kind of event stays infra-failed. A log written before the event said so is told by the
+    Ctrl-C's message."""
+    from ptxbench.agent.records.events import INTERRUPTED, ErrorEvent
+
+    def cut(tid: str, index: int, message: str, stop_asked: bool) -> TrajectoryBuilder:
+        b = TrajectoryBuilder(tmp_path, tid, "m", "gemm", index=index).turn(1, "COMPILE_ERROR")
+        b._model_call(2, b.source)
+        b.writer.append(ErrorEvent(trajectory_id=tid, turn=2, where="graph", message=message, infra=True,
+                                   stop_asked=stop_asked))
+        return b
+
+    cut("ctrl-c", 0, f"{INTERRUPTED} (Ctrl-C): --resume continues this turn", True)
+    cut("bench-stopped", 1, "ModelUnreached: cannot reach x.invalid", True)
+    cut("old-log-ctrl-c", 2, f"{INTERRUPTED} (SIGTERM): --resume continues this turn", False)
+    cut("crashed", 3, "RuntimeError: worker pipe closed", False)
+    by_id = {t.id: t for t in score_runs([tmp_path]).trajectories}
+    for tid in ("ctrl-c", "bench-stopped", "old-log-ctrl-c"):
+        assert by_id[tid].unfinished and not by_id[tid].infra_failed, tid
+    assert by_id["crashed"].infra_failed and not by_id["crashed"].unfinished
+    cell = score_runs([tmp_path]).cell("m", "gemm")
+    assert cell.n_unfinished == 3 and cell.n_infra_failed == 1 and cell.n_trajectories == 0
+
+
 def test_turns_to_repair_resamples_trajectories_not_the_runs_inside_one():
     """Turns to repair was a bootstrap over repaired runs, as if each were independent: three runs of one trajectory
     gave an interval, and runs of one trajectory did not move together as every other figure's turns do. It is the
