@@ -125,15 +125,19 @@ def history_arguments(arguments: str) -> str:
     return arguments if arguments.lstrip().startswith("{") else json.dumps(value, ensure_ascii=False)
 
 
-# What OpenAI (messages[i].tool_calls[j].function.name) and Bedrock take as a tool name in the history
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# A tool name every provider takes in the history: OpenAI's (messages[i].tool_calls[j].function.name) and Bedrock's
+# pattern [A-Za-z0-9_-]{1,64}, starting as Gemini's function names must (a letter or an underscore)
+_TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 
 
 def history_name(name: str) -> str:
     """A tool call's name as the history sends it back: a name the model made up ('functions.submit', 'submit tool',
     '') is answered as an unknown tool, but sent back as written it failed every later request (a 400 from OpenAI and
     Bedrock, the trajectory's end as the model's error). Characters outside the pattern become '_'."""
-    return name if _TOOL_NAME.fullmatch(name) else (re.sub(r"[^A-Za-z0-9_-]", "_", name) or "_")[:64]
+    if _TOOL_NAME.fullmatch(name):
+        return name
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", name)
+    return (name if name[:1].isalpha() or name[:1] == "_" else "_" + name)[:64]
 
 
 def history_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:

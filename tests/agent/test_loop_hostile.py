@@ -240,15 +240,15 @@ def test_a_tool_name_the_model_made_up_is_sent_back_as_a_name_providers_take(tmp
     ended on the model's error. The history sends a name of that pattern; the log keeps the name as written."""
     import re
 
-    made_up = ["functions.submit", "submit tool", "", "提交", "compile"]
+    made_up = ["functions.submit", "submit tool", "", "提交", "1-" + "x" * 80, "compile"]
     calls = [tool(name, SOURCE) for name in made_up]
     outcome, evs, model = run(tmp_path, [{"content": "", "tool_calls": calls}, {"content": "none"}], mode="tools",
                               turns=1)
     sent = [c["function"]["name"] for m in model.requests[1].messages if m["role"] == "assistant"
             for c in m.get("tool_calls") or []]
-    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) for name in sent) and sent[-1] == "compile"
-    assert [e.name for e in of_type(evs, "tool_call")] == made_up
-    assert [r.ok for r in of_type(evs, "tool_result")] == [False] * 4 + [True]
+    assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]{0,63}", name) for name in sent) and sent[-1] == "compile"
+    assert [e.name for e in of_type(evs, "tool_call")] == [n[:64] for n in made_up]  # ModelReply cuts at 64
+    assert [r.ok for r in of_type(evs, "tool_result")] == [False] * 5 + [True]
     assert outcome.statuses == ["FORMAT_ERROR"]
 
 
