@@ -15,8 +15,11 @@ from pydantic import BaseModel
 _SECRET_NAME = re.compile(r"(API_?KEY|TOKEN$|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
 # Field names whose string values are masked outright ("prompt_tokens" and friends are counts, not secrets).
 _SECRET_FIELD = re.compile(r"(api_?key|secret|password|credential|authorization|(^|_)token$)", re.IGNORECASE)
-# Provider key shapes, in case a key arrives through something other than the environment.
-_KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{16,}|AIza[0-9A-Za-z_\-]{20,}|hf_[A-Za-z0-9]{20,}|xai-[A-Za-z0-9]{20,})\b")
+# Provider key shapes, in case a key arrives through something other than the environment. A model's reply is
+# masked before its kernel is compiled, so a shape must not also be kernel code: `sk-num_k_tiles_done` is a split-K
+# expression and `hf_accumulatorFragments` a name. Every provider's key is longer than those: OpenAI's sk- 48 or
+# sk-proj- 150 characters, Anthropic's sk-ant-api03- 95, DeepSeek's sk- 32, Hugging Face's hf_ 34, xAI's xai- 80.
+_KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{32,}|AIza[0-9A-Za-z_\-]{20,}|hf_[A-Za-z0-9]{30,}|xai-[A-Za-z0-9]{32,})\b")
 _KEY_PREFIXES = ("sk-", "AIza", "hf_", "xai-")  # searched first: a substring test is many times faster than the regex
 
 

@@ -59,7 +59,7 @@ def test_stop_rules():
 def test_scrub_masks_secrets_not_counts(monkeypatch):
     monkeypatch.setenv("SOME_PROVIDER_API_KEY", "k3y-value-123456789")
     data = {"messages": [{"content": "my key is k3y-value-123456789"}], "usage": {"prompt_tokens": 12},
-            "api_key": "whatever", "note": "sk-abcdefghijklmnopqrstuvwx"}
+            "api_key": "whatever", "note": "sk-abcdefghijklmnopqrstuvwxyz0123456789AB"}
     clean = scrub(data)
     assert clean["messages"][0]["content"] == "my key is ***"
     assert clean["usage"] == {"prompt_tokens": 12} and clean["api_key"] == "***" and clean["note"] == "***"

@@ -41,3 +41,18 @@ def test_the_gpu_worker_entry_drops_keys_before_serving(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['SAFE_VALUE']"
+
+
+def test_key_shapes_mask_provider_keys_and_leave_kernel_code_alone(monkeypatch):
+    """A model's reply is masked before its kernel is compiled: a key shape that also matched kernel code turned a
+    split-K expression (`sk-num_k_tiles_done`, 16 characters after `sk-`) or a long `hf_` name into '***', and the
+    kernel failed to compile for text the model never wrote. Real keys are longer than any such code."""
+    for name in [k for k in os.environ if redact.is_secret_name(k)]:
+        monkeypatch.delenv(name)  # the shapes alone, not a value from this machine's environment
+    code = ("int rem = sk-num_k_tiles_done; float hf_accumulatorFragmentsAB = 0.f; int d = xai-blockOffsetElementsAB;\n"
+            "int e = sk-k_tile_offset_in_bytes_128;")
+    assert redact.scrub_text(code) == code
+    keys = ["sk-" + "aB3" * 16, "sk-proj-" + "x9_Yz-" * 25 + "Q", "sk-ant-api03-" + "Qw7-" * 24 + "AA", "sk-" + "0f" * 16,
+            "hf_" + "Ab1" * 11 + "C", "xai-" + "Zz9" * 27, "AIza" + "Sy" * 17 + "X"]
+    for key in keys:
+        assert redact.scrub_text(f"the key {key} here") == "the key *** here", key
