@@ -112,6 +112,8 @@ class ScriptedServer:
         message: dict[str, Any] = {"role": "assistant", "content": item.get("content")}
         if item.get("reasoning_content"):
             message["reasoning_content"] = item["reasoning_content"]
+        if item.get("refusal"):  # OpenAI's structured refusal: content null, the text here
+            message["refusal"] = item["refusal"]
         calls = item.get("tool_calls") or []
         if calls:
             message["tool_calls"] = [

@@ -102,6 +102,11 @@ class ModelReply(BaseModel):
                                       "output token limit), tool_calls, content_filter; None when it did not say")
     tags: dict[str, Any] = Field(default_factory=dict, description="built-in models' bookkeeping (e.g. tuner params)")
 
+    @field_validator("content", mode="before")
+    @classmethod
+    def _no_text(cls, v: Any) -> Any:
+        return "" if v is None else v  # a server's null passed on by an adapter: an empty reply, not a crash
+
     @field_validator("content", "reasoning_content", "finish_reason")
     @classmethod
     def _text(cls, v: str | None) -> str | None:

@@ -278,7 +278,8 @@ def _reply(litellm, response, latency: float, attempts: int) -> ModelReply:
     except Exception:  # noqa: BLE001 - unknown prices (local models) mean no cost, not a failure
         cost = None
     return ModelReply(
-        content=getattr(message, "content", None) or "",
+        # OpenAI's structured refusal sends its text apart, content null: it is the reply's text all the same
+        content=getattr(message, "content", None) or _text_or_none(getattr(message, "refusal", None)) or "",
         reasoning_content=getattr(message, "reasoning_content", None) or None,
         tool_calls=tool_calls,
         usage=usage,
@@ -287,6 +288,10 @@ def _reply(litellm, response, latency: float, attempts: int) -> ModelReply:
         attempts=attempts,
         finish_reason=str(finish) if finish else None,
     )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
 
 
 def _tool_call(tc) -> dict[str, Any]:

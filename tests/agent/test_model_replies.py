@@ -37,6 +37,29 @@ def test_a_reply_the_content_filter_withheld_is_named_to_the_model(tmp_path, eva
     assert first.response.get("finish_reason") == "content_filter"
 
 
+def test_a_structured_refusal_is_recorded_and_read_back_to_the_model(tmp_path, evaluator):
+    """OpenAI's structured refusal comes with content null and its text in `refusal`: the record held an empty reply
+    and the model read "the reply is empty". The refusal is the reply's text: recorded, and the turn's feedback
+    follows it as any reply with no kernel file."""
+    refused = {"content": None, "refusal": "I can't help with writing that kernel."}
+    with ScriptedServer([refused, reply(GOOD_PTX)]) as server:
+        outcome = run(server, tmp_path, evaluator, turns=2)
+    assert outcome.statuses == ["FORMAT_ERROR", "COMPILED"]
+    (first, _) = of_type(events(tmp_path / "run"), "model_call")
+    assert first.response["content"] == "I can't help with writing that kernel."
+    history = server.requests[1]["messages"]
+    assert any(m["role"] == "assistant" and m.get("content") == "I can't help with writing that kernel." for m in history)
+    assert "empty" not in history[-1]["content"].lower()
+
+
+def test_a_reply_built_with_no_text_is_an_empty_reply_not_a_crash():
+    """ModelReply says it is made safe whichever adapter built it: content=None (a custom adapter passing the server's
+    null on) raised a validation error, a harness crash on the model's turn."""
+    from ptxbench.agent.models.base import ModelReply
+
+    assert ModelReply(content=None).content == "" and ModelReply.model_validate({"content": None}).content == ""
+
+
 def _deepseek(body: dict) -> dict:
     """DeepSeek in thinking mode (V4's default): every assistant message that made tool calls must come back with its
     reasoning_content, or the request is refused with a 400."""
