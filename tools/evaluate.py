@@ -88,7 +88,7 @@ def _message(result: GpuOutcome | dict) -> str:
     if bad is None:
         return r.status
     where = f" at index {bad.worst_index}: got {bad.worst_value:g}, expected {bad.worst_expected:g}" if bad.worst_index else ""
-    return (f"{bad.tensor} is wrong in run {bad.trial}: {bad.frac_matched * 100:.3f}% of elements match, max abs error "
+    return (f"{bad.tensor} is wrong in trial {bad.trial}: {bad.frac_matched * 100:.3f}% of elements match, max abs error "
             f"{bad.max_abs_err:.3g}, relative Frobenius error {bad.rel_fro_err:.3g}, {bad.n_nan} NaN, {bad.n_inf} Inf{where}"
             + (f". {bad.note}" if bad.note else ""))
 

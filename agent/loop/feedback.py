@@ -149,7 +149,9 @@ def _compile_lines(result: EvalResult) -> list[str]:
 def _correctness_lines(result: EvalResult) -> list[str]:
     failed = [t for t in result.correctness if not t.passed]
     shown = failed[:3] if failed else result.correctness[:1]
-    if failed and result.message.startswith(f"{failed[0].tensor} is wrong in run {failed[0].trial}:"):
+    # (a result recorded before the message said "trial" says "run")
+    if failed and result.message.startswith(tuple(f"{failed[0].tensor} is wrong in {word} {failed[0].trial}:"
+                                                  for word in ("trial", "run"))):
         shown = failed[1:4]  # the message is that trial's line in words: said once
     lines = []
     for t in shown:

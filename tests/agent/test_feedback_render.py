@@ -216,6 +216,10 @@ def test_a_wrong_output_is_described_once():
                "0 NaN, 0 Inf at index [4835, 2141]: got 27.125, expected 78.4739")
     one = render_eval(EvalResult(workload=WL, status="INCORRECT_NUMERICAL", correctness=[bad], message=message), 1, False)
     assert one.count("[4835, 2141]") == 1 and "Correctness:" not in one
+    # the message says "trial" now, as the trial lines do ("run 0" beside "trial 0" named one thing twice)
+    now = render_eval(EvalResult(workload=WL, status="INCORRECT_NUMERICAL", correctness=[bad],
+                                 message=message.replace("in run 0", "in trial 0")), 1, False)
+    assert now.count("[4835, 2141]") == 1 and "Correctness:" not in now and "run 0" not in now
     other = bad.model_copy(update={"trial": 1})
     two = render_eval(EvalResult(workload=WL, status="INCORRECT_NUMERICAL", correctness=[bad, other], message=message),
                       1, False)

@@ -72,7 +72,7 @@ def test_format_status_and_failure_message():
     assert _format_status([reply]) == "FORMAT_ERROR"
     bad = dict(STATS, passed=False, frac_matched=0.5, note="constant output (every element is 1)")
     text = _message({"status": "INCORRECT_NUMERICAL", "correctness": [bad]})
-    assert "C is wrong in run 0" in text and "50.000%" in text and "[1, 2]" in text and "constant output" in text
+    assert "C is wrong in trial 0" in text and "50.000%" in text and "[1, 2]" in text and "constant output" in text
 
 
 def test_a_passing_candidate_gets_a_runtime_verdict_and_the_gpu_is_held_only_for_the_replay(monkeypatch):
