@@ -215,6 +215,8 @@ HIDES = [
     '#define UNUSED 1.e-R"/* "\n',  # 1.e-R too
     "#define UNUSED a.5'L' /*\n",  # `.5'L` is a number after an identifier too, then `' /*` a char literal
     "#define UNUSED 1'\u00e9 /*\n",  # a digit separator only before an ASCII digit, letter or _: `'\u00e9 /*` is a char literal
+    "#define UNUSED 1'e+'a /*\n",  # no sign after an e that follows a separator: `1'e`, `+`, then a char literal
+    "#define UNUSED 0x1'p-'a /*\n",
 ]
 
 # gcc takes a run of digit separators into a number when a digit or letter follows the run (and then refuses the file:

@@ -19,7 +19,7 @@ PIECES = ["//", "/*", "*/", "*", "/", '"', "'", 'R"x(', ')x"', 'R"(', ')"', "\\\
           "/\\\n*", "*\\\n/", 'LR""\\', 'R"$', "1", "'", "e-", ".", "<", ">", "__has_include(<", 'R"x(\n', '\n)x"',
           "??/\n", "??=", "\f", "\v", "\t",
           # the openings of the misreadings found so far, for the pieces around them to vary
-          'LR""\\""', "0'''0'", "#if __has_include(<", "#define X R\"x(", "1\\u00b7'2'", "a\u00b7R\"x(", "1\u0301'"]
+          'LR""\\""', "0'''0'", "1'e+'", "#if __has_include(<", "#define X R\"x(", "1\\u00b7'2'", "a\u00b7R\"x(", "1\u0301'"]
 SAMPLES = 2500
 
 

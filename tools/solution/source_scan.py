@@ -17,11 +17,12 @@ ParamKind = Literal["pointer", "tmap", "int", "float", "unknown"]
 _RAW_PREFIX = re.compile(r'(?<![\w$"\'])(?:u8|u|U|L)?R"')  # nor after any identifier character (gcc: `$`, `é`)
 # A number with C++14 digit separators (1'000): its `'` opens no character literal. Read as one, `1'2'/*` would
 # hide the lines after it in a comment the compiler never sees.
-# `e+` is tried before `e` alone: `0x1e+R` is one pp-number, so the `"` after it opens a plain string, not a raw one.
+# `e+` is tried before `e` alone: `0x1e+R` is one pp-number, so the `"` after it opens a plain string, not a raw one;
+# but not after a separator (`1'e+` is `1'e` and `+` for gcc, whose sign rule looks two characters back).
 # A separator `'` goes on only before an ASCII digit, letter or _ (`1'é` is 1 and a char literal for gcc), and so does a
 # run of them, which gcc takes in whole (then refuses: adjacent digit separators), so `0'''0` is one number, not `0`, an
 # empty char literal and `'0'` (possessive: a run not followed so is left whole, as gcc leaves it).
-_PP_NUMBER = re.compile(r"\.?\d(?:[eEpP][+-]|[\w.$]|'++(?=[0-9A-Za-z_]))*")
+_PP_NUMBER = re.compile(r"\.?\d(?:(?<!')[eEpP][+-]|[\w.$]|'++(?=[0-9A-Za-z_]))*")
 
 
 # The characters of a raw string's delimiter (C++'s basic character set but space, `(`, `)` and a backslash; gcc 12 refuses `$`,
