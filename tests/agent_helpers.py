@@ -50,3 +50,15 @@ class StubEvaluator:
 
     def close(self):
         """Nothing to release: a stand-in holds no process or GPU."""
+
+
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY",
+                   "no_proxy")
+
+
+def offline_without_proxies(monkeypatch) -> None:
+    """No proxy variable of this machine's, and a key for the openai/ models the offline tests point at dead hosts
+    (a proxy set here would change which host a test's connection fails on)."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-local-test-0000")

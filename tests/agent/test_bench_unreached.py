@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from agent_helpers import offline_without_proxies
 from bench_fixtures import GOOD, WL, CountingModel
 from openai_server import ScriptedServer
 from ptxbench.agent.bench.evaluators import HostUnreached
@@ -26,15 +27,11 @@ from ptxbench.agent.models.reach import cannot_connect
 from ptxbench.agent.scoring import score_runs
 from ptxbench.tools.results import EvalResult, Timing, TimingStat
 
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY",
-                   "no_proxy")
 
 
 @pytest.fixture(autouse=True)
 def _no_proxy_and_a_key(monkeypatch):
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-local-test-0000")
+    offline_without_proxies(monkeypatch)
 
 
 class Passing:

@@ -10,20 +10,17 @@ import time
 
 import pytest
 
+from agent_helpers import offline_without_proxies
 from openai_server import ScriptedServer
 from ptxbench.agent.models.base import ModelRequest, ModelUnavailable
 from ptxbench.agent.models.litellm_model import LiteLLMModel, _litellm
 
 GOOD = {"content": "hello"}
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY",
-                   "no_proxy")
 
 
 @pytest.fixture(autouse=True)
 def _no_proxy_and_a_key(monkeypatch):
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-local-test-0000")
+    offline_without_proxies(monkeypatch)
     _litellm()  # imported before any clock starts
 
 

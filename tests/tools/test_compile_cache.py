@@ -260,23 +260,32 @@ def test_the_cache_command_refuses_a_bound_that_is_no_size(tmp_path, monkeypatch
 
 
 # ---- a cubin gone between the compile and the GPU run ---------------------------------------------
+def _clear_after_compiles(monkeypatch, module, cache_dir: Path, times: int | None = None) -> list:
+    """`module.compile_source` compiling into `cache_dir` and then removing the cubin's entry (as `ptxbench cache
+    --clear` or a hand's rm would), the first `times` compiles (None: every one); the compiles made, in order."""
+    import shutil
+
+    real, compiles = module.compile_source, []
+
+    def compiled_then_cleared(*args, **kwargs):
+        comp = real(*args, cache=CompileCache(cache_dir), **kwargs)
+        if times is None or len(compiles) < times:
+            shutil.rmtree(Path(comp.cubin_path).parent)
+        compiles.append(comp)
+        return comp
+
+    monkeypatch.setattr(module, "compile_source", compiled_then_cleared)
+    return compiles
+
+
 def test_a_cubin_cleared_after_the_compile_is_an_infra_error_not_the_kernels(tmp_path, monkeypatch):
     """`ptxbench cache --clear` or a hand's rm between an evaluation's compile and its GPU run: INFRA_ERROR naming
     the cache, no job sent, nothing the kernel is blamed for."""
-    import shutil
-
     import ptxbench.tools.evaluate as evaluate_module
     from ptxbench.workloads.solutions.faults import load_corpus
 
     workload, corpus = load_corpus()
-    real = evaluate_module.compile_source
-
-    def compiled_then_cleared(*args, **kwargs):
-        comp = real(*args, cache=CompileCache(tmp_path), **kwargs)
-        shutil.rmtree(Path(comp.cubin_path).parent)
-        return comp
-
-    monkeypatch.setattr(evaluate_module, "compile_source", compiled_then_cleared)
+    _clear_after_compiles(monkeypatch, evaluate_module, tmp_path)
     r, workers = _evaluate_on_a_passing_fake_worker(workload, corpus["control_correct"]["source"])
     assert r.status == "INFRA_ERROR" and "gone from the compile cache" in r.message and str(tmp_path) not in r.message
     assert r.compile.status == "ok" and not workers[0].jobs
@@ -314,44 +323,24 @@ def test_a_cubin_read_while_a_prune_puts_its_entry_back_is_compiled_again_not_an
 def test_a_measurement_scripts_job_compiles_a_cubin_cleared_after_the_compile_again(tmp_path, monkeypatch):
     """inprocess.job_for (bench/timing_*.py) read the cubin's path straight after the compile: a prune or
     `ptxbench cache --clear` in between was a FileNotFoundError. It keeps the evaluator's rule: compile once more."""
-    import shutil
-
     import ptxbench.tools.compile as compile_module
     from ptxbench.tools.gpu.inprocess import job_for
     from ptxbench.workloads.solutions.faults import load_corpus
 
     workload, corpus = load_corpus()
-    real, compiles = compile_module.compile_source, []
-
-    def compiled_then_cleared_once(*args, **kwargs):
-        comp = real(*args, cache=CompileCache(tmp_path), **kwargs)
-        if not compiles:
-            shutil.rmtree(Path(comp.cubin_path).parent)
-        compiles.append(comp)
-        return comp
-
-    monkeypatch.setattr(compile_module, "compile_source", compiled_then_cleared_once)
+    compiles = _clear_after_compiles(monkeypatch, compile_module, tmp_path, times=1)
     job = job_for(corpus["control_correct"]["source"], workload, _h200_worker_state(), timeout_s=30)
     assert len(compiles) == 2 and not compiles[1].cached
     assert job.cubin == Path(compiles[1].cubin_path).read_bytes() and job.timeout_s == 30
 
 
 def test_a_measurement_scripts_job_whose_cubin_is_cleared_twice_names_the_cache(tmp_path, monkeypatch):
-    import shutil
-
     import ptxbench.tools.compile as compile_module
     from ptxbench.tools.gpu.inprocess import job_for
     from ptxbench.workloads.solutions.faults import load_corpus
 
     workload, corpus = load_corpus()
-    real = compile_module.compile_source
-
-    def compiled_then_cleared(*args, **kwargs):
-        comp = real(*args, cache=CompileCache(tmp_path), **kwargs)
-        shutil.rmtree(Path(comp.cubin_path).parent)
-        return comp
-
-    monkeypatch.setattr(compile_module, "compile_source", compiled_then_cleared)
+    _clear_after_compiles(monkeypatch, compile_module, tmp_path)
     with pytest.raises(RuntimeError, match="gone from the compile cache"):
         job_for(corpus["control_correct"]["source"], workload, _h200_worker_state())
 
