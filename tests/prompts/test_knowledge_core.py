@@ -132,3 +132,14 @@ def test_the_descriptor_fields_are_the_headers_encoding(desc_code):
     assert "(addr & 0x3FFFF) >> 4" in desc_code and (0x3FFFF >> 4) == (1 << 14) - 1
     assert "(1024 >> 4) << 32" in desc_code and "static_cast<uint64_t>(1) << 62" in desc_code
     assert 32 >> 4 == 2
+
+
+def test_the_expert_notes_stage_a_tma_store_as_the_pack_does():
+    """A TMA store reads its shared-memory box packed or swizzled (a tensor map has no shared-memory pitch), so the
+    expert notes' staging "padded to avoid bank conflicts" could not feed the TMA store they named."""
+    from ptxbench import prompts
+
+    expert = " ".join(prompts.load("expert").split())
+    line = re.search(r"Epilogue:.*?TMA store\.", expert).group(0)
+    assert "padd" not in line and "128B swizzle" in line, line
+    assert "128B-swizzled layout" in " ".join(section("GEMM epilogue").split())
