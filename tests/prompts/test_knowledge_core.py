@@ -143,3 +143,26 @@ def test_the_expert_notes_stage_a_tma_store_as_the_pack_does():
     line = re.search(r"Epilogue:.*?TMA store\.", expert).group(0)
     assert "padd" not in line and "128B swizzle" in line, line
     assert "128B-swizzled layout" in " ".join(section("GEMM epilogue").split())
+
+
+def test_the_overlap_puts_s_in_a_group_that_wait_group_1_completes():
+    """wgmma.wait_group N returns once at most the N newest committed groups are pending (every older one complete).
+    The line read "issue S_j, then O += P V, commit, and wait_group 1": one group holding both, which wait_group 1
+    leaves pending, so S_j was read before its product landed."""
+    wgmma = " ".join(section("wgmma for attention").split())
+    line = re.search(r"- Overlap: (.*?)\.(?: - |$)", wgmma).group(1)
+    steps = re.findall(r"(S_j = Q K_j\^T|O \+= P_\{j-1\} V_\{j-1\}|commit|wait_group \d+)", line)
+    open_group, groups, complete = [], [], set()
+    for step in steps:
+        if step == "commit":
+            groups.append(open_group)
+            open_group = []
+        elif step.startswith("wait_group"):
+            n = int(step.split()[1])
+            for group in groups[:len(groups) - n]:
+                complete.update(group)
+        else:
+            open_group.append(step)
+    assert steps[-1] == "wait_group 1" and not open_group, steps
+    assert "S_j = Q K_j^T" in complete, steps
+    assert "O += P_{j-1} V_{j-1}" not in complete, steps  # the P V product still runs, as the line says
