@@ -315,12 +315,7 @@ def test_has_include_is_refused(hide):
 
 @pytest.mark.parametrize("hide", HEADER_NAME_HIDES)
 def test_nvcc_reads_the_lines_after_a_header_name_holding_a_comment_opener(hide):
-    from ptxbench.tools.compile import compile_source
-
-    code = hide + ('#define SEEN 1\n// */\n#ifndef SEEN\n#error the line was a comment\n#endif\n'
-                   'extern "C" __global__ void k(int* p) { p[0] = SEEN; }\n')
-    result = compile_source(code, "cuda", use_cache=False)
-    assert result.status == "ok", result.errors
+    test_nvcc_reads_the_line_after_each_hiding_place(hide)
 
 
 # gcc takes many non-ASCII characters that Python's \\w does not (U+00B7 middle dot, U+0301 combining acute...) into an
