@@ -31,8 +31,8 @@ __device__ __forceinline__ uint64_t make_desc_sw128(const void* smem_ptr) {
   return desc;
 }
 
-// wgmma.fence: before the first wgmma of a batch, and after writing registers or shared memory
-// that the next wgmma reads (every thread of the warpgroup).
+// wgmma.fence: before the first wgmma of a batch, and after writing accumulator or A registers the
+// next wgmma reads (whole warpgroup); smem written by st.shared needs fence_proxy_async() instead.
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
@@ -56,8 +56,8 @@ __device__ __forceinline__ void wgmma_fence_regs(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }
 
-// Sets this warp's register budget to R (setmaxnreg; R a multiple of 8 in 24..256); needs
-// __launch_bounds__(threads, 1) on the kernel, else ptxas ignores it (warning C7508).
+// Sets the warpgroup's register budget to R (all 4 warps alike; R a multiple of 8 in 24..256); needs
+// __launch_bounds__(threads, 1) (PTX: .maxntid + .minnctapersm 1), else ptxas ignores it (C7508).
 template <int R>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(R));
@@ -91,11 +91,18 @@ def specialization(n: int) -> str:
     )
 
 
+HEADER = Path(__file__).resolve().parents[1] / "prompts/include/ptxbench/wgmma.cuh"
+
+
+def render() -> str:
+    """The header's text: tests/prompts/test_prompt_contract.py holds the checked-in file equal to it."""
+    # every multiple of 16, and 56: the decode GEMMs' 56-column tile (128 tiles over N = 7168 instead of 112)
+    return HEAD + "".join(specialization(n) for n in sorted({*range(16, 257, 16), 56})) + TAIL
+
+
 def main() -> None:
-    body = "".join(specialization(n) for n in range(16, 257, 16))
-    out = Path(__file__).resolve().parents[1] / "prompts/include/ptxbench/wgmma.cuh"
-    out.write_text(HEAD + body + TAIL)
-    print(f"wrote {out}")
+    HEADER.write_text(render())
+    print(f"wrote {HEADER}")
 
 
 if __name__ == "__main__":

@@ -51,7 +51,8 @@ HOPPER_WARNINGS = {
              "fragments a wgmma reads from registers) leave the wgmma pipeline too few; wait for one group "
              "(wgmma.wait_group) before issuing the next product's accumulators, keep fewer live, or raise the "
              "consumers' setmaxnreg",
-    "C7508": "setmaxnreg was ignored: the kernel needs __launch_bounds__ / .maxntid so ptxas knows the block size",
+    "C7508": "setmaxnreg was ignored: the kernel needs __launch_bounds__(threads, 1) (in PTX, .maxntid with "
+             ".minnctapersm 1 at the entry; .maxntid alone is not enough) so ptxas knows the block size",
     "C7511": "ptxas serialised the wgmma instructions for want of registers for the wgmma pipeline: a wgmma into "
              "part of a larger accumulator array does that (give each product an array of its own), as do more "
              "accumulators live than the registers hold; check the resource line below",

@@ -245,3 +245,17 @@ def test_gemm_written_from_the_prompt_passes_on_the_gpu(workload):
     result = shared_evaluator().evaluate(workload, prompt_gemm_source(), EvalOptions(time=workload == GEMM, profile_on_pass=False, timeout_s=120))
     print(workload, result.status, result.message, result.speedup)
     assert result.status == "PASSED", result.message
+
+
+def test_the_wgmma_header_is_its_generators_output():
+    """wgmma.cuh is written by bench/gen_wgmma_header.py ("edit the script, not the header"): the header gained its
+    m64n56k16 by hand, so running the script dropped the decode GEMMs' tile and put back comments already corrected."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "gen_wgmma_header.py"
+    spec = importlib.util.spec_from_file_location("gen_wgmma_header", script)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.HEADER.read_text() == gen.render()
+    assert "wgmma_m64k16_bf16<56>" in gen.render()

@@ -25,8 +25,8 @@ __device__ __forceinline__ uint64_t make_desc_sw128(const void* smem_ptr) {
   return desc;
 }
 
-// wgmma.fence: before the first wgmma of a batch, and after writing registers or shared memory
-// that the next wgmma reads (every thread of the warpgroup).
+// wgmma.fence: before the first wgmma of a batch, and after writing accumulator or A registers the
+// next wgmma reads (whole warpgroup); smem written by st.shared needs fence_proxy_async() instead.
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
@@ -50,8 +50,8 @@ __device__ __forceinline__ void wgmma_fence_regs(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }
 
-// Sets this warp's register budget to R (setmaxnreg; R a multiple of 8 in 24..256); needs
-// __launch_bounds__(threads, 1) on the kernel, else ptxas ignores it (warning C7508).
+// Sets the warpgroup's register budget to R (all 4 warps alike; R a multiple of 8 in 24..256); needs
+// __launch_bounds__(threads, 1) (PTX: .maxntid + .minnctapersm 1), else ptxas ignores it (C7508).
 template <int R>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(R));
