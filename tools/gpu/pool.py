@@ -402,14 +402,14 @@ class GpuPool:
                         return _result("INFRA_ERROR", f"the GPU worker process was killed by {outside} from outside "
                                                       f"while running the candidate; it was replaced")
                     return _result("RUNTIME_ERROR", f"the GPU worker process died while running the candidate "
-                                                    f"(exit code {code}); it was replaced",
+                                                    f"(exit code {code})",
                                    runtime_error=f"WORKER_DIED: exit code {code}")
                 if now > deadline:
                     self._retire(slot)
                     if phase in ("run", "timing"):
                         where = f"{phase} phase: {phase_why}" if phase_why else f"{phase} phase"
-                        return _result("TIMEOUT", f"the kernel did not finish within {phase_limit:.3g} s ({where}); "
-                                                  f"the watchdog killed the worker",
+                        # (no word of the harness's own process: the model reads this and can use none of it)
+                        return _result("TIMEOUT", f"the kernel did not finish within {phase_limit:.3g} s ({where})",
                                        runtime_error=f"TIMEOUT after {phase_limit:.3g} s ({phase} phase)")
                     return _result("INFRA_ERROR", f"preparing inputs, references or baselines took longer than "
                                                   f"{self.config.prepare_timeout_s:g} s")
