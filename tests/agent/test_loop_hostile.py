@@ -107,7 +107,7 @@ def test_a_fence_tag_of_any_length_is_quoted_short_in_the_feedback(tmp_path):
 def test_the_sass_tool_quotes_kernel_names_short_and_lists_a_bounded_number_of_kernels():
     """The sass tool's histogram quoted each kernel name whole, for every kernel of the file (up to 256): names the
     model makes 6,000 characters long filled the answer, which is sent again with every later call of the turn."""
-    from ptxbench.agent.loop.toolset import Toolbox
+    from ptxbench.agent.loop.toolset import SASS_KERNELS, Toolbox
     from ptxbench.tools.evaluator import EvalOptions
     from ptxbench.tools.results import CompileResult, EvalResult, KernelResources
 
@@ -119,7 +119,7 @@ def test_the_sass_tool_quotes_kernel_names_short_and_lists_a_bounded_number_of_k
     histogram = text.split("SASS opcodes per kernel:\n", 1)[1]
     assert "_" * 200 not in histogram and len(histogram) < 5000
     listed = histogram.count('"HGMMA": 4')  # names alike up to the cut are still one each
-    assert 1 < listed < 40 and f"and {40 - listed} more kernels" in histogram
+    assert listed == SASS_KERNELS and f"(and {40 - SASS_KERNELS} more kernels)" in histogram
 
 
 def test_a_reply_of_only_reasoning_or_stray_tool_calls_is_named_not_called_empty(tmp_path):
