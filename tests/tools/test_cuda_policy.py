@@ -279,10 +279,16 @@ def test_a_raw_string_after_a_comment_that_ends_no_line_is_no_directive():
     assert not any("raw string" in i.message for i in check_cuda_source('int y; /*\n*/ #define X R"x(\n)x"\n'))
 
 
+def _issues_of_an_include_after(hide: str) -> list:
+    """The policy's issues with a file that puts `hide` before an #include of a system header and a `*/`: a scan that
+    took `hide` for the opening of a comment blanks the #include and passes it."""
+    return check_cuda_source(hide + '#include "/usr/include/stdio.h"\n// */\n'
+                             'extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
+
+
 @pytest.mark.parametrize("raw", MALFORMED_RAW)
 def test_a_malformed_raw_string_is_refused(raw):
-    code = raw + '#include "/usr/include/stdio.h"\n// */\nextern "C" __global__ void k(int* p) { p[0] = 1; }\n'
-    issues = check_cuda_source(code)
+    issues = _issues_of_an_include_after(raw)
     line = raw[:raw.index('R"')].count("\n") + 1
     assert any("raw string" in i.message and i.line == line for i in issues), [str(i) for i in issues]
 
@@ -308,8 +314,7 @@ HEADER_NAME_HIDES = [
 
 @pytest.mark.parametrize("hide", HEADER_NAME_HIDES)
 def test_has_include_is_refused(hide):
-    code = hide + '#include "/usr/include/stdio.h"\n// */\nextern "C" __global__ void k(int* p) { p[0] = 1; }\n'
-    issues = check_cuda_source(code)
+    issues = _issues_of_an_include_after(hide)
     assert any("__has_include" in i.message for i in issues), [str(i) for i in issues]
 
 
@@ -337,8 +342,7 @@ IDENTIFIER_HIDES = [
 
 @pytest.mark.parametrize("hide", IDENTIFIER_HIDES)
 def test_a_non_ascii_character_in_code_is_refused(hide):
-    code = hide + '#include "/usr/include/stdio.h"\n// */\nextern "C" __global__ void k(int* p) { p[0] = 1; }\n'
-    issues = check_cuda_source(code)
+    issues = _issues_of_an_include_after(hide)
     assert any("ASCII" in i.message and i.line == 1 for i in issues), [str(i) for i in issues]
 
 
