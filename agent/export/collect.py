@@ -26,6 +26,7 @@ class Turn:
     speedup: float | None
     target_executed: bool | None
     infra: bool = False
+    gpu: str = ""  # the card that measured this turn (its result's fingerprint): a resumed run may have met two
 
 
 @dataclass
@@ -164,6 +165,7 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
                 kernel_sha256=e.kernel_sha256 or sha256_text(kernel),
                 feedback=e.feedback if not replayed_from else (told or {}).get((e.turn, sha256_text(kernel)), ""),
                 speedup=speedup, target_executed=e.result.target_executed, infra=status == "INFRA_ERROR",
+                gpu=e.result.fingerprint.gpu if e.result.gpu_evaluated else "",
             )))
         samples.append(_writable(sample))
     return samples

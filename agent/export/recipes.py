@@ -112,7 +112,7 @@ def _row(sample: TrajectorySample, cfg: ExportConfig, prompt: list[Message], don
         tokenizer=cfg.tokenizer,
         provenance=Provenance(
             run=sample.run, trajectory=sample.trajectory, trajectory_started=sample.started, turn=done.turn, source_turn=wrong.turn if wrong else None,
-            model=sample.model, gpu=sample.gpu, prompt=sample.prompt, kernel_sha256=done.kernel_sha256,
+            model=sample.model, gpu=done.gpu or sample.gpu, prompt=sample.prompt, kernel_sha256=done.kernel_sha256,
             wrong_kernel_sha256=wrong.kernel_sha256 if wrong else None,
             feedback_sha256=sha256_text(wrong.feedback) if wrong else None, synthetic=sample.synthetic,
             replayed_from=sample.replayed_from,

@@ -1,0 +1,34 @@
+"""Each row's provenance names where its own label came from: the run by its folder's name, the GPU that measured
+the completion's verdict and speedup."""
+from __future__ import annotations
+
+from ptxbench.agent.export import ExportConfig, build_rows, collect_samples
+from ptxbench.agent.records.rundir import write_manifest
+
+from export_runs import result, write_trajectory
+
+WORKLOAD = "gemm_bf16_m8192_n7168_k5120"
+
+
+def on_gpu(res: dict, gpu: str) -> dict:
+    """An eval_result as the GPU evaluator writes it: the card that ran it in the result's fingerprint."""
+    return {**res, "fingerprint": {"gpu": gpu}}
+
+
+def test_each_row_names_the_gpu_that_measured_its_completion(tmp_path):
+    """A trajectory resumed on another machine (optimize --resume, a run folder copied over) has turns measured on two
+    GPUs. Every row was labelled with the first evaluation's GPU, so turn 2's H200 speedup stood as an H100's."""
+    run = tmp_path / "run"
+    write_manifest(run, {})
+    write_trajectory(run, "t", WORKLOAD, [
+        ("a", on_gpu(result("PASSED", 0.8, True), "NVIDIA H100 80GB HBM3"), "passed, 0.80x"),
+        ("b", on_gpu(result("COMPILE_ERROR"), "NVIDIA H200"), "line 3: ptxas error"),
+        ("c", on_gpu(result("PASSED", 1.3, True), "NVIDIA H200"), "passed, 1.30x"),
+    ])
+    samples = collect_samples([run])
+    rows, _ = build_rows(samples, ExportConfig(recipe="kernelgen"))
+    assert [(r.provenance.turn, r.speedup, r.provenance.gpu) for r in rows] == [
+        (1, 0.8, "NVIDIA H100 80GB HBM3"), (3, 1.3, "NVIDIA H200")]
+    fixit, _ = build_rows(samples, ExportConfig(recipe="fixit"))
+    assert [(r.provenance.turn, r.provenance.gpu) for r in fixit] == [(3, "NVIDIA H200")]
+
