@@ -6,7 +6,9 @@ unhelpful "Connection error.". No TCP probe before the run can tell it (behind a
 fails though the calls would go through), so the first call is the probe: until a destination has answered once in
 this process, such a failure is said at once in one line naming the host, or the proxy and its variable, and not
 retried. Once it has answered, the network works and the same failure may be a blip: retried as before (a local
-server restarting mid-bench). Timeouts, 429 and 5xx answers (a proxy's 502 included) stay transient.
+server restarting mid-bench). So is a proxy that is up but refuses the tunnel (its CONNECT answered 502 or 503: its
+own network is down): no request reached the provider. Timeouts, 429 and 5xx answers to the request itself (a
+provider's, or a proxy's that forwarded a plain-HTTP request) stay transient.
 
     cannot_connect(exc)   that line, or None for any other failure
     answered(key)         a destination (an --api-base, or a provider) answered in this process
@@ -75,6 +77,17 @@ def _why(exc: BaseException) -> str | None:
     return None
 
 
+def _tunnel_refused(exc: BaseException) -> str | None:
+    """The proxy's answer when it refused to open the tunnel (httpx's ProxyError: a CONNECT answered other than 2xx,
+    so the provider never saw the request), else None."""
+    import httpx
+
+    for e in _chain(exc):
+        if isinstance(e, httpx.ProxyError):
+            return " ".join(str(e).split())[:80] or "refused"  # the proxy's status line, its reason its own text
+    return None
+
+
 def _url(exc: BaseException) -> str:
     """The URL the client tried (httpx keeps it on its error; litellm's own errors carry a placeholder)."""
     import httpx
@@ -116,12 +129,17 @@ def _route(url: str) -> tuple[str, str]:
 
 def cannot_connect(exc: BaseException, fallback_host: str = "") -> str | None:
     """One line for a call whose connection could not be opened (see the module's note), or None."""
+    refused = _tunnel_refused(exc)
     why = _why(exc)
-    if why is None:
+    if why is None and refused is None:
         return None
     url = _url(exc)
     host = urlsplit(url).hostname or fallback_host or "the provider"
     proxy, how = _route(url) if url else ("", "")
+    if refused is not None:
+        named = f"the proxy {proxy} that ${how} names" if proxy else "the proxy"
+        return _remember(f"{named} refused to open a connection to {host} ({refused}): not retried; the proxy is up "
+                         f"but does not reach {host}: check its network, or add {host} to $NO_PROXY to call it directly")
     if proxy:
         return _remember(f"cannot reach the proxy {proxy} that ${how} names, to call {host} ({why}): not retried; "
                          f"check ${how}, or add {host} to $NO_PROXY to call it directly")

@@ -6,7 +6,10 @@ the names end in .invalid (never resolved, RFC 6761), the ports and proxies are 
 from __future__ import annotations
 
 import socket
+import socketserver
+import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -81,6 +84,56 @@ def test_a_host_no_proxy_leaves_out_is_said_to_be_called_directly(monkeypatch):
     assert line.startswith("cannot reach x.invalid (its name does not resolve; $no_proxy leaves it out of the "
                            "proxy)"), line
     assert not retries
+
+
+@contextmanager
+def gateway_down_proxy(status: str = "502 Bad Gateway"):
+    """A proxy that is up but reaches nothing beyond it: every request it gets (a CONNECT, or a plain-HTTP request to
+    forward) is answered with `status`. Yields its port and the request lines it read."""
+    seen: list[str] = []
+    clients = _litellm().in_memory_llm_clients_cache  # litellm keeps its clients, each with the proxy it was made with:
+    clients.flush_cache()  # none made before this proxy, and none through it kept for later tests
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self):
+            seen.append(self.rfile.readline().decode().strip())
+            while self.rfile.readline() not in (b"\r\n", b""):
+                pass
+            self.wfile.write(f"HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler) as proxy:
+        proxy.daemon_threads = True
+        threading.Thread(target=proxy.serve_forever, daemon=True).start()
+        try:
+            yield proxy.server_address[1], seen
+        finally:
+            proxy.shutdown()
+            clients.flush_cache()
+
+
+@pytest.mark.parametrize("status", ["502 Bad Gateway", "503 Service Unavailable"])
+def test_a_proxy_that_refuses_the_tunnel_stops_at_once_naming_the_host_and_the_proxy(monkeypatch, status):
+    """The proxy is up but its own network is not: it answers the CONNECT with a 5xx. No request reached the provider
+    and no retry soon mends it; it was retried for about 75 s."""
+    with gateway_down_proxy(status) as (port, seen):
+        monkeypatch.setenv("HTTPS_PROXY", f"http://someone:secret@127.0.0.1:{port}")
+        line, seconds, retries = stop_line(LiteLLMModel("openai/gpt-4o"))
+    assert seen == ["CONNECT api.openai.com:443 HTTP/1.1"], seen
+    assert line.startswith(f"the proxy 127.0.0.1:{port} that $HTTPS_PROXY names refused to open a connection to "
+                           f"api.openai.com ({status}): not retried"), line
+    assert "$NO_PROXY" in line and "secret" not in line and "\n" not in line
+    assert not retries and seconds < 5
+
+
+def test_a_5xx_answer_through_a_proxy_that_forwarded_the_request_is_still_retried(monkeypatch):
+    """A plain-HTTP request goes through the proxy without a tunnel: its 502 is an answer to the request itself, as a
+    provider's own 5xx is, and stays transient."""
+    with gateway_down_proxy() as (port, seen):
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        line, _, retries = stop_line(LiteLLMModel("openai/m", api_base="http://x.invalid/v1", max_attempts=3,
+                                                  retry_wait_s=0.01))
+    assert len(seen) == 3 and seen[0].startswith("POST http://x.invalid/v1/chat/completions"), seen
+    assert len(retries) == 2 and "after 3 attempts" in line and "not retried" not in line, line
 
 
 def test_a_host_that_answered_before_is_retried_when_it_goes_away():
