@@ -29,7 +29,7 @@ def replay_model(model: str) -> str:
 
 
 def run_name(path: str) -> str:
-    """A run folder given to `export`, as its name (as `provenance.run` names it; "." is the folder's own name)."""
+    """A run folder given to `export`, as its name: the manifest's runs and `provenance.run` ("." is the folder's own name)."""
     return os.path.basename(os.path.abspath(os.path.expanduser(path)))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ptxbench.agent.export import ExportConfig, build_rows, collect_samples
 from ptxbench.agent.records.rundir import write_manifest
 
-from export_runs import result, write_trajectory
+from export_runs import build_run, result, write_trajectory
 
 WORKLOAD = "gemm_bf16_m8192_n7168_k5120"
 
@@ -32,3 +32,12 @@ def test_each_row_names_the_gpu_that_measured_its_completion(tmp_path):
     fixit, _ = build_rows(samples, ExportConfig(recipe="fixit"))
     assert [(r.provenance.turn, r.provenance.gpu) for r in fixit] == [(3, "NVIDIA H200")]
 
+
+
+def test_a_run_given_as_the_current_folder_is_named_in_every_row(tmp_path, monkeypatch):
+    """`ptxbench export . --out ../ds` from inside the run: every row's provenance.run was "" (the name of Path(".")),
+    while the manifest named the run by its folder."""
+    run = build_run(tmp_path)
+    monkeypatch.chdir(run)
+    rows, _ = build_rows(collect_samples([run.relative_to(run)]), ExportConfig(recipe="kernelgen"))
+    assert rows and {r.provenance.run for r in rows} == {"run1"}
