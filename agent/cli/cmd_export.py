@@ -36,7 +36,7 @@ def export(
     require_target: bool = typer.Option(True, help="completion kernels must have executed the target instructions"),
     include_held_out: bool = typer.Option(False, help="include held-out workloads"),
     dedup: bool = typer.Option(True, help="drop rows whose kernels are the same up to comments and white space"),
-    test_workloads: str = typer.Option("", help="comma-separated workloads that form the test split"),
+    test_workloads: Optional[str] = typer.Option(None, help="comma-separated workloads that form the test split"),
     separate_by: str = typer.Option("pair", help="fixit: what a train row may not share with a test or left-out "
                                                  "held-out row: pair (wrong kernel and fix) | completion (the fix "
                                                  "alone, whatever the wrong kernel)"),
@@ -61,6 +61,10 @@ def export(
     for run in runs:
         inputs.run_folder(run)
     runs = distinct_runs(runs)  # a run named twice is exported once
+    # "a, b" (a space after the comma) named the workload " b", refused as one no trajectory has beside a list
+    # showing b; given empty (an unset shell variable) it named none and exported no test split without a word
+    test_split = inputs.listed(test_workloads, "--test-workloads", "give comma-separated workload ids, or leave it "
+                               "out for no test split")
     inputs.one_of(recipe, ("kernelgen", "fixit"), "--recipe"), inputs.one_of(format, FORMATS, "--format")
     inputs.one_of(separate_by, ("pair", "completion"), "--separate-by")
     if recipe != "fixit":  # a kernelgen row is its kernel alone, kept apart from the test rows by it either way
@@ -98,7 +102,7 @@ def export(
     cfg = ExportConfig(
         recipe=recipe, min_speedup=min_speedup, first_k_turns=first_k, max_per_group=max_per_group,
         require_target_executed=require_target, include_held_out=include_held_out, dedup=dedup,
-        test_workloads=[w for w in test_workloads.split(",") if w], separate_by=separate_by, tokenizer=tokenizer,
+        test_workloads=test_split, separate_by=separate_by, tokenizer=tokenizer,
         max_tokens=max_tokens, teacher=teacher, teacher_api_base=teacher_api_base,
     )
     from ..scoring import DuplicateTrajectory

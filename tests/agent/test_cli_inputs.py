@@ -127,6 +127,11 @@ CASES = [
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--format", "csv"], 2, "--format"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--tokenizer", "gpt2"], 2, "--tokenizer"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--test-workloads", "nope"], 2, "--test-workloads"),
+    # an unset shell variable: no test split was exported without a word (and " , " named the workload " ")
+    (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--test-workloads", ""], 2,
+     "--test-workloads '' names nothing: give comma-separated workload ids, or leave it out for no test split"),
+    (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--test-workloads", " , "], 2,
+     "--test-workloads ' , ' names nothing"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--min-speedup", "nan"], 2,
      "--min-speedup must be a finite number, 0 or more, got nan"),  # nan passed `< 0`, and kept no row without a word
     (["export", EXAMPLE_RUN, "--recipe", "fixit"], 2, "--out"),
@@ -155,6 +160,20 @@ CASES = [
     (["workloads", "--bogus"], 2, "No such option"),
     (["nope"], 2, "No such command"),
 ]
+
+
+def test_export_takes_test_workloads_written_with_a_space_after_the_comma(tmp_path):
+    """`--test-workloads "a, b"` named the workload " b": refused as one no trajectory has, beside a list that showed b."""
+    mha_run = str(ROOT / "docs/examples/tuner-climb-mha_fwd_d128/run3")
+    result = CliRunner().invoke(app, ["export", EXAMPLE_RUN, mha_run, "--recipe", "kernelgen", "--format", "jsonl",
+                                      "--out", str(tmp_path / "out"), "--test-workloads",
+                                      "gemm_bf16_m8192_n7168_k5120, mha_fwd_d128"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    rows = [json.loads(line) for line in (tmp_path / "out" / "test.jsonl").read_text().splitlines()]
+    assert {r["workload"] for r in rows} == {"gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128"}
+    assert not (tmp_path / "out" / "train.jsonl").exists()
 
 
 def _files(root: Path) -> set[Path]:
