@@ -94,8 +94,9 @@ def compile_cmd(
     workload: str = typer.Option(None, "--workload", help="Check the file as eval does for this workload (plan, "
                                  "signatures, source policy) before compiling; report only its target families."),
     language: str = typer.Option(None, "--language", help="ptx or cuda (default: from the plan block, the suffix or the content; "
-                                 "with --workload: the plan's)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Recompile even if a cached result exists."),
+                                 "not with --workload, which compiles the plan's language as eval does)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Recompile even if a cached result exists (not with --workload, "
+                                  "which compiles as eval does)."),
     sass: bool = typer.Option(False, "--sass", help="Also print the full SASS listing."),
 ) -> None:
     """Assemble FILE with ptxas for --arch; report errors by line, resources, SASS opcodes and target instructions."""
@@ -106,6 +107,12 @@ def compile_cmd(
 
     if workload is not None:
         inputs.workload(workload)
+        # --workload compiles through eval's own steps (the plan's language, the compile cache): these were dropped
+        # without a word, and a .ptx given --language cuda was compiled, and reported, as PTX
+        if dropped := [flag for flag, given in (("--language", language is not None), ("--no-cache", no_cache)) if given]:
+            raise inputs.BadInput(f"{' and '.join(dropped)} cannot act with --workload, which checks and compiles the "
+                                  "file as eval does (the plan's language, the compile cache): drop "
+                                  f"{'it' if len(dropped) == 1 else 'them'}, or --workload")
     if language not in (None, "ptx", "cuda"):
         raise inputs.BadInput(f"--language {language!r}: expected ptx or cuda")
     from .preflight import compile_cache

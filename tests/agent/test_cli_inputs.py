@@ -104,6 +104,11 @@ CASES = [
     (["compile", GOOD, "--arch", "sm_80"], 2, "--arch"),
     (["compile", GOOD, "--workload", "nope"], 2, "unknown workload"),
     (["compile", GOOD, "--language", "fortran"], 2, "--language"),
+    # --workload compiles as eval does: --language cuda compiled a PTX file as PTX, and said so, without a word
+    (["compile", GOOD, "--workload", W, "--language", "cuda"], 2,
+     "--language cannot act with --workload, which checks and compiles the file as eval does"),
+    (["compile", GOOD, "--workload", W, "--no-cache", "--language", "ptx"], 2,
+     "--language and --no-cache cannot act with --workload"),
     (["compile", "bad.ptx"], 1, "error"),  # compile errors: listed, then exit 1
     (["compile", "seven.ptx", "--workload", W], 1, "parameters"),
     (["eval", "nope", GOOD], 2, "unknown workload"),
