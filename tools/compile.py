@@ -41,8 +41,9 @@ CU_NAME = "solution.cu"
 # Bumped when what a compile records changes (the cache key carries it): 2 = per-line SASS, SASS features;
 # 3 = ptxas's performance-loss advisories as warnings; 4 = a compiler killed from outside is no result (no longer
 # recorded as the source's compile error); 5 = device system calls (.extern functions) refused; 6 = a cubin or an nvcc
-# PTX past MAX_CUBIN_BYTES / MAX_GENERATED_PTX_BYTES refused.
-RECORD_VERSION = 6
+# PTX past MAX_CUBIN_BYTES / MAX_GENERATED_PTX_BYTES refused; 7 = a limit hit read from the tools' own lines only (the
+# model's text quoted in a diagnostic made a compile error read as one).
+RECORD_VERSION = 7
 # Wall-clock backstops; the jail's CPU limit per process (tools/jail.py Limits) usually ends a runaway first.
 PTXAS_TIMEOUT_S = 60.0
 NVCC_TIMEOUT_S = 120.0
@@ -141,9 +142,28 @@ def _jailed(tool: str, tc: Toolchain, argv: list[str], workdir: Path, timeout_s:
     return res
 
 
+# A diagnostic located in a file: `solution.cu(3): error: ...` (nvcc's front end), `solution.cu:1:2: error: ...` (the
+# host compiler's preprocessing), `ptxas solution.ptx, line 5; error : ...`; its message may quote the model's text
+_LOCATED = re.compile(r"^(?:[^\s(][^(]*\(\d+\): |[^\s:][^:]*:\d+:(?:\d+:)? |ptxas\s+.+?, line \d+; )")
+_CARET = re.compile(r"^\s*\^\s*$")
+
+
+def _own_lines(output: str) -> str:
+    """The lines of a tool's output that hold no text of the model's: nvcc's front end quotes it in its diagnostics
+    (a static_assert's or #error's message, the source line under each, indented), and a raw string's line breaks
+    carry such a message over unindented lines of their own, even a blank one or a caret; the source line and caret
+    always close a diagnostic, so only what follows the last caret can be the tool's own, less located and indented
+    lines (the host compiler's and ptxas's diagnostics, which have no caret)."""
+    lines = output.splitlines()
+    carets = [i for i, line in enumerate(lines) if _CARET.match(line)]
+    tail = lines[carets[-1] + 1:] if carets else lines
+    return "\n".join(line for line in tail if line[:1] not in (" ", "\t") and not _LOCATED.match(line))
+
+
 def _limit_hit(tool: str, res: ProcResult, timeout_s: float) -> str:
-    """Why the jail stopped a tool ("" when it did not): wall time, CPU time, memory or output size."""
-    limits, out = Limits(), res.output
+    """Why the jail stopped a tool ("" when it did not): wall time, CPU time, memory or output size. The phrases are
+    read in the tools' own lines only (_own_lines), and only of a tool that failed: a limit never lets one succeed."""
+    limits, out = Limits(), _own_lines(res.output) if res.returncode != 0 else ""
     if res.timed_out:
         return f"{tool} timed out after {timeout_s:g} s"
     if res.returncode in (-24, 152, -9, 137) or "CPU time limit" in out or "signal 24" in out or "Killed signal" in out:

@@ -573,3 +573,40 @@ def test_a_ptx_file_stopped_by_a_jail_limit_is_not_assembled_again(monkeypatch):
     result = compile_source(kernel("fma_sm90a.ptx"), "ptx", "sm_90a", use_cache=False)
     assert result.status == "error" and "CPU-time limit" in result.errors[0].message, result.errors
     assert len(runs) == 1, runs
+
+
+QUOTED_LIMIT_PHRASES = {
+    # the line nvcc's front end quotes under its error holds the phrase
+    "quoted_line": '__global__ void k(float* x) { const char* s = "out of memory"; x[0] = undefined_thing; }\n',
+    # the located message itself quotes the model's text
+    "static_assert": '__global__ void k() { static_assert(sizeof(int) == 3, "CPU time limit std::bad_alloc"); }\n',
+    # a raw string's line breaks give the phrase lines of their own, a blank one and a fake caret before them
+    "raw_string_lines": '__global__ void k() { static_assert(sizeof(int) == 3, R"(x\n\n  ^\nvirtual memory exhausted: '
+                        'Cannot allocate memory\ngcc: fatal error: Killed signal terminated program cc1plus\n'
+                        'File size limit)"); }\n',
+    # the host compiler's preprocessing pass locates #error and says its text on the same line
+    "hash_error": "#error memory exhausted, signal 25\n__global__ void k() {}\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(QUOTED_LIMIT_PHRASES))
+def test_a_limit_phrase_in_the_models_text_is_the_ordinary_compile_error(name):
+    """The compiler quotes the model's text (the source line under an error, a static_assert's or #error's message):
+    a phrase of the jail's limits in it made a plain compile error read as a CPU, memory or output-size limit hit."""
+    result = compile_source(QUOTED_LIMIT_PHRASES[name], "cuda", "sm_90a", use_cache=False)
+    assert result.status == "error" and result.errors, result
+    assert all(e.line == 1 and not e.message.startswith("nvcc ") for e in result.errors), result.errors
+
+
+@pytest.mark.parametrize("log, said", [
+    ("gcc: fatal error: Killed signal terminated program cc1plus\ncompilation terminated.", "CPU-time limit"),
+    ("virtual memory exhausted: Cannot allocate memory", "memory limit"),
+    # after the front end's warnings, their quoted source and caret: the kill comes after them
+    ('solution.cu(3): warning #177-D: variable "out" was declared but never referenced\n  int out;\n      ^\n\n'
+     "nvcc error   : 'cicc' died due to signal 24 (CPU time limit exceeded)", "CPU-time limit"),
+])
+def test_a_tools_own_limit_line_is_still_a_limit_hit(log, said):
+    from ptxbench.tools.compile import _limit_hit
+    from ptxbench.tools.toolchain import ProcResult
+
+    assert said in _limit_hit("nvcc", ProcResult(returncode=1, stderr=log), 120.0)
