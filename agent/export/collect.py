@@ -11,7 +11,7 @@ from ..repairs.suite import held_out_bug
 from ..records.rundir import read_manifest, sha256_text
 from ..scoring.run_score import unique_records
 from ..scoring.turns import evaluated_gpu
-from .host_paths import replay_model, run_name
+from .host_paths import model_name, replay_model, run_name
 from .replayed import authored_events, feedback_read
 
 
@@ -140,7 +140,8 @@ def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
             system = _without_tools(system)
         sample = TrajectorySample(
             # the run by its folder's name as the manifest names it (Path(".").name is "")
-            run=run_name(str(run_dir)), trajectory=rec.id, workload=start.workload, model=author, prompt=start.prompt,
+            run=run_name(str(run_dir)), trajectory=rec.id, workload=start.workload, model=model_name(author),
+            prompt=start.prompt,
             gpu=start.gpu or evaluated_gpu(rec.events) or gpus[run_dir], system=system, task=task,
             held_out=start.held_out or held_out_bug(start.config) or _registry_held_out(start.workload),
             synthetic=start.config.get("synthetic_bug"), started=_utc(start.ts),

@@ -1,7 +1,8 @@
 """What a published dataset keeps of a path on the exporting host: the part that names the record, not the host.
 
-A replay's model string (`replay//home/alice/runs/x/trajectories/<id>/trajectory.jsonl`), the run folders given to
-`export` and an `hf:<folder>` tokenizer were written into rows and export_manifest.json as typed: a published dataset
+A replay's model string (`replay//home/alice/runs/x/trajectories/<id>/trajectory.jsonl`), a model served from a
+local folder (`hosted_vllm//home/alice/ckpt/sft-1`), the run folders given to `export` and an `hf:<folder>` tokenizer
+were written into rows and export_manifest.json as typed: a published dataset
 told a username and a directory layout. Each is cut to the names a reader can match against `provenance.run`.
 """
 from __future__ import annotations
@@ -26,6 +27,18 @@ def from_run(path: str) -> str:
 def replay_model(model: str) -> str:
     """A `replay/<path>` model string with its path cut by from_run (another model string as it is)."""
     return "replay/" + from_run(model.removeprefix("replay/")) if model.startswith("replay/") else model
+
+
+def model_name(model: str) -> str:
+    """A `provider/<served name>` model string whose served name is a folder on the host (vLLM serves a checkpoint
+    under its path unless told otherwise: `hosted_vllm//home/alice/ckpt/sft-1`) as `provider/<folder's name>`;
+    a `replay/<path>` as replay_model cuts it; any other (`hosted_vllm/Qwen/Qwen3-8B`) as it is."""
+    if model.startswith("replay/"):
+        return replay_model(model)
+    provider, slash, served = model.partition("/")
+    if slash and served.startswith(("/", "~")):
+        return f"{provider}/{PurePath(served).name or served}"
+    return model
 
 
 def run_name(path: str) -> str:

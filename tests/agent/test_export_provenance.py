@@ -41,3 +41,26 @@ def test_a_run_given_as_the_current_folder_is_named_in_every_row(tmp_path, monke
     monkeypatch.chdir(run)
     rows, _ = build_rows(collect_samples([run.relative_to(run)]), ExportConfig(recipe="kernelgen"))
     assert rows and {r.provenance.run for r in rows} == {"run1"}
+
+
+def test_a_model_served_from_a_local_folder_is_named_without_the_hosts_path(tmp_path):
+    """vLLM serves a checkpoint under its path unless told otherwise, so the model string of a fine-tuned model's run
+    was `hosted_vllm//home/alice/ckpt/sft-1`, and every row's provenance.model told the username and folders.
+    The folder is named by its name, as an hf:<folder> tokenizer is."""
+    from ptxbench.agent.export.writer import write_dataset
+
+    run = tmp_path / "run"
+    write_manifest(run, {})
+    write_trajectory(run, "t", WORKLOAD, [("a", result("PASSED", 1.1, True), "passed")],
+                     model="hosted_vllm//home/alice/ckpt/sft-1/")
+    write_trajectory(run, "u", WORKLOAD, [("b", result("PASSED", 1.2, True), "passed")], model="hosted_vllm/Qwen/Qwen3-8B")
+    cfg = ExportConfig(recipe="kernelgen")
+    rows, stats = build_rows(collect_samples([run]), cfg)
+    assert [r.provenance.model for r in rows] == ["hosted_vllm/sft-1", "hosted_vllm/Qwen/Qwen3-8B"]
+    paths = write_dataset(rows, tmp_path / "out", "jsonl", cfg, stats, [str(run)])
+    assert "alice" not in paths["train"].read_text()
+    teacher = "hosted_vllm//home/alice/ckpt/teacher-70b"
+    write_dataset(rows, tmp_path / "taught", "jsonl", cfg.model_copy(update={"teacher": teacher}),
+                  {**stats, "teacher": {"teacher": teacher, "calls": 0}}, [str(run)])
+    manifest = (tmp_path / "taught" / "export_manifest.json").read_text()
+    assert "alice" not in manifest and "hosted_vllm/teacher-70b" in manifest
