@@ -193,8 +193,8 @@ def bench(
                                 "matrix option given with another value is refused); only runtime options (backend, ray "
                                 "address and placement wait, gpus, parallel, provider limits, api base, infra retries, "
                                 "model timeout) may change"),
-    no_gpu: bool = typer.Option(False, "--no-gpu", help="evaluate up to compile + SASS only (--profile is refused "
-                                "with it)"),
+    no_gpu: bool = typer.Option(False, "--no-gpu", help="evaluate up to compile + SASS only (--profile, --gpus and "
+                                "--seed are refused with it)"),
     api_base: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint for the models (vLLM, ollama, ...)"),
     mode: str = typer.Option("pipeline", help="pipeline | tools"),
     target_speedup: Optional[float] = typer.Option(None, help="end a trajectory early once a kernel reaches this speedup"),
@@ -205,7 +205,8 @@ def bench(
     parallel: Optional[int] = typer.Option(None, min=1, help="trajectories in flight at once (default 16)"),
     provider_limit: Optional[str] = typer.Option(None, help="model calls in flight per provider, e.g. openai=4,anthropic=2 (default 8)"),
     infra_retries: Optional[int] = typer.Option(None, min=0, help="retries of an infra-failed trajectory from its last good step (default 2)"),
-    seed: Optional[int] = typer.Option(None, help="base seed (trajectory i gets seed + i)"),
+    seed: Optional[int] = typer.Option(None, help="seed of the GPU evaluations' input sets (trajectory i of a cell "
+                                       "gets seed + i; default: drawn per evaluation)"),
     model_timeout: Optional[float] = typer.Option(None, "--model-timeout", min=1.0, help="seconds one model call may "
                                                   "take before it is retried as a timeout (default 600; 6 calls at "
                                                   "most); with --resume it replaces the run's"),
@@ -292,8 +293,10 @@ def bench(
 
         if profile is not None:
             inputs.one_of(profile, POLICIES, "--profile")
-        if no_gpu:  # as eval's and optimize's: the Nsight policy, or the GPU count, of a run that never reaches a GPU
-            inputs.gpu_only([flag for flag, value in (("--profile", profile), ("--gpus", gpus)) if value is not None])
+        if no_gpu:  # as eval's and optimize's: the Nsight policy, the GPU count, or the input seed (only the GPU
+            # run draws inputs) of a run that never reaches a GPU
+            inputs.gpu_only([flag for flag, value in (("--profile", profile), ("--gpus", gpus), ("--seed", seed))
+                             if value is not None])
         check_matrix(model_names, workload_names, prompt_names, arch, api_base,
                      report=lambda line: console.print(line, markup=False, highlight=False))
         check_limits(_limits(provider_limit), model_names)

@@ -44,8 +44,12 @@ def test_eval_names_every_gpu_run_option_given_beside_no_gpu(workdir):
 @pytest.mark.parametrize("argv", [["optimize", W, "--no-gpu", "--profile", "full"],
                                   ["optimize", W, "--no-gpu", "--trials", "2"],
                                   ["optimize", W, "--no-gpu", "--l2-flush", "write"],
-                                  ["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--profile", "full"]],
-                         ids=["optimize --profile", "optimize --trials", "optimize --l2-flush", "bench --profile"])
+                                  ["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--profile", "full"],
+                                  # the seed of the input sets only a GPU run draws: taken and dropped without a word
+                                  ["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--seed", "5"],
+                                  ["bench", "--track", "repair", "--models", "builtin/tuner", "--no-gpu", "--seed", "5"]],
+                         ids=["optimize --profile", "optimize --trials", "optimize --l2-flush", "bench --profile",
+                              "bench --seed", "bench --track repair --seed"])
 def test_a_run_refuses_a_gpu_run_option_beside_no_gpu_and_writes_nothing(workdir, argv):
     line = _one_line(CliRunner().invoke(app, argv))
     assert "acts on the GPU run, which --no-gpu skips" in line, line
