@@ -140,3 +140,18 @@ def test_module_never_calls_eval_exec_or_compile():
     tree = ast.parse(Path(mod.__file__).read_text())
     called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     assert not called & {"eval", "exec", "compile", "__import__"}
+
+
+@pytest.mark.parametrize("expr, shown", [
+    ("\uff2d * 2", "'\uff2d' (U+FF2D) at column 1"),  # full-width M: Python reads it as M
+    ("\uff43\uff44\uff49\uff56(M, 128)", "(U+FF43) at column 1"),  # full-width cdiv
+    ("cdiv(\U0001d441, 128)", "(U+1D441) at column 6"),  # mathematical italic N
+    ("M\u00a0+ 1", "U+00A0"),  # a no-break space
+])
+def test_a_non_ascii_character_is_refused_not_read_as_its_ascii_lookalike(expr, shown):
+    """Python folds identifiers to NFKC, so a full-width or mathematical letter read as its ASCII letter: a plan that
+    looked like it named no known symbol ran as if it did."""
+    for check in (lambda: evaluate(expr, SYMBOLS), lambda: names(expr)):
+        with pytest.raises(ExprError, match="non-ASCII character") as err:
+            check()
+        assert shown in str(err.value), str(err.value)

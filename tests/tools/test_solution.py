@@ -274,6 +274,7 @@ def test_grid_with_four_entries():
     ('"2 ** 100"', ["exponent"]),
     ('"M // 0"', ["division by zero"]),
     ('"Q"', ["unknown name 'Q'", "K, M, N, max_clusters, num_sms"]),
+    ('"cdiv(\uff2e, 128)"', ["non-ASCII character", "U+FF2E", "ASCII"]),  # a full-width N, which Python reads as N
 ])
 def test_bad_expressions_in_grid(toml_expr, words):
     _one(parse_solution(FILE.replace('"cdiv(N, 128)"', toml_expr), GEMM), 6, *words)

@@ -2,7 +2,7 @@
 
 Model text never reaches eval(): the expression is parsed with ast.parse(mode="eval") and walked
 against a whitelist (numbers, known symbols, + - * / // % **, unary minus and a few functions
-called by bare name). Every intermediate value is bounded, so no expression can allocate a huge
+called by bare name), in ASCII only (Python would read a full-width letter as its ASCII one). Every intermediate value is bounded, so no expression can allocate a huge
 integer or run for long.
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import unicodedata
 from collections.abc import Callable, Mapping
 
 MAX_LENGTH = 500
@@ -166,9 +167,22 @@ class _Walker:
             raise self.fail(node, f"cannot compute: {e}") from None
 
 
+def _ascii_only(expr: str) -> None:
+    """Refuse any character outside ASCII: Python folds identifiers to NFKC, so a full-width `Ｍ` (or a mathematical
+    `𝑀`) would be read as `M`, a name the plan's text does not show."""
+    for column, char in enumerate(expr, 1):
+        if not char.isascii():
+            shown = f"'{char}' " if char.isprintable() and not char.isspace() else ""
+            folded = unicodedata.normalize("NFKC", char)
+            hint = f" (Python would read it as '{folded}': write that)" if folded.isascii() and folded.strip() else ""
+            raise ExprError(f"non-ASCII character {shown}(U+{ord(char):04X}) at column {column} in '{expr}': plan "
+                            f"expressions are ASCII only{hint}", expr, char)
+
+
 def _parse(expr: str) -> ast.Expression:
     if len(expr) > MAX_LENGTH:
         raise ExprError(f"expression is {len(expr)} characters long (at most {MAX_LENGTH})", expr[:40] + "...")
+    _ascii_only(expr)
     if not expr.strip():
         raise ExprError("empty expression", expr)
     try:
