@@ -78,8 +78,10 @@ def start_file(path: Path | None) -> str | None:
         return None
     if path.is_dir():
         raise typer.BadParameter(f"--start-from {path}: is a folder, not a kernel file")
-    if not path.is_file():
+    if not path.exists():
         raise typer.BadParameter(f"--start-from {path}: no such file")
+    if not path.is_file():  # /dev/null, or a shell's <(...): it is read again when the run starts, and a pipe is empty then
+        raise typer.BadParameter(f"--start-from {path}: not a regular file (a device or a pipe); give the kernel's file")
     try:
         path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

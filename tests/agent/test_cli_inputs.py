@@ -49,6 +49,10 @@ CASES = [
      "MY_VLLM_KEY is not set"),
     (["optimize", W, "--model", "openai/m", "--api-base", "localhost:8000"], 2, "not an http(s) URL"),
     (["optimize", W, "--run-dir", "f/run"], 2, "is a file"),
+    # a device or a shell's <(...) pipe was "no such file"
+    (["optimize", W, "--no-gpu", "--start-from", "/dev/null"], 2,
+     "--start-from /dev/null: not a regular file (a device or a pipe); give the kernel's file"),
+    (["optimize", W, "--no-gpu", "--start-from", "missing.ptx"], 2, "--start-from missing.ptx: no such file"),
     # an empty folder option is no '.': typer's Path made it the working directory, where the run was written
     (["optimize", W, "--no-gpu", "--run-dir", ""], 2, "--run-dir is empty"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--run-dir", ""], 2, "--run-dir is empty"),
