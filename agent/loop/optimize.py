@@ -131,8 +131,10 @@ def run_trajectory(
     deps.resumed_into = snapshot.next[0] if resumed and snapshot.next else ""
     try:
         # finished before: past its finish node, which every stop rule leads to. A thread without a stop and nothing
-        # next is the input a kill cut off before the first node's checkpoint: invoked again, it goes on from there
-        if resumed and not snapshot.next and snapshot.values.get("stop"):
+        # next is the input a kill cut off before the first node's checkpoint: invoked again, it goes on from there.
+        # A stop with a task still held is the deciding node's stored writes, shown as the state, with its checkpoint
+        # (and the finish node, which logs the stop) cut off by a kill: invoked again, finish runs
+        if resumed and not snapshot.next and not snapshot.tasks and snapshot.values.get("stop"):
             return _outcome(tid, writer.folder, snapshot.values, resumed, retry)
         if resumed:
             graph.invoke(None, run_config, durability="sync")

@@ -257,6 +257,53 @@ def test_a_kill_before_the_first_node_is_checkpointed_resumes_the_trajectory(tmp
     assert len(of_type(evs, "trajectory_start")) == 1 and [e.turn for e in of_type(evs, "turn_end")] == [1, 2, 3]
 
 
+# A child that runs a trajectory and dies as a SIGKILL leaves it once the stop deciding node's writes are stored: before
+# the checkpoint after that node, and the finish node, are.
+DIES_AT_STOP_CHECKPOINT = """
+import os, sys
+from agent_helpers import StubEvaluator, WORKLOAD
+from ptxbench.agent.loop.optimize import optimize
+from ptxbench.agent.loop.state import OptimizeConfig
+from ptxbench.agent.records.checkpoint_store import CompactSqliteSaver
+put_writes = CompactSqliteSaver.put_writes
+def dies(self, config, writes, task_id, task_path=""):
+    put_writes(self, config, writes, task_id, task_path)
+    if any(channel == "stop" and value for channel, value in writes):
+        os._exit(9)
+CompactSqliteSaver.put_writes = dies
+config = OptimizeConfig(workload=WORKLOAD, model="builtin/reference", no_gpu=True, turns=2, target_speedup=0)
+optimize(config, run_dir=sys.argv[1], evaluator=StubEvaluator([1.0, 1.1]))
+"""
+
+
+def test_a_kill_after_the_stop_decision_is_stored_logs_the_stop_on_resume(tmp_path):
+    """A kill between the stop deciding node's writes and its checkpoint (with trajectories running in parallel, a
+    SIGKILL finds one there) left a thread whose state read stopped with nothing next: --resume called it finished
+    without running the finish node, so its log never got its stop and it stayed unfinished (left out of the scores,
+    'resume the run') through every resume."""
+    import os
+    from pathlib import Path
+
+    from agent_helpers import StubEvaluator
+    from ptxbench.agent.records.rundir import load_run
+    from ptxbench.agent.scoring.turns import score_trajectory
+
+    run_dir = tmp_path / "run"
+    tests = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", DIES_AT_STOP_CHECKPOINT, str(run_dir)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 9, done.stderr
+    assert of_type(events(run_dir), "stop") == []
+    outcome = optimize(resume=run_dir, evaluator=StubEvaluator([]))
+    assert outcome.stop_reason == "turn_limit" and outcome.turns == 2
+    evs = events(run_dir)
+    assert [e.turn for e in of_type(evs, "turn_end")] == [1, 2]
+    assert len(of_type(evs, "stop")) == 1 and evs[-1].type == "stop"
+    assert [e.seq for e in evs] == list(range(len(evs)))
+    assert not score_trajectory(load_run(run_dir)[0]).unfinished
+
+
 def test_a_kill_after_a_model_call_is_recorded_takes_the_recorded_reply(tmp_path):
     """The query node logs the model's reply before its checkpoint: a kill between them asked the model again on
     resume (a paid model billed twice, two model_call events for the turn). The recorded reply to the same request is
