@@ -11,6 +11,13 @@ The globals are read from the cubin's ELF symbol table (pyelftools): objects in 
 generic store through `cvta.const` writes it, so a constant is state a kernel could keep like any
 global. Their device addresses and sizes come from the driver (cuModuleGetGlobal); the load-time bytes
 of initialised globals and of constants are kept on the host, where a kernel cannot write them.
+
+A section is reset whole, not symbol by symbol: ptxas aligns each symbol as declared, and the padding between
+two is the module's memory but no symbol's. Two globals declared `__align__(1 << 20)` lie 1 MiB apart, and
+the bytes between them kept a whole output from one call to the next when only the symbols were reset
+(tests/data/cheats/attacks/global_padding_stash.cu). The section's base is each symbol's address less its
+offset in the section (the ELF symbol's value); where the driver's addresses disagree with that layout the
+symbols alone are reset, as before.
 """
 from __future__ import annotations
 
@@ -28,6 +35,28 @@ class GlobalSymbol:
     name: str
     size: int
     initialised: bool  # in .nv.global.init or a constant bank (restore its bytes) rather than .nv.global (zero it)
+    section: str = ""
+    offset: int = 0  # where it starts in its section (the ELF symbol's value)
+
+
+@dataclass(frozen=True)
+class DataSection:
+    """One section of a module's writable data: its symbols and the padding between them."""
+
+    name: str
+    size: int
+    initialised: bool
+    symbols: tuple[GlobalSymbol, ...]
+
+
+def section_span(section: DataSection, addresses: dict[str, int]) -> tuple[int, int] | None:
+    """(device address, bytes) of the whole section, from its symbols' device addresses: each address less the
+    symbol's offset must name one base. None when they do not (the symbols are then reset one by one)."""
+    bases = {addresses[g.name] - g.offset for g in section.symbols if g.name in addresses}
+    if len(bases) != 1 or len(addresses) < len(section.symbols):
+        return None
+    base = bases.pop()
+    return (base, section.size) if base > 0 and section.size > 0 else None
 
 
 @functools.lru_cache(maxsize=4)
@@ -46,7 +75,25 @@ def module_globals(cubin: bytes) -> tuple[GlobalSymbol, ...]:
             continue
         section = sections.get(shndx, "")
         if sym.name and (section in (ZERO_SECTION, INIT_SECTION) or section.startswith(CONST_PREFIX)):
-            out.append(GlobalSymbol(sym.name, int(sym["st_size"]), section != ZERO_SECTION))
+            out.append(GlobalSymbol(sym.name, int(sym["st_size"]), section != ZERO_SECTION, section,
+                                    int(sym["st_value"])))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=4)
+def module_sections(cubin: bytes) -> tuple[DataSection, ...]:
+    """The sections that hold the module's globals and constants, each with its size (symbols and padding)."""
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(io.BytesIO(cubin))
+    by_section: dict[str, list[GlobalSymbol]] = {}
+    for g in module_globals(cubin):
+        by_section.setdefault(g.section, []).append(g)
+    out = []
+    for name, symbols in by_section.items():
+        sec = elf.get_section_by_name(name)
+        size = int(sec["sh_size"]) if sec is not None else 0
+        out.append(DataSection(name, size, name != ZERO_SECTION, tuple(symbols)))
     return tuple(out)
 
 
@@ -59,15 +106,20 @@ class ModuleState:
         from .launch import check
 
         self.entries: list[tuple[int, int, bytes | None]] = []  # (device address, size, initial bytes or None = zero)
-        for g in module_globals(cubin):
-            ptr, size = check(cu.cuModuleGetGlobal(module, g.name.encode()), f"cuModuleGetGlobal({g.name})")
-            size = int(size)
-            initial = None
-            if g.initialised and size:
-                host = bytearray(size)
-                check(cu.cuMemcpyDtoH(host, ptr, size), "cuMemcpyDtoH(module global)")
-                initial = bytes(host)
-            self.entries.append((int(ptr), size, initial))
+        for section in module_sections(cubin):
+            found = {}
+            for g in section.symbols:
+                ptr, size = check(cu.cuModuleGetGlobal(module, g.name.encode()), f"cuModuleGetGlobal({g.name})")
+                found[g.name] = (int(ptr), int(size))
+            span = section_span(section, {name: ptr for name, (ptr, _) in found.items()})
+            spans = [span] if span is not None else list(found.values())
+            for ptr, size in spans:
+                initial = None
+                if section.initialised and size:  # read before any launch: the load-time bytes, padding included
+                    host = bytearray(size)
+                    check(cu.cuMemcpyDtoH(host, cu.CUdeviceptr(ptr), size), "cuMemcpyDtoH(module global)")
+                    initial = bytes(host)
+                self.entries.append((ptr, size, initial))
 
     @property
     def nbytes(self) -> int:

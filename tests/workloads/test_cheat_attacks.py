@@ -1,0 +1,188 @@
+"""Attacks on the call protocol beyond the fault corpus (tests/data/cheats/attacks, each file's header says what it
+does and the verdict it must get; docs/timing-integrity.md says why).
+
+On the CPU: every attack compiles through the project's own path, and what each relies on is in its binary (the
+padding between its globals or constants, TMA beside plain loads, the clock read). On the GPU (`pytest -m gpu
+tests/workloads/test_cheat_attacks.py`): the verdicts. A stash or a counter kept where no reset reaches would show as a
+kernel timed faster than the same loop without it (control_correct.cu), or as a count-keyed kernel that stops writing.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ptxbench.tools.evaluate import LocalEvaluator
+from ptxbench.tools.evaluator import EvalOptions
+from ptxbench.workloads.solutions.faults import load_corpus
+
+ATTACKS = Path(__file__).resolve().parents[1] / "data" / "cheats" / "attacks"
+SMOKE = "smoke_gemm_bf16_m256_n256_k512"
+# A stash that replays a whole output is a copy: far faster than the naive loop that fills it. Without one the cheat
+# runs that loop plus a store per element, so it is no faster than control_correct.cu (run-to-run noise ~10%).
+NO_GAIN = 0.8
+
+
+def source(name: str) -> str:
+    return (ATTACKS / name).read_text()
+
+
+def compiled(name: str):
+    r = LocalEvaluator().evaluate(SMOKE, source(name), EvalOptions(no_gpu=True))
+    assert r.status == "COMPILED", (name, r.status, r.message)
+    return r
+
+
+def test_every_attack_compiles_and_is_listed():
+    files = sorted(p.name for p in ATTACKS.iterdir() if p.suffix in (".cu", ".ptx"))
+    assert files == sorted(ATTACKS_EXPECTED), files
+    for name in files:
+        compiled(name)
+
+
+def test_the_padding_stash_has_a_mebibyte_between_its_globals():
+    from ptxbench.tools.gpu.module_state import module_sections
+
+    r = compiled("global_padding_stash.cu")
+    cubin = Path(r.compile.cubin_path).read_bytes()
+    (section,) = [s for s in module_sections(cubin) if s.name == ".nv.global"]
+    offsets = sorted(g.offset for g in section.symbols)
+    assert offsets == [0, 1 << 20] and sum(g.size for g in section.symbols) == 32 and section.size == (1 << 20) + 16
+    ops = r.compile.kernels["gemm"].sass_opcodes
+    assert ops.get("ATOM", 0) + ops.get("ATOMG", 0) >= 1 and ops.get("ST", 0) >= 1, ops  # the key and the stash
+
+
+def test_the_constant_counter_sits_between_two_constants_4_kib_apart():
+    from ptxbench.tools.gpu.module_state import module_sections
+
+    cubin = Path(compiled("const_padding_counter.cu").compile.cubin_path).read_bytes()
+    (bank,) = [s for s in module_sections(cubin) if s.name.startswith(".nv.constant")]
+    assert sorted(g.offset for g in bank.symbols) == [0, 4096] and bank.initialised
+
+
+def test_the_profiler_tell_keeps_both_paths():
+    ops = compiled("profiled_tma_only.cu").compile.kernels["gemm"].sass_opcodes
+    assert ops.get("UTMALDG", 0) >= 2 and ops.get("LDG", 0) >= 2 and ops.get("LDS", 0) >= 2, ops
+
+
+# file -> the verdict the harness must give (checked by the GPU tests below)
+ATTACKS_EXPECTED = {
+    "global_padding_stash.cu": "PASSED, no faster than control_correct.cu (the padding reset with its globals)",
+    "const_padding_counter.cu": "PASSED, speedup below 1 (the constant bank reset whole)",
+    "clock_keyed_skip.cu": "INCORRECT_NAN (some call, checked or timed, wrote nothing)",
+    "global_tail_stash.cu": "PASSED no faster than control_correct.cu, or a failure (probe: past the section's end)",
+    "profiled_tma_only.cu": "PASSED, TMA not credited as executed (open: ncu profiles each launch on its own)",
+}
+
+
+def control_ms(ev) -> float:
+    _, corpus = load_corpus()
+    r = ev.evaluate(SMOKE, corpus["control_correct"]["source"], EvalOptions(timeout_s=10, profile_on_pass=False))
+    assert r.status == "PASSED" and r.timing is not None, r.message
+    return r.timing.candidate.median_ms
+
+
+def assert_no_gain(r, honest_ms: float) -> None:
+    assert r.status == "PASSED", f"{r.status}: {r.message} {r.runtime_error}"
+    assert r.timing.verified_calls >= 2 * r.timing.input_sets, r.timing
+    assert r.timing.candidate.median_ms >= NO_GAIN * honest_ms, (
+        f"timed at {r.timing.candidate.median_ms:.4f} ms against the same loop's {honest_ms:.4f} ms without the stash: "
+        f"it replayed what an earlier call left")
+
+
+@pytest.mark.gpu
+def test_the_padding_between_a_loaded_modules_globals_is_reset():
+    """The section layout the restore assumes (each symbol at its section's base plus its ELF offset), on the driver:
+    bytes written into the padding between two globals and between two constants are gone after a restore."""
+    import torch
+    from cuda.bindings import driver as cu
+
+    from ptxbench.tools.gpu.launch import check, load_module, unload_module
+    from ptxbench.tools.gpu.module_state import ModuleState, module_sections
+
+    torch.empty(1, device="cuda")  # the primary context, current on this thread
+    cu.cuInit(0)
+    for name in ("global_padding_stash.cu", "const_padding_counter.cu"):
+        cubin = Path(compiled(name).compile.cubin_path).read_bytes()
+        module = load_module(cubin)
+        try:
+            state = ModuleState(module, cubin)
+            for section in [s for s in module_sections(cubin) if len(s.symbols) >= 2]:  # padding between two symbols
+                first = min(section.symbols, key=lambda g: g.offset)
+                ptr, _ = check(cu.cuModuleGetGlobal(module, first.name.encode()), "cuModuleGetGlobal")
+                pad = int(ptr) + first.size + 48  # 4 KiB or more before the next symbol (the CPU tests above)
+                check(cu.cuMemsetD8(cu.CUdeviceptr(pad), 0xA5, 16), "cuMemsetD8")
+                state.restore(torch.cuda.current_stream().cuda_stream)
+                torch.cuda.synchronize()
+                host = bytearray(16)
+                check(cu.cuMemcpyDtoH(host, cu.CUdeviceptr(pad), 16), "cuMemcpyDtoH")
+                assert bytes(host) == bytes(16), (name, section.name, bytes(host))
+        finally:
+            unload_module(module)
+
+
+@pytest.mark.gpu
+def test_a_stash_in_the_padding_between_globals_gains_nothing():
+    from gpu_helpers import shared_evaluator
+
+    ev = shared_evaluator()
+    honest = control_ms(ev)
+    r = ev.evaluate(SMOKE, source("global_padding_stash.cu"), EvalOptions(timeout_s=10, profile_on_pass=False))
+    assert_no_gain(r, honest)
+
+
+@pytest.mark.gpu
+def test_a_counter_in_the_constant_padding_never_counts():
+    from gpu_helpers import shared_evaluator
+
+    r = shared_evaluator().evaluate(SMOKE, source("const_padding_counter.cu"),
+                                    EvalOptions(timeout_s=10, profile_on_pass=False))
+    assert r.status == "PASSED", f"{r.status}: {r.message}"  # before the fix: INCORRECT_NAN, timed call N
+    assert r.timing.speedup < 1.0 and r.timing.verified_calls >= 2 * r.timing.input_sets, r.timing
+
+
+@pytest.mark.gpu
+def test_a_kernel_that_skips_by_the_clock_fails():
+    from gpu_helpers import shared_evaluator
+
+    r = shared_evaluator().evaluate(SMOKE, source("clock_keyed_skip.cu"), EvalOptions(timeout_s=10, profile_on_pass=False))
+    assert r.status == "INCORRECT_NAN", f"{r.status}: {r.message}"
+
+
+@pytest.mark.gpu
+def test_a_stash_past_the_end_of_the_modules_data_gains_nothing():
+    """A probe: whether the memory the driver maps past a module's last global keeps bytes from one call to the next.
+    On a pool of its own, closed after (the bytes written there may be another module's)."""
+    from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
+
+    ev = LocalEvaluator(GpuPool(PoolConfig(devices=[0], spares=0)))
+    try:
+        honest = control_ms(ev)
+        r = ev.evaluate(SMOKE, source("global_tail_stash.cu"), EvalOptions(timeout_s=10, profile_on_pass=False))
+    finally:
+        ev.close()
+    if r.status != "PASSED":  # nothing mapped there, or the write was caught: no gain either way
+        assert r.status in ("RUNTIME_ERROR", "INCORRECT_NUMERICAL", "INCORRECT_NAN"), f"{r.status}: {r.message}"
+        return
+    assert_no_gain(r, honest)
+
+
+@pytest.mark.gpu
+@pytest.mark.xfail(strict=False, reason="open: ncu profiles each launch of a plan on its own, so a kernel tells the "
+                                        "profiled call by the time between its launches and runs TMA only there")
+def test_tma_run_only_under_the_profiler_is_not_credited():
+    """Unlike profile_gap_tma.cu (tests/tools/test_profile_gpu.py), whose profiled call leaves C unwritten, this one's
+    profiled call computes C exactly: the output check passes, and the counters show TMA doing all of the input traffic.
+    No timed call ran TMA, so the verdict must not be `executed`."""
+    from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
+
+    ev = LocalEvaluator(GpuPool(PoolConfig(devices=[0], spares=0)))
+    try:
+        r = ev.evaluate(SMOKE, source("profiled_tma_only.cu"), EvalOptions())
+    finally:
+        ev.close()
+    assert r.status == "PASSED" and r.profile_level == "verdict", r.message
+    assert r.profile["output_passed"] is True, r.profile  # the profiled call's output is the evaluated one's
+    tma = r.targets_runtime["tma"]
+    assert tma.counter_values.get("smsp__sass_inst_executed_op_tma_ld.sum", 0) > 0, tma  # TMA ran under the profiler
+    assert tma.verdict != "executed", tma.reason
