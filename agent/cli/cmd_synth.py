@@ -14,7 +14,7 @@ def synth_repairs(
     ctx: typer.Context,
     workloads: list[str] = typer.Argument(None, help="workloads whose reference kernels are broken (default: the GEMM task)"),
     run_dir: Optional[str] = typer.Option(None, help="run directory the repair pairs are written to (default <runs root>/synth-repairs)"),
-    mutations: str = typer.Option("", help="comma-separated bug classes (default: every class that applies, except "
+    mutations: Optional[str] = typer.Option(None, help="comma-separated bug classes (default: every class that applies, except "
                                   "the repair suite's held-out classes)"),
     trials: Optional[int] = typer.Option(None, help="correctness trials per evaluation"),
     timeout: float = typer.Option(60.0, "--timeout", help="watchdog limit in seconds per candidate's GPU work (as "
@@ -44,7 +44,9 @@ def synth_repairs(
 
     console = Console()
     ids = [inputs.workload(w) for w in workloads or ["gemm_bf16_m8192_n7168_k5120"]]
-    names = inputs.mutations([m.strip() for m in mutations.split(",") if m.strip()]) or None
+    # given empty (an unset shell variable) it named no class and every class was synthesized without a word
+    names = inputs.mutations(inputs.listed(mutations, "--mutations", "give comma-separated bug classes (`--list` "
+                                           "shows them), or leave it out for every class that applies")) or None
     if names is None:  # training data: the repair suite's held-out bug classes are left out unless named
         from ..repairs.suite import HELD_OUT_CLASSES
 
@@ -55,6 +57,10 @@ def synth_repairs(
         inputs.positive(timeout_s, "--timeout-s")
         timeout = timeout_s
     inputs.positive(trials, "--trials"), inputs.positive(timeout, "--timeout")
+    from ...tools.results import MAX_TRIALS
+
+    if trials is not None and trials > MAX_TRIALS:  # as eval's: EvalOptions' own bound was a traceback after the manifest
+        raise inputs.BadInput(f"--trials must be at most {MAX_TRIALS} (each is an input set held on the GPU), got {trials}")
     # taken as text: typer's Path made an empty one '.', the working directory
     run_dir = inputs.new_folder(runs_root() / "synth-repairs" if run_dir is None else run_dir, "--run-dir")
     inputs.no_other_files(run_dir, "--run-dir")

@@ -165,6 +165,11 @@ CASES = [
     (["report", EXAMPLE_RUN, "--out", ""], 2, "--out is empty"),
     (["synth-repairs", "nope"], 2, "unknown workload"),
     (["synth-repairs", "--mutations", "nope"], 2, "unknown bug class"),
+    # an unset shell variable named no class: every class was listed, and synthesized on a GPU, without a word
+    (["synth-repairs", "--list", "--mutations", ""], 2, "--mutations '' names nothing: give comma-separated bug classes"),
+    (["synth-repairs", "--list", "--mutations", " , "], 2, "--mutations ' , ' names nothing"),
+    # EvalOptions refused it only once the run's manifest was written, in a traceback (eval's bound, said up front)
+    (["synth-repairs", "--trials", "100"], 2, "--trials must be at most 32"),
     (["synth-repairs"], 2, "GPU"),  # this machine has none: said up front, nothing written
     (["workloads", "--bogus"], 2, "No such option"),
     (["nope"], 2, "No such command"),
