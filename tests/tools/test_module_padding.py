@@ -75,8 +75,8 @@ class StubDriver:
         self.where, self.memsets, self.copies = {}, [], []
         for i, section in enumerate(module_sections(cubin)):
             base = 0x7000_0000_0000 + i * (1 << 24)
-            for g in section.symbols:
-                self.where[g.name] = (base + g.offset, g.size)
+            for j, g in enumerate(section.symbols):  # a managed global in managed memory of its own, far away
+                self.where[g.name] = (0x9000_0000_0000 + j * 4096 if g.managed else base + g.offset, g.size)
         ok = cu.CUresult.CUDA_SUCCESS
         for name, fn in (("CUdeviceptr", lambda x: x), ("CUstream", lambda x: x),
                          ("cuModuleGetGlobal", lambda module, name: (ok, *self.where[name.decode()])),
@@ -98,3 +98,36 @@ def test_a_restore_writes_the_padding_between_globals_and_constants(runner, monk
         lo, hi = sorted(section.symbols, key=lambda g: g.offset)[::len(section.symbols) - 1]
         start, end = driver.where[lo.name][0] + lo.size, driver.where[hi.name][0]  # the padding between them
         assert driver.covered(start, end), (section.name, hex(start), hex(end), driver.memsets, driver.copies)
+
+
+MANAGED_PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+.global .align 65536 .b8 lo[16];
+.global .attribute(.managed) .align 65536 .b8 kept[16];
+.global .align 65536 .b8 hi[16];
+.visible .entry k(.param .u64 p) {
+  .reg .b32 %r<4>;
+  ld.global.u32 %r1, [lo]; ld.global.u32 %r2, [kept]; ld.global.u32 %r3, [hi];
+  add.u32 %r1, %r1, %r2; add.u32 %r1, %r1, %r3;
+  st.global.u32 [lo], %r1; st.global.u32 [kept], %r1; st.global.u32 [hi], %r1;
+  ret;
+}
+"""
+
+
+def test_a_managed_global_placed_elsewhere_leaves_the_section_reset_whole(runner, monkeypatch):
+    """A `__managed__` global may live in managed memory of its own, away from its section: were it counted, the
+    section's symbols would disagree on its base and the reset fall back to the symbols, padding left again."""
+    from ptxbench.tools.gpu.module_state import ModuleState, module_sections
+
+    result = compile_source(MANAGED_PTX, "ptx", "sm_90a")
+    assert result.status == "ok", result.errors
+    cubin = open(result.cubin_path, "rb").read()
+    (section,) = module_sections(cubin)
+    assert [g.name for g in section.symbols if g.managed] == ["kept"]
+    driver = StubDriver(monkeypatch, cubin)
+    ModuleState(SimpleNamespace(), cubin).restore(0)
+    placed = sorted((g for g in section.symbols if not g.managed), key=lambda g: g.offset)
+    start, end = driver.where[placed[0].name][0], driver.where[placed[-1].name][0] + placed[-1].size
+    assert driver.covered(start, end) and driver.covered(*(lambda a, n: (a, a + n))(*driver.where["kept"]))

@@ -37,6 +37,7 @@ class GlobalSymbol:
     initialised: bool  # in .nv.global.init or a constant bank (restore its bytes) rather than .nv.global (zero it)
     section: str = ""
     offset: int = 0  # where it starts in its section (the ELF symbol's value)
+    managed: bool = False  # `__managed__`: the driver may place it outside the section (its own managed allocation)
 
 
 @dataclass(frozen=True)
@@ -49,14 +50,24 @@ class DataSection:
     symbols: tuple[GlobalSymbol, ...]
 
 
+# st_other's bit that nvcc sets on a `__managed__` global (`.attribute(.managed)` in PTX)
+MANAGED_OTHER = 0x4
+
+
 def section_span(section: DataSection, addresses: dict[str, int]) -> tuple[int, int] | None:
     """(device address, bytes) of the whole section, from its symbols' device addresses: each address less the
-    symbol's offset must name one base. None when they do not (the symbols are then reset one by one)."""
-    bases = {addresses[g.name] - g.offset for g in section.symbols if g.name in addresses}
-    if len(bases) != 1 or len(addresses) < len(section.symbols):
+    symbol's offset must name one base. Managed globals do not vote (the driver may give them memory of their own,
+    and one placed elsewhere must not turn the section's reset back into the symbols'); they are reset by symbol too.
+    None when the others disagree or none is left (the symbols are then reset one by one)."""
+    placed = [g for g in section.symbols if not g.managed]
+    if any(g.name not in addresses for g in placed):
+        return None
+    bases = {addresses[g.name] - g.offset for g in placed}
+    if len(bases) != 1:
         return None
     base = bases.pop()
-    return (base, section.size) if base > 0 and section.size > 0 else None
+    size = max([section.size] + [g.offset + g.size for g in placed])
+    return (base, size) if base > 0 and size > 0 else None
 
 
 @functools.lru_cache(maxsize=4)
@@ -69,14 +80,16 @@ def module_globals(cubin: bytes) -> tuple[GlobalSymbol, ...]:
     sections = {i: s.name for i, s in enumerate(elf.iter_sections())}
     symtab = elf.get_section_by_name(".symtab")
     out = []
-    for sym in symtab.iter_symbols() if symtab is not None else []:
+    raw = symtab.data() if symtab is not None else b""
+    width, other_at = (int(symtab["sh_entsize"]), 5 if elf.elfclass == 64 else 13) if symtab is not None else (0, 0)
+    for i, sym in enumerate(symtab.iter_symbols() if symtab is not None else []):
         shndx = sym["st_shndx"]
         if sym["st_info"]["type"] != "STT_OBJECT" or not isinstance(shndx, int):
             continue
         section = sections.get(shndx, "")
         if sym.name and (section in (ZERO_SECTION, INIT_SECTION) or section.startswith(CONST_PREFIX)):
             out.append(GlobalSymbol(sym.name, int(sym["st_size"]), section != ZERO_SECTION, section,
-                                    int(sym["st_value"])))
+                                    int(sym["st_value"]), bool(raw[i * width + other_at] & MANAGED_OTHER)))
     return tuple(out)
 
 
@@ -112,7 +125,8 @@ class ModuleState:
                 ptr, size = check(cu.cuModuleGetGlobal(module, g.name.encode()), f"cuModuleGetGlobal({g.name})")
                 found[g.name] = (int(ptr), int(size))
             span = section_span(section, {name: ptr for name, (ptr, _) in found.items()})
-            spans = [span] if span is not None else list(found.values())
+            spans = ([span] + [found[g.name] for g in section.symbols if g.managed] if span is not None
+                     else list(found.values()))
             for ptr, size in spans:
                 initial = None
                 if section.initialised and size:  # read before any launch: the load-time bytes, padding included
