@@ -7,7 +7,8 @@ project's include folder and the work folder exist.
 Modes (`jail_mode()`, recorded in every CompileResult and run manifest):
     bwrap    bubblewrap builds the view (Debian package `bubblewrap`)
     unshare  no bwrap, but user + mount + network namespaces work (`unshare -U -r -m -n`): a tmpfs root with
-             bind mounts of the same folders, entered with chroot
+             bind mounts of the same folders, entered with chroot; a folder it cannot mount read-only stops it
+             (JailError, the machine's failure: never a writable view)
     limits   neither: the tools run on the real filesystem under the same limits; compile.py
              then runs a dependency pass first and refuses any include outside the allowed roots
              (tools/jail_deps.py), showing no compiler text of a refused file
@@ -23,6 +24,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .toolchain import ToolchainError
 
 if TYPE_CHECKING:
     from .toolchain import ProcResult, Toolchain
@@ -142,19 +145,36 @@ def _ulimit(limits: Limits) -> list[str]:
             "ptxbench-jail"]
 
 
+# The unshare script's own failure to build the view: this exit status with JAIL_FAILED as its last line (chroot's
+# own failures are 125 too, but say no such line)
+JAIL_FAILED_STATUS = 125
+JAIL_FAILED = "ptxbench-jail: cannot build the view:"
+
+
+class JailError(ToolchainError):
+    """The jail could not start (a folder it could not mount read-only): the machine's problem, not the source's."""
+
+
 _UNSHARE_SCRIPT = r'''
 set -e
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 root=$1; wd=$2; shift 2
-mount -t tmpfs -o mode=755 ptxbench-jail "$root"
+fail() { echo "ptxbench-jail: cannot build the view: $*" >&2; exit 125; }
+# read-only or not at all: a bind -o ro some kernels refuse in a user namespace, then a bind remounted read-only
+ro_bind() {
+  mount --rbind -o ro "$1" "$root$1" 2>/dev/null && return 0
+  mount --rbind "$1" "$root$1" || fail "cannot bind $1"
+  mount -o remount,ro,bind "$root$1" || fail "cannot mount $1 read-only"
+}
+mount -t tmpfs -o mode=755 ptxbench-jail "$root" || fail "cannot mount its root"
 dirs="$root/dev $root/proc"; set -f
 for a in "$@"; do [ "$a" = "--" ] && break; case "$a" in /*) dirs="$dirs $root$a";; esac; done
 mkdir -p $dirs 2>/dev/null || true  # one exec for every mount point (link targets included: harmless)
 while [ "$1" != "--" ]; do
   case "$1" in
-    ro) mount --rbind -o ro "$2" "$root$2" || mount --rbind "$2" "$root$2"; shift 2;;
-    rw) mount --bind "$2" "$root$2"; shift 2;;
-    dev) rmdir "$root$2"; : > "$root$2"; mount --bind "$2" "$root$2"; shift 2;;
+    ro) ro_bind "$2"; shift 2;;
+    rw) mount --bind "$2" "$root$2" || fail "cannot bind the work folder"; shift 2;;
+    dev) rmdir "$root$2"; : > "$root$2"; mount --bind "$2" "$root$2" || fail "cannot bind $2"; shift 2;;
     ln) rmdir "$root$2" 2>/dev/null || true; ln -s "$3" "$root$2"; shift 3;;
   esac
 done
@@ -220,4 +240,9 @@ def run_in_jail(tc: "Toolchain", argv: list[str], workdir: Path, timeout_s: floa
 
     paths = [t.path for n in TOOL_NAMES if (t := getattr(tc, n)) is not None]
     wrapped, env = wrap(argv, workdir, allowed_roots(paths, list(extra_roots)))
-    return run_tool(wrapped, timeout_s=timeout_s, cwd=workdir, env=env, max_chars=max_chars)
+    res = run_tool(wrapped, timeout_s=timeout_s, cwd=workdir, env=env, max_chars=max_chars)
+    last = res.stderr.strip().rsplit("\n", 1)[-1]
+    if res.returncode == JAIL_FAILED_STATUS and last.startswith(JAIL_FAILED):  # the tool never ran
+        raise JailError(f"the compiler's jail could not start ({last.removeprefix('ptxbench-jail: ')}): the tool did "
+                        "not run")
+    return res

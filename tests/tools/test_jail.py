@@ -218,3 +218,43 @@ def test_a_tool_linked_from_a_bin_folder_in_home_does_not_bring_home_into_the_vi
     assert not [r for r in roots if home == r or home.is_relative_to(r)], roots
     ptx = (Path(__file__).parents[1] / "data" / "kernels" / "fma_sm90a.ptx").read_text()
     assert compile_source(ptx, "ptx", use_cache=False).status == "ok"
+
+
+def _unshare_with_read_only_binds_refused(monkeypatch, remount_too: bool) -> None:
+    """The unshare mode, its script's `mount` refusing every read-only bind (as some kernels and container runtimes
+    do in a user namespace), and the remount to read-only too when `remount_too`; other mounts are real."""
+    refuse_remount = '*remount,ro,bind*) echo "mount: $*: permission denied" >&2; return 32;;' if remount_too else ""
+    fake = ('mount() {\n  case "$*" in\n    *"--rbind -o ro "*) echo "mount: $*: permission denied" >&2; return 32;;\n'
+            f'    {refuse_remount}\n  esac\n  command mount "$@"\n}}\n')
+    monkeypatch.setattr(jail, "_UNSHARE_SCRIPT", fake + jail._UNSHARE_SCRIPT)
+    monkeypatch.setenv("PTXBENCH_JAIL", "unshare")
+
+
+@pytest.mark.skipif("unshare" not in jail.available_modes(), reason="no user + mount namespaces here")
+def test_a_refused_read_only_bind_is_remounted_read_only_never_left_writable(monkeypatch):
+    """The script fell back to a plain bind when `mount --rbind -o ro` failed: the system folders and the toolchain's
+    were writable in the jail, silently."""
+    from ptxbench.tools.toolchain import find_toolchain
+
+    _unshare_with_read_only_binds_refused(monkeypatch, remount_too=False)
+    tc = find_toolchain("sm_90a")
+    folders = ["/usr/lib", "/usr/include", os.path.dirname(os.path.realpath(tc.ptxas.path))]
+    with jail.Workspace() as wd:
+        res = jail.run_in_jail(tc, ["/bin/sh", "-c", 'for d in "$@"; do [ -w "$d" ] && echo "writable $d"; done; '
+                                    '[ -w . ] && echo "the work folder is writable"', "probe", *folders], wd, 20)
+    assert res.returncode == 0 and res.output == "the work folder is writable", res.output
+
+
+@pytest.mark.skipif("unshare" not in jail.available_modes(), reason="no user + mount namespaces here")
+def test_a_jail_that_cannot_mount_read_only_fails_to_start_and_the_compile_is_an_infra_error(monkeypatch, tmp_path):
+    from ptxbench.tools.toolchain import ToolchainError, find_toolchain
+
+    _unshare_with_read_only_binds_refused(monkeypatch, remount_too=True)
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    with jail.Workspace() as wd, pytest.raises(jail.JailError) as failed:
+        jail.run_in_jail(find_toolchain("sm_90a"), ["/bin/true"], wd, 20)
+    assert isinstance(failed.value, ToolchainError)
+    assert "the compiler's jail could not start" in str(failed.value) and "read-only" in str(failed.value), failed.value
+    code = "#include <cuda_bf16.h>\n" + KERNEL
+    evaluated = LocalEvaluator().evaluate(WORKLOAD, PLAN + code, EvalOptions(no_gpu=True))
+    assert evaluated.status == "INFRA_ERROR" and "read-only" in evaluated.message, evaluated.message
