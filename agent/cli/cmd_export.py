@@ -107,8 +107,9 @@ def export(
     )
     from ..scoring import DuplicateTrajectory
 
+    unstarted: list[Path] = []  # logs with no readable start: left out, and said (as score says it)
     try:
-        samples = collect_samples(runs)
+        samples = collect_samples(runs, unstarted)
     except DuplicateTrajectory as exc:  # as `score` and `report` say it
         raise inputs.BadInput(str(exc)) from None
     for w in cfg.test_workloads:
@@ -119,6 +120,8 @@ def export(
     _hold(out)
     ops = _ops({s.workload for s in samples})
     plan, stats = plan_rows(samples, cfg, ops)  # chosen without their text; built again one trajectory at a time
+    if unstarted:
+        stats["trajectory_logs_without_start"] = len(unstarted)
     rows = materialize(plan, samples, cfg, ops)
     if teacher:
         from ..export.teacher import with_reasoning
@@ -165,7 +168,9 @@ def dropped_lines(stats: dict, reasons: dict[str, str]) -> list[str]:
     lines = []
     for reason, n in _with_prefix(stats, "trajectories_without_rows."):
         lines.append(f"{n} trajectories gave no row: {reasons.get(reason, reason)}")
-    words = {"skipped_record_lines": f"lines of the trajectory logs skipped: no readable event ({UNREADABLE})",
+    words = {"trajectory_logs_without_start": "trajectory logs left out: no readable start (empty, or their "
+                                              "trajectory_start line unreadable), model and workload unknown",
+             "skipped_record_lines": f"lines of the trajectory logs skipped: no readable event ({UNREADABLE})",
              # a run of smoke workloads (a machine with no GPU) met this line with no held-out workload in sight
              "held_out_trajectories_skipped": "held-out trajectories skipped: of the held-out and smoke workloads "
                                               "(`ptxbench workloads --all`) and held-out bug classes; "

@@ -121,12 +121,13 @@ def _writable(obj):
     return obj
 
 
-def collect_samples(run_dirs: list[Path]) -> list[TrajectorySample]:
+def collect_samples(run_dirs: list[Path], unstarted: list[Path] | None = None) -> list[TrajectorySample]:
+    """`unstarted` (a list) gets the folders of the logs with no readable trajectory_start, as score counts them."""
     samples: list[TrajectorySample] = []
     gpus: dict[Path, str] = {}
     # unique_records, as `score` and `report` read runs: a trajectory folder copied inside a run (one trajectory_start
     # twice) is DuplicateTrajectory, not its rows twice (--no-dedup kept both, and the copy's rows weighed double)
-    for run_dir, rec in unique_records(run_dirs):
+    for run_dir, rec in unique_records(run_dirs, unstarted):
         if run_dir not in gpus:
             gpus[run_dir] = _gpu_name(read_manifest(run_dir))
         start = rec.start

@@ -1,5 +1,5 @@
 """Each row's provenance names where its own label came from: the run by its folder's name, the GPU that measured
-the completion's verdict and speedup."""
+the completion's verdict and speedup, no path of the exporting host; and a trajectory the export cannot read is said."""
 from __future__ import annotations
 
 from ptxbench.agent.export import ExportConfig, build_rows, collect_samples
@@ -64,3 +64,22 @@ def test_a_model_served_from_a_local_folder_is_named_without_the_hosts_path(tmp_
                   {**stats, "teacher": {"teacher": teacher, "calls": 0}}, [str(run)])
     manifest = (tmp_path / "taught" / "export_manifest.json").read_text()
     assert "alice" not in manifest and "hosted_vllm/teacher-70b" in manifest
+
+
+def test_a_trajectory_log_with_no_readable_start_is_said_not_dropped_unseen(tmp_path):
+    """A log cut inside its first line (a kill as the trajectory began, a partial copy) has no trajectory_start: its
+    trajectory was left out of the export without a word, where score and report count it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    run = build_run(tmp_path)
+    log = run / "trajectories" / "t1" / "trajectory.jsonl"
+    log.write_bytes(log.read_bytes()[:30])
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["export", str(run), "--recipe", "kernelgen", "--out", str(out), "--format", "jsonl"])
+    assert res.exit_code == 0, res.output
+    assert "1 trajectory logs left out: no readable start" in res.output
+    assert json.loads((out / "export_manifest.json").read_text())["stats"]["trajectory_logs_without_start"] == 1
