@@ -15,6 +15,7 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
     given_options(ctx, names)                            the options of `names` the command line gave (not defaults)
     gpu_only(given)                                      options given with --no-gpu that only a GPU run uses: BadInput
     positive(value, flag), not_negative(value, flag)     a finite number above 0 / 0 or more (None: not given)
+    utf8(text)                                           whether a path can be recorded (no bytes other than UTF-8)
 """
 from __future__ import annotations
 
@@ -87,6 +88,9 @@ def model(name: str, flag: str = "--model") -> str:
     if name.startswith("replay/"):
         from ..models.replay import find_trajectory
 
+        if not utf8(name):  # the model string is part of the trajectory id, a checkpoint key: a traceback mid-run
+            raise BadInput(f"{flag} {name!r}: the path is not UTF-8 text, which a run's records (JSON, the checkpoint "
+                           "database) cannot hold; rename it, or link to it from a UTF-8 name")
         try:
             find_trajectory(name.removeprefix("replay/"))
         except (FileNotFoundError, OSError) as exc:
@@ -95,6 +99,16 @@ def model(name: str, flag: str = "--model") -> str:
     if not _MODEL_TEXT.match(name) or ".." in name.split("/"):
         raise BadInput(f"{flag} {name!r} is not a model string: expected provider/name, e.g. openai/gpt-5")
     return name
+
+
+def utf8(text: str) -> bool:
+    """Whether `text` is UTF-8 text: a file name of other bytes reaches Python as lone surrogates ('\\udcff'), which the
+    run's JSON records and its SQLite checkpoints cannot hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def credentials(name: str, api_base: str | None, api_key_env: str | None,

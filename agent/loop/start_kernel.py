@@ -86,4 +86,10 @@ def start_file(path: Path | None) -> str | None:
         path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise typer.BadParameter(f"--start-from {path}: cannot be read as text ({exc})") from None
-    return str(path.resolve())
+    resolved = str(path.resolve())
+    try:  # the run records the path (JSON): a name of other bytes than UTF-8 was a traceback at turn 0
+        resolved.encode("utf-8")
+    except UnicodeEncodeError:
+        raise typer.BadParameter(f"--start-from {resolved!r}: the path is not UTF-8 text, which the run's records "
+                                 "cannot hold; rename the file") from None
+    return resolved

@@ -190,6 +190,28 @@ def test_export_takes_test_workloads_written_with_a_space_after_the_comma(tmp_pa
     assert not (tmp_path / "out" / "train.jsonl").exists()
 
 
+@pytest.mark.parametrize("what", ["--start-from", "--model replay/"])
+def test_a_path_of_other_bytes_than_utf8_is_refused_before_the_run(workdir, what):
+    """A file or run folder whose name is not UTF-8 (Python's lone surrogates) passed every check, then ended the run in
+    a traceback: the start kernel's path at turn 0 (its JSON record), the replay's model string at its first checkpoint
+    (the trajectory id, an SQLite key)."""
+    gemm = "gemm_bf16_m8192_n7168_k5120"
+    if what == "--start-from":
+        odd = workdir / "k\udcfd.ptx"
+        odd.write_text(Path(GOOD).read_text())
+        argv = ["optimize", W, "--start-from", str(odd)]
+    else:
+        odd = workdir / "r\udcff"
+        shutil.copytree(EXAMPLE_RUN, odd)
+        argv = ["optimize", gemm, "--model", f"replay/{odd}"]
+    before = _files(workdir)
+    result = CliRunner().invoke(app, [*argv, "--no-gpu", "--quiet", "--turns", "1", "--run-dir", "run"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "is not UTF-8 text" in lines[0] and "Traceback" not in result.output, result.output
+    assert _files(workdir) == before
+
+
 def _files(root: Path) -> set[Path]:
     return {p.relative_to(root) for p in root.rglob("*")}
 
