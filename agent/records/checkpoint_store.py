@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -73,6 +74,7 @@ class CompactSqliteSaver(SqliteSaver):
             self.conn.execute(SCHEMA)  # before the parent's setup, which sets is_setup
             super().setup()
             self.conn.commit()
+            name_after_stored(self.conn)
 
     def put(self, config, checkpoint, metadata, new_versions):
         self.setup()
@@ -120,6 +122,25 @@ class CompactSqliteSaver(SqliteSaver):
         super().delete_thread(thread_id)
         with self.cursor() as cur:
             cur.execute("DELETE FROM channel_values WHERE thread_id = ?", (str(thread_id),))
+
+
+def name_after_stored(conn: sqlite3.Connection) -> None:
+    """Make the checkpoints this process writes sort after every one stored. LangGraph names a checkpoint by a uuid6 of
+    the wall clock (increasing within a process) and takes a thread's newest by that name: a run resumed where the clock
+    reads earlier (another host, a clock stepped back) wrote names below the killed run's, so the thread's newest read
+    back as the killed run's last checkpoint, and a finished trajectory ran again from there."""
+    from langgraph.checkpoint.base import id as ids
+
+    row = conn.execute("SELECT MAX(checkpoint_id) FROM checkpoints").fetchone()
+    if not row or not row[0]:
+        return
+    try:
+        value = uuid.UUID(row[0]).int
+    except (TypeError, ValueError):  # a name of no uuid (not LangGraph's): nothing to keep after
+        return
+    stored = ((value >> 80) & 0xFFFFFFFFFFFF) << 12 | (value >> 64) & 0x0FFF  # the 100-ns count uuid6 encodes
+    if ids._last_v6_timestamp is None or ids._last_v6_timestamp < stored:
+        ids._last_v6_timestamp = stored  # the next uuid6 takes this + 1 when the clock reads earlier
 
 
 def open_checkpointer(path: str | Path) -> CompactSqliteSaver:

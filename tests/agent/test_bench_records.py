@@ -185,3 +185,53 @@ def test_two_models_whose_names_differ_only_in_case_get_ids_that_differ_in_more(
     assert len({i.casefold() for i in ids}) == 2, ids
     (alone,) = expand(BenchConfig(models=[upper], workloads=[WL], trajectories=1))
     assert alone.trajectory_id() == f"{WL}__{upper.replace('/', '-')}__knowledge__00"  # no clash: the id it always had
+
+
+# A child that runs a bench of one trajectory and dies as a SIGKILL leaves it as its second model call is made
+DIES_AT_SECOND_CALL = """
+import os, sys
+from bench_fixtures import WL, CountingModel
+from test_bench_records import CompilesNoop
+from ptxbench.agent.bench.matrix import BenchConfig
+from ptxbench.agent.bench.runner import run_bench
+
+class Dies(CountingModel):
+    def query(self, request):
+        if request.turn == 2:
+            os._exit(9)
+        return super().query(request)
+
+cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=1, turns=2, no_gpu=True)
+run_bench(cfg, sys.argv[1], evaluator=CompilesNoop(), model_factory=lambda c: Dies([]))
+"""
+
+
+def test_a_resume_under_a_clock_set_back_does_not_leave_an_old_checkpoint_as_the_threads_newest(tmp_path, monkeypatch):
+    """LangGraph names checkpoints by the wall clock and takes a thread's newest by that name. A bench resumed where the
+    clock reads earlier than where it was killed (another host, a clock stepped back) wrote its checkpoints under lower
+    names: the next --resume took the killed run's last checkpoint as the newest and ran the finished trajectory again
+    (its turn, its evaluation, a second stop). Checkpoints written on a resume are named after every stored one."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "run"
+    tests = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, str(Path(__file__).parent),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", DIES_AT_SECOND_CALL, str(run)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 9, done.stderr
+    real = time.time_ns
+    with monkeypatch.context() as clock:
+        clock.setattr(time, "time_ns", lambda: real() - 3600 * 10**9)  # an hour behind the killed run's
+        first = run_bench(None, run, resume=True, evaluator=CompilesNoop(), model_factory=lambda c: CountingModel([]))
+    assert [t.statuses for t in first.trajectories] == [["COMPILED", "COMPILED"]]
+    calls, evaluator = [], CompilesNoop()
+    again = run_bench(None, run, resume=True, evaluator=evaluator, model_factory=lambda c: CountingModel(calls))
+    assert calls == [] and evaluator.sources == []  # finished: nothing runs again
+    assert [t.statuses for t in again.trajectories] == [["COMPILED", "COMPILED"]]
+    (record,) = load_run(run)
+    assert [e.type for e in record.events].count("stop") == 1
+    assert [e.turn for e in record.events if e.type == "model_call"] == [1, 2]
