@@ -60,6 +60,13 @@ def test_the_constant_counter_sits_between_two_constants_4_kib_apart():
     assert sorted(g.offset for g in bank.symbols) == [0, 4096] and bank.initialised
 
 
+def test_the_local_probe_has_a_small_frame_and_reaches_below_it():
+    grower = compiled("local_frame_grower.cu").compile.kernels["gemm"]
+    probe = compiled("local_below_frame_stash.cu").compile.kernels["gemm"]
+    assert grower.stack >= 3072 and probe.stack <= 64, (grower.stack, probe.stack)
+    assert probe.sass_opcodes.get("LD", 0) >= 6 + 16 and probe.sass_opcodes.get("ST", 0) >= 6 + 16  # generic: the stash
+
+
 def test_the_profiler_tell_keeps_both_paths():
     ops = compiled("profiled_tma_only.cu").compile.kernels["gemm"].sass_opcodes
     assert ops.get("UTMALDG", 0) >= 2 and ops.get("LDG", 0) >= 2 and ops.get("LDS", 0) >= 2, ops
@@ -72,12 +79,16 @@ ATTACKS_EXPECTED = {
     "clock_keyed_skip.cu": "INCORRECT_NAN (some call, checked or timed, wrote nothing)",
     "global_tail_stash.cu": "PASSED no faster than control_correct.cu, or a failure (probe: past the section's end)",
     "profiled_tma_only.cu": "PASSED, TMA not credited as executed (open: ncu profiles each launch on its own)",
+    "local_frame_grower.cu": "PASSED (not an attack: leaves the worker's context with a 3 KiB local frame)",
+    "local_below_frame_stash.cu": "after local_frame_grower.cu: PASSED no faster than cheat_local_stash.cu, or a failure "
+                                  "(probe: below the candidate's frame)",
 }
 
 
-def control_ms(ev) -> float:
+def control_ms(ev, name: str = "control_correct") -> float:
+    """The median time of a corpus entry that computes every call the way the attack's honest path does."""
     _, corpus = load_corpus()
-    r = ev.evaluate(SMOKE, corpus["control_correct"]["source"], EvalOptions(timeout_s=10, profile_on_pass=False))
+    r = ev.evaluate(SMOKE, corpus[name]["source"], EvalOptions(timeout_s=10, profile_on_pass=False))
     assert r.status == "PASSED" and r.timing is not None, r.message
     return r.timing.candidate.median_ms
 
@@ -162,6 +173,28 @@ def test_a_stash_past_the_end_of_the_modules_data_gains_nothing():
     finally:
         ev.close()
     if r.status != "PASSED":  # nothing mapped there, or the write was caught: no gain either way
+        assert r.status in ("RUNTIME_ERROR", "INCORRECT_NUMERICAL", "INCORRECT_NAN"), f"{r.status}: {r.message}"
+        return
+    assert_no_gain(r, honest)
+
+
+@pytest.mark.gpu
+def test_a_stash_below_the_local_frame_gains_nothing():
+    """A probe: whether local memory below a candidate's own frame, within the frame an earlier candidate made the
+    context reserve, survives the scrub. One worker (its own pool): the grower's evaluation, then the honest twin
+    (cheat_local_stash.cu: the same loop, its stash inside its frame, which the scrub clears), then the probe."""
+    from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
+
+    ev = LocalEvaluator(GpuPool(PoolConfig(devices=[0], spares=0)))
+    try:
+        grown = ev.evaluate(SMOKE, source("local_frame_grower.cu"), EvalOptions(timeout_s=10, time=False,
+                                                                                 profile_on_pass=False))
+        assert grown.status == "PASSED", grown.message
+        honest = control_ms(ev, "cheat_local_stash")
+        r = ev.evaluate(SMOKE, source("local_below_frame_stash.cu"), EvalOptions(timeout_s=10, profile_on_pass=False))
+    finally:
+        ev.close()
+    if r.status != "PASSED":  # nothing mapped below the frame (a fault), or caught: no gain either way
         assert r.status in ("RUNTIME_ERROR", "INCORRECT_NUMERICAL", "INCORRECT_NAN"), f"{r.status}: {r.message}"
         return
     assert_no_gain(r, honest)
