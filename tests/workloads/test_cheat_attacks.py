@@ -201,8 +201,6 @@ def test_a_stash_below_the_local_frame_gains_nothing():
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=False, reason="open: ncu profiles each launch of a plan on its own, so a kernel tells the "
-                                        "profiled call by the time between its launches and runs TMA only there")
 def test_tma_run_only_under_the_profiler_is_not_credited():
     """Unlike profile_gap_tma.cu (tests/tools/test_profile_gpu.py), whose profiled call leaves C unwritten, this one's
     profiled call computes C exactly: the output check passes, and the counters show TMA doing all of the input traffic.
@@ -218,4 +216,7 @@ def test_tma_run_only_under_the_profiler_is_not_credited():
     assert r.profile["output_passed"] is True, r.profile  # the profiled call's output is the evaluated one's
     tma = r.targets_runtime["tma"]
     assert tma.counter_values.get("smsp__sass_inst_executed_op_tma_ld.sum", 0) > 0, tma  # TMA ran under the profiler
+    if tma.verdict == "executed":  # the gap, known and open: the set-up above held, only the verdict is wrong
+        pytest.xfail("open: ncu profiles each launch of a plan on its own, so a kernel tells the profiled call by the "
+                     "time between its launches and runs TMA only there; credited: " + tma.reason)
     assert tma.verdict != "executed", tma.reason
