@@ -59,15 +59,19 @@ def report(
     inputs.run_folder(run)
     if out is not None and (inside := out_in_run(inputs.new_folder(out, "--out"), run)):
         raise inputs.BadInput(inside)
-    if out is not None and (inputs.new_folder(out, "--out") / "export_manifest.json").exists():
+    # the default folder (<run>/report) goes through the same checks: a folder of someone's own files there (their
+    # summary.md replaced, a report among an export's data) was written into without a word
+    target = inputs.new_folder(out, "--out") if out is not None else run / "report"
+    named = f"--out {out}" if out is not None else f"the report folder {target}"
+    other = "name a new folder" if out is not None else "name another folder with --out"
+    if (target / "export_manifest.json").exists():
         # its score.json and pages among the dataset's files: the next export there was refused as foreign data
-        raise inputs.BadInput(f"--out {out} holds an export (export_manifest.json): a report there would go among its "
-                              "data files; name a new folder")
-    if out is not None and (mine := foreign_report_file(inputs.new_folder(out, "--out"))):
-        raise inputs.BadInput(f"--out {out} holds {mine}, which no report wrote: a report would replace it; name a new "
-                              "folder, or an earlier report's")
-    # the default folder (<run>/report) goes through the same check: a read-only run folder said up front, in one line
-    target = Path(out) if out is not None else run / "report"
+        raise inputs.BadInput(f"{named} holds an export (export_manifest.json): a report there would go among its "
+                              f"data files; {other}")
+    if target.is_dir() and (mine := foreign_report_file(target)):
+        raise inputs.BadInput(f"{named} holds {mine}, which no report wrote: a report would replace it; {other}"
+                              + (", or an earlier report's" if out is not None else ""))
+    # and through create_folder: a read-only run folder said up front, in one line
     fresh = not target.exists()
     out_dir = inputs.create_folder(out, "--out") if out is not None else inputs.create_folder(run / "report", "report")
     try:

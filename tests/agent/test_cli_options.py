@@ -91,6 +91,21 @@ def test_report_may_go_to_a_new_folder_in_the_run_or_an_earlier_reports(run):
         "gemm_bf16_m8192_n7168_k5120__builtin-tuner__knowledge__00"]
 
 
+@pytest.mark.parametrize("mine, words", [("summary.md", "holds summary.md, which no report wrote"),
+                                         ("export_manifest.json", "holds an export (export_manifest.json)")])
+def test_the_default_report_folder_is_checked_as_out_is(run, mine, words):
+    """`report RUN` writes into RUN/report: someone's own summary.md there was replaced, and an export there got the
+    report's pages among its data files, without a word, where --out naming that folder refused both."""
+    (run / "report").mkdir()
+    (run / "report" / mine).write_text("{}\n")
+    before = _listing(run)
+    line = _one_line(CliRunner().invoke(app, ["report", str(run)]))
+    assert f"the report folder {run / 'report'} {words}" in line and "name another folder with --out" in line, line
+    assert _listing(run) == before
+    result = CliRunner().invoke(app, ["report", str(run), "--out", str(run.parent / "elsewhere")])
+    assert result.exit_code == 0, result.output
+
+
 def _visible_options():
     import typer
 
