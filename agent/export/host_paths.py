@@ -36,7 +36,7 @@ def model_name(model: str) -> str:
     if model.startswith("replay/"):
         return replay_model(model)
     provider, slash, served = model.partition("/")
-    if slash and served.startswith(("/", "~")):
+    if slash and served.startswith(("/", "~", "./")):  # vllm serve ./ckpt serves it as "./ckpt"
         return f"{provider}/{PurePath(served).name or served}"
     return model
 

@@ -83,3 +83,11 @@ def test_a_trajectory_log_with_no_readable_start_is_said_not_dropped_unseen(tmp_
     assert res.exit_code == 0, res.output
     assert "1 trajectory logs left out: no readable start" in res.output
     assert json.loads((out / "export_manifest.json").read_text())["stats"]["trajectory_logs_without_start"] == 1
+
+
+def test_a_model_served_from_a_relative_folder_is_named_by_the_folders_name():
+    """`vllm serve ./ckpt/sft-2` serves the model as "./ckpt/sft-2": the host's layout, as an absolute path is."""
+    from ptxbench.agent.export.host_paths import model_name
+
+    assert model_name("hosted_vllm/./ckpt/sft-2") == "hosted_vllm/sft-2"
+    assert model_name("hosted_vllm/Qwen/Qwen3-8B") == "hosted_vllm/Qwen/Qwen3-8B"
