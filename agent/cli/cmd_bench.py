@@ -237,6 +237,7 @@ def bench(
     inputs.positive(ray_placement_wait, "--ray-placement-wait", "seconds an evaluation waits for a GPU actor "
                     "(default 600)")
     inputs.not_negative(target_speedup, "--target-speedup", "leave it out to run every turn")
+    inputs.seed(seed)
     if resume and run_dir is None:
         raise inputs.BadInput("--resume needs --run-dir: the bench run folder to continue")
     if backend not in (None, "local", "ray"):

@@ -15,6 +15,7 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
     given_options(ctx, names)                            the options of `names` the command line gave (not defaults)
     gpu_only(given)                                      options given with --no-gpu that only a GPU run uses: BadInput
     positive(value, flag), not_negative(value, flag)     a finite number above 0 / 0 or more (None: not given)
+    seed(value, flag)                                    an input seed torch can take, from 0 to 2**63 - 1 (None: not given)
     utf8(text)                                           whether a path can be recorded (no bytes other than UTF-8)
 """
 from __future__ import annotations
@@ -410,6 +411,17 @@ def not_negative(value: float | None, flag: str, unset: str = "") -> None:
     reach, that a run's JSON records write as null (another value on --resume) or as Infinity."""
     if value is not None and not 0 <= value < float("inf"):
         raise BadInput(f"{flag} must be a finite number, 0 or more, got {value}" + (f"; {unset}" if unset else ""))
+
+
+MAX_SEED = 2**63 - 1  # an evaluation seeds its input sets from seed + k (its final checks a few thousand above, a
+# bench's trajectory i from seed + i): torch's generator takes 64 bits, so 2**64 - 1 passed here and every set after
+# the first failed, on the GPU, as an INFRA_ERROR of the harness's own; below 2**63 all of them fit
+
+
+def seed(value: int | None, flag: str = "--seed") -> None:
+    if value is not None and not 0 <= value <= MAX_SEED:
+        raise BadInput(f"{flag} must be a whole number from 0 to 2**63 - 1 (it seeds the evaluation's input sets), "
+                       f"got {value}")
 
 
 def config(cls: type[T], flags: dict[str, str] | None = None, **fields) -> T:

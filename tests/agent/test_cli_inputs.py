@@ -127,6 +127,14 @@ CASES = [
     (["eval", W, GOOD, "--no-gpu", "--timeout", "nan"], 2, "--timeout must be positive and finite, got nan"),
     (["profile", W, GOOD, "--timeout", "inf"], 2, "--timeout must be positive and finite, got inf"),
     (["synth-repairs", "--list", "--timeout-s", "nan"], 2, "--timeout-s must be positive and finite, got nan"),
+    # torch's generator takes 64 bits: every input set after the first failed on the GPU, an INFRA_ERROR of the
+    # harness's own (a bench's trajectories retried, then left out of the scores)
+    (["eval", W, GOOD, "--seed", "18446744073709551615"], 2,
+     "--seed must be a whole number from 0 to 2**63 - 1 (it seeds the evaluation's input sets), got 18446744073709551615"),
+    (["eval", W, GOOD, "--seed", "-1"], 2, "--seed must be a whole number from 0 to 2**63 - 1"),
+    (["profile", W, GOOD, "--seed", "18446744073709551615"], 2, "--seed must be a whole number from 0 to 2**63 - 1"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--seed", "18446744073709551615"], 2,
+     "--seed must be a whole number from 0 to 2**63 - 1"),
     (["profile", "nope", GOOD], 2, "unknown workload"),
     (["profile", W, "missing.ptx"], 2, "does not exist"),
     (["profile", W, GOOD, "--arch", "sm_80"], 2, "--arch"),
