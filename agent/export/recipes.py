@@ -32,7 +32,7 @@ def kernel_message(turn: Turn) -> str:
 
 # Why a turn's kernel cannot be a completion: the filter's name, and what keeps such kernels (for `export`'s report).
 REJECTED = {
-    "handed_in": "the --start-from kernel (turn 0): handed in, not written by the model",
+    "handed_in": "the --start-from kernel (turn 0), or a turn submitting it again: handed in, not written by the model",
     "compiled_only": "the kernel only compiled (--no-gpu), never ran",
     "not_passed": "the kernel did not pass",
     "target_not_executed": "the target instructions were not seen executing (--no-require-target keeps them)",
@@ -135,9 +135,12 @@ def candidate_rows(sample: TrajectorySample, cfg: ExportConfig, op: str = "", wh
         why["no_submission"] += 1
     head_markup = _chat_markup(sample.system, sample.task)
     if cfg.recipe == "kernelgen":
+        # the handed-in kernel submitted again is still the task's kernel, not the model's: a copy of the prompt
+        handed = {kernel_hash(t.kernel) for t in turns if t.turn == HANDED_IN_TURN}
         rows = []
         for t in turns:
-            if reason := _rejected(t, cfg) or ("chat_markup" if head_markup or _chat_markup(t.kernel) else None):
+            if reason := _rejected(t, cfg) or ("handed_in" if handed and kernel_hash(t.kernel) in handed else None) \
+                    or ("chat_markup" if head_markup or _chat_markup(t.kernel) else None):
                 why[reason] += 1
             else:
                 rows.append(_row(sample, cfg, head, t, None, op, count))

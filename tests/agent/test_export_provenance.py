@@ -1,5 +1,6 @@
 """Each row's provenance names where its own label came from: the run by its folder's name, the GPU that measured
-the completion's verdict and speedup, no path of the exporting host; and a trajectory the export cannot read is said."""
+the completion's verdict and speedup, no path of the exporting host, a model only for a kernel it wrote; and a
+trajectory the export cannot read is said."""
 from __future__ import annotations
 
 from ptxbench.agent.export import ExportConfig, build_rows, collect_samples
@@ -91,3 +92,22 @@ def test_a_model_served_from_a_relative_folder_is_named_by_the_folders_name():
 
     assert model_name("hosted_vllm/./ckpt/sft-2") == "hosted_vllm/sft-2"
     assert model_name("hosted_vllm/Qwen/Qwen3-8B") == "hosted_vllm/Qwen/Qwen3-8B"
+
+
+def test_the_start_from_kernel_handed_back_unchanged_is_no_kernelgen_row(tmp_path):
+    """`optimize --start-from best.cu` shows a passing kernel in the task; a turn that submits it again (no better idea,
+    a builtin model) passed, and its KernelGen row taught copying the prompt's kernel, credited to the model, as the
+    handed-in turn 0 itself would have (it is refused as a completion)."""
+    from export_runs import write_start_from_run
+    from ptxbench.agent.records.events import EvalEvent, TurnEnd
+    from ptxbench.agent.records.rundir import TrajectoryWriter, sha256_text
+
+    run = tmp_path / "run"
+    start, _, _ = write_start_from_run(run, WORKLOAD, result("PASSED", 0.9, True), "passed, 0.90x")
+    w = TrajectoryWriter(run / "trajectories" / "s")
+    again = start.replace("// variant start", "// the start kernel, unchanged")  # a comment: the same kernel
+    w.append(EvalEvent(trajectory_id="s", turn=2, kernel_file=w.save_kernel(2, "cuda", again), language="cuda",
+                       kernel_sha256=sha256_text(again), result=result("PASSED", 0.91, True), feedback="passed"))
+    w.append(TurnEnd(trajectory_id="s", turn=2, status="PASSED"))
+    rows, stats = build_rows(collect_samples([run]), ExportConfig(recipe="kernelgen"))
+    assert [r.provenance.turn for r in rows] == [1] and "variant_fixed" in rows[0].completion[0].content
