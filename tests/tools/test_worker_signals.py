@@ -23,28 +23,45 @@ def _serve_through_ctrl_c(conn, device_index, config, referee_conn=None):
     conn.send("still serving")
 
 
+def _entry_point_with_serve_replaced(entry_point, conn):
+    """The child's side: the real entry point, its serve loop replaced by a Ctrl-C to itself. The child is spawned, not
+    forked: a fork of a test process with threads running (earlier tests' pools) could inherit a held lock and hang."""
+    from ptxbench.tools.gpu import entry, referee, worker
+
+    worker.serve = _serve_through_ctrl_c
+    referee.serve = lambda conn, device: _serve_through_ctrl_c(conn, device, {})
+    if entry_point == "main":
+        entry.main(conn, 0, {}, None)
+    else:
+        entry.referee_main(conn, 0)
+
+
 @pytest.mark.parametrize("entry_point", ["main", "referee_main"])
-def test_the_gpu_worker_and_its_referee_outlive_the_terminals_ctrl_c(monkeypatch, entry_point):
+def test_the_gpu_worker_and_its_referee_outlive_the_terminals_ctrl_c(entry_point):
     """Killed by the KeyboardInterrupt of a Ctrl-C in the middle of a candidate, a worker came back as the candidate's
     RUNTIME_ERROR ('the GPU worker process died while running the candidate'), recorded in its turn; the bench's own
     stop ends the workers once the trajectories in flight have stopped."""
-    from ptxbench.tools.gpu import entry, referee, worker
-
-    monkeypatch.setattr(worker, "serve", _serve_through_ctrl_c)
-    monkeypatch.setattr(referee, "serve", lambda conn, device: _serve_through_ctrl_c(conn, device, {}))
     # a test run started in the background by a non-interactive shell inherits SIGINT ignored: the worker must ignore
-    # it whatever it inherits, so the test starts it from Python's default handler
+    # it whatever it inherits, so the test starts it from Python's default handler (the spawned interpreter installs
+    # its own KeyboardInterrupt handler unless SIGINT arrives ignored)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    args = (child, 0, {}, None) if entry_point == "main" else (child, 0)
-    proc = ctx.Process(target=getattr(entry, entry_point), args=args)
-    proc.start()
+    proc = ctx.Process(target=_entry_point_with_serve_replaced, args=(entry_point, child))
     try:
-        assert parent.poll(10) and parent.recv() == "still serving"
+        proc.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    child.close()  # the child's end held here too would keep a dead child's pipe open until the poll's timeout
+    try:
+        assert parent.poll(60), "the child neither answered nor died"
+        try:
+            answer = parent.recv()
+        except EOFError:
+            answer = None
+        assert answer == "still serving", f"the Ctrl-C ended the child (exit code {proc.join(10) or proc.exitcode})"
     finally:
         proc.join(10)
-        signal.signal(signal.SIGINT, previous)
     assert proc.exitcode == 0
 
 
