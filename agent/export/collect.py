@@ -12,7 +12,7 @@ from ..records.rundir import read_manifest, sha256_text
 from ..scoring.run_score import unique_records
 from ..scoring.turns import evaluated_gpu
 from .host_paths import model_name, replay_model, run_name
-from .replayed import authored_events, feedback_read
+from .replayed import authored_events, feedback_read, tags
 
 
 @dataclass
@@ -83,8 +83,8 @@ def _author(events, model: str) -> tuple[str, str | None]:
     if not model.startswith("replay/"):
         return model, None
     for e in events:
-        if e.type == "model_call" and (author := (e.response.get("tags") or {}).get("recorded_model")):
-            return str(author), model
+        if isinstance(author := tags(e).get("recorded_model"), str) and author:
+            return author, model
     return model, None
 
 

@@ -16,15 +16,17 @@ from ..records.rundir import read_events, trajectory_log
 MAX_REPLAYS = 16  # replays of replays followed back; a log that names itself ends there
 
 
-def _tags(event) -> dict:
-    return event.response.get("tags") or {} if event.type == "model_call" else {}
+def tags(event) -> dict:
+    """A model call's reply tags ({} for another event, or tags that are no object: a hand-edited or foreign log)."""
+    found = event.response.get("tags") if event.type == "model_call" else None
+    return found if isinstance(found, dict) else {}
 
 
 def _source(events) -> Path | None:
     """The log a replay's replies came from, as its first model call's tags name it (None: no replay)."""
     for event in events:
         if event.type == "model_call":
-            source = _tags(event).get("replayed_from")
+            source = tags(event).get("replayed_from")
             return Path(source) if isinstance(source, str) and source else None
     return None
 
@@ -47,7 +49,8 @@ def _holds_the_replies(events, source_events) -> bool:
     for event in events:
         if event.type != "model_call":
             continue
-        recorded = calls.get(_tags(event).get("recorded_seq"))
+        seq = tags(event).get("recorded_seq")
+        recorded = calls.get(seq) if isinstance(seq, int) else None  # a list there was a TypeError
         if recorded is None or ((recorded.response.get("content") or ""), recorded.response.get("tool_calls") or []) \
                 != ((event.response.get("content") or ""), event.response.get("tool_calls") or []):
             return False

@@ -3,6 +3,8 @@ the completion's verdict and speedup, no path of the exporting host, a model onl
 trajectory the export cannot read is said."""
 from __future__ import annotations
 
+import pytest
+
 from ptxbench.agent.export import ExportConfig, build_rows, collect_samples
 from ptxbench.agent.records.rundir import write_manifest
 
@@ -111,3 +113,26 @@ def test_the_start_from_kernel_handed_back_unchanged_is_no_kernelgen_row(tmp_pat
     w.append(TurnEnd(trajectory_id="s", turn=2, status="PASSED"))
     rows, stats = build_rows(collect_samples([run]), ExportConfig(recipe="kernelgen"))
     assert [r.provenance.turn for r in rows] == [1] and "variant_fixed" in rows[0].completion[0].content
+
+
+@pytest.mark.parametrize("tags", [["replayed"], "replayed", 5, {"recorded_model": ["m0"]}])
+def test_a_replays_tags_of_another_shape_export_not_a_traceback(tmp_path, tags):
+    """A replay/<log> run's model calls name the replies' author and source in their response's tags. A record whose
+    tags are no object (a hand-edited or foreign log) stopped the export with an AttributeError traceback, and an
+    author that is no string was written as its repr. Such tags name nothing: the rows stand under the replay."""
+    import json
+
+    run = tmp_path / "run"
+    write_manifest(run, {})
+    write_trajectory(run, "t", WORKLOAD, [("a", result("COMPILE_ERROR"), "line 3: error"),
+                                          ("b", result("PASSED", 1.0, True), "passed")], model="replay/elsewhere")
+    log = run / "trajectories" / "t" / "trajectory.jsonl"
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    for event in events:
+        if event["type"] == "model_call":
+            event["response"]["tags"] = tags
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    (sample,) = collect_samples([run])
+    assert sample.model == "replay/elsewhere"
+    rows, _ = build_rows([sample], ExportConfig(recipe="kernelgen"))
+    assert [r.provenance.model for r in rows] == ["replay/elsewhere"]
