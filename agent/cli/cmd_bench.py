@@ -244,11 +244,14 @@ def bench(
         raise inputs.BadInput(f"--backend {backend!r}: expected local or ray")
     if run_dir is not None:
         run_dir = inputs.new_folder(run_dir, "--run-dir")  # taken as text: typer's Path made an empty one '.'
-        if resume:
-            inputs.unsealed(inputs.run_folder(run_dir, "bench run"), "--resume")
-        else:
+        if not resume:
             inputs.no_other_files(run_dir, "--run-dir")
-        inputs.run_manifest(run_dir, "--run-dir")  # a damaged one: one line, not run_bench's traceback
+        else:
+            inputs.run_folder(run_dir, "bench run")
+        manifest = inputs.run_manifest(run_dir, "--run-dir")  # a damaged one: one line, not run_bench's traceback
+        if resume and manifest.get("command") in (None, "bench"):  # another command's run is refused as one below:
+            # "unseal it first, then continue it" sent the user to unseal a run a bench cannot continue
+            inputs.unsealed(run_dir, "--resume")
     config = recorded = None
     overrides = {"backend": backend, "ray_address": ray_address, "gpus": gpus, "parallel": parallel,
                  "provider_limits": _limits(provider_limit) or None, "api_base": api_base, "infra_retries": infra_retries,

@@ -283,8 +283,9 @@ def optimize(
             resume = str(find_run(resume))
         except FileNotFoundError as exc:
             raise inputs.BadInput(f"--resume: {exc}{inputs.run_above(Path(resume))}") from None
+        inputs.resumable(Path(resume), "--resume")  # first: a sealed run of another command is refused as that, not
+        # sent to `seal --undo` to be refused after it
         inputs.unsealed(Path(resume), "--resume")
-        inputs.resumable(Path(resume), "--resume")
         try:
             recorded, tid = resume_config(Path(resume))
         except RunFolderInUse as exc:

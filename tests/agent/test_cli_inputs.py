@@ -220,6 +220,25 @@ def test_a_path_of_other_bytes_than_utf8_is_refused_before_the_run(workdir, what
     assert _files(workdir) == before
 
 
+@pytest.mark.parametrize("run, argv, words", [
+    (SYNTH_RUN, ["bench", "--resume", "--run-dir"], "holds a synth-repairs run, not a bench run"),
+    (SYNTH_RUN, ["optimize", "--resume"], "holds a synth-repairs run: --resume continues optimize runs"),
+    (EXAMPLE_RUN, ["bench", "--resume", "--run-dir"], "holds an optimize run, not a bench run: continue it with"),
+], ids=["bench synth", "optimize synth", "bench optimize"])
+def test_a_sealed_run_of_another_command_is_refused_as_that(tmp_path, run, argv, words):
+    """A sealed run that the command cannot continue was sent to `seal --undo` first, to be refused as another
+    command's run once unsealed."""
+    from ptxbench.agent.records.sealing import seal_run
+
+    sealed = tmp_path / "run"
+    shutil.copytree(run, sealed)
+    seal_run(sealed)
+    result = CliRunner().invoke(app, [*argv, str(sealed)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and words in lines[0], result.output
+    assert "--undo" not in lines[0], lines[0]
+
+
 def _files(root: Path) -> set[Path]:
     return {p.relative_to(root) for p in root.rglob("*")}
 
