@@ -239,16 +239,23 @@ def migrate_old_records(raws: list[dict]) -> list[dict]:
 
 def path_inside(folder: Path, rel: str) -> Path | None:
     """`folder / rel` with every link and `..` resolved, or None when that leaves `folder`: a path read from a record
-    (an absolute one, one that climbs out with ../, or goes through a link) must not reach the reader's own files."""
+    (an absolute one, one that climbs out with ../, or goes through a link) must not reach the reader's own files.
+    None too for a name with a NUL byte: a damaged record's, not a traceback."""
     root = Path(folder).resolve()
-    path = (root / rel).resolve()
+    try:
+        path = (root / rel).resolve()
+    except (ValueError, OSError):
+        return None
     return path if path.is_relative_to(root) else None
 
 
 def kernel_path(folder: Path, rel: str) -> Path | None:
     """The kernel file an eval_result's `kernel_file` names: a regular file inside its trajectory folder, else None."""
     path = path_inside(folder, rel) if rel else None
-    return path if path is not None and path.is_file() else None
+    try:
+        return path if path is not None and path.is_file() else None
+    except OSError:  # a name past the file system's length (a damaged record's): no file, not a traceback
+        return None
 
 
 def read_kernel(folder: Path, rel: str) -> str | None:

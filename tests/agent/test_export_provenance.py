@@ -1,6 +1,6 @@
 """Each row's provenance names where its own label came from: the run by its folder's name, the GPU that measured
 the completion's verdict and speedup, no path of the exporting host, a model only for a kernel it wrote; and a
-trajectory the export cannot read is said."""
+trajectory the export cannot read is said, a damaged record's field passed over, never a traceback."""
 from __future__ import annotations
 
 import pytest
@@ -136,3 +136,23 @@ def test_a_replays_tags_of_another_shape_export_not_a_traceback(tmp_path, tags):
     assert sample.model == "replay/elsewhere"
     rows, _ = build_rows([sample], ExportConfig(recipe="kernelgen"))
     assert [r.provenance.model for r in rows] == ["replay/elsewhere"]
+
+
+@pytest.mark.parametrize("kernel_file", ["kernels/\u0000turn_02.cu", "k/" * 3000 + "turn_02.cu"])
+def test_a_kernel_file_name_no_file_system_takes_is_no_kernel_not_a_traceback(tmp_path, kernel_file):
+    """An eval_result naming its kernel with a NUL byte, or a path too long for the file system (a damaged or foreign
+    log), stopped the export with ValueError / OSError: such a name is no kernel inside the trajectory folder."""
+    import json
+
+    run = tmp_path / "run"
+    write_manifest(run, {})
+    write_trajectory(run, "t", WORKLOAD, [("a", result("PASSED", 1.0, True), "passed"),
+                                          ("b", result("PASSED", 1.2, True), "passed")])
+    log = run / "trajectories" / "t" / "trajectory.jsonl"
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    for event in events:
+        if event["type"] == "eval_result" and event["turn"] == 2:
+            event["kernel_file"] = kernel_file
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    (sample,) = collect_samples([run])
+    assert [t.turn for t in sample.turns] == [1]
