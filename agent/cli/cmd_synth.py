@@ -40,7 +40,6 @@ def synth_repairs(
 
     from . import inputs, preflight
     from ..records.rundir import runs_root
-    from ..records.rundir import read_manifest
 
     console = Console()
     ids = [inputs.workload(w) for w in workloads or ["gemm_bf16_m8192_n7168_k5120"]]
@@ -66,8 +65,12 @@ def synth_repairs(
     inputs.no_other_files(run_dir, "--run-dir")
     if not list_only:
         preflight.writable(run_dir)
-    if read_manifest(run_dir).get("command") not in (None, "synth-repairs"):
-        raise inputs.BadInput(f"--run-dir {run_dir} holds a {read_manifest(run_dir)['command']} run; choose another folder")
+    # as optimize's and bench's: a damaged manifest was a traceback, and one no run wrote (no command) was taken,
+    # to be written over
+    manifest = inputs.run_manifest(run_dir, "--run-dir")
+    if manifest and (command := manifest.get("command")) != "synth-repairs":
+        what = f"{'an' if command[:1] in 'aeiou' else 'a'} {command}" if command else "a foreign"
+        raise inputs.BadInput(f"--run-dir {run_dir} holds {what} run; choose another folder")
     if list_only:
         for wid in ids:
             found = [m.name for m, _ in applicable(reference_source(wid), names)]

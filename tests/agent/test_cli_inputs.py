@@ -178,6 +178,7 @@ CASES = [
     (["synth-repairs", "--list", "--mutations", " , "], 2, "--mutations ' , ' names nothing"),
     # EvalOptions refused it only once the run's manifest was written, in a traceback (eval's bound, said up front)
     (["synth-repairs", "--trials", "100"], 2, "--trials must be at most 32"),
+    (["synth-repairs", "--list", "--run-dir", EXAMPLE_RUN], 2, "holds an optimize run; choose another folder"),
     (["synth-repairs"], 2, "GPU"),  # this machine has none: said up front, nothing written
     (["workloads", "--bogus"], 2, "No such option"),
     (["nope"], 2, "No such command"),

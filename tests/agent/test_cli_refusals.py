@@ -279,7 +279,9 @@ def test_only_storage_failures_are_said_as_such():
                          ids=["not json", "a list", "a web app's manifest", "trajectories a file"])
 @pytest.mark.parametrize("argv", [["optimize", W, "--no-gpu", "--quiet", "--run-dir", "d"],
                                   ["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--run-dir", "d"],
-                                  ["bench", "--resume", "--run-dir", "d"]], ids=["optimize", "bench", "bench --resume"])
+                                  ["bench", "--resume", "--run-dir", "d"],
+                                  ["synth-repairs", "--list", "--run-dir", "d"]],
+                         ids=["optimize", "bench", "bench --resume", "synth-repairs"])
 def test_a_run_dir_whose_manifest_is_damaged_or_foreign_is_one_line_and_left_as_it_was(tmp_path, monkeypatch, argv,
                                                                                        manifest, words):
     """A damaged manifest.json was a DamagedRecord traceback, and optimize made trajectories/ in the folder before it
@@ -293,7 +295,7 @@ def test_a_run_dir_whose_manifest_is_damaged_or_foreign_is_one_line_and_left_as_
     result = CliRunner().invoke(app, argv)
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.output
-    if argv[0] == "optimize" or words.startswith("manifest"):  # bench's own words otherwise ("already holds a run")
+    if argv[0] != "bench" or words.startswith("manifest"):  # bench's own words otherwise ("already holds a run")
         assert words in lines[0], lines[0]
     assert [p.name for p in (tmp_path / "d").iterdir()] == ["trajectories" if manifest == "{}\n" else "manifest.json"]
 
