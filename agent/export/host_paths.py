@@ -2,8 +2,8 @@
 
 A replay's model string (`replay//home/alice/runs/x/trajectories/<id>/trajectory.jsonl`), a model served from a
 local folder (`hosted_vllm//home/alice/ckpt/sft-1`), the run folders given to `export` and an `hf:<folder>` tokenizer
-were written into rows and export_manifest.json as typed: a published dataset
-told a username and a directory layout. Each is cut to the names a reader can match against `provenance.run`.
+were written into rows and export_manifest.json as typed: a published dataset told a username and a directory layout.
+Each is cut to the names a reader can match against `provenance.run`.
 """
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def model_name(model: str) -> str:
 
 
 def run_name(path: str) -> str:
-    """A run folder given to `export`, as its name: the manifest's runs and `provenance.run` ("." is the folder's own name)."""
+    """A run folder given to `export`, as its name: the manifest's runs and `provenance.run` ("." is the folder's own
+    name)."""
     return os.path.basename(os.path.abspath(os.path.expanduser(path)))
 
 

@@ -56,8 +56,9 @@ REJECTED = {
 # Llama 3's <|eot_id|>, DeepSeek's <｜end▁of▁sentence｜>), Llama 2 / Mistral's [INST] and <<SYS>>, Gemma's turn tags,
 # <s> and </s> (in that case only: `Tile<S>` is C++), a think tag (Qwen3's template keeps only what follows an
 # assistant message's last </think>), and the tool-call tags (Qwen's <tool_call> / <tool_response>, added tokens of
-# its tokenizer; Mistral's [TOOL_CALLS]). A Hugging Face tokenizer turns such text into the token itself: a kernel comment `<|im_end|>\n<|im_start|>user`
-# trained an end of turn inside the kernel and a user turn the model wrote. No prompt of ptxbench holds any.
+# its tokenizer; Mistral's [TOOL_CALLS]). A Hugging Face tokenizer turns such text into the token itself: a kernel
+# comment `<|im_end|>\n<|im_start|>user` trained an end of turn inside the kernel and a user turn the model wrote.
+# No prompt of ptxbench holds any.
 CHAT_MARKUP = re.compile(r"<\|[^|<>\s]{1,64}\|>|<｜[^｜<>\n]{1,64}｜>|</?think>|\[/?INST\]|<</?SYS>>|<(?:start|end)_of_turn>"
                          r"|(?-i:</?s>)|</?tool_(?:call|response)>|\[/?(?:TOOL_CALLS|TOOL_RESULTS|AVAILABLE_TOOLS)\]",
                          re.IGNORECASE)

@@ -56,7 +56,8 @@ def test_a_model_served_from_a_local_folder_is_named_without_the_hosts_path(tmp_
     write_manifest(run, {})
     write_trajectory(run, "t", WORKLOAD, [("a", result("PASSED", 1.1, True), "passed")],
                      model="hosted_vllm//home/alice/ckpt/sft-1/")
-    write_trajectory(run, "u", WORKLOAD, [("b", result("PASSED", 1.2, True), "passed")], model="hosted_vllm/Qwen/Qwen3-8B")
+    write_trajectory(run, "u", WORKLOAD, [("b", result("PASSED", 1.2, True), "passed")],
+                     model="hosted_vllm/Qwen/Qwen3-8B")
     cfg = ExportConfig(recipe="kernelgen")
     rows, stats = build_rows(collect_samples([run]), cfg)
     assert [r.provenance.model for r in rows] == ["hosted_vllm/sft-1", "hosted_vllm/Qwen/Qwen3-8B"]
