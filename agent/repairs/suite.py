@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 from typing import Literal
@@ -157,11 +158,20 @@ def load_suite(folder: str | Path | None = None) -> RepairSuite:
 
     from ..records.rundir import validation_line
 
+    given = folder is not None
     folder = Path(folder) if folder else default_suite_dir()
     index = folder / "suite.json"
     if not index.exists():
-        raise SuiteMissing(f"no repair suite at {folder} (no suite.json): build it on a GPU with "
-                           "`source bench/gpu_env.sh && python3 bench/build_repair_suite.py --out workloads/repairs`")
+        # a --suite given: a misspelt folder or a file is the likelier cause than a suite never built, and a build of
+        # the committed suite's folder would not make it
+        build = ("`source bench/gpu_env.sh && python3 bench/build_repair_suite.py --out "
+                 f"{shlex.quote(str(folder)) if given else 'workloads/repairs'}`")
+        if not given:
+            raise SuiteMissing(f"no repair suite at {folder} (no suite.json): build it on a GPU with {build}")
+        what = "is a file" if folder.is_file() else "holds no suite.json" if folder.is_dir() else "does not exist"
+        raise SuiteMissing(f"no repair suite at {folder}: it {what}; give the folder a suite build wrote (the committed "
+                           f"one is {default_suite_dir()})" + ("" if folder.is_file() else f", or build one there on a "
+                                                                                            f"GPU with {build}"))
     meta = _read_json(index)
     if not isinstance(meta, dict):
         raise _damaged(index, "not a JSON object")

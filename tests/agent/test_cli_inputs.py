@@ -179,6 +179,12 @@ CASES = [
     # EvalOptions refused it only once the run's manifest was written, in a traceback (eval's bound, said up front)
     (["synth-repairs", "--trials", "100"], 2, "--trials must be at most 32"),
     (["synth-repairs", "--list", "--run-dir", EXAMPLE_RUN], 2, "holds an optimize run; choose another folder"),
+    # a misspelt --suite was told to build the committed suite, at workloads/repairs, on a GPU
+    (["repairs", "list", "--suite", "workloads/repair"], 2,
+     "no repair suite at workloads/repair: it does not exist; give the folder a suite build wrote (the committed one is"),
+    (["repairs", "show", "x", "--suite", "f"], 2, "no repair suite at f: it is a file; give the folder a suite build"),
+    (["bench", "--track", "repair", "--models", "builtin/tuner", "--no-gpu", "--suite", "f"], 2,
+     "no repair suite at f: it is a file"),
     (["synth-repairs"], 2, "GPU"),  # this machine has none: said up front, nothing written
     (["workloads", "--bogus"], 2, "No such option"),
     (["nope"], 2, "No such command"),
