@@ -153,7 +153,8 @@ def write_dataset(rows: Iterable[Row], out: Path, fmt: str, cfg: ExportConfig, s
                 "counts": dict(sorted(by_group.items())),
                 "files": {k: v.name for k, v in paths.items()}, "schema": "docs/dataset-schema.md"}
     try:  # JSONL carries no types: load_dataset("json", ..., features=datasets.Features.from_dict(this))
-        manifest["features"] = dataset_features().to_dict()
+        if fmt != "openai":  # the row schema: an OpenAI file's lines are {"messages": [...]} alone
+            manifest["features"] = dataset_features().to_dict()
     except ImportError:  # a JSONL export needs no datasets package
         pass
     _staged(out / MANIFEST_NAME).write_text(json.dumps(mask_strings(manifest), indent=2))
