@@ -22,6 +22,11 @@ from .sigterm import Terminated, on_sigterm, stop_exit
 from ..records.events import MAX_TURNS
 
 
+# trajectories per cell: --trajectories 100000000 expanded its matrix for half an hour, silent, its memory growing,
+# before anything ran or was written (a thousand times a paper's dozen is still a bench)
+MAX_TRAJECTORIES = 10_000
+
+
 def _split(text: str | None) -> list[str]:
     return [part.strip() for part in (text or "").split(",") if part.strip()]
 
@@ -179,7 +184,7 @@ def _interrupted(exc: KeyboardInterrupt, where: str, run_dir, recorded: bool):
 def bench(
     models: Optional[str] = typer.Option(None, help="comma-separated model strings (builtin/..., litellm names)"),
     workloads: Optional[str] = typer.Option(None, help="comma-separated workload ids (see `ptxbench workloads`)"),
-    trajectories: Optional[int] = typer.Option(None, min=1, help="trajectories per (model, workload, prompt) cell (default 12; "
+    trajectories: Optional[int] = typer.Option(None, min=1, max=MAX_TRAJECTORIES, help="trajectories per (model, workload, prompt) cell (default 12; "
                                                "repair track: 1 for a builtin/ model, which answers the same input the same way)"),
     turns: Optional[int] = typer.Option(None, min=1, max=MAX_TURNS, help="turns per trajectory (default 8; repair track 4)"),
     track: str = typer.Option("optimize", help="optimize | repair (the repair suite: each trajectory starts from a broken kernel)"),

@@ -101,6 +101,8 @@ CASES = [
      "goes with --track repair"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--ray-address", "auto", "--no-gpu"], 2,
      "--ray-address goes with --backend ray"),
+    (["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--trajectories", "100000000"], 2,
+     "'--trajectories': 100000000 is not in the range 1<=x<=10000"),  # expanded for half an hour, silent
     (["bench", "--resume"], 2, "--run-dir"),
     (["bench", "--resume", "--run-dir", "nowhere"], 2, "no bench run folder"),
     # compile, eval, profile
