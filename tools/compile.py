@@ -42,8 +42,9 @@ CU_NAME = "solution.cu"
 # 3 = ptxas's performance-loss advisories as warnings; 4 = a compiler killed from outside is no result (no longer
 # recorded as the source's compile error); 5 = device system calls (.extern functions) refused; 6 = a cubin or an nvcc
 # PTX past MAX_CUBIN_BYTES / MAX_GENERATED_PTX_BYTES refused; 7 = a limit hit read from the tools' own lines only (the
-# model's text quoted in a diagnostic made a compile error read as one).
-RECORD_VERSION = 7
+# model's text quoted in a diagnostic made a compile error read as one); 8 = ptxas's `Memory allocation failure` is
+# the memory limit's verdict (it was recorded as the source's ordinary compile error).
+RECORD_VERSION = 8
 # Wall-clock backstops; the jail's CPU limit per process (tools/jail.py Limits) usually ends a runaway first.
 PTXAS_TIMEOUT_S = 60.0
 NVCC_TIMEOUT_S = 120.0
@@ -146,6 +147,8 @@ def _jailed(tool: str, tc: Toolchain, argv: list[str], workdir: Path, timeout_s:
 # host compiler's preprocessing), `ptxas solution.ptx, line 5; error : ...`; its message may quote the model's text
 _LOCATED = re.compile(r"^(?:[^\s(][^(]*\(\d+\): |[^\s:][^:]*:\d+:(?:\d+:)? |ptxas\s+.+?, line \d+; )")
 _CARET = re.compile(r"^\s*\^\s*$")
+# ptxas's (and nvdisasm's) words for an allocation the address-space limit refused, on a fatal line of its own
+_TOOL_OUT_OF_MEMORY = re.compile(r"^\w+ fatal\s*: Memory allocation failure$", re.MULTILINE)
 
 
 def _own_lines(output: str) -> str:
@@ -171,7 +174,8 @@ def _limit_hit(tool: str, res: ProcResult, timeout_s: float) -> str:
                 "instantiations, entry points or unrolled loops compile faster")
     if res.returncode in (-25, 153) or "File size limit" in out or "signal 25" in out:
         return f"{tool} wrote past the compiler's output-size limit ({limits.file_size_mb} MB per file)"
-    if "memory exhausted" in out or "out of memory" in out.lower() or "std::bad_alloc" in out or "Cannot allocate memory" in out:
+    if ("memory exhausted" in out or "out of memory" in out.lower() or "std::bad_alloc" in out
+            or "Cannot allocate memory" in out or _TOOL_OUT_OF_MEMORY.search(out)):
         return f"{tool} ran out of its memory limit ({limits.address_space_mb} MB address space)"
     return ""
 

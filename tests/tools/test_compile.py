@@ -610,3 +610,27 @@ def test_a_tools_own_limit_line_is_still_a_limit_hit(log, said):
     from ptxbench.tools.toolchain import ProcResult
 
     assert said in _limit_hit("nvcc", ProcResult(returncode=1, stderr=log), 120.0)
+
+
+def test_ptxas_out_of_memory_is_its_own_line_a_limit_hit():
+    """ptxas says `Memory allocation failure` when the jail's address space runs out: it read as an ordinary compile
+    error, shown to the model as its own; a located line that quotes the phrase is still no limit hit."""
+    from ptxbench.tools.compile import _limit_hit
+    from ptxbench.tools.toolchain import ProcResult
+
+    ran_out = "ptxas fatal   : Memory allocation failure\nptxas fatal   : Ptx assembly aborted due to errors"
+    assert "memory limit" in _limit_hit("ptxas", ProcResult(returncode=255, stderr=ran_out), 60.0)
+    quoted = "ptxas solution.ptx, line 3; error   : Memory allocation failure\nptxas fatal   : Ptx assembly aborted"
+    assert _limit_hit("ptxas", ProcResult(returncode=255, stderr=quoted), 60.0) == ""
+
+
+def test_ptxas_past_the_jails_address_space_gets_the_memory_limit_verdict(monkeypatch):
+    """A long straight-line kernel: ptxas needs a few hundred MB for it, so 100 MB runs it out of memory."""
+    n = 40000
+    body = "".join(f" add.f32 %f{i}, %f{i - 1}, %f0;\n" for i in range(1, n + 1))
+    ptx = (".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry big(.param .u64 p)\n{\n"
+           f" .reg .f32 %f<{n + 1}>;\n .reg .b64 %rd<2>;\n ld.param.u64 %rd1, [p];\n ld.global.f32 %f0, [%rd1];\n"
+           f"{body} st.global.f32 [%rd1], %f{n};\n ret;\n}}\n")
+    monkeypatch.setenv("PTXBENCH_JAIL_AS_MB", "100")
+    result = compile_source(ptx, "ptx", "sm_90a", use_cache=False)
+    assert result.status == "error" and "memory limit (100 MB" in result.errors[0].message, result.errors
