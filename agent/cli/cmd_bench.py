@@ -242,6 +242,7 @@ def bench(
     inputs.positive(ray_placement_wait, "--ray-placement-wait", "seconds an evaluation waits for a GPU actor "
                     "(default 600)")
     inputs.not_negative(target_speedup, "--target-speedup", "leave it out to run every turn")
+    inputs.within_a_week(model_timeout, "--model-timeout"), inputs.within_a_week(ray_placement_wait, "--ray-placement-wait")
     inputs.seed(seed)
     if resume and run_dir is None:
         raise inputs.BadInput("--resume needs --run-dir: the bench run folder to continue")

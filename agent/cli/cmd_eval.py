@@ -110,6 +110,7 @@ def eval_cmd(
     for tool in sanitize:
         inputs.one_of(tool, TOOLS, "--sanitize")
     inputs.positive(trials, "--trials"), inputs.positive(timeout, "--timeout"), inputs.seed(seed)
+    inputs.within_a_week(timeout, "--timeout")
     if trials is not None and trials > MAX_TRIALS:  # each a fresh input set held on the GPU
         raise inputs.BadInput(f"--trials must be at most {MAX_TRIALS} (each is an input set held on the GPU), got {trials}")
     from . import preflight

@@ -222,6 +222,7 @@ def check_numbers(max_wall, max_cost, model_timeout, target_speedup, retry_wait,
     inputs.positive(model_timeout, "--model-timeout", "seconds one model call may take (default 600)")
     inputs.not_negative(target_speedup, "--target-speedup", "0 never stops early")
     inputs.not_negative(retry_wait, "--retry-wait"), inputs.not_negative(temperature, "--temperature")
+    inputs.within_a_week(model_timeout, "--model-timeout"), inputs.within_a_week(retry_wait, "--retry-wait")
 
 
 @app.command()

@@ -59,7 +59,7 @@ def profile_cmd(
     from .terminal import terminal_text
 
     inputs.workload(workload), inputs.positive(timeout, "--timeout"), inputs.positive(budget, "--budget")
-    inputs.seed(seed)
+    inputs.seed(seed), inputs.within_a_week(timeout, "--timeout")  # ncu's subprocess timeout overflowed past ~1e10 s
     if keep is not None:  # taken as text: typer's Path made an empty one '.', the working directory
         keep = inputs.new_folder(keep, "--keep")
     from . import preflight

@@ -53,9 +53,9 @@ def synth_repairs(
     if timeout_s is not None:  # the former spelling: still taken, never beside the new one
         if inputs.given_options(ctx, ["timeout"]):
             raise inputs.BadInput("--timeout-s is the former spelling of --timeout: give one of them")
-        inputs.positive(timeout_s, "--timeout-s")
+        inputs.positive(timeout_s, "--timeout-s"), inputs.within_a_week(timeout_s, "--timeout-s")
         timeout = timeout_s
-    inputs.positive(trials, "--trials"), inputs.positive(timeout, "--timeout")
+    inputs.positive(trials, "--trials"), inputs.positive(timeout, "--timeout"), inputs.within_a_week(timeout, "--timeout")
     from ...tools.results import MAX_TRIALS
 
     if trials is not None and trials > MAX_TRIALS:  # as eval's: EvalOptions' own bound was a traceback after the manifest

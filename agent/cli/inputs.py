@@ -15,6 +15,7 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
     given_options(ctx, names)                            the options of `names` the command line gave (not defaults)
     gpu_only(given)                                      options given with --no-gpu that only a GPU run uses: BadInput
     positive(value, flag), not_negative(value, flag)     a finite number above 0 / 0 or more (None: not given)
+    within_a_week(value, flag)                           a wait in seconds a clock can keep (None: not given)
     seed(value, flag)                                    an input seed torch can take, from 0 to 2**63 - 1 (None: not given)
     utf8(text)                                           whether a path can be recorded (no bytes other than UTF-8)
 """
@@ -404,6 +405,17 @@ def positive(value: float | None, flag: str, unset: str = "") -> None:
     if value is not None and not 0 < value < float("inf"):
         raise BadInput(f"{flag} must be positive{'' if value <= 0 else ' and finite'}, got {value}"
                        + (f"; {unset}" if unset else ""))
+
+
+MAX_WAIT_S = 7 * 24 * 3600  # a wait in seconds becomes a socket's, a subprocess's or a sleep's timeout: from about
+# 1e10 s (--model-timeout 1e11) each overflowed the clock that keeps it, every model call failing as a server error
+
+
+def within_a_week(value: float | None, flag: str) -> None:
+    """A wait (a timeout, a back-off) of at most a week: any longer is no wait a run can keep, and past ~1e10 s the
+    clocks that keep it overflow."""
+    if value is not None and value > MAX_WAIT_S:
+        raise BadInput(f"{flag} must be at most {MAX_WAIT_S} seconds (a week), got {value:g}")
 
 
 def not_negative(value: float | None, flag: str, unset: str = "") -> None:

@@ -102,7 +102,7 @@ CASES = [
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--ray-address", "auto", "--no-gpu"], 2,
      "--ray-address goes with --backend ray"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--trajectories", "100000000"], 2,
-     "'--trajectories': 100000000 is not in the range 1<=x<=10000"),  # expanded for half an hour, silent
+     "Invalid value for '--trajectories'"),  # it expanded its matrix for half an hour, silent
     (["bench", "--resume"], 2, "--run-dir"),
     (["bench", "--resume", "--run-dir", "nowhere"], 2, "no bench run folder"),
     # compile, eval, profile
@@ -137,6 +137,17 @@ CASES = [
     (["profile", W, GOOD, "--seed", "18446744073709551615"], 2, "--seed must be a whole number from 0 to 2**63 - 1"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--seed", "18446744073709551615"], 2,
      "--seed must be a whole number from 0 to 2**63 - 1"),
+    # past ~1e10 s a wait overflows the clock that keeps it: --model-timeout 1e11 failed every model call as a server
+    # error (6 attempts, an infra stop), profile's ncu subprocess raised OverflowError
+    (["optimize", W, "--no-gpu", "--model", "openai/m", "--api-base", "http://127.0.0.1:9/v1", "--model-timeout", "1e11"],
+     2, "--model-timeout must be at most 604800 seconds (a week), got 1e+11"),
+    (["optimize", W, "--no-gpu", "--model", "openai/m", "--api-base", "http://127.0.0.1:9/v1", "--retry-wait", "1e11"],
+     2, "--retry-wait must be at most 604800 seconds (a week)"),
+    (["bench", "--models", "openai/m", "--workloads", W, "--api-base", "http://127.0.0.1:9/v1", "--model-timeout", "1e11"],
+     2, "--model-timeout must be at most 604800 seconds (a week)"),
+    (["profile", W, GOOD, "--timeout", "1e11"], 2, "--timeout must be at most 604800 seconds (a week)"),
+    (["eval", W, GOOD, "--timeout", "1e11"], 2, "--timeout must be at most 604800 seconds (a week)"),
+    (["synth-repairs", "--list", "--timeout", "1e11"], 2, "--timeout must be at most 604800 seconds (a week)"),
     (["profile", "nope", GOOD], 2, "unknown workload"),
     (["profile", W, "missing.ptx"], 2, "does not exist"),
     (["profile", W, GOOD, "--arch", "sm_80"], 2, "--arch"),
