@@ -5,7 +5,9 @@ filesystem view in which only the toolchain, the host compiler with its system h
 project's include folder and the work folder exist.
 
 Modes (`jail_mode()`, recorded in every CompileResult and run manifest):
-    bwrap    bubblewrap builds the view (Debian package `bubblewrap`)
+    bwrap    bubblewrap builds the view (Debian package `bubblewrap`, 0.3.2 or newer); a bwrap that exits before it
+             ran the tool (its --json-status-fd never said the tool's exit code: user namespaces refused, a bind it
+             could not make) is a JailError, never the tool's output
     unshare  no bwrap, but user + mount + network namespaces work (`unshare -U -r -m -n`): a tmpfs root with
              bind mounts of the same folders, entered with chroot; a folder it cannot mount read-only stops it
              (JailError, the machine's failure: never a writable view)
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -62,7 +65,8 @@ def _probe(argv: list[str]) -> bool:
 
 def _bwrap_works() -> bool:
     bwrap = shutil.which("bwrap")
-    return bool(bwrap) and _probe([bwrap, "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+    # --json-status-fd (bwrap 0.3.2): how run_in_jail knows the tool ran; an older bwrap is not used
+    return bool(bwrap) and _probe([bwrap, "--json-status-fd", "1", "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
                                    "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "/usr/bin/true"])
 
 
@@ -137,12 +141,21 @@ def _env(workdir: Path) -> dict[str, str]:
     return {"PATH": JAIL_PATH, "HOME": str(workdir), "TMPDIR": str(workdir / "tmp"), "LANG": "C", "LC_ALL": "C"}
 
 
-def _ulimit(limits: Limits) -> list[str]:
-    # Limits set by the shell before exec: safe from the bench's threads (preexec_fn is not).
+def _ulimit(limits: Limits, fd3: Path | None = None) -> list[str]:
+    """Limits set by the shell before exec: safe from the bench's threads (preexec_fn is not); `fd3`: a file the
+    command gets open for writing as its fd 3."""
     kb = limits.address_space_mb * 1024
     blocks = limits.file_size_mb * 2048  # ulimit -f counts 512-byte blocks
-    return ["/bin/sh", "-c", f'ulimit -c 0; ulimit -t {limits.cpu_s}; ulimit -v {kb}; ulimit -f {blocks}; exec "$@"',
+    redirect = f" 3>{shlex.quote(str(fd3))}" if fd3 else ""
+    return ["/bin/sh", "-c",
+            f'ulimit -c 0; ulimit -t {limits.cpu_s}; ulimit -v {kb}; ulimit -f {blocks}; exec "$@"{redirect}',
             "ptxbench-jail"]
+
+
+def _bwrap_status(workdir: Path) -> Path:
+    """Where bwrap writes its --json-status-fd documents: beside the work folder, outside the jail's view (a tool
+    that could write it could turn its own verdict into the machine's failure)."""
+    return workdir.parent / f".{workdir.name}-bwrap-status"
 
 
 # The unshare script's own failure to build the view: this exit status with JAIL_FAILED as its last line (chroot's
@@ -152,7 +165,8 @@ JAIL_FAILED = "ptxbench-jail: cannot build the view:"
 
 
 class JailError(ToolchainError):
-    """The jail could not start (a folder it could not mount read-only): the machine's problem, not the source's."""
+    """The jail could not start (a folder it could not mount read-only, a bwrap that could not build its sandbox): the
+    machine's problem, not the source's."""
 
 
 _UNSHARE_SCRIPT = r'''
@@ -194,13 +208,15 @@ def wrap(argv: list[str], workdir: Path, roots: list[Path], mode: str | None = N
     env = _env(workdir)
     binds = _system_binds() + [("ro", str(r), "") for r in roots if not str(r).startswith(tuple(SYSTEM_ROOTS))]
     if mode == "bwrap":
-        cmd = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
+        # fd 3: bwrap says the tool's exit code there only once it ran the tool (run_in_jail reads it)
+        cmd = [shutil.which("bwrap") or "bwrap", "--json-status-fd", "3", "--unshare-all", "--die-with-parent",
+               "--new-session"]
         for kind, path, target in binds:
             cmd += ["--symlink", target, path] if kind == "ln" else ["--ro-bind", path, path]
         # a fresh /proc of the jail's own pid namespace (cuobjdump finds itself through it): no harness process in it
         cmd += ["--dev-bind", "/dev/null", "/dev/null", "--proc", "/proc", "--bind", str(workdir), str(workdir),
                 "--chdir", str(workdir)]
-        return _ulimit(limits) + cmd + ["--"] + list(argv), env
+        return _ulimit(limits, _bwrap_status(workdir)) + cmd + ["--"] + list(argv), env
     if mode == "unshare":
         jail_root = workdir.parent / f".{workdir.name}-root"
         jail_root.mkdir(exist_ok=True)
@@ -239,10 +255,32 @@ def run_in_jail(tc: "Toolchain", argv: list[str], workdir: Path, timeout_s: floa
     from .toolchain import TOOL_NAMES, run_tool
 
     paths = [t.path for n in TOOL_NAMES if (t := getattr(tc, n)) is not None]
-    wrapped, env = wrap(argv, workdir, allowed_roots(paths, list(extra_roots)))
-    res = run_tool(wrapped, timeout_s=timeout_s, cwd=workdir, env=env, max_chars=max_chars)
-    last = res.stderr.strip().rsplit("\n", 1)[-1]
-    if res.returncode == JAIL_FAILED_STATUS and last.startswith(JAIL_FAILED):  # the tool never ran
-        raise JailError(f"the compiler's jail could not start ({last.removeprefix('ptxbench-jail: ')}): the tool did "
-                        "not run")
+    mode = jail_mode()
+    wrapped, env = wrap(argv, workdir, allowed_roots(paths, list(extra_roots)), mode)
+    status = _bwrap_status(Path(workdir))
+    status.unlink(missing_ok=True)  # an earlier tool's report in this folder says nothing of this one
+    try:
+        res = run_tool(wrapped, timeout_s=timeout_s, cwd=workdir, env=env, max_chars=max_chars)
+        why = _not_started(mode, res, status)
+    finally:
+        status.unlink(missing_ok=True)
+    if why:
+        raise JailError(f"the compiler's jail could not start ({why}): the tool did not run")
     return res
+
+
+def _not_started(mode: str, res: "ProcResult", bwrap_status: Path) -> str:
+    """Why the jail ended before it ran the tool ("" when the tool ran, or when a signal or the clock ended the jail:
+    those are the caller's to read)."""
+    lines = res.stderr.strip().splitlines()
+    if mode == "unshare" and res.returncode == JAIL_FAILED_STATUS and lines and lines[-1].startswith(JAIL_FAILED):
+        return lines[-1].removeprefix("ptxbench-jail: ")
+    if mode == "bwrap" and res.returncode > 0 and not res.timed_out:
+        try:
+            ran = '"exit-code"' in bwrap_status.read_text(errors="replace")
+        except OSError:
+            ran = False
+        if not ran:  # bwrap's own messages say `bwrap: ...`; the tool printed nothing, it never ran
+            said = [line for line in lines if line.startswith("bwrap: ")] or lines
+            return said[-1] if said else f"bwrap exited with status {res.returncode}"
+    return ""

@@ -258,3 +258,47 @@ def test_a_jail_that_cannot_mount_read_only_fails_to_start_and_the_compile_is_an
     code = "#include <cuda_bf16.h>\n" + KERNEL
     evaluated = LocalEvaluator().evaluate(WORKLOAD, PLAN + code, EvalOptions(no_gpu=True))
     assert evaluated.status == "INFRA_ERROR" and "read-only" in evaluated.message, evaluated.message
+
+
+def _bwrap_that_fails_to_start(monkeypatch, tmp_path: Path) -> None:
+    """A bwrap first on PATH that runs the real one with a bind of a missing folder: it reports the sandbox's pid and
+    then stops with `bwrap: Can't find source path ...`, status 1, before the tool (as with user namespaces refused)."""
+    fake = tmp_path / "fakebin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\nexec {jail.shutil.which("bwrap")} --ro-bind /no-such-folder /no-such-folder "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("PTXBENCH_JAIL", "bwrap")
+
+
+@pytest.mark.skipif("bwrap" not in jail.available_modes(), reason="no working bwrap here")
+def test_a_bwrap_that_cannot_start_is_an_infra_error_never_the_models_compile_error(monkeypatch, tmp_path):
+    """bwrap's own failure (its `bwrap: ...` line, status 1) came back as the tool's output: the model was shown it as
+    its compile error, and the verdict was cached."""
+    from ptxbench.tools.toolchain import ToolchainError, find_toolchain
+
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    code = "#include <cuda_bf16.h>\n" + KERNEL
+    with pytest.MonkeyPatch.context() as failing:
+        _bwrap_that_fails_to_start(failing, tmp_path)
+        with jail.Workspace() as wd, pytest.raises(jail.JailError) as failed:
+            jail.run_in_jail(find_toolchain("sm_90a"), ["/bin/true"], wd, 20)
+        assert isinstance(failed.value, ToolchainError)
+        assert "could not start (bwrap: Can't find source path /no-such-folder" in str(failed.value), failed.value
+        evaluated = LocalEvaluator().evaluate(WORKLOAD, PLAN + code, EvalOptions(no_gpu=True))
+        assert evaluated.status == "INFRA_ERROR" and "bwrap: " in evaluated.message, evaluated.message
+    monkeypatch.setenv("PTXBENCH_JAIL", "bwrap")
+    again = compile_source(code, "cuda", "sm_90a")
+    assert again.status == "ok" and not again.cached, again.errors
+
+
+@pytest.mark.skipif("bwrap" not in jail.available_modes(), reason="no working bwrap here")
+def test_a_tool_that_says_bwrap_and_fails_is_its_own_result(monkeypatch):
+    """Only bwrap's report that it never ran the tool makes a JailError: a tool's own `bwrap: ` line and status 1 (text
+    the model could make a compiler print) stay the tool's result."""
+    from ptxbench.tools.toolchain import find_toolchain
+
+    monkeypatch.setenv("PTXBENCH_JAIL", "bwrap")
+    with jail.Workspace() as wd:
+        res = jail.run_in_jail(find_toolchain("sm_90a"), ["/bin/sh", "-c", 'echo "bwrap: no" >&2; exit 1'], wd, 20)
+    assert res.returncode == 1 and res.output == "bwrap: no", res
