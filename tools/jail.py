@@ -66,8 +66,9 @@ def _probe(argv: list[str]) -> bool:
 def _bwrap_works() -> bool:
     bwrap = shutil.which("bwrap")
     # --json-status-fd (bwrap 0.3.2): how run_in_jail knows the tool ran; an older bwrap is not used
-    return bool(bwrap) and _probe([bwrap, "--json-status-fd", "1", "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
-                                   "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "/usr/bin/true"])
+    return bool(bwrap) and _probe([bwrap, "--json-status-fd", "1", "--unshare-all", "--ro-bind", "/usr", "/usr",
+                                   "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+                                   "--symlink", "usr/lib64", "/lib64", "/usr/bin/true"])
 
 
 def _unshare_works() -> bool:
