@@ -188,7 +188,7 @@ def bench(
                                                "repair track: 1 for a builtin/ model, which answers the same input the same way)"),
     turns: Optional[int] = typer.Option(None, min=1, max=MAX_TURNS, help="turns per trajectory (default 8; repair track 4)"),
     track: str = typer.Option("optimize", help="optimize | repair (the repair suite: each trajectory starts from a broken kernel)"),
-    suite: Optional[Path] = typer.Option(None, help="repair track: the suite folder (default workloads/repairs)"),
+    suite: Optional[str] = typer.Option(None, help="repair track: the suite folder (default workloads/repairs)"),
     prompts: str = typer.Option("knowledge", help="comma-separated prompt variants: basic, knowledge, expert"),
     run_dir: Optional[str] = typer.Option(None, help="run folder (default <runs root>/bench-<time>; the root is $PTXBENCH_RUNS or runs/)"),
     arch: str = typer.Option(DEFAULT_ARCH, help="target architecture: sm_90a | sm_100a"),
@@ -237,6 +237,13 @@ def bench(
                   "track runs its suite's every task when it is left out")
     prompt_names = inputs.listed(prompts, "--prompts", "give comma-separated prompt variants (basic, knowledge, expert), or leave it "
                   "out for knowledge")
+    # given empty (an unset shell variable): taken as not given, or (--suite) as '.'
+    for text, flag, expected in ((api_base, "--api-base", "give the server's URL, or leave it out for the providers'"),
+                                 (ray_address, "--ray-address", "give the cluster's address, or leave it out for a local Ray"),
+                                 (provider_limit, "--provider-limit", "give provider=N pairs, or leave it out for 8 each"),
+                                 (suite, "--suite", "give the suite folder, or leave it out for workloads/repairs")):
+        inputs.not_empty(text, flag, expected)
+    suite = Path(suite) if suite is not None else None
     # inf (meant as no limit) was kept, on --resume too (its runtime options replace the recorded config's unchecked)
     inputs.positive(model_timeout, "--model-timeout", "seconds one model call may take (default 600)")
     inputs.positive(ray_placement_wait, "--ray-placement-wait", "seconds an evaluation waits for a GPU actor "

@@ -88,6 +88,8 @@ def export(
         counter(tokenizer)
     except TokenizerUnavailable as exc:
         raise inputs.BadInput(f"--tokenizer {exc}") from None
+    inputs.not_empty(teacher, "--teacher", "name the litellm model, or leave it out for rows without reasoning")
+    inputs.not_empty(teacher_api_base, "--teacher-api-base", "give the server's URL, or leave it out")
     if teacher_api_base and not teacher:  # the teacher's server, with no teacher to send to it: dropped without a word
         raise inputs.BadInput("--teacher-api-base goes with --teacher: the model that writes the reasoning on that server")
     if teacher and recipe != "fixit":  # only a Fixit row's completion gets reasoning: a kernelgen export ignored it

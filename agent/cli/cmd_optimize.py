@@ -255,7 +255,7 @@ def optimize(
     retry_wait: float = typer.Option(2.0, help="first back-off (s) after a rate limit or server error"),
     model_timeout: float = typer.Option(600.0, "--model-timeout", min=1.0, help="seconds one model call may take before it is "
                                         "retried as a timeout (6 calls at most); with --resume it replaces the run's"),
-    start_from: Optional[Path] = typer.Option(None, "--start-from", help="a solution file to start from: evaluated as turn 0 and shown to the model with its verdict"),
+    start_from: Optional[str] = typer.Option(None, "--start-from", help="a solution file to start from: evaluated as turn 0 and shown to the model with its verdict"),
     profile: str = typer.Option("auto", "--profile", help="Nsight Compute policy: auto (the target verdict on every pass, "
                                 "the full per-line profile on the first pass and each new best), full (every "
                                 "submission), verdict (never unasked)"),
@@ -277,6 +277,12 @@ def optimize(
     from ptxbench.tools.results import L2_FLUSH_MODES
 
     config = recorded = runtime = None
+    # given empty (an unset shell variable): taken as not given (the provider's own endpoint or key), or as '.'
+    for text, flag, expected in ((api_base, "--api-base", "give the server's URL, or leave it out for the provider's"),
+                                 (api_key_env, "--api-key-env", "name the variable, or leave it out for the provider's"),
+                                 (resume, "--resume", "give the run folder to continue"),
+                                 (start_from, "--start-from", "give the kernel file to start from")):
+        inputs.not_empty(text, flag, expected)
     check_numbers(max_wall=max_wall, max_cost=max_cost, model_timeout=model_timeout, target_speedup=target_speedup,
                   retry_wait=retry_wait, temperature=temperature)
     if resume is not None:
@@ -337,7 +343,7 @@ def optimize(
             OptimizeConfig, FLAGS, workload=workload, model=model, api_base=api_base, api_key_env=api_key_env, mode=mode.value,
             turns=turns, target_speedup=target_speedup, prompt=prompt, context=context.value, no_gpu=no_gpu,
             trials=trials, max_tokens=max_tokens, max_cost_usd=max_cost, max_wall_s=max_wall,
-            max_tool_calls=max_tool_calls, arch=arch, temperature=temperature, retry_wait_s=retry_wait, start_from=start_file(start_from),
+            max_tool_calls=max_tool_calls, arch=arch, temperature=temperature, retry_wait_s=retry_wait, start_from=start_file(None if start_from is None else Path(start_from)),
             model_timeout_s=model_timeout,
             profile=profile, l2_flush=l2_flush)
     from ..records.rundir import runs_root

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -15,9 +14,11 @@ app.add_typer(repairs_app, name="repairs")
 SUITE_HELP = "suite folder (default: workloads/repairs, the committed suite)"
 
 
-def _load(suite: Optional[Path]):
+def _load(suite: Optional[str]):
     from ..repairs.suite import SuiteMissing, load_suite
+    from .inputs import not_empty
 
+    not_empty(suite, "--suite", "give the suite folder, or leave it out for workloads/repairs")  # typer's Path made it '.'
     try:
         return load_suite(suite)
     except (SuiteMissing, ValueError) as exc:  # no suite; a damaged or hand-edited one (load_suite: one line)
@@ -25,7 +26,7 @@ def _load(suite: Optional[Path]):
 
 
 @repairs_app.command("list")
-def list_tasks(suite: Optional[Path] = typer.Option(None, help=SUITE_HELP),
+def list_tasks(suite: Optional[str] = typer.Option(None, help=SUITE_HELP),
                as_json: bool = typer.Option(False, "--json", help="a JSON list of task objects")) -> None:
     """Every task: id, workload, bug class, recorded status, GPU, held out."""
     s = _load(suite)
@@ -53,7 +54,7 @@ def _judged_on(verdict) -> str:
 
 @repairs_app.command("show")
 def show_task(task_id: str = typer.Argument(..., help="task id (see `ptxbench repairs list`)"),
-              suite: Optional[Path] = typer.Option(None, help=SUITE_HELP),
+              suite: Optional[str] = typer.Option(None, help=SUITE_HELP),
               as_json: bool = typer.Option(False, "--json", help="the task record as JSON")) -> None:
     """One task: its record, the recorded verdict and feedback, and the broken solution file."""
     s = _load(suite)

@@ -10,6 +10,7 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
     run_manifest(path, flag)                             the manifest of a --run-dir, {} if none (a damaged one is BadInput)
     create_folder(path, flag)                            new_folder, then made: one that cannot be is BadInput
     config(cls, **fields)                                a pydantic config, its errors as one line
+    not_empty(text, flag, expected)                      an option's text (None if not given; given empty is BadInput)
     listed(text, flag, expected)                         the names of a comma-separated option ([] if not given; given
                                                          with none, `--prompts ""`, is BadInput)
     given_options(ctx, names)                            the options of `names` the command line gave (not defaults)
@@ -385,6 +386,15 @@ def one_of(value: str, valid: Iterable[str], flag: str) -> str:
         close = difflib.get_close_matches(value, valid, n=1)
         raise BadInput(f"{flag} {value!r}: {'did you mean ' + close[0] + '? ' if close else ''}expected one of {', '.join(valid)}")
     return value
+
+
+def not_empty(text: str | None, flag: str, expected: str) -> str | None:
+    """An option's text, None when it was not given; given empty (an unset shell variable) is BadInput. It was taken
+    as not given, without a word (export's --teacher "" wrote no reasoning), and a path option typer made '.' of it:
+    `--start-from ""` was 'a folder, not a kernel file'. `expected`: what to give instead, for the message."""
+    if text is not None and not text.strip():
+        raise BadInput(f"{flag} is empty: {expected}")
+    return text
 
 
 def listed(text: str | None, flag: str, expected: str) -> list[str]:
