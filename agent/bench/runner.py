@@ -114,6 +114,32 @@ def open_run(config: BenchConfig | None, run_dir: Path, resume: bool, overrides:
     return config
 
 
+def recorded_matrix(config: BenchConfig, run_dir: Path) -> list[OptimizeConfig]:
+    """The trajectories a resumed run goes on with: its matrix as it expands now, less those its manifest does not
+    name. What a matrix expands to can change under a run (a repair suite pulled with tasks added or taken out): a
+    resume then began trajectories the run never had, another suite's tasks scored as this run's, and passed over
+    started ones it no longer expanded to. BenchError when a recorded one is no longer in the matrix."""
+    try:
+        configs = expand(config)
+    except ValueError as exc:
+        raise BenchError(str(exc)) from None
+    recorded = read_manifest(run_dir).get("trajectories")
+    if not recorded:  # a manifest without its list: the matrix as it expands
+        return configs
+    now = {c.trajectory_id() for c in configs}
+    if missing := [t for t in recorded if t not in now]:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise BenchError(f"{run_dir} holds trajectories its matrix no longer makes ({missing[0]}{more}): its repair "
+                         "suite (or how trajectories are named) changed since the run began; resume it with the suite "
+                         "it began with")
+    if extra := sorted(now - set(recorded)):
+        print(f"note: {len(extra)} trajectories the matrix makes now ({extra[0]}{', ...' if len(extra) > 1 else ''}) "
+              f"are not this run's (its repair suite changed since it began) and are left out: run them in a new "
+              "--run-dir", file=sys.stderr)
+    names = set(recorded)
+    return [c for c in configs if c.trajectory_id() in names]
+
+
 def hold_run(run_dir: Path) -> int | None:
     """An exclusive lock on the run folder (flock on the folder itself: no file left behind, released when the process
     dies however it dies), or BenchError when another bench holds it: two benches in one folder would run the same
@@ -229,8 +255,9 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
         if resume and run_dir.is_dir():  # held before check_run sets anything aside
             lock = hold_run(run_dir)
         config = open_run(config, run_dir, resume, overrides)
+        configs = recorded_matrix(config, run_dir) if resume else expand(config)
         if resume:
-            for line in check_run(run_dir, [c.trajectory_id() for c in expand(config)], restart):
+            for line in check_run(run_dir, [c.trajectory_id() for c in configs], restart):
                 print(f"note: {line}", file=sys.stderr)
         t0 = time.monotonic()
         if evaluator is None:  # no GPU for a GPU run: fails before the run folder is made
@@ -255,7 +282,6 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
     worker_start: list[dict] = []
     checkpointer = open_checkpointer(run_dir / "checkpoints.sqlite")
     runner = _Runner(config, run_dir, evaluator, checkpointer, model_factory or make_model)
-    configs = expand(config)
     callback = (lambda job, result: on_done(result if isinstance(result, TrajectoryReport)
                                              else _report(job, infra_failed=True, error=str(result)))) if on_done else None
     try:

@@ -235,3 +235,42 @@ def test_a_resume_under_a_clock_set_back_does_not_leave_an_old_checkpoint_as_the
     (record,) = load_run(run)
     assert [e.type for e in record.events].count("stop") == 1
     assert [e.turn for e in record.events if e.type == "model_call"] == [1, 2]
+
+
+def test_a_resume_runs_the_trajectories_its_run_recorded_when_the_repair_suite_changed(tmp_path, capsys):
+    """The repair track's matrix is its suite's tasks, read again on --resume: a suite pulled with tasks added made the
+    resume begin trajectories the run never had (scored as this run's), and one with a task taken out passed over that
+    task's trajectory, started or not. The resume goes on with the recorded trajectories: those added are left out
+    with a note, and a recorded one the suite no longer makes is refused."""
+    import json
+    import shutil
+
+    import pytest
+
+    from repair_fixture import FIXTURE
+    from ptxbench.agent.bench.evaluators import BenchError
+
+    suite = tmp_path / "suite"
+    shutil.copytree(FIXTURE, suite)
+    listed = json.loads((suite / "suite.json").read_text())
+    later = listed["tasks"][2:]
+    for task in later:  # the suite the run begins with: the first two tasks
+        shutil.move(suite / task, tmp_path / task)
+    (suite / "suite.json").write_text(json.dumps({**listed, "tasks": listed["tasks"][:2]}))
+    cfg = BenchConfig(models=["builtin/unchanged"], workloads=[], trajectories=1, turns=1, track="repair",
+                      suite=str(suite))
+    first = run_bench(cfg, tmp_path / "run", evaluator=CompilesNoop())
+    recorded = [t.trajectory_id for t in first.trajectories]
+    assert len(recorded) == 2
+    for task in later:  # the suite gains two tasks
+        shutil.move(tmp_path / task, suite / task)
+    (suite / "suite.json").write_text(json.dumps(listed))
+    again = run_bench(None, tmp_path / "run", resume=True, evaluator=CompilesNoop())
+    assert [t.trajectory_id for t in again.trajectories] == recorded
+    assert sorted(p.name for p in (tmp_path / "run" / "trajectories").iterdir()) == sorted(recorded)
+    assert "2 trajectories the matrix makes now" in capsys.readouterr().err
+    gone = listed["tasks"][0]  # a recorded task taken out of the suite
+    shutil.rmtree(suite / gone)
+    (suite / "suite.json").write_text(json.dumps({**listed, "tasks": listed["tasks"][1:]}))
+    with pytest.raises(BenchError, match="no longer makes"):
+        run_bench(None, tmp_path / "run", resume=True, evaluator=CompilesNoop())
