@@ -21,7 +21,7 @@ def cache(
     as_json: bool = typer.Option(False, "--json", help="print the figures as JSON"),
 ) -> None:
     """Show the compile cache (folder, entries, bytes, bound); --prune or --clear frees room."""
-    from ptxbench.tools.cache import ENV_MAX_BYTES, CompileCache, parse_size
+    from ptxbench.tools.cache import ENV_CACHE, ENV_MAX_BYTES, CompileCache, parse_size
 
     from .inputs import BadInput
 
@@ -33,6 +33,11 @@ def cache(
         except ValueError as exc:
             raise BadInput(str(exc)) from None
     store = CompileCache()
+    for p in (store.root, *store.root.parents):  # a file there: it read as an empty cache ("0 entries"), and --prune
+        if p.exists() and not p.is_dir():      # or --clear removed nothing from it without a word
+            given = f" (${ENV_CACHE})" if os.environ.get(ENV_CACHE) else ""
+            raise BadInput(f"the compile cache {store.root}{given}: {p} is a file, not a folder; point ${ENV_CACHE} at "
+                           "a folder")
     now = store.prune(target=0 if clear else None) if prune or clear else store.usage()  # one walk of the entries
     if as_json:
         typer.echo(json.dumps({"folder": str(store.root), "entries": now.entries, "bytes": now.bytes,

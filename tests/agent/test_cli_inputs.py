@@ -277,6 +277,18 @@ def test_a_sealed_run_of_another_command_is_refused_as_that(tmp_path, run, argv,
     assert "--undo" not in lines[0], lines[0]
 
 
+@pytest.mark.parametrize("argv", [["cache"], ["cache", "--clear"], ["cache", "--json"]])
+@pytest.mark.parametrize("where", ["f", "f/cache"])
+def test_a_compile_cache_that_is_a_file_is_said_to_be_one(workdir, monkeypatch, argv, where):
+    """$PTXBENCH_CACHE naming a file read as an empty cache ('0 entries'), and --clear removed nothing, without a word."""
+    monkeypatch.setenv("PTXBENCH_CACHE", str(workdir / where))
+    result = CliRunner().invoke(app, argv)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0] == (f"error: the compile cache {workdir / where} ($PTXBENCH_CACHE): {workdir / 'f'} is a file, not "
+                        "a folder; point $PTXBENCH_CACHE at a folder"), lines[0]
+
+
 def _files(root: Path) -> set[Path]:
     return {p.relative_to(root) for p in root.rglob("*")}
 
