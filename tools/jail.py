@@ -182,9 +182,11 @@ ro_bind() {
   mount -o remount,ro,bind "$root$1" || fail "cannot mount $1 read-only"
 }
 mount -t tmpfs -o mode=755 ptxbench-jail "$root" || fail "cannot mount its root"
-dirs="$root/dev $root/proc"; set -f
-for a in "$@"; do [ "$a" = "--" ] && break; case "$a" in /*) dirs="$dirs $root$a";; esac; done
-mkdir -p $dirs 2>/dev/null || true  # one exec for every mount point (link targets included: harmless)
+nl='
+'; dirs="$root/dev$nl$root/proc"; set -f
+for a in "$@"; do [ "$a" = "--" ] && break; case "$a" in /*) dirs="$dirs$nl$root$a";; esac; done
+# one exec for every mount point (link targets included: harmless), split at line breaks only (a TMPDIR with a space)
+IFS=$nl; mkdir -p $dirs 2>/dev/null || true; unset IFS
 while [ "$1" != "--" ]; do
   case "$1" in
     ro) ro_bind "$2"; shift 2;;

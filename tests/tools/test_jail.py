@@ -302,3 +302,17 @@ def test_a_tool_that_says_bwrap_and_fails_is_its_own_result(monkeypatch):
     with jail.Workspace() as wd:
         res = jail.run_in_jail(find_toolchain("sm_90a"), ["/bin/sh", "-c", 'echo "bwrap: no" >&2; exit 1'], wd, 20)
     assert res.returncode == 1 and res.output == "bwrap: no", res
+
+
+@pytest.mark.parametrize("mode", [m for m in jail.available_modes() if m != "limits"])
+def test_a_jail_runs_under_a_temporary_folder_with_a_space(mode, monkeypatch, tmp_path):
+    """The unshare script made its mount points with one mkdir of a space-separated list: under a TMPDIR with a space
+    none was made, and every compile stopped with `cannot bind /usr/bin`, an infra error."""
+    from ptxbench.tools.toolchain import find_toolchain
+
+    monkeypatch.setenv("PTXBENCH_JAIL", mode)
+    (tmp_path / "my temp").mkdir()
+    monkeypatch.setattr(jail.tempfile, "tempdir", str(tmp_path / "my temp"))
+    with jail.Workspace() as wd:
+        res = jail.run_in_jail(find_toolchain("sm_90a"), ["/bin/sh", "-c", "pwd"], wd, 20)
+    assert res.returncode == 0 and res.output == str(wd), res.output
