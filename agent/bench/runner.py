@@ -198,10 +198,11 @@ class _Runner:
             if (line := self.reach.line(cfg.model)) is not None and not (self.run_dir / "trajectories" / tid).exists():
                 # its model was never reached: not begun (one begun, maybe finished, runs: its next call is not made)
                 return _report(cfg, stop_reason=UNREACHED, attempts=attempt - 1, error=line)
-            writer = TrajectoryWriter(self.run_dir / "trajectories" / tid)
             model = self.reach.watch(LimitedModel(self.model_factory(cfg), self.gates.gate(cfg.model), self.stopping),
                                      cfg.model)
             try:
+                # its folder made here: storage that gives out as it is made stops the bench as a failed write does
+                writer = TrajectoryWriter(self.run_dir / "trajectories" / tid)
                 # a thread that stopped on an infra error (an earlier attempt, or a run this one resumes) is forked
                 # before the failed step and goes on from there
                 out = run_trajectory(cfg, self.evaluator, writer, model=model, checkpointer=self.checkpointer,

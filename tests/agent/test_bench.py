@@ -868,6 +868,35 @@ def test_storage_that_gives_out_stops_the_bench_and_a_resume_finishes_it(tmp_pat
     assert all(r.stop_reason == "turn_limit" for r in out.trajectories)
 
 
+def test_storage_that_gives_out_as_a_trajectory_begins_stops_the_bench(tmp_path, monkeypatch):
+    """A file system gone read-only (or full) as a trajectory's folder was made: that failure came before the runner
+    looked for storage giving out, so each trajectory left was reported infra-failed at once, the bench exited 0, and
+    the cause was said only in their lines. It stops the bench as a failed write mid-trajectory does."""
+    import errno
+
+    from ptxbench.agent.bench.evaluators import StorageGaveOut
+    from ptxbench.agent.records import rundir
+
+    make, made = rundir.TrajectoryWriter.__init__, []
+
+    def read_only_after_one(self, folder):
+        made.append(folder)
+        if len(made) > 1:
+            raise OSError(errno.EROFS, "Read-only file system", str(folder))
+        make(self, folder)
+
+    monkeypatch.setattr(rundir.TrajectoryWriter, "__init__", read_only_after_one)
+    calls: list[int] = []
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=4, turns=1, no_gpu=True, parallel=1)
+    with pytest.raises(StorageGaveOut, match="Read-only file system"):
+        run_bench(cfg, tmp_path / "run", evaluator=FlakyEvaluator("none"), model_factory=lambda c: CountingModel(calls))
+    assert len(made) == 2  # the trajectories after it never began
+    monkeypatch.setattr(rundir.TrajectoryWriter, "__init__", make)
+    out = run_bench(None, tmp_path / "run", resume=True, evaluator=FlakyEvaluator("none"),
+                    model_factory=lambda c: CountingModel(calls))
+    assert len(out.trajectories) == 4 and all(r.stop_reason == "turn_limit" for r in out.trajectories)
+
+
 def trajectory_folders_of(run: Path) -> list[Path]:
     return sorted(p for p in (run / "trajectories").iterdir() if p.is_dir())
 
