@@ -71,12 +71,12 @@ def score(
 
         import time
 
-        from ..records.rundir import runs_root
+        from ..records.rundir import run_name, runs_root
 
         # the new runs: --out-run, else under the runs root as every run (beside its source they went into the
         # repository's docs/examples/ for the shipped example, and nowhere for a run on a read-only mount)
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        names = [f"{run.name}-reeval-{stamp}" for run in runs]
+        names = [f"{run_name(run)}-reeval-{stamp}" for run in runs]  # `score . --re-evaluate` too
         names = [f"{n}-{names[:i].count(n) + 1}" if n in names[:i] else n for i, n in enumerate(names)]  # a/r, b/r
         targets = [out_run] if out_run is not None else [runs_root() / name for name in names]
         for target in targets:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import PurePath
 
+from ..records.rundir import run_name  # noqa: F401  (the manifest's runs and `provenance.run`; "." names the folder)
+
 
 def from_run(path: str) -> str:
     """`path` from its run folder's name on: `<run>/trajectories/<id>/<file>` for a trajectory's log or folder, else
@@ -39,12 +41,6 @@ def model_name(model: str) -> str:
     if slash and served.startswith(("/", "~", "./")):  # vllm serve ./ckpt serves it as "./ckpt"
         return f"{provider}/{PurePath(served).name or served}"
     return model
-
-
-def run_name(path: str) -> str:
-    """A run folder given to `export`, as its name: the manifest's runs and `provenance.run` ("." is the folder's own
-    name)."""
-    return os.path.basename(os.path.abspath(os.path.expanduser(path)))
 
 
 def tokenizer_name(spec: str) -> str:

@@ -345,6 +345,12 @@ def distinct_runs(run_dirs: Iterable[Path]) -> list[Path]:
     return out
 
 
+def run_name(run_dir: Path | str) -> str:
+    """A run folder as the user gave it, by its own name: `.` from inside it, `..` and `runs/x/` too (Path(".").name is
+    "", Path("..").name ".."). The one name score, report, re-evaluation and export give a run."""
+    return os.path.basename(os.path.abspath(os.path.expanduser(os.fspath(run_dir))))
+
+
 class _ManifestShape(BaseModel):
     """The types of the manifest fields that readers use (a gpu is a string in older manifests); others are kept."""
     model_config = ConfigDict(extra="allow", strict=True)

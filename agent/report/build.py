@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from ptxbench.tools.atomic import atomic_write
 from ptxbench.tools.redact import scrub_text
 
-from ..records.rundir import UNREADABLE, read_manifest
+from ..records.rundir import UNREADABLE, read_manifest, run_name
 from ..scoring import RunScore, score_trajectories
 from ..scoring.run_score import unique_records
 from ..scoring.turns import score_trajectory
@@ -92,7 +92,7 @@ def _overview(run_dir: Path, manifest: dict, score: RunScore) -> list[tuple[str,
 
 def markdown_summary(run_dir: Path, manifest: dict, score: RunScore) -> str:
     """summary.md; every text that comes from the run (names, ids, statuses, manifest facts) goes through md_cell."""
-    lines = [f"# ptxbench report: {md_cell(Path(run_dir).name)}", ""]
+    lines = [f"# ptxbench report: {md_cell(run_name(run_dir))}", ""]
     lines += [f"- **{k}**: {md_text(v)}" for k, v in _overview(run_dir, manifest, score)]
     lines += ["", "Open index.html next to this file for the plots and a page per trajectory.", ""]
     lines += [t.markdown() for t in all_tables(score)]
@@ -122,7 +122,7 @@ def index_html(run_dir: Path, manifest: dict, score: RunScore) -> str:
         best = f"{t.best_speedup:.3f}" if t.best_speedup is not None else "–"
         rows += (f"<tr><td><a href='trajectories/{E(page_name(t.id))}'>{E(t.id)}</a></td><td>{E(t.model)}</td><td>{E(t.workload)}</td>"
                  f"<td>{E(t.prompt)}</td><td>{chips}</td><td>{best}</td><td>{E(t.stop_reason)}</td></tr>")
-    body = (f"<h1>ptxbench report: {E(Path(run_dir).name)}</h1><table>{facts}</table>"
+    body = (f"<h1>ptxbench report: {E(run_name(run_dir))}</h1><table>{facts}</table>"
             f"<h2>Leaderboard</h2>{tables[0].html()}{tables[1].html()}"
             f"<h2>Plots</h2><div class='plots'>{plots}</div>"
             f"<h2>fast_p</h2>{''.join(t.html() for t in tables[2:6])}"
@@ -131,7 +131,7 @@ def index_html(run_dir: Path, manifest: dict, score: RunScore) -> str:
             f"<h2>Cells</h2>{tables[9].html()}"
             "<h2>Trajectories</h2><table><thead><tr><th>trajectory</th><th>model</th><th>workload</th><th>prompt</th>"
             f"<th>turns</th><th>best speedup</th><th>stop</th></tr></thead><tbody>{rows}</tbody></table>")
-    return page(f"ptxbench report: {Path(run_dir).name}", body)
+    return page(f"ptxbench report: {run_name(run_dir)}", body)
 
 
 def _out_folders(out_dir: Path) -> None:
@@ -184,7 +184,7 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     # every model call's conversation, and a run's records all at once took 670 MB for 300 trajectories.
     trajs, repairs, unstarted = [], False, []
     for _, record in unique_records([run_dir], unstarted):
-        trajs.append(score_trajectory(record, run=run_dir.name))
+        trajs.append(score_trajectory(record, run=run_name(run_dir)))
         repairs = repairs or bool((record.start.config or {}).get("repair_task"))  # a repair page to write
     _out_folders(out_dir)
     score = score_trajectories(trajs)

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from ..records.rundir import DamagedRecord, path_inside, validation_line
+from ..records.rundir import DamagedRecord, path_inside, run_name, validation_line
 from ..repairs.suite import RepairSuite, RepairTask, SuiteMissing, load_suite
 from ..report.tables import md_cell
 from .cells import balance_weights
@@ -302,7 +302,7 @@ def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
         config = record.start.config or {}
         if not config.get("repair_task"):
             continue
-        score = score_trajectory(record, str(run))
+        score = score_trajectory(record, run_name(run))
         if score.infra_failed:
             left_out["an infra failure no retry repaired"] += 1
             continue
@@ -314,7 +314,7 @@ def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
             left_out[why] += 1
             continue
         again = resubmitted_turns(record, score, _suite_solution(config))
-        rows.append((run.name, record.id, record.start.ts, repair_trajectory(score, config, task, again)))
+        rows.append((run_name(run), record.id, record.start.ts, repair_trajectory(score, config, task, again)))
     # in (run, id, start) order: the bootstrap draws by position, so runs named in another order gave other intervals
     rows = [row for *_, row in sorted(rows, key=lambda r: r[:3])]
     split = len({r.turn_budget for r in rows}) > 1

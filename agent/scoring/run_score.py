@@ -13,7 +13,7 @@ from typing import Iterable
 
 from pydantic import BaseModel, Field
 
-from ..records.rundir import distinct_runs, iter_run, read_manifest
+from ..records.rundir import distinct_runs, iter_run, read_manifest, run_name
 from .cells import ANY, CellScore, score_cell
 from .repair import RepairStats
 from .turns import TrajectoryScore, score_trajectory
@@ -164,7 +164,7 @@ def unique_records(run_dirs: Iterable[Path], unstarted: list[Path] | None = None
 
 def load_trajectory_scores(run_dirs: Iterable[Path], unstarted: list[Path] | None = None) -> list[TrajectoryScore]:
     """The trajectories of the runs (unique_records: a copied trajectory raises DuplicateTrajectory)."""
-    return [score_trajectory(rec, run=run_dir.name) for run_dir, rec in unique_records(run_dirs, unstarted)]
+    return [score_trajectory(rec, run=run_name(run_dir)) for run_dir, rec in unique_records(run_dirs, unstarted)]
 
 
 def score_runs(run_dirs: Iterable[Path]) -> RunScore:
