@@ -9,8 +9,10 @@ Modes (`jail_mode()`, recorded in every CompileResult and run manifest):
              ran the tool (its --json-status-fd never said the tool's exit code: user namespaces refused, a bind it
              could not make) is a JailError, never the tool's output
     unshare  no bwrap, but user + mount + network namespaces work (`unshare -U -r -m -n`): a tmpfs root with
-             bind mounts of the same folders, entered with chroot; a folder it cannot mount read-only stops it
-             (JailError, the machine's failure: never a writable view)
+             bind mounts of the same folders, entered with chroot; before the tool runs, every mount under its root
+             but the work folder, /dev/null and /proc is read-only in /proc/self/mountinfo (a mount nested under a
+             recursive bind, an old util-linux's ignored ro: remounted read-only); a folder it cannot mount
+             read-only stops it (JailError, the machine's failure: never a writable view)
     limits   neither: the tools run on the real filesystem under the same limits; compile.py
              then runs a dependency pass first and refuses any include outside the allowed roots
              (tools/jail_deps.py), showing no compiler text of a refused file
@@ -72,7 +74,7 @@ def _bwrap_works() -> bool:
 
 
 def _unshare_works() -> bool:
-    if not (shutil.which("unshare") and shutil.which("chroot")):
+    if not (shutil.which("unshare") and shutil.which("chroot") and shutil.which("awk")):  # awk reads the view's mounts
         return False
     with tempfile.TemporaryDirectory(prefix="ptxbench-jailprobe-") as d:
         return _probe(["unshare", "-U", "-r", "-m", "-n", "-p", "-f", "sh", "-c", f"mount -t tmpfs none {d} && mount --bind /usr/bin {d}"])
@@ -197,6 +199,32 @@ while [ "$1" != "--" ]; do
 done
 shift
 mount -t proc proc "$root/proc" 2>/dev/null || true
+# Every mount under the root read-only but the work folder, /dev/null and /proc, as the kernel says (mountinfo's
+# per-mount options): util-linux before 2.27 ignores ro in `--rbind -o ro`, and ro or a remount reaches only the top
+# of a recursive bind, never the mounts nested under it. A rw one is remounted read-only, else the jail stops.
+writable() {
+  JAIL_ROOT=$root JAIL_WD=$root$wd awk '
+    function unescaped(s,  out, i, code) {  # mountinfo writes space, tab, newline and backslash as \ooo
+      out = ""
+      while ((i = index(s, "\\")) > 0) {
+        code = substr(s, i + 1, 1) * 64 + substr(s, i + 2, 1) * 8 + substr(s, i + 3, 1)
+        out = out substr(s, 1, i - 1) sprintf("%c", code)
+        s = substr(s, i + 4)
+      }
+      return out s
+    }
+    { mp = unescaped($5); root = ENVIRON["JAIL_ROOT"] }
+    index(mp, root "/") == 1 && ("," $6 ",") !~ /,ro,/ && mp != ENVIRON["JAIL_WD"] && mp != root "/dev/null" &&
+      mp != root "/proc" { print mp }' /proc/self/mountinfo
+}
+left=$(writable) || fail "cannot read its mounts"
+if [ -n "$left" ]; then
+  printf '%s\n' "$left" | while IFS= read -r mp; do mount -o remount,ro,bind "$mp" 2>/dev/null || true; done
+  left=$(writable) || fail "cannot read its mounts"
+  first=${left%%"
+"*}
+  [ -z "$left" ] || fail "cannot mount ${first#"$root"} read-only"
+fi
 exec chroot "$root" /bin/sh -c 'cd "$0" && exec "$@"' "$wd" "$@"
 '''
 

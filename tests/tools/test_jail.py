@@ -316,3 +316,57 @@ def test_a_jail_runs_under_a_temporary_folder_with_a_space(mode, monkeypatch, tm
     with jail.Workspace() as wd:
         res = jail.run_in_jail(find_toolchain("sm_90a"), ["/bin/sh", "-c", "pwd"], wd, 20)
     assert res.returncode == 0 and res.output == str(wd), res.output
+
+
+def _unshare_with_mount(monkeypatch, cases: str) -> None:
+    """The unshare mode, its script's `mount` a shell function that handles `cases` (case patterns of "$*") its own
+    way and passes every other mount to the real one."""
+    fake = f'mount() {{\n  case "$*" in\n{cases}\n  esac\n  command mount "$@"\n}}\n'
+    monkeypatch.setattr(jail, "_UNSHARE_SCRIPT", fake + jail._UNSHARE_SCRIPT)
+    monkeypatch.setenv("PTXBENCH_JAIL", "unshare")
+
+
+# util-linux before 2.27: `mount --rbind -o ro SRC DST` binds and ignores ro, and says nothing
+OLD_UTIL_LINUX = '    *"--rbind -o ro "*) command mount --rbind "$4" "$5"; return;;'
+# the host has a mount under /usr/include: a recursive bind brings it along, and ro reaches only the bind's top
+NESTED_UNDER_INCLUDE = ('    "--rbind -o ro /usr/include "*) command mount "$@" && command mount --bind "$4/{sub}" "$5/{sub}";'
+                        ' return;;')
+
+
+def _writable_in_the_jail(folders: list[str], prefix: str = "ptxbench-compile-") -> str:
+    from ptxbench.tools.toolchain import find_toolchain
+
+    with jail.Workspace(prefix=prefix) as wd:
+        res = jail.run_in_jail(find_toolchain("sm_90a"), ["/bin/sh", "-c", 'for d in "$@"; do [ -w "$d" ] && '
+                               'echo "writable $d"; done; [ -w . ] && echo "the work folder is writable"', "probe",
+                               *folders], wd, 20)
+    assert res.returncode == 0, res.output
+    return res.output
+
+
+@pytest.mark.skipif("unshare" not in jail.available_modes(), reason="no user + mount namespaces here")
+@pytest.mark.parametrize("prefix", ["ptxbench-compile-", "ptxbench compile\\x-"])  # mountinfo escapes both
+def test_a_read_only_bind_that_old_util_linux_left_writable_is_made_read_only(monkeypatch, prefix):
+    """`mount --rbind -o ro` succeeded without ro (util-linux before 2.27): the system folders and the toolchain's
+    were writable in the jail, and nothing looked at the view the mounts made."""
+    from ptxbench.tools.toolchain import find_toolchain
+
+    _unshare_with_mount(monkeypatch, OLD_UTIL_LINUX)
+    folders = ["/usr/lib", "/usr/include", os.path.dirname(os.path.realpath(find_toolchain("sm_90a").ptxas.path))]
+    assert _writable_in_the_jail(folders, prefix) == "the work folder is writable"
+
+
+@pytest.mark.skipif("unshare" not in jail.available_modes(), reason="no user + mount namespaces here")
+def test_a_mount_nested_under_a_read_only_bind_is_made_read_only(monkeypatch):
+    """A recursive bind brings the host's mounts under a folder along, and ro (or the remount) reached only its top:
+    a nested mount stayed writable."""
+    sub = next(p.name for p in sorted(Path("/usr/include").iterdir()) if p.is_dir() and not p.is_symlink())
+    _unshare_with_mount(monkeypatch, NESTED_UNDER_INCLUDE.format(sub=sub))
+    assert _writable_in_the_jail([f"/usr/include/{sub}", "/usr/include"]) == "the work folder is writable"
+
+
+@pytest.mark.skipif("unshare" not in jail.available_modes(), reason="no user + mount namespaces here")
+def test_a_writable_mount_that_cannot_be_remounted_read_only_stops_the_jail(monkeypatch):
+    _unshare_with_mount(monkeypatch, OLD_UTIL_LINUX + '\n    *remount,ro,bind*) return 32;;')
+    with pytest.raises(jail.JailError, match=r"could not start \(cannot build the view: cannot mount /\S+ read-only"):
+        _writable_in_the_jail(["/usr/lib"])
