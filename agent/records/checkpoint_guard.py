@@ -9,6 +9,10 @@ trajectory_start, and model calls repeated and paid again. So that is refused wi
     the unreadable database  -> checkpoints.sqlite.corrupt-<n> (with its -wal and -shm)
     a trajectory's old files -> abandoned/<trajectory id>-<n>/ (outside trajectories/: never scored)
 
+Checkpoints of a trajectory whose log is gone (its folder deleted to run it again) are refused the same way: continued,
+they wrote a log without its start and earlier turns (or, finished, the trajectory was skipped and left out of every
+score); restarted, they are forgotten and the trajectory starts over.
+
 A trajectory whose log holds no progress (only trajectory_start / error: nothing was paid) is moved
 aside without asking. A log at most one model call ahead of its checkpoint is the node a kill cut
 short, which LangGraph runs again: that is a resume, not a loss.
@@ -111,9 +115,12 @@ def check_run(run_dir: Path, trajectory_ids: list[str], restart: bool = False) -
                                  f"pass {RESTART_FLAG} to set it aside and start them over")
         moved.append(f"unreadable checkpoints moved to {_set_db_aside(db)}")
     lost: list[tuple[Path, str]] = []
+    unlogged: list[Path] = []
     for tid in trajectory_ids:
         folder = run_dir / "trajectories" / tid
         if trajectory_log(folder) is None:
+            if db.exists() and _model_calls_checkpointed(db, tid) is not None:
+                unlogged.append(folder)
             continue
         progress, calls = _logged(folder)
         checkpointed = _model_calls_checkpointed(db, tid) if db.exists() else None
@@ -123,6 +130,18 @@ def check_run(run_dir: Path, trajectory_ids: list[str], restart: bool = False) -
             lost.append((folder, f"{tid} has {calls} model calls logged and no checkpoint"))
         elif calls > checkpointed + 1:
             lost.append((folder, f"{tid} has {calls} model calls logged and {checkpointed} checkpointed"))
+    if unlogged and not restart:
+        more = f", and {len(unlogged) - 1} more" if len(unlogged) > 1 else ""
+        raise CheckpointLost(f"{unlogged[0]} has checkpoints and no log (its folder or log removed?){more}: continuing "
+                             "would write a log without its start and earlier turns, or skip it as finished; pass "
+                             f"{RESTART_FLAG} to start it over")
+    for folder in unlogged:
+        _forget_thread(db, folder.name)
+        if folder.is_dir() and any(folder.iterdir()):  # its old kernel files are kept, not written over
+            moved.append(f"{folder.name}: checkpoints without a log forgotten, its folder moved to "
+                         f"{_abandon(run_dir, folder)}; it starts over")
+        else:
+            moved.append(f"{folder.name}: checkpoints without a log forgotten; it starts over")
     if lost and not restart:
         where = "missing" if not db.exists() else "behind its events"
         raise CheckpointLost(f"{db} is {where} ({lost[0][1]}{f', and {len(lost) - 1} more' if len(lost) > 1 else ''}): "

@@ -135,3 +135,32 @@ def test_cli_refuses_with_one_line_and_exit_status_1(tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and "--restart-trajectory" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_checkpoints_of_a_trajectory_whose_folder_was_removed_are_refused_then_restarted(tmp_path):
+    """A trajectory folder deleted to run it again (its checkpoints kept): --resume went on from the checkpoint into a
+    new log without its trajectory_start and earlier turns (a finished one was skipped, its folder left empty and the
+    trajectory out of every score), and said nothing. It is refused; --restart-trajectory starts it over."""
+    import shutil
+
+    from bench_fixtures import WL
+    from ptxbench.agent.bench.matrix import BenchConfig
+    from ptxbench.agent.bench.runner import run_bench
+
+    run_dir, calls = tmp_path / "run", []
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=2, turns=2, no_gpu=True)
+    run_bench(cfg, run_dir, evaluator=StubEvaluator([None] * 9), model_factory=lambda c: CountingModel(calls))
+    first, second = sorted((run_dir / "trajectories").iterdir())
+    kept = (second / "trajectory.jsonl").read_text()
+    shutil.rmtree(first)
+    with pytest.raises(CheckpointLost, match="no log") as caught:
+        run_bench(None, run_dir, resume=True, evaluator=StubEvaluator([None] * 9),
+                  model_factory=lambda c: CountingModel(calls))
+    assert "\n" not in str(caught.value) and len(calls) == 4  # nothing ran
+    out = run_bench(None, run_dir, resume=True, restart=True, evaluator=StubEvaluator([None] * 9),
+                    model_factory=lambda c: CountingModel(calls))
+    assert [t.statuses for t in out.trajectories] == [["COMPILE_ERROR"] * 2] * 2 and len(calls) == 6
+    events = read_events(first / "trajectory.jsonl")
+    assert [e.type for e in events].count("trajectory_start") == 1 and [e.turn for e in events
+                                                                         if e.type == "turn_end"] == [1, 2]
+    assert (second / "trajectory.jsonl").read_text() == kept
