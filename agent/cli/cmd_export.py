@@ -56,11 +56,11 @@ def export(
     from ..export.recipes import REJECTED
     from ..export.tokens import TokenizerUnavailable, counter
     from ..export.writer import FORMATS, foreign_files, write_dataset
-    from ..records.rundir import distinct_runs
+    from ..export.collect import canonical_runs
 
     for run in runs:
         inputs.run_folder(run)
-    runs = distinct_runs(runs)  # a run named twice is exported once
+    runs = canonical_runs(runs)  # a run named twice is exported once; the same files whatever the runs' order
     # "a, b" (a space after the comma) named the workload " b", refused as one no trajectory has beside a list
     # showing b; given empty (an unset shell variable) it named none and exported no test split without a word
     test_split = inputs.listed(test_workloads, "--test-workloads", "give comma-separated workload ids, or leave it "

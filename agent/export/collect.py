@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ...workloads.registry import get_workload
 from ..repairs.suite import held_out_bug
-from ..records.rundir import read_manifest, sha256_text
+from ..records.rundir import distinct_runs, read_manifest, sha256_text
 from ..scoring.run_score import unique_records
 from ..scoring.turns import evaluated_gpu
 from .host_paths import model_name, replay_model, run_name
@@ -121,13 +121,21 @@ def _writable(obj):
     return obj
 
 
+def canonical_runs(run_dirs: list[Path]) -> list[Path]:
+    """The run folders, each once, by name (then by resolved path, for two runs of one name): the order rows are read,
+    de-duplicated and written in. In the order given, `export A B` and `export B A` kept other copies of a duplicate
+    row and wrote other files from the same runs."""
+    return sorted(distinct_runs(run_dirs), key=lambda run: (run_name(run), str(Path(run).resolve())))
+
+
 def collect_samples(run_dirs: list[Path], unstarted: list[Path] | None = None) -> list[TrajectorySample]:
-    """`unstarted` (a list) gets the folders of the logs with no readable trajectory_start, as score counts them."""
+    """The runs' trajectories in canonical_runs' order, each run's by folder name, whatever order the runs are given
+    in; `unstarted` (a list) gets the folders of the logs with no readable trajectory_start, as score counts them."""
     samples: list[TrajectorySample] = []
     gpus: dict[Path, str] = {}
     # unique_records, as `score` and `report` read runs: a trajectory folder copied inside a run (one trajectory_start
     # twice) is DuplicateTrajectory, not its rows twice (--no-dedup kept both, and the copy's rows weighed double)
-    for run_dir, rec in unique_records(run_dirs, unstarted):
+    for run_dir, rec in unique_records(canonical_runs(run_dirs), unstarted):
         if run_dir not in gpus:
             gpus[run_dir] = _gpu_name(read_manifest(run_dir))
         start = rec.start
