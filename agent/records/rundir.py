@@ -107,7 +107,9 @@ class TrajectoryWriter:
         """Write the kernel of a turn; returns its path relative to the trajectory folder."""
         name = f"turn_{turn:02d}{('_' + tag) if tag else ''}.{KERNEL_SUFFIX.get(language, 'txt')}"
         rel = f"kernels/{name}"
-        (self.folder / rel).write_text(source, encoding="utf-8")
+        # on disk before the event that names it (fsynced, as the event is), and never written through a link planted
+        # at its name
+        atomic_write(self.folder / rel, source.encode("utf-8"))
         return rel
 
 

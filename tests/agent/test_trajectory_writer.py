@@ -56,3 +56,25 @@ def test_a_line_cut_short_is_moved_aside_before_the_next_event(tmp_path, monkeyp
     writer.append(Stop(trajectory_id="t", reason="error", detail="interrupted"))
     assert [e.seq for e in read_events(writer.path)] == [0, 1]
     assert list(writer.folder.glob("trajectory.jsonl.torn-*"))
+
+
+def test_a_kernel_file_is_on_disk_before_the_event_naming_it_and_never_written_through_a_link(tmp_path, monkeypatch):
+    """Kernel files were written unsynced while the eval_result naming each was fsynced: a host that went down (a spot
+    VM stopped) kept the event and lost the file. And a link planted at a kernel's name in a run folder someone else
+    left (resumed here) had the kernel written through it, into whatever file it named."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine\n")
+    writer = TrajectoryWriter(tmp_path / "t")
+    (writer.folder / "kernels" / "turn_01.ptx").symlink_to(outside)
+    synced: set[int] = set()
+    real = os.fsync
+
+    def fsync(fd):
+        synced.add(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    rel = writer.save_kernel(1, "ptx", ".version 8.5\n")
+    kernel = writer.folder / rel
+    assert outside.read_text() == "mine\n" and not kernel.is_symlink()
+    assert kernel.read_text() == ".version 8.5\n" and kernel.stat().st_ino in synced
