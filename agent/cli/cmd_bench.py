@@ -59,7 +59,7 @@ def resume_conflict(ctx, given: dict, recorded, run_dir) -> str | None:
             continue
         value, before = given[name], getattr(recorded, name)
         if value != before:
-            shown = (lambda v: ",".join(v) if isinstance(v, list) else v)
+            shown = (lambda v: ",".join(v) if isinstance(v, list) else ("on" if v else "off") if isinstance(v, bool) else v)
             return (f"{flag} {shown(value)}: bench --resume goes on with the matrix {run_dir}'s run recorded ({flag} "
                     f"{shown(before)}); drop it, or start a new --run-dir (only the runtime options, --backend, "
                     "--ray-address, --gpus, --parallel, --provider-limit, --api-base, --infra-retries, --model-timeout, "
@@ -338,6 +338,8 @@ def bench(
     writable(run_dir)  # a run folder that cannot be made: said before any worker starts
     if (matrix := config or recorded) is not None and matrix.backend == "local":  # Ray's actors compile on their nodes
         preflight.toolchain(matrix.arch)  # no ptxas here: every trajectory would end infra-failed
+    if recorded is not None and not recorded.no_gpu and recorded.backend == "local":  # not "pass --no-gpu", refused
+        preflight.gpu(preflight.RESUMED_GPU_RUN_HINT)
     evaluator = None
     try:
         with on_sigterm():  # a stop while the workers start: one line, and the workers that started end

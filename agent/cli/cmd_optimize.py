@@ -350,7 +350,8 @@ def optimize(
 
     preflight.writable(resume or run_dir or runs_root())  # a run folder that cannot be made: said before any work
     if not no_gpu:  # a resumed run's own setting (above)
-        preflight.gpu()  # no usable GPU here: said before a run folder is made or a worker started
+        # no usable GPU here: said before a run folder is made or a worker started
+        preflight.gpu(preflight.RESUMED_GPU_RUN_HINT if resume is not None else preflight.NO_GPU_HINT)
     preflight.toolchain((config or recorded).arch)  # no ptxas here: every turn would be an INFRA_ERROR
     title = f"ptxbench optimize {(config or recorded).workload}" + ("  (no GPU: compile + SASS only)" if no_gpu else "")
     view = LiveView(title)

@@ -21,6 +21,9 @@ from ..records.storage import storage_failure  # noqa: F401 - said here by the c
 from .inputs import BadInput, RunFailed, write_probe
 
 NO_GPU_HINT = "pass --no-gpu to compile only"
+# a resumed run refuses --no-gpu (it goes on as it started): NO_GPU_HINT sent the user to an option then refused
+RESUMED_GPU_RUN_HINT = ("the run was recorded to evaluate on a GPU and goes on as it started (its --no-gpu cannot "
+                        "change): resume it on a machine with a GPU, or start a new run with --no-gpu")
 
 
 def storage_stop(exc: Exception, resume: str) -> RunFailed:

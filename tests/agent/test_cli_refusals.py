@@ -170,6 +170,32 @@ def test_a_gpu_run_without_a_usable_gpu_is_refused_up_front(workdir, no_usable_g
     assert _files(workdir) == before, "a refused run left files behind"
 
 
+@pytest.mark.parametrize("command", ["optimize", "bench"])
+def test_a_resumed_gpu_run_where_there_is_none_is_not_sent_to_no_gpu(workdir, no_usable_gpu, command):
+    """Resuming a GPU run on a machine without one said "pass --no-gpu to compile only", and --no-gpu with --resume is
+    refused (a resumed run goes on as it started): the line now says where it can go on."""
+    from ptxbench.agent.bench.matrix import BenchConfig, expand
+    from ptxbench.agent.loop.state import OptimizeConfig
+    from ptxbench.agent.records.rundir import write_manifest
+
+    if command == "optimize":
+        config = OptimizeConfig(workload=W, model="builtin/tuner", turns=1)
+        ids, argv = [config.trajectory_id()], ["optimize", "--resume", "r"]
+    else:
+        config = BenchConfig(models=["builtin/tuner"], workloads=[W], trajectories=1, turns=1)
+        ids, argv = [c.trajectory_id() for c in expand(config)], ["bench", "--resume", "--run-dir", "r"]
+    write_manifest(workdir / "r", {"command": command, "config": config.model_dump(mode="json"), "trajectories": ids})
+    before = _files(workdir)
+    result = CliRunner().invoke(app, argv)
+    _one_error_line(result, 2, "GPU")
+    assert "resume it on a machine with a GPU, or start a new run with --no-gpu" in result.output, result.output
+    assert "pass --no-gpu" not in result.output, result.output
+    given = CliRunner().invoke(app, [*argv, "--no-gpu"])  # what the old line sent the user to: refused, and says why
+    _one_error_line(given, 2, "--no-gpu")
+    assert "True" not in given.output and "False" not in given.output, given.output
+    assert _files(workdir) == before
+
+
 def test_a_resumed_no_gpu_run_goes_on_where_there_is_no_gpu(workdir, monkeypatch):
     from ptxbench.tools.evaluate import LocalEvaluator
 
