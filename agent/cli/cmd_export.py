@@ -79,6 +79,10 @@ def export(
     if min_speedup is not None and not 0 <= min_speedup < float("inf"):  # nan: no speedup passes, and no word of it
         raise inputs.BadInput(f"--min-speedup must be a finite number, 0 or more, got {min_speedup}")
     out = inputs.new_folder(out, "--out")
+    if format == "parquet" and not inputs.utf8(str(out.resolve())):  # pyarrow's writer failed on it, read as the
+        # run's damage ("RUN: 'utf-8' codec can't encode"), after the folder was made
+        raise inputs.BadInput(f"--out {str(out)!r}: the path is not UTF-8 text, to which pyarrow writes no parquet file; "
+                              "name another folder, or --format jsonl")
     if foreign := foreign_files(out):  # datasets.load_dataset(data_dir=out) would read them as rows of this export
         more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
         raise inputs.BadInput(f"--out {out} holds {foreign[0].relative_to(out)}{more}: data files no export wrote, which "

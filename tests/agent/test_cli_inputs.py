@@ -77,6 +77,9 @@ CASES = [
      "--teacher is empty: name the litellm model, or leave it out for rows without reasoning"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--teacher-api-base", ""], 2,
      "--teacher-api-base is empty"),
+    # pyarrow writes parquet to no such path: "<the run>: 'utf-8' codec can't encode", exit 1, an empty --out left
+    (["export", EXAMPLE_RUN, "--recipe", "kernelgen", "--out", "out\udcfe"], 2,
+     "the path is not UTF-8 text, to which pyarrow writes no parquet file; name another folder, or --format jsonl"),
     # bench
     (["bench", "--models", "builtin/tuner", "--workloads", "nope", "--no-gpu"], 2, "unknown workload"),
     (["bench", "--workloads", W, "--no-gpu"], 2, "give --models and --workloads"),
