@@ -122,6 +122,7 @@ def export(
         if w not in {s.workload for s in samples}:
             raise inputs.BadInput(f"--test-workloads {w}: no trajectory of the runs is of that workload "
                                   f"(they have: {', '.join(sorted({s.workload for s in samples})) or 'none'})")
+    cache = _teacher_cache(out) if teacher else None
     inputs.create_folder(out, "--out")  # now that every check passed: a refused command leaves no folder behind
     _hold(out)
     ops = _ops({s.workload for s in samples})
@@ -130,10 +131,11 @@ def export(
         stats["trajectory_logs_without_start"] = len(unstarted)
     rows = materialize(plan, samples, cfg, ops)
     if teacher:
-        from ..export.teacher import with_reasoning
+        from ..export.teacher import take_old_cache, with_reasoning
 
+        take_old_cache(out, cache)  # an earlier export's, inside the dataset: its answers kept, the folder gone
         stats["teacher"] = {}
-        rows = with_reasoning(rows, teacher, out / ".teacher_cache", teacher_api_base,
+        rows = with_reasoning(rows, teacher, cache, teacher_api_base,
                               max_tokens=cfg.max_tokens, totals=stats["teacher"])  # --max-tokens holds with the reasoning too
     from ..models.base import ModelError
 
@@ -142,14 +144,34 @@ def export(
     except ModelError as exc:  # the teacher's provider (no other part asks a model), not the export: its staged
         # files are gone, and the answers so far stay in the cache
         raise inputs.RunFailed(f"--teacher {teacher}: {exc}; nothing was written. Its answers so far are kept in "
-                               f"{out / '.teacher_cache'}: run the same export again to go on from them") from None
+                               f"{cache}: run the same export again to go on from them") from None
     where = ", ".join(f"{k}: {v}" for k, v in paths.items()) or str(out)  # a path may hold [ ]: not rich markup
     rprint(f"[bold]{stats['rows']}[/] {recipe} rows from {len(samples)} trajectories -> " + escape(terminal_text(where)))
     for line in dropped_lines(stats, REJECTED):
         typer.echo(line)
     if failed := (stats.get("teacher") or {}).get("teacher_errors"):  # kept, without reasoning: said, not hidden
         typer.echo(f"{failed} fixit rows without teacher reasoning: the teacher's request for them failed (its answer "
-                   f"is cached in {out / '.teacher_cache'}; delete it there to ask again)")
+                   f"is cached in {cache}; delete it there to ask again)")
+
+
+def _teacher_cache(out: Path) -> Path:
+    """The teacher's answers for `out` (export/teacher.py's cache_folder: under the ptxbench cache, not in the dataset
+    folder), made and written to once now: one that cannot be is said before --out is made or any teacher asked."""
+    import os
+
+    from . import inputs
+    from ..export.teacher import cache_folder
+    from ptxbench.tools.cache import ENV_CACHE
+
+    cache = cache_folder(out)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        inputs.write_probe(cache)
+    except OSError as exc:
+        given = f" (${ENV_CACHE})" if os.environ.get(ENV_CACHE) else ""
+        raise inputs.BadInput(f"cannot write the teacher's answers into {cache}{given}: {exc.strerror or exc}; point "
+                              f"${ENV_CACHE} at a folder you can write") from None
+    return cache
 
 
 def _hold(out) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -18,6 +19,34 @@ INSTRUCTIONS = (
     "log says, which lines are at fault and why, what must change. Do NOT quote or reproduce the fixed kernel or any "
     "line of it; describe changes in words. At most 250 words. Plain prose, no code blocks."
 )
+
+
+# Where an earlier export cached the answers: inside --out, so an upload of the dataset folder published them.
+OLD_CACHE_NAME = ".teacher_cache"
+
+
+def cache_folder(out: Path) -> Path:
+    """The teacher's answers for the dataset in `out`: under the ptxbench cache ($PTXBENCH_CACHE, tools/cache.py;
+    its compile entries are pruned, these never), one folder per --out by its resolved path. The same export into the
+    same folder asks nothing again; two datasets keep their answers (and their cached failures) apart; and `out`
+    holds the dataset alone, whole to upload."""
+    from ...tools.cache import cache_root
+
+    key = hashlib.sha256(str(Path(out).resolve()).encode("utf-8", "backslashreplace")).hexdigest()[:16]
+    return cache_root() / "teacher" / key
+
+
+def take_old_cache(out: Path, cache_dir: Path) -> None:
+    """An earlier export's `out/.teacher_cache` moved into `cache_dir` (its answers are paid for: kept, where no
+    answer to the same request is there already) and removed from the dataset folder."""
+    old = Path(out) / OLD_CACHE_NAME
+    if old.is_symlink() or not old.is_dir():  # a link is not followed into: only what an export made is moved
+        return
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    for entry in old.glob("*.json"):
+        if entry.is_file() and not entry.is_symlink() and not (cache_dir / entry.name).exists():
+            shutil.move(str(entry), str(cache_dir / entry.name))  # a rename, or a copy across file systems
+    shutil.rmtree(old)
 
 
 def _read(row: Row) -> str:

@@ -35,13 +35,13 @@ def jsonl_line(row) -> str:
 def foreign_files(out: Path) -> list[Path]:
     """The data files in `out` that no earlier export wrote: everything there, at any depth, with a DATA_SUFFIXES
     suffix, but for the manifest and, beside it, the split files it replaces. Hidden files and folders are left out,
-    as datasets leaves them out (.teacher_cache). Other files (notes, a README) are no data and may stay."""
+    as datasets leaves them out (.git, an earlier export's .teacher_cache). Other files (notes, a README) are no data and may stay."""
     if not out.is_dir():
         return []
     ours = {MANIFEST_NAME, *(SPLIT_FILES if (out / MANIFEST_NAME).is_file() else ())}
     found = []
     for folder, dirs, files in os.walk(out):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))  # not walked: .git, .teacher_cache
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))  # not walked: .git
         for name in sorted(files):
             rel = (Path(folder) / name).relative_to(out)
             if not name.startswith((".", "__")) and rel.suffix.lower() in DATA_SUFFIXES and str(rel) not in ours:
@@ -53,7 +53,7 @@ def _remove_old_splits(out: Path) -> None:
     """Remove the split files an earlier export left in `out`, in either format. The folder is one dataset:
     `datasets.load_dataset(..., data_dir=out)` loads every split file in it, so a split this export does not write
     (a test split of an earlier --test-workloads, the other format) would load as part of it. Nothing else in the
-    folder is touched (.teacher_cache stays)."""
+    folder is touched."""
     for name in SPLIT_FILES:
         (out / name).unlink(missing_ok=True)
 

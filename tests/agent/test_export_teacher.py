@@ -150,3 +150,63 @@ def test_a_repair_row_whose_wrong_kernel_was_handed_in_gets_reasoning(tmp_path):
             sent = server.requests[0]["messages"][1]["content"]
         assert task in sent and "variant_fixed" in sent
         assert rows[0].completion[0].content.startswith("<think>") == kept and totals["rejected_leaks"] == (not kept)
+
+
+def test_a_teacher_export_leaves_only_the_dataset_in_out_and_reuses_its_answers(tmp_path, monkeypatch):
+    """The answers were cached in --out/.teacher_cache: `huggingface-cli upload` of the folder (or any copy of it)
+    published every request and reply beside the dataset. They are kept under the ptxbench cache, per --out: the same
+    export again asks nothing, another --out its own."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "pcache"))
+    run, out = build_run(tmp_path), tmp_path / "ds"
+    argv = ["export", str(run), "--recipe", "fixit", "--format", "jsonl", "--teacher", "openai/teacher"]
+    with ScriptedServer([{"content": REASONING}]) as server:
+        first = CliRunner().invoke(app, [*argv, "--out", str(out), "--teacher-api-base", server.base_url])
+        assert first.exit_code == 0 and len(server.requests) == 1, first.output
+    assert sorted(p.name for p in out.iterdir()) == ["export_manifest.json", "train.jsonl"]
+    assert REASONING in (out / "train.jsonl").read_text()
+    with ScriptedServer([]) as server:  # every answer from the cache
+        again = CliRunner().invoke(app, [*argv, "--out", str(out), "--teacher-api-base", server.base_url])
+        assert again.exit_code == 0 and server.requests == [], again.output
+    assert REASONING in (out / "train.jsonl").read_text()
+    with ScriptedServer([{"content": REASONING}]) as server:  # another dataset: its own answers
+        other = CliRunner().invoke(app, [*argv, "--out", str(tmp_path / "ds2"), "--teacher-api-base", server.base_url])
+        assert other.exit_code == 0 and len(server.requests) == 1, other.output
+
+
+def test_an_earlier_exports_teacher_cache_in_out_is_moved_out_and_reused(tmp_path, monkeypatch):
+    """A dataset folder an earlier version wrote holds .teacher_cache: its answers are taken along, not asked (and
+    paid for) again, and the folder leaves --out."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "pcache"))
+    run, out = build_run(tmp_path), tmp_path / "ds"
+    argv = ["export", str(run), "--recipe", "fixit", "--format", "jsonl", "--teacher", "openai/teacher", "--out", str(out)]
+    rows, _ = build_rows(collect_samples([run]), ExportConfig(recipe="fixit"))
+    with ScriptedServer([{"content": REASONING}]) as server:  # as an earlier export filled it
+        add_reasoning(rows, "openai/teacher", out / ".teacher_cache", api_base=server.base_url)
+    with ScriptedServer([]) as server:
+        done = CliRunner().invoke(app, [*argv, "--teacher-api-base", server.base_url])
+        assert done.exit_code == 0 and server.requests == [], done.output
+    assert sorted(p.name for p in out.iterdir()) == ["export_manifest.json", "train.jsonl"]
+    assert REASONING in (out / "train.jsonl").read_text()
+
+
+def test_a_teacher_cache_that_cannot_be_written_is_one_line_before_out_is_made(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "file"))
+    run = build_run(tmp_path)
+    with ScriptedServer([]) as server:
+        result = CliRunner().invoke(app, ["export", str(run), "--recipe", "fixit", "--out", str(tmp_path / "ds"),
+                                          "--teacher", "openai/teacher", "--teacher-api-base", server.base_url])
+    assert result.exit_code == 2 and "cannot write the teacher's answers" in result.output, result.output
+    assert "PTXBENCH_CACHE" in result.output and not (tmp_path / "ds").exists()
