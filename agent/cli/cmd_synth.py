@@ -46,6 +46,10 @@ def synth_repairs(
     # given empty (an unset shell variable) it named no class and every class was synthesized without a word
     names = inputs.mutations(inputs.listed(mutations, "--mutations", "give comma-separated bug classes (`--list` "
                                            "shows them), or leave it out for every class that applies")) or None
+    # a name given twice evaluated its variants twice on the GPU, and its table and pair count said each twice
+    for flag, given in (("WORKLOADS", ids), ("--mutations", names or [])):
+        if twice := next((n for i, n in enumerate(given) if n in given[:i]), None):
+            raise inputs.BadInput(f"{flag} names {twice} twice: each is synthesized once")
     if names is None:  # training data: the repair suite's held-out bug classes are left out unless named
         from ..repairs.suite import HELD_OUT_CLASSES
 

@@ -213,6 +213,10 @@ CASES = [
     # EvalOptions refused it only once the run's manifest was written, in a traceback (eval's bound, said up front)
     (["synth-repairs", "--trials", "100"], 2, "--trials must be at most 32"),
     (["synth-repairs", "--list", "--run-dir", EXAMPLE_RUN], 2, "holds an optimize run; choose another folder"),
+    # evaluated twice on the GPU, and each pair counted twice in the table and the pair count
+    (["synth-repairs", "--list", W, W], 2, f"WORKLOADS names {W} twice: each is synthesized once"),
+    (["synth-repairs", "--list", "--mutations", "wrong_swizzle,wrong_swizzle"], 2,
+     "--mutations names wrong_swizzle twice"),
     # a misspelt --suite was told to build the committed suite, at workloads/repairs, on a GPU
     (["repairs", "list", "--suite", "workloads/repair"], 2,
      "no repair suite at workloads/repair: it does not exist; give the folder a suite build wrote (the committed one is"),
