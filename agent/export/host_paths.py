@@ -4,11 +4,14 @@ A replay's model string (`replay//home/alice/runs/x/trajectories/<id>/trajectory
 local folder (`hosted_vllm//home/alice/ckpt/sft-1`), the run folders given to `export` and an `hf:<folder>` tokenizer
 were written into rows and export_manifest.json as typed: a published dataset told a username and a directory layout.
 Each is cut to the names a reader can match against `provenance.run`.
+The teacher's server (`--teacher-api-base`) likewise told a host, and any user, password or token in its URL:
+`api_base_name` keeps its scheme, and a public provider's host alone.
 """
 from __future__ import annotations
 
 import os
 from pathlib import PurePath
+from urllib.parse import urlsplit
 
 from ..records.rundir import run_name  # noqa: F401  (the manifest's runs and `provenance.run`; "." names the folder)
 
@@ -52,3 +55,26 @@ def tokenizer_name(spec: str) -> str:
     folder = os.path.expanduser(name)
     local = os.path.isabs(folder) or os.path.exists(folder)
     return f"hf:{os.path.basename(os.path.normpath(os.path.abspath(folder)))}" if local else spec
+
+
+# Public providers' OpenAI-compatible endpoints: a host any user of the provider types, naming no one's machine.
+PUBLIC_API_HOSTS = frozenset({
+    "api.openai.com", "api.anthropic.com", "openrouter.ai", "api.together.xyz", "api.together.ai", "api.deepseek.com",
+    "api.groq.com", "api.fireworks.ai", "api.mistral.ai", "generativelanguage.googleapis.com", "api.x.ai",
+    "api.deepinfra.com", "integrate.api.nvidia.com", "api.cerebras.ai", "api.perplexity.ai",
+})
+
+
+def api_base_name(url: str) -> str:
+    """`--teacher-api-base` as a published manifest keeps it: the scheme and, for a public provider (PUBLIC_API_HOSTS),
+    its host; any other server as `<scheme>://<host>` (its address names the exporter's machines or organisation: a
+    lab's vLLM box, an Azure resource). Never a user or password, port, path (an account or deployment id) or query
+    (a token); `<custom>` for what is no http(s) URL."""
+    try:
+        parts = urlsplit(url.strip())
+        host = (parts.hostname or "").lower()
+    except ValueError:  # a bracketed host that is no IPv6 address, a port that is no number
+        return "<custom>"
+    if parts.scheme.lower() not in ("http", "https") or not host:
+        return "<custom>"
+    return f"{parts.scheme.lower()}://{host if host in PUBLIC_API_HOSTS else '<host>'}"

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ...tools.redact import mask_strings
-from .host_paths import model_name, run_name, tokenizer_name
+from .host_paths import api_base_name, model_name, run_name, tokenizer_name
 from .schema import ExportConfig, Row, dataset_features
 
 
@@ -145,8 +145,10 @@ def write_dataset(rows: Iterable[Row], out: Path, fmt: str, cfg: ExportConfig, s
     paths = {split: files[split].path for split in ("train", "test") if split in files}
     # the runs and an hf:<folder> tokenizer by their names, as the rows name a run: the paths as given told the
     # exporting host's username and folders (host_paths.py)
+    # the teacher's server as its scheme (a public provider's host too): never a host, user, token or path of ours
     config = cfg.model_dump() | {"tokenizer": tokenizer_name(cfg.tokenizer),
-                                 "teacher": model_name(cfg.teacher) if cfg.teacher else None}
+                                 "teacher": model_name(cfg.teacher) if cfg.teacher else None,
+                                 "teacher_api_base": api_base_name(cfg.teacher_api_base) if cfg.teacher_api_base else None}
     if isinstance(teacher := stats.get("teacher"), dict) and teacher.get("teacher"):  # with_reasoning's totals
         stats = stats | {"teacher": teacher | {"teacher": model_name(teacher["teacher"])}}
     manifest = {"config": config, "runs": [run_name(r) for r in runs], "stats": stats,
