@@ -35,9 +35,19 @@ def local_server(model: str) -> tuple[str, str] | None:
 
 
 def _address(api_base: str, flag: str = "--api-base") -> tuple[str, int] | str:
-    url = urlparse(api_base)
+    not_url = f"{flag} {api_base!r} is not an http(s) URL; expected e.g. http://localhost:8000/v1"
+    try:
+        url = urlparse(api_base)
+    except ValueError as exc:  # 'http://[::1' (an IPv6 bracket left open): a traceback before the probe
+        return f"{not_url} ({exc})"
     if url.scheme not in DEFAULT_PORTS or not url.hostname:
-        return f"{flag} {api_base!r} is not an http(s) URL; expected e.g. http://localhost:8000/v1"
+        return not_url
+    try:
+        url.hostname.encode("idna")  # a host of bytes no resolver takes (not UTF-8, a space): getaddrinfo's traceback
+        if any(c.isspace() for c in url.hostname):
+            raise UnicodeError("a space in the host name")
+    except UnicodeError as exc:
+        return f"{not_url} (its host: {exc})"
     try:
         return url.hostname, url.port or DEFAULT_PORTS[url.scheme]
     except ValueError as exc:  # a port that is not a number

@@ -48,6 +48,12 @@ CASES = [
     (["optimize", W, "--model", "openai/m", "--api-base", "http://127.0.0.1:9/v1", "--api-key-env", "MY_VLLM_KEY"], 2,
      "MY_VLLM_KEY is not set"),
     (["optimize", W, "--model", "openai/m", "--api-base", "localhost:8000"], 2, "not an http(s) URL"),
+    # tracebacks out of the URL's parse and the probe's name lookup
+    (["optimize", W, "--model", "openai/m", "--api-base", "http://[::1"], 2, "not an http(s) URL; expected e.g. "
+     "http://localhost:8000/v1 (Invalid IPv6 URL)"),
+    (["optimize", W, "--model", "openai/m", "--api-base", "http://h\udcff/v1"], 2, "not an http(s) URL"),
+    (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--teacher", "openai/m", "--teacher-api-base",
+      "http://a b/v1"], 2, "--teacher-api-base 'http://a b/v1' is not an http(s) URL"),
     (["optimize", W, "--run-dir", "f/run"], 2, "is a file"),
     # a device or a shell's <(...) pipe was "no such file"
     (["optimize", W, "--no-gpu", "--start-from", "/dev/null"], 2,
