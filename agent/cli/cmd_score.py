@@ -67,6 +67,8 @@ def score(
             raise inputs.BadInput("--out-run takes one run: re-evaluate several runs without it")
         if out_run is not None and out_run.exists():
             raise inputs.BadInput(f"--out-run {out_run} exists: name a new folder")
+        if out_run is not None:  # as a new run's --run-dir: a run among another run's records (its trajectories/ got a
+            inputs.no_other_files(out_run, "--out-run")  # trajectory folder holding a whole run) or a report's pages
         from . import preflight
 
         import time

@@ -302,6 +302,21 @@ def test_a_compile_cache_that_is_a_file_is_said_to_be_one(workdir, monkeypatch, 
                         "a folder; point $PTXBENCH_CACHE at a folder"), lines[0]
 
 
+@pytest.mark.parametrize("where", ["trajectories/new", "re", "report/re"])
+def test_a_re_evaluation_is_not_written_inside_a_run(tmp_path, where):
+    """`score RUN --re-evaluate --out-run RUN/trajectories/new` wrote the new run among RUN's trajectories, as a
+    trajectory folder holding a whole run; optimize's and bench's --run-dir refuse a folder inside a run."""
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE_RUN, run)
+    (run / "report").mkdir()
+    before = _files(run)
+    result = CliRunner().invoke(app, ["score", str(run), "--re-evaluate", "--no-gpu", "--out-run", str(run / where)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0] == f"error: --out-run {run / where} is inside the run {run}: name a folder outside it", lines[0]
+    assert _files(run) == before
+
+
 def _files(root: Path) -> set[Path]:
     return {p.relative_to(root) for p in root.rglob("*")}
 
