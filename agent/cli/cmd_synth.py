@@ -42,6 +42,11 @@ def synth_repairs(
     from ..records.rundir import runs_root
 
     console = Console()
+    if list_only and (given := inputs.given_options(ctx, ("run_dir", "trials", "timeout", "timeout_s"))):
+        # --list evaluates and writes nothing: these were taken and dropped without a word
+        one = len(given) == 1
+        raise inputs.BadInput(f"{', '.join(given)} {'acts' if one else 'act'} on the synthesis run, which --list skips "
+                              f"(it evaluates and writes nothing): drop {'it' if one else 'them'}, or --list")
     ids = [inputs.workload(w) for w in workloads or ["gemm_bf16_m8192_n7168_k5120"]]
     # given empty (an unset shell variable) it named no class and every class was synthesized without a word
     names = inputs.mutations(inputs.listed(mutations, "--mutations", "give comma-separated bug classes (`--list` "
@@ -67,14 +72,14 @@ def synth_repairs(
     # taken as text: typer's Path made an empty one '.', the working directory
     run_dir = inputs.new_folder(runs_root() / "synth-repairs" if run_dir is None else run_dir, "--run-dir")
     inputs.no_other_files(run_dir, "--run-dir")
-    if not list_only:
-        preflight.writable(run_dir)
     # as optimize's and bench's: a damaged manifest was a traceback, and one no run wrote (no command) was taken,
-    # to be written over
+    # to be written over (read before the write probe: nothing is written into another command's run)
     manifest = inputs.run_manifest(run_dir, "--run-dir")
     if manifest and (command := manifest.get("command")) != "synth-repairs":
         what = f"{'an' if command[:1] in 'aeiou' else 'a'} {command}" if command else "a foreign"
         raise inputs.BadInput(f"--run-dir {run_dir} holds {what} run; choose another folder")
+    if not list_only:
+        preflight.writable(run_dir)
     if list_only:
         for wid in ids:
             found = [m.name for m, _ in applicable(reference_source(wid), names)]

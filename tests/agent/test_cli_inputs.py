@@ -62,7 +62,7 @@ CASES = [
     # an empty folder option is no '.': typer's Path made it the working directory, where the run was written
     (["optimize", W, "--no-gpu", "--run-dir", ""], 2, "--run-dir is empty"),
     (["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--run-dir", ""], 2, "--run-dir is empty"),
-    (["synth-repairs", "--list", "--run-dir", ""], 2, "--run-dir is empty"),
+    (["synth-repairs", "--run-dir", ""], 2, "--run-dir is empty"),
     (["score", EXAMPLE_RUN, "--re-evaluate", "--no-gpu", "--out-run", ""], 2, "--out-run is empty"),
     (["profile", W, GOOD, "--keep", ""], 2, "--keep is empty"),
     # more options given empty (an unset shell variable): taken as not given without a word (export ran with no teacher,
@@ -155,7 +155,7 @@ CASES = [
     # nan passed `value <= 0` (a watchdog of nan seconds); inf is none
     (["eval", W, GOOD, "--no-gpu", "--timeout", "nan"], 2, "--timeout must be positive and finite, got nan"),
     (["profile", W, GOOD, "--timeout", "inf"], 2, "--timeout must be positive and finite, got inf"),
-    (["synth-repairs", "--list", "--timeout-s", "nan"], 2, "--timeout-s must be positive and finite, got nan"),
+    (["synth-repairs", "--timeout-s", "nan"], 2, "--timeout-s must be positive and finite, got nan"),
     # torch's generator takes 64 bits: every input set after the first failed on the GPU, an INFRA_ERROR of the
     # harness's own (a bench's trajectories retried, then left out of the scores)
     (["eval", W, GOOD, "--seed", "18446744073709551615"], 2,
@@ -174,7 +174,7 @@ CASES = [
      2, "--model-timeout must be at most 604800 seconds (a week)"),
     (["profile", W, GOOD, "--timeout", "1e11"], 2, "--timeout must be at most 604800 seconds (a week)"),
     (["eval", W, GOOD, "--timeout", "1e11"], 2, "--timeout must be at most 604800 seconds (a week)"),
-    (["synth-repairs", "--list", "--timeout", "1e11"], 2, "--timeout must be at most 604800 seconds (a week)"),
+    (["synth-repairs", "--timeout", "1e11"], 2, "--timeout must be at most 604800 seconds (a week)"),
     (["profile", "nope", GOOD], 2, "unknown workload"),
     (["profile", W, "missing.ptx"], 2, "does not exist"),
     (["profile", W, GOOD, "--arch", "sm_80"], 2, "--arch"),
@@ -218,7 +218,12 @@ CASES = [
     (["synth-repairs", "--list", "--mutations", " , "], 2, "--mutations ' , ' names nothing"),
     # EvalOptions refused it only once the run's manifest was written, in a traceback (eval's bound, said up front)
     (["synth-repairs", "--trials", "100"], 2, "--trials must be at most 32"),
-    (["synth-repairs", "--list", "--run-dir", EXAMPLE_RUN], 2, "holds an optimize run; choose another folder"),
+    (["synth-repairs", "--run-dir", EXAMPLE_RUN], 2, "holds an optimize run; choose another folder"),
+    # --list evaluates and writes nothing: the synthesis run's options beside it were taken and dropped without a word
+    (["synth-repairs", "--list", "--trials", "2"], 2,
+     "--trials acts on the synthesis run, which --list skips (it evaluates and writes nothing): drop it, or --list"),
+    (["synth-repairs", "--list", "--timeout", "5", "--run-dir", "r"], 2, "--run-dir, --timeout act on the synthesis run"),
+    (["synth-repairs", "--list", "--timeout-s", "5"], 2, "--timeout-s acts on the synthesis run, which --list skips"),
     # evaluated twice on the GPU, and each pair counted twice in the table and the pair count
     (["synth-repairs", "--list", W, W], 2, f"WORKLOADS names {W} twice: each is synthesized once"),
     (["synth-repairs", "--list", "--mutations", "wrong_swizzle,wrong_swizzle"], 2,

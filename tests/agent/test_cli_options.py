@@ -130,14 +130,44 @@ def test_no_option_spells_its_unit_and_the_watchdog_is_timeout_everywhere():
     assert {"eval", "profile", "synth-repairs"} <= watchdogs, watchdogs
 
 
-def test_the_former_timeout_s_spelling_still_works_but_not_beside_timeout(workdir):
-    ok = CliRunner().invoke(app, ["synth-repairs", "--list", "--timeout-s", "5"])
+def _synthesis_options(monkeypatch) -> list:
+    """synth-repairs run as if on a GPU, each synthesis's EvalOptions recorded instead of evaluated."""
+    from types import SimpleNamespace
+
+    import ptxbench.agent.export.synth as synth
+    import ptxbench.tools.evaluate as evaluate
+    from ptxbench.agent.cli import preflight
+
+    taken: list = []
+
+    class NoWorkEvaluator:
+        pool = None
+
+        def close(self):
+            pass
+
+    def synthesize(*args, options, **kw):
+        taken.append(options)
+        return SimpleNamespace(reference_status={}, outcomes=[], kept=[])
+
+    monkeypatch.setattr(preflight, "no_gpu_reason", lambda: "")
+    monkeypatch.setattr(preflight, "toolchain", lambda arch: None)
+    monkeypatch.setattr(evaluate, "LocalEvaluator", NoWorkEvaluator)
+    monkeypatch.setattr(synth, "synthesize", synthesize)
+    return taken
+
+
+def test_the_former_timeout_s_spelling_still_works_but_not_beside_timeout(workdir, monkeypatch):
+    taken = _synthesis_options(monkeypatch)
+    ok = CliRunner().invoke(app, ["synth-repairs", "--timeout-s", "5", "--run-dir", "r"])
     assert ok.exit_code == 0, ok.output
-    assert "nan" in _one_line(CliRunner().invoke(app, ["synth-repairs", "--list", "--timeout-s", "nan"]))
-    assert _one_line(CliRunner().invoke(app, ["synth-repairs", "--list", "--timeout", "0"])) == \
+    assert [o.timeout_s for o in taken] == [5.0]  # taken as --timeout
+    assert "nan" in _one_line(CliRunner().invoke(app, ["synth-repairs", "--timeout-s", "nan"]))
+    assert _one_line(CliRunner().invoke(app, ["synth-repairs", "--timeout", "0"])) == \
         "error: --timeout must be positive, got 0.0"
-    line = _one_line(CliRunner().invoke(app, ["synth-repairs", "--list", "--timeout", "5", "--timeout-s", "5"]))
+    line = _one_line(CliRunner().invoke(app, ["synth-repairs", "--timeout", "5", "--timeout-s", "5"]))
     assert line == "error: --timeout-s is the former spelling of --timeout: give one of them", line
+    assert len(taken) == 1
 
 
 def _terminal(monkeypatch, columns: int) -> None:
