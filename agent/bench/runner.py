@@ -10,8 +10,9 @@ finished trajectories nor finished model calls. An infra failure (INFRA_ERROR, o
 the harness) is retried from the last good step, up to `infra_retries` times; what stays failed is
 marked infra-failed and left out of model scores. An evaluator that says it has no GPU worker left (`no_worker`: a
 Ray cluster whose nodes are all lost) stops the bench instead (NoWorkerLeft), every trajectory resumable, and so does
-the run folder's storage giving out (StorageGaveOut: a full disk or quota, a file system gone read-only), which every
-retry would meet again while the model replies made meanwhile went unrecorded. A model the bench never reached (its
+the run folder's storage giving out (StorageGaveOut: a full disk or quota, a file system gone read-only, a folder of
+it this user may not write), which every retry would meet again while the model replies made meanwhile went
+unrecorded. A model the bench never reached (its
 calls cannot open a connection, none answered: unreached.py) has its trajectories wait for --resume while the other
 models run, then stops the bench (HostUnreached), none of them counted as infra-failed.
 """
@@ -214,7 +215,7 @@ class _Runner:
             except Exception as exc:  # noqa: BLE001 - a harness failure (logged as an infra error event); resume retries it
                 if isinstance(exc, BenchInterrupted) or self.stopping.is_set():
                     raise  # stopping: no retry
-                if (what := storage_failure(exc)) is not None:
+                if (what := storage_failure(exc, self.run_dir)) is not None:
                     self.stop()  # the others end at their next model call, whose reply could not be recorded either
                     raise StorageGaveOut(f"cannot write the run any more: {what}; the bench stopped, and what was "
                                          f"recorded is kept: once that is mended (room, permissions), resume with: "

@@ -383,7 +383,7 @@ def bench(
     except BenchError as exc:  # a run folder in the way, no GPU, a matrix with repeated ids: nothing was written
         raise inputs.BadInput(str(exc)) from None
     except Exception as exc:  # storage that gave out mid-run: one line; anything else as it is
-        raise preflight.storage_stop(exc, f"ptxbench bench --resume --run-dir {quote(str(run_dir))}") from None
+        raise preflight.storage_stop(exc, f"ptxbench bench --resume --run-dir {quote(str(run_dir))}", run_dir) from None
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the trajectories in flight stopped at their next step
         where = f"({len(done)} trajectories finished)" if done else "(no trajectory finished)"
         _interrupted(exc, where, run_dir, recorded=(Path(run_dir) / "manifest.json").exists())
@@ -432,7 +432,7 @@ def _tables_and_report(run_dir, track: str, report: bool, console) -> None:
         try:
             files = write_report(run_dir)
         except Exception as exc:  # the run is whole; only its report found no room
-            if (what := preflight.storage_failure(exc)) is None:
+            if (what := preflight.storage_failure(exc, run_dir)) is None:
                 raise
             raise inputs.RunFailed(f"the run is recorded, but its report could not be written: {what}; once there "
                                    f"is room: ptxbench report {quote(str(run_dir))}") from None

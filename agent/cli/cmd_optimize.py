@@ -373,7 +373,8 @@ def optimize(
     except (RunFolderInUse, SealedTrajectory) as exc:
         raise inputs.BadInput(str(exc)) from None
     except Exception as exc:  # storage that gave out mid-run: one line; anything else as it is
-        raise preflight.storage_stop(exc, f"ptxbench optimize --resume {quote(str(Path(resume or run_dir)))}") from None
+        raise preflight.storage_stop(exc, f"ptxbench optimize --resume {quote(str(Path(resume or run_dir)))}",
+                                     resume or run_dir) from None
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (sigterm.Terminated)
         if not quiet:
             view.console.line()  # below the table the live view left

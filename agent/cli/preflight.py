@@ -26,10 +26,10 @@ RESUMED_GPU_RUN_HINT = ("the run was recorded to evaluate on a GPU and goes on a
                         "change): resume it on a machine with a GPU, or start a new run with --no-gpu")
 
 
-def storage_stop(exc: Exception, resume: str) -> RunFailed:
-    """The one line for storage that gave out mid-run (`storage_failure`), naming the `resume` command; anything
-    else is re-raised as it is."""
-    if (what := storage_failure(exc)) is None:
+def storage_stop(exc: Exception, resume: str, run_dir: str | Path | None = None) -> RunFailed:
+    """The one line for storage that gave out mid-run (`storage_failure`: a permission refused counts inside
+    `run_dir`), naming the `resume` command; anything else is re-raised as it is."""
+    if (what := storage_failure(exc, run_dir)) is None:
         raise exc
     return RunFailed(f"cannot write the run any more: {what}; what was recorded is kept: once that is mended (room, "
                      f"permissions), resume with: {resume}")

@@ -897,6 +897,79 @@ def test_storage_that_gives_out_as_a_trajectory_begins_stops_the_bench(tmp_path,
     assert len(out.trajectories) == 4 and all(r.stop_reason == "turn_limit" for r in out.trajectories)
 
 
+def test_a_trajectory_folder_this_user_may_not_write_stops_the_bench(tmp_path, monkeypatch):
+    """A shared run folder resumed by a teammate who may not write its trajectories' folders (theirs, not this user's):
+    each write's PermissionError was a harness failure, so every trajectory was retried and marked infra-failed and the
+    bench exited 0. It stops the bench in one line naming the folder, as a full disk does."""
+    import errno
+
+    from ptxbench.agent.bench.evaluators import StorageGaveOut
+    from ptxbench.agent.records import rundir
+
+    def refused(self, event):
+        raise PermissionError(errno.EACCES, "Permission denied", str(self.path))
+
+    monkeypatch.setattr(rundir.TrajectoryWriter, "append", refused)
+    calls: list[int] = []
+    run = tmp_path / "run"
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=4, turns=1, no_gpu=True, parallel=1)
+    done = []
+    with pytest.raises(StorageGaveOut) as stopped:
+        run_bench(cfg, run, evaluator=FlakyEvaluator("none"), model_factory=lambda c: CountingModel(calls),
+                  on_done=done.append)
+    assert "Permission denied" in str(stopped.value) and str(run / "trajectories") in str(stopped.value)
+    assert "--resume --run-dir" in str(stopped.value)
+    assert not any(r.infra_failed for r in done)  # none reported infra-failed: the stop says why
+
+
+def test_a_permission_refused_outside_the_run_folder_is_no_storage_stop():
+    """Only the run folder's own files count: a tool's file elsewhere refused keeps the trajectory's infra failure."""
+    import errno
+
+    from ptxbench.agent.records.storage import storage_failure
+
+    inside = PermissionError(errno.EACCES, "Permission denied", "/runs/r/trajectories/t/trajectory.jsonl")
+    assert "Permission denied (/runs/r/trajectories/t/trajectory.jsonl)" in storage_failure(inside, "/runs/r")
+    assert storage_failure(PermissionError(errno.EPERM, "Operation not permitted", "/runs/r/x"), "/runs/r")
+    assert storage_failure(PermissionError(errno.EACCES, "Permission denied", "/home/u/.cache/x"), "/runs/r") is None
+    assert storage_failure(PermissionError(errno.EACCES, "Permission denied", "/runs/rr/x"), "/runs/r") is None
+    assert storage_failure(inside) is None  # no run folder named: not said as the run's
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through a folder's permissions")
+def test_a_resume_into_a_read_only_trajectories_folder_stops_the_bench(tmp_path, monkeypatch):
+    """As above with a real folder made read-only (chmod) between a stopped run and its resume."""
+    import errno
+
+    from ptxbench.agent.bench.evaluators import StorageGaveOut
+    from ptxbench.agent.records import rundir
+
+    make, made = rundir.TrajectoryWriter.__init__, []
+
+    def full_after_one(self, folder):
+        made.append(folder)
+        if len(made) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device", str(folder))
+        make(self, folder)
+
+    monkeypatch.setattr(rundir.TrajectoryWriter, "__init__", full_after_one)
+    run = tmp_path / "run"
+    cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=3, turns=1, no_gpu=True, parallel=1)
+    with pytest.raises(StorageGaveOut):
+        run_bench(cfg, run, evaluator=FlakyEvaluator("none"), model_factory=lambda c: CountingModel([]))
+    monkeypatch.setattr(rundir.TrajectoryWriter, "__init__", make)
+    (run / "trajectories").chmod(0o555)
+    try:
+        done = []
+        with pytest.raises(StorageGaveOut, match="Permission denied") as stopped:
+            run_bench(None, run, resume=True, evaluator=FlakyEvaluator("none"),
+                      model_factory=lambda c: CountingModel([]), on_done=done.append)
+        assert str(run / "trajectories") in str(stopped.value)
+        assert not any(r.infra_failed for r in done)
+    finally:
+        (run / "trajectories").chmod(0o755)
+
+
 def trajectory_folders_of(run: Path) -> list[Path]:
     return sorted(p for p in (run / "trajectories").iterdir() if p.is_dir())
 
