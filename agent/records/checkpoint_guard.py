@@ -13,6 +13,12 @@ Checkpoints of a trajectory whose log is gone (its folder deleted to run it agai
 they wrote a log without its start and earlier turns (or, finished, the trajectory was skipped and left out of every
 score); restarted, they are forgotten and the trajectory starts over.
 
+A log behind its checkpoints (fewer model calls logged than checkpointed: lines lost after the fact, a log truncated
+or restored from an older copy) is refused as well: a kill loses at most a torn last line, written before its
+checkpoint, so this is no kill. Continued, a finished trajectory was skipped as done, with a stop line counting the
+checkpoint's turns over a log holding fewer (scores count only the logged ones), and an unfinished one wrote on after
+the gap; restarted, its log is set aside and it starts over.
+
 A trajectory whose log holds no progress (only trajectory_start / error: nothing was paid) is moved
 aside without asking. A log at most one model call ahead of its checkpoint is the node a kill cut
 short, which LangGraph runs again: that is a resume, not a loss.
@@ -51,8 +57,8 @@ def _db_problem(db: Path) -> str:
     return ""
 
 
-def _model_calls_checkpointed(db: Path, tid: str) -> int | None:
-    """The latest checkpoint's model-call count for a thread; None when the thread has no checkpoint."""
+def _latest_values(db: Path, tid: str) -> dict | None:
+    """The latest checkpoint's state of a thread; None when the thread has no checkpoint."""
     from .checkpoint_store import CompactSqliteSaver
 
     conn = sqlite3.connect(str(db), check_same_thread=False)
@@ -64,7 +70,27 @@ def _model_calls_checkpointed(db: Path, tid: str) -> int | None:
         conn.close()
     if found is None:
         return None
-    return int((found.checkpoint.get("channel_values") or {}).get("model_calls") or 0)
+    return found.checkpoint.get("channel_values") or {}
+
+
+def _model_calls_checkpointed(db: Path, tid: str) -> int | None:
+    """The latest checkpoint's model-call count for a thread; None when the thread has no checkpoint."""
+    values = _latest_values(db, tid)
+    return None if values is None else int(values.get("model_calls") or 0)
+
+
+def _log_loss(folder: Path, db: Path, tid: str, calls: int) -> str:
+    """What a log fewer model calls hold than its checkpoint lost, in words ('' when it lost none)."""
+    values = _latest_values(db, tid) or {}
+    checkpointed = int(values.get("model_calls") or 0)
+    if calls >= checkpointed:
+        return ""
+    path = trajectory_log(folder)
+    turns = sum(e.type == "turn_end" for e in read_events(path)) if path is not None else 0
+    lost = max(len(values.get("done_turns") or []) - turns, 0)
+    state = "was finished" if values.get("stop") else "was not finished"
+    return (f"{path} holds {calls} model calls and {turns} turns, its checkpoints {checkpointed} model calls: the run "
+            f"{state} and its log lost {lost} turn{'' if lost == 1 else 's'} (truncated, or an older copy restored?)")
 
 
 def _forget_thread(db: Path, tid: str) -> None:
@@ -116,6 +142,7 @@ def check_run(run_dir: Path, trajectory_ids: list[str], restart: bool = False) -
         moved.append(f"unreadable checkpoints moved to {_set_db_aside(db)}")
     lost: list[tuple[Path, str]] = []
     unlogged: list[Path] = []
+    behind: list[tuple[Path, str]] = []
     for tid in trajectory_ids:
         folder = run_dir / "trajectories" / tid
         if trajectory_log(folder) is None:
@@ -130,6 +157,8 @@ def check_run(run_dir: Path, trajectory_ids: list[str], restart: bool = False) -
             lost.append((folder, f"{tid} has {calls} model calls logged and no checkpoint"))
         elif calls > checkpointed + 1:
             lost.append((folder, f"{tid} has {calls} model calls logged and {checkpointed} checkpointed"))
+        elif loss := _log_loss(folder, db, tid, calls):
+            behind.append((folder, loss))
     if unlogged and not restart:
         more = f", and {len(unlogged) - 1} more" if len(unlogged) > 1 else ""
         raise CheckpointLost(f"{unlogged[0]} has checkpoints and no log (its folder or log removed?){more}: continuing "
@@ -142,12 +171,16 @@ def check_run(run_dir: Path, trajectory_ids: list[str], restart: bool = False) -
                          f"{_abandon(run_dir, folder)}; it starts over")
         else:
             moved.append(f"{folder.name}: checkpoints without a log forgotten; it starts over")
+    if behind and not restart:
+        more = f", and {len(behind) - 1} more" if len(behind) > 1 else ""
+        raise CheckpointLost(f"{behind[0][1]}{more}: continuing would go on from the checkpoint over a log without "
+                             f"those turns; pass {RESTART_FLAG} to set the log aside and start over")
     if lost and not restart:
         where = "missing" if not db.exists() else "behind its events"
         raise CheckpointLost(f"{db} is {where} ({lost[0][1]}{f', and {len(lost) - 1} more' if len(lost) > 1 else ''}): "
                              f"continuing would start again and pay for its model calls again; pass {RESTART_FLAG} "
                              "to set the old trajectory aside and start over")
-    for folder, why in lost:
+    for folder, why in lost + behind:
         _forget_thread(db, folder.name)  # a stale head would be resumed from: the restart starts clean
         moved.append(f"{why}: moved to {_abandon(run_dir, folder)}")
     return moved

@@ -113,6 +113,28 @@ def test_checkpoint_behind_its_events_is_refused(tmp_path):
         _resume(run_dir, calls)
 
 
+def test_a_finished_run_whose_log_lost_turns_is_refused_then_restarted(tmp_path):
+    """A log that lost more than a torn tail (truncated, an older copy restored): --resume of the finished run said
+    'stop: turn_limit (3 of 3 turns done); turns 0' and nothing of the loss."""
+    calls: list = []
+    run_dir = tmp_path / "run"
+    _run(run_dir, calls, turns=3)
+    log = _log(run_dir)
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:3]))  # start, one model call, its result
+    before = log.read_text()
+    with pytest.raises(CheckpointLost) as caught:
+        _resume(run_dir, calls)
+    line = str(caught.value)
+    assert "\n" not in line and "holds 1 model calls and 0 turns, its checkpoints 3 model calls" in line, line
+    assert "the run was finished and its log lost 3 turns" in line and "--restart-trajectory" in line, line
+    assert log.read_text() == before and len(calls) == 3  # nothing appended, no model call
+    outcome = _resume(run_dir, calls, restart=True)
+    assert outcome.turns == 3 and not outcome.resumed
+    (abandoned,) = (run_dir / "abandoned").iterdir()
+    assert (abandoned / "trajectory.jsonl").read_text() == before
+    assert sum(e.type == "turn_end" for e in read_events(_log(run_dir))) == 3
+
+
 def test_a_log_without_progress_is_set_aside_without_asking(tmp_path):
     calls: list = []
     run_dir = tmp_path / "run"
