@@ -33,6 +33,7 @@ from ..records.folder_lock import FolderHeld, hold_folder, release
 from .graph import Deps, build_graph
 from .profile_policy import base_options
 from ..records.manifest import build_manifest
+from ..records.revision import RESUMED_UNDER, note_resumed_revision
 from ..models import Model, load_model
 from ...tools.redact import register_secret_env
 from ..records.rundir import TrajectoryWriter, read_events, read_manifest, runs_root, validation_line, write_manifest
@@ -206,15 +207,33 @@ def add_to_manifest(run_path: Path, config: OptimizeConfig,
     under an exclusive lock (flock on its trajectories folder), or two started together took the same index and wrote
     one trajectory's log and checkpoints both. `before_write(id)` runs once the id is chosen, before the manifest
     names it (optimize holds the trajectory there: a --resume reading the new manifest finds it held)."""
+    with _manifest_held(run_path):
+        return _add_to_manifest(run_path, config, before_write)
+
+
+@contextlib.contextmanager
+def _manifest_held(run_path: Path):
+    """The run folder's manifest held for a read and write back (flock on its trajectories folder)."""
     folder = Path(run_path) / "trajectories"
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         with contextlib.suppress(OSError):  # a file system without such locks: unguarded, as before
             fcntl.flock(fd, fcntl.LOCK_EX)
-        return _add_to_manifest(run_path, config, before_write)
+        yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def note_code_change(run_path: Path) -> None:
+    """A resume under other code than the run began with (a git pull since): warned of, and recorded in its manifest
+    (agent/records/revision.py)."""
+    with _manifest_held(run_path):
+        manifest = read_manifest(run_path)
+        if (line := note_resumed_revision(manifest, "optimize --resume")) is None:
+            return
+        write_manifest(run_path, manifest)
+    print(f"warning: {line}", file=sys.stderr)
 
 
 def _add_to_manifest(run_path: Path, config: OptimizeConfig,
@@ -231,10 +250,18 @@ def _add_to_manifest(run_path: Path, config: OptimizeConfig,
     configs = dict(manifest.get("configs") or {t: manifest["config"] for t in taken if "config" in manifest})
     configs[tid] = config.model_dump(mode="json")
     record = build_manifest(config.model_dump(mode="json"), "optimize", [*manifest.get("trajectories", []), tid], config.arch)
+    line = None
     if manifest:
         record["config"], record["created"] = manifest.get("config", record["config"]), manifest.get("created")
+        # the code the run began under stays recorded; a trajectory added under other code is noted as a resume is
+        record["git"] = manifest.get("git") if isinstance(manifest.get("git"), dict) else {}
+        if RESUMED_UNDER in manifest:
+            record[RESUMED_UNDER] = manifest[RESUMED_UNDER]
+        line = note_resumed_revision(record, "optimize --run-dir")
     record["configs"] = configs  # trajectory id -> its OptimizeConfig ("config" stays the first one's)
     write_manifest(run_path, record)
+    if line is not None:
+        print(f"warning: {line}", file=sys.stderr)
     return config, tid
 
 
@@ -307,6 +334,11 @@ def optimize(
             release(held)
             raise
         held = _hold_again(held, folder)  # a log check_run set aside took the hold with its folder
+        try:
+            note_code_change(run_path)
+        except BaseException:
+            release(held)
+            raise
     else:
         assert config is not None, "give a config or a run to resume"
         run_path = Path(run_dir) if run_dir else new_run_dir(config)

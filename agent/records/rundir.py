@@ -364,6 +364,7 @@ class _ManifestShape(BaseModel):
     trajectories: list[str] | None = None
     gpu: dict[str, Any] | str | None = None
     git: dict[str, Any] | None = None
+    resumed_under: list[dict[str, Any]] | None = None  # resumes under other code (records/revision.py)
 
 
 def _read_json(run_dir: Path, name: str) -> dict:

@@ -87,6 +87,10 @@ def _overview(run_dir: Path, manifest: dict, score: RunScore) -> list[tuple[str,
                        ("mode", config.get("mode")), ("backend", config.get("backend")), ("no GPU", config.get("no_gpu"))):
         if value not in (None, "", []):
             facts.append((key, Recorded(", ".join(map(str, value)) if isinstance(value, list) else value)))
+    if resumes := manifest.get("resumed_under"):  # went on under other code than it began with (records/revision.py)
+        facts.append(("resumed under other code", Recorded(", ".join(
+            f"{str(r.get('revision') or 'unknown')[:12]}{' (uncommitted changes)' if r.get('dirty') else ''}"
+            for r in resumes))))
     return facts
 
 
