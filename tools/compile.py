@@ -25,11 +25,12 @@ from .compile_log import (loc_line_map, nvcc_failure, parse_nvcc_log, parse_ptxa
                           system_call_issue, system_calls, with_source_text, without_host_paths)
 from .cubin_symbols import undefined_functions
 from .jail import JAIL_PATH, Limits, Workspace, jail_mode, run_in_jail
+from .limit_hit import limit_hit
 from .jail_deps import outside_includes
 from .results import CompileIssue, CompileResult
 from .solution.source_scan import unencodable
 from .profile.lineinfo import annotate_ptx
-from .sass import disassemble_lines, opcode_histogram, strip_ptx_comments, target_presence
+from .sass import DisassemblyLimitHit, disassemble_lines, opcode_histogram, strip_ptx_comments, target_presence
 from .sass_features import sass_features
 from .regpool import setmaxnreg_moves, spills_by_side
 from .sass_lines import sass_by_line
@@ -143,43 +144,6 @@ def _jailed(tool: str, tc: Toolchain, argv: list[str], workdir: Path, timeout_s:
     return res
 
 
-# A diagnostic located in a file: `solution.cu(3): error: ...` (nvcc's front end), `solution.cu:1:2: error: ...` (the
-# host compiler's preprocessing), `ptxas solution.ptx, line 5; error : ...`; its message may quote the model's text
-_LOCATED = re.compile(r"^(?:[^\s(][^(]*\(\d+\): |[^\s:][^:]*:\d+:(?:\d+:)? |ptxas\s+.+?, line \d+; )")
-_CARET = re.compile(r"^\s*\^\s*$")
-# ptxas's (and nvdisasm's) words for an allocation the address-space limit refused, on a fatal line of its own
-_TOOL_OUT_OF_MEMORY = re.compile(r"^\w+ fatal\s*: Memory allocation failure$", re.MULTILINE)
-
-
-def _own_lines(output: str) -> str:
-    """The lines of a tool's output that hold no text of the model's: nvcc's front end quotes it in its diagnostics
-    (a static_assert's or #error's message, the source line under each, indented), and a raw string's line breaks
-    carry such a message over unindented lines of their own, even a blank one or a caret; the source line and caret
-    always close a diagnostic, so only what follows the last caret can be the tool's own, less located and indented
-    lines (the host compiler's and ptxas's diagnostics, which have no caret)."""
-    lines = output.splitlines()
-    carets = [i for i, line in enumerate(lines) if _CARET.match(line)]
-    tail = lines[carets[-1] + 1:] if carets else lines
-    return "\n".join(line for line in tail if line[:1] not in (" ", "\t") and not _LOCATED.match(line))
-
-
-def _limit_hit(tool: str, res: ProcResult, timeout_s: float) -> str:
-    """Why the jail stopped a tool ("" when it did not): wall time, CPU time, memory or output size. The phrases are
-    read in the tools' own lines only (_own_lines), and only of a tool that failed: a limit never lets one succeed."""
-    limits, out = Limits(), _own_lines(res.output) if res.returncode != 0 else ""
-    if res.timed_out:
-        return f"{tool} timed out after {timeout_s:g} s"
-    if res.returncode in (-24, 152, -9, 137) or "CPU time limit" in out or "signal 24" in out or "Killed signal" in out:
-        return (f"{tool} ran past the compiler's CPU-time limit ({limits.cpu_s} s per process): fewer template "
-                "instantiations, entry points or unrolled loops compile faster")
-    if res.returncode in (-25, 153) or "File size limit" in out or "signal 25" in out:
-        return f"{tool} wrote past the compiler's output-size limit ({limits.file_size_mb} MB per file)"
-    if ("memory exhausted" in out or "out of memory" in out.lower() or "std::bad_alloc" in out
-            or "Cannot allocate memory" in out or _TOOL_OUT_OF_MEMORY.search(out)):
-        return f"{tool} ran out of its memory limit ({limits.address_space_mb} MB address space)"
-    return ""
-
-
 def _workdir_free(log: str, workdir: Path) -> str:
     return log.replace(str(workdir) + "/", "")
 
@@ -209,12 +173,12 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     annotated = annotate_ptx(ptx_text, PTX_NAME) if language == "ptx" and not pre else ptx_text
     res = _ptxas(annotated, arch, tc, workdir, timeout_s)
     # not after a limit hit: the model's own text hits it again, and a CPU bomb would cost twice the limit
-    if annotated != ptx_text and (res.returncode != 0 or not cubin_path.is_file()) and not _limit_hit("ptxas", res, timeout_s):
+    if annotated != ptx_text and (res.returncode != 0 or not cubin_path.is_file()) and not limit_hit("ptxas", res, timeout_s):
         res = _ptxas(ptx_text, arch, tc, workdir, timeout_s)
     log = _workdir_free(res.output, workdir)
     errors, warnings, kernels = parse_ptxas_log(log, line_map)
     sha = hashlib.sha256(ptx_text.encode()).hexdigest()
-    if limit := _limit_hit("ptxas", res, timeout_s):  # cached: the same file hits the same limit again (not the clock)
+    if limit := limit_hit("ptxas", res, timeout_s):  # cached: the same file hits the same limit again (not the clock)
         return _error(arch, language, log, pre + [CompileIssue(message=limit)], tc, ptx_sha256=sha), None, not res.timed_out
     if res.returncode != 0 or pre or not cubin_path.is_file():
         if not errors and not pre:
@@ -230,8 +194,12 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
                   for name in undefined]
         return _error(arch, language, log, issues, tc, warnings=warnings, targets=target_presence(arch, code, {}),
                       ptx_sha256=sha), None, True
-    listing = disassemble_lines(cubin_path, CU_NAME if language == "cuda" else PTX_NAME, source or ptx_text, tc,
-                                generated_ptx=ptx_text if language == "cuda" else None)
+    try:
+        listing = disassemble_lines(cubin_path, CU_NAME if language == "cuda" else PTX_NAME, source or ptx_text, tc,
+                                    generated_ptx=ptx_text if language == "cuda" else None)
+    except DisassemblyLimitHit as hit:  # the model's cubin, the same limits: the same hit again (not the clock)
+        return _error(arch, language, log, [CompileIssue(message=str(hit))], tc, warnings=warnings,
+                      ptx_sha256=sha), None, not hit.timed_out
     functions = {name: opcode_histogram(insns) for name, insns in listing.items()}
     for name, k in kernels.items():
         insns = listing.get(name, [])
@@ -271,7 +239,7 @@ def _cuda_to_ptx(source: str, arch: str, tc: Toolchain, workdir: Path, timeout_s
     res = _jailed("nvcc", tc, [tc.nvcc.path, *nvcc_flags(arch), CU_NAME, "-o", str(out)], workdir, timeout_s,
                   extra_roots=(include_dir(),), max_chars=LOG_CHARS)
     log = _workdir_free(res.output, workdir)
-    if limit := _limit_hit("nvcc", res, timeout_s):
+    if limit := limit_hit("nvcc", res, timeout_s):
         return None, _error(arch, "cuda", log, [CompileIssue(message=limit)], tc), not res.timed_out
     if res.returncode != 0 or not out.is_file():
         errors, warnings = parse_nvcc_log(log, CU_NAME, project_headers())

@@ -15,10 +15,43 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ptxbench.workloads.arch import get_arch
+from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 from .results import KernelResources, TargetPresence
 from .jail import Workspace, run_in_jail
-from .toolchain import Toolchain, ToolchainError, find_toolchain
+from .limit_hit import LimitsBelowTheTool, kernels_limit_hit, smallest_ptx
+from .toolchain import ProcResult, Toolchain, ToolchainError, find_toolchain, run_tool
+
+
+class DisassemblyLimitHit(ToolchainError):
+    """The disassembler ran out of the jail's limits (memory, CPU time, output size, the clock) on a cubin ptxas made:
+    the kernel's verdict, as ptxas's own limit hit is (compile.py records it as the compile's error; cached unless the
+    clock stopped it). A ToolchainError to callers that only list SASS: they could not disassemble it. A disassembler
+    that cannot start (JailError) or fails otherwise stays the machine's problem."""
+
+    def __init__(self, limit: str, timed_out: bool):
+        super().__init__(f"the kernel's SASS is too large to disassemble within the limit ({limit})")
+        self.timed_out = timed_out
+
+
+def _check_limits(tool: str, res: ProcResult, timeout_s: float, tc: Toolchain, argv: list[str]) -> ProcResult:
+    """`res`, or DisassemblyLimitHit when the jail's limits stopped the tool (its own lines say so, as for ptxas):
+    cuobjdump -sass runs nvdisasm itself, and a second disassembler would hit the same limit again. A limit that
+    stops `argv` on the smallest cubin too is the machine's (LimitsBelowTheTool)."""
+    if limit := kernels_limit_hit(tool, res, timeout_s, DEFAULT_ARCH, tc, _smallest_disassembles(tc, argv),
+                                   " ".join(argv[1:-1])):
+        raise DisassemblyLimitHit(limit, res.timed_out)
+    return res
+
+
+def _smallest_disassembles(tc: Toolchain, argv: list[str]):
+    """A probe: `argv` (its last word the cubin's name) on the smallest cubin, in the jail. That cubin is assembled
+    from the project's own text outside the jail; a ptxas that cannot make it leaves the verdict the kernel's."""
+    def probe(workdir: Path) -> bool:
+        (workdir / "smallest.ptx").write_text(smallest_ptx(DEFAULT_ARCH))
+        made = run_tool([tc.ptxas.path, f"-arch={DEFAULT_ARCH}", str(workdir / "smallest.ptx"), "-o",
+                         str(workdir / argv[-1])], timeout_s=60.0)
+        return made.returncode != 0 or run_in_jail(tc, argv, workdir, 60.0).returncode == 0
+    return probe
 
 
 class SassInstruction(BaseModel):
@@ -70,7 +103,8 @@ def _from_cuobjdump(text: str) -> dict[str, list[SassInstruction]]:
 
 
 def disassemble(cubin_path: str | Path, toolchain: Toolchain | None = None, timeout_s: float = 60.0) -> dict[str, list[SassInstruction]]:
-    """kernel (function) name -> its SASS instructions. Raises ToolchainError when no disassembler works."""
+    """kernel (function) name -> its SASS instructions. Raises ToolchainError when no disassembler works
+    (DisassemblyLimitHit when the jail's limits stopped it)."""
     tc = toolchain or find_toolchain()
     with Workspace(prefix="ptxbench-sass-") as workdir:  # the cubin came from model text: read it in the jail
         shutil.copyfile(cubin_path, workdir / "kernel.cubin")
@@ -81,7 +115,8 @@ def _disassemble(cubin_path: Path, tc: Toolchain, timeout_s: float) -> dict[str,
     problems: list[str] = []
     workdir = cubin_path.parent
     if tc.nvdisasm is not None:
-        res = run_in_jail(tc, [tc.nvdisasm.path, "-json", cubin_path.name], workdir, timeout_s)
+        argv = [tc.nvdisasm.path, "-json", cubin_path.name]
+        res = _check_limits("nvdisasm", run_in_jail(tc, argv, workdir, timeout_s), timeout_s, tc, argv)
         if res.returncode == 0:
             try:
                 return _from_nvdisasm_json(res.stdout)
@@ -90,7 +125,8 @@ def _disassemble(cubin_path: Path, tc: Toolchain, timeout_s: float) -> dict[str,
         else:
             problems.append(f"nvdisasm failed: {res.output[-500:]}")
     if tc.cuobjdump is not None:
-        res = run_in_jail(tc, [tc.cuobjdump.path, "-sass", cubin_path.name], workdir, timeout_s)
+        argv = [tc.cuobjdump.path, "-sass", cubin_path.name]
+        res = _check_limits("cuobjdump", run_in_jail(tc, argv, workdir, timeout_s), timeout_s, tc, argv)
         if res.returncode == 0:
             return _from_cuobjdump(res.stdout)
         problems.append(f"cuobjdump failed: {res.output[-500:]}")
@@ -111,7 +147,12 @@ def disassemble_lines(cubin_path: str | Path, solution_name: str, source: str | 
     with Workspace(prefix="ptxbench-sass-") as workdir:
         shutil.copyfile(cubin_path, workdir / "kernel.cubin")
         if tc.nvdisasm is not None:
-            res = run_in_jail(tc, [tc.nvdisasm.path, "-c", "-gi", "kernel.cubin"], workdir, timeout_s)
+            argv = [tc.nvdisasm.path, "-c", "-gi", "kernel.cubin"]
+            res = run_in_jail(tc, argv, workdir, timeout_s)
+            try:
+                _check_limits("nvdisasm", res, timeout_s, tc, argv)
+            except LimitsBelowTheTool:  # -c -gi needs more than -json: the listing without lines, as before
+                pass
             functions = parse_lined_listing(res.stdout, solution_name) if res.returncode == 0 else {}
             if any(functions.values()):
                 if source is not None:

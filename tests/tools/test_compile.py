@@ -606,7 +606,7 @@ def test_a_limit_phrase_in_the_models_text_is_the_ordinary_compile_error(name):
      "nvcc error   : 'cicc' died due to signal 24 (CPU time limit exceeded)", "CPU-time limit"),
 ])
 def test_a_tools_own_limit_line_is_still_a_limit_hit(log, said):
-    from ptxbench.tools.compile import _limit_hit
+    from ptxbench.tools.limit_hit import limit_hit as _limit_hit
     from ptxbench.tools.toolchain import ProcResult
 
     assert said in _limit_hit("nvcc", ProcResult(returncode=1, stderr=log), 120.0)
@@ -615,7 +615,7 @@ def test_a_tools_own_limit_line_is_still_a_limit_hit(log, said):
 def test_ptxas_out_of_memory_is_its_own_line_a_limit_hit():
     """ptxas says `Memory allocation failure` when the jail's address space runs out: it read as an ordinary compile
     error, shown to the model as its own; a located line that quotes the phrase is still no limit hit."""
-    from ptxbench.tools.compile import _limit_hit
+    from ptxbench.tools.limit_hit import limit_hit as _limit_hit
     from ptxbench.tools.toolchain import ProcResult
 
     ran_out = "ptxas fatal   : Memory allocation failure\nptxas fatal   : Ptx assembly aborted due to errors"

@@ -8,6 +8,7 @@ import pytest
 from ptxbench.tools.compile import compile_source
 from ptxbench.tools.results import KernelResources
 from ptxbench.tools.sass import (
+    DisassemblyLimitHit,
     SassInstruction,
     _from_cuobjdump,
     disassemble,
@@ -103,3 +104,93 @@ def test_presence_matches_utc_wildcard_and_sums_kernels():
     assert got["tcgen05"].in_ptx and got["tcgen05"].sass_count == 5
     assert set(got) == {"tcgen05", "tma"}
     assert set(target_presence("sm_100a", "", kernels, families=["tcgen05"])) == {"tcgen05"}
+
+
+def _straight_line_ptx(n: int) -> str:
+    body = "".join(f" add.u32 %r{i % 50 + 2}, %r{i * 7 % 50 + 2}, {i};\n" for i in range(n))
+    return (".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry k(.param .u64 p)\n{\n .reg .u32 %r<60>;\n"
+            f" .reg .u64 %rd<4>;\n ld.param.u64 %rd1, [p];\n mov.u32 %r2, 1;\n{body} st.global.u32 [%rd1], %r3;\n"
+            " ret;\n}\n")
+
+
+def test_a_memory_limit_below_what_nvdisasm_needs_for_any_cubin_is_the_machines_problem(monkeypatch, tmp_path):
+    """Under the jail, nvdisasm needs about 71 MB of address space for any cubin (-json; -c -gi about 82 MB), ptxas
+    about 64 MB for a small kernel: under 68 MB a 10-instruction kernel assembles and its disassembly runs out of
+    memory. That is the limits' fault, not the kernel's: an infra error naming the limits (it said `cannot
+    disassemble: nvdisasm failed: ...`), never a verdict cached for the source. Under 76 MB only the lined listing
+    has no room: the compile goes on without SASS lines, as before."""
+    from ptxbench.tools.limit_hit import LimitsBelowTheTool
+
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PTXBENCH_JAIL_AS_MB", "68")
+    with pytest.raises(LimitsBelowTheTool) as failed:
+        compile_source(_straight_line_ptx(10), "ptx", "sm_90a")
+    said = str(failed.value)
+    assert "nvdisasm ran out of its memory limit (68 MB" in said and "below what nvdisasm needs for any kernel" in said
+    monkeypatch.setenv("PTXBENCH_JAIL_AS_MB", "76")
+    result = compile_source(_straight_line_ptx(10), "ptx", "sm_90a")
+    assert result.status == "ok" and result.kernels["k"].sass_opcodes and not result.sass_by_line, result
+
+
+def _disassembler_says(monkeypatch, res, smallest_fits: bool) -> None:
+    """run_in_jail answers `res` for the kernel's cubin and, in the smallest-cubin probe, success when
+    `smallest_fits`."""
+    from ptxbench.tools import limit_hit, sass
+    from ptxbench.tools.toolchain import ProcResult
+
+    monkeypatch.setattr(limit_hit, "_SMALLEST_FITS", {})
+    monkeypatch.setattr(sass, "run_in_jail", lambda tc, argv, workdir, *a, **k: ProcResult(
+        returncode=0 if smallest_fits else 255) if (workdir / "smallest.ptx").exists() else res)
+
+
+@pytest.mark.parametrize("rc, said, hit", [
+    (255, "nvdisasm fatal   : Memory allocation failure", "memory limit"),
+    (-24, "", "CPU-time limit"),
+    (137, "", "CPU-time limit"),
+])
+def test_a_disassembler_the_jails_limits_stopped_on_this_cubin_is_the_kernels_limit_verdict(monkeypatch, tmp_path,
+                                                                                         rc, said, hit):
+    from ptxbench.tools import sass
+    from ptxbench.tools.toolchain import ProcResult
+
+    _disassembler_says(monkeypatch, ProcResult(returncode=rc, stderr=said), smallest_fits=True)
+    (tmp_path / "kernel.cubin").write_bytes(b"\x7fELF")
+    with pytest.raises(sass.DisassemblyLimitHit, match=hit) as stopped:
+        sass._disassemble(tmp_path / "kernel.cubin", find_toolchain("sm_90a"), 60.0)
+    assert "SASS is too large to disassemble within the limit" in str(stopped.value) and not stopped.value.timed_out
+
+
+def test_the_disassemblers_limit_hit_is_the_compiles_cached_verdict(monkeypatch, tmp_path):
+    """A compile whose disassembly ran out of memory (the smallest cubin fitting) is a COMPILE_ERROR-class result
+    naming the limit, cached as ptxas's own limit hit is; it was a ToolchainError, an INFRA_ERROR."""
+    from ptxbench.tools.toolchain import ProcResult
+
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    ran_out = ProcResult(returncode=255, stderr="nvdisasm fatal   : Memory allocation failure")
+    _disassembler_says(monkeypatch, ran_out, smallest_fits=True)
+    result = compile_source(_straight_line_ptx(10), "ptx", "sm_90a")
+    assert result.status == "error" and len(result.errors) == 1, result.errors
+    assert result.errors[0].message.startswith("the kernel's SASS is too large to disassemble within the limit "
+                                               "(nvdisasm ran out of its memory limit"), result.errors
+    assert compile_source(_straight_line_ptx(10), "ptx", "sm_90a").cached
+
+
+def test_a_disassembler_that_fails_otherwise_stays_the_machines_problem(monkeypatch, tmp_path):
+    """A missing library (status 127) or a jail that cannot start is no verdict on the kernel."""
+    from ptxbench.tools import jail, sass
+    from ptxbench.tools.toolchain import ProcResult, ToolchainError
+
+    cubin = tmp_path / "kernel.cubin"
+    cubin.write_bytes(b"\x7fELF")
+    missing = ProcResult(returncode=127, stderr="nvdisasm: error while loading shared libraries: libx.so")
+    monkeypatch.setattr(sass, "run_in_jail", lambda *a, **k: missing)
+    with pytest.raises(ToolchainError) as failed:
+        sass._disassemble(cubin, find_toolchain("sm_90a"), 60.0)
+    assert not isinstance(failed.value, sass.DisassemblyLimitHit), failed.value
+
+    def no_jail(*a, **k):
+        raise jail.JailError("the compiler's jail could not start (bwrap: ...): the tool did not run")
+
+    monkeypatch.setattr(sass, "run_in_jail", no_jail)
+    with pytest.raises(jail.JailError):
+        sass._disassemble(cubin, find_toolchain("sm_90a"), 60.0)
