@@ -79,6 +79,7 @@ def export(
     if min_speedup is not None and not 0 <= min_speedup < float("inf"):  # nan: no speedup passes, and no word of it
         raise inputs.BadInput(f"--min-speedup must be a finite number, 0 or more, got {min_speedup}")
     out = inputs.new_folder(out, "--out")
+    inputs.outside_runs(out, "--out")  # a dataset among a run's records: as report and --run-dir refuse theirs
     if format == "parquet" and not inputs.utf8(str(out.resolve())):  # pyarrow's writer failed on it, read as the
         # run's damage ("RUN: 'utf-8' codec can't encode"), after the folder was made
         raise inputs.BadInput(f"--out {str(out)!r}: the path is not UTF-8 text, to which pyarrow writes no parquet file; "

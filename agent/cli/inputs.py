@@ -9,6 +9,7 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
     new_folder(path, flag)                               a path a run may be written to (its text not empty, no file in the way)
     run_manifest(path, flag)                             the manifest of a --run-dir, {} if none (a damaged one is BadInput)
     create_folder(path, flag)                            new_folder, then made: one that cannot be is BadInput
+    outside_runs(path, flag)                             a folder for a command's own files, no run folder nor in one
     config(cls, **fields)                                a pydantic config, its errors as one line
     not_empty(text, flag, expected)                      an option's text (None if not given; given empty is BadInput)
     listed(text, flag, expected)                         the names of a comma-separated option ([] if not given; given
@@ -348,6 +349,18 @@ def no_other_files(path: Path, flag: str) -> None:
     if others:
         shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
         raise BadInput(f"{flag} {path} holds other files ({shown}) and no run: name a new or empty folder for the run")
+
+
+def outside_runs(path: Path, flag: str) -> None:
+    """A folder a command writes its own files into (export's dataset) that is no run folder and inside none: there
+    its files went among the run's records (a trajectories/x export read as a damaged trajectory by score and report),
+    as no_other_files refuses for a run and report's out_in_run for a report. Resolved first: '..' and a link lead
+    into a run as its name does."""
+    where = Path(path).resolve()
+    if (where / "manifest.json").is_file():
+        raise BadInput(f"{flag} {path} is a run folder: name a folder outside it")
+    if run := next((p for p in where.parents if (p / "manifest.json").is_file()), None):
+        raise BadInput(f"{flag} {path} is inside the run {run}: name a folder outside it")
 
 
 def write_probe(path: Path) -> None:

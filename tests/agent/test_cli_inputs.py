@@ -180,6 +180,13 @@ CASES = [
     (["profile", W, GOOD, "--arch", "sm_80"], 2, "--arch"),
     # export, score, report, synth-repairs, workloads
     (["export", "/nonexistent", "--recipe", "fixit", "--out", "out"], 2, "no run folder"),
+    # a dataset written among a run's records (score and report read trajectories/x as a damaged trajectory), as
+    # report's --out and --run-dir refuse theirs
+    (["export", EXAMPLE_RUN, "--recipe", "kernelgen", "--out", "a_run/trajectories/x"], 2,
+     "--out a_run/trajectories/x is inside the run "),
+    (["export", EXAMPLE_RUN, "--recipe", "kernelgen", "--out", "a_run/trajectories/../x"], 2, "is inside the run "),
+    (["export", EXAMPLE_RUN, "--recipe", "kernelgen", "--out", "a_run"], 2, "--out a_run is a run folder: name a "
+     "folder outside it"),
     (["export", EXAMPLE_RUN, "--recipe", "nope", "--out", "out"], 2, "--recipe"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--format", "csv"], 2, "--format"),
     (["export", EXAMPLE_RUN, "--recipe", "fixit", "--out", "out", "--tokenizer", "gpt2"], 2, "--tokenizer"),
@@ -333,6 +340,8 @@ def workdir(tmp_path, monkeypatch):
     for key in KEYS:
         monkeypatch.delenv(key, raising=False)
     (tmp_path / "f").write_text("a file where a folder should be\n")
+    (tmp_path / "a_run" / "trajectories").mkdir(parents=True)  # a run with no trajectory yet
+    (tmp_path / "a_run" / "manifest.json").write_text('{"command": "bench", "trajectories": []}\n')
     (tmp_path / "bad.ptx").write_text((ROOT / "tests/data/kernels/syntax_error.ptx").read_text())
     seven = Path(GOOD).read_text()
     assert seven.count('"i32:K"') == 1
@@ -407,7 +416,8 @@ def test_a_bare_model_name_is_refused_naming_the_option_that_gave_it(workdir, ar
     --model, an option neither command has."""
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 2 and result.output.startswith(words) and len(result.output.splitlines()) == 1, result.output
-    assert _files(workdir) == {Path("f"), Path("bad.ptx"), Path("seven.ptx")}
+    assert _files(workdir) == {Path("f"), Path("bad.ptx"), Path("seven.ptx"), Path("a_run"), Path("a_run/trajectories"),
+                               Path("a_run/manifest.json")}
 
 
 def test_unreachable_endpoint_shows_its_attempts_and_gives_up_in_one_line(workdir):
