@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+from ptxbench.tools.figure_text import figure
 from ptxbench.workloads.arch import DEFAULT_ARCH
 import time
 from pathlib import Path
@@ -367,7 +368,7 @@ def bench(
                               markup=False, highlight=False)
             return
         done.append(r)
-        best = f"{r.best_speedup:.3f}x" if r.best_speedup is not None else "-"
+        best = f"{figure(r.best_speedup)}x" if r.best_speedup is not None else "-"
         flag = " [red]infra-failed[/red]" if r.infra_failed else ""
         retried = f", attempts {r.attempts}: {rich_safe(r.error[:160])}" if r.attempts > 1 else ""  # why it was retried
         console.print(f"[{len(done)}] {rich_safe(r.trajectory_id)}: {' '.join(r.statuses) or '-'} best {best} "

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+from ptxbench.tools.figure_text import figure
 from ptxbench.tools.results import DEFAULT_L2_FLUSH
 from ptxbench.workloads.arch import DEFAULT_ARCH
 from enum import Enum
@@ -99,7 +100,7 @@ class LiveView:
         elif event.type == "eval_result" and event.submission:
             self.targets = target_summary(event.result)
         elif event.type == "turn_end":
-            speed = f"{event.speedup:.3f}x" if event.speedup is not None else "-"
+            speed = f"{figure(event.speedup)}x" if event.speedup is not None else "-"
             self.rows.append((str(event.turn), event.status, speed, self.targets, str(event.tokens),
                               f"{event.cost_usd:.4f}", f"{event.elapsed_s:.1f}"))
             self.note = f"turn {event.turn} done; querying the model"
@@ -380,7 +381,7 @@ def optimize(
             view.console.line()  # below the table the live view left
         typer.echo(interrupted_line(Path(resume or run_dir), turn.turn, (config or recorded).turns, exc), err=True)
         raise typer.Exit(stop_exit(exc)) from None
-    best = f"{outcome.best_speedup:.3f}x (turn {outcome.best_turn})" if outcome.best_speedup is not None else "none"
+    best = f"{figure(outcome.best_speedup)}x (turn {outcome.best_turn})" if outcome.best_speedup is not None else "none"
     typer.echo(f"stop: {outcome.stop_reason} ({terminal_text(outcome.stop_detail)}); turns {recorded_turns(outcome)}; best speedup {best}; "
                f"trajectory {outcome.folder}")
     if outcome.stop_reason == "infra_error" and "GPU" in outcome.stop_detail and not no_gpu:

@@ -6,6 +6,8 @@ from typing import Optional
 
 import typer
 
+from ptxbench.tools.figure_text import figure
+
 from .application import app
 from .terminal import terminal_text
 
@@ -72,7 +74,7 @@ def show_task(task_id: str = typer.Argument(..., help="task id (see `ptxbench re
     if as_json:
         typer.echo(json.dumps(task.model_dump(mode="json"), indent=2))
         return
-    speed = f"{task.unbroken_speedup:.3f}x" if task.unbroken_speedup is not None else "unknown"
+    speed = f"{figure(task.unbroken_speedup)}x" if task.unbroken_speedup is not None else "unknown"
     typer.echo(terminal_text(
         f"{task.id}\n  workload {task.workload}; bug class {task.bug_class}{' (held out)' if task.held_out else ''}; "
         f"origin {task.origin}\n  {task.description}\n  from: {'; '.join(task.provenance)}\n"

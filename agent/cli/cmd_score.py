@@ -123,6 +123,14 @@ def score(
         typer.echo(terminal_text(f"skipped: {result.n_skipped_lines} lines of the trajectory logs are no readable event "
                                  f"({UNREADABLE}) and are left out of every "
                                  f"score, in {len(damaged)} trajectories, first {damaged[0].run}/{damaged[0].id}"))
+    if result.n_figures_set_aside:  # a hand-edited or foreign record: its turns keep their verdicts, not that speed
+        from ..scoring.run_score import first_set_aside
+        from ..scoring.turns import MEASURABLE
+
+        typer.echo(terminal_text(scrub_text(
+            f"unmeasured: {result.n_figures_set_aside} recorded speedups or %SOL are NaN, infinite, not positive or "
+            f"past {MEASURABLE:.0e} either way (no timing measures that: a hand-edited or foreign record) and count as "
+            f"unmeasured, their turns keeping their verdicts; first {first_set_aside(result)}")))
     # what the figures over trajectories leave out: infra failures no retry repaired, trajectories with no stop yet
     unfinished = f", {result.n_unfinished} unfinished" if result.n_unfinished else ""
     unstarted = (f", {result.n_unstarted} trajectory logs with no readable start (not scored)"

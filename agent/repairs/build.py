@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ...tools.evaluator import EvalOptions, Evaluator
+from ...tools.figure_text import figure
 from ...tools.results import EvalResult
 from ..loop.feedback import render_eval
 from ..export.bases import REFERENCE, base_source
@@ -120,7 +121,7 @@ def summary_table(report: BuildReport) -> str:
     lines += [f"| {t.id} | {t.bug_class} | {t.verdict.status} | {'yes' if t.held_out else ''} |"
               for t in sorted(s.tasks, key=lambda t: t.id)]
     lines.append("")
-    lines += [f"unbroken {w}: {u.status}" + (f" {u.speedup:.3f}x" if u.speedup is not None else "")
+    lines += [f"unbroken {w}: {u.status}" + (f" {figure(u.speedup)}x" if u.speedup is not None else "")
               for w, u in s.unbroken.items()]
     lines.append(f"{len(s.tasks)} tasks, {len({t.workload for t in s.tasks})} workloads, "
                  f"{len({t.bug_class for t in s.tasks})} bug classes, {sum(t.held_out for t in s.tasks)} held out; "

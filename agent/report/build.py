@@ -15,12 +15,13 @@ import pydantic_core
 from pydantic import BaseModel
 
 from ptxbench.tools.atomic import atomic_write
+from ptxbench.tools.figure_text import figure
 from ptxbench.tools.redact import scrub_text
 
 from ..records.rundir import UNREADABLE, read_manifest, run_name
 from ..scoring import RunScore, score_trajectories
-from ..scoring.run_score import unique_records
-from ..scoring.turns import score_trajectory
+from ..scoring.run_score import first_set_aside, unique_records
+from ..scoring.turns import MEASURABLE, score_trajectory
 from .plots import all_plots
 from .style import escape, page
 from .tables import Recorded, all_tables, md_cell, md_text
@@ -74,6 +75,11 @@ def _overview(run_dir: Path, manifest: dict, score: RunScore) -> list[tuple[str,
         damaged = [t.id for t in score.trajectories if t.skipped_lines]
         facts.append(("unreadable log lines", Recorded(f"{score.n_skipped_lines} left out of every score ({UNREADABLE}) "
                       f"in {len(damaged)} trajectories, first {damaged[0]}")))
+    if score.n_figures_set_aside:  # a hand-edited or foreign record: out of every figure and plot, said here
+        facts.append(("recorded speeds read as unmeasured", Recorded(
+            f"{score.n_figures_set_aside} speedups or %SOL NaN, infinite, not positive or past {MEASURABLE:.0e} either "
+            f"way (no timing measures that): left out of every figure and plot, their turns keeping their verdicts; "
+            f"first {first_set_aside(score)}")))
     if score.n_unstarted:
         facts.append(("trajectory logs with no readable start", f"{score.n_unstarted} (empty, or their trajectory_start "
                       "line unreadable: left out of every score, model and workload unknown)"))
@@ -103,7 +109,7 @@ def markdown_summary(run_dir: Path, manifest: dict, score: RunScore) -> str:
     lines += ["### Trajectories", "", "| trajectory | model | workload | prompt | turns | statuses | best speedup |", "|---|---|---|---|---|---|---|"]
     for t in score.trajectories:
         statuses = " ".join(x.status for x in t.turns)
-        best = f"{t.best_speedup:.3f}" if t.best_speedup is not None else "–"
+        best = figure(t.best_speedup) if t.best_speedup is not None else "–"
         names = " | ".join(md_cell(text) for text in (t.model, t.workload, t.prompt))
         lines.append(f"| [{md_cell(t.id)}](trajectories/{page_name(t.id)}) | {names} | {len(t.turns)} | {md_cell(statuses)} | {best} |")
     return "\n".join(lines) + "\n"
@@ -123,7 +129,7 @@ def index_html(run_dir: Path, manifest: dict, score: RunScore) -> str:
     rows = ""
     for t in score.trajectories:
         chips = " ".join(f"<span class='s-{E(x.status)}'>{x.turn}:{E(x.status)}</span>" for x in t.turns)
-        best = f"{t.best_speedup:.3f}" if t.best_speedup is not None else "–"
+        best = figure(t.best_speedup) if t.best_speedup is not None else "–"
         rows += (f"<tr><td><a href='trajectories/{E(page_name(t.id))}'>{E(t.id)}</a></td><td>{E(t.model)}</td><td>{E(t.workload)}</td>"
                  f"<td>{E(t.prompt)}</td><td>{chips}</td><td>{best}</td><td>{E(t.stop_reason)}</td></tr>")
     body = (f"<h1>ptxbench report: {E(run_name(run_dir))}</h1><table>{facts}</table>"

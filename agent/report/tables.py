@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from ..scoring import P_VALUES, WITHIN_TURNS, CellScore, Estimate, RunScore
 from ..scoring.cells import p_key
 from ..scoring.repair import order_classes
+from ptxbench.tools.figure_text import figure
 from ptxbench.tools.visible import bidi_escaped
 
 from .style import escape
@@ -98,7 +99,7 @@ def _speedup_cell(est: Estimate, best: float | None = None) -> str:
     if est.value is None:
         return "–"
     text = est.fmt(3)
-    return text + (f" (max {best:.3f})" if best is not None else "")
+    return text + (f" (max {figure(best)})" if best is not None else "")
 
 
 def _mixed_cells(score: RunScore, attr: str) -> list[tuple[str, str]]:

@@ -7,6 +7,7 @@ from collections import defaultdict
 
 from ..records.rundir import TrajectoryRecord
 from ..scoring import TrajectoryScore
+from ptxbench.tools.figure_text import figure
 from .style import escape, page
 
 E = escape
@@ -40,12 +41,13 @@ def _timing(result: dict) -> str:
     if not timing:
         return ""
     rows = [("candidate", timing["candidate"])] + list((timing.get("baselines") or {}).items())
-    body = "".join(f"<tr><td>{E(name)}</td><td>{t['median_ms']:.4f}</td><td>{t['ci_low_ms']:.4f} – {t['ci_high_ms']:.4f}</td>"
-                   f"<td>{t['n']}</td></tr>" for name, t in rows)
+    # the record's figures as written (a hand-edited 1e308 or Infinity short and named: figure_text)
+    body = "".join(f"<tr><td>{E(name)}</td><td>{figure(t['median_ms'], 4)}</td><td>{figure(t['ci_low_ms'], 4)} – "
+                   f"{figure(t['ci_high_ms'], 4)}</td><td>{t['n']}</td></tr>" for name, t in rows)
     extra = []
     for key, label in (("speedup", "speedup"), ("tflops", "TFLOP/s"), ("sol_pct", "%SOL")):
         if timing.get(key) is not None:
-            extra.append(f"{label} {timing[key]:.3f}")
+            extra.append(f"{label} {figure(timing[key])}")
     if timing.get("flags"):
         extra.append("flags: " + ", ".join(timing["flags"]))
     return (f"<table><thead><tr><th>timing</th><th>median ms</th><th>95% CI</th><th>n</th></tr></thead><tbody>{body}</tbody>"

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from ..records.rundir import distinct_runs, iter_run, read_manifest, run_name
 from .cells import ANY, CellScore, score_cell
 from .repair import RepairStats
-from .turns import TrajectoryScore, score_trajectory
+from .turns import TrajectoryScore, TurnScore, score_trajectory
 
 # 2: COMPILED turns are not correct (version 1 counted a no-GPU PASSED as correct); repair.episodes_unverified
 # 3: cells keyed by the L2 flush too (trajectories timed from a written and a read flush no longer pool)
@@ -40,7 +40,9 @@ from .turns import TrajectoryScore, score_trajectory
 #     one trajectory; the repair track's by_model_prompt
 # 11: a trajectory a stop cut short (a Ctrl-C or SIGTERM, the bench stopping: ErrorEvent.stop_asked) is unfinished,
 #     not infra-failed
-SCORE_VERSION = 11
+# 12: a speedup or %SOL past what a timing can measure (turns.MEASURABLE) is unmeasured, as a NaN or an Infinity is:
+#     TurnScore.set_aside, RunScore.n_figures_set_aside
+SCORE_VERSION = 12
 
 
 class RunScore(BaseModel):
@@ -58,6 +60,9 @@ class RunScore(BaseModel):
     n_compile_only: int = Field(0, description="COMPILED turns, never run on a GPU (--no-gpu runs): not counted as correct")
     n_skipped_lines: int = Field(0, description="lines of the trajectory logs that are no readable event, left out "
                                  "(TrajectoryScore.skipped_lines): the scores lack whatever they held")
+    n_figures_set_aside: int = Field(0, description="recorded speedups and %SOL read as unmeasured (NaN, infinite, not "
+                                     "positive, or past turns.MEASURABLE: a hand-edited or foreign record, no timing): "
+                                     "their turns keep their verdicts, with no speed (TurnScore.set_aside)")
     cells: list[CellScore] = Field(default_factory=list, description="one per (model, workload, prompt, gpu, L2 flush, turn "
                                    "budget): runs timed from the two flushes do not pool (docs/timing-integrity.md)")
     model_workload: list[CellScore] = Field(default_factory=list, description="one per (model, workload, turn budget), "
@@ -132,6 +137,7 @@ def score_trajectories(trajs: list[TrajectoryScore]) -> RunScore:
     score.n_target_unknown = sum(c.n_target_unknown for c in score.models)
     score.n_compile_only = sum(c.n_compile_only for c in score.models)
     score.n_skipped_lines = sum(t.skipped_lines for t in trajs)
+    score.n_figures_set_aside = sum(len(turn.set_aside) for t in trajs for turn in _all_turns(t))
     return score
 
 
@@ -179,3 +185,17 @@ def score_runs(run_dirs: Iterable[Path]) -> RunScore:
 
 __all__ = ["ANY", "DuplicateTrajectory", "MixedTurnBudgets", "budget_order", "RunScore", "score_runs", "score_trajectories", "load_trajectory_scores",
            "unique_records"]
+
+
+def _all_turns(trajectory: TrajectoryScore) -> list[TurnScore]:
+    """Its turns, with the --start-from kernel's turn 0 where it has one."""
+    return trajectory.turns + ([trajectory.start] if trajectory.start else [])
+
+
+def first_set_aside(score: RunScore) -> str:
+    """The first figure read as unmeasured, and where: '<run>/<trajectory> turn <n>: speedup 1.00e+308' ('' if none)."""
+    for t in score.trajectories:
+        for turn in _all_turns(t):
+            if turn.set_aside:
+                return f"{t.run}/{t.id} turn {turn.turn}: {turn.set_aside[0]}"
+    return ""

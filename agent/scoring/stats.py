@@ -31,6 +31,8 @@ from typing import Sequence
 import numpy as np
 from pydantic import BaseModel, Field
 
+from ptxbench.tools.figure_text import figure  # huge, tiny and non-finite figures short and named, never 300 digits
+
 BOOTSTRAP_SAMPLES = 2000
 SEED = 0
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
@@ -55,9 +57,10 @@ class Estimate(BaseModel):
         if self.value is None:
             return "–"
         scale, unit = (100.0, "%") if pct else (1.0, "")
-        text = f"{self.value * scale:.{digits}f}{unit}"
+        text = f"{figure(self.value * scale, digits)}{unit}"
         if self.ci_low is not None and self.ci_high is not None:
-            text += f" [{self.ci_low * scale:.{digits}f}, {self.ci_high * scale:.{digits}f}]" + FIXED_MARK * bool(self.ci_fixed_strata)
+            text += (f" [{figure(self.ci_low * scale, digits)}, {figure(self.ci_high * scale, digits)}]"
+                     + FIXED_MARK * bool(self.ci_fixed_strata))
         return text
 
 

@@ -16,6 +16,7 @@ import re
 
 from pydantic import BaseModel, Field
 
+from ptxbench.tools.figure_text import figure
 from ptxbench.tools.results import LEGACY_L2_FLUSH
 
 from ..records.events import INTERRUPTED
@@ -33,6 +34,9 @@ class TurnScore(BaseModel):
     target_executed: bool | None = Field(None, description="every target family executed; None = not measured")
     speedup: float | None = None
     sol_pct: float | None = None
+    set_aside: list[str] = Field(default_factory=list, description="recorded figures read as unmeasured (speedup or "
+                                 "%SOL NaN, infinite, not positive or past what a timing can measure: _measured), "
+                                 "as recorded ('speedup 1.00e+308')")
     l2_flush: str = Field("", description="the L2 flush its timing started from (read / write; write in records from "
                           "before the mode existed); '' when untimed")
     kernel_file: str = ""
@@ -117,10 +121,25 @@ def _max(values) -> float | None:
     return max(present) if present else None
 
 
+# No evaluation measures a ratio past this either way (a kernel of a microsecond against a library call of a quarter
+# of an hour is 1e9): a PASSED turn's speedup beyond it is a hand-edited or foreign record, not a timing. Taken, 1e308
+# overflowed every mean to inf (numpy's RuntimeWarning on the console) and topped the leaderboard.
+MEASURABLE = 1e9
+
+
 def _measured(value: float | None) -> float | None:
-    """A recorded speedup or %SOL, None (unmeasured) unless a positive finite number: an Infinity topped the
-    leaderboard, and a NaN made every mean NaN and a trajectory's best depend on the order of its turns."""
-    return value if value is not None and math.isfinite(value) and value > 0 else None
+    """A recorded speedup or %SOL, None (unmeasured) unless a positive finite number within MEASURABLE of 1: an
+    Infinity topped the leaderboard, a NaN made every mean NaN and a trajectory's best depend on the order of its
+    turns, and 1e308 made every mean inf. The turn keeps its verdict (a PASSED turn is correct, with no speed)."""
+    if value is None or not math.isfinite(value) or not 1 / MEASURABLE <= value <= MEASURABLE:
+        return None
+    return value
+
+
+def _set_aside(timing) -> list[str]:
+    """The recorded figures of `timing` that _measured reads as unmeasured, as recorded, for score and report to say."""
+    return [f"{name} {figure(value)}" for name, value in (("speedup", timing.speedup), ("%SOL", timing.sol_pct))
+            if value is not None and _measured(value) is None] if timing else []
 
 
 def _turn_budget(config: dict) -> int | None:
@@ -140,6 +159,7 @@ def _turn_from_eval(turn: int, event) -> TurnScore:
         target_executed=result.target_executed,
         speedup=_measured(timing.speedup) if timing else None,
         sol_pct=_measured(timing.sol_pct) if timing else None,
+        set_aside=_set_aside(timing),
         l2_flush=timing.l2_flush if timing else "",
         kernel_file=event.kernel_file,
         kernel_sha256=event.kernel_sha256,
