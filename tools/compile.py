@@ -25,7 +25,7 @@ from .compile_log import (loc_line_map, nvcc_failure, parse_nvcc_log, parse_ptxa
                           system_call_issue, system_calls, with_source_text, without_host_paths)
 from .cubin_symbols import undefined_functions
 from .jail import JAIL_PATH, Limits, Workspace, jail_mode, run_in_jail
-from .limit_hit import limit_hit
+from .limit_hit import kernels_limit_hit, limit_hit, smallest_ptx
 from .jail_deps import outside_includes
 from .results import CompileIssue, CompileResult
 from .solution.source_scan import unencodable
@@ -44,8 +44,10 @@ CU_NAME = "solution.cu"
 # recorded as the source's compile error); 5 = device system calls (.extern functions) refused; 6 = a cubin or an nvcc
 # PTX past MAX_CUBIN_BYTES / MAX_GENERATED_PTX_BYTES refused; 7 = a limit hit read from the tools' own lines only (the
 # model's text quoted in a diagnostic made a compile error read as one); 8 = ptxas's `Memory allocation failure` is
-# the memory limit's verdict (it was recorded as the source's ordinary compile error).
-RECORD_VERSION = 8
+# the memory limit's verdict (it was recorded as the source's ordinary compile error); 9 = a compiler that crashed
+# (SIGSEGV, SIGBUS, SIGABRT) under the address-space limit is the memory limit's verdict (it was `ptxas exited with
+# status 139`), and a limit the smallest kernel hits too is no verdict (LimitsBelowTheTool, an infra error).
+RECORD_VERSION = 9
 # Wall-clock backstops; the jail's CPU limit per process (tools/jail.py Limits) usually ends a runaway first.
 PTXAS_TIMEOUT_S = 60.0
 NVCC_TIMEOUT_S = 120.0
@@ -154,6 +156,20 @@ def _ptxas(ptx_text: str, arch: str, tc: Toolchain, workdir: Path, timeout_s: fl
                    max_chars=LOG_CHARS)
 
 
+def _smallest_assembles(arch: str, tc: Toolchain):
+    """A probe for kernels_limit_hit: ptxas, with the flags of every compile, on one empty kernel in the jail."""
+    return lambda workdir: _ptxas(smallest_ptx(arch), arch, tc, workdir, PTXAS_TIMEOUT_S).returncode == 0
+
+
+def _smallest_compiles(arch: str, tc: Toolchain):
+    """A probe for kernels_limit_hit: nvcc, with the flags of every compile, on one empty kernel in the jail."""
+    def probe(workdir: Path) -> bool:
+        (workdir / CU_NAME).write_text('extern "C" __global__ void smallest() {}\n')
+        return _jailed("nvcc", tc, [tc.nvcc.path, *nvcc_flags(arch), CU_NAME, "-o", "smallest.ptx"], workdir,
+                       NVCC_TIMEOUT_S, extra_roots=(include_dir(),)).returncode == 0
+    return probe
+
+
 def _declared_line(ptx_code: str, name: str) -> int | None:
     """The line of the first `.func` that names `name` (its prototype), if the text has one."""
     m = re.search(r"\.func\b[^;{]*?\b" + re.escape(name) + r"\s*\(", ptx_code)
@@ -178,7 +194,8 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     log = _workdir_free(res.output, workdir)
     errors, warnings, kernels = parse_ptxas_log(log, line_map)
     sha = hashlib.sha256(ptx_text.encode()).hexdigest()
-    if limit := limit_hit("ptxas", res, timeout_s):  # cached: the same file hits the same limit again (not the clock)
+    # cached: the same file hits the same limit again (not the clock); one the smallest module hits too: infra
+    if limit := kernels_limit_hit("ptxas", res, timeout_s, arch, tc, _smallest_assembles(arch, tc)):
         return _error(arch, language, log, pre + [CompileIssue(message=limit)], tc, ptx_sha256=sha), None, not res.timed_out
     if res.returncode != 0 or pre or not cubin_path.is_file():
         if not errors and not pre:
@@ -239,7 +256,7 @@ def _cuda_to_ptx(source: str, arch: str, tc: Toolchain, workdir: Path, timeout_s
     res = _jailed("nvcc", tc, [tc.nvcc.path, *nvcc_flags(arch), CU_NAME, "-o", str(out)], workdir, timeout_s,
                   extra_roots=(include_dir(),), max_chars=LOG_CHARS)
     log = _workdir_free(res.output, workdir)
-    if limit := limit_hit("nvcc", res, timeout_s):
+    if limit := kernels_limit_hit("nvcc", res, timeout_s, arch, tc, _smallest_compiles(arch, tc)):
         return None, _error(arch, "cuda", log, [CompileIssue(message=limit)], tc), not res.timed_out
     if res.returncode != 0 or not out.is_file():
         errors, warnings = parse_nvcc_log(log, CU_NAME, project_headers())

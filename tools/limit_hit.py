@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,12 @@ _LOCATED = re.compile(r"^(?:[^\s(][^(]*\(\d+\): |[^\s:][^:]*:\d+:(?:\d+:)? |ptxa
 _CARET = re.compile(r"^\s*\^\s*$")
 # ptxas's (and nvdisasm's) words for an allocation the address-space limit refused, on a fatal line of its own
 _TOOL_OUT_OF_MEMORY = re.compile(r"^\w+ fatal\s*: Memory allocation failure$", re.MULTILINE)
+# A tool that dies of one of these under the address-space limit most likely hit it (an allocation it did not check,
+# a stack or mapping refused): as Python's -N or a shell's 128 + N, or nvcc's word for a child (`'cicc' died due to
+# signal 11`), or the dynamic loader's refused mapping
+_CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT)
+_CRASH_SAID = re.compile(r"^(?:Segmentation fault|Bus error|Aborted)\b|died due to signal (?:%s)\b|failed to map segment"
+                         % "|".join(str(int(s)) for s in _CRASH_SIGNALS), re.MULTILINE)
 
 
 def own_lines(output: str) -> str:
@@ -46,10 +53,19 @@ def limit_hit(tool: str, res: ProcResult, timeout_s: float) -> str:
     if ("memory exhausted" in out or "out of memory" in out.lower() or "std::bad_alloc" in out
             or "Cannot allocate memory" in out or _TOOL_OUT_OF_MEMORY.search(out)):
         return f"{tool} ran out of its memory limit ({limits.address_space_mb} MB address space)"
+    if crash := _crash(res.returncode) or ((said := _CRASH_SAID.search(out)) and said.group(0)):
+        return (f"{tool} crashed ({crash}), most likely at its memory limit ({limits.address_space_mb} MB address "
+                "space): a smaller kernel (fewer instructions, unrolled loops or entry points) needs less")
     return ""
 
 
-_SMALLEST_FITS: dict[tuple, bool] = {}
+def _crash(returncode: int) -> str:
+    """The crash signal's name of an exit status (Python's -N or a shell's 128 + N), "" for any other."""
+    signum = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
+    return signal.Signals(signum).name if signum in _CRASH_SIGNALS else ""
+
+
+_SMALLEST_FITS: dict[tuple, bool] = {}  # the probes that passed
 
 
 class LimitsBelowTheTool(ToolchainError):
@@ -67,13 +83,15 @@ def smallest_ptx(arch: str) -> str:
 
 def smallest_fits(tool: str, arch: str, tc: Toolchain, probe: Callable[[Path], bool], variant: str = "") -> bool:
     """Whether `tool` still runs on the smallest input under the jail's current limits: `probe(workdir)` in a fresh
-    Workspace, once per tool (and `variant`: its options), arch, limits and jail mode in a process (a probe that raises, a jail that cannot start,
-    is not remembered)."""
+    Workspace; a pass is remembered per tool (and `variant`: its options), arch, limits and jail mode in a process."""
     key = (tool, getattr(tc, tool).path, variant, arch, dataclasses.astuple(Limits()), jail_mode())
-    if key not in _SMALLEST_FITS:
-        with Workspace(prefix="ptxbench-smallest-") as workdir:
-            _SMALLEST_FITS[key] = probe(workdir)
-    return _SMALLEST_FITS[key]
+    if key in _SMALLEST_FITS:
+        return True
+    with Workspace(prefix="ptxbench-smallest-") as workdir:
+        fits = probe(workdir)
+    if fits:  # a failed probe is asked again: one that failed by chance (a loaded machine) never turns every verdict
+        _SMALLEST_FITS[key] = True  # into an infra error for the rest of the process
+    return fits
 
 
 def kernels_limit_hit(tool: str, res: ProcResult, timeout_s: float, arch: str, tc: Toolchain,
@@ -83,7 +101,7 @@ def kernels_limit_hit(tool: str, res: ProcResult, timeout_s: float, arch: str, t
     LimitsBelowTheTool (INFRA_ERROR, never cached), naming the limits. Only a failed run pays for the probe."""
     limit = limit_hit(tool, res, timeout_s)
     if limit and not res.timed_out and not smallest_fits(tool, arch, tc, probe, variant):
-        raise LimitsBelowTheTool(f"{limit}, and so it does on the smallest kernel: the compiler jail's limits "
-                             f"({dataclasses.asdict(Limits())}; $PTXBENCH_JAIL_AS_MB, $PTXBENCH_JAIL_CPU_S) are below "
-                             f"what {tool} needs for any kernel")
+        raise LimitsBelowTheTool(f"the compiler jail's limits ({dataclasses.asdict(Limits())}; $PTXBENCH_JAIL_AS_MB, "
+                                 f"$PTXBENCH_JAIL_CPU_S) are below what {tool} needs for any kernel: on the smallest "
+                                 f"one too, {limit.split(': ', 1)[0]}")
     return limit

@@ -195,7 +195,11 @@ def test_a_wall_clock_timeout_is_not_cached():
 def test_a_limit_verdict_is_not_served_under_other_limits(monkeypatch):
     """A limit hit is cached (the same text hits the same limit again), so the limits are part of the key: a refusal
     under $PTXBENCH_JAIL_AS_MB=64 (or an old, lower default) was served after the limit was raised."""
+    from ptxbench.tools import limit_hit
+
     src = kernel("inline_ptx_sm90a.cu").replace("scale_add", "scale_add_limits")
+    # nvcc needs more than 64 MB for any kernel: taken as the kernel's verdict here (the smallest-kernel probe passes)
+    monkeypatch.setattr(limit_hit, "smallest_fits", lambda *a, **k: True)
     monkeypatch.setenv("PTXBENCH_JAIL_AS_MB", "64")
     starved = compile_source(src, "cuda", "sm_90a")
     assert starved.status == "error" and "memory limit (64 MB" in starved.errors[0].message, starved.errors
@@ -570,6 +574,9 @@ def test_a_ptx_file_stopped_by_a_jail_limit_is_not_assembled_again(monkeypatch):
         return ProcResult(returncode=-24)
 
     monkeypatch.setattr(compile_module, "run_in_jail", over_the_cpu_limit)
+    from ptxbench.tools import limit_hit
+
+    monkeypatch.setattr(limit_hit, "smallest_fits", lambda *a, **k: True)  # the smallest kernel assembles
     result = compile_source(kernel("fma_sm90a.ptx"), "ptx", "sm_90a", use_cache=False)
     assert result.status == "error" and "CPU-time limit" in result.errors[0].message, result.errors
     assert len(runs) == 1, runs
@@ -634,3 +641,65 @@ def test_ptxas_past_the_jails_address_space_gets_the_memory_limit_verdict(monkey
     monkeypatch.setenv("PTXBENCH_JAIL_AS_MB", "100")
     result = compile_source(ptx, "ptx", "sm_90a", use_cache=False)
     assert result.status == "error" and "memory limit (100 MB" in result.errors[0].message, result.errors
+
+
+@pytest.mark.parametrize("rc, log, crash", [
+    (139, "", "SIGSEGV"), (-11, "", "SIGSEGV"), (135, "", "SIGBUS"), (-6, "", "SIGABRT"),
+    (1, "Segmentation fault", "Segmentation fault"),
+    (1, "nvcc error   : 'cicc' died due to signal 11 (Invalid memory reference)", "died due to signal 11"),
+    (1, "/usr/lib/gcc/x86_64-linux-gnu/12/cc1plus: error while loading shared libraries: libzstd.so.1: failed to map "
+        "segment from shared object\nnvcc fatal   : Failed to preprocess host compiler properties.", "failed to map segment"),
+])
+def test_a_compiler_that_crashes_under_the_address_space_limit_hit_the_memory_limit(rc, log, crash):
+    from ptxbench.tools.limit_hit import limit_hit
+    from ptxbench.tools.toolchain import ProcResult
+
+    said = limit_hit("ptxas", ProcResult(returncode=rc, stderr=log), 60.0)
+    assert said.startswith(f"ptxas crashed ({crash}), most likely at its memory limit ("), said
+
+
+def test_a_crash_the_model_quotes_is_no_limit_hit():
+    from ptxbench.tools.limit_hit import limit_hit
+    from ptxbench.tools.toolchain import ProcResult
+
+    quoted = 'solution.cu(3): error: static assertion failed with "Segmentation fault"\n  static_assert(0);\n  ^\n'
+    assert limit_hit("nvcc", ProcResult(returncode=1, stderr=quoted), 120.0) == ""
+
+
+def _ptxas_crashes_on_the_solution(monkeypatch) -> None:
+    """ptxas dies of SIGSEGV (status 139, no output) on the solution's file; the smallest-kernel probe runs for real."""
+    from ptxbench.tools import compile as compile_module, limit_hit
+    from ptxbench.tools.toolchain import ProcResult
+
+    real = compile_module.run_in_jail
+    monkeypatch.setattr(limit_hit, "_SMALLEST_FITS", {})
+    monkeypatch.setattr(compile_module, "run_in_jail", lambda tc, argv, workdir, *a, **k: real(tc, argv, workdir, *a, **k)
+                        if "smallest" in (workdir / "solution.ptx").read_text() else ProcResult(returncode=139))
+
+
+def test_ptxas_killed_by_sigsegv_is_the_memory_limits_verdict_and_cached(monkeypatch, tmp_path):
+    """`ptxas exited with status 139: no output` was the source's compile error. A crash on this file under the
+    limits the smallest kernel passes is the memory limit's verdict; deterministic for the same file under the same
+    limits (the cache key holds them), it is cached as ptxas's out-of-memory verdict is."""
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    _ptxas_crashes_on_the_solution(monkeypatch)
+    ptx = kernel("wgmma_sm90a.ptx")
+    result = compile_source(ptx, "ptx", "sm_90a")
+    assert result.status == "error" and len(result.errors) == 1, result.errors
+    assert result.errors[0].message.startswith("ptxas crashed (SIGSEGV), most likely at its memory limit (2048 MB"), \
+        result.errors
+    assert compile_source(ptx, "ptx", "sm_90a").cached
+
+
+def test_an_address_space_ptxas_crashes_in_on_any_kernel_is_an_infra_error(monkeypatch, tmp_path):
+    """Under 40 MB ptxas dies of SIGSEGV on every module, an empty kernel too: not the source's verdict (it was cached
+    as `ptxas exited with status 139`), but the limits' fault, named, never cached."""
+    from ptxbench.tools.limit_hit import LimitsBelowTheTool
+
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PTXBENCH_JAIL_AS_MB", "40")
+    ptx = kernel("wgmma_sm90a.ptx")
+    for _ in range(2):  # never cached
+        with pytest.raises(LimitsBelowTheTool, match=r"below what ptxas needs for any kernel: on the smallest one too, "
+                                                     r"ptxas crashed \(SIGSEGV\), most likely at its memory limit"):
+            compile_source(ptx, "ptx", "sm_90a")
