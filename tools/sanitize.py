@@ -6,7 +6,8 @@ outside every allocation. A `ptx` solution is re-assembled with a `.loc` on ever
 (tools/profile/lineinfo.py) and ptxas -lineinfo, so the sanitizer names the line of the solution
 file; a `cuda` solution's cubin already carries nvcc's -lineinfo. Findings are deduplicated (one
 per tool, kind, kernel and line, with the number of reports) and never raise: a tool that could
-not run is an outcome with ok=False and the reason.
+not run is an outcome with ok=False and the reason (`infra error, no sanitizer ran: ...` when the compiler's jail
+could not start to assemble the line-annotated cubin).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from .results import EvalResult, SanitizerFinding
 from .textcap import short_name
+from .toolchain import ToolchainError
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 SOLUTION_PTX = "solution.ptx"
@@ -157,7 +159,8 @@ def find_sanitizer() -> str | None:
 
 def lineinfo_cubin(source: str, arch: str, workdir: Path) -> Path | None:
     """Assemble a `ptx` solution with a `.loc` per line and -lineinfo; None when that fails. ptxas reads model text
-    here as in every compile, so it runs in the compiler's jail (limits, no keys in its environment, its own folder)."""
+    here as in every compile, so it runs in the compiler's jail (limits, no keys in its environment, its own folder);
+    a jail that cannot start raises JailError (a ToolchainError), never a quiet fallback."""
     from .jail import Workspace, run_in_jail
     from .profile.lineinfo import annotate_ptx
     from .toolchain import find_toolchain
@@ -222,7 +225,11 @@ def sanitize_candidate(
     with tempfile.TemporaryDirectory(prefix="ptxbench-sanitize-") as tmp:
         work = Path(workdir) if workdir is not None else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        cubin = lineinfo_cubin(source, arch, work) if language == "ptx" else None
+        try:
+            cubin = lineinfo_cubin(source, arch, work) if language == "ptx" else None
+        except ToolchainError as e:  # a jail that cannot start, no ptxas: the machine's problem, said in one line
+            return SanitizeOutcome(ok=False, error=f"infra error, no sanitizer ran: {e}",
+                                   seconds=time.perf_counter() - start)
         cubin = cubin or (Path(cubin_path) if cubin_path else None)
         if cubin is None:
             return SanitizeOutcome(ok=False, error="no cubin to run (the solution did not assemble)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 
 from ptxbench.tools.profile.lineinfo import annotate_ptx, has_line_info
 from ptxbench.tools.sanitize import parse_sanitizer, sanitize_candidate, sanitize_feedback
@@ -135,3 +136,40 @@ def test_driver_probes_are_not_findings_but_kernel_faults_are():
     assert [f.kind for f in findings] == ["Invalid __global__ write", "CUDA API error"]
     assert findings[0].kernel == "gemm" and findings[0].ptx_line == 24 and "solution.cu:24" in findings[0].message
     assert "LAUNCH_FAILED" in findings[1].message
+
+
+def _jail_that_cannot_start(mode: str, monkeypatch, tmp_path) -> None:
+    """The jail forced to fail before the tool runs, as tests/tools/test_jail.py does: a bwrap that cannot build its
+    sandbox, or an unshare script whose read-only binds and remounts are all refused."""
+    from tests.tools.test_jail import _bwrap_that_fails_to_start, _unshare_with_read_only_binds_refused
+
+    if mode == "bwrap":
+        _bwrap_that_fails_to_start(monkeypatch, tmp_path)
+    else:
+        _unshare_with_read_only_binds_refused(monkeypatch, remount_too=True)
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "unshare"])
+def test_a_sanitize_run_whose_jail_cannot_start_is_one_infra_line(mode, monkeypatch, tmp_path):
+    """lineinfo_cubin's ptxas runs in the jail; a jail that cannot start raises JailError there, and that escaped
+    sanitize_candidate as a traceback through the evaluation that asked for --sanitize. It is one infra line now, and no
+    sanitizer runs (nor a silent fallback to another cubin)."""
+    from ptxbench.tools import jail
+    from ptxbench.tools.sanitize import lineinfo_cubin
+
+    if mode not in jail.available_modes():
+        pytest.skip(f"no {mode} jail here")
+    sanitizer = tmp_path / "compute-sanitizer"
+    sanitizer.write_text("#!/bin/sh\necho ran > \"$0.ran\"\n")
+    sanitizer.chmod(0o755)
+    monkeypatch.setenv("PTXBENCH_COMPUTE_SANITIZER", str(sanitizer))
+    _jail_that_cannot_start(mode, monkeypatch, tmp_path)
+    source = (KERNELS / "solutions" / "smem_race.ptx").read_text()
+    with pytest.raises(jail.JailError):
+        lineinfo_cubin(source, "sm_90a", tmp_path)
+    compiled = tmp_path / "compiled.cubin"
+    compiled.write_bytes(b"\x7fELF")
+    outcome = sanitize_candidate("gemm_bf16_m8192_n7168_k5120", source, cubin_path=compiled, arch="sm_90a")
+    assert not outcome.ok and not outcome.findings, outcome
+    assert outcome.error.startswith("infra error, no sanitizer ran: the compiler's jail could not start ("), outcome.error
+    assert "\n" not in outcome.error and not (tmp_path / "compute-sanitizer.ran").exists()
