@@ -306,7 +306,7 @@ def test_only_storage_failures_are_said_as_such():
 @pytest.mark.parametrize("argv", [["optimize", W, "--no-gpu", "--quiet", "--run-dir", "d"],
                                   ["bench", "--models", "builtin/tuner", "--workloads", W, "--no-gpu", "--run-dir", "d"],
                                   ["bench", "--resume", "--run-dir", "d"],
-                                  ["synth-repairs", "--list", "--run-dir", "d"]],
+                                  ["synth-repairs", "smoke_gemm_bf16_m256_n256_k512", "--run-dir", "d"]],
                          ids=["optimize", "bench", "bench --resume", "synth-repairs"])
 def test_a_run_dir_whose_manifest_is_damaged_or_foreign_is_one_line_and_left_as_it_was(tmp_path, monkeypatch, argv,
                                                                                        manifest, words):
