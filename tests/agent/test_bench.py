@@ -868,6 +868,22 @@ def test_storage_that_gives_out_stops_the_bench_and_a_resume_finishes_it(tmp_pat
     assert all(r.stop_reason == "turn_limit" for r in out.trajectories)
 
 
+def writers_refused_after_one(monkeypatch, err: int, text: str):
+    """The first trajectory's folder made, every later one refused with OSError(err): (the real __init__, folders)."""
+    from ptxbench.agent.records import rundir
+
+    make, made = rundir.TrajectoryWriter.__init__, []
+
+    def refused_after_one(self, folder):
+        made.append(folder)
+        if len(made) > 1:
+            raise OSError(err, text, str(folder))
+        make(self, folder)
+
+    monkeypatch.setattr(rundir.TrajectoryWriter, "__init__", refused_after_one)
+    return make, made
+
+
 def test_storage_that_gives_out_as_a_trajectory_begins_stops_the_bench(tmp_path, monkeypatch):
     """A file system gone read-only (or full) as a trajectory's folder was made: that failure came before the runner
     looked for storage giving out, so each trajectory left was reported infra-failed at once, the bench exited 0, and
@@ -877,15 +893,7 @@ def test_storage_that_gives_out_as_a_trajectory_begins_stops_the_bench(tmp_path,
     from ptxbench.agent.bench.evaluators import StorageGaveOut
     from ptxbench.agent.records import rundir
 
-    make, made = rundir.TrajectoryWriter.__init__, []
-
-    def read_only_after_one(self, folder):
-        made.append(folder)
-        if len(made) > 1:
-            raise OSError(errno.EROFS, "Read-only file system", str(folder))
-        make(self, folder)
-
-    monkeypatch.setattr(rundir.TrajectoryWriter, "__init__", read_only_after_one)
+    make, made = writers_refused_after_one(monkeypatch, errno.EROFS, "Read-only file system")
     calls: list[int] = []
     cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=4, turns=1, no_gpu=True, parallel=1)
     with pytest.raises(StorageGaveOut, match="Read-only file system"):
@@ -944,15 +952,7 @@ def test_a_resume_into_a_read_only_trajectories_folder_stops_the_bench(tmp_path,
     from ptxbench.agent.bench.evaluators import StorageGaveOut
     from ptxbench.agent.records import rundir
 
-    make, made = rundir.TrajectoryWriter.__init__, []
-
-    def full_after_one(self, folder):
-        made.append(folder)
-        if len(made) > 1:
-            raise OSError(errno.ENOSPC, "No space left on device", str(folder))
-        make(self, folder)
-
-    monkeypatch.setattr(rundir.TrajectoryWriter, "__init__", full_after_one)
+    make, made = writers_refused_after_one(monkeypatch, errno.ENOSPC, "No space left on device")
     run = tmp_path / "run"
     cfg = BenchConfig(models=["scripted/py"], workloads=[WL], trajectories=3, turns=1, no_gpu=True, parallel=1)
     with pytest.raises(StorageGaveOut):
