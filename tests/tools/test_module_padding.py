@@ -62,6 +62,10 @@ def test_the_span_is_the_section_when_the_addresses_agree_with_its_layout():
     assert section_span(sec, {"lo": 0x7000_0000, "hi": 0x7000_0000 + 65536}) == (0x7000_0000, 65540)
     assert section_span(sec, {"lo": 0x7000_0000, "hi": 0x7100_0000}) is None  # laid out otherwise: by symbol
     assert section_span(sec, {"lo": 0x7000_0000}) is None
+    lone = DataSection(".nv.global", 65540, False, (GlobalSymbol("hi", 4, False, ".nv.global", 65536),))
+    assert section_span(lone, {"hi": 0x7000_0000 + 65536}) is None  # nothing says the 64 KiB before it are the module's
+    first = DataSection(".nv.global", 65540, False, (GlobalSymbol("lo", 4, False, ".nv.global", 0),))
+    assert section_span(first, {"lo": 0x7000_0000}) == (0x7000_0000, 65540)
 
 
 class StubDriver:

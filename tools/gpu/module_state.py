@@ -58,9 +58,12 @@ def section_span(section: DataSection, addresses: dict[str, int]) -> tuple[int, 
     """(device address, bytes) of the whole section, from its symbols' device addresses: each address less the
     symbol's offset must name one base. Managed globals do not vote (the driver may give them memory of their own,
     and one placed elsewhere must not turn the section's reset back into the symbols'); they are reset by symbol too.
-    None when the others disagree or none is left (the symbols are then reset one by one)."""
+    None when the others disagree, none is left, or a lone symbol lies past the section's start, where nothing shows
+    that the bytes before it are the section's (the symbols are then reset one by one)."""
     placed = [g for g in section.symbols if not g.managed]
     if any(g.name not in addresses for g in placed):
+        return None
+    if len(placed) == 1 and placed[0].offset != 0:  # one address cannot show the section is laid out whole
         return None
     bases = {addresses[g.name] - g.offset for g in placed}
     if len(bases) != 1:
