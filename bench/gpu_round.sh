@@ -13,7 +13,7 @@
 # Steps (default budget in seconds):
 #   gpu-tests (560)     the GPU tests of what changed most recently: what outlives a call (the scrub, unowned memory,
 #                       the sketch's memory, the flush buffer, the library's buffers), the L2 flush, evaluator (watchdog), fault corpus,
-#                       references, profile (the token and decoy verdicts); GPU_TESTS_K: a pytest -k filter
+#                       cheat attacks (module padding), references, profile (the token and decoy verdicts); GPU_TESTS_K: a pytest -k filter
 #   pool-hang (90)      a kernel whose setmaxnreg moves outrun the CTA's register pool hangs (TIMEOUT), and within it
 #                       runs (tests/tools/test_regpool.py)
 #   bwd (200)           the attention backward on every backward workload, and a full profile of mha_bwd_d128
@@ -109,7 +109,7 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
                  tests/workloads/test_attention_wgmma.py -k passes_and_is_fast ;;
     gpu-tests) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
                  tests/tools/test_scrub.py tests/tools/test_unowned.py tests/tools/test_timing_integrity.py tests/tools/test_l2_flush.py \
-                 tests/tools/test_gpu_evaluator.py tests/workloads/test_fault_corpus.py tests/workloads/test_references.py \
+                 tests/tools/test_gpu_evaluator.py tests/workloads/test_fault_corpus.py tests/workloads/test_cheat_attacks.py tests/workloads/test_references.py \
                  tests/tools/test_profile_gpu.py tests/tools/test_gate.py tests/tools/test_library_state.py \
                  ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} ;;
     pytest-gpu) eval "set -- ${PYTEST_GPU:?PYTEST_GPU names the tests}" && python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" "$@" ;;
