@@ -10,6 +10,7 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
     run_manifest(path, flag)                             the manifest of a --run-dir, {} if none (a damaged one is BadInput)
     create_folder(path, flag)                            new_folder, then made: one that cannot be is BadInput
     outside_runs(path, flag)                             a folder for a command's own files, no run folder nor in one
+    enclosing_run(path)                                  the run folder a path lies inside (resolved), or None
     config(cls, **fields)                                a pydantic config, its errors as one line
     not_empty(text, flag, expected)                      an option's text (None if not given; given empty is BadInput)
     listed(text, flag, expected)                         the names of a comma-separated option ([] if not given; given
@@ -341,7 +342,7 @@ def no_other_files(path: Path, flag: str) -> None:
     of its own among that run's records) or a report's folder (whose trajectories/ of pages read as a run's)."""
     if is_report(path):
         raise BadInput(f"{flag} {path} is a report (ptxbench report wrote it): name a new or empty folder for the run")
-    if run := next((p for p in Path(path).parents if (p / "manifest.json").is_file()), None):
+    if run := enclosing_run(path):
         raise BadInput(f"{flag} {path} is inside the run {run}: name a folder outside it")
     if not path.is_dir() or any((path / name).exists() for name in RUN_ENTRIES):
         return
@@ -356,11 +357,16 @@ def outside_runs(path: Path, flag: str) -> None:
     its files went among the run's records (a trajectories/x export read as a damaged trajectory by score and report),
     as no_other_files refuses for a run and report's out_in_run for a report. Resolved first: '..' and a link lead
     into a run as its name does."""
-    where = Path(path).resolve()
-    if (where / "manifest.json").is_file():
+    if (Path(path).resolve() / "manifest.json").is_file():
         raise BadInput(f"{flag} {path} is a run folder: name a folder outside it")
-    if run := next((p for p in where.parents if (p / "manifest.json").is_file()), None):
+    if run := enclosing_run(path):
         raise BadInput(f"{flag} {path} is inside the run {run}: name a folder outside it")
+
+
+def enclosing_run(path: Path) -> Path | None:
+    """The run folder `path` lies inside, None if none. Resolved first: '..' and a link lead into a run as its name
+    does, and 'RUN/../x' is beside RUN, not in it."""
+    return next((p for p in Path(path).resolve().parents if (p / "manifest.json").is_file()), None)
 
 
 def write_probe(path: Path) -> None:

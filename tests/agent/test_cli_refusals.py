@@ -375,6 +375,35 @@ def test_a_run_is_not_written_into_a_report_or_inside_another_run(tmp_path, argv
     assert _files(run) == before
 
 
+@pytest.mark.parametrize("argv", [
+    ["optimize", "smoke_gemm_bf16_m256_n256_k512", "--no-gpu", "--turns", "1", "--quiet", "--run-dir"],
+    ["bench", "--models", "builtin/tuner", "--workloads", "smoke_gemm_bf16_m256_n256_k512", "--no-gpu", "--turns", "1",
+     "--trajectories", "1", "--run-dir"],
+], ids=["optimize", "bench"])
+@pytest.mark.parametrize("given", ["link/new", "link"])
+def test_a_run_dir_linked_into_another_run_is_refused(tmp_path, monkeypatch, argv, given):
+    """The run above a --run-dir was looked for in the path as typed: a link into a run's trajectories/ put a run of
+    its own among that run's records, as export's --out (inputs.outside_runs) resolves first."""
+    run = _example_run(tmp_path)
+    (tmp_path / "link").symlink_to(run / "trajectories")
+    monkeypatch.chdir(tmp_path)
+    before = _files(run)
+    out = CliRunner().invoke(app, [*argv, given])
+    lines = [line for line in out.output.splitlines() if line.strip()]
+    assert out.exit_code == 2 and len(lines) == 1, out.output
+    assert lines[0] == f"error: --run-dir {given} is inside the run {run.resolve()}: name a folder outside it", lines[0]
+    assert _files(run) == before
+
+
+def test_a_run_dir_whose_dots_lead_out_of_a_run_is_not_inside_it(tmp_path):
+    """'RUN/trajectories/../../beside' names a folder beside the run, not in it: read as typed, RUN was among its
+    parents and the folder was refused as inside the run."""
+    from ptxbench.agent.cli import inputs
+
+    run = _example_run(tmp_path)
+    inputs.no_other_files(run / "trajectories" / ".." / ".." / "beside", "--run-dir")  # no refusal
+
+
 def test_a_run_folder_an_empty_one_or_one_of_hidden_files_takes_a_run(tmp_path):
     from ptxbench.agent.cli import inputs
 
