@@ -361,6 +361,23 @@ def test_a_recorded_speedup_that_is_no_number_passes_no_speed_filter_and_stays_j
     assert [json.loads(line, parse_constant=refuse)["speedup"] for line in paths["train"].read_text().splitlines()] == [None, None]
 
 
+def test_a_recorded_speedup_no_timing_measures_passes_no_speed_filter(tmp_path):
+    """Score reads a speedup past scoring.turns.MEASURABLE (1e9 either way) as unmeasured: a hand-edited 1e308 still
+    passed --min-speedup and stood in its row as 1e308, while score set it aside."""
+    from export_runs import result, write_trajectory
+
+    run = tmp_path / "run"
+    write_trajectory(run, "t", "gemm_bf16_m8192_n7168_k5120", [("a", result("PASSED", 1e308, True), "ok"),
+                                                              ("b", result("PASSED", 1e-300, True), "ok"),
+                                                              ("c", result("PASSED", 3.0, True), "ok")])
+    samples = collect_samples([run])
+    assert [t.speedup for t in samples[0].turns] == [None, None, 3.0]
+    fast, _ = build_rows(samples, ExportConfig(recipe="kernelgen", min_speedup=2.0))
+    assert [(r.provenance.turn, r.speedup) for r in fast] == [(3, 3.0)]
+    rows, _ = build_rows(samples, ExportConfig(recipe="kernelgen"))
+    assert sorted((r.provenance.turn, r.speedup) for r in rows) == [(1, None), (2, None), (3, 3.0)]
+
+
 @pytest.mark.parametrize("dedup", [True, False])
 @pytest.mark.parametrize("test_first", [True, False])
 def test_a_kernel_in_the_test_split_never_also_stands_in_train(tmp_path, dedup, test_first):
