@@ -116,14 +116,19 @@ class LiveView:
             self.live.update(self.render())
 
     def __enter__(self):
+        return self
+
+    def start(self) -> None:
+        """The table on screen from now: called once the run's own lines are printed (loop/optimize's `ready`), since
+        a line printed while it is drawn lands among its redraws, cut to the terminal's width."""
         from rich.live import Live
 
         self.live = Live(self.render(), console=self.console, refresh_per_second=4)
         self.live.__enter__()
-        return self
 
     def __exit__(self, *exc):
-        self.live.__exit__(*exc)
+        if self.live is not None:
+            self.live.__exit__(*exc)
 
 
 class TurnSeen:
@@ -369,7 +374,7 @@ def optimize(
             else:
                 with view:
                     outcome = run_optimize(config, run_dir=run_dir, resume=resume, listeners=[turn, view],
-                                           restart=restart_trajectory, runtime=runtime)
+                                           restart=restart_trajectory, runtime=runtime, ready=view.start)
                 view.console.line()
     except (RunFolderInUse, SealedTrajectory) as exc:
         raise inputs.BadInput(str(exc)) from None

@@ -317,11 +317,14 @@ def optimize(
     listeners: list[Listener] | None = None,
     restart: bool = False,
     runtime: dict[str, Any] | None = None,
+    ready: Callable[[], None] | None = None,
 ) -> TrajectoryOutcome:
     """Start a trajectory for `config` in a new run folder (or add it to `run_dir`), or continue the
     newest trajectory of the run `resume` where it stopped, with the RESUME_RUNTIME fields of `runtime` in place of
     the recorded ones. A run whose checkpoints cannot continue its trajectory raises CheckpointLost, unless `restart`
-    (agent/records/checkpoint_guard.py)."""
+    (agent/records/checkpoint_guard.py). `ready()` is called once the run's own lines (its notes, the warning of a
+    resume under other code) are printed and before its first event: where a live view starts, so that they stand
+    above it whole rather than among its redraws."""
     if resume is not None:
         run_path = find_run(resume)
         config, tid = resume_config(run_path)
@@ -355,6 +358,8 @@ def optimize(
     try:
         for line in set_aside:
             print(f"note: {line}", file=sys.stderr)
+        if ready is not None:
+            ready()
         writer = TrajectoryWriter(run_path / "trajectories" / tid)
         checkpointer = open_checkpointer(run_path / "checkpoints.sqlite")
         own_evaluator = evaluator is None

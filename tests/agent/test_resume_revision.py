@@ -89,3 +89,26 @@ def test_an_optimize_resumed_with_uncommitted_changes_warns_and_records_it(tmp_p
 ])
 def test_what_counts_as_other_code(recorded, now, changed):
     assert code_changed(recorded, now) is changed
+
+
+def test_the_warning_of_a_resume_under_other_code_stands_whole_above_the_live_view(tmp_path, monkeypatch):
+    """The warning was printed once the live view was on screen: through rich's redirect it came between the view's
+    erase sequences, wrapped to the terminal's width (a log of a forced terminal, FORCE_COLOR, held it in two pieces
+    behind cursor moves). It is now printed before the view starts, as one line of its own."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    run = tmp_path / "run"
+    _code(monkeypatch, BEGAN)
+    first = CliRunner().invoke(app, ["optimize", WORKLOAD, "--model", "builtin/reference", "--no-gpu", "--turns", "1",
+                                     "--target-speedup", "0", "--quiet", "--run-dir", str(run)])
+    assert first.exit_code == 0, first.output
+    _code(monkeypatch, PULLED)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "60")
+    resumed = CliRunner().invoke(app, ["optimize", "--resume", str(run)])
+    assert resumed.exit_code == 0, resumed.output
+    line = (f"warning: this run began under revision {'a' * 12} and goes on under {'b' * 12}: with this code's "
+            "defaults, not those it began with (recorded in its manifest, resumed_under)")
+    assert resumed.output.count("warning:") == 1 and line in resumed.output.splitlines(), repr(resumed.output)
