@@ -73,7 +73,7 @@ def test_score_prints_no_long_figure_nor_warning_and_says_what_it_set_aside(run)
 
 
 def test_report_draws_without_warnings_and_says_what_it_set_aside(run):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="the 'bench' extra (matplotlib) is not installed")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = write_report(run, run / "report")

@@ -131,7 +131,8 @@ def test_no_option_spells_its_unit_and_the_watchdog_is_timeout_everywhere():
 
 
 def _synthesis_options(monkeypatch) -> list:
-    """synth-repairs run as if on a GPU, each synthesis's EvalOptions recorded instead of evaluated."""
+    """synth-repairs run as if on a GPU, each synthesis's EvalOptions recorded instead of evaluated, and "closed"
+    where the command closes its evaluator."""
     from types import SimpleNamespace
 
     import ptxbench.agent.export.synth as synth
@@ -144,7 +145,7 @@ def _synthesis_options(monkeypatch) -> list:
         pool = None
 
         def close(self):
-            pass
+            taken.append("closed")
 
     def synthesize(*args, options, **kw):
         taken.append(options)
@@ -161,6 +162,8 @@ def test_the_former_timeout_s_spelling_still_works_but_not_beside_timeout(workdi
     taken = _synthesis_options(monkeypatch)
     ok = CliRunner().invoke(app, ["synth-repairs", "--timeout-s", "5", "--run-dir", "r"])
     assert ok.exit_code == 0, ok.output
+    assert taken[-1] == "closed"  # the evaluator the synthesis ran on is closed after it
+    taken.pop()
     assert [o.timeout_s for o in taken] == [5.0]  # taken as --timeout
     assert "nan" in _one_line(CliRunner().invoke(app, ["synth-repairs", "--timeout-s", "nan"]))
     assert _one_line(CliRunner().invoke(app, ["synth-repairs", "--timeout", "0"])) == \

@@ -89,23 +89,25 @@ def test_a_host_no_proxy_leaves_out_is_said_to_be_called_directly(monkeypatch):
 @contextmanager
 def gateway_down_proxy(status: str = "502 Bad Gateway"):
     """A proxy that is up but reaches nothing beyond it: every request it gets (a CONNECT, or a plain-HTTP request to
-    forward) is answered with `status`. Yields its port and the request lines it read."""
+    forward) is answered with `status`. Yields its port, the request lines it read and each request's header lines."""
     seen: list[str] = []
+    headers: list[list[str]] = []  # each request's header lines, read to its blank line
     clients = _litellm().in_memory_llm_clients_cache  # litellm keeps its clients, each with the proxy it was made with:
     clients.flush_cache()  # none made before this proxy, and none through it kept for later tests
 
     class Handler(socketserver.StreamRequestHandler):
         def handle(self):
             seen.append(self.rfile.readline().decode().strip())
-            while self.rfile.readline() not in (b"\r\n", b""):
-                pass
+            headers.append([])
+            while (line := self.rfile.readline()) not in (b"\r\n", b""):
+                headers[-1].append(line.decode().strip())
             self.wfile.write(f"HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
 
     with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler) as proxy:
         proxy.daemon_threads = True
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
         try:
-            yield proxy.server_address[1], seen
+            yield proxy.server_address[1], seen, headers
         finally:
             proxy.shutdown()
             clients.flush_cache()
@@ -115,10 +117,11 @@ def gateway_down_proxy(status: str = "502 Bad Gateway"):
 def test_a_proxy_that_refuses_the_tunnel_stops_at_once_naming_the_host_and_the_proxy(monkeypatch, status):
     """The proxy is up but its own network is not: it answers the CONNECT with a 5xx. No request reached the provider
     and no retry soon mends it; it was retried for about 75 s."""
-    with gateway_down_proxy(status) as (port, seen):
+    with gateway_down_proxy(status) as (port, seen, headers):
         monkeypatch.setenv("HTTPS_PROXY", f"http://someone:secret@127.0.0.1:{port}")
         line, seconds, retries = stop_line(LiteLLMModel("openai/gpt-4o"))
     assert seen == ["CONNECT api.openai.com:443 HTTP/1.1"], seen
+    assert any(h.lower().startswith("proxy-authorization: basic ") for h in headers[0]), headers  # the URL's user
     assert line.startswith(f"the proxy 127.0.0.1:{port} that $HTTPS_PROXY names refused to open a connection to "
                            f"api.openai.com ({status}): not retried"), line
     assert "$NO_PROXY" in line and "secret" not in line and "\n" not in line
@@ -128,11 +131,12 @@ def test_a_proxy_that_refuses_the_tunnel_stops_at_once_naming_the_host_and_the_p
 def test_a_5xx_answer_through_a_proxy_that_forwarded_the_request_is_still_retried(monkeypatch):
     """A plain-HTTP request goes through the proxy without a tunnel: its 502 is an answer to the request itself, as a
     provider's own 5xx is, and stays transient."""
-    with gateway_down_proxy() as (port, seen):
+    with gateway_down_proxy() as (port, seen, headers):
         monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
         line, _, retries = stop_line(LiteLLMModel("openai/m", api_base="http://x.invalid/v1", max_attempts=3,
                                                   retry_wait_s=0.01))
     assert len(seen) == 3 and seen[0].startswith("POST http://x.invalid/v1/chat/completions"), seen
+    assert all("host: x.invalid" in [h.lower() for h in request] for request in headers), headers  # forwarded, whole
     assert len(retries) == 2 and "after 3 attempts" in line and "not retried" not in line, line
 
 
