@@ -6,6 +6,7 @@ nvdisasm is missing or fails. An opcode is the first dotted part of the mnemonic
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -149,10 +150,8 @@ def disassemble_lines(cubin_path: str | Path, solution_name: str, source: str | 
         if tc.nvdisasm is not None:
             argv = [tc.nvdisasm.path, "-c", "-gi", "kernel.cubin"]
             res = run_in_jail(tc, argv, workdir, timeout_s)
-            try:
+            with contextlib.suppress(LimitsBelowTheTool):  # -c -gi needs more than -json: the listing without lines
                 _check_limits("nvdisasm", res, timeout_s, tc, argv)
-            except LimitsBelowTheTool:  # -c -gi needs more than -json: the listing without lines, as before
-                pass
             functions = parse_lined_listing(res.stdout, solution_name) if res.returncode == 0 else {}
             if any(functions.values()):
                 if source is not None:

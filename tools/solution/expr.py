@@ -2,8 +2,8 @@
 
 Model text never reaches eval(): the expression is parsed with ast.parse(mode="eval") and walked
 against a whitelist (numbers, known symbols, + - * / // % **, unary minus and a few functions
-called by bare name), in ASCII only (Python would read a full-width letter as its ASCII one). Every intermediate value is bounded, so no expression can allocate a huge
-integer or run for long.
+called by bare name), in ASCII only (Python would read a full-width letter as its ASCII one).
+Every intermediate value is bounded, so no expression can allocate a huge integer or run for long.
 """
 from __future__ import annotations
 
