@@ -73,15 +73,8 @@ def _latest_values(db: Path, tid: str) -> dict | None:
     return found.checkpoint.get("channel_values") or {}
 
 
-def _model_calls_checkpointed(db: Path, tid: str) -> int | None:
-    """The latest checkpoint's model-call count for a thread; None when the thread has no checkpoint."""
-    values = _latest_values(db, tid)
-    return None if values is None else int(values.get("model_calls") or 0)
-
-
-def _log_loss(folder: Path, db: Path, tid: str, calls: int) -> str:
-    """What a log fewer model calls hold than its checkpoint lost, in words ('' when it lost none)."""
-    values = _latest_values(db, tid) or {}
+def _log_loss(folder: Path, values: dict, calls: int) -> str:
+    """What a log fewer model calls hold than its latest checkpoint (`values`) lost, in words ('' when it lost none)."""
     checkpointed = int(values.get("model_calls") or 0)
     if calls >= checkpointed:
         return ""
@@ -145,19 +138,20 @@ def check_run(run_dir: Path, trajectory_ids: list[str], restart: bool = False) -
     behind: list[tuple[Path, str]] = []
     for tid in trajectory_ids:
         folder = run_dir / "trajectories" / tid
+        values = _latest_values(db, tid) if db.exists() else None  # read once: the checks below all use it
         if trajectory_log(folder) is None:
-            if db.exists() and _model_calls_checkpointed(db, tid) is not None:
+            if values is not None:
                 unlogged.append(folder)
             continue
         progress, calls = _logged(folder)
-        checkpointed = _model_calls_checkpointed(db, tid) if db.exists() else None
+        checkpointed = None if values is None else int(values.get("model_calls") or 0)
         if checkpointed is None and not progress:
             moved.append(f"{tid}: a log without progress moved to {_abandon(run_dir, folder)}")
         elif checkpointed is None:
             lost.append((folder, f"{tid} has {calls} model calls logged and no checkpoint"))
         elif calls > checkpointed + 1:
             lost.append((folder, f"{tid} has {calls} model calls logged and {checkpointed} checkpointed"))
-        elif loss := _log_loss(folder, db, tid, calls):
+        elif loss := _log_loss(folder, values, calls):
             behind.append((folder, loss))
     if unlogged and not restart:
         more = f", and {len(unlogged) - 1} more" if len(unlogged) > 1 else ""
