@@ -158,21 +158,10 @@ def export(
 def _teacher_cache(out: Path) -> Path:
     """The teacher's answers for `out` (export/teacher.py's cache_folder: under the ptxbench cache, not in the dataset
     folder), made and written to once now: one that cannot be is said before --out is made or any teacher asked."""
-    import os
-
-    from . import inputs
+    from . import preflight
     from ..export.teacher import cache_folder
-    from ptxbench.tools.cache import ENV_CACHE
 
-    cache = cache_folder(out)
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        inputs.write_probe(cache)
-    except OSError as exc:
-        given = f" (${ENV_CACHE})" if os.environ.get(ENV_CACHE) else ""
-        raise inputs.BadInput(f"cannot write the teacher's answers into {cache}{given}: {exc.strerror or exc}; point "
-                              f"${ENV_CACHE} at a folder you can write") from None
-    return cache
+    return preflight.cache_folder(cache_folder(out), "the teacher's answers into")
 
 
 def _hold(out) -> None:

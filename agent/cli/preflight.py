@@ -8,6 +8,7 @@ written or a GPU worker started: each failure is one BadInput line (agent/cli/ap
     toolchain(arch)    BadInput when no ptxas here assembles for `arch` ("cannot compile here: why; how to install it"),
                        --no-gpu runs included: every turn would be an INFRA_ERROR, after its model call; and
                        compile_cache(): the compile cache, which holds every cubin the GPU loads, cannot be written
+    cache_folder(folder, what)  a folder under the ptxbench cache that cannot be made or written (compile_cache's check)
 
 and, once a run is under way, `storage_failure(exc)`: whether an exception is the run folder's storage giving out
 (a full disk or quota, a file-size limit, a file system gone read-only or failing), said in one line with the
@@ -96,16 +97,23 @@ def compile_cache() -> Path:
     written to once: every cubin lands there (the GPU worker loads it from there), so one that cannot be written (a
     read-only home, a $PTXBENCH_CACHE on a virtual file system) is one line naming the variable, not the traceback of
     the first compile."""
+    from ptxbench.tools.cache import cache_root
+
+    return cache_folder(cache_root(), "the compile cache")
+
+
+def cache_folder(folder: Path, what: str) -> Path:
+    """A folder under the ptxbench cache, made and written to once: one that cannot be is one line, "cannot write
+    `what` FOLDER", naming $PTXBENCH_CACHE (where it was set) as the variable to point elsewhere."""
     import os
 
-    from ptxbench.tools.cache import ENV_CACHE, cache_root
+    from ptxbench.tools.cache import ENV_CACHE
 
-    root = cache_root()
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        write_probe(root)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_probe(folder)
     except OSError as exc:
         given = f" (${ENV_CACHE})" if os.environ.get(ENV_CACHE) else ""
-        raise BadInput(f"cannot write the compile cache {root}{given}: {exc.strerror or exc}; point ${ENV_CACHE} at a "
+        raise BadInput(f"cannot write {what} {folder}{given}: {exc.strerror or exc}; point ${ENV_CACHE} at a "
                        "folder you can write") from None
-    return root
+    return folder
