@@ -37,7 +37,7 @@ from ..records.checkpoint_guard import check_run
 from ..repairs.track import suite_flush
 from ..records.folder_lock import FolderHeld, hold_folder, release
 from ..records.manifest import build_manifest
-from ..records.revision import note_resumed_revision
+from ..records.revision import note_code_change
 from ..records.storage import storage_failure
 from ..models import Model
 from ..loop.optimize import make_model, open_checkpointer, run_trajectory
@@ -159,14 +159,6 @@ def _write_manifest(config: BenchConfig, run_dir: Path) -> None:
     write_manifest(run_dir, build_manifest(config.model_dump(mode="json"), "bench", ids, config.arch))
 
 
-def _note_code_change(run_dir: Path) -> None:
-    """A resume under other code than the run began with (a git pull since): warned of, and recorded in its manifest."""
-    manifest = read_manifest(run_dir)
-    if (line := note_resumed_revision(manifest, "bench --resume")) is not None:
-        write_manifest(run_dir, manifest)
-        print(f"warning: {line}", file=sys.stderr)
-
-
 def _record_gpu_use(run_dir: Path, pool, gpus: int, setup_s: float) -> tuple[float, list[dict], dict]:
     """A local GPU run's records (evaluator_start.json, gpu_timeline.json): (the workers' start, each worker's start
     by phase, the timeline's summary)."""
@@ -270,7 +262,8 @@ def run_bench(config: BenchConfig | None, run_dir: str | Path, *, resume: bool =
         if resume:
             for line in check_run(run_dir, [c.trajectory_id() for c in configs], restart):
                 print(f"note: {line}", file=sys.stderr)
-            _note_code_change(run_dir)
+            if (line := note_code_change(run_dir, "bench --resume")) is not None:
+                print(f"warning: {line}", file=sys.stderr)
         t0 = time.monotonic()
         if evaluator is None:  # no GPU for a GPU run: fails before the run folder is made
             evaluator, own_evaluator = make_evaluator(config), True

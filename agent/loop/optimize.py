@@ -33,6 +33,7 @@ from ..records.folder_lock import FolderHeld, hold_folder, release
 from .graph import Deps, build_graph
 from .profile_policy import base_options
 from ..records.manifest import build_manifest
+from ..records import revision
 from ..records.revision import RESUMED_UNDER, note_resumed_revision
 from ..models import Model, load_model
 from ...tools.redact import register_secret_env
@@ -229,11 +230,9 @@ def note_code_change(run_path: Path) -> None:
     """A resume under other code than the run began with (a git pull since): warned of, and recorded in its manifest
     (agent/records/revision.py)."""
     with _manifest_held(run_path):
-        manifest = read_manifest(run_path)
-        if (line := note_resumed_revision(manifest, "optimize --resume")) is None:
-            return
-        write_manifest(run_path, manifest)
-    print(f"warning: {line}", file=sys.stderr)
+        line = revision.note_code_change(run_path, "optimize --resume")
+    if line is not None:
+        print(f"warning: {line}", file=sys.stderr)
 
 
 def _add_to_manifest(run_path: Path, config: OptimizeConfig,

@@ -4,10 +4,12 @@ resume goes on under the new code's defaults, which is legitimate (a fix pulled 
     note_resumed_revision(manifest, "bench --resume")   the warning line, or None when the code is the recorded one;
                                                          records the resume in manifest["resumed_under"] (the caller
                                                          writes the manifest back), so that score and report can tell
+    note_code_change(run_dir, how)                      the same on the run folder's manifest, written back when noted
 """
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from . import manifest as run_manifest
@@ -42,3 +44,14 @@ def note_resumed_revision(manifest: dict[str, Any], how: str, now: dict[str, Any
     manifest[RESUMED_UNDER] = [*(earlier if isinstance(earlier, list) else []), entry]
     return (f"this run began under revision {_state(recorded)} and goes on under {_state(now)}: with this code's "
             f"defaults, not those it began with (recorded in its manifest, {RESUMED_UNDER})")
+
+
+def note_code_change(run_dir: Path, how: str) -> str | None:
+    """A resume under other code than the run began with (a git pull since), recorded in its manifest: the warning
+    line, or None when the code is the recorded one (the manifest then left as it is)."""
+    from .rundir import read_manifest, write_manifest
+
+    manifest = read_manifest(run_dir)
+    if (line := note_resumed_revision(manifest, how)) is not None:
+        write_manifest(run_dir, manifest)
+    return line
