@@ -253,10 +253,12 @@ def _add_to_manifest(run_path: Path, config: OptimizeConfig,
     if manifest:
         record["config"], record["created"] = manifest.get("config", record["config"]), manifest.get("created")
         # the code the run began under stays recorded; a trajectory added under other code is noted as a resume is
+        # (against the git_info build_manifest just took: git is not asked twice)
+        now = record["git"]
         record["git"] = manifest.get("git") if isinstance(manifest.get("git"), dict) else {}
         if RESUMED_UNDER in manifest:
             record[RESUMED_UNDER] = manifest[RESUMED_UNDER]
-        line = note_resumed_revision(record, "optimize --run-dir")
+        line = note_resumed_revision(record, "optimize --run-dir", now)
     record["configs"] = configs  # trajectory id -> its OptimizeConfig ("config" stays the first one's)
     write_manifest(run_path, record)
     if line is not None:
