@@ -65,10 +65,7 @@ def synth_repairs(
         inputs.positive(timeout_s, "--timeout-s"), inputs.within_a_week(timeout_s, "--timeout-s")
         timeout = timeout_s
     inputs.positive(trials, "--trials"), inputs.positive(timeout, "--timeout"), inputs.within_a_week(timeout, "--timeout")
-    from ...tools.results import MAX_TRIALS
-
-    if trials is not None and trials > MAX_TRIALS:  # as eval's: EvalOptions' own bound was a traceback after the manifest
-        raise inputs.BadInput(f"--trials must be at most {MAX_TRIALS} (each is an input set held on the GPU), got {trials}")
+    inputs.trials(trials)  # as eval's
     # taken as text: typer's Path made an empty one '.', the working directory
     run_dir = inputs.new_folder(runs_root() / "synth-repairs" if run_dir is None else run_dir, "--run-dir")
     inputs.no_other_files(run_dir, "--run-dir")

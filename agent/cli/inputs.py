@@ -19,6 +19,7 @@ BadInput line saying what is wrong and what would be right (agent/cli/applicatio
     gpu_only(given)                                      options given with --no-gpu that only a GPU run uses: BadInput
     positive(value, flag), not_negative(value, flag)     a finite number above 0 / 0 or more (None: not given)
     within_a_week(value, flag)                           a wait in seconds a clock can keep (None: not given)
+    trials(value, flag)                                  correctness trials of at most MAX_TRIALS (None: not given)
     seed(value, flag)                                    an input seed torch can take, from 0 to 2**63 - 1 (None: not given)
     utf8(text)                                           whether a path can be recorded (no bytes other than UTF-8)
 """
@@ -452,6 +453,15 @@ def not_negative(value: float | None, flag: str, unset: str = "") -> None:
     reach, that a run's JSON records write as null (another value on --resume) or as Infinity."""
     if value is not None and not 0 <= value < float("inf"):
         raise BadInput(f"{flag} must be a finite number, 0 or more, got {value}" + (f"; {unset}" if unset else ""))
+
+
+def trials(value: int | None, flag: str = "--trials") -> None:
+    """Correctness trials of at most tools/results.MAX_TRIALS, each a fresh input set held on the GPU (EvalOptions'
+    own bound was a traceback after a run's manifest was written)."""
+    from ...tools.results import MAX_TRIALS
+
+    if value is not None and value > MAX_TRIALS:
+        raise BadInput(f"{flag} must be at most {MAX_TRIALS} (each is an input set held on the GPU), got {value}")
 
 
 MAX_SEED = 2**63 - 1  # an evaluation seeds its input sets from seed + k (its final checks a few thousand above, a
