@@ -9,7 +9,7 @@ from ...workloads.registry import get_workload
 from ..repairs.suite import held_out_bug
 from ..records.rundir import distinct_runs, read_manifest, sha256_text
 from ..scoring.run_score import unique_records
-from ..scoring.turns import _measured, evaluated_gpu
+from ..scoring.turns import measured_figure, evaluated_gpu
 from .host_paths import model_name, replay_model, run_name
 from .replayed import authored_events, feedback_read, tags
 
@@ -168,7 +168,7 @@ def collect_samples(run_dirs: list[Path], unstarted: list[Path] | None = None) -
                 continue
             status = e.result.status
             # as score reads it: NaN passed --min-speedup and is no JSON, a hand-edited 1e308 passed it too
-            speedup = _measured(e.result.speedup)
+            speedup = measured_figure(e.result.speedup)
             sample.turns.append(_writable(Turn(
                 turn=e.turn, status=status, language=e.language or "cuda", kernel=kernel,
                 kernel_sha256=e.kernel_sha256 or sha256_text(kernel),

@@ -50,7 +50,7 @@ from ..report.tables import md_cell
 from .cells import balance_weights
 from .run_score import budget_order, unique_records
 from .stats import Estimate, mean_estimate, share_estimate
-from .turns import COMPILED, TrajectoryScore, TurnScore, _measured, score_trajectory
+from .turns import COMPILED, TrajectoryScore, TurnScore, measured_figure, score_trajectory
 
 SPEED_KEPT = 0.95
 
@@ -219,10 +219,10 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
                       resubmitted: frozenset[int] = frozenset()) -> RepairTrajectory:
     """`resubmitted`: turns whose kernel is the broken one with only comments or spacing changed (resubmitted_turns)."""
     task = task_record(config) if task is None else task
-    # as a turn's speedup (turns._measured): a NaN, infinite or not positive record is unmeasured, not a bar no fix
+    # as a turn's speedup (turns.measured_figure): a NaN, infinite or not positive record is unmeasured, not a bar no fix
     # (or every fix) clears
     recorded_speed = task.get("unbroken_speedup")
-    unbroken = _measured(float(recorded_speed)) if isinstance(recorded_speed, (int, float)) else None
+    unbroken = measured_figure(float(recorded_speed)) if isinstance(recorded_speed, (int, float)) else None
     # the model's turns within the budget the trajectory was given (turn 0 is not the model's): a turn past it (a
     # resume that raised --turns) is no repair within the track's budget
     budget = config.get("turns")

@@ -35,7 +35,7 @@ class TurnScore(BaseModel):
     speedup: float | None = None
     sol_pct: float | None = None
     set_aside: list[str] = Field(default_factory=list, description="recorded figures read as unmeasured (speedup or "
-                                 "%SOL NaN, infinite, not positive or past what a timing can measure: _measured), "
+                                 "%SOL NaN, infinite, not positive or past what a timing can measure: measured_figure), "
                                  "as recorded ('speedup 1.00e+308')")
     l2_flush: str = Field("", description="the L2 flush its timing started from (read / write; write in records from "
                           "before the mode existed); '' when untimed")
@@ -127,7 +127,7 @@ def _max(values) -> float | None:
 MEASURABLE = 1e9
 
 
-def _measured(value: float | None) -> float | None:
+def measured_figure(value: float | None) -> float | None:
     """A recorded speedup or %SOL, None (unmeasured) unless a positive finite number within MEASURABLE of 1: an
     Infinity topped the leaderboard, a NaN made every mean NaN and a trajectory's best depend on the order of its
     turns, and 1e308 made every mean inf. The turn keeps its verdict (a PASSED turn is correct, with no speed)."""
@@ -137,9 +137,9 @@ def _measured(value: float | None) -> float | None:
 
 
 def _set_aside(timing) -> list[str]:
-    """The recorded figures of `timing` that _measured reads as unmeasured, as recorded, for score and report to say."""
+    """The recorded figures of `timing` that measured_figure reads as unmeasured, as recorded, for score and report to say."""
     return [f"{name} {figure(value)}" for name, value in (("speedup", timing.speedup), ("%SOL", timing.sol_pct))
-            if value is not None and _measured(value) is None] if timing else []
+            if value is not None and measured_figure(value) is None] if timing else []
 
 
 def _turn_budget(config: dict) -> int | None:
@@ -157,8 +157,8 @@ def _turn_from_eval(turn: int, event) -> TurnScore:
         status=result.status,
         correct=result.status == PASSED,
         target_executed=result.target_executed,
-        speedup=_measured(timing.speedup) if timing else None,
-        sol_pct=_measured(timing.sol_pct) if timing else None,
+        speedup=measured_figure(timing.speedup) if timing else None,
+        sol_pct=measured_figure(timing.sol_pct) if timing else None,
         set_aside=_set_aside(timing),
         l2_flush=timing.l2_flush if timing else "",
         kernel_file=event.kernel_file,
