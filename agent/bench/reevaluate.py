@@ -8,6 +8,10 @@ scores, not blamed on the model, except an exception raised alike on every attem
 as the loop logs a harness crash, and scoring reads a crash the kernel brings on every time as the model's failed turn.
 The new run scores like any other.
 
+A re-evaluation killed part way (a GPU hour of kernels, a Ctrl-C, a lost machine) goes on with `resume=True`: each
+trajectory is written into `.reevaluating/` and moved into trajectories/ only whole, so a finished one is kept as it
+is (its verdicts seed the copies still to evaluate) and a half-written one is written again from its start.
+
 The recorded run may come from someone else: a kernel is read only from inside its trajectory folder, and written
 (the bytes read) only inside the new one (rundir.kernel_path / path_inside); a record that names a kernel elsewhere
 stops the re-evaluation before anything is written.
@@ -15,6 +19,7 @@ stops the re-evaluation before anything is written.
 from __future__ import annotations
 
 from ptxbench.workloads.arch import DEFAULT_ARCH
+import shutil
 import time
 import traceback
 from pathlib import Path
@@ -23,9 +28,10 @@ from ptxbench.tools.evaluator import EvalOptions
 from ptxbench.tools.results import LEGACY_L2_FLUSH, EvalResult
 
 from ..records.events import ErrorEvent, EvalEvent, TurnEnd
+from ..records.folder_lock import FolderHeld, hold_folder, release
 from ..records.manifest import build_manifest
-from ..records.rundir import (DamagedRecord, TrajectoryRecord, TrajectoryWriter, load_run, path_inside, read_manifest,
-                              sha256_text, write_manifest)
+from ..records.rundir import (DamagedRecord, TrajectoryRecord, TrajectoryWriter, load_run, path_inside, read_log,
+                              read_manifest, sha256_text, trajectory_log, write_manifest)
 
 
 def _options(record: TrajectoryRecord, no_gpu: bool) -> EvalOptions:
@@ -132,28 +138,128 @@ def _copy_trajectory(record: TrajectoryRecord, sources: dict[str, str], folder: 
                                          f"after {INFRA_ATTEMPTS} attempts (INFRA_ERROR)"))
 
 
-def reevaluate_run(run_dir: Path, out_run: Path | None = None, *, no_gpu: bool = False, evaluator=None) -> Path:
+PARTIAL = ".reevaluating"  # trajectories being written; one moves into trajectories/ only once it is whole
+
+
+class ReevaluationRefused(ValueError):
+    """The new run folder cannot take this re-evaluation (or its resume): said in one line, nothing written."""
+
+
+def _source_ids(manifest: dict) -> list[str] | None:
+    ids = manifest.get("trajectories")
+    return ids if isinstance(ids, list) else None
+
+
+def _check_resumable(out_run: Path, run_dir: Path, ids: list[str], no_gpu: bool) -> dict:
+    """The unfinished re-evaluation's manifest, once it is one of this run (its source folder and trajectories) made
+    the same way (with the GPU or compile-only)."""
+    manifest = read_manifest(out_run)
+    source = manifest.get("source_run") if isinstance(manifest.get("source_run"), dict) else {}
+    if manifest.get("command") != "reevaluate":
+        raise ReevaluationRefused(f"{out_run} holds no re-evaluation to resume (its manifest's command is "
+                                  f"{manifest.get('command')!r})")
+    if source.get("path") is not None and Path(str(source["path"])).resolve() != run_dir.resolve():
+        raise ReevaluationRefused(f"{out_run} re-evaluates {source['path']}, not {run_dir}: resume it with that run")
+    if _source_ids(manifest) != ids:  # the source run went on (a bench --resume) since: a new re-evaluation, not a resume
+        raise ReevaluationRefused(f"{run_dir}'s trajectories are not those {out_run} began re-evaluating: re-evaluate "
+                                  "it into a new folder")
+    began = manifest.get("reevaluation") if isinstance(manifest.get("reevaluation"), dict) else {}
+    if "no_gpu" in began and began["no_gpu"] != no_gpu:  # half the trajectories timed, half compile-only: no one run
+        raise ReevaluationRefused(f"{out_run} began {'compile-only (--no-gpu)' if began['no_gpu'] else 'on the GPU'}: "
+                                  "resume it the same way")
+    return manifest
+
+
+def unfinished(out_run: Path) -> list[str]:
+    """The trajectories a re-evaluation's manifest names that are not in its trajectories/ yet ([] for a finished
+    re-evaluation and for any other run): scores of the folder would lack them."""
+    manifest = read_manifest(out_run)
+    if manifest.get("command") != "reevaluate":
+        return []
+    done = {p.name for p in (Path(out_run) / "trajectories").iterdir()} if (Path(out_run) / "trajectories").is_dir() else set()
+    return [i for i in _source_ids(manifest) or [] if i not in done]
+
+
+def _seed_cache(folder: Path, record: TrajectoryRecord, no_gpu: bool, cache: dict) -> None:
+    """The verdicts a finished copy holds, for the kernels still to evaluate: identical kernels are evaluated once, a
+    resume included (an INFRA_ERROR is never reused)."""
+    log = trajectory_log(folder)
+    if log is None:
+        raise DamagedRecord(folder, "a re-evaluated trajectory moved in without its log")
+    done = TrajectoryRecord(folder, *read_log(log))
+    workload = record.start.workload if record.start else ""
+    judged = _judged_under(_options(record, no_gpu))
+    for event in done.events:
+        if isinstance(event, EvalEvent) and event.submission and event.kernel_sha256 and event.result is not None \
+                and event.result.status != "INFRA_ERROR":
+            cache.setdefault((workload, event.kernel_sha256, judged), event.result)
+
+
+def reevaluate_run(run_dir: Path, out_run: Path | None = None, *, no_gpu: bool = False, evaluator=None,
+                   resume: bool = False, on_done=None) -> Path:
+    """The new run folder, every trajectory of run_dir copied into it with its kernels evaluated again. on_done(id,
+    kept) is called once per trajectory (kept: finished by the run resumed, not evaluated again)."""
     run_dir = Path(run_dir)
     out_run = Path(out_run) if out_run else run_dir.with_name(f"{run_dir.name}-reeval-{time.strftime('%Y%m%d-%H%M%S')}")
-    if (out_run / "trajectories").exists():
-        raise FileExistsError(f"{out_run} already holds trajectories")
     records = [r for r in load_run(run_dir) if r.start is not None]
+    ids = [r.id for r in records]
     sources = [_scored_kernels(r) for r in records]  # every kernel read (or refused) before anything is written
-    old = read_manifest(run_dir)
-    arch = records[0].start.arch if records else DEFAULT_ARCH
-    manifest = build_manifest(old.get("config", {}), "reevaluate", [r.id for r in records], arch)
-    manifest["source_run"] = {"path": str(run_dir), "manifest": old}
-    write_manifest(out_run, manifest)
+    made = not out_run.exists()
+    out_run.mkdir(parents=True, exist_ok=True)
+    try:
+        held = hold_folder(out_run)  # checked and written by one process at a time
+    except FolderHeld:
+        raise ReevaluationRefused(f"{out_run} is being re-evaluated by another process: wait for it to end (or stop "
+                                  "it), then resume") from None
+    try:
+        if resume and not (out_run / "manifest.json").is_file():
+            raise ReevaluationRefused(f"{out_run} holds no re-evaluation to resume: re-evaluate without resume")
+        if resume:
+            _check_resumable(out_run, run_dir, ids, no_gpu)
+        elif (out_run / "trajectories").exists() or (out_run / PARTIAL).exists():
+            raise ReevaluationRefused(f"{out_run} already holds trajectories (a re-evaluation stopped part way goes on "
+                                      "with resume)")
+        else:
+            old = read_manifest(run_dir)
+            arch = records[0].start.arch if records else DEFAULT_ARCH
+            manifest = build_manifest(old.get("config", {}), "reevaluate", ids, arch)
+            manifest["source_run"] = {"path": str(run_dir), "manifest": old}
+            manifest["reevaluation"] = {"no_gpu": no_gpu}  # a resume evaluates the rest the same way
+            write_manifest(out_run, manifest)
+    except BaseException:
+        release(held)
+        if made:
+            shutil.rmtree(out_run, ignore_errors=True)
+        raise
     own = evaluator is None
-    if own:
-        from ptxbench.tools.evaluate import LocalEvaluator
-
-        evaluator = LocalEvaluator()
     cache: dict = {}
     try:
+        finished, partial = out_run / "trajectories", out_run / PARTIAL
+        finished.mkdir(parents=True, exist_ok=True)
+        todo = []
         for record, kernels in zip(records, sources):
-            _copy_trajectory(record, kernels, out_run / "trajectories" / record.id, evaluator, no_gpu, cache)
+            if (finished / record.id).is_dir():  # moved in whole: kept as it is
+                _seed_cache(finished / record.id, record, no_gpu, cache)
+                if on_done:
+                    on_done(record.id, True)
+            else:
+                todo.append((record, kernels))
+        if todo and own:
+            from ptxbench.tools.evaluate import LocalEvaluator
+
+            evaluator = LocalEvaluator()
+        for record, kernels in todo:
+            folder = partial / record.id
+            if folder.exists():  # a copy cut short by the stop this resumes: written again from its start
+                shutil.rmtree(folder)
+            _copy_trajectory(record, kernels, folder, evaluator, no_gpu, cache)
+            folder.rename(finished / record.id)
+            if on_done:
+                on_done(record.id, False)
+        if partial.exists() and not any(partial.iterdir()):
+            partial.rmdir()
     finally:
-        if own:
+        if own and evaluator is not None:
             evaluator.close()
+        release(held)
     return out_run
