@@ -3,6 +3,7 @@
     ptxbench score runs/bench-h200                     # leaderboard, fast_p, success, repair tables
     ptxbench score runs/a runs/b --json > score.json   # merged cells, every estimate with its 95% CI
     ptxbench score runs/bench-h200 --re-evaluate       # run the recorded kernels again on this GPU, then score
+    ptxbench score runs/bench-h200 --re-evaluate --out-run runs/re --resume   # after a stop: the rest of it
 """
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def score(
     no_gpu: bool = typer.Option(False, "--no-gpu", help="with --re-evaluate: compile + SASS only"),
     out_run: Optional[str] = typer.Option(None, help="with --re-evaluate: the new run folder (default <runs root>/<run name>-reeval-<time>; the root is "
                                            "$PTXBENCH_RUNS or runs/)"),
+    resume: bool = typer.Option(False, "--resume", help="with --re-evaluate --out-run: go on with the re-evaluation stopped "
+                                "part way in that folder (finished trajectories kept)"),
 ) -> None:
     """Score recorded runs: per turn, trajectory, model x workload cell, and repair behaviour."""
     from . import inputs
@@ -65,9 +68,14 @@ def score(
             out_run = inputs.new_folder(out_run, "--out-run")
         if len(runs) > 1 and out_run is not None:
             raise inputs.BadInput("--out-run takes one run: re-evaluate several runs without it")
-        if out_run is not None and out_run.exists():
-            raise inputs.BadInput(f"--out-run {out_run} exists: name a new folder")
-        if out_run is not None:  # as a new run's --run-dir: a run among another run's records (its trajectories/ got a
+        if resume and out_run is None:
+            raise inputs.BadInput("--resume goes on with the re-evaluation in --out-run: name its folder")
+        if out_run is not None and out_run.exists() and not resume:
+            from ..bench.reevaluate import unfinished
+
+            hint = " (a re-evaluation stopped part way: add --resume)" if unfinished(out_run) else ""
+            raise inputs.BadInput(f"--out-run {out_run} exists: name a new folder{hint}")
+        if out_run is not None and not resume:  # as a new run's --run-dir: a run among another run's records (its trajectories/ got a
             inputs.no_other_files(out_run, "--out-run")  # trajectory folder holding a whole run) or a report's pages
         from . import preflight
 
@@ -88,10 +96,25 @@ def score(
         from ptxbench.workloads.arch import DEFAULT_ARCH
 
         preflight.toolchain(DEFAULT_ARCH)  # no ptxas here: every kernel would be re-evaluated to an INFRA_ERROR
-        runs = [reevaluate_run(run, target, no_gpu=no_gpu) for run, target in zip(runs, targets)]
+        from ..bench.reevaluate import ReevaluationRefused
+
+        def done(trajectory: str, kept: bool) -> None:  # a line per trajectory: a GPU hour of kernels shows it moves
+            typer.echo(terminal_text(f"  {trajectory}: {'kept (finished before the stop)' if kept else 're-evaluated'}"), err=True)
+
+        done_runs = []
+        for run, target in zip(runs, targets):
+            try:
+                done_runs.append(reevaluate_run(run, target, no_gpu=no_gpu, resume=resume, on_done=done))
+            except ReevaluationRefused as exc:
+                raise inputs.BadInput(str(exc)) from None
+            except KeyboardInterrupt:
+                typer.echo(terminal_text(f"stopped: go on with `ptxbench score {run} --re-evaluate --out-run {target} "
+                                         f"--resume{' --no-gpu' if no_gpu else ''}`"), err=True)
+                raise
+        runs = done_runs
         typer.echo(f"re-evaluated into: {', '.join(map(str, runs))}", err=True)
-    elif out_run is not None or no_gpu:
-        raise inputs.BadInput("--out-run and --no-gpu go with --re-evaluate")
+    elif out_run is not None or no_gpu or resume:
+        raise inputs.BadInput("--out-run, --no-gpu and --resume go with --re-evaluate")
     from ..scoring.repair_track import repair_markdown, score_repair_runs
 
     try:
@@ -131,6 +154,15 @@ def score(
             f"unmeasured: {result.n_figures_set_aside} recorded speedups or %SOL are NaN, infinite, not positive or "
             f"past {MEASURABLE:.0e} either way (no timing measures that: a hand-edited or foreign record) and count as "
             f"unmeasured, their turns keeping their verdicts; first {first_set_aside(result)}")))
+    from ..bench.reevaluate import unfinished as not_reevaluated
+    from ..records.rundir import read_manifest
+
+    for run in runs:  # a re-evaluation stopped part way: its scores lack the trajectories still to come
+        if missing := not_reevaluated(run):
+            source = (read_manifest(run).get("source_run") or {}).get("path", "SOURCE_RUN")
+            typer.echo(terminal_text(scrub_text(
+                f"unfinished re-evaluation: {len(missing)} trajectories of {run} are not re-evaluated yet and are left "
+                f"out of every score; go on with `ptxbench score {source} --re-evaluate --out-run {run} --resume`")))
     # what the figures over trajectories leave out: infra failures no retry repaired, trajectories with no stop yet
     unfinished = f", {result.n_unfinished} unfinished" if result.n_unfinished else ""
     unstarted = (f", {result.n_unstarted} trajectory logs with no readable start (not scored)"

@@ -83,3 +83,33 @@ def test_a_resume_of_another_run_or_of_nothing_is_refused(tmp_path):
     _run(bench)
     with pytest.raises(ReevaluationRefused, match="no re-evaluation to resume"):
         reevaluate_run(run, bench, no_gpu=True, evaluator=Counting(), resume=True)
+
+
+def test_score_resumes_a_stopped_re_evaluation_and_says_one_is_unfinished(tmp_path, monkeypatch):
+    """The command line: `--out-run X` over a stopped re-evaluation points to --resume; scoring X before it is finished
+    says what its scores lack; --resume ends it."""
+    from typer.testing import CliRunner
+
+    from ptxbench.agent.cli.main import app
+
+    monkeypatch.setattr("ptxbench.agent.cli.preflight.toolchain", lambda arch: None)
+    run, out = _run(tmp_path / "run"), tmp_path / "re"
+    with pytest.raises(KeyboardInterrupt):
+        reevaluate_run(run, out, no_gpu=True, evaluator=Counting(stop_at=3))
+    monkeypatch.setattr("ptxbench.tools.evaluate.LocalEvaluator", lambda: _Closing())
+    refused = CliRunner().invoke(app, ["score", str(run), "--re-evaluate", "--no-gpu", "--out-run", str(out)])
+    assert refused.exit_code == 2 and "--resume" in refused.output, refused.output
+    partial = CliRunner().invoke(app, ["score", str(out)])
+    assert partial.exit_code == 0 and "unfinished re-evaluation: 2 trajectories" in partial.output, partial.output
+    assert f"score {run} --re-evaluate --out-run {out} --resume" in partial.output
+    lonely = CliRunner().invoke(app, ["score", str(run), "--re-evaluate", "--no-gpu", "--resume"])
+    assert lonely.exit_code == 2 and "--out-run" in lonely.output
+    resumed = CliRunner().invoke(app, ["score", str(run), "--re-evaluate", "--no-gpu", "--out-run", str(out), "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "t0: kept" in resumed.output and "t2: re-evaluated" in resumed.output
+    assert "unfinished re-evaluation" not in resumed.output and unfinished(out) == []
+
+
+class _Closing(Counting):
+    def close(self):
+        pass
