@@ -158,7 +158,8 @@ class Timing(BaseModel):
     flags: list[str] = Field(default_factory=list, description="e.g. 'implausible_speedup', 'above_roofline', 'slow_candidate', 'reduced_iterations', "
                              "'host_stalls' (a call's launch gate gave up waiting for the host: tools/gpu/gate.py), "
                              "'profile_output_wrong' (the profiled call's output failed the rule the evaluated calls "
-                             "passed: tools/profile/candidate.py)")
+                             "passed: tools/profile/candidate.py), 'profile_slower' (the profiled call's kernels took "
+                             "over SLOWER_UNDER_PROFILER times the timed calls' median: tools/profile/candidate.py)")
     input_sets: int = Field(0, description="input sets the timed calls rotated among (each verified on the GPU first)")
     verified_calls: int = Field(0, description="timed and warm-up calls whose outputs were checked against the verified "
                                                "output of the same inputs")
@@ -171,6 +172,8 @@ class Timing(BaseModel):
 
 
 PROFILE_OUTPUT_WRONG = "profile_output_wrong"  # Timing.flags: the profiled call's output failed the rule (not credited)
+PROFILE_SLOWER = "profile_slower"  # Timing.flags: the profiled call's kernels ran far longer than the timed calls (not credited)
+UNCREDITED_FLAGS = (PROFILE_OUTPUT_WRONG, PROFILE_SLOWER)
 
 TargetVerdict = Literal["executed", "token", "present_not_executed", "absent", "unknown"]
 
@@ -255,12 +258,13 @@ class EvalResult(BaseModel):
     @property
     def target_executed(self) -> bool | None:
         """True when every target family executed; False when one did not (token, present but not executed, absent)
-        or the profiled call computed a wrong output (flag profile_output_wrong: its counters are not credited);
+        or the profiled call computed a wrong output or ran far slower than the timed calls (flags profile_output_wrong,
+        profile_slower: its counters are not credited);
         None when it was not measured: no profile, or one that could not tell (ncu missing, counters refused: every
         family not `executed` is `unknown`), which is the harness's gap, not a verdict on the kernel."""
         if not self.targets_runtime:
             return None
-        if self.timing is not None and PROFILE_OUTPUT_WRONG in self.timing.flags:
+        if self.timing is not None and any(flag in self.timing.flags for flag in UNCREDITED_FLAGS):
             return False
         verdicts = [t.verdict for t in self.targets_runtime.values()]
         if all(v == "executed" for v in verdicts):

@@ -312,3 +312,40 @@ def test_a_profile_that_could_not_tell_leaves_the_target_unmeasured_not_failed()
     assert result("absent").target_executed is False and result("present_not_executed").target_executed is False
     assert result("unknown", flags=["profile_output_wrong"]).target_executed is False  # not credited: a known miss
     assert EvalResult(workload="w", status="PASSED").target_executed is None
+
+
+def test_a_profiled_call_far_slower_than_the_timed_ones_is_not_credited():
+    """A kernel that tells the profiler's launches apart (ncu runs each on its own, milliseconds apart) can take a
+    target-instruction path there and a faster other path when timed, right output both ways
+    (tests/data/cheats/attacks/profiled_tma_only.cu). That other path shows as time: honest kernels' profiled time is
+    0.94-1.03x their timed median (SLOWER_UNDER_PROFILER's note), so past 1.5x the counters are not credited."""
+    from ptxbench.tools.profile.candidate import SLOWER_UNDER_PROFILER, profiled_slowdown
+    from ptxbench.tools.profile.summary import KernelProfile, ProfileSummary
+    from ptxbench.tools.results import PROFILE_SLOWER, RuntimeTarget, Timing, TimingStat
+
+    def outcome(*kernel_us):
+        kernels = [KernelProfile(name=f"k{i}", duration_us=us) for i, us in enumerate(kernel_us)]
+        summary = ProfileSummary(ok=True, kernels=kernels, output_passed=True, output_status="PASSED")
+        targets = {"tma": RuntimeTarget(verdict="executed", executed_warp_insts=64)}
+        return ProfileOutcome(ok=True, targets_runtime=targets, summary=summary, feedback="memory-bound")
+
+    def timed(ms):
+        return EvalResult(workload="w", status="PASSED", message="passed",
+                          timing=Timing(candidate=TimingStat(median_ms=ms, ci_low_ms=ms, ci_high_ms=ms, n=30)))
+
+    honest = outcome(6.0, 3.5).apply_to(timed(0.010))  # two launches: 9.5 us of kernels in a 10 us call
+    assert honest.target_executed is True and PROFILE_SLOWER not in honest.timing.flags
+    edge = outcome(15.0).apply_to(timed(0.010))
+    assert edge.target_executed is True  # at the bound: credited
+    cheat = outcome(2.0, 40.0).apply_to(timed(0.010))
+    assert profiled_slowdown(outcome(2.0, 40.0).summary, cheat.timing) == pytest.approx(4.2)
+    assert cheat.target_executed is False and cheat.targets_runtime["tma"].verdict == "unknown"
+    assert "4.2x" in cheat.targets_runtime["tma"].reason and cheat.targets_runtime["tma"].executed_warp_insts == 64
+    assert cheat.feedback.startswith("The profiled call's kernels took 4.2x") and "memory-bound" in cheat.feedback
+    assert "not credited" in cheat.message and PROFILE_SLOWER in cheat.timing.flags
+    assert SLOWER_UNDER_PROFILER == 1.5
+    # Nothing to compare: no timing (`ptxbench profile` alone), a kernel without its time, or a failing kernel.
+    assert outcome(40.0).apply_to(EvalResult(workload="w", status="PASSED")).target_executed is True
+    assert outcome(None).apply_to(timed(0.010)).target_executed is True
+    failed = outcome(40.0).apply_to(EvalResult(workload="w", status="INCORRECT_NUMERICAL", timing=timed(0.01).timing))
+    assert failed.targets_runtime["tma"].verdict == "executed" and PROFILE_SLOWER not in failed.timing.flags
