@@ -53,8 +53,11 @@ WORKLOADS = ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_bwd_d128")
 # Frobenius bound, each tensor's own bounds (the forward's LSE) and the declared distributions checked (the backward's
 # spiky) by +16 (+18 / 4) on the GEMM; the wrapper header's wgmma_fence and setmaxnreg contracts (a fence orders
 # registers, not st.shared; setmaxnreg is the whole warpgroup's and in PTX needs .minnctapersm 1 too) by +19 (+12 / 4,
-# expert +22, +10 / 4).
-BUDGETS = {"basic": (3200, 2700), "knowledge": (13097, 10473), "expert": (13713, 10996)}
+# expert +22, +10 / 4); what the harness does that the task and format left out or misstated (the source policy's
+# `std::`, `new` and directive refusals, `max_clusters` in launch tables only, the zero fill of `zero = true` scratch
+# timed with the launches, the target families' share of the work, the library-calibrated correctness rule) by +174
+# (+159 / 4) in every variant.
+BUDGETS = {"basic": (3350, 2850), "knowledge": (13271, 10632), "expert": (13887, 11156)}
 
 
 @functools.cache
