@@ -56,8 +56,9 @@ WORKLOADS = ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_bwd_d128")
 # expert +22, +10 / 4); what the harness does that the task and format left out or misstated (the source policy's
 # `std::`, `new` and directive refusals, `max_clusters` in launch tables only, the zero fill of `zero = true` scratch
 # timed with the launches, the target families' share of the work, the library-calibrated correctness rule) by +174
-# (+159 / 4) in every variant.
-BUDGETS = {"basic": (3350, 2850), "knowledge": (13271, 10632), "expert": (13887, 11156)}
+# (+159 / 4) in every variant; a runtime scale-d in one's own asm passed as an int (a bool operand is refused) by +25
+# (+17 / 4).
+BUDGETS = {"basic": (3350, 2850), "knowledge": (13296, 10649), "expert": (13912, 11173)}
 
 
 @functools.cache
