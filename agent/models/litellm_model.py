@@ -67,13 +67,24 @@ def is_transient(exc: BaseException) -> bool:
 NOT_SERVED = (405, 501, 505)
 
 
+# The account's credit is spent: 402 Payment Required (OpenRouter, DeepSeek), or Anthropic's 400 saying so. It was a
+# later call's ModelError, the model's: a bench whose credit ran out scored every trajectory in flight as the model's
+# error, its turns left unplayed. No model text brings it on and no back-off mends it: a refused set-up at any call
+NO_CREDIT_WORDS = ("credit balance is too low",)
+
+
+def out_of_credit(exc: BaseException) -> bool:
+    status = getattr(exc, "status_code", None)
+    return status == 402 or (status == 400 and any(words in str(exc).lower() for words in NO_CREDIT_WORDS))
+
+
 def is_refusal(exc: BaseException) -> bool:
     """The provider refused the set-up, not the request's content: a bad key (401), no access (403), an unknown model
-    (404), an endpoint that serves no chat completions (NOT_SERVED)."""
+    (404), an endpoint that serves no chat completions (NOT_SERVED), an account out of credit (out_of_credit)."""
     litellm = _litellm()
     if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError)):
         return True
-    return getattr(exc, "status_code", None) in (401, 403, 404, *NOT_SERVED)
+    return getattr(exc, "status_code", None) in (401, 403, 404, *NOT_SERVED) or out_of_credit(exc)
 
 
 def said(exc: BaseException) -> str:
@@ -106,6 +117,12 @@ def retry_after_s(exc: BaseException | None) -> float:
         if seconds == seconds:  # not NaN
             return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
     return 0.0
+
+
+class _HarnessFailed(Exception):
+    """The call's own reporting failed (on_retry: the model_retry event's write on a full disk, a live view's listener).
+    Made a ModelError it was the model's error on any call after the first, the trajectory scored on it; query raises
+    the failure itself, which the loop records as the harness's crash (infra)."""
 
 
 class LiteLLMModel:
@@ -142,7 +159,11 @@ class LiteLLMModel:
         if self.on_retry is not None:
             exc = state.outcome.exception()
             reason = said(exc)
-            self.on_retry(turn, state.attempt_number, self.max_attempts, reason, state.next_action.sleep if state.next_action else 0.0)
+            try:
+                self.on_retry(turn, state.attempt_number, self.max_attempts, reason,
+                              state.next_action.sleep if state.next_action else 0.0)
+            except Exception as failure:  # noqa: BLE001 - passed on as it is by query, never as the provider's
+                raise _HarnessFailed() from failure
 
     def _offline(self, exc: BaseException | None, attempt: int) -> str | None:
         """One line when the call's first attempt could not connect at all (reach.py) to a destination that has not
@@ -202,6 +223,8 @@ class LiteLLMModel:
             response = retrying(lambda: litellm.completion(**{**kwargs, "timeout": max(min(self.timeout_s, left()), 1.0)}))
         except CallStopped:
             raise
+        except _HarnessFailed as failed:  # the harness's own failure, raised as it is: a crash, never the model's error
+            raise failed.__cause__
         except Exception as exc:  # noqa: BLE001 - every provider failure becomes one recorded error
             offline = self._offline(exc, retrying.statistics.get("attempt_number", 1))
             if is_transient(exc) and offline:  # an infra stop in seconds, not after a minute of back-off

@@ -74,6 +74,8 @@ def _why(exc: BaseException) -> str | None:
             return REFUSED
         if isinstance(e, OSError) and e.errno == errno.ENETUNREACH:
             return "network is unreachable"
+        if isinstance(e, OSError) and e.errno == errno.EHOSTUNREACH:  # an --api-base machine on the LAN that is off
+            return "no route to host"
     return None
 
 
