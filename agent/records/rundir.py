@@ -95,10 +95,10 @@ class TrajectoryWriter:
         except BaseException:
             # A Ctrl-C, most often as fsync returns: the line is in the file, and the next event (the interrupted
             # run's stop) must not take its seq again; a line cut short is moved aside instead.
+            if not _ends_with(self.path, line):
+                repair_torn_tail(self.path)  # set aside, or (only its newline missing) made whole
             if _ends_with(self.path, line):
                 self._seq += 1
-            else:
-                repair_torn_tail(self.path)
             raise
         self._seq += 1
         return event
@@ -147,9 +147,18 @@ def side_path(path: Path, tag: str) -> Path:
     return found
 
 
+def _whole_object(tail: bytes) -> bool:
+    """A tail that is a whole JSON object: a line cut only of its newline (a JSON object cut anywhere else is no JSON)."""
+    try:
+        return isinstance(json.loads(tail), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
 def repair_torn_tail(path: Path) -> Path | None:
     """Bytes after the last newline of an append-only file are a line torn by a kill: move them to
-    `<path>.torn-<n>` and cut the file back to its last whole line. Returns the side file (None if whole)."""
+    `<path>.torn-<n>` and cut the file back to its last whole line. Returns the side file (None if whole). A tail
+    that lacks only its newline is a whole line: the newline is written and the line kept."""
     if not path.exists():
         return None
     with open(path, "rb+") as f:
@@ -157,6 +166,11 @@ def repair_torn_tail(path: Path) -> Path | None:
         if not data or data.endswith(b"\n"):
             return None
         keep = data.rfind(b"\n") + 1
+        if _whole_object(data[keep:]):
+            f.write(b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+            return None
         side = side_path(path, "torn")
         side.write_bytes(data[keep:])
         f.truncate(keep)
