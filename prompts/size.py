@@ -57,8 +57,9 @@ WORKLOADS = ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_bwd_d128")
 # `std::`, `new` and directive refusals, `max_clusters` in launch tables only, the zero fill of `zero = true` scratch
 # timed with the launches, the target families' share of the work, the library-calibrated correctness rule) by +174
 # (+159 / 4) in every variant; a runtime scale-d in one's own asm passed as an int (a bool operand is refused) by +25
-# (+17 / 4).
-BUDGETS = {"basic": (3350, 2850), "knowledge": (13296, 10649), "expert": (13912, 11173)}
+# (+17 / 4); the expert notes' register splits as pairs that fit the CTA's pool (their ranges held 40 / 240, which
+# hangs) by +22 (+15 / 4), expert only.
+BUDGETS = {"basic": (3350, 2850), "knowledge": (13296, 10649), "expert": (13934, 11188)}
 
 
 @functools.cache

@@ -147,3 +147,26 @@ def test_the_cache_hint_forms_assemble_with_pol_last():
     r = _ok(compile_source("\n".join(HEAD + entries + [""]), "ptx", "sm_90a"))
     for i, (_, line, sass) in enumerate(cases):
         assert r.kernels[f"k{i}"].sass_opcodes.get(sass, 0) >= 1, (line, r.kernels[f"k{i}"].sass_opcodes)
+
+
+# ---- the expert notes' register split ----------------------------------------------------------------
+
+def test_the_expert_notes_register_splits_fit_the_ctas_pool():
+    """The notes said "setmaxnreg.dec to 24-40" for the producer and "setmaxnreg.inc to 232-240" for two consumers:
+    40 / 240 is in those ranges, and 384 threads at 168 registers (what ptxas gives __launch_bounds__(384, 1)) cannot
+    hold it, so the consumers' inc waits forever (the pack's register-pool rule, tools/regpool.py)."""
+    from ptxbench import prompts
+    from ptxbench.tools.regpool import SetmaxnregMoves, pool_shortfall
+    from ptxbench.workloads.solutions.register_split import launch_regs
+
+    registers = launch_regs(384)
+    assert registers == 168
+    gemm = " ".join(prompts.load("expert").split("## Attention forward", 1)[0].split())
+    assert not re.search(r"setmaxnreg\.(?:dec|inc) to \d+-\d+", gemm), gemm  # no ranges: the pairs that fit
+    fits = re.findall(r"(\d+) / (\d+) / (\d+)\b(?! hangs)", gemm)
+    hangs = re.findall(r"(\d+) / (\d+) / (\d+) hangs", gemm)
+    assert fits and hangs, gemm
+    for dec, inc, inc2 in fits + hangs:
+        assert inc == inc2
+        short = pool_shortfall(registers, 384, SetmaxnregMoves([int(dec)], [int(inc)]))
+        assert (short == 0) == ((dec, inc, inc2) in fits), (dec, inc, short)
