@@ -21,16 +21,17 @@ def exclusion_lines(runs: list[Path]) -> list[str]:
     infra error's first line)."""
     from collections import Counter
 
-    from ..records.rundir import distinct_runs, iter_run
+    from ..scoring.run_score import unique_records
     from ..scoring.turns import score_trajectory
 
     reasons: Counter[str] = Counter()
-    for run in distinct_runs(runs):
-        for record in iter_run(run):
-            if score_trajectory(record).infra_failed:
-                errors = [e for e in record.events if e.type == "error" and e.infra]
-                first = (errors[-1].message.strip().splitlines() or [""])[0] if errors else ""
-                reasons[(first[:160] or "stopped on an infra error with no message")] += 1
+    # the trajectories the score counts (unique_records): a log with no readable start is said apart, as unscored,
+    # and its infra stop counted here too had this line and the last one disagree on how many were infra-failed
+    for _, record in unique_records(runs):
+        if score_trajectory(record).infra_failed:
+            errors = [e for e in record.events if e.type == "error" and e.infra]
+            first = (errors[-1].message.strip().splitlines() or [""])[0] if errors else ""
+            reasons[(first[:160] or "stopped on an infra error with no message")] += 1
     if not reasons:
         return []
     total = sum(reasons.values())

@@ -556,7 +556,7 @@ def test_score_prints_a_run_whose_records_hold_a_lone_surrogate(tmp_path):
     log.write_text(log.read_text().replace("-SURR", "\\ud800"))
     tables = CliRunner().invoke(app, ["score", str(run)])
     assert tables.exit_code == 0, tables.output
-    assert "| m\\ud800 | 1.200 |" in tables.output
+    assert "| m\\ud800 | 1.200 (n=1) |" in tables.output
     as_json = CliRunner().invoke(app, ["score", str(run), "--json"])
     assert as_json.exit_code == 0, as_json.output
     assert json.loads(as_json.output)["model_workload"][0]["model"] == "m\\ud800"
@@ -737,7 +737,10 @@ def test_turns_to_repair_resamples_trajectories_not_the_runs_inside_one():
     alone = repair_stats([one]).turns_to_repair["all"]
     assert alone.value == approx(2.0) and alone.ci_low is None and alone.n == 1 and alone.denom == 3
     two = repair_stats([one, traj("b", ["COMPILE_ERROR", "PASSED"])]).turns_to_repair
-    assert two["all"].value == approx(7 / 4) and two["all"].n == 2 and two["all"].ci_low is not None
+    assert two["all"].value == approx(7 / 4) and two["all"].n == 2 and two["all"].ci_low is None  # < MIN_BOOTSTRAP
+    four = repair_stats([one, traj("b", ["COMPILE_ERROR", "PASSED"]), traj("c", ["COMPILE_ERROR"] * 3 + ["PASSED"]),
+                         traj("d", ["RUNTIME_ERROR", "PASSED"])]).turns_to_repair["all"]
+    assert four.n == 4 and four.ci_low is not None
     assert two["COMPILE_ERROR"].value == approx(5 / 3) and two["RUNTIME_ERROR"].value == approx(2.0)
 
 
@@ -850,8 +853,8 @@ def test_a_models_interval_says_when_a_workload_of_one_trajectory_is_held_fixed(
     # two workloads of one trajectory are drawn together: each varies with the other
     TrajectoryBuilder(tmp_path, "x0", "m", "other").turn(1, "PASSED", 1.2, True).stop()
     assert score_runs([tmp_path]).models[0].best_speedup.ci_fixed_strata == 0
-    assert ratio_estimate([1.0, 2.0, 3.0], [1.0] * 3, strata=[0, 0, 1]).ci_fixed_strata == 1
-    assert ratio_estimate([1.0, 2.0, 3.0], [1.0] * 3).ci_fixed_strata == 0
+    assert ratio_estimate([1.0, 2.0, 3.0, 4.0], [1.0] * 4, strata=[0, 0, 0, 1]).ci_fixed_strata == 1
+    assert ratio_estimate([1.0, 2.0, 3.0, 4.0], [1.0] * 4).ci_fixed_strata == 0
 
 
 def test_an_estimates_n_counts_only_the_trajectories_it_rests_on():
@@ -882,4 +885,5 @@ def test_trajectories_that_all_agree_give_no_interval_not_one_of_no_width(tmp_pa
     assert cell.fast_p_turns["0"].ci_method == "wilson" and cell.fast_p_turns["0"].ci_high > 0.5  # over turns too
     two = mean_estimate([2.0, 2.0])
     assert (two.value, two.ci_low, two.ci_method) == (2.0, None, "")
-    assert mean_estimate([1.0, 3.0]).ci_low < 2.0 < mean_estimate([1.0, 3.0]).ci_high  # they differ: an interval
+    differ = mean_estimate([1.0, 3.0, 1.0, 3.0])
+    assert differ.ci_low < 2.0 < differ.ci_high  # they differ: an interval
