@@ -24,7 +24,7 @@ from ..scoring.run_score import first_set_aside, unique_records
 from ..scoring.turns import MEASURABLE, score_trajectory
 from .plots import all_plots
 from .style import escape, page
-from .tables import Recorded, all_tables, md_cell, md_text
+from .tables import Recorded, all_tables, md_cell, md_text, uneven_workloads
 from .trajectory_page import trajectory_html
 
 E = escape
@@ -126,6 +126,8 @@ def index_html(run_dir: Path, manifest: dict, score: RunScore) -> str:
     facts = "".join(f"<tr><th>{E(k)}</th><td>{E(v)}</td></tr>" for k, v in _overview(run_dir, manifest, score))
     tables = all_tables(score)
     plots = _plots_html(score)
+    # the curves per model are over each model's own workloads: said where those differ (tables.uneven_workloads)
+    uneven = f"<p class='note'>{E(''.join(pieces))}</p>" if (pieces := uneven_workloads(score)) else ""
     rows = ""
     for t in score.trajectories:
         chips = " ".join(f"<span class='s-{E(x.status)}'>{x.turn}:{E(x.status)}</span>" for x in t.turns)
@@ -134,7 +136,7 @@ def index_html(run_dir: Path, manifest: dict, score: RunScore) -> str:
                  f"<td>{E(t.prompt)}</td><td>{chips}</td><td>{best}</td><td>{E(t.stop_reason)}</td></tr>")
     body = (f"<h1>ptxbench report: {E(run_name(run_dir))}</h1><table>{facts}</table>"
             f"<h2>Leaderboard</h2>{tables[0].html()}{tables[1].html()}"
-            f"<h2>Plots</h2><div class='plots'>{plots}</div>"
+            f"<h2>Plots</h2>{uneven}<div class='plots'>{plots}</div>"
             f"<h2>fast_p</h2>{''.join(t.html() for t in tables[2:6])}"
             f"<h2>Success and speedup</h2>{tables[6].html()}"
             f"<h2>Repair</h2>{tables[7].html()}{tables[8].html()}"

@@ -15,6 +15,22 @@ from ..scoring.repair import order_classes
 from .tables import split_by_budget
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+# Past len(COLORS) models the colours come round again: the ninth model's line looked like the first's. Each round of
+# colours takes the next dash (fast_p curves) and marker (the by-turn lines, whose dash says correct or target).
+DASHES = ["-", "--", "-.", ":"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+
+
+def _color(i: int) -> str:
+    return COLORS[i % len(COLORS)]
+
+
+def _dash(i: int) -> str:
+    return DASHES[i // len(COLORS) % len(DASHES)]
+
+
+def _marker(i: int) -> str:
+    return MARKERS[i // len(COLORS) % len(MARKERS)]
 
 
 def _plt():
@@ -82,8 +98,11 @@ def fast_p_curves(score: RunScore) -> str:
             weights = balance_weights(mine, "workload")[0]
             share = [np.average([any(is_fast(x, p, target) for x in t.scored_turns) for t in mine], weights=weights) for p in grid]
             marks = [np.average([any(is_fast(x, p, target) for x in t.scored_turns) for t in mine], weights=weights) for p in P_VALUES]
-            ax.plot(grid, share, color=COLORS[i % len(COLORS)], label=f"{_name(row, split)} (n={len(mine)})")
-            ax.plot(P_VALUES, marks, "o", color=COLORS[i % len(COLORS)], markersize=4)
+            # the workloads its curve covers, where a row lacks some: a curve of the easy workload alone reads better
+            covered = len({t.workload for t in mine})
+            of = f", {covered} of {len(score.workload_names)} workloads" if covered < len(score.workload_names) else ""
+            ax.plot(grid, share, color=_color(i), ls=_dash(i), label=f"{_name(row, split)} (n={len(mine)}{of})")
+            ax.plot(P_VALUES, marks, _marker(i), color=_color(i), markersize=4)
         ax.axvline(1.0, color="grey", lw=0.8, ls=":")
         ax.set_xlabel("speedup threshold p (vs. library)")
         ax.set_title("target-fast_p over trajectories" if target else "fast_p over trajectories")
@@ -99,8 +118,8 @@ def _by_turn_lines(ax, score: RunScore, key: str, style: str = "-", suffix: str 
     for i, cell in enumerate(score.models):
         ys = cell.by_turn.get(key, [])
         xs = [k + 1 for k, y in enumerate(ys) if y is not None]
-        ax.plot(xs, [y for y in ys if y is not None], style, marker="o", markersize=3,
-                color=COLORS[i % len(COLORS)], label=f"{_name(cell, split)}{suffix}")
+        ax.plot(xs, [y for y in ys if y is not None], style, marker=_marker(i), markersize=3,
+                color=_color(i), label=f"{_name(cell, split)}{suffix}")
 
 
 def _turn_axis(ax) -> None:

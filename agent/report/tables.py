@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from ..scoring import P_VALUES, WITHIN_TURNS, CellScore, Estimate, RunScore
 from ..scoring.cells import p_key
 from ..scoring.repair import order_classes
+from ..scoring.stats import MIN_BOOTSTRAP
 from ptxbench.tools.figure_text import figure
 from ptxbench.tools.visible import bidi_escaped
 
@@ -95,11 +96,17 @@ def split_by_budget(score: RunScore) -> bool:
     return len(score.turn_budgets) > 1
 
 
-def _speedup_cell(est: Estimate, best: float | None = None) -> str:
-    if est.value is None:
+def _speedup_cell(cell: CellScore | None, target: bool) -> str:
+    """A leaderboard cell: the mean best speedup, its interval, the single best and the trajectories it rests on (a
+    figure from 2 trajectories read as one from 12); '–' where the model never ran the workload, and where it did but
+    every trajectory was left out, how many (an empty cell read as a workload never run)."""
+    if cell is None:
         return "–"
-    text = est.fmt(3)
-    return text + (f" (max {figure(best)})" if best is not None else "")
+    if not cell.n_trajectories:
+        return f"– (0 scored, {cell.n_infra_failed + cell.n_unfinished} left out)"
+    est = cell.best_target_speedup if target else cell.best_speedup
+    best = "" if target or cell.best_speedup_max is None else f"max {figure(cell.best_speedup_max)}; "
+    return f"{est.fmt(3)} ({best}n={cell.n_trajectories})"
 
 
 def _mixed_cells(score: RunScore, attr: str) -> list[tuple[str, str]]:
@@ -133,11 +140,39 @@ def _naming(cells: list[tuple[str, str]], what: str) -> list[str]:
     return parts + [(f" and {len(cells) - 3} more" if len(cells) > 3 else "") + what]
 
 
+def scored_workloads(score: RunScore, row: CellScore) -> list[str]:
+    """The workloads a model's row (of one turn budget) has scored trajectories on: what its figures over trajectories
+    (the plots' curves) cover. A workload it never ran, or whose every trajectory was left out, is not among them."""
+    return sorted({t.workload for t in score.trajectories
+                   if t.model == row.model and t.turn_budget == row.turn_budget and not t.left_out})
+
+
+def uneven_workloads(score: RunScore) -> list[str]:
+    """Note pieces naming the model rows that lack some of the run's workloads, and what that means for the figures
+    pooled over a model's workloads ([] when every row covers them all): a model scored on the easy workload alone
+    reads better than one scored on both, and nothing else said its curve covered less."""
+    every = score.workload_names
+    short = [(row, [w for w in every if w not in scored_workloads(score, row)]) for row in score.models]
+    short = [(row, missing) for row, missing in short if missing]
+    if not short:
+        return []
+    split = split_by_budget(score)
+    parts: list[str] = ["The model rows cover different workloads ("]
+    for i, (row, missing) in enumerate(short[:3]):
+        parts += ["; " if i else "", Recorded(row.model), f" ({budget_text(row.turn_budget)} turns)" * split,
+                  ": none scored on ", Recorded(", ".join(missing))]
+    parts.append((f" and {len(short) - 3} more" if len(short) > 3 else "") + "): a figure over a model's workloads "
+                 "(the plots' curves, the repair tables) is over its own, so they do not compare as like; compare "
+                 "workload by workload in the leaderboard and fast_p tables.")
+    return parts
+
+
 def leaderboard(score: RunScore, target: bool = False) -> Table:
     workloads = score.workload_names
     title = "Leaderboard: best speedup over the library" + (", target instructions executed" if target else "")
     note = ("Mean over trajectories of each trajectory's best correct speedup (0 when it never got one), "
-            "[bootstrap 95% CI], and the single best; PTXBench's layout.")
+            "[bootstrap 95% CI]" + ("" if target else ", and the single best") + "; PTXBench's layout. n: the trajectories scored (infra-failed and "
+            f"unfinished ones left out); no interval from fewer than {MIN_BOOTSTRAP}, or where they all agree.")
     if score.n_compile_only:
         note += (f" {score.n_compile_only} turns were only compiled (COMPILED, --no-gpu): never run on a GPU, so "
                  "correctness and speed are unknown and they count 0 here; evaluate on a GPU for speedups.")
@@ -160,14 +195,7 @@ def leaderboard(score: RunScore, target: bool = False) -> Table:
     table = Table(title, _heads(split, *map(Recorded, workloads)), note=Note(parts))
     for row_cell in score.models:  # a row per model, and per turn budget where there are several
         row = _label(row_cell, split, workload=False)
-        for wl in workloads:
-            cell = score.cell(row_cell.model, wl, row_cell.turn_budget)
-            if cell is None:
-                row.append("–")
-            elif target:
-                row.append(_speedup_cell(cell.best_target_speedup))
-            else:
-                row.append(_speedup_cell(cell.best_speedup, cell.best_speedup_max))
+        row += [_speedup_cell(score.cell(row_cell.model, wl, row_cell.turn_budget), target) for wl in workloads]
         table.rows.append(row)
     return table
 
@@ -209,12 +237,18 @@ def success_table(cells: list[CellScore], split: bool = False) -> Table:
     return table
 
 
+def _noting_uneven(note: str, score: RunScore) -> Note:
+    """A note of a table with a row per model, and uneven_workloads' warning after it where the rows' workloads differ."""
+    uneven = uneven_workloads(score)
+    return Note([note + ". " * bool(uneven), *uneven])
+
+
 def repair_table(score: RunScore) -> Table:
     split = split_by_budget(score)
     table = Table("Repair behaviour", [*_heads(split), "repaired / open runs", "mean turns to repair", "regressions",
                                        "speedup gained per turn after 1st correct", "target executed but slower"],
-                  note="a run is a streak of failing turns (open: still failing when its trajectory finished); regressions = PASSED then a failure (share of turns leaving PASSED)"
-                       + UNKNOWN_NOTE * bool(score.n_compile_only))
+                  note=_noting_uneven("a run is a streak of failing turns (open: still failing when its trajectory finished); regressions = PASSED then a failure (share of turns leaving PASSED)"
+                                      + UNKNOWN_NOTE * bool(score.n_compile_only), score))
     for cell in score.models:
         r = cell.repair
         tt = r.turns_to_repair.get("all", Estimate())
@@ -233,8 +267,8 @@ def fix_table(score: RunScore) -> Table:
     classes = order_classes({c for cell in score.models for c in cell.repair.fix_probability})
     split = split_by_budget(score)
     table = Table("Next-turn fix probability by failure class", _heads(split, *map(Recorded, classes)),
-                  note="P(the next turn is PASSED | this turn failed with the class), [95% CI] (n transitions)"
-                       + UNKNOWN_NOTE * bool(score.n_compile_only))
+                  note=_noting_uneven("P(the next turn is PASSED | this turn failed with the class), [95% CI] (n transitions)"
+                                      + UNKNOWN_NOTE * bool(score.n_compile_only), score))
     for cell in score.models:
         fix = cell.repair.fix_probability
         table.rows.append(_label(cell, split, workload=False) + [f"{fix[c].fmt(0, pct=True)} (n={fix[c].denom:g})" if c in fix else "" for c in classes])

@@ -24,8 +24,8 @@ def test_files_and_leaderboard(report):
     md = files.markdown.read_text()
     # Leaderboard in PTXBench's layout: a row per model, a column per workload (mean best speedup [CI] (max)).
     assert "| model | attn | gemm |" in md
-    assert re.search(r"\| m/a \| – \| 0\.750 \[[0-9.]+, [0-9.]+\] \(max 1\.300\) \|", md)
-    assert "| m/b | 0.000 | 1.750 [1.500, 2.000] (max 2.000) |" in md
+    assert re.search(r"\| m/a \| – \| 0\.750 \[[0-9.]+, [0-9.]+\] \(max 1\.300; n=4\) \|", md)
+    assert "| m/b | 0.000 (n=1) | 1.750 (max 2.000; n=2) |" in md  # two trajectories: no interval (MIN_BOOTSTRAP)
     assert "8 (1 infra-failed" in md
     # The score saved next to the report is the same as re-scoring the run directory.
     saved = json.loads(files.score_json.read_text())
@@ -439,7 +439,7 @@ def test_a_run_of_two_turn_budgets_shows_each_budgets_rows_apart(tmp_path):
     TrajectoryBuilder(run, "long", "m/a", "gemm", index=1, config={"turns": 16}).turn(1, "PASSED", 3.0, True).stop()
     md = write_report(run, tmp_path / "out").markdown.read_text()
     assert "| model | turn budget | gemm |" in md
-    assert "| m/a | 4 | 1.000 (max 1.000) |" in md and "| m/a | 16 | 3.000 (max 3.000) |" in md
+    assert "| m/a | 4 | 1.000 (max 1.000; n=1) |" in md and "| m/a | 16 | 3.000 (max 3.000; n=1) |" in md
     assert "Rows are split by turn budget" in md
     assert "| model | turn budget | workload | n |" in md  # fast_p tables
     saved = json.loads((tmp_path / "out" / "score.json").read_text())
