@@ -170,3 +170,33 @@ def test_the_expert_notes_register_splits_fit_the_ctas_pool():
         assert inc == inc2
         short = pool_shortfall(registers, 384, SetmaxnregMoves([int(dec)], [int(inc)]))
         assert (short == 0) == ((dec, inc, inc2) in fits), (dec, inc, short)
+
+
+# ---- claims of the pack about what ptxas makes of the helpers ----------------------------------------------
+
+_MBARRIER = '#include "ptxbench/mbarrier.cuh"\nusing namespace ptxbench;\n'
+
+
+def test_a_runtime_barrier_id_through_the_helper_reserves_all_16():
+    """The named-barrier section: `named_barrier_sync(1 + wg, n)` with a runtime wg makes ptxas reserve all 16
+    barriers; immediate ids reserve only what they name."""
+    assert "`named_barrier_sync(1 + wg, n)` with a runtime wg) makes ptxas reserve all 16 barriers" in \
+        " ".join(section("Named barriers").split())
+    for body, barriers in (("named_barrier_sync(1 + threadIdx.x / 128, 256);", 16),
+                           ("named_barrier_sync(2, 256); named_barrier_sync(1, 256);", 3)):
+        source = _MBARRIER + f'extern "C" __global__ void __launch_bounds__(384, 1) k(int* o) {{ {body} o[threadIdx.x] = 1; }}\n'
+        assert _ok(compile_source(source, "cuda", "sm_90a")).kernels["k"].barriers == barriers, body
+
+
+def test_a_release_cluster_arrival_costs_a_membar_and_the_helpers_does_not():
+    """The pipelines section and mbarrier.cuh: mbar_arrive_cluster's default `.release.cta` arrival has no MEMBAR;
+    `.release.cluster` adds one per arrival."""
+    assert "default `.release.cta` semantics; `.release.cluster` costs a MEMBAR per arrival" in \
+        " ".join(section("Pipelines").split())
+    own = ('asm volatile("{\\n\\t.reg .b32 ra;\\n\\tmapa.shared::cluster.u32 ra, %0, %1;\\n\\t'
+           'mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\\n\\t}" :: "r"(smem_u32(&b)), "r"(1u) : "memory");')
+    membars = []
+    for body in ("mbar_arrive_cluster(&b, 1);", own):
+        source = _MBARRIER + f'extern "C" __global__ void k(int* o) {{ __shared__ uint64_t b; {body} o[threadIdx.x] = 1; }}\n'
+        membars.append(_ok(compile_source(source, "cuda", "sm_90a")).kernels["k"].sass_opcodes.get("MEMBAR", 0))
+    assert membars[0] == 0 and membars[1] >= 1, membars
