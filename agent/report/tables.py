@@ -227,12 +227,17 @@ def success_table(cells: list[CellScore], split: bool = False) -> Table:
     headers = _heads(split, "workload", *[f"correct ≤{k}" for k in WITHIN_TURNS], *[f"target ≤{k}" for k in WITHIN_TURNS],
                      "geomean speedup", "turns to 1st correct", "best %SOL")
     table = Table("Success within k turns and speedups", headers,
-                  note="share of trajectories with a correct (and target-executed) turn by turn k; geometric mean of the best "
+                  note="share of trajectories with a correct (and target-executed) turn by turn k (– where the turn budget "
+                       "is below k: never given k turns); geometric mean of the best "
                        "speedups of the trajectories that got one (those with no correct timed turn are left out, not "
                        "counted as 0: read it beside correct ≤k); turns to 1st correct and best %SOL over those that got one")
+    def within(c: CellScore, shares: dict[str, Estimate], k: int) -> str:
+        # given fewer than k turns, its share within them is no figure of what it does within k (a row of 4 turns read
+        # its 'correct ≤8' beside a row of 16 turns', as if both had been given 8)
+        return "–" if c.turn_budget is not None and k > c.turn_budget else shares[str(k)].fmt(0, pct=True)
     for c in cells:
-        table.rows.append(_label(c, split) + [c.success_within[str(k)].fmt(0, pct=True) for k in WITHIN_TURNS]
-                          + [c.target_success_within[str(k)].fmt(0, pct=True) for k in WITHIN_TURNS]
+        table.rows.append(_label(c, split) + [within(c, c.success_within, k) for k in WITHIN_TURNS]
+                          + [within(c, c.target_success_within, k) for k in WITHIN_TURNS]
                           + [c.geomean_speedup.fmt(3), c.turns_to_first_correct.fmt(2), c.mean_best_sol_pct.fmt(1)])
     return table
 

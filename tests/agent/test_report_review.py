@@ -86,3 +86,17 @@ def test_plots_tell_apart_more_models_than_colours(tmp_path, monkeypatch):
         figure(score)
         looks = {(id(line.axes), line.get_color(), line.get_linestyle(), line.get_marker()) for line in drawn}
         assert len(looks) == len(drawn) >= 10, figure.__name__
+
+
+def test_success_within_more_turns_than_the_budget_is_not_shown(tmp_path):
+    """Trajectories given 4 turns read a 'correct ≤8' (their share within 4) beside trajectories given 16: as if both
+    had been given 8 turns."""
+    from ptxbench.agent.report.tables import success_table
+
+    for i in range(2):
+        TrajectoryBuilder(tmp_path, f"s{i}", "m", "gemm", index=i, config={"turns": 4}).turn(1, "COMPILE_ERROR").stop()
+        TrajectoryBuilder(tmp_path, f"l{i}", "m", "gemm", index=2 + i, config={"turns": 16}).turn(1, "PASSED", 1.2, True).stop()
+    table = success_table(score_runs([tmp_path]).model_workload, split=True)
+    rows = {row[1]: row for row in table.rows}  # by turn budget
+    assert rows["4"][3:9] == ["0% [0, 66]", "0% [0, 66]", "–", "0% [0, 66]", "0% [0, 66]", "–"]  # ≤1, ≤4, ≤8 twice
+    assert rows["16"][5] == "100% [34, 100]" and "turn budget is below k" in table.note
