@@ -361,7 +361,7 @@ class Steps:
         # the tools' evaluations queue for a GPU as the turn's own (the trajectory waits on them too)
         box.options = box.options.model_copy(update={"turns_left": box.submit_options.turns_left})
         used, in_turn = state["tool_calls"], state["turn_tool_calls"]
-        messages, update, started = [], {}, time.monotonic()
+        messages, update, started, late_submit = [], {}, time.monotonic(), False
         recorded = recorded_calls(self._recorded(turn))  # [] unless resumed into this node
         for index, call in enumerate(state["reply"]["tool_calls"]):
             name, call_id = call["function"]["name"], call.get("id", "")
@@ -390,6 +390,7 @@ class Steps:
                 ok, content = False, "Ignored: you already submitted in this reply."
             elif ok and in_turn >= self.cfg.max_tool_calls_per_turn:
                 ok, content = False, "Ignored: this turn's tool calls are used up."
+                late_submit = late_submit or name == "submit"
             elif ok and used >= self.cfg.max_tool_calls:  # check_limits runs between replies: one reply could overrun it
                 ok, content = False, "Ignored: the trajectory's tool calls are used up."
             elif ok and name != "submit" and self._out_of_time(state, started):
@@ -406,15 +407,19 @@ class Steps:
             messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
         update.update(current=state["current"] + messages, tool_calls=used, turn_tool_calls=in_turn)
         if "submission" not in update and in_turn >= self.cfg.max_tool_calls_per_turn:
-            update["format_error"] = (f"You used this turn's {self.cfg.max_tool_calls_per_turn} tool calls without "
-                                      "calling submit. Submit a solution with the submit tool.")
+            limit = self.cfg.max_tool_calls_per_turn
+            why = (f"Your submit came after this turn's {limit} tool calls (the submit among them) were used up, so it "
+                   "was not run." if late_submit else f"You used this turn's {limit} tool calls without calling submit.")
+            update["format_error"] = f"{why} Submit a solution with the submit tool."
         return update
 
     def _calls_left(self, used: int, in_turn: int) -> str:
         """The tool budgets left, said with each answer: the prompt says only that calls are budgeted, and a model that
-        could not count them spent the run's in three turns (the trajectory ends there) or a turn's without a submit."""
+        could not count them spent the run's in three turns (the trajectory ends there) or a turn's without a submit.
+        The submit counts among the turn's: "1 left before you must submit" read as one more call and then the submit,
+        which was then ignored and the turn lost."""
         turn_left = max(0, min(self.cfg.max_tool_calls_per_turn - in_turn, self.cfg.max_tool_calls - used))
-        return (f"Tool calls left: {turn_left} in this turn before you must submit, "
+        return (f"Tool calls left: {turn_left} in this turn, your submit among them; "
                 f"{max(0, self.cfg.max_tool_calls - used)} in the whole run.")
 
     def _out_of_time(self, state: AgentState, started: float) -> bool:

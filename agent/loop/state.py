@@ -47,7 +47,7 @@ class OptimizeConfig(BaseModel):
     max_cost_usd: float | None = Field(None, gt=0)
     max_wall_s: float | None = Field(None, gt=0)
     max_tool_calls: int = Field(40, ge=1, description="tools mode: tool calls in the whole trajectory")
-    max_tool_calls_per_turn: int = Field(12, ge=1, description="tools mode: tool calls before a submission is required")
+    max_tool_calls_per_turn: int = Field(12, ge=1, description="tools mode: tool calls of one turn, its submit among them")
     temperature: float | None = Field(None, ge=0)
     max_output_tokens: int | None = Field(None, gt=0, description="max_tokens of each model call")
     model_timeout_s: float = Field(600.0, gt=0, description="seconds one model call may take before it is a timeout "

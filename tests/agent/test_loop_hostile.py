@@ -260,8 +260,8 @@ def test_each_tool_answer_says_the_tool_calls_left(tmp_path):
     _, evs, model = run(tmp_path, [{"content": "", "tool_calls": calls}], mode="tools", turns=2,
                         max_tool_calls_per_turn=5, max_tool_calls=7)
     answers = [m["content"] for m in model.requests[1].messages if m["role"] == "tool"]
-    assert answers[0].rstrip().endswith("Tool calls left: 4 in this turn before you must submit, 6 in the whole run.")
-    assert answers[1].rstrip().endswith("Tool calls left: 3 in this turn before you must submit, 5 in the whole run.")
+    assert answers[0].rstrip().endswith("Tool calls left: 4 in this turn, your submit among them; 6 in the whole run.")
+    assert answers[1].rstrip().endswith("Tool calls left: 3 in this turn, your submit among them; 5 in the whole run.")
     assert "Tool calls left" not in answers[2] and "Turns left: 1" in answers[2]
     assert [r.content for r in of_type(evs, "tool_result")] == answers
 

@@ -1,0 +1,34 @@
+"""The loop's word to a model about its budgets, against a model that takes it at its word: an in-process scripted
+model and the StubEvaluator (tests/agent/test_loop_hostile.py's), no HTTP, compiler or GPU."""
+from __future__ import annotations
+
+from agent_helpers import GOOD_PTX, of_type
+from test_loop_hostile import run, tool
+
+SOURCE = {"source": GOOD_PTX}
+
+
+def test_the_calls_left_in_a_turn_count_the_submit_and_a_late_submit_is_named(tmp_path):
+    """With 3 calls a turn, two compiles were answered "Tool calls left: 1 in this turn before you must submit": a
+    model that made that one call and then submitted, as told, had its submit ignored and the turn lost as a
+    FORMAT_ERROR saying it never called submit. The count says the submit is among the calls left, and a submit past
+    them is named as such."""
+    script = [{"content": "", "tool_calls": [tool("compile", SOURCE), tool("compile", SOURCE)]},
+              {"content": "", "tool_calls": [tool("compile", SOURCE), tool("submit", SOURCE)]}]
+    outcome, evs, model = run(tmp_path, script, mode="tools", turns=1, max_tool_calls_per_turn=3)
+    answers = [m["content"] for m in model.requests[1].messages if m["role"] == "tool"]
+    assert answers[1].rstrip().endswith("Tool calls left: 1 in this turn, your submit among them; 38 in the whole run.")
+    assert outcome.statuses == ["FORMAT_ERROR"] and not [e for e in of_type(evs, "eval_result") if e.submission]
+    (submit,) = [r for r in of_type(evs, "tool_result") if r.name == "submit"]
+    assert not submit.ok and "used up" in submit.content
+
+
+def test_a_submit_past_the_turns_calls_is_told_apart_from_no_submit(tmp_path):
+    """The turn's FORMAT_ERROR says what happened: the submit came too late, not "without calling submit"."""
+    script = [{"content": "", "tool_calls": [tool("compile", SOURCE), tool("compile", SOURCE)]},
+              {"content": "", "tool_calls": [tool("compile", SOURCE), tool("submit", SOURCE)]},
+              {"content": "done"}]
+    outcome, _, model = run(tmp_path, script, mode="tools", turns=2, max_tool_calls_per_turn=3)
+    feedback = model.requests[2].messages[-1]["content"]
+    assert outcome.statuses[0] == "FORMAT_ERROR"
+    assert "Your submit came after this turn's 3 tool calls" in feedback and "without calling submit" not in feedback
