@@ -55,6 +55,26 @@ def test_every_workload_renders_with_no_placeholder_left(variant):
                     assert "# Knowledge pack" in text and "ptxbench/wgmma.cuh" in text, (wl.id, variant)
 
 
+def test_a_task_names_only_its_own_architecture():
+    """`optimize --arch sm_100a` rendered a format that said `.target sm_90a`, `ptxas -arch=sm_90a` and `compute_90a`:
+    a model that followed it had its first file refused (`.target sm_90a does not match the task's architecture`)."""
+    from ptxbench.workloads.arch import ARCHS
+
+    for arch in ARCHS:
+        others = [a for a in ARCHS if a != arch]
+        for wl in list_workloads():
+            if arch not in wl.targets:
+                continue
+            for variant in prompts.VARIANTS:
+                config = OptimizeConfig(workload=wl.id, prompt=variant, arch=arch)
+                text = system_prompt(config) + task_prompt(config, wl)
+                assert f"target architecture `{arch}`" in text
+                for other in others:
+                    assert other not in text and other.replace("sm_", "compute_") not in text, (arch, wl.id, variant, other)
+    languages = _flat(FORMAT.split("## Languages", 1)[1].split("## The plan block", 1)[0])
+    assert "`.target` of the task's architecture" in languages and "`ptxas -arch=` that architecture" in languages
+
+
 def test_the_feedback_and_start_frames_fill_every_placeholder():
     from ptxbench.agent.loop.feedback import _fill
     from ptxbench.agent.loop.start_kernel import start_section
