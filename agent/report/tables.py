@@ -140,19 +140,12 @@ def _naming(cells: list[tuple[str, str]], what: str) -> list[str]:
     return parts + [(f" and {len(cells) - 3} more" if len(cells) > 3 else "") + what]
 
 
-def scored_workloads(score: RunScore, row: CellScore) -> list[str]:
-    """The workloads a model's row (of one turn budget) has scored trajectories on: what its figures over trajectories
-    (the plots' curves) cover. A workload it never ran, or whose every trajectory was left out, is not among them."""
-    return sorted({t.workload for t in score.trajectories
-                   if t.model == row.model and t.turn_budget == row.turn_budget and not t.left_out})
-
-
 def uneven_workloads(score: RunScore) -> list[str]:
     """Note pieces naming the model rows that lack some of the run's workloads, and what that means for the figures
     pooled over a model's workloads ([] when every row covers them all): a model scored on the easy workload alone
     reads better than one scored on both, and nothing else said its curve covered less."""
     every = score.workload_names
-    short = [(row, [w for w in every if w not in scored_workloads(score, row)]) for row in score.models]
+    short = [(row, [w for w in every if w not in row.workloads_scored]) for row in score.models]
     short = [(row, missing) for row, missing in short if missing]
     if not short:
         return []
@@ -227,8 +220,8 @@ def success_table(cells: list[CellScore], split: bool = False) -> Table:
     headers = _heads(split, "workload", *[f"correct ≤{k}" for k in WITHIN_TURNS], *[f"target ≤{k}" for k in WITHIN_TURNS],
                      "geomean speedup", "turns to 1st correct", "best %SOL")
     table = Table("Success within k turns and speedups", headers,
-                  note="share of trajectories with a correct (and target-executed) turn by turn k (– where the turn budget "
-                       "is below k: never given k turns); geometric mean of the best "
+                  note="share of trajectories with a correct (and target-executed) turn by turn k (– where they were given "
+                       "fewer than k turns); geometric mean of the best "
                        "speedups of the trajectories that got one (those with no correct timed turn are left out, not "
                        "counted as 0: read it beside correct ≤k); turns to 1st correct and best %SOL over those that got one")
     def within(c: CellScore, shares: dict[str, Estimate], k: int) -> str:

@@ -51,6 +51,10 @@ class CellScore(BaseModel):
                                     "none is recorded: a cell never pools two budgets (best of 4 turns and best of 16 "
                                     "are different trials)")
     n_trajectories: int = Field(0, description="trajectories scored (infra-failed and unfinished ones excluded)")
+    workloads_scored: list[str] = Field(default_factory=list, description="the workloads of those trajectories: what "
+                                        "its figures over trajectories cover (a model's row: a workload it never ran, "
+                                        "or whose every trajectory was left out, is not among them, so two models' "
+                                        "rows compare as like only where these agree)")
     n_infra_failed: int = 0
     n_unfinished: int = Field(0, description="trajectories with no stop recorded (killed or still running), left out "
                               "of the figures over trajectories as the infra-failed ones are")
@@ -131,6 +135,7 @@ def score_cell(trajectories: list[TrajectoryScore], balance: str | None = None, 
         return share_estimate(outcomes, balance_weights(kept, balance)[0])
     cell = CellScore(**key)
     cell.n_trajectories = len(kept)
+    cell.workloads_scored = sorted({t.workload for t in kept})
     cell.n_infra_failed = sum(t.infra_failed for t in trajectories)
     cell.n_unfinished = sum(t.unfinished for t in trajectories)
     cell.n_turns = sum(len(t.scored_turns) for t in trajectories)

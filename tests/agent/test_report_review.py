@@ -99,4 +99,4 @@ def test_success_within_more_turns_than_the_budget_is_not_shown(tmp_path):
     table = success_table(score_runs([tmp_path]).model_workload, split=True)
     rows = {row[1]: row for row in table.rows}  # by turn budget
     assert rows["4"][3:9] == ["0% [0, 66]", "0% [0, 66]", "–", "0% [0, 66]", "0% [0, 66]", "–"]  # ≤1, ≤4, ≤8 twice
-    assert rows["16"][5] == "100% [34, 100]" and "turn budget is below k" in table.note
+    assert rows["16"][5] == "100% [34, 100]" and "given fewer than k turns" in table.note

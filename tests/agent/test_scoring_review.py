@@ -58,3 +58,19 @@ def test_score_counts_the_same_infra_failures_in_its_excluded_and_last_lines(tmp
     out = CliRunner().invoke(app, ["score", str(run)]).output
     assert "(0 infra-failed, left out), 1 trajectory logs with no readable start" in out
     assert "excluded:" not in out
+
+
+def test_a_models_row_names_the_workloads_its_figures_cover(tmp_path):
+    """score --json's model rows weigh each of the model's workloads alike, over its own workloads: a model that ran
+    only the easy one (or lost every trajectory of the hard one to infra) read better, and nothing in the row said
+    what it covered."""
+    from trajectory_builder import TrajectoryBuilder
+
+    from ptxbench.agent.scoring import score_runs
+
+    TrajectoryBuilder(tmp_path, "a0", "m/a", "gemm").turn(1, "PASSED", 1.5, True).stop()
+    TrajectoryBuilder(tmp_path, "a1", "m/a", "attn").infra(1)
+    TrajectoryBuilder(tmp_path, "b0", "m/b", "gemm").turn(1, "PASSED", 1.1, True).stop()
+    TrajectoryBuilder(tmp_path, "b1", "m/b", "attn").turn(1, "COMPILE_ERROR").stop()
+    rows = {row.model: row for row in score_runs([tmp_path]).models}
+    assert rows["m/a"].workloads_scored == ["gemm"] and rows["m/b"].workloads_scored == ["attn", "gemm"]
