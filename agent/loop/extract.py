@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from ptxbench.tools.solution.parse import FENCE_LANGUAGES, PLAN_START, _blocks
+from ptxbench.tools.solution.parse import FENCE_LANGUAGES, PLAN_START, THINK_END, _blocks
 from ptxbench.tools.solution.parse import extract_solution as _extract
 from ptxbench.tools.textcap import short_name
 
@@ -52,11 +52,27 @@ def _no_answer(reasoning: str, tool_calls: int, tools: bool) -> str:
     return ""
 
 
+THINK_START = "<think>"
+
+
+def unclosed_thinking(reply: str) -> bool:
+    """Text that opens a <think> block and never closes it: reasoning sent inline (a server without a reasoning parser)
+    and cut before its answer, mostly at the output token limit. Nothing in it is an answer, as parse.py takes nothing
+    before a </think>: a draft there was evaluated as the submission, where the same reply through a server that parses
+    reasoning out is a reply of only reasoning."""
+    text = (reply or "").lstrip()
+    return text.startswith(THINK_START) and THINK_END not in text
+
+
 def extract_solution(reply: str, tools: bool = False, reasoning: str | None = None, tool_calls: int = 0) -> Extracted:
     """The kernel file in the reply's text; `reasoning` and `tool_calls` (the reply's) only name what an empty text held."""
     hint = TOOLS_HINT if tools else PIPELINE_HINT
     if not (reply or "").strip() and (why := _no_answer(reasoning or "", tool_calls, tools)):
         return Extracted(error=f"{why} {hint}")
+    if unclosed_thinking(reply):
+        return Extracted(error=f"The reply held only reasoning ({len(reply)} characters in a {THINK_START} block that "
+                               f"never closed) and no answer: the kernel file must be in the answer, after {THINK_END}. "
+                               f"{hint}")
     found = _extract(reply)
     if isinstance(found, list):
         issues = "; ".join(str(issue) for issue in found)

@@ -2,7 +2,7 @@
 model and the StubEvaluator (tests/agent/test_loop_hostile.py's), no HTTP, compiler or GPU."""
 from __future__ import annotations
 
-from agent_helpers import GOOD_PTX, of_type
+from agent_helpers import GOOD_PTX, StubEvaluator, of_type
 from test_loop_hostile import run, tool
 
 SOURCE = {"source": GOOD_PTX}
@@ -32,3 +32,17 @@ def test_a_submit_past_the_turns_calls_is_told_apart_from_no_submit(tmp_path):
     feedback = model.requests[2].messages[-1]["content"]
     assert outcome.statuses[0] == "FORMAT_ERROR"
     assert "Your submit came after this turn's 3 tool calls" in feedback and "without calling submit" not in feedback
+
+
+def test_a_reply_cut_inside_an_unclosed_think_block_submits_no_draft(tmp_path):
+    """A server without a reasoning parser sends R1-style thinking inline; cut at the output token limit before its
+    </think>, the reply's draft in the thinking was evaluated as the submission, where the same reply through a server
+    that parses reasoning out is a reply of only reasoning (a FORMAT_ERROR). Nothing before a </think> is an answer."""
+    thinking = f"<think>\nA first draft:\n```ptx\n{GOOD_PTX}```\nBut the tile is too small, so instead"
+    closed = f"<think>\nA draft:\n```ptx\n{GOOD_PTX}```\n</think>\nThe kernel:\n```ptx\n{GOOD_PTX}```\n"
+    evaluator = StubEvaluator([1.0] * 5)
+    outcome, _, model = run(tmp_path, [{"content": thinking, "finish_reason": "length"}, {"content": closed}],
+                            evaluator, turns=2)
+    assert outcome.statuses == ["FORMAT_ERROR", "PASSED"] and len(evaluator.sources) == 1
+    feedback = model.requests[1].messages[-1]["content"]
+    assert "only reasoning" in feedback and "never closed" in feedback and "output token limit" in feedback
