@@ -127,7 +127,7 @@ def trajectory_html(record: TrajectoryRecord, traj: TrajectoryScore) -> str:
                f"index {traj.index} · {E(traj.gpu or 'no GPU')}"
                + (f" · L2 flush {E(traj.l2_flush)}" if traj.gpu and traj.l2_flush else "")
                + f" · stop: {'unfinished (left out of trajectory scores)' if traj.unfinished else E(traj.stop_reason or 'none recorded')}</p>"
-               f"<p>best speedup {traj.best_speedup if traj.best_speedup is not None else '–'} · first correct turn "
+               f"<p>best speedup {figure(traj.best_speedup) if traj.best_speedup is not None else '–'} · first correct turn "
                f"{traj.first_correct_turn or '–'} · first target-executed correct turn {traj.first_target_correct_turn or '–'}</p>")
     nav = " ".join(f"<a href='#turn-{t.turn}' class='s-{E(t.status)}'>{t.turn}: {E(t.status)}</a>" for t in traj.turns)
     sections, kernel = [], ""

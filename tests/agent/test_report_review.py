@@ -100,3 +100,13 @@ def test_success_within_more_turns_than_the_budget_is_not_shown(tmp_path):
     rows = {row[1]: row for row in table.rows}  # by turn budget
     assert rows["4"][3:9] == ["0% [0, 66]", "0% [0, 66]", "–", "0% [0, 66]", "0% [0, 66]", "–"]  # ≤1, ≤4, ≤8 twice
     assert rows["16"][5] == "100% [34, 100]" and "given fewer than k turns" in table.note
+
+
+def test_a_trajectory_page_prints_its_best_speedup_as_the_index_does(tmp_path):
+    """The page printed a best speedup of 1/3 as 0.3333333333333333, where the index and the tables print 0.333."""
+    from ptxbench.agent.report.build import write_report
+
+    TrajectoryBuilder(tmp_path / "run", "t0", "m", "gemm").turn(1, "PASSED", 1 / 3, True).stop()
+    files = write_report(tmp_path / "run", tmp_path / "out")
+    page = files.trajectories[0].read_text()
+    assert "best speedup 0.333 ·" in page and "0.3333333" not in page.split("<section")[0]
