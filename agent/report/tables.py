@@ -208,7 +208,8 @@ def fast_p_table(cells: list[CellScore], over: str, target: bool, split: bool = 
     table = Table(f"{name} over {over}", _heads(split, "workload", "n", *[f"p={p_key(p)}" for p in P_VALUES]),
                   note="share correct AND speedup > p" + (" AND target instructions executed" if target else "")
                   + (", [Wilson 95% CI]" if over == "trajectories" else
-                     ", [95% CI: bootstrap over trajectories; Wilson over trajectories where every resample agrees]"))
+                     f", [95% CI: bootstrap over trajectories; Wilson over trajectories where that gives none: fewer than "
+                     f"{MIN_BOOTSTRAP} trajectories, or every resample agrees]"))
     for cell in cells:
         ests = getattr(cell, attr)
         n = cell.n_turns if over == "turns" else cell.n_trajectories

@@ -110,3 +110,13 @@ def test_a_trajectory_page_prints_its_best_speedup_as_the_index_does(tmp_path):
     files = write_report(tmp_path / "run", tmp_path / "out")
     page = files.trajectories[0].read_text()
     assert "best speedup 0.333 ·" in page and "0.3333333" not in page.split("<section")[0]
+
+
+def test_the_over_turns_note_says_when_wilson_stands_in(tmp_path):
+    """The note said Wilson's interval stands in only where every resample agrees; it also does below MIN_BOOTSTRAP."""
+    from ptxbench.agent.report.tables import fast_p_table
+
+    TrajectoryBuilder(tmp_path, "t0", "m", "gemm").turn(1, "PASSED", 1.5, True).turn(2, "COMPILE_ERROR").stop()
+    cells = score_runs([tmp_path]).model_workload
+    assert cells[0].fast_p_turns["0"].ci_method == "wilson"
+    assert "fewer than 4 trajectories" in fast_p_table(cells, "turns", False).note
