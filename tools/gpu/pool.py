@@ -206,13 +206,22 @@ class GpuPool:
         self._start_error: NoGpuError | None = None  # a start that failed fails every later call at once
         self._next_id = 0
         self._started = False
+        # set by close(): no worker starts after it (a job in flight when it came would start its replacement, left
+        # running with GPU memory held), and a death it causes is no verdict on the candidate
+        self._closed = False
+        self._workers: list[WorkerProcess] = []  # every worker started and maybe still running: close() stops them all
 
     # ---- start-up ----
     def _worker_config(self) -> dict:
         return {"cache_share": self.config.cache_share}
 
     def _spawn(self, device: int) -> WorkerProcess:
-        return self.factory(device, self._worker_config())
+        with self._lock:  # a close() either sees this worker in the list, or came first and none starts
+            if self._closed:
+                raise NoGpuError("the GPU pool was closed")
+            self._workers = [w for w in self._workers if w.alive()]
+            self._workers.append(self.factory(device, self._worker_config()))
+            return self._workers[-1]
 
     def _await_hello(self, w: WorkerProcess) -> dict:
         if w.hello is None:
@@ -244,6 +253,8 @@ class GpuPool:
         with self._start_lock:
             if self._started:
                 return self
+            if self._closed:
+                raise NoGpuError("the GPU pool was closed")
             if self._start_error is not None:
                 raise self._start_error
             spawned: list[WorkerProcess] = []
@@ -292,13 +303,18 @@ class GpuPool:
         """Each worker's time from its process start to ready, as it measured it."""
         return [w["in_worker_s"] for w in self.startup]
 
+    def _info(self) -> dict:
+        """The first worker's hello; a closed pool answers from the one it had (an evaluation whose job ended as the
+        pool closed records its GPU), never by starting its workers again."""
+        return self.info if self._closed and self.info else self.start().info
+
     @property
     def limits(self) -> dict:
-        return self.start().info["limits"]
+        return self._info()["limits"]
 
     @property
     def fingerprint(self) -> dict:
-        return self.start().info["fingerprint"]
+        return self._info()["fingerprint"]
 
     # ---- jobs ----
     def submit(self, job: GpuJob | dict, priority: float = 0.0) -> GpuOutcome:
@@ -341,13 +357,22 @@ class GpuPool:
             self.free.put(slot)
 
     def _ensure_active(self, slot: DeviceSlot) -> WorkerProcess:
+        spare_lost = False
         while slot.active is None or not slot.active.alive():
             if slot.active is not None:
                 slot.active.kill()
+            from_spare = bool(slot.spares)
             slot.active = slot.spares.popleft() if slot.spares else self._spawn(slot.device)
             while len(slot.spares) < self.config.spares:
                 slot.spares.append(self._spawn(slot.device))
-            self._await_hello(slot.active)
+            try:
+                self._await_hello(slot.active)
+            except NoGpuError:
+                # a spare lost while it waited (the OOM killer, a start that broke) is no sign that a fresh worker
+                # fails too: one more is tried before the job is told the GPU cannot be used
+                if not from_spare or spare_lost:
+                    raise
+                spare_lost = True
         return slot.active
 
     def _replace(self, slot: DeviceSlot) -> None:
@@ -389,6 +414,8 @@ class GpuPool:
                     from ..compile import OUTSIDE_SIGNALS
 
                     code = w.exitcode
+                    if self._closed:  # close() ended it (its grace ran out under a running candidate): no verdict
+                        return _result("INFRA_ERROR", "the GPU pool was closed while this job ran")
                     self._retire(slot)
                     if not candidate_in:
                         return _result("INFRA_ERROR", f"the GPU worker process died while preparing inputs and "
@@ -401,6 +428,10 @@ class GpuPool:
                     if outside:
                         return _result("INFRA_ERROR", f"the GPU worker process was killed by {outside} from outside "
                                                       f"while running the candidate; it was replaced")
+                    if code is None:  # the worker runs on and its referee, which runs no candidate code, is gone: the
+                        # worker itself reports a referee lost as the harness's failure
+                        return _result("INFRA_ERROR", f"the GPU worker's referee process died (exit code {codes[1]}) "
+                                                      f"while the candidate ran; both were replaced")
                     return _result("RUNTIME_ERROR", f"the GPU worker process died while running the candidate "
                                                     f"(exit code {code})",
                                    runtime_error=f"WORKER_DIED: exit code {code}")
@@ -448,22 +479,22 @@ class GpuPool:
         return out
 
     def close(self) -> None:
+        """Stop every worker; the pool starts none after this (a job in flight comes back INFRA_ERROR)."""
         with self._start_lock:  # a start in progress (on a thread of its own) ends first, so none of it outlives this
-            self._close()
+            with self._lock:
+                self._closed = True
+                workers, self._workers = self._workers, []
+            self._close(workers)
 
-    def _close(self) -> None:
+    def _close(self, workers: list[WorkerProcess]) -> None:
+        for w in workers:
+            try:
+                w.send({"type": "exit"})
+            except (OSError, ValueError):
+                pass
+        for w in workers:
+            w.stop()
         for slot in self.slots:
-            for w in [slot.active, *slot.spares]:
-                if w is None:
-                    continue
-                try:
-                    w.send({"type": "exit"})
-                except (OSError, ValueError):
-                    pass
-        for slot in self.slots:
-            for w in [slot.active, *slot.spares]:
-                if w is not None:
-                    w.stop()
             slot.active, slot.spares = None, deque()
         self.slots = []
         self._started = False
