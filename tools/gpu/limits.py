@@ -17,6 +17,7 @@ SCALAR_BYTES = {"i32": 4, "u32": 4, "i64": 8, "u64": 8, "f32": 4, "f64": 8}
 ARG_BYTES = {"tensor": 8, "scratch": 8, "tmap": 128}
 SWIZZLE_SPAN = {"none": None, "32B": 32, "64B": 64, "128B": 128}
 ELEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4, "int64": 8, "uint8": 1}
+NAN_FILL_DTYPES = ("bfloat16", "float16", "float32")  # the driver's NaN out-of-bounds fill is for floating-point data
 
 
 class DeviceLimits(BaseModel):
@@ -95,6 +96,8 @@ def check_tmap(t: ResolvedTensorMap, nbytes_of_target: int | None) -> list[str]:
     for i, e in enumerate(t.elem_strides):
         if not 1 <= e <= 8:
             errs.append(f"{where}: elem_strides[{i}] = {e}; must be between 1 and 8")
+    if t.oob_fill == "nan" and t.dtype not in NAN_FILL_DTYPES:
+        errs.append(f"{where}: oob_fill nan needs a floating-point tensor, not {t.dtype}")
     span = SWIZZLE_SPAN[t.swizzle]
     if span is not None and t.box[0] * esize > span:
         errs.append(f"{where}: inner box of {t.box[0] * esize} bytes is wider than the {t.swizzle} swizzle span "

@@ -20,6 +20,8 @@ from .plan_toml import MAX_PLAN_OBJECTS, KeyLines
 MAX_SCRATCH_BYTES = 32 * 2**30
 MAX_CLUSTERS = "max_clusters"  # the per-launch symbol: clusters of this launch's shape resident at once
 SWIZZLE_BYTES = {"none": None, "32B": 32, "64B": 64, "128B": 128}
+# cuTensorMapEncodeTiled takes the NaN out-of-bounds fill for floating-point data only (cuda.h)
+NAN_FILL_DTYPES = ("bfloat16", "float16", "float32")
 SCALAR_RANGES = {"i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-(2**63), 2**63 - 1), "u64": (0, 2**63 - 1)}
 GRID_MAX = (2**31 - 1, 65535, 65535)
 TMA_STRIDE_BYTES = 2**40  # cuTensorMapEncodeTiled: every global stride below it (one of 2**64 is no cuuint64 at all)
@@ -118,6 +120,9 @@ class Resolver:
             raise self.fail(at("tensor"), f"{what}.tensor = '{m.tensor}' is neither a workload tensor "
                                           f"({', '.join(self.tensors)}) nor a scratch buffer ({', '.join(scratch) or 'none'})")
         esize, rank = DTYPE_BYTES[dtype], len(m.box)
+        if m.oob_fill == "nan" and dtype not in NAN_FILL_DTYPES:
+            raise self.fail(at("oob_fill"), f'{what}.oob_fill = "nan" needs a floating-point tensor, but {m.tensor} is '
+                                            f'{dtype}: TMA fills an integer tensor with zeros (oob_fill = "zero")')
         box = self.ints(m.box, at("box"), f"{what}.box", 1, 256)
         if m.dims is None:
             if rank != len(shape):

@@ -1,0 +1,61 @@
+"""Hostile plans against the checks that stand before the GPU: each refusal names the field to fix, before any GPU time
+is spent, and the GPU worker's own checks (tools/gpu/limits.py) agree with the parser's."""
+from __future__ import annotations
+
+import pytest
+
+from ptxbench.tools.gpu.limits import DeviceLimits, check_plan
+from ptxbench.tools.solution.parse import parse_solution, resolve_plan
+from ptxbench.tools.solution.plan import ResolvedArg, ResolvedLaunch, ResolvedPlan, ResolvedTensorMap, Solution
+from ptxbench.workloads.schema import Baseline, TensorSpec, Workload
+
+GEMM = Workload(
+    id="test_gemm", op="gemm", title="C = A @ B^T", symbols={"M": 256, "N": 256, "K": 512}, reference="gemm",
+    tensors=[TensorSpec(name="A", role="input", dtype="bfloat16", shape=["M", "K"]),
+             TensorSpec(name="B", role="input", dtype="bfloat16", shape=["N", "K"]),
+             TensorSpec(name="C", role="output", dtype="bfloat16", shape=["M", "N"])],
+    baselines=[Baseline(name="cublas", primary=True)], flops=1.0, min_bytes=1.0, targets={})
+
+HEAD = ".version 8.0\n.target sm_90a\n.address_size 64\n"
+
+
+def _plan(args: str, tables: str = "", language: str = "ptx") -> str:
+    return (f'/* ptxbench\nlanguage = "{language}"\n\n[[launch]]\nkernel = "k"\ngrid = [2]\nblock = [128]\n'
+            f"args = [{args}]\n{tables}*/\n")
+
+
+def _issue(result, *words: str):
+    assert isinstance(result, list), f"expected issues, got a Solution: {result}"
+    for issue in result:
+        if all(w in issue.message for w in words):
+            return issue
+    raise AssertionError(f"no issue with {words}: {[str(i) for i in result]}")
+
+
+# ---------- a NaN out-of-bounds fill on an integer tensor ----------
+# cuTensorMapEncodeTiled takes CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA for floating-point data only (cuda.h):
+# the plan passed, the driver refused it at the worker's first bind, a PLAN_ERROR that named no line and cost a GPU trip.
+
+TMAP_ENTRY = (HEAD + ".visible .entry k(\n\t.param .align 64 .b8 t[128],\n\t.param .u64 c\n)\n{\n\tret;\n}\n")
+
+
+@pytest.mark.parametrize("dtype, box0", [("int32", 16), ("int64", 2), ("uint8", 16)])
+def test_a_nan_fill_on_an_integer_buffer_is_refused_on_its_line(dtype, box0):
+    tables = (f'[scratch.s]\ndtype = "{dtype}"\nshape = [64, 64]\n'
+              f'[tmap.t]\ntensor = "s"\nbox = [{box0}, 8]\noob_fill = "nan"\n')
+    found = _issue(parse_solution(_plan('"tmap:t", "C"', tables) + TMAP_ENTRY, GEMM), "oob_fill", "nan", dtype)
+    assert found.kind == "plan" and found.line == 15  # the oob_fill line
+    floating = tables.replace(f'dtype = "{dtype}"', 'dtype = "float32"').replace(f"box = [{box0}", "box = [16")
+    assert isinstance(parse_solution(_plan('"tmap:t", "C"', floating) + TMAP_ENTRY, GEMM), Solution)
+
+
+def test_the_worker_refuses_a_nan_fill_on_an_integer_buffer_too():
+    t = ResolvedTensorMap(name="t", tensor="s", source="scratch", dtype="int32", rank=2, dims=[64, 64], strides=[64],
+                          byte_strides=[256], box=[16, 8], elem_strides=[1, 1], swizzle="none", l2_promotion="none",
+                          oob_fill="nan")
+    launch = ResolvedLaunch(kernel="k", grid=(1, 1, 1), block=(128, 1, 1), args=[ResolvedArg(kind="tmap", name="t")])
+    plan = ResolvedPlan(num_sms=132, launches=[launch], tmaps=[t])
+    errs = check_plan(plan, DeviceLimits(), {"s": 64 * 64 * 4})
+    assert any("nan" in e and "int32" in e for e in errs), errs
+    float_map = t.model_copy(update={"dtype": "float32"})
+    assert check_plan(plan.model_copy(update={"tmaps": [float_map]}), DeviceLimits(), {"s": 64 * 64 * 4}) == []
