@@ -120,7 +120,8 @@ def retry_after_s(exc: BaseException | None) -> float:
 
 
 class _HarnessFailed(Exception):
-    """The call's own reporting failed (on_retry: the model_retry event's write on a full disk, a live view's listener).
+    """The call's own machinery failed (on_retry: the model_retry event's write on a full disk, a live view's listener;
+    the back-off's wait, which the bench's slot bookkeeping replaces).
     Made a ModelError it was the model's error on any call after the first, the trajectory scored on it; query raises
     the failure itself, which the loop records as the harness's crash (infra)."""
 
@@ -164,6 +165,15 @@ class LiteLLMModel:
                               state.next_action.sleep if state.next_action else 0.0)
             except Exception as failure:  # noqa: BLE001 - passed on as it is by query, never as the provider's
                 raise _HarnessFailed() from failure
+
+    def _wait(self, seconds: float) -> None:
+        """A back-off's wait (self.sleep: the bench's frees its provider slot); its own failure is the harness's."""
+        try:
+            self.sleep(seconds)
+        except CallStopped:
+            raise
+        except Exception as failure:  # noqa: BLE001 - passed on as it is by query, never as the provider's
+            raise _HarnessFailed() from failure
 
     def _offline(self, exc: BaseException | None, attempt: int) -> str | None:
         """One line when the call's first attempt could not connect at all (reach.py) to a destination that has not
@@ -215,7 +225,7 @@ class LiteLLMModel:
             wait=lambda state: min(max(backoff(state), retry_after_s(state.outcome.exception())), max(left(), 0.0)),
             retry=retry_if_exception(is_transient) & (
                 lambda state: self._offline(state.outcome.exception(), state.attempt_number) is None),
-            sleep=lambda seconds: self.sleep(seconds),
+            sleep=self._wait,
             reraise=True,
         )
         start = time.perf_counter()

@@ -43,15 +43,19 @@ def test_an_account_out_of_credit_is_a_refused_set_up_at_any_call(tmp_path, answ
     assert error.infra and "credit" in error.message.lower()
 
 
-def test_a_failing_back_off_report_is_the_harness_crash_not_the_models_error():
-    """The back-off's report (on_retry: the model_retry event, written to disk and shown by the live view) failed, a
-    full disk: the failure came out of the call as a ModelError, which after the first call ends the trajectory as the
-    model's error and scores it. It is raised as it is, a crash of the harness (the loop records it as infra)."""
-    def full_disk(*args):
-        raise OSError(errno.ENOSPC, "No space left on device")
+def _full_disk(*args):
+    raise OSError(errno.ENOSPC, "No space left on device")
 
+
+@pytest.mark.parametrize("part", ["on_retry", "sleep"])
+def test_a_failing_back_off_report_or_wait_is_the_harness_crash_not_the_models_error(part):
+    """The back-off's report (on_retry: the model_retry event, written to disk and shown by the live view) or its wait
+    (the bench's, which hands its provider slot back meanwhile) failed: the failure came out of the call as a
+    ModelError, which after the first call ends the trajectory as the model's error and scores it. It is raised as it
+    is, a crash of the harness (the loop records it as infra)."""
     with ScriptedServer([{"status": 503}], default={"content": "hello"}) as server:
-        model = LiteLLMModel("openai/m", api_base=server.base_url, max_attempts=3, retry_wait_s=0.01, on_retry=full_disk)
+        model = LiteLLMModel("openai/m", api_base=server.base_url, max_attempts=3, retry_wait_s=0.01)
+        setattr(model, part, _full_disk)
         with pytest.raises(OSError) as raised:
             model.query(ModelRequest(messages=HELLO, turn=2, call_index=3))
     assert raised.value.errno == errno.ENOSPC and len(server.requests) == 1
