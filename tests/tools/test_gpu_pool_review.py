@@ -128,3 +128,76 @@ def test_a_replacement_that_keeps_failing_is_said_once_not_retried_forever():
     finally:
         pool.close()
     assert len(made) < 12
+
+
+def test_a_gpu_whose_worker_cannot_start_again_does_not_swallow_the_other_gpus_jobs():
+    """A GPU lost mid-run (fallen off the bus: its worker cannot start any more) answered each job sent to it at once
+    with INFRA_ERROR and was free again at once, so it took most jobs while the healthy GPU was busy: every trajectory's
+    retries spent in minutes. A job whose worker cannot start (nothing of it ran) goes to another GPU, and the lost one
+    waits out a pause before it is tried again."""
+    broken = {"device1": False}
+
+    def factory(d, c):
+        return FakeWorker(d, c, fail_start=d == 1 and broken["device1"])
+
+    pool = GpuPool(PoolConfig(devices=[0, 1], spares=0), factory=factory)
+    try:
+        pool.start()
+        broken["device1"] = True
+        dev1 = next(s for s in pool.slots if s.device == 1)
+        dev1.active._alive = False  # its worker lost while idle; no new one starts there
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(pool.submit(job("ok", 5)))) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        assert [r.status for r in results] == ["PASSED"] * 8, [r.message for r in results]
+    finally:
+        pool.close()
+
+
+def test_a_job_is_infra_error_when_no_gpu_can_start_a_worker():
+    """Every GPU lost: the job is told (INFRA_ERROR naming why), not passed around forever."""
+    broken = {"on": False}
+    pool = GpuPool(PoolConfig(devices=[0, 1], spares=0), factory=lambda d, c: FakeWorker(d, c, fail_start=broken["on"]))
+    try:
+        pool.start()
+        broken["on"] = True
+        for slot in pool.slots:
+            slot.active._alive = False
+        res = pool.submit(job("ok", 5))
+        assert res.status == "INFRA_ERROR" and "no GPU here" in res.message
+    finally:
+        pool.close()
+
+
+def test_a_paused_gpu_takes_jobs_again_after_its_pause():
+    """A GPU whose worker could not start once (host memory short at that moment) is not given up for the run."""
+    broken = {"device1": False}
+    made = []
+
+    def factory(d, c):
+        made.append(FakeWorker(d, c, fail_start=d == 1 and broken["device1"]))
+        return made[-1]
+
+    pool = GpuPool(PoolConfig(devices=[0, 1], spares=0, lost_gpu_pause_s=0.2), factory=factory)
+    try:
+        pool.start()
+        dev1 = next(s for s in pool.slots if s.device == 1)
+        broken["device1"] = True
+        dev1.active._alive = False
+        dev0 = next(s for s in pool.slots if s.device == 0)
+        with pool.exclusive(0):  # device 0 busy: the job meets device 1's failed start, then waits for device 0
+            got = []
+            runner = threading.Thread(target=lambda: got.append(pool.submit(job("ok", 5))))
+            runner.start()
+            wait_until(lambda: 1 in pool._paused)
+        runner.join(10)
+        assert got[0].status == "PASSED" and dev0.jobs == 1
+        broken["device1"] = False
+        wait_until(lambda: 1 not in pool._paused and pool.free.qsize() == 2)
+        with pool.exclusive(0):
+            assert pool.submit(job("ok", 5)).status == "PASSED" and dev1.jobs == 1  # device 1 back in service
+    finally:
+        pool.close()

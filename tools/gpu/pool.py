@@ -11,7 +11,10 @@ kernel's first call: watchdog.py; the job's timeout_s caps it). No message withi
 worker is killed: TIMEOUT (naming the phase, the limit and how it was reached) when a candidate was
 running, INFRA_ERROR when the harness's own preparation stalled. A dead worker or a
 result marked `replace` (sticky CUDA error) -> the worker is replaced by its spare, and a new
-spare starts in the background. The caller always gets a result dict.
+spare starts in the background. The caller always gets a result dict. A GPU whose worker cannot start (lost
+mid-run) takes no job for a while (PoolConfig.lost_gpu_pause_s): the job that met it runs on another GPU, nothing of
+it having run; with no other GPU left it is INFRA_ERROR. After close() no worker starts: a job in flight comes back
+INFRA_ERROR.
 
 Free GPUs wait in a SlotQueue (slots.py): a job takes any free one; `exclusive(device)` takes one
 named device for work outside the worker (a profiler replay started on that device) and holds only
@@ -111,6 +114,8 @@ class PoolConfig(BaseModel):
     cache_share: float = Field(0.4, description="share of GPU memory for cached inputs, references and baselines")
     start_timeout_s: float = 300.0
     prepare_timeout_s: float = Field(900.0, description="watchdog limit for building inputs, references and baselines")
+    lost_gpu_pause_s: float = Field(60.0, description="a GPU whose worker could not start takes no job this long (its "
+                                    "jobs go to the other GPUs), then is tried again")
 
 
 class WorkerProcess:
@@ -209,6 +214,7 @@ class GpuPool:
         # set by close(): no worker starts after it (a job in flight when it came would start its replacement, left
         # running with GPU memory held), and a death it causes is no verdict on the candidate
         self._closed = False
+        self._paused: set[int] = set()  # devices whose worker could not start: out of the free queue for a while
         self._workers: list[WorkerProcess] = []  # every worker started and maybe still running: close() stops them all
 
     # ---- start-up ----
@@ -322,16 +328,44 @@ class GpuPool:
         outcome (never raises for kernel faults)."""
         job = job if isinstance(job, GpuJob) else GpuJob.model_validate(job)
         self.start()
-        asked = self.timeline.now()
-        slot = self.free.get(priority=priority)
-        got = self.timeline.now()
-        try:
-            return self._run(slot, job)
-        except NoGpuError as e:  # a replacement worker could not start
-            return _result("INFRA_ERROR", str(e))
-        finally:
-            self.timeline.add(slot.device, "job", False, asked, got, self.timeline.now(), job.workload)
-            self.free.put(slot)
+        failed: list[DeviceSlot] = []  # GPUs whose worker could not start for this job
+        while True:
+            asked = self.timeline.now()
+            slot = self.free.get(priority=priority)
+            got = self.timeline.now()
+            paused = False
+            try:
+                return self._run(slot, job)
+            except NoGpuError as e:  # its worker could not start, so nothing of this job ran: another GPU runs it
+                failed.append(slot)
+                # a lost GPU answers at once and is free at once: left in the queue it would take most jobs while
+                # the others are busy, each one an INFRA_ERROR spending a trajectory's retry
+                paused = self._pause(slot, failed)
+                if not paused:  # no other GPU to try
+                    return _result("INFRA_ERROR", str(e))
+            finally:
+                self.timeline.add(slot.device, "job", False, asked, got, self.timeline.now(), job.workload)
+                if not paused:
+                    self.free.put(slot)
+
+    def _pause(self, slot: DeviceSlot, failed: list[DeviceSlot]) -> bool:
+        """Hold `slot` out of the free queue for lost_gpu_pause_s, unless no other GPU is left to take jobs
+        (one not in `failed` nor paused): the last one is never held back, so a job always finds a GPU."""
+        with self._lock:
+            if self._closed or not any(s not in failed and s.device not in self._paused for s in self.slots):
+                return False
+            self._paused.add(slot.device)
+        timer = threading.Timer(self.config.lost_gpu_pause_s, self._resume, args=(slot,))
+        timer.daemon = True
+        timer.start()
+        return True
+
+    def _resume(self, slot: DeviceSlot) -> None:
+        with self._lock:
+            self._paused.discard(slot.device)
+            if self._closed:
+                return
+        self.free.put(slot)
 
     def pick_device(self) -> int:
         """A device for work that must name its GPU before it holds it (a replay process): a free one, else the one
