@@ -151,7 +151,7 @@ def test_the_overlap_puts_s_in_a_group_that_wait_group_1_completes():
     leaves pending, so S_j was read before its product landed."""
     wgmma = " ".join(section("wgmma for attention").split())
     line = re.search(r"- Overlap: (.*?)\.(?: - |$)", wgmma).group(1)
-    steps = re.findall(r"(S_j = Q K_j\^T|O \+= P_\{j-1\} V_\{j-1\}|commit|wait_group \d+)", line)
+    steps = re.findall(r"(S_j = Q K_j\^T|O \+= P_\{j-1\} V_\{j-1\}|commit|wait_group(?:\.sync\.aligned)? \d+)", line)
     open_group, groups, complete = [], [], set()
     for step in steps:
         if step == "commit":
@@ -163,7 +163,7 @@ def test_the_overlap_puts_s_in_a_group_that_wait_group_1_completes():
                 complete.update(group)
         else:
             open_group.append(step)
-    assert steps[-1] == "wait_group 1" and not open_group, steps
+    assert steps[-1] == "wait_group.sync.aligned 1" and not open_group, steps
     assert "S_j = Q K_j^T" in complete, steps
     assert "O += P_{j-1} V_{j-1}" not in complete, steps  # the P V product still runs, as the line says
 

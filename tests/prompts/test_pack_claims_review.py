@@ -46,6 +46,19 @@ def test_every_section_that_spells_an_instruction_is_assembled_by_a_test():
             assert section(owner) in sections, (owner, module.__name__)
 
 
+def test_no_prose_span_spells_an_instruction_with_operands_but_not_whole():
+    """`wgmma.wait_group 1` (the attention overlap's line) read as an instruction and ptxas refuses it (".sync modifier
+    required"): a span that gives operands is a line a model copies, so it is spelled whole and assembled with the rest;
+    a bare opcode (`st.global`, `setmaxnreg.dec`) names one and is not."""
+    prose = re.sub(r"```.*?```", "", PACK, flags=re.S)
+    partial = [s for s in re.findall(r"`([^`]+)`", prose)
+               if re.fullmatch(r"[a-z][a-z0-9_]*(?:\.[\w:]+)+ [^;]+", s)]
+    assert not partial, partial
+    r = compile_source("\n".join(HEAD + [".visible .entry k()", "{", "  wgmma.wait_group 1;", "  ret;", "}", ""]), "ptx",
+                       "sm_90a")
+    assert r.status != "ok" and ".sync modifier required" in " ".join(str(e.message) for e in r.errors)
+
+
 def _ok(result):
     assert result.status == "ok", "\n".join(str(e.message) for e in result.errors) or result.log
     return result
