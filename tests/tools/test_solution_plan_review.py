@@ -59,3 +59,61 @@ def test_the_worker_refuses_a_nan_fill_on_an_integer_buffer_too():
     assert any("nan" in e and "int32" in e for e in errs), errs
     float_map = t.model_copy(update={"dtype": "float32"})
     assert check_plan(plan.model_copy(update={"tmaps": [float_map]}), DeviceLimits(), {"s": 64 * 64 * 4}) == []
+
+
+# ---------- a kernel the file declares but never defines ----------
+# `.extern .entry k(...);` assembles, and a CUDA prototype compiles, to a module without k: the plan passed, the
+# compile passed, and the worker's cuModuleGetFunction was the first to find that the kernel was not there.
+
+GEMM_ARGS = '"A", "B", "C", "i32:K"'
+PTX_PARAMS = "(\n\t.param .u64 a,\n\t.param .u64 b,\n\t.param .u64 c,\n\t.param .s32 kk\n)"
+PTX_BODY = "\n{\n\tret;\n}\n"
+CUDA_PARAMS = "(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, int kk)"
+CUDA_HEAD = "#include <cuda_bf16.h>\n"
+
+
+def _ptx(*entries: str) -> str:
+    return _plan(GEMM_ARGS) + HEAD + "".join(entries)
+
+
+def _cuda(*kernels: str) -> str:
+    return _plan(GEMM_ARGS, language="cuda") + CUDA_HEAD + "".join(kernels)
+
+
+@pytest.mark.parametrize("source, line", [
+    (_ptx(".extern .entry k" + PTX_PARAMS + ";\n"), 13),
+    (_ptx(".visible .entry j" + PTX_PARAMS + PTX_BODY, ".extern .entry k" + PTX_PARAMS + ";\n"), 22),
+    (_cuda('extern "C" __global__ void k' + CUDA_PARAMS + ";\n"), 11),
+    (_cuda('extern "C" __global__ void __launch_bounds__(128) k' + CUDA_PARAMS + ";\n",
+           'extern "C" __global__ void j' + CUDA_PARAMS + " {}\n"), 11),
+])
+def test_a_kernel_only_declared_is_a_plan_issue_on_its_declaration(source, line):
+    found = _issue(parse_solution(source, GEMM), "kernel k", "declared", "never defined")
+    assert found.kind == "plan" and found.line == line
+
+
+@pytest.mark.parametrize("source", [
+    _ptx(".visible .entry k" + PTX_PARAMS + PTX_BODY),
+    _ptx(".visible .entry k" + PTX_PARAMS + "\n.maxntid 128, 1, 1" + PTX_BODY),
+    _ptx(".visible .entry k" + PTX_PARAMS + ' .pragma "nounroll";' + PTX_BODY),  # a pragma at entry scope, then the body
+    _cuda('extern "C" __global__ void k' + CUDA_PARAMS + ";\n", 'extern "C" __global__ void k' + CUDA_PARAMS + " {}\n"),
+    _cuda('extern "C" __global__ void k' + CUDA_PARAMS + " {}\n", 'extern "C" __global__ void k' + CUDA_PARAMS + ";\n"),
+    # a prototype whose definition a macro writes: the scan cannot see it, so it does not refuse it
+    _cuda("#define KERNEL(name) extern \"C\" __global__ void name" + CUDA_PARAMS + " {}\n",
+          'extern "C" __global__ void k' + CUDA_PARAMS + ";\n", "KERNEL(k)\n"),
+])
+def test_a_declaration_beside_its_definition_is_fine(source):
+    assert isinstance(parse_solution(source, GEMM), Solution), parse_solution(source, GEMM)
+
+
+def test_the_compilers_accept_a_declared_kernel_and_leave_it_out_of_the_module(tmp_path, monkeypatch):
+    """Why the parser refuses it: ptxas and nvcc both compile such a file, to a module without the kernel."""
+    from ptxbench.tools.compile import compile_source
+    from ptxbench.tools.toolchain import find_toolchain
+
+    if find_toolchain().ptxas is None:
+        pytest.skip("no ptxas here")
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path))
+    ptx = HEAD + ".visible .entry j" + PTX_PARAMS + PTX_BODY + ".extern .entry k" + PTX_PARAMS + ";\n"
+    compiled = compile_source(ptx, "ptx", "sm_90a")
+    assert compiled.status == "ok" and set(compiled.kernels) == {"j"}, compiled.errors

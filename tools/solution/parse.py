@@ -174,6 +174,13 @@ def _check_entries(plan: LaunchPlan, language: str, source: str, warnings: list[
             issues.append(FormatIssue(line=launch.line, kind="plan", message=f"kernel '{launch.kernel}' is not defined as "
                                       f"{spelled} {launch.kernel}(...) in the file (kernels found: {found})"))
             continue
+        if not entry.defined and not (language == "cuda" and _named_at_file_scope(launch.kernel, code, entries)):
+            # a prototype alone compiles (ptxas takes `.extern .entry`, nvcc a __global__ prototype) to a module without
+            # the kernel; in CUDA a macro may write the definition where the scan cannot see it
+            issues.append(FormatIssue(line=entry.line, kind="plan", message=f"kernel {entry.name} is only declared here "
+                                      "(its parameter list ends in ';') and never defined, so the compiled module has "
+                                      f"no kernel {entry.name} for the launch on line {launch.line}: give it a body"))
+            continue
         if language == "cuda" and not entry.extern_c:
             issues.append(FormatIssue(line=entry.line, kind="source", message=f"kernel {entry.name} is not extern \"C\": its name "
                                       f"would be mangled; declare it extern \"C\" __global__ void {entry.name}(...)"))

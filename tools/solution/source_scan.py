@@ -234,6 +234,20 @@ class Entry:
     params: list[Param] = field(default_factory=list)
     extern_c: bool = True  # CUDA only: declared extern "C" (name not mangled)
     span: tuple[int, int] = (0, 0)  # character range of the declaration up to its parameter list's end
+    defined: bool = True  # False for a prototype alone (`.extern .entry k(...);`): the compiled module has no k
+
+
+# A parameter list closed by `;`: a prototype, no definition. (Anything else after it, a body or a PTX performance
+# directive or `.pragma "...";` before the body, counts as a definition.)
+_PROTOTYPE_END = re.compile(r"\)\s*;")
+
+
+def _add_entry(entries: dict[str, Entry], entry: Entry, text: str, list_end: int) -> None:
+    """Keep `entry` under its name; a prototype does not replace a definition, and the name counts as defined when any
+    of its declarations is one."""
+    entry.defined = _PROTOTYPE_END.match(text, list_end) is None
+    if (known := entries.get(entry.name)) is None or entry.defined or not known.defined:
+        entries[entry.name] = entry
 
 
 _PTX_TYPE = re.compile(r"\.(u|s|b|f)(8|16|32|64)\b")
@@ -266,7 +280,9 @@ def ptx_entries(source: str) -> dict[str, Entry]:
         if m.group(2):
             for off, piece in split_top_level(text[m.end():end]):
                 entry.params.append(_ptx_param(piece, line_of(m.end() + off)))
-        entries[entry.name] = entry
+            _add_entry(entries, entry, text, end)
+        else:
+            entries[entry.name] = entry
     return entries
 
 
@@ -333,5 +349,5 @@ def cuda_kernels(source: str) -> dict[str, Entry]:
         if body.strip() not in ("", "void"):
             for off, piece in split_top_level(body):
                 entry.params.append(_cuda_param(piece, line_of(open_pos + 1 + off)))
-        kernels[name] = entry
+        _add_entry(kernels, entry, text, end)
     return kernels
