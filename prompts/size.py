@@ -60,8 +60,9 @@ WORKLOADS = ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_bwd_d128")
 # (+17 / 4); the expert notes' register splits as pairs that fit the CTA's pool (their ranges held 40 / 240, which
 # hangs) by +22 (+15 / 4), expert only; the format's target named as the task's architecture, not sm_90a (a task for
 # sm_100a said `.target sm_90a`) by +2 (+14 / 4); the attention overlap's wait spelled whole
-# (`wgmma.wait_group.sync.aligned 1;`: ptxas refuses `wgmma.wait_group 1`) by +5 (+3 / 4).
-BUDGETS = {"basic": (3350, 2850), "knowledge": (13303, 10666), "expert": (13941, 11205)}
+# (`wgmma.wait_group.sync.aligned 1;`: ptxas refuses `wgmma.wait_group 1`) by +5 (+3 / 4); the format's refusals
+# reflowed to its line width by +4 (+1 / 4).
+BUDGETS = {"basic": (3350, 2850), "knowledge": (13307, 10667), "expert": (13945, 11205)}
 
 
 @functools.cache
