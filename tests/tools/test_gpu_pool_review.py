@@ -201,3 +201,29 @@ def test_a_paused_gpu_takes_jobs_again_after_its_pause():
             assert pool.submit(job("ok", 5)).status == "PASSED" and dev1.jobs == 1  # device 1 back in service
     finally:
         pool.close()
+
+
+def test_a_worker_lost_between_its_check_and_the_jobs_send_costs_the_job_nothing():
+    """The worker died after the pool saw it alive and before the job reached it (its pipe broken): the evaluation
+    raised BrokenPipeError, a harness crash the trajectory spent a retry on. Nothing of the job ran: its replacement
+    runs it."""
+    class GoneAtSend(FakeWorker):
+        def send(self, msg):
+            if msg.get("type") == "evaluate":
+                self._alive = False
+                raise BrokenPipeError(32, "Broken pipe")
+            return super().send(msg)
+
+    made = []
+
+    def factory(d, c):
+        made.append(GoneAtSend(d, c) if not made else FakeWorker(d, c))
+        return made[-1]
+
+    pool = GpuPool(PoolConfig(devices=[0], spares=1), factory=factory)
+    try:
+        res = pool.submit(job("ok", 5))
+        assert res.status == "PASSED" and res.runtime_error == f"worker {id(made[1])}"
+        assert made[1].jobs == 1 and pool.slots[0].jobs == 1
+    finally:
+        pool.close()

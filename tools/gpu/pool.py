@@ -435,7 +435,13 @@ class GpuPool:
         update = {"id": job_id, "ceilings": self.ceilings.get(slot.device, job.ceilings)}
         if "prepare_timeout_s" not in job.model_fields_set:
             update["prepare_timeout_s"] = self.config.prepare_timeout_s
-        w.send(job.model_copy(update=update).model_dump())
+        message = job.model_copy(update=update).model_dump()
+        try:
+            w.send(message)
+        except (OSError, ValueError):  # it died since it was seen alive (its pipe broken): the job never reached it,
+            self._retire(slot)  # so its replacement runs it, no retry of the trajectory spent on a harness crash
+            w = self._ensure_active(slot)
+            w.send(message)
         slot.jobs += 1
         phase, deadline = "prepare", time.monotonic() + self.config.prepare_timeout_s
         phase_limit, phase_why = self.config.prepare_timeout_s, ""
