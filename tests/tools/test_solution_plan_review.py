@@ -117,3 +117,17 @@ def test_the_compilers_accept_a_declared_kernel_and_leave_it_out_of_the_module(t
     ptx = HEAD + ".visible .entry j" + PTX_PARAMS + PTX_BODY + ".extern .entry k" + PTX_PARAMS + ";\n"
     compiled = compile_source(ptx, "ptx", "sm_90a")
     assert compiled.status == "ok" and set(compiled.kernels) == {"j"}, compiled.errors
+
+
+# ---------- a kernel of thousands of parameters ----------
+# ptxas takes up to 32764 bytes of parameters (8000 i32s assemble), and the plan checks pass a launch of as many args;
+# the worker read at most 4096 parameter sizes and refused it, saying the kernel took 4096.
+
+def test_the_worker_reads_every_parameter_the_parameter_space_can_hold(runner, monkeypatch):
+    from ptxbench.tools.gpu import launch
+
+    count = 8000
+    success, past_the_end = launch.cu.CUresult.CUDA_SUCCESS, object()
+    monkeypatch.setattr(launch.cu, "cuFuncGetParamInfo",
+                        lambda fn, i: (success, 4 * i, 4) if i < count else (past_the_end, 0, 0))
+    assert launch.param_sizes(object()) == [4] * count

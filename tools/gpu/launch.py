@@ -69,9 +69,14 @@ def _attr(fn, attr) -> int:
     return int(check(cu.cuFuncGetAttribute(attr, fn), f"cuFuncGetAttribute({attr.name})"))
 
 
+# ptxas takes up to 32764 bytes of kernel parameters (0x7ffc), a parameter at least one byte: read that many at most,
+# never fewer than a kernel may have (8000 i32 parameters assemble).
+MAX_KERNEL_PARAMS = 32764
+
+
 def param_sizes(fn) -> list[int]:
     sizes = []
-    for i in range(4096):
+    for i in range(MAX_KERNEL_PARAMS):
         err, _offset, size = cu.cuFuncGetParamInfo(fn, i)
         if err != cu.CUresult.CUDA_SUCCESS:
             break
