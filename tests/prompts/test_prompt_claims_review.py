@@ -109,9 +109,12 @@ def test_what_the_policy_refuses_the_format_names(source, named):
 
 
 def test_what_the_format_allows_the_policy_allows():
+    """And `uint32_t` under <cstdint> compiles without `std::`, as the format says to write it."""
     source = ("#include <cstdint>\n#include <cuda_bf16.h>\n#define N 4\n#pragma once\n"
               + _DEVICE.format("uint32_t x = N;\n#pragma unroll\nfor (int i = 0; i < N; ++i) x += i; (void)x;"))
     assert not check_cuda_source(source), check_cuda_source(source)
+    r = compile_source(source, "cuda", "sm_90a")
+    assert r.status == "ok", [str(e.message) for e in r.errors]
 
 
 # ---- max_clusters -------------------------------------------------------------------------------
