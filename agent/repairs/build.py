@@ -129,3 +129,54 @@ def summary_table(report: BuildReport) -> str:
                  + ", ".join(f"{k}={v}" for k, v in sorted(report.dropped.items()))
                  + f"; skipped {len(report.skipped)}; {report.seconds:.0f} s on {s.gpu or 'no GPU'}")
     return "\n".join(lines)
+
+
+@dataclass
+class SuiteDrift:
+    """How a built suite's broken kernels compare with the candidates the builder makes today (on the CPU)."""
+    same: list[str] = field(default_factory=list)  # the builder's text, byte for byte
+    comments_only: dict[str, str] = field(default_factory=dict)  # task id -> today's text: the same code
+    code_changed: list[str] = field(default_factory=list)  # another kernel today: only a GPU build renews it
+    no_candidate: list[str] = field(default_factory=list)  # the builder no longer makes it (e.g. a recorded run)
+
+
+def suite_drift(suite: RepairSuite, candidates: list[Candidate]) -> SuiteDrift:
+    """Each task's broken kernel beside today's candidate of the same id. A text that differs in comments and white
+    space only is the same code, so the GPU's verdict stands and the text can be renewed without a GPU
+    (suite.replace_solutions); one whose code differs (its reference kernel changed since the build) cannot."""
+    from ..export.normalize import normalized_kernel
+
+    today = {c.id: c.source for c in candidates}
+    drift = SuiteDrift()
+    for task in suite.tasks:
+        built = suite.solution_path(task).read_text(encoding="utf-8")
+        new = today.get(task.id)
+        if new is None:
+            drift.no_candidate.append(task.id)
+        elif new == built:
+            drift.same.append(task.id)
+        elif normalized_kernel(new) == normalized_kernel(built):
+            drift.comments_only[task.id] = new
+        else:
+            drift.code_changed.append(task.id)
+    return drift
+
+
+def cpu_verdicts(suite: RepairSuite, texts: dict[str, str], evaluator: Evaluator, arch: str = DEFAULT_ARCH) -> dict[str, Verdict]:
+    """The verdicts of renewed texts (task id -> text) that need no GPU (a compile or plan error), given again on the
+    CPU: their messages quote line numbers, which a renewed comment moves. Only where the status is the recorded one;
+    a verdict a GPU gave is kept as it is (its messages name no source line)."""
+    from .suite import judged_without_gpu
+
+    today = _dt.date.today().isoformat()
+    out = {}
+    for task_id, text in texts.items():
+        task = suite.task(task_id)
+        if task.verdict.gpu or not judged_without_gpu(task.verdict.status):
+            continue
+        result = evaluator.evaluate(task.workload, text, EvalOptions(arch=arch, no_gpu=True))
+        if result.status == task.verdict.status:
+            out[task_id] = Verdict(status=result.status, message=result.message, date=today,
+                                   feedback=render_eval(result, 0, False))
+    return out
+

@@ -72,6 +72,14 @@ def from_mutations(workloads=SUITE_WORKLOADS, mutations: list[Mutation] | None =
     return out
 
 
+def without_leading_comments(source: str) -> str:
+    """The file without the `//` lines (and blank lines) it opens with. A fault corpus file opens with its answer,
+    "// Fault: <what is wrong>. Expected: <the verdict>", and a repair task's file is shown to the model whole."""
+    lines = source.splitlines(keepends=True)
+    first = next((i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith("//")), len(lines))
+    return "".join(lines[first:])
+
+
 def from_fault_corpus() -> list[Candidate]:
     from ptxbench.workloads.solutions.faults import HERE, load_corpus
 
@@ -80,7 +88,7 @@ def from_fault_corpus() -> list[Candidate]:
     for name, entry in corpus.items():
         if name.startswith("cheat_") or name in NOT_REPAIRS:
             continue
-        source = (Path(HERE) / entry["file"]).read_text(encoding="utf-8")
+        source = without_leading_comments((Path(HERE) / entry["file"]).read_text(encoding="utf-8"))
         out.append(Candidate(workload, name, entry.get("description", f"fault corpus entry {name}"), "fault_corpus",
                              source, [f"workloads/solutions/faults/{entry['file']}"]))
     return out

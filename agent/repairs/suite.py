@@ -228,6 +228,27 @@ def _load_task(folder: Path, tid) -> RepairTask:
     return task
 
 
+def _task_json(task: RepairTask) -> str:
+    return json.dumps(task.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def replace_solutions(suite: RepairSuite, texts: dict[str, str], verdicts: dict[str, Verdict] | None = None) -> list[str]:
+    """Write new broken-kernel texts (task id -> text) into a suite read by load_suite, each task.json taking the new
+    text's sha256 (and the verdict given in `verdicts`, if any); nothing else changes. Only for a text of the same
+    code (build.suite_drift's comments_only): the GPU's verdict was given to that code. Returns the ids written."""
+    from ..records.rundir import sha256_text
+
+    folder = Path(suite.folder)
+    for task_id, text in sorted(texts.items()):
+        update = {"solution_sha256": sha256_text(text)}
+        if verdicts and task_id in verdicts:
+            update["verdict"] = verdicts[task_id]
+        task = suite.task(task_id).model_copy(update=update)
+        (folder / task.id / task.solution_file).write_text(text, encoding="utf-8")
+        (folder / task.id / "task.json").write_text(_task_json(task))
+    return sorted(texts)
+
+
 def write_suite(folder: str | Path, suite: RepairSuite, sources: dict[str, str]) -> Path:
     """Write the suite (task id -> broken source in `sources`), replacing the task folders of an older build.
     Output is stable (sorted keys, fixed indent, tasks by id), so a rebuild diffs cleanly under git."""
@@ -243,7 +264,7 @@ def write_suite(folder: str | Path, suite: RepairSuite, sources: dict[str, str])
     for task in tasks:
         (folder / task.id).mkdir()
         (folder / task.id / task.solution_file).write_text(sources[task.id], encoding="utf-8")
-        (folder / task.id / "task.json").write_text(json.dumps(task.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+        (folder / task.id / "task.json").write_text(_task_json(task))
     index = suite.model_dump(mode="json", exclude={"tasks"})
     index["tasks"] = [t.id for t in tasks]
     (folder / "suite.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")

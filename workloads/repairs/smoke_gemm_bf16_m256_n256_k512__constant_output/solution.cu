@@ -1,4 +1,3 @@
-// Fault: writes the same value everywhere. Expected: INCORRECT_NUMERICAL (constant output).
 /* ptxbench
 language = "cuda"
 

@@ -1,4 +1,3 @@
-// Fault: stores through an address far outside any allocation. Expected: RUNTIME_ERROR CUDA_ERROR_ILLEGAL_ADDRESS.
 /* ptxbench
 language = "cuda"
 

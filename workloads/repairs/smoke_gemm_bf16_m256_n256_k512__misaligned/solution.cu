@@ -1,4 +1,3 @@
-// Fault: a 64-bit load from an address that is not 8-byte aligned. Expected: RUNTIME_ERROR CUDA_ERROR_MISALIGNED_ADDRESS.
 /* ptxbench
 language = "cuda"
 

@@ -1,4 +1,3 @@
-// Fault: does nothing, so C keeps the harness's NaN poison. Expected: INCORRECT_NAN (never written).
 /* ptxbench
 language = "cuda"
 

@@ -1,4 +1,3 @@
-// Fault: writes a correct C, and also one row past its end (lands in the guard zone). Expected: RUNTIME_ERROR OUT_OF_BOUNDS_WRITE.
 /* ptxbench
 language = "cuda"
 

@@ -1,4 +1,3 @@
-// Fault: asks for more dynamic shared memory than a Hopper block may have (300000 > 232448 bytes). Expected: PLAN_ERROR.
 /* ptxbench
 language = "cuda"
 

@@ -1,4 +1,3 @@
-// Fault: the plan passes 5 arguments; the kernel takes 6 (K is missing). Expected: PLAN_ERROR.
 /* ptxbench
 language = "cuda"
 

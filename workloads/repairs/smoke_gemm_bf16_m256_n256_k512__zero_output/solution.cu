@@ -1,4 +1,3 @@
-// Fault: writes zeros everywhere. Expected: INCORRECT_NUMERICAL (all-zero output).
 /* ptxbench
 language = "cuda"
 

@@ -1,4 +1,3 @@
-// Fault: computes, then writes NaN everywhere. Expected: INCORRECT_NAN.
 /* ptxbench
 language = "cuda"
 

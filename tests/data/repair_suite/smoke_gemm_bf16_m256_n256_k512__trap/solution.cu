@@ -1,4 +1,3 @@
-// Fault: executes the PTX trap instruction. Expected: RUNTIME_ERROR (the launch fails).
 /* ptxbench
 language = "cuda"
 

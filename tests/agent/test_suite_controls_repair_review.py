@@ -1,0 +1,102 @@
+"""The repair suite's controls, checked on the CPU: a task's kernel never names its bug or its verdict, the committed
+texts are what the builder makes, and only a kernel that fails every time it is evaluated becomes a task (a fake GPU;
+no test here runs a kernel)."""
+from __future__ import annotations
+
+import re
+import shutil
+
+from ptxbench.agent.export.normalize import normalized_kernel
+from ptxbench.agent.repairs.build import suite_drift
+from ptxbench.agent.repairs.candidates import from_fault_corpus
+from ptxbench.agent.repairs.suite import load_suite, replace_solutions
+from ptxbench.tools.results import MODEL_FAILURES
+
+# A line comment, or a block comment other than the plan (its TOML comments are the plan's own)
+COMMENT = re.compile(r"//[^\n]*|/\*(?!\s*ptxbench).*?\*/", re.S)
+
+
+def _comments(text: str) -> str:
+    return "\n".join(COMMENT.findall(text))
+
+
+def test_no_committed_task_names_its_bug_or_its_verdict_in_the_kernel_shown_to_the_model():
+    """The broken kernel is the model's whole view of the task (prompts/start_from.md): a fault corpus file opened with
+    "// Fault: writes NaN everywhere. Expected: INCORRECT_NAN", the task's answer."""
+    suite = load_suite()
+    for task in suite.tasks:
+        text = suite.solution_path(task).read_text(encoding="utf-8")
+        comments = _comments(text).lower()
+        assert "fault:" not in comments and "expected:" not in comments, task.id
+        assert task.bug_class.replace("_", " ") not in comments and task.bug_class not in comments, task.id
+        assert not any(status in text for status in MODEL_FAILURES), task.id
+
+
+def test_fault_corpus_candidates_lose_only_the_comment_that_names_the_fault():
+    from ptxbench.workloads.solutions.faults import load_corpus
+
+    _, corpus = load_corpus()
+    candidates = from_fault_corpus()
+    assert len(candidates) >= 10
+    for c in candidates:
+        original = corpus[c.bug_class]["source"]
+        assert "Fault:" in original  # the corpus keeps its notes: the harness's own tests read them
+        assert "Fault:" not in c.source and "Expected:" not in c.source, c.id
+        assert normalized_kernel(c.source) == normalized_kernel(original), c.id  # the same code: the verdict stands
+
+
+def test_the_committed_fault_corpus_tasks_are_the_builders_text():
+    """Reproducible from the builder: every fault corpus task is today's candidate byte for byte (its verdict was
+    given to the same code, comments aside)."""
+    suite = load_suite()
+    fault_tasks = {t.id for t in suite.tasks if t.origin == "fault_corpus"}
+    drift = suite_drift(suite, from_fault_corpus())
+    assert fault_tasks and fault_tasks <= set(drift.same), sorted(fault_tasks - set(drift.same))
+
+
+def test_a_comment_only_drift_is_renewed_in_place_and_a_code_change_is_listed(tmp_path):
+    from ptxbench.agent.repairs.candidates import Candidate
+
+    folder = tmp_path / "suite"
+    shutil.copytree(load_suite().folder, folder)
+    suite = load_suite(folder)
+    fault = next(t for t in suite.tasks if t.origin == "fault_corpus")
+    other = next(t for t in suite.tasks if t.origin == "mutation")
+    text = suite.solution_path(fault).read_text()
+    moved = [Candidate(fault.workload, fault.bug_class, "", "fault_corpus", "// a new note\n" + text),
+             Candidate(other.workload, other.bug_class, "", "mutation", suite.solution_path(other).read_text() + "int x;\n")]
+    drift = suite_drift(suite, moved)
+    assert set(drift.comments_only) == {fault.id} and drift.code_changed == [other.id]
+    assert len(drift.no_candidate) == len(suite.tasks) - 2
+    replace_solutions(suite, drift.comments_only)
+    again = load_suite(folder)  # the recorded sha256 follows the new text (load_suite refuses a mismatch)
+    assert again.solution_path(again.task(fault.id)).read_text().startswith("// a new note\n")
+    assert again.task(fault.id).verdict == fault.verdict
+
+
+def test_a_renewed_compile_or_plan_verdict_quotes_the_renewed_lines(tmp_path):
+    """A plan error's message names its line: a renewed comment above it moves the line, so the verdict (one the CPU
+    gives: no GPU was involved) is given again; a verdict a GPU gave is left as it was."""
+    from ptxbench.agent.repairs.build import cpu_verdicts
+    from ptxbench.agent.repairs.candidates import Candidate
+    from ptxbench.tools.evaluate import LocalEvaluator
+
+    folder = tmp_path / "suite"
+    shutil.copytree(load_suite().folder, folder)
+    suite = load_suite(folder)
+    plan = suite.task("smoke_gemm_bf16_m256_n256_k512__too_much_smem")
+    ran = suite.task("smoke_gemm_bf16_m256_n256_k512__trap")
+    line = int(re.search(r"line (\d+): smem", plan.verdict.message).group(1))
+    moved = {t.id: "// one line more\n" + suite.solution_path(t).read_text() for t in (plan, ran)}
+    drift = suite_drift(suite, [Candidate(t.workload, t.bug_class, "", t.origin, moved[t.id]) for t in (plan, ran)])
+    assert set(drift.comments_only) == {plan.id, ran.id}
+    evaluator = LocalEvaluator()
+    try:
+        verdicts = cpu_verdicts(suite, drift.comments_only, evaluator)
+    finally:
+        evaluator.close()
+    assert set(verdicts) == {plan.id} and f"line {line + 1}: smem" in verdicts[plan.id].message
+    assert verdicts[plan.id].status == "PLAN_ERROR" and not verdicts[plan.id].gpu
+    replace_solutions(suite, drift.comments_only, verdicts)
+    again = load_suite(folder)
+    assert again.task(plan.id).verdict == verdicts[plan.id] and again.task(ran.id).verdict == ran.verdict
