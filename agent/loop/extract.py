@@ -65,7 +65,19 @@ def unclosed_thinking(reply: str) -> bool:
 
 
 def extract_solution(reply: str, tools: bool = False, reasoning: str | None = None, tool_calls: int = 0) -> Extracted:
-    """The kernel file in the reply's text; `reasoning` and `tool_calls` (the reply's) only name what an empty text held."""
+    """The kernel file in the reply's text; `reasoning` and `tool_calls` (the reply's) name what an empty text held, and
+    a pipeline reply's tool calls, which are dropped unrun, are named beside its text's verdict: a model that wrote
+    "let me compile it first" and called a tool heard only that no code block was found, and called tools again."""
+    found = _from_text(reply, tools, reasoning, tool_calls)
+    if not tool_calls or tools or not (reply or "").strip():  # an empty text's verdict names them already
+        return found
+    note = f"The reply's {tool_calls} tool call(s) were not run: this run offers no tools."
+    if found.error:
+        return found.model_copy(update={"error": f"{found.error} {note}"})
+    return found.model_copy(update={"warnings": [*found.warnings, note]})
+
+
+def _from_text(reply: str, tools: bool, reasoning: str | None, tool_calls: int) -> Extracted:
     hint = TOOLS_HINT if tools else PIPELINE_HINT
     if not (reply or "").strip() and (why := _no_answer(reasoning or "", tool_calls, tools)):
         return Extracted(error=f"{why} {hint}")

@@ -46,3 +46,17 @@ def test_a_reply_cut_inside_an_unclosed_think_block_submits_no_draft(tmp_path):
     assert outcome.statuses == ["FORMAT_ERROR", "PASSED"] and len(evaluator.sources) == 1
     feedback = model.requests[1].messages[-1]["content"]
     assert "only reasoning" in feedback and "never closed" in feedback and "output token limit" in feedback
+
+
+def test_a_pipeline_replys_tool_calls_are_named_as_not_run_beside_its_text(tmp_path):
+    """A pipeline run offers no tools, so a reply's tool calls are dropped unrun; with text beside them ("let me compile
+    it first") the feedback said only that no code block was found, or nothing at all about them when the text held a
+    kernel: the model was never told its calls went nowhere."""
+    call = tool("compile", SOURCE)
+    script = [{"content": "Let me compile it first.", "tool_calls": [call]},
+              {"content": f"```ptx\n{GOOD_PTX}```", "tool_calls": [call, call]}, {"content": "done"}]
+    outcome, _, model = run(tmp_path, script, turns=3)
+    assert outcome.statuses[:2] == ["FORMAT_ERROR", "PASSED"]
+    first, second = (r.messages[-1]["content"] for r in model.requests[1:3])
+    assert "No code block found" in first and "1 tool call(s) were not run: this run offers no tools" in first
+    assert "2 tool call(s) were not run: this run offers no tools" in second.split("About your reply:", 1)[1]
