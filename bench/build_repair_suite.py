@@ -27,6 +27,8 @@ def main() -> int:
     ap.add_argument("--out", default="workloads/repairs")
     ap.add_argument("--max-seconds", type=float, default=270.0, help="stop evaluating candidates after this (the pool start is extra)")
     ap.add_argument("--timeout", type=float, default=3.0, help="watchdog per candidate (a hang costs this)")
+    ap.add_argument("--confirm", type=int, default=1, help="further evaluations of each rejected candidate; a status "
+                    "that changes (a race that bites only sometimes) drops it")
     ap.add_argument("--spares", type=int, default=4, help="hot spare workers (a fault replaces one)")
     ap.add_argument("--trajectories", default="docs/examples", help="recorded runs whose failing submissions are candidates")
     ap.add_argument("--renew-comments", action="store_true", help="CPU: renew only the texts that differ from today's "
@@ -49,7 +51,8 @@ def main() -> int:
         print(f"  {c.id}: {r.status}{'' if kept else '  (accepted: dropped)'}", flush=True)
 
     try:
-        report = build_suite(candidates, evaluator, timeout_s=args.timeout, max_seconds=args.max_seconds, on_result=line)
+        report = build_suite(candidates, evaluator, timeout_s=args.timeout, max_seconds=args.max_seconds, on_result=line,
+                             confirm=args.confirm)
     finally:
         evaluator.close()
     write_suite(args.out, report.suite, report.sources)

@@ -3,8 +3,8 @@
 The unbroken kernel (the workload's reference) is evaluated once per workload, timed, for the speed a
 repair must keep (a candidate made from another base, e.g. the GEMM's clustered render, has that base
 evaluated too, and its speed; a failing base skips its candidates); each candidate is evaluated untimed with a short watchdog. A candidate enters the suite
-only with a failure status (compile, plan, runtime, timeout, wrong values); one the GPU accepts is listed
-in `dropped` with its status. Candidates run round-robin over bug classes, so a time limit cuts
+only with a failure status (compile, plan, runtime, timeout, wrong values), and with `confirm`, only when each
+further evaluation gives that status again; one the GPU accepts, or whose status changes, is listed in `dropped`. Candidates run round-robin over bug classes, so a time limit cuts
 repeats of a class before it cuts a class.
 """
 from __future__ import annotations
@@ -72,9 +72,21 @@ def _gpu(result: EvalResult) -> str:
     return result.fingerprint.gpu if result.fingerprint else ""
 
 
+def _changed_status(evaluator: Evaluator, c: Candidate, status: str, options: EvalOptions, times: int) -> str:
+    """'' when `times` more evaluations (fresh inputs each) give the status again, else what they gave: a bug that
+    bites only some of the time (a race) is no task, since a model's change that leaves it in could pass by luck."""
+    for _ in range(times):
+        again = evaluator.evaluate(c.workload, c.source, options).status
+        if again != status:
+            return f"FLAKY ({status}, then {again})"
+    return ""
+
+
 def build_suite(candidates: list[Candidate], evaluator: Evaluator, *, timeout_s: float = 3.0, max_seconds: float = 300.0,
                 arch: str = DEFAULT_ARCH, on_result: Callable[[Candidate, EvalResult, bool], None] | None = None,
-                clock=time.monotonic) -> BuildReport:
+                clock=time.monotonic, confirm: int = 0) -> BuildReport:
+    """`confirm`: further evaluations of each rejected candidate, each of which must give its status again for it to
+    become a task (bench/build_repair_suite.py --confirm)."""
     t0 = clock()
     today = _dt.date.today().isoformat()
     timed = EvalOptions(arch=arch, profile_on_pass=False, timeout_s=max(timeout_s, 10.0))
@@ -101,6 +113,9 @@ def build_suite(candidates: list[Candidate], evaluator: Evaluator, *, timeout_s:
         if not kept:
             report.dropped[c.id] = result.status
             continue
+        if flaky := _changed_status(evaluator, c, result.status, untimed, confirm):
+            report.dropped[c.id] = flaky
+            continue
         suite.gpu = suite.gpu or _gpu(result)
         suite.tasks.append(RepairTask(
             id=c.id, workload=c.workload, bug_class=c.bug_class, description=c.description, origin=c.origin,
@@ -108,7 +123,7 @@ def build_suite(candidates: list[Candidate], evaluator: Evaluator, *, timeout_s:
             unbroken_speedup=(suite.unbroken[c.workload].speedup if c.base == REFERENCE
                               else bases[(c.workload, c.base)].speedup), held_out=c.held_out,
             verdict=Verdict(status=result.status, message=result.message, feedback=render_eval(result, 0, False),
-                            gpu=_gpu(result), date=today)))
+                            gpu=_gpu(result), date=today, evaluations=1 + confirm)))
         report.sources[c.id] = c.source
     report.seconds = clock() - t0
     return report

@@ -64,6 +64,8 @@ class Verdict(BaseModel):
     feedback: str = Field("", description="the feedback text a model is shown for that result")
     gpu: str = ""
     date: str = Field("", description="ISO date of the evaluation")
+    evaluations: int = Field(1, ge=1, description="evaluations at the build that all gave this status (fresh inputs "
+                             "each; a candidate whose status changed is no task)")
 
 
 class RepairTask(BaseModel):

@@ -100,3 +100,36 @@ def test_a_renewed_compile_or_plan_verdict_quotes_the_renewed_lines(tmp_path):
     replace_solutions(suite, drift.comments_only, verdicts)
     again = load_suite(folder)
     assert again.task(plan.id).verdict == verdicts[plan.id] and again.task(ran.id).verdict == ran.verdict
+
+
+class _Flaky:
+    """A fake GPU on which one broken kernel fails only on its first evaluation (a race that bit once)."""
+
+    def __init__(self, inner, flaky_source: str):
+        self.inner, self.flaky_source, self.seen = inner, flaky_source, 0
+
+    def evaluate(self, workload_id, source, options):
+        result = self.inner.evaluate(workload_id, source, options)
+        if source == self.flaky_source:
+            self.seen += 1
+            if self.seen > 1:
+                return result.model_copy(update={"status": "PASSED", "message": "passed this time"})
+        return result
+
+    def close(self):
+        """Nothing to release."""
+
+
+def test_a_broken_kernel_that_fails_only_sometimes_is_no_task():
+    """One failing evaluation made a task: a race that bit once would then credit a model whose irrelevant edit
+    passed by luck. With confirm, each rejected candidate is evaluated again and kept only on the same status."""
+    from repair_fixture import candidates, fake_gpu
+    from ptxbench.agent.repairs.build import build_suite
+
+    cands, _ = candidates()
+    trap = next(c for c in cands if c.bug_class == "trap")
+    report = build_suite(cands, _Flaky(fake_gpu(), trap.source), confirm=2)
+    assert trap.id not in {t.id for t in report.suite.tasks}
+    assert report.dropped[trap.id] == "FLAKY (RUNTIME_ERROR, then PASSED)"
+    steady = [t for t in report.suite.tasks]
+    assert len(steady) == 3 and all(t.verdict.evaluations == 3 for t in steady)
