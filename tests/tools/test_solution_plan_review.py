@@ -131,3 +131,41 @@ def test_the_worker_reads_every_parameter_the_parameter_space_can_hold(runner, m
     monkeypatch.setattr(launch.cu, "cuFuncGetParamInfo",
                         lambda fn, i: (success, 4 * i, 4) if i < count else (past_the_end, 0, 0))
     assert launch.param_sizes(object()) == [4] * count
+
+
+# ---------- hostile plans the checks already refuse, pinned: a PLAN_ERROR naming the field ----------
+
+PTX_FILE = _plan(GEMM_ARGS) + HEAD + ".visible .entry k" + PTX_PARAMS + PTX_BODY
+
+
+@pytest.mark.parametrize("old, new, words", [
+    ("grid = [2]", 'grid = ["2**2**30"]', ["grid[0]", "exponent", "at most 64"]),  # no 2**(2**30)-digit integer is made
+    ("grid = [2]", 'grid = ["(2**62)**64"]', ["grid[0]", "below 2**63"]),
+    ("grid = [2]", 'grid = ["' + "(" * 240 + "1" + ")" * 240 + '"]', ["grid[0]"]),
+    ("grid = [2]", "grid = [nan]", ["grid[0]", "not finite"]),
+    ("grid = [2]", 'grid = ["2**31"]', ["grid[0]", "2147483647"]),
+    ("block = [128]", "block = [128]\nsmem = 1.5", ["smem", "whole number"]),
+    ("block = [128]", "block = [128]\nsmem = 232449", ["smem", "232448"]),
+    ("block = [128]", "block = [128]\ncluster = [2, 2, 4]", ["16 CTAs", "at most 8"]),
+    ("block = [128]", 'block = [128]\ncluster = ["max_clusters"]', ["cluster[0]", "unknown name 'max_clusters'"]),
+    ("block = [128]", "block = [128]\nblock = [64]", ["not valid TOML", "overwrite"]),
+    ("block = [128]", "block = [128]\nx = " + "{a=" * 5000 + "1" + "}" * 5000, ["nested too deeply"]),
+    ('kernel = "k"', 'kernel = "\u043a"', ["kernel", "identifier"]),  # a Cyrillic k
+    ('"A", "B"', '"\uff21", "B"', ["not a tensor name"]),  # a full-width A
+    ('"i32:K"', '"i32:\uff2b"', ["non-ASCII", "'K'"]),
+    ('"A", "B"', '"Z", "B"', ["unknown tensor 'Z'"]),
+    ("*/", '[scratch.s]\ndtype = "float32"\nshape = ["2**40"]\n*/', ["scratch.s", "32 GiB"]),
+    ("*/", '[scratch.s]\ndtype = "float32"\nshape = [1]\n[scratch.s]\ndtype = "float32"\nshape = [1]\n*/',
+     ["not valid TOML", "twice"]),
+])
+def test_a_hostile_plan_is_a_plan_issue_naming_its_field(old, new, words):
+    assert old in PTX_FILE
+    found = _issue(parse_solution(PTX_FILE.replace(old, new, 1), GEMM), *words)
+    assert found.kind == "plan" and found.line is not None
+
+
+def test_the_same_output_passed_twice_is_no_plan_issue_and_resolves_to_one_buffer():
+    """Aliasing gives the kernel nothing it lacks (it holds every pointer it is passed): the plan is taken as written."""
+    solution = parse_solution(PTX_FILE.replace('"A", "B"', '"C", "C"', 1), GEMM)
+    assert isinstance(solution, Solution)
+    assert [a.name for a in resolve_plan(solution.plan, GEMM, 132).launches[0].args[:3]] == ["C", "C", "C"]
