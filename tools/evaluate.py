@@ -204,6 +204,12 @@ class LocalEvaluator:
             pool = self._pool
         return pool.start()
 
+    @property
+    def no_worker(self) -> str:
+        """Why no GPU can take an evaluation ('' while one can): the pool's, which the bench stops on."""
+        pool = self._pool
+        return getattr(pool, "no_worker", "") if pool is not None else ""
+
     def start_in_background(self) -> threading.Thread:
         """Start the GPU workers on a thread of their own, so the first turns' model calls and compiles run
         meanwhile; the first evaluation that needs a GPU waits for them (or gets INFRA_ERROR naming why they could

@@ -9,7 +9,7 @@ each). Every trajectory checkpoints into the run's SQLite file, so a resumed run
 finished trajectories nor finished model calls. An infra failure (INFRA_ERROR, or an exception from
 the harness) is retried from the last good step, up to `infra_retries` times; what stays failed is
 marked infra-failed and left out of model scores. An evaluator that says it has no GPU worker left (`no_worker`: a
-Ray cluster whose nodes are all lost) stops the bench instead (NoWorkerLeft), every trajectory resumable, and so does
+Ray cluster whose nodes are all lost, a machine whose GPUs no worker starts on any more) stops the bench instead (NoWorkerLeft), every trajectory resumable, and so does
 the run folder's storage giving out (StorageGaveOut: a full disk or quota, a file system gone read-only, a folder of
 it this user may not write), which every retry would meet again while the model replies made meanwhile went
 unrecorded. A model the bench never reached (its
@@ -227,7 +227,7 @@ class _Runner:
             if out.stop_reason == "infra_error" and not self.stopping.is_set() and (
                     gone := getattr(self.evaluator, "no_worker", "")):
                 self.stop()  # no retry could run: the others end at their next model call, the unstarted never start
-                raise NoWorkerLeft(f"{gone}: the bench stopped, and what ran is recorded; once the cluster has GPUs "
+                raise NoWorkerLeft(f"{gone}: the bench stopped, and what ran is recorded; once there are GPUs "
                                    f"again, resume with: ptxbench bench --resume --run-dir "
                                    f"{shlex.quote(str(self.run_dir))}")
             if out.stop_reason == "infra_error" and attempt <= self.config.infra_retries and tried == attempt:

@@ -123,3 +123,41 @@ def test_a_referee_lost_under_a_passing_kernel_is_retried_not_scored(tmp_path, m
     assert report.statuses == ["PASSED", "PASSED"] and report.attempts == 2 and not report.infra_failed, report
     (traj,) = score_runs([tmp_path / "run"]).trajectories
     assert [t.status for t in traj.turns] == ["PASSED", "PASSED"] and not traj.infra_failed
+
+
+def test_a_gpu_lost_for_good_stops_the_bench_resumable_instead_of_failing_every_trajectory(tmp_path, monkeypatch):
+    """The machine's only GPU falls off the bus mid-run: no worker starts there any more. Every evaluation after it was
+    INFRA_ERROR, so each trajectory spent its retries in seconds and the rest of the matrix ran through, every one
+    infra-failed. As with a Ray cluster that lost its nodes, the bench stops at once (NoWorkerLeft, naming
+    --resume), the trajectories waiting for it."""
+    import ptxbench.tools.evaluate as evaluate_module
+    from ptxbench.agent.bench.evaluators import NoWorkerLeft
+    from ptxbench.tools.evaluate import LocalEvaluator
+
+    monkeypatch.setattr(LocalEvaluator, "early_profiles", False)
+    monkeypatch.setattr(evaluate_module, "attach", lambda result, *a, **k: result)  # no profiler on the CPU
+    broken, made, calls = {"on": False}, [], []
+
+    def factory(d, c):
+        made.append(FakeWorker(d, c, fail_start=broken["on"]))
+        return made[-1]
+
+    class BreaksTheGpu:
+        name = "fake/ok"
+
+        def query(self, request):
+            calls.append(request.turn)
+            if len(calls) == 2:  # after the first evaluation: the GPU is gone, its workers with it
+                broken["on"] = True
+                for w in made:
+                    w._alive = False
+            return ModelReply(content=f"```ptx\n{NOOP}```\n", usage={"total_tokens": 10})
+
+    evaluator = LocalEvaluator(GpuPool(PoolConfig(devices=[0], spares=1), factory=factory))
+    cfg = BenchConfig(models=["fake/ok"], workloads=[WL], trajectories=4, turns=2, parallel=1)
+    with pytest.raises(NoWorkerLeft) as stop:
+        run_bench(cfg, tmp_path / "run", evaluator=evaluator, own_evaluator=True,
+                  model_factory=lambda c: BreaksTheGpu())
+    assert "no GPU worker can start" in str(stop.value) and "--resume" in str(stop.value)
+    assert len(calls) == 2  # the trajectories not begun were not begun: no model call made for them
+    assert not any(w.alive() for w in made)

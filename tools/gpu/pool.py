@@ -215,6 +215,9 @@ class GpuPool:
         # running with GPU memory held), and a death it causes is no verdict on the candidate
         self._closed = False
         self._paused: set[int] = set()  # devices whose worker could not start: out of the free queue for a while
+        # why no GPU can take a job ('' once a worker starts): a job met a worker that could not start on every GPU
+        # (the machine's GPUs lost mid-run); the bench stops on it (agent/bench/runner.py: NoWorkerLeft)
+        self.no_worker = ""
         self._workers: list[WorkerProcess] = []  # every worker started and maybe still running: close() stops them all
 
     # ---- start-up ----
@@ -245,6 +248,7 @@ class GpuPool:
                 w.kill()
                 raise NoGpuError(f"the GPU worker for device {w.device} could not start: {msg['error']}")
             w.hello = msg
+            self.no_worker = ""
             entry = {"device": w.device, "in_worker_s": round(float(msg.get("startup_s", 0.0)), 3),
                      "ready_after_s": round(time.monotonic() - (self._start_t0 or time.monotonic()), 3),
                      "phases": msg.get("startup_phases") or {}}
@@ -342,6 +346,8 @@ class GpuPool:
                 # the others are busy, each one an INFRA_ERROR spending a trajectory's retry
                 paused = self._pause(slot, failed)
                 if not paused:  # no other GPU to try
+                    if not self._closed:
+                        self.no_worker = f"no GPU worker can start on any of this machine's GPUs ({e})"
                     return _result("INFRA_ERROR", str(e))
             finally:
                 self.timeline.add(slot.device, "job", False, asked, got, self.timeline.now(), job.workload)
