@@ -2,12 +2,23 @@
 be held out of training data (suite.HELD_OUT_CLASSES): launch-plan, header and LSE-unit bugs."""
 from __future__ import annotations
 
+import re
+
 from ..export.mutations import WRONG, Mutation
+
+
+def _lse_in_log2_units(m: re.Match) -> str:
+    """The ln 2 factor dropped, and the comment above the LSE store that spells the conversion out ("= m ln 2 +
+    ln(l)"): left in, it would hand the model the fix beside the line it fixes."""
+    return f"{m.group(1)} + logf" if m.group(1) else ""
+
 
 EXTRA_MUTATIONS: list[Mutation] = [
     Mutation("lse_log2_units",
              "the LSE is written in log2 units (the running max is not converted with ln 2), while the workload asks "
-             "for the natural log", WRONG, r"(\w+) \* 0\.6931471805599453f \+ logf", r"\1 + logf"),
+             "for the natural log", WRONG,
+             r"(\w+) \* 0\.6931471805599453f \+ logf|^[ \t]*//[^\n]*\bm ln 2\b[^\n]*\n", _lse_in_log2_units,
+             requires=r"\w+ \* 0\.6931471805599453f \+ logf"),
     Mutation("smem_over_limit",
              "the plan asks for more dynamic shared memory than one Hopper SM has (256 KiB > 227 KiB)",
              ("PLAN_ERROR",), r"^smem = .*$", "smem = 262144", 1),

@@ -133,3 +133,22 @@ def test_a_broken_kernel_that_fails_only_sometimes_is_no_task():
     assert report.dropped[trap.id] == "FLAKY (RUNTIME_ERROR, then PASSED)"
     steady = [t for t in report.suite.tasks]
     assert len(steady) == 3 and all(t.verdict.evaluations == 3 for t in steady)
+
+
+def test_the_lse_units_bug_leaves_no_comment_spelling_out_its_fix():
+    """The reference states the conversion in the comment right above the LSE store ("= m ln 2 + ln(l)"): kept beside
+    the line that drops ln 2, it was the fix written out in the kernel the model is shown."""
+    from ptxbench.agent.repairs.candidates import SUITE_WORKLOADS, from_mutations
+    from ptxbench.agent.repairs.extra_mutations import EXTRA_MUTATIONS
+
+    lse = [m for m in EXTRA_MUTATIONS if m.name == "lse_log2_units"]
+    made = from_mutations(SUITE_WORKLOADS, lse)
+    assert {c.workload for c in made} >= {"mha_fwd_d128", "mha_fwd_d128_causal", "mha_fwd_d64", "mha_fwd_d128_gqa_h32_kv8"}
+    for c in made:
+        assert "0.6931471805599453f + logf" not in c.source, c.id  # the bug is in
+        assert not re.search(r"//[^\n]*\bln 2\b", c.source), c.id  # and no comment names the missing factor
+    suite = load_suite()
+    committed = [t for t in suite.tasks if t.bug_class == "lse_log2_units"]
+    assert len(committed) == 4
+    for task in committed:
+        assert not re.search(r"//[^\n]*\bln 2\b", suite.solution_path(task).read_text()), task.id

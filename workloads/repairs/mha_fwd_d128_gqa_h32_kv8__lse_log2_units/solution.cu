@@ -390,7 +390,6 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
       *reinterpret_cast<uint32_t*>(o1 + 8 * q) = pack_bf16(o[4 * q + 2] * inv1, o[4 * q + 3] * inv1);
     }
     if (lane % 4 == 0) {
-      // m is the running max of scale*S in log2 units: ln(sum e^(scale*S)) = m ln 2 + ln(l)
       LSE[head_row + qrow] = m0 + logf(l0);
       LSE[head_row + qrow + 8] = m1 + logf(l1);
     }
