@@ -169,3 +169,17 @@ def test_the_same_output_passed_twice_is_no_plan_issue_and_resolves_to_one_buffe
     solution = parse_solution(PTX_FILE.replace('"A", "B"', '"C", "C"', 1), GEMM)
     assert isinstance(solution, Solution)
     assert [a.name for a in resolve_plan(solution.plan, GEMM, 132).launches[0].args[:3]] == ["C", "C", "C"]
+
+
+# ---------- a tensor map parameter declared as a pointer ----------
+# nvcc compiles `const CUtensorMap* const __grid_constant__ t`, an 8-byte parameter: the scan took it for the 128-byte
+# map because the line names CUtensorMap and __grid_constant__, and only the worker's parameter sizes refused it.
+
+@pytest.mark.parametrize("param", ["const CUtensorMap* const __grid_constant__ t", "CUtensorMap *t"])
+def test_a_pointer_to_a_tensor_map_is_no_tensor_map_parameter(param):
+    source = (_plan('"tmap:t", "C"', '[tmap.t]\ntensor = "A"\nbox = [64, 8]\n', language="cuda") + "#include <cuda.h>\n"
+              + f'extern "C" __global__ void k({param}, __nv_bfloat16* c) {{}}\n')
+    found = _issue(parse_solution(source, GEMM), "parameter 1", "by value", "const __grid_constant__ CUtensorMap")
+    assert found.kind == "plan"
+    by_value = source.replace(param, "const __grid_constant__ CUtensorMap t")
+    assert isinstance(parse_solution(by_value, GEMM), Solution)

@@ -311,10 +311,10 @@ def _strip_attributes(text: str) -> str:
 
 
 def _cuda_param(piece: str, line: int) -> Param:
+    if "*" in piece or "&" in piece:  # a pointer to a CUtensorMap too: 8 bytes, not the map by value
+        return Param(piece, line, "pointer", 8)
     if "CUtensorMap" in piece:
         return Param(piece, line, "tmap", 128)
-    if "*" in piece or "&" in piece:
-        return Param(piece, line, "pointer", 8)
     words = re.sub(r"\b(const|volatile|__restrict__|__grid_constant__)\b", " ", piece).split()
     type_text = " ".join(words[:-1]) if len(words) > 1 else ""
     if type_text in _FLOAT_TYPES:
