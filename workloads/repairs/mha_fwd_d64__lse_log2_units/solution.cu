@@ -27,7 +27,7 @@
 //   of S_j runs while the P V product is still in flight, and only the O rescale waits for it.
 //   The two consumer warpgroups are not synchronised with each other, so one's softmax overlaps
 //   the other's tensor-core work.
-// Epilogue: O / l stored as bf16 straight from registers; LSE = m * ln 2 + ln(l).
+// Epilogue: O / l stored as bf16 straight from registers.
 // Causal: a CTA visits only the key tiles up to its diagonal one (BM = BN, so tile index = query tile)
 // and masks inside that one (peeled off the main loop); query tiles are handed out longest first.
 // GQA (the _gqa entry points, an extra `group` = H / HKV argument): K and V are [B, HKV, S, D], their
