@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from ptxbench.agent.repairs.build import build_suite, cpu_verdicts, precompile, suite_drift, summary_table
+from ptxbench.agent.repairs.build import build_suite, cpu_verdicts, incomplete, precompile, suite_drift, summary_table
 from ptxbench.agent.repairs.candidates import all_candidates
 from ptxbench.agent.repairs.suite import load_suite, replace_solutions, write_suite
 from ptxbench.agent.records.rundir import LOG_NAME, SEALED_LOG_NAME
@@ -59,6 +59,9 @@ def main() -> int:
     print(summary_table(report))
     print(f"wrote {args.out} in {time.monotonic() - t0:.0f} s in all")
     s = report.suite
+    if why := incomplete(report):
+        print(why)
+        return 5
     return 0 if len(s.tasks) >= 40 and len({t.bug_class for t in s.tasks}) >= 10 else 3
 
 

@@ -32,6 +32,7 @@ class BuildReport:
     sources: dict[str, str] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)  # candidate id -> the status that kept it out
     skipped: list[str] = field(default_factory=list)  # not evaluated: out of time, or the unbroken kernel failed
+    out_of_time: list[str] = field(default_factory=list)  # those of skipped cut by max_seconds: a partial suite
     seconds: float = 0.0
 
 
@@ -103,8 +104,12 @@ def build_suite(candidates: list[Candidate], evaluator: Evaluator, *, timeout_s:
              for w, b in dict.fromkeys((c.workload, c.base) for c in candidates) if b != REFERENCE}
     for c in round_robin(candidates):
         base_failed = c.base != REFERENCE and bases[(c.workload, c.base)].status != "PASSED"
-        if suite.unbroken[c.workload].status != "PASSED" or base_failed or clock() - t0 > max_seconds:
+        if suite.unbroken[c.workload].status != "PASSED" or base_failed:
             report.skipped.append(c.id)
+            continue
+        if clock() - t0 > max_seconds:
+            report.skipped.append(c.id)
+            report.out_of_time.append(c.id)
             continue
         result = evaluator.evaluate(c.workload, c.source, untimed)
         kept = result.status not in FAILED
@@ -127,6 +132,15 @@ def build_suite(candidates: list[Candidate], evaluator: Evaluator, *, timeout_s:
         report.sources[c.id] = c.source
     report.seconds = clock() - t0
     return report
+
+
+def incomplete(report: BuildReport) -> str:
+    """Why the suite is not every candidate's verdict ('' when it is): a time limit that cut candidates makes a suite
+    that depends on the machine's speed, not the builder's input."""
+    if not report.out_of_time:
+        return ""
+    return (f"{len(report.out_of_time)} candidates were never evaluated (--max-seconds ran out), so this suite is "
+            f"not the builder's whole output: raise --max-seconds. Cut: {', '.join(report.out_of_time)}")
 
 
 def summary_table(report: BuildReport) -> str:

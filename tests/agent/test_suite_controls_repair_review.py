@@ -152,3 +152,18 @@ def test_the_lse_units_bug_leaves_no_comment_spelling_out_its_fix():
     assert len(committed) == 4
     for task in committed:
         assert not re.search(r"//[^\n]*\bln 2\b", suite.solution_path(task).read_text()), task.id
+
+
+def test_a_suite_cut_by_the_time_limit_says_it_is_partial():
+    """The time limit skipped candidates without a word beyond a count, so a slower machine built a smaller suite
+    from the same input; the builder now names what was cut and exits non-zero (bench/build_repair_suite.py)."""
+    from repair_fixture import candidates, fake_gpu
+    from ptxbench.agent.repairs.build import build_suite, incomplete
+
+    cands, _ = candidates()
+    ticks = iter(range(0, 1000, 10))
+    cut = build_suite(cands, fake_gpu(), max_seconds=25, clock=lambda: next(ticks))
+    assert cut.out_of_time and set(cut.out_of_time) <= set(cut.skipped)
+    assert "never evaluated" in incomplete(cut) and all(c in incomplete(cut) for c in cut.out_of_time)
+    whole = build_suite(cands, fake_gpu())
+    assert not whole.out_of_time and incomplete(whole) == ""
