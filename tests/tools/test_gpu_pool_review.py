@@ -227,3 +227,92 @@ def test_a_worker_lost_between_its_check_and_the_jobs_send_costs_the_job_nothing
         assert made[1].jobs == 1 and pool.slots[0].jobs == 1
     finally:
         pool.close()
+
+
+def _start_a_worker_and_wait(report, wrapped: bool) -> None:
+    """The bench's side, in a process of its own: a forkserver child that hangs (a candidate's kernel spinning), its pid
+    reported, then this process waits to be killed."""
+    import multiprocessing as mp
+    import time
+
+    from ptxbench.tools.gpu import pool as pool_module
+
+    ctx = mp.get_context("forkserver")
+    lifeline, keep = ctx.Pipe(duplex=False)
+    target, args = (pool_module._dies_with_the_bench, (lifeline, time.sleep, 120)) if wrapped else (time.sleep, (120,))
+    child = ctx.Process(target=target, args=args, daemon=False)
+    child.start()
+    report.send(child.pid)
+    time.sleep(120)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # dead, waiting to be reaped
+    except FileNotFoundError:
+        return True
+
+
+def test_a_worker_hung_in_its_kernel_dies_with_a_bench_killed_outright():
+    """A bench killed outright (SIGKILL: a scheduler's grace run out, the OOM killer's pick) closes no pool: its idle
+    workers see their pipe close and exit, but one hung in a candidate's kernel read no pipe and spun on its GPU for
+    good, beside the next run's timings. A worker dies with the bench (the pool's lifeline pipe ends)."""
+    import multiprocessing as mp
+    import signal as signals
+    import time
+
+    if not sys.platform.startswith("linux"):
+        return
+    ctx = mp.get_context("spawn")
+    parent_end, child_end = ctx.Pipe()
+    bench = ctx.Process(target=_start_a_worker_and_wait, args=(child_end, True))
+    bench.start()
+    worker = None
+    try:
+        assert parent_end.poll(60)
+        worker = parent_end.recv()
+        os.kill(bench.pid, signals.SIGKILL)
+        bench.join(10)
+        wait_until(lambda: _gone(worker), timeout=20)
+        assert _gone(worker), "the hung worker outlived its bench"
+    finally:
+        if worker is not None and not _gone(worker):
+            os.kill(worker, signals.SIGKILL)
+
+
+def test_the_pools_workers_and_referees_hold_its_lifeline_and_closing_it_ends_them():
+    """Both processes of every worker the pool starts get the read end of its lifeline; close() ends the pipe, so
+    a worker deaf to its exit message (hung in a kernel) dies too."""
+    import multiprocessing as mp
+
+    from ptxbench.tools.gpu import pool as pool_module
+
+    started = []
+
+    class Ctx:
+        def Pipe(self, duplex=True):
+            return FakeEnd(), FakeEnd()
+
+        def Process(self, target, args, daemon, name):
+            started.append((target, args[0]))
+            return FakeProcess()
+
+    lifeline = FakeEnd()
+    pool_module.WorkerProcess(Ctx(), 0, {}, lifeline)
+    assert started == [(pool_module._dies_with_the_bench, lifeline)] * 2
+    real = GpuPool(PoolConfig(devices=[0], start_method="spawn"))  # started by no call: no process is made
+    writer = real._lifeline
+    assert isinstance(writer, mp.connection.Connection) and not writer.closed
+    real.close()
+    assert writer.closed
+
+
+class FakeEnd:
+    def close(self):
+        """Nothing open."""
+
+
+class FakeProcess:
+    def start(self):
+        """Nothing to start."""

@@ -44,7 +44,7 @@ from .timeline import GpuTimeline
 MIN_CANDIDATE_LIMIT_S = 2.0
 # keyless_server first: the fork server erases the API keys from its memory before anything else runs there
 PRELOAD = ["ptxbench.tools.gpu.keyless_server", "numpy", "torch", "cuda.bindings.driver", "ptxbench.tools.gpu.worker", "ptxbench.tools.gpu.runner",
-           "ptxbench.tools.gpu.referee"]
+           "ptxbench.tools.gpu.referee", "ptxbench.tools.gpu.pool"]  # pool: each process's entry (_dies_with_the_bench)
 
 
 class PageableMemoryWarning(RuntimeWarning):
@@ -118,22 +118,45 @@ class PoolConfig(BaseModel):
                                     "jobs go to the other GPUs), then is tried again")
 
 
+def _dies_with_the_bench(lifeline, target, *args) -> None:
+    """A worker's (or referee's) entry: a thread waits on `lifeline`, the read end of a pipe whose only write end the
+    pool holds, and kills the process when it ends: when the bench process ends, however that ends (SIGKILL, the OOM
+    killer: no close() runs), or the pool closes. An idle worker would exit at its own pipe's end anyway; one running a
+    hung candidate reads no pipe and spun on its GPU for good, beside the next run's timings. (PR_SET_PDEATHSIG would
+    not do: under the fork server the parent is the fork server, which every worker keeps alive.)"""
+    import os
+    import signal
+
+    def watch() -> None:
+        try:
+            lifeline.recv_bytes()  # nothing is ever sent: this returns only at the pipe's end
+        except (EOFError, OSError):
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True, name="ptxbench-lifeline").start()
+    target(*args)
+
+
 class WorkerProcess:
     """A worker process and its end of the pipe, with the worker's referee (a second process on the same GPU that
     holds the expected outputs: tools/gpu/referee.py), connected to the worker by a pipe of their own."""
 
-    def __init__(self, ctx, device: int, config: dict):
+    def __init__(self, ctx, device: int, config: dict, lifeline=None):
         from .entry import main, referee_main
 
         self.device = device
         self.conn, child = ctx.Pipe()
         ref_worker_end, ref_end = ctx.Pipe()
-        self.referee = ctx.Process(target=referee_main, args=(ref_end, device), daemon=True,
-                                   name=f"ptxbench-referee{device}")
+
+        def process(entry, args, name):  # with a lifeline (the pool's), it dies with the bench
+            target, args = (_dies_with_the_bench, (lifeline, entry, *args)) if lifeline is not None else (entry, args)
+            return ctx.Process(target=target, args=args, daemon=True, name=name)
+
+        self.referee = process(referee_main, (ref_end, device), f"ptxbench-referee{device}")
         self.referee.start()
         ref_end.close()
-        self.proc = ctx.Process(target=main, args=(child, device, config, ref_worker_end), daemon=True,
-                                name=f"ptxbench-gpu{device}")
+        self.proc = process(main, (child, device, config, ref_worker_end), f"ptxbench-gpu{device}")
         self.proc.start()
         child.close()
         ref_worker_end.close()
@@ -189,11 +212,13 @@ class DeviceSlot:
 class GpuPool:
     def __init__(self, config: PoolConfig | None = None, factory: WorkerFactory | None = None):
         self.config = config or PoolConfig()
+        self._lifeline = None  # the write end of the workers' lifeline (_dies_with_the_bench): only this process has it
         if factory is None:
             ctx = mp.get_context(self.config.start_method)
             if self.config.start_method == "forkserver":
                 ctx.set_forkserver_preload(PRELOAD)
-            factory = lambda device, cfg: WorkerProcess(ctx, device, cfg)  # noqa: E731
+            lifeline, self._lifeline = ctx.Pipe(duplex=False)
+            factory = lambda device, cfg: WorkerProcess(ctx, device, cfg, lifeline)  # noqa: E731
         self.factory = factory
         self.slots: list[DeviceSlot] = []
         self.free: SlotQueue[DeviceSlot] = SlotQueue()
@@ -544,6 +569,8 @@ class GpuPool:
             slot.active, slot.spares = None, deque()
         self.slots = []
         self._started = False
+        if self._lifeline is not None:  # whatever did not exit by now (a worker deaf to its pipe) ends with it
+            self._lifeline.close()
 
     def __enter__(self) -> GpuPool:
         return self.start()
