@@ -213,3 +213,32 @@ def test_a_release_cluster_arrival_costs_a_membar_and_the_helpers_does_not():
         source = _MBARRIER + f'extern "C" __global__ void k(int* o) {{ __shared__ uint64_t b; {body} o[threadIdx.x] = 1; }}\n'
         membars.append(_ok(compile_source(source, "cuda", "sm_90a")).kernels["k"].sass_opcodes.get("MEMBAR", 0))
     assert membars[0] == 0 and membars[1] >= 1, membars
+
+
+# ---- claims of the pack about what clusters bought ------------------------------------------------------------
+
+def test_the_cluster_line_of_the_limits_states_what_was_measured():
+    """The limits called 2 "the sweet spot for GEMM" while the pack's measured lines and gemm_sweep.md rounds 25 and
+    28 found a 2-CTA cluster multicasting B slower on the tuned GEMM: the line's range runs from the tile-order
+    line's low figure (held to the climb's records by test_knowledge_measured) to round 25's template cluster (c2
+    against the reference, both diagnoses), and round 28 read the cluster's clock lower on randn."""
+    import json
+    from pathlib import Path
+
+    assert "sweet spot" not in PACK
+    limits = " ".join(section("Module and limits").split())
+    said = re.search(r"Clusters of up to 8 CTAs \(on the H200 a 2-CTA cluster multicasting B made the tuned GEMM "
+                     r"(\d\.\d)-(\d\.\d)% slower: its clock falls under the power limit\)", limits)
+    assert said, limits
+    low, high = said.groups()
+    epilogue = " ".join(section("GEMM epilogue").split())
+    assert re.search(rf"a 2-CTA cluster {re.escape(low)}-\d\.\d% slower", epilogue), epilogue
+    results = Path(__file__).resolve().parents[2] / "bench" / "results" / "gemm_sweep"
+    log = (results / "r25_a_multicast_2026-12-04" / "round.log").read_text()
+    ms = {name: [float(x) for x in re.findall(rf"^\| {name} \| ([\d.]+) \|", log, re.M)] for name in ("ref", "c2")}
+    assert len(ms["ref"]) == len(ms["c2"]) == 2, ms
+    losses = [100 * (c2 / ref - 1) for ref, c2 in zip(ms["ref"], ms["c2"])]
+    assert f"{max(losses):.1f}" == high, losses
+    clocks = json.loads((results / "r28_clock_neighbours_2026-12-04" / "data3.json").read_text())["clocks"]
+    mhz = {k: sorted(x["cta_mhz_median"] for x in clocks[f"{k}/randn"]) for k in ("trace_clk", "trace_clk_c2")}
+    assert mhz["trace_clk_c2"][len(mhz["trace_clk_c2"]) // 2] < mhz["trace_clk"][len(mhz["trace_clk"]) // 2], mhz
