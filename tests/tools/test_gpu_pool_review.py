@@ -316,3 +316,24 @@ class FakeEnd:
 class FakeProcess:
     def start(self):
         """Nothing to start."""
+
+
+def test_a_profiler_replay_is_not_sent_to_a_gpu_held_back_after_its_worker_could_not_start():
+    """pick_device names the GPU a profiler replay will wait for: never one held back (its pause would be the
+    replay's wait, and its GPU likely lost), while another can take it."""
+    broken = {"device1": False}
+    pool = GpuPool(PoolConfig(devices=[0, 1], spares=0),
+                   factory=lambda d, c: FakeWorker(d, c, fail_start=d == 1 and broken["device1"]))
+    try:
+        pool.start()
+        broken["device1"] = True
+        next(s for s in pool.slots if s.device == 1).active._alive = False
+        with pool.exclusive(0):
+            got = []
+            runner = threading.Thread(target=lambda: got.append(pool.submit(job("ok", 5))))
+            runner.start()
+            wait_until(lambda: 1 in pool._paused)
+            assert {pool.pick_device() for _ in range(4)} == {0}
+        runner.join(10)
+    finally:
+        pool.close()

@@ -402,7 +402,9 @@ class GpuPool:
         """A device for work that must name its GPU before it holds it (a replay process): a free one, else the one
         the fewest such requests wait for (round robin between equals)."""
         self.start()
-        return self.free.least_loaded([slot.device for slot in self.slots], next(self._round))
+        with self._lock:  # a GPU held back after its worker could not start would keep the request waiting
+            devices = [s.device for s in self.slots if s.device not in self._paused] or [s.device for s in self.slots]
+        return self.free.least_loaded(devices, next(self._round))
 
     @contextmanager
     def exclusive(self, device: int | None = None, priority: float = 0.0, what: str = "") -> Iterator[int]:
