@@ -337,3 +337,21 @@ def test_a_profiler_replay_is_not_sent_to_a_gpu_held_back_after_its_worker_could
         runner.join(10)
     finally:
         pool.close()
+
+
+def test_a_worker_the_oom_killer_ends_mid_candidate_is_infra_not_the_kernels_runtime_error(monkeypatch):
+    """Host memory short under a long bench (compilers, profilers, the trajectories' own state): the kernel's
+    out-of-memory killer ends the GPU worker with SIGKILL while it runs some candidate. That was the candidate's
+    RUNTIME_ERROR ('died ... exit code -9'), fed back to its model and scored; the host counts its OOM kills
+    (/proc/vmstat oom_kill), so a SIGKILL the count went up under is the harness's INFRA_ERROR, retried."""
+    from ptxbench.tools.gpu import pool as pool_module
+
+    kills = iter([7, 8, 8, 8])  # one OOM kill during the first job, none during the second
+    monkeypatch.setattr(pool_module, "_oom_kills", lambda: next(kills))
+    pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: FakeWorker(d, c))  # dies with -9
+    try:
+        res = pool.submit(job("die", 5))
+        assert res.status == "INFRA_ERROR" and "out-of-memory" in res.message, res
+        assert pool.submit(job("die", 5)).status == "RUNTIME_ERROR"  # no OOM kill: still its candidate's
+    finally:
+        pool.close()

@@ -107,6 +107,19 @@ def missing_gpu() -> str | None:
     return None
 
 
+def _oom_kills() -> int | None:
+    """How many processes the host's out-of-memory killer has ended (/proc/vmstat's oom_kill, a cgroup's limit
+    included); None where it is not told."""
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 class PoolConfig(BaseModel):
     devices: list[int] | None = Field(None, description="GPU indices; None = every visible GPU")
     start_method: str = Field("forkserver", description="'forkserver' (fast replacement) or 'spawn'")
@@ -476,6 +489,7 @@ class GpuPool:
             w = self._ensure_active(slot)
             w.send(message)
         slot.jobs += 1
+        ooms = _oom_kills()  # a SIGKILL this count went up under is the host's memory, not the candidate
         phase, deadline = "prepare", time.monotonic() + self.config.prepare_timeout_s
         phase_limit, phase_why = self.config.prepare_timeout_s, ""
         candidate_in = False  # whether this job reached the loading of its candidate (a death before is not its own)
@@ -501,6 +515,10 @@ class GpuPool:
                     if outside:
                         return _result("INFRA_ERROR", f"the GPU worker process was killed by {outside} from outside "
                                                       f"while running the candidate; it was replaced")
+                    if -9 in codes and ooms is not None and (_oom_kills() or 0) > ooms:  # (one message: a repeat on
+                        # the same kernel is scored as the model's, scoring/turns.py 'reproduced')
+                        return _result("INFRA_ERROR", "the GPU worker process was ended by the host's out-of-memory "
+                                                      "killer while running the candidate; it was replaced")
                     if code is None:  # the worker runs on and its referee, which runs no candidate code, is gone: the
                         # worker itself reports a referee lost as the harness's failure
                         return _result("INFRA_ERROR", f"the GPU worker's referee process died (exit code {codes[1]}) "
