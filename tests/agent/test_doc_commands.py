@@ -2,6 +2,7 @@
 repository root): each must still appear verbatim in its file, and exit 0."""
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -427,3 +428,167 @@ def test_replay_of_a_run_without_the_workload_is_refused_as_its_readme_says():
         model.query(ModelRequest(messages=[{"role": "user", "content": "x"}], turn=1, call_index=0))
     assert "else the first, which the first call then refuses as another workload's" in (
         ROOT / "agent" / "models" / "README.md").read_text()
+
+
+# ---- docs/solution-format.md and its neighbours state what the harness does ---------------------------------------
+
+def _doc(name: str) -> str:
+    return " ".join((ROOT / "docs" / name).read_text().split())
+
+
+_POLICY_DOC = _doc("solution-format.md").split("## Source policy", 1)[1].split("After the compile", 1)[0]
+_DEVICE = 'extern "C" __global__ void k() {{ {} }}\n'
+# a source the policy must refuse -> the spelling the page names it by
+_POLICY_REFUSALS = [
+    ("#include <cstdint>\n" + _DEVICE.format("std::uint32_t x = 0; (void)x;"), "`std::uint32_t` is refused"),
+    (_DEVICE.format("int* p = new int[4]; (void)p;"), "`new` / `delete`"),
+    ("#error no\n" + _DEVICE.format(""), "`#error`"),
+    ("#warning no\n" + _DEVICE.format(""), "`#warning`"),
+    ("#line 7\n" + _DEVICE.format(""), "`#line`"),
+    ('# 7 "host.cpp"\n' + _DEVICE.format(""), '`# N "file"` line markers'),
+    ("#pragma nv_diag_suppress 177\n" + _DEVICE.format(""), "`#pragma` other than `unroll`, `nounroll`, `once`"),
+    ('_Pragma("nv_diag_suppress 177")\n' + _DEVICE.format(""), "`_Pragma` other than with a string literal"),
+    ("#if __has_include(<cstdio>)\n#endif\n" + _DEVICE.format(""), "`__has_include`"),
+    ("#include_next <cuda.h>\n" + _DEVICE.format(""), "`#include_next`"),
+    (_DEVICE.format("int \u00e9 = 0; (void)\u00e9;"), "not ASCII"),
+    (_DEVICE.format("int a\\u00b7b = 0;"), "`\\u` universal character name"),
+    (_DEVICE.format("int a = 0;\r(void)a;"), "a lone carriage return"),
+    (_DEVICE.format("int a = 0;\x00(void)a;"), "a NUL"),
+]
+
+
+@pytest.mark.parametrize("source,named", _POLICY_REFUSALS, ids=[n for _, n in _POLICY_REFUSALS])
+def test_each_refusal_the_source_policy_makes_is_named_on_the_page(source, named):
+    """docs/solution-format.md named `std::` and `#pragma` but not the directive allow list (`#error`, `#line`...),
+    `_Pragma`, `__has_include` or the characters the policy refuses."""
+    from ptxbench.tools.solution.cuda_policy import check_cuda_source
+
+    assert check_cuda_source(source), source
+    assert named in _POLICY_DOC, named
+
+
+def test_the_pages_allow_lists_are_the_policys():
+    """The directives, pragmas and headers the page allows, each list as the policy holds it."""
+    from ptxbench.tools.solution.cuda_policy import ALLOWED_DIRECTIVES, ALLOWED_INCLUDES, ALLOWED_PRAGMAS, \
+        check_cuda_source
+
+    directives = _POLICY_DOC.split("every directive outside the allow list", 1)[1].split("(so", 1)[0]
+    assert re.findall(r"`#(\w+)`", directives) == list(ALLOWED_DIRECTIVES), directives
+    assert f"`#pragma` other than {', '.join(f'`{p}`' for p in ALLOWED_PRAGMAS)}" in _POLICY_DOC
+    includes = _POLICY_DOC.split("`#include` of anything but", 1)[1].split("(also", 1)[0]
+    assert re.findall(r"`([<\"][^`]+[>\"])`", includes) == list(ALLOWED_INCLUDES), includes
+    allowed = "".join(f"#include {h}\n" for h in ALLOWED_INCLUDES) + "#define N 4\n#undef N\n#pragma once\n" \
+        + _DEVICE.format('uint32_t x = 0;\n#pragma unroll\nfor (int i = 0; i < 4; ++i) x += i;\n_Pragma("nounroll") '
+                         "for (int i = 0; i < 4; ++i) x += i; (void)x;")
+    assert check_cuda_source(allowed) == []
+
+
+def _max_clusters_plan(where: str) -> str:
+    at = {"grid": "max_clusters * 2", "smem": "max_clusters", "args": "max_clusters", "cluster": "max_clusters // 66",
+          "box": "max_clusters // 2", "shape": "max_clusters"}
+    grid = f'"{at["grid"]}"' if where == "grid" else "132"
+    cluster = f'"{at["cluster"]}"' if where == "cluster" else "2"
+    smem = f'"{at["smem"]}"' if where == "smem" else "0"
+    arg = at["args"] if where == "args" else "1"
+    box = f'"{at["box"]}"' if where == "box" else "64"
+    shape = f'"{at["shape"]}"' if where == "shape" else "4"
+    return ('/* ptxbench\nlanguage = "cuda"\n[[launch]]\nkernel = "k"\n'
+            f'grid = [{grid}, 1, 1]\nblock = [128, 1, 1]\ncluster = [{cluster}, 1, 1]\nsmem = {smem}\n'
+            f'args = ["tmap:a", "scratch:w", "i32:{arg}"]\n[tmap.a]\ntensor = "A"\nbox = [{box}, 128]\n'
+            f'[scratch.w]\ndtype = "int32"\nshape = [{shape}]\n*/\n'
+            '#include <cuda.h>\nextern "C" __global__ void k(const __grid_constant__ CUtensorMap a, int* w, int n) {}\n')
+
+
+@pytest.mark.parametrize("where,known", [("grid", True), ("smem", True), ("args", True), ("cluster", False),
+                                         ("box", False), ("shape", False)])
+def test_max_clusters_is_known_where_the_page_says_and_nowhere_else(where, known):
+    """The page gave `max_clusters` per launch without saying where it is a name: in a launch's own `cluster`, a
+    `[tmap]` or a `[scratch]` table it is an unknown name, a PLAN_ERROR."""
+    from ptxbench.tools.solution.parse import parse_solution
+    from ptxbench.tools.solution.plan import Solution
+    from ptxbench.workloads.registry import get_workload
+
+    got = parse_solution(_max_clusters_plan(where), get_workload("gemm_bf16_m8192_n7168_k5120"), "sm_90a")
+    if known:
+        assert isinstance(got, Solution), [str(i) for i in got]
+    else:
+        assert isinstance(got, list) and any("unknown name 'max_clusters'" in i.message and i.kind == "plan"
+                                             for i in got), got
+    assert ("it exists in a `[[launch]]` table's `grid`, `block`, `smem` and `args` only, so in the launch's own "
+            "`cluster`, a `[tmap]` or a `[scratch]` table it is an unknown name, a `PLAN_ERROR`") in _doc("solution-format.md")
+
+
+def test_the_zero_fill_is_timed_and_other_scratch_is_refilled_outside_the_interval():
+    """The page said `zero = true` scratch is "zero-filled before every run" and other scratch "filled with garbage":
+    the fill runs in CandidateCalls.call, which time_sides puts between its CUDA events; other scratch gets fresh
+    random bytes in the preparation, before the start event."""
+    import inspect
+
+    from ptxbench.tools.gpu.buffers import allocate_set
+    from ptxbench.tools.gpu.calls import CandidateCalls, InputSet
+    from ptxbench.tools.gpu.timing import time_sides
+
+    assert re.search(r"side\.prepare\(\).*start\.record\(\)\s*out = side\.call\(\)\s*end\.record\(\)",
+                     inspect.getsource(time_sides), re.S)
+    bufs = allocate_set([("C", (4, 4), "bfloat16", "output")],
+                        [("acc", [8], "float32", True), ("tmp", [64], "int32", False)], device="cpu")
+    seen = {}
+
+    class Candidate:
+        def bind(self, b):
+            return b
+
+        def launch(self, b):
+            seen.update({n: g.data.clone() for n, g in b.scratch.items()})
+
+    calls = CandidateCalls(Candidate(), [InputSet(0, 0, bufs, {})], key=1)
+    bufs.scratch["acc"].data.fill_(7.0)
+    bufs.scratch["tmp"].data.zero_()
+    calls.current = 0
+    calls.call()  # the timed interval: the fill, then the launches
+    assert not seen["acc"].any() and not seen["tmp"].any(), seen  # no refill of the other scratch in there
+    bufs.reset()  # the preparation, outside the interval
+    assert bufs.scratch["tmp"].data.any()  # fresh random bytes
+    page = _doc("solution-format.md")
+    assert ("| | `zero` | `true`: zero-filled at the start of every call, inside the timed interval; `false` (default): "
+            "fresh random bytes before every call, outside it |") in page
+    assert "a call's time is that fill plus every launch of the plan" in page
+
+
+def test_a_token_use_is_not_credited_as_the_docs_say():
+    """timing-integrity.md named only the decoy half of the token rule, and dataset-schema.md's `target_executed`
+    did not say a token use reads false."""
+    from ptxbench.tools.profile.verdict import TOKEN_SHARE
+    from ptxbench.tools.results import EvalResult, RuntimeTarget
+
+    assert TOKEN_SHARE == 0.5
+    token = EvalResult(workload="w", status="PASSED", targets_runtime={
+        "wgmma": RuntimeTarget(verdict="token", reason=""), "tma": RuntimeTarget(verdict="executed", reason="")})
+    assert token.target_executed is False
+    assert "a family whose own work counter holds under half the workload's work" in _doc("timing-integrity.md")
+    assert "a `token` use: under half the workload's work, or the same work also done another way" in \
+        _doc("dataset-schema.md")
+
+
+def test_the_calibrated_rule_is_stated_with_the_workloads_factor():
+    from ptxbench.workloads.registry import list_workloads
+
+    assert {w.tolerance.library_factor for w in list_workloads()} == {2.0}
+    assert ("where the library itself misses, or nearly misses, the element rule on an input set, an output passes "
+            "within 2x its max abs and relative Frobenius errors") in _doc("timing-integrity.md")
+
+
+def test_the_ptx_target_and_the_compilers_follow_the_tasks_architecture():
+    """The page says `.target`, `ptxas -arch=` and nvcc's `compute_` target follow `arch`, as the format tells the
+    model (a task for sm_100a was told `.target sm_90a`)."""
+    from ptxbench.tools.compile import nvcc_flags, ptxas_flags
+    from ptxbench.tools.solution.cuda_policy import check_ptx_source
+    from ptxbench.workloads.arch import ARCHS
+
+    for arch in ARCHS:
+        module = f".version 8.0\n.target {arch}\n.address_size 64\n"
+        assert check_ptx_source(module, arch) == []
+        assert all(check_ptx_source(module, other) for other in ARCHS if other != arch)
+        assert f"-arch={arch}" in ptxas_flags(arch)
+        assert f"-gencode=arch={arch.replace('sm_', 'compute_')},code={arch}" in nvcc_flags(arch)
+    assert ("`.target`, `ptxas -arch=` and nvcc's `compute_` target all follow `arch`" in _doc("solution-format.md"))
