@@ -22,7 +22,12 @@ from ...tools.results import EvalResult
 from ..loop.feedback import render_eval
 from ..export.bases import REFERENCE, base_source
 from ..models.builtin import reference_source
+from ..export.normalize import kernel_hash
 from .candidates import FAILED, Candidate
+
+# The origins whose broken kernel is one edit of a correct kernel (candidates.from_mutations); a fault corpus file or a
+# recorded submission was made from none.
+MADE_FROM_A_BASE = ("mutation", "repair_mutation")
 from .suite import RepairSuite, RepairTask, UnbrokenKernel, Verdict
 
 
@@ -128,7 +133,9 @@ def build_suite(candidates: list[Candidate], evaluator: Evaluator, *, timeout_s:
             unbroken_speedup=(suite.unbroken[c.workload].speedup if c.base == REFERENCE
                               else bases[(c.workload, c.base)].speedup), held_out=c.held_out,
             verdict=Verdict(status=result.status, message=result.message, feedback=render_eval(result, 0, False),
-                            gpu=_gpu(result), date=today, evaluations=1 + confirm)))
+                            gpu=_gpu(result), date=today, evaluations=1 + confirm),
+            unbroken_kernel_hash=kernel_hash(reference_source(c.workload) if c.base == REFERENCE
+                                             else base_source(c.workload, c.base)) if c.origin in MADE_FROM_A_BASE else ""))
         report.sources[c.id] = c.source
     report.seconds = clock() - t0
     return report

@@ -81,6 +81,17 @@ class RepairTask(BaseModel):
     verdict: Verdict
     solution_sha256: str = Field("", description="sha256 of the broken file's text as it was evaluated (write_suite sets "
                                  "it); load_suite refuses a solution file that no longer has it (edited by hand)")
+    unbroken_kernel_hash: str = Field("", description="export/normalize.kernel_hash of the correct kernel it was made "
+                                      "from (the reference, or another base), as the build evaluated it: a fix that is "
+                                      "that kernel again is a swap, not a repair (is_unbroken_kernel); '' when not "
+                                      "recorded (a suite built before the field, or a task not made from one)")
+
+    def is_unbroken_kernel(self, text: str) -> bool | None:
+        """Whether `text` is the kernel this task was made from, up to comments and spacing (a model that hands in the
+        reference, from memory or from training data, repairs nothing); None when the task records no such kernel."""
+        from ..export.normalize import kernel_hash
+
+        return kernel_hash(text) == self.unbroken_kernel_hash if self.unbroken_kernel_hash else None
 
 
 class UnbrokenKernel(BaseModel):

@@ -167,3 +167,20 @@ def test_a_suite_cut_by_the_time_limit_says_it_is_partial():
     assert "never evaluated" in incomplete(cut) and all(c in incomplete(cut) for c in cut.out_of_time)
     whole = build_suite(cands, fake_gpu())
     assert not whole.out_of_time and incomplete(whole) == ""
+
+
+def test_each_task_made_from_a_correct_kernel_knows_it_so_a_swap_back_to_it_is_seen():
+    """A model that hands in the reference (from memory, or from training pairs whose fix is that very kernel) passes
+    every task of its workload without reading the bug: the build records which kernel a task was made from, up to
+    comments and spacing, so scoring can tell that swap from a repair."""
+    from repair_fixture import candidates, fake_gpu
+    from ptxbench.agent.models.builtin import reference_source
+    from ptxbench.agent.repairs.build import build_suite
+
+    cands, reference = candidates()
+    report = build_suite(cands, fake_gpu())
+    made = report.suite.task(f"{cands[0].workload}__missing_header")
+    assert made.is_unbroken_kernel("// from memory\n" + reference_source(made.workload)) is True
+    assert made.is_unbroken_kernel(report.sources[made.id]) is False
+    fault = report.suite.task(f"{cands[0].workload}__trap")  # a corpus file: made from no correct kernel
+    assert fault.unbroken_kernel_hash == "" and fault.is_unbroken_kernel(reference) is None
