@@ -9,6 +9,9 @@ far above the rest (below), so a softmax without a running max that moves overfl
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import torch
 
 from .references import full_precision, mha_fwd
@@ -153,6 +156,37 @@ def make_inputs(workload: Workload, seed: int, dist: str = "normal", device: str
             fwd = mha_fwd(out["Q"], out["K"], out["V"], scale=float(workload.symbols["scale"]), causal=workload.causal)
         out["O"] = fwd["O"].to(_dtype(workload.tensor("O").dtype))
         out["LSE"] = fwd["LSE"].to(_dtype(workload.tensor("LSE").dtype))
-        damped = (out["LSE"] > DAMP_LSE)[..., None]
-        out["dO"] = torch.where(damped, out["dO"] * DO_DAMP, out["dO"])  # exact: a power of two
+        out["dO"] = torch.where(damped_rows(out["LSE"]), out["dO"] * DO_DAMP, out["dO"])  # exact: a power of two
     return {spec.name: out[spec.name].contiguous() for spec in workload.inputs}
+
+
+def damped_rows(lse: torch.Tensor) -> torch.Tensor:
+    """[B, H, S, 1]: the backward's query rows whose dO make_inputs scales by DO_DAMP (its offset rows)."""
+    return (lse > DAMP_LSE)[..., None]
+
+
+@dataclass(frozen=True)
+class Weight:
+    """A power-of-two factor, broadcastable to an output, that its output and reference are both multiplied by before
+    they are judged (exact: only the exponent moves), and why."""
+
+    factor: torch.Tensor
+    why: str
+
+
+def judging_weights(workload: Workload, inputs: dict[str, torch.Tensor]) -> dict[str, Weight]:
+    """Per output, the Weight that undoes the inputs' own scaling, so every row is judged at its natural size.
+
+    The backward's dQ row i is linear in dO row i, so on the damped rows it is DO_DAMP (2^-10) times its natural size:
+    about 2e-5, a thousandth of atol, so the element rule passed anything there and the row held no share of any
+    Frobenius norm: a dQ of zeros on those rows, or one whose P came from bf16 scores (off by a quarter at scores of
+    100), passed. Judged at 1/DO_DAMP their size, they are plain rows again; an honest kernel's error scales with them
+    exactly (fp32 sums, bf16 roundings relative). dK and dV sum over rows, so no factor undoes it there: dK carries the
+    offset rows' share at a plain row's size (|q| ~ 1100 meets the damped dS), which is what catches a wrong P there."""
+    if workload.op != "mha_bwd":
+        return {}
+    factor = torch.where(damped_rows(inputs["LSE"]), 1.0 / DO_DAMP, 1.0).float()
+    return {"dQ": Weight(factor, f"dQ's rows whose dO the checked inputs scale by 2^{math.log2(DO_DAMP):g} (their LSE "
+                                 f"is over {DAMP_LSE:g}: every score of the row exceeds 90) are judged scaled back by "
+                                 f"2^{-math.log2(DO_DAMP):g}, at a plain row's size; the errors and bounds here are in "
+                                 f"those units")}

@@ -9,7 +9,10 @@ BLOCK_ELEMENTS consecutive elements (a query tile of O or dQ, a key tile of dK /
 (a causal output's first rows), so a tensor-wide bound alone let a cheap computation on part of the tiles
 through. Degenerate outputs (constant, all
 zero, never written) and outputs that do not depend on the inputs (bit-identical across trials
-with different inputs) are named in the note. Works on CPU and GPU tensors alike.
+with different inputs) are named in the note, and so is where the failing elements lie (the first and the last, the
+worst block, as indices of the tensor). Rows the inputs scale down on purpose (the backward's damped dO rows) are judged
+scaled back to their natural size (a `Weight` from workloads/inputs.judging_weights), where the element rule's atol
+would otherwise pass anything. Works on CPU and GPU tensors alike.
 
 Calibrated rule (FlashAttention's test convention): when the primary library baseline itself misses
 the element rule on a tensor for these inputs (cuDNN's bf16 attention backward on 'spiky' inputs), or
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from ..results import TrialStats
+from ...workloads.inputs import Weight
 from ...workloads.schema import Tolerance
 
 # Absolute slack on the calibrated max-abs bound: errors are measured in float32, whose spacing is up to
@@ -115,11 +119,13 @@ def block_errors(err: torch.Tensor, ref: torch.Tensor, size: int = BLOCK_ELEMENT
     return float(rel[worst]), worst
 
 
-def library_error(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, baseline: str = "") -> LibraryError:
-    """Measure the library's output against the float32 reference (a non-finite output never calibrates)."""
+def library_error(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, baseline: str = "",
+                  weight: Weight | None = None) -> LibraryError:
+    """Measure the library's output against the float32 reference (a non-finite output never calibrates), in the
+    units the candidate's is judged in (`weight`, as compare's)."""
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"library output shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}")
-    o, r = out.float(), ref.float()
+    o, r = weighted(out.float(), weight), weighted(ref.float(), weight)
     if not bool(torch.isfinite(o).all()):
         return LibraryError(float("inf"), float("inf"), False, baseline)
     diff = (o - r).abs()
@@ -140,22 +146,28 @@ def output_digest(out: torch.Tensor) -> tuple[float, float, int]:
     return float(words.sum()), float((words * weights).sum()), int(out.numel())
 
 
+def weighted(x: torch.Tensor, weight: Weight | None) -> torch.Tensor:
+    return x if weight is None else x * weight.factor.to(x.device)
+
+
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, *, trial: int, tensor: str, dist: str = "normal",
-            unwritten: int = 0, library: LibrarySource = None) -> TrialStats:
+            unwritten: int = 0, library: LibrarySource = None, weight: Weight | None = None) -> TrialStats:
     """Judge `out` (any float dtype) against the float32 reference `ref` of the same shape.
 
     `library` is the primary library's error on this tensor: a LibraryError, or a function returning one
     (called only when the strict rule fails on the size of the error alone, so the library runs only then).
-    Without it the strict rule alone decides.
+    Without it the strict rule alone decides. `weight` (workloads/inputs.judging_weights): a power-of-two factor both
+    are multiplied by first, so rows the inputs scaled down are judged at their natural size; the worst element's
+    value and expected value are reported as written.
     """
     if tuple(out.shape) != tuple(ref.shape):
         return TrialStats(trial=trial, tensor=tensor, dist=dist, passed=False,
                           note=f"shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}")
-    o = out.float()
-    r = ref.float()
-    finite = torch.isfinite(o)
-    n_nan = int(torch.isnan(o).sum())
-    n_inf = int(torch.isinf(o).sum())
+    raw_o, raw_r = out.float(), ref.float()
+    finite = torch.isfinite(raw_o)
+    n_nan = int(torch.isnan(raw_o).sum())
+    n_inf = int(torch.isinf(raw_o).sum())
+    o, r = weighted(raw_o, weight), weighted(raw_r, weight)
     diff = (o - r).abs()
     diff = torch.where(finite, diff, torch.full_like(diff, float("inf")))
     bad = element_failures(diff, r, tol)
@@ -178,7 +190,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, *, trial: int,
         notes.append(f"every element is within the element rule but the relative Frobenius error {rel_fro:.3g} "
                      f"exceeds {tol.max_rel_fro:g}")
     elif block_rel > tol.max_rel_fro and all_finite:
-        notes.append(block_note(block, block_rel, tol.max_rel_fro, n, rel_fro))
+        notes.append(block_note(block, block_rel, tol.max_rel_fro, tuple(o.shape), rel_fro))
+    if n_bad:
+        notes.append(failing_span(bad, n_bad))
     stats = TrialStats(
         trial=trial, tensor=tensor, dist=dist,
         passed=(n_bad == 0 and all_finite and rel_fro <= tol.max_rel_fro and block_rel <= tol.max_rel_fro
@@ -189,21 +203,46 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, *, trial: int,
         frac_matched=(n - n_bad) / n if n else 1.0,
         n_nan=n_nan, n_inf=n_inf,
         worst_index=worst_index,
-        worst_value=float(o.reshape(-1)[flat]) if n else None,
-        worst_expected=float(r.reshape(-1)[flat]) if n else None,
+        worst_value=float(raw_o.reshape(-1)[flat]) if n else None,
+        worst_expected=float(raw_r.reshape(-1)[flat]) if n else None,
         note="; ".join(notes),
     )
-    if stats.passed or not all_finite or degenerate or library is None:
-        return stats  # NaN/Inf and degenerate outputs are never rescued by the library's error
-    lib = library() if callable(library) else library
-    return library_rule(stats, lib, tol, worst_block=(block, block_rel)) if lib is not None else stats
+    if not stats.passed and all_finite and not degenerate and library is not None:  # NaN/Inf and degenerate outputs
+        lib = library() if callable(library) else library  # are never rescued by the library's error
+        stats = library_rule(stats, lib, tol, worst_block=(block, block_rel)) if lib is not None else stats
+    if weight is not None and not stats.passed and bool((weight.factor != 1).any()):  # errors in its units: say so
+        stats.note = "; ".join(filter(None, [stats.note, weight.why]))
+    return stats
 
 
-def block_note(block: int, rel: float, bound: float, n: int, rel_fro: float) -> str:
-    first = block * BLOCK_ELEMENTS
-    return (f"elements {first}..{min(first + BLOCK_ELEMENTS, n) - 1} (flat, row-major) have a relative Frobenius error "
-            f"of {rel:.3g}, over the bound {bound:g} that every block of {BLOCK_ELEMENTS} elements is held to (the "
-            f"whole tensor's is {rel_fro:.3g}): part of the output is computed less accurately than the rest")
+def index_of(flat: int, shape: tuple[int, ...]) -> list[int]:
+    """The multi-index of a row-major flat index."""
+    out = []
+    for size in reversed(shape):
+        flat, i = divmod(flat, size)
+        out.append(i)
+    return out[::-1]
+
+
+def failing_span(bad: torch.Tensor, n_bad: int) -> str:
+    """Where the failing elements lie: the first and the last in row-major order (a tile's edge shows there)."""
+    flat = bad.reshape(-1)
+    first = int(torch.argmax(flat.to(torch.uint8)))
+    last = flat.numel() - 1 - int(torch.argmax(flat.flip(0).to(torch.uint8)))
+    shape = tuple(bad.shape)
+    if n_bad == 1:
+        return f"1 element fails the element rule, at {index_of(first, shape)}"
+    return (f"{n_bad} elements fail the element rule, the first at {index_of(first, shape)}, the last at "
+            f"{index_of(last, shape)}")
+
+
+def block_note(block: int, rel: float, bound: float, shape: tuple[int, ...], rel_fro: float) -> str:
+    n = math.prod(shape)
+    first, last = block * BLOCK_ELEMENTS, min((block + 1) * BLOCK_ELEMENTS, n) - 1
+    return (f"elements {index_of(first, shape)}..{index_of(last, shape)} (consecutive, row-major) have a relative "
+            f"Frobenius error of {rel:.3g}, over the bound {bound:g} that every block of {BLOCK_ELEMENTS} elements is "
+            f"held to (the whole tensor's is {rel_fro:.3g}): part of the output is computed less accurately than the "
+            f"rest")
 
 
 def library_rule(stats: TrialStats, lib: LibraryError, tol: Tolerance,

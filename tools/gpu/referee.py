@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from ...workloads.baselines import make_baseline
-from ...workloads.inputs import make_inputs
+from ...workloads.inputs import judging_weights, make_inputs
 from ...workloads.references import run_reference
 from ...workloads.registry import get_workload
 from .correctness import library_error, output_digest
@@ -79,7 +79,8 @@ class RefereeCore:
             outputs = make_baseline(wl, primary, data.inputs)()
             if self.device == "cuda":
                 torch.cuda.synchronize()
-            self.library[key] = {n: library_error(outputs[n], ref, wl.tolerance.for_tensor(n), primary)
+            weights = judging_weights(wl, data.inputs)  # the units the candidate's outputs are judged in
+            self.library[key] = {n: library_error(outputs[n], ref, wl.tolerance.for_tensor(n), primary, weights.get(n))
                                  for n, ref in data.reference.items()}
         return self.library[key]
 

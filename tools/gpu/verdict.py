@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import torch
 
+from ...workloads.inputs import judging_weights
 from ...workloads.schema import Workload
 from .buffers import BufferSet, count_poison
 from .correctness import LibraryError, compare
@@ -39,11 +40,12 @@ def judge_outputs(outputs: dict[str, torch.Tensor], inputs_seen: dict[str, torch
     `library_errors` gives the primary library's error per output on these inputs; compare() calls it only
     for an output that fails the strict rule on error size alone (the calibrated rule, correctness.py)."""
     stats = []
+    weights = judging_weights(wl, data.inputs)  # from the true inputs, never the ones the kernel saw
     for name, ref in data.reference.items():
         out = outputs[name]
         library = (lambda name=name: library_errors().get(name)) if library_errors else None
         stats.append(compare(out, ref, wl.tolerance.for_tensor(name), trial=trial, tensor=name, dist=dist,
-                             unwritten=count_poison(out), library=library))
+                             unwritten=count_poison(out), library=library, weight=weights.get(name)))
     changed = [n for n, x in data.inputs.items() if not torch.equal(inputs_seen[n], x)]
     if changed:
         for s in stats:
