@@ -163,11 +163,11 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, *, trial: int,
     if tuple(out.shape) != tuple(ref.shape):
         return TrialStats(trial=trial, tensor=tensor, dist=dist, passed=False,
                           note=f"shape {tuple(out.shape)} differs from the reference's {tuple(ref.shape)}")
-    raw_o, raw_r = out.float(), ref.float()
-    finite = torch.isfinite(raw_o)
-    n_nan = int(torch.isnan(raw_o).sum())
-    n_inf = int(torch.isinf(raw_o).sum())
-    o, r = weighted(raw_o, weight), weighted(raw_r, weight)
+    o = out.float()
+    finite = torch.isfinite(o)  # as written: a weight could only turn a huge finite value into inf
+    n_nan = int(torch.isnan(o).sum())
+    n_inf = int(torch.isinf(o).sum())
+    o, r = weighted(o, weight), weighted(ref.float(), weight)  # the unweighted copy freed (the referee's memory)
     diff = (o - r).abs()
     diff = torch.where(finite, diff, torch.full_like(diff, float("inf")))
     bad = element_failures(diff, r, tol)
@@ -203,8 +203,8 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, *, trial: int,
         frac_matched=(n - n_bad) / n if n else 1.0,
         n_nan=n_nan, n_inf=n_inf,
         worst_index=worst_index,
-        worst_value=float(raw_o.reshape(-1)[flat]) if n else None,
-        worst_expected=float(raw_r.reshape(-1)[flat]) if n else None,
+        worst_value=float(out.reshape(-1)[flat]) if n else None,  # as written, whatever the weight
+        worst_expected=float(ref.reshape(-1)[flat]) if n else None,
         note="; ".join(notes),
     )
     if not stats.passed and all_finite and not degenerate and library is not None:  # NaN/Inf and degenerate outputs
