@@ -355,3 +355,16 @@ def test_a_worker_the_oom_killer_ends_mid_candidate_is_infra_not_the_kernels_run
         assert pool.submit(job("die", 5)).status == "RUNTIME_ERROR"  # no OOM kill: still its candidate's
     finally:
         pool.close()
+
+
+def test_close_stops_a_worker_whose_referee_died_before_the_pool_noticed():
+    """A worker seen not alive (its referee gone) but not yet replaced is still a process on the GPU: close() stops it
+    however many workers started elsewhere meanwhile."""
+    FakeWorker.started = []
+    pool = GpuPool(PoolConfig(devices=[0, 1], spares=0), factory=lambda d, c: FakeWorker(d, c)).start()
+    half_dead = next(s for s in pool.slots if s.device == 0).active
+    half_dead._alive = False  # alive() is worker and referee alive: the referee's end is enough
+    with pool.exclusive(0):
+        assert pool.submit(job("fault", 5)).status == "RUNTIME_ERROR"  # on device 1: its worker replaced
+    pool.close()
+    assert all(w.killed for w in FakeWorker.started) and len(FakeWorker.started) == 3

@@ -266,16 +266,20 @@ class GpuPool:
         with self._lock:  # a close() either sees this worker in the list, or came first and none starts
             if self._closed:
                 raise NoGpuError("the GPU pool was closed")
-            self._workers = [w for w in self._workers if w.alive()]
             self._workers.append(self.factory(device, self._worker_config()))
             return self._workers[-1]
+
+    def _kill(self, w: WorkerProcess) -> None:
+        w.kill()
+        with self._lock:
+            self._workers = [other for other in self._workers if other is not w]
 
     def _await_hello(self, w: WorkerProcess) -> dict:
         if w.hello is None:
             msg = w.recv(self.config.start_timeout_s)
             if msg is None:
                 code = w.exitcode
-                w.kill()
+                self._kill(w)
                 if code is not None:  # it died before saying hello: its traceback is on stderr
                     raise NoGpuError(f"the GPU worker for device {w.device} exited with code {code} before it started "
                                      f"(see its traceback above; a script that starts the pool needs an "
@@ -283,7 +287,7 @@ class GpuPool:
                 raise NoGpuError(f"the GPU worker for device {w.device} did not start within "
                                  f"{self.config.start_timeout_s:.0f} s")
             if msg.get("error"):
-                w.kill()
+                self._kill(w)
                 raise NoGpuError(f"the GPU worker for device {w.device} could not start: {msg['error']}")
             w.hello = msg
             self.no_worker = ""
@@ -310,7 +314,7 @@ class GpuPool:
                 return self._start(spawned)
             except Exception as e:  # whatever failed, nothing it started is left running, and later calls say why
                 for w in spawned:
-                    w.kill()
+                    self._kill(w)
                 self.slots, self.free, self.startup = [], SlotQueue(), []
                 self._start_error = e if isinstance(e, NoGpuError) else NoGpuError(
                     f"the GPU workers could not start: {type(e).__name__}: {e}")
@@ -333,7 +337,7 @@ class GpuPool:
         devices = self.config.devices if self.config.devices is not None else list(range(count))
         for d, w in actives.items():
             if d not in devices:  # a guess the worker's CUDA does not confirm (CUDA_VISIBLE_DEVICES naming a missing GPU)
-                w.kill()
+                self._kill(w)
         for d in devices:
             slot = DeviceSlot(d)
             slot.active = actives.get(d) or spawn(d)
@@ -440,7 +444,7 @@ class GpuPool:
         spare_lost = False
         while slot.active is None or not slot.active.alive():
             if slot.active is not None:
-                slot.active.kill()
+                self._kill(slot.active)
             from_spare = bool(slot.spares)
             slot.active = slot.spares.popleft() if slot.spares else self._spawn(slot.device)
             while len(slot.spares) < self.config.spares:
@@ -457,7 +461,7 @@ class GpuPool:
 
     def _replace(self, slot: DeviceSlot) -> None:
         if slot.active is not None:
-            slot.active.kill()
+            self._kill(slot.active)
         slot.active = None
         slot.replacements += 1
         self._ensure_active(slot)
@@ -469,7 +473,7 @@ class GpuPool:
             self._replace(slot)
         except NoGpuError:
             if slot.active is not None:
-                slot.active.kill()
+                self._kill(slot.active)
             slot.active = None
 
     def _run(self, slot: DeviceSlot, job: GpuJob) -> GpuOutcome:
