@@ -76,3 +76,19 @@ def test_a_host_with_no_route_stops_at_once_naming_it(monkeypatch):
         model.query(ModelRequest(messages=HELLO, turn=1))
     assert str(stopped.value).startswith("cannot reach 192.0.2.7 (no route to host"), str(stopped.value)
     assert "not retried" in str(stopped.value) and not retries
+
+
+def test_a_teacher_out_of_credit_stops_the_export_pass_and_caches_no_failure(tmp_path):
+    """export --teacher: a 402 was a request's own failure, so each remaining row got an error entry in the cache and
+    went without reasoning; a rerun once the account was topped up read those entries back and never asked again.
+    Out of credit is a refused set-up: the pass stops (as on a bad key), nothing cached, and a rerun asks."""
+    from export_runs import build_run
+    from ptxbench.agent.export import ExportConfig, build_rows, collect_samples
+    from ptxbench.agent.export.teacher import add_reasoning
+
+    rows, _ = build_rows(collect_samples([build_run(tmp_path)]), ExportConfig(recipe="fixit"))
+    cache = tmp_path / "cache"
+    with ScriptedServer([{"status": 402, "message": "Insufficient Balance"}]) as server:
+        with pytest.raises(ModelUnavailable):
+            add_reasoning(rows, "openai/teacher", cache, api_base=server.base_url)
+    assert not list(cache.glob("*.json"))
