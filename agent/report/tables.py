@@ -13,6 +13,9 @@ from ptxbench.tools.visible import bidi_escaped
 
 from .style import escape
 
+# Said under the repair tables: what their intervals draw (scoring/repair.py).
+CLUSTER_NOTE = ("; 95% intervals drawn over trajectories, those of one repair-track task together (they share its "
+                "broken kernel: repeats of a task are no independent evidence)")
 # Shown only for runs with COMPILED turns, so reports of GPU runs read as before.
 UNKNOWN_NOTE = "; a next turn that is COMPILED (never run, verdict unknown) is left out"
 
@@ -247,7 +250,7 @@ def repair_table(score: RunScore) -> Table:
     table = Table("Repair behaviour", [*_heads(split), "repaired / open runs", "mean turns to repair", "regressions",
                                        "speedup gained per turn after 1st correct", "target executed but slower"],
                   note=_noting_uneven("a run is a streak of failing turns (open: still failing when its trajectory finished); regressions = PASSED then a failure (share of turns leaving PASSED)"
-                                      + UNKNOWN_NOTE * bool(score.n_compile_only), score))
+                                      + CLUSTER_NOTE + UNKNOWN_NOTE * bool(score.n_compile_only), score))
     for cell in score.models:
         r = cell.repair
         tt = r.turns_to_repair.get("all", Estimate())
@@ -267,7 +270,7 @@ def fix_table(score: RunScore) -> Table:
     split = split_by_budget(score)
     table = Table("Next-turn fix probability by failure class", _heads(split, *map(Recorded, classes)),
                   note=_noting_uneven("P(the next turn is PASSED | this turn failed with the class), [95% CI] (n transitions)"
-                                      + UNKNOWN_NOTE * bool(score.n_compile_only), score))
+                                      + CLUSTER_NOTE + UNKNOWN_NOTE * bool(score.n_compile_only), score))
     for cell in score.models:
         fix = cell.repair.fix_probability
         table.rows.append(_label(cell, split, workload=False) + [f"{fix[c].fmt(0, pct=True)} (n={fix[c].denom:g})" if c in fix else "" for c in classes])

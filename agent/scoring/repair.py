@@ -15,6 +15,8 @@ Works on each trajectory's scored turns (infra turns dropped) in order:
   correct turn) / scored turns after it, for trajectories with at least one turn after it;
 - target slower: a correct turn whose target instructions executed, yet a correct turn of the
   same trajectory without them (target verdict False, not unknown) was faster.
+Every interval draws trajectories, except that the trajectories of one repair-track task (`repair_task`) are drawn
+together, as one unit: they start from one broken kernel, so 12 of them are no 12 independent tries.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from collections import defaultdict
 from pydantic import BaseModel, Field
 
 from ...tools.results import FORMAT_ERROR, MODEL_FAILURES
-from .stats import Estimate, mean_estimate, ratio_estimate
+from .stats import Estimate, ratio_estimate
 from .turns import COMPILED, PASSED, TrajectoryScore, TurnScore
 
 CLASS_ORDER = (PASSED, COMPILED, *MODEL_FAILURES, FORMAT_ERROR)
@@ -86,15 +88,31 @@ def _target_slower(turns: list[TurnScore]) -> tuple[int, int]:
     return slower, len(target)
 
 
+def _by_unit(entries: list[tuple[object, float, float]]) -> tuple[list[float], list[float]]:
+    """(unit, num, den) entries summed per unit, in first-seen order: the sums a bootstrap over units draws."""
+    sums: dict[object, list[float]] = {}
+    for unit, num, den in entries:
+        pair = sums.setdefault(unit, [0.0, 0.0])
+        pair[0] += num
+        pair[1] += den
+    return [n for n, _ in sums.values()], [d for _, d in sums.values()]
+
+
+def _unit(traj: TrajectoryScore, position: int) -> object:
+    """What the bootstrap draws: a repair-track task (its trajectories together), else the trajectory."""
+    return ("task", traj.repair_task) if traj.repair_task else ("trajectory", position)
+
+
 def repair_stats(trajectories: list[TrajectoryScore]) -> RepairStats:
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    per_traj_fix: dict[str, list[tuple[int, int]]] = defaultdict(list)  # class -> [(fixed, total)] per trajectory
+    per_traj_fix: dict[str, list[tuple]] = defaultdict(list)  # class -> [(unit, fixed, total)] per trajectory
     # class -> per trajectory (turns summed over its repaired runs, runs): the bootstrap draws trajectories, so the
     # runs of one trajectory move together (drawn one by one, three runs of one trajectory had an interval)
-    lengths: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    lengths: dict[str, list[tuple]] = defaultdict(list)
     stats = RepairStats()
-    reg_num, reg_den, gains, slow_num, slow_den = [], [], [], [], []
-    for traj in trajectories:
+    regress_rows, gains, slow_rows = [], [], []
+    for position, traj in enumerate(trajectories):
+        unit = _unit(traj, position)
         turns = traj.scored_turns
         fixed: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         regress = from_pass = 0
@@ -109,7 +127,7 @@ def repair_stats(trajectories: list[TrajectoryScore]) -> RepairStats:
                 from_pass += 1
                 regress += b.failed
         for cls, (f, t) in fixed.items():
-            per_traj_fix[cls].append((f, t))
+            per_traj_fix[cls].append((unit, f, t))
         repaired: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for cls, length, ended_by in _episodes(turns):
             if ended_by is None and traj.left_out:  # the harness cut it short (or it is still running)
@@ -124,30 +142,27 @@ def repair_stats(trajectories: list[TrajectoryScore]) -> RepairStats:
                     repaired[key][1] += 1
                 stats.episodes_repaired += 1
         for key, (total, runs) in repaired.items():
-            lengths[key].append((total, runs))
+            lengths[key].append((unit, total, runs))
         stats.regressions += regress
         stats.trajectories_with_regression += regress > 0
-        reg_num.append(regress)
-        reg_den.append(from_pass)
+        regress_rows.append((unit, regress, from_pass))
         gain = _speedup_gain(turns)
         if gain is not None:
-            gains.append(gain)
+            gains.append((unit, gain, 1))
         slower, total = _target_slower(turns)
-        slow_num.append(slower)
-        slow_den.append(total)
+        slow_rows.append((unit, slower, total))
         stats.target_slower_count += slower
 
     seen = set(counts) | {b for row in counts.values() for b in row}
     stats.classes = order_classes(seen)
     stats.transitions = {a: {b: counts[a][b] for b in stats.classes if counts[a][b]} for a in stats.classes if a in counts}
     stats.next_class = {a: {b: n / sum(row.values()) for b, n in row.items()} for a, row in stats.transitions.items()}
-    stats.fix_probability = {
-        cls: ratio_estimate([f for f, _ in rows], [t for _, t in rows], share=True) for cls, rows in per_traj_fix.items()
-    }
+    stats.fix_probability = {cls: ratio_estimate(*_by_unit(rows), share=True) for cls, rows in per_traj_fix.items()}
     stats.fix_probability = {c: stats.fix_probability[c] for c in order_classes(stats.fix_probability)}
-    stats.turns_to_repair = {c: ratio_estimate([t for t, _ in lengths[c]], [r for _, r in lengths[c]])
+    stats.turns_to_repair = {c: ratio_estimate(*_by_unit(lengths[c]))
                              for c in order_classes(set(lengths) - {"all"}) + ["all"] if c in lengths}
-    stats.regression_rate = ratio_estimate(reg_num, reg_den, share=True)
-    stats.speedup_gain_per_turn = mean_estimate(gains)
-    stats.target_slower = ratio_estimate(slow_num, slow_den, share=True)
+    stats.regression_rate = ratio_estimate(*_by_unit(regress_rows), share=True)
+    gain_sums, gain_counts = _by_unit(gains)
+    stats.speedup_gain_per_turn = ratio_estimate(gain_sums, gain_counts)  # the mean over trajectories
+    stats.target_slower = ratio_estimate(*_by_unit(slow_rows), share=True)
     return stats

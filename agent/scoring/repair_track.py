@@ -5,6 +5,11 @@ model turns. Per trajectory:
 - fixed@1: turn 1 PASSED; fixed@k: some turn PASSED (a PASSED turn that hands back the broken kernel, byte for
   byte or with only comments and spacing changed (export/normalize.py), is no fix: its bug is still there, whatever
   one run said);
+- fixed by swap: a PASSED turn whose kernel is, up to comments and spacing (export/normalize.kernel_hash), the correct
+  kernel the task was made from (the suite's `unbroken_kernel_hash`) or the kernel builtin/reference hands in for the
+  workload today (where the suite records no hash, that comparison alone): the model swapped in a known correct kernel
+  (from memory, or from training pairs) and repaired nothing. Counted apart, never as fixed@1 / fixed@k, turns to fix,
+  speed kept or regression, which are over repairs only (a trajectory that both swapped and repaired is a repair);
 - turns to fix: the first PASSED turn (over fixed trajectories);
 - fixed with the speed kept: some turn PASSED, its target instructions executed (or not measured), and its
   speedup >= SPEED_KEPT x the unbroken kernel's speedup recorded in the task (a slow swap is no repair); unknown
@@ -24,9 +29,14 @@ infra-failed ones (`RepairScore.left_out`), neither for nor against its model; t
 suite's tasks each model ran.
 Each is a share of (turns to fix: a mean over) the judged trajectories, each task weighing alike (a mean over tasks,
 as a model's row of the score is over workloads: a task that lost trajectories to infra, or ran more of them, tilted
-it), with a 95% interval (Wilson's at the effective count for the shares, a bootstrap within each task for the mean:
-stats.py), overall, per model (and turn budget, where the trajectories ran under several: fixed@k of two k never
-pool), by bug class, by failure class (the broken kernel's status at turn 0; where turn 0 was not run on a GPU
+it); fixed@1 and fixed@k are also given with each bug class weighing alike (`*_by_class`: the attention forward's
+classes, one task on each of four near-identical workloads, are most of the suite's tasks, so the task-weighted
+headline is mostly theirs). Every 95% interval is clustered by task (task_clusters.py: a bootstrap that draws tasks,
+all of a task's trajectories with it, Wilson's over the tasks where it has no width): the trajectories of one task
+share its broken kernel, and 12 of them are no 12 independent tasks. Overall, per model (and turn budget, where the
+trajectories ran under several: fixed@k of two k never pool), held out against in distribution (`by_model_held_out`:
+a model trained on synth-repairs or Fixit data has seen the other classes' bugs, so only its held-out figures are
+clean), by bug class, by failure class (the broken kernel's status at turn 0; where turn 0 was not run on a GPU
 (COMPILED), the verdict the suite recorded for it) and by prompt (shown where a model ran several: an ablation's arms
 apart, where the model's row pools them as the leaderboard does).
 
@@ -47,9 +57,9 @@ from pydantic import BaseModel, Field, ValidationError
 from ..records.rundir import DamagedRecord, path_inside, run_name, validation_line
 from ..repairs.suite import RepairSuite, RepairTask, SuiteMissing, load_suite
 from ..report.tables import md_cell
-from .cells import balance_weights
-from .run_score import budget_order, unique_records
-from .stats import Estimate, mean_estimate, share_estimate
+from .run_score import SCORE_VERSION, budget_order, unique_records
+from .stats import MIN_BOOTSTRAP, Estimate
+from .task_clusters import class_weights, task_estimate
 from .turns import COMPILED, TrajectoryScore, TurnScore, measured_figure, score_trajectory
 
 SPEED_KEPT = 0.95
@@ -63,8 +73,11 @@ class RepairTrajectory(BaseModel):
     failure_class: str = Field("", description="the broken kernel's status (turn 0, else the suite's record)")
     held_out: bool = False
     unbroken_speedup: float | None = None
-    fixed_at_1: bool = False
-    fixed: bool = False
+    fixed_at_1: bool = Field(False, description="turn 1 PASSED with a repair (not a swap)")
+    fixed: bool = Field(False, description="some turn PASSED with a repair: a changed kernel that is neither the broken "
+                        "one again nor a swap")
+    fixed_by_swap: bool = Field(False, description="not fixed, but some turn PASSED with a swap: the task's unbroken "
+                                "kernel, or builtin/reference's kernel for the workload, up to comments and spacing")
     turns_to_fix: int | None = None
     speed_kept: bool | None = Field(False, description="None: fixed, but no speed to compare (no unbroken speedup "
                                     "recorded, or the fix untimed)")
@@ -80,8 +93,15 @@ class RepairTrajectory(BaseModel):
 class RepairCell(BaseModel):
     n: int = 0
     not_judged: int = Field(0, description="trajectories of the n whose fix cannot be judged (compiled without a GPU)")
-    fixed_at_1: Estimate = Estimate()
-    fixed_at_k: Estimate = Estimate()
+    fixed_at_1: Estimate = Field(Estimate(), description="share fixed at turn 1, each task weighing alike")
+    fixed_at_k: Estimate = Field(Estimate(), description="share fixed within the turn budget, each task weighing alike "
+                                 "(the headline)")
+    fixed_at_1_by_class: Estimate = Field(Estimate(), description="fixed_at_1 with each bug class weighing alike")
+    fixed_at_k_by_class: Estimate = Field(Estimate(), description="fixed_at_k with each bug class weighing alike")
+    fixed_by_swap: Estimate = Field(Estimate(), description="share passed only by a swapped-in known correct kernel "
+                                    "(RepairTrajectory.fixed_by_swap): no repair, in no other figure")
+    swaps: int = Field(0, description="judged trajectories fixed by swap")
+    tasks: int = Field(0, description="distinct tasks of the n: the unit every interval is drawn over")
     turns_to_fix: Estimate = Estimate()
     speed_kept: Estimate = Field(Estimate(), description="over the judged trajectories whose speed is known")
     speed_unknown: int = Field(0, description="judged trajectories fixed with no speed to compare, left out of speed_kept")
@@ -89,10 +109,14 @@ class RepairCell(BaseModel):
 
 
 class RepairScore(BaseModel):
+    score_version: int = Field(SCORE_VERSION, description="run_score.SCORE_VERSION: what its figures mean")
     trajectories: list[RepairTrajectory] = Field(default_factory=list)
     by_model: dict[str, RepairCell] = Field(default_factory=dict, description="model -> its cell; where the trajectories "
                                             "ran under several turn budgets, one per model and budget, named "
                                             "'<model> (<k> turns)' (row_name): fixed@k of two k never pool")
+    by_model_held_out: dict[str, dict[str, RepairCell]] = Field(default_factory=dict, description="model -> "
+                                                          "'held_out' / 'in_distribution' -> its cell: a task of a "
+                                                          "bug class the exports never train on, or not")
     by_model_bug_class: dict[str, dict[str, RepairCell]] = Field(default_factory=dict)
     by_model_failure_class: dict[str, dict[str, RepairCell]] = Field(default_factory=dict)
     by_model_prompt: dict[str, dict[str, RepairCell]] = Field(default_factory=dict, description="model -> prompt "
@@ -215,9 +239,39 @@ def resubmitted_turns(record, score: TrajectoryScore, task_solution: str | None 
                      and normalized_kernel(text) in forms)
 
 
+@lru_cache(maxsize=None)
+def reference_kernel_hash(workload: str) -> str:
+    """export/normalize.kernel_hash of the kernel builtin/reference hands in for the workload today ('' when it has
+    none): a swap even where the suite records no unbroken_kernel_hash (a suite built before the field)."""
+    from ..export.normalize import kernel_hash
+    from ..models.base import ModelError
+    from ..models.builtin import reference_source
+
+    try:
+        return kernel_hash(reference_source(workload))
+    except (ModelError, KeyError, ValueError, OSError):  # a workload unknown here, or with no reference
+        return ""
+
+
+def swap_hashes(task: dict, workload: str) -> frozenset[str]:
+    """The kernel hashes whose PASSED is a swap, not a repair: the task's unbroken kernel and today's reference."""
+    return frozenset(h for h in (task.get("unbroken_kernel_hash") or "", reference_kernel_hash(workload)) if h)
+
+
+def swapped_turns(record, score: TrajectoryScore, hashes: frozenset[str]) -> frozenset[int]:
+    """The model's turns whose kernel is one of `hashes` up to comments and spacing (swap_hashes)."""
+    from ..export.normalize import kernel_hash
+
+    if not hashes:
+        return frozenset()
+    return frozenset(t.turn for t in score.scored_turns
+                     if t.kernel_file and (text := record.kernel(t.kernel_file)) is not None and kernel_hash(text) in hashes)
+
+
 def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = None,
-                      resubmitted: frozenset[int] = frozenset()) -> RepairTrajectory:
-    """`resubmitted`: turns whose kernel is the broken one with only comments or spacing changed (resubmitted_turns)."""
+                      resubmitted: frozenset[int] = frozenset(), swapped: frozenset[int] = frozenset()) -> RepairTrajectory:
+    """`resubmitted`: turns whose kernel is the broken one with only comments or spacing changed (resubmitted_turns);
+    `swapped`: turns whose kernel is a known correct one (swapped_turns): no repair, counted as fixed_by_swap."""
     task = task_record(config) if task is None else task
     # as a turn's speedup (turns.measured_figure): a NaN, infinite or not positive record is unmeasured, not a bar no fix
     # (or every fix) clears
@@ -231,7 +285,10 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
     # caught failing once): fixed only by a kernel the model changed. Known from turn 0, else from the suite's record
     # (a run folder missing its turn 0 credited the broken kernel handed back)
     broken = {sha for sha in ((score.start.kernel_sha256 if score.start else ""), task.get("solution_sha256") or "") if sha}
-    passed = [t for t in turns if t.correct and t.kernel_sha256 not in broken and t.turn not in resubmitted]
+    changed = [t for t in turns if t.correct and t.kernel_sha256 not in broken and t.turn not in resubmitted]
+    # a known correct kernel handed in (the unbroken one, the reference) passes every task of its workload without
+    # reading the bug: a swap, apart from the repairs
+    passed = [t for t in changed if t.turn not in swapped]
     target_fixes = [t for t in passed if t.target_executed is not False]
     why = {t.turn: _speed_unknown_why(t, unbroken, score.gpu, task) for t in target_fixes}
     kept = [t for t in target_fixes if not why[t.turn] and t.speedup >= SPEED_KEPT * unbroken]
@@ -243,6 +300,7 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
     fixed_turns = {t.turn for t in passed}
     regression = any(a.turn in fixed_turns and b.failed for a, b in zip(turns, turns[1:]))
     # a kernel compiled and never run (--no-gpu) may be the fix: unknown, unless it is the broken kernel again
+    # (a swap compiled and never run too: whether it passes, a swap or a failure, is unknown)
     unverified = any(t.compile_only and t.kernel_sha256 not in broken and t.turn not in resubmitted for t in turns)
     recorded = (task.get("verdict") or {}).get("status", "")
     failure = score.start.status if score.start else recorded
@@ -251,30 +309,30 @@ def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = 
     return RepairTrajectory(id=score.id, model=score.model, task=config["repair_task"], turn_budget=score.turn_budget,
                             prompt=score.prompt, bug_class=task.get("bug_class", ""),
                             failure_class=failure, held_out=bool(task.get("held_out")), unbroken_speedup=unbroken,
-                            fixed_at_1=first == 1, fixed=bool(passed),
+                            fixed_at_1=first == 1, fixed=bool(passed), fixed_by_swap=bool(changed) and not passed,
                             turns_to_fix=first, speed_kept=None if unknown_why else bool(kept), regression=regression,
                             speed_unknown_why=unknown_why,
-                            judged=bool(passed) or not unverified)
+                            judged=bool(changed) or not unverified)
 
 
 def cell(rows: list[RepairTrajectory]) -> RepairCell:
-    """The rates of a group of trajectories, each task weighing alike (as a model's row weighs its workloads:
-    cells.balance_weights): pooled, a task whose trajectories failed infra or were left out, or that ran more of them
-    (several runs merged, the anchors' one per task), tilted the rate towards the other tasks."""
+    """The rates of a group of trajectories, each task weighing alike (pooled, a task whose trajectories failed infra
+    or were left out, or that ran more of them, tilted the rate towards the other tasks), and fixed@1 / fixed@k with
+    each bug class weighing alike too; every interval drawn over tasks (task_clusters.py)."""
     judged = [r for r in rows if r.judged]
     fixed = [r for r in judged if r.fixed]
     speed_known = [r for r in judged if r.speed_kept is not None]
-
-    def share(group: list[RepairTrajectory], outcome) -> Estimate:
-        return share_estimate([float(outcome(r)) for r in group], balance_weights(group, "task")[0])
-
-    weights, strata = balance_weights(fixed, "task")
+    by_class = class_weights(judged)
     return RepairCell(n=len(rows), not_judged=len(rows) - len(judged), speed_unknown=len(judged) - len(speed_known),
-                      fixed_at_1=share(judged, lambda r: r.fixed_at_1),
-                      fixed_at_k=share(judged, lambda r: r.fixed),
-                      turns_to_fix=mean_estimate([float(r.turns_to_fix) for r in fixed], weights, strata=strata),
-                      speed_kept=share(speed_known, lambda r: r.speed_kept),
-                      regression_rate=share(judged, lambda r: r.regression))
+                      tasks=len({r.task for r in rows}), swaps=sum(r.fixed_by_swap for r in judged),
+                      fixed_at_1=task_estimate(judged, lambda r: r.fixed_at_1),
+                      fixed_at_k=task_estimate(judged, lambda r: r.fixed),
+                      fixed_at_1_by_class=task_estimate(judged, lambda r: r.fixed_at_1, task_weight=by_class),
+                      fixed_at_k_by_class=task_estimate(judged, lambda r: r.fixed, task_weight=by_class),
+                      fixed_by_swap=task_estimate(judged, lambda r: r.fixed_by_swap),
+                      turns_to_fix=task_estimate(fixed, lambda r: r.turns_to_fix, share=False),
+                      speed_kept=task_estimate(speed_known, lambda r: r.speed_kept),
+                      regression_rate=task_estimate(judged, lambda r: r.regression))
 
 
 def _grouped(rows: list[RepairTrajectory], key) -> dict[str, RepairCell]:
@@ -282,6 +340,12 @@ def _grouped(rows: list[RepairTrajectory], key) -> dict[str, RepairCell]:
     for r in rows:
         groups[key(r)].append(r)
     return {k: cell(v) for k, v in sorted(groups.items())}
+
+
+def held_out_split(row: RepairTrajectory) -> str:
+    """'held_out' for a task whose bug class no export trains on (suite.HELD_OUT_CLASSES, or its suite's mark), else
+    'in_distribution': a model fine-tuned on synth-repairs or Fixit data has seen those classes' bugs."""
+    return "held_out" if row.held_out else "in_distribution"
 
 
 def row_name(row: RepairTrajectory, split: bool) -> str:
@@ -314,8 +378,9 @@ def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
             left_out[why] += 1
             continue
         again = resubmitted_turns(record, score, _suite_solution(config))
-        rows.append((run_name(run), record.id, record.start.ts, repair_trajectory(score, config, task, again)))
-    # in (run, id, start) order: the bootstrap draws by position, so runs named in another order gave other intervals
+        swaps = swapped_turns(record, score, swap_hashes(task, score.workload))
+        rows.append((run_name(run), record.id, record.start.ts, repair_trajectory(score, config, task, again, swaps)))
+    # in (run, id, start) order (the intervals draw tasks in name order, whatever this order)
     rows = [row for *_, row in sorted(rows, key=lambda r: r[:3])]
     split = len({r.turn_budget for r in rows}) > 1
 
@@ -328,6 +393,7 @@ def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
                       tasks_by_model={n: len({r.task for r in rows if name(r) == n}) for *_, n in order})
     for model in out.by_model:
         mine = [r for r in rows if name(r) == model]
+        out.by_model_held_out[model] = _grouped(mine, held_out_split)
         out.by_model_bug_class[model] = _grouped(mine, lambda r: r.bug_class)
         out.by_model_failure_class[model] = _grouped(mine, lambda r: r.failure_class)
         out.by_model_prompt[model] = _grouped(mine, lambda r: r.prompt)
@@ -335,17 +401,32 @@ def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
 
 
 def repair_markdown(score: RepairScore) -> str:
-    """The repair page: per model, then by bug class and failure class, and by prompt where there are several (95% intervals over the judged trajectories:
-    Wilson's for the shares, a bootstrap for turns to fix; those compiled without a GPU and never passed are counted apart, as not judged)."""
-    head = ("| {} | n | fixed@1 | fixed@k | fixed, speed kept | turns to fix | regressions | not judged |\n"
-            "| --- | --- | --- | --- | --- | --- | --- | --- |")
+    """The repair page: per model, held out against in distribution, then by bug class and failure class, and by prompt
+    where there are several (95% intervals over the judged trajectories, drawn over tasks; those compiled without a
+    GPU and never passed are counted apart, as not judged)."""
+    head = ("| {} | n | fixed@1 | fixed@k | fixed@k, bug classes alike | fixed by swap | fixed, speed kept | turns to fix "
+            "| regressions | not judged | tasks |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 
     def row(name: str, c: RepairCell) -> str:  # names come from the records: md_cell
         return (f"| {md_cell(name)} | {c.n} | {c.fixed_at_1.fmt(1, pct=True)} | {c.fixed_at_k.fmt(1, pct=True)} | "
+                f"{c.fixed_at_k_by_class.fmt(1, pct=True)} | {c.fixed_by_swap.fmt(1, pct=True)} | "
                 f"{c.speed_kept.fmt(1, pct=True)} | {c.turns_to_fix.fmt(2)} | {c.regression_rate.fmt(1, pct=True)} | "
-                f"{c.not_judged} |")
+                f"{c.not_judged} | {c.tasks} |")
 
-    parts = ["## Repair track", f"fixed with the speed kept: PASSED, targets executed when measured, >= {SPEED_KEPT}x "
+    tasks = {r.task for r in score.trajectories}
+    classes = {r.bug_class for r in score.trajectories}
+    parts = ["## Repair track",
+             f"fixed@1, fixed@k (the headline): shares of the judged trajectories fixed by a repair, each task weighing "
+             f"alike ({len(tasks)} task{'s' * (len(tasks) != 1)} of {len(classes)} bug class"
+             f"{'es' * (len(classes) != 1)} here: a class made on several workloads weighs once per workload); "
+             "fixed@k, bug classes alike: the same share with each bug class weighing alike (its tasks alike within it)",
+             "95% intervals are drawn over tasks: a bootstrap that resamples tasks, all of a task's trajectories with "
+             "it (they share its broken kernel, so repeats of one task are no independent evidence), Wilson's interval "
+             f"over the tasks where it has no width; none for turns to fix from fewer than {MIN_BOOTSTRAP} tasks",
+             "fixed by swap: passed only by handing in a known correct kernel (up to comments and spacing, the kernel "
+             "the task was made from, or the one builtin/reference hands in for the workload): no repair, so in no "
+             "other column",
+             f"fixed with the speed kept: PASSED, targets executed when measured, >= {SPEED_KEPT}x "
              "the unbroken kernel's speedup"]
     if len({r.turn_budget for r in score.trajectories}) > 1:
         parts.append("rows are split by turn budget (the k of fixed@k, --turns): fixed within 1 turn and within 4 are "
@@ -374,6 +455,12 @@ def repair_markdown(score: RepairScore) -> str:
                      "so compare them by bug class and failure class, or over a run of the same tasks")
     parts += ["", head.format("model"), *[row(m, c) for m, c in score.by_model.items()]]
     for model in score.by_model:
+        split = score.by_model_held_out.get(model, {})
+        parts += ["", f"### {md_cell(model)} held out / in distribution", "",
+                  "held out: tasks of a bug class no export trains on (synth-repairs and Fixit rows of it go to the "
+                  "held-out split); a model fine-tuned on that data has seen the in-distribution classes' bugs, so its "
+                  "held-out rows alone are clean", "", head.format("split"),
+                  *[row(k.replace("_", " "), split[k]) for k in ("held_out", "in_distribution") if k in split]]
         parts += ["", f"### {md_cell(model)} by bug class", "", head.format("bug class"),
                   *[row(k, c) for k, c in score.by_model_bug_class[model].items()],
                   "", f"### {md_cell(model)} by failure class", "", head.format("failure class"),

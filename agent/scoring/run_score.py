@@ -45,7 +45,11 @@ from .turns import TrajectoryScore, TurnScore, score_trajectory
 # 13: bootstrap intervals are Hesterberg's expanded percentile intervals (as wide as Student's t: the plain percentile
 #     interval held the mean 78% of the time from 5 trajectories), and none from fewer than stats.MIN_BOOTSTRAP (4)
 #     trajectories (two or three gave their range, which holds the mean half to three quarters of the time)
-SCORE_VERSION = 13
+# 14: the repair track's intervals are drawn over tasks (a bootstrap resampling tasks, their trajectories together:
+#     repeats of one task narrowed them), its fixed@1 / fixed@k also with each bug class alike (*_by_class), held out
+#     against in distribution (by_model_held_out), and a fix that is a known correct kernel (the unbroken one, the
+#     reference) is fixed_by_swap, no repair
+SCORE_VERSION = 14
 
 
 class RunScore(BaseModel):

@@ -72,6 +72,9 @@ class TrajectoryScore(BaseModel):
     turn_budget: int | None = Field(None, description="the turn limit it ran under (its trajectory_start's config "
                                     "'turns', which a --resume cannot change); None where none is recorded")
     index: int = 0
+    repair_task: str = Field("", description="the repair-track task it ran (its config's repair_task; '' outside that "
+                             "track): its trajectories share one broken kernel, so the repair statistics draw them "
+                             "together")
     started: float = Field(0.0, description="its trajectory_start's time: tells apart trajectories of one id in two "
                                             "runs saved under one folder name")
     stop_reason: str = Field("", description="the last stop event's reason; empty while unfinished")
@@ -322,6 +325,7 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
         mode=start.mode if start else "",
         turn_budget=_turn_budget(start.config if start else {}),
         index=start.index if start else 0,
+        repair_task=str((start.config or {}).get("repair_task") or "") if start else "",
         started=start.ts if start else 0.0,
         stop_reason=stop_reason,
         infra_failed=infra_last,

@@ -9,6 +9,7 @@ from ptxbench.agent.bench.runner import run_bench
 from ptxbench.agent.bench.matrix import BenchConfig, expand
 from ptxbench.agent.cli.main import app
 from ptxbench.agent.records.rundir import load_run
+from ptxbench.agent.scoring import repair_track
 from ptxbench.agent.scoring.repair_track import RepairScore, repair_markdown, score_repair_runs
 
 
@@ -16,6 +17,12 @@ def config(**kw) -> BenchConfig:
     base = dict(models=["builtin/reference", "builtin/unchanged"], workloads=[], trajectories=1, turns=2,
                 track="repair", suite=str(FIXTURE))
     return BenchConfig(**{**base, **kw})
+
+
+def reference_repairs(monkeypatch):
+    """The fixture's only model that passes is builtin/reference, whose kernel is a swap (no repair): tests of what a
+    repair's score says (its speed, its flush) count it as a repair by forgetting today's reference."""
+    monkeypatch.setattr(repair_track, "reference_kernel_hash", lambda workload: "")
 
 
 def test_expand_starts_every_trajectory_from_its_broken_kernel():
@@ -31,8 +38,10 @@ def test_anchors_give_the_ceiling_and_the_floor(tmp_path):
     score = score_repair_runs([run])
     ref, floor = score.by_model["builtin/reference"], score.by_model["builtin/unchanged"]
     assert ref.n == floor.n == 4
-    assert ref.fixed_at_1.value == ref.fixed_at_k.value == ref.speed_kept.value == 1.0 and ref.turns_to_fix.value == 1.0
-    assert floor.fixed_at_k.value == floor.speed_kept.value == 0.0 and floor.turns_to_fix.value is None
+    # the reference handed in passes every task and repairs none: fixed by swap, never in fixed@k
+    assert ref.fixed_by_swap.value == 1.0 and ref.swaps == 4
+    assert ref.fixed_at_1.value == ref.fixed_at_k.value == 0.0 and ref.turns_to_fix.value is None
+    assert floor.fixed_at_k.value == floor.fixed_by_swap.value == 0.0 and floor.turns_to_fix.value is None
     assert ref.regression_rate.value == 0.0
     assert set(score.by_model_bug_class["builtin/reference"]) == {"misaligned", "missing_header", "nan_output", "trap"}
     assert set(score.by_model_failure_class["builtin/unchanged"]) == {"RUNTIME_ERROR", "INCORRECT_NAN", "COMPILE_ERROR"}
@@ -41,20 +50,22 @@ def test_anchors_give_the_ceiling_and_the_floor(tmp_path):
         zero = [e for e in record.events if e.type == "eval_result" and e.turn == 0]
         assert len(zero) == 1 and zero[0].result.status != "PASSED"
     page = repair_markdown(score)
-    # 4 of 4 fixed is no proof of a 100% rate: the Wilson interval, not the bootstrap's [100.0, 100.0]
-    assert "| builtin/reference | 4 | 100.0% [51.0, 100.0] |" in page and "by bug class" in page
+    # 4 of 4 swapped is no proof of a 100% rate: the Wilson interval over the 4 tasks, not the bootstrap's [100, 100]
+    assert "| builtin/reference | 4 | 0.0% [0.0, 49.0] | 0.0% [0.0, 49.0] | 0.0% [0.0, 49.0] | 100.0% [51.0, 100.0] |" \
+        in page and "by bug class" in page
     scored = CliRunner().invoke(app, ["score", str(run)])
     assert scored.exit_code == 0 and "| builtin/unchanged | 4 | 0.0%" in scored.output
     as_json = CliRunner().invoke(app, ["score", str(run), "--json"])
     import json
 
     data = json.loads(as_json.output)
-    assert data["repair_track"]["by_model"]["builtin/reference"]["speed_kept"]["value"] == 1.0 and "cells" in data
+    assert data["repair_track"]["by_model"]["builtin/reference"]["fixed_by_swap"]["value"] == 1.0 and "cells" in data
     reported = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "rep")])
     assert reported.exit_code == 0 and "## Repair track" in (tmp_path / "rep" / "repair.md").read_text()
 
 
-def test_slow_fix_is_not_a_repair(tmp_path):
+def test_slow_fix_is_not_a_repair(tmp_path, monkeypatch):
+    reference_repairs(monkeypatch)
     gpu = fake_gpu()
     gpu.speedup = 0.5  # the reference now runs at half the speed the suite recorded for the unbroken kernel
     cfg = BenchConfig(models=["builtin/reference"], workloads=[WL], trajectories=1, turns=1, track="repair", suite=str(FIXTURE))
@@ -204,7 +215,7 @@ def test_cli_repair_track_no_gpu_judges_only_compile_class_tasks(tmp_path):
             "INCORRECT_NAN 1)") in out.output
     records = load_run(run)
     assert [r.start.config["repair_task"] for r in records] == [f"{WL}__missing_header"]
-    assert "| COMPILED |" not in out.output and "| COMPILE_ERROR | 1 | – | – | – | – | – | 1 |" in out.output
+    assert "| COMPILED |" not in out.output and "| COMPILE_ERROR | 1 | – | – | – | – | – | – | – | 1 | 1 |" in out.output
     assert "| builtin/reference | 1 | – | – |" in out.output and "not judged: 1 of 1 trajectories" in out.output
 
 
@@ -242,7 +253,7 @@ def test_a_no_gpu_run_of_runtime_tasks_scores_them_not_judged_under_their_record
     floor = score.by_model["builtin/unchanged"]
     assert floor.not_judged == 0 and floor.fixed_at_k.value == 0.0
     page = repair_markdown(score)
-    assert "| COMPILED |" not in page and "| RUNTIME_ERROR | 2 | – | – | – | – | – | 2 |" in page
+    assert "| COMPILED |" not in page and "| RUNTIME_ERROR | 2 | – | – | – | – | – | – | – | 2 | 2 |" in page
 
 
 def test_a_fix_with_no_speed_to_compare_is_not_counted_as_a_slow_fix():
@@ -255,7 +266,7 @@ def test_a_fix_with_no_speed_to_compare_is_not_counted_as_a_slow_fix():
     def fixed_at(speedup: float | None, unbroken: float | None, tid: str):
         score = TrajectoryScore(id=tid, model="m", workload=WL, stop_reason="turn_limit", turns=[
             TurnScore(turn=1, status="PASSED", correct=True, target_executed=True, speedup=speedup, kernel_sha256=tid)])
-        return repair_trajectory(score, {"repair_task": "t"}, {"workload": WL, "unbroken_speedup": unbroken})
+        return repair_trajectory(score, {"repair_task": tid}, {"workload": WL, "unbroken_speedup": unbroken})
 
     untimed_base, untimed_fix = fixed_at(1.0, None, "a"), fixed_at(None, 1.0, "b")
     kept, slow = fixed_at(1.0, 1.0, "c"), fixed_at(0.5, 1.0, "d")
@@ -321,21 +332,20 @@ def test_repairs_of_two_turn_budgets_are_rows_apart(tmp_path):
 def test_each_task_weighs_alike_in_a_models_repair_rates():
     """The rates pooled trajectories: a task that ran three (two runs merged) against one that ran one (or lost two to
     infra) read 3 fixed of 4 = 75%, where the tasks read 100% and 0%. A mean over tasks, as a model's row of the score
-    weighs its workloads; Wilson's interval at the effective count."""
+    weighs its workloads; its interval is over the 2 tasks (Wilson's: fewer than MIN_BOOTSTRAP to resample)."""
     from ptxbench.agent.scoring.repair_track import RepairTrajectory, cell
     from ptxbench.agent.scoring import wilson_interval
 
     rows = [RepairTrajectory(id=f"a{i}", model="m", task="a", fixed=True, fixed_at_1=True, turns_to_fix=1 + i)
             for i in range(3)] + [RepairTrajectory(id="b0", model="m", task="b")]
     c = cell(rows)
-    assert c.fixed_at_k.value == 0.5 and c.fixed_at_1.value == 0.5 and c.n == 4
-    low, high = wilson_interval(0.5, (1 + 1) ** 2 / (3 / 9 + 1))  # Kish: weights 1/3 x 3 and 1
-    assert (c.fixed_at_k.ci_low, c.fixed_at_k.ci_high) == (low, high)
+    assert c.fixed_at_k.value == 0.5 and c.fixed_at_1.value == 0.5 and c.n == 4 and c.tasks == 2
+    assert (c.fixed_at_k.ci_low, c.fixed_at_k.ci_high) == wilson_interval(0.5, 2) and c.fixed_at_k.n == 2
     assert c.turns_to_fix.value == 2.0  # fixed only in task a: the mean of its 1, 2, 3
-    # one trajectory per task (the anchors): as before, every trajectory alike
+    # one trajectory per task (the anchors): every trajectory alike, the bootstrap over its 4 tasks
     even = cell([RepairTrajectory(id=f"t{i}", model="m", task=f"t{i}", fixed=i < 3, turns_to_fix=1 if i < 3 else None)
                  for i in range(4)])
-    assert even.fixed_at_k.value == 0.75 and (even.fixed_at_k.ci_low, even.fixed_at_k.ci_high) == wilson_interval(0.75, 4)
+    assert even.fixed_at_k.value == 0.75 and even.fixed_at_k.ci_method == "bootstrap over tasks"
 
 
 def test_a_fixs_speed_compares_only_with_an_unbroken_speedup_timed_alike():
@@ -367,6 +377,7 @@ def test_a_fixs_speed_compares_only_with_an_unbroken_speedup_timed_alike():
 
 
 def test_a_repair_run_timed_from_another_flush_than_its_suite_has_its_speed_unknown(tmp_path, monkeypatch):
+    reference_repairs(monkeypatch)
     """The same through a bench: the fixture suite says nothing of its flush and was built before the read flush, so
     its unbroken speedup is the written flush's; fixes timed from the read flush are fixed, their speed unknown."""
     from ptxbench.agent.repairs.suite import load_suite
