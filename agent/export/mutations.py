@@ -60,7 +60,9 @@ MUTATIONS: list[Mutation] = [
              WRONG, r"^[ \t]*(?:wgmma_fence\(\);|wgmma\.fence\.sync\.aligned;)[ \t]*\n", ""),
     Mutation("missing_fence_proxy_async",
              "fence.proxy.async removed after generic-proxy shared-memory stores that the async proxy (TMA store / wgmma) reads",
-             WRONG, r"^[ \t]*(?:fence_proxy_async\(\);|fence\.proxy\.async(?:\.shared::cta)?;)[ \t]*\n", ""),
+             # with a comment above it that speaks of "this fence" (left in, it points at the fence that is gone)
+             WRONG, r"^(?:[ \t]*//[^\n]*\bfence\b[^\n]*\n)?[ \t]*(?:fence_proxy_async\(\);|fence\.proxy\.async(?:\.shared::cta)?;)"
+                    r"[ \t]*\n", ""),
     Mutation("wait_group_too_little",
              "wgmma.wait_group before the epilogue waits for too little (1 instead of 0): accumulators are read while the "
              "last MMA group is still in flight",
@@ -103,17 +105,25 @@ MUTATIONS: list[Mutation] = [
     Mutation("softmax_max_not_reduced",
              "the row max is reduced over 2 of the 4 threads that share a row (shfl.xor 2 dropped): the quad's "
              "probabilities are scaled by different maxima and summed into one output row",
-             WRONG, r"^[ \t]*(\w+) = fmaxf\(\1, __shfl_xor_sync\([^;]*, 2\)\);[ \t]*\n", ""),
+             # and a file header's "(shfl.xor 1, 2)", the two shuffles the reduction needs (left in, it names the fix)
+             WRONG, r"^[ \t]*(\w+) = fmaxf\(\1, __shfl_xor_sync\([^;]*, 2\)\);[ \t]*\n|(?<=quad) \(shfl\.xor 1, 2\)", "",
+             requires=r"^[ \t]*\w+ = fmaxf\(\w+, __shfl_xor_sync\([^;]*, 2\)\);"),
     Mutation("row_sum_not_reduced",
              "the softmax row sum is never reduced over the quad that shares the row: each thread normalises by its "
              "own partial sum",
-             WRONG, r"^[ \t]*(\w+) \+= __shfl_xor_sync\([^;]*\);[ \t]*\n", ""),
+             # and the comments that ask for the reduction ("the row sums were kept per thread: reduce over the quad
+             # now" above it, "the row sums reduced over the quad here" above the persistent epilogue): left in, each
+             # names the fix beside the place it goes
+             WRONG, r"^[ \t]*(\w+) \+= __shfl_xor_sync\([^;]*\);[ \t]*\n|^[ \t]*//[^\n]*\breduce over the quad now\b[^\n]*\n"
+                    r"|; the row sums reduced over the quad here", "",
+             requires=r"^[ \t]*\w+ \+= __shfl_xor_sync\([^;]*\);"),
     # The knowledge pack's pipeline rules (prompts/knowledge_sm90a.md, "Pipelines, clusters and multicast"),
     # one class per rule a model can break (issue 17); bench/check_mutations.py runs them on the GPU.
     Mutation("producer_start_parity",
              "the producer waits on its empty barriers with parity `phase` (0 on the first pass) instead of "
              "`phase ^ 1`: a fresh barrier has not completed phase 0, so the first wait never returns",
-             ("TIMEOUT",), r"(mbar_wait\(&empty\w*\[\w+\], )(\w+) \^ 1\)", r"\1\2)"),
+             # and the line's comment, "a fresh barrier passes parity 1 at once", which names the parity it needs
+             ("TIMEOUT",), r"(mbar_wait\(&empty\w*\[\w+\], )(\w+) \^ 1\)(;?)(?:[ \t]*//[^\n]*)?", r"\1\2)\3"),
     Mutation("missing_wgmma_fence_regs",
              "the register fences after wgmma waits are removed: nvcc may then move accumulator (and P fragment) "
              "reads or writes across `wgmma.wait_group` (a latent bug: it bites only where nvcc does move them)",
@@ -202,7 +212,10 @@ MUTATIONS: list[Mutation] = [
              "before the consumers overwrite it (a race: it bites only where they overtake the copy)",
              # a consumer's thread 0 (its own reductions), or the writer warp's issuer (dq_writer, the 128-wide
              # kernels): it frees the tile right after issuing
-             WRONG, r"^[ \t]*(?:if \(t == 0(?: && \(HD == 64 \|\| issuer\))?\) )?bulk_wait_read\(\);[^\n]*\n", ""),
+             # a block left empty by it goes too: `if constexpr (KD != 128) { }` under "the writer warp waits for the
+             # reads" points at what it held
+             WRONG, r"^[ \t]*if constexpr \([^)]*\) \{[^\n]*\n[ \t]*if \(t == 0\) bulk_wait_read\(\);[^\n]*\n[ \t]*\}[ \t]*\n"
+                    r"|^[ \t]*(?:if \(t == 0(?: && \(HD == 64 \|\| issuer\))?\) )?bulk_wait_read\(\);[^\n]*\n", ""),
     Mutation("bwd_ds_single_buffer",
              "the double-buffered dS^T tile becomes one buffer: a consumer writes the next block's dS^T while the other "
              "may still read this one in its dQ product (a race wherever each consumer reads both halves: D = 96 / 128, "
@@ -250,8 +263,9 @@ MUTATIONS: list[Mutation] = [
              "the empty barriers count the consumer warps of one CTA (CONSUMERS * 4) while the consumers of every "
              "CTA of the cluster arrive on them: a stage is released after half its readers are done (the peer "
              "may still read it) and each ring pass completes two phases, so the producer's parity falls out of step",
-             HANG_OR_WRONG, r"mbar_init\(&empty\[s\], CONSUMERS \* 4 \* CLUSTER_M\);",
-             _clustered("mbar_init(&empty[s], CONSUMERS * 4);")),
+             # with the comment above it, "one arrival per consumer warp of every CTA in the cluster", the fix in words
+             HANG_OR_WRONG, r"^(?:[ \t]*//[^\n]*\bcluster\b[^\n]*\n)?([ \t]*)mbar_init\(&empty\[s\], CONSUMERS \* 4 \* CLUSTER_M\);",
+             _clustered(r"\1mbar_init(&empty[s], CONSUMERS * 4);")),
     Mutation("cluster_init_sync_local",
              "the barriers are initialised and then synchronised with __syncthreads() instead of cluster_sync(): a "
              "peer may multicast into, or arrive on, barriers this CTA has not initialised yet (a race at start-up)",

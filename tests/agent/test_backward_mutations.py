@@ -70,13 +70,18 @@ EDITS = {
     # each of these in every block: D = 64's (a no-op since pair_d64's writers took its reductions, kept for ptxas) and
     # st_ahead's 128-wide one (kept where HD != 128), and the writer warps' (dq_writer, writer_d96, pair_d64: every
     # kernel's reductions), the wait that guards the tile
+    # (the block that held only the second one goes with it: left empty under "the writer warp waits for the reads",
+    # it pointed at what was gone)
     "bwd_dq_bulk_no_wait_read": ["-if (t == 0) bulk_wait_read();  // pair_d64: nothing of this thread's in flight; kept "
                                  "for ptxas (see above)",
+                                 "-if constexpr (KD != 128) {  // dq_writer: at KD = 128 the writer warp waits for the reads",
                                  "-if (t == 0) bulk_wait_read();  // this consumer's previous dQ reduction has read its "
-                                 "tile", "-bulk_wait_read();  // the reduction has read the tile"],
+                                 "tile", "-}", "-bulk_wait_read();  // the reduction has read the tile"],
     # every fence: before the dQ wgmma reads dS^T, and before a bulk reduction reads a consumer's dQ tile (writer_d96:
     # late_d96's D = 96 block and its dead causal block each fence before arriving on the writer's barrier)
-    "missing_fence_proxy_async": ["-fence_proxy_async();"] * 8,
+    # (with dq_late's comment on "this fence", which would point at the one that is gone)
+    "missing_fence_proxy_async": ["-fence_proxy_async();"] * 4
+    + ["-// dq_late: this fence also covers this consumer's dQ tile of the previous block"] + ["-fence_proxy_async();"] * 4,
     "bwd_ds_single_buffer": ["-uint8_t* buf = sdS + (it & 1) * QRows<HD>::DS;", "+uint8_t* buf = sdS;"] * 3,
     "bwd_empty_count_mismatch": ["-mbar_init(&empty[i], 8);  // one arrival per consumer warp",
                                  "+mbar_init(&empty[i], 256);  // one arrival per consumer thread"],

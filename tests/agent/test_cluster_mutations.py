@@ -36,7 +36,9 @@ EDITS = {
                                     "+n0 + cta_rank * (BN / CLUSTER_M), ((1 << CLUSTER_M) - 1) & ~(1 << cta_rank));"],
     "cluster_empty_arrive_local_only": ["-for (int r = 0; r < CLUSTER_M; ++r) mbar_arrive_cluster(&empty[prev], r);",
                                         "+mbar_arrive(&empty[prev]);"] * 2,
-    "cluster_empty_count_local": ["-mbar_init(&empty[s], CONSUMERS * 4 * CLUSTER_M);", "+mbar_init(&empty[s], CONSUMERS * 4);"],
+    "cluster_empty_count_local": [  # with the comment above it, which says the fix in words
+        "-// one arrival per consumer warp of every CTA in the cluster (each frees its B slice for all)",
+        "-mbar_init(&empty[s], CONSUMERS * 4 * CLUSTER_M);", "+mbar_init(&empty[s], CONSUMERS * 4);"],
     "cluster_init_sync_local": ["-if constexpr (CLUSTER_M > 1) cluster_sync(); else __syncthreads();", "+__syncthreads();"],
     "cluster_exit_without_sync": [
         "-// A CTA of a cluster must not exit while others may still multicast into it or arrive on its barriers.",

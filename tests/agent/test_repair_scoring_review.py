@@ -1,6 +1,6 @@
 """The repair track's score as a reader takes it: intervals over tasks (not over trajectories that repeat a task), held
-out against in distribution, a headline with each bug class alike beside the task-weighted one, and a swapped-in correct
-kernel told from a repair."""
+out against in distribution, a headline with each bug class alike beside the task-weighted one, a swapped-in correct
+kernel told from a repair, and broken kernels whose comments do not name their fix."""
 from __future__ import annotations
 
 import json
@@ -163,3 +163,85 @@ def test_the_repair_tables_draw_a_repair_tasks_trajectories_together():
     outside = repair_stats([traj(t, c).model_copy(update={"repair_task": ""}) for t in range(10) for c in range(12)])
     assert outside.fix_probability["COMPILE_ERROR"].n == 120
 
+
+# --- broken kernels whose comments name their fix -------------------------------------------------------------------
+
+# Comments near an edit that the checks below flag, read and judged not to name the fix (the reason beside each).
+NOT_A_HINT = {
+    ("bwd_empty_count_mismatch", "one arrival per consumer thread"):
+        "the mutation's own comment, as wrong as the count it sits beside (the original named the right count)",
+}
+# The fix-naming comments found in review, none of which may survive its mutation anywhere in the file.
+HINTS = {
+    "row_sum_not_reduced": ("reduce over the quad now", "row sums reduced over the quad here"),
+    "softmax_max_not_reduced": ("shfl.xor 1, 2",),
+    "producer_start_parity": ("passes parity 1 at once",),
+    "cluster_empty_count_local": ("every CTA in the cluster",),
+    "missing_fence_proxy_async": ("this fence also covers",),
+}
+_STOP = set("that this with from their them they then than when where which while every each into over only once "
+            "have been were what does instead first last same".split())
+
+
+def _words(text: str) -> set[str]:
+    return {w[:5] for w in re.findall(r"[a-z]{4,}", text.lower()) if w not in _STOP}
+
+
+def _comments_by_line(source: str) -> dict[int, str]:
+    """Line number -> the comment text on it (C and C++ comments, not the plan block: its `//` is a division)."""
+    from ptxbench.agent.export.normalize import _PLAN, _TOKEN
+
+    out: dict[int, str] = {}
+    for m in _TOKEN.finditer(source):
+        text = m.group(0)
+        if not text.startswith(("//", "/*")) or _PLAN.fullmatch(text):
+            continue
+        first = source.count("\n", 0, m.start())
+        for i, line in enumerate(text.splitlines()):
+            out[first + i] = out.get(first + i, "") + " " + line.lstrip("/* ")
+    return out
+
+
+def _identifiers(lines: list[str]) -> set[str]:
+    code = " ".join(line.split("//")[0] for line in lines)
+    return set(re.findall(r"[A-Za-z_]\w{3,}", code))
+
+
+def _near_edit_hints(before: str, after: str, description: str) -> list[str]:
+    """Comments within 3 lines above an edit, or on its lines, that share 3 or more words with the bug's description or
+    speak of code the edit removed (a deleted call's name): the fix written beside the place it goes."""
+    import difflib
+
+    old, new = before.splitlines(), after.splitlines()
+    comments = _comments_by_line(after)
+    flagged = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        gone = _identifiers(old[i1:i2]) - _identifiers(new[j1:j2])
+        parts = {p.lower() for g in gone for p in [g, *g.split("_")] if len(p) >= 4}
+        for line in range(max(0, j1 - 3), j2 + 1):
+            text = comments.get(line, "")
+            named = [p for p in parts if re.search(rf"\b{re.escape(p)}", text.lower())]
+            if text and (len(_words(text) & _words(description)) >= 3 or named):
+                flagged.append(text.strip())
+    return flagged
+
+
+def test_no_broken_kernel_keeps_a_comment_that_names_its_fix():
+    """row_sum_not_reduced deleted the quad reduction and kept the comment above it, 'the row sums were kept per
+    thread: reduce over the quad now': the task handed the model its fix. Every mutation, on every base the suite
+    builder uses, is checked for comments beside its edit that describe the bug or name the code it removed, and
+    for the hints found in review anywhere in the file."""
+    from ptxbench.agent.export.bases import REFERENCE, base_source
+    from ptxbench.agent.models.builtin import reference_source
+    from ptxbench.agent.repairs.candidates import from_mutations
+
+    found = []
+    for c in from_mutations():
+        good = reference_source(c.workload) if c.base == REFERENCE else base_source(c.workload, c.base)
+        for text in _near_edit_hints(good, c.source, c.description):
+            if not any(cls == c.bug_class and phrase in text for cls, phrase in NOT_A_HINT):
+                found.append(f"{c.id} ({c.base}): {text}")
+        found += [f"{c.id} ({c.base}): {p}" for p in HINTS.get(c.bug_class, ()) if p in c.source]
+    assert not found, "\n".join(sorted(set(found)))

@@ -16,7 +16,7 @@
 //                   contiguous), exactly as the reference GEMM.
 //     softmax     : online (FlashAttention recurrence) in registers, base-2 exponentials with
 //                   scale*log2(e) folded in; a thread holds rows r and r+8 of its warp's 16, row
-//                   max reduced over the quad (shfl.xor 1, 2); the row sum stays per thread until
+//                   max reduced over the quad; the row sum stays per thread until
 //                   the end (the running max is quad-uniform, so partial sums rescale alike).
 //     O += P V    : 8 x wgmma m64nDk16 with A = P from registers (the fp32 S accumulator
 //                   fragment of a k16 slice is exactly the bf16 A fragment once packed in pairs)

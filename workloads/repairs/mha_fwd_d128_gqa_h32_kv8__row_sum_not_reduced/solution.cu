@@ -375,7 +375,6 @@ __device__ __forceinline__ void attn_fwd(const CUtensorMap* tmQ, const CUtensorM
       wgmma_fence_regs(o);
     }
 
-    // the row sums were kept per thread: reduce over the quad now
     const float inv0 = 1.f / l0, inv1 = 1.f / l1;
     const int qrow = q0 + row;  // query index of this thread's rows qrow and qrow + 8
     __nv_bfloat16* o0 = O + (static_cast<size_t>(head_row) + qrow) * HD + 2 * (lane % 4);
