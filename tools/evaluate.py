@@ -300,7 +300,7 @@ class LocalEvaluator:
                          base: dict, seconds: dict, early: EarlyProfile | EarlyChoice | None,
                          priority: float = 0.0) -> EvalResult:
         t0 = time.perf_counter()
-        result = self._submit(pool, job, options.turn, priority)
+        result = self._submit(pool, job, priority)
         seconds["gpu"] = time.perf_counter() - t0
         if early is not None and result.verified_sketch is not None:  # before the claim: its replay reads it after `go`
             early.expect_path.write_text(json.dumps(result.verified_sketch))
@@ -399,7 +399,7 @@ class LocalEvaluator:
                                                            hold=hold, expected=expect, dist=options.dist),
                             level, hold=lambda: pool.exclusive(device, priority, workload), device=device, on_end=ended)
 
-    def _submit(self, pool: GpuPool, job: GpuJob, turn: int | None, priority: float = 0.0) -> GpuOutcome:
+    def _submit(self, pool: GpuPool, job: GpuJob, priority: float = 0.0) -> GpuOutcome:
         """The pool's verdict, or the remembered TIMEOUT of an identical job (the hang is not paid again)."""
         key = job_key(job)
         hang, owner = self._hangs.claim(key, gpu_free=lambda: pool.free.qsize() > 0)
@@ -411,7 +411,7 @@ class LocalEvaluator:
             return result
         finally:
             if owner:
-                self._hangs.release(key, result, turn)
+                self._hangs.release(key, result)
 
     def _attach_profile(self, result: EvalResult, options: EvalOptions, level: str, why: str, solution, comp,
                         cubin_sha: str, early: EarlyProfile | EarlyChoice | None = None, priority: float = 0.0,

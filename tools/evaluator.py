@@ -60,8 +60,8 @@ class EvalOptions(BaseModel):
                                   "buffer twice its size read (clean lines, the default) or written (the field's usual "
                                   "practice: the call pays the write-back of its dirty lines, 19-26% of a decode GEMM's "
                                   "time on the H200, less for a kernel whose cache hints spare them)")
-    turn: int | None = Field(None, description="the caller's turn (0: a start kernel), named in messages only (a "
-                             "remembered TIMEOUT says when the binary hung); never part of a cache key")
+    turn: int | None = Field(None, description="the caller's turn (0: a start kernel), for the record only (a "
+                             "remembered TIMEOUT names no turn: it may be another trajectory's); never part of a cache key")
     turns_left: int | None = Field(None, description="the trajectory's turns after this one: a queue priority only "
                                    "(tools/gpu/priority.py: the GPUs serve first the evaluations with the most GPU work "
                                    "behind them); never part of a cache key, never a measurement")

@@ -39,7 +39,6 @@ class _InFlight:
 @dataclass(frozen=True)
 class Hang:
     outcome: GpuOutcome
-    turn: int | None  # the caller's turn when it hung (None: not told)
 
 
 def job_key(job: GpuJob) -> str:
@@ -51,9 +50,11 @@ def job_key(job: GpuJob) -> str:
 
 
 def reused_message(hang: Hang) -> str:
-    when = f"at turn {hang.turn}" if hang.turn is not None else "earlier in this run"
-    return (f"the same binary (identical cubin, launch plan, workload and options) timed out {when}; not run again. "
-            f"Then: {hang.outcome.message}")
+    """What the model hears of a remembered hang. No turn number: the memo serves every trajectory of the evaluator,
+    and the turn it hung in may be another trajectory's (another model's), which would mislead this one and tell it
+    of a run it is not part of."""
+    return ("the same binary (identical cubin, launch plan, workload and options) timed out when it was evaluated "
+            f"earlier in this run; not run again. Then: {hang.outcome.message}")
 
 
 class HangMemo:
@@ -85,11 +86,11 @@ class HangMemo:
             if not running.done.wait(wait_s):  # the identical job is still running: run this one too
                 return None, False
 
-    def release(self, key: str, outcome: GpuOutcome | None, turn: int | None) -> None:
+    def release(self, key: str, outcome: GpuOutcome | None) -> None:
         """The owner's job ended (outcome None: it raised); a TIMEOUT is remembered, and any waiter goes on."""
         with self._lock:
             if outcome is not None and outcome.status == "TIMEOUT":
-                self._hangs[key] = Hang(outcome.model_copy(deep=True), turn)
+                self._hangs[key] = Hang(outcome.model_copy(deep=True))
             done = self._running.pop(key, None)
         if done is not None:
             done.done.set()
