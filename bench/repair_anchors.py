@@ -1,5 +1,5 @@
 """The repair track's anchors on a GPU machine: `ptxbench bench --track repair` with builtin/reference (hands in
-the unbroken kernel: every task fixed with the speed kept) and builtin/unchanged (resubmits the broken one:
+the unbroken kernel: every task passed with the speed kept, which the score counts as fixed by swap, not repaired) and builtin/unchanged (resubmits the broken one:
 nothing fixed), then, for every task, whether its turn 0 (the broken kernel evaluated again, fresh inputs)
 reproduced the verdict recorded when the suite was built.
 
