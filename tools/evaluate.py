@@ -104,7 +104,21 @@ def _plan_issues_without_gpu(plan, wl, arch: str, comp) -> tuple[list[str], obje
     except PlanError as e:
         return [str(i) for i in getattr(e, "issues", [])] or [str(e)], None
     issues = check_compiled(resolved, {k: r.smem_static for k, r in comp.kernels.items()}, lim)
-    return issues + _local_frame_issues(comp, lim), resolved
+    return _missing_kernels(resolved, comp) + issues + _local_frame_issues(comp, lim), resolved
+
+
+def _missing_kernels(resolved, comp) -> list[str]:
+    """Launches of a kernel the module does not define, as the worker's cuModuleGetFunction would find them (the
+    source's scan takes a kernel hidden by `#if 0` or spelled in a string for one): read from the cubin's symbols."""
+    from .cubin_symbols import entry_kernels
+
+    try:
+        defined = entry_kernels(Path(comp.cubin_path).read_bytes())
+    except Exception:  # noqa: BLE001 - an unreadable cubin leaves the check to the worker, as before
+        return []
+    shown = ", ".join(sorted(defined)[:8]) or "none"
+    return [f"launch {i + 1}: no kernel named {launch.kernel!r} in the module (the compiled module defines: {shown})"
+            for i, launch in enumerate(resolved.launches) if launch.kernel not in defined]
 
 
 def _local_frame_issues(comp, lim: DeviceLimits) -> list[str]:
