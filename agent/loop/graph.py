@@ -27,13 +27,15 @@ from ptxbench.tools.solution.language import detect_language
 from ptxbench.tools.solution.parse import MAX_REPLY_CHARS
 
 from . import budget
-from .context import build_messages
+from .context import LADDER, context_views
 from .extract import extract_solution
 from .feedback import cut_note, progress_text, render_eval, render_format_error
 from .profile_policy import turn_options
 from ..models.base import (Model, ModelError, ModelExhausted, ModelReply, ModelRequest, ModelUnavailable, OutOfTime,
                            TurnOutcome)
 from ..models.evidence import evidence_from
+from ..models.litellm_model import ContextExceeded
+from ..records.events import ContextTrimmed
 from ...tools.redact import mask_strings, scrub, scrub_text
 from .start_kernel import evaluate_start
 from .state import AgentState, OptimizeConfig
@@ -269,31 +271,39 @@ class Steps:
                           tags=r.get("tags") or {}), after
 
     def query(self, state: AgentState) -> dict:
-        messages = build_messages(state, self.cfg.context)
-        request = ModelRequest(messages=messages, turn=state["turn"], call_index=state["model_calls"],
-                               tools=self.d.toolbox.schemas() if self.cfg.mode == "tools" else None,
+        views = _views_from(context_views(state, self.cfg.context), state.get("context_view"))
+        tools = self.d.toolbox.schemas() if self.cfg.mode == "tools" else None
+        request = ModelRequest(messages=views[0][1], turn=state["turn"], call_index=state["model_calls"], tools=tools,
                                history=[TurnOutcome(**t["outcome"]) for t in state["done_turns"]],
                                start_source=(state.get("start") or {}).get("source", ""),
                                time_left_s=None if self.cfg.max_wall_s is None
                                else self.cfg.max_wall_s - state.get("elapsed_s", 0.0))
-        recorded = self._recorded_reply(state["turn"], messages)
-        try:
-            # masked before it enters the state: checkpoints, events and kernel files never hold a key it echoes
-            reply = recorded[0] if recorded else ModelReply.model_validate(mask_strings(self.d.model.query(request).model_dump()))
-            self.d.resumed = False  # a new reply (or one recorded, with nothing after it): no later step to reuse
-        except ModelExhausted as exc:
-            return {"stop": {"reason": "turn_limit", "detail": str(exc)}}
-        except OutOfTime as exc:  # the budget's stop, as check_limits would have made it at the next step
-            return {"stop": {"reason": "time_budget", "detail": scrub_text(str(exc))[:500]}}
-        except ModelUnavailable as exc:  # an outage: left out of the scores, and bench asks again from this step
-            self.d.log.error(state["turn"], "query", str(exc), infra=True)
-            return {"stop": {"reason": "infra_error", "detail": scrub_text(str(exc))[:500]}}
-        except ModelError as exc:
-            # the first call holds nothing the model wrote (a server without tool calling, a parameter it refuses, a
-            # builtin model without this workload): the set-up's failure, left out of the scores like an outage
-            setup = state["model_calls"] == 0
-            self.d.log.error(state["turn"], "query", str(exc), infra=setup)
-            return {"stop": {"reason": "infra_error" if setup else "error", "detail": scrub_text(str(exc))[:500]}}
+        # on resume, the reply to whichever view was sent before the kill
+        level, recorded = next(((i, r) for i, (_, m) in enumerate(views)
+                                if (r := self._recorded_reply(state["turn"], m)) is not None), (0, None))
+        if recorded is None:
+            level = self._predicted_fit(state, views, tools)
+        while True:
+            name, messages = views[level]
+            try:
+                # masked before it enters the state: checkpoints, events and kernel files never hold a key it echoes
+                reply = recorded[0] if recorded else ModelReply.model_validate(mask_strings(
+                    self.d.model.query(request.model_copy(update={"messages": messages})).model_dump()))
+                self.d.resumed = False  # a new reply (or one recorded, with nothing after it): no later step to reuse
+                break
+            except ContextExceeded as exc:  # sent again smaller, down the ladder, before it ends the run
+                if level + 1 >= len(views):
+                    # what helps, said before the provider's words: the stop line keeps 500 characters
+                    return self._query_failed(state, ModelError(
+                        f"the conversation outgrew {exc.what} even as small as the loop trims it (older turns left "
+                        "out, older tool exchanges cut to stubs; a model with a larger window, a shorter prompt or "
+                        f"fewer tool calls a turn help; --context last starts small): {exc.said}"))
+                self._log_trim(state, views[level], views[level + 1], "window_exceeded", str(exc))
+                level += 1
+            except ModelError as exc:
+                return self._query_failed(state, exc)
+        name, messages = views[level]
+        update: dict[str, Any] = {"context_view": name} if name != state.get("context_view", self.cfg.context) else {}
         # renamed before it is recorded: a resumed run reads the same ids back, and its recorded tool calls match
         reply = fresh_call_ids(reply, [m for t in state["done_turns"] for m in t["messages"]] + state["current"])
         if recorded is None:  # a recorded reply is in the log already, with the notes below
@@ -318,10 +328,41 @@ class Steps:
             message.pop("tool_calls", None)
         # no price known (None) counts $0, which a cost budget must not take for free; built-ins cost nothing
         unpriced = reply.cost_usd is None and not self.cfg.model.startswith("builtin/")
-        return {"reply": reply.model_dump(), "current": state["current"] + [message],
+        return {**update, "reply": reply.model_dump(), "current": state["current"] + [message],
                 "model_calls": state["model_calls"] + 1, "tokens": state["tokens"] + tokens,
                 "cost_usd": state["cost_usd"] + (reply.cost_usd or 0.0),
                 "cost_unknown": state.get("cost_unknown", False) or unpriced}
+
+    def _query_failed(self, state: AgentState, exc: ModelError) -> dict:
+        if isinstance(exc, ModelExhausted):
+            return {"stop": {"reason": "turn_limit", "detail": str(exc)}}
+        if isinstance(exc, OutOfTime):  # the budget's stop, as check_limits would have made it at the next step
+            return {"stop": {"reason": "time_budget", "detail": scrub_text(str(exc))[:500]}}
+        if isinstance(exc, ModelUnavailable):  # an outage: left out of the scores, and bench asks again from this step
+            self.d.log.error(state["turn"], "query", str(exc), infra=True)
+            return {"stop": {"reason": "infra_error", "detail": scrub_text(str(exc))[:500]}}
+        # the first call holds nothing the model wrote (a server without tool calling, a parameter it refuses, a
+        # builtin model without this workload): the set-up's failure, left out of the scores like an outage
+        setup = state["model_calls"] == 0
+        self.d.log.error(state["turn"], "query", str(exc), infra=setup)
+        return {"stop": {"reason": "infra_error" if setup else "error", "detail": scrub_text(str(exc))[:500]}}
+
+    def _predicted_fit(self, state: AgentState, views: list, tools: list | None) -> int:
+        """The first view a model that knows its window (LiteLLMModel.fits) expects to fit, each step down recorded;
+        the smallest when none does (the provider then has the last word), the first for a model that cannot tell."""
+        fits = getattr(self.d.model, "fits", None)
+        level = 0
+        while fits is not None and level + 1 < len(views) and fits(views[level][1], tools) is False:
+            self._log_trim(state, views[level], views[level + 1], "window_estimate")
+            level += 1
+        return level
+
+    def _log_trim(self, state: AgentState, larger: tuple, smaller: tuple, reason: str, detail: str = "") -> None:
+        size = lambda messages: len(json.dumps(messages, ensure_ascii=False, default=str))  # noqa: E731
+        self.d.log._emit(ContextTrimmed(  # written, masked and shown to listeners as every event is
+            trajectory_id=self.d.log.trajectory_id, turn=state["turn"], view=smaller[0], policy=self.cfg.context,
+            reason=reason, detail=scrub_text(detail)[:500], messages_before=len(larger[1]),
+            messages_after=len(smaller[1]), chars_before=size(larger[1]), chars_after=size(smaller[1])))
 
     def extract(self, state: AgentState) -> dict:
         reply = state["reply"]
@@ -503,6 +544,14 @@ class Steps:
         return {}
 
 
+
+
+def _views_from(views: list[tuple[str, list]], smallest_sent: str | None) -> list[tuple[str, list]]:
+    """The views from the smallest one already sent on (a window outgrown once stays outgrown: each later call would
+    spend a refused request finding it again); all of them before any trimming."""
+    rank = LADDER.index(smallest_sent) if smallest_sent in LADDER else 0
+    kept = [v for v in views if LADDER.index(v[0]) >= rank]
+    return kept or views[-1:]
 
 
 def _after_tools(state: AgentState) -> str:

@@ -118,6 +118,7 @@ class AgentState(TypedDict, total=False):
     best_kernel_ms: float | None      # the shortest passing kernel time (the profile policy's new best)
     stop: dict[str, str] | None       # {"reason", "detail"} once a stop rule fired
     start: dict[str, Any] | None      # the --start-from kernel: {"source", "language", "path"}, + "status" once evaluated
+    context_view: str                 # the smallest context view sent so far (context.py's ladder; absent: the policy's)
 
 
 def initial_state(system: str, task: str) -> AgentState:

@@ -10,6 +10,7 @@ anything else a ModelError (the trajectory stops on it). Keys come from the envi
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any, Callable
@@ -126,6 +127,27 @@ class _HarnessFailed(Exception):
     the failure itself, which the loop records as the harness's crash (infra)."""
 
 
+class ContextExceeded(ModelError):
+    """The request outgrew what the model or its server takes (the context window, a per-request token limit, a body
+    size limit): the same call, sent with a smaller context, may fit. A ModelError when the loop cannot trim further.
+    `what`: the limit outgrown, in words; `said`: the provider's refusal in one line, keys masked."""
+
+    def __init__(self, what: str, said: str):
+        super().__init__(f"the conversation outgrew {what}: {said}")
+        self.what, self.said = what, said
+
+
+# The window a request may fill, as a share of the model's input limit: the estimate below is no tokenizer's count
+WINDOW_SHARE = 0.9
+# Characters per token of the estimate: code and JSON run near 3.5 to 4 in the common tokenizers; the lower figure
+# errs towards trimming a little early over a request the provider refuses
+CHARS_PER_TOKEN = 3.5
+
+
+def estimated_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> int:
+    return int(len(json.dumps([messages, tools or []], ensure_ascii=False)) / CHARS_PER_TOKEN)
+
+
 class LiteLLMModel:
     def __init__(
         self,
@@ -174,6 +196,27 @@ class LiteLLMModel:
             raise
         except Exception as failure:  # noqa: BLE001 - passed on as it is by query, never as the provider's
             raise _HarnessFailed() from failure
+
+    @property
+    def input_limit(self) -> int | None:
+        """The tokens a request may hold, from litellm's model table (its input window less the reply's max_tokens);
+        None when litellm does not know the model (a local server's name, a new model)."""
+        if not hasattr(self, "_input_limit"):
+            self._input_limit = None
+            try:
+                info = _litellm().get_model_info(self.name)
+                window = info.get("max_input_tokens") or info.get("max_tokens")
+            except Exception:  # noqa: BLE001 - unmapped or unreadable: the provider's own refusal is the check
+                window = None
+            if isinstance(window, int) and window > 0:
+                self._input_limit = max(window - (self.max_tokens or 0), window // 4)
+        return self._input_limit
+
+    def fits(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> bool | None:
+        """Whether a request of these messages fits the model's window, estimated before sending it (the loop then
+        trims instead of spending a call on the provider's refusal); None when the window is unknown."""
+        limit = self.input_limit
+        return None if limit is None else estimated_tokens(messages, tools) <= WINDOW_SHARE * limit
 
     def _offline(self, exc: BaseException | None, attempt: int) -> str | None:
         """One line when the call's first attempt could not connect at all (reach.py) to a destination that has not
@@ -248,11 +291,11 @@ class LiteLLMModel:
                 raise ModelRefused(said(exc)) from None  # the set-up refused: the model never answered
             large = too_large(exc)
             if large or isinstance(exc, litellm.ContextWindowExceededError):  # said first: the stop line keeps 500
-                # characters; on a trajectory's first call the loop makes it the set-up's failure
+                # characters; the loop sends it again trimmed (loop/context.py), and stops on it only when its
+                # smallest view does not fit either
                 what = ("the model's context window" if not large else "the server's request size limit"
                         if getattr(exc, "status_code", None) == 413 else "the provider's per-request token limit")
-                raise ModelError(f"the conversation outgrew {what} (the context policy last or summary, optimize "
-                                 f"--context, keeps it shorter): {said(exc)}") from None
+                raise ContextExceeded(what, said(exc)) from None
             raise ModelError(said(exc)) from None
         latency = time.perf_counter() - start
         answered(self._destination)  # the network reaches it: a connection failure from now on may be a blip

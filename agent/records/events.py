@@ -61,6 +61,21 @@ class ModelRetry(_Event):
     wait_s: float = Field(0.0, description="back-off before the next attempt")
 
 
+class ContextTrimmed(_Event):
+    type: Literal["context_trimmed"] = "context_trimmed"
+    view: str = Field(description="the context view sent from now on (loop/context.py): summary, last, or last+stubs "
+                      "(older tool exchanges of the last turn and the turn in progress cut to one-line stubs)")
+    policy: str = Field("", description="the context policy the run was given (optimize --context)")
+    reason: Literal["window_exceeded", "window_estimate"] = Field(
+        "window_exceeded", description="the provider refused the larger view (window_exceeded), or the model's known "
+        "window would not hold it by the estimate made before sending it (window_estimate)")
+    detail: str = Field("", description="the provider's refusal, keys masked")
+    messages_before: int = 0
+    messages_after: int = 0
+    chars_before: int = Field(0, description="characters of the larger view's messages")
+    chars_after: int = Field(0, description="characters of the messages sent")
+
+
 class ToolCall(_Event):
     type: Literal["tool_call"] = "tool_call"
     call_id: str = ""
@@ -113,7 +128,7 @@ class ErrorEvent(_Event):
 
 
 Event = Annotated[
-    Union[TrajectoryStart, ModelCall, ModelRetry, ToolCall, ToolResult, EvalEvent, TurnEnd, Stop, ErrorEvent],
+    Union[TrajectoryStart, ModelCall, ModelRetry, ContextTrimmed, ToolCall, ToolResult, EvalEvent, TurnEnd, Stop, ErrorEvent],
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
