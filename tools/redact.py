@@ -15,10 +15,12 @@ from pydantic import BaseModel
 _SECRET_NAME = re.compile(r"(API_?KEY|TOKEN$|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
 # Field names whose string values are masked outright ("prompt_tokens" and friends are counts, not secrets).
 _SECRET_FIELD = re.compile(r"(api_?key|secret|password|credential|authorization|(^|_)token$)", re.IGNORECASE)
-# Provider key shapes, in case a key arrives through something other than the environment. A model's reply is
-# masked before its kernel is compiled, so a shape must not also be kernel code: `sk-num_k_tiles_done` is a split-K
-# expression and `hf_accumulatorFragments` a name. Every provider's key is longer than those: OpenAI's sk- 48 or
-# sk-proj- 150 characters, Anthropic's sk-ant-api03- 95, DeepSeek's sk- 32, Hugging Face's hf_ 34, xAI's xai- 80.
+# Provider key shapes, in case a key arrives through something other than the environment (an error, a config, a
+# recorded message). A shape is also kernel code (`sk-k_tile_begin-k_tiles_per_split_rounded` is a split-K
+# subtraction, `hf_accumulatorFragmentsForWarpTile` a name), so the model's reply, whose kernel is compiled and saved
+# as written, is masked by the exact keys of this machine only (mask_strings(shapes=False)). Every provider's key is
+# longer than a short name: OpenAI's sk- 48 or sk-proj- 150 characters, Anthropic's sk-ant-api03- 95, DeepSeek's
+# sk- 32, Hugging Face's hf_ 34, xAI's xai- 80.
 _KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{32,}|AIza[0-9A-Za-z_\-]{20,}|hf_[A-Za-z0-9]{30,}|xai-[A-Za-z0-9]{32,})\b")
 _KEY_PREFIXES = ("sk-", "AIza", "hf_", "xai-")  # searched first: a substring test is many times faster than the regex
 
@@ -63,30 +65,32 @@ def secret_values() -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
-def mask_strings(obj: Any) -> Any:
+def mask_strings(obj: Any, shapes: bool = True) -> Any:
     """`obj` with secrets masked in every string, containers keeping their types (for checkpoint state,
-    whose tuples and objects must come back as they were); other objects are returned as they are."""
-    return _mask(obj, secret_values())  # the environment read once per object, not once per string in it
+    whose tuples and objects must come back as they were); other objects are returned as they are.
+    `shapes=False` masks the keys this machine holds only, not strings of a key's shape: for a model's reply, whose
+    kernel is compiled and saved as written (`sk-` and 32 identifier characters is also code: a subtraction chain)."""
+    return _mask(obj, secret_values(), shapes)  # the environment read once per object, not once per string in it
 
 
-def _mask(obj: Any, values: list[str]) -> Any:
+def _mask(obj: Any, values: list[str], shapes: bool = True) -> Any:
     if isinstance(obj, str):
-        return scrub_text(obj, values)
+        return scrub_text(obj, values, shapes)
     if isinstance(obj, dict):
-        return type(obj)((k, _mask(v, values)) for k, v in obj.items()) if type(obj) is dict else obj
+        return type(obj)((k, _mask(v, values, shapes)) for k, v in obj.items()) if type(obj) is dict else obj
     if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
-        return type(obj)(_mask(v, values) for v in obj)
+        return type(obj)(_mask(v, values, shapes) for v in obj)
     if isinstance(obj, BaseModel):  # typed state (an EvalResult): masked through its fields, type kept
-        return type(obj).model_validate(_mask(obj.model_dump(), values))
+        return type(obj).model_validate(_mask(obj.model_dump(), values, shapes))
     return obj
 
 
-def scrub_text(text: str, values: list[str] | None = None) -> str:
-    """`values`: secret_values() once for many strings (it walks the environment)."""
+def scrub_text(text: str, values: list[str] | None = None, shapes: bool = True) -> str:
+    """`values`: secret_values() once for many strings (it walks the environment); `shapes`: see mask_strings."""
     for value in secret_values() if values is None else values:
         if value in text:
             text = text.replace(value, "***")
-    return _KEY_SHAPES.sub("***", text) if any(p in text for p in _KEY_PREFIXES) else text
+    return _KEY_SHAPES.sub("***", text) if shapes and any(p in text for p in _KEY_PREFIXES) else text
 
 
 def scrub(obj: Any) -> Any:

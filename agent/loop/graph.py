@@ -286,9 +286,10 @@ class Steps:
         while True:
             name, messages = views[level]
             try:
-                # masked before it enters the state: checkpoints, events and kernel files never hold a key it echoes
+                # masked before it enters the state: checkpoints, events and kernel files never hold a key of this
+                # machine it echoes (exact values only: a key's shape is also kernel code, compiled as written)
                 reply = recorded[0] if recorded else ModelReply.model_validate(mask_strings(
-                    self.d.model.query(request.model_copy(update={"messages": messages})).model_dump()))
+                    self.d.model.query(request.model_copy(update={"messages": messages})).model_dump(), shapes=False))
                 self.d.resumed = False  # a new reply (or one recorded, with nothing after it): no later step to reuse
                 break
             except ContextExceeded as exc:  # sent again smaller, down the ladder, before it ends the run
