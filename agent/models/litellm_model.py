@@ -144,6 +144,10 @@ WINDOW_SHARE = 0.9
 CHARS_PER_TOKEN = 3.5
 
 
+# Providers whose model window litellm asks a server for, not its bundled table
+RUNTIME_INFO_PROVIDERS = ("ollama", "ollama_chat", "lemonade")
+
+
 def estimated_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> int:
     return int(len(json.dumps([messages, tools or []], ensure_ascii=False)) / CHARS_PER_TOKEN)
 
@@ -203,11 +207,17 @@ class LiteLLMModel:
         None when litellm does not know the model (a local server's name, a new model)."""
         if not hasattr(self, "_input_limit"):
             self._input_limit = None
-            try:
-                info = _litellm().get_model_info(self.name)
-                window = info.get("max_input_tokens") or info.get("max_tokens")
-            except Exception:  # noqa: BLE001 - unmapped or unreadable: the provider's own refusal is the check
-                window = None
+            litellm, provider = _litellm(), self.name.split("/", 1)[0]
+            window = None
+            # the bundled table only: for some providers litellm asks a server (Ollama's /api/show, the default
+            # host's, not --api-base's), which a request in the loop must not wait on
+            if provider not in RUNTIME_INFO_PROVIDERS and any(
+                    key in litellm.model_cost for key in (self.name, self.name.split("/", 1)[-1])):
+                try:
+                    info = litellm.get_model_info(self.name)
+                    window = info.get("max_input_tokens") or info.get("max_tokens")
+                except Exception:  # noqa: BLE001 - unreadable: the provider's own refusal is the check
+                    window = None
             if isinstance(window, int) and window > 0:
                 self._input_limit = max(window - (self.max_tokens or 0), window // 4)
         return self._input_limit

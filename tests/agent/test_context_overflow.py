@@ -138,6 +138,7 @@ def test_the_run_ends_as_today_when_even_the_smallest_view_does_not_fit(tmp_path
 def test_a_model_whose_window_litellm_knows_is_trimmed_before_sending(tmp_path, evaluator, monkeypatch):
     import litellm
 
+    monkeypatch.setitem(litellm.model_cost, "scripted", {"max_input_tokens": 20_000})  # the table knows the model
     monkeypatch.setattr(litellm, "get_model_info", lambda model, **kw: {"max_input_tokens": 20_000})
     window = Window(tools_replies(turns=2, compiles=3), limit=10**9)  # the provider would take anything
     with ScriptedServer(default=window) as server:
@@ -146,6 +147,15 @@ def test_a_model_whose_window_litellm_knows_is_trimmed_before_sending(tmp_path, 
     assert max(len(json.dumps(b["messages"])) for b in window.accepted) < 20_000 * 3.5  # no request past the window
     trims = of_type(events(tmp_path / "run"), "context_trimmed")
     assert trims and {t.reason for t in trims} == {"window_estimate"}
+
+
+def test_a_window_is_read_from_litellms_table_only():
+    from ptxbench.agent.models.litellm_model import LiteLLMModel
+
+    assert LiteLLMModel("openai/gpt-4o").input_limit == 128_000
+    assert LiteLLMModel("openai/gpt-4o", max_tokens=8_000).input_limit == 120_000  # the reply's tokens share it
+    assert LiteLLMModel("openai/a-local-server-model", api_base="http://127.0.0.1:1/v1").fits([]) is None
+    assert LiteLLMModel("ollama/llama3").input_limit is None  # litellm would ask an Ollama server for it
 
 
 def _exchange(call_id: str, source: str, answer: str) -> list[dict]:
