@@ -25,6 +25,8 @@ _KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{32,}|AIza[0-9A-Za-z_\-]{20,}|hf_
 _KEY_PREFIXES = ("sk-", "AIza", "hf_", "xai-")  # searched first: a substring test is many times faster than the regex
 
 
+MASKED = "***"  # what a key is replaced by
+
 # Variables named by --api-key-env: masked whatever their name looks like (LLM_KEY, MY_VAR ...).
 _REGISTERED: set[str] = set()
 
@@ -89,8 +91,8 @@ def scrub_text(text: str, values: list[str] | None = None, shapes: bool = True) 
     """`values`: secret_values() once for many strings (it walks the environment); `shapes`: see mask_strings."""
     for value in secret_values() if values is None else values:
         if value in text:
-            text = text.replace(value, "***")
-    return _KEY_SHAPES.sub("***", text) if shapes and any(p in text for p in _KEY_PREFIXES) else text
+            text = text.replace(value, MASKED)
+    return _KEY_SHAPES.sub(MASKED, text) if shapes and any(p in text for p in _KEY_PREFIXES) else text
 
 
 def scrub(obj: Any) -> Any:

@@ -36,7 +36,7 @@ from ..models.base import (Model, ModelError, ModelExhausted, ModelReply, ModelR
 from ..models.evidence import evidence_from
 from ..models.litellm_model import ContextExceeded
 from ..records.events import ContextTrimmed
-from ...tools.redact import mask_strings, scrub, scrub_text
+from ...tools.redact import MASKED, mask_strings, scrub, scrub_text
 from .start_kernel import evaluate_start
 from .state import AgentState, OptimizeConfig
 from .toolset import Toolbox, parse_arguments
@@ -265,6 +265,10 @@ class Steps:
         if json.dumps(scrub(messages), sort_keys=True, default=str) != json.dumps(call.messages, sort_keys=True, default=str):
             return None  # another request (its context changed): the recorded answer is not this one's
         r = call.response
+        if MASKED in json.dumps(r):
+            # the record masks key shapes the reply held, which its kernel may hold as code: taken from the log, the
+            # kernel compiled would not be the one the model wrote (asked again instead)
+            return None
         return ModelReply(content=r.get("content") or "", reasoning_content=r.get("reasoning_content"),
                           tool_calls=r.get("tool_calls") or [], usage=call.usage, cost_usd=call.cost_usd,
                           latency_s=call.latency_s, attempts=call.attempts, finish_reason=r.get("finish_reason"),

@@ -73,3 +73,21 @@ def test_this_machines_key_echoed_in_a_kernel_stays_off_disk_and_the_file_is_wha
     for path in (tmp_path / "run").rglob("*"):
         if path.is_file():
             assert key.encode() not in path.read_bytes(), path
+
+
+def test_a_reply_resumed_from_the_log_is_not_the_masked_record_of_its_kernel(tmp_path):
+    """A kill after the model_call was recorded, before the step's checkpoint: the resumed step took the reply from
+    the log, whose record masks key shapes, and compiled the masked kernel. It asks again instead."""
+    def kill_at_the_model_call(event):
+        if event.type == "model_call":
+            raise KeyboardInterrupt("killed")
+
+    with ScriptedServer([reply(KERNEL), reply(KERNEL)]) as server:
+        config = OptimizeConfig(workload=WORKLOAD, model="openai/scripted", api_base=server.base_url, no_gpu=True,
+                                retry_wait_s=0.01, turns=1)
+        with pytest.raises(KeyboardInterrupt):
+            optimize(config, run_dir=tmp_path / "run", evaluator=StubEvaluator([]), listeners=[kill_at_the_model_call])
+        evaluator = StubEvaluator([1.0])
+        optimize(resume=tmp_path / "run", evaluator=evaluator)
+    assert evaluator.sources == [KERNEL]
+    assert _kernel_files_match_their_results(tmp_path) == [KERNEL]
