@@ -41,9 +41,17 @@ class GpuEvaluatorActor:
 
     def evaluate(self, workload_id: str, source: str, options_json: str) -> dict:
         options = EvalOptions.model_validate_json(options_json)
+        result = self.evaluator.evaluate(workload_id, source, options)
+        if result.status == "INFRA_ERROR" and self.evaluator.no_worker:
+            # this actor's GPU takes no worker any more (fallen off the bus): an actor that answered INFRA_ERROR to
+            # every evaluation would take most of them, as it is free at once; it leaves, and the driver gives it up
+            # as lost and sends the evaluation (none of which ran) to another actor, its replacement placed anew
+            import ray
+
+            ray.actor.exit_actor()
         # plain Python values, as pickled by Ray: JSON would write a NaN or infinite float (a counter, a ceiling) as
         # null, which the driver's EvalResult then refused as a number
-        return self.evaluator.evaluate(workload_id, source, options).model_dump()
+        return result.model_dump()
 
     def where(self) -> dict:
         import ray

@@ -76,6 +76,13 @@ class FakeRay(types.ModuleType):
         self.place = lambda n: "node0"
         self.dead_nodes: set = set()
         self.lock = threading.Lock()
+        self.exited = 0
+
+        def exit_actor():  # inside an actor method: the call ends, and its caller sees the actor died
+            self.exited += 1
+            raise ActorDiedError("The actor is dead because its worker process exited (exit_actor)")
+
+        self.actor = types.SimpleNamespace(exit_actor=exit_actor)
 
     def is_initialized(self):
         return True
@@ -555,3 +562,34 @@ def test_the_cli_says_in_one_line_that_no_worker_is_left_and_how_to_resume(fake_
     (line,) = [l for l in out.output.splitlines() if "no Ray GPU worker is running" in l]
     assert f"ptxbench bench --resume --run-dir {run}" in line
     assert (run / "manifest.json").exists()
+
+
+def test_an_actor_whose_gpu_takes_no_worker_leaves_and_its_evaluation_runs_elsewhere(fake_ray, monkeypatch):
+    """An actor whose LocalEvaluator found its GPU lost for good (no worker starts on it: its pool's no_worker) answered
+    INFRA_ERROR to every evaluation at once, so it took most of them and spent the trajectories' retries. It leaves
+    (ray.actor.exit_actor); the driver gives it up as lost and sends the evaluation, which never ran, to its
+    replacement."""
+    import ptxbench.tools.ray_evaluator as ray_evaluator
+    from ptxbench.tools.evaluate import LocalEvaluator
+
+    broken: set = set()
+
+    def evaluate(self, workload, source, options):
+        if not broken:  # the first actor's GPU is lost; its replacement's is fine
+            broken.add(id(self))
+        if id(self) in broken:
+            return EvalResult(workload=workload, status="INFRA_ERROR", message="no worker could start on GPU 0")
+        if source == "referee lost":
+            return EvalResult(workload=workload, status="INFRA_ERROR", message="the referee was lost")
+        return EvalResult(workload=workload, status="COMPILED")
+
+    monkeypatch.setattr(LocalEvaluator, "evaluate", evaluate)
+    monkeypatch.setattr(LocalEvaluator, "no_worker", property(lambda self: "GPU 0 lost" if id(self) in broken else ""))
+    monkeypatch.setattr(ray_evaluator, "GpuEvaluatorActor", REAL_ACTOR)
+    evaluator = _evaluator(placement_wait_s=10.0)
+    result = evaluator.evaluate(WL, "k", EvalOptions(no_gpu=True))
+    assert result.status == "COMPILED", result.message
+    assert fake_ray.exited == 1 and fake_ray.started == 2
+    # an INFRA_ERROR of a GPU that still takes workers (a lost referee, say) keeps its actor
+    again = evaluator.evaluate(WL, "referee lost", EvalOptions(no_gpu=True))
+    assert again.status == "INFRA_ERROR" and fake_ray.exited == 1 and fake_ray.started == 2
