@@ -1,9 +1,9 @@
-"""A log line a kill cut only of its newline is a whole event: kept (its newline written), not set aside as torn."""
+"""A log line a kill cut only of its newline is a whole event: kept (its newline written), not set aside as torn
+(the writer cut by a Ctrl-C mid-append: tests/agent/test_trajectory_writer.py)."""
 from __future__ import annotations
 
 import json
 
-import pytest
 
 from ptxbench.agent.records.events import Stop
 from ptxbench.agent.records.rundir import TrajectoryWriter, read_events, repair_torn_tail
@@ -26,34 +26,3 @@ def test_a_line_missing_only_its_newline_is_kept(tmp_path):
             f.write(tail)
         assert repair_torn_tail(again.path).read_bytes() == tail
     assert all(json.loads(line) for line in again.path.read_text().splitlines())
-
-
-def test_an_append_cut_before_its_newline_keeps_its_event_and_its_seq(tmp_path, monkeypatch):
-    writer = TrajectoryWriter(tmp_path / "t")
-    writer.append(Stop(trajectory_id="t", turn=1, reason="turn_limit"))
-
-    class CutBeforeNewline:
-        def __init__(self, f):
-            self.f = f
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def write(self, data):
-            self.f.write(data[:-1])
-            self.f.flush()
-            raise KeyboardInterrupt
-
-    real_open = open
-    monkeypatch.setattr("builtins.open", lambda p, mode="r", *a, **k: CutBeforeNewline(real_open(p, mode, *a, **k))
-                        if mode == "ab" else real_open(p, mode, *a, **k))
-    with pytest.raises(KeyboardInterrupt):
-        writer.append(Stop(trajectory_id="t", turn=2, reason="turn_limit"))
-    monkeypatch.setattr("builtins.open", real_open)
-    writer.append(Stop(trajectory_id="t", turn=3, reason="error", detail="interrupted"))
-    events = read_events(writer.path)
-    assert [e.turn for e in events] == [1, 2, 3] and [e.seq for e in events] == [0, 1, 2]
-    assert not list(writer.folder.glob("trajectory.jsonl.torn-*"))

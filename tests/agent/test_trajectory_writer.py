@@ -28,11 +28,14 @@ def test_a_ctrl_c_as_an_event_is_synced_leaves_the_next_event_its_own_seq(tmp_pa
     assert [e.seq for e in read_events(writer.path)] == [0, 1, 2]
 
 
-def test_a_line_cut_short_is_moved_aside_before_the_next_event(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kept", ["half", "all but the newline"])
+def test_a_line_cut_short_is_moved_aside_and_one_cut_of_its_newline_kept(tmp_path, monkeypatch, kept):
+    """A line cut anywhere in its JSON is set aside before the next event; one that lacks only its newline is a whole
+    event, kept with its seq."""
     writer = TrajectoryWriter(tmp_path / "t")
-    writer.append(Stop(trajectory_id="t", reason="turn_limit"))
+    writer.append(Stop(trajectory_id="t", turn=1, reason="turn_limit"))
 
-    class Cut:  # the write itself interrupted half way
+    class Cut:  # the write itself interrupted
         def __init__(self, f):
             self.f = f
 
@@ -43,7 +46,7 @@ def test_a_line_cut_short_is_moved_aside_before_the_next_event(tmp_path, monkeyp
             self.f.close()
 
         def write(self, data):
-            self.f.write(data[: len(data) // 2])
+            self.f.write(data[: len(data) // 2] if kept == "half" else data[:-1])
             self.f.flush()
             raise KeyboardInterrupt
 
@@ -51,11 +54,16 @@ def test_a_line_cut_short_is_moved_aside_before_the_next_event(tmp_path, monkeyp
     monkeypatch.setattr("builtins.open", lambda p, mode="r", *a, **k: Cut(real_open(p, mode, *a, **k))
                         if mode == "ab" else real_open(p, mode, *a, **k))
     with pytest.raises(KeyboardInterrupt):
-        writer.append(Stop(trajectory_id="t", reason="turn_limit"))
+        writer.append(Stop(trajectory_id="t", turn=2, reason="turn_limit"))
     monkeypatch.setattr("builtins.open", real_open)
-    writer.append(Stop(trajectory_id="t", reason="error", detail="interrupted"))
-    assert [e.seq for e in read_events(writer.path)] == [0, 1]
-    assert list(writer.folder.glob("trajectory.jsonl.torn-*"))
+    writer.append(Stop(trajectory_id="t", turn=3, reason="error", detail="interrupted"))
+    events = read_events(writer.path)
+    if kept == "half":
+        assert [e.seq for e in events] == [0, 1] and [e.turn for e in events] == [1, 3]
+        assert list(writer.folder.glob("trajectory.jsonl.torn-*"))
+    else:
+        assert [e.seq for e in events] == [0, 1, 2] and [e.turn for e in events] == [1, 2, 3]
+        assert not list(writer.folder.glob("trajectory.jsonl.torn-*"))
 
 
 def test_a_kernel_file_is_on_disk_before_the_event_naming_it_and_never_written_through_a_link(tmp_path, monkeypatch):
