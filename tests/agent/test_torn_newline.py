@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-
 from ptxbench.agent.records.events import Stop
 from ptxbench.agent.records.rundir import TrajectoryWriter, read_events, repair_torn_tail
 
