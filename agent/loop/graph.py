@@ -35,7 +35,6 @@ from ..models.base import (Model, ModelError, ModelExhausted, ModelReply, ModelR
                            TurnOutcome)
 from ..models.evidence import evidence_from
 from ..models.litellm_model import ContextExceeded
-from ..records.events import ContextTrimmed
 from ...tools.redact import MASKED, mask_strings, scrub, scrub_text
 from .start_kernel import evaluate_start
 from .state import AgentState, OptimizeConfig
@@ -364,10 +363,10 @@ class Steps:
 
     def _log_trim(self, state: AgentState, larger: tuple, smaller: tuple, reason: str, detail: str = "") -> None:
         size = lambda messages: len(json.dumps(messages, ensure_ascii=False, default=str))  # noqa: E731
-        self.d.log._emit(ContextTrimmed(  # written, masked and shown to listeners as every event is
-            trajectory_id=self.d.log.trajectory_id, turn=state["turn"], view=smaller[0], policy=self.cfg.context,
-            reason=reason, detail=scrub_text(detail)[:500], messages_before=len(larger[1]),
-            messages_after=len(smaller[1]), chars_before=size(larger[1]), chars_after=size(smaller[1])))
+        self.d.log.context_trimmed(  # written, masked and shown to listeners as every event is
+            state["turn"], view=smaller[0], policy=self.cfg.context, reason=reason, detail=scrub_text(detail)[:500],
+            messages_before=len(larger[1]), messages_after=len(smaller[1]), chars_before=size(larger[1]),
+            chars_after=size(smaller[1]))
 
     def extract(self, state: AgentState) -> dict:
         reply = state["reply"]

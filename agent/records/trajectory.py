@@ -9,7 +9,8 @@ import traceback as tb
 from pathlib import Path
 from typing import Any, Callable
 
-from .events import ErrorEvent, EvalEvent, ModelCall, ModelRetry, Stop, ToolCall, ToolResult, TrajectoryStart, TurnEnd, _Event
+from .events import (ContextTrimmed, ErrorEvent, EvalEvent, ModelCall, ModelRetry, Stop, ToolCall, ToolResult,
+                     TrajectoryStart, TurnEnd, _Event)
 from ..models.base import ModelReply
 from ...tools.redact import scrub
 from ...tools.results import EvalResult
@@ -52,6 +53,11 @@ class TrajectoryLog:
     def model_retry(self, turn: int, attempt: int, max_attempts: int, reason: str, wait_s: float) -> _Event:
         return self._emit(ModelRetry(trajectory_id=self.trajectory_id, turn=turn, attempt=attempt,
                                      max_attempts=max_attempts, reason=reason[:300], wait_s=round(wait_s, 1)))
+
+    def context_trimmed(self, turn: int, **fields: Any) -> _Event:
+        """The conversation sent smaller from now on (loop/graph.py: the provider refused it, or the model's window
+        would not hold it); `fields` are ContextTrimmed's."""
+        return self._emit(ContextTrimmed(trajectory_id=self.trajectory_id, turn=turn, **fields))
 
     def tool_call(self, turn: int, call_id: str, name: str, arguments: dict[str, Any]) -> _Event:
         return self._emit(ToolCall(trajectory_id=self.trajectory_id, turn=turn, call_id=call_id, name=name, arguments=arguments))
