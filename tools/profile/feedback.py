@@ -24,7 +24,7 @@ from ptxbench.tools.textcap import short_name
 from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 from ptxbench.workloads.schema import Workload
 
-from .summary import KernelProfile, ProfileSummary, power_limited, traffic_hidden
+from .summary import DRAM_BUSY_PCT, KernelProfile, ProfileSummary, power_limited, traffic_hidden
 
 DEFAULT_BUDGET = 450
 AT_ROOF_PCT = 95.0  # from this share of the roofline on, the kernel is told it is at its roof
@@ -82,8 +82,7 @@ def headline(s: ProfileSummary, wl: Workload | None) -> str:
     c, m = k.compute_sol_pct, k.memory_sol_pct
     kind = k.bottleneck
     if kind == "memory":
-        units = {"DRAM": k.dram_sol_pct, "L2": k.l2_sol_pct, "L1": k.l1_sol_pct}
-        unit = max(((u, v) for u, v in units.items() if v is not None), key=lambda x: x[1], default=("memory", m))
+        unit = _busiest_memory(k)
         text = f"memory-bound: {unit[0]} at {unit[1]:.0f}% of its peak throughput, compute at {c or 0:.0f}%."
     elif kind == "compute":
         pipe = next(iter(k.top_pipes.items()), None)
@@ -174,6 +173,11 @@ def standing_text(st: Standing) -> str:
     elif st.roof_pct is not None and st.roof_pct >= AT_ROOF_PCT:
         text += " " + t["at_roof"].format(left=_fmt_us(st.headroom_us or 0.0), pct=100 - st.roof_pct)
     return text
+
+
+def _fmt_pct(pct: float) -> str:
+    """'15', or '<1' where a whole percent would read as nothing ('~31.7 us, 0% of the time')."""
+    return f"{pct:.0f}" if pct >= 0.5 else "<1"
 
 
 def _fmt_us(us: float) -> str:
@@ -270,12 +274,21 @@ INTEGER_OPS = frozenset({"IMAD", "IADD3", "IADD", "LOP3", "LEA", "SHF", "VIADD",
                          "PLOP3", "P2R", "R2P", "LOP", "IMNMX", "VIMNMX", "BMSK", "FLO", "POPC", "R2UR"})
 
 
-def _advice(reason: str, tr: Traits, line_ops: dict[str, int] | None = None) -> str:
+# From this share of elapsed cycles on, the tensor pipe is taking wgmmas about as fast as it can.
+TENSOR_FULL_PCT = 80.0
+
+
+def _advice(reason: str, tr: Traits, line_ops: dict[str, int] | None = None, tensor_pct: float | None = None) -> str:
     """The stall advice for `reason`, in the variant that fits what the kernel (and the line) already does."""
     stall = template()["stall"]
     ops = line_ops or {}
     if "SYNCS" in ops and reason not in ("selected", "not_selected"):
         return stall["at_mbarrier_wait"]
+    if "HGMMA" in ops and reason == "mio_throttle":
+        # a wgmma waiting to issue: the queue into the tensor and shared-memory pipes is full. The GEMM's wgmma line
+        # (tensor pipe 94% busy) was told to use ldmatrix/stmatrix and wider shared accesses, which it has none of.
+        full = tensor_pct is not None and tensor_pct >= TENSOR_FULL_PCT
+        return stall["at_wgmma_full" if full else "at_wgmma_mio"]
     if ("HGMMA" in ops or "WARPGROUP" in ops) and reason in ("gmma", "wait", "barrier", "long_scoreboard", "math_pipe_throttle"):
         return stall["at_wgmma"]
     if ops and set(ops) <= INTEGER_OPS and reason in ("short_scoreboard", "wait"):
@@ -295,7 +308,7 @@ def _line_items(k: KernelProfile, tr: Traits, compile_result: CompileResult | No
         reason = h.dominant
         if h.share_pct < 10 or not reason or reason in ("selected", "not_selected"):
             continue
-        advice = _advice(reason, tr, by_line.get(h.line))
+        advice = _advice(reason, tr, by_line.get(h.line), k.tensor_pipe_pct)
         # the same sentence for a second line is a pointer to the first (the attention forward's wgmma lines carried
         # the same 200 characters twice, in a budget that then dropped a finding)
         if advice and advice in first_with:
@@ -305,6 +318,19 @@ def _line_items(k: KernelProfile, tr: Traits, compile_result: CompileResult | No
         worth = h.share_pct / 100 * now_us if now_us else h.share_pct
         items.append((worth, t["hot_line"].format(line=h.line, text=h.text, share=h.share_pct, reason=reason, advice=advice)))
     return items
+
+
+def _busiest_memory(k: KernelProfile) -> tuple[str, float]:
+    """The memory unit with the highest speed-of-light share. ncu's L1/TEX figure counts shared-memory accesses too
+    (wgmma operand reads, tile stores): the attention backward's 70% there was shared memory, its DRAM 7% busy."""
+    units = {"DRAM": k.dram_sol_pct, "L2": k.l2_sol_pct, "L1/shared memory": k.l1_sol_pct}
+    return max(((u, v) for u, v in units.items() if v is not None), key=lambda x: x[1],
+               default=("memory", k.memory_sol_pct or 0.0))
+
+
+def _dram_idle(k: KernelProfile) -> bool:
+    """DRAM under DRAM_BUSY_PCT busy: its bytes are not what holds the kernel back."""
+    return k.dram_sol_pct is not None and k.dram_sol_pct < DRAM_BUSY_PCT
 
 
 def _is_occupancy(name: str, message: str) -> bool:
@@ -319,12 +345,16 @@ def _kernel_items(k: KernelProfile, wl: Workload | None, total_dram: float | Non
     if total_dram and wl is not None and wl.min_bytes > 0 and total_dram > 1.5 * wl.min_bytes:
         ratio = total_dram / wl.min_bytes
         excess_us = (total_dram - wl.min_bytes) / (hbm_gbps * 1e3)  # bytes / (GB/s * 1e3) = us
-        worth = excess_us if k.bottleneck == "memory" else excess_us * (k.dram_sol_pct or 0) / 100
+        # the excess costs its time at DRAM bandwidth only where DRAM is what limits the kernel
+        dram_limits = k.bottleneck == "memory" and not _dram_idle(k)
+        worth = excess_us if dram_limits else excess_us * (k.dram_sol_pct or 0) / 100
         key = "traffic_multicast" if "tma_multicast" in tr.has else "traffic"
         if traffic_hidden(k.bottleneck, k.dram_sol_pct):
             key = "traffic_hidden"  # cutting these bytes is the wrong advice: they move under the math
+        elif k.bottleneck == "memory" and _dram_idle(k):
+            key = "traffic_dram_idle"  # memory-bound by L1 / shared memory or L2: DRAM bytes are not the limit
         items.append((worth, t["other"][key].format(moved=_fmt_bytes(total_dram), minimum=_fmt_bytes(wl.min_bytes),
-                                                    ratio=ratio, busy=k.dram_sol_pct or 0)))
+                                                    ratio=ratio, busy=k.dram_sol_pct or 0, unit=_busiest_memory(k)[0])))
     total = sum(k.stalls.values())
     stall_items = 0
     if total > 0 and not by_lines:
@@ -346,7 +376,9 @@ def _kernel_items(k: KernelProfile, wl: Workload | None, total_dram: float | Non
             advice = t["other"]["occupancy_latency"]
             items.append((0.2 * (now_us or 100), t["other"]["occupancy"].format(achieved=ach, theoretical=th,
                                                                               limiter=k.occupancy_limiter, advice=advice)))
-    if k.tensor_pipe_pct is not None and (k.opcodes or {}).get("HGMMA") and k.tensor_pipe_pct < 50:
+    # a memory-bound kernel's tensor pipe idles for its bytes: feeding the wgmma stream is the memory finding's job
+    if k.tensor_pipe_pct is not None and (k.opcodes or {}).get("HGMMA") and k.tensor_pipe_pct < 50 \
+            and k.bottleneck != "memory":
         key = ("tensor_idle_consumers" if "consumer_warpgroups" in tr.has else "tensor_idle_ring") if tr.tma_ring \
             else "tensor_idle"
         worth = (1 - k.tensor_pipe_pct / 100) * (now_us or 100) * 0.5
@@ -447,7 +479,7 @@ def profile_feedback(summary: ProfileSummary, verdicts: dict[str, RuntimeTarget]
             # climb gained 8 us more: the measured ceilings are medians). No figure at all where none is left.
             shown = min(worth, cap) if cap is not None else worth
             if now and (cap is None or cap > 0):
-                text += " " + template()["other"]["worth"].format(worth=_fmt_us(shown), pct=100 * shown / now)
+                text += " " + template()["other"]["worth"].format(worth=_fmt_us(shown), pct=_fmt_pct(100 * shown / now))
             items.append((0.0, worth, text))
     items.sort(key=lambda x: (-x[0], -x[1]))
     name = short_name(k.name) if k is not None else ""

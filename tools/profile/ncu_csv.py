@@ -47,8 +47,10 @@ def unit_scale(unit: str) -> float:
     unit = (unit or "").strip()
     if unit in _TIME:
         return _TIME[unit]
-    if unit.endswith("/s") or unit.endswith("/second"):
-        return unit_scale(unit.split("/", 1)[0])
+    if "/" in unit:
+        num, _, den = unit.partition("/")
+        if den in _TIME:  # a rate: 'Gbyte/second', 'cycle/nsecond' (older ncu's SM Frequency)
+            return unit_scale(num) / _TIME.get(den, 1.0)
     m = _SCALED.match(unit)
     if m and m.group(1):
         return _PREFIX[m.group(1)]

@@ -1,0 +1,129 @@
+"""Profile feedback read against the H200 profiles it was written from (tests/data/profile/review: the summaries
+that bench/results recorded, cut to their top lines and rules): each statement checked against the figures."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ptxbench.tools.profile.feedback import headline, profile_feedback
+from ptxbench.tools.profile.ncu_csv import to_number
+from ptxbench.tools.profile.summary import ProfileSummary
+from ptxbench.tools.results import CompileResult, KernelResources, RuntimeTarget
+from ptxbench.workloads.registry import get_workload
+
+REVIEW = Path(__file__).parents[1] / "data" / "profile" / "review"
+
+
+def recorded(case: str) -> tuple[ProfileSummary, dict]:
+    data = json.loads((REVIEW / f"{case}.json").read_text())
+    return ProfileSummary.model_validate(data["summary"]), data
+
+
+# What each recorded kernel's SASS does (tools/sass_features.py): every one is a TMA + mbarrier ring of wgmma,
+# warp-specialised by setmaxnreg; the backward's pre- and post-passes are plain loads and stores.
+RING = ["wgmma", "tma_load", "mbarrier_wait", "setmaxnreg"]
+
+
+def compiled(s: ProfileSummary, sass_by_line: dict[int, dict[str, int]] | None = None) -> CompileResult:
+    kernels = {k.name: KernelResources(name=k.name, sass_features=RING if k.tensor_pipe_pct else [])
+               for k in s.kernels}
+    return CompileResult(status="ok", arch="sm_90a", kernels=kernels, sass_by_line=sass_by_line or {})
+
+
+def feedback(case: str, sass_by_line: dict[int, dict[str, int]] | None = None, budget: int = 450) -> str:
+    s, data = recorded(case)
+    verdicts = {n: RuntimeTarget(verdict="executed") for n in ("wgmma", "tma")}
+    return profile_feedback(s, verdicts, get_workload(data["workload"]), compiled(s, sass_by_line), token_budget=budget)
+
+
+def item(text: str, needle: str) -> str:
+    return next((ln for ln in text.splitlines() if needle in ln), "")
+
+
+def test_the_recorded_figures_are_what_the_feedback_quotes():
+    """Units as ncu's raw page had them (profile_clock_2026-12-04's raw_metrics): DRAM bytes are read + write bytes
+    (480,869,120 + 107,851,264), not sectors; the clock is gpc__cycles_elapsed.avg.per_second in MHz."""
+    s, _ = recorded("gemm_m8192")
+    k = s.main_kernel()
+    assert k.dram_bytes == 480_869_120 + 107_851_264
+    assert k.sm_mhz == pytest.approx(1654.4, abs=0.1) and k.elapsed_cycles == 1_202_211
+    assert k.bottleneck == "compute"  # SM 94%, memory 60%
+    text = feedback("gemm_m8192")
+    assert "compute-bound: SM throughput at 94% of peak, busiest pipe Tensor (All) at 98%, memory at 60%" in text
+    assert "841 TFLOP/s, 85% of the 989 TFLOP/s bf16 peak" in text  # 2 x 8192 x 7168 x 5120 in 714.7 us
+    assert "the roofline allows 608 us" in text  # the FLOPs at 989 TFLOP/s; the 275 MB minimum takes 57 us
+
+
+def test_an_older_ncus_clock_unit_is_read_as_a_clock():
+    """ncu before 2024 gave SM Frequency as 'cycle/nsecond': read as 1.65 Hz it was dropped as implausible."""
+    assert to_number("1.65", "cycle/nsecond") == pytest.approx(1.65e9)
+    assert to_number("1.65", "Ghz") == pytest.approx(1.65e9)
+    assert to_number("3.20", "Tbyte/s") == pytest.approx(3.2e12) and to_number("16", "Kbyte/block") == 16_000
+
+
+def test_a_wgmma_waiting_to_issue_under_a_busy_tensor_pipe_is_not_told_to_use_ldmatrix():
+    """The main GEMM's wgmma line (25% of samples, 40% of them mio_throttle) with the tensor pipe 94% busy: it does
+    no other shared-memory access to widen, and its wgmmas read shared memory themselves."""
+    line = item(feedback("gemm_m8192", {311: {"HGMMA": 8, "R2UR": 2}, 319: {"WARPGROUP": 1}}), "line 311")
+    assert "mostly mio_throttle" in line
+    assert "ldmatrix" not in line and "16-byte vectors" not in line
+    assert "tensor pipe is near its peak" in line
+
+
+def test_a_wgmma_waiting_on_shared_memory_traffic_is_told_to_cut_that_traffic():
+    s, _ = recorded("attn_bwd_d128")
+    k = next(x for x in s.kernels if x.name == "attn_bwd_wgmma")  # tensor pipe 62%, L1/shared 70%
+    k.hot_lines[0].stalls = {"mio_throttle": 60_000.0, "wait": 32_529.0}
+    from ptxbench.tools.profile.feedback import Traits, _line_items
+
+    cr = CompileResult(status="ok", arch="sm_90a", sass_by_line={302: {"HGMMA": 16}})
+    text = _line_items(k, Traits(), cr, 7000.0)[0][1]
+    assert "other shared-memory traffic" in text and "near its peak" not in text
+
+
+def test_a_memory_bound_gemm_is_not_told_to_feed_its_tensor_pipe():
+    """M = 64 GEMM: DRAM 72% busy, tensor pipe 23%. The tensor pipe idles for the bytes; a second consumer in
+    ping-pong (which the forward measured 5.5-5.9% slower) is not the move."""
+    s, _ = recorded("gemm_m64")
+    assert s.main_kernel().bottleneck == "memory"
+    text = feedback("gemm_m64")
+    assert "memory-bound" in text
+    assert "tensor pipe was busy only" not in text and "ping-pong" not in text
+
+
+def test_excess_dram_bytes_of_a_kernel_bound_by_shared_memory_are_not_worth_their_full_time():
+    """The attention backward: memory-bound by L1/shared memory (70%) with DRAM 7% busy read 3.76 GB for 1.61 GB.
+    The recorded feedback ranked that second, 'worth up to ~446 us', with advice to cut DRAM re-reads."""
+    text = feedback("attn_bwd_d128")
+    assert "memory-bound: L1/shared memory at 70% of its peak throughput" in text
+    traffic = item(text, "DRAM traffic was 3.76 GB")
+    assert traffic, text
+    assert "DRAM was only 7% busy" in traffic and "L1/shared memory, not DRAM" in traffic
+    assert "operands are re-read from memory" not in traffic
+    worth_us = float(traffic.split("worth up to ~")[1].split(" us")[0])
+    assert worth_us < 50  # 2.15 GB over the minimum at 4.8 TB/s is 446 us; DRAM 7% busy makes it ~32
+    assert traffic.endswith("<1% of the time]")  # 32 us of 7.3 ms, not "0% of the time"
+
+
+def test_a_dram_bound_kernel_keeps_the_traffic_advice_at_full_worth():
+    s, data = recorded("attn_bwd_d128")
+    k = next(x for x in s.kernels if x.name == "attn_bwd_wgmma")
+    k.dram_sol_pct, k.memory_sol_pct = 85.0, 85.0
+    text = profile_feedback(s, {}, get_workload(data["workload"]), compiled(s))
+    traffic = item(text, "DRAM traffic was 3.76 GB")
+    assert "operands are re-read from memory" in traffic
+    assert float(traffic.split("worth up to ~")[1].split(" us")[0]) > 400
+
+
+@pytest.mark.parametrize("case", ["gemm_m64", "gemm_m8192", "attn_fwd_d128", "attn_bwd_d128"])
+def test_each_recorded_profile_gives_a_bounded_headline_first_finding(case):
+    """Within budget, and the first finding is the largest hot line or the largest worth (nothing cut for it)."""
+    from ptxbench.tools.profile.feedback import count_tokens
+
+    text = feedback(case)
+    assert count_tokens(text) <= 450
+    assert "1. " in text
+    s, _ = recorded(case)
+    assert headline(s, None).split(":")[0] in ("compute-bound", "memory-bound", "latency-bound")
