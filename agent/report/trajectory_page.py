@@ -102,6 +102,11 @@ def _turn_html(turn: int, events: list, record: TrajectoryRecord, previous: str,
             parts.append(_log(result))
             parts.append(f"<details open><summary>feedback the model saw</summary><pre>{E(ev.feedback)}</pre></details>")
             kernel = source or kernel
+        elif ev.type == "context_trimmed":  # what the model saw from here on is smaller than the whole conversation
+            why = "the provider refused the larger one" if ev.reason == "window_exceeded" else "the model's window would not hold it"
+            parts.append(f"<p class='note'>conversation trimmed to the <code>{E(ev.view)}</code> view ({why}): "
+                         f"{ev.messages_before} messages, {ev.chars_before:,} characters, sent as {ev.messages_after}, "
+                         f"{ev.chars_after:,}</p>")
         elif ev.type == "error":
             parts.append(f"<p class='err'>{'infra ' if ev.infra else ''}error in {E(ev.where)}: {E(ev.message)}</p>")
         elif ev.type == "turn_end":
