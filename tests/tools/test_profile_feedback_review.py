@@ -127,3 +127,16 @@ def test_each_recorded_profile_gives_a_bounded_headline_first_finding(case):
     assert "1. " in text
     s, _ = recorded(case)
     assert headline(s, None).split(":")[0] in ("compute-bound", "memory-bound", "latency-bound")
+
+
+def test_an_occupancy_held_by_two_limits_names_both():
+    """The main GEMM's CTA: 168 registers x 384 threads and 225 KB of shared memory each allow one block per SM
+    (ncu's TheoreticalOccupancy rule names both); the summary named registers alone."""
+    from ptxbench.tools.profile.ncu_csv import DetailKernel, DetailRow
+    from ptxbench.tools.profile.summary import OCC, KernelProfile, _fill_from_details
+
+    rows = [DetailRow(OCC, "", f"Block Limit {n}", "block", v)
+            for n, v in (("Registers", "1"), ("Shared Mem", "1"), ("Warps", "5"), ("SM", "32"), ("Barriers", "32"))]
+    k = KernelProfile(name="gemm_bf16_tn")
+    _fill_from_details(k, DetailKernel(0, "gemm_bf16_tn", rows))
+    assert k.occupancy_limiter == "registers and shared memory"

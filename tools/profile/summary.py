@@ -211,8 +211,9 @@ def _fill_from_details(k: KernelProfile, d: DetailKernel) -> None:
     k.theoretical_occupancy_pct = occ.get("Theoretical Occupancy")
     k.achieved_occupancy_pct = occ.get("Achieved Occupancy")
     limits = {LIMITS[n]: v for n, v in occ.items() if n in LIMITS}
-    if limits:
-        k.occupancy_limiter = min(limits.items(), key=lambda x: x[1])[0]
+    if limits:  # every limit at the lowest count: the main GEMM's 168 registers and 225 KB of shared memory both allow 1
+        least = min(limits.values())
+        k.occupancy_limiter = " and ".join(n for n, v in limits.items() if v == least)
     launch = d.section(LAUNCH, label="")
     if k.registers is None and launch.get("Registers Per Thread") is not None:
         k.registers = int(launch["Registers Per Thread"])
