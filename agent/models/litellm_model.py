@@ -104,6 +104,11 @@ MODERATED = 403
 MAX_RETRY_AFTER_S = 120.0
 
 
+def _floor(retry_after: float, jitter, state) -> float:
+    """The least wait a refusal allows: its Retry-After plus a jitter (none when it asked for no wait)."""
+    return retry_after + jitter(state) if retry_after > 0 else 0.0
+
+
 def retry_after_s(exc: BaseException | None) -> float:
     """The wait a refusal asks for in its Retry-After (or OpenAI's retry-after-ms) header, capped; 0 when it asks none
     (or gives an HTTP date)."""
@@ -267,15 +272,18 @@ class LiteLLMModel:
             raise ModelRefused(problem)  # no call, no retries: a keyless request would look like a server error
         litellm = _litellm()
         kwargs = self._kwargs(request)
-        backoff = wait_exponential(multiplier=self.retry_wait_s, max=60.0) + wait_random(0, self.retry_wait_s)
+        jitter = wait_random(0, self.retry_wait_s)
+        backoff = wait_exponential(multiplier=self.retry_wait_s, max=60.0) + jitter
         # the wall-time budget left bounds the whole call: each attempt's timeout, each back-off, the retries
         deadline = None if request.time_left_s is None else time.monotonic() + max(request.time_left_s, 0.0)
         left = (lambda: float("inf")) if deadline is None else (lambda: deadline - time.monotonic())
         retrying = Retrying(
             before_sleep=lambda state: self._before_sleep(request.turn, state),
             stop=stop_after_attempt(self.max_attempts) | (lambda state: left() <= 0),
-            # a provider's Retry-After is a floor: an attempt sooner lands in the same rate-limit window
-            wait=lambda state: min(max(backoff(state), retry_after_s(state.outcome.exception())), max(left(), 0.0)),
+            # a provider's Retry-After is a floor: an attempt sooner lands in the same rate-limit window; jittered above
+            # it, or every call told the same Retry-After came back at the same instant and met the limit together
+            wait=lambda state: min(max(backoff(state), _floor(retry_after_s(state.outcome.exception()), jitter, state)),
+                                   max(left(), 0.0)),
             retry=retry_if_exception(is_transient) & (
                 lambda state: self._offline(state.outcome.exception(), state.attempt_number) is None),
             sleep=self._wait,
