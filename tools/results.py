@@ -156,6 +156,9 @@ class Timing(BaseModel):
     sol_pct: float | None = Field(None, description="percent of the roofline from FLOPs and min bytes at measured ceilings")
     ceilings: dict[str, float] = Field(default_factory=dict, description="tflops_bf16, hbm_gbps measured on the device")
     flags: list[str] = Field(default_factory=list, description="e.g. 'implausible_speedup', 'above_roofline', 'slow_candidate', 'reduced_iterations', "
+                             "'rechecked' (this is the re-check's timing: the first was implausible), "
+                             "'invalid_durations' (pairs with a zero, negative or NaN duration left out: "
+                             "tools/gpu/timing_stats.py), "
                              "'host_stalls' (a call's launch gate gave up waiting for the host: tools/gpu/gate.py), "
                              "'profile_output_wrong' (the profiled call's output failed the rule the evaluated calls "
                              "passed: tools/profile/candidate.py), 'profile_slower' (the profiled call's kernels took "

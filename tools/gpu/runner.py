@@ -25,7 +25,6 @@ from ...workloads.registry import get_workload
 from ...workloads.schema import Workload
 from ..solution.plan import ResolvedPlan
 from ..results import Timing, TrialStats
-from . import ceilings as roofline
 from .ceilings import IMPLAUSIBLE_SPEEDUP, suspicious
 from .buffers import BufferSet, allocate_set
 from .calls import CandidateCalls, InputSet, Sketch, SketchSpace, sketch_tensors
@@ -41,8 +40,8 @@ from .scrub import frame_bytes
 from .unowned import clear_unowned
 from .state import WorkerState, changed_inputs
 from .tensormap import encode
-from .timing import (SLOW_FACTOR, L2Flush, Side, evaluation_flush, plan_iterations, speedup, summarize, time_interleaved,
-                     time_sides)
+from .timing import SLOW_FACTOR, L2Flush, Side, evaluation_flush, plan_iterations, time_interleaved, time_sides
+from .timing_stats import summarize_durations, timing_record
 from .verdict import Failed, status_of
 from .watchdog import CandidateWatch, Phase, workload_roofline_ms
 
@@ -327,8 +326,8 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
             stats = state.measured_stats(wl, b.name, dist)
             if stats is None:  # timed once per worker: built (a backward's forward pass and all) only then
                 entry = state.baseline(wl, b.name, dist)
-                stats = entry.stats = summarize(time_interleaved([entry.fn], flush=flush, warmup=3, iters=20,
-                                                                 trials=1)[0]).model_dump()
+                stats = entry.stats = summarize_durations(time_interleaved([entry.fn], flush=flush, warmup=3,
+                                                                           iters=20, trials=1)[0])
             others[b.name] = stats
     state.release_idle(keep=calls.library)  # other instances' outputs and derived tensors: freed, then cleared
     torch.cuda.empty_cache()  # no freed block of the harness's stays mapped for a kernel to hide a result in
@@ -372,9 +371,12 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
         # not a kernel this device can run that fast, whatever the checks said.
         calls.order = np.random.default_rng(calls.key + 1)
         first_chunk("the re-check's timing")
+        gates2: dict = {}  # the re-check's own stalls: when its timing is the one kept, they are the ones that count
         base_ms2, cand_ms2 = time_sides([base_side, cand_side], flush=flush, warmup=warmup, iters=iters,
-                                        trials=trials, on_trial=keep_alive)
+                                        trials=trials, on_trial=keep_alive, report=gates2)
         again = timing_record(wl, cand_ms2, base_ms2, primary, others, ceil, state.limits.name, reduced, slow)
+        if gates2.get("gate_stalls"):
+            again["flags"].append("host_stalls")
         record["recheck_speedup"], record["recheck_speedup_ci"] = again["speedup"], again["speedup_ci"]
         if not suspicious(again["flags"]):
             again["flags"].append("rechecked")
@@ -385,28 +387,6 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
     record["verified_calls"] = calls.calls
     record["l2_flush"] = flush.mode
     return record
-
-
-def timing_record(wl: Workload, cand_ms, base_ms, primary: str, others: dict, ceil: dict, gpu: str, reduced: bool,
-                  slow: bool = False) -> dict:
-    cstat = summarize(cand_ms)
-    sp, sp_ci = speedup(base_ms, cand_ms)
-    flags = roofline.flags(sp, wl.flops, wl.min_bytes, cstat.median_ms, ceil, gpu)
-    if slow:
-        flags.append("slow_candidate")
-    if reduced:
-        flags.append("reduced_iterations")
-    return {
-        "candidate": cstat.model_dump(),
-        "baselines": {primary: summarize(base_ms).model_dump(), **others},
-        "primary_baseline": primary,
-        "speedup": sp,
-        "speedup_ci": sp_ci,
-        "tflops": wl.flops / cstat.median_ms / 1e9,
-        "sol_pct": roofline.sol_pct(wl.flops, wl.min_bytes, cstat.median_ms, ceil),
-        "ceilings": ceil,
-        "flags": flags,
-    }
 
 
 def driver_error(cand: Candidate | None) -> str:
