@@ -140,3 +140,14 @@ def test_an_occupancy_held_by_two_limits_names_both():
     k = KernelProfile(name="gemm_bf16_tn")
     _fill_from_details(k, DetailKernel(0, "gemm_bf16_tn", rows))
     assert k.occupancy_limiter == "registers and shared memory"
+
+
+@pytest.mark.parametrize("budget", [230, 260, 300])
+def test_a_small_budget_cuts_the_first_finding_short_rather_than_dropping_it(budget):
+    """The main GEMM's headline carries the clock sentence (~190 tokens before any finding): at 250 tokens the list's
+    heading was left with nothing under it, the wgmma_wait line (37% of the samples) gone."""
+    from ptxbench.tools.profile.feedback import count_tokens
+
+    text = feedback("gemm_m8192", {311: {"HGMMA": 8}, 319: {"WARPGROUP": 1}}, budget=budget)
+    assert count_tokens(text) <= budget
+    assert "\n1. line 319 `wgmma_wait<1>();" in text

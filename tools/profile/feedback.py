@@ -495,6 +495,12 @@ def profile_feedback(summary: ProfileSummary, verdicts: dict[str, RuntimeTarget]
         if count_tokens(frame.format(**fill, items=_numbered(chosen + [item]))) > token_budget:
             break
         chosen.append(item)
+    if not chosen and items:
+        # the first finding is cut to the room left rather than dropped: a long headline (the clock sentence) and a
+        # small budget left the list's heading with nothing under it
+        room = token_budget - count_tokens(frame.format(**fill, items=_numbered([""])))
+        first = items[0][-1]
+        chosen = [_truncate(first, room - 2)] if room >= 16 else []  # 2: the " ..." it ends with
     if not chosen:
         chosen = ["nothing stands out: the kernel is close to what its bottleneck allows."] if not items else []
     return frame.format(**fill, items=_numbered(chosen)).strip()
