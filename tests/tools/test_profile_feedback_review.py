@@ -151,3 +151,17 @@ def test_a_small_budget_cuts_the_first_finding_short_rather_than_dropping_it(bud
     text = feedback("gemm_m8192", {311: {"HGMMA": 8}, 319: {"WARPGROUP": 1}}, budget=budget)
     assert count_tokens(text) <= budget
     assert "\n1. line 319 `wgmma_wait<1>();" in text
+
+
+def test_a_power_limited_gemm_is_not_told_to_fill_the_last_four_sms():
+    """ncu's LaunchConfiguration rule on the main GEMM (128 CTAs, 132 SMs, 1,654 of 1,980 MHz): "est. gain up to 3%".
+    132 CTAs ran 1.2-1.5% slower (gemm_sweep.md, ref_132): more SMs powered lower the clock, as the feedback's own
+    clock sentence says. Under its top clock the rule stays."""
+    text = feedback("gemm_m8192", {311: {"HGMMA": 8}, 319: {"WARPGROUP": 1}}, budget=1200)
+    assert "power limit sets the clock" in text and "LaunchConfiguration" not in text
+    s, data = recorded("gemm_m8192")
+    s.kernels[0].sm_mhz = 1950.0
+    cr = compiled(s, {311: {"HGMMA": 8}})
+    verdicts = {n: RuntimeTarget(verdict="executed") for n in ("wgmma", "tma")}
+    text = profile_feedback(s, verdicts, get_workload(data["workload"]), cr, token_budget=1200)
+    assert "[ncu LaunchConfiguration, est. gain up to 3%]" in text
