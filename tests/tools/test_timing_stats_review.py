@@ -220,3 +220,19 @@ def test_a_rechecked_timing_that_is_kept_reports_its_own_launch_gate_stalls(runn
     assert "rechecked" in record["flags"] and record["speedup"] == pytest.approx(1.1)
     assert record["recheck_speedup"] == pytest.approx(2.0)
     assert "host_stalls" in record["flags"]
+
+
+@pytest.mark.parametrize("gpu, tbps, flagged", [
+    ("NVIDIA H100 NVL", 3.6, False),  # 3.9 TB/s on the datasheet: was read as the SXM part's 3.35
+    ("NVIDIA GH200 144G HBM3e", 4.85, False),  # 4.9 TB/s: was read as the H200's 4.8
+    ("NVIDIA H100 PCIe", 2.5, True),  # 2.0 TB/s: a copy at 2.5 is not this card's; was let through up to 3.35
+    ("NVIDIA H100 80GB HBM3", 3.2, False),
+    ("NVIDIA H100 80GB HBM3", 3.4, True),
+    ("NVIDIA H200", 4.7, False),
+])
+def test_above_roofline_reads_the_datasheet_row_of_the_part_itself(gpu, tbps, flagged):
+    """The parts share a name's stem but not its memory: the first table key the device name contained gave an H100 NVL
+    the SXM part's bandwidth (an honest memory-bound kernel there read as faster than the device: TIMING_SUSPECT)."""
+    nbytes = 1e9
+    ms = nbytes / (tbps * 1e9)
+    assert ("above_roofline" in ceilings.flags(1.0, 0, nbytes, ms, {}, gpu)) is flagged

@@ -14,8 +14,13 @@ IMPLAUSIBLE_SPEEDUP = 1.5
 # 0.1%), so beating it by more than IMPLAUSIBLE_SPEEDUP can be honest: flagged as such next to the speedup.
 LIBRARY_OVERHEAD_SOL_PCT = 5.0
 ABOVE_ROOFLINE_MARGIN = 1.3
-# Dense bf16 TFLOP/s and HBM GB/s from the datasheets (SXM parts).
-DATASHEET = {"H100": (989.0, 3350.0), "H200": (989.0, 4800.0), "B200": (2250.0, 8000.0)}
+# Dense bf16 TFLOP/s and HBM GB/s from the datasheets. A device name is matched to the first key it contains, so
+# the parts whose name holds another's come first: an H100 NVL has 3.9 TB/s, not the SXM part's 3.35 (read as the
+# SXM, an honest memory-bound kernel on it was above the roofline), an H100 PCIe 2.0; a GH200 up to 4.9 (its HBM3e
+# part; the HBM3 one 4.0), a GB200 2.5 PFLOP/s. The plain names are the SXM parts.
+DATASHEET = {"H100 NVL": (835.0, 3900.0), "H100 PCIe": (756.0, 2000.0), "GH200": (989.0, 4900.0),
+             "H200 NVL": (835.0, 4800.0), "GB200": (2500.0, 8000.0),
+             "H100": (989.0, 3350.0), "H200": (989.0, 4800.0), "B200": (2250.0, 8000.0)}
 # The SMs' top clock (MHz; nvidia-smi's clocks.max.sm on the H200, the SXM parts' boost), against which a profiled
 # kernel's own clock shows the power limit at work (the H200's main GEMM: 1,600-1,640 MHz on randn values,
 # bench/results/gemm_sweep.md rounds 27-28).
