@@ -337,24 +337,37 @@ def _is_occupancy(name: str, message: str) -> bool:
     return "occupancy" in name.lower() or "occupancy" in message.lower()[:200]
 
 
-def _kernel_items(k: KernelProfile, wl: Workload | None, total_dram: float | None, tr: Traits, now_us: float | None,
-                  compile_result: CompileResult | None, hbm_gbps: float) -> list[tuple[float, str]]:
+def _traffic_worth(launches: list[KernelProfile], min_bytes: float, hbm_gbps: float) -> float:
+    """What the DRAM bytes over the minimum can be worth (us): each launch's share of the excess at DRAM bandwidth,
+    whole where DRAM limits that launch, else in proportion to how busy its DRAM was. The attention backward's
+    excess is mostly its main kernel's, 7% busy, and partly its DRAM-bound pre- and post-passes'."""
+    moved = [x for x in launches if x.dram_bytes]
+    total = sum(x.dram_bytes for x in moved)
+    worth = 0.0
+    for x in moved:
+        excess_us = x.dram_bytes * (1 - min_bytes / total) / (hbm_gbps * 1e3)  # bytes / (GB/s * 1e3) = us
+        limits = x.bottleneck == "memory" and not _dram_idle(x)
+        worth += excess_us if limits else excess_us * (x.dram_sol_pct or 0) / 100
+    return worth
+
+
+def _kernel_items(k: KernelProfile, wl: Workload | None, launches: list[KernelProfile], tr: Traits,
+                  now_us: float | None, compile_result: CompileResult | None, hbm_gbps: float) -> list[tuple[float, str]]:
     t = template()
     items: list[tuple[float, str]] = _line_items(k, tr, compile_result, now_us)
     by_lines = bool(items)
+    total_dram = sum(x.dram_bytes for x in launches if x.dram_bytes)
     if total_dram and wl is not None and wl.min_bytes > 0 and total_dram > 1.5 * wl.min_bytes:
         ratio = total_dram / wl.min_bytes
-        excess_us = (total_dram - wl.min_bytes) / (hbm_gbps * 1e3)  # bytes / (GB/s * 1e3) = us
-        # the excess costs its time at DRAM bandwidth only where DRAM is what limits the kernel
-        dram_limits = k.bottleneck == "memory" and not _dram_idle(k)
-        worth = excess_us if dram_limits else excess_us * (k.dram_sol_pct or 0) / 100
+        worth = _traffic_worth(launches, wl.min_bytes, hbm_gbps)
         key = "traffic_multicast" if "tma_multicast" in tr.has else "traffic"
         if traffic_hidden(k.bottleneck, k.dram_sol_pct):
             key = "traffic_hidden"  # cutting these bytes is the wrong advice: they move under the math
         elif k.bottleneck == "memory" and _dram_idle(k):
             key = "traffic_dram_idle"  # memory-bound by L1 / shared memory or L2: DRAM bytes are not the limit
         items.append((worth, t["other"][key].format(moved=_fmt_bytes(total_dram), minimum=_fmt_bytes(wl.min_bytes),
-                                                    ratio=ratio, busy=k.dram_sol_pct or 0, unit=_busiest_memory(k)[0])))
+                                                    ratio=ratio, busy=k.dram_sol_pct or 0, unit=_busiest_memory(k)[0],
+                                                    who="the longest launch's" if len(launches) > 1 else "its")))
     total = sum(k.stalls.values())
     stall_items = 0
     if total > 0 and not by_lines:
@@ -476,10 +489,9 @@ def profile_feedback(summary: ProfileSummary, verdicts: dict[str, RuntimeTarget]
     launched = {x.name for x in summary.kernels}
     items = [(math.inf, w, text) for w, text in _verdict_items(verdicts, arch) + _spill_items(compile_result, launched)]
     if k is not None:
-        dram = [x.dram_bytes for x in summary.kernels if x.dram_bytes is not None]
         hbm = (timing.ceilings.get("hbm_gbps") if timing is not None else None) or _peak(summary.gpu)[1]
         cap = st.headroom_us
-        for worth, text in _kernel_items(k, wl, sum(dram) if dram else None, tr, now, compile_result, hbm):
+        for worth, text in _kernel_items(k, wl, summary.kernels, tr, now, compile_result, hbm):
             # ranked by their own worth; the roof's headroom only bounds the figure shown (capped, every item of a
             # kernel near its roof tied, and past it each read "worth up to ~0 us", though a turn later the GEMM
             # climb gained 8 us more: the measured ceilings are medians). No figure at all where none is left.
