@@ -309,6 +309,7 @@ def _line_items(k: KernelProfile, tr: Traits, compile_result: CompileResult | No
         if h.share_pct < 10 or not reason or reason in ("selected", "not_selected"):
             continue
         advice = _advice(reason, tr, by_line.get(h.line), k.tensor_pipe_pct)
+        at_rate = advice == template()["stall"]["at_wgmma_full"]
         # the same sentence for a second line is a pointer to the first (the attention forward's wgmma lines carried
         # the same 200 characters twice, in a budget that then dropped a finding)
         if advice and advice in first_with:
@@ -316,6 +317,8 @@ def _line_items(k: KernelProfile, tr: Traits, compile_result: CompileResult | No
         elif advice:
             first_with[advice] = h.line
         worth = h.share_pct / 100 * now_us if now_us else h.share_pct
+        if at_rate:  # the wait of a saturated tensor pipe: what a change there can take is the pipe's idle share
+            worth *= 1 - (k.tensor_pipe_pct or 0) / 100
         items.append((worth, t["hot_line"].format(line=h.line, text=h.text, share=h.share_pct, reason=reason, advice=advice)))
     return items
 
