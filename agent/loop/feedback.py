@@ -28,11 +28,15 @@ MAX_ISSUES = 15
 # What each timing flag means for the next revision (the flags themselves come from tools/gpu).
 FLAG_MEANINGS = {
     "implausible_speedup": f"over {IMPLAUSIBLE_SPEEDUP:g}x the library: re-check that every output is really computed",
-    "above_roofline": "faster than the device's measured roofline allows: the timing cannot be trusted",
+    "above_roofline": "faster than the device's roofline allows (its datasheet peak, or the measured ceilings on a GPU "
+                      "the table does not know): the timing cannot be trusted",
     "library_overhead_bound": "the library runs far below the roofline at this size (fixed launch cost), so a "
                               "large speedup here can be honest",
     "slow_candidate": f"over {SLOW_FACTOR:g}x slower than the library, so it was timed with {SLOW_ITERS} calls only",
-    "reduced_iterations": "too slow for all the timed calls asked for within the time limit: fewer were timed (n above)",
+    "reduced_iterations": "fewer timed calls than a normal evaluation takes (a slow candidate's few calls, or as many as "
+                          "the time limit allowed): its interval is wider (n above)",
+    "invalid_durations": "some timed calls measured no usable duration (zero, negative or not a number: a clock glitch); "
+                         "each such pair of calls was left out (n above counts the pairs kept)",
     "result_cached_across_calls": "a repeat call on the same buffers failed the check, so this timing does not count",
     "rechecked": "the first timing was implausibly fast, so it was timed again with the library first in each pair; "
                  "this second timing stands",
