@@ -36,7 +36,7 @@ REJECTED = {
     "compiled_only": "the kernel only compiled (--no-gpu), never ran",
     "not_passed": "the kernel did not pass",
     "target_not_executed": "the target instructions were not seen executing (--no-require-target keeps them)",
-    "below_min_speedup": "slower than --min-speedup",
+    "below_min_speedup": "slower than --min-speedup (or no trusted speedup: the output did not pass)",
     "after_first_k": "after --first-k turns",
     "no_repair_pair": "no failed turn followed by another turn (fixit)",
     "no_submission": "no evaluated submission",
@@ -94,7 +94,9 @@ def _rejected(turn: Turn, cfg: ExportConfig) -> str | None:
         return "not_passed"
     if cfg.require_target_executed and turn.target_executed is not True:
         return "target_not_executed"
-    if cfg.min_speedup is not None and (turn.speedup is None or turn.speedup < cfg.min_speedup):
+    # a speedup is a measurement only where the output passed: a TIMING_SUSPECT turn keeps its untrusted figure in the
+    # record (with --no-require-passed it would pass the filter on it), an incorrect one's timing says nothing
+    if cfg.min_speedup is not None and (turn.status != "PASSED" or turn.speedup is None or turn.speedup < cfg.min_speedup):
         return "below_min_speedup"
     if cfg.first_k_turns is not None and turn.turn > cfg.first_k_turns:
         return "after_first_k"

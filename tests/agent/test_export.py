@@ -715,3 +715,16 @@ def test_a_start_time_or_message_content_of_another_type_exports_not_a_traceback
     assert len(rows) == 1 and rows[0].provenance.trajectory_started == ""
     assert rows[0].prompt[1].content == ("Write w." if isinstance(content, list) else "")
     write_dataset(rows, tmp_path / "data", "jsonl", ExportConfig(recipe="fixit"), {}, [str(run)])
+
+
+def test_an_untrusted_speedup_passes_no_speed_filter_without_require_passed(tmp_path):
+    """A TIMING_SUSPECT turn keeps its speedup in the record (the timing the harness did not trust: above the roofline,
+    implausible); with --no-require-passed, --min-speedup let it through on that figure as a fast kernel."""
+    from export_runs import result, write_trajectory
+
+    run = tmp_path / "run"
+    write_trajectory(run, "t", "gemm_bf16_m8192_n7168_k5120", [("a", result("TIMING_SUSPECT", 40.0, True), "suspect"),
+                                                              ("b", result("PASSED", 3.0, True), "ok")])
+    samples = collect_samples([run])
+    fast, _ = build_rows(samples, ExportConfig(recipe="kernelgen", min_speedup=2.0, require_passed=False))
+    assert [(r.provenance.turn, r.speedup) for r in fast] == [(2, 3.0)]
