@@ -39,6 +39,8 @@ class Evidence(BaseModel):
     memory_sol_pct: float | None = None
     dram_sol_pct: float | None = Field(None, description="DRAM throughput, % of its peak (a busy DRAM makes excess "
                                                          "bytes cost time; an idle one serves them under the math)")
+    l1_sol_pct: float | None = Field(None, description="L1/shared memory throughput, % of its peak")
+    l2_sol_pct: float | None = Field(None, description="L2 throughput, % of its peak")
     tensor_pipe_pct: float | None = None
     sm_mhz: float | None = Field(None, description="the SMs' clock over the profiled pass (ncu, clocks not pinned)")
     top_mhz: float | None = Field(None, description="the GPU's top SM clock (tools/gpu/ceilings.MAX_SM_MHZ), None "
@@ -61,6 +63,20 @@ class Evidence(BaseModel):
         from ptxbench.tools.profile.summary import power_limited
 
         return power_limited(self.bottleneck, self.sm_mhz, self.top_mhz)
+
+    @property
+    def dram_idle_memory_bound(self) -> bool:
+        """Memory-bound with DRAM under DRAM_BUSY_PCT busy: L1/shared memory or L2 is the limit, so DRAM bytes over the
+        minimum are worth little (the profile feedback's traffic_dram_idle)."""
+        from ptxbench.tools.profile.summary import DRAM_BUSY_PCT
+
+        return self.bottleneck == "memory" and self.dram_sol_pct is not None and self.dram_sol_pct < DRAM_BUSY_PCT
+
+    def busiest_memory(self) -> str:
+        """The memory unit with the highest throughput share (as the profile feedback names it)."""
+        units = {"DRAM": self.dram_sol_pct, "L2": self.l2_sol_pct, "L1/shared memory": self.l1_sol_pct}
+        known = [(u, v) for u, v in units.items() if v is not None]
+        return max(known, key=lambda x: x[1])[0] if known else "memory"
 
     def share_of(self, patterns: tuple[str, ...]) -> float:
         """Summed stall share (percent) of the hot lines whose text contains any of `patterns`."""
@@ -119,6 +135,7 @@ def _profile_figures(ev: Evidence, result) -> None:
     ev.bottleneck = k.bottleneck
     ev.compute_sol_pct, ev.memory_sol_pct, ev.dram_sol_pct = k.compute_sol_pct, k.memory_sol_pct, k.dram_sol_pct
     ev.tensor_pipe_pct, ev.l2_hit_pct = k.tensor_pipe_pct, k.l2_hit_pct
+    ev.l1_sol_pct, ev.l2_sol_pct = k.l1_sol_pct, k.l2_sol_pct
     ev.sm_mhz, ev.top_mhz = k.sm_mhz, max_sm_mhz(summary.gpu)
     ev.registers = k.registers if k.registers is not None else ev.registers
     ev.smem_bytes, ev.occupancy_limiter = k.smem_per_block, k.occupancy_limiter

@@ -7,7 +7,8 @@ evidence multiplies:
 
     DRAM bytes over the minimum / memory-bound -> grouped tile order, bigger tiles, cluster multicast, L2 eviction
         priorities (cache); a quarter of that weight when the kernel is compute-bound with its DRAM under
-        DRAM_BUSY_PCT (40%) busy (the bytes move under the math)
+        DRAM_BUSY_PCT (40%) busy (the bytes move under the math), or memory-bound by L1/shared memory or L2 with its
+        DRAM that idle (DRAM is not the limit; nor are other moves ranked down as if DRAM were saturated)
     compute-bound, traffic hidden, TMA epilogue on a persistent grid -> the epilogue deferred under the next tile's
         k-loop (the tensor pipe's idle share is where the epilogue runs between tiles)
     consumers waiting on stage data (hot line, else long-scoreboard stalls) -> deeper ring
@@ -23,7 +24,8 @@ The attention forward's roles (workloads/solutions/attention_template.py):
     the softmax lines hot while the tensor pipe is not saturated -> ping-pong schedule (schedule; worth nothing
         with two consumers off causal, where it measured slower), the lazy rescale (rescale; worth nothing at D = 64),
         P packed ahead of its branch (early_pack), the row chains split (split_rows, split_max), stagger
-    the wgmma issue lines hot -> the warp-uniform consumer index (uniform); the shared-memory queue full there ->
+    the wgmma issue lines hot -> the warp-uniform consumer index (uniform); the shared-memory queue full there
+        (mio_throttle with the tensor pipe under TENSOR_FULL_PCT busy: above it, the tensor cores' own rate) ->
         Q's fragments in registers (q_regs)
     the epilogue hot or latency-bound -> the persistent walk (persistent: a TUNER_BUNDLES move, below)
     the tensor pipe under 75% busy with key tiles shorter than 128 -> a longer key tile (key_tile)
@@ -48,6 +50,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
+from ptxbench.tools.profile.feedback import TENSOR_FULL_PCT
 from ptxbench.tools.profile.summary import traffic_hidden
 
 from .evidence import Evidence
@@ -205,10 +208,15 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
     hidden = traffic_hidden(ev.bottleneck, ev.dram_sol_pct)
     under_math = (f"compute-bound (compute {ev.compute_sol_pct or 0:.0f}% of peak) with DRAM {ev.dram_sol_pct:.0f}% busy"
                   if hidden else "")
+    # memory-bound by L1/shared memory or L2 with DRAM idle: the DRAM bytes are not the limit either
+    dram_idle = ev.dram_idle_memory_bound
     if ratio is not None and ratio >= 1.5:
-        w = math.log2(ratio) * (HIDDEN_TRAFFIC_WEIGHT if hidden else 1.0)
+        w = math.log2(ratio) * (HIDDEN_TRAFFIC_WEIGHT if hidden or dram_idle else 1.0)
         why = f"DRAM moved {ratio:.1f}x the minimum bytes" + (f", but {under_math}: they move under the math"
                                                                if hidden else "")
+        if dram_idle:
+            why += (f", but DRAM was only {ev.dram_sol_pct:.0f}% busy: the memory limit is {ev.busiest_memory()}, "
+                    "not DRAM, so these bytes are worth little")
         order_goal = levers.get("order", (None, None))[1]
         add("order", "goal" if params.get(levers.get("order", ("",))[0]) != order_goal else "up", 3 * w, why)
         add("tile_n", grow_n, w, why)
@@ -221,7 +229,7 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
             add(role, kind, 1.0, why)
     stage = _line_share(ev, lines.get("stage_wait", ()))
     # Stage data that arrive late because DRAM is saturated ask for less traffic, not a deeper ring.
-    starved = ev.bottleneck == "memory" and (ratio or 0) >= TRAFFIC_BOUND
+    starved = ev.bottleneck == "memory" and (ratio or 0) >= TRAFFIC_BOUND and not dram_idle
     if stage[0] >= 5:
         why = f"consumers wait {stage[0]:.0f}% of stall samples for stage data ({stage[1]})"
         add("ring", "up", stage[0] / (20 if starved else 5), why + (": late because DRAM is saturated" if starved else ""))
@@ -241,7 +249,10 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
         add("overlap", "goal", 1.0, f"{under_math}: what is left is the tensor pipe's idle {idle:.0f}%, where each "
                                     "tile's epilogue runs before the next tile's math")
     issue = [h for h in ev.hot_lines if any(p in h.text for p in lines.get("mma_issue", ())) and h.reason == "mio_throttle"]
-    if issue and issue[0].share_pct >= 15:
+    # with the tensor pipe near its peak a wgmma waiting to issue meets the tensor cores' own rate, not a full
+    # shared-memory queue (the profile feedback's at_wgmma_full: the main GEMM's wgmma line at 94% busy)
+    tensor_full = ev.tensor_pipe_pct is not None and ev.tensor_pipe_pct >= TENSOR_FULL_PCT
+    if issue and issue[0].share_pct >= 15 and not tensor_full:
         add("tile_n", grow_n, 1.0, f"the shared-memory queue is full at the wgmma line ({issue[0].share_pct:.0f}%)")
         add("q_regs", "goal", 1.0, f"the shared-memory queue is full at the wgmma line ({issue[0].share_pct:.0f}%): "
                                    "Q read from registers takes its bytes off that queue every key tile")
@@ -323,7 +334,8 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
     energy = energy_of(template)
     boosts = read(ev, lines, params, levers, bundles, energy)
     powered = ev is not None and ev.power_limited
-    starved = ev is not None and ev.bottleneck == "memory" and (ev.dram_over_min or 0) >= TRAFFIC_BOUND
+    starved = (ev is not None and ev.bottleneck == "memory" and (ev.dram_over_min or 0) >= TRAFFIC_BOUND
+               and not ev.dram_idle_memory_bound)
     ring = levers.get("ring", (None,))[0]
     goals = {name: goal for name, goal in levers.values() if goal is not None}
     for values in bundles.values():  # a bundle the point holds whole: a repair leaves it alone if it can

@@ -71,7 +71,7 @@ def _changed(before: dict, after: dict) -> dict:
 def test_each_finding_fires_its_rule():
     base = evidence_from(recorded())
     # memory-bound, DRAM 30x over the minimum: the tile order first, and the other fixes wait
-    starved = base.model_copy(update=dict(bottleneck="memory", dram_over_min=30.0, memory_sol_pct=88.0,
+    starved = base.model_copy(update=dict(bottleneck="memory", dram_over_min=30.0, memory_sol_pct=88.0, dram_sol_pct=88.0,
                                           hot_lines=[HotSpot(line=226, text="mbar_wait(&full[stage], phase);",
                                                              share_pct=50.0, reason="long_scoreboard")]))
     ranked = rank(gt, WEAK, starved, TunerModel(MAIN)._valid)
