@@ -15,7 +15,7 @@ workload (the GEMM's M, N, K; the attention workload itself). Each turn:
 2. the evidence: the base's own profile, else the latest profiled turn's (only the first pass and each
    new best may carry one); always the base's timing (roof share) and compile resources;
 3. tuner_rules.rank: every buildable one-lever move, ranked by prior worth x evidence, a move that sets a value
-   this run already measured slower ranked down (the lesson is said in its reasons); the first point not tried yet
+   this run already measured slower, or whose point failed, ranked down (the lesson is said in its reasons); the first point not tried yet
    is submitted, with the evidence -> move reasoning in the reply (content and reasoning);
 4. nothing left: the one-step neighbours of the best point, then random buildable points; when none is left the
    run ends (ModelExhausted: the trajectory stops as its turn limit would) rather than resubmit a tried kernel.
@@ -30,9 +30,11 @@ import random
 from types import ModuleType
 from typing import Any, Callable, NamedTuple
 
+from ptxbench.tools.results import MODEL_FAILURES
+
 from .base import ModelExhausted, ModelReply, ModelRequest, TurnOutcome
 from .evidence import Evidence
-from .tuner_rules import Candidate, bundle_lesson, bundles_of, canonical, completed, levers_of, rank
+from .tuner_rules import Candidate, Lesson, bundle_lesson, bundles_of, canonical, completed, levers_of, rank
 from .tuner_space import Params, as_dict, is_valid, key, ordered
 
 TEMPLATES = {"gemm": "ptxbench.workloads.solutions.gemm_template",
@@ -228,22 +230,30 @@ def _lessons(tried: list[TurnOutcome], levers: dict[str, tuple[str, Any]],
              pace: Callable[[TurnOutcome], float],
              bundles: dict[str, dict[str, Any]] | None = None) -> dict[tuple[str, Any], str]:
     """(parameter, value) -> a sentence, for each move of this run that ran slower than the best before it (beyond
-    noise): what the move set and what it measured, so the ranking stops re-proposing it on the same evidence. A
+    noise) or whose point failed: what the move set and what it measured, so the ranking stops re-proposing it on the
+    same evidence (a failed move from another base: the same values would likely fail again). A
     bundle's move is kept under bundle_lesson(role): the loss is the whole bundle's, not any one of its values'."""
     out: dict[tuple[str, Any], str] = {}
     best: TurnOutcome | None = None
     bundles = bundles or {}
     for h in tried:
         move = h.tags.get("move")
-        if (move and best is not None and h.status in SEARCH_FROM and h.speedup is not None
-                and (move[0] in levers or move[0] in bundles) and pace(h) < pace(best) * (1 - NOISE)):
-            measured = f"measured slower at turn {h.turn} ({_fmt(h)} against turn {best.turn}'s {_fmt(best)})"
+        known = bool(move) and (move[0] in levers or move[0] in bundles)
+        slower = (best is not None and h.status in SEARCH_FROM and h.speedup is not None
+                  and pace(h) < pace(best) * (1 - NOISE))
+        # a move whose point failed (did not build, timed out, wrong output): its values are suspect from any base;
+        # not TIMING_SUSPECT (correct, only its time untrusted) nor INFRA_ERROR (the harness's failure, not the point's)
+        failed = h.status in MODEL_FAILURES and h.status != "TIMING_SUSPECT"
+        if known and (slower or failed):
+            measured = (f"failed at turn {h.turn} ({h.status})" if failed else
+                        f"measured slower at turn {h.turn} ({_fmt(h)} against turn {best.turn}'s {_fmt(best)})")
             if move[0] in levers:
                 name = levers[move[0]][0]
                 value = h.tags["params"].get(name)
-                out[(name, value)] = f"{name} -> {value} {measured}"
+                out[(name, value)] = Lesson(f"{name} -> {value} {measured}", failed)
             else:
-                out[bundle_lesson(move[0])] = f"{move[0]} ({', '.join(f'{n}={v}' for n, v in bundles[move[0]].items())}) {measured}"
+                values = ", ".join(f"{n}={v}" for n, v in bundles[move[0]].items())
+                out[bundle_lesson(move[0])] = Lesson(f"{move[0]} ({values}) {measured}", failed)
         if h.status in SEARCH_FROM and h.speedup is not None and (best is None or pace(h) > pace(best)):
             best = h
     return out

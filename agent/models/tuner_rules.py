@@ -120,6 +120,25 @@ class Candidate:
 # boost: it stays a choice (another base may suit it, and timing noise is about 1%) but no longer leads on evidence
 # the measurement contradicted.
 LOST_DISCOUNT = 0.2
+# A move whose point failed (no build, a timeout, wrong output) keeps this share: the same values from another base
+# would likely fail the same way, so every untried move comes first and it stays only as a last resort.
+FAILED_DISCOUNT = 0.01
+
+
+class Lesson(str):
+    """What a move of this run taught (the sentence rank() gives as its reason); `failed`: its point failed, rather
+    than ran slower."""
+
+    failed: bool = False
+
+    def __new__(cls, text: str, failed: bool = False) -> "Lesson":
+        lesson = super().__new__(cls, text)
+        lesson.failed = failed
+        return lesson
+
+
+def discount(lesson: str) -> float:
+    return FAILED_DISCOUNT if getattr(lesson, "failed", False) else LOST_DISCOUNT
 
 
 def energy_of(template: ModuleType) -> dict[str, tuple[float, str]]:
@@ -376,7 +395,7 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
             if undone:
                 score *= 0.2  # a repair that gives up a favoured value costs what that value was worth
             if lost and (name, point[name]) in lost:  # this run measured it: the evidence for it did not hold here
-                score = prior(role, kind, old, new, table, params) * LOST_DISCOUNT
+                score = prior(role, kind, old, new, table, params) * discount(lost[(name, point[name])])
                 reasons = [lost[(name, point[name])]]
             label = f"{name} {old} -> {new}" + (f" (and {', '.join(repair)} so it builds)" if repair else "")
             out.append(Candidate(point, role, kind, label, score, reasons))
@@ -410,7 +429,7 @@ def _bundles(bundles: dict[str, dict[str, Any]], singles: list[Candidate], lever
         if any(n not in values and n in goals and params.get(n) == goals[n] for n in repair_names(point, params)):
             score *= 0.2
         if lost and bundle_lesson(role) in lost:
-            score, reasons = worth * LOST_DISCOUNT, [lost[bundle_lesson(role)]]
+            score, reasons = worth * discount(lost[bundle_lesson(role)]), [lost[bundle_lesson(role)]]
         else:
             gain, more = _made(singles, point, levers, among=[n for n in repair_names(point, params) if n not in values])
             score += gain

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ptxbench.agent.models.evidence import Evidence, evidence_from
-from ptxbench.agent.models.tuner import TunerModel
+from ptxbench.agent.models import TurnOutcome
+from ptxbench.agent.models.evidence import Evidence, HotSpot, evidence_from
+from ptxbench.agent.models.tuner import TunerModel, _lessons
 from ptxbench.agent.models.tuner_rules import rank
 from ptxbench.tools.results import EvalResult
+from ptxbench.workloads.solutions import gemm_template as gt
 
 REVIEW = Path(__file__).parents[1] / "data" / "profile" / "review"
 
@@ -58,3 +60,31 @@ def test_other_moves_are_not_ranked_down_as_if_an_idle_dram_were_saturated():
     assert "DRAM is saturated" not in reasons(ranked_from_weak(many, workload))
     saturated = many.model_copy(update=dict(dram_sol_pct=85.0))
     assert "ranked down while DRAM is saturated" in reasons(ranked_from_weak(saturated, workload))
+
+
+def test_a_move_whose_point_failed_is_not_proposed_again_from_the_next_base():
+    ev, workload = recorded("gemm_m8192")
+    # consumers wait on stage data: the deeper ring leads from any base with a shallow one
+    waiting = ev.model_copy(update=dict(status="PASSED", headroom_pct=20.0, hot_lines=[
+        HotSpot(line=299, text="mbar_wait(&full[stage], phase);", share_pct=40.0, reason="long_scoreboard")]))
+    tuner = TunerModel(workload)
+    start = {**gt.default_params().model_dump(), "stages": 2}
+    history = [TurnOutcome(turn=1, status="PASSED", speedup=0.90, tags={"params": start, "move": None},
+                           evidence=waiting)]
+    deeper = tuner.next_params(history)
+    assert deeper.move == ("ring", "up")
+    history.append(TurnOutcome(turn=2, status="INCORRECT_NUMERICAL", tags={"params": deeper.params,
+                                                                           "move": list(deeper.move)}))
+    other = tuner.next_params(history)  # back to turn 1: another move, which pays
+    assert "back to turn 1" in other.why and other.params["stages"] == 2
+    history.append(TurnOutcome(turn=3, status="PASSED", speedup=0.95, tags={"params": other.params,
+                                                                            "move": list(other.move)},
+                               evidence=waiting))
+    after = tuner.next_params(history)
+    assert after.params["stages"] != deeper.params["stages"], after.why
+    lessons = _lessons(history, {"ring": ("stages", None)}, lambda h: h.speedup or 0.0)
+    ring = next(c for c in rank(gt, other.params, waiting, tuner._valid, lost=lessons) if c.role == "ring")
+    assert ring.reasons == [f"stages -> {deeper.params['stages']} failed at turn 2 (INCORRECT_NUMERICAL)"]
+    # the harness's own failure says nothing about the point
+    history[1] = history[1].model_copy(update=dict(status="INFRA_ERROR"))
+    assert tuner.next_params(history).params["stages"] == deeper.params["stages"]
