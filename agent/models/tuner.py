@@ -34,7 +34,8 @@ from ptxbench.tools.results import MODEL_FAILURES
 
 from .base import ModelExhausted, ModelReply, ModelRequest, TurnOutcome
 from .evidence import Evidence
-from .tuner_rules import Candidate, Lesson, bundle_lesson, bundles_of, canonical, completed, levers_of, rank
+from .tuner_rules import (COMPOUNDS, Candidate, Lesson, bundle_lesson, bundles_of, canonical, completed, compound_lesson,
+                          levers_of, rank)
 from .tuner_space import Params, as_dict, is_valid, key, ordered
 
 TEMPLATES = {"gemm": "ptxbench.workloads.solutions.gemm_template",
@@ -238,7 +239,8 @@ def _lessons(tried: list[TurnOutcome], levers: dict[str, tuple[str, Any]],
     bundles = bundles or {}
     for h in tried:
         move = h.tags.get("move")
-        known = bool(move) and (move[0] in levers or move[0] in bundles)
+        known = bool(move) and (move[0] in levers or move[0] in bundles
+                                or all(r in levers for r in COMPOUNDS.get(move[0], ("",))))
         slower = (best is not None and h.status in SEARCH_FROM and h.speedup is not None
                   and pace(h) < pace(best) * (1 - NOISE))
         # a move whose point failed (did not build, timed out, wrong output): its values are suspect from any base;
@@ -251,9 +253,13 @@ def _lessons(tried: list[TurnOutcome], levers: dict[str, tuple[str, Any]],
                 name = levers[move[0]][0]
                 value = h.tags["params"].get(name)
                 out[(name, value)] = Lesson(f"{name} -> {value} {measured}", failed)
-            else:
+            elif move[0] in bundles:  # the loss is the whole bundle's, not any one of its values'
                 values = ", ".join(f"{n}={v}" for n, v in bundles[move[0]].items())
                 out[bundle_lesson(move[0])] = Lesson(f"{move[0]} ({values}) {measured}", failed)
+            else:  # a compound's (the bigger tile): the values it set together
+                together = {levers[r][0]: h.tags["params"].get(levers[r][0]) for r in COMPOUNDS[move[0]]}
+                values = ", ".join(f"{n} -> {v}" for n, v in together.items())
+                out[compound_lesson(move[0], together)] = Lesson(f"{values} {measured}", failed)
         if h.status in SEARCH_FROM and h.speedup is not None and (best is None or pace(h) > pace(best)):
             best = h
     return out

@@ -169,6 +169,11 @@ def bundle_lesson(role: str) -> tuple[str, str]:
     return role, "bundle"
 
 
+def compound_lesson(role: str, values: Params) -> tuple[str, Any]:
+    """The key a compound move's loss is kept under in rank()'s `lost`: its role and the values it set together."""
+    return role, tuple(sorted(values.items()))
+
+
 def completed(template: ModuleType, params: Params) -> Params:
     """`params` with the searched options it leaves out at their defaults (a template's OPTION_DEFAULTS: a dump
     leaves an option out while it holds its default), so moves and repairs can read and change them."""
@@ -400,7 +405,7 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
             label = f"{name} {old} -> {new}" + (f" (and {', '.join(repair)} so it builds)" if repair else "")
             out.append(Candidate(point, role, kind, label, score, reasons))
     out += _bundles(bundles, out, levers, params, boosts, table, space, valid, ring, goals, lost)
-    out += _compounds(out, params, levers, space, valid, ring, goals)
+    out += _compounds(out, params, levers, space, valid, ring, goals, lost)
     for c in out:
         c.params = canonical(template, c.params, given)
     return sorted(out, key=lambda c: -c.score)
@@ -441,8 +446,10 @@ def _bundles(bundles: dict[str, dict[str, Any]], singles: list[Candidate], lever
 
 
 def _compounds(singles: list[Candidate], params: Params, levers: dict[str, tuple[str, Any]], space: dict[str, list],
-               valid: Callable[[Params], bool], ring: str | None, goals: dict[str, Any]) -> list[Candidate]:
-    """Moves that are one idea over two levers (a bigger tile: taller and wider at once), worth both parts."""
+               valid: Callable[[Params], bool], ring: str | None, goals: dict[str, Any],
+               lost: dict[tuple[str, Any], str] | None = None) -> list[Candidate]:
+    """Moves that are one idea over two levers (a bigger tile: taller and wider at once), worth both parts; one that
+    this run measured slower, or whose point failed, at the same values (compound_lesson) is ranked down."""
     out = []
     for role, parts in COMPOUNDS.items():
         ups = [next((c for c in singles if c.role == r and c.kind == "up"), None) for r in parts]
@@ -456,6 +463,9 @@ def _compounds(singles: list[Candidate], params: Params, levers: dict[str, tuple
         point, _ = fitted
         changes = ", ".join(f"{n} {params[n]} -> {point[n]}" for n in point if point[n] != params.get(n))
         score, reasons = _made(singles, point, levers)  # its repair may add a consumer warpgroup, say
+        lesson = (lost or {}).get(compound_lesson(role, {n: point[n] for n in names}))
+        if lesson is not None:
+            score, reasons = score * discount(lesson), [lesson]
         out.append(Candidate(point, role, "up", changes, score, list(dict.fromkeys(reasons))))
     return out
 

@@ -88,3 +88,24 @@ def test_a_move_whose_point_failed_is_not_proposed_again_from_the_next_base():
     # the harness's own failure says nothing about the point
     history[1] = history[1].model_copy(update=dict(status="INFRA_ERROR"))
     assert tuner.next_params(history).params["stages"] == deeper.params["stages"]
+
+
+def test_a_bigger_tile_whose_point_failed_is_not_proposed_again():
+    # the bigger tile (bm and bn at once) leads from the weak point; its point came back wrong
+    ev, workload = recorded("gemm_m64")
+    tuner = TunerModel(workload, start="weak")
+    weak = tuner.start_params()[0]
+    history = [TurnOutcome(turn=1, status="PASSED", speedup=0.30, tags={"params": weak, "move": None}, evidence=ev)]
+    tile = tuner.next_params(history)
+    assert tile.move == ("tile", "up")
+    history.append(TurnOutcome(turn=2, status="INCORRECT_NUMERICAL", tags={"params": tile.params,
+                                                                           "move": list(tile.move)}))
+    other = tuner.next_params(history)
+    history.append(TurnOutcome(turn=3, status="PASSED", speedup=0.35, tags={"params": other.params,
+                                                                            "move": list(other.move)}, evidence=ev))
+    after = tuner.next_params(history)
+    assert (after.params["bm"], after.params["bn"]) != (tile.params["bm"], tile.params["bn"]), after.why
+    lessons = _lessons(history, {"tile_m": ("bm", None), "tile_n": ("bn", None)}, lambda h: h.speedup or 0.0)
+    again = next(c for c in rank(gt, other.params, ev, tuner._valid, lost=lessons) if c.role == "tile")
+    assert again.reasons == [f"bm -> {tile.params['bm']}, bn -> {tile.params['bn']} failed at turn 2 "
+                             "(INCORRECT_NUMERICAL)"]
