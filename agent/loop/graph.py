@@ -538,7 +538,10 @@ class Steps:
     def finish(self, state: AgentState) -> dict:
         stop = state["stop"] or {"reason": "error", "detail": "stopped without a reason"}
         stopped = self._logged_last("stop", len(state["done_turns"]), reason=stop["reason"])  # before a kill
-        if state.get("current") and not stopped:  # a turn cut short (budgets, an infrastructure failure): close it
+        # a turn cut short (budgets, an infrastructure failure): close it. It is not among the done turns, so the stop
+        # below counts one turn fewer: scoring reads a FORMAT_ERROR turn so closed under a token, cost or time budget as
+        # the harness's cut, not the model's failure (scoring/turns.py budget_cut_turn)
+        if state.get("current") and not stopped:
             result = state_eval(state)
             status = result.status if result is not None else FORMAT_ERROR
             if not self._logged_last("turn_end", state["turn"], status=status):

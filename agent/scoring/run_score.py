@@ -49,7 +49,9 @@ from .turns import TrajectoryScore, TurnScore, score_trajectory
 #     repeats of one task narrowed them), its fixed@1 / fixed@k also with each bug class alike (*_by_class), held out
 #     against in distribution (by_model_held_out), and a fix that is a known correct kernel (the unbroken one, the
 #     reference) is fixed_by_swap, no repair
-SCORE_VERSION = 14
+# 15: a tools-mode turn a token, cost or wall-time budget stopped before the model could submit is not scored
+#     (TrajectoryScore.cut_turn): a pipeline run, its budgets checked between turns, never had that extra failed turn
+SCORE_VERSION = 15
 
 
 class RunScore(BaseModel):

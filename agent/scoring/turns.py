@@ -8,6 +8,9 @@ step's checkpoint included), and which a retry or --resume went on from (reusing
 evaluation. INFRA_ERROR turns (status, or an ErrorEvent with infra=True) are kept apart from
 the model's own results. A COMPILED turn (compiled, never run on a GPU) is neither correct nor failed:
 its correctness is unknown. Runs recorded before that status are read as new ones by agent/records/rundir.py.
+A tools-mode turn that a token, cost or wall-time budget stopped between two of its replies, before the model
+submitted (budget_cut_turn), is the harness's cut, not a turn of the model's: kept apart (TrajectoryScore.cut_turn),
+as a pipeline run, whose budgets are checked between turns only, never has such a turn.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import re
 from pydantic import BaseModel, Field
 
 from ptxbench.tools.figure_text import figure
-from ptxbench.tools.results import LEGACY_L2_FLUSH
+from ptxbench.tools.results import FORMAT_ERROR, LEGACY_L2_FLUSH
 
 from ..records.events import INTERRUPTED
 from ..records.rundir import TrajectoryRecord
@@ -25,6 +28,10 @@ from ..records.rundir import TrajectoryRecord
 INFRA = "INFRA_ERROR"
 PASSED = "PASSED"
 COMPILED = "COMPILED"
+# The run's budgets that the model is not told it is spending as it goes (a tools-mode answer says the tool calls
+# left, so a tool_budget stop mid-turn is the model's own: its turn stays a FORMAT_ERROR, as a turn whose calls ran
+# out without a submit is)
+BUDGET_STOPS = ("token_budget", "cost_budget", "time_budget")
 
 
 class TurnScore(BaseModel):
@@ -80,6 +87,9 @@ class TrajectoryScore(BaseModel):
     stop_reason: str = Field("", description="the last stop event's reason; empty while unfinished")
     turns: list[TurnScore] = Field(default_factory=list, description="every recorded turn, infra ones included, by turn number")
     start: TurnScore | None = Field(None, description="turn 0: the --start-from kernel's verdict (not the model's, so not in turns)")
+    cut_turn: int | None = Field(None, description="the tools-mode turn a token, cost or wall-time budget stopped "
+                                 "before the model could submit (budget_cut_turn): the harness's cut, not in turns, "
+                                 "as a pipeline run, checked between turns, never has one")
     skipped_lines: int = Field(0, description="lines of its log that are no readable event (a line cut by a kill, not "
                                "UTF-8, not JSON, of another version), left out: its scores lack whatever they held")
 
@@ -222,6 +232,22 @@ def _stop_asked(event) -> bool:
     return event.type == "error" and (event.stop_asked or (event.where == "graph" and event.message.startswith(INTERRUPTED)))
 
 
+def budget_cut_turn(events: list) -> int | None:
+    """The turn a budget stop cut short before its submission, or None. The loop's finish step closes such a turn
+    (a tools-mode turn stopped between two replies: check_limits runs after each) with a FORMAT_ERROR turn_end that is
+    not among the done turns, so the stop that follows counts one turn fewer (its turn is len(done_turns)); a turn the
+    model itself ended without a kernel (the feedback step) is among them, and its stop counts it. Read from the
+    events alone, so runs recorded before this rule read the same way."""
+    kept = [e for e in events if e.type != "error"]  # a kill's error between the two (finish re-run on resume)
+    if len(kept) < 2:
+        return None
+    end, stop = kept[-2], kept[-1]
+    if (stop.type == "stop" and stop.reason in BUDGET_STOPS and end.type == "turn_end" and end.turn > stop.turn
+            and end.status == FORMAT_ERROR):
+        return end.turn
+    return None
+
+
 def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore:
     start = record.start
     turns: dict[int, TurnScore] = {}
@@ -314,6 +340,11 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
     if infra_last and turns and max(turns) in reproduced:
         infra_last = False
     handed_in = turns.pop(0, None)  # a handed-in kernel (--start-from): kept apart from the model's turns
+    budget_cut = budget_cut_turn(record.events)
+    if budget_cut is not None and budget_cut in turns and turns[budget_cut].status == FORMAT_ERROR:
+        del turns[budget_cut]  # the harness stopped it before the model could submit: no failure of the model's
+    else:
+        budget_cut = None
     return TrajectoryScore(
         id=record.id,
         run=run,
@@ -332,5 +363,6 @@ def score_trajectory(record: TrajectoryRecord, run: str = "") -> TrajectoryScore
         unfinished=not stopped and not ended_on_infra,
         turns=[turns[k] for k in sorted(turns)],
         start=handed_in,
+        cut_turn=budget_cut,
         skipped_lines=record.skipped_lines,
     )
