@@ -144,7 +144,9 @@ class TunerModel:
         own = base.evidence if base is not None else None
         headroom = own.headroom_pct if own is not None else None
         lost = _lessons(tried, levers_of(self.template), pace, bundles_of(self.template))
-        ranked = rank(self.template, params, ev, self._valid, headroom=headroom, shrink=shrink, lost=lost)
+        measured = next((h.tags["params"] for h in reversed(tried) if ev is not None and h.evidence is ev), None)
+        ranked = rank(self.template, params, ev, self._valid, headroom=headroom, shrink=shrink, lost=lost,
+                      measured=measured)
         fresh = [c for c in ranked if key(c.params) not in seen]
         if fresh:
             pick = fresh[0]

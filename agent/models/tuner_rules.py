@@ -213,9 +213,13 @@ def prior(role: str, kind: str, old: Any, new: Any, table: dict[str, Any] | None
 
 def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
          levers: dict[str, tuple[str, Any]], bundles: dict[str, dict[str, Any]] | None = None,
-         energy: dict[str, tuple[float, str]] | None = None) -> dict[tuple[str, str], list[tuple[float, str]]]:
+         energy: dict[str, tuple[float, str]] | None = None,
+         measured: Params | None = None) -> dict[tuple[str, str], list[tuple[float, str]]]:
     """Evidence -> {(role, kind): [(weight, why)]}: which moves the evaluation points at (a bundle's role, as the
-    persistent walk, is read as the lever of that role would be)."""
+    persistent walk, is read as the lever of that role would be). `measured`: the point the profile was taken at,
+    when not `params` (the base was not profiled): a figure read against a lever's value (the tensor pipe's share
+    with one consumer warpgroup, with 64-key tiles) speaks only where the profiled point held that value too."""
+    at = params if measured is None else measured
     boosts: dict[tuple[str, str], list[tuple[float, str]]] = {}
     bundles = bundles or {}
 
@@ -287,7 +291,8 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
                                             "consumer index is warp-uniform")
     tensor = ev.tensor_pipe_pct
     warps_now = params.get(levers.get("warps", ("",))[0])
-    if tensor is not None and tensor < 60 and warps_now is not None and warps_now <= 1:
+    if (tensor is not None and tensor < 60 and warps_now is not None and warps_now <= 1
+            and at.get(levers["warps"][0]) == warps_now):
         add("warps", "up", 3.0, f"the tensor pipe is busy {tensor:.0f}% of the time with {warps_now} consumer warpgroup")
     if ev.bottleneck == "latency":
         why = f"latency-bound (compute {ev.compute_sol_pct or 0:.0f}%, memory {ev.memory_sol_pct or 0:.0f}% of peak)"
@@ -313,7 +318,8 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
         add("dq_reduce", "goal", dq[0] / 5, f"the dQ reductions hold {dq[0]:.0f}% of stall samples ({dq[1]})")
     key_name = levers.get("key_tile", ("",))[0]
     bn = params.get(key_name)
-    if tensor is not None and tensor < TENSOR_BUSY and isinstance(bn, int) and bn < KEY_TILE_FULL:
+    if (tensor is not None and tensor < TENSOR_BUSY and isinstance(bn, int) and bn < KEY_TILE_FULL
+            and at.get(key_name) == bn):
         add("key_tile", "up", 1 + (TENSOR_BUSY - tensor) / 15,
             f"the tensor pipe is busy {tensor:.0f}% of the time with {bn}-key tiles")
     if ev.power_limited:
@@ -344,10 +350,11 @@ def _line_share(ev: Evidence, patterns: tuple[str, ...]) -> tuple[float, str]:
 
 def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Callable[[Params], bool], *,
          headroom: float | None = None, shrink: bool = False,
-         lost: dict[tuple[str, Any], str] | None = None) -> list[Candidate]:
+         lost: dict[tuple[str, Any], str] | None = None, measured: Params | None = None) -> list[Candidate]:
     """Every buildable one-lever move from `params`, and each of the template's bundles, best first. `lost`:
     (parameter, value) -> what happened when a move of this run set it and ran slower than the best before it (a
-    bundle's: bundle_lesson(role)); a move that sets it again is ranked down."""
+    bundle's: bundle_lesson(role)); a move that sets it again is ranked down. `measured`: the point `ev` was
+    profiled at, where that is not `params` (read())."""
     given = params
     params = completed(template, params)
     levers = levers_of(template)
@@ -356,7 +363,8 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
     table = getattr(template, "TUNER_PRIORS", None)
     space = template.PARAM_SPACE
     energy = energy_of(template)
-    boosts = read(ev, lines, params, levers, bundles, energy)
+    boosts = read(ev, lines, params, levers, bundles, energy,
+                  completed(template, measured) if measured is not None else None)
     powered = ev is not None and ev.power_limited
     starved = (ev is not None and ev.bottleneck == "memory" and (ev.dram_over_min or 0) >= TRAFFIC_BOUND
                and not ev.dram_idle_memory_bound)

@@ -109,3 +109,24 @@ def test_a_bigger_tile_whose_point_failed_is_not_proposed_again():
     again = next(c for c in rank(gt, other.params, ev, tuner._valid, lost=lessons) if c.role == "tile")
     assert again.reasons == [f"bm -> {tile.params['bm']}, bn -> {tile.params['bn']} failed at turn 2 "
                              "(INCORRECT_NUMERICAL)"]
+
+
+def test_a_figure_from_another_turns_profile_is_not_quoted_against_the_base_points_values():
+    # turn 1 (two consumer warpgroups) was profiled: the tensor pipe 40% busy; turn 2 (one warpgroup) was within
+    # noise and not profiled, so it is the base and turn 1's profile the evidence: that 40% was not measured with one
+    ev, workload = recorded("gemm_m8192")
+    idle = ev.model_copy(update=dict(status="PASSED", tensor_pipe_pct=40.0, bottleneck="latency", hot_lines=[],
+                                     headroom_pct=40.0))
+    tuner = TunerModel(workload)
+    two = gt.default_params().model_dump()
+    one = {**two, "consumers": 1, "bm": 64, "stages": 3}  # so a second warpgroup from it is not turn 1's point
+    assert tuner._valid(two) and tuner._valid(one)
+    history = [TurnOutcome(turn=1, status="PASSED", speedup=0.90, tags={"params": two, "move": None}, evidence=idle),
+               TurnOutcome(turn=2, status="PASSED", speedup=0.905, tags={"params": one, "move": ["warps", "down"]},
+                           evidence=Evidence(status="PASSED"))]
+    choice = tuner.next_params(history)
+    assert "turn 2" in choice.why and "turn 1's profile" in choice.why
+    assert "with 1 consumer warpgroup" not in choice.analysis + choice.why
+    # profiled at the base itself, the same figure speaks
+    history[1] = history[1].model_copy(update=dict(evidence=idle.model_copy()))
+    assert "the tensor pipe is busy 40% of the time with 1 consumer warpgroup" in tuner.next_params(history).analysis
