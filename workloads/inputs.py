@@ -62,6 +62,13 @@ SPIKE_QUERY = 2.0  # a spiked row's component along r1: |q|^2 = D + 4
 OFFSET_FLOOR = 90.0  # below every offset row's score (SCORE_OFFSET less six spreads of the plain part and bf16's noise)
 DO_DAMP = 2.0 ** -10  # the backward's dO on rows whose LSE exceeds DAMP_LSE (its offset rows)
 DAMP_LSE = 50.0  # far above a plain row's LSE (at most ln S + 6, about 15) and below every offset row's (about 100)
+# Damped, an offset row's share of dV = P^T dO is 2^-10 of a plain row's, so a dV that dropped it, or took its P from
+# bf16-rounded scores (off by a quarter at 100), passed. So every UNDAMP_EVERY-th offset KV head (its group's query
+# heads), in flat (batch, KV head) order from the second on, keeps its dO as drawn: its dV and dQ carry the offset rows
+# at their natural size, and its dK, whose offset rows then outweigh the plain ones 2^10 times (|q| ~ 1100), is judged
+# at 2^-10 (judging_weights), where its offset rows count as on a damped head. A lone offset head stays damped (its dK
+# then judges its plain rows too). 0: none undamped.
+UNDAMP_EVERY = 2
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -156,13 +163,32 @@ def make_inputs(workload: Workload, seed: int, dist: str = "normal", device: str
             fwd = mha_fwd(out["Q"], out["K"], out["V"], scale=float(workload.symbols["scale"]), causal=workload.causal)
         out["O"] = fwd["O"].to(_dtype(workload.tensor("O").dtype))
         out["LSE"] = fwd["LSE"].to(_dtype(workload.tensor("LSE").dtype))
-        out["dO"] = torch.where(damped_rows(out["LSE"]), out["dO"] * DO_DAMP, out["dO"])  # exact: a power of two
+        hkv = int(workload.symbols.get("HKV", workload.symbols["H"]))
+        out["dO"] = torch.where(damped_rows(out["LSE"], hkv), out["dO"] * DO_DAMP, out["dO"])  # exact: a power of two
     return {spec.name: out[spec.name].contiguous() for spec in workload.inputs}
 
 
-def damped_rows(lse: torch.Tensor) -> torch.Tensor:
-    """[B, H, S, 1]: the backward's query rows whose dO make_inputs scales by DO_DAMP (its offset rows)."""
+def offset_rows(lse: torch.Tensor) -> torch.Tensor:
+    """[B, H, S, 1]: the backward's offset rows (every score over 90, so their LSE is over DAMP_LSE)."""
     return (lse > DAMP_LSE)[..., None]
+
+
+def undamped_kv_heads(lse: torch.Tensor, hkv: int | None = None) -> torch.Tensor:
+    """[B, HKV, 1, 1]: the offset KV heads whose offset rows keep their dO as drawn (UNDAMP_EVERY), from LSE alone."""
+    b, h, s = lse.shape
+    hkv = hkv or h
+    offset_kv = (lse > DAMP_LSE).view(b, hkv, h // hkv * s).any(-1).reshape(-1)
+    rank = offset_kv.long().cumsum(0) - 1  # each offset KV head's place among them, in flat order
+    undamped = offset_kv & (rank % UNDAMP_EVERY == UNDAMP_EVERY - 1) if UNDAMP_EVERY else torch.zeros_like(offset_kv)
+    return undamped.view(b, hkv, 1, 1)
+
+
+def damped_rows(lse: torch.Tensor, hkv: int | None = None) -> torch.Tensor:
+    """[B, H, S, 1]: the backward's query rows whose dO make_inputs scales by DO_DAMP: the offset rows of the offset KV
+    heads that undamped_kv_heads leaves out (`hkv`: the workload's KV heads; H when None)."""
+    b, h, s = lse.shape
+    undamped = undamped_kv_heads(lse, hkv).repeat_interleave(h // (hkv or h), dim=1)
+    return offset_rows(lse) & ~undamped
 
 
 @dataclass(frozen=True)
@@ -182,11 +208,23 @@ def judging_weights(workload: Workload, inputs: dict[str, torch.Tensor]) -> dict
     Frobenius norm: a dQ of zeros on those rows, or one whose P came from bf16 scores (off by a quarter at scores of
     100), passed. Judged at 1/DO_DAMP their size, they are plain rows again; an honest kernel's error scales with them
     exactly (fp32 sums, bf16 roundings relative). dK and dV sum over rows, so no factor undoes it there: dK carries the
-    offset rows' share at a plain row's size (|q| ~ 1100 meets the damped dS), which is what catches a wrong P there."""
+    offset rows' share at a plain row's size (|q| ~ 1100 meets the damped dS), which is what catches a wrong P there,
+    and dV, blind to them on a damped head, sees them on the undamped heads (UNDAMP_EVERY). There dK's offset rows are
+    2^10 times a damped head's, and so is an honest bf16-dS kernel's error on them: judged at DO_DAMP its size, the
+    head's dK is judged as a damped head's offset rows are."""
     if workload.op != "mha_bwd":
         return {}
-    factor = torch.where(damped_rows(inputs["LSE"]), 1.0 / DO_DAMP, 1.0).float()
-    return {"dQ": Weight(factor, f"dQ's rows whose dO the checked inputs scale by 2^{math.log2(DO_DAMP):g} (their LSE "
-                                 f"is over {DAMP_LSE:g}: every score of the row exceeds 90) are judged scaled back by "
-                                 f"2^{-math.log2(DO_DAMP):g}, at a plain row's size; the errors and bounds here are in "
-                                 f"those units")}
+    hkv = int(workload.symbols.get("HKV", workload.symbols["H"]))
+    lse = inputs["LSE"]
+    damp = math.log2(DO_DAMP)
+    factor = torch.where(damped_rows(lse, hkv), 1.0 / DO_DAMP, 1.0).float()
+    weights = {"dQ": Weight(factor, f"dQ's rows whose dO the checked inputs scale by 2^{damp:g} (their LSE is over "
+                                    f"{DAMP_LSE:g}: every score of the row exceeds 90) are judged scaled back by "
+                                    f"2^{-damp:g}, at a plain row's size; the errors and bounds here are in those units")}
+    undamped = undamped_kv_heads(lse, hkv)
+    if bool(undamped.any()):
+        weights["dK"] = Weight(torch.where(undamped, DO_DAMP, 1.0).float(),
+                               f"dK's KV heads whose offset rows keep their dO undamped (their sums meet |q| ~ 1100 at "
+                               f"full size) are judged scaled by 2^{damp:g}, at a damped head's size; the errors and "
+                               f"bounds here are in those units")
+    return weights
