@@ -27,7 +27,8 @@ from .compile import compile_source
 from .toolchain import ToolchainError
 from .evaluator import EvalOptions, serves
 from .gpu.hangs import HangMemo, job_key, reused_message
-from .gpu.limits import CANDIDATE_MEMORY_SHARE, DeviceLimits, check_compiled, local_reservation
+from .gpu.limits import (CANDIDATE_MEMORY_SHARE, LARGEST_HOPPER_MEMORY, LOCAL_KEEP_BYTES, DeviceLimits, check_compiled,
+                         check_memory, local_reservation, plan_bytes)
 from .gpu.messages import GpuJob, GpuOutcome
 from .gpu.pool import GpuPool, NoGpuError, PoolConfig
 from .gpu.priority import QueuePriority
@@ -93,18 +94,37 @@ def _message(result: GpuOutcome | dict) -> str:
             + (f". {bad.note}" if bad.note else ""))
 
 
-def _plan_issues_without_gpu(plan, wl, arch: str, comp) -> tuple[list[str], object | None]:
+def _plan_issues_without_gpu(plan, wl, arch: str, comp, n_sets: int) -> tuple[list[str], object | None]:
     """What the worker would refuse before launching, checked without a GPU (no-GPU mode, `ptxbench compile
     --workload`): the plan resolved for Hopper's defaults (DeviceLimits), its device limits, and each launch's
     static + dynamic shared memory from ptxas's figures. Limits needing the loaded function (parameter sizes, threads
-    per block at the register count) stay with the worker. Also the resolved plan (None where it does not resolve)."""
+    per block at the register count) stay with the worker; memory is judged against the largest Hopper's (`n_sets`:
+    the input sets an evaluation makes). Also the resolved plan (None where it does not resolve)."""
     lim = DeviceLimits()
     try:
         resolved = resolve_plan(plan, wl, lim.sm_count, arch)
     except PlanError as e:
         return [str(i) for i in getattr(e, "issues", [])] or [str(e)], None
     issues = check_compiled(resolved, {k: r.smem_static for k, r in comp.kernels.items()}, lim)
-    return _missing_kernels(resolved, comp) + issues + _local_frame_issues(comp, lim), resolved
+    return (_missing_kernels(resolved, comp) + issues + _local_frame_issues(comp, lim)
+            + _memory_issues(resolved, wl, comp, n_sets), resolved)
+
+
+def _memory_issues(resolved, wl, comp, n_sets: int) -> list[str]:
+    """The worker's check_memory (tools/gpu/runner.py: every input set's tensors and scratch buffers, the pristine
+    inputs, the module's globals, a local frame past what a worker keeps) against the largest Hopper's memory: only
+    what no Hopper GPU could hold is a PLAN_ERROR here (64 scratch buffers of 32 GiB each read as COMPILED)."""
+    from .gpu.module_state import module_globals
+
+    sizes = plan_bytes({t.name: (t.dtype, wl.shape(t.name)) for t in wl.tensors}, resolved)
+    try:
+        module = sum(g.size for g in module_globals(Path(comp.cubin_path).read_bytes()))
+    except Exception:  # noqa: BLE001 - an unreadable cubin leaves the globals to the worker, as the kernels' check does
+        module = 0
+    lim = DeviceLimits(total_memory=LARGEST_HOPPER_MEMORY)
+    local = local_reservation(frame_bytes(max((k.stack for k in comp.kernels.values()), default=0), MIN_FRAME), lim)
+    return check_memory(sizes, sum(sizes[t.name] for t in wl.inputs), n_sets, lim, module_bytes=module,
+                        local_bytes=local if local > LOCAL_KEEP_BYTES else 0, gpu="the largest Hopper GPU")
 
 
 def _missing_kernels(resolved, comp) -> list[str]:
@@ -260,7 +280,8 @@ class LocalEvaluator:
         if comp.status != "ok":
             return EvalResult(status="COMPILE_ERROR", message=error_summary(comp.errors), **base)
         if options.no_gpu:
-            issues, resolved = _plan_issues_without_gpu(solution.plan, wl, options.arch, comp)
+            issues, resolved = _plan_issues_without_gpu(solution.plan, wl, options.arch, comp,
+                                                        input_sets(options.trials, wl.trials))
             if resolved is not None:
                 base.update(compile=_with_pool_notes(comp, resolved))
             if issues:

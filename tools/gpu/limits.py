@@ -176,6 +176,9 @@ CANDIDATE_MEMORY_SHARE = 0.5
 # candidate (the 1 KB default stack alone reserves 277 MB on an H200); above it the worker is replaced after the
 # evaluation, since a context never gives local memory back.
 LOCAL_KEEP_BYTES = 2**30
+# The most memory any Hopper part carries (GH200's 144 GB of HBM3e; an H200 reports 140 GiB, an H100 80 GiB): without a
+# GPU, only what this could not hold is sure to be refused by every worker (evaluate._plan_issues_without_gpu).
+LARGEST_HOPPER_MEMORY = 144 * 2**30
 
 
 def local_reservation(frame: int, lim: DeviceLimits) -> int:
@@ -186,8 +189,16 @@ def local_reservation(frame: int, lim: DeviceLimits) -> int:
     return int(frame) * lim.max_threads_per_sm * lim.sm_count
 
 
+def plan_bytes(tensors: dict[str, tuple[str, list[int]]], plan: ResolvedPlan) -> dict[str, int]:
+    """Bytes of each workload tensor (name -> (dtype, shape)) and each scratch buffer of the plan, as the worker sizes
+    them for check_memory (no torch: no-GPU mode asks too)."""
+    sizes = {name: math.prod(shape) * ELEM_BYTES[dtype] for name, (dtype, shape) in tensors.items()}
+    sizes.update({s.name: s.nbytes for s in plan.scratch})
+    return sizes
+
+
 def check_memory(buffer_bytes: dict[str, int], input_bytes: int, n_sets: int, lim: DeviceLimits,
-                 module_bytes: int = 0, local_bytes: int = 0) -> list[str]:
+                 module_bytes: int = 0, local_bytes: int = 0, gpu: str = "this GPU") -> list[str]:
     """The buffers of every input set (tensors + scratch + guard zones), the pristine inputs, the module's own
     globals and constants (allocated by the driver when it loads the cubin, outside every allocator: a
     `.global .b8 big[1 << 35]` assembles to a few KB) and the local memory its kernels' frames make the driver
@@ -203,5 +214,5 @@ def check_memory(buffer_bytes: dict[str, int], input_bytes: int, n_sets: int, li
                 if local_bytes > 2**30 else {})}
     big = ", ".join(f"{n} {b / 2**30:.1f} GiB" for n, b in sorted(sized.items(), key=lambda x: -x[1])[:4])
     return [f"the plan's buffers and the module's globals need {need / 2**30:.1f} GiB for the {n_sets} input sets an "
-            f"evaluation uses, more than the {allowed / 2**30:.1f} GiB a candidate may take on this GPU "
+            f"evaluation uses, more than the {allowed / 2**30:.1f} GiB a candidate may take on {gpu} "
             f"({lim.total_memory / 2**30:.0f} GiB)" + (f"; largest: {big}" if big else "")]
