@@ -20,7 +20,7 @@ workload (the GEMM's M, N, K; the attention workload itself). Each turn:
 4. nothing left: the one-step neighbours of the best point, then random buildable points; when none is left the
    run ends (ModelExhausted: the trajectory stops as its turn limit would) rather than resubmit a tried kernel.
 For workloads no template covers (or whose template point does not fit the workload) it submits the reference
-solution.
+solution, once: the next turn ends the run (ModelExhausted) rather than evaluate the same file again.
 """
 from __future__ import annotations
 
@@ -107,6 +107,10 @@ class TunerModel:
         from .builtin import fenced, reference_source
 
         if self.template is None:
+            done = next((h for h in request.history if h.tags.get("reference") and h.status != "INFRA_ERROR"), None)
+            if done is not None:  # the one point there is was evaluated: resubmitting it would measure it again
+                raise ModelExhausted(f"{self.name}: no tunable template for {self.workload_id}; the reference solution "
+                                     f"was evaluated at turn {done.turn} ({done.status}) and there is nothing else to try")
             source = reference_source(self.workload_id)
             return ModelReply(content=fenced(source, "No tunable template for this workload: the reference solution."),
                               tags={"reference": True})

@@ -130,3 +130,21 @@ def test_a_figure_from_another_turns_profile_is_not_quoted_against_the_base_poin
     # profiled at the base itself, the same figure speaks
     history[1] = history[1].model_copy(update=dict(evidence=idle.model_copy()))
     assert "the tensor pipe is busy 40% of the time with 1 consumer warpgroup" in tuner.next_params(history).analysis
+
+
+def test_a_workload_without_a_template_gets_the_reference_once(monkeypatch):
+    import pytest
+
+    import ptxbench.agent.models.tuner as tuner_module
+    from ptxbench.agent.models import ModelExhausted, ModelRequest
+
+    monkeypatch.setattr(tuner_module, "TEMPLATES", {k: v for k, v in tuner_module.TEMPLATES.items() if k != "mha_bwd"})
+    tuner = TunerModel("mha_bwd_d128")
+    first = tuner.query(ModelRequest(messages=[], turn=1))
+    assert first.tags == {"reference": True} and "No tunable template" in first.content
+    # the harness failed to evaluate it: asking again is fair
+    lost = TurnOutcome(turn=1, status="INFRA_ERROR", tags=first.tags)
+    assert tuner.query(ModelRequest(messages=[], turn=2, history=[lost])).tags == {"reference": True}
+    evaluated = TurnOutcome(turn=2, status="PASSED", speedup=1.0, tags=first.tags)
+    with pytest.raises(ModelExhausted, match="no tunable template for mha_bwd_d128.*evaluated at turn 2"):
+        tuner.query(ModelRequest(messages=[], turn=3, history=[lost, evaluated]))
