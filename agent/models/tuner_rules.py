@@ -14,7 +14,9 @@ evidence multiplies:
     consumers waiting on stage data (hot line, else long-scoreboard stalls) -> deeper ring
     epilogue lines hot -> TMA-store epilogue, persistent grid (stores overlap the next tile); with both, the
         epilogue deferred under the next tile's k-loop (overlap)
-    tensor pipe idle with one consumer warpgroup, or latency-bound -> more consumers, persistence, ring
+    tensor pipe idle with one consumer warpgroup (not memory-bound: there it idles for its bytes), or latency-bound
+        -> more consumers, persistence, ring; memory-bound moves (bigger tiles, tile order) only with DRAM bytes over
+        the minimum to cut
     spills -> narrower tile or more consumers;  a resource failure -> shrink ring, then tiles
     compute-bound at a clock the power limit set (the profile's SM clock under 90% of the GPU's top) -> the moves the
         template's TUNER_ENERGY measured to raise that clock at the same cycles (less energy a cycle: the GEMM's L2
@@ -251,7 +253,8 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
         add("tile_m", "up", w, why)
         add("multicast", "goal", w, why)
         add("cache", "goal", w, why)
-    if ev.bottleneck == "memory":
+    # bigger tiles and another tile order cut re-read bytes: with DRAM at its minimum bytes there are none to cut
+    if ev.bottleneck == "memory" and (ratio is None or ratio >= 1.5):
         why = f"memory-bound (memory {ev.memory_sol_pct or 0:.0f}% of peak, compute {ev.compute_sol_pct or 0:.0f}%)"
         for role, kind in (("tile_n", grow_n), ("tile_m", "up"), ("order", "goal")):
             add(role, kind, 1.0, why)
@@ -291,7 +294,8 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
                                             "consumer index is warp-uniform")
     tensor = ev.tensor_pipe_pct
     warps_now = params.get(levers.get("warps", ("",))[0])
-    if (tensor is not None and tensor < 60 and warps_now is not None and warps_now <= 1
+    # a memory-bound kernel's tensor pipe idles for its bytes (the profile feedback drops its tensor-idle item there)
+    if (tensor is not None and tensor < 60 and warps_now is not None and warps_now <= 1 and ev.bottleneck != "memory"
             and at.get(levers["warps"][0]) == warps_now):
         add("warps", "up", 3.0, f"the tensor pipe is busy {tensor:.0f}% of the time with {warps_now} consumer warpgroup")
     if ev.bottleneck == "latency":

@@ -92,7 +92,7 @@ def test_a_move_whose_point_failed_is_not_proposed_again_from_the_next_base():
 
 def test_a_bigger_tile_whose_point_failed_is_not_proposed_again():
     # the bigger tile (bm and bn at once) leads from the weak point; its point came back wrong
-    ev, workload = recorded("gemm_m64")
+    ev, workload = recorded("gemm_m8192")
     tuner = TunerModel(workload, start="weak")
     weak = tuner.start_params()[0]
     history = [TurnOutcome(turn=1, status="PASSED", speedup=0.30, tags={"params": weak, "move": None}, evidence=ev)]
@@ -148,3 +148,18 @@ def test_a_workload_without_a_template_gets_the_reference_once(monkeypatch):
     evaluated = TurnOutcome(turn=2, status="PASSED", speedup=1.0, tags=first.tags)
     with pytest.raises(ModelExhausted, match="no tunable template for mha_bwd_d128.*evaluated at turn 2"):
         tuner.query(ModelRequest(messages=[], turn=3, history=[lost, evaluated]))
+
+
+def test_a_memory_bound_kernel_at_its_minimum_bytes_is_not_told_to_grow_its_tile():
+    # the decode GEMM (M = 64): memory-bound with DRAM 72% busy at 1.02x the minimum bytes and the tensor pipe 23%
+    # busy; no bigger tile or second warpgroup cuts those bytes (bm 128 would leave half its rows empty), and the
+    # feedback leaves the idle tensor pipe to the memory finding: the consumers' wait for stage data leads
+    ev, workload = recorded("gemm_m64")
+    assert ev.bottleneck == "memory" and ev.dram_over_min < 1.1 and ev.tensor_pipe_pct < 30
+    ranked = ranked_from_weak(ev, workload)
+    assert ranked[0].role == "ring" and "consumers wait 51% of stall samples for stage data" in ranked[0].reasons[0]
+    said = reasons(ranked)
+    assert "memory-bound (memory" not in said and "consumer warpgroup" not in said
+    # with bytes to cut, memory-bound still points at the traffic moves
+    traffic = ev.model_copy(update=dict(dram_over_min=3.0))
+    assert "memory-bound (memory 72% of peak, compute 23%)" in reasons(ranked_from_weak(traffic, workload))
