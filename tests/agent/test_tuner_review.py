@@ -1,5 +1,7 @@
-"""builtin/tuner read against the H200 profiles the profile feedback was reviewed on (tests/data/profile/review):
-each rule's claim checked against the figures it quotes, and against what the feedback itself now says there."""
+"""builtin/tuner reviewed as a user meets it: its rules read against the H200 profiles the profile feedback was
+reviewed on (tests/data/profile/review), each claim checked against the figures it quotes and against what the
+feedback itself now says there; a failed move not proposed again from the next base; a figure from another turn's
+profile not quoted against the base's values; a workload without a template given the reference once."""
 from __future__ import annotations
 
 import json
