@@ -165,3 +165,14 @@ def test_a_memory_bound_kernel_at_its_minimum_bytes_is_not_told_to_grow_its_tile
     # with bytes to cut, memory-bound still points at the traffic moves
     traffic = ev.model_copy(update=dict(dram_over_min=3.0))
     assert "memory-bound (memory 72% of peak, compute 23%)" in reasons(ranked_from_weak(traffic, workload))
+
+
+def test_the_headroom_sentences_the_evidence_reads_are_the_ones_the_feedback_writes():
+    # a result without a timing takes its headroom from the feedback's text: these two sentences
+    from ptxbench.agent.models.evidence import PAST_ROOF, WITHIN_ROOF
+    from ptxbench.tools.profile.feedback import template
+
+    t = template()["standing"]
+    within = WITHIN_ROOF.search(t["at_roof"].format(left="12 us", pct=3.0))
+    assert within is not None and float(within.group(1)) == 3.0
+    assert PAST_ROOF in t["past_roof"]
