@@ -128,6 +128,8 @@ def trajectory_html(record: TrajectoryRecord, traj: TrajectoryScore) -> str:
         current = ev.turn or current
         by_turn[current].append(ev)
     status = {t.turn: t.status for t in traj.turns}
+    if traj.cut_turn is not None:  # closed FORMAT_ERROR in the log, but the run's budget cut it: not the model's turn
+        status[traj.cut_turn] = "cut by the run's budget (not scored)"
     summary = (f"<p><b>{E(traj.model)}</b> on <b>{E(traj.workload)}</b> · prompt {E(traj.prompt)} · {E(traj.mode)} · "
                f"index {traj.index} · {E(traj.gpu or 'no GPU')}"
                + (f" · L2 flush {E(traj.l2_flush)}" if traj.gpu and traj.l2_flush else "")
