@@ -1,6 +1,6 @@
-"""A trajectory page says where the conversation was trimmed to fit the model's window (the context_trimmed event), and
-which turn the run's budget cut:
-the turns after it were written from a smaller view of the run than the whole conversation."""
+"""A trajectory page says where the conversation was trimmed to fit the model's window (the context_trimmed event: the
+turns after it were written from a smaller view of the run than the whole conversation), and which turn the run's
+budget cut."""
 from __future__ import annotations
 
 from trajectory_builder import TrajectoryBuilder
