@@ -177,7 +177,7 @@ def undamped_kv_heads(lse: torch.Tensor, hkv: int | None = None) -> torch.Tensor
     """[B, HKV, 1, 1]: the offset KV heads whose offset rows keep their dO as drawn (UNDAMP_EVERY), from LSE alone."""
     b, h, s = lse.shape
     hkv = hkv or h
-    offset_kv = (lse > DAMP_LSE).view(b, hkv, h // hkv * s).any(-1).reshape(-1)
+    offset_kv = (lse > DAMP_LSE).reshape(b, hkv, h // hkv * s).any(-1).reshape(-1)
     rank = offset_kv.long().cumsum(0) - 1  # each offset KV head's place among them, in flat order
     undamped = offset_kv & (rank % UNDAMP_EVERY == UNDAMP_EVERY - 1) if UNDAMP_EVERY else torch.zeros_like(offset_kv)
     return undamped.view(b, hkv, 1, 1)
