@@ -97,6 +97,7 @@ def test_score_resumes_a_stopped_re_evaluation_and_says_one_is_unfinished(tmp_pa
     with pytest.raises(KeyboardInterrupt):
         reevaluate_run(run, out, no_gpu=True, evaluator=Counting(stop_at=3))
     monkeypatch.setattr("ptxbench.tools.evaluate.LocalEvaluator", lambda: _Closing())
+    monkeypatch.setattr(_Closing, "closed", 0)
     refused = CliRunner().invoke(app, ["score", str(run), "--re-evaluate", "--no-gpu", "--out-run", str(out)])
     assert refused.exit_code == 2 and "--resume" in refused.output, refused.output
     partial = CliRunner().invoke(app, ["score", str(out)])
@@ -106,10 +107,14 @@ def test_score_resumes_a_stopped_re_evaluation_and_says_one_is_unfinished(tmp_pa
     assert lonely.exit_code == 2 and "--out-run" in lonely.output
     resumed = CliRunner().invoke(app, ["score", str(run), "--re-evaluate", "--no-gpu", "--out-run", str(out), "--resume"])
     assert resumed.exit_code == 0, resumed.output
+    assert _Closing.closed == 1  # the resume's own evaluator (t1 and t2 were evaluated) is closed when it ends
     assert "t0: kept" in resumed.output and "t2: re-evaluated" in resumed.output
     assert "unfinished re-evaluation" not in resumed.output and unfinished(out) == []
 
 
 class _Closing(Counting):
+    """The evaluator the command makes for itself: counted when it is closed."""
+    closed = 0
+
     def close(self):
-        pass
+        _Closing.closed += 1

@@ -149,7 +149,14 @@ def _jail_that_cannot_start(mode: str, monkeypatch, tmp_path) -> None:
         _unshare_with_read_only_binds_refused(monkeypatch, remount_too=True)
 
 
-@pytest.mark.parametrize("mode", ["bwrap", "unshare"])
+def _jail_mode(mode: str):
+    """A jail mode as a parameter, skipped where this machine cannot run it (no bwrap, no user namespaces)."""
+    from ptxbench.tools import jail
+
+    return pytest.param(mode, marks=pytest.mark.skipif(mode not in jail.available_modes(), reason=f"no {mode} jail here"))
+
+
+@pytest.mark.parametrize("mode", [_jail_mode("bwrap"), _jail_mode("unshare")])
 def test_a_sanitize_run_whose_jail_cannot_start_is_one_infra_line(mode, monkeypatch, tmp_path):
     """lineinfo_cubin's ptxas runs in the jail; a jail that cannot start raises JailError there, and that escaped
     sanitize_candidate as a traceback through the evaluation that asked for --sanitize. It is one infra line now, and no
@@ -157,8 +164,6 @@ def test_a_sanitize_run_whose_jail_cannot_start_is_one_infra_line(mode, monkeypa
     from ptxbench.tools import jail
     from ptxbench.tools.sanitize import lineinfo_cubin
 
-    if mode not in jail.available_modes():
-        pytest.skip(f"no {mode} jail here")
     sanitizer = tmp_path / "compute-sanitizer"
     sanitizer.write_text("#!/bin/sh\necho ran > \"$0.ran\"\n")
     sanitizer.chmod(0o755)

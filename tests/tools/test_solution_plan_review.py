@@ -109,10 +109,8 @@ def test_a_declaration_beside_its_definition_is_fine(source):
 def test_the_compilers_accept_a_declared_kernel_and_leave_it_out_of_the_module(tmp_path, monkeypatch):
     """Why the parser refuses it: ptxas and nvcc both compile such a file, to a module without the kernel."""
     from ptxbench.tools.compile import compile_source
-    from ptxbench.tools.toolchain import find_toolchain
 
-    if find_toolchain().ptxas is None:
-        pytest.skip("no ptxas here")
+    # ptxas is a dependency (the nvidia-cuda-nvcc wheel): a missing one is a broken install, which this test should show
     monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path))
     ptx = HEAD + ".visible .entry j" + PTX_PARAMS + PTX_BODY + ".extern .entry k" + PTX_PARAMS + ";\n"
     compiled = compile_source(ptx, "ptx", "sm_90a")
