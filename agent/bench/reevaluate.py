@@ -31,7 +31,8 @@ from ..records.events import ErrorEvent, EvalEvent, TurnEnd
 from ..records.folder_lock import FolderHeld, hold_folder, release
 from ..records.manifest import build_manifest
 from ..records.rundir import (DamagedRecord, TrajectoryRecord, TrajectoryWriter, load_run, path_inside, read_log,
-                              read_manifest, sha256_text, trajectory_log, write_manifest)
+                              read_manifest, sha256_text, trajectory_folders, trajectory_log,
+                              write_manifest)
 
 
 def _options(record: TrajectoryRecord, no_gpu: bool) -> EvalOptions:
@@ -150,9 +151,9 @@ def _source_ids(manifest: dict) -> list[str] | None:
     return ids if isinstance(ids, list) else None
 
 
-def _check_resumable(out_run: Path, run_dir: Path, ids: list[str], no_gpu: bool) -> dict:
-    """The unfinished re-evaluation's manifest, once it is one of this run (its source folder and trajectories) made
-    the same way (with the GPU or compile-only)."""
+def _check_resumable(out_run: Path, run_dir: Path, ids: list[str], no_gpu: bool) -> None:
+    """ReevaluationRefused unless out_run's unfinished re-evaluation is one of this run (its source folder and
+    trajectories) made the same way (with the GPU or compile-only)."""
     manifest = read_manifest(out_run)
     source = manifest.get("source_run") if isinstance(manifest.get("source_run"), dict) else {}
     if manifest.get("command") != "reevaluate":
@@ -167,7 +168,6 @@ def _check_resumable(out_run: Path, run_dir: Path, ids: list[str], no_gpu: bool)
     if "no_gpu" in began and began["no_gpu"] != no_gpu:  # half the trajectories timed, half compile-only: no one run
         raise ReevaluationRefused(f"{out_run} began {'compile-only (--no-gpu)' if began['no_gpu'] else 'on the GPU'}: "
                                   "resume it the same way")
-    return manifest
 
 
 def unfinished(out_run: Path) -> list[str]:
@@ -176,7 +176,7 @@ def unfinished(out_run: Path) -> list[str]:
     manifest = read_manifest(out_run)
     if manifest.get("command") != "reevaluate":
         return []
-    done = {p.name for p in (Path(out_run) / "trajectories").iterdir()} if (Path(out_run) / "trajectories").is_dir() else set()
+    done = {p.name for p in trajectory_folders(out_run)}
     return [i for i in _source_ids(manifest) or [] if i not in done]
 
 
