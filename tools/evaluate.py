@@ -106,11 +106,15 @@ def _plan_issues_without_gpu(plan, wl, arch: str, comp, n_sets: int) -> tuple[li
     except PlanError as e:
         return [str(i) for i in getattr(e, "issues", [])] or [str(e)], None
     issues = check_compiled(resolved, {k: r.smem_static for k, r in comp.kernels.items()}, lim)
-    return (_missing_kernels(resolved, comp) + issues + _local_frame_issues(comp, lim)
-            + _memory_issues(resolved, wl, comp, n_sets), resolved)
+    try:  # read once for both cubin checks; no cubin path, or an unreadable file, leaves them to the worker
+        cubin = Path(comp.cubin_path).read_bytes()
+    except (OSError, TypeError):
+        cubin = None
+    return (_missing_kernels(resolved, cubin) + issues + _local_frame_issues(comp, lim)
+            + _memory_issues(resolved, wl, comp, cubin, n_sets), resolved)
 
 
-def _memory_issues(resolved, wl, comp, n_sets: int) -> list[str]:
+def _memory_issues(resolved, wl, comp, cubin: bytes | None, n_sets: int) -> list[str]:
     """The worker's check_memory (tools/gpu/runner.py: every input set's tensors and scratch buffers, the pristine
     inputs, the module's globals, a local frame past what a worker keeps) against the largest Hopper's memory: only
     what no Hopper GPU could hold is a PLAN_ERROR here (64 scratch buffers of 32 GiB each read as COMPILED)."""
@@ -118,8 +122,8 @@ def _memory_issues(resolved, wl, comp, n_sets: int) -> list[str]:
 
     sizes = plan_bytes({t.name: (t.dtype, wl.shape(t.name)) for t in wl.tensors}, resolved)
     try:
-        module = sum(g.size for g in module_globals(Path(comp.cubin_path).read_bytes()))
-    except Exception:  # noqa: BLE001 - an unreadable cubin leaves the globals to the worker, as the kernels' check does
+        module = sum(g.size for g in module_globals(cubin)) if cubin is not None else 0
+    except Exception:  # noqa: BLE001 - an unparsable cubin leaves the globals to the worker, as the kernels' check does
         module = 0
     lim = DeviceLimits(total_memory=LARGEST_HOPPER_MEMORY)
     local = local_reservation(frame_bytes(max((k.stack for k in comp.kernels.values()), default=0), MIN_FRAME), lim)
@@ -127,14 +131,16 @@ def _memory_issues(resolved, wl, comp, n_sets: int) -> list[str]:
                         local_bytes=local if local > LOCAL_KEEP_BYTES else 0, gpu="the largest Hopper GPU")
 
 
-def _missing_kernels(resolved, comp) -> list[str]:
+def _missing_kernels(resolved, cubin: bytes | None) -> list[str]:
     """Launches of a kernel the module does not define, as the worker's cuModuleGetFunction would find them (the
     source's scan takes a kernel hidden by `#if 0` or spelled in a string for one): read from the cubin's symbols."""
     from .cubin_symbols import entry_kernels
 
+    if cubin is None:
+        return []
     try:
-        defined = entry_kernels(Path(comp.cubin_path).read_bytes())
-    except Exception:  # noqa: BLE001 - an unreadable cubin leaves the check to the worker, as before
+        defined = entry_kernels(cubin)
+    except Exception:  # noqa: BLE001 - an unparsable cubin leaves the check to the worker, as before
         return []
     shown = ", ".join(sorted(defined)[:8]) or "none"
     return [f"launch {i + 1}: no kernel named {launch.kernel!r} in the module (the compiled module defines: {shown})"
