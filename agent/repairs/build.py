@@ -24,11 +24,11 @@ from ..export.bases import REFERENCE, base_source
 from ..models.builtin import reference_source
 from ..export.normalize import kernel_hash
 from .candidates import FAILED, Candidate
+from .suite import RepairSuite, RepairTask, UnbrokenKernel, Verdict
 
 # The origins whose broken kernel is one edit of a correct kernel (candidates.from_mutations); a fault corpus file or a
 # recorded submission was made from none.
 MADE_FROM_A_BASE = ("mutation", "repair_mutation")
-from .suite import RepairSuite, RepairTask, UnbrokenKernel, Verdict
 
 
 @dataclass
@@ -107,6 +107,15 @@ def build_suite(candidates: list[Candidate], evaluator: Evaluator, *, timeout_s:
             suite.l2_flush = good.timing.l2_flush
     bases = {(w, b): evaluator.evaluate(w, base_source(w, b), timed)
              for w, b in dict.fromkeys((c.workload, c.base) for c in candidates) if b != REFERENCE}
+    base_hashes: dict[tuple[str, str], str] = {}  # (workload, base) -> its kernel_hash: rendered and normalised once
+
+    def base_hash(c: Candidate) -> str:
+        key = (c.workload, c.base)
+        if key not in base_hashes:
+            base_hashes[key] = kernel_hash(reference_source(c.workload) if c.base == REFERENCE
+                                           else base_source(c.workload, c.base))
+        return base_hashes[key]
+
     for c in round_robin(candidates):
         base_failed = c.base != REFERENCE and bases[(c.workload, c.base)].status != "PASSED"
         if suite.unbroken[c.workload].status != "PASSED" or base_failed:
@@ -134,8 +143,7 @@ def build_suite(candidates: list[Candidate], evaluator: Evaluator, *, timeout_s:
                               else bases[(c.workload, c.base)].speedup), held_out=c.held_out,
             verdict=Verdict(status=result.status, message=result.message, feedback=render_eval(result, 0, False),
                             gpu=_gpu(result), date=today, evaluations=1 + confirm),
-            unbroken_kernel_hash=kernel_hash(reference_source(c.workload) if c.base == REFERENCE
-                                             else base_source(c.workload, c.base)) if c.origin in MADE_FROM_A_BASE else ""))
+            unbroken_kernel_hash=base_hash(c) if c.origin in MADE_FROM_A_BASE else ""))
         report.sources[c.id] = c.source
     report.seconds = clock() - t0
     return report
