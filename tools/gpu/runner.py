@@ -12,7 +12,6 @@ only harness bugs escape as exceptions, and the worker turns those into INFRA_ER
 """
 from __future__ import annotations
 
-import math
 import secrets
 import time
 
@@ -32,7 +31,7 @@ from .seeds import check_seed_offset, evaluation_seeds, input_sets
 from .correctness import output_digest, replay_note
 from .launch import HARDWARE_FAULTS, CudaError, get_function, launch_config, launch_kernel, load_module, pack_params, \
     set_dynamic_smem, stack_limit, sync_stream, unload_module
-from .limits import LOCAL_KEEP_BYTES, check_function, check_memory, check_plan, local_reservation
+from .limits import LOCAL_KEEP_BYTES, check_function, check_memory, check_plan, local_reservation, plan_bytes
 from .messages import GpuJob, GpuOutcome
 from .module_state import ModuleState, module_globals
 from .referee import RefereeClient, RefereeError, input_digest
@@ -478,9 +477,7 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
                                                                       state.limits.name))
     flush = evaluation_flush(state.limits.l2_bytes, job.l2_flush)
     try:
-        sizes = {t.name: math.prod(wl.shape(t.name)) * torch.empty((), dtype=getattr(torch, t.dtype)).element_size()
-                 for t in wl.tensors}
-        sizes.update({s.name: s.nbytes for s in plan.scratch})
+        sizes = plan_bytes({t.name: (t.dtype, wl.shape(t.name)) for t in wl.tensors}, plan)  # as no-GPU mode sizes them
         input_bytes, module_bytes = sum(sizes[t.name] for t in wl.inputs), sum(g.size for g in module_globals(job.cubin))
         errors = check_plan(plan, state.limits, sizes)
         errors += check_memory(sizes, input_bytes, n_sets, state.limits, module_bytes=module_bytes)
