@@ -223,10 +223,16 @@ def left_out_reason(score: TrajectoryScore, config: dict, task: dict) -> str:
     return ""
 
 
-def resubmitted_turns(record, score: TrajectoryScore, task_solution: str | None = None) -> frozenset[int]:
+def turn_kernels(record, score: TrajectoryScore) -> dict[int, str]:
+    """turn -> the text of each scored turn's kernel file (those with one to read), read once for every check below."""
+    return {t.turn: text for t in score.scored_turns if t.kernel_file and (text := record.kernel(t.kernel_file)) is not None}
+
+
+def resubmitted_turns(record, score: TrajectoryScore, task_solution: str | None = None,
+                      kernels: dict[int, str] | None = None) -> frozenset[int]:
     """The model's turns whose kernel is the broken one again up to comments and white space between tokens (the
     export's normalisation, export/normalize.py): a comment changed is no repair, even when a race lets it pass once.
-    The broken kernel is turn 0's file, else the suite's solution text."""
+    The broken kernel is turn 0's file, else the suite's solution text. `kernels`: turn_kernels, if already read."""
     from ..export.normalize import normalized_kernel
 
     broken = [text for text in ((record.kernel(score.start.kernel_file) if score.start and score.start.kernel_file
@@ -234,9 +240,8 @@ def resubmitted_turns(record, score: TrajectoryScore, task_solution: str | None 
     if not broken:
         return frozenset()
     forms = {normalized_kernel(text) for text in broken}
-    return frozenset(t.turn for t in score.scored_turns
-                     if t.kernel_file and (text := record.kernel(t.kernel_file)) is not None
-                     and normalized_kernel(text) in forms)
+    kernels = turn_kernels(record, score) if kernels is None else kernels
+    return frozenset(turn for turn, text in kernels.items() if normalized_kernel(text) in forms)
 
 
 @lru_cache(maxsize=None)
@@ -258,14 +263,16 @@ def swap_hashes(task: dict, workload: str) -> frozenset[str]:
     return frozenset(h for h in (task.get("unbroken_kernel_hash") or "", reference_kernel_hash(workload)) if h)
 
 
-def swapped_turns(record, score: TrajectoryScore, hashes: frozenset[str]) -> frozenset[int]:
-    """The model's turns whose kernel is one of `hashes` up to comments and spacing (swap_hashes)."""
+def swapped_turns(record, score: TrajectoryScore, hashes: frozenset[str],
+                  kernels: dict[int, str] | None = None) -> frozenset[int]:
+    """The model's turns whose kernel is one of `hashes` up to comments and spacing (swap_hashes). `kernels`:
+    turn_kernels, if already read."""
     from ..export.normalize import kernel_hash
 
     if not hashes:
         return frozenset()
-    return frozenset(t.turn for t in score.scored_turns
-                     if t.kernel_file and (text := record.kernel(t.kernel_file)) is not None and kernel_hash(text) in hashes)
+    kernels = turn_kernels(record, score) if kernels is None else kernels
+    return frozenset(turn for turn, text in kernels.items() if kernel_hash(text) in hashes)
 
 
 def repair_trajectory(score: TrajectoryScore, config: dict, task: dict | None = None,
@@ -377,8 +384,9 @@ def score_repair_runs(run_dirs: list[Path]) -> RepairScore:
         if why := left_out_reason(score, config, task):
             left_out[why] += 1
             continue
-        again = resubmitted_turns(record, score, _suite_solution(config))
-        swaps = swapped_turns(record, score, swap_hashes(task, score.workload))
+        kernels = turn_kernels(record, score)  # each turn's file read once, for both checks
+        again = resubmitted_turns(record, score, _suite_solution(config), kernels)
+        swaps = swapped_turns(record, score, swap_hashes(task, score.workload), kernels)
         rows.append((run_name(run), record.id, record.start.ts, repair_trajectory(score, config, task, again, swaps)))
     # in (run, id, start) order (the intervals draw tasks in name order, whatever this order)
     rows = [row for *_, row in sorted(rows, key=lambda r: r[:3])]
