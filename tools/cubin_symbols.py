@@ -12,11 +12,17 @@ from __future__ import annotations
 import io
 
 
-def undefined_functions(cubin: bytes) -> list[str]:
-    """Names of the functions the cubin references without defining them, in symbol-table order."""
+def _elf(cubin: bytes):
+    """The parsed cubin and its symbol table (None where it has none)."""
     from elftools.elf.elffile import ELFFile
 
-    symtab = ELFFile(io.BytesIO(cubin)).get_section_by_name(".symtab")
+    elf = ELFFile(io.BytesIO(cubin))
+    return elf, elf.get_section_by_name(".symtab")
+
+
+def undefined_functions(cubin: bytes) -> list[str]:
+    """Names of the functions the cubin references without defining them, in symbol-table order."""
+    _, symtab = _elf(cubin)
     if symtab is None:
         return []
     return [s.name for s in symtab.iter_symbols()
@@ -27,10 +33,7 @@ def entry_kernels(cubin: bytes) -> set[str]:
     """Names of the kernels the cubin defines (what cuModuleGetFunction finds): functions with a body whose parameter
     bank, `.nv.constant0.<name>`, exists; a device function has none. A kernel the source only declares, or hides
     from the compiler (`#if 0`, a string), is not among them."""
-    from elftools.elf.elffile import ELFFile
-
-    elf = ELFFile(io.BytesIO(cubin))
-    symtab = elf.get_section_by_name(".symtab")
+    elf, symtab = _elf(cubin)
     if symtab is None:
         return set()
     sections = {s.name for s in elf.iter_sections()}
