@@ -58,13 +58,12 @@ def score(
     from ..records.rundir import distinct_runs
     from ..report.tables import all_tables
     from ..scoring import DuplicateTrajectory, score_runs
+    from ..bench.reevaluate import ReevaluationRefused, reevaluate_run, unfinished as not_reevaluated
 
     for run in runs:
         inputs.run_folder(run)
     runs = distinct_runs(runs)  # a run named twice (or by two paths) is scored once
     if re_evaluate:
-        from ..bench.reevaluate import reevaluate_run
-
         if out_run is not None:  # taken as text: typer's Path made an empty one '.', which exists
             out_run = inputs.new_folder(out_run, "--out-run")
         if len(runs) > 1 and out_run is not None:
@@ -72,9 +71,7 @@ def score(
         if resume and out_run is None:
             raise inputs.BadInput("--resume goes on with the re-evaluation in --out-run: name its folder")
         if out_run is not None and out_run.exists() and not resume:
-            from ..bench.reevaluate import unfinished
-
-            hint = " (a re-evaluation stopped part way: add --resume)" if unfinished(out_run) else ""
+            hint = " (a re-evaluation stopped part way: add --resume)" if not_reevaluated(out_run) else ""
             raise inputs.BadInput(f"--out-run {out_run} exists: name a new folder{hint}")
         if out_run is not None and not resume:  # as a new run's --run-dir: a run among another run's records (its trajectories/ got a
             inputs.no_other_files(out_run, "--out-run")  # trajectory folder holding a whole run) or a report's pages
@@ -97,8 +94,6 @@ def score(
         from ptxbench.workloads.arch import DEFAULT_ARCH
 
         preflight.toolchain(DEFAULT_ARCH)  # no ptxas here: every kernel would be re-evaluated to an INFRA_ERROR
-        from ..bench.reevaluate import ReevaluationRefused
-
         def done(trajectory: str, kept: bool) -> None:  # a line per trajectory: a GPU hour of kernels shows it moves
             typer.echo(terminal_text(f"  {trajectory}: {'kept (finished before the stop)' if kept else 're-evaluated'}"), err=True)
 
@@ -155,7 +150,6 @@ def score(
             f"unmeasured: {result.n_figures_set_aside} recorded speedups or %SOL are NaN, infinite, not positive or "
             f"past {MEASURABLE:.0e} either way (no timing measures that: a hand-edited or foreign record) and count as "
             f"unmeasured, their turns keeping their verdicts; first {first_set_aside(result)}")))
-    from ..bench.reevaluate import unfinished as not_reevaluated
     from ..records.rundir import read_manifest
 
     for run in runs:  # a re-evaluation stopped part way: its scores lack the trajectories still to come
