@@ -22,9 +22,9 @@ from ...tools.results import EvalResult
 from ..loop.feedback import render_eval
 from ..export.bases import REFERENCE, base_source
 from ..models.builtin import reference_source
-from ..export.normalize import kernel_hash
+from ..export.normalize import kernel_hash, normalized_kernel
 from .candidates import FAILED, Candidate
-from .suite import RepairSuite, RepairTask, UnbrokenKernel, Verdict
+from .suite import RepairSuite, RepairTask, UnbrokenKernel, Verdict, judged_without_gpu
 
 # The origins whose broken kernel is one edit of a correct kernel (candidates.from_mutations); a fault corpus file or a
 # recorded submission was made from none.
@@ -188,8 +188,6 @@ def suite_drift(suite: RepairSuite, candidates: list[Candidate]) -> SuiteDrift:
     """Each task's broken kernel beside today's candidate of the same id. A text that differs in comments and white
     space only is the same code, so the GPU's verdict stands and the text can be renewed without a GPU
     (suite.replace_solutions); one whose code differs (its reference kernel changed since the build) cannot."""
-    from ..export.normalize import normalized_kernel
-
     today = {c.id: c.source for c in candidates}
     drift = SuiteDrift()
     for task in suite.tasks:
@@ -210,8 +208,6 @@ def cpu_verdicts(suite: RepairSuite, texts: dict[str, str], evaluator: Evaluator
     """The verdicts of renewed texts (task id -> text) that need no GPU (a compile or plan error), given again on the
     CPU: their messages quote line numbers, which a renewed comment moves. Only where the status is the recorded one;
     a verdict a GPU gave is kept as it is (its messages name no source line)."""
-    from .suite import judged_without_gpu
-
     today = _dt.date.today().isoformat()
     out = {}
     for task_id, text in texts.items():
