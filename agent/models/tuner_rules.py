@@ -260,7 +260,7 @@ def read(ev: Evidence | None, lines: dict[str, tuple[str, ...]], params: Params,
             add(role, kind, 1.0, why)
     stage = _line_share(ev, lines.get("stage_wait", ()))
     # Stage data that arrive late because DRAM is saturated ask for less traffic, not a deeper ring.
-    starved = ev.bottleneck == "memory" and (ratio or 0) >= TRAFFIC_BOUND and not dram_idle
+    starved = _starved(ev)
     if stage[0] >= 5:
         why = f"consumers wait {stage[0]:.0f}% of stall samples for stage data ({stage[1]})"
         add("ring", "up", stage[0] / (20 if starved else 5), why + (": late because DRAM is saturated" if starved else ""))
@@ -344,6 +344,12 @@ def repair_names(point: Params, params: Params) -> list[str]:
     return [n for n in point if point[n] != params.get(n)]
 
 
+def _starved(ev: Evidence) -> bool:
+    """Memory-bound by DRAM traffic: TRAFFIC_BOUND times the minimum bytes or more, through a DRAM that is busy (one
+    left idle while L1/shared memory or L2 holds the kernel is not saturated by them)."""
+    return ev.bottleneck == "memory" and (ev.dram_over_min or 0) >= TRAFFIC_BOUND and not ev.dram_idle_memory_bound
+
+
 def _line_share(ev: Evidence, patterns: tuple[str, ...]) -> tuple[float, str]:
     hits = [h for h in ev.hot_lines if any(p in h.text for p in patterns)]
     if not hits:
@@ -370,8 +376,7 @@ def rank(template: ModuleType, params: Params, ev: Evidence | None, valid: Calla
     boosts = read(ev, lines, params, levers, bundles, energy,
                   completed(template, measured) if measured is not None else None)
     powered = ev is not None and ev.power_limited
-    starved = (ev is not None and ev.bottleneck == "memory" and (ev.dram_over_min or 0) >= TRAFFIC_BOUND
-               and not ev.dram_idle_memory_bound)
+    starved = ev is not None and _starved(ev)
     ring = levers.get("ring", (None,))[0]
     goals = {name: goal for name, goal in levers.values() if goal is not None}
     for values in bundles.values():  # a bundle the point holds whole: a repair leaves it alone if it can
