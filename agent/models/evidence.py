@@ -73,10 +73,10 @@ class Evidence(BaseModel):
         return self.bottleneck == "memory" and self.dram_sol_pct is not None and self.dram_sol_pct < DRAM_BUSY_PCT
 
     def busiest_memory(self) -> str:
-        """The memory unit with the highest throughput share (as the profile feedback names it)."""
-        units = {"DRAM": self.dram_sol_pct, "L2": self.l2_sol_pct, "L1/shared memory": self.l1_sol_pct}
-        known = [(u, v) for u, v in units.items() if v is not None]
-        return max(known, key=lambda x: x[1])[0] if known else "memory"
+        """The memory unit with the highest throughput share, named as the profile feedback names it."""
+        from ptxbench.tools.profile.feedback import busiest_memory
+
+        return busiest_memory(self)[0]
 
     def share_of(self, patterns: tuple[str, ...]) -> float:
         """Summed stall share (percent) of the hot lines whose text contains any of `patterns`."""

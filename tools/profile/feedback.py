@@ -82,7 +82,7 @@ def headline(s: ProfileSummary, wl: Workload | None) -> str:
     c, m = k.compute_sol_pct, k.memory_sol_pct
     kind = k.bottleneck
     if kind == "memory":
-        unit = _busiest_memory(k)
+        unit = busiest_memory(k)
         text = f"memory-bound: {unit[0]} at {unit[1]:.0f}% of its peak throughput, compute at {c or 0:.0f}%."
     elif kind == "compute":
         pipe = next(iter(k.top_pipes.items()), None)
@@ -323,8 +323,9 @@ def _line_items(k: KernelProfile, tr: Traits, compile_result: CompileResult | No
     return items
 
 
-def _busiest_memory(k: KernelProfile) -> tuple[str, float]:
-    """The memory unit with the highest speed-of-light share. ncu's L1/TEX figure counts shared-memory accesses too
+def busiest_memory(k: KernelProfile) -> tuple[str, float]:
+    """The memory unit with the highest speed-of-light share (`k`: a KernelProfile, or the tuner's Evidence, which
+    carries the same figures). ncu's L1/TEX figure counts shared-memory accesses too
     (wgmma operand reads, tile stores): the attention backward's 70% there was shared memory, its DRAM 7% busy."""
     units = {"DRAM": k.dram_sol_pct, "L2": k.l2_sol_pct, "L1/shared memory": k.l1_sol_pct}
     return max(((u, v) for u, v in units.items() if v is not None), key=lambda x: x[1],
@@ -369,7 +370,7 @@ def _kernel_items(k: KernelProfile, wl: Workload | None, launches: list[KernelPr
         elif k.bottleneck == "memory" and _dram_idle(k):
             key = "traffic_dram_idle"  # memory-bound by L1 / shared memory or L2: DRAM bytes are not the limit
         items.append((worth, t["other"][key].format(moved=_fmt_bytes(total_dram), minimum=_fmt_bytes(wl.min_bytes),
-                                                    ratio=ratio, busy=k.dram_sol_pct or 0, unit=_busiest_memory(k)[0],
+                                                    ratio=ratio, busy=k.dram_sol_pct or 0, unit=busiest_memory(k)[0],
                                                     who="the longest launch's" if len(launches) > 1 else "its")))
     total = sum(k.stalls.values())
     stall_items = 0
