@@ -74,17 +74,16 @@ def build_messages(state: AgentState, policy: str = "full") -> list[dict[str, An
 # passed 128k tokens by its fourth call and ended there as the model's error.
 STUBBED = "last+stubs"
 LADDER = ("full", "summary", "last", STUBBED)  # the views, largest first
-_FALLBACKS = {"full": ("summary", "last"), "summary": ("last",), "last": ()}
 
 
 def context_views(state: AgentState, policy: str = "full") -> list[tuple[str, list[dict[str, Any]]]]:
     """(name, messages) of each view the loop may send, largest first; views that come out the same are given once."""
     views: list[tuple[str, list[dict[str, Any]]]] = []
-    for name in (policy, *_FALLBACKS[policy]):
+    for name in LADDER[LADDER.index(policy):LADDER.index("last") + 1]:  # the policies' views; the stubbed one below
         messages = build_messages(state, name)
         if not views or messages != views[-1][1]:
             views.append((name, messages))
-    stubbed = with_stubs(build_messages(state, "last"))
+    stubbed = with_stubs(messages)  # the loop ends on the last policy's view
     if stubbed != views[-1][1]:
         views.append((STUBBED, stubbed))
     return views
@@ -137,7 +136,7 @@ STUB_ANSWERS_FROM = 300  # characters: a shorter answer is about as long as its 
 
 
 def _stub_answer(name: str, content: str) -> str:
-    first = next((line.strip() for line in content.splitlines() if line.strip()), "")[:120]
     if len(content) < STUB_ANSWERS_FROM:
         return content
+    first = next((line.strip() for line in content.splitlines() if line.strip()), "")[:120]
     return f"[dropped to fit the model's context window: this {name} answer of {len(content)} characters, which began: {first}]"
