@@ -99,7 +99,7 @@ def fast_p_curves(score: RunScore) -> str:
             share = [np.average([any(is_fast(x, p, target) for x in t.scored_turns) for t in mine], weights=weights) for p in grid]
             marks = [np.average([any(is_fast(x, p, target) for x in t.scored_turns) for t in mine], weights=weights) for p in P_VALUES]
             # the workloads its curve covers, where a row lacks some: a curve of the easy workload alone reads better
-            covered = len({t.workload for t in mine})
+            covered = len(row.workloads_scored)  # mine's workloads: the row's kept trajectories
             of = f", {covered} of {len(score.workload_names)} workloads" if covered < len(score.workload_names) else ""
             ax.plot(grid, share, color=_color(i), ls=_dash(i), label=f"{_name(row, split)} (n={len(mine)}{of})")
             ax.plot(P_VALUES, marks, _marker(i), color=_color(i), markersize=4)
