@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from policy_refusals import DEVICE, REFUSED
 from ptxbench.agent.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -437,24 +438,14 @@ def _doc(name: str) -> str:
 
 
 _POLICY_DOC = _doc("solution-format.md").split("## Source policy", 1)[1].split("After the compile", 1)[0]
-_DEVICE = 'extern "C" __global__ void k() {{ {} }}\n'
-# a source the policy must refuse -> the spelling the page names it by
-_POLICY_REFUSALS = [
-    ("#include <cstdint>\n" + _DEVICE.format("std::uint32_t x = 0; (void)x;"), "`std::uint32_t` is refused"),
-    (_DEVICE.format("int* p = new int[4]; (void)p;"), "`new` / `delete`"),
-    ("#error no\n" + _DEVICE.format(""), "`#error`"),
-    ("#warning no\n" + _DEVICE.format(""), "`#warning`"),
-    ("#line 7\n" + _DEVICE.format(""), "`#line`"),
-    ('# 7 "host.cpp"\n' + _DEVICE.format(""), '`# N "file"` line markers'),
-    ("#pragma nv_diag_suppress 177\n" + _DEVICE.format(""), "`#pragma` other than `unroll`, `nounroll`, `once`"),
-    ('_Pragma("nv_diag_suppress 177")\n' + _DEVICE.format(""), "`_Pragma` other than with a string literal"),
-    ("#if __has_include(<cstdio>)\n#endif\n" + _DEVICE.format(""), "`__has_include`"),
-    ("#include_next <cuda.h>\n" + _DEVICE.format(""), "`#include_next`"),
-    (_DEVICE.format("int \u00e9 = 0; (void)\u00e9;"), "not ASCII"),
-    (_DEVICE.format("int a\\u00b7b = 0;"), "`\\u` universal character name"),
-    (_DEVICE.format("int a = 0;\r(void)a;"), "a lone carriage return"),
-    (_DEVICE.format("int a = 0;\x00(void)a;"), "a NUL"),
-]
+# a source the policy must refuse (tests/policy_refusals.py) -> the spelling the page names it by
+_POLICY_REFUSALS = [(REFUSED[key], named) for key, named in [
+    ("std", "`std::uint32_t` is refused"), ("new", "`new` / `delete`"), ("error", "`#error`"), ("warning", "`#warning`"),
+    ("line", "`#line`"), ("line_marker", '`# N "file"` line markers'),
+    ("pragma", "`#pragma` other than `unroll`, `nounroll`, `once`"),
+    ("_pragma", "`_Pragma` other than with a string literal"), ("has_include", "`__has_include`"),
+    ("include_next", "`#include_next`"), ("non_ascii", "not ASCII"), ("ucn", "`\\u` universal character name"),
+    ("carriage_return", "a lone carriage return"), ("nul", "a NUL")]]
 
 
 @pytest.mark.parametrize("source,named", _POLICY_REFUSALS, ids=[n for _, n in _POLICY_REFUSALS])
@@ -478,7 +469,7 @@ def test_the_pages_allow_lists_are_the_policys():
     includes = _POLICY_DOC.split("`#include` of anything but", 1)[1].split("(also", 1)[0]
     assert re.findall(r"`([<\"][^`]+[>\"])`", includes) == list(ALLOWED_INCLUDES), includes
     allowed = "".join(f"#include {h}\n" for h in ALLOWED_INCLUDES) + "#define N 4\n#undef N\n#pragma once\n" \
-        + _DEVICE.format('uint32_t x = 0;\n#pragma unroll\nfor (int i = 0; i < 4; ++i) x += i;\n_Pragma("nounroll") '
+        + DEVICE.format('uint32_t x = 0;\n#pragma unroll\nfor (int i = 0; i < 4; ++i) x += i;\n_Pragma("nounroll") '
                          "for (int i = 0; i < 4; ++i) x += i; (void)x;")
     assert check_cuda_source(allowed) == []
 

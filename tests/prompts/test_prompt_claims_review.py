@@ -15,6 +15,7 @@ import re
 
 import pytest
 
+from policy_refusals import DEVICE, REFUSED
 from ptxbench import prompts
 from ptxbench.agent.loop.state import OptimizeConfig
 from ptxbench.agent.loop.task import system_prompt, task_prompt
@@ -88,15 +89,10 @@ def test_the_feedback_and_start_frames_fill_every_placeholder():
 
 # ---- the source policy --------------------------------------------------------------------------
 
-_DEVICE = 'extern "C" __global__ void k() {{ {} }}\n'
-# what a model writes -> the spelling the format must name for it
-_REFUSED = [
-    ("#include <cstdint>\n" + _DEVICE.format("std::uint32_t x = 0; (void)x;"), "`std::`"),
-    (_DEVICE.format("int* p = new int[4]; (void)p;"), "`new`"),
-    ("#error no\n" + _DEVICE.format(""), "`#error`"),
-    ("#line 7\n" + _DEVICE.format(""), "`#line`"),
-    ("#pragma nv_diag_suppress 177\n" + _DEVICE.format(""), "`#pragma` other than `unroll`"),
-]
+# what a model writes (tests/policy_refusals.py) -> the spelling the format must name for it
+_REFUSED = [(REFUSED[key], named) for key, named in [
+    ("std", "`std::`"), ("new", "`new`"), ("error", "`#error`"), ("line", "`#line`"),
+    ("pragma", "`#pragma` other than `unroll`")]]
 
 
 @pytest.mark.parametrize("source,named", _REFUSED)
@@ -111,7 +107,7 @@ def test_what_the_policy_refuses_the_format_names(source, named):
 def test_what_the_format_allows_the_policy_allows():
     """And `uint32_t` under <cstdint> compiles without `std::`, as the format says to write it."""
     source = ("#include <cstdint>\n#include <cuda_bf16.h>\n#define N 4\n#pragma once\n"
-              + _DEVICE.format("uint32_t x = N;\n#pragma unroll\nfor (int i = 0; i < N; ++i) x += i; (void)x;"))
+              + DEVICE.format("uint32_t x = N;\n#pragma unroll\nfor (int i = 0; i < N; ++i) x += i; (void)x;"))
     assert not check_cuda_source(source), check_cuda_source(source)
     r = compile_source(source, "cuda", "sm_90a")
     assert r.status == "ok", [str(e.message) for e in r.errors]
