@@ -10,6 +10,7 @@ anything else a ModelError (the trajectory stops on it). Keys come from the envi
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -206,26 +207,24 @@ class LiteLLMModel:
         except Exception as failure:  # noqa: BLE001 - passed on as it is by query, never as the provider's
             raise _HarnessFailed() from failure
 
-    @property
+    @functools.cached_property
     def input_limit(self) -> int | None:
         """The tokens a request may hold, from litellm's model table (its input window less the reply's max_tokens);
-        None when litellm does not know the model (a local server's name, a new model)."""
-        if not hasattr(self, "_input_limit"):
-            self._input_limit = None
-            litellm, provider = _litellm(), self.name.split("/", 1)[0]
-            window = None
-            # the bundled table only: for some providers litellm asks a server (Ollama's /api/show, the default
-            # host's, not --api-base's), which a request in the loop must not wait on
-            if provider not in RUNTIME_INFO_PROVIDERS and any(
-                    key in litellm.model_cost for key in (self.name, self.name.split("/", 1)[-1])):
-                try:
-                    info = litellm.get_model_info(self.name)
-                    window = info.get("max_input_tokens") or info.get("max_tokens")
-                except Exception:  # noqa: BLE001 - unreadable: the provider's own refusal is the check
-                    window = None
-            if isinstance(window, int) and window > 0:
-                self._input_limit = max(window - (self.max_tokens or 0), window // 4)
-        return self._input_limit
+        None when litellm does not know the model (a local server's name, a new model). Looked up once per model."""
+        litellm, provider = _litellm(), self.name.split("/", 1)[0]
+        # the bundled table only: for some providers litellm asks a server (Ollama's /api/show, the default host's,
+        # not --api-base's), which a request in the loop must not wait on
+        if provider in RUNTIME_INFO_PROVIDERS or not any(
+                key in litellm.model_cost for key in (self.name, self.name.split("/", 1)[-1])):
+            return None
+        try:
+            info = litellm.get_model_info(self.name)
+        except Exception:  # noqa: BLE001 - unreadable: the provider's own refusal is the check
+            return None
+        window = info.get("max_input_tokens") or info.get("max_tokens")
+        if not isinstance(window, int) or window <= 0:
+            return None
+        return max(window - (self.max_tokens or 0), window // 4)
 
     def fits(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> bool | None:
         """Whether a request of these messages fits the model's window, estimated before sending it (the loop then
