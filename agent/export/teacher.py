@@ -9,6 +9,7 @@ import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from ...tools.solution.parse import THINK_END, THINK_START
 from .recipes import CHAT_MARKUP
 from .schema import Row
 
@@ -145,7 +146,7 @@ def _reason(row: Row, teacher, model: str, cache_dir: Path, max_tokens: int | No
     if _FORMAT_BREAK.search(reasoning) or CHAT_MARKUP.search(reasoning):  # a special token ends the turn inside it
         totals["rejected_format"] += 1
         return
-    done = row.completion[-1].model_copy(update={"content": f"<think>\n{reasoning}\n</think>\n\n{row.completion[-1].content}"})
+    done = row.completion[-1].model_copy(update={"content": f"{THINK_START}\n{reasoning}\n{THINK_END}\n\n{row.completion[-1].content}"})
     # the cap was applied before the reasoning existed: count again, so n_tokens and the cap hold for what is written
     n_tokens = count_messages([m.model_dump() for m in [*row.prompt, done]], row.tokenizer)
     if max_tokens is not None and n_tokens > max_tokens:

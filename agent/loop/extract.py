@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from ptxbench.tools.solution.parse import FENCE_LANGUAGES, PLAN_START, THINK_END, _blocks
+from ptxbench.tools.solution.parse import FENCE_LANGUAGES, PLAN_START, THINK_END, THINK_START, _blocks
 from ptxbench.tools.solution.parse import extract_solution as _extract
 from ptxbench.tools.textcap import short_name
 
@@ -50,9 +50,6 @@ def _no_answer(reasoning: str, tool_calls: int, tools: bool) -> str:
     if tool_calls and not tools:
         return f"The reply made {tool_calls} tool call(s), but this run offers no tools."
     return ""
-
-
-THINK_START = "<think>"
 
 
 def unclosed_thinking(reply: str) -> bool:

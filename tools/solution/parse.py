@@ -76,7 +76,9 @@ def _blocks(reply: str) -> list[tuple[str, str, bool]]:
     return blocks
 
 
-THINK_END = "</think>"  # where a reasoning model's inline thinking ends (R1-style replies may omit the opening tag)
+# A reasoning model's inline thinking, sent by a server without a reasoning parser
+THINK_START = "<think>"
+THINK_END = "</think>"  # where it ends (R1-style replies may omit the opening tag)
 
 
 def extract_solution(reply_text: str) -> ExtractedSource | list[FormatIssue]:
