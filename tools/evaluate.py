@@ -110,14 +110,29 @@ def _plan_issues_without_gpu(plan, wl, arch: str, comp, n_sets: int) -> tuple[li
         cubin = Path(comp.cubin_path).read_bytes()
     except (OSError, TypeError):
         cubin = None
-    return (_missing_kernels(resolved, cubin) + issues + _local_frame_issues(comp, lim)
-            + _memory_issues(resolved, wl, comp, cubin, n_sets), resolved)
+    frame = _local_frame_issues(comp)
+    return (_missing_kernels(resolved, cubin) + issues + frame
+            + _memory_issues(resolved, wl, comp, cubin, n_sets, count_local=not frame), resolved)
 
 
-def _memory_issues(resolved, wl, comp, cubin: bytes | None, n_sets: int) -> list[str]:
+def _largest_hopper() -> DeviceLimits:
+    """What no-GPU mode judges memory against: which Hopper runs the candidate is unknown, so only what the largest
+    could not hold is sure to be refused by every worker."""
+    return DeviceLimits(total_memory=LARGEST_HOPPER_MEMORY)
+
+
+def _local_reservation(comp, lim: DeviceLimits) -> tuple[int, int, int]:
+    """(the module's largest stack, the frame the scrub rounds it to, that frame reserved for every thread)."""
+    stack = max((k.stack for k in comp.kernels.values()), default=0)
+    frame = frame_bytes(stack, MIN_FRAME)
+    return stack, frame, local_reservation(frame, lim)
+
+
+def _memory_issues(resolved, wl, comp, cubin: bytes | None, n_sets: int, count_local: bool = True) -> list[str]:
     """The worker's check_memory (tools/gpu/runner.py: every input set's tensors and scratch buffers, the pristine
     inputs, the module's globals, a local frame past what a worker keeps) against the largest Hopper's memory: only
-    what no Hopper GPU could hold is a PLAN_ERROR here (64 scratch buffers of 32 GiB each read as COMPILED)."""
+    what no Hopper GPU could hold is a PLAN_ERROR here (64 scratch buffers of 32 GiB each read as COMPILED).
+    `count_local` False: a frame already refused alone (_local_frame_issues) is not told a second time."""
     from .gpu.module_state import module_globals
 
     sizes = plan_bytes({t.name: (t.dtype, wl.shape(t.name)) for t in wl.tensors}, resolved)
@@ -125,8 +140,8 @@ def _memory_issues(resolved, wl, comp, cubin: bytes | None, n_sets: int) -> list
         module = sum(g.size for g in module_globals(cubin)) if cubin is not None else 0
     except Exception:  # noqa: BLE001 - an unparsable cubin leaves the globals to the worker, as the kernels' check does
         module = 0
-    lim = DeviceLimits(total_memory=LARGEST_HOPPER_MEMORY)
-    local = local_reservation(frame_bytes(max((k.stack for k in comp.kernels.values()), default=0), MIN_FRAME), lim)
+    lim = _largest_hopper()
+    local = _local_reservation(comp, lim)[2] if count_local else 0
     return check_memory(sizes, sum(sizes[t.name] for t in wl.inputs), n_sets, lim, module_bytes=module,
                         local_bytes=local if local > LOCAL_KEEP_BYTES else 0, gpu="the largest Hopper GPU")
 
@@ -147,19 +162,21 @@ def _missing_kernels(resolved, cubin: bytes | None) -> list[str]:
             for i, launch in enumerate(resolved.launches) if launch.kernel not in defined]
 
 
-def _local_frame_issues(comp, lim: DeviceLimits) -> list[str]:
+def _local_frame_issues(comp) -> list[str]:
     """The local memory the worker would refuse before any buffer is made (tools/gpu/runner.py): the module's largest
-    stack frame, as the scrub rounds it, reserved for every thread the GPU holds. Counted alone here (the buffers
-    need the GPU's own size), so only a frame that no Hopper GPU could hold beside the harness is a PLAN_ERROR."""
-    stack = max((k.stack for k in comp.kernels.values()), default=0)
-    frame = frame_bytes(stack, MIN_FRAME)
-    local = local_reservation(frame, lim)
+    stack frame, as the scrub rounds it, reserved for every thread the GPU holds, alone past the candidate's share of
+    the largest Hopper's memory, so only a frame that no Hopper GPU could hold beside the harness is a PLAN_ERROR (it
+    was an H100's 80 GiB: a frame an H200's worker runs was refused without a GPU). Told apart from the buffers'
+    check for its advice."""
+    lim = _largest_hopper()
+    stack, frame, local = _local_reservation(comp, lim)
     allowed = int(lim.total_memory * CANDIDATE_MEMORY_SHARE)
     if local <= allowed:
         return []
     return [f"the kernels' local memory: a {stack}-byte stack frame is reserved for every thread the GPU holds "
             f"({lim.max_threads_per_sm} per SM on {lim.sm_count} SMs, rounded up to {frame} bytes a thread), "
-            f"{local / 2**30:.1f} GiB, more than the {allowed / 2**30:.1f} GiB a candidate may take; "
+            f"{local / 2**30:.1f} GiB, more than the {allowed / 2**30:.1f} GiB a candidate may take on the largest "
+            f"Hopper GPU ({lim.total_memory / 2**30:.0f} GiB); "
             "keep large per-thread arrays in shared memory or registers"]
 
 

@@ -217,18 +217,29 @@ def test_static_shared_memory_past_the_opt_in_limit_is_a_plan_error_without_a_gp
     assert ok.status == "COMPILED" and ok.plan_errors == [], ok.message
 
 
+def _with_local_array(floats: int) -> str:
+    """control_correct with a per-thread array of `floats` floats the kernel indexes at run time: a stack frame."""
+    src = CORPUS["control_correct"]["source"].replace(
+        "  float acc = 0.f;\n", f"  volatile float big[{floats}];\n  big[threadIdx.x % 7] = 1.f;\n"
+        "  float acc = big[(threadIdx.x + 3) % 7] - 1.f;\n", 1)
+    assert f"big[{floats}]" in src
+    return src
+
+
 def test_a_local_frame_no_hopper_gpu_holds_is_a_plan_error_without_a_gpu():
     """On a GPU the worker refuses a frame whose reservation (frame x every thread the GPU holds) passes the candidate's
-    share (tools/gpu/runner.py); without a GPU the same source was COMPILED, so a --no-gpu run scored it clean."""
+    share (tools/gpu/runner.py); without a GPU the same source was COMPILED, so a --no-gpu run scored it clean. Which
+    Hopper runs it is unknown, so the bound is the largest Hopper's share (72 GiB), as for the buffers: a frame past an
+    H100's share (40 GiB) that an H200's worker runs was refused. Past the bound, one message, the frame's."""
     pool = GpuPool(PoolConfig(devices=[0], spares=0), factory=lambda d, c: (_ for _ in ()).throw(AssertionError("no GPU use")))
-    src = CORPUS["control_correct"]["source"].replace(
-        "  float acc = 0.f;\n", "  volatile float big[61440];\n  big[threadIdx.x % 7] = 1.f;\n"
-        "  float acc = big[(threadIdx.x + 3) % 7] - 1.f;\n", 1)
-    assert "big[61440]" in src
-    r = LocalEvaluator(pool).evaluate(WORKLOAD, src, EvalOptions(no_gpu=True))
-    assert r.compile.kernels["gemm"].stack >= 61440 * 4, r.compile.kernels
+    fits = LocalEvaluator(pool).evaluate(WORKLOAD, _with_local_array(61440), EvalOptions(no_gpu=True))  # 61.9 GiB
+    assert fits.compile.kernels["gemm"].stack >= 61440 * 4, fits.compile.kernels
+    assert fits.status == "COMPILED" and fits.plan_errors == [], (fits.status, fits.plan_errors)
+    r = LocalEvaluator(pool).evaluate(WORKLOAD, _with_local_array(80000), EvalOptions(no_gpu=True))  # 82.5 GiB
+    assert r.compile.kernels["gemm"].stack >= 80000 * 4, r.compile.kernels
     assert r.status == "PLAN_ERROR" and not r.gpu_evaluated, r.message
-    assert len(r.plan_errors) == 1 and "local memory" in r.plan_errors[0] and "245760 bytes a thread" in r.plan_errors[0]
+    assert len(r.plan_errors) == 1 and "local memory" in r.plan_errors[0] and "327680 bytes a thread" in r.plan_errors[0]
+    assert "82.5 GiB, more than the 72.0 GiB a candidate may take on the largest Hopper GPU (144 GiB)" in r.plan_errors[0]
 
 
 class FailingWorker(AnsweringWorker):
