@@ -583,3 +583,24 @@ def test_the_ptx_target_and_the_compilers_follow_the_tasks_architecture():
         assert f"-arch={arch}" in ptxas_flags(arch)
         assert f"-gencode=arch={arch.replace('sm_', 'compute_')},code={arch}" in nvcc_flags(arch)
     assert ("`.target`, `ptxas -arch=` and nvcc's `compute_` target all follow `arch`" in _doc("solution-format.md"))
+
+
+def ablation_parts_mismatch(readme: str, source: str) -> tuple[list[str], list[str]]:
+    """(parts bench/ablate/README.md names that sitecustomize.py does not handle, parts it handles that the README
+    does not name)."""
+    named = set(re.findall(r"`([a-z_]+)`", readme))
+    handled = set(re.findall(r'"([a-z_]+)" in _parts', source))
+    return sorted(named - handled), sorted(handled - named)
+
+
+def test_the_ablation_readme_names_the_parts_sitecustomize_handles():
+    """bench/ablate/README.md named a `blas_handback` part removed from sitecustomize.py, and not `plain_heads`."""
+    folder = ROOT / "bench" / "ablate"
+    assert ablation_parts_mismatch((folder / "README.md").read_text(),
+                                   (folder / "sitecustomize.py").read_text()) == ([], [])
+
+
+def test_a_stale_ablation_part_is_caught():
+    source = 'if "scrub" in _parts:\n    pass\nif "plain_heads" in _parts:\n    pass\n'
+    assert ablation_parts_mismatch("names parts (`scrub`, `blas_handback`)", source) == (
+        ["blas_handback"], ["plain_heads"])
