@@ -14,6 +14,7 @@ from ptxbench.tools.gpu import pool as pool_module
 from ptxbench.tools.gpu import watchdog
 from ptxbench.tools.gpu.hangs import HangMemo, job_key
 from ptxbench.tools.gpu.messages import GpuJob, GpuOutcome
+from ptxbench.tools.gpu.referee import input_digest
 from ptxbench.tools.gpu.timing import L2Flush
 from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
 from ptxbench.tools.gpu.watchdog import (CandidateWatch, call_limit, probe_limit, timing_limit,
@@ -105,16 +106,20 @@ class FakeCalls:
 
 
 class FakeReferee:
-    digests: dict = {}
+    """Judges every output correct; its draw for every seed is `draw` (what every FakeSet holds), whose digest a
+    prepare gives back as the real referee's reply does."""
 
     def __init__(self):
         self.prepared: list[tuple[str, int]] = []  # (workload, seed) asked ahead, in order
+        self.digests: dict[tuple, list] = {}
+        self.draw = {"A": torch.ones(4, 4)}
 
     def judge(self, wid, seed, dist, trial, outputs, inputs):
         return [{"trial": trial, "tensor": "C", "dist": dist, "passed": True}]
 
     def prepare_async(self, wid, seed, dist):
         self.prepared.append((wid, seed))
+        self.digests[(wid, seed, dist)] = input_digest(self.draw)
 
 
 def test_correctness_gives_the_first_call_the_probe_limit_and_later_calls_ten_times_its_wall_time(runner):
@@ -123,9 +128,11 @@ def test_correctness_gives_the_first_call_the_probe_limit_and_later_calls_ten_ti
     watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: clock[0])
     job = GpuJob(workload=BWD, timeout_s=60.0)
     referee = FakeReferee()
+    referee.prepare_async(BWD, 10, "normal")  # set 0's, as evaluate_job asks for it before loading the module
     stats, digests = runner.correctness(FakeCalls(clock, 1.5), referee, get_workload(BWD), job, phase, {}, 0, watch)
     assert len(stats) == 3 and all(s.passed for s in stats) and sorted(digests) == [0, 1, 2]
-    assert referee.prepared == [(BWD, 11), (BWD, 12)]  # each next set's reference asked for while this one is checked
+    # each next set's reference asked for while this one is checked
+    assert referee.prepared == [(BWD, 10), (BWD, 11), (BWD, 12)]
     runs = [(limit, why) for name, limit, *why in sent if name == "run"]
     assert [name for name, *_ in sent] == ["run", "check"] * 3
     assert runs[0][0] == pytest.approx(8.338) and runs[1][0] == runs[2][0] == pytest.approx(15.0)
@@ -525,6 +532,35 @@ def test_the_final_checks_draw_inputs_no_set_had_however_many_sets(runner, monke
     assert runner.evaluation_seeds(None, n_sets)[0] + 2 * runner.check_seed_offset(n_sets) < 2**31
 
 
+def test_the_final_checks_ask_the_referee_for_their_inputs_and_compare_its_draw(runner, monkeypatch):
+    """Each final check's inputs are prepared by the referee before the call, as every set's are, and its draw is
+    compared with the worker's. The final checks sent no prepare: no digest came back, the comparison was the worker's
+    digest with itself, and a referee that drew other inputs read as the kernel's "modified its input(s)" (or, with
+    a fake that judges by outputs alone, passed) instead of the harness fault it is."""
+    wl, job = get_workload(BWD), GpuJob(workload=BWD, timeout_s=60.0)
+    monkeypatch.setattr(runner, "make_inputs", lambda *a: {})
+
+    def final_checks(referee):
+        calls = FakeCalls([0.0], 1.5)
+        calls.set_pristine = lambda k, inputs: None
+        watch = CandidateWatch(lambda *m: None, 60.0, 4.169, clock=lambda: 0.0)
+        stats = runner.new_inputs_check(calls, referee, wl, job, lambda *m: None, 0, watch, {})
+        return stats + runner.declared_dists_check(calls, referee, wl, job, lambda *m: None, 0, watch)
+
+    referee = FakeReferee()
+    stats = final_checks(referee)
+    assert [s.dist for s in stats] == ["normal", "spiky"] and all(s.passed for s in stats)
+    assert referee.prepared == [(BWD, 10 + 1000), (BWD, 10 + 2000)] and referee.digests == {}  # each draw compared
+    other = FakeReferee()
+    other.draw = {"A": torch.zeros(4, 4)}  # the referee's inputs from those seeds are not the worker's
+    with pytest.raises(runner.RefereeError, match="drew different inputs from seed 1010"):
+        final_checks(other)
+    unprepared = FakeReferee()
+    unprepared.prepare_async = lambda *a: None  # a judged set must come with the referee's draw
+    with pytest.raises(runner.RefereeError, match="judged without the referee's prepare"):
+        final_checks(unprepared)
+
+
 def _declared_call_fails(runner, monkeypatch, fail):
     """evaluate_job of the smoke backward on fakes, every call passing but the one on the declared spiky inputs, which
     raises `fail`; returns (outcome, replace, the phases sent)."""
@@ -552,7 +588,8 @@ def _declared_call_fails(runner, monkeypatch, fail):
     state = SimpleNamespace(referee=referee, ceilings={}, cache=SimpleNamespace(clear=lambda: None), reserved_frame=1024,
                             limits=SimpleNamespace(name="NVIDIA H200", l2_bytes=60 << 20, sm_count=132,
                                                    max_threads_per_sm=2048))
-    job = GpuJob(workload="smoke_mha_bwd_d64", time=False, plan={"num_sms": 132, "launches": [], "scratch": [], "tmaps": []})
+    job = GpuJob(workload="smoke_mha_bwd_d64", time=False, seed=10,  # the fake sets' seeds: 10, 11, 12
+                 plan={"num_sms": 132, "launches": [], "scratch": [], "tmaps": []})
     out, replace = runner.evaluate_job(state, job, lambda *m: sent.append(m))
     return out, replace, sent
 

@@ -174,7 +174,12 @@ def judged_call(calls: CandidateCalls, referee: RefereeClient, wl: Workload, k: 
     phase("check", job.prepare_timeout_s)
     raw = referee.judge(wl.id, s.seed, dist, trial, {n: s.bufs.tensors[n].data for n in s.bufs.outputs},
                         {n: s.bufs.tensors[n].data for n in s.pristine})
-    if referee.digests.get((wl.id, s.seed, dist), input_digest(s.pristine)) != input_digest(s.pristine):
+    # The referee's draw, from the prepare sent before the call (its reply is read with the judge's): a set judged
+    # without one had nothing to compare, and a divergent draw read as the kernel's "modified its input(s)"
+    drawn = referee.digests.pop((wl.id, s.seed, dist), None)
+    if drawn is None:
+        raise RefereeError(f"input set {k} (seed {s.seed}, {dist!r}) was judged without the referee's prepare")
+    if drawn != input_digest(s.pristine):
         raise RefereeError(f"the worker and the referee drew different inputs from seed {s.seed}")
     stats = [TrialStats.model_validate(r) for r in raw]
     if status_of(stats) == "PASSED":
@@ -213,10 +218,13 @@ def correctness(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job
 def fresh_inputs_call(calls: CandidateCalls, referee: RefereeClient, wl: Workload, job: GpuJob, phase: Phase,
                       flush: L2Flush, watch: CandidateWatch, dist: str, trial: int) -> list:
     """Set 0's buffers refilled with inputs of `dist` that no call has seen (its seed moved past every set's), and
-    one checked call on them, judged: the final checks' common step. Returns its TrialStats."""
+    one checked call on them, judged: the final checks' common step. The referee is asked to prepare them first, as
+    for every set: it computes their reference while the candidate runs, and its draw is compared with the worker's
+    (judged_call). Returns its TrialStats."""
     s = calls.sets[0]
     phase("prepare", job.prepare_timeout_s)
     s.seed = s.seed + check_seed_offset(len(calls.sets))
+    referee.prepare_async(wl.id, s.seed, dist)
     calls.set_pristine(0, make_inputs(wl, s.seed, dist, "cuda"))
     calls.verified.pop(0, None)
     return judged_call(calls, referee, wl, 0, trial, dist, job, phase, flush, watch)[1]
