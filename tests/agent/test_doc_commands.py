@@ -604,3 +604,27 @@ def test_a_stale_ablation_part_is_caught():
     source = 'if "scrub" in _parts:\n    pass\nif "plain_heads" in _parts:\n    pass\n'
     assert ablation_parts_mismatch("names parts (`scrub`, `blas_handback`)", source) == (
         ["blas_handback"], ["plain_heads"])
+
+
+def cross_checks_misnamed(text: str, families: list) -> list[str]:
+    """The `OPCODES <-> `counter`` pairs a doc gives that no target family's `counter_opcodes` holds as written."""
+    pairs = {counter: set(opcodes) for fam in families for counter, opcodes in fam.counter_opcodes.items()}
+    return [f"{ops} <-> {counter}" for ops, counter in re.findall(r"([A-Z][A-Z0-9 /]*[A-Z0-9]) <-> `([\w.]+)`", text)
+            if pairs.get(counter) != {o.strip() for o in ops.split("/")}]
+
+
+def test_the_verdicts_cross_checks_are_the_arch_profiles():
+    """tools/README.md paired UTMALDG with op_tma_ld, a counter the TMA family reads but never cross-checks: its
+    cross-check is every TMA opcode against op_tma."""
+    from ptxbench.workloads.arch import ARCHS
+
+    families = [fam for arch in ARCHS.values() for fam in arch.families]
+    assert cross_checks_misnamed((ROOT / "tools" / "README.md").read_text(), families) == []
+
+
+def test_a_misnamed_cross_check_is_caught():
+    from ptxbench.workloads.arch import SM90A
+
+    text = ("(HGMMA <-> `sm__inst_executed_pipe_tensor_op_gmma.sum`, "
+            "UTMALDG <-> `smsp__sass_inst_executed_op_tma_ld.sum`)")
+    assert cross_checks_misnamed(text, SM90A.families) == ["UTMALDG <-> smsp__sass_inst_executed_op_tma_ld.sum"]
