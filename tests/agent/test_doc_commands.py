@@ -628,3 +628,14 @@ def test_a_misnamed_cross_check_is_caught():
     text = ("(HGMMA <-> `sm__inst_executed_pipe_tensor_op_gmma.sum`, "
             "UTMALDG <-> `smsp__sass_inst_executed_op_tma_ld.sum`)")
     assert cross_checks_misnamed(text, SM90A.families) == ["UTMALDG <-> smsp__sass_inst_executed_op_tma_ld.sum"]
+
+
+def test_an_export_writes_a_split_file_only_for_a_split_with_rows(tmp_path):
+    """dataset-schema.md said an export writes train.<fmt>; one whose rows all go to the test split writes none."""
+    run = ROOT / "docs" / "examples" / "optimize-gemm-tuner"
+    result = CliRunner().invoke(app, ["export", str(run), "--recipe", "kernelgen", "--out", str(tmp_path / "out"),
+                                      "--format", "jsonl", "--test-workloads", "gemm_bf16_m8192_n7168_k5120"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["export_manifest.json", "test.jsonl"]
+    assert ("each only when its split holds a row (an export whose rows all went to test, or that made none, writes no "
+            "`train.<fmt>`)") in _doc("dataset-schema.md")
