@@ -8,6 +8,7 @@
 #   bash bench/gemm_diag_round.sh VARIANTS [PROCESSES=2] [EVALS=3] [PAIRS=3]   -> $OUT/round.tar.gz, $OUT/round.log
 set -u
 source bench/gpu_env.sh || exit 1
+OUT=${OUT:-$PWD/bench_out}; mkdir -p "$OUT"
 W=gemm_bf16_m8192_n7168_k5120
 V=$1 P=${2:-2} E=${3:-3} PAIRS=${4:-3}
 for v in ref ${V//,/ }; do  # built here and carried: a missing one would fail every process of the round

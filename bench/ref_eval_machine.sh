@@ -5,6 +5,7 @@
 # PROBE=1 (bench/eval_power_probe.sh) also reads the software power-cap counter before and after each evaluation
 # (marks.txt) and samples clock, power and clock-event reasons every 20 ms (smi.csv); JSON in $OUT/probe.tgz.
 source bench/gpu_env.sh || exit 1
+OUT=${OUT:-$PWD/bench_out}; mkdir -p "$OUT"
 set -- ${@:-gemm_bf16_m8192_n7168_k5120 mha_fwd_d128 mha_fwd_d128_causal gemm_bf16_m8192_n7168_k5120 mha_fwd_d128
         gemm_bf16_m8192_n7168_k5120}
 tag=e; keep=evals.tgz; extra=()

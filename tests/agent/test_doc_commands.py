@@ -639,3 +639,34 @@ def test_an_export_writes_a_split_file_only_for_a_split_with_rows(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["export_manifest.json", "test.jsonl"]
     assert ("each only when its split holds a row (an export whose rows all went to test, or that made none, writes no "
             "`train.<fmt>`)") in _doc("dataset-schema.md")
+
+
+def out_defaults_unstated(readme: str, scripts: dict[str, str]) -> list[str]:
+    """The bench shell scripts that write to $OUT with no default of their own, or with one bench/README.md does not
+    state: `./NAME` beside the script's name, or `./bench_out`, the default of the others."""
+    out = []
+    for name, text in scripts.items():
+        code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+        if not re.search(r"\$\{?OUT\b", code):
+            continue
+        found = re.search(r"\$\{OUT:-\$PWD/(\w+)\}", code)
+        if not found or (found[1] != "bench_out" and f"`./{found[1]}` ({name})" not in readme):
+            out.append(name)
+    return out
+
+
+def test_each_bench_script_writes_to_the_out_folder_its_readme_states():
+    """bench/README.md gave ./gpu_check_out or ./bench_out as $OUT's default: gpu_round.sh and throughput_ab.sh have
+    folders of their own, and ref_eval_machine.sh (with eval_power_probe.sh) and gemm_diag_round.sh had none, writing
+    their files into / or stopping on an unset variable."""
+    readme = " ".join((ROOT / "bench" / "README.md").read_text().split())
+    scripts = {p.name: p.read_text() for p in (ROOT / "bench").glob("*.sh")}
+    assert out_defaults_unstated(readme, scripts) == []
+
+
+def test_an_unstated_out_default_is_caught():
+    scripts = {"a.sh": 'OUT=${OUT:-$PWD/bench_out}\ntar czf $OUT/a.tgz x', "b.sh": "cd $OUT && ls",
+               "c.sh": 'OUT=${OUT:-$PWD/c_out}; echo > "$OUT/x"', "d.sh": "# writes $OUT/d\nexec bash a.sh",
+               "e.sh": 'OUT=${OUT:-$PWD/e_out}; echo > "$OUT/x"'}
+    assert out_defaults_unstated("write to `$OUT` (default `./e_out` (e.sh), else `./bench_out`)", scripts) == [
+        "b.sh", "c.sh"]
