@@ -670,3 +670,15 @@ def test_an_unstated_out_default_is_caught():
                "e.sh": 'OUT=${OUT:-$PWD/e_out}; echo > "$OUT/x"'}
     assert out_defaults_unstated("write to `$OUT` (default `./e_out` (e.sh), else `./bench_out`)", scripts) == [
         "b.sh", "c.sh"]
+
+
+def test_the_repair_readme_says_a_repair_run_takes_its_suites_flush(tmp_path):
+    """workloads/repairs/README.md told users to put `l2_flush = "write"` in the bench's optimize table to compare
+    speeds with the committed suite; a repair run has taken the suite's own flush by itself since 219579ed."""
+    from ptxbench.agent.bench.matrix import BenchConfig
+    from ptxbench.agent.bench.runner import open_run
+
+    config = BenchConfig(models=["builtin/unchanged"], workloads=[], trajectories=1, turns=1, track="repair")
+    assert open_run(config, tmp_path / "run", False).optimize["l2_flush"] == "write"  # the committed suite's
+    text = " ".join((ROOT / "workloads" / "repairs" / "README.md").read_text().split())
+    assert "a new repair run is timed from the suite's own flush unless the bench's `optimize` table names one" in text
