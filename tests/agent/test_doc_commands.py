@@ -686,3 +686,21 @@ def test_the_repair_readme_says_a_repair_run_takes_its_suites_flush(tmp_path):
     assert open_run(config, tmp_path / "run", False).optimize["l2_flush"] == "write"  # the committed suite's
     text = " ".join((ROOT / "workloads" / "repairs" / "README.md").read_text().split())
     assert "a new repair run is timed from the suite's own flush unless the bench's `optimize` table names one" in text
+
+
+def test_the_plain_attention_solution_refuses_only_the_gqa_backward():
+    """workloads/solutions/README.md said attention_solution raised KeyError for a causal GQA forward too; that
+    forward takes the causal and the group edit both."""
+    from ptxbench.workloads.registry import list_workloads
+    from ptxbench.workloads.solutions.attention import attention_solution
+
+    refused = []
+    for workload in list_workloads():
+        if workload.op != "gemm":
+            try:
+                attention_solution(workload)
+            except KeyError:
+                refused.append(workload)
+    assert refused and all(w.op == "mha_bwd" and "HKV" in w.symbols for w in refused)
+    text = " ".join((ROOT / "workloads" / "solutions" / "README.md").read_text().split())
+    assert "KeyError for a GQA backward; a causal GQA forward takes both plan edits" in text
