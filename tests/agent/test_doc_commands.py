@@ -402,7 +402,7 @@ def test_the_docs_say_builtin_reference_submits_the_wgmma_backward():
     assert re.search(r"`builtin/reference` submits[^;]*backwards? the wgmma", readme)
     models = " ".join((ROOT / "agent" / "models" / "README.md").read_text().split())
     assert "attention_backward.reference_backward" in models[models.index("`reference_source(workload_id)` picks"):]
-    # workloads/solutions/README.md's order of the picks went from fast_solution straight to the plain attention_solution
+    # workloads/solutions/README.md's picks went from fast_solution straight to the plain attention_solution
     solutions = " ".join((ROOT / "workloads" / "solutions" / "README.md").read_text().split())
     picks = solutions[solutions.index("pick a workload's reference with `reference_source`"):]
     assert "`attention_backward.reference_backward` (the wgmma backward), else `attention_solution`" in picks
