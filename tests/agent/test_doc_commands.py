@@ -704,3 +704,14 @@ def test_the_plain_attention_solution_refuses_only_the_gqa_backward():
     assert refused and all(w.op == "mha_bwd" and "HKV" in w.symbols for w in refused)
     text = " ".join((ROOT / "workloads" / "solutions" / "README.md").read_text().split())
     assert "KeyError for a GQA backward; a causal GQA forward takes both plan edits" in text
+
+
+def test_a_bound_that_is_no_size_is_refused_by_the_cache_command_as_its_readme_says(tmp_path, monkeypatch):
+    """tools/README.md said a bound that is no size warns and the default applies; `ptxbench cache`, which prints the
+    bound, refuses it instead."""
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PTXBENCH_CACHE_MAX_BYTES", "bogus")
+    result = CliRunner().invoke(app, ["cache"])
+    assert result.exit_code == 2 and "is not a size" in result.output, result.output
+    text = " ".join((ROOT / "tools" / "README.md").read_text().split())
+    assert "warns once on stderr and the default applies; `ptxbench cache` refuses it, exit status 2" in text
