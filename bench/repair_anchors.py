@@ -9,10 +9,11 @@ reproduced the verdict recorded when the suite was built.
 Made to survive a time limit: the bench gets `--max-seconds` (then it is stopped: SIGTERM, then SIGKILL to its
 process group) and what finished is scored; every `--every` seconds, and at the end, anchors.json is rewritten
 from the trajectories on disk and the run folder (without its checkpoint file) is packed into one
-<run name>.tar.gz, both in --out (default: the run folder's parent). A command killed outright therefore still
-leaves the last ones, and a copy that drops deep folders still gets every trajectory. `--resume` continues a
-stopped run (its checkpoints stay in the run folder). Prints the scores and a table of the verdicts that did not
-repeat.
+<run name>.tar.gz, both in --out (default: the run folder's parent), beside the bench's console log, <run
+name>.bench.log: nothing goes into the run folder before the bench has made its run there, since a new bench refuses
+a folder holding other files. A command killed outright therefore still leaves the last ones, and a copy that drops
+deep folders still gets every trajectory. `--resume` continues a stopped run (its checkpoints stay in the run
+folder). Prints the scores and a table of the verdicts that did not repeat.
 """
 from __future__ import annotations
 
@@ -78,13 +79,14 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def record(run_dir: Path, out: Path, args, info: dict, scores: dict | None) -> dict:
-    """anchors.json (in the run folder and in --out) and the packed run folder, from what is on disk now."""
+    """anchors.json (in --out, and in the run folder once the bench made its run there) and the packed run folder,
+    from what is on disk now."""
     rows = compare(run_dir, args.models.split(","), [w for w in args.workloads.split(",") if w])
     ran = [r for r in rows if r["turn0"] is not None]
     summary = {**info, "turn0_evaluations": len(ran), "turn0_same_as_recorded": sum(r["same"] for r in ran),
                "not_reached": len(rows) - len(ran), "scores": scores, "rows": rows}
     text = json.dumps(summary, indent=1)
-    for folder in {run_dir, out}:
+    for folder in {run_dir, out} if (run_dir / "manifest.json").exists() else {out}:
         _atomic_write(folder / "anchors.json", lambda p: p.write_text(text, encoding="utf-8"))
 
     def pack(tmp: Path) -> None:
@@ -165,15 +167,16 @@ def main() -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "ptxbench.agent", "bench", "--track", "repair", "--models", args.models, "--trajectories", "1",
-           "--turns", str(args.turns), "--profile", args.profile, "--run-dir", str(run_dir), "--no-report"]
-    cmd += (["--workloads", args.workloads] if args.workloads else []) + (["--no-gpu"] if args.no_gpu else [])
+           "--turns", str(args.turns), "--run-dir", str(run_dir), "--no-report"]
+    cmd += ["--workloads", args.workloads] if args.workloads else []
+    cmd += ["--no-gpu"] if args.no_gpu else ["--profile", args.profile]  # the bench refuses a profile policy with --no-gpu
     cmd += ["--resume"] if args.resume else []
     info = {"command": " ".join(cmd), "max_seconds": args.max_seconds, "finished": False}
-    rc, seconds, why = run_bench(cmd, run_dir / "bench.log", args.max_seconds, args.every,
-                                 lambda: record(run_dir, out, args, info, None))
+    log = out / f"{run_dir.name}.bench.log"
+    rc, seconds, why = run_bench(cmd, log, args.max_seconds, args.every, lambda: record(run_dir, out, args, info, None))
     info.update(bench_seconds=round(seconds, 1), bench_rc=rc, stopped=why or None, finished=not why and rc == 0)
     summary = record(run_dir, out, args, info, score(run_dir))
-    print((run_dir / "bench.log").read_text(encoding="utf-8", errors="replace")[-4000:])
+    print(log.read_text(encoding="utf-8", errors="replace")[-4000:])
     ran = summary["turn0_evaluations"]
     print(f"\nbench {seconds:.0f} s, rc {rc}{f', stopped ({why})' if why else ''}; turn 0 reproduced the recorded verdict "
           f"in {summary['turn0_same_as_recorded']} of {ran} evaluations ({summary['not_reached']} not reached)")
