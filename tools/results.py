@@ -159,10 +159,15 @@ class Timing(BaseModel):
                              "'rechecked' (this is the re-check's timing: the first was implausible), "
                              "'invalid_durations' (pairs with a zero, negative or NaN duration left out: "
                              "tools/gpu/timing_stats.py), "
-                             "'host_stalls' (a call's launch gate gave up waiting for the host: tools/gpu/gate.py), "
+                             "'host_stalls' (a timed call's launch gate gave up waiting for the host: "
+                             "tools/gpu/gate.py; how many in `host_stalls`), "
                              "'profile_output_wrong' (the profiled call's output failed the rule the evaluated calls "
                              "passed: tools/profile/candidate.py), 'profile_slower' (the profiled call's kernels took "
                              "over SLOWER_UNDER_PROFILER times the timed calls' median: tools/profile/candidate.py)")
+    host_stalls: int | None = Field(None, description="timed calls (the candidate's and the library's together; warm-up "
+                                    "calls not counted) whose launch gate gave up waiting for the host, so their "
+                                    "intervals may hold the host's latency (the flag 'host_stalls' when any did); None "
+                                    "in records written before the count existed")
     input_sets: int = Field(0, description="input sets the timed calls rotated among (each verified on the GPU first)")
     verified_calls: int = Field(0, description="timed and warm-up calls whose outputs were checked against the verified "
                                                "output of the same inputs")
@@ -172,6 +177,18 @@ class Timing(BaseModel):
     l2_flush: L2FlushMode = Field(LEGACY_L2_FLUSH, description="how each call found L2 cold: its flush buffer written "
                                   "(dirty lines) or read (clean lines): EvalOptions.l2_flush; absent in records written "
                                   "before the mode existed, which were all written")
+
+    def flag_labels(self) -> list[str]:
+        """The flags as a report shows them (flag_label)."""
+        return [flag_label(f, self.host_stalls) for f in self.flags]
+
+
+def flag_label(flag: str, host_stalls: int | None) -> str:
+    """A timing flag as a report shows it: 'host_stalls' with how many timed calls it counts, where the record has
+    the count (Timing.host_stalls), so one stalled call in hundreds reads apart from most of them."""
+    if flag == "host_stalls" and host_stalls:
+        return f"host_stalls ({host_stalls} timed call{'s' * (host_stalls != 1)})"
+    return flag
 
 
 PROFILE_OUTPUT_WRONG = "profile_output_wrong"  # Timing.flags: the profiled call's output failed the rule (not credited)

@@ -69,7 +69,7 @@ def _print_rich(result) -> None:
         console.print(table)
         lo, hi = t.speedup_ci or (float("nan"), float("nan"))
         console.print(f"speedup vs {t.primary_baseline}: {t.speedup:.3f}x [{lo:.3f}, {hi:.3f}]   {t.tflops:.1f} TFLOP/s   "
-                      f"{t.sol_pct:.1f}% SOL" + (f"   flags: {', '.join(t.flags)}" if t.flags else ""))
+                      f"{t.sol_pct:.1f}% SOL" + (f"   flags: {', '.join(t.flag_labels())}" if t.flags else ""))
     fp = result.fingerprint
     if fp.gpu:
         console.print("[dim]" + safe(f"{fp.gpu} ({fp.sm_count} SMs), driver {fp.driver}, CUDA {fp.cuda_runtime}, torch {fp.torch}, "

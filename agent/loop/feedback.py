@@ -18,7 +18,7 @@ from ptxbench.tools.compile_log import without_host_paths
 from ptxbench.tools.gpu.ceilings import IMPLAUSIBLE_SPEEDUP
 from ptxbench.tools.gpu.timing import SLOW_FACTOR, SLOW_ITERS
 from ptxbench.tools.profile.feedback import HARNESS_TEXT_CHARS, harness_text
-from ptxbench.tools.results import FORMAT_ERROR, EvalResult
+from ptxbench.tools.results import FORMAT_ERROR, EvalResult, Timing
 from ptxbench.tools.textcap import short_name
 from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 
@@ -210,8 +210,19 @@ def _timing_lines(result: EvalResult) -> list[str]:
         lines.append(f"- speedup over {timing.primary_baseline or 'the library'}: {timing.speedup:.3f}x")
     if timing.tflops is not None:
         lines.append(f"- {timing.tflops:.0f} TFLOP/s" + (f", {timing.sol_pct:.0f}% of roofline" if timing.sol_pct is not None else ""))
-    lines += [f"- flag: {f}" + (f" ({FLAG_MEANINGS[f]})" if f in FLAG_MEANINGS else "") for f in timing.flags]
+    lines += [f"- flag: {f}" + (f" ({meaning})" if (meaning := flag_meaning(f, timing)) else "") for f in timing.flags]
     return ["Timing:"] + lines
+
+
+def flag_meaning(flag: str, timing: Timing) -> str:
+    """What a timing flag means for the next revision ('' for one unknown here); 'host_stalls' says how many timed
+    calls waited for the host, where the record counted them: one call in hundreds moves no median, most of them
+    might."""
+    if flag == "host_stalls" and timing.host_stalls:
+        n = timing.host_stalls
+        return (f"{n} of the timed calls (yours and the library's together, two per pair) waited for the host (the "
+                f"harness's side, not the kernel's): {'its' if n == 1 else 'their'} time may be a little long")
+    return FLAG_MEANINGS.get(flag, "")
 
 
 # The usual causes of a failure the GPU names in one word, keyed by the runtime error's code (its first word): the

@@ -190,6 +190,28 @@ def test_every_timing_flag_the_gpu_sets_is_explained():
     assert "150" not in FLAG_MEANINGS["reduced_iterations"]
 
 
+def test_host_stalls_says_how_many_timed_calls_waited_for_the_host():
+    """'- flag: host_stalls' read the same whether one timed call of 300 waited for the host or 200 did: the count
+    the record keeps is quoted. A record written before the count existed still reads, with the flag's plain meaning."""
+    from ptxbench.agent.loop.feedback import FLAG_MEANINGS
+    from ptxbench.tools.results import Timing, TimingStat
+
+    stat = TimingStat(median_ms=0.75, ci_low_ms=0.749, ci_high_ms=0.752, n=150)
+    timing = Timing(candidate=stat, baselines={"cublas": stat}, primary_baseline="cublas", speedup=1.0,
+                    flags=["host_stalls"], host_stalls=3)
+    text = render_eval(EvalResult(workload=WL, status="PASSED", timing=timing), 1, False)
+    line = next(ln for ln in text.splitlines() if ln.startswith("- flag: host_stalls"))
+    assert "3 of the timed calls" in line and "their time may be a little long" in line
+    one = render_eval(EvalResult(workload=WL, status="PASSED", timing=timing.model_copy(update={"host_stalls": 1})),
+                      1, False)
+    assert "1 of the timed calls" in one and "its time may be" in one
+    old = Timing.model_validate(timing.model_dump(exclude={"host_stalls"}))
+    assert old.host_stalls is None
+    text = render_eval(EvalResult(workload=WL, status="PASSED", timing=old), 1, False)
+    assert f"- flag: host_stalls ({FLAG_MEANINGS['host_stalls']})" in text
+    assert timing.flag_labels() == ["host_stalls (3 timed calls)"] and old.flag_labels() == ["host_stalls"]
+
+
 def test_a_turns_outcome_says_each_error_once():
     """The one line the summary context keeps of an older turn (200 characters) read "the kernel failed:
     CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure", and a

@@ -475,3 +475,14 @@ def test_the_leaderboard_says_when_a_cell_pools_two_gpus_and_not_when_two_budget
             .turn(1, "PASSED", 1.1, True).stop()
     note = leaderboard(score_runs([budgets])).note
     assert "L2 flush, whose" not in note and "different GPUs" not in note
+
+
+def test_a_trajectory_pages_timing_says_how_many_calls_waited_for_the_host():
+    """'flags: host_stalls' read the same for one timed call of 300 as for 200: the page quotes the record's count,
+    and a record written before the count existed still shows its flag."""
+    from ptxbench.agent.report.trajectory_page import _timing
+
+    stat = {"median_ms": 0.75, "ci_low_ms": 0.749, "ci_high_ms": 0.752, "n": 150}
+    timing = {"candidate": stat, "baselines": {"cublas": stat}, "speedup": 1.0, "flags": ["host_stalls"]}
+    assert "flags: host_stalls (12 timed calls)" in _timing({"timing": timing | {"host_stalls": 12}})
+    assert "flags: host_stalls</p>" in _timing({"timing": timing})

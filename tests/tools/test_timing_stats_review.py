@@ -196,9 +196,9 @@ def test_a_rechecked_timing_that_is_kept_reports_its_own_launch_gate_stalls(runn
         n = iters * trials
         if len(runs) == 2:  # the timing: the kernel at 2x a library running near the roofline -> re-checked
             return [[5.0] * n, [10.0] * n]
-        if len(runs) == 3:  # the re-check, the library first: plausible, and one of its gates gave up
+        if len(runs) == 3:  # the re-check, the library first: plausible, and two of its gates gave up
             if report is not None:
-                report["gate_stalls"] = 1
+                report["gate_stalls"] = 2
             return [[5.5] * n, [5.0] * n]
         return [[5.0] * n, [5.0] * n]  # the probe
 
@@ -219,7 +219,68 @@ def test_a_rechecked_timing_that_is_kept_reports_its_own_launch_gate_stalls(runn
                                    L2Flush(1 << 26, "read"), watch)
     assert "rechecked" in record["flags"] and record["speedup"] == pytest.approx(1.1)
     assert record["recheck_speedup"] == pytest.approx(2.0)
-    assert "host_stalls" in record["flags"]
+    assert "host_stalls" in record["flags"] and record["host_stalls"] == 2  # the kept timing's own count
+    assert Timing.model_validate(record).host_stalls == 2  # and the record keeps it (an unknown key was dropped)
+
+
+def test_the_launch_gates_that_gave_up_are_counted_over_the_timed_calls_only(monkeypatch):
+    """A warm-up call's duration is thrown away, so its gate giving up (the first call's lazy setup, an allocation
+    that waits on the device) holds no host latency in any timed interval; it was counted and flagged all the same."""
+    import torch
+
+    from ptxbench.tools.gpu import gate, timing
+
+    stalls = []
+
+    class Gate:  # the launch gate's host side; a call appends to `stalls` where its gate would have given up
+        def close(self, stream):
+            return 1
+
+        def open(self, ticket):
+            pass
+
+        def stalls(self):
+            return len(stalls)
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return 1.0
+
+    class Buffer:
+        def __init__(self, flush):
+            pass
+
+        def flush(self, fill):
+            pass
+
+        def check(self):
+            pass
+
+    monkeypatch.setattr(gate, "launch_gate", Gate)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: SimpleNamespace(cuda_stream=0))
+    monkeypatch.setattr(timing, "FlushBuffer", Buffer)
+    calls = []
+
+    def call():
+        calls.append(len(calls))
+        if calls[-1] in (0, 1, 8):  # each side's first warm-up call, and one timed call
+            stalls.append(calls[-1])
+
+    report: dict = {}
+    times = timing.time_sides([timing.Side(call), timing.Side(call)], flush=timing.L2Flush(1 << 20), warmup=2,
+                              iters=3, trials=2, report=report)
+    assert len(calls) == 2 * (2 + 3 * 2) and [len(t) for t in times] == [6, 6]
+    assert report["gate_stalls"] == 1
 
 
 @pytest.mark.parametrize("gpu, tbps, flagged", [

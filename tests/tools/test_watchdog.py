@@ -183,15 +183,16 @@ def test_timing_phases_scale_from_the_measured_pair_time_and_end_in_a_harness_ph
     assert chunks[1] == (10, 50, 3)  # the full timing: the limits fit the kernel, not the other way round
     # the timing (not the probe) is audited once, after a call drawn among all of its calls
     assert len(audits) == 1 and 0 <= audits[0] < 2 * (10 + 50 * 3)
-    assert "host_stalls" not in record["flags"]
+    assert "host_stalls" not in record["flags"] and record["host_stalls"] == 0
 
 
 def test_a_timing_whose_launch_gate_gave_up_says_so(runner, monkeypatch):
     """A gate that waited its limit for the host lets the GPU go on: that call's interval may hold the host's latency,
-    so the timing carries `host_stalls`."""
+    so the timing carries `host_stalls`, and how many calls it was: the flag alone read the same for one call of the
+    300 as for 200 of them."""
     def fake_time_sides(sides, *, flush, warmup=10, iters=50, trials=3, on_trial=None, audit=None, report=None):
         if report is not None and iters > 2:
-            report["gate_stalls"] = 1
+            report["gate_stalls"] = 7
         return [[1.0] * iters * trials, [1.0] * iters * trials]
 
     monkeypatch.setattr(runner, "time_sides", fake_time_sides)
@@ -205,7 +206,7 @@ def test_a_timing_whose_launch_gate_gave_up_says_so(runner, monkeypatch):
     watch.probe_s = 0.01
     record = runner.time_candidate(FakeCalls([0.0], 0.001), state, get_workload(BWD), GpuJob(workload=BWD, timeout_s=60.0),
                                    lambda *m: None, 0.001, L2Flush(1 << 26, "read"), watch)
-    assert "host_stalls" in record["flags"]
+    assert "host_stalls" in record["flags"] and record["host_stalls"] == 7
 
 
 def test_the_audit_finds_a_result_kept_in_any_cached_library_instance_and_has_its_own_limit(runner, monkeypatch):

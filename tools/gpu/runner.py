@@ -40,7 +40,7 @@ from .unowned import clear_unowned
 from .state import WorkerState, changed_inputs
 from .tensormap import encode
 from .timing import SLOW_FACTOR, L2Flush, Side, evaluation_flush, plan_iterations, time_interleaved, time_sides
-from .timing_stats import summarize_durations, timing_record
+from .timing_stats import note_host_stalls, summarize_durations, timing_record
 from .verdict import Failed, status_of
 from .watchdog import CandidateWatch, Phase, workload_roofline_ms
 
@@ -370,9 +370,9 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
     gates: dict = {}
     cand_ms, base_ms = time_sides([cand_side, base_side], flush=flush, warmup=warmup, iters=iters,
                                   trials=trials, on_trial=keep_alive, audit=(at, mid_audit), report=gates)
-    record = timing_record(wl, cand_ms, base_ms, primary, others, ceil, state.limits.name, reduced, slow)
-    if gates.get("gate_stalls"):  # a call's gate gave up on the host: its interval may hold the host's latency
-        record["flags"].append("host_stalls")
+    # a call whose gate gave up on the host: its interval may hold the host's latency
+    record = note_host_stalls(timing_record(wl, cand_ms, base_ms, primary, others, ceil, state.limits.name, reduced,
+                                            slow), gates.get("gate_stalls", 0))
     if suspicious(record["flags"]):
         # Timed again under a changed schedule: the library first in each pair, new set order; if it stands, it is
         # not a kernel this device can run that fast, whatever the checks said.
@@ -381,9 +381,8 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
         gates2: dict = {}  # the re-check's own stalls: when its timing is the one kept, they are the ones that count
         base_ms2, cand_ms2 = time_sides([base_side, cand_side], flush=flush, warmup=warmup, iters=iters,
                                         trials=trials, on_trial=keep_alive, report=gates2)
-        again = timing_record(wl, cand_ms2, base_ms2, primary, others, ceil, state.limits.name, reduced, slow)
-        if gates2.get("gate_stalls"):
-            again["flags"].append("host_stalls")
+        again = note_host_stalls(timing_record(wl, cand_ms2, base_ms2, primary, others, ceil, state.limits.name,
+                                               reduced, slow), gates2.get("gate_stalls", 0))
         record["recheck_speedup"], record["recheck_speedup_ci"] = again["speedup"], again["speedup_ci"]
         if not suspicious(again["flags"]):
             again["flags"].append("rechecked")
@@ -589,8 +588,10 @@ def aa_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutcome, b
     def check(out) -> None:  # and the sketch after each call, on both sides
         torch.stack(sketch_tensors(out, key, space)).tolist()
 
+    gates: dict = {}  # an A/A timing says how many of its calls may hold the host's latency, as an evaluation's does
     a_ms, b_ms = time_sides([Side(twin, restore, check), Side(base.fn, restore, check)], flush=flush,
-                            warmup=job.warmup, iters=job.iters, trials=job.timing_trials)
-    timing = Timing.model_validate(timing_record(wl, a_ms, b_ms, primary, {}, ceil, state.limits.name, False)
-                                   | {"l2_flush": flush.mode})
+                            warmup=job.warmup, iters=job.iters, trials=job.timing_trials, report=gates)
+    record = note_host_stalls(timing_record(wl, a_ms, b_ms, primary, {}, ceil, state.limits.name, False),
+                              gates.get("gate_stalls", 0))
+    timing = Timing.model_validate(record | {"l2_flush": flush.mode})
     return GpuOutcome(status="PASSED", timing=timing), False

@@ -179,7 +179,8 @@ def time_sides(sides: list[Side], *, flush: L2Flush, warmup: int = 10, iters: in
     check. The gate (gate.py) holds the GPU until the host has enqueued the call, so the host's launch latency is
     never inside the interval, however loaded the host; waiting for each call before the next lets `check` verify
     its output before anything else runs; the events time the GPU only. `report`, when given, gets "gate_stalls":
-    the calls whose gate gave up waiting for the host (their interval may hold its latency).
+    the timed calls (both sides; warm-up calls, whose durations are thrown away, not counted) whose gate gave up
+    waiting for the host (their interval may hold its latency).
     `audit` = (n, fn): fn runs after the check of call n (counting from 0 over warm-up and trials, both sides), outside
     every timed interval; the caller draws n, so a kernel cannot tell when it comes. The flush buffer is checked last
     (FlushBuffer)."""
@@ -190,7 +191,6 @@ def time_sides(sides: list[Side], *, flush: L2Flush, warmup: int = 10, iters: in
     buffer = FlushBuffer(flush)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     gate, stream = launch_gate(), torch.cuda.current_stream().cuda_stream
-    stalls_before = gate.stalls()
     done = 0
 
     def one(side: Side, fill: int) -> float:
@@ -213,6 +213,8 @@ def time_sides(sides: list[Side], *, flush: L2Flush, warmup: int = 10, iters: in
     for it in range(warmup):
         for side in sides:
             one(side, it & 0xFF)
+    # Counted from here: a warm-up call's gate that gave up (a first call's lazy setup) leaves no duration behind.
+    stalls_before = gate.stalls()
     times: list[list[float]] = [[] for _ in sides]
     for trial in range(trials):
         for it in range(iters):

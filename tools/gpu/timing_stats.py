@@ -47,6 +47,16 @@ def valid_pairs(candidate_ms, baseline_ms) -> tuple[np.ndarray, np.ndarray, int]
     return c[ok], b[ok], int(c.size - ok.sum())
 
 
+def note_host_stalls(record: dict, stalls: int) -> dict:
+    """`record` with how many of its timed calls' launch gates gave up waiting for the host (time_sides'
+    "gate_stalls"; gate.py), and the flag when any did: a reader sees whether one call of the hundreds may hold the
+    host's latency or most did. In place; returned for chaining."""
+    record["host_stalls"] = int(stalls)
+    if stalls:
+        record["flags"].append("host_stalls")
+    return record
+
+
 def summarize_durations(samples) -> dict:
     """The TimingStat fields of one side timed on its own (the other baselines), invalid durations left out."""
     return summarize(valid_durations(samples)).model_dump()
