@@ -42,7 +42,8 @@ class Evidence(BaseModel):
     l1_sol_pct: float | None = Field(None, description="L1/shared memory throughput, % of its peak")
     l2_sol_pct: float | None = Field(None, description="L2 throughput, % of its peak")
     tensor_pipe_pct: float | None = None
-    sm_mhz: float | None = Field(None, description="the SMs' clock over the profiled pass (ncu, clocks not pinned)")
+    sm_mhz: float | None = Field(None, description="the SMs' clock over the profiled pass (ncu, clocks not pinned): "
+                                 "KernelProfile.clock_mhz, its elapsed cycles over its duration")
     top_mhz: float | None = Field(None, description="the GPU's top SM clock (tools/gpu/ceilings.MAX_SM_MHZ), None "
                                                     "when the GPU is not in that table")
     l2_hit_pct: float | None = None
@@ -136,7 +137,7 @@ def _profile_figures(ev: Evidence, result) -> None:
     ev.compute_sol_pct, ev.memory_sol_pct, ev.dram_sol_pct = k.compute_sol_pct, k.memory_sol_pct, k.dram_sol_pct
     ev.tensor_pipe_pct, ev.l2_hit_pct = k.tensor_pipe_pct, k.l2_hit_pct
     ev.l1_sol_pct, ev.l2_sol_pct = k.l1_sol_pct, k.l2_sol_pct
-    ev.sm_mhz, ev.top_mhz = k.sm_mhz, max_sm_mhz(summary.gpu)
+    ev.sm_mhz, ev.top_mhz = k.clock_mhz, max_sm_mhz(summary.gpu)  # the clock the profile feedback quotes
     ev.registers = k.registers if k.registers is not None else ev.registers
     ev.smem_bytes, ev.occupancy_limiter = k.smem_per_block, k.occupancy_limiter
     if k.local_spill_requests:

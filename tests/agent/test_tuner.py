@@ -240,7 +240,8 @@ def test_after_the_deferred_epilogue_the_l2_priorities_come_before_the_cluster()
 
 def _with_clock_profile() -> EvalResult:
     """The recorded evaluation with the profile `ptxbench profile` took of the same reference on an H200 on 2026-12-04,
-    which read the SMs' clock (bench/results/profile_clock_2026-12-04: 1,654 of 1,980 MHz, 1.20 M cycles)."""
+    which read the SMs' clock (bench/results/profile_clock_2026-12-04: 1.20 M cycles in 714.7 us, 1,682 of 1,980 MHz;
+    ncu's SM Frequency, the GPCs' mean count, read 1,654)."""
     import gzip
 
     path = ROOT / "bench/results/profile_clock_2026-12-04/profile_gemm_bf16_m8192_n7168_k5120.json.gz"
@@ -251,7 +252,7 @@ def _with_clock_profile() -> EvalResult:
 
 def test_evidence_reads_the_profiled_clock():
     ev = evidence_from(_with_clock_profile())
-    assert ev.sm_mhz == pytest.approx(1654.4, abs=0.1) and ev.top_mhz == 1980.0 and ev.power_limited
+    assert ev.sm_mhz == pytest.approx(1682.2, abs=0.1) and ev.top_mhz == 1980.0 and ev.power_limited
     old = evidence_from(recorded())  # profiled before the clock was read: no claim either way
     assert old.sm_mhz is None and not old.power_limited
     assert not ev.model_copy(update=dict(sm_mhz=1900.0)).power_limited  # near the top clock

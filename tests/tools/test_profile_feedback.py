@@ -226,8 +226,8 @@ def test_the_live_evaluation_printed_the_traffic_under_the_math_finding():
 
 def _gemm_profile(gpu: str = "NVIDIA H200", **changes) -> ProfileSummary:
     """The H200's main GEMM as its full profile reads (compute-bound, tensor pipe busy), at the clock given."""
-    fields = dict(name="gemm_bf16_tn", duration_us=725.0, compute_sol_pct=93.0, memory_sol_pct=41.0,
-                  tensor_pipe_pct=97.0, sm_mhz=1612.0, elapsed_cycles=1.17e6) | changes
+    fields = dict(name="gemm_bf16_tn", duration_us=1.17e6 / 1612.0, compute_sol_pct=93.0, memory_sol_pct=41.0,
+                  tensor_pipe_pct=97.0, sm_mhz=1600.0, elapsed_cycles=1.17e6) | changes  # 1,612 MHz: cycles / time
     return ProfileSummary(ok=True, gpu=gpu, kernels=[KernelProfile(**fields)])
 
 
@@ -238,9 +238,10 @@ def test_a_compute_bound_kernel_under_its_top_clock_is_told_the_power_limit_sets
 
 
 @pytest.mark.parametrize("gpu,changes", [
-    ("NVIDIA H200", {"sm_mhz": 1900.0}),  # near its top clock: nothing to say
+    ("NVIDIA H200", {"duration_us": 1.17e6 / 1900.0}),  # near its top clock: nothing to say
+    ("NVIDIA H200", {"duration_us": None, "sm_mhz": 1900.0}),  # likewise by ncu's SM Frequency, with no duration
     ("NVIDIA H200", {"compute_sol_pct": 30.0, "memory_sol_pct": 85.0}),  # memory-bound: the clock is not its limit
-    ("NVIDIA H200", {"sm_mhz": None}),  # no speed-of-light section
+    ("NVIDIA H200", {"sm_mhz": None, "elapsed_cycles": None}),  # no speed-of-light section
     ("NVIDIA H200", {"elapsed_cycles": None}),
     ("NVIDIA A100-SXM4-80GB", {}),  # no top clock known for this GPU
 ])

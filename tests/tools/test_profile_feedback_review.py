@@ -56,6 +56,23 @@ def test_the_recorded_figures_are_what_the_feedback_quotes():
     assert "the roofline allows 608 us" in text  # the FLOPs at 989 TFLOP/s; the 275 MB minimum takes 57 us
 
 
+def test_the_clock_sentence_quotes_the_clock_its_cycles_make_the_kernels_time_at():
+    """ncu's SM Frequency is the GPCs' mean elapsed count over the duration (gpc__cycles_elapsed.avg.per_second), its
+    Elapsed Cycles their largest (gpc__cycles_elapsed.max): the sentence paired 1,654 MHz with 1,202,211 cycles, 727 us
+    "over it" for a kernel that ran 714.7 us. The clock quoted is the cycles over the kernel's time (1,682 MHz, the
+    raw page's gpc__cycles_elapsed.max.per_second), so "the time is the cycles over it" holds."""
+    import re
+
+    s, _ = recorded("gemm_m8192")
+    k = s.main_kernel()
+    said = re.search(r"The SMs ran at ([\d,]+) of ([\d,]+) MHz over it \(([\d,]+) cycles\)", headline(s, None))
+    assert said, headline(s, None)
+    mhz, cycles = (float(said.group(i).replace(",", "")) for i in (1, 3))
+    assert cycles == k.elapsed_cycles and said.group(2) == "1,980"
+    assert cycles / mhz == pytest.approx(k.duration_us, rel=1e-3)  # 1,682 MHz; 1,654 made it 1.7% long
+    assert k.clock_mhz == pytest.approx(1682.22, abs=0.01) and k.sm_mhz == pytest.approx(1654.4, abs=0.1)
+
+
 def test_an_older_ncus_clock_unit_is_read_as_a_clock():
     """ncu before 2024 gave SM Frequency as 'cycle/nsecond': read as 1.65 Hz it was dropped as implausible."""
     assert to_number("1.65", "cycle/nsecond") == pytest.approx(1.65e9)
@@ -169,7 +186,7 @@ def test_a_power_limited_gemm_is_not_told_to_fill_the_last_four_sms():
     text = feedback("gemm_m8192", {311: {"HGMMA": 8}, 319: {"WARPGROUP": 1}}, budget=1200)
     assert "power limit sets the clock" in text and "LaunchConfiguration" not in text
     s, data = recorded("gemm_m8192")
-    s.kernels[0].sm_mhz = 1950.0
+    s.kernels[0].duration_us = s.kernels[0].elapsed_cycles / 1950.0  # the same cycles at 1,950 MHz
     cr = compiled(s, {311: {"HGMMA": 8}})
     verdicts = {n: RuntimeTarget(verdict="executed") for n in ("wgmma", "tma")}
     text = profile_feedback(s, verdicts, get_workload(data["workload"]), cr, token_budget=1200)

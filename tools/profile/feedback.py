@@ -114,10 +114,10 @@ def power_clock(s: ProfileSummary, k: KernelProfile) -> str:
     26-28). Empty otherwise."""
     from ptxbench.tools.gpu.ceilings import max_sm_mhz
 
-    top = max_sm_mhz(s.gpu)
-    if not k.elapsed_cycles or not power_limited(k.bottleneck, k.sm_mhz, top):
+    top, clock = max_sm_mhz(s.gpu), k.clock_mhz  # the clock its cycles were counted at: cycles over it are its time
+    if not k.elapsed_cycles or not power_limited(k.bottleneck, clock, top):
         return ""
-    return " " + template()["other"]["power_clock"].format(mhz=k.sm_mhz, top=top, cycles=k.elapsed_cycles)
+    return " " + template()["other"]["power_clock"].format(mhz=clock, top=top, cycles=k.elapsed_cycles)
 
 
 class Standing(BaseModel):

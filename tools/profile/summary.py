@@ -47,9 +47,12 @@ class KernelProfile(BaseModel):
     dram_bytes: float | None = Field(None, description="DRAM bytes read + written")
     top_pipes: dict[str, float] = Field(default_factory=dict, description="pipe -> % of peak over active cycles, top 3")
     tensor_pipe_pct: float | None = Field(None, description="tensor pipe busy, % of elapsed cycles (wgmma at full rate ~ 100)")
-    sm_mhz: float | None = Field(None, description="the SMs' clock over the profiled pass (elapsed cycles over its duration; "
-                                 "ncu runs with --clock-control none, so it is what the power limit allowed)")
-    elapsed_cycles: float | None = Field(None, description="SM cycles the profiled pass took")
+    sm_mhz: float | None = Field(None, description="ncu's SM Frequency: the GPCs' mean elapsed cycles over the profiled "
+                                 "pass's duration (gpc__cycles_elapsed.avg.per_second; ncu runs with --clock-control "
+                                 "none, so it is what the power limit allowed). The clock the feedback quotes is "
+                                 "clock_mhz, which pairs with elapsed_cycles")
+    elapsed_cycles: float | None = Field(None, description="SM cycles the profiled pass took: ncu's Elapsed Cycles, the "
+                                         "most any GPC counted (gpc__cycles_elapsed.max)")
     registers: int | None = None
     smem_per_block: float | None = None
     theoretical_occupancy_pct: float | None = None
@@ -75,6 +78,19 @@ class KernelProfile(BaseModel):
     @property
     def bottleneck(self) -> str:
         return bottleneck(self.compute_sol_pct, self.memory_sol_pct)
+
+    @property
+    def clock_mhz(self) -> float | None:
+        """The SMs' clock that goes with elapsed_cycles: those cycles over the kernel's duration, so the cycles over it
+        are the time the kernel took. ncu's SM Frequency (sm_mhz) divides the GPCs' mean count instead, while its
+        Elapsed Cycles is their largest: on the H200's main GEMM (GPCs at 1.171-1.202 M cycles) 1,202,211 cycles over
+        1,654 MHz made 727 us of a kernel that ran 714.7 us, whose cycles over its time are 1,682 MHz. sm_mhz where
+        either figure is missing."""
+        if self.elapsed_cycles and self.duration_us:
+            mhz = self.elapsed_cycles / self.duration_us  # cycles per microsecond
+            if 100.0 < mhz < 10_000.0:
+                return mhz
+        return self.sm_mhz
 
 
 class ProfileSummary(BaseModel):
