@@ -715,3 +715,17 @@ def test_a_bound_that_is_no_size_is_refused_by_the_cache_command_as_its_readme_s
     assert result.exit_code == 2 and "is not a size" in result.output, result.output
     text = " ".join((ROOT / "tools" / "README.md").read_text().split())
     assert "warns once on stderr and the default applies; `ptxbench cache` refuses it, exit status 2" in text
+
+
+def test_the_gpu_readme_quotes_a_remembered_hang_as_the_model_hears_it():
+    """tools/gpu/README.md quoted "the same binary timed out at turn N"; the memo serves every trajectory of an
+    evaluator, so its answer names no turn (f691739c)."""
+    from types import SimpleNamespace
+
+    from ptxbench.tools.gpu.hangs import reused_message
+
+    said = reused_message(SimpleNamespace(outcome=SimpleNamespace(message="MESSAGE")))
+    row = next(line for line in (ROOT / "tools" / "gpu" / "README.md").read_text().splitlines()
+               if line.startswith("| `hangs.py`"))
+    quoted = re.search(r'\("([^"]+)"', row)[1]
+    assert quoted.replace("<its TIMEOUT message>", "MESSAGE") == said, (quoted, said)
