@@ -729,3 +729,11 @@ def test_the_gpu_readme_quotes_a_remembered_hang_as_the_model_hears_it():
                if line.startswith("| `hangs.py`"))
     quoted = re.search(r'\("([^"]+)"', row)[1]
     assert quoted.replace("<its TIMEOUT message>", "MESSAGE") == said, (quoted, said)
+
+
+def test_the_tests_readme_names_every_shared_fixture():
+    """tests/README.md's conftest.py row named data_dir but not workdir, the working folder the CLI tests share."""
+    fixtures = re.findall(r"@pytest\.fixture[^\n]*\ndef (\w+)", (ROOT / "tests" / "conftest.py").read_text())
+    row = next(line for line in (ROOT / "tests" / "README.md").read_text().splitlines()
+               if line.startswith("| `conftest.py`"))
+    assert fixtures and [f for f in fixtures if f"`{f}`" not in row] == []
