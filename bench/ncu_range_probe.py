@@ -72,6 +72,16 @@ def main() -> None:
 
     metrics = list(dict.fromkeys(VERDICT_METRICS + [c for f in SM90A.families for c in f.collected]))
     out = {"metrics": metrics, "kernel": profile(ncu, "kernel", metrics), "range": profile(ncu, "range", metrics)}
+    # range replay refuses some counters by name ("Metric X is not supported in range replay"): asked again without
+    # them, so the others are read; the refused ones are listed
+    refused = [m for m in metrics if any(f"Metric {m} is not supported" in line for line in out["range"]["ncu_lines"])]
+    for _ in range(3):
+        if not refused or out["range"]["rows"]:
+            break
+        out["range"] = profile(ncu, "range", [m for m in metrics if m not in refused])
+        refused += [m for m in metrics if m not in refused
+                    and any(f"Metric {m} is not supported" in line for line in out["range"]["ncu_lines"])]
+    out["range_refused"] = refused
     sums = {m: sum(number(r.get(m)) or 0.0 for r in out["kernel"]["rows"]) for m in metrics}
     ranged = out["range"]["rows"][0] if out["range"]["rows"] else {}
     out["compare"] = [{"metric": m, "kernel_sum": sums[m], "range": number(ranged.get(m)),
@@ -80,6 +90,7 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(out, indent=1))
     print(f"kernel replay: rc {out['kernel']['returncode']}, {len(out['kernel']['rows'])} rows; "
           f"range replay: rc {out['range']['returncode']}, {len(out['range']['rows'])} rows")
+    print(f"  refused in range replay: {', '.join(refused) or 'none'}")
     for line in out["range"]["ncu_lines"][-8:]:
         print("  range:", line[:200])
     print(f"{'metric':60s} {'kernel sum':>16s} {'range':>16s}")

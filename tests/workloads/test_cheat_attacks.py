@@ -122,8 +122,9 @@ def test_the_padding_between_a_loaded_modules_globals_is_reset():
                 first = min(section.symbols, key=lambda g: g.offset)
                 ptr, _ = check(cu.cuModuleGetGlobal(module, first.name.encode()), "cuModuleGetGlobal")
                 pad = int(ptr) + first.size + 48  # 4 KiB or more before the next symbol (the CPU tests above)
-                check(cu.cuMemsetD8(cu.CUdeviceptr(pad), 0xA5, 16), "cuMemsetD8")
-                state.restore(torch.cuda.current_stream().cuda_stream)
+                stream = torch.cuda.current_stream().cuda_stream  # written as the restore writes, on the stream
+                check(cu.cuMemsetD8Async(cu.CUdeviceptr(pad), 0xA5, 16, cu.CUstream(stream)), "cuMemsetD8Async")
+                state.restore(stream)
                 torch.cuda.synchronize()
                 host = bytearray(16)
                 check(cu.cuMemcpyDtoH(host, cu.CUdeviceptr(pad), 16), "cuMemcpyDtoH")
