@@ -139,6 +139,11 @@ class ModuleState:
                 self.entries.append((ptr, size, initial))
 
     @property
+    def spans(self) -> list[tuple[int, int]]:
+        """(device address, bytes) of what the restore writes: the module's own data."""
+        return [(ptr, size) for ptr, size, _ in self.entries if size]
+
+    @property
     def nbytes(self) -> int:
         return sum(size for _, size, _ in self.entries)
 

@@ -34,6 +34,7 @@ from .launch import HARDWARE_FAULTS, CudaError, get_function, launch_config, lau
 from .limits import LOCAL_KEEP_BYTES, check_function, check_memory, check_plan, local_reservation, plan_bytes
 from .messages import GpuJob, GpuOutcome
 from .module_state import ModuleState, module_globals
+from .module_tail import ModuleTail, driver_range, watched_pieces
 from .referee import RefereeClient, RefereeError, input_digest
 from .scrub import frame_bytes
 from .unowned import clear_unowned
@@ -82,6 +83,9 @@ class Candidate:
         self.globals = ModuleState(self.module, cubin)
         make_scrub = getattr(state, "on_chip_scrub", None)  # a one-launch replay (the profile's) passes limits only
         self.scrub = make_scrub() if make_scrub else None
+        # the memory the driver maps around the module's data, watched across each call (module_tail.py)
+        pieces = watched_pieces(self.globals.spans, driver_range) if make_scrub and self.globals.spans else []
+        self.tail = ModuleTail.over(pieces) if pieces else None
         self.frame = frame_bytes(max((f.local_bytes for f in self.functions.values()), default=0), stack_limit())
         # What the scrub overwrites: the frame the context has reserved (WorkerState.reserved_frame), not this
         # candidate's alone: a kernel with a small frame reaches below it, into what an earlier one's larger frame
@@ -119,6 +123,10 @@ class Candidate:
 
     def restore_globals(self) -> None:
         self.globals.restore(self.stream)
+
+    def snapshot_tail(self) -> None:
+        if self.tail is not None:
+            self.tail.snapshot()
 
     def clear_unowned(self) -> None:
         """What no buffer of the protocol holds, overwritten: shared memory of every SM and local memory of every warp
@@ -514,6 +522,8 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
         phase("prepare", job.prepare_timeout_s)
         sets = sets_in_memory(state, wl, plan, seeds, dist)
         calls = CandidateCalls(cand, sets, secrets.randbits(62))
+        if getattr(cand, "tail", None) is not None:  # a module with data: what is around it is watched
+            calls.rehearse(flush)
         t0 = time.perf_counter()
         stats, digests = correctness(calls, referee, wl, job, phase, seconds, flush, watch)
         if isinstance(first := calls.verified.get(0), Sketch):  # the profile replays set 0's inputs (input_seed) and
