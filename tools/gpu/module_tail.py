@@ -70,10 +70,20 @@ def watched_pieces(spans: list[tuple[int, int]], address_range: Callable[[int], 
 
 
 def driver_range(ptr: int) -> tuple[int, int] | None:
+    """(base, bytes) of the allocation the driver says holds `ptr`: cuMemGetAddressRange, else the pointer's range
+    attributes; None where neither names one."""
     from cuda.bindings import driver as cu
 
+    ok = cu.CUresult.CUDA_SUCCESS
     err, base, size = cu.cuMemGetAddressRange(cu.CUdeviceptr(ptr))
-    return (int(base), int(size)) if err == cu.CUresult.CUDA_SUCCESS else None
+    if err == ok and int(size) > 0:
+        return int(base), int(size)
+    a = cu.CUpointer_attribute
+    err_b, base = cu.cuPointerGetAttribute(a.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, cu.CUdeviceptr(ptr))
+    err_s, size = cu.cuPointerGetAttribute(a.CU_POINTER_ATTRIBUTE_RANGE_SIZE, cu.CUdeviceptr(ptr))
+    if err_b == ok and err_s == ok and int(size) > 0:
+        return int(base), int(size)
+    return None
 
 
 class _Device:
