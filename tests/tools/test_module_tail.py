@@ -99,3 +99,15 @@ def test_a_candidate_without_a_watched_tail_is_checked_as_before():
     calls = make_calls(honest)
     assert getattr(calls.cand, "tail", None) is None and isinstance(calls.cand, FakeCandidate)
     run(calls, timed=3)
+
+
+def test_the_copy_it_compares_with_is_out_of_every_kernels_reach():
+    """A copy on the device, or in pinned host memory (mapped for the device), could be rewritten by the same kernel to
+    match the stash it left: the copy is pageable host memory, apart from what it copies."""
+    module = Module()
+    tail = module.tail()
+    tail.snapshot()
+    for view, was in zip(tail.views, tail.before):
+        assert was.device.type == "cpu" and not was.is_pinned() and was.data_ptr() != view.data_ptr()
+    module.memory[100] = 9
+    assert tail.changed()

@@ -316,16 +316,14 @@ class CandidateCalls:
         """After a call on set k: the state checks and the sketch of set k's outputs, read back together; and whether
         the memory around the module's data changed during the call (module_tail.py), compared before any other work."""
         tail = getattr(self.cand, "tail", None)
-        moved = tail.changed() if tail is not None else None
+        if tail is not None and tail.changed() and judge_tail:
+            raise Failed("RUNTIME_ERROR", "out-of-bounds write: the kernel wrote past its module's globals, into "
+                         "memory the driver maps around them that no symbol of the module owns",
+                         runtime_error="OUT_OF_BOUNDS_WRITE: memory around the module's data")
         outputs = {n: self.sets[k].bufs.tensors[n].data for n in self.sets[k].bufs.outputs}
         verified = self.verified.get(k)  # a timed call is squashed as its verified output was
-        extra = sketch_tensors(outputs, self.key, self.space, verified.scales() if verified else None)
-        values = self._read_and_check_state(extra + ([moved.to(torch.float64)] if moved is not None else []))
-        if moved is not None:
-            if values.pop() and judge_tail:
-                raise Failed("RUNTIME_ERROR", "out-of-bounds write: the kernel wrote past its module's globals, into "
-                             "memory the driver maps around them that no symbol of the module owns",
-                             runtime_error="OUT_OF_BOUNDS_WRITE: memory around the module's data")
+        values = self._read_and_check_state(sketch_tensors(outputs, self.key, self.space,
+                                                           verified.scales() if verified else None))
         return to_sketch(list(outputs), values)
 
     def rehearse(self, flush: L2Flush) -> None:

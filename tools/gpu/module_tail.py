@@ -5,7 +5,7 @@ data inside a larger allocation (cuMemGetAddressRange names it), and the rest of
 global's address: tests/data/cheats/attacks/global_tail_stash.cu kept every input set's output 64 KiB past its only
 global, and on an H100 it replayed them 11x faster than the same loop without the stash. That memory cannot be reset:
 other modules (the libraries' and torch's, loaded lazily) may live there. So it is watched instead: a copy is taken
-after each call's preparation, and a candidate call that leaves it changed wrote memory outside its buffers and its
+(into pageable host memory) after each call's preparation, and a candidate call that leaves it changed wrote memory outside its buffers and its
 module's data (RUNTIME_ERROR, OUT_OF_BOUNDS_WRITE). Only the candidate's own calls are judged: a library call may load
 a module there. CandidateCalls.rehearse runs the harness's side of a call once first, so no module the harness itself
 loads lazily lands there during a judged call.
@@ -96,13 +96,13 @@ class _Device:
 
 class ModuleTail:
     """The watched memory around one loaded module (`views`: uint8 tensors over it): snapshot() after a call's
-    preparation, changed() after the call (a device bool, read back with the call's other checks)."""
+    preparation, changed() after the call. Both copies are read into pageable host memory, which no kernel can reach:
+    a copy kept on the device (or in pinned host memory, mapped for the device) could be rewritten by the same kernel
+    to match what it left there."""
 
     def __init__(self, views: list):
-        import torch
-
         self.views = views
-        self.copies = [torch.empty_like(v) for v in views]
+        self.before: list = []
         self.nbytes = sum(int(v.numel()) for v in views)
 
     @classmethod
@@ -112,10 +112,9 @@ class ModuleTail:
         return cls([torch.as_tensor(_Device(ptr, n), device=device) for ptr, n in pieces])
 
     def snapshot(self) -> None:
-        for copy, view in zip(self.copies, self.views):
-            copy.copy_(view)
+        self.before = [view.to("cpu", copy=True) for view in self.views]
 
-    def changed(self):
+    def changed(self) -> bool:
         import torch
 
-        return torch.stack([(view != copy).any() for view, copy in zip(self.views, self.copies)]).any()
+        return any(not torch.equal(view.cpu(), was) for view, was in zip(self.views, self.before))
