@@ -33,12 +33,8 @@ def cubin_of(name: str) -> bytes:
 def address_range(ptr: int):
     from cuda.bindings import driver as cu
 
-    from ptxbench.tools.gpu.module_tail import driver_range
-
     err, base, size = cu.cuMemGetAddressRange(cu.CUdeviceptr(ptr))
-    watched = driver_range(ptr)  # what module_tail.py uses (the pointer's range attributes where the first fails)
-    return {"ok": err == cu.CUresult.CUDA_SUCCESS, "error": err.name, "base": int(base), "size": int(size),
-            "watched_range": list(watched) if watched else None}
+    return {"ok": err == cu.CUresult.CUDA_SUCCESS, "error": err.name, "base": int(base), "size": int(size)}
 
 
 def memset_ok(ptr: int, n: int, stream) -> dict:

@@ -75,7 +75,7 @@ def main() -> None:
     # range replay refuses some counters by name ("Metric X is not supported in range replay"): asked again without
     # them, so the others are read; the refused ones are listed
     refused = [m for m in metrics if any(f"Metric {m} is not supported" in line for line in out["range"]["ncu_lines"])]
-    for _ in range(3):
+    for _ in range(len(metrics)):  # ncu names one refused counter a run
         if not refused or out["range"]["rows"]:
             break
         out["range"] = profile(ncu, "range", [m for m in metrics if m not in refused])

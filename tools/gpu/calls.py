@@ -240,7 +240,6 @@ class CandidateCalls:
                 poison_(t)
         self.cand.restore_globals()
         self.cand.clear_unowned()  # shared and local memory, and device memory no live buffer holds: overwritten
-        self._snapshot_tail()  # last: what the driver maps around the module's data, as this call finds it
 
     def prepare(self) -> None:
         """Pick the next input set at random (timed calls), then restore."""
@@ -307,34 +306,19 @@ class CandidateCalls:
         self.inputs_pristine = True
         return values[pos + len(pairs):]
 
-    def _snapshot_tail(self) -> None:
-        tail = getattr(self.cand, "tail", None)
-        if tail is not None:
-            tail.snapshot()
-
-    def observe(self, k: int, judge_tail: bool = True) -> Sketch:
-        """After a call on set k: the state checks and the sketch of set k's outputs, read back together; and whether
-        the memory around the module's data changed during the call (module_tail.py), compared before any other work."""
-        tail = getattr(self.cand, "tail", None)
-        if tail is not None and tail.changed() and judge_tail:
-            raise Failed("RUNTIME_ERROR", "out-of-bounds write: the kernel wrote past its module's globals, into "
-                         "memory the driver maps around them that no symbol of the module owns",
-                         runtime_error="OUT_OF_BOUNDS_WRITE: memory around the module's data")
+    def observe(self, k: int) -> Sketch:
+        """After a call on set k: the state checks, whether the fences around the module's data were written
+        (module_fences.py), and the sketch of set k's outputs, read back together."""
         outputs = {n: self.sets[k].bufs.tensors[n].data for n in self.sets[k].bufs.outputs}
         verified = self.verified.get(k)  # a timed call is squashed as its verified output was
-        values = self._read_and_check_state(sketch_tensors(outputs, self.key, self.space,
-                                                           verified.scales() if verified else None))
+        extra = sketch_tensors(outputs, self.key, self.space, verified.scales() if verified else None)
+        fences = getattr(self.cand, "fences", None)
+        values = self._read_and_check_state(extra + ([fences.check().to(torch.float64)] if fences is not None else []))
+        if fences is not None and values.pop():
+            raise Failed("RUNTIME_ERROR", "out-of-bounds write: the kernel wrote past its module's globals and "
+                         "constants, into the driver's memory beside them that no symbol of the module owns",
+                         runtime_error="OUT_OF_BOUNDS_WRITE: beside the module's data")
         return to_sketch(list(outputs), values)
-
-    def rehearse(self, flush: L2Flush) -> None:
-        """The harness's side of a checked and of a timed call, without the candidate's launch: every kernel of its own
-        it loads lazily is loaded now, so none lands in the watched memory around the module's data during a judged
-        call (module_tail.py). The outputs it sketches are the poisoned ones; nothing is kept."""
-        s = self.sets[0]
-        outputs = {n: s.bufs.tensors[n].data for n in s.bufs.outputs}
-        side = Side(s.bufs.zero_scratch_, self.restore, lambda _o: self.observe(0, judge_tail=False))
-        time_sides([side], flush=flush, warmup=0, iters=1, trials=1)  # a checked call's sketch (its own scales),
-        self._read_and_check_state(sketch_tensors(outputs, self.key, self.space, dict.fromkeys(outputs, 1.0)))  # timed
 
     def checked_call(self, k: int, flush: L2Flush) -> tuple[float, Sketch]:
         """The first call on set k: the same preparation, flush and events as a timed call; returns (ms, sketch)."""

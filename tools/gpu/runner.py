@@ -34,7 +34,7 @@ from .launch import HARDWARE_FAULTS, CudaError, get_function, launch_config, lau
 from .limits import LOCAL_KEEP_BYTES, check_function, check_memory, check_plan, local_reservation, plan_bytes
 from .messages import GpuJob, GpuOutcome
 from .module_state import ModuleState, module_globals
-from .module_tail import ModuleTail, driver_range, watched_pieces
+from .module_fences import Fence, Fences
 from .referee import RefereeClient, RefereeError, input_digest
 from .scrub import frame_bytes
 from .unowned import clear_unowned
@@ -51,11 +51,30 @@ class Candidate:
 
     def __init__(self, cubin: bytes, plan: ResolvedPlan, state: WorkerState, wl: Workload):
         self.plan, self.wl = plan, wl
+        # a module with data is loaded between two fences of the harness's (module_fences.py); a one-launch replay
+        # (the profile's, which passes limits only) runs no protocol and gets none
+        fenced = getattr(state, "on_chip_scrub", None) is not None and bool(module_globals(cubin))
+        before = Fence() if fenced else None
         try:
             self.module = load_module(cubin)
         except CudaError as e:
+            if before is not None:
+                before.close()
             raise Failed("RUNTIME_ERROR", f"the driver could not load the cubin: {e}", runtime_error=str(e),
                          replace=e.sticky) from None
+        self.fences = None
+        try:
+            self._prepare(cubin, plan, state, before)
+        except BaseException:  # a plan refused here leaves neither the module nor a fence loaded
+            try:
+                self.close()
+                if before is not None and self.fences is None:
+                    before.close()
+            except Exception:  # noqa: BLE001 - a poisoned context cannot unload; the worker is replaced anyway
+                pass
+            raise
+
+    def _prepare(self, cubin: bytes, plan: ResolvedPlan, state: WorkerState, before: Fence | None) -> None:
         self.functions = {}
         errors = []
         for i, launch in enumerate(plan.launches):
@@ -80,17 +99,11 @@ class Candidate:
                     raise Failed("PLAN_ERROR", str(e), plan_errors=[f"{kernel}: dynamic shared memory "
                                                                     f"{smem} bytes refused: {e}"]) from None
         self.stream = torch.cuda.current_stream().cuda_stream
-        self.globals = ModuleState(self.module, cubin)
+        self.globals = ModuleState(self.module, cubin)  # every global looked up: the module's data is placed
+        self.fences = Fences(before, Fence(), self.globals.spans) if before is not None else None  # right after it
         make_scrub = getattr(state, "on_chip_scrub", None)  # a one-launch replay (the profile's) passes limits only
         self.scrub = make_scrub() if make_scrub else None
-        # the memory the driver maps around the module's data, watched across each call (module_tail.py)
-        pieces = watched_pieces(self.globals.spans, driver_range) if make_scrub and self.globals.spans else []
-        self.tail = ModuleTail.over(pieces) if pieces else None
         self.frame = frame_bytes(max((f.local_bytes for f in self.functions.values()), default=0), stack_limit())
-        # What the scrub overwrites: the frame the context has reserved (WorkerState.reserved_frame), not this
-        # candidate's alone: a kernel with a small frame reaches below it, into what an earlier one's larger frame
-        # left (tests/data/cheats/attacks/local_below_frame_stash.cu kept an output there from call to call)
-        self.scrub_frame = max(int(self.frame), int(getattr(state, "reserved_frame", 0)))
 
     def bind(self, bufs: BufferSet) -> list:
         """The launches of the plan with this buffer set's pointers and tensor maps, packed once."""
@@ -124,20 +137,18 @@ class Candidate:
     def restore_globals(self) -> None:
         self.globals.restore(self.stream)
 
-    def snapshot_tail(self) -> None:
-        if self.tail is not None:
-            self.tail.snapshot()
-
     def clear_unowned(self) -> None:
         """What no buffer of the protocol holds, overwritten: shared memory of every SM and local memory of every warp
         slot (scrub.py), and the device memory the allocator maps but no live tensor asked for (unowned.py). Nothing
         of one call is there for the next."""
         if self.scrub is not None:
-            self.scrub.run(self.stream, self.scrub_frame)
+            self.scrub.run(self.stream, self.frame)
             clear_unowned(self.stream)
 
     def close(self) -> None:
         unload_module(self.module)
+        if getattr(self, "fences", None) is not None:
+            self.fences.close()
 
 
 def suspect_message(t: Timing) -> str:
@@ -518,12 +529,9 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
             grown = True
         if int(cand.frame) > state.reserved_frame:
             reserve_local_frame(state, cand)
-        cand.scrub_frame = max(int(cand.frame), state.reserved_frame)
         phase("prepare", job.prepare_timeout_s)
         sets = sets_in_memory(state, wl, plan, seeds, dist)
         calls = CandidateCalls(cand, sets, secrets.randbits(62))
-        if getattr(cand, "tail", None) is not None:  # a module with data: what is around it is watched
-            calls.rehearse(flush)
         t0 = time.perf_counter()
         stats, digests = correctness(calls, referee, wl, job, phase, seconds, flush, watch)
         if isinstance(first := calls.verified.get(0), Sketch):  # the profile replays set 0's inputs (input_seed) and
