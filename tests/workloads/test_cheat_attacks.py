@@ -109,7 +109,7 @@ def test_the_padding_between_a_loaded_modules_globals_is_reset():
     from cuda.bindings import driver as cu
 
     from ptxbench.tools.gpu.launch import check, load_module, unload_module
-    from ptxbench.tools.gpu.module_state import ModuleState, module_sections
+    from ptxbench.tools.gpu.module_state import ModuleState, module_sections, section_span
 
     torch.empty(1, device="cuda")  # the primary context, current on this thread
     cu.cuInit(0)
@@ -120,7 +120,15 @@ def test_the_padding_between_a_loaded_modules_globals_is_reset():
             state = ModuleState(module, cubin)
             for section in [s for s in module_sections(cubin) if len(s.symbols) >= 2]:  # padding between two symbols
                 first = min(section.symbols, key=lambda g: g.offset)
-                ptr, _ = check(cu.cuModuleGetGlobal(module, first.name.encode()), "cuModuleGetGlobal")
+                found = {g.name: int(check(cu.cuModuleGetGlobal(module, g.name.encode()), "cuModuleGetGlobal")[0])
+                         for g in section.symbols}
+                if section_span(section, found) is None:
+                    # The driver placed the symbols apart from the ELF's layout (an H100's packs every global
+                    # 256-byte aligned, the 1 MiB padding gone: run 32): no padding exists, each symbol is reset alone
+                    assert all((p, g.size, ) in [(e[0], e[1]) for e in state.entries]
+                               for g in section.symbols for p in [found[g.name]]), (name, section.name)
+                    continue
+                ptr = found[first.name]
                 pad = int(ptr) + first.size + 48  # 4 KiB or more before the next symbol (the CPU tests above)
                 stream = torch.cuda.current_stream().cuda_stream  # written as the restore writes, on the stream
                 check(cu.cuMemsetD8Async(cu.CUdeviceptr(pad), 0xA5, 16, cu.CUstream(stream)), "cuMemsetD8Async")
