@@ -1,8 +1,9 @@
 """A module's globals are reset section by section, padding included (tools/gpu/module_state.py).
 
-ptxas aligns each global as declared, so two globals aligned to 1 MiB lie 1 MiB apart and the bytes between them are
-the module's memory but no symbol's: reset by symbol, they kept a whole output from one call to the next
-(tests/data/cheats/attacks/global_padding_stash.cu). On the CPU: the cubin's sections and the spans a restore writes,
+ptxas aligns each global as declared, so two globals aligned to 1 MiB lie 1 MiB apart in the ELF and the bytes between
+them would be the module's memory but no symbol's, room for a whole output (tests/data/cheats/attacks/
+global_padding_stash.cu). A driver that keeps that layout gets the section reset whole; an H100's packs the globals
+256-byte aligned instead (bench/results/run32), so there each is reset alone and no padding exists. On the CPU: the cubin's sections and the spans a restore writes,
 with the driver stubbed (fixture `runner`) and laying the sections out as the ELF says. On the GPU
 (tests/workloads/test_cheat_attacks.py): bytes written into the padding of a loaded module are gone after a restore.
 """

@@ -149,8 +149,8 @@ def local_frame_job(runner, monkeypatch, frame: int, scrub: FrameScrub | None = 
     monkeypatch.setattr(runner, "module_globals", lambda cubin: [])
     monkeypatch.setattr(runner, "sync_stream", lambda stream: None)
     monkeypatch.setattr(runner.torch.cuda, "empty_cache", lambda: None)
-    cand = SimpleNamespace(frame=frame, close=lambda: None, stream=0, scrub=scrub or FrameScrub())
-    monkeypatch.setattr(runner, "Candidate", lambda *a: cand)
+    monkeypatch.setattr(runner, "Candidate", lambda *a: SimpleNamespace(frame=frame, close=lambda: None, stream=0,
+                                                                         scrub=scrub or FrameScrub()))
     made = []
     monkeypatch.setattr(runner, "make_sets", lambda *a: made.append("sets") or [])
     monkeypatch.setattr(runner, "CandidateCalls", lambda *a: MagicMock())
@@ -163,7 +163,7 @@ def local_frame_job(runner, monkeypatch, frame: int, scrub: FrameScrub | None = 
                             limits=DeviceLimits(total_memory=80 << 30))
     job = GpuJob(workload=SMOKE, plan={"num_sms": 132, "launches": [], "scratch": [], "tmaps": []})
     out, replace = runner.evaluate_job(state, job, lambda *a, **k: None)
-    local_frame_job.state, local_frame_job.candidate = state, cand
+    local_frame_job.state = state
     return out, replace, made
 
 
@@ -220,4 +220,3 @@ def test_a_frame_past_the_workers_reserved_one_is_reserved_first_even_when_small
     assert scrub.frames == [2 << 10, 2 << 10] and local_frame_job.state.reserved_frame == 2 << 10
     out, replace, made = local_frame_job(runner, monkeypatch, 1 << 10, FrameScrub(refusals=9), reserved=2 << 10)
     assert out.status == "INCORRECT_NUMERICAL" and made and not replace, out
-

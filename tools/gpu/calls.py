@@ -307,17 +307,11 @@ class CandidateCalls:
         return values[pos + len(pairs):]
 
     def observe(self, k: int) -> Sketch:
-        """After a call on set k: the state checks, whether the fences around the module's data were written
-        (module_fences.py), and the sketch of set k's outputs, read back together."""
+        """After a call on set k: the state checks and the sketch of set k's outputs, read back together."""
         outputs = {n: self.sets[k].bufs.tensors[n].data for n in self.sets[k].bufs.outputs}
         verified = self.verified.get(k)  # a timed call is squashed as its verified output was
-        extra = sketch_tensors(outputs, self.key, self.space, verified.scales() if verified else None)
-        fences = getattr(self.cand, "fences", None)
-        values = self._read_and_check_state(extra + ([fences.check().to(torch.float64)] if fences is not None else []))
-        if fences is not None and values.pop():
-            raise Failed("RUNTIME_ERROR", "out-of-bounds write: the kernel wrote past its module's globals and "
-                         "constants, into the driver's memory beside them that no symbol of the module owns",
-                         runtime_error="OUT_OF_BOUNDS_WRITE: beside the module's data")
+        values = self._read_and_check_state(sketch_tensors(outputs, self.key, self.space,
+                                                           verified.scales() if verified else None))
         return to_sketch(list(outputs), values)
 
     def checked_call(self, k: int, flush: L2Flush) -> tuple[float, Sketch]:

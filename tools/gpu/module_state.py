@@ -12,12 +12,13 @@ generic store through `cvta.const` writes it, so a constant is state a kernel co
 global. Their device addresses and sizes come from the driver (cuModuleGetGlobal); the load-time bytes
 of initialised globals and of constants are kept on the host, where a kernel cannot write them.
 
-A section is reset whole, not symbol by symbol: ptxas aligns each symbol as declared, and the padding between
-two is the module's memory but no symbol's. Two globals declared `__align__(1 << 20)` lie 1 MiB apart, and
-the bytes between them kept a whole output from one call to the next when only the symbols were reset
-(tests/data/cheats/attacks/global_padding_stash.cu). The section's base is each symbol's address less its
-offset in the section (the ELF symbol's value); where the driver's addresses disagree with that layout the
-symbols alone are reset, as before.
+A section is reset whole where the driver keeps the ELF's layout: ptxas aligns each symbol as declared, and the
+padding between two would be the module's memory but no symbol's. The section's base is each symbol's address less
+its offset in the section (the ELF symbol's value); where the driver's addresses disagree with that layout the symbols
+alone are reset. On an H100 (580.159.04, bench/results/run32) the driver keeps it only within a constant bank: it packs
+every module's globals into one pool 256-byte aligned whatever their declared alignment (two globals aligned to 1 MiB
+in the ELF lie 256 bytes apart), registers each as a range of its own, and so there is no padding between them, and
+the bytes past a module's last global are the pool's (docs/timing-integrity.md: an open gap).
 """
 from __future__ import annotations
 
@@ -137,11 +138,6 @@ class ModuleState:
                     check(cu.cuMemcpyDtoH(host, cu.CUdeviceptr(ptr), size), "cuMemcpyDtoH(module global)")
                     initial = bytes(host)
                 self.entries.append((ptr, size, initial))
-
-    @property
-    def spans(self) -> list[tuple[int, int]]:
-        """(device address, bytes) of what the restore writes: the module's own data."""
-        return [(ptr, size) for ptr, size, _ in self.entries if size]
 
     @property
     def nbytes(self) -> int:

@@ -34,7 +34,6 @@ from .launch import HARDWARE_FAULTS, CudaError, get_function, launch_config, lau
 from .limits import LOCAL_KEEP_BYTES, check_function, check_memory, check_plan, local_reservation, plan_bytes
 from .messages import GpuJob, GpuOutcome
 from .module_state import ModuleState, module_globals
-from .module_fences import Fence, Fences
 from .referee import RefereeClient, RefereeError, input_digest
 from .scrub import frame_bytes
 from .unowned import clear_unowned
@@ -51,30 +50,11 @@ class Candidate:
 
     def __init__(self, cubin: bytes, plan: ResolvedPlan, state: WorkerState, wl: Workload):
         self.plan, self.wl = plan, wl
-        # a module with data is loaded between two fences of the harness's (module_fences.py); a one-launch replay
-        # (the profile's, which passes limits only) runs no protocol and gets none
-        fenced = getattr(state, "on_chip_scrub", None) is not None and bool(module_globals(cubin))
-        before = Fence() if fenced else None
         try:
             self.module = load_module(cubin)
         except CudaError as e:
-            if before is not None:
-                before.close()
             raise Failed("RUNTIME_ERROR", f"the driver could not load the cubin: {e}", runtime_error=str(e),
                          replace=e.sticky) from None
-        self.fences = None
-        try:
-            self._prepare(cubin, plan, state, before)
-        except BaseException:  # a plan refused here leaves neither the module nor a fence loaded
-            try:
-                self.close()
-                if before is not None and self.fences is None:
-                    before.close()
-            except Exception:  # noqa: BLE001 - a poisoned context cannot unload; the worker is replaced anyway
-                pass
-            raise
-
-    def _prepare(self, cubin: bytes, plan: ResolvedPlan, state: WorkerState, before: Fence | None) -> None:
         self.functions = {}
         errors = []
         for i, launch in enumerate(plan.launches):
@@ -99,8 +79,7 @@ class Candidate:
                     raise Failed("PLAN_ERROR", str(e), plan_errors=[f"{kernel}: dynamic shared memory "
                                                                     f"{smem} bytes refused: {e}"]) from None
         self.stream = torch.cuda.current_stream().cuda_stream
-        self.globals = ModuleState(self.module, cubin)  # every global looked up: the module's data is placed
-        self.fences = Fences(before, Fence(), self.globals.spans) if before is not None else None  # right after it
+        self.globals = ModuleState(self.module, cubin)
         make_scrub = getattr(state, "on_chip_scrub", None)  # a one-launch replay (the profile's) passes limits only
         self.scrub = make_scrub() if make_scrub else None
         self.frame = frame_bytes(max((f.local_bytes for f in self.functions.values()), default=0), stack_limit())
@@ -147,8 +126,6 @@ class Candidate:
 
     def close(self) -> None:
         unload_module(self.module)
-        if getattr(self, "fences", None) is not None:
-            self.fences.close()
 
 
 def suspect_message(t: Timing) -> str:
