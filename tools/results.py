@@ -168,6 +168,9 @@ class Timing(BaseModel):
                                     "calls not counted) whose launch gate gave up waiting for the host, so their "
                                     "intervals may hold the host's latency (the flag 'host_stalls' when any did); None "
                                     "in records written before the count existed")
+    invalid_pairs: int | None = Field(None, description="timed pairs left out because a duration was zero, negative or "
+                                      "not a number (the flag 'invalid_durations' when any was); None in records "
+                                      "written before the count existed")
     input_sets: int = Field(0, description="input sets the timed calls rotated among (each verified on the GPU first)")
     verified_calls: int = Field(0, description="timed and warm-up calls whose outputs were checked against the verified "
                                                "output of the same inputs")
@@ -180,14 +183,17 @@ class Timing(BaseModel):
 
     def flag_labels(self) -> list[str]:
         """The flags as a report shows them (flag_label)."""
-        return [flag_label(f, self.host_stalls) for f in self.flags]
+        return [flag_label(f, self.host_stalls, self.invalid_pairs) for f in self.flags]
 
 
-def flag_label(flag: str, host_stalls: int | None) -> str:
-    """A timing flag as a report shows it: 'host_stalls' with how many timed calls it counts, where the record has
-    the count (Timing.host_stalls), so one stalled call in hundreds reads apart from most of them."""
+def flag_label(flag: str, host_stalls: int | None, invalid_pairs: int | None = None) -> str:
+    """A timing flag as a report shows it: 'host_stalls' with how many timed calls it counts and 'invalid_durations'
+    with how many pairs it left out, where the record has the count (Timing.host_stalls, Timing.invalid_pairs), so one
+    call in hundreds reads apart from most of them."""
     if flag == "host_stalls" and host_stalls:
         return f"host_stalls ({host_stalls} timed call{'s' * (host_stalls != 1)})"
+    if flag == "invalid_durations" and invalid_pairs:
+        return f"invalid_durations ({invalid_pairs} pair{'s' * (invalid_pairs != 1)} left out)"
     return flag
 
 

@@ -222,6 +222,10 @@ def flag_meaning(flag: str, timing: Timing) -> str:
         n = timing.host_stalls
         return (f"{n} of the timed calls (yours and the library's together, two per pair) waited for the host (the "
                 f"harness's side, not the kernel's): {'its' if n == 1 else 'their'} time may be a little long")
+    if flag == "invalid_durations" and timing.invalid_pairs:
+        n = timing.invalid_pairs
+        return (f"{n} timed pair{'s' * (n != 1)} measured no usable duration (zero, negative or not a number: a clock "
+                f"glitch) and {'was' if n == 1 else 'were'} left out; the figures come from the rest")
     return FLAG_MEANINGS.get(flag, "")
 
 

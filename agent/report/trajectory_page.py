@@ -50,7 +50,7 @@ def _timing(result: dict) -> str:
         if timing.get(key) is not None:
             extra.append(f"{label} {figure(timing[key])}")
     if timing.get("flags"):
-        extra.append("flags: " + ", ".join(flag_label(f, timing.get("host_stalls")) for f in timing["flags"]))
+        extra.append("flags: " + ", ".join(flag_label(f, timing.get("host_stalls"), timing.get("invalid_pairs")) for f in timing["flags"]))
     return (f"<table><thead><tr><th>timing</th><th>median ms</th><th>95% CI</th><th>n</th></tr></thead><tbody>{body}</tbody>"
             f"</table><p>{E(' · '.join(extra))}</p>")
 

@@ -141,6 +141,7 @@ def test_a_zero_negative_or_infinite_duration_is_no_kernel_time(runner, bad):
     t = record_of(runner, cand, base)
     assert t.candidate.n == 6 and math.isfinite(t.speedup) and t.candidate.min_ms > 0
     assert "invalid_durations" in t.flags and 0.9 < t.speedup < 1.2
+    assert t.invalid_pairs == 9 and "invalid_durations (9 pairs left out)" in t.flag_labels()  # how many, not only whether
 
 
 def test_no_valid_duration_at_all_is_the_harness_error_not_a_timing(runner):
@@ -152,7 +153,7 @@ def test_a_clean_timing_carries_no_invalid_durations_flag(runner):
     rng = np.random.default_rng(5)
     cand, base = h200_like(rng, 150, 0.751, 0.768)
     t = record_of(runner, cand, base, slow=True)
-    assert t.flags == ["slow_candidate"] and t.candidate.n == 150
+    assert t.flags == ["slow_candidate"] and t.candidate.n == 150 and t.invalid_pairs == 0
     assert t.speedup == pytest.approx(np.median(base) / np.median(cand))
 
 
@@ -297,3 +298,16 @@ def test_above_roofline_reads_the_datasheet_row_of_the_part_itself(gpu, tbps, fl
     nbytes = 1e9
     ms = nbytes / (tbps * 1e9)
     assert ("above_roofline" in ceilings.flags(1.0, 0, nbytes, ms, {}, gpu)) is flagged
+
+
+def test_the_model_reads_how_many_pairs_were_left_out(runner):
+    from ptxbench.agent.loop.feedback import flag_meaning
+    from ptxbench.tools.results import Timing
+
+    rng = np.random.default_rng(4)
+    cand, base = h200_like(rng, 15, 0.751, 0.768, step=0.0)
+    cand[0] = float("nan")
+    t = record_of(runner, cand, base)
+    assert flag_meaning("invalid_durations", t).startswith("1 timed pair measured no usable duration")
+    old = Timing.model_validate({**t.model_dump(), "invalid_pairs": None})  # a record from before the count
+    assert flag_meaning("invalid_durations", old).startswith("some timed calls") and "invalid_durations" in old.flag_labels()

@@ -85,4 +85,5 @@ def timing_record(wl, cand_ms, base_ms, primary: str, others: dict, ceil: dict, 
         "sol_pct": roofline.sol_pct(wl.flops, wl.min_bytes, cstat.median_ms, ceil),
         "ceilings": ceil,
         "flags": flags,
+        "invalid_pairs": int(dropped),
     }
