@@ -65,6 +65,8 @@
 #                       with ABLATE_WORKLOAD=mha_fwd_d128)
 #   ncu-metrics (90)    whether ncu knows the FFMA / HFMA / HMMA / HGMMA counters, and what they count on known kernels
 #                       (bench/ncu_metric_probe.py)
+#   stash-probes (90)   where the driver puts module data and local frames: bench/module_memory_probe.py,
+#                       bench/module_pool_layout.py, bench/local_slot_probe.py (the two open stash gaps of run 32)
 #   ncu-range (120)     whether ncu's range replay (a plan's launches back to back) gives the target families' counters,
 #                       beside kernel replay's per-launch ones (bench/ncu_range_probe.py)
 #   decoy-shares (150) the decoy rule's shares on the honest references (bench/decoy_shares.py): wgmma's and
@@ -101,7 +103,7 @@ declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590
                    [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [cta-cost]=150 [fwd-tests]=150 [ref-eval]=200 [pool-hang]=90
                    [compile-cpu]=120 [restore-ablation]=300 [ncu-metrics]=90 [ncu-range]=120 [decoy-shares]=150 [audit-cost]=120
-                   [context-isolation]=120 [lazy-threshold]=240 [pytest-gpu]=300 [input-draw]=60)
+                   [context-isolation]=120 [lazy-threshold]=240 [pytest-gpu]=300 [input-draw]=60 [stash-probes]=90)
 
 run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
   local name=${1%%.*} s=$2 d=$3 tag=
@@ -159,6 +161,9 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
       done ;;
     ncu-metrics) python3 bench/ncu_metric_probe.py --json "$d/metrics.json" ;;
     ncu-range) python3 bench/ncu_range_probe.py --json "$d/range.json" ;;
+    stash-probes) python3 bench/module_memory_probe.py --json "$d/module_memory.json" > "$d/module_memory.txt"
+                  python3 bench/module_pool_layout.py --json "$d/pool_layout.json"
+                  python3 bench/local_slot_probe.py --json "$d/local_slot.json" ;;
     input-draw) python3 bench/input_draw_cost.py ${INPUT_DRAW_ARGS:-} > "$d/draw.md"; cat "$d/draw.md" ;;
     decoy-shares) python3 bench/decoy_shares.py --json "$d/shares.json" ;;
     context-isolation) python3 bench/context_isolation.py --json "$d/isolation.json" ;;
