@@ -21,8 +21,9 @@ def config(**kw) -> BenchConfig:
 
 def reference_repairs(monkeypatch):
     """The fixture's only model that passes is builtin/reference, whose kernel is a swap (no repair): tests of what a
-    repair's score says (its speed, its flush) count it as a repair by forgetting today's reference."""
-    monkeypatch.setattr(repair_track, "reference_kernel_hash", lambda workload: "")
+    repair's score says (its speed, its flush) count it as a repair by forgetting the kernels a swap hands back:
+    today's reference and the unbroken kernel the suite records (missing_header was made from the reference)."""
+    monkeypatch.setattr(repair_track, "swap_hashes", lambda task, workload: frozenset())
 
 
 def test_expand_starts_every_trajectory_from_its_broken_kernel():

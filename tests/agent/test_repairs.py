@@ -55,6 +55,20 @@ def test_fixture_loads_and_is_marked_as_one():
     assert all(t.verdict.gpu == GPU for t in suite.tasks)
 
 
+def test_the_committed_fixture_is_what_its_generator_writes(tmp_path):
+    """tests/data/repair_suite is generated (python3 tests/repair_fixture.py): a field added to the suite's tasks and
+    not regenerated left the fixture testing an older shape (it lacked unbroken_kernel_hash and evaluations). Nothing
+    in it depends on the run (dates are pinned, the fake GPU's verdicts fixed); only its README is written by hand."""
+    from repair_fixture import make
+
+    make(tmp_path)
+    written = {p.relative_to(tmp_path): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    committed = {p.relative_to(FIXTURE): p.read_bytes() for p in sorted(FIXTURE.rglob("*"))
+                 if p.is_file() and p.name != "README.md"}
+    assert sorted(map(str, committed)) == sorted(map(str, written))
+    assert [str(p) for p in written if committed[p] != written[p]] == [], "regenerate: python3 tests/repair_fixture.py"
+
+
 def test_repairs_list_json_and_show():
     out = CliRunner().invoke(app, ["repairs", "list", "--json", "--suite", str(FIXTURE)])
     assert out.exit_code == 0, out.output
