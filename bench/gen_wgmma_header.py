@@ -2,6 +2,7 @@
 
 Run from the repository root: python3 bench/gen_wgmma_header.py
 """
+import argparse
 from pathlib import Path
 
 HEAD = r'''// ptxbench/wgmma.cuh: inline-PTX wrappers for Hopper warpgroup MMA (wgmma, sm_90a).
@@ -100,7 +101,12 @@ def render() -> str:
     return HEAD + "".join(specialization(n) for n in sorted({*range(16, 257, 16), 56})) + TAIL
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Writes the header. A parser even with no options: `--help` must answer, not rewrite the file."""
+    argparse.ArgumentParser(
+        prog="python3 bench/gen_wgmma_header.py",
+        description="Regenerate prompts/include/ptxbench/wgmma.cuh (the wgmma m64nNk16 bf16 wrappers); edit this "
+                    "script, not the header. Takes no options.").parse_args(argv)
     HEADER.write_text(render())
     print(f"wrote {HEADER}")
 

@@ -8,6 +8,7 @@ Regenerate after editing a header: python3 -m ptxbench.prompts.helpers
 """
 from __future__ import annotations
 
+import argparse
 import functools
 
 import re
@@ -108,6 +109,15 @@ def render() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    """Writes helpers_sm90a.md. A parser even with no options: `--help` must answer, not rewrite the file."""
+    argparse.ArgumentParser(
+        prog="python3 -m ptxbench.prompts.helpers",
+        description="Regenerate prompts/helpers_sm90a.md (the prompt's helper reference) from the wrapper headers "
+                    "prompts/include/ptxbench/*.cuh; run it after editing a header. Takes no options.").parse_args(argv)
     OUT.write_text(render())
     print(f"wrote {OUT} ({len(helpers())} helpers)")
+
+
+if __name__ == "__main__":
+    main()
