@@ -3,8 +3,9 @@
     python3 bench/loop_schedule.py late_d96+head_groups pre_plain+head_groups [--workload mha_bwd_d96]
     python3 bench/loop_schedule.py --gemm '{}' '{"tail": "streamk", "max_ctas": 0, "defer": false}'
 
-Attention backward (names of attention_bwd_variants/): the main kernel's lines from its first HGMMA to its last (the
-consumers' block loop), compared in place. GEMM (--gemm: changes from default_params(), as JSON): the template
+Attention backward (names of attention_bwd_variants/, or `X+order`: a variant or checked-in, the reference file, in
+a launch order such as head_groups; an unknown name is a usage error listing them): the main kernel's lines from its
+first HGMMA to its last (the consumers' block loop), compared in place. GEMM (--gemm: changes from default_params(), as JSON): the template
 kernel's whole SASS, lines matched in order with registers and constants abstracted (its HGMMAs sit in a few
 lines, so the span between them says little), and in place.
 
@@ -77,6 +78,24 @@ def in_order(base: list[str], other: list[str]) -> int:
     return sum(b.size for b in difflib.SequenceMatcher(None, base, other, autojunk=False).get_matching_blocks())
 
 
+def unknown_variants(names: list[str]) -> str:
+    """'' when variant_text renders every name, else which it does not and the names it does: the registry's KeyError
+    came mid-run, after the base had compiled, and never said that `checked-in` needs a launch order."""
+    from ptxbench.workloads.solutions.attention_bwd_variants.launch_orders import ORDERS
+    from ptxbench.workloads.solutions.attention_bwd_variants.registry import VARIANTS
+
+    def known(name: str) -> bool:
+        base, plus, order = name.partition("+")
+        return base in VARIANTS if not plus else order in ORDERS and base in (*VARIANTS, "checked-in")
+
+    bad = [n for n in names if not known(n)]
+    if not bad:
+        return ""
+    return (f"unknown variant {', '.join(map(repr, bad))}. A name is a variant ({', '.join(VARIANTS)}), or a variant "
+            f"or checked-in (the reference file itself) with a launch order ({', '.join('+' + o for o in ORDERS)}), "
+            f"e.g. checked-in+{next(iter(ORDERS))}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("base")
@@ -92,6 +111,8 @@ def main() -> int:
             print(f"| {other} | {len(lines)} | {in_order(abstract(base), abstract(lines))} | "
                   f"{in_place(base, lines)} |")
         return 0
+    if why := unknown_variants([args.base, *args.others]):
+        ap.error(why)
     base = loop_lines(args.base, args.workload)
     print(f"| variant | loop lines | lines equal in place to {args.base}'s ({len(base)}) |\n|---|---|---|")
     for v in args.others:

@@ -26,3 +26,27 @@ def test_in_order_counts_the_lines_kept_in_sequence():
     moved = KERNEL[:2] + [KERNEL[4], KERNEL[2], KERNEL[3]] + KERNEL[5:]  # the store hoisted above the math
     assert in_order(KERNEL, KERNEL) == 6 and in_order(KERNEL, moved) == 5
     assert in_order(KERNEL, list(reversed(KERNEL))) == 1
+
+
+def test_a_name_the_registry_renders_is_known_and_any_other_is_named_with_the_valid_ones():
+    """`checked-in` exists only with a launch order: alone it raised the registry's KeyError after the base compiled."""
+    from loop_schedule import unknown_variants
+
+    from ptxbench.workloads.solutions.attention_bwd_variants.registry import variant_text
+
+    good = ["pre_plain", "late_d96+head_groups", "checked-in+head_major", "checked-in+head_groups"]
+    assert unknown_variants(good) == "" and all(variant_text(n) for n in good)
+    why = unknown_variants(["pre_plain", "checked-in", "pre_plain+nope", "nope+head_groups", "nope"])
+    assert why.startswith("unknown variant 'checked-in', 'pre_plain+nope', 'nope+head_groups', 'nope'.")
+    assert "pre_plain" in why and "+head_groups" in why and "checked-in+head_major" in why
+
+
+def test_an_unknown_variant_is_a_usage_error_before_anything_compiles():
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "bench" / "loop_schedule.py"), "checked-in", "X"],
+                          capture_output=True, text=True, cwd=root, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "usage:" in done.stderr and "unknown variant 'checked-in', 'X'" in done.stderr
+    assert "Traceback" not in done.stderr
