@@ -12,11 +12,13 @@ lies above the scrub's, so what lies below it is no scrub's.
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from driver_probe import json_args, primary_context  # noqa: E402
 
 PTX = """.version 8.0
 .target sm_90
@@ -50,16 +52,12 @@ def ptx(frame: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
+    args = json_args(__doc__, argv)
     import torch
-    from cuda.bindings import driver as cu
 
     from ptxbench.tools.gpu.launch import check, get_function, launch_1d, load_module
 
-    torch.empty(1, device="cuda")
-    cu.cuInit(0)
+    cu = primary_context()
     out = torch.zeros(2, dtype=torch.int64, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
     kernels = {}

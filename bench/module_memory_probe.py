@@ -11,10 +11,12 @@ driver accepts. Prints one JSON document (and writes it with --json).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from driver_probe import json_args, primary_context  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTACKS = ROOT / "tests" / "data" / "cheats" / "attacks"
@@ -71,17 +73,13 @@ def module_report(module, cubin: bytes, stream) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
+    args = json_args(__doc__, argv)
     import torch
     import torch.nn.functional as F
-    from cuda.bindings import driver as cu
 
     from ptxbench.tools.gpu.launch import load_module
 
-    torch.empty(1, device="cuda")
-    cu.cuInit(0)
+    primary_context()
     stream = torch.cuda.current_stream().cuda_stream
     doc = {"device": torch.cuda.get_device_name(), "modules": {}}
     loaded = {}

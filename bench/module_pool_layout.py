@@ -9,10 +9,12 @@ are packed 256-byte aligned, and a 16 MiB one was not placed beside them).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from driver_probe import json_args, primary_context  # noqa: E402
 
 PTX = """.version 8.0
 .target sm_90
@@ -22,16 +24,10 @@ PTX = """.version 8.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
-    import torch
-    from cuda.bindings import driver as cu
-
+    args = json_args(__doc__, argv)
     from ptxbench.tools.gpu.launch import check, load_module
 
-    torch.empty(1, device="cuda")
-    cu.cuInit(0)
+    cu = primary_context()
 
     def place(n: int) -> int:
         module = load_module(PTX.format(n=n).encode() + b"\0")
