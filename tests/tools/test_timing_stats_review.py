@@ -232,39 +232,41 @@ def test_the_launch_gates_that_gave_up_are_counted_over_the_timed_calls_only(mon
     from ptxbench.tools.gpu import gate, timing
 
     stalls = []
+    seen = []  # what time_sides asked of the gate, the events and the flush buffer, in order
 
     class Gate:  # the launch gate's host side; a call appends to `stalls` where its gate would have given up
         def close(self, stream):
-            return 1
+            seen.append("close")
+            return len(seen)
 
         def open(self, ticket):
-            pass
+            seen.append(("open", ticket))
 
         def stalls(self):
             return len(stalls)
 
     class Event:
         def __init__(self, enable_timing=False):
-            pass
+            assert enable_timing  # an event without timing gives no elapsed time
 
         def record(self):
-            pass
+            seen.append("record")
 
         def synchronize(self):
-            pass
+            seen.append("sync")
 
         def elapsed_time(self, end):
             return 1.0
 
     class Buffer:
         def __init__(self, flush):
-            pass
+            seen.append("buffer")
 
         def flush(self, fill):
-            pass
+            seen.append(("flush", fill))
 
         def check(self):
-            pass
+            seen.append("check")
 
     monkeypatch.setattr(gate, "launch_gate", Gate)
     monkeypatch.setattr(torch.cuda, "Event", Event)
@@ -282,6 +284,14 @@ def test_the_launch_gates_that_gave_up_are_counted_over_the_timed_calls_only(mon
                               iters=3, trials=2, report=report)
     assert len(calls) == 2 * (2 + 3 * 2) and [len(t) for t in times] == [6, 6]
     assert report["gate_stalls"] == 1
+    # every call: a flush, the gate closed, the interval's two events, the gate opened with its own ticket, a wait;
+    # the flush buffer made once and checked once, after the last call
+    n = len(calls)
+    assert seen[0] == "buffer" and seen[-1] == "check" and seen.count("check") == 1
+    assert sum(1 for x in seen if isinstance(x, tuple) and x[0] == "flush") == n
+    assert seen.count("close") == n and seen.count("record") == 2 * n and seen.count("sync") == n
+    opened = [x[1] for x in seen if isinstance(x, tuple) and x[0] == "open"]
+    assert opened == [i + 1 for i, x in enumerate(seen) if x == "close"]  # each call opens the gate it closed
 
 
 @pytest.mark.parametrize("gpu, tbps, flagged", [
