@@ -3,21 +3,19 @@
 with no arguments each still writes its file, as their READMEs say."""
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from sweeps import bench_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _wgmma_generator():
-    spec = importlib.util.spec_from_file_location("gen_wgmma_header", ROOT / "bench" / "gen_wgmma_header.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    return gen
+    return bench_script("gen_wgmma_header")
 
 
 # (the command line, the file it generates)

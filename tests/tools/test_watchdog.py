@@ -186,6 +186,15 @@ def test_timing_phases_scale_from_the_measured_pair_time_and_end_in_a_harness_ph
     assert "host_stalls" not in record["flags"] and record["host_stalls"] == 0
 
 
+
+def timing_state() -> SimpleNamespace:
+    """The worker state time_candidate reads, with a library instance of untracked inputs, on an H200."""
+    lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731
+    return SimpleNamespace(baseline=lib, trusted_baseline=lib, measured_stats=lambda *a: {"x": 1},
+                           get_ceilings=lambda: H200, limits=SimpleNamespace(name="NVIDIA H200"),
+                           release_idle=lambda **k: 0)
+
+
 def test_a_timing_whose_launch_gate_gave_up_says_so(runner, monkeypatch):
     """A gate that waited its limit for the host lets the GPU go on: that call's interval may hold the host's latency,
     so the timing carries `host_stalls`, and how many calls it was: the flag alone read the same for one call of the
@@ -198,10 +207,7 @@ def test_a_timing_whose_launch_gate_gave_up_says_so(runner, monkeypatch):
     monkeypatch.setattr(runner, "time_sides", fake_time_sides)
     monkeypatch.setattr(runner, "timing_record", lambda *a, **k: {"flags": [], "speedup": 1.0, "speedup_ci": (1, 1)})
     monkeypatch.setattr(runner, "audit", lambda *a, **k: None)
-    lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731
-    state = SimpleNamespace(baseline=lib, trusted_baseline=lib, measured_stats=lambda *a: {"x": 1},
-                            get_ceilings=lambda: H200,
-                            limits=SimpleNamespace(name="NVIDIA H200"), release_idle=lambda **k: 0)
+    state = timing_state()
     watch = CandidateWatch(lambda *m: None, 60.0, 4.169, clock=lambda: 0.0)
     watch.probe_s = 0.01
     record = runner.time_candidate(FakeCalls([0.0], 0.001), state, get_workload(BWD), GpuJob(workload=BWD, timeout_s=60.0),
@@ -254,10 +260,7 @@ def test_the_audit_finds_a_result_kept_in_any_cached_library_instance_and_has_it
         sent.append(("audit", k.get("pristine", True)))
 
     monkeypatch.setattr(runner, "audit", fake_audit)
-    lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731
-    state = SimpleNamespace(baseline=lib, trusted_baseline=lib, measured_stats=lambda *a: {"x": 1},
-                            get_ceilings=lambda: H200,
-                            limits=SimpleNamespace(name="NVIDIA H200"), release_idle=lambda **k: 0)
+    state = timing_state()
     phase = lambda *m: sent.append(m[:2])  # noqa: E731
     watch = CandidateWatch(phase, 60.0, 4.169, clock=lambda: 0.0)
     watch.probe_s = 0.01
@@ -654,10 +657,7 @@ def test_a_kernel_with_module_data_says_so_in_its_timing(runner, monkeypatch, at
     monkeypatch.setattr(runner, "time_sides", lambda sides, **k: [[1.0] * k["iters"] * k["trials"]] * 2)
     monkeypatch.setattr(runner, "timing_record", lambda *a, **k: {"flags": [], "speedup": 1.0, "speedup_ci": (1, 1)})
     monkeypatch.setattr(runner, "audit", lambda *a, **k: None)
-    lib = lambda *a, **k: SimpleNamespace(fn=None, stats={"x": 1}, seed=None, inputs={})  # noqa: E731
-    state = SimpleNamespace(baseline=lib, trusted_baseline=lib, measured_stats=lambda *a: {"x": 1},
-                            get_ceilings=lambda: H200,
-                            limits=SimpleNamespace(name="NVIDIA H200"), release_idle=lambda **k: 0)
+    state = timing_state()
     watch = CandidateWatch(lambda *m: None, 60.0, 4.169, clock=lambda: 0.0)
     watch.probe_s = 0.01
     record = runner.time_candidate(FakeCalls([0.0], 0.001), state, get_workload(BWD),
