@@ -83,6 +83,10 @@ class Candidate:
         make_scrub = getattr(state, "on_chip_scrub", None)  # a one-launch replay (the profile's) passes limits only
         self.scrub = make_scrub() if make_scrub else None
         self.frame = frame_bytes(max((f.local_bytes for f in self.functions.values()), default=0), stack_limit())
+        # What the scrub overwrites: the frame the context has reserved (WorkerState.reserved_frame), not this
+        # candidate's alone: a kernel with a small frame reaches below it, into what an earlier one's larger frame
+        # left (tests/data/cheats/attacks/local_below_frame_stash.cu kept an output there from call to call)
+        self.scrub_frame = max(int(self.frame), int(getattr(state, "reserved_frame", 0)))
 
     def bind(self, bufs: BufferSet) -> list:
         """The launches of the plan with this buffer set's pointers and tensor maps, packed once."""
@@ -121,7 +125,7 @@ class Candidate:
         slot (scrub.py), and the device memory the allocator maps but no live tensor asked for (unowned.py). Nothing
         of one call is there for the next."""
         if self.scrub is not None:
-            self.scrub.run(self.stream, self.frame)
+            self.scrub.run(self.stream, self.scrub_frame)
             clear_unowned(self.stream)
 
     def close(self) -> None:
@@ -510,6 +514,7 @@ def evaluate_job(state: WorkerState, job: GpuJob, phase: Phase) -> tuple[GpuOutc
             grown = True
         if int(cand.frame) > state.reserved_frame:
             reserve_local_frame(state, cand)
+        cand.scrub_frame = max(int(cand.frame), state.reserved_frame)
         phase("prepare", job.prepare_timeout_s)
         sets = sets_in_memory(state, wl, plan, seeds, dist)
         calls = CandidateCalls(cand, sets, secrets.randbits(62))
