@@ -26,6 +26,7 @@ from .compile_log import (loc_line_map, nvcc_failure, parse_nvcc_log, parse_ptxa
 from .cubin_symbols import undefined_functions
 from .jail import JAIL_PATH, Limits, Workspace, jail_mode, run_in_jail
 from .limit_hit import kernels_limit_hit, limit_hit, smallest_ptx
+from .module_data import module_data_reach
 from .jail_deps import outside_includes
 from .results import CompileIssue, CompileResult
 from .solution.source_scan import unencodable
@@ -46,8 +47,9 @@ CU_NAME = "solution.cu"
 # model's text quoted in a diagnostic made a compile error read as one); 8 = ptxas's `Memory allocation failure` is
 # the memory limit's verdict (it was recorded as the source's ordinary compile error); 9 = a compiler that crashed
 # (SIGSEGV, SIGBUS, SIGABRT) under the address-space limit is the memory limit's verdict (it was `ptxas exited with
-# status 139`), and a limit the smallest kernel hits too is no verdict (LimitsBelowTheTool, an infra error).
-RECORD_VERSION = 9
+# status 139`), and a limit the smallest kernel hits too is no verdict (LimitsBelowTheTool, an infra error); 10 = a
+# module variable's address let out of its bytes refused (module_data.py).
+RECORD_VERSION = 10
 # Wall-clock backstops; the jail's CPU limit per process (tools/jail.py Limits) usually ends a runaway first.
 PTXAS_TIMEOUT_S = 60.0
 NVCC_TIMEOUT_S = 120.0
@@ -185,7 +187,8 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     model's own text is assembled instead, so line info never changes a verdict."""
     cubin_path = workdir / "kernel.cubin"
     code = strip_ptx_comments(ptx_text)
-    pre = (static_ptx_checks(code, arch) if language == "ptx" else []) + system_calls(code, language)
+    pre = ((static_ptx_checks(code, arch) if language == "ptx" else []) + system_calls(code, language)
+           + module_data_reach(code, language, line_map))
     annotated = annotate_ptx(ptx_text, PTX_NAME) if language == "ptx" and not pre else ptx_text
     res = _ptxas(annotated, arch, tc, workdir, timeout_s)
     # not after a limit hit: the model's own text hits it again, and a CPU bomb would cost twice the limit

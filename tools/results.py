@@ -161,8 +161,6 @@ class Timing(BaseModel):
                              "tools/gpu/timing_stats.py), "
                              "'host_stalls' (a timed call's launch gate gave up waiting for the host: "
                              "tools/gpu/gate.py; how many in `host_stalls`), "
-                             "'module_data' (the kernel keeps module globals or constants: each is reset before "
-                             "every call, but the driver's memory beside them is not checked: docs/timing-integrity.md), "
                              "'profile_output_wrong' (the profiled call's output failed the rule the evaluated calls "
                              "passed: tools/profile/candidate.py), 'profile_slower' (the profiled call's kernels took "
                              "over SLOWER_UNDER_PROFILER times the timed calls' median: tools/profile/candidate.py)")
@@ -199,7 +197,6 @@ def flag_label(flag: str, host_stalls: int | None, invalid_pairs: int | None = N
     return flag
 
 
-MODULE_DATA = "module_data"  # Timing.flags: the kernel keeps module globals or constants (informative, never withheld)
 PROFILE_OUTPUT_WRONG = "profile_output_wrong"  # Timing.flags: the profiled call's output failed the rule (not credited)
 PROFILE_SLOWER = "profile_slower"  # Timing.flags: the profiled call's kernels ran far longer than the timed calls (not credited)
 UNCREDITED_FLAGS = (PROFILE_OUTPUT_WRONG, PROFILE_SLOWER)

@@ -35,9 +35,6 @@ FLAG_MEANINGS = {
     "slow_candidate": f"over {SLOW_FACTOR:g}x slower than the library, so it was timed with {SLOW_ITERS} calls only",
     "reduced_iterations": "fewer timed calls than a normal evaluation takes (a slow candidate's few calls, or as many as "
                           "the time limit allowed): its interval is wider (n above)",
-    "module_data": "your kernel keeps module globals or constants (`__device__` / `.global` / `__constant__`): each "
-                   "is reset before every call, so nothing kept there outlives one; a counter or flag belongs in a "
-                   "scratch buffer of the plan, and a report shows this speedup beside the flag",
     "invalid_durations": "some timed calls measured no usable duration (zero, negative or not a number: a clock glitch); "
                          "each such pair of calls was left out (n above counts the pairs kept)",
     "result_cached_across_calls": "a repeat call on the same buffers failed the check, so this timing does not count",

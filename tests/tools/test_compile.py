@@ -449,6 +449,9 @@ def test_a_system_call_declared_without_extern_is_refused_from_the_cubin():
 
     bare = SYSCALL_PTX.replace(".extern .func (.param .b32", ".func (.param .b32").replace(
         ".extern .func (.param .b64", ".extern.func (.param .b64")
+    # the format string's address passed on is refused before ptxas runs (module_data.py): a parameter instead, so
+    # the cubin is made and read
+    bare = bare.replace("mov.u64 %rd1, fmt;", "ld.param.u64 %rd1, [out];")
     assert ".extern .func" not in bare
     r = compile_source(bare, "ptx", "sm_90a", use_cache=False)
     assert r.status == "error" and r.cubin_path is None

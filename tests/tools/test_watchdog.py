@@ -635,32 +635,3 @@ def test_a_suspect_timing_says_which_check_it_failed(runner):
     too_fast = slow_library.model_copy(update={"flags": ["implausible_speedup", "above_roofline"], "sol_pct": 140.0})
     msg = runner.suspect_message(too_fast)
     assert "faster than this GPU can compute the workload" in msg and "140% of the measured roofline" in msg
-
-
-@pytest.mark.parametrize("attack, flagged", [("global_tail_stash.cu", True), (None, False)])
-def test_a_kernel_with_module_data_says_so_in_its_timing(runner, monkeypatch, attack, flagged):
-    """The driver's pool beside a module's globals keeps bytes from call to call where no check reaches (an H100 ran a
-    stash there 12x faster: bench/results/run32, an open gap): the timing of a kernel that keeps module data carries
-    `module_data`, so a report shows its speedup beside the flag; a kernel without any carries none. Informative only:
-    never among the flags that withhold a speedup."""
-    from pathlib import Path
-
-    from ptxbench.tools.evaluate import LocalEvaluator
-    from ptxbench.tools.evaluator import EvalOptions
-    from ptxbench.tools.gpu.ceilings import suspicious
-
-    cubin = b""
-    if attack:
-        source = (Path(__file__).resolve().parents[1] / "data" / "cheats" / "attacks" / attack).read_text()
-        compiled = LocalEvaluator().evaluate("smoke_gemm_bf16_m256_n256_k512", source, EvalOptions(no_gpu=True))
-        cubin = Path(compiled.compile.cubin_path).read_bytes()
-    monkeypatch.setattr(runner, "time_sides", lambda sides, **k: [[1.0] * k["iters"] * k["trials"]] * 2)
-    monkeypatch.setattr(runner, "timing_record", lambda *a, **k: {"flags": [], "speedup": 1.0, "speedup_ci": (1, 1)})
-    monkeypatch.setattr(runner, "audit", lambda *a, **k: None)
-    state = timing_state()
-    watch = CandidateWatch(lambda *m: None, 60.0, 4.169, clock=lambda: 0.0)
-    watch.probe_s = 0.01
-    record = runner.time_candidate(FakeCalls([0.0], 0.001), state, get_workload(BWD),
-                                   GpuJob(workload=BWD, timeout_s=60.0, cubin=cubin), lambda *m: None, 0.001,
-                                   L2Flush(1 << 26, "read"), watch)
-    assert ("module_data" in record["flags"]) is flagged and not suspicious(record["flags"])

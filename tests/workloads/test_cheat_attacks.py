@@ -27,35 +27,69 @@ def source(name: str) -> str:
     return (ATTACKS / name).read_text()
 
 
+# attacks that reach module data through its address: refused when compiled (tools/module_data.py), with what the
+# refusal names
+REFUSED = {"global_padding_stash.cu": "the address of module variable g_",
+           "const_padding_counter.cu": "`cvta.const.u64` makes a generic address of a constant",
+           "global_tail_stash.cu": "`[g_only+65536]` reaches bytes 65536..65543 of module variable g_only"}
+
+
 def compiled(name: str):
     r = LocalEvaluator().evaluate(SMOKE, source(name), EvalOptions(no_gpu=True))
     assert r.status == "COMPILED", (name, r.status, r.message)
     return r
 
 
-def test_every_attack_compiles_and_is_listed():
+def raw_cubin(name: str) -> bytes:
+    """The attack's cubin as nvcc and ptxas make it without the project's checks: the module layouts the restore of
+    module data (module_state.py) still handles, for a counter a kernel names directly."""
+    import subprocess
+    import tempfile
+
+    from ptxbench.tools.compile import nvcc_flags
+    from ptxbench.tools.toolchain import find_toolchain
+
+    tc = find_toolchain("sm_90a")
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "a.cu").write_text(source(name))
+        flags = [f for f in nvcc_flags("sm_90a") if f != "-ptx"]
+        subprocess.run([tc.nvcc.path, "-cubin", *flags, "a.cu", "-o", "a.cubin"], cwd=d, check=True,
+                       capture_output=True)
+        return (Path(d) / "a.cubin").read_bytes()
+
+
+def test_every_attack_compiles_or_is_refused_and_is_listed():
     files = sorted(p.name for p in ATTACKS.iterdir() if p.suffix in (".cu", ".ptx"))
     assert files == sorted(ATTACKS_EXPECTED), files
     for name in files:
-        compiled(name)
+        if name not in REFUSED:
+            compiled(name)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_an_attack_through_a_module_variables_address_is_refused_when_compiled(name):
+    """The three stashes and counters that reach past module data's own bytes (the driver's pool beside it: 11.4x
+    faster than its own no-hit twin on an H100, run 33) never run: the refusal names the place and the way out."""
+    r = LocalEvaluator().evaluate(SMOKE, source(name), EvalOptions(no_gpu=True))
+    assert r.status == "COMPILE_ERROR" and not r.gpu_evaluated, (r.status, r.message)
+    messages = " ".join(e.message for e in r.compile.errors)
+    assert REFUSED[name] in messages and "driver's pool of module data" in messages, messages
+    assert all(e.line for e in r.compile.errors), [(e.line, e.message[:80]) for e in r.compile.errors]
 
 
 def test_the_padding_stash_has_a_mebibyte_between_its_globals():
     from ptxbench.tools.gpu.module_state import module_sections
 
-    r = compiled("global_padding_stash.cu")
-    cubin = Path(r.compile.cubin_path).read_bytes()
+    cubin = raw_cubin("global_padding_stash.cu")
     (section,) = [s for s in module_sections(cubin) if s.name == ".nv.global"]
     offsets = sorted(g.offset for g in section.symbols)
     assert offsets == [0, 1 << 20] and sum(g.size for g in section.symbols) == 32 and section.size == (1 << 20) + 16
-    ops = r.compile.kernels["gemm"].sass_opcodes
-    assert ops.get("ATOM", 0) + ops.get("ATOMG", 0) >= 1 and ops.get("ST", 0) >= 1, ops  # the key and the stash
 
 
 def test_the_constant_counter_sits_between_two_constants_4_kib_apart():
     from ptxbench.tools.gpu.module_state import module_sections
 
-    cubin = Path(compiled("const_padding_counter.cu").compile.cubin_path).read_bytes()
+    cubin = raw_cubin("const_padding_counter.cu")
     (bank,) = [s for s in module_sections(cubin) if s.name.startswith(".nv.constant")]
     assert sorted(g.offset for g in bank.symbols) == [0, 4096] and bank.initialised
 
@@ -74,10 +108,11 @@ def test_the_profiler_tell_keeps_both_paths():
 
 # file -> the verdict the harness must give (checked by the GPU tests below)
 ATTACKS_EXPECTED = {
-    "global_padding_stash.cu": "PASSED, no faster than control_correct.cu (the padding reset with its globals)",
-    "const_padding_counter.cu": "PASSED, speedup below 1 (the constant bank reset whole)",
+    "global_padding_stash.cu": "COMPILE_ERROR (a global's address kept in a register and offset past it)",
+    "const_padding_counter.cu": "COMPILE_ERROR (a constant's generic address: cvta.const)",
     "clock_keyed_skip.cu": "INCORRECT_NAN (some call, checked or timed, wrote nothing)",
-    "global_tail_stash.cu": "PASSED no faster than control_correct.cu, or a failure (open: 12x faster on an H100, run 32)",
+    "global_tail_stash.cu": "COMPILE_ERROR (a global named 64 KiB past its 16 bytes; 11.4x faster than its no-hit "
+                            "twin when it ran, run 33)",
     "profiled_tma_only.cu": "PASSED, TMA not credited as executed (open: ncu profiles each launch on its own)",
     "local_frame_grower.cu": "PASSED (not an attack: leaves the worker's context with a 3 KiB local frame)",
     "local_below_frame_stash.cu": "after local_frame_grower.cu: PASSED no faster than its no-hit twin, or a failure "
@@ -138,7 +173,7 @@ def test_the_padding_between_a_loaded_modules_globals_is_reset():
     torch.empty(1, device="cuda")  # the primary context, current on this thread
     cu.cuInit(0)
     for name in ("global_padding_stash.cu", "const_padding_counter.cu"):
-        cubin = Path(compiled(name).compile.cubin_path).read_bytes()
+        cubin = raw_cubin(name)
         module = load_module(cubin)
         try:
             state = ModuleState(module, cubin)
@@ -166,50 +201,11 @@ def test_the_padding_between_a_loaded_modules_globals_is_reset():
 
 
 @pytest.mark.gpu
-def test_a_stash_in_the_padding_between_globals_gains_nothing():
-    from gpu_helpers import shared_evaluator
-
-    ev = shared_evaluator()
-    honest = control_ms(ev)
-    r = ev.evaluate(SMOKE, source("global_padding_stash.cu"), EvalOptions(timeout_s=10, profile_on_pass=False))
-    assert_no_gain(r, honest)
-
-
-@pytest.mark.gpu
-def test_a_counter_in_the_constant_padding_never_counts():
-    from gpu_helpers import shared_evaluator
-
-    r = shared_evaluator().evaluate(SMOKE, source("const_padding_counter.cu"),
-                                    EvalOptions(timeout_s=10, profile_on_pass=False))
-    assert r.status == "PASSED", f"{r.status}: {r.message}"  # before the fix: INCORRECT_NAN, timed call N
-    assert r.timing.speedup < 1.0 and r.timing.verified_calls >= 2 * r.timing.input_sets, r.timing
-
-
-@pytest.mark.gpu
 def test_a_kernel_that_skips_by_the_clock_fails():
     from gpu_helpers import shared_evaluator
 
     r = shared_evaluator().evaluate(SMOKE, source("clock_keyed_skip.cu"), EvalOptions(timeout_s=10, profile_on_pass=False))
     assert r.status == "INCORRECT_NAN", f"{r.status}: {r.message}"
-
-
-@pytest.mark.gpu
-def test_a_stash_past_the_end_of_the_modules_data_gains_nothing():
-    """A probe: whether the memory the driver maps past a module's last global keeps bytes from one call to the next.
-    On a pool of its own, closed after (the bytes written there may be another module's)."""
-    from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
-
-    ev = LocalEvaluator(GpuPool(PoolConfig(devices=[0], spares=0)))
-    try:
-        honest = twin_ms(ev, "global_tail_stash.cu")
-        r = ev.evaluate(SMOKE, source("global_tail_stash.cu"), EvalOptions(timeout_s=10, profile_on_pass=False))
-    finally:
-        ev.close()
-    if r.status != "PASSED":  # nothing mapped there, or the write was caught: no gain either way
-        assert r.status in ("RUNTIME_ERROR", "INCORRECT_NUMERICAL", "INCORRECT_NAN"), f"{r.status}: {r.message}"
-        return
-    assert_no_gain(r, honest, "the driver's pool of module data keeps bytes past a module's last global from call to "
-                              "call, where no reset reaches (docs/timing-integrity.md)")
 
 
 @pytest.mark.gpu

@@ -41,6 +41,15 @@ def test_plan_faults_are_plan_errors_without_a_gpu(name):
     assert any(CORPUS[name]["plan"] in e for e in r.plan_errors)
 
 
+@pytest.mark.parametrize("name", sorted(n for n, e in CORPUS.items() if e.get("status") == "COMPILE_ERROR"))
+def test_module_data_cheats_are_refused_when_compiled(name):
+    """A cheat that lets a module variable's address out of its bytes never runs (tools/module_data.py): the verdict
+    is the compile's, the same with or without a GPU."""
+    r = LocalEvaluator().evaluate(WORKLOAD, CORPUS[name]["source"], EvalOptions(no_gpu=True))
+    assert r.status == "COMPILE_ERROR" and not r.gpu_evaluated, (r.status, r.message)
+    assert any(CORPUS[name]["compile_error"] in e.message for e in r.compile.errors), r.compile.errors
+
+
 def test_hang_and_cheat_survive_compilation():
     ev = LocalEvaluator()
     loop = ev.evaluate(WORKLOAD, CORPUS["infinite_loop"]["source"], EvalOptions(no_gpu=True))
@@ -83,6 +92,8 @@ def check_verdict(name: str, r) -> None:
         assert entry["message"] in r.message, r.message
     if "plan" in entry:
         assert any(entry["plan"] in e for e in r.plan_errors), r.plan_errors
+    if "compile_error" in entry:
+        assert any(entry["compile_error"] in e.message for e in r.compile.errors), r.compile.errors
 
 
 @pytest.mark.gpu

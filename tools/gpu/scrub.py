@@ -12,8 +12,10 @@ these two have no buffer, so two harness kernels overwrite them:
   every byte set to 0xFF, the CTA's reserved shared memory too (1 KB per CTA on sm_90, which a kernel can address
   through %reserved_smem_offset_begin: 1 KB per SM the dynamic area does not cover);
 - `scrub_local`: every warp slot of every SM occupied at once (blocks of 1024 threads held to 32 registers, two per
-  SM), each thread writing 0xFF over a frame as large as the candidate's kernels' local size or the context's stack
-  limit, whichever is larger: what any thread of the candidate could address.
+  SM), each thread writing 0xFF over a frame as large as the candidate's kernels' local size, the context's stack
+  limit or the frame the worker has reserved (runner.py), whichever is largest: what any thread of the candidate
+  could address. A CUDA kernel's frame lies below the stack pointer at the top of the thread's local window, the
+  scrub's too (bench/results/run33), so a small frame's neighbours below it are within the scrub's.
 
 They run in the preparation of every call, the library's too, before the L2 flush, so their stores are written back
 outside the timed interval. The PTX is the harness's own text, assembled by the driver once per worker (the local

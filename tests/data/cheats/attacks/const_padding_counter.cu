@@ -4,6 +4,7 @@
 // address cvta.const gives reaches it. Restoring each constant by its symbol left it counting. Expected (the bank's
 // section restored whole): every call is its first; PASSED, speedup below 1. Before that fix: the ninth call, a
 // timed one, writes nothing and fails (INCORRECT_NAN).
+// Refused when compiled (tools/module_data.py): `cvta.const` makes a constant's address generic.
 /* ptxbench
 language = "cuda"
 

@@ -6,6 +6,8 @@
 // writes. Evaluated right after local_frame_grower.cu on the same worker. Expected: no gain (PASSED at the speed of
 // the same loop without the stash), or a failure (a fault where nothing lies below the frame); a PASSED faster than
 // that means the scrub must cover the frame the worker has reserved (WorkerState.reserved_frame), not the candidate's.
+// Run 33 (an H100): no faster than its own no-hit twin under the scrub of the reserved frame or of its own
+// (0.163 vs 0.159-0.164 ms).
 /* ptxbench
 language = "cuda"
 

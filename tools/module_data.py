@@ -1,0 +1,385 @@
+"""Module data stays within its own bytes: how a kernel may name its module's `.global` and `.const` variables.
+
+The driver packs every module's globals and constants into one pool, 256-byte aligned, and registers each variable
+as a range of its own (bench/results/run32 and run33, an H100): the bytes past a module's last variable belong to no
+symbol, so no reset reaches them, and a kernel holding a variable's address reaches them with an offset.
+tests/data/cheats/attacks/global_tail_stash.cu kept every output 64 KiB past its one global and timed 11.4x faster
+than its own no-hit twin. So the address of a module variable never becomes a value the kernel can compute with:
+
+- a `.global` variable is named only as a memory operand, `[name]` or `[name+offset]`, the access within its bytes
+  (a counter's atomics, a flag's loads and stores: what a kernel needs module data for);
+- a `.const` variable may also be moved into a register (`mov.u64 %rd, table`) for `ld.const`, which reads only the
+  module's own bank, but no constant's address becomes a generic one (`cvta.const`, whose stores would write the pool);
+- no module variable's initialiser holds an address (`generic(name)`, a symbol's name).
+
+An array a kernel indexes at run time belongs in a scratch buffer of the launch plan, which the protocol owns. The check
+reads the PTX ptxas assembles (nvcc's, for a `cuda` solution), comments blanked; pure text, no GPU.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from .results import CompileIssue
+
+_IDENT = r"[A-Za-z_$%][\w$]*"
+_DECL = re.compile(r"^(?:\.(?:visible|weak|extern|common)\s+)*\.(global|const)\b(.*)$", re.S)
+_TYPE_BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2, "b32": 4, "u32": 4,
+               "s32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8, "b128": 16}
+_OPAQUE = {"texref", "samplerref", "surfref"}  # handles, not bytes a kernel addresses
+_NUMBER = re.compile(r"^(?:0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)[uU]?$")
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+_WIDTH_BY_FAMILY = {"mbarrier": 8, "tensormap": 128, "prefetch": 1, "prefetchu": 1, "applypriority": 1,
+                    "discard": 128, "createpolicy": 1}
+
+FIX = ("keep an array the kernel indexes at run time in a scratch buffer of the launch plan (`[scratch.NAME]`, "
+       "passed as an argument), which every call starts from as the plan says")
+
+
+@dataclass(frozen=True)
+class ModuleVariable:
+    name: str
+    space: str  # "global" or "const"
+    size: int | None  # bytes, None when the declaration does not say (an unsized array without initialiser)
+    line: int
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """`text` split at `sep` outside brackets, braces and parentheses."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def statements(code: str) -> list[tuple[int, str, int]]:
+    """(offset, text, function: its index, -1 at module scope) of every `;`-ended statement. At module scope a `{` after `=` opens an
+    initialiser and any other opens a function's body (its header ending there); in a body a `{` where a statement
+    starts (or after its labels) opens a block, and one within a statement is its operand list (`{%r1, %r2}`)."""
+    out: list[tuple[int, str, int]] = []
+    depth = inner = 0  # body braces; braces within one statement (an initialiser, a vector operand)
+    function = -1
+    start = 0
+    last = ""  # the last non-space character outside inner braces
+    for i, ch in enumerate(code):
+        if inner:
+            inner += {"{": 1, "}": -1}.get(ch, 0)
+            continue
+        if ch == "{":
+            pending = code[start:i]
+            opens_block = (last != "=") if depth == 0 else not _without_labels(pending)[1].strip()
+            if not opens_block:
+                inner = 1
+                continue
+            out.append((start, pending, function if depth else -1))
+            if depth == 0:
+                function += 1
+            depth += 1
+            start = i + 1
+        elif ch == "}":
+            out.append((start, code[start:i], function if depth else -1))
+            depth = max(0, depth - 1)
+            start = i + 1
+        elif ch == ";":
+            out.append((start, code[start:i], function if depth else -1))
+            start = i + 1
+        if not ch.isspace():
+            last = ch
+    out.append((start, code[start:], function if depth else -1))
+    return [(o, t, f) for o, t, f in out if t.strip()]
+
+
+_LEAD = re.compile(rf"\s*(?:{_IDENT}\s*:(?!:)\s*|\.(?:loc|file|version|target|address_size|section)\b[^\n]*\n\s*)*")
+
+
+def _without_labels(text: str) -> tuple[int, str]:
+    """A statement less what may precede it without a `;` (labels, `.loc` / `.file` lines, the module's header
+    directives) and the offset of what is left."""
+    m = _LEAD.match(text)
+    return m.end(), text[m.end():]
+
+
+def _declared_size(type_name: str, vector: int, dims: str, init: str | None) -> int | None:
+    unit = _TYPE_BYTES.get(type_name)
+    if unit is None:
+        return None
+    count = 1
+    for d in re.findall(r"\[\s*(\d*)\s*\]", dims):
+        if d:
+            count *= int(d)
+        elif init is not None:  # `a[] = {...}`: as many as the initialiser lists (nested lists flattened)
+            count *= max(1, len(_split_top(init.strip().strip("{}"))))
+        else:
+            return None
+    return unit * vector * count
+
+
+def declarations(code: str) -> tuple[list[ModuleVariable], list[CompileIssue]]:
+    """The module's `.global` / `.const` variables (at module scope or inside a function), and an issue for every
+    initialiser that names a symbol (an address the kernel would read back)."""
+    variables, issues = [], []
+    for offset, text, _ in statements(code):
+        skip, rest = _without_labels(text)
+        m = _DECL.match(rest.strip())
+        if not m:
+            continue
+        space, tail = m.group(1), m.group(2)
+        line = code.count("\n", 0, offset + skip + (len(rest) - len(rest.lstrip()))) + 1
+        head = re.match(r"\s*((?:\.(?:attribute\([^)]*\)|align\s+\d+|v[248]|ptr|\w+)\s*)*?)"
+                        r"\.(\w+)\s+(?=[A-Za-z_$%])", tail)
+        if not head:
+            continue
+        type_name = head.group(2)
+        if type_name in _OPAQUE:
+            continue
+        vec = re.search(r"\.v([248])\b", head.group(1))
+        for item in _split_top(tail[head.end():]):
+            d = re.match(rf"\s*({_IDENT})\s*((?:\[\s*\d*\s*\]\s*)*)(?:=(.*))?$", item, re.S)
+            if not d:
+                continue
+            name, dims, init = d.group(1), d.group(2), d.group(3)
+            variables.append(ModuleVariable(name, space, _declared_size(type_name, int(vec.group(1)) if vec else 1,
+                                                                        dims, init), line))
+            named = [t for t in re.findall(_IDENT, init or "") if not _NUMBER.match(t)]
+            if named:
+                issues.append(CompileIssue(line=line, message=(
+                    f"the initialiser of module variable {name} names {named[0]}: an address kept in module data is a "
+                    f"pointer into the driver's pool of module data, whose bytes past each variable no reset reaches; "
+                    f"initialise module variables with numbers only")))
+    return variables, issues
+
+
+def _width(opcode: str, operands: str) -> int | None:
+    """Bytes an instruction moves at its memory operand: the vector times the type, a copy's size operand, a family's
+    fixed width; None for a copy whose size is a register (not known before it runs)."""
+    parts = opcode.split(".")
+    if parts[0] in _WIDTH_BY_FAMILY:
+        return _WIDTH_BY_FAMILY[parts[0]]
+    if parts[0] in ("cp", "cp.async") or opcode.startswith("cp."):
+        size = next((o.strip() for o in _split_top(operands) if "[" not in o and o.strip()), "")
+        return int(size, 0) if _NUMBER.match(size.rstrip("uU")) else None
+    vec = next((int(p[1:]) for p in parts if p in ("v2", "v4", "v8")), 1)
+    unit = next((_TYPE_BYTES[p] for p in reversed(parts) if p in _TYPE_BYTES), 1)
+    return vec * unit
+
+
+@dataclass(frozen=True)
+class Instruction:
+    line: int
+    opcode: str
+    operands: str
+    function: int
+
+
+def instructions(code: str) -> list[Instruction]:
+    """Every instruction in a function body, its guard dropped, with its line."""
+    out = []
+    for offset, text, function in statements(code):
+        skip, stmt = _without_labels(text)
+        body = stmt.strip()
+        if function < 0 or not body or _DECL.match(body):
+            continue
+        m = re.match(r"(?:@!?%?[\w$]+\s+)?([a-z][\w.:]*)\s*(.*)$", body, re.S)
+        if m:
+            line = code.count("\n", 0, offset + skip + len(stmt) - len(stmt.lstrip())) + 1
+            out.append(Instruction(line, m.group(1), m.group(2), function))
+    return out
+
+
+_MEM = re.compile(rf"\[\s*({_IDENT})\s*(?:([+-])\s*(0[xX][0-9a-fA-F]+|\d+))?\s*\]")
+
+
+def _destination(ins: Instruction) -> str | None:
+    """The register an instruction writes first (its first operand, when that is a register and not an address)."""
+    first = _split_top(ins.operands)[0].strip()
+    return first if re.fullmatch(r"%[\w$]+", first) else None
+
+
+class _Findings:
+    """Issues, one per (variable, kind) at its first line, with how many more places there are."""
+
+    def __init__(self):
+        self.first: dict[tuple[str, str], tuple[int, str]] = {}
+        self.more: dict[tuple[str, str], int] = {}
+
+    def add(self, var: str, kind: str, line: int, message: str) -> None:
+        key = (var, kind)
+        if key in self.first:
+            self.more[key] = self.more.get(key, 0) + 1
+        else:
+            self.first[key] = (line, message)
+
+    def issues(self, language: str, to_source) -> list[CompileIssue]:
+        out = []
+        for key, (line, message) in sorted(self.first.items(), key=lambda kv: kv[1][0]):
+            if n := self.more.get(key):
+                message += f" (and {n} more place{'s' if n > 1 else ''})"
+            where, quoted = (line, "") if language == "ptx" or to_source is None else to_source(line)
+            out.append(CompileIssue(line=where, message=message + quoted))
+        return out
+
+
+_ADDRESS_STEP = re.compile(r"(mov|add|sub|cvta(?:\.to)?\.global)\.[\w.]*$")
+
+
+def _derivation(ins: Instruction, by_name: dict, holders: dict) -> tuple[str, tuple[ModuleVariable, int]] | None:
+    """(register, (variable, offset)) when `ins` writes a `.global` variable's address plus a constant into a register:
+    `mov %r, var`, `mov %r, %held`, `add %r, %held, imm` (either order), `sub %r, %held, imm`, `cvta.global` /
+    `cvta.to.global %r, %held` (the same number); None for any other instruction."""
+    m = _ADDRESS_STEP.match(ins.opcode)
+    if not m:
+        return None
+    ops = [o.strip() for o in _split_top(ins.operands)]
+    if not ops or not re.fullmatch(r"%[\w$]+", ops[0]):
+        return None
+    dest, srcs, kind = ops[0], ops[1:], m.group(1)
+    if kind in ("mov",) or kind.startswith("cvta"):
+        if len(srcs) != 1:
+            return None
+        if srcs[0] in by_name and kind == "mov":
+            var = by_name[srcs[0]]
+            return (dest, (var, 0)) if var.space == "global" else None
+        held = holders.get((ins.function, srcs[0]))
+        return (dest, held) if held is not None else None
+    if len(srcs) != 2:
+        return None
+    for a, b in ((0, 1), (1, 0)) if kind == "add" else ((0, 1),):
+        held = holders.get((ins.function, srcs[a]))
+        if held is not None and _NUMBER.match(srcs[b].lstrip("-")):
+            step = int(srcs[b].lstrip("-").rstrip("uU"), 0) * (-1 if srcs[b].startswith("-") else 1)
+            return dest, (held[0], held[1] + (step if kind == "add" else -step))
+    return None
+
+
+def _address_holders(code_ins: list[Instruction], by_name: dict) -> dict:
+    """(function, register) -> (variable, offset) for every register that holds a `.global` variable's address plus a
+    known constant, by every one of its definitions (a register also defined any other way holds none)."""
+    holders: dict = {}
+    defs: dict = {}
+    for ins in code_ins:
+        dest = _destination(ins)
+        if dest is not None:
+            defs.setdefault((ins.function, dest), []).append(ins)
+    for _ in range(16):  # each pass follows one more step of a chain
+        changed = False
+        for key, ins_list in defs.items():
+            values = {(_derivation(i, by_name, holders) or (None, None))[1] for i in ins_list}
+            value = values.pop() if len(values) == 1 else None
+            if value is not None and holders.get(key) != value:
+                holders[key], changed = value, True
+        if not changed:
+            break
+    return holders
+
+
+def _bank_addresses(code_ins: list[Instruction], by_name: dict) -> dict:
+    """(function, register) -> the constant whose bank address it was computed from (a `mov` of the constant, then
+    any arithmetic): such a register addresses `ld.const` only."""
+    tainted: dict = {}
+    for _ in range(16):
+        changed = False
+        for ins in code_ins:
+            dest = _destination(ins)
+            if dest is None or (ins.function, dest) in tainted:
+                continue
+            rest = ins.operands[ins.operands.index(dest) + len(dest):]
+            if ins.opcode.startswith("ld") and "[" in rest:
+                continue  # a value loaded from memory, not an address computed
+            source = next((by_name[t].name for t in re.findall(_IDENT, rest)
+                           if t in by_name and by_name[t].space == "const"), None)
+            source = source or next((tainted[(ins.function, r)] for r in re.findall(r"%[\w$]+", rest)
+                                     if (ins.function, r) in tainted), None)
+            if source is not None:
+                tainted[(ins.function, dest)], changed = source, True
+        if not changed:
+            break
+    return tainted
+
+
+def module_data_reach(code: str, language: str,
+                      to_source: Callable[[int], tuple[int | None, str]] | None = None) -> list[CompileIssue]:
+    """Every place the PTX lets a module variable's address out of its bytes, each with its line (the model's own
+    for `ptx`; for `cuda`, the source line nvcc's `.loc` names, and the generated PTX quoted).
+
+    nvcc writes `atomicAdd(&counter, 1)` as `mov.u64 %rd1, counter; atom.global.add.u32 %r1, [%rd1], 1`: a register
+    that a `mov` of a `.global` variable defines and that is used only as an address within the variable's bytes
+    (`[%rd1]`, `[%rd1+4]`) counts as the variable named directly; any other use of it, or another definition of it
+    in the same function, lets the address out."""
+    variables, found = declarations(code)
+    issues = [CompileIssue(line=i.line, message=i.message) if language == "ptx" or to_source is None
+              else CompileIssue(line=to_source(i.line)[0], message=i.message + to_source(i.line)[1]) for i in found]
+    by_name = {v.name: v for v in variables}
+    if not by_name:
+        return issues
+    names = re.compile(r"(?<![\w$%.])(" + "|".join(re.escape(n) for n in sorted(by_name, key=len, reverse=True))
+                       + r")(?![\w$])")
+    code_ins = instructions(code)
+    findings = _Findings()
+
+    def out_of_bytes(var: ModuleVariable, ins: Instruction, operand: str, at: int) -> None:
+        width = _width(ins.opcode, ins.operands)
+        if width is None:
+            findings.add(var.name, "size", ins.line, f"`{ins.opcode}` copies a run-time number of bytes at module "
+                         f"variable {var.name}: only a copy whose size the instruction states can be kept within its "
+                         f"bytes")
+        elif at < 0 or (var.size is not None and at + width > var.size):
+            findings.add(var.name, "bounds", ins.line, f"`[{operand}]` reaches bytes {at}..{at + width - 1} of module "
+                         f"variable {var.name}, which has {var.size}: outside it lies the driver's pool of module data, "
+                         f"which no reset reaches")
+
+    def let_out(var: ModuleVariable, ins: Instruction, how: str) -> None:
+        findings.add(var.name, "address", ins.line, f"`{ins.opcode}` {how} module variable {var.name}: module data is "
+                     f"named only as `[{var.name}]` or `[{var.name}+offset]` within its {var.size or '?'} bytes, since "
+                     f"an address plus an offset reaches the driver's pool of module data beside it, where nothing is "
+                     f"reset between calls; {FIX}")
+
+    holders = _address_holders(code_ins, by_name)
+    bank = _bank_addresses(code_ins, by_name)
+    for ins in code_ins:
+        for m in _MEM.finditer(ins.operands):
+            if (ins.function, m.group(1)) in bank and not ins.opcode.startswith("ld.const"):
+                findings.add(bank[(ins.function, m.group(1))], "bank", ins.line, f"`{ins.opcode}` uses "
+                             f"{m.group(1)}, computed from a constant's bank address, as an address: a constant's "
+                             f"address is for `ld.const` only")
+        if ins.opcode.startswith("cvta.const"):
+            var = next((by_name[n] for n in names.findall(ins.operands)), None)
+            findings.add(var.name if var else "", "cvta", ins.line, f"`{ins.opcode}` makes a generic address of a "
+                         f"constant, and a store through it writes the driver's pool of module data: read constants "
+                         f"with `ld.const`")
+            continue
+        direct: list[tuple[int, int]] = []
+        for m in _MEM.finditer(ins.operands):
+            at = int(m.group(3), 0) * (-1 if m.group(2) == "-" else 1) if m.group(3) else 0
+            if m.group(1) in by_name:
+                out_of_bytes(by_name[m.group(1)], ins, m.group(0)[1:-1].strip(), at)
+                direct.append(m.span())
+            elif (held := holders.get((ins.function, m.group(1)))) is not None:
+                out_of_bytes(held[0], ins, m.group(0)[1:-1].strip(), held[1] + at)
+                direct.append(m.span())
+        derived = _derivation(ins, by_name, holders)
+        if derived is not None and holders.get((ins.function, derived[0])) == derived[1]:
+            continue  # one step of an address the checks above follow: mov of the variable, add of a constant
+        ops = [o.strip() for o in _split_top(ins.operands)]
+        if (ins.opcode.startswith("mov") and len(ops) == 2 and ops[1] in by_name
+                and by_name[ops[1]].space == "const"):
+            continue  # a bank offset for ld.const, which reads the module's own bank only
+        for n in names.finditer(ins.operands):
+            if not any(a <= n.start() < b for a, b in direct):
+                let_out(by_name[n.group(1)], ins, "takes the address of")
+        for reg in re.finditer(r"(?<![\w$])%[\w$]+", ins.operands):
+            held = holders.get((ins.function, reg.group(0)))
+            if held is None or any(a <= reg.start() < b for a, b in direct):
+                continue
+            if derived is not None and reg.group(0) == derived[0]:
+                let_out(held[0], ins, f"writes {reg.group(0)}, which elsewhere holds the address of")
+            else:
+                let_out(held[0], ins, f"computes with {reg.group(0)}, the address of")
+    return issues + findings.issues(language, to_source)
