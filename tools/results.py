@@ -163,7 +163,9 @@ class Timing(BaseModel):
                              "tools/gpu/gate.py; how many in `host_stalls`), "
                              "'profile_output_wrong' (the profiled call's output failed the rule the evaluated calls "
                              "passed: tools/profile/candidate.py), 'profile_slower' (the profiled call's kernels took "
-                             "over SLOWER_UNDER_PROFILER times the timed calls' median: tools/profile/candidate.py)")
+                             "over SLOWER_UNDER_PROFILER times the timed calls' median: tools/profile/candidate.py), 'profile_faster' (under "
+                             "FASTER_UNDER_PROFILER times a timed median of 50 us or more: another, faster path "
+                             "under the profiler)")
     host_stalls: int | None = Field(None, description="timed calls (the candidate's and the library's together; warm-up "
                                     "calls not counted) whose launch gate gave up waiting for the host, so their "
                                     "intervals may hold the host's latency (the flag 'host_stalls' when any did); None "
@@ -199,7 +201,8 @@ def flag_label(flag: str, host_stalls: int | None, invalid_pairs: int | None = N
 
 PROFILE_OUTPUT_WRONG = "profile_output_wrong"  # Timing.flags: the profiled call's output failed the rule (not credited)
 PROFILE_SLOWER = "profile_slower"  # Timing.flags: the profiled call's kernels ran far longer than the timed calls (not credited)
-UNCREDITED_FLAGS = (PROFILE_OUTPUT_WRONG, PROFILE_SLOWER)
+PROFILE_FASTER = "profile_faster"  # Timing.flags: the profiled call's kernels ran far shorter than the timed calls (not credited)
+UNCREDITED_FLAGS = (PROFILE_OUTPUT_WRONG, PROFILE_SLOWER, PROFILE_FASTER)
 
 TargetVerdict = Literal["executed", "token", "present_not_executed", "absent", "unknown"]
 
@@ -285,7 +288,7 @@ class EvalResult(BaseModel):
     def target_executed(self) -> bool | None:
         """True when every target family executed; False when one did not (token, present but not executed, absent)
         or the profiled call computed a wrong output or ran far slower than the timed calls (flags profile_output_wrong,
-        profile_slower: its counters are not credited);
+        profile_slower, profile_faster: its counters are not credited);
         None when it was not measured: no profile, or one that could not tell (ncu missing, counters refused: every
         family not `executed` is `unknown`), which is the harness's gap, not a verdict on the kernel."""
         if not self.targets_runtime:

@@ -45,6 +45,8 @@ FLAG_MEANINGS = {
     "profile_output_wrong": "the profiled call's output was wrong (said above): its target instructions are not credited",
     "profile_slower": "the profiled call's kernels ran far longer than the timed calls (said above): it took another "
                       "path under the profiler, so its target instructions are not credited",
+    "profile_faster": "the profiled call's kernels ran far shorter than the timed calls (said above): it took a faster "
+                      "path under the profiler than when timed, so its target instructions are not credited",
 }
 MAX_WARNINGS = 20
 MAX_IDLE_KERNELS = 6  # entry points the plan never launches, named in the compile lines

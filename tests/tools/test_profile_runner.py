@@ -321,7 +321,7 @@ def test_a_profiled_call_far_slower_than_the_timed_ones_is_not_credited():
     0.94-1.03x their timed median (SLOWER_UNDER_PROFILER's note), so past 1.5x the counters are not credited."""
     from ptxbench.tools.profile.candidate import SLOWER_UNDER_PROFILER, profiled_slowdown
     from ptxbench.tools.profile.summary import KernelProfile, ProfileSummary
-    from ptxbench.tools.results import PROFILE_SLOWER, RuntimeTarget, Timing, TimingStat
+    from ptxbench.tools.results import PROFILE_FASTER, PROFILE_SLOWER, RuntimeTarget, Timing, TimingStat
 
     def outcome(*kernel_us):
         kernels = [KernelProfile(name=f"k{i}", duration_us=us) for i, us in enumerate(kernel_us)]
@@ -344,6 +344,12 @@ def test_a_profiled_call_far_slower_than_the_timed_ones_is_not_credited():
     assert cheat.feedback.startswith("The profiled call's kernels took 4.2x") and "memory-bound" in cheat.feedback
     assert "not credited" in cheat.message and PROFILE_SLOWER in cheat.timing.flags
     assert SLOWER_UNDER_PROFILER == 1.5
+    # The other side: TMA under the profiler, plain loads when timed, read 0.73x on an H100 (profiled_tma_only.cu)
+    quick = outcome(73.0).apply_to(timed(0.100))
+    assert quick.target_executed is False and PROFILE_FASTER in quick.timing.flags and PROFILE_SLOWER not in quick.timing.flags
+    assert "0.73x" in quick.targets_runtime["tma"].reason and quick.feedback.startswith("The profiled call's kernels took 0.73x")
+    assert outcome(90.0).apply_to(timed(0.100)).target_executed is True  # within the honest 0.94-1.03 and a margin
+    assert outcome(5.0).apply_to(timed(0.010)).target_executed is True  # a 10 us call: launch gaps, not checked
     # Nothing to compare: no timing (`ptxbench profile` alone), a kernel without its time, or a failing kernel.
     assert outcome(40.0).apply_to(EvalResult(workload="w", status="PASSED")).target_executed is True
     assert outcome(None).apply_to(timed(0.010)).target_executed is True

@@ -113,7 +113,8 @@ ATTACKS_EXPECTED = {
     "clock_keyed_skip.cu": "INCORRECT_NAN (some call, checked or timed, wrote nothing)",
     "global_tail_stash.cu": "COMPILE_ERROR (a global named 64 KiB past its 16 bytes; 11.4x faster than its no-hit "
                             "twin when it ran, run 33)",
-    "profiled_tma_only.cu": "PASSED, TMA not credited as executed (open: ncu profiles each launch on its own)",
+    "profiled_tma_only.cu": "PASSED, TMA not credited as executed (profile_faster: 0.73x its timed median on an H100, "
+                            "run 33)",
     "local_frame_grower.cu": "PASSED (not an attack: leaves the worker's context with a 3 KiB local frame)",
     "local_below_frame_stash.cu": "after local_frame_grower.cu: PASSED no faster than its no-hit twin, or a failure "
                                   "(run 33 on an H100: 0.163 vs 0.159-0.164 ms; the scrub writes the reserved frame)",
@@ -256,5 +257,6 @@ def test_tma_run_only_under_the_profiler_is_not_credited():
         pytest.xfail("open: ncu profiles each launch of a plan on its own, so a kernel tells the profiled call by the "
                      f"time between its launches and runs TMA only there, within 1.5x of its timed speed ({ratio}); "
                      "credited: " + tma.reason)
-    assert "profile_slower" in r.timing.flags and "not credited" in tma.reason, (r.timing.flags, tma.reason)
+    assert {"profile_slower", "profile_faster"} & set(r.timing.flags) and "not credited" in tma.reason, \
+        (r.timing.flags, tma.reason)
     assert tma.verdict != "executed", tma.reason
