@@ -66,7 +66,7 @@
 #   ncu-metrics (90)    whether ncu knows the FFMA / HFMA / HMMA / HGMMA counters, and what they count on known kernels
 #                       (bench/ncu_metric_probe.py)
 #   stash-probes (90)   where the driver puts module data and local frames: bench/module_memory_probe.py,
-#                       bench/module_pool_layout.py, bench/local_slot_probe.py (the two open stash gaps of run 32)
+#                       bench/module_pool_layout.py, bench/local_slot_probe.py (the stash probes of runs 32-33)
 #   ncu-range (120)     whether ncu's range replay (a plan's launches back to back) gives the target families' counters,
 #                       beside kernel replay's per-launch ones (bench/ncu_range_probe.py)
 #   decoy-shares (150) the decoy rule's shares on the honest references (bench/decoy_shares.py): wgmma's and

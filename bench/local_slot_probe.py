@@ -8,12 +8,12 @@ local address of its frame and its generic address (thread 0 of block 0), in the
 size as the scrub would be built, and prints them: a small frame whose start moves up once a large frame is reserved
 lies above the scrub's, so what lies below it is no scrub's.
 
-The PTX kernels' frames start at local address 0 (run 33), so a pointer 2 KiB below a frame's start is no local
-address at all. The second part asks where such a pointer lands: a kernel compiled from CUDA as the cheat is (a
-16-byte volatile frame, nvcc's stack pointer), before and after the 3 KiB frame, reports its frame's local and
-generic addresses and, for the address 2 KiB below and 1 byte below, which state space `isspacep` names (local,
-shared, global) and what the word there holds; the host then asks the driver which allocation holds it
-(cuMemGetAddressRange) and whether a host memset of it is accepted.
+The PTX kernels read local address 0 on an H100 (run 33) because ptxas drops their dead frames; the second part is the
+one that answers. A kernel compiled from CUDA as the cheat is (a 16-byte volatile frame, nvcc's stack pointer), before
+and after a 3 KiB CUDA frame, reports its frame's local and generic addresses and, for the address 2 KiB below and 1
+byte below, which state space `isspacep` names (local, shared, global); the host asks the driver which allocation holds
+it (cuMemGetAddressRange). Run 33: the frames lie below the stack pointer at the top of a 16 MiB window (0xfffc50 and
+0xfff060), and below the small one is still local, within the frame the scrub of the reserved frame writes.
 
     python3 bench/local_slot_probe.py [--json PATH]
 """
