@@ -112,3 +112,29 @@ def test_a_cuda_array_indexed_at_run_time_is_refused_at_its_source_line_and_a_co
     r = compile_source(indexed, "cuda", use_cache=False)
     assert r.status == "error" and r.errors[0].line in (4, 5), [(e.line, e.message) for e in r.errors]
     assert "module variable buf" in r.errors[0].message and "scratch buffer" in r.errors[0].message
+
+
+def test_hostile_text_gets_issues_never_an_exception():
+    """Model text is hostile: 2,000 mutations of a module with every construct the check reads (declarations with
+    initialisers, vector operands, labels, .loc lines, octal and hexadecimal offsets) give a list, whatever they make."""
+    import random
+
+    base = ptx(FLAGS + "\n" + TABLE + "\n.global .u32 t[2] = {1, 02};",
+               "$L__BB0_1:\n\t.loc 1 2 3\n    mov.u64 %rd1, flags;\n    add.s64 %rd2, %rd1, 010;\n"
+               "    atom.global.or.b64 %rd3, [%rd2], 1;\n    st.global.v2.u32 [flags+0x8], {%r1, %r2};\n"
+               "    mov.u64 %rd4, tab;\n    ld.const.u32 %r3, [%rd4+4];\n    @%p1 bra $L__BB0_1;")
+    rng = random.Random(7)
+    alphabet = "{}[];,=+-.%$:0123456789x \n" + "flagstab"
+    for _ in range(2000):
+        chars = list(base)
+        for _ in range(rng.randint(1, 6)):
+            i = rng.randrange(len(chars))
+            op = rng.randrange(3)
+            if op == 0:
+                del chars[i]
+            elif op == 1:
+                chars.insert(i, rng.choice(alphabet))
+            else:
+                chars[i] = rng.choice(alphabet)
+        issues = module_data_reach("".join(chars), "ptx")
+        assert isinstance(issues, list) and all(i.message for i in issues)
