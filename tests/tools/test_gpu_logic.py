@@ -317,8 +317,8 @@ def test_a_module_global_of_any_size_is_counted_from_the_cubin():
     from ptxbench.tools.gpu.module_state import module_globals
 
     ptx = (".version 8.0\n.target sm_90a\n.address_size 64\n.global .align 8 .b8 big[34359738368];\n"
-           ".visible .entry k(.param .u64 p) {\n  .reg .b64 %rd<2>;\n  mov.u64 %rd1, big;\n"
-           "  st.global.u64 [%rd1], %rd1;\n  ret;\n}\n")
+           ".visible .entry k(.param .u64 p) {\n  .reg .b64 %rd<2>;\n  ld.param.u64 %rd1, [p];\n"
+           "  st.global.u64 [big], %rd1;\n  ret;\n}\n")
     r = compile_source(ptx, "ptx", "sm_90a")
     assert r.status == "ok", r.errors
     cubin = open(r.cubin_path, "rb").read()
