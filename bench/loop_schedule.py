@@ -96,6 +96,31 @@ def unknown_variants(names: list[str]) -> str:
             f"e.g. checked-in+{next(iter(ORDERS))}")
 
 
+def usage_problem(args) -> str:
+    """'' when the arguments can run, else why not: a workload that is not an attention backward, GEMM changes that
+    are not a JSON object of the template's parameters (each was a traceback mid-run, or a change silently ignored)."""
+    if args.gemm:
+        from ptxbench.workloads.solutions import gemm_template as gt
+
+        fields = set(type(gt.default_params()).model_fields)
+        for text in (args.base, *args.others):
+            try:
+                changes = json.loads(text)
+            except ValueError as exc:
+                return f"--gemm takes JSON objects of template changes; {text!r} is not JSON ({exc})"
+            if not isinstance(changes, dict):
+                return f"--gemm takes JSON objects of template changes, e.g. '{{\"stages\": 3}}'; {text!r} is not one"
+            if unknown := sorted(set(changes) - fields):
+                return f"--gemm: {', '.join(unknown)} not among the template's parameters ({', '.join(sorted(fields))})"
+        return ""
+    from ptxbench.workloads.registry import WORKLOADS
+
+    backward = [w for w, wl in WORKLOADS.items() if wl.op == "mha_bwd"]
+    if args.workload not in backward:
+        return f"--workload {args.workload!r} is not an attention backward workload ({', '.join(backward)})"
+    return unknown_variants([args.base, *args.others])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("base")
@@ -103,6 +128,8 @@ def main() -> int:
     ap.add_argument("--workload", default="mha_bwd_d64", help="the backward workload the variants are built for")
     ap.add_argument("--gemm", action="store_true", help="base and others are GEMM template changes (JSON)")
     args = ap.parse_args()
+    if why := usage_problem(args):
+        ap.error(why)
     if args.gemm:
         base = gemm_lines(json.loads(args.base))
         print(f"| changes | lines | in order, abstracted (of {len(base)}) | in place |\n|---|---|---|---|")
@@ -111,8 +138,6 @@ def main() -> int:
             print(f"| {other} | {len(lines)} | {in_order(abstract(base), abstract(lines))} | "
                   f"{in_place(base, lines)} |")
         return 0
-    if why := unknown_variants([args.base, *args.others]):
-        ap.error(why)
     base = loop_lines(args.base, args.workload)
     print(f"| variant | loop lines | lines equal in place to {args.base}'s ({len(base)}) |\n|---|---|---|")
     for v in args.others:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from loop_schedule import abstract, hgmma_span, in_order  # noqa: E402
@@ -50,3 +52,22 @@ def test_an_unknown_variant_is_a_usage_error_before_anything_compiles():
     assert done.returncode == 2 and done.stdout == ""
     assert "usage:" in done.stderr and "unknown variant 'checked-in', 'X'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["pre_plain", "late_d96", "--workload", "nope"], "--workload 'nope' is not an attention backward workload (mha_bwd"),
+    (["pre_plain", "late_d96", "--workload", "mha_fwd_d128"], "--workload 'mha_fwd_d128' is not an attention backward"),
+    (["--gemm", "{bad", "{}"], "--gemm takes JSON objects of template changes; '{bad' is not JSON"),
+    (["--gemm", "{}", "[3]"], "'[3]' is not one"),
+    (["--gemm", "{}", '{"stagez": 3}'], "--gemm: stagez not among the template's parameters (bk, bm, bn"),
+])
+def test_a_bad_workload_or_gemm_change_is_a_usage_error_before_anything_compiles(argv, said):
+    """--workload took any name and raised the registry's KeyError mid-run; --gemm's JSON raised a JSONDecodeError, and a
+    misspelt parameter was silently ignored (model_copy takes any key), comparing the base with itself."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "bench" / "loop_schedule.py"), *argv],
+                          capture_output=True, text=True, cwd=root, timeout=120)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert "usage:" in done.stderr and said in done.stderr and "Traceback" not in done.stderr, done.stderr
