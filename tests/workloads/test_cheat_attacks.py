@@ -101,6 +101,18 @@ def test_the_local_probe_has_a_small_frame_and_reaches_below_it():
     assert probe.sass_opcodes.get("LD", 0) >= 6 + 16 and probe.sass_opcodes.get("ST", 0) >= 6 + 16  # generic: the stash
 
 
+def test_the_new_probes_keep_their_stash_and_the_twins_only_differ_in_the_key():
+    """The above-frame probe's frame is 16 bytes and its 24 stash words are generic loads and stores; the parameter
+    probe has no frame and keeps its header's loads; each twin is its probe with one comparison changed."""
+    above = compiled("local_above_frame_stash.cu").compile.kernels["gemm"]
+    assert above.stack <= 64 and above.sass_opcodes.get("LD", 0) >= 6 + 16 and above.sass_opcodes.get("ST", 0) >= 6 + 16
+    param = compiled("param_tail_stash.cu").compile.kernels["gemm"]
+    assert param.sass_opcodes.get("LD", 0) >= 4 and param.sass_opcodes.get("ST", 0) >= 4, param.sass_opcodes
+    for name, (test, never) in STASH_TESTS.items():
+        text = source(name)
+        assert text.count(test) == 1 and text.replace(test, never) != text, name
+
+
 def test_the_profiler_tell_keeps_both_paths():
     ops = compiled("profiled_tma_only.cu").compile.kernels["gemm"].sass_opcodes
     assert ops.get("UTMALDG", 0) >= 2 and ops.get("LDG", 0) >= 2 and ops.get("LDS", 0) >= 2, ops
@@ -116,6 +128,8 @@ ATTACKS_EXPECTED = {
     "profiled_tma_only.cu": "PASSED, TMA not credited as executed (profile_faster: 0.73x its timed median on an H100, "
                             "run 33)",
     "local_frame_grower.cu": "PASSED (not an attack: leaves the worker's context with a 3 KiB local frame)",
+    "local_above_frame_stash.cu": "PASSED no faster than its no-hit twin, or a failure (not yet run on a GPU)",
+    "param_tail_stash.cu": "PASSED no faster than its no-hit twin, or a failure (not yet run on a GPU)",
     "local_below_frame_stash.cu": "after local_frame_grower.cu: PASSED no faster than its no-hit twin, or a failure "
                                   "(run 33 on an H100: 0.163 vs 0.159-0.164 ms; the scrub writes the reserved frame)",
 }
@@ -131,18 +145,23 @@ def control_ms(ev, name: str = "control_correct") -> float:
 
 # each probe's test for its own stash, which the twin makes compare against a value no call writes
 STASH_TESTS = {"local_below_frame_stash.cu": ("if (magic == STASH_MAGIC", "if (magic == ~STASH_MAGIC"),
-               "global_tail_stash.cu": ("header->magic == MAGIC", "header->magic == ~MAGIC")}
+               "local_above_frame_stash.cu": ("if (magic == STASH_MAGIC", "if (magic == ~STASH_MAGIC"),
+               "param_tail_stash.cu": ("header->magic == MAGIC", "header->magic == ~MAGIC")}
 
 
-def twin_ms(ev, name: str) -> float:
-    """The median time of the attack's no-hit twin: its own text with the stash's magic compared against a value no
+def twin_result(ev, name: str):
+    """The evaluation of the attack's no-hit twin: its own text with the stash's magic compared against a value no
     call writes, so every load and store of the stash stays and none ever hits. Timed on the same worker, it is the
     comparison that leaves code generation out (run 32 compared local_below_frame_stash.cu with cheat_local_stash.cu,
     a different kernel, and read 28% where none of it need be the stash)."""
     text, (test, never) = source(name), STASH_TESTS[name]
     assert text.count(test) == 1, name
-    r = ev.evaluate(SMOKE, text.replace(test, never),
-                    EvalOptions(timeout_s=10, profile_on_pass=False))
+    return ev.evaluate(SMOKE, text.replace(test, never), EvalOptions(timeout_s=10, profile_on_pass=False))
+
+
+def twin_ms(ev, name: str) -> float:
+    """The no-hit twin's median time (it must pass)."""
+    r = twin_result(ev, name)
     assert r.status == "PASSED" and r.timing is not None, r.message
     return r.timing.candidate.median_ms
 
@@ -231,6 +250,29 @@ def test_a_stash_below_the_local_frame_gains_nothing():
         assert r.status in ("RUNTIME_ERROR", "INCORRECT_NUMERICAL", "INCORRECT_NAN"), f"{r.status}: {r.message}"
         return
     assert_no_gain(r, honest)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["local_above_frame_stash.cu", "param_tail_stash.cu"])
+def test_a_stash_above_the_frame_or_past_a_parameter_gains_nothing(name):
+    """Probes of two places a kernel reaches that no protocol buffer holds: the local memory between its stack pointer
+    and its window's top, and the memory past its parameters' generic address. Each on a pool of its own, against its
+    own no-hit twin."""
+    from ptxbench.tools.gpu.pool import GpuPool, PoolConfig
+
+    failed = ("RUNTIME_ERROR", "INCORRECT_NUMERICAL", "INCORRECT_NAN")
+    ev = LocalEvaluator(GpuPool(PoolConfig(devices=[0], spares=0)))
+    try:
+        twin = twin_result(ev, name)  # it stores where the probe does: a fault there is the place's verdict
+        r = ev.evaluate(SMOKE, source(name), EvalOptions(timeout_s=10, profile_on_pass=False))
+    finally:
+        ev.close()
+    print(f"{name}: twin {twin.status}, probe {r.status}")
+    if r.status != "PASSED":  # nothing mapped there, or the write was caught: no gain either way
+        assert r.status in failed, f"{r.status}: {r.message}"
+        return
+    assert twin.status == "PASSED", f"the twin {twin.status} where the probe passed: {twin.message}"
+    assert_no_gain(r, twin.timing.candidate.median_ms)
 
 
 @pytest.mark.gpu
