@@ -63,7 +63,7 @@ WORKLOADS = ("gemm_bf16_m8192_n7168_k5120", "mha_fwd_d128", "mha_bwd_d128")
 # (`wgmma.wait_group.sync.aligned 1;`: ptxas refuses `wgmma.wait_group 1`) by +5 (+3 / 4); the format's refusals
 # reflowed to its line width by +4 (+1 / 4); the pack's cluster line as measured (a 2-CTA cluster multicasting B made
 # the tuned GEMM 1.5-3.3% slower, where it said 2 was the sweet spot) by +30 (+22 / 4, expert +23); the format's line
-# on module data (a `__device__` variable named only directly, a run-time indexed array in a scratch buffer: the
+# on module data (a `__device__` variable written only directly, arrays written at run-time indices in a scratch buffer: the
 # compile refuses the rest, tools/module_data.py) by +48 (+39 / 4) in every variant, basic within its budget.
 BUDGETS = {"basic": (3350, 2850), "knowledge": (13392, 10736), "expert": (14048, 11286)}
 

@@ -4,15 +4,17 @@ The driver packs every module's globals and constants into one pool, 256-byte al
 as a range of its own (bench/results/run32 and run33, an H100): the bytes past a module's last variable belong to no
 symbol, so no reset reaches them, and a kernel holding a variable's address reaches them with an offset.
 tests/data/cheats/attacks/global_tail_stash.cu kept every output 64 KiB past its one global and timed 11.4x faster
-than its own no-hit twin. So the address of a module variable never becomes a value the kernel can compute with:
+than its own no-hit twin. A result is kept only by writing it, so what is bounded is every write that an address of
+module data reaches:
 
-- a `.global` variable is named only as a memory operand, `[name]` or `[name+offset]`, the access within its bytes
-  (a counter's atomics, a flag's loads and stores: what a kernel needs module data for);
-- a `.const` variable may also be moved into a register (`mov.u64 %rd, table`) for `ld.const`, which reads only the
-  module's own bank, but no constant's address becomes a generic one (`cvta.const`, whose stores would write the pool);
-- no module variable's initialiser holds an address (`generic(name)`, a symbol's name).
+- a `.global` variable is written only as `[name]` or `[name+offset]`, or through a register that a `mov` of it
+  defines and only constant steps carry (`add` of a number, `cvta.global`: nvcc's `atomicAdd(&counter, 1)` and
+  `atomicOr(&flags[1], 1)`), the access within its bytes (a counter's atomics, a flag's stores);
+- an address computed from module data any other way (a run-time index) may be read through (a lookup table, nvcc's
+  `__cudart_sin_cos_coeffs`), never written through, stored, or passed to a call, where it could be offset anywhere;
+- no constant's address becomes a generic one (`cvta.const`), and no module variable's initialiser holds an address.
 
-An array a kernel indexes at run time belongs in a scratch buffer of the launch plan, which the protocol owns. The check
+An array a kernel writes at a run-time index belongs in a scratch buffer of the launch plan, which the protocol owns. The check
 reads the PTX ptxas assembles (nvcc's, for a `cuda` solution), comments blanked; pure text, no GPU. Linear in the
 text: a module without module data costs one pass over its statements (0.11 s for the attention backward's 1.5 MB of
 PTX), one full of module data accesses about 0.4 s per MB.
@@ -27,7 +29,7 @@ from typing import Callable
 from .results import CompileIssue
 
 _IDENT = r"[A-Za-z_$%][\w$]*"
-_DECL = re.compile(r"^(?:\.(?:visible|weak|extern|common)\s+)*\.(global|const)\b(.*)$", re.S)
+_DECL = re.compile(r"^(?:\.(?:visible|weak|extern|common)\s*)*\.(global|const)\b(.*)$", re.S)
 _TYPE_BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2, "b32": 4, "u32": 4,
                "s32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8, "b128": 16}
 _OPAQUE = {"texref", "samplerref", "surfref"}  # handles, not bytes a kernel addresses
@@ -312,21 +314,26 @@ def _address_holders(code_ins: list[Instruction], by_name: dict) -> dict:
     return holders
 
 
-def _bank_addresses(code_ins: list[Instruction], by_name: dict) -> dict:
-    """(function, register) -> the constant whose bank address it was computed from (a `mov` of the constant, then
-    any arithmetic): such a register addresses `ld.const` only."""
+# Instruction families whose bracketed operand is only read (the loaded value is data, not an address), and those
+# whose bracketed operand (the first, for a copy) is written: anything else that names module data is treated as a write.
+_READS = {"ld", "ldu", "prefetch", "prefetchu", "applypriority"}
+_STORES_VALUES = {"st", "atom", "red", "multimem", "tensormap", "mbarrier", "discard", "sust", "sured", "call", "cp",
+                  "stmatrix", "shfl"}
+
+
+def _tainted(code_ins: list[Instruction], names: re.Pattern, by_name: dict) -> dict:
+    """(function, register) -> the module variable whose address went into it, through any computation (a `mov` of the
+    variable, then any arithmetic on it); a value loaded through such an address is data, not an address."""
     tainted: dict = {}
-    for _ in range(16):
+    for _ in range(16):  # each pass follows one more step of a chain (loops included)
         changed = False
         for ins in code_ins:
             dest = _destination(ins)
-            if dest is None or (ins.function, dest) in tainted:
+            family = ins.opcode.split(".")[0]
+            if dest is None or family in _READS or family in _STORES_VALUES or (ins.function, dest) in tainted:
                 continue
-            rest = ins.operands[ins.operands.index(dest) + len(dest):]
-            if ins.opcode.startswith("ld") and "[" in rest:
-                continue  # a value loaded from memory, not an address computed
-            source = next((by_name[t].name for t in re.findall(_IDENT, rest)
-                           if t in by_name and by_name[t].space == "const"), None)
+            rest = _BRACKET.sub(" ", ins.operands[ins.operands.index(dest) + len(dest):])
+            source = next((by_name[n] for n in names.findall(rest)), None)
             source = source or next((tainted[(ins.function, r)] for r in re.findall(r"%[\w$]+", rest)
                                      if (ins.function, r) in tainted), None)
             if source is not None:
@@ -342,9 +349,10 @@ def module_data_reach(code: str, language: str,
     for `ptx`; for `cuda`, the source line nvcc's `.loc` names, and the generated PTX quoted).
 
     nvcc writes `atomicAdd(&counter, 1)` as `mov.u64 %rd1, counter; atom.global.add.u32 %r1, [%rd1], 1`: a register
-    that a `mov` of a `.global` variable defines and that is used only as an address within the variable's bytes
-    (`[%rd1]`, `[%rd1+4]`) counts as the variable named directly; any other use of it, or another definition of it
-    in the same function, lets the address out."""
+    that a `mov` of a `.global` variable defines (its only definition in the function) and only constant steps carry
+    counts as the variable named directly, so the write is checked against the variable's bytes. Any register computed
+    from a module variable's address is followed (`_tainted`): loads through it are reads, every write through it,
+    store of it or call with it lets the address out."""
     parsed = statements(code)
     variables, found = declarations(code, parsed)
     issues = [CompileIssue(line=i.line, message=i.message) if language == "ptx" or to_source is None
@@ -363,56 +371,57 @@ def module_data_reach(code: str, language: str,
             findings.add(var.name, "size", ins.line, f"`{ins.opcode}` copies a run-time number of bytes at module "
                          f"variable {var.name}: only a copy whose size the instruction states can be kept within its "
                          f"bytes")
-        elif at < 0 or (var.size is not None and at + width > var.size):
+        elif var.size is None:
+            findings.add(var.name, "bounds", ins.line, f"`{ins.opcode}` writes module variable {var.name}, whose size "
+                         f"its declaration does not state: declare it with its type and length (`.b8 {var.name}[N]`)")
+        elif at < 0 or at + width > var.size:
             findings.add(var.name, "bounds", ins.line, f"`[{operand}]` reaches bytes {at}..{at + width - 1} of module "
                          f"variable {var.name}, which has {var.size}: outside it lies the driver's pool of module data, "
                          f"which no reset reaches")
 
-    def let_out(var: ModuleVariable, ins: Instruction, how: str) -> None:
-        findings.add(var.name, "address", ins.line, f"`{ins.opcode}` {how} module variable {var.name}: module data is "
-                     f"named only as `[{var.name}]` or `[{var.name}+offset]` within its {var.size or '?'} bytes, since "
-                     f"an address plus an offset reaches the driver's pool of module data beside it, where nothing is "
-                     f"reset between calls; {FIX}")
-
     holders = _address_holders(code_ins, by_name)
-    bank = _bank_addresses(code_ins, by_name) if any(v.space == "const" for v in variables) else {}
+    tainted = _tainted(code_ins, names, by_name)
+
+    def involved(text: str, function: int) -> ModuleVariable | None:
+        """The module variable `text` names, or whose address a register in it holds."""
+        var = next((by_name[n] for n in names.findall(text)), None)
+        return var or next((tainted[(function, r)] for r in re.findall(r"%[\w$]+", text)
+                            if (function, r) in tainted), None)
+
     for ins in code_ins:
-        for m in _MEM.finditer(ins.operands):
-            if (ins.function, m.group(1)) in bank and not ins.opcode.startswith("ld.const"):
-                findings.add(bank[(ins.function, m.group(1))], "bank", ins.line, f"`{ins.opcode}` uses "
-                             f"{m.group(1)}, computed from a constant's bank address, as an address: a constant's "
-                             f"address is for `ld.const` only")
         if ins.opcode.startswith("cvta.const"):
-            var = next((by_name[n] for n in names.findall(ins.operands)), None)
+            var = involved(ins.operands, ins.function)
             findings.add(var.name if var else "", "cvta", ins.line, f"`{ins.opcode}` makes a generic address of a "
                          f"constant, and a store through it writes the driver's pool of module data: read constants "
                          f"with `ld.const`")
             continue
-        direct: list[tuple[int, int]] = []
-        for m in _MEM.finditer(ins.operands):
-            at = _int(m.group(3)) * (-1 if m.group(2) == "-" else 1) if m.group(3) else 0
-            if m.group(1) in by_name:
-                out_of_bytes(by_name[m.group(1)], ins, m.group(0)[1:-1].strip(), at)
-                direct.append(m.span())
-            elif (held := holders.get((ins.function, m.group(1)))) is not None:
-                out_of_bytes(held[0], ins, m.group(0)[1:-1].strip(), held[1] + at)
-                direct.append(m.span())
-        derived = _derivation(ins, by_name, holders)
-        if derived is not None and holders.get((ins.function, derived[0])) == derived[1]:
-            continue  # one step of an address the checks above follow: mov of the variable, add of a constant
-        ops = [o.strip() for o in _split_top(ins.operands)]
-        if (ins.opcode.startswith("mov") and len(ops) == 2 and ops[1] in by_name
-                and by_name[ops[1]].space == "const"):
-            continue  # a bank offset for ld.const, which reads the module's own bank only
-        for n in names.finditer(ins.operands):
-            if not any(a <= n.start() < b for a, b in direct):
-                let_out(by_name[n.group(1)], ins, "takes the address of")
-        for reg in re.finditer(r"(?<![\w$])%[\w$]+", ins.operands):
-            held = holders.get((ins.function, reg.group(0)))
-            if held is None or any(a <= reg.start() < b for a, b in direct):
-                continue
-            if derived is not None and reg.group(0) == derived[0]:
-                let_out(held[0], ins, f"writes {reg.group(0)}, which elsewhere holds the address of")
+        family = ins.opcode.split(".")[0]
+        for index, b in enumerate(_BRACKET.finditer(ins.operands)):
+            var = involved(b.group(1), ins.function)
+            if var is None or family in _READS or (family == "cp" and index > 0):
+                continue  # a read: nothing is kept by reading
+            m = _MEM.fullmatch(b.group(0))
+            at = (_int(m.group(3)) * (-1 if m.group(2) == "-" else 1) if m.group(3) else 0) if m else 0
+            if m and m.group(1) in by_name:
+                out_of_bytes(by_name[m.group(1)], ins, b.group(1).strip(), at)
+            elif m and (held := holders.get((ins.function, m.group(1)))) is not None:
+                out_of_bytes(held[0], ins, b.group(1).strip(), held[1] + at)
             else:
-                let_out(held[0], ins, f"computes with {reg.group(0)}, the address of")
+                findings.add(var.name, "write", ins.line, f"`{ins.opcode}` writes through `[{b.group(1).strip()}]`, an "
+                             f"address computed from module variable {var.name}: module data is written only as "
+                             f"`[{var.name}]` or `[{var.name}+offset]` within its {var.size or '?'} bytes (or a "
+                             f"register a `mov` of it defines and only constant steps carry), since an address plus a "
+                             f"computed offset reaches the driver's pool of module data beside it, where nothing is "
+                             f"reset between calls; {FIX}")
+        dest = _destination(ins)
+        outside = _BRACKET.sub(" ", ins.operands)
+        if dest is not None and family not in _STORES_VALUES:
+            outside = outside[outside.index(dest) + len(dest):]  # the register it defines is not a use
+        var = involved(outside, ins.function)
+        if var is None:
+            continue
+        if dest is None or family in _STORES_VALUES or family in _READS:
+            findings.add(var.name, "value", ins.line, f"`{ins.opcode}` stores or passes on an address computed from "
+                         f"module variable {var.name}: an address kept or handed on can be offset anywhere in the "
+                         f"driver's pool of module data beside it, where nothing is reset between calls; {FIX}")
     return issues + findings.issues(language, to_source)

@@ -7,7 +7,7 @@
 // the same set replays. Expected (the padding reset with the globals): every call computes; PASSED at the speed
 // of the same loop without the stash (control_correct.cu). On an H100 the driver packs the two globals 256 bytes
 // apart whatever their alignment (bench/results/run32), so the padding does not exist there: no gain either way.
-// Refused when compiled (tools/module_data.py): the globals' addresses are computed with.
+// Refused when compiled (tools/module_data.py): it writes through addresses computed from its globals.
 /* ptxbench
 language = "cuda"
 

@@ -7,7 +7,7 @@
 // own: if the bytes there belong to another module (a library's globals), writing them may disturb that worker.
 // Expected: no gain, i.e. PASSED at the speed of control_correct.cu, or a failure (a fault where nothing is mapped);
 // a PASSED timed at the speed of a copy means the tail keeps state between calls and needs a guard of its own.
-// Refused when compiled (tools/module_data.py): it names g_only 64 KiB past its 16 bytes. Before that rule it
+// Refused when compiled (tools/module_data.py): it writes 64 KiB past g_only's 16 bytes. Before that rule it
 // PASSED 11.4x faster than its own no-hit twin on an H100 (bench/results/gpu_evaluator.md, run 33).
 /* ptxbench
 language = "cuda"
