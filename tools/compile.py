@@ -26,7 +26,8 @@ from .compile_log import (loc_line_map, nvcc_failure, parse_nvcc_log, parse_ptxa
 from .cubin_symbols import undefined_functions
 from .jail import JAIL_PATH, Limits, Workspace, jail_mode, run_in_jail
 from .limit_hit import kernels_limit_hit, limit_hit, smallest_ptx
-from .module_data import module_data_reach
+from .gpu.module_state import module_globals
+from .module_data import module_data_reach, unread_variables
 from .jail_deps import outside_includes
 from .results import CompileIssue, CompileResult
 from .solution.source_scan import unencodable
@@ -209,6 +210,8 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     if (size := cubin_path.stat().st_size) > MAX_CUBIN_BYTES:
         issue = CompileIssue(message=_too_large("the cubin ptxas made", size, MAX_CUBIN_BYTES))
         return _error(arch, language, log, [issue], tc, warnings=warnings, ptx_sha256=sha), None, True
+    if unread := unread_variables(code, [g.name for g in module_globals(cubin_path.read_bytes())]):
+        return _error(arch, language, log, unread, tc, warnings=warnings, ptx_sha256=sha), None, True
     if undefined := undefined_functions(cubin_path.read_bytes()):  # a prototype the PTX check did not read as .extern
         issues = [system_call_issue(name, _declared_line(code, name) if language == "ptx" else None)
                   for name in undefined]

@@ -425,3 +425,18 @@ def module_data_reach(code: str, language: str,
                          f"module variable {var.name}: an address kept or handed on can be offset anywhere in the "
                          f"driver's pool of module data beside it, where nothing is reset between calls; {FIX}")
     return issues + findings.issues(language, to_source)
+
+
+_FUNCTION_SCOPE = re.compile(r"^\$__(.+)__\d+$")  # ptxas's name for a `.global` declared inside a function
+
+
+def unread_variables(code: str, symbols: list[str]) -> list[CompileIssue]:
+    """The module variables the cubin holds (`symbols`: module_state.module_globals' names) whose declaration the
+    check did not read: a spelling ptxas takes and the parser does not would otherwise leave a variable unchecked."""
+    declared = {v.name for v in declarations(code)[0]}
+    missing = [n for n in symbols if n not in declared
+               and not ((m := _FUNCTION_SCOPE.match(n)) and m.group(1) in declared)]
+    return [CompileIssue(message=f"module variable {name}: the check of module data could not read its declaration, so "
+                                 f"the writes its address reaches cannot be bounded; declare it on a line of its own as "
+                                 f"`.global .align A .TYPE {name}[N];` (or `.const`), or keep the data in a scratch "
+                                 f"buffer of the launch plan") for name in missing]

@@ -153,3 +153,25 @@ def test_hostile_text_gets_issues_never_an_exception():
                 chars[i] = rng.choice(alphabet)
         issues = module_data_reach("".join(chars), "ptx")
         assert isinstance(issues, list) and all(i.message for i in issues)
+
+
+def test_a_variable_the_cubin_holds_and_the_check_did_not_read_is_refused():
+    """The cubin's data symbols are the ground truth: a declaration spelt in a way ptxas takes and the parser does not
+    read would leave its writes unchecked. A `.global` declared inside a function is `$__name__N` in the cubin."""
+    from ptxbench.tools.module_data import unread_variables
+
+    text = ptx(FLAGS, "    .global .align 4 .u32 inner;\n    st.global.u32 [inner], %r1;")
+    assert unread_variables(text, ["flags", "$__inner__7"]) == []
+    (issue,) = unread_variables(text, ["flags", "$__inner__7", "ghost"])
+    assert issue.message.startswith("module variable ghost: the check of module data could not read its declaration")
+
+
+def test_a_function_scope_global_compiles_and_is_checked():
+    from ptxbench.tools.compile import compile_source
+
+    text = ptx(".visible.global .align 4 .u32 vis;",
+               "    .global .align 4 .u32 inner;\n    ld.global.u32 %r1, [inner];\n    st.global.u32 [vis], %r1;")
+    assert compile_source(text, "ptx", use_cache=False).status == "ok"
+    bad = text.replace("st.global.u32 [vis], %r1;", "st.global.u32 [inner+4], %r1;")
+    r = compile_source(bad, "ptx", use_cache=False)
+    assert r.status == "error" and "reaches bytes 4..7 of module variable inner" in r.errors[0].message, r.errors
