@@ -67,6 +67,8 @@
 #                       (bench/ncu_metric_probe.py)
 #   stash-probes (90)   where the driver puts module data and local frames: bench/module_memory_probe.py,
 #                       bench/module_pool_layout.py, bench/local_slot_probe.py (the stash probes of runs 32-33)
+#   stash-twins (150)   the stash attacks that still compile, each against its own no-hit twin on a pool of its own:
+#                       below and above a small local frame, past a parameter's generic address (the figures in -rP)
 #   ncu-range (120)     whether ncu's range replay (a plan's launches back to back) gives the target families' counters,
 #                       beside kernel replay's per-launch ones (bench/ncu_range_probe.py)
 #   decoy-shares (150) the decoy rule's shares on the honest references (bench/decoy_shares.py): wgmma's and
@@ -103,7 +105,7 @@ declare -A BUDGET=([gpu-tests]=560 [bwd]=200 [bwd-variants]=400 [bwd-tuner]=300 
                    [anchors]=540 [throughput]=200 [mutations]=150 [mutations-bwd]=360 [suite-build]=560 [scaling]=590
                    [library-drift]=300 [wgmma-rates]=90 [fwd-profile]=120 [cta-cost]=150 [fwd-tests]=150 [ref-eval]=200 [pool-hang]=90
                    [compile-cpu]=120 [restore-ablation]=300 [ncu-metrics]=90 [ncu-range]=120 [decoy-shares]=150 [audit-cost]=120
-                   [context-isolation]=120 [lazy-threshold]=240 [pytest-gpu]=300 [input-draw]=60 [stash-probes]=90)
+                   [context-isolation]=120 [lazy-threshold]=240 [pytest-gpu]=300 [input-draw]=60 [stash-probes]=90 [stash-twins]=150)
 
 run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its settings from VAR_TAG, e.g. BWD_VARIANTS_b)
   local name=${1%%.*} s=$2 d=$3 tag=
@@ -164,6 +166,8 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     stash-probes) python3 bench/module_memory_probe.py --json "$d/module_memory.json" > "$d/module_memory.txt"
                   python3 bench/module_pool_layout.py --json "$d/pool_layout.json"
                   python3 bench/local_slot_probe.py --json "$d/local_slot.json" ;;
+    stash-twins) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
+                   tests/workloads/test_cheat_attacks.py -k stash ;;
     input-draw) python3 bench/input_draw_cost.py ${INPUT_DRAW_ARGS:-} > "$d/draw.md"; cat "$d/draw.md" ;;
     decoy-shares) python3 bench/decoy_shares.py --json "$d/shares.json" ;;
     context-isolation) python3 bench/context_isolation.py --json "$d/isolation.json" ;;
