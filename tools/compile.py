@@ -27,7 +27,7 @@ from .cubin_symbols import undefined_functions
 from .jail import JAIL_PATH, Limits, Workspace, jail_mode, run_in_jail
 from .limit_hit import kernels_limit_hit, limit_hit, smallest_ptx
 from .gpu.module_state import module_globals
-from .module_data import module_data_reach, unread_variables
+from .module_data import ModuleData
 from .jail_deps import outside_includes
 from .results import CompileIssue, CompileResult
 from .solution.source_scan import unencodable
@@ -188,8 +188,9 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     model's own text is assembled instead, so line info never changes a verdict."""
     cubin_path = workdir / "kernel.cubin"
     code = strip_ptx_comments(ptx_text)
+    data = ModuleData(code)  # read once: its writes checked now, its declarations matched with the cubin's after
     pre = ((static_ptx_checks(code, arch) if language == "ptx" else []) + system_calls(code, language)
-           + module_data_reach(code, language, line_map))
+           + data.reach(language, line_map))
     annotated = annotate_ptx(ptx_text, PTX_NAME) if language == "ptx" and not pre else ptx_text
     res = _ptxas(annotated, arch, tc, workdir, timeout_s)
     # not after a limit hit: the model's own text hits it again, and a CPU bomb would cost twice the limit
@@ -210,9 +211,10 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     if (size := cubin_path.stat().st_size) > MAX_CUBIN_BYTES:
         issue = CompileIssue(message=_too_large("the cubin ptxas made", size, MAX_CUBIN_BYTES))
         return _error(arch, language, log, [issue], tc, warnings=warnings, ptx_sha256=sha), None, True
-    if unread := unread_variables(code, [g.name for g in module_globals(cubin_path.read_bytes())]):
+    cubin = cubin_path.read_bytes()
+    if unread := data.unread([g.name for g in module_globals(cubin)]):
         return _error(arch, language, log, unread, tc, warnings=warnings, ptx_sha256=sha), None, True
-    if undefined := undefined_functions(cubin_path.read_bytes()):  # a prototype the PTX check did not read as .extern
+    if undefined := undefined_functions(cubin):  # a prototype the PTX check did not read as .extern
         issues = [system_call_issue(name, _declared_line(code, name) if language == "ptx" else None)
                   for name in undefined]
         return _error(arch, language, log, issues, tc, warnings=warnings, targets=target_presence(arch, code, {}),
@@ -239,7 +241,7 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
         targets=target_presence(arch, code, functions), sass_by_line=sass_by_line(listing), ptx_sha256=sha,
         tools=tc.tools(), jail=jail_mode(),
     )
-    return result, cubin_path.read_bytes(), True
+    return result, cubin, True
 
 
 def _too_large(what: str, size: int, limit: int) -> str:

@@ -47,7 +47,7 @@ def _int(literal: str) -> int:
         return int(text)
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 _WIDTH_BY_FAMILY = {"mbarrier": 8, "tensormap": 128, "prefetch": 1, "prefetchu": 1, "applypriority": 1,
-                    "discard": 128, "createpolicy": 1}
+                    "discard": 128}
 
 FIX = ("keep an array the kernel indexes at run time in a scratch buffer of the launch plan (`[scratch.NAME]`, "
        "passed as an argument), which every call starts from as the plan says")
@@ -58,7 +58,6 @@ class ModuleVariable:
     name: str
     space: str  # "global" or "const"
     size: int | None  # bytes, None when the declaration does not say (an unsized array without initialiser)
-    line: int
 
 
 class _Lines:
@@ -177,7 +176,7 @@ def declarations(code: str, parsed: list | None = None) -> tuple[list[ModuleVari
                 continue
             name, dims, init = d.group(1), d.group(2), d.group(3)
             variables.append(ModuleVariable(name, space, _declared_size(type_name, int(vec.group(1)) if vec else 1,
-                                                                        dims, init), line))
+                                                                        dims, init)))
             named = [t for t in re.findall(_IDENT, init or "") if not _NUMBER.match(t)]
             if named:
                 issues.append(CompileIssue(line=line, message=(
@@ -193,12 +192,15 @@ def _width(opcode: str, operands: str) -> int | None:
     parts = opcode.split(".")
     if parts[0] in _WIDTH_BY_FAMILY:
         return _WIDTH_BY_FAMILY[parts[0]]
-    if parts[0] in ("cp", "cp.async") or opcode.startswith("cp."):
+    if parts[0] == "cp":
         size = next((o.strip() for o in _split_top(operands) if "[" not in o and o.strip()), "")
         return _int(size) if _NUMBER.match(size) else None
     vec = next((int(p[1:]) for p in parts if p in ("v2", "v4", "v8")), 1)
     unit = next((_TYPE_BYTES[p] for p in reversed(parts) if p in _TYPE_BYTES), 1)
     return vec * unit
+
+
+_FIRST_REGISTER = re.compile(r"\s*(%[\w$]+)\s*(?:,|$)")
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,8 @@ class Instruction:
     opcode: str
     operands: str
     function: int
+    family: str  # the opcode's first part: ld, st, atom, mov, cp, ...
+    dest: str | None  # the register it writes first (its first operand, when that is a register and not an address)
 
 
 def instructions(code: str, parsed: list | None = None) -> list[Instruction]:
@@ -221,20 +225,22 @@ def instructions(code: str, parsed: list | None = None) -> list[Instruction]:
         m = re.match(r"(?:@!?%?[\w$]+\s+)?([a-z][\w.:]*)\s*(.*)$", body, re.S)
         if m:
             line = lines.at(offset + skip + len(stmt) - len(stmt.lstrip()))
-            out.append(Instruction(line, m.group(1), m.group(2), function))
+            first = _FIRST_REGISTER.match(m.group(2))
+            out.append(Instruction(line, m.group(1), m.group(2), function, m.group(1).split(".")[0],
+                                   first.group(1) if first else None))
     return out
 
 
 _MEM = re.compile(rf"\[\s*({_IDENT})\s*(?:([+-])\s*(0[xX][0-9a-fA-F]+|0[bB][01]+|\d+[uU]?))?\s*\]")
 
 
-_FIRST_REGISTER = re.compile(r"\s*(%[\w$]+)\s*(?:,|$)")
-
-
-def _destination(ins: Instruction) -> str | None:
-    """The register an instruction writes first (its first operand, when that is a register and not an address)."""
-    m = _FIRST_REGISTER.match(ins.operands)
-    return m.group(1) if m else None
+def _located(line: int, message: str, language: str, to_source) -> CompileIssue:
+    """An issue at a PTX line, as the model reads it: that line for `ptx`; for `cuda`, the source line nvcc's `.loc`
+    names, with the generated PTX quoted."""
+    if language == "ptx" or to_source is None:
+        return CompileIssue(line=line, message=message)
+    where, quoted = to_source(line)
+    return CompileIssue(line=where, message=message + quoted)
 
 
 class _Findings:
@@ -256,8 +262,7 @@ class _Findings:
         for key, (line, message) in sorted(self.first.items(), key=lambda kv: kv[1][0]):
             if n := self.more.get(key):
                 message += f" (and {n} more place{'s' if n > 1 else ''})"
-            where, quoted = (line, "") if language == "ptx" or to_source is None else to_source(line)
-            out.append(CompileIssue(line=where, message=message + quoted))
+            out.append(_located(line, message, language, to_source))
         return out
 
 
@@ -299,9 +304,8 @@ def _address_holders(code_ins: list[Instruction], by_name: dict) -> dict:
     holders: dict = {}
     defs: dict = {}
     for ins in code_ins:
-        dest = _destination(ins)
-        if dest is not None:
-            defs.setdefault((ins.function, dest), []).append(ins)
+        if ins.dest is not None:
+            defs.setdefault((ins.function, ins.dest), []).append(ins)
     for _ in range(16):  # each pass follows one more step of a chain
         changed = False
         for key, ins_list in defs.items():
@@ -324,27 +328,50 @@ _STORES_VALUES = {"st", "atom", "red", "multimem", "tensormap", "mbarrier", "dis
 def _tainted(code_ins: list[Instruction], names: re.Pattern, by_name: dict) -> dict:
     """(function, register) -> the module variable whose address went into it, through any computation (a `mov` of the
     variable, then any arithmetic on it); a value loaded through such an address is data, not an address."""
+    steps = []  # (function, dest, the variable it names, the registers it reads), read once
+    for ins in code_ins:
+        if ins.dest is None or ins.family in _READS or ins.family in _STORES_VALUES:
+            continue
+        rest = _BRACKET.sub(" ", ins.operands[ins.operands.index(ins.dest) + len(ins.dest):])
+        named = next((by_name[n] for n in names.findall(rest)), None)
+        steps.append((ins.function, ins.dest, named, re.findall(r"%[\w$]+", rest)))
     tainted: dict = {}
     for _ in range(16):  # each pass follows one more step of a chain (loops included)
         changed = False
-        for ins in code_ins:
-            dest = _destination(ins)
-            family = ins.opcode.split(".")[0]
-            if dest is None or family in _READS or family in _STORES_VALUES or (ins.function, dest) in tainted:
+        for function, dest, named, regs in steps:
+            if (function, dest) in tainted:
                 continue
-            rest = _BRACKET.sub(" ", ins.operands[ins.operands.index(dest) + len(dest):])
-            source = next((by_name[n] for n in names.findall(rest)), None)
-            source = source or next((tainted[(ins.function, r)] for r in re.findall(r"%[\w$]+", rest)
-                                     if (ins.function, r) in tainted), None)
+            source = named or next((tainted[(function, r)] for r in regs if (function, r) in tainted), None)
             if source is not None:
-                tainted[(ins.function, dest)], changed = source, True
+                tainted[(function, dest)], changed = source, True
         if not changed:
             break
     return tainted
 
 
+class ModuleData:
+    """One module's text read once (statements, declarations): `reach` before ptxas, `unread` with the cubin after."""
+
+    def __init__(self, code: str):
+        self.code = code
+        self.parsed = statements(code)
+        self.variables, self.initialisers = declarations(code, self.parsed)
+
+    def reach(self, language: str, to_source: Callable[[int], tuple[int | None, str]] | None = None) -> list[CompileIssue]:
+        return _reach(self, language, to_source)
+
+    def unread(self, symbols: list[str]) -> list[CompileIssue]:
+        return _unread(self, symbols)
+
+
 def module_data_reach(code: str, language: str,
                       to_source: Callable[[int], tuple[int | None, str]] | None = None) -> list[CompileIssue]:
+    """ModuleData(code).reach(...): see _reach."""
+    return ModuleData(code).reach(language, to_source)
+
+
+def _reach(data: ModuleData, language: str,
+           to_source: Callable[[int], tuple[int | None, str]] | None = None) -> list[CompileIssue]:
     """Every place the PTX lets a module variable's address out of its bytes, each with its line (the model's own
     for `ptx`; for `cuda`, the source line nvcc's `.loc` names, and the generated PTX quoted).
 
@@ -353,10 +380,8 @@ def module_data_reach(code: str, language: str,
     counts as the variable named directly, so the write is checked against the variable's bytes. Any register computed
     from a module variable's address is followed (`_tainted`): loads through it are reads, every write through it,
     store of it or call with it lets the address out."""
-    parsed = statements(code)
-    variables, found = declarations(code, parsed)
-    issues = [CompileIssue(line=i.line, message=i.message) if language == "ptx" or to_source is None
-              else CompileIssue(line=to_source(i.line)[0], message=i.message + to_source(i.line)[1]) for i in found]
+    code, parsed, variables = data.code, data.parsed, data.variables
+    issues = [_located(i.line, i.message, language, to_source) for i in data.initialisers]
     by_name = {v.name: v for v in variables}
     if not by_name:
         return issues
@@ -395,7 +420,7 @@ def module_data_reach(code: str, language: str,
                          f"constant, and a store through it writes the driver's pool of module data: read constants "
                          f"with `ld.const`")
             continue
-        family = ins.opcode.split(".")[0]
+        family, dest = ins.family, ins.dest
         for index, b in enumerate(_BRACKET.finditer(ins.operands)):
             var = involved(b.group(1), ins.function)
             if var is None or family in _READS or (family == "cp" and index > 0):
@@ -413,7 +438,6 @@ def module_data_reach(code: str, language: str,
                              f"register a `mov` of it defines and only constant steps carry), since an address plus a "
                              f"computed offset reaches the driver's pool of module data beside it, where nothing is "
                              f"reset between calls; {FIX}")
-        dest = _destination(ins)
         outside = _BRACKET.sub(" ", ins.operands)
         if dest is not None and family not in _STORES_VALUES:
             outside = outside[outside.index(dest) + len(dest):]  # the register it defines is not a use
@@ -431,9 +455,14 @@ _FUNCTION_SCOPE = re.compile(r"^\$__(.+)__\d+$")  # ptxas's name for a `.global`
 
 
 def unread_variables(code: str, symbols: list[str]) -> list[CompileIssue]:
+    """ModuleData(code).unread(symbols): see _unread."""
+    return ModuleData(code).unread(symbols)
+
+
+def _unread(data: ModuleData, symbols: list[str]) -> list[CompileIssue]:
     """The module variables the cubin holds (`symbols`: module_state.module_globals' names) whose declaration the
     check did not read: a spelling ptxas takes and the parser does not would otherwise leave a variable unchecked."""
-    declared = {v.name for v in declarations(code)[0]}
+    declared = {v.name for v in data.variables}
     missing = [n for n in symbols if n not in declared
                and not ((m := _FUNCTION_SCOPE.match(n)) and m.group(1) in declared)]
     return [CompileIssue(message=f"module variable {name}: the check of module data could not read its declaration, so "

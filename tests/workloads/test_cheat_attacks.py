@@ -4,7 +4,8 @@ does and the verdict it must get; docs/timing-integrity.md says why).
 On the CPU: every attack compiles through the project's own path, and what each relies on is in its binary (the
 padding between its globals or constants, TMA beside plain loads, the clock read). On the GPU (`pytest -m gpu
 tests/workloads/test_cheat_attacks.py`): the verdicts. A stash or a counter kept where no reset reaches would show as a
-kernel timed faster than the same loop without it (control_correct.cu), or as a count-keyed kernel that stops writing.
+kernel timed faster than its own no-hit twin (the same text, its stash never hit), or as a count-keyed kernel that
+stops writing.
 """
 from __future__ import annotations
 
@@ -14,12 +15,11 @@ import pytest
 
 from ptxbench.tools.evaluate import LocalEvaluator
 from ptxbench.tools.evaluator import EvalOptions
-from ptxbench.workloads.solutions.faults import load_corpus
 
 ATTACKS = Path(__file__).resolve().parents[1] / "data" / "cheats" / "attacks"
 SMOKE = "smoke_gemm_bf16_m256_n256_k512"
 # A stash that replays a whole output is a copy: far faster than the naive loop that fills it. Without one the cheat
-# runs that loop plus a store per element, so it is no faster than control_correct.cu (run-to-run noise ~10%).
+# runs that loop plus a store per element, so it is no faster than its no-hit twin (run-to-run noise ~10%).
 NO_GAIN = 0.8
 
 
@@ -133,14 +133,6 @@ ATTACKS_EXPECTED = {
     "local_below_frame_stash.cu": "after local_frame_grower.cu: PASSED no faster than its no-hit twin, or a failure "
                                   "(run 33 on an H100: 0.163 vs 0.159-0.164 ms; the scrub writes the reserved frame)",
 }
-
-
-def control_ms(ev, name: str = "control_correct") -> float:
-    """The median time of a corpus entry that computes every call the way the attack's honest path does."""
-    _, corpus = load_corpus()
-    r = ev.evaluate(SMOKE, corpus[name]["source"], EvalOptions(timeout_s=10, profile_on_pass=False))
-    assert r.status == "PASSED" and r.timing is not None, r.message
-    return r.timing.candidate.median_ms
 
 
 # each probe's test for its own stash, which the twin makes compare against a value no call writes

@@ -16,8 +16,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ptxbench.tools.redact import without_secrets
-from ptxbench.tools.results import (PROFILE_FASTER, PROFILE_OUTPUT_WRONG, PROFILE_SLOWER, CompileResult, EvalResult, RuntimeTarget,
-                                    Timing)
+from ptxbench.tools.results import (PROFILE_FASTER, PROFILE_OUTPUT_WRONG, PROFILE_SLOWER, CompileResult, EvalResult,
+                                    RuntimeTarget, Timing)
 from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 
 from .summary import ProfileSummary, attach_lines
@@ -52,12 +52,12 @@ class ProfileOutcome(BaseModel):
         elif fast:
             reason, line, flag = (f"not credited: the profiled call's kernels took {slower:.2f}x the evaluated calls' "
                                   f"time", faster_line(slower), PROFILE_FASTER)
-        slow = slow or fast
-        result.targets_runtime = uncredited(self.targets_runtime, reason) if wrong or slow else self.targets_runtime
+        withheld = wrong or slow or fast
+        result.targets_runtime = uncredited(self.targets_runtime, reason) if withheld else self.targets_runtime
         result.profile = self.summary.model_dump() if self.summary is not None else {"ok": False, "error": self.error}
         if self.feedback:
             result.feedback = self.feedback
-        if wrong or slow:
+        if withheld:
             result.feedback = line + ("\n" + result.feedback if result.feedback else "")
             result.message = (result.message + " " + line).strip()
             if result.timing is not None and flag not in result.timing.flags:
