@@ -68,7 +68,8 @@
 #   stash-probes (90)   where the driver puts module data and local frames: bench/module_memory_probe.py,
 #                       bench/module_pool_layout.py, bench/local_slot_probe.py (the stash probes of runs 32-33)
 #   stash-twins (150)   the stash attacks that still compile, each against its own no-hit twin on a pool of its own:
-#                       below and above a small local frame, past a parameter's generic address (the figures in -rP)
+#                       below and above a small local frame, past a parameter's generic address (the figures in -rP);
+#                       first, where parameters lie in the generic space (bench/param_address_probe.py)
 #   ncu-range (120)     whether ncu's range replay (a plan's launches back to back) gives the target families' counters,
 #                       beside kernel replay's per-launch ones (bench/ncu_range_probe.py)
 #   decoy-shares (150) the decoy rule's shares on the honest references (bench/decoy_shares.py): wgmma's and
@@ -166,7 +167,8 @@ run_step() {  # run_step NAME[.TAG] SECONDS DIR (a tagged step reads its setting
     stash-probes) python3 bench/module_memory_probe.py --json "$d/module_memory.json" > "$d/module_memory.txt"
                   python3 bench/module_pool_layout.py --json "$d/pool_layout.json"
                   python3 bench/local_slot_probe.py --json "$d/local_slot.json" ;;
-    stash-twins) python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
+    stash-twins) python3 bench/param_address_probe.py --json "$d/param_address.json"
+                 python3 -m pytest -m gpu -q -p no:cacheprovider -rP --junitxml="$d/junit.xml" \
                    tests/workloads/test_cheat_attacks.py -k stash ;;
     input-draw) python3 bench/input_draw_cost.py ${INPUT_DRAW_ARGS:-} > "$d/draw.md"; cat "$d/draw.md" ;;
     decoy-shares) python3 bench/decoy_shares.py --json "$d/shares.json" ;;
