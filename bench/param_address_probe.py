@@ -1,26 +1,34 @@
-"""Where a kernel's parameters lie in its generic address space, and whether another launch's lie there too (GPU).
+"""Where a kernel's parameters lie in its generic address space, and whether what a kernel writes there stays (GPU).
 
 `cvta.param` gives the generic address of a kernel parameter (the TMA kernels pass a `__grid_constant__` tensor map
-that way), and of any number a kernel converts: `cvta.param.u64 %rd, 0` compiles. So what lies past a parameter is
-as reachable as module data was (tests/data/cheats/attacks/param_tail_stash.cu keeps its outputs 64 KiB past one).
-This probe launches one PTX kernel six times from two modules, each launch writing (thread 0 of block 0) its
-parameter's param-space and generic addresses, the generic address of param-space 0, and which state space
-`isspacep` names there (1 param, 4 global, 8 const); the host asks the driver which allocation holds the address
-and the one 64 KiB past it (cuMemGetAddressRange). The same generic address at every launch means a window a kernel
-can name by number, whatever a compile-time rule on `cvta.param` says; a last launch reads the word 64 KiB past
-(it may fault: it runs last, in this process of its own).
+that way), and of any number a kernel converts: `cvta.param.u64 %rd, 0` assembles. tools/param_reach.py refuses at
+compile time every write an address `cvta.param` makes reaches (tests/data/cheats/attacks/param_tail_stash.cu kept
+its outputs 64 KiB past a parameter). What it cannot see is an address written as a number, so this probe asks the
+hardware, each part in a process of its own (a fault ends only its part):
 
-    python3 bench/param_address_probe.py [--json PATH]
+- `addresses`: one PTX kernel launched six times from two modules, each launch writing (thread 0 of block 0) its
+  parameter's param-space and generic addresses, the generic address of param-space 0, and which state space
+  `isspacep` names there (1 param, 4 global, 8 const); the host asks the driver which allocation holds the address
+  and the one 64 KiB past it (cuMemGetAddressRange). One generic address at every launch is a window a kernel can
+  name by number;
+- `read`: a launch that reads the word 64 KiB past its parameter;
+- `stash`: a launch that writes a magic word 64 KiB past its parameter, other launches (of another module, and
+  torch's), then a launch that reads the same generic address given as a number: the magic found there is a place
+  that keeps a result from one call to the next whatever the compile-time rule says.
+
+    python3 bench/param_address_probe.py [--json PATH] [--part addresses|read|stash]
 """
 from __future__ import annotations
 
+import argparse
 import ctypes
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from driver_probe import json_args, primary_context  # noqa: E402
+from driver_probe import primary_context  # noqa: E402
 
 PTX = """.version 8.0
 .target sm_90a
@@ -63,7 +71,47 @@ DONE:
 }
 """
 
+# poke(out, at, magic, write): the address `at`, or when 0 the one 64 KiB past its own parameter; writes `magic` there
+# when `write`; out[0] the address, out[1] the word read there after
+POKE = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry poke(.param .u64 out, .param .u64 at, .param .u64 magic, .param .u32 write)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<5>;
+    .reg .b64 %rd<12>;
+    mov.u32 %r1, %tid.x;
+    mov.u32 %r2, %ctaid.x;
+    or.b32 %r3, %r1, %r2;
+    setp.ne.u32 %p1, %r3, 0;
+    @%p1 bra DONE;
+    ld.param.u64 %rd5, [out];
+    cvta.to.global.u64 %rd5, %rd5;
+    ld.param.u64 %rd2, [at];
+    setp.ne.u64 %p2, %rd2, 0;
+    @%p2 bra CHOSEN;
+    mov.u64 %rd1, out;
+    cvta.param.u64 %rd2, %rd1;
+    add.u64 %rd2, %rd2, 65536;
+CHOSEN:
+    ld.param.u32 %r4, [write];
+    setp.eq.u32 %p3, %r4, 0;
+    @%p3 bra READ;
+    ld.param.u64 %rd3, [magic];
+    st.volatile.u64 [%rd2], %rd3;
+READ:
+    ld.volatile.u64 %rd4, [%rd2];
+    st.global.u64 [%rd5], %rd2;
+    st.global.u64 [%rd5+8], %rd4;
+DONE:
+    ret;
+}
+"""
+
 TAIL = 64 << 10
+MAGIC = 0x5A17_7A11_C0FF_EE01
+PARTS = ("addresses", "read", "stash")
 
 
 class Blob(ctypes.Structure):
@@ -84,14 +132,11 @@ def address_range(cu, addr: int) -> dict:
     return {"error": err.name, "base": int(base) if err == 0 else None, "size": int(size) if err == 0 else None}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = json_args(__doc__, argv)
+def addresses(cu, stream: int) -> dict:
     import torch
 
     from ptxbench.tools.gpu.launch import get_function, load_module
 
-    cu = primary_context()
-    stream = torch.cuda.current_stream().cuda_stream
     fns = [get_function(load_module(PTX.encode() + b"\0"), "where") for _ in range(2)]
     out = torch.zeros(5, dtype=torch.int64, device="cuda")
     rows = []
@@ -107,17 +152,79 @@ def main(argv: list[str] | None = None) -> int:
               f"spaces {v[3]} (1 param 4 global 8 const) range {row['range']} past 64 KiB {row['range_past']}")
     same = len({r["generic"] for r in rows}) == 1
     print(f"one generic address at every launch: {same}")
-    found = {"launches": rows, "same_generic_address": same}
-    if args.json:
-        args.json.write_text(json.dumps(found, indent=1))
-    out.zero_()
-    launch(fns[0], out.data_ptr(), 1, stream, 99)  # last: a read 64 KiB past may fault
+    return {"launches": rows, "same_generic_address": same}
+
+
+def read_past(cu, stream: int) -> dict:
+    import torch
+
+    from ptxbench.tools.gpu.launch import get_function, load_module
+
+    fn = get_function(load_module(PTX.encode() + b"\0"), "where")
+    out = torch.zeros(5, dtype=torch.int64, device="cuda")
+    launch(fn, out.data_ptr(), 1, stream, 99)
     err = cu.cuCtxSynchronize()[0]
-    found["read_past"] = {"error": err.name, "word": int(out[4].item()) & (2**64 - 1) if err == 0 else None}
-    print(f"read 64 KiB past the parameter: {found['read_past']}")
+    found = {"error": err.name, "word": int(out[4].item()) & (2**64 - 1) if err == 0 else None}
+    print(f"read 64 KiB past the parameter: {found}")
+    return found
+
+
+def stash(cu, stream: int) -> dict:
+    """A magic word written 64 KiB past a parameter, then read at that generic address, as a number, after other
+    launches: found, it is a place that keeps a result between calls."""
+    import torch
+
+    from ptxbench.tools.gpu.launch import get_function, launch_1d, load_module
+
+    pokes = [get_function(load_module(POKE.encode() + b"\0"), "poke") for _ in range(2)]
+    out = torch.zeros(2, dtype=torch.int64, device="cuda")
+
+    def poke(fn, at: int, write: int) -> tuple[str, int, int]:
+        out.zero_()
+        launch_1d(fn, 132, 128, 0, stream, [ctypes.c_uint64(out.data_ptr()), ctypes.c_uint64(at),
+                                             ctypes.c_uint64(MAGIC), ctypes.c_uint32(write)])
+        err = cu.cuCtxSynchronize()[0]
+        addr, word = (int(x) & (2**64 - 1) for x in out.tolist())
+        return err.name, addr, word
+
+    err, addr, word = poke(pokes[0], 0, 1)
+    found = {"write": {"error": err, "address": addr, "word_after": word}}
+    print(f"wrote 64 KiB past the parameter: {found['write']}")
+    if err != "CUDA_SUCCESS":
+        return found
+    a = torch.randn(2048, 2048, device="cuda")
+    for _ in range(3):  # other launches between: torch's, and the other module's at its own parameter's tail
+        (a @ a).sum().item()
+        poke(pokes[1], 0, 0)
+    err, _, word = poke(pokes[0], addr, 0)
+    found["read_back"] = {"error": err, "word": word, "magic_found": word == MAGIC}
+    print(f"read back at {addr:#x} after other launches: {found['read_back']}")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path, help="also write the findings here")
+    ap.add_argument("--part", choices=PARTS, help="one part in this process (default: each in a process of its own)")
+    args = ap.parse_args(argv)
+    if args.part is None:
+        found, rc = {}, 0
+        for part in PARTS:
+            tmp = (args.json or Path("/tmp/param_address.json")).with_suffix(f".{part}.json")
+            done = subprocess.run([sys.executable, __file__, "--part", part, "--json", str(tmp)])
+            rc |= done.returncode
+            found[part] = json.loads(tmp.read_text()) if tmp.is_file() else {"exit": done.returncode}
+        if args.json:
+            args.json.write_text(json.dumps(found, indent=1))
+        return rc
+    import torch
+
+    cu = primary_context()
+    stream = torch.cuda.current_stream().cuda_stream
+    found = {"addresses": addresses, "read": read_past, "stash": stash}[args.part](cu, stream)
     if args.json:
         args.json.write_text(json.dumps(found, indent=1))
-    return 0 if err == 0 else 1
+    return 0
 
 
 if __name__ == "__main__":

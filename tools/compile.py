@@ -28,6 +28,7 @@ from .jail import JAIL_PATH, Limits, Workspace, jail_mode, run_in_jail
 from .limit_hit import kernels_limit_hit, limit_hit, smallest_ptx
 from .gpu.module_state import module_globals
 from .module_data import ModuleData
+from .param_reach import param_writes
 from .jail_deps import outside_includes
 from .results import CompileIssue, CompileResult
 from .solution.source_scan import unencodable
@@ -49,8 +50,9 @@ CU_NAME = "solution.cu"
 # the memory limit's verdict (it was recorded as the source's ordinary compile error); 9 = a compiler that crashed
 # (SIGSEGV, SIGBUS, SIGABRT) under the address-space limit is the memory limit's verdict (it was `ptxas exited with
 # status 139`), and a limit the smallest kernel hits too is no verdict (LimitsBelowTheTool, an infra error); 10 = a
-# module variable's address let out of its bytes refused (module_data.py).
-RECORD_VERSION = 10
+# module variable's address let out of its bytes refused (module_data.py); 11 = a write through a kernel parameter's
+# address refused (param_reach.py).
+RECORD_VERSION = 11
 # Wall-clock backstops; the jail's CPU limit per process (tools/jail.py Limits) usually ends a runaway first.
 PTXAS_TIMEOUT_S = 60.0
 NVCC_TIMEOUT_S = 120.0
@@ -190,7 +192,7 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     code = strip_ptx_comments(ptx_text)
     data = ModuleData(code)  # read once: its writes checked now, its declarations matched with the cubin's after
     pre = ((static_ptx_checks(code, arch) if language == "ptx" else []) + system_calls(code, language)
-           + data.reach(language, line_map))
+           + data.reach(language, line_map) + param_writes(data, language, line_map))
     annotated = annotate_ptx(ptx_text, PTX_NAME) if language == "ptx" and not pre else ptx_text
     res = _ptxas(annotated, arch, tc, workdir, timeout_s)
     # not after a limit hit: the model's own text hits it again, and a CPU bomb would cost twice the limit

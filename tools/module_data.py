@@ -325,15 +325,21 @@ _STORES_VALUES = {"st", "atom", "red", "multimem", "tensormap", "mbarrier", "dis
                   "stmatrix", "shfl"}
 
 
-def _tainted(code_ins: list[Instruction], names: re.Pattern, by_name: dict) -> dict:
+def _tainted(code_ins: list[Instruction], names: re.Pattern, by_name: dict,
+             origin: Callable[[Instruction], object | None] | None = None) -> dict:
     """(function, register) -> the module variable whose address went into it, through any computation (a `mov` of the
-    variable, then any arithmetic on it); a value loaded through such an address is data, not an address."""
+    variable, then any arithmetic on it); a value loaded through such an address is data, not an address. `origin`
+    names what an instruction's result is an address of whatever its operands, a load's too (param_reach.py: any
+    `cvta.param`, a called function's load of a parameter its caller passed such an address in)."""
     steps = []  # (function, dest, the variable it names, the registers it reads), read once
     for ins in code_ins:
-        if ins.dest is None or ins.family in _READS or ins.family in _STORES_VALUES:
+        if ins.dest is None or ins.family in _STORES_VALUES:
+            continue
+        made = origin(ins) if origin else None
+        if ins.family in _READS and made is None:
             continue
         rest = _BRACKET.sub(" ", ins.operands[ins.operands.index(ins.dest) + len(ins.dest):])
-        named = next((by_name[n] for n in names.findall(rest)), None)
+        named = made or next((by_name[n] for n in names.findall(rest)), None)
         steps.append((ins.function, ins.dest, named, re.findall(r"%[\w$]+", rest)))
     tainted: dict = {}
     for _ in range(16):  # each pass follows one more step of a chain (loops included)
@@ -356,6 +362,15 @@ class ModuleData:
         self.code = code
         self.parsed = statements(code)
         self.variables, self.initialisers = declarations(code, self.parsed)
+        self._instructions: list[Instruction] | None = None
+
+    @property
+    def instructions(self) -> list[Instruction]:
+        """Every instruction of the module's function bodies, read on first use (the checks of module data and of
+        parameters share them)."""
+        if self._instructions is None:
+            self._instructions = instructions(self.code, self.parsed)
+        return self._instructions
 
     def reach(self, language: str, to_source: Callable[[int], tuple[int | None, str]] | None = None) -> list[CompileIssue]:
         return _reach(self, language, to_source)
@@ -380,14 +395,14 @@ def _reach(data: ModuleData, language: str,
     counts as the variable named directly, so the write is checked against the variable's bytes. Any register computed
     from a module variable's address is followed (`_tainted`): loads through it are reads, every write through it,
     store of it or call with it lets the address out."""
-    code, parsed, variables = data.code, data.parsed, data.variables
+    variables = data.variables
     issues = [_located(i.line, i.message, language, to_source) for i in data.initialisers]
     by_name = {v.name: v for v in variables}
     if not by_name:
         return issues
     names = re.compile(r"(?<![\w$%.])(" + "|".join(re.escape(n) for n in sorted(by_name, key=len, reverse=True))
                        + r")(?![\w$])")
-    code_ins = instructions(code, parsed)
+    code_ins = data.instructions
     findings = _Findings()
 
     def out_of_bytes(var: ModuleVariable, ins: Instruction, operand: str, at: int) -> None:

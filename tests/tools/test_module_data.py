@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ptxbench.tools.module_data import declarations, module_data_reach, statements
+from text_mutations import mutations
 
 HEAD = ".version 8.0\n.target sm_90a\n.address_size 64\n"
 
@@ -132,26 +133,13 @@ def test_a_cuda_array_indexed_at_run_time_is_refused_at_its_source_line_and_a_co
 def test_hostile_text_gets_issues_never_an_exception():
     """Model text is hostile: 2,000 mutations of a module with every construct the check reads (declarations with
     initialisers, vector operands, labels, .loc lines, octal and hexadecimal offsets) give a list, whatever they make."""
-    import random
-
     base = ptx(FLAGS + "\n" + TABLE + "\n.global .u32 t[2] = {1, 02};",
                "$L__BB0_1:\n\t.loc 1 2 3\n    mov.u64 %rd1, flags;\n    add.s64 %rd2, %rd1, 010;\n"
                "    atom.global.or.b64 %rd3, [%rd2], 1;\n    st.global.v2.u32 [flags+0x8], {%r1, %r2};\n"
                "    mov.u64 %rd4, tab;\n    ld.const.u32 %r3, [%rd4+4];\n    @%p1 bra $L__BB0_1;")
-    rng = random.Random(7)
     alphabet = "{}[];,=+-.%$:0123456789x \n" + "flagstab"
-    for _ in range(2000):
-        chars = list(base)
-        for _ in range(rng.randint(1, 6)):
-            i = rng.randrange(len(chars))
-            op = rng.randrange(3)
-            if op == 0:
-                del chars[i]
-            elif op == 1:
-                chars.insert(i, rng.choice(alphabet))
-            else:
-                chars[i] = rng.choice(alphabet)
-        issues = module_data_reach("".join(chars), "ptx")
+    for text in mutations(base, alphabet, 2000, seed=7):
+        issues = module_data_reach(text, "ptx")
         assert isinstance(issues, list) and all(i.message for i in issues)
 
 

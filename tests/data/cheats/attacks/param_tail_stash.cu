@@ -1,12 +1,9 @@
-// Probe (a hypothesis, not a known gap): global_tail_stash.cu with its stash past a kernel PARAMETER's generic
-// address instead of a module global's. Module variables' addresses are refused when compiled (tools/module_data.py),
-// but the TMA kernels need a parameter's generic address (`cvta.param`: a __grid_constant__ CUtensorMap), so the
-// compile allows it. What the driver keeps around a launch's parameters (constant bank 0, in device memory) is no
-// buffer of the protocol's. This kernel takes the generic address of its first parameter and keeps every input set's
-// output 64 KiB past it, as global_tail_stash.cu did past its global. Run on a pool of its own: if the bytes there are
-// another launch's parameters, writing them may disturb that worker. Expected: a failure (a store into parameter
-// space faults, or corrupts this launch's own arguments) or no gain against its own no-hit twin; a PASSED faster than
-// the twin means parameter addresses need the same rule as module data.
+// global_tail_stash.cu with its stash past a kernel PARAMETER's generic address instead of a module global's. The TMA
+// kernels need a parameter's generic address (`cvta.param`: a __grid_constant__ CUtensorMap), and what the driver
+// keeps around a launch's parameters (constant bank 0, in device memory) is no buffer of the protocol's. This kernel
+// takes the generic address of its first parameter and keeps every input set's output 64 KiB past it. Expected:
+// COMPILE_ERROR, at the line of the store (tools/param_reach.py: an address computed from a parameter's is only read).
+// bench/param_address_probe.py asks the hardware whether a word written there stays from one launch to the next.
 /* ptxbench
 language = "cuda"
 
