@@ -55,7 +55,9 @@ def limit_hit(tool: str, res: ProcResult, timeout_s: float) -> str:
         return f"{tool} ran out of its memory limit ({limits.address_space_mb} MB address space)"
     if crash := _crash(res.returncode) or ((said := _CRASH_SAID.search(out)) and said.group(0)):
         return (f"{tool} crashed ({crash}), most likely at its memory limit ({limits.address_space_mb} MB address "
-                "space): a smaller kernel (fewer instructions, unrolled loops or entry points) needs less")
+                "space): a smaller kernel (fewer instructions, unrolled loops or entry points) needs less; a small "
+                "module that crashes it holds a construct it cannot assemble (ptxas crashes on a store to parameter "
+                "space through a register, for one)")
     return ""
 
 
