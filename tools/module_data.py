@@ -203,6 +203,13 @@ def _width(opcode: str, operands: str) -> int | None:
 _FIRST_REGISTER = re.compile(r"\s*(%[\w$]+)\s*(?:,|$)")
 
 
+# Instruction families whose bracketed operand is only read (the loaded value is data, not an address), and those
+# whose bracketed operand (the first, for a copy) is written: anything else that names module data is treated as a write.
+_READS = {"ld", "ldu", "prefetch", "prefetchu", "applypriority"}
+_STORES_VALUES = {"st", "atom", "red", "multimem", "tensormap", "mbarrier", "discard", "sust", "sured", "call", "cp",
+                  "stmatrix", "shfl"}
+
+
 @dataclass(frozen=True)
 class Instruction:
     line: int
@@ -211,23 +218,42 @@ class Instruction:
     function: int
     family: str  # the opcode's first part: ld, st, atom, mov, cp, ...
     dest: str | None  # the register it writes first (its first operand, when that is a register and not an address)
+    dests: tuple[str, ...] = ()  # every register it writes: `dest`, or those of a leading `{...}` (`mov.b64 {%r1, %r2}`)
+    labels: tuple[str, ...] = ()  # the labels that name it (a branch's targets)
+    guarded: bool = False  # `@%p`: it may not run
+
+
+_LABEL = re.compile(rf"({_IDENT})\s*:(?!:)")
+_LEADING_BRACE = re.compile(r"\s*\{([^{}]*)\}")
 
 
 def instructions(code: str, parsed: list | None = None) -> list[Instruction]:
-    """Every instruction in a function body, its guard dropped, with its line."""
+    """Every instruction in a function body, its guard dropped, with its line, the registers it writes and the labels
+    that name it (a label with no instruction after it in its block names the next one of the function)."""
     out = []
     lines = _Lines(code)
+    labels: list[str] = []
+    last_function = -1
     for offset, text, function in parsed if parsed is not None else statements(code):
+        if function != last_function:
+            labels, last_function = [], function
         skip, stmt = _without_labels(text)
+        labels += _LABEL.findall(text[:skip])
         body = stmt.strip()
         if function < 0 or not body or _DECL.match(body):
             continue
-        m = re.match(r"(?:@!?%?[\w$]+\s+)?([a-z][\w.:]*)\s*(.*)$", body, re.S)
+        m = re.match(r"(@!?%?[\w$]+\s+)?([a-z][\w.:]*)\s*(.*)$", body, re.S)
         if m:
             line = lines.at(offset + skip + len(stmt) - len(stmt.lstrip()))
-            first = _FIRST_REGISTER.match(m.group(2))
-            out.append(Instruction(line, m.group(1), m.group(2), function, m.group(1).split(".")[0],
-                                   first.group(1) if first else None))
+            opcode, operands = m.group(2), m.group(3)
+            family = opcode.split(".")[0]
+            first = _FIRST_REGISTER.match(operands)
+            dest = first.group(1) if first else None
+            brace = None if first or family in _STORES_VALUES else _LEADING_BRACE.match(operands)
+            dests = (dest,) if dest else tuple(re.findall(r"%[\w$]+", brace.group(1))) if brace else ()
+            out.append(Instruction(line, opcode, operands, function, family, dest, dests, tuple(labels),
+                                   m.group(1) is not None))
+            labels = []
     return out
 
 
@@ -318,43 +344,6 @@ def _address_holders(code_ins: list[Instruction], by_name: dict) -> dict:
     return holders
 
 
-# Instruction families whose bracketed operand is only read (the loaded value is data, not an address), and those
-# whose bracketed operand (the first, for a copy) is written: anything else that names module data is treated as a write.
-_READS = {"ld", "ldu", "prefetch", "prefetchu", "applypriority"}
-_STORES_VALUES = {"st", "atom", "red", "multimem", "tensormap", "mbarrier", "discard", "sust", "sured", "call", "cp",
-                  "stmatrix", "shfl"}
-
-
-def _tainted(code_ins: list[Instruction], names: re.Pattern, by_name: dict,
-             origin: Callable[[Instruction], object | None] | None = None) -> dict:
-    """(function, register) -> the module variable whose address went into it, through any computation (a `mov` of the
-    variable, then any arithmetic on it); a value loaded through such an address is data, not an address. `origin`
-    names what an instruction's result is an address of whatever its operands, a load's too (param_reach.py: any
-    `cvta.param`, a called function's load of a parameter its caller passed such an address in)."""
-    steps = []  # (function, dest, the variable it names, the registers it reads), read once
-    for ins in code_ins:
-        if ins.dest is None or ins.family in _STORES_VALUES:
-            continue
-        made = origin(ins) if origin else None
-        if ins.family in _READS and made is None:
-            continue
-        rest = _BRACKET.sub(" ", ins.operands[ins.operands.index(ins.dest) + len(ins.dest):])
-        named = made or next((by_name[n] for n in names.findall(rest)), None)
-        steps.append((ins.function, ins.dest, named, re.findall(r"%[\w$]+", rest)))
-    tainted: dict = {}
-    for _ in range(16):  # each pass follows one more step of a chain (loops included)
-        changed = False
-        for function, dest, named, regs in steps:
-            if (function, dest) in tainted:
-                continue
-            source = named or next((tainted[(function, r)] for r in regs if (function, r) in tainted), None)
-            if source is not None:
-                tainted[(function, dest)], changed = source, True
-        if not changed:
-            break
-    return tainted
-
-
 class ModuleData:
     """One module's text read once (statements, declarations): `reach` before ptxas, `unread` with the cubin after."""
 
@@ -393,7 +382,7 @@ def _reach(data: ModuleData, language: str,
     nvcc writes `atomicAdd(&counter, 1)` as `mov.u64 %rd1, counter; atom.global.add.u32 %r1, [%rd1], 1`: a register
     that a `mov` of a `.global` variable defines (its only definition in the function) and only constant steps carry
     counts as the variable named directly, so the write is checked against the variable's bytes. Any register computed
-    from a module variable's address is followed (`_tainted`): loads through it are reads, every write through it,
+    from a module variable's address is followed along the control flow (ptx_flow.py): loads through it are reads, every write through it,
     store of it or call with it lets the address out."""
     variables = data.variables
     issues = [_located(i.line, i.message, language, to_source) for i in data.initialisers]
@@ -419,25 +408,26 @@ def _reach(data: ModuleData, language: str,
                          f"variable {var.name}, which has {var.size}: outside it lies the driver's pool of module data, "
                          f"which no reset reaches")
 
+    from .ptx_flow import tainted_before  # it reads this module's instructions
+
     holders = _address_holders(code_ins, by_name)
-    tainted = _tainted(code_ins, names, by_name)
+    before = tainted_before(code_ins, names, by_name)
 
-    def involved(text: str, function: int) -> ModuleVariable | None:
-        """The module variable `text` names, or whose address a register in it holds."""
+    def involved(text: str, held: dict) -> ModuleVariable | None:
+        """The module variable `text` names, or whose address a register in it holds here."""
         var = next((by_name[n] for n in names.findall(text)), None)
-        return var or next((tainted[(function, r)] for r in re.findall(r"%[\w$]+", text)
-                            if (function, r) in tainted), None)
+        return var or next((held[r] for r in re.findall(r"%[\w$]+", text) if r in held), None)
 
-    for ins in code_ins:
+    for ins, held_here in zip(code_ins, before):
         if ins.opcode.startswith("cvta.const"):
-            var = involved(ins.operands, ins.function)
+            var = involved(ins.operands, held_here)
             findings.add(var.name if var else "", "cvta", ins.line, f"`{ins.opcode}` makes a generic address of a "
                          f"constant, and a store through it writes the driver's pool of module data: read constants "
                          f"with `ld.const`")
             continue
         family, dest = ins.family, ins.dest
         for index, b in enumerate(_BRACKET.finditer(ins.operands)):
-            var = involved(b.group(1), ins.function)
+            var = involved(b.group(1), held_here)
             if var is None or family in _READS or (family == "cp" and index > 0):
                 continue  # a read: nothing is kept by reading
             m = _MEM.fullmatch(b.group(0))
@@ -456,7 +446,7 @@ def _reach(data: ModuleData, language: str,
         outside = _BRACKET.sub(" ", ins.operands)
         if dest is not None and family not in _STORES_VALUES:
             outside = outside[outside.index(dest) + len(dest):]  # the register it defines is not a use
-        var = involved(outside, ins.function)
+        var = involved(outside, held_here)
         if var is None:
             continue
         if dest is None or family in _STORES_VALUES or family in _READS:

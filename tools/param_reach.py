@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .module_data import (_BRACKET, _READS, _STORES_VALUES, Instruction, ModuleData, _Findings, _split_top,
-                          _tainted)
+from .module_data import _BRACKET, _READS, _STORES_VALUES, Instruction, ModuleData, _Findings, _split_top
+from .ptx_flow import tainted_before
 from .results import CompileIssue
 
 # a parameter declared in a signature or a call's block: `.param .align 128 .b8 NAME[128]`, `.param .u64 NAME`
@@ -83,26 +83,25 @@ class _Reach:
             return self.passed.get((ins.function, m.group(1)))
         return None
 
-    def follow(self) -> dict:
+    def follow(self) -> list[dict]:
         for _ in range(8):  # each round follows addresses one call deeper
-            tainted = _tainted(self.data.instructions, self.names, {n: n for n in self.params}, self.origin)
-            before = dict(self.passed)
+            before = tainted_before(self.data.instructions, self.names, {n: n for n in self.params}, self.origin)
+            passed = dict(self.passed)
             self.findings = _Findings()
-            self._calls(tainted)
-            if self.passed == before:
+            self._calls(before)
+            if self.passed == passed:
                 break
-        return tainted
+        return before
 
-    def _calls(self, tainted: dict) -> None:
+    def _calls(self, before: list[dict]) -> None:
         """Arguments that hold an address (`st.param [paramN], %r` before a call) taint the callee's parameter N; one
         stored in the function's own return value, or passed through a function pointer, is let out."""
         pending: dict[str, str] = {}
-        for ins in self.data.instructions:
+        for ins, held_here in zip(self.data.instructions, before):
             if ins.family == "st" and ".param" in ins.opcode:
                 slot = _NAMED_SLOT.search(ins.operands)
                 value = _BRACKET.sub(" ", ins.operands)
-                origin = next((tainted[(ins.function, r)] for r in _REGISTER.findall(value)
-                               if (ins.function, r) in tainted), None)
+                origin = next((held_here[r] for r in _REGISTER.findall(value) if r in held_here), None)
                 if origin is None or slot is None:
                     continue
                 own = self.functions[ins.function] if ins.function < len(self.functions) else None
@@ -140,15 +139,17 @@ def param_writes(data: ModuleData, language: str,
                for i in code_ins):
         return []  # no parameter's address is taken
     reach = _Reach(data, names, params)
-    tainted = reach.follow()
+    before = reach.follow()
     findings = reach.findings
 
-    def involved(text: str, function: int) -> str | None:
-        return next((tainted[(function, r)] for r in _REGISTER.findall(text) if (function, r) in tainted), None)
+    def involved(text: str, held: dict) -> str | None:
+        return next((held[r] for r in _REGISTER.findall(text) if r in held), None)
 
-    for ins in code_ins:
+    for ins, held in zip(code_ins, before):
+        if not held:
+            continue
         for index, b in enumerate(_BRACKET.finditer(ins.operands)):
-            origin = involved(b.group(1), ins.function)
+            origin = involved(b.group(1), held)
             if origin is not None and not _is_read(ins, index, b.group(1)):
                 findings.add(origin, "write", ins.line, f"`{ins.opcode}` writes through `[{b.group(1).strip()}]`, an "
                              f"address computed from a kernel parameter's ({origin}): parameters are only read, and "
@@ -159,8 +160,10 @@ def param_writes(data: ModuleData, language: str,
         outside = _BRACKET.sub(" ", ins.operands)
         if ins.dest is not None and ins.family not in _STORES_VALUES:
             outside = outside[outside.index(ins.dest) + len(ins.dest):]  # the register it defines is not a use
-        origin = involved(outside, ins.function)
-        if origin is not None and (ins.dest is None or ins.family in _STORES_VALUES or ins.family in _READS):
+        elif ins.dests and "}" in outside:
+            outside = outside[outside.index("}") + 1:]
+        origin = involved(outside, held)
+        if origin is not None and (not ins.dests or ins.family in _STORES_VALUES or ins.family in _READS):
             findings.add(origin, "value", ins.line, f"`{ins.opcode}` stores an address computed from a kernel "
                          f"parameter's: {LET_OUT}")
     return findings.issues(language, to_source)

@@ -51,16 +51,16 @@ def _body(line: str) -> list[str]:
     if not line.startswith("wgmma.mma_async"):
         return [_bind(line)]
     return ["wgmma.fence.sync.aligned;", _bind(line), "wgmma.commit_group.sync.aligned;",
-            "wgmma.wait_group.sync.aligned 0;", "st.global.v4.f32 [%rd1], {%f1, %f2, %f3, %f4};",
-            "st.global.v4.f32 [%rd1+16], {%f5, %f6, %f7, %f8};"]
+            "wgmma.wait_group.sync.aligned 0;", "st.global.v4.f32 [%rd4], {%f1, %f2, %f3, %f4};",
+            "st.global.v4.f32 [%rd4+16], {%f5, %f6, %f7, %f8};"]
 
 
 def _entry(name: str, directives: list[str], body: list[str]) -> list[str]:
-    return [f".visible .entry {name}(.param .align 64 .b8 tmA[128])", *directives, "{", "  .reg .pred p;",
-            "  .reg .b32 %r<8>;", "  .reg .b64 %rd<4>;", "  .reg .f32 %f<9>;", "  .reg .b16 %h<2>;",
+    return [f".visible .entry {name}(.param .align 64 .b8 tmA[128], .param .u64 out)", *directives, "{",
+            "  .reg .pred p;", "  .reg .b32 %r<8>;", "  .reg .b64 %rd<5>;", "  .reg .f32 %f<9>;", "  .reg .b16 %h<2>;",
             "  .shared .align 1024 .b8 buf[16384];", "  .shared .align 8 .b64 bar;", "  mov.u64 %rd1, tmA;",
             "  mov.u32 %r1, buf;", "  mov.u32 %r2, bar;", *[f"  mov.u32 %r{k}, %tid.x;" for k in range(3, 8)],
-            "  mov.u64 %rd2, 0;", "  mov.u64 %rd3, 0;", "  setp.ne.b32 p, %r3, 0;", *[f"  {b}" for b in body],
+            "  mov.u64 %rd2, 0;", "  mov.u64 %rd3, 0;", "  ld.param.u64 %rd4, [out];", "  setp.ne.b32 p, %r3, 0;", *[f"  {b}" for b in body],
             "  ret;", "}"]
 
 

@@ -41,6 +41,9 @@ TABLE = ".const .align 4 .b8 tab[256];"
             "    ld.global.u32 %r2, [%rd3+65536];\n    ld.param.u64 %rd4, [out];\n    st.global.u32 [%rd4], %r2;"),
     # a copy of a size the instruction states, within the variable, and one that only reads it
     (FLAGS, "    cp.async.ca.shared.global [%r1], [flags], 16;\n    cp.async.ca.shared.global [%r1], [flags+4096], 16;"),
+    # a register that held a table's address, reused for an output pointer: followed per instruction, not per function
+    (FLAGS, "    mov.u64 %rd1, flags;\n    mul.wide.u32 %rd2, %r1, 4;\n    add.s64 %rd1, %rd1, %rd2;\n"
+            "    ld.global.u32 %r2, [%rd1];\n    ld.param.u64 %rd1, [out];\n    st.global.u32 [%rd1], %r2;"),
 ])
 def test_what_a_kernel_needs_module_data_for_is_allowed(decls, body):
     assert reach(decls, body) == []
@@ -59,8 +62,9 @@ def test_what_a_kernel_needs_module_data_for_is_allowed(decls, body):
      "`st.global.u64` stores or passes on an address computed from module variable flags"),
     (FLAGS, "    mov.u64 %rd1, flags;\n    atom.global.exch.b64 %rd3, [%rd2], %rd1;",
      "`atom.global.exch.b64` stores or passes on an address computed from module variable flags"),
-    (FLAGS, "    mov.u64 %rd1, flags;\n    ld.param.u64 %rd1, [out];\n    st.global.u32 [%rd1], %r1;",
-     "writes through `[%rd1]`"),  # %rd1 defined twice: no longer a register that holds the variable alone
+    # along the flow: a loop's second pass writes through the address its end computed
+    (FLAGS, "    ld.param.u64 %rd1, [out];\nLOOP:\n    st.global.u32 [%rd1], %r1;\n    mov.u64 %rd3, flags;\n"
+            "    add.s64 %rd1, %rd3, %rd9;\n    @%p1 bra LOOP;", "writes through `[%rd1]`"),
     (FLAGS, "    cvta.global.u64 %rd1, flags;\n    st.u32 [%rd1+64], %r1;", "writes through `[%rd1+64]`"),
     (FLAGS, "    cp.async.bulk.global.shared::cta [flags], [%r1], %r2;", "copies a run-time number of bytes"),
     (FLAGS, "    mov.u64 %rd1, flags;\n    { .param .b64 p0;\n    st.param.b64 [p0], %rd1; }",

@@ -48,6 +48,12 @@ CALL = ("    {\n    .param .b64 param0;\n    st.param.b64 [param0+0], %rd2;\n   
      "    st.global.u32 [%rd4], %r1;", ""),
     # a tensor map handed to a function that only reads it (nvcc's attention forward does so)
     (TMAP + CALL, READER),
+    # the pack's `mov.u64 %rd1, tmA; cvta.param.u64 %rd1, %rd1;`, then %rd1 reused for the output pointer
+    ("    mov.u64 %rd1, tm;\n    cvta.param.u64 %rd1, %rd1;\n    prefetch.tensormap [%rd1];\n"
+     "    ld.param.u64 %rd1, [out];\n    cvta.to.global.u64 %rd1, %rd1;\n    st.global.u32 [%rd1], %r1;", ""),
+    # a matrix product's descriptor held in a register that once held the address: the product carries none of it
+    (TMAP + "    wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%r1, %r2, %r3, %r4}, %rd2, %rd3, %p1, 1, 1, 0, 0;"
+     "\n    ld.param.u64 %rd4, [out];\n    st.global.v4.u32 [%rd4], {%r1, %r2, %r3, %r4};", ""),
 ])
 def test_what_the_tma_kernels_do_with_their_parameters_is_allowed(body, funcs):
     assert issues(ptx(body, funcs)) == []
@@ -72,6 +78,22 @@ def test_what_the_tma_kernels_do_with_their_parameters_is_allowed(body, funcs):
      "    }", "", "cannot follow"),
     # handed to a function that writes through it
     (TMAP + CALL, WRITER, "writes through `[%rd2]`"),
+    # along the flow: a loop's second pass, a guarded redefinition that may not run, a join after a branch
+    ("    ld.param.u64 %rd1, [out];\nLOOP:\n    st.u32 [%rd1], %r1;\n    mov.u64 %rd3, tm;\n"
+     "    cvta.param.u64 %rd1, %rd3;\n    @%p1 bra LOOP;", "", "writes through `[%rd1]`"),
+    (TMAP + "    @%p1 ld.param.u64 %rd2, [out];\n    st.u32 [%rd2], %r1;", "", "writes through `[%rd2]`"),
+    ("    ld.param.u64 %rd2, [out];\n    @%p1 bra SKIP;\n    mov.u64 %rd1, tm;\n    cvta.param.u64 %rd2, %rd1;\n"
+     "SKIP:\n    st.u32 [%rd2], %r1;", "", "writes through `[%rd2]`"),
+    # through a jump table: every label of the function may follow
+    ("    ld.param.u64 %rd2, [out];\n    brx.idx %r1, TABLE;\nA:\n    st.u32 [%rd2], %r1;\n    ret;\nB:\n"
+     "    mov.u64 %rd1, tm;\n    cvta.param.u64 %rd2, %rd1;\n    bra.uni A;", "", "writes through `[%rd2]`"),
+    # the address split into halves and joined again
+    (TMAP + "    mov.b64 {%r1, %r2}, %rd2;\n    mov.b64 %rd5, {%r1, %r2};\n    st.u32 [%rd5+64], %r3;", "",
+     "writes through `[%rd5+64]`"),
+    # carried by a matrix product's accumulators (a product with a zero matrix keeps them)
+    (TMAP + "    mov.b64 {%r1, %r2}, %rd2;\n"
+     "    wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%r1, %r2, %r3, %r4}, %rd6, %rd7, %p1, 1, 1, 0, 0;\n"
+     "    mov.b64 %rd5, {%r1, %r2};\n    st.u32 [%rd5], %r3;", "", "writes through `[%rd5]`"),
 ])
 def test_every_write_an_address_of_a_parameter_reaches_is_refused(body, funcs, said):
     found = issues(ptx(body, funcs))

@@ -1,0 +1,136 @@
+"""Which registers hold an address of interest before each instruction, along each PTX function's control flow.
+
+The checks of module data and of parameters (module_data.py, param_reach.py) follow an address from where it is made
+(a `mov` of a variable, a `cvta.param`) through every computation on it. Hand-written PTX reuses registers: the
+knowledge pack's own `mov.u64 %rd1, tmA; cvta.param.u64 %rd1, %rd1;` is followed, in a model's kernel, by `%rd1`
+loaded with an output pointer and stored through. A register is therefore followed per instruction, not per function:
+a definition that is no address ends what it held, unless the definition is guarded (`@%p`: it may not run). The flow
+is the function's: fall-through, every `bra` to its label (both ways for a guarded one), `brx.idx` to every label of
+the function, none after an unguarded `bra`, `ret` or `exit`; where paths join, a register holds what any path gave
+it. Passes over the function repeat until the labels' states stop growing (loops); should they not within
+MAX_PASSES, every register is taken to hold what any of its definitions gave it anywhere in the function."""
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from .module_data import _BRACKET, _READS, _STORES_VALUES, Instruction
+
+MAX_PASSES = 64
+_REGISTER = re.compile(r"%[\w$]+")
+_BRACES = re.compile(r"\{([^{}]*)\}")
+_BRANCHES = {"bra", "brx"}
+_ENDS = {"bra", "brx", "ret", "exit", "trap"}
+
+
+def _sources(ins: Instruction) -> str:
+    """The operand text an instruction computes its result from: what follows the registers it writes."""
+    ops = ins.operands
+    if ins.dest is not None:
+        return ops[ops.index(ins.dest) + len(ins.dest):]
+    if ins.dests:
+        return ops[ops.index("}") + 1:]
+    return ops
+
+
+def _source_registers(ins: Instruction, rest: str) -> tuple[str, ...]:
+    """The registers an instruction's result is computed from. A matrix product's are its accumulators and the
+    fragments in braces, not its shared-memory descriptors: the product of the matrices they point to carries no bit
+    of the descriptor, and the knowledge pack's own `wgmma` line takes `%rd1` as one."""
+    if ins.family in ("wgmma", "mma"):
+        return ins.dests + tuple(r for group in _BRACES.findall(rest) for r in _REGISTER.findall(group))
+    return tuple(_REGISTER.findall(rest))
+
+
+def tainted_before(code_ins: list[Instruction], names: re.Pattern, by_name: dict,
+                   origin: Callable[[Instruction], object | None] | None = None) -> list[dict]:
+    """For each instruction of `code_ins`, the registers that hold an address before it ({register: what it is an
+    address of}): an address is made by an instruction naming a symbol of `by_name` (`names` finds them) or one
+    `origin` names (whatever its operands), and carried by any instruction computing from it, except loads through it
+    (the loaded value is data) and the families that store values."""
+    before: list[dict] = [{}] * len(code_ins)
+    start = 0
+    while start < len(code_ins):
+        end = start
+        while end < len(code_ins) and code_ins[end].function == code_ins[start].function:
+            end += 1
+        _function(code_ins, start, end, names, by_name, origin, before)
+        start = end
+    return before
+
+
+def _function(code_ins, start, end, names, by_name, origin, before) -> None:
+    steps = []  # (what its dests become: an origin, "sources" (from its source registers) or None, source registers)
+    labels: list[str] = []
+    for ins in code_ins[start:end]:
+        labels += ins.labels
+        rest = _BRACKET.sub(" ", _sources(ins))
+        made = origin(ins) if origin else None
+        if not ins.dests or ins.family in _STORES_VALUES:
+            steps.append((None, ()))
+        elif made is not None:
+            steps.append((made, ()))
+        elif ins.family in _READS:
+            steps.append((None, ()))
+        else:
+            named = next((by_name[n] for n in names.findall(rest)), None)
+            steps.append((named, ()) if named is not None else ("sources", _source_registers(ins, rest)))
+    at_label: dict[str, dict] = {}
+    for _ in range(MAX_PASSES):
+        changed = False
+        state: dict = {}
+        for k in range(start, end):
+            ins = code_ins[k]
+            for label in ins.labels:
+                if at_label.get(label):
+                    state = {**at_label[label], **state}
+            before[k] = state
+            state = _after(ins, steps[k - start], state)
+            if ins.family in _BRANCHES:
+                for target in _targets(ins, labels):
+                    joined = {**state, **at_label.get(target, {})}
+                    if joined.keys() != at_label.get(target, {}).keys():
+                        at_label[target], changed = joined, True
+            if ins.family in _ENDS and not ins.guarded:
+                state = {}
+        if not changed:
+            return
+    _flat(code_ins, start, end, steps, before)
+
+
+def _after(ins: Instruction, step: tuple, state: dict) -> dict:
+    became, regs = step
+    if became == "sources":
+        became = next((state[r] for r in regs if r in state), None)
+    if became is None:
+        if ins.guarded or not any(d in state for d in ins.dests):
+            return state
+        return {r: o for r, o in state.items() if r not in ins.dests}
+    if all(state.get(d) is not None for d in ins.dests):
+        return state
+    return {**state, **{d: became for d in ins.dests}}
+
+
+def _targets(ins: Instruction, labels: list[str]) -> list[str]:
+    if ins.family == "brx":
+        return labels  # through a table: any label of the function
+    target = _REGISTER.sub("", ins.operands).strip().rstrip(";").split(",")[-1].strip()
+    return [target]
+
+
+def _flat(code_ins, start, end, steps, before) -> None:
+    """The flow did not settle: every register holds what any definition in the function gave it, everywhere."""
+    held: dict = {}
+    for _ in range(MAX_PASSES):
+        grown = False
+        for k in range(start, end):
+            became, regs = steps[k - start]
+            if became == "sources":
+                became = next((held[r] for r in regs if r in held), None)
+            for d in code_ins[k].dests if became is not None else ():
+                if d not in held:
+                    held[d], grown = became, True
+        if not grown:
+            break
+    for k in range(start, end):
+        before[k] = held
