@@ -8,7 +8,9 @@ a definition that is no address ends what it held, unless the definition is guar
 is the function's: fall-through, every `bra` to its label (both ways for a guarded one), `brx.idx` to every label of
 the function, none after an unguarded `bra`, `ret` or `exit`; where paths join, a register holds what any path gave
 it. Passes over the function repeat until the labels' states stop growing (loops); should they not within
-MAX_PASSES, every register is taken to hold what any of its definitions gave it anywhere in the function."""
+MAX_PASSES (fewer for a function so long that they would visit more than STEP_BUDGET instructions: model text may be
+built to converge slowly), every register is taken to hold what any of its definitions gave it anywhere in the
+function, as a check that ignored the flow would."""
 from __future__ import annotations
 
 import re
@@ -17,6 +19,7 @@ from typing import Callable
 from .module_data import _BRACKET, _READS, _STORES_VALUES, Instruction
 
 MAX_PASSES = 64
+STEP_BUDGET = 4_000_000  # instructions visited per function, all passes together: a large module gets fewer passes
 _REGISTER = re.compile(r"%[\w$]+")
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _BRANCHES = {"bra", "brx"}
@@ -76,7 +79,7 @@ def _function(code_ins, start, end, names, by_name, origin, before) -> None:
             named = next((by_name[n] for n in names.findall(rest)), None)
             steps.append((named, ()) if named is not None else ("sources", _source_registers(ins, rest)))
     at_label: dict[str, dict] = {}
-    for _ in range(MAX_PASSES):
+    for _ in range(max(4, min(MAX_PASSES, STEP_BUDGET // max(1, end - start)))):
         changed = False
         state: dict = {}
         for k in range(start, end):
@@ -119,18 +122,23 @@ def _targets(ins: Instruction, labels: list[str]) -> list[str]:
 
 
 def _flat(code_ins, start, end, steps, before) -> None:
-    """The flow did not settle: every register holds what any definition in the function gave it, everywhere."""
+    """The flow did not settle: every register holds what any definition in the function gave it, everywhere (a
+    worklist over the definitions that read each register, so a long chain costs one visit per definition)."""
     held: dict = {}
-    for _ in range(MAX_PASSES):
-        grown = False
-        for k in range(start, end):
-            became, regs = steps[k - start]
-            if became == "sources":
-                became = next((held[r] for r in regs if r in held), None)
-            for d in code_ins[k].dests if became is not None else ():
-                if d not in held:
-                    held[d], grown = became, True
-        if not grown:
-            break
+    readers: dict[str, list[int]] = {}
+    queue = []
+    for k in range(start, end):
+        became, regs = steps[k - start]
+        if became == "sources":
+            for r in regs:
+                readers.setdefault(r, []).append(k)
+        elif became is not None:
+            queue.append((k, became))
+    while queue:
+        k, became = queue.pop()
+        for d in code_ins[k].dests:
+            if d not in held:
+                held[d] = became
+                queue += [(j, became) for j in readers.get(d, ())]
     for k in range(start, end):
         before[k] = held

@@ -143,3 +143,16 @@ def test_hostile_text_gets_issues_never_an_exception():
     for text in mutations(base, alphabet, 1500, seed=11):
         found = issues(text)
         assert isinstance(found, list) and all(found)
+
+
+@pytest.mark.parametrize("passes", [64, 4])
+def test_a_flow_that_does_not_settle_in_its_passes_is_read_as_a_whole(monkeypatch, passes):
+    """Each pass round the loop carries the address one register further back; with too few passes to settle the
+    check takes every register to hold what any definition gave it, and still refuses."""
+    from ptxbench.tools import ptx_flow
+
+    monkeypatch.setattr(ptx_flow, "MAX_PASSES", passes)
+    chain = "".join(f"    mov.u64 %rd{k}, %rd{k + 1};\n" for k in range(1, 12))
+    body = f"TOP:\n    st.u32 [%rd1], %r1;\n{chain}    cvta.param.u64 %rd12, %rd0;\n    @%p1 bra TOP;"
+    found = issues(ptx(body).replace(".reg .b64 %rd<16>;", ".reg .b64 %rd<16>;\n    .reg .b64 %rd0;"))
+    assert any("writes through `[%rd1]`" in m for m in found), found
