@@ -30,11 +30,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from driver_probe import primary_context  # noqa: E402
 
-PTX = """.version 8.0
+# Each kernel's opening: thread 0 of block 0 alone goes on, with `out` (its first parameter) as a global address in %rd5
+HEAD = """.version 8.0
 .target sm_90a
 .address_size 64
-.visible .entry where(.param .u64 out, .param .u32 read, .param .align 64 .b8 blob[128])
-{
+"""
+THREAD0 = """{
     .reg .pred %p<5>;
     .reg .b32 %r<5>;
     .reg .b64 %rd<12>;
@@ -45,7 +46,9 @@ PTX = """.version 8.0
     @%p1 bra DONE;
     ld.param.u64 %rd5, [out];
     cvta.to.global.u64 %rd5, %rd5;
-    mov.u64 %rd1, blob;
+"""
+
+PTX = HEAD + ".visible .entry where(.param .u64 out, .param .u32 read, .param .align 64 .b8 blob[128])\n" + THREAD0 + """    mov.u64 %rd1, blob;
     cvta.param.u64 %rd2, %rd1;
     mov.u64 %rd3, 0;
     cvta.param.u64 %rd4, %rd3;
@@ -73,22 +76,7 @@ DONE:
 
 # poke(out, at, magic, write): the address `at`, or when 0 the one 64 KiB past its own parameter; writes `magic` there
 # when `write`; out[0] the address, out[1] the word read there after
-POKE = """.version 8.0
-.target sm_90a
-.address_size 64
-.visible .entry poke(.param .u64 out, .param .u64 at, .param .u64 magic, .param .u32 write)
-{
-    .reg .pred %p<4>;
-    .reg .b32 %r<5>;
-    .reg .b64 %rd<12>;
-    mov.u32 %r1, %tid.x;
-    mov.u32 %r2, %ctaid.x;
-    or.b32 %r3, %r1, %r2;
-    setp.ne.u32 %p1, %r3, 0;
-    @%p1 bra DONE;
-    ld.param.u64 %rd5, [out];
-    cvta.to.global.u64 %rd5, %rd5;
-    ld.param.u64 %rd2, [at];
+POKE = HEAD + ".visible .entry poke(.param .u64 out, .param .u64 at, .param .u64 magic, .param .u32 write)\n" + THREAD0 + """    ld.param.u64 %rd2, [at];
     setp.ne.u64 %p2, %rd2, 0;
     @%p2 bra CHOSEN;
     mov.u64 %rd1, out;

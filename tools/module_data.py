@@ -29,6 +29,7 @@ from typing import Callable
 from .results import CompileIssue
 
 _IDENT = r"[A-Za-z_$%][\w$]*"
+_REGISTER = re.compile(r"%[\w$]+")
 _DECL = re.compile(r"^(?:\.(?:visible|weak|extern|common)\s*)*\.(global|const)\b(.*)$", re.S)
 _TYPE_BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2, "b32": 4, "u32": 4,
                "s32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8, "b128": 16}
@@ -250,11 +251,30 @@ def instructions(code: str, parsed: list | None = None) -> list[Instruction]:
             first = _FIRST_REGISTER.match(operands)
             dest = first.group(1) if first else None
             brace = None if first or family in _STORES_VALUES else _LEADING_BRACE.match(operands)
-            dests = (dest,) if dest else tuple(re.findall(r"%[\w$]+", brace.group(1))) if brace else ()
+            dests = (dest,) if dest else tuple(_REGISTER.findall(brace.group(1))) if brace else ()
             out.append(Instruction(line, opcode, operands, function, family, dest, dests, tuple(labels),
                                    m.group(1) is not None))
             labels = []
     return out
+
+
+def symbols_pattern(names) -> re.Pattern:
+    """A pattern finding any of `names` as a whole symbol (the longest first; never inside a register, a directive or
+    a longer name); one that finds nothing for none."""
+    if not names:
+        return re.compile(r"(?!)")
+    return re.compile(r"(?<![\w$%.])(" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+                      + r")(?![\w$])")
+
+
+def after_written(ins: Instruction) -> str:
+    """The operand text past the registers an instruction writes (its `dest`, or its leading `{...}`)."""
+    ops = ins.operands
+    if ins.dest is not None:
+        return ops[ops.index(ins.dest) + len(ins.dest):]
+    if ins.dests:
+        return ops[ops.index("}") + 1:]
+    return ops
 
 
 _MEM = re.compile(rf"\[\s*({_IDENT})\s*(?:([+-])\s*(0[xX][0-9a-fA-F]+|0[bB][01]+|\d+[uU]?))?\s*\]")
@@ -389,8 +409,7 @@ def _reach(data: ModuleData, language: str,
     by_name = {v.name: v for v in variables}
     if not by_name:
         return issues
-    names = re.compile(r"(?<![\w$%.])(" + "|".join(re.escape(n) for n in sorted(by_name, key=len, reverse=True))
-                       + r")(?![\w$])")
+    names = symbols_pattern(by_name)
     code_ins = data.instructions
     findings = _Findings()
 
@@ -416,7 +435,7 @@ def _reach(data: ModuleData, language: str,
     def involved(text: str, held: dict) -> ModuleVariable | None:
         """The module variable `text` names, or whose address a register in it holds here."""
         var = next((by_name[n] for n in names.findall(text)), None)
-        return var or next((held[r] for r in re.findall(r"%[\w$]+", text) if r in held), None)
+        return var or next((held[r] for r in _REGISTER.findall(text) if r in held), None)
 
     for ins, held_here in zip(code_ins, before):
         if ins.opcode.startswith("cvta.const"):

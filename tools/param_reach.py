@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .module_data import _BRACKET, _READS, _STORES_VALUES, Instruction, ModuleData, _Findings, _split_top
+from .module_data import (_BRACKET, _READS, _REGISTER, _STORES_VALUES, Instruction, ModuleData, _Findings, _split_top,
+                          after_written, symbols_pattern)
 from .ptx_flow import tainted_before
 from .results import CompileIssue
 
@@ -25,7 +26,7 @@ from .results import CompileIssue
 _PARAM = re.compile(r"(?<=[\s(,])\.param(?:\s+(?:\.[\w:]+|\d+))*\s+([A-Za-z_$][\w$]*)")
 _HEADER = re.compile(r"\.(?:entry|func)\s*(\([^()]*\))?\s*([A-Za-z_$][\w$]*)\s*(\([^()]*\))?", re.S)
 _NAMED_SLOT = re.compile(r"\[\s*([A-Za-z_$][\w$]*)\s*(?:\+\s*\w+)?\s*\]")
-_REGISTER = re.compile(r"%[\w$]+")
+_MAKES_ADDRESS = ("cvta.param", "cvta.to.param")  # a parameter-space address of any number
 _PARAM_SPACE = "parameter space"
 _ONLY_READ = _READS | {"fence"}
 
@@ -77,7 +78,7 @@ class _Reach:
         self.findings = _Findings()
 
     def origin(self, ins: Instruction) -> str | None:
-        if ins.opcode.startswith(("cvta.param", "cvta.to.param")):
+        if ins.opcode.startswith(_MAKES_ADDRESS):
             return _PARAM_SPACE
         if ins.family == "ld" and ".param" in ins.opcode and (m := _NAMED_SLOT.search(ins.operands)):
             return self.passed.get((ins.function, m.group(1)))
@@ -132,11 +133,9 @@ def param_writes(data: ModuleData, language: str,
     """Every place the PTX writes through, stores or lets out an address computed from a kernel parameter's, each with
     its line (the model's own for `ptx`; for `cuda`, the source line nvcc's `.loc` names)."""
     code_ins = data.instructions
-    params = sorted(set(_PARAM.findall(data.code)), key=len, reverse=True)
-    names = re.compile(r"(?<![\w$%.])(" + "|".join(re.escape(n) for n in params) + r")(?![\w$])") if params \
-        else re.compile(r"(?!)")
-    if not any(i.opcode.startswith(("cvta.param", "cvta.to.param")) or (i.family == "mov" and names.search(i.operands))
-               for i in code_ins):
+    params = sorted(set(_PARAM.findall(data.code)))
+    names = symbols_pattern(params)
+    if not any(i.opcode.startswith(_MAKES_ADDRESS) or (i.family == "mov" and names.search(i.operands)) for i in code_ins):
         return []  # no parameter's address is taken
     reach = _Reach(data, names, params)
     before = reach.follow()
@@ -157,11 +156,8 @@ def param_writes(data: ModuleData, language: str,
                              f"a kernel writes in its outputs or a scratch buffer of the launch plan")
         if ins.family == "call" or (ins.family == "st" and ".param" in ins.opcode):
             continue  # arguments and return values: followed by _Reach
-        outside = _BRACKET.sub(" ", ins.operands)
-        if ins.dest is not None and ins.family not in _STORES_VALUES:
-            outside = outside[outside.index(ins.dest) + len(ins.dest):]  # the register it defines is not a use
-        elif ins.dests and "}" in outside:
-            outside = outside[outside.index("}") + 1:]
+        # what it reads: the operands past the registers it defines (for the families that store values, all of them)
+        outside = _BRACKET.sub(" ", ins.operands if ins.family in _STORES_VALUES else after_written(ins))
         origin = involved(outside, held)
         if origin is not None and (not ins.dests or ins.family in _STORES_VALUES or ins.family in _READS):
             findings.add(origin, "value", ins.line, f"`{ins.opcode}` stores an address computed from a kernel "

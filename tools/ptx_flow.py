@@ -16,24 +16,13 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from .module_data import _BRACKET, _READS, _STORES_VALUES, Instruction
+from .module_data import _BRACKET, _READS, _REGISTER, _STORES_VALUES, Instruction, after_written
 
 MAX_PASSES = 64
 STEP_BUDGET = 4_000_000  # instructions visited per function, all passes together: a large module gets fewer passes
-_REGISTER = re.compile(r"%[\w$]+")
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _BRANCHES = {"bra", "brx"}
 _ENDS = {"bra", "brx", "ret", "exit", "trap"}
-
-
-def _sources(ins: Instruction) -> str:
-    """The operand text an instruction computes its result from: what follows the registers it writes."""
-    ops = ins.operands
-    if ins.dest is not None:
-        return ops[ops.index(ins.dest) + len(ins.dest):]
-    if ins.dests:
-        return ops[ops.index("}") + 1:]
-    return ops
 
 
 def _source_registers(ins: Instruction, rest: str) -> tuple[str, ...]:
@@ -67,15 +56,14 @@ def _function(code_ins, start, end, names, by_name, origin, before) -> None:
     labels: list[str] = []
     for ins in code_ins[start:end]:
         labels += ins.labels
-        rest = _BRACKET.sub(" ", _sources(ins))
-        made = origin(ins) if origin else None
         if not ins.dests or ins.family in _STORES_VALUES:
             steps.append((None, ()))
-        elif made is not None:
+        elif (made := origin(ins) if origin else None) is not None:
             steps.append((made, ()))
         elif ins.family in _READS:
             steps.append((None, ()))
         else:
+            rest = _BRACKET.sub(" ", after_written(ins))
             named = next((by_name[n] for n in names.findall(rest)), None)
             steps.append((named, ()) if named is not None else ("sources", _source_registers(ins, rest)))
     at_label: dict[str, dict] = {}
@@ -109,7 +97,7 @@ def _after(ins: Instruction, step: tuple, state: dict) -> dict:
         if ins.guarded or not any(d in state for d in ins.dests):
             return state
         return {r: o for r, o in state.items() if r not in ins.dests}
-    if all(state.get(d) is not None for d in ins.dests):
+    if all(d in state for d in ins.dests):
         return state
     return {**state, **{d: became for d in ins.dests}}
 
