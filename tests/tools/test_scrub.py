@@ -86,6 +86,8 @@ def test_the_local_scrub_writes_its_whole_frame_within_32_registers(tmp_path, fr
     registers = int(re.search(r"Used (\d+) registers", info).group(1))
     assert registers <= 32  # 2 x 1024 threads x 32 registers = an SM's 64K: both CTAs resident
     assert "STL.128" in sass and _looped(sass, "STL.128") and "LDL" in sass
+    # and above its frame to the local window's top, through the generic address, bounded by `isspacep.local`
+    assert "ST.E.128" in sass and _looped(sass, "ST.E.128") and "QSPC.E.L" in sass
 
 
 LEFTOVER_CU = (Path(__file__).resolve().parents[1] / "data" / "kernels" / "leftover.cu").read_text()
@@ -111,6 +113,9 @@ def test_the_leftover_probe_compiles_with_its_loads_kept(frame):
     assert k["find_shared"].sass_opcodes.get("LDS") and k["leave_shared"].sass_opcodes.get("STS")
     assert k["find_reserved"].sass_opcodes.get("LDS") and k["leave_reserved"].sass_opcodes.get("STS")
     assert k["find_local"].registers <= 32 and k["leave_local"].registers <= 32  # two CTAs per SM: every warp slot
+    # above a 16-byte frame, through a generic pointer, as local_above_frame_stash.cu keeps its stash
+    assert k["find_above"].stack <= 64 and k["find_above"].sass_opcodes.get("LD", 0) >= 1
+    assert k["leave_above"].sass_opcodes.get("ST", 0) >= 1 and k["find_above"].registers <= 32
 
 
 @pytest.mark.gpu
@@ -131,7 +136,7 @@ def test_a_kernel_finds_what_the_last_left_on_chip_and_after_the_scrub_nothing(f
         lim = state.limits
         module = load_module(open(comp.cubin_path, "rb").read())
         fns = {n: get_function(module, n) for n in ("leave_local", "find_local", "leave_shared", "find_shared",
-                                                     "leave_reserved", "find_reserved")}
+                                                     "leave_reserved", "find_reserved", "leave_above", "find_above")}
         for n in ("leave_shared", "find_shared", "leave_reserved", "find_reserved"):
             set_dynamic_smem(fns[n], lim.max_smem_optin)
         stream = torch.cuda.current_stream().cuda_stream
@@ -146,6 +151,8 @@ def test_a_kernel_finds_what_the_last_left_on_chip_and_after_the_scrub_nothing(f
             hits.zero_()
             if kind == "local":
                 launch("leave_local", 2 * lim.sm_count, 0, [ctypes.c_uint32(tag)])
+            elif kind == "above":
+                launch("leave_above", 2 * lim.sm_count, 0, [ctypes.c_uint32(tag), ctypes.c_int32(0)])
             elif kind == "reserved":  # one CTA per SM (all the dynamic shared memory), as the scrub's
                 launch("leave_reserved", lim.sm_count, lim.max_smem_optin, [ctypes.c_uint32(tag)])
             else:
@@ -153,8 +160,8 @@ def test_a_kernel_finds_what_the_last_left_on_chip_and_after_the_scrub_nothing(f
             if scrub:
                 state.on_chip_scrub().run(stream, frame_bytes(fns["find_local"].local_bytes, stack_limit()))
             ptr = ctypes.c_uint64(hits.data_ptr())
-            if kind == "local":
-                launch("find_local", 2 * lim.sm_count, 0, [ptr, ctypes.c_uint32(tag), ctypes.c_int32(0)])
+            if kind in ("local", "above"):
+                launch(f"find_{kind}", 2 * lim.sm_count, 0, [ptr, ctypes.c_uint32(tag), ctypes.c_int32(0)])
             elif kind == "reserved":
                 launch("find_reserved", lim.sm_count, lim.max_smem_optin, [ptr, ctypes.c_uint32(tag)])
             else:
@@ -162,13 +169,14 @@ def test_a_kernel_finds_what_the_last_left_on_chip_and_after_the_scrub_nothing(f
             torch.cuda.synchronize()
             return int(hits.item())
 
-        kinds = ("shared", "local", "reserved")
+        kinds = ("shared", "local", "reserved", "above")
         stale = {kind: found(kind, scrub=False) for kind in kinds}
         after = {kind: found(kind, scrub=True) for kind in kinds}
     print(f"\nframe {frame}: found without the scrub {stale}, after it {after}")
-    assert after == {"shared": 0, "local": 0, "reserved": 0}, (stale, after)
+    assert after == {"shared": 0, "local": 0, "reserved": 0, "above": 0}, (stale, after)
     # Without the scrub the next kernel finds them: all of shared memory on every SM (run 16 on an H200: 7,670,784
     # words, 132 x 227 KB), and local memory at a 4 KB frame; at 256 bytes none was found (run 16), so only the
     # 4 KB frame asks for it.
     assert stale["shared"] == lim.sm_count * words, stale
     assert stale["local"] > 0 or frame < MIN_FRAME, stale
+    assert stale["above"] > 0, stale  # the memory above a frame outlives a kernel too (the scrub's pass above its own)

@@ -15,7 +15,9 @@ these two have no buffer, so two harness kernels overwrite them:
   SM), each thread writing 0xFF over a frame as large as the candidate's kernels' local size, the context's stack
   limit or the frame the worker has reserved (runner.py), whichever is largest: what any thread of the candidate
   could address. A CUDA kernel's frame lies below the stack pointer at the top of the thread's local window, the
-  scrub's too (bench/results/run33), so a small frame's neighbours below it are within the scrub's.
+  scrub's too (bench/results/run33), so a small frame's neighbours below it are within the scrub's; the 928 bytes
+  between the stack pointer and the window's top, which keep what a kernel leaves there too (run 34), each thread
+  writes after its frame, through their generic address, as far as `isspacep.local` says they are local.
 
 They run in the preparation of every call, the library's too, before the L2 flush, so their stores are written back
 outside the timed interval. The PTX is the harness's own text, assembled by the driver once per worker (the local
@@ -79,9 +81,9 @@ LOCAL_PTX = """\
 .maxnreg 32
 {{
     .local .align 16 .b8 frame[{frame}];
-    .reg .pred %p<3>;
+    .reg .pred %p<4>;
     .reg .b32 %r<8>;
-    .reg .b64 %rd<8>;
+    .reg .b64 %rd<10>;
     mov.u64 %rd1, frame;
     ld.param.u32 %r5, [fill];
     mov.u32 %r1, 0;
@@ -94,6 +96,20 @@ LOOP:
     add.u32 %r1, %r1, 16;
     setp.lt.u32 %p1, %r1, {frame};
     @%p1 bra LOOP;
+    // above the frame, up to the top of the thread's local window (and no further than it is local): the stack
+    // pointer a kernel starts from lies below the top, and what lies between them is no frame's
+    add.u64 %rd7, %rd1, {frame};
+ABOVE:
+    .pragma "nounroll";
+    setp.ge.u64 %p3, %rd7, {top};
+    @%p3 bra ABOVE_DONE;
+    cvta.local.u64 %rd8, %rd7;
+    isspacep.local %p3, %rd8;
+    @!%p3 bra ABOVE_DONE;
+    st.volatile.v4.b32 [%rd8], {{%r5, %r5, %r5, %r5}};
+    add.u64 %rd7, %rd7, 16;
+    bra ABOVE;
+ABOVE_DONE:
     ld.param.u32 %r3, [probe];
     setp.ge.u32 %p2, %r3, {frame};
     @%p2 bra DONE;
@@ -110,6 +126,10 @@ DONE:
 """
 
 LOCAL_BLOCK = 1024
+# The top of a thread's local window: 16 MiB, the stack pointer a CUDA kernel starts from 928 bytes below it
+# (bench/local_slot_probe.py, run 33: 0xfffc60), and the memory between them keeps what a kernel leaves there from one
+# launch to the next (local_above_frame_stash.cu replayed a stash there in run 34)
+LOCAL_WINDOW_TOP = 1 << 24
 MIN_FRAME = 1024  # the CUDA default stack size: what a kernel with no frame of its own can still address
 
 
@@ -131,7 +151,7 @@ def local_fill(frame: int) -> int:
 def local_ptx(frame: int) -> str:
     if frame % 16 or frame <= 0:
         raise ValueError(f"a scrub frame is a positive multiple of 16 bytes, not {frame}")
-    return LOCAL_PTX.format(frame=frame)
+    return LOCAL_PTX.format(frame=frame, top=LOCAL_WINDOW_TOP)
 
 
 @dataclass(frozen=True)

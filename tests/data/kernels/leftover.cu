@@ -45,3 +45,26 @@ extern "C" __global__ void find_reserved(unsigned* hits, unsigned tag) {
   if (at < end) asm volatile("ld.volatile.shared.b32 %0, [%1];" : "=r"(v) : "r"(at));
   if (at < end && v == (tag ^ threadIdx.x)) atomicAdd(hits, 1u);
 }
+// The local memory above a small frame, up to the top of the thread's 16 MiB local window: a CUDA kernel's stack
+// pointer starts below the top (0xfffc60 on an H100, bench/results/run33), and what lies between them is no frame's.
+#define LOCAL_TOP (1u << 24)
+__device__ volatile unsigned* above(volatile unsigned* anchor, unsigned* words) {
+  const unsigned long long local = __cvta_generic_to_local((const void*)anchor) + 16;
+  *words = local < LOCAL_TOP ? (unsigned)((LOCAL_TOP - local) / 4) : 0u;
+  return reinterpret_cast<volatile unsigned*>(reinterpret_cast<unsigned long long>(anchor) + 16);
+}
+extern "C" __global__ void __launch_bounds__(1024, 2) leave_above(unsigned tag, int never) {
+  volatile unsigned anchor[4];
+  anchor[never & 3] = never;
+  unsigned words;
+  volatile unsigned* p = above(anchor, &words);
+  for (unsigned i = 0; i < words; ++i) p[i] = tag ^ i;
+}
+extern "C" __global__ void __launch_bounds__(1024, 2) find_above(unsigned* hits, unsigned tag, int never) {
+  volatile unsigned anchor[4];
+  anchor[never & 3] = never;
+  unsigned words, n = 0;
+  volatile unsigned* p = above(anchor, &words);
+  for (unsigned i = 0; i < words; ++i) n += p[i] == (tag ^ i);
+  if (n) atomicAdd(hits, n);
+}
