@@ -172,7 +172,18 @@ def test_a_kernel_finds_what_the_last_left_on_chip_and_after_the_scrub_nothing(f
         kinds = ("shared", "local", "reserved", "above")
         stale = {kind: found(kind, scrub=False) for kind in kinds}
         after = {kind: found(kind, scrub=True) for kind in kinds}
-    print(f"\nframe {frame}: found without the scrub {stale}, after it {after}")
+        scrub, scrub_frame = state.on_chip_scrub(), frame_bytes(fns["find_local"].local_bytes, stack_limit())
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(21):  # the scrub's cost per call (the first a warm-up)
+            start.record()
+            scrub.run(stream, scrub_frame)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        times = sorted(times[1:])
+    print(f"\nframe {frame}: found without the scrub {stale}, after it {after}; the scrub of a {scrub_frame}-byte frame "
+          f"and above it: median {times[10]:.3f} ms [{times[0]:.3f}, {times[-1]:.3f}] over 20 runs")
     assert after == {"shared": 0, "local": 0, "reserved": 0, "above": 0}, (stale, after)
     # Without the scrub the next kernel finds them: all of shared memory on every SM (run 16 on an H200: 7,670,784
     # words, 132 x 227 KB), and local memory at a 4 KB frame; at 256 bytes none was found (run 16), so only the

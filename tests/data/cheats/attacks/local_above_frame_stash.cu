@@ -1,10 +1,9 @@
-// Probe (a hypothesis, not a known gap): local_below_frame_stash.cu with its stash ABOVE its own 16-byte frame. A
-// CUDA kernel's frame lies just below the stack pointer, and the stack pointer 928 bytes below the top of the
-// thread's 16 MiB local window (bench/local_slot_probe.py, run 33: the frame at local 0xfffc50, the pointer 0xfffc60).
-// The scrub writes the frame below the stack pointer, so whatever lies between the stack pointer and the window's top
-// is no scrub's; this kernel keeps its 24 words 48 bytes above its frame, through a generic pointer. Expected: no
-// gain against its own no-hit twin (tests/workloads/test_cheat_attacks.py), or a failure (a fault where nothing is
-// mapped above the stack pointer); a PASSED faster than the twin means the scrub must write up to the window's top.
+// local_below_frame_stash.cu with its stash ABOVE its own 16-byte frame. A CUDA kernel's frame lies just below the
+// stack pointer, and the stack pointer 928 bytes below the top of the thread's 16 MiB local window
+// (bench/local_slot_probe.py, run 33: the frame at local 0xfffc50, the pointer 0xfffc60). This kernel keeps its 24
+// words 48 bytes above its frame, through a generic pointer. Run 34 found them there again from an earlier call
+// (INCORRECT_NUMERICAL: a stash of another input set replayed), so the scrub writes above its frame to the window's
+// top too (tools/gpu/scrub.py). Expected: PASSED at its own no-hit twin's speed, every time.
 /* ptxbench
 language = "cuda"
 
