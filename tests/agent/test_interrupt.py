@@ -160,7 +160,7 @@ def test_a_resume_while_the_run_still_goes_is_refused(tmp_path):
         assert "is being run by another process" in second.stderr and "Traceback" not in second.stderr
         os.killpg(proc.pid, signal.SIGINT)  # delivered as it goes on
         os.killpg(proc.pid, signal.SIGCONT)
-        assert proc.wait(300) == 130
+        assert proc.wait(300) == 130, proc.stderr.read().decode(errors="replace")[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
