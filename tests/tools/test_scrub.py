@@ -90,6 +90,36 @@ def test_the_local_scrub_writes_its_whole_frame_within_32_registers(tmp_path, fr
     assert "ST.E.128" in sass and _looped(sass, "ST.E.128") and "QSPC.E.L" in sass
 
 
+def test_under_the_sanitizer_the_pass_above_the_frame_stops_where_it_starts(tmp_path, monkeypatch):
+    """compute-sanitizer's memcheck read the stores above the frame as invalid __local__ writes and aborted the
+    replay before the candidate ran (run 36): its replay scrubs the frame alone, the same kernel with a bound of 0."""
+    above, alone = local_ptx(1024), local_ptx(1024, above_frame=False)
+    assert f"setp.ge.u64 %p3, %rd7, {1 << 24};" in above and "setp.ge.u64 %p3, %rd7, 0;" in alone
+    assert above.replace(str(1 << 24), "0") == alone
+    info, sass = _assemble(alone, tmp_path, "alone")
+    assert "1024 bytes stack frame" in info and "STL.128" in sass
+    from ptxbench.tools import sanitize
+
+    seen = []
+    monkeypatch.setattr(sanitize, "find_sanitizer", lambda: "/bin/true")
+    monkeypatch.setattr("ptxbench.tools.profile.runner._run", lambda argv, *a, **k: (seen.append(argv), (0, ""))[1])
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(b"\0")
+    sanitize.sanitize_candidate("smoke_gemm_bf16_m256_n256_k512", "// cuda", language="cuda", cubin_path=cubin,
+                                tools=["memcheck"])
+    assert seen and "--no-scrub-above" in seen[0] and "--exact" in seen[0]
+    from ptxbench.tools.profile import replay
+
+    parsed = {}
+    monkeypatch.setattr(replay, "replay", lambda *a, **k: parsed.update(k) or 0)
+    source = tmp_path / "s.cu"
+    source.write_text("// cuda")
+    assert replay.main(["--workload", "w", "--source", str(source), "--cubin", str(cubin), "--no-scrub-above"]) == 0
+    assert parsed["scrub_above"] is False
+    replay.main(["--workload", "w", "--source", str(source), "--cubin", str(cubin)])
+    assert parsed["scrub_above"] is True
+
+
 LEFTOVER_CU = (Path(__file__).resolve().parents[1] / "data" / "kernels" / "leftover.cu").read_text()
 # Frames of the probe: smaller than the scrub's least (the scrub's frame must cover one laid out smaller), and one
 # that sets the scrub's frame itself.

@@ -148,10 +148,13 @@ def local_fill(frame: int) -> int:
     return (-1 - frame) & 0xFFFF_FFFF
 
 
-def local_ptx(frame: int) -> str:
+def local_ptx(frame: int, above_frame: bool = True) -> str:
+    """The local scrub for `frame` bytes; without `above_frame` the pass above the frame stops where it starts (its
+    bound 0), which compute-sanitizer needs: memcheck takes a thread's frame for all of its local memory and reports
+    every store above it as an invalid __local__ write, aborting the replay before the candidate runs (run 36)."""
     if frame % 16 or frame <= 0:
         raise ValueError(f"a scrub frame is a positive multiple of 16 bytes, not {frame}")
-    return LOCAL_PTX.format(frame=frame, top=LOCAL_WINDOW_TOP)
+    return LOCAL_PTX.format(frame=frame, top=LOCAL_WINDOW_TOP if above_frame else 0)
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,7 @@ class ScrubShape:
     sm_count: int
     threads_per_sm: int
     smem_bytes: int
+    above_frame: bool = True  # False only under compute-sanitizer (local_ptx), a replay that is never timed or credited
 
     @property
     def shared_grid(self) -> int:
@@ -193,7 +197,7 @@ class OnChipScrub:
         from .launch import get_function, load_module
 
         if frame not in self._locals:
-            module = load_module(local_ptx(frame).encode() + b"\0")
+            module = load_module(local_ptx(frame, self.shape.above_frame).encode() + b"\0")
             self._locals[frame] = (module, get_function(module, "scrub_local"))
         return self._locals[frame][1]
 

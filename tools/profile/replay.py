@@ -150,7 +150,7 @@ def judged_output(wl, seed: int, dist: str, bufs, device: str = "cuda", expected
 
 
 def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_ARCH, seed: int = 0, dist: str = "normal",
-           exact: bool = False, nvtx: bool = True, handshake: str | Path | None = None,
+           exact: bool = False, nvtx: bool = True, handshake: str | Path | None = None, scrub_above: bool = True,
            judge: str | Path | None = None, expect: str | Path | None = None) -> int:
     import torch
     from cuda.bindings import driver as cu
@@ -186,7 +186,7 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_A
         torch.cuda.current_blas_handle()
         warm_sketch(wl)
     try:
-        cand = Candidate(cubin, plan, SimpleNamespace(limits=limits, on_chip_scrub=_scrub(limits)), wl)
+        cand = Candidate(cubin, plan, SimpleNamespace(limits=limits, on_chip_scrub=_scrub(limits, scrub_above)), wl)
         # Up to here no kernel of the candidate's or the inputs' ran (only warm_sketch's, on a few harness elements);
         # from here on (buffers, inputs, the launch) the GPU must be ours alone.
         if gate is not None:
@@ -226,11 +226,13 @@ def replay(workload_id: str, source: str, cubin: bytes, *, arch: str = DEFAULT_A
     return 0
 
 
-def _scrub(limits):
-    """The evaluator's shared- and local-memory scrub (scrub.py), made for this GPU."""
+def _scrub(limits, above_frame: bool = True):
+    """The evaluator's shared- and local-memory scrub (scrub.py), made for this GPU; without its pass above the frame
+    under compute-sanitizer (scrub.local_ptx)."""
     from ..gpu.scrub import OnChipScrub, ScrubShape
 
-    return lambda: OnChipScrub(ScrubShape(limits.sm_count, limits.max_threads_per_sm, limits.max_smem_optin))
+    return lambda: OnChipScrub(ScrubShape(limits.sm_count, limits.max_threads_per_sm, limits.max_smem_optin,
+                                          above_frame))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,12 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dist", default="normal")
     p.add_argument("--exact", action="store_true", help="exact-size allocations (for compute-sanitizer)")
     p.add_argument("--no-nvtx", action="store_true")
+    p.add_argument("--no-scrub-above", action="store_true",
+                   help="the local scrub without its pass above the frame (for compute-sanitizer: scrub.local_ptx)")
     p.add_argument("--handshake", default=None, help="folder of the ready/go/done files (handshake.py)")
     p.add_argument("--judge", default=None, help="write the output's verdict to this JSON file")
     p.add_argument("--expect", default=None, help="the evaluation's verified sketch (JSON), read after the call")
     a = p.parse_args(argv)
     return replay(a.workload, Path(a.source).read_text(), Path(a.cubin).read_bytes(), arch=a.arch, seed=a.seed,
-                  dist=a.dist, exact=a.exact, nvtx=not a.no_nvtx, handshake=a.handshake, judge=a.judge, expect=a.expect)
+                  dist=a.dist, exact=a.exact, nvtx=not a.no_nvtx, handshake=a.handshake, judge=a.judge, expect=a.expect,
+                  scrub_above=not a.no_scrub_above)
 
 
 if __name__ == "__main__":
