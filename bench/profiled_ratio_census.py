@@ -39,28 +39,33 @@ def _documents(path: Path):
 
 
 def ratio_of(record: dict) -> float | None:
-    """What tools/profile/candidate.profiled_slowdown computes, from a stored EvalResult: the profiled kernels' summed
-    duration over the timed median; None where either is missing."""
+    """tools/profile/candidate.profiled_slowdown of a stored EvalResult's profile and timing: the profiled kernels'
+    summed duration over the timed median; None where either is missing or is no longer readable as one."""
+    from pydantic import ValidationError
+
+    from ptxbench.tools.profile.candidate import profiled_slowdown
+    from ptxbench.tools.profile.summary import ProfileSummary
+    from ptxbench.tools.results import Timing
+
     profile, timing = record.get("profile"), record.get("timing")
     if not isinstance(profile, dict) or not isinstance(timing, dict) or not profile.get("ok"):
         return None
-    kernels = profile.get("kernels") or []
-    median = (timing.get("candidate") or {}).get("median_ms")
-    if not kernels or not median or any(k.get("duration_us") is None for k in kernels):
+    try:
+        return profiled_slowdown(ProfileSummary.model_validate(profile), Timing.model_validate(timing))
+    except ValidationError:
         return None
-    return sum(k["duration_us"] for k in kernels) / 1000.0 / median
 
 
-def _records(node, source: str):
+def _records(node):
     """Every EvalResult-shaped dict inside a document (trajectory records nest them)."""
     if isinstance(node, dict):
         if "profile" in node and "timing" in node and "workload" in node:
             yield node
         for value in node.values():
-            yield from _records(value, source)
+            yield from _records(value)
     elif isinstance(node, list):
         for value in node:
-            yield from _records(value, source)
+            yield from _records(value)
 
 
 def census(roots: list[Path]) -> list[dict]:
@@ -70,7 +75,7 @@ def census(roots: list[Path]) -> list[dict]:
             for name in sorted(files):
                 path = Path(folder) / name
                 for doc in _documents(path):
-                    for rec in _records(doc, str(path)):
+                    for rec in _records(doc):
                         ratio = ratio_of(rec)
                         if ratio is None or rec.get("status") != "PASSED":
                             continue
