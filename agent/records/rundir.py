@@ -23,6 +23,7 @@ from ptxbench.tools.atomic import atomic_write
 from ptxbench.tools.results import OLD_TURN_STATUSES
 
 from .events import EVENT_ADAPTER, Event, TrajectoryStart, _Event
+from .held_signals import signals_held
 
 
 def runs_root() -> Path:
@@ -86,21 +87,24 @@ class TrajectoryWriter:
 
     def append(self, event: _Event) -> _Event:
         event.seq = self._seq
-        line = (one_line(event.model_dump_json()) + "\n").encode("utf-8")
-        try:
-            with open(self.path, "ab") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
-        except BaseException:
-            # A Ctrl-C, most often as fsync returns: the line is in the file, and the next event (the interrupted
-            # run's stop) must not take its seq again; a line cut short is moved aside instead.
-            if not _ends_with(self.path, line):
-                repair_torn_tail(self.path)  # set aside, or (only its newline missing) made whole
-            if _ends_with(self.path, line):
-                self._seq += 1
-            raise
-        self._seq += 1
+        # Ctrl-C or SIGTERM raised inside pydantic's serializer came out as its error (a crash, the line lost): held
+        # until the line is written and counted, then raised
+        with signals_held():
+            line = (one_line(event.model_dump_json()) + "\n").encode("utf-8")
+            try:
+                with open(self.path, "ab") as f:
+                    f.write(line)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except BaseException:
+                # A write that failed part way (the disk full): a line cut short is moved aside, and one that is in
+                # the file whole keeps its seq, which the next event must not take again
+                if not _ends_with(self.path, line):
+                    repair_torn_tail(self.path)  # set aside, or (only its newline missing) made whole
+                if _ends_with(self.path, line):
+                    self._seq += 1
+                raise
+            self._seq += 1
         return event
 
     def save_kernel(self, turn: int, language: str, source: str, tag: str = "") -> str:

@@ -1,0 +1,37 @@
+"""Ctrl-C and SIGTERM held back while a record is being made, and raised as soon as it is whole.
+
+The stop signals raise in the main thread wherever it is (agent/cli/sigterm.py). Raised inside a library's serializer
+(pydantic's `model_dump_json`, the checkpointer's), the stop comes out wrapped as that library's error
+(`PydanticSerializationError: Error serializing to JSON: KeyboardInterrupt`): the command then ends as a crash (a
+traceback, exit status 1) instead of a stop (one line, 130 or 143), and the record it was writing is lost. Inside
+`signals_held()` a stop signal is only noted, and raised again, through the handler it would have met, once the block
+has ended: the record is written whole and the stop is a stop.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM, where a Python handler would raise them, until the block ends; then raise each noted one."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers run in the main thread only: a stop never raises in this one
+        return
+    noted: list[int] = []
+    held = {}
+    for sig in STOP_SIGNALS:
+        if callable(signal.getsignal(sig)):  # a Python handler (Ctrl-C's default, sigterm's): the ones that raise
+            held[sig] = signal.signal(sig, lambda signum, frame: noted.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+        for signum in dict.fromkeys(noted):
+            signal.raise_signal(signum)  # through the handler put back: KeyboardInterrupt, Terminated (or a held outer block)

@@ -1,0 +1,105 @@
+"""Ctrl-C and SIGTERM arriving while a record is being made: held until it is whole, then raised as the stop they
+are. Raised inside pydantic's serializer, a Ctrl-C came out as a PydanticSerializationError, so `optimize` ended with a
+traceback and exit status 1 instead of its one line and 130 (143 for SIGTERM), and the event it was writing was lost."""
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+from pydantic import BaseModel, field_serializer
+from pydantic_core import PydanticSerializationError
+
+from ptxbench.agent.cli.sigterm import Terminated, on_sigterm
+from ptxbench.agent.records.events import Stop
+from ptxbench.agent.records.held_signals import signals_held
+from ptxbench.agent.records.rundir import TrajectoryWriter, read_events
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_raises():
+    """Python's own Ctrl-C handler, whatever the test runner set."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+class Stopped(BaseModel):
+    """A model whose serialization meets a signal, as a Ctrl-C meets a long event's model_dump_json."""
+    text: str
+    sig: int = signal.SIGINT
+
+    @field_serializer("text")
+    def _stop_here(self, text: str) -> str:
+        signal.raise_signal(self.sig)
+        return text
+
+
+def test_unheld_a_ctrl_c_in_pydantic_serializer_comes_out_as_its_error():
+    """Why the hold exists: the stop is wrapped, and `except KeyboardInterrupt` never sees it."""
+    with pytest.raises(PydanticSerializationError, match="KeyboardInterrupt"):
+        Stopped(text="x").model_dump_json()
+
+
+def test_held_the_record_is_made_whole_and_the_stop_raised_after_it():
+    made = []
+    with pytest.raises(KeyboardInterrupt) as raised:
+        with signals_held():
+            made.append(Stopped(text="whole").model_dump_json())
+    assert type(raised.value) is KeyboardInterrupt
+    assert made == ['{"text":"whole","sig":2}']
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+
+
+def test_sigterm_under_on_sigterm_is_raised_as_terminated_after_the_block():
+    made = []
+    with on_sigterm():
+        with pytest.raises(Terminated):
+            with signals_held():
+                made.append(Stopped(text="t", sig=signal.SIGTERM).model_dump_json())
+    assert made and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_no_signal_no_raise_and_nested_holds_raise_once_at_the_outer_end():
+    with signals_held():
+        pass
+    order = []
+    with pytest.raises(KeyboardInterrupt):
+        with signals_held():
+            with signals_held():
+                signal.raise_signal(signal.SIGINT)
+                signal.raise_signal(signal.SIGINT)
+                order.append("inner")
+            order.append("outer")  # the inner block's end gave the stop to the outer hold, which still holds it
+    assert order == ["inner", "outer"]
+
+
+def test_a_worker_thread_leaves_the_handlers_alone():
+    seen = []
+
+    def work():
+        with signals_held():
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert seen == [signal.default_int_handler]
+
+
+def test_a_ctrl_c_inside_an_events_serialization_keeps_the_line_and_its_seq(tmp_path, monkeypatch):
+    writer = TrajectoryWriter(tmp_path / "t")
+    real = Stop.model_dump_json
+
+    def interrupted(self, **kw):
+        signal.raise_signal(signal.SIGINT)  # as pydantic's serializer runs: with the hold, only noted
+        return real(self, **kw)
+
+    monkeypatch.setattr(Stop, "model_dump_json", interrupted)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        writer.append(Stop(trajectory_id="t", turn=1, reason="turn_limit"))
+    assert type(raised.value) is KeyboardInterrupt
+    monkeypatch.setattr(Stop, "model_dump_json", real)
+    writer.append(Stop(trajectory_id="t", turn=1, reason="error", detail="interrupted"))
+    events = read_events(writer.path)
+    assert [(e.seq, e.reason) for e in events] == [(0, "turn_limit"), (1, "error")]
