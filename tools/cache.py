@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .atomic import atomic_write
+from .held_signals import signals_held
 from .redact import scrub_text
 from .results import CompileResult
 
@@ -159,15 +160,18 @@ class CompileCache:
         """Store the files, then the result; returns the result with cubin_path pointing into the cache."""
         d = self.entry_dir(key)
         written = 0
-        if ptx is not None:  # model text: a key it echoes in a comment never reaches the disk
-            written += _write(d / "kernel.ptx", scrub_text(ptx).encode())
-        if cubin is not None:
-            written += _write(d / "kernel.cubin", cubin)
-            result = result.model_copy(update={"cubin_path": str(d / "kernel.cubin")})
-        record = result.model_copy(update={"cached": False}).model_dump_json(indent=1)
-        written += _write(d / "result.json", scrub_text(record).encode())  # compiler logs quote the model's lines
-        if cubin is not None and not (d / "kernel.cubin").is_file():  # an old entry, rewritten, was removed meanwhile
-            _write(d / "kernel.cubin", cubin)
+        # a Ctrl-C inside pydantic's serializer came out as its error (a crash, not a stop): held until the entry is
+        # whole, then raised
+        with signals_held():
+            if ptx is not None:  # model text: a key it echoes in a comment never reaches the disk
+                written += _write(d / "kernel.ptx", scrub_text(ptx).encode())
+            if cubin is not None:
+                written += _write(d / "kernel.cubin", cubin)
+                result = result.model_copy(update={"cubin_path": str(d / "kernel.cubin")})
+            record = result.model_copy(update={"cached": False}).model_dump_json(indent=1)
+            written += _write(d / "result.json", scrub_text(record).encode())  # compiler logs quote the model's lines
+            if cubin is not None and not (d / "kernel.cubin").is_file():  # an old entry, rewritten, was removed meanwhile
+                _write(d / "kernel.cubin", cubin)
         self._after_put(written)
         return result
 

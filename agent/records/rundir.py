@@ -20,10 +20,10 @@ from typing import Any, Iterable, Iterator
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ptxbench.tools.atomic import atomic_write
+from ptxbench.tools.held_signals import signals_held
 from ptxbench.tools.results import OLD_TURN_STATUSES
 
 from .events import EVENT_ADAPTER, Event, TrajectoryStart, _Event
-from .held_signals import signals_held
 
 
 def runs_root() -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, field_serializer
@@ -12,7 +13,7 @@ from pydantic_core import PydanticSerializationError
 
 from ptxbench.agent.cli.sigterm import Terminated, on_sigterm
 from ptxbench.agent.records.events import Stop
-from ptxbench.agent.records.held_signals import signals_held
+from ptxbench.tools.held_signals import signals_held
 from ptxbench.agent.records.rundir import TrajectoryWriter, read_events
 
 
@@ -103,3 +104,23 @@ def test_a_ctrl_c_inside_an_events_serialization_keeps_the_line_and_its_seq(tmp_
     writer.append(Stop(trajectory_id="t", turn=1, reason="error", detail="interrupted"))
     events = read_events(writer.path)
     assert [(e.seq, e.reason) for e in events] == [(0, "turn_limit"), (1, "error")]
+
+
+def test_a_ctrl_c_inside_a_compile_cache_entrys_serialization_stores_it_whole(tmp_path, monkeypatch):
+    from ptxbench.tools.cache import CompileCache
+    from ptxbench.tools.results import CompileResult
+
+    cache, key = CompileCache(tmp_path, max_bytes=None), "ab" * 32
+    real = CompileResult.model_dump_json
+
+    def interrupted(self, **kw):
+        signal.raise_signal(signal.SIGINT)
+        return real(self, **kw)
+
+    monkeypatch.setattr(CompileResult, "model_dump_json", interrupted)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        cache.put(key, CompileResult(status="ok", arch="sm_90a"), b"\0" * 64)
+    assert type(raised.value) is KeyboardInterrupt
+    monkeypatch.setattr(CompileResult, "model_dump_json", real)
+    hit = cache.get(key)
+    assert hit is not None and hit.status == "ok" and Path(hit.cubin_path).read_bytes() == b"\0" * 64

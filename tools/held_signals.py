@@ -1,9 +1,10 @@
 """Ctrl-C and SIGTERM held back while a record is being made, and raised as soon as it is whole.
 
-The stop signals raise in the main thread wherever it is (agent/cli/sigterm.py). Raised inside a library's serializer
-(pydantic's `model_dump_json`, the checkpointer's), the stop comes out wrapped as that library's error
-(`PydanticSerializationError: Error serializing to JSON: KeyboardInterrupt`): the command then ends as a crash (a
-traceback, exit status 1) instead of a stop (one line, 130 or 143), and the record it was writing is lost. Inside
+The stop signals raise in the main thread wherever it is (agent/cli/sigterm.py). Raised inside pydantic's serializer
+(`model_dump_json`), the stop comes out wrapped as its error (`PydanticSerializationError: Error serializing to JSON:
+KeyboardInterrupt`): the command then ends as a crash (a traceback, exit status 1) instead of a stop (one line, 130 or
+143), and the record it was writing is lost. Used where the main thread serializes a record during a run: the
+trajectory log's lines (agent/records/rundir.py) and the compile cache's entries (cache.py). Inside
 `signals_held()` a stop signal is only noted, and raised again, through the handler it would have met, once the block
 has ended: the record is written whole and the stop is a stop.
 """
