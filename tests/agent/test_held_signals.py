@@ -38,8 +38,12 @@ class Stopped(BaseModel):
 
 def test_unheld_a_ctrl_c_in_pydantic_serializer_comes_out_as_its_error():
     """Why the hold exists: the stop is wrapped, and `except KeyboardInterrupt` never sees it."""
-    with pytest.raises(PydanticSerializationError, match="KeyboardInterrupt"):
+    caught = None
+    try:  # caught whatever it is: a bare KeyboardInterrupt reaching pytest would end the whole session
         Stopped(text="x").model_dump_json()
+    except BaseException as exc:  # noqa: BLE001
+        caught = exc
+    assert isinstance(caught, PydanticSerializationError) and "KeyboardInterrupt" in str(caught), repr(caught)
 
 
 def test_held_the_record_is_made_whole_and_the_stop_raised_after_it():
