@@ -24,14 +24,23 @@ def signals_held() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers run in the main thread only: a stop never raises in this one
         return
+    # read before anything is swapped: a stop raised while swapping or putting back leaves no handler lost
+    held = {sig: handler for sig in STOP_SIGNALS if callable(handler := signal.getsignal(sig))}
     noted: list[int] = []
-    held = {}
-    for sig in STOP_SIGNALS:
-        if callable(signal.getsignal(sig)):  # a Python handler (Ctrl-C's default, sigterm's): the ones that raise
-            held[sig] = signal.signal(sig, lambda signum, frame: noted.append(signum))
+    holding = True
+
+    def note(signum, frame):
+        if holding:
+            noted.append(signum)
+        else:  # the block is over but a stop cut the putting back short: this handler still stands in for its own
+            held[signum](signum, frame)
+
     try:
+        for sig in held:  # the Python handlers (Ctrl-C's default, sigterm's): the ones that raise
+            signal.signal(sig, note)
         yield
     finally:
+        holding = False
         for sig, handler in held.items():
             signal.signal(sig, handler)
         for signum in dict.fromkeys(noted):

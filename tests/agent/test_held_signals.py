@@ -79,6 +79,15 @@ def test_no_signal_no_raise_and_nested_holds_raise_once_at_the_outer_end():
     assert order == ["inner", "outer"]
 
 
+def test_a_holding_handler_left_in_place_after_the_block_raises_as_the_handler_it_stood_for():
+    """A stop that cuts the putting back short leaves the holding handler in place: it must not swallow later stops."""
+    with signals_held():
+        stale = signal.getsignal(signal.SIGINT)
+    assert stale is not signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        stale(signal.SIGINT, None)
+
+
 def test_a_worker_thread_leaves_the_handlers_alone():
     seen = []
 
