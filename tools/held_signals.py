@@ -7,6 +7,10 @@ KeyboardInterrupt`): the command then ends as a crash (a traceback, exit status 
 trajectory log's lines (agent/records/rundir.py) and the compile cache's entries (cache.py). Inside
 `signals_held()` a stop signal is only noted, and raised again, through the handler it would have met, once the block
 has ended: the record is written whole and the stop is a stop.
+
+Elsewhere (a state update's dump, another extension's callback) the window stays, so the stop handlers that
+agent/cli/sigterm.py installs also record each stop they raise (`record_stop`). A run that fails with some other
+exception after a stop was recorded (`stop_since`) is taken as stopped by it, not as crashed (agent/loop/optimize.py).
 """
 from __future__ import annotations
 
@@ -16,6 +20,32 @@ from contextlib import contextmanager
 from typing import Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_stops: list[int] = []  # each stop signal a recording handler raised in this process, in order
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C's KeyboardInterrupt is (agent/cli/sigterm.py)."""
+
+    how = "SIGTERM"
+
+
+def record_stop(signum: int) -> None:
+    _stops.append(signum)
+
+
+def stops_so_far() -> int:
+    """A mark for stop_since: how many stops were recorded up to now."""
+    return len(_stops)
+
+
+def stop_since(mark: int, exc: BaseException) -> KeyboardInterrupt | None:
+    """The stop that `exc` stands for, when it is no stop itself but a stop was recorded since `mark` on this (the
+    main) thread: a handler's KeyboardInterrupt that an extension wrapped as its own error. None otherwise."""
+    if isinstance(exc, KeyboardInterrupt) or len(_stops) <= mark:
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return Terminated() if _stops[-1] == signal.SIGTERM else KeyboardInterrupt()
 
 
 @contextmanager

@@ -4,7 +4,9 @@ A scheduler (Slurm at a job's time limit, Kubernetes, systemd) or a plain `kill`
 Python's default for it is to die at once: no line saying where the run stopped, no error event in the trajectory
 log, exit status 143 with nothing else. Under `on_sigterm()` the signal raises `Terminated`, a KeyboardInterrupt,
 so the Ctrl-C path runs: the trajectories in flight stop at their next step, each log records the stop as infra
-(a --resume continues it), and the command says how to resume, with exit status 143.
+(a --resume continues it), and the command says how to resume, with exit status 143. Ctrl-C, where Python's own
+handler stands, gets one that does the same and records the stop as well, as SIGTERM's does (tools/held_signals.py:
+a stop that a library wrapped as its own error is still known for a stop).
 """
 from __future__ import annotations
 
@@ -12,31 +14,40 @@ import signal
 import threading
 from contextlib import contextmanager
 
+from ptxbench.tools.held_signals import Terminated, record_stop
+
 SIGTERM_EXIT = 128 + signal.SIGTERM  # the shell's status for a process ended by SIGTERM
 CTRL_C_EXIT = 130
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread as Ctrl-C's KeyboardInterrupt is."""
-
-    how = "SIGTERM"
-
-
 def _raise_terminated(signum, frame) -> None:
+    record_stop(signum)
     raise Terminated()
+
+
+def _raise_interrupt(signum, frame) -> None:
+    record_stop(signum)
+    signal.default_int_handler(signum, frame)
 
 
 @contextmanager
 def on_sigterm():
-    """While inside, SIGTERM raises Terminated in the main thread (elsewhere, where no handler can be set: as it was)."""
+    """While inside, SIGTERM raises Terminated in the main thread, and both it and Ctrl-C are recorded (elsewhere,
+    where no handler can be set: as it was). A Ctrl-C that is ignored (a background job's) or handled otherwise stays so."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous_int = signal.getsignal(signal.SIGINT)
+    previous_term = signal.getsignal(signal.SIGTERM)
     try:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+        if previous_int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _raise_interrupt)
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+        if previous_int is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous_int)
 
 
 def stop_exit(exc: BaseException) -> int:

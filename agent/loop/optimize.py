@@ -22,6 +22,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, Field, ValidationError
 
 from ptxbench.tools.evaluator import EvalOptions, Evaluator
+from ptxbench.tools.held_signals import stop_since, stops_so_far
 from ptxbench.tools.results import LEGACY_L2_FLUSH
 from ptxbench.workloads.registry import get_workload
 
@@ -131,6 +132,7 @@ def run_trajectory(
     if retry == FORKED:
         snapshot = graph.get_state(run_config)
     deps.resumed_into = snapshot.next[0] if resumed and snapshot.next else ""
+    stops_before = stops_so_far()
     try:
         # finished before: past its finish node, which every stop rule leads to. A thread without a stop and nothing
         # next is the input a kill cut off before the first node's checkpoint: invoked again, it goes on from there.
@@ -150,6 +152,10 @@ def run_trajectory(
                 state["start"] = read_start(config.start_from)
             graph.invoke(state, run_config, durability="sync")
     except BaseException as exc:
+        # a stop raised inside an extension's callback (pydantic's serializer) comes out as that extension's error:
+        # still the stop, known by the handler's record (tools/held_signals.py), not a crash
+        stop = stop_since(stops_before, exc)
+        raised, exc = exc, stop or exc
         turn = (graph.get_state(run_config).values or {}).get("turn", 0)
         # a stop asked for (Ctrl-C, the bench stopping) is no crash: logged without its traceback, so two at one turn
         # are never read as a crash the kernel brings on (scoring/turns.py, 'reproduced')
@@ -161,6 +167,8 @@ def run_trajectory(
             message = f"{type(exc).__name__}: {exc}" if isinstance(exc, BenchInterrupted) else exc
         log.error(turn, "graph", message, infra=True,
                   stop_asked=isinstance(exc, (KeyboardInterrupt, BenchInterrupted)))
+        if stop is not None:
+            raise stop from raised
         raise
     return _outcome(tid, writer.folder, graph.get_state(run_config).values, resumed, retry)
 

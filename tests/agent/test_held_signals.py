@@ -137,3 +137,68 @@ def test_a_ctrl_c_inside_a_compile_cache_entrys_serialization_stores_it_whole(tm
     monkeypatch.setattr(CompileResult, "model_dump_json", real)
     hit = cache.get(key)
     assert hit is not None and hit.status == "ok" and Path(hit.cubin_path).read_bytes() == b"\0" * 64
+
+
+def test_a_stop_recorded_since_the_mark_names_what_a_wrapped_error_stands_for():
+    from ptxbench.tools.held_signals import Terminated as HeldTerminated
+    from ptxbench.tools.held_signals import record_stop, stop_since, stops_so_far
+
+    mark = stops_so_far()
+    wrapped = PydanticSerializationError("Error serializing to JSON: KeyboardInterrupt: ")
+    assert stop_since(mark, wrapped) is None  # no stop since the mark: a crash stays a crash
+    record_stop(signal.SIGINT)
+    assert type(stop_since(mark, wrapped)) is KeyboardInterrupt
+    assert stop_since(mark, KeyboardInterrupt()) is None  # already the stop
+    record_stop(signal.SIGTERM)
+    assert isinstance(stop_since(mark, ValueError("x")), HeldTerminated) and HeldTerminated is Terminated
+    assert stop_since(stops_so_far(), wrapped) is None
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(stop_since(mark, wrapped)))
+    t.start()
+    t.join()
+    assert seen == [None]  # handlers raise on the main thread only: another thread's error is its own
+
+
+def test_on_sigterm_records_ctrl_c_where_pythons_handler_stands_and_leaves_an_ignored_one_ignored():
+    from ptxbench.tools.held_signals import stops_so_far
+
+    mark = stops_so_far()
+    with on_sigterm():
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert stops_so_far() == mark + 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with on_sigterm():
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # a background job's Ctrl-C stays ignored
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_wrapped_by_pydantic_outside_any_hold_still_stops_the_run_and_resumes(tmp_path, monkeypatch, sig):
+    """A stop inside an unheld dump (a state update's) came out as pydantic's error: the run crashed. Under the CLI's
+    handlers the stop is recorded, and the run ends as stopped: the stop raised, the log saying so, --resume going on."""
+    from ptxbench.agent.loop.optimize import optimize
+    from ptxbench.agent.loop.state import OptimizeConfig
+    from ptxbench.agent.records.trajectory import TrajectoryLog
+
+    logged = TrajectoryLog.turn_end
+
+    def stopped_in_a_dump(self, turn, *args, **kwargs):
+        if turn == 2:
+            Stopped(text="x", sig=sig).model_dump()  # the stop, wrapped as PydanticSerializationError
+        return logged(self, turn, *args, **kwargs)
+
+    monkeypatch.setattr(TrajectoryLog, "turn_end", stopped_in_a_dump)
+    config = OptimizeConfig(workload="smoke_gemm_bf16_m256_n256_k512", model="builtin/tuner", no_gpu=True, turns=3)
+    with on_sigterm():
+        with pytest.raises(KeyboardInterrupt) as raised:
+            optimize(config, run_dir=tmp_path / "run")
+    assert type(raised.value) is (Terminated if sig == signal.SIGTERM else KeyboardInterrupt)
+    assert isinstance(raised.value.__cause__, PydanticSerializationError)
+    monkeypatch.setattr(TrajectoryLog, "turn_end", logged)
+    log = next((tmp_path / "run" / "trajectories").glob("*/trajectory.jsonl"))
+    last = read_events(log)[-1]
+    how = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"
+    assert last.type == "error" and last.message.startswith(f"interrupted by the user ({how})") and last.infra
+    assert optimize(resume=tmp_path / "run").stop_reason == "turn_limit"
