@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 WORKLOAD = "smoke_gemm_bf16_m256_n256_k512"
-CLI = [sys.executable, "-m", "ptxbench.agent"]
+# faulthandler: a run that never ends is sent SIGABRT, and its threads' stacks come back in the failure (_stacks)
+CLI = [sys.executable, "-X", "faulthandler", "-m", "ptxbench.agent"]
 
 
 # Long enough that the run is still going when its first turn has ended (a no-GPU turn is one compile, seconds), short
@@ -23,6 +24,16 @@ TURNS = 12
 TURNS_WHILE_RUNNING = 30
 
 STOPS = {"SIGINT": (signal.SIGINT, 130, ""), "SIGTERM": (signal.SIGTERM, 143, " by SIGTERM")}
+
+
+def _stacks(proc: subprocess.Popen) -> str:
+    """What a run that did not end was doing: every thread's stack, as faulthandler prints them on SIGABRT."""
+    os.killpg(proc.pid, signal.SIGABRT)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        return "(no stacks: it did not end on SIGABRT either)"
+    return (err or b"").decode(errors="replace")[-8000:]
 
 
 def _interrupt(argv, cwd: Path, log_glob: str, sig=signal.SIGINT) -> subprocess.CompletedProcess:
@@ -38,8 +49,12 @@ def _interrupt(argv, cwd: Path, log_glob: str, sig=signal.SIGINT) -> subprocess.
                 break
             time.sleep(0.05)
         assert proc.poll() is None, "the run ended before it could be interrupted"
+        assert time.monotonic() < deadline, f"no turn ended within 300 s; its threads:\n{_stacks(proc)}"
         os.killpg(proc.pid, sig)
-        out, err = proc.communicate(timeout=300)
+        try:
+            out, err = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the run did not end within 300 s of {signal.Signals(sig).name}; its threads:\n{_stacks(proc)}")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -160,7 +175,11 @@ def test_a_resume_while_the_run_still_goes_is_refused(tmp_path):
         assert "is being run by another process" in second.stderr and "Traceback" not in second.stderr
         os.killpg(proc.pid, signal.SIGINT)  # delivered as it goes on
         os.killpg(proc.pid, signal.SIGCONT)
-        assert proc.wait(300) == 130, proc.stderr.read().decode(errors="replace")[-3000:]
+        try:
+            proc.wait(300)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the run did not end within 300 s of SIGINT; its threads:\n{_stacks(proc)}")
+        assert proc.returncode == 130, proc.stderr.read().decode(errors="replace")[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()
