@@ -67,7 +67,9 @@ def test_sigterm_under_on_sigterm_is_raised_as_terminated_after_the_block():
 
 def test_no_signal_no_raise_and_nested_holds_raise_once_at_the_outer_end():
     with signals_held():
-        pass
+        inside = signal.getsignal(signal.SIGINT)
+    assert inside is not signal.default_int_handler  # held while inside
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back, and nothing raised
     order = []
     with pytest.raises(KeyboardInterrupt):
         with signals_held():
