@@ -37,17 +37,17 @@ def on_sigterm():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous_int = signal.getsignal(signal.SIGINT)
     previous_term = signal.getsignal(signal.SIGTERM)
+    ctrl_c = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # else ignored or someone else's: left
     try:
         signal.signal(signal.SIGTERM, _raise_terminated)
-        if previous_int is signal.default_int_handler:
+        if ctrl_c:
             signal.signal(signal.SIGINT, _raise_interrupt)
         yield
     finally:
         signal.signal(signal.SIGTERM, previous_term)
-        if previous_int is signal.default_int_handler:
-            signal.signal(signal.SIGINT, previous_int)
+        if ctrl_c:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def stop_exit(exc: BaseException) -> int:

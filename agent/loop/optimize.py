@@ -154,8 +154,9 @@ def run_trajectory(
     except BaseException as exc:
         # a stop raised inside an extension's callback (pydantic's serializer) comes out as that extension's error:
         # still the stop, known by the handler's record (tools/held_signals.py), not a crash
-        stop = stop_since(stops_before, exc)
-        raised, exc = exc, stop or exc
+        raised = exc
+        stop = stop_since(stops_before, raised)
+        exc = stop or raised
         turn = (graph.get_state(run_config).values or {}).get("turn", 0)
         # a stop asked for (Ctrl-C, the bench stopping) is no crash: logged without its traceback, so two at one turn
         # are never read as a crash the kernel brings on (scoring/turns.py, 'reproduced')
