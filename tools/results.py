@@ -202,7 +202,9 @@ def flag_label(flag: str, host_stalls: int | None, invalid_pairs: int | None = N
 PROFILE_OUTPUT_WRONG = "profile_output_wrong"  # Timing.flags: the profiled call's output failed the rule (not credited)
 PROFILE_SLOWER = "profile_slower"  # Timing.flags: the profiled call's kernels ran far longer than the timed calls (not credited)
 PROFILE_FASTER = "profile_faster"  # Timing.flags: the profiled call's kernels ran far shorter than the timed calls (not credited)
-UNCREDITED_FLAGS = (PROFILE_OUTPUT_WRONG, PROFILE_SLOWER, PROFILE_FASTER)
+PROFILE_RANGE_SHORT = "profile_range_short"  # Timing.flags: run back to back, the plan's launches did a fraction of the
+# target work they did profiled one by one (tools/profile/range_check.py; not credited)
+UNCREDITED_FLAGS = (PROFILE_OUTPUT_WRONG, PROFILE_SLOWER, PROFILE_FASTER, PROFILE_RANGE_SHORT)
 
 TargetVerdict = Literal["executed", "token", "present_not_executed", "absent", "unknown"]
 
@@ -288,7 +290,8 @@ class EvalResult(BaseModel):
     def target_executed(self) -> bool | None:
         """True when every target family executed; False when one did not (token, present but not executed, absent)
         or the profiled call computed a wrong output or ran far slower than the timed calls (flags profile_output_wrong,
-        profile_slower, profile_faster: its counters are not credited);
+        profile_slower, profile_faster: its counters are not credited), or its launches run back to back did a
+        fraction of that work (profile_range_short);
         None when it was not measured: no profile, or one that could not tell (ncu missing, counters refused: every
         family not `executed` is `unknown`), which is the harness's gap, not a verdict on the kernel."""
         if not self.targets_runtime:

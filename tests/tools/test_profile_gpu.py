@@ -227,3 +227,22 @@ def test_the_profiled_call_draws_the_evaluations_input_distribution():
     assert r.status == "PASSED" and r.profile_level == "verdict", r.message
     assert r.profile["output_passed"] is True and r.profile["output_method"] == "sketch", r.profile
     assert r.target_executed is True, r.targets_runtime
+
+
+def test_an_honest_multi_launch_plan_reads_the_same_work_back_to_back(tmp_path):
+    """The range check (tools/profile/range_check.py) on the attention backward's reference, three launches
+    (preprocessing, the main kernel, dQ's conversion): under range replay, the launches back to back as when timed,
+    wgmma's operations and TMA's bytes read what the kernel replay summed launch by launch, and both stay credited."""
+    from ptxbench.agent.models.builtin import reference_source
+
+    path = tmp_path / "bwd.cu"
+    path.write_text(reference_source("mha_bwd_d128"))
+    out = profile("mha_bwd_d128", path, full=False)
+    rc = out.range_check
+    assert rc is not None and rc.ok, rc
+    print(f"\nrange check: {rc.launches} launches, range {rc.range_us} us, {rc.seconds} s; "
+          + ", ".join(f"{f}: {rc.range_values[f]:,.0f} / {rc.kernel_sums[f]:,.0f}" for f in rc.counters))
+    assert rc.launches == 3 and set(rc.counters) == {"wgmma", "tma"} and rc.short == []
+    for family in rc.counters:
+        assert rc.share(family) == pytest.approx(1.0, rel=0.01), (family, rc)
+    assert {t.verdict for t in out.targets_runtime.values()} == {"executed"}

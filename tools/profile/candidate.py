@@ -16,10 +16,11 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ptxbench.tools.redact import without_secrets
-from ptxbench.tools.results import (PROFILE_FASTER, PROFILE_OUTPUT_WRONG, PROFILE_SLOWER, CompileResult, EvalResult,
-                                    RuntimeTarget, Timing)
+from ptxbench.tools.results import (PROFILE_FASTER, PROFILE_OUTPUT_WRONG, PROFILE_RANGE_SHORT, PROFILE_SLOWER,
+                                    CompileResult, EvalResult, RuntimeTarget, Timing)
 from ptxbench.workloads.arch import DEFAULT_ARCH, get_arch
 
+from .range_check import RangeCheck, checked_families, range_check
 from .summary import ProfileSummary, attach_lines
 from .verdict import expected_work, runtime_verdicts, static_histogram
 
@@ -33,6 +34,8 @@ class ProfileOutcome(BaseModel):
     summary: ProfileSummary | None = None
     feedback: str = Field("", description="ranked, token-bounded feedback for the model (full profiles only)")
     seconds: float = 0.0
+    range_check: RangeCheck | None = Field(None, description="the plan's launches back to back under range replay "
+                                           "(range_check.py); None: one launch, or no family credited")
 
     def apply_to(self, result: EvalResult) -> EvalResult:
         """Fill targets_runtime, profile, feedback, profile_level and seconds['profile'] (+ the GPU held and waited
@@ -52,9 +55,16 @@ class ProfileOutcome(BaseModel):
         elif fast:
             reason, line, flag = (f"not credited: the profiled call's kernels took {slower:.2f}x the evaluated calls' "
                                   f"time", faster_line(slower), PROFILE_FASTER)
-        withheld = wrong or slow or fast
+        short = not (wrong or slow or fast) and self.range_check is not None and bool(self.range_check.short)
+        if short:
+            reason, line, flag = (f"not credited: {self.range_check.reason()}", range_line(self.range_check),
+                                  PROFILE_RANGE_SHORT)
+        withheld = wrong or slow or fast or short
         result.targets_runtime = uncredited(self.targets_runtime, reason) if withheld else self.targets_runtime
         result.profile = self.summary.model_dump() if self.summary is not None else {"ok": False, "error": self.error}
+        if self.range_check is not None:
+            result.profile["range_check"] = self.range_check.model_dump()
+            result.seconds["profile.range"] = self.range_check.seconds
         if self.feedback:
             result.feedback = self.feedback
         if withheld:
@@ -105,6 +115,12 @@ def faster_line(ratio: float) -> str:
     return (f"The profiled call's kernels took {ratio:.2f}x the time of the evaluated calls (under "
             f"{FASTER_UNDER_PROFILER:g}x: it took a faster path under the profiler than when timed): its instruction "
             f"counts are not credited.")
+
+
+def range_line(check: RangeCheck) -> str:
+    return (f"Run back to back, as when timed, the plan's launches did a fraction of the work they did profiled one by "
+            f"one ({check.reason()}): the target path ran only under the profiler, and its instruction counts are not "
+            f"credited.")
 
 
 def not_credited_line(summary: ProfileSummary) -> str:
@@ -239,6 +255,10 @@ def profile_candidate(
                                             dist=dist), 0.0
     static = static_histogram(compile_result.kernels) if compile_result is not None and compile_result.kernels else None
     verdicts = runtime_verdicts(profile, summary, families, static, expected_work(wl) if wl is not None else None, wl)
+    ranged = None
+    if summary.output_passed is not False and checked_families(profile, summary, verdicts):
+        ranged = measure_range(workload_id, source, cubin_path, summary, verdicts, arch=arch, timeout_s=timeout_s,
+                               seed=seed, workdir=workdir, device=device, hold=hold, dist=dist)
     if compile_result is not None and summary.ok:
         attach_lines(summary, {n: k.sass_lines for n, k in compile_result.kernels.items()}, source)
     if full:
@@ -249,4 +269,20 @@ def profile_candidate(
 
         feedback = verdict_feedback(summary, verdicts, wl, timing, arch=arch, note=note)
     return ProfileOutcome(ok=summary.ok, error=summary.error, targets_runtime=verdicts, summary=summary,
-                          feedback=feedback, seconds=before + time.perf_counter() - start)
+                          feedback=feedback, seconds=before + time.perf_counter() - start, range_check=ranged)
+
+
+def measure_range(workload_id: str, source: str, cubin_path: str | Path, summary: ProfileSummary,
+                  verdicts: dict[str, RuntimeTarget], *, arch: str = DEFAULT_ARCH, timeout_s: float = 120.0, seed: int = 0,
+                  workdir: str | Path | None = None, device: int | None = None, hold=None,
+                  dist: str = "normal") -> RangeCheck | None:
+    """The range check of a multi-launch plan (range_check.py): the same replay (inputs, scrub, plan) under range
+    replay, with the credited families' work counters; its files under `workdir`/range when given."""
+    with tempfile.TemporaryDirectory(prefix="ptxbench-range-") as tmp:
+        work = Path(workdir) / "range" if workdir is not None else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        source_path = work / "solution.txt"
+        source_path.write_text(source)
+        argv = replay_argv(workload_id, source_path, cubin_path, arch, seed, dist=dist)
+        return range_check(get_arch(arch), summary, verdicts, argv, workdir=work, env=device_env(device), hold=hold,
+                           timeout_s=timeout_s)

@@ -57,8 +57,13 @@ def find_ncu() -> str | None:
     return None
 
 
-def ncu_command(ncu: str, target: list[str], report: Path, metrics: list[str], full: bool) -> list[str]:
+def ncu_command(ncu: str, target: list[str], report: Path, metrics: list[str], full: bool,
+                replay: str = "kernel") -> list[str]:
+    """`replay`: `kernel` (each launch of the range profiled on its own, a row each) or `range` (the NVTX range's
+    launches back to back, one row for the range: range_check.py)."""
     cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "-f", "-o", str(report)]
+    if replay != "kernel":
+        cmd += ["--replay-mode", replay]
     if full:
         for s in SECTIONS:
             cmd += ["--section", s]
@@ -79,7 +84,13 @@ def _run(cmd: list[str], timeout_s: float, env: dict | None = None, cwd: str | N
         return None, out or ""
 
 
-_UNKNOWN_METRIC = re.compile(r"Failed to find metric (?:regex:)?([\w.]+)")
+# A metric this ncu or GPU lacks, or one range replay does not collect (ncu 2025.3 names nine: run 36)
+_UNKNOWN_METRIC = re.compile(r"Failed to find metric (?:regex:)?([\w.]+)|Metric ([\w.]+) is not supported")
+
+
+def refused_metrics(log: str) -> list[str]:
+    """The metrics ncu's log names as unknown or unsupported."""
+    return [a or b for a, b in _UNKNOWN_METRIC.findall(log or "")]
 
 
 def failure_reason(returncode: int | None, log: str, timeout_s: float) -> str:
@@ -89,7 +100,7 @@ def failure_reason(returncode: int | None, log: str, timeout_s: float) -> str:
         return notes[-1] if notes else f"ncu timed out after {timeout_s:g} s"
     if "ERR_NVGPUCTRPERM" in log:
         return "no permission to read the GPU performance counters (ERR_NVGPUCTRPERM)"
-    if "No kernels were profiled" in log:
+    if "No kernels were profiled" in log or "No ranges were profiled" in log:
         return "ncu profiled no kernel: nothing was launched inside the NVTX range (did the replay fail early?)"
     if returncode != 0:
         errors = [ln for ln in log.splitlines() if "ERROR" in ln or "Error" in ln or "error" in ln]
@@ -134,11 +145,12 @@ def lock_env(env: dict | None) -> dict | None:
 
 
 def profile_command(target: list[str], *, counters: list[str], full: bool = True, timeout_s: float = 120.0,
-                    workdir: Path, env: dict | None = None, hold=None) -> ProfileSummary:
+                    workdir: Path, env: dict | None = None, hold=None, replay: str = "kernel") -> ProfileSummary:
     """Profile `target` (argv of the replay program) and parse the report. Never raises for a failed run.
 
     `hold`: a callable returning a context manager that takes the GPU; with it the replay runs gated
-    (gated.py) and the summary records how long the GPU was held and waited for."""
+    (gated.py) and the summary records how long the GPU was held and waited for. `replay`: ncu's replay mode
+    (ncu_command); under `range` the summary has one row, the range's."""
     start = time.perf_counter()
     mode = "full" if full else "verdict"
     ncu = find_ncu()
@@ -154,15 +166,15 @@ def profile_command(target: list[str], *, counters: list[str], full: bool = True
     for attempt in range(2):  # the second only when ncu named a counter this ncu/GPU lacks: profile without it
         left = max(1.0, timeout_s - (time.perf_counter() - start)) if attempt else timeout_s
         if hold is None:
-            cmd = ncu_command(ncu, target, report, metrics, full)
+            cmd = ncu_command(ncu, target, report, metrics, full, replay)
             rc, log = _run(cmd, left, env)
         else:
             folder = workdir / f"handshake{attempt}"
-            cmd = ncu_command(ncu, target + ["--handshake", str(folder)], report, metrics, full)
+            cmd = ncu_command(ncu, target + ["--handshake", str(folder)], report, metrics, full, replay)
             rc, log, times = run_gated(cmd, env=env, folder=folder, hold=hold, limit_s=left)
             held, waited = held + times.held_s, waited + times.wait_s
             ready = times.ready_s if ready is None else ready
-        dropped = _UNKNOWN_METRIC.findall(log or "")
+        dropped = refused_metrics(log)
         if attempt or rc in (0, None) or not dropped:
             break
         metrics = [m for m in metrics if m.rsplit(".", 1)[0] not in dropped and m not in dropped]
