@@ -88,7 +88,8 @@ def profile_cmd(
                   "seconds": round(outcome.seconds, 3),
                   "targets_runtime": {k: v.model_dump() for k, v in outcome.targets_runtime.items()},
                   "summary": outcome.summary.model_dump() if outcome.summary else None,
-                  "feedback": outcome.feedback, "raw_metrics": metrics}
+                  "feedback": outcome.feedback, "raw_metrics": metrics,
+                  "range_check": outcome.range_check.model_dump() if outcome.range_check is not None else None}
         typer.echo(json.dumps(record, indent=1, default=str))
     else:
         err = not outcome.ok  # no profile: what is printed says why, so it goes to stderr like every error
@@ -101,6 +102,9 @@ def profile_cmd(
         if summary is not None and summary.output_passed is not None:  # this call's own output, by the evaluation's rule
             judged = "passed" if summary.output_passed else f"wrong ({summary.output_status}: {summary.output_note})"
             typer.echo(terminal_text(f"the profiled call's output: {judged}"), err=err)
+        if (rc := outcome.range_check) is not None:  # a plan of 2+ launches, read again with them back to back
+            read = (f"short, {rc.reason()}" if rc.short else "the same work" if rc.ok else f"not read ({rc.error})")
+            typer.echo(terminal_text(f"the {rc.launches} launches back to back (range replay): {read}"), err=err)
         typer.echo(terminal_text(f"profile took {outcome.seconds:.1f} s" + ("" if outcome.ok else f"; no profile: {outcome.error}")),
                    err=err)
     raise typer.Exit(0 if outcome.ok else 2)

@@ -55,10 +55,10 @@ class ProfileOutcome(BaseModel):
         elif fast:
             reason, line, flag = (f"not credited: the profiled call's kernels took {slower:.2f}x the evaluated calls' "
                                   f"time", faster_line(slower), PROFILE_FASTER)
+        # a short range is decided without the timing: profile_candidate has withheld those verdicts already
         short = not (wrong or slow or fast) and self.range_check is not None and bool(self.range_check.short)
         if short:
-            reason, line, flag = (f"not credited: {self.range_check.reason()}", range_line(self.range_check),
-                                  PROFILE_RANGE_SHORT)
+            reason, line, flag = (range_reason(self.range_check), range_line(self.range_check), PROFILE_RANGE_SHORT)
         withheld = wrong or slow or fast or short
         result.targets_runtime = uncredited(self.targets_runtime, reason) if withheld else self.targets_runtime
         result.profile = self.summary.model_dump() if self.summary is not None else {"ok": False, "error": self.error}
@@ -67,8 +67,9 @@ class ProfileOutcome(BaseModel):
             result.seconds["profile.range"] = self.range_check.seconds
         if self.feedback:
             result.feedback = self.feedback
-        if withheld:
+        if withheld and not (result.feedback or "").startswith(line):
             result.feedback = line + ("\n" + result.feedback if result.feedback else "")
+        if withheld:
             result.message = (result.message + " " + line).strip()
             if result.timing is not None and flag not in result.timing.flags:
                 result.timing.flags.append(flag)
@@ -115,6 +116,10 @@ def faster_line(ratio: float) -> str:
     return (f"The profiled call's kernels took {ratio:.2f}x the time of the evaluated calls (under "
             f"{FASTER_UNDER_PROFILER:g}x: it took a faster path under the profiler than when timed): its instruction "
             f"counts are not credited.")
+
+
+def range_reason(check: RangeCheck) -> str:
+    return f"not credited: {check.reason()}"
 
 
 def range_line(check: RangeCheck) -> str:
@@ -259,6 +264,8 @@ def profile_candidate(
     if summary.output_passed is not False and checked_families(profile, summary, verdicts):
         ranged = measure_range(workload_id, source, cubin_path, summary, verdicts, arch=arch, timeout_s=timeout_s,
                                seed=seed, workdir=workdir, device=device, hold=hold, dist=dist)
+    if ranged is not None and ranged.short:  # needs no timing: withheld here, so `ptxbench profile` says so too
+        verdicts = uncredited(verdicts, range_reason(ranged))
     if compile_result is not None and summary.ok:
         attach_lines(summary, {n: k.sass_lines for n, k in compile_result.kernels.items()}, source)
     if full:
@@ -268,6 +275,8 @@ def profile_candidate(
         from .brief import verdict_feedback
 
         feedback = verdict_feedback(summary, verdicts, wl, timing, arch=arch, note=note)
+    if ranged is not None and ranged.short:
+        feedback = range_line(ranged) + ("\n" + feedback if feedback else "")
     return ProfileOutcome(ok=summary.ok, error=summary.error, targets_runtime=verdicts, summary=summary,
                           feedback=feedback, seconds=before + time.perf_counter() - start, range_check=ranged)
 
