@@ -6,13 +6,15 @@ wrapper headers under prompts/include/ptxbench/, one folder per repair task unde
 carries a data folder's files only when the folder is a listed package; listed by hand, a new repair task would be
 left out of the wheel, or warned about, until someone remembered it (tests/test_packaging.py checks the wheel).
 """
+import tomllib
 from pathlib import Path
 
 from setuptools import setup
 
 ROOT = Path(__file__).resolve().parent
-FOLDERS = {"agent": "ptxbench.agent", "tools": "ptxbench.tools", "workloads": "ptxbench.workloads",
-           "prompts": "ptxbench.prompts"}
+# folder -> package, as pyproject's package-dir maps them (one place for the mapping)
+FOLDERS = {folder: package for package, folder in
+           tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].items()}
 SKIPPED = ("__pycache__", ".pytest_cache")
 
 

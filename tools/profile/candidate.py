@@ -260,10 +260,10 @@ def profile_candidate(
                                             dist=dist), 0.0
     static = static_histogram(compile_result.kernels) if compile_result is not None and compile_result.kernels else None
     verdicts = runtime_verdicts(profile, summary, families, static, expected_work(wl) if wl is not None else None, wl)
-    ranged = None
-    if summary.output_passed is not False and checked_families(profile, summary, verdicts):
-        ranged = measure_range(workload_id, source, cubin_path, summary, verdicts, arch=arch, timeout_s=timeout_s,
-                               seed=seed, workdir=workdir, device=device, hold=hold, dist=dist)
+    checked = checked_families(profile, summary, verdicts) if summary.output_passed is not False else {}
+    ranged = measure_range(workload_id, source, cubin_path, checked, verdicts, len(summary.kernels), arch=arch,
+                           timeout_s=timeout_s, seed=seed, workdir=workdir, device=device, hold=hold,
+                           dist=dist) if checked else None
     if ranged is not None and ranged.short:  # needs no timing: withheld here, so `ptxbench profile` says so too
         verdicts = uncredited(verdicts, range_reason(ranged))
     if compile_result is not None and summary.ok:
@@ -281,17 +281,17 @@ def profile_candidate(
                           feedback=feedback, seconds=before + time.perf_counter() - start, range_check=ranged)
 
 
-def measure_range(workload_id: str, source: str, cubin_path: str | Path, summary: ProfileSummary,
-                  verdicts: dict[str, RuntimeTarget], *, arch: str = DEFAULT_ARCH, timeout_s: float = 120.0, seed: int = 0,
-                  workdir: str | Path | None = None, device: int | None = None, hold=None,
-                  dist: str = "normal") -> RangeCheck | None:
-    """The range check of a multi-launch plan (range_check.py): the same replay (inputs, scrub, plan) under range
-    replay, with the credited families' work counters; its files under `workdir`/range when given."""
+def measure_range(workload_id: str, source: str, cubin_path: str | Path, checked: dict[str, str],
+                  verdicts: dict[str, RuntimeTarget], launches: int, *, arch: str = DEFAULT_ARCH, timeout_s: float = 120.0,
+                  seed: int = 0, workdir: str | Path | None = None, device: int | None = None, hold=None,
+                  dist: str = "normal") -> RangeCheck:
+    """The range check of a multi-launch plan's `checked` families (range_check.py): the same replay (inputs, scrub,
+    plan) under range replay; its files under `workdir`/range when given."""
     with tempfile.TemporaryDirectory(prefix="ptxbench-range-") as tmp:
         work = Path(workdir) / "range" if workdir is not None else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         source_path = work / "solution.txt"
         source_path.write_text(source)
         argv = replay_argv(workload_id, source_path, cubin_path, arch, seed, dist=dist)
-        return range_check(get_arch(arch), summary, verdicts, argv, workdir=work, env=device_env(device), hold=hold,
+        return range_check(checked, verdicts, launches, argv, workdir=work, env=device_env(device), hold=hold,
                            timeout_s=timeout_s)

@@ -91,15 +91,12 @@ def judge_range(checked: dict[str, str], verdicts: dict[str, RuntimeTarget], ran
     return RangeCheck(ok=True, range_values=values, short=short, range_us=row.duration_us, **base)
 
 
-def range_check(arch: ArchProfile, summary: ProfileSummary, verdicts: dict[str, RuntimeTarget], argv: list[str], *,
-                workdir: Path, env: dict | None, hold=None, timeout_s: float = 120.0) -> RangeCheck | None:
-    """Profile the replay program `argv` under range replay with the checked families' work counters and judge the
-    readings; None when the plan has nothing to check (checked_families)."""
+def range_check(checked: dict[str, str], verdicts: dict[str, RuntimeTarget], launches: int, argv: list[str], *,
+                workdir: Path, env: dict | None, hold=None, timeout_s: float = 120.0) -> RangeCheck:
+    """Profile the replay program `argv` under range replay with the `checked` families' work counters
+    (checked_families) and judge the readings."""
     from .runner import profile_command
 
-    checked = checked_families(arch, summary, verdicts)
-    if not checked:
-        return None
     ranged = profile_command(argv, counters=list(dict.fromkeys(checked.values())), full=False, timeout_s=timeout_s,
                              workdir=workdir, env=env, hold=hold, replay="range")
-    return judge_range(checked, verdicts, ranged, len(summary.kernels))
+    return judge_range(checked, verdicts, ranged, launches)
