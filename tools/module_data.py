@@ -40,6 +40,8 @@ _NUMBER = re.compile(r"^(?:0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)[uU]?$")
 def _int(literal: str) -> int:
     """A PTX integer literal (`_NUMBER`): hexadecimal, binary, octal with a leading 0 (`010` is 8), decimal."""
     text = literal.rstrip("uU")
+    if len(text) > 70:  # past any 64-bit literal (ptxas refuses it); Python's int() refuses 4,300 digits and more
+        return 1 << 64
     if text[:2] in ("0x", "0X", "0b", "0B"):
         return int(text, 0)
     try:

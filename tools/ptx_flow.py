@@ -10,7 +10,10 @@ the function, none after an unguarded `bra`, `ret` or `exit`; where paths join, 
 it. Passes over the function repeat until the labels' states stop growing (loops); should they not within
 MAX_PASSES (fewer for a function so long that they would visit more than STEP_BUDGET instructions: model text may be
 built to converge slowly), every register is taken to hold what any of its definitions gave it anywhere in the
-function, as a check that ignored the flow would."""
+function, as a check that ignored the flow would. The same happens to every function left once the states copied,
+merged and compared reach WORK_BUDGET register entries: a 400 KB module of back branches, or of `brx.idx` jumps
+(each to every label), with thousands of addresses held at once, made that quadratic to cubic (70 s; over 17 min),
+in the harness's own process; read as a whole, a function costs one visit per definition."""
 from __future__ import annotations
 
 import re
@@ -20,6 +23,9 @@ from .module_data import _BRACKET, _READS, _REGISTER, _STORES_VALUES, Instructio
 
 MAX_PASSES = 64
 STEP_BUDGET = 4_000_000  # instructions visited per function, all passes together: a large module gets fewer passes
+# register entries copied, merged or compared, all functions and passes of one call together (about a second); the
+# project's largest kernel, the attention backward, spends about 11,000 (tests/tools/test_ptx_flow_cost.py)
+WORK_BUDGET = 20_000_000
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _BRANCHES = {"bra", "brx"}
 _ENDS = {"bra", "brx", "ret", "exit", "trap"}
@@ -41,21 +47,38 @@ def tainted_before(code_ins: list[Instruction], names: re.Pattern, by_name: dict
     `origin` names (whatever its operands), and carried by any instruction computing from it, except loads through it
     (the loaded value is data) and the families that store values."""
     before: list[dict] = [{}] * len(code_ins)
+    work = _Work(WORK_BUDGET)
     start = 0
     while start < len(code_ins):
         end = start
         while end < len(code_ins) and code_ins[end].function == code_ins[start].function:
             end += 1
-        _function(code_ins, start, end, names, by_name, origin, before)
+        if work.left > 0:
+            _function(code_ins, start, end, names, by_name, origin, before, work)
+        else:
+            _flat(code_ins, start, end, _steps(code_ins, start, end, names, by_name, origin), before)
         start = end
     return before
 
 
-def _function(code_ins, start, end, names, by_name, origin, before) -> None:
-    steps = []  # (what its dests become: an origin, "sources" (from its source registers) or None, source registers)
-    labels: list[str] = []
+class _Work:
+    """What is left of WORK_BUDGET for one call (`spent`: the entries used, for the cost test)."""
+
+    def __init__(self, budget: int):
+        self.left, self.spent = budget, 0
+
+    def spend(self, entries: int) -> bool:
+        """Count `entries`; False once the budget is gone."""
+        self.left -= entries
+        self.spent += entries
+        return self.left > 0
+
+
+def _steps(code_ins, start, end, names, by_name, origin) -> list[tuple]:
+    """Per instruction: (what its dests become: an origin, "sources" (from its source registers) or None, the source
+    registers)."""
+    steps = []
     for ins in code_ins[start:end]:
-        labels += ins.labels
         if not ins.dests or ins.family in _STORES_VALUES:
             steps.append((None, ()))
         elif (made := origin(ins) if origin else None) is not None:
@@ -66,6 +89,12 @@ def _function(code_ins, start, end, names, by_name, origin, before) -> None:
             rest = _BRACKET.sub(" ", after_written(ins))
             named = next((by_name[n] for n in names.findall(rest)), None)
             steps.append((named, ()) if named is not None else ("sources", _source_registers(ins, rest)))
+    return steps
+
+
+def _function(code_ins, start, end, names, by_name, origin, before, work: _Work) -> None:
+    steps = _steps(code_ins, start, end, names, by_name, origin)
+    labels = [label for ins in code_ins[start:end] for label in ins.labels]
     at_label: dict[str, dict] = {}
     for _ in range(max(4, min(MAX_PASSES, STEP_BUDGET // max(1, end - start)))):
         changed = False
@@ -74,11 +103,17 @@ def _function(code_ins, start, end, names, by_name, origin, before) -> None:
             ins = code_ins[k]
             for label in ins.labels:
                 if at_label.get(label):
+                    work.spend(len(state) + len(at_label[label]))
                     state = {**at_label[label], **state}
             before[k] = state
-            state = _after(ins, steps[k - start], state)
+            after = _after(ins, steps[k - start], state)
+            if after is not state and not work.spend(len(after)):
+                return _flat(code_ins, start, end, steps, before)
+            state = after
             if ins.family in _BRANCHES:
                 for target in _targets(ins, labels):
+                    if not work.spend(1 + 2 * len(state) + len(at_label.get(target, ()))):
+                        return _flat(code_ins, start, end, steps, before)
                     joined = {**state, **at_label.get(target, {})}
                     if joined.keys() != at_label.get(target, {}).keys():
                         at_label[target], changed = joined, True

@@ -1,0 +1,105 @@
+"""tools/ptx_flow.py's cost on hostile text: the checks of module data and parameters run in the harness's own process,
+on every `ptx` file before ptxas, so a module built to make the flow slow must not hold up the run. 400 KB of back
+branches with thousands of addresses held at once took 70 s, and of `brx.idx` jumps (each to every label) over 17
+minutes; with the work budget each is read as a whole past it, in about a second, and still refused where it writes."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ptxbench.tools import ptx_flow
+from ptxbench.tools.module_data import ModuleData
+from ptxbench.tools.param_reach import param_writes
+from ptxbench.tools.solution.parse import MAX_SOLUTION_CHARS
+
+HEAD = ".version 8.5\n.target sm_90a\n.address_size 64\n"
+# a write through an address computed at run time from the first one: refused by a flow that settled or not
+PLANTED = "ld.global.u64 %rd1, [%rd2];\nadd.u64 %rd2, %rd{last}, %rd1;\nst.global.u32 [%rd2], %r1;\n"
+
+
+def _module(origin: str, make_line, decls: str = ".global .align 8 .b64 g[4];\n", first: str = "") -> tuple[str, int]:
+    """A module of one kernel, `make_line(i)` repeated up to the size a solution may have, then the planted write."""
+    lines, size, budget = [], 0, MAX_SOLUTION_CHARS - 2_000
+    while size + len(line := make_line(len(lines))) + 1 < budget:
+        lines.append(line)
+        size += len(line) + 1
+    n = len(lines)
+    body = first + origin + "\n" + "\n".join(lines) + "\n" + PLANTED.format(last=n)
+    text = (HEAD + decls + ".visible .entry k(.param .u64 p0)\n{\n"
+            f".reg .b64 %rd<{n + 8}>;\n.reg .b32 %r<{n + 8}>;\n.reg .pred %p<4>;\n{body}ret;\n}}\n")
+    assert len(text) <= MAX_SOLUTION_CHARS
+    return text, n
+
+
+def _back_branches(i: int) -> str:  # each register computed from the last, a branch back to the line before
+    return f"L{i}: add.u64 %rd{i + 1}, %rd{i}, 0;\n@%p1 bra L{max(0, i - 1)};"
+
+
+def _table_jumps(i: int) -> str:  # each line a `brx.idx`: a jump to any label of the function
+    return f"L{i}: add.u64 %rd{i + 1}, %rd{i}, 1;\nbrx.idx %r1, T;"
+
+
+@pytest.mark.parametrize("shape, first", [(_back_branches, ""), (_table_jumps, "T: .branchtargets L0;\n")])
+def test_a_module_built_to_make_the_flow_slow_is_read_as_a_whole_in_seconds(shape, first):
+    text, n = _module("mov.u64 %rd0, g;", shape, first=first)
+    data = ModuleData(text)
+    start = time.perf_counter()
+    found = [i.message for i in data.reach("ptx")]
+    took = time.perf_counter() - start
+    assert took < 15, f"{took:.1f} s for {n} lines (70 s and over 17 min before the work budget)"
+    assert any("writes through `[%rd2]`, an address computed from module variable g" in m for m in found), found
+
+
+def test_the_parameter_check_under_the_same_budget():
+    text, n = _module("cvta.param.u64 %rd0, 0;", _back_branches, decls="")
+    data = ModuleData(text)
+    start = time.perf_counter()
+    found = [i.message for i in param_writes(data, "ptx")]
+    assert time.perf_counter() - start < 15
+    assert any("writes through `[%rd2]`, an address computed from a kernel parameter's" in m for m in found), found
+
+
+def test_past_the_budget_every_function_left_is_read_as_a_whole(monkeypatch):
+    """Past the budget (one call's, all functions together) a function is read as a whole: a register its flow would
+    have cleared (redefined as data before the write) is taken to hold the address, as any definition gave it."""
+    body = ("mov.u64 %rd1, g;\nadd.u64 %rd2, %rd1, %rd9;\nld.global.u64 %rd2, [%rd5];\n"
+            "st.global.u32 [%rd2], %r1;\n")
+    text = (HEAD + ".global .align 8 .b64 g[4];\n"
+            + "".join(f".visible .entry k{j}()\n{{\n.reg .b64 %rd<16>;\n.reg .b32 %r<4>;\n{body}ret;\n}}\n"
+                      for j in range(2)))
+    assert ModuleData(text).reach("ptx") == []  # by the flow: %rd2 holds loaded data at the store
+    monkeypatch.setattr(ptx_flow, "WORK_BUDGET", 1)
+    found = [i.message for i in ModuleData(text).reach("ptx")]
+    assert any("writes through `[%rd2]`" in m for m in found), found
+
+
+@pytest.mark.parametrize("solution", ["gemm_bf16_m8192_n7168_k5120.cu", "attention_fwd_wgmma.cu",
+                                      "attention_bwd_wgmma.cu"])
+def test_the_project_kernels_spend_a_small_share_of_the_budget(monkeypatch, solution):
+    """nvcc's PTX of the reference kernels: the backward's, the largest, spends about 11,000 entries of 20 million, so
+    no honest kernel of this size comes near the whole-function reading."""
+    from pathlib import Path
+
+    import ptxbench.workloads.solutions as solutions
+    from ptxbench.tools.compile import compile_source
+
+    works = []
+
+    class Counted(ptx_flow._Work):
+        def __init__(self, budget):
+            super().__init__(budget)
+            works.append(self)
+
+    monkeypatch.setattr(ptx_flow, "_Work", Counted)
+    source = (Path(solutions.__file__).parent / solution).read_text()
+    result = compile_source(source, "cuda", use_cache=False)
+    assert result.status == "ok", result.errors
+    assert works and max(w.spent for w in works) < ptx_flow.WORK_BUDGET // 200, [w.spent for w in works]
+
+
+def test_a_literal_of_thousands_of_digits_is_an_offset_out_of_bytes_not_an_exception():
+    text = (HEAD + ".global .align 8 .b8 g[16];\n.visible .entry k()\n{\n.reg .b32 %r<4>;\n"
+            f"st.global.u32 [g+{'7' * 5000}], %r1;\nret;\n}}\n")
+    found = [i.message for i in ModuleData(text).reach("ptx")]
+    assert any("module variable g, which has 16" in m for m in found), found
