@@ -24,7 +24,7 @@ from .module_data import _BRACKET, _READS, _REGISTER, _STORES_VALUES, Instructio
 MAX_PASSES = 64
 STEP_BUDGET = 4_000_000  # instructions visited per function, all passes together: a large module gets fewer passes
 # register entries copied, merged or compared, all functions and passes of one call together (about a second); the
-# project's largest kernel, the attention backward, spends about 11,000 (tests/tools/test_ptx_flow_cost.py)
+# project's largest kernel, the attention backward, spends about 11,000 (tests/tools/test_hostile_text_cost.py)
 WORK_BUDGET = 20_000_000
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _BRANCHES = {"bra", "brx"}

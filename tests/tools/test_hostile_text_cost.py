@@ -1,5 +1,6 @@
-"""tools/ptx_flow.py's cost on hostile text: the checks of module data and parameters run in the harness's own process,
-on every `ptx` file before ptxas, so a module built to make the flow slow must not hold up the run. 400 KB of back
+"""What the harness's own process does with model text before any compiler runs is bounded on hostile text: a file
+built to make a check slow must not hold up the run. tools/ptx_flow.py (the checks of module data and parameters, on
+every `ptx` file): 400 KB of back
 branches with thousands of addresses held at once took 70 s, and of `brx.idx` jumps (each to every label) over 17
 minutes; with the work budget each is read as a whole past it, in about a second, and still refused where it writes."""
 from __future__ import annotations
@@ -103,3 +104,16 @@ def test_a_literal_of_thousands_of_digits_is_an_offset_out_of_bytes_not_an_excep
             f"st.global.u32 [g+{'7' * 5000}], %r1;\nret;\n}}\n")
     found = [i.message for i in ModuleData(text).reach("ptx")]
     assert any("module variable g, which has 16" in m for m in found), found
+
+
+def test_a_module_of_blank_lines_is_annotated_in_linear_time():
+    """`^\\s*` under re.M crosses lines: from every start of a line of a blank run, quadratic (390,000 empty lines
+    between `.target` and the kernel: over 20 s before ptxas ran)."""
+    from ptxbench.tools.profile.lineinfo import annotate_ptx, has_line_info
+
+    text = HEAD + "\n" * 390_000 + ".visible .entry k()\n{\nret;\n}\n"
+    start = time.perf_counter()
+    annotated = annotate_ptx(text)
+    assert time.perf_counter() - start < 5
+    assert annotated.count("\n") == text.count("\n") and ".loc 1 390006 0 ret;" in annotated
+    assert has_line_info(".version 8.5\n\n  \t.loc 1 2 0\n") and not has_line_info("add.u32 %r1, %r1, 1; .loc")
