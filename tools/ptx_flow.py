@@ -11,7 +11,7 @@ it. Passes over the function repeat until the labels' states stop growing (loops
 MAX_PASSES (fewer for a function so long that they would visit more than STEP_BUDGET instructions: model text may be
 built to converge slowly), every register is taken to hold what any of its definitions gave it anywhere in the
 function, as a check that ignored the flow would. The same happens to every function left once the states copied,
-merged and compared reach WORK_BUDGET register entries: a 400 KB module of back branches, or of `brx.idx` jumps
+merged and compared and the instructions visited reach WORK_BUDGET: a 400 KB module of back branches, or of `brx.idx` jumps
 (each to every label), with thousands of addresses held at once, made that quadratic to cubic (70 s; over 17 min),
 in the harness's own process; read as a whole, a function costs one visit per definition."""
 from __future__ import annotations
@@ -23,9 +23,11 @@ from .module_data import _BRACKET, _READS, _REGISTER, _STORES_VALUES, Instructio
 
 MAX_PASSES = 64
 STEP_BUDGET = 4_000_000  # instructions visited per function, all passes together: a large module gets fewer passes
-# register entries copied, merged or compared, all functions and passes of one call together (about a second); the
-# project's largest kernel, the attention backward, spends about 11,000 (tests/tools/test_hostile_text_cost.py)
+# register entries copied, merged or compared and instructions visited, all functions and passes of one call together
+# (about a second); the project's largest kernel, the attention backward, spends about 96,000, its tuner variants up
+# to 210,000 (tests/tools/test_hostile_text_cost.py)
 WORK_BUDGET = 20_000_000
+VISIT = 10  # what a visit of one instruction counts against it (a visit costs about as much as ten entries)
 _BRACES = re.compile(r"\{([^{}]*)\}")
 _BRANCHES = {"bra", "brx"}
 _ENDS = {"bra", "brx", "ret", "exit", "trap"}
@@ -121,6 +123,8 @@ def _function(code_ins, start, end, names, by_name, origin, before, work: _Work)
                 state = {}
         if not changed:
             return
+        if not work.spend(VISIT * (end - start)):
+            break
     _flat(code_ins, start, end, steps, before)
 
 

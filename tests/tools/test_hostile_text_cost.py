@@ -78,8 +78,8 @@ def test_past_the_budget_every_function_left_is_read_as_a_whole(monkeypatch):
 @pytest.mark.parametrize("solution", ["gemm_bf16_m8192_n7168_k5120.cu", "attention_fwd_wgmma.cu",
                                       "attention_bwd_wgmma.cu"])
 def test_the_project_kernels_spend_a_small_share_of_the_budget(monkeypatch, solution):
-    """nvcc's PTX of the reference kernels: the backward's, the largest, spends about 11,000 entries of 20 million, so
-    no honest kernel of this size comes near the whole-function reading."""
+    """nvcc's PTX of the reference kernels: the backward's, the largest, spends about 96,000 of 20 million (its tuner
+    variants up to 210,000), so no honest kernel of this size comes near the whole-function reading."""
     from pathlib import Path
 
     import ptxbench.workloads.solutions as solutions
@@ -96,7 +96,7 @@ def test_the_project_kernels_spend_a_small_share_of_the_budget(monkeypatch, solu
     source = (Path(solutions.__file__).parent / solution).read_text()
     result = compile_source(source, "cuda", use_cache=False)
     assert result.status == "ok", result.errors
-    assert works and max(w.spent for w in works) < ptx_flow.WORK_BUDGET // 200, [w.spent for w in works]
+    assert works and max(w.spent for w in works) < ptx_flow.WORK_BUDGET // 50, [w.spent for w in works]
 
 
 def test_a_literal_of_thousands_of_digits_is_an_offset_out_of_bytes_not_an_exception():
