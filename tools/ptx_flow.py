@@ -11,9 +11,10 @@ it. Passes over the function repeat until the labels' states stop growing (loops
 MAX_PASSES (fewer for a function so long that they would visit more than STEP_BUDGET instructions: model text may be
 built to converge slowly), every register is taken to hold what any of its definitions gave it anywhere in the
 function, as a check that ignored the flow would. The same happens to every function left once the states copied,
-merged and compared and the instructions visited reach WORK_BUDGET: a 400 KB module of back branches, or of `brx.idx` jumps
-(each to every label), with thousands of addresses held at once, made that quadratic to cubic (70 s; over 17 min),
-in the harness's own process; read as a whole, a function costs one visit per definition."""
+merged and compared and the instructions visited reach WORK_BUDGET: a 400 KB module of back branches, or of `brx.idx`
+jumps (each to every label), with thousands of addresses held at once, made the flow quadratic to cubic in the
+harness's own process (94 s; past 300 s: bench/results/hostile_text_cost.md); read as a whole, a function costs one
+visit per definition."""
 from __future__ import annotations
 
 import re
