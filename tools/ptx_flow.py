@@ -8,13 +8,12 @@ a definition that is no address ends what it held, unless the definition is guar
 is the function's: fall-through, every `bra` to its label (both ways for a guarded one), `brx.idx` to every label of
 the function, none after an unguarded `bra`, `ret` or `exit`; where paths join, a register holds what any path gave
 it. Passes over the function repeat until the labels' states stop growing (loops); should they not within
-MAX_PASSES (fewer for a function so long that they would visit more than STEP_BUDGET instructions: model text may be
-built to converge slowly), every register is taken to hold what any of its definitions gave it anywhere in the
-function, as a check that ignored the flow would. The same happens to every function left once the states copied,
-merged and compared and the instructions visited reach WORK_BUDGET: a 400 KB module of back branches, or of `brx.idx`
-jumps (each to every label), with thousands of addresses held at once, made the flow quadratic to cubic in the
-harness's own process (94 s; past 300 s: bench/results/hostile_text_cost.md); read as a whole, a function costs one
-visit per definition."""
+MAX_PASSES (model text may be built to converge slowly), every register is taken to hold what any of its definitions
+gave it anywhere in the function, as a check that ignored the flow would. The same happens to every function left
+once the states copied, merged and compared and the instructions visited reach WORK_BUDGET (which also ends the passes
+of a long function early): a 400 KB module of back branches, or of `brx.idx` jumps (each to every label), with
+thousands of addresses held at once, made the flow quadratic to cubic in the harness's own process (94 s; past 300 s:
+bench/results/hostile_text_cost.md); read as a whole, a function costs one visit per definition."""
 from __future__ import annotations
 
 import re
@@ -23,7 +22,6 @@ from typing import Callable
 from .module_data import _BRACKET, _READS, _REGISTER, _STORES_VALUES, Instruction, after_written
 
 MAX_PASSES = 64
-STEP_BUDGET = 4_000_000  # instructions visited per function, all passes together: a large module gets fewer passes
 # register entries copied, merged or compared and instructions visited, all functions and passes of one call together
 # (about a second); the project's largest kernel, the attention backward, spends about 96,000, its tuner variants up
 # to 210,000 (tests/tools/test_hostile_text_cost.py)
@@ -56,7 +54,7 @@ def tainted_before(code_ins: list[Instruction], names: re.Pattern, by_name: dict
         end = start
         while end < len(code_ins) and code_ins[end].function == code_ins[start].function:
             end += 1
-        if work.left > 0:
+        if not work.exhausted():
             _function(code_ins, start, end, names, by_name, origin, before, work)
         else:
             _flat(code_ins, start, end, _steps(code_ins, start, end, names, by_name, origin), before)
@@ -65,16 +63,18 @@ def tainted_before(code_ins: list[Instruction], names: re.Pattern, by_name: dict
 
 
 class _Work:
-    """What is left of WORK_BUDGET for one call (`spent`: the entries used, for the cost test)."""
+    """What one call has spent of its budget (`spent`, read by the cost test)."""
 
     def __init__(self, budget: int):
-        self.left, self.spent = budget, 0
+        self.budget, self.spent = budget, 0
+
+    def exhausted(self) -> bool:
+        return self.spent >= self.budget
 
     def spend(self, entries: int) -> bool:
         """Count `entries`; False once the budget is gone."""
-        self.left -= entries
         self.spent += entries
-        return self.left > 0
+        return not self.exhausted()
 
 
 def _steps(code_ins, start, end, names, by_name, origin) -> list[tuple]:
@@ -99,7 +99,7 @@ def _function(code_ins, start, end, names, by_name, origin, before, work: _Work)
     steps = _steps(code_ins, start, end, names, by_name, origin)
     labels = [label for ins in code_ins[start:end] for label in ins.labels]
     at_label: dict[str, dict] = {}
-    for _ in range(max(4, min(MAX_PASSES, STEP_BUDGET // max(1, end - start)))):
+    for _ in range(MAX_PASSES):
         changed = False
         state: dict = {}
         for k in range(start, end):

@@ -11,6 +11,7 @@ import os
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -165,6 +166,19 @@ def _targets(workload_id: str, arch: str):
     return profile, wl, wl.targets.get(arch, [f.name for f in profile.families])
 
 
+@contextmanager
+def replay_workspace(workload_id: str, source: str, cubin_path: str | Path, arch: str, seed: int, dist: str,
+                     workdir: str | Path | None):
+    """(folder, argv of the replay program) for one ncu run: the solution file written to `workdir` (created), or to a
+    temporary folder removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="ptxbench-profile-") as tmp:
+        work = Path(workdir) if workdir is not None else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        source_path = work / "solution.txt"
+        source_path.write_text(source)
+        yield work, replay_argv(workload_id, source_path, cubin_path, arch, seed, dist=dist)
+
+
 def measure_candidate(workload_id: str, source: str, cubin_path: str | Path, *, arch: str = DEFAULT_ARCH, full: bool = True,
                       timeout_s: float = 120.0, seed: int = 0, workdir: str | Path | None = None, device: int | None = None,
                       hold=None, expected: dict | Path | None = None, dist: str = "normal") -> ProfileSummary:
@@ -178,14 +192,10 @@ def measure_candidate(workload_id: str, source: str, cubin_path: str | Path, *, 
 
     profile, _, families = _targets(workload_id, arch)
     counters = [c for name in families for c in profile.family(name).collected]
-    with tempfile.TemporaryDirectory(prefix="ptxbench-profile-") as tmp:
-        work = Path(workdir) if workdir is not None else Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        source_path = work / "solution.txt"
-        source_path.write_text(source)
+    with replay_workspace(workload_id, source, cubin_path, arch, seed, dist, workdir) as (work, argv):
         env = device_env(device)
         judged = work / "judged.json"
-        argv = replay_argv(workload_id, source_path, cubin_path, arch, seed, dist=dist) + ["--judge", str(judged)]
+        argv += ["--judge", str(judged)]
         if isinstance(expected, dict):
             (work / "expected.json").write_text(json.dumps(expected))
             expected = work / "expected.json"
@@ -287,11 +297,7 @@ def measure_range(workload_id: str, source: str, cubin_path: str | Path, checked
                   dist: str = "normal") -> RangeCheck:
     """The range check of a multi-launch plan's `checked` families (range_check.py): the same replay (inputs, scrub,
     plan) under range replay; its files under `workdir`/range when given."""
-    with tempfile.TemporaryDirectory(prefix="ptxbench-range-") as tmp:
-        work = Path(workdir) / "range" if workdir is not None else Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        source_path = work / "solution.txt"
-        source_path.write_text(source)
-        argv = replay_argv(workload_id, source_path, cubin_path, arch, seed, dist=dist)
+    with replay_workspace(workload_id, source, cubin_path, arch, seed, dist,
+                          Path(workdir) / "range" if workdir is not None else None) as (work, argv):
         return range_check(checked, verdicts, launches, argv, workdir=work, env=device_env(device), hold=hold,
                            timeout_s=timeout_s)
