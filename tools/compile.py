@@ -51,8 +51,9 @@ CU_NAME = "solution.cu"
 # (SIGSEGV, SIGBUS, SIGABRT) under the address-space limit is the memory limit's verdict (it was `ptxas exited with
 # status 139`), and a limit the smallest kernel hits too is no verdict (LimitsBelowTheTool, an infra error); 10 = a
 # module variable's address let out of its bytes refused (module_data.py); 11 = a write through a kernel parameter's
-# address refused (param_reach.py).
-RECORD_VERSION = 11
+# address refused (param_reach.py); 12 = an address's bits computed on (tested, split, looked up) refused, and a
+# register named without `%` read as one (address_use.py, module_data._Unprefixed).
+RECORD_VERSION = 12
 # Wall-clock backstops; the jail's CPU limit per process (tools/jail.py Limits) usually ends a runaway first.
 PTXAS_TIMEOUT_S = 60.0
 NVCC_TIMEOUT_S = 120.0
@@ -192,7 +193,8 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     code = strip_ptx_comments(ptx_text)
     data = ModuleData(code)  # read once: its writes checked now, its declarations matched with the cubin's after
     pre = ((static_ptx_checks(code, arch) if language == "ptx" else []) + system_calls(code, language)
-           + data.reach(language, line_map) + param_writes(data, language, line_map))
+           + data.register_clashes(language, line_map) + data.reach(language, line_map)
+           + param_writes(data, language, line_map))
     annotated = annotate_ptx(ptx_text, PTX_NAME) if language == "ptx" and not pre else ptx_text
     res = _ptxas(annotated, arch, tc, workdir, timeout_s)
     # not after a limit hit: the model's own text hits it again, and a CPU bomb would cost twice the limit

@@ -12,7 +12,9 @@ module data reaches:
   `atomicOr(&flags[1], 1)`), the access within its bytes (a counter's atomics, a flag's stores);
 - an address computed from module data any other way (a run-time index) may be read through (a lookup table, nvcc's
   `__cudart_sin_cos_coeffs`), never written through, stored, or passed to a call, where it could be offset anywhere;
-- no constant's address becomes a generic one (`cvta.const`), and no module variable's initialiser holds an address.
+- no constant's address becomes a generic one (`cvta.const`), and no module variable's initialiser holds an address;
+- an address is used only as one (address_use.py): its bits tested under a guard or looked up in a table came back as
+  a number the flow below no longer followed.
 
 An array a kernel writes at a run-time index belongs in a scratch buffer of the launch plan, which the protocol owns. The check
 reads the PTX ptxas assembles (nvcc's, for a `cuda` solution), comments blanked; pure text, no GPU. Linear in the
@@ -189,6 +191,64 @@ def declarations(code: str, parsed: list | None = None) -> tuple[list[ModuleVari
     return variables, issues
 
 
+_WORD = re.compile(r"(?<![\w$%.])([A-Za-z_$][\w$]*)")
+# a parameter declared in a signature or a call's block: `.param .align 128 .b8 NAME[128]`, `.param .u64 NAME`
+_PARAM = re.compile(r"(?<=[\s(,])\.param(?:\s+(?:\.[\w:]+|\d+))*\s+([A-Za-z_$][\w$]*)")
+_REG_DECL = re.compile(r"\.reg\b((?:\s*\.\w+)*)\s+(.*)$", re.S)
+
+
+class _Unprefixed:
+    """The registers a module declares without `%` (`.reg .b64 state;`, CUTLASS's and ptxbench/mbarrier.cuh's inline
+    asm; PTX allows it): names, and the prefixes of ranges (`x<4>`: x0 .. x3). The checks read a register as `%name`,
+    so instructions() writes these with `%` in the operands it hands them: an address `cvta.param` put in `pa` was
+    otherwise never followed, and a store through `[pa+65536]` went unchecked
+    (tests/data/cheats/attacks/unnamed_register_param_store.cu)."""
+
+    def __init__(self, parsed: list):
+        self.names: set[str] = set()
+        self.ranges: set[str] = set()
+        for _, text, _ in parsed:
+            m = _REG_DECL.match(_without_labels(text)[1].strip())
+            for item in _split_top(m.group(2)) if m else ():
+                d = re.match(r"\s*([^\s<\[=%]+)\s*(<)?", item)
+                if d:
+                    (self.ranges if d.group(2) else self.names).add(d.group(1))
+
+    def __bool__(self) -> bool:
+        return bool(self.names or self.ranges)
+
+    def __contains__(self, word: str) -> bool:  # sets, not a pattern of names: linear however many a module declares
+        digits = min(len(word) - len(word.rstrip("0123456789")), 10)  # a range's index is below 2^32: ten digits
+        return word in self.names or any(word[:-k] in self.ranges for k in range(1, digits + 1))
+
+    def prefixed(self, operands: str) -> str:
+        return _WORD.sub(lambda m: "%" + m.group(1) if m.group(1) in self else m.group(1), operands)
+
+
+def register_clashes(data: "ModuleData", language: str,
+                     to_source: Callable[[int], tuple[int | None, str]] | None = None) -> list[CompileIssue]:
+    """A register declared without `%` whose name is also a module variable's, a parameter's, a function's or a
+    label's: read as `%name` everywhere (_Unprefixed), such a name would hide the symbol from the checks (a block's
+    `.reg .b64 g_only;` turning every `g_only` into a register)."""
+    unprefixed = _Unprefixed(data.parsed)
+    if not unprefixed:
+        return []
+    symbols = {v.name for v in data.variables}
+    symbols |= set(re.findall(r"\.(?:entry|func)\s*(?:\([^()]*\))?\s*([A-Za-z_$][\w$]*)", data.code))
+    symbols |= set(_PARAM.findall(data.code))
+    symbols |= {label for ins in data.instructions for label in ins.labels}
+    clash = sorted(n for n in symbols if n in unprefixed)
+    if not clash:
+        return []
+    line = next((i for i, text in enumerate(data.code.split("\n"), 1) if re.search(r"\.reg\b.*\b" + re.escape(
+        clash[0]) + r"\b", text)), None)
+    return [_located(line, f"register {clash[0]} is declared without `%` and shares its name with a symbol or label "
+                           f"of the module: the checks of addresses read such a register as `%{clash[0]}`, which "
+                           f"would hide the symbol; name registers `%name`, or give it a name of its own", language,
+                     to_source) if line else CompileIssue(message=f"register {clash[0]} is declared without `%` and "
+                                                          f"shares its name with a symbol or label of the module")]
+
+
 def _width(opcode: str, operands: str) -> int | None:
     """Bytes an instruction moves at its memory operand: the vector times the type, a copy's size operand, a family's
     fixed width; None for a copy whose size is a register (not known before it runs)."""
@@ -232,12 +292,15 @@ _LEADING_BRACE = re.compile(r"\s*\{([^{}]*)\}")
 
 def instructions(code: str, parsed: list | None = None) -> list[Instruction]:
     """Every instruction in a function body, its guard dropped, with its line, the registers it writes and the labels
-    that name it (a label with no instruction after it in its block names the next one of the function)."""
+    that name it (a label with no instruction after it in its block names the next one of the function); a register
+    declared without `%` is written `%name` in its operands (_Unprefixed)."""
     out = []
     lines = _Lines(code)
     labels: list[str] = []
     last_function = -1
-    for offset, text, function in parsed if parsed is not None else statements(code):
+    parsed = parsed if parsed is not None else statements(code)
+    unprefixed = _Unprefixed(parsed)
+    for offset, text, function in parsed:
         if function != last_function:
             labels, last_function = [], function
         skip, stmt = _without_labels(text)
@@ -249,6 +312,8 @@ def instructions(code: str, parsed: list | None = None) -> list[Instruction]:
         if m:
             line = lines.at(offset + skip + len(stmt) - len(stmt.lstrip()))
             opcode, operands = m.group(2), m.group(3)
+            if unprefixed:
+                operands = unprefixed.prefixed(operands)
             family = opcode.split(".")[0]
             first = _FIRST_REGISTER.match(operands)
             dest = first.group(1) if first else None
@@ -389,6 +454,10 @@ class ModuleData:
     def unread(self, symbols: list[str]) -> list[CompileIssue]:
         return _unread(self, symbols)
 
+    def register_clashes(self, language: str,
+                         to_source: Callable[[int], tuple[int | None, str]] | None = None) -> list[CompileIssue]:
+        return register_clashes(self, language, to_source)
+
 
 def module_data_reach(code: str, language: str,
                       to_source: Callable[[int], tuple[int | None, str]] | None = None) -> list[CompileIssue]:
@@ -430,6 +499,7 @@ def _reach(data: ModuleData, language: str,
                          f"which no reset reaches")
 
     from .ptx_flow import tainted_before  # it reads this module's instructions
+    from .address_use import USES, only_as_address
 
     holders = _address_holders(code_ins, by_name)
     before = tainted_before(code_ins, names, by_name)
@@ -474,6 +544,11 @@ def _reach(data: ModuleData, language: str,
             findings.add(var.name, "value", ins.line, f"`{ins.opcode}` stores or passes on an address computed from "
                          f"module variable {var.name}: an address kept or handed on can be offset anywhere in the "
                          f"driver's pool of module data beside it, where nothing is reset between calls; {FIX}")
+        elif not only_as_address(ins, lambda text: involved(text, held_here)):
+            findings.add(var.name, "bits", ins.line, f"`{ins.opcode}` computes on the bits of an address of module "
+                         f"variable {var.name}: tested, taken apart or looked up, they come back as a number the check "
+                         f"no longer follows, and a write through it could reach the driver's pool of module data, "
+                         f"where nothing is reset between calls; an address is only {USES}")
     return issues + findings.issues(language, to_source)
 
 

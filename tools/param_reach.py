@@ -17,13 +17,12 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .module_data import (_BRACKET, _READS, _REGISTER, _STORES_VALUES, Instruction, ModuleData, _Findings, _split_top,
-                          after_written, symbols_pattern)
+from .module_data import (_BRACKET, _PARAM, _READS, _REGISTER, _STORES_VALUES, Instruction, ModuleData, _Findings,
+                          _split_top, after_written, symbols_pattern)
+from .address_use import USES, only_as_address
 from .ptx_flow import tainted_before
 from .results import CompileIssue
 
-# a parameter declared in a signature or a call's block: `.param .align 128 .b8 NAME[128]`, `.param .u64 NAME`
-_PARAM = re.compile(r"(?<=[\s(,])\.param(?:\s+(?:\.[\w:]+|\d+))*\s+([A-Za-z_$][\w$]*)")
 _HEADER = re.compile(r"\.(?:entry|func)\s*(\([^()]*\))?\s*([A-Za-z_$][\w$]*)\s*(\([^()]*\))?", re.S)
 _NAMED_SLOT = re.compile(r"\[\s*([A-Za-z_$][\w$]*)\s*(?:\+\s*\w+)?\s*\]")
 _MAKES_ADDRESS = ("cvta.param", "cvta.to.param")  # a parameter-space address of any number
@@ -159,7 +158,14 @@ def param_writes(data: ModuleData, language: str,
         # what it reads: the operands past the registers it defines (for the families that store values, all of them)
         outside = _BRACKET.sub(" ", ins.operands if ins.family in _STORES_VALUES else after_written(ins))
         origin = involved(outside, held)
-        if origin is not None and (not ins.dests or ins.family in _STORES_VALUES or ins.family in _READS):
+        if origin is None:
+            continue
+        if not ins.dests or ins.family in _STORES_VALUES or ins.family in _READS:
             findings.add(origin, "value", ins.line, f"`{ins.opcode}` stores an address computed from a kernel "
                          f"parameter's: {LET_OUT}")
+        elif not only_as_address(ins, lambda text: involved(text, held)):
+            findings.add(origin, "bits", ins.line, f"`{ins.opcode}` computes on the bits of an address computed from "
+                         f"a kernel parameter's ({origin}): tested, taken apart or looked up, they come back as a "
+                         f"number the check no longer follows, and a write through it could reach the driver's memory "
+                         f"past the parameters; an address is only {USES}")
     return findings.issues(language, to_source)

@@ -51,8 +51,9 @@ CALL = ("    {\n    .param .b64 param0;\n    st.param.b64 [param0+0], %rd2;\n   
     # the pack's `mov.u64 %rd1, tmA; cvta.param.u64 %rd1, %rd1;`, then %rd1 reused for the output pointer
     ("    mov.u64 %rd1, tm;\n    cvta.param.u64 %rd1, %rd1;\n    prefetch.tensormap [%rd1];\n"
      "    ld.param.u64 %rd1, [out];\n    cvta.to.global.u64 %rd1, %rd1;\n    st.global.u32 [%rd1], %r1;", ""),
-    # a matrix product's descriptor held in a register that once held the address: the product carries none of it
-    (TMAP + "    wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%r1, %r2, %r3, %r4}, %rd2, %rd3, %p1, 1, 1, 0, 0;"
+    # a matrix product's descriptor in a register that held the address before: defined again, it holds none of it
+    (TMAP + "    mov.u64 %rd2, 0;\n"
+     "    wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%r1, %r2, %r3, %r4}, %rd2, %rd3, %p1, 1, 1, 0, 0;"
      "\n    ld.param.u64 %rd4, [out];\n    st.global.v4.u32 [%rd4], {%r1, %r2, %r3, %r4};", ""),
 ])
 def test_what_the_tma_kernels_do_with_their_parameters_is_allowed(body, funcs):

@@ -33,7 +33,14 @@ POOL, DRIVER = "driver's pool of module data", "driver's memory"
 REFUSED = {"global_padding_stash.cu": ("an address computed from module variable g_", POOL),
            "const_padding_counter.cu": ("`cvta.const.u64` makes a generic address of a constant", POOL),
            "global_tail_stash.cu": ("an address computed from module variable g_only", POOL),
-           "param_tail_stash.cu": ("an address computed from a kernel parameter's", DRIVER)}
+           "param_tail_stash.cu": ("an address computed from a kernel parameter's", DRIVER),
+           # the address laundered into a number the flow no longer followed (tools/address_use.py)
+           "table_laundered_counter.cu": ("computes on the bits of an address of module variable g_only", POOL),
+           "guarded_laundered_counter.cu": ("computes on the bits of an address of module variable g_only", POOL),
+           "guarded_laundered_counter.ptx": ("`and.b64` computes on the bits of an address of module variable g_only",
+                                             POOL),
+           "unnamed_register_param_store.cu": ("writes through `[%pa+65536]`, an address computed from a kernel "
+                                               "parameter's", DRIVER)}
 
 
 def compiled(name: str):
@@ -133,6 +140,11 @@ ATTACKS_EXPECTED = {
     "local_above_frame_stash.cu": "PASSED no faster than its no-hit twin (run 34 found its stash again before the scrub "
                                   "wrote above the frame: INCORRECT_NUMERICAL)",
     "param_tail_stash.cu": "COMPILE_ERROR (an address a parameter's generic address reaches, written 64 KiB past it)",
+    "table_laundered_counter.cu": "COMPILE_ERROR (g_only's address shifted and masked into a table's index)",
+    "guarded_laundered_counter.cu": "COMPILE_ERROR (g_only's address masked and compared, bit by bit)",
+    "guarded_laundered_counter.ptx": "COMPILE_ERROR (g_only's address masked and compared, bit by bit)",
+    "unnamed_register_param_store.cu": "COMPILE_ERROR (a write 64 KiB past a parameter, through a register declared "
+                                       "without `%`)",
     "local_below_frame_stash.cu": "after local_frame_grower.cu: PASSED no faster than its no-hit twin, or a failure "
                                   "(run 33 on an H100: 0.163 vs 0.159-0.164 ms; the scrub writes the reserved frame)",
 }

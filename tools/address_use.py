@@ -1,0 +1,43 @@
+"""An address the checks follow is used only as an address: its bits never become data.
+
+The checks of module data and of parameters (module_data.py, param_reach.py) follow an address along the data flow
+(ptx_flow.py) and refuse every write through it. The flow ends where a value stops depending on the address by data:
+a load through it gives data, and a guard or a branch passes nothing on. So an address whose bits were tested one by
+one (`and`, `setp`, then `@%p or` into a clean register) or looked up byte by byte in a table of the numbers 0..255
+(`kIdent[(a >> 8 * j) & 0xff]`, plain CUDA) came back as a number the flow no longer followed, and a write through
+it went unchecked (tests/data/cheats/attacks/laundered_tail_stash.cu). No kernel needs an address's bits as data,
+so the rule is on the use: a followed register is only copied whole, offset by an integer `add` / `sub` (or a
+`mad`'s addend), converted between address spaces, or named inside `[...]` as the address of a memory access. Any
+other instruction reading it (a comparison, a bit operation, a shift, a narrowing or a split, a product, floating
+point, a shuffle, a jump table's index) is refused. What a guard tests, a table's index, a branch's condition: none
+of them can then hold an address's bits, so neither can anything they reach.
+
+Left to the run time: an address a kernel writes as a number it knows (the pool's place, were it the same on every
+run) involves no symbol at all; module_state.py and the scrub own that memory's state, not this check.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from .module_data import _BRACKET, Instruction, _split_top, after_written
+
+_COPY = re.compile(r"mov\.[bsu]64$")
+_CONVERT = re.compile(r"cvta(?:\.to)?\.\w+\.[bsu]64$")
+_OFFSET = re.compile(r"(?:add|sub)\.[su]64$")
+_ADDEND = re.compile(r"mad\.(?:wide\.[su]32|lo\.[su]64)$")
+
+USES = ("copied whole (`mov.u64`), offset by an integer `add` / `sub` (or as a `mad`'s addend), converted between "
+        "address spaces (`cvta`), or named inside `[...]` as a memory access's address")
+
+
+def only_as_address(ins: Instruction, involved: Callable[[str], object | None]) -> bool:
+    """Whether `ins` uses what it reads of a followed address (`involved(text)`: what an operand's text names or
+    holds, None when nothing) only as an address: `mov` of a whole 64-bit register, `cvta`, 64-bit integer `add` /
+    `sub`, a `mad` whose addend alone is followed. Called for an instruction that reads one outside `[...]`."""
+    if ins.family == "mov" and "{" in ins.operands:  # a split into halves or a pack: the bits taken apart
+        return False
+    if _COPY.match(ins.opcode) or _CONVERT.match(ins.opcode) or _OFFSET.match(ins.opcode):
+        return True
+    ops = [o for o in (o.strip() for o in _split_top(_BRACKET.sub(" ", after_written(ins)))) if o]
+    return bool(_ADDEND.match(ins.opcode)) and len(ops) == 3 and not any(involved(o) is not None for o in ops[:2])
