@@ -94,8 +94,13 @@ _TMA = TargetFamily(
     # The reference's 0.81 is O + dO + dQ's accumulator; with every term an honest design may add, the MHA threshold
     # is 2.1 and the GQA h32/kv8 one 1.9, while a backward computed from plain loads re-reads Q and dO once per KV
     # block (32 times at S = 4096).
+    # Global atomics that return the old value read an input as surely as a load (`atom.global.or.b32 r, [p], 0`
+    # leaves it bit for bit), and count in neither counter above: their bytes, a name ncu knows on the H200 (run 18:
+    # ncu-metrics, 0 on cuBLAS and addcmul); a reduction (`red`, an atomicAdd whose result is unused, the backward's
+    # dQ) returns nothing and is not counted.
     elsewhere={"l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum": 1.0,
-               "sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts.sum": 32.0},
+               "sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts.sum": 32.0,
+               "l1tex__t_bytes_pipe_lsu_mem_global_op_atom.sum": 1.0},
     elsewhere_allowance={"mha_bwd": {"O": 1.0, "dO": 1.0, "dQ": 2.0, "dK": 2.0, "dV": 2.0}},
     doc="Tensor Memory Accelerator bulk tensor copies (loads, stores, reductions).",
 )

@@ -217,8 +217,9 @@ def test_tma_beside_the_inputs_read_by_plain_loads_is_a_decoy_except_where_the_o
     re-reads its tiles and still passes it."""
     lsu = "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum"
     ldgsts = "sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts.sum"
+    atom = "l1tex__t_bytes_pipe_lsu_mem_global_op_atom.sum"
     tma = SM90A.family("tma")
-    assert tma.elsewhere == {lsu: 1.0, ldgsts: 32.0}
+    assert tma.elsewhere == {lsu: 1.0, ldgsts: 32.0, atom: 1.0}
     assert tma.elsewhere_allowance == {"mha_bwd": {"O": 1.0, "dO": 1.0, "dQ": 2.0, "dK": 2.0, "dV": 2.0}}
     gemm = get_workload("smoke_gemm_bf16_m256_n256_k512")
     inputs = expected_work(gemm)["input_bytes"]
@@ -240,6 +241,9 @@ def test_tma_beside_the_inputs_read_by_plain_loads_is_a_decoy_except_where_the_o
     assert once.verdict == "token" and once.elsewhere_share == 1.0
     copied = verdict({ldgsts: inputs / 32})  # cp.async of every input byte once: 32 bytes a sector
     assert copied.verdict == "token" and copied.elsewhere_share == 1.0 and ldgsts in copied.reason
+    # the operands read by atomics that leave them as they are (`atom.global.or.b32 r, [p], 0`), TMA loading junk
+    fetched = verdict({lsu: 0.0, ldgsts: 0.0, atom: 4 * inputs})
+    assert fetched.verdict == "token" and fetched.elsewhere_share == 4.0 and atom in fetched.reason
     assert verdict({lsu: 0.0}).elsewhere_share == 0.0  # a counter ncu dropped: the other still decides
     assert verdict({lsu: 0.82 * inputs}).verdict == "token"  # a GEMM has no business reading its inputs so
     assert verdict({lsu: 0.82 * inputs}, wl=None).verdict == "token"  # no workload known: no allowance
