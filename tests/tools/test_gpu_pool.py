@@ -103,15 +103,25 @@ def test_pool_starts_one_worker_per_device_plus_spares():
     assert all(w.killed for w in FakeWorker.started)
 
 
-def test_a_gpu_that_reaches_host_memory_is_named_when_the_pool_starts(monkeypatch):
-    """HMM / ATS: a candidate's kernel can read and write the worker's host memory. The pool says so once, naming the
-    way out; a GPU without it starts silently."""
+def test_a_gpu_that_reaches_host_memory_takes_no_candidate_unless_allowed(monkeypatch):
+    """HMM / ATS: a candidate's kernel can read and write the worker's host memory, and so rewrite what the worker runs.
+    The pool refuses to start, naming the way out, and starts no worker; with the user's explicit allowance it starts
+    and warns once; a GPU without it starts silently."""
     import warnings
 
+    monkeypatch.delenv(pool_module.ALLOW_PAGEABLE_ENV, raising=False)
     monkeypatch.setitem(HELLO, "limits", {**HELLO["limits"], "pageable_memory_access": True})
+    pool = make_pool(spares=0)
+    with pytest.raises(pool_module.NoGpuError, match="uvm_disable_hmm=1.*PTXBENCH_ALLOW_PAGEABLE_MEMORY=1"):
+        pool.start()
+    assert FakeWorker.started and all(w.killed for w in FakeWorker.started)
     with pytest.warns(pool_module.PageableMemoryWarning, match="uvm_disable_hmm=1"):
+        make_pool(spares=0, allow_pageable_memory=True).start().close()
+    monkeypatch.setenv(pool_module.ALLOW_PAGEABLE_ENV, "1")
+    with pytest.warns(pool_module.PageableMemoryWarning):
         make_pool(spares=0).start().close()
     monkeypatch.setitem(HELLO, "limits", {**HELLO["limits"], "pageable_memory_access": False})
+    monkeypatch.delenv(pool_module.ALLOW_PAGEABLE_ENV)
     with warnings.catch_warnings():
         warnings.simplefilter("error", pool_module.PageableMemoryWarning)
         make_pool(spares=0).start().close()

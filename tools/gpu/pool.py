@@ -56,6 +56,19 @@ PAGEABLE_WARNING = ("this GPU reads and writes its process's ordinary host memor
                     "worker's host memory. The workers hold no API key (tools/gpu/keyless.py), but a kernel could still "
                     "read or corrupt the worker's own state; for untrusted models switch HMM off (load nvidia_uvm with "
                     "uvm_disable_hmm=1) or run on a machine without it. Recorded in every result's fingerprint.")
+# A kernel that writes the worker's host memory by address can rewrite what the worker runs next: model text would run
+# as host code. So such a GPU takes no candidate unless its user says the models are trusted.
+ALLOW_PAGEABLE_ENV = "PTXBENCH_ALLOW_PAGEABLE_MEMORY"
+PAGEABLE_REFUSED = ("this GPU reads and writes its process's ordinary host memory by address (HMM, or ATS on Grace "
+                    "Hopper), so a candidate's kernel could rewrite the GPU worker's own memory and run as host code: "
+                    "switch HMM off (load nvidia_uvm with uvm_disable_hmm=1) or use a machine without it; to evaluate "
+                    f"trusted models here anyway, set {ALLOW_PAGEABLE_ENV}=1")
+
+
+def _pageable_allowed() -> bool:
+    import os
+
+    return os.environ.get(ALLOW_PAGEABLE_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 class NoGpuError(RuntimeError):
@@ -129,6 +142,9 @@ class PoolConfig(BaseModel):
     prepare_timeout_s: float = Field(900.0, description="watchdog limit for building inputs, references and baselines")
     lost_gpu_pause_s: float = Field(60.0, description="a GPU whose worker could not start takes no job this long (its "
                                     "jobs go to the other GPUs), then is tried again")
+    allow_pageable_memory: bool = Field(default_factory=_pageable_allowed, description=(
+        "evaluate on a GPU that reaches its process's host memory by address (HMM / ATS), with a warning; refused "
+        f"otherwise (default: the environment's {ALLOW_PAGEABLE_ENV})"))
 
 
 def _dies_with_the_bench(lifeline, target, *args) -> None:
@@ -332,6 +348,8 @@ class GpuPool:
         hello = self._await_hello(first)
         self.info = hello
         if (hello.get("limits") or {}).get("pageable_memory_access"):
+            if not self.config.allow_pageable_memory:
+                raise NoGpuError(PAGEABLE_REFUSED)
             warnings.warn(PAGEABLE_WARNING, PageableMemoryWarning, stacklevel=2)
         count = int(hello.get("device_count", 1))
         devices = self.config.devices if self.config.devices is not None else list(range(count))
