@@ -7,7 +7,8 @@ one (`and`, `setp`, then `@%p or` into a clean register) or looked up byte by by
 (`kIdent[(a >> 8 * j) & 0xff]`, plain CUDA) came back as a number the flow no longer followed, and a write through
 it went unchecked (tests/data/cheats/attacks/laundered_tail_stash.cu). No kernel needs an address's bits as data,
 so the rule is on the use: a followed register is only copied whole, offset by an integer `add` / `sub` (or a
-`mad`'s addend), converted between address spaces, or named inside `[...]` as the address of a memory access. Any
+`mad`'s addend), chosen by `selp` (nvcc's `cond ? &tmA : &tmB`), converted between address spaces, or named inside
+`[...]` as the address of a memory access. Any
 other instruction reading it (a comparison, a bit operation, a shift, a narrowing or a split, a product, floating
 point, a shuffle, a jump table's index) is refused. What a guard tests, a table's index, a branch's condition: none
 of them can then hold an address's bits, so neither can anything they reach.
@@ -26,18 +27,23 @@ _COPY = re.compile(r"mov\.[bsu]64$")
 _CONVERT = re.compile(r"cvta(?:\.to)?\.\w+\.[bsu]64$")
 _OFFSET = re.compile(r"(?:add|sub)\.[su]64$")
 _ADDEND = re.compile(r"mad\.(?:wide\.[su]32|lo\.[su]64)$")
+_CHOICE = re.compile(r"selp\.[bsu]64$")
 
-USES = ("copied whole (`mov.u64`), offset by an integer `add` / `sub` (or as a `mad`'s addend), converted between "
-        "address spaces (`cvta`), or named inside `[...]` as a memory access's address")
+USES = ("copied whole (`mov.u64`), offset by an integer `add` / `sub` (or as a `mad`'s addend), chosen by `selp`, "
+        "converted between address spaces (`cvta`), or named inside `[...]` as a memory access's address")
 
 
 def only_as_address(ins: Instruction, involved: Callable[[str], object | None]) -> bool:
     """Whether `ins` uses what it reads of a followed address (`involved(text)`: what an operand's text names or
     holds, None when nothing) only as an address: `mov` of a whole 64-bit register, `cvta`, 64-bit integer `add` /
-    `sub`, a `mad` whose addend alone is followed. Called for an instruction that reads one outside `[...]`."""
+    `sub`, a `mad` whose addend alone is followed, a `selp` choosing between addresses by a predicate that is not one.
+    Called for an instruction that reads one outside `[...]`."""
     if ins.family == "mov" and "{" in ins.operands:  # a split into halves or a pack: the bits taken apart
         return False
     if _COPY.match(ins.opcode) or _CONVERT.match(ins.opcode) or _OFFSET.match(ins.opcode):
         return True
     ops = [o for o in (o.strip() for o in _split_top(_BRACKET.sub(" ", after_written(ins)))) if o]
-    return bool(_ADDEND.match(ins.opcode)) and len(ops) == 3 and not any(involved(o) is not None for o in ops[:2])
+    if _ADDEND.match(ins.opcode) and len(ops) == 3:
+        return not any(involved(o) is not None for o in ops[:2])
+    # `cond ? &tmA : &tmB`: one of two addresses by a predicate no address made (none can: comparisons are refused)
+    return bool(_CHOICE.match(ins.opcode)) and len(ops) == 3 and involved(ops[2]) is None

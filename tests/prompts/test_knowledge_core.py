@@ -50,7 +50,9 @@ def _body(line: str) -> list[str]:
     """The bound line; a product is fenced, waited for and stored, else ptxas drops it."""
     if not line.startswith("wgmma.mma_async"):
         return [_bind(line)]
-    return ["wgmma.fence.sync.aligned;", _bind(line), "wgmma.commit_group.sync.aligned;",
+    # the pack's own products name `%rd1` as a descriptor: here it holds the tensor map's address, which no
+    # descriptor may be (tools/address_use.py), so it is made one first, as `%rd2` and `%rd3` are
+    return ["mov.u64 %rd1, 0;", "wgmma.fence.sync.aligned;", _bind(line), "wgmma.commit_group.sync.aligned;",
             "wgmma.wait_group.sync.aligned 0;", "st.global.v4.f32 [%rd4], {%f1, %f2, %f3, %f4};",
             "st.global.v4.f32 [%rd4+16], {%f5, %f6, %f7, %f8};"]
 

@@ -38,6 +38,8 @@ PARAM = "    mov.u64 %rd1, tm;\n    cvta.param.u64 %rd1, %rd1;\n"
     "    mul.wide.u32 %rd2, %r1, 4;\n    add.s64 %rd3, %rd1, %rd2;\n    ld.global.u32 %r2, [%rd3];",
     "    mad.wide.u32 %rd3, %r1, 4, %rd1;\n    ld.global.u32 %r2, [%rd3];",
     "    cvta.global.u64 %rd2, %rd1;\n    cvta.to.global.u64 %rd3, %rd2;\n    ld.u32 %r1, [%rd3+8];",
+    # nvcc's `cond ? &tmA : &tmB` (tests/data/profile/solutions/tma_decoy.cu)
+    "    setp.ne.s32 %p1, %r1, 0;\n    selp.b64 %rd2, %rd1, %rd9, %p1;\n    ld.u32 %r2, [%rd2];",
 ])
 def test_an_address_moved_offset_and_read_through_is_allowed(use):
     assert module_issues(GLOBAL + use) == []
@@ -61,6 +63,7 @@ LAUNDERING = [
     ("    add.cc.u64 %rd2, %rd1, 1;", "`add.cc.u64`"),
     ("    mov.b64 %fd1, %rd1;\n    add.f64 %fd2, %fd1, 0d4330000000000000;", "`add.f64`"),
     ("    isspacep.global %p1, %rd1;", "`isspacep.global`"),
+    ("    selp.b64 %rd2, 1, 0, %rd1;", "`selp.b64`"),  # not a predicate ptxas takes: the rule's reading, not ptxas's
 ]
 
 
