@@ -178,8 +178,11 @@ def _smallest_compiles(arch: str, tc: Toolchain):
 
 def _declared_line(ptx_code: str, name: str) -> int | None:
     """The line of the first `.func` that names `name` (its prototype), if the text has one."""
-    m = re.search(r"\.func\b[^;{]*?\b" + re.escape(name) + r"\s*\(", ptx_code)
-    return ptx_code.count("\n", 0, m.start()) + 1 if m else None
+    want = re.compile(r"\b" + re.escape(name) + r"\s*\(")
+    for m in re.finditer(r"\.func\b[^;{]*", ptx_code):  # each declaration once: linear in the text
+        if want.search(m.group()):
+            return ptx_code.count("\n", 0, m.start()) + 1
+    return None
 
 
 def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: Path, line_map=None,
@@ -190,10 +193,11 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
     no line added, so ptxas's line numbers stay the model's); should that annotated module fail, the
     model's own text is assembled instead, so line info never changes a verdict."""
     cubin_path = workdir / "kernel.cubin"
-    code = strip_ptx_comments(ptx_text)
+    code = strip_ptx_comments(ptx_text, blank_strings=True)  # the text as ptxas reads it, strings no statements
     data = ModuleData(code)  # read once: its writes checked now, its declarations matched with the cubin's after
     pre = ((static_ptx_checks(code, arch) if language == "ptx" else []) + system_calls(code, language)
-           + data.register_clashes(language, line_map) + data.reach(language, line_map)
+           + data.unreadable(language, line_map) + data.register_clashes(language, line_map)
+           + data.reach(language, line_map)
            + param_writes(data, language, line_map))
     annotated = annotate_ptx(ptx_text, PTX_NAME) if language == "ptx" and not pre else ptx_text
     res = _ptxas(annotated, arch, tc, workdir, timeout_s)
@@ -216,7 +220,8 @@ def _assemble(ptx_text: str, arch: str, language: str, tc: Toolchain, workdir: P
         issue = CompileIssue(message=_too_large("the cubin ptxas made", size, MAX_CUBIN_BYTES))
         return _error(arch, language, log, [issue], tc, warnings=warnings, ptx_sha256=sha), None, True
     cubin = cubin_path.read_bytes()
-    if unread := data.unread([g.name for g in module_globals(cubin)]):
+    symbols = module_globals(cubin)
+    if unread := data.unread([g.name for g in symbols]) or data.oversized([(g.name, g.size) for g in symbols]):
         return _error(arch, language, log, unread, tc, warnings=warnings, ptx_sha256=sha), None, True
     if undefined := undefined_functions(cubin):  # a prototype the PTX check did not read as .extern
         issues = [system_call_issue(name, _declared_line(code, name) if language == "ptx" else None)

@@ -195,7 +195,7 @@ def _first(pattern: re.Pattern, lines: list[str]) -> tuple[int, re.Match] | None
 # device system calls (vprintf, malloc, free, __assertfail, ...). printf's text would reach the host's stdout (the
 # model's bytes on a user's terminal), malloc's heap outlives every call (a place to keep a result no protocol
 # resets).
-_EXTERN_FUNC = re.compile(r"\.extern\s+\.func\s*(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)")  # inline asm: mid-line
+_EXTERN_FUNC = re.compile(r"\.extern\s+\.func\s*(?:\([^()]*\)\s*)?([A-Za-z_$%][\w$]*)")  # inline asm: mid-line
 
 
 def system_calls(ptx_code: str, language: str) -> list[CompileIssue]:

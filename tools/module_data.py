@@ -95,11 +95,12 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
 _DELIMS = re.compile(r"[{};]")
 
 
-def statements(code: str) -> list[tuple[int, str, int]]:
+def statements(code: str, blocks: list | None = None) -> list[tuple[int, str, int]]:
     """(offset, text, function: its index, -1 at module scope) of every `;`-ended statement. At module scope a `{` after
     `=` opens an initialiser and any other opens a function's body (its header ending there); in a body a `{` where a
     statement starts (or after its labels) opens a block, and one within a statement is its operand list
-    (`{%r1, %r2}`). Linear: only the delimiters are visited."""
+    (`{%r1, %r2}`). Linear: only the delimiters are visited. `blocks`, when given, receives (offset, +1 / -1) for
+    each function body and block opened and closed (the scopes of `.reg` declarations)."""
     out: list[tuple[int, str, int]] = []
     depth = inner = 0  # body braces; braces within one statement (an initialiser, a vector operand)
     function = -1
@@ -120,8 +121,12 @@ def statements(code: str) -> list[tuple[int, str, int]]:
             if depth == 0:
                 function += 1
             depth += 1
+            if blocks is not None:
+                blocks.append((i, 1))
         elif ch == "}":
             out.append((start, code[start:i], function if depth else -1))
+            if blocks is not None and depth:
+                blocks.append((i, -1))
             depth = max(0, depth - 1)
         else:
             out.append((start, code[start:i], function if depth else -1))
@@ -130,7 +135,13 @@ def statements(code: str) -> list[tuple[int, str, int]]:
     return [(o, t, f) for o, t, f in out if t.strip()]
 
 
-_LEAD = re.compile(rf"\s*(?:{_IDENT}\s*:(?!:)\s*|\.(?:loc|file|version|target|address_size|section)\b[^\n]*\n\s*)*")
+# The directives that end without `;`, each by its own grammar: what follows one on its line is the next statement, as
+# ptxas reads it (`.loc 1 1 0 st.global ...;` is a store).
+_NO_SEMICOLON = (r"\.loc\s+\d+\s+\d+\s+\d+(?:\s*,\s*function_name\s+[\w$]+(?:\s*\+\s*\d+)?)?"
+                 r"(?:\s*,\s*inlined_at\s+\d+\s+\d+\s+\d+)?"
+                 r'|\.file\s+\d+\s+"[^"\n]*"(?:\s*,\s*\d+\s*,\s*\d+)?'
+                 r"|\.version\s+\d+\.\d+|\.target\s+\w+(?:\s*,\s*\w+)*|\.address_size\s+\d+|\.section\s+[.\w$]+")
+_LEAD = re.compile(rf"\s*(?:{_IDENT}\s*:(?!:)\s*|(?:{_NO_SEMICOLON})\s*)*")
 
 
 def _without_labels(text: str) -> tuple[int, str]:
@@ -140,16 +151,26 @@ def _without_labels(text: str) -> tuple[int, str]:
     return m.end(), text[m.end():]
 
 
+# PTX's hexadecimal floats (`0f3F800000`, nvcc's `__device__ float x = 1.0f;`) and decimal ones: numbers, whose
+# letters are no name an initialiser holds
+_FLOAT_LITERAL = re.compile(r"(?<![\w$])(?:0[fFdD][0-9a-fA-F]+|\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)")
+_INIT_NAME = re.compile(rf"(?<![\w$%.]){_IDENT}")
+
+
 def _declared_size(type_name: str, vector: int, dims: str, init: str | None) -> int | None:
     unit = _TYPE_BYTES.get(type_name)
     if unit is None:
         return None
     count = 1
-    for d in re.findall(r"\[\s*(\d*)\s*\]", dims):
-        if d:
-            count *= int(d)
-        elif init is not None:  # `a[] = {...}`: as many as the initialiser lists (nested lists flattened)
-            count *= max(1, len(_split_top(init.strip().strip("{}"))))
+    for d in re.findall(r"\[\s*(\w*)\s*\]", dims):
+        if d and _NUMBER.match(d):
+            count *= _int(d)  # as ptxas reads it: `[0200000]` is octal, 65,536
+        elif d:
+            return None
+        elif init is not None:  # `a[] = {...}`: as many as the initialiser's outer list holds
+            body = init.strip()
+            body = body[1:-1] if body.startswith("{") and body.endswith("}") else body
+            count *= max(1, len(_split_top(body)))
         else:
             return None
     return unit * vector * count
@@ -167,7 +188,7 @@ def declarations(code: str, parsed: list | None = None) -> tuple[list[ModuleVari
             continue
         space, tail = m.group(1), m.group(2)
         line = lines.at(offset + skip + (len(rest) - len(rest.lstrip())))
-        head = re.match(r"\s*((?:\.(?:attribute\([^)]*\)|align\s+\d+|v[248]|ptr|\w+)\s*)*?)"
+        head = re.match(r"\s*((?:\.(?:attribute\([^)]*\)|align\s+\d+|\w+)\s*)*?)"  # one way to read each qualifier
                         r"\.(\w+)\s+(?=[A-Za-z_$%])", tail)
         if not head:
             continue
@@ -176,13 +197,13 @@ def declarations(code: str, parsed: list | None = None) -> tuple[list[ModuleVari
             continue
         vec = re.search(r"\.v([248])\b", head.group(1))
         for item in _split_top(tail[head.end():]):
-            d = re.match(rf"\s*({_IDENT})\s*((?:\[\s*\d*\s*\]\s*)*)(?:=(.*))?$", item, re.S)
+            d = re.match(rf"\s*({_IDENT})\s*((?:\[\s*(?:\w+\s*)?\]\s*)*)(?:=(.*))?$", item, re.S)  # one way per blank
             if not d:
                 continue
             name, dims, init = d.group(1), d.group(2), d.group(3)
             variables.append(ModuleVariable(name, space, _declared_size(type_name, int(vec.group(1)) if vec else 1,
                                                                         dims, init)))
-            named = [t for t in re.findall(_IDENT, init or "") if not _NUMBER.match(t)]
+            named = [t for t in _INIT_NAME.findall(_FLOAT_LITERAL.sub(" ", init or "")) if not _NUMBER.match(t)]
             if named:
                 issues.append(CompileIssue(line=line, message=(
                     f"the initialiser of module variable {name} names {named[0]}: an address kept in module data is a "
@@ -193,7 +214,7 @@ def declarations(code: str, parsed: list | None = None) -> tuple[list[ModuleVari
 
 _WORD = re.compile(r"(?<![\w$%.])([A-Za-z_$][\w$]*)")
 # a parameter declared in a signature or a call's block: `.param .align 128 .b8 NAME[128]`, `.param .u64 NAME`
-_PARAM = re.compile(r"(?<=[\s(,])\.param(?:\s+(?:\.[\w:]+|\d+))*\s+([A-Za-z_$][\w$]*)")
+_PARAM = re.compile(r"(?<=[\s(,])\.param(?:\s+(?:\.[\w:]+|\d+)){0,8}\s+([A-Za-z_$][\w$]*)")  # bounded: linear
 _REG_DECL = re.compile(r"\.reg\b((?:\s*\.\w+)*)\s+(.*)$", re.S)
 
 
@@ -217,6 +238,12 @@ class _Unprefixed:
     def __bool__(self) -> bool:
         return bool(self.names or self.ranges)
 
+    @staticmethod
+    def of(name: str) -> "_Unprefixed":
+        one = _Unprefixed([])
+        one.ranges.add(name)
+        return one
+
     def __contains__(self, word: str) -> bool:  # sets, not a pattern of names: linear however many a module declares
         digits = min(len(word) - len(word.rstrip("0123456789")), 10)  # a range's index is below 2^32: ten digits
         return word in self.names or any(word[:-k] in self.ranges for k in range(1, digits + 1))
@@ -225,14 +252,139 @@ class _Unprefixed:
         return _WORD.sub(lambda m: "%" + m.group(1) if m.group(1) in self else m.group(1), operands)
 
 
+_SIGNATURE = re.compile(r"\.(?:entry|func|callprototype)\b[^{;]*")  # a header to its body or its `;`: each once
+
+
+class _Names:
+    """Register names and ranges (`%rd<16>`: %rd0 .. %rd15) as sets, with what overlaps what: linear however many."""
+
+    def __init__(self):
+        self.names: set[str] = set()
+        self.ranges: set[str] = set()
+        self.name_stems: set[str] = set()  # each name less 1..10 trailing digits: the ranges it falls in
+        self.range_stems: set[str] = set()
+
+    @staticmethod
+    def stems(word: str) -> list[str]:
+        digits = min(len(word) - len(word.rstrip("0123456789")), 10)
+        return [word[:-k] for k in range(1, digits + 1)]
+
+    def add(self, name: str, is_range: bool) -> None:
+        if is_range:
+            self.ranges.add(name)
+            self.range_stems.update(self.stems(name))
+        else:
+            self.names.add(name)
+            self.name_stems.update(self.stems(name))
+
+    def overlaps(self, name: str, is_range: bool) -> bool:
+        stems = self.stems(name)
+        if is_range:  # r<N> against a name r7, a range r<M>, r1<M> (r10..) or a range it falls in
+            return (name in self.name_stems or name in self.ranges or name in self.range_stems
+                    or any(s in self.ranges for s in stems))
+        return name in self.names or any(s in self.ranges for s in stems)
+
+
+def _declared(text: str, predicates: bool = False) -> list[tuple[str, bool]]:
+    """(name with its `%` or without, whether a range) of a `.reg` statement's registers; [] for any other, and for
+    predicates, which hold no address's bit (comparisons of one are refused): the pack's and CUTLASS's `.reg .pred p;`
+    in a block, beside nvcc's `%p<N>`, is harmless however the checks name it."""
+    m = _REG_DECL.match(text)
+    if m and ".pred" in m.group(1).split() and not predicates:
+        return []
+    out = []
+    for item in _split_top(m.group(2)) if m else ():
+        d = re.match(r"\s*([^\s<\[=]+)\s*(<)?", item)
+        if d:
+            out.append((d.group(1), bool(d.group(2))))
+    return out
+
+
+class _Scopes:
+    """A register a block declares under a name an enclosing scope declares is another register to ptxas (nvcc's own
+    double-precision `sin` reduces in blocks of `.reg .u32 %r0, %r1, ...` beside the function's `%r<38>`), and to the
+    flow it was the same: `{ .reg .b64 %rd1; mov.u64 %rd1, 0; }` ended its following of the outer `%rd1`, which still
+    held a module variable's address after the block. Each such register is given a name of its own within its block
+    (`%rd1ʹ3`: ptxas takes no such name, so none clashes) in the operands the checks read."""
+
+    MARK = "\u02b9"  # MODIFIER LETTER PRIME: a word character to the checks' patterns, never one of a PTX name
+
+    def __init__(self, parsed: list, blocks: list):
+        self.aliases: dict[int, list[tuple[_Names, str]]] = {}  # statement offset -> the renaming scopes around it
+        events = sorted([(o, 0, t) for o, t, f in parsed if f >= 0] + [(o, d, "") for o, d in blocks])
+        stack: list[tuple[_Names, str]] = []  # (names declared, suffix when they shadow: "" otherwise)
+        count = 0
+        for offset, delta, text in events:
+            if delta == 1:
+                stack.append((_Names(), ""))
+            elif delta == -1:
+                if stack:
+                    stack.pop()
+            elif stack:
+                declared = [(n if n.startswith("%") else "%" + n, r) for n, r in _declared(_without_labels(text)[1]
+                                                                                            .strip(), True)]
+                if declared:
+                    names, suffix = stack[-1]
+                    if not suffix and any(s.overlaps(n, r) for s, _ in stack[:-1] for n, r in declared):
+                        count += 1
+                        suffix = f"{self.MARK}{count}"
+                        stack[-1] = (names, suffix)
+                    for n, r in declared:
+                        names.add(n, r)
+                elif any(suffix for _, suffix in stack):
+                    self.aliases[offset] = list(stack)
+
+    def rename(self, offset: int, operands: str) -> str:
+        stack = self.aliases.get(offset)
+        if not stack:
+            return operands
+
+        def one(m: re.Match) -> str:
+            reg = m.group()
+            for names, suffix in reversed(stack):
+                if names.overlaps(reg, False):
+                    return reg + suffix
+            return reg
+
+        return _REGISTER.sub(one, operands)
+
+
 def register_clashes(data: "ModuleData", language: str,
                      to_source: Callable[[int], tuple[int | None, str]] | None = None) -> list[CompileIssue]:
-    """A register declared without `%` whose name is also a module variable's, a parameter's, a function's or a
-    label's: read as `%name` everywhere (_Unprefixed), such a name would hide the symbol from the checks (a block's
-    `.reg .b64 g_only;` turning every `g_only` into a register)."""
-    unprefixed = _Unprefixed(data.parsed)
-    if not unprefixed:
+    """A register declared without `%` (read as `%name`: _Unprefixed) whose `%` name the module also declares (`x` and
+    `%x`, `rd<4>` and nvcc's `%rd1`: two registers to ptxas, one to the checks, so a definition of one ended their
+    following of an address the other held), or that is also a module variable's, parameter's, function's or label's
+    name (which it would hide from them). Predicates are left out: they hold no address's bit. Also a `.reg` in a
+    function's signature (`.func (.reg .b64 %ret) f(.reg .b64 %a)`): an address handed in or out that way was never
+    followed; nvcc's functions take and return `.param`."""
+    lines = _Lines(data.code)
+    percent, plain = _Names(), _Names()
+    plain_at: dict[str, int] = {}
+    for offset, text, function in data.parsed:
+        if function < 0 or ".reg" not in text:
+            continue
+        skip, stmt = _without_labels(text)
+        for name, is_range in _declared(stmt.strip()):
+            if name.startswith("%"):
+                percent.add(name[1:], is_range)
+            else:
+                plain.add(name, is_range)
+                plain_at.setdefault(name, lines.at(offset + skip + len(stmt) - len(stmt.lstrip())))
+    clash = sorted(n for n in plain_at if percent.overlaps(n, n not in plain.names))
+    if clash:
+        return [_located(plain_at[clash[0]], f"register {clash[0]} is declared without `%` beside a register "
+                                             f"`%{clash[0]}`: the checks of addresses read `{clash[0]}` as "
+                                             f"`%{clash[0]}`, ptxas as another register; name registers `%name`",
+                         language, to_source)]
+    for m in _SIGNATURE.finditer(data.code):
+        if ".reg" in m.group():
+            return [_located(data.code.count("\n", 0, m.start()) + 1, "a function's parameters and return values are "
+                             "`.param`, not `.reg`: the checks of addresses follow an address into a function and out of "
+                             "it only through `.param` (`st.param` before a call, `ld.param` in the callee)", language,
+                             to_source)]
+    if not plain_at:
         return []
+    unprefixed = _Unprefixed(data.parsed)
     symbols = {v.name for v in data.variables}
     symbols |= set(re.findall(r"\.(?:entry|func)\s*(?:\([^()]*\))?\s*([A-Za-z_$][\w$]*)", data.code))
     symbols |= set(_PARAM.findall(data.code))
@@ -240,13 +392,11 @@ def register_clashes(data: "ModuleData", language: str,
     clash = sorted(n for n in symbols if n in unprefixed)
     if not clash:
         return []
-    line = next((i for i, text in enumerate(data.code.split("\n"), 1) if re.search(r"\.reg\b.*\b" + re.escape(
-        clash[0]) + r"\b", text)), None)
-    return [_located(line, f"register {clash[0]} is declared without `%` and shares its name with a symbol or label "
-                           f"of the module: the checks of addresses read such a register as `%{clash[0]}`, which "
-                           f"would hide the symbol; name registers `%name`, or give it a name of its own", language,
-                     to_source) if line else CompileIssue(message=f"register {clash[0]} is declared without `%` and "
-                                                          f"shares its name with a symbol or label of the module")]
+    where = next((at for n, at in plain_at.items() if n == clash[0] or clash[0] in _Unprefixed.of(n)), None)
+    message = (f"register {clash[0]} is declared without `%` and shares its name with a symbol or label of the module: "
+               f"the checks of addresses read such a register as `%{clash[0]}`, which would hide the symbol; name "
+               f"registers `%name`, or give it a name of its own")
+    return [_located(where, message, language, to_source) if where else CompileIssue(message=message)]
 
 
 def _width(opcode: str, operands: str) -> int | None:
@@ -286,20 +436,29 @@ class Instruction:
     guarded: bool = False  # `@%p`: it may not run
 
 
-_LABEL = re.compile(rf"({_IDENT})\s*:(?!:)")
+_LABEL = re.compile(rf"(?<![\w$%])({_IDENT})\s*:(?!:)")  # from a name's start only: linear in a long word
+# `@%p`, `@!%p`, `@ ! %p` (ptxas takes the spaces), the opcode, its operands
+_INSTRUCTION = re.compile(r"(@\s*!?\s*%?[\w$]+\s+)?([a-z][\w.:]*)\s*(.*)$", re.S)
+# families whose first operand is read, not written: `stackrestore.u64 %rd1` taken for a definition ended the flow's
+# following of an address it still held
+_READS_FIRST = {"stackrestore", "bar", "barrier", "nanosleep", "pmevent"}
 _LEADING_BRACE = re.compile(r"\s*\{([^{}]*)\}")
 
 
-def instructions(code: str, parsed: list | None = None) -> list[Instruction]:
+def instructions(code: str, parsed: list | None = None, blocks: list | None = None) -> list[Instruction]:
     """Every instruction in a function body, its guard dropped, with its line, the registers it writes and the labels
     that name it (a label with no instruction after it in its block names the next one of the function); a register
-    declared without `%` is written `%name` in its operands (_Unprefixed)."""
+    declared without `%` is written `%name` in its operands (_Unprefixed), and one a block declares over an enclosing
+    scope's name is given a name of its own (_Scopes; `blocks`: statements()'s, without them no block is read)."""
     out = []
     lines = _Lines(code)
     labels: list[str] = []
     last_function = -1
-    parsed = parsed if parsed is not None else statements(code)
+    if parsed is None:
+        blocks = []
+        parsed = statements(code, blocks)
     unprefixed = _Unprefixed(parsed)
+    scopes = _Scopes(parsed, blocks or [])
     for offset, text, function in parsed:
         if function != last_function:
             labels, last_function = [], function
@@ -308,14 +467,15 @@ def instructions(code: str, parsed: list | None = None) -> list[Instruction]:
         body = stmt.strip()
         if function < 0 or not body or _DECL.match(body):
             continue
-        m = re.match(r"(@!?%?[\w$]+\s+)?([a-z][\w.:]*)\s*(.*)$", body, re.S)
+        m = _INSTRUCTION.match(body)
         if m:
             line = lines.at(offset + skip + len(stmt) - len(stmt.lstrip()))
             opcode, operands = m.group(2), m.group(3)
             if unprefixed:
                 operands = unprefixed.prefixed(operands)
+            operands = scopes.rename(offset, operands)
             family = opcode.split(".")[0]
-            first = _FIRST_REGISTER.match(operands)
+            first = None if family in _READS_FIRST else _FIRST_REGISTER.match(operands)
             dest = first.group(1) if first else None
             brace = None if first or family in _STORES_VALUES else _LEADING_BRACE.match(operands)
             dests = (dest,) if dest else tuple(_REGISTER.findall(brace.group(1))) if brace else ()
@@ -436,7 +596,8 @@ class ModuleData:
 
     def __init__(self, code: str):
         self.code = code
-        self.parsed = statements(code)
+        self.blocks: list[tuple[int, int]] = []
+        self.parsed = statements(code, self.blocks)
         self.variables, self.initialisers = declarations(code, self.parsed)
         self._instructions: list[Instruction] | None = None
 
@@ -445,7 +606,7 @@ class ModuleData:
         """Every instruction of the module's function bodies, read on first use (the checks of module data and of
         parameters share them)."""
         if self._instructions is None:
-            self._instructions = instructions(self.code, self.parsed)
+            self._instructions = instructions(self.code, self.parsed, self.blocks)
         return self._instructions
 
     def reach(self, language: str, to_source: Callable[[int], tuple[int | None, str]] | None = None) -> list[CompileIssue]:
@@ -453,6 +614,34 @@ class ModuleData:
 
     def unread(self, symbols: list[str]) -> list[CompileIssue]:
         return _unread(self, symbols)
+
+    def oversized(self, sizes: list[tuple[str, int]]) -> list[CompileIssue]:
+        """A variable whose size the check read larger than the cubin's symbol holds (`sizes`: name, bytes): its
+        bounds were judged against bytes that lie past it, in the driver's pool of module data."""
+        read = {v.name: v.size for v in self.variables}
+        for name, size in sizes:
+            m = _FUNCTION_SCOPE.match(name)
+            declared = read.get(name, read.get(m.group(1)) if m else None)
+            if declared is not None and declared > size:
+                return [CompileIssue(message=f"module variable {name} holds {size} bytes, and the check of module data "
+                                             f"read {declared} from its declaration: declare it as `.b8 {name}[{size}]` "
+                                             f"in decimal, its initialiser one list")]
+        return []
+
+    def unreadable(self, language: str,
+                   to_source: Callable[[int], tuple[int | None, str]] | None = None) -> list[CompileIssue]:
+        """A statement in a function body that the checks cannot read as an instruction, a declaration or a directive:
+        skipped, it would be a write no check saw (`@ %p1 st...` before the guard's spaces were read)."""
+        lines = _Lines(self.code)
+        for offset, text, function in self.parsed:
+            skip, stmt = _without_labels(text)
+            body = stmt.strip()
+            if function < 0 or not body or body.startswith(".") or _INSTRUCTION.match(body):
+                continue
+            line = lines.at(offset + skip + len(stmt) - len(stmt.lstrip()))
+            return [_located(line, f"`{body[:60]}` is no instruction the checks of addresses can read: write it as "
+                                   f"`[@[!]%p] opcode operands;`", language, to_source)]
+        return []
 
     def register_clashes(self, language: str,
                          to_source: Callable[[int], tuple[int | None, str]] | None = None) -> list[CompileIssue]:

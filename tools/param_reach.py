@@ -27,6 +27,9 @@ _HEADER = re.compile(r"\.(?:entry|func)\s*(\([^()]*\))?\s*([A-Za-z_$][\w$]*)\s*(
 _NAMED_SLOT = re.compile(r"\[\s*([A-Za-z_$][\w$]*)\s*(?:\+\s*\w+)?\s*\]")
 _MAKES_ADDRESS = ("cvta.param", "cvta.to.param")  # a parameter-space address of any number
 _PARAM_SPACE = "parameter space"
+_BANK_READ = ("a word read from the parameter bank at a computed place, which may be the parameters' own address: "
+              "copy a `__grid_constant__` array to registers or local memory by constant indices, or pass it in a "
+              "buffer, before indexing it at run time")
 _ONLY_READ = _READS | {"fence"}
 
 
@@ -79,8 +82,12 @@ class _Reach:
     def origin(self, ins: Instruction) -> str | None:
         if ins.opcode.startswith(_MAKES_ADDRESS):
             return _PARAM_SPACE
-        if ins.family == "ld" and ".param" in ins.opcode and (m := _NAMED_SLOT.search(ins.operands)):
-            return self.passed.get((ins.function, m.group(1)))
+        if ins.family == "ld" and ".param" in ins.opcode:
+            if m := _NAMED_SLOT.search(ins.operands):
+                return self.passed.get((ins.function, m.group(1)))
+            # through a register, or below a name (`[pA+-120]`): the parameter bank also holds the generic address of
+            # the parameters, `cvta.param`'s own source, so what such a load gives is followed as one
+            return _BANK_READ
         return None
 
     def follow(self) -> list[dict]:
@@ -134,8 +141,9 @@ def param_writes(data: ModuleData, language: str,
     code_ins = data.instructions
     params = sorted(set(_PARAM.findall(data.code)))
     names = symbols_pattern(params)
-    if not any(i.opcode.startswith(_MAKES_ADDRESS) or (i.family == "mov" and names.search(i.operands)) for i in code_ins):
-        return []  # no parameter's address is taken
+    if not any(i.opcode.startswith(_MAKES_ADDRESS) or (i.family == "mov" and names.search(i.operands))
+               or (i.family == "ld" and ".param" in i.opcode and not _NAMED_SLOT.search(i.operands)) for i in code_ins):
+        return []  # no parameter's address is taken, nor the parameter bank read but by name
     reach = _Reach(data, names, params)
     before = reach.follow()
     findings = reach.findings

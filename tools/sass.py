@@ -177,33 +177,46 @@ def sass_listing(cubin_path: str | Path, kernel: str | None = None, toolchain: T
 
 
 
-def strip_ptx_comments(ptx_text: str) -> str:
-    r"""PTX without comments, newlines kept so that line numbers stay put. Linear in the text: the regex
-    `/\*.*?\*/` rescans to the end from every unclosed `/*`, and so would a search for the next `/*` (or `//`)
-    from every comment of the other kind when none is left; each next position is searched again only once passed."""
+_COMMENT_OR_STRING = re.compile(r'"|//|/\*')
+_STRING_OR_LINE_COMMENT = re.compile(r'"|//')
+_STRING_BODY = re.compile(r'(?:[^"\\\n]|\\.)*')
+
+
+def strip_ptx_comments(ptx_text: str, blank_strings: bool = False) -> str:
+    r"""PTX without comments, newlines kept so that line numbers stay put; a string literal (`"..."`: `.file`'s path, a
+    `.pragma`) is no comment's start, and with `blank_strings` its contents are spaces: ptxas reads `//`, `/*`, `{` or
+    `;` inside a string as the string's, so a check that read them as comments or delimiters would miss what follows
+    (`.pragma "//"; st.global ...` hid the store from the checks of module data; `.file 1 "/*"` ... `.file 2 "*/"` a
+    whole kernel). Linear in the text: each
+    search starts where the last one ended; after an unclosed `/*` only strings and `//` are looked for."""
     out: list[str] = []
     i, n = 0, len(ptx_text)
-    block, line = ptx_text.find("/*"), ptx_text.find("//")  # the next of each at or after i; -1: none left
+    tokens = _COMMENT_OR_STRING
     while i < n:
-        if 0 <= block < i:
-            block = ptx_text.find("/*", i)
-        if 0 <= line < i:
-            line = ptx_text.find("//", i)
-        j = min((k for k in (block, line) if k >= 0), default=n)
-        out.append(ptx_text[i:j])
-        if j == n:
+        m = tokens.search(ptx_text, i)
+        if m is None:
+            out.append(ptx_text[i:])
             break
-        if j == line:
+        j = m.start()
+        out.append(ptx_text[i:j])
+        if m.group() == '"':
+            body = _STRING_BODY.match(ptx_text, j + 1)
+            out.append('"' + (" " * (body.end() - j - 1) if blank_strings else body.group()))
+            i = body.end()
+            if i < n and ptx_text[i] == '"':
+                out.append('"')
+                i += 1
+        elif m.group() == "//":
             end = ptx_text.find("\n", j)
             i = n if end < 0 else end
-            continue
-        end = ptx_text.find("*/", j + 2)
-        if end < 0:  # no `*/` is left: this `/*` and every later one stay text, as the regex left them
-            out.append("/*")
-            i, block = j + 2, -1
-            continue
-        i = end + 2
-        out.append("\n" * ptx_text.count("\n", j, i))
+        else:
+            end = ptx_text.find("*/", j + 2)
+            if end < 0:  # no `*/` is left: this `/*` and every later one stay text (ptxas refuses the file)
+                out.append("/*")
+                i, tokens = j + 2, _STRING_OR_LINE_COMMENT
+                continue
+            i = end + 2
+            out.append("\n" * ptx_text.count("\n", j, i))
     return "".join(out)
 
 

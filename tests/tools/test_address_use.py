@@ -128,11 +128,11 @@ def test_percent_less_registers_of_the_pack_and_nvcc_pass():
 def test_the_register_names_are_read_in_linear_time():
     import time
 
-    regs = "".join(f"    .reg .b32 n{i};\n" for i in range(20_000)) + "    .reg .b32 r<4>;\n"
+    regs = "".join(f"    .reg .b32 n{i};\n" for i in range(20_000)) + "    .reg .b32 q<4>;\n"
     body = "".join(f"    add.s32 n{i}, n{i}, {i};\n" for i in range(20_000))
-    body += "    mov.u32 r3, 1;\n    mov.u32 %r1, r" + "0" * 200_000 + ";"  # a word of 200,000 digits
+    body += "    mov.u32 q3, 1;\n    mov.u32 %r1, q" + "0" * 200_000 + ";"  # a word of 200,000 digits
     started = time.perf_counter()
     data = ModuleData(ptx(body, regs=regs))
     assert data.register_clashes("ptx") == [] and data.instructions[0].operands.startswith("%n0, %n0")
-    assert data.instructions[20_000].operands == "%r3, 1"
+    assert data.instructions[20_000].operands == "%q3, 1"
     assert time.perf_counter() - started < 5

@@ -117,3 +117,59 @@ def test_a_module_of_blank_lines_is_annotated_in_linear_time():
     assert time.perf_counter() - start < 5
     assert annotated.count("\n") == text.count("\n") and ".loc 1 390006 0 ret;" in annotated
     assert has_line_info(".version 8.5\n\n  \t.loc 1 2 0\n") and not has_line_info("add.u32 %r1, %r1, 1; .loc")
+
+
+def _checks(text: str) -> list:
+    """compile.py's text checks before ptxas, on the text as it reads them."""
+    from ptxbench.tools.compile_log import system_calls
+    from ptxbench.tools.sass import strip_ptx_comments
+
+    code = strip_ptx_comments(text, blank_strings=True)
+    data = ModuleData(code)
+    return (system_calls(code, "ptx") + data.unreadable("ptx") + data.register_clashes("ptx") + data.reach("ptx")
+            + param_writes(data, "ptx"))
+
+
+KERNEL = ".visible .entry k(.param .u64 out)\n{\n.reg .b32 %r<4>;\nret;\n}\n"
+
+
+@pytest.mark.parametrize("shape", [
+    ".global .ptr" + ".ptr" * 40 + " 1;\n",  # each qualifier read two ways: 2^k tries (k = 32 past 10 s)
+    ".global .u32 x" + "[  ]" * 40 + " y;\n",  # the blanks of empty dimensions split every way (24 past 10 s)
+    " " + ".param " * 50_000 + ";\n",  # each `.param` ran its qualifiers to the end of the chain (56 KB: 8 s)
+    '.file 1 "' + "a" * 300_000 + '"\n',  # a label tried from every character of the name (30 KB: 9 s)
+    ".extern .func (" * 25_000 + "\n",  # each `(` ran to the end of the file for a `)` (375 KB: 6 s)
+    ".visible .entry j(.param .u64 out)\n{\n" + ".reg " * 60_000 + ";\n.reg .b64 out;\nret;\n}\n",  # a line search
+])
+def test_the_text_checks_are_linear_in_a_declaration_built_to_backtrack(shape):
+    """Each shape made one regular expression of the checks before ptxas backtrack (exponential or quadratic), in the
+    harness's own process, with no limit (seconds past 10 at 100-400 KB, past an hour extrapolated)."""
+    start = time.perf_counter()
+    issues = _checks(HEAD + shape + KERNEL)
+    assert time.perf_counter() - start < 3, shape[:40]
+    assert isinstance(issues, list)
+
+
+def test_a_bare_prototype_is_found_in_linear_time_behind_strings_of_func():
+    """`_declared_line` scanned lazily from every `.func` to a `;` far away (72 KB of `.file` strings: 10.8 s)."""
+    from ptxbench.tools.compile import _declared_line
+
+    text = "".join(f'.file {i} "' + ".func " * 1500 + ('";' if i == 8 else '"') + "\n" for i in range(1, 9))
+    text += ".func (.param .b32 r) vprintf (.param .b64 a, .param .b64 b);\n"
+    start = time.perf_counter()
+    assert _declared_line(text, "vprintf") == 9
+    assert time.perf_counter() - start < 2
+
+
+def test_a_plan_of_64_launches_of_an_unknown_kernel_reads_the_file_once():
+    """Each launch of a kernel the scan did not recognise asked whether its name stood at file scope, one scan of the
+    whole file each: 64 launches and 127,000 mentions in braces took 9.5 s before any compile."""
+    from ptxbench.tools.solution.parse import parse_solution
+
+    launches = "".join('[[launch]]\nkernel = "k"\ngrid = [1]\nblock = [32]\nargs = []\n' for _ in range(64))
+    text = (f'/* ptxbench\nlanguage = "cuda"\n{launches}*/\n__device__ void f() {{\nint k = 0;\n'
+            + "{k}" * 127_000 + "\n}\n")
+    start = time.perf_counter()
+    issues = parse_solution(text)
+    assert time.perf_counter() - start < 4
+    assert issues and all("kernel 'k'" in i.message or "more" in i.message for i in issues), issues[-1]
