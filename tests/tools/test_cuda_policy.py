@@ -353,3 +353,20 @@ def test_non_ascii_text_in_comments_and_strings_passes():
             "__device__ const char c = '\u00e9';\n"
             'extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
     assert check_cuda_source(code) == []
+
+
+@pytest.mark.parametrize("code", ['#/*\n*/include <stdio.h>\n', '%:/*\n*/line 1 "/usr/include/stdio.h"\n',
+                                  '  #  /* a note\n  */  error hidden\n'])
+def test_a_directive_continued_past_a_comment_is_refused(code):
+    """The compiler reads a comment as one space before it reads directives, so `#/*` + `*/include <stdio.h>` is an
+    include; read line by line with the comment blanked, the `#` stood alone and the include was code."""
+    issues = check_cuda_source(code + 'extern "C" __global__ void k(int* p) { p[0] = 1; }\n')
+    assert any(i.line == 1 and "a `#` with nothing after it" in i.message for i in issues), [str(i) for i in issues]
+
+
+def test_token_pasting_is_refused_and_a_string_of_hashes_is_not():
+    """`CAT(_Pra, gma)(...)` is `_Pragma(...)` to the compiler, a name the pragma allow list never saw."""
+    pasted = '#define CAT(a, b) a##b\nCAT(_Pra, gma)("GCC warning \\"ran\\"")\nextern "C" __global__ void k() {}\n'
+    (issue,) = [i for i in check_cuda_source(pasted) if "token pasting" in i.message]
+    assert issue.line == 1
+    assert check_cuda_source('__device__ const char s[] = "##";\nextern "C" __global__ void k() {}\n') == []

@@ -47,6 +47,7 @@ MACRO_DEPTH = 4  # macros such as `#define DEVICE __device__ __forceinline__`, t
 
 # `#`, its digraph `%:` and its trigraph `??=` all start a directive.
 _DIRECTIVE = re.compile(r"\s*(?:#|%:|\?\?=)\s*(\w+)\s*(.*)")
+_NULL_DIRECTIVE = re.compile(r"\s*(?:#|%:|\?\?=)\s*$")
 
 
 def _refused_directive(word: str) -> str | None:
@@ -71,6 +72,11 @@ def _preprocessor(text: str) -> tuple[str, list[FormatIssue], dict[str, str]]:
     k = 0
     while k < len(lines):
         start = k
+        if _NULL_DIRECTIVE.match(lines[k]):  # `#/*` + `*/include <stdio.h>`: one directive to the compiler
+            issues.append(FormatIssue(line=start + 1, kind="source", message=(
+                "a `#` with nothing after it on its line: the compiler reads a comment there as one space, so a "
+                "directive written past a comment (`#/*` then `*/include ...`) is still a directive; write each "
+                "directive on one line, without comments inside it")))
         m = _DIRECTIVE.match(lines[k])
         if m:
             word, rest = m.group(1), m.group(2).strip()
@@ -183,6 +189,7 @@ def _header_tests(code: str) -> list[FormatIssue]:
 
 
 PRAGMA_OPERATOR = re.compile(r"\b_Pragma\b")
+_PASTE = re.compile(r"##|%:%:|\?\?=\?\?=")
 _PRAGMA_TEXT = re.compile(r'[^\S\n]*\([^\S\n]*(?:u8|u|U|L)?"([^"\\\n]*)"[^\S\n]*\)')  # one line: linear
 
 
@@ -257,6 +264,11 @@ def check_cuda_source(source: str) -> list[FormatIssue]:
             "letters, digits or punctuation (not space, parentheses, backslash, $, @ or `), and in a # line "
             "(#define, #pragma) it must end on that line")))
     issues += _pragma_operators(blank_comments(source))  # directives too: a macro may hold the operator
+    outside = blank_comments(source, strings=True)
+    if m := _PASTE.search(outside):  # `CAT(_Pra,gma)(...)` builds the operator the scan above looks for
+        issues.append(FormatIssue(line=line_of(source, m.start()), kind="source", message=(
+            "token pasting (`##`) is not allowed: a pasted name is one the source policy cannot read "
+            "(`_Pra ## gma` is `_Pragma`); write the name out")))
     outside_literals = blank_comments(source, strings=True)  # directives kept
     issues += _header_tests(outside_literals) + _non_ascii_code(outside_literals)
     code = blank_comments(text, strings=True)
