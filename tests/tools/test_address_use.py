@@ -38,6 +38,8 @@ PARAM = "    mov.u64 %rd1, tm;\n    cvta.param.u64 %rd1, %rd1;\n"
     "    mul.wide.u32 %rd2, %r1, 4;\n    add.s64 %rd3, %rd1, %rd2;\n    ld.global.u32 %r2, [%rd3];",
     "    mad.wide.u32 %rd3, %r1, 4, %rd1;\n    ld.global.u32 %r2, [%rd3];",
     "    cvta.global.u64 %rd2, %rd1;\n    cvta.to.global.u64 %rd3, %rd2;\n    ld.u32 %r1, [%rd3+8];",
+    # a null test (`use_bias ? g_bias : nullptr`, then `if (p)`) and an alignment test (`(uintptr_t)p & 15`)
+    "    setp.ne.s64 %p1, %rd1, 0;\n    or.pred %p2, %p1, %p3;\n    and.b64 %rd2, %rd1, 15;\n    setp.eq.s64 %p3, %rd2, 0;",
     # nvcc's `cond ? &tmA : &tmB` (tests/data/profile/solutions/tma_decoy.cu)
     "    setp.ne.s32 %p1, %r1, 0;\n    selp.b64 %rd2, %rd1, %rd9, %p1;\n    ld.u32 %r2, [%rd2];",
 ])
@@ -63,6 +65,8 @@ LAUNDERING = [
     ("    add.cc.u64 %rd2, %rd1, 1;", "`add.cc.u64`"),
     ("    mov.b64 %fd1, %rd1;\n    add.f64 %fd2, %fd1, 0d4330000000000000;", "`add.f64`"),
     ("    isspacep.global %p1, %rd1;", "`isspacep.global`"),
+    ("    setp.ne.s64 %p1, %rd1, 1;", "`setp.ne.s64`"),  # against any number but 0: a bit, then another
+    ("    and.b64 %rd2, %rd1, 256;", "`and.b64`"),  # a bit above the 256-byte alignment
     ("    selp.b64 %rd2, 1, 0, %rd1;", "`selp.b64`"),  # not a predicate ptxas takes: the rule's reading, not ptxas's
 ]
 
@@ -85,7 +89,7 @@ def test_an_address_as_a_matrix_descriptor_is_refused():
 
 
 def test_a_symbol_compared_by_name_is_refused_and_a_register_reused_after_is_not():
-    assert any("`setp.ne.u64` computes on the bits" in m for m in module_issues("    setp.ne.u64 %p1, flags, 0;"))
+    assert any("`setp.ne.u64` computes on the bits" in m for m in module_issues("    setp.ne.u64 %p1, flags, 1;"))
     # the flow's own reach: %rd1 holds the address only until it is defined again
     assert module_issues(GLOBAL + "    ld.global.u32 %r1, [%rd1];\n    mov.u64 %rd1, 7;\n    shl.b64 %rd2, %rd1, 3;") == []
 
@@ -100,7 +104,7 @@ def compiled_checks(text: str) -> list[str]:
      "`st.u32` writes through `[%pa+65536]`, an address computed from a kernel parameter's"),
     ("", "    { .reg .u64 x<2>;\n    mov.u64 x1, flags;\n    add.s64 x0, x1, %rd9;\n    st.global.u32 [x0], %r1; }",
      "writes through `[%x0]`, an address computed from module variable flags"),
-    ("    .reg .b64 state;\n", "    mov.u64 state, flags;\n    and.b64 %rd2, state, 255;", "`and.b64` computes on"),
+    ("    .reg .b64 state;\n", "    mov.u64 state, flags;\n    and.b64 %rd2, state, 4096;", "`and.b64` computes on"),
 ])
 def test_a_register_named_without_percent_is_followed_like_any_other(regs, line, said):
     """PTX allows `.reg .b64 pa;` (CUTLASS's inline asm names its `state` so); the checks read it as `%pa`."""
