@@ -226,27 +226,17 @@ class _Unprefixed:
     (tests/data/cheats/attacks/unnamed_register_param_store.cu)."""
 
     def __init__(self, parsed: list):
-        self.names: set[str] = set()
-        self.ranges: set[str] = set()
+        self.declared = _Names()
         for _, text, _ in parsed:
-            m = _REG_DECL.match(_without_labels(text)[1].strip())
-            for item in _split_top(m.group(2)) if m else ():
-                d = re.match(r"\s*([^\s<\[=%]+)\s*(<)?", item)
-                if d:
-                    (self.ranges if d.group(2) else self.names).add(d.group(1))
+            for name, is_range in _declared(_without_labels(text)[1].strip(), predicates=True):
+                if not name.startswith("%"):
+                    self.declared.add(name, is_range)
 
     def __bool__(self) -> bool:
-        return bool(self.names or self.ranges)
+        return bool(self.declared.names or self.declared.ranges)
 
-    @staticmethod
-    def of(name: str) -> "_Unprefixed":
-        one = _Unprefixed([])
-        one.ranges.add(name)
-        return one
-
-    def __contains__(self, word: str) -> bool:  # sets, not a pattern of names: linear however many a module declares
-        digits = min(len(word) - len(word.rstrip("0123456789")), 10)  # a range's index is below 2^32: ten digits
-        return word in self.names or any(word[:-k] in self.ranges for k in range(1, digits + 1))
+    def __contains__(self, word: str) -> bool:
+        return self.declared.overlaps(word, False)
 
     def prefixed(self, operands: str) -> str:
         return _WORD.sub(lambda m: "%" + m.group(1) if m.group(1) in self else m.group(1), operands)
@@ -392,7 +382,7 @@ def register_clashes(data: "ModuleData", language: str,
     clash = sorted(n for n in symbols if n in unprefixed)
     if not clash:
         return []
-    where = next((at for n, at in plain_at.items() if n == clash[0] or clash[0] in _Unprefixed.of(n)), None)
+    where = next((at for n, at in plain_at.items() if n == clash[0] or n in _Names.stems(clash[0])), None)
     message = (f"register {clash[0]} is declared without `%` and shares its name with a symbol or label of the module: "
                f"the checks of addresses read such a register as `%{clash[0]}`, which would hide the symbol; name "
                f"registers `%name`, or give it a name of its own")
